@@ -1,0 +1,151 @@
+# attnd: one Makefile, no generated build system.
+#
+#   make run     install what is missing, build, start the service
+#   make test    install what is missing, build, run every test
+#   make asan    every test under AddressSanitizer + UBSan (build/asan/)
+#   make all     build everything
+#
+# Libraries are found with pkg-config. The recipes that need them run in a
+# sub-make, after tools/deps.sh has installed what was missing.
+
+MAKEFLAGS += --no-builtin-rules
+.SUFFIXES:
+
+CC := gcc
+BUILD ?= build
+SAN ?=
+
+PKG_CORE := openblas
+PKG_SERVER := libmicrohttpd jansson libuv
+PKG_TEST := check libcurl
+
+OPT ?= -O2
+CFLAGS_COMMON = -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wshadow \
+  -Wstrict-prototypes -Wmissing-prototypes -D_GNU_SOURCE -MMD -MP \
+  -Iinclude -fopenmp
+ifeq ($(SAN),1)
+  CFLAGS_COMMON += -fsanitize=address,undefined -fno-sanitize-recover=all \
+    -fno-omit-frame-pointer
+  LDFLAGS_SAN := -fsanitize=address,undefined
+endif
+
+# '=' so that pkg-config runs when a recipe needs it, after deps are in.
+CFLAGS_CORE = $(CFLAGS_COMMON) $(shell pkg-config --cflags $(PKG_CORE))
+LIBS_CORE = $(shell pkg-config --libs $(PKG_CORE)) -lm -fopenmp
+CFLAGS_SERVER = $(CFLAGS_CORE) $(shell pkg-config --cflags $(PKG_SERVER))
+LIBS_SERVER = $(shell pkg-config --libs $(PKG_SERVER)) $(LIBS_CORE)
+CFLAGS_TEST = $(CFLAGS_SERVER) -iquote server $(shell pkg-config --cflags $(PKG_TEST))
+LIBS_TEST = $(shell pkg-config --libs $(PKG_TEST)) $(LIBS_SERVER)
+
+# The tile kernels are compiled once per instruction set and picked at run
+# time, so one binary runs well on any x86-64.
+ISA_generic :=
+ISA_avx2 := -mavx2 -mfma
+ISA_avx512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512dq -mavx512vl
+
+CORE_SRC := $(filter-out core/kernel.c,$(wildcard core/*.c))
+CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) \
+  $(foreach isa,generic avx2 avx512,$(BUILD)/core/kernel_$(isa).o)
+
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
+
+TEST_SRC := $(wildcard tests/check_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
+
+.PHONY: all build run test check asan deps clean format bench bench-compare
+.DEFAULT_GOAL := all
+
+all: deps
+	@$(MAKE) --no-print-directory build
+
+build: $(BUILD)/attnd $(BUILD)/attn-demo $(BUILD)/attn-bench $(TEST_BIN)
+
+deps:
+	@sh tools/deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory $(BUILD)/attnd
+	./$(BUILD)/attnd --config config/attnd.conf
+
+test: deps
+	@$(MAKE) --no-print-directory check
+
+# Integration tests run the real server binary.
+check: $(TEST_BIN) $(BUILD)/attnd
+	@ATTND_BIN=$(BUILD)/attnd sh tools/run-tests.sh $(TEST_BIN)
+
+# Benchmarks: medians and ratios measured in one run; never part of `test`.
+bench: deps
+	@$(MAKE) --no-print-directory $(BUILD)/attn-bench
+	@mkdir -p $(BUILD)/bench
+	./$(BUILD)/attn-bench --csv $(BUILD)/bench/attn.csv
+
+# Also times Debian's PyTorch nn.MultiheadAttention on the same shapes.
+bench-compare: deps
+	@/usr/bin/python3 -c 'import torch' 2>/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get install -y -qq python3-torch; } || \
+	  { echo "bench-compare needs: sudo apt-get install -y python3-torch"; exit 1; }
+	@$(MAKE) --no-print-directory $(BUILD)/attn-bench
+	@mkdir -p $(BUILD)/bench
+	./$(BUILD)/attn-bench --torch --csv $(BUILD)/bench/attn-compare.csv
+
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 OPT=-O1 check
+
+$(BUILD)/libattn.a: $(CORE_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libattnd.a: $(SERVER_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/server/%.o: server/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_SERVER) -c $< -o $@
+
+$(BUILD)/core/%.o: core/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_CORE) -c $< -o $@
+
+$(BUILD)/core/kernel_%.o: core/kernel.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_CORE) -O3 -ffp-contract=fast $(ISA_$*) \
+	  -DATTN_KERNEL_ISA=$* -c $< -o $@
+
+$(BUILD)/tests/%.o: tests/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_TEST) -c $< -o $@
+
+$(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TEST_LIB_OBJ) $(BUILD)/libattnd.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_TEST)
+
+
+$(BUILD)/attnd: $(BUILD)/server/main.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
+
+$(BUILD)/attn-bench: $(BUILD)/bench/attn_bench.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
+
+$(BUILD)/bench/%.o: bench/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_SERVER) -iquote server -c $< -o $@
+
+$(BUILD)/attn-demo: $(BUILD)/tools/attn-demo.o $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_CORE)
+
+$(BUILD)/tools/%.o: tools/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_CORE) -c $< -o $@
+
+format:
+	clang-format -i $(wildcard include/attn/*.h core/*.[ch] server/*.[ch] \
+	  tests/*.[ch] tools/*.c bench/*.c)
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
