@@ -1,0 +1,74 @@
+/* core/internal.h: what the core's files share. Not installed, not API. */
+#ifndef ATTN_INTERNAL_H
+#define ATTN_INTERNAL_H
+
+#include <stdint.h>
+
+#include "attn/attn.h"
+
+/* Tile sizes shared by the planner (for workspace) and the kernels. A query
+ * block is ATTN__BR rows; a key block ATTN__BC keys. Key-indexed buffers are
+ * padded to a multiple of ATTN__BC and value rows to ATTN__VPAD floats so
+ * that kernels never need a ragged edge in those dimensions. */
+#define ATTN__BR 64
+#define ATTN__BC 64
+#define ATTN__VPAD 16
+#define ATTN__ALIGN 64
+
+/* Rows per projection task: projections run as independent sgemm calls of
+ * this many rows, so results do not depend on the thread count. */
+#define ATTN__PROJ_ROWS 256
+
+static inline int64_t attn__round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+
+/* Fills `err` (may be NULL) and returns `code`. printf-style message. */
+int attn__err(attn_error_t *err, int code, const char *field, const char *fmt,
+              ...) __attribute__((format(printf, 4, 5)));
+
+/* Everything a kernel reads, resolved by attn_forward from the plan. All
+ * pointers borrowed. Layouts:
+ *   q      [B, H, Lq, Dh]     scaled by the plan's scale
+ *   kt     [B, Hkv, Dh, Lkp]  keys transposed; columns >= Lk are zero
+ *   v      [B, Hkv, Lkp, Dvp] rows >= Lk and columns >= Dv are zero
+ *   concat [B, Lq, H·Dv]      the heads' outputs side by side */
+typedef struct attn__ctx {
+  const attn_plan_t *plan;
+  int64_t Lkp, Dvp, off; /* off = Lk - Lq */
+  const float *q, *kt, *v;
+  float *concat, *head_outputs, *weights, *mean_weights;
+  const float *slopes;             /* [H] or NULL */
+  const int64_t *key_lengths;      /* [B] or NULL */
+  const uint8_t *allow;            /* or NULL */
+  const float *bias;               /* or NULL */
+  int64_t allow_st[4], bias_st[4]; /* element strides over [B, H, Lq, Lk],
+                                      0 where broadcast */
+  int has_softcap;
+  float softcap;
+  int64_t wl, wr; /* window sides, -1 if unbounded */
+  int64_t n_qblocks;
+  int heads_per_unit;    /* H when mean weights are asked for, else 1 */
+  size_t scratch_floats; /* per thread */
+} attn__ctx_t;
+
+/* Floats of per-thread scratch the kernels need for this plan. */
+size_t attn__scratch_floats(const attn_plan_t *plan);
+
+/* Computes one unit of attention: batch item, a block of ATTN__BR query
+ * rows, and one head (or all heads, when heads_per_unit is H), writing
+ * concat, head outputs and weights for those rows. `scratch` is this
+ * thread's, of ctx->scratch_floats floats, 64-byte aligned. Any thread;
+ * units never write the same memory. One function per instruction set. */
+typedef void (*attn__attend_fn)(const attn__ctx_t *ctx, int64_t b, int64_t h,
+                                int64_t qblock, float *scratch);
+void attn__attend_generic(const attn__ctx_t *, int64_t, int64_t, int64_t,
+                          float *);
+void attn__attend_avx2(const attn__ctx_t *, int64_t, int64_t, int64_t, float *);
+void attn__attend_avx512(const attn__ctx_t *, int64_t, int64_t, int64_t,
+                         float *);
+
+/* The best ISA this CPU runs. */
+attn_isa_t attn__cpu_isa(void);
+
+#endif

@@ -1,0 +1,493 @@
+/* core/kernel.c: fused attention over tiles, for one instruction set.
+ *
+ * This file is compiled once per ISA (-DATTN_KERNEL_ISA=generic|avx2|avx512
+ * with that ISA's -m flags) and written with GCC vector extensions, so that
+ * one source gives 128-, 256- and 512-bit code. Layouts are those of
+ * attn__ctx_t: q [B, H, Lq, Dh], kt [B, Hkv, Dh, Lkp], v [B, Hkv, Lkp, Dvp].
+ *
+ * A unit is ATTN__BR query rows of one head (or of every head, when the
+ * mean of the weights is wanted). Two paths:
+ *   online (no weights returned): for each key block of ATTN__BC keys that
+ *     some row may see, pass 1: S = Q·Kᵀ (scale is folded into Q);
+ *     pass 2: score terms and masks; pass 3: online softmax (running max m
+ *     and sum l, rescaling O); pass 4: O += P·V. Then O /= l. The score
+ *     matrix never exists beyond one BR x BC tile, and key blocks that no
+ *     row may see are never visited.
+ *   two-pass (weights returned): the unit's rows of S for every visible key
+ *     block, then an exact softmax per row, then O = P·V; P is the weights.
+ * A row that may see no key gets weights 0 and output 0. */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+#if !defined(ATTN_KERNEL_ISA)
+#error "compile with -DATTN_KERNEL_ISA=generic|avx2|avx512"
+#endif
+#define KNAME_(isa) attn__attend_##isa
+#define KNAME(isa) KNAME_(isa)
+
+/* Vector width VL in floats, and register tiles for the two products:
+ * S tiles of QK_MR rows x QK_NV vectors, O tiles of PV_MR x PV_NV. */
+#if defined(__AVX512F__)
+#define VL 16
+#define QK_MR 6
+#define QK_NV 4
+#define PV_MR 6
+#define PV_NV 4
+#elif defined(__AVX2__)
+#define VL 8
+#define QK_MR 6
+#define QK_NV 2
+#define PV_MR 6
+#define PV_NV 2
+#else
+#define VL 4
+#define QK_MR 6
+#define QK_NV 2
+#define PV_MR 6
+#define PV_NV 2
+#endif
+
+_Static_assert(ATTN__BC % (QK_NV * VL) == 0, "key block must fill S tiles");
+_Static_assert(ATTN__VPAD % VL == 0, "value padding must be whole vectors");
+
+typedef float vf __attribute__((vector_size(VL * 4)));
+typedef int32_t vi __attribute__((vector_size(VL * 4)));
+typedef float vfu __attribute__((vector_size(VL * 4), aligned(4), may_alias));
+
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE vf ld(const float *p) {
+  return *(const vfu *)p;
+}
+INLINE void st(float *p, vf x) {
+  *(vfu *)p = x;
+}
+INLINE vf splat(float x) {
+  return (vf){0} + x;
+}
+INLINE vf vsel(vi m, vf a, vf b) {
+  return (vf)(((vi)a & m) | ((vi)b & ~m));
+}
+INLINE vf vmax(vf a, vf b) {
+  return vsel(a > b, a, b);
+}
+
+INLINE float hmax(vf x) {
+  float m = x[0];
+  for (int i = 1; i < VL; i++)
+    m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+INLINE float hsum(vf x) {
+  float s = 0;
+  for (int i = 0; i < VL; i++)
+    s += x[i];
+  return s;
+}
+
+/* e^x for x <= 88, and exactly 0 below -87.3 (so e^-inf = 0): Cody-Waite
+ * reduction x = n·ln2 + r, |r| <= ln2/2, and Cephes' degree-6 polynomial;
+ * about 1 ulp. */
+INLINE vf vexp(vf x) {
+  const float lo = -87.3f;
+  vi keep = x >= lo;
+  x = vmax(x, splat(lo));
+  vf n = x * 1.44269504088896341f + 12582912.0f; /* round to nearest */
+  n -= 12582912.0f;
+  vf r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  vf p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+  return (vf)((vi)(p * (vf)e) & keep);
+}
+
+/* ---- products on register tiles ---------------------------------------- */
+
+/* S[mr, QK_NV·VL] = Q[mr, D] · Kt[D, QK_NV·VL]. q rows are ldq apart, kt
+ * rows ldk apart, s rows lds apart. */
+INLINE void qk_tile(const int mr, const float *q, int64_t ldq, const float *kt,
+                    int64_t ldk, int64_t D, float *s, int64_t lds) {
+  vf acc[QK_MR][QK_NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+    for (int n = 0; n < QK_NV; n++)
+      acc[r][n] = splat(0);
+  for (int64_t d = 0; d < D; d++) {
+    vf k[QK_NV];
+#pragma GCC unroll 8
+    for (int n = 0; n < QK_NV; n++)
+      k[n] = ld(kt + d * ldk + n * VL);
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) {
+      vf a = splat(q[r * ldq + d]);
+#pragma GCC unroll 8
+      for (int n = 0; n < QK_NV; n++)
+        acc[r][n] += a * k[n];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+    for (int n = 0; n < QK_NV; n++)
+      st(s + r * lds + n * VL, acc[r][n]);
+}
+
+/* O[mr, nv·VL] += P[mr, C] · V[C, nv·VL]. */
+INLINE void pv_tile(const int mr, const int nv, const float *p, int64_t ldp,
+                    const float *v, int64_t ldv, int64_t C, float *o,
+                    int64_t ldo) {
+  vf acc[PV_MR][PV_NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+    for (int n = 0; n < nv; n++)
+      acc[r][n] = ld(o + r * ldo + n * VL);
+  for (int64_t c = 0; c < C; c++) {
+    vf x[PV_NV];
+#pragma GCC unroll 8
+    for (int n = 0; n < nv; n++)
+      x[n] = ld(v + c * ldv + n * VL);
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) {
+      vf a = splat(p[r * ldp + c]);
+#pragma GCC unroll 8
+      for (int n = 0; n < nv; n++)
+        acc[r][n] += a * x[n];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+    for (int n = 0; n < nv; n++)
+      st(o + r * ldo + n * VL, acc[r][n]);
+}
+
+/* The tile functions with mr (and nv) as compile-time constants. */
+#define CASE_MR(F, ...)                                                        \
+  case 1:                                                                      \
+    F(1, __VA_ARGS__);                                                         \
+    break;                                                                     \
+  case 2:                                                                      \
+    F(2, __VA_ARGS__);                                                         \
+    break;                                                                     \
+  case 3:                                                                      \
+    F(3, __VA_ARGS__);                                                         \
+    break;                                                                     \
+  case 4:                                                                      \
+    F(4, __VA_ARGS__);                                                         \
+    break;                                                                     \
+  case 5:                                                                      \
+    F(5, __VA_ARGS__);                                                         \
+    break;                                                                     \
+  case 6:                                                                      \
+    F(6, __VA_ARGS__);                                                         \
+    break;
+_Static_assert(QK_MR == 6 && PV_MR == 6, "CASE_MR covers 1..6");
+
+/* S[rows, cols] = Q[rows, D] · Kt[D, cols]; cols a multiple of ATTN__BC. */
+static void scores(const float *q, int64_t D, const float *kt, int64_t ldk,
+                   int64_t rows, int64_t cols, float *s, int64_t lds) {
+  for (int64_t c = 0; c < cols; c += QK_NV * VL)
+    for (int64_t r = 0; r < rows; r += QK_MR) {
+      int mr = rows - r < QK_MR ? (int)(rows - r) : QK_MR;
+      switch (mr) {
+        CASE_MR(qk_tile, q + r * D, D, kt + c, ldk, D, s + r * lds + c, lds)
+      }
+    }
+}
+
+/* O[rows, Dvp] += P[rows, C] · V[C, Dvp]. */
+static void mix(const float *p, int64_t ldp, const float *v, int64_t Dvp,
+                int64_t rows, int64_t C, float *o) {
+  int64_t nvec = Dvp / VL;
+  for (int64_t r = 0; r < rows; r += PV_MR) {
+    int mr = rows - r < PV_MR ? (int)(rows - r) : PV_MR;
+    int64_t n = 0;
+    for (; n + PV_NV <= nvec; n += PV_NV)
+      switch (mr) {
+        CASE_MR(pv_tile, PV_NV, p + r * ldp, ldp, v + n * VL, Dvp, C,
+                o + r * Dvp + n * VL, Dvp)
+      }
+    for (; n < nvec; n++)
+      switch (mr) {
+        CASE_MR(pv_tile, 1, p + r * ldp, ldp, v + n * VL, Dvp, C,
+                o + r * Dvp + n * VL, Dvp)
+      }
+  }
+}
+
+/* ---- masks and score terms --------------------------------------------- */
+
+/* The keys [lo, hi) that query row i of batch b may see under the causal,
+ * key-length and window masks; lo == hi when none. */
+static void row_range(const attn__ctx_t *c, int64_t b, int64_t i, int64_t *lo,
+                      int64_t *hi) {
+  const attn_params_t *p = c->plan->params;
+  int64_t l = 0, h = c->plan->Lk;
+  if (c->key_lengths && c->key_lengths[b] < h)
+    h = c->key_lengths[b];
+  if (p->causal == ATTN_CAUSAL_BOTTOM_RIGHT && i + c->off + 1 < h)
+    h = i + c->off + 1;
+  if (p->causal == ATTN_CAUSAL_TOP_LEFT && i + 1 < h)
+    h = i + 1;
+  if (c->wl >= 0 && i + c->off - c->wl > l)
+    l = i + c->off - c->wl;
+  if (c->wr >= 0 && i + c->off + c->wr + 1 < h)
+    h = i + c->off + c->wr + 1;
+  if (h <= l)
+    l = h = 0;
+  *lo = l;
+  *hi = h;
+}
+
+/* Applies softcap, bias, ALiBi and the masks to S rows [0, rows) (query rows
+ * i0.., row r at s + r·lds) over keys [j0, j0 + n). Masked scores become
+ * -inf. `inside` says every key of the block is in every row's range, so
+ * that only the allow tensor can mask. Keys past Lk (the padding of the
+ * last block) read no bias or allow: their range mask makes them -inf. */
+static void score_terms(const attn__ctx_t *c, int64_t b, int64_t h, int64_t i0,
+                        int64_t rows, int64_t j0, int64_t n, float *s,
+                        int64_t lds, const int64_t *lo, const int64_t *hi,
+                        int inside) {
+  const float cap = c->softcap, inv_cap = 1.0f / c->softcap;
+  const float slope = c->slopes ? c->slopes[h] : 0;
+  const int64_t nk = j0 + n <= c->plan->Lk ? n : c->plan->Lk - j0;
+  for (int64_t r = 0; r < rows; r++) {
+    float *x = s + r * lds;
+    int64_t i = i0 + r;
+    if (c->has_softcap)
+      for (int64_t k = 0; k < n; k++)
+        x[k] = cap * tanhf(x[k] * inv_cap);
+    if (c->bias) {
+      const int64_t *st4 = c->bias_st;
+      const float *bp =
+          c->bias + b * st4[0] + h * st4[1] + i * st4[2] + j0 * st4[3];
+      if (st4[3])
+        for (int64_t k = 0; k < nk; k++)
+          x[k] += bp[k];
+      else
+        for (int64_t k = 0; k < nk; k++)
+          x[k] += bp[0];
+    }
+    if (c->slopes) {
+      int64_t d0 = i + c->off - j0; /* distance to key j0 */
+      for (int64_t k = 0; k < n; k++)
+        x[k] -= slope * (float)(d0 - k < 0 ? k - d0 : d0 - k);
+    }
+    if (c->allow) {
+      const int64_t *st4 = c->allow_st;
+      const uint8_t *ap =
+          c->allow + b * st4[0] + h * st4[1] + i * st4[2] + j0 * st4[3];
+      for (int64_t k = 0; k < nk; k++)
+        if (!ap[k * st4[3]])
+          x[k] = -INFINITY;
+    }
+    if (!inside)
+      for (int64_t k = 0; k < n; k++)
+        if (j0 + k < lo[r] || j0 + k >= hi[r])
+          x[k] = -INFINITY;
+  }
+}
+
+static int any_terms(const attn__ctx_t *c) {
+  return c->has_softcap || c->bias || c->slopes || c->allow;
+}
+
+/* ---- the two paths ------------------------------------------------------ */
+
+/* Online softmax over the key blocks [kb0, kb1), for head h of batch b and
+ * query rows [i0, i0 + rows). Leaves normalised rows in o [rows, Dvp]. */
+static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
+                          int64_t i0, int64_t rows, const int64_t *lo,
+                          const int64_t *hi, int64_t kb0, int64_t kb1, float *s,
+                          float *o, float *m, float *l) {
+  const attn_plan_t *pl = c->plan;
+  int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp;
+  const float *q = c->q + ((b * pl->H + h) * pl->Lq + i0) * Dh;
+  const float *kt = c->kt + (b * pl->Hkv + g) * Dh * c->Lkp;
+  const float *v = c->v + (b * pl->Hkv + g) * c->Lkp * Dvp;
+  int terms = any_terms(c);
+
+  memset(o, 0, (size_t)(rows * Dvp) * sizeof(float));
+  for (int64_t r = 0; r < rows; r++) {
+    m[r] = -INFINITY;
+    l[r] = 0;
+  }
+  for (int64_t kb = kb0; kb < kb1; kb++) {
+    int64_t j0 = kb * ATTN__BC;
+    /* pass 1: S = Q·Kᵀ for this block */
+    scores(q, Dh, kt + j0, c->Lkp, rows, ATTN__BC, s, ATTN__BC);
+    /* pass 2: terms and masks */
+    int inside = 1;
+    for (int64_t r = 0; r < rows; r++)
+      inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
+    if (terms || !inside)
+      score_terms(c, b, h, i0, rows, j0, ATTN__BC, s, ATTN__BC, lo, hi, inside);
+    /* pass 3: online softmax; P overwrites S */
+    for (int64_t r = 0; r < rows; r++) {
+      float *x = s + r * ATTN__BC;
+      vf mx = splat(-INFINITY);
+      for (int k = 0; k < ATTN__BC; k += VL)
+        mx = vmax(mx, ld(x + k));
+      float mnew = hmax(mx);
+      if (m[r] > mnew)
+        mnew = m[r];
+      if (mnew == -INFINITY) { /* nothing visible yet: P = 0 */
+        memset(x, 0, ATTN__BC * sizeof(float));
+        continue;
+      }
+      vf sum = splat(0), mv = splat(mnew);
+      for (int k = 0; k < ATTN__BC; k += VL) {
+        vf e = vexp(ld(x + k) - mv);
+        st(x + k, e);
+        sum += e;
+      }
+      float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mnew);
+      l[r] = l[r] * alpha + hsum(sum);
+      m[r] = mnew;
+      if (alpha != 1.0f) {
+        float *y = o + r * Dvp;
+        for (int64_t k = 0; k < Dvp; k += VL)
+          st(y + k, ld(y + k) * alpha);
+      }
+    }
+    /* pass 4: O += P·V */
+    mix(s, ATTN__BC, v + j0 * Dvp, Dvp, rows, ATTN__BC, o);
+  }
+  for (int64_t r = 0; r < rows; r++) {
+    float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    float *y = o + r * Dvp;
+    for (int64_t k = 0; k < Dvp; k += VL)
+      st(y + k, ld(y + k) * inv);
+  }
+}
+
+/* Exact softmax with the probabilities kept: p [rows, Lkp] receives the
+ * weights of every key (0 outside [kb0, kb1) blocks and where masked), and
+ * o [rows, Dvp] the normalised outputs. */
+static void attend_two_pass(const attn__ctx_t *c, int64_t b, int64_t h,
+                            int64_t i0, int64_t rows, const int64_t *lo,
+                            const int64_t *hi, int64_t kb0, int64_t kb1,
+                            float *p, float *o) {
+  const attn_plan_t *pl = c->plan;
+  int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp, Lkp = c->Lkp;
+  const float *q = c->q + ((b * pl->H + h) * pl->Lq + i0) * Dh;
+  const float *kt = c->kt + (b * pl->Hkv + g) * Dh * Lkp;
+  const float *v = c->v + (b * pl->Hkv + g) * Lkp * Dvp;
+  int64_t c0 = kb0 * ATTN__BC, c1 = kb1 * ATTN__BC;
+  int terms = any_terms(c);
+
+  /* pass 1: scores for the visible blocks, terms and masks */
+  if (c1 > c0) {
+    scores(q, Dh, kt + c0, Lkp, rows, c1 - c0, p + c0, Lkp);
+    for (int64_t j0 = c0; j0 < c1; j0 += ATTN__BC) {
+      int inside = 1;
+      for (int64_t r = 0; r < rows; r++)
+        inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
+      if (terms || !inside)
+        score_terms(c, b, h, i0, rows, j0, ATTN__BC, p + j0, Lkp, lo, hi,
+                    inside);
+    }
+  }
+  /* pass 2: exact softmax per row; zeros outside [c0, c1) */
+  for (int64_t r = 0; r < rows; r++) {
+    float *x = p + r * Lkp;
+    memset(x, 0, (size_t)c0 * sizeof(float));
+    memset(x + c1, 0, (size_t)(Lkp - c1) * sizeof(float));
+    if (c1 == c0)
+      continue;
+    vf mx = splat(-INFINITY);
+    for (int64_t k = c0; k < c1; k += VL)
+      mx = vmax(mx, ld(x + k));
+    float mrow = hmax(mx);
+    if (mrow == -INFINITY) {
+      memset(x + c0, 0, (size_t)(c1 - c0) * sizeof(float));
+      continue;
+    }
+    vf sum = splat(0), mv = splat(mrow);
+    for (int64_t k = c0; k < c1; k += VL) {
+      vf e = vexp(ld(x + k) - mv);
+      st(x + k, e);
+      sum += e;
+    }
+    vf inv = splat(1.0f / hsum(sum));
+    for (int64_t k = c0; k < c1; k += VL)
+      st(x + k, ld(x + k) * inv);
+  }
+  /* pass 3: O = P·V */
+  memset(o, 0, (size_t)(rows * Dvp) * sizeof(float));
+  if (c1 > c0)
+    mix(p + c0, Lkp, v + c0 * Dvp, Dvp, rows, c1 - c0, o);
+}
+
+void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
+                            int64_t qblock, float *scratch) {
+  const attn_plan_t *pl = c->plan;
+  int64_t i0 = qblock * ATTN__BR;
+  int64_t rows = pl->Lq - i0 < ATTN__BR ? pl->Lq - i0 : ATTN__BR;
+  int64_t Dv = pl->Dv, Dvp = c->Dvp, Lk = pl->Lk, H = pl->H;
+  int two_pass = c->weights || c->mean_weights;
+
+  /* scratch: S or P [BR, BC or Lkp] | O [BR, Dvp] | m, l [BR] | lo, hi [BR] */
+  float *s = scratch;
+  float *o = s + ATTN__BR * (two_pass ? c->Lkp : ATTN__BC);
+  float *m = o + ATTN__BR * Dvp;
+  float *l = m + ATTN__BR;
+  int64_t *lo = (int64_t *)(l + ATTN__BR);
+  int64_t *hi = lo + ATTN__BR;
+
+  /* The key blocks any row may see. */
+  int64_t jmin = Lk, jmax = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    row_range(c, b, i0 + r, &lo[r], &hi[r]);
+    if (hi[r] > lo[r]) {
+      jmin = lo[r] < jmin ? lo[r] : jmin;
+      jmax = hi[r] > jmax ? hi[r] : jmax;
+    }
+  }
+  int64_t kb0 = jmin / ATTN__BC, kb1 = (jmax + ATTN__BC - 1) / ATTN__BC;
+  if (jmax <= jmin)
+    kb0 = kb1 = 0;
+
+  for (int64_t h = h0; h < h0 + c->heads_per_unit; h++) {
+    if (two_pass)
+      attend_two_pass(c, b, h, i0, rows, lo, hi, kb0, kb1, s, o);
+    else
+      attend_online(c, b, h, i0, rows, lo, hi, kb0, kb1, s, o, m, l);
+
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t i = i0 + r;
+      const float *y = o + r * Dvp;
+      memcpy(c->concat + (b * pl->Lq + i) * H * Dv + h * Dv, y,
+             (size_t)Dv * sizeof(float));
+      if (c->head_outputs)
+        memcpy(c->head_outputs + ((b * H + h) * pl->Lq + i) * Dv, y,
+               (size_t)Dv * sizeof(float));
+      if (c->weights)
+        memcpy(c->weights + ((b * H + h) * pl->Lq + i) * Lk, s + r * c->Lkp,
+               (size_t)Lk * sizeof(float));
+      if (c->mean_weights) {
+        float *mw = c->mean_weights + (b * pl->Lq + i) * Lk;
+        const float *x = s + r * c->Lkp;
+        if (h == h0)
+          memcpy(mw, x, (size_t)Lk * sizeof(float));
+        else
+          for (int64_t k = 0; k < Lk; k++)
+            mw[k] += x[k];
+        if (h == h0 + c->heads_per_unit - 1)
+          for (int64_t k = 0; k < Lk; k++)
+            mw[k] *= 1.0f / (float)H;
+      }
+    }
+  }
+}

@@ -1,0 +1,455 @@
+/* core/plan.c: validation of attention parameters and the derived plan.
+ *
+ * Every check that stands between untrusted input and the kernels lives
+ * here; the kernels assume a plan that attn_plan_init accepted. Each error
+ * names the field as attn_params_t spells it and prints the shapes involved
+ * as "[d0, d1, ...]". */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef struct shape_str {
+  char s[96];
+} shape_str_t;
+
+static shape_str_t shape_of(const attn_tensor_t *t) {
+  shape_str_t r;
+  size_t n = 0;
+  n += (size_t)snprintf(r.s + n, sizeof r.s - n, "[");
+  for (int i = 0; i < t->rank && i < ATTN_MAX_RANK && n < sizeof r.s; i++)
+    n += (size_t)snprintf(r.s + n, sizeof r.s - n, "%s%lld", i ? ", " : "",
+                          (long long)t->dim[i]);
+  if (n < sizeof r.s)
+    snprintf(r.s + n, sizeof r.s - n, "]");
+  return r;
+}
+
+static int present(const attn_tensor_t *t) {
+  return t->rank != 0;
+}
+
+/* Checks that a present tensor has data, a rank in [lo, hi] and positive
+ * dimensions whose product stays below 2^48 elements. */
+static int check_tensor(const attn_tensor_t *t, const char *name, int lo,
+                        int hi, attn_error_t *err) {
+  if (t->rank < lo || t->rank > hi) {
+    if (t->rank < 0 || t->rank > ATTN_MAX_RANK)
+      return attn__err(err, ATTN_ERANK, name, "%s has rank %d; expected %d%s%d",
+                       name, t->rank, lo, lo == hi ? "" : " to ", hi);
+    if (lo == hi)
+      return attn__err(err, ATTN_ERANK, name,
+                       "%s must have rank %d, got rank %d %s", name, lo,
+                       t->rank, shape_of(t).s);
+    return attn__err(err, ATTN_ERANK, name,
+                     "%s must have rank %d to %d, got rank %d %s", name, lo, hi,
+                     t->rank, shape_of(t).s);
+  }
+  if (t->data == NULL)
+    return attn__err(err, ATTN_EINVAL, name, "%s %s has no data", name,
+                     shape_of(t).s);
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++) {
+    if (t->dim[i] < 1)
+      return attn__err(err, ATTN_ESHAPE, name,
+                       "%s %s has an empty or negative dimension", name,
+                       shape_of(t).s);
+    if (__builtin_mul_overflow(n, t->dim[i], &n) || n > ((int64_t)1 << 48))
+      return attn__err(err, ATTN_EOVERFLOW, name, "%s %s is too large", name,
+                       shape_of(t).s);
+  }
+  return 0;
+}
+
+/* A projection weight [rows, in], with its input width `in` from `in_name`. */
+static int check_weight(const attn_tensor_t *w, const char *name, int64_t in,
+                        const char *in_name, attn_error_t *err) {
+  int r = check_tensor(w, name, 2, 2, err);
+  if (r < 0)
+    return r;
+  if (w->dim[1] != in)
+    return attn__err(err, ATTN_ESHAPE, name,
+                     "%s %s must have %lld columns, the width of %s", name,
+                     shape_of(w).s, (long long)in, in_name);
+  return 0;
+}
+
+/* A projection bias [out]. */
+static int check_bias(const attn_tensor_t *b, const char *name, int64_t out,
+                      const char *why, attn_error_t *err) {
+  int r = check_tensor(b, name, 1, 1, err);
+  if (r < 0)
+    return r;
+  if (b->dim[0] != out)
+    return attn__err(err, ATTN_ESHAPE, name,
+                     "%s %s must have %lld elements, %s", name, shape_of(b).s,
+                     (long long)out, why);
+  return 0;
+}
+
+/* A mask-like tensor of rank 2..4 broadcastable to [B, H, Lq, Lk]. */
+static int check_broadcast(const attn_tensor_t *t, const char *name,
+                           const int64_t full[4], attn_error_t *err) {
+  int r = check_tensor(t, name, 2, 4, err);
+  if (r < 0)
+    return r;
+  for (int i = 0; i < t->rank; i++) {
+    int64_t want = full[4 - t->rank + i];
+    if (t->dim[i] != 1 && t->dim[i] != want)
+      return attn__err(
+          err, ATTN_ESHAPE, name,
+          "%s %s does not broadcast to [B, H, Lq, Lk] = [%lld, %lld, %lld, "
+          "%lld]: dimension %d is %lld, not 1 or %lld",
+          name, shape_of(t).s, (long long)full[0], (long long)full[1],
+          (long long)full[2], (long long)full[3], i, (long long)t->dim[i],
+          (long long)want);
+  }
+  return 0;
+}
+
+/* Adds n floats, rounded up to whole cache lines, to *total. */
+static int add_floats(size_t *total, int64_t n) {
+  size_t bytes = (size_t)attn__round_up(n, ATTN__ALIGN / 4) * 4;
+  return __builtin_add_overflow(*total, bytes, total) ? -1 : 0;
+}
+
+static int64_t mul3(int64_t a, int64_t b, int64_t c) {
+  return a * b * c;
+}
+
+static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
+                        attn_error_t *err) {
+  int64_t B = pl->B, Lq = pl->Lq, Lk = pl->Lk, H = pl->H, Hkv = pl->Hkv;
+  int64_t Lkp = attn__round_up(Lk, ATTN__BC);
+  int64_t Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
+  /* Every size below is a product of at most four dimensions each < 2^48;
+   * bound them first so that the products cannot overflow. */
+  const int64_t lim = (int64_t)1 << 40;
+  int64_t n;
+  if (__builtin_mul_overflow(B * H, Lq * 1, &n) ||
+      __builtin_mul_overflow(n, Lk, &n) || n > lim ||
+      __builtin_mul_overflow(B * Lq, pl->Eo, &n) || n > lim ||
+      __builtin_mul_overflow(mul3(B, H, Lq), pl->Dh + pl->Dv, &n) || n > lim ||
+      __builtin_mul_overflow(mul3(B, Hkv, Lkp), pl->Dh + Dvp, &n) || n > lim)
+    return attn__err(err, ATTN_EOVERFLOW, "query",
+                     "problem too large: B=%lld H=%lld Lq=%lld Lk=%lld Dh=%lld "
+                     "Dv=%lld",
+                     (long long)B, (long long)H, (long long)Lq, (long long)Lk,
+                     (long long)pl->Dh, (long long)pl->Dv);
+  pl->out_elems = B * Lq * pl->Eo;
+  pl->weights_elems = B * H * Lq * Lk;
+  pl->mean_elems = B * Lq * Lk;
+  pl->head_elems = B * H * Lq * pl->Dv;
+
+  /* Workspace: q, kt, v, concat (when an output projection follows), the
+   * ALiBi slopes, and each thread's scratch. */
+  size_t ws = 0;
+  int bad = add_floats(&ws, B * H * Lq * pl->Dh);
+  bad |= add_floats(&ws, B * Hkv * pl->Dh * Lkp);
+  bad |= add_floats(&ws, B * Hkv * Lkp * Dvp);
+  if (present(&p->o_weight))
+    bad |= add_floats(&ws, B * Lq * H * pl->Dv);
+  bad |= add_floats(&ws, H);
+  for (int t = 0; t < pl->threads; t++)
+    bad |= add_floats(&ws, (int64_t)attn__scratch_floats(pl));
+  if (bad)
+    return attn__err(err, ATTN_EOVERFLOW, "query", "workspace size overflows");
+  pl->workspace_bytes = ws;
+
+  double proj = 0;
+  if (present(&p->q_weight))
+    proj += 2.0 * B * Lq * pl->Eq * H * pl->Dh;
+  if (present(&p->k_weight))
+    proj += 2.0 * B * Lk * pl->Ek * Hkv * pl->Dh;
+  if (present(&p->v_weight))
+    proj += 2.0 * B * Lk * pl->Ev * Hkv * pl->Dv;
+  if (present(&p->o_weight))
+    proj += 2.0 * B * Lq * H * pl->Dv * pl->Eo;
+  pl->flops = proj + 2.0 * B * H * Lq * Lk * (pl->Dh + pl->Dv);
+  return 0;
+}
+
+static int check_inputs(attn_plan_t *pl, const attn_params_t *p,
+                        attn_error_t *err) {
+  int r;
+  if (p->query.rank == 0 || p->query.data == NULL)
+    return attn__err(err, ATTN_EINVAL, "query", "query is required");
+  if ((r = check_tensor(&p->query, "query", 2, 3, err)) < 0)
+    return r;
+  const attn_tensor_t *q = &p->query;
+  const attn_tensor_t *k = present(&p->key) ? &p->key : q;
+  const attn_tensor_t *v = present(&p->value) ? &p->value : k;
+  const char *kname = k == q ? "query" : "key";
+  if (k != q && (r = check_tensor(k, "key", 1, ATTN_MAX_RANK, err)) < 0)
+    return r;
+  if (v != k && (r = check_tensor(v, "value", 1, ATTN_MAX_RANK, err)) < 0)
+    return r;
+  if (k->rank != q->rank)
+    return attn__err(err, ATTN_ERANK, "key",
+                     "key %s must have the rank of query %s", shape_of(k).s,
+                     shape_of(q).s);
+  if (v->rank != q->rank)
+    return attn__err(err, ATTN_ERANK, "value",
+                     "value %s must have the rank of query %s", shape_of(v).s,
+                     shape_of(q).s);
+  int b3 = q->rank == 3;
+  pl->batched = b3;
+  pl->B = b3 ? q->dim[0] : 1;
+  if (b3 && k->dim[0] != q->dim[0])
+    return attn__err(err, ATTN_ESHAPE, "key",
+                     "key %s has batch %lld but query %s has batch %lld",
+                     shape_of(k).s, (long long)k->dim[0], shape_of(q).s,
+                     (long long)q->dim[0]);
+  if (b3 && v->dim[0] != k->dim[0])
+    return attn__err(err, ATTN_ESHAPE, "value",
+                     "value %s has batch %lld but %s %s has batch %lld",
+                     shape_of(v).s, (long long)v->dim[0], kname, shape_of(k).s,
+                     (long long)k->dim[0]);
+  if (v->dim[b3] != k->dim[b3])
+    return attn__err(err, ATTN_ESHAPE, "value",
+                     "%s has %lld rows but value has %lld (%s %s, value %s)",
+                     kname, (long long)k->dim[b3], (long long)v->dim[b3], kname,
+                     shape_of(k).s, shape_of(v).s);
+  pl->Lq = q->dim[b3];
+  pl->Lk = k->dim[b3];
+  pl->Eq = q->dim[b3 + 1];
+  pl->Ek = k->dim[b3 + 1];
+  pl->Ev = v->dim[b3 + 1];
+  return 0;
+}
+
+static int check_heads_and_projections(attn_plan_t *pl, const attn_params_t *p,
+                                       attn_error_t *err) {
+  int r;
+  if (p->num_heads < 1)
+    return attn__err(err, ATTN_EINVAL, "num_heads",
+                     "num_heads is %lld; it must be at least 1",
+                     (long long)p->num_heads);
+  if (p->num_kv_heads < 0)
+    return attn__err(err, ATTN_EINVAL, "num_kv_heads",
+                     "num_kv_heads is %lld; it must be at least 1 (0 means "
+                     "num_heads)",
+                     (long long)p->num_kv_heads);
+  int64_t H = p->num_heads, Hkv = p->num_kv_heads ? p->num_kv_heads : H;
+  if (Hkv > H || H % Hkv != 0)
+    return attn__err(err, ATTN_EHEADS, "num_kv_heads",
+                     "num_kv_heads %lld does not divide num_heads %lld",
+                     (long long)Hkv, (long long)H);
+  pl->H = H;
+  pl->Hkv = Hkv;
+  const char *kname = present(&p->key) ? "key" : "query";
+  const char *vname = present(&p->value) ? "value" : kname;
+
+  /* Q: [H·Dh, Eq] fixes Dh. */
+  int64_t qw = pl->Eq;
+  if (present(&p->q_weight)) {
+    if ((r = check_weight(&p->q_weight, "q_weight", pl->Eq, "query", err)) < 0)
+      return r;
+    qw = p->q_weight.dim[0];
+    if (qw % H)
+      return attn__err(err, ATTN_EHEADS, "q_weight",
+                       "q_weight %s has %lld rows, not a multiple of "
+                       "num_heads %lld",
+                       shape_of(&p->q_weight).s, (long long)qw, (long long)H);
+  } else if (qw % H) {
+    return attn__err(err, ATTN_EHEADS, "query",
+                     "query %s has width %lld, not a multiple of num_heads "
+                     "%lld (no q_weight)",
+                     shape_of(&p->query).s, (long long)qw, (long long)H);
+  }
+  pl->Dh = qw / H;
+  if (present(&p->q_bias) &&
+      (r = check_bias(&p->q_bias, "q_bias", qw,
+                      present(&p->q_weight) ? "the rows of q_weight"
+                                            : "the width of query",
+                      err)) < 0)
+    return r;
+
+  /* K: [Hkv·Dh, Ek]. */
+  int64_t kw = Hkv * pl->Dh;
+  if (present(&p->k_weight)) {
+    if ((r = check_weight(&p->k_weight, "k_weight", pl->Ek, kname, err)) < 0)
+      return r;
+    if (p->k_weight.dim[0] != kw)
+      return attn__err(err, ATTN_ESHAPE, "k_weight",
+                       "k_weight %s must have %lld rows, num_kv_heads %lld "
+                       "times the head width %lld",
+                       shape_of(&p->k_weight).s, (long long)kw, (long long)Hkv,
+                       (long long)pl->Dh);
+  } else if (pl->Ek != kw) {
+    const attn_tensor_t *k = present(&p->key) ? &p->key : &p->query;
+    return attn__err(err, ATTN_ESHAPE, "key",
+                     "%s %s has width %lld but needs num_kv_heads %lld times "
+                     "the head width %lld = %lld (no k_weight)",
+                     kname, shape_of(k).s, (long long)pl->Ek, (long long)Hkv,
+                     (long long)pl->Dh, (long long)kw);
+  }
+  if (present(&p->k_bias) &&
+      (r = check_bias(&p->k_bias, "k_bias", kw,
+                      "num_kv_heads times the head width", err)) < 0)
+    return r;
+
+  /* V: [Hkv·Dv, Ev] fixes Dv. */
+  int64_t vw = pl->Ev;
+  if (present(&p->v_weight)) {
+    if ((r = check_weight(&p->v_weight, "v_weight", pl->Ev, vname, err)) < 0)
+      return r;
+    vw = p->v_weight.dim[0];
+    if (vw % Hkv)
+      return attn__err(err, ATTN_EHEADS, "v_weight",
+                       "v_weight %s has %lld rows, not a multiple of "
+                       "num_kv_heads %lld",
+                       shape_of(&p->v_weight).s, (long long)vw, (long long)Hkv);
+  } else if (vw % Hkv) {
+    const attn_tensor_t *v = present(&p->value) ? &p->value
+                             : present(&p->key) ? &p->key
+                                                : &p->query;
+    return attn__err(err, ATTN_EHEADS, "value",
+                     "%s %s has width %lld, not a multiple of num_kv_heads "
+                     "%lld (no v_weight)",
+                     vname, shape_of(v).s, (long long)vw, (long long)Hkv);
+  }
+  pl->Dv = vw / Hkv;
+  if (present(&p->v_bias) &&
+      (r = check_bias(&p->v_bias, "v_bias", vw,
+                      present(&p->v_weight) ? "the rows of v_weight"
+                                            : "the width of value",
+                      err)) < 0)
+    return r;
+
+  /* O: [Eo, H·Dv]. */
+  pl->Eo = H * pl->Dv;
+  if (present(&p->o_weight)) {
+    if ((r = check_tensor(&p->o_weight, "o_weight", 2, 2, err)) < 0)
+      return r;
+    if (p->o_weight.dim[1] != H * pl->Dv)
+      return attn__err(err, ATTN_ESHAPE, "o_weight",
+                       "o_weight %s must have %lld columns, num_heads %lld "
+                       "times the value head width %lld",
+                       shape_of(&p->o_weight).s, (long long)(H * pl->Dv),
+                       (long long)H, (long long)pl->Dv);
+    pl->Eo = p->o_weight.dim[0];
+  }
+  if (present(&p->o_bias) &&
+      (r = check_bias(&p->o_bias, "o_bias", pl->Eo,
+                      present(&p->o_weight) ? "the rows of o_weight"
+                                            : "num_heads times the value head "
+                                              "width",
+                      err)) < 0)
+    return r;
+  return 0;
+}
+
+static int check_finite(const float *x, int64_t n, const char *name,
+                        attn_error_t *err) {
+  for (int64_t i = 0; i < n; i++)
+    if (!isfinite(x[i]))
+      return attn__err(err, ATTN_ERANGE, name,
+                       "%s[%lld] is %g; it must be finite", name, (long long)i,
+                       (double)x[i]);
+  return 0;
+}
+
+static int check_masks(attn_plan_t *pl, const attn_params_t *p,
+                       attn_error_t *err) {
+  int r;
+  if ((unsigned)p->causal > ATTN_CAUSAL_TOP_LEFT)
+    return attn__err(err, ATTN_EINVAL, "causal",
+                     "causal is %d, not a known kind", (int)p->causal);
+  if (present(&p->key_lengths)) {
+    if ((r = check_tensor(&p->key_lengths, "key_lengths", 1, 1, err)) < 0)
+      return r;
+    if (p->key_lengths.dim[0] != pl->B)
+      return attn__err(err, ATTN_ESHAPE, "key_lengths",
+                       "key_lengths %s must have one length per batch item, "
+                       "B = %lld",
+                       shape_of(&p->key_lengths).s, (long long)pl->B);
+    const int64_t *len = p->key_lengths.data;
+    for (int64_t b = 0; b < pl->B; b++)
+      if (len[b] < 0 || len[b] > pl->Lk)
+        return attn__err(err, ATTN_ERANGE, "key_lengths",
+                         "key_lengths[%lld] is %lld; it must be in [0, Lk = "
+                         "%lld]",
+                         (long long)b, (long long)len[b], (long long)pl->Lk);
+  }
+  const int64_t full[4] = {pl->B, pl->H, pl->Lq, pl->Lk};
+  if (present(&p->allow) &&
+      (r = check_broadcast(&p->allow, "allow", full, err)) < 0)
+    return r;
+  if (present(&p->bias) &&
+      (r = check_broadcast(&p->bias, "bias", full, err)) < 0)
+    return r;
+  if (p->has_window_left && p->window_left < 0)
+    return attn__err(err, ATTN_ERANGE, "window_left",
+                     "window_left is %lld; it must be at least 0",
+                     (long long)p->window_left);
+  if (p->has_window_right && p->window_right < 0)
+    return attn__err(err, ATTN_ERANGE, "window_right",
+                     "window_right is %lld; it must be at least 0",
+                     (long long)p->window_right);
+  if (p->has_scale && !isfinite(p->scale))
+    return attn__err(err, ATTN_ERANGE, "scale",
+                     "scale is %g; it must be finite", (double)p->scale);
+  if (p->has_softcap && !(isfinite(p->softcap) && p->softcap > 0))
+    return attn__err(err, ATTN_ERANGE, "softcap",
+                     "softcap is %g; it must be finite and above 0",
+                     (double)p->softcap);
+  if ((unsigned)p->alibi > ATTN_ALIBI_SLOPES)
+    return attn__err(err, ATTN_EINVAL, "alibi", "alibi is %d, not a known kind",
+                     (int)p->alibi);
+  if (p->alibi == ATTN_ALIBI_SLOPES) {
+    if (!present(&p->alibi_slopes))
+      return attn__err(err, ATTN_EINVAL, "alibi_slopes",
+                       "alibi_slopes are required for explicit ALiBi slopes");
+    if ((r = check_tensor(&p->alibi_slopes, "alibi_slopes", 1, 1, err)) < 0)
+      return r;
+    if (p->alibi_slopes.dim[0] != pl->H)
+      return attn__err(err, ATTN_ESHAPE, "alibi_slopes",
+                       "alibi_slopes %s must have one slope per head, H = %lld",
+                       shape_of(&p->alibi_slopes).s, (long long)pl->H);
+    if ((r = check_finite(p->alibi_slopes.data, pl->H, "alibi_slopes", err)) <
+        0)
+      return r;
+  }
+  return 0;
+}
+
+static int check_exec(attn_plan_t *pl, const attn_exec_t *ex,
+                      attn_error_t *err) {
+  attn_exec_t def = {.threads = 1, .isa = ATTN_ISA_AUTO};
+  if (ex == NULL)
+    ex = &def;
+  if (ex->threads < 0 || ex->threads > 1024)
+    return attn__err(err, ATTN_EINVAL, "threads",
+                     "threads is %d; it must be in [1, 1024] (0 means 1)",
+                     ex->threads);
+  pl->threads = ex->threads ? ex->threads : 1;
+  attn_isa_t best = attn__cpu_isa();
+  if ((unsigned)ex->isa > ATTN_ISA_AVX512)
+    return attn__err(err, ATTN_EINVAL, "isa", "isa is %d, not a known kind",
+                     (int)ex->isa);
+  if (ex->isa > best)
+    return attn__err(err, ATTN_ENOTSUP, "isa",
+                     "isa %s is not supported by this CPU (best: %s)",
+                     attn_isa_name(ex->isa), attn_isa_name(best));
+  pl->isa = ex->isa == ATTN_ISA_AUTO ? best : ex->isa;
+  pl->cancel = ex->cancel;
+  return 0;
+}
+
+int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
+                   const attn_exec_t *exec, attn_error_t *err) {
+  int r;
+  if (err)
+    memset(err, 0, sizeof *err);
+  memset(plan, 0, sizeof *plan);
+  plan->params = p;
+  if ((r = check_exec(plan, exec, err)) < 0 ||
+      (r = check_inputs(plan, p, err)) < 0 ||
+      (r = check_heads_and_projections(plan, p, err)) < 0 ||
+      (r = check_masks(plan, p, err)) < 0)
+    return r;
+  plan->scale = p->has_scale ? p->scale : (float)(1.0 / sqrt((double)plan->Dh));
+  return derive_sizes(plan, p, err);
+}

@@ -1,0 +1,195 @@
+/* attn/attn.h: the attention core's public API.
+ *
+ * Multi-head attention over float32 tensors, with optional projections,
+ * grouped key/value heads, masks, biases, ALiBi and softcapping.
+ *
+ * Use:
+ *   attn_params_t p = {0};          // describe inputs (borrowed) and options
+ *   attn_plan_t plan;
+ *   if (attn_plan_init(&plan, &p, &exec, &err) < 0) ... // validates everything
+ *   void *ws = malloc(plan.workspace_bytes);
+ *   attn_outputs_t o = {.out = malloc(plan.out_elems * sizeof(float))};
+ *   attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
+ *
+ * Shapes, for batch item b and query head h (Hkv divides H, group G = H/Hkv):
+ *   query [B, Lq, Eq]  key [B, Lk, Ek]  value [B, Lk, Ev]   (rank 2: B = 1)
+ *   Q = query·Wqᵀ + bq : [B, Lq, H·Dh]    K = key·Wkᵀ + bk : [B, Lk, Hkv·Dh]
+ *   V = value·Wvᵀ + bv : [B, Lk, Hkv·Dv]  head h reads key/value head h / G
+ *   out = concat_h(softmax(mask(s_h))·V_g)·Woᵀ + bo : [B, Lq, Eo]
+ * A missing weight is the identity; a bias without a weight is added to the
+ * input. A head is a contiguous slice of the feature dimension.
+ *
+ * Nothing here does I/O or exits. attn_plan_init checks every input that
+ * attn_forward reads, so untrusted input may be passed straight to it. */
+#ifndef ATTN_ATTN_H
+#define ATTN_ATTN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/error.h"
+
+#define ATTN_VERSION "0.1.0"
+#define ATTN_MAX_RANK 4
+
+/* A borrowed view of a dense row-major tensor. rank 0 means absent. The
+ * element type is fixed by the field that holds it (see attn_params_t). */
+typedef struct attn_tensor {
+  const void *data;
+  int rank;
+  int64_t dim[ATTN_MAX_RANK];
+} attn_tensor_t;
+
+typedef enum attn_causal {
+  ATTN_CAUSAL_NONE = 0,
+  ATTN_CAUSAL_BOTTOM_RIGHT, /* query i sees key j iff j <= i + (Lk - Lq) */
+  ATTN_CAUSAL_TOP_LEFT      /* query i sees key j iff j <= i */
+} attn_causal_t;
+
+typedef enum attn_alibi {
+  ATTN_ALIBI_NONE = 0,
+  ATTN_ALIBI_DEFAULT, /* slopes of the ALiBi paper's reference code */
+  ATTN_ALIBI_SLOPES   /* alibi_slopes, one per query head */
+} attn_alibi_t;
+
+/* Everything attn_forward computes from. All tensors are borrowed and must
+ * outlive the forward call. Zero-initialise, then set what is used. */
+typedef struct attn_params {
+  attn_tensor_t query;  /* float [Lq, Eq] or [B, Lq, Eq] */
+  attn_tensor_t key;    /* float [Lk, Ek] or [B, Lk, Ek]; absent: query */
+  attn_tensor_t value;  /* float [Lk, Ev] or [B, Lk, Ev]; absent: key */
+  int64_t num_heads;    /* H >= 1 */
+  int64_t num_kv_heads; /* Hkv, divides H; 0 means H */
+
+  /* Projections, nn.Linear layout [out_features, in_features]. */
+  attn_tensor_t q_weight;                       /* float [H·Dh, Eq] */
+  attn_tensor_t k_weight;                       /* float [Hkv·Dh, Ek] */
+  attn_tensor_t v_weight;                       /* float [Hkv·Dv, Ev] */
+  attn_tensor_t o_weight;                       /* float [Eo, H·Dv] */
+  attn_tensor_t q_bias, k_bias, v_bias, o_bias; /* float [out_features] */
+
+  /* Masks: a key is attended only if every mask given allows it. */
+  attn_causal_t causal;
+  attn_tensor_t key_lengths; /* int64 [B]: keys j >= len[b] are excluded */
+  attn_tensor_t allow;       /* uint8 (nonzero = may attend), rank 2..4, numpy-
+                                broadcastable to [B, H, Lq, Lk] */
+  int has_window_left, has_window_right; /* an absent side is unbounded */
+  int64_t window_left, window_right;     /* i+off-left <= j <= i+off+right,
+                                            off = Lk - Lq; each >= 0 */
+
+  /* Score terms, applied in this order after s = scale·q·k:
+   * softcap s = c·tanh(s/c); s += bias; s -= slope_h·|i + off - j|. */
+  int has_scale;
+  float scale; /* default 1/sqrt(Dh) */
+  int has_softcap;
+  float softcap;      /* c > 0 */
+  attn_tensor_t bias; /* float, rank 2..4, broadcastable to [B, H, Lq, Lk] */
+  attn_alibi_t alibi;
+  attn_tensor_t alibi_slopes; /* float [H], with ATTN_ALIBI_SLOPES */
+
+  /* Optional results (see attn_outputs_t). */
+  int want_weights;      /* per-head weights [B, H, Lq, Lk] */
+  int want_mean_weights; /* mean over heads [B, Lq, Lk] */
+  int want_head_outputs; /* per-head outputs [B, H, Lq, Dv] */
+} attn_params_t;
+
+typedef enum attn_isa {
+  ATTN_ISA_AUTO = 0, /* the best this CPU runs */
+  ATTN_ISA_GENERIC,  /* portable C */
+  ATTN_ISA_AVX2,     /* AVX2 + FMA */
+  ATTN_ISA_AVX512    /* AVX-512 F/BW/DQ/VL + FMA */
+} attn_isa_t;
+
+/* How to run: threads used inside one forward call, the kernel set, and a
+ * way to stop early. */
+typedef struct attn_exec {
+  int threads;       /* >= 1; 0 means 1 */
+  attn_isa_t isa;    /* a named ISA the CPU lacks is ATTN_ENOTSUP */
+  const int *cancel; /* optional, borrowed: once *cancel is nonzero (read
+                        atomically), attn_forward skips its remaining tasks
+                        and returns ATTN_ECANCELED; the outputs are then
+                        incomplete */
+} attn_exec_t;
+
+/* The validated problem: derived sizes and the memory attn_forward needs.
+ * Filled by attn_plan_init; read-only afterwards. */
+typedef struct attn_plan {
+  const attn_params_t *params; /* borrowed */
+  int batched;                 /* 1 if inputs are rank 3 */
+  int64_t B, Lq, Lk, Eq, Ek, Ev, H, Hkv, Dh, Dv, Eo;
+  float scale; /* effective scale */
+  int threads;
+  attn_isa_t isa;    /* resolved, never AUTO */
+  const int *cancel; /* from attn_exec_t */
+  size_t workspace_bytes;
+  int64_t out_elems;     /* B·Lq·Eo */
+  int64_t weights_elems; /* B·H·Lq·Lk */
+  int64_t mean_elems;    /* B·Lq·Lk */
+  int64_t head_elems;    /* B·H·Lq·Dv */
+  double flops; /* multiply-adds ×2 of projections and attention, as if
+                   nothing were masked */
+} attn_plan_t;
+
+/* Wall time of each stage of one forward call, in milliseconds. Scores,
+ * softmax and mixing run fused, tile by tile, and are timed as one. */
+typedef struct attn_timing {
+  double projection_ms; /* Q, K and V projections and layout */
+  double attention_ms;  /* scores, masks, softmax, mixing */
+  double output_ms;     /* output projection */
+  double total_ms;
+} attn_timing_t;
+
+/* Caller-owned result buffers. out is required; each other buffer is
+ * required exactly when the matching want_* flag is set. */
+typedef struct attn_outputs {
+  float *out;           /* [B, Lq, Eo] */
+  float *weights;       /* [B, H, Lq, Lk] */
+  float *mean_weights;  /* [B, Lq, Lk] */
+  float *head_outputs;  /* [B, H, Lq, Dv] */
+  attn_timing_t timing; /* filled by attn_forward */
+} attn_outputs_t;
+
+/* Validates `p` and derives the plan: every rank, shape, head count, option
+ * and size is checked, and none of attn_forward's reads can go out of
+ * bounds once this succeeds. `exec` may be NULL (one thread, best ISA).
+ * Returns 0, or a negative ATTN_E* code with `err` (may be NULL) naming the
+ * offending field and its dimensions. Borrows `p` (the plan keeps the
+ * pointer); any thread. */
+int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
+                   const attn_exec_t *exec, attn_error_t *err);
+
+/* Runs the planned attention. `workspace` is caller-owned scratch of at
+ * least plan->workspace_bytes, 64-byte aligned. Writes only the caller's
+ * buffers in `o` and the workspace; never allocates. Returns 0, or
+ * ATTN_EINVAL / ATTN_ENOSPC for a missing buffer or short workspace.
+ * Blocks until done, using plan->threads threads (the caller's included);
+ * any thread, and several calls may run at once with distinct buffers. */
+int attn_forward(const attn_plan_t *plan, attn_outputs_t *o, void *workspace,
+                 size_t workspace_bytes, attn_error_t *err);
+
+/* The default ALiBi slopes for H heads, written to slopes[0..H-1]. */
+void attn_alibi_default_slopes(int64_t H, float *slopes);
+
+/* What computes: the BLAS and its kernel, and the best SIMD level here. */
+typedef struct attn_backend {
+  const char *blas;        /* "OpenBLAS" */
+  const char *blas_kernel; /* the core type in use, e.g. "SkylakeX" */
+  const char *blas_config; /* version and build, e.g. "OpenBLAS 0.3.21
+                              DYNAMIC_ARCH ..." */
+  attn_isa_t isa;          /* best ISA this CPU runs */
+} attn_backend_t;
+
+/* Fills `b`; any thread. */
+void attn_backend_info(attn_backend_t *b);
+
+/* "generic", "avx2" or "avx512". */
+const char *attn_isa_name(attn_isa_t isa);
+
+/* The OpenBLAS core type to load instead of the one loaded now, whose sgemm
+ * uses this CPU's widest vectors ("SkylakeX" with AVX-512, "Haswell" with
+ * AVX2), or NULL when the loaded one already does. OpenBLAS reads its
+ * OPENBLAS_CORETYPE variable only when it loads, so a program that wants
+ * this must set it and re-execute itself before any BLAS call. */
+const char *attn_blas_preferred_coretype(void);
+
+#endif

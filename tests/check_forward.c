@@ -1,0 +1,569 @@
+/* tests/check_forward.c: attn_forward against the float64 reference.
+ *
+ * Every requested output (out, weights, mean weights, head outputs) must be
+ * within FWD_TOL of tests/ref.c, as ‖got − ref‖₂ / ‖ref‖₂ (see testutil.h),
+ * and the plan's derived sizes must equal the reference's. The tolerance is
+ * a few hundred float32 roundings, far below what any wrong mask, head
+ * mapping, bias index or projection layout produces (those give 1e-2 and
+ * up). Cases:
+ *   - the worked example of the seed text, by hand;
+ *   - a table with each feature alone and some combined;
+ *   - odd sizes around tile edges and fully masked tiles;
+ *   - every thread count 1..4 with every ISA;
+ *   - random specs with every feature on or off;
+ *   - one larger case;
+ *   - the default ALiBi slopes. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn.h"
+#include "ref.h"
+#include "testutil.h"
+
+#define FWD_TOL 1e-5
+
+/* ---- the worked example -------------------------------------------------- */
+
+/* Two heads, one query, two keys. Q and K are all zero, so every score is
+ * the bias alone; the bias holds log-weights, so softmax returns them:
+ * head 1 (0.8, 0.2) over values (2, 6) → 2.8; head 2 (0.25, 0.75) over
+ * (10, −2) → 1.0; o_weight [[2, −1]] gives 2·2.8 − 1.0 = 4.6. */
+START_TEST(test_worked_example) {
+  static const float query[1 * 2] = {0, 0};     /* [Lq=1, H·Dh=2] */
+  static const float key[2 * 2] = {0, 0, 0, 0}; /* [Lk=2, 2] */
+  static const float value[2 * 2] = {2, 10, 6, -2};
+  static const float o_weight[1 * 2] = {2, -1}; /* [Eo=1, H·Dv=2] */
+  float bias[2 * 1 * 2] = {logf(0.8f), logf(0.2f), logf(0.25f), logf(0.75f)};
+
+  attn_params_t p = {0};
+  p.query = tu_t2(query, 1, 2);
+  p.key = tu_t2(key, 2, 2);
+  p.value = tu_t2(value, 2, 2);
+  p.num_heads = 2;
+  p.o_weight = tu_t2(o_weight, 1, 2);
+  p.bias = tu_t3(bias, 2, 1, 2); /* [H, Lq, Lk], broadcast over B */
+  p.want_weights = p.want_mean_weights = p.want_head_outputs = 1;
+
+  tu_run_t run;
+  attn_exec_t ex = {.threads = 1, .isa = ATTN_ISA_AUTO};
+  ck_assert_int_eq(tu_run(&run, &p, &ex), 0);
+  ck_assert_int_eq(run.plan.Dh, 1);
+  ck_assert_int_eq(run.plan.Dv, 1);
+  ck_assert_int_eq(run.plan.Eo, 1);
+  ck_assert_int_eq(run.plan.out_elems, 1);
+
+  const double w[4] = {0.8, 0.2, 0.25, 0.75};
+  for (int k = 0; k < 4; k++)
+    ck_assert_double_eq_tol(run.o.weights[k], w[k], 1e-5);
+  ck_assert_double_eq_tol(run.o.mean_weights[0], 0.525, 1e-5);
+  ck_assert_double_eq_tol(run.o.mean_weights[1], 0.475, 1e-5);
+  ck_assert_double_eq_tol(run.o.head_outputs[0], 2.8, 1e-5);
+  ck_assert_double_eq_tol(run.o.head_outputs[1], 1.0, 1e-5);
+  ck_assert_double_eq_tol(run.o.out[0], 4.6, 1e-5);
+  tu_run_free(&run);
+
+  /* The reference agrees with the text too. */
+  ref_result_t ref;
+  ck_assert_int_eq(ref_attention(&p, &ref), 0);
+  ck_assert_double_eq_tol(ref.out[0], 4.6, 1e-6);
+  ck_assert_double_eq_tol(ref.head_outputs[0], 2.8, 1e-6);
+  ck_assert_double_eq_tol(ref.head_outputs[1], 1.0, 1e-6);
+  ref_result_free(&ref);
+}
+END_TEST
+
+/* ---- each feature, alone and combined ------------------------------------ */
+
+typedef struct fcase {
+  const char *name;
+  tu_spec_t s;
+} fcase_t;
+
+#define BR ATTN_CAUSAL_BOTTOM_RIGHT
+#define TL ATTN_CAUSAL_TOP_LEFT
+
+/* clang-format off */
+static const fcase_t feature_cases[] = {
+    /* self and cross, ranks, batch */
+    {"self rank 2 one head", {.Lq = 5, .H = 1, .Dh = 4}},
+    {"self rank 3 B=3", {.B = 3, .batched = 1, .Lq = 9, .H = 2, .Dh = 8}},
+    {"self rank 3 B=1", {.B = 1, .batched = 1, .Lq = 6, .H = 2, .Dh = 3}},
+    {"cross Lq<Lk",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 13, .cross = 1, .H = 2, .Dh = 8}},
+    {"cross Lq>Lk rank 2", {.Lq = 19, .Lk = 6, .cross = 1, .H = 3, .Dh = 5}},
+    {"cross Eq/Ek/Ev all differ",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 11, .cross = 1, .value_given = 1,
+      .H = 2, .Dh = 6, .Dv = 5, .Eq = 20, .Ek = 12, .Ev = 10,
+      .proj = TU_QW | TU_KW | TU_VW}},
+    {"value given, key absent",
+     {.Lq = 8, .value_given = 1, .H = 2, .Dh = 4, .Dv = 7}},
+    {"cross, value absent (= key)",
+     {.Lq = 5, .Lk = 9, .cross = 1, .H = 2, .Dh = 4}},
+    {"Dv != Dh", {.Lq = 6, .Lk = 10, .cross = 1, .value_given = 1, .H = 2,
+                  .Dh = 3, .Dv = 11}},
+    /* grouped heads */
+    {"GQA H=4 Hkv=2",
+     {.B = 2, .batched = 1, .Lq = 10, .Lk = 12, .cross = 1, .value_given = 1,
+      .H = 4, .Hkv = 2, .Dh = 4, .Dv = 6}},
+    {"MQA H=4 Hkv=1",
+     {.Lq = 9, .Lk = 9, .cross = 1, .value_given = 1, .H = 4, .Hkv = 1,
+      .Dh = 8, .Dv = 3}},
+    {"GQA H=6 Hkv=3 self, all projections",
+     {.B = 2, .batched = 1, .Lq = 11, .H = 6, .Hkv = 3, .Dh = 4, .Dv = 5,
+      .Eq = 24, .Eo = 7, .proj = TU_ALLPROJ}},
+    {"Hkv given equal to H", {.Lq = 6, .H = 3, .Hkv = 3, .Dh = 2}},
+    {"MQA H=8 self with k/v weights",
+     {.Lq = 12, .H = 8, .Hkv = 1, .Dh = 2, .proj = TU_KW | TU_VW}},
+    /* causal */
+    {"causal bottom-right Lq<Lk",
+     {.B = 2, .batched = 1, .Lq = 5, .Lk = 12, .cross = 1, .H = 2, .Dh = 4,
+      .causal = BR}},
+    {"causal bottom-right Lq>Lk",
+     {.B = 2, .batched = 1, .Lq = 12, .Lk = 5, .cross = 1, .H = 2, .Dh = 4,
+      .causal = BR}},
+    {"causal top-left Lq<Lk",
+     {.Lq = 5, .Lk = 12, .cross = 1, .H = 2, .Dh = 4, .causal = TL}},
+    {"causal top-left Lq>Lk",
+     {.Lq = 12, .Lk = 5, .cross = 1, .H = 2, .Dh = 4, .causal = TL}},
+    {"causal bottom-right self", {.Lq = 17, .H = 2, .Dh = 4, .causal = BR}},
+    {"causal top-left self", {.Lq = 17, .H = 2, .Dh = 4, .causal = TL}},
+    /* key lengths */
+    {"key lengths B=3 {Lk, 0, 4}",
+     {.B = 3, .batched = 1, .Lq = 6, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+      .key_lengths = 1, .lengths = {9, 0, 4}}},
+    {"key lengths rank 2 {0}",
+     {.Lq = 5, .Lk = 7, .cross = 1, .H = 2, .Dh = 3, .key_lengths = 1,
+      .lengths = {0}}},
+    {"key lengths rank 2 {Lk}",
+     {.Lq = 5, .Lk = 7, .cross = 1, .H = 2, .Dh = 3, .key_lengths = 1,
+      .lengths = {7}}},
+    {"key lengths {1, 13}",
+     {.B = 2, .batched = 1, .Lq = 4, .Lk = 13, .cross = 1, .H = 1, .Dh = 5,
+      .key_lengths = 1, .lengths = {1, 13}}},
+    {"key lengths with causal bottom-right",
+     {.B = 2, .batched = 1, .Lq = 8, .Lk = 11, .cross = 1, .H = 2, .Dh = 4,
+      .causal = BR, .key_lengths = 1, .lengths = {6, 11}}},
+    /* allow, each rank and broadcast pattern */
+    {"allow [Lq, Lk]",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+      .allow_rank = 2}},
+    {"allow [1, Lk]",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+      .allow_rank = 2, .allow_ones = TU_1Q}},
+    {"allow [Lq, 1]",
+     {.Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4, .allow_rank = 2,
+      .allow_ones = TU_1K, .allow_p = 0.6}},
+    {"allow [H, Lq, Lk]",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 3, .Dh = 4,
+      .allow_rank = 3}},
+    {"allow [1, Lq, Lk]",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 3, .Dh = 4,
+      .allow_rank = 3, .allow_ones = TU_1H}},
+    {"allow [H, 1, Lk]",
+     {.Lq = 7, .Lk = 9, .cross = 1, .H = 3, .Dh = 4, .allow_rank = 3,
+      .allow_ones = TU_1Q}},
+    {"allow [B, H, Lq, Lk]",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+      .allow_rank = 4}},
+    {"allow [B, 1, 1, Lk]",
+     {.B = 3, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+      .allow_rank = 4, .allow_ones = TU_1H | TU_1Q}},
+    {"allow [1, H, Lq, 1]",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+      .allow_rank = 4, .allow_ones = TU_1B | TU_1K}},
+    {"allow [1, 1, 1, 1] all allowed",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+      .allow_rank = 4, .allow_ones = 15, .allow_p = 1.0}},
+    {"allow sparse, many dead rows",
+     {.B = 2, .batched = 1, .Lq = 9, .Lk = 5, .cross = 1, .H = 2, .Dh = 4,
+      .allow_rank = 4, .allow_p = 0.15}},
+    /* bias */
+    {"bias [Lq, Lk]",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+      .bias_rank = 2}},
+    {"bias [H, Lq, Lk]",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 3, .Dh = 4,
+      .bias_rank = 3}},
+    {"bias [1, 1, Lk]",
+     {.Lq = 7, .Lk = 9, .cross = 1, .H = 3, .Dh = 4, .bias_rank = 3,
+      .bias_ones = TU_1H | TU_1Q}},
+    {"bias [B, H, Lq, Lk]",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+      .bias_rank = 4}},
+    {"bias [B, 1, 1, Lk]",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+      .bias_rank = 4, .bias_ones = TU_1H | TU_1Q}},
+    /* constant along keys: softmax ignores it (only indexing is tested) */
+    {"bias [B, 1, Lq, 1]",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+      .bias_rank = 4, .bias_ones = TU_1H | TU_1K}},
+    /* sliding window */
+    {"window left 3",
+     {.Lq = 9, .Lk = 14, .cross = 1, .H = 2, .Dh = 4, .has_wl = 1, .wl = 3}},
+    {"window right 2",
+     {.Lq = 9, .Lk = 14, .cross = 1, .H = 2, .Dh = 4, .has_wr = 1, .wr = 2}},
+    {"window left 2 right 1, Lq>Lk",
+     {.Lq = 14, .Lk = 9, .cross = 1, .H = 2, .Dh = 4, .has_wl = 1, .wl = 2,
+      .has_wr = 1, .wr = 1}},
+    {"window left 0", {.Lq = 9, .H = 2, .Dh = 4, .has_wl = 1, .wl = 0}},
+    {"window 0/0 with Lq>Lk (dead rows)",
+     {.Lq = 12, .Lk = 5, .cross = 1, .H = 2, .Dh = 4, .has_wl = 1, .wl = 0,
+      .has_wr = 1, .wr = 0}},
+    {"window left 4 and causal",
+     {.B = 2, .batched = 1, .Lq = 13, .H = 2, .Dh = 4, .causal = BR,
+      .has_wl = 1, .wl = 4}},
+    /* ALiBi */
+    {"alibi default H=8",
+     {.Lq = 10, .Lk = 14, .cross = 1, .H = 8, .Dh = 2,
+      .alibi = ATTN_ALIBI_DEFAULT}},
+    {"alibi default H=6",
+     {.Lq = 10, .Lk = 14, .cross = 1, .H = 6, .Dh = 2,
+      .alibi = ATTN_ALIBI_DEFAULT}},
+    {"alibi default H=3",
+     {.Lq = 10, .Lk = 14, .cross = 1, .H = 3, .Dh = 2,
+      .alibi = ATTN_ALIBI_DEFAULT}},
+    {"alibi default H=1",
+     {.Lq = 10, .H = 1, .Dh = 4, .alibi = ATTN_ALIBI_DEFAULT}},
+    {"alibi default H=12 Lq>Lk",
+     {.Lq = 15, .Lk = 6, .cross = 1, .H = 12, .Dh = 1,
+      .alibi = ATTN_ALIBI_DEFAULT}},
+    {"alibi slopes H=4",
+     {.B = 2, .batched = 1, .Lq = 10, .Lk = 14, .cross = 1, .H = 4, .Dh = 3,
+      .alibi = ATTN_ALIBI_SLOPES}},
+    /* softcap and scale */
+    {"softcap 2",
+     {.Lq = 9, .H = 2, .Dh = 8, .has_scale = 1, .scale = 1.5f,
+      .has_softcap = 1, .softcap = 2.0f}},
+    {"softcap 30",
+     {.Lq = 9, .H = 2, .Dh = 8, .has_softcap = 1, .softcap = 30.0f}},
+    {"softcap then bias then alibi",
+     {.Lq = 9, .Lk = 12, .cross = 1, .H = 4, .Dh = 4, .has_softcap = 1,
+      .softcap = 1.0f, .bias_rank = 3, .alibi = ATTN_ALIBI_DEFAULT}},
+    {"scale 0.3", {.Lq = 9, .H = 2, .Dh = 8, .has_scale = 1, .scale = 0.3f}},
+    {"scale 2.5", {.Lq = 9, .H = 2, .Dh = 8, .has_scale = 1, .scale = 2.5f}},
+    {"scale 0 (uniform)",
+     {.Lq = 9, .H = 2, .Dh = 8, .has_scale = 1, .scale = 0.0f}},
+    {"scale -0.7", {.Lq = 9, .H = 2, .Dh = 8, .has_scale = 1, .scale = -0.7f}},
+    /* projections, each alone and together */
+    {"q_weight only",
+     {.Lq = 6, .Lk = 8, .cross = 1, .H = 2, .Dh = 3, .Eq = 10,
+      .proj = TU_QW}},
+    {"q_bias only", {.Lq = 6, .Lk = 8, .cross = 1, .H = 2, .Dh = 3,
+                     .proj = TU_QB}},
+    {"k_weight only",
+     {.Lq = 6, .Lk = 8, .cross = 1, .H = 2, .Dh = 3, .Ek = 10, .proj = TU_KW}},
+    {"k_bias only", {.Lq = 6, .Lk = 8, .cross = 1, .H = 2, .Dh = 3,
+                     .proj = TU_KB}},
+    {"v_weight only",
+     {.Lq = 6, .Lk = 8, .cross = 1, .value_given = 1, .H = 2, .Dh = 3,
+      .Dv = 4, .Ev = 7, .proj = TU_VW}},
+    {"v_bias only",
+     {.Lq = 6, .Lk = 8, .cross = 1, .value_given = 1, .H = 2, .Dh = 3,
+      .Dv = 4, .proj = TU_VB}},
+    {"o_weight only",
+     {.Lq = 6, .Lk = 8, .cross = 1, .H = 2, .Dh = 3, .Eo = 5, .proj = TU_OW}},
+    {"o_bias only", {.Lq = 6, .Lk = 8, .cross = 1, .H = 2, .Dh = 3,
+                     .proj = TU_OB}},
+    {"all projections",
+     {.B = 2, .batched = 1, .Lq = 6, .Lk = 8, .cross = 1, .value_given = 1,
+      .H = 2, .Dh = 3, .Dv = 4, .Eq = 11, .Ek = 9, .Ev = 7, .Eo = 5,
+      .proj = TU_ALLPROJ}},
+    {"biases without weights",
+     {.B = 2, .batched = 1, .Lq = 6, .Lk = 8, .cross = 1, .value_given = 1,
+      .H = 2, .Dh = 3, .Dv = 4, .proj = TU_QB | TU_KB | TU_VB | TU_OB}},
+    {"weights without biases",
+     {.B = 2, .batched = 1, .Lq = 6, .Lk = 8, .cross = 1, .value_given = 1,
+      .H = 2, .Dh = 3, .Dv = 4, .Eq = 11, .Ek = 9, .Ev = 7, .Eo = 5,
+      .proj = TU_QW | TU_KW | TU_VW | TU_OW}},
+    /* which outputs are requested */
+    {"out only",
+     {.Lq = 7, .H = 2, .Dh = 4, .causal = BR,
+      .skip = TU_SKIP_W | TU_SKIP_M | TU_SKIP_HO}},
+    {"out and weights",
+     {.Lq = 7, .H = 2, .Dh = 4, .causal = BR, .skip = TU_SKIP_M | TU_SKIP_HO}},
+    {"out and mean weights",
+     {.Lq = 7, .H = 2, .Dh = 4, .causal = BR, .skip = TU_SKIP_W | TU_SKIP_HO}},
+    {"out and head outputs",
+     {.Lq = 7, .H = 2, .Dh = 4, .causal = BR, .skip = TU_SKIP_W | TU_SKIP_M}},
+    /* everything at once */
+    {"everything, GQA, bottom-right",
+     {.B = 2, .batched = 1, .Lq = 13, .Lk = 21, .cross = 1, .value_given = 1,
+      .H = 4, .Hkv = 2, .Dh = 5, .Dv = 3, .Eq = 12, .Ek = 10, .Ev = 9,
+      .Eo = 6, .proj = TU_ALLPROJ, .causal = BR, .key_lengths = 1,
+      .lengths = {17, 21}, .allow_rank = 4, .allow_ones = TU_1H,
+      .allow_p = 0.8, .bias_rank = 3, .has_wl = 1, .wl = 9,
+      .alibi = ATTN_ALIBI_DEFAULT, .has_scale = 1, .scale = 0.4f,
+      .has_softcap = 1, .softcap = 3.0f}},
+    {"everything, MQA, top-left, rank 2",
+     {.Lq = 21, .Lk = 13, .cross = 1, .value_given = 1, .H = 3, .Hkv = 1,
+      .Dh = 7, .Dv = 2, .Eq = 8, .Ek = 10, .Ev = 9, .proj = TU_ALLPROJ,
+      .causal = TL, .key_lengths = 1, .lengths = {10}, .allow_rank = 2,
+      .allow_p = 0.9, .bias_rank = 4, .bias_ones = TU_1B, .has_wr = 1,
+      .wr = 3, .alibi = ATTN_ALIBI_SLOPES, .has_softcap = 1,
+      .softcap = 5.0f}},
+};
+/* clang-format on */
+#define N_FEATURE ((int)(sizeof feature_cases / sizeof feature_cases[0]))
+
+/* Two ways of running each case: one thread with the best ISA, and three
+ * threads with the portable kernels. */
+static const attn_exec_t feature_execs[] = {
+    {.threads = 1, .isa = ATTN_ISA_AUTO},
+    {.threads = 3, .isa = ATTN_ISA_GENERIC},
+};
+
+static void check_case(const char *name, const tu_spec_t *s, uint64_t seed,
+                       const attn_exec_t *execs, int n_exec) {
+  char what[768], desc[512];
+  tu_spec_describe(s, desc, sizeof desc);
+  snprintf(what, sizeof what, "%s {%s}", name, desc);
+  tu_case_t c;
+  tu_case_build(&c, s, seed);
+  for (int e = 0; e < n_exec; e++)
+    tu_check_vs_ref(&c.p, &execs[e], FWD_TOL, what);
+  tu_case_free(&c);
+}
+
+START_TEST(test_feature) {
+  check_case(feature_cases[_i].name, &feature_cases[_i].s, 1000 + (uint64_t)_i,
+             feature_execs, 2);
+}
+END_TEST
+
+/* ---- tile edges ---------------------------------------------------------- */
+
+/* Every (Lq, Lk) over sizes just off likely tile widths, with head sizes
+ * 1..64 and each causal alignment. */
+static const int64_t tile_L[] = {1, 7, 33, 65, 129};
+static const int64_t tile_D[] = {1, 3, 17, 64};
+#define N_TILE_SWEEP 25
+
+START_TEST(test_tile_sweep) {
+  tu_spec_t s = {0};
+  s.B = 1 + _i % 2;
+  s.batched = s.B > 1;
+  s.Lq = tile_L[_i / 5];
+  s.Lk = tile_L[_i % 5];
+  s.cross = 1;
+  s.value_given = 1;
+  s.H = 2;
+  s.Hkv = _i % 2 ? 1 : 0;
+  s.Dh = tile_D[_i % 4];
+  s.Dv = tile_D[(_i + 1) % 4];
+  s.causal = (attn_causal_t)(_i % 3);
+  char name[64];
+  snprintf(name, sizeof name, "tile sweep %d", _i);
+  check_case(name, &s, 2000 + (uint64_t)_i, feature_execs, 2);
+}
+END_TEST
+
+/* Whole tiles with nothing to attend, and tiles cut by masks. */
+/* clang-format off */
+static const fcase_t masked_tile_cases[] = {
+    {"causal bottom-right 130x130",
+     {.Lq = 130, .H = 2, .Dh = 16, .causal = BR}},
+    {"causal top-left 130x70",
+     {.Lq = 130, .Lk = 70, .cross = 1, .H = 2, .Dh = 16, .causal = TL}},
+    {"causal bottom-right 130x40 (90 dead rows)",
+     {.Lq = 130, .Lk = 40, .cross = 1, .H = 2, .Dh = 8, .causal = BR}},
+    {"causal bottom-right 40x130",
+     {.Lq = 40, .Lk = 130, .cross = 1, .H = 2, .Dh = 8, .causal = BR}},
+    {"narrow window 3/0 at 130",
+     {.Lq = 130, .H = 2, .Dh = 16, .has_wl = 1, .wl = 3, .has_wr = 1,
+      .wr = 0}},
+    {"window 0/2 at 130", {.Lq = 130, .H = 1, .Dh = 16, .has_wl = 1, .wl = 0,
+                           .has_wr = 1, .wr = 2}},
+    {"key lengths {1, 130, 64}",
+     {.B = 3, .batched = 1, .Lq = 33, .Lk = 130, .cross = 1, .H = 2, .Dh = 8,
+      .key_lengths = 1, .lengths = {1, 130, 64}}},
+    {"allow [1, Lk] with long dead runs",
+     {.Lq = 65, .Lk = 130, .cross = 1, .H = 2, .Dh = 8, .allow_rank = 2,
+      .allow_ones = TU_1Q, .allow_p = 0.05}},
+};
+/* clang-format on */
+#define N_MASKED_TILE                                                          \
+  ((int)(sizeof masked_tile_cases / sizeof masked_tile_cases[0]))
+
+START_TEST(test_masked_tiles) {
+  check_case(masked_tile_cases[_i].name, &masked_tile_cases[_i].s,
+             3000 + (uint64_t)_i, feature_execs, 2);
+}
+END_TEST
+
+/* ---- thread counts and ISAs ---------------------------------------------- */
+
+/* _i: threads 1..4 (_i % 4) x ISA auto/generic/avx2/avx512 (_i / 4). An ISA
+ * this CPU lacks is ATTN_ENOTSUP: that combination is skipped. */
+START_TEST(test_exec_sweep) {
+  static const attn_isa_t isas[] = {ATTN_ISA_AUTO, ATTN_ISA_GENERIC,
+                                    ATTN_ISA_AVX2, ATTN_ISA_AVX512};
+  const tu_spec_t s = {.B = 3,
+                       .batched = 1,
+                       .Lq = 37,
+                       .Lk = 70,
+                       .cross = 1,
+                       .value_given = 1,
+                       .H = 4,
+                       .Hkv = 2,
+                       .Dh = 17,
+                       .Dv = 9,
+                       .Eq = 40,
+                       .Ek = 24,
+                       .Ev = 20,
+                       .Eo = 12,
+                       .proj = TU_ALLPROJ,
+                       .causal = BR,
+                       .key_lengths = 1,
+                       .lengths = {70, 0, 33},
+                       .bias_rank = 3,
+                       .alibi = ATTN_ALIBI_DEFAULT,
+                       .has_softcap = 1,
+                       .softcap = 4.0f};
+  attn_exec_t ex = {.threads = 1 + _i % 4, .isa = isas[_i / 4]};
+  char what[64];
+  snprintf(what, sizeof what, "exec sweep threads %d isa %s", ex.threads,
+           attn_isa_name(ex.isa));
+  tu_case_t c;
+  tu_case_build(&c, &s, 4000);
+  int rc = tu_check_vs_ref(&c.p, &ex, FWD_TOL, what);
+  if (rc == ATTN_ENOTSUP) {
+    /* A named ISA may be missing; generic and auto never are. */
+    ck_assert_msg(ex.isa != ATTN_ISA_GENERIC && ex.isa != ATTN_ISA_AUTO,
+                  "%s: ENOTSUP", what);
+  }
+  tu_case_free(&c);
+}
+END_TEST
+
+/* ---- random specs -------------------------------------------------------- */
+
+#define N_FUZZ 300
+
+START_TEST(test_random) {
+  static const attn_isa_t isas[] = {ATTN_ISA_AUTO, ATTN_ISA_GENERIC,
+                                    ATTN_ISA_AVX2, ATTN_ISA_AVX512};
+  tu_rng_t r;
+  tu_rng_seed(&r, 5000 + (uint64_t)_i);
+  tu_spec_t s;
+  tu_spec_random(&s, &r);
+  attn_exec_t ex[2] = {
+      {.threads = 1 + (int)tu_rng_below(&r, 4),
+       .isa = isas[tu_rng_below(&r, 4)]},
+      {.threads = 1, .isa = ATTN_ISA_GENERIC},
+  };
+  char name[32];
+  snprintf(name, sizeof name, "random %d", _i);
+  check_case(name, &s, 6000 + (uint64_t)_i, ex, 2);
+}
+END_TEST
+
+/* ---- one larger case ----------------------------------------------------- */
+
+START_TEST(test_large) {
+  const tu_spec_t s = {.B = 1,
+                       .batched = 1,
+                       .Lq = 257,
+                       .H = 4,
+                       .Dh = 32,
+                       .Eq = 128,
+                       .Eo = 128,
+                       .proj = TU_ALLPROJ,
+                       .causal = BR};
+  const attn_exec_t ex = {.threads = 2, .isa = ATTN_ISA_AUTO};
+  check_case("large B=1 L=257 E=128 H=4 causal", &s, 7000, &ex, 1);
+}
+END_TEST
+
+/* ---- default ALiBi slopes ------------------------------------------------ */
+
+/* H = 1..40 against the reference rule, to float rounding. */
+START_TEST(test_alibi_default_slopes_rule) {
+  const int64_t H = 1 + _i;
+  float got[40];
+  double want[40];
+  attn_alibi_default_slopes(H, got);
+  ref_alibi_slopes(H, want);
+  for (int64_t h = 0; h < H; h++)
+    ck_assert_msg(fabs((double)got[h] - want[h]) <= 1e-6 * want[h],
+                  "H=%lld slope %lld: got %.9g, expected %.9g", (long long)H,
+                  (long long)h, (double)got[h], want[h]);
+}
+END_TEST
+
+/* Values written out, from the ALiBi reference code. */
+START_TEST(test_alibi_default_slopes_values) {
+  float s[16];
+  /* H = 8: 1/2, 1/4, ..., 1/256 (exact in float). */
+  attn_alibi_default_slopes(8, s);
+  for (int h = 0; h < 8; h++)
+    ck_assert_float_eq(s[h], ldexpf(1.0f, -(h + 1)));
+  /* H = 6: rule(4) = 2^-2, 2^-4, 2^-6, 2^-8, then rule(8)[0::2][:2]. */
+  attn_alibi_default_slopes(6, s);
+  const float h6[6] = {0.25f, 0.0625f, 0.015625f, 0.00390625f, 0.5f, 0.125f};
+  for (int h = 0; h < 6; h++)
+    ck_assert_float_eq(s[h], h6[h]);
+  /* H = 12: rule(8), then rule(16)[0::2][:4] = 2^-0.5, 2^-1.5, ... */
+  attn_alibi_default_slopes(12, s);
+  for (int h = 0; h < 8; h++)
+    ck_assert_float_eq(s[h], ldexpf(1.0f, -(h + 1)));
+  for (int k = 0; k < 4; k++)
+    ck_assert_double_eq_tol(s[8 + k], pow(2.0, -0.5 - k), 1e-7);
+  /* H = 1: 2^-8. H = 2: 2^-4, 2^-8. H = 3: 2^-4, 2^-8, then 2^-2. */
+  attn_alibi_default_slopes(1, s);
+  ck_assert_float_eq(s[0], 0.00390625f);
+  attn_alibi_default_slopes(3, s);
+  ck_assert_float_eq(s[0], 0.0625f);
+  ck_assert_float_eq(s[1], 0.00390625f);
+  ck_assert_float_eq(s[2], 0.25f);
+}
+END_TEST
+
+static Suite *forward_suite(void) {
+  Suite *s = suite_create("forward");
+  TCase *tc = tcase_create("worked_example");
+  tcase_add_test(tc, test_worked_example);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("features");
+  tcase_set_timeout(tc, 30);
+  tcase_add_loop_test(tc, test_feature, 0, N_FEATURE);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("tiles");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, test_tile_sweep, 0, N_TILE_SWEEP);
+  tcase_add_loop_test(tc, test_masked_tiles, 0, N_MASKED_TILE);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("exec");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, test_exec_sweep, 0, 16);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("random");
+  tcase_set_timeout(tc, 30);
+  tcase_add_loop_test(tc, test_random, 0, N_FUZZ);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("large");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_large);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("alibi_slopes");
+  tcase_add_loop_test(tc, test_alibi_default_slopes_rule, 0, 40);
+  tcase_add_test(tc, test_alibi_default_slopes_values);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(forward_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

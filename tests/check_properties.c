@@ -1,0 +1,765 @@
+/* tests/check_properties.c: identities that must hold between runs of the
+ * core itself, independent of the reference:
+ *   - GQA/MQA equals MHA with each key/value head repeated;
+ *   - causal (both alignments), key lengths and the sliding window each
+ *     equal the explicit allow mask they stand for;
+ *   - weight rows sum to 1, or are exactly 0 when every key is masked (and
+ *     then the head output is exactly 0 and nothing is NaN);
+ *   - results are bitwise identical for 1..4 threads, across repeated calls
+ *     on one plan, whatever the workspace held, and when two calls run at
+ *     once;
+ *   - mean weights are the mean of the per-head weights;
+ *   - batch items are independent; a constant bias changes nothing; keys
+ *     are a set (permuting keys and values permutes the weights only).
+ * Two formulations of one problem may round differently, so they are
+ * compared at PROP_TOL (relative, see tu_rel_err); same-formulation reruns
+ * are compared bit for bit. */
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn.h"
+#include "ref.h"
+#include "testutil.h"
+
+#define PROP_TOL 1e-6
+
+#define BR ATTN_CAUSAL_BOTTOM_RIGHT
+#define TL ATTN_CAUSAL_TOP_LEFT
+
+static const attn_exec_t exec1 = {.threads = 1, .isa = ATTN_ISA_AUTO};
+
+/* Asserts that every output both runs were asked for agrees within `tol`. */
+static void expect_close(const tu_run_t *a, const tu_run_t *b,
+                         const attn_params_t *p, double tol, const char *what) {
+  const attn_plan_t *pl = &a->plan;
+  ck_assert_int_eq(a->plan.out_elems, b->plan.out_elems);
+  double e = tu_rel_err_f(a->o.out, b->o.out, (size_t)pl->out_elems);
+  ck_assert_msg(e <= tol, "%s: out differs by %.3g", what, e);
+  if (p->want_weights) {
+    e = tu_rel_err_f(a->o.weights, b->o.weights, (size_t)pl->weights_elems);
+    ck_assert_msg(e <= tol, "%s: weights differ by %.3g", what, e);
+  }
+  if (p->want_mean_weights) {
+    e = tu_rel_err_f(a->o.mean_weights, b->o.mean_weights,
+                     (size_t)pl->mean_elems);
+    ck_assert_msg(e <= tol, "%s: mean weights differ by %.3g", what, e);
+  }
+  if (p->want_head_outputs) {
+    e = tu_rel_err_f(a->o.head_outputs, b->o.head_outputs,
+                     (size_t)pl->head_elems);
+    ck_assert_msg(e <= tol, "%s: head outputs differ by %.3g", what, e);
+  }
+}
+
+/* Asserts that every requested output of two runs is the same bits. */
+static void expect_same_bits(const attn_outputs_t *a, const attn_outputs_t *b,
+                             const attn_plan_t *pl, const char *what) {
+  const attn_params_t *p = pl->params;
+  ck_assert_msg(memcmp(a->out, b->out, (size_t)pl->out_elems * 4) == 0,
+                "%s: out not bitwise identical", what);
+  if (p->want_weights)
+    ck_assert_msg(
+        memcmp(a->weights, b->weights, (size_t)pl->weights_elems * 4) == 0,
+        "%s: weights not bitwise identical", what);
+  if (p->want_mean_weights)
+    ck_assert_msg(memcmp(a->mean_weights, b->mean_weights,
+                         (size_t)pl->mean_elems * 4) == 0,
+                  "%s: mean weights not bitwise identical", what);
+  if (p->want_head_outputs)
+    ck_assert_msg(memcmp(a->head_outputs, b->head_outputs,
+                         (size_t)pl->head_elems * 4) == 0,
+                  "%s: head outputs not bitwise identical", what);
+}
+
+/* ---- GQA equals repeated MHA --------------------------------------------- */
+
+/* src [rows_outer][Hkv][D][cols] → dst [rows_outer][H][D][cols], head h a
+ * copy of kv head h / G. A K/V tensor is rows_outer = B·Lk, cols = 1; a
+ * weight is rows_outer = 1, cols = in-features; a bias is both 1. Returns a
+ * new array (free()). */
+static float *repeat_heads(const float *src, int64_t Hkv, int64_t G, int64_t D,
+                           int64_t rows_outer, int64_t cols) {
+  const int64_t H = Hkv * G;
+  float *dst = malloc((size_t)(rows_outer * H * D * cols) * sizeof *dst + 4);
+  ck_assert_ptr_nonnull(dst);
+  for (int64_t r = 0; r < rows_outer; r++)
+    for (int64_t h = 0; h < H; h++)
+      memcpy(dst + (r * H + h) * D * cols, src + (r * Hkv + h / G) * D * cols,
+             (size_t)(D * cols) * sizeof *dst);
+  return dst;
+}
+
+typedef struct gqa_case {
+  const char *name;
+  tu_spec_t s;
+} gqa_case_t;
+
+/* clang-format off */
+static const gqa_case_t gqa_cases[] = {
+    {"GQA 4/2, raw K/V",
+     {.B = 2, .batched = 1, .Lq = 9, .Lk = 14, .cross = 1, .value_given = 1,
+      .H = 4, .Hkv = 2, .Dh = 5, .Dv = 3}},
+    {"GQA 4/2, projected K/V with biases",
+     {.B = 2, .batched = 1, .Lq = 9, .Lk = 14, .cross = 1, .value_given = 1,
+      .H = 4, .Hkv = 2, .Dh = 5, .Dv = 3, .Ek = 11, .Ev = 7,
+      .proj = TU_KW | TU_KB | TU_VW | TU_VB}},
+    {"MQA 4/1, raw K/V, causal and bias",
+     {.Lq = 12, .Lk = 12, .cross = 1, .value_given = 1, .H = 4, .Hkv = 1,
+      .Dh = 8, .Dv = 8, .causal = BR, .bias_rank = 3}},
+    {"MQA 6/1, everything projected, alibi",
+     {.B = 3, .batched = 1, .Lq = 33, .Lk = 20, .cross = 1, .value_given = 1,
+      .H = 6, .Hkv = 1, .Dh = 4, .Dv = 2, .Eq = 10, .Ek = 9, .Ev = 6,
+      .Eo = 5, .proj = TU_ALLPROJ, .alibi = ATTN_ALIBI_DEFAULT,
+      .causal = TL}},
+    {"GQA 6/3 self, k/v weights",
+     {.Lq = 17, .H = 6, .Hkv = 3, .Dh = 2, .proj = TU_KW | TU_VW}},
+};
+/* clang-format on */
+
+START_TEST(test_gqa_equals_repeated_mha) {
+  const gqa_case_t *gc = &gqa_cases[_i];
+  tu_case_t c;
+  tu_case_build(&c, &gc->s, 100 + (uint64_t)_i);
+  const int64_t B = c.B, Lk = c.Lk, H = c.H, Hkv = c.Hkv, G = H / Hkv;
+  const int64_t Dh = c.Dh, Dv = c.Dv;
+  ck_assert_int_gt(G, 1);
+
+  attn_params_t m = c.p; /* the MHA twin */
+  m.num_kv_heads = H;
+  float *own[4] = {NULL, NULL, NULL, NULL};
+  const float *key = c.p.key.rank ? c.key : c.query;
+  const int64_t Ek = c.Ek, Ev = c.Ev;
+  if (c.kw != NULL) {
+    own[0] = repeat_heads(c.kw, Hkv, G, Dh, 1, Ek);
+    m.k_weight = tu_t2(own[0], H * Dh, Ek);
+    if (c.kb != NULL) {
+      own[1] = repeat_heads(c.kb, Hkv, G, Dh, 1, 1);
+      m.k_bias = tu_t1(own[1], H * Dh);
+    }
+  } else {
+    own[0] = repeat_heads(key, Hkv, G, Dh, B * Lk, 1);
+    m.key = c.p.key.rank == 3 ? tu_t3(own[0], B, Lk, H * Dh)
+                              : tu_t2(own[0], Lk, H * Dh);
+  }
+  if (c.vw != NULL) {
+    own[2] = repeat_heads(c.vw, Hkv, G, Dv, 1, Ev);
+    m.v_weight = tu_t2(own[2], H * Dv, Ev);
+    if (c.vb != NULL) {
+      own[3] = repeat_heads(c.vb, Hkv, G, Dv, 1, 1);
+      m.v_bias = tu_t1(own[3], H * Dv);
+    }
+  } else {
+    ck_assert_ptr_nonnull(c.value); /* the cases give value explicitly */
+    own[2] = repeat_heads(c.value, Hkv, G, Dv, B * Lk, 1);
+    m.value = c.p.value.rank == 3 ? tu_t3(own[2], B, Lk, H * Dv)
+                                  : tu_t2(own[2], Lk, H * Dv);
+  }
+
+  tu_run_t a, b;
+  ck_assert_int_eq(tu_run(&a, &c.p, &exec1), 0);
+  ck_assert_int_eq(tu_run(&b, &m, &exec1), 0);
+  ck_assert_int_eq(a.plan.Hkv, Hkv);
+  ck_assert_int_eq(b.plan.Hkv, H);
+  expect_close(&a, &b, &c.p, PROP_TOL, gc->name);
+  tu_run_free(&a);
+  tu_run_free(&b);
+  for (int k = 0; k < 4; k++)
+    free(own[k]);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* ---- masks equal their explicit allow tensor ----------------------------- */
+
+/* Runs `c` as built and again with its structured masks (causal, key
+ * lengths, window) removed and `allow` [Lq, Lk] in their place. */
+static void expect_same_as_allow(tu_case_t *c, const uint8_t *allow,
+                                 const char *what) {
+  const int64_t B = c->B, H = c->H, Lq = c->Lq, Lk = c->Lk;
+  attn_params_t m = c->p;
+  m.causal = ATTN_CAUSAL_NONE;
+  m.key_lengths = (attn_tensor_t){0};
+  m.has_window_left = m.has_window_right = 0;
+  m.allow = tu_t2(allow, Lq, Lk);
+  tu_run_t a, b;
+  ck_assert_int_eq(tu_run(&a, &c->p, &exec1), 0);
+  ck_assert_int_eq(tu_run(&b, &m, &exec1), 0);
+  expect_close(&a, &b, &c->p, PROP_TOL, what);
+  /* Masked weights are exactly zero in both. */
+  for (int64_t bb = 0; bb < B; bb++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < Lq; i++)
+        for (int64_t j = 0; j < Lk; j++) {
+          if (allow[i * Lk + j])
+            continue;
+          int64_t w = ((bb * H + h) * Lq + i) * Lk + j;
+          ck_assert_msg(a.o.weights[w] == 0.0f && b.o.weights[w] == 0.0f,
+                        "%s: masked weight b%lld h%lld (%lld,%lld) = %g / %g",
+                        what, (long long)bb, (long long)h, (long long)i,
+                        (long long)j, (double)a.o.weights[w],
+                        (double)b.o.weights[w]);
+        }
+  tu_run_free(&a);
+  tu_run_free(&b);
+}
+
+/* _i: alignment (BR, TL) x (Lq, Lk) in {(5,12), (12,5), (33,33), (70,40)}. */
+START_TEST(test_causal_equals_allow) {
+  static const int64_t shapes[4][2] = {{5, 12}, {12, 5}, {33, 33}, {70, 40}};
+  const attn_causal_t causal = _i < 4 ? BR : TL;
+  const int64_t Lq = shapes[_i % 4][0], Lk = shapes[_i % 4][1];
+  tu_spec_t s = {.B = 2,
+                 .batched = 1,
+                 .Lq = Lq,
+                 .Lk = Lk,
+                 .cross = 1,
+                 .H = 2,
+                 .Dh = 4,
+                 .causal = causal,
+                 .bias_rank = 3,
+                 .alibi = ATTN_ALIBI_DEFAULT};
+  tu_case_t c;
+  tu_case_build(&c, &s, 200 + (uint64_t)_i);
+  uint8_t *allow = malloc((size_t)(Lq * Lk));
+  ck_assert_ptr_nonnull(allow);
+  const int64_t off = causal == BR ? Lk - Lq : 0;
+  for (int64_t i = 0; i < Lq; i++)
+    for (int64_t j = 0; j < Lk; j++)
+      allow[i * Lk + j] = j <= i + off;
+  char what[64];
+  snprintf(what, sizeof what, "causal %s %lldx%lld",
+           causal == BR ? "bottom-right" : "top-left", (long long)Lq,
+           (long long)Lk);
+  expect_same_as_allow(&c, allow, what);
+  free(allow);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* Key lengths equal allow [B, 1, 1, Lk] with allow[b][j] = j < len[b]. */
+START_TEST(test_key_lengths_equal_allow) {
+  static const int64_t lens[3][3] = {{9, 0, 4}, {1, 9, 9}, {3, 7, 0}};
+  tu_spec_t s = {.B = 3,
+                 .batched = 1,
+                 .Lq = 6 + _i * 5,
+                 .Lk = 9,
+                 .cross = 1,
+                 .H = 2,
+                 .Dh = 4,
+                 .key_lengths = 1};
+  memcpy(s.lengths, lens[_i], sizeof lens[_i]);
+  s.causal = _i == 2 ? TL : ATTN_CAUSAL_NONE;
+  tu_case_t c;
+  tu_case_build(&c, &s, 300 + (uint64_t)_i);
+  uint8_t allow[3 * 9];
+  for (int64_t b = 0; b < 3; b++)
+    for (int64_t j = 0; j < 9; j++)
+      allow[b * 9 + j] = j < lens[_i][b];
+  attn_params_t m = c.p; /* causal, if any, stays in both */
+  m.key_lengths = (attn_tensor_t){0};
+  m.allow = tu_t4(allow, 3, 1, 1, 9);
+  tu_run_t a, b;
+  ck_assert_int_eq(tu_run(&a, &c.p, &exec1), 0);
+  ck_assert_int_eq(tu_run(&b, &m, &exec1), 0);
+  expect_close(&a, &b, &c.p, PROP_TOL, "key lengths vs allow [B,1,1,Lk]");
+  /* Batch item with length 0: every weight and head output exactly 0. */
+  for (int64_t bb = 0; bb < 3; bb++) {
+    if (lens[_i][bb] != 0)
+      continue;
+    const int64_t nw = 2 * c.Lq * 9, nh = 2 * c.Lq * c.Dv;
+    for (int64_t x = 0; x < nw; x++)
+      ck_assert_float_eq(a.o.weights[bb * nw + x], 0.0f);
+    for (int64_t x = 0; x < nh; x++)
+      ck_assert_float_eq(a.o.head_outputs[bb * nh + x], 0.0f);
+  }
+  tu_run_free(&a);
+  tu_run_free(&b);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* _i: left only, right only, both, left 0, with Lq < Lk or Lq > Lk. */
+START_TEST(test_window_equals_allow) {
+  static const struct {
+    int hl, hr;
+    int64_t l, r, Lq, Lk;
+  } w[] = {{1, 0, 3, 0, 9, 14},  {0, 1, 0, 2, 9, 14}, {1, 1, 2, 1, 14, 9},
+           {1, 0, 0, 0, 20, 20}, {1, 1, 0, 0, 12, 5}, {1, 1, 5, 40, 70, 40}};
+  tu_spec_t s = {.B = 2,
+                 .batched = 1,
+                 .Lq = w[_i].Lq,
+                 .Lk = w[_i].Lk,
+                 .cross = 1,
+                 .H = 2,
+                 .Dh = 4,
+                 .has_wl = w[_i].hl,
+                 .has_wr = w[_i].hr,
+                 .wl = w[_i].l,
+                 .wr = w[_i].r,
+                 .alibi = ATTN_ALIBI_DEFAULT};
+  tu_case_t c;
+  tu_case_build(&c, &s, 400 + (uint64_t)_i);
+  const int64_t Lq = c.Lq, Lk = c.Lk, off = Lk - Lq;
+  uint8_t *allow = malloc((size_t)(Lq * Lk));
+  ck_assert_ptr_nonnull(allow);
+  for (int64_t i = 0; i < Lq; i++)
+    for (int64_t j = 0; j < Lk; j++)
+      allow[i * Lk + j] = (!w[_i].hl || j >= i + off - w[_i].l) &&
+                          (!w[_i].hr || j <= i + off + w[_i].r);
+  char what[64];
+  snprintf(what, sizeof what, "window case %d", _i);
+  expect_same_as_allow(&c, allow, what);
+  free(allow);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* ---- rows of weights ----------------------------------------------------- */
+
+/* clang-format off */
+static const tu_spec_t rowsum_cases[] = {
+    /* bottom-right with Lq > Lk: the first Lq - Lk rows see nothing */
+    {.B = 2, .batched = 1, .Lq = 40, .Lk = 9, .cross = 1, .H = 3, .Dh = 4,
+     .causal = BR, .proj = TU_OW | TU_OB, .Eo = 5},
+    /* key length 0 for one batch item */
+    {.B = 2, .batched = 1, .Lq = 7, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+     .key_lengths = 1, .lengths = {0, 5}, .proj = TU_OB},
+    /* sparse per-head allow: some heads dead on a row, others not */
+    {.B = 2, .batched = 1, .Lq = 33, .Lk = 6, .cross = 1, .H = 4, .Dh = 4,
+     .allow_rank = 3, .allow_p = 0.2, .proj = TU_ALLPROJ, .Eq = 9, .Ek = 7},
+    /* window outside the keys, with alibi, bias and softcap */
+    {.Lq = 30, .Lk = 10, .cross = 1, .H = 2, .Dh = 8, .has_wl = 1, .wl = 0,
+     .has_wr = 1, .wr = 1, .alibi = ATTN_ALIBI_DEFAULT, .bias_rank = 2,
+     .has_softcap = 1, .softcap = 2.0f},
+};
+/* clang-format on */
+
+START_TEST(test_weight_rows) {
+  tu_case_t c;
+  tu_case_build(&c, &rowsum_cases[_i], 500 + (uint64_t)_i);
+  ref_result_t ref;
+  ck_assert_int_eq(ref_attention(&c.p, &ref), 0);
+  tu_run_t a;
+  attn_exec_t ex = {.threads = 2, .isa = ATTN_ISA_AUTO};
+  ck_assert_int_eq(tu_run(&a, &c.p, &ex), 0);
+  const int64_t B = c.B, H = c.H, Lq = c.Lq, Lk = c.Lk, Dv = c.Dv, Eo = c.Eo;
+  int64_t dead = 0, live = 0;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t i = 0; i < Lq; i++) {
+      int all_dead = 1;
+      for (int64_t h = 0; h < H; h++) {
+        const int64_t row = (b * H + h) * Lq + i;
+        const float *w = a.o.weights + row * Lk;
+        const float *o = a.o.head_outputs + row * Dv;
+        double sum = 0.0;
+        for (int64_t j = 0; j < Lk; j++) {
+          ck_assert_msg(isfinite(w[j]) && w[j] >= 0.0f && w[j] <= 1.0f,
+                        "weight b%lld h%lld i%lld j%lld = %g", (long long)b,
+                        (long long)h, (long long)i, (long long)j, (double)w[j]);
+          sum += w[j];
+        }
+        if (ref.row_dead[row]) {
+          dead++;
+          ck_assert_msg(sum == 0.0, "dead row b%lld h%lld i%lld sums to %g",
+                        (long long)b, (long long)h, (long long)i, sum);
+          for (int64_t d = 0; d < Dv; d++)
+            ck_assert_msg(
+                o[d] == 0.0f, "dead row b%lld h%lld i%lld: head output %g",
+                (long long)b, (long long)h, (long long)i, (double)o[d]);
+        } else {
+          live++;
+          all_dead = 0;
+          ck_assert_msg(fabs(sum - 1.0) <= 1e-5,
+                        "row b%lld h%lld i%lld sums to %.9g", (long long)b,
+                        (long long)h, (long long)i, sum);
+          for (int64_t d = 0; d < Dv; d++)
+            ck_assert(isfinite(o[d]));
+        }
+      }
+      /* A query row dead in every head: out is the output bias (or 0). */
+      for (int64_t e = 0; e < Eo; e++) {
+        float got = a.o.out[(b * Lq + i) * Eo + e];
+        ck_assert(isfinite(got));
+        if (all_dead) {
+          float want = c.ob != NULL ? c.ob[e] : 0.0f;
+          ck_assert_msg(got == want,
+                        "dead query b%lld i%lld: out[%lld] %g != %g",
+                        (long long)b, (long long)i, (long long)e, (double)got,
+                        (double)want);
+        }
+      }
+      for (int64_t j = 0; j < Lk; j++) {
+        float mw = a.o.mean_weights[(b * Lq + i) * Lk + j];
+        ck_assert(isfinite(mw));
+        if (all_dead)
+          ck_assert_float_eq(mw, 0.0f);
+      }
+    }
+  /* each case has both kinds of rows */
+  ck_assert_int_gt(dead, 0);
+  ck_assert_int_gt(live, 0);
+  tu_run_free(&a);
+  ref_result_free(&ref);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* ---- thread counts, reruns, concurrency ---------------------------------- */
+
+/* clang-format off */
+static const tu_spec_t determinism_cases[] = {
+    {.B = 3, .batched = 1, .Lq = 37, .Lk = 70, .cross = 1, .value_given = 1,
+     .H = 4, .Hkv = 2, .Dh = 17, .Dv = 9, .Eq = 40, .Ek = 24, .Ev = 20,
+     .Eo = 12, .proj = TU_ALLPROJ, .causal = BR, .key_lengths = 1,
+     .lengths = {70, 0, 33}, .bias_rank = 3, .alibi = ATTN_ALIBI_DEFAULT},
+    {.Lq = 130, .H = 2, .Dh = 64, .causal = TL, .has_wl = 1, .wl = 40},
+    {.B = 2, .batched = 1, .Lq = 65, .Lk = 7, .cross = 1, .H = 8, .Hkv = 1,
+     .Dh = 3, .allow_rank = 4, .allow_p = 0.5, .has_softcap = 1,
+     .softcap = 2.0f},
+};
+/* clang-format on */
+
+/* _i: case (_i / 2) x ISA auto / generic (_i % 2). */
+START_TEST(test_threads_bitwise) {
+  const tu_spec_t *s = &determinism_cases[_i / 2];
+  const attn_isa_t isa = _i % 2 ? ATTN_ISA_GENERIC : ATTN_ISA_AUTO;
+  tu_case_t c;
+  tu_case_build(&c, s, 600 + (uint64_t)_i);
+  tu_run_t base;
+  attn_exec_t ex = {.threads = 1, .isa = isa};
+  ck_assert_int_eq(tu_run(&base, &c.p, &ex), 0);
+  for (int t = 2; t <= 4; t++) {
+    tu_run_t r;
+    ex.threads = t;
+    ck_assert_int_eq(tu_run(&r, &c.p, &ex), 0);
+    ck_assert_int_eq(r.plan.threads, t);
+    char what[48];
+    snprintf(what, sizeof what, "threads %d vs 1, isa %s", t,
+             attn_isa_name(isa));
+    expect_same_bits(&r.o, &base.o, &base.plan, what);
+    tu_run_free(&r);
+  }
+  tu_run_free(&base);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* Copies of every input buffer of a case, to prove attn_forward leaves them
+ * alone. */
+static int inputs_equal(const tu_case_t *c, const tu_case_t *copy) {
+#define SAME(f, n)                                                             \
+  (c->f == NULL || memcmp(c->f, copy->f, (size_t)(n) * sizeof *c->f) == 0)
+  return SAME(query, c->B * c->Lq * c->Eq) && SAME(key, c->B * c->Lk * c->Ek) &&
+         SAME(value, c->B * c->Lk * c->Ev) && SAME(qw, c->H * c->Dh * c->Eq) &&
+         SAME(kw, c->Hkv * c->Dh * c->Ek) && SAME(vw, c->Hkv * c->Dv * c->Ev) &&
+         SAME(ow, c->Eo * c->H * c->Dv);
+#undef SAME
+}
+
+/* One plan, two calls; the second with a workspace of different garbage:
+ * same bits, and the inputs are untouched. */
+START_TEST(test_rerun_same_plan) {
+  const tu_spec_t *s = &determinism_cases[_i];
+  tu_case_t c, copy;
+  tu_case_build(&c, s, 700 + (uint64_t)_i);
+  tu_case_build(&copy, s, 700 + (uint64_t)_i);
+  tu_run_t a;
+  attn_exec_t ex = {.threads = 2, .isa = ATTN_ISA_AUTO};
+  ck_assert_int_eq(tu_run(&a, &c.p, &ex), 0);
+
+  const attn_plan_t *pl = &a.plan;
+  size_t n[4] = {(size_t)pl->out_elems, (size_t)pl->weights_elems,
+                 (size_t)pl->mean_elems, (size_t)pl->head_elems};
+  attn_outputs_t o2 = {0};
+  o2.out = calloc(n[0] + 1, 4);
+  o2.weights = calloc(n[1] + 1, 4);
+  o2.mean_weights = calloc(n[2] + 1, 4);
+  o2.head_outputs = calloc(n[3] + 1, 4);
+  size_t wsb = (pl->workspace_bytes + 63) / 64 * 64 + 64;
+  void *ws = aligned_alloc(64, wsb);
+  ck_assert_ptr_nonnull(ws);
+  memset(ws, 0x3c, wsb); /* finite garbage, unlike tu_run's NaN bytes */
+  attn_error_t err;
+  ck_assert_int_eq(attn_forward(pl, &o2, ws, pl->workspace_bytes, &err), 0);
+  expect_same_bits(&o2, &a.o, pl, "second call on one plan");
+  ck_assert_msg(inputs_equal(&c, &copy), "attn_forward changed an input");
+  free(o2.out);
+  free(o2.weights);
+  free(o2.mean_weights);
+  free(o2.head_outputs);
+  free(ws);
+  tu_run_free(&a);
+  tu_case_free(&copy);
+  tu_case_free(&c);
+}
+END_TEST
+
+typedef struct conc_job {
+  const attn_plan_t *plan;
+  attn_outputs_t o;
+  void *ws;
+  int rc;
+  int reps;
+} conc_job_t;
+
+static void *conc_worker(void *arg) {
+  conc_job_t *j = arg;
+  attn_error_t err;
+  for (int k = 0; k < j->reps && j->rc == 0; k++)
+    j->rc = attn_forward(j->plan, &j->o, j->ws, j->plan->workspace_bytes, &err);
+  return NULL;
+}
+
+/* Two threads call attn_forward on one plan at once, each with its own
+ * buffers: both match a lone call bit for bit. */
+START_TEST(test_concurrent_calls) {
+  const tu_spec_t *s = &determinism_cases[0];
+  tu_case_t c;
+  tu_case_build(&c, s, 800);
+  tu_run_t base;
+  attn_exec_t ex = {.threads = 1 + _i, .isa = ATTN_ISA_AUTO};
+  ck_assert_int_eq(tu_run(&base, &c.p, &ex), 0);
+  const attn_plan_t *pl = &base.plan;
+  conc_job_t jobs[2];
+  pthread_t th[2];
+  for (int k = 0; k < 2; k++) {
+    jobs[k] = (conc_job_t){.plan = pl, .reps = 5};
+    jobs[k].o.out = calloc((size_t)pl->out_elems + 1, 4);
+    jobs[k].o.weights = calloc((size_t)pl->weights_elems + 1, 4);
+    jobs[k].o.mean_weights = calloc((size_t)pl->mean_elems + 1, 4);
+    jobs[k].o.head_outputs = calloc((size_t)pl->head_elems + 1, 4);
+    jobs[k].ws = aligned_alloc(64, (pl->workspace_bytes + 63) / 64 * 64 + 64);
+    ck_assert_ptr_nonnull(jobs[k].ws);
+  }
+  for (int k = 0; k < 2; k++)
+    ck_assert_int_eq(pthread_create(&th[k], NULL, conc_worker, &jobs[k]), 0);
+  for (int k = 0; k < 2; k++)
+    ck_assert_int_eq(pthread_join(th[k], NULL), 0);
+  for (int k = 0; k < 2; k++) {
+    ck_assert_int_eq(jobs[k].rc, 0);
+    expect_same_bits(&jobs[k].o, &base.o, pl, "concurrent call");
+    free(jobs[k].o.out);
+    free(jobs[k].o.weights);
+    free(jobs[k].o.mean_weights);
+    free(jobs[k].o.head_outputs);
+    free(jobs[k].ws);
+  }
+  tu_run_free(&base);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* ---- mean weights -------------------------------------------------------- */
+
+START_TEST(test_mean_weights_are_mean) {
+  tu_rng_t r;
+  tu_rng_seed(&r, 900 + (uint64_t)_i);
+  tu_spec_t s;
+  tu_spec_random(&s, &r);
+  s.skip = 0;
+  tu_case_t c;
+  tu_case_build(&c, &s, 950 + (uint64_t)_i);
+  tu_run_t a;
+  ck_assert_int_eq(tu_run(&a, &c.p, &exec1), 0);
+  const int64_t B = c.B, H = c.H, LL = c.Lq * c.Lk;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t x = 0; x < LL; x++) {
+      double m = 0.0;
+      for (int64_t h = 0; h < H; h++)
+        m += a.o.weights[(b * H + h) * LL + x];
+      m /= (double)H;
+      ck_assert_double_eq_tol(a.o.mean_weights[b * LL + x], m, 1e-6);
+    }
+  tu_run_free(&a);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* ---- batch items are independent ----------------------------------------- */
+
+START_TEST(test_batch_independent) {
+  const int64_t B = 3, Lq = 11, Lk = 14, H = 4, Dh = 3, Eq = 10, Ek = 8;
+  const tu_spec_t s = {.B = B,
+                       .batched = 1,
+                       .Lq = Lq,
+                       .Lk = Lk,
+                       .cross = 1,
+                       .H = H,
+                       .Hkv = 2,
+                       .Dh = Dh,
+                       .Eq = Eq,
+                       .Ek = Ek,
+                       .proj = TU_ALLPROJ,
+                       .causal = BR,
+                       .key_lengths = 1,
+                       .lengths = {14, 5, 0},
+                       .bias_rank = 3,
+                       .allow_rank = 3,
+                       .allow_p = 0.8,
+                       .alibi = ATTN_ALIBI_DEFAULT};
+  tu_case_t c;
+  tu_case_build(&c, &s, 1000 + (uint64_t)_i);
+  tu_run_t all;
+  ck_assert_int_eq(tu_run(&all, &c.p, &exec1), 0);
+  const int64_t Eo = c.Eo, Dv = c.Dv;
+  for (int64_t b = 0; b < B; b++) {
+    attn_params_t one = c.p;
+    one.query = tu_t2(c.query + b * Lq * Eq, Lq, Eq);
+    one.key = tu_t2(c.key + b * Lk * Ek, Lk, Ek);
+    one.key_lengths = tu_t1(c.lengths + b, 1);
+    tu_run_t r;
+    ck_assert_int_eq(tu_run(&r, &one, &exec1), 0);
+    ck_assert_int_eq(r.plan.B, 1);
+    char what[32];
+    snprintf(what, sizeof what, "batch item %lld", (long long)b);
+    double e =
+        tu_rel_err_f(r.o.out, all.o.out + b * Lq * Eo, (size_t)(Lq * Eo));
+    ck_assert_msg(e <= PROP_TOL, "%s: out differs by %.3g", what, e);
+    e = tu_rel_err_f(r.o.weights, all.o.weights + b * H * Lq * Lk,
+                     (size_t)(H * Lq * Lk));
+    ck_assert_msg(e <= PROP_TOL, "%s: weights differ by %.3g", what, e);
+    e = tu_rel_err_f(r.o.head_outputs, all.o.head_outputs + b * H * Lq * Dv,
+                     (size_t)(H * Lq * Dv));
+    ck_assert_msg(e <= PROP_TOL, "%s: head outputs differ by %.3g", what, e);
+    tu_run_free(&r);
+  }
+  tu_run_free(&all);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* ---- softmax shift invariance -------------------------------------------- */
+
+/* A bias of one constant, broadcast from [1, 1], shifts every score of a
+ * row alike: weights and outputs do not change. */
+START_TEST(test_constant_bias_changes_nothing) {
+  const float shift[2] = {7.5f, -30.0f};
+  const tu_spec_t s = {.B = 2,
+                       .batched = 1,
+                       .Lq = 9,
+                       .Lk = 12,
+                       .cross = 1,
+                       .H = 2,
+                       .Dh = 8,
+                       .causal = BR,
+                       .alibi = ATTN_ALIBI_DEFAULT};
+  tu_case_t c;
+  tu_case_build(&c, &s, 1100 + (uint64_t)_i);
+  attn_params_t m = c.p;
+  m.bias = tu_t2(&shift[_i], 1, 1);
+  tu_run_t a, b;
+  ck_assert_int_eq(tu_run(&a, &c.p, &exec1), 0);
+  ck_assert_int_eq(tu_run(&b, &m, &exec1), 0);
+  expect_close(&a, &b, &c.p, 1e-5, "constant bias");
+  tu_run_free(&a);
+  tu_run_free(&b);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* ---- keys are a set ------------------------------------------------------ */
+
+/* With no positional term, reversing the keys (with their values, their
+ * allow and bias columns) reverses each weight row and leaves out alone. */
+START_TEST(test_key_permutation) {
+  const int64_t Lq = 6, Lk = 10, E = 8;
+  const tu_spec_t s = {.Lq = Lq,
+                       .Lk = Lk,
+                       .cross = 1,
+                       .value_given = 1,
+                       .H = 2,
+                       .Dh = 4,
+                       .Dv = 5,
+                       .proj = TU_ALLPROJ,
+                       .Eq = E,
+                       .Ek = E,
+                       .Ev = E,
+                       .bias_rank = 2,
+                       .allow_rank = 2,
+                       .allow_p = 0.8};
+  tu_case_t c;
+  tu_case_build(&c, &s, 1200);
+  float *key = malloc((size_t)(Lk * E) * sizeof *key);
+  float *value = malloc((size_t)(Lk * E) * sizeof *value);
+  float *bias = malloc((size_t)(Lq * Lk) * sizeof *bias);
+  uint8_t *allow = malloc((size_t)(Lq * Lk));
+  ck_assert(key && value && bias && allow);
+  for (int64_t j = 0; j < Lk; j++) {
+    memcpy(key + j * E, c.key + (Lk - 1 - j) * E, (size_t)E * sizeof *key);
+    memcpy(value + j * E, c.value + (Lk - 1 - j) * E,
+           (size_t)E * sizeof *value);
+    for (int64_t i = 0; i < Lq; i++) {
+      bias[i * Lk + j] = c.bias[i * Lk + Lk - 1 - j];
+      allow[i * Lk + j] = c.allow[i * Lk + Lk - 1 - j];
+    }
+  }
+  attn_params_t m = c.p;
+  m.key.data = key;
+  m.value.data = value;
+  m.bias.data = bias;
+  m.allow.data = allow;
+  tu_run_t a, b;
+  ck_assert_int_eq(tu_run(&a, &c.p, &exec1), 0);
+  ck_assert_int_eq(tu_run(&b, &m, &exec1), 0);
+  double e = tu_rel_err_f(b.o.out, a.o.out, (size_t)a.plan.out_elems);
+  ck_assert_msg(e <= PROP_TOL, "out differs by %.3g", e);
+  for (int64_t r = 0; r < 2 * Lq; r++)
+    for (int64_t j = 0; j < Lk; j++)
+      ck_assert_double_eq_tol(b.o.weights[r * Lk + j],
+                              a.o.weights[r * Lk + Lk - 1 - j], 1e-6);
+  tu_run_free(&a);
+  tu_run_free(&b);
+  free(key);
+  free(value);
+  free(bias);
+  free(allow);
+  tu_case_free(&c);
+}
+END_TEST
+
+static Suite *properties_suite(void) {
+  Suite *s = suite_create("properties");
+  TCase *tc = tcase_create("gqa");
+  tcase_add_loop_test(tc, test_gqa_equals_repeated_mha, 0,
+                      (int)(sizeof gqa_cases / sizeof gqa_cases[0]));
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("masks");
+  tcase_add_loop_test(tc, test_causal_equals_allow, 0, 8);
+  tcase_add_loop_test(tc, test_key_lengths_equal_allow, 0, 3);
+  tcase_add_loop_test(tc, test_window_equals_allow, 0, 6);
+  tcase_add_loop_test(tc, test_weight_rows, 0,
+                      (int)(sizeof rowsum_cases / sizeof rowsum_cases[0]));
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("determinism");
+  tcase_set_timeout(tc, 30);
+  tcase_add_loop_test(
+      tc, test_threads_bitwise, 0,
+      2 * (int)(sizeof determinism_cases / sizeof determinism_cases[0]));
+  tcase_add_loop_test(
+      tc, test_rerun_same_plan, 0,
+      (int)(sizeof determinism_cases / sizeof determinism_cases[0]));
+  tcase_add_loop_test(tc, test_concurrent_calls, 0, 2);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("identities");
+  tcase_add_loop_test(tc, test_mean_weights_are_mean, 0, 20);
+  tcase_add_loop_test(tc, test_batch_independent, 0, 2);
+  tcase_add_loop_test(tc, test_constant_bias_changes_nothing, 0, 2);
+  tcase_add_test(tc, test_key_permutation);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(properties_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
