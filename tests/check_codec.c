@@ -1,0 +1,1706 @@
+/* tests/check_codec.c: server/codec.c against simple references.
+ *
+ * References: strtod/strtoll and jansson itself for numbers (bit for bit),
+ * a naive bit-by-bit base64 codec, a brute-force shortest-decimal search
+ * built on printf and strtod, and jansson for the bulk scanner. The
+ * scanner's property: for any text T, jansson parses T iff it parses the
+ * skeleton, and then the skeleton with every placeholder replaced by its
+ * tensor equals T's value (numbers compared as floats, see json_same).
+ * Cases:
+ *   - numbers: random values printed in many formats, edge and halfway
+ *     cases, invalid grammar, overflow, the `end` bound;
+ *   - floats: a million random bit patterns read back, special values,
+ *     exact texts, shortness against the brute-force search;
+ *   - base64: random lengths against the naive codec, RFC 4648 vectors,
+ *     every way to be malformed with its bad_pos;
+ *   - the text buffer and its tensor printer;
+ *   - the scanner: exact skeletons, a table of adversarial texts, jansson's
+ *     depth limit, random documents, every prefix, random mutations.
+ * No timings are asserted. */
+#include <check.h>
+#include <errno.h>
+#include <float.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+
+/* Check's ck_assert* tell the parent process about every passing call (the
+ * "last checkpoint" of a crash report), a system call each. The sweeps here
+ * make millions of checks, so their hot loops use CHECK, which calls into
+ * Check only to fail. */
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond))                                                               \
+      ck_abort_msg("Assertion '%s' failed", #cond);                            \
+  } while (0)
+#define CHECK_MSG(cond, ...)                                                   \
+  do {                                                                         \
+    if (!(cond))                                                               \
+      ck_abort_msg(__VA_ARGS__);                                               \
+  } while (0)
+
+/* ---- PRNG (splitmix64) and helpers --------------------------------------- */
+
+typedef struct rng {
+  uint64_t s;
+} rng_t;
+
+static rng_t rng_seeded(uint64_t seed) {
+  rng_t r = {seed * 0x9E3779B97F4A7C15ull + 1};
+  return r;
+}
+
+static uint64_t rng_next(rng_t *r) {
+  uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t rng_below(rng_t *r, uint64_t n) {
+  return rng_next(r) % n;
+}
+
+static double rng_unit(rng_t *r) {
+  return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static uint32_t float_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+static float bits_float(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* A finite float with uniformly random bits. */
+static float rng_float_bits(rng_t *r) {
+  for (;;) {
+    uint32_t u = (uint32_t)rng_next(r);
+    if ((u & 0x7F800000u) != 0x7F800000u)
+      return bits_float(u);
+  }
+}
+
+/* A finite double with uniformly random bits. */
+static double rng_double_bits(rng_t *r) {
+  for (;;) {
+    uint64_t u = rng_next(r);
+    if ((u & 0x7FF0000000000000ull) != 0x7FF0000000000000ull) {
+      double d;
+      memcpy(&d, &u, sizeof d);
+      return d;
+    }
+  }
+}
+
+/* A value of the kind tensors hold: ±uniform·10^k, k in [-8, 8]. */
+static float rng_float_typical(rng_t *r) {
+  double v = (2 * rng_unit(r) - 1) * pow(10.0, (double)rng_below(r, 17) - 8);
+  return (float)v;
+}
+
+#define TEST_NONCE 4503599627370497ull /* 2^52 + 1 */
+
+/* ---- numbers: references ------------------------------------------------- */
+
+/* The status and value attnd_number_parse must give for s, a string in the
+ * JSON number grammar, derived the way jansson decides: an integer literal
+ * goes through strtoll, anything else through strtod, and only an overflow
+ * is an error. */
+static int ref_number(const char *s, float *out) {
+  if (!strpbrk(s, ".eE")) {
+    errno = 0;
+    (void)strtoll(s, NULL, 10);
+    if (errno == ERANGE)
+      return -2;
+  }
+  errno = 0;
+  double d = strtod(s, NULL);
+  if (errno == ERANGE && isinf(d))
+    return -2;
+  *out = (float)d;
+  return 0;
+}
+
+/* Parses s (all of it a JSON number) and checks status, value (bit for bit)
+ * and end against ref_number, and acceptance and value against jansson. */
+static void check_number(const char *s) {
+  size_t n = strlen(s);
+  float want = 0, got = 0;
+  const char *next = NULL;
+  int want_st = ref_number(s, &want);
+  int st = attnd_number_parse(s, s + n, &got, &next);
+  CHECK_MSG(st == want_st, "\"%.80s\": status %d, want %d", s, st, want_st);
+  json_t *j = json_loads(s, JSON_DECODE_ANY, NULL);
+  CHECK_MSG((j != NULL) == (st == 0), "\"%.80s\": jansson disagrees", s);
+  if (st == 0) {
+    CHECK_MSG(next == s + n, "\"%.80s\": stopped at %td", s, next - s);
+    CHECK_MSG(float_bits(got) == float_bits(want),
+              "\"%.80s\": got %.9g (%08x), want %.9g (%08x)", s, got,
+              float_bits(got), want, float_bits(want));
+    float jf = (float)json_number_value(j);
+    /* jansson's integer "-0" is 0 */
+    CHECK(jf == got && (signbit(jf) == signbit(got) || json_is_integer(j)));
+  }
+  json_decref(j);
+}
+
+/* ---- numbers: tests ------------------------------------------------------ */
+
+/* Random values in the formats clients use: even loop indices print
+ * random floats (random bits or typical values), odd ones doubles with
+ * random bits. */
+static const char *const parse_formats[] = {
+    "%.9g",  "%.9g",  "%.17g", "%.17g", "%.3g",  "%.3g",  "%e",    "%e",
+    "%.25e", "%.25e", "%.0f",  "%.0f",  "%.40f", "%.40f", "%.19e", "%.19e",
+};
+#define N_PARSE_FORMATS (int)(sizeof parse_formats / sizeof *parse_formats)
+
+START_TEST(test_parse_formats) {
+  rng_t r = rng_seeded(100 + (uint64_t)_i);
+  char s[512];
+  for (int k = 0; k < 5000; k++) {
+    double v = _i % 2 == 0 ? (k % 2 ? (double)rng_float_bits(&r)
+                                    : (double)rng_float_typical(&r))
+                           : rng_double_bits(&r);
+    snprintf(s, sizeof s, parse_formats[_i], v);
+    check_number(s);
+  }
+}
+END_TEST
+
+START_TEST(test_parse_integers) {
+  rng_t r = rng_seeded(7);
+  char s[64];
+  for (int k = 0; k < 20000; k++) {
+    uint64_t u = rng_next(&r) >> rng_below(&r, 64);
+    if (k % 3 == 0)
+      snprintf(s, sizeof s, "%llu", (unsigned long long)u);
+    else
+      snprintf(s, sizeof s, "%lld", (long long)(rng_below(&r, 2) ? u : -u));
+    check_number(s);
+  }
+}
+END_TEST
+
+/* Values next to the midpoints between neighbouring floats and doubles,
+ * where rounding twice (decimal to double to float) matters. */
+START_TEST(test_parse_halfway) {
+  rng_t r = rng_seeded(11);
+  char s[1200];
+  for (int k = 0; k < 3000; k++) {
+    float f = fabsf(rng_float_bits(&r));
+    if (f >= FLT_MAX)
+      continue;
+    double mid = 0.5 * ((double)f + (double)nextafterf(f, INFINITY));
+    snprintf(s, sizeof s, "%.60e", mid); /* exact for most exponents */
+    check_number(s);
+    snprintf(s, sizeof s, "%.17g", nextafter(mid, 0));
+    check_number(s);
+    snprintf(s, sizeof s, "%.17g", nextafter(mid, INFINITY));
+    check_number(s);
+    double d = fabs(rng_double_bits(&r));
+    if (d >= DBL_MAX)
+      continue;
+    long double dmid = 0.5L * ((long double)d + nextafter(d, INFINITY));
+    snprintf(s, sizeof s, "%.800Le", dmid); /* exact: 800 digits */
+    check_number(s);
+  }
+}
+END_TEST
+
+START_TEST(test_parse_edges) {
+  static const char *const cases[] = {
+      "0",
+      "-0",
+      "0.0",
+      "-0.0",
+      "0e0",
+      "0E+0",
+      "-0e-0",
+      "0e99999999999999999999",
+      "0.000e-9999",
+      "1",
+      "-1",
+      "1.5",
+      "1e5",
+      "1E5",
+      "1e+5",
+      "1e-5",
+      "1E-5",
+      "1e-45",
+      "1e-46",
+      "7e-46",
+      "7.1e-46",
+      "1.4e-45",
+      "1.17549435e-38",
+      "3.4028235e38",
+      "3.4028235e+38",
+      "3.40282347e38",
+      "3.4028236e38",
+      "3.40282357e38",
+      "1e38",
+      "1e39",
+      "1e308",
+      "-1e308",
+      "1.7976931348623157e308",
+      "4.9e-324",
+      "2.4703282292062327e-324",
+      "2.4703282292062328e-324",
+      "1e-400",
+      "-1e-400",
+      "2e-320",
+      "9007199254740992",
+      "9007199254740993",
+      "9007199254740993.0",
+      "9007199254740993e0",
+      "9007199254740995",
+      "123e22",
+      "123e-22",
+      "123e23",
+      "123e-23",
+      "9007199254740993e-22",
+      "1e22",
+      "1e23",
+      "4503599627370497e22",
+      "1.000000059604644775390625",
+      "1.00000005960464477539062499",
+      "1.000000059604644775390625000001",
+      "1.0000000596046448",
+      "1.00000017881393432617187499",
+      "1.000000178813934326171875",
+      "0.1",
+      "0.2",
+      "0.3",
+      "0.7",
+      "1234567890123456789",
+      "-1234567890123456789",
+      "9999999999999999999e0",
+      "9223372036854775807",
+      "-9223372036854775808",
+      "0.1234567890123456789",
+      "0.12345678901234567891",
+      "1234567890123456789012345e-10",
+      "1.234567890123456789012345",
+      "123456789012345678901234567890",
+      "0.000000000000000000000000001",
+      "100000000000000000000000000000000000000e-38",
+      "-1.5e-05",
+      "0.123456789",
+      "16777217",
+      "16777219",
+      "33554433",
+      "340282356779733661637539395458142568448",
+      "340282366920938463463374607431768211456",
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++)
+    check_number(cases[k]);
+
+  /* long tokens go through a heap copy */
+  char s[2100];
+  memset(s, '7', 1000);
+  memcpy(s + 1000, ".5e-990", 8);
+  check_number(s);
+  memcpy(s, "0.", 2);
+  memset(s + 2, '0', 1500);
+  memcpy(s + 1502, "123e1400", 9);
+  check_number(s);
+  memset(s, '9', 2000);
+  s[2000] = '\0';
+  check_number(s); /* an integer far beyond long long */
+  s[0] = '-';
+  check_number(s);
+}
+END_TEST
+
+START_TEST(test_parse_invalid) {
+  static const char *const bad[] = {
+      "",     "-",    "+1",   "+0",    ".5",   "-.5",      "5.",
+      "5.e3", "1.e5", "1e",   "1e+",   "1e-",  "1E",       "1.5e",
+      "e5",   "E5",   "01",   "00",    "-01",  "-00",      "007",
+      "nan",  "NaN",  "-nan", "inf",   "-inf", "Infinity", "-Infinity",
+      "--1",  "- 1",  " 1",   "\"1\"", "true", "null",     "[1]",
+      "0.",   "-0.",  "1.-5", "1e+-5", "1ee5", "x",
+  };
+  for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+    const char *s = bad[k];
+    float f = 42;
+    const char *next = s;
+    ck_assert_msg(attnd_number_parse(s, s + strlen(s), &f, &next) == -1,
+                  "\"%s\" accepted", s);
+    ck_assert(f == 42 && next == s); /* nothing written */
+  }
+}
+END_TEST
+
+START_TEST(test_parse_overflow) {
+  static const char *const big[] = {
+      "9223372036854775808",
+      "-9223372036854775809",
+      "99999999999999999999",
+      "-99999999999999999999",
+      "18446744073709551616",
+      "1e309",
+      "-1e309",
+      "1e400",
+      "1.8e308",
+      "-1.8e308",
+      "1e99999999999999999999",
+      "1797693134862315807937289714053034150799341327100378269361737789804449"
+      "6829276475094664901797758720709633028641669288791094655554785194040263"
+      "0657488671505820681908902000708383676273854845817711531764475730270069"
+      "8555713669596228429148198608349364752927190741684443655107043427115596"
+      "99508093042880177904174497792.0",
+  };
+  for (size_t k = 0; k < sizeof big / sizeof *big; k++) {
+    const char *s = big[k];
+    float f;
+    const char *next;
+    ck_assert_msg(attnd_number_parse(s, s + strlen(s), &f, &next) == -2,
+                  "\"%.40s\" not rejected as jansson does", s);
+    check_number(s); /* jansson rejects it too */
+  }
+}
+END_TEST
+
+/* Reading stops at `end` and at the first character after the number. */
+START_TEST(test_parse_bounds) {
+  static const struct {
+    const char *s;
+    int len;      /* characters before `end` */
+    int status;   /* expected */
+    int consumed; /* characters read, when status is 0 */
+    float value;
+  } cases[] = {
+      {"12345", 3, 0, 3, 123.0f},    {"01", 1, 0, 1, 0.0f},
+      {"1.5", 2, -1, 0, 0},          {"1e5", 2, -1, 0, 0},
+      {"1e5", 1, 0, 1, 1.0f},        {"-5", 1, -1, 0, 0},
+      {"0x10", 4, 0, 1, 0.0f},       {"1.5.3", 5, 0, 3, 1.5f},
+      {"1e5e3", 5, 0, 3, 1e5f},      {"123abc", 6, 0, 3, 123.0f},
+      {"7,8", 3, 0, 1, 7.0f},        {"7]", 2, 0, 1, 7.0f},
+      {"2.5e-1 ", 7, 0, 6, 0.25f},   {"-0.5}", 5, 0, 4, -0.5f},
+      {"1.25E+2x", 8, 0, 7, 125.0f}, {"4e", 2, -1, 0, 0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    const char *s = cases[k].s;
+    float f = 0;
+    const char *next = NULL;
+    int st = attnd_number_parse(s, s + cases[k].len, &f, &next);
+    ck_assert_msg(st == cases[k].status, "case %zu (%s): %d", k, s, st);
+    if (st == 0) {
+      ck_assert_int_eq(next - s, cases[k].consumed);
+      ck_assert(float_bits(f) == float_bits(cases[k].value));
+    }
+  }
+}
+END_TEST
+
+/* ---- printing floats ----------------------------------------------------- */
+
+/* The number of significant digits in a decimal text. */
+static int sig_digits(const char *s) {
+  int n = 0, last = 0, started = 0;
+  for (; *s && *s != 'e'; s++) {
+    if (*s < '0' || *s > '9')
+      continue;
+    started |= *s != '0';
+    if (started) {
+      n++;
+      if (*s != '0')
+        last = n;
+    }
+  }
+  return last;
+}
+
+/* The fewest significant digits of a decimal that reads back to v: for each
+ * precision p, the p-digit decimals nearest v on either side (the correctly
+ * rounded one from printf and its two neighbours) are tried with strtod. */
+static int ref_shortest(float v) {
+  char s[64], t[64];
+  for (int p = 1; p <= 9; p++) {
+    snprintf(s, sizeof s, "%.*e", p - 1, fabs((double)v));
+    char *e = strchr(s, 'e');
+    long long digits = 0;
+    for (char *q = s; q < e; q++)
+      if (*q != '.')
+        digits = digits * 10 + (*q - '0');
+    for (int d = -1; d <= 1; d++) {
+      snprintf(t, sizeof t, "%llde%d", digits + d, atoi(e + 1) - (p - 1));
+      if ((float)strtod(t, NULL) == fabsf(v))
+        return p;
+    }
+  }
+  return 99;
+}
+
+/* Formats v and checks: a JSON number of at most 16 characters that our
+ * parser and strtod read back bit for bit; with `shortest`, as few digits
+ * as ref_shortest; with `jansson`, jansson reads it back too. */
+static void check_format(float v, int shortest, int jansson) {
+  char buf[32];
+  int n = attnd_float_format(v, buf);
+  CHECK(n == (int)strlen(buf));
+  CHECK_MSG(n >= 1 && n <= 16, "%.9g: \"%s\"", v, buf);
+  float got = 0;
+  const char *next = NULL;
+  CHECK_MSG(attnd_number_parse(buf, buf + n, &got, &next) == 0 &&
+                next == buf + n,
+            "%.9g: \"%s\" is not a JSON number", v, buf);
+  CHECK_MSG(float_bits(got) == float_bits(v), "%.9g: \"%s\" reads %.9g", v, buf,
+            got);
+  CHECK(float_bits((float)strtod(buf, NULL)) == float_bits(v));
+  if (shortest && v != 0)
+    CHECK_MSG(sig_digits(buf) == ref_shortest(v),
+              "%.9g: \"%s\" has %d digits, %d suffice", v, buf, sig_digits(buf),
+              ref_shortest(v));
+  if (jansson) {
+    json_error_t err;
+    json_t *j = json_loads(buf, JSON_DECODE_ANY, &err);
+    CHECK_MSG(j != NULL, "\"%s\": %s", buf, err.text);
+    float jf = (float)json_number_value(j);
+    CHECK(jf == v && (signbit(jf) == signbit(v) || json_is_integer(j)));
+    json_decref(j);
+  }
+}
+
+/* 10 × 100000 random bit patterns; every 50th also checked for shortness
+ * and by jansson. */
+START_TEST(test_format_random_bits) {
+  rng_t r = rng_seeded(200 + (uint64_t)_i);
+  for (int k = 0; k < 100000; k++)
+    check_format(rng_float_bits(&r), k % 50 == 0, k % 50 == 0);
+}
+END_TEST
+
+START_TEST(test_format_random_typical) {
+  rng_t r = rng_seeded(300 + (uint64_t)_i);
+  for (int k = 0; k < 20000; k++)
+    check_format(rng_float_typical(&r), k % 4 == 0, k % 4 == 0);
+}
+END_TEST
+
+START_TEST(test_format_special) {
+  for (int e = -149; e <= 127; e++) {
+    check_format(ldexpf(1.0f, e), 1, 1);
+    check_format(-ldexpf(1.0f, e), 1, 1);
+  }
+  for (uint32_t u = 1; u < 2000; u++) /* the smallest denormals */
+    check_format(bits_float(u), 1, 1);
+  for (uint32_t u = 0x7F7FFFFFu; u > 0x7F7FF000u; u--) /* the largest */
+    check_format(bits_float(u), 1, 1);
+  for (uint32_t u = 0x007FF000u; u < 0x00801000u; u++) /* around FLT_MIN */
+    check_format(bits_float(u), 1, 1);
+  for (int k = -1000000; k <= 1000000; k += 7) /* integers */
+    check_format((float)k, 1, k % 1001 == 0);
+  for (int k = 1; k < 20000; k++) /* short decimals */
+    check_format((float)k / 1000.0f, 1, 0);
+  check_format(0.0f, 0, 1);
+  check_format(-0.0f, 0, 0);
+}
+END_TEST
+
+START_TEST(test_format_texts) {
+  static const struct {
+    float v;
+    const char *text;
+  } cases[] = {
+      {0.0f, "0"},
+      {-0.0f, "-0"},
+      {0.1f, "0.1"},
+      {1.0f, "1"},
+      {100.0f, "100"},
+      {-3.0f, "-3"},
+      {2.5f, "2.5"},
+      {0.3f, "0.3"},
+      {1.5e-7f, "1.5e-07"},
+      {-1.5e-5f, "-1.5e-05"},
+      {0.001f, "0.001"},
+      {0.0001f, "0.0001"},
+      {1e-5f, "1e-05"},
+      {123456.7f, "123456.7"},
+      {16777216.0f, "16777216"},
+      {1e10f, "10000000000"},
+      {1e14f, "100000000000000"},
+      {1e15f, "1e+15"},
+      {-1e-10f, "-1e-10"},
+      {FLT_MAX, "3.4028235e+38"},
+      {FLT_MIN, "1.1754944e-38"},
+      {1e-45f, "1e-45"},
+      {0.333333343f, "0.33333334"},
+      {3.14159274f, "3.1415927"},
+      {-123456789.0f, "-123456790"},
+      {1.17549421e-38f, "1.1754942e-38"},
+  };
+  char buf[32];
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    attnd_float_format(cases[k].v, buf);
+    ck_assert_str_eq(buf, cases[k].text);
+  }
+  /* JSON has no NaN or infinity */
+  static const float nonfinite[] = {NAN, -NAN, INFINITY, -INFINITY};
+  for (int k = 0; k < 4; k++) {
+    ck_assert_int_eq(attnd_float_format(nonfinite[k], buf), 4);
+    ck_assert_str_eq(buf, "null");
+  }
+  attnd_float_format(-0.0f, buf); /* -0 must keep its sign */
+  float f;
+  const char *next;
+  ck_assert_int_eq(attnd_number_parse(buf, buf + 2, &f, &next), 0);
+  ck_assert(float_bits(f) == 0x80000000u);
+}
+END_TEST
+
+/* ---- base64 -------------------------------------------------------------- */
+
+static const char ref_alphabet[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* Naive encoder: one bit at a time. Returns the text length. */
+static size_t ref_b64_encode(const unsigned char *src, size_t n, char *dst) {
+  size_t len = 0;
+  unsigned acc = 0, nbits = 0;
+  for (size_t i = 0; i < 8 * n; i++) {
+    acc = acc << 1 | ((src[i / 8] >> (7 - i % 8)) & 1);
+    if (++nbits == 6) {
+      dst[len++] = ref_alphabet[acc];
+      acc = nbits = 0;
+    }
+  }
+  if (nbits)
+    dst[len++] = ref_alphabet[acc << (6 - nbits)];
+  while (len % 4)
+    dst[len++] = '=';
+  return len;
+}
+
+START_TEST(test_b64_random) {
+  rng_t r = rng_seeded(400 + (uint64_t)_i);
+  unsigned char src[1001], back[1001];
+  char enc[1400], ref[1400];
+  for (int k = 0; k < 40; k++) {
+    size_t n = (size_t)rng_below(&r, 1001);
+    for (size_t i = 0; i < n; i++)
+      src[i] = (unsigned char)rng_next(&r);
+    size_t len = attnd_b64_encoded_len(n);
+    CHECK(len == (n + 2) / 3 * 4);
+    attnd_b64_encode(src, n, enc);
+    CHECK(ref_b64_encode(src, n, ref) == len);
+    CHECK(memcmp(enc, ref, len) == 0);
+    size_t out_n = 12345, bad = 12345;
+    CHECK(attnd_b64_decode(enc, len, back, &out_n, &bad) == 0);
+    CHECK(out_n == n);
+    CHECK(memcmp(back, src, n) == 0);
+  }
+}
+END_TEST
+
+START_TEST(test_b64_vectors) {
+  static const char *const plain[] = {"",     "f",     "fo",    "foo",
+                                      "foob", "fooba", "foobar"};
+  static const char *const text[] = {"",         "Zg==",     "Zm8=",    "Zm9v",
+                                     "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy"};
+  for (int k = 0; k < 7; k++) {
+    char enc[16];
+    unsigned char dec[16];
+    size_t n = strlen(plain[k]), len = attnd_b64_encoded_len(n), out_n, bad;
+    attnd_b64_encode(plain[k], n, enc);
+    ck_assert_uint_eq(len, strlen(text[k]));
+    ck_assert(memcmp(enc, text[k], len) == 0);
+    ck_assert_int_eq(attnd_b64_decode(text[k], len, dec, &out_n, &bad), 0);
+    ck_assert_uint_eq(out_n, n);
+    ck_assert(memcmp(dec, plain[k], n) == 0);
+  }
+  /* every byte value, and the two symbols */
+  unsigned char all[256], dec[256];
+  for (int k = 0; k < 256; k++)
+    all[k] = (unsigned char)k;
+  char enc[344];
+  attnd_b64_encode(all, 256, enc);
+  size_t out_n, bad;
+  ck_assert_int_eq(attnd_b64_decode(enc, 344, dec, &out_n, &bad), 0);
+  ck_assert(out_n == 256 && memcmp(dec, all, 256) == 0);
+  ck_assert_int_eq(attnd_b64_decode("+/+/", 4, dec, &out_n, &bad), 0);
+  ck_assert(out_n == 3 && dec[0] == 0xFB && dec[1] == 0xFF && dec[2] == 0xBF);
+}
+END_TEST
+
+START_TEST(test_b64_invalid) {
+#define B64_CASE(text, bad_pos)                                                \
+  { text, sizeof text - 1, bad_pos }
+  static const struct {
+    const char *text;
+    size_t len, bad_pos;
+  } cases[] = {
+      B64_CASE("a", 1),           B64_CASE("ab", 2),
+      B64_CASE("abc", 3),         B64_CASE("abcde", 5),
+      B64_CASE("abcd=", 5),       B64_CASE("abcd\n", 5),
+      B64_CASE("ab=c", 2),        B64_CASE("a===", 1),
+      B64_CASE("====", 0),        B64_CASE("=AAA", 0),
+      B64_CASE("A=AA", 1),        B64_CASE("AA=A", 2),
+      B64_CASE("A===", 1),        B64_CASE("QR==", 1),
+      B64_CASE("QUJ=", 2),        B64_CASE("QQ=\n", 2),
+      B64_CASE("ab c", 2),        B64_CASE("ab\tc", 2),
+      B64_CASE("abc\n", 3),       B64_CASE(" abc", 0),
+      B64_CASE("ab-_", 2),        B64_CASE("abc.", 3),
+      B64_CASE("ab==abcd", 2),    B64_CASE("AAA=AAAA", 3),
+      B64_CASE("AAAAA=A=", 5),    B64_CASE("AAAAAA=A", 6),
+      B64_CASE("AAAAAAA\x80", 7), B64_CASE("AAAA====", 4),
+      B64_CASE("Zm9vYh==", 5),    B64_CASE("Zm9vYmF=", 6),
+      B64_CASE("Zm9v\0mFy", 4),
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    const char *t = cases[k].text;
+    size_t n = cases[k].len;
+    unsigned char dec[8];
+    size_t out_n = 99, bad = 99;
+    ck_assert_msg(attnd_b64_decode(t, n, dec, &out_n, &bad) == -1,
+                  "\"%s\" accepted", t);
+    ck_assert_msg(bad == cases[k].bad_pos, "\"%s\": bad_pos %zu, want %zu", t,
+                  bad, cases[k].bad_pos);
+  }
+  /* the valid neighbours of some of those */
+  static const char *const good[] = {
+      "QQ==", "QUI=", "Zm9vYg==", "Zm9vYmE=", "AAAA", "////"};
+  for (size_t k = 0; k < sizeof good / sizeof *good; k++) {
+    unsigned char dec[8];
+    size_t out_n, bad;
+    ck_assert_int_eq(
+        attnd_b64_decode(good[k], strlen(good[k]), dec, &out_n, &bad), 0);
+  }
+}
+END_TEST
+
+/* A bad character at every position of random valid texts. */
+START_TEST(test_b64_bad_everywhere) {
+  static const char bad_chars[] = {' ', '\n', '\r', '\t',   '-',    '_',
+                                   '.', '*',  '\0', '\x80', '\xff', '='};
+  rng_t r = rng_seeded(500 + (uint64_t)_i);
+  unsigned char src[60], dec[60];
+  char enc[80];
+  size_t n = 1 + (size_t)rng_below(&r, 59);
+  for (size_t i = 0; i < n; i++)
+    src[i] = (unsigned char)rng_next(&r);
+  size_t len = attnd_b64_encoded_len(n);
+  attnd_b64_encode(src, n, enc);
+  for (size_t pos = 0; pos < len; pos++) {
+    for (size_t c = 0; c < sizeof bad_chars; c++) {
+      /* '=' may be legal padding at the last two places, and padding
+       * replaced makes the other '=' the first offender (see the table) */
+      if ((bad_chars[c] == '=' && pos + 2 >= len) || enc[pos] == '=')
+        continue;
+      char t[80];
+      memcpy(t, enc, len);
+      t[pos] = bad_chars[c];
+      size_t out_n, bad = 999;
+      CHECK(attnd_b64_decode(t, len, dec, &out_n, &bad) == -1);
+      CHECK(bad == pos);
+    }
+  }
+}
+END_TEST
+
+/* ---- the text buffer ----------------------------------------------------- */
+
+START_TEST(test_buf_basics) {
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  CHECK(b.data == NULL && b.len == 0 && b.cap == 0 && b.oom == 0);
+  attnd_buf_append(&b, "", 0);
+  CHECK(b.len == 0);
+  attnd_buf_puts(&b, "hello");
+  attnd_buf_append(&b, ", world!!", 7);
+  ck_assert_str_eq(b.data, "hello, world");
+  CHECK(attnd_buf_reserve(&b, 1000) == 0);
+  CHECK(b.cap >= b.len + 1001);
+  /* grow far, checking the content */
+  attnd_buf_t big;
+  attnd_buf_init(&big);
+  for (int k = 0; k < 100000; k++) {
+    char s[16];
+    int n = snprintf(s, sizeof s, "%d,", k);
+    attnd_buf_append(&big, s, (size_t)n);
+  }
+  CHECK(!big.oom && big.data[big.len] == '\0');
+  char *p = big.data;
+  for (int k = 0; k < 100000; k++) {
+    CHECK(strtol(p, &p, 10) == k);
+    CHECK(*p++ == ',');
+  }
+  CHECK(p == big.data + big.len);
+  attnd_buf_free(&big);
+  /* an impossible size sets oom, and then appends do nothing */
+  CHECK(attnd_buf_reserve(&b, SIZE_MAX - 4) == -1);
+  CHECK(b.oom);
+  attnd_buf_puts(&b, "more");
+  ck_assert_str_eq(b.data, "hello, world");
+  CHECK(attnd_buf_reserve(&b, 1) == -1);
+  attnd_buf_free(&b);
+  CHECK(b.data == NULL && b.len == 0 && b.oom == 0);
+}
+END_TEST
+
+START_TEST(test_buf_floats_texts) {
+  static const float x[6] = {1.0f, 0.5f, -2.0f, 0.1f, 1e-7f, -0.0f};
+  static const struct {
+    size_t n;
+    int rank;
+    int64_t dim[4];
+    const char *text;
+  } cases[] = {
+      {6, 0, {0}, "[1,0.5,-2,0.1,1e-07,-0]"},
+      {6, 1, {6}, "[1,0.5,-2,0.1,1e-07,-0]"},
+      {6, 2, {2, 3}, "[[1,0.5,-2],[0.1,1e-07,-0]]"},
+      {6, 2, {3, 2}, "[[1,0.5],[-2,0.1],[1e-07,-0]]"},
+      {6, 3, {3, 1, 2}, "[[[1,0.5]],[[-2,0.1]],[[1e-07,-0]]]"},
+      {6, 4, {1, 2, 3, 1}, "[[[[1],[0.5],[-2]],[[0.1],[1e-07],[-0]]]]"},
+      {1, 0, {0}, "[1]"},
+      {0, 0, {0}, "[]"},
+      {0, 1, {0}, "[]"},
+      {0, 2, {2, 0}, "[[],[]]"},
+      {0, 2, {0, 3}, "[]"},
+      {0, 3, {1, 0, 5}, "[[]]"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    attnd_buf_t b;
+    attnd_buf_init(&b);
+    attnd_buf_puts(&b, ">");
+    attnd_buf_floats(&b, x, cases[k].n, cases[k].rank, cases[k].dim);
+    ck_assert(!b.oom);
+    ck_assert_str_eq(b.data + 1, cases[k].text);
+    ck_assert_uint_eq(b.len, strlen(b.data));
+    attnd_buf_free(&b);
+  }
+}
+END_TEST
+
+/* Checks that j is a nested array of the given shape holding x bit for bit
+ * (with jansson's integer "-0" standing for -0.0f). */
+static void check_json_tensor(json_t *j, const float **x, int rank,
+                              const int64_t *dim) {
+  CHECK(json_is_array(j));
+  CHECK(json_array_size(j) == (size_t)dim[0]);
+  for (size_t i = 0; i < (size_t)dim[0]; i++) {
+    json_t *e = json_array_get(j, i);
+    if (rank > 1) {
+      check_json_tensor(e, x, rank - 1, dim + 1);
+    } else {
+      float f = (float)json_number_value(e);
+      CHECK(json_is_number(e));
+      CHECK(f == **x && (signbit(f) == signbit(**x) || json_is_integer(e)));
+      (*x)++;
+    }
+  }
+}
+
+START_TEST(test_buf_floats_random) {
+  rng_t r = rng_seeded(600 + (uint64_t)_i);
+  int rank = 1 + _i % 4;
+  int64_t dim[4];
+  size_t n = 1;
+  for (int d = 0; d < rank; d++) {
+    dim[d] = 1 + (int64_t)rng_below(&r, rank == 1 ? 3000 : 12);
+    n *= (size_t)dim[d];
+  }
+  float *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++)
+    x[i] = i % 2 ? rng_float_bits(&r) : rng_float_typical(&r);
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_buf_floats(&b, x, n, rank, dim);
+  ck_assert(!b.oom && b.len == strlen(b.data));
+  json_error_t err;
+  json_t *j = json_loadb(b.data, b.len, 0, &err);
+  ck_assert_msg(j != NULL, "%s", err.text);
+  const float *p = x;
+  check_json_tensor(j, &p, rank, dim);
+  ck_assert(p == x + n);
+  json_decref(j);
+  /* rank 0: the same numbers, flat */
+  attnd_buf_t flat;
+  attnd_buf_init(&flat);
+  attnd_buf_floats(&flat, x, n, 0, NULL);
+  j = json_loadb(flat.data, flat.len, 0, &err);
+  ck_assert_msg(j != NULL, "%s", err.text);
+  p = x;
+  int64_t all = (int64_t)n;
+  check_json_tensor(j, &p, 1, &all);
+  json_decref(j);
+  attnd_buf_free(&flat);
+  attnd_buf_free(&b);
+  free(x);
+}
+END_TEST
+
+START_TEST(test_buf_base64) {
+  rng_t r = rng_seeded(700);
+  unsigned char src[300];
+  for (size_t i = 0; i < sizeof src; i++)
+    src[i] = (unsigned char)rng_next(&r);
+  for (size_t n = 0; n < sizeof src; n += 7) {
+    attnd_buf_t b;
+    attnd_buf_init(&b);
+    attnd_buf_puts(&b, "\"");
+    attnd_buf_base64(&b, src, n);
+    char ref[400];
+    size_t len = ref_b64_encode(src, n, ref);
+    ck_assert_uint_eq(b.len, 1 + len);
+    ck_assert(memcmp(b.data + 1, ref, len) == 0 && b.data[b.len] == '\0');
+    attnd_buf_free(&b);
+  }
+}
+END_TEST
+
+/* ---- the bulk scanner: references ---------------------------------------- */
+
+/* Whether v is an array placeholder of an item of `set`; sets *k. */
+static int is_placeholder(json_t *v, const attnd_bulk_set_t *set, size_t *k) {
+  json_t *tag = json_array_get(v, 0), *nonce = json_array_get(v, 1);
+  json_t *idx = json_array_get(v, 2);
+  if (json_array_size(v) != 3 || !json_is_string(tag) ||
+      json_string_length(tag) != 5 ||
+      memcmp(json_string_value(tag),
+             "\x01"
+             "bulk",
+             5) != 0 ||
+      !json_is_integer(nonce) ||
+      (uint64_t)json_integer_value(nonce) != set->nonce ||
+      !json_is_integer(idx) || json_integer_value(idx) < 0 ||
+      (size_t)json_integer_value(idx) >= set->n)
+    return 0;
+  *k = (size_t)json_integer_value(idx);
+  return set->items[*k].text == NULL;
+}
+
+/* Whether s is a string placeholder of an item of `set`; sets *k. */
+static int is_string_placeholder(const char *s, const attnd_bulk_set_t *set,
+                                 size_t *k) {
+  unsigned long long nonce, idx;
+  int used = 0;
+  if (strncmp(s, "\x01"
+                 "bulk:",
+              6) != 0 ||
+      sscanf(s + 6, "%llu:%llu%n", &nonce, &idx, &used) != 2 ||
+      s[6 + used] != 0 || nonce != set->nonce || idx >= set->n ||
+      set->items[idx].text == NULL)
+    return 0;
+  *k = (size_t)idx;
+  return 1;
+}
+
+/* Item data[*at..] of the given shape as nested JSON arrays (new ref). */
+static json_t *tensor_json(const attnd_bulk_t *item, size_t *at, int level) {
+  json_t *a = json_array();
+  for (int64_t i = 0; i < item->dim[level]; i++) {
+    json_t *e;
+    if (level + 1 < item->rank) {
+      e = tensor_json(item, at, level + 1);
+    } else {
+      /* jansson has no infinite reals; ±DBL_MAX is ±inf as a float */
+      float f = item->data[(*at)++];
+      e = item->is_bool ? json_boolean(f != 0)
+          : isinf(f)    ? json_real(copysign(DBL_MAX, f))
+                        : json_real(f);
+      CHECK(!item->is_bool || f == 0.0f || f == 1.0f);
+    }
+    json_array_append_new(a, e);
+  }
+  return a;
+}
+
+/* v with every placeholder replaced by its tensor or string, keys included
+ * (new ref); counts the uses of each item in uses[]. */
+static json_t *substitute(json_t *v, const attnd_bulk_set_t *set, int *uses) {
+  size_t k;
+  if (json_is_array(v) && is_placeholder(v, set, &k)) {
+    size_t at = 0;
+    uses[k]++;
+    return tensor_json(&set->items[k], &at, 0);
+  }
+  if (json_is_string(v) && is_string_placeholder(json_string_value(v), set, &k)) {
+    uses[k]++;
+    return json_stringn(set->items[k].text, set->items[k].text_len);
+  }
+  if (json_is_array(v)) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < json_array_size(v); i++)
+      json_array_append_new(a, substitute(json_array_get(v, i), set, uses));
+    return a;
+  }
+  if (json_is_object(v)) {
+    json_t *o = json_object();
+    const char *key;
+    json_t *e;
+    json_object_foreach(v, key, e) {
+      if (is_string_placeholder(key, set, &k)) {
+        uses[k]++;
+        char *real = strndup(set->items[k].text, set->items[k].text_len);
+        json_object_set_new(o, real, substitute(e, set, uses));
+        free(real);
+      } else {
+        json_object_set_new(o, key, substitute(e, set, uses));
+      }
+    }
+    return o;
+  }
+  return json_incref(v);
+}
+
+/* Whether b equals a, the value of the original text, comparing numbers as
+ * floats: (float)a == (float)b, with the same sign unless a is jansson's
+ * integer (whose "-0" is 0). */
+static int json_same(json_t *a, json_t *b) {
+  if (json_is_number(a) && json_is_number(b)) {
+    float fa = (float)json_number_value(a), fb = (float)json_number_value(b);
+    return fa == fb && (signbit(fa) == signbit(fb) || json_is_integer(a));
+  }
+  if (json_typeof(a) != json_typeof(b))
+    return 0;
+  if (json_is_array(a)) {
+    if (json_array_size(a) != json_array_size(b))
+      return 0;
+    for (size_t i = 0; i < json_array_size(a); i++)
+      if (!json_same(json_array_get(a, i), json_array_get(b, i)))
+        return 0;
+    return 1;
+  }
+  if (json_is_object(a)) {
+    if (json_object_size(a) != json_object_size(b))
+      return 0;
+    const char *key;
+    json_t *e;
+    json_object_foreach(a, key, e) {
+      json_t *f = json_object_get(b, key);
+      if (!f || !json_same(e, f))
+        return 0;
+    }
+    return 1;
+  }
+  return json_equal(a, b);
+}
+
+static size_t check_scan_s(const char *text, size_t n, size_t min_elems,
+                           size_t min_string, attnd_bulk_set_t *set_out);
+
+/* check_scan_s without string items. */
+static size_t check_scan(const char *text, size_t n, size_t min_elems,
+                         attnd_bulk_set_t *set_out) {
+  return check_scan_s(text, n, min_elems, 0, set_out);
+}
+
+/* Scans text[0..n) and checks the scanner's property (see the top of this
+ * file) under jansson's two decoding modes, that each item is well formed
+ * and used exactly once, and that without items the skeleton is the text.
+ * Returns the number of items; *set_out, when given, takes the set. */
+static size_t check_scan_s(const char *text, size_t n, size_t min_elems,
+                           size_t min_string, attnd_bulk_set_t *set_out) {
+  attnd_bulk_set_t set;
+  attnd_buf_t sk;
+  attnd_bulk_set_init(&set, TEST_NONCE);
+  attnd_buf_init(&sk);
+  CHECK(attnd_bulk_scan(text, n, min_elems, min_string, &set, &sk) == 0);
+  CHECK(sk.len == 0 || sk.data[sk.len] == '\0');
+  if (set.n == 0)
+    CHECK(sk.len == n && (n == 0 || memcmp(sk.data, text, n) == 0));
+  for (size_t k = 0; k < set.n; k++) {
+    const attnd_bulk_t *it = &set.items[k];
+    if (it->text) { /* a plain string inside the text, quoted there */
+      CHECK(min_string > 0 && it->text_len >= min_string && !it->data);
+      CHECK(it->text > text && it->text + it->text_len < text + n);
+      CHECK(it->text[-1] == '"' && it->text[it->text_len] == '"');
+      for (size_t i = 0; i < it->text_len; i++)
+        CHECK(it->text[i] >= 0x20 && it->text[i] < 0x7f &&
+              it->text[i] != '\\' && it->text[i] != '"');
+      continue;
+    }
+    CHECK(it->rank >= 1 && it->rank <= ATTND_BULK_MAX_RANK);
+    size_t prod = 1;
+    for (int d = 0; d < it->rank; d++) {
+      CHECK(it->dim[d] >= 1);
+      prod *= (size_t)it->dim[d];
+    }
+    CHECK(prod == it->n && it->n >= min_elems && it->n >= 1);
+    CHECK(it->is_bool == 0 || it->is_bool == 1);
+  }
+  static const size_t flags[2] = {0, JSON_DECODE_ANY};
+  for (int f = 0; f < 2; f++) {
+    json_error_t et, es;
+    json_t *jt = json_loadb(text, n, flags[f], &et);
+    json_t *js = json_loadb(sk.len ? sk.data : "", sk.len, flags[f], &es);
+    CHECK_MSG((jt != NULL) == (js != NULL),
+              "text %s (%s) but skeleton %s (%s)\ntext: %.300s\nskeleton: "
+              "%.300s",
+              jt ? "parses" : "fails", jt ? "" : et.text,
+              js ? "parses" : "fails", js ? "" : es.text, text,
+              sk.len ? sk.data : "");
+    if (jt) {
+      int *uses = calloc(set.n + 1, sizeof *uses);
+      json_t *sub = substitute(js, &set, uses);
+      CHECK_MSG(json_same(jt, sub), "values differ\ntext: %.300s", text);
+      for (size_t k = 0; k < set.n; k++)
+        CHECK(uses[k] == 1);
+      json_decref(sub);
+      free(uses);
+    }
+    json_decref(jt);
+    json_decref(js);
+  }
+  attnd_buf_free(&sk);
+  size_t count = set.n;
+  if (set_out)
+    *set_out = set;
+  else
+    attnd_bulk_set_free(&set);
+  return count;
+}
+
+/* ---- the bulk scanner: tests --------------------------------------------- */
+
+START_TEST(test_scan_example) {
+  const char *text =
+      "{\"a\": [[1, 2.5], [-3e2, 4]], \"s\": \"[1,2]\\\"[3]\", "
+      "\"b\":[true,false ,true],\"c\":[[1,2],[3]],\"d\":[1,\"x\"],"
+      "\"e\":[[[[[7]]]]]}";
+  attnd_bulk_set_t set;
+  attnd_buf_t sk;
+  attnd_bulk_set_init(&set, 12345);
+  attnd_buf_init(&sk);
+  ck_assert_int_eq(attnd_bulk_scan(text, strlen(text), 1, 0, &set, &sk), 0);
+  ck_assert_str_eq(
+      sk.data, "{\"a\": [\"\\u0001bulk\",12345,0], \"s\": \"[1,2]\\\"[3]\", "
+               "\"b\":[\"\\u0001bulk\",12345,1],"
+               "\"c\":[[\"\\u0001bulk\",12345,2],[\"\\u0001bulk\",12345,3]],"
+               "\"d\":[1,\"x\"],\"e\":[[\"\\u0001bulk\",12345,4]]}");
+  ck_assert_uint_eq(set.n, 5);
+  ck_assert_uint_eq(set.nonce, 12345);
+  static const float a[4] = {1, 2.5f, -300, 4}, b[3] = {1, 0, 1};
+  ck_assert(set.items[0].rank == 2 && set.items[0].dim[0] == 2 &&
+            set.items[0].dim[1] == 2 && set.items[0].n == 4 &&
+            !set.items[0].is_bool);
+  ck_assert(memcmp(set.items[0].data, a, sizeof a) == 0);
+  ck_assert(set.items[1].rank == 1 && set.items[1].dim[0] == 3 &&
+            set.items[1].is_bool);
+  ck_assert(memcmp(set.items[1].data, b, sizeof b) == 0);
+  ck_assert(set.items[2].n == 2 && set.items[3].n == 1 &&
+            set.items[3].data[0] == 3);
+  ck_assert(set.items[4].rank == 4 && set.items[4].n == 1 &&
+            set.items[4].data[0] == 7);
+  for (int d = 0; d < 4; d++)
+    ck_assert(set.items[4].dim[d] == 1);
+  attnd_bulk_set_free(&set);
+  ck_assert(set.items == NULL && set.n == 0);
+  attnd_buf_free(&sk);
+  check_scan(text, strlen(text), 1, NULL);
+}
+END_TEST
+
+/* Adversarial texts: how many items each gives at a threshold, and the
+ * property for each. */
+#define SCAN_CASE(text, min_elems, items)                                      \
+  { text, sizeof text - 1, min_elems, items }
+static const struct {
+  const char *text;
+  size_t len, min_elems, items;
+} scan_cases[] = {
+    SCAN_CASE("[]", 1, 0),
+    SCAN_CASE("[[]]", 1, 0),
+    SCAN_CASE("[[],[]]", 1, 0),
+    SCAN_CASE("[[1],[]]", 1, 1),
+    SCAN_CASE("[1,2,]", 1, 0),
+    SCAN_CASE("[1,,2]", 1, 0),
+    SCAN_CASE("[1 2]", 1, 0),
+    SCAN_CASE("[,1]", 1, 0),
+    SCAN_CASE("[1,2", 1, 0),
+    SCAN_CASE("[[1,2],[3,4]", 1, 2),
+    SCAN_CASE("[1,2]]", 1, 1),
+    SCAN_CASE("[1,2]x", 1, 1),
+    SCAN_CASE("x[1,2]", 1, 1),
+    SCAN_CASE("[[1,2],[3]]", 1, 2),
+    SCAN_CASE("[[1,2],3]", 1, 1),
+    SCAN_CASE("[1,[2,3]]", 1, 1),
+    SCAN_CASE("[[1,2],[[3,4]]]", 1, 2),
+    SCAN_CASE("[[[[[1]]]]]", 1, 1),
+    SCAN_CASE("[[[[[1,2],[3,4]]]]]", 1, 1),
+    SCAN_CASE("[[[[[[1]]]]]]", 1, 1),
+    SCAN_CASE("[1,true]", 1, 0),
+    SCAN_CASE("[true,1]", 1, 0),
+    SCAN_CASE("[true,false]", 1, 1),
+    SCAN_CASE("[[true],[false]]", 1, 1),
+    SCAN_CASE("[[true],[1]]", 1, 2),
+    SCAN_CASE("[null]", 1, 0),
+    SCAN_CASE("[1,null]", 1, 0),
+    SCAN_CASE("[\"a\"]", 1, 0),
+    SCAN_CASE("[{}]", 1, 0),
+    SCAN_CASE("[tru]", 1, 0),
+    SCAN_CASE("[truex]", 1, 0),
+    SCAN_CASE("[true1]", 1, 0),
+    SCAN_CASE("[True]", 1, 0),
+    SCAN_CASE("[1e400]", 1, 0),
+    SCAN_CASE("[1,2,1e400]", 1, 0),
+    SCAN_CASE("[[1,2],[1e400,3]]", 1, 1),
+    SCAN_CASE("[-1e309]", 1, 0),
+    SCAN_CASE("[99999999999999999999]", 1, 0),
+    SCAN_CASE("[-9223372036854775809]", 1, 0),
+    SCAN_CASE("[9223372036854775807,-9223372036854775808]", 1, 1),
+    SCAN_CASE("[3.4028236e38,1e-400,2e-320]", 1, 1),
+    SCAN_CASE("[-]", 1, 0),
+    SCAN_CASE("[01]", 1, 0),
+    SCAN_CASE("[1.]", 1, 0),
+    SCAN_CASE("[.5]", 1, 0),
+    SCAN_CASE("[+1]", 1, 0),
+    SCAN_CASE("[0x10]", 1, 0),
+    SCAN_CASE("[1.5.3]", 1, 0),
+    SCAN_CASE("[- 1]", 1, 0),
+    SCAN_CASE("[NaN]", 1, 0),
+    SCAN_CASE("[Infinity]", 1, 0),
+    SCAN_CASE("[1e5e5]", 1, 0),
+    SCAN_CASE("\"[1,2]\"", 1, 0),
+    SCAN_CASE("[\"[1,2]\"]", 1, 0),
+    SCAN_CASE("\"\\\"[1,2]\"", 1, 0),
+    SCAN_CASE("\"\\\\\"[1,2]", 1, 1),
+    SCAN_CASE("[\"\\\\\",[1,2]]", 1, 1),
+    SCAN_CASE("[\"\\\\\\\"\",[1,2]]", 1, 1),
+    SCAN_CASE("\"[1,2]", 1, 0),
+    SCAN_CASE("\"\\", 1, 0),
+    SCAN_CASE("{\"a\":[1,2]}", 1, 1),
+    SCAN_CASE("{\"[\":[1]}", 1, 1),
+    SCAN_CASE("{[1,2]:3}", 1, 1),
+    SCAN_CASE("[ 1 , 2 ]", 1, 1),
+    SCAN_CASE("[\t1\n,\r2 ]", 1, 1),
+    SCAN_CASE("[1\f,2]", 1, 0),
+    SCAN_CASE("[1,2\v]", 1, 0),
+    SCAN_CASE("[1,2]", 3, 0),
+    SCAN_CASE("[1,2,3]", 3, 1),
+    SCAN_CASE("[[1,2],[3,4]]", 4, 1),
+    SCAN_CASE("[[1,2],[3,4]]", 5, 0),
+    SCAN_CASE("[[1,2,3],[4,5,6]]", 3, 1),
+    SCAN_CASE("[[1,2],[3,4,5]]", 3, 1),
+    SCAN_CASE("[\"\\u0001bulk\",1,0]", 1, 0),
+    SCAN_CASE("[\"\\u0001bulk\",4503599627370497,0]", 1, 0),
+    SCAN_CASE("[[\"\\u0001bulk\",4503599627370496,0],[1,2]]", 1, 1),
+    SCAN_CASE("[[1],[2],[3]]", 1, 1),
+    SCAN_CASE("[[[1,2]],[[3,4]]]", 1, 1),
+    SCAN_CASE("[[[1,2]],[[3,4],[5,6]]]", 1, 2),
+    SCAN_CASE("[1,2] [3,4]", 1, 2),
+    SCAN_CASE("[1,2],[3,4]", 1, 2),
+    SCAN_CASE("[1,2]\x00[3]", 1, 2),
+    SCAN_CASE("[1,\xff]", 1, 0),
+    SCAN_CASE("[\"\xff\",[1]]", 1, 1),
+    SCAN_CASE("[1]\xc3\xa9", 1, 1),
+    SCAN_CASE("1", 1, 0),
+    SCAN_CASE("-0", 1, 0),
+    SCAN_CASE("[-0,0,-0.0]", 1, 1),
+    SCAN_CASE("", 1, 0),
+    SCAN_CASE("]]]]", 1, 0),
+    SCAN_CASE("}[1]", 1, 1),
+};
+#define N_SCAN_CASES (int)(sizeof scan_cases / sizeof *scan_cases)
+
+/* Long plain strings become string items; strings with escapes, control
+ * or non-ASCII characters, and short ones, stay in the skeleton. */
+START_TEST(test_scan_strings) {
+  static const char text[] =
+      "{\"q\": {\"base64\": \"AACAPwAAAEAAAEBA\"}, \"short\": \"abc\", "
+      "\"esc\": \"AAAA\\\"AAAAAAAA\", \"utf\": \"AAAA\xc3\xa9" "AAAAAAAA\", "
+      "\"LONGKEYLONGKEY\": [1, 2], \"tab\": \"AAAA\tAAAAAAAAAA\"}";
+  attnd_bulk_set_t set;
+  attnd_buf_t sk;
+  attnd_bulk_set_init(&set, 12345);
+  attnd_buf_init(&sk);
+  ck_assert_int_eq(attnd_bulk_scan(text, strlen(text), 100, 8, &set, &sk), 0);
+  ck_assert_str_eq(sk.data, "{\"q\": {\"base64\": \"\\u0001bulk:12345:0\"}, "
+                            "\"short\": \"abc\", \"esc\": \"AAAA\\\"AAAAAAAA\", "
+                            "\"utf\": \"AAAA\xc3\xa9" "AAAAAAAA\", "
+                            "\"\\u0001bulk:12345:1\": [1, 2], "
+                            "\"tab\": \"AAAA\tAAAAAAAAAA\"}");
+  ck_assert_uint_eq(set.n, 2);
+  ck_assert_uint_eq(set.items[0].text_len, 16);
+  ck_assert(memcmp(set.items[0].text, "AACAPwAAAEAAAEBA", 16) == 0);
+  ck_assert_ptr_null(set.items[0].data);
+  ck_assert_uint_eq(set.items[1].text_len, 14);
+  attnd_bulk_set_free(&set);
+  attnd_buf_free(&sk);
+  /* and the equivalence property, with strings of every length lifted */
+  for (size_t m = 1; m < 20; m++)
+    check_scan_s(text, strlen(text), 1, m, NULL);
+}
+END_TEST
+
+START_TEST(test_scan_cases) {
+  ck_assert_uint_eq(check_scan(scan_cases[_i].text, scan_cases[_i].len,
+                               scan_cases[_i].min_elems, NULL),
+                    scan_cases[_i].items);
+}
+END_TEST
+
+/* Regular tensors of every rank, numbers and booleans, with random spacing:
+ * exactly one item with the right shape, and values bit for bit those of
+ * (float)strtod on the printed texts. */
+START_TEST(test_scan_tensors) {
+  rng_t r = rng_seeded(800 + (uint64_t)_i);
+  int rank = 1 + _i % 4, is_bool = _i % 5 == 4;
+  int64_t dim[4];
+  size_t n = 1;
+  for (int d = 0; d < rank; d++) {
+    dim[d] = 1 + (int64_t)rng_below(&r, rank == 1 ? 200 : 6);
+    n *= (size_t)dim[d];
+  }
+  float *want = malloc(n * sizeof *want);
+  attnd_buf_t t;
+  attnd_buf_init(&t);
+  static const char *const fmt[] = {"%.9g", "%.17g", "%.3e", "%.0f", "%g"};
+  static const char *const ws[] = {"", "", " ", "\n", "\t ", "\r\n  "};
+  int64_t idx[4] = {0};
+  for (int d = 0; d < rank; d++)
+    attnd_buf_puts(&t, "[");
+  for (size_t i = 0; i < n; i++) {
+    char s[400];
+    attnd_buf_puts(&t, ws[rng_below(&r, 6)]);
+    if (is_bool) {
+      int v = (int)rng_below(&r, 2);
+      attnd_buf_puts(&t, v ? "true" : "false");
+      want[i] = (float)v;
+    } else {
+      double v = i % 3 ? rng_float_typical(&r) : rng_double_bits(&r);
+      if (fabs(v) > 1e15) /* keeps "%.0f" within long long */
+        v = 1.5;
+      snprintf(s, sizeof s, fmt[rng_below(&r, 5)], v);
+      attnd_buf_puts(&t, s);
+      want[i] = (float)strtod(s, NULL);
+    }
+    attnd_buf_puts(&t, ws[rng_below(&r, 6)]);
+    int d = rank - 1; /* close the levels that end here, then reopen */
+    while (d >= 0 && ++idx[d] == dim[d]) {
+      idx[d--] = 0;
+      attnd_buf_puts(&t, "]");
+    }
+    if (d >= 0) {
+      attnd_buf_puts(&t, ",");
+      for (int e = d + 1; e < rank; e++)
+        attnd_buf_puts(&t, "[");
+    }
+  }
+  attnd_bulk_set_t set;
+  CHECK(check_scan(t.data, t.len, n, &set) == 1);
+  const attnd_bulk_t *it = &set.items[0];
+  CHECK(it->rank == rank);
+  CHECK(it->is_bool == is_bool);
+  CHECK(it->n == n);
+  for (int d = 0; d < rank; d++)
+    CHECK(it->dim[d] == dim[d]);
+  for (size_t i = 0; i < n; i++)
+    CHECK_MSG(float_bits(it->data[i]) == float_bits(want[i]),
+              "element %zu: %.9g, want %.9g", i, it->data[i], want[i]);
+  attnd_bulk_set_free(&set);
+  /* one element fewer than the threshold: nothing is replaced */
+  CHECK(check_scan(t.data, t.len, n + 1, NULL) == 0);
+  attnd_buf_free(&t);
+  free(want);
+}
+END_TEST
+
+/* jansson stops at depth 2048, counting scalars: an array must not be
+ * replaced when its leaves are too deep, or an invalid text would parse. */
+START_TEST(test_scan_depth_limit) {
+  static const char *const inner[] = {"[[1,2],[3,4]]", "[1,2]", "[[[[1]]]]"};
+  static const int depth[] = {2, 1, 4};
+  for (int k = 0; k < 3; k++) {
+    for (int outer = 2040; outer <= 2050; outer++) {
+      attnd_buf_t t;
+      attnd_buf_init(&t);
+      for (int d = 0; d < outer; d++)
+        attnd_buf_puts(&t, d % 3 ? "[" : "{\"k\":");
+      attnd_buf_puts(&t, inner[k]);
+      for (int d = outer - 1; d >= 0; d--)
+        attnd_buf_puts(&t, d % 3 ? "]" : "}");
+      /* valid iff leaves, at depth outer + depth + 1, fit */
+      int valid = outer + depth[k] + 1 <= JSON_PARSER_MAX_DEPTH;
+      json_t *j = json_loadb(t.data, t.len, 0, NULL);
+      ck_assert_int_eq(j != NULL, valid);
+      json_decref(j);
+      size_t items = check_scan(t.data, t.len, 1, NULL);
+      if (valid)
+        ck_assert_uint_eq(items, 1);
+      attnd_buf_free(&t);
+    }
+  }
+  /* closed containers do not count */
+  attnd_buf_t t;
+  attnd_buf_init(&t);
+  attnd_buf_puts(&t, "[");
+  for (int k = 0; k < 1500; k++)
+    attnd_buf_puts(&t, "{\"a\":[]},[[]],");
+  attnd_buf_puts(&t, "[1,2]]");
+  ck_assert_uint_eq(check_scan(t.data, t.len, 1, NULL), 1);
+  attnd_buf_free(&t);
+}
+END_TEST
+
+/* ---- random documents ---------------------------------------------------- */
+
+static void gen_ws(rng_t *r, attnd_buf_t *b) {
+  static const char ws[] = " \t\n\r";
+  if (rng_below(r, 3) == 0)
+    for (int k = 1 + (int)rng_below(r, 3); k > 0; k--)
+      attnd_buf_append(b, &ws[rng_below(r, 4)], 1);
+}
+
+/* A random string; a key `key` >= 0 starts with "<key>:", to keep the keys
+ * of an object distinct (jansson keeps the last of duplicate keys, which
+ * would drop a placeholder). */
+static void gen_string(rng_t *r, attnd_buf_t *b, int key) {
+  static const char *const parts[] = {
+      "a",        "Z",    " ",     "[",        "]",           "{",
+      "}",        ",",    ":",     "1",        "-2.5",        "\\\"",
+      "\\\\",     "\\/",  "\\n",   "\\u005b",  "\\u0001bulk", "\\t",
+      "\xc3\xa9", "true", "[1,2]", "\\\\\\\"", "e5"};
+  attnd_buf_puts(b, "\"");
+  if (key >= 0) {
+    char s[16];
+    snprintf(s, sizeof s, "%d:", key);
+    attnd_buf_puts(b, s);
+  }
+  for (int k = (int)rng_below(r, 6); k > 0; k--)
+    attnd_buf_puts(b, parts[rng_below(r, sizeof parts / sizeof *parts)]);
+  attnd_buf_puts(b, "\"");
+}
+
+static void gen_number(rng_t *r, attnd_buf_t *b) {
+  static const char *const special[] = {"0",
+                                        "-0",
+                                        "0.0",
+                                        "-0.0",
+                                        "1e-45",
+                                        "1E5",
+                                        "1e+5",
+                                        "3.4028235e38",
+                                        "3.4028236e38",
+                                        "1e-400",
+                                        "2.5e-320",
+                                        "0.1",
+                                        "-1.5e-05",
+                                        "123456789012345678",
+                                        "9223372036854775807",
+                                        "-9223372036854775808",
+                                        "1.000000059604644775390625"};
+  char s[64];
+  switch (rng_below(r, 8)) {
+  case 0:
+  case 1:
+  case 2:
+    snprintf(s, sizeof s, "%.9g", rng_float_typical(r));
+    break;
+  case 3:
+    snprintf(s, sizeof s, "%.17g", rng_double_bits(r));
+    break;
+  case 4:
+    snprintf(s, sizeof s, "%d", (int)rng_below(r, 2000001) - 1000000);
+    break;
+  case 5:
+    snprintf(s, sizeof s, "%.9g", rng_float_bits(r));
+    break;
+  default:
+    snprintf(s, sizeof s, "%s",
+             special[rng_below(r, sizeof special / sizeof *special)]);
+  }
+  attnd_buf_puts(b, s);
+}
+
+/* A leaf that breaks a numeric tensor, or once in a while a number jansson
+ * rejects. */
+static void gen_intruder(rng_t *r, attnd_buf_t *b) {
+  static const char *const x[] = {
+      "null",   "\"1\"", "{}",    "[]",
+      "true",   "[1]",   "1e400", "99999999999999999999",
+      "-1e309", "[[2]]"};
+  attnd_buf_puts(b, x[rng_below(r, sizeof x / sizeof *x)]);
+}
+
+/* A nested array of rank 1..6 (5 and 6 are too deep to be one item), all
+ * numbers or all booleans, possibly flawed: ragged (a sub-array of another
+ * length) or with one intruding leaf. */
+static void gen_tensor(rng_t *r, attnd_buf_t *b) {
+  int rank = 1 + (int)rng_below(r, rng_below(r, 8) == 0 ? 6 : 4);
+  int64_t dim[6];
+  size_t n = 1;
+  for (int d = 0; d < rank; d++) {
+    dim[d] = 1 + (int64_t)rng_below(r, rank == 1 ? 40 : 4);
+    n *= (size_t)dim[d];
+  }
+  int is_bool = rng_below(r, 5) == 0;
+  int flaw = (int)rng_below(r, 10); /* 0: ragged, 1: intruder, else none */
+  size_t intruder = flaw == 1 ? (size_t)rng_below(r, n) : SIZE_MAX;
+  int ragged_level = flaw == 0 ? (int)rng_below(r, (uint64_t)rank) : -1;
+  int64_t idx[6] = {0};
+  for (int d = 0; d < rank; d++)
+    attnd_buf_puts(b, "[");
+  for (size_t i = 0;; i++) {
+    gen_ws(r, b);
+    if (i == intruder)
+      gen_intruder(r, b);
+    else if (is_bool)
+      attnd_buf_puts(b, rng_below(r, 2) ? "true" : "false");
+    else
+      gen_number(r, b);
+    gen_ws(r, b);
+    int d = rank - 1;
+    while (d >= 0 && ++idx[d] >= dim[d]) {
+      /* the ragged level's last array gets one extra element */
+      if (d == ragged_level && idx[d] == dim[d] && i + 1 >= n / 2) {
+        attnd_buf_puts(b, ",");
+        for (int e = d + 1; e < rank; e++)
+          attnd_buf_puts(b, "[");
+        attnd_buf_puts(b, is_bool ? "true" : "1");
+        for (int e = d + 1; e < rank; e++)
+          attnd_buf_puts(b, "]");
+        ragged_level = -1;
+      }
+      idx[d--] = 0;
+      attnd_buf_puts(b, "]");
+    }
+    if (d < 0)
+      break;
+    attnd_buf_puts(b, ",");
+    for (int e = d + 1; e < rank; e++)
+      attnd_buf_puts(b, "[");
+  }
+}
+
+static void gen_value(rng_t *r, attnd_buf_t *b, int depth) {
+  gen_ws(r, b);
+  switch (depth > 3 ? 4 + rng_below(r, 4) : rng_below(r, 8)) {
+  case 0:
+  case 1:
+    gen_tensor(r, b);
+    break;
+  case 2: { /* an object */
+    attnd_buf_puts(b, "{");
+    for (int k = (int)rng_below(r, 5), first = 1; k > 0; k--, first = 0) {
+      if (!first)
+        attnd_buf_puts(b, ",");
+      gen_ws(r, b);
+      gen_string(r, b, k);
+      gen_ws(r, b);
+      attnd_buf_puts(b, ":");
+      gen_value(r, b, depth + 1);
+    }
+    attnd_buf_puts(b, "}");
+    break;
+  }
+  case 3: { /* an array of anything */
+    attnd_buf_puts(b, "[");
+    for (int k = (int)rng_below(r, 5), first = 1; k > 0; k--, first = 0) {
+      if (!first)
+        attnd_buf_puts(b, ",");
+      gen_value(r, b, depth + 1);
+    }
+    attnd_buf_puts(b, "]");
+    break;
+  }
+  case 4:
+    gen_string(r, b, -1);
+    break;
+  case 5:
+    gen_number(r, b);
+    break;
+  case 6:
+    attnd_buf_puts(b, rng_below(r, 3) == 0   ? "null"
+                      : rng_below(r, 2) == 0 ? "true"
+                                             : "false");
+    break;
+  default: /* a user's array that looks like a placeholder */
+    attnd_buf_puts(b, rng_below(r, 2) ? "[\"\\u0001bulk\",4503599627370496,0]"
+                                      : "[\"\\u0001bulk\", 7, 1]");
+  }
+  gen_ws(r, b);
+}
+
+/* A random document: an object or an array of 1..4 values. */
+static void gen_doc(rng_t *r, attnd_buf_t *b) {
+  int object = rng_below(r, 2) == 0;
+  attnd_buf_puts(b, object ? "{" : "[");
+  for (int k = 1 + (int)rng_below(r, 4); k > 0; k--) {
+    if (object) {
+      gen_string(r, b, k);
+      attnd_buf_puts(b, ":");
+    }
+    gen_value(r, b, 1);
+    if (k > 1)
+      attnd_buf_puts(b, ",");
+  }
+  attnd_buf_puts(b, object ? "}" : "]");
+}
+
+static size_t rng_min_elems(rng_t *r) {
+  static const size_t m[] = {1, 1, 2, 4, 9, 30};
+  return m[rng_below(r, 6)];
+}
+
+START_TEST(test_scan_random_docs) {
+  rng_t r = rng_seeded(900 + (uint64_t)_i);
+  size_t items = 0, valid = 0;
+  for (int k = 0; k < 60; k++) {
+    attnd_buf_t t;
+    attnd_buf_init(&t);
+    gen_doc(&r, &t);
+    items += check_scan_s(t.data, t.len, rng_min_elems(&r), rng_below(&r, 4) * 3, NULL);
+    json_t *j = json_loadb(t.data, t.len, 0, NULL);
+    valid += j != NULL;
+    json_decref(j);
+    attnd_buf_free(&t);
+  }
+  /* the generator exercises both outcomes */
+  ck_assert_uint_gt(items, 20);
+  ck_assert_uint_gt(valid, 10);
+}
+END_TEST
+
+START_TEST(test_scan_prefixes) {
+  rng_t r = rng_seeded(1000 + (uint64_t)_i);
+  attnd_buf_t t;
+  attnd_buf_init(&t);
+  do { /* a document of a useful size */
+    t.len = 0;
+    gen_doc(&r, &t);
+  } while (t.len < 60 || t.len > 600);
+  for (size_t n = 0; n <= t.len; n++) {
+    char *copy = malloc(n + 1); /* exactly n readable bytes, for ASan */
+    memcpy(copy, t.data, n);
+    check_scan_s(copy, n, 1 + n % 3, n % 4, NULL);
+    free(copy);
+  }
+  attnd_buf_free(&t);
+}
+END_TEST
+
+START_TEST(test_scan_mutations) {
+  static const char pool[] = "[]{},:\"\\ \t0123456789-+.eEtrufalsn\x01\xff";
+  rng_t r = rng_seeded(1100 + (uint64_t)_i);
+  for (int k = 0; k < 40; k++) {
+    attnd_buf_t t;
+    attnd_buf_init(&t);
+    gen_doc(&r, &t);
+    for (int m = 1 + (int)rng_below(&r, 3); m > 0 && t.len > 1; m--) {
+      size_t pos = (size_t)rng_below(&r, t.len);
+      char c = pool[rng_below(&r, sizeof pool - 1)];
+      switch (rng_below(&r, 3)) {
+      case 0: /* delete */
+        memmove(t.data + pos, t.data + pos + 1, t.len - pos);
+        t.len--;
+        break;
+      case 1: /* replace */
+        t.data[pos] = c;
+        break;
+      default: /* insert */
+        attnd_buf_append(&t, "x", 1);
+        memmove(t.data + pos + 1, t.data + pos, t.len - pos - 1);
+        t.data[pos] = c;
+      }
+    }
+    check_scan_s(t.data, t.len, rng_min_elems(&r), rng_below(&r, 3) * 2, NULL);
+    attnd_buf_free(&t);
+  }
+}
+END_TEST
+
+/* A large tensor, as clients send them. */
+START_TEST(test_scan_large) {
+  rng_t r = rng_seeded(1200);
+  const size_t rows = 300, cols = 700, n = rows * cols;
+  float *x = malloc(n * sizeof *x);
+  for (size_t i = 0; i < n; i++)
+    x[i] = rng_float_typical(&r);
+  attnd_buf_t t;
+  attnd_buf_init(&t);
+  attnd_buf_puts(&t, "{\"query\": ");
+  int64_t dim[2] = {(int64_t)rows, (int64_t)cols};
+  attnd_buf_floats(&t, x, n, 2, dim);
+  attnd_buf_puts(&t, ", \"num_heads\": 8}");
+  attnd_bulk_set_t set;
+  attnd_buf_t sk;
+  attnd_bulk_set_init(&set, TEST_NONCE);
+  attnd_buf_init(&sk);
+  ck_assert_int_eq(attnd_bulk_scan(t.data, t.len, 64, 0, &set, &sk), 0);
+  ck_assert_str_eq(sk.data, "{\"query\": [\"\\u0001bulk\",4503599627370497,0], "
+                            "\"num_heads\": 8}");
+  ck_assert(set.n == 1 && set.items[0].n == n && set.items[0].rank == 2 &&
+            set.items[0].dim[0] == (int64_t)rows &&
+            set.items[0].dim[1] == (int64_t)cols);
+  ck_assert(memcmp(set.items[0].data, x, n * sizeof *x) == 0);
+  attnd_bulk_set_free(&set);
+  attnd_buf_free(&sk);
+  attnd_buf_free(&t);
+  free(x);
+}
+END_TEST
+
+/* ---- the suite ----------------------------------------------------------- */
+
+static Suite *codec_suite(void) {
+  Suite *s = suite_create("codec");
+  TCase *tc = tcase_create("numbers");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, test_parse_formats, 0, N_PARSE_FORMATS);
+  tcase_add_test(tc, test_parse_integers);
+  tcase_add_test(tc, test_parse_halfway);
+  tcase_add_test(tc, test_parse_edges);
+  tcase_add_test(tc, test_parse_invalid);
+  tcase_add_test(tc, test_parse_overflow);
+  tcase_add_test(tc, test_parse_bounds);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("format");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, test_format_random_bits, 0, 10);
+  tcase_add_loop_test(tc, test_format_random_typical, 0, 4);
+  tcase_add_test(tc, test_format_special);
+  tcase_add_test(tc, test_format_texts);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("base64");
+  tcase_set_timeout(tc, 30);
+  tcase_add_loop_test(tc, test_b64_random, 0, 25);
+  tcase_add_test(tc, test_b64_vectors);
+  tcase_add_test(tc, test_b64_invalid);
+  tcase_add_loop_test(tc, test_b64_bad_everywhere, 0, 20);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("buf");
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_buf_basics);
+  tcase_add_test(tc, test_buf_floats_texts);
+  tcase_add_loop_test(tc, test_buf_floats_random, 0, 24);
+  tcase_add_test(tc, test_buf_base64);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("scan");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_scan_example);
+  tcase_add_test(tc, test_scan_strings);
+  tcase_add_loop_test(tc, test_scan_cases, 0, N_SCAN_CASES);
+  tcase_add_loop_test(tc, test_scan_tensors, 0, 40);
+  tcase_add_test(tc, test_scan_depth_limit);
+  tcase_add_loop_test(tc, test_scan_random_docs, 0, 20);
+  tcase_add_loop_test(tc, test_scan_prefixes, 0, 10);
+  tcase_add_loop_test(tc, test_scan_mutations, 0, 25);
+  tcase_add_test(tc, test_scan_large);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(codec_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
