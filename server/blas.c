@@ -1,0 +1,31 @@
+/* server/blas.c: see blas.h. */
+#include "blas.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "attn/attn.h"
+
+void attnd_blas_select(const char *coretype, char **argv) {
+  if (getenv("ATTND_BLAS_REEXEC") || strcmp(coretype, "library") == 0)
+    return;
+  const char *want = attn_blas_preferred_coretype();
+  if (strcmp(coretype, "auto") != 0) {
+    attn_backend_t b;
+    attn_backend_info(&b);
+    want = strcasecmp(b.blas_kernel, coretype) ? coretype : NULL;
+  }
+  if (want == NULL)
+    return;
+  const char *was = getenv("OPENBLAS_CORETYPE");
+  fprintf(stderr,
+          "{\"event\":\"blas_kernel\",\"selected\":\"%s\",\"was\":\"%s\"}\n",
+          want, was ? was : "");
+  setenv("OPENBLAS_CORETYPE", want, 1);
+  setenv("ATTND_BLAS_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);
+  perror("re-executing to select the OpenBLAS kernel");
+}

@@ -1,0 +1,354 @@
+/* server/config.c: the configuration table and its readers. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_INT, T_STR };
+enum { F_AUTO = 1, F_SIZE = 2 }; /* accepts "auto" (as 0); K/M/G suffixes */
+
+typedef struct key {
+  const char *name;
+  int type;
+  size_t off, size;
+  const char *def;
+  int64_t min, max;
+  unsigned flags;
+  const char *help;
+} cfg_key_t;
+
+#define INT_KEY(n, d, lo, hi, fl, h)                                           \
+  { #n, T_INT, offsetof(attnd_config_t, n), 0, d, lo, hi, fl, h }
+#define STR_KEY(n, d, h)                                                       \
+  {                                                                            \
+#n, T_STR, offsetof(attnd_config_t, n), sizeof(((attnd_config_t *)0)->n),  \
+        d, 0, 0, 0, h                                                          \
+  }
+
+static const cfg_key_t keys[] = {
+    STR_KEY(host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for all)"),
+    INT_KEY(port, "8080", 0, 65535, 0, "TCP port; 0 picks a free one"),
+    INT_KEY(workers, "auto", 0, 1024, F_AUTO,
+            "worker threads running attention; auto: CPUs / "
+            "threads_per_request"),
+    INT_KEY(threads_per_request, "auto", 0, 256, F_AUTO,
+            "threads one request may use (BLAS included); auto: 1"),
+    INT_KEY(queue_depth, "64", 0, 1000000, 0,
+            "requests that may wait for a worker; more get 429"),
+    INT_KEY(http_threads, "auto", 0, 256, F_AUTO,
+            "threads parsing requests and writing replies; auto: CPUs, at "
+            "least 2"),
+    INT_KEY(max_connections, "1024", 1, 1000000, 0,
+            "open client connections at most"),
+    INT_KEY(connection_timeout_s, "30", 1, 86400, 0,
+            "an idle or stalled client connection is closed after this"),
+    INT_KEY(max_body_bytes, "256M", 1024, INT64_C(1) << 40, F_SIZE,
+            "largest request body; larger gets 413 before it is read"),
+    INT_KEY(max_response_bytes, "256M", 1024, INT64_C(1) << 40, F_SIZE,
+            "largest reply a request may ask for; larger gets 422"),
+    INT_KEY(max_batch, "1024", 1, INT64_C(1) << 30, 0, "largest batch B"),
+    INT_KEY(max_seq_len, "32768", 1, INT64_C(1) << 30, 0,
+            "longest query or key sequence, Lq and Lk"),
+    INT_KEY(max_heads, "256", 1, INT64_C(1) << 20, 0, "most query heads H"),
+    INT_KEY(max_tensor_elements, "64M", 1, INT64_C(1) << 40, F_SIZE,
+            "most elements in any one tensor, given or returned"),
+    INT_KEY(default_timeout_ms, "60000", 1, INT64_C(1) << 40, 0,
+            "deadline of a request that sets no timeout_ms"),
+    INT_KEY(max_timeout_ms, "600000", 1, INT64_C(1) << 40, 0,
+            "largest timeout_ms a request may set"),
+    INT_KEY(drain_timeout_s, "60", 0, 86400, 0,
+            "on SIGTERM, longest wait for accepted work before exiting"),
+    STR_KEY(access_log, "stderr",
+            "one JSON line per request to stderr, stdout, a file, or off"),
+    STR_KEY(blas_coretype, "auto",
+            "OpenBLAS kernel: auto (best for this CPU), library (OpenBLAS's "
+            "own choice) or a core name such as SkylakeX"),
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+static const cfg_key_t *find_key(const char *name, size_t n) {
+  for (size_t i = 0; i < NKEYS; i++) {
+    size_t k = strlen(keys[i].name);
+    if (k != n)
+      continue;
+    size_t j = 0;
+    for (; j < n; j++) { /* '-' in a flag is '_' in the table */
+      char c = name[j] == '-' ? '_' : (char)tolower((unsigned char)name[j]);
+      if (c != keys[i].name[j])
+        break;
+    }
+    if (j == n)
+      return &keys[i];
+  }
+  return NULL;
+}
+
+static int fail(char *msg, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *msg, size_t size, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, size, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* Parses `val` into key k of cfg. `from` names the source for messages. */
+static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
+                   const char *from, char *msg, size_t msz) {
+  char *dst = (char *)cfg + k->off;
+  if (k->type == T_STR) {
+    if (strlen(val) >= k->size)
+      return fail(msg, msz, "%s: %s is too long (at most %zu characters) [%s]",
+                  k->name, val, k->size - 1, from);
+    memcpy(dst, val, strlen(val) + 1);
+    return 0;
+  }
+  int64_t v = 0;
+  if ((k->flags & F_AUTO) && strcmp(val, "auto") == 0) {
+    memcpy(dst, &v, sizeof v);
+    return 0;
+  }
+  errno = 0;
+  char *end;
+  long long x = strtoll(val, &end, 10);
+  int64_t mult = 1;
+  if ((k->flags & F_SIZE) && *end && !end[1]) {
+    switch (toupper((unsigned char)*end)) {
+    case 'K':
+      mult = 1 << 10;
+      break;
+    case 'M':
+      mult = 1 << 20;
+      break;
+    case 'G':
+      mult = 1 << 30;
+      break;
+    }
+    if (mult > 1)
+      end++;
+  }
+  if (end == val || *end || errno || __builtin_mul_overflow(x, mult, &v) ||
+      v < k->min || v > k->max)
+    return fail(msg, msz,
+                "%s: bad value '%s' [%s]: expected an integer in [%" PRId64
+                ", %" PRId64 "]%s%s",
+                k->name, val, from, k->min, k->max,
+                (k->flags & F_SIZE) ? ", with an optional K, M or G suffix"
+                                    : "",
+                (k->flags & F_AUTO) ? ", or auto" : "");
+  memcpy(dst, &v, sizeof v);
+  return 0;
+}
+
+static char *trim(char *s) {
+  while (isspace((unsigned char)*s))
+    s++;
+  char *e = s + strlen(s);
+  while (e > s && isspace((unsigned char)e[-1]))
+    *--e = 0;
+  return s;
+}
+
+/* Reads "key = value" lines; '#' starts a comment; values may be quoted. */
+static int load_file(attnd_config_t *cfg, const char *path, char *msg,
+                     size_t msz) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return fail(msg, msz, "config: cannot read %s: %s", path, strerror(errno));
+  char line[1024], from[600];
+  int lineno = 0, r = 0;
+  while (r == 0 && fgets(line, sizeof line, f)) {
+    lineno++;
+    snprintf(from, sizeof from, "%s:%d", path, lineno);
+    char *hash = strchr(line, '#');
+    if (hash)
+      *hash = 0;
+    char *s = trim(line);
+    if (*s == 0)
+      continue;
+    char *eq = strchr(s, '=');
+    if (eq == NULL) {
+      r = fail(msg, msz, "%s: expected 'key = value', got '%s'", from, s);
+      break;
+    }
+    *eq = 0;
+    char *name = trim(s), *val = trim(eq + 1);
+    size_t vl = strlen(val);
+    if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') {
+      val[vl - 1] = 0;
+      val++;
+    }
+    const cfg_key_t *k = find_key(name, strlen(name));
+    if (k == NULL)
+      r = fail(msg, msz, "%s: unknown key '%s'", from, name);
+    else
+      r = set_key(cfg, k, val, from, msg, msz);
+  }
+  fclose(f);
+  return r;
+}
+
+int attnd_config_cpus(void) {
+  int n = 0;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    n = CPU_COUNT(&set);
+  if (n < 1)
+    n = 1;
+  /* cgroup v2 "quota period", or v1's two files */
+  long long quota = -1, period = 0;
+  FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+  if (f) {
+    if (fscanf(f, "%lld %lld", &quota, &period) != 2)
+      quota = -1;
+    fclose(f);
+  } else if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) {
+    if (fscanf(f, "%lld", &quota) != 1)
+      quota = -1;
+    fclose(f);
+    if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
+      if (fscanf(f, "%lld", &period) != 1)
+        period = 0;
+      fclose(f);
+    }
+  }
+  if (quota > 0 && period > 0) {
+    long long q = (quota + period - 1) / period;
+    if (q < n)
+      n = (int)q;
+  }
+  return n < 1 ? 1 : n;
+}
+
+static void set_defaults(attnd_config_t *cfg) {
+  char msg[256];
+  memset(cfg, 0, sizeof *cfg);
+  for (size_t i = 0; i < NKEYS; i++)
+    set_key(cfg, &keys[i], keys[i].def, "default", msg, sizeof msg);
+}
+
+static void resolve_auto(attnd_config_t *cfg, int cores) {
+  if (cfg->threads_per_request == 0)
+    cfg->threads_per_request = 1;
+  if (cfg->workers == 0) {
+    cfg->workers = cores / cfg->threads_per_request;
+    if (cfg->workers < 1)
+      cfg->workers = 1;
+  }
+  if (cfg->http_threads == 0)
+    cfg->http_threads = cores < 2 ? 2 : cores;
+}
+
+int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
+                      char **argv, char **envp, int cores, char *msg,
+                      size_t msz) {
+  memset(how, 0, sizeof *how);
+  set_defaults(cfg);
+
+  /* The file first: its path comes from --config, else ATTND_CONFIG. */
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+      snprintf(how->path, sizeof how->path, "%s", argv[++i]);
+    else if (strncmp(argv[i], "--config=", 9) == 0)
+      snprintf(how->path, sizeof how->path, "%s", argv[i] + 9);
+  }
+  if (how->path[0] == 0 && envp)
+    for (char **e = envp; *e; e++)
+      if (strncmp(*e, "ATTND_CONFIG=", 13) == 0)
+        snprintf(how->path, sizeof how->path, "%s", *e + 13);
+  if (how->path[0] && load_file(cfg, how->path, msg, msz) < 0)
+    return -1;
+
+  /* ATTND_<KEY>; other ATTND_ names are ignored, as orchestrators add their
+   * own (Kubernetes adds ATTND_SERVICE_HOST for a service named attnd). */
+  for (char **e = envp; e && *e; e++) {
+    if (strncmp(*e, "ATTND_", 6) != 0)
+      continue;
+    const char *name = *e + 6, *eq = strchr(name, '=');
+    const cfg_key_t *k = eq ? find_key(name, (size_t)(eq - name)) : NULL;
+    char from[64];
+    snprintf(from, sizeof from, "ATTND_%.*s", (int)(eq ? eq - name : 0), name);
+    if (k && set_key(cfg, k, eq + 1, from, msg, msz) < 0)
+      return -1;
+  }
+
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--print-config") == 0) {
+      how->print_config = 1;
+      continue;
+    }
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      how->help = 1;
+      continue;
+    }
+    if (strcmp(a, "--version") == 0) {
+      how->version = 1;
+      continue;
+    }
+    if (strcmp(a, "--config") == 0) {
+      i++;
+      continue;
+    }
+    if (strncmp(a, "--config=", 9) == 0)
+      continue;
+    if (strncmp(a, "--", 2) != 0)
+      return fail(msg, msz, "unexpected argument '%s' (see --help)", a);
+    const char *name = a + 2, *eq = strchr(name, '=');
+    size_t n = eq ? (size_t)(eq - name) : strlen(name);
+    const cfg_key_t *k = find_key(name, n);
+    if (k == NULL)
+      return fail(msg, msz, "unknown flag '--%.*s' (see --help)", (int)n, name);
+    const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+    if (val == NULL)
+      return fail(msg, msz, "%s: flag --%.*s needs a value", k->name, (int)n,
+                  name);
+    char from[64];
+    snprintf(from, sizeof from, "flag --%.*s", (int)n, name);
+    if (set_key(cfg, k, val, from, msg, msz) < 0)
+      return -1;
+  }
+  if (cfg->default_timeout_ms > cfg->max_timeout_ms)
+    return fail(msg, msz,
+                "default_timeout_ms: %" PRId64
+                " is above max_timeout_ms %" PRId64,
+                cfg->default_timeout_ms, cfg->max_timeout_ms);
+  resolve_auto(cfg, cores);
+  return 0;
+}
+
+void attnd_config_print(const attnd_config_t *cfg, FILE *f) {
+  for (size_t i = 0; i < NKEYS; i++) {
+    const cfg_key_t *k = &keys[i];
+    const char *p = (const char *)cfg + k->off;
+    if (k->type == T_STR) {
+      fprintf(f, "%s = %s\n", k->name, p);
+    } else {
+      int64_t v;
+      memcpy(&v, p, sizeof v);
+      fprintf(f, "%s = %" PRId64 "\n", k->name, v);
+    }
+  }
+}
+
+void attnd_config_usage(FILE *f) {
+  fprintf(f,
+          "usage: attnd [--config FILE] [--print-config] [--KEY VALUE]...\n\n"
+          "Each key is also read from the config file and from ATTND_<KEY>;\n"
+          "flags override the environment, which overrides the file.\n\n");
+  for (size_t i = 0; i < NKEYS; i++) {
+    char flag[64];
+    snprintf(flag, sizeof flag, "--%s", keys[i].name);
+    for (char *c = flag; *c; c++)
+      if (*c == '_')
+        *c = '-';
+    fprintf(f, "  %-24s %s (default %s)\n", flag, keys[i].help, keys[i].def);
+  }
+}

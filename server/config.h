@@ -1,0 +1,62 @@
+/* server/config.h: attnd's configuration, from one table.
+ *
+ * Every key is a row of the table in config.c: its name, type, default,
+ * bounds and help. The same table reads the config file, the ATTND_<KEY>
+ * environment variables and the --<key> flags, and prints --print-config
+ * and --help. Precedence: defaults < file < environment < flags. */
+#ifndef ATTND_CONFIG_H
+#define ATTND_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct attnd_config {
+  char host[128];
+  int64_t port;
+  int64_t workers;             /* 0 in the file means auto */
+  int64_t threads_per_request; /* 0 means auto */
+  int64_t queue_depth;
+  int64_t http_threads; /* 0 means auto */
+  int64_t max_connections;
+  int64_t connection_timeout_s;
+  int64_t max_body_bytes;
+  int64_t max_response_bytes;
+  int64_t max_batch;
+  int64_t max_seq_len;
+  int64_t max_heads;
+  int64_t max_tensor_elements;
+  int64_t default_timeout_ms;
+  int64_t max_timeout_ms;
+  int64_t drain_timeout_s;
+  char access_log[256];   /* "stderr", "stdout", "off" or a file path */
+  char blas_coretype[32]; /* "auto", "library" or an OpenBLAS core name */
+} attnd_config_t;
+
+/* What loading decided besides the values. */
+typedef struct attnd_config_load {
+  int print_config; /* --print-config */
+  int help;         /* --help */
+  int version;      /* --version */
+  char path[512];   /* the config file read, "" if none */
+} attnd_config_load_t;
+
+/* Fills `cfg` from the defaults, then the file named by --config (if any),
+ * then the ATTND_<KEY> variables of `envp`, then argv's flags; resolves the
+ * "auto" values for a machine of `cores` cores. Returns 0, or -1 with a
+ * message naming the key, its source and the accepted values written to
+ * `msg`. Main thread, at startup. */
+int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
+                      char **argv, char **envp, int cores, char *msg,
+                      size_t msg_size);
+
+/* Writes the configuration in the config file's format. */
+void attnd_config_print(const attnd_config_t *cfg, FILE *f);
+
+/* Writes the usage text: every flag with its help and default. */
+void attnd_config_usage(FILE *f);
+
+/* The CPUs this process may use: its affinity mask, bounded by a cgroup CPU
+ * quota when one is set (containers). At least 1. */
+int attnd_config_cpus(void);
+
+#endif

@@ -1,0 +1,19 @@
+/* server/http.h: the attnd service: HTTP (libmicrohttpd), the scheduler
+ * loop (libuv) and the workers, put together.
+ *
+ * Threads: libmicrohttpd's pool parses requests and writes replies; the
+ * thread that calls attnd_serve() runs the libuv loop that schedules; the
+ * workers compute. */
+#ifndef ATTND_HTTP_H
+#define ATTND_HTTP_H
+
+#include "config.h"
+
+/* Serves until SIGTERM or SIGINT, then drains: new requests get 503 and
+ * readiness fails, everything accepted is answered, and it returns 0.
+ * Returns 1 if the service cannot start (the reason is on stderr) or the
+ * drain timed out. Logs a JSON "listening" line with the bound port to
+ * stderr once it serves. Main thread. */
+int attnd_serve(const attnd_config_t *cfg);
+
+#endif

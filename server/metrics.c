@@ -1,0 +1,170 @@
+/* server/metrics.c: see metrics.h. */
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Statuses counted by name; anything else is counted as "other". */
+static const int statuses[] = {200, 400, 404, 405, 413, 415,
+                               422, 429, 500, 503, 504};
+#define NSTATUS (sizeof statuses / sizeof statuses[0])
+
+static const char *const reasons[ATTND_REJECT_COUNT] = {
+    "overload", "deadline", "too_large", "invalid", "draining", "client_gone"};
+
+/* Context-length classes (key length <= bound) and latency buckets (s). */
+static const int64_t ctx_bounds[] = {128, 512, 2048, 8192, 32768};
+#define NCTX (sizeof ctx_bounds / sizeof ctx_bounds[0] + 1)
+static const double buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                 0.05,   0.1,   0.25,   0.5,   1,    2.5,
+                                 5,      10,    30,     60};
+#define NBUCKET (sizeof buckets / sizeof buckets[0] + 1)
+
+typedef struct hist {
+  atomic_uint_fast64_t count[NCTX][NBUCKET]; /* not cumulative */
+  atomic_uint_fast64_t sum_us[NCTX];
+} hist_t;
+
+enum { H_QUEUE, H_COMPUTE, H_TOTAL, NHIST };
+static const char *const hist_names[NHIST] = {"attnd_queue_wait_seconds",
+                                              "attnd_compute_seconds",
+                                              "attnd_request_seconds"};
+static const char *const hist_help[NHIST] = {
+    "Time computed requests waited in the queue.",
+    "Time workers spent computing attention.",
+    "Time from a request's arrival to the start of its reply."};
+
+struct attnd_metrics {
+  atomic_uint_fast64_t by_status[NSTATUS + 1];
+  atomic_uint_fast64_t rejected[ATTND_REJECT_COUNT];
+  hist_t hist[NHIST];
+};
+
+attnd_metrics_t *attnd_metrics_new(void) {
+  return calloc(1, sizeof(attnd_metrics_t));
+}
+
+void attnd_metrics_free(attnd_metrics_t *m) {
+  free(m);
+}
+
+void attnd_metrics_request(attnd_metrics_t *m, int status) {
+  size_t i = 0;
+  while (i < NSTATUS && statuses[i] != status)
+    i++;
+  atomic_fetch_add_explicit(&m->by_status[i], 1, memory_order_relaxed);
+}
+
+void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why) {
+  atomic_fetch_add_explicit(&m->rejected[why], 1, memory_order_relaxed);
+}
+
+static void observe(hist_t *h, size_t ctx, double ms) {
+  double s = ms / 1000.0;
+  size_t b = 0;
+  while (b < NBUCKET - 1 && s > buckets[b])
+    b++;
+  atomic_fetch_add_explicit(&h->count[ctx][b], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->sum_us[ctx], (uint64_t)(ms * 1000.0),
+                            memory_order_relaxed);
+}
+
+void attnd_metrics_observe(attnd_metrics_t *m, int64_t context_len,
+                           double queue_ms, double compute_ms,
+                           double total_ms) {
+  size_t c = 0;
+  while (c < NCTX - 1 && context_len > ctx_bounds[c])
+    c++;
+  observe(&m->hist[H_QUEUE], c, queue_ms);
+  observe(&m->hist[H_COMPUTE], c, compute_ms);
+  observe(&m->hist[H_TOTAL], c, total_ms);
+}
+
+static void put(attnd_buf_t *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void put(attnd_buf_t *b, const char *fmt, ...) {
+  char line[256];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    attnd_buf_append(b, line,
+                     (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+static void ctx_label(char *s, size_t n, size_t c) {
+  if (c < NCTX - 1)
+    snprintf(s, n, "%lld", (long long)ctx_bounds[c]);
+  else
+    snprintf(s, n, "+Inf");
+}
+
+void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
+                          attnd_buf_t *b) {
+  put(b, "# HELP attnd_requests_total HTTP requests answered, by status.\n"
+         "# TYPE attnd_requests_total counter\n");
+  for (size_t i = 0; i <= NSTATUS; i++) {
+    uint64_t v = atomic_load_explicit(&m->by_status[i], memory_order_relaxed);
+    if (i < NSTATUS)
+      put(b, "attnd_requests_total{status=\"%d\"} %llu\n", statuses[i],
+          (unsigned long long)v);
+    else
+      put(b, "attnd_requests_total{status=\"other\"} %llu\n",
+          (unsigned long long)v);
+  }
+  put(b, "# HELP attnd_rejections_total Requests turned away, by reason.\n"
+         "# TYPE attnd_rejections_total counter\n");
+  for (int i = 0; i < ATTND_REJECT_COUNT; i++)
+    put(b, "attnd_rejections_total{reason=\"%s\"} %llu\n", reasons[i],
+        (unsigned long long)atomic_load_explicit(&m->rejected[i],
+                                                 memory_order_relaxed));
+  for (int h = 0; h < NHIST; h++) {
+    const hist_t *x = &m->hist[h];
+    put(b,
+        "# HELP %s %s Label ctx: key length at most this.\n# TYPE %s "
+        "histogram\n",
+        hist_names[h], hist_help[h], hist_names[h]);
+    for (size_t c = 0; c < NCTX; c++) {
+      char ctx[32];
+      ctx_label(ctx, sizeof ctx, c);
+      uint64_t cum = 0;
+      for (size_t k = 0; k < NBUCKET; k++) {
+        cum += atomic_load_explicit(&x->count[c][k], memory_order_relaxed);
+        if (k < NBUCKET - 1)
+          put(b, "%s_bucket{ctx=\"%s\",le=\"%g\"} %llu\n", hist_names[h], ctx,
+              buckets[k], (unsigned long long)cum);
+        else
+          put(b, "%s_bucket{ctx=\"%s\",le=\"+Inf\"} %llu\n", hist_names[h], ctx,
+              (unsigned long long)cum);
+      }
+      put(b, "%s_sum{ctx=\"%s\"} %.6f\n", hist_names[h], ctx,
+          (double)atomic_load_explicit(&x->sum_us[c], memory_order_relaxed) /
+              1e6);
+      put(b, "%s_count{ctx=\"%s\"} %llu\n", hist_names[h], ctx,
+          (unsigned long long)cum);
+    }
+  }
+  put(b,
+      "# HELP attnd_queue_depth Requests waiting for a worker.\n"
+      "# TYPE attnd_queue_depth gauge\nattnd_queue_depth %d\n",
+      g->queue_depth);
+  put(b,
+      "# HELP attnd_busy_workers Workers computing now.\n"
+      "# TYPE attnd_busy_workers gauge\nattnd_busy_workers %d\n",
+      g->busy_workers);
+  put(b,
+      "# HELP attnd_workers Worker threads.\n"
+      "# TYPE attnd_workers gauge\nattnd_workers %d\n",
+      g->workers);
+  put(b,
+      "# HELP attnd_inflight Requests admitted and not yet answered.\n"
+      "# TYPE attnd_inflight gauge\nattnd_inflight %d\n",
+      g->inflight);
+  put(b,
+      "# HELP attnd_draining 1 while shutting down.\n"
+      "# TYPE attnd_draining gauge\nattnd_draining %d\n",
+      g->draining);
+}
