@@ -1,7 +1,7 @@
 /* core/forward.c: one attention forward call, stage by stage.
  *
  *   stage 1  layout: Q, K and V projected (sgemm) or copied into the
- *            kernels' layouts, in independent row chunks;
+ *            kernels' layouts (internal.h), in independent row chunks;
  *   stage 2  attention: fused scores, masks, softmax and mixing, one unit of
  *            query rows per task (core/kernel.c);
  *   stage 3  output projection, in independent row chunks.
@@ -46,8 +46,10 @@ size_t attn__scratch_floats(const attn_plan_t *pl) {
   int64_t Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
   int64_t cols = (p->want_weights || p->want_mean_weights) ? Lkp : ATTN__BC;
   /* scores or probabilities [BR, cols], output rows [BR, Dvp], the running
-   * max and sum [BR] each, and the key range of each row [BR] x 2 int64. */
-  return (size_t)(ATTN__BR * cols + ATTN__BR * Dvp + 6 * ATTN__BR);
+   * sum [BR] as vectors of up to 16 floats, the running max [BR], and the
+   * key range of each row [BR] x 2 int64. */
+  return (size_t)(ATTN__BR * cols + ATTN__BR * Dvp + 16 * ATTN__BR +
+                  5 * ATTN__BR);
 }
 
 /* Element strides of a tensor broadcast to [B, H, Lq, Lk]; 0 where it is
@@ -78,60 +80,60 @@ static int64_t chunks(int64_t n) {
   return (n + ATTN__PROJ_ROWS - 1) / ATTN__PROJ_ROWS;
 }
 
-/* Q for batch b, head h, rows [i0, i1): q[b, h, i, :] = scale·(x·Wq_hᵀ + bq).
- */
-static void layout_q(const fwd_t *f, int64_t b, int64_t h, int64_t i0,
-                     int64_t i1) {
+/* Q for batch b, rows [i0, i1): q[b, i, :] = scale·(x·Wqᵀ + bq), all heads
+ * in one product. */
+static void layout_q(const fwd_t *f, int64_t b, int64_t i0, int64_t i1) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
-  int64_t Dh = pl->Dh, Eq = pl->Eq, m = i1 - i0;
+  int64_t n = pl->H * pl->Dh, Eq = pl->Eq, m = i1 - i0;
   const float *x = f->query + (b * pl->Lq + i0) * Eq;
-  float *dst = f->q + ((b * pl->H + h) * pl->Lq + i0) * Dh;
-  const float *bias =
-      p->q_bias.rank ? (const float *)p->q_bias.data + h * Dh : NULL;
+  float *dst = f->q + (b * pl->Lq + i0) * n;
+  const float *bias = p->q_bias.rank ? p->q_bias.data : NULL;
   float s = pl->scale;
   if (p->q_weight.rank) {
-    const float *w = (const float *)p->q_weight.data + h * Dh * Eq;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)Dh,
-                (int)Eq, s, x, (int)Eq, w, (int)Eq, 0.0f, dst, (int)Dh);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n,
+                (int)Eq, s, x, (int)Eq, p->q_weight.data, (int)Eq, 0.0f, dst,
+                (int)n);
     if (bias)
       for (int64_t r = 0; r < m; r++)
-        for (int64_t d = 0; d < Dh; d++)
-          dst[r * Dh + d] += s * bias[d];
+        for (int64_t k = 0; k < n; k++)
+          dst[r * n + k] += s * bias[k];
   } else {
     for (int64_t r = 0; r < m; r++)
-      for (int64_t d = 0; d < Dh; d++)
-        dst[r * Dh + d] = s * (x[r * Eq + h * Dh + d] + (bias ? bias[d] : 0));
+      for (int64_t k = 0; k < n; k++)
+        dst[r * n + k] = s * (x[r * Eq + k] + (bias ? bias[k] : 0));
   }
 }
 
-/* K for batch b, keys [j0, j1): kt[b, :, :, j] = Wk·key[j] + bk, with the
- * padding columns [Lk, Lkp) zeroed by the last chunk. */
+/* K for batch b, the key blocks of keys [j0, j1): each block's tile
+ * kt[b, kb] = Wk·key[block]ᵀ + bk, Hkv·Dh rows of BC keys, the keys past
+ * Lk zeroed. */
 static void layout_k(const fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
-  int64_t rows = pl->Hkv * pl->Dh, Ek = pl->Ek, Lkp = f->ctx.Lkp;
-  const float *x = f->key + (b * pl->Lk + j0) * Ek;
-  float *dst = f->kt + b * rows * Lkp + j0;
+  int64_t rows = pl->Hkv * pl->Dh, Ek = pl->Ek, BC = ATTN__BC;
   const float *bias = p->k_bias.rank ? p->k_bias.data : NULL;
-  int64_t n = j1 - j0;
-  if (p->k_weight.rank) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n,
-                (int)Ek, 1.0f, p->k_weight.data, (int)Ek, x, (int)Ek, 0.0f, dst,
-                (int)Lkp);
-    if (bias)
+  for (int64_t k0 = j0; k0 < j1; k0 += BC) {
+    int64_t n = j1 - k0 < BC ? j1 - k0 : BC;
+    const float *x = f->key + (b * pl->Lk + k0) * Ek;
+    float *dst = f->kt + (b * f->ctx.nkb + k0 / BC) * rows * BC;
+    if (p->k_weight.rank) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n,
+                  (int)Ek, 1.0f, p->k_weight.data, (int)Ek, x, (int)Ek, 0.0f,
+                  dst, (int)BC);
+      if (bias)
+        for (int64_t r = 0; r < rows; r++)
+          for (int64_t j = 0; j < n; j++)
+            dst[r * BC + j] += bias[r];
+    } else {
+      for (int64_t j = 0; j < n; j++)
+        for (int64_t r = 0; r < rows; r++)
+          dst[r * BC + j] = x[j * Ek + r] + (bias ? bias[r] : 0);
+    }
+    if (n < BC)
       for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < n; j++)
-          dst[r * Lkp + j] += bias[r];
-  } else {
-    for (int64_t j = 0; j < n; j++)
-      for (int64_t r = 0; r < rows; r++)
-        dst[r * Lkp + j] = x[j * Ek + r] + (bias ? bias[r] : 0);
+        memset(dst + r * BC + n, 0, (size_t)(BC - n) * sizeof(float));
   }
-  if (j1 == pl->Lk)
-    for (int64_t r = 0; r < rows; r++)
-      memset(dst - j0 + r * Lkp + pl->Lk, 0,
-             (size_t)(Lkp - pl->Lk) * sizeof(float));
 }
 
 /* V for batch b, kv head g, rows [j0, j1): v[b, g, j, :] = value[j]·Wv_gᵀ +
@@ -172,9 +174,8 @@ static void layout_task(const fwd_t *f, int64_t t) {
   const attn_plan_t *pl = f->pl;
   int64_t cq = chunks(pl->Lq), ck = chunks(pl->Lk);
   if (t < f->n_q) {
-    int64_t c = t % cq, bh = t / cq;
-    int64_t i0 = c * ATTN__PROJ_ROWS, i1 = i0 + ATTN__PROJ_ROWS;
-    layout_q(f, bh / pl->H, bh % pl->H, i0, i1 < pl->Lq ? i1 : pl->Lq);
+    int64_t i0 = t % cq * ATTN__PROJ_ROWS, i1 = i0 + ATTN__PROJ_ROWS;
+    layout_q(f, t / cq, i0, i1 < pl->Lq ? i1 : pl->Lq);
     return;
   }
   t -= f->n_q;
@@ -249,7 +250,8 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   c->Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
   c->off = pl->Lk - pl->Lq;
   char *ws = workspace;
-  f->q = carve(&ws, pl->B * pl->H * pl->Lq * pl->Dh);
+  c->nkb = c->Lkp / ATTN__BC;
+  f->q = carve(&ws, pl->B * pl->Lq * pl->H * pl->Dh);
   f->kt = carve(&ws, pl->B * pl->Hkv * pl->Dh * c->Lkp);
   f->v = carve(&ws, pl->B * pl->Hkv * c->Lkp * c->Dvp);
   c->concat =
@@ -288,7 +290,7 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   c->heads_per_unit = p->want_mean_weights ? (int)pl->H : 1;
   c->scratch_floats = attn__scratch_floats(pl);
 
-  f->n_q = pl->B * pl->H * chunks(pl->Lq);
+  f->n_q = pl->B * chunks(pl->Lq);
   f->n_k = pl->B * chunks(pl->Lk);
   f->n_v = pl->B * pl->Hkv * chunks(pl->Lk);
   f->n_layout = f->n_q + f->n_k + f->n_v;

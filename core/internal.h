@@ -29,13 +29,18 @@ int attn__err(attn_error_t *err, int code, const char *field, const char *fmt,
 
 /* Everything a kernel reads, resolved by attn_forward from the plan. All
  * pointers borrowed. Layouts:
- *   q      [B, H, Lq, Dh]     scaled by the plan's scale
- *   kt     [B, Hkv, Dh, Lkp]  keys transposed; columns >= Lk are zero
- *   v      [B, Hkv, Lkp, Dvp] rows >= Lk and columns >= Dv are zero
- *   concat [B, Lq, H·Dv]      the heads' outputs side by side */
+ *   q      [B, Lq, H·Dh]            scaled by the plan's scale
+ *   kt     [B, nkb, Hkv·Dh, BC]     keys transposed block by block: the tile
+ *                                   of key block kb for kv head g is Dh rows
+ *                                   of BC keys, contiguous (a strided tile
+ *                                   would fall into few cache sets); keys
+ *                                   >= Lk are zero
+ *   v      [B, Hkv, Lkp, Dvp]       rows >= Lk and columns >= Dv are zero
+ *   concat [B, Lq, H·Dv]            the heads' outputs side by side
+ * with Lkp = nkb·BC, Lk rounded up to whole key blocks. */
 typedef struct attn__ctx {
   const attn_plan_t *plan;
-  int64_t Lkp, Dvp, off; /* off = Lk - Lq */
+  int64_t Lkp, nkb, Dvp, off; /* off = Lk - Lq */
   const float *q, *kt, *v;
   float *concat, *head_outputs, *weights, *mean_weights;
   const float *slopes;             /* [H] or NULL */

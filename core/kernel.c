@@ -3,7 +3,8 @@
  * This file is compiled once per ISA (-DATTN_KERNEL_ISA=generic|avx2|avx512
  * with that ISA's -m flags) and written with GCC vector extensions, so that
  * one source gives 128-, 256- and 512-bit code. Layouts are those of
- * attn__ctx_t: q [B, H, Lq, Dh], kt [B, Hkv, Dh, Lkp], v [B, Hkv, Lkp, Dvp].
+ * attn__ctx_t: q [B, Lq, H·Dh], kt [B, nkb, Hkv·Dh, BC] (one contiguous
+ * Dh x BC tile per key block and kv head), v [B, Hkv, Lkp, Dvp].
  *
  * A unit is ATTN__BR query rows of one head (or of every head, when the
  * mean of the weights is wanted). Two paths:
@@ -74,18 +75,25 @@ INLINE vf vmax(vf a, vf b) {
   return vsel(a > b, a, b);
 }
 
+/* x with lanes i and i ^ k swapped: a step of a tree reduction. */
+INLINE vf swap_lanes(vf x, int k) {
+  vi idx;
+  for (int i = 0; i < VL; i++)
+    idx[i] = i ^ k;
+  return __builtin_shuffle(x, idx);
+}
+
+/* Horizontal max and sum in log2(VL) steps, not VL serial ones. */
 INLINE float hmax(vf x) {
-  float m = x[0];
-  for (int i = 1; i < VL; i++)
-    m = x[i] > m ? x[i] : m;
-  return m;
+  for (int k = VL / 2; k > 0; k /= 2)
+    x = vmax(x, swap_lanes(x, k));
+  return x[0];
 }
 
 INLINE float hsum(vf x) {
-  float s = 0;
-  for (int i = 0; i < VL; i++)
-    s += x[i];
-  return s;
+  for (int k = VL / 2; k > 0; k /= 2)
+    x += swap_lanes(x, k);
+  return x[0];
 }
 
 /* e^x for x <= 88, and exactly 0 below -87.3 (so e^-inf = 0): Cody-Waite
@@ -194,16 +202,25 @@ INLINE void pv_tile(const int mr, const int nv, const float *p, int64_t ldp,
     break;
 _Static_assert(QK_MR == 6 && PV_MR == 6, "CASE_MR covers 1..6");
 
-/* S[rows, cols] = Q[rows, D] · Kt[D, cols]; cols a multiple of ATTN__BC. */
-static void scores(const float *q, int64_t D, const float *kt, int64_t ldk,
-                   int64_t rows, int64_t cols, float *s, int64_t lds) {
-  for (int64_t c = 0; c < cols; c += QK_NV * VL)
+/* S[rows, BC] = Q[rows, D] · Kt[D, BC] for one key block: q rows are ldq
+ * apart, kt is the block's contiguous tile. */
+static void scores(const float *q, int64_t ldq, int64_t D, const float *kt,
+                   int64_t rows, float *s, int64_t lds) {
+  for (int64_t c = 0; c < ATTN__BC; c += QK_NV * VL)
     for (int64_t r = 0; r < rows; r += QK_MR) {
       int mr = rows - r < QK_MR ? (int)(rows - r) : QK_MR;
       switch (mr) {
-        CASE_MR(qk_tile, q + r * D, D, kt + c, ldk, D, s + r * lds + c, lds)
+        CASE_MR(qk_tile, q + r * ldq, ldq, kt + c, ATTN__BC, D, s + r * lds + c,
+                lds)
       }
     }
+}
+
+/* The tile of key block kb for batch b, kv head g. */
+static const float *kt_tile(const attn__ctx_t *c, int64_t b, int64_t g,
+                            int64_t kb) {
+  const attn_plan_t *pl = c->plan;
+  return c->kt + ((b * c->nkb + kb) * pl->Hkv + g) * pl->Dh * ATTN__BC;
 }
 
 /* O[rows, Dvp] += P[rows, C] · V[C, Dvp]. */
@@ -313,59 +330,60 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
                           float *o, float *m, float *l) {
   const attn_plan_t *pl = c->plan;
   int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp;
-  const float *q = c->q + ((b * pl->H + h) * pl->Lq + i0) * Dh;
-  const float *kt = c->kt + (b * pl->Hkv + g) * Dh * c->Lkp;
+  int64_t ldq = pl->H * Dh;
+  const float *q = c->q + (b * pl->Lq + i0) * ldq + h * Dh;
   const float *v = c->v + (b * pl->Hkv + g) * c->Lkp * Dvp;
   int terms = any_terms(c);
 
   memset(o, 0, (size_t)(rows * Dvp) * sizeof(float));
-  for (int64_t r = 0; r < rows; r++) {
+  memset(l, 0, (size_t)(rows * VL) * sizeof(float));
+  for (int64_t r = 0; r < rows; r++)
     m[r] = -INFINITY;
-    l[r] = 0;
-  }
   for (int64_t kb = kb0; kb < kb1; kb++) {
     int64_t j0 = kb * ATTN__BC;
     /* pass 1: S = Q·Kᵀ for this block */
-    scores(q, Dh, kt + j0, c->Lkp, rows, ATTN__BC, s, ATTN__BC);
+    scores(q, ldq, Dh, kt_tile(c, b, g, kb), rows, s, ATTN__BC);
     /* pass 2: terms and masks */
     int inside = 1;
     for (int64_t r = 0; r < rows; r++)
       inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
     if (terms || !inside)
       score_terms(c, b, h, i0, rows, j0, ATTN__BC, s, ATTN__BC, lo, hi, inside);
-    /* pass 3: online softmax; P overwrites S */
+    /* pass 3: online softmax; P overwrites S. The running sum stays a
+     * vector per row, reduced once at the end; O and the sum are rescaled
+     * only when a row's max grows. */
     for (int64_t r = 0; r < rows; r++) {
       float *x = s + r * ATTN__BC;
-      vf mx = splat(-INFINITY);
-      for (int k = 0; k < ATTN__BC; k += VL)
+      vf mx = ld(x);
+      for (int k = VL; k < ATTN__BC; k += VL)
         mx = vmax(mx, ld(x + k));
-      float mnew = hmax(mx);
-      if (m[r] > mnew)
-        mnew = m[r];
-      if (mnew == -INFINITY) { /* nothing visible yet: P = 0 */
+      float mt = hmax(mx);
+      if (mt > m[r]) {
+        float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mt);
+        m[r] = mt;
+        float *y = o + r * Dvp;
+        for (int64_t k = 0; k < Dvp; k += VL)
+          st(y + k, ld(y + k) * alpha);
+        st(l + r * VL, ld(l + r * VL) * alpha);
+      }
+      if (m[r] == -INFINITY) { /* nothing visible yet: P = 0 */
         memset(x, 0, ATTN__BC * sizeof(float));
         continue;
       }
-      vf sum = splat(0), mv = splat(mnew);
+      vf sum = ld(l + r * VL), mv = splat(m[r]);
       for (int k = 0; k < ATTN__BC; k += VL) {
         vf e = vexp(ld(x + k) - mv);
         st(x + k, e);
         sum += e;
       }
-      float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mnew);
-      l[r] = l[r] * alpha + hsum(sum);
-      m[r] = mnew;
-      if (alpha != 1.0f) {
-        float *y = o + r * Dvp;
-        for (int64_t k = 0; k < Dvp; k += VL)
-          st(y + k, ld(y + k) * alpha);
-      }
+      st(l + r * VL, sum);
     }
     /* pass 4: O += P·V */
     mix(s, ATTN__BC, v + j0 * Dvp, Dvp, rows, ATTN__BC, o);
   }
   for (int64_t r = 0; r < rows; r++) {
-    float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    float lr = hsum(ld(l + r * VL));
+    float inv = lr > 0 ? 1.0f / lr : 0.0f;
     float *y = o + r * Dvp;
     for (int64_t k = 0; k < Dvp; k += VL)
       st(y + k, ld(y + k) * inv);
@@ -381,16 +399,16 @@ static void attend_two_pass(const attn__ctx_t *c, int64_t b, int64_t h,
                             float *p, float *o) {
   const attn_plan_t *pl = c->plan;
   int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp, Lkp = c->Lkp;
-  const float *q = c->q + ((b * pl->H + h) * pl->Lq + i0) * Dh;
-  const float *kt = c->kt + (b * pl->Hkv + g) * Dh * Lkp;
+  int64_t ldq = pl->H * Dh;
+  const float *q = c->q + (b * pl->Lq + i0) * ldq + h * Dh;
   const float *v = c->v + (b * pl->Hkv + g) * Lkp * Dvp;
   int64_t c0 = kb0 * ATTN__BC, c1 = kb1 * ATTN__BC;
   int terms = any_terms(c);
 
   /* pass 1: scores for the visible blocks, terms and masks */
   if (c1 > c0) {
-    scores(q, Dh, kt + c0, Lkp, rows, c1 - c0, p + c0, Lkp);
     for (int64_t j0 = c0; j0 < c1; j0 += ATTN__BC) {
+      scores(q, ldq, Dh, kt_tile(c, b, g, j0 / ATTN__BC), rows, p + j0, Lkp);
       int inside = 1;
       for (int64_t r = 0; r < rows; r++)
         inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
@@ -438,12 +456,13 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   int64_t Dv = pl->Dv, Dvp = c->Dvp, Lk = pl->Lk, H = pl->H;
   int two_pass = c->weights || c->mean_weights;
 
-  /* scratch: S or P [BR, BC or Lkp] | O [BR, Dvp] | m, l [BR] | lo, hi [BR] */
+  /* scratch: S or P [BR, BC or Lkp] | O [BR, Dvp] | l [BR, 16] | m [BR] |
+   * lo, hi [BR] */
   float *s = scratch;
   float *o = s + ATTN__BR * (two_pass ? c->Lkp : ATTN__BC);
-  float *m = o + ATTN__BR * Dvp;
-  float *l = m + ATTN__BR;
-  int64_t *lo = (int64_t *)(l + ATTN__BR);
+  float *l = o + ATTN__BR * Dvp;
+  float *m = l + ATTN__BR * 16;
+  int64_t *lo = (int64_t *)(m + ATTN__BR);
   int64_t *hi = lo + ATTN__BR;
 
   /* The key blocks any row may see. */
