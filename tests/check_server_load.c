@@ -1,0 +1,605 @@
+/* tests/check_server_load.c: attnd under concurrency, overload, deadlines,
+ * departing clients and shutdown.
+ *
+ * Each test starts its own server with the worker and queue sizes it needs
+ * and stops it with SIGTERM, expecting exit status 0 and no 500 answered.
+ * A "slow" request is a base64 query [SLOW_L, SLOW_E] with SLOW_H heads and
+ * no projections: its attention costs about 2·SLOW_L²·SLOW_E multiply-adds
+ * and SLOW_L²·SLOW_H exponentials (0.3 to 1 s on one core), while its body
+ * (1.4 MB) decodes in milliseconds, so a burst of them piles up in the
+ * queue. Tests:
+ *   - 208 requests of random shapes from 16 threads, each reply compared
+ *     with tests/ref.c;
+ *   - a burst against one worker and two queue places: 429s with
+ *     Retry-After, the rest computed, counted in /metrics;
+ *   - deadlines: one too short to start, one that passes in the queue, one
+ *     that passes while computing (504, and the worker freed early);
+ *   - clients that leave while queued (their place is freed) and while
+ *     computing (the worker is freed);
+ *   - SIGTERM and SIGINT with work in flight: all of it answered, new work
+ *     refused with 503, exit status 0.
+ * Timing assertions compare events with each other or with the same
+ * request computed in full, never with a wall-clock bound, so that a slow
+ * or busy machine does not fail them. Threads are C11's <threads.h>. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <threads.h>
+#include <unistd.h>
+
+#include "attn/attn.h"
+#include "ref.h"
+#include "server_harness.h"
+#include "testutil.h"
+
+#define REPLY_TOL 1e-5
+#define SLOW_L 8192
+#define SLOW_E 32
+#define SLOW_H 8
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static void start(sh_server_t *s, const char *const *args) {
+  if (sh_server_start(s, args) < 0)
+    ck_abort_msg("attnd did not start:\n%s", s->log);
+}
+
+/* 500 must be unreachable: check none was answered, then stop. */
+static void stop(sh_server_t *s) {
+  double n500 = sh_metric(s->port, "attnd_requests_total{status=\"500\"}");
+  ck_assert_msg(n500 == 0, "attnd answered %g requests with 500", n500);
+  int st = sh_server_stop(s, 30.0);
+  ck_assert_msg(st == 0, "attnd exited with status %d on SIGTERM:\n%s", st,
+                s->log);
+}
+
+/* One POST /v1/attention on its own thread and connection. */
+typedef struct call {
+  int port;
+  const char *body; /* borrowed */
+  thrd_t thread;
+  double t_sent;
+  sh_resp_t r;
+  int rc;
+} call_t;
+
+static int call_main(void *arg) {
+  call_t *c = arg;
+  sh_client_t cl;
+  sh_client_init(&cl, c->port);
+  sh_req_t q = {.method = "POST",
+                .path = "/v1/attention",
+                .content_type = "application/json",
+                .body = c->body,
+                .len = strlen(c->body),
+                .timeout_ms = 60000};
+  c->t_sent = sh_now();
+  c->rc = sh_http(&cl, &q, &c->r);
+  sh_client_free(&cl);
+  return 0;
+}
+
+static void call_start(call_t *c, int port, const char *body) {
+  memset(c, 0, sizeof *c);
+  c->port = port;
+  c->body = body;
+  ck_assert_int_eq(thrd_create(&c->thread, call_main, c), thrd_success);
+}
+
+static void call_join(call_t *c) {
+  thrd_join(c->thread, NULL);
+}
+
+/* A slow request (see the top); `extra` members as JSON text, or NULL. */
+static char *slow_body(uint64_t seed, const char *extra) {
+  json_error_t e;
+  json_t *x = json_loads(extra ? extra : "{}", 0, &e);
+  ck_assert_ptr_nonnull(x);
+  json_object_set_new(x, "return", json_pack("{s:s}", "encoding", "base64"));
+  char *b = sh_slow_body(SLOW_L, SLOW_E, SLOW_H, seed, x);
+  json_decref(x);
+  return b;
+}
+
+/* Asserts that a reply is a 200 whose output has the slow shape. */
+static void assert_slow_ok(const sh_resp_t *r, const char *what) {
+  ck_assert_msg(r->status == 200, "%s: status %ld (%s): %.300s", what,
+                r->status, r->error, r->body ? r->body : "");
+  json_t *v = sh_json(r);
+  ck_assert_msg(v != NULL, "%s: not JSON", what);
+  sh_tensor_t t;
+  char why[256];
+  ck_assert_msg(
+      sh_tensor_decode(json_object_get(v, "output"), &t, why, sizeof why) == 0,
+      "%s: output: %s", what, why);
+  ck_assert_msg(t.rank == 2 && t.dim[0] == SLOW_L && t.dim[1] == SLOW_E,
+                "%s: output rank %d [%lld, %lld]", what, t.rank,
+                (long long)t.dim[0], (long long)t.dim[1]);
+  sh_tensor_free(&t);
+  json_decref(v);
+}
+
+/* Waits until /metrics shows `sample` at `min` or more, or fails. */
+static void await_metric(int port, const char *sample, double min) {
+  double v = sh_wait_metric(port, sample, min, 20.0);
+  ck_assert_msg(v >= min, "%s is %g after 20 s, expected >= %g", sample, v,
+                min);
+}
+
+/* attnd_requests_total{status}, once it reaches `want` (or after 5 s): a
+ * request is counted once its reply is out, a moment after the client may
+ * have read it. */
+static double counted(int port, const char *status, double want) {
+  char sample[96];
+  snprintf(sample, sizeof sample, "attnd_requests_total{status=\"%s\"}",
+           status);
+  return sh_wait_metric(port, sample, want, 5.0);
+}
+
+static const char *const small =
+    "{\"query\":[[1,2,3,4],[5,6,7,8]],\"num_heads\":2}";
+
+/* ---- concurrency --------------------------------------------------------- */
+
+#define N_THREADS 16
+#define N_PER_THREAD 13 /* 208 requests */
+
+/* A request and what its reply must hold. The tu_case_t it came from is
+ * freed at once (the test helpers keep few alive), the reference stays. */
+typedef struct load_item {
+  char *body;
+  ref_result_t ref;
+  int batched, weights, head_outputs;
+} load_item_t;
+
+typedef struct load_thread {
+  int port;
+  load_item_t *items; /* N_PER_THREAD, borrowed */
+  thrd_t thread;
+  int ok;
+  char why[768];
+} load_thread_t;
+
+/* Sends its requests one after another on one kept-alive connection, and
+ * checks each reply against the reference. No Check calls: threads. */
+static int load_main(void *arg) {
+  load_thread_t *t = arg;
+  sh_client_t cl;
+  sh_client_init(&cl, t->port);
+  for (int k = 0; k < N_PER_THREAD; k++) {
+    load_item_t *it = &t->items[k];
+    sh_req_t q = {.method = "POST",
+                  .path = "/v1/attention",
+                  .content_type = "application/json",
+                  .body = it->body,
+                  .len = strlen(it->body),
+                  .timeout_ms = 60000};
+    sh_resp_t r;
+    if (sh_http(&cl, &q, &r) < 0 || r.status != 200) {
+      snprintf(t->why, sizeof t->why, "request %d: status %ld (%s): %.300s", k,
+               r.status, r.error, r.body ? r.body : "");
+      sh_resp_free(&r);
+      break;
+    }
+    json_t *v = sh_json(&r);
+    char why[512];
+    int bad =
+        sh_check_reply_ref(&it->ref, it->batched, it->weights, it->head_outputs,
+                           v, -1, REPLY_TOL, why, sizeof why);
+    json_decref(v);
+    sh_resp_free(&r);
+    if (bad) {
+      char spec[400];
+      snprintf(spec, sizeof spec, "%.300s", it->body);
+      snprintf(t->why, sizeof t->why, "request %d: %s (body %.200s)", k, why,
+               spec);
+      break;
+    }
+    t->ok++;
+  }
+  sh_client_free(&cl);
+  return 0;
+}
+
+/* 208 requests of random shapes and features from 16 threads at once. */
+START_TEST(test_concurrent) {
+  static const char *const args[] = {
+      "--workers", "2", "--threads-per-request", "1", "--queue-depth",
+      "64",        NULL};
+  sh_server_t s;
+  start(&s, args);
+
+  /* every case and body built here, on the test's thread */
+  static load_item_t items[N_THREADS * N_PER_THREAD];
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 777);
+  for (int k = 0; k < N_THREADS * N_PER_THREAD; k++) {
+    tu_spec_t sp;
+    tu_spec_random(&sp, &rng);
+    tu_case_t c;
+    tu_case_build(&c, &sp, 9000 + (uint64_t)k);
+    sh_enc_t e = {.inputs = (sh_form_t)(k % 3),
+                  .weights = (sh_form_t)(k / 3 % 3),
+                  .allow = (sh_mask_form_t)(k % 5),
+                  .encoding = k % 4 == 0 ? "base64" : NULL};
+    json_t *req = sh_request_json(&c.p, &e);
+    items[k].body = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    ck_assert_int_eq(ref_attention(&c.p, &items[k].ref), 0);
+    items[k].batched = c.p.query.rank == 3;
+    items[k].weights = sh_weights_mode(&c.p);
+    items[k].head_outputs = c.p.want_head_outputs;
+    tu_case_free(&c);
+  }
+
+  load_thread_t th[N_THREADS];
+  double t0 = sh_now();
+  for (int i = 0; i < N_THREADS; i++) {
+    th[i] = (load_thread_t){.port = s.port, .items = &items[i * N_PER_THREAD]};
+    ck_assert_int_eq(thrd_create(&th[i].thread, load_main, &th[i]),
+                     thrd_success);
+  }
+  int total = 0;
+  for (int i = 0; i < N_THREADS; i++) {
+    thrd_join(th[i].thread, NULL);
+    total += th[i].ok;
+  }
+  double dt = sh_now() - t0;
+  for (int i = 0; i < N_THREADS; i++)
+    ck_assert_msg(th[i].ok == N_PER_THREAD, "thread %d: %s", i, th[i].why);
+  ck_assert_int_eq(total, N_THREADS * N_PER_THREAD);
+  fprintf(stderr, "server_load: %d concurrent requests in %.2f s\n", total, dt);
+
+  /* every one counted, none left behind */
+  ck_assert_double_ge(counted(s.port, "200", total), total);
+  ck_assert_double_eq(sh_metric(s.port, "attnd_queue_depth"), 0);
+  ck_assert_double_eq(sh_metric(s.port, "attnd_busy_workers"), 0);
+  for (int k = 0; k < N_THREADS * N_PER_THREAD; k++) {
+    free(items[k].body);
+    ref_result_free(&items[k].ref);
+  }
+  stop(&s);
+}
+END_TEST
+
+/* ---- overload ------------------------------------------------------------ */
+
+#define N_BURST 12
+
+/* One worker and two places in the queue: of a burst of slow requests at
+ * most three are admitted, the rest get 429 with Retry-After, and the
+ * server stays healthy. */
+START_TEST(test_overload) {
+  static const char *const args[] = {
+      "--workers", "1", "--threads-per-request", "1", "--queue-depth",
+      "2",         NULL};
+  sh_server_t s;
+  start(&s, args);
+  char *body = slow_body(1, NULL);
+  call_t c[N_BURST];
+  for (int i = 0; i < N_BURST; i++)
+    call_start(&c[i], s.port, body);
+  int n200 = 0, n429 = 0;
+  for (int i = 0; i < N_BURST; i++) {
+    call_join(&c[i]);
+    ck_assert_msg(c[i].rc == 0, "request %d: %s", i, c[i].r.error);
+    if (c[i].r.status == 429) {
+      n429++;
+      sh_assert_error(&c[i].r, 429, "overloaded", NULL, "queue", NULL);
+      char ra[32];
+      ck_assert_msg(sh_header(&c[i].r, "Retry-After", ra, sizeof ra) != NULL,
+                    "a 429 without Retry-After");
+      ck_assert_msg(atoi(ra) >= 1, "Retry-After: %s", ra);
+    } else {
+      n200++;
+      assert_slow_ok(&c[i].r, "admitted request");
+    }
+    sh_resp_free(&c[i].r);
+  }
+  ck_assert_msg(n429 >= 1, "no 429 in a burst of %d (%d answered 200)", N_BURST,
+                n200);
+  ck_assert_msg(n200 >= 1 && n200 <= N_BURST - 1, "%d of %d answered 200", n200,
+                N_BURST);
+
+  sh_resp_t r;
+  ck_assert_int_eq(sh_get(s.port, "/healthz", &r), 0);
+  ck_assert_int_eq(r.status, 200);
+  sh_resp_free(&r);
+  ck_assert_double_eq(
+      sh_metric(s.port, "attnd_rejections_total{reason=\"overload\"}"), n429);
+  ck_assert_double_eq(counted(s.port, "429", n429), n429);
+  /* and it still computes */
+  ck_assert_int_eq(sh_post(s.port, small, strlen(small), &r), 0);
+  ck_assert_int_eq(r.status, 200);
+  sh_resp_free(&r);
+  free(body);
+  stop(&s);
+}
+END_TEST
+
+/* ---- deadlines ----------------------------------------------------------- */
+
+START_TEST(test_deadline) {
+  static const char *const args[] = {
+      "--workers", "1", "--threads-per-request", "1", "--queue-depth",
+      "4",         NULL};
+  sh_server_t s;
+  start(&s, args);
+
+  /* a slow request that cannot finish in 5 ms */
+  char *quick = slow_body(2, "{\"timeout_ms\":5}");
+  sh_resp_t r;
+  ck_assert_int_eq(sh_post(s.port, quick, strlen(quick), &r), 0);
+  sh_assert_error(&r, 504, "deadline_exceeded", "timeout_ms", "timeout_ms 5",
+                  NULL);
+  json_t *v = sh_json(&r);
+  ck_assert_ptr_null(json_object_get(v, "metrics"));
+  json_decref(v);
+  sh_resp_free(&r);
+  free(quick);
+
+  /* B waits behind a slow A and expires there, long before A is done */
+  char *slow = slow_body(3, NULL);
+  call_t a;
+  call_start(&a, s.port, slow);
+  await_metric(s.port, "attnd_busy_workers", 1);
+  const char *b = "{\"query\":[[1,2,3,4],[5,6,7,8]],\"num_heads\":2,"
+                  "\"timeout_ms\":100}";
+  ck_assert_int_eq(sh_post(s.port, b, strlen(b), &r), 0);
+  sh_assert_error(&r, 504, "deadline_exceeded", "timeout_ms", "timeout_ms 100",
+                  "queue", NULL);
+  double b_end = r.t_end;
+  sh_resp_free(&r);
+  call_join(&a);
+  assert_slow_ok(&a.r, "the slow request");
+  ck_assert_msg(b_end < a.r.t_end,
+                "the expired request was answered %.3f s after the slow one "
+                "it waited behind",
+                b_end - a.r.t_end);
+  json_t *av = sh_json(&a.r);
+  const json_t *am = json_object_get(av, "metrics");
+  double a_decode = json_number_value(
+      json_object_get(json_object_get(am, "stages_ms"), "decode"));
+  double a_compute = json_number_value(json_object_get(am, "compute_ms"));
+  double a_seconds = a.r.seconds;
+  ck_assert_msg(a_compute > 0, "metrics.compute_ms of A: %.300s", a.r.body);
+  json_decref(av);
+  sh_resp_free(&a.r);
+
+  /* C's deadline passes a quarter into its computation: it is cancelled,
+   * and its worker is free long before a full computation would end */
+  char extra[64];
+  snprintf(extra, sizeof extra, "{\"timeout_ms\":%d}",
+           (int)(a_decode + a_compute / 4) + 1);
+  char *c_body = slow_body(5, extra);
+  double t0 = sh_now();
+  ck_assert_int_eq(sh_post(s.port, c_body, strlen(c_body), &r), 0);
+  sh_assert_error(&r, 504, "deadline_exceeded", "timeout_ms", NULL);
+  sh_resp_free(&r);
+  double idle;
+  while ((idle = sh_metric(s.port, "attnd_busy_workers")) > 0 &&
+         sh_now() - t0 < 20)
+    ;
+  double t_idle = sh_now() - t0;
+  ck_assert_double_eq(idle, 0);
+  ck_assert_msg(t_idle < 0.75 * a_seconds,
+                "the worker was busy %.3f s with a request cancelled after "
+                "%.0f ms; a whole one took %.3f s (decode %.0f ms, compute "
+                "%.0f ms)",
+                t_idle, a_decode + a_compute / 4, a_seconds, a_decode,
+                a_compute);
+  free(c_body);
+
+  ck_assert_double_eq(
+      sh_metric(s.port, "attnd_rejections_total{reason=\"deadline\"}"), 3);
+  ck_assert_double_eq(counted(s.port, "504", 3), 3);
+  free(slow);
+  stop(&s);
+}
+END_TEST
+
+/* ---- a client that leaves ------------------------------------------------ */
+
+/* One worker, one place in the queue. A runs; B takes the place and its
+ * client closes the connection; the place is free again, so C, sent while
+ * A still runs, is admitted rather than refused. */
+START_TEST(test_client_gone) {
+  static const char *const args[] = {
+      "--workers", "1", "--threads-per-request", "1", "--queue-depth",
+      "1",         NULL};
+  sh_server_t s;
+  start(&s, args);
+  char *slow = slow_body(4, NULL);
+  call_t a;
+  call_start(&a, s.port, slow);
+  await_metric(s.port, "attnd_busy_workers", 1);
+
+  int fd = sh_connect(s.port);
+  ck_assert_int_ge(fd, 0);
+  char head[256];
+  snprintf(head, sizeof head,
+           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+           strlen(small));
+  ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
+  ck_assert_int_eq(sh_send_all(fd, small, strlen(small)), 0);
+  await_metric(s.port, "attnd_queue_depth", 1);
+  close(fd);
+  await_metric(s.port, "attnd_rejections_total{reason=\"client_gone\"}", 1);
+  ck_assert_double_eq(sh_metric(s.port, "attnd_queue_depth"), 0);
+
+  double c_sent = sh_now();
+  sh_resp_t r;
+  ck_assert_int_eq(sh_post(s.port, small, strlen(small), &r), 0);
+  ck_assert_msg(r.status == 200, "C: status %ld: %s", r.status, r.body);
+  sh_resp_free(&r);
+  call_join(&a);
+  assert_slow_ok(&a.r, "A");
+  ck_assert_msg(a.r.t_end > c_sent,
+                "A ended before C was sent: the test proves nothing; make "
+                "the slow request slower");
+  sh_resp_free(&a.r);
+  ck_assert_double_eq(
+      sh_metric(s.port, "attnd_rejections_total{reason=\"overload\"}"), 0);
+  free(slow);
+  stop(&s);
+}
+END_TEST
+
+/* A client that leaves while its request computes frees the worker: the
+ * computation stops long before it would have ended. */
+START_TEST(test_client_gone_running) {
+  static const char *const args[] = {"--workers", "1", "--threads-per-request",
+                                     "1", NULL};
+  sh_server_t s;
+  start(&s, args);
+  char *slow = slow_body(6, NULL);
+  int fd = sh_connect(s.port);
+  ck_assert_int_ge(fd, 0);
+  char head[256];
+  snprintf(head, sizeof head,
+           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+           strlen(slow));
+  ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
+  ck_assert_int_eq(sh_send_all(fd, slow, strlen(slow)), 0);
+  await_metric(s.port, "attnd_busy_workers", 1);
+  double t0 = sh_now();
+  close(fd);
+  await_metric(s.port, "attnd_rejections_total{reason=\"client_gone\"}", 1);
+  double freed = sh_now() - t0;
+  ck_assert_double_eq(sh_metric(s.port, "attnd_busy_workers"), 0);
+
+  /* the same request, computed in full, for comparison */
+  sh_resp_t r;
+  ck_assert_int_eq(sh_post(s.port, slow, strlen(slow), &r), 0);
+  assert_slow_ok(&r, "the same request in full");
+  json_t *v = sh_json(&r);
+  double full = json_number_value(
+      json_object_get(json_object_get(v, "metrics"), "compute_ms"));
+  json_decref(v);
+  sh_resp_free(&r);
+  ck_assert_msg(freed * 1000 < 0.5 * full,
+                "the worker stayed %.0f ms with a request whose client had "
+                "gone; computing it in full takes %.0f ms",
+                freed * 1000, full);
+  free(slow);
+  stop(&s);
+}
+END_TEST
+
+/* ---- SIGTERM ------------------------------------------------------------- */
+
+#define N_DRAIN 4
+
+/* SIGTERM with one request running and three queued: every one is
+ * answered 200, new work gets 503 (or, once the process is gone, a refused
+ * connection), and the process exits 0. */
+START_TEST(test_sigterm_drains) {
+  static const char *const args[] = {
+      "--workers", "1", "--threads-per-request", "1", "--queue-depth",
+      "8",         NULL};
+  sh_server_t s;
+  start(&s, args);
+  char *bodies[N_DRAIN];
+  call_t c[N_DRAIN];
+  for (int i = 0; i < N_DRAIN; i++) {
+    bodies[i] = slow_body(10 + (uint64_t)i, NULL);
+    call_start(&c[i], s.port, bodies[i]);
+  }
+  await_metric(s.port, "attnd_inflight", N_DRAIN);
+  ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
+
+  /* draining: /readyz says so, new requests are refused */
+  double deadline = sh_now() + 10.0;
+  long ready = 200;
+  while (ready == 200 && sh_now() < deadline) {
+    sh_resp_t r;
+    ready = sh_get(s.port, "/readyz", &r) == 0 ? r.status : -1;
+    sh_resp_free(&r);
+  }
+  sh_resp_t r;
+  int rc = sh_post(s.port, small, strlen(small), &r);
+  int early = sh_server_wait(&s, 0); /* -1 while it runs */
+  if (rc == 0) {
+    ck_assert_msg(ready == 503, "/readyz answered %ld while draining", ready);
+    sh_assert_error(&r, 503, "draining", NULL, NULL);
+  } else {
+    ck_assert_msg(early >= 0, "no reply after SIGTERM (%s) from a live server",
+                  r.error);
+  }
+  sh_resp_free(&r);
+
+  for (int i = 0; i < N_DRAIN; i++) {
+    call_join(&c[i]);
+    char what[64];
+    snprintf(what, sizeof what, "request %d of %d in flight at SIGTERM", i,
+             N_DRAIN);
+    assert_slow_ok(&c[i].r, what);
+    sh_resp_free(&c[i].r);
+    free(bodies[i]);
+  }
+  int st = s.pid ? sh_server_wait(&s, 30.0) : early;
+  ck_assert_msg(st == 0, "exit status %d after draining:\n%s", st, s.log);
+  ck_assert_msg(strstr(s.log, "\"event\":\"draining\"") != NULL,
+                "no draining event in the log:\n%s", s.log);
+}
+END_TEST
+
+/* SIGINT is SIGTERM's twin: the request in flight completes, exit 0. */
+START_TEST(test_sigint_drains) {
+  static const char *const args[] = {"--workers", "1", "--threads-per-request",
+                                     "1", NULL};
+  sh_server_t s;
+  start(&s, args);
+  char *body = slow_body(20, NULL);
+  call_t c;
+  call_start(&c, s.port, body);
+  await_metric(s.port, "attnd_busy_workers", 1);
+  ck_assert_int_eq(kill(s.pid, SIGINT), 0);
+  call_join(&c);
+  assert_slow_ok(&c.r, "the request in flight at SIGINT");
+  sh_resp_free(&c.r);
+  int st = sh_server_wait(&s, 30.0);
+  ck_assert_msg(st == 0, "exit status %d after SIGINT:\n%s", st, s.log);
+  ck_assert_msg(strstr(s.log, "\"signal\":2") != NULL,
+                "no draining event for signal 2:\n%s", s.log);
+  free(body);
+}
+END_TEST
+
+/* ---- the suite ----------------------------------------------------------- */
+
+static Suite *server_load_suite(void) {
+  Suite *s = suite_create("server_load");
+  TCase *tc = tcase_create("concurrency");
+  tcase_set_timeout(tc, 90);
+  tcase_add_test(tc, test_concurrent);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("admission");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_overload);
+  tcase_add_test(tc, test_deadline);
+  tcase_add_test(tc, test_client_gone);
+  tcase_add_test(tc, test_client_gone_running);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("shutdown");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_sigterm_drains);
+  tcase_add_test(tc, test_sigint_drains);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  sh_init();
+  SRunner *sr = srunner_create(server_load_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
