@@ -10,22 +10,29 @@
 #include "attn/attn.h"
 
 void attnd_blas_select(const char *coretype, char **argv) {
-  if (getenv("ATTND_BLAS_REEXEC") || strcmp(coretype, "library") == 0)
+  if (getenv("ATTND_BLAS_REEXEC"))
     return;
-  const char *want = attn_blas_preferred_coretype();
-  if (strcmp(coretype, "auto") != 0) {
+  const char *want = NULL;
+  if (strcmp(coretype, "auto") == 0) {
+    want = attn_blas_preferred_coretype();
+  } else if (strcmp(coretype, "library") != 0) {
     attn_backend_t b;
     attn_backend_info(&b);
     want = strcasecmp(b.blas_kernel, coretype) ? coretype : NULL;
   }
-  if (want == NULL)
+  const char *threads = getenv("OPENBLAS_NUM_THREADS");
+  int pool = threads == NULL || strcmp(threads, "1") != 0;
+  if (want == NULL && !pool)
     return;
-  const char *was = getenv("OPENBLAS_CORETYPE");
-  fprintf(stderr,
-          "{\"event\":\"blas_kernel\",\"selected\":\"%s\",\"was\":\"%s\"}\n",
-          want, was ? was : "");
-  setenv("OPENBLAS_CORETYPE", want, 1);
+  if (want) {
+    const char *was = getenv("OPENBLAS_CORETYPE");
+    fprintf(stderr,
+            "{\"event\":\"blas_kernel\",\"selected\":\"%s\",\"was\":\"%s\"}\n",
+            want, was ? was : "");
+    setenv("OPENBLAS_CORETYPE", want, 1);
+  }
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("ATTND_BLAS_REEXEC", "1", 1);
   execv("/proc/self/exe", argv);
-  perror("re-executing to select the OpenBLAS kernel");
+  perror("re-executing to set up OpenBLAS");
 }

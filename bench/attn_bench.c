@@ -1,0 +1,285 @@
+/* bench/attn_bench.c: the attention core against the machine's own limit.
+ *
+ * Prints one table, to the terminal and as CSV: each row a shape, mask,
+ * thread count and kernel path, with the median time over repeated runs,
+ * the dense-equivalent GFLOP/s (projections and attention counted as if
+ * nothing were masked: 8·B·L·E² + 4·B·L²·E for self-attention with E→E
+ * projections), that rate as a ratio to the host's single-thread sgemm rate
+ * measured in the same run, and the row's peak RSS. Each row runs in a
+ * child process, so its peak RSS is its own.
+ *
+ * With --torch, each row also times Debian's PyTorch nn.MultiheadAttention
+ * (bench/torch_mha.py under /usr/bin/python3, one thread, OpenBLAS on the
+ * same kernel) and prints the speedup.
+ *
+ * usage: attn-bench [--quick] [--torch] [--csv FILE] [--reps N] */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attn/attn.h"
+#include "blas.h"
+
+typedef struct row {
+  const char *name;
+  int64_t B, Lq, Lk, E, H, Hkv;
+  int causal, weights, threads;
+  attn_isa_t isa;
+  int quick; /* part of --quick */
+} row_t;
+
+static const row_t rows[] = {
+    {"L512", 1, 512, 512, 512, 8, 8, 1, 0, 1, 0, 1},
+    {"L512", 1, 512, 512, 512, 8, 8, 1, 0, 2, 0, 0},
+    {"L2048", 1, 2048, 2048, 512, 8, 8, 1, 0, 1, 0, 1},
+    {"L2048", 1, 2048, 2048, 512, 8, 8, 1, 0, 2, 0, 1},
+    {"L4096", 1, 4096, 4096, 512, 8, 8, 1, 0, 1, 0, 1},
+    {"L4096", 1, 4096, 4096, 512, 8, 8, 1, 0, 2, 0, 1},
+    {"L4096 weights", 1, 4096, 4096, 512, 8, 8, 1, 1, 1, 0, 1},
+    {"L4096 weights", 1, 4096, 4096, 512, 8, 8, 1, 1, 2, 0, 0},
+    {"L4096 full", 1, 4096, 4096, 512, 8, 8, 0, 0, 1, 0, 0},
+    {"L4096 full weights", 1, 4096, 4096, 512, 8, 8, 0, 1, 1, 0, 0},
+    {"L4096 GQA", 1, 4096, 4096, 512, 8, 2, 1, 0, 1, 0, 0},
+    {"cross 1024x4096", 1, 1024, 4096, 512, 8, 8, 0, 0, 1, 0, 0},
+    {"L16384", 1, 16384, 16384, 512, 8, 8, 1, 0, 1, 0, 0},
+    {"L16384", 1, 16384, 16384, 512, 8, 8, 1, 0, 2, 0, 1},
+    {"L4096 E4096", 1, 4096, 4096, 4096, 32, 32, 1, 0, 2, 0, 0},
+    {"L2048 generic", 1, 2048, 2048, 512, 8, 8, 1, 0, 1, ATTN_ISA_GENERIC, 0},
+    {"L2048 avx2", 1, 2048, 2048, 512, 8, 8, 1, 0, 1, ATTN_ISA_AVX2, 0},
+};
+#define NROWS (sizeof rows / sizeof rows[0])
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *x, int n) {
+  qsort(x, (size_t)n, sizeof *x, cmp_double);
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+static float *random_floats(size_t n, float scale, unsigned seed) {
+  float *x = malloc(n * sizeof *x);
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (size_t i = 0; x && i < n; i++) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    x[i] = scale * ((float)(s >> 40) / (float)(1 << 24) * 2 - 1);
+  }
+  return x;
+}
+
+/* Repeats f until `reps` runs and at least `min_ms` have passed (at most
+ * 4·reps runs); returns the median of the runs' times. */
+#define TIMED(reps, min_ms, body)                                              \
+  ({                                                                           \
+    double t_[64];                                                             \
+    int n_ = 0;                                                                \
+    double start_ = now_ms();                                                  \
+    while (n_ < 64 && (n_ < (reps) ||                                          \
+                       (now_ms() - start_ < (min_ms) && n_ < 4 * (reps)))) {   \
+      double t0_ = now_ms();                                                   \
+      body;                                                                    \
+      t_[n_++] = now_ms() - t0_;                                               \
+    }                                                                          \
+    median(t_, n_);                                                            \
+  })
+
+/* The host's single-thread sgemm rate, 2048³, in GFLOP/s. */
+static double sgemm_rate(int reps) {
+  const int n = 2048;
+  float *a = random_floats((size_t)n * n, 1, 1),
+        *b = random_floats((size_t)n * n, 1, 2),
+        *c = random_floats((size_t)n * n, 1, 3);
+  openblas_set_num_threads(1);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n,
+              0, c, n); /* warm up */
+  double ms = TIMED(reps, 500,
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n,
+                                n, 1, a, n, b, n, 0, c, n));
+  free(a);
+  free(b);
+  free(c);
+  return 2.0 * n * n * n / ms / 1e6;
+}
+
+/* Runs one row in this process; returns its median ms, or -1. */
+static double run_row(const row_t *r, int reps) {
+  int64_t Dh = r->E / r->H;
+  float *x = random_floats((size_t)(r->B * r->Lq * r->E), 1, 4);
+  float *kv = r->Lk != r->Lq
+                  ? random_floats((size_t)(r->B * r->Lk * r->E), 1, 5)
+                  : NULL;
+  float scale = 1.0f / sqrtf((float)r->E);
+  float *wq = random_floats((size_t)(r->E * r->E), scale, 6);
+  float *wk = random_floats((size_t)(r->Hkv * Dh * r->E), scale, 7);
+  float *wv = random_floats((size_t)(r->Hkv * Dh * r->E), scale, 8);
+  float *wo = random_floats((size_t)(r->E * r->E), scale, 9);
+  attn_params_t p = {
+      .query = {x, 3, {r->B, r->Lq, r->E}},
+      .num_heads = r->H,
+      .num_kv_heads = r->Hkv,
+      .q_weight = {wq, 2, {r->E, r->E}},
+      .k_weight = {wk, 2, {r->Hkv * Dh, r->E}},
+      .v_weight = {wv, 2, {r->Hkv * Dh, r->E}},
+      .o_weight = {wo, 2, {r->E, r->E}},
+      .causal = r->causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
+      .want_weights = r->weights,
+  };
+  if (kv)
+    p.key = (attn_tensor_t){kv, 3, {r->B, r->Lk, r->E}};
+  attn_exec_t ex = {.threads = r->threads, .isa = r->isa};
+  attn_plan_t plan;
+  attn_error_t err;
+  if (attn_plan_init(&plan, &p, &ex, &err) < 0) {
+    fprintf(stderr, "%s: %s\n", r->name, err.message);
+    return -1;
+  }
+  void *ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64);
+  attn_outputs_t o = {.out = malloc((size_t)plan.out_elems * sizeof(float))};
+  if (r->weights)
+    o.weights = malloc((size_t)plan.weights_elems * sizeof(float));
+  if (!ws || !o.out || (r->weights && !o.weights))
+    return -1;
+  attn_forward(&plan, &o, ws, plan.workspace_bytes, &err); /* warm up */
+  return TIMED(reps, 1000,
+               attn_forward(&plan, &o, ws, plan.workspace_bytes, &err));
+}
+
+/* Times the same row in PyTorch; returns its median ms, or -1. */
+static double torch_row(const row_t *r, int reps) {
+  if (r->Lq != r->Lk || r->Hkv != r->H || r->isa != ATTN_ISA_AUTO)
+    return -1;
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "OMP_NUM_THREADS=%d /usr/bin/python3 bench/torch_mha.py %lld %lld "
+           "%lld %lld %d %d %d %d 2>/dev/null",
+           r->threads, (long long)r->B, (long long)r->Lq, (long long)r->E,
+           (long long)r->H, r->causal, r->weights, r->threads, reps);
+  FILE *f = popen(cmd, "r");
+  double ms = -1;
+  if (f == NULL || fscanf(f, "%lf", &ms) != 1)
+    ms = -1;
+  if (f)
+    pclose(f);
+  return ms;
+}
+
+int main(int argc, char **argv) {
+  int quick = 0, torch = 0, reps = 5;
+  const char *csv_path = "build/bench/attn.csv";
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if (strcmp(argv[i], "--torch") == 0)
+      torch = 1;
+    else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc)
+      csv_path = argv[++i];
+    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+      reps = atoi(argv[++i]);
+    else {
+      fprintf(stderr, "usage: %s [--quick] [--torch] [--csv FILE] [--reps N]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  if (reps < 1)
+    reps = 1;
+  attnd_blas_select("auto", argv);
+  attn_backend_t be;
+  attn_backend_info(&be);
+  double ceiling = sgemm_rate(reps);
+  printf("attn-bench: %s, kernel %s, SIMD %s; sgemm 2048^3 one thread: %.1f "
+         "GFLOP/s (the ceiling)\n",
+         be.blas_config, be.blas_kernel, attn_isa_name(be.isa), ceiling);
+  FILE *csv = fopen(csv_path, "w");
+  if (csv)
+    fprintf(csv, "name,B,Lq,Lk,E,H,Hkv,mask,weights,threads,path,median_ms,"
+                 "gflops,x_sgemm,peak_rss_mb,torch_ms,x_torch\n");
+  printf("%-19s %2s %6s %6s %5s %3s %3s %-6s %-8s %2s %-16s %10s %8s %6s %8s"
+         "%s\n",
+         "row", "B", "Lq", "Lk", "E", "H", "Hkv", "mask", "weights", "th",
+         "path", "median_ms", "GFLOP/s", "x_sgemm", "rss_MB",
+         torch ? "   torch_ms  x_torch" : "");
+  for (size_t i = 0; i < NROWS; i++) {
+    const row_t *r = &rows[i];
+    if (quick && !r->quick)
+      continue;
+    int fd[2];
+    if (pipe(fd) < 0)
+      return 1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fd[0]);
+      double ms = run_row(r, reps);
+      if (write(fd[1], &ms, sizeof ms) != sizeof ms)
+        _exit(1);
+      _exit(0);
+    }
+    close(fd[1]);
+    double ms = -1;
+    if (read(fd[0], &ms, sizeof ms) != sizeof ms)
+      ms = -1;
+    close(fd[0]);
+    struct rusage ru;
+    int status;
+    wait4(pid, &status, 0, &ru);
+    if (ms < 0) {
+      printf("%-19s failed\n", r->name);
+      continue;
+    }
+    /* The plan's flops: projections and attention as if unmasked. */
+    int64_t Dh = r->E / r->H;
+    double flops = 2.0 * r->B *
+                       ((double)r->Lq * r->E * r->E * 2 +
+                        (double)r->Lk * r->E * r->Hkv * Dh * 2) +
+                   4.0 * r->B * r->Lq * r->Lk * r->E;
+    double gflops = flops / ms / 1e6, rss = (double)ru.ru_maxrss / 1024.0;
+    const char *path = r->weights ? "two-pass" : "online";
+    char pathname[32];
+    snprintf(pathname, sizeof pathname, "%s/%s",
+             attn_isa_name(r->isa ? r->isa : be.isa), path);
+    char mask[8];
+    snprintf(mask, sizeof mask, "%s", r->causal ? "causal" : "none");
+    double tms = torch ? torch_row(r, reps) : -1;
+    printf("%-19s %2lld %6lld %6lld %5lld %3lld %3lld %-6s %-8s %2d %-16s "
+           "%10.1f %8.1f %6.2f %8.0f",
+           r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
+           (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
+           r->weights ? "per_head" : "none", r->threads, pathname, ms, gflops,
+           gflops / ceiling, rss);
+    if (torch && tms > 0)
+      printf(" %10.1f %8.2f", tms, tms / ms);
+    else if (torch)
+      printf(" %10s %8s", "-", "-");
+    printf("\n");
+    if (csv)
+      fprintf(csv,
+              "%s,%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%d,%s,%.3f,%.2f,"
+              "%.3f,%.1f,%.3f,%.3f\n",
+              r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
+              (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
+              r->weights ? "per_head" : "none", r->threads, pathname, ms,
+              gflops, gflops / ceiling, rss, tms, tms > 0 ? tms / ms : -1.0);
+  }
+  if (csv) {
+    fclose(csv);
+    printf("CSV: %s\n", csv_path);
+  }
+  return 0;
+}
