@@ -13,12 +13,17 @@
  *     pass 2: score terms and masks; pass 3: online softmax (running max m
  *     and sum l, rescaling O); pass 4: O += P·V. Then O /= l. The score
  *     matrix never exists beyond one BR x BC tile, and key blocks that no
- *     row may see are never visited.
+ *     row may see are never visited. Where a key block is one register tile
+ *     wide (AVX-512), tiles with no mask or score term run passes 1 and 3
+ *     fused, on the registers.
  *   two-pass (weights returned): the unit's rows of S for every visible key
  *     block, then an exact softmax per row, then O = P·V; P is the weights.
  * A row that may see no key gets weights 0 and output 0. */
 #include <math.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "internal.h"
 
@@ -65,8 +70,18 @@ INLINE vf ld(const float *p) {
 INLINE void st(float *p, vf x) {
   *(vfu *)p = x;
 }
+/* Every lane x, with the ISA's broadcast. ((vf){0} + x would cost an add,
+ * as -0 + 0 is +0, and hide the broadcast from the FMA that uses it.) */
 INLINE vf splat(float x) {
+#if defined(__AVX512F__)
+  return (vf)_mm512_set1_ps(x);
+#elif defined(__AVX2__)
+  return (vf)_mm256_set1_ps(x);
+#elif defined(__SSE2__)
+  return (vf)_mm_set1_ps(x);
+#else
   return (vf){0} + x;
+#endif
 }
 INLINE vf vsel(vi m, vf a, vf b) {
   return (vf)(((vi)a & m) | ((vi)b & ~m));
@@ -96,9 +111,32 @@ INLINE float hsum(vf x) {
   return x[0];
 }
 
-/* e^x for x <= 88, and exactly 0 below -87.3 (so e^-inf = 0): Cody-Waite
- * reduction x = n·ln2 + r, |r| <= ln2/2, and Cephes' degree-6 polynomial;
- * about 1 ulp. */
+/* e^x for x <= 88, exactly 0 for x = -inf: Cody-Waite reduction
+ * x = n·ln2 + r, |r| <= ln2/2, and Cephes' degree-6 polynomial for e^r;
+ * about 1 ulp. With AVX-512, vscalefps applies 2^n (x is clamped at -110,
+ * where p·2^n rounds to exactly 0); otherwise n is put in the exponent bits
+ * and results below -87.3 are zeroed. */
+INLINE vf exp_poly(vf r) {
+  vf p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  return p * r * r + r + 1.0f;
+}
+
+#if defined(__AVX512F__)
+INLINE vf vexp(vf x) {
+  x = vmax(x, splat(-110.0f));
+  vf n =
+      (vf)_mm512_roundscale_ps((__m512)(x * 1.44269504088896341f),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  vf r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  return (vf)_mm512_scalef_ps((__m512)exp_poly(r), (__m512)n);
+}
+#else
 INLINE vf vexp(vf x) {
   const float lo = -87.3f;
   vi keep = x >= lo;
@@ -107,16 +145,10 @@ INLINE vf vexp(vf x) {
   n -= 12582912.0f;
   vf r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  vf p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
   vi e = (__builtin_convertvector(n, vi) + 127) << 23;
-  return (vf)((vi)(p * (vf)e) & keep);
+  return (vf)((vi)(exp_poly(r) * (vf)e) & keep);
 }
+#endif
 
 /* ---- products on register tiles ---------------------------------------- */
 
@@ -149,6 +181,60 @@ INLINE void qk_tile(const int mr, const float *q, int64_t ldq, const float *kt,
     for (int n = 0; n < QK_NV; n++)
       st(s + r * lds + n * VL, acc[r][n]);
 }
+
+#if QK_NV * VL == ATTN__BC
+/* A whole key block's scores for mr rows fit in the register tile: the
+ * online softmax of a tile without masks or score terms runs on them in
+ * registers. S[mr, BC] = Q·Kt as in qk_tile; then per row, the running max
+ * m, the running sums l (a vector per row) and the output rows o are
+ * rescaled if the max grew, and P = e^(S - m) is stored to p. */
+INLINE void qk_softmax_tile(const int mr, const float *q, int64_t ldq,
+                            const float *kt, int64_t D, float *p, float *m,
+                            float *l, float *o, int64_t Dvp) {
+  vf acc[QK_MR][QK_NV];
+#pragma GCC unroll 8
+  for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+    for (int n = 0; n < QK_NV; n++)
+      acc[r][n] = splat(0);
+  for (int64_t d = 0; d < D; d++) {
+    vf k[QK_NV];
+#pragma GCC unroll 8
+    for (int n = 0; n < QK_NV; n++)
+      k[n] = ld(kt + d * ATTN__BC + n * VL);
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++) {
+      vf a = splat(q[r * ldq + d]);
+#pragma GCC unroll 8
+      for (int n = 0; n < QK_NV; n++)
+        acc[r][n] += a * k[n];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < mr; r++) {
+    vf mx = acc[r][0];
+#pragma GCC unroll 8
+    for (int n = 1; n < QK_NV; n++)
+      mx = vmax(mx, acc[r][n]);
+    float mt = hmax(mx);
+    if (mt > m[r]) {
+      float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mt);
+      m[r] = mt;
+      for (int64_t k = 0; k < Dvp; k += VL)
+        st(o + r * Dvp + k, ld(o + r * Dvp + k) * alpha);
+      st(l + r * VL, ld(l + r * VL) * alpha);
+    }
+    vf mv = splat(m[r]), sum = ld(l + r * VL);
+#pragma GCC unroll 8
+    for (int n = 0; n < QK_NV; n++) {
+      vf e = vexp(acc[r][n] - mv);
+      st(p + r * ATTN__BC + n * VL, e);
+      sum += e;
+    }
+    st(l + r * VL, sum);
+  }
+}
+#endif
 
 /* O[mr, nv·VL] += P[mr, C] · V[C, nv·VL]. */
 INLINE void pv_tile(const int mr, const int nv, const float *p, int64_t ldp,
@@ -341,12 +427,25 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
     m[r] = -INFINITY;
   for (int64_t kb = kb0; kb < kb1; kb++) {
     int64_t j0 = kb * ATTN__BC;
-    /* pass 1: S = Q·Kᵀ for this block */
-    scores(q, ldq, Dh, kt_tile(c, b, g, kb), rows, s, ATTN__BC);
-    /* pass 2: terms and masks */
     int inside = 1;
     for (int64_t r = 0; r < rows; r++)
       inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
+#if QK_NV * VL == ATTN__BC
+    if (inside && !terms) { /* passes 1 and 3 fused, in registers */
+      for (int64_t r = 0; r < rows; r += QK_MR) {
+        int mr = rows - r < QK_MR ? (int)(rows - r) : QK_MR;
+        switch (mr) {
+          CASE_MR(qk_softmax_tile, q + r * ldq, ldq, kt_tile(c, b, g, kb), Dh,
+                  s + r * ATTN__BC, m + r, l + r * VL, o + r * Dvp, Dvp)
+        }
+      }
+      mix(s, ATTN__BC, v + j0 * Dvp, Dvp, rows, ATTN__BC, o);
+      continue;
+    }
+#endif
+    /* pass 1: S = Q·Kᵀ for this block */
+    scores(q, ldq, Dh, kt_tile(c, b, g, kb), rows, s, ATTN__BC);
+    /* pass 2: terms and masks */
     if (terms || !inside)
       score_terms(c, b, h, i0, rows, j0, ATTN__BC, s, ATTN__BC, lo, hi, inside);
     /* pass 3: online softmax; P overwrites S. The running sum stays a
