@@ -45,11 +45,12 @@ size_t attn__scratch_floats(const attn_plan_t *pl) {
   int64_t Lkp = attn__round_up(pl->Lk, ATTN__BC);
   int64_t Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
   int64_t cols = (p->want_weights || p->want_mean_weights) ? Lkp : ATTN__BC;
-  /* scores or probabilities [BR, cols], output rows [BR, Dvp], the running
+  /* scores or probabilities [BR, cols], output rows [BR, Dvp], query rows
+   * [BR, Dh], the running
    * sum [BR] as vectors of up to 16 floats, the running max [BR], and the
    * key range of each row [BR] x 2 int64. */
-  return (size_t)(ATTN__BR * cols + ATTN__BR * Dvp + 16 * ATTN__BR +
-                  5 * ATTN__BR);
+  return (size_t)(ATTN__BR * cols + ATTN__BR * Dvp + ATTN__BR * pl->Dh +
+                  16 * ATTN__BR + 5 * ATTN__BR);
 }
 
 /* Element strides of a tensor broadcast to [B, H, Lq, Lk]; 0 where it is

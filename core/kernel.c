@@ -150,6 +150,39 @@ INLINE vf vexp(vf x) {
 }
 #endif
 
+/* ---- the running max of the online softmax ------------------------------ */
+
+/* Whether some lane of x is above t. */
+INLINE int any_above(vf x, float t) {
+#if defined(__AVX512F__)
+  return _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(t), _CMP_GT_OQ) != 0;
+#else
+  vi gt = x > splat(t);
+  int any = 0;
+  for (int i = 0; i < VL; i++)
+    any |= gt[i];
+  return any;
+#endif
+}
+
+/* Softmax does not change when every score of a row moves by the same
+ * amount, so the max a row subtracts need not be its exact max: it may lag
+ * the scores by up to e^SLACK, far from overflow. A row's max is raised
+ * (exactly, with a horizontal reduction) only when a score passes it by
+ * more; its output row and running sums are then rescaled. mx holds the
+ * lane-wise max of the row's scores in this key block. */
+#define SLACK 8.0f
+INLINE void raise_max(vf mx, float *m, float *o, float *l, int64_t Dvp) {
+  if (!any_above(mx, *m + SLACK))
+    return;
+  float mt = hmax(mx);
+  float alpha = *m == -INFINITY ? 0.0f : expf(*m - mt);
+  *m = mt;
+  for (int64_t k = 0; k < Dvp; k += VL)
+    st(o + k, ld(o + k) * alpha);
+  st(l, ld(l) * alpha);
+}
+
 /* ---- products on register tiles ---------------------------------------- */
 
 /* S[mr, QK_NV·VL] = Q[mr, D] · Kt[D, QK_NV·VL]. q rows are ldq apart, kt
@@ -216,14 +249,7 @@ INLINE void qk_softmax_tile(const int mr, const float *q, int64_t ldq,
 #pragma GCC unroll 8
     for (int n = 1; n < QK_NV; n++)
       mx = vmax(mx, acc[r][n]);
-    float mt = hmax(mx);
-    if (mt > m[r]) {
-      float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mt);
-      m[r] = mt;
-      for (int64_t k = 0; k < Dvp; k += VL)
-        st(o + r * Dvp + k, ld(o + r * Dvp + k) * alpha);
-      st(l + r * VL, ld(l + r * VL) * alpha);
-    }
+    raise_max(mx, &m[r], o + r * Dvp, l + r * VL, Dvp);
     vf mv = splat(m[r]), sum = ld(l + r * VL);
 #pragma GCC unroll 8
     for (int n = 0; n < QK_NV; n++) {
@@ -412,12 +438,11 @@ static int any_terms(const attn__ctx_t *c) {
  * query rows [i0, i0 + rows). Leaves normalised rows in o [rows, Dvp]. */
 static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
                           int64_t i0, int64_t rows, const int64_t *lo,
-                          const int64_t *hi, int64_t kb0, int64_t kb1, float *s,
-                          float *o, float *m, float *l) {
+                          const int64_t *hi, int64_t kb0, int64_t kb1,
+                          const float *q, float *s, float *o, float *m,
+                          float *l) {
   const attn_plan_t *pl = c->plan;
-  int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp;
-  int64_t ldq = pl->H * Dh;
-  const float *q = c->q + (b * pl->Lq + i0) * ldq + h * Dh;
+  int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp, ldq = Dh;
   const float *v = c->v + (b * pl->Hkv + g) * c->Lkp * Dvp;
   int terms = any_terms(c);
 
@@ -450,21 +475,13 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
       score_terms(c, b, h, i0, rows, j0, ATTN__BC, s, ATTN__BC, lo, hi, inside);
     /* pass 3: online softmax; P overwrites S. The running sum stays a
      * vector per row, reduced once at the end; O and the sum are rescaled
-     * only when a row's max grows. */
+     * only when a row's max must grow (raise_max). */
     for (int64_t r = 0; r < rows; r++) {
       float *x = s + r * ATTN__BC;
       vf mx = ld(x);
       for (int k = VL; k < ATTN__BC; k += VL)
         mx = vmax(mx, ld(x + k));
-      float mt = hmax(mx);
-      if (mt > m[r]) {
-        float alpha = m[r] == -INFINITY ? 0.0f : expf(m[r] - mt);
-        m[r] = mt;
-        float *y = o + r * Dvp;
-        for (int64_t k = 0; k < Dvp; k += VL)
-          st(y + k, ld(y + k) * alpha);
-        st(l + r * VL, ld(l + r * VL) * alpha);
-      }
+      raise_max(mx, &m[r], o + r * Dvp, l + r * VL, Dvp);
       if (m[r] == -INFINITY) { /* nothing visible yet: P = 0 */
         memset(x, 0, ATTN__BC * sizeof(float));
         continue;
@@ -495,11 +512,10 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
 static void attend_two_pass(const attn__ctx_t *c, int64_t b, int64_t h,
                             int64_t i0, int64_t rows, const int64_t *lo,
                             const int64_t *hi, int64_t kb0, int64_t kb1,
-                            float *p, float *o) {
+                            const float *q, float *p, float *o) {
   const attn_plan_t *pl = c->plan;
   int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp, Lkp = c->Lkp;
-  int64_t ldq = pl->H * Dh;
-  const float *q = c->q + (b * pl->Lq + i0) * ldq + h * Dh;
+  int64_t ldq = Dh;
   const float *v = c->v + (b * pl->Hkv + g) * Lkp * Dvp;
   int64_t c0 = kb0 * ATTN__BC, c1 = kb1 * ATTN__BC;
   int terms = any_terms(c);
@@ -555,11 +571,12 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   int64_t Dv = pl->Dv, Dvp = c->Dvp, Lk = pl->Lk, H = pl->H;
   int two_pass = c->weights || c->mean_weights;
 
-  /* scratch: S or P [BR, BC or Lkp] | O [BR, Dvp] | l [BR, 16] | m [BR] |
-   * lo, hi [BR] */
+  /* scratch: S or P [BR, BC or Lkp] | O [BR, Dvp] | Q [BR, Dh] |
+   * l [BR, 16] | m [BR] | lo, hi [BR] */
   float *s = scratch;
   float *o = s + ATTN__BR * (two_pass ? c->Lkp : ATTN__BC);
-  float *l = o + ATTN__BR * Dvp;
+  float *qb = o + ATTN__BR * Dvp;
+  float *l = qb + ATTN__BR * pl->Dh;
   float *m = l + ATTN__BR * 16;
   int64_t *lo = (int64_t *)(m + ATTN__BR);
   int64_t *hi = lo + ATTN__BR;
@@ -578,10 +595,16 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
     kb0 = kb1 = 0;
 
   for (int64_t h = h0; h < h0 + c->heads_per_unit; h++) {
+    /* This head's query rows, contiguous: in q they lie H·Dh apart, which
+     * maps a block's rows onto few cache sets. */
+    int64_t ldq = pl->H * pl->Dh;
+    const float *q = c->q + (b * pl->Lq + i0) * ldq + h * pl->Dh;
+    for (int64_t r = 0; r < rows; r++)
+      memcpy(qb + r * pl->Dh, q + r * ldq, (size_t)pl->Dh * sizeof(float));
     if (two_pass)
-      attend_two_pass(c, b, h, i0, rows, lo, hi, kb0, kb1, s, o);
+      attend_two_pass(c, b, h, i0, rows, lo, hi, kb0, kb1, qb, s, o);
     else
-      attend_online(c, b, h, i0, rows, lo, hi, kb0, kb1, s, o, m, l);
+      attend_online(c, b, h, i0, rows, lo, hi, kb0, kb1, qb, s, o, m, l);
 
     for (int64_t r = 0; r < rows; r++) {
       int64_t i = i0 + r;
