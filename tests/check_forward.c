@@ -477,6 +477,46 @@ START_TEST(test_large) {
 }
 END_TEST
 
+/* ---- the online softmax's running max ------------------------------------ */
+
+/* Scores that climb (or fall) steeply from key block to key block: a row's
+ * max must be raised many times in the middle of a row, by far more than
+ * the slack the online softmax allows itself (e^8), with its output and
+ * sums rescaled each time. Loop index: ISA (auto, generic) x direction x
+ * causal. */
+START_TEST(test_running_max) {
+  const int64_t Lq = 70, Lk = 300, Dh = 8, H = 2;
+  int falling = _i & 1, causal = (_i >> 1) & 1;
+  attn_isa_t isa = (_i >> 2) ? ATTN_ISA_GENERIC : ATTN_ISA_AUTO;
+  tu_rng_t r;
+  tu_rng_seed(&r, 9100 + (uint64_t)_i);
+  float *q = tu_fenced_alloc(sizeof(float) * (size_t)(Lq * H * Dh));
+  float *k = tu_fenced_alloc(sizeof(float) * (size_t)(Lk * H * Dh));
+  float *v = tu_rand_floats(&r, (size_t)(Lk * H * Dh), 1.0f);
+  /* q·k_j = (1 + small noise)·slope·j: a climb of ~40 per key block of 64 */
+  for (int64_t i = 0; i < Lq * H * Dh; i++)
+    q[i] = 1.0f + 0.05f * (float)tu_rng_sym(&r);
+  for (int64_t j = 0; j < Lk; j++)
+    for (int64_t d = 0; d < H * Dh; d++)
+      k[j * H * Dh + d] = (float)(falling ? Lk - j : j) * 0.25f / (float)Dh *
+                          sqrtf((float)Dh) *
+                          (1.0f + 0.05f * (float)tu_rng_sym(&r));
+  attn_params_t p = {
+      .query = tu_t2(q, Lq, H * Dh),
+      .key = tu_t2(k, Lk, H * Dh),
+      .value = tu_t2(v, Lk, H * Dh),
+      .num_heads = H,
+      .causal = causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
+      .want_head_outputs = 1,
+  };
+  const attn_exec_t ex = {.threads = 1, .isa = isa};
+  tu_check_vs_ref(&p, &ex, 1e-5, "running max");
+  tu_fenced_free(q);
+  tu_fenced_free(k);
+  free(v);
+}
+END_TEST
+
 /* ---- default ALiBi slopes ------------------------------------------------ */
 
 /* H = 1..40 against the reference rule, to float rounding. */
@@ -551,6 +591,7 @@ static Suite *forward_suite(void) {
   tc = tcase_create("large");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_large);
+  tcase_add_loop_test(tc, test_running_max, 0, 8);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("alibi_slopes");
