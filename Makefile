@@ -61,7 +61,9 @@ TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 all: deps
 	@$(MAKE) --no-print-directory build
 
-build: $(BUILD)/attnd $(BUILD)/attn-demo $(BUILD)/attn-bench $(TEST_BIN)
+BENCH_BIN := $(BUILD)/attn-bench $(BUILD)/codec-bench $(BUILD)/e2e-bench
+
+build: $(BUILD)/attnd $(BUILD)/attn-demo $(BENCH_BIN) $(TEST_BIN)
 
 deps:
 	@sh tools/deps.sh
@@ -79,9 +81,11 @@ check: $(TEST_BIN) $(BUILD)/attnd
 
 # Benchmarks: medians and ratios measured in one run; never part of `test`.
 bench: deps
-	@$(MAKE) --no-print-directory $(BUILD)/attn-bench
+	@$(MAKE) --no-print-directory $(BENCH_BIN) $(BUILD)/attnd
 	@mkdir -p $(BUILD)/bench
 	./$(BUILD)/attn-bench --csv $(BUILD)/bench/attn.csv
+	./$(BUILD)/codec-bench --csv $(BUILD)/bench/codec.csv
+	./$(BUILD)/e2e-bench --attnd $(BUILD)/attnd --csv $(BUILD)/bench/e2e.csv
 
 # Also times Debian's PyTorch nn.MultiheadAttention on the same shapes.
 bench-compare: deps
@@ -130,9 +134,17 @@ $(BUILD)/attnd: $(BUILD)/server/main.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
 $(BUILD)/attn-bench: $(BUILD)/bench/attn_bench.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
+$(BUILD)/codec-bench: $(BUILD)/bench/codec_bench.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
+
+# The end-to-end bench drives a real server with the integration tests'
+# harness (server launcher and HTTP client).
+$(BUILD)/e2e-bench: $(BUILD)/bench/e2e_bench.o $(TEST_LIB_OBJ) $(BUILD)/libattnd.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_TEST)
+
 $(BUILD)/bench/%.o: bench/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_SERVER) -iquote server -c $< -o $@
+	$(CC) $(CFLAGS_TEST) -iquote tests -c $< -o $@
 
 $(BUILD)/attn-demo: $(BUILD)/tools/attn-demo.o $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_CORE)

@@ -150,6 +150,35 @@ static inline int clinger(uint64_t c, int64_t q, double *d) {
   return 0;
 }
 
+/* c·10^q rounded to double exactly as strtod would, from one x87
+ * extended-precision operation, for the numbers Clinger's path leaves:
+ * typically 17 significant digits, as a float widened to double prints.
+ * c < 2^64 and 10^|q| for |q| <= 27 (5^27 < 2^64) are exact long doubles,
+ * so L = c·10^q is rounded once, to a 64-bit significand. Rounding L to 53
+ * bits then gives strtod's double, unless L is exactly halfway between two
+ * doubles (its low 11 bits 0x400): the exact value may lie on either side
+ * of that midpoint, and this returns -1. Also -1 outside the range. */
+static inline int extended(uint64_t c, int64_t q, double *d) {
+#if defined(__x86_64__) && __LDBL_MANT_DIG__ == 64
+  static const long double p10[28] = {
+      1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
+      1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
+      1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
+  if (q < -27 || q > 27)
+    return -1;
+  long double l = q < 0 ? (long double)c / p10[-q] : (long double)c * p10[q];
+  uint64_t sig;
+  memcpy(&sig, &l, sizeof sig); /* the 64-bit significand, stored first */
+  if ((sig & 0x7ff) == 0x400)
+    return -1;
+  *d = (double)l;
+  return 0;
+#else
+  (void)c, (void)q, (void)d;
+  return -1;
+#endif
+}
+
 /* ---- parsing numbers ----------------------------------------------------- */
 
 static inline int is_digit(char c) {
@@ -157,8 +186,9 @@ static inline int is_digit(char c) {
 }
 
 /* The whole number grammar and value in one pass: the digits accumulate in
- * a uint64 mantissa, and Clinger's fast path answers most numbers; the rest
- * go to strtod on a NUL-terminated copy of the token, which keeps strtod's
+ * a uint64 mantissa, and Clinger's fast path or its extended-precision
+ * sibling answer nearly all numbers; the rest go to strtod on a
+ * NUL-terminated copy of the token, which keeps strtod's
  * rounding to double and then to float, and its overflow report. The
  * grammar is jansson's: "01", "1." and "1e" are invalid tokens there, not
  * a number followed by something. */
@@ -177,7 +207,8 @@ int attnd_number_parse(const char *s, const char *end, float *out,
    * while no digit is left out. Once one is, mant ≥ 10^18 > 2^53 keeps the
    * number off the fast path, so the rest need not be counted. */
   uint64_t mant = 0;
-  int nsig = 0; /* significant digits in mant (leading zeros excluded) */
+  int nsig = 0;  /* significant digits in mant (leading zeros excluded) */
+  int whole = 1; /* no significant digit was left out of mant */
   int64_t e10 = 0;
   int is_int = 1; /* no fraction and no exponent: jansson's integer */
 
@@ -192,6 +223,8 @@ int attnd_number_parse(const char *s, const char *end, float *out,
       if (nsig < 19) {
         mant = mant * 10 + (uint64_t)(*p - '0');
         nsig++;
+      } else {
+        whole = 0;
       }
     } while (++p < end && is_digit(*p));
   }
@@ -208,6 +241,8 @@ int attnd_number_parse(const char *s, const char *end, float *out,
         mant = mant * 10 + (uint64_t)(*p - '0');
         nsig += mant != 0;
         e10--;
+      } else {
+        whole = 0;
       }
     } while (++p < end && is_digit(*p));
   }
@@ -239,7 +274,8 @@ int attnd_number_parse(const char *s, const char *end, float *out,
   double d;
   if (mant == 0) { /* zero, whatever the exponent */
     d = neg ? -0.0 : 0.0;
-  } else if (clinger(mant, e10, &d) == 0) {
+  } else if (clinger(mant, e10, &d) == 0 ||
+             (whole && extended(mant, e10, &d) == 0)) {
     d = neg ? -d : d;
   } else {
     char small[64];

@@ -192,6 +192,35 @@ START_TEST(test_parse_integers) {
 }
 END_TEST
 
+/* The extended-precision path: up to 19 significant digits with decimal
+ * exponents in [-27, 27], as floats widened to doubles print (%.17g), and
+ * 17 to 19 digits next to those midpoints between doubles that sit half a
+ * double ulp from a midpoint between floats: there the 64-bit product may
+ * land on the double midpoint, and must defer to strtod. */
+START_TEST(test_parse_extended) {
+  rng_t r = rng_seeded(300 + (uint64_t)_i);
+  char s[128];
+  for (int k = 0; k < 20000; k++) {
+    double d = (double)rng_float_typical(&r);
+    if (k % 2 == 0) {
+      snprintf(s, sizeof s, k % 4 ? "%.17g" : "%.16g", d);
+    } else {
+      /* Where the double matters to the float: next to the midpoint fm of
+       * two floats, the double midpoints fm ± ulp/2, printed to 17..19
+       * digits. Rounded to 64 bits, these land on the double midpoint, and
+       * the side the decimal lies on decides the float. */
+      float f = rng_float_typical(&r);
+      long double fm = ((long double)f + nextafterf(f, 2 * f)) / 2;
+      double dm = (double)fm; /* exact: 25 significant bits */
+      long double ud = (long double)nextafter(dm, 2 * dm) - dm;
+      long double mid = fm + (k % 4 == 1 ? ud / 2 : -ud / 2);
+      snprintf(s, sizeof s, "%.*Le", 16 + (int)rng_below(&r, 3), mid);
+    }
+    check_number(s);
+  }
+}
+END_TEST
+
 /* Values next to the midpoints between neighbouring floats and doubles,
  * where rounding twice (decimal to double to float) matters. */
 START_TEST(test_parse_halfway) {
@@ -886,8 +915,9 @@ static int is_string_placeholder(const char *s, const attnd_bulk_set_t *set,
                                  size_t *k) {
   unsigned long long nonce, idx;
   int used = 0;
-  if (strncmp(s, "\x01"
-                 "bulk:",
+  if (strncmp(s,
+              "\x01"
+              "bulk:",
               6) != 0 ||
       sscanf(s + 6, "%llu:%llu%n", &nonce, &idx, &used) != 2 ||
       s[6 + used] != 0 || nonce != set->nonce || idx >= set->n ||
@@ -926,7 +956,8 @@ static json_t *substitute(json_t *v, const attnd_bulk_set_t *set, int *uses) {
     uses[k]++;
     return tensor_json(&set->items[k], &at, 0);
   }
-  if (json_is_string(v) && is_string_placeholder(json_string_value(v), set, &k)) {
+  if (json_is_string(v) &&
+      is_string_placeholder(json_string_value(v), set, &k)) {
     uses[k]++;
     return json_stringn(set->items[k].text, set->items[k].text_len);
   }
@@ -1210,18 +1241,21 @@ static const struct {
 START_TEST(test_scan_strings) {
   static const char text[] =
       "{\"q\": {\"base64\": \"AACAPwAAAEAAAEBA\"}, \"short\": \"abc\", "
-      "\"esc\": \"AAAA\\\"AAAAAAAA\", \"utf\": \"AAAA\xc3\xa9" "AAAAAAAA\", "
+      "\"esc\": \"AAAA\\\"AAAAAAAA\", \"utf\": \"AAAA\xc3\xa9"
+      "AAAAAAAA\", "
       "\"LONGKEYLONGKEY\": [1, 2], \"tab\": \"AAAA\tAAAAAAAAAA\"}";
   attnd_bulk_set_t set;
   attnd_buf_t sk;
   attnd_bulk_set_init(&set, 12345);
   attnd_buf_init(&sk);
   ck_assert_int_eq(attnd_bulk_scan(text, strlen(text), 100, 8, &set, &sk), 0);
-  ck_assert_str_eq(sk.data, "{\"q\": {\"base64\": \"\\u0001bulk:12345:0\"}, "
-                            "\"short\": \"abc\", \"esc\": \"AAAA\\\"AAAAAAAA\", "
-                            "\"utf\": \"AAAA\xc3\xa9" "AAAAAAAA\", "
-                            "\"\\u0001bulk:12345:1\": [1, 2], "
-                            "\"tab\": \"AAAA\tAAAAAAAAAA\"}");
+  ck_assert_str_eq(sk.data,
+                   "{\"q\": {\"base64\": \"\\u0001bulk:12345:0\"}, "
+                   "\"short\": \"abc\", \"esc\": \"AAAA\\\"AAAAAAAA\", "
+                   "\"utf\": \"AAAA\xc3\xa9"
+                   "AAAAAAAA\", "
+                   "\"\\u0001bulk:12345:1\": [1, 2], "
+                   "\"tab\": \"AAAA\tAAAAAAAAAA\"}");
   ck_assert_uint_eq(set.n, 2);
   ck_assert_uint_eq(set.items[0].text_len, 16);
   ck_assert(memcmp(set.items[0].text, "AACAPwAAAEAAAEBA", 16) == 0);
@@ -1552,7 +1586,8 @@ START_TEST(test_scan_random_docs) {
     attnd_buf_t t;
     attnd_buf_init(&t);
     gen_doc(&r, &t);
-    items += check_scan_s(t.data, t.len, rng_min_elems(&r), rng_below(&r, 4) * 3, NULL);
+    items += check_scan_s(t.data, t.len, rng_min_elems(&r),
+                          rng_below(&r, 4) * 3, NULL);
     json_t *j = json_loadb(t.data, t.len, 0, NULL);
     valid += j != NULL;
     json_decref(j);
@@ -1652,6 +1687,7 @@ static Suite *codec_suite(void) {
   tcase_add_loop_test(tc, test_parse_formats, 0, N_PARSE_FORMATS);
   tcase_add_test(tc, test_parse_integers);
   tcase_add_test(tc, test_parse_halfway);
+  tcase_add_loop_test(tc, test_parse_extended, 0, 4);
   tcase_add_test(tc, test_parse_edges);
   tcase_add_test(tc, test_parse_invalid);
   tcase_add_test(tc, test_parse_overflow);
