@@ -643,6 +643,29 @@ void attnd_buf_base64(attnd_buf_t *b, const void *src, size_t n) {
  * rank-r array inside d containers reaches depth d + r + 1 and its
  * placeholder only d + 2, so an array is replaced only if d + r + 1 fits. */
 
+/* Whether s[0..n) is all printable ASCII (0x20..0x7e), eight bytes at a
+ * time: a byte is flagged if its high bit is set (>= 0x80), if adding 1 to
+ * its low seven bits carries into the high bit (0x7f), or if subtracting
+ * 0x20 borrows (< 0x20; the borrow may flag a neighbour too, but only when
+ * some byte is below 0x20 already). */
+static int printable(const char *s, size_t n) {
+  const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+  uint64_t bad = 0;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x, low;
+    memcpy(&x, s + i, 8);
+    low = x & ~highs;
+    bad |= x | (low + ones) | ((x - 0x20 * ones) & ~x);
+  }
+  if (bad & highs)
+    return 0;
+  for (; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f)
+      return 0;
+  return 1;
+}
+
 /* Reusable storage for the leaves of the current try. */
 typedef struct scratch {
   float *x;
@@ -811,18 +834,21 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
   while (p < end && !oom) {
     switch (*p) {
     case '"': { /* a string: skip to its closing quote */
-      const char *open = p;
-      int plain = 1; /* printable ASCII, no escapes: its value is its text */
-      for (p++; p < end && *p != '"'; p++) {
-        unsigned char ch = (unsigned char)*p;
-        plain &= ch >= 0x20 && ch < 0x7f && ch != '\\';
-        if (ch == '\\' && ++p == end)
+      const char *open = p++;
+      int escapes = 0;
+      for (;;) { /* the next quote that no backslash escapes */
+        const char *q = memchr(p, '"', (size_t)(end - p));
+        const char *bs = memchr(p, '\\', (size_t)((q ? q : end) - p));
+        if (bs == NULL) {
+          p = q ? q + 1 : end;
           break;
+        }
+        escapes = 1;
+        p = bs + 2 < end ? bs + 2 : end;
       }
-      if (p < end)
-        p++;
       size_t len = (size_t)(p - open);
-      if (plain && min_string && p[-1] == '"' && len >= min_string + 2) {
+      if (!escapes && min_string && p[-1] == '"' && len >= min_string + 2 &&
+          printable(open + 1, len - 2)) {
         attnd_bulk_t item = {.text = open + 1, .text_len = len - 2};
         attnd_buf_append(skeleton, copied, (size_t)(open - copied));
         oom = bulk_add(set, &item, skeleton) < 0;

@@ -40,8 +40,12 @@ int main(int argc, char **argv) {
    * fresh page costs a fault: 13 us each on this project's VMs, 100 ms for
    * 32 MB, more than the attention of a mid-sized request. So malloc keeps
    * freed memory for the next request instead of unmapping it: no mmap
-   * (glibc maps anything over 32 MB afresh otherwise) and no trimming. The
-   * process holds on to its peak; the limits bound that peak. */
+   * (glibc maps anything over 32 MB afresh otherwise), no trimming, and one
+   * arena, so that a buffer freed by one thread (a reply, sent by an HTTP
+   * thread) serves the next request on any thread. A request makes a few
+   * large allocations, so the arena's lock costs nothing. The process holds
+   * on to its peak; the limits bound that peak. */
+  mallopt(M_ARENA_MAX, 1);
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   return attnd_serve(&cfg);
