@@ -162,14 +162,23 @@ static double run_row(const row_t *r, int reps) {
 
 /* Times the same row in PyTorch; returns its median ms, or -1. */
 static double torch_row(const row_t *r, int reps) {
-  if (r->Lq != r->Lk || r->Hkv != r->H || r->isa != ATTN_ISA_AUTO)
-    return -1;
+  if (r->Lq != r->Lk || r->Hkv != r->H || r->isa != ATTN_ISA_AUTO ||
+      r->Lq > 4096 || r->E > 512)
+    return -1; /* what nn.MultiheadAttention expresses, in minutes */
   char cmd[512];
+  /* Torch at its best: the OpenBLAS kernel we use (this process's), its
+   * own threads, and malloc keeping freed memory as attnd does (otherwise
+   * every call pays first-touch page faults for its score matrices). */
+  const char *core = getenv("OPENBLAS_CORETYPE");
   snprintf(cmd, sizeof cmd,
-           "OMP_NUM_THREADS=%d /usr/bin/python3 bench/torch_mha.py %lld %lld "
-           "%lld %lld %d %d %d %d 2>/dev/null",
-           r->threads, (long long)r->B, (long long)r->Lq, (long long)r->E,
-           (long long)r->H, r->causal, r->weights, r->threads, reps);
+           "OPENBLAS_CORETYPE=%s OPENBLAS_NUM_THREADS=%d OMP_NUM_THREADS=%d "
+           "MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 "
+           "MALLOC_TRIM_THRESHOLD_=1073741824 "
+           "/usr/bin/python3 bench/torch_mha.py %lld %lld %lld %lld %d %d %d "
+           "%d 2>/dev/null",
+           core ? core : "", r->threads, r->threads, (long long)r->B,
+           (long long)r->Lq, (long long)r->E, (long long)r->H, r->causal,
+           r->weights, r->threads, reps);
   FILE *f = popen(cmd, "r");
   double ms = -1;
   if (f == NULL || fscanf(f, "%lf", &ms) != 1)
