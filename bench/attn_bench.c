@@ -5,7 +5,8 @@
  * the dense-equivalent GFLOP/s (projections and attention counted as if
  * nothing were masked: 8·B·L·E² + 4·B·L²·E for self-attention with E→E
  * projections), that rate as a ratio to the host's single-thread sgemm rate
- * measured in the same run, and the row's peak RSS. Each row runs in a
+ * measured in the same run, the projections' rate per thread as a ratio
+ * to that too (proj_x), and the row's peak RSS. Each row runs in a
  * child process, so its peak RSS is its own.
  *
  * With --torch, each row also times Debian's PyTorch nn.MultiheadAttention
@@ -99,7 +100,8 @@ static float *random_floats(size_t n, float scale, unsigned seed) {
     median(t_, n_);                                                            \
   })
 
-/* The host's single-thread sgemm rate, 2048³, in GFLOP/s. */
+/* The host's single-thread sgemm rate, 2048³, in GFLOP/s: the median of
+ * `reps` runs after a warm-up. */
 static double sgemm_rate(int reps) {
   const int n = 2048;
   float *a = random_floats((size_t)n * n, 1, 1),
@@ -117,8 +119,9 @@ static double sgemm_rate(int reps) {
   return 2.0 * n * n * n / ms / 1e6;
 }
 
-/* Runs one row in this process; returns its median ms, or -1. */
-static double run_row(const row_t *r, int reps) {
+/* Runs one row in this process; returns its median ms, or -1, and the
+ * median time of its projections (stages 1 and 3) in *proj_ms. */
+static double run_row(const row_t *r, int reps, double *proj_ms) {
   int64_t Dh = r->E / r->H;
   float *x = random_floats((size_t)(r->B * r->Lq * r->E), 1, 4);
   float *kv = r->Lk != r->Lq
@@ -156,8 +159,14 @@ static double run_row(const row_t *r, int reps) {
   if (!ws || !o.out || (r->weights && !o.weights))
     return -1;
   attn_forward(&plan, &o, ws, plan.workspace_bytes, &err); /* warm up */
-  return TIMED(reps, 1000,
-               attn_forward(&plan, &o, ws, plan.workspace_bytes, &err));
+  double proj[64];
+  int np = 0;
+  double ms = TIMED(reps, 1000, {
+    attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
+    proj[np++] = o.timing.projection_ms + o.timing.output_ms;
+  });
+  *proj_ms = median(proj, np);
+  return ms;
 }
 
 /* Times the same row in PyTorch; returns its median ms, or -1. */
@@ -211,18 +220,22 @@ int main(int argc, char **argv) {
   attnd_blas_select("auto", argv);
   attn_backend_t be;
   attn_backend_info(&be);
-  double ceiling = sgemm_rate(reps);
+  double ceilings[NROWS + 1];
+  int nceil = 0;
+  ceilings[nceil++] = sgemm_rate(reps);
   printf("attn-bench: %s, kernel %s, SIMD %s; sgemm 2048^3 one thread: %.1f "
-         "GFLOP/s (the ceiling)\n",
-         be.blas_config, be.blas_kernel, attn_isa_name(be.isa), ceiling);
+         "GFLOP/s (the ceiling; each row measures it again just before, and "
+         "its ratios use that)\n",
+         be.blas_config, be.blas_kernel, attn_isa_name(be.isa), ceilings[0]);
   FILE *csv = fopen(csv_path, "w");
   if (csv)
     fprintf(csv, "name,B,Lq,Lk,E,H,Hkv,mask,weights,threads,path,median_ms,"
-                 "gflops,x_sgemm,peak_rss_mb,torch_ms,x_torch\n");
-  printf("%-19s %2s %6s %6s %5s %3s %3s %-6s %-8s %2s %-16s %10s %8s %6s %8s"
-         "%s\n",
+                 "gflops,x_sgemm,proj_x_sgemm,peak_rss_mb,torch_ms,x_torch,"
+                 "sgemm_gflops\n");
+  printf("%-19s %2s %6s %6s %5s %3s %3s %-6s %-8s %2s %-16s %10s %8s %6s %6s "
+         "%8s%s\n",
          "row", "B", "Lq", "Lk", "E", "H", "Hkv", "mask", "weights", "th",
-         "path", "median_ms", "GFLOP/s", "x_sgemm", "rss_MB",
+         "path", "median_ms", "GFLOP/s", "x_sgemm", "proj_x", "rss_MB",
          torch ? "   torch_ms  x_torch" : "");
   for (size_t i = 0; i < NROWS; i++) {
     const row_t *r = &rows[i];
@@ -232,18 +245,24 @@ int main(int argc, char **argv) {
     if (pipe(fd) < 0)
       return 1;
     fflush(stdout);
+    /* this row's own ceiling, just before it (here, so that the row's peak
+     * RSS is its own) */
+    double ceiling = sgemm_rate(3);
+    ceilings[nceil++] = ceiling;
     pid_t pid = fork();
     if (pid == 0) {
       close(fd[0]);
-      double ms = run_row(r, reps);
-      if (write(fd[1], &ms, sizeof ms) != sizeof ms)
+      double res[2];
+      res[0] = run_row(r, reps, &res[1]);
+      if (write(fd[1], res, sizeof res) != sizeof res)
         _exit(1);
       _exit(0);
     }
     close(fd[1]);
-    double ms = -1;
-    if (read(fd[0], &ms, sizeof ms) != sizeof ms)
-      ms = -1;
+    double res[2] = {-1, 0};
+    if (read(fd[0], res, sizeof res) != sizeof res)
+      res[0] = -1;
+    double ms = res[0], proj_ms = res[1];
     close(fd[0]);
     struct rusage ru;
     int status;
@@ -254,11 +273,13 @@ int main(int argc, char **argv) {
     }
     /* The plan's flops: projections and attention as if unmasked. */
     int64_t Dh = r->E / r->H;
-    double flops = 2.0 * r->B *
-                       ((double)r->Lq * r->E * r->E * 2 +
-                        (double)r->Lk * r->E * r->Hkv * Dh * 2) +
-                   4.0 * r->B * r->Lq * r->Lk * r->E;
+    double proj_flops = 2.0 * r->B *
+                        ((double)r->Lq * r->E * r->E * 2 +
+                         (double)r->Lk * r->E * r->Hkv * Dh * 2);
+    double flops = proj_flops + 4.0 * r->B * r->Lq * r->Lk * r->E;
     double gflops = flops / ms / 1e6, rss = (double)ru.ru_maxrss / 1024.0;
+    /* the projections' rate per thread, against one thread's sgemm */
+    double proj_x = proj_flops / proj_ms / 1e6 / r->threads / ceiling;
     const char *path = r->weights ? "two-pass" : "online";
     char pathname[32];
     snprintf(pathname, sizeof pathname, "%s/%s",
@@ -267,11 +288,11 @@ int main(int argc, char **argv) {
     snprintf(mask, sizeof mask, "%s", r->causal ? "causal" : "none");
     double tms = torch ? torch_row(r, reps) : -1;
     printf("%-19s %2lld %6lld %6lld %5lld %3lld %3lld %-6s %-8s %2d %-16s "
-           "%10.1f %8.1f %6.2f %8.0f",
+           "%10.1f %8.1f %6.2f %6.2f %8.0f",
            r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
            (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
            r->weights ? "per_head" : "none", r->threads, pathname, ms, gflops,
-           gflops / ceiling, rss);
+           gflops / ceiling, proj_x, rss);
     if (torch && tms > 0)
       printf(" %10.1f %8.2f", tms, tms / ms);
     else if (torch)
@@ -286,6 +307,9 @@ int main(int argc, char **argv) {
               r->weights ? "per_head" : "none", r->threads, pathname, ms,
               gflops, gflops / ceiling, rss, tms, tms > 0 ? tms / ms : -1.0);
   }
+  printf("sgemm ceiling over the run: median %.1f, from %.1f to %.1f "
+         "GFLOP/s\n",
+         median(ceilings, nceil), ceilings[0], ceilings[nceil - 1]);
   if (csv) {
     fclose(csv);
     printf("CSV: %s\n", csv_path);

@@ -106,68 +106,71 @@ static void layout_q(const fwd_t *f, int64_t b, int64_t i0, int64_t i1) {
   }
 }
 
-/* K for batch b, the key blocks of keys [j0, j1): each block's tile
- * kt[b, kb] = Wk·key[block]ᵀ + bk, Hkv·Dh rows of BC keys, the keys past
- * Lk zeroed. */
+/* K for batch b, keys [j0, j1): kt[b, :, j] = Wk·key[j] + bk, all heads in
+ * one product; the last chunk zeroes the keys [Lk, Lkp). */
 static void layout_k(const fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
-  int64_t rows = pl->Hkv * pl->Dh, Ek = pl->Ek, BC = ATTN__BC;
+  int64_t rows = pl->Hkv * pl->Dh, Ek = pl->Ek, ldk = f->ctx.ldk, n = j1 - j0;
+  const float *x = f->key + (b * pl->Lk + j0) * Ek;
+  float *base = f->kt + b * rows * ldk, *dst = base + j0;
   const float *bias = p->k_bias.rank ? p->k_bias.data : NULL;
-  for (int64_t k0 = j0; k0 < j1; k0 += BC) {
-    int64_t n = j1 - k0 < BC ? j1 - k0 : BC;
-    const float *x = f->key + (b * pl->Lk + k0) * Ek;
-    float *dst = f->kt + (b * f->ctx.nkb + k0 / BC) * rows * BC;
-    if (p->k_weight.rank) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n,
-                  (int)Ek, 1.0f, p->k_weight.data, (int)Ek, x, (int)Ek, 0.0f,
-                  dst, (int)BC);
-      if (bias)
-        for (int64_t r = 0; r < rows; r++)
-          for (int64_t j = 0; j < n; j++)
-            dst[r * BC + j] += bias[r];
-    } else {
-      for (int64_t j = 0; j < n; j++)
-        for (int64_t r = 0; r < rows; r++)
-          dst[r * BC + j] = x[j * Ek + r] + (bias ? bias[r] : 0);
-    }
-    if (n < BC)
+  if (p->k_weight.rank) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n,
+                (int)Ek, 1.0f, p->k_weight.data, (int)Ek, x, (int)Ek, 0.0f, dst,
+                (int)ldk);
+    if (bias)
       for (int64_t r = 0; r < rows; r++)
-        memset(dst + r * BC + n, 0, (size_t)(BC - n) * sizeof(float));
+        for (int64_t j = 0; j < n; j++)
+          dst[r * ldk + j] += bias[r];
+  } else {
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t r = 0; r < rows; r++)
+        dst[r * ldk + j] = x[j * Ek + r] + (bias ? bias[r] : 0);
   }
+  if (j1 == pl->Lk)
+    for (int64_t r = 0; r < rows; r++)
+      memset(base + r * ldk + pl->Lk, 0,
+             (size_t)(f->ctx.Lkp - pl->Lk) * sizeof(float));
 }
 
-/* V for batch b, kv head g, rows [j0, j1): v[b, g, j, :] = value[j]·Wv_gᵀ +
- * bv, padded with zero columns to Dvp and, by the last chunk, zero rows to
- * Lkp. */
-static void layout_v(const fwd_t *f, int64_t b, int64_t g, int64_t j0,
-                     int64_t j1) {
+/* V for batch b, rows [j0, j1): v[b, j, g·Dvp + d] = value[j]·Wv_gᵀ + bv,
+ * all heads in one product when no head needs padding; padding columns and,
+ * in the last chunk, the rows [Lk, Lkp) zeroed. */
+static void layout_v(const fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   int64_t Dv = pl->Dv, Dvp = f->ctx.Dvp, Ev = pl->Ev, m = j1 - j0;
+  int64_t ldv = f->ctx.ldv, Hkv = pl->Hkv;
   const float *x = f->value + (b * pl->Lk + j0) * Ev;
-  float *base = f->v + (b * pl->Hkv + g) * f->ctx.Lkp * Dvp;
-  float *dst = base + j0 * Dvp;
-  const float *bias =
-      p->v_bias.rank ? (const float *)p->v_bias.data + g * Dv : NULL;
+  float *base = f->v + b * f->ctx.Lkp * ldv, *dst = base + j0 * ldv;
+  const float *bias = p->v_bias.rank ? p->v_bias.data : NULL;
   if (p->v_weight.rank) {
-    const float *w = (const float *)p->v_weight.data + g * Dv * Ev;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)Dv,
-                (int)Ev, 1.0f, x, (int)Ev, w, (int)Ev, 0.0f, dst, (int)Dvp);
+    const float *w = p->v_weight.data;
+    for (int64_t g = 0; g < Hkv; g += Dv == Dvp ? Hkv : 1)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m,
+                  (int)(Dv == Dvp ? Hkv * Dv : Dv), (int)Ev, 1.0f, x, (int)Ev,
+                  w + g * Dv * Ev, (int)Ev, 0.0f, dst + g * Dvp, (int)ldv);
     if (bias)
       for (int64_t r = 0; r < m; r++)
-        for (int64_t d = 0; d < Dv; d++)
-          dst[r * Dvp + d] += bias[d];
+        for (int64_t g = 0; g < Hkv; g++)
+          for (int64_t d = 0; d < Dv; d++)
+            dst[r * ldv + g * Dvp + d] += bias[g * Dv + d];
   } else {
     for (int64_t r = 0; r < m; r++)
-      for (int64_t d = 0; d < Dv; d++)
-        dst[r * Dvp + d] = x[r * Ev + g * Dv + d] + (bias ? bias[d] : 0);
+      for (int64_t g = 0; g < Hkv; g++)
+        for (int64_t d = 0; d < Dv; d++)
+          dst[r * ldv + g * Dvp + d] =
+              x[r * Ev + g * Dv + d] + (bias ? bias[g * Dv + d] : 0);
   }
-  for (int64_t r = 0; r < m; r++)
-    memset(dst + r * Dvp + Dv, 0, (size_t)(Dvp - Dv) * sizeof(float));
+  if (Dv < Dvp)
+    for (int64_t r = 0; r < m; r++)
+      for (int64_t g = 0; g < Hkv; g++)
+        memset(dst + r * ldv + g * Dvp + Dv, 0,
+               (size_t)(Dvp - Dv) * sizeof(float));
   if (j1 == pl->Lk)
-    memset(base + pl->Lk * Dvp, 0,
-           (size_t)((f->ctx.Lkp - pl->Lk) * Dvp) * sizeof(float));
+    memset(base + pl->Lk * ldv, 0,
+           (size_t)((f->ctx.Lkp - pl->Lk) * ldv) * sizeof(float));
 }
 
 /* Layout task t of n_layout: the Q chunks, then K, then V. */
@@ -186,9 +189,8 @@ static void layout_task(const fwd_t *f, int64_t t) {
     return;
   }
   t -= f->n_k;
-  int64_t c = t % ck, bg = t / ck;
-  int64_t j0 = c * ATTN__PROJ_ROWS, j1 = j0 + ATTN__PROJ_ROWS;
-  layout_v(f, bg / pl->Hkv, bg % pl->Hkv, j0, j1 < pl->Lk ? j1 : pl->Lk);
+  int64_t j0 = t % ck * ATTN__PROJ_ROWS, j1 = j0 + ATTN__PROJ_ROWS;
+  layout_v(f, t / ck, j0, j1 < pl->Lk ? j1 : pl->Lk);
 }
 
 /* Attention unit u of n_units. The last query blocks come first: under a
@@ -251,10 +253,11 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   c->Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
   c->off = pl->Lk - pl->Lq;
   char *ws = workspace;
-  c->nkb = c->Lkp / ATTN__BC;
+  c->ldk = attn__ldk(c->Lkp);
+  c->ldv = attn__ldv(pl->Hkv, c->Dvp);
   f->q = carve(&ws, pl->B * pl->Lq * pl->H * pl->Dh);
-  f->kt = carve(&ws, pl->B * pl->Hkv * pl->Dh * c->Lkp);
-  f->v = carve(&ws, pl->B * pl->Hkv * c->Lkp * c->Dvp);
+  f->kt = carve(&ws, pl->B * pl->Hkv * pl->Dh * c->ldk);
+  f->v = carve(&ws, pl->B * c->Lkp * c->ldv);
   c->concat =
       p->o_weight.rank ? carve(&ws, pl->B * pl->Lq * pl->H * pl->Dv) : o->out;
   float *slopes = carve(&ws, pl->H);
@@ -293,7 +296,7 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
 
   f->n_q = pl->B * chunks(pl->Lq);
   f->n_k = pl->B * chunks(pl->Lk);
-  f->n_v = pl->B * pl->Hkv * chunks(pl->Lk);
+  f->n_v = pl->B * chunks(pl->Lk);
   f->n_layout = f->n_q + f->n_k + f->n_v;
   f->n_units = pl->B * (pl->H / c->heads_per_unit) * c->n_qblocks;
   f->n_out = (p->o_weight.rank || p->o_bias.rank) ? chunks(pl->B * pl->Lq) : 0;

@@ -29,18 +29,26 @@ int attn__err(attn_error_t *err, int code, const char *field, const char *fmt,
 
 /* Everything a kernel reads, resolved by attn_forward from the plan. All
  * pointers borrowed. Layouts:
- *   q      [B, Lq, H·Dh]            scaled by the plan's scale
- *   kt     [B, nkb, Hkv·Dh, BC]     keys transposed block by block: the tile
- *                                   of key block kb for kv head g is Dh rows
- *                                   of BC keys, contiguous (a strided tile
- *                                   would fall into few cache sets); keys
- *                                   >= Lk are zero
- *   v      [B, Hkv, Lkp, Dvp]       rows >= Lk and columns >= Dv are zero
- *   concat [B, Lq, H·Dv]            the heads' outputs side by side
- * with Lkp = nkb·BC, Lk rounded up to whole key blocks. */
+ *   q      [B, Lq, H·Dh]        scaled by the plan's scale
+ *   kt     [B, Hkv·Dh, ldk]     keys transposed; keys >= Lk are zero
+ *   v      [B, Lkp, ldv]        head g in columns g·Dvp .. g·Dvp + Dv; the
+ *                               rest of the first Hkv·Dvp, and the rows
+ *                               >= Lk, are zero
+ *   concat [B, Lq, H·Dv]        the heads' outputs side by side
+ * with Lkp = nkb·BC, Lk rounded up to whole key blocks. The row strides
+ * ldk and ldv are padded by a cache line: a tile's rows, which lie a power
+ * of two apart otherwise, then fall into different cache sets, and the
+ * projections write all heads with one product. */
+static inline int64_t attn__ldk(int64_t Lkp) {
+  return Lkp + 16;
+}
+static inline int64_t attn__ldv(int64_t Hkv, int64_t Dvp) {
+  return Hkv * Dvp + 16;
+}
+
 typedef struct attn__ctx {
   const attn_plan_t *plan;
-  int64_t Lkp, nkb, Dvp, off; /* off = Lk - Lq */
+  int64_t Lkp, Dvp, ldk, ldv, off; /* off = Lk - Lq */
   const float *q, *kt, *v;
   float *concat, *head_outputs, *weights, *mean_weights;
   const float *slopes;             /* [H] or NULL */

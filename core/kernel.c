@@ -3,8 +3,7 @@
  * This file is compiled once per ISA (-DATTN_KERNEL_ISA=generic|avx2|avx512
  * with that ISA's -m flags) and written with GCC vector extensions, so that
  * one source gives 128-, 256- and 512-bit code. Layouts are those of
- * attn__ctx_t: q [B, Lq, H·Dh], kt [B, nkb, Hkv·Dh, BC] (one contiguous
- * Dh x BC tile per key block and kv head), v [B, Hkv, Lkp, Dvp].
+ * attn__ctx_t: q [B, Lq, H·Dh], kt [B, Hkv·Dh, ldk], v [B, Lkp, ldv].
  *
  * A unit is ATTN__BR query rows of one head (or of every head, when the
  * mean of the weights is wanted). Two paths:
@@ -222,8 +221,8 @@ INLINE void qk_tile(const int mr, const float *q, int64_t ldq, const float *kt,
  * m, the running sums l (a vector per row) and the output rows o are
  * rescaled if the max grew, and P = e^(S - m) is stored to p. */
 INLINE void qk_softmax_tile(const int mr, const float *q, int64_t ldq,
-                            const float *kt, int64_t D, float *p, float *m,
-                            float *l, float *o, int64_t Dvp) {
+                            const float *kt, int64_t ldk, int64_t D, float *p,
+                            float *m, float *l, float *o, int64_t Dvp) {
   vf acc[QK_MR][QK_NV];
 #pragma GCC unroll 8
   for (int r = 0; r < mr; r++)
@@ -234,7 +233,7 @@ INLINE void qk_softmax_tile(const int mr, const float *q, int64_t ldq,
     vf k[QK_NV];
 #pragma GCC unroll 8
     for (int n = 0; n < QK_NV; n++)
-      k[n] = ld(kt + d * ATTN__BC + n * VL);
+      k[n] = ld(kt + d * ldk + n * VL);
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) {
       vf a = splat(q[r * ldq + d]);
@@ -315,41 +314,41 @@ INLINE void pv_tile(const int mr, const int nv, const float *p, int64_t ldp,
 _Static_assert(QK_MR == 6 && PV_MR == 6, "CASE_MR covers 1..6");
 
 /* S[rows, BC] = Q[rows, D] · Kt[D, BC] for one key block: q rows are ldq
- * apart, kt is the block's contiguous tile. */
+ * apart, kt rows ldk apart. */
 static void scores(const float *q, int64_t ldq, int64_t D, const float *kt,
-                   int64_t rows, float *s, int64_t lds) {
+                   int64_t ldk, int64_t rows, float *s, int64_t lds) {
   for (int64_t c = 0; c < ATTN__BC; c += QK_NV * VL)
     for (int64_t r = 0; r < rows; r += QK_MR) {
       int mr = rows - r < QK_MR ? (int)(rows - r) : QK_MR;
       switch (mr) {
-        CASE_MR(qk_tile, q + r * ldq, ldq, kt + c, ATTN__BC, D, s + r * lds + c,
-                lds)
+        CASE_MR(qk_tile, q + r * ldq, ldq, kt + c, ldk, D, s + r * lds + c, lds)
       }
     }
 }
 
-/* The tile of key block kb for batch b, kv head g. */
+/* The tile of key block kb for batch b, kv head g: Dh rows, ldk apart. */
 static const float *kt_tile(const attn__ctx_t *c, int64_t b, int64_t g,
                             int64_t kb) {
   const attn_plan_t *pl = c->plan;
-  return c->kt + ((b * c->nkb + kb) * pl->Hkv + g) * pl->Dh * ATTN__BC;
+  return c->kt + (b * pl->Hkv + g) * pl->Dh * c->ldk + kb * ATTN__BC;
 }
 
-/* O[rows, Dvp] += P[rows, C] · V[C, Dvp]. */
-static void mix(const float *p, int64_t ldp, const float *v, int64_t Dvp,
-                int64_t rows, int64_t C, float *o) {
+/* O[rows, Dvp] += P[rows, C] · V[C, Dvp]: p rows ldp apart, v rows ldv
+ * apart, o rows Dvp apart. */
+static void mix(const float *p, int64_t ldp, const float *v, int64_t ldv,
+                int64_t Dvp, int64_t rows, int64_t C, float *o) {
   int64_t nvec = Dvp / VL;
   for (int64_t r = 0; r < rows; r += PV_MR) {
     int mr = rows - r < PV_MR ? (int)(rows - r) : PV_MR;
     int64_t n = 0;
     for (; n + PV_NV <= nvec; n += PV_NV)
       switch (mr) {
-        CASE_MR(pv_tile, PV_NV, p + r * ldp, ldp, v + n * VL, Dvp, C,
+        CASE_MR(pv_tile, PV_NV, p + r * ldp, ldp, v + n * VL, ldv, C,
                 o + r * Dvp + n * VL, Dvp)
       }
     for (; n < nvec; n++)
       switch (mr) {
-        CASE_MR(pv_tile, 1, p + r * ldp, ldp, v + n * VL, Dvp, C,
+        CASE_MR(pv_tile, 1, p + r * ldp, ldp, v + n * VL, ldv, C,
                 o + r * Dvp + n * VL, Dvp)
       }
   }
@@ -443,7 +442,8 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
                           float *l) {
   const attn_plan_t *pl = c->plan;
   int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp, ldq = Dh;
-  const float *v = c->v + (b * pl->Hkv + g) * c->Lkp * Dvp;
+  int64_t ldv = c->ldv;
+  const float *v = c->v + b * c->Lkp * ldv + g * Dvp;
   int terms = any_terms(c);
 
   memset(o, 0, (size_t)(rows * Dvp) * sizeof(float));
@@ -460,16 +460,17 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
       for (int64_t r = 0; r < rows; r += QK_MR) {
         int mr = rows - r < QK_MR ? (int)(rows - r) : QK_MR;
         switch (mr) {
-          CASE_MR(qk_softmax_tile, q + r * ldq, ldq, kt_tile(c, b, g, kb), Dh,
-                  s + r * ATTN__BC, m + r, l + r * VL, o + r * Dvp, Dvp)
+          CASE_MR(qk_softmax_tile, q + r * ldq, ldq, kt_tile(c, b, g, kb),
+                  c->ldk, Dh, s + r * ATTN__BC, m + r, l + r * VL, o + r * Dvp,
+                  Dvp)
         }
       }
-      mix(s, ATTN__BC, v + j0 * Dvp, Dvp, rows, ATTN__BC, o);
+      mix(s, ATTN__BC, v + j0 * ldv, ldv, Dvp, rows, ATTN__BC, o);
       continue;
     }
 #endif
     /* pass 1: S = Q·Kᵀ for this block */
-    scores(q, ldq, Dh, kt_tile(c, b, g, kb), rows, s, ATTN__BC);
+    scores(q, ldq, Dh, kt_tile(c, b, g, kb), c->ldk, rows, s, ATTN__BC);
     /* pass 2: terms and masks */
     if (terms || !inside)
       score_terms(c, b, h, i0, rows, j0, ATTN__BC, s, ATTN__BC, lo, hi, inside);
@@ -495,7 +496,7 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
       st(l + r * VL, sum);
     }
     /* pass 4: O += P·V */
-    mix(s, ATTN__BC, v + j0 * Dvp, Dvp, rows, ATTN__BC, o);
+    mix(s, ATTN__BC, v + j0 * ldv, ldv, Dvp, rows, ATTN__BC, o);
   }
   for (int64_t r = 0; r < rows; r++) {
     float lr = hsum(ld(l + r * VL));
@@ -515,15 +516,16 @@ static void attend_two_pass(const attn__ctx_t *c, int64_t b, int64_t h,
                             const float *q, float *p, float *o) {
   const attn_plan_t *pl = c->plan;
   int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp, Lkp = c->Lkp;
-  int64_t ldq = Dh;
-  const float *v = c->v + (b * pl->Hkv + g) * Lkp * Dvp;
+  int64_t ldq = Dh, ldv = c->ldv;
+  const float *v = c->v + b * Lkp * ldv + g * Dvp;
   int64_t c0 = kb0 * ATTN__BC, c1 = kb1 * ATTN__BC;
   int terms = any_terms(c);
 
   /* pass 1: scores for the visible blocks, terms and masks */
   if (c1 > c0) {
     for (int64_t j0 = c0; j0 < c1; j0 += ATTN__BC) {
-      scores(q, ldq, Dh, kt_tile(c, b, g, j0 / ATTN__BC), rows, p + j0, Lkp);
+      scores(q, ldq, Dh, kt_tile(c, b, g, j0 / ATTN__BC), c->ldk, rows, p + j0,
+             Lkp);
       int inside = 1;
       for (int64_t r = 0; r < rows; r++)
         inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
@@ -560,7 +562,7 @@ static void attend_two_pass(const attn__ctx_t *c, int64_t b, int64_t h,
   /* pass 3: O = P·V */
   memset(o, 0, (size_t)(rows * Dvp) * sizeof(float));
   if (c1 > c0)
-    mix(p + c0, Lkp, v + c0 * Dvp, Dvp, rows, c1 - c0, o);
+    mix(p + c0, Lkp, v + c0 * ldv, ldv, Dvp, rows, c1 - c0, o);
 }
 
 void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,

@@ -131,7 +131,8 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
       __builtin_mul_overflow(n, Lk, &n) || n > lim ||
       __builtin_mul_overflow(B * Lq, pl->Eo, &n) || n > lim ||
       __builtin_mul_overflow(mul3(B, H, Lq), pl->Dh + pl->Dv, &n) || n > lim ||
-      __builtin_mul_overflow(mul3(B, Hkv, Lkp), pl->Dh + Dvp, &n) || n > lim)
+      __builtin_mul_overflow(mul3(B, Hkv, Lkp + 16), pl->Dh + Dvp + 16, &n) ||
+      n > lim)
     return attn__err(err, ATTN_EOVERFLOW, "query",
                      "problem too large: B=%lld H=%lld Lq=%lld Lk=%lld Dh=%lld "
                      "Dv=%lld",
@@ -146,8 +147,8 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
    * ALiBi slopes, and each thread's scratch. */
   size_t ws = 0;
   int bad = add_floats(&ws, B * H * Lq * pl->Dh);
-  bad |= add_floats(&ws, B * Hkv * pl->Dh * Lkp);
-  bad |= add_floats(&ws, B * Hkv * Lkp * Dvp);
+  bad |= add_floats(&ws, B * Hkv * pl->Dh * attn__ldk(Lkp));
+  bad |= add_floats(&ws, B * Lkp * attn__ldv(Hkv, Dvp));
   if (present(&p->o_weight))
     bad |= add_floats(&ws, B * Lq * H * pl->Dv);
   bad |= add_floats(&ws, H);
