@@ -184,11 +184,11 @@ INLINE void raise_max(vf mx, float *m, float *o, float *l, int64_t Dvp) {
 
 /* ---- products on register tiles ---------------------------------------- */
 
-/* S[mr, QK_NV·VL] = Q[mr, D] · Kt[D, QK_NV·VL]. q rows are ldq apart, kt
- * rows ldk apart, s rows lds apart. */
-INLINE void qk_tile(const int mr, const float *q, int64_t ldq, const float *kt,
-                    int64_t ldk, int64_t D, float *s, int64_t lds) {
-  vf acc[QK_MR][QK_NV];
+/* acc[mr][QK_NV] = Q[mr, D] · Kt[D, QK_NV·VL]: the register tile of
+ * scores. q rows are ldq apart, kt rows ldk apart. Inlined into its callers
+ * with mr constant, acc never leaves the registers. */
+INLINE void qk_acc(const int mr, const float *q, int64_t ldq, const float *kt,
+                   int64_t ldk, int64_t D, vf acc[QK_MR][QK_NV]) {
 #pragma GCC unroll 8
   for (int r = 0; r < mr; r++)
 #pragma GCC unroll 8
@@ -207,6 +207,13 @@ INLINE void qk_tile(const int mr, const float *q, int64_t ldq, const float *kt,
         acc[r][n] += a * k[n];
     }
   }
+}
+
+/* S[mr, QK_NV·VL] = Q·Kt, stored with rows lds apart. */
+INLINE void qk_tile(const int mr, const float *q, int64_t ldq, const float *kt,
+                    int64_t ldk, int64_t D, float *s, int64_t lds) {
+  vf acc[QK_MR][QK_NV];
+  qk_acc(mr, q, ldq, kt, ldk, D, acc);
 #pragma GCC unroll 8
   for (int r = 0; r < mr; r++)
 #pragma GCC unroll 8
@@ -217,31 +224,14 @@ INLINE void qk_tile(const int mr, const float *q, int64_t ldq, const float *kt,
 #if QK_NV * VL == ATTN__BC
 /* A whole key block's scores for mr rows fit in the register tile: the
  * online softmax of a tile without masks or score terms runs on them in
- * registers. S[mr, BC] = Q·Kt as in qk_tile; then per row, the running max
- * m, the running sums l (a vector per row) and the output rows o are
- * rescaled if the max grew, and P = e^(S - m) is stored to p. */
+ * registers. Per row, the running max m, the running sums l (a vector per
+ * row) and the output rows o are rescaled if the max must grow, and
+ * P = e^(S - m) is stored to p. */
 INLINE void qk_softmax_tile(const int mr, const float *q, int64_t ldq,
                             const float *kt, int64_t ldk, int64_t D, float *p,
                             float *m, float *l, float *o, int64_t Dvp) {
   vf acc[QK_MR][QK_NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < mr; r++)
-#pragma GCC unroll 8
-    for (int n = 0; n < QK_NV; n++)
-      acc[r][n] = splat(0);
-  for (int64_t d = 0; d < D; d++) {
-    vf k[QK_NV];
-#pragma GCC unroll 8
-    for (int n = 0; n < QK_NV; n++)
-      k[n] = ld(kt + d * ldk + n * VL);
-#pragma GCC unroll 8
-    for (int r = 0; r < mr; r++) {
-      vf a = splat(q[r * ldq + d]);
-#pragma GCC unroll 8
-      for (int n = 0; n < QK_NV; n++)
-        acc[r][n] += a * k[n];
-    }
-  }
+  qk_acc(mr, q, ldq, kt, ldk, D, acc);
 #pragma GCC unroll 8
   for (int r = 0; r < mr; r++) {
     vf mx = acc[r][0];
