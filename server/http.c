@@ -61,10 +61,11 @@ typedef struct req {
   char method[8];
   char path[96];
   attnd_buf_t body;
-  attnd_job_t *job; /* owned while not submitted or after it came back */
-  uv_mutex_t mu;    /* orders suspension before resumption */
-  int submitted;    /* under mu: the scheduler owns job until it is back */
-  int too_large;    /* the body outgrew max_body_bytes */
+  attnd_job_t *job;  /* owned while not submitted or after it came back */
+  uv_mutex_t mu;     /* orders suspension before resumption */
+  int submitted;     /* under mu: the scheduler owns job until it is back */
+  int too_large;     /* the body outgrew max_body_bytes */
+  const char *allow; /* the methods a 405 names */
   int status;
   size_t bytes_in, bytes_out;
   double total_ms;
@@ -88,6 +89,8 @@ static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
   }
   MHD_add_response_header(resp, "Content-Type", ctype);
   MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+  if (status == 405 && r->allow)
+    MHD_add_response_header(resp, "Allow", r->allow);
   if (status == 429 || status == 503) {
     char ra[16];
     snprintf(ra, sizeof ra, "%d",
@@ -388,27 +391,9 @@ static enum MHD_Result on_first(req_t *r, const char *url, const char *method) {
   int is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
   int ok = r->route == R_ATTENTION ? strcmp(method, "POST") == 0 : is_get;
   if (!ok) {
-    /* 405 carries an Allow header; build it by hand */
-    attnd_error_t e = {.status = 405, .code = "method_not_allowed"};
-    snprintf(e.message, sizeof e.message, "%s is not allowed on %s; use %s",
-             method, url, allow);
-    json_t *v = json_pack("{s:{s:s,s:s}}", "error", "code", e.code, "message",
-                          e.message);
-    char *txt = json_dumps(v, JSON_COMPACT);
-    json_decref(v);
-    if (txt == NULL)
-      return MHD_NO;
-    struct MHD_Response *resp = MHD_create_response_from_buffer(
-        strlen(txt), txt, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(resp, "Allow", allow);
-    MHD_add_response_header(resp, "Content-Type", "application/json");
-    MHD_add_response_header(resp, "X-Request-Id", r->request_id);
-    r->status = 405;
-    r->bytes_out = strlen(txt);
-    attnd_metrics_reject(s->metrics, ATTND_REJECT_INVALID);
-    enum MHD_Result res = MHD_queue_response(r->conn, 405, resp);
-    MHD_destroy_response(resp);
-    return res;
+    r->allow = allow;
+    return fail(r, 405, "method_not_allowed", NULL,
+                "%s is not allowed on %s; use %s", method, url, allow);
   }
   switch (r->route) {
   case R_ATTENTION:
