@@ -101,9 +101,12 @@ static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
     MHD_add_response_header(resp, "Connection", "close");
   if (r->route == R_ATTENTION && status == 200 && r->job) {
     const attnd_job_t *j = r->job;
-    char st[160];
-    snprintf(st, sizeof st, "queue;dur=%.3f, compute;dur=%.3f, total;dur=%.3f",
-             j->t_start - j->t_submit, j->t_end - j->t_start, r->total_ms);
+    char st[256];
+    snprintf(st, sizeof st,
+             "decode;dur=%.3f, queue;dur=%.3f, compute;dur=%.3f, "
+             "encode;dur=%.3f, total;dur=%.3f",
+             j->decode_ms, j->t_start - j->t_submit, j->t_end - j->t_start,
+             j->encode_ms, r->total_ms);
     MHD_add_response_header(resp, "Server-Timing", st);
   }
   r->status = status;
@@ -382,7 +385,6 @@ static int route_of(const char *url, const char **allow) {
 }
 
 static enum MHD_Result on_first(req_t *r, const char *url, const char *method) {
-  server_t *s = r->srv;
   const char *allow = NULL;
   r->route = route_of(url, &allow);
   if (r->route == R_NONE)
@@ -395,9 +397,16 @@ static enum MHD_Result on_first(req_t *r, const char *url, const char *method) {
     return fail(r, 405, "method_not_allowed", NULL,
                 "%s is not allowed on %s; use %s", method, url, allow);
   }
+  /* A GET is answered on the next callback: libmicrohttpd closes the
+   * connection after a reply queued from the first one, and probes and
+   * scrapes should keep theirs. */
+  return r->route == R_ATTENTION ? attention_start(r) : MHD_YES;
+}
+
+/* The reply to a GET endpoint. */
+static enum MHD_Result on_get(req_t *r) {
+  server_t *s = r->srv;
   switch (r->route) {
-  case R_ATTENTION:
-    return attention_start(r);
   case R_HEALTHZ:
     return send_json(r, 200, json_pack("{s:s}", "status", "ok"));
   case R_READYZ:
@@ -441,6 +450,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   uv_mutex_unlock(&r->mu);
   if (back)
     return attention_reply(r);
+  if (r->route != R_ATTENTION)
+    return *upload_size ? (*upload_size = 0, MHD_YES) : on_get(r);
   if (*upload_size)
     return attention_body(r, upload, upload_size);
   return attention_submit(r);

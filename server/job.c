@@ -1102,6 +1102,7 @@ void attnd_job_encode(attnd_job_t *j, attnd_buf_t *b, double *total_ms) {
   }
   double t1 = attnd_now_ms();
   *total_ms = t1 - j->t_arrival;
+  j->encode_ms = t1 - t0;
   if (j->want_metrics) {
     const attn_timing_t *t = &j->out.timing;
     char m[640];
@@ -1112,8 +1113,8 @@ void attnd_job_encode(attnd_job_t *j, attnd_buf_t *b, double *total_ms) {
         "\"output_projection\":%.3f,\"encode\":%.3f},\"threads\":%d,"
         "\"worker\":%d,\"flops\":%.0f}",
         j->t_start - j->t_submit, j->t_end - j->t_start, *total_ms,
-        j->decode_ms, t->projection_ms, t->attention_ms, t->output_ms, t1 - t0,
-        j->threads, j->worker, pl->flops);
+        j->decode_ms, t->projection_ms, t->attention_ms, t->output_ms,
+        j->encode_ms, j->threads, j->worker, pl->flops);
     attnd_buf_append(b, m, (size_t)n);
   }
   attnd_buf_puts(b, "}\n");

@@ -48,7 +48,7 @@ typedef struct attnd_job {
   int64_t timeout_ms;
   void **allocs; /* owned buffers of decoded tensors */
   size_t n_allocs, cap_allocs;
-  double decode_ms;
+  double decode_ms, encode_ms;
 
   /* Results (worker). */
   attn_outputs_t out;
