@@ -131,15 +131,15 @@ $(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TEST_LIB_OBJ) $(BUILD)/libatt
 $(BUILD)/attnd: $(BUILD)/server/main.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
-$(BUILD)/attn-bench: $(BUILD)/bench/attn_bench.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
+$(BUILD)/attn-bench: $(BUILD)/bench/attn_bench.o $(BUILD)/bench/bench.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
-$(BUILD)/codec-bench: $(BUILD)/bench/codec_bench.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
+$(BUILD)/codec-bench: $(BUILD)/bench/codec_bench.o $(BUILD)/bench/bench.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
 # The end-to-end bench drives a real server with the integration tests'
 # harness (server launcher and HTTP client).
-$(BUILD)/e2e-bench: $(BUILD)/bench/e2e_bench.o $(TEST_LIB_OBJ) $(BUILD)/libattnd.a $(BUILD)/libattn.a
+$(BUILD)/e2e-bench: $(BUILD)/bench/e2e_bench.o $(BUILD)/bench/bench.o $(TEST_LIB_OBJ) $(BUILD)/libattnd.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_TEST)
 
 $(BUILD)/bench/%.o: bench/%.c

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "attn/attn.h"
+#include "bench.h"
 #include "blas.h"
 
 typedef struct row {
@@ -56,57 +57,29 @@ static const row_t rows[] = {
 };
 #define NROWS (sizeof rows / sizeof rows[0])
 
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, cmp_double);
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
-static float *random_floats(size_t n, float scale, unsigned seed) {
-  float *x = malloc(n * sizeof *x);
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (size_t i = 0; x && i < n; i++) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    x[i] = scale * ((float)(s >> 40) / (float)(1 << 24) * 2 - 1);
-  }
-  return x;
-}
-
 /* Repeats f until `reps` runs and at least `min_ms` have passed (at most
  * 4·reps runs); returns the median of the runs' times. */
 #define TIMED(reps, min_ms, body)                                              \
   ({                                                                           \
     double t_[64];                                                             \
     int n_ = 0;                                                                \
-    double start_ = now_ms();                                                  \
-    while (n_ < 64 && (n_ < (reps) ||                                          \
-                       (now_ms() - start_ < (min_ms) && n_ < 4 * (reps)))) {   \
-      double t0_ = now_ms();                                                   \
+    double start_ = bench_now_ms();                                            \
+    while (n_ < 64 && (n_ < (reps) || (bench_now_ms() - start_ < (min_ms) &&   \
+                                       n_ < 4 * (reps)))) {                    \
+      double t0_ = bench_now_ms();                                             \
       body;                                                                    \
-      t_[n_++] = now_ms() - t0_;                                               \
+      t_[n_++] = bench_now_ms() - t0_;                                         \
     }                                                                          \
-    median(t_, n_);                                                            \
+    bench_median(t_, n_);                                                      \
   })
 
 /* The host's single-thread sgemm rate, 2048³, in GFLOP/s: the median of
  * `reps` runs after a warm-up. */
 static double sgemm_rate(int reps) {
   const int n = 2048;
-  float *a = random_floats((size_t)n * n, 1, 1),
-        *b = random_floats((size_t)n * n, 1, 2),
-        *c = random_floats((size_t)n * n, 1, 3);
+  float *a = bench_random_floats((size_t)n * n, 1, 1),
+        *b = bench_random_floats((size_t)n * n, 1, 2),
+        *c = bench_random_floats((size_t)n * n, 1, 3);
   openblas_set_num_threads(1);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n,
               0, c, n); /* warm up */
@@ -123,15 +96,15 @@ static double sgemm_rate(int reps) {
  * median time of its projections (stages 1 and 3) in *proj_ms. */
 static double run_row(const row_t *r, int reps, double *proj_ms) {
   int64_t Dh = r->E / r->H;
-  float *x = random_floats((size_t)(r->B * r->Lq * r->E), 1, 4);
+  float *x = bench_random_floats((size_t)(r->B * r->Lq * r->E), 1, 4);
   float *kv = r->Lk != r->Lq
-                  ? random_floats((size_t)(r->B * r->Lk * r->E), 1, 5)
+                  ? bench_random_floats((size_t)(r->B * r->Lk * r->E), 1, 5)
                   : NULL;
   float scale = 1.0f / sqrtf((float)r->E);
-  float *wq = random_floats((size_t)(r->E * r->E), scale, 6);
-  float *wk = random_floats((size_t)(r->Hkv * Dh * r->E), scale, 7);
-  float *wv = random_floats((size_t)(r->Hkv * Dh * r->E), scale, 8);
-  float *wo = random_floats((size_t)(r->E * r->E), scale, 9);
+  float *wq = bench_random_floats((size_t)(r->E * r->E), scale, 6);
+  float *wk = bench_random_floats((size_t)(r->Hkv * Dh * r->E), scale, 7);
+  float *wv = bench_random_floats((size_t)(r->Hkv * Dh * r->E), scale, 8);
+  float *wo = bench_random_floats((size_t)(r->E * r->E), scale, 9);
   attn_params_t p = {
       .query = {x, 3, {r->B, r->Lq, r->E}},
       .num_heads = r->H,
@@ -165,7 +138,7 @@ static double run_row(const row_t *r, int reps, double *proj_ms) {
     attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
     proj[np++] = o.timing.projection_ms + o.timing.output_ms;
   });
-  *proj_ms = median(proj, np);
+  *proj_ms = bench_median(proj, np);
   return ms;
 }
 
@@ -309,7 +282,7 @@ int main(int argc, char **argv) {
   }
   printf("sgemm ceiling over the run: median %.1f, from %.1f to %.1f "
          "GFLOP/s\n",
-         median(ceilings, nceil), ceilings[0], ceilings[nceil - 1]);
+         bench_median(ceilings, nceil), ceilings[0], ceilings[nceil - 1]);
   if (csv) {
     fclose(csv);
     printf("CSV: %s\n", csv_path);

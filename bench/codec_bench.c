@@ -15,30 +15,19 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench.h"
 #include "codec.h"
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 #define MEDIAN_MS(reps, body)                                                  \
   ({                                                                           \
     double t_[64];                                                             \
     int n_ = (reps) < 64 ? (reps) : 64;                                        \
     for (int i_ = 0; i_ < n_; i_++) {                                          \
-      double t0_ = now_ms();                                                   \
+      double t0_ = bench_now_ms();                                             \
       body;                                                                    \
-      t_[i_] = now_ms() - t0_;                                                 \
+      t_[i_] = bench_now_ms() - t0_;                                           \
     }                                                                          \
-    qsort(t_, (size_t)n_, sizeof t_[0], cmp_double);                           \
-    t_[n_ / 2];                                                                \
+    bench_median(t_, n_);                                                      \
   })
 
 typedef struct result {

@@ -15,28 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "codec.h"
 #include "server_harness.h"
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, cmp_double);
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
-static float *random_floats(size_t n, float amp, uint64_t seed) {
-  float *x = malloc(n * sizeof *x);
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (size_t i = 0; i < n; i++) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    x[i] = amp * (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
-  }
-  return x;
-}
 
 static void put_tensor(attnd_buf_t *b, const float *x, int64_t rows,
                        int64_t cols, int base64) {
@@ -112,9 +93,9 @@ int main(int argc, char **argv) {
   if (sh_server_start(&srv, args) < 0)
     return fprintf(stderr, "cannot start attnd:\n%s\n", srv.log), 1;
 
-  float *x = random_floats((size_t)(L * E), 1, 1), *w[4];
+  float *x = bench_random_floats((size_t)(L * E), 1, 1), *w[4];
   for (int i = 0; i < 4; i++)
-    w[i] = random_floats((size_t)(E * E), 0.044f, 2 + (uint64_t)i);
+    w[i] = bench_random_floats((size_t)(E * E), 0.044f, 2 + (uint64_t)i);
   printf("e2e-bench: attnd, 1 worker x 1 thread; L=%lld E=%lld H=%lld causal, "
          "inline projections; medians of %d requests\n",
          (long long)L, (long long)E, (long long)H, reps);
@@ -166,15 +147,16 @@ int main(int argc, char **argv) {
     }
     sh_client_free(&cl);
     if (rc == 0) {
-      double tm = median(total, reps), cm = median(compute, reps);
+      double tm = bench_median(total, reps), cm = bench_median(compute, reps);
       printf("%-8s %8.1f %9.1f %10.1f %10.1f %8.3f %9.1f %9.1f %10.1f\n",
              base64 ? "base64" : "json", body.len / 1e6, reply / 1e6, tm, cm,
-             tm / cm, median(dec, reps), median(enc, reps), median(wall, reps));
+             tm / cm, bench_median(dec, reps), bench_median(enc, reps),
+             bench_median(wall, reps));
       if (csv)
         fprintf(csv, "%s,%.2f,%.2f,%.3f,%.3f,%.4f,%.3f,%.3f,%.3f\n",
                 base64 ? "base64" : "json", body.len / 1e6, reply / 1e6, tm, cm,
-                tm / cm, median(dec, reps), median(enc, reps),
-                median(wall, reps));
+                tm / cm, bench_median(dec, reps), bench_median(enc, reps),
+                bench_median(wall, reps));
     }
     attnd_buf_free(&body);
   }
