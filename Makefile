@@ -50,12 +50,18 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) \
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
 
+# attnd-load: its library (everything but main.c) is also linked into the
+# tests, which unit-test its histogram and generator.
+LOAD_SRC := $(filter-out tools/load/main.c,$(wildcard tools/load/*.c))
+LOAD_OBJ := $(LOAD_SRC:%.c=$(BUILD)/%.o)
+
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all build run test check asan deps clean format bench bench-compare
+.PHONY: all build run test check asan deps clean format bench bench-compare \
+  loadtest
 .DEFAULT_GOAL := all
 
 all: deps
@@ -63,7 +69,8 @@ all: deps
 
 BENCH_BIN := $(BUILD)/attn-bench $(BUILD)/codec-bench $(BUILD)/e2e-bench
 
-build: $(BUILD)/attnd $(BUILD)/attn-demo $(BENCH_BIN) $(TEST_BIN)
+build: $(BUILD)/attnd $(BUILD)/attnd-load $(BUILD)/attn-demo $(BENCH_BIN) \
+  $(TEST_BIN)
 
 deps:
 	@sh tools/deps.sh
@@ -75,9 +82,10 @@ run: deps
 test: deps
 	@$(MAKE) --no-print-directory check
 
-# Integration tests run the real server binary.
-check: $(TEST_BIN) $(BUILD)/attnd
-	@ATTND_BIN=$(BUILD)/attnd sh tools/run-tests.sh $(TEST_BIN)
+# Integration tests run the real server binary and the load tester.
+check: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load
+	@ATTND_BIN=$(BUILD)/attnd ATTND_LOAD_BIN=$(BUILD)/attnd-load \
+	  sh tools/run-tests.sh $(TEST_BIN)
 
 # Benchmarks: medians and ratios measured in one run; never part of `test`.
 bench: deps
@@ -95,6 +103,12 @@ bench-compare: deps
 	@$(MAKE) --no-print-directory $(BUILD)/attn-bench
 	@mkdir -p $(BUILD)/bench
 	./$(BUILD)/attn-bench --torch --csv $(BUILD)/bench/attn-compare.csv
+
+# A sweep of context lengths against a local attnd: CSV, JSON and an SVG
+# plot in build/loadtest/.
+loadtest: deps
+	@$(MAKE) --no-print-directory $(BUILD)/attnd $(BUILD)/attnd-load
+	sh tools/loadtest.sh $(BUILD)
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 OPT=-O1 check
@@ -122,9 +136,20 @@ $(BUILD)/core/kernel_%.o: core/kernel.c
 
 $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_TEST) -c $< -o $@
+	$(CC) $(CFLAGS_TEST) -iquote tools/load -c $< -o $@
 
-$(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TEST_LIB_OBJ) $(BUILD)/libattnd.a $(BUILD)/libattn.a
+$(BUILD)/libattnd-load.a: $(LOAD_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/attnd-load: $(BUILD)/tools/load/main.o $(BUILD)/libattnd-load.a $(BUILD)/libattnd.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_TEST)
+
+$(BUILD)/tools/load/%.o: tools/load/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_TEST) -iquote tools/load -c $< -o $@
+
+$(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TEST_LIB_OBJ) $(BUILD)/libattnd-load.a $(BUILD)/libattnd.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_TEST)
 
 
@@ -155,7 +180,7 @@ $(BUILD)/tools/%.o: tools/%.c
 
 format:
 	clang-format -i $(wildcard include/attn/*.h core/*.[ch] server/*.[ch] \
-	  tests/*.[ch] tools/*.c bench/*.c)
+	  tests/*.[ch] tools/*.c tools/load/*.[ch] bench/*.c)
 
 clean:
 	rm -rf build

@@ -1,0 +1,380 @@
+/* tests/check_load_sweep.c: the real attnd-load against a live attnd.
+ *
+ * The tool is the binary named by ATTND_LOAD_BIN, else the attnd-load
+ * beside ATTND_BIN (so that the ASan build tests its own), else
+ * build/attnd-load; the server is started with tests/server_harness. Each
+ * run writes its CSV, JSON and SVG into a fresh directory, which the test
+ * reads back. Tests:
+ *   - a short sweep, two lengths by two concurrencies, about a second per
+ *     step, with --verify 2: exit status 0, every step in the CSV with zero
+ *     errors, sent = succeeded, the client's and the server's percentiles
+ *     in order, every reply timed by Server-Timing, both checks passed, a
+ *     JSON of four steps and a non-empty picture; once with the defaults
+ *     (base64, no projections) and once with JSON tensors, inline
+ *     projections, GQA, random key lengths, mean weights and a batch;
+ *   - overload: slow requests at a concurrency over one worker and one
+ *     queue place: the 429s counted as such and nothing else failing, exit
+ *     status 1 under the default --max-error-rate 0, and 0 under 1.
+ * No timings are asserted: only counts, orders and exit statuses. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "server_harness.h"
+
+/* ---- running the tool ---------------------------------------------------- */
+
+/* The attnd-load binary to test (see the file comment). */
+static const char *load_bin(void) {
+  static char path[4096];
+  const char *v = getenv("ATTND_LOAD_BIN");
+  if (v && *v)
+    return v;
+  const char *srv = getenv("ATTND_BIN");
+  if (srv && *srv) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", srv);
+    snprintf(path, sizeof path, "%s/attnd-load", dirname(dir));
+    return path;
+  }
+  return "build/attnd-load";
+}
+
+/* Runs attnd-load with `args` (NULL-terminated), its output going to
+ * `log_path`, for at most 120 s. Returns its exit status, or -1 when it
+ * was killed or did not exit. */
+static int run_load(const char *const *args, const char *log_path) {
+  const char *bin = load_bin();
+  const char *argv[64] = {bin};
+  int argc = 1;
+  for (int i = 0; args[i] && argc < 63; i++)
+    argv[argc++] = args[i];
+  argv[argc] = NULL;
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    signal(SIGPIPE, SIG_DFL);
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  double deadline = sh_now() + 120;
+  int st;
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (sh_now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    usleep(10000);
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *s = malloc((size_t)n + 1);
+  size_t got = fread(s, 1, (size_t)n, f);
+  s[got] = 0;
+  fclose(f);
+  return s;
+}
+
+/* A scratch directory for one run's files. */
+typedef struct scratch {
+  char dir[64];
+  char log[128];
+} scratch_t;
+
+static void scratch_init(scratch_t *s) {
+  snprintf(s->dir, sizeof s->dir, "/tmp/check_load_sweep_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(s->dir));
+  snprintf(s->log, sizeof s->log, "%s/log.txt", s->dir);
+}
+
+static void scratch_free(scratch_t *s) {
+  static const char *const files[] = {"log.txt", "attnd-load.csv",
+                                      "attnd-load.json", "attnd-load.svg"};
+  char p[160];
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    snprintf(p, sizeof p, "%s/%s", s->dir, files[i]);
+    unlink(p);
+  }
+  rmdir(s->dir);
+}
+
+/* ---- reading the CSV ----------------------------------------------------- */
+
+enum { CSV_MAX_COLS = 128, CSV_MAX_ROWS = 16 };
+
+typedef struct csv {
+  char *text; /* owned, cut into cells */
+  int ncols, nrows;
+  const char *head[CSV_MAX_COLS];
+  const char *cell[CSV_MAX_ROWS][CSV_MAX_COLS];
+} csv_t;
+
+/* Splits one line at commas (the tool writes no quoted cells). */
+static int split(char *line, const char **out) {
+  int n = 0;
+  for (char *p = line;; p++) {
+    out[n++] = p;
+    p = strchr(p, ',');
+    if (p == NULL || n == CSV_MAX_COLS)
+      return n;
+    *p = 0;
+  }
+}
+
+static void csv_read(csv_t *c, const char *path) {
+  memset(c, 0, sizeof *c);
+  c->text = slurp(path);
+  ck_assert_msg(c->text != NULL, "no CSV at %s", path);
+  char *save = NULL;
+  char *line = strtok_r(c->text, "\n", &save);
+  ck_assert_msg(line != NULL, "empty CSV");
+  c->ncols = split(line, c->head);
+  while ((line = strtok_r(NULL, "\n", &save)) && c->nrows < CSV_MAX_ROWS) {
+    int n = split(line, c->cell[c->nrows]);
+    ck_assert_msg(n == c->ncols, "CSV row %d has %d cells, the header %d",
+                  c->nrows + 1, n, c->ncols);
+    c->nrows++;
+  }
+}
+
+static double csv_num(const csv_t *c, int row, const char *col) {
+  for (int i = 0; i < c->ncols; i++)
+    if (strcmp(c->head[i], col) == 0)
+      return atof(c->cell[row][i]);
+  ck_abort_msg("no column %s in the CSV", col);
+  return 0;
+}
+
+/* ---- a sweep ------------------------------------------------------------- */
+
+static void start(sh_server_t *s, const char *const *args) {
+  if (sh_server_start(s, args) < 0)
+    ck_abort_msg("attnd did not start:\n%s", s->log);
+}
+
+static void stop(sh_server_t *s) {
+  int st = sh_server_stop(s, 30.0);
+  ck_assert_msg(st == 0, "attnd exited with %d:\n%s", st, s->log);
+}
+
+/* The client's and a server metric's percentiles of row r, in order. */
+static void assert_ordered(const csv_t *c, int r, const char *prefix,
+                           const char *const *names, int n) {
+  char col[64];
+  double prev = 0;
+  for (int i = 0; i < n; i++) {
+    snprintf(col, sizeof col, "%s_%s_ms", prefix, names[i]);
+    double v = csv_num(c, r, col);
+    ck_assert_msg(v >= prev, "step %d: %s %g below the one before, %g", r + 1,
+                  col, v, prev);
+    prev = v;
+  }
+}
+
+START_TEST(test_sweep) {
+  static const char *const extra[2][16] = {
+      {NULL},
+      {"--encoding", "json", "--projections", "inline", "--kv-heads", "2",
+       "--key-lengths", "random", "--weights", "mean", "--batch", "2",
+       "--causal", "top_left", NULL}};
+  sh_server_t srv;
+  start(&srv, NULL);
+  scratch_t sc;
+  scratch_init(&sc);
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", srv.port);
+  const char *args[48] = {"--url",         url,    "--lengths", "64,128",
+                          "--concurrency", "1,2",  "--warmup",  "0.2",
+                          "--duration",    "1",    "--verify",  "2",
+                          "--embed",       "64",   "--heads",   "4",
+                          "--out",         sc.dir, "--quiet"};
+  int n = 19;
+  for (int i = 0; extra[_i][i]; i++)
+    args[n++] = extra[_i][i];
+  args[n] = NULL;
+  int st = run_load(args, sc.log);
+  char *log = slurp(sc.log);
+  ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
+
+  char path[160];
+  snprintf(path, sizeof path, "%s/attnd-load.csv", sc.dir);
+  csv_t c;
+  csv_read(&c, path);
+  ck_assert_int_eq(c.nrows, 4);
+  static const int64_t lens[4] = {64, 64, 128, 128};
+  static const int conc[4] = {1, 2, 1, 2};
+  static const char *const lat[] = {"p50", "p90", "p99", "p999", "max"};
+  static const char *const srvp[] = {"p50", "p90", "p99", "max"};
+  static const char *const errs[] = {
+      "err_429",       "err_503",    "err_504",      "err_other",
+      "err_transport", "error_rate", "verify_failed"};
+  for (int r = 0; r < 4; r++) {
+    ck_assert_int_eq((int64_t)csv_num(&c, r, "length"), lens[r]);
+    ck_assert_int_eq((int)csv_num(&c, r, "concurrency"), conc[r]);
+    double sent = csv_num(&c, r, "sent"), ok = csv_num(&c, r, "ok");
+    ck_assert_msg(sent > 0 && ok == sent, "step %d: %g sent, %g ok\n%s", r + 1,
+                  sent, ok, log);
+    for (size_t k = 0; k < sizeof errs / sizeof errs[0]; k++)
+      ck_assert_msg(csv_num(&c, r, errs[k]) == 0, "step %d: %s is %g", r + 1,
+                    errs[k], csv_num(&c, r, errs[k]));
+    ck_assert_msg(csv_num(&c, r, "lat_p50_ms") > 0, "step %d: p50 of 0", r + 1);
+    assert_ordered(&c, r, "lat", lat, 5);
+    assert_ordered(&c, r, "queue", srvp, 4);
+    assert_ordered(&c, r, "compute", srvp, 4);
+    assert_ordered(&c, r, "total", srvp, 4);
+    ck_assert_msg(csv_num(&c, r, "compute_p50_ms") > 0, "step %d", r + 1);
+    ck_assert_msg(csv_num(&c, r, "timed") == ok,
+                  "step %d: %g of %g replies had Server-Timing", r + 1,
+                  csv_num(&c, r, "timed"), ok);
+    ck_assert_msg(csv_num(&c, r, "verified") == 2, "step %d: %g verified",
+                  r + 1, csv_num(&c, r, "verified"));
+    ck_assert_msg(csv_num(&c, r, "rps") > 0 && csv_num(&c, r, "gflops") > 0,
+                  "step %d: no throughput", r + 1);
+  }
+  free(c.text);
+
+  snprintf(path, sizeof path, "%s/attnd-load.json", sc.dir);
+  json_error_t je;
+  json_t *doc = json_load_file(path, 0, &je);
+  ck_assert_msg(doc != NULL, "JSON: %s", je.text);
+  ck_assert_int_eq(json_array_size(json_object_get(doc, "steps")), 4);
+  json_decref(doc);
+
+  snprintf(path, sizeof path, "%s/attnd-load.svg", sc.dir);
+  struct stat sb;
+  ck_assert_int_eq(stat(path, &sb), 0);
+  ck_assert_msg(sb.st_size > 1000, "the picture has %lld bytes",
+                (long long)sb.st_size);
+  char *svg = slurp(path);
+  ck_assert_ptr_nonnull(strstr(svg, "<polyline"));
+  free(svg);
+  free(log);
+  scratch_free(&sc);
+  stop(&srv);
+}
+END_TEST
+
+/* ---- overload ------------------------------------------------------------ */
+
+/* One overload run with `rate` as --max-error-rate (NULL: the default).
+ * Returns the exit status; checks the CSV's counts. */
+static int overload_run(int port, const char *rate) {
+  scratch_t sc;
+  scratch_init(&sc);
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+  /* slow requests (see check_server_load.c): a query [4096, 32], 8 heads,
+   * no mask: 0.1 to 0.5 s of one core each */
+  const char *args[40] = {"--url",
+                          url,
+                          "--lengths",
+                          "4096",
+                          "--embed",
+                          "32",
+                          "--heads",
+                          "8",
+                          "--causal",
+                          "none",
+                          "--concurrency",
+                          "6",
+                          "--warmup",
+                          "0",
+                          "--duration",
+                          "1",
+                          "--variants",
+                          "1",
+                          "--out",
+                          sc.dir,
+                          "--quiet",
+                          NULL,
+                          NULL,
+                          NULL};
+  if (rate) {
+    args[21] = "--max-error-rate";
+    args[22] = rate;
+  }
+  int st = run_load(args, sc.log);
+  char *log = slurp(sc.log);
+  char path[160];
+  snprintf(path, sizeof path, "%s/attnd-load.csv", sc.dir);
+  csv_t c;
+  csv_read(&c, path);
+  ck_assert_int_eq(c.nrows, 1);
+  double sent = csv_num(&c, 0, "sent"), ok = csv_num(&c, 0, "ok"),
+         n429 = csv_num(&c, 0, "err_429");
+  ck_assert_msg(n429 > 0, "no 429 in %g requests:\n%s", sent, log);
+  ck_assert_msg(ok > 0, "nothing succeeded:\n%s", log);
+  ck_assert_msg(ok + n429 == sent, "%g ok + %g 429 != %g sent:\n%s", ok, n429,
+                sent, log);
+  static const char *const zero[] = {"err_503", "err_504", "err_other",
+                                     "err_transport"};
+  for (size_t k = 0; k < sizeof zero / sizeof zero[0]; k++)
+    ck_assert_msg(csv_num(&c, 0, zero[k]) == 0, "%s is %g", zero[k],
+                  csv_num(&c, 0, zero[k]));
+  ck_assert_double_eq_tol(csv_num(&c, 0, "error_rate"), n429 / sent, 1e-4);
+  if (st != 0)
+    ck_assert_msg(strstr(log, "step 1 failed: error rate") != NULL, "%s", log);
+  free(c.text);
+  free(log);
+  scratch_free(&sc);
+  return st;
+}
+
+START_TEST(test_overload) {
+  static const char *const args[] = {
+      "--workers", "1", "--threads-per-request", "1", "--queue-depth",
+      "1",         NULL};
+  sh_server_t srv;
+  start(&srv, args);
+  ck_assert_int_eq(overload_run(srv.port, NULL), 1);
+  ck_assert_int_eq(overload_run(srv.port, "1"), 0);
+  stop(&srv);
+}
+END_TEST
+
+/* ---- the suite ----------------------------------------------------------- */
+
+static Suite *load_sweep_suite(void) {
+  Suite *s = suite_create("load_sweep");
+  TCase *tc = tcase_create("sweep");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, test_sweep, 0, 2);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("overload");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_overload);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  sh_init();
+  SRunner *sr = srunner_create(load_sweep_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

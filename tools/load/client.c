@@ -1,0 +1,491 @@
+/* tools/load/client.c: see client.h.
+ *
+ * The run owns `concurrency` slots, each one easy handle with its options
+ * set once; a request takes an idle slot, sets its body and timeout and is
+ * added to the multi handle, whose connection cache keeps the connections
+ * alive between requests. The loop:
+ *   1. issue: closed loop, fill every idle slot; open loop, move the
+ *      arrivals that are due into the backlog, expire backlog entries past
+ *      their timeout, and start the oldest ones on idle slots;
+ *   2. curl_multi_perform, then account for every finished transfer (and
+ *      go back to 1 at once when one finished, so that a closed loop keeps
+ *      its slots full);
+ *   3. sleep in curl_multi_poll until a socket is ready, curl's own timer,
+ *      or the next arrival.
+ * Everything runs on the caller's thread. */
+#include "client.h"
+
+#include <curl/curl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "codec.h"
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static double cpu_now_s(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+/* ---- stats --------------------------------------------------------------- */
+
+int load_stats_init(load_stats_t *st) {
+  memset(st, 0, sizeof *st);
+  load_hist_t **h[4] = {&st->latency, &st->queue, &st->compute, &st->total};
+  for (int i = 0; i < 4; i++) {
+    if ((*h[i] = malloc(sizeof **h[i])) == NULL) {
+      load_stats_free(st);
+      return -1;
+    }
+    load_hist_reset(*h[i]);
+  }
+  return 0;
+}
+
+void load_stats_free(load_stats_t *st) {
+  free(st->latency);
+  free(st->queue);
+  free(st->compute);
+  free(st->total);
+  for (int i = 0; i < st->n_kept; i++)
+    free(st->kept[i].body);
+  free(st->kept);
+  memset(st, 0, sizeof *st);
+}
+
+int64_t load_stats_other_errors(const load_stats_t *st) {
+  int64_t n = 0;
+  for (int s = 0; s < LOAD_STATUS_MAX; s++)
+    if ((s < 200 || s > 299) && s != 429 && s != 503 && s != 504)
+      n += st->status[s];
+  return n;
+}
+
+int64_t load_stats_errors(const load_stats_t *st) {
+  return st->transport + st->status[429] + st->status[503] + st->status[504] +
+         load_stats_other_errors(st);
+}
+
+/* ---- Server-Timing ------------------------------------------------------- */
+
+int load_server_timing_parse(const char *value, size_t len, double *queue_ms,
+                             double *compute_ms, double *total_ms) {
+  static const char *const names[3] = {"queue", "compute", "total"};
+  double *out[3] = {queue_ms, compute_ms, total_ms};
+  char buf[512];
+  if (len >= sizeof buf)
+    len = sizeof buf - 1;
+  memcpy(buf, value, len);
+  buf[len] = 0;
+  int mask = 0;
+  char *save = NULL;
+  for (char *m = strtok_r(buf, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
+    /* one metric: name *(";" param), a param "dur=<ms>" */
+    m += strspn(m, " \t");
+    size_t nlen = strcspn(m, "; \t\r\n");
+    int which = -1;
+    for (int i = 0; i < 3; i++)
+      if (nlen == strlen(names[i]) && strncmp(m, names[i], nlen) == 0)
+        which = i;
+    char *dur = strstr(m + nlen, "dur=");
+    if (which < 0 || dur == NULL)
+      continue;
+    char *end;
+    double v = strtod(dur + 4, &end);
+    if (end != dur + 4 && isfinite(v)) {
+      *out[which] = v;
+      mask |= 1 << which;
+    }
+  }
+  return mask;
+}
+
+/* ---- the engine ---------------------------------------------------------- */
+
+typedef struct slot {
+  CURL *h;
+  int busy;
+  double t_intended;
+  size_t variant;
+  int measured;
+  int keep;          /* a candidate for --verify: the body is kept */
+  attnd_buf_t reply; /* the body, when keep */
+  int timing;        /* load_server_timing_parse's mask */
+  double queue_ms, compute_ms, total_ms;
+  char errbuf[CURL_ERROR_SIZE];
+} slot_t;
+
+typedef struct engine {
+  const load_run_t *run;
+  load_stats_t *st;
+  CURLM *multi;
+  struct curl_slist *headers;
+  slot_t *slots;
+  int *idle; /* stack of idle slot indices */
+  int n_idle;
+  double *backlog; /* open loop: FIFO ring of intended send times */
+  size_t bl_head, bl_len, bl_cap;
+  double t0, t_measure, t_stop; /* t_stop is +inf when counting requests */
+  double next_arrival;
+  uint64_t rng;
+  int64_t issued; /* every request, warm-up included: picks the body */
+  int stopping;   /* the run issues nothing more */
+  int keep_pending;
+  double t_last; /* the last reply since the window began */
+} engine_t;
+
+static size_t on_body(char *p, size_t size, size_t nmemb, void *ud) {
+  slot_t *s = ud;
+  if (s->keep)
+    attnd_buf_append(&s->reply, p, size * nmemb);
+  return size * nmemb;
+}
+
+static size_t on_header(char *p, size_t size, size_t nmemb, void *ud) {
+  slot_t *s = ud;
+  size_t n = size * nmemb;
+  static const char name[] = "Server-Timing:";
+  if (n > sizeof name - 1 && strncasecmp(p, name, sizeof name - 1) == 0)
+    s->timing =
+        load_server_timing_parse(p + sizeof name - 1, n - (sizeof name - 1),
+                                 &s->queue_ms, &s->compute_ms, &s->total_ms);
+  return n;
+}
+
+static int slot_setup(engine_t *e, slot_t *s) {
+  const load_run_t *run = e->run;
+  attnd_buf_init(&s->reply);
+  if ((s->h = curl_easy_init()) == NULL)
+    return -1;
+  CURL *h = s->h;
+  curl_easy_setopt(h, CURLOPT_URL, run->url);
+  curl_easy_setopt(h, CURLOPT_PRIVATE, s);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, s);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, s->errbuf);
+  if (run->n_bodies == 0) {
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    return 0;
+  }
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, e->headers);
+  /* Megabyte bodies (and replies, about as large) move in fewer, larger
+   * system calls with buffers up to libcurl's largest (measured: 24% of a
+   * core down to 15% at 5.6 MB bodies, c=4). Small ones keep the
+   * defaults, so that thousands of connections stay cheap. */
+  size_t big = 0;
+  for (size_t i = 0; i < run->n_bodies; i++)
+    big = run->bodies[i].len > big ? run->bodies[i].len : big;
+  if (big >= 256 * 1024) {
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
+    curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
+  }
+  return 0;
+}
+
+/* Whether a request intended at `t` belongs to the run; counts it as sent
+ * when it is measured. Once one does not, the run stops issuing. */
+static int admit(engine_t *e, double t) {
+  const load_run_t *run = e->run;
+  if (e->stopping)
+    return 0;
+  if (t >= e->t_measure) {
+    if (t >= e->t_stop ||
+        (run->duration_s <= 0 && e->st->sent >= run->requests)) {
+      e->stopping = 1;
+      return 0;
+    }
+    e->st->sent++;
+  }
+  return 1;
+}
+
+static void note_error(load_stats_t *st, const char *msg) {
+  if (st->first_error[0] == 0)
+    snprintf(st->first_error, sizeof st->first_error, "%s", msg);
+}
+
+/* Starts the request intended at `t` on an idle slot. */
+static void start(engine_t *e, double t, double now) {
+  const load_run_t *run = e->run;
+  slot_t *s = &e->slots[e->idle[--e->n_idle]];
+  s->busy = 1;
+  s->t_intended = t;
+  s->measured = t >= e->t_measure;
+  s->timing = 0;
+  s->errbuf[0] = 0;
+  s->reply.len = 0;
+  s->keep = s->measured && e->st->n_kept + e->keep_pending < run->keep;
+  e->keep_pending += s->keep;
+  if (run->n_bodies) {
+    s->variant = (size_t)(e->issued % (int64_t)run->n_bodies);
+    const load_body_t *b = &run->bodies[s->variant];
+    curl_easy_setopt(s->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)b->len);
+    curl_easy_setopt(s->h, CURLOPT_POSTFIELDS, b->data);
+  }
+  e->issued++;
+  long left_ms = (long)ceil((run->timeout_s - (now - t)) * 1000.0);
+  curl_easy_setopt(s->h, CURLOPT_TIMEOUT_MS, left_ms < 1 ? 1L : left_ms);
+  curl_multi_add_handle(e->multi, s->h);
+}
+
+/* Accounts for the finished transfer of slot s and makes it idle. */
+static void finish(engine_t *e, slot_t *s, CURLcode rc, double now) {
+  load_stats_t *st = e->st;
+  long code = 0;
+  if (rc == CURLE_OK)
+    curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &code);
+  curl_multi_remove_handle(e->multi, s->h);
+  int kept = 0, ok = rc == CURLE_OK && code >= 200 && code <= 299;
+  if (now >= e->t_measure) {
+    e->t_last = now;
+    if (ok) {
+      const load_body_t *b =
+          e->run->n_bodies ? &e->run->bodies[s->variant] : NULL;
+      st->span_ok++;
+      st->span_flops += b ? b->flops : 0;
+      st->span_tokens += b ? (double)b->tokens : 0;
+    }
+  }
+  if (s->measured && rc != CURLE_OK) {
+    st->transport++;
+    st->timeouts += rc == CURLE_OPERATION_TIMEDOUT;
+    note_error(st, s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc));
+  } else if (s->measured) {
+    st->status[code > 0 && code < LOAD_STATUS_MAX ? code : 0]++;
+  }
+  if (s->measured && ok) {
+    st->ok++;
+    load_hist_record(st->latency,
+                     (int64_t)llround((now - s->t_intended) * 1e6));
+    if (s->timing & 1)
+      load_hist_record(st->queue, (int64_t)llround(s->queue_ms * 1e3));
+    if (s->timing & 2)
+      load_hist_record(st->compute, (int64_t)llround(s->compute_ms * 1e3));
+    if (s->timing & 4)
+      load_hist_record(st->total, (int64_t)llround(s->total_ms * 1e3));
+    st->timed += s->timing != 0;
+    if (s->keep && !s->reply.oom && s->reply.data) {
+      st->kept[st->n_kept++] =
+          (load_kept_t){s->reply.data, s->reply.len, s->variant};
+      attnd_buf_init(&s->reply); /* the stats own it now */
+      kept = 1;
+    }
+  }
+  if (s->keep && !kept && s->reply.oom) {
+    attnd_buf_free(&s->reply); /* try again with a fresh buffer */
+    attnd_buf_init(&s->reply);
+  }
+  e->keep_pending -= s->keep;
+  s->keep = 0;
+  s->busy = 0;
+  e->idle[e->n_idle++] = (int)(s - e->slots);
+}
+
+/* ---- open loop ----------------------------------------------------------- */
+
+static double unit(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull); /* splitmix64 */
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (double)((z ^ (z >> 31)) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static int backlog_push(engine_t *e, double t) {
+  if (e->bl_len == e->bl_cap) {
+    size_t cap = e->bl_cap ? 2 * e->bl_cap : 1024;
+    double *b = malloc(cap * sizeof *b);
+    if (b == NULL)
+      return -1;
+    for (size_t i = 0; i < e->bl_len; i++)
+      b[i] = e->backlog[(e->bl_head + i) % e->bl_cap];
+    free(e->backlog);
+    e->backlog = b;
+    e->bl_cap = cap;
+    e->bl_head = 0;
+  }
+  e->backlog[(e->bl_head + e->bl_len++) % e->bl_cap] = t;
+  return 0;
+}
+
+static double backlog_pop(engine_t *e) {
+  double t = e->backlog[e->bl_head];
+  e->bl_head = (e->bl_head + 1) % e->bl_cap;
+  e->bl_len--;
+  return t;
+}
+
+/* Step 1 of the open loop. Returns 0, or -1 when out of memory. */
+static int open_issue(engine_t *e, double now) {
+  const load_run_t *run = e->run;
+  while (!e->stopping && e->next_arrival <= now) {
+    if (!admit(e, e->next_arrival))
+      break;
+    if (backlog_push(e, e->next_arrival) < 0)
+      return -1;
+    double gap =
+        run->poisson ? -log(1.0 - unit(&e->rng)) / run->rate : 1.0 / run->rate;
+    e->next_arrival += gap;
+  }
+  if (now >= e->t_stop) /* at a low rate the next arrival may be far off */
+    e->stopping = 1;
+  while (e->bl_len && e->backlog[e->bl_head] + run->timeout_s <= now) {
+    double t = backlog_pop(e); /* waited too long for a connection */
+    if (t >= e->t_measure) {
+      e->st->transport++;
+      e->st->timeouts++;
+      note_error(e->st, "timed out waiting for a free connection");
+    }
+  }
+  while (e->bl_len && e->n_idle)
+    start(e, backlog_pop(e), now);
+  return 0;
+}
+
+/* ---- the run ------------------------------------------------------------- */
+
+static void engine_free(engine_t *e) {
+  for (int i = 0; e->slots && i < e->run->concurrency; i++) {
+    slot_t *s = &e->slots[i];
+    if (s->h) {
+      if (s->busy)
+        curl_multi_remove_handle(e->multi, s->h);
+      curl_easy_cleanup(s->h);
+    }
+    attnd_buf_free(&s->reply);
+  }
+  if (e->multi)
+    curl_multi_cleanup(e->multi);
+  curl_slist_free_all(e->headers);
+  free(e->slots);
+  free(e->idle);
+  free(e->backlog);
+}
+
+static int engine_init(engine_t *e, const load_run_t *run, load_stats_t *st,
+                       char *err, size_t n) {
+  memset(e, 0, sizeof *e);
+  e->run = run;
+  e->st = st;
+  int c = run->concurrency;
+  if (c < 1 || (run->mode == LOAD_OPEN && !(run->rate > 0)) ||
+      (run->duration_s <= 0 && run->requests < 1) || !(run->timeout_s > 0)) {
+    snprintf(err, n,
+             "bad run: concurrency %d, rate %g, duration %g s, "
+             "requests %lld, timeout %g s",
+             c, run->rate, run->duration_s, (long long)run->requests,
+             run->timeout_s);
+    return -1;
+  }
+  e->multi = curl_multi_init();
+  e->slots = calloc((size_t)c, sizeof *e->slots);
+  e->idle = malloc((size_t)c * sizeof *e->idle);
+  st->kept = run->keep > 0 ? calloc((size_t)run->keep, sizeof *st->kept) : NULL;
+  /* no "Expect: 100-continue" round trip before large bodies */
+  e->headers = curl_slist_append(NULL, "Content-Type: application/json");
+  struct curl_slist *h2 =
+      e->headers ? curl_slist_append(e->headers, "Expect:") : NULL;
+  int ok =
+      e->multi && e->slots && e->idle && h2 && (run->keep <= 0 || st->kept);
+  for (int i = 0; ok && i < c; i++) {
+    ok = slot_setup(e, &e->slots[i]) == 0;
+    e->idle[e->n_idle++] = c - 1 - i; /* slot 0 is used first */
+  }
+  if (!ok) {
+    snprintf(err, n, "out of memory setting up %d connections", c);
+    return -1;
+  }
+  curl_multi_setopt(e->multi, CURLMOPT_MAXCONNECTS, (long)c);
+  curl_multi_setopt(e->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)c);
+  e->rng = run->seed;
+  return 0;
+}
+
+int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
+                    size_t n) {
+  engine_t e;
+  if (engine_init(&e, run, st, err, n) < 0) {
+    engine_free(&e);
+    return -1;
+  }
+  e.t0 = now_s();
+  e.t_measure = e.t0 + (run->warmup_s > 0 ? run->warmup_s : 0);
+  e.t_stop = run->duration_s > 0 ? e.t_measure + run->duration_s : INFINITY;
+  e.next_arrival = e.t0;
+  double cpu0 = 0, next_progress = e.t0 + 0.5;
+  int measuring = 0, rc = 0;
+  for (;;) {
+    double now = now_s();
+    if (!measuring && now >= e.t_measure) {
+      measuring = 1;
+      cpu0 = cpu_now_s();
+    }
+    /* 1. issue */
+    if (run->mode == LOAD_CLOSED) {
+      while (e.n_idle && admit(&e, now))
+        start(&e, now, now);
+    } else if (open_issue(&e, now) < 0) {
+      snprintf(err, n, "out of memory for the open loop's backlog");
+      rc = -1;
+      break;
+    }
+    if (e.stopping && e.n_idle == run->concurrency && e.bl_len == 0)
+      break;
+    /* 2. transfers */
+    int running, done = 0;
+    curl_multi_perform(e.multi, &running);
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(e.multi, &left))) {
+      if (m->msg != CURLMSG_DONE)
+        continue;
+      slot_t *s;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+      finish(&e, s, m->data.result, now_s());
+      done++;
+    }
+    if (run->progress && now >= next_progress) {
+      run->progress(st, now - e.t0, run->progress_arg);
+      next_progress = now + 0.5;
+    }
+    if (done)
+      continue;
+    /* 3. sleep */
+    long wait_ms = 100;
+    curl_multi_timeout(e.multi, &wait_ms);
+    if (wait_ms < 0 || wait_ms > 100)
+      wait_ms = 100;
+    if (run->mode == LOAD_OPEN && !e.stopping) {
+      double until = e.next_arrival - now_s();
+      long a = until > 0 ? (long)ceil(until * 1000.0) : 0;
+      if (a < wait_ms)
+        wait_ms = a;
+    }
+    if (wait_ms > 0)
+      curl_multi_poll(e.multi, NULL, 0, (int)wait_ms, NULL);
+  }
+  if (!measuring)
+    cpu0 = cpu_now_s();
+  double window_end = isfinite(e.t_stop) ? e.t_stop : e.t_measure;
+  st->elapsed_s = (e.t_last > window_end ? e.t_last : window_end) - e.t_measure;
+  st->cpu_s = cpu_now_s() - cpu0;
+  engine_free(&e);
+  return rc;
+}

@@ -1,0 +1,124 @@
+/* tools/load/client.h: the load engine, libcurl's multi interface on one
+ * thread.
+ *
+ * One run is one step of a sweep: requests go to one URL over keep-alive
+ * connections, either
+ *   - closed loop: `concurrency` requests always in flight, each sent as
+ *     soon as the one before it on its slot is answered; or
+ *   - open loop: requests arrive at `rate` per second (Poisson or evenly
+ *     spaced), whatever the server does, and go out on at most
+ *     `concurrency` connections; an arrival that finds them all busy waits
+ *     in a backlog.
+ * Latency runs from each request's intended send time (its arrival in open
+ * loop, its send in closed loop) to the end of its reply, so a server that
+ * stalls shows as latency and not as fewer requests sent. The loop sleeps
+ * in curl_multi_poll, whose timeout is whole milliseconds: an arrival may
+ * go out up to 1 ms late, and that delay is counted in its latency.
+ *
+ * A run has a warm-up (`warmup_s`, not measured) and then a measured window
+ * of `duration_s`, or of `requests` requests. Requests whose intended send
+ * time falls in the window are measured; after it, nothing new is sent and
+ * the run waits for what is in flight or waiting, each request bounded by
+ * `timeout_s` from its intended send time. So every measured request ends
+ * as exactly one of: success (2xx), an HTTP error status, or a transport
+ * error (no reply, or the timeout). */
+#ifndef LOAD_CLIENT_H
+#define LOAD_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hist.h"
+
+typedef enum { LOAD_CLOSED, LOAD_OPEN } load_mode_t;
+
+/* One request body of the pool a run cycles through. Borrowed. */
+typedef struct load_body {
+  const char *data;
+  size_t len;
+  double flops;   /* dense FLOPs of the request */
+  int64_t tokens; /* B·Lq */
+} load_body_t;
+
+/* One reply kept for --verify. Owns body. */
+typedef struct load_kept {
+  char *body;
+  size_t len;
+  size_t variant; /* index of its request in the run's pool */
+} load_kept_t;
+
+struct load_stats;
+
+/* What to run. Borrowed by load_client_run. */
+typedef struct load_run {
+  const char *url;           /* the whole URL, path included */
+  const load_body_t *bodies; /* POST these, in turn, as application/json */
+  size_t n_bodies;           /* 0: GET, no body */
+  load_mode_t mode;
+  int concurrency; /* closed: in flight; open: connections */
+  double rate;     /* open: arrivals per second */
+  int poisson;     /* open: exponential gaps, else even ones */
+  double warmup_s;
+  double duration_s; /* the measured window; 0: count `requests` */
+  int64_t requests;  /* measured requests when duration_s is 0 */
+  double timeout_s;  /* from the intended send time */
+  uint64_t seed;     /* of the open-loop arrival times */
+  int keep;          /* successful replies to keep, for --verify */
+  /* Called about twice a second while the run goes (may be NULL), with the
+   * stats so far and the seconds since the run began. */
+  void (*progress)(const struct load_stats *st, double t, void *arg);
+  void *progress_arg;
+} load_run_t;
+
+#define LOAD_STATUS_MAX 600
+
+/* What a run measured. Owns the histograms and the kept replies:
+ * load_stats_init before, load_stats_free after. */
+typedef struct load_stats {
+  int64_t sent;      /* measured requests issued */
+  int64_t ok;        /* 2xx replies */
+  int64_t transport; /* no reply: connection errors and timeouts */
+  int64_t timeouts;  /* of which the client's timeout */
+  int64_t status[LOAD_STATUS_MAX]; /* replies by HTTP status, 2xx included */
+  int64_t timed;                   /* 2xx replies that carried Server-Timing */
+  load_hist_t *latency;            /* client, µs, of 2xx replies */
+  load_hist_t *queue, *compute, *total; /* Server-Timing, µs */
+  /* Throughput: every 2xx reply that ended in the span from the window's
+   * start to the last reply (warm-up requests that end in it included),
+   * so that it reads the server's rate even when work carries over from
+   * the warm-up. The span is at least the window. */
+  double elapsed_s; /* the span */
+  int64_t span_ok;
+  double span_flops;  /* dense FLOPs */
+  double span_tokens; /* B·Lq */
+  double cpu_s;       /* this process's CPU time over the span */
+  load_kept_t *kept;  /* the first `keep` 2xx replies */
+  int n_kept;
+  char first_error[256]; /* the first transport error, or "" */
+} load_stats_t;
+
+/* Allocates the histograms. Returns 0 or -1 (out of memory). */
+int load_stats_init(load_stats_t *st);
+void load_stats_free(load_stats_t *st);
+
+/* Replies with status s (0 < s < LOAD_STATUS_MAX) that are errors: not
+ * 2xx and not 429, 503 or 504, which are counted apart. */
+int64_t load_stats_other_errors(const load_stats_t *st);
+
+/* All measured requests that failed. */
+int64_t load_stats_errors(const load_stats_t *st);
+
+/* Runs `run` on the calling thread, filling `st` (initialised, empty).
+ * Needs curl_global_init. Returns 0, or -1 with err[0..n) saying why it
+ * could not run (a failed request is counted, never a reason to stop). */
+int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
+                    size_t n);
+
+/* Parses a Server-Timing header value, "queue;dur=0.01, compute;dur=2.5,
+ * total;dur=2.9" (milliseconds): stores the durations it finds of the
+ * metrics queue, compute and total. Returns a bit mask of those found
+ * (1 queue, 2 compute, 4 total). Borrows value[0..len). */
+int load_server_timing_parse(const char *value, size_t len, double *queue_ms,
+                             double *compute_ms, double *total_ms);
+
+#endif

@@ -1,0 +1,90 @@
+/* tools/load/gen.h: attention requests, generated from a seed.
+ *
+ * A load_shape_t describes one step's requests in the API's terms (sizes,
+ * masks, what to return, the tensors' encoding); load_gen_request turns it
+ * and a seed into the tensors (an attn_params_t for the local check of
+ * --verify) and the POST /v1/attention body. The same shape and seed always
+ * give the same bytes; tensors are uniform in [-1, 1), projection weights
+ * in [-1/√E, 1/√E), so outputs stay of order one.
+ *
+ * Tensors, with Dh = E / H:
+ *   query [B, Lq, E];
+ *   key, value [B, Lk, E] with projections, [B, Lk, Hkv·Dh] without; sent
+ *   only when they cannot default to the query (Lq != Lk, or Hkv != H
+ *   without projections) or when `cross` asks for them;
+ *   projections: q_weight [E, E], k_weight and v_weight [Hkv·Dh, E],
+ *   o_weight [E, E];
+ *   mask.key_lengths: B integers drawn in [1, Lk].
+ * Every request is rank 3 and names every option it has, defaults
+ * included (num_kv_heads, mask.causal, return.weights, return.encoding),
+ * with return.metrics false: the timings come from the Server-Timing
+ * header. Pure functions of their arguments; any thread. */
+#ifndef LOAD_GEN_H
+#define LOAD_GEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/attn.h"
+
+typedef enum { LOAD_ENC_JSON, LOAD_ENC_FLAT, LOAD_ENC_BASE64 } load_enc_t;
+
+typedef enum {
+  LOAD_WEIGHTS_NONE,
+  LOAD_WEIGHTS_PER_HEAD,
+  LOAD_WEIGHTS_MEAN
+} load_weights_t;
+
+/* One step's requests. */
+typedef struct load_shape {
+  int64_t B, Lq, Lk, E, H, Hkv; /* Hkv divides H, H divides E */
+  attn_causal_t causal;
+  int key_lengths;        /* 1: random mask.key_lengths */
+  load_weights_t weights; /* return.weights */
+  int projections;        /* 1: inline q, k, v and o weights */
+  load_enc_t encoding;    /* of every tensor sent, and return.encoding */
+  int cross;              /* 1: send key and value even for self-attention */
+  int64_t timeout_ms;     /* the request's timeout_ms; 0: none */
+} load_shape_t;
+
+/* One generated request. Owns every array and the body; load_gen_free. */
+typedef struct load_request {
+  attn_params_t params; /* views of the arrays below */
+  float *query, *key, *value;
+  float *weight[4]; /* q, k, v, o projections, or NULL */
+  int64_t *key_lengths;
+  double flops;   /* attn_plan_t.flops: dense, as if nothing were masked */
+  int64_t tokens; /* B·Lq */
+  char *body;     /* the JSON text, NUL-terminated; NULL unless asked */
+  size_t body_len;
+} load_request_t;
+
+/* Checks the sizes of `s` (each >= 1, H divides E, Hkv divides H, no
+ * tensor over 2^36 elements). Returns 0, or -1 with a message naming the
+ * option in err[0..n). */
+int load_gen_check(const load_shape_t *s, char *err, size_t n);
+
+/* The seed of request `variant` of the step for context length `length`
+ * in a run seeded with `seed`: a hash of the three, so distinct arguments
+ * give distinct seeds but for chance collisions (2^-64 per pair). */
+uint64_t load_gen_seed(uint64_t seed, int64_t length, int variant);
+
+/* Generates the request for `s` and `seed` into `r`, with its body when
+ * `with_body`. The params are planned with attn_plan_init, so a shape the
+ * core rejects fails here with the core's message. Returns 0, or -1 with
+ * the reason in err[0..n) (nothing to free then). */
+int load_gen_request(const load_shape_t *s, uint64_t seed, int with_body,
+                     load_request_t *r, char *err, size_t n);
+
+/* Frees everything `r` owns (a body set to NULL beforehand is kept by
+ * whoever took it) and zeroes it. */
+void load_gen_free(load_request_t *r);
+
+/* The names on the command line: "json" (nested arrays; the API calls it
+ * "nested"), "flat", "base64"; "none", "per_head", "mean"; "none",
+ * "bottom_right", "top_left". */
+const char *load_enc_name(load_enc_t e);
+const char *load_weights_name(load_weights_t w);
+const char *load_causal_name(attn_causal_t c);
+
+#endif

@@ -1,0 +1,73 @@
+/* tools/load/hist.c: see hist.h. */
+#include "hist.h"
+
+#include <math.h>
+#include <string.h>
+
+#define SUB (INT64_C(1) << LOAD_HIST_SUB_BITS)
+#define HALF (SUB / 2)
+
+/* The bucket of v (0 <= v <= LOAD_HIST_MAX). Below SUB the value itself;
+ * above, for v in [2^k, 2^(k+1)), its top LOAD_HIST_SUB_BITS bits. */
+static int64_t bucket_of(int64_t v) {
+  if (v < SUB)
+    return v;
+  int k = 63 - __builtin_clzll((unsigned long long)v); /* k >= SUB_BITS */
+  int shift = k - (LOAD_HIST_SUB_BITS - 1);
+  int64_t top = v >> shift; /* in [HALF, SUB) */
+  return SUB + (int64_t)(k - LOAD_HIST_SUB_BITS) * HALF + (top - HALF);
+}
+
+/* The highest value that falls in bucket i. */
+static int64_t bucket_high(int64_t i) {
+  if (i < SUB)
+    return i;
+  int64_t level = (i - SUB) / HALF; /* k - SUB_BITS */
+  int64_t top = HALF + (i - SUB) % HALF;
+  int shift = (int)level + 1;
+  return ((top + 1) << shift) - 1;
+}
+
+void load_hist_reset(load_hist_t *h) {
+  memset(h, 0, sizeof *h);
+}
+
+void load_hist_record(load_hist_t *h, int64_t v) {
+  if (v < 0)
+    v = 0;
+  if (v > LOAD_HIST_MAX)
+    v = LOAD_HIST_MAX;
+  if (h->count == 0 || v < h->min)
+    h->min = v;
+  if (h->count == 0 || v > h->max)
+    h->max = v;
+  h->count++;
+  h->sum += (double)v;
+  h->bucket[bucket_of(v)]++;
+}
+
+int64_t load_hist_percentile(const load_hist_t *h, double p) {
+  if (h->count == 0)
+    return 0;
+  if (p < 0)
+    p = 0;
+  if (p > 100)
+    p = 100;
+  /* nearest rank: the smallest r with r >= p/100 · count, at least 1 */
+  int64_t rank = (int64_t)ceil(p / 100.0 * (double)h->count - 1e-9);
+  if (rank < 1)
+    rank = 1;
+  int64_t seen = 0;
+  for (int64_t i = 0; i < LOAD_HIST_BUCKETS; i++) {
+    seen += h->bucket[i];
+    if (seen >= rank) {
+      int64_t v = bucket_high(i);
+      return v < h->min ? h->min : v > h->max ? h->max : v;
+    }
+  }
+  return h->max;
+}
+
+double load_hist_mean(const load_hist_t *h) {
+  return h->count ? h->sum / (double)h->count : 0;
+}

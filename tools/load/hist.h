@@ -1,0 +1,54 @@
+/* tools/load/hist.h: a high-dynamic-range histogram of latencies.
+ *
+ * After HdrHistogram: integer values (attnd-load records microseconds) are
+ * counted exactly below 2^LOAD_HIST_SUB_BITS; above that, each power-of-two
+ * range [2^k, 2^(k+1)) is cut into 2^(LOAD_HIST_SUB_BITS-1) buckets of
+ * equal width. A bucket is therefore at most 1/1024 of its values wide, and
+ * a percentile read back is within that of the exact one:
+ *
+ *   exact <= load_hist_percentile(h, p) <= exact · (1 + LOAD_HIST_PRECISION)
+ *
+ * where exact is the nearest-rank percentile of the recorded values (the
+ * smallest recorded value with at least p% of the values at or below it).
+ * Values from 0 to LOAD_HIST_MAX (2^40 µs, 12.7 days) are recorded; larger
+ * ones count as LOAD_HIST_MAX. The minimum, maximum and mean are exact.
+ * Memory is fixed (about 250 KB); recording is O(1). One thread at a time. */
+#ifndef LOAD_HIST_H
+#define LOAD_HIST_H
+
+#include <stdint.h>
+
+#define LOAD_HIST_SUB_BITS 11
+#define LOAD_HIST_MAX_BITS 40
+#define LOAD_HIST_MAX ((INT64_C(1) << LOAD_HIST_MAX_BITS) - 1)
+#define LOAD_HIST_PRECISION (1.0 / (1 << (LOAD_HIST_SUB_BITS - 1)))
+
+/* Buckets: 2^SUB exact ones, then 2^(SUB-1) per power of two above. */
+#define LOAD_HIST_BUCKETS                                                      \
+  ((1 << LOAD_HIST_SUB_BITS) + (LOAD_HIST_MAX_BITS - LOAD_HIST_SUB_BITS) *     \
+                                   (1 << (LOAD_HIST_SUB_BITS - 1)))
+
+/* Caller-allocated (it is large: allocate it, do not put it on a thread's
+ * stack); load_hist_reset before use. Plain data: no free. */
+typedef struct load_hist {
+  int64_t count;
+  int64_t min, max; /* of the recorded values; 0 when count is 0 */
+  double sum;
+  int64_t bucket[LOAD_HIST_BUCKETS];
+} load_hist_t;
+
+/* Empties `h`. */
+void load_hist_reset(load_hist_t *h);
+
+/* Counts one value; a negative value counts as 0. */
+void load_hist_record(load_hist_t *h, int64_t v);
+
+/* The p-th percentile (0 <= p <= 100) within the precision above: the
+ * highest value of the bucket holding the nearest-rank percentile, clamped
+ * to [min, max] (so p = 100 is the exact maximum). 0 when `h` is empty. */
+int64_t load_hist_percentile(const load_hist_t *h, double p);
+
+/* The exact mean, 0 when empty. */
+double load_hist_mean(const load_hist_t *h);
+
+#endif

@@ -1,0 +1,539 @@
+/* tools/load/main.c: attnd-load, the load tester of attnd.
+ *
+ * Sweeps context lengths crossed with concurrencies (closed loop) or
+ * arrival rates (open loop) against POST /v1/attention, or any GET path;
+ * reports per step what was sent, what succeeded, the errors by kind,
+ * throughput, client latency percentiles and the server's Server-Timing
+ * percentiles; writes CSV, JSON and an SVG plot; exits non-zero when a
+ * step's error rate is over --max-error-rate or a --verify check fails.
+ *
+ * Exit status: 0 passed; 1 a step over --max-error-rate, or a reply that
+ * --verify found wrong; 2 bad usage, or the sweep could not run. */
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "gen.h"
+#include "report.h"
+#include "verify.h"
+
+#define MAX_LIST 64
+
+/* A comma-separated option: concurrencies, rates, lengths. */
+typedef struct list {
+  double v[MAX_LIST];
+  int n;
+} list_t;
+
+/* The command line, as parsed (see the table below), and what follows
+ * from it. */
+typedef struct opts {
+  const char *base, *path, *out, *name, *dump_body;
+  list_t lengths, concurrency, rate;
+  int method, arrival, causal, key_lengths, weights, projections, encoding;
+  int cross, quiet;
+  int64_t connections, requests, batch, lq, lk, embed, heads, kv_heads;
+  int64_t request_timeout_ms, seed, variants, verify, verify_threads;
+  double warmup, duration, timeout, max_error_rate;
+
+  /* derived */
+  char url[1024];
+  int post;
+  load_mode_t mode;
+  const list_t *load; /* concurrency or rate */
+  load_shape_t shape; /* Lq and Lk are set per length */
+} opts_t;
+
+enum { O_FLAG, O_STR, O_NUM, O_INT, O_ENUM, O_LIST, O_INT_LIST };
+
+static const char *const methods[] = {"GET", "POST", NULL};
+static const char *const arrivals[] = {"uniform", "poisson", NULL};
+static const char *const causals[] = {"none", "bottom_right", "top_left", NULL};
+static const char *const key_lengths[] = {"none", "random", NULL};
+static const char *const weights[] = {"none", "per_head", "mean", NULL};
+static const char *const projections[] = {"none", "inline", NULL};
+static const char *const encodings[] = {"json", "flat", "base64", NULL};
+
+/* Every option: its name, kind, destination, bounds, values and help (the
+ * default in parentheses). --help prints this table. */
+typedef struct opt {
+  const char *name, *arg;
+  int kind;
+  size_t off; /* of the destination in opts_t */
+  double lo, hi;
+  const char *const *names; /* O_ENUM */
+  const char *help;
+} opt_t;
+
+#define OPT(n, a, k, f, lo, hi, names, h)                                      \
+  { n, a, k, offsetof(opts_t, f), lo, hi, names, h }
+static const opt_t options[] = {
+    OPT("--url", "URL", O_STR, base, 0, 0, NULL,
+        "attnd's base URL (http://127.0.0.1:8080)"),
+    OPT("--path", "PATH", O_STR, path, 0, 0, NULL,
+        "(/v1/attention); another path is fetched with GET"),
+    OPT("--method", "GET|POST", O_ENUM, method, 0, 0, methods,
+        "POST sends attention requests (POST on /v1/attention, else GET)"),
+    OPT("--lengths", "L,...", O_INT_LIST, lengths, 1, 1 << 30, NULL,
+        "context lengths to sweep (128,512,2048)"),
+    OPT("--concurrency", "C,...", O_INT_LIST, concurrency, 1, 100000, NULL,
+        "closed loop: requests in flight (1,4)"),
+    OPT("--rate", "R,...", O_LIST, rate, 1e-3, 1e7, NULL,
+        "open loop instead: arrivals per second"),
+    OPT("--arrival", "poisson|uniform", O_ENUM, arrival, 0, 0, arrivals,
+        "open-loop gaps (poisson)"),
+    OPT("--connections", "N", O_INT, connections, 1, 100000, NULL,
+        "open loop: connections at most (64)"),
+    OPT("--warmup", "S", O_NUM, warmup, 0, 86400, NULL,
+        "seconds of warm-up per step, not measured (1)"),
+    OPT("--duration", "S", O_NUM, duration, 1e-3, 604800, NULL,
+        "measured seconds per step (5)"),
+    OPT("--requests", "N", O_INT, requests, 1, 1e15, NULL,
+        "measured requests per step, instead of --duration"),
+    OPT("--timeout", "S", O_NUM, timeout, 1e-3, 86400, NULL,
+        "a request fails S s after its intended send time (30)"),
+    OPT("--batch", "B", O_INT, batch, 1, 1 << 20, NULL, "batch size (1)"),
+    OPT("--lq", "N", O_INT, lq, 1, 1 << 30, NULL,
+        "query length (the swept length)"),
+    OPT("--lk", "N", O_INT, lk, 1, 1 << 30, NULL,
+        "key length (the swept length)"),
+    OPT("--embed", "E", O_INT, embed, 1, 1 << 20, NULL,
+        "embedding size, H times the head size (512)"),
+    OPT("--heads", "H", O_INT, heads, 1, 1 << 20, NULL, "query heads (8)"),
+    OPT("--kv-heads", "N", O_INT, kv_heads, 1, 1 << 20, NULL,
+        "key/value heads, dividing H (H)"),
+    OPT("--causal", "none|bottom_right|top_left", O_ENUM, causal, 0, 0, causals,
+        "causal mask (bottom_right)"),
+    OPT("--key-lengths", "none|random", O_ENUM, key_lengths, 0, 0, key_lengths,
+        "random: mask.key_lengths drawn in [1, Lk] (none)"),
+    OPT("--weights", "none|per_head|mean", O_ENUM, weights, 0, 0, weights,
+        "attention weights returned (none)"),
+    OPT("--projections", "none|inline", O_ENUM, projections, 0, 0, projections,
+        "inline: q, k, v, o weights in every request (none)"),
+    OPT("--encoding", "json|flat|base64", O_ENUM, encoding, 0, 0, encodings,
+        "tensors sent and returned (base64)"),
+    OPT("--cross", NULL, O_FLAG, cross, 0, 0, NULL,
+        "send key and value even for self-attention"),
+    OPT("--request-timeout-ms", "N", O_INT, request_timeout_ms, 1, 1e12, NULL,
+        "the requests' timeout_ms (none)"),
+    OPT("--seed", "N", O_INT, seed, 0, 9007199254740992.0, NULL,
+        "of every tensor and arrival (1)"),
+    OPT("--variants", "N", O_INT, variants, 1, 1024, NULL,
+        "distinct request bodies per step, sent in turn (4)"),
+    OPT("--verify", "N", O_INT, verify, 0, 1 << 20, NULL,
+        "check N replies per step against the core computed here (0)"),
+    OPT("--verify-threads", "N", O_INT, verify_threads, 1, 1024, NULL,
+        "threads of that computation (the CPUs)"),
+    OPT("--max-error-rate", "X", O_NUM, max_error_rate, 0, 1, NULL,
+        "exit 1 when a step's error rate is over X (0)"),
+    OPT("--out", "DIR", O_STR, out, 0, 0, NULL,
+        "where NAME.csv, NAME.json and NAME.svg go (.)"),
+    OPT("--name", "NAME", O_STR, name, 0, 0, NULL, "(attnd-load)"),
+    OPT("--dump-body", "FILE", O_STR, dump_body, 0, 0, NULL,
+        "write the first step's first body to FILE and exit"),
+    OPT("--quiet", NULL, O_FLAG, quiet, 0, 0, NULL,
+        "no progress lines and no table"),
+};
+#define NOPTS (sizeof options / sizeof options[0])
+
+static void print_usage(FILE *f) {
+  fprintf(f, "usage: attnd-load [options]\n"
+             "Sweeps every length with every concurrency (or rate); see "
+             "tools/load/README-section.md.\n");
+  for (size_t i = 0; i < NOPTS; i++) {
+    char left[64];
+    snprintf(left, sizeof left, "%s%s%s", options[i].name,
+             options[i].arg ? " " : "", options[i].arg ? options[i].arg : "");
+    fprintf(f, "  %-34s %s\n", left, options[i].help);
+  }
+  fprintf(f, "exit status: 0 passed; 1 a step over --max-error-rate or a "
+             "wrong reply; 2 bad usage or a sweep that could not run\n");
+}
+
+static int bad(const char *fmt, const char *a, const char *b) {
+  fprintf(stderr, "attnd-load: ");
+  fprintf(stderr, fmt, a, b);
+  fprintf(stderr, "\n(attnd-load --help lists the options)\n");
+  return -1;
+}
+
+/* One number of option `o` from s, within its bounds. */
+static int parse_num(const opt_t *o, const char *s, int integer, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (end == s || *end || errno || !(v >= o->lo && v <= o->hi))
+    return bad("%s: bad value '%s'", o->name, s);
+  if (integer && v != floor(v))
+    return bad("%s: '%s' is not an integer", o->name, s);
+  *out = v;
+  return 0;
+}
+
+/* Stores value v of option o into `opts`. */
+static int set_option(opts_t *opts, const opt_t *o, const char *v) {
+  char *dst = (char *)opts + o->off;
+  double d;
+  switch (o->kind) {
+  case O_STR:
+    memcpy(dst, &v, sizeof v);
+    return 0;
+  case O_NUM:
+    if (parse_num(o, v, 0, &d) < 0)
+      return -1;
+    memcpy(dst, &d, sizeof d);
+    return 0;
+  case O_INT: {
+    if (parse_num(o, v, 1, &d) < 0)
+      return -1;
+    int64_t x = (int64_t)d;
+    memcpy(dst, &x, sizeof x);
+    return 0;
+  }
+  case O_ENUM:
+    for (int i = 0; o->names[i]; i++)
+      if (strcmp(v, o->names[i]) == 0) {
+        memcpy(dst, &i, sizeof i);
+        return 0;
+      }
+    return bad("%s: unknown value '%s'", o->name, v);
+  default: { /* O_LIST, O_INT_LIST */
+    list_t l = {.n = 0};
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", v);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t;
+         t = strtok_r(NULL, ",", &save)) {
+      if (l.n == MAX_LIST)
+        return bad("%s: more than 64 values in '%s'", o->name, v);
+      if (parse_num(o, t, o->kind == O_INT_LIST, &l.v[l.n++]) < 0)
+        return -1;
+    }
+    if (l.n == 0)
+      return bad("%s: no value in '%s'", o->name, v);
+    memcpy(dst, &l, sizeof l);
+    return 0;
+  }
+  }
+}
+
+/* Parses the command line into `o`, then derives the rest. */
+static int parse_args(int argc, char **argv, opts_t *o) {
+  *o = (opts_t){.base = "http://127.0.0.1:8080",
+                .path = "/v1/attention",
+                .out = ".",
+                .name = "attnd-load",
+                .lengths = {{128, 512, 2048}, 3},
+                .concurrency = {{1, 4}, 2},
+                .method = -1,
+                .arrival = 1,
+                .causal = ATTN_CAUSAL_BOTTOM_RIGHT,
+                .encoding = LOAD_ENC_BASE64,
+                .connections = 64,
+                .batch = 1,
+                .embed = 512,
+                .heads = 8,
+                .seed = 1,
+                .variants = 4,
+                .warmup = 1,
+                .duration = 5,
+                .timeout = 30};
+  int have_conc = 0, one = 1;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      print_usage(stdout);
+      exit(0);
+    }
+    const opt_t *opt = NULL;
+    for (size_t k = 0; k < NOPTS && opt == NULL; k++)
+      if (strcmp(argv[i], options[k].name) == 0)
+        opt = &options[k];
+    if (opt == NULL)
+      return bad("unknown option %s%s", argv[i], "");
+    have_conc |= opt->off == offsetof(opts_t, concurrency);
+    if (opt->kind == O_FLAG)
+      memcpy((char *)o + opt->off, &one, sizeof one);
+    else if (i + 1 >= argc)
+      return bad("%s needs a value%s", argv[i], "");
+    else if (set_option(o, opt, argv[++i]) < 0)
+      return -1;
+  }
+
+  if (o->rate.n && have_conc)
+    return bad("--rate and --concurrency exclude each other%s%s", "", "");
+  o->mode = o->rate.n ? LOAD_OPEN : LOAD_CLOSED;
+  o->load = o->rate.n ? &o->rate : &o->concurrency;
+  if (o->method < 0)
+    o->method = strcmp(o->path, "/v1/attention") == 0;
+  o->post = o->method == 1;
+  if (o->requests)
+    o->duration = 0;
+  if (o->verify_threads == 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    o->verify_threads = c > 0 ? c : 1;
+  }
+  size_t bl = strlen(o->base);
+  while (bl && o->base[bl - 1] == '/')
+    bl--;
+  snprintf(o->url, sizeof o->url, "%.*s%s", (int)bl, o->base, o->path);
+  o->shape = (load_shape_t){.B = o->batch,
+                            .Lq = 1,
+                            .Lk = 1,
+                            .E = o->embed,
+                            .H = o->heads,
+                            .Hkv = o->kv_heads ? o->kv_heads : o->heads,
+                            .causal = (attn_causal_t)o->causal,
+                            .key_lengths = o->key_lengths,
+                            .weights = (load_weights_t)o->weights,
+                            .projections = o->projections,
+                            .encoding = (load_enc_t)o->encoding,
+                            .cross = o->cross,
+                            .timeout_ms = o->request_timeout_ms};
+  char err[256];
+  if (o->post && load_gen_check(&o->shape, err, sizeof err) < 0)
+    return bad("%s%s", err, "");
+  return 0;
+}
+
+/* ---- progress on a terminal ---------------------------------------------- */
+
+typedef struct progress {
+  const char *what; /* "step 3 L=512 c=4" */
+  double total_s;   /* warm-up and window, or 0 when counting requests */
+} progress_t;
+
+static void on_progress(const load_stats_t *st, double t, void *arg) {
+  const progress_t *p = arg;
+  fprintf(stderr, "\r\033[K%s: %.1f/%.1f s, %lld sent, %lld ok, %lld errors",
+          p->what, t, p->total_s, (long long)st->sent, (long long)st->ok,
+          (long long)load_stats_errors(st));
+  fflush(stderr);
+}
+
+/* ---- one step ------------------------------------------------------------ */
+
+/* The pool of request bodies of one length. */
+typedef struct pool {
+  load_body_t *bodies;
+  int n;
+} pool_t;
+
+static void pool_free(pool_t *p) {
+  for (int i = 0; i < p->n; i++)
+    free((char *)p->bodies[i].data);
+  free(p->bodies);
+  p->bodies = NULL;
+  p->n = 0;
+}
+
+static int pool_build(pool_t *p, const opts_t *o, const load_shape_t *s,
+                      int64_t length) {
+  p->n = 0;
+  p->bodies = calloc((size_t)o->variants, sizeof *p->bodies);
+  if (p->bodies == NULL)
+    return -1;
+  for (int v = 0; v < o->variants; v++) {
+    load_request_t r;
+    char err[512];
+    if (load_gen_request(s, load_gen_seed(o->seed, length, v), 1, &r, err,
+                         sizeof err) < 0) {
+      fprintf(stderr, "attnd-load: L=%lld: %s\n", (long long)length, err);
+      return -1;
+    }
+    p->bodies[p->n++] = (load_body_t){r.body, r.body_len, r.flops, r.tokens};
+    r.body = NULL; /* the pool owns it now */
+    load_gen_free(&r);
+  }
+  return 0;
+}
+
+/* Checks the replies kept in `st` against the core. */
+static void verify_step(const opts_t *o, const load_shape_t *s, int64_t length,
+                        const load_stats_t *st, load_result_t *res) {
+  res->verify_max_err = 0;
+  for (int i = 0; i < st->n_kept; i++) {
+    const load_kept_t *k = &st->kept[i];
+    load_request_t r;
+    char why[512];
+    double e = INFINITY;
+    int ok =
+        load_gen_request(s, load_gen_seed(o->seed, length, (int)k->variant), 0,
+                         &r, why, sizeof why) == 0;
+    if (ok) {
+      ok = load_verify_reply(s, &r, k->body, k->len, (int)o->verify_threads, &e,
+                             why, sizeof why) == 0;
+      load_gen_free(&r);
+    }
+    res->verified += ok;
+    res->verify_failed += !ok;
+    if (!(e <= res->verify_max_err))
+      res->verify_max_err = e;
+    if (!ok)
+      fprintf(stderr, "attnd-load: step %d: verify: %s\n", res->step, why);
+  }
+  if (st->n_kept < o->verify) {
+    fprintf(stderr,
+            "attnd-load: step %d: verify: only %d of %d replies to check\n",
+            res->step, st->n_kept, (int)o->verify);
+    res->verify_failed += (int)o->verify - st->n_kept;
+  }
+}
+
+static int run_step(const opts_t *o, const load_shape_t *s, int64_t length,
+                    const pool_t *pool, double load, load_result_t *res) {
+  load_stats_t st;
+  if (load_stats_init(&st) < 0) {
+    fprintf(stderr, "attnd-load: out of memory\n");
+    return -1;
+  }
+  res->mode = o->mode;
+  res->concurrency = o->mode == LOAD_CLOSED ? (int)load : (int)o->connections;
+  res->rate = o->mode == LOAD_OPEN ? load : 0;
+  res->window_s = o->duration;
+  char what[96];
+  snprintf(what, sizeof what, "step %d L=%lld %s=%g", res->step,
+           (long long)length, o->mode == LOAD_CLOSED ? "c" : "rate", load);
+  progress_t pr = {what, o->duration > 0 ? o->warmup + o->duration : 0};
+  int tty = !o->quiet && isatty(2);
+  load_run_t run = {.url = o->url,
+                    .bodies = pool->bodies,
+                    .n_bodies = (size_t)pool->n,
+                    .mode = o->mode,
+                    .concurrency = res->concurrency,
+                    .rate = res->rate,
+                    .poisson = o->arrival == 1,
+                    .warmup_s = o->warmup,
+                    .duration_s = o->duration,
+                    .requests = o->requests,
+                    .timeout_s = o->timeout,
+                    .seed = load_gen_seed(o->seed, length, -1 - res->step),
+                    .keep = pool->n ? (int)o->verify : 0,
+                    .progress = tty ? on_progress : NULL,
+                    .progress_arg = &pr};
+  char err[512];
+  int rc = load_client_run(&run, &st, err, sizeof err);
+  if (tty)
+    fprintf(stderr, "\r\033[K");
+  if (rc < 0) {
+    fprintf(stderr, "attnd-load: %s: %s\n", what, err);
+    load_stats_free(&st);
+    return -1;
+  }
+  load_result_fill(res, &st);
+  if (pool->n && o->verify)
+    verify_step(o, s, length, &st, res);
+  load_stats_free(&st);
+  if (!o->quiet)
+    load_report_line(stderr, res);
+  return 0;
+}
+
+static int write_file(const char *path, const char *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (f == NULL)
+    return -1;
+  size_t w = fwrite(data, 1, len, f);
+  return fclose(f) == 0 && w == len ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+  opts_t o;
+  if (parse_args(argc, argv, &o) < 0)
+    return 2;
+  const int post = o.post;
+  signal(SIGPIPE, SIG_IGN);
+  if (curl_global_init(CURL_GLOBAL_ALL) != 0)
+    return fprintf(stderr, "attnd-load: curl_global_init failed\n"), 2;
+
+  /* without bodies, lengths mean nothing: one step per load point */
+  int n_len = post ? o.lengths.n : 1;
+  int cap = n_len * o.load->n, n = 0, rc = 0;
+  load_result_t *res = calloc((size_t)cap, sizeof *res);
+  if (res == NULL)
+    return fprintf(stderr, "attnd-load: out of memory\n"), 2;
+  if (!o.quiet && !o.dump_body)
+    fprintf(stderr, "attnd-load: %s %s, %s loop, %g s warm-up + %s per step\n",
+            methods[o.method], o.url, o.mode == LOAD_CLOSED ? "closed" : "open",
+            o.warmup, o.duration > 0 ? "a window" : "a request count");
+  for (int li = 0; li < n_len && rc == 0; li++) {
+    int64_t L = post ? (int64_t)o.lengths.v[li] : 0;
+    load_shape_t s = o.shape;
+    s.Lq = o.lq ? o.lq : L;
+    s.Lk = o.lk ? o.lk : L;
+    pool_t pool = {0};
+    if (post && pool_build(&pool, &o, &s, L) < 0) {
+      pool_free(&pool);
+      rc = 2;
+      break;
+    }
+    if (o.dump_body) {
+      if (!post || write_file(o.dump_body, pool.bodies[0].data,
+                              pool.bodies[0].len) < 0) {
+        fprintf(stderr, "attnd-load: --dump-body %s: %s\n", o.dump_body,
+                post ? strerror(errno) : "GET requests have no body");
+        rc = 2;
+      }
+      pool_free(&pool);
+      free(res);
+      curl_global_cleanup();
+      return rc;
+    }
+    for (int ci = 0; ci < o.load->n && rc == 0; ci++) {
+      load_result_t *r = &res[n];
+      r->step = n + 1;
+      r->length = L;
+      r->attention = post;
+      r->shape = s;
+      if (run_step(&o, &s, L, &pool, o.load->v[ci], r) < 0)
+        rc = 2;
+      else
+        n++;
+    }
+    pool_free(&pool);
+  }
+
+  char path[4096], err[512], title[1536];
+  mkdir(o.out, 0777); /* may exist; a real failure shows when writing */
+  snprintf(title, sizeof title, "attnd-load: %s %s", methods[o.method], o.url);
+  if (post)
+    snprintf(title + strlen(title), sizeof title - strlen(title),
+             ", B=%lld E=%lld H=%lld Hkv=%lld, causal %s, %s",
+             (long long)o.shape.B, (long long)o.shape.E, (long long)o.shape.H,
+             (long long)o.shape.Hkv, load_causal_name(o.shape.causal),
+             load_enc_name(o.shape.encoding));
+  static const char *const ext[3] = {"csv", "json", "svg"};
+  for (int k = 0; k < 3; k++) {
+    snprintf(path, sizeof path, "%s/%s.%s", o.out, o.name, ext[k]);
+    int w = k == 0   ? load_report_csv(path, res, n, err, sizeof err)
+            : k == 1 ? load_report_json(path, o.url, res, n, err, sizeof err)
+                     : load_report_svg(path, title, res, n, err, sizeof err);
+    if (w < 0) {
+      fprintf(stderr, "attnd-load: %s\n", err);
+      rc = 2;
+    }
+  }
+  if (!o.quiet) {
+    load_report_table(stdout, res, n);
+    printf("wrote %s/%s.{csv,json,svg}\n", o.out, o.name);
+  }
+  for (int i = 0; i < n && rc == 0; i++)
+    if (res[i].error_rate > o.max_error_rate || res[i].verify_failed) {
+      fprintf(stderr,
+              "attnd-load: step %d failed: error rate %.4g (--max-error-rate "
+              "%g), %d replies wrong\n",
+              res[i].step, res[i].error_rate, o.max_error_rate,
+              res[i].verify_failed);
+      rc = 1;
+    }
+  free(res);
+  curl_global_cleanup();
+  return rc;
+}

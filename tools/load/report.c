@@ -1,0 +1,524 @@
+/* tools/load/report.c: see report.h. */
+#include "report.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+
+const char *const load_lat_names[LOAD_NLAT] = {"p50", "p90", "p99", "p99.9",
+                                               "max"};
+const char *const load_srv_names[LOAD_NSRV] = {"p50", "p90", "p99", "max"};
+static const double lat_pct[LOAD_NLAT] = {50, 90, 99, 99.9, 100};
+static const double srv_pct[LOAD_NSRV] = {50, 90, 99, 100};
+
+void load_result_fill(load_result_t *r, const load_stats_t *st) {
+  r->sent = st->sent;
+  r->ok = st->ok;
+  r->s429 = st->status[429];
+  r->s503 = st->status[503];
+  r->s504 = st->status[504];
+  r->other = load_stats_other_errors(st);
+  r->transport = st->transport;
+  r->timeouts = st->timeouts;
+  r->n_statuses = 0;
+  for (int s = 0; s < LOAD_STATUS_MAX && r->n_statuses < 8; s++)
+    if ((s < 200 || s > 299) && st->status[s]) {
+      r->statuses[r->n_statuses][0] = s;
+      r->statuses[r->n_statuses++][1] = st->status[s];
+    }
+  r->error_rate =
+      st->sent ? (double)load_stats_errors(st) / (double)st->sent : 0;
+  r->elapsed_s = st->elapsed_s;
+  double t = st->elapsed_s > 0 ? st->elapsed_s : 1;
+  r->rps = (double)st->span_ok / t;
+  r->tokens_per_s = st->span_tokens / t;
+  r->gflops = st->span_flops / t * 1e-9;
+  r->cpu_pct = 100.0 * st->cpu_s / t;
+  for (int i = 0; i < LOAD_NLAT; i++)
+    r->lat_ms[i] = (double)load_hist_percentile(st->latency, lat_pct[i]) / 1e3;
+  r->lat_mean_ms = load_hist_mean(st->latency) / 1e3;
+  r->timed = st->timed;
+  for (int i = 0; i < LOAD_NSRV; i++) {
+    r->queue_ms[i] = (double)load_hist_percentile(st->queue, srv_pct[i]) / 1e3;
+    r->compute_ms[i] =
+        (double)load_hist_percentile(st->compute, srv_pct[i]) / 1e3;
+    r->total_ms[i] = (double)load_hist_percentile(st->total, srv_pct[i]) / 1e3;
+  }
+  snprintf(r->first_error, sizeof r->first_error, "%s", st->first_error);
+}
+
+static int64_t errors_of(const load_result_t *r) {
+  return r->s429 + r->s503 + r->s504 + r->other + r->transport;
+}
+
+/* "c=4" or "rate=100/s". */
+static void load_label(const load_result_t *r, char *buf, size_t n) {
+  if (r->mode == LOAD_CLOSED)
+    snprintf(buf, n, "c=%d", r->concurrency);
+  else
+    snprintf(buf, n, "rate=%g/s", r->rate);
+}
+
+/* 1234567 as "1.23M": three significant digits and a suffix. */
+static void si(double v, char *buf, size_t n) {
+  static const char *const suf[] = {"", "k", "M", "G", "T"};
+  int k = 0;
+  while (fabs(v) >= 999.5 && k < 4) {
+    v /= 1000;
+    k++;
+  }
+  snprintf(buf, n,
+           fabs(v) >= 99.95   ? "%.0f%s"
+           : fabs(v) >= 9.995 ? "%.1f%s"
+                              : "%.2f%s",
+           v, suf[k]);
+}
+
+void load_report_line(FILE *f, const load_result_t *r) {
+  char lab[32], rps[16], tok[16];
+  load_label(r, lab, sizeof lab);
+  si(r->rps, rps, sizeof rps);
+  si(r->tokens_per_s, tok, sizeof tok);
+  fprintf(f, "step %d", r->step);
+  if (r->length)
+    fprintf(f, " L=%lld", (long long)r->length);
+  fprintf(f,
+          " %s: %lld/%lld ok, %lld errors (429: %lld, 503: %lld, 504: %lld, "
+          "other: %lld, transport: %lld) | %s req/s",
+          lab, (long long)r->ok, (long long)r->sent, (long long)errors_of(r),
+          (long long)r->s429, (long long)r->s503, (long long)r->s504,
+          (long long)r->other, (long long)r->transport, rps);
+  if (r->attention)
+    fprintf(f, ", %s tok/s, %.1f GFLOP/s", tok, r->gflops);
+  fprintf(f, " | ms p50 %.3g p99 %.3g max %.3g", r->lat_ms[0], r->lat_ms[2],
+          r->lat_ms[4]);
+  if (r->timed)
+    fprintf(f, " | server queue p50 %.3g compute p50 %.3g", r->queue_ms[0],
+            r->compute_ms[0]);
+  if (r->verified || r->verify_failed)
+    fprintf(f, " | verify %d/%d", r->verified, r->verified + r->verify_failed);
+  fprintf(f, "\n");
+  if (r->first_error[0])
+    fprintf(f, "  first transport error: %s\n", r->first_error);
+}
+
+void load_report_table(FILE *f, const load_result_t *r, int n) {
+  fprintf(f,
+          "%4s %6s %10s %7s %7s %6s %5s %9s %9s %8s %8s %8s %8s %8s %8s "
+          "%9s %9s %5s\n",
+          "step", "L", "load", "sent", "ok", "errors", "429", "req/s", "tok/s",
+          "GFLOP/s", "p50_ms", "p90_ms", "p99_ms", "p99.9_ms", "max_ms",
+          "queue_p50", "comp_p50", "cpu%");
+  for (int i = 0; i < n; i++) {
+    const load_result_t *x = &r[i];
+    char lab[32], rps[16], tok[16];
+    load_label(x, lab, sizeof lab);
+    si(x->rps, rps, sizeof rps);
+    si(x->tokens_per_s, tok, sizeof tok);
+    fprintf(f,
+            "%4d %6lld %10s %7lld %7lld %6lld %5lld %9s %9s %8.1f %8.3g %8.3g "
+            "%8.3g %8.3g %8.3g %9.3g %9.3g %5.0f\n",
+            x->step, (long long)x->length, lab, (long long)x->sent,
+            (long long)x->ok, (long long)errors_of(x), (long long)x->s429, rps,
+            x->attention ? tok : "-", x->gflops, x->lat_ms[0], x->lat_ms[1],
+            x->lat_ms[2], x->lat_ms[3], x->lat_ms[4], x->queue_ms[0],
+            x->compute_ms[0], x->cpu_pct);
+  }
+}
+
+/* ---- CSV ----------------------------------------------------------------- */
+
+static int io_fail(char *err, size_t en, const char *path) {
+  snprintf(err, en, "cannot write %s: %s", path, strerror(errno));
+  return -1;
+}
+
+int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
+                    size_t en) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL)
+    return io_fail(err, en, path);
+  fprintf(f,
+          "step,length,B,Lq,Lk,E,H,Hkv,causal,key_lengths,weights,"
+          "projections,encoding,mode,concurrency,rate,window_s,elapsed_s,"
+          "sent,ok,err_429,err_503,err_504,err_other,err_transport,err_timeout,"
+          "error_rate,rps,tokens_per_s,gflops");
+  for (int i = 0; i < LOAD_NLAT; i++)
+    fprintf(f, ",lat_%s_ms", i == 3 ? "p999" : load_lat_names[i]);
+  fprintf(f, ",lat_mean_ms,timed");
+  static const char *const srv[3] = {"queue", "compute", "total"};
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < LOAD_NSRV; i++)
+      fprintf(f, ",%s_%s_ms", srv[k], load_srv_names[i]);
+  fprintf(f, ",client_cpu_pct,verified,verify_failed,verify_max_err\n");
+  for (int j = 0; j < n; j++) {
+    const load_result_t *x = &r[j];
+    const load_shape_t *s = &x->shape;
+    fprintf(f, "%d,%lld,", x->step, (long long)x->length);
+    if (x->attention)
+      fprintf(f, "%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%s,%s,%s,",
+              (long long)s->B, (long long)s->Lq, (long long)s->Lk,
+              (long long)s->E, (long long)s->H, (long long)s->Hkv,
+              load_causal_name(s->causal), s->key_lengths ? "random" : "none",
+              load_weights_name(s->weights), s->projections ? "inline" : "none",
+              load_enc_name(s->encoding));
+    else
+      fprintf(f, ",,,,,,,,,,,");
+    fprintf(
+        f,
+        "%s,%d,%g,%g,%.3f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%.6g,%.6g,"
+        "%.6g,%.6g",
+        x->mode == LOAD_CLOSED ? "closed" : "open", x->concurrency, x->rate,
+        x->window_s, x->elapsed_s, (long long)x->sent, (long long)x->ok,
+        (long long)x->s429, (long long)x->s503, (long long)x->s504,
+        (long long)x->other, (long long)x->transport, (long long)x->timeouts,
+        x->error_rate, x->rps, x->tokens_per_s, x->gflops);
+    for (int i = 0; i < LOAD_NLAT; i++)
+      fprintf(f, ",%.3f", x->lat_ms[i]);
+    fprintf(f, ",%.3f,%lld", x->lat_mean_ms, (long long)x->timed);
+    const double *sv[3] = {x->queue_ms, x->compute_ms, x->total_ms};
+    for (int k = 0; k < 3; k++)
+      for (int i = 0; i < LOAD_NSRV; i++)
+        fprintf(f, ",%.3f", sv[k][i]);
+    fprintf(f, ",%.1f,%d,%d,%.3g\n", x->cpu_pct, x->verified, x->verify_failed,
+            x->verify_max_err);
+  }
+  if (fclose(f) != 0)
+    return io_fail(err, en, path);
+  return 0;
+}
+
+/* ---- JSON ---------------------------------------------------------------- */
+
+static json_t *pct_object(const char *const *names, const double *v, int n) {
+  json_t *o = json_object();
+  for (int i = 0; i < n; i++)
+    json_object_set_new(o, names[i], json_real(v[i]));
+  return o;
+}
+
+static json_t *step_json(const load_result_t *x) {
+  json_t *o = json_pack("{s:i,s:I,s:s,s:i,s:f,s:f,s:f}", "step", x->step,
+                        "length", (json_int_t)x->length, "mode",
+                        x->mode == LOAD_CLOSED ? "closed" : "open",
+                        "concurrency", x->concurrency, "rate", x->rate,
+                        "window_s", x->window_s, "elapsed_s", x->elapsed_s);
+  if (x->attention) {
+    const load_shape_t *s = &x->shape;
+    json_object_set_new(
+        o, "shape",
+        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:s,s:s,s:I}", "B",
+                  (json_int_t)s->B, "Lq", (json_int_t)s->Lq, "Lk",
+                  (json_int_t)s->Lk, "E", (json_int_t)s->E, "H",
+                  (json_int_t)s->H, "Hkv", (json_int_t)s->Hkv, "causal",
+                  load_causal_name(s->causal), "key_lengths",
+                  s->key_lengths ? "random" : "none", "weights",
+                  load_weights_name(s->weights), "projections",
+                  s->projections ? "inline" : "none", "encoding",
+                  load_enc_name(s->encoding), "timeout_ms",
+                  (json_int_t)s->timeout_ms));
+  }
+  json_t *by_status = json_object();
+  for (int i = 0; i < x->n_statuses; i++) {
+    char k[16];
+    snprintf(k, sizeof k, "%lld", (long long)x->statuses[i][0]);
+    json_object_set_new(by_status, k, json_integer(x->statuses[i][1]));
+  }
+  json_object_set_new(o, "sent", json_integer(x->sent));
+  json_object_set_new(o, "succeeded", json_integer(x->ok));
+  json_object_set_new(
+      o, "errors",
+      json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "429", (json_int_t)x->s429,
+                "503", (json_int_t)x->s503, "504", (json_int_t)x->s504,
+                "other_status", (json_int_t)x->other, "transport",
+                (json_int_t)x->transport, "transport_timeouts",
+                (json_int_t)x->timeouts, "by_status", by_status));
+  json_object_set_new(o, "error_rate", json_real(x->error_rate));
+  json_object_set_new(o, "throughput",
+                      json_pack("{s:f,s:f,s:f}", "requests_per_s", x->rps,
+                                "tokens_per_s", x->tokens_per_s, "gflops",
+                                x->gflops));
+  json_t *lat = pct_object(load_lat_names, x->lat_ms, LOAD_NLAT);
+  json_object_set_new(lat, "mean", json_real(x->lat_mean_ms));
+  json_object_set_new(o, "latency_ms", lat);
+  json_object_set_new(
+      o, "server_ms",
+      json_pack("{s:I,s:o,s:o,s:o}", "replies_timed", (json_int_t)x->timed,
+                "queue", pct_object(load_srv_names, x->queue_ms, LOAD_NSRV),
+                "compute", pct_object(load_srv_names, x->compute_ms, LOAD_NSRV),
+                "total", pct_object(load_srv_names, x->total_ms, LOAD_NSRV)));
+  json_object_set_new(o, "client_cpu_pct", json_real(x->cpu_pct));
+  json_object_set_new(
+      o, "verify",
+      json_pack("{s:i,s:i,s:f}", "passed", x->verified, "failed",
+                x->verify_failed, "max_rel_err",
+                isfinite(x->verify_max_err) ? x->verify_max_err : -1.0));
+  if (x->first_error[0])
+    json_object_set_new(o, "first_transport_error",
+                        json_string(x->first_error));
+  return o;
+}
+
+int load_report_json(const char *path, const char *url, const load_result_t *r,
+                     int n, char *err, size_t en) {
+  json_t *steps = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(steps, step_json(&r[i]));
+  json_t *doc = json_pack("{s:s,s:o}", "target", url, "steps", steps);
+  int rc =
+      doc ? json_dump_file(doc, path, JSON_INDENT(1) | JSON_REAL_PRECISION(6))
+          : -1;
+  json_decref(doc);
+  if (rc < 0)
+    return io_fail(err, en, path);
+  return 0;
+}
+
+/* ---- SVG ----------------------------------------------------------------- */
+
+enum {
+  PANEL_W = 400,
+  PANEL_H = 320,
+  PAD_L = 62,
+  PAD_R = 14,
+  PAD_T = 40,
+  PAD_B = 46,
+  TOP = 34
+};
+
+static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c",
+                                      "#9467bd", "#ff7f0e", "#8c564b",
+                                      "#e377c2", "#17becf"};
+#define NPAL (sizeof palette / sizeof palette[0])
+
+/* One quantity plotted in a panel, in the given dash style. */
+typedef struct curve {
+  const char *name; /* legend, e.g. "p50" */
+  const char *dash; /* stroke-dasharray, "" for solid */
+  double (*value)(const load_result_t *);
+} curve_t;
+
+static double v_p50(const load_result_t *r) {
+  return r->lat_ms[0];
+}
+static double v_p99(const load_result_t *r) {
+  return r->lat_ms[2];
+}
+static double v_tok(const load_result_t *r) {
+  return r->tokens_per_s;
+}
+static double v_queue(const load_result_t *r) {
+  return r->queue_ms[0];
+}
+static double v_compute(const load_result_t *r) {
+  return r->compute_ms[0];
+}
+
+/* A log-scaled axis from lo to hi (both > 0), over pixels a..b. */
+typedef struct axis {
+  double lo, hi, a, b;
+} axis_t;
+
+static double ax_map(const axis_t *x, double v) {
+  return x->a +
+         (x->b - x->a) * (log(v) - log(x->lo)) / (log(x->hi) - log(x->lo));
+}
+
+/* Tick labels of powers of ten: 0.01, 0.1, 1, 10, 100, 1k, 10k, ... */
+static void tick_label(double v, char *buf, size_t n) {
+  static const char *const suf[] = {"", "k", "M", "G", "T"};
+  int k = 0;
+  while (v >= 999.5 && k < 4) {
+    v /= 1000;
+    k++;
+  }
+  snprintf(buf, n, "%g%s", v, suf[k]);
+}
+
+/* Whether steps i and j belong to one line: same mode and load. */
+static int same_series(const load_result_t *a, const load_result_t *b) {
+  return a->mode == b->mode && a->concurrency == b->concurrency &&
+         a->rate == b->rate;
+}
+
+/* Draws panel k: a log-log plot of `curves` against the length, one colour
+ * per series, values below `vmin` drawn at it. */
+static void panel(FILE *f, int k, const char *title, const char *unit,
+                  const curve_t *curves, int nc, double vmin,
+                  const load_result_t *r, int n, const axis_t *xa0) {
+  double x0 = k * PANEL_W, y0 = TOP;
+  axis_t xa = *xa0;
+  xa.a += x0;
+  xa.b += x0;
+  double lo = INFINITY, hi = 0;
+  for (int i = 0; i < n; i++)
+    for (int c = 0; c < nc; c++) {
+      double v = curves[c].value(&r[i]);
+      v = v < vmin ? vmin : v;
+      lo = v < lo ? v : lo;
+      hi = v > hi ? v : hi;
+    }
+  axis_t ya = {pow(10, floor(log10(lo))), pow(10, ceil(log10(hi))),
+               y0 + PANEL_H - PAD_B, y0 + PAD_T};
+  if (ya.hi <= ya.lo)
+    ya.hi = ya.lo * 10;
+  fprintf(f,
+          "<text x='%g' y='%g' font-size='14' text-anchor='middle'>%s</text>\n",
+          x0 + PAD_L + (PANEL_W - PAD_L - PAD_R) / 2.0, y0 + 20, title);
+  /* grid and labels */
+  for (double v = ya.lo; v <= ya.hi * 1.0001; v *= 10) {
+    char lab[16];
+    tick_label(v, lab, sizeof lab);
+    double y = ax_map(&ya, v);
+    fprintf(f,
+            "<line x1='%g' y1='%g' x2='%g' y2='%g' stroke='#ddd'/>\n"
+            "<text x='%g' y='%g' font-size='11' text-anchor='end'>%s</text>\n",
+            xa.a, y, xa.b, y, xa.a - 4, y + 4, lab);
+  }
+  for (int i = 0; i < n; i++) {
+    int dup = 0;
+    for (int j = 0; j < i; j++)
+      dup |= r[j].length == r[i].length;
+    if (dup)
+      continue;
+    double x = ax_map(&xa, (double)r[i].length);
+    fprintf(f,
+            "<line x1='%g' y1='%g' x2='%g' y2='%g' stroke='#ddd'/>\n"
+            "<text x='%g' y='%g' font-size='11' "
+            "text-anchor='middle'>%lld</text>\n",
+            x, ya.b, x, ya.a, x, ya.a + 16, (long long)r[i].length);
+  }
+  fprintf(f,
+          "<rect x='%g' y='%g' width='%g' height='%g' fill='none' "
+          "stroke='#444'/>\n"
+          "<text x='%g' y='%g' font-size='12' "
+          "text-anchor='middle'>context length</text>\n"
+          "<text x='%g' y='%g' font-size='12' text-anchor='middle' "
+          "transform='rotate(-90 %g %g)'>%s</text>\n",
+          xa.a, ya.b, xa.b - xa.a, ya.a - ya.b, (xa.a + xa.b) / 2, ya.a + 34,
+          x0 + 16, (ya.a + ya.b) / 2, x0 + 16, (ya.a + ya.b) / 2, unit);
+  /* one polyline per series and curve, in the steps' order of length */
+  int series = 0;
+  for (int i = 0; i < n; i++) {
+    int seen = 0;
+    for (int j = 0; j < i; j++)
+      seen |= same_series(&r[j], &r[i]);
+    if (seen)
+      continue;
+    const char *col = palette[series++ % NPAL];
+    for (int c = 0; c < nc; c++) {
+      fprintf(f,
+              "<polyline fill='none' stroke='%s' stroke-width='2' "
+              "stroke-dasharray='%s' points='",
+              col, curves[c].dash);
+      for (int j = i; j < n; j++)
+        if (same_series(&r[j], &r[i])) {
+          double v = curves[c].value(&r[j]);
+          fprintf(f, "%.1f,%.1f ", ax_map(&xa, (double)r[j].length),
+                  ax_map(&ya, v < vmin ? vmin : v));
+        }
+      fprintf(f, "'/>\n");
+      for (int j = i; j < n; j++)
+        if (same_series(&r[j], &r[i])) {
+          double v = curves[c].value(&r[j]);
+          fprintf(f, "<circle cx='%.1f' cy='%.1f' r='3' fill='%s'/>\n",
+                  ax_map(&xa, (double)r[j].length),
+                  ax_map(&ya, v < vmin ? vmin : v), col);
+        }
+    }
+  }
+  /* the curves' legend */
+  double lx = xa.a + 8, ly = ya.b + 14;
+  for (int c = 0; c < nc; c++) {
+    fprintf(f,
+            "<line x1='%g' y1='%g' x2='%g' y2='%g' stroke='#444' "
+            "stroke-width='2' stroke-dasharray='%s'/>\n"
+            "<text x='%g' y='%g' font-size='11'>%s</text>\n",
+            lx, ly, lx + 24, ly, curves[c].dash, lx + 28, ly + 4,
+            curves[c].name);
+    lx += 44 + 7 * (double)strlen(curves[c].name);
+  }
+}
+
+int load_report_svg(const char *path, const char *title,
+                    const load_result_t *all, int n_all, char *err, size_t en) {
+  /* only steps with a length can be placed on the axis */
+  load_result_t *r = malloc((size_t)(n_all > 0 ? n_all : 1) * sizeof *r);
+  if (r == NULL) {
+    snprintf(err, en, "out of memory");
+    return -1;
+  }
+  int n = 0;
+  for (int i = 0; i < n_all; i++)
+    if (all[i].length > 0)
+      r[n++] = all[i];
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    free(r);
+    return io_fail(err, en, path);
+  }
+  int width = 3 * PANEL_W, height = TOP + PANEL_H + 26;
+  fprintf(f,
+          "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' "
+          "viewBox='0 0 %d %d' font-family='sans-serif'>\n"
+          "<rect width='100%%' height='100%%' fill='white'/>\n"
+          "<text x='%d' y='22' font-size='16' text-anchor='middle'>",
+          width, height, width, height, width / 2);
+  for (const char *p = title; *p; p++) /* text: escape markup */
+    if (*p == '<')
+      fputs("&lt;", f);
+    else if (*p == '&')
+      fputs("&amp;", f);
+    else
+      fputc(*p, f);
+  fprintf(f, "</text>\n");
+  if (n == 0) {
+    fprintf(f,
+            "<text x='%d' y='%d' font-size='14' text-anchor='middle'>no "
+            "steps with a context length</text>\n",
+            width / 2, height / 2);
+  } else {
+    double lo = INFINITY, hi = 0;
+    for (int i = 0; i < n; i++) {
+      lo = (double)r[i].length < lo ? (double)r[i].length : lo;
+      hi = (double)r[i].length > hi ? (double)r[i].length : hi;
+    }
+    if (hi <= lo) { /* one length: centre it */
+      lo /= 2;
+      hi *= 2;
+    }
+    axis_t xa = {lo / 1.25, hi * 1.25, PAD_L, PANEL_W - PAD_R};
+    static const curve_t lat[] = {{"p50", "", v_p50}, {"p99", "6 4", v_p99}};
+    static const curve_t tok[] = {{"tokens/s", "", v_tok}};
+    static const curve_t srv[] = {{"compute p50", "", v_compute},
+                                  {"queue p50", "2 3", v_queue}};
+    panel(f, 0, "client latency", "ms", lat, 2, 1e-3, r, n, &xa);
+    panel(f, 1, "throughput", "tokens/s", tok, 1, 1e-3, r, n, &xa);
+    panel(f, 2, "server time (Server-Timing)", "ms", srv, 2, 1e-3, r, n, &xa);
+    /* the series' legend, under the panels */
+    int series = 0;
+    for (int i = 0; i < n; i++) {
+      int seen = 0;
+      for (int j = 0; j < i; j++)
+        seen |= same_series(&r[j], &r[i]);
+      if (seen)
+        continue;
+      char lab[32];
+      load_label(&r[i], lab, sizeof lab);
+      double lx = PAD_L + series * 110, ly = TOP + PANEL_H + 8;
+      fprintf(f,
+              "<line x1='%g' y1='%g' x2='%g' y2='%g' stroke='%s' "
+              "stroke-width='3'/>\n"
+              "<text x='%g' y='%g' font-size='12'>%s</text>\n",
+              lx, ly, lx + 24, ly, palette[series % NPAL], lx + 28, ly + 4,
+              lab);
+      series++;
+    }
+  }
+  fprintf(f, "</svg>\n");
+  free(r);
+  if (fclose(f) != 0)
+    return io_fail(err, en, path);
+  return 0;
+}

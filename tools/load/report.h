@@ -1,0 +1,82 @@
+/* tools/load/report.h: a sweep's results as a line per step, a table, CSV,
+ * JSON and an SVG plot.
+ *
+ * A load_result_t is one step reduced to numbers (load_result_fill), so
+ * that the reports need neither the histograms nor the requests. Every
+ * time is in milliseconds. The writers borrow their arguments and write
+ * only the file they are given; any thread, one at a time per file. */
+#ifndef LOAD_REPORT_H
+#define LOAD_REPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "client.h"
+#include "gen.h"
+
+/* The client latency percentiles reported, and those of the server's
+ * Server-Timing durations. */
+#define LOAD_NLAT 5 /* p50 p90 p99 p99.9 max */
+#define LOAD_NSRV 4 /* p50 p90 p99 max */
+
+/* One step. */
+typedef struct load_result {
+  /* what ran */
+  int step;           /* 1, 2, ... */
+  int64_t length;     /* the swept context length; 0 without a body */
+  int attention;      /* 1: POST /v1/attention bodies of `shape` */
+  load_shape_t shape; /* with attention */
+  load_mode_t mode;
+  int concurrency; /* closed: in flight; open: connections */
+  double rate;     /* open: arrivals per second */
+  double window_s; /* the measured window, or 0 when counting requests */
+
+  /* what came back */
+  int64_t sent, ok, s429, s503, s504, other, transport;
+  int64_t timeouts;       /* of transport: the client's --timeout */
+  int64_t statuses[8][2]; /* up to 8 error statuses seen: status, count */
+  int n_statuses;
+  double error_rate; /* failed / sent; 0 when nothing was sent */
+  double elapsed_s, rps, tokens_per_s, gflops;
+  double cpu_pct; /* the client's CPU time over the step, % of one core */
+  double lat_ms[LOAD_NLAT], lat_mean_ms;
+  int64_t timed; /* 2xx replies with Server-Timing */
+  double queue_ms[LOAD_NSRV], compute_ms[LOAD_NSRV], total_ms[LOAD_NSRV];
+
+  /* --verify */
+  int verified, verify_failed;
+  double verify_max_err;
+
+  char first_error[256]; /* the first transport error, or "" */
+} load_result_t;
+
+/* Fills the "what came back" part of `r` from `st`. */
+void load_result_fill(load_result_t *r, const load_stats_t *st);
+
+/* Percentile names, for headers: "p50", ..., and "max". */
+extern const char *const load_lat_names[LOAD_NLAT];
+extern const char *const load_srv_names[LOAD_NSRV];
+
+/* One line for the terminal: step, shape, throughput, latency, errors. */
+void load_report_line(FILE *f, const load_result_t *r);
+
+/* A fixed-width table of the steps, one row each. */
+void load_report_table(FILE *f, const load_result_t *r, int n);
+
+/* CSV: a header and one row per step. Returns 0, or -1 with err set. */
+int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
+                    size_t en);
+
+/* JSON: {"target": url, "steps": [...]}, every number of every step.
+ * Returns 0, or -1 with err set. */
+int load_report_json(const char *path, const char *url, const load_result_t *r,
+                     int n, char *err, size_t en);
+
+/* SVG: three panels against the context length (log scale), one line per
+ * concurrency (or rate): client latency p50 and p99; throughput in tokens
+ * per second; the server's queue and compute p50. Steps without a length
+ * are left out. Returns 0, or -1 with err set. */
+int load_report_svg(const char *path, const char *title, const load_result_t *r,
+                    int n, char *err, size_t en);
+
+#endif

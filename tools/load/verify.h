@@ -1,0 +1,37 @@
+/* tools/load/verify.h: --verify, a reply checked against the core.
+ *
+ * The request's params (regenerated from its seed, see gen.h) run through
+ * attn_plan_init and attn_forward here, and the reply's "output" (and
+ * "weights" when they were asked for) must be within LOAD_VERIFY_TOL of
+ * them as ‖got − want‖₂ / ‖want‖₂. The same core on both sides: what this
+ * checks is everything in between (request encoding, the server's
+ * decoding, scheduling and reply encoding, HTTP). */
+#ifndef LOAD_VERIFY_H
+#define LOAD_VERIFY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gen.h"
+
+#define LOAD_VERIFY_TOL 1e-4
+
+/* Decodes member `name` of a reply body, a tensor of the given shape in
+ * encoding `enc`, into out[0..prod(dim)). The body must be attnd's reply
+ * to a request without an id: its tensors hold no quote characters, so the
+ * first `"name":` in the text is the member. Returns 0, or -1 with the
+ * reason in why[0..wn). Borrows everything; any thread. */
+int load_reply_tensor(const char *body, size_t len, const char *name,
+                      load_enc_t enc, int rank, const int64_t *dim, float *out,
+                      char *why, size_t wn);
+
+/* Computes request `r` (generated for shape `s`, with its tensors) with
+ * `threads` threads and compares reply body[0..len) with it. Stores the
+ * largest relative error in *err_out (+inf when the reply could not be
+ * read). Returns 0 when within LOAD_VERIFY_TOL, -1 otherwise, with the
+ * reason in why[0..wn). Borrows everything; any thread. */
+int load_verify_reply(const load_shape_t *s, const load_request_t *r,
+                      const char *body, size_t len, int threads,
+                      double *err_out, char *why, size_t wn);
+
+#endif
