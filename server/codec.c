@@ -624,6 +624,32 @@ void attnd_buf_base64(attnd_buf_t *b, const void *src, size_t n) {
   b->data[b->len] = '\0';
 }
 
+void attnd_buf_tensor(attnd_buf_t *b, attnd_form_t form, const float *x,
+                      int rank, const int64_t *dim) {
+  size_t n = 1;
+  for (int i = 0; i < rank; i++)
+    n *= (size_t)dim[i];
+  if (form == ATTND_FORM_NESTED) {
+    attnd_buf_floats(b, x, n, rank, dim);
+    return;
+  }
+  char head[160];
+  size_t k = (size_t)snprintf(head, sizeof head, "{\"shape\":[");
+  for (int i = 0; i < rank && k < sizeof head; i++)
+    k += (size_t)snprintf(head + k, sizeof head - k, "%s%lld", i ? "," : "",
+                          (long long)dim[i]);
+  attnd_buf_append(b, head, k < sizeof head ? k : sizeof head - 1);
+  if (form == ATTND_FORM_FLAT) {
+    attnd_buf_puts(b, "],\"data\":");
+    attnd_buf_floats(b, x, n, 0, NULL);
+  } else {
+    attnd_buf_puts(b, "],\"dtype\":\"float32\",\"base64\":\"");
+    attnd_buf_base64(b, x, n * sizeof *x);
+    attnd_buf_puts(b, "\"");
+  }
+  attnd_buf_puts(b, "}");
+}
+
 /* ---- the bulk scanner -------------------------------------------------------
  *
  * One pass of a JSON lexer copies the text to the skeleton. It only needs to

@@ -76,6 +76,18 @@ void attnd_buf_floats(attnd_buf_t *b, const float *x, size_t n, int rank,
 /* Appends the base64 text of n bytes (no quotes). */
 void attnd_buf_base64(attnd_buf_t *b, const void *src, size_t n);
 
+/* The three JSON forms of a float32 tensor. */
+typedef enum attnd_form {
+  ATTND_FORM_NESTED, /* [[0.1, 0.2], [0.3, 0.4]] */
+  ATTND_FORM_FLAT,   /* {"shape": [2, 2], "data": [0.1, 0.2, 0.3, 0.4]} */
+  ATTND_FORM_BASE64  /* {"shape": [2, 2], "dtype": "float32", "base64": ".."}
+                        of the little-endian bytes */
+} attnd_form_t;
+
+/* Appends the tensor x of shape dim[0..rank) (rank >= 1) in `form`. */
+void attnd_buf_tensor(attnd_buf_t *b, attnd_form_t form, const float *x,
+                      int rank, const int64_t *dim);
+
 /* ---- the bulk scanner --------------------------------------------------- */
 
 #define ATTND_BULK_MAX_RANK 4

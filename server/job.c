@@ -47,7 +47,7 @@ typedef struct dec {
   attnd_job_t *job;
   const attnd_config_t *cfg;
   attnd_error_t *err;
-  attnd_enc_t query_form;
+  attnd_form_t query_form;
   attnd_bulk_set_t *bulk; /* the fast path's items, or NULL */
   int planning; /* errors from here on do not depend on the path taken */
 } dec_t;
@@ -341,7 +341,7 @@ static int decode_bulk(dec_t *d, attnd_bulk_t *b, const char *field, int kind,
 }
 
 static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
-                         attn_tensor_t *t, attnd_enc_t *form) {
+                         attn_tensor_t *t, attnd_form_t *form) {
   static const char *const known[] = {"shape", "data", "base64", "dtype", NULL};
   char sub[96];
   if (check_members(d, v, field, known) < 0)
@@ -383,7 +383,7 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
       return E422(d, "invalid_type", field, "%s.data: nested", field);
     if (decode_bulk(d, bulk, field, kind, (int)rank, dim, t) < 0)
       return -1;
-    *form = ATTND_ENC_FLAT;
+    *form = ATTND_FORM_FLAT;
     return 0;
   }
   if (data) {
@@ -405,7 +405,7 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
     if (fill(d, data, 0, 1, flat, kind, dst, &i, field, path, plen,
              sizeof path) < 0)
       return -1;
-    *form = ATTND_ENC_FLAT;
+    *form = ATTND_FORM_FLAT;
   } else {
     /* base64: float32 by default, or one byte per element for masks */
     int as_bool = kind == K_MASK;
@@ -477,7 +477,7 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
       }
       dst = b;
     }
-    *form = ATTND_ENC_BASE64;
+    *form = ATTND_FORM_BASE64;
   }
   t->data = dst;
   t->rank = (int)rank;
@@ -487,8 +487,8 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
 
 /* A tensor in any of the three forms; `form` (may be NULL) says which. */
 static int decode_tensor(dec_t *d, const json_t *v, const char *field, int kind,
-                         attn_tensor_t *t, attnd_enc_t *form) {
-  attnd_enc_t f = ATTND_ENC_NESTED;
+                         attn_tensor_t *t, attnd_form_t *form) {
+  attnd_form_t f = ATTND_FORM_NESTED;
   attnd_bulk_t *b;
   int r;
   if (json_is_array(v) && (b = bulk_array(d, v)))
@@ -725,7 +725,7 @@ static int decode_return(dec_t *d, const json_t *root) {
   j->weights_mode = (attnd_weights_t)w;
   j->params.want_weights = w == ATTND_WEIGHTS_PER_HEAD;
   j->params.want_mean_weights = w == ATTND_WEIGHTS_MEAN;
-  j->encoding = (attnd_enc_t)enc;
+  j->encoding = (attnd_form_t)enc;
   return 0;
 }
 
@@ -781,8 +781,8 @@ static int plan(dec_t *d) {
 
 /* Reply bytes of n floats at most, in the job's encoding. */
 static double reply_bytes(const attnd_job_t *j, int64_t n) {
-  return j->encoding == ATTND_ENC_BASE64 ? (double)n * 4 * 4 / 3 + 4
-                                         : (double)n * 16;
+  return j->encoding == ATTND_FORM_BASE64 ? (double)n * 4 * 4 / 3 + 4
+                                          : (double)n * 16;
 }
 
 static int check_limits(dec_t *d) {
@@ -1029,39 +1029,18 @@ void attnd_job_run(attnd_job_t *j, int worker, attnd_scratch_t *scratch) {
 /* ---- the reply ------------------------------------------------------------
  */
 
-/* Appends tensor x of the given shape in the job's encoding; a rank-2
- * request drops the batch dimension (dim[0] == 1). */
+/* Appends "name": and tensor x of the given shape in the job's encoding; a
+ * rank-2 request drops the batch dimension (dim[0] == 1). */
 static void put_tensor(attnd_buf_t *b, const attnd_job_t *j, const char *name,
                        const float *x, int rank, const int64_t *dim) {
   if (!j->plan.batched) {
     rank--;
     dim++;
   }
-  size_t n = 1;
-  for (int i = 0; i < rank; i++)
-    n *= (size_t)dim[i];
   attnd_buf_puts(b, ",\"");
   attnd_buf_puts(b, name);
   attnd_buf_puts(b, "\":");
-  if (j->encoding == ATTND_ENC_NESTED) {
-    attnd_buf_floats(b, x, n, rank, dim);
-    return;
-  }
-  char s[128];
-  size_t k = (size_t)snprintf(s, sizeof s, "{\"shape\":[");
-  for (int i = 0; i < rank; i++)
-    k += (size_t)snprintf(s + k, sizeof s - k, "%s%lld", i ? "," : "",
-                          (long long)dim[i]);
-  attnd_buf_append(b, s, k);
-  if (j->encoding == ATTND_ENC_FLAT) {
-    attnd_buf_puts(b, "],\"data\":");
-    attnd_buf_floats(b, x, n, 0, NULL);
-  } else {
-    attnd_buf_puts(b, "],\"dtype\":\"float32\",\"base64\":\"");
-    attnd_buf_base64(b, x, n * sizeof(float));
-    attnd_buf_puts(b, "\"");
-  }
-  attnd_buf_puts(b, "}");
+  attnd_buf_tensor(b, j->encoding, x, rank, dim);
 }
 
 void attnd_job_encode(attnd_job_t *j, attnd_buf_t *b, double *total_ms) {

@@ -30,7 +30,6 @@ int attnd_error_set(attnd_error_t *e, int status, const char *code,
                     const char *field, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
-typedef enum { ATTND_ENC_NESTED, ATTND_ENC_FLAT, ATTND_ENC_BASE64 } attnd_enc_t;
 typedef enum {
   ATTND_WEIGHTS_NONE,
   ATTND_WEIGHTS_PER_HEAD,
@@ -42,7 +41,7 @@ typedef struct attnd_job {
   char *id; /* owned, the request's "id" or NULL */
   attn_params_t params;
   attn_plan_t plan;
-  attnd_enc_t encoding;
+  attnd_form_t encoding;
   attnd_weights_t weights_mode;
   int want_metrics;
   int64_t timeout_ms;

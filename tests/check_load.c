@@ -200,7 +200,7 @@ static const load_shape_t base_shape = {.B = 2,
                                         .H = 2,
                                         .Hkv = 2,
                                         .causal = ATTN_CAUSAL_BOTTOM_RIGHT,
-                                        .encoding = LOAD_ENC_BASE64};
+                                        .encoding = ATTND_FORM_BASE64};
 
 /* The cases of test_gen_shapes, each run in the three encodings. */
 typedef struct gen_case {
@@ -225,7 +225,7 @@ static const gen_case_t gen_cases[] = {
 /* Decodes tensor member `name` of `obj` with the harness and checks its
  * shape and that it holds x[0..) bit for bit. */
 static void check_tensor(const json_t *obj, const char *name, const float *x,
-                         int rank, const int64_t *dim, load_enc_t enc,
+                         int rank, const int64_t *dim, attnd_form_t enc,
                          const char *what) {
   static const sh_form_t forms[] = {SH_NESTED, SH_FLAT, SH_BASE64};
   const json_t *v = json_object_get(obj, name);
@@ -256,7 +256,7 @@ static json_t *parse_body(const load_request_t *r) {
 START_TEST(test_gen_shapes) {
   const gen_case_t *c = &gen_cases[_i / 3];
   load_shape_t s = c->s;
-  s.encoding = (load_enc_t)(_i % 3);
+  s.encoding = (attnd_form_t)(_i % 3);
   char what[128], err[256];
   snprintf(what, sizeof what, "%s, %s", c->name, load_enc_name(s.encoding));
   load_request_t r;
@@ -320,7 +320,7 @@ START_TEST(test_gen_seeds) {
   char err[256];
   for (int enc = 0; enc < 3; enc++) {
     load_shape_t s = base_shape;
-    s.encoding = (load_enc_t)enc;
+    s.encoding = (attnd_form_t)enc;
     s.projections = 1;
     s.key_lengths = 1;
     load_request_t a, b, c;
@@ -420,7 +420,7 @@ START_TEST(test_gen_options) {
   }
   for (int e = 0; e < 3; e++) {
     s = base_shape;
-    s.encoding = (load_enc_t)e;
+    s.encoding = (attnd_form_t)e;
     b = body_of(&s);
     ck_assert_str_eq(str_at(b, "return", "encoding"), encs[e]);
     json_decref(b);
@@ -468,7 +468,7 @@ END_TEST
  * tensors written by the harness in `enc`. A new string. */
 static char *reply_text(const float *out, int orank, const int64_t *odim,
                         const float *w, int wrank, const int64_t *wdim,
-                        load_enc_t enc) {
+                        attnd_form_t enc) {
   static const sh_form_t forms[] = {SH_NESTED, SH_FLAT, SH_BASE64};
   json_t *v = json_pack("{s:n,s:o}", "id", "output",
                         sh_floats_json(out, orank, odim, forms[enc]));
@@ -482,7 +482,7 @@ static char *reply_text(const float *out, int orank, const int64_t *odim,
 }
 
 START_TEST(test_reply_tensor) {
-  load_enc_t enc = (load_enc_t)_i;
+  attnd_form_t enc = (attnd_form_t)_i;
   tu_rng_t rng;
   tu_rng_seed(&rng, 5);
   int64_t odim[3] = {2, 3, 4}, wdim[4] = {2, 2, 3, 5};
@@ -526,7 +526,7 @@ END_TEST
 /* A reply computed here passes; one with a perturbed element fails. */
 START_TEST(test_verify_reply) {
   load_shape_t s = base_shape;
-  s.encoding = (load_enc_t)_i;
+  s.encoding = (attnd_form_t)_i;
   s.weights = LOAD_WEIGHTS_MEAN;
   s.projections = 1;
   s.key_lengths = 1;

@@ -73,33 +73,12 @@ int load_gen_check(const load_shape_t *s, char *err, size_t n) {
 /* Appends sep, then "name":<tensor> in encoding `enc`. */
 static void put_tensor(attnd_buf_t *b, const char *sep, const char *name,
                        const float *x, int rank, const int64_t *dim,
-                       load_enc_t enc) {
-  size_t n = 1;
-  for (int i = 0; i < rank; i++)
-    n *= (size_t)dim[i];
+                       attnd_form_t enc) {
   attnd_buf_puts(b, sep);
   attnd_buf_puts(b, "\"");
   attnd_buf_puts(b, name);
   attnd_buf_puts(b, "\":");
-  if (enc == LOAD_ENC_JSON) {
-    attnd_buf_floats(b, x, n, rank, dim);
-    return;
-  }
-  char head[128];
-  size_t k = (size_t)snprintf(head, sizeof head, "{\"shape\":[");
-  for (int i = 0; i < rank; i++)
-    k += (size_t)snprintf(head + k, sizeof head - k, "%s%lld", i ? "," : "",
-                          (long long)dim[i]);
-  attnd_buf_append(b, head, k);
-  if (enc == LOAD_ENC_FLAT) {
-    attnd_buf_puts(b, "],\"data\":");
-    attnd_buf_floats(b, x, n, 0, NULL);
-  } else {
-    attnd_buf_puts(b, "],\"dtype\":\"float32\",\"base64\":\"");
-    attnd_buf_base64(b, x, n * sizeof *x);
-    attnd_buf_puts(b, "\"");
-  }
-  attnd_buf_puts(b, "}");
+  attnd_buf_tensor(b, enc, x, rank, dim);
 }
 
 /* Appends the body of `r`, generated for `s`, to b. */
@@ -248,7 +227,7 @@ void load_gen_free(load_request_t *r) {
   memset(r, 0, sizeof *r);
 }
 
-const char *load_enc_name(load_enc_t e) {
+const char *load_enc_name(attnd_form_t e) {
   static const char *const names[] = {"json", "flat", "base64"};
   return names[e];
 }

@@ -26,8 +26,7 @@
 #include <stdint.h>
 
 #include "attn/attn.h"
-
-typedef enum { LOAD_ENC_JSON, LOAD_ENC_FLAT, LOAD_ENC_BASE64 } load_enc_t;
+#include "codec.h"
 
 typedef enum {
   LOAD_WEIGHTS_NONE,
@@ -42,7 +41,7 @@ typedef struct load_shape {
   int key_lengths;        /* 1: random mask.key_lengths */
   load_weights_t weights; /* return.weights */
   int projections;        /* 1: inline q, k, v and o weights */
-  load_enc_t encoding;    /* of every tensor sent, and return.encoding */
+  attnd_form_t encoding;  /* of every tensor sent, and return.encoding */
   int cross;              /* 1: send key and value even for self-attention */
   int64_t timeout_ms;     /* the request's timeout_ms; 0: none */
 } load_shape_t;
@@ -83,7 +82,7 @@ void load_gen_free(load_request_t *r);
 /* The names on the command line: "json" (nested arrays; the API calls it
  * "nested"), "flat", "base64"; "none", "per_head", "mean"; "none",
  * "bottom_right", "top_left". */
-const char *load_enc_name(load_enc_t e);
+const char *load_enc_name(attnd_form_t e);
 const char *load_weights_name(load_weights_t w);
 const char *load_causal_name(attn_causal_t c);
 

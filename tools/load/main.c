@@ -236,7 +236,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
                 .method = -1,
                 .arrival = 1,
                 .causal = ATTN_CAUSAL_BOTTOM_RIGHT,
-                .encoding = LOAD_ENC_BASE64,
+                .encoding = ATTND_FORM_BASE64,
                 .connections = 64,
                 .batch = 1,
                 .embed = 512,
@@ -294,7 +294,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
                             .key_lengths = o->key_lengths,
                             .weights = (load_weights_t)o->weights,
                             .projections = o->projections,
-                            .encoding = (load_enc_t)o->encoding,
+                            .encoding = (attnd_form_t)o->encoding,
                             .cross = o->cross,
                             .timeout_ms = o->request_timeout_ms};
   char err[256];

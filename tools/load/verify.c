@@ -64,8 +64,8 @@ static int read_array(const char **pp, const char *end, int rank,
 }
 
 int load_reply_tensor(const char *body, size_t len, const char *name,
-                      load_enc_t enc, int rank, const int64_t *dim, float *out,
-                      char *why, size_t wn) {
+                      attnd_form_t enc, int rank, const int64_t *dim,
+                      float *out, char *why, size_t wn) {
   const char *end = body + len;
   char key[64];
   snprintf(key, sizeof key, "\"%s\":", name);
@@ -73,7 +73,7 @@ int load_reply_tensor(const char *body, size_t len, const char *name,
   if (p == NULL)
     return fail(why, wn, name, "missing");
   p = skip_ws(p + strlen(key), end);
-  if (enc == LOAD_ENC_JSON)
+  if (enc == ATTND_FORM_NESTED)
     return read_array(&p, end, rank, dim, out, name, why, wn);
 
   /* {"shape":[...],"data":[...]} or {..., "base64":"..."} */
@@ -91,7 +91,7 @@ int load_reply_tensor(const char *body, size_t len, const char *name,
   for (int i = 0; i < rank; i++)
     if ((int64_t)shape[i] != dim[i])
       return fail(why, wn, name, "the wrong shape");
-  if (enc == LOAD_ENC_FLAT) {
+  if (enc == ATTND_FORM_FLAT) {
     const char *d = memmem(sh, (size_t)(end - sh), "\"data\":", 7);
     if (d == NULL)
       return fail(why, wn, name, "no data");

@@ -22,8 +22,8 @@
  * first `"name":` in the text is the member. Returns 0, or -1 with the
  * reason in why[0..wn). Borrows everything; any thread. */
 int load_reply_tensor(const char *body, size_t len, const char *name,
-                      load_enc_t enc, int rank, const int64_t *dim, float *out,
-                      char *why, size_t wn);
+                      attnd_form_t enc, int rank, const int64_t *dim,
+                      float *out, char *why, size_t wn);
 
 /* Computes request `r` (generated for shape `s`, with its tensors) with
  * `threads` threads and compares reply body[0..len) with it. Stores the
