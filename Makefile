@@ -61,7 +61,7 @@ TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all build run test check asan deps clean format bench bench-compare \
-  loadtest
+  loadtest container-test
 .DEFAULT_GOAL := all
 
 all: deps
@@ -109,6 +109,12 @@ bench-compare: deps
 loadtest: deps
 	@$(MAKE) --no-print-directory $(BUILD)/attnd $(BUILD)/attnd-load
 	sh tools/loadtest.sh $(BUILD)
+
+# The container image, compose file and Kubernetes manifests, tested for
+# real with podman and nginx (installs what it needs).
+container-test: deps
+	@$(MAKE) --no-print-directory $(BUILD)/attnd $(BUILD)/attnd-load
+	sh docker/container-test.sh $(BUILD)
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 OPT=-O1 check

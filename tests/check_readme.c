@@ -1,7 +1,8 @@
 /* tests/check_readme.c: the README's examples, run against a live attnd.
  *
- * Every ```sh block of README.md that calls curl or ./build/attnd is an
- * example. It runs under /bin/sh with localhost:8080 pointed at a server
+ * Every ```sh block of README.md whose first line is a curl or
+ * ./build/attnd command is an example (blocks that set things up first,
+ * with podman or make, are not). It runs under /bin/sh with localhost:8080 pointed at a server
  * started from config/attnd.conf on a free port, and ./build/attnd at the
  * binary under test. When a ```json block follows it, the output must be
  * that JSON: the same members, strings and shapes, numbers within 1e-5
@@ -76,8 +77,8 @@ static void load_examples(void) {
     }
     if (is_sh) {
       char *block = dup_range(body, close + 1);
-      if ((strstr(block, "curl ") || strstr(block, "./build/attnd")) &&
-          !strstr(block, "make "))
+      if (strncmp(block, "curl ", 5) == 0 ||
+          strncmp(block, "./build/attnd ", 14) == 0)
         pending = block, pending_line = line_of(text, p);
       else
         free(block);

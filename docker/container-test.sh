@@ -1,0 +1,661 @@
+#!/bin/sh
+# docker/container-test.sh BUILD: the container image, the compose file and
+# the Kubernetes manifests, tested for real on this machine with podman and
+# nginx (`make container-test` runs it after building BUILD/attnd).
+#
+#   1. prerequisites  podman, nginx, node, ... installed with apt-get if missing
+#   2. base image     debian:bookworm(-slim) made with debootstrap, once
+#   3. image          docker/Dockerfile built unchanged; size < 150 MB
+#   4. container      /healthz, HEALTHCHECK, the README's worked example,
+#                     non-root, read-only root, no capabilities
+#   5. drain          `podman stop` (SIGTERM) with requests in flight: they
+#                     get their 200, and the container exits 0 within 10 s
+#   6. k8s manifests  every docker/k8s manifest against the Kubernetes
+#                     schemas, offline, and attnd's own rules
+#   7. kube play      the Deployment and ConfigMap run by `podman kube play`
+#   8. compose        compose.yaml's three replicas and nginx, one stopped
+#   9. failover       three BUILD/attnd behind Debian's nginx with
+#                     nginx/nginx.conf, under load (curl, and BUILD/attnd-load
+#                     when built); one killed (SIGKILL), one drained
+#                     (SIGTERM): no failed request
+#
+# Everything it starts is removed on exit, failed or not. Exits 1 naming the
+# check that failed; prints a summary of every check either way.
+#
+# Environment: ATTND_CT_CACHE (/var/tmp/attnd-container-test) keeps the base
+# image's tarball between runs; ATTND_CT_NPM (/tmp/attnd-container-test/npm)
+# the npm packages of docker/k8s-check.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
+set -euo pipefail
+export LC_ALL=C
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-build}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+cd "$ROOT"
+
+W=$BUILD/container-test # this run's logs and generated files
+CACHE=${ATTND_CT_CACHE:-/var/tmp/attnd-container-test}
+NPM_DIR=${ATTND_CT_NPM:-/tmp/attnd-container-test/npm}
+IMAGE=localhost/attnd:latest # the name compose.yaml and deployment.yaml use
+LB_IMAGE=localhost/attnd-lb:latest
+BUILD_IMAGE=localhost/attnd-build:latest # the Dockerfile's build stage
+BASE=docker.io/library/debian
+CT=attnd-ct # prefix of every container, pod and compose project made here
+MAX_IMAGE_BYTES=150000000
+
+# The README's worked example: output 4.6.
+WORKED='{"query": [[0, 0]], "key": [[0, 0], [0, 0]], "value": [[2, 10], [6, -2]],
+ "num_heads": 2,
+ "mask": {"bias": [[[-0.22314355, -1.60943791]], [[-1.38629436, -0.28768207]]]},
+ "projections": {"o_weight": [[2, -1]]}, "return": {"metrics": false}}'
+
+T_START=$EPOCHREALTIME
+SUMMARY=()
+CHECK=""
+T_CHECK=$EPOCHREALTIME
+PIDS=()     # processes started here, ended on exit
+USED_PORTS=" "
+PORT=""
+
+# ---- reporting --------------------------------------------------------------
+
+secs() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+
+begin() {
+  CHECK=$1
+  T_CHECK=$EPOCHREALTIME
+  echo
+  echo "== $CHECK"
+}
+
+pass() {
+  local t
+  t=$(secs "$T_CHECK")
+  SUMMARY+=("$(printf 'PASS  %-14s %6ss  %s' "$CHECK" "$t" "$*")")
+  echo "PASS $CHECK (${t}s): $*"
+  CHECK=""
+}
+
+# Fails the current check with a message, and the run with it.
+fail() {
+  local t
+  t=$(secs "$T_CHECK")
+  SUMMARY+=("$(printf 'FAIL  %-14s %6ss  %s' "$CHECK" "$t" "$*")")
+  echo "FAIL $CHECK (${t}s): $*" >&2
+  CHECK=""
+  exit 1
+}
+
+# Prints the last lines of a log file, indented, for a failure's context.
+show() { [ -f "$1" ] && { echo "--- $1 (last ${2:-20} lines)"; tail -n "${2:-20}" "$1" | sed 's/^/  /'; } >&2 || true; }
+
+# ---- cleanup ------------------------------------------------------------------
+
+cleanup() {
+  local rc=$?
+  set +e
+  trap - EXIT INT TERM
+  [ -n "$CHECK" ] && [ $rc -ne 0 ] &&
+    SUMMARY+=("$(printf 'FAIL  %-14s %6ss  %s' "$CHECK" "$(secs "$T_CHECK")" "stopped (exit $rc)")")
+  echo
+  echo "== cleanup"
+  [ -d "$W/failover" ] && touch "$W/failover/stop" # the clients' loops end
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+  if command -v podman >/dev/null 2>&1; then
+    podman rm -f -t 0 "$CT-run" >/dev/null 2>&1
+    [ -f "$W/kube/deployment.yaml" ] && podman kube down "$W/kube/deployment.yaml" >/dev/null 2>&1
+    if [ -f "$W/compose.up" ]; then
+      ATTND_LB_PORT=1 podman-compose -p "$CT" -f docker/compose.yaml down -t 2 >/dev/null 2>&1
+      podman network rm -f "${CT}_default" >/dev/null 2>&1
+    fi
+  fi
+  sleep 0.2
+  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; done
+  wait 2>/dev/null
+  echo
+  echo "== summary (logs in $W)"
+  for line in "${SUMMARY[@]}"; do echo "$line"; done
+  if [ $rc -eq 0 ]; then
+    echo "container-test: all checks passed in $(secs "$T_START")s"
+  else
+    echo "container-test: FAILED after $(secs "$T_START")s" >&2
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---- helpers ------------------------------------------------------------------
+
+# pick_port: sets PORT to a free TCP port on 127.0.0.1, never the same twice
+# in a run. (Not in a subshell: it remembers what it gave.)
+pick_port() {
+  local p
+  for _ in $(seq 200); do
+    p=$((20000 + RANDOM % 40000))
+    case $USED_PORTS in *" $p "*) continue ;; esac
+    if [ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ]; then
+      USED_PORTS="$USED_PORTS$p "
+      PORT=$p
+      return 0
+    fi
+  done
+  fail "no free port on 127.0.0.1"
+}
+
+# http_code URL [curl options...]: the status, 000 when there is none.
+http_code() {
+  local url=$1
+  shift
+  curl -s -o /dev/null -w '%{http_code}' -m 5 "$@" "$url" 2>/dev/null || true
+}
+
+# wait_for URL CODE SECONDS: until URL answers CODE.
+wait_for() {
+  local end=$((SECONDS + $3))
+  while [ $SECONDS -lt $end ]; do
+    [ "$(http_code "$1")" = "$2" ] && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
+# worked BASE_URL: POSTs the worked example; succeeds when the output is 4.6
+# (to 1e-5). Prints the reply.
+worked() {
+  local body out
+  body=$(curl -s -m 10 -H 'Content-Type: application/json' -d "$WORKED" "$1/v1/attention") || return 1
+  echo "$body"
+  out=$(printf '%s' "$body" | sed -n 's/.*"output":\[\[\([-0-9.eE+]*\)\]\].*/\1/p')
+  [ -n "$out" ] && awk -v x="$out" 'BEGIN { d = x - 4.6; exit !(d < 1e-5 && d > -1e-5) }'
+}
+
+# proc_field PID FIELD: a line of /proc/PID/status, without its name.
+proc_field() { awk -v f="$2:" '$1 == f { $1 = ""; sub(/^ /, ""); print }' "/proc/$1/status"; }
+
+# check_process PID WHAT: non-root, no capabilities, no_new_privs, and a
+# read-only root mount, seen from the host's /proc. Prints a description, or
+# what is wrong and fails.
+check_process() {
+  local pid=$1 what=$2 uid f v
+  uid=$(proc_field "$pid" Uid)
+  for v in $uid; do
+    [ "$v" != 0 ] || { echo "$what (pid $pid) runs as uid 0 (Uid: $uid)"; return 1; }
+  done
+  for f in CapInh CapPrm CapEff CapBnd CapAmb; do
+    v=$(proc_field "$pid" $f)
+    [ "$v" = 0000000000000000 ] || { echo "$what (pid $pid) has capabilities: $f $v"; return 1; }
+  done
+  [ "$(proc_field "$pid" NoNewPrivs)" = 1 ] || { echo "$what (pid $pid) may gain privileges (NoNewPrivs 0)"; return 1; }
+  v=$(awk '$5 == "/" { print $6 }' "/proc/$pid/mountinfo")
+  case ,$v, in
+  *,ro,*) ;;
+  *) echo "$what (pid $pid): root filesystem mounted '$v', not read-only"; return 1 ;;
+  esac
+  echo "$what: uid ${uid%%[[:space:]]*}, no capabilities, no_new_privs, root ro"
+}
+
+# gen_body B L E FILE: a request body with an all-zero float32 query
+# [B, L, E] in base64; its reply's output has the same shape.
+gen_body() {
+  printf '{"query":{"shape":[%d,%d,%d],"dtype":"float32","base64":"%s"},"num_heads":1,"return":{"metrics":false}}' \
+    "$1" "$2" "$3" "$(head -c $(($1 * $2 * $3 * 4)) /dev/zero | base64 -w0)" >"$4"
+}
+
+# container_pids NAME: the container's init (tini) and its children (attnd).
+container_pids() {
+  local pid
+  pid=$(podman inspect -f '{{.State.Pid}}' "$1")
+  [ -n "$pid" ] && [ "$pid" != 0 ] || return 1
+  echo "$pid" $(pgrep -P "$pid" || true)
+}
+
+# ---- 1. prerequisites -----------------------------------------------------------
+
+begin prerequisites
+mkdir -p "$W" "$CACHE"
+find "$W" -mindepth 1 -delete
+# command, then the Debian package that provides it
+need='podman podman
+buildah buildah
+runc runc
+debootstrap debootstrap
+fuse-overlayfs fuse-overlayfs
+newuidmap uidmap
+catatonit catatonit
+iptables iptables
+podman-compose podman-compose
+/usr/lib/cni/dnsname golang-github-containernetworking-plugin-dnsname
+nginx nginx
+curl curl
+ss iproute2
+node nodejs
+npm npm'
+missing=$(echo "$need" | while read -r cmd pkg; do
+  case $cmd in /*) [ -e "$cmd" ] || echo "$pkg" ;; *) command -v "$cmd" >/dev/null 2>&1 || echo "$pkg" ;; esac
+done | sort -u | tr '\n' ' ')
+if [ -n "$missing" ]; then
+  [ "$(id -u)" = 0 ] || fail "missing packages; run: sudo apt-get install -y --no-install-recommends $missing"
+  echo "installing: $missing"
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing; } >"$W/apt.log" 2>&1 ||
+    { show "$W/apt.log"; fail "apt-get install $missing failed"; }
+fi
+[ -x "$BUILD/attnd" ] || fail "$BUILD/attnd is missing: run through 'make container-test'"
+[ "$(id -u)" = 0 ] || fail "podman here needs root (cgroupfs, bridge networks)"
+
+# podman's defaults fail on these machines: it asks for 1048576 open files,
+# above the hard limit that even root cannot raise, and for more processes
+# than it may have; and crun does not support their hybrid cgroups (runc
+# does). Builds use the host's network; containers below ask for a bridge.
+hard=$(ulimit -Hn)
+[ "$hard" = unlimited ] && hard=1048576
+cat >"$W/containers.conf" <<EOF
+[containers]
+default_ulimits = ["nofile=$hard:$hard", "nproc=32768:32768"]
+netns = "host"
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+EOF
+export CONTAINERS_CONF=$W/containers.conf
+pass "${missing:+installed $missing; }podman $(podman --version | awk '{print $3}'), nginx $(nginx -v 2>&1 | sed 's|.*/||'), node $(node --version)"
+
+# ---- 2. base image ----------------------------------------------------------------
+
+# debian:bookworm-slim as the official image is made (debuerreotype's slim
+# variant): minbase, no docs, man pages or locales, and dpkg told to keep it
+# so; the same image is tagged debian:bookworm for the build stage, which
+# installs its compiler itself.
+make_base() {
+  local mirror security rootfs=$CACHE/rootfs.$$ tar=$CACHE/debian-bookworm-slim.tar
+  mirror=$(awk '/^URIs:/ && $2 !~ /security/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  security=$(awk '/^URIs:/ && $2 ~ /security/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  security=${security:-${mirror%/debian}/debian-security}
+  echo "debootstrap from $mirror (log: $W/debootstrap.log)"
+  rm -rf "$rootfs"
+  debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$W/debootstrap.log" 2>&1 ||
+    { show "$W/debootstrap.log"; rm -rf "$rootfs"; fail "debootstrap failed"; }
+  rm -f "$rootfs/etc/apt/sources.list" "$rootfs/etc/resolv.conf"
+  : >"$rootfs/etc/hostname"
+  cat >"$rootfs/etc/apt/sources.list.d/debian.sources" <<EOF
+Types: deb
+URIs: $mirror
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: $security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+  cat >"$rootfs/etc/dpkg/dpkg.cfg.d/docker" <<'EOF'
+# As in the official debian:*-slim images: no documentation, man pages or
+# translations, in this image or in anything installed on it.
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/linda/*
+path-exclude /usr/share/lintian/overrides/*
+path-exclude /usr/share/locale/*
+path-exclude /usr/share/man/*
+EOF
+  cat >"$rootfs/etc/apt/apt.conf.d/docker-clean" <<'EOF'
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+EOF
+  echo 'Acquire::Languages "none";' >"$rootfs/etc/apt/apt.conf.d/docker-no-languages"
+  rm -rf "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb \
+    "$rootfs"/var/lib/apt/lists/* "$rootfs"/tmp/* "$rootfs"/var/tmp/* \
+    "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/* \
+    "$rootfs"/usr/share/groff/* "$rootfs"/usr/share/lintian/* "$rootfs"/usr/share/linda/*
+  find "$rootfs/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
+  find "$rootfs/usr/share/doc" -mindepth 1 -type d -empty -delete
+  find "$rootfs/var/log" -type f -exec truncate -s 0 {} +
+  tar --numeric-owner -C "$rootfs" -cf "$tar.tmp" . && mv "$tar.tmp" "$tar"
+  rm -rf "$rootfs"
+}
+
+begin "base image"
+how="in podman's store"
+if ! podman image exists $BASE:bookworm-slim || ! podman image exists $BASE:bookworm; then
+  how="imported from $CACHE"
+  [ -f "$CACHE/debian-bookworm-slim.tar" ] || { make_base; how="made with debootstrap, cached in $CACHE"; }
+  podman import --change 'CMD ["bash"]' \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    "$CACHE/debian-bookworm-slim.tar" $BASE:bookworm-slim >"$W/import.log" 2>&1 ||
+    { show "$W/import.log"; fail "podman import failed"; }
+  podman image exists $BASE:bookworm || podman tag $BASE:bookworm-slim $BASE:bookworm
+fi
+pass "debian:bookworm and debian:bookworm-slim $how ($(podman image inspect -f '{{.Size}}' $BASE:bookworm-slim | awk '{printf "%.0f MB", $1 / 1e6}'))"
+
+# ---- 3. image -----------------------------------------------------------------------
+
+begin image
+echo "podman build (log: $W/build.log)"
+# The build stage is tagged too, so that it stays as the next build's cache
+# while the images these builds replace are removed.
+old_ids=$(podman image inspect -f '{{.Id}}' $IMAGE $BUILD_IMAGE 2>/dev/null || true)
+# --format docker: an OCI image has no HEALTHCHECK.
+{ podman build --pull=never --format docker -f docker/Dockerfile --target build -t $BUILD_IMAGE . &&
+  podman build --pull=never --format docker -f docker/Dockerfile -t $IMAGE .; } >"$W/build.log" 2>&1 ||
+  { show "$W/build.log" 30; fail "podman build -f docker/Dockerfile failed"; }
+for id in $old_ids; do
+  [ -n "$(podman image inspect -f '{{.RepoTags}}' "$id" 2>/dev/null | tr -d '[]')" ] ||
+    podman rmi "$id" >/dev/null 2>&1 || true
+done
+size=$(podman image inspect -f '{{.Size}}' $IMAGE)
+mb=$(awk -v s="$size" 'BEGIN { printf "%.1f", s / 1e6 }')
+echo "image size: $mb MB ($size bytes)"
+[ "$size" -lt $MAX_IMAGE_BYTES ] || fail "the image is $mb MB, over $((MAX_IMAGE_BYTES / 1000000)) MB"
+user=$(podman image inspect -f '{{.Config.User}}' $IMAGE)
+[ "${user%%:*}" != 0 ] && [ -n "$user" ] || fail "the image's USER is '$user'"
+podman image inspect $IMAGE | grep -q '"Healthcheck"\|"HealthCheck"' || fail "the image has no HEALTHCHECK"
+pass "$mb MB (limit $((MAX_IMAGE_BYTES / 1000000)) MB), USER $user, HEALTHCHECK present"
+
+# ---- 4. container -----------------------------------------------------------------
+
+begin container
+pick_port
+port=$PORT
+# As Kubernetes' securityContext would run it: read-only root with no tmpfs
+# anywhere, no capabilities, no privilege gain; a bridge network of its own.
+podman run -d --name "$CT-run" --network bridge -p "127.0.0.1:$port:8080" \
+  --read-only --read-only-tmpfs=false --cap-drop ALL \
+  --security-opt no-new-privileges --memory 2g --pids-limit 256 \
+  $IMAGE >"$W/run.log" 2>&1 || { show "$W/run.log"; fail "podman run failed"; }
+url=http://127.0.0.1:$port
+wait_for "$url/healthz" 200 20 || { podman logs "$CT-run" >"$W/container.log" 2>&1; show "$W/container.log"; fail "no 200 from /healthz in 20 s"; }
+body=$(curl -s "$url/healthz")
+[ "$body" = '{"status":"ok"}' ] || fail "/healthz said $body"
+podman healthcheck run "$CT-run" >"$W/healthcheck.log" 2>&1 || { show "$W/healthcheck.log"; fail "the image's HEALTHCHECK failed"; }
+reply=$(worked "$url") || fail "worked example: expected output 4.6, got: $reply"
+podman logs "$CT-run" >"$W/container.log" 2>&1
+grep -q '"event":"listening","host":"0.0.0.0","port":8080' "$W/container.log" ||
+  { show "$W/container.log"; fail "attnd is not listening on 0.0.0.0:8080 inside the container"; }
+if grep -q 're-executing to set up OpenBLAS' "$W/container.log"; then fail "attnd could not re-execute itself"; fi
+pids=$(container_pids "$CT-run") || fail "no process for $CT-run"
+set -- $pids
+[ $# -eq 2 ] || fail "expected tini and attnd in the container, found pids: $pids"
+d1=$(check_process "$1" tini) || fail "$d1"
+d2=$(check_process "$2" attnd) || fail "$d2"
+tr '\0' '\n' <"/proc/$2/environ" | grep -qx 'OPENBLAS_NUM_THREADS=1' ||
+  fail "attnd did not re-execute itself with OPENBLAS_NUM_THREADS=1"
+kernel=$(curl -s "$url/v1/info" | sed -n 's/.*"blas_kernel":"\([^"]*\)".*/\1/p')
+# Even root in the container (no capabilities) writes nowhere.
+out=$(podman exec --user 0 "$CT-run" sh -c \
+  'for f in /probe /tmp/probe /var/tmp/probe /run/probe; do touch "$f" 2>&1 && echo "wrote $f"; done' 2>&1 || true)
+[ "$(grep -c 'Read-only file system' <<<"$out")" = 4 ] || fail "the container's filesystem is writable: $out"
+pass "/healthz 200, HEALTHCHECK healthy, output 4.6, listening on 0.0.0.0:8080; $d1; $d2; /, /tmp, /var/tmp, /run read-only; OpenBLAS re-exec ok ($kernel)"
+
+# ---- 5. drain ---------------------------------------------------------------------
+
+begin drain
+# Two requests in flight when SIGTERM comes: one computing (about 1.5 s
+# here), one still uploading (1.4 MB at 700 KB/s). Both must get their 200.
+gen_body 2 32768 16 "$W/compute.json"
+gen_body 1 16384 16 "$W/upload.json"
+post() { curl -s -o "$W/$1.out" -w '%{http_code}' -m 30 -H 'Content-Type: application/json' "${@:3}" --data-binary "@$W/$2" "$url/v1/attention" >"$W/$1.code" 2>"$W/$1.err" || true; }
+post upload upload.json --limit-rate 700K &
+up_pid=$!
+post compute compute.json &
+co_pid=$!
+busy=0
+for _ in $(seq 100); do
+  busy=$(curl -s -m 2 "$url/metrics" | awk '$1 == "attnd_busy_workers" { print $2 }')
+  [ "${busy:-0}" -ge 1 ] && break
+  sleep 0.05
+done
+[ "${busy:-0}" -ge 1 ] || fail "the compute request never started"
+t0=$EPOCHREALTIME
+podman stop -t 10 "$CT-run" >"$W/stop.log" 2>&1 &
+stop_pid=$!
+ready=""
+while kill -0 $stop_pid 2>/dev/null; do
+  c=$(http_code "$url/readyz" -m 1)
+  [ "$c" = 503 ] && ready=503
+  sleep 0.1
+done
+wait $stop_pid || { show "$W/stop.log"; fail "podman stop failed"; }
+stop_s=$(secs "$t0")
+wait $up_pid $co_pid
+podman logs "$CT-run" >"$W/container.log" 2>&1
+exit_code=$(podman inspect -f '{{.State.ExitCode}}' "$CT-run")
+for r in compute upload; do
+  code=$(cat "$W/$r.code")
+  [ "$code" = 200 ] && grep -q '"shape":\[[12],[0-9]*,16\]' "$W/$r.out" ||
+    { show "$W/container.log"; fail "the $r request in flight got '$code' ($(head -c 200 "$W/$r.out"; cat "$W/$r.err"))"; }
+done
+awk -v s="$stop_s" 'BEGIN { exit !(s < 10) }' || fail "podman stop took ${stop_s}s (SIGKILL after 10 s)"
+[ "$exit_code" = 0 ] || { show "$W/container.log"; fail "the container exited $exit_code, not 0"; }
+grep -q '"event":"draining","signal":15' "$W/container.log" || fail "attnd never saw SIGTERM"
+[ "$ready" = 503 ] || fail "/readyz never answered 503 while draining"
+podman rm "$CT-run" >/dev/null 2>&1
+pass "stopped in ${stop_s}s, exit 0; /readyz 503 while draining; computing and uploading requests both got 200"
+
+# ---- 6. k8s manifests -------------------------------------------------------------
+
+begin "k8s manifests"
+mkdir -p "$NPM_DIR"
+if ! cmp -s docker/k8s-check/package-lock.json "$NPM_DIR/package-lock.json" || [ ! -d "$NPM_DIR/node_modules" ]; then
+  echo "npm ci in $NPM_DIR (log: $W/npm.log)"
+  rm -rf "$NPM_DIR/node_modules"
+  cp docker/k8s-check/package.json docker/k8s-check/package-lock.json "$NPM_DIR/"
+  (cd "$NPM_DIR" && npm ci --no-audit --no-fund) >"$W/npm.log" 2>&1 || { show "$W/npm.log"; fail "npm ci failed"; }
+fi
+cp docker/k8s-check/*.mjs "$NPM_DIR/"
+manifests=$(find "$ROOT/docker/k8s" -name '*.yaml' | sort)
+node "$NPM_DIR/validate.mjs" $manifests | tee "$W/validate.log" | sed "s|$ROOT/||" || fail "a manifest does not validate (above)"
+keys=$("$BUILD/attnd" --print-config | awk -F' = ' '!/^#/ { printf "%s%s", s, $1; s = "," }')
+node "$NPM_DIR/policy.mjs" --keys "$keys" --compose "$ROOT/docker/compose.yaml" $manifests | tee "$W/policy.log" ||
+  fail "a rule for attnd's manifests does not hold (above)"
+# The ConfigMap's values, read by attnd itself; and the collision that
+# enableServiceLinks: false avoids.
+cm_env=$(awk '/^data:/ { d = 1; next } d && /^  ATTND_/ { sub(/^  /, ""); sub(/: */, "="); gsub(/"/, ""); print }' docker/k8s/configmap.yaml)
+env -i $cm_env "$BUILD/attnd" --print-config >"$W/configmap-config.log" 2>&1 ||
+  { show "$W/configmap-config.log"; fail "attnd rejects the ConfigMap's values"; }
+if env -i ATTND_PORT=tcp://10.96.0.10:8080 "$BUILD/attnd" --print-config >"$W/service-link.log" 2>&1; then
+  fail "attnd accepted ATTND_PORT=tcp://...: update the service-link comments"
+fi
+n=$(grep -c '^ok' "$W/validate.log")
+pass "$n manifests valid (schemas, no unknown fields); $(grep -c '^ok' "$W/policy.log") rules hold; attnd accepts the ConfigMap; a service link would stop it: $(head -1 "$W/service-link.log")"
+
+# ---- 7. kube play -------------------------------------------------------------------
+
+begin "kube play"
+pick_port
+port=$PORT
+mkdir -p "$W/kube"
+node "$NPM_DIR/podman-variant.mjs" docker/k8s/deployment.yaml "$W/kube/deployment.yaml" "$CT" "$port"
+image=$(awk '$1 == "image:" { print $2; exit }' docker/k8s/deployment.yaml)
+podman tag $IMAGE "$image"
+podman kube play --network bridge --configmap docker/k8s/configmap.yaml "$W/kube/deployment.yaml" >"$W/kube/play.log" 2>&1 ||
+  { show "$W/kube/play.log"; fail "podman kube play failed"; }
+url=http://127.0.0.1:$port
+ctr=$CT-pod-0-attnd
+wait_for "$url/healthz" 200 20 || { podman logs "$ctr" >"$W/kube/attnd.log" 2>&1; show "$W/kube/attnd.log"; fail "no 200 from /healthz through the pod in 20 s"; }
+reply=$(worked "$url") || fail "worked example through the pod: $reply"
+info=$(curl -s "$url/v1/info")
+want=$(awk '$1 == "ATTND_QUEUE_DEPTH:" { gsub(/"/, "", $2); print $2 }' docker/k8s/configmap.yaml)
+case $info in *"\"queue_depth\":$want,"*) ;; *) fail "the ConfigMap did not reach attnd (queue_depth $want): $info" ;; esac
+pids=$(container_pids "$ctr") || fail "no process for $ctr"
+set -- $pids
+d=$(check_process "${!#}" attnd) || fail "$d"
+t0=$EPOCHREALTIME
+podman kube down "$W/kube/deployment.yaml" >"$W/kube/down.log" 2>&1 || { show "$W/kube/down.log"; fail "podman kube down failed"; }
+down_s=$(secs "$t0")
+[ -z "$(podman pod ps -q --filter name="$CT-pod")" ] || fail "pods left after kube down"
+mv "$W/kube/deployment.yaml" "$W/kube/deployment.played.yaml" # nothing left to take down
+pass "image $image: /healthz 200 and output 4.6 through the pod, ConfigMap applied (queue_depth $want); $d; torn down in ${down_s}s"
+
+# ---- 8. compose -----------------------------------------------------------------------
+
+begin compose
+echo "podman build docker/nginx (log: $W/lb-build.log)"
+old_ids=$(podman image inspect -f '{{.Id}}' $LB_IMAGE 2>/dev/null || true)
+podman build --pull=never --format docker -t $LB_IMAGE docker/nginx >"$W/lb-build.log" 2>&1 ||
+  { show "$W/lb-build.log"; fail "podman build docker/nginx failed"; }
+for id in $old_ids; do
+  [ -n "$(podman image inspect -f '{{.RepoTags}}' "$id" 2>/dev/null | tr -d '[]')" ] ||
+    podman rmi "$id" >/dev/null 2>&1 || true
+done
+pick_port
+port=$PORT
+touch "$W/compose.up"
+ATTND_LB_PORT=$port podman-compose -p "$CT" -f docker/compose.yaml up -d >"$W/compose-up.log" 2>&1 ||
+  { show "$W/compose-up.log"; fail "podman-compose up failed"; }
+url=http://127.0.0.1:$port
+wait_for "$url/healthz" 200 30 || { show "$W/compose-up.log"; fail "no 200 from /healthz through nginx in 30 s"; }
+for i in 1 2 3; do
+  podman healthcheck run "${CT}_attnd${i}_1" >/dev/null 2>&1 || fail "replica attnd$i is not healthy"
+  [ "$(podman inspect -f '{{.HostConfig.ReadonlyRootfs}}' "${CT}_attnd${i}_1")" = true ] || fail "replica attnd$i: root not read-only"
+done
+for i in $(seq 9); do reply=$(worked "$url") || fail "worked example through nginx: $reply"; done
+podman logs "${CT}_lb_1" >"$W/compose-lb.log" 2>/dev/null
+spread=$(grep -o 'upstream=[0-9.:]*' "$W/compose-lb.log" | sort -u | wc -l)
+[ "$spread" -eq 3 ] || fail "nginx used $spread replicas, not 3 (log: $W/compose-lb.log)"
+# One replica stopped (drained) under a little load: every request answered.
+codes=$W/compose-codes
+: >"$codes"
+(for i in $(seq 60); do http_code "$url/v1/attention" -H 'Content-Type: application/json' -d "$WORKED" >>"$codes"; echo >>"$codes"; done) &
+loop=$!
+sleep 0.3
+podman stop -t 10 "${CT}_attnd2_1" >/dev/null 2>&1 || fail "podman stop attnd2 failed"
+wait $loop
+bad=$(grep -cv '^200$' "$codes" || true)
+[ "$bad" = 0 ] || fail "$bad of $(wc -l <"$codes") requests failed while attnd2 stopped: $(sort "$codes" | uniq -c | tr '\n' ' ')"
+t0=$EPOCHREALTIME
+ATTND_LB_PORT=$port podman-compose -p "$CT" -f docker/compose.yaml down -t 10 >"$W/compose-down.log" 2>&1 ||
+  { show "$W/compose-down.log"; fail "podman-compose down failed"; }
+podman network rm -f "${CT}_default" >/dev/null 2>&1 || true
+rm -f "$W/compose.up"
+pass "3 replicas healthy behind nginx, spread over 3; 60 requests while one replica stopped: all 200; down in $(secs "$t0")s"
+
+# ---- 9. failover ------------------------------------------------------------------------
+
+begin failover
+F=$W/failover
+mkdir -p "$F"
+# Three replicas on loopback ports of their own choosing, one worker each.
+ports=()
+replicas=() # their pids
+for i in 1 2 3; do
+  "$BUILD/attnd" --host 127.0.0.1 --port 0 --workers 1 --access-log off >"$F/attnd$i.log" 2>&1 &
+  PIDS+=($!)
+  replicas+=($!)
+done
+for i in 1 2 3; do
+  p=""
+  for _ in $(seq 100); do
+    p=$(sed -n 's/.*"event":"listening".*"port":\([0-9]*\).*/\1/p' "$F/attnd$i.log")
+    [ -n "$p" ] && break
+    sleep 0.05
+  done
+  [ -n "$p" ] || { show "$F/attnd$i.log"; fail "attnd $i did not start"; }
+  ports+=("$p")
+done
+# compose's nginx.conf, with only the addresses changed.
+pick_port
+lb=$PORT
+sed -e "s|server attnd1:8080|server 127.0.0.1:${ports[0]}|" \
+  -e "s|server attnd2:8080|server 127.0.0.1:${ports[1]}|" \
+  -e "s|server attnd3:8080|server 127.0.0.1:${ports[2]}|" \
+  -e "s|listen 8080;|listen 127.0.0.1:$lb;|" docker/nginx/nginx.conf >"$F/nginx.conf"
+grep -q "127.0.0.1:$lb" "$F/nginx.conf" && [ "$(grep -c "server 127.0.0.1:" "$F/nginx.conf")" = 3 ] ||
+  fail "docker/nginx/nginx.conf no longer has 'listen 8080;' and servers attnd1..3:8080"
+ngx=(nginx -e stderr -c "$F/nginx.conf" -g "daemon off; pid $F/nginx.pid;")
+"${ngx[@]}" -t >"$F/nginx-t.log" 2>&1 || { show "$F/nginx-t.log"; fail "nginx -t rejects the config"; }
+"${ngx[@]}" >"$F/access.log" 2>"$F/nginx.log" &
+PIDS+=($!)
+url=http://127.0.0.1:$lb
+wait_for "$url/healthz" 200 10 || { show "$F/nginx.log"; fail "nginx did not start"; }
+
+# The load: 6 clients in closed loops, each request causal self-attention
+# over 2048 keys (E = 64, H = 4, 1.4 MB of JSON in, 1 MB out: about 100 ms
+# under this load), each reply compared with the one replica 1 gave before
+# the load.
+awk 'BEGIN { L = 2048; E = 64; printf "{\"query\":{\"shape\":[%d,%d],\"data\":[", L, E
+  for (i = 0; i < L * E; i++) printf "%s%.4f", (i ? "," : ""), sin(i * 0.37) * 2
+  printf "]},\"num_heads\":4,\"mask\":{\"causal\":true},\"return\":{\"metrics\":false,\"encoding\":\"flat\"}}" }' >"$F/req.json"
+code=$(curl -s -o "$F/ref.out" -w '%{http_code}' -m 30 -H 'Content-Type: application/json' \
+  --data-binary @"$F/req.json" "http://127.0.0.1:${ports[0]}/v1/attention")
+[ "$code" = 200 ] || fail "the reference request got $code: $(head -c 300 "$F/ref.out")"
+client() { # N: loops until $F/stop exists; one line per request: time code ok|wrong
+  local n=$1 c
+  while [ ! -e "$F/stop" ]; do
+    c=$(curl -s -o "$F/c$n.out" -w '%{http_code}' -m 60 -H 'Content-Type: application/json' \
+      --data-binary @"$F/req.json" "$url/v1/attention" 2>/dev/null || true)
+    if [ "$c" = 200 ] && cmp -s "$F/c$n.out" "$F/ref.out"; then
+      echo "$EPOCHREALTIME $c ok"
+    else
+      echo "$EPOCHREALTIME ${c:-000} wrong"
+      cp "$F/c$n.out" "$F/c$n.failed.$EPOCHREALTIME" 2>/dev/null || true
+    fi
+  done >"$F/client$n.log"
+}
+clients=()
+for n in 1 2 3 4 5 6; do
+  client $n &
+  clients+=($!)
+  PIDS+=($!)
+done
+# attnd-load too, when it is there: two more requests in flight (L = 512),
+# some replies checked against the core, and no error allowed.
+load=""
+if [ -x "$BUILD/attnd-load" ] && "$BUILD/attnd-load" --help 2>/dev/null | grep -q -- '--max-error-rate'; then
+  "$BUILD/attnd-load" --url "$url" --lengths 512 --concurrency 2 --warmup 0 --duration 8 \
+    --verify 20 --max-error-rate 0 --out "$F" --name attnd-load >"$F/attnd-load.log" 2>&1 &
+  load=$!
+  PIDS+=($!)
+fi
+sleep 2.5
+t_kill=$EPOCHREALTIME
+{ kill -KILL "${replicas[0]}" && wait "${replicas[0]}"; } 2>/dev/null || true
+# Keep replica 2 draining for a while after its SIGTERM, answering 503 to
+# what nginx sends it: a slow upload straight to it (1.4 MB at 500 KB/s),
+# which must get its 200 too.
+gen_body 1 16384 16 "$F/upload.json"
+curl -s -o "$F/upload.out" -w '%{http_code}' -m 30 --limit-rate 500K -H 'Content-Type: application/json' \
+  --data-binary @"$F/upload.json" "http://127.0.0.1:${ports[1]}/v1/attention" >"$F/upload.code" 2>&1 &
+upload=$!
+sleep 2
+t_term=$EPOCHREALTIME
+kill -TERM "${replicas[1]}"
+sleep 3.5
+touch "$F/stop"
+wait "${clients[@]}" "$upload"
+load_rc=0
+load_says="not built"
+if [ -n "$load" ]; then
+  wait "$load" || load_rc=$?
+  load_says=$(sed -n 's/^step 1 [^:]*: \([0-9]*\/[0-9]* ok, [0-9]* errors\).*/\1/p' "$F/attnd-load.log")
+fi
+rc2=0
+wait "${replicas[1]}" || rc2=$?
+total=$(cat "$F"/client*.log | wc -l)
+wrong=$(cat "$F"/client*.log | grep -c ' wrong$' || true)
+after_kill=$(cat "$F"/client*.log | awk -v t="$t_kill" '$1 > t && $3 == "ok"' | wc -l)
+after_term=$(cat "$F"/client*.log | awk -v t="$t_term" '$1 > t && $3 == "ok"' | wc -l)
+retried=$(grep -c 'upstream=[^ ]*, ' "$F/access.log" || true)
+retried_503=$(grep 'upstream=[^ ]*, ' "$F/access.log" | grep -c 'ustatus=[^ ]*503' || true)
+echo "requests: $total, failed: $wrong; answered after the SIGKILL: $after_kill, after the SIGTERM: $after_term; retried by nginx: $retried ($retried_503 after a 503); attnd-load: $load_says"
+[ "$wrong" = 0 ] || { grep -h ' wrong$' "$F"/client*.log | head -5 >&2; fail "$wrong of $total requests failed or came back wrong"; }
+[ "$load_rc" = 0 ] || { show "$F/attnd-load.log"; fail "attnd-load exited $load_rc: $load_says"; }
+[ "$total" -ge 30 ] || fail "only $total requests in 8 s: the load did not run"
+[ "$after_kill" -ge 5 ] || fail "only $after_kill requests answered after the SIGKILL"
+[ "$after_term" -ge 5 ] || fail "only $after_term requests answered after the SIGTERM"
+[ "$retried" -ge 1 ] || fail "nginx retried nothing: the failover was not exercised"
+[ "$rc2" = 0 ] || { show "$F/attnd2.log"; fail "the SIGTERM'd replica exited $rc2, not 0"; }
+[ "$(cat "$F/upload.code")" = 200 ] || fail "the upload in flight on the SIGTERM'd replica got $(cat "$F/upload.code")"
+[ "$retried_503" -ge 1 ] || fail "nginx never retried after a 503 from the draining replica"
+grep -q '"event":"stopped","exit_code":0' "$F/attnd2.log" || fail "the SIGTERM'd replica did not drain"
+pass "curl: $total requests, 0 failed, every reply identical; attnd-load: $load_says; replica 1 SIGKILLed at 2.5 s, replica 2 SIGTERMed at 4.5 s (drained its upload, exit 0); nginx retried $retried ($retried_503 on a 503)"

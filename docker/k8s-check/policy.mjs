@@ -1,0 +1,116 @@
+// attnd's own rules for its Kubernetes manifests and compose file, beyond
+// what the schemas can say (validate.mjs checks those):
+//   node policy.mjs --keys host,port,... [--compose compose.yaml] FILE.yaml...
+// --keys: attnd's configuration keys (from `attnd --print-config`): attnd
+// ignores ATTND_ variables it does not know, so a misspelt key would be
+// dropped without a word. Prints each rule checked; exits 1 if any failed.
+import { readFileSync } from "node:fs";
+import { parseAllDocuments, parse } from "yaml";
+
+const args = process.argv.slice(2);
+let keys = null, compose = null;
+const files = [];
+for (let i = 0; i < args.length; i++) {
+  if (args[i] === "--keys") keys = new Set(args[++i].split(","));
+  else if (args[i] === "--compose") compose = args[++i];
+  else files.push(args[i]);
+}
+
+const objs = files.flatMap((f) =>
+  parseAllDocuments(readFileSync(f, "utf8")).map((d) => ({ file: f, obj: d.toJS() })),
+);
+const find = (kind, name) =>
+  objs.filter((o) => o.obj?.kind === kind && (!name || o.obj.metadata?.name === name));
+
+let failed = 0;
+function rule(ok, what) {
+  console.log(`${ok ? "ok  " : "FAIL"} ${what}`);
+  if (!ok) failed++;
+}
+const matches = (selector, labels) =>
+  Object.entries(selector ?? {}).every(([k, v]) => labels?.[k] === v);
+const seconds = (v) => Number(v);
+
+// The Deployment and what it reads.
+const deps = find("Deployment");
+rule(deps.length === 1, `one Deployment (found ${deps.length})`);
+const dep = deps[0]?.obj;
+const pod = dep?.spec?.template?.spec ?? {};
+const podLabels = dep?.spec?.template?.metadata?.labels ?? {};
+const c = pod.containers?.[0] ?? {};
+const sc = { ...(pod.securityContext ?? {}), ...(c.securityContext ?? {}) };
+
+rule(
+  pod.enableServiceLinks === false,
+  "enableServiceLinks: false (a Service named attnd would set ATTND_PORT=tcp://...)",
+);
+rule(c.livenessProbe?.httpGet?.path === "/healthz", "liveness probe on /healthz");
+rule(c.readinessProbe?.httpGet?.path === "/readyz", "readiness probe on /readyz");
+for (const kind of ["requests", "limits"])
+  rule(
+    c.resources?.[kind]?.cpu !== undefined && c.resources?.[kind]?.memory !== undefined,
+    `resources.${kind}: cpu and memory`,
+  );
+rule(sc.runAsNonRoot === true, "runAsNonRoot: true");
+rule(sc.readOnlyRootFilesystem === true, "readOnlyRootFilesystem: true");
+rule(sc.allowPrivilegeEscalation === false, "allowPrivilegeEscalation: false");
+rule((sc.capabilities?.drop ?? []).includes("ALL"), "capabilities: drop ALL");
+rule(matches(dep?.spec?.selector?.matchLabels, podLabels), "the Deployment's selector matches its pods");
+
+// The ConfigMap it reads, checked against attnd's own keys.
+const cmName = c.envFrom?.find((e) => e.configMapRef)?.configMapRef?.name;
+const cm = find("ConfigMap", cmName)[0]?.obj;
+rule(!!cm, `envFrom reads ConfigMap ${cmName}, which is defined`);
+const env = cm?.data ?? {};
+if (keys) {
+  const unknown = Object.keys(env).filter(
+    (k) => !k.startsWith("ATTND_") || !keys.has(k.slice(6).toLowerCase()),
+  );
+  rule(unknown.length === 0, `every ConfigMap key is an attnd key${unknown.length ? `: not ${unknown}` : ""}`);
+}
+const port = c.ports?.find((p) => p.name === "http")?.containerPort;
+rule(String(env.ATTND_PORT ?? 8080) === String(port), `ATTND_PORT (${env.ATTND_PORT}) = containerPort (${port})`);
+
+// Termination: longer than the longest request and than preStop + drain.
+const grace = pod.terminationGracePeriodSeconds ?? 30;
+const longest = Number(env.ATTND_MAX_TIMEOUT_MS ?? 600000) / 1000;
+const drain = Number(env.ATTND_DRAIN_TIMEOUT_S ?? 60);
+const pre = c.lifecycle?.preStop?.exec?.command;
+const preStop = pre?.[0] === "sleep" ? seconds(pre[1]) : 0;
+rule(grace > longest, `terminationGracePeriodSeconds ${grace} > longest request ${longest} s`);
+rule(drain >= longest, `drain_timeout_s ${drain} >= longest request ${longest} s`);
+rule(grace > preStop + drain, `terminationGracePeriodSeconds ${grace} > preStop ${preStop} + drain ${drain} s`);
+
+// What points at the Deployment's pods.
+for (const { obj } of find("Service"))
+  rule(
+    matches(obj.spec?.selector, podLabels) &&
+      obj.spec.ports.every((p) => c.ports?.some((cp) => cp.name === p.targetPort || cp.containerPort === p.targetPort)),
+    `Service ${obj.metadata.name} selects the pods, on a port they open`,
+  );
+for (const { obj } of find("PodDisruptionBudget"))
+  rule(matches(obj.spec?.selector?.matchLabels, podLabels), `PodDisruptionBudget ${obj.metadata.name} selects the pods`);
+const hpas = find("HorizontalPodAutoscaler");
+rule(hpas.length > 0, `a HorizontalPodAutoscaler (found ${hpas.length})`);
+for (const { file, obj } of hpas)
+  rule(
+    obj.spec?.scaleTargetRef?.kind === "Deployment" && obj.spec.scaleTargetRef.name === dep?.metadata?.name,
+    `HorizontalPodAutoscaler in ${file} scales Deployment ${dep?.metadata?.name}`,
+  );
+
+// compose.yaml: the replicas' variables are attnd keys, and a stop waits
+// out the drain.
+if (compose) {
+  const y = parse(readFileSync(compose, "utf8"), { merge: true });
+  const replicas = Object.entries(y.services).filter(([, s]) => s.image?.startsWith("attnd:"));
+  rule(replicas.length === 3, `compose: three attnd replicas (found ${replicas.length})`);
+  for (const [name, s] of replicas) {
+    const e = s.environment ?? {};
+    const bad = keys ? Object.keys(e).filter((k) => !k.startsWith("ATTND_") || !keys.has(k.slice(6).toLowerCase())) : [];
+    const grace = Number(String(s.stop_grace_period ?? "10s").replace(/s$/, ""));
+    const d = Number(e.ATTND_DRAIN_TIMEOUT_S ?? 60);
+    rule(bad.length === 0 && grace > d, `compose: ${name}: attnd keys only, stop_grace_period ${grace} s > drain ${d} s`);
+  }
+}
+
+process.exit(failed ? 1 : 0);
