@@ -33,6 +33,14 @@ void attnd_blas_select(const char *coretype, char **argv) {
   }
   setenv("OPENBLAS_NUM_THREADS", "1", 1);
   setenv("ATTND_BLAS_REEXEC", "1", 1);
-  execv("/proc/self/exe", argv);
+  /* the binary's own path, not /proc/self/exe, so that the process keeps
+   * its name ("attnd", not "exe") for ps, pgrep and ss */
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n > 0 && (size_t)n < sizeof path - 1)
+    path[n] = 0;
+  else
+    snprintf(path, sizeof path, "/proc/self/exe");
+  execv(path, argv);
   perror("re-executing to set up OpenBLAS");
 }

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { T_INT, T_STR };
 enum { F_AUTO = 1, F_SIZE = 2 }; /* accepts "auto" (as 0); K/M/G suffixes */
@@ -58,6 +59,9 @@ static const cfg_key_t keys[] = {
     INT_KEY(max_heads, "256", 1, INT64_C(1) << 20, 0, "most query heads H"),
     INT_KEY(max_tensor_elements, "64M", 1, INT64_C(1) << 40, F_SIZE,
             "most elements in any one tensor, given or returned"),
+    INT_KEY(max_memory_bytes, "auto", 0, INT64_C(1) << 50, F_AUTO | F_SIZE,
+            "memory the requests in flight may hold (bodies, tensors, "
+            "workspaces, replies); auto: 3/4 of the memory limit"),
     INT_KEY(default_timeout_ms, "60000", 1, INT64_C(1) << 40, 0,
             "deadline of a request that sets no timeout_ms"),
     INT_KEY(max_timeout_ms, "600000", 1, INT64_C(1) << 40, 0,
@@ -227,6 +231,26 @@ int attnd_config_cpus(void) {
   return n < 1 ? 1 : n;
 }
 
+int64_t attnd_config_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  int64_t mem =
+      pages > 0 && size > 0 ? (int64_t)pages * size : INT64_C(1) << 32;
+  /* cgroup v2 memory.max ("max" when unlimited), or v1's limit */
+  const char *files[] = {"/sys/fs/cgroup/memory.max",
+                         "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+  for (int i = 0; i < 2; i++) {
+    FILE *f = fopen(files[i], "r");
+    long long lim;
+    if (f == NULL)
+      continue;
+    if (fscanf(f, "%lld", &lim) == 1 && lim > 0 && lim < mem)
+      mem = lim;
+    fclose(f);
+    break;
+  }
+  return mem;
+}
+
 static void set_defaults(attnd_config_t *cfg) {
   char msg[256];
   memset(cfg, 0, sizeof *cfg);
@@ -244,6 +268,8 @@ static void resolve_auto(attnd_config_t *cfg, int cores) {
   }
   if (cfg->http_threads == 0)
     cfg->http_threads = cores < 2 ? 2 : cores;
+  if (cfg->max_memory_bytes == 0)
+    cfg->max_memory_bytes = attnd_config_memory() / 4 * 3;
 }
 
 int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
@@ -266,17 +292,32 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
   if (how->path[0] && load_file(cfg, how->path, msg, msz) < 0)
     return -1;
 
-  /* ATTND_<KEY>; other ATTND_ names are ignored, as orchestrators add their
-   * own (Kubernetes adds ATTND_SERVICE_HOST for a service named attnd). */
+  /* ATTND_<KEY>. Kubernetes adds service links for a Service named attnd
+   * (ATTND_SERVICE_HOST, ATTND_PORT_8080_TCP, ..., and ATTND_PORT itself,
+   * which collides with the port key); those names are left alone, and any
+   * other unknown ATTND_ name is reported, as it is likely a misspelt key. */
   for (char **e = envp; e && *e; e++) {
     if (strncmp(*e, "ATTND_", 6) != 0)
       continue;
     const char *name = *e + 6, *eq = strchr(name, '=');
-    const cfg_key_t *k = eq ? find_key(name, (size_t)(eq - name)) : NULL;
+    if (eq == NULL)
+      continue;
+    const cfg_key_t *k = find_key(name, (size_t)(eq - name));
     char from[64];
-    snprintf(from, sizeof from, "ATTND_%.*s", (int)(eq ? eq - name : 0), name);
-    if (k && set_key(cfg, k, eq + 1, from, msg, msz) < 0)
+    snprintf(from, sizeof from, "ATTND_%.*s", (int)(eq - name), name);
+    if (k == NULL) {
+      if (strncmp(name, "SERVICE_", 8) && strncmp(name, "PORT_", 5) &&
+          strncmp(name, "CONFIG=", 7) && strncmp(name, "BLAS_REEXEC=", 12))
+        fprintf(stderr, "attnd: ignoring %s: not a configuration key\n", from);
+      continue;
+    }
+    if (set_key(cfg, k, eq + 1, from, msg, msz) < 0) {
+      if (strncmp(eq + 1, "tcp://", 6) == 0)
+        snprintf(msg + strlen(msg), msz - strlen(msg),
+                 " (a Kubernetes service link for a Service named attnd? set "
+                 "enableServiceLinks: false in the pod spec)");
       return -1;
+    }
   }
 
   for (int i = 1; i < argc; i++) {

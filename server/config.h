@@ -25,6 +25,7 @@ typedef struct attnd_config {
   int64_t max_seq_len;
   int64_t max_heads;
   int64_t max_tensor_elements;
+  int64_t max_memory_bytes; /* 0 in the file means auto */
   int64_t default_timeout_ms;
   int64_t max_timeout_ms;
   int64_t drain_timeout_s;
@@ -58,5 +59,9 @@ void attnd_config_usage(FILE *f);
 /* The CPUs this process may use: its affinity mask, bounded by a cgroup CPU
  * quota when one is set (containers). At least 1. */
 int attnd_config_cpus(void);
+
+/* The memory this process may use: the machine's, bounded by a cgroup
+ * memory limit when one is set (containers). */
+int64_t attnd_config_memory(void);
 
 #endif

@@ -40,7 +40,8 @@ typedef struct server {
   FILE *access_log; /* NULL when off */
   int port;
   atomic_int draining;
-  atomic_int active; /* requests between first callback and completion */
+  atomic_int active;        /* requests between first callback and completion */
+  _Atomic int64_t mem_used; /* of max_memory_bytes, by requests in flight */
   atomic_uint_fast64_t next_id;
   uint64_t id_prefix;
   uv_signal_t sigterm, sigint;
@@ -65,6 +66,8 @@ typedef struct req {
   uv_mutex_t mu;     /* orders suspension before resumption */
   int submitted;     /* under mu: the scheduler owns job until it is back */
   int too_large;     /* the body outgrew max_body_bytes */
+  int over_budget;   /* the body did not fit in max_memory_bytes */
+  int64_t mem_held;  /* this request's share of mem_used */
   const char *allow; /* the methods a 405 names */
   int status;
   size_t bytes_in, bytes_out;
@@ -170,6 +173,39 @@ static enum MHD_Result fail(req_t *r, int status, const char *code,
   return send_error(r, &e);
 }
 
+/* ---- the memory budget ------------------------------------------------
+ *
+ * Every request in flight holds a share of max_memory_bytes: its body while
+ * it arrives, then its job's footprint (attnd_job_memory) from admission to
+ * completion. attnd keeps freed memory for reuse, so what requests hold at
+ * once bounds the process's peak; a request that does not fit now is asked
+ * to retry (429) rather than meeting the kernel's OOM killer. */
+
+/* Takes `bytes` more for r. Returns 0, or -1 when they do not fit now. */
+static int mem_take(req_t *r, int64_t bytes) {
+  server_t *s = r->srv;
+  int64_t used = atomic_load(&s->mem_used);
+  do {
+    if (used + bytes > s->cfg->max_memory_bytes)
+      return -1;
+  } while (!atomic_compare_exchange_weak(&s->mem_used, &used, used + bytes));
+  r->mem_held += bytes;
+  return 0;
+}
+
+static void mem_give(req_t *r, int64_t bytes) {
+  atomic_fetch_sub(&r->srv->mem_used, bytes);
+  r->mem_held -= bytes;
+}
+
+static enum MHD_Result no_memory(req_t *r, int64_t need) {
+  return fail(r, 429, "overloaded", NULL,
+              "%lld bytes of memory are needed and %lld of max_memory_bytes "
+              "%lld are in use; retry later",
+              (long long)need, (long long)atomic_load(&r->srv->mem_used),
+              (long long)r->srv->cfg->max_memory_bytes);
+}
+
 /* ---- the GET endpoints ----------------------------------------------------
  */
 
@@ -196,14 +232,15 @@ static enum MHD_Result get_info(req_t *r) {
   server_t *s = r->srv;
   const attnd_config_t *c = s->cfg;
   json_t *v = json_pack(
-      "{s:s,s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:{s:s,s:s,"
+      "{s:s,s:{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:{s:s,s:s,"
       "s:s,s:s}}",
       "version", ATTN_VERSION, "limits", "max_body_bytes",
       (json_int_t)c->max_body_bytes, "max_response_bytes",
       (json_int_t)c->max_response_bytes, "max_batch", (json_int_t)c->max_batch,
       "max_seq_len", (json_int_t)c->max_seq_len, "max_heads",
       (json_int_t)c->max_heads, "max_tensor_elements",
-      (json_int_t)c->max_tensor_elements, "default_timeout_ms",
+      (json_int_t)c->max_tensor_elements, "max_memory_bytes",
+      (json_int_t)c->max_memory_bytes, "default_timeout_ms",
       (json_int_t)c->default_timeout_ms, "max_timeout_ms",
       (json_int_t)c->max_timeout_ms, "workers", (json_int_t)c->workers,
       "threads_per_request", (json_int_t)c->threads_per_request, "queue_depth",
@@ -242,6 +279,8 @@ static enum MHD_Result attention_start(req_t *r) {
     return fail(r, 413, "payload_too_large", NULL,
                 "the body has %s bytes, over max_body_bytes %lld", cl,
                 (long long)s->cfg->max_body_bytes);
+  if (cl && mem_take(r, (int64_t)strtoull(cl, NULL, 10)) < 0)
+    return no_memory(r, (int64_t)strtoull(cl, NULL, 10));
   return MHD_YES; /* read the body */
 }
 
@@ -260,13 +299,16 @@ static enum MHD_Result attention_body(req_t *r, const char *data,
     *size = 0;
     return r->bytes_in - max > ((size_t)64 << 20) ? MHD_NO : MHD_YES;
   }
-  if (r->body.cap == 0) {
-    /* size the buffer once when the length is announced */
-    const char *cl =
-        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
-    if (cl)
-      attnd_buf_reserve(&r->body, (size_t)strtoull(cl, NULL, 10));
+  const char *cl =
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+  if (r->over_budget || (!cl && mem_take(r, (int64_t)*size) < 0)) {
+    r->over_budget = 1; /* without a length, the body takes as it grows */
+    attnd_buf_free(&r->body);
+    *size = 0;
+    return MHD_YES;
   }
+  if (r->body.cap == 0 && cl) /* size the buffer once, to the length */
+    attnd_buf_reserve(&r->body, (size_t)strtoull(cl, NULL, 10));
   attnd_buf_append(&r->body, data, *size);
   *size = 0;
   return MHD_YES;
@@ -283,6 +325,8 @@ static enum MHD_Result attention_submit(req_t *r) {
   if (r->body.oom)
     return fail(r, 503, "out_of_memory", NULL,
                 "out of memory reading the body");
+  if (r->over_budget)
+    return no_memory(r, (int64_t)r->bytes_in);
   if (attnd_job_decode(r->body.data ? r->body.data : "", r->body.len, s->cfg,
                        &job, &e) < 0)
     return send_error(r, &e);
@@ -290,6 +334,16 @@ static enum MHD_Result attention_submit(req_t *r) {
   job->t_arrival = r->t_arrival;
   job->conn = r;
   r->job = job;
+  /* the body's share of the budget becomes the job's */
+  int64_t need = (int64_t)attnd_job_memory(job);
+  mem_give(r, r->mem_held);
+  if (need > s->cfg->max_memory_bytes)
+    return fail(r, 422, "limit_exceeded", NULL,
+                "the request needs %lld bytes of memory (tensors, workspace, "
+                "reply), over max_memory_bytes %lld",
+                (long long)need, (long long)s->cfg->max_memory_bytes);
+  if (mem_take(r, need) < 0)
+    return no_memory(r, need);
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
   /* Under mu, so that the job cannot come back (and resume the connection)
@@ -484,6 +538,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   (void)conn;
   if (r == NULL)
     return;
+  mem_give(r, r->mem_held); /* before it counts as answered */
   if (r->status == 0)
     r->status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499;
   if (r->job && r->job->state == ATTND_JOB_ABANDONED)

@@ -65,13 +65,16 @@ static void *dec_alloc(dec_t *d, size_t bytes) {
     j->cap_allocs = cap;
   }
   void *p = malloc(bytes ? bytes : 1);
-  if (p)
+  if (p) {
     j->allocs[j->n_allocs++] = p;
+    j->alloc_bytes += bytes;
+  }
   return p;
 }
 
-/* Makes the job own p (malloc'd). Returns 0, or -1 after freeing p. */
-static int dec_adopt(dec_t *d, void *p) {
+/* Makes the job own p (malloc'd, `bytes` long). Returns 0, or -1 after
+ * freeing p. */
+static int dec_adopt(dec_t *d, void *p, size_t bytes) {
   attnd_job_t *j = d->job;
   if (j->n_allocs == j->cap_allocs) {
     size_t cap = j->cap_allocs ? 2 * j->cap_allocs : 16;
@@ -84,6 +87,7 @@ static int dec_adopt(dec_t *d, void *p) {
     j->cap_allocs = cap;
   }
   j->allocs[j->n_allocs++] = p;
+  j->alloc_bytes += bytes;
   return 0;
 }
 
@@ -318,7 +322,7 @@ static int decode_bulk(dec_t *d, attnd_bulk_t *b, const char *field, int kind,
     for (int64_t i = 0; i < n; i++)
       if (!isfinite(b->data[i]))
         return E422(d, "non_finite", field, "%s: not finite", field);
-    if (dec_adopt(d, b->data) < 0) {
+    if (dec_adopt(d, b->data, b->n * sizeof(float)) < 0) {
       b->data = NULL;
       return oom(d, field);
     }
@@ -982,6 +986,16 @@ int attnd_job_decode(const char *body, size_t len, const attnd_config_t *cfg,
     return -1;
   (*out)->decode_ms = attnd_now_ms() - t0;
   return 0;
+}
+
+size_t attnd_job_memory(const attnd_job_t *j) {
+  const attn_plan_t *pl = &j->plan;
+  const attn_params_t *p = &j->params;
+  int64_t out = pl->out_elems + (p->want_weights ? pl->weights_elems : 0) +
+                (p->want_mean_weights ? pl->mean_elems : 0) +
+                (p->want_head_outputs ? pl->head_elems : 0);
+  return j->alloc_bytes + pl->workspace_bytes + (size_t)out * sizeof(float) +
+         (size_t)reply_bytes(j, out) + 4096;
 }
 
 static int alloc_outputs(attnd_job_t *j) {

@@ -46,7 +46,7 @@ typedef struct attnd_job {
   int want_metrics;
   int64_t timeout_ms;
   void **allocs; /* owned buffers of decoded tensors */
-  size_t n_allocs, cap_allocs;
+  size_t n_allocs, cap_allocs, alloc_bytes;
   double decode_ms, encode_ms;
 
   /* Results (worker). */
@@ -93,6 +93,10 @@ typedef struct attnd_scratch {
   void *data; /* owned, 64-byte aligned */
   size_t cap;
 } attnd_scratch_t;
+
+/* The memory the job holds at its peak: its decoded tensors, the
+ * workspace, the outputs, and the reply text (bounded from above). */
+size_t attnd_job_memory(const attnd_job_t *job);
 
 /* Runs the attention on `worker`, growing its scratch as needed, and
  * allocating the job's outputs. Sets job->result. Worker thread. */

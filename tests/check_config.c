@@ -108,6 +108,10 @@ static const struct {
      NULL,
      {"default_timeout_ms", "max_timeout_ms"}},
     {"--max-body-bytes=1Q", NULL, NULL, {"max_body_bytes", "suffix"}},
+    {NULL,
+     "ATTND_PORT=tcp://10.96.0.10:8080",
+     NULL,
+     {"ATTND_PORT", "enableServiceLinks: false"}},
 };
 
 START_TEST(test_bad_values) {

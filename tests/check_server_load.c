@@ -319,6 +319,51 @@ START_TEST(test_overload) {
 }
 END_TEST
 
+/* ---- the memory budget --------------------------------------------------- */
+
+/* A request that could never fit max_memory_bytes is refused (422); one
+ * that does not fit while another holds the budget is asked to retry (429,
+ * with Retry-After); and the budget is whole again once that one is done.
+ * The slow request needs about 10 MB (its tensors, workspace and reply). */
+START_TEST(test_memory_budget) {
+  static const char *const args[] = {
+      "--workers", "1", "--threads-per-request", "1", "--max-memory-bytes",
+      "16M",       NULL};
+  sh_server_t s;
+  start(&s, args);
+  sh_resp_t r;
+  char *big = sh_slow_body(8192, 256, 8, 3, NULL);
+  ck_assert_int_eq(sh_post(s.port, big, strlen(big), &r), 0);
+  sh_assert_error(&r, 422, "limit_exceeded", NULL, "max_memory_bytes",
+                  "16777216", NULL);
+  sh_resp_free(&r);
+  free(big);
+
+  char *body = slow_body(5, NULL);
+  call_t a;
+  call_start(&a, s.port, body);
+  ck_assert_msg(sh_wait_metric(s.port, "attnd_busy_workers", 1, 10) >= 1,
+                "the first request never ran");
+  ck_assert_int_eq(sh_post(s.port, body, strlen(body), &r), 0);
+  sh_assert_error(&r, 429, "overloaded", NULL, "max_memory_bytes", NULL);
+  char ra[32];
+  ck_assert_msg(sh_header(&r, "Retry-After", ra, sizeof ra) != NULL,
+                "a 429 without Retry-After");
+  sh_resp_free(&r);
+  call_join(&a);
+  assert_slow_ok(&a.r, "the request holding the budget");
+  sh_resp_free(&a.r);
+
+  ck_assert(sh_wait_metric(s.port, "attnd_requests_total{status=\"200\"}", 1,
+                           10) >= 1);
+  ck_assert_int_eq(sh_post(s.port, body, strlen(body), &r), 0);
+  assert_slow_ok(&r, "a request after the budget came back");
+  sh_resp_free(&r);
+  free(body);
+  stop(&s);
+}
+END_TEST
+
 /* ---- deadlines ----------------------------------------------------------- */
 
 START_TEST(test_deadline) {
@@ -585,6 +630,7 @@ static Suite *server_load_suite(void) {
   tcase_add_test(tc, test_deadline);
   tcase_add_test(tc, test_client_gone);
   tcase_add_test(tc, test_client_gone_running);
+  tcase_add_test(tc, test_memory_budget);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("shutdown");
