@@ -73,12 +73,23 @@ typedef struct fwd {
   float *q, *kt, *v, *out;
   float *scratch;
   size_t scratch_stride;
+  int64_t rows; /* per projection task */
   int64_t n_q, n_k, n_v, n_layout, n_units, n_out;
   attn__attend_fn attend;
 } fwd_t;
 
-static int64_t chunks(int64_t n) {
-  return (n + ATTN__PROJ_ROWS - 1) / ATTN__PROJ_ROWS;
+static int64_t chunks(int64_t n, int64_t rows) {
+  return (n + rows - 1) / rows;
+}
+
+/* Rows per projection task for this shape (internal.h). */
+static int64_t proj_rows(const attn_plan_t *pl) {
+  int64_t rows = ATTN__PROJ_ROWS_MAX;
+  while (rows > ATTN__PROJ_ROWS_MIN &&
+         pl->B * (chunks(pl->Lq, rows) + 2 * chunks(pl->Lk, rows)) <
+             ATTN__PROJ_TASKS)
+    rows /= 2;
+  return rows;
 }
 
 /* Q for batch b, rows [i0, i1): q[b, i, :] = scale·(x·Wqᵀ + bq), all heads
@@ -176,20 +187,20 @@ static void layout_v(const fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
 /* Layout task t of n_layout: the Q chunks, then K, then V. */
 static void layout_task(const fwd_t *f, int64_t t) {
   const attn_plan_t *pl = f->pl;
-  int64_t cq = chunks(pl->Lq), ck = chunks(pl->Lk);
+  int64_t R = f->rows, cq = chunks(pl->Lq, R), ck = chunks(pl->Lk, R);
   if (t < f->n_q) {
-    int64_t i0 = t % cq * ATTN__PROJ_ROWS, i1 = i0 + ATTN__PROJ_ROWS;
+    int64_t i0 = t % cq * R, i1 = i0 + R;
     layout_q(f, t / cq, i0, i1 < pl->Lq ? i1 : pl->Lq);
     return;
   }
   t -= f->n_q;
   if (t < f->n_k) {
-    int64_t c = t % ck, j0 = c * ATTN__PROJ_ROWS, j1 = j0 + ATTN__PROJ_ROWS;
+    int64_t j0 = t % ck * R, j1 = j0 + R;
     layout_k(f, t / ck, j0, j1 < pl->Lk ? j1 : pl->Lk);
     return;
   }
   t -= f->n_k;
-  int64_t j0 = t % ck * ATTN__PROJ_ROWS, j1 = j0 + ATTN__PROJ_ROWS;
+  int64_t j0 = t % ck * R, j1 = j0 + R;
   layout_v(f, t / ck, j0, j1 < pl->Lk ? j1 : pl->Lk);
 }
 
@@ -208,7 +219,7 @@ static void attend_task(const fwd_t *f, int64_t u, float *scratch) {
 static void output_task(const fwd_t *f, int64_t t) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
-  int64_t r0 = t * ATTN__PROJ_ROWS, r1 = r0 + ATTN__PROJ_ROWS;
+  int64_t r0 = t * f->rows, r1 = r0 + f->rows;
   if (r1 > pl->B * pl->Lq)
     r1 = pl->B * pl->Lq;
   int64_t K = pl->H * pl->Dv, Eo = pl->Eo;
@@ -294,12 +305,15 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   c->heads_per_unit = p->want_mean_weights ? (int)pl->H : 1;
   c->scratch_floats = attn__scratch_floats(pl);
 
-  f->n_q = pl->B * chunks(pl->Lq);
-  f->n_k = pl->B * chunks(pl->Lk);
-  f->n_v = pl->B * chunks(pl->Lk);
+  f->rows = proj_rows(pl);
+  f->n_q = pl->B * chunks(pl->Lq, f->rows);
+  f->n_k = pl->B * chunks(pl->Lk, f->rows);
+  f->n_v = f->n_k;
   f->n_layout = f->n_q + f->n_k + f->n_v;
   f->n_units = pl->B * (pl->H / c->heads_per_unit) * c->n_qblocks;
-  f->n_out = (p->o_weight.rank || p->o_bias.rank) ? chunks(pl->B * pl->Lq) : 0;
+  f->n_out = (p->o_weight.rank || p->o_bias.rank)
+                 ? chunks(pl->B * pl->Lq, f->rows)
+                 : 0;
   f->attend = pl->isa == ATTN_ISA_AVX512 ? attn__attend_avx512
               : pl->isa == ATTN_ISA_AVX2 ? attn__attend_avx2
                                          : attn__attend_generic;

@@ -477,6 +477,32 @@ START_TEST(test_large) {
 }
 END_TEST
 
+/* ---- projection chunks ----------------------------------------------------
+ */
+
+/* Projections run in row chunks of 256 to 1024 rows chosen from the shape
+ * (core/forward.c: proj_rows); these shapes land on 1024 with a one-row
+ * tail over two batch items, and on 512 with a 511-row tail. */
+START_TEST(test_proj_chunks) {
+  static const struct { int64_t B, L; } shapes[] = {{2, 1025}, {1, 2047}};
+  tu_spec_t s = {.B = shapes[_i].B,
+                 .batched = 1,
+                 .Lq = shapes[_i].L,
+                 .H = 2,
+                 .Dh = 8,
+                 .Eq = 16,
+                 .Eo = 16,
+                 .proj = TU_ALLPROJ,
+                 .causal = BR};
+  const attn_exec_t ex[2] = {{.threads = 2, .isa = ATTN_ISA_AUTO},
+                             {.threads = 1, .isa = ATTN_ISA_AUTO}};
+  char name[64];
+  snprintf(name, sizeof name, "projection chunks B=%lld L=%lld", (long long)s.B,
+           (long long)s.Lq);
+  check_case(name, &s, 7100 + (uint64_t)_i, ex, 2);
+}
+END_TEST
+
 /* ---- the online softmax's running max ------------------------------------ */
 
 /* Scores that climb (or fall) steeply from key block to key block: a row's
@@ -591,6 +617,7 @@ static Suite *forward_suite(void) {
   tc = tcase_create("large");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_large);
+  tcase_add_loop_test(tc, test_proj_chunks, 0, 2);
   tcase_add_loop_test(tc, test_running_max, 0, 8);
   suite_add_tcase(s, tc);
 
