@@ -56,6 +56,8 @@ static const row_t rows[] = {
     {"L2048 avx2", 1, 2048, 2048, 512, 8, 8, 1, 0, 1, ATTN_ISA_AVX2, 0},
 };
 #define NROWS (sizeof rows / sizeof rows[0])
+#define ATTN_BENCH_PROJ_ROWS 1024 /* core/forward.c: proj_rows() at L >= 4096  \
+                                   */
 
 /* Repeats f until `reps` runs and at least `min_ms` have passed (at most
  * 4·reps runs); returns the median of the runs' times. */
@@ -73,23 +75,26 @@ static const row_t rows[] = {
     bench_median(t_, n_);                                                      \
   })
 
-/* The host's single-thread sgemm rate, 2048³, in GFLOP/s: the median of
- * `reps` runs after a warm-up. */
-static double sgemm_rate(int reps) {
-  const int n = 2048;
-  float *a = bench_random_floats((size_t)n * n, 1, 1),
-        *b = bench_random_floats((size_t)n * n, 1, 2),
-        *c = bench_random_floats((size_t)n * n, 1, 3);
+/* The host's single-thread sgemm rate on [m, k]·[n, k]ᵀ, in GFLOP/s: the
+ * median of `reps` runs after a warm-up. 2048³ is the ceiling. */
+static double sgemm_rate_shape(int m, int n, int k, int reps) {
+  float *a = bench_random_floats((size_t)m * k, 1, 1),
+        *b = bench_random_floats((size_t)n * k, 1, 2),
+        *c = bench_random_floats((size_t)m * n, 1, 3);
   openblas_set_num_threads(1);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n,
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1, a, k, b, k,
               0, c, n); /* warm up */
   double ms = TIMED(reps, 500,
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n,
-                                n, 1, a, n, b, n, 0, c, n));
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n,
+                                k, 1, a, k, b, k, 0, c, n));
   free(a);
   free(b);
   free(c);
-  return 2.0 * n * n * n / ms / 1e6;
+  return 2.0 * m * n * k / ms / 1e6;
+}
+
+static double sgemm_rate(int reps) {
+  return sgemm_rate_shape(2048, 2048, 2048, reps);
 }
 
 /* Runs one row in this process; returns its median ms, or -1, and the
@@ -274,15 +279,29 @@ int main(int argc, char **argv) {
     if (csv)
       fprintf(csv,
               "%s,%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%d,%s,%.3f,%.2f,"
-              "%.3f,%.1f,%.3f,%.3f\n",
+              "%.3f,%.3f,%.1f,%.3f,%.3f,%.1f\n",
               r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
               (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
               r->weights ? "per_head" : "none", r->threads, pathname, ms,
-              gflops, gflops / ceiling, rss, tms, tms > 0 ? tms / ms : -1.0);
+              gflops, gflops / ceiling, proj_x, rss, tms,
+              tms > 0 ? tms / ms : -1.0, ceiling);
+  }
+  double lo = ceilings[0], hi = ceilings[0];
+  for (int i = 1; i < nceil; i++) {
+    lo = ceilings[i] < lo ? ceilings[i] : lo;
+    hi = ceilings[i] > hi ? ceilings[i] : hi;
   }
   printf("sgemm ceiling over the run: median %.1f, from %.1f to %.1f "
          "GFLOP/s\n",
-         bench_median(ceilings, nceil), ceilings[0], ceilings[nceil - 1]);
+         bench_median(ceilings, nceil), lo, hi);
+  /* What sgemm itself does on the projections' calls at E = 512 (1024 rows
+   * of [512]·[512, 512]ᵀ), beside the ceiling measured just before it:
+   * the part of proj_x that is the shape and not attnd. */
+  double c = sgemm_rate(reps),
+         s = sgemm_rate_shape(ATTN_BENCH_PROJ_ROWS, 512, 512, 4 * reps);
+  printf("sgemm on the projections' calls (1024x512x512): %.1f GFLOP/s, "
+         "%.2f of the ceiling (%.1f)\n",
+         s, s / c, c);
   if (csv) {
     fclose(csv);
     printf("CSV: %s\n", csv_path);

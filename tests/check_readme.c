@@ -2,12 +2,12 @@
  *
  * Every ```sh block of README.md whose first line is a curl or
  * ./build/attnd command is an example (blocks that set things up first,
- * with podman or make, are not). It runs under /bin/sh with localhost:8080 pointed at a server
- * started from config/attnd.conf on a free port, and ./build/attnd at the
- * binary under test. When a ```json block follows it, the output must be
- * that JSON: the same members, strings and shapes, numbers within 1e-5
- * relative (the last bits of float32 results may differ between SIMD
- * levels). Otherwise the example must exit 0 and print something. */
+ * with podman or make, are not). It runs under /bin/sh with localhost:8080
+ * pointed at a server started from config/attnd.conf on a free port, and
+ * ./build/attnd at the binary under test. When a ```json block follows it, the
+ * output must be that JSON: the same members, strings and shapes, numbers
+ * within 1e-5 relative (the last bits of float32 results may differ between
+ * SIMD levels). Otherwise the example must exit 0 and print something. */
 #include <check.h>
 #include <jansson.h>
 #include <math.h>
