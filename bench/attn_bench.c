@@ -5,9 +5,11 @@
  * the dense-equivalent GFLOP/s (projections and attention counted as if
  * nothing were masked: 8·B·L·E² + 4·B·L²·E for self-attention with E→E
  * projections), that rate as a ratio to the host's single-thread sgemm rate
- * measured in the same run, the projections' rate per thread as a ratio
- * to that too (proj_x), and the row's peak RSS. Each row runs in a
- * child process, so its peak RSS is its own.
+ * (2048³, the ceiling), the projections' rate per thread as a ratio to it
+ * too (proj_x), and the row's peak RSS. Each run of a row is paired with a
+ * run of the ceiling just before it, and the ratios are the medians of the
+ * pairs' ratios. Each row runs in a child process, so its peak RSS is its
+ * own.
  *
  * With --torch, each row also times Debian's PyTorch nn.MultiheadAttention
  * (bench/torch_mha.py under /usr/bin/python3, one thread, OpenBLAS on the
@@ -56,8 +58,9 @@ static const row_t rows[] = {
     {"L2048 avx2", 1, 2048, 2048, 512, 8, 8, 1, 0, 1, ATTN_ISA_AVX2, 0},
 };
 #define NROWS (sizeof rows / sizeof rows[0])
-#define ATTN_BENCH_PROJ_ROWS 1024 /* core/forward.c: proj_rows() at L >= 4096  \
-                                   */
+#define ATTN_BENCH_PROJ_ROWS                                                   \
+  1024 /* core/forward.c: proj_rows() at L >= 4096                             \
+        */
 
 /* Repeats f until `reps` runs and at least `min_ms` have passed (at most
  * 4·reps runs); returns the median of the runs' times. */
@@ -97,9 +100,28 @@ static double sgemm_rate(int reps) {
   return sgemm_rate_shape(2048, 2048, 2048, reps);
 }
 
-/* Runs one row in this process; returns its median ms, or -1, and the
- * median time of its projections (stages 1 and 3) in *proj_ms. */
-static double run_row(const row_t *r, int reps, double *proj_ms) {
+/* The flops of a row's plan: projections and attention, as if unmasked. */
+static double row_flops(const row_t *r, double *proj_flops) {
+  int64_t Dh = r->E / r->H;
+  *proj_flops = 2.0 * r->B *
+                ((double)r->Lq * r->E * r->E * 2 +
+                 (double)r->Lk * r->E * r->Hkv * Dh * 2);
+  return *proj_flops + 4.0 * r->B * r->Lq * r->Lk * r->E;
+}
+
+/* What one row measured. The ratios pair each run of the row with a 2048³
+ * sgemm run just before it, and take the median of the pairs' ratios: the
+ * machine's speed drifts over seconds here, and a ratio of neighbours
+ * cancels most of that drift. */
+typedef struct result {
+  double ms, proj_ms; /* medians of the row's runs */
+  double x_sgemm, proj_x;
+  double ceiling; /* the median sgemm rate of the pairs, GFLOP/s */
+  double rss_mb;  /* peak RSS after the first run, before the sgemm buffers */
+} result_t;
+
+/* Runs one row in this process; returns 0, or -1. */
+static int run_row(const row_t *r, int reps, result_t *res) {
   int64_t Dh = r->E / r->H;
   float *x = bench_random_floats((size_t)(r->B * r->Lq * r->E), 1, 4);
   float *kv = r->Lk != r->Lq
@@ -136,15 +158,51 @@ static double run_row(const row_t *r, int reps, double *proj_ms) {
     o.weights = malloc((size_t)plan.weights_elems * sizeof(float));
   if (!ws || !o.out || (r->weights && !o.weights))
     return -1;
+  double w0 = bench_now_ms();
   attn_forward(&plan, &o, ws, plan.workspace_bytes, &err); /* warm up */
-  double proj[64];
+  double warm_ms = bench_now_ms() - w0;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  res->rss_mb = (double)ru.ru_maxrss / 1024.0;
+
+  const int n = 2048;
+  float *a = bench_random_floats((size_t)n * n, 1, 1),
+        *b = bench_random_floats((size_t)n * n, 1, 2),
+        *c = bench_random_floats((size_t)n * n, 1, 3);
+  openblas_set_num_threads(1);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n,
+              0, c, n); /* warm up */
+  /* Short rows run several times per pair, so that they run warm. */
+  int inner = warm_ms >= 40 ? 1 : warm_ms < 2.5 ? 16 : (int)(40 / warm_ms);
+  double proj_flops, flops = row_flops(r, &proj_flops);
+  double ms[64], proj[64], xs[64], pxs[64], cs[64];
   int np = 0;
-  double ms = TIMED(reps, 1000, {
-    attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
-    proj[np++] = o.timing.projection_ms + o.timing.output_ms;
-  });
-  *proj_ms = bench_median(proj, np);
-  return ms;
+  double start = bench_now_ms();
+  while (np < 64 &&
+         (np < reps || (bench_now_ms() - start < 1000 && np < 4 * reps))) {
+    double t0 = bench_now_ms();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n,
+                0, c, n);
+    cs[np] = 2.0 * n * n * n / (bench_now_ms() - t0) / 1e6;
+    double t[16], pt[16];
+    for (int k = 0; k < inner; k++) {
+      t0 = bench_now_ms();
+      attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
+      t[k] = bench_now_ms() - t0;
+      pt[k] = o.timing.projection_ms + o.timing.output_ms;
+    }
+    ms[np] = bench_median(t, inner);
+    proj[np] = bench_median(pt, inner);
+    xs[np] = flops / ms[np] / 1e6 / cs[np];
+    pxs[np] = proj_flops / proj[np] / 1e6 / r->threads / cs[np];
+    np++;
+  }
+  res->ms = bench_median(ms, np);
+  res->proj_ms = bench_median(proj, np);
+  res->x_sgemm = bench_median(xs, np);
+  res->proj_x = bench_median(pxs, np);
+  res->ceiling = bench_median(cs, np);
+  return 0;
 }
 
 /* Times the same row in PyTorch; returns its median ms, or -1. */
@@ -201,10 +259,11 @@ int main(int argc, char **argv) {
   double ceilings[NROWS + 1];
   int nceil = 0;
   ceilings[nceil++] = sgemm_rate(reps);
-  printf("attn-bench: %s, kernel %s, SIMD %s; sgemm 2048^3 one thread: %.1f "
-         "GFLOP/s (the ceiling; each row measures it again just before, and "
-         "its ratios use that)\n",
-         be.blas_config, be.blas_kernel, attn_isa_name(be.isa), ceilings[0]);
+  printf(
+      "attn-bench: %s, kernel %s, SIMD %s; sgemm 2048^3 one thread: %.1f "
+      "GFLOP/s (the ceiling; each run of a row is paired with a run of it, and "
+      "the ratios are medians of the pairs')\n",
+      be.blas_config, be.blas_kernel, attn_isa_name(be.isa), ceilings[0]);
   FILE *csv = fopen(csv_path, "w");
   if (csv)
     fprintf(csv, "name,B,Lq,Lk,E,H,Hkv,mask,weights,threads,path,median_ms,"
@@ -223,41 +282,28 @@ int main(int argc, char **argv) {
     if (pipe(fd) < 0)
       return 1;
     fflush(stdout);
-    /* this row's own ceiling, just before it (here, so that the row's peak
-     * RSS is its own) */
-    double ceiling = sgemm_rate(3);
-    ceilings[nceil++] = ceiling;
-    pid_t pid = fork();
+    pid_t pid = fork(); /* so that the row's peak RSS is its own */
     if (pid == 0) {
       close(fd[0]);
-      double res[2];
-      res[0] = run_row(r, reps, &res[1]);
-      if (write(fd[1], res, sizeof res) != sizeof res)
+      result_t res;
+      if (run_row(r, reps, &res) < 0 ||
+          write(fd[1], &res, sizeof res) != sizeof res)
         _exit(1);
       _exit(0);
     }
     close(fd[1]);
-    double res[2] = {-1, 0};
-    if (read(fd[0], res, sizeof res) != sizeof res)
-      res[0] = -1;
-    double ms = res[0], proj_ms = res[1];
+    result_t res;
+    int ok = read(fd[0], &res, sizeof res) == sizeof res;
     close(fd[0]);
-    struct rusage ru;
     int status;
-    wait4(pid, &status, 0, &ru);
-    if (ms < 0) {
+    waitpid(pid, &status, 0);
+    if (!ok) {
       printf("%-19s failed\n", r->name);
       continue;
     }
-    /* The plan's flops: projections and attention as if unmasked. */
-    int64_t Dh = r->E / r->H;
-    double proj_flops = 2.0 * r->B *
-                        ((double)r->Lq * r->E * r->E * 2 +
-                         (double)r->Lk * r->E * r->Hkv * Dh * 2);
-    double flops = proj_flops + 4.0 * r->B * r->Lq * r->Lk * r->E;
-    double gflops = flops / ms / 1e6, rss = (double)ru.ru_maxrss / 1024.0;
-    /* the projections' rate per thread, against one thread's sgemm */
-    double proj_x = proj_flops / proj_ms / 1e6 / r->threads / ceiling;
+    ceilings[nceil++] = res.ceiling;
+    double proj_flops, ms = res.ms, rss = res.rss_mb;
+    double gflops = row_flops(r, &proj_flops) / ms / 1e6;
     const char *path = r->weights ? "two-pass" : "online";
     char pathname[32];
     snprintf(pathname, sizeof pathname, "%s/%s",
@@ -270,7 +316,7 @@ int main(int argc, char **argv) {
            r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
            (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
            r->weights ? "per_head" : "none", r->threads, pathname, ms, gflops,
-           gflops / ceiling, proj_x, rss);
+           res.x_sgemm, res.proj_x, rss);
     if (torch && tms > 0)
       printf(" %10.1f %8.2f", tms, tms / ms);
     else if (torch)
@@ -283,8 +329,8 @@ int main(int argc, char **argv) {
               r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
               (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
               r->weights ? "per_head" : "none", r->threads, pathname, ms,
-              gflops, gflops / ceiling, proj_x, rss, tms,
-              tms > 0 ? tms / ms : -1.0, ceiling);
+              gflops, res.x_sgemm, res.proj_x, rss, tms,
+              tms > 0 ? tms / ms : -1.0, res.ceiling);
   }
   double lo = ceilings[0], hi = ceilings[0];
   for (int i = 1; i < nceil; i++) {
