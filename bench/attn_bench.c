@@ -6,10 +6,11 @@
  * nothing were masked: 8·B·L·E² + 4·B·L²·E for self-attention with E→E
  * projections), that rate as a ratio to the host's single-thread sgemm rate
  * (2048³, the ceiling), the projections' rate per thread as a ratio to it
- * too (proj_x), and the row's peak RSS. Each run of a row is paired with a
- * run of the ceiling just before it, and the ratios are the medians of the
- * pairs' ratios. Each row runs in a child process, so its peak RSS is its
- * own.
+ * too (proj_x), for rows of several threads their speedup over one
+ * thread (x_1th, paired the same way), and the row's peak RSS. Each run of a
+ * row is paired with a run of the ceiling just before it, and the ratios are
+ * the medians of the pairs' ratios. Each row runs in a child process, so its
+ * peak RSS is its own.
  *
  * With --torch, each row also times Debian's PyTorch nn.MultiheadAttention
  * (bench/torch_mha.py under /usr/bin/python3, one thread, OpenBLAS on the
@@ -117,8 +118,25 @@ typedef struct result {
   double ms, proj_ms; /* medians of the row's runs */
   double x_sgemm, proj_x;
   double ceiling; /* the median sgemm rate of the pairs, GFLOP/s */
+  double x_1th;   /* one thread's time over this row's, or -1 */
   double rss_mb;  /* peak RSS after the first run, before the sgemm buffers */
 } result_t;
+
+/* Runs a plan `inner` times; returns the median ms, and the median time of
+ * its projections (stages 1 and 3) in *proj_ms. */
+static double time_plan(const attn_plan_t *plan, attn_outputs_t *o, void *ws,
+                        int inner, double *proj_ms) {
+  double t[16], pt[16];
+  attn_error_t err;
+  for (int k = 0; k < inner; k++) {
+    double t0 = bench_now_ms();
+    attn_forward(plan, o, ws, plan->workspace_bytes, &err);
+    t[k] = bench_now_ms() - t0;
+    pt[k] = o->timing.projection_ms + o->timing.output_ms;
+  }
+  *proj_ms = bench_median(pt, inner);
+  return bench_median(t, inner);
+}
 
 /* Runs one row in this process; returns 0, or -1. */
 static int run_row(const row_t *r, int reps, result_t *res) {
@@ -152,6 +170,11 @@ static int run_row(const row_t *r, int reps, result_t *res) {
     fprintf(stderr, "%s: %s\n", r->name, err.message);
     return -1;
   }
+  /* Rows of several threads also time one thread, paired the same way. */
+  attn_exec_t ex1 = {.threads = 1, .isa = r->isa};
+  attn_plan_t plan1;
+  if (r->threads > 1 && attn_plan_init(&plan1, &p, &ex1, &err) < 0)
+    return -1;
   void *ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64);
   attn_outputs_t o = {.out = malloc((size_t)plan.out_elems * sizeof(float))};
   if (r->weights)
@@ -175,7 +198,7 @@ static int run_row(const row_t *r, int reps, result_t *res) {
   /* Short rows run several times per pair, so that they run warm. */
   int inner = warm_ms >= 40 ? 1 : warm_ms < 2.5 ? 16 : (int)(40 / warm_ms);
   double proj_flops, flops = row_flops(r, &proj_flops);
-  double ms[64], proj[64], xs[64], pxs[64], cs[64];
+  double ms[64], proj[64], xs[64], pxs[64], cs[64], sp[64];
   int np = 0;
   double start = bench_now_ms();
   while (np < 64 &&
@@ -184,15 +207,11 @@ static int run_row(const row_t *r, int reps, result_t *res) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n,
                 0, c, n);
     cs[np] = 2.0 * n * n * n / (bench_now_ms() - t0) / 1e6;
-    double t[16], pt[16];
-    for (int k = 0; k < inner; k++) {
-      t0 = bench_now_ms();
-      attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
-      t[k] = bench_now_ms() - t0;
-      pt[k] = o.timing.projection_ms + o.timing.output_ms;
+    ms[np] = time_plan(&plan, &o, ws, inner, &proj[np]);
+    if (r->threads > 1) {
+      double unused;
+      sp[np] = time_plan(&plan1, &o, ws, inner, &unused) / ms[np];
     }
-    ms[np] = bench_median(t, inner);
-    proj[np] = bench_median(pt, inner);
     xs[np] = flops / ms[np] / 1e6 / cs[np];
     pxs[np] = proj_flops / proj[np] / 1e6 / r->threads / cs[np];
     np++;
@@ -202,6 +221,7 @@ static int run_row(const row_t *r, int reps, result_t *res) {
   res->x_sgemm = bench_median(xs, np);
   res->proj_x = bench_median(pxs, np);
   res->ceiling = bench_median(cs, np);
+  res->x_1th = r->threads > 1 ? bench_median(sp, np) : -1;
   return 0;
 }
 
@@ -266,13 +286,15 @@ int main(int argc, char **argv) {
       be.blas_config, be.blas_kernel, attn_isa_name(be.isa), ceilings[0]);
   FILE *csv = fopen(csv_path, "w");
   if (csv)
-    fprintf(csv, "name,B,Lq,Lk,E,H,Hkv,mask,weights,threads,path,median_ms,"
-                 "gflops,x_sgemm,proj_x_sgemm,peak_rss_mb,torch_ms,x_torch,"
-                 "sgemm_gflops\n");
+    fprintf(csv,
+            "name,B,Lq,Lk,E,H,Hkv,mask,weights,threads,path,median_ms,"
+            "gflops,x_sgemm,proj_x_sgemm,x_one_thread,peak_rss_mb,torch_ms,"
+            "x_torch,"
+            "sgemm_gflops\n");
   printf("%-19s %2s %6s %6s %5s %3s %3s %-6s %-8s %2s %-16s %10s %8s %6s %6s "
-         "%8s%s\n",
+         "%6s %8s%s\n",
          "row", "B", "Lq", "Lk", "E", "H", "Hkv", "mask", "weights", "th",
-         "path", "median_ms", "GFLOP/s", "x_sgemm", "proj_x", "rss_MB",
+         "path", "median_ms", "GFLOP/s", "x_sgemm", "proj_x", "x_1th", "rss_MB",
          torch ? "   torch_ms  x_torch" : "");
   for (size_t i = 0; i < NROWS; i++) {
     const row_t *r = &rows[i];
@@ -312,11 +334,16 @@ int main(int argc, char **argv) {
     snprintf(mask, sizeof mask, "%s", r->causal ? "causal" : "none");
     double tms = torch ? torch_row(r, reps) : -1;
     printf("%-19s %2lld %6lld %6lld %5lld %3lld %3lld %-6s %-8s %2d %-16s "
-           "%10.1f %8.1f %6.2f %6.2f %8.0f",
+           "%10.1f %8.1f %6.2f %6.2f ",
            r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
            (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
            r->weights ? "per_head" : "none", r->threads, pathname, ms, gflops,
-           res.x_sgemm, res.proj_x, rss);
+           res.x_sgemm, res.proj_x);
+    if (res.x_1th > 0)
+      printf("%6.2f", res.x_1th);
+    else
+      printf("%6s", "-");
+    printf(" %8.0f", rss);
     if (torch && tms > 0)
       printf(" %10.1f %8.2f", tms, tms / ms);
     else if (torch)
@@ -325,11 +352,11 @@ int main(int argc, char **argv) {
     if (csv)
       fprintf(csv,
               "%s,%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%d,%s,%.3f,%.2f,"
-              "%.3f,%.3f,%.1f,%.3f,%.3f,%.1f\n",
+              "%.3f,%.3f,%.3f,%.1f,%.3f,%.3f,%.1f\n",
               r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
               (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
               r->weights ? "per_head" : "none", r->threads, pathname, ms,
-              gflops, res.x_sgemm, res.proj_x, rss, tms,
+              gflops, res.x_sgemm, res.proj_x, res.x_1th, rss, tms,
               tms > 0 ? tms / ms : -1.0, res.ceiling);
   }
   double lo = ceilings[0], hi = ceilings[0];
