@@ -738,6 +738,33 @@ START_TEST(test_b64_bad_everywhere) {
 }
 END_TEST
 
+/* Every byte outside the alphabet at every place of the first three
+ * 32-character blocks of a 200-character text: the vector decoder's blocks
+ * (server/codec.c) must hand each one to the scalar code, which names it. */
+START_TEST(test_b64_bad_bytes_in_blocks) {
+  rng_t r = rng_seeded(550);
+  unsigned char src[150], dec[150];
+  char enc[200], t[200];
+  for (size_t i = 0; i < sizeof src; i++)
+    src[i] = (unsigned char)rng_next(&r);
+  attnd_b64_encode(src, sizeof src, enc);
+  for (int c = 0; c < 256; c++) {
+    if (memchr(ref_alphabet, c, 64))
+      continue;
+    for (size_t pos = 0; pos < 96; pos++) {
+      memcpy(t, enc, sizeof t);
+      t[pos] = (char)c;
+      size_t out_n, bad = 999;
+      CHECK(attnd_b64_decode(t, sizeof t, dec, &out_n, &bad) == -1);
+      CHECK(bad == pos);
+    }
+  }
+  size_t out_n, bad;
+  CHECK(attnd_b64_decode(enc, sizeof enc, dec, &out_n, &bad) == 0);
+  CHECK(out_n == sizeof src && memcmp(dec, src, sizeof src) == 0);
+}
+END_TEST
+
 /* ---- the text buffer ----------------------------------------------------- */
 
 START_TEST(test_buf_basics) {
@@ -1708,6 +1735,7 @@ static Suite *codec_suite(void) {
   tcase_add_test(tc, test_b64_vectors);
   tcase_add_test(tc, test_b64_invalid);
   tcase_add_loop_test(tc, test_b64_bad_everywhere, 0, 20);
+  tcase_add_test(tc, test_b64_bad_bytes_in_blocks);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("buf");
