@@ -392,14 +392,18 @@ static enum MHD_Result attention_reply(req_t *r) {
   return send_body(r, 200, b.data, b.len, "application/json");
 }
 
-/* Loop thread: the scheduler is done with a job. */
+/* Loop thread: the scheduler is done with a job. Taking mu waits out
+ * attention_submit, so the connection is suspended by then. It is resumed
+ * after mu is released: once resumed, an HTTP thread may finish the request
+ * and free r (at once for an abandoned job), mu included. */
 static void on_job_done(attnd_job_t *job, void *arg) {
   (void)arg;
   req_t *r = job->conn;
+  struct MHD_Connection *conn = r->conn;
   uv_mutex_lock(&r->mu);
   r->submitted = 0;
-  MHD_resume_connection(r->conn);
   uv_mutex_unlock(&r->mu);
+  MHD_resume_connection(conn); /* r may be gone from here on */
 }
 
 /* ---- the access handler ---------------------------------------------------

@@ -14,8 +14,8 @@
  *     Retry-After, the rest computed, counted in /metrics;
  *   - deadlines: one too short to start, one that passes in the queue, one
  *     that passes while computing (504, and the worker freed early);
- *   - clients that leave while queued (their place is freed) and while
- *     computing (the worker is freed);
+ *   - clients that leave while queued (their place is freed), forty at a
+ *     time, and while computing (the worker is freed);
  *   - SIGTERM and SIGINT with work in flight: all of it answered, new work
  *     refused with 503, exit status 0.
  * Timing assertions compare events with each other or with the same
@@ -121,11 +121,29 @@ static void assert_slow_ok(const sh_resp_t *r, const char *what) {
   json_decref(v);
 }
 
-/* Waits until /metrics shows `sample` at `min` or more, or fails. */
-static void await_metric(int port, const char *sample, double min) {
-  double v = sh_wait_metric(port, sample, min, 20.0);
-  ck_assert_msg(v >= min, "%s is %g after 20 s, expected >= %g", sample, v,
-                min);
+/* The state letter of process pid from /proc (R, S, Z for exited, ...),
+ * or '?'. */
+static char proc_state(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f)
+    fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')');
+  return p && p[1] == ' ' && p[2] ? p[2] : '?';
+}
+
+/* Waits until /metrics shows `sample` at `min` or more, or fails with the
+ * server's process state and log (-1: /metrics did not answer). */
+static void await_metric(sh_server_t *s, const char *sample, double min) {
+  double v = sh_wait_metric(s->port, sample, min, 20.0);
+  if (v >= min)
+    return;
+  sh_server_read_log(s);
+  ck_abort_msg("%s is %g after 20 s, expected >= %g; attnd state %c:\n%s",
+               sample, v, min, proc_state(s->pid), s->log);
 }
 
 /* attnd_requests_total{status}, once it reaches `want` (or after 5 s): a
@@ -389,7 +407,7 @@ START_TEST(test_deadline) {
   char *slow = slow_body(3, NULL);
   call_t a;
   call_start(&a, s.port, slow);
-  await_metric(s.port, "attnd_busy_workers", 1);
+  await_metric(&s, "attnd_busy_workers", 1);
   const char *b = "{\"query\":[[1,2,3,4],[5,6,7,8]],\"num_heads\":2,"
                   "\"timeout_ms\":100}";
   ck_assert_int_eq(sh_post(s.port, b, strlen(b), &r), 0);
@@ -459,7 +477,7 @@ START_TEST(test_client_gone) {
   char *slow = slow_body(4, NULL);
   call_t a;
   call_start(&a, s.port, slow);
-  await_metric(s.port, "attnd_busy_workers", 1);
+  await_metric(&s, "attnd_busy_workers", 1);
 
   int fd = sh_connect(s.port);
   ck_assert_int_ge(fd, 0);
@@ -470,9 +488,9 @@ START_TEST(test_client_gone) {
            strlen(small));
   ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
   ck_assert_int_eq(sh_send_all(fd, small, strlen(small)), 0);
-  await_metric(s.port, "attnd_queue_depth", 1);
+  await_metric(&s, "attnd_queue_depth", 1);
   close(fd);
-  await_metric(s.port, "attnd_rejections_total{reason=\"client_gone\"}", 1);
+  await_metric(&s, "attnd_rejections_total{reason=\"client_gone\"}", 1);
   ck_assert_double_eq(sh_metric(s.port, "attnd_queue_depth"), 0);
 
   double c_sent = sh_now();
@@ -488,6 +506,49 @@ START_TEST(test_client_gone) {
   sh_resp_free(&a.r);
   ck_assert_double_eq(
       sh_metric(s.port, "attnd_rejections_total{reason=\"overload\"}"), 0);
+  free(slow);
+  stop(&s);
+}
+END_TEST
+
+/* Many clients leave at once while queued, three rounds over. Each leaves
+ * through the scheduler's disconnect path, which resumes the connection
+ * for an HTTP thread to finish and free it at once: the two threads race
+ * for every one of them. All are counted, and the server stays up (stop()
+ * checks its exit status). */
+#define N_GONE 40
+START_TEST(test_clients_gone_many) {
+  static const char *const args[] = {
+      "--workers", "1", "--threads-per-request", "1", "--queue-depth",
+      "64",        NULL};
+  sh_server_t s;
+  start(&s, args);
+  char *slow = slow_body(8, NULL);
+  char head[256];
+  snprintf(head, sizeof head,
+           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+           strlen(small));
+  for (int round = 1; round <= 3; round++) {
+    call_t a;
+    call_start(&a, s.port, slow);
+    await_metric(&s, "attnd_busy_workers", 1);
+    int fd[N_GONE];
+    for (int k = 0; k < N_GONE; k++) {
+      fd[k] = sh_connect(s.port);
+      ck_assert_int_ge(fd[k], 0);
+      ck_assert_int_eq(sh_send_all(fd[k], head, strlen(head)), 0);
+      ck_assert_int_eq(sh_send_all(fd[k], small, strlen(small)), 0);
+    }
+    await_metric(&s, "attnd_queue_depth", N_GONE);
+    for (int k = 0; k < N_GONE; k++)
+      close(fd[k]);
+    await_metric(&s, "attnd_rejections_total{reason=\"client_gone\"}",
+                 round * N_GONE);
+    call_join(&a);
+    assert_slow_ok(&a.r, "A");
+    sh_resp_free(&a.r);
+  }
   free(slow);
   stop(&s);
 }
@@ -510,10 +571,10 @@ START_TEST(test_client_gone_running) {
            strlen(slow));
   ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
   ck_assert_int_eq(sh_send_all(fd, slow, strlen(slow)), 0);
-  await_metric(s.port, "attnd_busy_workers", 1);
+  await_metric(&s, "attnd_busy_workers", 1);
   double t0 = sh_now();
   close(fd);
-  await_metric(s.port, "attnd_rejections_total{reason=\"client_gone\"}", 1);
+  await_metric(&s, "attnd_rejections_total{reason=\"client_gone\"}", 1);
   double freed = sh_now() - t0;
   ck_assert_double_eq(sh_metric(s.port, "attnd_busy_workers"), 0);
 
@@ -554,7 +615,7 @@ START_TEST(test_sigterm_drains) {
     bodies[i] = slow_body(10 + (uint64_t)i, NULL);
     call_start(&c[i], s.port, bodies[i]);
   }
-  await_metric(s.port, "attnd_inflight", N_DRAIN);
+  await_metric(&s, "attnd_inflight", N_DRAIN);
   ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
 
   /* draining: /readyz says so, new requests are refused */
@@ -602,7 +663,7 @@ START_TEST(test_sigint_drains) {
   char *body = slow_body(20, NULL);
   call_t c;
   call_start(&c, s.port, body);
-  await_metric(s.port, "attnd_busy_workers", 1);
+  await_metric(&s, "attnd_busy_workers", 1);
   ck_assert_int_eq(kill(s.pid, SIGINT), 0);
   call_join(&c);
   assert_slow_ok(&c.r, "the request in flight at SIGINT");
@@ -630,6 +691,7 @@ static Suite *server_load_suite(void) {
   tcase_add_test(tc, test_deadline);
   tcase_add_test(tc, test_client_gone);
   tcase_add_test(tc, test_client_gone_running);
+  tcase_add_test(tc, test_clients_gone_many);
   tcase_add_test(tc, test_memory_budget);
   suite_add_tcase(s, tc);
 
