@@ -92,6 +92,21 @@ static void call_join(call_t *c) {
   thrd_join(c->thread, NULL);
 }
 
+/* Sends POST /v1/attention with `body` on a new connection and returns the
+ * socket, for a client that will leave without reading the reply. */
+static int send_and_keep(int port, const char *body) {
+  char head[256];
+  snprintf(head, sizeof head,
+           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+           strlen(body));
+  int fd = sh_connect(port);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
+  ck_assert_int_eq(sh_send_all(fd, body, strlen(body)), 0);
+  return fd;
+}
+
 /* A slow request (see the top); `extra` members as JSON text, or NULL. */
 static char *slow_body(uint64_t seed, const char *extra) {
   json_error_t e;
@@ -479,15 +494,7 @@ START_TEST(test_client_gone) {
   call_start(&a, s.port, slow);
   await_metric(&s, "attnd_busy_workers", 1);
 
-  int fd = sh_connect(s.port);
-  ck_assert_int_ge(fd, 0);
-  char head[256];
-  snprintf(head, sizeof head,
-           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-           strlen(small));
-  ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
-  ck_assert_int_eq(sh_send_all(fd, small, strlen(small)), 0);
+  int fd = send_and_keep(s.port, small);
   await_metric(&s, "attnd_queue_depth", 1);
   close(fd);
   await_metric(&s, "attnd_rejections_total{reason=\"client_gone\"}", 1);
@@ -524,22 +531,13 @@ START_TEST(test_clients_gone_many) {
   sh_server_t s;
   start(&s, args);
   char *slow = slow_body(8, NULL);
-  char head[256];
-  snprintf(head, sizeof head,
-           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-           strlen(small));
   for (int round = 1; round <= 3; round++) {
     call_t a;
     call_start(&a, s.port, slow);
     await_metric(&s, "attnd_busy_workers", 1);
     int fd[N_GONE];
-    for (int k = 0; k < N_GONE; k++) {
-      fd[k] = sh_connect(s.port);
-      ck_assert_int_ge(fd[k], 0);
-      ck_assert_int_eq(sh_send_all(fd[k], head, strlen(head)), 0);
-      ck_assert_int_eq(sh_send_all(fd[k], small, strlen(small)), 0);
-    }
+    for (int k = 0; k < N_GONE; k++)
+      fd[k] = send_and_keep(s.port, small);
     await_metric(&s, "attnd_queue_depth", N_GONE);
     for (int k = 0; k < N_GONE; k++)
       close(fd[k]);
@@ -562,15 +560,7 @@ START_TEST(test_client_gone_running) {
   sh_server_t s;
   start(&s, args);
   char *slow = slow_body(6, NULL);
-  int fd = sh_connect(s.port);
-  ck_assert_int_ge(fd, 0);
-  char head[256];
-  snprintf(head, sizeof head,
-           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-           strlen(slow));
-  ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
-  ck_assert_int_eq(sh_send_all(fd, slow, strlen(slow)), 0);
+  int fd = send_and_keep(s.port, slow);
   await_metric(&s, "attnd_busy_workers", 1);
   double t0 = sh_now();
   close(fd);
