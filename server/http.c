@@ -625,7 +625,11 @@ static int start_daemon(server_t *s) {
             gai_strerror(rc));
     return -1;
   }
-  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+  /* poll(), not epoll: with libmicrohttpd 0.9.75's epoll, a client that
+   * closes in the middle of its upload leaves the connection in CLOSE_WAIT
+   * until connection_timeout_s (the end of the stream goes unseen), holding
+   * a connection slot and the body read so far. */
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
   if (ai->ai_family == AF_INET6)
     flags |= strcmp(c->host, "::") == 0 ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;

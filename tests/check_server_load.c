@@ -15,7 +15,8 @@
  *   - deadlines: one too short to start, one that passes in the queue, one
  *     that passes while computing (504, and the worker freed early);
  *   - clients that leave while queued (their place is freed), forty at a
- *     time, and while computing (the worker is freed);
+ *     time, while computing (the worker is freed), and while uploading
+ *     (the connection is closed at once);
  *   - SIGTERM and SIGINT with work in flight: all of it answered, new work
  *     refused with 503, exit status 0.
  * Timing assertions compare events with each other or with the same
@@ -552,6 +553,34 @@ START_TEST(test_clients_gone_many) {
 }
 END_TEST
 
+/* A client that leaves in the middle of its upload: the server sees the end
+ * of the stream and finishes the request at once (logged as 499, counted as
+ * "other"), rather than holding the connection until connection_timeout_s
+ * (30 s here), as libmicrohttpd's epoll mode did. */
+START_TEST(test_client_gone_uploading) {
+  static const char *const args[] = {"--connection-timeout-s", "30", NULL};
+  sh_server_t s;
+  start(&s, args);
+  static const size_t sizes[] = {0, 1000, 300000};
+  char *part = calloc(1, sizes[2]);
+  ck_assert_ptr_nonnull(part);
+  memset(part, ' ', sizes[2]);
+  static const char head[] =
+      "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Type: application/json\r\nContent-Length: 1400000\r\n\r\n";
+  for (int k = 0; k < 3; k++) {
+    int fd = sh_connect(s.port);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
+    ck_assert_int_eq(sh_send_all(fd, part, sizes[k]), 0);
+    close(fd);
+    await_metric(&s, "attnd_requests_total{status=\"other\"}", k + 1);
+  }
+  free(part);
+  stop(&s);
+}
+END_TEST
+
 /* A client that leaves while its request computes frees the worker: the
  * computation stops long before it would have ended. */
 START_TEST(test_client_gone_running) {
@@ -682,6 +711,7 @@ static Suite *server_load_suite(void) {
   tcase_add_test(tc, test_client_gone);
   tcase_add_test(tc, test_client_gone_running);
   tcase_add_test(tc, test_clients_gone_many);
+  tcase_add_test(tc, test_client_gone_uploading);
   tcase_add_test(tc, test_memory_budget);
   suite_add_tcase(s, tc);
 
