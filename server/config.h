@@ -19,6 +19,7 @@ typedef struct attnd_config {
   int64_t http_threads; /* 0 means auto */
   int64_t max_connections;
   int64_t connection_timeout_s;
+  int64_t connection_buffer_bytes;
   int64_t max_body_bytes;
   int64_t max_response_bytes;
   int64_t max_batch;

@@ -607,11 +607,6 @@ static void on_signal(uv_signal_t *sig, int signum) {
   uv_timer_start(&s->drain_timer, on_drain_tick, 0, 20);
 }
 
-/* Each connection's buffer for headers and reading: larger than
- * libmicrohttpd's 32 KiB, so that megabyte bodies arrive in fewer, larger
- * pieces. Pages are touched only as used. */
-#define CONNECTION_MEMORY (256 * 1024)
-
 static int start_daemon(server_t *s) {
   const attnd_config_t *c = s->cfg;
   struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV,
@@ -640,7 +635,7 @@ static int start_daemon(server_t *s) {
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->connection_timeout_s,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
       MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-      (size_t)CONNECTION_MEMORY, MHD_OPTION_END);
+      (size_t)c->connection_buffer_bytes, MHD_OPTION_END);
   freeaddrinfo(ai);
   if (s->daemon == NULL) {
     fprintf(stderr,

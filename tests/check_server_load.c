@@ -581,6 +581,23 @@ START_TEST(test_client_gone_uploading) {
 }
 END_TEST
 
+/* With the smallest usual connection buffer, a megabyte body arrives in
+ * many pieces and is read whole. */
+START_TEST(test_small_connection_buffer) {
+  static const char *const args[] = {"--connection-buffer-bytes", "32K", NULL};
+  sh_server_t s;
+  start(&s, args);
+  char *slow = slow_body(9, NULL);
+  ck_assert_uint_gt(strlen(slow), 1000000);
+  sh_resp_t r;
+  ck_assert_int_eq(sh_post(s.port, slow, strlen(slow), &r), 0);
+  assert_slow_ok(&r, "a 1.4 MB body through 32K buffers");
+  sh_resp_free(&r);
+  free(slow);
+  stop(&s);
+}
+END_TEST
+
 /* A client that leaves while its request computes frees the worker: the
  * computation stops long before it would have ended. */
 START_TEST(test_client_gone_running) {
@@ -712,6 +729,7 @@ static Suite *server_load_suite(void) {
   tcase_add_test(tc, test_client_gone_running);
   tcase_add_test(tc, test_clients_gone_many);
   tcase_add_test(tc, test_client_gone_uploading);
+  tcase_add_test(tc, test_small_connection_buffer);
   tcase_add_test(tc, test_memory_budget);
   suite_add_tcase(s, tc);
 
