@@ -342,6 +342,14 @@ static int same_series(const load_result_t *a, const load_result_t *b) {
          a->rate == b->rate;
 }
 
+/* Whether step i is the first of its series among r[0..i]. */
+static int first_of_series(const load_result_t *r, int i) {
+  for (int j = 0; j < i; j++)
+    if (same_series(&r[j], &r[i]))
+      return 0;
+  return 1;
+}
+
 /* Draws panel k: a log-log plot of `curves` against the length, one colour
  * per series, values below `vmin` drawn at it. */
 static void panel(FILE *f, int k, const char *title, const char *unit,
@@ -401,10 +409,7 @@ static void panel(FILE *f, int k, const char *title, const char *unit,
   /* one polyline per series and curve, in the steps' order of length */
   int series = 0;
   for (int i = 0; i < n; i++) {
-    int seen = 0;
-    for (int j = 0; j < i; j++)
-      seen |= same_series(&r[j], &r[i]);
-    if (seen)
+    if (!first_of_series(r, i))
       continue;
     const char *col = palette[series++ % NPAL];
     for (int c = 0; c < nc; c++) {
@@ -499,10 +504,7 @@ int load_report_svg(const char *path, const char *title,
     /* the series' legend, under the panels */
     int series = 0;
     for (int i = 0; i < n; i++) {
-      int seen = 0;
-      for (int j = 0; j < i; j++)
-        seen |= same_series(&r[j], &r[i]);
-      if (seen)
+      if (!first_of_series(r, i))
         continue;
       char lab[32];
       load_label(&r[i], lab, sizeof lab);
