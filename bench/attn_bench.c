@@ -59,46 +59,59 @@ static const row_t rows[] = {
     {"L2048 avx2", 1, 2048, 2048, 512, 8, 8, 1, 0, 1, ATTN_ISA_AVX2, 0},
 };
 #define NROWS (sizeof rows / sizeof rows[0])
-#define ATTN_BENCH_PROJ_ROWS                                                   \
-  1024 /* core/forward.c: proj_rows() at L >= 4096                             \
-        */
 
-/* Repeats f until `reps` runs and at least `min_ms` have passed (at most
- * 4·reps runs); returns the median of the runs' times. */
-#define TIMED(reps, min_ms, body)                                              \
-  ({                                                                           \
-    double t_[64];                                                             \
-    int n_ = 0;                                                                \
-    double start_ = bench_now_ms();                                            \
-    while (n_ < 64 && (n_ < (reps) || (bench_now_ms() - start_ < (min_ms) &&   \
-                                       n_ < 4 * (reps)))) {                    \
-      double t0_ = bench_now_ms();                                             \
-      body;                                                                    \
-      t_[n_++] = bench_now_ms() - t0_;                                         \
-    }                                                                          \
-    bench_median(t_, n_);                                                      \
-  })
-
-/* The host's single-thread sgemm rate on [m, k]·[n, k]ᵀ, in GFLOP/s: the
- * median of `reps` runs after a warm-up. 2048³ is the ceiling. */
-static double sgemm_rate_shape(int m, int n, int k, int reps) {
-  float *a = bench_random_floats((size_t)m * k, 1, 1),
-        *b = bench_random_floats((size_t)n * k, 1, 2),
-        *c = bench_random_floats((size_t)m * n, 1, 3);
-  openblas_set_num_threads(1);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1, a, k, b, k,
-              0, c, n); /* warm up */
-  double ms = TIMED(reps, 500,
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n,
-                                k, 1, a, k, b, k, 0, c, n));
-  free(a);
-  free(b);
-  free(c);
-  return 2.0 * m * n * k / ms / 1e6;
+/* Whether to run again after n runs since `start`: until `reps` runs and
+ * at least `min_ms` have passed, at most 4·reps runs and 64. */
+static int more_runs(int n, int reps, double start, double min_ms) {
+  return n < 64 &&
+         (n < reps || (bench_now_ms() - start < min_ms && n < 4 * reps));
 }
 
-static double sgemm_rate(int reps) {
-  return sgemm_rate_shape(2048, 2048, 2048, reps);
+/* One thread's sgemm on [m, k]·[n, k]ᵀ, with its operands. */
+typedef struct sgemm {
+  int m, n, k;
+  float *a, *b, *c;
+} sgemm_t;
+
+/* Makes the operands and runs once, to warm up. */
+static void sgemm_init(sgemm_t *g, int m, int n, int k) {
+  *g = (sgemm_t){m,
+                 n,
+                 k,
+                 bench_random_floats((size_t)m * k, 1, 1),
+                 bench_random_floats((size_t)n * k, 1, 2),
+                 bench_random_floats((size_t)m * n, 1, 3)};
+  openblas_set_num_threads(1);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1, g->a, k,
+              g->b, k, 0, g->c, n);
+}
+
+/* One run's rate, GFLOP/s. */
+static double sgemm_run(const sgemm_t *g) {
+  double t0 = bench_now_ms();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->m, g->n, g->k, 1,
+              g->a, g->k, g->b, g->k, 0, g->c, g->n);
+  return 2.0 * g->m * g->n * g->k / (bench_now_ms() - t0) / 1e6;
+}
+
+static void sgemm_free(sgemm_t *g) {
+  free(g->a);
+  free(g->b);
+  free(g->c);
+}
+
+/* The median rate of `reps` runs (or more, for at least 500 ms) after a
+ * warm-up. On 2048³ it is the ceiling. */
+static double sgemm_rate(int m, int n, int k, int reps) {
+  sgemm_t g;
+  sgemm_init(&g, m, n, k);
+  double r[64];
+  int nr = 0;
+  double start = bench_now_ms();
+  while (more_runs(nr, reps, start, 500))
+    r[nr++] = sgemm_run(&g);
+  sgemm_free(&g);
+  return bench_median(r, nr);
 }
 
 /* The flops of a row's plan: projections and attention, as if unmasked. */
@@ -188,25 +201,16 @@ static int run_row(const row_t *r, int reps, result_t *res) {
   getrusage(RUSAGE_SELF, &ru);
   res->rss_mb = (double)ru.ru_maxrss / 1024.0;
 
-  const int n = 2048;
-  float *a = bench_random_floats((size_t)n * n, 1, 1),
-        *b = bench_random_floats((size_t)n * n, 1, 2),
-        *c = bench_random_floats((size_t)n * n, 1, 3);
-  openblas_set_num_threads(1);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n,
-              0, c, n); /* warm up */
+  sgemm_t ceil;
+  sgemm_init(&ceil, 2048, 2048, 2048);
   /* Short rows run several times per pair, so that they run warm. */
   int inner = warm_ms >= 40 ? 1 : warm_ms < 2.5 ? 16 : (int)(40 / warm_ms);
   double proj_flops, flops = row_flops(r, &proj_flops);
   double ms[64], proj[64], xs[64], pxs[64], cs[64], sp[64];
   int np = 0;
   double start = bench_now_ms();
-  while (np < 64 &&
-         (np < reps || (bench_now_ms() - start < 1000 && np < 4 * reps))) {
-    double t0 = bench_now_ms();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1, a, n, b, n,
-                0, c, n);
-    cs[np] = 2.0 * n * n * n / (bench_now_ms() - t0) / 1e6;
+  while (more_runs(np, reps, start, 1000)) {
+    cs[np] = sgemm_run(&ceil);
     ms[np] = time_plan(&plan, &o, ws, inner, &proj[np]);
     if (r->threads > 1) {
       double unused;
@@ -278,7 +282,7 @@ int main(int argc, char **argv) {
   attn_backend_info(&be);
   double ceilings[NROWS + 1];
   int nceil = 0;
-  ceilings[nceil++] = sgemm_rate(reps);
+  ceilings[nceil++] = sgemm_rate(2048, 2048, 2048, reps);
   printf(
       "attn-bench: %s, kernel %s, SIMD %s; sgemm 2048^3 one thread: %.1f "
       "GFLOP/s (the ceiling; each run of a row is paired with a run of it, and "
@@ -289,8 +293,7 @@ int main(int argc, char **argv) {
     fprintf(csv,
             "name,B,Lq,Lk,E,H,Hkv,mask,weights,threads,path,median_ms,"
             "gflops,x_sgemm,proj_x_sgemm,x_one_thread,peak_rss_mb,torch_ms,"
-            "x_torch,"
-            "sgemm_gflops\n");
+            "x_torch,sgemm_gflops\n");
   printf("%-19s %2s %6s %6s %5s %3s %3s %-6s %-8s %2s %-16s %10s %8s %6s %6s "
          "%6s %8s%s\n",
          "row", "B", "Lq", "Lk", "E", "H", "Hkv", "mask", "weights", "th",
@@ -367,11 +370,12 @@ int main(int argc, char **argv) {
   printf("sgemm ceiling over the run: median %.1f, from %.1f to %.1f "
          "GFLOP/s\n",
          bench_median(ceilings, nceil), lo, hi);
-  /* What sgemm itself does on the projections' calls at E = 512 (1024 rows
-   * of [512]·[512, 512]ᵀ), beside the ceiling measured just before it:
-   * the part of proj_x that is the shape and not attnd. */
-  double c = sgemm_rate(reps),
-         s = sgemm_rate_shape(ATTN_BENCH_PROJ_ROWS, 512, 512, 4 * reps);
+  /* What sgemm itself does on the projections' calls at E = 512 from
+   * L = 4096 (1024 rows of [512]·[512, 512]ᵀ: core/forward.c, proj_rows),
+   * beside the ceiling measured just before it: the part of proj_x that is
+   * the shape and not attnd. */
+  double c = sgemm_rate(2048, 2048, 2048, reps),
+         s = sgemm_rate(1024, 512, 512, 4 * reps);
   printf("sgemm on the projections' calls (1024x512x512): %.1f GFLOP/s, "
          "%.2f of the ceiling (%.1f)\n",
          s, s / c, c);
