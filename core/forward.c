@@ -73,8 +73,8 @@ typedef struct fwd {
   float *q, *kt, *v, *out;
   float *scratch;
   size_t scratch_stride;
-  int64_t rows; /* per projection task */
-  int64_t n_q, n_k, n_v, n_layout, n_units, n_out;
+  int64_t rows;                               /* per projection task */
+  int64_t n_q, n_k, n_layout, n_units, n_out; /* V has as many tasks as K */
   attn__attend_fn attend;
 } fwd_t;
 
@@ -308,8 +308,7 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   f->rows = proj_rows(pl);
   f->n_q = pl->B * chunks(pl->Lq, f->rows);
   f->n_k = pl->B * chunks(pl->Lk, f->rows);
-  f->n_v = f->n_k;
-  f->n_layout = f->n_q + f->n_k + f->n_v;
+  f->n_layout = f->n_q + 2 * f->n_k;
   f->n_units = pl->B * (pl->H / c->heads_per_unit) * c->n_qblocks;
   f->n_out = (p->o_weight.rank || p->o_bias.rank)
                  ? chunks(pl->B * pl->Lq, f->rows)
