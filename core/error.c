@@ -1,4 +1,4 @@
-/* core/error.c: error names, messages and the error record. */
+/* core/error.c: error names, messages, input names and the error record. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,12 +31,33 @@ const char *attn_errname(int code) {
   return "EUNKNOWN";
 }
 
-int attn__err(attn_error_t *err, int code, const char *field, const char *fmt,
+/* memset(err, 0) must mean "no field", and every spelling must fit in
+ * attn_error_t.field whole. */
+_Static_assert(ATTN_FIELD_NONE == 0, "ATTN_FIELD_NONE must be zero");
+#define ATTN__FIELD_FITS(name, spelling)                                       \
+  _Static_assert(sizeof(spelling) <= ATTN_ERROR_FIELD_MAX,                     \
+                 "field name " spelling " too long for attn_error_t.field");
+ATTN_FIELD_MAP(ATTN__FIELD_FITS)
+#undef ATTN__FIELD_FITS
+
+const char *attn_field_name(attn_field_t f) {
+  static const char *const names[] = {
+#define ATTN__FIELD_NAME(name, spelling) [ATTN_FIELD_##name] = spelling,
+      ATTN_FIELD_MAP(ATTN__FIELD_NAME)
+#undef ATTN__FIELD_NAME
+  };
+  if ((unsigned)f >= ATTN_FIELD_COUNT)
+    return "unknown";
+  return names[f];
+}
+
+int attn__err(attn_error_t *err, int code, attn_field_t field, const char *fmt,
               ...) {
   if (err == NULL)
     return code;
   err->code = code;
-  snprintf(err->field, sizeof err->field, "%s", field ? field : "");
+  err->field_id = field;
+  snprintf(err->field, sizeof err->field, "%s", attn_field_name(field));
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(err->message, sizeof err->message, fmt, ap);

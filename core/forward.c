@@ -324,23 +324,23 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
   if (err)
     memset(err, 0, sizeof *err);
   if (o == NULL || o->out == NULL)
-    return attn__err(err, ATTN_EINVAL, "out", "out [%lld] buffer is required",
-                     (long long)pl->out_elems);
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_OUT,
+                     "out [%lld] buffer is required", (long long)pl->out_elems);
   if (p->want_weights && o->weights == NULL)
-    return attn__err(err, ATTN_EINVAL, "weights",
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_WEIGHTS,
                      "weights [%lld] buffer is required when asked for",
                      (long long)pl->weights_elems);
   if (p->want_mean_weights && o->mean_weights == NULL)
-    return attn__err(err, ATTN_EINVAL, "mean_weights",
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_MEAN_WEIGHTS,
                      "mean_weights [%lld] buffer is required when asked for",
                      (long long)pl->mean_elems);
   if (p->want_head_outputs && o->head_outputs == NULL)
-    return attn__err(err, ATTN_EINVAL, "head_outputs",
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_HEAD_OUTPUTS,
                      "head_outputs [%lld] buffer is required when asked for",
                      (long long)pl->head_elems);
   if (workspace == NULL || workspace_bytes < pl->workspace_bytes ||
       (uintptr_t)workspace % ATTN__ALIGN)
-    return attn__err(err, ATTN_ENOSPC, "workspace",
+    return attn__err(err, ATTN_ENOSPC, ATTN_FIELD_WORKSPACE,
                      "workspace of %zu bytes at %p: need %zu bytes, %d-byte "
                      "aligned",
                      workspace_bytes, workspace, pl->workspace_bytes,
@@ -377,7 +377,7 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
   o->timing.output_ms = t3 - t2;
   o->timing.total_ms = t3 - t0;
   if (canceled(pl))
-    return attn__err(err, ATTN_ECANCELED, "cancel", "canceled after %.3f ms",
-                     t3 - t0);
+    return attn__err(err, ATTN_ECANCELED, ATTN_FIELD_CANCEL,
+                     "canceled after %.3f ms", t3 - t0);
   return 0;
 }

@@ -29,8 +29,9 @@ static inline int64_t attn__round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;
 }
 
-/* Fills `err` (may be NULL) and returns `code`. printf-style message. */
-int attn__err(attn_error_t *err, int code, const char *field, const char *fmt,
+/* Fills `err` (may be NULL) with `code`, `field` (both as field_id and as
+ * its name) and the printf-style message, and returns `code`. */
+int attn__err(attn_error_t *err, int code, attn_field_t field, const char *fmt,
               ...) __attribute__((format(printf, 4, 5)));
 
 /* Everything a kernel reads, resolved by attn_forward from the plan. All

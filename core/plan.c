@@ -2,8 +2,9 @@
  *
  * Every check that stands between untrusted input and the kernels lives
  * here; the kernels assume a plan that attn_plan_init accepted. Each error
- * names the field as attn_params_t spells it and prints the shapes involved
- * as "[d0, d1, ...]". */
+ * names the field by its attn_field_t, whose name (attn_field_name) is the
+ * one attn_params_t spells, and prints the shapes involved as
+ * "[d0, d1, ...]". */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,73 +33,78 @@ static int present(const attn_tensor_t *t) {
 
 /* Checks that a present tensor has data, a rank in [lo, hi] and positive
  * dimensions whose product stays below 2^48 elements. */
-static int check_tensor(const attn_tensor_t *t, const char *name, int lo,
+static int check_tensor(const attn_tensor_t *t, attn_field_t field, int lo,
                         int hi, attn_error_t *err) {
+  const char *name = attn_field_name(field);
   if (t->rank < lo || t->rank > hi) {
     if (t->rank < 0 || t->rank > ATTN_MAX_RANK)
-      return attn__err(err, ATTN_ERANK, name, "%s has rank %d; expected %d%s%d",
-                       name, t->rank, lo, lo == hi ? "" : " to ", hi);
+      return attn__err(err, ATTN_ERANK, field,
+                       "%s has rank %d; expected %d%s%d", name, t->rank, lo,
+                       lo == hi ? "" : " to ", hi);
     if (lo == hi)
-      return attn__err(err, ATTN_ERANK, name,
+      return attn__err(err, ATTN_ERANK, field,
                        "%s must have rank %d, got rank %d %s", name, lo,
                        t->rank, shape_of(t).s);
-    return attn__err(err, ATTN_ERANK, name,
+    return attn__err(err, ATTN_ERANK, field,
                      "%s must have rank %d to %d, got rank %d %s", name, lo, hi,
                      t->rank, shape_of(t).s);
   }
   if (t->data == NULL)
-    return attn__err(err, ATTN_EINVAL, name, "%s %s has no data", name,
+    return attn__err(err, ATTN_EINVAL, field, "%s %s has no data", name,
                      shape_of(t).s);
   int64_t n = 1;
   for (int i = 0; i < t->rank; i++) {
     if (t->dim[i] < 1)
-      return attn__err(err, ATTN_ESHAPE, name,
+      return attn__err(err, ATTN_ESHAPE, field,
                        "%s %s has an empty or negative dimension", name,
                        shape_of(t).s);
     if (__builtin_mul_overflow(n, t->dim[i], &n) || n > ((int64_t)1 << 48))
-      return attn__err(err, ATTN_EOVERFLOW, name, "%s %s is too large", name,
+      return attn__err(err, ATTN_EOVERFLOW, field, "%s %s is too large", name,
                        shape_of(t).s);
   }
   return 0;
 }
 
 /* A projection weight [rows, in], with its input width `in` from `in_name`. */
-static int check_weight(const attn_tensor_t *w, const char *name, int64_t in,
+static int check_weight(const attn_tensor_t *w, attn_field_t field, int64_t in,
                         const char *in_name, attn_error_t *err) {
-  int r = check_tensor(w, name, 2, 2, err);
+  const char *name = attn_field_name(field);
+  int r = check_tensor(w, field, 2, 2, err);
   if (r < 0)
     return r;
   if (w->dim[1] != in)
-    return attn__err(err, ATTN_ESHAPE, name,
+    return attn__err(err, ATTN_ESHAPE, field,
                      "%s %s must have %lld columns, the width of %s", name,
                      shape_of(w).s, (long long)in, in_name);
   return 0;
 }
 
 /* A projection bias [out]. */
-static int check_bias(const attn_tensor_t *b, const char *name, int64_t out,
+static int check_bias(const attn_tensor_t *b, attn_field_t field, int64_t out,
                       const char *why, attn_error_t *err) {
-  int r = check_tensor(b, name, 1, 1, err);
+  const char *name = attn_field_name(field);
+  int r = check_tensor(b, field, 1, 1, err);
   if (r < 0)
     return r;
   if (b->dim[0] != out)
-    return attn__err(err, ATTN_ESHAPE, name,
+    return attn__err(err, ATTN_ESHAPE, field,
                      "%s %s must have %lld elements, %s", name, shape_of(b).s,
                      (long long)out, why);
   return 0;
 }
 
 /* A mask-like tensor of rank 2..4 broadcastable to [B, H, Lq, Lk]. */
-static int check_broadcast(const attn_tensor_t *t, const char *name,
+static int check_broadcast(const attn_tensor_t *t, attn_field_t field,
                            const int64_t full[4], attn_error_t *err) {
-  int r = check_tensor(t, name, 2, 4, err);
+  const char *name = attn_field_name(field);
+  int r = check_tensor(t, field, 2, 4, err);
   if (r < 0)
     return r;
   for (int i = 0; i < t->rank; i++) {
     int64_t want = full[4 - t->rank + i];
     if (t->dim[i] != 1 && t->dim[i] != want)
       return attn__err(
-          err, ATTN_ESHAPE, name,
+          err, ATTN_ESHAPE, field,
           "%s %s does not broadcast to [B, H, Lq, Lk] = [%lld, %lld, %lld, "
           "%lld]: dimension %d is %lld, not 1 or %lld",
           name, shape_of(t).s, (long long)full[0], (long long)full[1],
@@ -133,7 +139,7 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
       __builtin_mul_overflow(mul3(B, H, Lq), pl->Dh + pl->Dv, &n) || n > lim ||
       __builtin_mul_overflow(mul3(B, Hkv, Lkp + 16), pl->Dh + Dvp + 16, &n) ||
       n > lim)
-    return attn__err(err, ATTN_EOVERFLOW, "query",
+    return attn__err(err, ATTN_EOVERFLOW, ATTN_FIELD_QUERY,
                      "problem too large: B=%lld H=%lld Lq=%lld Lk=%lld Dh=%lld "
                      "Dv=%lld",
                      (long long)B, (long long)H, (long long)Lq, (long long)Lk,
@@ -155,7 +161,8 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
   for (int t = 0; t < pl->threads; t++)
     bad |= add_floats(&ws, (int64_t)attn__scratch_floats(pl));
   if (bad)
-    return attn__err(err, ATTN_EOVERFLOW, "query", "workspace size overflows");
+    return attn__err(err, ATTN_EOVERFLOW, ATTN_FIELD_QUERY,
+                     "workspace size overflows");
   pl->workspace_bytes = ws;
 
   double proj = 0;
@@ -175,40 +182,42 @@ static int check_inputs(attn_plan_t *pl, const attn_params_t *p,
                         attn_error_t *err) {
   int r;
   if (p->query.rank == 0 || p->query.data == NULL)
-    return attn__err(err, ATTN_EINVAL, "query", "query is required");
-  if ((r = check_tensor(&p->query, "query", 2, 3, err)) < 0)
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_QUERY, "query is required");
+  if ((r = check_tensor(&p->query, ATTN_FIELD_QUERY, 2, 3, err)) < 0)
     return r;
   const attn_tensor_t *q = &p->query;
   const attn_tensor_t *k = present(&p->key) ? &p->key : q;
   const attn_tensor_t *v = present(&p->value) ? &p->value : k;
   const char *kname = k == q ? "query" : "key";
-  if (k != q && (r = check_tensor(k, "key", 1, ATTN_MAX_RANK, err)) < 0)
+  if (k != q &&
+      (r = check_tensor(k, ATTN_FIELD_KEY, 1, ATTN_MAX_RANK, err)) < 0)
     return r;
-  if (v != k && (r = check_tensor(v, "value", 1, ATTN_MAX_RANK, err)) < 0)
+  if (v != k &&
+      (r = check_tensor(v, ATTN_FIELD_VALUE, 1, ATTN_MAX_RANK, err)) < 0)
     return r;
   if (k->rank != q->rank)
-    return attn__err(err, ATTN_ERANK, "key",
+    return attn__err(err, ATTN_ERANK, ATTN_FIELD_KEY,
                      "key %s must have the rank of query %s", shape_of(k).s,
                      shape_of(q).s);
   if (v->rank != q->rank)
-    return attn__err(err, ATTN_ERANK, "value",
+    return attn__err(err, ATTN_ERANK, ATTN_FIELD_VALUE,
                      "value %s must have the rank of query %s", shape_of(v).s,
                      shape_of(q).s);
   int b3 = q->rank == 3;
   pl->batched = b3;
   pl->B = b3 ? q->dim[0] : 1;
   if (b3 && k->dim[0] != q->dim[0])
-    return attn__err(err, ATTN_ESHAPE, "key",
+    return attn__err(err, ATTN_ESHAPE, ATTN_FIELD_KEY,
                      "key %s has batch %lld but query %s has batch %lld",
                      shape_of(k).s, (long long)k->dim[0], shape_of(q).s,
                      (long long)q->dim[0]);
   if (b3 && v->dim[0] != k->dim[0])
-    return attn__err(err, ATTN_ESHAPE, "value",
+    return attn__err(err, ATTN_ESHAPE, ATTN_FIELD_VALUE,
                      "value %s has batch %lld but %s %s has batch %lld",
                      shape_of(v).s, (long long)v->dim[0], kname, shape_of(k).s,
                      (long long)k->dim[0]);
   if (v->dim[b3] != k->dim[b3])
-    return attn__err(err, ATTN_ESHAPE, "value",
+    return attn__err(err, ATTN_ESHAPE, ATTN_FIELD_VALUE,
                      "%s has %lld rows but value has %lld (%s %s, value %s)",
                      kname, (long long)k->dim[b3], (long long)v->dim[b3], kname,
                      shape_of(k).s, shape_of(v).s);
@@ -224,17 +233,17 @@ static int check_heads_and_projections(attn_plan_t *pl, const attn_params_t *p,
                                        attn_error_t *err) {
   int r;
   if (p->num_heads < 1)
-    return attn__err(err, ATTN_EINVAL, "num_heads",
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_NUM_HEADS,
                      "num_heads is %lld; it must be at least 1",
                      (long long)p->num_heads);
   if (p->num_kv_heads < 0)
-    return attn__err(err, ATTN_EINVAL, "num_kv_heads",
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_NUM_KV_HEADS,
                      "num_kv_heads is %lld; it must be at least 1 (0 means "
                      "num_heads)",
                      (long long)p->num_kv_heads);
   int64_t H = p->num_heads, Hkv = p->num_kv_heads ? p->num_kv_heads : H;
   if (Hkv > H || H % Hkv != 0)
-    return attn__err(err, ATTN_EHEADS, "num_kv_heads",
+    return attn__err(err, ATTN_EHEADS, ATTN_FIELD_NUM_KV_HEADS,
                      "num_kv_heads %lld does not divide num_heads %lld",
                      (long long)Hkv, (long long)H);
   pl->H = H;
@@ -245,23 +254,24 @@ static int check_heads_and_projections(attn_plan_t *pl, const attn_params_t *p,
   /* Q: [H·Dh, Eq] fixes Dh. */
   int64_t qw = pl->Eq;
   if (present(&p->q_weight)) {
-    if ((r = check_weight(&p->q_weight, "q_weight", pl->Eq, "query", err)) < 0)
+    if ((r = check_weight(&p->q_weight, ATTN_FIELD_Q_WEIGHT, pl->Eq, "query",
+                          err)) < 0)
       return r;
     qw = p->q_weight.dim[0];
     if (qw % H)
-      return attn__err(err, ATTN_EHEADS, "q_weight",
+      return attn__err(err, ATTN_EHEADS, ATTN_FIELD_Q_WEIGHT,
                        "q_weight %s has %lld rows, not a multiple of "
                        "num_heads %lld",
                        shape_of(&p->q_weight).s, (long long)qw, (long long)H);
   } else if (qw % H) {
-    return attn__err(err, ATTN_EHEADS, "query",
+    return attn__err(err, ATTN_EHEADS, ATTN_FIELD_QUERY,
                      "query %s has width %lld, not a multiple of num_heads "
                      "%lld (no q_weight)",
                      shape_of(&p->query).s, (long long)qw, (long long)H);
   }
   pl->Dh = qw / H;
   if (present(&p->q_bias) &&
-      (r = check_bias(&p->q_bias, "q_bias", qw,
+      (r = check_bias(&p->q_bias, ATTN_FIELD_Q_BIAS, qw,
                       present(&p->q_weight) ? "the rows of q_weight"
                                             : "the width of query",
                       err)) < 0)
@@ -270,35 +280,37 @@ static int check_heads_and_projections(attn_plan_t *pl, const attn_params_t *p,
   /* K: [Hkv·Dh, Ek]. */
   int64_t kw = Hkv * pl->Dh;
   if (present(&p->k_weight)) {
-    if ((r = check_weight(&p->k_weight, "k_weight", pl->Ek, kname, err)) < 0)
+    if ((r = check_weight(&p->k_weight, ATTN_FIELD_K_WEIGHT, pl->Ek, kname,
+                          err)) < 0)
       return r;
     if (p->k_weight.dim[0] != kw)
-      return attn__err(err, ATTN_ESHAPE, "k_weight",
+      return attn__err(err, ATTN_ESHAPE, ATTN_FIELD_K_WEIGHT,
                        "k_weight %s must have %lld rows, num_kv_heads %lld "
                        "times the head width %lld",
                        shape_of(&p->k_weight).s, (long long)kw, (long long)Hkv,
                        (long long)pl->Dh);
   } else if (pl->Ek != kw) {
     const attn_tensor_t *k = present(&p->key) ? &p->key : &p->query;
-    return attn__err(err, ATTN_ESHAPE, "key",
+    return attn__err(err, ATTN_ESHAPE, ATTN_FIELD_KEY,
                      "%s %s has width %lld but needs num_kv_heads %lld times "
                      "the head width %lld = %lld (no k_weight)",
                      kname, shape_of(k).s, (long long)pl->Ek, (long long)Hkv,
                      (long long)pl->Dh, (long long)kw);
   }
   if (present(&p->k_bias) &&
-      (r = check_bias(&p->k_bias, "k_bias", kw,
+      (r = check_bias(&p->k_bias, ATTN_FIELD_K_BIAS, kw,
                       "num_kv_heads times the head width", err)) < 0)
     return r;
 
   /* V: [Hkv·Dv, Ev] fixes Dv. */
   int64_t vw = pl->Ev;
   if (present(&p->v_weight)) {
-    if ((r = check_weight(&p->v_weight, "v_weight", pl->Ev, vname, err)) < 0)
+    if ((r = check_weight(&p->v_weight, ATTN_FIELD_V_WEIGHT, pl->Ev, vname,
+                          err)) < 0)
       return r;
     vw = p->v_weight.dim[0];
     if (vw % Hkv)
-      return attn__err(err, ATTN_EHEADS, "v_weight",
+      return attn__err(err, ATTN_EHEADS, ATTN_FIELD_V_WEIGHT,
                        "v_weight %s has %lld rows, not a multiple of "
                        "num_kv_heads %lld",
                        shape_of(&p->v_weight).s, (long long)vw, (long long)Hkv);
@@ -306,14 +318,14 @@ static int check_heads_and_projections(attn_plan_t *pl, const attn_params_t *p,
     const attn_tensor_t *v = present(&p->value) ? &p->value
                              : present(&p->key) ? &p->key
                                                 : &p->query;
-    return attn__err(err, ATTN_EHEADS, "value",
+    return attn__err(err, ATTN_EHEADS, ATTN_FIELD_VALUE,
                      "%s %s has width %lld, not a multiple of num_kv_heads "
                      "%lld (no v_weight)",
                      vname, shape_of(v).s, (long long)vw, (long long)Hkv);
   }
   pl->Dv = vw / Hkv;
   if (present(&p->v_bias) &&
-      (r = check_bias(&p->v_bias, "v_bias", vw,
+      (r = check_bias(&p->v_bias, ATTN_FIELD_V_BIAS, vw,
                       present(&p->v_weight) ? "the rows of v_weight"
                                             : "the width of value",
                       err)) < 0)
@@ -322,10 +334,10 @@ static int check_heads_and_projections(attn_plan_t *pl, const attn_params_t *p,
   /* O: [Eo, H·Dv]. */
   pl->Eo = H * pl->Dv;
   if (present(&p->o_weight)) {
-    if ((r = check_tensor(&p->o_weight, "o_weight", 2, 2, err)) < 0)
+    if ((r = check_tensor(&p->o_weight, ATTN_FIELD_O_WEIGHT, 2, 2, err)) < 0)
       return r;
     if (p->o_weight.dim[1] != H * pl->Dv)
-      return attn__err(err, ATTN_ESHAPE, "o_weight",
+      return attn__err(err, ATTN_ESHAPE, ATTN_FIELD_O_WEIGHT,
                        "o_weight %s must have %lld columns, num_heads %lld "
                        "times the value head width %lld",
                        shape_of(&p->o_weight).s, (long long)(H * pl->Dv),
@@ -333,7 +345,7 @@ static int check_heads_and_projections(attn_plan_t *pl, const attn_params_t *p,
     pl->Eo = p->o_weight.dim[0];
   }
   if (present(&p->o_bias) &&
-      (r = check_bias(&p->o_bias, "o_bias", pl->Eo,
+      (r = check_bias(&p->o_bias, ATTN_FIELD_O_BIAS, pl->Eo,
                       present(&p->o_weight) ? "the rows of o_weight"
                                             : "num_heads times the value head "
                                               "width",
@@ -342,11 +354,12 @@ static int check_heads_and_projections(attn_plan_t *pl, const attn_params_t *p,
   return 0;
 }
 
-static int check_finite(const float *x, int64_t n, const char *name,
+static int check_finite(const float *x, int64_t n, attn_field_t field,
                         attn_error_t *err) {
+  const char *name = attn_field_name(field);
   for (int64_t i = 0; i < n; i++)
     if (!isfinite(x[i]))
-      return attn__err(err, ATTN_ERANGE, name,
+      return attn__err(err, ATTN_ERANGE, field,
                        "%s[%lld] is %g; it must be finite", name, (long long)i,
                        (double)x[i]);
   return 0;
@@ -356,61 +369,63 @@ static int check_masks(attn_plan_t *pl, const attn_params_t *p,
                        attn_error_t *err) {
   int r;
   if ((unsigned)p->causal > ATTN_CAUSAL_TOP_LEFT)
-    return attn__err(err, ATTN_EINVAL, "causal",
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_CAUSAL,
                      "causal is %d, not a known kind", (int)p->causal);
   if (present(&p->key_lengths)) {
-    if ((r = check_tensor(&p->key_lengths, "key_lengths", 1, 1, err)) < 0)
+    if ((r = check_tensor(&p->key_lengths, ATTN_FIELD_KEY_LENGTHS, 1, 1, err)) <
+        0)
       return r;
     if (p->key_lengths.dim[0] != pl->B)
-      return attn__err(err, ATTN_ESHAPE, "key_lengths",
+      return attn__err(err, ATTN_ESHAPE, ATTN_FIELD_KEY_LENGTHS,
                        "key_lengths %s must have one length per batch item, "
                        "B = %lld",
                        shape_of(&p->key_lengths).s, (long long)pl->B);
     const int64_t *len = p->key_lengths.data;
     for (int64_t b = 0; b < pl->B; b++)
       if (len[b] < 0 || len[b] > pl->Lk)
-        return attn__err(err, ATTN_ERANGE, "key_lengths",
+        return attn__err(err, ATTN_ERANGE, ATTN_FIELD_KEY_LENGTHS,
                          "key_lengths[%lld] is %lld; it must be in [0, Lk = "
                          "%lld]",
                          (long long)b, (long long)len[b], (long long)pl->Lk);
   }
   const int64_t full[4] = {pl->B, pl->H, pl->Lq, pl->Lk};
   if (present(&p->allow) &&
-      (r = check_broadcast(&p->allow, "allow", full, err)) < 0)
+      (r = check_broadcast(&p->allow, ATTN_FIELD_ALLOW, full, err)) < 0)
     return r;
   if (present(&p->bias) &&
-      (r = check_broadcast(&p->bias, "bias", full, err)) < 0)
+      (r = check_broadcast(&p->bias, ATTN_FIELD_BIAS, full, err)) < 0)
     return r;
   if (p->has_window_left && p->window_left < 0)
-    return attn__err(err, ATTN_ERANGE, "window_left",
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_WINDOW_LEFT,
                      "window_left is %lld; it must be at least 0",
                      (long long)p->window_left);
   if (p->has_window_right && p->window_right < 0)
-    return attn__err(err, ATTN_ERANGE, "window_right",
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_WINDOW_RIGHT,
                      "window_right is %lld; it must be at least 0",
                      (long long)p->window_right);
   if (p->has_scale && !isfinite(p->scale))
-    return attn__err(err, ATTN_ERANGE, "scale",
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_SCALE,
                      "scale is %g; it must be finite", (double)p->scale);
   if (p->has_softcap && !(isfinite(p->softcap) && p->softcap > 0))
-    return attn__err(err, ATTN_ERANGE, "softcap",
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_SOFTCAP,
                      "softcap is %g; it must be finite and above 0",
                      (double)p->softcap);
   if ((unsigned)p->alibi > ATTN_ALIBI_SLOPES)
-    return attn__err(err, ATTN_EINVAL, "alibi", "alibi is %d, not a known kind",
-                     (int)p->alibi);
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ALIBI,
+                     "alibi is %d, not a known kind", (int)p->alibi);
   if (p->alibi == ATTN_ALIBI_SLOPES) {
     if (!present(&p->alibi_slopes))
-      return attn__err(err, ATTN_EINVAL, "alibi_slopes",
+      return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ALIBI_SLOPES,
                        "alibi_slopes are required for explicit ALiBi slopes");
-    if ((r = check_tensor(&p->alibi_slopes, "alibi_slopes", 1, 1, err)) < 0)
+    if ((r = check_tensor(&p->alibi_slopes, ATTN_FIELD_ALIBI_SLOPES, 1, 1,
+                          err)) < 0)
       return r;
     if (p->alibi_slopes.dim[0] != pl->H)
-      return attn__err(err, ATTN_ESHAPE, "alibi_slopes",
+      return attn__err(err, ATTN_ESHAPE, ATTN_FIELD_ALIBI_SLOPES,
                        "alibi_slopes %s must have one slope per head, H = %lld",
                        shape_of(&p->alibi_slopes).s, (long long)pl->H);
-    if ((r = check_finite(p->alibi_slopes.data, pl->H, "alibi_slopes", err)) <
-        0)
+    if ((r = check_finite(p->alibi_slopes.data, pl->H, ATTN_FIELD_ALIBI_SLOPES,
+                          err)) < 0)
       return r;
   }
   return 0;
@@ -422,16 +437,16 @@ static int check_exec(attn_plan_t *pl, const attn_exec_t *ex,
   if (ex == NULL)
     ex = &def;
   if (ex->threads < 0 || ex->threads > 1024)
-    return attn__err(err, ATTN_EINVAL, "threads",
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_THREADS,
                      "threads is %d; it must be in [1, 1024] (0 means 1)",
                      ex->threads);
   pl->threads = ex->threads ? ex->threads : 1;
   attn_isa_t best = attn__cpu_isa();
   if ((unsigned)ex->isa > ATTN_ISA_AVX512)
-    return attn__err(err, ATTN_EINVAL, "isa", "isa is %d, not a known kind",
-                     (int)ex->isa);
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ISA,
+                     "isa is %d, not a known kind", (int)ex->isa);
   if (ex->isa > best)
-    return attn__err(err, ATTN_ENOTSUP, "isa",
+    return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_ISA,
                      "isa %s is not supported by this CPU (best: %s)",
                      attn_isa_name(ex->isa), attn_isa_name(best));
   pl->isa = ex->isa == ATTN_ISA_AUTO ? best : ex->isa;

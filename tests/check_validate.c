@@ -345,8 +345,9 @@ static void apply_edit(const edit_t *e, attn_params_t *p, attn_exec_t *ex) {
   }
 }
 
-/* Asserts the full error report: code returned, err.code, err.field, and
- * that err.message names the field and holds every substring asked for. */
+/* Asserts the full error report: code returned, err.code, err.field_id
+ * (whose name is `field`), err.field, and that err.message names the field
+ * and holds every substring asked for. */
 static void expect_error(int rc, const attn_error_t *err, int code,
                          const char *field, const char *const *sub, int nsub,
                          const char *name) {
@@ -355,6 +356,13 @@ static void expect_error(int rc, const attn_error_t *err, int code,
                 err->field, err->message);
   ck_assert_msg(err->code == code, "%s: err.code %d, expected %d", name,
                 err->code, code);
+  ck_assert_msg(err->field_id > ATTN_FIELD_NONE &&
+                    err->field_id < ATTN_FIELD_COUNT,
+                "%s: err.field_id %d is not an input (message: %s)", name,
+                (int)err->field_id, err->message);
+  ck_assert_msg(strcmp(attn_field_name(err->field_id), field) == 0,
+                "%s: err.field_id names '%s', expected '%s' (message: %s)",
+                name, attn_field_name(err->field_id), field, err->message);
   ck_assert_msg(strcmp(err->field, field) == 0,
                 "%s: err.field '%s', expected '%s' (message: %s)", name,
                 err->field, field, err->message);
@@ -734,6 +742,48 @@ START_TEST(test_error_strings) {
 }
 END_TEST
 
+/* ATTN_FIELD_MAP: dense ids from NONE = 0, each with its own non-empty
+ * spelling that fits err.field (NONE alone is ""), "unknown" outside it; and
+ * a plan that succeeds leaves field_id at NONE. */
+START_TEST(test_field_names) {
+  static const struct {
+    attn_field_t id;
+    const char *name;
+  } map[] = {
+#define ROW(name, spelling) {ATTN_FIELD_##name, spelling},
+      ATTN_FIELD_MAP(ROW)
+#undef ROW
+  };
+  const int n = (int)(sizeof map / sizeof map[0]);
+  ck_assert_int_eq(n, ATTN_FIELD_COUNT);
+  ck_assert_int_eq(ATTN_FIELD_NONE, 0);
+  ck_assert_str_eq(attn_field_name(ATTN_FIELD_NONE), "");
+  for (int a = 0; a < n; a++) {
+    ck_assert_int_eq(map[a].id, a);
+    const char *na = attn_field_name(map[a].id);
+    ck_assert_str_eq(na, map[a].name);
+    ck_assert_uint_lt(strlen(na), ATTN_ERROR_FIELD_MAX);
+    if (a == ATTN_FIELD_NONE)
+      continue;
+    ck_assert_msg(na[0] != '\0', "ATTN_FIELD %d has no name", a);
+    ck_assert_msg(strcmp(na, "unknown") != 0, "ATTN_FIELD %d is 'unknown'", a);
+    for (int b = 1; b < a; b++)
+      ck_assert_msg(strcmp(na, attn_field_name(map[b].id)) != 0,
+                    "ATTN_FIELD %d and %d are both '%s'", b, a, na);
+  }
+  ck_assert_str_eq(attn_field_name(ATTN_FIELD_COUNT), "unknown");
+  ck_assert_str_eq(attn_field_name((attn_field_t)-1), "unknown");
+  ck_assert_str_eq(attn_field_name((attn_field_t)1000), "unknown");
+
+  attn_plan_t plan;
+  attn_error_t err;
+  memset(&err, 0x5a, sizeof err);
+  ck_assert_int_eq(attn_plan_init(&plan, &base, &base_exec, &err), 0);
+  ck_assert_int_eq(err.field_id, ATTN_FIELD_NONE);
+  ck_assert_str_eq(err.field, "");
+}
+END_TEST
+
 START_TEST(test_isa_names) {
   ck_assert_str_eq(attn_isa_name(ATTN_ISA_GENERIC), "generic");
   ck_assert_str_eq(attn_isa_name(ATTN_ISA_AVX2), "avx2");
@@ -772,6 +822,7 @@ static Suite *validate_suite(void) {
   tc = tcase_create("strings");
   tcase_add_checked_fixture(tc, setup_base, teardown_base);
   tcase_add_test(tc, test_error_strings);
+  tcase_add_test(tc, test_field_names);
   tcase_add_test(tc, test_isa_names);
   suite_add_tcase(s, tc);
   return s;

@@ -1,9 +1,10 @@
-/* attn/error.h: error codes and the caller-owned error record of the core.
+/* attn/error.h: error codes, input identifiers and the caller-owned error
+ * record of the core.
  *
  * Every core function that can fail returns 0 or a negative ATTN_E* code and,
- * when given an attn_error_t, fills it with the code, the name of the
- * offending input (as named in attn_params_t) and a message that names that
- * input and its dimensions. */
+ * when given an attn_error_t, fills it with the code, the offending input (as
+ * an attn_field_t, and as its name in attn_params_t) and a message that names
+ * that input and its dimensions. */
 #ifndef ATTN_ERROR_H
 #define ATTN_ERROR_H
 
@@ -25,12 +26,60 @@ typedef enum {
 #undef ATTN__ERR_ENUM
 } attn_errno_t;
 
+/* Every input the core can name in an error: X(name, spelling), the
+ * spelling being the member's name in attn_params_t, attn_exec_t or
+ * attn_outputs_t ("workspace" is attn_forward's argument). Callers that map
+ * errors to their own names (JSON paths, flags) switch on attn_field_t, so a
+ * renamed spelling cannot silently break them. The numeric values follow
+ * this list and may change when it grows: compare with the names. */
+#define ATTN_FIELD_MAP(X)                                                      \
+  X(NONE, "")                                                                  \
+  X(QUERY, "query")                                                            \
+  X(KEY, "key")                                                                \
+  X(VALUE, "value")                                                            \
+  X(Q_WEIGHT, "q_weight")                                                      \
+  X(K_WEIGHT, "k_weight")                                                      \
+  X(V_WEIGHT, "v_weight")                                                      \
+  X(O_WEIGHT, "o_weight")                                                      \
+  X(Q_BIAS, "q_bias")                                                          \
+  X(K_BIAS, "k_bias")                                                          \
+  X(V_BIAS, "v_bias")                                                          \
+  X(O_BIAS, "o_bias")                                                          \
+  X(CAUSAL, "causal")                                                          \
+  X(KEY_LENGTHS, "key_lengths")                                                \
+  X(ALLOW, "allow")                                                            \
+  X(BIAS, "bias")                                                              \
+  X(WINDOW_LEFT, "window_left")                                                \
+  X(WINDOW_RIGHT, "window_right")                                              \
+  X(SCALE, "scale")                                                            \
+  X(SOFTCAP, "softcap")                                                        \
+  X(ALIBI, "alibi")                                                            \
+  X(ALIBI_SLOPES, "alibi_slopes")                                              \
+  X(NUM_HEADS, "num_heads")                                                    \
+  X(NUM_KV_HEADS, "num_kv_heads")                                              \
+  X(THREADS, "threads")                                                        \
+  X(ISA, "isa")                                                                \
+  X(OUT, "out")                                                                \
+  X(WEIGHTS, "weights")                                                        \
+  X(MEAN_WEIGHTS, "mean_weights")                                              \
+  X(HEAD_OUTPUTS, "head_outputs")                                              \
+  X(WORKSPACE, "workspace")                                                    \
+  X(CANCEL, "cancel")
+
+typedef enum {
+#define ATTN__FIELD_ENUM(name, spelling) ATTN_FIELD_##name,
+  ATTN_FIELD_MAP(ATTN__FIELD_ENUM)
+#undef ATTN__FIELD_ENUM
+      ATTN_FIELD_COUNT
+} attn_field_t;
+
 #define ATTN_ERROR_FIELD_MAX 32
 #define ATTN_ERROR_MESSAGE_MAX 256
 
 typedef struct attn_error {
-  int code;                         /* 0 or an ATTN_E* value */
-  char field[ATTN_ERROR_FIELD_MAX]; /* offending input, "" if none */
+  int code;              /* 0 or an ATTN_E* value */
+  attn_field_t field_id; /* offending input, ATTN_FIELD_NONE if none */
+  char field[ATTN_ERROR_FIELD_MAX]; /* attn_field_name(field_id) */
   char message[ATTN_ERROR_MESSAGE_MAX];
 } attn_error_t;
 
@@ -39,5 +88,10 @@ const char *attn_strerror(int code);
 
 /* Symbolic name for `code` ("EINVAL"...), "EUNKNOWN" for anything else. */
 const char *attn_errname(int code);
+
+/* Spelling of `f` as listed in ATTN_FIELD_MAP ("q_weight"...): "" for
+ * ATTN_FIELD_NONE, "unknown" for anything out of range. Static string; any
+ * thread. */
+const char *attn_field_name(attn_field_t f);
 
 #endif
