@@ -32,9 +32,13 @@ endif
 # '=' so that pkg-config runs when a recipe needs it, after deps are in.
 CFLAGS_CORE = $(CFLAGS_COMMON) $(shell pkg-config --cflags $(PKG_CORE))
 LIBS_CORE = $(shell pkg-config --libs $(PKG_CORE)) -lm -fopenmp
-CFLAGS_SERVER = $(CFLAGS_CORE) $(shell pkg-config --cflags $(PKG_SERVER))
+CFLAGS_SERVER = $(CFLAGS_CORE) -iquote server \
+  $(shell pkg-config --cflags $(PKG_SERVER))
 LIBS_SERVER = $(shell pkg-config --libs $(PKG_SERVER)) $(LIBS_CORE)
-CFLAGS_TEST = $(CFLAGS_SERVER) -iquote server $(shell pkg-config --cflags $(PKG_TEST))
+# attnd-load: the core, the codec library, libcurl and jansson; no Check.
+CFLAGS_LOAD = $(CFLAGS_SERVER) $(shell pkg-config --cflags libcurl)
+LIBS_LOAD = $(shell pkg-config --libs libcurl jansson) $(LIBS_CORE)
+CFLAGS_TEST = $(CFLAGS_SERVER) $(shell pkg-config --cflags $(PKG_TEST))
 LIBS_TEST = $(shell pkg-config --libs $(PKG_TEST)) $(LIBS_SERVER)
 
 # The tile kernels are compiled once per instruction set and picked at run
@@ -49,6 +53,12 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) \
 
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
+
+# The codec library: base64, numbers, the text buffer, the bulk scanner and
+# the shared helpers. It includes no server header; the server, attnd-load,
+# the benches and the tests all link it.
+CODEC_SRC := $(wildcard server/codec/*.c)
+CODEC_OBJ := $(CODEC_SRC:%.c=$(BUILD)/%.o)
 
 # attnd-load: its library (everything but main.c) is also linked into the
 # tests, which unit-test its histogram and generator.
@@ -127,6 +137,10 @@ $(BUILD)/libattnd.a: $(SERVER_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+$(BUILD)/libattnd-codec.a: $(CODEC_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
 $(BUILD)/server/%.o: server/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_SERVER) -c $< -o $@
@@ -148,30 +162,35 @@ $(BUILD)/libattnd-load.a: $(LOAD_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/attnd-load: $(BUILD)/tools/load/main.o $(BUILD)/libattnd-load.a $(BUILD)/libattnd.a $(BUILD)/libattn.a
-	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_TEST)
+$(BUILD)/attnd-load: $(BUILD)/tools/load/main.o $(BUILD)/libattnd-load.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_LOAD)
 
 $(BUILD)/tools/load/%.o: tools/load/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_TEST) -iquote tools/load -c $< -o $@
+	$(CC) $(CFLAGS_LOAD) -iquote tools/load -c $< -o $@
 
-$(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TEST_LIB_OBJ) $(BUILD)/libattnd-load.a $(BUILD)/libattnd.a $(BUILD)/libattn.a
-	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_TEST)
+$(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TEST_LIB_OBJ) $(BUILD)/libattnd-load.a $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $(ALLOC_FAIL_WRAP) $^ -o $@ $(LIBS_TEST)
+
+# check_decode makes the nth allocation fail (tests/alloc_fail.h).
+$(BUILD)/tests/check_decode: ALLOC_FAIL_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc
 
 
-$(BUILD)/attnd: $(BUILD)/server/main.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
+$(BUILD)/attnd: $(BUILD)/server/main.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
-$(BUILD)/attn-bench: $(BUILD)/bench/attn_bench.o $(BUILD)/bench/bench.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
+$(BUILD)/attn-bench: $(BUILD)/bench/attn_bench.o $(BUILD)/bench/bench.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
-$(BUILD)/codec-bench: $(BUILD)/bench/codec_bench.o $(BUILD)/bench/bench.o $(BUILD)/libattnd.a $(BUILD)/libattn.a
+$(BUILD)/codec-bench: $(BUILD)/bench/codec_bench.o $(BUILD)/bench/bench.o $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
-# The end-to-end bench drives a real server with the integration tests'
-# harness (server launcher and HTTP client).
-$(BUILD)/e2e-bench: $(BUILD)/bench/e2e_bench.o $(BUILD)/bench/bench.o $(TEST_LIB_OBJ) $(BUILD)/libattnd.a $(BUILD)/libattn.a
-	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_TEST)
+# The end-to-end bench drives a real server with bench/server.c (launcher
+# and HTTP client); no test code, no Check. The tests' harness wraps the
+# same launcher, so the tests link it too.
+$(BUILD)/e2e-bench: $(BUILD)/bench/e2e_bench.o $(BUILD)/bench/bench.o $(BUILD)/bench/server.o $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
+$(TEST_BIN): $(BUILD)/bench/server.o
 
 $(BUILD)/bench/%.o: bench/%.c
 	@mkdir -p $(@D)
@@ -186,6 +205,7 @@ $(BUILD)/tools/%.o: tools/%.c
 
 format:
 	clang-format -i $(wildcard include/attn/*.h core/*.[ch] server/*.[ch] \
+	  server/codec/*.[ch] \
 	  tests/*.[ch] tools/*.c tools/load/*.[ch] bench/*.c)
 
 clean:

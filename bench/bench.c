@@ -2,12 +2,11 @@
 #include "bench.h"
 
 #include <stdlib.h>
-#include <time.h>
+
+#include "codec/util.h"
 
 double bench_now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+  return attnd_now_ms();
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -20,6 +19,8 @@ double bench_median(double *x, int n) {
   return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+/* xorshift64, not attnd_splitmix64: another generator, kept so that a seed
+ * gives the inputs it always gave and results stay comparable over time. */
 float *bench_random_floats(size_t n, float amp, uint64_t seed) {
   float *x = malloc(n * sizeof *x);
   uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;

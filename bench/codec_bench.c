@@ -16,7 +16,9 @@
 #include <time.h>
 
 #include "bench.h"
-#include "codec.h"
+#include "codec/base64.h"
+#include "codec/buf.h"
+#include "codec/bulk.h"
 
 #define MEDIAN_MS(reps, body)                                                  \
   ({                                                                           \

@@ -6,8 +6,8 @@
  * nested JSON arrays, replies in the same form. For each it reports the
  * medians of the server's own metrics, total_ms (arrival to the start of
  * the reply) and compute_ms (the attention), their ratio, the decode and
- * encode stages, and the client's wall time. Uses the integration tests'
- * server launcher and HTTP client (tests/server_harness.h).
+ * encode stages, and the client's wall time. Starts the server and talks
+ * to it with bench/server.h: no test code, no Check.
  *
  * usage: e2e-bench [--attnd PATH] [--csv FILE] [--reps N] [--len L] */
 #include <jansson.h>
@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "bench.h"
-#include "codec.h"
-#include "server_harness.h"
+#include "codec/buf.h"
+#include "server.h"
 
 static void put_tensor(attnd_buf_t *b, const float *x, int64_t rows,
                        int64_t cols, int base64) {
@@ -60,10 +60,10 @@ static void build_body(attnd_buf_t *b, int64_t L, int64_t E, int64_t H,
 int main(int argc, char **argv) {
   int reps = 5;
   int64_t L = 4096, E = 512, H = 8;
-  const char *csv_path = "build/bench/e2e.csv";
+  const char *csv_path = "build/bench/e2e.csv", *attnd = NULL;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--attnd") == 0 && i + 1 < argc)
-      setenv("ATTND_BIN", argv[++i], 1);
+      attnd = argv[++i];
     else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc)
       csv_path = argv[++i];
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
@@ -79,8 +79,7 @@ int main(int argc, char **argv) {
   }
   if (reps < 1 || reps > 64 || L < 1)
     return fprintf(stderr, "bad --reps or --len\n"), 2;
-  sh_init();
-  sh_server_t srv;
+  bench_server_t srv;
   const char *const args[] = {"--workers",
                               "1",
                               "--threads-per-request",
@@ -90,7 +89,7 @@ int main(int argc, char **argv) {
                               "--max-response-bytes",
                               "1G",
                               NULL};
-  if (sh_server_start(&srv, args) < 0)
+  if (bench_server_start(&srv, attnd, args) < 0)
     return fprintf(stderr, "cannot start attnd:\n%s\n", srv.log), 1;
 
   float *x = bench_random_floats((size_t)(L * E), 1, 1), *w[4];
@@ -113,23 +112,20 @@ int main(int argc, char **argv) {
     build_body(&body, L, E, H, x, w, base64);
     double total[64], compute[64], dec[64], enc[64], wall[64];
     size_t reply = 0;
-    sh_client_t cl;
-    sh_client_init(&cl, srv.port);
+    bench_client_t cl;
+    bench_client_init(&cl, srv.port);
     for (int r = -1; r < reps; r++) { /* r = -1 warms up */
-      sh_req_t q = {.method = "POST",
-                    .path = "/v1/attention",
-                    .content_type = "application/json",
-                    .body = body.data,
-                    .len = body.len};
-      sh_resp_t resp;
-      double t0 = sh_now();
-      int ok = sh_http(&cl, &q, &resp) == 0 && resp.status == 200;
-      double t1 = sh_now();
-      json_t *v = ok ? sh_json(&resp) : NULL;
+      bench_reply_t resp;
+      double t0 = bench_now_ms();
+      int ok = bench_client_post(&cl, "/v1/attention", "application/json",
+                                 body.data, body.len, &resp) == 0 &&
+               resp.status == 200;
+      double t1 = bench_now_ms();
+      json_t *v = ok ? json_loadb(resp.body, resp.body_len, 0, NULL) : NULL;
       json_t *m = json_object_get(v, "metrics");
       if (m == NULL) {
-        fprintf(stderr, "request failed: status %ld %.300s\n", resp.status,
-                resp.body ? resp.body : "");
+        fprintf(stderr, "request failed: status %d %s%.300s\n", resp.status,
+                resp.error, resp.body ? resp.body : "");
         rc = 1;
       } else if (r >= 0) {
         json_t *st = json_object_get(m, "stages_ms");
@@ -137,15 +133,15 @@ int main(int argc, char **argv) {
         compute[r] = json_number_value(json_object_get(m, "compute_ms"));
         dec[r] = json_number_value(json_object_get(st, "decode"));
         enc[r] = json_number_value(json_object_get(st, "encode"));
-        wall[r] = (t1 - t0) * 1e3;
+        wall[r] = t1 - t0;
         reply = resp.body_len;
       }
       json_decref(v);
-      sh_resp_free(&resp);
+      bench_reply_free(&resp);
       if (rc)
         break;
     }
-    sh_client_free(&cl);
+    bench_client_free(&cl);
     if (rc == 0) {
       double tm = bench_median(total, reps), cm = bench_median(compute, reps);
       printf("%-8s %8.1f %9.1f %10.1f %10.1f %8.3f %9.1f %9.1f %10.1f\n",
@@ -164,7 +160,7 @@ int main(int argc, char **argv) {
     fclose(csv);
     printf("CSV: %s\n", csv_path);
   }
-  sh_server_stop(&srv, 30);
+  bench_server_stop(&srv, 30);
   for (int i = 0; i < 4; i++)
     free(w[i]);
   free(x);

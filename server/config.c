@@ -1,18 +1,20 @@
 /* server/config.c: the configuration table and its readers. */
 #include "config.h"
 
+#include "cgroup.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 enum { T_INT, T_STR };
-enum { F_AUTO = 1, F_SIZE = 2 }; /* accepts "auto" (as 0); K/M/G suffixes */
+/* F_AUTO: accepts "auto" (as 0); F_SIZE: K/M/G suffixes; F_INFO and
+ * F_LIMIT: shown by GET /v1/info, at its top level or under "limits". */
+enum { F_AUTO = 1, F_SIZE = 2, F_INFO = 4, F_LIMIT = 8 };
 
 typedef struct key {
   const char *name;
@@ -35,14 +37,14 @@ typedef struct key {
 static const cfg_key_t keys[] = {
     STR_KEY(host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for all)"),
     INT_KEY(port, "8080", 0, 65535, 0, "TCP port; 0 picks a free one"),
-    INT_KEY(workers, "auto", 0, 1024, F_AUTO,
+    INT_KEY(workers, "auto", 0, 1024, F_AUTO | F_INFO,
             "worker threads running attention; auto: CPUs / "
             "threads_per_request"),
-    INT_KEY(threads_per_request, "auto", 0, 256, F_AUTO,
+    INT_KEY(threads_per_request, "auto", 0, 256, F_AUTO | F_INFO,
             "threads one request may use (BLAS included); auto: 1"),
-    INT_KEY(queue_depth, "64", 0, 1000000, 0,
+    INT_KEY(queue_depth, "64", 0, 1000000, F_INFO,
             "requests that may wait for a worker; more get 429"),
-    INT_KEY(http_threads, "auto", 0, 256, F_AUTO,
+    INT_KEY(http_threads, "auto", 0, 256, F_AUTO | F_INFO,
             "threads parsing requests and writing replies; auto: CPUs, at "
             "least 2"),
     INT_KEY(max_connections, "1024", 1, 1000000, 0,
@@ -52,22 +54,25 @@ static const cfg_key_t keys[] = {
     INT_KEY(connection_buffer_bytes, "256K", 4096, 16 << 20, F_SIZE,
             "each connection's buffer for headers and body reads; 32K makes "
             "new connections cheaper, more reads big bodies faster"),
-    INT_KEY(max_body_bytes, "256M", 1024, INT64_C(1) << 40, F_SIZE,
+    INT_KEY(max_body_bytes, "256M", 1024, INT64_C(1) << 40, F_SIZE | F_LIMIT,
             "largest request body; larger gets 413 before it is read"),
-    INT_KEY(max_response_bytes, "256M", 1024, INT64_C(1) << 40, F_SIZE,
+    INT_KEY(max_response_bytes, "256M", 1024, INT64_C(1) << 40,
+            F_SIZE | F_LIMIT,
             "largest reply a request may ask for; larger gets 422"),
-    INT_KEY(max_batch, "1024", 1, INT64_C(1) << 30, 0, "largest batch B"),
-    INT_KEY(max_seq_len, "32768", 1, INT64_C(1) << 30, 0,
+    INT_KEY(max_batch, "1024", 1, INT64_C(1) << 30, F_LIMIT, "largest batch B"),
+    INT_KEY(max_seq_len, "32768", 1, INT64_C(1) << 30, F_LIMIT,
             "longest query or key sequence, Lq and Lk"),
-    INT_KEY(max_heads, "256", 1, INT64_C(1) << 20, 0, "most query heads H"),
-    INT_KEY(max_tensor_elements, "64M", 1, INT64_C(1) << 40, F_SIZE,
+    INT_KEY(max_heads, "256", 1, INT64_C(1) << 20, F_LIMIT,
+            "most query heads H"),
+    INT_KEY(max_tensor_elements, "64M", 1, INT64_C(1) << 40, F_SIZE | F_LIMIT,
             "most elements in any one tensor, given or returned"),
-    INT_KEY(max_memory_bytes, "auto", 0, INT64_C(1) << 50, F_AUTO | F_SIZE,
+    INT_KEY(max_memory_bytes, "auto", 0, INT64_C(1) << 50,
+            F_AUTO | F_SIZE | F_LIMIT,
             "memory the requests in flight may hold (bodies, tensors, "
             "workspaces, replies); auto: 3/4 of the memory limit"),
-    INT_KEY(default_timeout_ms, "60000", 1, INT64_C(1) << 40, 0,
+    INT_KEY(default_timeout_ms, "60000", 1, INT64_C(1) << 40, F_LIMIT,
             "deadline of a request that sets no timeout_ms"),
-    INT_KEY(max_timeout_ms, "600000", 1, INT64_C(1) << 40, 0,
+    INT_KEY(max_timeout_ms, "600000", 1, INT64_C(1) << 40, F_LIMIT,
             "largest timeout_ms a request may set"),
     INT_KEY(drain_timeout_s, "60", 0, 86400, 0,
             "on SIGTERM, longest wait for accepted work before exiting"),
@@ -202,58 +207,6 @@ static int load_file(attnd_config_t *cfg, const char *path, char *msg,
   return r;
 }
 
-int attnd_config_cpus(void) {
-  int n = 0;
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    n = CPU_COUNT(&set);
-  if (n < 1)
-    n = 1;
-  /* cgroup v2 "quota period", or v1's two files */
-  long long quota = -1, period = 0;
-  FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
-  if (f) {
-    if (fscanf(f, "%lld %lld", &quota, &period) != 2)
-      quota = -1;
-    fclose(f);
-  } else if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r"))) {
-    if (fscanf(f, "%lld", &quota) != 1)
-      quota = -1;
-    fclose(f);
-    if ((f = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r"))) {
-      if (fscanf(f, "%lld", &period) != 1)
-        period = 0;
-      fclose(f);
-    }
-  }
-  if (quota > 0 && period > 0) {
-    long long q = (quota + period - 1) / period;
-    if (q < n)
-      n = (int)q;
-  }
-  return n < 1 ? 1 : n;
-}
-
-int64_t attnd_config_memory(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
-  int64_t mem =
-      pages > 0 && size > 0 ? (int64_t)pages * size : INT64_C(1) << 32;
-  /* cgroup v2 memory.max ("max" when unlimited), or v1's limit */
-  const char *files[] = {"/sys/fs/cgroup/memory.max",
-                         "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
-  for (int i = 0; i < 2; i++) {
-    FILE *f = fopen(files[i], "r");
-    long long lim;
-    if (f == NULL)
-      continue;
-    if (fscanf(f, "%lld", &lim) == 1 && lim > 0 && lim < mem)
-      mem = lim;
-    fclose(f);
-    break;
-  }
-  return mem;
-}
-
 static void set_defaults(attnd_config_t *cfg) {
   char msg[256];
   memset(cfg, 0, sizeof *cfg);
@@ -272,7 +225,7 @@ static void resolve_auto(attnd_config_t *cfg, int cores) {
   if (cfg->http_threads == 0)
     cfg->http_threads = cores < 2 ? 2 : cores;
   if (cfg->max_memory_bytes == 0)
-    cfg->max_memory_bytes = attnd_config_memory() / 4 * 3;
+    cfg->max_memory_bytes = attnd_cgroup_memory() / 4 * 3;
 }
 
 int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
@@ -395,4 +348,16 @@ void attnd_config_usage(FILE *f) {
         *c = '-';
     fprintf(f, "  %-24s %s (default %s)\n", flag, keys[i].help, keys[i].def);
   }
+}
+
+void attnd_config_info(const attnd_config_t *cfg, int limits,
+                       void (*fn)(const char *key, int64_t value, void *arg),
+                       void *arg) {
+  unsigned want = limits ? F_LIMIT : F_INFO;
+  for (size_t i = 0; i < NKEYS; i++)
+    if (keys[i].type == T_INT && (keys[i].flags & want)) {
+      int64_t v;
+      memcpy(&v, (const char *)cfg + keys[i].off, sizeof v);
+      fn(keys[i].name, v, arg);
+    }
 }

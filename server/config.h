@@ -44,9 +44,10 @@ typedef struct attnd_config_load {
 
 /* Fills `cfg` from the defaults, then the file named by --config (if any),
  * then the ATTND_<KEY> variables of `envp`, then argv's flags; resolves the
- * "auto" values for a machine of `cores` cores. Returns 0, or -1 with a
- * message naming the key, its source and the accepted values written to
- * `msg`. Main thread, at startup. */
+ * "auto" values for a machine of `cores` cores (main passes
+ * attnd_cgroup_cpus) and the memory attnd_cgroup_memory finds. Returns 0,
+ * or -1 with a message naming the key, its source and the accepted values
+ * written to `msg`. Main thread, at startup. */
 int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
                       char **argv, char **envp, int cores, char *msg,
                       size_t msg_size);
@@ -54,15 +55,14 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
 /* Writes the configuration in the config file's format. */
 void attnd_config_print(const attnd_config_t *cfg, FILE *f);
 
+/* Calls fn for each integer key that GET /v1/info shows, in the table's
+ * order: its "limits" (limits != 0) or its top-level keys (workers and the
+ * like). Any thread. */
+void attnd_config_info(const attnd_config_t *cfg, int limits,
+                       void (*fn)(const char *key, int64_t value, void *arg),
+                       void *arg);
+
 /* Writes the usage text: every flag with its help and default. */
 void attnd_config_usage(FILE *f);
-
-/* The CPUs this process may use: its affinity mask, bounded by a cgroup CPU
- * quota when one is set (containers). At least 1. */
-int attnd_config_cpus(void);
-
-/* The memory this process may use: the machine's, bounded by a cgroup
- * memory limit when one is set (containers). */
-int64_t attnd_config_memory(void);
 
 #endif

@@ -7,8 +7,9 @@
 
 #include "attn/attn.h"
 #include "blas.h"
+#include "cgroup.h"
 #include "config.h"
-#include "http.h"
+#include "serve.h"
 
 extern char **environ;
 
@@ -16,7 +17,7 @@ int main(int argc, char **argv) {
   attnd_config_t cfg;
   attnd_config_load_t how;
   char msg[512];
-  if (attnd_config_load(&cfg, &how, argc, argv, environ, attnd_config_cpus(),
+  if (attnd_config_load(&cfg, &how, argc, argv, environ, attnd_cgroup_cpus(),
                         msg, sizeof msg) < 0) {
     fprintf(stderr, "attnd: %s\n", msg);
     return 2;

@@ -12,7 +12,10 @@ static const int statuses[] = {200, 400, 404, 405, 413, 415,
 #define NSTATUS (sizeof statuses / sizeof statuses[0])
 
 static const char *const reasons[ATTND_REJECT_COUNT] = {
-    "overload", "deadline", "too_large", "invalid", "draining", "client_gone"};
+#define REASON_LABEL(name, label) label,
+    ATTND_REJECT_MAP(REASON_LABEL)
+#undef REASON_LABEL
+};
 
 /* Context-length classes (key length <= bound) and latency buckets (s). */
 static const int64_t ctx_bounds[] = {128, 512, 2048, 8192, 32768};
@@ -58,6 +61,8 @@ void attnd_metrics_request(attnd_metrics_t *m, int status) {
 }
 
 void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why) {
+  if (why == ATTND_REJECT_NONE)
+    return;
   atomic_fetch_add_explicit(&m->rejected[why], 1, memory_order_relaxed);
 }
 

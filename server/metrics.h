@@ -7,17 +7,24 @@
 
 #include <stdint.h>
 
-#include "codec.h"
+#include "codec/buf.h"
 
-/* Why a request was turned away. */
+/* Why a request was turned away: X(name, label of attnd_rejections_total).
+ * Which API error counts under which reason is a column of errors.h. */
+#define ATTND_REJECT_MAP(X)                                                    \
+  X(OVERLOAD, "overload")                                                      \
+  X(DEADLINE, "deadline")                                                      \
+  X(TOO_LARGE, "too_large")                                                    \
+  X(INVALID, "invalid")                                                        \
+  X(DRAINING, "draining")                                                      \
+  X(CLIENT_GONE, "client_gone")
+
 typedef enum {
-  ATTND_REJECT_OVERLOAD,  /* 429 */
-  ATTND_REJECT_DEADLINE,  /* 504 */
-  ATTND_REJECT_TOO_LARGE, /* 413, and 422 limit_exceeded */
-  ATTND_REJECT_INVALID,   /* 400, 415, 422 */
-  ATTND_REJECT_DRAINING,  /* 503 while draining */
-  ATTND_REJECT_CLIENT_GONE,
-  ATTND_REJECT_COUNT
+#define ATTND__REJECT_ENUM(name, label) ATTND_REJECT_##name,
+  ATTND_REJECT_MAP(ATTND__REJECT_ENUM)
+#undef ATTND__REJECT_ENUM
+      ATTND_REJECT_COUNT,
+  ATTND_REJECT_NONE = -1 /* an error that is not a rejection (no memory) */
 } attnd_reject_t;
 
 typedef struct attnd_metrics attnd_metrics_t;

@@ -6,16 +6,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/error.h"
+#include "codec/util.h"
+
+/* The scheduler's own record of a job, from submit to done. */
+typedef struct node {
+  struct node *next; /* incoming, FIFO or finished list */
+  attnd_sched_job_t j;
+  int state;               /* QUEUED or RUNNING, loop thread */
+  int gone;                /* the client went away, loop thread */
+  int result;              /* what run returned, worker then loop */
+  struct watcher *watcher; /* on j.fd while waiting or running, or NULL */
+} node_t;
+
+enum { QUEUED = 1, RUNNING };
+
 typedef struct worker {
   attnd_sched_t *s;
   int index;
   uv_thread_t thread;
-  attnd_job_t *job; /* assigned by the loop, under s->mu */
+  node_t *job; /* assigned by the loop, under s->mu */
   attnd_scratch_t scratch;
 } worker_t;
 
 struct attnd_sched {
   uv_loop_t *loop;
+  attnd_sched_run_fn run;
   attnd_sched_done_fn done;
   void *arg;
   int n_workers, depth;
@@ -24,18 +40,18 @@ struct attnd_sched {
    * loop; jobs the workers finished; the workers' assignments. */
   uv_mutex_t mu;
   uv_cond_t cv;
-  attnd_job_t *incoming, *finished;
+  node_t *incoming, *finished;
   worker_t *workers;
   int stopping;
   uv_async_t wake;
 
   /* Loop thread only. */
-  attnd_job_t *head, *tail; /* FIFO of ATTND_JOB_QUEUED */
-  attnd_job_t **running;    /* per worker */
-  uv_timer_t timer;         /* next deadline */
+  node_t *head, *tail; /* FIFO of QUEUED nodes */
+  node_t **running;    /* per worker */
+  uv_timer_t timer;    /* next deadline */
 
   atomic_int inflight, waiting, busy;
-  _Atomic double avg_ms; /* moving average of compute time */
+  _Atomic double avg_ms; /* moving average of run time */
 };
 
 /* ---- workers ------------------------------------------------------------ */
@@ -49,12 +65,15 @@ static void worker_main(void *arg) {
       uv_cond_wait(&s->cv, &s->mu);
     if (w->job == NULL)
       break;
-    attnd_job_t *job = w->job;
+    node_t *job = w->job;
     uv_mutex_unlock(&s->mu);
 
-    attnd_job_run(job, w->index, &w->scratch);
+    double t0 = attnd_now_ms();
+    job->result = s->run(job->j.job, w->index, &w->scratch);
+    double ms = attnd_now_ms() - t0;
 
     uv_mutex_lock(&s->mu);
+    s->avg_ms = 0.8 * s->avg_ms + 0.2 * ms;
     w->job = NULL;
     job->next = s->finished;
     s->finished = job;
@@ -66,73 +85,80 @@ static void worker_main(void *arg) {
 
 /* ---- the loop side ------------------------------------------------------ */
 
-/* Watches a waiting job's socket for the client going away. */
+/* Watches a job's socket for the client going away. */
 typedef struct watcher {
   uv_poll_t poll;
   attnd_sched_t *s;
-  attnd_job_t *job;
+  node_t *node;
 } watcher_t;
 
 static void watcher_closed(uv_handle_t *h) {
   free(h->data);
 }
 
-static void unwatch(attnd_job_t *job) {
-  watcher_t *w = job->poll;
+static void unwatch(node_t *n) {
+  watcher_t *w = n->watcher;
   if (w) {
     uv_poll_stop(&w->poll);
     uv_close((uv_handle_t *)&w->poll, watcher_closed);
-    job->poll = NULL;
+    n->watcher = NULL;
   }
 }
 
-static void finish(attnd_sched_t *s, attnd_job_t *job, int state) {
-  unwatch(job);
-  job->state = state;
+/* Passes the job back and frees its node. */
+static void finish(attnd_sched_t *s, node_t *n, attnd_sched_outcome_t how) {
+  unwatch(n);
+  attnd_sched_job_t j = n->j;
+  free(n);
   atomic_fetch_sub(&s->inflight, 1);
-  s->done(job, s->arg);
+  s->done(j.job, j.tag, how, s->arg);
 }
 
-static void fifo_remove(attnd_sched_t *s, attnd_job_t *job) {
-  attnd_job_t **pp = &s->head, *prev = NULL;
-  while (*pp && *pp != job) {
+/* A job leaving the FIFO without running: gone or expired. */
+static void drop(attnd_sched_t *s, node_t *n) {
+  finish(s, n, n->gone ? ATTND_SCHED_ABANDONED : ATTND_SCHED_EXPIRED);
+}
+
+static void fifo_remove(attnd_sched_t *s, node_t *n) {
+  node_t **pp = &s->head, *prev = NULL;
+  while (*pp && *pp != n) {
     prev = *pp;
     pp = &(*pp)->next;
   }
   if (*pp == NULL)
     return;
-  *pp = job->next;
-  if (s->tail == job)
+  *pp = n->next;
+  if (s->tail == n)
     s->tail = prev;
-  job->next = NULL;
+  n->next = NULL;
   atomic_fetch_sub(&s->waiting, 1);
 }
 
-static void cancel(attnd_job_t *job) {
-  __atomic_store_n(&job->cancel, 1, __ATOMIC_RELAXED);
+static void cancel(node_t *n) {
+  __atomic_store_n(n->j.cancel, 1, __ATOMIC_RELAXED);
+}
+
+static int cancelled(const node_t *n) {
+  return __atomic_load_n(n->j.cancel, __ATOMIC_RELAXED);
 }
 
 /* The client closed its connection: a waiting job leaves the FIFO now; a
  * running one is cancelled and leaves when its worker returns. */
 static void on_disconnect(uv_poll_t *p, int status, int events) {
   watcher_t *w = p->data;
-  attnd_job_t *job = w->job;
+  node_t *n = w->node;
   (void)status;
   (void)events;
-  job->status = -1;
-  unwatch(job);
-  cancel(job);
-  if (job->state == ATTND_JOB_QUEUED) {
-    fifo_remove(w->s, job);
-    finish(w->s, job, ATTND_JOB_ABANDONED);
+  n->gone = 1;
+  unwatch(n);
+  cancel(n);
+  if (n->state == QUEUED) {
+    fifo_remove(w->s, n);
+    drop(w->s, n);
   }
 }
 
 static void schedule_timer(attnd_sched_t *s);
-
-static double deadline(const attnd_job_t *job) {
-  return job->t_arrival + (double)job->timeout_ms;
-}
 
 /* Hands waiting jobs to idle workers, in arrival order. */
 static void dispatch(attnd_sched_t *s) {
@@ -140,93 +166,88 @@ static void dispatch(attnd_sched_t *s) {
   for (int w = 0; w < s->n_workers && s->head; w++) {
     if (s->running[w])
       continue;
-    attnd_job_t *job = s->head;
-    s->head = job->next;
+    node_t *n = s->head;
+    s->head = n->next;
     if (s->head == NULL)
       s->tail = NULL;
-    job->next = NULL;
+    n->next = NULL;
     atomic_fetch_sub(&s->waiting, 1);
-    if (job->status == -1 || deadline(job) <= attnd_now_ms()) {
+    if (n->gone || n->j.deadline_ms <= attnd_now_ms()) {
       /* gone or expired while waiting: never computed */
       uv_mutex_unlock(&s->mu);
-      finish(s, job,
-             job->status == -1 ? ATTND_JOB_ABANDONED : ATTND_JOB_EXPIRED);
+      drop(s, n);
       uv_mutex_lock(&s->mu);
       w--;
       continue;
     }
-    job->state = ATTND_JOB_RUNNING;
-    s->running[w] = job;
-    s->workers[w].job = job;
+    n->state = RUNNING;
+    s->running[w] = n;
+    s->workers[w].job = n;
     atomic_fetch_add(&s->busy, 1);
   }
   uv_cond_broadcast(&s->cv);
   uv_mutex_unlock(&s->mu);
 }
 
-static void watch(attnd_sched_t *s, attnd_job_t *job, int fd) {
-  if (fd < 0)
+static void watch(attnd_sched_t *s, node_t *n) {
+  if (n->j.fd < 0)
     return;
   watcher_t *w = malloc(sizeof *w);
   if (w == NULL)
     return;
-  if (uv_poll_init(s->loop, &w->poll, fd) != 0) {
+  if (uv_poll_init(s->loop, &w->poll, n->j.fd) != 0) {
     free(w);
     return;
   }
   w->s = s;
-  w->job = job;
+  w->node = n;
   w->poll.data = w;
-  job->poll = w;
+  n->watcher = w;
   if (uv_poll_start(&w->poll, UV_DISCONNECT, on_disconnect) != 0)
-    unwatch(job);
+    unwatch(n);
 }
 
 static void on_wake(uv_async_t *a) {
   attnd_sched_t *s = a->data;
   uv_mutex_lock(&s->mu);
-  attnd_job_t *in = s->incoming, *fin = s->finished;
+  node_t *in = s->incoming, *fin = s->finished;
   s->incoming = s->finished = NULL;
   uv_mutex_unlock(&s->mu);
 
   /* Finished jobs, and free their workers. */
   while (fin) {
-    attnd_job_t *job = fin;
+    node_t *n = fin;
     fin = fin->next;
-    job->next = NULL;
+    n->next = NULL;
     for (int w = 0; w < s->n_workers; w++)
-      if (s->running[w] == job)
+      if (s->running[w] == n)
         s->running[w] = NULL;
     atomic_fetch_sub(&s->busy, 1);
-    double avg = atomic_load(&s->avg_ms);
-    atomic_store(&s->avg_ms, 0.8 * avg + 0.2 * (job->t_end - job->t_start));
-    if (job->status == -1)
-      finish(s, job, ATTND_JOB_ABANDONED);
-    else if (job->result == ATTN_ECANCELED)
-      finish(s, job, ATTND_JOB_EXPIRED);
-    else
-      finish(s, job, ATTND_JOB_DONE);
+    finish(s, n,
+           n->gone                       ? ATTND_SCHED_ABANDONED
+           : n->result == ATTN_ECANCELED ? ATTND_SCHED_EXPIRED
+                                         : ATTND_SCHED_DONE);
   }
 
   /* Submitted jobs, reversed back to arrival order, onto the FIFO. */
-  attnd_job_t *rev = NULL;
+  node_t *rev = NULL;
   while (in) {
-    attnd_job_t *n = in->next;
+    node_t *next = in->next;
     in->next = rev;
     rev = in;
-    in = n;
+    in = next;
   }
   while (rev) {
-    attnd_job_t *job = rev;
+    node_t *n = rev;
     rev = rev->next;
-    job->next = NULL;
-    job->state = ATTND_JOB_QUEUED;
-    watch(s, job, job->conn_fd);
+    n->next = NULL;
+    n->state = QUEUED;
+    watch(s, n);
     if (s->tail)
-      s->tail->next = job;
+      s->tail->next = n;
     else
-      s->head = job;
-    s->tail = job;
+      s->head = n;
+    s->tail = n;
   }
   dispatch(s);
   schedule_timer(s);
@@ -237,30 +258,28 @@ static void on_wake(uv_async_t *a) {
 static void on_timer(uv_timer_t *t) {
   attnd_sched_t *s = t->data;
   double now = attnd_now_ms();
-  for (attnd_job_t *job = s->head, *next; job; job = next) {
-    next = job->next;
-    if (deadline(job) <= now || job->status == -1) {
-      fifo_remove(s, job);
-      finish(s, job,
-             job->status == -1 ? ATTND_JOB_ABANDONED : ATTND_JOB_EXPIRED);
+  for (node_t *n = s->head, *next; n; n = next) {
+    next = n->next;
+    if (n->j.deadline_ms <= now || n->gone) {
+      fifo_remove(s, n);
+      drop(s, n);
     }
   }
   for (int w = 0; w < s->n_workers; w++)
-    if (s->running[w] && deadline(s->running[w]) <= now)
+    if (s->running[w] && s->running[w]->j.deadline_ms <= now)
       cancel(s->running[w]);
   schedule_timer(s);
 }
 
 static void schedule_timer(attnd_sched_t *s) {
   double next = -1;
-  for (attnd_job_t *job = s->head; job; job = job->next)
-    if (next < 0 || deadline(job) < next)
-      next = job->status == -1 ? 0 : deadline(job);
+  for (node_t *n = s->head; n; n = n->next)
+    if (next < 0 || n->j.deadline_ms < next)
+      next = n->j.deadline_ms;
   for (int w = 0; w < s->n_workers; w++) {
-    attnd_job_t *job = s->running[w];
-    if (job && !__atomic_load_n(&job->cancel, __ATOMIC_RELAXED) &&
-        (next < 0 || deadline(job) < next))
-      next = deadline(job);
+    node_t *n = s->running[w];
+    if (n && !cancelled(n) && (next < 0 || n->j.deadline_ms < next))
+      next = n->j.deadline_ms;
   }
   if (next < 0) {
     uv_timer_stop(&s->timer);
@@ -273,46 +292,74 @@ static void schedule_timer(attnd_sched_t *s) {
 /* ---- public ------------------------------------------------------------- */
 
 attnd_sched_t *attnd_sched_new(uv_loop_t *loop, int workers, int depth,
-                               attnd_sched_done_fn done, void *arg) {
+                               attnd_sched_run_fn run, attnd_sched_done_fn done,
+                               void *arg) {
   attnd_sched_t *s = calloc(1, sizeof *s);
   if (s == NULL)
     return NULL;
   s->loop = loop;
+  s->run = run;
   s->done = done;
   s->arg = arg;
   s->n_workers = workers;
   s->depth = depth;
   s->workers = calloc((size_t)workers, sizeof *s->workers);
   s->running = calloc((size_t)workers, sizeof *s->running);
-  if (!s->workers || !s->running || uv_mutex_init(&s->mu) ||
-      uv_cond_init(&s->cv)) {
+  if (!s->workers || !s->running || uv_mutex_init(&s->mu)) {
     free(s->workers);
     free(s->running);
     free(s);
     return NULL;
   }
-  uv_async_init(loop, &s->wake, on_wake);
+  if (uv_cond_init(&s->cv) != 0)
+    goto fail_mutex;
+  int started = 0;
+  for (; started < workers; started++) {
+    s->workers[started] = (worker_t){.s = s, .index = started};
+    if (uv_thread_create(&s->workers[started].thread, worker_main,
+                         &s->workers[started]) != 0)
+      goto fail_threads;
+  }
+  /* The workers touch `wake` only once they have a job, so it can come
+   * last. uv_timer_init cannot fail on an initialised loop. */
+  if (uv_async_init(loop, &s->wake, on_wake) != 0)
+    goto fail_threads;
   s->wake.data = s;
   uv_timer_init(loop, &s->timer);
   s->timer.data = s;
-  for (int w = 0; w < workers; w++) {
-    s->workers[w] = (worker_t){.s = s, .index = w};
-    uv_thread_create(&s->workers[w].thread, worker_main, &s->workers[w]);
-  }
   return s;
+
+fail_threads:
+  uv_mutex_lock(&s->mu);
+  s->stopping = 1;
+  uv_cond_broadcast(&s->cv);
+  uv_mutex_unlock(&s->mu);
+  for (int w = 0; w < started; w++)
+    uv_thread_join(&s->workers[w].thread);
+  uv_cond_destroy(&s->cv);
+fail_mutex:
+  uv_mutex_destroy(&s->mu);
+  free(s->workers);
+  free(s->running);
+  free(s);
+  return NULL;
 }
 
-int attnd_sched_submit(attnd_sched_t *s, attnd_job_t *job, int fd) {
+int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job) {
   if (atomic_fetch_add(&s->inflight, 1) >= s->depth + s->n_workers) {
     atomic_fetch_sub(&s->inflight, 1);
     return -1;
   }
+  node_t *n = calloc(1, sizeof *n);
+  if (n == NULL) {
+    atomic_fetch_sub(&s->inflight, 1);
+    return -1;
+  }
+  n->j = *job;
   atomic_fetch_add(&s->waiting, 1);
-  job->conn_fd = fd;
-  job->t_submit = attnd_now_ms();
   uv_mutex_lock(&s->mu);
-  job->next = s->incoming;
-  s->incoming = job;
+  n->next = s->incoming;
+  s->incoming = n;
   uv_mutex_unlock(&s->mu);
   uv_async_send(&s->wake);
   return 0;

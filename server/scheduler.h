@@ -1,44 +1,80 @@
 /* server/scheduler.h: the bounded FIFO in front of the worker threads.
  *
+ * The scheduler knows nothing of HTTP or of what a job computes: it queues
+ * opaque jobs, runs each through the `run` function on a worker, and hands
+ * each back through the `done` function with how it ended. Its own
+ * bookkeeping (queue link, state, deadline, the client-gone flag, the
+ * socket watcher) lives in a node it allocates and frees itself.
+ *
  * Threads:
- *   - HTTP threads call attnd_sched_submit(): admission is decided there,
- *     at once, from an atomic count, so a full queue answers 429 without
+ *   - any thread calls attnd_sched_submit(): admission is decided there, at
+ *     once, from an atomic count, so a full queue answers at once without
  *     waiting for the loop;
  *   - the libuv loop thread owns the FIFO: it hands jobs to idle workers in
- *     arrival order, expires jobs whose deadline passed (cancelling running
- *     ones through the core's cancel flag), drops jobs whose client has gone
- *     (watching each waiting connection's socket), and reports every
- *     finished job through the done callback;
- *   - worker threads only run jobs.
- * A job submitted successfully is owned by the scheduler until the done
- * callback, which runs on the loop thread and passes it back. */
+ *     arrival order, expires jobs whose deadline passed (raising the job's
+ *     cancel flag if it is running), drops jobs whose client has gone
+ *     (watching each waiting job's socket), and calls `done` for each;
+ *   - worker threads only call `run`.
+ * A job submitted successfully belongs to the scheduler until `done`, which
+ * runs on the loop thread and passes it back. */
 #ifndef ATTND_SCHEDULER_H
 #define ATTND_SCHEDULER_H
 
+#include <stddef.h>
 #include <uv.h>
-
-#include "job.h"
 
 typedef struct attnd_sched attnd_sched_t;
 
-/* Called on the loop thread for each job leaving the scheduler, with
- * job->state one of DONE, EXPIRED, ABANDONED. */
-typedef void (*attnd_sched_done_fn)(attnd_job_t *job, void *arg);
+/* A worker's workspace, kept from job to job so that its pages stay
+ * mapped: fresh pages for every request cost more than small attention.
+ * `run` may grow it; the scheduler frees it when the worker stops. */
+typedef struct attnd_scratch {
+  void *data; /* owned, 64-byte aligned */
+  size_t cap;
+} attnd_scratch_t;
+
+/* How a job left the scheduler. */
+typedef enum {
+  ATTND_SCHED_DONE = 1, /* run returned 0, or an error other than cancel */
+  ATTND_SCHED_EXPIRED,  /* its deadline passed, waiting or running */
+  ATTND_SCHED_ABANDONED /* its client went away */
+} attnd_sched_outcome_t;
+
+/* Computes `job` on worker `worker` (0-based). Returns 0, ATTN_ECANCELED
+ * when it stopped because its cancel flag was raised, or another negative
+ * code (the job keeps its own account of that). Worker thread. */
+typedef int (*attnd_sched_run_fn)(void *job, int worker,
+                                  attnd_scratch_t *scratch);
+
+/* Passes `job` back, with the submitter's `tag` and the outcome. Loop
+ * thread. */
+typedef void (*attnd_sched_done_fn)(void *job, void *tag,
+                                    attnd_sched_outcome_t outcome, void *arg);
 
 /* Creates the scheduler on `loop` (not yet running) and starts `workers`
- * threads. Returns NULL on failure. Loop thread. */
+ * threads. Returns NULL on failure. Loop thread, before the loop runs. */
 attnd_sched_t *attnd_sched_new(uv_loop_t *loop, int workers, int queue_depth,
-                               attnd_sched_done_fn done, void *arg);
+                               attnd_sched_run_fn run, attnd_sched_done_fn done,
+                               void *arg);
 
-/* Admits `job` (whose connection socket is `fd`, or -1) or refuses it.
- * Returns 0 (the scheduler owns the job), or -1 when the queue is full.
+/* What the scheduler needs to know of a job besides the job itself. */
+typedef struct attnd_sched_job {
+  void *job;          /* borrowed until done */
+  void *tag;          /* the submitter's, passed back to done */
+  double deadline_ms; /* attnd_now_ms() time after which it expires */
+  int *cancel;        /* raised atomically to stop a running job */
+  int fd;             /* the client's socket to watch, or -1 */
+} attnd_sched_job_t;
+
+/* Admits a job or refuses it. Returns 0 (the scheduler holds the job until
+ * done), or -1 when the queue is full or no node could be allocated.
  * Any thread. */
-int attnd_sched_submit(attnd_sched_t *s, attnd_job_t *job, int fd);
+int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job);
 
 /* Jobs waiting, and workers busy, right now. Any thread. */
 int attnd_sched_waiting(const attnd_sched_t *s);
 int attnd_sched_busy(const attnd_sched_t *s);
-/* Jobs admitted and not yet passed back through the done callback. */
+/* Jobs admitted and not yet passed back through done. Any thread. */
 int attnd_sched_inflight(const attnd_sched_t *s);
 /* A guess at the seconds until a place frees: for Retry-After. */
 int attnd_sched_retry_after_s(const attnd_sched_t *s);

@@ -26,7 +26,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
+#include "codec/base64.h"
+#include "codec/buf.h"
+#include "codec/bulk.h"
+#include "codec/number.h"
+#include "suite.h"
 
 /* Check's ck_assert* tell the parent process about every passing call (the
  * "last checkpoint" of a crash report), a system call each. The sweeps here
@@ -1707,7 +1711,7 @@ END_TEST
 
 /* ---- the suite ----------------------------------------------------------- */
 
-static Suite *codec_suite(void) {
+Suite *test_suite(void) {
   Suite *s = suite_create("codec");
   TCase *tc = tcase_create("numbers");
   tcase_set_timeout(tc, 60);
@@ -1759,12 +1763,4 @@ static Suite *codec_suite(void) {
   tcase_add_test(tc, test_scan_large);
   suite_add_tcase(s, tc);
   return s;
-}
-
-int main(void) {
-  SRunner *sr = srunner_create(codec_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

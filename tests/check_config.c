@@ -1,11 +1,19 @@
-/* tests/check_config.c: the configuration table and its three sources. */
+/* tests/check_config.c: the configuration table and its three sources, and
+ * the cgroup limits that size the "auto" values (server/cgroup.h), read
+ * from directories of fixture files. */
 #include <check.h>
+#include <ftw.h>
+#include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "cgroup.h"
 #include "config.h"
+#include "suite.h"
 
 /* Loads with these arguments and environment; returns the load's result. */
 static int load(attnd_config_t *cfg, char **argv, char **envp, char *msg,
@@ -191,14 +199,239 @@ START_TEST(test_print_round_trips) {
 }
 END_TEST
 
-START_TEST(test_cpus) {
-  int n = attnd_config_cpus();
-  ck_assert_int_ge(n, 1);
-  ck_assert_int_le(n, 4096);
+/* ---- cgroup limits ------------------------------------------------------- */
+
+/* The fixture: a directory standing for "/", made once per TCase in Check's
+ * parent process (unchecked), so that it is removed even when a test
+ * fails; before each test (checked) its sys/fs/cgroup is emptied and made
+ * again with the version 1 subdirectories, and the case writes the files it
+ * needs. */
+static char cg_root[64];
+
+static int cg_remove(const char *path, const struct stat *st, int flag,
+                     struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static void cg_make_root(void) {
+  strcpy(cg_root, "/tmp/attnd-cgroup-XXXXXX");
+  if (mkdtemp(cg_root) == NULL)
+    ck_abort_msg("mkdtemp %s", cg_root);
+}
+
+static void cg_remove_root(void) {
+  if (cg_root[0])
+    nftw(cg_root, cg_remove, 16, FTW_DEPTH | FTW_PHYS);
+  cg_root[0] = 0;
+}
+
+static void cg_fresh(void) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/sys", cg_root);
+  nftw(path, cg_remove, 16, FTW_DEPTH | FTW_PHYS);
+  static const char *const dirs[] = {"sys",
+                                     "sys/fs",
+                                     "sys/fs/cgroup",
+                                     "sys/fs/cgroup/cpu",
+                                     "sys/fs/cgroup/cpuset",
+                                     "sys/fs/cgroup/memory"};
+  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", cg_root, dirs[i]);
+    ck_assert_msg(mkdir(path, 0700) == 0, "mkdir %s", path);
+  }
+}
+
+/* Writes `text` to <cg_root>/sys/fs/cgroup/<rel>. */
+static void cg_put(const char *rel, const char *text) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/sys/fs/cgroup/%s", cg_root, rel);
+  FILE *f = fopen(path, "w");
+  ck_assert_msg(f != NULL, "cannot write %s", path);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* Up to four cgroup files (path under sys/fs/cgroup, text; NULL ends). */
+typedef struct cg_file {
+  const char *rel, *text;
+} cg_file_t;
+
+/* Each case: the files, the affinity count passed in, the CPUs expected. */
+/* clang-format off */
+static const struct {
+  const char *name;
+  cg_file_t files[4];
+  int affinity, want;
+} cpu_cases[] = {
+    {"no cgroup files: the affinity", {{NULL, NULL}}, 8, 8},
+    {"no cgroup files, affinity 0: at least 1", {{NULL, NULL}}, 0, 1},
+    {"cpu.max unlimited", {{"cpu.max", "max 100000\n"}}, 8, 8},
+    {"cpu.max 1.5 CPUs rounds up", {{"cpu.max", "150000 100000\n"}}, 8, 2},
+    {"cpu.max 0.5 CPUs rounds up", {{"cpu.max", "50000 100000\n"}}, 8, 1},
+    {"cpu.max 0.01 CPUs is still 1", {{"cpu.max", "1000 100000\n"}}, 8, 1},
+    {"cpu.max exactly 3 CPUs", {{"cpu.max", "300000 100000\n"}}, 8, 3},
+    {"cpu.max 3.00001 CPUs", {{"cpu.max", "300001 100000\n"}}, 8, 4},
+    {"cpu.max above the affinity", {{"cpu.max", "400000 100000\n"}}, 2, 2},
+    {"cpu.max huge quota, no overflow",
+     {{"cpu.max", "9223372036854775807 1\n"}}, 6, 6},
+    {"cpu.max garbage", {{"cpu.max", "banana\n"}}, 8, 8},
+    {"cpu.max quota without period", {{"cpu.max", "150000\n"}}, 8, 8},
+    {"cpu.max negative quota", {{"cpu.max", "-1 100000\n"}}, 8, 8},
+    {"cpu.max zero period", {{"cpu.max", "150000 0\n"}}, 8, 8},
+    {"cpu.max empty", {{"cpu.max", ""}}, 8, 8},
+    {"v1 quota 1.5 CPUs",
+     {{"cpu/cpu.cfs_quota_us", "150000\n"},
+      {"cpu/cpu.cfs_period_us", "100000\n"}}, 8, 2},
+    {"v1 quota unlimited (-1)",
+     {{"cpu/cpu.cfs_quota_us", "-1\n"},
+      {"cpu/cpu.cfs_period_us", "100000\n"}}, 8, 8},
+    {"v1 quota without period file",
+     {{"cpu/cpu.cfs_quota_us", "150000\n"}}, 8, 8},
+    {"v1 garbage period",
+     {{"cpu/cpu.cfs_quota_us", "150000\n"},
+      {"cpu/cpu.cfs_period_us", "x\n"}}, 8, 8},
+    /* version 2's file, when there, is the only one read */
+    {"cpu.max unlimited hides a v1 quota",
+     {{"cpu.max", "max 100000\n"},
+      {"cpu/cpu.cfs_quota_us", "100000\n"},
+      {"cpu/cpu.cfs_period_us", "100000\n"}}, 8, 8},
+    {"cpu.max wins over v1",
+     {{"cpu.max", "250000 100000\n"},
+      {"cpu/cpu.cfs_quota_us", "100000\n"},
+      {"cpu/cpu.cfs_period_us", "100000\n"}}, 8, 3},
+    {"cpuset 0-3,6", {{"cpuset.cpus.effective", "0-3,6\n"}}, 64, 5},
+    {"cpuset above the affinity",
+     {{"cpuset.cpus.effective", "0-3,6\n"}}, 2, 2},
+    {"cpuset one CPU", {{"cpuset.cpus.effective", "7\n"}}, 64, 1},
+    {"cpuset 0-63 without newline",
+     {{"cpuset.cpus.effective", "0-63"}}, 128, 64},
+    {"cpuset 2-5,8-9,12",
+     {{"cpuset.cpus.effective", "2-5,8-9,12\n"}}, 64, 7},
+    {"cpuset garbage", {{"cpuset.cpus.effective", "all of them\n"}}, 8, 8},
+    {"cpuset empty", {{"cpuset.cpus.effective", "\n"}}, 8, 8},
+    {"cpuset reversed range", {{"cpuset.cpus.effective", "3-1\n"}}, 8, 8},
+    {"cpuset overlapping ranges",
+     {{"cpuset.cpus.effective", "0-3,2\n"}}, 8, 8},
+    {"cpuset trailing comma", {{"cpuset.cpus.effective", "0-3,\n"}}, 8, 8},
+    {"cpuset trailing text", {{"cpuset.cpus.effective", "0-3 x\n"}}, 8, 8},
+    {"v1 cpuset", {{"cpuset/cpuset.effective_cpus", "0-2\n"}}, 8, 3},
+    {"v2 cpuset garbage hides v1",
+     {{"cpuset.cpus.effective", "?\n"},
+      {"cpuset/cpuset.effective_cpus", "0-2\n"}}, 8, 8},
+    {"quota below the cpuset",
+     {{"cpu.max", "250000 100000\n"},
+      {"cpuset.cpus.effective", "0-3,6\n"}}, 64, 3},
+    {"cpuset below the quota",
+     {{"cpu.max", "800000 100000\n"},
+      {"cpuset.cpus.effective", "0-3,6\n"}}, 64, 5},
+    {"affinity below both",
+     {{"cpu.max", "800000 100000\n"},
+      {"cpuset.cpus.effective", "0-3,6\n"}}, 4, 4},
+};
+/* clang-format on */
+#define N_CPU_CASES (int)(sizeof cpu_cases / sizeof cpu_cases[0])
+
+START_TEST(test_cgroup_cpus) {
+  for (int k = 0; k < 4 && cpu_cases[_i].files[k].rel; k++)
+    cg_put(cpu_cases[_i].files[k].rel, cpu_cases[_i].files[k].text);
+  int got = attnd_cgroup_cpus_at(cg_root, cpu_cases[_i].affinity);
+  ck_assert_msg(got == cpu_cases[_i].want, "%s: %d CPUs, expected %d",
+                cpu_cases[_i].name, got, cpu_cases[_i].want);
 }
 END_TEST
 
-static Suite *config_suite(void) {
+#define GIB (INT64_C(1) << 30)
+
+/* Each case: the files, and the memory expected of a 64 GiB machine. */
+/* clang-format off */
+static const struct {
+  const char *name;
+  cg_file_t files[3];
+  int64_t want;
+} mem_cases[] = {
+    {"no cgroup files: the machine", {{NULL, NULL}}, 64 * GIB},
+    {"memory.max unlimited", {{"memory.max", "max\n"}}, 64 * GIB},
+    {"memory.max 512 MiB", {{"memory.max", "536870912\n"}}, 512 << 20},
+    {"memory.max one byte", {{"memory.max", "1\n"}}, 1},
+    {"memory.max above the machine",
+     {{"memory.max", "137438953472\n"}}, 64 * GIB},
+    {"memory.max garbage", {{"memory.max", "lots\n"}}, 64 * GIB},
+    {"memory.max zero", {{"memory.max", "0\n"}}, 64 * GIB},
+    {"memory.max negative", {{"memory.max", "-4096\n"}}, 64 * GIB},
+    {"memory.max empty", {{"memory.max", ""}}, 64 * GIB},
+    {"v1 limit 1 GiB",
+     {{"memory/memory.limit_in_bytes", "1073741824\n"}}, GIB},
+    {"v1 unlimited (2^63 rounded to a page)",
+     {{"memory/memory.limit_in_bytes", "9223372036854771712\n"}},
+     64 * GIB},
+    {"v1 garbage", {{"memory/memory.limit_in_bytes", "unlimited\n"}},
+     64 * GIB},
+    /* version 2's file, when there, is the only one read */
+    {"memory.max unlimited hides v1",
+     {{"memory.max", "max\n"},
+      {"memory/memory.limit_in_bytes", "1073741824\n"}}, 64 * GIB},
+    {"memory.max wins over v1",
+     {{"memory.max", "2147483648\n"},
+      {"memory/memory.limit_in_bytes", "1073741824\n"}},
+     2 * GIB},
+};
+/* clang-format on */
+#define N_MEM_CASES (int)(sizeof mem_cases / sizeof mem_cases[0])
+
+START_TEST(test_cgroup_memory) {
+  for (int k = 0; k < 3 && mem_cases[_i].files[k].rel; k++)
+    cg_put(mem_cases[_i].files[k].rel, mem_cases[_i].files[k].text);
+  int64_t got = attnd_cgroup_memory_at(cg_root, 64 * GIB);
+  ck_assert_msg(got == mem_cases[_i].want, "%s: %lld bytes, expected %lld",
+                mem_cases[_i].name, (long long)got,
+                (long long)mem_cases[_i].want);
+}
+END_TEST
+
+/* A root given with a trailing slash reads the same files. */
+START_TEST(test_cgroup_root_spelling) {
+  cg_put("cpu.max", "150000 100000\n");
+  cg_put("memory.max", "1073741824\n");
+  char slash[80];
+  snprintf(slash, sizeof slash, "%s/", cg_root);
+  ck_assert_int_eq(attnd_cgroup_cpus_at(slash, 8), 2);
+  ck_assert_int_eq(attnd_cgroup_memory_at(slash, 64 * GIB), GIB);
+  ck_assert_int_eq(attnd_cgroup_cpus_at("/nonexistent-attnd-root", 8), 8);
+  ck_assert_int_eq(attnd_cgroup_memory_at("/nonexistent-attnd-root", GIB), GIB);
+}
+END_TEST
+
+/* The real root: the wrappers are the _at functions on "/" with this
+ * process's affinity and this machine's memory, and the config's auto
+ * memory is 3/4 of it. */
+START_TEST(test_cgroup_real_root) {
+  cpu_set_t set;
+  ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+  int affinity = CPU_COUNT(&set);
+  ck_assert_int_ge(affinity, 1);
+  int n = attnd_cgroup_cpus();
+  ck_assert_int_eq(n, attnd_cgroup_cpus_at("/", affinity));
+  ck_assert_int_ge(n, 1);
+  ck_assert_int_le(n, affinity);
+
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  ck_assert(pages > 0 && size > 0);
+  int64_t machine = (int64_t)pages * size;
+  int64_t mem = attnd_cgroup_memory();
+  ck_assert_int_eq(mem, attnd_cgroup_memory_at("/", machine));
+  ck_assert_int_ge(mem, 1);
+  ck_assert_int_le(mem, machine);
+
+  attnd_config_t c;
+  char msg[256];
+  char *argv[] = {"attnd", NULL}, *envp[] = {NULL};
+  ck_assert_int_eq(load(&c, argv, envp, msg, sizeof msg), 0);
+  ck_assert_int_eq(c.max_memory_bytes, mem / 4 * 3);
+}
+END_TEST
+
+Suite *test_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
   tcase_add_test(tc, test_defaults);
@@ -208,15 +441,15 @@ static Suite *config_suite(void) {
   tcase_add_loop_test(tc, test_bad_values, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, test_shipped_file_is_the_defaults);
   tcase_add_test(tc, test_print_round_trips);
-  tcase_add_test(tc, test_cpus);
+  tcase_add_test(tc, test_cgroup_real_root);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("cgroup");
+  tcase_add_unchecked_fixture(tc, cg_make_root, cg_remove_root);
+  tcase_add_checked_fixture(tc, cg_fresh, NULL);
+  tcase_add_loop_test(tc, test_cgroup_cpus, 0, N_CPU_CASES);
+  tcase_add_loop_test(tc, test_cgroup_memory, 0, N_MEM_CASES);
+  tcase_add_test(tc, test_cgroup_root_spelling);
   suite_add_tcase(s, tc);
   return s;
-}
-
-int main(void) {
-  SRunner *sr = srunner_create(config_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

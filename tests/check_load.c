@@ -29,6 +29,7 @@
 #include "hist.h"
 #include "report.h"
 #include "server_harness.h"
+#include "suite.h"
 #include "testutil.h"
 #include "verify.h"
 
@@ -655,7 +656,7 @@ END_TEST
 
 /* ---- the suite ----------------------------------------------------------- */
 
-static Suite *load_suite(void) {
+Suite *test_suite(void) {
   Suite *s = suite_create("load");
   TCase *tc = tcase_create("hist");
   tcase_add_test(tc, test_hist_exact_small);
@@ -683,12 +684,4 @@ static Suite *load_suite(void) {
   tcase_add_test(tc, test_report_files);
   suite_add_tcase(s, tc);
   return s;
-}
-
-int main(void) {
-  SRunner *sr = srunner_create(load_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "server_harness.h"
+#include "suite.h"
 
 /* ---- running the tool ---------------------------------------------------- */
 
@@ -357,7 +358,7 @@ END_TEST
 
 /* ---- the suite ----------------------------------------------------------- */
 
-static Suite *load_sweep_suite(void) {
+Suite *test_suite(void) {
   Suite *s = suite_create("load_sweep");
   TCase *tc = tcase_create("sweep");
   tcase_set_timeout(tc, 120);
@@ -370,11 +371,6 @@ static Suite *load_sweep_suite(void) {
   return s;
 }
 
-int main(void) {
+void test_setup(void) {
   sh_init();
-  SRunner *sr = srunner_create(load_sweep_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -23,6 +23,7 @@
 
 #include "attn/attn.h"
 #include "ref.h"
+#include "suite.h"
 #include "testutil.h"
 
 #define PROP_TOL 1e-6
@@ -721,7 +722,7 @@ START_TEST(test_key_permutation) {
 }
 END_TEST
 
-static Suite *properties_suite(void) {
+Suite *test_suite(void) {
   Suite *s = suite_create("properties");
   TCase *tc = tcase_create("gqa");
   tcase_add_loop_test(tc, test_gqa_equals_repeated_mha, 0,
@@ -754,12 +755,4 @@ static Suite *properties_suite(void) {
   tcase_add_test(tc, test_key_permutation);
   suite_add_tcase(s, tc);
   return s;
-}
-
-int main(void) {
-  SRunner *sr = srunner_create(properties_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -33,6 +33,7 @@
 #include "attn/attn.h"
 #include "ref.h"
 #include "server_harness.h"
+#include "suite.h"
 #include "testutil.h"
 
 #define REPLY_TOL 1e-5
@@ -714,7 +715,7 @@ END_TEST
 
 /* ---- the suite ----------------------------------------------------------- */
 
-static Suite *server_load_suite(void) {
+Suite *test_suite(void) {
   Suite *s = suite_create("server_load");
   TCase *tc = tcase_create("concurrency");
   tcase_set_timeout(tc, 90);
@@ -741,11 +742,6 @@ static Suite *server_load_suite(void) {
   return s;
 }
 
-int main(void) {
+void test_setup(void) {
   sh_init();
-  SRunner *sr = srunner_create(server_load_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

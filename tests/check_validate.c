@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "attn/attn.h"
+#include "suite.h"
 #include "testutil.h"
 
 #define POOL 4096
@@ -800,7 +801,7 @@ START_TEST(test_isa_names) {
 }
 END_TEST
 
-static Suite *validate_suite(void) {
+Suite *test_suite(void) {
   Suite *s = suite_create("validate");
   TCase *tc = tcase_create("plan");
   tcase_add_checked_fixture(tc, setup_base, teardown_base);
@@ -826,12 +827,4 @@ static Suite *validate_suite(void) {
   tcase_add_test(tc, test_isa_names);
   suite_add_tcase(s, tc);
   return s;
-}
-
-int main(void) {
-  SRunner *sr = srunner_create(validate_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -6,13 +6,9 @@
  * from server/codec.c, so that a bug there cannot hide itself. */
 #include "server_harness.h"
 
-#include <arpa/inet.h>
 #include <check.h>
 #include <curl/curl.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,12 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "codec/util.h"
 #include "ref.h"
 #include "testutil.h"
 
@@ -45,9 +41,7 @@ static void *xrealloc(void *p, size_t n) {
 }
 
 double sh_now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+  return attnd_now_ms() / 1000.0;
 }
 
 static void sleep_ms(int ms) {
@@ -73,8 +67,9 @@ static void reap_add(pid_t pid) {
     }
 }
 
-static void reap_del(pid_t pid) {
-  for (int i = 0; i < SH_MAX_SERVERS; i++)
+/* Forgets `pid` once the launcher has reaped it (s->pid is then 0). */
+static void reap_del(pid_t pid, const sh_server_t *s) {
+  for (int i = 0; pid > 0 && s->pid == 0 && i < SH_MAX_SERVERS; i++)
     if (reap_tab[i].pid == pid)
       reap_tab[i].pid = 0;
 }
@@ -95,174 +90,37 @@ void sh_init(void) {
   atexit(reap_all);
 }
 
-/* ---- the server ---------------------------------------------------------- */
-
-static void log_append(sh_server_t *s, const char *p, size_t n) {
-  size_t room = sizeof s->log - 1 - s->log_len;
-  if (n > room)
-    n = room;
-  memcpy(s->log + s->log_len, p, n);
-  s->log_len += n;
-  s->log[s->log_len] = 0;
-}
-
-void sh_server_read_log(sh_server_t *s) {
-  char buf[4096];
-  if (s->err_fd < 0)
-    return;
-  for (;;) {
-    ssize_t k = read(s->err_fd, buf, sizeof buf);
-    if (k > 0) {
-      log_append(s, buf, (size_t)k);
-      continue;
-    }
-    if (k < 0 && errno == EINTR)
-      continue;
-    break; /* EAGAIN, EOF or an error */
-  }
-}
-
-/* The port of the listening line in s->log, or 0 while there is none. */
-static int listening_port(const sh_server_t *s) {
-  const char *line = strstr(s->log, "\"event\":\"listening\"");
-  if (line == NULL)
-    return 0;
-  const char *end = strchr(line, '\n');
-  const char *p = strstr(line, "\"port\":");
-  if (end == NULL || p == NULL || p > end)
-    return 0;
-  return atoi(p + 7);
-}
+/* ---- the server: bench/server.c's launcher, and the reaper -------------- */
 
 int sh_server_start(sh_server_t *s, const char *const *args) {
-  memset(s, 0, sizeof *s);
-  s->err_fd = -1;
-  const char *bin = getenv("ATTND_BIN");
-  if (bin == NULL || *bin == 0)
-    bin = "build/attnd";
-  const char *argv[64] = {bin,         "--port",       "0",  "--host",
-                          "127.0.0.1", "--access-log", "off"};
-  int argc = 7;
-  for (int i = 0; args && args[i] && argc < 63; i++)
-    argv[argc++] = args[i];
-  argv[argc] = NULL;
-
-  int p[2];
-  if (pipe2(p, O_CLOEXEC) < 0) {
-    snprintf(s->log, sizeof s->log, "pipe: %s", strerror(errno));
+  if (bench_server_start(s, NULL, args) < 0)
     return -1;
-  }
-  fcntl(p[1], F_SETPIPE_SZ, 1 << 20); /* room for the server to write */
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
-    snprintf(s->log, sizeof s->log, "fork: %s", strerror(errno));
-    close(p[0]);
-    close(p[1]);
-    return -1;
-  }
-  if (pid == 0) {
-    /* Only async-signal-safe calls: the parent may have threads. */
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
-      _exit(127);
-    int null = open("/dev/null", O_RDWR);
-    if (null >= 0) {
-      dup2(null, 0);
-      dup2(null, 1);
-    }
-    dup2(p[1], 2);
-    /* the server must not inherit the tests' signal dispositions */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = SIG_DFL;
-    sigaction(SIGPIPE, &sa, NULL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    execv(bin, (char *const *)argv);
-    _exit(127);
-  }
-  close(p[1]);
-  s->pid = pid;
-  s->owner = getpid();
-  s->err_fd = p[0];
-  fcntl(s->err_fd, F_SETFL, fcntl(s->err_fd, F_GETFL) | O_NONBLOCK);
-  reap_add(pid);
-
-  double deadline = sh_now() + 10.0;
-  while ((s->port = listening_port(s)) == 0) {
-    double left = deadline - sh_now();
-    int st;
-    if (left <= 0 || waitpid(pid, &st, WNOHANG) == pid) {
-      if (s->pid && left > 0) { /* it exited */
-        reap_del(pid);
-        s->pid = 0;
-      }
-      sh_server_read_log(s);
-      char why[128];
-      snprintf(why, sizeof why, "\n[harness: %s did not listen%s]", bin,
-               left <= 0 ? " within 10 s" : "; it exited");
-      log_append(s, why, strlen(why));
-      if (s->pid)
-        sh_server_kill(s); /* closes err_fd */
-      if (s->err_fd >= 0)
-        close(s->err_fd);
-      s->err_fd = -1;
-      return -1;
-    }
-    struct pollfd pf = {.fd = s->err_fd, .events = POLLIN};
-    poll(&pf, 1, left > 0.05 ? 50 : 1);
-    sh_server_read_log(s);
-  }
+  reap_add(s->pid);
   return 0;
 }
 
+void sh_server_read_log(sh_server_t *s) {
+  bench_server_read_log(s);
+}
+
 int sh_server_wait(sh_server_t *s, double timeout_s) {
-  if (s->pid == 0)
-    return -1;
-  double deadline = sh_now() + timeout_s;
-  for (;;) {
-    int st;
-    pid_t r = waitpid(s->pid, &st, WNOHANG);
-    if (r == s->pid) {
-      sh_server_read_log(s);
-      reap_del(s->pid);
-      s->pid = 0;
-      if (s->err_fd >= 0)
-        close(s->err_fd);
-      s->err_fd = -1;
-      if (WIFEXITED(st))
-        return WEXITSTATUS(st);
-      return 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    }
-    sh_server_read_log(s);
-    if (sh_now() >= deadline)
-      return -1;
-    sleep_ms(5);
-  }
+  pid_t pid = s->pid;
+  int st = bench_server_wait(s, timeout_s);
+  reap_del(pid, s);
+  return st;
 }
 
 int sh_server_stop(sh_server_t *s, double timeout_s) {
-  if (s->pid == 0)
-    return -1;
-  kill(s->pid, SIGTERM);
-  int st = sh_server_wait(s, timeout_s);
-  if (st < 0)
-    sh_server_kill(s);
+  pid_t pid = s->pid;
+  int st = bench_server_stop(s, timeout_s);
+  reap_del(pid, s);
   return st;
 }
 
 void sh_server_kill(sh_server_t *s) {
-  if (s->pid == 0)
-    return;
-  kill(s->pid, SIGKILL);
-  waitpid(s->pid, NULL, 0);
-  reap_del(s->pid);
-  s->pid = 0;
-  if (s->err_fd >= 0)
-    close(s->err_fd);
-  s->err_fd = -1;
+  pid_t pid = s->pid;
+  bench_server_kill(s);
+  reap_del(pid, s);
 }
 
 /* ---- HTTP ---------------------------------------------------------------- */
@@ -518,33 +376,11 @@ void sh_assert_error(const sh_resp_t *r, long status, const char *code,
 /* ---- raw sockets --------------------------------------------------------- */
 
 int sh_connect(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) < 0) {
-    close(fd);
-    return -1;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
+  return bench_connect(port);
 }
 
 int sh_send_all(int fd, const void *p, size_t n) {
-  const char *c = p;
-  while (n > 0) {
-    ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k <= 0)
-      return -1;
-    c += k;
-    n -= (size_t)k;
-  }
-  return 0;
+  return bench_send_all(fd, p, n);
 }
 
 long sh_recv_reply(int fd, char *buf, size_t cap, int timeout_ms) {
@@ -740,21 +576,11 @@ json_t *sh_mask_json(const uint8_t *x, int rank, const int64_t *dim,
   return NULL;
 }
 
-static int fail_why(char *why, size_t n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail_why(char *why, size_t n, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(why, n, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 /* Fills t->data from nested arrays shaped t->dim[level..rank). */
 static int unnest(const json_t *v, int level, sh_tensor_t *t, size_t *at,
                   char *why, size_t n) {
   if (!json_is_array(v) || (int64_t)json_array_size(v) != t->dim[level])
-    return fail_why(why, n, "ragged nested tensor at level %d", level);
+    return attnd_fail(why, n, "ragged nested tensor at level %d", level);
   for (size_t i = 0; i < json_array_size(v); i++) {
     const json_t *x = json_array_get(v, i);
     if (level + 1 < t->rank) {
@@ -763,7 +589,7 @@ static int unnest(const json_t *v, int level, sh_tensor_t *t, size_t *at,
     } else if (json_is_number(x)) {
       t->data[(*at)++] = (float)json_number_value(x);
     } else {
-      return fail_why(why, n, "a leaf is not a number");
+      return attnd_fail(why, n, "a leaf is not a number");
     }
   }
   return 0;
@@ -775,7 +601,7 @@ int sh_tensor_decode(const json_t *v, sh_tensor_t *t, char *why, size_t n) {
     t->form = SH_NESTED;
     for (const json_t *x = v; json_is_array(x); x = json_array_get(x, 0)) {
       if (t->rank == 8 || json_array_size(x) == 0)
-        return fail_why(why, n, "nested tensor too deep or empty");
+        return attnd_fail(why, n, "nested tensor too deep or empty");
       t->dim[t->rank++] = (int64_t)json_array_size(x);
     }
     t->n = count(t->rank, t->dim);
@@ -788,15 +614,15 @@ int sh_tensor_decode(const json_t *v, sh_tensor_t *t, char *why, size_t n) {
     return 0;
   }
   if (!json_is_object(v))
-    return fail_why(why, n, "a tensor is neither an array nor an object");
+    return attnd_fail(why, n, "a tensor is neither an array nor an object");
   const json_t *shape = json_object_get(v, "shape");
   if (!json_is_array(shape) || json_array_size(shape) > 8)
-    return fail_why(why, n, "no shape array");
+    return attnd_fail(why, n, "no shape array");
   t->rank = (int)json_array_size(shape);
   for (int i = 0; i < t->rank; i++) {
     const json_t *d = json_array_get(shape, (size_t)i);
     if (!json_is_integer(d) || json_integer_value(d) < 1)
-      return fail_why(why, n, "shape[%d] is not a positive integer", i);
+      return attnd_fail(why, n, "shape[%d] is not a positive integer", i);
     t->dim[i] = json_integer_value(d);
   }
   t->n = count(t->rank, t->dim);
@@ -805,14 +631,14 @@ int sh_tensor_decode(const json_t *v, sh_tensor_t *t, char *why, size_t n) {
   if (json_is_array(data) && b64 == NULL) {
     t->form = SH_FLAT;
     if (json_array_size(data) != t->n)
-      return fail_why(why, n, "data has %zu elements, shape needs %zu",
-                      json_array_size(data), t->n);
+      return attnd_fail(why, n, "data has %zu elements, shape needs %zu",
+                        json_array_size(data), t->n);
     t->data = xmalloc(t->n * sizeof(float));
     for (size_t i = 0; i < t->n; i++) {
       const json_t *x = json_array_get(data, i);
       if (!json_is_number(x)) {
         sh_tensor_free(t);
-        return fail_why(why, n, "data[%zu] is not a number", i);
+        return attnd_fail(why, n, "data[%zu] is not a number", i);
       }
       t->data[i] = (float)json_number_value(x);
     }
@@ -823,21 +649,22 @@ int sh_tensor_decode(const json_t *v, sh_tensor_t *t, char *why, size_t n) {
     const json_t *dt = json_object_get(v, "dtype");
     if (dt &&
         !(json_is_string(dt) && strcmp(json_string_value(dt), "float32") == 0))
-      return fail_why(why, n, "dtype is not float32");
+      return attnd_fail(why, n, "dtype is not float32");
     unsigned char *raw;
     size_t got;
     if (unbase64(json_string_value(b64), json_string_length(b64), &raw, &got) <
         0)
-      return fail_why(why, n, "malformed base64");
+      return attnd_fail(why, n, "malformed base64");
     if (got != t->n * sizeof(float)) {
       free(raw);
-      return fail_why(why, n, "base64 holds %zu bytes, shape needs %zu", got,
-                      t->n * sizeof(float));
+      return attnd_fail(why, n, "base64 holds %zu bytes, shape needs %zu", got,
+                        t->n * sizeof(float));
     }
     t->data = (float *)raw; /* malloc'd: suitably aligned */
     return 0;
   }
-  return fail_why(why, n, "a shaped tensor needs exactly one of data, base64");
+  return attnd_fail(why, n,
+                    "a shaped tensor needs exactly one of data, base64");
 }
 
 void sh_tensor_free(sh_tensor_t *t) {
@@ -954,11 +781,11 @@ static int check_one(const json_t *rep, const char *name, int batched,
                      double tol, char *why, size_t n) {
   const json_t *v = json_object_get(rep, name);
   if (v == NULL)
-    return fail_why(why, n, "the reply has no %s", name);
+    return attnd_fail(why, n, "the reply has no %s", name);
   sh_tensor_t t;
   char sub[160];
   if (sh_tensor_decode(v, &t, sub, sizeof sub) < 0)
-    return fail_why(why, n, "%s: %s", name, sub);
+    return attnd_fail(why, n, "%s: %s", name, sub);
   const int64_t *want = batched ? full : full + 1;
   int wrank = batched ? rank : rank - 1;
   int ok = t.rank == wrank;
@@ -973,22 +800,22 @@ static int check_one(const json_t *rep, const char *name, int batched,
       snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", i ? "," : "",
                (long long)want[i]);
     sh_tensor_free(&t);
-    return fail_why(why, n, "%s has shape [%s], expected [%s]", name, a, b);
+    return attnd_fail(why, n, "%s has shape [%s], expected [%s]", name, a, b);
   }
   if (form >= 0 && (int)t.form != form) {
     int got = (int)t.form;
     sh_tensor_free(&t);
-    return fail_why(why, n, "%s is %s, expected %s", name, form_name(got),
-                    form_name(form));
+    return attnd_fail(why, n, "%s is %s, expected %s", name, form_name(got),
+                      form_name(form));
   }
   double err = tu_rel_err(t.data, ref, t.n);
   float first = t.n ? t.data[0] : 0.0f;
   sh_tensor_free(&t);
   if (!(err <= tol))
-    return fail_why(why, n,
-                    "%s relative error %.3g > %.1g (first: got %.9g, "
-                    "expected %.9g)",
-                    name, err, tol, (double)first, ref[0]);
+    return attnd_fail(why, n,
+                      "%s relative error %.3g > %.1g (first: got %.9g, "
+                      "expected %.9g)",
+                      name, err, tol, (double)first, ref[0]);
   return 0;
 }
 
@@ -996,7 +823,7 @@ int sh_check_reply_ref(const ref_result_t *ref, int batched, int weights,
                        int head_outputs, const json_t *rep, int form,
                        double tol, char *why, size_t n) {
   if (!json_is_object(rep))
-    return fail_why(why, n, "the reply is not a JSON object");
+    return attnd_fail(why, n, "the reply is not a JSON object");
   const int64_t o_dim[3] = {ref->B, ref->Lq, ref->Eo};
   const int64_t w_dim[4] = {ref->B, ref->H, ref->Lq, ref->Lk};
   const int64_t m_dim[3] = {ref->B, ref->Lq, ref->Lk};
@@ -1010,12 +837,12 @@ int sh_check_reply_ref(const ref_result_t *ref, int batched, int weights,
     rc = check_one(rep, "weights", batched, m_dim, 3, ref->mean_weights, form,
                    tol, why, n);
   else if (rc == 0 && json_object_get(rep, "weights"))
-    rc = fail_why(why, n, "weights returned, but not asked for");
+    rc = attnd_fail(why, n, "weights returned, but not asked for");
   if (rc == 0 && head_outputs)
     rc = check_one(rep, "head_outputs", batched, h_dim, 4, ref->head_outputs,
                    form, tol, why, n);
   else if (rc == 0 && json_object_get(rep, "head_outputs"))
-    rc = fail_why(why, n, "head_outputs returned, but not asked for");
+    rc = attnd_fail(why, n, "head_outputs returned, but not asked for");
   return rc;
 }
 
@@ -1029,7 +856,7 @@ int sh_check_reply(const attn_params_t *p, const json_t *rep, int form,
                    double tol, char *why, size_t n) {
   ref_result_t ref;
   if (ref_attention(p, &ref) < 0)
-    return fail_why(why, n, "the reference cannot read these params");
+    return attnd_fail(why, n, "the reference cannot read these params");
   int rc = sh_check_reply_ref(&ref, p->query.rank == 3, sh_weights_mode(p),
                               p->want_head_outputs, rep, form, tol, why, n);
   ref_result_free(&ref);

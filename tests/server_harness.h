@@ -2,9 +2,10 @@
  *
  * - the server: start the real binary (ATTND_BIN, default build/attnd) on a
  *   free port of 127.0.0.1, read its port from the "listening" line of its
- *   stderr, stop it with SIGTERM and collect its exit status. A server dies
- *   with the thread that started it (PR_SET_PDEATHSIG) and with the process
- *   that started it (atexit), so a test that fails mid-way leaves nothing;
+ *   stderr, stop it with SIGTERM and collect its exit status, with the
+ *   launcher of bench/server.h. A server dies with the thread that started
+ *   it (PR_SET_PDEATHSIG) and with the process that started it (atexit),
+ *   so a test that fails mid-way leaves nothing;
  * - an HTTP client on libcurl's easy interface, one handle per thread,
  *   keeping its connection alive between requests;
  * - raw sockets, for the tests that must control a connection byte by byte;
@@ -23,6 +24,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "../bench/server.h"
 #include "attn/attn.h"
 #include "ref.h"
 
@@ -35,14 +37,10 @@ double sh_now(void);
 
 /* ---- the server ---------------------------------------------------------- */
 
-typedef struct sh_server {
-  pid_t pid;       /* 0 when not running */
-  int port;        /* from the listening line */
-  int err_fd;      /* read end of the server's stderr, non-blocking */
-  pid_t owner;     /* the process that started it, the only one that reaps it */
-  char log[32768]; /* the start of its stderr, for failure messages */
-  size_t log_len;
-} sh_server_t;
+/* The launcher's handle (bench/server.h): pid (0 when not running), port
+ * (from the listening line), log and log_len (the start of its stderr, for
+ * failure messages). */
+typedef bench_server_t sh_server_t;
 
 /* Starts the server with "--port 0 --host 127.0.0.1 --access-log off" and
  * `args` (NULL-terminated flags, may be NULL), and waits up to 10 s for its

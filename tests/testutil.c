@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <check.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "codec/util.h"
 #include "ref.h"
 
 /* ---- PRNG ---------------------------------------------------------------- */
@@ -17,12 +19,9 @@ void tu_rng_seed(tu_rng_t *r, uint64_t seed) {
   r->state = seed ^ 0x5eed5eed12345678ull;
 }
 
-/* splitmix64 (Steele, Lea, Flood 2014). */
+/* splitmix64, from the seed mixed above. */
 uint64_t tu_rng_next(tu_rng_t *r) {
-  uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  return attnd_splitmix64(&r->state);
 }
 
 double tu_rng_unit(tu_rng_t *r) {
@@ -145,6 +144,27 @@ double tu_rel_err_f(const float *got, const float *ref, size_t n) {
   return sqrt(num) / sqrt(den);
 }
 
+/* ---- instruction sets ---------------------------------------------------- */
+
+int tu_isa_runs(attn_isa_t isa) {
+  if (isa == ATTN_ISA_AUTO || isa == ATTN_ISA_GENERIC)
+    return 1;
+  attn_backend_t b;
+  attn_backend_info(&b);
+  return isa <= b.isa;
+}
+
+void tu_isa_skipped(attn_isa_t isa, const char *what) {
+  attn_backend_t b;
+  attn_backend_info(&b);
+  const char *lacks = isa == ATTN_ISA_AVX512 ? "AVX-512 (F, BW, DQ, VL)"
+                      : isa == ATTN_ISA_AVX2 ? "AVX2 + FMA"
+                                             : attn_isa_name(isa);
+  fprintf(stderr, "%s: %s case skipped: this CPU lacks %s (best: %s): %s\n",
+          program_invocation_short_name, attn_isa_name(isa), lacks,
+          attn_isa_name(b.isa), what);
+}
+
 /* ---- running the core ---------------------------------------------------- */
 
 enum { TU_GUARD = 16 };
@@ -178,12 +198,38 @@ int tu_run(tu_run_t *run, const attn_params_t *p, const attn_exec_t *ex) {
   static const char *const names[4] = {"out", "weights", "mean_weights",
                                        "head_outputs"};
   memset(run, 0, sizeof *run);
+  const attn_isa_t asked = ex != NULL ? ex->isa : ATTN_ISA_AUTO;
   int rc = attn_plan_init(&run->plan, p, ex, &run->err);
-  if (rc == ATTN_ENOTSUP)
+  if (rc == ATTN_ENOTSUP) {
+    /* only for a named ISA above the detected one, and said as such */
+    ck_assert_msg(!tu_isa_runs(asked),
+                  "attn_plan_init: ENOTSUP for isa %s, which this CPU runs: "
+                  "%s",
+                  attn_isa_name(asked), run->err.message);
+    ck_assert_int_eq(run->err.code, ATTN_ENOTSUP);
+    ck_assert_str_eq(run->err.field, "isa");
+    ck_assert_msg(strstr(run->err.message, attn_isa_name(asked)) != NULL,
+                  "ENOTSUP message '%s' does not name %s", run->err.message,
+                  attn_isa_name(asked));
     return rc;
+  }
   ck_assert_msg(rc == 0, "attn_plan_init: %d %s (field '%s'): %s", rc,
                 attn_errname(rc), run->err.field, run->err.message);
   ck_assert_int_eq(run->err.code, 0);
+  ck_assert_msg(tu_isa_runs(asked),
+                "attn_plan_init accepted isa %s, which "
+                "attn_backend_info says this CPU lacks",
+                attn_isa_name(asked));
+  if (asked == ATTN_ISA_AUTO) {
+    attn_backend_t b;
+    attn_backend_info(&b);
+    ck_assert_msg(run->plan.isa == b.isa,
+                  "plan isa %s for auto, but the detected ISA is %s",
+                  attn_isa_name(run->plan.isa), attn_isa_name(b.isa));
+  } else {
+    ck_assert_msg(run->plan.isa == asked, "plan isa %s, asked for %s",
+                  attn_isa_name(run->plan.isa), attn_isa_name(asked));
+  }
 
   const attn_plan_t *pl = &run->plan;
   const int64_t elems[4] = {pl->out_elems, pl->weights_elems, pl->mean_elems,
@@ -239,9 +285,12 @@ int tu_check_vs_ref(const attn_params_t *p, const attn_exec_t *ex, double tol,
   tu_run_t run;
   int rc = tu_run(&run, p, ex);
   if (rc == ATTN_ENOTSUP) {
+    /* tu_run asserted that the CPU lacks it; say so rather than pass */
+    tu_isa_skipped(ex->isa, what);
     ref_result_free(&ref);
     return rc;
   }
+  ck_assert_int_eq(rc, 0);
   const attn_plan_t *pl = &run.plan;
   int threads = ex != NULL ? ex->threads : 0;
   int isa = ex != NULL ? (int)ex->isa : 0;

@@ -65,20 +65,38 @@ typedef struct tu_run {
   void *ws_;
 } tu_run_t;
 
+/* ---- instruction sets ---------------------------------------------------- */
+
+/* Whether this CPU runs `isa`, by attn_backend_info's detected ISA: AUTO
+ * and GENERIC always, AVX2 and AVX512 when they are not above it. */
+int tu_isa_runs(attn_isa_t isa);
+
+/* Says on stderr that the case `what` did not run because this CPU lacks
+ * `isa`, as "<program>: avx512 case skipped: this CPU lacks AVX-512 (best:
+ * avx2): <what>", so that a skip never passes silently. */
+void tu_isa_skipped(attn_isa_t isa, const char *what);
+
+/* ---- running the core ---------------------------------------------------- */
+
 /* Plans `p` with `ex` (may be NULL) and runs it. Output buffers are filled
  * with NaN and fenced by guard words, the workspace with 0xFF bytes (NaN),
  * so that unwritten outputs, reads of stale scratch and overruns all show.
- * Returns 0, or ATTN_ENOTSUP when the ISA is missing (nothing to free);
- * any other failure fails the test with the core's message. */
+ * Asserts that the plan's ISA is the one asked for (the detected one for
+ * NULL or AUTO). Returns 0, or ATTN_ENOTSUP when `ex` names an ISA this
+ * CPU lacks (asserted: !tu_isa_runs, and the error names "isa"; nothing to
+ * free); any other failure fails the test with the core's message. */
 int tu_run(tu_run_t *run, const attn_params_t *p, const attn_exec_t *ex);
 void tu_run_free(tu_run_t *run);
 
 /* Runs the core as tu_run does and asserts: the plan's sizes equal the
  * reference's, and every requested output is within `tol` (relative, see
  * tu_rel_err) of the reference. `what` names the case in messages. Returns
- * 0, or ATTN_ENOTSUP when the ISA is missing (nothing checked). */
+ * 0 when all that was checked, or ATTN_ENOTSUP, after tu_isa_skipped, when
+ * `ex` names an ISA this CPU lacks: nothing was checked, so callers must
+ * look at the result (the compiler makes them), assert it, and make sure
+ * something else still runs. Every other outcome fails the test. */
 int tu_check_vs_ref(const attn_params_t *p, const attn_exec_t *ex, double tol,
-                    const char *what);
+                    const char *what) __attribute__((warn_unused_result));
 
 /* ---- random cases -------------------------------------------------------- */
 

@@ -22,14 +22,12 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
-#include <time.h>
 
-#include "codec.h"
+#include "codec/buf.h"
+#include "codec/util.h"
 
 static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+  return attnd_now_ms() * 1e-3;
 }
 
 static double cpu_now_s(void) {
@@ -301,11 +299,9 @@ static void finish(engine_t *e, slot_t *s, CURLcode rc, double now) {
 
 /* ---- open loop ----------------------------------------------------------- */
 
+/* Uniform in [0, 1): the top 53 bits of the next splitmix64 number. */
 static double unit(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull); /* splitmix64 */
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return (double)((z ^ (z >> 31)) >> 11) * (1.0 / 9007199254740992.0);
+  return (double)(attnd_splitmix64(state) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 static int backlog_push(engine_t *e, double t) {

@@ -6,28 +6,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
+#include "codec/buf.h"
+#include "codec/util.h"
 
-/* splitmix64 (Steele, Lea, Flood 2014): the generator of every number. */
-static uint64_t next_u64(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+/* Every number here comes from attnd_splitmix64. */
 
 uint64_t load_gen_seed(uint64_t seed, int64_t length, int variant) {
   uint64_t s = seed;
-  uint64_t a = next_u64(&s) ^ (uint64_t)length;
-  uint64_t b = next_u64(&a) ^ (uint64_t)variant;
-  return next_u64(&b);
+  uint64_t a = attnd_splitmix64(&s) ^ (uint64_t)length;
+  uint64_t b = attnd_splitmix64(&a) ^ (uint64_t)variant;
+  return attnd_splitmix64(&b);
 }
 
 /* n floats uniform in [-amp, amp); NULL when out of memory. */
 static float *random_floats(uint64_t *state, size_t n, float amp) {
   float *x = malloc(n ? n * sizeof *x : 1);
   for (size_t i = 0; x && i < n; i++)
-    x[i] = amp * (float)((double)(next_u64(state) >> 11) *
+    x[i] = amp * (float)((double)(attnd_splitmix64(state) >> 11) *
                              (2.0 / 9007199254740992.0) -
                          1.0);
   return x;
@@ -170,7 +165,7 @@ int load_gen_request(const load_shape_t *s, uint64_t seed, int with_body,
     r->key_lengths = malloc((size_t)B * sizeof *r->key_lengths);
     oom |= r->key_lengths == NULL;
     for (int64_t b = 0; r->key_lengths && b < B; b++)
-      r->key_lengths[b] = 1 + (int64_t)(next_u64(&st) % (uint64_t)Lk);
+      r->key_lengths[b] = 1 + (int64_t)(attnd_splitmix64(&st) % (uint64_t)Lk);
     p->key_lengths = (attn_tensor_t){r->key_lengths, 1, {B}};
   }
   if (oom) {

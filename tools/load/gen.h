@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "attn/attn.h"
-#include "codec.h"
+#include "codec/buf.h"
 
 typedef enum {
   LOAD_WEIGHTS_NONE,

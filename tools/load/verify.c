@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "attn/attn.h"
-#include "codec.h"
+#include "codec/base64.h"
+#include "codec/buf.h"
+#include "codec/number.h"
 
 static int fail(char *why, size_t wn, const char *name, const char *what) {
   snprintf(why, wn, "reply %s: %s", name, what);

@@ -1,11 +1,11 @@
-/* server/http.h: the attnd service: HTTP (libmicrohttpd), the scheduler
+/* server/serve.h: the attnd service: HTTP (libmicrohttpd), the scheduler
  * loop (libuv) and the workers, put together.
  *
  * Threads: libmicrohttpd's pool parses requests and writes replies; the
  * thread that calls attnd_serve() runs the libuv loop that schedules; the
  * workers compute. */
-#ifndef ATTND_HTTP_H
-#define ATTND_HTTP_H
+#ifndef ATTND_SERVE_H
+#define ATTND_SERVE_H
 
 #include "config.h"
 

@@ -1,0 +1,40 @@
+/* server/cgroup.h: the CPUs and memory a container lets this process use.
+ *
+ * The limits come from the cgroup files under <root>/sys/fs/cgroup: version
+ * 2's cpu.max, cpuset.cpus.effective and memory.max, else version 1's
+ * cpu/cpu.cfs_quota_us with cpu/cpu.cfs_period_us, cpuset/
+ * cpuset.effective_cpus and memory/memory.limit_in_bytes. For each limit the
+ * version 2 file, when it exists, is the only one read, even when its text
+ * is not a limit. A file that is missing, unreadable or holds no limit
+ * ("max", -1, text that does not parse) bounds nothing.
+ *
+ * The _at functions are pure apart from reading those files: they take the
+ * root directory and what the machine offers, so that tests can run them on
+ * a directory of fixtures. attnd_cgroup_cpus and attnd_cgroup_memory apply
+ * them to "/" and to this process and machine. All borrow their arguments
+ * and may run on any thread. */
+#ifndef ATTND_CGROUP_H
+#define ATTND_CGROUP_H
+
+#include <stdint.h>
+
+/* The CPUs this process may use: `affinity_cpus` (its affinity mask's
+ * count), bounded by the cgroup CPU quota rounded up to whole CPUs
+ * (quota 150000 per period 100000 is 2) and by the number of CPUs in the
+ * cgroup's cpuset. At least 1. `root` is the directory holding
+ * sys/fs/cgroup ("/" for the real one). */
+int attnd_cgroup_cpus_at(const char *root, int affinity_cpus);
+
+/* The memory this process may use: `machine_bytes`, bounded by the cgroup
+ * memory limit when that is positive and smaller. `root` as above. */
+int64_t attnd_cgroup_memory_at(const char *root, int64_t machine_bytes);
+
+/* attnd_cgroup_cpus_at("/", the CPU count of this process's affinity mask,
+ * at least 1). */
+int attnd_cgroup_cpus(void);
+
+/* attnd_cgroup_memory_at("/", this machine's physical memory; 4 GiB when
+ * sysconf cannot tell). */
+int64_t attnd_cgroup_memory(void);
+
+#endif

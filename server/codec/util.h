@@ -1,0 +1,33 @@
+/* server/codec/util.h: the small helpers every attnd program shares (the
+ * server, attnd-load, the benches and the tests): a monotonic clock, a
+ * random generator, formatted messages and the text of a shape.
+ * Any thread. */
+#ifndef ATTND_CODEC_UTIL_H
+#define ATTND_CODEC_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* CLOCK_MONOTONIC in milliseconds. */
+double attnd_now_ms(void);
+
+/* splitmix64 (Steele, Lea and Flood, 2014): advances *state and returns the
+ * next 64 random bits. Not for secrets. */
+uint64_t attnd_splitmix64(uint64_t *state);
+
+/* 64 bits from the OS (getrandom), for seeds and identifiers; falls back
+ * to the clock and an address if the OS has none to give. */
+uint64_t attnd_random_u64(void);
+
+/* vsnprintf into msg[0..size) and return -1: the "fail with a message"
+ * idiom of every parser here. */
+int attnd_fail(char *msg, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Writes the shape dim[0..rank) as "[2, 3]" (with `sep` ", ") or "[2,3]"
+ * (with ","), truncated to fit buf[0..n) and NUL-terminated; returns the
+ * length written. */
+size_t attnd_shape_text(char *buf, size_t n, int rank, const int64_t *dim,
+                        const char *sep);
+
+#endif

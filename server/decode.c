@@ -1,0 +1,611 @@
+/* server/decode.c: a request body to a planned request: the request's
+ * schema, the configured limits, and the core's errors in the API's terms.
+ *
+ * Decoding checks, in order: JSON syntax (invalid_json); the request's
+ * members and their types; every tensor (decode_tensor.c: form, shape,
+ * leaf types, finiteness); then the core's validation of shapes and
+ * options (attn_plan_init); then the configured limits. Every failure
+ * names the member as a JSON path. HTTP thread. */
+#include "decode.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/util.h"
+
+/* The fast path lifts arrays of at least this many numbers, and strings of
+ * at least this many characters, out of jansson's way. */
+#define ATTND_BULK_MIN_ELEMS 64
+#define ATTND_BULK_MIN_STRING 1024
+#define JSON_FLAGS JSON_REJECT_DUPLICATES
+
+static int get_int(dec_t *d, const json_t *obj, const char *key,
+                   const char *field, int64_t lo, int64_t hi, int64_t *out,
+                   int *present) {
+  const json_t *v = json_object_get(obj, key);
+  *present = v != NULL && !json_is_null(v);
+  if (!*present)
+    return 0;
+  double x = json_number_value(v);
+  if (!json_is_integer(v) &&
+      !(json_is_real(v) && x == floor(x) && fabs(x) < 9e15))
+    return E(d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected an integer",
+             field,
+             json_is_real(v) ? "a fractional number" : attnd__json_type(v));
+  int64_t n = json_is_integer(v) ? (int64_t)json_integer_value(v) : (int64_t)x;
+  if (n < lo || n > hi)
+    return E(d, ATTND_ERR_INVALID_VALUE, field,
+             "%s is %lld; expected %lld to %lld", field, (long long)n,
+             (long long)lo, (long long)hi);
+  *out = n;
+  return 0;
+}
+
+static int get_number(dec_t *d, const json_t *obj, const char *key, float *out,
+                      int *present) {
+  const json_t *v = json_object_get(obj, key);
+  *present = v != NULL && !json_is_null(v);
+  if (!*present)
+    return 0;
+  if (!json_is_number(v))
+    return E(d, ATTND_ERR_INVALID_TYPE, key, "%s is %s; expected a number", key,
+             attnd__json_type(v));
+  *out = (float)json_number_value(v);
+  if (!isfinite(*out))
+    return E(d, ATTND_ERR_NON_FINITE, key, "%s is %g, not a finite float32",
+             key, json_number_value(v));
+  return 0;
+}
+
+static int get_bool(dec_t *d, const json_t *obj, const char *key,
+                    const char *field, int *out) {
+  const json_t *v = json_object_get(obj, key);
+  if (v == NULL || json_is_null(v))
+    return 0;
+  if (!json_is_boolean(v))
+    return E(d, ATTND_ERR_INVALID_TYPE, field,
+             "%s is %s; expected true or false", field, attnd__json_type(v));
+  *out = json_is_true(v);
+  return 0;
+}
+
+/* Picks one of `names` for a string member; *out is its index. */
+static int get_enum(dec_t *d, const json_t *obj, const char *key,
+                    const char *field, const char *const *names, int *out) {
+  const json_t *v = json_object_get(obj, key);
+  if (v == NULL || json_is_null(v))
+    return 0;
+  char list[128] = "";
+  size_t n = 0;
+  for (int i = 0; names[i]; i++) {
+    if (json_is_string(v) && strcmp(json_string_value(v), names[i]) == 0) {
+      *out = i;
+      return 0;
+    }
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", i ? ", " : "",
+                          names[i]);
+  }
+  if (!json_is_string(v))
+    return E(d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected one of %s",
+             field, attnd__json_type(v), list);
+  return E(d, ATTND_ERR_INVALID_VALUE, field,
+           "%s is \"%s\"; expected one of %s", field, json_string_value(v),
+           list);
+}
+
+static const json_t *get_object(dec_t *d, const json_t *obj, const char *key,
+                                const char *const *known, int *bad) {
+  const json_t *v = json_object_get(obj, key);
+  *bad = 0;
+  if (v == NULL || json_is_null(v))
+    return NULL;
+  if (!json_is_object(v)) {
+    *bad = E(d, ATTND_ERR_INVALID_TYPE, key, "%s is %s; expected an object",
+             key, attnd__json_type(v));
+    return NULL;
+  }
+  *bad = attnd__dec_members(d, v, key, known);
+  return *bad ? NULL : v;
+}
+
+static int decode_projections(dec_t *d, const json_t *root) {
+  static const char *const known[] = {"q_weight", "k_weight", "v_weight",
+                                      "o_weight", "q_bias",   "k_bias",
+                                      "v_bias",   "o_bias",   NULL};
+  int bad;
+  const json_t *pr = get_object(d, root, "projections", known, &bad);
+  if (pr == NULL)
+    return bad;
+  attn_params_t *p = &d->req->params;
+  attn_tensor_t *dst[] = {&p->q_weight, &p->k_weight, &p->v_weight,
+                          &p->o_weight, &p->q_bias,   &p->k_bias,
+                          &p->v_bias,   &p->o_bias};
+  for (int i = 0; known[i]; i++) {
+    const json_t *v = json_object_get(pr, known[i]);
+    char field[64];
+    snprintf(field, sizeof field, "projections.%s", known[i]);
+    if (v && !json_is_null(v) &&
+        attnd__dec_tensor(d, v, field, K_FLOAT, dst[i], NULL) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int decode_mask(dec_t *d, const json_t *root) {
+  static const char *const known[] = {"causal", "key_lengths", "allow", "bias",
+                                      "window", "alibi",       NULL};
+  int bad;
+  const json_t *m = get_object(d, root, "mask", known, &bad);
+  if (m == NULL)
+    return bad;
+  attn_params_t *p = &d->req->params;
+
+  const json_t *c = json_object_get(m, "causal");
+  if (json_is_boolean(c)) {
+    p->causal = json_is_true(c) ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
+  } else if (c && !json_is_null(c)) {
+    static const char *const kinds[] = {"none", "bottom_right", "top_left",
+                                        NULL};
+    int k = 0;
+    if (!json_is_string(c))
+      return E(d, ATTND_ERR_INVALID_TYPE, "mask.causal",
+               "mask.causal is %s; expected true, false, \"bottom_right\" "
+               "or \"top_left\"",
+               attnd__json_type(c));
+    if (get_enum(d, m, "causal", "mask.causal", kinds, &k) < 0)
+      return -1;
+    p->causal = (attn_causal_t)k;
+  }
+
+  const json_t *kl = json_object_get(m, "key_lengths");
+  if (kl && !json_is_null(kl)) {
+    if (!json_is_array(kl) || json_array_size(kl) == 0)
+      return E(d, ATTND_ERR_INVALID_TYPE, "mask.key_lengths",
+               "mask.key_lengths is %s; expected an array of one integer "
+               "per batch item",
+               json_is_array(kl) ? "empty" : attnd__json_type(kl));
+    size_t n = json_array_size(kl);
+    int64_t *len = attnd__dec_alloc(d, n * sizeof *len);
+    if (len == NULL)
+      return attnd__dec_oom(d, "mask.key_lengths");
+    for (size_t i = 0; i < n; i++) {
+      const json_t *x = json_array_get(kl, i);
+      if (!json_is_integer(x))
+        return E(d, ATTND_ERR_INVALID_TYPE, "mask.key_lengths",
+                 "mask.key_lengths[%zu] is %s; expected an integer", i,
+                 attnd__json_type(x));
+      len[i] = json_integer_value(x);
+    }
+    p->key_lengths = (attn_tensor_t){len, 1, {(int64_t)n}};
+  }
+
+  const json_t *allow = json_object_get(m, "allow");
+  if (allow && !json_is_null(allow) &&
+      attnd__dec_tensor(d, allow, "mask.allow", K_MASK, &p->allow, NULL) < 0)
+    return -1;
+  const json_t *bias = json_object_get(m, "bias");
+  if (bias && !json_is_null(bias) &&
+      attnd__dec_tensor(d, bias, "mask.bias", K_FLOAT, &p->bias, NULL) < 0)
+    return -1;
+
+  static const char *const wknown[] = {"left", "right", NULL};
+  const json_t *w = json_object_get(m, "window");
+  if (w && !json_is_null(w)) {
+    if (!json_is_object(w))
+      return E(d, ATTND_ERR_INVALID_TYPE, "mask.window",
+               "mask.window is %s; expected {\"left\": n, \"right\": n}",
+               attnd__json_type(w));
+    if (attnd__dec_members(d, w, "mask.window", wknown) < 0 ||
+        get_int(d, w, "left", "mask.window.left", 0, INT64_MAX, &p->window_left,
+                &p->has_window_left) < 0 ||
+        get_int(d, w, "right", "mask.window.right", 0, INT64_MAX,
+                &p->window_right, &p->has_window_right) < 0)
+      return -1;
+  }
+
+  const json_t *al = json_object_get(m, "alibi");
+  if (json_is_boolean(al)) {
+    p->alibi = json_is_true(al) ? ATTN_ALIBI_DEFAULT : ATTN_ALIBI_NONE;
+  } else if (json_is_array(al)) {
+    p->alibi = ATTN_ALIBI_SLOPES;
+    if (attnd__dec_tensor(d, al, "mask.alibi", K_FLOAT, &p->alibi_slopes,
+                          NULL) < 0)
+      return -1;
+  } else if (al && !json_is_null(al)) {
+    return E(d, ATTND_ERR_INVALID_TYPE, "mask.alibi",
+             "mask.alibi is %s; expected true, false or one slope per "
+             "head",
+             attnd__json_type(al));
+  }
+  return 0;
+}
+
+static int decode_return(dec_t *d, const json_t *root) {
+  static const char *const known[] = {"weights", "head_outputs", "metrics",
+                                      "encoding", NULL};
+  static const char *const wmodes[] = {"none", "per_head", "mean", NULL};
+  static const char *const encs[] = {"nested", "flat", "base64", NULL};
+  attnd_request_t *j = d->req;
+  int bad, w = 0, enc = (int)d->query_form;
+  const json_t *r = get_object(d, root, "return", known, &bad);
+  if (r == NULL && bad)
+    return bad;
+  j->want_metrics = 1;
+  if (r && (get_enum(d, r, "weights", "return.weights", wmodes, &w) < 0 ||
+            get_bool(d, r, "head_outputs", "return.head_outputs",
+                     &j->params.want_head_outputs) < 0 ||
+            get_bool(d, r, "metrics", "return.metrics", &j->want_metrics) < 0 ||
+            get_enum(d, r, "encoding", "return.encoding", encs, &enc) < 0))
+    return -1;
+  j->weights_mode = (attnd_weights_t)w;
+  j->params.want_weights = w == ATTND_WEIGHTS_PER_HEAD;
+  j->params.want_mean_weights = w == ATTND_WEIGHTS_MEAN;
+  j->encoding = (attnd_form_t)enc;
+  return 0;
+}
+
+/* The JSON path of an input the core names. A switch rather than a table,
+ * so that the compiler points at a field the core adds (-Wswitch). */
+static const char *json_path(attn_field_t f) {
+  switch (f) {
+  case ATTN_FIELD_Q_WEIGHT:
+    return "projections.q_weight";
+  case ATTN_FIELD_K_WEIGHT:
+    return "projections.k_weight";
+  case ATTN_FIELD_V_WEIGHT:
+    return "projections.v_weight";
+  case ATTN_FIELD_O_WEIGHT:
+    return "projections.o_weight";
+  case ATTN_FIELD_Q_BIAS:
+    return "projections.q_bias";
+  case ATTN_FIELD_K_BIAS:
+    return "projections.k_bias";
+  case ATTN_FIELD_V_BIAS:
+    return "projections.v_bias";
+  case ATTN_FIELD_O_BIAS:
+    return "projections.o_bias";
+  case ATTN_FIELD_CAUSAL:
+    return "mask.causal";
+  case ATTN_FIELD_KEY_LENGTHS:
+    return "mask.key_lengths";
+  case ATTN_FIELD_ALLOW:
+    return "mask.allow";
+  case ATTN_FIELD_BIAS:
+    return "mask.bias";
+  case ATTN_FIELD_WINDOW_LEFT:
+    return "mask.window.left";
+  case ATTN_FIELD_WINDOW_RIGHT:
+    return "mask.window.right";
+  case ATTN_FIELD_ALIBI:
+  case ATTN_FIELD_ALIBI_SLOPES:
+    return "mask.alibi";
+  case ATTN_FIELD_NONE:
+  case ATTN_FIELD_QUERY:
+  case ATTN_FIELD_KEY:
+  case ATTN_FIELD_VALUE:
+  case ATTN_FIELD_SCALE:
+  case ATTN_FIELD_SOFTCAP:
+  case ATTN_FIELD_NUM_HEADS:
+  case ATTN_FIELD_NUM_KV_HEADS:
+  case ATTN_FIELD_THREADS:
+  case ATTN_FIELD_ISA:
+  case ATTN_FIELD_OUT:
+  case ATTN_FIELD_WEIGHTS:
+  case ATTN_FIELD_MEAN_WEIGHTS:
+  case ATTN_FIELD_HEAD_OUTPUTS:
+  case ATTN_FIELD_WORKSPACE:
+  case ATTN_FIELD_CANCEL:
+  case ATTN_FIELD_COUNT:
+    break; /* the same name at the top level of the request */
+  }
+  return attn_field_name(f);
+}
+
+static int plan(dec_t *d) {
+  attnd_request_t *j = d->req;
+  d->planning = 1;
+  attn_exec_t ex = {.threads = (int)d->cfg->threads_per_request,
+                    .cancel = &j->cancel};
+  attn_error_t ae;
+  if (attn_plan_init(&j->plan, &j->params, &ex, &ae) == 0)
+    return 0;
+  attnd_err_t code = ATTND_ERR_INVALID_VALUE;
+  switch (ae.code) {
+  case ATTN_ERANK:
+  case ATTN_ESHAPE:
+    code = ATTND_ERR_SHAPE_MISMATCH;
+    break;
+  case ATTN_EHEADS:
+    code = ATTND_ERR_HEADS_MISMATCH;
+    break;
+  case ATTN_EOVERFLOW:
+    code = ATTND_ERR_LIMIT_EXCEEDED;
+    break;
+  }
+  return E(d, code, json_path(ae.field_id), "%s", ae.message);
+}
+
+static int check_limits(dec_t *d) {
+  const attnd_config_t *c = d->cfg;
+  const attn_plan_t *pl = &d->req->plan;
+  attnd_request_t *j = d->req;
+  if (pl->B > c->max_batch)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "query",
+             "batch %lld is over max_batch %lld", (long long)pl->B,
+             (long long)c->max_batch);
+  if (pl->Lq > c->max_seq_len)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "query",
+             "query length %lld is over max_seq_len %lld", (long long)pl->Lq,
+             (long long)c->max_seq_len);
+  if (pl->Lk > c->max_seq_len)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, j->params.key.rank ? "key" : "query",
+             "key length %lld is over max_seq_len %lld", (long long)pl->Lk,
+             (long long)c->max_seq_len);
+  if (pl->H > c->max_heads)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "num_heads",
+             "num_heads %lld is over max_heads %lld", (long long)pl->H,
+             (long long)c->max_heads);
+  struct {
+    int on;
+    int64_t n;
+    const char *name;
+  } outs[] = {
+      {1, pl->out_elems, "output"},
+      {j->params.want_weights, pl->weights_elems, "weights"},
+      {j->params.want_mean_weights, pl->mean_elems, "weights"},
+      {j->params.want_head_outputs, pl->head_elems, "head_outputs"},
+  };
+  double bytes = 0;
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+    if (!outs[i].on)
+      continue;
+    if (outs[i].n > c->max_tensor_elements)
+      return E(d, ATTND_ERR_LIMIT_EXCEEDED,
+               i == 0   ? "query"
+               : i == 3 ? "return.head_outputs"
+                        : "return.weights",
+               "the reply's %s would have %lld elements, over "
+               "max_tensor_elements %lld",
+               outs[i].name, (long long)outs[i].n,
+               (long long)c->max_tensor_elements);
+    bytes += attnd_request_reply_bytes(j, outs[i].n);
+  }
+  if (bytes > (double)c->max_response_bytes)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED,
+             j->params.want_weights || j->params.want_mean_weights
+                 ? "return.weights"
+                 : "query",
+             "the reply would take up to %.0f bytes, over "
+             "max_response_bytes %lld",
+             bytes, (long long)c->max_response_bytes);
+  return 0;
+}
+
+static int decode_root(dec_t *d, const json_t *root) {
+  static const char *const known[] = {
+      "id",           "query",       "key",  "value", "num_heads",
+      "num_kv_heads", "projections", "mask", "scale", "softcap",
+      "return",       "timeout_ms",  NULL};
+  attnd_request_t *j = d->req;
+  attn_params_t *p = &j->params;
+  int present;
+  if (!json_is_object(root))
+    return E(d, ATTND_ERR_INVALID_TYPE, "",
+             "the request is %s; expected an object", attnd__json_type(root));
+  if (attnd__dec_members(d, root, "", known) < 0)
+    return -1;
+
+  const json_t *id = json_object_get(root, "id");
+  if (id && !json_is_null(id)) {
+    if (!json_is_string(id))
+      return E(d, ATTND_ERR_INVALID_TYPE, "id", "id is %s; expected a string",
+               attnd__json_type(id));
+    if (json_string_length(id) > 256)
+      return E(d, ATTND_ERR_INVALID_VALUE, "id",
+               "id has %zu characters; at most 256", json_string_length(id));
+    if ((j->id = strdup(json_string_value(id))) == NULL)
+      return attnd__dec_oom(d, "id");
+  }
+
+  const json_t *q = json_object_get(root, "query");
+  if (q == NULL || json_is_null(q))
+    return E(d, ATTND_ERR_MISSING_FIELD, "query", "query is required");
+  if (attnd__dec_tensor(d, q, "query", K_FLOAT, &p->query, &d->query_form) < 0)
+    return -1;
+  const json_t *k = json_object_get(root, "key"),
+               *v = json_object_get(root, "value");
+  if (k && !json_is_null(k) &&
+      attnd__dec_tensor(d, k, "key", K_FLOAT, &p->key, NULL) < 0)
+    return -1;
+  if (v && !json_is_null(v) &&
+      attnd__dec_tensor(d, v, "value", K_FLOAT, &p->value, NULL) < 0)
+    return -1;
+
+  if (get_int(d, root, "num_heads", "num_heads", 1, INT64_MAX, &p->num_heads,
+              &present) < 0)
+    return -1;
+  if (!present)
+    return E(d, ATTND_ERR_MISSING_FIELD, "num_heads", "num_heads is required");
+  if (get_int(d, root, "num_kv_heads", "num_kv_heads", 1, INT64_MAX,
+              &p->num_kv_heads, &present) < 0)
+    return -1;
+  if (p->num_heads > d->cfg->max_heads)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "num_heads",
+             "num_heads %lld is over max_heads %lld", (long long)p->num_heads,
+             (long long)d->cfg->max_heads);
+
+  if (decode_projections(d, root) < 0 || decode_mask(d, root) < 0 ||
+      get_number(d, root, "scale", &p->scale, &p->has_scale) < 0 ||
+      get_number(d, root, "softcap", &p->softcap, &p->has_softcap) < 0 ||
+      decode_return(d, root) < 0)
+    return -1;
+
+  j->timeout_ms = d->cfg->default_timeout_ms;
+  if (get_int(d, root, "timeout_ms", "timeout_ms", 1, INT64_MAX, &j->timeout_ms,
+              &present) < 0)
+    return -1;
+  if (j->timeout_ms > d->cfg->max_timeout_ms)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "timeout_ms",
+             "timeout_ms %lld is over max_timeout_ms %lld",
+             (long long)j->timeout_ms, (long long)d->cfg->max_timeout_ms);
+  return plan(d) < 0 ? -1 : check_limits(d);
+}
+
+/* ---- parsing under memory pressure ----------------------------------------
+ *
+ * jansson 2.14's parser does not report running out of memory as such: a
+ * failed allocation becomes "invalid token" or an error with no text (so a
+ * valid body would get invalid_json), a failed growth of the buffer of the
+ * token being read drops that byte silently (the body parses to other
+ * values), and when the dropped byte is the one after a number, jansson's
+ * own assertion aborts the process. So attnd gives jansson an allocator of
+ * its own (installed before main, while the process has one thread). While
+ * a parse runs on the thread, a failed malloc is noted and served instead
+ * from a small reserve on the parsing thread's stack, and the text ends:
+ * jansson reads it PARSE_CHUNK bytes at a time, and after a failure its next
+ * read finds the end of the input. jansson then stops within a few values
+ * without seeing a failure, and the caller answers out_of_memory. (Only a
+ * number of thousands of digits, being read at the failure, could still
+ * run the reserve dry.) */
+
+#define PARSE_CHUNK 64
+#define PARSE_RESERVE 16384
+
+typedef struct parse {
+  const char *text;
+  size_t len, at;
+  int failed;    /* an allocation failed: the tree is not to be trusted */
+  char *reserve; /* PARSE_RESERVE bytes, on the parsing thread's stack */
+  size_t used;
+} parse_t;
+
+static _Thread_local parse_t *parsing; /* this thread's parse, or NULL */
+
+static void *json_alloc(size_t n) {
+  void *p = malloc(n);
+  parse_t *ps = parsing;
+  if (p || ps == NULL)
+    return p;
+  ps->failed = 1;
+  size_t need = (n + 15) / 16 * 16;
+  if (need < n || need > PARSE_RESERVE - ps->used)
+    return NULL;
+  p = ps->reserve + ps->used;
+  ps->used += need;
+  return p;
+}
+
+static void json_release(void *p) {
+  parse_t *ps = parsing;
+  if (ps && (uintptr_t)p >= (uintptr_t)ps->reserve &&
+      (uintptr_t)p < (uintptr_t)ps->reserve + PARSE_RESERVE)
+    return; /* the reserve goes with the parse */
+  free(p);
+}
+
+__attribute__((constructor)) static void json_alloc_install(void) {
+  json_set_alloc_funcs(json_alloc, json_release);
+}
+
+static size_t parse_read(void *buf, size_t cap, void *arg) {
+  parse_t *ps = arg;
+  size_t n = ps->failed ? 0 : ps->len - ps->at;
+  n = n < cap ? n : cap;
+  n = n < PARSE_CHUNK ? n : PARSE_CHUNK;
+  memcpy(buf, ps->text + ps->at, n);
+  ps->at += n;
+  return n;
+}
+
+/* jansson's tree of text[0..len): a new reference, or NULL with *oom set
+ * when memory ran out, or else jansson's error in `je`. */
+static json_t *parse(const char *text, size_t len, json_error_t *je, int *oom) {
+  _Alignas(16) char reserve[PARSE_RESERVE];
+  parse_t ps = {.text = text, .len = len, .reserve = reserve};
+  parsing = &ps;
+  json_t *root = json_load_callback(parse_read, &ps, JSON_FLAGS, je);
+  if (ps.failed) { /* freed while the reserve is still known */
+    json_decref(root);
+    root = NULL;
+  }
+  parsing = NULL;
+  *oom = ps.failed;
+  return root;
+}
+
+/* A 53-bit nonce for the bulk scanner's placeholders, from a per-thread
+ * generator seeded once from the OS. */
+static uint64_t nonce53(void) {
+  static _Thread_local uint64_t state;
+  if (state == 0)
+    state = attnd_random_u64() | 1;
+  return attnd_splitmix64(&state) >> 11;
+}
+
+/* Decodes `root` into a new request; with `bulk`, placeholders stand for its
+ * items. Returns the job or NULL with *err set. */
+static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
+                               const attnd_config_t *cfg, attnd_error_t *err,
+                               int *planning) {
+  attnd_request_t *j = calloc(1, sizeof *j);
+  if (j == NULL) {
+    attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                    "out of memory for a new request");
+    return NULL;
+  }
+  dec_t d = {.req = j, .cfg = cfg, .err = err, .bulk = bulk};
+  int r = decode_root(&d, root);
+  *planning = d.planning;
+  if (r < 0) {
+    attnd_request_free(j);
+    return NULL;
+  }
+  return j;
+}
+
+/* The fast path: big arrays of numbers and long plain strings are lifted
+ * out of the text by the bulk scanner, and jansson parses what is left.
+ * The slow path has jansson parse everything. Both give the same job, and
+ * the slow path also runs whenever the fast one fails before planning, so
+ * that errors read the same whichever path met them. */
+int attnd_request_decode(const char *body, size_t len,
+                         const attnd_config_t *cfg, attnd_request_t **out,
+                         attnd_error_t *err) {
+  double t0 = attnd_now_ms();
+  int planning = 0, oom;
+  json_error_t je;
+  attnd_bulk_set_t bulk;
+  attnd_buf_t skel;
+  attnd_bulk_set_init(&bulk, nonce53());
+  attnd_buf_init(&skel);
+  *out = NULL;
+  if (attnd_bulk_scan(body, len, ATTND_BULK_MIN_ELEMS, ATTND_BULK_MIN_STRING,
+                      &bulk, &skel) == 0) {
+    json_t *root = parse(skel.data ? skel.data : "", skel.len, &je, &oom);
+    if (root) {
+      *out = decode(root, &bulk, cfg, err, &planning);
+      json_decref(root);
+    }
+  }
+  attnd_buf_free(&skel);
+  attnd_bulk_set_free(&bulk); /* the body outlives it: strings borrowed it */
+  if (*out == NULL && !planning) {
+    json_t *root = parse(body, len, &je, &oom);
+    if (oom)
+      return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                             "out of memory parsing the request's JSON");
+    if (root == NULL)
+      return attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
+                             "invalid JSON at line %d, column %d: %s", je.line,
+                             je.column, je.text);
+    *out = decode(root, NULL, cfg, err, &planning);
+    json_decref(root);
+  }
+  if (*out == NULL)
+    return -1;
+  (*out)->t.decode_ms = attnd_now_ms() - t0;
+  return 0;
+}

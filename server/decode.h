@@ -1,0 +1,44 @@
+/* server/decode.h: what the request decoder's two files share (decode.c
+ * reads the request's members, decode_tensor.c its tensors). Internal to
+ * decoding; HTTP thread. */
+#ifndef ATTND_DECODE_H
+#define ATTND_DECODE_H
+
+#include <jansson.h>
+
+#include "codec/bulk.h"
+#include "request.h"
+
+/* The decoder's state for one request body. */
+typedef struct dec {
+  attnd_request_t *req;
+  const attnd_config_t *cfg;
+  attnd_error_t *err;
+  attnd_form_t query_form;
+  attnd_bulk_set_t *bulk; /* the fast path's items, or NULL */
+  int planning; /* errors from here on do not depend on the path taken */
+} dec_t;
+
+/* Element kinds: float32, or boolean as uint8. */
+enum { K_FLOAT, K_MASK };
+
+/* Sets the error and returns -1. */
+#define E(d, code, field, ...)                                                 \
+  attnd_error_set((d)->err, code, field, __VA_ARGS__)
+
+/* A new buffer of `bytes` that the request owns, or NULL. */
+void *attnd__dec_alloc(dec_t *d, size_t bytes);
+/* The out_of_memory error for `field`; returns -1. */
+int attnd__dec_oom(dec_t *d, const char *field);
+/* "an object", "a number", ...: how a message names v's type. */
+const char *attnd__json_type(const json_t *v);
+/* Rejects members of `obj` that are not in the NULL-terminated `known`;
+ * `where` is obj's path ("" for the root). */
+int attnd__dec_members(dec_t *d, const json_t *obj, const char *where,
+                       const char *const *known);
+/* A tensor in any of the three forms (or a bulk item), of element `kind`,
+ * into t; `form` (may be NULL) says which form it came in. */
+int attnd__dec_tensor(dec_t *d, const json_t *v, const char *field, int kind,
+                      attn_tensor_t *t, attnd_form_t *form);
+
+#endif

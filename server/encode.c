@@ -1,0 +1,75 @@
+/* server/encode.c: the 200 reply of a computed request. See request.h.
+ * HTTP thread. */
+#include "request.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "codec/util.h"
+
+/* Appends "name": and tensor x of the given shape in the job's encoding; a
+ * rank-2 request drops the batch dimension (dim[0] == 1). */
+static void put_tensor(attnd_buf_t *b, const attnd_request_t *j,
+                       const char *name, const float *x, int rank,
+                       const int64_t *dim) {
+  if (!j->plan.batched) {
+    rank--;
+    dim++;
+  }
+  attnd_buf_puts(b, ",\"");
+  attnd_buf_puts(b, name);
+  attnd_buf_puts(b, "\":");
+  attnd_buf_tensor(b, j->encoding, x, rank, dim);
+}
+
+void attnd_request_encode(attnd_request_t *j, attnd_buf_t *b,
+                          double *total_ms) {
+  const attn_plan_t *pl = &j->plan;
+  const attn_params_t *p = &j->params;
+  double t0 = attnd_now_ms();
+  /* one allocation: the text's size is known, or bounded for numbers */
+  double need = attnd_request_reply_bytes(j, pl->out_elems) + 1024;
+  if (p->want_weights)
+    need += attnd_request_reply_bytes(j, pl->weights_elems);
+  if (p->want_mean_weights)
+    need += attnd_request_reply_bytes(j, pl->mean_elems);
+  if (p->want_head_outputs)
+    need += attnd_request_reply_bytes(j, pl->head_elems);
+  attnd_buf_reserve(b, (size_t)need);
+  attnd_buf_puts(b, "{\"id\":");
+  if (j->id)
+    attnd_buf_json_string(b, j->id, strlen(j->id));
+  else
+    attnd_buf_puts(b, "null");
+  int64_t o_dim[3] = {pl->B, pl->Lq, pl->Eo};
+  put_tensor(b, j, "output", j->out.out, 3, o_dim);
+  if (j->params.want_weights) {
+    int64_t dim[4] = {pl->B, pl->H, pl->Lq, pl->Lk};
+    put_tensor(b, j, "weights", j->out.weights, 4, dim);
+  } else if (j->params.want_mean_weights) {
+    int64_t dim[3] = {pl->B, pl->Lq, pl->Lk};
+    put_tensor(b, j, "weights", j->out.mean_weights, 3, dim);
+  }
+  if (j->params.want_head_outputs) {
+    int64_t dim[4] = {pl->B, pl->H, pl->Lq, pl->Dv};
+    put_tensor(b, j, "head_outputs", j->out.head_outputs, 4, dim);
+  }
+  double t1 = attnd_now_ms();
+  *total_ms = t1 - j->t.arrival;
+  j->t.encode_ms = t1 - t0;
+  if (j->want_metrics) {
+    const attn_timing_t *t = &j->out.timing;
+    char m[640];
+    int n = snprintf(
+        m, sizeof m,
+        ",\"metrics\":{\"queue_ms\":%.3f,\"compute_ms\":%.3f,\"total_ms\":%.3f,"
+        "\"stages_ms\":{\"decode\":%.3f,\"projection\":%.3f,\"attention\":%.3f,"
+        "\"output_projection\":%.3f,\"encode\":%.3f},\"threads\":%d,"
+        "\"worker\":%d,\"flops\":%.0f}",
+        j->t.start - j->t.submit, j->t.end - j->t.start, *total_ms,
+        j->t.decode_ms, t->projection_ms, t->attention_ms, t->output_ms,
+        j->t.encode_ms, j->threads, j->worker, pl->flops);
+    attnd_buf_append(b, m, (size_t)n);
+  }
+  attnd_buf_puts(b, "}\n");
+}

@@ -1,0 +1,38 @@
+/* server/errors.c: the columns of the error table. See errors.h. */
+#include "errors.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+static const struct {
+  const char *name;
+  int status;
+  attnd_reject_t reason;
+} rows[ATTND_ERR_COUNT] = {
+#define ROW(name, code, status, reason) {code, status, ATTND_REJECT_##reason},
+    ATTND_ERROR_MAP(ROW)
+#undef ROW
+};
+
+int attnd_error_set(attnd_error_t *e, attnd_err_t code, const char *field,
+                    const char *fmt, ...) {
+  e->code = code;
+  snprintf(e->field, sizeof e->field, "%s", field ? field : "");
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+const char *attnd_error_name(attnd_err_t code) {
+  return rows[code].name;
+}
+
+int attnd_error_status(attnd_err_t code) {
+  return rows[code].status;
+}
+
+attnd_reject_t attnd_error_reason(attnd_err_t code) {
+  return rows[code].reason;
+}

@@ -1,0 +1,58 @@
+/* server/errors.h: every error attnd answers, from one table.
+ *
+ * A row gives the code's name in replies, its HTTP status and the reason it
+ * counts under in attnd_rejections_total. Every site names its error by its
+ * ATTND_ERR_* constant; nothing matches on strings. */
+#ifndef ATTND_ERRORS_H
+#define ATTND_ERRORS_H
+
+#include "metrics.h"
+
+/* X(NAME, "code", status, reason) */
+#define ATTND_ERROR_MAP(X)                                                     \
+  X(INVALID_JSON, "invalid_json", 400, INVALID)                                \
+  X(NOT_FOUND, "not_found", 404, INVALID)                                      \
+  X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, INVALID)                    \
+  X(PAYLOAD_TOO_LARGE, "payload_too_large", 413, TOO_LARGE)                    \
+  X(UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", 415, INVALID)            \
+  X(INVALID_TYPE, "invalid_type", 422, INVALID)                                \
+  X(INVALID_VALUE, "invalid_value", 422, INVALID)                              \
+  X(MISSING_FIELD, "missing_field", 422, INVALID)                              \
+  X(UNKNOWN_FIELD, "unknown_field", 422, INVALID)                              \
+  X(SHAPE_MISMATCH, "shape_mismatch", 422, INVALID)                            \
+  X(HEADS_MISMATCH, "heads_mismatch", 422, INVALID)                            \
+  X(SIZE_MISMATCH, "size_mismatch", 422, INVALID)                              \
+  X(RAGGED_TENSOR, "ragged_tensor", 422, INVALID)                              \
+  X(NON_FINITE, "non_finite", 422, INVALID)                                    \
+  X(INVALID_BASE64, "invalid_base64", 422, INVALID)                            \
+  X(LIMIT_EXCEEDED, "limit_exceeded", 422, TOO_LARGE)                          \
+  X(OVERLOADED, "overloaded", 429, OVERLOAD)                                   \
+  X(OUT_OF_MEMORY, "out_of_memory", 503, NONE)                                 \
+  X(DRAINING, "draining", 503, DRAINING)                                       \
+  X(DEADLINE_EXCEEDED, "deadline_exceeded", 504, DEADLINE)
+
+typedef enum {
+#define ATTND__ERR_ENUM(name, code, status, reason) ATTND_ERR_##name,
+  ATTND_ERROR_MAP(ATTND__ERR_ENUM)
+#undef ATTND__ERR_ENUM
+      ATTND_ERR_COUNT
+} attnd_err_t;
+
+/* An error to answer: the code, the offending member as a JSON path
+ * ("mask.allow", "" for none) and a message naming it and its dimensions. */
+typedef struct attnd_error {
+  attnd_err_t code;
+  char field[64];
+  char message[512];
+} attnd_error_t;
+
+/* Fills `e` and returns -1. Any thread. */
+int attnd_error_set(attnd_error_t *e, attnd_err_t code, const char *field,
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* The table's columns for `code`. */
+const char *attnd_error_name(attnd_err_t code);
+int attnd_error_status(attnd_err_t code);
+attnd_reject_t attnd_error_reason(attnd_err_t code);
+
+#endif

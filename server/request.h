@@ -1,0 +1,87 @@
+/* server/request.h: one decoded attention request and its result.
+ *
+ * This is the one request type of attnd: whatever protocol a request came
+ * by, it becomes an attnd_request_t, and the queue, the limits, the memory
+ * budget, the deadlines and the metrics all see only this.
+ *
+ * Ownership passes along the path, one owner at a time:
+ *   HTTP thread: attnd_request_decode() builds it from the body (decode.c);
+ *   the scheduler from attnd_sched_submit() until its done callback, while
+ *   a worker runs it (attnd_request_run, run.c);
+ *   HTTP thread again: attnd_request_encode() writes the reply (encode.c),
+ *   and attnd_request_free() when the connection completes. */
+#ifndef ATTND_REQUEST_H
+#define ATTND_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/attn.h"
+#include "codec/buf.h"
+#include "config.h"
+#include "errors.h"
+
+typedef enum {
+  ATTND_WEIGHTS_NONE,
+  ATTND_WEIGHTS_PER_HEAD,
+  ATTND_WEIGHTS_MEAN
+} attnd_weights_t;
+
+/* When things happened, CLOCK_MONOTONIC milliseconds, and how long the
+ * codecs took. Each field has one writer, named beside it. */
+typedef struct attnd_timeline {
+  double arrival;   /* HTTP thread: the request's first byte */
+  double decode_ms; /* attnd_request_decode */
+  double submit;    /* HTTP thread: handed to the scheduler */
+  double start;     /* worker: attnd_request_run began (0 if it never ran) */
+  double end;       /* worker: attnd_request_run returned */
+  double encode_ms; /* attnd_request_encode */
+} attnd_timeline_t;
+
+typedef struct attnd_request {
+  /* What was asked (decode). */
+  char *id;             /* owned, the request's "id" or NULL */
+  attn_params_t params; /* its tensors point into `allocs` */
+  attn_plan_t plan;
+  attnd_form_t encoding;
+  attnd_weights_t weights_mode;
+  int want_metrics;
+  int64_t timeout_ms;
+  void **allocs; /* owned buffers of decoded tensors */
+  size_t n_allocs, cap_allocs, alloc_bytes;
+
+  /* The result (worker). */
+  attn_outputs_t out; /* owned */
+  int cancel; /* raised atomically by the scheduler (deadline passed or the
+                 client went); the plan points attn_forward at it */
+  int result; /* 0, or an ATTN_E* code from attn_forward */
+  int worker, threads;
+
+  attnd_timeline_t t;
+} attnd_request_t;
+
+/* Parses and validates a request body into a new request (*out), with every
+ * tensor decoded and the attention planned, within the configured limits.
+ * Returns 0, or -1 with `err` set (invalid_json for bad JSON, a 422 code for
+ * an invalid request, out_of_memory). Borrows body and cfg. HTTP thread. */
+int attnd_request_decode(const char *body, size_t len,
+                         const attnd_config_t *cfg, attnd_request_t **out,
+                         attnd_error_t *err);
+
+/* The memory the request holds at its peak: its decoded tensors, the
+ * workspace, the outputs, and the reply text (bounded from above). */
+size_t attnd_request_memory(const attnd_request_t *req);
+
+/* The reply's bytes for n floats, at most, in the request's encoding. */
+double attnd_request_reply_bytes(const attnd_request_t *req, int64_t n);
+
+/* Writes the 200 reply body of a computed request into `b`. Fills *total_ms
+ * with the time from arrival to the end of encoding (it is also in the
+ * body). HTTP thread. */
+void attnd_request_encode(attnd_request_t *req, attnd_buf_t *b,
+                          double *total_ms);
+
+/* Frees the request and everything it owns. NULL is fine. */
+void attnd_request_free(attnd_request_t *req);
+
+#endif

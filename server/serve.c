@@ -1,0 +1,100 @@
+/* server/serve.c: the service's lifecycle: start, signals, drain, stop.
+ * See serve.h. Main thread, which runs the libuv loop. */
+#include "serve.h"
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "access_log.h"
+#include "codec/util.h"
+#include "run.h"
+#include "server.h"
+
+/* The server and what only its lifecycle needs. */
+typedef struct life {
+  attnd_server_t s;
+  uv_signal_t sigterm, sigint;
+  uv_timer_t drain_timer;
+  double drain_started;
+  int exit_code;
+} life_t;
+
+/* While draining, every 20 ms: stop the loop once nothing is in flight, or
+ * once drain_timeout_s has passed (exit code 1). */
+static void on_drain_tick(uv_timer_t *t) {
+  life_t *l = t->data;
+  attnd_server_t *s = &l->s;
+  int idle =
+      attnd_sched_inflight(s->sched) == 0 && atomic_load(&s->active) == 0;
+  int late = s->cfg->drain_timeout_s > 0 &&
+             attnd_now_ms() - l->drain_started >
+                 (double)s->cfg->drain_timeout_s * 1000.0;
+  if (!idle && !late)
+    return;
+  if (!idle) {
+    fprintf(stderr,
+            "{\"event\":\"drain_timeout\",\"inflight\":%d,\"active\":%d}\n",
+            attnd_sched_inflight(s->sched), atomic_load(&s->active));
+    l->exit_code = 1;
+  }
+  uv_timer_stop(t);
+  uv_stop(&s->loop);
+}
+
+static void on_signal(uv_signal_t *sig, int signum) {
+  life_t *l = sig->data;
+  if (atomic_exchange(&l->s.draining, 1))
+    return;
+  fprintf(stderr, "{\"event\":\"draining\",\"signal\":%d,\"inflight\":%d}\n",
+          signum, attnd_sched_inflight(l->s.sched));
+  l->drain_started = attnd_now_ms();
+  uv_timer_start(&l->drain_timer, on_drain_tick, 0, 20);
+}
+
+int attnd_serve(const attnd_config_t *cfg) {
+  life_t l = {.s = {.cfg = cfg}};
+  attnd_server_t *s = &l.s;
+  attn_backend_info(&s->backend);
+  s->id_prefix = attnd_random_u64();
+  s->budget.max = cfg->max_memory_bytes;
+  s->metrics = attnd_metrics_new();
+  s->access_log = attnd_access_log_open(cfg->access_log);
+  uv_loop_init(&s->loop);
+  s->sched = attnd_sched_new(&s->loop, (int)cfg->workers, (int)cfg->queue_depth,
+                             attnd_request_run, attnd_http_job_done, s);
+  if (s->metrics == NULL || s->sched == NULL || attnd_http_start(s) < 0)
+    return 1;
+
+  uv_signal_init(&s->loop, &l.sigterm);
+  uv_signal_init(&s->loop, &l.sigint);
+  l.sigterm.data = l.sigint.data = &l;
+  uv_signal_start(&l.sigterm, on_signal, SIGTERM);
+  uv_signal_start(&l.sigint, on_signal, SIGINT);
+  uv_timer_init(&s->loop, &l.drain_timer);
+  l.drain_timer.data = &l;
+
+  fprintf(stderr,
+          "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%d,\"version\":"
+          "\"%s\",\"workers\":%lld,\"threads_per_request\":%lld,"
+          "\"queue_depth\":%lld,\"blas\":\"%s\",\"blas_kernel\":\"%s\","
+          "\"simd\":\"%s\"}\n",
+          cfg->host, s->port, ATTN_VERSION, (long long)cfg->workers,
+          (long long)cfg->threads_per_request, (long long)cfg->queue_depth,
+          s->backend.blas, s->backend.blas_kernel,
+          attn_isa_name(s->backend.isa));
+
+  uv_run(&s->loop, UV_RUN_DEFAULT); /* until drained */
+
+  attnd_http_stop(s);
+  attnd_sched_close(s->sched);
+  uv_close((uv_handle_t *)&l.sigterm, NULL);
+  uv_close((uv_handle_t *)&l.sigint, NULL);
+  uv_close((uv_handle_t *)&l.drain_timer, NULL);
+  uv_run(&s->loop, UV_RUN_DEFAULT); /* close callbacks */
+  uv_loop_close(&s->loop);
+  attnd_sched_free(s->sched);
+  attnd_metrics_free(s->metrics);
+  fprintf(stderr, "{\"event\":\"stopped\",\"exit_code\":%d}\n", l.exit_code);
+  attnd_access_log_close(s->access_log);
+  return l.exit_code;
+}

@@ -1,0 +1,202 @@
+/* tests/check_access_log.c: the access log stays valid JSON for anything a
+ * client sends.
+ *
+ * Unit tests give attnd_access_log_write hostile strings (quotes,
+ * backslashes, control characters, bytes that are not UTF-8) and parse
+ * every line back with jansson, checking each field's value. The
+ * integration test runs the real attnd with its log in a file, sends
+ * hostile paths, ids and request ids over a raw socket, and parses every
+ * line the server wrote. */
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "access_log.h"
+#include "server_harness.h"
+#include "suite.h"
+
+/* Every line of the file at `path`, parsed; asserts each is a JSON object.
+ * Returns an array of them (new reference). */
+static json_t *read_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  ck_assert_msg(f != NULL, "cannot open %s", path);
+  json_t *all = json_array();
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t n;
+  while ((n = getline(&line, &cap, f)) > 0) {
+    json_error_t je;
+    json_t *v = json_loadb(line, (size_t)n, 0, &je);
+    ck_assert_msg(json_is_object(v), "not a JSON object (%s): %.300s", je.text,
+                  line);
+    json_array_append_new(all, v);
+  }
+  free(line);
+  fclose(f);
+  return all;
+}
+
+static const char *str(const json_t *o, const char *key) {
+  const char *s = json_string_value(json_object_get(o, key));
+  ck_assert_msg(s != NULL, "member %s is not a string", key);
+  return s;
+}
+
+/* Hostile strings and what jansson must read back from the log. */
+static const struct {
+  const char *in, *out;
+} strings[] = {
+    {"/plain", "/plain"},
+    {"/a\"b", "/a\"b"},
+    {"/a\\b", "/a\\b"},
+    {"/tab\there\nnew\rline", "/tab\there\nnew\rline"},
+    {"/\x01\x1f\x7f", "/\x01\x1f\x7f"},
+    {"/caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+     "/caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+    {"/bad\xff\xfe", "/bad\xef\xbf\xbd\xef\xbf\xbd"},   /* not UTF-8 */
+    {"/cut\xe2\x82", "/cut\xef\xbf\xbd\xef\xbf\xbd"},   /* truncated */
+    {"/over\xc0\xaf", "/over\xef\xbf\xbd\xef\xbf\xbd"}, /* overlong */
+    {"/sur\xed\xa0\x80", "/sur\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+    {"\"}, \"status\": 1, \"x\": \"", "\"}, \"status\": 1, \"x\": \""},
+};
+#define N_STRINGS (sizeof strings / sizeof strings[0])
+
+START_TEST(test_writer_escapes) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  FILE *f = fdopen(fd, "w");
+  for (size_t i = 0; i < N_STRINGS; i++) {
+    attnd_access_t a = {.request_id = strings[i].in,
+                        .id = strings[i].in,
+                        .method = "POST",
+                        .path = strings[i].in,
+                        .status = 200 + (int)i,
+                        .bytes_in = i,
+                        .bytes_out = 2 * i,
+                        .queue_ms = 0.5,
+                        .compute_ms = 1.25,
+                        .total_ms = 2};
+    attnd_access_log_write(f, &a);
+  }
+  attnd_access_t none = {.method = "GET", .path = "/", .status = 404};
+  attnd_access_log_write(f, &none); /* NULL strings log "" */
+  fclose(f);
+  json_t *lines = read_lines(path);
+  unlink(path);
+  ck_assert_uint_eq(json_array_size(lines), N_STRINGS + 1);
+  for (size_t i = 0; i < N_STRINGS; i++) {
+    const json_t *o = json_array_get(lines, i);
+    ck_assert_str_eq(str(o, "path"), strings[i].out);
+    ck_assert_str_eq(str(o, "id"), strings[i].out);
+    ck_assert_str_eq(str(o, "request_id"), strings[i].out);
+    ck_assert_str_eq(str(o, "method"), "POST");
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "status")),
+                     200 + (int)i);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "bytes_out")),
+                     2 * (int)i);
+    ck_assert(json_real_value(json_object_get(o, "compute_ms")) == 1.25);
+    ck_assert_uint_eq(json_object_size(o), 11);
+  }
+  const json_t *last = json_array_get(lines, N_STRINGS);
+  ck_assert_str_eq(str(last, "id"), "");
+  ck_assert_str_eq(str(last, "request_id"), "");
+  json_decref(lines);
+}
+END_TEST
+
+/* Sends one raw request and reads its reply; asserts the server answered. */
+static int raw(int port, const char *req, size_t len) {
+  int fd = sh_connect(port);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(sh_send_all(fd, req, len), 0);
+  char buf[8192];
+  long n = sh_recv_reply(fd, buf, sizeof buf, 10000);
+  close(fd);
+  ck_assert_msg(n > 0, "no reply to %.200s", req);
+  return sh_raw_status(buf);
+}
+
+START_TEST(test_server_log_is_json) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  const char *args[] = {"--access-log", path, NULL};
+  sh_server_t srv;
+  ck_assert_msg(sh_server_start(&srv, args) == 0, "attnd did not start:\n%s",
+                srv.log);
+  static const char *const paths[] = {
+      "/a%22b",     "/a%5Cb",    "/%0A%0D%09",       "/%01%1F%7F", "/%FF%FE",
+      "/caf%C3%A9", "/x%22%7D,", "/v1/attention%22", "/%E2%82",
+  };
+  int sent = 0;
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    char req[512];
+    int n = snprintf(req, sizeof req,
+                     "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                     paths[i]);
+    ck_assert_int_eq(raw(srv.port, req, (size_t)n), 404);
+    sent++;
+  }
+  /* a hostile id in a valid request, and a hostile X-Request-Id */
+  static const char body[] =
+      "{\"id\":\"q\\\"u\\\\o\\u0001te\\n\\u00e9\",\"query\":[[1,2]],"
+      "\"num_heads\":1}";
+  char req[1024];
+  int n = snprintf(req, sizeof req,
+                   "POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                   "X-Request-Id: a\"b\\c\r\nConnection: close\r\n\r\n%s",
+                   strlen(body), body);
+  ck_assert_int_eq(raw(srv.port, req, (size_t)n), 200);
+  sent++;
+  ck_assert_int_eq(sh_server_stop(&srv, 15.0), 0);
+
+  json_t *lines = read_lines(path);
+  unlink(path);
+  ck_assert_uint_eq(json_array_size(lines), (size_t)sent);
+  /* libmicrohttpd decodes the path; the log holds it decoded, escaped.
+   * Lines are written as requests complete, not always in sending order. */
+  static const char *const want[] = {"/a\"b",
+                                     "/a\\b",
+                                     "/\n\r\t",
+                                     "/\x01\x1f\x7f",
+                                     "/\xef\xbf\xbd\xef\xbf\xbd",
+                                     "/caf\xc3\xa9",
+                                     "/v1/attention\""};
+  for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
+    int found = 0;
+    for (size_t i = 0; i < json_array_size(lines) && !found; i++)
+      found = strcmp(str(json_array_get(lines, i), "path"), want[w]) == 0;
+    ck_assert_msg(found, "no log line has the path %s", want[w]);
+  }
+  const json_t *post = NULL;
+  for (size_t i = 0; i < json_array_size(lines); i++)
+    if (strcmp(str(json_array_get(lines, i), "method"), "POST") == 0)
+      post = json_array_get(lines, i);
+  ck_assert(post != NULL);
+  ck_assert_str_eq(str(post, "id"), "q\"u\\o\x01te\n\xc3\xa9");
+  /* an X-Request-Id with quotes is replaced by a generated one */
+  ck_assert(strchr(str(post, "request_id"), '"') == NULL);
+  ck_assert_int_eq(json_integer_value(json_object_get(post, "status")), 200);
+  json_decref(lines);
+}
+END_TEST
+
+Suite *test_suite(void) {
+  Suite *s = suite_create("access_log");
+  TCase *tc = tcase_create("access_log");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_writer_escapes);
+  tcase_add_test(tc, test_server_log_is_json);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+void test_setup(void) {
+  sh_init();
+}

@@ -1,0 +1,779 @@
+/* tests/check_scheduler.c: the scheduler (server/scheduler.h) on its own,
+ * on a real libuv loop, with fake jobs: FIFO order, admission and the
+ * counts, deadlines while waiting and while running, clients that go away,
+ * several workers, the outcomes of run's return codes, Retry-After, the
+ * workers' scratch, and closing. No HTTP server and no attention core.
+ *
+ * The test thread is the loop thread. It reads the counts only between
+ * uv_run calls. Jobs that must stay in flight spin in `run` until the test
+ * releases them or the scheduler raises their cancel flag, so the tests
+ * order events by holding and releasing jobs, not by sleeping. Every wait is
+ * bounded by GUARD_MS, so a broken scheduler fails a test instead of
+ * hanging it. */
+#include <check.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "attn/error.h"
+#include "codec/util.h"
+#include "scheduler.h"
+#include "suite.h"
+
+enum {
+  MAX_JOBS = 160,
+  GUARD_MS = 5000,   /* the longest any wait may take before failing */
+  RUN_CAP_MS = 8000, /* a held run gives up after this, so nothing hangs */
+};
+/* A deadline no test reaches. */
+#define FAR_MS 600000.0
+
+/* ---- fake jobs ---------------------------------------------------------- */
+
+/* One job as the scheduler sees it (an opaque pointer) and what happened to
+ * it. The test thread fills the first group before submitting; `run` fills
+ * the second on a worker; `done` fills the third on the loop thread. */
+typedef struct fake {
+  int id;
+  int cancel;  /* the scheduler raises it, atomically */
+  int hold;    /* run spins until the test clears it (atomic) */
+  int ms;      /* then run takes this long */
+  int ret;     /* what run returns when it was not cancelled */
+  size_t grow; /* run grows the worker's scratch to this many bytes */
+
+  int runs;    /* times run was called (atomic) */
+  int started; /* run has recorded the fields below (atomic, release) */
+  int worker;
+  uv_thread_t thread;
+  int saw_cancel;
+  int gave_up; /* RUN_CAP_MS passed while held */
+  void *scratch;
+
+  int dones;
+  attnd_sched_outcome_t outcome;
+  void *tag;
+  void *arg;
+  int on_loop_thread;
+} fake_t;
+
+static struct {
+  uv_loop_t loop;
+  uv_thread_t loop_thread;
+  uv_timer_t guard;
+  attnd_sched_t *s;
+  fake_t jobs[MAX_JOBS];
+  char tags[MAX_JOBS]; /* job i's tag is &tags[i] */
+
+  uv_mutex_t mu; /* guards run_order and n_run */
+  int run_order[MAX_JOBS], n_run;
+
+  /* Loop thread. */
+  int done_order[MAX_JOBS], n_done;
+  int want;                /* uv_stop once n_done reaches it */
+  int timed_out;           /* the guard fired */
+  void (*then)(fake_t *f); /* called at the end of done, if set */
+
+  int release_all; /* atomic: every held run may finish */
+} H;
+
+static void sleep_ms(int ms) {
+  struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&t, NULL);
+}
+
+static fake_t *job(int id) {
+  ck_assert_int_lt(id, MAX_JOBS);
+  fake_t *f = &H.jobs[id];
+  f->id = id;
+  return f;
+}
+
+static int started(const fake_t *f) {
+  return __atomic_load_n(&f->started, __ATOMIC_ACQUIRE);
+}
+
+static int runs(const fake_t *f) {
+  return __atomic_load_n(&f->runs, __ATOMIC_RELAXED);
+}
+
+static void release(fake_t *f) {
+  __atomic_store_n(&f->hold, 0, __ATOMIC_RELAXED);
+}
+
+static int held(const fake_t *f) {
+  return __atomic_load_n(&f->hold, __ATOMIC_RELAXED) &&
+         !__atomic_load_n(&H.release_all, __ATOMIC_RELAXED);
+}
+
+/* The scheduler's run: records where and in which order it ran, grows the
+ * scratch if asked, then spins in 1 ms steps until released and `ms` have
+ * passed, returning ATTN_ECANCELED as soon as the cancel flag is up.
+ * Worker thread. */
+static int fake_run(void *jp, int worker, attnd_scratch_t *scratch) {
+  fake_t *f = jp;
+  __atomic_add_fetch(&f->runs, 1, __ATOMIC_RELAXED);
+  f->worker = worker;
+  f->thread = uv_thread_self();
+  if (f->grow > scratch->cap) {
+    free(scratch->data);
+    scratch->data = aligned_alloc(64, f->grow);
+    scratch->cap = scratch->data ? f->grow : 0;
+  }
+  f->scratch = scratch->data;
+  uv_mutex_lock(&H.mu);
+  if (H.n_run < MAX_JOBS)
+    H.run_order[H.n_run] = f->id;
+  H.n_run++;
+  uv_mutex_unlock(&H.mu);
+  __atomic_store_n(&f->started, 1, __ATOMIC_RELEASE);
+
+  double t0 = attnd_now_ms();
+  for (;;) {
+    if (__atomic_load_n(&f->cancel, __ATOMIC_RELAXED)) {
+      f->saw_cancel = 1;
+      return ATTN_ECANCELED;
+    }
+    double elapsed = attnd_now_ms() - t0;
+    if (!held(f) && elapsed >= f->ms)
+      return f->ret;
+    if (elapsed >= RUN_CAP_MS) {
+      f->gave_up = 1;
+      return f->ret;
+    }
+    sleep_ms(1);
+  }
+}
+
+/* The scheduler's done: records the outcome and the order. Loop thread. */
+static void fake_done(void *jp, void *tag, attnd_sched_outcome_t outcome,
+                      void *arg) {
+  fake_t *f = jp;
+  uv_thread_t self = uv_thread_self();
+  f->dones++;
+  f->outcome = outcome;
+  f->tag = tag;
+  f->arg = arg;
+  f->on_loop_thread = uv_thread_equal(&self, &H.loop_thread);
+  if (H.n_done < MAX_JOBS)
+    H.done_order[H.n_done] = f->id;
+  H.n_done++;
+  if (H.then)
+    H.then(f);
+  if (H.n_done >= H.want)
+    uv_stop(&H.loop);
+}
+
+/* Submits `f` with its tag, cancel flag, `deadline_ms` and `fd`; returns
+ * what attnd_sched_submit returned. */
+static int submit(fake_t *f, double deadline_ms, int fd) {
+  attnd_sched_job_t j = {
+      .job = f,
+      .tag = &H.tags[f->id],
+      .deadline_ms = deadline_ms,
+      .cancel = &f->cancel,
+      .fd = fd,
+  };
+  return attnd_sched_submit(H.s, &j);
+}
+
+static double far(void) {
+  return attnd_now_ms() + FAR_MS;
+}
+
+/* ---- driving the loop --------------------------------------------------- */
+
+static void on_guard(uv_timer_t *t) {
+  (void)t;
+  H.timed_out = 1;
+  uv_stop(&H.loop);
+}
+
+/* Runs the loop until `n` jobs in all have come back through done, or fails
+ * after GUARD_MS. Also fails if more than `n` came back. */
+static void wait_done(int n) {
+  if (H.n_done < n) {
+    H.want = n;
+    H.timed_out = 0;
+    uv_timer_start(&H.guard, on_guard, GUARD_MS, 0);
+    while (H.n_done < n && !H.timed_out)
+      uv_run(&H.loop, UV_RUN_DEFAULT);
+    uv_timer_stop(&H.guard);
+    H.want = INT_MAX;
+  }
+  ck_assert_msg(H.n_done == n, "%d jobs came back, expected %d", H.n_done, n);
+}
+
+/* Runs the loop without blocking, in 1 ms steps, until `cond` holds; fails
+ * after GUARD_MS. For states that no done callback marks (a job started, a
+ * count reached). */
+#define PUMP_UNTIL(cond)                                                       \
+  do {                                                                         \
+    double until_ = attnd_now_ms() + GUARD_MS;                                 \
+    while (!(cond)) {                                                          \
+      ck_assert_msg(attnd_now_ms() < until_, "timed out waiting for %s",       \
+                    #cond);                                                    \
+      uv_run(&H.loop, UV_RUN_NOWAIT);                                          \
+      sleep_ms(1);                                                             \
+    }                                                                          \
+  } while (0)
+
+static void start(int workers, int depth) {
+  H.s = attnd_sched_new(&H.loop, workers, depth, fake_run, fake_done, &H);
+  ck_assert_ptr_nonnull(H.s);
+  ck_assert_int_eq(attnd_sched_inflight(H.s), 0);
+  ck_assert_int_eq(attnd_sched_waiting(H.s), 0);
+  ck_assert_int_eq(attnd_sched_busy(H.s), 0);
+}
+
+static void counts_are(int inflight, int waiting, int busy) {
+  ck_assert_int_eq(attnd_sched_inflight(H.s), inflight);
+  ck_assert_int_eq(attnd_sched_waiting(H.s), waiting);
+  ck_assert_int_eq(attnd_sched_busy(H.s), busy);
+}
+
+/* `f` came back exactly once, with `outcome`, its own tag, the scheduler's
+ * arg, on the loop thread, after run was called `ran` times. */
+static void came_back(const fake_t *f, attnd_sched_outcome_t outcome, int ran) {
+  ck_assert_msg(f->dones == 1, "job %d came back %d times", f->id, f->dones);
+  ck_assert_msg(f->outcome == outcome, "job %d: outcome %d, expected %d", f->id,
+                (int)f->outcome, (int)outcome);
+  ck_assert_ptr_eq(f->tag, &H.tags[f->id]);
+  ck_assert_ptr_eq(f->arg, &H);
+  ck_assert(f->on_loop_thread);
+  ck_assert_msg(runs(f) == ran, "job %d ran %d times, expected %d", f->id,
+                runs(f), ran);
+  ck_assert(!f->gave_up);
+  if (ran) {
+    uv_thread_t self = uv_thread_self();
+    ck_assert(!uv_thread_equal(&f->thread, &self));
+  }
+}
+
+/* ---- fixture ------------------------------------------------------------ */
+
+/* Checked: runs in the forked child, so the workers are the child's. */
+static void setup(void) {
+  memset(&H, 0, sizeof H);
+  H.want = INT_MAX;
+  H.loop_thread = uv_thread_self();
+  ck_assert_int_eq(uv_loop_init(&H.loop), 0);
+  ck_assert_int_eq(uv_mutex_init(&H.mu), 0);
+  ck_assert_int_eq(uv_timer_init(&H.loop, &H.guard), 0);
+}
+
+/* Lets every held job finish, waits for all to come back, closes the
+ * scheduler, runs the close callbacks and frees it: the loop must then
+ * close cleanly (no handle left behind) and ASan finds no leak. */
+static void teardown(void) {
+  if (H.s) {
+    __atomic_store_n(&H.release_all, 1, __ATOMIC_RELAXED);
+    PUMP_UNTIL(attnd_sched_inflight(H.s) == 0);
+    attnd_sched_close(H.s);
+  }
+  uv_close((uv_handle_t *)&H.guard, NULL);
+  int alive = 1;
+  for (int i = 0; i < 100 && alive; i++)
+    alive = uv_run(&H.loop, UV_RUN_NOWAIT);
+  ck_assert_msg(!alive, "handles still active after attnd_sched_close");
+  if (H.s)
+    attnd_sched_free(H.s);
+  H.s = NULL;
+  ck_assert_int_eq(uv_loop_close(&H.loop), 0);
+  uv_mutex_destroy(&H.mu);
+}
+
+/* ---- order and completion ----------------------------------------------- */
+
+/* One worker: jobs run and come back in the order submitted, both those
+ * submitted before the loop first ran and those appended to a FIFO that
+ * already held jobs; each comes back DONE exactly once. */
+START_TEST(test_fifo_one_worker) {
+  enum { N = 32 };
+  start(1, N);
+  job(0)->hold = 1;
+  for (int i = 0; i < N / 2; i++)
+    ck_assert_int_eq(submit(job(i), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+  counts_are(N / 2, N / 2 - 1, 1);
+  for (int i = N / 2; i < N; i++)
+    ck_assert_int_eq(submit(job(i), far(), -1), 0);
+  counts_are(N, N - 1, 1);
+  release(job(0));
+  wait_done(N);
+  counts_are(0, 0, 0);
+  ck_assert_int_eq(H.n_run, N);
+  for (int i = 0; i < N; i++) {
+    ck_assert_int_eq(H.run_order[i], i);
+    ck_assert_int_eq(H.done_order[i], i);
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+    ck_assert_int_eq(job(i)->worker, 0);
+    ck_assert_int_eq(job(i)->cancel, 0);
+  }
+}
+END_TEST
+
+/* 1 to 4 workers, 64 short jobs: every job runs once, on a worker index in
+ * range, and comes back DONE exactly once. */
+START_TEST(test_all_done_workers) {
+  enum { N = 64 };
+  int workers = _i + 1;
+  start(workers, N);
+  for (int i = 0; i < N; i++) {
+    job(i)->ms = i % 3; /* 0 to 2 ms, so workers overlap */
+    ck_assert_int_eq(submit(job(i), far(), -1), 0);
+  }
+  wait_done(N);
+  counts_are(0, 0, 0);
+  int seen[N] = {0};
+  for (int i = 0; i < N; i++) {
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+    ck_assert_int_ge(job(i)->worker, 0);
+    ck_assert_int_lt(job(i)->worker, workers);
+    seen[H.done_order[i]]++;
+  }
+  for (int i = 0; i < N; i++)
+    ck_assert_int_eq(seen[i], 1);
+}
+END_TEST
+
+enum { SUBMITTERS = 4, PER_SUBMITTER = 32 };
+static int submit_rc[SUBMITTERS * PER_SUBMITTER];
+
+static void submitter(void *arg) {
+  int t = (int)(intptr_t)arg;
+  for (int k = 0; k < PER_SUBMITTER; k++) {
+    int id = t * PER_SUBMITTER + k;
+    submit_rc[id] = submit(&H.jobs[id], far(), -1);
+  }
+}
+
+/* Submission from other threads, four at once, while the loop runs: every
+ * job is admitted and comes back DONE exactly once. */
+START_TEST(test_submit_from_threads) {
+  enum { N = SUBMITTERS * PER_SUBMITTER };
+  start(2, N);
+  for (int i = 0; i < N; i++)
+    job(i);
+  uv_thread_t th[SUBMITTERS];
+  for (int t = 0; t < SUBMITTERS; t++)
+    ck_assert_int_eq(uv_thread_create(&th[t], submitter, (void *)(intptr_t)t),
+                     0);
+  wait_done(N); /* the loop runs while they submit */
+  for (int t = 0; t < SUBMITTERS; t++)
+    ck_assert_int_eq(uv_thread_join(&th[t]), 0);
+  for (int i = 0; i < N; i++)
+    ck_assert_int_eq(submit_rc[i], 0);
+  counts_are(0, 0, 0);
+  for (int i = 0; i < N; i++)
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+}
+END_TEST
+
+enum { CHAIN = 8 };
+static int chain_rc[CHAIN];
+
+static void submit_next(fake_t *f) {
+  if (f->id + 1 < CHAIN)
+    chain_rc[f->id + 1] = submit(&H.jobs[f->id + 1], far(), -1);
+}
+
+/* Submission from inside done, on the loop thread: each job's done submits
+ * the next, and all come back in order. */
+START_TEST(test_submit_from_done) {
+  start(1, 1);
+  for (int i = 0; i < CHAIN; i++) {
+    job(i);
+    chain_rc[i] = 99;
+  }
+  H.then = submit_next;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  wait_done(CHAIN);
+  counts_are(0, 0, 0);
+  for (int i = 0; i < CHAIN; i++) {
+    if (i > 0)
+      ck_assert_int_eq(chain_rc[i], 0);
+    ck_assert_int_eq(H.done_order[i], i);
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+  }
+}
+END_TEST
+
+/* ---- admission and counts ----------------------------------------------- */
+
+/* 2 workers, depth 3: five held jobs fill it (2 running, 3 waiting); the
+ * sixth is refused at once and never comes back. When one finishes, the
+ * next waiting job starts and one place frees: a submit succeeds again,
+ * and the one after is refused. */
+START_TEST(test_admission) {
+  start(2, 3);
+  for (int i = 0; i < 5; i++) {
+    job(i)->hold = 1;
+    ck_assert_int_eq(submit(job(i), far(), -1), 0);
+    ck_assert_int_eq(attnd_sched_inflight(H.s), i + 1);
+  }
+  ck_assert_int_eq(submit(job(5), far(), -1), -1);
+  ck_assert_int_eq(attnd_sched_inflight(H.s), 5);
+
+  PUMP_UNTIL(started(job(0)) && started(job(1)));
+  counts_are(5, 3, 2);
+  ck_assert_int_eq(runs(job(2)) + runs(job(3)) + runs(job(4)), 0);
+  ck_assert_int_eq(submit(job(5), far(), -1), -1); /* still full */
+  counts_are(5, 3, 2);
+
+  release(job(0));
+  wait_done(1);
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+  PUMP_UNTIL(started(job(2)));
+  counts_are(4, 2, 2);
+  ck_assert_int_eq(submit(job(5), far(), -1), 0);
+  counts_are(5, 3, 2);
+  ck_assert_int_eq(submit(job(6), far(), -1), -1);
+  ck_assert_int_eq(attnd_sched_inflight(H.s), 5);
+
+  for (int i = 1; i < 5; i++)
+    release(job(i));
+  wait_done(6);
+  counts_are(0, 0, 0);
+  for (int i = 0; i < 6; i++)
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+  ck_assert_int_eq(job(6)->dones, 0);
+  ck_assert_int_eq(runs(job(6)), 0);
+}
+END_TEST
+
+/* Two workers run two held jobs at the same time, on different threads
+ * and worker indices; a third waits until one frees, then runs on the
+ * worker that freed. */
+START_TEST(test_two_workers_run_together) {
+  start(2, 4);
+  for (int i = 0; i < 3; i++) {
+    job(i)->hold = 1;
+    ck_assert_int_eq(submit(job(i), far(), -1), 0);
+  }
+  PUMP_UNTIL(started(job(0)) && started(job(1)));
+  counts_are(3, 1, 2);
+  ck_assert_int_eq(runs(job(2)), 0);
+  ck_assert_int_ne(job(0)->worker, job(1)->worker);
+  ck_assert_int_eq(job(0)->worker + job(1)->worker, 1); /* {0, 1} */
+  ck_assert(!uv_thread_equal(&job(0)->thread, &job(1)->thread));
+
+  release(job(0));
+  wait_done(1);
+  PUMP_UNTIL(started(job(2)));
+  counts_are(2, 0, 2);
+  ck_assert_int_eq(job(2)->worker, job(0)->worker);
+  ck_assert(uv_thread_equal(&job(2)->thread, &job(0)->thread));
+
+  release(job(1));
+  release(job(2));
+  wait_done(3);
+  counts_are(0, 0, 0);
+  for (int i = 0; i < 3; i++)
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+}
+END_TEST
+
+/* A run that fails with any code but ATTN_ECANCELED still comes back DONE
+ * (the job keeps its own account of the error). */
+static const int fail_codes[] = {ATTN_EINVAL, ATTN_ESHAPE, ATTN_ENOSPC,
+                                 ATTN_ENOTSUP, -1000};
+
+START_TEST(test_run_error_is_done) {
+  start(1, 2);
+  job(0)->ret = fail_codes[_i];
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  wait_done(1);
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+  ck_assert_int_eq(job(0)->cancel, 0);
+  counts_are(0, 0, 0);
+}
+END_TEST
+
+/* ---- deadlines ---------------------------------------------------------- */
+
+/* Behind a held job: one submitted already past its deadline, and one whose
+ * deadline passes while it waits, both come back EXPIRED without running,
+ * while the held job still runs; then the held job comes back DONE. */
+START_TEST(test_expired_while_waiting) {
+  start(1, 4);
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+
+  ck_assert_int_eq(submit(job(1), attnd_now_ms() - 1, -1), 0);
+  wait_done(1);
+  came_back(job(1), ATTND_SCHED_EXPIRED, 0);
+  counts_are(1, 0, 1);
+
+  ck_assert_int_eq(submit(job(2), attnd_now_ms() + 50, -1), 0);
+  ck_assert_int_eq(submit(job(3), far(), -1), 0);
+  wait_done(2);
+  came_back(job(2), ATTND_SCHED_EXPIRED, 0);
+  counts_are(2, 1, 1);
+  ck_assert_int_eq(job(0)->dones, 0);
+  ck_assert_int_eq(job(0)->cancel, 0);
+
+  release(job(0));
+  wait_done(4);
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+  came_back(job(3), ATTND_SCHED_DONE, 1);
+  ck_assert_int_eq(H.done_order[2], 0);
+  ck_assert_int_eq(H.done_order[3], 3);
+  counts_are(0, 0, 0);
+}
+END_TEST
+
+/* With an idle worker, a job already past its deadline is still never run;
+ * the worker then runs the next job. */
+START_TEST(test_expired_on_arrival_idle_worker) {
+  start(1, 4);
+  ck_assert_int_eq(submit(job(0), attnd_now_ms() - 1000, -1), 0);
+  wait_done(1);
+  came_back(job(0), ATTND_SCHED_EXPIRED, 0);
+  counts_are(0, 0, 0);
+  ck_assert_int_eq(submit(job(1), far(), -1), 0);
+  wait_done(2);
+  came_back(job(1), ATTND_SCHED_DONE, 1);
+}
+END_TEST
+
+/* Two held jobs run; the deadline of one passes: its cancel flag is raised,
+ * its run returns ATTN_ECANCELED and it comes back EXPIRED. The other's
+ * flag stays down and it comes back DONE when released. */
+START_TEST(test_expired_while_running) {
+  start(2, 2);
+  job(0)->hold = 1;
+  job(1)->hold = 1;
+  /* long enough that both surely start first, even on a loaded machine */
+  ck_assert_int_eq(submit(job(0), attnd_now_ms() + 500, -1), 0);
+  ck_assert_int_eq(submit(job(1), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)) && started(job(1)));
+  wait_done(1);
+  came_back(job(0), ATTND_SCHED_EXPIRED, 1);
+  ck_assert_int_eq(job(0)->cancel, 1);
+  ck_assert_int_eq(job(0)->saw_cancel, 1);
+  counts_are(1, 0, 1);
+  ck_assert_int_eq(job(1)->cancel, 0);
+
+  release(job(1));
+  wait_done(2);
+  came_back(job(1), ATTND_SCHED_DONE, 1);
+  ck_assert_int_eq(job(1)->cancel, 0);
+  ck_assert_int_eq(job(1)->saw_cancel, 0);
+}
+END_TEST
+
+/* ---- clients that go away ----------------------------------------------- */
+
+/* How the test's "client" leaves: closes its end, or shuts it down. */
+static void hang_up(int fd, int how) {
+  if (how == 0)
+    ck_assert_int_eq(close(fd), 0);
+  else
+    ck_assert_int_eq(shutdown(fd, SHUT_RDWR), 0);
+}
+
+/* A job waiting behind a held one, watching a socket whose peer hangs up,
+ * comes back ABANDONED without running; the held job is untouched. */
+START_TEST(test_gone_while_waiting) {
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  start(1, 4);
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+  ck_assert_int_eq(submit(job(1), far(), sv[0]), 0);
+  ck_assert_int_eq(submit(job(2), far(), -1), 0);
+  PUMP_UNTIL(attnd_sched_waiting(H.s) == 2);
+  ck_assert_int_eq(H.n_done, 0);
+
+  hang_up(sv[1], _i);
+  wait_done(1);
+  came_back(job(1), ATTND_SCHED_ABANDONED, 0);
+  counts_are(2, 1, 1);
+  ck_assert_int_eq(job(0)->cancel, 0);
+
+  release(job(0));
+  wait_done(3);
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+  came_back(job(2), ATTND_SCHED_DONE, 1);
+  counts_are(0, 0, 0);
+  close(sv[0]);
+  if (_i != 0)
+    close(sv[1]);
+}
+END_TEST
+
+/* A running job whose client hangs up gets its cancel flag raised and
+ * comes back ABANDONED. */
+START_TEST(test_gone_while_running) {
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  start(1, 4);
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), sv[0]), 0);
+  PUMP_UNTIL(started(job(0)));
+  counts_are(1, 0, 1);
+
+  hang_up(sv[1], _i);
+  wait_done(1);
+  came_back(job(0), ATTND_SCHED_ABANDONED, 1);
+  ck_assert_int_eq(job(0)->cancel, 1);
+  ck_assert_int_eq(job(0)->saw_cancel, 1);
+  counts_are(0, 0, 0);
+
+  /* The worker is free again. */
+  ck_assert_int_eq(submit(job(1), far(), -1), 0);
+  wait_done(2);
+  came_back(job(1), ATTND_SCHED_DONE, 1);
+  close(sv[0]);
+  if (_i != 0)
+    close(sv[1]);
+}
+END_TEST
+
+/* A client that stays connected, and even sends more bytes, is not gone:
+ * its job waits, runs and comes back DONE, its flag down. */
+START_TEST(test_connected_client_is_not_gone) {
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  start(1, 4);
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+  job(1)->hold = 1;
+  ck_assert_int_eq(submit(job(1), far(), sv[0]), 0);
+  ck_assert_int_eq(write(sv[1], "more", 4), 4);
+  for (int i = 0; i < 20; i++) {
+    uv_run(&H.loop, UV_RUN_NOWAIT);
+    sleep_ms(1);
+  }
+  ck_assert_int_eq(H.n_done, 0);
+  release(job(0));
+  PUMP_UNTIL(started(job(1)));
+  ck_assert_int_eq(write(sv[1], "more", 4), 4);
+  for (int i = 0; i < 20; i++) {
+    uv_run(&H.loop, UV_RUN_NOWAIT);
+    sleep_ms(1);
+  }
+  ck_assert_int_eq(job(1)->cancel, 0);
+  release(job(1));
+  wait_done(2);
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+  came_back(job(1), ATTND_SCHED_DONE, 1);
+  close(sv[0]);
+  close(sv[1]);
+}
+END_TEST
+
+/* ---- Retry-After, scratch, close ---------------------------------------- */
+
+/* Retry-After is between 1 and 60 seconds: fresh, with the queue full, and
+ * after jobs of a few milliseconds have set the average. */
+START_TEST(test_retry_after_range) {
+  start(2, 8);
+  int r = attnd_sched_retry_after_s(H.s);
+  ck_assert_int_ge(r, 1);
+  ck_assert_int_le(r, 60);
+  for (int i = 0; i < 10; i++) {
+    job(i)->ms = 5;
+    job(i)->hold = i < 2;
+    ck_assert_int_eq(submit(job(i), far(), -1), 0);
+  }
+  ck_assert_int_eq(submit(job(10), far(), -1), -1);
+  PUMP_UNTIL(started(job(0)) && started(job(1)));
+  r = attnd_sched_retry_after_s(H.s);
+  ck_assert_int_ge(r, 1);
+  ck_assert_int_le(r, 60);
+  release(job(0));
+  release(job(1));
+  wait_done(10);
+  r = attnd_sched_retry_after_s(H.s);
+  ck_assert_int_ge(r, 1);
+  ck_assert_int_le(r, 60);
+}
+END_TEST
+
+/* A worker's scratch outlives the job that grew it: the next job on that
+ * worker sees the same buffer. The scheduler frees it at close (ASan). */
+START_TEST(test_scratch_kept) {
+  start(1, 4);
+  job(0)->grow = 4096;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  ck_assert_int_eq(submit(job(1), far(), -1), 0);
+  wait_done(2);
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+  came_back(job(1), ATTND_SCHED_DONE, 1);
+  ck_assert_ptr_nonnull(job(0)->scratch);
+  ck_assert_ptr_eq(job(1)->scratch, job(0)->scratch);
+  /* Forget it, so that LeakSanitizer would see it if close did not free
+   * it. */
+  job(0)->scratch = job(1)->scratch = NULL;
+}
+END_TEST
+
+/* A scheduler that never ran a job closes: after the close callbacks the
+ * loop has nothing left alive, and it frees cleanly. */
+START_TEST(test_close_idle) {
+  start(3, 4);
+  attnd_sched_close(H.s);
+  int alive = 1;
+  for (int i = 0; i < 100 && alive; i++)
+    alive = uv_run(&H.loop, UV_RUN_NOWAIT);
+  /* the guard timer is inactive, so nothing keeps the loop alive */
+  ck_assert_int_eq(alive, 0);
+  attnd_sched_free(H.s);
+  H.s = NULL;
+}
+END_TEST
+
+Suite *test_suite(void) {
+  Suite *s = suite_create("scheduler");
+  TCase *tc = tcase_create("order");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 20);
+  tcase_add_test(tc, test_fifo_one_worker);
+  tcase_add_loop_test(tc, test_all_done_workers, 0, 4);
+  tcase_add_test(tc, test_submit_from_threads);
+  tcase_add_test(tc, test_submit_from_done);
+  tcase_add_loop_test(tc, test_run_error_is_done, 0,
+                      sizeof fail_codes / sizeof fail_codes[0]);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("admission");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 20);
+  tcase_add_test(tc, test_admission);
+  tcase_add_test(tc, test_two_workers_run_together);
+  tcase_add_test(tc, test_retry_after_range);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("deadline");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 20);
+  tcase_add_test(tc, test_expired_while_waiting);
+  tcase_add_test(tc, test_expired_on_arrival_idle_worker);
+  tcase_add_test(tc, test_expired_while_running);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("gone");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 20);
+  tcase_add_loop_test(tc, test_gone_while_waiting, 0, 2); /* close, shutdown */
+  tcase_add_loop_test(tc, test_gone_while_running, 0, 2); /* close, shutdown */
+  tcase_add_test(tc, test_connected_client_is_not_gone);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("lifecycle");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 20);
+  tcase_add_test(tc, test_scratch_kept);
+  tcase_add_test(tc, test_close_idle);
+  suite_add_tcase(s, tc);
+  return s;
+}
