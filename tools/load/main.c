@@ -62,84 +62,88 @@ static const char *const weights[] = {"none", "per_head", "mean", NULL};
 static const char *const projections[] = {"none", "inline", NULL};
 static const char *const encodings[] = {"json", "flat", "base64", NULL};
 
-/* Every option: its name, kind, destination, bounds, values and help (the
- * default in parentheses). --help prints this table. */
+/* Every option: its name, kind, destination, bounds, values, default and
+ * help. The defaults are set by parsing `def` as if it had been given, and
+ * --help prints the table, defaults included; an option without `def`
+ * has one that follows from others, which its help names. */
 typedef struct opt {
   const char *name, *arg;
   int kind;
   size_t off; /* of the destination in opts_t */
   double lo, hi;
   const char *const *names; /* O_ENUM */
+  const char *def;          /* the default as text, or NULL */
   const char *help;
 } opt_t;
 
-#define OPT(n, a, k, f, lo, hi, names, h)                                      \
-  { n, a, k, offsetof(opts_t, f), lo, hi, names, h }
+#define OPT(n, a, k, f, lo, hi, names, d, h)                                   \
+  { n, a, k, offsetof(opts_t, f), lo, hi, names, d, h }
 static const opt_t options[] = {
-    OPT("--url", "URL", O_STR, base, 0, 0, NULL,
-        "attnd's base URL (http://127.0.0.1:8080)"),
-    OPT("--path", "PATH", O_STR, path, 0, 0, NULL,
-        "(/v1/attention); another path is fetched with GET"),
-    OPT("--method", "GET|POST", O_ENUM, method, 0, 0, methods,
+    OPT("--url", "URL", O_STR, base, 0, 0, NULL, "http://127.0.0.1:8080",
+        "attnd's base URL"),
+    OPT("--path", "PATH", O_STR, path, 0, 0, NULL, "/v1/attention",
+        "the path requested; another path is fetched with GET"),
+    OPT("--method", "GET|POST", O_ENUM, method, 0, 0, methods, NULL,
         "POST sends attention requests (POST on /v1/attention, else GET)"),
     OPT("--lengths", "L,...", O_INT_LIST, lengths, 1, 1 << 30, NULL,
-        "context lengths to sweep (128,512,2048)"),
+        "128,512,2048", "context lengths to sweep"),
     OPT("--concurrency", "C,...", O_INT_LIST, concurrency, 1, 100000, NULL,
-        "closed loop: requests in flight (1,4)"),
-    OPT("--rate", "R,...", O_LIST, rate, 1e-3, 1e7, NULL,
+        "1,4", "closed loop: requests in flight"),
+    OPT("--rate", "R,...", O_LIST, rate, 1e-3, 1e7, NULL, NULL,
         "open loop instead: arrivals per second"),
     OPT("--arrival", "poisson|uniform", O_ENUM, arrival, 0, 0, arrivals,
-        "open-loop gaps (poisson)"),
-    OPT("--connections", "N", O_INT, connections, 1, 100000, NULL,
-        "open loop: connections at most (64)"),
-    OPT("--warmup", "S", O_NUM, warmup, 0, 86400, NULL,
-        "seconds of warm-up per step, not measured (1)"),
-    OPT("--duration", "S", O_NUM, duration, 1e-3, 604800, NULL,
-        "measured seconds per step (5)"),
-    OPT("--requests", "N", O_INT, requests, 1, 1e15, NULL,
+        "poisson", "open-loop gaps"),
+    OPT("--connections", "N", O_INT, connections, 1, 100000, NULL, "64",
+        "open loop: connections at most"),
+    OPT("--warmup", "S", O_NUM, warmup, 0, 86400, NULL, "1",
+        "seconds of warm-up per step, not measured"),
+    OPT("--duration", "S", O_NUM, duration, 1e-3, 604800, NULL, "5",
+        "measured seconds per step"),
+    OPT("--requests", "N", O_INT, requests, 1, 1e15, NULL, NULL,
         "measured requests per step, instead of --duration"),
-    OPT("--timeout", "S", O_NUM, timeout, 1e-3, 86400, NULL,
-        "a request fails S s after its intended send time (30)"),
-    OPT("--batch", "B", O_INT, batch, 1, 1 << 20, NULL, "batch size (1)"),
-    OPT("--lq", "N", O_INT, lq, 1, 1 << 30, NULL,
+    OPT("--timeout", "S", O_NUM, timeout, 1e-3, 86400, NULL, "30",
+        "a request fails S s after its intended send time"),
+    OPT("--batch", "B", O_INT, batch, 1, 1 << 20, NULL, "1", "batch size"),
+    OPT("--lq", "N", O_INT, lq, 1, 1 << 30, NULL, NULL,
         "query length (the swept length)"),
-    OPT("--lk", "N", O_INT, lk, 1, 1 << 30, NULL,
+    OPT("--lk", "N", O_INT, lk, 1, 1 << 30, NULL, NULL,
         "key length (the swept length)"),
-    OPT("--embed", "E", O_INT, embed, 1, 1 << 20, NULL,
-        "embedding size, H times the head size (512)"),
-    OPT("--heads", "H", O_INT, heads, 1, 1 << 20, NULL, "query heads (8)"),
-    OPT("--kv-heads", "N", O_INT, kv_heads, 1, 1 << 20, NULL,
+    OPT("--embed", "E", O_INT, embed, 1, 1 << 20, NULL, "512",
+        "embedding size, H times the head size"),
+    OPT("--heads", "H", O_INT, heads, 1, 1 << 20, NULL, "8", "query heads"),
+    OPT("--kv-heads", "N", O_INT, kv_heads, 1, 1 << 20, NULL, NULL,
         "key/value heads, dividing H (H)"),
     OPT("--causal", "none|bottom_right|top_left", O_ENUM, causal, 0, 0, causals,
-        "causal mask (bottom_right)"),
+        "bottom_right", "causal mask"),
     OPT("--key-lengths", "none|random", O_ENUM, key_lengths, 0, 0, key_lengths,
-        "random: mask.key_lengths drawn in [1, Lk] (none)"),
+        "none", "random: mask.key_lengths drawn in [1, Lk]"),
     OPT("--weights", "none|per_head|mean", O_ENUM, weights, 0, 0, weights,
-        "attention weights returned (none)"),
+        "none", "attention weights returned"),
     OPT("--projections", "none|inline", O_ENUM, projections, 0, 0, projections,
-        "inline: q, k, v, o weights in every request (none)"),
+        "none", "inline: q, k, v, o weights in every request"),
     OPT("--encoding", "json|flat|base64", O_ENUM, encoding, 0, 0, encodings,
-        "tensors sent and returned (base64)"),
-    OPT("--cross", NULL, O_FLAG, cross, 0, 0, NULL,
+        "base64", "tensors sent and returned"),
+    OPT("--cross", NULL, O_FLAG, cross, 0, 0, NULL, NULL,
         "send key and value even for self-attention"),
     OPT("--request-timeout-ms", "N", O_INT, request_timeout_ms, 1, 1e12, NULL,
-        "the requests' timeout_ms (none)"),
-    OPT("--seed", "N", O_INT, seed, 0, 9007199254740992.0, NULL,
-        "of every tensor and arrival (1)"),
-    OPT("--variants", "N", O_INT, variants, 1, 1024, NULL,
-        "distinct request bodies per step, sent in turn (4)"),
-    OPT("--verify", "N", O_INT, verify, 0, 1 << 20, NULL,
-        "check N replies per step against the core computed here (0)"),
-    OPT("--verify-threads", "N", O_INT, verify_threads, 1, 1024, NULL,
+        NULL, "the requests' timeout_ms (none)"),
+    OPT("--seed", "N", O_INT, seed, 0, 9007199254740992.0, NULL, "1",
+        "of every tensor and arrival"),
+    OPT("--variants", "N", O_INT, variants, 1, 1024, NULL, "4",
+        "distinct request bodies per step, sent in turn"),
+    OPT("--verify", "N", O_INT, verify, 0, 1 << 20, NULL, "0",
+        "check N replies per step against the core computed here"),
+    OPT("--verify-threads", "N", O_INT, verify_threads, 1, 1024, NULL, NULL,
         "threads of that computation (the CPUs)"),
-    OPT("--max-error-rate", "X", O_NUM, max_error_rate, 0, 1, NULL,
-        "exit 1 when a step's error rate is over X (0)"),
-    OPT("--out", "DIR", O_STR, out, 0, 0, NULL,
-        "where NAME.csv, NAME.json and NAME.svg go (.)"),
-    OPT("--name", "NAME", O_STR, name, 0, 0, NULL, "(attnd-load)"),
-    OPT("--dump-body", "FILE", O_STR, dump_body, 0, 0, NULL,
+    OPT("--max-error-rate", "X", O_NUM, max_error_rate, 0, 1, NULL, "0",
+        "exit 1 when a step's error rate is over X"),
+    OPT("--out", "DIR", O_STR, out, 0, 0, NULL, ".",
+        "where NAME.csv, NAME.json and NAME.svg go"),
+    OPT("--name", "NAME", O_STR, name, 0, 0, NULL, "attnd-load",
+        "the reports' file name, without extension"),
+    OPT("--dump-body", "FILE", O_STR, dump_body, 0, 0, NULL, NULL,
         "write the first step's first body to FILE and exit"),
-    OPT("--quiet", NULL, O_FLAG, quiet, 0, 0, NULL,
+    OPT("--quiet", NULL, O_FLAG, quiet, 0, 0, NULL, NULL,
         "no progress lines and no table"),
 };
 #define NOPTS (sizeof options / sizeof options[0])
@@ -147,12 +151,15 @@ static const opt_t options[] = {
 static void print_usage(FILE *f) {
   fprintf(f, "usage: attnd-load [options]\n"
              "Sweeps every length with every concurrency (or rate); see "
-             "tools/load/README-section.md.\n");
+             "docs/load-testing.md.\n");
   for (size_t i = 0; i < NOPTS; i++) {
     char left[64];
     snprintf(left, sizeof left, "%s%s%s", options[i].name,
              options[i].arg ? " " : "", options[i].arg ? options[i].arg : "");
-    fprintf(f, "  %-34s %s\n", left, options[i].help);
+    if (options[i].def)
+      fprintf(f, "  %-34s %s (%s)\n", left, options[i].help, options[i].def);
+    else
+      fprintf(f, "  %-34s %s\n", left, options[i].help);
   }
   fprintf(f, "exit status: 0 passed; 1 a step over --max-error-rate or a "
              "wrong reply; 2 bad usage or a sweep that could not run\n");
@@ -227,25 +234,10 @@ static int set_option(opts_t *opts, const opt_t *o, const char *v) {
 
 /* Parses the command line into `o`, then derives the rest. */
 static int parse_args(int argc, char **argv, opts_t *o) {
-  *o = (opts_t){.base = "http://127.0.0.1:8080",
-                .path = "/v1/attention",
-                .out = ".",
-                .name = "attnd-load",
-                .lengths = {{128, 512, 2048}, 3},
-                .concurrency = {{1, 4}, 2},
-                .method = -1,
-                .arrival = 1,
-                .causal = ATTN_CAUSAL_BOTTOM_RIGHT,
-                .encoding = ATTND_FORM_BASE64,
-                .connections = 64,
-                .batch = 1,
-                .embed = 512,
-                .heads = 8,
-                .seed = 1,
-                .variants = 4,
-                .warmup = 1,
-                .duration = 5,
-                .timeout = 30};
+  *o = (opts_t){.method = -1};
+  for (size_t k = 0; k < NOPTS; k++)
+    if (options[k].def && set_option(o, &options[k], options[k].def) < 0)
+      return -1; /* a bad table: the tests run --help */
   int have_conc = 0, one = 1;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
