@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "cgroup.h"
+#include "codec/util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -101,23 +102,13 @@ static const cfg_key_t *find_key(const char *name, size_t n) {
   return NULL;
 }
 
-static int fail(char *msg, size_t size, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(char *msg, size_t size, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, size, fmt, ap);
-  va_end(ap);
-  return -1;
-}
-
 /* Parses `val` into key k of cfg. `from` names the source for messages. */
 static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
                    const char *from, char *msg, size_t msz) {
   char *dst = (char *)cfg + k->off;
   if (k->type == T_STR) {
     if (strlen(val) >= k->size)
-      return fail(msg, msz, "%s: %s is too long (at most %zu characters) [%s]",
+      return attnd_fail(msg, msz, "%s: %s is too long (at most %zu characters) [%s]",
                   k->name, val, k->size - 1, from);
     memcpy(dst, val, strlen(val) + 1);
     return 0;
@@ -148,7 +139,7 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
   }
   if (end == val || *end || errno || __builtin_mul_overflow(x, mult, &v) ||
       v < k->min || v > k->max)
-    return fail(msg, msz,
+    return attnd_fail(msg, msz,
                 "%s: bad value '%s' [%s]: expected an integer in [%" PRId64
                 ", %" PRId64 "]%s%s",
                 k->name, val, from, k->min, k->max,
@@ -173,7 +164,7 @@ static int load_file(attnd_config_t *cfg, const char *path, char *msg,
                      size_t msz) {
   FILE *f = fopen(path, "r");
   if (f == NULL)
-    return fail(msg, msz, "config: cannot read %s: %s", path, strerror(errno));
+    return attnd_fail(msg, msz, "config: cannot read %s: %s", path, strerror(errno));
   char line[1024], from[600];
   int lineno = 0, r = 0;
   while (r == 0 && fgets(line, sizeof line, f)) {
@@ -187,7 +178,7 @@ static int load_file(attnd_config_t *cfg, const char *path, char *msg,
       continue;
     char *eq = strchr(s, '=');
     if (eq == NULL) {
-      r = fail(msg, msz, "%s: expected 'key = value', got '%s'", from, s);
+      r = attnd_fail(msg, msz, "%s: expected 'key = value', got '%s'", from, s);
       break;
     }
     *eq = 0;
@@ -199,7 +190,7 @@ static int load_file(attnd_config_t *cfg, const char *path, char *msg,
     }
     const cfg_key_t *k = find_key(name, strlen(name));
     if (k == NULL)
-      r = fail(msg, msz, "%s: unknown key '%s'", from, name);
+      r = attnd_fail(msg, msz, "%s: unknown key '%s'", from, name);
     else
       r = set_key(cfg, k, val, from, msg, msz);
   }
@@ -297,15 +288,15 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
     if (strncmp(a, "--config=", 9) == 0)
       continue;
     if (strncmp(a, "--", 2) != 0)
-      return fail(msg, msz, "unexpected argument '%s' (see --help)", a);
+      return attnd_fail(msg, msz, "unexpected argument '%s' (see --help)", a);
     const char *name = a + 2, *eq = strchr(name, '=');
     size_t n = eq ? (size_t)(eq - name) : strlen(name);
     const cfg_key_t *k = find_key(name, n);
     if (k == NULL)
-      return fail(msg, msz, "unknown flag '--%.*s' (see --help)", (int)n, name);
+      return attnd_fail(msg, msz, "unknown flag '--%.*s' (see --help)", (int)n, name);
     const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
     if (val == NULL)
-      return fail(msg, msz, "%s: flag --%.*s needs a value", k->name, (int)n,
+      return attnd_fail(msg, msz, "%s: flag --%.*s needs a value", k->name, (int)n,
                   name);
     char from[64];
     snprintf(from, sizeof from, "flag --%.*s", (int)n, name);
@@ -313,7 +304,7 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
       return -1;
   }
   if (cfg->default_timeout_ms > cfg->max_timeout_ms)
-    return fail(msg, msz,
+    return attnd_fail(msg, msz,
                 "default_timeout_ms: %" PRId64
                 " is above max_timeout_ms %" PRId64,
                 cfg->default_timeout_ms, cfg->max_timeout_ms);

@@ -14,13 +14,19 @@ static const struct {
 #undef ROW
 };
 
-int attnd_error_set(attnd_error_t *e, attnd_err_t code, const char *field,
-                    const char *fmt, ...) {
+int attnd_error_vset(attnd_error_t *e, attnd_err_t code, const char *field,
+                     const char *fmt, va_list ap) {
   e->code = code;
   snprintf(e->field, sizeof e->field, "%s", field ? field : "");
+  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  return -1;
+}
+
+int attnd_error_set(attnd_error_t *e, attnd_err_t code, const char *field,
+                    const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(e->message, sizeof e->message, fmt, ap);
+  attnd_error_vset(e, code, field, fmt, ap);
   va_end(ap);
   return -1;
 }

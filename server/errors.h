@@ -6,6 +6,8 @@
 #ifndef ATTND_ERRORS_H
 #define ATTND_ERRORS_H
 
+#include <stdarg.h>
+
 #include "metrics.h"
 
 /* X(NAME, "code", status, reason) */
@@ -49,6 +51,9 @@ typedef struct attnd_error {
 /* Fills `e` and returns -1. Any thread. */
 int attnd_error_set(attnd_error_t *e, attnd_err_t code, const char *field,
                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int attnd_error_vset(attnd_error_t *e, attnd_err_t code, const char *field,
+                     const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 
 /* The table's columns for `code`. */
 const char *attnd_error_name(attnd_err_t code);

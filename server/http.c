@@ -135,11 +135,10 @@ static enum MHD_Result fail(req_t *r, attnd_err_t code, const char *field,
     __attribute__((format(printf, 4, 5)));
 static enum MHD_Result fail(req_t *r, attnd_err_t code, const char *field,
                             const char *fmt, ...) {
-  attnd_error_t e = {.code = code};
-  snprintf(e.field, sizeof e.field, "%s", field ? field : "");
+  attnd_error_t e;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(e.message, sizeof e.message, fmt, ap);
+  attnd_error_vset(&e, code, field, fmt, ap);
   va_end(ap);
   return send_error(r, &e);
 }

@@ -1,7 +1,6 @@
 /* server/metrics.c: see metrics.h. */
 #include "metrics.h"
 
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,19 +86,6 @@ void attnd_metrics_observe(attnd_metrics_t *m, int64_t context_len,
   observe(&m->hist[H_TOTAL], c, total_ms);
 }
 
-static void put(attnd_buf_t *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void put(attnd_buf_t *b, const char *fmt, ...) {
-  char line[256];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  if (n > 0)
-    attnd_buf_append(b, line,
-                     (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-}
-
 static void ctx_label(char *s, size_t n, size_t c) {
   if (c < NCTX - 1)
     snprintf(s, n, "%lld", (long long)ctx_bounds[c]);
@@ -109,26 +95,30 @@ static void ctx_label(char *s, size_t n, size_t c) {
 
 void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
                           attnd_buf_t *b) {
-  put(b, "# HELP attnd_requests_total HTTP requests answered, by status.\n"
+  attnd_buf_printf(
+      b, "# HELP attnd_requests_total HTTP requests answered, by status.\n"
          "# TYPE attnd_requests_total counter\n");
   for (size_t i = 0; i <= NSTATUS; i++) {
     uint64_t v = atomic_load_explicit(&m->by_status[i], memory_order_relaxed);
     if (i < NSTATUS)
-      put(b, "attnd_requests_total{status=\"%d\"} %llu\n", statuses[i],
-          (unsigned long long)v);
+      attnd_buf_printf(b, "attnd_requests_total{status=\"%d\"} %llu\n",
+                       statuses[i], (unsigned long long)v);
     else
-      put(b, "attnd_requests_total{status=\"other\"} %llu\n",
-          (unsigned long long)v);
+      attnd_buf_printf(b, "attnd_requests_total{status=\"other\"} %llu\n",
+                       (unsigned long long)v);
   }
-  put(b, "# HELP attnd_rejections_total Requests turned away, by reason.\n"
+  attnd_buf_printf(
+      b, "# HELP attnd_rejections_total Requests turned away, by reason.\n"
          "# TYPE attnd_rejections_total counter\n");
   for (int i = 0; i < ATTND_REJECT_COUNT; i++)
-    put(b, "attnd_rejections_total{reason=\"%s\"} %llu\n", reasons[i],
-        (unsigned long long)atomic_load_explicit(&m->rejected[i],
-                                                 memory_order_relaxed));
+    attnd_buf_printf(b, "attnd_rejections_total{reason=\"%s\"} %llu\n",
+                     reasons[i],
+                     (unsigned long long)atomic_load_explicit(
+                         &m->rejected[i], memory_order_relaxed));
   for (int h = 0; h < NHIST; h++) {
     const hist_t *x = &m->hist[h];
-    put(b,
+    attnd_buf_printf(
+        b,
         "# HELP %s %s Label ctx: key length at most this.\n# TYPE %s "
         "histogram\n",
         hist_names[h], hist_help[h], hist_names[h]);
@@ -139,37 +129,40 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       for (size_t k = 0; k < NBUCKET; k++) {
         cum += atomic_load_explicit(&x->count[c][k], memory_order_relaxed);
         if (k < NBUCKET - 1)
-          put(b, "%s_bucket{ctx=\"%s\",le=\"%g\"} %llu\n", hist_names[h], ctx,
-              buckets[k], (unsigned long long)cum);
+          attnd_buf_printf(b, "%s_bucket{ctx=\"%s\",le=\"%g\"} %llu\n",
+                           hist_names[h], ctx, buckets[k],
+                           (unsigned long long)cum);
         else
-          put(b, "%s_bucket{ctx=\"%s\",le=\"+Inf\"} %llu\n", hist_names[h], ctx,
-              (unsigned long long)cum);
+          attnd_buf_printf(b, "%s_bucket{ctx=\"%s\",le=\"+Inf\"} %llu\n",
+                           hist_names[h], ctx, (unsigned long long)cum);
       }
-      put(b, "%s_sum{ctx=\"%s\"} %.6f\n", hist_names[h], ctx,
+      attnd_buf_printf(
+          b, "%s_sum{ctx=\"%s\"} %.6f\n", hist_names[h], ctx,
           (double)atomic_load_explicit(&x->sum_us[c], memory_order_relaxed) /
               1e6);
-      put(b, "%s_count{ctx=\"%s\"} %llu\n", hist_names[h], ctx,
-          (unsigned long long)cum);
+      attnd_buf_printf(b, "%s_count{ctx=\"%s\"} %llu\n", hist_names[h], ctx,
+                       (unsigned long long)cum);
     }
   }
-  put(b,
-      "# HELP attnd_queue_depth Requests waiting for a worker.\n"
-      "# TYPE attnd_queue_depth gauge\nattnd_queue_depth %d\n",
-      g->queue_depth);
-  put(b,
-      "# HELP attnd_busy_workers Workers computing now.\n"
-      "# TYPE attnd_busy_workers gauge\nattnd_busy_workers %d\n",
-      g->busy_workers);
-  put(b,
-      "# HELP attnd_workers Worker threads.\n"
-      "# TYPE attnd_workers gauge\nattnd_workers %d\n",
-      g->workers);
-  put(b,
+  attnd_buf_printf(b,
+                   "# HELP attnd_queue_depth Requests waiting for a worker.\n"
+                   "# TYPE attnd_queue_depth gauge\nattnd_queue_depth %d\n",
+                   g->queue_depth);
+  attnd_buf_printf(b,
+                   "# HELP attnd_busy_workers Workers computing now.\n"
+                   "# TYPE attnd_busy_workers gauge\nattnd_busy_workers %d\n",
+                   g->busy_workers);
+  attnd_buf_printf(b,
+                   "# HELP attnd_workers Worker threads.\n"
+                   "# TYPE attnd_workers gauge\nattnd_workers %d\n",
+                   g->workers);
+  attnd_buf_printf(
+      b,
       "# HELP attnd_inflight Requests admitted and not yet answered.\n"
       "# TYPE attnd_inflight gauge\nattnd_inflight %d\n",
       g->inflight);
-  put(b,
-      "# HELP attnd_draining 1 while shutting down.\n"
-      "# TYPE attnd_draining gauge\nattnd_draining %d\n",
-      g->draining);
+  attnd_buf_printf(b,
+                   "# HELP attnd_draining 1 while shutting down.\n"
+                   "# TYPE attnd_draining gauge\nattnd_draining %d\n",
+                   g->draining);
 }

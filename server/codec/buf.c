@@ -2,6 +2,7 @@
  * See buf.h. */
 #include "buf.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,19 @@ void attnd_buf_tensor(attnd_buf_t *b, attnd_form_t form, const float *x,
     attnd_buf_puts(b, "\"");
   }
   attnd_buf_puts(b, "}");
+}
+
+void attnd_buf_printf(attnd_buf_t *b, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(NULL, 0, fmt, ap);
+  va_end(ap);
+  if (n <= 0 || attnd_buf_reserve(b, (size_t)n) < 0)
+    return;
+  va_start(ap, fmt);
+  vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+  va_end(ap);
+  b->len += (size_t)n;
 }
 
 /* ---- JSON strings -------------------------------------------------------- */

@@ -22,6 +22,9 @@ void attnd_buf_free(attnd_buf_t *b);
 int attnd_buf_reserve(attnd_buf_t *b, size_t n);
 void attnd_buf_append(attnd_buf_t *b, const char *s, size_t n);
 void attnd_buf_puts(attnd_buf_t *b, const char *s);
+/* Appends printf-formatted text. */
+void attnd_buf_printf(attnd_buf_t *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Appends s[0..n) as a JSON string, quotes included, escaped as jansson
  * escapes it ('"', '\\' and control characters). Bytes that are not valid
