@@ -7,8 +7,19 @@
  *   stage 3  output projection, in independent row chunks.
  * Each stage is a list of independent tasks shared out among the threads;
  * a task computes the same thing whichever thread runs it, so results do
- * not depend on the thread count. BLAS runs single-threaded inside tasks. */
+ * not depend on the thread count. BLAS runs single-threaded inside tasks.
+ *
+ * Numbers: every task of stage 1 also takes the largest magnitude of what
+ * it wrote (and of a chunk of the bias), so that between stages 1 and 2
+ * one bound says whether any score could leave float32's range. If one
+ * could, the kernels take their exact path (kernel.c, ctx->exact). A Q, K
+ * or V that is not finite, an output row the kernels could not write in
+ * float32, or an output projection that overflows ends the call with
+ * ATTN_ENUMERIC naming the stage and the first position where it failed
+ * (attn.h); a Q that overflows only through the scale is laid out again
+ * unscaled and the scale applied in float64 instead. */
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -46,11 +57,11 @@ size_t attn__scratch_floats(const attn_plan_t *pl) {
   int64_t Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
   int64_t cols = (p->want_weights || p->want_mean_weights) ? Lkp : ATTN__BC;
   /* scores or probabilities [BR, cols], output rows [BR, Dvp], query rows
-   * [BR, Dh], the running
-   * sum [BR] as vectors of up to 16 floats, the running max [BR], and the
-   * key range of each row [BR] x 2 int64. */
+   * [BR, Dh], the running sum [BR] as vectors of up to 16 floats, the
+   * running max [BR], the key range of each row [BR] x 2 int64, and the
+   * exact path's sums, Dvp doubles. */
   return (size_t)(ATTN__BR * cols + ATTN__BR * Dvp + ATTN__BR * pl->Dh +
-                  16 * ATTN__BR + 5 * ATTN__BR);
+                  16 * ATTN__BR + 5 * ATTN__BR + 2 * Dvp);
 }
 
 /* Element strides of a tensor broadcast to [B, H, Lq, Lk]; 0 where it is
@@ -65,6 +76,12 @@ static void broadcast_strides(const attn_tensor_t *t, int64_t st[4]) {
   }
 }
 
+/* Indices of fwd_t.bits: the magnitudes stage 1 found. */
+enum { BITS_Q, BITS_K, BITS_V, BITS_BIAS, BITS_N };
+
+/* Bias elements per magnitude task of stage 1. */
+#define BIAS_CHUNK ((int64_t)1 << 20)
+
 typedef struct fwd {
   const attn_plan_t *pl;
   const attn_params_t *p;
@@ -75,8 +92,44 @@ typedef struct fwd {
   size_t scratch_stride;
   int64_t rows;                               /* per projection task */
   int64_t n_q, n_k, n_layout, n_units, n_out; /* V has as many tasks as K */
+  int64_t n_bias;                             /* magnitude tasks of bias */
   attn__attend_fn attend;
+  attn__absmax_fn absmax;
+  float qscale;               /* what layout_q multiplies by: the scale, or 1 */
+  int64_t n_redo;             /* Q tasks to run again, unscaled */
+  int stop;                   /* a stage failed: skip the stages after it */
+  uint32_t bits[BITS_N];      /* atomic maxima (attn__absmax_fn) */
+  int64_t fail[ATTN__FAIL_N]; /* ctx.fail points here */
 } fwd_t;
+
+/* Raises f->bits[k] to at least m, atomically. */
+static void raise_bits(fwd_t *f, int k, uint32_t m) {
+  uint32_t cur = __atomic_load_n(&f->bits[k], __ATOMIC_RELAXED);
+  while (m > cur &&
+         !__atomic_compare_exchange_n(&f->bits[k], &cur, m, 1, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED))
+    ;
+}
+
+/* Takes the magnitude of rows [0, rows) of n floats, ld apart, into
+ * f->bits[k] (k < 0: nowhere). When some element is not finite, lowers
+ * fail[stage] to pos0 plus the first row holding one or, with by_column,
+ * the first column (K is laid out transposed: a column is a key). */
+static void note(fwd_t *f, int k, const float *x, int64_t rows, int64_t n,
+                 int64_t ld, int stage, int64_t pos0, int by_column) {
+  uint32_t m = f->absmax(x, rows, n, ld, 0);
+  if (k >= 0)
+    raise_bits(f, k, m);
+  if (m < ATTN__INF_BITS)
+    return;
+  int64_t lines = by_column ? n : rows;
+  for (int64_t r = 0; r < lines; r++)
+    if ((by_column ? f->absmax(x + r, rows, 1, ld, 0)
+                   : f->absmax(x + r * ld, 1, n, ld, 0)) >= ATTN__INF_BITS) {
+      attn__fail(f->fail, stage, pos0 + r);
+      return;
+    }
+}
 
 static int64_t chunks(int64_t n, int64_t rows) {
   return (n + rows - 1) / rows;
@@ -93,15 +146,16 @@ static int64_t proj_rows(const attn_plan_t *pl) {
 }
 
 /* Q for batch b, rows [i0, i1): q[b, i, :] = scale·(x·Wqᵀ + bq), all heads
- * in one product. */
-static void layout_q(const fwd_t *f, int64_t b, int64_t i0, int64_t i1) {
+ * in one product (f->qscale is the scale, or 1 when Q is laid out again
+ * unscaled). */
+static void layout_q(fwd_t *f, int64_t b, int64_t i0, int64_t i1) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   int64_t n = pl->H * pl->Dh, Eq = pl->Eq, m = i1 - i0;
   const float *x = f->query + (b * pl->Lq + i0) * Eq;
   float *dst = f->q + (b * pl->Lq + i0) * n;
   const float *bias = p->q_bias.rank ? p->q_bias.data : NULL;
-  float s = pl->scale;
+  float s = f->qscale;
   if (p->q_weight.rank) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n,
                 (int)Eq, s, x, (int)Eq, p->q_weight.data, (int)Eq, 0.0f, dst,
@@ -115,11 +169,12 @@ static void layout_q(const fwd_t *f, int64_t b, int64_t i0, int64_t i1) {
       for (int64_t k = 0; k < n; k++)
         dst[r * n + k] = s * (x[r * Eq + k] + (bias ? bias[k] : 0));
   }
+  note(f, BITS_Q, dst, m, n, n, ATTN__FAIL_Q, b * pl->Lq + i0, 0);
 }
 
 /* K for batch b, keys [j0, j1): kt[b, :, j] = Wk·key[j] + bk, all heads in
  * one product; the last chunk zeroes the keys [Lk, Lkp). */
-static void layout_k(const fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
+static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   int64_t rows = pl->Hkv * pl->Dh, Ek = pl->Ek, ldk = f->ctx.ldk, n = j1 - j0;
@@ -139,6 +194,7 @@ static void layout_k(const fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
       for (int64_t r = 0; r < rows; r++)
         dst[r * ldk + j] = x[j * Ek + r] + (bias ? bias[r] : 0);
   }
+  note(f, BITS_K, dst, rows, n, ldk, ATTN__FAIL_K, b * pl->Lk + j0, 1);
   if (j1 == pl->Lk)
     for (int64_t r = 0; r < rows; r++)
       memset(base + r * ldk + pl->Lk, 0,
@@ -148,7 +204,7 @@ static void layout_k(const fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
 /* V for batch b, rows [j0, j1): v[b, j, g·Dvp + d] = value[j]·Wv_gᵀ + bv,
  * all heads in one product when no head needs padding; padding columns and,
  * in the last chunk, the rows [Lk, Lkp) zeroed. */
-static void layout_v(const fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
+static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   int64_t Dv = pl->Dv, Dvp = f->ctx.Dvp, Ev = pl->Ev, m = j1 - j0;
@@ -179,13 +235,15 @@ static void layout_v(const fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
       for (int64_t g = 0; g < Hkv; g++)
         memset(dst + r * ldv + g * Dvp + Dv, 0,
                (size_t)(Dvp - Dv) * sizeof(float));
+  note(f, BITS_V, dst, m, Hkv * Dvp, ldv, ATTN__FAIL_V, b * pl->Lk + j0, 0);
   if (j1 == pl->Lk)
     memset(base + pl->Lk * ldv, 0,
            (size_t)((f->ctx.Lkp - pl->Lk) * ldv) * sizeof(float));
 }
 
-/* Layout task t of n_layout: the Q chunks, then K, then V. */
-static void layout_task(const fwd_t *f, int64_t t) {
+/* Layout task t of n_layout + n_bias: the Q chunks, then K, then V, then
+ * the magnitude of the bias, chunk by chunk. */
+static void layout_task(fwd_t *f, int64_t t) {
   const attn_plan_t *pl = f->pl;
   int64_t R = f->rows, cq = chunks(pl->Lq, R), ck = chunks(pl->Lk, R);
   if (t < f->n_q) {
@@ -194,6 +252,15 @@ static void layout_task(const fwd_t *f, int64_t t) {
     return;
   }
   t -= f->n_q;
+  if (t >= 2 * f->n_k) { /* a bias of -inf is a mask, not a magnitude */
+    int64_t n = 1, x0 = (t - 2 * f->n_k) * BIAS_CHUNK;
+    for (int d = 0; d < f->p->bias.rank; d++)
+      n *= f->p->bias.dim[d];
+    n = n - x0 < BIAS_CHUNK ? n - x0 : BIAS_CHUNK;
+    raise_bits(f, BITS_BIAS,
+               f->absmax((const float *)f->p->bias.data + x0, 1, n, n, 1));
+    return;
+  }
   if (t < f->n_k) {
     int64_t j0 = t % ck * R, j1 = j0 + R;
     layout_k(f, t / ck, j0, j1 < pl->Lk ? j1 : pl->Lk);
@@ -216,7 +283,7 @@ static void attend_task(const fwd_t *f, int64_t u, float *scratch) {
 }
 
 /* Output task t: rows [r0, r1) of the flattened [B·Lq] output. */
-static void output_task(const fwd_t *f, int64_t t) {
+static void output_task(fwd_t *f, int64_t t) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   int64_t r0 = t * f->rows, r1 = r0 + f->rows;
@@ -233,6 +300,121 @@ static void output_task(const fwd_t *f, int64_t t) {
     for (int64_t r = 0; r < r1 - r0; r++)
       for (int64_t e = 0; e < Eo; e++)
         y[r * Eo + e] += bias[e];
+  }
+  note(f, -1, y, r1 - r0, Eo, Eo, ATTN__FAIL_OUT_PROJ, r0, 0);
+}
+
+/* The value of magnitude bits (attn__absmax_fn): inf for inf or NaN. */
+static double bits_value(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return u >= ATTN__INF_BITS ? INFINITY : (double)x;
+}
+
+/* Whether the fast paths' float32 scores are safe: |q·k| <= Dh·max|q|·
+ * max|k|, which bounds every partial sum too (up to rounding); a softcap
+ * bounds the capped score by c, and needs 1/c finite; the bias and ALiBi
+ * add at most max|bias| and max|slope|·max(Lq, Lk). Below FLT_MAX/16,
+ * every score and every difference of two stays finite. */
+static int scores_fit(const fwd_t *f) {
+  const attn_plan_t *pl = f->pl;
+  const attn__ctx_t *c = &f->ctx;
+  const double lim = FLT_MAX / 16;
+  double qk = (double)pl->Dh * bits_value(f->bits[BITS_Q]) *
+              bits_value(f->bits[BITS_K]),
+         s = qk;
+  if (c->has_softcap) {
+    if (!(1.0f / c->softcap <= FLT_MAX))
+      return 0;
+    s = fmin(s, c->softcap);
+  }
+  if (c->bias)
+    s += bits_value(f->bits[BITS_BIAS]);
+  if (c->slopes) {
+    double smax = 0;
+    for (int64_t h = 0; h < pl->H; h++)
+      smax = fmax(smax, fabs((double)c->slopes[h]));
+    s += smax * (double)(pl->Lq > pl->Lk ? pl->Lq : pl->Lk);
+  }
+  return qk <= lim && s <= lim;
+}
+
+static int failed(const fwd_t *f) {
+  for (int k = 0; k < ATTN__FAIL_N; k++)
+    if (f->fail[k] != INT64_MAX)
+      return 1;
+  return 0;
+}
+
+/* Between stages 1 and 2, once: a Q that overflowed where the scale
+ * magnifies it is laid out again unscaled (n_redo tasks), the scale then
+ * applied by the exact path in float64. */
+static void retry_unscaled(fwd_t *f) {
+  if (f->fail[ATTN__FAIL_Q] == INT64_MAX ||
+      f->fail[ATTN__FAIL_K] != INT64_MAX ||
+      f->fail[ATTN__FAIL_V] != INT64_MAX || !(fabsf(f->pl->scale) > 1.0f))
+    return;
+  f->fail[ATTN__FAIL_Q] = INT64_MAX;
+  f->bits[BITS_Q] = 0;
+  f->qscale = 1.0f;
+  f->ctx.qmul = f->pl->scale;
+  f->n_redo = f->n_q;
+}
+
+/* After stage 1, once: stop on a failed projection, else choose the path. */
+static void decide(fwd_t *f) {
+  f->stop = failed(f);
+  f->ctx.exact = f->n_redo > 0 || !scores_fit(f);
+}
+
+/* The ATTN_ENUMERIC error of the first stage that failed (internal.h). */
+static int numeric_error(const fwd_t *f, attn_error_t *err) {
+  const attn_plan_t *pl = f->pl;
+  const attn_params_t *p = f->p;
+  const int64_t Lq = pl->Lq, Lk = pl->Lk, H = pl->H;
+  const attn_field_t kf = p->key.rank ? ATTN_FIELD_KEY : ATTN_FIELD_QUERY;
+  const attn_field_t vf = p->value.rank ? ATTN_FIELD_VALUE : kf;
+  int stage = 0;
+  while (f->fail[stage] == INT64_MAX)
+    stage++;
+  const long long x = f->fail[stage];
+  switch (stage) {
+  case ATTN__FAIL_Q:
+    return attn__err(err, ATTN_ENUMERIC, ATTN_FIELD_QUERY,
+                     "projection: Q = query%s%s does not fit float32 at batch "
+                     "%lld, query row %lld",
+                     p->q_weight.rank ? " * q_weight^T" : "",
+                     p->q_bias.rank ? " + q_bias" : "", x / Lq, x % Lq);
+  case ATTN__FAIL_K:
+  case ATTN__FAIL_V: {
+    int k = stage == ATTN__FAIL_K;
+    attn_field_t in = k ? kf : vf;
+    int w = k ? p->k_weight.rank : p->v_weight.rank;
+    int bb = k ? p->k_bias.rank : p->v_bias.rank;
+    return attn__err(err, ATTN_ENUMERIC, in,
+                     "projection: %s = %s%s%s does not fit float32 at batch "
+                     "%lld, key row %lld",
+                     k ? "K" : "V", attn_field_name(in),
+                     w ? (k ? " * k_weight^T" : " * v_weight^T") : "",
+                     bb ? (k ? " + k_bias" : " + v_bias") : "", x / Lk, x % Lk);
+  }
+  case ATTN__FAIL_SCORES:
+  case ATTN__FAIL_OUTPUT:
+    return attn__err(
+        err, ATTN_ENUMERIC, stage == ATTN__FAIL_SCORES ? ATTN_FIELD_BIAS : vf,
+        stage == ATTN__FAIL_SCORES
+            ? "scores: a score is +inf or NaN at batch %lld, head %lld, "
+              "query row %lld: bias holds +inf or NaN"
+            : "output: weights * V does not fit float32 at batch %lld, head "
+              "%lld, query row %lld",
+        x / Lq / H, x / Lq % H, x % Lq);
+  default:
+    return attn__err(err, ATTN_ENUMERIC,
+                     p->o_weight.rank ? ATTN_FIELD_O_WEIGHT : ATTN_FIELD_O_BIAS,
+                     "output projection: out = %s%s does not fit float32 at "
+                     "batch %lld, query row %lld",
+                     p->o_weight.rank ? "concat * o_weight^T" : "concat",
+                     p->o_bias.rank ? " + o_bias" : "", x / Lq, x % Lq);
   }
 }
 
@@ -299,8 +481,13 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   }
   c->has_softcap = p->has_softcap;
   c->softcap = p->softcap;
-  c->wl = p->has_window_left ? p->window_left : -1;
-  c->wr = p->has_window_right ? p->window_right : -1;
+  c->wl = pl->window_left;
+  c->wr = pl->window_right;
+  c->qmul = 1.0;
+  c->fail = f->fail;
+  for (int k = 0; k < ATTN__FAIL_N; k++)
+    f->fail[k] = INT64_MAX;
+  f->qscale = pl->scale;
   c->n_qblocks = (pl->Lq + ATTN__BR - 1) / ATTN__BR;
   c->heads_per_unit = p->want_mean_weights ? (int)pl->H : 1;
   c->scratch_floats = attn__scratch_floats(pl);
@@ -313,9 +500,18 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   f->n_out = (p->o_weight.rank || p->o_bias.rank)
                  ? chunks(pl->B * pl->Lq, f->rows)
                  : 0;
+  if (p->bias.rank) {
+    int64_t n = 1;
+    for (int d = 0; d < p->bias.rank; d++)
+      n *= p->bias.dim[d];
+    f->n_bias = chunks(n, BIAS_CHUNK);
+  }
   f->attend = pl->isa == ATTN_ISA_AVX512 ? attn__attend_avx512
               : pl->isa == ATTN_ISA_AVX2 ? attn__attend_avx2
                                          : attn__attend_generic;
+  f->absmax = pl->isa == ATTN_ISA_AVX512 ? attn__absmax_avx512
+              : pl->isa == ATTN_ISA_AVX2 ? attn__absmax_avx2
+                                         : attn__absmax_generic;
 }
 
 int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
@@ -355,20 +551,32 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
     float *scratch =
         f.scratch + (size_t)omp_get_thread_num() * f.scratch_stride;
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < f.n_layout; t++)
+    for (int64_t t = 0; t < f.n_layout + f.n_bias; t++)
       if (!canceled(pl))
         layout_task(&f, t);
-#pragma omp master
-    t1 = now_ms();
+#pragma omp single
+    retry_unscaled(&f);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < f.n_redo; t++)
+      if (!canceled(pl))
+        layout_task(&f, t);
+#pragma omp single
+    {
+      decide(&f);
+      t1 = now_ms();
+    }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < f.n_units; u++)
-      if (!canceled(pl))
+      if (!canceled(pl) && !f.stop)
         attend_task(&f, u, scratch);
-#pragma omp master
-    t2 = now_ms();
+#pragma omp single
+    {
+      f.stop = failed(&f);
+      t2 = now_ms();
+    }
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < f.n_out; t++)
-      if (!canceled(pl))
+      if (!canceled(pl) && !f.stop)
         output_task(&f, t);
   }
   double t3 = now_ms();
@@ -379,5 +587,7 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
   if (canceled(pl))
     return attn__err(err, ATTN_ECANCELED, ATTN_FIELD_CANCEL,
                      "canceled after %.3f ms", t3 - t0);
+  if (failed(&f))
+    return numeric_error(&f, err);
   return 0;
 }

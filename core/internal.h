@@ -66,11 +66,53 @@ typedef struct attn__ctx {
                                       0 where broadcast */
   int has_softcap;
   float softcap;
-  int64_t wl, wr; /* window sides, -1 if unbounded */
+  int64_t wl, wr; /* window sides, -1 if unbounded (attn_plan_t) */
   int64_t n_qblocks;
   int heads_per_unit;    /* H when mean weights are asked for, else 1 */
   size_t scratch_floats; /* per thread */
+  /* Numeric safety (forward.c decides, the kernels obey): */
+  int exact;     /* every row by the float64 path: some score may leave
+                    float32's range, or the softcap is below 1/FLT_MAX */
+  double qmul;   /* what q must still be multiplied by: 1, or the scale when
+                    Q was laid out unscaled (exact is then set) */
+  int64_t *fail; /* [ATTN__FAIL_N]: the first failing position per stage,
+                    INT64_MAX if none; lowered with attn__fail */
 } attn__ctx_t;
+
+/* Stages that can find a result that does not fit float32, in the order
+ * attn_forward reports them (attn.h, ATTN_ENUMERIC). Positions: a row of
+ * the flattened [B·Lq] (Q, the output projection) or [B·Lk] (K, V), or
+ * (b·H + h)·Lq + i for a query row of a head (scores, output). */
+enum {
+  ATTN__FAIL_Q,
+  ATTN__FAIL_K,
+  ATTN__FAIL_V,
+  ATTN__FAIL_SCORES,
+  ATTN__FAIL_OUTPUT,
+  ATTN__FAIL_OUT_PROJ,
+  ATTN__FAIL_N
+};
+
+/* Lowers fail[stage] to pos, atomically: the smallest position wins, so
+ * the error reported does not depend on the threads. */
+static inline void attn__fail(int64_t *fail, int stage, int64_t pos) {
+  int64_t cur = __atomic_load_n(&fail[stage], __ATOMIC_RELAXED);
+  while (pos < cur &&
+         !__atomic_compare_exchange_n(&fail[stage], &cur, pos, 1,
+                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+}
+
+/* The largest |x| over rows [0, rows) of n floats, ld apart, as the bits
+ * of a non-negative float: >= 0x7f800000 (ATTN__INF_BITS) when some
+ * element is infinite or NaN. With skip_neg_inf, -inf counts as 0 (a
+ * bias of -inf is a mask). Vectorised per ISA, like the kernels. */
+#define ATTN__INF_BITS 0x7f800000u
+typedef uint32_t (*attn__absmax_fn)(const float *x, int64_t rows, int64_t n,
+                                    int64_t ld, int skip_neg_inf);
+uint32_t attn__absmax_generic(const float *, int64_t, int64_t, int64_t, int);
+uint32_t attn__absmax_avx2(const float *, int64_t, int64_t, int64_t, int);
+uint32_t attn__absmax_avx512(const float *, int64_t, int64_t, int64_t, int);
 
 /* Floats of per-thread scratch the kernels need for this plan. */
 size_t attn__scratch_floats(const attn_plan_t *plan);

@@ -17,7 +17,16 @@
  *     fused, on the registers.
  *   two-pass (weights returned): the unit's rows of S for every visible key
  *     block, then an exact softmax per row, then O = P·V; P is the weights.
- * A row that may see no key gets weights 0 and output 0. */
+ * A row that may see no key gets weights 0 and output 0.
+ *
+ * Both paths work in float32, and the caller (forward.c) proves from the
+ * magnitudes of Q, K, the bias and the slopes that no score can leave its
+ * range. Where it cannot, ctx->exact sends every row down the exact path
+ * (attend_row_exact: scores in float64). An output row that is not finite
+ * (O sums up to Lk·e^SLACK value rows before the division, so large values
+ * can overflow) is redone on the exact path too, whose P·V is a convex
+ * combination summed in float64. Those checks are per row, outside the
+ * tile loops. */
 #include <math.h>
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -31,6 +40,8 @@
 #endif
 #define KNAME_(isa) attn__attend_##isa
 #define KNAME(isa) KNAME_(isa)
+#define ANAME_(isa) attn__absmax_##isa
+#define ANAME(isa) ANAME_(isa)
 
 /* Vector width VL in floats, and register tiles for the two products:
  * S tiles of QK_MR rows x QK_NV vectors, O tiles of PV_MR x PV_NV. */
@@ -108,6 +119,45 @@ INLINE float hsum(vf x) {
   for (int k = VL / 2; k > 0; k /= 2)
     x += swap_lanes(x, k);
   return x[0];
+}
+
+/* Whether the n floats at x (n a multiple of VL) are all finite: x·0 is 0
+ * for a finite x and NaN for an infinite or NaN one. */
+INLINE int finite_row(const float *x, int64_t n) {
+  vf z = splat(0);
+  for (int64_t k = 0; k < n; k += VL)
+    z += ld(x + k) * 0.0f;
+  return hsum(z) == 0.0f;
+}
+
+/* See internal.h. The magnitudes are compared as integers: for floats of
+ * one sign, the bits order as the values do, with inf and NaN above every
+ * finite value. */
+uint32_t ANAME(ATTN_KERNEL_ISA)(const float *x, int64_t rows, int64_t n,
+                                int64_t stride, int skip_neg_inf) {
+  const vi mag = (vi){0} + 0x7fffffff, neg_inf = (vi){0} + (int32_t)0xff800000;
+  vi mx = {0};
+  uint32_t m = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *p = x + r * stride;
+    int64_t k = 0;
+    for (; k + VL <= n; k += VL) {
+      vi u = (vi)ld(p + k), a = u & mag;
+      if (skip_neg_inf)
+        a &= ~(u == neg_inf);
+      vi gt = a > mx;
+      mx = (a & gt) | (mx & ~gt);
+    }
+    for (; k < n; k++) {
+      uint32_t u;
+      memcpy(&u, p + k, sizeof u);
+      uint32_t a = skip_neg_inf && u == 0xff800000u ? 0 : u & 0x7fffffffu;
+      m = a > m ? a : m;
+    }
+  }
+  for (int i = 0; i < VL; i++)
+    m = (uint32_t)mx[i] > m ? (uint32_t)mx[i] : m;
+  return m;
 }
 
 /* e^x for x <= 88, exactly 0 for x = -inf: Cody-Waite reduction
@@ -347,21 +397,25 @@ static void mix(const float *p, int64_t ldp, const float *v, int64_t ldv,
 /* ---- masks and score terms --------------------------------------------- */
 
 /* The keys [lo, hi) that query row i of batch b may see under the causal,
- * key-length and window masks; lo == hi when none. */
+ * key-length and window masks; lo == hi when none. The diagonal d = i + off
+ * lies in (-Lq, Lk), and a window side is compared with a distance from d
+ * before any bound is formed from it, so no sum here can overflow, however
+ * large the side (the plan also clamps them). */
 static void row_range(const attn__ctx_t *c, int64_t b, int64_t i, int64_t *lo,
                       int64_t *hi) {
   const attn_params_t *p = c->plan->params;
+  const int64_t d = i + c->off;
   int64_t l = 0, h = c->plan->Lk;
   if (c->key_lengths && c->key_lengths[b] < h)
     h = c->key_lengths[b];
-  if (p->causal == ATTN_CAUSAL_BOTTOM_RIGHT && i + c->off + 1 < h)
-    h = i + c->off + 1;
+  if (p->causal == ATTN_CAUSAL_BOTTOM_RIGHT && d + 1 < h)
+    h = d + 1;
   if (p->causal == ATTN_CAUSAL_TOP_LEFT && i + 1 < h)
     h = i + 1;
-  if (c->wl >= 0 && i + c->off - c->wl > l)
-    l = i + c->off - c->wl;
-  if (c->wr >= 0 && i + c->off + c->wr + 1 < h)
-    h = i + c->off + c->wr + 1;
+  if (c->wl >= 0 && d - l > c->wl) /* keys j < d - wl are out */
+    l = d - c->wl;
+  if (c->wr >= 0 && h - 1 - d > c->wr) /* keys j > d + wr are out */
+    h = d + c->wr + 1;
   if (h <= l)
     l = h = 0;
   *lo = l;
@@ -419,6 +473,114 @@ static void score_terms(const attn__ctx_t *c, int64_t b, int64_t h, int64_t i0,
 
 static int any_terms(const attn__ctx_t *c) {
   return c->has_softcap || c->bias || c->slopes || c->allow;
+}
+
+/* ---- the exact path ----------------------------------------------------- */
+
+/* The scores of query row i (q: its Dh floats) of head h against the keys
+ * [j0, j0 + BC), in float64, with the score terms and masks applied, in
+ * the order of score_terms: s[k] is -inf where key j0 + k is masked or
+ * outside [lo, hi). Nothing here can overflow float64: |q·k| <= Dh·FLT_MAX²
+ * times a scale <= FLT_MAX, and slope·distance <= FLT_MAX·2^49. */
+static void exact_scores(const attn__ctx_t *c, int64_t b, int64_t h, int64_t i,
+                         const float *q, int64_t j0, int64_t lo, int64_t hi,
+                         double *s) {
+  const attn_plan_t *pl = c->plan;
+  const float *kt = kt_tile(c, b, h / (pl->H / pl->Hkv), j0 / ATTN__BC);
+  for (int k = 0; k < ATTN__BC; k++)
+    s[k] = 0;
+  for (int64_t d = 0; d < pl->Dh; d++) {
+    const double qd = (double)q[d];
+    const float *kr = kt + d * c->ldk;
+    for (int k = 0; k < ATTN__BC; k++)
+      s[k] += qd * (double)kr[k];
+  }
+  const double cap = c->softcap, slope = c->slopes ? c->slopes[h] : 0;
+  const int64_t *bs = c->bias_st, *as = c->allow_st;
+  for (int k = 0; k < ATTN__BC; k++) {
+    const int64_t j = j0 + k, dist = i + c->off - j;
+    if (j < lo || j >= hi) {
+      s[k] = -INFINITY;
+      continue;
+    }
+    double x = s[k] * c->qmul;
+    if (c->has_softcap)
+      x = cap * tanh(x / cap);
+    if (c->bias)
+      x += (double)c->bias[b * bs[0] + h * bs[1] + i * bs[2] + j * bs[3]];
+    if (c->slopes)
+      x -= slope * (double)(dist < 0 ? -dist : dist);
+    if (c->allow && !c->allow[b * as[0] + h * as[1] + i * as[2] + j * as[3]])
+      x = -INFINITY;
+    s[k] = x;
+  }
+}
+
+/* Query row i of head h, batch b, on the exact path. pass 1: the row's max
+ * score, in float64 (exact_scores); pass 2: the weights w = e^(s - max),
+ * in [0, 1], their sum, and Σ w·v, in float64 (acc: Dvp doubles), so that
+ * O = Σ w·v / Σ w is a convex combination of value rows and cannot pass
+ * max|v| by more than float64 rounding. Writes o [Dvp], zero padded, and,
+ * when p is not NULL, the row's weights p [Lkp] (0 outside the visible
+ * blocks). Returns 0, or -1 when a score is +inf or NaN, which only a bias
+ * of +inf or NaN can make. */
+static int attend_row_exact(const attn__ctx_t *c, int64_t b, int64_t h,
+                            int64_t i, int64_t lo, int64_t hi, const float *q,
+                            float *o, float *p, double *acc) {
+  const attn_plan_t *pl = c->plan;
+  const int64_t Dv = pl->Dv, Dvp = c->Dvp, ldv = c->ldv;
+  const float *v = c->v + b * c->Lkp * ldv + h / (pl->H / pl->Hkv) * Dvp;
+  const int64_t kb0 = lo / ATTN__BC, kb1 = (hi + ATTN__BC - 1) / ATTN__BC;
+  double s[ATTN__BC];
+  float w[ATTN__BC];
+  memset(o, 0, (size_t)Dvp * sizeof(float));
+  if (p)
+    memset(p, 0, (size_t)c->Lkp * sizeof(float));
+
+  /* pass 1: the max */
+  double m = -INFINITY;
+  int bad = 0;
+  for (int64_t kb = kb0; kb < kb1; kb++) {
+    exact_scores(c, b, h, i, q, kb * ATTN__BC, lo, hi, s);
+    for (int k = 0; k < ATTN__BC; k++) {
+      bad |= isnan(s[k]) || s[k] == INFINITY;
+      m = s[k] > m ? s[k] : m;
+    }
+  }
+  if (bad)
+    return -1;
+  if (m == -INFINITY) /* nothing visible: weights and output 0 */
+    return 0;
+
+  /* pass 2: weights, their sum, and Σ w·v */
+  double l = 0;
+  for (int64_t d = 0; d < Dv; d++)
+    acc[d] = 0;
+  for (int64_t kb = kb0; kb < kb1; kb++) {
+    int64_t j0 = kb * ATTN__BC;
+    exact_scores(c, b, h, i, q, j0, lo, hi, s);
+    for (int k = 0; k < ATTN__BC; k++) /* <= 0; e^-1000 is 0 in float32 */
+      w[k] = (float)(s[k] - m > -1000.0 ? s[k] - m : -1000.0);
+    for (int k = 0; k < ATTN__BC; k += VL)
+      st(w + k, vexp(ld(w + k)));
+    for (int k = 0; k < ATTN__BC; k++) {
+      if (w[k] == 0.0f)
+        continue;
+      const float *vr = v + (j0 + k) * ldv;
+      l += w[k];
+      for (int64_t d = 0; d < Dv; d++)
+        acc[d] += (double)w[k] * (double)vr[d];
+    }
+    if (p)
+      memcpy(p + j0, w, sizeof w);
+  }
+  /* l >= 1: the max's own weight is e^0 */
+  for (int64_t d = 0; d < Dv; d++)
+    o[d] = (float)(acc[d] / l);
+  if (p)
+    for (int64_t j = kb0 * ATTN__BC; j < kb1 * ATTN__BC; j++)
+      p[j] = (float)(p[j] / l);
+  return 0;
 }
 
 /* ---- the two paths ------------------------------------------------------ */
@@ -564,7 +726,7 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   int two_pass = c->weights || c->mean_weights;
 
   /* scratch: S or P [BR, BC or Lkp] | O [BR, Dvp] | Q [BR, Dh] |
-   * l [BR, 16] | m [BR] | lo, hi [BR] */
+   * l [BR, 16] | m [BR] | lo, hi [BR] | the exact path's sums [Dvp] */
   float *s = scratch;
   float *o = s + ATTN__BR * (two_pass ? c->Lkp : ATTN__BC);
   float *qb = o + ATTN__BR * Dvp;
@@ -572,6 +734,7 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   float *m = l + ATTN__BR * 16;
   int64_t *lo = (int64_t *)(m + ATTN__BR);
   int64_t *hi = lo + ATTN__BR;
+  double *acc = (double *)(hi + ATTN__BR);
 
   /* The key blocks any row may see. */
   int64_t jmin = Lk, jmax = 0;
@@ -593,10 +756,32 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
     const float *q = c->q + (b * pl->Lq + i0) * ldq + h * pl->Dh;
     for (int64_t r = 0; r < rows; r++)
       memcpy(qb + r * pl->Dh, q + r * ldq, (size_t)pl->Dh * sizeof(float));
-    if (two_pass)
+    const int64_t pos = (b * H + h) * pl->Lq + i0; /* for attn__fail */
+    if (c->exact) {
+      for (int64_t r = 0; r < rows; r++)
+        if (attend_row_exact(c, b, h, i0 + r, lo[r], hi[r], qb + r * pl->Dh,
+                             o + r * Dvp, two_pass ? s + r * c->Lkp : NULL,
+                             acc) < 0)
+          attn__fail(c->fail, ATTN__FAIL_SCORES, pos + r);
+    } else if (two_pass) {
       attend_two_pass(c, b, h, i0, rows, lo, hi, kb0, kb1, qb, s, o);
-    else
+    } else {
       attend_online(c, b, h, i0, rows, lo, hi, kb0, kb1, qb, s, o, m, l);
+    }
+    /* Every output row must be finite: one the fast paths overflowed
+     * (large values) is redone exactly; one that still is not cannot be
+     * written in float32. */
+    for (int64_t r = 0; r < rows; r++) {
+      float *y = o + r * Dvp;
+      if (finite_row(y, Dvp))
+        continue;
+      if (!c->exact &&
+          attend_row_exact(c, b, h, i0 + r, lo[r], hi[r], qb + r * pl->Dh, y,
+                           two_pass ? s + r * c->Lkp : NULL, acc) < 0)
+        attn__fail(c->fail, ATTN__FAIL_SCORES, pos + r);
+      if (!finite_row(y, Dvp))
+        attn__fail(c->fail, ATTN__FAIL_OUTPUT, pos + r);
+    }
 
     for (int64_t r = 0; r < rows; r++) {
       int64_t i = i0 + r;

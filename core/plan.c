@@ -5,6 +5,7 @@
  * names the field by its attn_field_t, whose name (attn_field_name) is the
  * one attn_params_t spells, and prints the shapes involved as
  * "[d0, d1, ...]". */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -120,8 +121,13 @@ static int add_floats(size_t *total, int64_t n) {
   return __builtin_add_overflow(*total, bytes, total) ? -1 : 0;
 }
 
-static int64_t mul3(int64_t a, int64_t b, int64_t c) {
-  return a * b * c;
+/* Whether a·b·c·d stays within `lim` (all >= 1), with no product formed
+ * that could overflow. */
+static int within(int64_t lim, int64_t a, int64_t b, int64_t c, int64_t d) {
+  int64_t n;
+  return !__builtin_mul_overflow(a, b, &n) &&
+         !__builtin_mul_overflow(n, c, &n) &&
+         !__builtin_mul_overflow(n, d, &n) && n <= lim;
 }
 
 static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
@@ -129,16 +135,13 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
   int64_t B = pl->B, Lq = pl->Lq, Lk = pl->Lk, H = pl->H, Hkv = pl->Hkv;
   int64_t Lkp = attn__round_up(Lk, ATTN__BC);
   int64_t Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
-  /* Every size below is a product of at most four dimensions each < 2^48;
-   * bound them first so that the products cannot overflow. */
+  /* Every size below is a product of up to four dimensions, each < 2^48
+   * but together far past int64: bound each product first, without
+   * forming one that overflows, so that the products below cannot. */
   const int64_t lim = (int64_t)1 << 40;
-  int64_t n;
-  if (__builtin_mul_overflow(B * H, Lq * 1, &n) ||
-      __builtin_mul_overflow(n, Lk, &n) || n > lim ||
-      __builtin_mul_overflow(B * Lq, pl->Eo, &n) || n > lim ||
-      __builtin_mul_overflow(mul3(B, H, Lq), pl->Dh + pl->Dv, &n) || n > lim ||
-      __builtin_mul_overflow(mul3(B, Hkv, Lkp + 16), pl->Dh + Dvp + 16, &n) ||
-      n > lim)
+  if (!within(lim, B, H, Lq, Lk) || !within(lim, B, Lq, pl->Eo, 1) ||
+      !within(lim, B, H, Lq, pl->Dh + pl->Dv) ||
+      !within(lim, B, Hkv, Lkp + 16, pl->Dh + Dvp + 16))
     return attn__err(err, ATTN_EOVERFLOW, ATTN_FIELD_QUERY,
                      "problem too large: B=%lld H=%lld Lq=%lld Lk=%lld Dh=%lld "
                      "Dv=%lld",
@@ -331,7 +334,13 @@ static int check_heads_and_projections(attn_plan_t *pl, const attn_params_t *p,
                       err)) < 0)
     return r;
 
-  /* O: [Eo, H·Dv]. */
+  /* O: [Eo, H·Dv]. H and Dv are each below 2^48, their product need not
+   * be. */
+  if (!within((int64_t)1 << 48, H, pl->Dv, 1, 1))
+    return attn__err(err, ATTN_EOVERFLOW, ATTN_FIELD_NUM_HEADS,
+                     "num_heads %lld times the value head width %lld is too "
+                     "large",
+                     (long long)H, (long long)pl->Dv);
   pl->Eo = H * pl->Dv;
   if (present(&p->o_weight)) {
     if ((r = check_tensor(&p->o_weight, ATTN_FIELD_O_WEIGHT, 2, 2, err)) < 0)
@@ -351,6 +360,35 @@ static int check_heads_and_projections(attn_plan_t *pl, const attn_params_t *p,
                                               "width",
                       err)) < 0)
     return r;
+  return 0;
+}
+
+/* The projections run as sgemm calls, whose sizes and strides are int: a
+ * present weight's dimensions, and the row strides of the K and V layouts
+ * it writes (internal.h), must fit one. */
+static int check_blas_sizes(const attn_plan_t *pl, const attn_params_t *p,
+                            attn_error_t *err) {
+  const int64_t Lkp = attn__round_up(pl->Lk, ATTN__BC);
+  const int64_t Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
+  const struct {
+    const attn_tensor_t *w;
+    attn_field_t field;
+    int64_t ld; /* the stride of what it writes */
+  } ws[] = {
+      {&p->q_weight, ATTN_FIELD_Q_WEIGHT, pl->H * pl->Dh},
+      {&p->k_weight, ATTN_FIELD_K_WEIGHT, attn__ldk(Lkp)},
+      {&p->v_weight, ATTN_FIELD_V_WEIGHT, attn__ldv(pl->Hkv, Dvp)},
+      {&p->o_weight, ATTN_FIELD_O_WEIGHT, pl->Eo},
+  };
+  for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
+    if (present(ws[k].w) && (ws[k].w->dim[0] > INT_MAX ||
+                             ws[k].w->dim[1] > INT_MAX || ws[k].ld > INT_MAX))
+      return attn__err(err, ATTN_EOVERFLOW, ws[k].field,
+                       "%s %s is too large for sgemm: its dimensions, and "
+                       "the row stride %lld of its product, must be at most "
+                       "%d",
+                       attn_field_name(ws[k].field), shape_of(ws[k].w).s,
+                       (long long)ws[k].ld, INT_MAX);
   return 0;
 }
 
@@ -403,6 +441,12 @@ static int check_masks(attn_plan_t *pl, const attn_params_t *p,
     return attn__err(err, ATTN_ERANGE, ATTN_FIELD_WINDOW_RIGHT,
                      "window_right is %lld; it must be at least 0",
                      (long long)p->window_right);
+  /* A side no pair of rows reaches is no bound (attn_plan_t). */
+  const int64_t reach = pl->Lq > pl->Lk ? pl->Lq : pl->Lk;
+  pl->window_left =
+      p->has_window_left && p->window_left < reach ? p->window_left : -1;
+  pl->window_right =
+      p->has_window_right && p->window_right < reach ? p->window_right : -1;
   if (p->has_scale && !isfinite(p->scale))
     return attn__err(err, ATTN_ERANGE, ATTN_FIELD_SCALE,
                      "scale is %g; it must be finite", (double)p->scale);
@@ -464,6 +508,7 @@ int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
   if ((r = check_exec(plan, exec, err)) < 0 ||
       (r = check_inputs(plan, p, err)) < 0 ||
       (r = check_heads_and_projections(plan, p, err)) < 0 ||
+      (r = check_blas_sizes(plan, p, err)) < 0 ||
       (r = check_masks(plan, p, err)) < 0)
     return r;
   plan->scale = p->has_scale ? p->scale : (float)(1.0 / sqrt((double)plan->Dh));

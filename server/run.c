@@ -41,10 +41,11 @@ int attnd_request_run(void *job, int worker, attnd_scratch_t *scratch) {
   j->t.start = attnd_now_ms();
   if (grow(scratch, j->plan.workspace_bytes) < 0 || alloc_outputs(j) < 0) {
     j->result = ATTN_ENOSPC;
+    j->error = (attn_error_t){.code = ATTN_ENOSPC};
   } else {
-    attn_error_t ae;
+    /* kept for the reply: ATTN_ENUMERIC names the input and the stage */
     j->result =
-        attn_forward(&j->plan, &j->out, scratch->data, scratch->cap, &ae);
+        attn_forward(&j->plan, &j->out, scratch->data, scratch->cap, &j->error);
   }
   j->t.end = attnd_now_ms();
   return j->result;

@@ -339,6 +339,15 @@ static void check_case(const char *name, const tu_spec_t *s, uint64_t seed,
   tu_case_free(&c);
 }
 
+/* check_case for ready params: the best ISA with one thread, then the
+ * portable kernels with three. */
+static void check_case_params(const attn_params_t *p, const char *what) {
+  int rc = tu_check_vs_ref(p, &feature_execs[0], FWD_TOL, what);
+  ck_assert_int_eq(rc, 0);
+  rc = tu_check_vs_ref(p, &feature_execs[1], FWD_TOL, what);
+  ck_assert_int_eq(rc, 0);
+}
+
 START_TEST(test_feature) {
   check_case(feature_cases[_i].name, &feature_cases[_i].s, 1000 + (uint64_t)_i,
              feature_execs, 2);
@@ -672,6 +681,251 @@ START_TEST(test_alibi_default_slopes_values) {
 }
 END_TEST
 
+/* ---- numbers at float32's edge (issue 11, defect 4) ---------------------- */
+
+/* Finite inputs whose scores, sums or products leave float32's range. Each
+ * must agree with the float64 reference, with and without the weights
+ * (the two kernel paths), on the best ISA and on the portable kernels with
+ * three threads: no NaN, no infinity, no wrong zero. Query [Lq, 2], key
+ * and value [Lk, 2] (Lk 0: self-attention), one head; a constant `bias`
+ * and an ALiBi `slope` when nonzero. */
+typedef struct edge_case {
+  const char *name;
+  int64_t Lq, Lk;
+  float q[6], k[6], v[6]; /* k, v: when has_k, has_v */
+  int has_k, has_v;
+  float scale, softcap, slope; /* 0: none */
+  float bias[3];               /* [1, Lk] when has_bias */
+  int has_bias;
+  attn_causal_t causal;
+} edge_case_t;
+
+#define FMAX 3.40282347e38f
+
+/* clang-format off */
+static const edge_case_t edge_cases[] = {
+    /* q·k = 2e60: every score is +inf in float32; equal, so weights 1/2 */
+    {.name = "query and key of 1e30", .Lq = 2, .Lk = 2,
+     .q = {1e30f, 1e30f, 1e30f, 1e30f}, .k = {1e30f, 1e30f, 1e30f, 1e30f},
+     .has_k = 1},
+    /* self-attention, scores of 5e40 and 0: one-hot on the diagonal */
+    {.name = "query of 1e20", .Lq = 2, .q = {1e20f, 2e20f, 2e20f, -1e20f}},
+    /* Q = 3e38·q is finite, the scores are not */
+    {.name = "scale 3e38, Q finite", .Lq = 2, .q = {0.5f, 1, 1, 0.25f},
+     .scale = 3e38f},
+    /* Q = 3e38·q overflows: laid out unscaled, the scale applied later */
+    {.name = "scale 3e38, Q overflows", .Lq = 2, .q = {1, 2, 3, 4},
+     .scale = 3e38f},
+    {.name = "scale -3e38", .Lq = 3, .q = {1, 2, 3, 4, 5, 6},
+     .scale = -3e38f},
+    /* the farthest key wins: s + 3e38·|i - j| */
+    {.name = "ALiBi slope -3e38", .Lq = 3, .q = {1, 2, 3, 4, 5, 6},
+     .slope = -3e38f},
+    {.name = "ALiBi slope 3e38", .Lq = 3, .q = {1, 2, 3, 4, 5, 6},
+     .slope = 3e38f},
+    /* equal scores: O averages values whose sum overflows; causal, so row
+     * 0 (one key) does not overflow and rows 1 and 2 do */
+    {.name = "values of 3e38 averaged", .Lq = 3, .Lk = 3, .has_k = 1,
+     .has_v = 1, .v = {3e38f, 3e38f, 3e38f, -3e38f, 1e38f, 3e38f},
+     .causal = ATTN_CAUSAL_BOTTOM_RIGHT},
+    {.name = "values of FLT_MAX averaged", .Lq = 1, .Lk = 3, .has_k = 1,
+     .has_v = 1, .v = {FMAX, -FMAX, FMAX, -FMAX, FMAX, -FMAX}},
+    /* 1/softcap is inf in float32: 0·inf would be NaN */
+    {.name = "softcap 1e-45", .Lq = 2, .q = {0, 1, 1, 0}, .softcap = 1e-45f},
+    {.name = "softcap 1e-45, scores of 1e60", .Lq = 2, .Lk = 2,
+     .q = {1e30f, -1e30f, 1e30f, 1e30f}, .k = {1e30f, 1e30f, -1e30f, 1e30f},
+     .has_k = 1, .softcap = 1e-45f},
+    {.name = "softcap 5, scores of 1e60", .Lq = 2, .Lk = 2,
+     .q = {1e30f, -1e30f, 1e30f, 1e30f}, .k = {1e30f, 1e30f, -1e30f, 1e30f},
+     .has_k = 1, .softcap = 5},
+    /* score + bias overflows */
+    {.name = "bias of ±3e38 over scores of 3e38", .Lq = 2,
+     .q = {0.5f, 1, 1, 0.25f}, .scale = 3e38f, .bias = {3e38f, -3e38f},
+     .has_bias = 1},
+    {.name = "bias of 3e38", .Lq = 3, .q = {1, 2, 3, 4, 5, 6},
+     .bias = {3e38f, 3e38f, -3e38f}, .has_bias = 1},
+    /* -inf is a mask, and stays on the fast path */
+    {.name = "bias of -inf", .Lq = 2, .q = {1, 2, 3, 4},
+     .bias = {0, -INFINITY}, .has_bias = 1},
+};
+/* clang-format on */
+#define N_EDGE ((int)(sizeof edge_cases / sizeof edge_cases[0]))
+
+/* The params of an edge case; `slope` points at its one ALiBi slope. */
+static attn_params_t edge_params(const edge_case_t *e, float *slope) {
+  attn_params_t p = {0};
+  int64_t Lk = e->has_k || e->has_v ? e->Lk : e->Lq;
+  p.query = tu_t2(e->q, e->Lq, 2);
+  if (e->has_k)
+    p.key = tu_t2(e->k, Lk, 2);
+  if (e->has_v)
+    p.value = tu_t2(e->v, Lk, 2);
+  p.num_heads = 1;
+  p.causal = e->causal;
+  p.has_scale = e->scale != 0;
+  p.scale = e->scale;
+  p.has_softcap = e->softcap != 0;
+  p.softcap = e->softcap;
+  if (e->slope != 0) {
+    *slope = e->slope;
+    p.alibi = ATTN_ALIBI_SLOPES;
+    p.alibi_slopes = tu_t1(slope, 1);
+  }
+  if (e->has_bias)
+    p.bias = tu_t2(e->bias, 1, Lk);
+  return p;
+}
+
+/* _i: case × (weights or not). Failed before the fix with NaN, zeros or
+ * infinities in out and weights. */
+START_TEST(test_edge_values) {
+  const edge_case_t *e = &edge_cases[_i / 2];
+  float slope;
+  attn_params_t p = edge_params(e, &slope);
+  p.want_weights = p.want_head_outputs = _i % 2;
+  char what[128];
+  snprintf(what, sizeof what, "%s (%s)", e->name,
+           p.want_weights ? "two-pass" : "online");
+  check_case_params(&p, what);
+}
+END_TEST
+
+/* Random problems of several key and query blocks, with every mask and
+ * score term, whose query and key are multiplied by 1e25 (scores near
+ * 1e50, all beyond float32): the exact path, row by row, against the
+ * reference. A softcap keeps some softmax rows from being one-hot. _i:
+ * seed; odd ones ask for the weights. */
+START_TEST(test_edge_sweep) {
+  tu_spec_t s = {.B = 2,
+                 .batched = 1,
+                 .Lq = 70,
+                 .Lk = 131,
+                 .cross = 1,
+                 .value_given = 1,
+                 .H = 2,
+                 .Hkv = 1,
+                 .Dh = 5,
+                 .Dv = 3,
+                 .causal = (attn_causal_t)(_i % 3),
+                 .key_lengths = 1,
+                 .lengths = {131, 100},
+                 .allow_rank = _i % 2 ? 4 : 0,
+                 .allow_p = 0.9,
+                 .bias_rank = 2,
+                 .has_wl = 1,
+                 .wl = 90,
+                 .alibi = _i % 2 ? ATTN_ALIBI_DEFAULT : ATTN_ALIBI_NONE,
+                 .has_softcap = _i >= 2,
+                 .softcap = 7.0f,
+                 .skip = _i % 2 ? 0 : TU_SKIP_W | TU_SKIP_M | TU_SKIP_HO};
+  tu_case_t c;
+  tu_case_build(&c, &s, 9300 + (uint64_t)_i);
+  for (int64_t x = 0; x < c.B * c.Lq * c.Eq; x++)
+    c.query[x] *= 1e25f;
+  for (int64_t x = 0; x < c.B * c.Lk * c.Ek; x++)
+    c.key[x] *= 1e25f;
+  char what[64];
+  snprintf(what, sizeof what, "edge sweep %d", _i);
+  check_case_params(&c.p, what);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* Results that float32 cannot hold: ATTN_ENUMERIC naming the stage, the
+ * input and the first position, the same with one thread or three. */
+typedef struct numeric_err {
+  const char *name;
+  int64_t Lq, Lk;
+  float q[4], k[4], v[4]; /* [Lq or Lk, 2] */
+  int has_kv;
+  float w[4];    /* a [2, 2] weight */
+  float bias[2]; /* o_bias, or the score bias [1, Lk] */
+  enum { W_Q, W_K, W_V, W_O, B_O, B_SCORE } where;
+  const char *field, *stage, *at;
+} numeric_err_t;
+
+/* clang-format off */
+static const numeric_err_t numeric_errs[] = {
+    {.name = "Q projection", .Lq = 2, .q = {1, 1, 1e30f, 1e30f},
+     .w = {1e30f, 1e30f, 1, 1}, .where = W_Q, .field = "query",
+     .stage = "projection", .at = "batch 0, query row 1"},
+    {.name = "K projection", .Lq = 1, .Lk = 2, .q = {1, 1},
+     .k = {1, 1, 1e30f, -1e30f}, .v = {1, 1, 1, 1}, .has_kv = 1,
+     .w = {1e30f, 0, 0, 1}, .where = W_K, .field = "key",
+     .stage = "projection", .at = "batch 0, key row 1"},
+    {.name = "V projection", .Lq = 1, .Lk = 2, .q = {1, 1},
+     .k = {1, 1, 1, 1}, .v = {3e38f, 3e38f, 0, 0}, .has_kv = 1,
+     .w = {1, 1, 0, 0}, .where = W_V, .field = "value",
+     .stage = "projection", .at = "batch 0, key row 0"},
+    {.name = "output projection", .Lq = 2, .q = {3e38f, 3e38f, 1, 1},
+     .w = {3e38f, 3e38f, 1, 1}, .where = W_O, .field = "o_weight",
+     .stage = "output projection", .at = "batch 0, query row 0"},
+    {.name = "output bias", .Lq = 2, .q = {-1, -1, 3e38f, 3e38f},
+     .bias = {3e38f, 0}, .where = B_O, .field = "o_bias",
+     .stage = "output projection", .at = "batch 0, query row 1"},
+    {.name = "bias of +inf", .Lq = 2, .q = {1, 1, 1, 1},
+     .bias = {0, INFINITY}, .where = B_SCORE, .field = "bias",
+     .stage = "scores", .at = "batch 0, head 0, query row 0"},
+    {.name = "bias of NaN", .Lq = 2, .q = {1, 1, 1, 1}, .bias = {NAN, 0},
+     .where = B_SCORE, .field = "bias", .stage = "scores",
+     .at = "batch 0, head 0, query row 0"},
+};
+/* clang-format on */
+#define N_NUMERIC_ERR ((int)(sizeof numeric_errs / sizeof numeric_errs[0]))
+
+START_TEST(test_numeric_errors) {
+  const numeric_err_t *e = &numeric_errs[_i / 2];
+  int64_t Lk = e->has_kv ? e->Lk : e->Lq;
+  attn_params_t p = {0};
+  p.query = tu_t2(e->q, e->Lq, 2);
+  if (e->has_kv) {
+    p.key = tu_t2(e->k, Lk, 2);
+    p.value = tu_t2(e->v, Lk, 2);
+  }
+  p.num_heads = 1;
+  attn_tensor_t w = tu_t2(e->w, 2, 2);
+  switch (e->where) {
+  case W_Q:
+    p.q_weight = w;
+    break;
+  case W_K:
+    p.k_weight = w;
+    break;
+  case W_V:
+    p.v_weight = w;
+    break;
+  case W_O:
+    p.o_weight = w;
+    break;
+  case B_O:
+    p.o_bias = tu_t1(e->bias, 2);
+    break;
+  case B_SCORE:
+    p.bias = tu_t2(e->bias, 1, Lk);
+    break;
+  }
+  const attn_exec_t ex = {.threads = 1 + 2 * (_i % 2),
+                          .isa = _i % 2 ? ATTN_ISA_GENERIC : ATTN_ISA_AUTO};
+  attn_plan_t plan;
+  attn_error_t err;
+  ck_assert_int_eq(attn_plan_init(&plan, &p, &ex, &err), 0);
+  void *ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64);
+  float *out = calloc((size_t)plan.out_elems, sizeof *out);
+  attn_outputs_t o = {.out = out};
+  int rc = attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
+  ck_assert_msg(rc == ATTN_ENUMERIC && err.code == ATTN_ENUMERIC,
+                "%s: returned %d %s (%s)", e->name, rc, attn_errname(rc),
+                err.message);
+  ck_assert_str_eq(err.field, e->field);
+  ck_assert_msg(strncmp(err.message, e->stage, strlen(e->stage)) == 0 &&
+                    strstr(err.message, e->at) != NULL,
+                "%s: message '%s' lacks '%s' or '%s'", e->name, err.message,
+                e->stage, e->at);
+  free(ws);
+  free(out);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("forward");
   TCase *tc = tcase_create("worked_example");
@@ -705,6 +959,13 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_large);
   tcase_add_loop_test(tc, test_proj_chunks, 0, 2);
   tcase_add_loop_test(tc, test_running_max, 0, 8);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("numeric");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, test_edge_values, 0, 2 * N_EDGE);
+  tcase_add_loop_test(tc, test_edge_sweep, 0, 4);
+  tcase_add_loop_test(tc, test_numeric_errors, 0, 2 * N_NUMERIC_ERR);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("alibi_slopes");

@@ -14,6 +14,7 @@
  * Every tensor's data points at a zeroed buffer of POOL elements, so a core
  * that reads before it checks still reads inside memory. */
 #include <check.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -713,6 +714,188 @@ START_TEST(test_cancel) {
 }
 END_TEST
 
+/* ---- integer extremes (issue 11, defect 3) ------------------------------ */
+
+/* Every integer member at 0, 1, 2^31 - 1, 2^31, 2^31 + 1 and 2^63 - 1 (the
+ * int members at 0, 1, INT_MAX - 1, INT_MAX, INT_MIN and -1): each plan
+ * either fails naming the member (or the tensor whose shape it breaks),
+ * or succeeds and computes what the reference does. Random data, so that a
+ * wrong mask shows. Under UBSan (make asan), no arithmetic may overflow:
+ * window sides of 2^63 - 1 once wrapped in the kernel's row_range and gave
+ * rows of zeros. */
+static const int64_t extremes64[] = {
+    0, 1, INT32_MAX, 1LL << 31, (1LL << 31) + 1, INT64_MAX};
+static const int extremes32[] = {0, 1, INT_MAX - 1, INT_MAX, INT_MIN, -1};
+#define N_EXTREMES 6
+
+typedef enum {
+  M_NUM_HEADS,
+  M_NUM_KV_HEADS,
+  M_WINDOW_LEFT,
+  M_WINDOW_RIGHT,
+  M_WINDOWS_CAUSAL, /* both sides, with a causal mask */
+  M_KEY_LENGTH,
+  M_THREADS,
+  M_CAUSAL,
+  M_ALIBI,
+  M_B,  /* dim 0 of query, key and value */
+  M_LQ, /* query rows */
+  M_LK, /* key and value rows */
+  M_EQ, /* query width */
+  M_N
+} member_t;
+
+static const char *const member_names[M_N] = {
+    "num_heads",   "num_kv_heads", "window_left", "window_right", "window_left",
+    "key_lengths", "threads",      "causal",      "alibi",        "query",
+    "query",       "key",          "query"};
+
+START_TEST(test_integer_extremes) {
+  const member_t m = (member_t)(_i / N_EXTREMES);
+  const int64_t v = extremes64[_i % N_EXTREMES];
+  const int vi = extremes32[_i % N_EXTREMES];
+  tu_spec_t s = {.B = 2,
+                 .batched = 1,
+                 .Lq = 9, /* more rows than keys: off = Lk - Lq < 0 */
+                 .Lk = 7,
+                 .cross = 1,
+                 .value_given = 1,
+                 .H = 2,
+                 .Dh = 4,
+                 .bias_rank = 2,
+                 .key_lengths = m == M_KEY_LENGTH,
+                 .lengths = {7, 5},
+                 .skip = 0};
+  tu_case_t c;
+  tu_case_build(&c, &s, 9500 + (uint64_t)_i);
+  attn_params_t p = c.p;
+  attn_exec_t ex = {.threads = 1, .isa = ATTN_ISA_AUTO};
+  int64_t data_rows = 0; /* the dimension the data really has, for dims */
+  switch (m) {
+  case M_NUM_HEADS:
+    p.num_heads = v;
+    break;
+  case M_NUM_KV_HEADS:
+    p.num_kv_heads = v;
+    break;
+  case M_WINDOW_LEFT:
+    p.has_window_left = 1, p.window_left = v;
+    break;
+  case M_WINDOW_RIGHT:
+    p.has_window_right = 1, p.window_right = v;
+    break;
+  case M_WINDOWS_CAUSAL:
+    p.has_window_left = p.has_window_right = 1;
+    p.window_left = p.window_right = v;
+    p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+    break;
+  case M_KEY_LENGTH:
+    c.lengths[0] = v;
+    break;
+  case M_THREADS:
+    ex.threads = vi;
+    break;
+  case M_CAUSAL:
+    p.causal = (attn_causal_t)vi;
+    break;
+  case M_ALIBI:
+    p.alibi = (attn_alibi_t)vi;
+    break;
+  case M_B:
+    p.query.dim[0] = p.key.dim[0] = p.value.dim[0] = v, data_rows = 2;
+    break;
+  case M_LQ:
+    p.query.dim[1] = v, data_rows = 9;
+    break;
+  case M_LK:
+    p.key.dim[1] = p.value.dim[1] = v, data_rows = 7;
+    break;
+  case M_EQ:
+    p.query.dim[2] = v, data_rows = 8;
+    break;
+  case M_N:
+    break;
+  }
+  const int is_int = m == M_THREADS || m == M_CAUSAL || m == M_ALIBI;
+  char what[96], val[32];
+  snprintf(val, sizeof val, "%lld", is_int ? (long long)vi : (long long)v);
+  snprintf(what, sizeof what, "%s = %s", member_names[m], val);
+
+  attn_plan_t plan;
+  attn_error_t err;
+  int rc = attn_plan_init(&plan, &p, &ex, &err);
+  if (rc < 0) {
+    ck_assert_msg(err.code == rc && err.field[0] != '\0',
+                  "%s: %d %s with field '%s'", what, rc, attn_errname(rc),
+                  err.field);
+    /* The message names the member and gives its value; a dimension may
+     * be refused through any tensor it no longer fits, but the message
+     * gives the dimension. */
+    ck_assert_msg(data_rows || strstr(err.message, member_names[m]) != NULL,
+                  "%s: '%s' does not name %s", what, err.message,
+                  member_names[m]);
+    if (m != M_KEY_LENGTH || v > 1)
+      ck_assert_msg(strstr(err.message, val) != NULL,
+                    "%s: '%s' does not give %s", what, err.message, val);
+  } else if (data_rows && v > data_rows) {
+    /* accepted, but its data is not that large: the sizes alone */
+    ck_assert_int_eq(plan.out_elems, plan.B * plan.Lq * plan.Eo);
+    ck_assert_int_le(plan.weights_elems, (int64_t)1 << 40);
+  } else {
+    int r = tu_check_vs_ref(&p, &ex, 1e-5, what);
+    ck_assert_int_eq(r, 0);
+    /* a side no pair of rows reaches is no bound */
+    int64_t reach = plan.Lq > plan.Lk ? plan.Lq : plan.Lk;
+    ck_assert_int_eq(plan.window_left,
+                     p.has_window_left && p.window_left < reach ? p.window_left
+                                                                : -1);
+    ck_assert_int_eq(
+        plan.window_right,
+        p.has_window_right && p.window_right < reach ? p.window_right : -1);
+  }
+  tu_case_free(&c);
+}
+END_TEST
+
+/* Dimensions whose products pass int64 one step later than each other's:
+ * the plan refuses them (EOVERFLOW, naming a member), never wrapping a
+ * size. num_heads × the value head width and B × H are each below 2^48 but
+ * not their product; a weight wider than int cannot go to sgemm. */
+START_TEST(test_overflow_products) {
+  attn_params_t p = {0};
+  attn_plan_t plan;
+  attn_error_t err;
+  int rc;
+  switch (_i) {
+  case 0: /* H·Dv = 2^47 · 2^20 through q_weight rows and v_weight rows */
+    p.query = tu_t2(pool_query, 1, 1);
+    p.num_heads = (int64_t)1 << 47;
+    p.num_kv_heads = 1;
+    p.q_weight = tu_t2(pool_qw, (int64_t)1 << 47, 1);
+    p.k_weight = tu_t2(pool_kw, 1, 1);
+    p.v_weight = tu_t2(pool_vw, (int64_t)1 << 20, 1);
+    break;
+  case 1: /* B·H = 2^47 · 2^40 */
+    p.query = tu_t3(pool_query, (int64_t)1 << 47, 1, 1);
+    p.num_heads = (int64_t)1 << 40;
+    p.num_kv_heads = 1;
+    p.q_weight = tu_t2(pool_qw, (int64_t)1 << 40, 1);
+    p.k_weight = tu_t2(pool_kw, 1, 1);
+    break;
+  case 2: /* a q_weight of 2^31 + 1 columns */
+    p.query = tu_t2(pool_query, 1, (1LL << 31) + 1);
+    p.num_heads = 1;
+    p.q_weight = tu_t2(pool_qw, 1, (1LL << 31) + 1);
+    p.k_weight = tu_t2(pool_kw, 1, (1LL << 31) + 1);
+    break;
+  }
+  rc = attn_plan_init(&plan, &p, &base_exec, &err);
+  ck_assert_msg(rc == ATTN_EOVERFLOW, "case %d: %d %s (%s: %s)", _i, rc,
+                attn_errname(rc), err.field, err.message);
+  ck_assert_str_ne(err.field, "");
+}
+END_TEST
+
 /* ---- error strings ------------------------------------------------------- */
 
 START_TEST(test_error_strings) {
@@ -811,6 +994,12 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_valid_edges, 0, 8);
   tcase_add_test(tc, test_overflow);
   tcase_add_test(tc, test_bad_isa);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("extremes");
+  tcase_add_checked_fixture(tc, setup_base, teardown_base);
+  tcase_add_loop_test(tc, test_integer_extremes, 0, M_N * N_EXTREMES);
+  tcase_add_loop_test(tc, test_overflow_products, 0, 3);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("forward");

@@ -203,9 +203,10 @@ int ref_attention(const attn_params_t *p, ref_result_t *r) {
             allowed = 0;
           if (allow != NULL && allow[ref_bcast_offset(&p->allow, idx)] == 0)
             allowed = 0;
-          if (p->has_window_left && j < i + off - p->window_left)
+          /* distances, never i + off ± a side: a side may be INT64_MAX */
+          if (p->has_window_left && i + off - j > p->window_left)
             allowed = 0;
-          if (p->has_window_right && j > i + off + p->window_right)
+          if (p->has_window_right && j - (i + off) > p->window_right)
             allowed = 0;
           ok[j] = (unsigned char)allowed;
           if (!allowed)

@@ -118,6 +118,11 @@ typedef struct attn_plan {
   int batched;                 /* 1 if inputs are rank 3 */
   int64_t B, Lq, Lk, Eq, Ek, Ev, H, Hkv, Dh, Dv, Eo;
   float scale; /* effective scale */
+  /* Effective window sides: -1 when unbounded. A side of max(Lq, Lk) or
+   * more excludes no key (|i + off - j| < max(Lq, Lk) for every pair), so
+   * it is -1 too, and every window bound the kernels form stays far from
+   * int64 overflow. */
+  int64_t window_left, window_right;
   int threads;
   attn_isa_t isa;    /* resolved, never AUTO */
   const int *cancel; /* from attn_exec_t */
@@ -161,7 +166,25 @@ int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
 /* Runs the planned attention. `workspace` is caller-owned scratch of at
  * least plan->workspace_bytes, 64-byte aligned. Writes only the caller's
  * buffers in `o` and the workspace; never allocates. Returns 0, or
- * ATTN_EINVAL / ATTN_ENOSPC for a missing buffer or short workspace.
+ * ATTN_EINVAL / ATTN_ENOSPC for a missing buffer or short workspace, or
+ * ATTN_ECANCELED (see attn_exec_t), or ATTN_ENUMERIC when a result does not
+ * fit float32 (then the outputs are incomplete).
+ *
+ * Every output of a call that returns 0 is finite. Scores and softmax never
+ * fail on finite inputs: scores that could leave float32's range (huge
+ * inputs, scale, bias or ALiBi slopes, or a softcap under 1/FLT_MAX) are
+ * computed in float64, per row, and the softmax subtracts the row's max, so
+ * an overflowing score row still gets its exact weights. ATTN_ENUMERIC
+ * names the stage in its message and the input in err->field:
+ *   projection: Q, K or V does not fit float32 (query, key or value; a Q
+ *     that overflows only because of the scale is laid out unscaled and
+ *     computed in float64 instead);
+ *   scores: a bias of +inf or NaN (bias);
+ *   output: P·V, a convex combination of value rows accumulated in
+ *     float64, rounds past FLT_MAX (value);
+ *   output projection: out = concat·o_weightᵀ + o_bias does not fit
+ *     (o_weight, or o_bias without a weight).
+ * A bias of -inf is a mask, as in PyTorch.
  * Blocks until done, using plan->threads threads (the caller's included);
  * any thread, and several calls may run at once with distinct buffers. */
 int attn_forward(const attn_plan_t *plan, attn_outputs_t *o, void *workspace,

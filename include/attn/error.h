@@ -18,7 +18,8 @@
   X(EOVERFLOW, -6, "size overflows")                                           \
   X(ENOSPC, -7, "workspace too small")                                         \
   X(ENOTSUP, -8, "not supported on this CPU")                                  \
-  X(ECANCELED, -9, "canceled")
+  X(ECANCELED, -9, "canceled")                                                 \
+  X(ENUMERIC, -10, "result overflows float32")
 
 typedef enum {
 #define ATTN__ERR_ENUM(name, value, msg) ATTN_##name = (value),
