@@ -20,7 +20,9 @@
  * at least this many characters, out of jansson's way. */
 #define ATTND_BULK_MIN_ELEMS 64
 #define ATTND_BULK_MIN_STRING 1024
-#define JSON_FLAGS JSON_REJECT_DUPLICATES
+/* Any JSON value is a valid text (RFC 8259); a request that is not an
+ * object is a 422 of its own. */
+#define JSON_FLAGS (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY)
 
 static int get_int(dec_t *d, const json_t *obj, const char *key,
                    const char *field, int64_t lo, int64_t hi, int64_t *out,
@@ -29,19 +31,7 @@ static int get_int(dec_t *d, const json_t *obj, const char *key,
   *present = v != NULL && !json_is_null(v);
   if (!*present)
     return 0;
-  double x = json_number_value(v);
-  if (!json_is_integer(v) &&
-      !(json_is_real(v) && x == floor(x) && fabs(x) < 9e15))
-    return E(d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected an integer",
-             field,
-             json_is_real(v) ? "a fractional number" : attnd__json_type(v));
-  int64_t n = json_is_integer(v) ? (int64_t)json_integer_value(v) : (int64_t)x;
-  if (n < lo || n > hi)
-    return E(d, ATTND_ERR_INVALID_VALUE, field,
-             "%s is %lld; expected %lld to %lld", field, (long long)n,
-             (long long)lo, (long long)hi);
-  *out = n;
-  return 0;
+  return attnd__dec_int(d, v, field, field, lo, hi, out);
 }
 
 static int get_number(dec_t *d, const json_t *obj, const char *key, float *out,
@@ -54,9 +44,11 @@ static int get_number(dec_t *d, const json_t *obj, const char *key, float *out,
     return E(d, ATTND_ERR_INVALID_TYPE, key, "%s is %s; expected a number", key,
              attnd__json_type(v));
   *out = (float)json_number_value(v);
-  if (!isfinite(*out))
-    return E(d, ATTND_ERR_NON_FINITE, key, "%s is %g, not a finite float32",
-             key, json_number_value(v));
+  if (!isfinite(*out)) {
+    char num[32];
+    return E(d, ATTND_ERR_NON_FINITE, key, "%s is %s, not a finite float32",
+             key, attnd__dec_num(json_number_value(v), num));
+  }
   return 0;
 }
 
@@ -172,12 +164,11 @@ static int decode_mask(dec_t *d, const json_t *root) {
     if (len == NULL)
       return attnd__dec_oom(d, "mask.key_lengths");
     for (size_t i = 0; i < n; i++) {
-      const json_t *x = json_array_get(kl, i);
-      if (!json_is_integer(x))
-        return E(d, ATTND_ERR_INVALID_TYPE, "mask.key_lengths",
-                 "mask.key_lengths[%zu] is %s; expected an integer", i,
-                 attnd__json_type(x));
-      len[i] = json_integer_value(x);
+      char path[48];
+      snprintf(path, sizeof path, "mask.key_lengths[%zu]", i);
+      if (attnd__dec_int(d, json_array_get(kl, i), "mask.key_lengths", path,
+                         INT64_MIN, INT64_MAX, &len[i]) < 0)
+        return -1;
     }
     p->key_lengths = (attn_tensor_t){len, 1, {(int64_t)n}};
   }
@@ -247,63 +238,6 @@ static int decode_return(dec_t *d, const json_t *root) {
   return 0;
 }
 
-/* The JSON path of an input the core names. A switch rather than a table,
- * so that the compiler points at a field the core adds (-Wswitch). */
-static const char *json_path(attn_field_t f) {
-  switch (f) {
-  case ATTN_FIELD_Q_WEIGHT:
-    return "projections.q_weight";
-  case ATTN_FIELD_K_WEIGHT:
-    return "projections.k_weight";
-  case ATTN_FIELD_V_WEIGHT:
-    return "projections.v_weight";
-  case ATTN_FIELD_O_WEIGHT:
-    return "projections.o_weight";
-  case ATTN_FIELD_Q_BIAS:
-    return "projections.q_bias";
-  case ATTN_FIELD_K_BIAS:
-    return "projections.k_bias";
-  case ATTN_FIELD_V_BIAS:
-    return "projections.v_bias";
-  case ATTN_FIELD_O_BIAS:
-    return "projections.o_bias";
-  case ATTN_FIELD_CAUSAL:
-    return "mask.causal";
-  case ATTN_FIELD_KEY_LENGTHS:
-    return "mask.key_lengths";
-  case ATTN_FIELD_ALLOW:
-    return "mask.allow";
-  case ATTN_FIELD_BIAS:
-    return "mask.bias";
-  case ATTN_FIELD_WINDOW_LEFT:
-    return "mask.window.left";
-  case ATTN_FIELD_WINDOW_RIGHT:
-    return "mask.window.right";
-  case ATTN_FIELD_ALIBI:
-  case ATTN_FIELD_ALIBI_SLOPES:
-    return "mask.alibi";
-  case ATTN_FIELD_NONE:
-  case ATTN_FIELD_QUERY:
-  case ATTN_FIELD_KEY:
-  case ATTN_FIELD_VALUE:
-  case ATTN_FIELD_SCALE:
-  case ATTN_FIELD_SOFTCAP:
-  case ATTN_FIELD_NUM_HEADS:
-  case ATTN_FIELD_NUM_KV_HEADS:
-  case ATTN_FIELD_THREADS:
-  case ATTN_FIELD_ISA:
-  case ATTN_FIELD_OUT:
-  case ATTN_FIELD_WEIGHTS:
-  case ATTN_FIELD_MEAN_WEIGHTS:
-  case ATTN_FIELD_HEAD_OUTPUTS:
-  case ATTN_FIELD_WORKSPACE:
-  case ATTN_FIELD_CANCEL:
-  case ATTN_FIELD_COUNT:
-    break; /* the same name at the top level of the request */
-  }
-  return attn_field_name(f);
-}
-
 static int plan(dec_t *d) {
   attnd_request_t *j = d->req;
   d->planning = 1;
@@ -325,7 +259,7 @@ static int plan(dec_t *d) {
     code = ATTND_ERR_LIMIT_EXCEEDED;
     break;
   }
-  return E(d, code, json_path(ae.field_id), "%s", ae.message);
+  return E(d, code, attnd_request_field_path(ae.field_id), "%s", ae.message);
 }
 
 static int check_limits(dec_t *d) {
@@ -520,9 +454,10 @@ static size_t parse_read(void *buf, size_t cap, void *arg) {
   return n;
 }
 
-/* jansson's tree of text[0..len): a new reference, or NULL with *oom set
- * when memory ran out, or else jansson's error in `je`. */
-static json_t *parse(const char *text, size_t len, json_error_t *je, int *oom) {
+/* jansson's tree of text[0..len) (one parse): a new reference, or NULL
+ * with *oom set when memory ran out, or else jansson's error in `je`. */
+static json_t *parse_once(const char *text, size_t len, json_error_t *je,
+                          int *oom) {
   _Alignas(16) char reserve[PARSE_RESERVE];
   parse_t ps = {.text = text, .len = len, .reserve = reserve};
   parsing = &ps;
@@ -533,6 +468,27 @@ static json_t *parse(const char *text, size_t len, json_error_t *je, int *oom) {
   }
   parsing = NULL;
   *oom = ps.failed;
+  return root;
+}
+
+/* jansson's tree of text[0..len), as parse_once, where the number literals
+ * jansson refuses though they are valid JSON (an integer beyond int64, a
+ * value beyond a double; both its json_error_numeric_overflow) read as
+ * numbers: on that error the text is parsed again with those literals
+ * rewritten (bulk.h, attnd_json_widen_numbers) at the same line and
+ * column, so that any other error reads the same. */
+static json_t *parse(const char *text, size_t len, json_error_t *je, int *oom) {
+  json_t *root = parse_once(text, len, je, oom);
+  if (root || *oom || json_error_code(je) != json_error_numeric_overflow)
+    return root;
+  attnd_buf_t wide;
+  attnd_buf_init(&wide);
+  long widened = attnd_json_widen_numbers(text, len, &wide);
+  if (widened < 0)
+    *oom = 1;
+  else if (widened > 0)
+    root = parse_once(wide.data, wide.len, je, oom);
+  attnd_buf_free(&wide);
   return root;
 }
 
@@ -566,32 +522,37 @@ static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
   return j;
 }
 
-/* The fast path: big arrays of numbers and long plain strings are lifted
+/* The fast path: big arrays of numbers and long base64 texts are lifted
  * out of the text by the bulk scanner, and jansson parses what is left.
- * The slow path has jansson parse everything. Both give the same job, and
- * the slow path also runs whenever the fast one fails before planning, so
- * that errors read the same whichever path met them. */
-int attnd_request_decode(const char *body, size_t len,
-                         const attnd_config_t *cfg, attnd_request_t **out,
-                         attnd_error_t *err) {
+ * The slow path has jansson parse everything. Both give the same request,
+ * or the same error: the slow path also runs whenever the fast one fails
+ * before planning, so that errors read the same whichever path met them.
+ * When the scanner lifted nothing, the skeleton is the body and the slow
+ * path alone runs, once. */
+int attnd__request_decode_path(const char *body, size_t len,
+                               const attnd_config_t *cfg, int fast,
+                               attnd_request_t **out, attnd_error_t *err) {
   double t0 = attnd_now_ms();
   int planning = 0, oom;
   json_error_t je;
-  attnd_bulk_set_t bulk;
-  attnd_buf_t skel;
-  attnd_bulk_set_init(&bulk, nonce53());
-  attnd_buf_init(&skel);
   *out = NULL;
-  if (attnd_bulk_scan(body, len, ATTND_BULK_MIN_ELEMS, ATTND_BULK_MIN_STRING,
-                      &bulk, &skel) == 0) {
-    json_t *root = parse(skel.data ? skel.data : "", skel.len, &je, &oom);
-    if (root) {
-      *out = decode(root, &bulk, cfg, err, &planning);
-      json_decref(root);
+  if (fast) {
+    attnd_bulk_set_t bulk;
+    attnd_buf_t skel;
+    attnd_bulk_set_init(&bulk, nonce53());
+    attnd_buf_init(&skel);
+    if (attnd_bulk_scan(body, len, ATTND_BULK_MIN_ELEMS, ATTND_BULK_MIN_STRING,
+                        &bulk, &skel) == 0 &&
+        bulk.n > 0) {
+      json_t *root = parse(skel.data, skel.len, &je, &oom);
+      if (root) {
+        *out = decode(root, &bulk, cfg, err, &planning);
+        json_decref(root);
+      }
     }
+    attnd_buf_free(&skel);
+    attnd_bulk_set_free(&bulk); /* the body outlives it: strings borrowed it */
   }
-  attnd_buf_free(&skel);
-  attnd_bulk_set_free(&bulk); /* the body outlives it: strings borrowed it */
   if (*out == NULL && !planning) {
     json_t *root = parse(body, len, &je, &oom);
     if (oom)
@@ -608,4 +569,10 @@ int attnd_request_decode(const char *body, size_t len,
     return -1;
   (*out)->t.decode_ms = attnd_now_ms() - t0;
   return 0;
+}
+
+int attnd_request_decode(const char *body, size_t len,
+                         const attnd_config_t *cfg, attnd_request_t **out,
+                         attnd_error_t *err) {
+  return attnd__request_decode_path(body, len, cfg, 1, out, err);
 }

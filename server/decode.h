@@ -36,6 +36,20 @@ const char *attnd__json_type(const json_t *v);
  * `where` is obj's path ("" for the root). */
 int attnd__dec_members(dec_t *d, const json_t *obj, const char *where,
                        const char *const *known);
+/* How a message shows the number x, in buf (32 bytes): "%.9g", but a
+ * number at or beyond ±ATTND_JSON_HUGE, where the parser puts a literal
+ * beyond a double's range (bulk.h), as "at least 9e+307" (or "at most
+ * -9e+307"), which is true of both. Returns buf. */
+const char *attnd__dec_num(double x, char *buf);
+/* Reads v, a member that holds an integer, into *out: a JSON integer, or a
+ * number of integral value in another spelling (2.0, 2e0, and an integer
+ * literal beyond int64, which the parser widened to a real). Answers
+ * invalid_type for another type or a fractional number, and invalid_value,
+ * naming the range, for a value outside [lo, hi] (int64's own included).
+ * `path` names v in the message ("mask.key_lengths[2]"), `field` is the
+ * error's field. */
+int attnd__dec_int(dec_t *d, const json_t *v, const char *field,
+                   const char *path, int64_t lo, int64_t hi, int64_t *out);
 /* A tensor in any of the three forms (or a bulk item), of element `kind`,
  * into t; `form` (may be NULL) says which form it came in. */
 int attnd__dec_tensor(dec_t *d, const json_t *v, const char *field, int kind,

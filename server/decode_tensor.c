@@ -76,6 +76,41 @@ const char *attnd__json_type(const json_t *v) {
   return "unknown";
 }
 
+const char *attnd__dec_num(double x, char *buf) {
+  if (fabs(x) >= ATTND_JSON_HUGE)
+    snprintf(buf, 32, "%s9e+307", x < 0 ? "at most -" : "at least ");
+  else
+    snprintf(buf, 32, "%.9g", x);
+  return buf;
+}
+
+int attnd__dec_int(dec_t *d, const json_t *v, const char *field,
+                   const char *path, int64_t lo, int64_t hi, int64_t *out) {
+  int64_t n;
+  if (json_is_integer(v)) {
+    n = (int64_t)json_integer_value(v);
+  } else if (json_is_real(v) &&
+             json_real_value(v) == floor(json_real_value(v))) {
+    double x = json_real_value(v); /* jansson's reals are finite */
+    char num[32];
+    if (x < -0x1p63 || x >= 0x1p63)
+      return E(d, ATTND_ERR_INVALID_VALUE, field,
+               "%s is %s; expected %lld to %lld", path, attnd__dec_num(x, num),
+               (long long)lo, (long long)hi);
+    n = (int64_t)x;
+  } else {
+    return E(d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected an integer",
+             path,
+             json_is_real(v) ? "a fractional number" : attnd__json_type(v));
+  }
+  if (n < lo || n > hi)
+    return E(d, ATTND_ERR_INVALID_VALUE, field,
+             "%s is %lld; expected %lld to %lld", path, (long long)n,
+             (long long)lo, (long long)hi);
+  *out = n;
+  return 0;
+}
+
 /* Rejects a tensor of more than max_tensor_elements before it is stored. */
 static int check_elements(dec_t *d, const char *field, int rank,
                           const int64_t *dim, int64_t *n) {
@@ -102,10 +137,11 @@ static int leaf(dec_t *d, const json_t *v, int kind, void *dst, int64_t i,
       return E(d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected a number",
                path, attnd__json_type(v));
     float f = (float)json_number_value(v);
+    char num[32];
     if (!isfinite(f))
       return E(d, ATTND_ERR_NON_FINITE, field,
-               "%s is %g, which is not a finite float32", path,
-               json_number_value(v));
+               "%s is %s, which is not a finite float32", path,
+               attnd__dec_num(json_number_value(v), num));
     ((float *)dst)[i] = f;
     return 0;
   }
@@ -115,11 +151,12 @@ static int leaf(dec_t *d, const json_t *v, int kind, void *dst, int64_t i,
   else if (json_is_number(v) &&
            (json_number_value(v) == 0 || json_number_value(v) == 1))
     b = json_number_value(v) == 1;
-  else if (json_is_number(v))
+  else if (json_is_number(v)) {
+    char num[32];
     return E(d, ATTND_ERR_INVALID_VALUE, field,
-             "%s is %g; expected true, false, 0 or 1", path,
-             json_number_value(v));
-  else
+             "%s is %s; expected true, false, 0 or 1", path,
+             attnd__dec_num(json_number_value(v), num));
+  } else
     return E(d, ATTND_ERR_INVALID_TYPE, field,
              "%s is %s; expected true, false, 0 or 1", path,
              attnd__json_type(v));
@@ -317,11 +354,11 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
              sub, rank, ATTN_MAX_RANK);
   int64_t dim[ATTN_MAX_RANK];
   for (size_t k = 0; k < rank; k++) {
-    const json_t *x = json_array_get(shape, k);
-    if (!json_is_integer(x) || json_integer_value(x) < 1)
-      return E(d, ATTND_ERR_INVALID_VALUE, sub,
-               "%s[%zu] must be a positive integer", sub, k);
-    dim[k] = json_integer_value(x);
+    char path[112];
+    snprintf(path, sizeof path, "%s[%zu]", sub, k);
+    if (attnd__dec_int(d, json_array_get(shape, k), sub, path, 1, INT64_MAX,
+                       &dim[k]) < 0)
+      return -1;
   }
   if ((data != NULL) == (b64 != NULL))
     return E(d, data ? ATTND_ERR_INVALID_VALUE : ATTND_ERR_MISSING_FIELD, field,

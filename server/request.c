@@ -31,3 +31,60 @@ void attnd_request_free(attnd_request_t *j) {
   free(j->out.head_outputs);
   free(j);
 }
+
+/* The JSON path of an input the core names. A switch rather than a table,
+ * so that the compiler points at a field the core adds (-Wswitch). */
+const char *attnd_request_field_path(attn_field_t f) {
+  switch (f) {
+  case ATTN_FIELD_Q_WEIGHT:
+    return "projections.q_weight";
+  case ATTN_FIELD_K_WEIGHT:
+    return "projections.k_weight";
+  case ATTN_FIELD_V_WEIGHT:
+    return "projections.v_weight";
+  case ATTN_FIELD_O_WEIGHT:
+    return "projections.o_weight";
+  case ATTN_FIELD_Q_BIAS:
+    return "projections.q_bias";
+  case ATTN_FIELD_K_BIAS:
+    return "projections.k_bias";
+  case ATTN_FIELD_V_BIAS:
+    return "projections.v_bias";
+  case ATTN_FIELD_O_BIAS:
+    return "projections.o_bias";
+  case ATTN_FIELD_CAUSAL:
+    return "mask.causal";
+  case ATTN_FIELD_KEY_LENGTHS:
+    return "mask.key_lengths";
+  case ATTN_FIELD_ALLOW:
+    return "mask.allow";
+  case ATTN_FIELD_BIAS:
+    return "mask.bias";
+  case ATTN_FIELD_WINDOW_LEFT:
+    return "mask.window.left";
+  case ATTN_FIELD_WINDOW_RIGHT:
+    return "mask.window.right";
+  case ATTN_FIELD_ALIBI:
+  case ATTN_FIELD_ALIBI_SLOPES:
+    return "mask.alibi";
+  case ATTN_FIELD_NONE:
+  case ATTN_FIELD_QUERY:
+  case ATTN_FIELD_KEY:
+  case ATTN_FIELD_VALUE:
+  case ATTN_FIELD_SCALE:
+  case ATTN_FIELD_SOFTCAP:
+  case ATTN_FIELD_NUM_HEADS:
+  case ATTN_FIELD_NUM_KV_HEADS:
+  case ATTN_FIELD_THREADS:
+  case ATTN_FIELD_ISA:
+  case ATTN_FIELD_OUT:
+  case ATTN_FIELD_WEIGHTS:
+  case ATTN_FIELD_MEAN_WEIGHTS:
+  case ATTN_FIELD_HEAD_OUTPUTS:
+  case ATTN_FIELD_WORKSPACE:
+  case ATTN_FIELD_CANCEL:
+  case ATTN_FIELD_COUNT:
+    break; /* the same name at the top level of the request */
+  }
+  return attn_field_name(f);
+}

@@ -55,6 +55,7 @@ typedef struct attnd_request {
   int cancel; /* raised atomically by the scheduler (deadline passed or the
                  client went); the plan points attn_forward at it */
   int result; /* 0, or an ATTN_E* code from attn_forward */
+  attn_error_t error; /* attn_forward's record of it (run.c) */
   int worker, threads;
 
   attnd_timeline_t t;
@@ -68,6 +69,15 @@ int attnd_request_decode(const char *body, size_t len,
                          const attnd_config_t *cfg, attnd_request_t **out,
                          attnd_error_t *err);
 
+/* attnd_request_decode by one path, for tests and fuzzers: fast = 0 has
+ * jansson parse the whole body; fast = 1 lifts big arrays and base64 texts
+ * out with the bulk scanner first, and falls back to the first path when
+ * that fails before planning (what attnd_request_decode does). Both must
+ * give the same request, or the same error. Internal. */
+int attnd__request_decode_path(const char *body, size_t len,
+                               const attnd_config_t *cfg, int fast,
+                               attnd_request_t **out, attnd_error_t *err);
+
 /* The memory the request holds at its peak: its decoded tensors, the
  * workspace, the outputs, and the reply text (bounded from above). */
 size_t attnd_request_memory(const attnd_request_t *req);
@@ -80,6 +90,10 @@ double attnd_request_reply_bytes(const attnd_request_t *req, int64_t n);
  * body). HTTP thread. */
 void attnd_request_encode(attnd_request_t *req, attnd_buf_t *b,
                           double *total_ms);
+
+/* The JSON path of an input the core names in an attn_error_t
+ * ("projections.q_weight", "mask.window.left", "query"). Any thread. */
+const char *attnd_request_field_path(attn_field_t f);
 
 /* Frees the request and everything it owns. NULL is fine. */
 void attnd_request_free(attnd_request_t *req);

@@ -5,7 +5,9 @@
  * built on printf and strtod, and jansson for the bulk scanner. The
  * scanner's property: for any text T, jansson parses T iff it parses the
  * skeleton, and then the skeleton with every placeholder replaced by its
- * tensor equals T's value (numbers compared as floats, see json_same).
+ * tensor equals T's value (numbers compared as floats, see json_same);
+ * jansson here reads as the decoder does, with integers beyond int64
+ * widened to reals (load_widened).
  * Cases:
  *   - numbers: random values printed in many formats, edge and halfway
  *     cases, invalid grammar, overflow, the `end` bound;
@@ -15,7 +17,10 @@
  *     every way to be malformed with its bad_pos;
  *   - the text buffer and its tensor printer;
  *   - the scanner: exact skeletons, a table of adversarial texts, jansson's
- *     depth limit, random documents, every prefix, random mutations.
+ *     depth limit, random documents, every prefix, random mutations;
+ *     linear work on hostile texts, counted (attnd__bulk_examined);
+ *   - the widening of integers beyond int64: exact texts, and against
+ *     jansson's JSON_DECODE_INT_AS_REAL on random documents.
  * No timings are asserted. */
 #include <check.h>
 #include <errno.h>
@@ -117,16 +122,10 @@ static float rng_float_typical(rng_t *r) {
 /* ---- numbers: references ------------------------------------------------- */
 
 /* The status and value attnd_number_parse must give for s, a string in the
- * JSON number grammar, derived the way jansson decides: an integer literal
- * goes through strtoll, anything else through strtod, and only an overflow
- * is an error. */
+ * JSON number grammar: (float)strtod, and -2 only when strtod overflows (an
+ * integer literal beyond int64, which jansson alone refuses, is the real
+ * it is: the decoder widens it, see bulk.h). */
 static int ref_number(const char *s, float *out) {
-  if (!strpbrk(s, ".eE")) {
-    errno = 0;
-    (void)strtoll(s, NULL, 10);
-    if (errno == ERANGE)
-      return -2;
-  }
   errno = 0;
   double d = strtod(s, NULL);
   if (errno == ERANGE && isinf(d))
@@ -135,8 +134,29 @@ static int ref_number(const char *s, float *out) {
   return 0;
 }
 
+/* jansson's value of s[0..n) as the decoder reads it: on jansson's numeric
+ * overflow, again with the literals it refuses rewritten (integers beyond
+ * int64 as reals, values beyond a double as ±ATTND_JSON_HUGE; server/
+ * decode.c's parse). A new reference, or NULL with *e set. */
+static json_t *load_widened(const char *s, size_t n, size_t flags,
+                            json_error_t *e) {
+  json_t *j = json_loadb(s, n, flags, e);
+  if (j || json_error_code(e) != json_error_numeric_overflow)
+    return j;
+  attnd_buf_t w;
+  attnd_buf_init(&w);
+  long k = attnd_json_widen_numbers(s, n, &w);
+  CHECK(k >= 0 && w.len == n);
+  if (k > 0)
+    j = json_loadb(w.data, w.len, flags, e);
+  attnd_buf_free(&w);
+  return j;
+}
+
 /* Parses s (all of it a JSON number) and checks status, value (bit for bit)
- * and end against ref_number, and acceptance and value against jansson. */
+ * and end against ref_number, and acceptance and value against jansson as
+ * the decoder reads it: a number beyond a double (-2) is one jansson
+ * refuses, and reads as ATTND_JSON_HUGE once widened. */
 static void check_number(const char *s) {
   size_t n = strlen(s);
   float want = 0, got = 0;
@@ -144,7 +164,20 @@ static void check_number(const char *s) {
   int want_st = ref_number(s, &want);
   int st = attnd_number_parse(s, s + n, &got, &next);
   CHECK_MSG(st == want_st, "\"%.80s\": status %d, want %d", s, st, want_st);
-  json_t *j = json_loads(s, JSON_DECODE_ANY, NULL);
+  json_error_t e;
+  json_t *j = json_loads(s, JSON_DECODE_ANY, &e);
+  if (st == -2) {
+    CHECK_MSG(j == NULL && json_error_code(&e) == json_error_numeric_overflow,
+              "\"%.80s\": jansson reads it", s);
+    CHECK_MSG(next == s + n, "\"%.80s\": stopped at %td", s, next - s);
+    j = load_widened(s, n, JSON_DECODE_ANY, &e);
+    CHECK(j && fabs(json_number_value(j)) == ATTND_JSON_HUGE &&
+          (json_number_value(j) < 0) == (s[0] == '-'));
+    json_decref(j);
+    return;
+  }
+  if (j == NULL)
+    j = load_widened(s, n, JSON_DECODE_ANY, &e);
   CHECK_MSG((j != NULL) == (st == 0), "\"%.80s\": jansson disagrees", s);
   if (st == 0) {
     CHECK_MSG(next == s + n, "\"%.80s\": stopped at %td", s, next - s);
@@ -375,13 +408,10 @@ START_TEST(test_parse_invalid) {
 }
 END_TEST
 
+/* Numbers whose value overflows a double: jansson refuses them, and the
+ * parser says so (-2); the decoder reads them as ±ATTND_JSON_HUGE. */
 START_TEST(test_parse_overflow) {
   static const char *const big[] = {
-      "9223372036854775808",
-      "-9223372036854775809",
-      "99999999999999999999",
-      "-99999999999999999999",
-      "18446744073709551616",
       "1e309",
       "-1e309",
       "1e400",
@@ -393,6 +423,11 @@ START_TEST(test_parse_overflow) {
       "0657488671505820681908902000708383676273854845817711531764475730270069"
       "8555713669596228429148198608349364752927190741684443655107043427115596"
       "99508093042880177904174497792.0",
+      "1797693134862315807937289714053034150799341327100378269361737789804449"
+      "6829276475094664901797758720709633028641669288791094655554785194040263"
+      "0657488671505820681908902000708383676273854845817711531764475730270069"
+      "8555713669596228429148198608349364752927190741684443655107043427115596"
+      "99508093042880177904174497792",
   };
   for (size_t k = 0; k < sizeof big / sizeof *big; k++) {
     const char *s = big[k];
@@ -400,7 +435,40 @@ START_TEST(test_parse_overflow) {
     const char *next;
     ck_assert_msg(attnd_number_parse(s, s + strlen(s), &f, &next) == -2,
                   "\"%.40s\" not rejected as jansson does", s);
-    check_number(s); /* jansson rejects it too */
+    check_number(s); /* jansson refuses it too */
+  }
+}
+END_TEST
+
+/* Integer literals beyond int64 (issue 11, defect 6): valid JSON that
+ * jansson alone refuses ("too big integer"), and finite floats. The parser
+ * reads them as the reals they are, as the decoder has jansson read them
+ * (widened to real literals). */
+START_TEST(test_parse_beyond_int64) {
+  static const struct {
+    const char *s;
+    float want;
+  } cases[] = {
+      {"9223372036854775808", 9223372036854775808.0f},
+      {"-9223372036854775809", -9223372036854775808.0f},
+      {"18446744073709551616", 18446744073709551616.0f},
+      {"99999999999999999999", 1e20f},
+      {"-99999999999999999999", -1e20f},
+      {"340282346638528859811704183484516925440", 3.40282347e38f},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    const char *s = cases[k].s;
+    float f = 0;
+    const char *next = NULL;
+    ck_assert_msg(attnd_number_parse(s, s + strlen(s), &f, &next) == 0,
+                  "\"%s\" refused", s);
+    ck_assert_msg(next == s + strlen(s) && f == cases[k].want,
+                  "\"%s\": %.9g, want %.9g", s, (double)f,
+                  (double)cases[k].want);
+    json_error_t e; /* jansson alone refuses it */
+    ck_assert_ptr_null(json_loads(s, JSON_DECODE_ANY, &e));
+    ck_assert_int_eq(json_error_code(&e), json_error_numeric_overflow);
+    check_number(s);
   }
 }
 END_TEST
@@ -1017,21 +1085,30 @@ static json_t *substitute(json_t *v, const attnd_bulk_set_t *set, int *uses) {
   return json_incref(v);
 }
 
-/* Whether b equals a, the value of the original text, comparing numbers as
- * floats: (float)a == (float)b, with the same sign unless a is jansson's
- * integer (whose "-0" is 0). */
-static int json_same(json_t *a, json_t *b) {
-  if (json_is_number(a) && json_is_number(b)) {
-    float fa = (float)json_number_value(a), fb = (float)json_number_value(b);
-    return fa == fb && (signbit(fa) == signbit(fb) || json_is_integer(a));
-  }
+/* Numbers compared as floats: (float)a == (float)b, with the same sign
+ * (jansson's integer "-0" is 0, and so must the scanner's be). */
+static int same_float_value(json_t *a, json_t *b) {
+  float fa = (float)json_number_value(a), fb = (float)json_number_value(b);
+  return fa == fb && signbit(fa) == signbit(fb);
+}
+
+/* Numbers compared as doubles (an integer in one may be the real of the
+ * same value in the other). */
+static int same_double_value(json_t *a, json_t *b) {
+  return json_number_value(a) == json_number_value(b);
+}
+
+/* Whether a and b hold the same values, numbers compared by `same`. */
+static int json_same_by(json_t *a, json_t *b, int (*same)(json_t *, json_t *)) {
+  if (json_is_number(a) && json_is_number(b))
+    return same(a, b);
   if (json_typeof(a) != json_typeof(b))
     return 0;
   if (json_is_array(a)) {
     if (json_array_size(a) != json_array_size(b))
       return 0;
     for (size_t i = 0; i < json_array_size(a); i++)
-      if (!json_same(json_array_get(a, i), json_array_get(b, i)))
+      if (!json_same_by(json_array_get(a, i), json_array_get(b, i), same))
         return 0;
     return 1;
   }
@@ -1042,12 +1119,18 @@ static int json_same(json_t *a, json_t *b) {
     json_t *e;
     json_object_foreach(a, key, e) {
       json_t *f = json_object_get(b, key);
-      if (!f || !json_same(e, f))
+      if (!f || !json_same_by(e, f, same))
         return 0;
     }
     return 1;
   }
   return json_equal(a, b);
+}
+
+/* Whether b equals a, the value of the original text, numbers compared as
+ * floats. */
+static int json_same(json_t *a, json_t *b) {
+  return json_same_by(a, b, same_float_value);
 }
 
 static size_t check_scan_s(const char *text, size_t n, size_t min_elems,
@@ -1075,13 +1158,27 @@ static size_t check_scan_s(const char *text, size_t n, size_t min_elems,
     CHECK(sk.len == n && (n == 0 || memcmp(sk.data, text, n) == 0));
   for (size_t k = 0; k < set.n; k++) {
     const attnd_bulk_t *it = &set.items[k];
-    if (it->text) { /* a plain string inside the text, quoted there */
+    if (it->text) { /* a base64 member's value: printable ASCII */
       CHECK(min_string > 0 && it->text_len >= min_string && !it->data);
+      for (size_t i = 0; i < it->text_len; i++)
+        CHECK(it->text[i] >= 0x20 && it->text[i] < 0x7f);
+      if (it->copy) { /* unescaped */
+        CHECK(it->text == it->copy);
+        continue;
+      }
+      /* plain, inside the text, quoted there, after "base64": */
       CHECK(it->text > text && it->text + it->text_len < text + n);
       CHECK(it->text[-1] == '"' && it->text[it->text_len] == '"');
+      const char *c = it->text - 2;
+      while (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r')
+        c--;
+      CHECK(*c == ':');
+      do
+        c--;
+      while (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r');
+      CHECK(c - 7 >= text && memcmp(c - 7, "\"base64\"", 8) == 0);
       for (size_t i = 0; i < it->text_len; i++)
-        CHECK(it->text[i] >= 0x20 && it->text[i] < 0x7f &&
-              it->text[i] != '\\' && it->text[i] != '"');
+        CHECK(it->text[i] != '\\' && it->text[i] != '"');
       continue;
     }
     CHECK(it->rank >= 1 && it->rank <= ATTND_BULK_MAX_RANK);
@@ -1096,8 +1193,8 @@ static size_t check_scan_s(const char *text, size_t n, size_t min_elems,
   static const size_t flags[2] = {0, JSON_DECODE_ANY};
   for (int f = 0; f < 2; f++) {
     json_error_t et, es;
-    json_t *jt = json_loadb(text, n, flags[f], &et);
-    json_t *js = json_loadb(sk.len ? sk.data : "", sk.len, flags[f], &es);
+    json_t *jt = load_widened(text, n, flags[f], &et);
+    json_t *js = load_widened(sk.len ? sk.data : "", sk.len, flags[f], &es);
     CHECK_MSG((jt != NULL) == (js != NULL),
               "text %s (%s) but skeleton %s (%s)\ntext: %.300s\nskeleton: "
               "%.300s",
@@ -1210,8 +1307,8 @@ static const struct {
     SCAN_CASE("[1,2,1e400]", 1, 0),
     SCAN_CASE("[[1,2],[1e400,3]]", 1, 1),
     SCAN_CASE("[-1e309]", 1, 0),
-    SCAN_CASE("[99999999999999999999]", 1, 0),
-    SCAN_CASE("[-9223372036854775809]", 1, 0),
+    SCAN_CASE("[9999999999999999999999999999]", 1, 1),
+    SCAN_CASE("[-9223372036854775809]", 1, 1),
     SCAN_CASE("[9223372036854775807,-9223372036854775808]", 1, 1),
     SCAN_CASE("[3.4028236e38,1e-400,2e-320]", 1, 1),
     SCAN_CASE("[-]", 1, 0),
@@ -1261,37 +1358,92 @@ static const struct {
     SCAN_CASE("1", 1, 0),
     SCAN_CASE("-0", 1, 0),
     SCAN_CASE("[-0,0,-0.0]", 1, 1),
+    SCAN_CASE("[-0,-0e0,-0.0,-0E+1]", 1, 1),
     SCAN_CASE("", 1, 0),
     SCAN_CASE("]]]]", 1, 0),
     SCAN_CASE("}[1]", 1, 1),
+    /* base64 texts (test_scan_cases lifts them from 1 character) */
+    SCAN_CASE("{\"base64\":\"AAAA\"}", 1, 1),
+    SCAN_CASE("{\"base64\":\"AA\\/A\"}", 1, 1),
+    SCAN_CASE("{\"base64\":\"AA\\u002fA\"}", 1, 1),
+    SCAN_CASE("{\"base64\":\"AA\\u007fA\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\\u0000A\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\\u001fA\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\\u00e9A\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\\ud800A\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\\u00\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\\u002\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\\u002g\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\\xA\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\\tA\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\tA\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\x7f\"}", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\\", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA\\\"", 1, 0),
+    SCAN_CASE("{\"base64\":\"AA", 1, 0),
+    SCAN_CASE("{\"base64\" : \"AAAA\" }", 1, 1),
+    SCAN_CASE("{\"base64\":\"AAAA\":1}", 1, 1),
+    SCAN_CASE("[\"base64\",\"AAAA\"]", 1, 0),
+    SCAN_CASE("{\"base64\":[\"AAAA\"]}", 1, 0),
+    SCAN_CASE("{\"base64\":1,\"a\":\"AAAA\"}", 1, 0),
+    SCAN_CASE("{\"id\":\"AAAA\"}", 1, 0),
+    SCAN_CASE("{\"AAAA\":\"base64\"}", 1, 0),
+    /* escapes: each string ends where jansson ends it */
+    SCAN_CASE("[\"\\\\\\\\\\\\\",[1]]", 1, 1),
+    SCAN_CASE("[\"\\\"\\\"\\\"\",[1]]", 1, 1),
+    SCAN_CASE("[\"\\\"\\\"\\\",[1]]", 1, 0),
+    /* integers beyond int64: numbers, as the decoder reads them */
+    SCAN_CASE("[99999999999999999999]", 1, 1),
+    SCAN_CASE("[-9223372036854775809,1]", 1, 1),
+    SCAN_CASE("[1e400,99999999999999999999]", 1, 0),
+    SCAN_CASE("[[99999999999999999999],[1e400]]", 1, 1),
 };
 #define N_SCAN_CASES (int)(sizeof scan_cases / sizeof *scan_cases)
 
-/* Long plain strings become string items; strings with escapes, control
- * or non-ASCII characters, and short ones, stay in the skeleton. */
+/* Only a long value of a "base64" member becomes a string item (issue 11,
+ * defect 2: a lifted id was echoed as its placeholder); its allowed escapes
+ * are undone. Every other string stays in the skeleton: keys, ids, enums,
+ * unknown members, escaped keys, and base64 values with escapes of
+ * anything but printable ASCII, or with non-ASCII characters (invalid
+ * escapes and raw control characters: scan_cases). */
 START_TEST(test_scan_strings) {
   static const char text[] =
-      "{\"q\": {\"base64\": \"AACAPwAAAEAAAEBA\"}, \"short\": \"abc\", "
-      "\"esc\": \"AAAA\\\"AAAAAAAA\", \"utf\": \"AAAA\xc3\xa9"
-      "AAAAAAAA\", "
-      "\"LONGKEYLONGKEY\": [1, 2], \"tab\": \"AAAA\tAAAAAAAAAA\"}";
+      "{\"q\": {\"base64\" :\n \"AACAPwAAAEAAAEBA\"}, \"short\": \"abc\", "
+      "\"id\": \"AAAAAAAAAAAAAAAA\", \"AAAAAAAAAAAAAAAA\": [1, 2], "
+      "\"k\": {\"base64\": \"AAAA\\/AAA\\u002fA\\u002F\\\\\\\"AA\"}, "
+      "\"e\": {\"base64\": \"AAAA\\u00e9AAAAAAAAAA\"}, "
+      "\"n\": {\"base64\": \"AAAA\\nAAAAAAAAAAA\"}, "
+      "\"u\": {\"base64\": \"AAAA\xc3\xa9"
+      "AAAAAAAAAA\"}, "
+      "\"s\": {\"base\\u0036\\u0034\": \"AAAAAAAAAAAAAAAA\"}, "
+      "\"v\": [\"base64\", \"AAAAAAAAAAAAAAAA\"], "
+      "\"w\": {\"base64\": [\"AAAAAAAAAAAAAAAA\"]}, "
+      "\"r\": {\"xbase64\": \"AAAAAAAAAAAAAAAA\"}}";
   attnd_bulk_set_t set;
   attnd_buf_t sk;
   attnd_bulk_set_init(&set, 12345);
   attnd_buf_init(&sk);
   ck_assert_int_eq(attnd_bulk_scan(text, strlen(text), 100, 8, &set, &sk), 0);
-  ck_assert_str_eq(sk.data,
-                   "{\"q\": {\"base64\": \"\\u0001bulk:12345:0\"}, "
-                   "\"short\": \"abc\", \"esc\": \"AAAA\\\"AAAAAAAA\", "
-                   "\"utf\": \"AAAA\xc3\xa9"
-                   "AAAAAAAA\", "
-                   "\"\\u0001bulk:12345:1\": [1, 2], "
-                   "\"tab\": \"AAAA\tAAAAAAAAAA\"}");
+  /* the skeleton: the text with the two items' strings replaced */
+  const char *first = strstr(text, "\"AACAPwAAAEAAAEBA\"");
+  const char *second = strstr(text, "\"AAAA\\/");
+  const char *second_end = strstr(second, "AA\"}") + 3;
+  char want[sizeof text];
+  snprintf(want, sizeof want,
+           "%.*s\"\\u0001bulk:12345:0\"%.*s"
+           "\"\\u0001bulk:12345:1\"%s",
+           (int)(first - text), text, (int)(second - first - 18), first + 18,
+           second_end);
+  ck_assert_str_eq(sk.data, want);
   ck_assert_uint_eq(set.n, 2);
   ck_assert_uint_eq(set.items[0].text_len, 16);
   ck_assert(memcmp(set.items[0].text, "AACAPwAAAEAAAEBA", 16) == 0);
   ck_assert_ptr_null(set.items[0].data);
-  ck_assert_uint_eq(set.items[1].text_len, 14);
+  ck_assert_ptr_null(set.items[0].copy); /* borrowed from the text */
+  ck_assert(set.items[0].text == first + 1);
+  ck_assert_uint_eq(set.items[1].text_len, 15);
+  ck_assert(memcmp(set.items[1].text, "AAAA/AAA/A/\\\"AA", 15) == 0);
+  ck_assert_ptr_eq(set.items[1].text, set.items[1].copy); /* unescaped */
   attnd_bulk_set_free(&set);
   attnd_buf_free(&sk);
   /* and the equivalence property, with strings of every length lifted */
@@ -1301,15 +1453,16 @@ START_TEST(test_scan_strings) {
 END_TEST
 
 START_TEST(test_scan_cases) {
-  ck_assert_uint_eq(check_scan(scan_cases[_i].text, scan_cases[_i].len,
-                               scan_cases[_i].min_elems, NULL),
+  ck_assert_uint_eq(check_scan_s(scan_cases[_i].text, scan_cases[_i].len,
+                                 scan_cases[_i].min_elems, 1, NULL),
                     scan_cases[_i].items);
 }
 END_TEST
 
 /* Regular tensors of every rank, numbers and booleans, with random spacing:
  * exactly one item with the right shape, and values bit for bit those of
- * (float)strtod on the printed texts. */
+ * (float)strtod on the printed texts (but the integer "-0", 0 as jansson
+ * reads it). */
 START_TEST(test_scan_tensors) {
   rng_t r = rng_seeded(800 + (uint64_t)_i);
   int rank = 1 + _i % 4, is_bool = _i % 5 == 4;
@@ -1341,6 +1494,8 @@ START_TEST(test_scan_tensors) {
       snprintf(s, sizeof s, fmt[rng_below(&r, 5)], v);
       attnd_buf_puts(&t, s);
       want[i] = (float)strtod(s, NULL);
+      if (strcmp(s, "-0") == 0)
+        want[i] = 0.0f; /* jansson's integer -0 is 0 */
     }
     attnd_buf_puts(&t, ws[rng_below(&r, 6)]);
     int d = rank - 1; /* close the levels that end here, then reopen */
@@ -1439,24 +1594,46 @@ static void gen_string(rng_t *r, attnd_buf_t *b, int key) {
   attnd_buf_puts(b, "\"");
 }
 
+/* A string as a base64 member's value: mostly base64 characters, often
+ * escaped as the scanner undoes them (\/, \u002f), sometimes with an
+ * escape or a character it leaves to jansson. */
+static void gen_b64_string(rng_t *r, attnd_buf_t *b) {
+  static const char *const parts[] = {
+      "AAAA",    "QUJD",    "+",   "/",       "=",        "\\/",
+      "\\u002f", "AB",      "\\/", "\\u002F", "\\u0041",  "\\\\",
+      "\\\"",    "\\u00e9", "\\n", "\\u0000", "\xc3\xa9", "\\u007f"};
+  attnd_buf_puts(b, "\"");
+  for (int k = (int)rng_below(r, 12); k > 0; k--) {
+    size_t i = rng_below(r, sizeof parts / sizeof *parts);
+    if (i >= 11 && rng_below(r, 4)) /* the rarer parts, rarer */
+      i = rng_below(r, 11);
+    attnd_buf_puts(b, parts[i]);
+  }
+  attnd_buf_puts(b, "\"");
+}
+
 static void gen_number(rng_t *r, attnd_buf_t *b) {
-  static const char *const special[] = {"0",
-                                        "-0",
-                                        "0.0",
-                                        "-0.0",
-                                        "1e-45",
-                                        "1E5",
-                                        "1e+5",
-                                        "3.4028235e38",
-                                        "3.4028236e38",
-                                        "1e-400",
-                                        "2.5e-320",
-                                        "0.1",
-                                        "-1.5e-05",
-                                        "123456789012345678",
-                                        "9223372036854775807",
-                                        "-9223372036854775808",
-                                        "1.000000059604644775390625"};
+  static const char *const special[] = {
+      "0",
+      "-0",
+      "0.0",
+      "-0.0",
+      "1e-45",
+      "1E5",
+      "1e+5",
+      "3.4028235e38",
+      "3.4028236e38",
+      "1e-400",
+      "2.5e-320",
+      "0.1",
+      "-1.5e-05",
+      "123456789012345678",
+      "9223372036854775807",
+      "-9223372036854775808",
+      "9223372036854775808",
+      "-18446744073709551616",
+      "340282346638528859811704183484516925440",
+      "1.000000059604644775390625"};
   char s[64];
   switch (rng_below(r, 8)) {
   case 0:
@@ -1483,10 +1660,9 @@ static void gen_number(rng_t *r, attnd_buf_t *b) {
 /* A leaf that breaks a numeric tensor, or once in a while a number jansson
  * rejects. */
 static void gen_intruder(rng_t *r, attnd_buf_t *b) {
-  static const char *const x[] = {
-      "null",   "\"1\"", "{}",    "[]",
-      "true",   "[1]",   "1e400", "99999999999999999999",
-      "-1e309", "[[2]]"};
+  static const char *const x[] = {"null",   "\"1\"", "{}",    "[]",
+                                  "true",   "[1]",   "1e400", "1e999999",
+                                  "-1e309", "[[2]]"};
   attnd_buf_puts(b, x[rng_below(r, sizeof x / sizeof *x)]);
 }
 
@@ -1553,10 +1729,19 @@ static void gen_value(rng_t *r, attnd_buf_t *b, int depth) {
       if (!first)
         attnd_buf_puts(b, ",");
       gen_ws(r, b);
-      gen_string(r, b, k);
+      int b64 = k == 1 && rng_below(r, 3) == 0; /* keys stay distinct */
+      if (b64)
+        attnd_buf_puts(b, "\"base64\"");
+      else
+        gen_string(r, b, k);
       gen_ws(r, b);
       attnd_buf_puts(b, ":");
-      gen_value(r, b, depth + 1);
+      if (b64 && rng_below(r, 4)) {
+        gen_ws(r, b);
+        gen_b64_string(r, b);
+      } else {
+        gen_value(r, b, depth + 1);
+      }
     }
     attnd_buf_puts(b, "}");
     break;
@@ -1709,6 +1894,224 @@ START_TEST(test_scan_large) {
 }
 END_TEST
 
+/* ---- linear time ------------------------------------------------------------
+ *
+ * Issue 11, defect 1: after each backslash the scanner searched again for
+ * the string's closing quote, so a megabyte of "\\\\" took 2 s. No timing
+ * here: bulk.h's counter gives the bytes each scan examines, which a
+ * linear scan keeps under a small multiple of the text. */
+
+#define WORK_PER_BYTE 8
+
+/* A text of about n bytes made to slow a scan down. */
+static void gen_hostile(int kind, size_t n, attnd_buf_t *b) {
+  static const char *const unit[] = {"\\\\", "\\/", "\\u00e9", "\\\""};
+  switch (kind) {
+  case 0:
+  case 1:
+  case 2:
+  case 3: /* an id of nothing but one escape */
+    attnd_buf_puts(b, "{\"id\":\"");
+    while (b->len < n)
+      attnd_buf_puts(b, unit[kind]);
+    attnd_buf_puts(b, "\"}");
+    break;
+  case 4: /* escapes in a string that never ends */
+    attnd_buf_puts(b, "[\"");
+    while (b->len < n)
+      attnd_buf_puts(b, "\\\\");
+    break;
+  case 5: /* base64 with every '/' escaped, as PHP sends it */
+    attnd_buf_puts(b, "{\"base64\":\"");
+    while (b->len < n)
+      attnd_buf_puts(b, "AB\\/+");
+    attnd_buf_puts(b, "AAA=\"}");
+    break;
+  case 6: /* arrays nested to jansson's limit, repeated */
+    attnd_buf_puts(b, "[");
+    for (int k = 0; b->len < n; k++) {
+      attnd_buf_puts(b, k ? "," : "");
+      for (int d = 0; d < JSON_PARSER_MAX_DEPTH - 2; d++)
+        attnd_buf_puts(b, "[");
+      for (int d = 0; d < JSON_PARSER_MAX_DEPTH - 2; d++)
+        attnd_buf_puts(b, "]");
+    }
+    attnd_buf_puts(b, "]");
+    break;
+  case 7: /* four levels of arrays that fail at their last leaf */
+    attnd_buf_puts(b, "[[[[");
+    while (b->len < n)
+      attnd_buf_puts(b, "1,");
+    attnd_buf_puts(b, "\"x\"]]]]");
+    break;
+  case 8: /* numbers of a thousand digits */
+    attnd_buf_puts(b, "[");
+    for (int k = 0; b->len < n; k++) {
+      attnd_buf_puts(b, k ? ",0." : "0.");
+      for (int d = 0; d < 1000; d++)
+        attnd_buf_append(b, &"0123456789"[(k + d) % 10], 1);
+    }
+    attnd_buf_puts(b, "]");
+    break;
+  case 9: /* integers beyond int64 */
+    attnd_buf_puts(b, "[1");
+    while (b->len < n)
+      attnd_buf_puts(b, ",18446744073709551616");
+    attnd_buf_puts(b, "]");
+    break;
+  default: /* a key of escapes */
+    attnd_buf_puts(b, "{\"");
+    while (b->len < n)
+      attnd_buf_puts(b, "\\\\");
+    attnd_buf_puts(b, "\":[1,2]}");
+  }
+}
+#define N_HOSTILE 11
+
+START_TEST(test_scan_linear) {
+  for (size_t n = 1 << 14; n <= 1 << 18; n <<= 2) {
+    attnd_buf_t t, sk, w;
+    attnd_buf_init(&t);
+    attnd_buf_init(&sk);
+    attnd_buf_init(&w);
+    gen_hostile(_i, n, &t);
+    attnd_bulk_set_t set;
+    attnd_bulk_set_init(&set, TEST_NONCE);
+    uint64_t before = attnd__bulk_examined;
+    ck_assert_int_eq(attnd_bulk_scan(t.data, t.len, 1, 1, &set, &sk), 0);
+    uint64_t scan = attnd__bulk_examined - before;
+    before = attnd__bulk_examined;
+    ck_assert_int_ge(attnd_json_widen_numbers(t.data, t.len, &w), 0);
+    uint64_t widen = attnd__bulk_examined - before;
+    ck_assert_msg(scan >= t.len && scan <= WORK_PER_BYTE * t.len,
+                  "kind %d: the scan examined %llu bytes of %zu", _i,
+                  (unsigned long long)scan, t.len);
+    ck_assert_msg(widen >= t.len && widen <= WORK_PER_BYTE * t.len,
+                  "kind %d: the widening examined %llu bytes of %zu", _i,
+                  (unsigned long long)widen, t.len);
+    ck_assert_uint_eq(w.len, t.len);
+    /* and what the scan found */
+    static const size_t items[N_HOSTILE] = {0, 0, 0, 0, 0, 1, 0, 0, 1, 1, 1};
+    ck_assert_uint_eq(set.n, items[_i]);
+    if (_i == 5)
+      ck_assert(set.items[0].copy &&
+                memchr(set.items[0].text, '\\', set.items[0].text_len) == NULL);
+    attnd_bulk_set_free(&set);
+    attnd_buf_free(&sk);
+    attnd_buf_free(&w);
+    attnd_buf_free(&t);
+  }
+}
+END_TEST
+
+/* ---- widening integers beyond int64 -------------------------------------- */
+
+START_TEST(test_widen_texts) {
+  static const struct {
+    const char *in, *out;
+    long count;
+  } cases[] = {
+      {"[18446744073709551616]", "[18446744073709552e3 ]", 1},
+      {"[-18446744073709551616]", "[-18446744073709552e3 ]", 1},
+      {"[9223372036854775808]", "[92233720368547758e2]", 1},
+      {"[-9223372036854775809]", "[-92233720368547758e2]", 1},
+      {"[9223372036854775807,-9223372036854775808]",
+       "[9223372036854775807,-9223372036854775808]", 0},
+      {"[99999999999999999999]", "[1e20                ]", 1},
+      {"{\"a\":18446744073709551616,\n\"b\":[18446744073709551616]}",
+       "{\"a\":18446744073709552e3 ,\n\"b\":[18446744073709552e3 ]}", 2},
+      {"[\"18446744073709551616\"]", "[\"18446744073709551616\"]", 0},
+      {"[\"\\\"18446744073709551616\"]", "[\"\\\"18446744073709551616\"]", 0},
+      {"[1e-18446744073709551616]", "[1e-18446744073709551616]", 0},
+      {"[1e18446744073709551616]", "[9e307                 ]", 1},
+      {"[1.18446744073709551616]", "[1.18446744073709551616]", 0},
+      {"[18446744073709551616.0]", "[18446744073709551616.0]", 0},
+      {"[18446744073709551616e0]", "[18446744073709551616e0]", 0},
+      {"[018446744073709551616]", "[018446744073709551616]", 0},
+      {"18446744073709551616", "18446744073709552e3 ", 1},
+      {"", "", 0},
+      /* beyond a double */
+      {"[1e400]", "[9e307]", 1},
+      {"[-1e309,2e308]", "[-9e307,9e307]", 1 + 1},
+      {"[1.8e308, -1.79769313486231581e308]",
+       "[9e307  , -9e307                  ]", 2},
+      {"[1.7976931348623157e308]", "[1.7976931348623157e308]", 0},
+      {"[1e-400,-1e-99999]", "[1e-400,-1e-99999]", 0},
+      {"{\"1e400\":1e99999999999999999999}",
+       "{\"1e400\":9e307                 }", 1},
+      {"[1e400x]", "[9e307x]", 1},
+      {"[1e40a0]", "[1e40a0]", 0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    attnd_buf_t w;
+    attnd_buf_init(&w);
+    long c = attnd_json_widen_numbers(cases[k].in, strlen(cases[k].in), &w);
+    ck_assert_msg(c == cases[k].count, "%s: %ld widened", cases[k].in, c);
+    ck_assert_str_eq(w.len ? w.data : "", cases[k].out);
+    attnd_buf_free(&w);
+  }
+  /* an integer that overflows a double too */
+  char big[402] = "[";
+  memset(big + 1, '9', 399);
+  big[400] = ']';
+  attnd_buf_t w;
+  attnd_buf_init(&w);
+  ck_assert_int_eq(attnd_json_widen_numbers(big, 401, &w), 1);
+  ck_assert(w.len == 401 && memcmp(w.data, "[9e307 ", 7) == 0 &&
+            w.data[399] == ' ' && w.data[400] == ']');
+  attnd_buf_free(&w);
+}
+END_TEST
+
+/* Random documents, and mutations of them: jansson reads the widened text
+ * as it reads the text with JSON_DECODE_INT_AS_REAL (every integer a real),
+ * to the same numbers, and fails on it at the same line, column and
+ * position; unless a number overflows a double (JSON_DECODE_INT_AS_REAL's
+ * "real number overflow"), which test_widen_texts covers. */
+START_TEST(test_widen_random) {
+  rng_t r = rng_seeded(1300 + (uint64_t)_i);
+  int widened = 0;
+  for (int k = 0; k < 60; k++) {
+    attnd_buf_t t, w;
+    attnd_buf_init(&t);
+    attnd_buf_init(&w);
+    gen_doc(&r, &t);
+    if (k % 2) { /* a mutation */
+      size_t pos = (size_t)rng_below(&r, t.len);
+      t.data[pos] = "[]{},:\"\\ 0-e."[rng_below(&r, 14)];
+    }
+    long c = attnd_json_widen_numbers(t.data, t.len, &w);
+    CHECK(c >= 0 && w.len == t.len);
+    widened += c > 0;
+    json_error_t ew, ei;
+    json_t *jw = json_loadb(w.len ? w.data : "", w.len, 0, &ew);
+    json_t *ji = json_loadb(t.data, t.len, JSON_DECODE_INT_AS_REAL, &ei);
+    if (!ji && json_error_code(&ei) == json_error_numeric_overflow) {
+      json_decref(jw);
+      attnd_buf_free(&t);
+      attnd_buf_free(&w);
+      continue;
+    }
+    CHECK_MSG((jw != NULL) == (ji != NULL), "%s / %s\ntext: %.300s",
+              jw ? "ok" : ew.text, ji ? "ok" : ei.text, t.data);
+    if (jw)
+      CHECK_MSG(json_same_by(jw, ji, same_double_value),
+                "values differ\ntext: %.300s", t.data);
+    else
+      CHECK_MSG(ew.line == ei.line && ew.column == ei.column &&
+                    ew.position == ei.position,
+                "%d:%d (%d) %s / %d:%d (%d) %s\ntext: %.300s", ew.line,
+                ew.column, ew.position, ew.text, ei.line, ei.column,
+                ei.position, ei.text, t.data);
+    json_decref(jw);
+    json_decref(ji);
+    attnd_buf_free(&t);
+    attnd_buf_free(&w);
+  }
+  ck_assert_int_gt(widened, 3);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -1722,6 +2125,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_parse_edges);
   tcase_add_test(tc, test_parse_invalid);
   tcase_add_test(tc, test_parse_overflow);
+  tcase_add_test(tc, test_parse_beyond_int64);
   tcase_add_test(tc, test_parse_bounds);
   suite_add_tcase(s, tc);
 
@@ -1761,6 +2165,9 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_scan_prefixes, 0, 10);
   tcase_add_loop_test(tc, test_scan_mutations, 0, 25);
   tcase_add_test(tc, test_scan_large);
+  tcase_add_loop_test(tc, test_scan_linear, 0, N_HOSTILE);
+  tcase_add_test(tc, test_widen_texts);
+  tcase_add_loop_test(tc, test_widen_random, 0, 10);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -10,7 +10,12 @@
  *     the same requests just under the limits; invalid JSON;
  *   - values: valid bodies in every tensor form, rank 2 and 3, and the
  *     decoded request's shapes, data, options, encoding, weights mode and
- *     timeout;
+ *     timeout; integer literals beyond int64 where floats are expected;
+ *     base64 texts whose '/' are escaped (\/, as PHP sends them, and
+ *     \u002f) decode to the same request as plain ones;
+ *   - paths: the fast path is invisible (tests/decode_diff.h): every body
+ *     above, and bodies made to tell the paths apart, decode to the same
+ *     request or the same error by jansson alone and by the fast path;
  *   - oom: allocation failures, as in jansson's suites (tests/alloc_fail.h):
  *     for n = 0, 1, 2, ... the nth allocation fails (or, sticky, every one
  *     from the nth on) in attnd_request_decode, attnd_request_run and
@@ -27,7 +32,9 @@
 
 #include "alloc_fail.h"
 #include "attn/attn.h"
+#include "codec/base64.h"
 #include "config.h"
+#include "decode_diff.h"
 #include "request.h"
 #include "run.h"
 #include "server_harness.h"
@@ -247,6 +254,36 @@ static char *big_value_non_finite(void) {
   return b;
 }
 
+/* {"id": <`n` repetitions of unit>, query [8, 16], num_heads 1}: the query
+ * is big enough for the fast path. */
+static char *id_body(const char *unit, int n) {
+  size_t cap = (size_t)n * strlen(unit) + 16, len = 0;
+  char *id = malloc(cap), *extra = malloc(cap + 16);
+  for (int k = 0; k < n; k++)
+    len += (size_t)snprintf(id + len, cap - len, "%s", unit);
+  snprintf(extra, cap + 16, ",\"id\":\"%s\"", id);
+  char *b = grid_body(-1, -1, "", "0.25", extra);
+  free(id);
+  free(extra);
+  return b;
+}
+/* issue 11, defect 2: the fast path lifted an id of 1024 characters and
+ * more, and the reply echoed its placeholder */
+static char *long_id(void) {
+  return id_body("A", 1500);
+}
+static char *long_escaped_id(void) {
+  return id_body("\\/", 1500);
+}
+
+static char *big_beyond_double(void) {
+  return grid_body(7, 15, "1e99999", "0.25", "");
+}
+/* ,"num_heads":<an integer of 400 digits> */
+#define INT40 "9999999999999999999999999999999999999999"
+#define INT400                                                                 \
+  ",\"num_heads\":" INT40 INT40 INT40 INT40 INT40 INT40 INT40 INT40 INT40 INT40
+
 static const err_case_t err_cases[] = {
     {"missing query", "{\"num_heads\":1}", NULL, 422, "missing_field", "query",
      "query"},
@@ -405,6 +442,64 @@ static const err_case_t err_cases[] = {
      "query.data", "100 elements|[10, 11]|110"},
     {"-1e39 in a big value", NULL, big_value_non_finite, 422, "non_finite",
      "value", "value[7][15]"},
+    /* long strings, which the fast path must not lift (issue 11) */
+    {"an id of 1500 characters", NULL, long_id, 422, "invalid_value", "id",
+     "1500 characters|at most 256"},
+    {"an id of 1500 escaped characters", NULL, long_escaped_id, 422,
+     "invalid_value", "id", "1500 characters|at most 256"},
+    /* integers beyond int64: valid JSON, 422 where an integer is expected
+     * (issue 11, defect 6) */
+    {"num_heads beyond int64",
+     "{\"query\":" Q24 ",\"num_heads\":18446744073709551616}", NULL, 422,
+     "invalid_value", "num_heads", "1.84467441e+19|1 to 9223372036854775807"},
+    {"timeout_ms beyond int64", REQ(",\"timeout_ms\":99999999999999999999"),
+     NULL, 422, "invalid_value", "timeout_ms", "1e+20|9223372036854775807"},
+    {"window.left beyond int64",
+     REQ(",\"mask\":{\"window\":{\"left\":9223372036854775808}}"), NULL, 422,
+     "invalid_value", "mask.window.left", "0 to 9223372036854775807"},
+    {"window.right below int64",
+     REQ(",\"mask\":{\"window\":{\"right\":-18446744073709551616}}"), NULL, 422,
+     "invalid_value", "mask.window.right", "-1.84467441e+19"},
+    {"shape beyond int64",
+     "{\"query\":{\"shape\":[18446744073709551616,1],\"data\":[1]},"
+     "\"num_heads\":1}",
+     NULL, 422, "invalid_value", "query.shape",
+     "query.shape[0]|9223372036854775807"},
+    {"key_lengths beyond int64",
+     REQ(",\"mask\":{\"key_lengths\":[18446744073709551616]}"), NULL, 422,
+     "invalid_value", "mask.key_lengths", "mask.key_lengths[0]|1.84467441e+19"},
+    {"shape fractional",
+     "{\"query\":{\"shape\":[1.5,1],\"data\":[1]},"
+     "\"num_heads\":1}",
+     NULL, 422, "invalid_type", "query.shape", "query.shape[0]|fractional"},
+    {"beyond int64 and then a syntax error",
+     "{\"query\":" Q24 ",\"num_heads\":18446744073709551616,\n  ]", NULL, 400,
+     "invalid_json", NULL, "line 2, column 3"},
+    {"beyond int64 in a float that overflows float32",
+     "{\"query\":[[340282366920938463463374607431768211456,2,3,4],[5,6,7,8]],"
+     "\"num_heads\":1}",
+     NULL, 422, "non_finite", "query", "query[0][0]"},
+    /* numbers beyond a double's range, valid JSON too */
+    {"scale beyond double", REQ(",\"scale\":1e400"), NULL, 422, "non_finite",
+     "scale", "at least 9e+307"},
+    {"a query element beyond double",
+     "{\"query\":[[1,2,3,4],[5,6,-1e400,8]],\"num_heads\":1}", NULL, 422,
+     "non_finite", "query", "query[1][2]|at most -9e+307"},
+    {"a big query element beyond double", NULL, big_beyond_double, 422,
+     "non_finite", "query", "query[7][15]|at least 9e+307"},
+    {"an integer beyond double", "{\"query\":" Q24 INT400 "}", NULL, 422,
+     "invalid_value", "num_heads", "at least 9e+307|1 to"},
+    {"allow beyond double", REQ(",\"mask\":{\"allow\":[[1,1],[1,1e999]]}"),
+     NULL, 422, "invalid_value", "mask.allow",
+     "mask.allow[1][1]|at least 9e+307"},
+    /* any JSON value is a text; the request must be an object */
+    {"request null", "null", NULL, 422, "invalid_type", NULL, "null"},
+    {"request a number", " 5 ", NULL, 422, "invalid_type", NULL, "number"},
+    {"request a string", "\"query\"", NULL, 422, "invalid_type", NULL,
+     "string"},
+    {"request 1e400", "1e400", NULL, 422, "invalid_type", NULL, "number"},
+    {"request true then junk", "true false", NULL, 400, "invalid_json", NULL,
+     "line 1"},
     /* the configured limits: 16, 4, 4096, 16384 bytes, 5000 ms */
     {"max_seq_len (query)", NULL, too_long, 422, "limit_exceeded", "query",
      "17|max_seq_len 16"},
@@ -673,69 +768,6 @@ END_TEST
 
 /* ---- out of memory ------------------------------------------------------- */
 
-/* Whether tensors a and b hold the same shape and bytes. */
-static int same_tensor(const attn_tensor_t *a, const attn_tensor_t *b,
-                       size_t esize) {
-  if (a->rank != b->rank || (a->data == NULL) != (b->data == NULL))
-    return 0;
-  size_t n = 1;
-  for (int i = 0; i < a->rank; i++) {
-    if (a->dim[i] != b->dim[i])
-      return 0;
-    n *= (size_t)a->dim[i];
-  }
-  return a->data == NULL || memcmp(a->data, b->data, n * esize) == 0;
-}
-
-/* Names the first member in which requests a and b differ, or NULL: a
- * decode that met a failed allocation and still succeeded must give the
- * request the body asks for, not one with a byte lost on the way. */
-static const char *request_diff(const attnd_request_t *a,
-                                const attnd_request_t *b) {
-  const attn_params_t *p = &a->params, *q = &b->params;
-  struct {
-    const char *name;
-    const attn_tensor_t *x, *y;
-    size_t esize;
-  } t[] = {
-      {"query", &p->query, &q->query, 4},
-      {"key", &p->key, &q->key, 4},
-      {"value", &p->value, &q->value, 4},
-      {"q_weight", &p->q_weight, &q->q_weight, 4},
-      {"k_weight", &p->k_weight, &q->k_weight, 4},
-      {"v_weight", &p->v_weight, &q->v_weight, 4},
-      {"o_weight", &p->o_weight, &q->o_weight, 4},
-      {"q_bias", &p->q_bias, &q->q_bias, 4},
-      {"k_bias", &p->k_bias, &q->k_bias, 4},
-      {"v_bias", &p->v_bias, &q->v_bias, 4},
-      {"o_bias", &p->o_bias, &q->o_bias, 4},
-      {"key_lengths", &p->key_lengths, &q->key_lengths, 8},
-      {"allow", &p->allow, &q->allow, 1},
-      {"bias", &p->bias, &q->bias, 4},
-      {"alibi_slopes", &p->alibi_slopes, &q->alibi_slopes, 4},
-  };
-  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-    if (!same_tensor(t[i].x, t[i].y, t[i].esize))
-      return t[i].name;
-  if ((a->id == NULL) != (b->id == NULL) || (a->id && strcmp(a->id, b->id)))
-    return "id";
-  if (p->num_heads != q->num_heads || p->num_kv_heads != q->num_kv_heads ||
-      p->causal != q->causal || p->alibi != q->alibi ||
-      p->has_window_left != q->has_window_left ||
-      p->window_left != q->window_left ||
-      p->has_window_right != q->has_window_right ||
-      p->window_right != q->window_right || p->has_scale != q->has_scale ||
-      p->scale != q->scale || p->has_softcap != q->has_softcap ||
-      p->softcap != q->softcap || p->want_weights != q->want_weights ||
-      p->want_mean_weights != q->want_mean_weights ||
-      p->want_head_outputs != q->want_head_outputs)
-    return "an option";
-  if (a->encoding != b->encoding || a->weights_mode != b->weights_mode ||
-      a->want_metrics != b->want_metrics || a->timeout_ms != b->timeout_ms)
-    return "a return member or timeout_ms";
-  return NULL;
-}
-
 /* Bodies for the failures: each tensor form, with a mask and weights
  * requested; one with nothing optional; one with numbers that end where
  * jansson's token buffer grows; and two invalid ones, whose own error must
@@ -789,6 +821,13 @@ static char *oom_long_numbers(void) {
                 "\"num_heads\":1,\"scale\":0.12345678901234567890123456789}");
 }
 
+/* Integers beyond int64, which jansson reads only from the widened copy
+ * of the text (server/decode.c): a second parse to fail in. */
+static char *oom_big_int(void) {
+  return strdup("{\"query\":[[18446744073709551616,2,3,4],[5,6,7,8]],"
+                "\"num_heads\":1,\"scale\":99999999999999999999}");
+}
+
 typedef struct oom_case {
   const char *name;
   char *(*make)(void);
@@ -801,11 +840,12 @@ static const oom_case_t oom_cases[] = {
     {"base64, mask, a long string", oom_base64, 1},
     {"flat, nothing optional", oom_plain, 1},
     {"numbers of 15 and 31 characters", oom_long_numbers, 1},
+    {"integers beyond int64", oom_big_int, 1},
     {"2 in a big allow", big_bad_allow, 0},
     {"truncated", oom_truncated, 0},
 };
 #define N_OOM (int)(sizeof oom_cases / sizeof oom_cases[0])
-#define N_OOM_VALID 5     /* the valid ones come first */
+#define N_OOM_VALID 6     /* the valid ones come first */
 #define MAX_ALLOCS 100000 /* a bound on the loops, far above any body's */
 
 /* The wrappers are linked, and jansson's allocations reach them (through
@@ -852,7 +892,7 @@ START_TEST(test_oom_decode) {
     alloc_fail_arm(-1, 0);
     if (r == 0) {
       ck_assert_msg(c->valid, "%s: allocation %ld failed: decoded", c->name, n);
-      const char *d = request_diff(j, ref);
+      const char *d = decode_request_diff(j, ref);
       ck_assert_msg(d == NULL,
                     "%s: allocation %ld failed (sticky %d): %s "
                     "decoded differently",
@@ -960,6 +1000,426 @@ START_TEST(test_oom_encode) {
 }
 END_TEST
 
+/* ---- integer extremes (issue 11, defect 3) ------------------------------ */
+
+/* Every integer member of a request at 0, 1, 2^31 - 1, 2^31, 2^31 + 1 and
+ * 2^63 - 1, under the limits above: either it decodes, and then computes
+ * what the float64 reference does (window sides of 2^63 - 1 once wrapped
+ * in the kernel and gave rows of zeros), or it is a 422 naming the member.
+ * `body` has one %s for the value (two for the windows together); field[k]
+ * is the error's field for extreme k, NULL where the request is valid. */
+static const char *const int_extremes[] = {
+    "0", "1", "2147483647", "2147483648", "2147483649", "9223372036854775807"};
+
+typedef struct int_extreme_case {
+  const char *name, *body;
+  const char *field[6];
+} int_extreme_case_t;
+
+#define IX_Q32 "[[1,2],[3,4],[5,6]]" /* [Lq=3, E=2] */
+#define IX_K22 "[[1,0],[0,1]]"       /* [Lk=2, E=2]: Lq > Lk */
+#define IX_ALL(f)                                                              \
+  { f, f, f, f, f, f }
+#define IX_ONLY1(f)                                                            \
+  { f, NULL, f, f, f, f }
+
+/* clang-format off */
+static const int_extreme_case_t int_extreme_cases[] = {
+    {"num_heads", "{\"query\":" Q24 ",\"num_heads\":%s}",
+     IX_ONLY1("num_heads")},
+    {"num_kv_heads", "{\"query\":" Q24 ",\"key\":[[1,0],[0,1],[1,1]],"
+     "\"num_heads\":2,\"num_kv_heads\":%s}", IX_ONLY1("num_kv_heads")},
+    {"mask.window.left", "{\"query\":" IX_Q32 ",\"key\":" IX_K22 ","
+     "\"num_heads\":1,\"mask\":{\"window\":{\"left\":%s}}}", IX_ALL(NULL)},
+    {"mask.window.right", "{\"query\":" IX_Q32 ",\"key\":" IX_K22 ","
+     "\"num_heads\":1,\"mask\":{\"window\":{\"right\":%s}}}", IX_ALL(NULL)},
+    {"mask.window, both sides, causal", "{\"query\":" IX_Q32 ",\"key\":"
+     IX_K22 ",\"num_heads\":1,\"mask\":{\"causal\":true,"
+     "\"window\":{\"left\":%s,\"right\":%s}}}", IX_ALL(NULL)},
+    {"mask.key_lengths", "{\"query\":" IX_Q32 ",\"num_heads\":1,"
+     "\"mask\":{\"key_lengths\":[%s]}}",
+     {NULL, NULL, "mask.key_lengths", "mask.key_lengths", "mask.key_lengths",
+      "mask.key_lengths"}},
+    {"timeout_ms", "{\"query\":" IX_Q32 ",\"num_heads\":1,"
+     "\"timeout_ms\":%s}", IX_ONLY1("timeout_ms")},
+    {"query.shape rows", "{\"query\":{\"shape\":[%s,2],"
+     "\"data\":[1,2,3,4]},\"num_heads\":1}",
+     {"query.shape", "query.data", "query", "query", "query", "query"}},
+    {"query.shape width, base64", "{\"query\":{\"shape\":[2,%s],"
+     "\"dtype\":\"float32\",\"base64\":\"AACAPwAAAEAAAEBAAACAQA==\"},"
+     "\"num_heads\":1}",
+     {"query.shape", "query.base64", "query", "query", "query", "query"}},
+    {"mask.allow.shape", "{\"query\":" IX_Q32 ",\"num_heads\":1,"
+     "\"mask\":{\"allow\":{\"shape\":[%s,3],\"data\":[1,0,1]}}}",
+     {"mask.allow.shape", NULL, "mask.allow", "mask.allow", "mask.allow",
+      "mask.allow"}},
+    {"projections.q_weight.shape", "{\"query\":" IX_Q32 ",\"num_heads\":1,"
+     "\"projections\":{\"q_weight\":{\"shape\":[2,%s],"
+     "\"data\":[1,0,0,1]}}}",
+     {"projections.q_weight.shape", "projections.q_weight.data",
+      "projections.q_weight", "projections.q_weight", "projections.q_weight",
+      "projections.q_weight"}},
+};
+/* clang-format on */
+#define N_INT_EXTREME                                                          \
+  ((int)(sizeof int_extreme_cases / sizeof int_extreme_cases[0]) * 6)
+
+START_TEST(test_integer_extremes) {
+  const int_extreme_case_t *c = &int_extreme_cases[_i / 6];
+  const char *v = int_extremes[_i % 6], *want = c->field[_i % 6];
+  char body[512];
+  snprintf(body, sizeof body, c->body, v, v);
+  attnd_request_t *j = NULL;
+  attnd_error_t e;
+  int r = decode(body, &j, &e);
+  if (want != NULL) {
+    ck_assert_msg(r < 0 && attnd_error_status(e.code) == 422 &&
+                      strcmp(e.field, want) == 0,
+                  "%s = %s: want a 422 naming %s, got %s (%s: %s)", c->name, v,
+                  want, r < 0 ? attnd_error_name(e.code) : "success",
+                  r < 0 ? e.field : "", r < 0 ? e.message : "");
+    ck_assert_ptr_null(j);
+    return;
+  }
+  ck_assert_msg(r == 0, "%s = %s: %s (%s: %s)", c->name, v,
+                attnd_error_name(e.code), e.field, e.message);
+  attnd_scratch_t s = {NULL, 0};
+  ck_assert_int_eq(attnd_request_run(j, 0, &s), 0);
+  ref_result_t ref;
+  ck_assert_int_eq(ref_attention(&j->params, &ref), 0);
+  double err = tu_rel_err(j->out.out, ref.out, (size_t)j->plan.out_elems);
+  ck_assert_msg(err <= 1e-5, "%s = %s: output off the reference by %g", c->name,
+                v, err);
+  ref_result_free(&ref);
+  free(s.data);
+  attnd_request_free(j);
+}
+END_TEST
+
+/* ---- integers beyond int64, escaped base64 ------------------------------- */
+
+/* Integer literals beyond int64 are valid JSON and finite floats (issue 11,
+ * defect 6): read as floats where floats are expected, in small tensors
+ * (jansson) and big ones (the fast path) alike. Integers in any integral
+ * spelling are integers. */
+START_TEST(test_values_beyond_int64) {
+  static const char *const bodies[] = {
+      "{\"query\":[[18446744073709551616,-9223372036854775809,3,4],"
+      "[5,6,7,8]],\"num_heads\":2.0,\"scale\":99999999999999999999,"
+      "\"timeout_ms\":1e3,\"mask\":{\"window\":{\"left\":9223372036854775807,"
+      "\"right\":2E0}}}",
+      NULL, /* the same query, 8 x 16, through the fast path */
+  };
+  for (int k = 0; k < 2; k++) {
+    char *made =
+        k ? grid_body(0, 1, "-9223372036854775809", "18446744073709551616",
+                      ",\"scale\":99999999999999999999,"
+                      "\"timeout_ms\":1e3,\"mask\":{\"window\":"
+                      "{\"left\":9223372036854775807,\"right\":2E0}}")
+          : NULL;
+    attnd_request_t *j = NULL;
+    attnd_error_t e;
+    ck_assert_msg(decode(k ? made : bodies[0], &j, &e) == 0, "%d: %s %s: %s", k,
+                  attnd_error_name(e.code), e.field, e.message);
+    const float *q = j->params.query.data;
+    ck_assert(q[0] == 18446744073709551616.0f);
+    ck_assert(q[1] == -9223372036854775808.0f);
+    if (k == 0)
+      ck_assert(q[2] == 3 && q[7] == 8);
+    else
+      ck_assert(q[127] == 18446744073709551616.0f);
+    ck_assert(j->params.has_scale && j->params.scale == 1e20f);
+    ck_assert_int_eq(j->timeout_ms, 1000);
+    ck_assert(j->params.has_window_left && j->params.window_left == INT64_MAX);
+    ck_assert(j->params.has_window_right && j->params.window_right == 2);
+    ck_assert_int_eq(j->params.num_heads, k ? 1 : 2);
+    attnd_request_free(j);
+    free(made);
+  }
+}
+END_TEST
+
+/* A body with every '/' inside its strings sent as `esc` ("\\/", as PHP's
+ * json_encode does, or "\\u002f"): a new string. */
+static char *escape_slashes(const char *body, const char *esc) {
+  size_t n = 0, cap = strlen(body) * strlen(esc) + 1;
+  char *t = malloc(cap);
+  int in_string = 0;
+  for (const char *p = body; *p; p++) {
+    if (*p == '"' && (p == body || p[-1] != '\\'))
+      in_string = !in_string;
+    if (in_string && *p == '/') {
+      n += (size_t)snprintf(t + n, cap - n, "%s", esc);
+      continue;
+    }
+    t[n++] = *p;
+  }
+  t[n] = 0;
+  return t;
+}
+
+/* Bodies whose base64 texts escape their '/' decode to the same request as
+ * the plain ones (issue 11: the fast path must take them too, and the slow
+ * path read them the same). */
+START_TEST(test_values_escaped) {
+  static const char *const escapes[] = {"\\/", "\\u002f", "\\u002F"};
+  char *plain = _i < 4 ? val_body_of(3 * _i + 2) : oom_base64();
+  ck_assert_ptr_nonnull(strchr(plain, '/'));
+  attnd_request_t *ref = NULL;
+  attnd_error_t e;
+  ck_assert_msg(decode(plain, &ref, &e) == 0, "%s", e.message);
+  for (int k = 0; k < 3; k++) {
+    char *esc = escape_slashes(plain, escapes[k]);
+    attnd_request_t *j = NULL;
+    ck_assert_msg(decode(esc, &j, &e) == 0, "%s: %s", escapes[k], e.message);
+    const char *d = decode_request_diff(j, ref);
+    ck_assert_msg(d == NULL, "case %d, %s: %s differs", _i, escapes[k], d);
+    char why[1024];
+    ck_assert_msg(decode_diff(esc, strlen(esc), &cfg, why, sizeof why) == 0,
+                  "case %d, %s: %s", _i, escapes[k], why);
+    attnd_request_free(j);
+    free(esc);
+  }
+  attnd_request_free(ref);
+  free(plain);
+}
+END_TEST
+
+/* ---- the two paths ---------------------------------------------------------
+ *
+ * The fast path must be invisible (issue 11, defect 2): for every body, the
+ * same request or the same error as jansson alone (tests/decode_diff.h).
+ * The bodies: every error case and every value case above, and bodies made
+ * to find a difference: long strings where the scanner lifts strings and
+ * where it must not, escaped strings, numbers in every spelling, big
+ * arrays in every form, and arrays that only nearly qualify. Each has an
+ * array of 64 elements or more, so that the fast path runs. */
+
+/* A string of n copies of unit, quoted, in a new buffer. */
+static char *repeat(const char *unit, int n) {
+  size_t len = strlen(unit), cap = len * (size_t)n + 3;
+  char *t = malloc(cap);
+  t[0] = '"';
+  for (int k = 0; k < n; k++)
+    memcpy(t + 1 + len * (size_t)k, unit, len);
+  memcpy(t + 1 + len * (size_t)n, "\"", 2);
+  return t;
+}
+
+/* The base64 text of n floats, quoted, with every '/' spelled `slash`. */
+static char *b64_text(int n, const char *slash) {
+  float *x = malloc((size_t)n * sizeof *x);
+  for (int i = 0; i < n; i++)
+    x[i] = (float)(i * 37 % 101 - 50) / 7.0f;
+  size_t len = attnd_b64_encoded_len((size_t)n * 4);
+  char *q = malloc(len + 3);
+  q[0] = '"';
+  attnd_b64_encode(x, (size_t)n * 4, q + 1);
+  memcpy(q + 1 + len, "\"", 2);
+  ck_assert_ptr_nonnull(strchr(q, '/'));
+  char *t = escape_slashes(q, slash);
+  free(q);
+  free(x);
+  return t;
+}
+
+/* `tmpl` with each "$1".."$9" replaced by arg[0..8]: a new string. */
+static char *subst(const char *tmpl, char *const *arg) {
+  size_t cap = strlen(tmpl) + 1;
+  for (const char *p = tmpl; (p = strchr(p, '$')) != NULL; p++)
+    cap += strlen(arg[p[1] - '1']);
+  char *t = malloc(cap), *o = t;
+  for (const char *p = tmpl; *p; p++) {
+    if (*p == '$') {
+      const char *a = arg[*++p - '1'];
+      memcpy(o, a, strlen(a));
+      o += strlen(a);
+    } else {
+      *o++ = *p;
+    }
+  }
+  *o = 0;
+  return t;
+}
+
+static char *diff_body(int i);
+#define N_DIFF_EXTRA 128
+
+/* Each error case, each value case, then the extra bodies. */
+#define N_DIFF (N_ERR + 12 + N_DIFF_EXTRA)
+
+START_TEST(test_paths_agree) {
+  char *body;
+  if (_i < N_ERR)
+    body =
+        err_cases[_i].body ? strdup(err_cases[_i].body) : err_cases[_i].make();
+  else if (_i < N_ERR + 12)
+    body = val_body_of(_i - N_ERR);
+  else
+    body = diff_body(_i - N_ERR - 12);
+  if (body == NULL)
+    return; /* past the last extra body */
+  char why[1400];
+  ck_assert_msg(decode_diff(body, strlen(body), &cfg, why, sizeof why) == 0,
+                "body %d: %s\nbody: %.300s", _i, why, body);
+  free(body);
+}
+END_TEST
+
+/* Extra body k of the differential test, or NULL past the last. */
+static char *diff_body(int k) {
+  /* fills of the 8 x 16 query (grid_body), or one token in it */
+  static const char *const numbers[] = {
+      "1",
+      "1.0",
+      "1e0",
+      "10E-1",
+      "-0",
+      "0.0",
+      "-0.0",
+      "1e39",
+      "-1e39",
+      "1e400",
+      "18446744073709551616",
+      "-9223372036854775809",
+      "9223372036854775807",
+      "340282366920938463463374607431768211456",
+      "1.5e-45",
+      "1e-46",
+      "3.4028235e38",
+      "3.4028236e38",
+      "0.1234567890123456789012345",
+      "1e-400",
+      "123456789012345678901234567890e-20",
+      "1797693134862315807937289714053034150799341327100378269361737789804449"
+      "6829276475094664901797758720709633028641669288791094655554785194040263"
+      "0657488671505820681908902000708383676273854845817711531764475730270069"
+      "8555713669596228429148198608349364752927190741684443655107043427115596"
+      "99508093042880177904174497792",
+      "true",
+      "false",
+      "null",
+      "\"1\"",
+      "[1]",
+      "01",
+      "1.",
+      "-",
+  };
+  const int n_numbers = (int)(sizeof numbers / sizeof *numbers);
+  if (k < n_numbers) /* every element */
+    return grid_body(-1, -1, "", numbers[k], "");
+  k -= n_numbers;
+  if (k < n_numbers) /* one element, the last */
+    return grid_body(7, 15, numbers[k], "0.5", "");
+  k -= n_numbers;
+
+  /* extras with the big query: long strings, members, other tensors. In
+   * the templates, $1: 1500 b's, $2: 1500 escaped slashes, $3..$5: base64
+   * of 256 floats, its slashes plain, \/ and \u002f; $6: an [8, 16] of
+   * 0.5, $7: [8, 8] of true, $8: [8, 8] of 1 with a 0, $9: [16, 16]. */
+  char *arg[9] = {repeat("b", 1500),
+                  repeat("\\/", 1500),
+                  b64_text(256, "/"),
+                  b64_text(256, "\\/"),
+                  b64_text(256, "\\u002f"),
+                  grid(8, 16, -1, -1, "", "0.5"),
+                  grid(8, 8, -1, -1, "", "true"),
+                  grid(8, 8, 2, 3, "0", "1"),
+                  grid(16, 16, -1, -1, "", "0.125")};
+  static const char *const tmpl[] = {
+      /* long strings where no placeholder may go */
+      ",\"id\":$1",
+      ",\"id\":$2",
+      ",\"return\":{\"encoding\":$1}",
+      ",\"return\":{\"weights\":$2}",
+      ",\"mask\":{\"causal\":$1}",
+      ",\"bogus\":$1",
+      ",\"mask\":{\"bogus\":$2}",
+      ",$1:1",
+      ",\"key\":{\"shape\":[16,16],\"dtype\":$1,\"base64\":$3}",
+      /* base64 members where they mean nothing */
+      ",\"base64\":$3",
+      ",\"mask\":{\"base64\":$3}",
+      ",\"projections\":{\"base64\":$4}",
+      ",\"return\":{\"base64\":$3}",
+      ",\"key\":{\"base64\":$3}",
+      ",\"key\":{\"shape\":[16,16],\"base64\":$3,\"data\":[1]}",
+      ",\"id\":\"x\",\"base64\":$4",
+      ",\"key\":{\"shape\":[16,16],\"base64\":$3,\"base64\":$4}",
+      /* base64 tensors: plain and escaped, of the right size and not */
+      ",\"key\":{\"shape\":[16,16],\"base64\":$3}",
+      ",\"key\":{\"shape\":[16,16],\"base64\":$4}",
+      ",\"key\":{\"shape\":[16,16],\"base64\":$5}",
+      ",\"key\":{\"shape\":[16,16],\"dtype\":\"float32\",\"base64\":$4}",
+      ",\"key\":{\"base64\":$4,\"shape\":[16,16]}",
+      ",\"key\":{\"shape\":[16,15],\"base64\":$4}",
+      ",\"key\":{\"shape\":[8,16],\"base64\":$4}",
+      ",\"mask\":{\"allow\":{\"shape\":[8,16],\"dtype\":\"bool\","
+      "\"base64\":$4}}",
+      ",\"key\":{\"shape\":[16,16],\"base64\":$1}",
+      ",\"key\":{\"shape\":[16,16],\"base64\":$2}",
+      /* big arrays in every form */
+      ",\"key\":$6,\"mask\":{\"allow\":$7}",
+      ",\"key\":$6,\"mask\":{\"allow\":$8}",
+      ",\"key\":$6,\"mask\":{\"bias\":$8}",
+      ",\"key\":$6,\"value\":$6,\"projections\":{\"q_weight\":$9,"
+      "\"k_weight\":$9,\"v_weight\":$9,\"o_weight\":$9}",
+      ",\"projections\":{\"q_weight\":$9}",
+      ",\"projections\":{\"k_weight\":{\"shape\":[16,16],\"data\":$9}}",
+      ",\"key\":{\"shape\":[8,16],\"data\":$6}",
+      ",\"mask\":{\"alibi\":$6}",
+      ",\"mask\":{\"key_lengths\":$6}",
+      ",\"mask\":{\"window\":$6}",
+      ",\"return\":{\"weights\":$6}",
+      ",\"id\":$6",
+      ",\"timeout_ms\":$6",
+      ",\"key\":{\"shape\":$6,\"data\":[1]}",
+      /* arrays that nearly qualify */
+      ",\"key\":[$6]",
+      ",\"key\":[[$6]]",
+      ",\"key\":[[[$6]]]",
+      ",\"key\":[$6,$6]",
+      ",\"key\":$6,\"key\":$6",
+      ",\"key\":$6,",
+      ",\"key\":$6]",
+      ",\"key\":[\"\\u0001bulk\",1,0]",
+      NULL,
+  };
+  int n_fmt = 0;
+  while (tmpl[n_fmt])
+    n_fmt++;
+  char *ex = k < n_fmt ? subst(tmpl[k], arg) : NULL;
+  for (int a = 0; a < 9; a++)
+    free(arg[a]);
+  k -= n_fmt;
+  char *body = NULL;
+  if (ex) {
+    body = grid_body(-1, -1, "", "0.25", ex);
+    free(ex);
+  } else if (k < 4) {
+    /* num_heads in several spellings, and a key_lengths array of 64 */
+    static const char *const heads[] = {"1", "1.0", "1e0",
+                                        "18446744073709551616"};
+    char *q = malloc(64 * 20 + 64), *kl = malloc(64 * 4 + 8);
+    size_t n = 0, m = 0;
+    n += (size_t)sprintf(q + n, "[");
+    m += (size_t)sprintf(kl + m, "[");
+    for (int b = 0; b < 64; b++) {
+      n += (size_t)sprintf(q + n, "%s[[0.5,1,2,3]]", b ? "," : "");
+      m += (size_t)sprintf(kl + m, "%s%d", b ? "," : "", b % 2);
+    }
+    sprintf(q + n, "]");
+    sprintf(kl + m, "]");
+    body = malloc(n + m + 128);
+    sprintf(body,
+            "{\"query\":%s,\"num_heads\":%s,\"mask\":{\"key_lengths\":%s}}", q,
+            heads[k], kl);
+    free(q);
+    free(kl);
+  }
+  return body;
+}
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -971,6 +1431,13 @@ Suite *test_suite(void) {
 
   tc = tcase_create("values");
   tcase_add_loop_test(tc, test_values, 0, 12);
+  tcase_add_test(tc, test_values_beyond_int64);
+  tcase_add_loop_test(tc, test_values_escaped, 0, 5);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("paths");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, test_paths_agree, 0, N_DIFF);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("oom");
@@ -979,6 +1446,10 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_oom_decode, 0, 2 * N_OOM);
   tcase_add_loop_test(tc, test_oom_run, 0, 2 * N_OOM_VALID);
   tcase_add_loop_test(tc, test_oom_encode, 0, 2 * N_OOM_VALID);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("integer_extremes");
+  tcase_add_loop_test(tc, test_integer_extremes, 0, N_INT_EXTREME);
   suite_add_tcase(s, tc);
   return s;
 }

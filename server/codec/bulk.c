@@ -1,11 +1,19 @@
-/* server/codec/bulk.c: the bulk scanner. See bulk.h. */
+/* server/codec/bulk.c: the bulk scanner, and the number literals jansson
+ * refuses rewritten for it. See bulk.h. */
 #include "bulk.h"
 
 #include <jansson.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "number.h"
+
+_Thread_local uint64_t attnd__bulk_examined;
+
+/* Counts n bytes examined (bulk.h). */
+#define EXAMINED(n) (attnd__bulk_examined += (uint64_t)(n))
 
 /* ---- the bulk scanner -------------------------------------------------------
  *
@@ -17,14 +25,65 @@
  * (those of its nearest enclosing arrays; further ones stop at depth 5
  * before reaching it), so the scan is linear.
  *
+ * A string is skipped by string_close, whose two searches (for the next
+ * quote and for the next backslash) each move forward only, so a string
+ * full of escapes costs what a plain one does.
+ *
  * Why the skeleton parses exactly when the text does, to the same value: a
  * replaced array is a valid JSON array by jansson's own rules (the grammar
  * below, numbers that jansson accepts, true/false) and so is its
- * placeholder; jansson's parser state after either is the same, and all
- * other bytes are the same. The one global rule is jansson's depth limit,
- * JSON_PARSER_MAX_DEPTH, which counts every value, scalars included: a
- * rank-r array inside d containers reaches depth d + r + 1 and its
- * placeholder only d + 2, so an array is replaced only if d + r + 1 fits. */
+ * placeholder; a replaced string is a valid JSON string (only characters
+ * and escapes that jansson accepts) and so is its placeholder. jansson's
+ * parser state after either is the same, and all other bytes are the same.
+ * The one global rule is jansson's depth limit, JSON_PARSER_MAX_DEPTH,
+ * which counts every value, scalars included: a rank-r array inside d
+ * containers reaches depth d + r + 1 and its placeholder only d + 2, so an
+ * array is replaced only if d + r + 1 fits.
+ *
+ * Why no member but a tensor's "base64" ever sees a placeholder: a string
+ * is lifted only as the value of a key spelled "base64", which the decoder
+ * reads only as a tensor's base64 text; any other use of such a member is
+ * an unknown member or a type error, and those errors never show the
+ * value. */
+
+/* The closing quote of the string that opens at *open, or NULL if the text
+ * ends first; sets *escapes if the string holds a backslash. Each byte is
+ * examined at most twice: once by the search for a quote, once by the
+ * search for a backslash, and both only move forward (a quote is searched
+ * for again only after the one found turned out to be escaped). */
+static const char *string_close(const char *open, const char *end,
+                                int *escapes) {
+  const char *p = open + 1;
+  const char *q = memchr(p, '"', (size_t)(end - p));
+  EXAMINED((q ? q + 1 : end) - p);
+  *escapes = 0;
+  for (;;) {
+    const char *stop = q ? q : end, *bs = NULL, *c = p;
+    /* escapes come in runs: a few bytes by hand before a call */
+    for (; c < stop && c - p < 8 && !bs; c++)
+      bs = *c == '\\' ? c : NULL;
+    if (!bs && c < stop)
+      bs = memchr(c, '\\', (size_t)(stop - c));
+    EXAMINED((bs ? bs + 1 : stop) - p);
+    if (bs == NULL)
+      return q;
+    *escapes = 1;
+    if (end - bs <= 2)
+      return NULL; /* the escaped character is the text's last */
+    p = bs + 2;
+    if (q && p > q) { /* that quote was the escaped character */
+      q = memchr(p, '"', (size_t)(end - p));
+      EXAMINED((q ? q + 1 : end) - p);
+    }
+  }
+}
+
+static int hex_value(char c) {
+  return c >= '0' && c <= '9'   ? c - '0'
+         : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                : -1;
+}
 
 /* Whether s[0..n) is all printable ASCII (0x20..0x7e), eight bytes at a
  * time: a byte is flagged if its high bit is set (>= 0x80), if adding 1 to
@@ -69,14 +128,16 @@ static const char *skip_ws(const char *p, const char *end) {
  * max_rank whose leaves are all numbers or all true/false, with at least
  * min_elems of them. On success returns the first character after it and
  * fills *item, which takes the scratch's storage. Otherwise returns NULL,
- * with *oom set if the scratch could not grow.
+ * with *oom set if the scratch could not grow. Either way *stop is where
+ * reading stopped.
  *
  * len[l] counts the elements of the open array at level l (1-based); dim[l-1]
  * is the length every array at level l must have, 0 until the first of them
  * closes. The first leaf fixes the rank: every leaf must be that deep. */
+#define TRY_FAIL return (*stop = p, NULL)
 static const char *bulk_try(const char *p, const char *end, int max_rank,
                             size_t min_elems, scratch_t *sc, attnd_bulk_t *item,
-                            int *oom) {
+                            int *oom, const char **stop) {
   int64_t len[ATTND_BULK_MAX_RANK + 1], dim[ATTND_BULK_MAX_RANK] = {0};
   int level = 0, rank = 0, is_bool = -1;
   sc->n = 0;
@@ -84,32 +145,36 @@ static const char *bulk_try(const char *p, const char *end, int max_rank,
     /* a value: open arrays down to a leaf */
     while (*p == '[') {
       if (++level > max_rank || (rank && level > rank))
-        return NULL;
+        TRY_FAIL;
       len[level] = 0;
       p = skip_ws(p + 1, end);
       if (p == end)
-        return NULL;
+        TRY_FAIL;
     }
     if (!rank)
       rank = level;
     else if (level != rank)
-      return NULL;
+      TRY_FAIL;
 
     /* the leaf */
     float v;
     int leaf_bool;
+    const char *next;
     if (end - p >= 4 && memcmp(p, "true", 4) == 0) {
       v = 1.0f, leaf_bool = 1, p += 4;
     } else if (end - p >= 5 && memcmp(p, "false", 5) == 0) {
       v = 0.0f, leaf_bool = 1, p += 5;
-    } else if (attnd_number_parse(p, end, &v, &p) == 0) {
+    } else if (attnd_number_parse(p, end, &v, &next) == 0) {
+      if (next - p == 2 && *p == '-' && v == 0)
+        v = 0.0f; /* jansson reads the integer -0 as 0 */
       leaf_bool = 0;
+      p = next;
     } else {
-      return NULL;
+      TRY_FAIL;
     }
     if (is_bool != leaf_bool) {
       if (is_bool >= 0)
-        return NULL; /* numbers and booleans mixed */
+        TRY_FAIL; /* numbers and booleans mixed */
       is_bool = leaf_bool;
     }
     if (sc->n == sc->cap) {
@@ -118,7 +183,7 @@ static const char *bulk_try(const char *p, const char *end, int max_rank,
           cap <= SIZE_MAX / sizeof *x ? realloc(sc->x, cap * sizeof *x) : NULL;
       if (!x) {
         *oom = 1;
-        return NULL;
+        TRY_FAIL;
       }
       sc->x = x;
       sc->cap = cap;
@@ -130,20 +195,20 @@ static const char *bulk_try(const char *p, const char *end, int max_rank,
     for (;;) {
       p = skip_ws(p, end);
       if (p == end)
-        return NULL;
+        TRY_FAIL;
       if (*p == ',') {
         p = skip_ws(p + 1, end);
         if (p == end)
-          return NULL;
+          TRY_FAIL;
         break;
       }
       if (*p != ']')
-        return NULL;
+        TRY_FAIL;
       p++;
       if (!dim[level - 1])
         dim[level - 1] = len[level];
       else if (dim[level - 1] != len[level])
-        return NULL; /* ragged */
+        TRY_FAIL; /* ragged */
       if (--level == 0)
         goto done;
       len[level]++;
@@ -151,9 +216,11 @@ static const char *bulk_try(const char *p, const char *end, int max_rank,
   }
 
 done:
+  *stop = p;
   if (sc->n < min_elems)
     return NULL;
   item->n = sc->n;
+  item->copy = NULL;
   item->rank = rank;
   memset(item->dim, 0, sizeof item->dim);
   memcpy(item->dim, dim, (size_t)rank * sizeof *dim);
@@ -167,6 +234,7 @@ done:
   sc->n = sc->cap = 0;
   return p;
 }
+#undef TRY_FAIL
 
 void attnd_bulk_set_init(attnd_bulk_set_t *set, uint64_t nonce) {
   set->items = NULL;
@@ -175,15 +243,17 @@ void attnd_bulk_set_init(attnd_bulk_set_t *set, uint64_t nonce) {
 }
 
 void attnd_bulk_set_free(attnd_bulk_set_t *set) {
-  for (size_t i = 0; i < set->n; i++)
+  for (size_t i = 0; i < set->n; i++) {
     free(set->items[i].data);
+    free(set->items[i].copy);
+  }
   free(set->items);
   attnd_bulk_set_init(set, set->nonce);
 }
 
 /* Adds *item to the set and appends its placeholder to the skeleton: the
  * array placeholder, or for a string item the string placeholder. On
- * failure frees the item's data. Returns 0 or -1. */
+ * failure frees the item's data and copy. Returns 0 or -1. */
 static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item,
                     attnd_buf_t *skel) {
   if (set->n == set->cap) {
@@ -191,6 +261,7 @@ static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item,
     attnd_bulk_t *items = realloc(set->items, cap * sizeof *items);
     if (!items) {
       free(item->data);
+      free(item->copy);
       return -1;
     }
     set->items = items;
@@ -206,48 +277,109 @@ static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item,
   return skel->oom ? -1 : 0;
 }
 
+/* The string item for the characters s[0..n) of a string (between its
+ * quotes), when it is printable ASCII with only the escapes bulk.h allows
+ * and at least min_string characters once unescaped. Returns 1 and fills
+ * *item (text borrowed from s, or a copy it owns); 0 when the string does
+ * not qualify; -1 when out of memory. Linear: the unescaping copies spans
+ * between backslashes. */
+static int string_item(const char *s, size_t n, int escapes, size_t min_string,
+                       attnd_bulk_t *item) {
+  memset(item, 0, sizeof *item);
+  if (n < min_string)
+    return 0;
+  if (!escapes) {
+    EXAMINED(n);
+    if (!printable(s, n))
+      return 0;
+    item->text = s;
+    item->text_len = n;
+    return 1;
+  }
+  char *out = malloc(n ? n : 1), *o = out;
+  if (!out)
+    return -1;
+  const char *p = s, *end = s + n;
+  while (p < end) {
+    const char *bs = memchr(p, '\\', (size_t)(end - p));
+    const char *stop = bs ? bs : end;
+    EXAMINED(stop - p);
+    if (!printable(p, (size_t)(stop - p)))
+      goto no;
+    memcpy(o, p, (size_t)(stop - p));
+    o += stop - p;
+    if (!bs)
+      break;
+    if (end - bs < 2)
+      goto no;
+    char c = bs[1];
+    p = bs + 2;
+    if (c == '"' || c == '\\' || c == '/') {
+      *o++ = c;
+      continue;
+    }
+    /* \u00XX, XX a printable character; anything else is jansson's */
+    if (c != 'u' || end - p < 4 || p[0] != '0' || p[1] != '0')
+      goto no;
+    int hi = hex_value(p[2]), lo = hex_value(p[3]);
+    if (hi < 0 || lo < 0 || hi * 16 + lo < 0x20 || hi * 16 + lo > 0x7e)
+      goto no;
+    *o++ = (char)(hi * 16 + lo);
+    p += 4;
+  }
+  if ((size_t)(o - out) < min_string)
+    goto no;
+  item->copy = out;
+  item->text = out;
+  item->text_len = (size_t)(o - out);
+  return 1;
+no:
+  free(out);
+  return 0;
+}
+
 int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
                     size_t min_string, attnd_bulk_set_t *set,
                     attnd_buf_t *skeleton) {
   const char *p = src, *end = src + n;
   const char *copied = src; /* src[copied..p) is still to be copied */
   size_t depth = 0;         /* containers open at p */
+  int key = 0; /* 1: the last token is the string "base64"; 2: and ':' */
   scratch_t sc = {NULL, 0, 0};
   int oom = 0;
+  EXAMINED(n); /* the main pass */
   while (p < end && !oom) {
     switch (*p) {
     case '"': { /* a string: skip to its closing quote */
-      const char *open = p++;
-      int escapes = 0;
-      for (;;) { /* the next quote that no backslash escapes */
-        const char *q = memchr(p, '"', (size_t)(end - p));
-        const char *bs = memchr(p, '\\', (size_t)((q ? q : end) - p));
-        if (bs == NULL) {
-          p = q ? q + 1 : end;
-          break;
-        }
-        escapes = 1;
-        p = bs + 2 < end ? bs + 2 : end;
-      }
-      size_t len = (size_t)(p - open);
-      if (!escapes && min_string && p[-1] == '"' && len >= min_string + 2 &&
-          printable(open + 1, len - 2)) {
-        attnd_bulk_t item = {.text = open + 1, .text_len = len - 2};
+      const char *open = p;
+      int escapes, is_value = key == 2;
+      const char *close = string_close(open, end, &escapes);
+      p = close ? close + 1 : end;
+      key = close && close - open == 7 && memcmp(open + 1, "base64", 6) == 0;
+      attnd_bulk_t item;
+      int r = is_value && close && min_string
+                  ? string_item(open + 1, (size_t)(close - open - 1), escapes,
+                                min_string, &item)
+                  : 0;
+      if (r > 0) {
         attnd_buf_append(skeleton, copied, (size_t)(open - copied));
         oom = bulk_add(set, &item, skeleton) < 0;
         copied = p;
       }
+      oom |= r < 0;
       break;
     }
     case '[': {
       attnd_bulk_t item;
-      const char *after = NULL;
+      const char *after = NULL, *stop = p;
       if (depth + 2 <= JSON_PARSER_MAX_DEPTH) {
         size_t room = JSON_PARSER_MAX_DEPTH - 1 - depth; /* ranks that fit */
         int max_rank =
             room < ATTND_BULK_MAX_RANK ? (int)room : ATTND_BULK_MAX_RANK;
-        after = bulk_try(p, end, max_rank, min_elems, &sc, &item, &oom);
+        after = bulk_try(p, end, max_rank, min_elems, &sc, &item, &oom, &stop);
       }
+      EXAMINED(stop - p);
+      key = 0;
       if (after) {
         attnd_buf_append(skeleton, copied, (size_t)(p - copied));
         oom = bulk_add(set, &item, skeleton) < 0;
@@ -261,13 +393,21 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
     case '{':
       depth++;
       p++;
+      key = 0;
       break;
     case ']':
     case '}':
       depth -= depth > 0;
       p++;
+      key = 0;
+      break;
+    case ':':
+      key = key == 1 ? 2 : 0;
+      p++;
       break;
     default:
+      if (!is_ws(*p))
+        key = 0;
       p++;
     }
   }
@@ -277,4 +417,104 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
     oom = skeleton->oom;
   }
   return oom ? -1 : 0;
+}
+
+/* ---- numbers jansson refuses ---------------------------------------------
+ *
+ * jansson reads an integer literal with strtoll and refuses one that
+ * overflows ("too big integer"), though it is valid JSON and, as a float,
+ * a finite value; and it refuses a literal whose value overflows a double
+ * ("real number overflow"). The decoder then has jansson read a copy of the
+ * text with each such literal rewritten (bulk.h). An integer beyond int64
+ * becomes a real literal of the same double value (strtod's): 17
+ * significant digits and an exponent, which a literal of 19 digits or more
+ * always has room for (17 + "e" + at most 3 exponent digits). A literal
+ * beyond a double becomes "9e307" or "-9e307", which a literal of such a
+ * value always has room for ("2e308" is the shortest). Both are padded with
+ * spaces after them. */
+
+/* Writes the real literal for the integer literal s[0..n) (an optional '-'
+ * and 19 digits or more, a finite double) into buf (at least 32 bytes);
+ * returns its length, 0 when it would be longer than the literal, or
+ * (size_t)-1 when out of memory. */
+static size_t widened(const char *s, size_t n, char *buf) {
+  char small[64], *tok = n < sizeof small ? small : malloc(n + 1);
+  if (!tok)
+    return (size_t)-1;
+  memcpy(tok, s, n);
+  tok[n] = '\0';
+  double d = strtod(tok, NULL);
+  if (tok != small)
+    free(tok);
+  char e[40];
+  snprintf(e, sizeof e, "%.16e", fabs(d)); /* d.dddddddddddddddde+XX */
+  char digits[17];
+  digits[0] = e[0];
+  memcpy(digits + 1, e + 2, 16);
+  int exp10 = atoi(e + 19) - 16, nd = 17;
+  while (nd > 1 && digits[nd - 1] == '0') {
+    nd--;
+    exp10++;
+  }
+  int len = snprintf(buf, 32, "%s%.*se%d", d < 0 ? "-" : "", nd, digits, exp10);
+  return len > 0 && (size_t)len <= n ? (size_t)len : 0;
+}
+
+long attnd_json_widen_numbers(const char *src, size_t n, attnd_buf_t *out) {
+  const char *p = src, *end = src + n;
+  const char *copied = src; /* src[copied..p) is still to be copied */
+  long count = 0;
+  EXAMINED(n); /* the main pass, and the digits of every number */
+  while (p < end) {
+    if (*p == '"') {
+      int escapes;
+      const char *close = string_close(p, end, &escapes);
+      p = close ? close + 1 : end;
+      continue;
+    }
+    if (*p != '-' && (*p < '0' || *p > '9')) {
+      p++;
+      continue;
+    }
+    const char *tok = p, *next = NULL;
+    float f;
+    int r = attnd_number_parse(tok, end, &f, &next);
+    if (r == -1) { /* not a number: step over what looks like one */
+      while (p < end && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' ||
+                         *p == 'E' || *p == '+' || *p == '-'))
+        p++;
+      continue;
+    }
+    EXAMINED(next - tok);
+    size_t tlen = (size_t)(next - tok), len = 0;
+    const char *digits = tok + (*tok == '-');
+    size_t nd = (size_t)(next - digits);
+    char buf[32];
+    if (r == -2) {               /* beyond a double */
+      len = *tok == '-' ? 6 : 5; /* ATTND_JSON_HUGE */
+      memcpy(buf, *tok == '-' ? "-9e307" : "9e307", len);
+    } else if (memchr(digits, '.', nd) == NULL &&
+               memchr(digits, 'e', nd) == NULL &&
+               memchr(digits, 'E', nd) == NULL &&
+               (nd > 19 ||
+                (nd == 19 && memcmp(digits,
+                                    *tok == '-' ? "9223372036854775808"
+                                                : "9223372036854775807",
+                                    19) > 0))) { /* an integer beyond int64 */
+      len = widened(tok, tlen, buf);
+      if (len == (size_t)-1)
+        return -1;
+    }
+    if (len && len <= tlen) {
+      attnd_buf_append(out, copied, (size_t)(tok - copied));
+      attnd_buf_append(out, buf, len);
+      for (size_t k = len; k < tlen; k++)
+        attnd_buf_append(out, " ", 1);
+      copied = next;
+      count++;
+    }
+    p = next;
+  }
+  attnd_buf_append(out, copied, (size_t)(p - copied));
+  return out->oom ? -1 : count;
 }

@@ -1,9 +1,11 @@
 /* server/codec/bulk.h: the bulk scanner, jansson's fast lane.
  *
  * It copies a JSON text into a small "skeleton" where every large, regular
- * array of numbers (or of booleans) and every long plain string is replaced
+ * array of numbers (or of booleans) and every long base64 text is replaced
  * by a placeholder, and parses those arrays itself. jansson then parses only
- * the skeleton. Any thread, one set per thread. */
+ * the skeleton. Also the widening of integers beyond int64 that jansson
+ * refuses. Every function here reads its input in one linear pass (see
+ * attnd__bulk_examined). Any thread, one set per thread. */
 #ifndef ATTND_CODEC_BULK_H
 #define ATTND_CODEC_BULK_H
 
@@ -16,8 +18,9 @@
 
 /* One array the scanner parsed: `rank` nested levels (1..4) of the given
  * shape, every leaf a number (is_bool 0) or every leaf true/false (is_bool
- * 1, stored as 1.0f/0.0f). Or one long plain string (text != NULL): its
- * characters between the quotes, borrowed from the scanned text. */
+ * 1, stored as 1.0f/0.0f). Or one long base64 text (text != NULL): the
+ * string's value, borrowed from the scanned text when the string has no
+ * escapes, else unescaped into `copy`, which the set owns. */
 typedef struct attnd_bulk {
   float *data; /* owned by the set; NULL for a string */
   size_t n;    /* elements: the product of dim */
@@ -26,6 +29,7 @@ typedef struct attnd_bulk {
   int is_bool;
   const char *text; /* a string item, or NULL */
   size_t text_len;
+  char *copy; /* owned by the set: what `text` points to, or NULL */
 } attnd_bulk_t;
 
 typedef struct attnd_bulk_set {
@@ -38,10 +42,16 @@ void attnd_bulk_set_init(attnd_bulk_set_t *set, uint64_t nonce);
 void attnd_bulk_set_free(attnd_bulk_set_t *set);
 
 /* Copies the JSON text src[0..n) into `skeleton` (appended, NUL-terminated),
- * replacing each string of at least `min_string` characters (0: none) that
- * holds only printable ASCII without escapes (as base64 does) by the string
- * placeholder "\u0001bulk:<nonce>:<k>", and each array that is all of the
- * following by an array placeholder:
+ * replacing with a string placeholder "\u0001bulk:<nonce>:<k>" each string
+ * that is all of the following (base64 data, and nothing else, so that no
+ * other member can ever see a placeholder):
+ *   - the value of an object member whose key is spelled "base64" (no
+ *     escapes in the key);
+ *   - of at least `min_string` characters once unescaped (0: none lifted);
+ *   - printable ASCII, as base64 is: raw characters 0x20..0x7e and only the
+ *     escapes \" \\ \/ and \u00XX of a printable character (PHP sends
+ *     every '/' as \/);
+ * and each array that is all of the following by an array placeholder:
  *   - at most ATTND_BULK_MAX_RANK levels deep, rectangular (every sub-array
  *     at one level has the same length, none empty);
  *   - leaves all JSON numbers that attnd_number_parse accepts, or all the
@@ -55,7 +65,7 @@ void attnd_bulk_set_free(attnd_bulk_set_t *set);
  *   ["\u0001bulk",<nonce>,<k>]
  * with <nonce> the set's nonce in decimal (a 53-bit value). The first
  * character of a placeholder is '[', like the array it stands for.
- * A string item's text points into src, which must outlive the set.
+ * A string item's text may point into src, which must outlive the set.
  * Everything else is copied byte for byte, including anything malformed:
  * the scanner never reports JSON errors; jansson finds them in the
  * skeleton. If the skeleton fails to parse, the caller re-parses the
@@ -64,5 +74,26 @@ void attnd_bulk_set_free(attnd_bulk_set_t *set);
 int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
                     size_t min_string, attnd_bulk_set_t *set,
                     attnd_buf_t *skeleton);
+
+/* Copies the JSON text src[0..n) into `out` (appended, NUL-terminated) with
+ * the number literals outside strings that jansson refuses, though they are
+ * valid JSON ("too big integer", "real number overflow"), rewritten as
+ * literals it reads, padded with spaces to the same length, so that any
+ * other error is at the same line and column:
+ *   - an integer literal beyond int64 as a real literal of the same double
+ *     value (strtod's), e.g. 18446744073709551616 as 18446744073709552e3;
+ *   - a literal whose value overflows a double as ATTND_JSON_HUGE (9e307),
+ *     or its negative: a value that is no float32 either, and that no
+ *     integer member accepts, so that it gets the answer it would get as a
+ *     number (422), where jansson alone answers 400.
+ * Returns the number of literals rewritten, or -1 when out of memory. */
+#define ATTND_JSON_HUGE 9e307
+long attnd_json_widen_numbers(const char *src, size_t n, attnd_buf_t *out);
+
+/* For tests: how many bytes of input this thread's calls of the functions
+ * above have examined so far, counting every pass over a byte (the main
+ * pass, the searches for a string's end, each try at reading an array).
+ * Linear scans examine a small constant times their input. */
+extern _Thread_local uint64_t attnd__bulk_examined;
 
 #endif

@@ -81,7 +81,10 @@ static inline int is_digit(char c) {
  * NUL-terminated copy of the token, which keeps strtod's
  * rounding to double and then to float, and its overflow report. The
  * grammar is jansson's: "01", "1." and "1e" are invalid tokens there, not
- * a number followed by something. */
+ * a number followed by something. An integer literal beyond int64 is read
+ * as the real it is, as the decoder has jansson read it (bulk.h,
+ * attnd_json_widen_numbers). Linear in the token: each character is read
+ * once here, and once more by strtod on the slow path. */
 int attnd_number_parse(const char *s, const char *end, float *out,
                        const char **next) {
   const char *p = s;
@@ -100,10 +103,8 @@ int attnd_number_parse(const char *s, const char *end, float *out,
   int nsig = 0;  /* significant digits in mant (leading zeros excluded) */
   int whole = 1; /* no significant digit was left out of mant */
   int64_t e10 = 0;
-  int is_int = 1; /* no fraction and no exponent: jansson's integer */
 
   /* integer part: "0" or [1-9][0-9]* */
-  const char *int_start = p;
   if (*p == '0') {
     p++;
     if (p < end && is_digit(*p))
@@ -118,14 +119,12 @@ int attnd_number_parse(const char *s, const char *end, float *out,
       }
     } while (++p < end && is_digit(*p));
   }
-  size_t int_len = (size_t)(p - int_start);
 
   /* fraction: "." [0-9]+ */
   if (p < end && *p == '.') {
     p++;
     if (p == end || !is_digit(*p))
       return -1;
-    is_int = 0;
     do {
       if (nsig < 19) {
         mant = mant * 10 + (uint64_t)(*p - '0');
@@ -146,7 +145,6 @@ int attnd_number_parse(const char *s, const char *end, float *out,
       eneg = *p++ == '-';
     if (p == end || !is_digit(*p))
       return -1;
-    is_int = 0;
     int64_t ex = 0;
     do {
       if (ex < 1000000)
@@ -154,12 +152,6 @@ int attnd_number_parse(const char *s, const char *end, float *out,
     } while (++p < end && is_digit(*p));
     e10 += eneg ? -ex : ex;
   }
-
-  /* jansson reads an integer with strtoll and rejects what overflows it. */
-  if (is_int && (int_len > 19 ||
-                 (int_len == 19 && mant > (neg ? 9223372036854775808ull
-                                               : 9223372036854775807ull))))
-    return -2;
 
   double d;
   if (mant == 0) { /* zero, whatever the exponent */
@@ -180,8 +172,10 @@ int attnd_number_parse(const char *s, const char *end, float *out,
     int range = errno == ERANGE;
     if (tok != small)
       free(tok);
-    if (range && isinf(d))
+    if (range && isinf(d)) {
+      *next = p;
       return -2; /* jansson: "real number overflow"; underflow is fine */
+    }
   }
   *out = (float)d;
   *next = p;

@@ -31,9 +31,13 @@ int attnd_float_format(float v, char *buf);
  * ([eE][+-]?[0-9]+)?) starting at s, reading no further than end. On
  * success returns 0, stores (double)strtod-result rounded to float in *out
  * (the same bits as (float)strtod(s)) and the first unread character in
- * *next. Returns -1 if s does not start with a valid JSON number, or -2 for
- * a number jansson rejects: a real that overflows a double, or an integer
- * (no '.' and no exponent) outside the range of long long. */
+ * *next. Returns -1 if s does not start with a valid JSON number, or -2,
+ * with *next set, for a number whose value overflows a double, which
+ * jansson refuses ("real number overflow", or "too big integer" for an
+ * integer literal so long). An integer literal beyond int64 is a finite
+ * value, which jansson alone refuses too: the decoder widens it to a real
+ * for jansson (bulk.h, attnd_json_widen_numbers), and it parses here to the
+ * same float. */
 int attnd_number_parse(const char *s, const char *end, float *out,
                        const char **next);
 
