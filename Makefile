@@ -16,7 +16,7 @@ BUILD ?= build
 SAN ?=
 
 PKG_CORE := openblas
-PKG_SERVER := libmicrohttpd jansson libuv
+PKG_SERVER := libmicrohttpd jansson libuv gnutls
 PKG_TEST := check libcurl
 
 OPT ?= -O2
@@ -71,7 +71,7 @@ TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all build run test check asan deps clean format bench bench-compare \
-  loadtest container-test
+  loadtest container-test fuzz
 .DEFAULT_GOAL := all
 
 all: deps
@@ -182,7 +182,7 @@ $(BUILD)/attnd: $(BUILD)/server/main.o $(BUILD)/libattnd.a $(BUILD)/libattnd-cod
 $(BUILD)/attn-bench: $(BUILD)/bench/attn_bench.o $(BUILD)/bench/bench.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
-$(BUILD)/codec-bench: $(BUILD)/bench/codec_bench.o $(BUILD)/bench/bench.o $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
+$(BUILD)/codec-bench: $(BUILD)/bench/codec_bench.o $(BUILD)/bench/bench.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
 # The end-to-end bench drives a real server with bench/server.c (launcher
@@ -210,6 +210,57 @@ format:
 
 clean:
 	rm -rf build
+
+# ---- fuzzing: libFuzzer harnesses (tests/fuzz/), clang-14 -----------------
+# `make fuzz` installs clang-14 and its runtimes (tools/deps.sh fuzz), builds
+# every tests/fuzz/fuzz_<name>.c against the sources compiled again with
+# coverage, ASan and UBSan into build/fuzz/, and runs each for FUZZ_SECONDS
+# on a copy of its seed corpus (tests/fuzz/run.sh). Any crash fails it.
+# gcc's -Werror build is the warnings gate; clang's own warnings here (such
+# as dead branches of constant tables) do not stop the fuzzers. The kernels
+# use GCC vector built-ins, so they are built by gcc with the same
+# sanitizers (both runtimes are compiler-rt's; clang's is linked).
+FUZZ_SECONDS ?= 60
+FUZZ_CC := clang-14
+FUZZ_DIR := build/fuzz
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
+  -fno-omit-frame-pointer
+FUZZ_CFLAGS = $(filter-out -Werror $(OPT),$(CFLAGS_SERVER)) -O1 \
+  -fsanitize=fuzzer-no-link $(FUZZ_SAN) -iquote tests -Wno-constant-conversion
+FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
+FUZZ_LIBS := $(FUZZ_DIR)/libfuzz-tests.a $(FUZZ_DIR)/libattnd.a \
+  $(FUZZ_DIR)/libattnd-codec.a $(FUZZ_DIR)/libattn.a
+# Helpers the harnesses may call: tests/fuzz/*.c that are not harnesses, and
+# the decode differential of tests/ (an archive: linked where referenced).
+FUZZ_TEST_SRC := $(filter-out tests/fuzz/fuzz_%,$(wildcard tests/fuzz/*.c)) \
+  $(wildcard tests/decode_diff.c)
+
+fuzz:
+	@sh tools/deps.sh fuzz
+	@$(MAKE) --no-print-directory $(FUZZ_BIN)
+	@sh tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZ_NAMES)
+
+$(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_LIBS)
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $^ -o $@ $(LIBS_SERVER)
+
+$(FUZZ_DIR)/libattn.a: $(CORE_SRC:%.c=$(FUZZ_DIR)/%.o) \
+  $(foreach isa,generic avx2 avx512,$(FUZZ_DIR)/core/kernel_$(isa).o)
+$(FUZZ_DIR)/libattnd.a: $(SERVER_SRC:%.c=$(FUZZ_DIR)/%.o)
+$(FUZZ_DIR)/libattnd-codec.a: $(CODEC_SRC:%.c=$(FUZZ_DIR)/%.o)
+$(FUZZ_DIR)/libfuzz-tests.a: $(FUZZ_TEST_SRC:%.c=$(FUZZ_DIR)/%.o)
+$(FUZZ_LIBS):
+	@rm -f $@
+	ar rcs $@ $^
+
+$(FUZZ_DIR)/%.o: %.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FUZZ_DIR)/core/kernel_%.o: core/kernel.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_CORE) -O3 -ffp-contract=fast $(ISA_$*) $(FUZZ_SAN) \
+	  -DATTN_KERNEL_ISA=$* -c $< -o $@
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 .SECONDARY:

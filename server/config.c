@@ -14,8 +14,9 @@
 
 enum { T_INT, T_STR };
 /* F_AUTO: accepts "auto" (as 0); F_SIZE: K/M/G suffixes; F_INFO and
- * F_LIMIT: shown by GET /v1/info, at its top level or under "limits". */
-enum { F_AUTO = 1, F_SIZE = 2, F_INFO = 4, F_LIMIT = 8 };
+ * F_LIMIT: shown by GET /v1/info, at its top level or under "limits";
+ * F_SECRET: a value no message or printout shows. */
+enum { F_AUTO = 1, F_SIZE = 2, F_INFO = 4, F_LIMIT = 8, F_SECRET = 16 };
 
 typedef struct key {
   const char *name;
@@ -29,11 +30,12 @@ typedef struct key {
 
 #define INT_KEY(n, d, lo, hi, fl, h)                                           \
   { #n, T_INT, offsetof(attnd_config_t, n), 0, d, lo, hi, fl, h }
-#define STR_KEY(n, d, h)                                                       \
+#define STR_KEYF(n, d, fl, h)                                                  \
   {                                                                            \
 #n, T_STR, offsetof(attnd_config_t, n), sizeof(((attnd_config_t *)0)->n),  \
-        d, 0, 0, 0, h                                                          \
+        d, 0, 0, fl, h                                                         \
   }
+#define STR_KEY(n, d, h) STR_KEYF(n, d, 0, h)
 
 static const cfg_key_t keys[] = {
     STR_KEY(host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for all)"),
@@ -82,6 +84,19 @@ static const cfg_key_t keys[] = {
     STR_KEY(blas_coretype, "auto",
             "OpenBLAS kernel: auto (best for this CPU), library (OpenBLAS's "
             "own choice) or a core name such as SkylakeX"),
+    STR_KEYF(api_keys, "", F_SECRET,
+             "API keys clients send as 'Authorization: Bearer <key>', "
+             "comma-separated; empty (and no api_keys_file): no keys needed"),
+    STR_KEY(api_keys_file, "",
+            "a file of API keys, one a line, re-read on SIGHUP"),
+    STR_KEY(public_paths, "/healthz,/readyz,/metrics",
+            "paths that need no API key, comma-separated"),
+    STR_KEY(tls_cert_file, "",
+            "PEM certificate (chain) to serve HTTPS with; empty: plain HTTP"),
+    STR_KEY(tls_key_file, "", "PEM private key of tls_cert_file"),
+    STR_KEY(cors_allow_origins, "",
+            "origins browsers may call from (CORS), comma-separated, or *; "
+            "empty: no CORS headers"),
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -108,8 +123,9 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
   char *dst = (char *)cfg + k->off;
   if (k->type == T_STR) {
     if (strlen(val) >= k->size)
-      return attnd_fail(msg, msz, "%s: %s is too long (at most %zu characters) [%s]",
-                  k->name, val, k->size - 1, from);
+      return attnd_fail(
+          msg, msz, "%s: %s is too long (at most %zu characters) [%s]", k->name,
+          (k->flags & F_SECRET) ? "the value" : val, k->size - 1, from);
     memcpy(dst, val, strlen(val) + 1);
     return 0;
   }
@@ -139,13 +155,13 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
   }
   if (end == val || *end || errno || __builtin_mul_overflow(x, mult, &v) ||
       v < k->min || v > k->max)
-    return attnd_fail(msg, msz,
-                "%s: bad value '%s' [%s]: expected an integer in [%" PRId64
-                ", %" PRId64 "]%s%s",
-                k->name, val, from, k->min, k->max,
-                (k->flags & F_SIZE) ? ", with an optional K, M or G suffix"
-                                    : "",
-                (k->flags & F_AUTO) ? ", or auto" : "");
+    return attnd_fail(
+        msg, msz,
+        "%s: bad value '%s' [%s]: expected an integer in [%" PRId64 ", %" PRId64
+        "]%s%s",
+        k->name, val, from, k->min, k->max,
+        (k->flags & F_SIZE) ? ", with an optional K, M or G suffix" : "",
+        (k->flags & F_AUTO) ? ", or auto" : "");
   memcpy(dst, &v, sizeof v);
   return 0;
 }
@@ -164,8 +180,9 @@ static int load_file(attnd_config_t *cfg, const char *path, char *msg,
                      size_t msz) {
   FILE *f = fopen(path, "r");
   if (f == NULL)
-    return attnd_fail(msg, msz, "config: cannot read %s: %s", path, strerror(errno));
-  char line[1024], from[600];
+    return attnd_fail(msg, msz, "config: cannot read %s: %s", path,
+                      strerror(errno));
+  char line[16384], from[600]; /* room for api_keys' 8K */
   int lineno = 0, r = 0;
   while (r == 0 && fgets(line, sizeof line, f)) {
     lineno++;
@@ -293,11 +310,12 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
     size_t n = eq ? (size_t)(eq - name) : strlen(name);
     const cfg_key_t *k = find_key(name, n);
     if (k == NULL)
-      return attnd_fail(msg, msz, "unknown flag '--%.*s' (see --help)", (int)n, name);
+      return attnd_fail(msg, msz, "unknown flag '--%.*s' (see --help)", (int)n,
+                        name);
     const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
     if (val == NULL)
-      return attnd_fail(msg, msz, "%s: flag --%.*s needs a value", k->name, (int)n,
-                  name);
+      return attnd_fail(msg, msz, "%s: flag --%.*s needs a value", k->name,
+                        (int)n, name);
     char from[64];
     snprintf(from, sizeof from, "flag --%.*s", (int)n, name);
     if (set_key(cfg, k, val, from, msg, msz) < 0)
@@ -305,9 +323,9 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
   }
   if (cfg->default_timeout_ms > cfg->max_timeout_ms)
     return attnd_fail(msg, msz,
-                "default_timeout_ms: %" PRId64
-                " is above max_timeout_ms %" PRId64,
-                cfg->default_timeout_ms, cfg->max_timeout_ms);
+                      "default_timeout_ms: %" PRId64
+                      " is above max_timeout_ms %" PRId64,
+                      cfg->default_timeout_ms, cfg->max_timeout_ms);
   resolve_auto(cfg, cores);
   return 0;
 }
@@ -316,7 +334,12 @@ void attnd_config_print(const attnd_config_t *cfg, FILE *f) {
   for (size_t i = 0; i < NKEYS; i++) {
     const cfg_key_t *k = &keys[i];
     const char *p = (const char *)cfg + k->off;
-    if (k->type == T_STR) {
+    if (k->type == T_STR && (k->flags & F_SECRET) && *p) {
+      int n = 0; /* the entries a list of keys holds */
+      for (const char *c = p; *c; c++)
+        n += *c != ',' && *c != ' ' && (c == p || c[-1] == ',' || c[-1] == ' ');
+      fprintf(f, "%s = \"<%d key%s>\"\n", k->name, n, n == 1 ? "" : "s");
+    } else if (k->type == T_STR) {
       fprintf(f, "%s = %s\n", k->name, p);
     } else {
       int64_t v;
@@ -337,7 +360,8 @@ void attnd_config_usage(FILE *f) {
     for (char *c = flag; *c; c++)
       if (*c == '_')
         *c = '-';
-    fprintf(f, "  %-24s %s (default %s)\n", flag, keys[i].help, keys[i].def);
+    fprintf(f, "  %-24s %s (default %s)\n", flag, keys[i].help,
+            keys[i].def[0] ? keys[i].def : "\"\"");
   }
 }
 

@@ -32,6 +32,15 @@ typedef struct attnd_config {
   int64_t drain_timeout_s;
   char access_log[256];   /* "stderr", "stdout", "off" or a file path */
   char blas_coretype[32]; /* "auto", "library" or an OpenBLAS core name */
+  /* Security (docs/security.md). api_keys is secret: --print-config shows
+   * how many keys it holds, and no message shows its text. It has room for
+   * a few keys; api_keys_file holds any number. */
+  char api_keys[8192];     /* comma-separated; "" for none */
+  char api_keys_file[512]; /* one key a line, re-read on SIGHUP; "" none */
+  char public_paths[1024]; /* comma-separated paths that need no key */
+  char tls_cert_file[512]; /* PEM; "" serves plain HTTP */
+  char tls_key_file[512];  /* PEM, unencrypted */
+  char cors_allow_origins[2048]; /* comma-separated origins, "*", or "" */
 } attnd_config_t;
 
 /* What loading decided besides the values. */
@@ -52,7 +61,8 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
                       char **argv, char **envp, int cores, char *msg,
                       size_t msg_size);
 
-/* Writes the configuration in the config file's format. */
+/* Writes the configuration in the config file's format, secrets redacted
+ * (api_keys = "<2 keys>", which does not read back as a key). */
 void attnd_config_print(const attnd_config_t *cfg, FILE *f);
 
 /* Calls fn for each integer key that GET /v1/info shows, in the table's

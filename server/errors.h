@@ -13,6 +13,8 @@
 /* X(NAME, "code", status, reason) */
 #define ATTND_ERROR_MAP(X)                                                     \
   X(INVALID_JSON, "invalid_json", 400, INVALID)                                \
+  X(BAD_REQUEST, "bad_request", 400, INVALID)                                  \
+  X(UNAUTHORIZED, "unauthorized", 401, UNAUTHORIZED)                           \
   X(NOT_FOUND, "not_found", 404, INVALID)                                      \
   X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, INVALID)                    \
   X(PAYLOAD_TOO_LARGE, "payload_too_large", 413, TOO_LARGE)                    \
@@ -26,9 +28,11 @@
   X(SIZE_MISMATCH, "size_mismatch", 422, INVALID)                              \
   X(RAGGED_TENSOR, "ragged_tensor", 422, INVALID)                              \
   X(NON_FINITE, "non_finite", 422, INVALID)                                    \
+  X(NUMERIC_OVERFLOW, "numeric_overflow", 422, INVALID)                        \
   X(INVALID_BASE64, "invalid_base64", 422, INVALID)                            \
   X(LIMIT_EXCEEDED, "limit_exceeded", 422, TOO_LARGE)                          \
   X(OVERLOADED, "overloaded", 429, OVERLOAD)                                   \
+  X(NOT_IMPLEMENTED, "not_implemented", 501, INVALID)                          \
   X(OUT_OF_MEMORY, "out_of_memory", 503, NONE)                                 \
   X(DRAINING, "draining", 503, DRAINING)                                       \
   X(DEADLINE_EXCEEDED, "deadline_exceeded", 504, DEADLINE)

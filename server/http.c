@@ -23,7 +23,18 @@
 #include "request.h"
 #include "server.h"
 
-enum { R_NONE, R_ATTENTION, R_HEALTHZ, R_READYZ, R_METRICS, R_INFO };
+#include "tls.h"
+
+/* R_PREFLIGHT: a CORS preflight (OPTIONS) on a known path. */
+enum {
+  R_NONE,
+  R_ATTENTION,
+  R_HEALTHZ,
+  R_READYZ,
+  R_METRICS,
+  R_INFO,
+  R_PREFLIGHT
+};
 
 /* One HTTP request, from its first callback to its completion. */
 typedef struct req {
@@ -51,8 +62,26 @@ typedef struct req {
 /* ---- responses ------------------------------------------------------------
  */
 
-/* Queues `body` (malloc'd, owned by MHD afterwards) with the common
- * headers. */
+static void add_header(void *resp, const char *name, const char *value) {
+  MHD_add_response_header(resp, name, value);
+}
+
+/* The headers of auth.h and cors.h: a 401's challenge, and CORS's for an
+ * allowed Origin (a preflight's, or the exposed headers). */
+static void add_security_headers(req_t *r, struct MHD_Response *resp,
+                                 int status) {
+  const char *authz =
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+  if (status == 401)
+    add_header(resp, "WWW-Authenticate", attnd_auth_challenge(authz != NULL));
+  attnd_cors_headers(
+      &r->srv->cors,
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"),
+      r->route == R_PREFLIGHT, r->allow, add_header, resp);
+}
+
+/* Queues `body` (malloc'd, owned by MHD afterwards; NULL when len is 0)
+ * with the common headers; `ctype` NULL for none. */
 static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
                                  const char *ctype) {
   struct MHD_Response *resp =
@@ -61,8 +90,10 @@ static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
     free(body);
     return MHD_NO;
   }
-  MHD_add_response_header(resp, "Content-Type", ctype);
+  if (ctype)
+    MHD_add_response_header(resp, "Content-Type", ctype);
   MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+  add_security_headers(r, resp, status);
   if (status == 405 && r->allow)
     MHD_add_response_header(resp, "Allow", r->allow);
   if (status == 429 || status == 503) {
@@ -333,7 +364,10 @@ static enum MHD_Result attention_reply(req_t *r) {
                 (long long)j->timeout_ms,
                 (j->t.start ? j->t.start : attnd_now_ms()) - j->t.submit,
                 j->t.start ? ", then was cancelled while computing" : "");
-  if (j->result != 0)
+  if (j->result == ATTN_ENUMERIC) /* a result float32 cannot hold: 422 */
+    return fail(r, ATTND_ERR_NUMERIC_OVERFLOW, attnd_request_field_path(j->error.field_id),
+                "%s", j->error.message);
+  if (j->result != 0) /* ATTN_ENOSPC */
     return fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                 "out of memory for this request's workspace and outputs; "
                 "retry later");
@@ -365,6 +399,150 @@ void attnd_http_job_done(void *job, void *tag, attnd_sched_outcome_t outcome,
   r->submitted = 0;
   uv_mutex_unlock(&r->mu);
   MHD_resume_connection(conn); /* r may be gone from here on */
+}
+
+/* ---- message framing (RFC 9112) ------------------------------------------
+ *
+ * libmicrohttpd 0.9.75 reads the first Content-Length it finds and ignores
+ * the rest; lets Transfer-Encoding override Content-Length and then keeps
+ * the connection open for what follows the chunks; and reads a body with
+ * any Transfer-Encoding other than exactly "chunked" until the client
+ * closes. A request whose framing two parsers could read two ways is
+ * refused here, from its headers, before any of its body is read: a reply
+ * queued from the first callback closes the connection, so nothing after
+ * the request is ever read as another one. */
+
+/* What the headers say about the length of the body. */
+typedef struct framing {
+  int n_length;             /* Content-Length field lines */
+  const char *length;       /* the first one's value */
+  const char *other_length; /* a later one that differs from it */
+  int n_coding;             /* Transfer-Encoding field lines */
+  const char *coding;       /* the first one's value */
+  int n_chunked;            /* "chunked" among all their codings */
+  char unknown[32];         /* the first coding other than chunked */
+  const char *bad_name;     /* a field name that is not a token */
+} framing_t;
+
+/* RFC 9110 5.6.2: tchar. */
+static int is_tchar(unsigned char c) {
+  return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+         (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+/* Counts the codings of one Transfer-Encoding value, a comma-separated
+ * list with optional whitespace. */
+static void framing_codings(framing_t *f, const char *v) {
+  while (*v) {
+    while (*v == ' ' || *v == '\t' || *v == ',')
+      v++;
+    size_t n = strcspn(v, ",");
+    size_t k = n;
+    while (k && (v[k - 1] == ' ' || v[k - 1] == '\t'))
+      k--;
+    if (k == 7 && strncasecmp(v, "chunked", 7) == 0)
+      f->n_chunked++;
+    else if (k && !f->unknown[0])
+      snprintf(f->unknown, sizeof f->unknown, "%.*s", (int)k, v);
+    v += n;
+  }
+}
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
+                                      const char *key, const char *value) {
+  framing_t *f = cls;
+  (void)kind;
+  for (const char *k = key; !f->bad_name && *k; k++)
+    if (!is_tchar((unsigned char)*k))
+      f->bad_name = key;
+  if (!*key && !f->bad_name)
+    f->bad_name = key;
+  if (value == NULL)
+    value = "";
+  if (strcasecmp(key, "Content-Length") == 0) {
+    if (f->n_length++ == 0)
+      f->length = value;
+    else if (!f->other_length && strcmp(value, f->length) != 0)
+      f->other_length = value;
+  } else if (strcasecmp(key, "Transfer-Encoding") == 0) {
+    if (f->n_coding++ == 0)
+      f->coding = value;
+    framing_codings(f, value);
+  }
+  return MHD_YES;
+}
+
+/* Returns 1 when the body's length is unambiguous: no Transfer-Encoding
+ * and at most one Content-Length value (repeated identical lines are
+ * allowed, RFC 9110 8.6), or exactly one Transfer-Encoding "chunked" and
+ * no Content-Length. Otherwise queues the reply into *ret and returns 0:
+ * 400 bad_request for a field name that is not a token (RFC 9112 5.1:
+ * "Content-Length : 5" would hide the length from us and not from a
+ * proxy), Content-Length values that differ, Content-Length with
+ * Transfer-Encoding, or chunked applied twice; 501 not_implemented for a
+ * transfer coding other than chunked. HTTP thread, first callback. */
+static int framing_ok(req_t *r, enum MHD_Result *ret) {
+  framing_t f = {0};
+  MHD_get_connection_values(r->conn, MHD_HEADER_KIND, framing_header, &f);
+  if (f.bad_name)
+    *ret = fail(r, ATTND_ERR_BAD_REQUEST, f.bad_name,
+                "the header name '%.60s' is not a token (RFC 9112 5.1: no "
+                "whitespace before the colon)",
+                f.bad_name);
+  else if (f.other_length)
+    *ret = fail(r, ATTND_ERR_BAD_REQUEST, "Content-Length",
+                "Content-Length is given %d times with different values "
+                "('%.40s' and '%.40s'); send one",
+                f.n_length, f.length, f.other_length);
+  else if (f.n_coding && f.n_length)
+    *ret = fail(r, ATTND_ERR_BAD_REQUEST, "Content-Length",
+                "Content-Length and Transfer-Encoding are both given; send "
+                "one (RFC 9112 6.3)");
+  else if (f.unknown[0])
+    *ret = fail(r, ATTND_ERR_NOT_IMPLEMENTED, "Transfer-Encoding",
+                "the transfer coding '%s' is not implemented; send the body "
+                "with Content-Length or Transfer-Encoding: chunked",
+                f.unknown);
+  else if (f.n_coding &&
+           (f.n_coding > 1 || strcasecmp(f.coding, "chunked") != 0))
+    *ret = fail(r, ATTND_ERR_BAD_REQUEST, "Transfer-Encoding",
+                "Transfer-Encoding must be exactly 'chunked' (given %d "
+                "times, chunked %d times)",
+                f.n_coding, f.n_chunked);
+  else
+    return 1;
+  return 0;
+}
+
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  c = (char)(c | 0x20);
+  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The unescaper of the path (and of query arguments): %XX decoded in
+ * place, as libmicrohttpd's own does, except %00, which stays as the
+ * three characters. Decoded to a NUL, it would end the path early
+ * ("/v1/attention%00.json" would route as /v1/attention), and the route,
+ * the 404's message and the access log would each see a different path.
+ * Never lengthens s. Returns its new length. HTTP thread. */
+static size_t unescape_path(void *cls, struct MHD_Connection *conn, char *s) {
+  (void)cls;
+  (void)conn;
+  char *w = s;
+  for (const char *p = s; *p;) {
+    int hi = p[0] == '%' ? hex_digit(p[1]) : -1;
+    int lo = hi >= 0 ? hex_digit(p[2]) : -1;
+    if (lo >= 0 && (hi | lo) != 0) {
+      *w++ = (char)(hi << 4 | lo);
+      p += 3;
+    } else {
+      *w++ = *p++;
+    }
+  }
+  *w = 0;
+  return (size_t)(w - s);
 }
 
 /* ---- the access handler ---------------------------------------------------
@@ -404,8 +582,22 @@ static int route_of(const char *url, const char **allow) {
 }
 
 static enum MHD_Result on_first(req_t *r, const char *url, const char *method) {
+  enum MHD_Result framing;
+  if (!framing_ok(r, &framing))
+    return framing; /* before the route: whatever the path, nothing after */
   const char *allow = NULL;
   r->route = route_of(url, &allow);
+  if (r->route != R_NONE && r->srv->cors.enabled &&
+      strcmp(method, "OPTIONS") == 0) { /* needs no key; answered by on_get */
+    r->route = R_PREFLIGHT;
+    r->allow = allow;
+    return MHD_YES;
+  }
+  attnd_auth_result_t why = attnd_auth_request(
+      &r->srv->auth, url,
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"));
+  if (why != ATTND_AUTH_OK)
+    return fail(r, ATTND_ERR_UNAUTHORIZED, NULL, "%s", attnd_auth_message(why));
   if (r->route == R_NONE)
     return fail(r, ATTND_ERR_NOT_FOUND, NULL,
                 "no such path: %.80s (try POST /v1/attention)", url);
@@ -434,6 +626,8 @@ static enum MHD_Result on_get(req_t *r) {
                : send_json(r, 200, json_pack("{s:s}", "status", "ready"));
   case R_METRICS:
     return get_metrics(r);
+  case R_PREFLIGHT:
+    return send_body(r, 204, NULL, 0, NULL);
   default:
     return get_info(r);
   }
@@ -483,13 +677,17 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   attnd_server_t *s = cls;
   req_t *r = *con_cls;
-  (void)conn;
   if (r == NULL)
     return;
   attnd_budget_give(&s->budget,
                     &r->mem_held); /* before it counts as answered */
-  if (r->status == 0)
-    r->status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200 : 499;
+  if (r->status == 0) { /* libmicrohttpd answered (a bad chunk), or nobody */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+    r->status = ci && ci->http_status ? (int)ci->http_status
+                : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200
+                                                             : 499;
+  }
   if (r->req && r->outcome == ATTND_SCHED_ABANDONED)
     attnd_metrics_reject(s->metrics, ATTND_REJECT_CLIENT_GONE);
   attnd_metrics_request(s->metrics, r->status);
@@ -518,6 +716,26 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 /* ---- the daemon ------------------------------------------------------------
  */
 
+/* libmicrohttpd's own messages (the errors it answers itself, connections
+ * it closes) as JSON lines among the server's other events on stderr,
+ * rather than bare text. Any HTTP thread. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  char msg[512];
+  (void)cls;
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t n = strlen(msg);
+  while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+    n--;
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_buf_puts(&b, "{\"event\":\"libmicrohttpd\",\"message\":");
+  attnd_buf_json_string(&b, msg, n);
+  attnd_buf_puts(&b, "}\n");
+  if (!b.oom)
+    fwrite(b.data, 1, b.len, stderr);
+  attnd_buf_free(&b);
+}
+
 int attnd_http_start(attnd_server_t *s) {
   const attnd_config_t *c = s->cfg;
   struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV,
@@ -537,16 +755,43 @@ int attnd_http_start(attnd_server_t *s) {
    * a connection slot and the body read so far. */
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  /* TLS 1.2 and 1.3 only; the options are empty for plain HTTP. */
+  struct MHD_OptionItem tls[] = {{MHD_OPTION_HTTPS_MEM_CERT, 0, NULL},
+                                 {MHD_OPTION_HTTPS_MEM_KEY, 0, NULL},
+                                 {MHD_OPTION_HTTPS_PRIORITIES, 0,
+                                  "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"},
+                                 {MHD_OPTION_END, 0, NULL}};
+  if (c->tls_cert_file[0] || c->tls_key_file[0]) {
+    char msg[1024];
+    if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
+      snprintf(msg, sizeof msg, "tls: this libmicrohttpd has no TLS support");
+    else if (attnd_tls_load(c->tls_cert_file, c->tls_key_file, &s->tls_cert,
+                            &s->tls_key, msg, sizeof msg) == 0)
+      msg[0] = 0;
+    if (msg[0]) {
+      fprintf(stderr, "attnd: %s\n", msg);
+      freeaddrinfo(ai);
+      return -1;
+    }
+    tls[0].ptr_value = s->tls_cert;
+    tls[1].ptr_value = s->tls_key;
+    flags |= MHD_USE_TLS;
+  } else {
+    tls[0].option = MHD_OPTION_END;
+  }
   if (ai->ai_family == AF_INET6)
     flags |= strcmp(c->host, "::") == 0 ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
   s->daemon = MHD_start_daemon(
-      flags, (uint16_t)c->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+      flags, (uint16_t)c->port, NULL, NULL, on_request, s,
+      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first, for every message */
+      MHD_OPTION_UNESCAPE_CALLBACK, unescape_path, NULL, MHD_OPTION_SOCK_ADDR,
       ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)c->http_threads,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->connection_timeout_s,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
       MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-      (size_t)c->connection_buffer_bytes, MHD_OPTION_END);
+      (size_t)c->connection_buffer_bytes, MHD_OPTION_ARRAY, tls,
+      MHD_OPTION_END);
   freeaddrinfo(ai);
   if (s->daemon == NULL) {
     fprintf(stderr,
@@ -563,4 +808,9 @@ int attnd_http_start(attnd_server_t *s) {
 
 void attnd_http_stop(attnd_server_t *s) {
   MHD_stop_daemon(s->daemon);
+  if (s->tls_key)
+    explicit_bzero(s->tls_key, strlen(s->tls_key));
+  free(s->tls_key);
+  free(s->tls_cert);
+  s->tls_key = s->tls_cert = NULL;
 }

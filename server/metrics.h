@@ -17,7 +17,8 @@
   X(TOO_LARGE, "too_large")                                                    \
   X(INVALID, "invalid")                                                        \
   X(DRAINING, "draining")                                                      \
-  X(CLIENT_GONE, "client_gone")
+  X(CLIENT_GONE, "client_gone")                                                \
+  X(UNAUTHORIZED, "unauthorized")
 
 typedef enum {
 #define ATTND__REJECT_ENUM(name, label) ATTND_REJECT_##name,

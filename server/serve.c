@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "access_log.h"
 #include "codec/util.h"
@@ -13,7 +14,7 @@
 /* The server and what only its lifecycle needs. */
 typedef struct life {
   attnd_server_t s;
-  uv_signal_t sigterm, sigint;
+  uv_signal_t sigterm, sigint, sighup;
   uv_timer_t drain_timer;
   double drain_started;
   int exit_code;
@@ -51,6 +52,42 @@ static void on_signal(uv_signal_t *sig, int signum) {
   uv_timer_start(&l->drain_timer, on_drain_tick, 0, 20);
 }
 
+/* SIGHUP: re-read api_keys_file. The new key set replaces the old one
+ * atomically (auth.h); when the file cannot be read or holds a bad line,
+ * the old keys stay in force. The log names the file, never a key. */
+static void on_sighup(uv_signal_t *sig, int signum) {
+  life_t *l = sig->data;
+  char msg[1024];
+  (void)signum;
+  int n = attnd_auth_reload(&l->s.auth, msg, sizeof msg);
+  if (n < 0) {
+    attnd_buf_t b;
+    attnd_buf_init(&b);
+    attnd_buf_json_string(&b, msg, strlen(msg));
+    fprintf(stderr,
+            "{\"event\":\"keys_reload_failed\",\"keys\":%zu,\"error\":%.*s}\n",
+            attnd_auth_count(&l->s.auth), b.oom ? 2 : (int)b.len,
+            b.oom ? "\"\"" : b.data);
+    attnd_buf_free(&b);
+  } else {
+    fprintf(stderr, "{\"event\":\"keys_reloaded\",\"keys\":%d}\n", n);
+  }
+}
+
+/* The security settings (auth.h, cors.h): 0, or -1 with the reason on
+ * stderr. */
+static int security_init(attnd_server_t *s) {
+  const attnd_config_t *cfg = s->cfg;
+  char msg[1024];
+  if (attnd_auth_init(&s->auth, cfg->api_keys, cfg->api_keys_file,
+                      cfg->public_paths, msg, sizeof msg) < 0 ||
+      attnd_cors_init(&s->cors, cfg->cors_allow_origins, msg, sizeof msg) < 0) {
+    fprintf(stderr, "attnd: %s\n", msg);
+    return -1;
+  }
+  return 0;
+}
+
 int attnd_serve(const attnd_config_t *cfg) {
   life_t l = {.s = {.cfg = cfg}};
   attnd_server_t *s = &l.s;
@@ -62,14 +99,17 @@ int attnd_serve(const attnd_config_t *cfg) {
   uv_loop_init(&s->loop);
   s->sched = attnd_sched_new(&s->loop, (int)cfg->workers, (int)cfg->queue_depth,
                              attnd_request_run, attnd_http_job_done, s);
-  if (s->metrics == NULL || s->sched == NULL || attnd_http_start(s) < 0)
+  if (s->metrics == NULL || s->sched == NULL || security_init(s) < 0 ||
+      attnd_http_start(s) < 0)
     return 1;
 
   uv_signal_init(&s->loop, &l.sigterm);
   uv_signal_init(&s->loop, &l.sigint);
-  l.sigterm.data = l.sigint.data = &l;
+  uv_signal_init(&s->loop, &l.sighup);
+  l.sigterm.data = l.sigint.data = l.sighup.data = &l;
   uv_signal_start(&l.sigterm, on_signal, SIGTERM);
   uv_signal_start(&l.sigint, on_signal, SIGINT);
+  uv_signal_start(&l.sighup, on_sighup, SIGHUP);
   uv_timer_init(&s->loop, &l.drain_timer);
   l.drain_timer.data = &l;
 
@@ -77,11 +117,12 @@ int attnd_serve(const attnd_config_t *cfg) {
           "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%d,\"version\":"
           "\"%s\",\"workers\":%lld,\"threads_per_request\":%lld,"
           "\"queue_depth\":%lld,\"blas\":\"%s\",\"blas_kernel\":\"%s\","
-          "\"simd\":\"%s\"}\n",
+          "\"simd\":\"%s\",\"tls\":%s,\"api_keys\":%zu,\"cors\":%s}\n",
           cfg->host, s->port, ATTN_VERSION, (long long)cfg->workers,
           (long long)cfg->threads_per_request, (long long)cfg->queue_depth,
           s->backend.blas, s->backend.blas_kernel,
-          attn_isa_name(s->backend.isa));
+          attn_isa_name(s->backend.isa), s->tls_cert ? "true" : "false",
+          attnd_auth_count(&s->auth), s->cors.enabled ? "true" : "false");
 
   uv_run(&s->loop, UV_RUN_DEFAULT); /* until drained */
 
@@ -89,11 +130,14 @@ int attnd_serve(const attnd_config_t *cfg) {
   attnd_sched_close(s->sched);
   uv_close((uv_handle_t *)&l.sigterm, NULL);
   uv_close((uv_handle_t *)&l.sigint, NULL);
+  uv_close((uv_handle_t *)&l.sighup, NULL);
   uv_close((uv_handle_t *)&l.drain_timer, NULL);
   uv_run(&s->loop, UV_RUN_DEFAULT); /* close callbacks */
   uv_loop_close(&s->loop);
   attnd_sched_free(s->sched);
   attnd_metrics_free(s->metrics);
+  attnd_auth_free(&s->auth);
+  attnd_cors_free(&s->cors);
   fprintf(stderr, "{\"event\":\"stopped\",\"exit_code\":%d}\n", l.exit_code);
   attnd_access_log_close(s->access_log);
   return l.exit_code;

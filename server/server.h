@@ -10,8 +10,10 @@
 #include <uv.h>
 
 #include "attn/attn.h"
+#include "auth.h"
 #include "budget.h"
 #include "config.h"
+#include "cors.h"
 #include "metrics.h"
 #include "scheduler.h"
 
@@ -29,13 +31,19 @@ typedef struct attnd_server {
   attnd_budget_t budget;
   atomic_uint_fast64_t next_id;
   uint64_t id_prefix;
+  attnd_auth_t auth; /* API keys; reloaded by serve.c on SIGHUP */
+  attnd_cors_t cors;
+  char *tls_cert, *tls_key; /* PEM text while serving HTTPS, else NULL */
 } attnd_server_t;
 
-/* Starts libmicrohttpd on cfg's host and port, and sets s->port. Returns 0,
- * or -1 with the reason on stderr. Main thread. */
+/* Starts libmicrohttpd on cfg's host and port, with TLS when cfg names a
+ * certificate (read here into s->tls_cert and s->tls_key), and sets
+ * s->port. s->auth and s->cors are set up before. Returns 0, or -1 with
+ * the reason on stderr. Main thread. */
 int attnd_http_start(attnd_server_t *s);
 
-/* Stops libmicrohttpd. Main thread, after the loop has stopped. */
+/* Stops libmicrohttpd and frees the TLS pair. Main thread, after the loop
+ * has stopped. */
 void attnd_http_stop(attnd_server_t *s);
 
 /* The scheduler's done function: resumes the waiting connection. Loop

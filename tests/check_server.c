@@ -1301,6 +1301,119 @@ END_TEST
 
 /* ---- the suite ----------------------------------------------------------- */
 
+/* ---- numbers at the edge (issue 11, defects 3 and 4) --------------------- */
+
+/* Finite inputs whose scores or sums leave float32's range, and integer
+ * members at 2^63 - 1: a 200 whose output (and weights, when asked for)
+ * equal the values worked out beside them, within REPLY_TOL, or a 422
+ * with its code and field. Before the fix these answered zeros, null
+ * (NaN), or a UBSan report that stopped the server (make asan runs this
+ * against build/asan/attnd). One head, rank 2. */
+typedef struct edge_req {
+  const char *name, *body;
+  double out[8], weights[8]; /* out [Lq, 2]; weights [1, Lq, Lk], or none
+                                (n_weights 0) */
+  int n_out, n_weights;
+  const char *code, *field, *words; /* for a 422 */
+} edge_req_t;
+
+#define EDGE_RET ",\"return\":{\"metrics\":false,\"weights\":\"per_head\"}}"
+#define EDGE_W0 0.6697615493266569 /* 1 / (1 + e^(-1/√2)) */
+
+/* clang-format off */
+static const edge_req_t edge_reqs[] = {
+    {"query and key of 1e30: scores of 2e60, equal",
+     "{\"query\":[[1e30,1e30],[1e30,1e30]],\"key\":[[1e30,1e30],[1e30,1e30]],"
+     "\"num_heads\":1" EDGE_RET, {1e30, 1e30, 1e30, 1e30}, {.5, .5, .5, .5},
+     4, 4, NULL, NULL, NULL},
+    {"query of 1e20, self: scores of 5e40 and 0",
+     "{\"query\":[[1e20,2e20],[2e20,-1e20]],\"num_heads\":1" EDGE_RET,
+     {1e20, 2e20, 2e20, -1e20}, {1, 0, 0, 1}, 4, 4, NULL, NULL, NULL},
+    {"scale 3e38", "{\"query\":[[1,2],[3,4]],\"num_heads\":1,"
+     "\"scale\":3e38" EDGE_RET, {3, 4, 3, 4}, {0, 1, 0, 1}, 4, 4, NULL, NULL,
+     NULL},
+    /* row 1 has two farthest keys: 3e38 swamps q·k in float64, a tie */
+    {"ALiBi slope -3e38: the farthest key",
+     "{\"query\":[[1,2],[3,4],[5,6]],\"num_heads\":1,"
+     "\"mask\":{\"alibi\":[-3e38]},\"return\":{\"metrics\":false}}",
+     {5, 6, 3, 4, 1, 2}, {0}, 6, 0, NULL, NULL, NULL},
+    /* no weights: the online path, whose running sums overflowed */
+    {"two values of 3e38 averaged",
+     "{\"query\":[[0,0],[0,0]],\"value\":[[3e38,3e38],[3e38,-3e38]],"
+     "\"num_heads\":1,\"return\":{\"metrics\":false}}",
+     {3e38, 0, 3e38, 0}, {0}, 4, 0, NULL, NULL, NULL},
+    {"softcap 1e-45", "{\"query\":[[0,1],[1,0]],\"num_heads\":1,"
+     "\"softcap\":1e-45" EDGE_RET, {.5, .5, .5, .5}, {.5, .5, .5, .5}, 4, 4,
+     NULL, NULL, NULL},
+    {"mask.window.right 2^63 - 1",
+     "{\"query\":[[1,0],[0,1]],\"num_heads\":1,\"mask\":{\"window\":"
+     "{\"left\":0,\"right\":9223372036854775807}}" EDGE_RET,
+     {EDGE_W0, 1 - EDGE_W0, 0, 1}, {EDGE_W0, 1 - EDGE_W0, 0, 1}, 4, 4, NULL,
+     NULL, NULL},
+    /* Lq - Lk = 2: row 0's bound was -2 - (2^63 - 1), an overflow */
+    {"mask.window.left 2^63 - 1, Lq > Lk",
+     "{\"query\":[[1,0],[0,1],[1,1],[0,0]],\"key\":[[1,0],[0,1]],"
+     "\"value\":[[1,2],[3,4]],\"num_heads\":1,\"mask\":{\"window\":"
+     "{\"left\":9223372036854775807}}" EDGE_RET,
+     {1.6604769013466862, 2.6604769013466862, 2.3395230986533138,
+      3.3395230986533138, 2, 3, 2, 3},
+     {EDGE_W0, 1 - EDGE_W0, 1 - EDGE_W0, EDGE_W0, .5, .5, .5, .5}, 8, 8, NULL,
+     NULL, NULL},
+    {"Q projection overflows",
+     "{\"query\":[[1e30,1e30]],\"num_heads\":1,\"projections\":"
+     "{\"q_weight\":[[1e30,1e30],[1e30,1e30]]}}", {0}, {0}, 0, 0,
+     "numeric_overflow", "query", "projection: "},
+    {"output projection overflows",
+     "{\"query\":[[1,1]],\"value\":[[3e38,3e38]],\"num_heads\":1,"
+     "\"projections\":{\"o_weight\":[[3e38,3e38]]}}", {0}, {0}, 0, 0,
+     "numeric_overflow", "projections.o_weight", "output projection: "},
+    {"output bias overflows",
+     "{\"query\":[[1,1]],\"value\":[[3e38,3e38]],\"num_heads\":1,"
+     "\"projections\":{\"o_bias\":[3e38,3e38]}}", {0}, {0}, 0, 0,
+     "numeric_overflow", "projections.o_bias", "batch 0, query row 0"},
+    {"mask.key_lengths 2^63 - 1",
+     "{\"query\":[[1,2],[3,4]],\"num_heads\":1,"
+     "\"mask\":{\"key_lengths\":[9223372036854775807]}}", {0}, {0}, 0, 0,
+     "invalid_value", "mask.key_lengths", "9223372036854775807"},
+};
+/* clang-format on */
+#define N_EDGE_REQ ((int)(sizeof edge_reqs / sizeof edge_reqs[0]))
+
+START_TEST(test_numeric_edges) {
+  const edge_req_t *c = &edge_reqs[_i];
+  sh_resp_t r = post_text(c->body);
+  if (c->code) {
+    sh_assert_error(&r, 422, c->code, c->field, c->words, NULL);
+    sh_resp_free(&r);
+    return;
+  }
+  ck_assert_msg(r.status == 200, "%s: status %ld: %.600s", c->name, r.status,
+                r.body);
+  json_t *rep = sh_json(&r);
+  ck_assert_msg(rep != NULL, "%s: not JSON: %.300s", c->name, r.body);
+  const char *names[2] = {"output", "weights"};
+  const double *want[2] = {c->out, c->weights};
+  const int n[2] = {c->n_out, c->n_weights};
+  ck_assert_msg(c->n_weights || !json_object_get(rep, "weights"),
+                "%s: weights not asked for: %.300s", c->name, r.body);
+  for (int x = 0; x < (c->n_weights ? 2 : 1); x++) {
+    sh_tensor_t t;
+    char why[256];
+    ck_assert_msg(sh_tensor_decode(json_object_get(rep, names[x]), &t, why,
+                                   sizeof why) == 0,
+                  "%s: %s: %s in %.300s", c->name, names[x], why, r.body);
+    ck_assert_msg((int)t.n == n[x], "%s: %s has %zu values, not %d", c->name,
+                  names[x], t.n, n[x]);
+    double err = tu_rel_err(t.data, want[x], t.n);
+    ck_assert_msg(err <= REPLY_TOL, "%s: %s off by %g: %.300s", c->name,
+                  names[x], err, r.body);
+    sh_tensor_free(&t);
+  }
+  json_decref(rep);
+  sh_resp_free(&r);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("server");
   TCase *tc = tcase_create("forms");
@@ -1359,6 +1472,13 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_unsupported_media_type);
   tcase_add_test(tc, test_too_large_content_length);
   tcase_add_test(tc, test_too_large_chunked);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("numeric");
+  tcase_set_timeout(tc, 30);
+  tcase_add_unchecked_fixture(tc, start_default, stop_server);
+  tcase_add_checked_fixture(tc, ensure_server, release_server);
+  tcase_add_loop_test(tc, test_numeric_edges, 0, N_EDGE_REQ);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -202,8 +202,11 @@ int sh_http(sh_client_t *c, const sh_req_t *q, sh_resp_t *r) {
   CURL *h = c->curl;
   curl_easy_reset(h); /* options only: the connection stays */
   char url[512];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d%s", c->port, q->path);
+  snprintf(url, sizeof url, "%s://127.0.0.1:%d%s", q->cafile ? "https" : "http",
+           c->port, q->path);
   curl_easy_setopt(h, CURLOPT_URL, url);
+  if (q->cafile)
+    curl_easy_setopt(h, CURLOPT_CAINFO, q->cafile);
   curl_easy_setopt(h, CURLOPT_PROXY, "");
   curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);

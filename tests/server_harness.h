@@ -77,6 +77,7 @@ typedef struct sh_req {
   const char *const *headers; /* extra "Name: value" lines, NULL-ended */
   int chunked;                /* send the body with chunked encoding */
   long timeout_ms;            /* whole exchange; 0 means 30000 */
+  const char *cafile;         /* HTTPS, trusting this PEM CA file; NULL: HTTP */
 } sh_req_t;
 
 /* One reply. Owns its buffers: sh_resp_free. */

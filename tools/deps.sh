@@ -1,11 +1,14 @@
 #!/bin/sh
 # Installs the Debian packages that building and testing attnd need, when
 # they are missing. As root it runs apt-get; otherwise it prints the one
-# apt-get line to run and fails.
+# apt-get line to run and fails. `deps.sh fuzz` adds what `make fuzz`
+# needs: clang-14, its libFuzzer and sanitizer runtimes, and its OpenMP.
 set -eu
 
-# A pkg-config module or a command, then the Debian package providing it.
+# A pkg-config module, a command or a file (a glob), then the Debian
+# package providing it.
 need='pkg:libmicrohttpd libmicrohttpd-dev
+pkg:gnutls libgnutls28-dev
 pkg:jansson libjansson-dev
 pkg:libuv libuv1-dev
 pkg:openblas libopenblas-dev
@@ -14,12 +17,22 @@ pkg:libcurl libcurl4-openssl-dev
 cmd:pkg-config pkg-config
 cmd:gcc gcc
 cmd:curl curl'
+if [ "${1:-}" = fuzz ]; then
+  need="$need
+cmd:clang-14 clang-14
+file:/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a libclang-rt-14-dev
+file:/usr/lib/llvm-14/lib/clang/*/include/omp.h libomp-14-dev"
+fi
 
 missing=$(echo "$need" | while read -r what pkg; do
   case $what in
   pkg:*) command -v pkg-config >/dev/null 2>&1 &&
     pkg-config --exists "${what#pkg:}" || echo "$pkg" ;;
   cmd:*) command -v "${what#cmd:}" >/dev/null 2>&1 || echo "$pkg" ;;
+  file:*)
+    # shellcheck disable=SC2086 # the path is a glob, expanded here
+    set -- ${what#file:}
+    [ -e "$1" ] || echo "$pkg" ;;
   esac
 done | sort -u | tr '\n' ' ')
 

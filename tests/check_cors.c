@@ -1,0 +1,127 @@
+/* tests/check_cors.c: CORS headers (server/cors.c) without a server.
+ *
+ * Each case configures cors_allow_origins, asks for the headers of a reply
+ * (or a preflight) to a request with some Origin, and compares the exact
+ * list of headers that would go out. Bad lists are refused with a message
+ * naming the entry. */
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cors.h"
+#include "suite.h"
+
+/* The headers collected as "Name: value\n" lines. */
+static void collect(void *arg, const char *name, const char *value) {
+  char *out = arg;
+  size_t n = strlen(out);
+  snprintf(out + n, 2048 - n, "%s: %s\n", name, value);
+}
+
+#define EXPOSE                                                                 \
+  "Access-Control-Expose-Headers: Server-Timing, X-Request-Id, "               \
+  "Retry-After\n"
+
+/* The end of every preflight's headers. */
+#define PREFLIGHT                                                              \
+  "Access-Control-Allow-Headers: Authorization, Content-Type, "                \
+  "X-Request-Id\nAccess-Control-Max-Age: 600\n"
+
+static const struct {
+  const char *list, *origin;
+  int preflight;
+  const char *methods, *want;
+} cases[] = {
+    /* off: nothing, whatever the request */
+    {"", "https://a.example", 0, NULL, ""},
+    {"", "https://a.example", 1, "POST", ""},
+    {" , ", "https://a.example", 0, NULL, ""},
+    /* a list: Vary always, the origin itself when listed */
+    {"https://a.example", "https://a.example", 0, NULL,
+     "Vary: Origin\nAccess-Control-Allow-Origin: https://a.example\n" EXPOSE},
+    {"https://a.example, http://localhost:3000", "http://localhost:3000", 0,
+     NULL,
+     "Vary: Origin\nAccess-Control-Allow-Origin: "
+     "http://localhost:3000\n" EXPOSE},
+    {"https://a.example", "HTTPS://A.EXAMPLE", 0, NULL,
+     "Vary: Origin\nAccess-Control-Allow-Origin: HTTPS://A.EXAMPLE\n" EXPOSE},
+    {"https://a.example", "https://b.example", 0, NULL, "Vary: Origin\n"},
+    {"https://a.example", "https://a.example.evil", 0, NULL, "Vary: Origin\n"},
+    {"https://a.example", "http://a.example", 0, NULL, "Vary: Origin\n"},
+    {"https://a.example", "null", 0, NULL, "Vary: Origin\n"},
+    {"https://a.example", NULL, 0, NULL, "Vary: Origin\n"},
+    {"https://a.example", "https://a.example", 1, "POST",
+     "Vary: Origin\nAccess-Control-Allow-Origin: https://a.example\n"
+     "Access-Control-Allow-Methods: POST, OPTIONS\n" PREFLIGHT},
+    {"https://a.example", "https://b.example", 1, "POST", "Vary: Origin\n"},
+    /* any origin: "*", and no Vary */
+    {"*", "https://b.example", 0, NULL,
+     "Access-Control-Allow-Origin: *\n" EXPOSE},
+    {"*", NULL, 0, NULL, ""},
+    {"*", "https://b.example", 1, "GET, HEAD",
+     "Access-Control-Allow-Origin: *\n"
+     "Access-Control-Allow-Methods: GET, HEAD, OPTIONS\n" PREFLIGHT},
+};
+
+START_TEST(test_headers) {
+  attnd_cors_t c;
+  char msg[256], out[2048] = "";
+  ck_assert_msg(attnd_cors_init(&c, cases[_i].list, msg, sizeof msg) == 0, "%s",
+                msg);
+  attnd_cors_headers(&c, cases[_i].origin, cases[_i].preflight,
+                     cases[_i].methods, collect, out);
+  ck_assert_str_eq(out, cases[_i].want);
+  attnd_cors_free(&c);
+}
+END_TEST
+
+static const struct {
+  const char *list, *want;
+} bad[] = {
+    {"https://a.example/", "entry 1 'https://a.example/' is not an origin"},
+    {"https://a.example,a.example", "entry 2 'a.example'"},
+    {"https://a.example/path", "entry 1"},
+    {"https://", "entry 1"},
+    {"://a.example", "entry 1"},
+    {"https://a .example", "entry 1"},
+    {"https://a.example?x", "entry 1"},
+};
+
+START_TEST(test_bad_list) {
+  attnd_cors_t c;
+  char msg[256] = "";
+  ck_assert_int_eq(attnd_cors_init(&c, bad[_i].list, msg, sizeof msg), -1);
+  ck_assert_msg(strstr(msg, bad[_i].want), "'%s' lacks '%s'", msg,
+                bad[_i].want);
+  ck_assert_msg(strstr(msg, "cors_allow_origins"), "%s", msg);
+  attnd_cors_free(&c);
+}
+END_TEST
+
+START_TEST(test_allowed) {
+  attnd_cors_t c;
+  char msg[256];
+  ck_assert_int_eq(
+      attnd_cors_init(&c, "https://a.example:8443", msg, sizeof msg), 0);
+  ck_assert_int_eq(c.enabled, 1);
+  ck_assert(attnd_cors_allowed(&c, "https://a.example:8443"));
+  ck_assert(!attnd_cors_allowed(&c, "https://a.example"));
+  ck_assert(!attnd_cors_allowed(&c, NULL));
+  attnd_cors_free(&c);
+  ck_assert_int_eq(attnd_cors_init(&c, "", msg, sizeof msg), 0);
+  ck_assert_int_eq(c.enabled, 0);
+  ck_assert(!attnd_cors_allowed(&c, "https://a.example"));
+  attnd_cors_free(&c);
+}
+END_TEST
+
+Suite *test_suite(void) {
+  Suite *s = suite_create("cors");
+  TCase *tc = tcase_create("cors");
+  tcase_add_loop_test(tc, test_headers, 0,
+                      (int)(sizeof cases / sizeof cases[0]));
+  tcase_add_loop_test(tc, test_bad_list, 0, (int)(sizeof bad / sizeof bad[0]));
+  tcase_add_test(tc, test_allowed);
+  suite_add_tcase(s, tc);
+  return s;
+}

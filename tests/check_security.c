@@ -1,0 +1,647 @@
+/* tests/check_security.c: API keys, TLS and CORS on the real attnd.
+ *
+ * - keys: a missing, malformed or wrong key gets 401 with WWW-Authenticate
+ *   and a JSON error, counted under attnd_rejections_total{reason=
+ *   "unauthorized"}; the public paths need none; every configured key
+ *   (flag and file) works; SIGHUP re-reads api_keys_file, and a bad file
+ *   leaves the keys in force; no key shows in --print-config, the access
+ *   log, the server's own log or an error body;
+ * - TLS: a CA and a server certificate for 127.0.0.1 are made here with
+ *   GnuTLS (no openssl or certtool needed) when the suite starts; a client
+ *   trusting the CA gets its reply, one that does not is refused by its
+ *   own check, plain HTTP to the TLS port is closed at once, and the
+ *   server goes on; files that cannot be read or do not match stop the
+ *   start with a message naming them;
+ * - CORS: a preflight gets 204 without a key, with the methods and the
+ *   headers allowed; replies to an allowed origin name it and expose
+ *   Server-Timing and X-Request-Id; with no origins configured no CORS
+ *   header is sent and OPTIONS gets 405. */
+#include <check.h>
+#include <errno.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server_harness.h"
+#include "suite.h"
+
+#define KEY1 "k1-Zq7VtR2mP9xW"
+#define KEY2 "k2-Hn4LcY8sB1dE"
+#define KEY3 "k3-file-Ua6GjK3o"
+#define KEY4 "k4-file-Tf5NwQ0e"
+#define WRONG "wrong-Mb2XyS7pLk"
+
+static const char body[] = "{\"query\":[[1,2]],\"num_heads\":1}";
+
+static char dir[64]; /* the suite's files: certificates, keys, logs */
+
+static void path_in_dir(char *out, size_t n, const char *name) {
+  snprintf(out, n, "%s/%s", dir, name);
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+typedef struct call {
+  const char *method, *path;
+  const char *key;          /* "Authorization: Bearer <key>", or none */
+  const char *authz;        /* a whole Authorization value, or none */
+  const char *origin;       /* Origin, or none */
+  const char *cafile;       /* HTTPS */
+  const char *const *extra; /* more header lines, NULL-ended */
+} call_t;
+
+static sh_resp_t do_call(int port, const call_t *c) {
+  char a[256] = "", o[256] = "";
+  const char *h[16];
+  int n = 0;
+  if (c->key)
+    snprintf(a, sizeof a, "Authorization: Bearer %s", c->key);
+  else if (c->authz)
+    snprintf(a, sizeof a, "Authorization: %s", c->authz);
+  if (a[0])
+    h[n++] = a;
+  if (c->origin) {
+    snprintf(o, sizeof o, "Origin: %s", c->origin);
+    h[n++] = o;
+  }
+  for (int i = 0; c->extra && c->extra[i] && n < 15; i++)
+    h[n++] = c->extra[i];
+  h[n] = NULL;
+  int post = c->method && strcmp(c->method, "POST") == 0;
+  sh_req_t q = {.method = c->method ? c->method : "GET",
+                .path = c->path,
+                .content_type = post ? "application/json" : NULL,
+                .body = post ? body : NULL,
+                .len = post ? strlen(body) : 0,
+                .headers = h,
+                .timeout_ms = 10000,
+                .cafile = c->cafile};
+  sh_client_t cl;
+  sh_client_init(&cl, port);
+  sh_resp_t r;
+  sh_http(&cl, &q, &r);
+  sh_client_free(&cl);
+  return r;
+}
+
+#define CALL(port, ...) do_call(port, &(call_t){__VA_ARGS__})
+
+/* Asserts that GET `path` with `key` (NULL: none) gets `want`. */
+static void assert_get(int port, const char *path, const char *key, long want) {
+  sh_resp_t r = CALL(port, .path = path, .key = key);
+  ck_assert_msg(r.status == want, "GET %s with key %s: %ld, expected %ld", path,
+                key ? key : "(none)", r.status, want);
+  sh_resp_free(&r);
+}
+
+static int has_header(const sh_resp_t *r, const char *name) {
+  char v[512];
+  return sh_header(r, name, v, sizeof v) != NULL;
+}
+
+static void assert_header(const sh_resp_t *r, const char *name,
+                          const char *want) {
+  char v[512];
+  ck_assert_msg(sh_header(r, name, v, sizeof v), "no %s header in:\n%s", name,
+                r->head);
+  ck_assert_msg(strcmp(v, want) == 0, "%s is '%s', expected '%s'", name, v,
+                want);
+}
+
+static void assert_header_has(const sh_resp_t *r, const char *name,
+                              const char *part) {
+  char v[512];
+  ck_assert_msg(sh_header(r, name, v, sizeof v), "no %s header in:\n%s", name,
+                r->head);
+  ck_assert_msg(strstr(v, part), "%s is '%s', lacks '%s'", name, v, part);
+}
+
+static void assert_no_keys(const char *text, const char *where) {
+  static const char *const keys[] = {KEY1, KEY2, KEY3, KEY4, WRONG};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    ck_assert_msg(strstr(text, keys[i]) == NULL, "%s shows key %s", where,
+                  keys[i]);
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  ck_assert_msg(f != NULL, "cannot write %s", path);
+  fputs(text, f);
+  fclose(f);
+}
+
+static char *read_all(const char *path) {
+  FILE *f = fopen(path, "r");
+  ck_assert_msg(f != NULL, "cannot read %s", path);
+  static char buf[1 << 20];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  buf[n] = 0;
+  fclose(f);
+  return buf;
+}
+
+/* Waits up to 5 s for `what` in the server's log. */
+static int await_log(sh_server_t *s, const char *what) {
+  for (double t0 = sh_now(); sh_now() - t0 < 5.0; usleep(10000)) {
+    sh_server_read_log(s);
+    if (strstr(s->log, what))
+      return 1;
+  }
+  return 0;
+}
+
+/* ---- API keys ------------------------------------------------------------ */
+
+static const char *const unauthorized =
+    "attnd_rejections_total{reason=\"unauthorized\"}";
+
+START_TEST(test_keys) {
+  char keys[128], log[128], flag[160];
+  path_in_dir(keys, sizeof keys, "keys-a");
+  path_in_dir(log, sizeof log, "access-a.log");
+  write_file(keys, "# the file's keys\n" KEY3 "\n");
+  snprintf(flag, sizeof flag, "--api-keys=%s,%s", KEY1, KEY2);
+  const char *args[] = {flag, "--api-keys-file", keys, "--access-log", log,
+                        NULL};
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, args) == 0, "%s", s.log);
+  ck_assert_msg(strstr(s.log, "\"api_keys\":3"), "%s", s.log);
+  int p = s.port, fails = 0;
+
+  /* no key, a malformed header, a wrong key: 401 */
+  sh_resp_t r = CALL(p, .path = "/v1/info");
+  sh_assert_error(&r, 401, "unauthorized", NULL, "Authorization: Bearer", NULL);
+  assert_header(&r, "WWW-Authenticate", "Bearer realm=\"attnd\"");
+  sh_resp_free(&r), fails++;
+  static const char *const bad[] = {"Basic " KEY1, "Bearer", KEY1,
+                                    "Bearer " KEY1 " " KEY2};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    r = CALL(p, .path = "/v1/info", .authz = bad[i]);
+    sh_assert_error(&r, 401, "unauthorized", NULL, "not 'Bearer <key>'", NULL);
+    assert_header(&r, "WWW-Authenticate",
+                  "Bearer realm=\"attnd\", error=\"invalid_token\"");
+    assert_no_keys(r.body, "a 401 body");
+    sh_resp_free(&r), fails++;
+  }
+  const char *wrong[] = {WRONG, KEY1 "x", "k1", KEY4};
+  for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+    r = CALL(p, .method = "POST", .path = "/v1/attention", .key = wrong[i]);
+    sh_assert_error(&r, 401, "unauthorized", NULL, "not valid", NULL);
+    assert_header_has(&r, "WWW-Authenticate", "Bearer");
+    assert_no_keys(r.body, "a 401 body");
+    sh_resp_free(&r), fails++;
+  }
+  /* an unknown path is 401 too: no key, nothing learnt */
+  r = CALL(p, .path = "/nowhere");
+  sh_assert_error(&r, 401, "unauthorized", NULL, NULL);
+  sh_resp_free(&r), fails++;
+
+  /* every key works, on every endpoint */
+  static const char *const good[] = {KEY1, KEY2, KEY3};
+  for (size_t i = 0; i < 3; i++) {
+    r = CALL(p, .method = "POST", .path = "/v1/attention", .key = good[i]);
+    ck_assert_msg(r.status == 200, "key %zu: %ld %s", i, r.status, r.body);
+    sh_resp_free(&r);
+    assert_get(p, "/v1/info", good[i], 200);
+  }
+  r = CALL(p, .path = "/nowhere", .key = KEY1);
+  sh_assert_error(&r, 404, "not_found", NULL, NULL);
+  sh_resp_free(&r);
+
+  /* the public paths need none, and ignore a wrong one */
+  static const char *const pub[] = {"/healthz", "/readyz", "/metrics"};
+  for (size_t i = 0; i < 3; i++) {
+    assert_get(p, pub[i], NULL, 200);
+    assert_get(p, pub[i], WRONG, 200);
+  }
+  ck_assert_int_eq((int)sh_metric(p, unauthorized), fails);
+
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+  sh_server_read_log(&s);
+  assert_no_keys(s.log, "the server's log");
+  const char *text = read_all(log);
+  ck_assert_msg(strstr(text, "\"status\":401"), "%s", text);
+  assert_no_keys(text, "the access log");
+}
+END_TEST
+
+START_TEST(test_public_paths) {
+  const char *args[] = {"--api-keys", KEY1, "--public-paths", "/v1/info", NULL};
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, args) == 0, "%s", s.log);
+  assert_get(s.port, "/v1/info", NULL, 200);
+  assert_get(s.port, "/healthz", NULL, 401); /* no longer public */
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+}
+END_TEST
+
+START_TEST(test_sighup_reload) {
+  char keys[128];
+  path_in_dir(keys, sizeof keys, "keys-b");
+  write_file(keys, KEY3 "\n");
+  const char *args[] = {"--api-keys", KEY1, "--api-keys-file", keys, NULL};
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, args) == 0, "%s", s.log);
+  int p = s.port;
+  assert_get(p, "/v1/info", KEY3, 200);
+  assert_get(p, "/v1/info", KEY4, 401);
+
+  /* KEY3 out, KEY4 in */
+  write_file(keys, KEY4 "\n\n# rotated\n");
+  ck_assert_int_eq(kill(s.pid, SIGHUP), 0);
+  ck_assert_msg(await_log(&s, "{\"event\":\"keys_reloaded\",\"keys\":2}"), "%s",
+                s.log);
+  assert_get(p, "/v1/info", KEY3, 401);
+  assert_get(p, "/v1/info", KEY4, 200);
+  assert_get(p, "/v1/info", KEY1, 200);
+
+  /* a bad file: refused, the keys in force stay, and the log says why
+   * without the key */
+  write_file(keys, KEY3 "\n" KEY2 " extra\n");
+  ck_assert_int_eq(kill(s.pid, SIGHUP), 0);
+  ck_assert_msg(await_log(&s, "keys_reload_failed"), "%s", s.log);
+  ck_assert_msg(strstr(s.log, "line 2"), "%s", s.log);
+  assert_get(p, "/v1/info", KEY4, 200);
+  assert_get(p, "/v1/info", KEY3, 401);
+
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0); /* SIGHUP did not stop it */
+  sh_server_read_log(&s);
+  assert_no_keys(s.log, "the server's log");
+}
+END_TEST
+
+START_TEST(test_print_config) {
+  const char *bin = getenv("ATTND_BIN") ? getenv("ATTND_BIN") : "build/attnd";
+  char cmd[512];
+  snprintf(cmd, sizeof cmd,
+           "ATTND_API_KEYS=%s,%s %s --print-config --api-keys-file /k 2>&1",
+           KEY1, KEY2, bin);
+  FILE *f = popen(cmd, "r");
+  ck_assert_ptr_nonnull(f);
+  static char out[65536];
+  size_t n = fread(out, 1, sizeof out - 1, f);
+  out[n] = 0;
+  ck_assert_int_eq(pclose(f), 0);
+  ck_assert_msg(strstr(out, "\napi_keys = \"<2 keys>\"\n"), "%s", out);
+  ck_assert_msg(strstr(out, "\napi_keys_file = /k\n"), "%s", out);
+  assert_no_keys(out, "--print-config");
+  /* a bad key stops the start, naming its place, not the key */
+  snprintf(cmd, sizeof cmd, "%s --port 0 --api-keys '%s,%s\"' 2>&1", bin, KEY1,
+           KEY2);
+  f = popen(cmd, "r");
+  n = fread(out, 1, sizeof out - 1, f);
+  out[n] = 0;
+  ck_assert_int_ne(pclose(f), 0);
+  ck_assert_msg(strstr(out, "api_keys: key 2 has a character"), "%s", out);
+  assert_no_keys(out, "the start's error");
+}
+END_TEST
+
+/* ---- TLS ----------------------------------------------------------------- */
+
+static char ca_pem[128], cert_pem[128], key_pem[128], other_key_pem[128],
+    other_ca_pem[128];
+
+static int save_datum(const char *path, gnutls_datum_t *d) {
+  FILE *f = fopen(path, "w");
+  int ok = f && fwrite(d->data, 1, d->size, f) == d->size;
+  if (f)
+    fclose(f);
+  gnutls_free(d->data);
+  return ok ? 0 : -1;
+}
+
+static gnutls_x509_privkey_t new_key(void) {
+  gnutls_x509_privkey_t k;
+  if (gnutls_x509_privkey_init(&k) < 0 ||
+      gnutls_x509_privkey_generate(
+          k, GNUTLS_PK_ECDSA, GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1),
+          0) < 0)
+    abort();
+  return k;
+}
+
+/* A certificate for `key`, valid from an hour ago for a day. */
+static gnutls_x509_crt_t new_crt(gnutls_x509_privkey_t key, const char *dn,
+                                 int serial) {
+  gnutls_x509_crt_t c;
+  unsigned char sn[1] = {(unsigned char)serial};
+  time_t now = time(NULL);
+  if (gnutls_x509_crt_init(&c) < 0 || gnutls_x509_crt_set_version(c, 3) < 0 ||
+      gnutls_x509_crt_set_serial(c, sn, 1) < 0 ||
+      gnutls_x509_crt_set_activation_time(c, now - 3600) < 0 ||
+      gnutls_x509_crt_set_expiration_time(c, now + 86400) < 0 ||
+      gnutls_x509_crt_set_dn(c, dn, NULL) < 0 ||
+      gnutls_x509_crt_set_key(c, key) < 0)
+    abort();
+  return c;
+}
+
+/* A CA, and a server certificate it signs for 127.0.0.1 and localhost;
+ * also a key that matches neither, and another CA made with it. ECDSA
+ * P-256: milliseconds. */
+static int make_certs(void) {
+  gnutls_x509_privkey_t cakey = new_key(), key = new_key(), other = new_key();
+  gnutls_x509_crt_t ca = new_crt(cakey, "CN=attnd test CA", 1);
+  unsigned char id[64];
+  size_t idlen = sizeof id;
+  int rc = 0;
+  rc |= gnutls_x509_crt_set_basic_constraints(ca, 1, -1);
+  rc |= gnutls_x509_crt_set_key_usage(ca, GNUTLS_KEY_KEY_CERT_SIGN |
+                                              GNUTLS_KEY_CRL_SIGN);
+  rc |= gnutls_x509_crt_get_key_id(ca, 0, id, &idlen);
+  rc |= gnutls_x509_crt_set_subject_key_id(ca, id, idlen);
+  rc |= gnutls_x509_crt_sign2(ca, ca, cakey, GNUTLS_DIG_SHA256, 0);
+  gnutls_x509_crt_t other_ca = new_crt(other, "CN=another CA", 3);
+  rc |= gnutls_x509_crt_set_basic_constraints(other_ca, 1, -1);
+  rc |= gnutls_x509_crt_set_key_usage(other_ca, GNUTLS_KEY_KEY_CERT_SIGN);
+  rc |= gnutls_x509_crt_sign2(other_ca, other_ca, other, GNUTLS_DIG_SHA256, 0);
+
+  gnutls_x509_crt_t crt = new_crt(key, "CN=localhost", 2);
+  static const unsigned char ip[4] = {127, 0, 0, 1};
+  rc |= gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_DNSNAME,
+                                             "localhost", 9, GNUTLS_FSAN_SET);
+  rc |= gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, ip, 4,
+                                             GNUTLS_FSAN_APPEND);
+  rc |= gnutls_x509_crt_set_basic_constraints(crt, 0, -1);
+  rc |= gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE);
+  rc |= gnutls_x509_crt_set_key_purpose_oid(crt, GNUTLS_KP_TLS_WWW_SERVER, 0);
+  rc |= gnutls_x509_crt_set_authority_key_id(crt, id, idlen);
+  rc |= gnutls_x509_crt_sign2(crt, ca, cakey, GNUTLS_DIG_SHA256, 0);
+  if (rc < 0)
+    return -1;
+
+  gnutls_datum_t d;
+  path_in_dir(ca_pem, sizeof ca_pem, "ca.pem");
+  path_in_dir(cert_pem, sizeof cert_pem, "cert.pem");
+  path_in_dir(key_pem, sizeof key_pem, "key.pem");
+  path_in_dir(other_key_pem, sizeof other_key_pem, "other-key.pem");
+  path_in_dir(other_ca_pem, sizeof other_ca_pem, "other-ca.pem");
+  rc |= gnutls_x509_crt_export2(ca, GNUTLS_X509_FMT_PEM, &d) < 0 ||
+        save_datum(ca_pem, &d);
+  rc |= gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &d) < 0 ||
+        save_datum(cert_pem, &d);
+  rc |= gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &d) < 0 ||
+        save_datum(key_pem, &d);
+  rc |= gnutls_x509_privkey_export2(other, GNUTLS_X509_FMT_PEM, &d) < 0 ||
+        save_datum(other_key_pem, &d);
+  rc |= gnutls_x509_crt_export2(other_ca, GNUTLS_X509_FMT_PEM, &d) < 0 ||
+        save_datum(other_ca_pem, &d);
+  gnutls_x509_crt_deinit(other_ca);
+  gnutls_x509_crt_deinit(ca);
+  gnutls_x509_crt_deinit(crt);
+  gnutls_x509_privkey_deinit(cakey);
+  gnutls_x509_privkey_deinit(key);
+  gnutls_x509_privkey_deinit(other);
+  return rc ? -1 : 0;
+}
+
+/* Sends a plain HTTP request to `port` and waits up to 5 s for the server
+ * to close. Returns the seconds it took (-1: not closed), with what came
+ * back in got. */
+static double plain_to_tls(int port, char *got, size_t cap) {
+  int fd = sh_connect(port);
+  ck_assert_int_ge(fd, 0);
+  static const char q[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  ck_assert_int_eq(sh_send_all(fd, q, sizeof q - 1), 0);
+  double t0 = sh_now();
+  size_t len = 0;
+  got[0] = 0;
+  while (sh_now() - t0 < 5.0) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (poll(&pf, 1, 100) <= 0)
+      continue;
+    ssize_t n = read(fd, got + len, cap - 1 - len);
+    if (n <= 0) { /* closed, or reset */
+      close(fd);
+      return sh_now() - t0;
+    }
+    len += (size_t)n;
+    got[len] = 0;
+  }
+  close(fd);
+  return -1;
+}
+
+START_TEST(test_tls) {
+  const char *args[] = {"--tls-cert-file",
+                        cert_pem,
+                        "--tls-key-file",
+                        key_pem,
+                        "--api-keys",
+                        KEY1,
+                        NULL};
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, args) == 0, "%s", s.log);
+  ck_assert_msg(strstr(s.log, "\"tls\":true"), "%s", s.log);
+  int p = s.port;
+  sh_resp_t r = CALL(p, .path = "/healthz", .cafile = ca_pem);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.error);
+  sh_resp_free(&r);
+  r = CALL(p, .method = "POST", .path = "/v1/attention", .key = KEY1,
+           .cafile = ca_pem);
+  ck_assert_msg(r.status == 200, "%ld %s %s", r.status, r.error, r.body);
+  sh_resp_free(&r);
+  r = CALL(p, .path = "/v1/info", .cafile = ca_pem);
+  sh_assert_error(&r, 401, "unauthorized", NULL, NULL);
+  sh_resp_free(&r);
+
+  /* a client that does not trust the CA refuses the server */
+  r = CALL(p, .path = "/healthz", .cafile = other_ca_pem);
+  ck_assert_msg(r.status == 0 && r.curl_code == 60, "%ld %d %s", r.status,
+                r.curl_code, r.error); /* CURLE_PEER_FAILED_VERIFICATION */
+  sh_resp_free(&r);
+
+  /* plain HTTP to the TLS port: closed at once, no HTTP reply */
+  char got[4096];
+  double t = plain_to_tls(p, got, sizeof got);
+  ck_assert_msg(t >= 0 && t < 2.0, "plain HTTP: not closed in time (%.2f s)",
+                t);
+  ck_assert_msg(strstr(got, "HTTP/1.1 200") == NULL, "%s", got);
+  for (int i = 0; i < 20; i++) /* many, then the server still serves */
+    ck_assert(plain_to_tls(p, got, sizeof got) >= 0);
+  r = CALL(p, .path = "/healthz", .cafile = ca_pem);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.error);
+  sh_resp_free(&r);
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+}
+END_TEST
+
+static const struct {
+  const char *cert, *key; /* names in dir; "" for none */
+  const char *want;
+} tls_bad[] = {
+    {"missing.pem", "key.pem", "tls_cert_file: cannot read"},
+    {"cert.pem", "missing.pem", "tls_key_file: cannot read"},
+    {"cert.pem", "other-key.pem", "not a PEM certificate and its"},
+    {"key.pem", "key.pem", "not a PEM certificate and its"},
+    {"cert.pem", "", "tls_cert_file and tls_key_file go together"},
+    {"", "key.pem", "tls_cert_file and tls_key_file go together"},
+};
+
+START_TEST(test_tls_bad_files) {
+  char cert[128] = "", key[128] = "";
+  if (tls_bad[_i].cert[0])
+    path_in_dir(cert, sizeof cert, tls_bad[_i].cert);
+  if (tls_bad[_i].key[0])
+    path_in_dir(key, sizeof key, tls_bad[_i].key);
+  const char *args[] = {"--tls-cert-file", cert, "--tls-key-file", key, NULL};
+  sh_server_t s;
+  double t0 = sh_now();
+  ck_assert_int_eq(sh_server_start(&s, args), -1);
+  ck_assert_msg(sh_now() - t0 < 8.0, "the start did not fail at once");
+  ck_assert_msg(strstr(s.log, tls_bad[_i].want), "'%s' lacks '%s'", s.log,
+                tls_bad[_i].want);
+}
+END_TEST
+
+/* ---- CORS ---------------------------------------------------------------- */
+
+static const char *const preflight_hdrs[] = {
+    "Access-Control-Request-Method: POST",
+    "Access-Control-Request-Headers: authorization, content-type", NULL};
+
+START_TEST(test_cors) {
+  const char *args[] = {"--cors-allow-origins",
+                        "https://app.example, http://localhost:3000",
+                        "--api-keys", KEY1, NULL};
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, args) == 0, "%s", s.log);
+  int p = s.port;
+  const char *app = "https://app.example";
+
+  /* the preflight: 204, no key, the methods and headers allowed */
+  sh_resp_t r = CALL(p, .method = "OPTIONS", .path = "/v1/attention",
+                     .origin = app, .extra = preflight_hdrs);
+  ck_assert_msg(r.status == 204, "%ld %s", r.status, r.body);
+  ck_assert_uint_eq(r.body_len, 0);
+  assert_header(&r, "Access-Control-Allow-Origin", app);
+  assert_header(&r, "Vary", "Origin");
+  assert_header_has(&r, "Access-Control-Allow-Methods", "POST");
+  assert_header_has(&r, "Access-Control-Allow-Headers", "Authorization");
+  assert_header_has(&r, "Access-Control-Allow-Headers", "Content-Type");
+  assert_header(&r, "Access-Control-Max-Age", "600");
+  sh_resp_free(&r);
+  r = CALL(p, .method = "OPTIONS", .path = "/v1/info", .origin = app);
+  ck_assert_int_eq(r.status, 204);
+  assert_header(&r, "Access-Control-Allow-Methods", "GET, HEAD, OPTIONS");
+  sh_resp_free(&r);
+
+  /* the request itself: the origin, and the headers a page may read */
+  r = CALL(p, .method = "POST", .path = "/v1/attention", .key = KEY1,
+           .origin = app);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+  assert_header(&r, "Access-Control-Allow-Origin", app);
+  assert_header_has(&r, "Access-Control-Expose-Headers", "Server-Timing");
+  assert_header_has(&r, "Access-Control-Expose-Headers", "X-Request-Id");
+  ck_assert(has_header(&r, "Server-Timing"));
+  sh_resp_free(&r);
+  /* a 401 carries them too, so that the page can read the error */
+  r = CALL(p, .method = "POST", .path = "/v1/attention",
+           .origin = "http://localhost:3000");
+  ck_assert_int_eq(r.status, 401);
+  assert_header(&r, "Access-Control-Allow-Origin", "http://localhost:3000");
+  sh_resp_free(&r);
+
+  /* another origin: no CORS header but Vary */
+  r = CALL(p, .path = "/healthz", .origin = "https://evil.example");
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_msg(!has_header(&r, "Access-Control-Allow-Origin"), "%s", r.head);
+  assert_header(&r, "Vary", "Origin");
+  sh_resp_free(&r);
+  r = CALL(p, .method = "OPTIONS", .path = "/v1/attention",
+           .origin = "https://evil.example", .extra = preflight_hdrs);
+  ck_assert_int_eq(r.status, 204);
+  ck_assert_msg(!has_header(&r, "Access-Control-Allow-Origin"), "%s", r.head);
+  ck_assert_msg(!has_header(&r, "Access-Control-Allow-Methods"), "%s", r.head);
+  sh_resp_free(&r);
+  /* a preflight of an unknown path is still a 401 without a key */
+  r = CALL(p, .method = "OPTIONS", .path = "/nowhere", .origin = app);
+  ck_assert_int_eq(r.status, 401);
+  sh_resp_free(&r);
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+}
+END_TEST
+
+START_TEST(test_cors_any) {
+  const char *args[] = {"--cors-allow-origins", "*", NULL};
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, args) == 0, "%s", s.log);
+  sh_resp_t r = CALL(s.port, .path = "/v1/info", .origin = "https://x.example");
+  ck_assert_int_eq(r.status, 200);
+  assert_header(&r, "Access-Control-Allow-Origin", "*");
+  ck_assert_msg(!has_header(&r, "Vary"), "%s", r.head);
+  sh_resp_free(&r);
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+}
+END_TEST
+
+START_TEST(test_cors_off) {
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, NULL) == 0, "%s", s.log);
+  ck_assert_msg(strstr(s.log, "\"cors\":false"), "%s", s.log);
+  sh_resp_t r = CALL(s.port, .method = "OPTIONS", .path = "/v1/attention",
+                     .origin = "https://app.example", .extra = preflight_hdrs);
+  sh_assert_error(&r, 405, "method_not_allowed", NULL, NULL);
+  ck_assert_msg(strstr(r.head, "Access-Control-") == NULL, "%s", r.head);
+  sh_resp_free(&r);
+  r = CALL(s.port, .method = "POST", .path = "/v1/attention",
+           .origin = "https://app.example");
+  ck_assert_int_eq(r.status, 200); /* and no key needed: keys are off */
+  ck_assert_msg(strstr(r.head, "Access-Control-") == NULL, "%s", r.head);
+  ck_assert_msg(!has_header(&r, "Vary"), "%s", r.head);
+  sh_resp_free(&r);
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+}
+END_TEST
+
+Suite *test_suite(void) {
+  Suite *s = suite_create("security");
+  TCase *tc = tcase_create("keys");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_keys);
+  tcase_add_test(tc, test_public_paths);
+  tcase_add_test(tc, test_sighup_reload);
+  tcase_add_test(tc, test_print_config);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("tls");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_tls);
+  tcase_add_loop_test(tc, test_tls_bad_files, 0,
+                      (int)(sizeof tls_bad / sizeof tls_bad[0]));
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("cors");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_cors);
+  tcase_add_test(tc, test_cors_any);
+  tcase_add_test(tc, test_cors_off);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+void test_setup(void) {
+  sh_init();
+  strcpy(dir, "/tmp/attnd-security-XXXXXX");
+  if (mkdtemp(dir) == NULL || make_certs() < 0) {
+    fprintf(stderr, "check_security: cannot make the test certificates in %s\n",
+            dir);
+    exit(EXIT_FAILURE);
+  }
+}
+
+int test_finish(int failed) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (dir[0] && system(cmd) != 0)
+    failed++;
+  return failed;
+}
