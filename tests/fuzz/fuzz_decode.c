@@ -1,0 +1,33 @@
+/* tests/fuzz/fuzz_decode.c: request decoding on both paths, compared.
+ *
+ * The input is a request body. decode_diff (tests/decode_diff.h) decodes
+ * it by jansson alone and with the bulk scanner's fast path, and this
+ * aborts, printing the difference, unless both give the same request or
+ * the same error (code, field and message). ASan and UBSan watch both
+ * decoders, the bulk scanner, the base64 and number codecs under them, and
+ * the core's planning.
+ *
+ * The limits are small (fuzz_small_config, as the http harness's) so that
+ * a body that asks for a big shape is refused before anything of that size
+ * is allocated; the fast path lifts arrays of 64 numbers or more and strings of
+ * 1024 characters or more, which bodies of a few KB reach. */
+#include <stdint.h>
+
+#include "config.h"
+#include "decode_diff.h"
+#include "fuzz.h"
+
+static attnd_config_t cfg;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  fuzz_small_config(&cfg, NULL, NULL);
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  char why[2048];
+  FUZZ_CHECK(decode_diff((const char *)data, size, &cfg, why, sizeof why) == 0,
+             "the two decoding paths differ: %s", why);
+  return 0;
+}
