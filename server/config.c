@@ -175,35 +175,92 @@ static char *trim(char *s) {
   return s;
 }
 
-/* Reads "key = value" lines; '#' starts a comment; values may be quoted. */
+/* A value as written after '=' (leading space already skipped), in place:
+ * unquoted, it ends at '#' and loses its trailing space; quoted ("..."), it
+ * keeps every byte, with the escapes \" \\ \n \r \t and \xHH (not
+ * \x00), and only space or a comment may follow the closing quote. Returns
+ * the value, or NULL with a message. */
+static char *read_value(char *s, const char *from, char *msg, size_t msz) {
+  if (*s != '"') {
+    s[strcspn(s, "#")] = 0;
+    return trim(s);
+  }
+  char *w = s, *r = s + 1;
+  for (;; r++) {
+    unsigned char c = (unsigned char)*r;
+    if (c == 0 || c == '\n') {
+      attnd_fail(msg, msz, "%s: the quoted value has no closing quote", from);
+      return NULL;
+    }
+    if (c == '"')
+      break;
+    if (c == '\\') {
+      static const char plain[] = "\"\\nrt", with[] = "\"\\\n\r\t";
+      const char *e = r[1] ? strchr(plain, r[1]) : NULL;
+      int hi, lo;
+      if (e) {
+        c = (unsigned char)with[e - plain];
+        r++;
+      } else if (r[1] == 'x' && (hi = attnd_hex_digit(r[2])) >= 0 &&
+                 (lo = attnd_hex_digit(r[3])) >= 0 && (hi | lo)) {
+        c = (unsigned char)(hi << 4 | lo);
+        r += 3;
+      } else {
+        attnd_fail(msg, msz,
+                   "%s: bad escape '\\%.1s' in a quoted value (known: \\\" "
+                   "\\\\ \\n \\r \\t \\xHH)",
+                   from, r + 1);
+        return NULL;
+      }
+    }
+    *w++ = (char)c;
+  }
+  char *rest = r + 1;
+  *w = 0;
+  rest = trim(rest);
+  if (*rest != 0 && *rest != '#') {
+    attnd_fail(msg, msz, "%s: unexpected '%.20s' after the quoted value",
+               from, rest);
+    return NULL;
+  }
+  return s;
+}
+
+/* Reads "key = value" lines (read_value has the value's forms); a line
+ * whose first non-space character is '#' is a comment. */
 static int load_file(attnd_config_t *cfg, const char *path, char *msg,
                      size_t msz) {
   FILE *f = fopen(path, "r");
   if (f == NULL)
     return attnd_fail(msg, msz, "config: cannot read %s: %s", path,
                       strerror(errno));
-  char line[16384], from[600]; /* room for api_keys' 8K */
+  /* room for the longest value with every byte escaped (\xHH) */
+  char line[4 * sizeof(((attnd_config_t *)0)->api_keys) + 64], from[600];
   int lineno = 0, r = 0;
   while (r == 0 && fgets(line, sizeof line, f)) {
     lineno++;
     snprintf(from, sizeof from, "%s:%d", path, lineno);
-    char *hash = strchr(line, '#');
-    if (hash)
-      *hash = 0;
-    char *s = trim(line);
-    if (*s == 0)
-      continue;
+    if (strchr(line, '\n') == NULL && !feof(f)) {
+      r = attnd_fail(msg, msz, "%s: a line longer than %zu bytes", from,
+                     sizeof line - 2);
+      break;
+    }
+    char *s = line + strspn(line, " \t\r\n\v\f");
     char *eq = strchr(s, '=');
-    if (eq == NULL) {
+    size_t hash = strcspn(s, "#");
+    if (eq == NULL || (size_t)(eq - s) > hash) {
+      s[hash] = 0;
+      if (*trim(s) == 0)
+        continue;
       r = attnd_fail(msg, msz, "%s: expected 'key = value', got '%s'", from, s);
       break;
     }
     *eq = 0;
-    char *name = trim(s), *val = trim(eq + 1);
-    size_t vl = strlen(val);
-    if (vl >= 2 && val[0] == '"' && val[vl - 1] == '"') {
-      val[vl - 1] = 0;
-      val++;
+    char *name = trim(s);
+    char *val = read_value(eq + 1 + strspn(eq + 1, " \t\v\f"), from, msg, msz);
+    if (val == NULL) {
+      r = -1;
+      break;
     }
     const cfg_key_t *k = find_key(name, strlen(name));
     if (k == NULL)
@@ -340,7 +397,17 @@ void attnd_config_print(const attnd_config_t *cfg, FILE *f) {
         n += *c != ',' && *c != ' ' && (c == p || c[-1] == ',' || c[-1] == ' ');
       fprintf(f, "%s = \"<%d key%s>\"\n", k->name, n, n == 1 ? "" : "s");
     } else if (k->type == T_STR) {
-      fprintf(f, "%s = %s\n", k->name, p);
+      fprintf(f, "%s = \"", k->name);
+      for (const unsigned char *c = (const unsigned char *)p; *c; c++) {
+        const char *e = strchr("\"\\\n\r\t", *c);
+        if (e)
+          fprintf(f, "\\%c", "\"\\nrt"[e - "\"\\\n\r\t"]);
+        else if (*c < 0x20 || *c == 0x7f)
+          fprintf(f, "\\x%02x", *c);
+        else
+          fputc(*c, f);
+      }
+      fputs("\"\n", f);
     } else {
       int64_t v;
       memcpy(&v, p, sizeof v);

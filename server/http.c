@@ -514,13 +514,6 @@ static int framing_ok(req_t *r, enum MHD_Result *ret) {
   return 0;
 }
 
-static int hex_digit(char c) {
-  if (c >= '0' && c <= '9')
-    return c - '0';
-  c = (char)(c | 0x20);
-  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* The unescaper of the path (and of query arguments): %XX decoded in
  * place, as libmicrohttpd's own does, except %00, which stays as the
  * three characters. Decoded to a NUL, it would end the path early
@@ -532,8 +525,8 @@ static size_t unescape_path(void *cls, struct MHD_Connection *conn, char *s) {
   (void)conn;
   char *w = s;
   for (const char *p = s; *p;) {
-    int hi = p[0] == '%' ? hex_digit(p[1]) : -1;
-    int lo = hi >= 0 ? hex_digit(p[2]) : -1;
+    int hi = p[0] == '%' ? attnd_hex_digit(p[1]) : -1;
+    int lo = hi >= 0 ? attnd_hex_digit(p[2]) : -1;
     if (lo >= 0 && (hi | lo) != 0) {
       *w++ = (char)(hi << 4 | lo);
       p += 3;

@@ -111,6 +111,11 @@ static const struct {
     {NULL, NULL, "no_such_key = 1\n", {"unknown key", "no_such_key"}},
     {NULL, NULL, "just words\n", {"expected 'key = value'", ":1"}},
     {"--nope=1", NULL, NULL, {"unknown flag", "--nope"}},
+    {NULL, NULL, "host = \"a\n", {"no closing quote", ":1"}},
+    {NULL, NULL, "\nhost = \"a\\qb\"\n", {"bad escape '\\q'", ":2"}},
+    {NULL, NULL, "host = \"a\\x00\"\n", {"bad escape '\\x'", ":1"}},
+    {NULL, NULL, "host = \"a\\x4\"\n", {"bad escape", "\\xHH"}},
+    {NULL, NULL, "host = \"a\" b\n", {"unexpected 'b'", ":1"}},
     {"--default-timeout-ms=9000000",
      NULL,
      NULL,
@@ -195,6 +200,74 @@ START_TEST(test_print_round_trips) {
   char *argv2[] = {"attnd", conf, NULL};
   ck_assert_msg(load(&b, argv2, envp, msg, sizeof msg) == 0, "%s", msg);
   ck_assert(memcmp(&a, &b, sizeof a) == 0);
+  unlink(path);
+}
+END_TEST
+
+/* Strings print quoted and escaped, and read back byte for byte: a quote,
+ * a backslash, '#', control bytes, edge spaces and UTF-8 survive, and a
+ * newline cannot forge a line of its own. */
+START_TEST(test_print_quotes_strings) {
+  static const char *hostile[] = {
+      "a\"b", "back\\slash", "hash # not a comment", " edge spaces ",
+      "line\nport = 1", "cr\rtab\tbell\a\x7f", "caf\xc3\xa9 \\x41 \\n",
+      "\"", ""};
+  for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+    attnd_config_t a, b;
+    char msg[256];
+    char *argv[] = {"attnd", "--host", (char *)hostile[i], "--access-log",
+                    (char *)hostile[i], NULL},
+         *envp[] = {NULL};
+    ck_assert_int_eq(load(&a, argv, envp, msg, sizeof msg), 0);
+    char printed[8192] = "";
+    FILE *f = fmemopen(printed, sizeof printed, "w");
+    attnd_config_print(&a, f);
+    fclose(f);
+    /* one line a key: the value's newline is escaped */
+    int lines = 0;
+    for (const char *c = printed; *c; c++)
+      lines += *c == '\n';
+    attnd_config_t def;
+    char *argv0[] = {"attnd", NULL};
+    ck_assert_int_eq(load(&def, argv0, envp, msg, sizeof msg), 0);
+    char plain[8192] = "";
+    f = fmemopen(plain, sizeof plain, "w");
+    attnd_config_print(&def, f);
+    fclose(f);
+    int want = 0;
+    for (const char *c = plain; *c; c++)
+      want += *c == '\n';
+    ck_assert_int_eq(lines, want);
+
+    char *path = write_tmp(printed);
+    char conf[128];
+    snprintf(conf, sizeof conf, "--config=%s", path);
+    char *argv2[] = {"attnd", conf, NULL};
+    ck_assert_msg(load(&b, argv2, envp, msg, sizeof msg) == 0, "%s", msg);
+    ck_assert_str_eq(b.host, hostile[i]);
+    ck_assert_str_eq(b.access_log, hostile[i]);
+    ck_assert_int_eq(b.port, 8080);
+    unlink(path);
+  }
+}
+END_TEST
+
+/* The value forms a file may use: unquoted (to '#', trimmed), quoted with
+ * escapes and a trailing comment, and quoted with a '#' inside. */
+START_TEST(test_file_value_forms) {
+  char *path = write_tmp("host = plain value  # comment\n"
+                         "  # an indented comment\n"
+                         "access_log = \"x # y\\t\\\"z\\x41\"  # comment\n"
+                         "blas_coretype=\"\"\n");
+  char conf[128];
+  snprintf(conf, sizeof conf, "--config=%s", path);
+  attnd_config_t c;
+  char msg[256];
+  char *argv[] = {"attnd", conf, NULL}, *envp[] = {NULL};
+  ck_assert_msg(load(&c, argv, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_str_eq(c.host, "plain value");
+  ck_assert_str_eq(c.access_log, "x # y\t\"zA");
+  ck_assert_str_eq(c.blas_coretype, "");
   unlink(path);
 }
 END_TEST
@@ -441,6 +514,8 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_bad_values, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, test_shipped_file_is_the_defaults);
   tcase_add_test(tc, test_print_round_trips);
+  tcase_add_test(tc, test_print_quotes_strings);
+  tcase_add_test(tc, test_file_value_forms);
   tcase_add_test(tc, test_cgroup_real_root);
   suite_add_tcase(s, tc);
 

@@ -290,7 +290,7 @@ START_TEST(test_print_config) {
   out[n] = 0;
   ck_assert_int_eq(pclose(f), 0);
   ck_assert_msg(strstr(out, "\napi_keys = \"<2 keys>\"\n"), "%s", out);
-  ck_assert_msg(strstr(out, "\napi_keys_file = /k\n"), "%s", out);
+  ck_assert_msg(strstr(out, "\napi_keys_file = \"/k\"\n"), "%s", out);
   assert_no_keys(out, "--print-config");
   /* a bad key stops the start, naming its place, not the key */
   snprintf(cmd, sizeof cmd, "%s --port 0 --api-keys '%s,%s\"' 2>&1", bin, KEY1,

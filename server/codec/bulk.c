@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "number.h"
+#include "util.h"
 
 _Thread_local uint64_t attnd__bulk_examined;
 
@@ -76,13 +77,6 @@ static const char *string_close(const char *open, const char *end,
       EXAMINED((q ? q + 1 : end) - p);
     }
   }
-}
-
-static int hex_value(char c) {
-  return c >= '0' && c <= '9'   ? c - '0'
-         : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                : -1;
 }
 
 /* Whether s[0..n) is all printable ASCII (0x20..0x7e), eight bytes at a
@@ -321,7 +315,7 @@ static int string_item(const char *s, size_t n, int escapes, size_t min_string,
     /* \u00XX, XX a printable character; anything else is jansson's */
     if (c != 'u' || end - p < 4 || p[0] != '0' || p[1] != '0')
       goto no;
-    int hi = hex_value(p[2]), lo = hex_value(p[3]);
+    int hi = attnd_hex_digit(p[2]), lo = attnd_hex_digit(p[3]);
     if (hi < 0 || lo < 0 || hi * 16 + lo < 0x20 || hi * 16 + lo > 0x7e)
       goto no;
     *o++ = (char)(hi * 16 + lo);

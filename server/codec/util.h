@@ -24,6 +24,14 @@ uint64_t attnd_random_u64(void);
 int attnd_fail(char *msg, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The value of hex digit c (0-9, a-f, A-F), or -1. */
+static inline int attnd_hex_digit(char c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  c = (char)(c | 0x20);
+  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
 /* Writes the shape dim[0..rank) as "[2, 3]" (with `sep` ", ") or "[2,3]"
  * (with ","), truncated to fit buf[0..n) and NUL-terminated; returns the
  * length written. */
