@@ -14,7 +14,10 @@
  * and through jansson alone, in MB/s of body. Every parser must be linear
  * in its input, and the decode and scan rates at least WORST_MIN_MB_S;
  * rows under it are marked (timing is not asserted: the exit status is 1
- * only when a body decodes to another outcome than it must).
+ * only when a body decodes to another outcome than it must). One row is
+ * jansson's by design: JSON that is not tensor data is jansson's to parse,
+ * up to max_json_structure_bytes (256K), and "nesting, 255 KB" is the
+ * slowest such body, whose time that limit bounds.
  *
  * usage: codec-bench [--csv FILE] [--reps N] */
 #include <jansson.h>
@@ -73,6 +76,29 @@ static void body_escaped_id(attnd_buf_t *b, const char *unit) {
   attnd_buf_puts(b, "\"," SMALL_QUERY "}");
 }
 
+/* {"<\\ repeated>": 1, small query}: a member name of nothing but escapes
+ * (names are never lifted), so over max_json_structure_bytes. */
+static void body_escaped_key(attnd_buf_t *b) {
+  attnd_buf_puts(b, "{\"");
+  for (size_t n = 0; n < WORST_BYTES; n += 2)
+    attnd_buf_puts(b, "\\\\");
+  attnd_buf_puts(b, "\":1," SMALL_QUERY "}");
+}
+
+/* A 1 MB query of numbers, then a bad num_heads: an error about another
+ * member, which the fast path answers without jansson reading the
+ * tensor. */
+static void body_bad_after_tensor(attnd_buf_t *b) {
+  attnd_buf_puts(b, "{\"query\":[");
+  for (int r = 0; b->len < WORST_BYTES; r++) {
+    attnd_buf_puts(b, r ? ",[" : "[");
+    for (int c = 0; c < 64; c++)
+      attnd_buf_puts(b, c ? ",0.123456" : "0.123456");
+    attnd_buf_puts(b, "]");
+  }
+  attnd_buf_puts(b, "],\"num_heads\":\"8\"}");
+}
+
 /* A query [L, 512] of random floats as base64, every '/' sent as '\/' (as
  * PHP's json_encode does by default), or plain. */
 static void body_base64(attnd_buf_t *b, int escape_slash) {
@@ -97,12 +123,14 @@ static void body_base64(attnd_buf_t *b, int escape_slash) {
 }
 
 /* A query of arrays nested as deep as jansson accepts (the root, the
- * query's array and the nest: 2048 levels with the leaf), repeated:
- * shape_mismatch (a tensor has at most 4 dimensions). */
-static void body_deep(attnd_buf_t *b) {
+ * query's array and the nest: 2048 levels with the leaf), repeated to
+ * about `bytes`: shape_mismatch (a tensor has at most 4 dimensions), or
+ * payload_too_large over max_json_structure_bytes, as none of it is
+ * tensor data. */
+static void body_deep(attnd_buf_t *b, size_t bytes) {
   const int nest = JSON_PARSER_MAX_DEPTH - 3;
   attnd_buf_puts(b, "{\"num_heads\":1,\"query\":[");
-  for (int k = 0; b->len < WORST_BYTES; k++) {
+  for (int k = 0; b->len + 2 * (size_t)nest + 8 < bytes; k++) {
     if (k)
       attnd_buf_puts(b, ",");
     for (int d = 0; d < nest; d++)
@@ -167,7 +195,10 @@ static int worst_cases(int reps, result_t *res, int *nres) {
       {"id of \\u00e9", {0}, "invalid_value"},
       {"base64 with \\/", {0}, "ok"},
       {"base64 plain", {0}, "ok"},
-      {"nesting at limit", {0}, "shape_mismatch"},
+      {"nesting, 1 MB", {0}, "payload_too_large"},
+      {"nesting, 255 KB", {0}, "shape_mismatch"},
+      {"key of \\\\ escapes", {0}, "payload_too_large"},
+      {"bad member, 1 MB query", {0}, "invalid_type"},
       {"1000-digit numbers", {0}, "ok"},
       {"int > int64", {0}, "ok"},
   };
@@ -179,9 +210,12 @@ static int worst_cases(int reps, result_t *res, int *nres) {
   body_escaped_id(&w[2].body, "\\u00e9");
   body_base64(&w[3].body, 1);
   body_base64(&w[4].body, 0);
-  body_deep(&w[5].body);
-  body_long_numbers(&w[6].body, 1000, 0);
-  body_long_numbers(&w[7].body, 20, 1);
+  body_deep(&w[5].body, WORST_BYTES);
+  body_deep(&w[6].body, 255 << 10);
+  body_escaped_key(&w[7].body);
+  body_bad_after_tensor(&w[8].body);
+  body_long_numbers(&w[9].body, 1000, 0);
+  body_long_numbers(&w[10].body, 20, 1);
   for (int i = 0; i < nw; i++) {
     const attnd_buf_t *b = &w[i].body;
     double mb = b->len / 1e6;
@@ -337,11 +371,11 @@ int main(int argc, char **argv) {
       if (i == first_worst)
         printf("\nworst cases: MB/s of request body (floor %.0f for decode "
                "and scan;\njansson: json_loadb alone, for reference)\n"
-               "%-20s %-8s %9s %9s %12s\n",
+               "%-22s %-8s %9s %9s %12s\n",
                WORST_MIN_MB_S, "body", "path", "body_MB", "median_ms", "MB/s");
       int under = strcmp(r->impl, "jansson") != 0 && rate < WORST_MIN_MB_S;
       slow += under;
-      printf("%-20s %-8s %9.1f %9.2f %12.0f%s\n", r->what, r->impl, r->text_mb,
+      printf("%-22s %-8s %9.1f %9.2f %12.0f%s\n", r->what, r->impl, r->text_mb,
              r->ms, rate, under ? "  under the floor" : "");
     }
     if (csv)

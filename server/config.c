@@ -59,6 +59,10 @@ static const cfg_key_t keys[] = {
             "new connections cheaper, more reads big bodies faster"),
     INT_KEY(max_body_bytes, "256M", 1024, INT64_C(1) << 40, F_SIZE | F_LIMIT,
             "largest request body; larger gets 413 before it is read"),
+    INT_KEY(max_json_structure_bytes, "256K", 4096, INT64_C(1) << 40,
+            F_SIZE | F_LIMIT,
+            "most bytes of a body's JSON outside tensor data and long "
+            "strings (what the JSON parser reads); more gets 413"),
     INT_KEY(max_response_bytes, "256M", 1024, INT64_C(1) << 40,
             F_SIZE | F_LIMIT,
             "largest reply a request may ask for; larger gets 422"),

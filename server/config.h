@@ -21,6 +21,7 @@ typedef struct attnd_config {
   int64_t connection_timeout_s;
   int64_t connection_buffer_bytes;
   int64_t max_body_bytes;
+  int64_t max_json_structure_bytes;
   int64_t max_response_bytes;
   int64_t max_batch;
   int64_t max_seq_len;

@@ -103,10 +103,22 @@ static const json_t *get_object(dec_t *d, const json_t *obj, const char *key,
   return *bad ? NULL : v;
 }
 
+/* The members that hold tensors: at the root, under projections, under
+ * mask, and an object tensor's "data". Only their values are lifted by the
+ * bulk scanner (lifted_keys), so that only attnd__dec_tensor ever meets an
+ * array placeholder where it stands for a tensor; under those names
+ * anywhere else, a placeholder is an unknown member, whose error does not
+ * show its value. */
+#define PROJECTION_MEMBERS                                                     \
+  "q_weight", "k_weight", "v_weight", "o_weight", "q_bias", "k_bias",          \
+      "v_bias", "o_bias"
+static const char *const projection_members[] = {PROJECTION_MEMBERS, NULL};
+static const char *const lifted_keys[] = {
+    "query", "key",   "value", PROJECTION_MEMBERS, "allow",
+    "bias",  "alibi", "data",  NULL};
+
 static int decode_projections(dec_t *d, const json_t *root) {
-  static const char *const known[] = {"q_weight", "k_weight", "v_weight",
-                                      "o_weight", "q_bias",   "k_bias",
-                                      "v_bias",   "o_bias",   NULL};
+  const char *const *known = projection_members;
   int bad;
   const json_t *pr = get_object(d, root, "projections", known, &bad);
   if (pr == NULL)
@@ -492,6 +504,8 @@ static json_t *parse(const char *text, size_t len, json_error_t *je, int *oom) {
   return root;
 }
 
+_Thread_local uint64_t attnd__decode_slow_runs;
+
 /* A 53-bit nonce for the bulk scanner's placeholders, from a per-thread
  * generator seeded once from the OS. */
 static uint64_t nonce53(void) {
@@ -501,11 +515,32 @@ static uint64_t nonce53(void) {
   return attnd_splitmix64(&state) >> 11;
 }
 
+/* Puts back into the tree under v the strings the bulk scanner lifted
+ * that are no tensor data (bulk.h: in_tree), as jansson would have read
+ * them. Returns 0, or -1 when out of memory. */
+static int restore_strings(json_t *v, const attnd_bulk_set_t *bulk) {
+  if (json_is_string(v)) {
+    const attnd_bulk_t *b = attnd_bulk_string(bulk, json_string_value(v));
+    return b && b->in_tree ? json_string_setn_nocheck(v, b->text, b->text_len)
+                           : 0;
+  }
+  size_t i;
+  const char *key;
+  json_t *e;
+  if (json_is_array(v))
+    json_array_foreach(v, i, e) if (restore_strings(e, bulk) < 0) return -1;
+  if (json_is_object(v))
+    json_object_foreach(v, key, e) if (restore_strings(e, bulk) < 0) return -1;
+  return 0;
+}
+
 /* Decodes `root` into a new request; with `bulk`, placeholders stand for its
- * items. Returns the job or NULL with *err set. */
+ * items. Returns the job, or NULL with *err set and *sure telling whether
+ * the slow path would give the same error: it would after planning, and
+ * unless an error about a bulk item's values was worded here (E_UNSURE). */
 static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
                                const attnd_config_t *cfg, attnd_error_t *err,
-                               int *planning) {
+                               int *sure) {
   attnd_request_t *j = calloc(1, sizeof *j);
   if (j == NULL) {
     attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
@@ -514,7 +549,7 @@ static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
   }
   dec_t d = {.req = j, .cfg = cfg, .err = err, .bulk = bulk};
   int r = decode_root(&d, root);
-  *planning = d.planning;
+  *sure = d.planning || !d.unsure;
   if (r < 0) {
     attnd_request_free(j);
     return NULL;
@@ -522,38 +557,58 @@ static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
   return j;
 }
 
-/* The fast path: big arrays of numbers and long base64 texts are lifted
- * out of the text by the bulk scanner, and jansson parses what is left.
- * The slow path has jansson parse everything. Both give the same request,
- * or the same error: the slow path also runs whenever the fast one fails
- * before planning, so that errors read the same whichever path met them.
- * When the scanner lifted nothing, the skeleton is the body and the slow
- * path alone runs, once. */
+/* The fast path: big arrays of numbers, long base64 texts and other long
+ * strings are lifted out of the text by the bulk scanner, and jansson
+ * parses what is left; the other long strings are then put back into the
+ * tree. The slow path has jansson parse everything. Both give the same
+ * request, or the same error: when the fast path fails with an error the
+ * slow path might word otherwise (decode's *sure), the slow path runs too;
+ * and it runs when the skeleton does not parse, for jansson's error at its
+ * place in the body. Both paths refuse,
+ * first, a body whose JSON outside what the scanner lifts is over
+ * max_json_structure_bytes: that is all jansson ever reads on the fast
+ * path, and the bound on its time. */
 int attnd__request_decode_path(const char *body, size_t len,
                                const attnd_config_t *cfg, int fast,
                                attnd_request_t **out, attnd_error_t *err) {
   double t0 = attnd_now_ms();
-  int planning = 0, oom;
+  int sure = 0, oom = 0, slow = !fast;
   json_error_t je;
+  attnd_bulk_set_t bulk;
+  attnd_buf_t skel;
   *out = NULL;
-  if (fast) {
-    attnd_bulk_set_t bulk;
-    attnd_buf_t skel;
-    attnd_bulk_set_init(&bulk, nonce53());
-    attnd_buf_init(&skel);
-    if (attnd_bulk_scan(body, len, ATTND_BULK_MIN_ELEMS, ATTND_BULK_MIN_STRING,
-                        &bulk, &skel) == 0 &&
-        bulk.n > 0) {
-      json_t *root = parse(skel.data, skel.len, &je, &oom);
-      if (root) {
-        *out = decode(root, &bulk, cfg, err, &planning);
-        json_decref(root);
-      }
-    }
-    attnd_buf_free(&skel);
-    attnd_bulk_set_free(&bulk); /* the body outlives it: strings borrowed it */
+  attnd_bulk_set_init(&bulk, nonce53());
+  bulk.array_keys = lifted_keys;
+  attnd_buf_init(&skel);
+  if (attnd_bulk_scan(body, len, ATTND_BULK_MIN_ELEMS, ATTND_BULK_MIN_STRING,
+                      &bulk, &skel) < 0) {
+    oom = 1;
+  } else if ((int64_t)(len - bulk.lifted_bytes) > cfg->max_json_structure_bytes) {
+    slow = 0;
+    attnd_error_set(err, ATTND_ERR_PAYLOAD_TOO_LARGE, "",
+                    "the body has %zu bytes of JSON outside tensor data (arrays "
+                    "of %d numbers or more, base64 texts) and long strings, "
+                    "over max_json_structure_bytes %lld",
+                    len - bulk.lifted_bytes, ATTND_BULK_MIN_ELEMS,
+                    (long long)cfg->max_json_structure_bytes);
+  } else if (fast && bulk.n > 0) {
+    json_t *root = parse(skel.data, skel.len, &je, &oom);
+    if (root && restore_strings(root, &bulk) < 0)
+      oom = 1;
+    else if (root)
+      *out = decode(root, &bulk, cfg, err, &sure);
+    json_decref(root);
+    slow = !oom && *out == NULL && !sure;
+  } else {
+    slow = 1;
   }
-  if (*out == NULL && !planning) {
+  attnd_buf_free(&skel);
+  attnd_bulk_set_free(&bulk); /* the body outlives it: strings borrowed it */
+  if (oom)
+    return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                           "out of memory parsing the request's JSON");
+  if (slow) {
+    attnd__decode_slow_runs++;
     json_t *root = parse(body, len, &je, &oom);
     if (oom)
       return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
@@ -562,7 +617,7 @@ int attnd__request_decode_path(const char *body, size_t len,
       return attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
                              "invalid JSON at line %d, column %d: %s", je.line,
                              je.column, je.text);
-    *out = decode(root, NULL, cfg, err, &planning);
+    *out = decode(root, NULL, cfg, err, &sure);
     json_decref(root);
   }
   if (*out == NULL)

@@ -17,6 +17,7 @@ typedef struct dec {
   attnd_form_t query_form;
   attnd_bulk_set_t *bulk; /* the fast path's items, or NULL */
   int planning; /* errors from here on do not depend on the path taken */
+  int unsure;   /* the error may read otherwise on the slow path */
 } dec_t;
 
 /* Element kinds: float32, or boolean as uint8. */
@@ -25,6 +26,10 @@ enum { K_FLOAT, K_MASK };
 /* Sets the error and returns -1. */
 #define E(d, code, field, ...)                                                 \
   attnd_error_set((d)->err, code, field, __VA_ARGS__)
+/* E for an error about a bulk item, whose words only the slow path has:
+ * the request is decoded again that way. */
+#define E_UNSURE(d, code, field, ...)                                          \
+  ((d)->unsure = 1, E(d, code, field, __VA_ARGS__))
 
 /* A new buffer of `bytes` that the request owns, or NULL. */
 void *attnd__dec_alloc(dec_t *d, size_t bytes);

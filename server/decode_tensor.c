@@ -279,36 +279,32 @@ static attnd_bulk_t *bulk_array(const dec_t *d, const json_t *v) {
   return b->text || b->data == NULL ? NULL : b;
 }
 
-/* The string item that placeholder v stands for, or NULL. */
+/* The base64 text that placeholder v stands for, or NULL. */
 static const attnd_bulk_t *bulk_string(const dec_t *d, const json_t *v) {
-  unsigned long long nonce, idx;
-  int used = 0;
   const char *s = json_string_value(v);
-  if (d->bulk == NULL || s == NULL || strncmp(s, "\001bulk:", 6) != 0 ||
-      sscanf(s + 6, "%llu:%llu%n", &nonce, &idx, &used) != 2 ||
-      s[6 + used] != 0 || nonce != d->bulk->nonce || idx >= d->bulk->n ||
-      d->bulk->items[idx].text == NULL)
-    return NULL;
-  return &d->bulk->items[idx];
+  const attnd_bulk_t *b =
+      d->bulk && s ? attnd_bulk_string(d->bulk, s) : NULL;
+  return b && !b->in_tree ? b : NULL;
 }
 
 /* A tensor from an array item: the floats as they are (the job adopts
  * them), or 0/1 bytes for a mask. The slow path decodes the same text to
- * the same values; any error here sends the request down the slow path,
- * which reports it in its own words. */
+ * the same values; an error about the values sends the request down the
+ * slow path (E_UNSURE), which reports it in its own words. */
 static int decode_bulk(dec_t *d, attnd_bulk_t *b, const char *field, int kind,
                        int rank, const int64_t *dim, attn_tensor_t *t) {
   int64_t n;
   if (check_elements(d, field, rank, dim, &n) < 0)
     return -1;
   if ((size_t)n != b->n)
-    return E(d, ATTND_ERR_SIZE_MISMATCH, field, "%s: size", field);
+    return E_UNSURE(d, ATTND_ERR_SIZE_MISMATCH, field, "%s: size", field);
   if (kind == K_FLOAT) {
     if (b->is_bool)
-      return E(d, ATTND_ERR_INVALID_TYPE, field, "%s: booleans", field);
+      return E_UNSURE(d, ATTND_ERR_INVALID_TYPE, field, "%s: booleans", field);
     for (int64_t i = 0; i < n; i++)
       if (!isfinite(b->data[i]))
-        return E(d, ATTND_ERR_NON_FINITE, field, "%s: not finite", field);
+        return E_UNSURE(d, ATTND_ERR_NON_FINITE, field, "%s: not finite",
+                        field);
     if (dec_adopt(d, b->data, b->n * sizeof(float)) < 0) {
       b->data = NULL;
       return attnd__dec_oom(d, field);
@@ -321,7 +317,8 @@ static int decode_bulk(dec_t *d, attnd_bulk_t *b, const char *field, int kind,
       return attnd__dec_oom(d, field);
     for (int64_t i = 0; i < n; i++) {
       if (b->data[i] != 0 && b->data[i] != 1)
-        return E(d, ATTND_ERR_INVALID_VALUE, field, "%s: not 0 or 1", field);
+        return E_UNSURE(d, ATTND_ERR_INVALID_VALUE, field, "%s: not 0 or 1",
+                        field);
       m[i] = b->data[i] == 1;
     }
     t->data = m;
@@ -371,7 +368,8 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
   attnd_bulk_t *bulk = json_is_array(data) ? bulk_array(d, data) : NULL;
   if (bulk) {
     if (bulk->rank != 1)
-      return E(d, ATTND_ERR_INVALID_TYPE, field, "%s.data: nested", field);
+      return E_UNSURE(d, ATTND_ERR_INVALID_TYPE, field, "%s.data: nested",
+                      field);
     if (decode_bulk(d, bulk, field, kind, (int)rank, dim, t) < 0)
       return -1;
     *form = ATTND_FORM_FLAT;

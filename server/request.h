@@ -70,13 +70,18 @@ int attnd_request_decode(const char *body, size_t len,
                          attnd_error_t *err);
 
 /* attnd_request_decode by one path, for tests and fuzzers: fast = 0 has
- * jansson parse the whole body; fast = 1 lifts big arrays and base64 texts
- * out with the bulk scanner first, and falls back to the first path when
- * that fails before planning (what attnd_request_decode does). Both must
- * give the same request, or the same error. Internal. */
+ * jansson parse the whole body; fast = 1 lifts tensor data and long
+ * strings out with the bulk scanner first, and falls back to the first
+ * path when the skeleton does not parse or an error about lifted values
+ * may read otherwise (what attnd_request_decode does). Both must give the
+ * same request, or the same error. Internal. */
 int attnd__request_decode_path(const char *body, size_t len,
                                const attnd_config_t *cfg, int fast,
                                attnd_request_t **out, attnd_error_t *err);
+
+/* For tests: how many times this thread's decodes have had jansson parse
+ * a whole body (the slow path, or the fast path falling back to it). */
+extern _Thread_local uint64_t attnd__decode_slow_runs;
 
 /* The memory the request holds at its peak: its decoded tensors, the
  * workspace, the outputs, and the reply text (bounded from above). */

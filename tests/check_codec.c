@@ -1142,10 +1142,19 @@ static size_t check_scan(const char *text, size_t n, size_t min_elems,
   return check_scan_s(text, n, min_elems, 0, set_out);
 }
 
+/* Whether s[0..n) is UTF-8 that jansson accepts, without a NUL. */
+static int jansson_utf8(const char *s, size_t n) {
+  json_t *j = json_stringn(s, n);
+  int ok = j != NULL && memchr(s, 0, n) == NULL;
+  json_decref(j);
+  return ok;
+}
+
 /* Scans text[0..n) and checks the scanner's property (see the top of this
  * file) under jansson's two decoding modes, that each item is well formed
  * and used exactly once, and that without items the skeleton is the text.
- * Returns the number of items; *set_out, when given, takes the set. */
+ * Returns the number of tensor-data items (arrays and base64 texts, not
+ * the in_tree strings); *set_out, when given, takes the set. */
 static size_t check_scan_s(const char *text, size_t n, size_t min_elems,
                            size_t min_string, attnd_bulk_set_t *set_out) {
   attnd_bulk_set_t set;
@@ -1156,8 +1165,15 @@ static size_t check_scan_s(const char *text, size_t n, size_t min_elems,
   CHECK(sk.len == 0 || sk.data[sk.len] == '\0');
   if (set.n == 0)
     CHECK(sk.len == n && (n == 0 || memcmp(sk.data, text, n) == 0));
+  size_t in_tree = 0;
   for (size_t k = 0; k < set.n; k++) {
     const attnd_bulk_t *it = &set.items[k];
+    if (it->in_tree) { /* any other string: as jansson reads it */
+      CHECK(it->text && it->copy == it->text && !it->data);
+      CHECK(min_string > 0 && jansson_utf8(it->text, it->text_len));
+      in_tree++;
+      continue;
+    }
     if (it->text) { /* a base64 member's value: printable ASCII */
       CHECK(min_string > 0 && it->text_len >= min_string && !it->data);
       for (size_t i = 0; i < it->text_len; i++)
@@ -1214,7 +1230,8 @@ static size_t check_scan_s(const char *text, size_t n, size_t min_elems,
     json_decref(js);
   }
   attnd_buf_free(&sk);
-  size_t count = set.n;
+  CHECK(set.n_data + in_tree == set.n);
+  size_t count = set.n_data;
   if (set_out)
     *set_out = set;
   else
@@ -1400,12 +1417,12 @@ static const struct {
 };
 #define N_SCAN_CASES (int)(sizeof scan_cases / sizeof *scan_cases)
 
-/* Only a long value of a "base64" member becomes a string item (issue 11,
- * defect 2: a lifted id was echoed as its placeholder); its allowed escapes
- * are undone. Every other string stays in the skeleton: keys, ids, enums,
- * unknown members, escaped keys, and base64 values with escapes of
- * anything but printable ASCII, or with non-ASCII characters (invalid
- * escapes and raw control characters: scan_cases). */
+/* A long value of a "base64" member becomes base64 data, its allowed
+ * escapes undone (issue 11, defect 2: a lifted id was echoed as its
+ * placeholder); every other long string that is no key becomes an in_tree
+ * string, unescaped as jansson would (ids, enums, unknown members, base64
+ * values with escapes of anything but printable ASCII or with non-ASCII
+ * characters); keys and short strings stay in the skeleton. */
 START_TEST(test_scan_strings) {
   static const char text[] =
       "{\"q\": {\"base64\" :\n \"AACAPwAAAEAAAEBA\"}, \"short\": \"abc\", "
@@ -1416,34 +1433,51 @@ START_TEST(test_scan_strings) {
       "\"u\": {\"base64\": \"AAAA\xc3\xa9"
       "AAAAAAAAAA\"}, "
       "\"s\": {\"base\\u0036\\u0034\": \"AAAAAAAAAAAAAAAA\"}, "
-      "\"v\": [\"base64\", \"AAAAAAAAAAAAAAAA\"], "
-      "\"w\": {\"base64\": [\"AAAAAAAAAAAAAAAA\"]}, "
+      "\"p\": \"\\ud83d\\ude00\\u00e9\\b\\f\\t\\r\\/\", "
+      "\"x\": \"AAAA\\u0000AAAAAAAA\", \"y\": \"AAAA\\ud800AAAAAAAA\", "
       "\"r\": {\"xbase64\": \"AAAAAAAAAAAAAAAA\"}}";
+  static const struct {
+    const char *text; /* NULL: base64 data */
+    size_t len;
+  } want[] = {
+      {NULL, 0},
+      {"AAAAAAAAAAAAAAAA", 16},
+      {NULL, 0},
+      {"AAAA\xc3\xa9" "AAAAAAAAAA", 16},
+      {"AAAA\nAAAAAAAAAAA", 16},
+      {"AAAA\xc3\xa9" "AAAAAAAAAA", 16},
+      {"AAAAAAAAAAAAAAAA", 16},
+      {"\xf0\x9f\x98\x80\xc3\xa9\b\f\t\r/", 11},
+      {"AAAAAAAAAAAAAAAA", 16},
+  };
   attnd_bulk_set_t set;
   attnd_buf_t sk;
   attnd_bulk_set_init(&set, 12345);
   attnd_buf_init(&sk);
   ck_assert_int_eq(attnd_bulk_scan(text, strlen(text), 100, 8, &set, &sk), 0);
-  /* the skeleton: the text with the two items' strings replaced */
+  ck_assert_uint_eq(set.n, sizeof want / sizeof want[0]);
+  ck_assert_uint_eq(set.n_data, 2);
+  for (size_t k = 0; k < set.n; k++) {
+    const attnd_bulk_t *it = &set.items[k];
+    ck_assert_int_eq(it->in_tree, want[k].text != NULL);
+    if (want[k].text) {
+      ck_assert_uint_eq(it->text_len, want[k].len);
+      ck_assert(memcmp(it->text, want[k].text, want[k].len) == 0);
+    }
+  }
+  /* the two base64 texts: borrowed, and unescaped */
   const char *first = strstr(text, "\"AACAPwAAAEAAAEBA\"");
-  const char *second = strstr(text, "\"AAAA\\/");
-  const char *second_end = strstr(second, "AA\"}") + 3;
-  char want[sizeof text];
-  snprintf(want, sizeof want,
-           "%.*s\"\\u0001bulk:12345:0\"%.*s"
-           "\"\\u0001bulk:12345:1\"%s",
-           (int)(first - text), text, (int)(second - first - 18), first + 18,
-           second_end);
-  ck_assert_str_eq(sk.data, want);
-  ck_assert_uint_eq(set.n, 2);
   ck_assert_uint_eq(set.items[0].text_len, 16);
-  ck_assert(memcmp(set.items[0].text, "AACAPwAAAEAAAEBA", 16) == 0);
   ck_assert_ptr_null(set.items[0].data);
   ck_assert_ptr_null(set.items[0].copy); /* borrowed from the text */
   ck_assert(set.items[0].text == first + 1);
-  ck_assert_uint_eq(set.items[1].text_len, 15);
-  ck_assert(memcmp(set.items[1].text, "AAAA/AAA/A/\\\"AA", 15) == 0);
-  ck_assert_ptr_eq(set.items[1].text, set.items[1].copy); /* unescaped */
+  ck_assert_uint_eq(set.items[2].text_len, 15);
+  ck_assert(memcmp(set.items[2].text, "AAAA/AAA/A/\\\"AA", 15) == 0);
+  ck_assert_ptr_eq(set.items[2].text, set.items[2].copy); /* unescaped */
+  /* \u0000 and a lone surrogate stay for jansson, and so do keys */
+  ck_assert_ptr_nonnull(strstr(sk.data, "\"AAAA\\u0000AAAAAAAA\""));
+  ck_assert_ptr_nonnull(strstr(sk.data, "\"AAAA\\ud800AAAAAAAA\""));
+  ck_assert_ptr_nonnull(strstr(sk.data, "\"AAAAAAAAAAAAAAAA\": [1, 2]"));
   attnd_bulk_set_free(&set);
   attnd_buf_free(&sk);
   /* and the equivalence property, with strings of every length lifted */
@@ -1991,7 +2025,8 @@ START_TEST(test_scan_linear) {
                   (unsigned long long)widen, t.len);
     ck_assert_uint_eq(w.len, t.len);
     /* and what the scan found */
-    static const size_t items[N_HOSTILE] = {0, 0, 0, 0, 0, 1, 0, 0, 1, 1, 1};
+    /* ids of escapes, and the "x" of kind 7, are in_tree strings */
+    static const size_t items[N_HOSTILE] = {1, 1, 1, 1, 0, 1, 0, 1, 1, 1, 1};
     ck_assert_uint_eq(set.n, items[_i]);
     if (_i == 5)
       ck_assert(set.items[0].copy &&

@@ -576,6 +576,131 @@ START_TEST(test_limits_boundary) {
 }
 END_TEST
 
+/* max_json_structure_bytes counts the body's JSON outside tensor data and
+ * long strings, on both paths alike: a body with megabytes of lifted
+ * tensor and long ids decodes under a 4K limit; 4K of anything else (a
+ * long member name, nesting, short strings) is 413 before jansson reads
+ * it, on both paths, and at the limit it is not. */
+START_TEST(test_structure_limit) {
+  attnd_config_t small = cfg;
+  small.max_json_structure_bytes = 4096;
+  small.max_seq_len = 4096;
+  small.max_tensor_elements = 1 << 20;
+  small.max_body_bytes = 64 << 20;
+  small.max_response_bytes = 64 << 20;
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  /* a 4096 x 8 query (lifted) and a 2000-byte id of escapes (lifted) */
+  attnd_buf_puts(&b, "{\"id\":\"");
+  for (int i = 0; i < 1000; i++)
+    attnd_buf_puts(&b, "\\\\u");
+  attnd_buf_puts(&b, "\",\"num_heads\":1,\"query\":[");
+  for (int i = 0; i < 4096; i++)
+    attnd_buf_puts(&b, i ? ",[1,2,3,4,5,6,7,8]" : "[1,2,3,4,5,6,7,8]");
+  attnd_buf_puts(&b, "]}");
+  attnd_request_t *j = NULL;
+  attnd_error_t e;
+  ck_assert_int_eq(attnd_request_decode(b.data, b.len, &small, &j, &e), -1);
+  ck_assert_str_eq(attnd_error_name(e.code), "invalid_value"); /* the id */
+  ck_assert_str_eq(e.field, "id");
+  ck_assert_msg(strstr(e.message, "2000 characters"), "%s", e.message);
+  attnd_request_free(j);
+  j = NULL;
+  /* over: a member name padded to make the structure 4097 bytes, then
+   * 4096 (each on both paths) */
+  for (int over = 1; over >= 0; over--) {
+    attnd_buf_t c;
+    attnd_buf_init(&c);
+    attnd_buf_puts(&c, "{\"");
+    size_t pad = 4096 + (size_t)over - 29; /* the rest: 29 bytes */
+    for (size_t i = 0; i < pad; i++)
+      attnd_buf_puts(&c, "x");
+    attnd_buf_puts(&c, "\":1,\"num_heads\":1,\"query\":[");
+    for (int i = 0; i < 64; i++)
+      attnd_buf_puts(&c, i ? ",1" : "1");
+    attnd_buf_puts(&c, "]}");
+    for (int fast = 0; fast < 2; fast++) {
+      int r = attnd__request_decode_path(c.data, c.len, &small, fast, &j, &e);
+      ck_assert_int_eq(r, -1);
+      if (over) {
+        ck_assert_str_eq(attnd_error_name(e.code), "payload_too_large");
+        ck_assert_msg(strstr(e.message, "4097 bytes of JSON outside tensor "
+                                        "data") &&
+                          strstr(e.message, "max_json_structure_bytes 4096"),
+                      "%s", e.message);
+      } else {
+        ck_assert_str_eq(attnd_error_name(e.code), "unknown_field");
+      }
+    }
+    attnd_buf_free(&c);
+  }
+  attnd_buf_free(&b);
+}
+END_TEST
+
+/* The fast path falls back to jansson on the whole body only when it must
+ * (issue 11: a hostile body could otherwise have jansson read every
+ * megabyte of its tensors again): not for an error elsewhere, nor for
+ * tensor-named members in other places, nor for a batch of 64 key lengths
+ * (never lifted); but for a lifted tensor's bad values, whose words are the
+ * slow path's, and for a body that is not JSON. */
+START_TEST(test_slow_path_only_when_needed) {
+  static const struct {
+    const char *tail; /* after a lifted 64 x 1 x 2 query */
+    int slow;
+    const char *code;
+  } cases[] = {
+      {",\"num_heads\":\"x\"}", 0, "invalid_type"},
+      {",\"num_heads\":1,\"mask\":{\"query\":[QQ]}}", 0, "unknown_field"},
+      {",\"num_heads\":1,\"shape\":[QQ]}", 0, "unknown_field"},
+      {",\"num_heads\":1,\"mask\":{\"key_lengths\":[KL]}}", 0, "ok"},
+      {",\"num_heads\":1,\"key\":[[1e39,QQ]]}", 1, "non_finite"},
+      {",\"num_heads\":1,\"key\":{\"shape\":[2,64],\"data\":[[QQ],[QQ]]}}",
+       1, "size_mismatch"},
+      {",\"num_heads\":1", 1, "invalid_json"},
+  };
+  char qq[512] = "", kl[512] = "";
+  for (int i = 0; i < 64; i++) {
+    strcat(qq, i ? ",1" : "1");
+    strcat(kl, i ? ",1" : "1");
+  }
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    attnd_buf_t b;
+    attnd_buf_init(&b);
+    attnd_buf_puts(&b, "{\"query\":[");
+    for (int i = 0; i < 64; i++)
+      attnd_buf_puts(&b, i ? ",[[1,2]]" : "[[1,2]]");
+    attnd_buf_puts(&b, "]");
+    for (const char *p = cases[c].tail; *p; p++) {
+      if (p[0] == 'Q' && p[1] == 'Q')
+        attnd_buf_puts(&b, qq), p++;
+      else if (p[0] == 'K' && p[1] == 'L')
+        attnd_buf_puts(&b, kl), p++;
+      else
+        attnd_buf_append(&b, p, 1);
+    }
+    attnd_config_t big = cfg;
+    big.max_batch = 64;
+    attnd_request_t *j = NULL;
+    attnd_error_t e;
+    uint64_t before = attnd__decode_slow_runs;
+    int r = attnd__request_decode_path(b.data, b.len, &big, 1, &j, &e);
+    ck_assert_msg(strcmp(r ? attnd_error_name(e.code) : "ok", cases[c].code) ==
+                      0,
+                  "case %zu: %s (%s)", c, r ? attnd_error_name(e.code) : "ok",
+                  r ? e.message : "");
+    ck_assert_msg(attnd__decode_slow_runs - before == (uint64_t)cases[c].slow,
+                  "case %zu: the slow path ran %llu times", c,
+                  (unsigned long long)(attnd__decode_slow_runs - before));
+    char why[1024];
+    ck_assert_msg(decode_diff(b.data, b.len, &big, why, sizeof why) == 0,
+                  "case %zu: %s", c, why);
+    attnd_request_free(j);
+    attnd_buf_free(&b);
+  }
+}
+END_TEST
+
 /* ---- values -------------------------------------------------------------- */
 
 /* A valid request in one tensor form, and what it must decode to. Every
@@ -1427,6 +1552,8 @@ Suite *test_suite(void) {
   TCase *tc = tcase_create("errors");
   tcase_add_loop_test(tc, test_invalid_request, 0, N_ERR);
   tcase_add_test(tc, test_limits_boundary);
+  tcase_add_test(tc, test_structure_limit);
+  tcase_add_test(tc, test_slow_path_only_when_needed);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("values");

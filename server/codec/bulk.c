@@ -41,11 +41,12 @@ _Thread_local uint64_t attnd__bulk_examined;
  * containers reaches depth d + r + 1 and its placeholder only d + 2, so an
  * array is replaced only if d + r + 1 fits.
  *
- * Why no member but a tensor's "base64" ever sees a placeholder: a string
- * is lifted only as the value of a key spelled "base64", which the decoder
- * reads only as a tensor's base64 text; any other use of such a member is
- * an unknown member or a type error, and those errors never show the
- * value. */
+ * Why no member but a tensor's "base64" ever sees a string placeholder: a
+ * string is lifted as base64 data only as the value of a key spelled
+ * "base64", which the decoder reads only as a tensor's base64 text (any
+ * other use of such a member is an unknown member or a type error, and
+ * those errors never show the value); every other lifted string is put
+ * back into jansson's tree before the decoder looks at it. */
 
 /* The closing quote of the string that opens at *open, or NULL if the text
  * ends first; sets *escapes if the string holds a backslash. Each byte is
@@ -221,6 +222,7 @@ done:
   item->is_bool = is_bool;
   item->text = NULL;
   item->text_len = 0;
+  item->in_tree = 0;
   item->data = realloc(sc->x, sc->n * sizeof *sc->x); /* shrink */
   if (!item->data)
     item->data = sc->x;
@@ -232,8 +234,30 @@ done:
 
 void attnd_bulk_set_init(attnd_bulk_set_t *set, uint64_t nonce) {
   set->items = NULL;
-  set->n = set->cap = 0;
+  set->n = set->cap = set->n_data = set->lifted_bytes = 0;
   set->nonce = nonce;
+  set->array_keys = NULL;
+}
+
+/* Whether the string s[0..n) (between its quotes) is spelled as one of the
+ * NULL-terminated keys. */
+static int is_key_of(const char *s, size_t n, const char *const *keys) {
+  for (; *keys; keys++)
+    if (strlen(*keys) == n && memcmp(s, *keys, n) == 0)
+      return 1;
+  return 0;
+}
+
+const attnd_bulk_t *attnd_bulk_string(const attnd_bulk_set_t *set,
+                                      const char *s) {
+  unsigned long long nonce, idx;
+  int used = 0;
+  if (strncmp(s, "\001bulk:", 6) != 0 ||
+      sscanf(s + 6, "%llu:%llu%n", &nonce, &idx, &used) != 2 ||
+      s[6 + used] != 0 || nonce != set->nonce || idx >= set->n ||
+      set->items[idx].text == NULL)
+    return NULL;
+  return &set->items[idx];
 }
 
 void attnd_bulk_set_free(attnd_bulk_set_t *set) {
@@ -245,10 +269,11 @@ void attnd_bulk_set_free(attnd_bulk_set_t *set) {
   attnd_bulk_set_init(set, set->nonce);
 }
 
-/* Adds *item to the set and appends its placeholder to the skeleton: the
- * array placeholder, or for a string item the string placeholder. On
- * failure frees the item's data and copy. Returns 0 or -1. */
-static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item,
+/* Adds *item, which stands for `span` bytes of the text, to the set and
+ * appends its placeholder to the skeleton: the array placeholder, or for a
+ * string item the string placeholder. On failure frees the item's data and
+ * copy. Returns 0 or -1. */
+static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item, size_t span,
                     attnd_buf_t *skel) {
   if (set->n == set->cap) {
     size_t cap = set->cap ? 2 * set->cap : 8;
@@ -267,6 +292,8 @@ static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item,
       item->text ? "\"\\u0001bulk:%llu:%llu\"" : "[\"\\u0001bulk\",%llu,%llu]",
       (unsigned long long)set->nonce, (unsigned long long)set->n);
   set->items[set->n++] = *item;
+  set->n_data += !item->in_tree;
+  set->lifted_bytes += span;
   attnd_buf_append(skel, text, (size_t)len);
   return skel->oom ? -1 : 0;
 }
@@ -332,13 +359,122 @@ no:
   return 0;
 }
 
+/* The length of the UTF-8 sequence at p (before end) if it is one that
+ * jansson accepts (shortest form, no surrogate, at most U+10FFFF), else 0. */
+static size_t utf8_seq(const unsigned char *p, const unsigned char *end) {
+  unsigned char c = p[0];
+  size_t n = c < 0x80 ? 1 : c < 0xc2 ? 0 : c < 0xe0 ? 2 : c < 0xf0 ? 3
+                                     : c < 0xf5                ? 4
+                                                               : 0;
+  if (n == 0 || (size_t)(end - p) < n)
+    return 0;
+  for (size_t i = 1; i < n; i++)
+    if ((p[i] & 0xc0) != 0x80)
+      return 0;
+  if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) ||
+      (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] > 0x8f))
+    return 0; /* overlong, a surrogate, or beyond U+10FFFF */
+  return n;
+}
+
+/* The value of the four hex digits at p (before end), or -1. */
+static long hex4(const char *p, const char *end) {
+  if (end - p < 4)
+    return -1;
+  long v = 0;
+  for (int i = 0; i < 4; i++) {
+    int h = attnd_hex_digit(p[i]);
+    if (h < 0)
+      return -1;
+    v = v * 16 + h;
+  }
+  return v;
+}
+
+/* The string item (in_tree) for the characters s[0..n) of a string
+ * between its quotes, when jansson accepts it (bulk.h), unescaped to UTF-8
+ * into a copy the item owns. Returns 1, 0 when the string does not
+ * qualify (jansson will find the fault), or -1 when out of memory.
+ * Linear: every byte is read once. */
+static int text_item(const char *s, size_t n, attnd_bulk_t *item) {
+  memset(item, 0, sizeof *item);
+  char *out = malloc(n ? n : 1), *o = out; /* unescaping never grows */
+  if (!out)
+    return -1;
+  const char *p = s, *end = s + n;
+  EXAMINED(n);
+  while (p < end) {
+    unsigned char c = (unsigned char)*p;
+    if (c >= 0x20 && c < 0x80 && c != '\\') {
+      *o++ = (char)c;
+      p++;
+      continue;
+    }
+    if (c >= 0x80) {
+      size_t k = utf8_seq((const unsigned char *)p, (const unsigned char *)end);
+      if (k == 0)
+        goto no;
+      memcpy(o, p, k);
+      o += k, p += k;
+      continue;
+    }
+    if (c != '\\' || end - p < 2)
+      goto no; /* a control character, or a lone backslash */
+    static const char esc[] = "\"\\/bfnrt", val[] = "\"\\/\b\f\n\r\t";
+    const char *e = p[1] ? memchr(esc, p[1], sizeof esc - 1) : NULL;
+    if (e) {
+      *o++ = val[e - esc];
+      p += 2;
+      continue;
+    }
+    if (p[1] != 'u')
+      goto no;
+    long u = hex4(p + 2, end);
+    p += 6;
+    if (u >= 0xd800 && u <= 0xdbff) { /* a high surrogate: its low one */
+      long lo = end - p >= 2 && p[0] == '\\' && p[1] == 'u' ? hex4(p + 2, end)
+                                                            : -1;
+      if (lo < 0xdc00 || lo > 0xdfff)
+        goto no;
+      u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
+      p += 6;
+    } else if (u <= 0 || (u >= 0xdc00 && u <= 0xdfff)) {
+      goto no; /* not hex, \u0000, or a lone low surrogate */
+    }
+    if (u < 0x80) {
+      *o++ = (char)u;
+    } else if (u < 0x800) {
+      *o++ = (char)(0xc0 | u >> 6);
+      *o++ = (char)(0x80 | (u & 0x3f));
+    } else if (u < 0x10000) {
+      *o++ = (char)(0xe0 | u >> 12);
+      *o++ = (char)(0x80 | (u >> 6 & 0x3f));
+      *o++ = (char)(0x80 | (u & 0x3f));
+    } else {
+      *o++ = (char)(0xf0 | u >> 18);
+      *o++ = (char)(0x80 | (u >> 12 & 0x3f));
+      *o++ = (char)(0x80 | (u >> 6 & 0x3f));
+      *o++ = (char)(0x80 | (u & 0x3f));
+    }
+  }
+  item->copy = out;
+  item->text = out;
+  item->text_len = (size_t)(o - out);
+  item->in_tree = 1;
+  return 1;
+no:
+  free(out);
+  return 0;
+}
+
 int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
                     size_t min_string, attnd_bulk_set_t *set,
                     attnd_buf_t *skeleton) {
   const char *p = src, *end = src + n;
   const char *copied = src; /* src[copied..p) is still to be copied */
   size_t depth = 0;         /* containers open at p */
-  int key = 0; /* 1: the last token is the string "base64"; 2: and ':' */
+  /* What the last tokens were: a key string, then ':' */
+  enum { K_NONE, K_BASE64, K_BASE64_COLON, K_ARRAY, K_ARRAY_COLON } key = K_NONE;
   scratch_t sc = {NULL, 0, 0};
   int oom = 0;
   EXAMINED(n); /* the main pass */
@@ -346,18 +482,31 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
     switch (*p) {
     case '"': { /* a string: skip to its closing quote */
       const char *open = p;
-      int escapes, is_value = key == 2;
+      int escapes, is_base64 = key == K_BASE64_COLON;
       const char *close = string_close(open, end, &escapes);
       p = close ? close + 1 : end;
-      key = close && close - open == 7 && memcmp(open + 1, "base64", 6) == 0;
+      size_t slen = close ? (size_t)(close - open - 1) : 0;
+      key = !close || escapes                          ? K_NONE
+            : slen == 6 && memcmp(open + 1, "base64", 6) == 0 ? K_BASE64
+            : set->array_keys && slen <= 32 &&
+                    is_key_of(open + 1, slen, set->array_keys)
+                ? K_ARRAY
+                : K_NONE;
       attnd_bulk_t item;
-      int r = is_value && close && min_string
-                  ? string_item(open + 1, (size_t)(close - open - 1), escapes,
-                                min_string, &item)
-                  : 0;
+      int r = 0;
+      if (close && min_string && slen >= min_string) {
+        if (is_base64)
+          r = string_item(open + 1, slen, escapes, min_string, &item);
+        if (r == 0) { /* any other string that is no key */
+          const char *after = skip_ws(p, end);
+          EXAMINED(after - p);
+          if (after == end || *after != ':')
+            r = text_item(open + 1, slen, &item);
+        }
+      }
       if (r > 0) {
         attnd_buf_append(skeleton, copied, (size_t)(open - copied));
-        oom = bulk_add(set, &item, skeleton) < 0;
+        oom = bulk_add(set, &item, (size_t)(p - open), skeleton) < 0;
         copied = p;
       }
       oom |= r < 0;
@@ -366,17 +515,18 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
     case '[': {
       attnd_bulk_t item;
       const char *after = NULL, *stop = p;
-      if (depth + 2 <= JSON_PARSER_MAX_DEPTH) {
+      if (depth + 2 <= JSON_PARSER_MAX_DEPTH &&
+          (set->array_keys == NULL || key == K_ARRAY_COLON)) {
         size_t room = JSON_PARSER_MAX_DEPTH - 1 - depth; /* ranks that fit */
         int max_rank =
             room < ATTND_BULK_MAX_RANK ? (int)room : ATTND_BULK_MAX_RANK;
         after = bulk_try(p, end, max_rank, min_elems, &sc, &item, &oom, &stop);
       }
       EXAMINED(stop - p);
-      key = 0;
+      key = K_NONE;
       if (after) {
         attnd_buf_append(skeleton, copied, (size_t)(p - copied));
-        oom = bulk_add(set, &item, skeleton) < 0;
+        oom = bulk_add(set, &item, (size_t)(after - p), skeleton) < 0;
         p = copied = after;
       } else {
         depth++;
@@ -387,21 +537,23 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
     case '{':
       depth++;
       p++;
-      key = 0;
+      key = K_NONE;
       break;
     case ']':
     case '}':
       depth -= depth > 0;
       p++;
-      key = 0;
+      key = K_NONE;
       break;
     case ':':
-      key = key == 1 ? 2 : 0;
+      key = key == K_BASE64  ? K_BASE64_COLON
+            : key == K_ARRAY ? K_ARRAY_COLON
+                             : K_NONE;
       p++;
       break;
     default:
       if (!is_ws(*p))
-        key = 0;
+        key = K_NONE;
       p++;
     }
   }

@@ -18,9 +18,12 @@
 
 /* One array the scanner parsed: `rank` nested levels (1..4) of the given
  * shape, every leaf a number (is_bool 0) or every leaf true/false (is_bool
- * 1, stored as 1.0f/0.0f). Or one long base64 text (text != NULL): the
+ * 1, stored as 1.0f/0.0f). Or one long string (text != NULL): the
  * string's value, borrowed from the scanned text when the string has no
- * escapes, else unescaped into `copy`, which the set owns. */
+ * escapes, else unescaped into `copy`, which the set owns; a base64
+ * member's text (in_tree 0), which the decoder reads as a tensor, or any
+ * other string (in_tree 1), which the decoder puts back into jansson's tree
+ * as the string it is (attnd_bulk_string). */
 typedef struct attnd_bulk {
   float *data; /* owned by the set; NULL for a string */
   size_t n;    /* elements: the product of dim */
@@ -30,12 +33,18 @@ typedef struct attnd_bulk {
   const char *text; /* a string item, or NULL */
   size_t text_len;
   char *copy; /* owned by the set: what `text` points to, or NULL */
+  int in_tree; /* a string the decoder restores to jansson's tree */
 } attnd_bulk_t;
 
 typedef struct attnd_bulk_set {
   attnd_bulk_t *items; /* owned */
   size_t n, cap;
-  uint64_t nonce; /* marks this set's placeholders */
+  size_t n_data;       /* the items that are not in_tree: tensor data */
+  size_t lifted_bytes; /* bytes of the text the placeholders stand for */
+  uint64_t nonce;      /* marks this set's placeholders */
+  /* Set by the caller, or NULL (attnd_bulk_set_init's): the member names
+   * whose values alone may be lifted arrays (attnd_bulk_scan). */
+  const char *const *array_keys;
 } attnd_bulk_set_t;
 
 void attnd_bulk_set_init(attnd_bulk_set_t *set, uint64_t nonce);
@@ -43,15 +52,22 @@ void attnd_bulk_set_free(attnd_bulk_set_t *set);
 
 /* Copies the JSON text src[0..n) into `skeleton` (appended, NUL-terminated),
  * replacing with a string placeholder "\u0001bulk:<nonce>:<k>" each string
- * that is all of the following (base64 data, and nothing else, so that no
- * other member can ever see a placeholder):
- *   - the value of an object member whose key is spelled "base64" (no
- *     escapes in the key);
- *   - of at least `min_string` characters once unescaped (0: none lifted);
- *   - printable ASCII, as base64 is: raw characters 0x20..0x7e and only the
- *     escapes \" \\ \/ and \u00XX of a printable character (PHP sends
- *     every '/' as \/);
+ * that is one of these (0 for `min_string` lifts none):
+ *   - base64 data (in_tree 0): the value of an object member whose key is
+ *     spelled "base64" (no escapes in the key), of at least `min_string`
+ *     characters once unescaped, printable ASCII as base64 is: raw
+ *     characters 0x20..0x7e and only the escapes \" \\ \/ and \u00XX of a
+ *     printable character (PHP sends every '/' as \/);
+ *   - any other string that is no object key (in_tree 1), of at least
+ *     `min_string` bytes between its quotes, that jansson accepts: valid
+ *     UTF-8, no control character, the escapes \" \\ \/ \b \f \n \r \t
+ *     and \uXXXX (surrogates in pairs, not \u0000); its value is
+ *     unescaped to UTF-8, as jansson's own. The decoder puts it back into
+ *     the tree, so that no member but a tensor's "base64" ever sees a
+ *     string placeholder, and jansson never reads a long string;
  * and each array that is all of the following by an array placeholder:
+ *   - when the set has array_keys, the value of an object member whose key
+ *     is spelled as one of them (no escapes); else anywhere;
  *   - at most ATTND_BULK_MAX_RANK levels deep, rectangular (every sub-array
  *     at one level has the same length, none empty);
  *   - leaves all JSON numbers that attnd_number_parse accepts, or all the
@@ -66,6 +82,8 @@ void attnd_bulk_set_free(attnd_bulk_set_t *set);
  * with <nonce> the set's nonce in decimal (a 53-bit value). The first
  * character of a placeholder is '[', like the array it stands for.
  * A string item's text may point into src, which must outlive the set.
+ * The set's lifted_bytes counts the bytes of src its placeholders stand
+ * for, so that n - lifted_bytes is what jansson reads of the text.
  * Everything else is copied byte for byte, including anything malformed:
  * the scanner never reports JSON errors; jansson finds them in the
  * skeleton. If the skeleton fails to parse, the caller re-parses the
@@ -74,6 +92,11 @@ void attnd_bulk_set_free(attnd_bulk_set_t *set);
 int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
                     size_t min_string, attnd_bulk_set_t *set,
                     attnd_buf_t *skeleton);
+
+/* The string item that the string placeholder s (a NUL-terminated string
+ * value) stands for in `set`, or NULL when s is no placeholder of it. */
+const attnd_bulk_t *attnd_bulk_string(const attnd_bulk_set_t *set,
+                                      const char *s);
 
 /* Copies the JSON text src[0..n) into `out` (appended, NUL-terminated) with
  * the number literals outside strings that jansson refuses, though they are

@@ -8,6 +8,7 @@ void fuzz_small_config(struct attnd_config *cfg, char *const *extra,
   /* clang-format off */
   static char *const limits[] = {
       "--max-body-bytes", "64K",
+      "--max-json-structure-bytes", "4K",
       "--max-response-bytes", "256K",
       "--max-batch", "4",
       "--max-seq-len", "64",
