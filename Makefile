@@ -51,7 +51,7 @@ CORE_SRC := $(filter-out core/kernel.c,$(wildcard core/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) \
   $(foreach isa,generic avx2 avx512,$(BUILD)/core/kernel_$(isa).o)
 
-SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/model/*.c))
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
 
 # The codec library: base64, numbers, the text buffer, the bulk scanner and
@@ -70,7 +70,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all build run test check asan deps clean format bench bench-compare \
+.PHONY: all build run test check asan deps clean format bench bench-compare compare \
   loadtest container-test fuzz
 .DEFAULT_GOAL := all
 
@@ -78,22 +78,27 @@ all: deps
 	@$(MAKE) --no-print-directory build
 
 BENCH_BIN := $(BUILD)/attn-bench $(BUILD)/codec-bench $(BUILD)/e2e-bench
+# The demo layer `make run` serves (tools/demo-layer.c): generated, never
+# committed, the same bytes on every build, so one path for every BUILD
+# (the docs' examples name it).
+DEMO_LAYER := build/demo/demo.safetensors
 
-build: $(BUILD)/attnd $(BUILD)/attnd-load $(BUILD)/attn-demo $(BENCH_BIN) \
+build: $(BUILD)/attnd $(BUILD)/attnd-load $(BUILD)/attn-demo $(DEMO_LAYER) \
+  $(BENCH_BIN) \
   $(TEST_BIN)
 
 deps:
 	@sh tools/deps.sh
 
 run: deps
-	@$(MAKE) --no-print-directory $(BUILD)/attnd
-	./$(BUILD)/attnd --config config/attnd.conf
+	@$(MAKE) --no-print-directory $(BUILD)/attnd $(DEMO_LAYER)
+	./$(BUILD)/attnd --config config/attnd.conf --layers $(DEMO_LAYER)
 
 test: deps
 	@$(MAKE) --no-print-directory check
 
 # Integration tests run the real server binary and the load tester.
-check: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load
+check: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load $(DEMO_LAYER)
 	@ATTND_BIN=$(BUILD)/attnd ATTND_LOAD_BIN=$(BUILD)/attnd-load \
 	  sh tools/run-tests.sh $(TEST_BIN)
 
@@ -113,6 +118,16 @@ bench-compare: deps
 	@$(MAKE) --no-print-directory $(BUILD)/attn-bench
 	@mkdir -p $(BUILD)/bench
 	./$(BUILD)/attn-bench --torch --csv $(BUILD)/bench/attn-compare.csv
+
+# Resident layers (nn.MultiheadAttention, Llama-family with RoPE and GQA)
+# served by attnd against float64 PyTorch references, at 1e-5 relative.
+compare: deps
+	@/usr/bin/python3 -c 'import torch' 2>/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && apt-get install -y -qq python3-torch; } || \
+	  { echo "compare needs: sudo apt-get install -y python3-torch"; exit 1; }
+	@$(MAKE) --no-print-directory $(BUILD)/attnd
+	/usr/bin/python3 tools/compare/compare.py --attnd $(BUILD)/attnd \
+	  --dir $(BUILD)/compare
 
 # A sweep of context lengths against a local attnd: CSV, JSON and an SVG
 # plot in build/loadtest/.
@@ -188,7 +203,7 @@ $(BUILD)/codec-bench: $(BUILD)/bench/codec_bench.o $(BUILD)/bench/bench.o $(BUIL
 # The end-to-end bench drives a real server with bench/server.c (launcher
 # and HTTP client); no test code, no Check. The tests' harness wraps the
 # same launcher, so the tests link it too.
-$(BUILD)/e2e-bench: $(BUILD)/bench/e2e_bench.o $(BUILD)/bench/bench.o $(BUILD)/bench/server.o $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
+$(BUILD)/e2e-bench: $(BUILD)/bench/e2e_bench.o $(BUILD)/bench/bench.o $(BUILD)/bench/server.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 $(TEST_BIN): $(BUILD)/bench/server.o
 
@@ -201,11 +216,19 @@ $(BUILD)/attn-demo: $(BUILD)/tools/attn-demo.o $(BUILD)/libattn.a
 
 $(BUILD)/tools/%.o: tools/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_CORE) -c $< -o $@
+	$(CC) $(CFLAGS_SERVER) -c $< -o $@
+
+$(BUILD)/demo-layer: $(BUILD)/tools/demo-layer.o $(BUILD)/libattnd.a \
+  $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
+
+$(DEMO_LAYER): $(BUILD)/demo-layer
+	@mkdir -p $(@D)
+	./$(BUILD)/demo-layer $@
 
 format:
 	clang-format -i $(wildcard include/attn/*.h core/*.[ch] server/*.[ch] \
-	  server/codec/*.[ch] \
+	  server/codec/*.[ch] server/model/*.[ch] \
 	  tests/*.[ch] tools/*.c tools/load/*.[ch] bench/*.c)
 
 clean:

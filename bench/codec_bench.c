@@ -223,7 +223,7 @@ static int worst_cases(int reps, result_t *res, int *nres) {
     double ms = MEDIAN_MS(reps, {
       attnd_request_t *req = NULL;
       attnd_error_t e;
-      int r = attnd_request_decode(b->data, b->len, &cfg, &req, &e);
+      int r = attnd_request_decode(b->data, b->len, &cfg, NULL, &req, &e);
       got = r == 0 ? "ok" : attnd_error_name(e.code);
       attnd_request_free(req);
     });

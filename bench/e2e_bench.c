@@ -3,11 +3,15 @@
  * Starts build/attnd with one worker and one thread per request, and sends
  * L = 4096, E = 512, H = 8 causal self-attention with inline projections
  * (all four E x E weights), once with every tensor in base64 and once as
- * nested JSON arrays, replies in the same form. For each it reports the
+ * nested JSON arrays, replies in the same form; then the same weights as a
+ * resident layer (written as a torch_mha safetensors file, loaded with
+ * --layers), with only the query in base64. For each it reports the
  * medians of the server's own metrics, total_ms (arrival to the start of
  * the reply) and compute_ms (the attention), their ratio, the decode and
- * encode stages, and the client's wall time. Starts the server and talks
- * to it with bench/server.h: no test code, no Check.
+ * encode stages, and the client's wall time. Last, the load rate: attnd
+ * started on an E = 4096 layer in BF16 (134 MB), its layers_loaded line.
+ * Starts the server and talks to it with bench/server.h: no test code, no
+ * Check.
  *
  * usage: e2e-bench [--attnd PATH] [--csv FILE] [--reps N] [--len L] */
 #include <jansson.h>
@@ -17,6 +21,7 @@
 
 #include "bench.h"
 #include "codec/buf.h"
+#include "model/safetensors.h"
 #include "server.h"
 
 static void put_tensor(attnd_buf_t *b, const float *x, int64_t rows,
@@ -36,13 +41,81 @@ static void put_tensor(attnd_buf_t *b, const float *x, int64_t rows,
   attnd_buf_puts(b, "\"}");
 }
 
-/* The request body, with every tensor in one form. */
+/* Writes the four E x E weights as a torch_mha layer "bench" (in_proj_weight
+ * is q, k and v stacked), causal, in dtype (F32, or BF16 rounded). */
+static int write_layer(const char *path, int64_t E, int64_t H,
+                       float *const w[4], attnd_st_dtype_t dtype) {
+  size_t es = attnd_st_dtype_size(dtype), n = (size_t)(E * E);
+  char *in = malloc(3 * n * es), *out = malloc(n * es), msg[256];
+  for (size_t i = 0; i < 4 * n; i++) {
+    float v = w[i / n][i % n];
+    char *dst = i < 3 * n ? in + i * es : out + (i - 3 * n) * es;
+    if (dtype == ATTND_ST_BF16) {
+      uint16_t h = attnd_st_bf16_from_f32(v);
+      memcpy(dst, &h, 2);
+    } else {
+      memcpy(dst, &v, 4);
+    }
+  }
+  char heads[24];
+  snprintf(heads, sizeof heads, "%lld", (long long)H);
+  const attnd_st_out_t t[] = {
+      {"bench.in_proj_weight", dtype, 2, {3 * E, E}, in},
+      {"bench.out_proj.weight", dtype, 2, {E, E}, out},
+  };
+  const char *keys[] = {"num_heads", "causal"}, *vals[] = {heads, "true"};
+  int r = attnd_st_write(path, t, 2, keys, vals, 2, msg, sizeof msg);
+  if (r < 0)
+    fprintf(stderr, "e2e-bench: %s\n", msg);
+  free(in);
+  free(out);
+  return r;
+}
+
+/* The time and bytes of attnd's load of a BF16 layer of width E (from its
+ * layers_loaded line): prints the rate. */
+static int load_rate(const char *attnd, int64_t E) {
+  const char *path = "build/bench/e2e-load.safetensors";
+  float *w[4];
+  for (int i = 0; i < 4; i++)
+    w[i] = bench_random_floats((size_t)(E * E), 0.02f, 20 + (uint64_t)i);
+  int r = write_layer(path, E, 32, w, ATTND_ST_BF16);
+  for (int i = 0; i < 4; i++)
+    free(w[i]);
+  if (r < 0)
+    return 1;
+  bench_server_t srv;
+  const char *const args[] = {"--layers", path, NULL};
+  if (bench_server_start(&srv, attnd, args) < 0)
+    return fprintf(stderr, "cannot start attnd:\n%s\n", srv.log), 1;
+  const char *line = strstr(srv.log, "\"layers_loaded\"");
+  double bytes = 0, seconds = 0;
+  if (line && sscanf(strstr(line, "\"bytes\":"), "\"bytes\":%lf", &bytes) == 1 &&
+      sscanf(strstr(line, "\"seconds\":"), "\"seconds\":%lf", &seconds) == 1)
+    printf("load: E=%lld BF16 layer, %.0f MB in the file, %.0f MB of float32 "
+           "held, in %.3f s: %.2f GB/s of file weights\n",
+           (long long)E, bytes / 2 / 1e6, bytes / 1e6, seconds,
+           bytes / 2 / 1e9 / seconds);
+  else
+    fprintf(stderr, "no layers_loaded line:\n%s\n", srv.log);
+  bench_server_stop(&srv, 30);
+  remove(path);
+  return 0;
+}
+
+/* The request body, with every tensor in one form; with a layer, only the
+ * query (base64). */
 static void build_body(attnd_buf_t *b, int64_t L, int64_t E, int64_t H,
-                       const float *x, float *const w[4], int base64) {
+                       const float *x, float *const w[4], int base64,
+                       int layer) {
   static const char *const names[4] = {"q_weight", "k_weight", "v_weight",
                                        "o_weight"};
-  attnd_buf_puts(b, "{\"query\":");
+  attnd_buf_puts(b, layer ? "{\"layer\":\"bench\",\"query\":" : "{\"query\":");
   put_tensor(b, x, L, E, base64);
+  if (layer) {
+    attnd_buf_puts(b, "}");
+    return;
+  }
   char mid[96];
   snprintf(mid, sizeof mid,
            ",\"num_heads\":%lld,\"mask\":{\"causal\":true},\"projections\":{",
@@ -79,6 +152,12 @@ int main(int argc, char **argv) {
   }
   if (reps < 1 || reps > 64 || L < 1)
     return fprintf(stderr, "bad --reps or --len\n"), 2;
+  float *x = bench_random_floats((size_t)(L * E), 1, 1), *w[4];
+  for (int i = 0; i < 4; i++)
+    w[i] = bench_random_floats((size_t)(E * E), 0.044f, 2 + (uint64_t)i);
+  const char *layer = "build/bench/e2e-layer.safetensors";
+  if (write_layer(layer, E, H, w, ATTND_ST_F32) < 0)
+    return 1;
   bench_server_t srv;
   const char *const args[] = {"--workers",
                               "1",
@@ -88,13 +167,11 @@ int main(int argc, char **argv) {
                               "1G",
                               "--max-response-bytes",
                               "1G",
+                              "--layers",
+                              layer,
                               NULL};
   if (bench_server_start(&srv, attnd, args) < 0)
     return fprintf(stderr, "cannot start attnd:\n%s\n", srv.log), 1;
-
-  float *x = bench_random_floats((size_t)(L * E), 1, 1), *w[4];
-  for (int i = 0; i < 4; i++)
-    w[i] = bench_random_floats((size_t)(E * E), 0.044f, 2 + (uint64_t)i);
   printf("e2e-bench: attnd, 1 worker x 1 thread; L=%lld E=%lld H=%lld causal, "
          "inline projections; medians of %d requests\n",
          (long long)L, (long long)E, (long long)H, reps);
@@ -106,10 +183,12 @@ int main(int argc, char **argv) {
     fprintf(csv, "form,body_mb,reply_mb,total_ms,compute_ms,ratio,decode_ms,"
                  "encode_ms,client_ms\n");
   int rc = 0;
-  for (int base64 = 1; base64 >= 0; base64--) {
+  static const char *const forms[] = {"base64", "json", "layer"};
+  for (int form = 0; form < 3; form++) {
+    int base64 = form != 1, by_layer = form == 2;
     attnd_buf_t body;
     attnd_buf_init(&body);
-    build_body(&body, L, E, H, x, w, base64);
+    build_body(&body, L, E, H, x, w, base64, by_layer);
     double total[64], compute[64], dec[64], enc[64], wall[64];
     size_t reply = 0;
     bench_client_t cl;
@@ -145,12 +224,12 @@ int main(int argc, char **argv) {
     if (rc == 0) {
       double tm = bench_median(total, reps), cm = bench_median(compute, reps);
       printf("%-8s %8.1f %9.1f %10.1f %10.1f %8.3f %9.1f %9.1f %10.1f\n",
-             base64 ? "base64" : "json", body.len / 1e6, reply / 1e6, tm, cm,
+             forms[form], body.len / 1e6, reply / 1e6, tm, cm,
              tm / cm, bench_median(dec, reps), bench_median(enc, reps),
              bench_median(wall, reps));
       if (csv)
         fprintf(csv, "%s,%.2f,%.2f,%.3f,%.3f,%.4f,%.3f,%.3f,%.3f\n",
-                base64 ? "base64" : "json", body.len / 1e6, reply / 1e6, tm, cm,
+                forms[form], body.len / 1e6, reply / 1e6, tm, cm,
                 tm / cm, bench_median(dec, reps), bench_median(enc, reps),
                 bench_median(wall, reps));
     }
@@ -161,8 +240,9 @@ int main(int argc, char **argv) {
     printf("CSV: %s\n", csv_path);
   }
   bench_server_stop(&srv, 30);
+  remove(layer);
   for (int i = 0; i < 4; i++)
     free(w[i]);
   free(x);
-  return rc;
+  return rc ? rc : load_rate(attnd, 4096);
 }

@@ -60,6 +60,8 @@ size_t attn__scratch_floats(const attn_plan_t *pl) {
    * [BR, Dh], the running sum [BR] as vectors of up to 16 floats, the
    * running max [BR], the key range of each row [BR] x 2 int64, and the
    * exact path's sums, Dvp doubles. */
+  /* Stage 1 uses it too: the rope's cosines and sines of one position,
+   * rope_dims doubles, which the query rows' BR·Dh floats cover. */
   return (size_t)(ATTN__BR * cols + ATTN__BR * Dvp + ATTN__BR * pl->Dh +
                   16 * ATTN__BR + 5 * ATTN__BR + 2 * Dvp);
 }
@@ -96,6 +98,8 @@ typedef struct fwd {
   attn__attend_fn attend;
   attn__absmax_fn absmax;
   float qscale;               /* what layout_q multiplies by: the scale, or 1 */
+  const double *rope_freq;    /* [rope_dims / 2], or NULL without rope */
+  double norm_eps;
   int64_t n_redo;             /* Q tasks to run again, unscaled */
   int stop;                   /* a stage failed: skip the stages after it */
   uint32_t bits[BITS_N];      /* atomic maxima (attn__absmax_fn) */
@@ -145,17 +149,84 @@ static int64_t proj_rows(const attn_plan_t *pl) {
   return rows;
 }
 
+/* ---- per head of Q and K: RMSNorm, then rope (attn.h) ---------------------- */
+
+/* The rope's frequencies into freq[0 .. dims/2) (attn_rope_t). */
+static void rope_frequencies(const attn_rope_t *rp, int64_t dims,
+                             double *freq) {
+  for (int64_t i = 0; i < dims / 2; i++) {
+    double fi = pow(rp->theta, -2.0 * (double)i / (double)dims);
+    if (rp->scaling == ATTN_ROPE_SCALING_LINEAR) {
+      fi /= rp->factor;
+    } else if (rp->scaling == ATTN_ROPE_SCALING_LLAMA3) {
+      double wavelength = 2.0 * M_PI / fi;
+      double lo = rp->original_max_position / rp->low_freq_factor;
+      double hi = rp->original_max_position / rp->high_freq_factor;
+      if (wavelength > lo) {
+        fi /= rp->factor;
+      } else if (wavelength >= hi) {
+        double s = (rp->original_max_position / wavelength -
+                    rp->low_freq_factor) /
+                   (rp->high_freq_factor - rp->low_freq_factor);
+        fi = (1.0 - s) * fi / rp->factor + s * fi;
+      }
+    }
+    freq[i] = fi;
+  }
+}
+
+/* Position of row i of batch b: from pos ([L] or [B, L]), or `dflt`. */
+static int64_t position(const attn_tensor_t *pos, int64_t b, int64_t i,
+                        int64_t L, int64_t dflt) {
+  const int64_t *x = pos->data;
+  return pos->rank == 0 ? dflt : pos->rank == 1 ? x[i] : x[b * L + i];
+}
+
+/* cs[2i], cs[2i + 1] = cos, sin of pos·f_i for the rope's pairs. */
+static void rope_angles(const fwd_t *f, int64_t pos, double *cs) {
+  for (int64_t i = 0; i < f->pl->rope_dims / 2; i++)
+    sincos((double)pos * f->rope_freq[i], &cs[2 * i + 1], &cs[2 * i]);
+}
+
+/* One head's Dh features x[0], x[st], ..., in place: the RMSNorm with w
+ * (when given), then the rotation by cs (when given). */
+static void head_transform(const fwd_t *f, float *x, int64_t st,
+                           const float *w, const double *cs) {
+  int64_t Dh = f->pl->Dh;
+  if (w) {
+    double ss = 0;
+    for (int64_t d = 0; d < Dh; d++)
+      ss += (double)x[d * st] * x[d * st];
+    double inv = 1.0 / sqrt(ss / (double)Dh + f->norm_eps);
+    for (int64_t d = 0; d < Dh; d++)
+      x[d * st] = (float)(x[d * st] * inv * w[d]);
+  }
+  if (cs) {
+    int64_t half = f->pl->rope_dims / 2;
+    int split = f->p->rope.style == ATTN_ROPE_HALF;
+    for (int64_t i = 0; i < half; i++) {
+      int64_t a = (split ? i : 2 * i) * st, c = (split ? i + half : 2 * i + 1) * st;
+      double x1 = x[a], x2 = x[c];
+      x[a] = (float)(x1 * cs[2 * i] - x2 * cs[2 * i + 1]);
+      x[c] = (float)(x2 * cs[2 * i] + x1 * cs[2 * i + 1]);
+    }
+  }
+}
+
 /* Q for batch b, rows [i0, i1): q[b, i, :] = scale·(x·Wqᵀ + bq), all heads
  * in one product (f->qscale is the scale, or 1 when Q is laid out again
- * unscaled). */
-static void layout_q(fwd_t *f, int64_t b, int64_t i0, int64_t i1) {
+ * unscaled); then each head normed and rotated. With q_norm the scale
+ * comes after the norm, which it does not commute with. */
+static void layout_q(fwd_t *f, int64_t b, int64_t i0, int64_t i1,
+                     float *scratch) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   int64_t n = pl->H * pl->Dh, Eq = pl->Eq, m = i1 - i0;
   const float *x = f->query + (b * pl->Lq + i0) * Eq;
   float *dst = f->q + (b * pl->Lq + i0) * n;
   const float *bias = p->q_bias.rank ? p->q_bias.data : NULL;
-  float s = f->qscale;
+  const float *norm = p->q_norm.rank ? p->q_norm.data : NULL;
+  float s = norm ? 1.0f : f->qscale;
   if (p->q_weight.rank) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n,
                 (int)Eq, s, x, (int)Eq, p->q_weight.data, (int)Eq, 0.0f, dst,
@@ -169,12 +240,28 @@ static void layout_q(fwd_t *f, int64_t b, int64_t i0, int64_t i1) {
       for (int64_t k = 0; k < n; k++)
         dst[r * n + k] = s * (x[r * Eq + k] + (bias ? bias[k] : 0));
   }
+  if (norm || f->rope_freq) {
+    double *cs = f->rope_freq ? (double *)scratch : NULL;
+    for (int64_t r = 0; r < m; r++) {
+      if (cs)
+        rope_angles(f, position(&p->positions_query, b, i0 + r, pl->Lq,
+                                pl->Lk - pl->Lq + i0 + r),
+                    cs);
+      for (int64_t h = 0; h < pl->H; h++)
+        head_transform(f, dst + r * n + h * pl->Dh, 1, norm, cs);
+      if (norm)
+        for (int64_t k = 0; k < n; k++)
+          dst[r * n + k] *= f->qscale;
+    }
+  }
   note(f, BITS_Q, dst, m, n, n, ATTN__FAIL_Q, b * pl->Lq + i0, 0);
 }
 
 /* K for batch b, keys [j0, j1): kt[b, :, j] = Wk·key[j] + bk, all heads in
- * one product; the last chunk zeroes the keys [Lk, Lkp). */
-static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
+ * one product, then each head normed and rotated; the last chunk zeroes the
+ * keys [Lk, Lkp). */
+static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1,
+                     float *scratch) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   int64_t rows = pl->Hkv * pl->Dh, Ek = pl->Ek, ldk = f->ctx.ldk, n = j1 - j0;
@@ -193,6 +280,17 @@ static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
     for (int64_t j = 0; j < n; j++)
       for (int64_t r = 0; r < rows; r++)
         dst[r * ldk + j] = x[j * Ek + r] + (bias ? bias[r] : 0);
+  }
+  const float *norm = p->k_norm.rank ? p->k_norm.data : NULL;
+  if (norm || f->rope_freq) {
+    double *cs = f->rope_freq ? (double *)scratch : NULL;
+    for (int64_t j = 0; j < n; j++) {
+      if (cs)
+        rope_angles(f, position(&p->positions_key, b, j0 + j, pl->Lk, j0 + j),
+                    cs);
+      for (int64_t g = 0; g < pl->Hkv; g++)
+        head_transform(f, dst + g * pl->Dh * ldk + j, ldk, norm, cs);
+    }
   }
   note(f, BITS_K, dst, rows, n, ldk, ATTN__FAIL_K, b * pl->Lk + j0, 1);
   if (j1 == pl->Lk)
@@ -242,13 +340,13 @@ static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
 }
 
 /* Layout task t of n_layout + n_bias: the Q chunks, then K, then V, then
- * the magnitude of the bias, chunk by chunk. */
-static void layout_task(fwd_t *f, int64_t t) {
+ * the magnitude of the bias, chunk by chunk. `scratch` is the thread's. */
+static void layout_task(fwd_t *f, int64_t t, float *scratch) {
   const attn_plan_t *pl = f->pl;
   int64_t R = f->rows, cq = chunks(pl->Lq, R), ck = chunks(pl->Lk, R);
   if (t < f->n_q) {
     int64_t i0 = t % cq * R, i1 = i0 + R;
-    layout_q(f, t / cq, i0, i1 < pl->Lq ? i1 : pl->Lq);
+    layout_q(f, t / cq, i0, i1 < pl->Lq ? i1 : pl->Lq, scratch);
     return;
   }
   t -= f->n_q;
@@ -263,7 +361,7 @@ static void layout_task(fwd_t *f, int64_t t) {
   }
   if (t < f->n_k) {
     int64_t j0 = t % ck * R, j1 = j0 + R;
-    layout_k(f, t / ck, j0, j1 < pl->Lk ? j1 : pl->Lk);
+    layout_k(f, t / ck, j0, j1 < pl->Lk ? j1 : pl->Lk, scratch);
     return;
   }
   t -= f->n_k;
@@ -454,6 +552,7 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   c->concat =
       p->o_weight.rank ? carve(&ws, pl->B * pl->Lq * pl->H * pl->Dv) : o->out;
   float *slopes = carve(&ws, pl->H);
+  double *freq = (double *)carve(&ws, pl->rope_dims);
   f->scratch_stride = (size_t)attn__round_up((int64_t)attn__scratch_floats(pl),
                                              ATTN__ALIGN / 4);
   f->scratch = (float *)ws;
@@ -470,6 +569,11 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   } else if (p->alibi == ATTN_ALIBI_SLOPES) {
     c->slopes = p->alibi_slopes.data;
   }
+  if (pl->rope_dims) {
+    rope_frequencies(&p->rope, pl->rope_dims, freq);
+    f->rope_freq = freq;
+  }
+  f->norm_eps = p->has_norm_eps ? p->norm_eps : 1e-6;
   c->key_lengths = p->key_lengths.rank ? p->key_lengths.data : NULL;
   if (p->allow.rank) {
     c->allow = p->allow.data;
@@ -553,13 +657,13 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < f.n_layout + f.n_bias; t++)
       if (!canceled(pl))
-        layout_task(&f, t);
+        layout_task(&f, t, scratch);
 #pragma omp single
     retry_unscaled(&f);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < f.n_redo; t++)
       if (!canceled(pl))
-        layout_task(&f, t);
+        layout_task(&f, t, scratch);
 #pragma omp single
     {
       decide(&f);

@@ -153,7 +153,7 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
   pl->head_elems = B * H * Lq * pl->Dv;
 
   /* Workspace: q, kt, v, concat (when an output projection follows), the
-   * ALiBi slopes, and each thread's scratch. */
+   * ALiBi slopes, the rope's frequencies, and each thread's scratch. */
   size_t ws = 0;
   int bad = add_floats(&ws, B * H * Lq * pl->Dh);
   bad |= add_floats(&ws, B * Hkv * pl->Dh * attn__ldk(Lkp));
@@ -161,6 +161,8 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
   if (present(&p->o_weight))
     bad |= add_floats(&ws, B * Lq * H * pl->Dv);
   bad |= add_floats(&ws, H);
+  bad |= add_floats(&ws, pl->rope_dims); /* the rope's dims/2 frequencies,
+                                            as doubles */
   for (int t = 0; t < pl->threads; t++)
     bad |= add_floats(&ws, (int64_t)attn__scratch_floats(pl));
   if (bad)
@@ -475,6 +477,109 @@ static int check_masks(attn_plan_t *pl, const attn_params_t *p,
   return 0;
 }
 
+/* positions_query or positions_key: int64 [L] or [B, L], in
+ * [0, ATTN_MAX_POSITION). */
+static int check_positions(const attn_plan_t *pl, const attn_tensor_t *t,
+                           attn_field_t field, int64_t L, const char *Lname,
+                           attn_error_t *err) {
+  const char *name = attn_field_name(field);
+  int r = check_tensor(t, field, 1, 2, err);
+  if (r < 0)
+    return r;
+  if (t->dim[t->rank - 1] != L || (t->rank == 2 && t->dim[0] != pl->B))
+    return attn__err(err, ATTN_ESHAPE, field,
+                     "%s %s must be [%s] = [%lld] or [B, %s] = [%lld, %lld]",
+                     name, shape_of(t).s, Lname, (long long)L, Lname,
+                     (long long)pl->B, (long long)L);
+  const int64_t *x = t->data;
+  int64_t n = t->rank == 2 ? pl->B * L : L;
+  for (int64_t i = 0; i < n; i++)
+    if (x[i] < 0 || x[i] >= ATTN_MAX_POSITION)
+      return attn__err(err, ATTN_ERANGE, field,
+                       "%s[%lld] is %lld; positions must be in [0, 2^31)", name,
+                       (long long)i, (long long)x[i]);
+  return 0;
+}
+
+/* A finite number above 0 (lo_ok: or 0 itself). */
+static int positive(double x, int lo_ok) {
+  return isfinite(x) && (x > 0 || (lo_ok && x == 0));
+}
+
+/* q_norm, k_norm and norm_eps; the rope and its positions. */
+static int check_rope_and_norms(attn_plan_t *pl, const attn_params_t *p,
+                                attn_error_t *err) {
+  int r;
+  const attn_tensor_t *norms[2] = {&p->q_norm, &p->k_norm};
+  for (int k = 0; k < 2; k++) {
+    attn_field_t field = k ? ATTN_FIELD_K_NORM : ATTN_FIELD_Q_NORM;
+    if (!present(norms[k]))
+      continue;
+    if ((r = check_tensor(norms[k], field, 1, 1, err)) < 0)
+      return r;
+    if (norms[k]->dim[0] != pl->Dh)
+      return attn__err(err, ATTN_ESHAPE, field,
+                       "%s %s must have one weight per head feature, Dh = %lld",
+                       attn_field_name(field), shape_of(norms[k]).s,
+                       (long long)pl->Dh);
+    if ((r = check_finite(norms[k]->data, pl->Dh, field, err)) < 0)
+      return r;
+  }
+  if (p->has_norm_eps && !positive(p->norm_eps, 1))
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_NORM_EPS,
+                     "norm_eps is %g; it must be finite and at least 0",
+                     (double)p->norm_eps);
+  const attn_rope_t *rp = &p->rope;
+  if ((unsigned)rp->style > ATTN_ROPE_INTERLEAVED)
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ROPE,
+                     "rope style is %d, not a known kind", (int)rp->style);
+  if (rp->style == ATTN_ROPE_NONE) {
+    if (present(&p->positions_query) || present(&p->positions_key))
+      return attn__err(err, ATTN_EINVAL,
+                       present(&p->positions_query) ? ATTN_FIELD_POSITIONS_QUERY
+                                                    : ATTN_FIELD_POSITIONS_KEY,
+                       "positions are given, but no rope uses them");
+    return 0;
+  }
+  if (!positive(rp->theta, 0))
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_ROPE,
+                     "rope theta is %g; it must be finite and above 0",
+                     rp->theta);
+  int64_t dims = rp->dims ? rp->dims : pl->Dh;
+  if (dims < 2 || dims > pl->Dh || dims % 2)
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ROPE,
+                     "rope dims is %lld; it must be even and in [2, Dh = %lld]",
+                     (long long)dims, (long long)pl->Dh);
+  if ((unsigned)rp->scaling > ATTN_ROPE_SCALING_LLAMA3)
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ROPE,
+                     "rope scaling is %d, not a known kind", (int)rp->scaling);
+  if (rp->scaling != ATTN_ROPE_SCALING_NONE && !positive(rp->factor, 0))
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_ROPE,
+                     "rope scaling factor is %g; it must be finite and above 0",
+                     rp->factor);
+  if (rp->scaling == ATTN_ROPE_SCALING_LLAMA3 &&
+      !(positive(rp->low_freq_factor, 0) &&
+        positive(rp->high_freq_factor, 0) &&
+        rp->high_freq_factor > rp->low_freq_factor &&
+        positive(rp->original_max_position, 0)))
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_ROPE,
+                     "rope llama3 scaling needs 0 < low_freq_factor (%g) < "
+                     "high_freq_factor (%g) and original_max_position (%g) "
+                     "above 0, all finite",
+                     rp->low_freq_factor, rp->high_freq_factor,
+                     rp->original_max_position);
+  if (present(&p->positions_query) &&
+      (r = check_positions(pl, &p->positions_query, ATTN_FIELD_POSITIONS_QUERY,
+                           pl->Lq, "Lq", err)) < 0)
+    return r;
+  if (present(&p->positions_key) &&
+      (r = check_positions(pl, &p->positions_key, ATTN_FIELD_POSITIONS_KEY,
+                           pl->Lk, "Lk", err)) < 0)
+    return r;
+  pl->rope_dims = dims;
+  return 0;
+}
+
 static int check_exec(attn_plan_t *pl, const attn_exec_t *ex,
                       attn_error_t *err) {
   attn_exec_t def = {.threads = 1, .isa = ATTN_ISA_AUTO};
@@ -509,7 +614,8 @@ int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
       (r = check_inputs(plan, p, err)) < 0 ||
       (r = check_heads_and_projections(plan, p, err)) < 0 ||
       (r = check_blas_sizes(plan, p, err)) < 0 ||
-      (r = check_masks(plan, p, err)) < 0)
+      (r = check_masks(plan, p, err)) < 0 ||
+      (r = check_rope_and_norms(plan, p, err)) < 0)
     return r;
   plan->scale = p->has_scale ? p->scale : (float)(1.0 / sqrt((double)plan->Dh));
   return derive_sizes(plan, p, err);

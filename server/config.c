@@ -101,6 +101,9 @@ static const cfg_key_t keys[] = {
     STR_KEY(cors_allow_origins, "",
             "origins browsers may call from (CORS), comma-separated, or *; "
             "empty: no CORS headers"),
+    STR_KEY(layers, "",
+            "attention layers to hold: .safetensors files and model "
+            "directories, comma-separated; reloaded on SIGHUP"),
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

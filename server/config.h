@@ -42,6 +42,7 @@ typedef struct attnd_config {
   char tls_cert_file[512]; /* PEM; "" serves plain HTTP */
   char tls_key_file[512];  /* PEM, unencrypted */
   char cors_allow_origins[2048]; /* comma-separated origins, "*", or "" */
+  char layers[4096]; /* comma-separated .safetensors files and directories */
 } attnd_config_t;
 
 /* What loading decided besides the values. */

@@ -34,22 +34,33 @@ static int get_int(dec_t *d, const json_t *obj, const char *key,
   return attnd__dec_int(d, v, field, field, lo, hi, out);
 }
 
-static int get_number(dec_t *d, const json_t *obj, const char *key, float *out,
+/* A number member `key` of obj (its path `field`), as a double (JSON's
+ * own numbers are finite; one past a double is at least ATTND_JSON_HUGE);
+ * with `as_float`, one that must be a finite float32 too. */
+static int get_double(dec_t *d, const json_t *obj, const char *key,
+                      const char *field, int as_float, double *out,
                       int *present) {
   const json_t *v = json_object_get(obj, key);
   *present = v != NULL && !json_is_null(v);
   if (!*present)
     return 0;
   if (!json_is_number(v))
-    return E(d, ATTND_ERR_INVALID_TYPE, key, "%s is %s; expected a number", key,
-             attnd__json_type(v));
-  *out = (float)json_number_value(v);
-  if (!isfinite(*out)) {
-    char num[32];
-    return E(d, ATTND_ERR_NON_FINITE, key, "%s is %s, not a finite float32",
-             key, attnd__dec_num(json_number_value(v), num));
-  }
+    return E(d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected a number",
+             field, attnd__json_type(v));
+  *out = json_number_value(v);
+  char num[32];
+  if (as_float ? !isfinite((float)*out) : fabs(*out) >= ATTND_JSON_HUGE)
+    return E(d, ATTND_ERR_NON_FINITE, field, "%s is %s, not a finite %s",
+             field, attnd__dec_num(*out, num), as_float ? "float32" : "number");
   return 0;
+}
+
+static int get_number(dec_t *d, const json_t *obj, const char *key, float *out,
+                      int *present) {
+  double x = 0;
+  int r = get_double(d, obj, key, key, 1, &x, present);
+  *out = (float)x;
+  return r;
 }
 
 static int get_bool(dec_t *d, const json_t *obj, const char *key,
@@ -330,11 +341,175 @@ static int check_limits(dec_t *d) {
   return 0;
 }
 
+/* "layer": the named layer's weights, head counts, norms and rope; with
+ * it, projections and rope are the layer's to give, and head counts must
+ * agree with it. The request keeps a reference to the set. */
+static int decode_layer(dec_t *d, const json_t *root) {
+  const json_t *v = json_object_get(root, "layer");
+  if (v == NULL || json_is_null(v))
+    return 0;
+  if (!json_is_string(v))
+    return E(d, ATTND_ERR_INVALID_TYPE, "layer",
+             "layer is %s; expected the name of a layer (GET /v1/layers)",
+             attnd__json_type(v));
+  const char *name = json_string_value(v);
+  const attnd_layer_t *l = attnd_layer_set_find(d->layers, name);
+  if (l == NULL) {
+    size_t n = attnd_layer_set_count(d->layers);
+    char some[160] = "";
+    size_t k = 0;
+    for (size_t i = 0; i < n && i < 4 && k < sizeof some; i++)
+      k += (size_t)snprintf(some + k, sizeof some - k, "%s'%s'", i ? ", " : "",
+                            attnd_layer_set_get(d->layers, i)->name);
+    return E(d, ATTND_ERR_UNKNOWN_LAYER, "layer",
+             "layer '%.128s' is not loaded (%zu layer%s%s%s%s)", name, n,
+             n == 1 ? "" : "s", n ? ": " : "", some, n > 4 ? ", ..." : "");
+  }
+  static const char *const theirs[] = {"projections", "rope", NULL};
+  for (int i = 0; theirs[i]; i++) {
+    const json_t *x = json_object_get(root, theirs[i]);
+    if (x && !json_is_null(x))
+      return E(d, ATTND_ERR_INVALID_VALUE, theirs[i],
+               "%s cannot be given with layer: layer '%s' has its own",
+               theirs[i], l->name);
+  }
+  attnd_request_t *j = d->req;
+  j->layers = attnd_layer_set_ref(d->layers);
+  j->layer = l;
+  attn_params_t *p = &j->params;
+  int64_t qo = l->H * l->Dh, ko = l->Hkv * l->Dh, vo = l->Hkv * l->Dv,
+          oi = l->H * l->Dv;
+  p->q_weight = (attn_tensor_t){l->q_weight, 2, {qo, l->E}};
+  p->k_weight = (attn_tensor_t){l->k_weight, 2, {ko, l->E}};
+  p->v_weight = (attn_tensor_t){l->v_weight, 2, {vo, l->E}};
+  p->o_weight = (attn_tensor_t){l->o_weight, 2, {l->Eo, oi}};
+  if (l->q_bias)
+    p->q_bias = (attn_tensor_t){l->q_bias, 1, {qo}};
+  if (l->k_bias)
+    p->k_bias = (attn_tensor_t){l->k_bias, 1, {ko}};
+  if (l->v_bias)
+    p->v_bias = (attn_tensor_t){l->v_bias, 1, {vo}};
+  if (l->o_bias)
+    p->o_bias = (attn_tensor_t){l->o_bias, 1, {l->Eo}};
+  if (l->q_norm)
+    p->q_norm = (attn_tensor_t){l->q_norm, 1, {l->Dh}};
+  if (l->k_norm)
+    p->k_norm = (attn_tensor_t){l->k_norm, 1, {l->Dh}};
+  p->has_norm_eps = l->q_norm || l->k_norm;
+  p->norm_eps = l->norm_eps;
+  p->rope = l->rope;
+  p->causal = l->causal; /* until mask.causal says otherwise */
+  return 0;
+}
+
+/* With a layer: each of query, key and value holds hidden states of the
+ * layer's width E. */
+static int check_layer_widths(dec_t *d) {
+  const attnd_layer_t *l = d->req->layer;
+  const attn_params_t *p = &d->req->params;
+  const struct {
+    const attn_tensor_t *t;
+    const char *name;
+  } in[] = {{&p->query, "query"}, {&p->key, "key"}, {&p->value, "value"}};
+  for (int i = 0; i < 3; i++) {
+    const attn_tensor_t *t = in[i].t;
+    if (t->rank == 0 || t->dim[t->rank - 1] == l->E)
+      continue;
+    char s[128];
+    attnd_shape_text(s, sizeof s, t->rank, t->dim, ", ");
+    return E(d, ATTND_ERR_SHAPE_MISMATCH, in[i].name,
+             "%s %s has %lld features; layer '%s' takes hidden states of %lld "
+             "(its embed dim)",
+             in[i].name, s, (long long)t->dim[t->rank - 1], l->name,
+             (long long)l->E);
+  }
+  return 0;
+}
+
+/* "rope": {"theta", "dims", "style", "scaling": {"type", ...}}, inline. */
+static int decode_rope(dec_t *d, const json_t *root) {
+  static const char *const known[] = {"theta", "dims", "style", "scaling",
+                                      NULL};
+  static const char *const styles[] = {"half", "interleaved", NULL};
+  static const char *const sknown[] = {"type",
+                                       "factor",
+                                       "low_freq_factor",
+                                       "high_freq_factor",
+                                       "original_max_position_embeddings",
+                                       NULL};
+  static const char *const types[] = {"linear", "llama3", NULL};
+  int bad, style = 0, present, type = 0;
+  const json_t *r = get_object(d, root, "rope", known, &bad);
+  if (r == NULL)
+    return bad;
+  attn_rope_t *rp = &d->req->params.rope;
+  double theta = 10000.0, f = 0;
+  if (get_enum(d, r, "style", "rope.style", styles, &style) < 0 ||
+      get_double(d, r, "theta", "rope.theta", 0, &theta, &present) < 0 ||
+      get_int(d, r, "dims", "rope.dims", 1, INT64_MAX, &rp->dims, &present) <
+          0)
+    return -1;
+  rp->style = style ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF;
+  rp->theta = theta;
+  const json_t *s = get_object(d, r, "scaling", sknown, &bad);
+  if (s == NULL)
+    return bad;
+  if (json_object_get(s, "type") == NULL)
+    return E(d, ATTND_ERR_MISSING_FIELD, "rope.scaling.type",
+             "rope.scaling.type is required: \"linear\" or \"llama3\"");
+  if (get_enum(d, s, "type", "rope.scaling.type", types, &type) < 0)
+    return -1;
+  rp->scaling = type ? ATTN_ROPE_SCALING_LLAMA3 : ATTN_ROPE_SCALING_LINEAR;
+  struct {
+    const char *key, *field;
+    double *dst;
+    int llama3;
+  } nums[] = {
+      {"factor", "rope.scaling.factor", &rp->factor, 0},
+      {"low_freq_factor", "rope.scaling.low_freq_factor", &rp->low_freq_factor,
+       1},
+      {"high_freq_factor", "rope.scaling.high_freq_factor",
+       &rp->high_freq_factor, 1},
+      {"original_max_position_embeddings",
+       "rope.scaling.original_max_position_embeddings",
+       &rp->original_max_position, 1},
+  };
+  for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+    if (get_double(d, s, nums[i].key, nums[i].field, 0, &f, &present) < 0)
+      return -1;
+    if (!present && (!nums[i].llama3 || type))
+      return E(d, ATTND_ERR_MISSING_FIELD, nums[i].field,
+               "%s is required for %s scaling", nums[i].field, types[type]);
+    *nums[i].dst = f;
+  }
+  return 0;
+}
+
+/* "positions": {"query": [Lq] or [B, Lq], "key": [Lk] or [B, Lk]}. */
+static int decode_positions(dec_t *d, const json_t *root) {
+  static const char *const known[] = {"query", "key", NULL};
+  int bad;
+  const json_t *ps = get_object(d, root, "positions", known, &bad);
+  if (ps == NULL)
+    return bad;
+  attn_params_t *p = &d->req->params;
+  const json_t *q = json_object_get(ps, "query"), *k = json_object_get(ps, "key");
+  if (q && !json_is_null(q) &&
+      attnd__dec_int_tensor(d, q, "positions.query", 2, &p->positions_query) <
+          0)
+    return -1;
+  if (k && !json_is_null(k) &&
+      attnd__dec_int_tensor(d, k, "positions.key", 2, &p->positions_key) < 0)
+    return -1;
+  return 0;
+}
+
 static int decode_root(dec_t *d, const json_t *root) {
   static const char *const known[] = {
-      "id",           "query",       "key",  "value", "num_heads",
-      "num_kv_heads", "projections", "mask", "scale", "softcap",
-      "return",       "timeout_ms",  NULL};
+      "id",     "layer",   "query",     "key",        "value",
+      "num_heads", "num_kv_heads", "projections", "mask", "scale",
+      "softcap", "rope",   "positions", "return",     "timeout_ms",
+      NULL};
   attnd_request_t *j = d->req;
   attn_params_t *p = &j->params;
   int present;
@@ -356,6 +531,8 @@ static int decode_root(dec_t *d, const json_t *root) {
       return attnd__dec_oom(d, "id");
   }
 
+  if (decode_layer(d, root) < 0)
+    return -1;
   const json_t *q = json_object_get(root, "query");
   if (q == NULL || json_is_null(q))
     return E(d, ATTND_ERR_MISSING_FIELD, "query", "query is required");
@@ -370,20 +547,38 @@ static int decode_root(dec_t *d, const json_t *root) {
       attnd__dec_tensor(d, v, "value", K_FLOAT, &p->value, NULL) < 0)
     return -1;
 
-  if (get_int(d, root, "num_heads", "num_heads", 1, INT64_MAX, &p->num_heads,
-              &present) < 0)
+  if (j->layer && check_layer_widths(d) < 0)
     return -1;
-  if (!present)
-    return E(d, ATTND_ERR_MISSING_FIELD, "num_heads", "num_heads is required");
-  if (get_int(d, root, "num_kv_heads", "num_kv_heads", 1, INT64_MAX,
-              &p->num_kv_heads, &present) < 0)
+  int64_t heads[2];
+  int given[2];
+  if (get_int(d, root, "num_heads", "num_heads", 1, INT64_MAX, &heads[0],
+              &given[0]) < 0 ||
+      get_int(d, root, "num_kv_heads", "num_kv_heads", 1, INT64_MAX,
+              &heads[1], &given[1]) < 0)
     return -1;
+  if (j->layer) {
+    const int64_t layer_heads[2] = {j->layer->H, j->layer->Hkv};
+    for (int h = 0; h < 2; h++)
+      if (given[h] && heads[h] != layer_heads[h])
+        return E(d, ATTND_ERR_HEADS_MISMATCH, h ? "num_kv_heads" : "num_heads",
+                 "%s is %lld, but layer '%s' has %lld",
+                 h ? "num_kv_heads" : "num_heads", (long long)heads[h],
+                 j->layer->name, (long long)layer_heads[h]);
+    heads[0] = layer_heads[0], heads[1] = layer_heads[1];
+    given[0] = given[1] = 1;
+  }
+  if (!given[0])
+    return E(d, ATTND_ERR_MISSING_FIELD, "num_heads",
+             "num_heads is required (or a layer)");
+  p->num_heads = heads[0];
+  p->num_kv_heads = given[1] ? heads[1] : 0;
   if (p->num_heads > d->cfg->max_heads)
     return E(d, ATTND_ERR_LIMIT_EXCEEDED, "num_heads",
              "num_heads %lld is over max_heads %lld", (long long)p->num_heads,
              (long long)d->cfg->max_heads);
 
   if (decode_projections(d, root) < 0 || decode_mask(d, root) < 0 ||
+      decode_rope(d, root) < 0 || decode_positions(d, root) < 0 ||
       get_number(d, root, "scale", &p->scale, &p->has_scale) < 0 ||
       get_number(d, root, "softcap", &p->softcap, &p->has_softcap) < 0 ||
       decode_return(d, root) < 0)
@@ -539,7 +734,8 @@ static int restore_strings(json_t *v, const attnd_bulk_set_t *bulk) {
  * the slow path would give the same error: it would after planning, and
  * unless an error about a bulk item's values was worded here (E_UNSURE). */
 static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
-                               const attnd_config_t *cfg, attnd_error_t *err,
+                               const attnd_config_t *cfg,
+                               attnd_layer_set_t *layers, attnd_error_t *err,
                                int *sure) {
   attnd_request_t *j = calloc(1, sizeof *j);
   if (j == NULL) {
@@ -547,7 +743,8 @@ static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
                     "out of memory for a new request");
     return NULL;
   }
-  dec_t d = {.req = j, .cfg = cfg, .err = err, .bulk = bulk};
+  dec_t d = {
+      .req = j, .cfg = cfg, .err = err, .bulk = bulk, .layers = layers};
   int r = decode_root(&d, root);
   *sure = d.planning || !d.unsure;
   if (r < 0) {
@@ -569,7 +766,8 @@ static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
  * max_json_structure_bytes: that is all jansson ever reads on the fast
  * path, and the bound on its time. */
 int attnd__request_decode_path(const char *body, size_t len,
-                               const attnd_config_t *cfg, int fast,
+                               const attnd_config_t *cfg,
+                               attnd_layer_set_t *layers, int fast,
                                attnd_request_t **out, attnd_error_t *err) {
   double t0 = attnd_now_ms();
   int sure = 0, oom = 0, slow = !fast;
@@ -596,7 +794,7 @@ int attnd__request_decode_path(const char *body, size_t len,
     if (root && restore_strings(root, &bulk) < 0)
       oom = 1;
     else if (root)
-      *out = decode(root, &bulk, cfg, err, &sure);
+      *out = decode(root, &bulk, cfg, layers, err, &sure);
     json_decref(root);
     slow = !oom && *out == NULL && !sure;
   } else {
@@ -617,7 +815,7 @@ int attnd__request_decode_path(const char *body, size_t len,
       return attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
                              "invalid JSON at line %d, column %d: %s", je.line,
                              je.column, je.text);
-    *out = decode(root, NULL, cfg, err, &sure);
+    *out = decode(root, NULL, cfg, layers, err, &sure);
     json_decref(root);
   }
   if (*out == NULL)
@@ -627,7 +825,7 @@ int attnd__request_decode_path(const char *body, size_t len,
 }
 
 int attnd_request_decode(const char *body, size_t len,
-                         const attnd_config_t *cfg, attnd_request_t **out,
-                         attnd_error_t *err) {
-  return attnd__request_decode_path(body, len, cfg, 1, out, err);
+                         const attnd_config_t *cfg, attnd_layer_set_t *layers,
+                         attnd_request_t **out, attnd_error_t *err) {
+  return attnd__request_decode_path(body, len, cfg, layers, 1, out, err);
 }

@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "codec/bulk.h"
+#include "model/layers.h"
 #include "request.h"
 
 /* The decoder's state for one request body. */
@@ -16,6 +17,7 @@ typedef struct dec {
   attnd_error_t *err;
   attnd_form_t query_form;
   attnd_bulk_set_t *bulk; /* the fast path's items, or NULL */
+  attnd_layer_set_t *layers; /* the layers a request may name, or NULL */
   int planning; /* errors from here on do not depend on the path taken */
   int unsure;   /* the error may read otherwise on the slow path */
 } dec_t;
@@ -55,6 +57,10 @@ const char *attnd__dec_num(double x, char *buf);
  * error's field. */
 int attnd__dec_int(dec_t *d, const json_t *v, const char *field,
                    const char *path, int64_t lo, int64_t hi, int64_t *out);
+/* An int64 tensor of rank 1 .. max_rank (at most 2) from nested arrays of
+ * integers (or a bulk item of them) into t. */
+int attnd__dec_int_tensor(dec_t *d, const json_t *v, const char *field,
+                          int max_rank, attn_tensor_t *t);
 /* A tensor in any of the three forms (or a bulk item), of element `kind`,
  * into t; `form` (may be NULL) says which form it came in. */
 int attnd__dec_tensor(dec_t *d, const json_t *v, const char *field, int kind,

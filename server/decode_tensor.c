@@ -474,6 +474,64 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
   return 0;
 }
 
+int attnd__dec_int_tensor(dec_t *d, const json_t *v, const char *field,
+                          int max_rank, attn_tensor_t *t) {
+  attnd_bulk_t *b = json_is_array(v) ? bulk_array(d, v) : NULL;
+  int64_t dim[ATTN_MAX_RANK], n = 1;
+  int rank = 0;
+  if (b) {
+    if (b->rank > max_rank)
+      return E_UNSURE(d, ATTND_ERR_SHAPE_MISMATCH, field, "%s: rank", field);
+    rank = b->rank;
+    memcpy(dim, b->dim, sizeof(int64_t) * (size_t)rank);
+  } else {
+    for (const json_t *x = v; json_is_array(x); x = json_array_get(x, 0)) {
+      if (rank == max_rank)
+        return E(d, ATTND_ERR_SHAPE_MISMATCH, field,
+                 "%s has more than %d dimensions", field, max_rank);
+      if (json_array_size(x) == 0)
+        return E(d, ATTND_ERR_SHAPE_MISMATCH, field,
+                 "%s has an empty array at dimension %d", field, rank);
+      dim[rank++] = (int64_t)json_array_size(x);
+    }
+    if (rank == 0)
+      return E(d, ATTND_ERR_INVALID_TYPE, field,
+               "%s is %s; expected an array of integers", field,
+               attnd__json_type(v));
+  }
+  if (check_elements(d, field, rank, dim, &n) < 0)
+    return -1;
+  int64_t *x = attnd__dec_alloc(d, (size_t)n * sizeof *x);
+  if (x == NULL)
+    return attnd__dec_oom(d, field);
+  if (b && attnd_bulk_ints(b, x) < 0)
+    return E_UNSURE(d, ATTND_ERR_INVALID_TYPE, field, "%s: not integers",
+                    field);
+  for (int64_t i = 0; !b && i < n; i++) {
+    /* element i of a rank 1 or 2 array, checked for its length */
+    char path[96];
+    const json_t *e = v;
+    if (rank == 2) {
+      e = json_array_get(v, (size_t)(i / dim[1]));
+      if (!json_is_array(e) || (int64_t)json_array_size(e) != dim[1])
+        return E(d, ATTND_ERR_RAGGED_TENSOR, field,
+                 "%s[%lld] is not an array of %lld, as %s[0] is", field,
+                 (long long)(i / dim[1]), (long long)dim[1], field);
+      snprintf(path, sizeof path, "%s[%lld][%lld]", field,
+               (long long)(i / dim[1]), (long long)(i % dim[1]));
+    } else {
+      snprintf(path, sizeof path, "%s[%lld]", field, (long long)i);
+    }
+    if (attnd__dec_int(d, json_array_get(e, (size_t)(i % dim[rank - 1])),
+                       field, path, INT64_MIN, INT64_MAX, &x[i]) < 0)
+      return -1;
+  }
+  t->data = x;
+  t->rank = rank;
+  memcpy(t->dim, dim, sizeof(int64_t) * (size_t)rank);
+  return 0;
+}
+
 /* A tensor in any of the three forms; `form` (may be NULL) says which. */
 int attnd__dec_tensor(dec_t *d, const json_t *v, const char *field, int kind,
                       attn_tensor_t *t, attnd_form_t *form) {

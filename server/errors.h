@@ -16,6 +16,7 @@
   X(BAD_REQUEST, "bad_request", 400, INVALID)                                  \
   X(UNAUTHORIZED, "unauthorized", 401, UNAUTHORIZED)                           \
   X(NOT_FOUND, "not_found", 404, INVALID)                                      \
+  X(UNKNOWN_LAYER, "unknown_layer", 404, INVALID)                              \
   X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, INVALID)                    \
   X(PAYLOAD_TOO_LARGE, "payload_too_large", 413, TOO_LARGE)                    \
   X(UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", 415, INVALID)            \

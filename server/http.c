@@ -33,6 +33,7 @@ enum {
   R_READYZ,
   R_METRICS,
   R_INFO,
+  R_LAYERS,
   R_PREFLIGHT
 };
 
@@ -231,6 +232,72 @@ static enum MHD_Result get_info(req_t *r) {
   return send_json(r, 200, v);
 }
 
+/* One layer as /v1/layers shows it. */
+static json_t *layer_json(const attnd_layer_t *l) {
+  static const char *const causal[] = {"none", "bottom_right", "top_left"};
+  static const char *const styles[] = {"none", "half", "interleaved"};
+  static const char *const scalings[] = {"none", "linear", "llama3"};
+  json_t *pos;
+  const attn_rope_t *rp = &l->rope;
+  if (rp->style == ATTN_ROPE_NONE) {
+    pos = json_pack("{s:s}", "type", "none");
+  } else {
+    pos = json_pack("{s:s,s:f,s:I,s:s}", "type", "rope", "theta", rp->theta,
+                    "dims", (json_int_t)(rp->dims ? rp->dims : l->Dh), "style",
+                    styles[rp->style]);
+    if (rp->scaling != ATTN_ROPE_SCALING_NONE)
+      json_object_set_new(
+          pos, "scaling",
+          rp->scaling == ATTN_ROPE_SCALING_LINEAR
+              ? json_pack("{s:s,s:f}", "type", "linear", "factor", rp->factor)
+              : json_pack("{s:s,s:f,s:f,s:f,s:f}", "type",
+                          scalings[rp->scaling], "factor", rp->factor,
+                          "low_freq_factor", rp->low_freq_factor,
+                          "high_freq_factor", rp->high_freq_factor,
+                          "original_max_position_embeddings",
+                          rp->original_max_position));
+  }
+  return json_pack(
+      "{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:{s:b,s:b,s:b,s:b},s:b,s:o,s:s,"
+      "s:s,s:I}",
+      "name", l->name, "file", l->file, "convention",
+      attnd_convention_name(l->convention), "embed_dim", (json_int_t)l->E,
+      "num_heads", (json_int_t)l->H, "num_kv_heads", (json_int_t)l->Hkv,
+      "head_dim", (json_int_t)l->Dh, "v_head_dim", (json_int_t)l->Dv,
+      "output_dim", (json_int_t)l->Eo, "biases", "q", l->q_bias != NULL, "k",
+      l->k_bias != NULL, "v", l->v_bias != NULL, "o", l->o_bias != NULL,
+      "qk_norm", l->q_norm != NULL, "positions", pos, "causal",
+      causal[l->causal], "dtype", l->file_dtype, "bytes", (json_int_t)l->bytes);
+}
+
+/* GET /v1/layers: every layer held; GET /v1/layers/{name}: one. */
+static enum MHD_Result get_layers(req_t *r) {
+  attnd_layer_set_t *set = attnd_server_layers(r->srv);
+  const char *name = r->path + strlen("/v1/layers");
+  enum MHD_Result ret;
+  if (*name == '/') {
+    const attnd_layer_t *l = attnd_layer_set_find(set, name + 1);
+    if (l == NULL) {
+      attnd_layer_set_unref(set);
+      return fail(r, ATTND_ERR_UNKNOWN_LAYER, "layer",
+                  "layer '%.200s' is not loaded (GET /v1/layers lists them)",
+                  name + 1);
+    }
+    ret = send_json(r, 200, layer_json(l));
+  } else {
+    json_t *list = json_array();
+    for (size_t i = 0; i < attnd_layer_set_count(set); i++)
+      json_array_append_new(list, layer_json(attnd_layer_set_get(set, i)));
+    ret = send_json(r, 200,
+                    json_pack("{s:o,s:I,s:f}", "layers", list, "bytes",
+                              (json_int_t)attnd_layer_set_bytes(set),
+                              "load_seconds",
+                              attnd_layer_set_load_seconds(set)));
+  }
+  attnd_layer_set_unref(set);
+  return ret;
+}
+
 /* ---- POST /v1/attention ---------------------------------------------------
  */
 
@@ -307,8 +374,11 @@ static enum MHD_Result attention_submit(req_t *r) {
                 "out of memory reading the body");
   if (r->over_budget)
     return no_memory(r, (int64_t)r->bytes_in);
-  if (attnd_request_decode(r->body.data ? r->body.data : "", r->body.len,
-                           s->cfg, &req, &e) < 0)
+  attnd_layer_set_t *layers = attnd_server_layers(s);
+  int bad = attnd_request_decode(r->body.data ? r->body.data : "", r->body.len,
+                                 s->cfg, layers, &req, &e);
+  attnd_layer_set_unref(layers); /* a request with a layer holds its own */
+  if (bad < 0)
     return send_error(r, &e);
   attnd_buf_free(&r->body);
   req->t.arrival = r->t_arrival;
@@ -557,20 +627,23 @@ static void set_request_id(req_t *r) {
            (unsigned long long)r->srv->id_prefix, (unsigned long long)k);
 }
 
+/* The route of url; a path ending in '/' matches every url under it. */
 static int route_of(const char *url, const char **allow) {
   static const struct {
     const char *path;
     int route;
-  } routes[] = {{"/v1/attention", R_ATTENTION},
-                {"/healthz", R_HEALTHZ},
-                {"/readyz", R_READYZ},
-                {"/metrics", R_METRICS},
-                {"/v1/info", R_INFO}};
-  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-    if (strcmp(url, routes[i].path) == 0) {
+  } routes[] = {{"/v1/attention", R_ATTENTION}, {"/healthz", R_HEALTHZ},
+                {"/readyz", R_READYZ},          {"/metrics", R_METRICS},
+                {"/v1/info", R_INFO},           {"/v1/layers", R_LAYERS},
+                {"/v1/layers/", R_LAYERS}};
+  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+    size_t n = strlen(routes[i].path);
+    if (routes[i].path[n - 1] == '/' ? strncmp(url, routes[i].path, n) == 0
+                                     : strcmp(url, routes[i].path) == 0) {
       *allow = routes[i].route == R_ATTENTION ? "POST" : "GET, HEAD";
       return routes[i].route;
     }
+  }
   return R_NONE;
 }
 
@@ -621,6 +694,8 @@ static enum MHD_Result on_get(req_t *r) {
     return get_metrics(r);
   case R_PREFLIGHT:
     return send_body(r, 204, NULL, 0, NULL);
+  case R_LAYERS:
+    return get_layers(r);
   default:
     return get_info(r);
   }

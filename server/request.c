@@ -24,6 +24,7 @@ void attnd_request_free(attnd_request_t *j) {
   for (size_t i = 0; i < j->n_allocs; i++)
     free(j->allocs[i]);
   free(j->allocs);
+  attnd_layer_set_unref(j->layers);
   free(j->id);
   free(j->out.out);
   free(j->out.weights);
@@ -67,6 +68,15 @@ const char *attnd_request_field_path(attn_field_t f) {
   case ATTN_FIELD_ALIBI:
   case ATTN_FIELD_ALIBI_SLOPES:
     return "mask.alibi";
+  case ATTN_FIELD_POSITIONS_QUERY:
+    return "positions.query";
+  case ATTN_FIELD_POSITIONS_KEY:
+    return "positions.key";
+  case ATTN_FIELD_Q_NORM:
+  case ATTN_FIELD_K_NORM:
+  case ATTN_FIELD_NORM_EPS:
+    return "layer"; /* only a layer sets them */
+  case ATTN_FIELD_ROPE:
   case ATTN_FIELD_NONE:
   case ATTN_FIELD_QUERY:
   case ATTN_FIELD_KEY:

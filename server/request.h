@@ -20,6 +20,7 @@
 #include "codec/buf.h"
 #include "config.h"
 #include "errors.h"
+#include "model/layers.h"
 
 typedef enum {
   ATTND_WEIGHTS_NONE,
@@ -47,6 +48,8 @@ typedef struct attnd_request {
   attnd_weights_t weights_mode;
   int want_metrics;
   int64_t timeout_ms;
+  attnd_layer_set_t *layers;  /* a reference, with a layer: its weights */
+  const attnd_layer_t *layer; /* the "layer" asked for, or NULL */
   void **allocs; /* owned buffers of decoded tensors */
   size_t n_allocs, cap_allocs, alloc_bytes;
 
@@ -66,8 +69,8 @@ typedef struct attnd_request {
  * Returns 0, or -1 with `err` set (invalid_json for bad JSON, a 422 code for
  * an invalid request, out_of_memory). Borrows body and cfg. HTTP thread. */
 int attnd_request_decode(const char *body, size_t len,
-                         const attnd_config_t *cfg, attnd_request_t **out,
-                         attnd_error_t *err);
+                         const attnd_config_t *cfg, attnd_layer_set_t *layers,
+                         attnd_request_t **out, attnd_error_t *err);
 
 /* attnd_request_decode by one path, for tests and fuzzers: fast = 0 has
  * jansson parse the whole body; fast = 1 lifts tensor data and long
@@ -76,7 +79,8 @@ int attnd_request_decode(const char *body, size_t len,
  * may read otherwise (what attnd_request_decode does). Both must give the
  * same request, or the same error. Internal. */
 int attnd__request_decode_path(const char *body, size_t len,
-                               const attnd_config_t *cfg, int fast,
+                               const attnd_config_t *cfg,
+                               attnd_layer_set_t *layers, int fast,
                                attnd_request_t **out, attnd_error_t *err);
 
 /* For tests: how many times this thread's decodes have had jansson parse

@@ -2,9 +2,11 @@
  * See serve.h. Main thread, which runs the libuv loop. */
 #include "serve.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "access_log.h"
 #include "codec/util.h"
@@ -52,13 +54,81 @@ static void on_signal(uv_signal_t *sig, int signum) {
   uv_timer_start(&l->drain_timer, on_drain_tick, 0, 20);
 }
 
-/* SIGHUP: re-read api_keys_file. The new key set replaces the old one
+attnd_layer_set_t *attnd_server_layers(attnd_server_t *s) {
+  uv_mutex_lock(&s->layers_lock);
+  attnd_layer_set_t *set = attnd_layer_set_ref(s->layers);
+  uv_mutex_unlock(&s->layers_lock);
+  return set;
+}
+
+/* Logs one event with a message, JSON-escaped. */
+static void log_event(const char *event, const char *msg) {
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_buf_json_string(&b, msg, strlen(msg));
+  fprintf(stderr, "{\"event\":\"%s\",\"error\":%.*s}\n", event,
+          b.oom ? 2 : (int)b.len, b.oom ? "\"\"" : b.data);
+  attnd_buf_free(&b);
+}
+
+/* Logs the set that was loaded. */
+static void log_layers(const char *event, const attnd_layer_set_t *set) {
+  fprintf(stderr,
+          "{\"event\":\"%s\",\"layers\":%zu,\"bytes\":%zu,\"seconds\":%.3f}\n",
+          event, attnd_layer_set_count(set), attnd_layer_set_bytes(set),
+          attnd_layer_set_load_seconds(set));
+}
+
+/* Loads cfg's layers into s->layers at start: 0, or -1 with the reason on
+ * stderr. */
+static int layers_init(attnd_server_t *s) {
+  char msg[2048];
+  uv_mutex_init(&s->layers_lock);
+  if (attnd_layers_load(s->cfg->layers, &s->layers, msg, sizeof msg) < 0) {
+    fprintf(stderr, "attnd: layers: %s\n", msg);
+    return -1;
+  }
+  if (attnd_layer_set_count(s->layers))
+    log_layers("layers_loaded", s->layers);
+  return 0;
+}
+
+/* A reload of the layers, off the loop thread (loading takes seconds): the
+ * new set replaces the old one at once; requests in flight hold the old
+ * one until they finish. A load that fails keeps the old set. */
+static void *reload_layers(void *arg) {
+  attnd_server_t *s = arg;
+  char msg[2048];
+  attnd_layer_set_t *set;
+  if (attnd_layers_load(s->cfg->layers, &set, msg, sizeof msg) < 0) {
+    log_event("layers_reload_failed", msg);
+  } else {
+    uv_mutex_lock(&s->layers_lock);
+    attnd_layer_set_t *old = s->layers;
+    s->layers = set;
+    uv_mutex_unlock(&s->layers_lock);
+    attnd_layer_set_unref(old);
+    log_layers("layers_reloaded", set);
+  }
+  atomic_store(&s->reloading, 0);
+  return NULL;
+}
+
+/* SIGHUP: re-read api_keys_file, and load the layers again (in a thread of
+ * its own; one reload at a time). The new key set replaces the old one
  * atomically (auth.h); when the file cannot be read or holds a bad line,
  * the old keys stay in force. The log names the file, never a key. */
 static void on_sighup(uv_signal_t *sig, int signum) {
   life_t *l = sig->data;
   char msg[1024];
   (void)signum;
+  if (l->s.cfg->layers[0] && !atomic_exchange(&l->s.reloading, 1)) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, reload_layers, &l->s) == 0)
+      pthread_detach(t);
+    else
+      atomic_store(&l->s.reloading, 0);
+  }
   int n = attnd_auth_reload(&l->s.auth, msg, sizeof msg);
   if (n < 0) {
     attnd_buf_t b;
@@ -100,7 +170,7 @@ int attnd_serve(const attnd_config_t *cfg) {
   s->sched = attnd_sched_new(&s->loop, (int)cfg->workers, (int)cfg->queue_depth,
                              attnd_request_run, attnd_http_job_done, s);
   if (s->metrics == NULL || s->sched == NULL || security_init(s) < 0 ||
-      attnd_http_start(s) < 0)
+      layers_init(s) < 0 || attnd_http_start(s) < 0)
     return 1;
 
   uv_signal_init(&s->loop, &l.sigterm);
@@ -138,6 +208,10 @@ int attnd_serve(const attnd_config_t *cfg) {
   attnd_metrics_free(s->metrics);
   attnd_auth_free(&s->auth);
   attnd_cors_free(&s->cors);
+  while (atomic_load(&s->reloading)) /* a reload thread still reads s */
+    usleep(10000);
+  attnd_layer_set_unref(s->layers);
+  uv_mutex_destroy(&s->layers_lock);
   fprintf(stderr, "{\"event\":\"stopped\",\"exit_code\":%d}\n", l.exit_code);
   attnd_access_log_close(s->access_log);
   return l.exit_code;

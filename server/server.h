@@ -15,6 +15,7 @@
 #include "config.h"
 #include "cors.h"
 #include "metrics.h"
+#include "model/layers.h"
 #include "scheduler.h"
 
 typedef struct attnd_server {
@@ -34,7 +35,14 @@ typedef struct attnd_server {
   attnd_auth_t auth; /* API keys; reloaded by serve.c on SIGHUP */
   attnd_cors_t cors;
   char *tls_cert, *tls_key; /* PEM text while serving HTTPS, else NULL */
+  uv_mutex_t layers_lock;     /* guards `layers` */
+  attnd_layer_set_t *layers;  /* the loaded layers; swapped on SIGHUP */
+  atomic_int reloading;       /* a layer reload is running */
 } attnd_server_t;
+
+/* A new reference to the current layer set (the caller unrefs it). Any
+ * thread. */
+attnd_layer_set_t *attnd_server_layers(attnd_server_t *s);
 
 /* Starts libmicrohttpd on cfg's host and port, with TLS when cfg names a
  * certificate (read here into s->tls_cert and s->tls_key), and sets

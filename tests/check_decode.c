@@ -71,7 +71,7 @@ static void limited_config(void) {
 
 /* Decodes the NUL-terminated `body` under the limits. */
 static int decode(const char *body, attnd_request_t **out, attnd_error_t *e) {
-  return attnd_request_decode(body, strlen(body), &cfg, out, e);
+  return attnd_request_decode(body, strlen(body), &cfg, NULL, out, e);
 }
 
 /* ---- errors -------------------------------------------------------------- */
@@ -600,7 +600,7 @@ START_TEST(test_structure_limit) {
   attnd_buf_puts(&b, "]}");
   attnd_request_t *j = NULL;
   attnd_error_t e;
-  ck_assert_int_eq(attnd_request_decode(b.data, b.len, &small, &j, &e), -1);
+  ck_assert_int_eq(attnd_request_decode(b.data, b.len, &small, NULL, &j, &e), -1);
   ck_assert_str_eq(attnd_error_name(e.code), "invalid_value"); /* the id */
   ck_assert_str_eq(e.field, "id");
   ck_assert_msg(strstr(e.message, "2000 characters"), "%s", e.message);
@@ -620,7 +620,7 @@ START_TEST(test_structure_limit) {
       attnd_buf_puts(&c, i ? ",1" : "1");
     attnd_buf_puts(&c, "]}");
     for (int fast = 0; fast < 2; fast++) {
-      int r = attnd__request_decode_path(c.data, c.len, &small, fast, &j, &e);
+      int r = attnd__request_decode_path(c.data, c.len, &small, NULL, fast, &j, &e);
       ck_assert_int_eq(r, -1);
       if (over) {
         ck_assert_str_eq(attnd_error_name(e.code), "payload_too_large");
@@ -684,7 +684,7 @@ START_TEST(test_slow_path_only_when_needed) {
     attnd_request_t *j = NULL;
     attnd_error_t e;
     uint64_t before = attnd__decode_slow_runs;
-    int r = attnd__request_decode_path(b.data, b.len, &big, 1, &j, &e);
+    int r = attnd__request_decode_path(b.data, b.len, &big, NULL, 1, &j, &e);
     ck_assert_msg(strcmp(r ? attnd_error_name(e.code) : "ok", cases[c].code) ==
                       0,
                   "case %zu: %s (%s)", c, r ? attnd_error_name(e.code) : "ok",

@@ -354,6 +354,180 @@ START_TEST(test_feature) {
 }
 END_TEST
 
+/* ---- rope and the per-head norms ---------------------------------------- */
+
+/* A feature case with rope, q_norm/k_norm and positions set on top: each
+ * against the float64 reference. */
+typedef struct rope_case {
+  const char *name;
+  tu_spec_t s;
+  attn_rope_t rope;
+  int norms;         /* 1: q_norm and k_norm, 2: q_norm only */
+  int positions;     /* 0: default, 1: [L], 2: [B, L] */
+  float norm_eps;    /* 0: the default */
+} rope_case_t;
+
+#define HALF ATTN_ROPE_HALF
+#define INTER ATTN_ROPE_INTERLEAVED
+/* clang-format off */
+static const rope_case_t rope_cases[] = {
+    {"half, default positions, GQA, projections, causal",
+     {.Lq = 9, .Lk = 14, .cross = 1, .value_given = 1, .H = 4, .Hkv = 2,
+      .Dh = 8, .Eq = 12, .Ek = 12, .Ev = 12, .Eo = 12, .proj = TU_ALLPROJ,
+      .causal = BR},
+     {.style = HALF, .theta = 10000}, 0, 0, 0},
+    {"interleaved, partial dims, [B, L] positions",
+     {.B = 2, .batched = 1, .Lq = 7, .Lk = 11, .cross = 1, .H = 2, .Dh = 10,
+      .Eq = 9, .Ek = 10, .proj = TU_QW | TU_KW | TU_QB | TU_KB},
+     {.style = INTER, .theta = 500, .dims = 4}, 0, 2, 0},
+    {"half, partial dims, [L] positions, linear scaling",
+     {.B = 2, .batched = 1, .Lq = 5, .Lk = 5, .H = 3, .Dh = 6, .Eq = 12,
+      .proj = TU_QW | TU_KW},
+     {.style = HALF, .theta = 10000, .dims = 2,
+      .scaling = ATTN_ROPE_SCALING_LINEAR, .factor = 4}, 0, 1, 0},
+    {"llama3 scaling over all three bands",
+     {.Lq = 12, .Lk = 12, .H = 2, .Hkv = 1, .Dh = 16, .Eq = 20,
+      .proj = TU_QW | TU_KW | TU_VW, .causal = BR},
+     {.style = HALF, .theta = 500000, .scaling = ATTN_ROPE_SCALING_LLAMA3,
+      .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+      .original_max_position = 64}, 0, 1, 0},
+    {"q_norm and k_norm, rope, scale, pre-projected",
+     {.Lq = 6, .Lk = 9, .cross = 1, .H = 2, .Dh = 8, .has_scale = 1,
+      .scale = 0.7f},
+     {.style = HALF, .theta = 10000}, 1, 0, 1e-3f},
+    {"q_norm only, no rope, projections",
+     {.Lq = 6, .Lk = 6, .H = 2, .Dh = 4, .Eq = 8, .proj = TU_QW | TU_QB},
+     {0}, 2, 0, 0},
+    {"rope with Lq > Lk (negative default query positions)",
+     {.Lq = 11, .Lk = 4, .cross = 1, .H = 1, .Dh = 6, .causal = TL},
+     {.style = INTER, .theta = 10000}, 0, 0, 0},
+    {"rope on every feature of a one-pair head, window and ALiBi",
+     {.B = 2, .batched = 1, .Lq = 8, .Lk = 8, .H = 2, .Dh = 2, .has_wl = 1,
+      .wl = 3, .alibi = ATTN_ALIBI_DEFAULT},
+     {.style = HALF, .theta = 3}, 0, 0, 0},
+};
+/* clang-format on */
+#undef HALF
+#undef INTER
+#define N_ROPE ((int)(sizeof rope_cases / sizeof rope_cases[0]))
+
+/* Positions for rope_case `kind` of a [B, L] input: random in [0, 5000)
+ * (kind 1: one row, [L]). A new array. */
+static int64_t *rope_positions(tu_rng_t *r, int kind, int64_t B, int64_t L) {
+  int64_t n = kind == 1 ? L : B * L;
+  int64_t *x = malloc((size_t)n * sizeof *x);
+  for (int64_t i = 0; i < n; i++)
+    x[i] = tu_rng_below(r, 5000);
+  return x;
+}
+
+START_TEST(test_rope) {
+  const rope_case_t *rc = &rope_cases[_i];
+  tu_case_t c;
+  tu_case_build(&c, &rc->s, 3000 + (uint64_t)_i);
+  tu_rng_t r;
+  tu_rng_seed(&r, 77 + (uint64_t)_i);
+  c.p.rope = rc->rope;
+  float *qn = NULL, *kn = NULL;
+  int64_t *pq = NULL, *pk = NULL;
+  if (rc->norms) {
+    qn = tu_rand_floats(&r, (size_t)c.Dh, 2.0f);
+    c.p.q_norm = (attn_tensor_t){qn, 1, {c.Dh}};
+    if (rc->norms == 1) {
+      kn = tu_rand_floats(&r, (size_t)c.Dh, 2.0f);
+      c.p.k_norm = (attn_tensor_t){kn, 1, {c.Dh}};
+    }
+  }
+  if (rc->norm_eps != 0) {
+    c.p.has_norm_eps = 1;
+    c.p.norm_eps = rc->norm_eps;
+  }
+  if (rc->positions) {
+    pq = rope_positions(&r, rc->positions, c.B, c.Lq);
+    pk = rope_positions(&r, rc->positions, c.B, c.Lk);
+    c.p.positions_query = rc->positions == 1
+                              ? (attn_tensor_t){pq, 1, {c.Lq}}
+                              : (attn_tensor_t){pq, 2, {c.B, c.Lq}};
+    c.p.positions_key = rc->positions == 1
+                            ? (attn_tensor_t){pk, 1, {c.Lk}}
+                            : (attn_tensor_t){pk, 2, {c.B, c.Lk}};
+  }
+  check_case_params(&c.p, rc->name);
+  free(qn), free(kn), free(pq), free(pk);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* Runs p with one thread and the best ISA; the weights [H·Lq·Lk] into w. */
+static void run_weights(attn_params_t *p, float *w) {
+  attn_plan_t plan;
+  attn_error_t e;
+  p->want_weights = 1;
+  ck_assert_msg(attn_plan_init(&plan, p, NULL, &e) == 0, "%s", e.message);
+  void *ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64 + 64);
+  float *out = malloc((size_t)plan.out_elems * sizeof *out);
+  attn_outputs_t o = {.out = out, .weights = w};
+  ck_assert_msg(attn_forward(&plan, &o, ws, plan.workspace_bytes, &e) == 0,
+                "%s", e.message);
+  free(out);
+  free(ws);
+}
+
+/* Closed forms, independent of the reference. With one pair (Dh = 2), a
+ * query (1, 0) at position m against keys (1, 0) and (0, 1) at 0 scores
+ * cos m and sin m (times the scale): the weights are the softmax of those.
+ * Rope depends on positions only through their differences: shifting
+ * every position by the same amount leaves the weights as they were. And
+ * position 0 everywhere is no rotation at all. */
+START_TEST(test_rope_closed_forms) {
+  const float q[2] = {1, 0}, k[4] = {1, 0, 0, 1};
+  const int64_t m = 1 + _i * 997, zero[2] = {0, 0};
+  attn_params_t p = {.query = {q, 2, {1, 2}}, .key = {k, 2, {2, 2}},
+                     .num_heads = 1, .has_scale = 1, .scale = 1};
+  p.rope = (attn_rope_t){.style = ATTN_ROPE_HALF, .theta = 10000};
+  p.positions_query = (attn_tensor_t){&m, 1, {1}};
+  p.positions_key = (attn_tensor_t){zero, 1, {2}};
+  float w[2];
+  run_weights(&p, w);
+  double a = cos((double)m), b = sin((double)m);
+  double w0 = 1.0 / (1.0 + exp(b - a)), w1 = 1.0 - w0;
+  ck_assert_msg(fabs(w[0] - w0) < 1e-6 && fabs(w[1] - w1) < 1e-6,
+                "m %lld: weights %g %g, want %g %g", (long long)m, w[0], w[1],
+                w0, w1);
+
+  tu_rng_t r;
+  tu_rng_seed(&r, 900 + (uint64_t)_i);
+  enum { L = 9, H = 2, D = 8 };
+  float *x = tu_rand_floats(&r, L * H * D, 1.0f);
+  int64_t pq[L], pk[L], shift = 12345 * (_i + 1);
+  for (int i = 0; i < L; i++)
+    pq[i] = pk[i] = tu_rng_below(&r, 1000);
+  attn_params_t s = {.query = {x, 2, {L, H * D}}, .num_heads = H};
+  s.rope = (attn_rope_t){.style = _i % 2 ? ATTN_ROPE_INTERLEAVED
+                                         : ATTN_ROPE_HALF,
+                         .theta = 10000};
+  s.positions_query = (attn_tensor_t){pq, 1, {L}};
+  s.positions_key = (attn_tensor_t){pk, 1, {L}};
+  float w_a[H * L * L], w_b[H * L * L], w_plain[H * L * L];
+  run_weights(&s, w_a);
+  for (int i = 0; i < L; i++)
+    pq[i] += shift, pk[i] += shift;
+  run_weights(&s, w_b);
+  for (int i = 0; i < H * L * L; i++)
+    ck_assert_msg(fabs(w_a[i] - w_b[i]) < 2e-5, "shift %lld: [%d] %g vs %g",
+                  (long long)shift, i, w_a[i], w_b[i]);
+  for (int i = 0; i < L; i++)
+    pq[i] = pk[i] = 0;
+  run_weights(&s, w_a);
+  s.rope.style = ATTN_ROPE_NONE;
+  s.positions_query.rank = s.positions_key.rank = 0;
+  run_weights(&s, w_plain);
+  for (int i = 0; i < H * L * L; i++)
+    ck_assert(w_a[i] == w_plain[i]);
+  free(x);
+}
+END_TEST
+
 /* ---- tile edges ---------------------------------------------------------- */
 
 /* Every (Lq, Lk) over sizes just off likely tile widths, with head sizes
@@ -935,6 +1109,8 @@ Suite *test_suite(void) {
   tc = tcase_create("features");
   tcase_set_timeout(tc, 30);
   tcase_add_loop_test(tc, test_feature, 0, N_FEATURE);
+  tcase_add_loop_test(tc, test_rope, 0, N_ROPE);
+  tcase_add_loop_test(tc, test_rope_closed_forms, 0, 4);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("tiles");

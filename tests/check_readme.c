@@ -5,7 +5,8 @@
  * repository root (where the test runs). Every ```sh block whose first line
  * is a curl or ./build/attnd command is an example (blocks that set things
  * up first, with podman or make, are not). It runs under /bin/sh with
- * localhost:8080 pointed at a server started from config/attnd.conf on a
+ * localhost:8080 pointed at a server started from config/attnd.conf (and
+ * the demo layer, build/demo/demo.safetensors, which make check builds) on a
  * free port, and ./build/attnd at the binary under test. When a ```json
  * block follows it, the output must be that JSON: the same members, strings
  * and shapes, numbers within 1e-5 relative (the last bits of float32 results
@@ -46,6 +47,7 @@ static const struct {
     {"README.md", 1},          /* the first request */
     {"docs/api.md", 6},        /* the request forms, errors, /v1/info */
     {"docs/operations.md", 2}, /* --print-config, /metrics */
+    {"docs/layers.md", 2},     /* a layer, a layer request */
 };
 #define N_EXPECTED ((int)(sizeof expected / sizeof expected[0]))
 
@@ -273,7 +275,8 @@ START_TEST(test_total_examples) {
 END_TEST
 
 static void start(void) {
-  const char *const args[] = {"--config", "config/attnd.conf", NULL};
+  const char *const args[] = {"--config", "config/attnd.conf", "--layers",
+                              "build/demo/demo.safetensors", NULL};
   ck_assert_msg(sh_server_start(&server, args) == 0, "%s", server.log);
 }
 

@@ -92,7 +92,7 @@ int decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
   int r[2], ret = 0;
   for (int fast = 0; fast < 2; fast++) {
     memset(&err[fast], 0, sizeof err[fast]);
-    r[fast] = attnd__request_decode_path(body, len, cfg, fast, &req[fast],
+    r[fast] = attnd__request_decode_path(body, len, cfg, NULL, fast, &req[fast],
                                          &err[fast]);
   }
   if ((r[0] < 0 && err[0].code == ATTND_ERR_OUT_OF_MEMORY) ||

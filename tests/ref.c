@@ -2,7 +2,8 @@
  *
  * Passes, each a plain loop nest:
  *   1. sizes from the tensors themselves;
- *   2. projections Q, K, V (nn.Linear layout, identity when absent);
+ *   2. projections Q, K, V (nn.Linear layout, identity when absent), then
+ *      per head of Q and K the RMSNorm (q_norm, k_norm) and rope;
  *   3. per (b, h, i): scores, softcap, bias, ALiBi, masks, softmax, mixing;
  *   4. concat of the heads and the output projection;
  *   5. mean of the weights over heads. */
@@ -96,6 +97,62 @@ static int ref_bcast_fits(const attn_tensor_t *t, const int64_t full[4]) {
   return 1;
 }
 
+/* The rope's frequency f_i for pair i of dims/2 (attn.h), from the
+ * formulas: theta^(-2i/dims), then the scaling. */
+static double ref_rope_freq(const attn_rope_t *rp, int64_t dims, int64_t i) {
+  double f = pow(rp->theta, -2.0 * (double)i / (double)dims);
+  if (rp->scaling == ATTN_ROPE_SCALING_LINEAR)
+    return f / rp->factor;
+  if (rp->scaling != ATTN_ROPE_SCALING_LLAMA3)
+    return f;
+  double wavelength = 2.0 * M_PI / f;
+  double low_wl = rp->original_max_position / rp->low_freq_factor;
+  double high_wl = rp->original_max_position / rp->high_freq_factor;
+  if (wavelength < high_wl)
+    return f;
+  if (wavelength > low_wl)
+    return f / rp->factor;
+  double s = (rp->original_max_position / wavelength - rp->low_freq_factor) /
+             (rp->high_freq_factor - rp->low_freq_factor);
+  return (1.0 - s) * f / rp->factor + s * f;
+}
+
+/* Normalizes and rotates every head of X [B·L, nh·Dh] in place: RMSNorm
+ * with w (if given) over each head's Dh features, then rope at the
+ * positions (pos: [L] or [B, L], or NULL for first + 0 .. L − 1). */
+static void ref_heads(double *X, int64_t B, int64_t L, int64_t nh, int64_t Dh,
+                      const attn_tensor_t *w, double eps, const attn_rope_t *rp,
+                      const attn_tensor_t *pos, int64_t first) {
+  int64_t dims = rp->dims ? rp->dims : Dh;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t l = 0; l < L; l++)
+      for (int64_t h = 0; h < nh; h++) {
+        double *x = X + ((b * L + l) * nh + h) * Dh;
+        if (w->rank != 0) {
+          double ss = 0;
+          for (int64_t d = 0; d < Dh; d++)
+            ss += x[d] * x[d];
+          double inv = 1.0 / sqrt(ss / (double)Dh + eps);
+          for (int64_t d = 0; d < Dh; d++)
+            x[d] = x[d] * inv * (double)((const float *)w->data)[d];
+        }
+        if (rp->style == ATTN_ROPE_NONE)
+          continue;
+        const int64_t *pd = pos->rank ? pos->data : NULL;
+        double p = pd == NULL       ? (double)(first + l)
+                   : pos->rank == 1 ? (double)pd[l]
+                                    : (double)pd[b * L + l];
+        for (int64_t i = 0; i < dims / 2; i++) {
+          int64_t a = rp->style == ATTN_ROPE_HALF ? i : 2 * i;
+          int64_t c = rp->style == ATTN_ROPE_HALF ? i + dims / 2 : 2 * i + 1;
+          double t = p * ref_rope_freq(rp, dims, i);
+          double x1 = x[a], x2 = x[c];
+          x[a] = x1 * cos(t) - x2 * sin(t);
+          x[c] = x2 * cos(t) + x1 * sin(t);
+        }
+      }
+}
+
 void ref_result_free(ref_result_t *r) {
   free(r->out);
   free(r->weights);
@@ -147,6 +204,11 @@ int ref_attention(const attn_params_t *p, ref_result_t *r) {
     goto done;
   const double scale = p->has_scale ? (double)p->scale : 1.0 / sqrt((double)Dh);
   const int64_t off = Lk - Lq;
+  const double eps = p->has_norm_eps ? (double)p->norm_eps : 1e-6;
+  ref_heads(Q, B, Lq, H, Dh, &p->q_norm, eps, &p->rope, &p->positions_query,
+            Lk - Lq);
+  ref_heads(K, B, Lk, Hkv, Dh, &p->k_norm, eps, &p->rope, &p->positions_key,
+            0);
   const int64_t full[4] = {B, H, Lq, Lk};
   if (p->allow.rank != 0 && !ref_bcast_fits(&p->allow, full))
     goto done;

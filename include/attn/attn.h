@@ -18,6 +18,9 @@
  *   out = concat_h(softmax(mask(s_h))·V_g)·Woᵀ + bo : [B, Lq, Eo]
  * A missing weight is the identity; a bias without a weight is added to the
  * input. A head is a contiguous slice of the feature dimension.
+ * Then, per head of Q and K, in this order: an RMSNorm with q_norm / k_norm
+ * (Qwen3), and rotary position embeddings (rope), at the positions given
+ * (positions_query / positions_key) or the default ones.
  *
  * Nothing here does I/O or exits. attn_plan_init checks every input that
  * attn_forward reads, so untrusted input may be passed straight to it. */
@@ -51,6 +54,45 @@ typedef enum attn_alibi {
   ATTN_ALIBI_DEFAULT, /* slopes of the ALiBi paper's reference code */
   ATTN_ALIBI_SLOPES   /* alibi_slopes, one per query head */
 } attn_alibi_t;
+
+/* Rotary position embeddings (RoFormer, Su et al. 2021), on Q and K after
+ * projection: feature pairs (x1, x2) of each head, among its first `dims`
+ * features, rotate by the angle pos·f_i, f_i = theta^(-2i/dims), i =
+ * 0 .. dims/2 - 1:  x1' = x1·cos − x2·sin,  x2' = x2·cos + x1·sin. The
+ * angles, their cosines and sines are computed in float64. */
+typedef enum attn_rope_style {
+  ATTN_ROPE_NONE = 0,
+  ATTN_ROPE_HALF,       /* pair i is (i, i + dims/2): Hugging Face's
+                           rotate_half, GPT-NeoX, Llama in transformers */
+  ATTN_ROPE_INTERLEAVED /* pair i is (2i, 2i + 1): GPT-J, Meta's Llama */
+} attn_rope_style_t;
+
+typedef enum attn_rope_scaling {
+  ATTN_ROPE_SCALING_NONE = 0,
+  ATTN_ROPE_SCALING_LINEAR, /* f_i / factor (position interpolation) */
+  ATTN_ROPE_SCALING_LLAMA3  /* Llama 3.1: f_i / factor for wavelengths over
+                               original_max_position / low_freq_factor, f_i
+                               under original_max_position /
+                               high_freq_factor, and between them
+                               (1 − s)·f_i / factor + s·f_i with s =
+                               (original_max_position / wavelength −
+                               low_freq_factor) / (high_freq_factor −
+                               low_freq_factor) */
+} attn_rope_scaling_t;
+
+typedef struct attn_rope {
+  attn_rope_style_t style;
+  double theta; /* base, finite and > 1 (10000 is usual) */
+  int64_t dims; /* rotated features per head: even, 2 .. Dh; 0 means Dh */
+  attn_rope_scaling_t scaling;
+  double factor;                /* LINEAR and LLAMA3: finite, >= 1 */
+  double low_freq_factor;       /* LLAMA3: > 0 */
+  double high_freq_factor;      /* LLAMA3: > low_freq_factor */
+  double original_max_position; /* LLAMA3: > 0 */
+} attn_rope_t;
+
+/* Positions, with rope: at most ATTN_MAX_POSITION. */
+#define ATTN_MAX_POSITION ((int64_t)1 << 31)
 
 /* Everything attn_forward computes from. All tensors are borrowed and must
  * outlive the forward call. Zero-initialise, then set what is used. */
@@ -87,6 +129,20 @@ typedef struct attn_params {
   attn_alibi_t alibi;
   attn_tensor_t alibi_slopes; /* float [H], with ATTN_ALIBI_SLOPES */
 
+  /* Per-head RMSNorm of Q and K before rope: x·w / sqrt(mean(x²) + eps)
+   * over each head's Dh features (Qwen3's q_norm and k_norm). */
+  attn_tensor_t q_norm, k_norm; /* float [Dh] each, or absent */
+  int has_norm_eps;
+  float norm_eps; /* finite, >= 0; default 1e-6 */
+
+  /* Rotary position embeddings (attn_rope_t); style NONE: none. */
+  attn_rope_t rope;
+  /* int64 positions in [0, ATTN_MAX_POSITION), [Lq] / [Lk] (every batch
+   * item) or [B, Lq] / [B, Lk]. Absent: keys 0 .. Lk − 1, queries
+   * Lk − Lq .. Lk − 1 (the bottom-right alignment of causal). Only with
+   * rope. */
+  attn_tensor_t positions_query, positions_key;
+
   /* Optional results (see attn_outputs_t). */
   int want_weights;      /* per-head weights [B, H, Lq, Lk] */
   int want_mean_weights; /* mean over heads [B, Lq, Lk] */
@@ -117,7 +173,8 @@ typedef struct attn_plan {
   const attn_params_t *params; /* borrowed */
   int batched;                 /* 1 if inputs are rank 3 */
   int64_t B, Lq, Lk, Eq, Ek, Ev, H, Hkv, Dh, Dv, Eo;
-  float scale; /* effective scale */
+  float scale;       /* effective scale */
+  int64_t rope_dims; /* rotated features per head; 0 without rope */
   /* Effective window sides: -1 when unbounded. A side of max(Lq, Lk) or
    * more excludes no key (|i + off - j| < max(Lq, Lk) for every pair), so
    * it is -1 too, and every window bound the kernels form stays far from

@@ -56,6 +56,12 @@ typedef enum {
   X(SOFTCAP, "softcap")                                                        \
   X(ALIBI, "alibi")                                                            \
   X(ALIBI_SLOPES, "alibi_slopes")                                              \
+  X(ROPE, "rope")                                                              \
+  X(POSITIONS_QUERY, "positions_query")                                        \
+  X(POSITIONS_KEY, "positions_key")                                            \
+  X(Q_NORM, "q_norm")                                                          \
+  X(K_NORM, "k_norm")                                                          \
+  X(NORM_EPS, "norm_eps")                                                      \
   X(NUM_HEADS, "num_heads")                                                    \
   X(NUM_KV_HEADS, "num_kv_heads")                                              \
   X(THREADS, "threads")                                                        \

@@ -273,8 +273,8 @@ void attnd_bulk_set_free(attnd_bulk_set_t *set) {
  * appends its placeholder to the skeleton: the array placeholder, or for a
  * string item the string placeholder. On failure frees the item's data and
  * copy. Returns 0 or -1. */
-static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item, size_t span,
-                    attnd_buf_t *skel) {
+static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item,
+                    const char *src, size_t span, attnd_buf_t *skel) {
   if (set->n == set->cap) {
     size_t cap = set->cap ? 2 * set->cap : 8;
     attnd_bulk_t *items = realloc(set->items, cap * sizeof *items);
@@ -291,6 +291,8 @@ static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item, size_t span,
       text, sizeof text,
       item->text ? "\"\\u0001bulk:%llu:%llu\"" : "[\"\\u0001bulk\",%llu,%llu]",
       (unsigned long long)set->nonce, (unsigned long long)set->n);
+  item->src = src;
+  item->src_len = span;
   set->items[set->n++] = *item;
   set->n_data += !item->in_tree;
   set->lifted_bytes += span;
@@ -467,6 +469,50 @@ no:
   return 0;
 }
 
+int attnd_bulk_ints(const attnd_bulk_t *b, int64_t *out) {
+  const char *p = b->src, *end = b->src + b->src_len;
+  size_t k = 0;
+  if (b->text || b->is_bool)
+    return -1;
+  while (p < end) {
+    if (*p == '[' || *p == ']' || *p == ',' || is_ws(*p)) {
+      p++;
+      continue;
+    }
+    const char *tok = p;
+    int real = 0;
+    while (p < end && strchr("0123456789+-.eE", *p)) {
+      real |= *p == '.' || *p == 'e' || *p == 'E';
+      p++;
+    }
+    if (k == b->n || p == tok)
+      return -1;
+    char buf[32];
+    size_t len = (size_t)(p - tok);
+    if (!real) { /* an integer literal: exactly, or beyond int64 */
+      int neg = *tok == '-';
+      uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : INT64_MAX;
+      for (const char *d = tok + neg; d < p; d++) {
+        if (v > (lim - (uint64_t)(*d - '0')) / 10)
+          return -1;
+        v = v * 10 + (uint64_t)(*d - '0');
+      }
+      out[k++] = neg ? (int64_t)(0 - v) : (int64_t)v;
+      continue;
+    }
+    if (len >= sizeof buf)
+      return -1; /* a real of 32 characters or more: the slow path */
+    memcpy(buf, tok, len);
+    buf[len] = 0;
+    double x = strtod(buf, NULL);
+    if (!(x == floor(x) && x >= -9223372036854775808.0 &&
+          x < 9223372036854775808.0))
+      return -1;
+    out[k++] = (int64_t)x;
+  }
+  return k == b->n ? 0 : -1;
+}
+
 int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
                     size_t min_string, attnd_bulk_set_t *set,
                     attnd_buf_t *skeleton) {
@@ -506,7 +552,7 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
       }
       if (r > 0) {
         attnd_buf_append(skeleton, copied, (size_t)(open - copied));
-        oom = bulk_add(set, &item, (size_t)(p - open), skeleton) < 0;
+        oom = bulk_add(set, &item, open, (size_t)(p - open), skeleton) < 0;
         copied = p;
       }
       oom |= r < 0;
@@ -526,7 +572,7 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
       key = K_NONE;
       if (after) {
         attnd_buf_append(skeleton, copied, (size_t)(p - copied));
-        oom = bulk_add(set, &item, (size_t)(after - p), skeleton) < 0;
+        oom = bulk_add(set, &item, p, (size_t)(after - p), skeleton) < 0;
         p = copied = after;
       } else {
         depth++;

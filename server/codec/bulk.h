@@ -34,6 +34,8 @@ typedef struct attnd_bulk {
   size_t text_len;
   char *copy; /* owned by the set: what `text` points to, or NULL */
   int in_tree; /* a string the decoder restores to jansson's tree */
+  const char *src; /* the text it stands for, borrowed from the scan's */
+  size_t src_len;
 } attnd_bulk_t;
 
 typedef struct attnd_bulk_set {
@@ -97,6 +99,14 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
  * value) stands for in `set`, or NULL when s is no placeholder of it. */
 const attnd_bulk_t *attnd_bulk_string(const attnd_bulk_set_t *set,
                                       const char *s);
+
+/* The leaves of array item b as int64, into out[0 .. b->n), read again
+ * from its text: each must be an integer literal within int64, or a real
+ * literal of an integral value within int64 (2.0, 3e2), as the decoder's
+ * integer members take them. Returns 0, or -1 when a leaf is not (the
+ * caller then has the whole body read the slow way for the exact
+ * message). */
+int attnd_bulk_ints(const attnd_bulk_t *b, int64_t *out);
 
 /* Copies the JSON text src[0..n) into `out` (appended, NUL-terminated) with
  * the number literals outside strings that jansson refuses, though they are

@@ -1,0 +1,79 @@
+/* server/model/layers.h: attention layers held resident, discovered in
+ * safetensors files by the naming conventions of PyTorch, BERT, Llama and
+ * GPT-2 (see attnd_layers_load), their weights converted to float32.
+ *
+ * A set of layers is immutable once loaded and reference-counted: a
+ * request holds the set it decoded against until it is freed, so that a
+ * reload (SIGHUP) swaps in a new set while requests in flight finish on
+ * the old weights. Loading is the only I/O; any thread. */
+#ifndef ATTND_MODEL_LAYERS_H
+#define ATTND_MODEL_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/attn.h"
+
+/* The naming conventions: X(NAME, "spelling") */
+#define ATTND_CONVENTION_MAP(X)                                                \
+  X(TORCH_MHA, "torch_mha") /* nn.MultiheadAttention's state_dict */           \
+  X(BERT, "bert")           /* {p}attention.self.query ... output.dense */     \
+  X(LLAMA, "llama")         /* {p}self_attn.{q,k,v,o}_proj (Mistral, Qwen) */  \
+  X(GPT2, "gpt2")           /* {p}attn.c_attn, c_proj: Conv1D, input-major */
+
+typedef enum attnd_convention {
+#define CONV_ENUM(name, text) ATTND_CONV_##name,
+  ATTND_CONVENTION_MAP(CONV_ENUM)
+#undef CONV_ENUM
+} attnd_convention_t;
+
+const char *attnd_convention_name(attnd_convention_t c);
+
+/* One layer: what a request with "layer" takes from it. Weights are
+ * float32, nn.Linear layout [out_features, in_features], owned by the set;
+ * absent ones NULL. */
+typedef struct attnd_layer {
+  const char *name; /* "model.layers.0.self_attn" */
+  const char *file; /* the file that holds its query weight */
+  attnd_convention_t convention;
+  const char *file_dtype; /* the query weight's dtype in the file, "BF16" */
+  int64_t E;  /* embed dim: the projections' in_features (Eq = Ek = Ev) */
+  int64_t H, Hkv, Dh, Dv;
+  int64_t Eo; /* output dim: o_weight's out_features */
+  const float *q_weight, *k_weight, *v_weight, *o_weight;
+  const float *q_bias, *k_bias, *v_bias, *o_bias;
+  const float *q_norm, *k_norm; /* [Dh] each (Qwen3), or NULL */
+  float norm_eps;               /* with q_norm/k_norm: rms_norm_eps */
+  attn_rope_t rope;             /* style NONE for none */
+  attn_causal_t causal;         /* the default: BOTTOM_RIGHT for GPT-2 and
+                                   Llama, NONE for the others */
+  size_t bytes;                 /* float32 weights held */
+} attnd_layer_t;
+
+typedef struct attnd_layer_set attnd_layer_set_t;
+
+/* Loads every layer found at `paths`, a comma-separated list of
+ * .safetensors files and directories (a directory's *.safetensors,
+ * model.safetensors.index.json shards included, with its config.json).
+ * An empty list gives an empty set. Returns 0 with a new set (one
+ * reference), or -1 with msg naming the file, the tensor and what is wrong
+ * (a bad file, an unknown convention, missing head counts, an unknown
+ * rope_scaling type, a name found twice). */
+int attnd_layers_load(const char *paths, attnd_layer_set_t **out, char *msg,
+                      size_t msz);
+
+/* Another reference to set (NULL is fine); the last unref frees it. */
+attnd_layer_set_t *attnd_layer_set_ref(attnd_layer_set_t *set);
+void attnd_layer_set_unref(attnd_layer_set_t *set);
+
+size_t attnd_layer_set_count(const attnd_layer_set_t *set);
+/* Layer i, in name order; or the layer named `name`, or NULL. */
+const attnd_layer_t *attnd_layer_set_get(const attnd_layer_set_t *set,
+                                         size_t i);
+const attnd_layer_t *attnd_layer_set_find(const attnd_layer_set_t *set,
+                                          const char *name);
+/* The float32 bytes the set holds, and the seconds loading took. */
+size_t attnd_layer_set_bytes(const attnd_layer_set_t *set);
+double attnd_layer_set_load_seconds(const attnd_layer_set_t *set);
+
+#endif

@@ -1,0 +1,497 @@
+/* tests/check_layer_api.c: resident layers over HTTP (issue 12).
+ *
+ * Each test writes layer files (tests/layer_files.h) into a fresh
+ * directory, starts the real build/attnd with --layers, and checks:
+ *   - a layer request, in each of the four conventions and in F32, F16
+ *     and BF16, against the float64 reference (tests/ref.c) computed from
+ *     the weights the file holds, and against the same request sent with
+ *     inline projections (and the rope member): the two agree to 1e-6;
+ *   - positions, given and default, and the inline rope member;
+ *   - GET /v1/layers and /v1/layers/{name};
+ *   - every error a layer request can meet, with its status, code, field
+ *     and the words of its message;
+ *   - SIGHUP: a reload swaps the weights; a reload of a bad file keeps the
+ *     old ones; a bad file at start stops the server with its name. */
+#include <check.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "attn/attn.h"
+#include "layer_files.h"
+#include "ref.h"
+#include "server_harness.h"
+#include "suite.h"
+#include "testutil.h"
+
+#define TOL 1e-5
+
+/* A fresh directory for this test's files. */
+static void tmp_dir(char *dir, size_t n) {
+  snprintf(dir, n, "/tmp/attnd-layers-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void rm_dir(const char *dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+static void start(sh_server_t *s, const char *layers) {
+  const char *args[] = {"--layers", layers, NULL};
+  ck_assert_msg(sh_server_start(s, args) == 0, "attnd did not start:\n%s",
+                s->log);
+}
+
+/* POSTs the JSON `req` (stolen) and returns the reply. */
+static void post(const sh_server_t *s, json_t *req, sh_resp_t *r) {
+  ck_assert_int_eq(sh_post_json(s->port, req, r), 0);
+  json_decref(req);
+}
+
+/* The reply's "output" as floats (a new tensor). */
+static void output_of(const sh_resp_t *r, sh_tensor_t *t) {
+  json_t *rep = sh_json(r);
+  char why[256];
+  ck_assert_msg(rep != NULL, "not JSON: %.300s", r->body);
+  ck_assert_msg(sh_tensor_decode(json_object_get(rep, "output"), t, why,
+                                 sizeof why) == 0,
+                "%s", why);
+  json_decref(rep);
+}
+
+/* ‖a − b‖₂ / ‖b‖₂ of two outputs of one shape. */
+static double rel_diff(const sh_tensor_t *a, const sh_tensor_t *b) {
+  ck_assert_uint_eq(a->n, b->n);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a->n; i++) {
+    double d = (double)a->data[i] - b->data[i];
+    num += d * d;
+    den += (double)b->data[i] * b->data[i];
+  }
+  return sqrt(num / (den > 0 ? den : 1));
+}
+
+/* The params of a layer request: the weights the file holds (w), the
+ * inputs x [B, L, E], and the layer's head counts, rope and causal
+ * default. */
+static attn_params_t layer_params(const lf_weights_t *w, const float *x,
+                                  int64_t B, int64_t L, attn_rope_t rope,
+                                  attn_causal_t causal) {
+  const lf_shape_t *s = &w->shape;
+  attn_params_t p = {.query = {x, 3, {B, L, s->E}},
+                     .num_heads = s->H,
+                     .num_kv_heads = s->Hkv};
+  p.q_weight = (attn_tensor_t){w->q_weight, 2, {s->H * s->Dh, s->E}};
+  p.k_weight = (attn_tensor_t){w->k_weight, 2, {s->Hkv * s->Dh, s->Ek}};
+  p.v_weight = (attn_tensor_t){w->v_weight, 2, {s->Hkv * s->Dv, s->Ev}};
+  p.o_weight = (attn_tensor_t){w->o_weight, 2, {s->Eo, s->H * s->Dv}};
+  if (w->q_bias)
+    p.q_bias = (attn_tensor_t){w->q_bias, 1, {s->H * s->Dh}};
+  if (w->k_bias)
+    p.k_bias = (attn_tensor_t){w->k_bias, 1, {s->Hkv * s->Dh}};
+  if (w->v_bias)
+    p.v_bias = (attn_tensor_t){w->v_bias, 1, {s->Hkv * s->Dv}};
+  if (w->o_bias)
+    p.o_bias = (attn_tensor_t){w->o_bias, 1, {s->Eo}};
+  p.rope = rope;
+  p.causal = causal;
+  p.want_weights = 1;
+  return p;
+}
+
+/* The rope member of an inline request for rp (theta, dims, style). */
+static json_t *rope_json(const attn_rope_t *rp) {
+  return json_pack("{s:f,s:I,s:s}", "theta", rp->theta, "dims",
+                   (json_int_t)rp->dims, "style",
+                   rp->style == ATTN_ROPE_HALF ? "half" : "interleaved");
+}
+
+/* ---- each convention, against the reference and the inline request ----- */
+
+static const struct {
+  lf_convention_t conv;
+  const char *layer; /* its name, for the prefix "blocks.3." */
+  attnd_st_dtype_t dtype;
+  int64_t Hkv;
+  int rope;   /* give rope in the metadata */
+  int causal; /* the convention's default is causal */
+} conv_cases[] = {
+    {LF_TORCH_MHA, "blocks.3", ATTND_ST_F32, 0, 0, 0},
+    {LF_TORCH_MHA, "blocks.3", ATTND_ST_BF16, 0, 1, 0},
+    {LF_BERT, "blocks.3.attention", ATTND_ST_F16, 0, 0, 0},
+    {LF_BERT, "blocks.3.attention", ATTND_ST_F32, 0, 0, 0},
+    {LF_LLAMA, "blocks.3.self_attn", ATTND_ST_BF16, 2, 1, 1},
+    {LF_LLAMA, "blocks.3.self_attn", ATTND_ST_F16, 4, 1, 1},
+    {LF_GPT2, "blocks.3.attn", ATTND_ST_F32, 0, 0, 1},
+    {LF_GPT2, "blocks.3.attn", ATTND_ST_BF16, 0, 0, 1},
+};
+#define N_CONV ((int)(sizeof conv_cases / sizeof conv_cases[0]))
+
+START_TEST(test_conventions) {
+  char dir[64], path[128], msg[512];
+  tmp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  lf_shape_t shape = {.E = 32, .H = 4, .Hkv = conv_cases[_i].Hkv,
+                      .bias = LF_BIAS_ALL};
+  const char *meta[] = {"num_heads",  "4",  "num_kv_heads", "4",
+                        "rope_theta", "500", "rope_style",  "half",
+                        NULL};
+  char hkv[8];
+  snprintf(hkv, sizeof hkv, "%lld",
+           (long long)(shape.Hkv ? shape.Hkv : shape.H));
+  meta[3] = hkv;
+  if (!conv_cases[_i].rope)
+    meta[4] = NULL;
+  lf_weights_t w;
+  ck_assert_msg(lf_write(path, conv_cases[_i].conv, conv_cases[_i].dtype,
+                         "blocks.3.", &shape, 40 + (uint64_t)_i, meta, &w, msg,
+                         sizeof msg) == 0,
+                "%s", msg);
+  sh_server_t s;
+  start(&s, path);
+
+  enum { B = 2, L = 6 };
+  tu_rng_t r;
+  tu_rng_seed(&r, 7 + (uint64_t)_i);
+  float *x = tu_rand_floats(&r, (size_t)(B * L * shape.E), 1.0f);
+  attn_rope_t rope = {0};
+  if (conv_cases[_i].rope)
+    rope = (attn_rope_t){.style = ATTN_ROPE_HALF, .theta = 500,
+                         .dims = w.shape.Dh};
+  attn_params_t p = layer_params(&w, x, B, L, rope,
+                                 conv_cases[_i].causal
+                                     ? ATTN_CAUSAL_BOTTOM_RIGHT
+                                     : ATTN_CAUSAL_NONE);
+  /* by layer */
+  int64_t dim[3] = {B, L, shape.E};
+  json_t *req = json_pack("{s:s,s:o,s:{s:s}}", "layer", conv_cases[_i].layer,
+                          "query", sh_floats_json(x, 3, dim, SH_BASE64),
+                          "return", "weights", "per_head");
+  sh_resp_t by_layer, inline_r;
+  post(&s, req, &by_layer);
+  ck_assert_msg(by_layer.status == 200, "%ld: %s", by_layer.status,
+                by_layer.body);
+  json_t *rep = sh_json(&by_layer);
+  char why[512];
+  ck_assert_msg(sh_check_reply(&p, rep, -1, TOL, why, sizeof why) == 0,
+                "%s, %s: %s", conv_cases[_i].layer,
+                attnd_st_dtype_name(conv_cases[_i].dtype), why);
+  json_decref(rep);
+  /* the same with inline projections */
+  sh_enc_t enc = {.inputs = SH_BASE64, .weights = SH_BASE64};
+  req = sh_request_json(&p, &enc);
+  if (rope.style)
+    json_object_set_new(req, "rope", rope_json(&rope));
+  post(&s, req, &inline_r);
+  ck_assert_msg(inline_r.status == 200, "%ld: %s", inline_r.status,
+                inline_r.body);
+  sh_tensor_t a, b;
+  output_of(&by_layer, &a);
+  output_of(&inline_r, &b);
+  ck_assert_msg(rel_diff(&a, &b) <= 1e-6, "layer and inline differ by %g",
+                rel_diff(&a, &b));
+  sh_tensor_free(&a), sh_tensor_free(&b);
+  sh_resp_free(&by_layer), sh_resp_free(&inline_r);
+
+  /* /v1/layers/{name} */
+  char url[128];
+  snprintf(url, sizeof url, "/v1/layers/%s", conv_cases[_i].layer);
+  sh_resp_t g;
+  ck_assert_int_eq(sh_get(s.port, url, &g), 0);
+  ck_assert_int_eq(g.status, 200);
+  json_t *l = sh_json(&g);
+  ck_assert_str_eq(json_string_value(json_object_get(l, "name")),
+                   conv_cases[_i].layer);
+  ck_assert_int_eq(json_integer_value(json_object_get(l, "embed_dim")), 32);
+  ck_assert_int_eq(json_integer_value(json_object_get(l, "num_heads")), 4);
+  ck_assert_int_eq(json_integer_value(json_object_get(l, "num_kv_heads")),
+                   w.shape.Hkv);
+  ck_assert_int_eq(json_integer_value(json_object_get(l, "head_dim")),
+                   w.shape.Dh);
+  ck_assert_str_eq(json_string_value(json_object_get(l, "dtype")),
+                   attnd_st_dtype_name(conv_cases[_i].dtype));
+  ck_assert_int_eq(json_integer_value(json_object_get(l, "bytes")),
+                   (json_int_t)w.bytes);
+  ck_assert_str_eq(
+      json_string_value(json_object_get(json_object_get(l, "positions"),
+                                        "type")),
+      conv_cases[_i].rope ? "rope" : "none");
+  ck_assert_str_eq(json_string_value(json_object_get(l, "causal")),
+                   conv_cases[_i].causal ? "bottom_right" : "none");
+  json_decref(l);
+  sh_resp_free(&g);
+
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  lf_weights_free(&w);
+  free(x);
+  rm_dir(dir);
+}
+END_TEST
+
+/* ---- positions, the rope member, and errors ----------------------------- */
+
+/* A Llama-style layer with GQA and rope from a config.json, in dir. */
+static void llama_dir(const char *dir, uint64_t seed, lf_weights_t *w) {
+  char path[128], msg[512];
+  lf_shape_t shape = {.E = 48, .H = 4, .Hkv = 2, .bias = LF_BQ | LF_BK};
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  ck_assert_msg(lf_write(path, LF_LLAMA, ATTND_ST_F32, "model.layers.0.",
+                         &shape, seed, NULL, w, msg, sizeof msg) == 0,
+                "%s", msg);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  ck_assert_int_eq(
+      lf_write_text(path, "{\"num_attention_heads\": 4, "
+                          "\"num_key_value_heads\": 2, \"rope_theta\": 10000, "
+                          "\"partial_rotary_factor\": 0.5}"),
+      0);
+}
+
+#define LLAMA "model.layers.0.self_attn"
+
+START_TEST(test_positions_and_rope) {
+  char dir[64];
+  tmp_dir(dir, sizeof dir);
+  lf_weights_t w;
+  llama_dir(dir, 5, &w);
+  sh_server_t s;
+  start(&s, dir);
+  enum { B = 2, L = 5 };
+  tu_rng_t r;
+  tu_rng_seed(&r, 99);
+  float *x = tu_rand_floats(&r, B * L * 48, 1.0f);
+  int64_t pos[B * L];
+  for (int i = 0; i < B * L; i++)
+    pos[i] = 1000 + 3 * i;
+  attn_rope_t rope = {.style = ATTN_ROPE_HALF, .theta = 10000, .dims = 6};
+  attn_params_t p =
+      layer_params(&w, x, B, L, rope, ATTN_CAUSAL_BOTTOM_RIGHT);
+  p.positions_query = (attn_tensor_t){pos, 2, {B, L}};
+  p.positions_key = (attn_tensor_t){pos, 2, {B, L}};
+  json_t *pj = json_array();
+  for (int b = 0; b < B; b++) {
+    json_t *row = json_array();
+    for (int i = 0; i < L; i++)
+      json_array_append_new(row, json_integer(pos[b * L + i]));
+    json_array_append_new(pj, row);
+  }
+  int64_t dim[3] = {B, L, 48};
+  json_t *req = json_pack("{s:s,s:o,s:{s:O,s:O},s:{s:s}}", "layer", LLAMA,
+                          "query", sh_floats_json(x, 3, dim, SH_NESTED),
+                          "positions", "query", pj, "key", pj, "return",
+                          "weights", "per_head");
+  json_decref(pj);
+  sh_resp_t resp;
+  post(&s, req, &resp);
+  ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
+  json_t *rep = sh_json(&resp);
+  char why[512];
+  ck_assert_msg(sh_check_reply(&p, rep, -1, TOL, why, sizeof why) == 0, "%s",
+                why);
+  json_decref(rep);
+  sh_resp_free(&resp);
+
+  /* inline, with the rope member and llama3 scaling, default positions */
+  attn_params_t q = p;
+  q.positions_query.rank = q.positions_key.rank = 0;
+  q.rope.scaling = ATTN_ROPE_SCALING_LLAMA3;
+  q.rope.factor = 8, q.rope.low_freq_factor = 1, q.rope.high_freq_factor = 4;
+  q.rope.original_max_position = 16;
+  sh_enc_t enc = {0};
+  req = sh_request_json(&q, &enc);
+  json_t *rj = rope_json(&q.rope);
+  json_object_set_new(rj, "scaling",
+                      json_pack("{s:s,s:f,s:f,s:f,s:f}", "type", "llama3",
+                                "factor", 8.0, "low_freq_factor", 1.0,
+                                "high_freq_factor", 4.0,
+                                "original_max_position_embeddings", 16.0));
+  json_object_set_new(req, "rope", rj);
+  post(&s, req, &resp);
+  ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
+  rep = sh_json(&resp);
+  ck_assert_msg(sh_check_reply(&q, rep, -1, TOL, why, sizeof why) == 0, "%s",
+                why);
+  json_decref(rep);
+  sh_resp_free(&resp);
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  lf_weights_free(&w);
+  free(x);
+  rm_dir(dir);
+}
+END_TEST
+
+/* Each bad request: its body (with the query of the layer, Q48, or of
+ * E = 4, Q4, spliced in), and the status, code, field and message words it
+ * must get. */
+#define Q48 "[[0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7]]"
+#define Q4 "[[1,2,3,4],[5,6,7,8]]"
+static const struct {
+  const char *body;
+  long status;
+  const char *code, *field, *words[2];
+} bad[] = {
+    {"{\"layer\":\"nope\",\"query\":" Q48 "}", 404, "unknown_layer", "layer",
+     {"'nope' is not loaded", "1 layer: '" LLAMA "'"}},
+    {"{\"layer\":7,\"query\":" Q48 "}", 422, "invalid_type", "layer",
+     {"a number", "GET /v1/layers"}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48
+     ",\"projections\":{\"q_weight\":[[1]]}}",
+     422, "invalid_value", "projections", {"cannot be given with layer", NULL}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48 ",\"rope\":{\"theta\":5}}", 422,
+     "invalid_value", "rope", {"has its own", NULL}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48 ",\"num_heads\":8}", 422,
+     "heads_mismatch", "num_heads", {"num_heads is 8", "has 4"}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48 ",\"num_kv_heads\":4}", 422,
+     "heads_mismatch", "num_kv_heads", {"num_kv_heads is 4", "has 2"}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q4 "}", 422, "shape_mismatch",
+     "query", {"[2, 4] has 4 features", "48 (its embed dim)"}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48
+     ",\"positions\":{\"query\":[1,2]}}",
+     422, "shape_mismatch", "positions.query", {"[2]", "[Lq] = [1]"}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48
+     ",\"positions\":{\"query\":[1.5]}}",
+     422, "invalid_type", "positions.query",
+     {"positions.query[0] is a fractional number", NULL}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48
+     ",\"positions\":{\"query\":[2147483648]}}",
+     422, "invalid_value", "positions.query", {"2147483648", "2^31"}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48 ",\"positions\":{\"x\":[1]}}",
+     422, "unknown_field", "positions.x", {"query, key", NULL}},
+    {"{\"query\":" Q4 ",\"num_heads\":1,\"positions\":{\"query\":[0,1]}}", 422,
+     "invalid_value", "positions.query", {"no rope", NULL}},
+    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"style\":\"x\"}}", 422,
+     "invalid_value", "rope.style", {"\"half\", \"interleaved\"", NULL}},
+    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"dims\":3}}", 422,
+     "invalid_value", "rope", {"dims is 3", "Dh = 4"}},
+    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"theta\":-1}}", 422,
+     "invalid_value", "rope", {"theta is -1", NULL}},
+    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"scaling\":{}}}", 422,
+     "missing_field", "rope.scaling.type", {"linear", "llama3"}},
+    {"{\"query\":" Q4
+     ",\"num_heads\":1,\"rope\":{\"scaling\":{\"type\":\"llama3\","
+     "\"factor\":8}}}",
+     422, "missing_field", "rope.scaling.low_freq_factor", {"llama3", NULL}},
+    {"{\"query\":" Q4
+     ",\"num_heads\":1,\"rope\":{\"scaling\":{\"type\":\"yarn\"}}}",
+     422, "invalid_value", "rope.scaling.type", {"\"yarn\"", "\"llama3\""}},
+    {"{\"query\":" Q4 ",\"rope\":{}}", 422, "missing_field", "num_heads",
+     {"or a layer", NULL}},
+};
+#define N_BAD ((int)(sizeof bad / sizeof bad[0]))
+
+START_TEST(test_errors) {
+  char dir[64];
+  tmp_dir(dir, sizeof dir);
+  lf_weights_t w;
+  llama_dir(dir, 6, &w);
+  sh_server_t s;
+  start(&s, dir);
+  for (int i = 0; i < N_BAD; i++) {
+    sh_resp_t r;
+    ck_assert_int_eq(sh_post(s.port, bad[i].body, strlen(bad[i].body), &r), 0);
+    if (bad[i].words[1])
+      sh_assert_error(&r, bad[i].status, bad[i].code, bad[i].field,
+                      bad[i].words[0], bad[i].words[1], NULL);
+    else
+      sh_assert_error(&r, bad[i].status, bad[i].code, bad[i].field,
+                      bad[i].words[0], NULL);
+    sh_resp_free(&r);
+  }
+  sh_resp_t g;
+  ck_assert_int_eq(sh_get(s.port, "/v1/layers/nope", &g), 0);
+  sh_assert_error(&g, 404, "unknown_layer", "layer", "'nope'", NULL);
+  sh_resp_free(&g);
+  ck_assert_int_eq(sh_get(s.port, "/v1/layers", &g), 0);
+  ck_assert_int_eq(g.status, 200);
+  json_t *list = sh_json(&g);
+  ck_assert_int_eq(json_array_size(json_object_get(list, "layers")), 1);
+  ck_assert_int_eq(json_integer_value(json_object_get(list, "bytes")),
+                   (json_int_t)w.bytes);
+  json_t *l = json_array_get(json_object_get(list, "layers"), 0);
+  ck_assert_str_eq(json_string_value(json_object_get(l, "convention")),
+                   "llama");
+  json_t *pos = json_object_get(l, "positions");
+  ck_assert_int_eq(json_integer_value(json_object_get(pos, "dims")), 6);
+  ck_assert_str_eq(json_string_value(json_object_get(pos, "style")), "half");
+  json_decref(list);
+  sh_resp_free(&g);
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  lf_weights_free(&w);
+  rm_dir(dir);
+}
+END_TEST
+
+/* ---- reload ------------------------------------------------------------- */
+
+/* Waits up to 10 s for `event` in the server's log. */
+static void wait_event(sh_server_t *s, const char *event) {
+  double end = sh_now() + 10;
+  while (sh_now() < end) {
+    sh_server_read_log(s);
+    if (strstr(s->log, event))
+      return;
+    usleep(20000);
+  }
+  ck_abort_msg("no %s in the log:\n%s", event, s->log);
+}
+
+/* The output of a fixed request to the llama layer. */
+static void ask(const sh_server_t *s, sh_tensor_t *out) {
+  const char *body = "{\"layer\":\"" LLAMA "\",\"query\":" Q48 "}";
+  sh_resp_t r;
+  ck_assert_int_eq(sh_post(s->port, body, strlen(body), &r), 0);
+  ck_assert_msg(r.status == 200, "%ld: %s", r.status, r.body);
+  output_of(&r, out);
+  sh_resp_free(&r);
+}
+
+START_TEST(test_reload) {
+  char dir[64], path[128];
+  tmp_dir(dir, sizeof dir);
+  lf_weights_t w1, w2;
+  llama_dir(dir, 11, &w1);
+  sh_server_t s;
+  start(&s, dir);
+  sh_tensor_t a, b, c;
+  ask(&s, &a);
+  /* new weights: the reply follows them after SIGHUP */
+  llama_dir(dir, 12, &w2);
+  kill(s.pid, SIGHUP);
+  wait_event(&s, "\"event\":\"layers_reloaded\"");
+  ask(&s, &b);
+  ck_assert_msg(rel_diff(&a, &b) > 1e-3, "the weights did not change");
+  /* a broken file: the reload fails, and the weights stay */
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  ck_assert_int_eq(lf_write_text(path, "not a safetensors file"), 0);
+  kill(s.pid, SIGHUP);
+  wait_event(&s, "\"event\":\"layers_reload_failed\"");
+  ck_assert_ptr_nonnull(strstr(s.log, "model.safetensors"));
+  ask(&s, &c);
+  ck_assert(rel_diff(&c, &b) == 0);
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  /* and at start, the same file stops the server with its name */
+  const char *args[] = {"--layers", dir, NULL};
+  ck_assert_int_eq(sh_server_start(&s, args), -1);
+  ck_assert_msg(strstr(s.log, "model.safetensors"), "%s", s.log);
+  sh_tensor_free(&a), sh_tensor_free(&b), sh_tensor_free(&c);
+  lf_weights_free(&w1), lf_weights_free(&w2);
+  rm_dir(dir);
+}
+END_TEST
+
+Suite *test_suite(void) {
+  Suite *su = suite_create("layer_api");
+  TCase *tc = tcase_create("layers");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, test_conventions, 0, N_CONV);
+  tcase_add_test(tc, test_positions_and_rope);
+  tcase_add_test(tc, test_errors);
+  tcase_add_test(tc, test_reload);
+  suite_add_tcase(su, tc);
+  return su;
+}
