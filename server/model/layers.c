@@ -910,18 +910,34 @@ static const char *index_text(const attnd_st_tensor_t *t, int64_t i, char *buf,
   return buf;
 }
 
-/* Converts elements [off, off + n) of e's tensor into dst. */
+/* Elements a thread converts at a time: the first writes to new pages
+ * cost most of a load (weights_alloc), and threads take them in parallel. */
+#define CONVERT_CHUNK ((int64_t)1 << 20)
+
+/* Converts elements [off, off + n) of e's tensor into dst, in chunks spread
+ * over the CPUs; the first failing element is reported. */
 static int convert_range(build_t *b, const entry_t *e, int64_t off, int64_t n,
                          float *dst) {
-  attnd_st_tensor_t t = *e->t;
-  size_t dsize = attnd_st_dtype_size(t.dtype);
-  t.data += (size_t)off * dsize;
-  t.elems = n;
-  t.bytes = (size_t)n * dsize;
-  t.rank = 1;
-  t.shape[0] = n;
-  int64_t bad = 0;
-  int rc = attnd_st_to_f32(&t, dst, &bad);
+  size_t dsize = attnd_st_dtype_size(e->t->dtype);
+  int64_t chunks = (n + CONVERT_CHUNK - 1) / CONVERT_CHUNK, bad = INT64_MAX;
+  int rc = 0;
+#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; c++) {
+    int64_t c0 = c * CONVERT_CHUNK;
+    attnd_st_tensor_t t = *e->t;
+    t.data += (size_t)(off + c0) * dsize;
+    t.elems = n - c0 < CONVERT_CHUNK ? n - c0 : CONVERT_CHUNK;
+    t.bytes = (size_t)t.elems * dsize;
+    t.rank = 1;
+    t.shape[0] = t.elems;
+    int64_t at = 0;
+    int r = attnd_st_to_f32(&t, dst + c0, &at);
+#pragma omp critical(attnd_convert)
+    if (r < 0 && (rc == 0 || (r == -2 && c0 + at < bad))) {
+      rc = r;
+      bad = r == -2 ? c0 + at : bad;
+    }
+  }
   char at[160];
   if (rc == -2)
     return layer_fail(b,
