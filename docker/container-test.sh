@@ -7,14 +7,23 @@
 #   2. base image     debian:bookworm(-slim) made with debootstrap, once
 #   3. image          docker/Dockerfile built unchanged; size < 150 MB
 #   4. container      /healthz, HEALTHCHECK, the README's worked example,
-#                     non-root, read-only root, no capabilities
+#                     the image's demo layer, non-root, read-only root, no
+#                     capabilities
 #   5. drain          `podman stop` (SIGTERM) with requests in flight: they
 #                     get their 200, and the container exits 0 within 10 s
-#   6. k8s manifests  every docker/k8s manifest against the Kubernetes
+#   6. layer volume   a generated Hugging Face-style layer directory mounted
+#                     read-only at /layers: listed, a layer request equal to
+#                     BUILD/attnd's, the mount read-only; a layer added and
+#                     loaded on `podman kill --signal HUP`
+#   7. k8s manifests  every docker/k8s manifest against the Kubernetes
 #                     schemas, offline, and attnd's own rules
-#   7. kube play      the Deployment and ConfigMap run by `podman kube play`
-#   8. compose        compose.yaml's three replicas and nginx, one stopped
-#   9. failover       three BUILD/attnd behind Debian's nginx with
+#   8. kube play      the Deployment and ConfigMap run by `podman kube play`,
+#                     the layers' claim a podman volume: layer requests, the
+#                     mount read-only, SIGHUP through `exec bash -c 'kill -HUP 1'`
+#   9. compose        compose.yaml's three replicas and nginx with the layer
+#                     directory mounted: layer requests through nginx, one
+#                     replica stopped
+#  10. failover       three BUILD/attnd behind Debian's nginx with
 #                     nginx/nginx.conf, under load (curl, and BUILD/attnd-load
 #                     when built); one killed (SIGKILL), one drained
 #                     (SIGTERM): no failed request
@@ -44,6 +53,11 @@ BASE=docker.io/library/debian
 CT=attnd-ct # prefix of every container, pod and compose project made here
 MAX_IMAGE_BYTES=150000000
 
+# The layers this test mounts: a Llama-style layer (GQA, RoPE, bf16) in a
+# Hugging Face-style directory, and the request it answers ([2, 3, 32]).
+LAYER0=model.layers.0.self_attn
+LAYER1=model.layers.1.self_attn
+
 # The README's worked example: output 4.6.
 WORKED='{"query": [[0, 0]], "key": [[0, 0], [0, 0]], "value": [[2, 10], [6, -2]],
  "num_heads": 2,
@@ -57,6 +71,7 @@ T_CHECK=$EPOCHREALTIME
 PIDS=()     # processes started here, ended on exit
 USED_PORTS=" "
 PORT=""
+KUBE_VOLUME="" # the podman volume behind the layers' claim, once made
 
 # ---- reporting --------------------------------------------------------------
 
@@ -103,10 +118,11 @@ cleanup() {
   [ -d "$W/failover" ] && touch "$W/failover/stop" # the clients' loops end
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   if command -v podman >/dev/null 2>&1; then
-    podman rm -f -t 0 "$CT-run" >/dev/null 2>&1
+    podman rm -f -t 0 "$CT-run" "$CT-layers" >/dev/null 2>&1
     [ -f "$W/kube/deployment.yaml" ] && podman kube down "$W/kube/deployment.yaml" >/dev/null 2>&1
+    [ -n "$KUBE_VOLUME" ] && podman volume rm -f "$KUBE_VOLUME" >/dev/null 2>&1
     if [ -f "$W/compose.up" ]; then
-      ATTND_LB_PORT=1 podman-compose -p "$CT" -f docker/compose.yaml down -t 2 >/dev/null 2>&1
+      ATTND_LB_PORT=1 ATTND_LAYERS_DIR=$W/layers podman-compose -p "$CT" -f docker/compose.yaml down -t 2 >/dev/null 2>&1
       podman network rm -f "${CT}_default" >/dev/null 2>&1
     fi
   fi
@@ -130,13 +146,20 @@ trap 'exit 143' TERM
 # ---- helpers ------------------------------------------------------------------
 
 # pick_port: sets PORT to a free TCP port on 127.0.0.1, never the same twice
-# in a run. (Not in a subshell: it remembers what it gave.)
+# in a run. (Not in a subshell: it remembers what it gave.) Below the
+# kernel's ephemeral range, and unused in any state: a port that a client's
+# connection holds (curl, nginx to its upstreams, other tests here) cannot
+# be listened on, and podman's port forwarder then fails with "address
+# already in use".
 pick_port() {
-  local p
+  local p low high from n
+  read -r low high </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { low=32768; high=60999; }
+  if [ "$low" -gt 21000 ]; then from=20000 n=$((low - 20000)); else from=$((high + 1)) n=$((65535 - high)); fi
+  [ "$n" -ge 100 ] || { from=20000 n=40000; } # no room outside: anywhere, as before
   for _ in $(seq 200); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((from + RANDOM % n))
     case $USED_PORTS in *" $p "*) continue ;; esac
-    if [ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ]; then
+    if [ -z "$(ss -Htan "sport = :$p" 2>/dev/null)" ]; then
       USED_PORTS="$USED_PORTS$p "
       PORT=$p
       return 0
@@ -189,12 +212,19 @@ check_process() {
     [ "$v" = 0000000000000000 ] || { echo "$what (pid $pid) has capabilities: $f $v"; return 1; }
   done
   [ "$(proc_field "$pid" NoNewPrivs)" = 1 ] || { echo "$what (pid $pid) may gain privileges (NoNewPrivs 0)"; return 1; }
-  v=$(awk '$5 == "/" { print $6 }' "/proc/$pid/mountinfo")
+  v=$(mount_ro "$pid" /) || { echo "$what: $v"; return 1; }
+  echo "$what: uid ${uid%%[[:space:]]*}, no capabilities, no_new_privs, root ro"
+}
+
+# mount_ro PID PATH: PATH is mounted read-only where PID sees it (the last
+# mount there, the one on top). Prints what is wrong.
+mount_ro() {
+  local v
+  v=$(awk -v p="$2" '$5 == p { v = $6 } END { print v }' "/proc/$1/mountinfo")
   case ,$v, in
   *,ro,*) ;;
-  *) echo "$what (pid $pid): root filesystem mounted '$v', not read-only"; return 1 ;;
+  *) echo "$2 (pid $1) mounted '${v:-not at all}', not read-only"; return 1 ;;
   esac
-  echo "$what: uid ${uid%%[[:space:]]*}, no capabilities, no_new_privs, root ro"
 }
 
 # gen_body B L E FILE: a request body with an all-zero float32 query
@@ -210,6 +240,125 @@ container_pids() {
   pid=$(podman inspect -f '{{.State.Pid}}' "$1")
   [ -n "$pid" ] && [ "$pid" != 0 ] || return 1
   echo "$pid" $(pgrep -P "$pid" || true)
+}
+
+# listening_port LOG: the port attnd says it listens on in LOG (within 5 s).
+listening_port() {
+  local p=""
+  for _ in $(seq 100); do
+    p=$(sed -n 's/.*"event":"listening".*"port":\([0-9]*\).*/\1/p' "$1")
+    [ -n "$p" ] && break
+    sleep 0.05
+  done
+  [ -n "$p" ] && echo "$p"
+}
+
+# The layers' tool, in node (which the manifests' checks need anyway):
+#   write FILE N    one Llama-style attention layer, model.layers.N.self_attn
+#                   (E = 32, 4 heads, 2 KV heads of 8, no biases), in
+#                   bfloat16 as Hugging Face checkpoints hold it; the
+#                   weights are a fixed function of N
+#   request FILE    a request to model.layers.0.self_attn: hidden states
+#                   [2, 3, 32], float32 in base64
+#   check OUT [REF] OUT is a reply of output [2, 3, 32], finite and not all
+#                   zero; within 1e-5 of REF's output when given
+LAYER_JS='
+const fs = require("fs");
+const [cmd, file, arg] = process.argv.slice(1);
+const B = 2, L = 3, E = 32, H = 4, KV = 2, D = 8;
+const b64 = (x) => Buffer.from(x.buffer).toString("base64");
+const output = (f) => {
+  const o = JSON.parse(fs.readFileSync(f, "utf8")).output;
+  return { shape: JSON.stringify(o.shape), x: new Float32Array(new Uint8Array(Buffer.from(o.base64, "base64")).buffer) };
+};
+if (cmd === "write") {
+  const n = Number(arg), header = { __metadata__: { format: "pt" } }, blobs = [];
+  const f = new Float32Array(1), u = new Uint32Array(f.buffer);
+  let off = 0;
+  for (const [name, rows, cols] of [["q_proj", H * D, E], ["k_proj", KV * D, E], ["v_proj", KV * D, E], ["o_proj", E, H * D]]) {
+    const b = Buffer.alloc(rows * cols * 2);
+    for (let i = 0; i < rows * cols; i++) {
+      f[0] = 0.3 * Math.sin(0.37 * i + name.charCodeAt(0) + n);
+      b.writeUInt16LE(u[0] >>> 16, 2 * i); // bfloat16: the high half of a float32
+    }
+    header[`model.layers.${n}.self_attn.${name}.weight`] = { dtype: "BF16", shape: [rows, cols], data_offsets: [off, off + b.length] };
+    blobs.push(b);
+    off += b.length;
+  }
+  let h = JSON.stringify(header);
+  h += " ".repeat((8 - (h.length % 8)) % 8);
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(h.length));
+  fs.writeFileSync(file, Buffer.concat([len, Buffer.from(h), ...blobs]));
+} else if (cmd === "request") {
+  const x = new Float32Array(B * L * E).map((_, i) => Math.sin(0.11 * i));
+  fs.writeFileSync(file, JSON.stringify({ layer: "model.layers.0.self_attn",
+    query: { shape: [B, L, E], dtype: "float32", base64: b64(x) }, return: { metrics: false } }));
+} else if (cmd === "check") {
+  const a = output(file), want = JSON.stringify([B, L, E]);
+  let why = "";
+  if (a.shape !== want) why = `output shape ${a.shape}, not ${want}`;
+  else if (!a.x.every(Number.isFinite) || a.x.every((v) => v === 0)) why = "output not finite, or all zero";
+  else if (arg) {
+    const r = output(arg);
+    const d = a.x.reduce((m, v, i) => Math.max(m, Math.abs(v - r.x[i])), 0);
+    if (!(d <= 1e-5)) why = `output differs from BUILD/attnd\x27s by ${d}`;
+  }
+  if (why) { console.log(why); process.exit(1); }
+}
+'
+
+# make_layers DIR: DIR as a Hugging Face model directory is laid out:
+# config.json (head counts, RoPE) and model.safetensors with layer 0,
+# readable by anyone (the image runs as uid 10001); and $W/layer-req.json.
+make_layers() {
+  mkdir -p "$1"
+  node -e "$LAYER_JS" write "$1/model.safetensors" 0
+  cat >"$1/config.json" <<'EOF'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+ "rope_theta": 10000.0, "torch_dtype": "bfloat16"}
+EOF
+  chmod 755 "$1"
+  chmod 644 "$1"/*
+  node -e "$LAYER_JS" request "$W/layer-req.json"
+}
+
+# layers_are URL PREFIX NAME...: GET URL/v1/layers lists exactly the layers
+# NAME..., each from a file under PREFIX. Prints their names, or what is
+# wrong.
+layers_are() {
+  local url=$1 prefix=$2 body names f
+  shift 2
+  body=$(curl -s -m 5 "$url/v1/layers") || { echo "GET /v1/layers failed"; return 1; }
+  names=$(grep -o '"name":"[^"]*"' <<<"$body" | cut -d'"' -f4 | sort | tr '\n' ' ')
+  [ "$names" = "$(printf '%s\n' "$@" | sort | tr '\n' ' ')" ] ||
+    { echo "GET /v1/layers lists '${names% }', not '$*': $(head -c 300 <<<"$body")"; return 1; }
+  for f in $(grep -o '"file":"[^"]*"' <<<"$body" | cut -d'"' -f4); do
+    case $f in "$prefix"*) ;; *) echo "layer file $f is not under $prefix"; return 1 ;; esac
+  done
+  echo "${names% }"
+}
+
+# layer_request URL LAYER OUT [REF]: POSTs $W/layer-req.json to LAYER; the
+# reply (in OUT) must be a 200 that `check`s (above). Prints what is wrong.
+layer_request() {
+  local code
+  sed "s/\"layer\":\"[^\"]*\"/\"layer\":\"$2\"/" "$W/layer-req.json" >"$3.req"
+  code=$(curl -s -o "$3" -w '%{http_code}' -m 10 -H 'Content-Type: application/json' \
+    --data-binary @"$3.req" "$1/v1/attention" 2>/dev/null || true)
+  [ "$code" = 200 ] || { echo "layer $2: HTTP $code: $(head -c 300 "$3" 2>/dev/null)"; return 1; }
+  node -e "$LAYER_JS" check "$3" "${4:-}"
+}
+
+# wait_layers URL N SECONDS: until URL/v1/layers lists N layers.
+wait_layers() {
+  local end=$((SECONDS + $3))
+  while [ $SECONDS -lt $end ]; do
+    [ "$(curl -s -m 2 "$1/v1/layers" | grep -o '"name":' | wc -l)" = "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
 }
 
 # ---- 1. prerequisites -----------------------------------------------------------
@@ -379,6 +528,14 @@ body=$(curl -s "$url/healthz")
 [ "$body" = '{"status":"ok"}' ] || fail "/healthz said $body"
 podman healthcheck run "$CT-run" >"$W/healthcheck.log" 2>&1 || { show "$W/healthcheck.log"; fail "the image's HEALTHCHECK failed"; }
 reply=$(worked "$url") || fail "worked example: expected output 4.6, got: $reply"
+# The image's default ATTND_LAYERS: its demo layer. Three tokens at
+# positions 10 to 12, weights averaged over the heads (docs/layers.md).
+demo=$(layers_are "$url" /usr/share/attnd/layers/ demo) || fail "the image's demo layer: $demo"
+printf '{"layer":"demo","query":{"shape":[3,64],"base64":"%s"},"positions":{"query":[10,11,12],"key":[10,11,12]},"return":{"weights":"mean","metrics":false}}' \
+  "$(head -c 768 /dev/zero | base64 -w0)" >"$W/demo.json"
+code=$(curl -s -o "$W/demo.out" -w '%{http_code}' -m 10 -H 'Content-Type: application/json' --data-binary @"$W/demo.json" "$url/v1/attention")
+[ "$code" = 200 ] && grep -q '"output":{"shape":\[3,64\]' "$W/demo.out" && grep -q '"weights":{"shape":\[3,3\]' "$W/demo.out" ||
+  fail "a request to the demo layer got $code: $(head -c 300 "$W/demo.out")"
 podman logs "$CT-run" >"$W/container.log" 2>&1
 grep -q '"event":"listening","host":"0.0.0.0","port":8080' "$W/container.log" ||
   { show "$W/container.log"; fail "attnd is not listening on 0.0.0.0:8080 inside the container"; }
@@ -395,7 +552,7 @@ kernel=$(curl -s "$url/v1/info" | sed -n 's/.*"blas_kernel":"\([^"]*\)".*/\1/p')
 out=$(podman exec --user 0 "$CT-run" sh -c \
   'for f in /probe /tmp/probe /var/tmp/probe /run/probe; do touch "$f" 2>&1 && echo "wrote $f"; done' 2>&1 || true)
 [ "$(grep -c 'Read-only file system' <<<"$out")" = 4 ] || fail "the container's filesystem is writable: $out"
-pass "/healthz 200, HEALTHCHECK healthy, output 4.6, listening on 0.0.0.0:8080; $d1; $d2; /, /tmp, /var/tmp, /run read-only; OpenBLAS re-exec ok ($kernel)"
+pass "/healthz 200, HEALTHCHECK healthy, output 4.6, listening on 0.0.0.0:8080; demo layer served by default (output [3, 64], weights [3, 3]); $d1; $d2; /, /tmp, /var/tmp, /run read-only; OpenBLAS re-exec ok ($kernel)"
 
 # ---- 5. drain ---------------------------------------------------------------------
 
@@ -442,7 +599,51 @@ grep -q '"event":"draining","signal":15' "$W/container.log" || fail "attnd never
 podman rm "$CT-run" >/dev/null 2>&1
 pass "stopped in ${stop_s}s, exit 0; /readyz 503 while draining; computing and uploading requests both got 200"
 
-# ---- 6. k8s manifests -------------------------------------------------------------
+# ---- 6. layer volume ---------------------------------------------------------------
+
+begin "layer volume"
+# The reference: BUILD/attnd on the same directory.
+make_layers "$W/layers"
+"$BUILD/attnd" --host 127.0.0.1 --port 0 --workers 1 --access-log off --layers "$W/layers" >"$W/layer-ref.log" 2>&1 &
+ref_pid=$!
+PIDS+=("$ref_pid")
+ref_port=$(listening_port "$W/layer-ref.log") || { show "$W/layer-ref.log"; fail "BUILD/attnd did not start on $W/layers"; }
+d=$(layer_request "http://127.0.0.1:$ref_port" $LAYER0 "$W/layer-ref.json") || fail "BUILD/attnd: $d"
+kill -TERM $ref_pid
+wait $ref_pid || true
+# The image as a deployment runs it: read-only, the layers on a read-only
+# bind mount at /layers.
+pick_port
+port=$PORT
+podman run -d --name "$CT-layers" --network bridge -p "127.0.0.1:$port:8080" \
+  --read-only --read-only-tmpfs=false --cap-drop ALL --security-opt no-new-privileges \
+  -v "$W/layers:/layers:ro" -e ATTND_LAYERS=/layers \
+  $IMAGE >"$W/layers-run.log" 2>&1 || { show "$W/layers-run.log"; fail "podman run -v $W/layers:/layers:ro failed"; }
+url=http://127.0.0.1:$port
+wait_for "$url/healthz" 200 20 || { podman logs "$CT-layers" >"$W/layers.log" 2>&1; show "$W/layers.log"; fail "no 200 from /healthz in 20 s"; }
+d=$(layers_are "$url" /layers/ $LAYER0) || fail "$d"
+d=$(layer_request "$url" $LAYER0 "$W/layer-volume.out" "$W/layer-ref.json") || fail "$d"
+pids=$(container_pids "$CT-layers") || fail "no process for $CT-layers"
+set -- $pids
+d=$(mount_ro "${!#}" /layers) || fail "$d"
+out=$(podman exec --user 0 "$CT-layers" touch /layers/probe 2>&1 || true)
+grep -q 'Read-only file system' <<<"$out" || fail "/layers is writable in the container: $out"
+# A layer added, then SIGHUP from outside: tini passes it on, attnd loads
+# the directory again.
+node -e "$LAYER_JS" write "$W/layers/extra.safetensors" 1
+chmod 644 "$W/layers/extra.safetensors"
+t0=$EPOCHREALTIME
+podman kill --signal HUP "$CT-layers" >/dev/null 2>&1 || fail "podman kill --signal HUP failed"
+wait_layers "$url" 2 10 || { podman logs "$CT-layers" >"$W/layers.log" 2>&1; show "$W/layers.log"; fail "no second layer 10 s after SIGHUP"; }
+hup_s=$(secs "$t0")
+d=$(layer_request "$url" $LAYER1 "$W/layer-volume1.out") || fail "after SIGHUP: $d"
+podman logs "$CT-layers" >"$W/layers.log" 2>&1
+grep -q '"event":"layers_reloaded","layers":2' "$W/layers.log" || { show "$W/layers.log"; fail "attnd did not log layers_reloaded"; }
+rm -f "$W/layers/extra.safetensors"
+podman rm -f -t 0 "$CT-layers" >/dev/null 2>&1
+pass "${W#"$ROOT"/}/layers (config.json, bf16 Llama layer) read-only at /layers: listed, request equal to BUILD/attnd's (output [2, 3, 32]); /layers ro for attnd, root cannot write it; a layer added + podman kill --signal HUP: 2 layers in ${hup_s}s"
+
+# ---- 7. k8s manifests -------------------------------------------------------------
 
 begin "k8s manifests"
 mkdir -p "$NPM_DIR"
@@ -469,7 +670,7 @@ fi
 n=$(grep -c '^ok' "$W/validate.log")
 pass "$n manifests valid (schemas, no unknown fields); $(grep -c '^ok' "$W/policy.log") rules hold; attnd accepts the ConfigMap; a service link would stop it: $(head -1 "$W/service-link.log")"
 
-# ---- 7. kube play -------------------------------------------------------------------
+# ---- 8. kube play -------------------------------------------------------------------
 
 begin "kube play"
 pick_port
@@ -478,6 +679,17 @@ mkdir -p "$W/kube"
 node "$NPM_DIR/podman-variant.mjs" docker/k8s/deployment.yaml "$W/kube/deployment.yaml" "$CT" "$port"
 image=$(awk '$1 == "image:" { print $2; exit }' docker/k8s/deployment.yaml)
 podman tag $IMAGE "$image"
+# The layers' claim: kube play mounts the podman volume named like it (the
+# copy names it $CT-CLAIM), made and filled here first, as the claim's
+# volume must hold the files before the pods start. (podman's own
+# PersistentVolumeClaim object would make an empty one.)
+claim=$(awk '$1 == "claimName:" { print $2; exit }' docker/k8s/deployment.yaml)
+[ -n "$claim" ] || fail "docker/k8s/deployment.yaml mounts no persistentVolumeClaim"
+KUBE_VOLUME=$CT-$claim
+podman volume rm -f "$KUBE_VOLUME" >/dev/null 2>&1 || true
+podman volume create "$KUBE_VOLUME" >"$W/kube/volume.log" 2>&1 || { show "$W/kube/volume.log"; fail "podman volume create failed"; }
+vol=$(podman volume inspect -f '{{.Mountpoint}}' "$KUBE_VOLUME")
+cp -p "$W/layers/model.safetensors" "$W/layers/config.json" "$vol/"
 podman kube play --network bridge --configmap docker/k8s/configmap.yaml "$W/kube/deployment.yaml" >"$W/kube/play.log" 2>&1 ||
   { show "$W/kube/play.log"; fail "podman kube play failed"; }
 url=http://127.0.0.1:$port
@@ -487,17 +699,30 @@ reply=$(worked "$url") || fail "worked example through the pod: $reply"
 info=$(curl -s "$url/v1/info")
 want=$(awk '$1 == "ATTND_QUEUE_DEPTH:" { gsub(/"/, "", $2); print $2 }' docker/k8s/configmap.yaml)
 case $info in *"\"queue_depth\":$want,"*) ;; *) fail "the ConfigMap did not reach attnd (queue_depth $want): $info" ;; esac
+# The ConfigMap's ATTND_LAYERS, on the claim's volume.
+d=$(layers_are "$url" /layers/ $LAYER0) || fail "layers through the pod: $d"
+d=$(layer_request "$url" $LAYER0 "$W/kube/layer.out" "$W/layer-ref.json") || fail "through the pod: $d"
 pids=$(container_pids "$ctr") || fail "no process for $ctr"
 set -- $pids
-d=$(check_process "${!#}" attnd) || fail "$d"
+proc=$(check_process "${!#}" attnd) || fail "$proc"
+ro=$(mount_ro "${!#}" /layers) || fail "the claim's volume: $ro"
+# A layer added to the volume, and SIGHUP as `kubectl exec` sends it (the
+# image has no kill binary: bash's builtin).
+node -e "$LAYER_JS" write "$vol/extra.safetensors" 1
+chmod 644 "$vol/extra.safetensors"
+podman exec "$ctr" bash -c 'kill -HUP 1' >"$W/kube/hup.log" 2>&1 || { show "$W/kube/hup.log"; fail "exec bash -c 'kill -HUP 1' failed"; }
+wait_layers "$url" 2 10 || { podman logs "$ctr" >"$W/kube/attnd.log" 2>&1; show "$W/kube/attnd.log"; fail "no second layer 10 s after SIGHUP"; }
+d=$(layer_request "$url" $LAYER1 "$W/kube/layer1.out") || fail "after SIGHUP: $d"
 t0=$EPOCHREALTIME
 podman kube down "$W/kube/deployment.yaml" >"$W/kube/down.log" 2>&1 || { show "$W/kube/down.log"; fail "podman kube down failed"; }
 down_s=$(secs "$t0")
 [ -z "$(podman pod ps -q --filter name="$CT-pod")" ] || fail "pods left after kube down"
 mv "$W/kube/deployment.yaml" "$W/kube/deployment.played.yaml" # nothing left to take down
-pass "image $image: /healthz 200 and output 4.6 through the pod, ConfigMap applied (queue_depth $want); $d; torn down in ${down_s}s"
+podman volume rm -f "$KUBE_VOLUME" >/dev/null 2>&1 || fail "podman volume rm $KUBE_VOLUME failed"
+KUBE_VOLUME=""
+pass "image $image: /healthz 200 and output 4.6 through the pod, ConfigMap applied (queue_depth $want, layers /layers); claim $claim as a podman volume: layer listed, request equal to BUILD/attnd's, /layers ro; exec bash -c 'kill -HUP 1' loaded a layer added; $proc; torn down in ${down_s}s"
 
-# ---- 8. compose -----------------------------------------------------------------------
+# ---- 9. compose -----------------------------------------------------------------------
 
 begin compose
 echo "podman build docker/nginx (log: $W/lb-build.log)"
@@ -511,6 +736,7 @@ done
 pick_port
 port=$PORT
 touch "$W/compose.up"
+export ATTND_LAYERS_DIR=$W/layers # the replicas' layer volume
 ATTND_LB_PORT=$port podman-compose -p "$CT" -f docker/compose.yaml up -d >"$W/compose-up.log" 2>&1 ||
   { show "$W/compose-up.log"; fail "podman-compose up failed"; }
 url=http://127.0.0.1:$port
@@ -518,11 +744,20 @@ wait_for "$url/healthz" 200 30 || { show "$W/compose-up.log"; fail "no 200 from 
 for i in 1 2 3; do
   podman healthcheck run "${CT}_attnd${i}_1" >/dev/null 2>&1 || fail "replica attnd$i is not healthy"
   [ "$(podman inspect -f '{{.HostConfig.ReadonlyRootfs}}' "${CT}_attnd${i}_1")" = true ] || fail "replica attnd$i: root not read-only"
+  rw=$(podman inspect -f '{{range .Mounts}}{{if eq .Destination "/layers"}}{{.RW}}{{end}}{{end}}' "${CT}_attnd${i}_1")
+  [ "$rw" = false ] || fail "replica attnd$i: /layers mounted '${rw:-not at all}', not read-only"
 done
 for i in $(seq 9); do reply=$(worked "$url") || fail "worked example through nginx: $reply"; done
+# The layer, through nginx: listed, and six requests (two a replica).
+d=$(layers_are "$url" /layers/ $LAYER0) || fail "through nginx: $d"
+for i in $(seq 6); do
+  d=$(layer_request "$url" $LAYER0 "$W/compose-layer.out" "$W/layer-ref.json") || fail "through nginx: $d"
+done
 podman logs "${CT}_lb_1" >"$W/compose-lb.log" 2>/dev/null
 spread=$(grep -o 'upstream=[0-9.:]*' "$W/compose-lb.log" | sort -u | wc -l)
 [ "$spread" -eq 3 ] || fail "nginx used $spread replicas, not 3 (log: $W/compose-lb.log)"
+layer_spread=$(grep 'POST /v1/attention' "$W/compose-lb.log" | tail -6 | grep -o 'upstream=[0-9.:]*' | sort -u | wc -l)
+[ "$layer_spread" -eq 3 ] || fail "the layer requests went to $layer_spread replicas, not 3 (log: $W/compose-lb.log)"
 # One replica stopped (drained) under a little load: every request answered.
 codes=$W/compose-codes
 : >"$codes"
@@ -538,9 +773,9 @@ ATTND_LB_PORT=$port podman-compose -p "$CT" -f docker/compose.yaml down -t 10 >"
   { show "$W/compose-down.log"; fail "podman-compose down failed"; }
 podman network rm -f "${CT}_default" >/dev/null 2>&1 || true
 rm -f "$W/compose.up"
-pass "3 replicas healthy behind nginx, spread over 3; 60 requests while one replica stopped: all 200; down in $(secs "$t0")s"
+pass "3 replicas healthy behind nginx, spread over 3, each with ${W#"$ROOT"/}/layers read-only at /layers; the layer listed and 6 requests equal to BUILD/attnd's, over 3 replicas; 60 requests while one replica stopped: all 200; down in $(secs "$t0")s"
 
-# ---- 9. failover ------------------------------------------------------------------------
+# ---- 10. failover ------------------------------------------------------------------------
 
 begin failover
 F=$W/failover
@@ -554,13 +789,7 @@ for i in 1 2 3; do
   replicas+=($!)
 done
 for i in 1 2 3; do
-  p=""
-  for _ in $(seq 100); do
-    p=$(sed -n 's/.*"event":"listening".*"port":\([0-9]*\).*/\1/p' "$F/attnd$i.log")
-    [ -n "$p" ] && break
-    sleep 0.05
-  done
-  [ -n "$p" ] || { show "$F/attnd$i.log"; fail "attnd $i did not start"; }
+  p=$(listening_port "$F/attnd$i.log") || { show "$F/attnd$i.log"; fail "attnd $i did not start"; }
   ports+=("$p")
 done
 # compose's nginx.conf, with only the addresses changed.

@@ -30,6 +30,14 @@ function rule(ok, what) {
 const matches = (selector, labels) =>
   Object.entries(selector ?? {}).every(([k, v]) => labels?.[k] === v);
 const seconds = (v) => Number(v);
+// ATTND_LAYERS' paths (comma-separated); whether a path is a directory or
+// under it.
+const layerPaths = (v) =>
+  String(v ?? "")
+    .split(",")
+    .map((p) => p.trim())
+    .filter(Boolean);
+const under = (path, dir) => path === dir || path.startsWith(dir.replace(/\/+$/, "") + "/");
 
 // The Deployment and what it reads.
 const deps = find("Deployment");
@@ -71,6 +79,25 @@ if (keys) {
 const port = c.ports?.find((p) => p.name === "http")?.containerPort;
 rule(String(env.ATTND_PORT ?? 8080) === String(port), `ATTND_PORT (${env.ATTND_PORT}) = containerPort (${port})`);
 
+// The layers: on a PersistentVolumeClaim, mounted read-only. attnd maps the
+// files and never writes them; a writable mount would let a pod change what
+// every other pod serves.
+const layers = layerPaths(env.ATTND_LAYERS);
+rule(layers.length > 0, `the ConfigMap sets ATTND_LAYERS (${env.ATTND_LAYERS ?? "unset"})`);
+for (const path of layers) {
+  const m = (c.volumeMounts ?? []).find((v) => under(path, v.mountPath));
+  const claim = pod.volumes?.find((v) => v.name === m?.name)?.persistentVolumeClaim;
+  const pvc = claim && find("PersistentVolumeClaim", claim.claimName)[0]?.obj;
+  rule(
+    m?.readOnly === true && claim?.readOnly === true,
+    `layers ${path}: volume ${m?.name ?? "(none)"} mounted at ${m?.mountPath ?? "(nowhere)"}, readOnly: true, from a PersistentVolumeClaim with readOnly: true`,
+  );
+  rule(
+    (pvc?.spec?.accessModes ?? []).includes("ReadOnlyMany"),
+    `layers ${path}: PersistentVolumeClaim ${claim?.claimName} is defined, ReadOnlyMany`,
+  );
+}
+
 // Termination: longer than the longest request and than preStop + drain.
 const grace = pod.terminationGracePeriodSeconds ?? 30;
 const longest = Number(env.ATTND_MAX_TIMEOUT_MS ?? 600000) / 1000;
@@ -98,8 +125,8 @@ for (const { file, obj } of hpas)
     `HorizontalPodAutoscaler in ${file} scales Deployment ${dep?.metadata?.name}`,
   );
 
-// compose.yaml: the replicas' variables are attnd keys, and a stop waits
-// out the drain.
+// compose.yaml: the replicas' variables are attnd keys, a stop waits out the
+// drain, and the layers are on a read-only volume.
 if (compose) {
   const y = parse(readFileSync(compose, "utf8"), { merge: true });
   const replicas = Object.entries(y.services).filter(([, s]) => s.image?.startsWith("attnd:"));
@@ -110,6 +137,18 @@ if (compose) {
     const grace = Number(String(s.stop_grace_period ?? "10s").replace(/s$/, ""));
     const d = Number(e.ATTND_DRAIN_TIMEOUT_S ?? 60);
     rule(bad.length === 0 && grace > d, `compose: ${name}: attnd keys only, stop_grace_period ${grace} s > drain ${d} s`);
+    // Short ("SRC:DST[:OPTS]", SRC maybe "${VAR:-default}") or long syntax.
+    const mounts = (s.volumes ?? []).map((v) => {
+      if (typeof v !== "string") return { target: v.target, ro: v.read_only === true };
+      const [, target, opts = ""] = v.replace(/\$\{[^}]*\}/g, "VAR").split(":");
+      return { target, ro: opts.split(",").includes("ro") };
+    });
+    const paths = layerPaths(e.ATTND_LAYERS);
+    const bare = paths.filter((p) => !mounts.some((m) => m.ro && m.target && under(p, m.target)));
+    rule(
+      paths.length > 0 && bare.length === 0,
+      `compose: ${name}: ATTND_LAYERS (${e.ATTND_LAYERS ?? "unset"}) on a read-only volume${bare.length ? `: not ${bare}` : ""}`,
+    );
   }
 }
 
