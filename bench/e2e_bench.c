@@ -90,7 +90,8 @@ static int load_rate(const char *attnd, int64_t E) {
     return fprintf(stderr, "cannot start attnd:\n%s\n", srv.log), 1;
   const char *line = strstr(srv.log, "\"layers_loaded\"");
   double bytes = 0, seconds = 0;
-  if (line && sscanf(strstr(line, "\"bytes\":"), "\"bytes\":%lf", &bytes) == 1 &&
+  if (line &&
+      sscanf(strstr(line, "\"bytes\":"), "\"bytes\":%lf", &bytes) == 1 &&
       sscanf(strstr(line, "\"seconds\":"), "\"seconds\":%lf", &seconds) == 1)
     printf("load: E=%lld BF16 layer, %.0f MB in the file, %.0f MB of float32 "
            "held, in %.3f s: %.2f GB/s of file weights\n",
@@ -224,13 +225,13 @@ int main(int argc, char **argv) {
     if (rc == 0) {
       double tm = bench_median(total, reps), cm = bench_median(compute, reps);
       printf("%-8s %8.1f %9.1f %10.1f %10.1f %8.3f %9.1f %9.1f %10.1f\n",
-             forms[form], body.len / 1e6, reply / 1e6, tm, cm,
-             tm / cm, bench_median(dec, reps), bench_median(enc, reps),
+             forms[form], body.len / 1e6, reply / 1e6, tm, cm, tm / cm,
+             bench_median(dec, reps), bench_median(enc, reps),
              bench_median(wall, reps));
       if (csv)
         fprintf(csv, "%s,%.2f,%.2f,%.3f,%.3f,%.4f,%.3f,%.3f,%.3f\n",
-                forms[form], body.len / 1e6, reply / 1e6, tm, cm,
-                tm / cm, bench_median(dec, reps), bench_median(enc, reps),
+                forms[form], body.len / 1e6, reply / 1e6, tm, cm, tm / cm,
+                bench_median(dec, reps), bench_median(enc, reps),
                 bench_median(wall, reps));
     }
     attnd_buf_free(&body);

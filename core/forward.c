@@ -97,8 +97,8 @@ typedef struct fwd {
   int64_t n_bias;                             /* magnitude tasks of bias */
   attn__attend_fn attend;
   attn__absmax_fn absmax;
-  float qscale;               /* what layout_q multiplies by: the scale, or 1 */
-  const double *rope_freq;    /* [rope_dims / 2], or NULL without rope */
+  float qscale;            /* what layout_q multiplies by: the scale, or 1 */
+  const double *rope_freq; /* [rope_dims / 2], or NULL without rope */
   double norm_eps;
   int64_t n_redo;             /* Q tasks to run again, unscaled */
   int stop;                   /* a stage failed: skip the stages after it */
@@ -149,7 +149,8 @@ static int64_t proj_rows(const attn_plan_t *pl) {
   return rows;
 }
 
-/* ---- per head of Q and K: RMSNorm, then rope (attn.h) ---------------------- */
+/* ---- per head of Q and K: RMSNorm, then rope (attn.h) ----------------------
+ */
 
 /* The rope's frequencies into freq[0 .. dims/2) (attn_rope_t). */
 static void rope_frequencies(const attn_rope_t *rp, int64_t dims,
@@ -165,9 +166,9 @@ static void rope_frequencies(const attn_rope_t *rp, int64_t dims,
       if (wavelength > lo) {
         fi /= rp->factor;
       } else if (wavelength >= hi) {
-        double s = (rp->original_max_position / wavelength -
-                    rp->low_freq_factor) /
-                   (rp->high_freq_factor - rp->low_freq_factor);
+        double s =
+            (rp->original_max_position / wavelength - rp->low_freq_factor) /
+            (rp->high_freq_factor - rp->low_freq_factor);
         fi = (1.0 - s) * fi / rp->factor + s * fi;
       }
     }
@@ -190,8 +191,8 @@ static void rope_angles(const fwd_t *f, int64_t pos, double *cs) {
 
 /* One head's Dh features x[0], x[st], ..., in place: the RMSNorm with w
  * (when given), then the rotation by cs (when given). */
-static void head_transform(const fwd_t *f, float *x, int64_t st,
-                           const float *w, const double *cs) {
+static void head_transform(const fwd_t *f, float *x, int64_t st, const float *w,
+                           const double *cs) {
   int64_t Dh = f->pl->Dh;
   if (w) {
     double ss = 0;
@@ -205,7 +206,8 @@ static void head_transform(const fwd_t *f, float *x, int64_t st,
     int64_t half = f->pl->rope_dims / 2;
     int split = f->p->rope.style == ATTN_ROPE_HALF;
     for (int64_t i = 0; i < half; i++) {
-      int64_t a = (split ? i : 2 * i) * st, c = (split ? i + half : 2 * i + 1) * st;
+      int64_t a = (split ? i : 2 * i) * st,
+              c = (split ? i + half : 2 * i + 1) * st;
       double x1 = x[a], x2 = x[c];
       x[a] = (float)(x1 * cs[2 * i] - x2 * cs[2 * i + 1]);
       x[c] = (float)(x2 * cs[2 * i] + x1 * cs[2 * i + 1]);
@@ -244,8 +246,9 @@ static void layout_q(fwd_t *f, int64_t b, int64_t i0, int64_t i1,
     double *cs = f->rope_freq ? (double *)scratch : NULL;
     for (int64_t r = 0; r < m; r++) {
       if (cs)
-        rope_angles(f, position(&p->positions_query, b, i0 + r, pl->Lq,
-                                pl->Lk - pl->Lq + i0 + r),
+        rope_angles(f,
+                    position(&p->positions_query, b, i0 + r, pl->Lq,
+                             pl->Lk - pl->Lq + i0 + r),
                     cs);
       for (int64_t h = 0; h < pl->H; h++)
         head_transform(f, dst + r * n + h * pl->Dh, 1, norm, cs);

@@ -558,8 +558,7 @@ static int check_rope_and_norms(attn_plan_t *pl, const attn_params_t *p,
                      "rope scaling factor is %g; it must be finite and above 0",
                      rp->factor);
   if (rp->scaling == ATTN_ROPE_SCALING_LLAMA3 &&
-      !(positive(rp->low_freq_factor, 0) &&
-        positive(rp->high_freq_factor, 0) &&
+      !(positive(rp->low_freq_factor, 0) && positive(rp->high_freq_factor, 0) &&
         rp->high_freq_factor > rp->low_freq_factor &&
         positive(rp->original_max_position, 0)))
     return attn__err(err, ATTN_ERANGE, ATTN_FIELD_ROPE,

@@ -226,8 +226,8 @@ static char *read_value(char *s, const char *from, char *msg, size_t msz) {
   *w = 0;
   rest = trim(rest);
   if (*rest != 0 && *rest != '#') {
-    attnd_fail(msg, msz, "%s: unexpected '%.20s' after the quoted value",
-               from, rest);
+    attnd_fail(msg, msz, "%s: unexpected '%.20s' after the quoted value", from,
+               rest);
     return NULL;
   }
   return s;

@@ -50,8 +50,8 @@ static int get_double(dec_t *d, const json_t *obj, const char *key,
   *out = json_number_value(v);
   char num[32];
   if (as_float ? !isfinite((float)*out) : fabs(*out) >= ATTND_JSON_HUGE)
-    return E(d, ATTND_ERR_NON_FINITE, field, "%s is %s, not a finite %s",
-             field, attnd__dec_num(*out, num), as_float ? "float32" : "number");
+    return E(d, ATTND_ERR_NON_FINITE, field, "%s is %s, not a finite %s", field,
+             attnd__dec_num(*out, num), as_float ? "float32" : "number");
   return 0;
 }
 
@@ -125,8 +125,8 @@ static const json_t *get_object(dec_t *d, const json_t *obj, const char *key,
       "v_bias", "o_bias"
 static const char *const projection_members[] = {PROJECTION_MEMBERS, NULL};
 static const char *const lifted_keys[] = {
-    "query", "key",   "value", PROJECTION_MEMBERS, "allow",
-    "bias",  "alibi", "data",  NULL};
+    "query", "key",  "value", PROJECTION_MEMBERS, "allow", "bias",
+    "alibi", "data", NULL};
 
 static int decode_projections(dec_t *d, const json_t *root) {
   const char *const *known = projection_members;
@@ -446,8 +446,7 @@ static int decode_rope(dec_t *d, const json_t *root) {
   double theta = 10000.0, f = 0;
   if (get_enum(d, r, "style", "rope.style", styles, &style) < 0 ||
       get_double(d, r, "theta", "rope.theta", 0, &theta, &present) < 0 ||
-      get_int(d, r, "dims", "rope.dims", 1, INT64_MAX, &rp->dims, &present) <
-          0)
+      get_int(d, r, "dims", "rope.dims", 1, INT64_MAX, &rp->dims, &present) < 0)
     return -1;
   rp->style = style ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF;
   rp->theta = theta;
@@ -493,7 +492,8 @@ static int decode_positions(dec_t *d, const json_t *root) {
   if (ps == NULL)
     return bad;
   attn_params_t *p = &d->req->params;
-  const json_t *q = json_object_get(ps, "query"), *k = json_object_get(ps, "key");
+  const json_t *q = json_object_get(ps, "query"),
+               *k = json_object_get(ps, "key");
   if (q && !json_is_null(q) &&
       attnd__dec_int_tensor(d, q, "positions.query", 2, &p->positions_query) <
           0)
@@ -506,10 +506,10 @@ static int decode_positions(dec_t *d, const json_t *root) {
 
 static int decode_root(dec_t *d, const json_t *root) {
   static const char *const known[] = {
-      "id",     "layer",   "query",     "key",        "value",
-      "num_heads", "num_kv_heads", "projections", "mask", "scale",
-      "softcap", "rope",   "positions", "return",     "timeout_ms",
-      NULL};
+      "id",        "layer",     "query",        "key",
+      "value",     "num_heads", "num_kv_heads", "projections",
+      "mask",      "scale",     "softcap",      "rope",
+      "positions", "return",    "timeout_ms",   NULL};
   attnd_request_t *j = d->req;
   attn_params_t *p = &j->params;
   int present;
@@ -553,8 +553,8 @@ static int decode_root(dec_t *d, const json_t *root) {
   int given[2];
   if (get_int(d, root, "num_heads", "num_heads", 1, INT64_MAX, &heads[0],
               &given[0]) < 0 ||
-      get_int(d, root, "num_kv_heads", "num_kv_heads", 1, INT64_MAX,
-              &heads[1], &given[1]) < 0)
+      get_int(d, root, "num_kv_heads", "num_kv_heads", 1, INT64_MAX, &heads[1],
+              &given[1]) < 0)
     return -1;
   if (j->layer) {
     const int64_t layer_heads[2] = {j->layer->H, j->layer->Hkv};
@@ -743,8 +743,7 @@ static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
                     "out of memory for a new request");
     return NULL;
   }
-  dec_t d = {
-      .req = j, .cfg = cfg, .err = err, .bulk = bulk, .layers = layers};
+  dec_t d = {.req = j, .cfg = cfg, .err = err, .bulk = bulk, .layers = layers};
   int r = decode_root(&d, root);
   *sure = d.planning || !d.unsure;
   if (r < 0) {
@@ -781,14 +780,16 @@ int attnd__request_decode_path(const char *body, size_t len,
   if (attnd_bulk_scan(body, len, ATTND_BULK_MIN_ELEMS, ATTND_BULK_MIN_STRING,
                       &bulk, &skel) < 0) {
     oom = 1;
-  } else if ((int64_t)(len - bulk.lifted_bytes) > cfg->max_json_structure_bytes) {
+  } else if ((int64_t)(len - bulk.lifted_bytes) >
+             cfg->max_json_structure_bytes) {
     slow = 0;
-    attnd_error_set(err, ATTND_ERR_PAYLOAD_TOO_LARGE, "",
-                    "the body has %zu bytes of JSON outside tensor data (arrays "
-                    "of %d numbers or more, base64 texts) and long strings, "
-                    "over max_json_structure_bytes %lld",
-                    len - bulk.lifted_bytes, ATTND_BULK_MIN_ELEMS,
-                    (long long)cfg->max_json_structure_bytes);
+    attnd_error_set(
+        err, ATTND_ERR_PAYLOAD_TOO_LARGE, "",
+        "the body has %zu bytes of JSON outside tensor data (arrays "
+        "of %d numbers or more, base64 texts) and long strings, "
+        "over max_json_structure_bytes %lld",
+        len - bulk.lifted_bytes, ATTND_BULK_MIN_ELEMS,
+        (long long)cfg->max_json_structure_bytes);
   } else if (fast && bulk.n > 0) {
     json_t *root = parse(skel.data, skel.len, &je, &oom);
     if (root && restore_strings(root, &bulk) < 0)

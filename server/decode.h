@@ -16,7 +16,7 @@ typedef struct dec {
   const attnd_config_t *cfg;
   attnd_error_t *err;
   attnd_form_t query_form;
-  attnd_bulk_set_t *bulk; /* the fast path's items, or NULL */
+  attnd_bulk_set_t *bulk;    /* the fast path's items, or NULL */
   attnd_layer_set_t *layers; /* the layers a request may name, or NULL */
   int planning; /* errors from here on do not depend on the path taken */
   int unsure;   /* the error may read otherwise on the slow path */

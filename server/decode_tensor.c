@@ -282,8 +282,7 @@ static attnd_bulk_t *bulk_array(const dec_t *d, const json_t *v) {
 /* The base64 text that placeholder v stands for, or NULL. */
 static const attnd_bulk_t *bulk_string(const dec_t *d, const json_t *v) {
   const char *s = json_string_value(v);
-  const attnd_bulk_t *b =
-      d->bulk && s ? attnd_bulk_string(d->bulk, s) : NULL;
+  const attnd_bulk_t *b = d->bulk && s ? attnd_bulk_string(d->bulk, s) : NULL;
   return b && !b->in_tree ? b : NULL;
 }
 
@@ -522,8 +521,8 @@ int attnd__dec_int_tensor(dec_t *d, const json_t *v, const char *field,
     } else {
       snprintf(path, sizeof path, "%s[%lld]", field, (long long)i);
     }
-    if (attnd__dec_int(d, json_array_get(e, (size_t)(i % dim[rank - 1])),
-                       field, path, INT64_MIN, INT64_MAX, &x[i]) < 0)
+    if (attnd__dec_int(d, json_array_get(e, (size_t)(i % dim[rank - 1])), field,
+                       path, INT64_MIN, INT64_MAX, &x[i]) < 0)
       return -1;
   }
   t->data = x;

@@ -288,11 +288,11 @@ static enum MHD_Result get_layers(req_t *r) {
     json_t *list = json_array();
     for (size_t i = 0; i < attnd_layer_set_count(set); i++)
       json_array_append_new(list, layer_json(attnd_layer_set_get(set, i)));
-    ret = send_json(r, 200,
-                    json_pack("{s:o,s:I,s:f}", "layers", list, "bytes",
-                              (json_int_t)attnd_layer_set_bytes(set),
-                              "load_seconds",
-                              attnd_layer_set_load_seconds(set)));
+    ret =
+        send_json(r, 200,
+                  json_pack("{s:o,s:I,s:f}", "layers", list, "bytes",
+                            (json_int_t)attnd_layer_set_bytes(set),
+                            "load_seconds", attnd_layer_set_load_seconds(set)));
   }
   attnd_layer_set_unref(set);
   return ret;
@@ -435,8 +435,9 @@ static enum MHD_Result attention_reply(req_t *r) {
                 (j->t.start ? j->t.start : attnd_now_ms()) - j->t.submit,
                 j->t.start ? ", then was cancelled while computing" : "");
   if (j->result == ATTN_ENUMERIC) /* a result float32 cannot hold: 422 */
-    return fail(r, ATTND_ERR_NUMERIC_OVERFLOW, attnd_request_field_path(j->error.field_id),
-                "%s", j->error.message);
+    return fail(r, ATTND_ERR_NUMERIC_OVERFLOW,
+                attnd_request_field_path(j->error.field_id), "%s",
+                j->error.message);
   if (j->result != 0) /* ATTN_ENOSPC */
     return fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                 "out of memory for this request's workspace and outputs; "

@@ -50,7 +50,7 @@ typedef struct attnd_request {
   int64_t timeout_ms;
   attnd_layer_set_t *layers;  /* a reference, with a layer: its weights */
   const attnd_layer_t *layer; /* the "layer" asked for, or NULL */
-  void **allocs; /* owned buffers of decoded tensors */
+  void **allocs;              /* owned buffers of decoded tensors */
   size_t n_allocs, cap_allocs, alloc_bytes;
 
   /* The result (worker). */

@@ -1443,9 +1443,13 @@ START_TEST(test_scan_strings) {
       {NULL, 0},
       {"AAAAAAAAAAAAAAAA", 16},
       {NULL, 0},
-      {"AAAA\xc3\xa9" "AAAAAAAAAA", 16},
+      {"AAAA\xc3\xa9"
+       "AAAAAAAAAA",
+       16},
       {"AAAA\nAAAAAAAAAAA", 16},
-      {"AAAA\xc3\xa9" "AAAAAAAAAA", 16},
+      {"AAAA\xc3\xa9"
+       "AAAAAAAAAA",
+       16},
       {"AAAAAAAAAAAAAAAA", 16},
       {"\xf0\x9f\x98\x80\xc3\xa9\b\f\t\r/", 11},
       {"AAAAAAAAAAAAAAAA", 16},

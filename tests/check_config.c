@@ -208,15 +208,20 @@ END_TEST
  * a backslash, '#', control bytes, edge spaces and UTF-8 survive, and a
  * newline cannot forge a line of its own. */
 START_TEST(test_print_quotes_strings) {
-  static const char *hostile[] = {
-      "a\"b", "back\\slash", "hash # not a comment", " edge spaces ",
-      "line\nport = 1", "cr\rtab\tbell\a\x7f", "caf\xc3\xa9 \\x41 \\n",
-      "\"", ""};
+  static const char *hostile[] = {"a\"b",
+                                  "back\\slash",
+                                  "hash # not a comment",
+                                  " edge spaces ",
+                                  "line\nport = 1",
+                                  "cr\rtab\tbell\a\x7f",
+                                  "caf\xc3\xa9 \\x41 \\n",
+                                  "\"",
+                                  ""};
   for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
     attnd_config_t a, b;
     char msg[256];
-    char *argv[] = {"attnd", "--host", (char *)hostile[i], "--access-log",
-                    (char *)hostile[i], NULL},
+    char *argv[] = {"attnd",        "--host",           (char *)hostile[i],
+                    "--access-log", (char *)hostile[i], NULL},
          *envp[] = {NULL};
     ck_assert_int_eq(load(&a, argv, envp, msg, sizeof msg), 0);
     char printed[8192] = "";

@@ -600,7 +600,8 @@ START_TEST(test_structure_limit) {
   attnd_buf_puts(&b, "]}");
   attnd_request_t *j = NULL;
   attnd_error_t e;
-  ck_assert_int_eq(attnd_request_decode(b.data, b.len, &small, NULL, &j, &e), -1);
+  ck_assert_int_eq(attnd_request_decode(b.data, b.len, &small, NULL, &j, &e),
+                   -1);
   ck_assert_str_eq(attnd_error_name(e.code), "invalid_value"); /* the id */
   ck_assert_str_eq(e.field, "id");
   ck_assert_msg(strstr(e.message, "2000 characters"), "%s", e.message);
@@ -620,7 +621,8 @@ START_TEST(test_structure_limit) {
       attnd_buf_puts(&c, i ? ",1" : "1");
     attnd_buf_puts(&c, "]}");
     for (int fast = 0; fast < 2; fast++) {
-      int r = attnd__request_decode_path(c.data, c.len, &small, NULL, fast, &j, &e);
+      int r =
+          attnd__request_decode_path(c.data, c.len, &small, NULL, fast, &j, &e);
       ck_assert_int_eq(r, -1);
       if (over) {
         ck_assert_str_eq(attnd_error_name(e.code), "payload_too_large");
@@ -655,8 +657,8 @@ START_TEST(test_slow_path_only_when_needed) {
       {",\"num_heads\":1,\"shape\":[QQ]}", 0, "unknown_field"},
       {",\"num_heads\":1,\"mask\":{\"key_lengths\":[KL]}}", 0, "ok"},
       {",\"num_heads\":1,\"key\":[[1e39,QQ]]}", 1, "non_finite"},
-      {",\"num_heads\":1,\"key\":{\"shape\":[2,64],\"data\":[[QQ],[QQ]]}}",
-       1, "size_mismatch"},
+      {",\"num_heads\":1,\"key\":{\"shape\":[2,64],\"data\":[[QQ],[QQ]]}}", 1,
+       "size_mismatch"},
       {",\"num_heads\":1", 1, "invalid_json"},
   };
   char qq[512] = "", kl[512] = "";

@@ -362,9 +362,9 @@ typedef struct rope_case {
   const char *name;
   tu_spec_t s;
   attn_rope_t rope;
-  int norms;         /* 1: q_norm and k_norm, 2: q_norm only */
-  int positions;     /* 0: default, 1: [L], 2: [B, L] */
-  float norm_eps;    /* 0: the default */
+  int norms;      /* 1: q_norm and k_norm, 2: q_norm only */
+  int positions;  /* 0: default, 1: [L], 2: [B, L] */
+  float norm_eps; /* 0: the default */
 } rope_case_t;
 
 #define HALF ATTN_ROPE_HALF
@@ -482,8 +482,11 @@ static void run_weights(attn_params_t *p, float *w) {
 START_TEST(test_rope_closed_forms) {
   const float q[2] = {1, 0}, k[4] = {1, 0, 0, 1};
   const int64_t m = 1 + _i * 997, zero[2] = {0, 0};
-  attn_params_t p = {.query = {q, 2, {1, 2}}, .key = {k, 2, {2, 2}},
-                     .num_heads = 1, .has_scale = 1, .scale = 1};
+  attn_params_t p = {.query = {q, 2, {1, 2}},
+                     .key = {k, 2, {2, 2}},
+                     .num_heads = 1,
+                     .has_scale = 1,
+                     .scale = 1};
   p.rope = (attn_rope_t){.style = ATTN_ROPE_HALF, .theta = 10000};
   p.positions_query = (attn_tensor_t){&m, 1, {1}};
   p.positions_key = (attn_tensor_t){zero, 1, {2}};
@@ -503,9 +506,8 @@ START_TEST(test_rope_closed_forms) {
   for (int i = 0; i < L; i++)
     pq[i] = pk[i] = tu_rng_below(&r, 1000);
   attn_params_t s = {.query = {x, 2, {L, H * D}}, .num_heads = H};
-  s.rope = (attn_rope_t){.style = _i % 2 ? ATTN_ROPE_INTERLEAVED
-                                         : ATTN_ROPE_HALF,
-                         .theta = 10000};
+  s.rope = (attn_rope_t){
+      .style = _i % 2 ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF, .theta = 10000};
   s.positions_query = (attn_tensor_t){pq, 1, {L}};
   s.positions_key = (attn_tensor_t){pk, 1, {L}};
   float w_a[H * L * L], w_b[H * L * L], w_plain[H * L * L];

@@ -59,9 +59,9 @@ static void output_of(const sh_resp_t *r, sh_tensor_t *t) {
   json_t *rep = sh_json(r);
   char why[256];
   ck_assert_msg(rep != NULL, "not JSON: %.300s", r->body);
-  ck_assert_msg(sh_tensor_decode(json_object_get(rep, "output"), t, why,
-                                 sizeof why) == 0,
-                "%s", why);
+  ck_assert_msg(
+      sh_tensor_decode(json_object_get(rep, "output"), t, why, sizeof why) == 0,
+      "%s", why);
   json_decref(rep);
 }
 
@@ -84,9 +84,8 @@ static attn_params_t layer_params(const lf_weights_t *w, const float *x,
                                   int64_t B, int64_t L, attn_rope_t rope,
                                   attn_causal_t causal) {
   const lf_shape_t *s = &w->shape;
-  attn_params_t p = {.query = {x, 3, {B, L, s->E}},
-                     .num_heads = s->H,
-                     .num_kv_heads = s->Hkv};
+  attn_params_t p = {
+      .query = {x, 3, {B, L, s->E}}, .num_heads = s->H, .num_kv_heads = s->Hkv};
   p.q_weight = (attn_tensor_t){w->q_weight, 2, {s->H * s->Dh, s->E}};
   p.k_weight = (attn_tensor_t){w->k_weight, 2, {s->Hkv * s->Dh, s->Ek}};
   p.v_weight = (attn_tensor_t){w->v_weight, 2, {s->Hkv * s->Dv, s->Ev}};
@@ -137,11 +136,11 @@ START_TEST(test_conventions) {
   char dir[64], path[128], msg[512];
   tmp_dir(dir, sizeof dir);
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
-  lf_shape_t shape = {.E = 32, .H = 4, .Hkv = conv_cases[_i].Hkv,
-                      .bias = LF_BIAS_ALL};
-  const char *meta[] = {"num_heads",  "4",  "num_kv_heads", "4",
-                        "rope_theta", "500", "rope_style",  "half",
-                        NULL};
+  lf_shape_t shape = {
+      .E = 32, .H = 4, .Hkv = conv_cases[_i].Hkv, .bias = LF_BIAS_ALL};
+  const char *meta[] = {"num_heads",  "4",          "num_kv_heads",
+                        "4",          "rope_theta", "500",
+                        "rope_style", "half",       NULL};
   char hkv[8];
   snprintf(hkv, sizeof hkv, "%lld",
            (long long)(shape.Hkv ? shape.Hkv : shape.H));
@@ -162,12 +161,11 @@ START_TEST(test_conventions) {
   float *x = tu_rand_floats(&r, (size_t)(B * L * shape.E), 1.0f);
   attn_rope_t rope = {0};
   if (conv_cases[_i].rope)
-    rope = (attn_rope_t){.style = ATTN_ROPE_HALF, .theta = 500,
-                         .dims = w.shape.Dh};
-  attn_params_t p = layer_params(&w, x, B, L, rope,
-                                 conv_cases[_i].causal
-                                     ? ATTN_CAUSAL_BOTTOM_RIGHT
-                                     : ATTN_CAUSAL_NONE);
+    rope = (attn_rope_t){
+        .style = ATTN_ROPE_HALF, .theta = 500, .dims = w.shape.Dh};
+  attn_params_t p = layer_params(
+      &w, x, B, L, rope,
+      conv_cases[_i].causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE);
   /* by layer */
   int64_t dim[3] = {B, L, shape.E};
   json_t *req = json_pack("{s:s,s:o,s:{s:s}}", "layer", conv_cases[_i].layer,
@@ -218,10 +216,9 @@ START_TEST(test_conventions) {
                    attnd_st_dtype_name(conv_cases[_i].dtype));
   ck_assert_int_eq(json_integer_value(json_object_get(l, "bytes")),
                    (json_int_t)w.bytes);
-  ck_assert_str_eq(
-      json_string_value(json_object_get(json_object_get(l, "positions"),
-                                        "type")),
-      conv_cases[_i].rope ? "rope" : "none");
+  ck_assert_str_eq(json_string_value(json_object_get(
+                       json_object_get(l, "positions"), "type")),
+                   conv_cases[_i].rope ? "rope" : "none");
   ck_assert_str_eq(json_string_value(json_object_get(l, "causal")),
                    conv_cases[_i].causal ? "bottom_right" : "none");
   json_decref(l);
@@ -269,8 +266,7 @@ START_TEST(test_positions_and_rope) {
   for (int i = 0; i < B * L; i++)
     pos[i] = 1000 + 3 * i;
   attn_rope_t rope = {.style = ATTN_ROPE_HALF, .theta = 10000, .dims = 6};
-  attn_params_t p =
-      layer_params(&w, x, B, L, rope, ATTN_CAUSAL_BOTTOM_RIGHT);
+  attn_params_t p = layer_params(&w, x, B, L, rope, ATTN_CAUSAL_BOTTOM_RIGHT);
   p.positions_query = (attn_tensor_t){pos, 2, {B, L}};
   p.positions_key = (attn_tensor_t){pos, 2, {B, L}};
   json_t *pj = json_array();
@@ -281,10 +277,10 @@ START_TEST(test_positions_and_rope) {
     json_array_append_new(pj, row);
   }
   int64_t dim[3] = {B, L, 48};
-  json_t *req = json_pack("{s:s,s:o,s:{s:O,s:O},s:{s:s}}", "layer", LLAMA,
-                          "query", sh_floats_json(x, 3, dim, SH_NESTED),
-                          "positions", "query", pj, "key", pj, "return",
-                          "weights", "per_head");
+  json_t *req =
+      json_pack("{s:s,s:o,s:{s:O,s:O},s:{s:s}}", "layer", LLAMA, "query",
+                sh_floats_json(x, 3, dim, SH_NESTED), "positions", "query", pj,
+                "key", pj, "return", "weights", "per_head");
   json_decref(pj);
   sh_resp_t resp;
   post(&s, req, &resp);
@@ -328,58 +324,116 @@ END_TEST
 /* Each bad request: its body (with the query of the layer, Q48, or of
  * E = 4, Q4, spliced in), and the status, code, field and message words it
  * must get. */
-#define Q48 "[[0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7]]"
+#define Q48                                                                    \
+  "[[0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5," \
+  "6,7,8,9,0,1,2,3,4,5,6,7]]"
 #define Q4 "[[1,2,3,4],[5,6,7,8]]"
 static const struct {
   const char *body;
   long status;
   const char *code, *field, *words[2];
 } bad[] = {
-    {"{\"layer\":\"nope\",\"query\":" Q48 "}", 404, "unknown_layer", "layer",
+    {"{\"layer\":\"nope\",\"query\":" Q48 "}",
+     404,
+     "unknown_layer",
+     "layer",
      {"'nope' is not loaded", "1 layer: '" LLAMA "'"}},
-    {"{\"layer\":7,\"query\":" Q48 "}", 422, "invalid_type", "layer",
+    {"{\"layer\":7,\"query\":" Q48 "}",
+     422,
+     "invalid_type",
+     "layer",
      {"a number", "GET /v1/layers"}},
     {"{\"layer\":\"" LLAMA "\",\"query\":" Q48
      ",\"projections\":{\"q_weight\":[[1]]}}",
-     422, "invalid_value", "projections", {"cannot be given with layer", NULL}},
-    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48 ",\"rope\":{\"theta\":5}}", 422,
-     "invalid_value", "rope", {"has its own", NULL}},
-    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48 ",\"num_heads\":8}", 422,
-     "heads_mismatch", "num_heads", {"num_heads is 8", "has 4"}},
-    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48 ",\"num_kv_heads\":4}", 422,
-     "heads_mismatch", "num_kv_heads", {"num_kv_heads is 4", "has 2"}},
-    {"{\"layer\":\"" LLAMA "\",\"query\":" Q4 "}", 422, "shape_mismatch",
-     "query", {"[2, 4] has 4 features", "48 (its embed dim)"}},
+     422,
+     "invalid_value",
+     "projections",
+     {"cannot be given with layer", NULL}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48 ",\"rope\":{\"theta\":5}}",
+     422,
+     "invalid_value",
+     "rope",
+     {"has its own", NULL}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48 ",\"num_heads\":8}",
+     422,
+     "heads_mismatch",
+     "num_heads",
+     {"num_heads is 8", "has 4"}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q48 ",\"num_kv_heads\":4}",
+     422,
+     "heads_mismatch",
+     "num_kv_heads",
+     {"num_kv_heads is 4", "has 2"}},
+    {"{\"layer\":\"" LLAMA "\",\"query\":" Q4 "}",
+     422,
+     "shape_mismatch",
+     "query",
+     {"[2, 4] has 4 features", "48 (its embed dim)"}},
     {"{\"layer\":\"" LLAMA "\",\"query\":" Q48
      ",\"positions\":{\"query\":[1,2]}}",
-     422, "shape_mismatch", "positions.query", {"[2]", "[Lq] = [1]"}},
+     422,
+     "shape_mismatch",
+     "positions.query",
+     {"[2]", "[Lq] = [1]"}},
     {"{\"layer\":\"" LLAMA "\",\"query\":" Q48
      ",\"positions\":{\"query\":[1.5]}}",
-     422, "invalid_type", "positions.query",
+     422,
+     "invalid_type",
+     "positions.query",
      {"positions.query[0] is a fractional number", NULL}},
     {"{\"layer\":\"" LLAMA "\",\"query\":" Q48
      ",\"positions\":{\"query\":[2147483648]}}",
-     422, "invalid_value", "positions.query", {"2147483648", "2^31"}},
+     422,
+     "invalid_value",
+     "positions.query",
+     {"2147483648", "2^31"}},
     {"{\"layer\":\"" LLAMA "\",\"query\":" Q48 ",\"positions\":{\"x\":[1]}}",
-     422, "unknown_field", "positions.x", {"query, key", NULL}},
-    {"{\"query\":" Q4 ",\"num_heads\":1,\"positions\":{\"query\":[0,1]}}", 422,
-     "invalid_value", "positions.query", {"no rope", NULL}},
-    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"style\":\"x\"}}", 422,
-     "invalid_value", "rope.style", {"\"half\", \"interleaved\"", NULL}},
-    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"dims\":3}}", 422,
-     "invalid_value", "rope", {"dims is 3", "Dh = 4"}},
-    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"theta\":-1}}", 422,
-     "invalid_value", "rope", {"theta is -1", NULL}},
-    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"scaling\":{}}}", 422,
-     "missing_field", "rope.scaling.type", {"linear", "llama3"}},
+     422,
+     "unknown_field",
+     "positions.x",
+     {"query, key", NULL}},
+    {"{\"query\":" Q4 ",\"num_heads\":1,\"positions\":{\"query\":[0,1]}}",
+     422,
+     "invalid_value",
+     "positions.query",
+     {"no rope", NULL}},
+    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"style\":\"x\"}}",
+     422,
+     "invalid_value",
+     "rope.style",
+     {"\"half\", \"interleaved\"", NULL}},
+    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"dims\":3}}",
+     422,
+     "invalid_value",
+     "rope",
+     {"dims is 3", "Dh = 4"}},
+    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"theta\":-1}}",
+     422,
+     "invalid_value",
+     "rope",
+     {"theta is -1", NULL}},
+    {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"scaling\":{}}}",
+     422,
+     "missing_field",
+     "rope.scaling.type",
+     {"linear", "llama3"}},
     {"{\"query\":" Q4
      ",\"num_heads\":1,\"rope\":{\"scaling\":{\"type\":\"llama3\","
      "\"factor\":8}}}",
-     422, "missing_field", "rope.scaling.low_freq_factor", {"llama3", NULL}},
+     422,
+     "missing_field",
+     "rope.scaling.low_freq_factor",
+     {"llama3", NULL}},
     {"{\"query\":" Q4
      ",\"num_heads\":1,\"rope\":{\"scaling\":{\"type\":\"yarn\"}}}",
-     422, "invalid_value", "rope.scaling.type", {"\"yarn\"", "\"llama3\""}},
-    {"{\"query\":" Q4 ",\"rope\":{}}", 422, "missing_field", "num_heads",
+     422,
+     "invalid_value",
+     "rope.scaling.type",
+     {"\"yarn\"", "\"llama3\""}},
+    {"{\"query\":" Q4 ",\"rope\":{}}",
+     422,
+     "missing_field",
+     "num_heads",
      {"or a layer", NULL}},
 };
 #define N_BAD ((int)(sizeof bad / sizeof bad[0]))

@@ -207,8 +207,7 @@ int ref_attention(const attn_params_t *p, ref_result_t *r) {
   const double eps = p->has_norm_eps ? (double)p->norm_eps : 1e-6;
   ref_heads(Q, B, Lq, H, Dh, &p->q_norm, eps, &p->rope, &p->positions_query,
             Lk - Lq);
-  ref_heads(K, B, Lk, Hkv, Dh, &p->k_norm, eps, &p->rope, &p->positions_key,
-            0);
+  ref_heads(K, B, Lk, Hkv, Dh, &p->k_norm, eps, &p->rope, &p->positions_key, 0);
   const int64_t full[4] = {B, H, Lq, Lk};
   if (p->allow.rank != 0 && !ref_bcast_fits(&p->allow, full))
     goto done;

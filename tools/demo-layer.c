@@ -20,9 +20,9 @@ enum { E = 64, H = 4 };
 static void fill(float *x, int n, uint64_t *state) {
   const float bound = 1.0f / sqrtf((float)E);
   for (int i = 0; i < n; i++) /* 24 random bits: uniform in [-1, 1) */
-    x[i] = bound * (float)((double)(attnd_splitmix64(state) >> 40) /
-                               (double)(1 << 23) -
-                           1.0);
+    x[i] = bound *
+           (float)((double)(attnd_splitmix64(state) >> 40) / (double)(1 << 23) -
+                   1.0);
 }
 
 int main(int argc, char **argv) {

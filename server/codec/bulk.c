@@ -273,8 +273,8 @@ void attnd_bulk_set_free(attnd_bulk_set_t *set) {
  * appends its placeholder to the skeleton: the array placeholder, or for a
  * string item the string placeholder. On failure frees the item's data and
  * copy. Returns 0 or -1. */
-static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item,
-                    const char *src, size_t span, attnd_buf_t *skel) {
+static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item, const char *src,
+                    size_t span, attnd_buf_t *skel) {
   if (set->n == set->cap) {
     size_t cap = set->cap ? 2 * set->cap : 8;
     attnd_bulk_t *items = realloc(set->items, cap * sizeof *items);
@@ -365,9 +365,12 @@ no:
  * jansson accepts (shortest form, no surrogate, at most U+10FFFF), else 0. */
 static size_t utf8_seq(const unsigned char *p, const unsigned char *end) {
   unsigned char c = p[0];
-  size_t n = c < 0x80 ? 1 : c < 0xc2 ? 0 : c < 0xe0 ? 2 : c < 0xf0 ? 3
-                                     : c < 0xf5                ? 4
-                                                               : 0;
+  size_t n = c < 0x80   ? 1
+             : c < 0xc2 ? 0
+             : c < 0xe0 ? 2
+             : c < 0xf0 ? 3
+             : c < 0xf5 ? 4
+                        : 0;
   if (n == 0 || (size_t)(end - p) < n)
     return 0;
   for (size_t i = 1; i < n; i++)
@@ -434,8 +437,8 @@ static int text_item(const char *s, size_t n, attnd_bulk_t *item) {
     long u = hex4(p + 2, end);
     p += 6;
     if (u >= 0xd800 && u <= 0xdbff) { /* a high surrogate: its low one */
-      long lo = end - p >= 2 && p[0] == '\\' && p[1] == 'u' ? hex4(p + 2, end)
-                                                            : -1;
+      long lo =
+          end - p >= 2 && p[0] == '\\' && p[1] == 'u' ? hex4(p + 2, end) : -1;
       if (lo < 0xdc00 || lo > 0xdfff)
         goto no;
       u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
@@ -520,7 +523,13 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
   const char *copied = src; /* src[copied..p) is still to be copied */
   size_t depth = 0;         /* containers open at p */
   /* What the last tokens were: a key string, then ':' */
-  enum { K_NONE, K_BASE64, K_BASE64_COLON, K_ARRAY, K_ARRAY_COLON } key = K_NONE;
+  enum {
+    K_NONE,
+    K_BASE64,
+    K_BASE64_COLON,
+    K_ARRAY,
+    K_ARRAY_COLON
+  } key = K_NONE;
   scratch_t sc = {NULL, 0, 0};
   int oom = 0;
   EXAMINED(n); /* the main pass */
@@ -532,7 +541,7 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
       const char *close = string_close(open, end, &escapes);
       p = close ? close + 1 : end;
       size_t slen = close ? (size_t)(close - open - 1) : 0;
-      key = !close || escapes                          ? K_NONE
+      key = !close || escapes                                 ? K_NONE
             : slen == 6 && memcmp(open + 1, "base64", 6) == 0 ? K_BASE64
             : set->array_keys && slen <= 32 &&
                     is_key_of(open + 1, slen, set->array_keys)

@@ -32,8 +32,8 @@ typedef struct attnd_bulk {
   int is_bool;
   const char *text; /* a string item, or NULL */
   size_t text_len;
-  char *copy; /* owned by the set: what `text` points to, or NULL */
-  int in_tree; /* a string the decoder restores to jansson's tree */
+  char *copy;      /* owned by the set: what `text` points to, or NULL */
+  int in_tree;     /* a string the decoder restores to jansson's tree */
   const char *src; /* the text it stands for, borrowed from the scan's */
   size_t src_len;
 } attnd_bulk_t;
