@@ -703,6 +703,73 @@ START_TEST(test_slow_path_only_when_needed) {
 }
 END_TEST
 
+/* Positions of 64 or more are lifted as arrays (under "query" and "key")
+ * and read exactly as int64 again (attnd_bulk_ints): integers up to 2^31
+ * and beyond int32, integral reals, on both paths alike; a fractional or
+ * out-of-range one gets the slow path's words. */
+START_TEST(test_lifted_positions) {
+  static const char *const spell[] = {"%d", "%d.0", "%de0", "%d"};
+  static const struct {
+    const char *last; /* the last position, spliced in */
+    const char *code; /* "ok" or the error */
+    int slow;         /* the whole body read again the slow way */
+  } cases[] = {
+      {"2147483647", "ok", 0},
+      {"2147483648", "invalid_value", 0}, /* the core's range */
+      {"1.5", "invalid_type", 1},
+      {"-1", "invalid_value", 0},
+      {"99999999999999999999", "invalid_value", 1},
+      {"7", "ok", 0},
+  };
+  attnd_config_t big = cfg;
+  big.max_seq_len = 128;
+  big.max_tensor_elements = 1 << 16;
+  big.max_response_bytes = 1 << 24;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    attnd_buf_t b;
+    attnd_buf_init(&b);
+    attnd_buf_puts(&b, "{\"num_heads\":1,\"rope\":{},\"query\":[");
+    for (int i = 0; i < 70; i++)
+      attnd_buf_puts(&b, i ? ",[1,2,3,4]" : "[1,2,3,4]");
+    attnd_buf_puts(&b, "],\"positions\":{\"query\":[");
+    for (int i = 0; i < 69; i++) {
+      char num[32];
+      snprintf(num, sizeof num, spell[(size_t)i % 4], 1000 + i);
+      attnd_buf_puts(&b, num);
+      attnd_buf_puts(&b, ",");
+    }
+    attnd_buf_puts(&b, cases[c].last);
+    attnd_buf_puts(&b, "],\"key\":[[");
+    for (int i = 0; i < 70; i++)
+      attnd_buf_puts(&b, i ? ",5" : "5");
+    attnd_buf_puts(&b, "]]}}");
+    attnd_request_t *j = NULL;
+    attnd_error_t e;
+    uint64_t before = attnd__decode_slow_runs;
+    int r = attnd_request_decode(b.data, b.len, &big, NULL, &j, &e);
+    ck_assert_msg(strcmp(r ? attnd_error_name(e.code) : "ok", cases[c].code) ==
+                      0,
+                  "case %zu: %s: %s", c, r ? attnd_error_name(e.code) : "ok",
+                  r ? e.message : "");
+    ck_assert_int_eq(attnd__decode_slow_runs - before, cases[c].slow);
+    if (r == 0) {
+      const int64_t *pq = j->params.positions_query.data;
+      ck_assert_int_eq(j->params.positions_query.rank, 1);
+      ck_assert_int_eq(pq[68], 1068);
+      ck_assert_int_eq(pq[69], atoll(cases[c].last));
+      ck_assert_int_eq(j->params.positions_key.rank, 2);
+    } else {
+      ck_assert_str_eq(e.field, "positions.query");
+    }
+    char why[1024];
+    ck_assert_msg(decode_diff(b.data, b.len, &big, why, sizeof why) == 0,
+                  "case %zu: %s", c, why);
+    attnd_request_free(j);
+    attnd_buf_free(&b);
+  }
+}
+END_TEST
+
 /* ---- values -------------------------------------------------------------- */
 
 /* A valid request in one tensor form, and what it must decode to. Every
@@ -1556,6 +1623,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_limits_boundary);
   tcase_add_test(tc, test_structure_limit);
   tcase_add_test(tc, test_slow_path_only_when_needed);
+  tcase_add_test(tc, test_lifted_positions);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("values");

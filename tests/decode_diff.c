@@ -47,6 +47,8 @@ const char *decode_request_diff(const attnd_request_t *a,
       {"mask.allow", &p->allow, &q->allow, 1},
       {"mask.bias", &p->bias, &q->bias, 4},
       {"mask.alibi (slopes)", &p->alibi_slopes, &q->alibi_slopes, 4},
+      {"positions.query", &p->positions_query, &q->positions_query, 8},
+      {"positions.key", &p->positions_key, &q->positions_key, 8},
   };
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
     if (!same_tensor(t[i].x, t[i].y, t[i].esize))
@@ -73,6 +75,10 @@ const char *decode_request_diff(const attnd_request_t *a,
     return "a return member";
   if (a->timeout_ms != b->timeout_ms)
     return "timeout_ms";
+  if (memcmp(&p->rope, &q->rope, sizeof p->rope) != 0)
+    return "rope";
+  if (a->layer != b->layer)
+    return "layer";
   return NULL;
 }
 

@@ -484,7 +484,7 @@ int attnd_bulk_ints(const attnd_bulk_t *b, int64_t *out) {
     }
     const char *tok = p;
     int real = 0;
-    while (p < end && strchr("0123456789+-.eE", *p)) {
+    while (p < end && *p && strchr("0123456789+-.eE", *p)) {
       real |= *p == '.' || *p == 'e' || *p == 'E';
       p++;
     }
