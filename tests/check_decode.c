@@ -29,12 +29,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "alloc_fail.h"
 #include "attn/attn.h"
 #include "codec/base64.h"
 #include "config.h"
 #include "decode_diff.h"
+#include "layer_files.h"
 #include "request.h"
 #include "run.h"
 #include "server_harness.h"
@@ -767,6 +769,71 @@ START_TEST(test_lifted_positions) {
     attnd_request_free(j);
     attnd_buf_free(&b);
   }
+}
+END_TEST
+
+/* Layer requests decode the same on both paths: a small query, a lifted
+ * one, positions, and each error of a layer request. */
+START_TEST(test_layer_paths_agree) {
+  char path[64], msg[512];
+  snprintf(path, sizeof path, "/tmp/attnd-decode-layer-%d.safetensors",
+           (int)getpid());
+  lf_shape_t shape = {.E = 8, .H = 2, .bias = LF_BIAS_ALL};
+  const char *meta[] = {"num_heads", "2", "rope_theta", "100", NULL};
+  ck_assert_msg(lf_write(path, LF_TORCH_MHA, ATTND_ST_F32, "L.", &shape, 3,
+                         meta, NULL, msg, sizeof msg) == 0,
+                "%s", msg);
+  attnd_layer_set_t *set = NULL;
+  ck_assert_msg(attnd_layers_load(path, &set, msg, sizeof msg) == 0, "%s", msg);
+  unlink(path);
+  attnd_buf_t q;
+  attnd_buf_init(&q);
+  for (int i = 0; i < 16; i++)
+    attnd_buf_puts(&q, i ? ",[1,2,3,4,5,6,7,8]" : "[1,2,3,4,5,6,7,8]");
+  char *bodies[] = {
+      "{\"layer\":\"L\",\"query\":[[1,2,3,4,5,6,7,8]]}",
+      NULL, /* the lifted query */
+      "{\"layer\":\"L\",\"query\":[[1,2,3,4,5,6,7,8]],\"positions\":{"
+      "\"query\":[7],\"key\":[7]}}",
+      "{\"layer\":\"M\",\"query\":[[1]]}",
+      "{\"layer\":\"L\",\"query\":[[1,2]]}",
+      "{\"layer\":\"L\",\"query\":[[1,2,3,4,5,6,7,8]],\"num_heads\":4}",
+      "{\"layer\":\"L\",\"query\":[[1,2,3,4,5,6,7,8]],\"rope\":{}}",
+  };
+  attnd_buf_t lifted;
+  attnd_buf_init(&lifted);
+  attnd_buf_puts(&lifted, "{\"layer\":\"L\",\"query\":[");
+  attnd_buf_append(&lifted, q.data, q.len);
+  attnd_buf_puts(&lifted, "]}");
+  bodies[1] = lifted.data;
+  static const char *const want[] = {"ok",
+                                     "ok",
+                                     "ok",
+                                     "unknown_layer",
+                                     "shape_mismatch",
+                                     "heads_mismatch",
+                                     "invalid_value"};
+  decode_diff_set_layers(set);
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+    attnd_request_t *j = NULL;
+    attnd_error_t e;
+    int r =
+        attnd_request_decode(bodies[i], strlen(bodies[i]), &cfg, set, &j, &e);
+    ck_assert_msg(strcmp(r ? attnd_error_name(e.code) : "ok", want[i]) == 0,
+                  "body %zu: %s: %s", i, r ? attnd_error_name(e.code) : "ok",
+                  r ? e.message : "");
+    if (r == 0)
+      ck_assert_ptr_eq(j->layer, attnd_layer_set_find(set, "L"));
+    attnd_request_free(j);
+    char why[1024];
+    ck_assert_msg(
+        decode_diff(bodies[i], strlen(bodies[i]), &cfg, why, sizeof why) == 0,
+        "body %zu: %s", i, why);
+  }
+  decode_diff_set_layers(NULL);
+  attnd_layer_set_unref(set);
+  attnd_buf_free(&q);
+  attnd_buf_free(&lifted);
 }
 END_TEST
 
@@ -1624,6 +1691,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_structure_limit);
   tcase_add_test(tc, test_slow_path_only_when_needed);
   tcase_add_test(tc, test_lifted_positions);
+  tcase_add_test(tc, test_layer_paths_agree);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("values");

@@ -91,6 +91,12 @@ static void outcome(char *s, size_t n, int r, const attnd_error_t *e) {
              attnd_error_name(e->code), e->field, e->message);
 }
 
+static attnd_layer_set_t *diff_layers;
+
+void decode_diff_set_layers(attnd_layer_set_t *layers) {
+  diff_layers = layers;
+}
+
 int decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
                 char *why, size_t n) {
   attnd_request_t *req[2] = {NULL, NULL};
@@ -98,8 +104,8 @@ int decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
   int r[2], ret = 0;
   for (int fast = 0; fast < 2; fast++) {
     memset(&err[fast], 0, sizeof err[fast]);
-    r[fast] = attnd__request_decode_path(body, len, cfg, NULL, fast, &req[fast],
-                                         &err[fast]);
+    r[fast] = attnd__request_decode_path(body, len, cfg, diff_layers, fast,
+                                         &req[fast], &err[fast]);
   }
   if ((r[0] < 0 && err[0].code == ATTND_ERR_OUT_OF_MEMORY) ||
       (r[1] < 0 && err[1].code == ATTND_ERR_OUT_OF_MEMORY)) {

@@ -13,6 +13,9 @@
 #include "config.h"
 #include "request.h"
 
+/* The layers both paths decode against (NULL, the default: none). */
+void decode_diff_set_layers(attnd_layer_set_t *layers);
+
 /* Decodes body[0..len) under `cfg` by both paths and compares them: both
  * succeed with the same request (decode_request_diff), or both fail with
  * the same error code, field and message, byte for byte. Returns 0 when
