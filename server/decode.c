@@ -261,7 +261,7 @@ static int decode_return(dec_t *d, const json_t *root) {
   return 0;
 }
 
-static int plan(dec_t *d) {
+int attnd__dec_plan(dec_t *d) {
   attnd_request_t *j = d->req;
   d->planning = 1;
   attn_exec_t ex = {.threads = (int)d->cfg->threads_per_request,
@@ -285,7 +285,7 @@ static int plan(dec_t *d) {
   return E(d, code, attnd_request_field_path(ae.field_id), "%s", ae.message);
 }
 
-static int check_limits(dec_t *d) {
+int attnd__dec_limits(dec_t *d) {
   const attnd_config_t *c = d->cfg;
   const attn_plan_t *pl = &d->req->plan;
   attnd_request_t *j = d->req;
@@ -373,6 +373,11 @@ static int decode_layer(dec_t *d, const json_t *root) {
                "%s cannot be given with layer: layer '%s' has its own",
                theirs[i], l->name);
   }
+  attnd__dec_use_layer(d, l);
+  return 0;
+}
+
+void attnd__dec_use_layer(dec_t *d, const attnd_layer_t *l) {
   attnd_request_t *j = d->req;
   j->layers = attnd_layer_set_ref(d->layers);
   j->layer = l;
@@ -399,12 +404,9 @@ static int decode_layer(dec_t *d, const json_t *root) {
   p->norm_eps = l->norm_eps;
   p->rope = l->rope;
   p->causal = l->causal; /* until mask.causal says otherwise */
-  return 0;
 }
 
-/* With a layer: each of query, key and value holds hidden states of the
- * layer's width E. */
-static int check_layer_widths(dec_t *d) {
+int attnd__dec_layer_widths(dec_t *d) {
   const attnd_layer_t *l = d->req->layer;
   const attn_params_t *p = &d->req->params;
   const struct {
@@ -504,21 +506,13 @@ static int decode_positions(dec_t *d, const json_t *root) {
   return 0;
 }
 
-static int decode_root(dec_t *d, const json_t *root) {
-  static const char *const known[] = {
-      "id",        "layer",     "query",        "key",
-      "value",     "num_heads", "num_kv_heads", "projections",
-      "mask",      "scale",     "softcap",      "rope",
-      "positions", "return",    "timeout_ms",   NULL};
+int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known) {
   attnd_request_t *j = d->req;
-  attn_params_t *p = &j->params;
-  int present;
   if (!json_is_object(root))
     return E(d, ATTND_ERR_INVALID_TYPE, "",
              "the request is %s; expected an object", attnd__json_type(root));
   if (attnd__dec_members(d, root, "", known) < 0)
     return -1;
-
   const json_t *id = json_object_get(root, "id");
   if (id && !json_is_null(id)) {
     if (!json_is_string(id))
@@ -530,6 +524,20 @@ static int decode_root(dec_t *d, const json_t *root) {
     if ((j->id = strdup(json_string_value(id))) == NULL)
       return attnd__dec_oom(d, "id");
   }
+  return 0;
+}
+
+static int decode_root(dec_t *d, const json_t *root) {
+  static const char *const known[] = {
+      "id",        "layer",     "query",        "key",
+      "value",     "num_heads", "num_kv_heads", "projections",
+      "mask",      "scale",     "softcap",      "rope",
+      "positions", "return",    "timeout_ms",   NULL};
+  attnd_request_t *j = d->req;
+  attn_params_t *p = &j->params;
+  int present;
+  if (attnd__dec_root(d, root, known) < 0)
+    return -1;
 
   if (decode_layer(d, root) < 0)
     return -1;
@@ -547,7 +555,7 @@ static int decode_root(dec_t *d, const json_t *root) {
       attnd__dec_tensor(d, v, "value", K_FLOAT, &p->value, NULL) < 0)
     return -1;
 
-  if (j->layer && check_layer_widths(d) < 0)
+  if (j->layer && attnd__dec_layer_widths(d) < 0)
     return -1;
   int64_t heads[2];
   int given[2];
@@ -592,7 +600,7 @@ static int decode_root(dec_t *d, const json_t *root) {
     return E(d, ATTND_ERR_LIMIT_EXCEEDED, "timeout_ms",
              "timeout_ms %lld is over max_timeout_ms %lld",
              (long long)j->timeout_ms, (long long)d->cfg->max_timeout_ms);
-  return plan(d) < 0 ? -1 : check_limits(d);
+  return attnd__dec_plan(d) < 0 ? -1 : attnd__dec_limits(d);
 }
 
 /* ---- parsing under memory pressure ----------------------------------------
@@ -684,7 +692,8 @@ static json_t *parse_once(const char *text, size_t len, json_error_t *je,
  * numbers: on that error the text is parsed again with those literals
  * rewritten (bulk.h, attnd_json_widen_numbers) at the same line and
  * column, so that any other error reads the same. */
-static json_t *parse(const char *text, size_t len, json_error_t *je, int *oom) {
+json_t *attnd__dec_parse(const char *text, size_t len, json_error_t *je,
+                         int *oom) {
   json_t *root = parse_once(text, len, je, oom);
   if (root || *oom || json_error_code(je) != json_error_numeric_overflow)
     return root;
@@ -791,7 +800,7 @@ int attnd__request_decode_path(const char *body, size_t len,
         len - bulk.lifted_bytes, ATTND_BULK_MIN_ELEMS,
         (long long)cfg->max_json_structure_bytes);
   } else if (fast && bulk.n > 0) {
-    json_t *root = parse(skel.data, skel.len, &je, &oom);
+    json_t *root = attnd__dec_parse(skel.data, skel.len, &je, &oom);
     if (root && restore_strings(root, &bulk) < 0)
       oom = 1;
     else if (root)
@@ -808,7 +817,7 @@ int attnd__request_decode_path(const char *body, size_t len,
                            "out of memory parsing the request's JSON");
   if (slow) {
     attnd__decode_slow_runs++;
-    json_t *root = parse(body, len, &je, &oom);
+    json_t *root = attnd__dec_parse(body, len, &je, &oom);
     if (oom)
       return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
                              "out of memory parsing the request's JSON");

@@ -66,4 +66,31 @@ int attnd__dec_int_tensor(dec_t *d, const json_t *v, const char *field,
 int attnd__dec_tensor(dec_t *d, const json_t *v, const char *field, int kind,
                       attn_tensor_t *t, attnd_form_t *form);
 
+/* ---- the steps every protocol's decoder shares (decode.c; oip.c) ---- */
+
+/* jansson's tree of text[0..len) with the decoder's flags (duplicate keys
+ * refused, any value at the root), safe when memory runs out and reading
+ * number literals past int64 or a double as numbers: a new reference, or
+ * NULL with *oom set, or else jansson's error in `je`. */
+json_t *attnd__dec_parse(const char *text, size_t len, json_error_t *je,
+                         int *oom);
+/* The root of a request: an object of the `known` members alone (NULL-
+ * terminated), its "id" (a string of at most 256 characters, or absent or
+ * null) copied into the request. */
+int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known);
+/* Points the request at layer l: a reference to d->layers, the layer's
+ * weights, biases and norms in params, its head dims, rope and default
+ * causal alignment. */
+void attnd__dec_use_layer(dec_t *d, const attnd_layer_t *l);
+/* With a layer: each of query, key and value given holds hidden states of
+ * the layer's width E (shape_mismatch naming "query", "key" or "value"). */
+int attnd__dec_layer_widths(dec_t *d);
+/* attn_plan_init on the request's params, its errors in the API's codes,
+ * the field named by its /v1 path (attnd_request_field_path). */
+int attnd__dec_plan(dec_t *d);
+/* The configured limits on the planned request (batch, lengths, heads, the
+ * reply's elements and bytes); fields are /v1 paths ("query", "key",
+ * "num_heads", "return.weights", "return.head_outputs"). */
+int attnd__dec_limits(dec_t *d);
+
 #endif

@@ -28,6 +28,15 @@ typedef enum {
   ATTND_WEIGHTS_MEAN
 } attnd_weights_t;
 
+/* The outputs of an Open Inference Protocol request (oip.c), as bits of
+ * attnd_request_t's oip_outputs and oip_binary. */
+typedef enum {
+  ATTND_OIP_OUTPUT = 1,       /* "output": [B, Lq, Eo] */
+  ATTND_OIP_WEIGHTS = 2,      /* "weights": [B, H, Lq, Lk] */
+  ATTND_OIP_WEIGHTS_MEAN = 4, /* "weights_mean": [B, Lq, Lk] */
+  ATTND_OIP_HEAD_OUTPUTS = 8  /* "head_outputs": [B, H, Lq, Dv] */
+} attnd_oip_output_t;
+
 /* When things happened, CLOCK_MONOTONIC milliseconds, and how long the
  * codecs took. Each field has one writer, named beside it. */
 typedef struct attnd_timeline {
@@ -48,6 +57,13 @@ typedef struct attnd_request {
   attnd_weights_t weights_mode;
   int want_metrics;
   int64_t timeout_ms;
+  /* OIP requests only (oip.c; all 0 for /v1): the outputs asked for
+   * (ATTND_OIP_* bits; never 0), those to send as binary data (an output's
+   * "binary_data", else the request's "binary_data_output"), and the
+   * outputs in the order asked (oip_n_outputs of them). */
+  unsigned oip_outputs, oip_binary;
+  unsigned char oip_order[4];
+  int oip_n_outputs;
   attnd_layer_set_t *layers;  /* a reference, with a layer: its weights */
   const attnd_layer_t *layer; /* the "layer" asked for, or NULL */
   void **allocs;              /* owned buffers of decoded tensors */

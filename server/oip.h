@@ -1,0 +1,77 @@
+/* server/oip.h: the Open Inference Protocol (KServe v2) inference request,
+ * decoded into the one request type, attnd_request_t (request.h), so that
+ * it runs through the same queue, limits, memory budget and deadlines as
+ * /v1. This is the JSON form alone; HTTP (routes, status codes, the
+ * {"error": ...} body) and Triton's binary tensor extension come on top.
+ *
+ * The models:
+ *   "attention", the generic model: /v1's inline mode. Inputs query, key,
+ *     value, q_weight, k_weight, v_weight, o_weight, q_bias, k_bias,
+ *     v_bias, o_bias; parameters num_heads (required), num_kv_heads,
+ *     rope_theta, rope_dims, rope_style (any of the three turns rope on:
+ *     style "half" and theta 10000 unless given, dims 0 meaning Dh).
+ *   a loaded layer, by its name (GET /v1/layers): its weights, head counts,
+ *     norms, rope and default causal alignment; inputs query, key and value
+ *     are hidden states of its embed dim. The generic model's own inputs
+ *     and parameters are refused on it. A layer named "attention" is
+ *     shadowed by the generic model.
+ * Both take inputs key_lengths (INT32 or INT64 [B]), allow (BOOL, rank 2
+ * to 4, broadcastable to [B, H, Lq, Lk]), bias (rank 2 to 4, the same),
+ * positions_query and positions_key (INT32 or INT64, [L] or [B, L], with
+ * rope); and parameters causal (true, false, "none", "bottom_right" or
+ * "top_left"), window_left, window_right, alibi (true or false), scale,
+ * softcap, timeout_ms, and binary_data_output (recorded for the reply).
+ *
+ * The body: {"id"?, "parameters"?, "inputs": [{"name", "shape",
+ * "datatype", "parameters"?, "data"}], "outputs"?: [{"name",
+ * "parameters"?: {"binary_data"?}}]}. Unknown members are refused, as in
+ * /v1. Float inputs take FP32, FP16, BF16 or FP64, integer inputs INT32
+ * or INT64, allow BOOL. JSON data is flat, row-major, with exactly the
+ * shape's element count, or nested arrays of exactly the shape; leaves are
+ * numbers (for FP16 and BF16 too: each is converted to float32 directly,
+ * not rounded to the declared type first, as tritonclient sends the exact
+ * values of the tensor), integers within the datatype's range, or for BOOL
+ * true, false, 0 or 1. An input with "parameters": {"binary_data_size"}
+ * needs the binary extension and is answered not_implemented for now.
+ *
+ * Outputs: output [B, Lq, Eo], weights [B, H, Lq, Lk], weights_mean
+ * [B, Lq, Lk] and head_outputs [B, H, Lq, Dv]; a request that names none
+ * gets output alone (not every output, as the protocol says: weights are
+ * computed only when asked for). The request records them in oip_outputs,
+ * oip_binary and oip_order (request.h).
+ *
+ * Errors use /v1's codes and wording, and name the member by its path in
+ * the OIP body: "inputs[2].shape", "inputs[0].data[1][3]" (in the message;
+ * the field is "inputs[0].data"), "parameters.num_heads", "outputs[1].name";
+ * an input that the core's checks name is "inputs[i]", a layer's own
+ * values "model". An unknown model is unknown_layer (404). */
+#ifndef ATTND_OIP_H
+#define ATTND_OIP_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "errors.h"
+#include "model/layers.h"
+#include "request.h"
+
+/* The generic model's name. */
+#define ATTND_OIP_GENERIC "attention"
+
+/* Decodes the OIP inference request json[0..len) for `model` (the URL's
+ * name, NUL-terminated) into a new request (*out): every input converted,
+ * the parameters and outputs read, the attention planned and the
+ * configured limits checked, as attnd_request_decode does for /v1. With a
+ * layer model, the request holds a reference to `layers`. Returns 0, or -1
+ * with `err` set (unknown_layer for an unknown model, invalid_json, a 422
+ * code for an invalid request, not_implemented for binary data,
+ * out_of_memory). Borrows its arguments. HTTP thread. */
+int attnd_oip_decode(const char *model, const char *json, size_t len,
+                     const attnd_config_t *cfg, attnd_layer_set_t *layers,
+                     attnd_request_t **out, attnd_error_t *err);
+
+/* "output", "weights", "weights_mean" or "head_outputs", for one
+ * ATTND_OIP_* bit; NULL for anything else. Any thread. */
+const char *attnd_oip_output_name(unsigned bit);
+
+#endif

@@ -1,0 +1,807 @@
+/* tests/check_oip.c: Open Inference Protocol requests decoded from strings
+ * (server/oip.h), with no server.
+ *
+ * TCases:
+ *   - same: an OIP request decodes to the same attnd_request_t as the /v1
+ *     request that says the same thing (tests/decode_diff.h compares every
+ *     tensor byte for byte, every option, the id and the timeout): every
+ *     input, in each float datatype (FP32, FP16, BF16, FP64), each integer
+ *     one (INT32, INT64) and BOOL, as flat and as nested data; every
+ *     parameter; the generic model and two layer models (torch's MHA with
+ *     rope, Llama with GQA and q/k norms). Then what /v1 has no words for:
+ *     the outputs asked for and their binary flags, FP16 and BF16 numbers
+ *     converted to float32 directly;
+ *   - errors: one case per error, each a model, a body and the exact error:
+ *     code, field and the words of the message that carry the names and
+ *     numbers; among them the core's and the limits' errors, whose /v1
+ *     paths are turned into this body's.
+ * The limits are small ones (test_setup), as check_decode's. */
+#include <check.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "decode_diff.h"
+#include "layer_files.h"
+#include "oip.h"
+#include "request.h"
+#include "suite.h"
+
+static attnd_config_t cfg;
+static attnd_layer_set_t *layers; /* "L" (torch MHA, E 8, H 2, rope) and
+                                     LLAMA (E 8, H 4, Hkv 2, norms) */
+#define LLAMA "model.layers.0.self_attn"
+
+/* A layer file at /tmp/attnd-oip-<pid>-<tag>.safetensors; its path in p. */
+static void write_layer(char *p, size_t n, const char *tag,
+                        lf_convention_t conv, const char *prefix,
+                        const lf_shape_t *s, const char *const *meta) {
+  char msg[512];
+  snprintf(p, n, "/tmp/attnd-oip-%d-%s.safetensors", (int)getpid(), tag);
+  if (lf_write(p, conv, ATTND_ST_F32, prefix, s, 11, meta, NULL, msg,
+               sizeof msg) < 0) {
+    fprintf(stderr, "check_oip: %s\n", msg);
+    exit(EXIT_FAILURE);
+  }
+}
+
+void test_setup(void) {
+  static char *argv[] = {"attnd", NULL};
+  static char *envp[] = {NULL};
+  attnd_config_load_t how;
+  char msg[512], a[96], b[96], both[200];
+  if (attnd_config_load(&cfg, &how, 1, argv, envp, 2, msg, sizeof msg) < 0) {
+    fprintf(stderr, "check_oip: the defaults do not load: %s\n", msg);
+    exit(EXIT_FAILURE);
+  }
+  cfg.threads_per_request = 1;
+  cfg.max_seq_len = 16;
+  cfg.max_heads = 4;
+  cfg.max_tensor_elements = 4096;
+  cfg.max_response_bytes = 16384;
+  cfg.max_timeout_ms = cfg.default_timeout_ms = 5000;
+
+  lf_shape_t torch = {.E = 8, .H = 2, .bias = LF_BIAS_ALL};
+  const char *torch_meta[] = {"num_heads", "2", "rope_theta", "100", NULL};
+  write_layer(a, sizeof a, "torch", LF_TORCH_MHA, "L.", &torch, torch_meta);
+  lf_shape_t llama = {.E = 8, .H = 4, .Hkv = 2, .qk_norm = 1};
+  const char *llama_meta[] = {"num_heads", "4", "num_kv_heads", "2", NULL};
+  write_layer(b, sizeof b, "llama", LF_LLAMA, "model.layers.0.", &llama,
+              llama_meta);
+  snprintf(both, sizeof both, "%s,%s", a, b);
+  int r = attnd_layers_load(both, &layers, msg, sizeof msg);
+  unlink(a);
+  unlink(b);
+  if (r < 0) {
+    fprintf(stderr, "check_oip: the layers do not load: %s\n", msg);
+    exit(EXIT_FAILURE);
+  }
+}
+
+/* ---- building the same request in both protocols ------------------------- */
+
+/* One input: its name and shape, and for an integer input its values. The
+ * float values are multiples of 1/4 in [-1, 1], exact in every float
+ * datatype; allow's are a pattern of true and false. */
+typedef struct tin {
+  const char *name;
+  int rank;
+  int64_t dim[4];
+  const int64_t *ints;
+} tin_t;
+
+typedef enum { K_F, K_I, K_B } kind_t;
+
+static kind_t kind_of(const char *name) {
+  if (strcmp(name, "allow") == 0)
+    return K_B;
+  if (strcmp(name, "key_lengths") == 0 || strncmp(name, "positions_", 10) == 0)
+    return K_I;
+  return K_F;
+}
+
+static int64_t count(const tin_t *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++)
+    n *= t->dim[i];
+  return n;
+}
+
+/* The values, flat; BOOL as true/false, or as 0/1 with `numbers`. */
+static json_t *flat_values(const tin_t *t, int numbers) {
+  json_t *a = json_array();
+  int64_t n = count(t);
+  size_t salt = strlen(t->name);
+  for (int64_t i = 0; i < n; i++) {
+    switch (kind_of(t->name)) {
+    case K_F:
+      json_array_append_new(
+          a, json_real((double)((int)((i * 7 + salt) % 9) - 4) * 0.25));
+      break;
+    case K_I:
+      json_array_append_new(a, json_integer(t->ints[i]));
+      break;
+    case K_B:
+      json_array_append_new(a, numbers ? json_integer((i + salt) % 3 != 2)
+                                       : json_boolean((i + salt) % 3 != 2));
+    }
+  }
+  return a;
+}
+
+/* flat[*at ..] nested as dim[0 .. rank). */
+static json_t *nest(const json_t *flat, int rank, const int64_t *dim,
+                    size_t *at) {
+  json_t *a = json_array();
+  for (int64_t i = 0; i < dim[0]; i++)
+    json_array_append_new(a, rank == 1
+                                 ? json_copy(json_array_get(flat, (*at)++))
+                                 : nest(flat, rank - 1, dim + 1, at));
+  return a;
+}
+
+static json_t *shape_of(const tin_t *t) {
+  json_t *s = json_array();
+  for (int i = 0; i < t->rank; i++)
+    json_array_append_new(s, json_integer(t->dim[i]));
+  return s;
+}
+
+/* Adds t to the OIP request's inputs, in datatype fdt (floats) or idt
+ * (integers), as nested data with `nested`. */
+static void put_oip(json_t *inputs, const tin_t *t, const char *fdt,
+                    const char *idt, int nested) {
+  kind_t k = kind_of(t->name);
+  json_t *data = flat_values(t, nested);
+  if (nested && t->rank > 1) {
+    size_t at = 0;
+    json_t *n = nest(data, t->rank, t->dim, &at);
+    json_decref(data);
+    data = n;
+  }
+  json_array_append_new(inputs, json_pack("{s:s,s:o,s:s,s:o}", "name", t->name,
+                                          "shape", shape_of(t), "datatype",
+                                          k == K_F   ? fdt
+                                          : k == K_I ? idt
+                                                     : "BOOL",
+                                          "data", data));
+}
+
+/* Adds t to the /v1 request where /v1 has it. */
+static void put_v1(json_t *root, const tin_t *t) {
+  static const char *const at[][2] = {{"q_weight", "projections"},
+                                      {"k_weight", "projections"},
+                                      {"v_weight", "projections"},
+                                      {"o_weight", "projections"},
+                                      {"q_bias", "projections"},
+                                      {"k_bias", "projections"},
+                                      {"v_bias", "projections"},
+                                      {"o_bias", "projections"},
+                                      {"key_lengths", "mask"},
+                                      {"allow", "mask"},
+                                      {"bias", "mask"},
+                                      {"positions_query", "positions"},
+                                      {"positions_key", "positions"}};
+  json_t *obj = root, *v;
+  const char *key = t->name;
+  for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+    if (strcmp(at[i][0], t->name) == 0) {
+      if ((obj = json_object_get(root, at[i][1])) == NULL)
+        json_object_set_new(root, at[i][1], obj = json_object());
+      if (strncmp(key, "positions_", 10) == 0)
+        key += 10;
+    }
+  if (kind_of(t->name) == K_I) {
+    size_t n = 0;
+    json_t *flat = flat_values(t, 0);
+    v = nest(flat, t->rank, t->dim, &n);
+    json_decref(flat);
+  } else {
+    v = json_pack("{s:o,s:o}", "shape", shape_of(t), "data", flat_values(t, 0));
+  }
+  json_object_set_new(obj, key, v);
+}
+
+/* Compact text of r, a new string; steals r. */
+static char *dump(json_t *r) {
+  char *s = json_dumps(r, JSON_COMPACT);
+  json_decref(r);
+  ck_assert_ptr_nonnull(s);
+  return s;
+}
+
+static json_t *load(const char *text) {
+  json_error_t je;
+  json_t *v = json_loads(text, 0, &je);
+  ck_assert_msg(v != NULL, "%s: %s", text, je.text);
+  return v;
+}
+
+/* The OIP and /v1 texts of one request: inputs ts[0 .. n), and the extra
+ * members of each root (JSON objects; /v1's merged recursively). */
+static void build(const tin_t *ts, size_t n, const char *oip_extra,
+                  const char *v1_extra, const char *fdt, const char *idt,
+                  int nested, char **oip, char **v1) {
+  json_t *o = load(oip_extra), *v = json_object(), *inputs = json_array();
+  for (size_t i = 0; i < n; i++) {
+    put_oip(inputs, &ts[i], fdt, idt, nested);
+    put_v1(v, &ts[i]);
+  }
+  json_object_set_new(o, "inputs", inputs);
+  json_t *ve = load(v1_extra);
+  ck_assert_int_eq(json_object_update_recursive(v, ve), 0);
+  json_decref(ve);
+  *oip = dump(o);
+  *v1 = dump(v);
+}
+
+/* Decodes both and checks they are the same request; returns the OIP one
+ * (attnd_request_free). */
+static attnd_request_t *same(const char *model, const char *oip,
+                             const char *v1) {
+  attnd_request_t *a = NULL, *b = NULL;
+  attnd_error_t ea, eb;
+  int ra = attnd_oip_decode(model, oip, strlen(oip), &cfg, layers, &a, &ea);
+  ck_assert_msg(ra == 0, "OIP: %s (%s): %s\n%s", attnd_error_name(ea.code),
+                ea.field, ea.message, oip);
+  int rb = attnd_request_decode(v1, strlen(v1), &cfg, layers, &b, &eb);
+  ck_assert_msg(rb == 0, "/v1: %s (%s): %s\n%s", attnd_error_name(eb.code),
+                eb.field, eb.message, v1);
+  const char *d = decode_request_diff(a, b);
+  ck_assert_msg(d == NULL, "%s differs\nOIP: %s\n/v1: %s", d, oip, v1);
+  ck_assert_int_eq(a->plan.Lq, b->plan.Lq);
+  ck_assert_int_eq(a->plan.Hkv, b->plan.Hkv);
+  ck_assert(a->t.decode_ms >= 0);
+  attnd_request_free(b);
+  return a;
+}
+
+/* ---- same: the generic model ----------------------------------------------
+ */
+
+static const int64_t key_lengths[] = {4, 3}, pos_q[] = {1, 2, 3},
+                     pos_k[] = {0, 1, 2, 3, 5, 6, 7, 8};
+
+/* Every input of the generic model, B 2, Lq 3, Lk 4, E 4, H 2, Hkv 1. */
+static const tin_t every_input[] = {
+    {"query", 3, {2, 3, 4}, NULL},      {"key", 3, {2, 4, 4}, NULL},
+    {"value", 3, {2, 4, 4}, NULL},      {"q_weight", 2, {4, 4}, NULL},
+    {"k_weight", 2, {2, 4}, NULL},      {"v_weight", 2, {2, 4}, NULL},
+    {"o_weight", 2, {4, 4}, NULL},      {"q_bias", 1, {4}, NULL},
+    {"k_bias", 1, {2}, NULL},           {"v_bias", 1, {2}, NULL},
+    {"o_bias", 1, {4}, NULL},           {"key_lengths", 1, {2}, key_lengths},
+    {"allow", 2, {3, 4}, NULL},         {"bias", 4, {2, 1, 3, 4}, NULL},
+    {"positions_query", 1, {3}, pos_q}, {"positions_key", 2, {2, 4}, pos_k},
+};
+
+/* Each float datatype, INT32 and INT64 by turns, flat and nested. */
+START_TEST(test_generic_every_input) {
+  static const char *const fdt[] = {"FP32", "FP16", "BF16", "FP64"};
+  const char *oip_extra =
+      "{\"id\":\"r-1\",\"parameters\":{\"num_heads\":2,\"num_kv_heads\":1,"
+      "\"causal\":\"top_left\",\"window_left\":2,\"window_right\":1,"
+      "\"alibi\":true,\"scale\":0.5,\"softcap\":30,\"rope_theta\":100,"
+      "\"rope_dims\":2,\"rope_style\":\"interleaved\",\"timeout_ms\":1000},"
+      "\"outputs\":[{\"name\":\"weights\"},{\"name\":\"head_outputs\"},"
+      "{\"name\":\"output\"}]}";
+  const char *v1_extra =
+      "{\"id\":\"r-1\",\"num_heads\":2,\"num_kv_heads\":1,\"mask\":{"
+      "\"causal\":\"top_left\",\"window\":{\"left\":2,\"right\":1},"
+      "\"alibi\":true},\"scale\":0.5,\"softcap\":30,\"rope\":{\"theta\":100,"
+      "\"dims\":2,\"style\":\"interleaved\"},\"timeout_ms\":1000,"
+      "\"return\":{\"weights\":\"per_head\",\"head_outputs\":true,"
+      "\"metrics\":false,\"encoding\":\"flat\"}}";
+  char *oip, *v1;
+  build(every_input, sizeof every_input / sizeof every_input[0], oip_extra,
+        v1_extra, fdt[_i % 4], _i % 2 ? "INT64" : "INT32", _i / 4, &oip, &v1);
+  attnd_request_t *r = same(ATTND_OIP_GENERIC, oip, v1);
+  ck_assert_ptr_null(r->layer);
+  ck_assert_uint_eq(r->oip_outputs, ATTND_OIP_WEIGHTS | ATTND_OIP_OUTPUT |
+                                        ATTND_OIP_HEAD_OUTPUTS);
+  ck_assert_uint_eq(r->oip_binary, 0);
+  ck_assert_int_eq(r->oip_n_outputs, 3);
+  ck_assert_uint_eq(r->oip_order[0], ATTND_OIP_WEIGHTS);
+  ck_assert_uint_eq(r->oip_order[1], ATTND_OIP_HEAD_OUTPUTS);
+  ck_assert_uint_eq(r->oip_order[2], ATTND_OIP_OUTPUT);
+  ck_assert_str_eq(r->id, "r-1");
+  attnd_request_free(r);
+  free(oip);
+  free(v1);
+}
+END_TEST
+
+/* The parameters one at a time, each with its /v1 spelling; and defaults
+ * (no outputs named: output alone; timeout_ms the configured default). */
+static const struct {
+  const char *oip, *v1;
+} param_cases[] = {
+    {"{}", "{}"},
+    {"{\"causal\":true}", "{\"mask\":{\"causal\":true}}"},
+    {"{\"causal\":false}", "{\"mask\":{\"causal\":false}}"},
+    {"{\"causal\":\"none\"}", "{\"mask\":{\"causal\":\"none\"}}"},
+    {"{\"causal\":\"bottom_right\"}",
+     "{\"mask\":{\"causal\":\"bottom_right\"}}"},
+    {"{\"window_left\":0}", "{\"mask\":{\"window\":{\"left\":0}}}"},
+    {"{\"window_right\":3}", "{\"mask\":{\"window\":{\"right\":3}}}"},
+    {"{\"alibi\":false}", "{\"mask\":{\"alibi\":false}}"},
+    {"{\"scale\":-2e-3}", "{\"scale\":-2e-3}"},
+    {"{\"softcap\":5}", "{\"softcap\":5}"},
+    {"{\"rope_theta\":500}", "{\"rope\":{\"theta\":500}}"},
+    {"{\"rope_dims\":2}", "{\"rope\":{\"dims\":2}}"},
+    {"{\"rope_style\":\"half\"}", "{\"rope\":{}}"},
+    {"{\"num_kv_heads\":2}", "{\"num_kv_heads\":2}"},
+    {"{\"timeout_ms\":1}", "{\"timeout_ms\":1}"},
+    {"{\"binary_data_output\":true}", "{}"},
+    {"{\"num_heads\":null}", NULL}, /* null is absent: num_heads missing */
+};
+
+START_TEST(test_generic_parameters) {
+  static const tin_t q[] = {{"query", 2, {3, 4}, NULL}};
+  char oip_extra[256], v1_extra[256], *oip, *v1;
+  if (param_cases[_i].v1 == NULL) {
+    attnd_request_t *r = NULL;
+    attnd_error_t e;
+    const char *body = "{\"parameters\":{\"num_heads\":null},\"inputs\":[{"
+                       "\"name\":\"query\",\"shape\":[1],\"datatype\":"
+                       "\"FP32\",\"data\":[1]}]}";
+    ck_assert_int_eq(attnd_oip_decode(ATTND_OIP_GENERIC, body, strlen(body),
+                                      &cfg, layers, &r, &e),
+                     -1);
+    ck_assert_str_eq(e.field, "parameters.num_heads");
+    return;
+  }
+  /* num_heads 2 joins each case's parameters */
+  json_t *p = load(param_cases[_i].oip), *v = load(param_cases[_i].v1);
+  json_object_set_new(p, "num_heads", json_integer(2));
+  json_object_set_new(v, "num_heads", json_integer(2));
+  json_t *ret = load("{\"metrics\":false,\"encoding\":\"flat\"}");
+  json_object_set_new(v, "return", ret);
+  char *pt = dump(p), *vt = dump(v);
+  snprintf(oip_extra, sizeof oip_extra, "{\"parameters\":%s}", pt);
+  snprintf(v1_extra, sizeof v1_extra, "%s", vt);
+  free(pt);
+  free(vt);
+  build(q, 1, oip_extra, v1_extra, "FP32", "INT64", 0, &oip, &v1);
+  attnd_request_t *r = same(ATTND_OIP_GENERIC, oip, v1);
+  ck_assert_uint_eq(r->oip_outputs, ATTND_OIP_OUTPUT);
+  ck_assert_int_eq(r->oip_n_outputs, 1);
+  ck_assert_uint_eq(r->oip_order[0], ATTND_OIP_OUTPUT);
+  ck_assert_uint_eq(r->oip_binary, strstr(param_cases[_i].oip, "binary")
+                                       ? ATTND_OIP_OUTPUT
+                                       : 0);
+  ck_assert_int_eq(r->timeout_ms,
+                   strstr(param_cases[_i].oip, "timeout") ? 1 : 5000);
+  ck_assert_int_eq(r->weights_mode, ATTND_WEIGHTS_NONE);
+  ck_assert(!r->params.want_weights && !r->params.want_mean_weights &&
+            !r->params.want_head_outputs);
+  attnd_request_free(r);
+  free(oip);
+  free(v1);
+}
+END_TEST
+
+/* ---- same: layer models ---------------------------------------------------
+ */
+
+static const int64_t one_length[] = {5}, pos5[] = {3, 4, 5, 6, 7},
+                     pos3[] = {5, 6, 7};
+
+START_TEST(test_layer_models) {
+  static const tin_t torch[] = {
+      {"query", 3, {1, 3, 8}, NULL},     {"key", 3, {1, 5, 8}, NULL},
+      {"value", 3, {1, 5, 8}, NULL},     {"key_lengths", 1, {1}, one_length},
+      {"allow", 4, {1, 2, 3, 5}, NULL},  {"bias", 3, {1, 3, 5}, NULL},
+      {"positions_query", 1, {3}, pos3}, {"positions_key", 1, {5}, pos5},
+  };
+  static const tin_t llama[] = {{"query", 2, {3, 8}, NULL},
+                                {"positions_query", 2, {1, 3}, pos3}};
+  const struct {
+    const char *model;
+    const tin_t *ts;
+    size_t n;
+    const char *oip, *v1;
+  } cases[] = {
+      {"L", torch, sizeof torch / sizeof torch[0],
+       "{\"parameters\":{\"causal\":\"bottom_right\",\"window_left\":3,"
+       "\"scale\":0.25,\"softcap\":8,\"alibi\":true,\"timeout_ms\":20},"
+       "\"outputs\":[{\"name\":\"weights_mean\",\"parameters\":{"
+       "\"binary_data\":true}},{\"name\":\"output\"}]}",
+       "{\"layer\":\"L\",\"mask\":{\"causal\":\"bottom_right\",\"window\":{"
+       "\"left\":3},\"alibi\":true},\"scale\":0.25,\"softcap\":8,"
+       "\"timeout_ms\":20,\"return\":{\"weights\":\"mean\",\"metrics\":false,"
+       "\"encoding\":\"flat\"}}"},
+      {LLAMA, llama, sizeof llama / sizeof llama[0],
+       "{\"parameters\":{\"binary_data_output\":true},\"outputs\":[{\"name\":"
+       "\"head_outputs\",\"parameters\":{\"binary_data\":false}},{\"name\":"
+       "\"output\"}]}",
+       "{\"layer\":\"" LLAMA "\",\"return\":{\"head_outputs\":true,"
+       "\"metrics\":false,\"encoding\":\"flat\"}}"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char *oip, *v1;
+    build(cases[c].ts, cases[c].n, cases[c].oip, cases[c].v1,
+          _i ? "BF16" : "FP16", _i ? "INT32" : "INT64", _i, &oip, &v1);
+    attnd_request_t *r = same(cases[c].model, oip, v1);
+    ck_assert_ptr_eq(r->layer, attnd_layer_set_find(layers, cases[c].model));
+    ck_assert_int_eq(r->params.num_heads, c ? 4 : 2);
+    ck_assert_int_eq(r->params.num_kv_heads, 2);
+    if (c == 0) { /* weights_mean binary, output not */
+      ck_assert_uint_eq(r->oip_outputs,
+                        ATTND_OIP_WEIGHTS_MEAN | ATTND_OIP_OUTPUT);
+      ck_assert_uint_eq(r->oip_binary, ATTND_OIP_WEIGHTS_MEAN);
+      ck_assert_int_eq(r->weights_mode, ATTND_WEIGHTS_MEAN);
+    } else { /* binary_data_output, but head_outputs says no */
+      ck_assert_uint_eq(r->oip_binary, ATTND_OIP_OUTPUT);
+      ck_assert_uint_eq(r->oip_order[0], ATTND_OIP_HEAD_OUTPUTS);
+    }
+    attnd_request_free(r);
+    free(oip);
+    free(v1);
+  }
+}
+END_TEST
+
+/* ---- values /v1 cannot say ------------------------------------------------
+ */
+
+static attnd_request_t *decode_ok(const char *model, const char *body) {
+  attnd_request_t *r = NULL;
+  attnd_error_t e;
+  int rc = attnd_oip_decode(model, body, strlen(body), &cfg, layers, &r, &e);
+  ck_assert_msg(rc == 0, "%s (%s): %s\n%s", attnd_error_name(e.code), e.field,
+                e.message, body);
+  return r;
+}
+
+/* FP16 and BF16 numbers are converted to float32 directly, not rounded to
+ * the declared type first. */
+START_TEST(test_direct_conversion) {
+  static const char *const dts[] = {"FP16", "BF16", "FP64", "FP32"};
+  for (int i = 0; i < 4; i++) {
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"parameters\":{\"num_heads\":1},\"inputs\":[{\"name\":"
+             "\"query\",\"shape\":[1,2],\"datatype\":\"%s\",\"data\":[0.1,"
+             "70000.3]}]}",
+             dts[i]);
+    attnd_request_t *r = decode_ok(ATTND_OIP_GENERIC, body);
+    const float *q = r->params.query.data;
+    ck_assert_float_eq(q[0], 0.1f);
+    ck_assert_float_eq(q[1], 70000.3f);
+    attnd_request_free(r);
+  }
+}
+END_TEST
+
+/* ---- errors ---------------------------------------------------------------
+ */
+
+#define Q24                                                                    \
+  "{\"name\":\"query\",\"shape\":[2,4],\"datatype\":\"FP32\",\"data\":[1,2,3," \
+  "4,5,6,7,8]}"
+#define Q18                                                                    \
+  "{\"name\":\"query\",\"shape\":[1,8],\"datatype\":\"FP32\",\"data\":[1,2,3," \
+  "4,5,6,7,8]}"
+/* A generic request: query [2, 4], num_heads 2, and more. */
+#define GEN(params, inputs, rest)                                              \
+  "{\"parameters\":{\"num_heads\":2" params "},\"inputs\":[" Q24 inputs        \
+  "]" rest "}"
+/* An input after the query: name, datatype, shape and data. */
+#define IN(name, dt, shape, data)                                              \
+  ",{\"name\":\"" name "\",\"datatype\":\"" dt "\",\"shape\":" shape           \
+  ",\"data\":" data "}"
+/* The query alone, with its members replaced. */
+#define QX(members)                                                            \
+  "{\"parameters\":{\"num_heads\":2},\"inputs\":[" members "]}"
+
+typedef struct err_case {
+  const char *model; /* NULL: the generic model */
+  const char *body;
+  const char *code;
+  const char *field;
+  const char *msg; /* words the message must contain, '|' between */
+} err_case_t;
+
+static const err_case_t err_cases[] = {
+    /* the model, the JSON, the root */
+    {"nope", GEN("", "", ""), "unknown_layer", "model",
+     "model 'nope' is not known|'attention'|2 loaded layers, 'L', '" LLAMA "'"},
+    {"nope", "{", "unknown_layer", "model", "model 'nope'"},
+    {"", GEN("", "", ""), "unknown_layer", "model", "model '' is not known"},
+    {NULL, "{\"inputs\":", "invalid_json", "", "invalid JSON at line 1"},
+    {NULL, "{\"inputs\":[],\"inputs\":[]}", "invalid_json", "",
+     "duplicate object key"},
+    {NULL, "[]", "invalid_type", "", "the request is an array"},
+    {NULL, GEN("", "", ",\"model_name\":\"x\""), "unknown_field", "model_name",
+     "model_name is not a known member|known: id, parameters, inputs, "
+     "outputs"},
+    {NULL, GEN("", "", ",\"id\":7"), "invalid_type", "id",
+     "id is a number; expected a string"},
+    /* inputs */
+    {NULL, "{\"parameters\":{\"num_heads\":2}}", "missing_field", "inputs",
+     "inputs is required"},
+    {NULL, "{\"inputs\":{}}", "invalid_type", "inputs",
+     "inputs is an object; expected an array"},
+    {NULL, "{\"inputs\":[]}", "missing_field", "inputs",
+     "no tensor named query"},
+    {NULL, QX("[]"), "invalid_type", "inputs[0]",
+     "inputs[0] is an array; expected an object"},
+    {NULL, QX("{\"name\":\"query\",\"dtype\":\"FP32\"}"), "unknown_field",
+     "inputs[0].dtype", "inputs[0].dtype is not a known member of inputs[0]"},
+    {NULL, QX("{\"shape\":[1]}"), "missing_field", "inputs[0].name",
+     "inputs[0].name is required"},
+    {NULL, QX("{\"name\":1}"), "invalid_type", "inputs[0].name",
+     "inputs[0].name is a number; expected a string"},
+    {NULL, GEN("", IN("keys", "FP32", "[1]", "[1]"), ""), "invalid_value",
+     "inputs[1].name",
+     "inputs[1].name is 'keys', not an input of model 'attention' (inputs: "
+     "query, key, value, q_weight|positions_key)"},
+    {NULL, GEN("", IN("query", "FP32", "[1]", "[1]"), ""), "invalid_value",
+     "inputs[1].name", "'query', as is inputs[0].name"},
+    {"L", "{\"inputs\":[" Q18 IN("q_weight", "FP32", "[1]", "[1]") "]}",
+     "invalid_value", "inputs[1].name",
+     "'q_weight', not an input of model 'L', which has its own weights "
+     "(inputs: query, key, value, key_lengths, allow, bias, positions_query, "
+     "positions_key)"},
+    {NULL, QX("{\"name\":\"query\",\"shape\":[1]}"), "missing_field",
+     "inputs[0].datatype", "inputs[0].datatype is required"},
+    {NULL, QX("{\"name\":\"query\",\"datatype\":32}"), "invalid_type",
+     "inputs[0].datatype", "inputs[0].datatype is a number"},
+    {NULL, QX("{\"name\":\"query\",\"datatype\":\"UINT8\"}"), "invalid_value",
+     "inputs[0].datatype",
+     "inputs[0].datatype is 'UINT8'; query takes FP32, FP16, BF16 or FP64"},
+    {NULL, GEN("", IN("key_lengths", "FP32", "[2]", "[1,2]"), ""),
+     "invalid_value", "inputs[1].datatype", "key_lengths takes INT32 or INT64"},
+    {NULL, GEN("", IN("allow", "INT32", "[2,2]", "[1,0,1,1]"), ""),
+     "invalid_value", "inputs[1].datatype", "'INT32'; allow takes BOOL"},
+    {NULL,
+     QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1],"
+        "\"parameters\":{\"binary_data_size\":4}}"),
+     "not_implemented", "inputs[0].parameters.binary_data_size",
+     "binary tensor data is not taken yet"},
+    {NULL,
+     QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1],"
+        "\"parameters\":{\"shared_memory_region\":\"x\"}}"),
+     "unknown_field", "inputs[0].parameters.shared_memory_region",
+     "not a known member of inputs[0].parameters (known: binary_data_size)"},
+    {NULL,
+     QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1],"
+        "\"parameters\":[]}"),
+     "invalid_type", "inputs[0].parameters", "is an array; expected an object"},
+    /* shapes */
+    {NULL, QX("{\"name\":\"query\",\"datatype\":\"FP32\"}"), "missing_field",
+     "inputs[0].shape", "inputs[0].shape is required"},
+    {NULL, QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":2}"),
+     "invalid_type", "inputs[0].shape",
+     "inputs[0].shape is a number; expected an array of dimensions"},
+    {NULL, QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[]}"),
+     "shape_mismatch", "inputs[0].shape",
+     "inputs[0].shape has 0 dimensions; expected 1 to 4"},
+    {NULL,
+     QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,1,1,1,1]}"),
+     "shape_mismatch", "inputs[0].shape", "has 5 dimensions"},
+    {NULL, QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[2,0]}"),
+     "invalid_value", "inputs[0].shape", "inputs[0].shape[1] is 0; expected 1"},
+    {NULL, QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[\"2\"]}"),
+     "invalid_type", "inputs[0].shape",
+     "inputs[0].shape[0] is a string; expected an integer"},
+    {NULL,
+     QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[64,128],"
+        "\"data\":[1]}"),
+     "limit_exceeded", "inputs[0].shape",
+     "inputs[0] (query) [64, 128] has 8192 elements, over "
+     "max_tensor_elements 4096"},
+    /* data */
+    {NULL, QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1]}"),
+     "missing_field", "inputs[0].data", "inputs[0].data is required"},
+    {NULL,
+     QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1],\"data\":1}"),
+     "invalid_type", "inputs[0].data",
+     "inputs[0].data is a number; expected an array"},
+    {NULL, GEN("", IN("key", "FP32", "[2,4]", "[1,2,3,4,5,6,7]"), ""),
+     "size_mismatch", "inputs[1].data",
+     "inputs[1].data has 7 elements, but key's shape [2, 4] needs 8"},
+    {NULL, GEN("", IN("key", "FP32", "[2,4]", "[]"), ""), "size_mismatch",
+     "inputs[1].data", "has 0 elements, but key's shape [2, 4] needs 8"},
+    {NULL, GEN("", IN("key", "FP32", "[2,4]", "[[1,2,3,4],[5,6,7]]"), ""),
+     "shape_mismatch", "inputs[1].data",
+     "inputs[1].data[1] has length 3, but shape [2, 4] has 4 at dimension 1"},
+    {NULL, GEN("", IN("key", "FP32", "[3,4]", "[[1,2,3,4],[5,6,7,8]]"), ""),
+     "shape_mismatch", "inputs[1].data",
+     "inputs[1].data has length 2, but shape [3, 4] has 3 at dimension 0"},
+    {NULL, GEN("", IN("key", "FP32", "[2,2]", "[1,[2],3,4]"), ""),
+     "ragged_tensor", "inputs[1].data",
+     "inputs[1].data[1] is an array, but inputs[1].data[0] is not: data is "
+     "flat, or nested as shape [2, 2]"},
+    {NULL, GEN("", IN("key", "FP32", "[2,2]", "[[1,2],3]"), ""),
+     "ragged_tensor", "inputs[1].data",
+     "inputs[1].data[1] is a number; expected an array of 2 (shape [2, 2])"},
+    {NULL, GEN("", IN("key", "FP32", "[2,2]", "[[[1],2],[3,4]]"), ""),
+     "ragged_tensor", "inputs[1].data",
+     "inputs[1].data[0][0] is an array, but shape [2, 2] has 2 dimensions"},
+    {NULL, GEN("", IN("key", "FP32", "[2]", "[[1],[2]]"), ""), "ragged_tensor",
+     "inputs[1].data",
+     "inputs[1].data[0] is an array, but shape [2] has 1 dimension"},
+    {NULL,
+     GEN(",\"rope_theta\":10",
+         IN("positions_query", "INT64", "[2]", "[0,2147483648]"), ""),
+     "invalid_value", "inputs[1]", "positions_query"},
+    {NULL, GEN("", IN("key", "FP16", "[1,2]", "[[1,\"2\"]]"), ""),
+     "invalid_type", "inputs[1].data",
+     "inputs[1].data[0][1] is a string; expected a number (FP16)"},
+    {NULL, GEN("", IN("key", "FP64", "[2]", "[1,1e39]"), ""), "non_finite",
+     "inputs[1].data",
+     "inputs[1].data[1] is 1e+39, which is not a finite float32"},
+    {NULL, GEN("", IN("key_lengths", "INT32", "[2]", "[1,2147483648]"), ""),
+     "invalid_value", "inputs[1].data",
+     "inputs[1].data[1] is 2147483648; expected -2147483648 to 2147483647"},
+    {NULL, GEN("", IN("key_lengths", "INT64", "[2]", "[1.5,2]"), ""),
+     "invalid_type", "inputs[1].data",
+     "inputs[1].data[0] is a fractional number; expected an integer"},
+    {NULL, GEN("", IN("allow", "BOOL", "[2,2]", "[true,false,2,1]"), ""),
+     "invalid_value", "inputs[1].data",
+     "inputs[1].data[2] is 2; expected true, false, 0 or 1"},
+    {NULL,
+     GEN("", IN("allow", "BOOL", "[2,2]", "[[true,false],[\"x\",1]]"), ""),
+     "invalid_type", "inputs[1].data",
+     "inputs[1].data[1][0] is a string; expected true, false, 0 or 1"},
+    /* parameters */
+    {NULL, "{\"parameters\":[],\"inputs\":[" Q24 "]}", "invalid_type",
+     "parameters", "parameters is an array; expected an object"},
+    {NULL, GEN(",\"heads\":2", "", ""), "unknown_field", "parameters.heads",
+     "parameters.heads is not a known member of parameters (known: "
+     "num_heads, num_kv_heads, causal|binary_data_output)"},
+    {NULL, "{\"parameters\":{\"num_heads\":\"2\"},\"inputs\":[" Q24 "]}",
+     "invalid_type", "parameters.num_heads",
+     "parameters.num_heads is a string; expected an integer"},
+    {NULL, "{\"parameters\":{\"num_heads\":0},\"inputs\":[" Q24 "]}",
+     "invalid_value", "parameters.num_heads",
+     "parameters.num_heads is 0; expected 1 to"},
+    {NULL, "{\"parameters\":{\"num_heads\":2.5},\"inputs\":[" Q24 "]}",
+     "invalid_type", "parameters.num_heads", "is a fractional number"},
+    {NULL, "{\"inputs\":[" Q24 "]}", "missing_field", "parameters.num_heads",
+     "parameters.num_heads is required for model 'attention'"},
+    {NULL, "{\"parameters\":{\"num_heads\":8},\"inputs\":[" Q24 "]}",
+     "limit_exceeded", "parameters.num_heads",
+     "num_heads 8 is over max_heads 4"},
+    {NULL, GEN(",\"causal\":3", "", ""), "invalid_type", "parameters.causal",
+     "parameters.causal is a number; expected true, false, \"none\", "
+     "\"bottom_right\" or \"top_left\""},
+    {NULL, GEN(",\"causal\":\"sideways\"", "", ""), "invalid_value",
+     "parameters.causal", "parameters.causal is \"sideways\"; expected true"},
+    {NULL, GEN(",\"alibi\":\"yes\"", "", ""), "invalid_type",
+     "parameters.alibi",
+     "parameters.alibi is a string; expected true or false"},
+    {NULL, GEN(",\"scale\":\"x\"", "", ""), "invalid_type", "parameters.scale",
+     "parameters.scale is a string; expected a number"},
+    {NULL, GEN(",\"softcap\":1e39", "", ""), "non_finite", "parameters.softcap",
+     "parameters.softcap is 1e+39, not a finite float32"},
+    {NULL, GEN(",\"window_left\":-1", "", ""), "invalid_value",
+     "parameters.window_left", "parameters.window_left is -1; expected 0 to"},
+    {NULL, GEN(",\"rope_style\":\"spiral\"", "", ""), "invalid_value",
+     "parameters.rope_style",
+     "parameters.rope_style is \"spiral\"; expected \"half\" or "
+     "\"interleaved\""},
+    {NULL, GEN(",\"rope_theta\":true", "", ""), "invalid_type",
+     "parameters.rope_theta",
+     "parameters.rope_theta is true; expected a "
+     "number"},
+    {NULL, GEN(",\"binary_data_output\":1", "", ""), "invalid_type",
+     "parameters.binary_data_output", "is a number; expected true or false"},
+    {NULL, GEN(",\"timeout_ms\":9000", "", ""), "limit_exceeded",
+     "parameters.timeout_ms",
+     "parameters.timeout_ms 9000 is over max_timeout_ms 5000"},
+    {"L", "{\"parameters\":{\"num_heads\":2},\"inputs\":[" Q18 "]}",
+     "invalid_value", "parameters.num_heads",
+     "parameters.num_heads cannot be given to model 'L': the layer has its "
+     "own"},
+    {"L", "{\"parameters\":{\"rope_theta\":10},\"inputs\":[" Q18 "]}",
+     "invalid_value", "parameters.rope_theta", "cannot be given to model 'L'"},
+    {LLAMA, "{\"parameters\":{\"num_kv_heads\":2},\"inputs\":[" Q18 "]}",
+     "invalid_value", "parameters.num_kv_heads",
+     "cannot be given to model '" LLAMA "'"},
+    /* outputs */
+    {NULL, GEN("", "", ",\"outputs\":{}"), "invalid_type", "outputs",
+     "outputs is an object; expected an array"},
+    {NULL, GEN("", "", ",\"outputs\":[\"output\"]"), "invalid_type",
+     "outputs[0]", "outputs[0] is a string; expected an object with a name"},
+    {NULL, GEN("", "", ",\"outputs\":[{}]"), "missing_field", "outputs[0].name",
+     "outputs[0].name is required"},
+    {NULL, GEN("", "", ",\"outputs\":[{\"name\":\"logits\"}]"), "invalid_value",
+     "outputs[0].name",
+     "outputs[0].name is 'logits'; expected output, weights, weights_mean or "
+     "head_outputs"},
+    {NULL,
+     GEN("", "", ",\"outputs\":[{\"name\":\"output\"},{\"name\":\"output\"}]"),
+     "invalid_value", "outputs[1].name", "'output', as is outputs[0].name"},
+    {NULL, GEN("", "", ",\"outputs\":[{\"name\":\"output\",\"shape\":[1]}]"),
+     "unknown_field", "outputs[0].shape", "not a known member of outputs[0]"},
+    {NULL,
+     GEN("", "",
+         ",\"outputs\":[{\"name\":\"output\",\"parameters\":{"
+         "\"classification\":3}}]"),
+     "unknown_field", "outputs[0].parameters.classification",
+     "(known: binary_data)"},
+    {NULL,
+     GEN("", "",
+         ",\"outputs\":[{\"name\":\"weights\",\"parameters\":{"
+         "\"binary_data\":\"yes\"}}]"),
+     "invalid_type", "outputs[0].parameters.binary_data",
+     "outputs[0].parameters.binary_data is a string; expected true or false"},
+    /* the shared steps' errors, in this body's paths */
+    {NULL,
+     GEN("", IN("q_weight", "FP32", "[4,3]", "[1,2,3,4,5,6,7,8,9,1,2,3]"), ""),
+     "shape_mismatch", "inputs[1]", "q_weight [4, 3] must have 4 columns"},
+    {NULL, GEN("", IN("allow", "BOOL", "[2,3]", "[1,1,1,1,1,1]"), ""),
+     "shape_mismatch", "inputs[1]", "allow [2, 3] does not broadcast"},
+    {NULL, GEN("", IN("positions_query", "INT32", "[2]", "[0,1]"), ""),
+     "invalid_value", "inputs[1]", "positions are given, but no rope uses"},
+    {NULL, GEN("", IN("key_lengths", "INT64", "[1]", "[9]"), ""),
+     "invalid_value", "inputs[1]", "key_lengths"},
+    {NULL, GEN(",\"num_kv_heads\":3", "", ""), "heads_mismatch",
+     "parameters.num_kv_heads", "num_kv_heads"},
+    {NULL, GEN(",\"rope_style\":\"half\",\"rope_dims\":3", "", ""),
+     "invalid_value", "parameters.rope_dims", "rope dims is 3"},
+    {NULL, GEN(",\"rope_style\":\"half\",\"rope_theta\":0", "", ""),
+     "invalid_value", "parameters.rope_theta", "rope theta is 0"},
+    {"L", "{\"inputs\":[" Q24 "]}", "shape_mismatch", "inputs[0]",
+     "query [2, 4] has 4 features; layer 'L' takes hidden states of 8"},
+    {"L", "{\"inputs\":[" Q18 IN("value", "FP32", "[1,4]", "[1,2,3,4]") "]}",
+     "shape_mismatch", "inputs[1]", "value [1, 4] has 4 features"},
+    {NULL,
+     "{\"parameters\":{\"num_heads\":1},\"inputs\":[{\"name\":\"query\","
+     "\"datatype\":\"FP32\",\"shape\":[17,1],\"data\":[1,1,1,1,1,1,1,1,1,1,1,"
+     "1,1,1,1,1,1]}]}",
+     "limit_exceeded", "inputs[0]", "query length 17 is over max_seq_len 16"},
+    {NULL,
+     "{\"parameters\":{\"num_heads\":4},\"inputs\":[{\"name\":\"query\","
+     "\"datatype\":\"FP32\",\"shape\":[16,4],\"data\":[[1,1,1,1],[1,1,1,1],"
+     "[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],"
+     "[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1]]"
+     "}],\"outputs\":[{\"name\":\"output\"},{\"name\":\"weights\"}]}",
+     "limit_exceeded", "outputs[1]",
+     "the reply would take up to 17408 bytes, over max_response_bytes 16384"},
+};
+
+START_TEST(test_errors) {
+  const err_case_t *c = &err_cases[_i];
+  const char *model = c->model ? c->model : ATTND_OIP_GENERIC;
+  attnd_request_t *r = NULL;
+  attnd_error_t e;
+  memset(&e, 0, sizeof e);
+  int rc =
+      attnd_oip_decode(model, c->body, strlen(c->body), &cfg, layers, &r, &e);
+  ck_assert_msg(rc == -1 && r == NULL, "case %d decoded: %s", _i, c->body);
+  ck_assert_msg(strcmp(attnd_error_name(e.code), c->code) == 0,
+                "case %d: code %s, not %s: %s", _i, attnd_error_name(e.code),
+                c->code, e.message);
+  ck_assert_msg(strcmp(e.field, c->field) == 0,
+                "case %d: field '%s', not '%s': %s", _i, e.field, c->field,
+                e.message);
+  char words[512];
+  snprintf(words, sizeof words, "%s", c->msg);
+  for (char *save, *w = strtok_r(words, "|", &save); w;
+       w = strtok_r(NULL, "|", &save))
+    ck_assert_msg(strstr(e.message, w) != NULL,
+                  "case %d: message '%s' lacks '%s'", _i, e.message, w);
+}
+END_TEST
+
+Suite *test_suite(void) {
+  Suite *s = suite_create("oip");
+  TCase *tc = tcase_create("same");
+  tcase_add_loop_test(tc, test_generic_every_input, 0, 8);
+  tcase_add_loop_test(tc, test_generic_parameters, 0,
+                      (int)(sizeof param_cases / sizeof param_cases[0]));
+  tcase_add_loop_test(tc, test_layer_models, 0, 2);
+  tcase_add_test(tc, test_direct_conversion);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("errors");
+  tcase_add_loop_test(tc, test_errors, 0,
+                      (int)(sizeof err_cases / sizeof err_cases[0]));
+  suite_add_tcase(s, tc);
+  return s;
+}
