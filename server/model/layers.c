@@ -30,7 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "codec/util.h"
@@ -950,20 +949,14 @@ static int convert_range(build_t *b, const entry_t *e, int64_t off, int64_t n,
   return 0;
 }
 
-/* A new buffer of n floats, 64-byte aligned; one of 2 MB or more is
- * aligned to 2 MB and advised for transparent huge pages: a load's time is
- * mostly the first write of each page of its float32 copies, which huge
- * pages make 512 times rarer (and the projections then miss the TLB
- * less). */
+/* A new buffer of n floats, 64-byte aligned. Plain pages: on these VMs
+ * the first write to a page is most of a load's time, and advising huge
+ * pages (MADV_HUGEPAGE) made it slower, 0.37 against 1.2 GB/s of BF16
+ * weights in alternating runs, as the kernel zeroes and compacts 2 MB at
+ * a time; neither does populating them ahead (MADV_POPULATE_WRITE) help. */
 static float *weights_alloc(size_t n) {
-  enum { HUGE_PAGE = 2 << 20 };
-  size_t bytes = n * sizeof(float);
   void *buf;
-  if (posix_memalign(&buf, bytes >= HUGE_PAGE ? HUGE_PAGE : 64, bytes))
-    return NULL;
-  if (bytes >= HUGE_PAGE) /* advice: its failure changes nothing */
-    madvise(buf, bytes / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
-  return buf;
+  return posix_memalign(&buf, 64, n * sizeof(float)) ? NULL : buf;
 }
 
 /* Pass 5 for one part: a new float32 [out, in] buffer in *dst. */
