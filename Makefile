@@ -16,7 +16,7 @@ BUILD ?= build
 SAN ?=
 
 PKG_CORE := openblas
-PKG_SERVER := libmicrohttpd jansson libuv gnutls
+PKG_SERVER := libmicrohttpd jansson libuv gnutls zlib
 PKG_TEST := check libcurl
 
 OPT ?= -O2
@@ -37,7 +37,7 @@ CFLAGS_SERVER = $(CFLAGS_CORE) -iquote server \
 LIBS_SERVER = $(shell pkg-config --libs $(PKG_SERVER)) $(LIBS_CORE)
 # attnd-load: the core, the codec library, libcurl and jansson; no Check.
 CFLAGS_LOAD = $(CFLAGS_SERVER) $(shell pkg-config --cflags libcurl)
-LIBS_LOAD = $(shell pkg-config --libs libcurl jansson) $(LIBS_CORE)
+LIBS_LOAD = $(shell pkg-config --libs libcurl jansson zlib) $(LIBS_CORE)
 CFLAGS_TEST = $(CFLAGS_SERVER) $(shell pkg-config --cflags $(PKG_TEST))
 LIBS_TEST = $(shell pkg-config --libs $(PKG_TEST)) $(LIBS_SERVER)
 

@@ -6,10 +6,11 @@
 
 static const struct {
   const char *name;
-  int status;
+  int status, status_v2;
   attnd_reject_t reason;
 } rows[ATTND_ERR_COUNT] = {
-#define ROW(name, code, status, reason) {code, status, ATTND_REJECT_##reason},
+#define ROW(name, code, status, v2, reason)                                    \
+  {code, status, v2, ATTND_REJECT_##reason},
     ATTND_ERROR_MAP(ROW)
 #undef ROW
 };
@@ -37,6 +38,10 @@ const char *attnd_error_name(attnd_err_t code) {
 
 int attnd_error_status(attnd_err_t code) {
   return rows[code].status;
+}
+
+int attnd_error_status_v2(attnd_err_t code) {
+  return rows[code].status_v2;
 }
 
 attnd_reject_t attnd_error_reason(attnd_err_t code) {

@@ -10,36 +10,39 @@
 
 #include "metrics.h"
 
-/* X(NAME, "code", status, reason) */
+/* X(NAME, "code", status, the status under the Open Inference Protocol,
+ * reason). OIP has one status for every invalid request, 400, where /v1
+ * tells a request it cannot parse (400) from one it understands and
+ * refuses (422). */
 #define ATTND_ERROR_MAP(X)                                                     \
-  X(INVALID_JSON, "invalid_json", 400, INVALID)                                \
-  X(BAD_REQUEST, "bad_request", 400, INVALID)                                  \
-  X(UNAUTHORIZED, "unauthorized", 401, UNAUTHORIZED)                           \
-  X(NOT_FOUND, "not_found", 404, INVALID)                                      \
-  X(UNKNOWN_LAYER, "unknown_layer", 404, INVALID)                              \
-  X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, INVALID)                    \
-  X(PAYLOAD_TOO_LARGE, "payload_too_large", 413, TOO_LARGE)                    \
-  X(UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", 415, INVALID)            \
-  X(INVALID_TYPE, "invalid_type", 422, INVALID)                                \
-  X(INVALID_VALUE, "invalid_value", 422, INVALID)                              \
-  X(MISSING_FIELD, "missing_field", 422, INVALID)                              \
-  X(UNKNOWN_FIELD, "unknown_field", 422, INVALID)                              \
-  X(SHAPE_MISMATCH, "shape_mismatch", 422, INVALID)                            \
-  X(HEADS_MISMATCH, "heads_mismatch", 422, INVALID)                            \
-  X(SIZE_MISMATCH, "size_mismatch", 422, INVALID)                              \
-  X(RAGGED_TENSOR, "ragged_tensor", 422, INVALID)                              \
-  X(NON_FINITE, "non_finite", 422, INVALID)                                    \
-  X(NUMERIC_OVERFLOW, "numeric_overflow", 422, INVALID)                        \
-  X(INVALID_BASE64, "invalid_base64", 422, INVALID)                            \
-  X(LIMIT_EXCEEDED, "limit_exceeded", 422, TOO_LARGE)                          \
-  X(OVERLOADED, "overloaded", 429, OVERLOAD)                                   \
-  X(NOT_IMPLEMENTED, "not_implemented", 501, INVALID)                          \
-  X(OUT_OF_MEMORY, "out_of_memory", 503, NONE)                                 \
-  X(DRAINING, "draining", 503, DRAINING)                                       \
-  X(DEADLINE_EXCEEDED, "deadline_exceeded", 504, DEADLINE)
+  X(INVALID_JSON, "invalid_json", 400, 400, INVALID)                           \
+  X(BAD_REQUEST, "bad_request", 400, 400, INVALID)                             \
+  X(UNAUTHORIZED, "unauthorized", 401, 401, UNAUTHORIZED)                      \
+  X(NOT_FOUND, "not_found", 404, 404, INVALID)                                 \
+  X(UNKNOWN_LAYER, "unknown_layer", 404, 404, INVALID)                         \
+  X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, 405, INVALID)               \
+  X(PAYLOAD_TOO_LARGE, "payload_too_large", 413, 413, TOO_LARGE)               \
+  X(UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", 415, 415, INVALID)       \
+  X(INVALID_TYPE, "invalid_type", 422, 400, INVALID)                           \
+  X(INVALID_VALUE, "invalid_value", 422, 400, INVALID)                         \
+  X(MISSING_FIELD, "missing_field", 422, 400, INVALID)                         \
+  X(UNKNOWN_FIELD, "unknown_field", 422, 400, INVALID)                         \
+  X(SHAPE_MISMATCH, "shape_mismatch", 422, 400, INVALID)                       \
+  X(HEADS_MISMATCH, "heads_mismatch", 422, 400, INVALID)                       \
+  X(SIZE_MISMATCH, "size_mismatch", 422, 400, INVALID)                         \
+  X(RAGGED_TENSOR, "ragged_tensor", 422, 400, INVALID)                         \
+  X(NON_FINITE, "non_finite", 422, 400, INVALID)                               \
+  X(NUMERIC_OVERFLOW, "numeric_overflow", 422, 400, INVALID)                   \
+  X(INVALID_BASE64, "invalid_base64", 422, 400, INVALID)                       \
+  X(LIMIT_EXCEEDED, "limit_exceeded", 422, 400, TOO_LARGE)                     \
+  X(OVERLOADED, "overloaded", 429, 429, OVERLOAD)                              \
+  X(NOT_IMPLEMENTED, "not_implemented", 501, 501, INVALID)                     \
+  X(OUT_OF_MEMORY, "out_of_memory", 503, 503, NONE)                            \
+  X(DRAINING, "draining", 503, 503, DRAINING)                                  \
+  X(DEADLINE_EXCEEDED, "deadline_exceeded", 504, 504, DEADLINE)
 
 typedef enum {
-#define ATTND__ERR_ENUM(name, code, status, reason) ATTND_ERR_##name,
+#define ATTND__ERR_ENUM(name, code, status, v2, reason) ATTND_ERR_##name,
   ATTND_ERROR_MAP(ATTND__ERR_ENUM)
 #undef ATTND__ERR_ENUM
       ATTND_ERR_COUNT
@@ -63,6 +66,7 @@ int attnd_error_vset(attnd_error_t *e, attnd_err_t code, const char *field,
 /* The table's columns for `code`. */
 const char *attnd_error_name(attnd_err_t code);
 int attnd_error_status(attnd_err_t code);
+int attnd_error_status_v2(attnd_err_t code);
 attnd_reject_t attnd_error_reason(attnd_err_t code);
 
 #endif

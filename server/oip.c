@@ -25,6 +25,7 @@
 
 #include "codec/util.h"
 #include "decode.h"
+#include "model/safetensors.h"
 
 /* ---- the protocol's names ------------------------------------------------ */
 
@@ -147,6 +148,11 @@ typedef struct oip {
   unsigned params_given;      /* bits of param_t */
   int binary_all;             /* parameters.binary_data_output */
   int rope_style;             /* parameters.rope_style: 0 half, 1 interleaved */
+  /* Triton's binary tensor data: the bytes after the JSON, taken by the
+   * inputs with a binary_data_size in their order (bin_at so far); bin is
+   * NULL when the request has no Inference-Header-Content-Length. */
+  const unsigned char *bin;
+  size_t bin_len, bin_at;
 } oip_t;
 
 /* One input's header: what the data must be. */
@@ -155,9 +161,10 @@ typedef struct oip_in {
   dtype_t dtype;
   int rank;
   int64_t dim[ATTN_MAX_RANK];
-  int64_t n;       /* elements */
-  char path[32];   /* "inputs[3]" */
-  char shape[128]; /* "[2, 4]" */
+  int64_t n;           /* elements */
+  int64_t binary_size; /* parameters.binary_data_size, or -1 */
+  char path[32];       /* "inputs[3]" */
+  char shape[128];     /* "[2, 4]" */
 } oip_in_t;
 
 /* Sets invalid_type for member `field`, which is v, expected `what`. */
@@ -430,25 +437,39 @@ static int read_dtype(oip_t *o, const json_t *v, oip_in_t *in) {
            field, json_string_value(dt), in->def->name, list);
 }
 
-/* The input's parameters: binary_data_size alone is known, and it needs
- * the binary extension. */
+/* The input's parameters: binary_data_size alone is known, a byte count
+ * of the binary data after the JSON. */
 static int read_input_params(oip_t *o, const json_t *v, oip_in_t *in) {
   static const char *const known[] = {"binary_data_size", NULL};
   const json_t *ps = json_object_get(v, "parameters");
   char field[64];
   snprintf(field, sizeof field, "%s.parameters", in->path);
+  in->binary_size = -1;
   if (ps == NULL || json_is_null(ps))
     return 0;
   if (!json_is_object(ps))
     return bad_type(o, field, ps, "an object");
   if (attnd__dec_members(&o->d, ps, field, known) < 0)
     return -1;
-  if (json_object_get(ps, "binary_data_size") == NULL)
+  const json_t *size = json_object_get(ps, "binary_data_size");
+  if (size == NULL || json_is_null(size))
     return 0;
   snprintf(field, sizeof field, "%s.parameters.binary_data_size", in->path);
-  return E(&o->d, ATTND_ERR_NOT_IMPLEMENTED, field,
-           "%s: binary tensor data is not taken yet; send %s's data as JSON",
-           field, in->def->name);
+  if (attnd__dec_int(&o->d, size, field, field, 0, INT64_MAX,
+                     &in->binary_size) < 0)
+    return -1;
+  if (json_object_get(v, "data"))
+    return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
+             "%s is given, and so is %s.data: an input's data is JSON or "
+             "binary, not both",
+             field, in->path);
+  if (o->bin == NULL)
+    return E(&o->d, ATTND_ERR_BAD_REQUEST, field,
+             "%s is given, but the request has no binary data: send the "
+             "JSON's length in Inference-Header-Content-Length and the "
+             "tensors' bytes after it",
+             field);
+  return 0;
 }
 
 /* The shape: 1 to ATTN_MAX_RANK dimensions of at least 1, and at most
@@ -590,6 +611,92 @@ static int fill_json(oip_t *o, const json_t *v, const oip_in_t *in,
   return walk(o, in, data, 0, flat, dst, &i, field, path, plen);
 }
 
+/* The size in bytes of one element of each datatype on the wire. */
+static const size_t dtype_size[DT_COUNT] = {4, 2, 2, 8, 4, 8, 1};
+
+/* The element at flat index i of the input, as "[1, 3]". */
+static const char *index_text(const oip_in_t *in, int64_t i, char *buf,
+                              size_t n) {
+  int64_t at[ATTN_MAX_RANK];
+  for (int d = in->rank - 1; d >= 0; d--) {
+    at[d] = i % in->dim[d];
+    i /= in->dim[d];
+  }
+  attnd_shape_text(buf, n, in->rank, at, ", ");
+  return buf;
+}
+
+/* The input's binary data: the next binary_data_size bytes after the JSON,
+ * which must be the shape's elements in the datatype, little-endian and
+ * row-major, converted into a buffer the request owns. */
+static int fill_binary(oip_t *o, const oip_in_t *in, void **out) {
+  dec_t *d = &o->d;
+  char field[64], at[96];
+  snprintf(field, sizeof field, "%s.parameters.binary_data_size", in->path);
+  size_t es = dtype_size[in->dtype];
+  if ((uint64_t)in->binary_size != (uint64_t)in->n * es)
+    return E(d, ATTND_ERR_SIZE_MISMATCH, field,
+             "%s is %lld, but %s's shape %s of %s needs %lld bytes", field,
+             (long long)in->binary_size, in->def->name, in->shape,
+             dtype_names[in->dtype], (long long)(in->n * (int64_t)es));
+  size_t left = o->bin_len - o->bin_at;
+  if ((uint64_t)in->binary_size > left)
+    return E(d, ATTND_ERR_BAD_REQUEST, field,
+             "%s is %lld, but only %zu bytes of the binary data are left after "
+             "the JSON (%zu in all, %zu taken by earlier inputs)",
+             field, (long long)in->binary_size, left, o->bin_len, o->bin_at);
+  const unsigned char *src = o->bin + o->bin_at;
+  o->bin_at += (size_t)in->binary_size;
+  void *dst = attnd__dec_alloc(d, (size_t)in->n * elem_size[in->def->elem]);
+  if (dst == NULL)
+    return attnd__dec_oom(d, in->path);
+  *out = dst;
+  switch (in->def->elem) {
+  case EL_FLOAT: {
+    static const attnd_st_dtype_t st[] = {[DT_FP32] = ATTND_ST_F32,
+                                          [DT_FP16] = ATTND_ST_F16,
+                                          [DT_BF16] = ATTND_ST_BF16,
+                                          [DT_FP64] = ATTND_ST_F64};
+    attnd_st_tensor_t t = {.name = in->def->name,
+                           .dtype = st[in->dtype],
+                           .rank = 1,
+                           .shape = {in->n},
+                           .elems = in->n,
+                           .data = src,
+                           .bytes = (size_t)in->binary_size};
+    int64_t bad = 0;
+    if (attnd_st_to_f32(&t, dst, &bad) < 0)
+      return E(d, ATTND_ERR_NON_FINITE, in->path,
+               "%s (%s) element %s is not a finite float32", in->path,
+               in->def->name, index_text(in, bad, at, sizeof at));
+    return 0;
+  }
+  case EL_INT:
+    for (int64_t i = 0; i < in->n; i++) {
+      int64_t x;
+      if (in->dtype == DT_INT32) {
+        int32_t y;
+        memcpy(&y, src + 4 * i, 4);
+        x = y;
+      } else {
+        memcpy(&x, src + 8 * i, 8);
+      }
+      ((int64_t *)dst)[i] = x;
+    }
+    return 0;
+  case EL_BOOL:
+    for (int64_t i = 0; i < in->n; i++) {
+      if (src[i] > 1)
+        return E(d, ATTND_ERR_INVALID_VALUE, in->path,
+                 "%s (%s) element %s is the byte %u; BOOL is 0 or 1", in->path,
+                 in->def->name, index_text(in, i, at, sizeof at), src[i]);
+      ((uint8_t *)dst)[i] = src[i];
+    }
+    return 0;
+  }
+  return 0;
+}
+
 /* inputs[at]: its header, then its data, into the params' tensor. */
 static int read_input(oip_t *o, const json_t *v, size_t at) {
   static const char *const known[] = {"name",       "shape", "datatype",
@@ -603,7 +710,8 @@ static int read_input(oip_t *o, const json_t *v, size_t at) {
   if (attnd__dec_members(&o->d, v, in.path, known) < 0 ||
       read_name(o, v, at, &in) < 0 || read_dtype(o, v, &in) < 0 ||
       read_input_params(o, v, &in) < 0 || read_shape(o, v, &in) < 0 ||
-      fill_json(o, v, &in, &data) < 0)
+      (in.binary_size >= 0 ? fill_binary(o, &in, &data)
+                           : fill_json(o, v, &in, &data)) < 0)
     return -1;
   attn_tensor_t *t = (attn_tensor_t *)((char *)&o->d.req->params + in.def->off);
   t->data = data;
@@ -624,6 +732,11 @@ static int read_inputs(oip_t *o, const json_t *ins) {
   if (o->input_at[0] < 0)
     return E(&o->d, ATTND_ERR_MISSING_FIELD, "inputs",
              "inputs has no tensor named query; it is required");
+  if (o->bin_at < o->bin_len)
+    return E(&o->d, ATTND_ERR_BAD_REQUEST, "Inference-Header-Content-Length",
+             "the body has %zu bytes after its JSON, and its inputs' "
+             "binary_data_size take %zu of them: the rest would be ignored",
+             o->bin_len, o->bin_at);
   return 0;
 }
 
@@ -790,24 +903,34 @@ static int decode_body(oip_t *o, const json_t *root) {
   return finish(o);
 }
 
-int attnd_oip_decode(const char *model, const char *json, size_t len,
-                     const attnd_config_t *cfg, attnd_layer_set_t *layers,
-                     attnd_request_t **out, attnd_error_t *err) {
+int attnd_oip_decode(const char *model, const char *body, size_t len,
+                     int64_t json_len, const attnd_config_t *cfg,
+                     attnd_layer_set_t *layers, attnd_request_t **out,
+                     attnd_error_t *err) {
   double t0 = attnd_now_ms();
   *out = NULL;
+  if (json_len > (int64_t)len)
+    return attnd_error_set(
+        err, ATTND_ERR_BAD_REQUEST, "Inference-Header-Content-Length",
+        "Inference-Header-Content-Length is %lld, past the end of the %zu "
+        "byte body",
+        (long long)json_len, len);
   attnd_request_t *j = calloc(1, sizeof *j);
   if (j == NULL)
     return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
                            "out of memory for a new request");
+  size_t n = json_len < 0 ? len : (size_t)json_len;
   oip_t o = {.d = {.req = j, .cfg = cfg, .err = err, .layers = layers},
-             .model = model};
+             .model = model,
+             .bin = json_len < 0 ? NULL : (const unsigned char *)body + n,
+             .bin_len = len - n};
   memset(o.input_at, -1, sizeof o.input_at);
   memset(o.output_at, -1, sizeof o.output_at);
   int r = resolve_model(&o);
   if (r == 0) {
     json_error_t je;
     int oom = 0;
-    json_t *root = attnd__dec_parse(json, len, &je, &oom);
+    json_t *root = attnd__dec_parse(body, n, &je, &oom);
     if (oom)
       r = attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
                           "out of memory parsing the request's JSON");

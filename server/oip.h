@@ -31,8 +31,10 @@
  * numbers (for FP16 and BF16 too: each is converted to float32 directly,
  * not rounded to the declared type first, as tritonclient sends the exact
  * values of the tensor), integers within the datatype's range, or for BOOL
- * true, false, 0 or 1. An input with "parameters": {"binary_data_size"}
- * needs the binary extension and is answered not_implemented for now.
+ * true, false, 0 or 1. An input with "parameters": {"binary_data_size":
+ * n} and no "data" takes the next n bytes of the binary data instead: its
+ * elements little-endian and row-major, one byte (0 or 1) for BOOL, FP16,
+ * BF16 and FP64 converted to float32 (each must be finite).
  *
  * Outputs: output [B, Lq, Eo], weights [B, H, Lq, Lk], weights_mean
  * [B, Lq, Lk] and head_outputs [B, H, Lq, Dv]; a request that names none
@@ -49,6 +51,7 @@
 #define ATTND_OIP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "errors.h"
@@ -58,17 +61,22 @@
 /* The generic model's name. */
 #define ATTND_OIP_GENERIC "attention"
 
-/* Decodes the OIP inference request json[0..len) for `model` (the URL's
+/* Decodes the OIP inference request body[0..len) for `model` (the URL's
  * name, NUL-terminated) into a new request (*out): every input converted,
  * the parameters and outputs read, the attention planned and the
- * configured limits checked, as attnd_request_decode does for /v1. With a
- * layer model, the request holds a reference to `layers`. Returns 0, or -1
- * with `err` set (unknown_layer for an unknown model, invalid_json, a 422
- * code for an invalid request, not_implemented for binary data,
+ * configured limits checked, as attnd_request_decode does for /v1. With
+ * json_len >= 0 (the request's Inference-Header-Content-Length), the JSON
+ * is body[0..json_len) and the bytes after it are Triton's binary tensor
+ * data, taken in order by the inputs with a binary_data_size, which must
+ * take them all; with -1, the whole body is JSON. With a layer model, the
+ * request holds a reference to `layers`. Returns 0, or -1 with `err` set
+ * (unknown_layer for an unknown model, invalid_json, bad_request for
+ * framing that does not add up, a 422 code for an invalid request,
  * out_of_memory). Borrows its arguments. HTTP thread. */
-int attnd_oip_decode(const char *model, const char *json, size_t len,
-                     const attnd_config_t *cfg, attnd_layer_set_t *layers,
-                     attnd_request_t **out, attnd_error_t *err);
+int attnd_oip_decode(const char *model, const char *body, size_t len,
+                     int64_t json_len, const attnd_config_t *cfg,
+                     attnd_layer_set_t *layers, attnd_request_t **out,
+                     attnd_error_t *err);
 
 /* "output", "weights", "weights_mean" or "head_outputs", for one
  * ATTND_OIP_* bit; NULL for anything else. Any thread. */

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "codec/buf.h"
 #include "config.h"
 #include "decode_diff.h"
 #include "layer_files.h"
@@ -244,7 +245,7 @@ static attnd_request_t *same(const char *model, const char *oip,
                              const char *v1) {
   attnd_request_t *a = NULL, *b = NULL;
   attnd_error_t ea, eb;
-  int ra = attnd_oip_decode(model, oip, strlen(oip), &cfg, layers, &a, &ea);
+  int ra = attnd_oip_decode(model, oip, strlen(oip), -1, &cfg, layers, &a, &ea);
   ck_assert_msg(ra == 0, "OIP: %s (%s): %s\n%s", attnd_error_name(ea.code),
                 ea.field, ea.message, oip);
   int rb = attnd_request_decode(v1, strlen(v1), &cfg, layers, &b, &eb);
@@ -347,7 +348,7 @@ START_TEST(test_generic_parameters) {
     const char *body = "{\"parameters\":{\"num_heads\":null},\"inputs\":[{"
                        "\"name\":\"query\",\"shape\":[1],\"datatype\":"
                        "\"FP32\",\"data\":[1]}]}";
-    ck_assert_int_eq(attnd_oip_decode(ATTND_OIP_GENERIC, body, strlen(body),
+    ck_assert_int_eq(attnd_oip_decode(ATTND_OIP_GENERIC, body, strlen(body), -1,
                                       &cfg, layers, &r, &e),
                      -1);
     ck_assert_str_eq(e.field, "parameters.num_heads");
@@ -450,7 +451,8 @@ END_TEST
 static attnd_request_t *decode_ok(const char *model, const char *body) {
   attnd_request_t *r = NULL;
   attnd_error_t e;
-  int rc = attnd_oip_decode(model, body, strlen(body), &cfg, layers, &r, &e);
+  int rc =
+      attnd_oip_decode(model, body, strlen(body), -1, &cfg, layers, &r, &e);
   ck_assert_msg(rc == 0, "%s (%s): %s\n%s", attnd_error_name(e.code), e.field,
                 e.message, body);
   return r;
@@ -473,6 +475,113 @@ START_TEST(test_direct_conversion) {
     ck_assert_float_eq(q[1], 70000.3f);
     attnd_request_free(r);
   }
+}
+END_TEST
+
+/* ---- same: binary data --------------------------------------------------
+ */
+
+/* Appends element x of datatype dt, little-endian, to b. */
+static void put_elem(attnd_buf_t *b, const char *dt, const json_t *x) {
+  unsigned char e[8];
+  size_t n;
+  double v = json_is_true(x) ? 1 : json_is_false(x) ? 0 : json_number_value(x);
+  if (strcmp(dt, "FP32") == 0) {
+    float f = (float)v;
+    memcpy(e, &f, n = 4);
+  } else if (strcmp(dt, "FP16") == 0) {
+    _Float16 h = (_Float16)v;
+    memcpy(e, &h, n = 2);
+  } else if (strcmp(dt, "BF16") == 0) { /* exact values: the top half */
+    float f = (float)v;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t h = (uint16_t)(u >> 16);
+    memcpy(e, &h, n = 2);
+  } else if (strcmp(dt, "FP64") == 0) {
+    memcpy(e, &v, n = 8);
+  } else if (strcmp(dt, "INT32") == 0) {
+    int32_t i = (int32_t)v;
+    memcpy(e, &i, n = 4);
+  } else if (strcmp(dt, "INT64") == 0) {
+    int64_t i = (int64_t)v;
+    memcpy(e, &i, n = 8);
+  } else { /* BOOL */
+    e[0] = v != 0;
+    n = 1;
+  }
+  attnd_buf_append(b, (const char *)e, n);
+}
+
+static void put_leaves(attnd_buf_t *b, const char *dt, const json_t *v) {
+  size_t i;
+  const json_t *x;
+  if (!json_is_array(v)) {
+    put_elem(b, dt, v);
+    return;
+  }
+  json_array_foreach(v, i, x) put_leaves(b, dt, x);
+}
+
+/* The OIP request text `oip` with the data of every input whose index has
+ * bit `which` set sent as binary data instead: a new body in *body (free)
+ * whose first *json_len bytes are the JSON. */
+static size_t to_binary(const char *oip, unsigned which, char **body,
+                        int64_t *json_len) {
+  json_t *root = load(oip), *in;
+  attnd_buf_t bin;
+  attnd_buf_init(&bin);
+  size_t i;
+  json_array_foreach(json_object_get(root, "inputs"), i, in) {
+    if (!(which >> i & 1))
+      continue;
+    size_t before = bin.len;
+    put_leaves(&bin, json_string_value(json_object_get(in, "datatype")),
+               json_object_get(in, "data"));
+    json_object_del(in, "data");
+    json_object_set_new(
+        in, "parameters",
+        json_pack("{s:I}", "binary_data_size", (json_int_t)(bin.len - before)));
+  }
+  char *text = dump(root);
+  size_t n = strlen(text);
+  *body = malloc(n + bin.len + 1);
+  memcpy(*body, text, n);
+  if (bin.len)
+    memcpy(*body + n, bin.data, bin.len);
+  *json_len = (int64_t)n;
+  free(text);
+  n += bin.len;
+  attnd_buf_free(&bin);
+  return n;
+}
+
+/* Every input as binary data (and, by turns, every other one), in each
+ * float datatype and INT32 or INT64: the same request as JSON data. */
+START_TEST(test_binary_same) {
+  static const char *const fdt[] = {"FP32", "FP16", "BF16", "FP64"};
+  const char *extra = "{\"parameters\":{\"num_heads\":2,\"num_kv_heads\":1,"
+                      "\"rope_theta\":100},\"outputs\":[{\"name\":\"output\","
+                      "\"parameters\":{\"binary_data\":true}}]}";
+  char *oip, *v1, *body;
+  build(every_input, sizeof every_input / sizeof every_input[0], extra, "{}",
+        fdt[_i % 4], _i % 2 ? "INT64" : "INT32", 0, &oip, &v1);
+  attnd_request_t *a = decode_ok(ATTND_OIP_GENERIC, oip), *b = NULL;
+  int64_t json_len;
+  size_t len = to_binary(oip, _i < 4 ? ~0u : 0x5555u, &body, &json_len);
+  attnd_error_t e;
+  int rc = attnd_oip_decode(ATTND_OIP_GENERIC, body, len, json_len, &cfg,
+                            layers, &b, &e);
+  ck_assert_msg(rc == 0, "%s (%s): %s\n%.*s", attnd_error_name(e.code), e.field,
+                e.message, (int)json_len, body);
+  const char *d = decode_request_diff(a, b);
+  ck_assert_msg(d == NULL, "%s differs\n%.*s", d, (int)json_len, body);
+  ck_assert_uint_eq(b->oip_binary, ATTND_OIP_OUTPUT);
+  attnd_request_free(a);
+  attnd_request_free(b);
+  free(body);
+  free(oip);
+  free(v1);
 }
 END_TEST
 
@@ -503,8 +612,17 @@ typedef struct err_case {
   const char *code;
   const char *field;
   const char *msg; /* words the message must contain, '|' between */
+  /* Binary data: with bin, the body is JSON (body) then bin[0..bin_len),
+   * and Inference-Header-Content-Length says strlen(body) (or json_len
+   * when that is not 0). */
+  const char *bin;
+  size_t bin_len;
+  int64_t json_len;
 } err_case_t;
 
+/* Cases without binary data leave its three members out (zero). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 static const err_case_t err_cases[] = {
     /* the model, the JSON, the root */
     {"nope", GEN("", "", ""), "unknown_layer", "model",
@@ -557,11 +675,64 @@ static const err_case_t err_cases[] = {
      "invalid_value", "inputs[1].datatype", "key_lengths takes INT32 or INT64"},
     {NULL, GEN("", IN("allow", "INT32", "[2,2]", "[1,0,1,1]"), ""),
      "invalid_value", "inputs[1].datatype", "'INT32'; allow takes BOOL"},
+/* binary data: framing */
+#define QB(dt, shape, size)                                                    \
+  QX("{\"name\":\"query\",\"datatype\":\"" dt "\",\"shape\":" shape            \
+     ",\"parameters\":{\"binary_data_size\":" size "}}")
+    {NULL, QB("FP32", "[1]", "4"), "bad_request",
+     "inputs[0].parameters.binary_data_size",
+     "is given, but the request has no binary data|"
+     "Inference-Header-Content-Length"},
+    {NULL, QB("FP32", "[1]", "4"), "bad_request",
+     "Inference-Header-Content-Length",
+     "Inference-Header-Content-Length is 9999, past the end of the", "\0\0\0",
+     3, 9999},
+    {NULL, QB("FP32", "[2]", "4"), "size_mismatch",
+     "inputs[0].parameters.binary_data_size",
+     "binary_data_size is 4, but query's shape [2] of FP32 needs 8 bytes",
+     "\0\0\0\0", 4},
+    {NULL, QB("FP16", "[2]", "4"), "bad_request",
+     "inputs[0].parameters.binary_data_size",
+     "is 4, but only 3 bytes of the binary data are left after the JSON",
+     "\0\0\0", 3},
+    {NULL, QB("BF16", "[2]", "4"), "bad_request",
+     "Inference-Header-Content-Length",
+     "the body has 6 bytes after its JSON, and its inputs' binary_data_size "
+     "take 4 of them",
+     "\0\0\0\0\0\0", 6},
     {NULL,
      QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1],"
-        "\"parameters\":{\"binary_data_size\":4}}"),
-     "not_implemented", "inputs[0].parameters.binary_data_size",
-     "binary tensor data is not taken yet"},
+        "\"data\":[1]}"),
+     "bad_request", "Inference-Header-Content-Length",
+     "the body has 2 bytes after its JSON, and its inputs' binary_data_size "
+     "take 0 of them",
+     "\0\0", 2},
+    {NULL,
+     QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1],"
+        "\"parameters\":{\"binary_data_size\":4},\"data\":[1]}"),
+     "invalid_value", "inputs[0].parameters.binary_data_size",
+     "an input's data is JSON or binary, not both", "\0\0\0\0", 4},
+    {NULL, QB("FP32", "[1]", "-4"), "invalid_value",
+     "inputs[0].parameters.binary_data_size", "is -4; expected 0 to",
+     "\0\0\0\0", 4},
+    {NULL, QB("FP32", "[1]", "\"4\""), "invalid_type",
+     "inputs[0].parameters.binary_data_size", "is a string", "\0\0\0\0", 4},
+    /* binary data: values */
+    {NULL, QB("FP32", "[1,2]", "8"), "non_finite", "inputs[0]",
+     "inputs[0] (query) element [0, 1] is not a finite float32",
+     "\0\0\0\0\0\0\xc0\x7f", 8},
+    {NULL, QB("FP16", "[2]", "4"), "non_finite", "inputs[0]",
+     "inputs[0] (query) element [0] is not a finite float32", "\0\x7c\0\0", 4},
+    {NULL, QB("FP64", "[1]", "8"), "non_finite", "inputs[0]",
+     "element [0] is not a finite float32", "\0\0\0\0\0\0\xf0\x47", 8},
+    {NULL,
+     "{\"parameters\":{\"num_heads\":2},\"inputs\":[{\"name\":\"query\","
+     "\"datatype\":\"FP32\",\"shape\":[1,2],\"data\":[1,2]},{\"name\":"
+     "\"allow\",\"datatype\":\"BOOL\",\"shape\":[1,2],\"parameters\":{"
+     "\"binary_data_size\":2}}]}",
+     "invalid_value", "inputs[1]",
+     "inputs[1] (allow) element [0, 1] is the byte 2; BOOL is 0 or 1", "\1\2",
+     2},
     {NULL,
      QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1],"
         "\"parameters\":{\"shared_memory_region\":\"x\"}}"),
@@ -765,6 +936,7 @@ static const err_case_t err_cases[] = {
      "limit_exceeded", "outputs[1]",
      "the reply would take up to 17408 bytes, over max_response_bytes 16384"},
 };
+#pragma GCC diagnostic pop
 
 START_TEST(test_errors) {
   const err_case_t *c = &err_cases[_i];
@@ -772,8 +944,14 @@ START_TEST(test_errors) {
   attnd_request_t *r = NULL;
   attnd_error_t e;
   memset(&e, 0, sizeof e);
-  int rc =
-      attnd_oip_decode(model, c->body, strlen(c->body), &cfg, layers, &r, &e);
+  size_t n = strlen(c->body), len = n + c->bin_len;
+  char *body = malloc(len + 1);
+  memcpy(body, c->body, n);
+  if (c->bin)
+    memcpy(body + n, c->bin, c->bin_len);
+  int64_t json_len = !c->bin ? -1 : c->json_len ? c->json_len : (int64_t)n;
+  int rc = attnd_oip_decode(model, body, len, json_len, &cfg, layers, &r, &e);
+  free(body);
   ck_assert_msg(rc == -1 && r == NULL, "case %d decoded: %s", _i, c->body);
   ck_assert_msg(strcmp(attnd_error_name(e.code), c->code) == 0,
                 "case %d: code %s, not %s: %s", _i, attnd_error_name(e.code),
@@ -798,6 +976,7 @@ Suite *test_suite(void) {
                       (int)(sizeof param_cases / sizeof param_cases[0]));
   tcase_add_loop_test(tc, test_layer_models, 0, 2);
   tcase_add_test(tc, test_direct_conversion);
+  tcase_add_loop_test(tc, test_binary_same, 0, 8);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_loop_test(tc, test_errors, 0,

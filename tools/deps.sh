@@ -11,6 +11,7 @@ need='pkg:libmicrohttpd libmicrohttpd-dev
 pkg:gnutls libgnutls28-dev
 pkg:jansson libjansson-dev
 pkg:libuv libuv1-dev
+pkg:zlib zlib1g-dev
 pkg:openblas libopenblas-dev
 pkg:check check
 pkg:libcurl libcurl4-openssl-dev
