@@ -315,7 +315,6 @@ int attnd__dec_limits(dec_t *d) {
       {j->params.want_mean_weights, pl->mean_elems, "weights"},
       {j->params.want_head_outputs, pl->head_elems, "head_outputs"},
   };
-  double bytes = 0;
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
     if (!outs[i].on)
       continue;
@@ -328,8 +327,8 @@ int attnd__dec_limits(dec_t *d) {
                "max_tensor_elements %lld",
                outs[i].name, (long long)outs[i].n,
                (long long)c->max_tensor_elements);
-    bytes += attnd_request_reply_bytes(j, outs[i].n);
   }
+  double bytes = attnd_request_reply_bytes(j);
   if (bytes > (double)c->max_response_bytes)
     return E(d, ATTND_ERR_LIMIT_EXCEEDED,
              j->params.want_weights || j->params.want_mean_weights

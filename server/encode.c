@@ -25,17 +25,9 @@ static void put_tensor(attnd_buf_t *b, const attnd_request_t *j,
 void attnd_request_encode(attnd_request_t *j, attnd_buf_t *b,
                           double *total_ms) {
   const attn_plan_t *pl = &j->plan;
-  const attn_params_t *p = &j->params;
   double t0 = attnd_now_ms();
   /* one allocation: the text's size is known, or bounded for numbers */
-  double need = attnd_request_reply_bytes(j, pl->out_elems) + 1024;
-  if (p->want_weights)
-    need += attnd_request_reply_bytes(j, pl->weights_elems);
-  if (p->want_mean_weights)
-    need += attnd_request_reply_bytes(j, pl->mean_elems);
-  if (p->want_head_outputs)
-    need += attnd_request_reply_bytes(j, pl->head_elems);
-  attnd_buf_reserve(b, (size_t)need);
+  attnd_buf_reserve(b, (size_t)attnd_request_reply_bytes(j) + 1024);
   attnd_buf_puts(b, "{\"id\":");
   if (j->id)
     attnd_buf_json_string(b, j->id, strlen(j->id));

@@ -1,10 +1,15 @@
 /* server/http.c: routes, request intake and replies. See server.h.
  *
- * A POST /v1/attention request goes:
- *   1. first callback (headers): route, method, Content-Type and
- *      Content-Length are checked; a body over max_body_bytes is refused
- *      with 413 before it is read;
- *   2. upload callbacks: the body accumulates;
+ * Two protocols compute attention: /v1 (POST /v1/attention, decode.c) and
+ * the Open Inference Protocol (POST /v2/models/{model}/infer, oip.c). Each
+ * decodes its body into the one request type and has its own reply and
+ * error form; everything else, from the framing to the queue, is shared.
+ * A POST request goes:
+ *   1. first callback (headers): route, method, Content-Type,
+ *      Content-Encoding and Content-Length are checked; a body over
+ *      max_body_bytes is refused with 413 before it is read;
+ *   2. upload callbacks: the body accumulates, inflated as it arrives when
+ *      it has a content coding (gzip or deflate), within max_body_bytes;
  *   3. last callback: the body is decoded and validated into a job (HTTP
  *      thread), admitted to the scheduler (or 429), and the connection is
  *      suspended;
@@ -19,13 +24,16 @@
 #include <string.h>
 
 #include "access_log.h"
+#include "codec/deflate.h"
 #include "codec/util.h"
+#include "oip.h"
 #include "request.h"
 #include "server.h"
 
 #include "tls.h"
 
-/* R_PREFLIGHT: a CORS preflight (OPTIONS) on a known path. */
+/* R_PREFLIGHT: a CORS preflight (OPTIONS) on a known path. R_V2_*: the
+ * paths of the Open Inference Protocol (oip.h). */
 enum {
   R_NONE,
   R_ATTENTION,
@@ -34,14 +42,28 @@ enum {
   R_METRICS,
   R_INFO,
   R_LAYERS,
+  R_V2_SERVER,
+  R_V2_LIVE,
+  R_V2_READY,
+  R_V2_MODEL,
+  R_V2_MODEL_READY,
+  R_V2_INFER,
   R_PREFLIGHT
 };
+
+/* The routes whose POST bodies become attention requests. */
+static int computes(int route) {
+  return route == R_ATTENTION || route == R_V2_INFER;
+}
 
 /* One HTTP request, from its first callback to its completion. */
 typedef struct req {
   attnd_server_t *srv;
   struct MHD_Connection *conn;
   int route;
+  attnd_protocol_t proto; /* its replies' and errors' form, and metrics */
+  char model[256];        /* /v2/models/{model}...: the name */
+  char version[16];       /* .../versions/{version}, or "" */
   double t_arrival;
   char request_id[96];
   char method[8];
@@ -50,11 +72,19 @@ typedef struct req {
   attnd_request_t *req; /* owned while not submitted or after it came back */
   attnd_sched_outcome_t outcome; /* how the scheduler passed it back */
   uv_mutex_t mu;                 /* orders suspension before resumption */
-  int submitted;     /* under mu: the scheduler owns req until it is back */
-  int too_large;     /* the body outgrew max_body_bytes */
-  int over_budget;   /* the body did not fit in max_memory_bytes */
-  int64_t mem_held;  /* this request's share of mem_used */
-  const char *allow; /* the methods a 405 names */
+  int submitted;   /* under mu: the scheduler owns req until it is back */
+  int too_large;   /* the body outgrew max_body_bytes */
+  int over_budget; /* the body did not fit in max_memory_bytes */
+  attnd_inflate_t *inflate; /* the body's content coding, or NULL */
+  attnd_coding_t coding;    /* the body's (identity without inflate) */
+  int bad_coding;           /* the coded body does not inflate: why */
+  int no_memory;            /* no memory to inflate it */
+  char coding_msg[160];
+  attnd_coding_t reply_coding; /* from Accept-Encoding */
+  int64_t json_len;            /* Inference-Header-Content-Length, or -1 */
+  size_t reply_json;           /* the same for the reply; 0 for none */
+  int64_t mem_held;            /* this request's share of mem_used */
+  const char *allow;           /* the methods a 405 names */
   int status;
   size_t bytes_in, bytes_out;
   double total_ms;
@@ -81,10 +111,27 @@ static void add_security_headers(req_t *r, struct MHD_Response *resp,
       r->route == R_PREFLIGHT, r->allow, add_header, resp);
 }
 
+/* A 200 body of at least this many bytes is compressed when the client's
+ * Accept-Encoding asks for it; smaller ones would gain nothing. */
+#define COMPRESS_MIN 1024
+
 /* Queues `body` (malloc'd, owned by MHD afterwards; NULL when len is 0)
- * with the common headers; `ctype` NULL for none. */
+ * with the common headers; `ctype` NULL for none. A 200 reply is
+ * compressed in the coding of the client's Accept-Encoding, if any. */
 static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
                                  const char *ctype) {
+  const char *coding = NULL;
+  if (status == 200 && len >= COMPRESS_MIN &&
+      r->reply_coding != ATTND_CODING_IDENTITY) {
+    attnd_buf_t z;
+    attnd_buf_init(&z);
+    if (attnd_deflate(r->reply_coding, body, len, &z) == 0) {
+      free(body);
+      body = z.data;
+      len = z.len;
+      coding = attnd_coding_name(r->reply_coding);
+    } /* out of memory: the reply goes uncompressed */
+  }
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
   if (resp == NULL) {
@@ -93,6 +140,10 @@ static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
   }
   if (ctype)
     MHD_add_response_header(resp, "Content-Type", ctype);
+  if (coding)
+    MHD_add_response_header(resp, "Content-Encoding", coding);
+  if (status == 200 && len >= COMPRESS_MIN) /* it could have been coded */
+    MHD_add_response_header(resp, "Vary", "Accept-Encoding");
   MHD_add_response_header(resp, "X-Request-Id", r->request_id);
   add_security_headers(r, resp, status);
   if (status == 405 && r->allow)
@@ -105,7 +156,12 @@ static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
   }
   if (atomic_load(&r->srv->draining))
     MHD_add_response_header(resp, "Connection", "close");
-  if (r->route == R_ATTENTION && status == 200 && r->req) {
+  if (status == 200 && r->reply_json) {
+    char hl[24];
+    snprintf(hl, sizeof hl, "%zu", r->reply_json);
+    MHD_add_response_header(resp, "Inference-Header-Content-Length", hl);
+  }
+  if (computes(r->route) && status == 200 && r->req) {
     const attnd_request_t *j = r->req;
     char st[256];
     snprintf(st, sizeof st,
@@ -138,28 +194,50 @@ static enum MHD_Result send_json(req_t *r, int status, json_t *v) {
   return send_body(r, status, body, n + 1, "application/json");
 }
 
-/* {"error":{"code","message","field"}} written with the codec's string
+/* The error reply: /v1's {"error":{"code","message","field"}}, or the Open
+ * Inference Protocol's {"error":"<message>"} (its clients read a string
+ * there) with that protocol's status. Written with the codec's string
  * escaper, which turns bytes that are not UTF-8 (a client's path, a
  * message cut short) into U+FFFD, so that every error gets its reply. */
 static enum MHD_Result send_error(req_t *r, const attnd_error_t *e) {
   attnd_metrics_reject(r->srv->metrics, attnd_error_reason(e->code));
   attnd_buf_t b;
   attnd_buf_init(&b);
-  attnd_buf_puts(&b, "{\"error\":{\"code\":\"");
-  attnd_buf_puts(&b, attnd_error_name(e->code));
-  attnd_buf_puts(&b, "\",\"message\":");
-  attnd_buf_json_string(&b, e->message, strlen(e->message));
-  if (e->field[0]) {
-    attnd_buf_puts(&b, ",\"field\":");
-    attnd_buf_json_string(&b, e->field, strlen(e->field));
+  int status;
+  if (r->proto == ATTND_PROTO_V2) {
+    status = attnd_error_status_v2(e->code);
+    attnd_buf_puts(&b, "{\"error\":");
+    attnd_buf_json_string(&b, e->message, strlen(e->message));
+    attnd_buf_puts(&b, "}\n");
+  } else {
+    status = attnd_error_status(e->code);
+    attnd_buf_puts(&b, "{\"error\":{\"code\":\"");
+    attnd_buf_puts(&b, attnd_error_name(e->code));
+    attnd_buf_puts(&b, "\",\"message\":");
+    attnd_buf_json_string(&b, e->message, strlen(e->message));
+    if (e->field[0]) {
+      attnd_buf_puts(&b, ",\"field\":");
+      attnd_buf_json_string(&b, e->field, strlen(e->field));
+    }
+    attnd_buf_puts(&b, "}}\n");
   }
-  attnd_buf_puts(&b, "}}\n");
   if (b.oom) {
     attnd_buf_free(&b);
     return MHD_NO;
   }
-  return send_body(r, attnd_error_status(e->code), b.data, b.len,
-                   "application/json");
+  return send_body(r, status, b.data, b.len, "application/json");
+}
+
+/* A body written into b, sent with `status` (b is emptied). */
+static enum MHD_Result send_buf(req_t *r, int status, attnd_buf_t *b,
+                                const char *ctype) {
+  if (b->oom) {
+    attnd_buf_free(b);
+    return MHD_NO;
+  }
+  enum MHD_Result ok = send_body(r, status, b->data, b->len, ctype);
+  attnd_buf_init(b);
+  return ok;
 }
 
 static enum MHD_Result fail(req_t *r, attnd_err_t code, const char *field,
@@ -298,57 +376,135 @@ static enum MHD_Result get_layers(req_t *r) {
   return ret;
 }
 
-/* ---- POST /v1/attention ---------------------------------------------------
+/* ---- POST: the bodies that become attention requests ---------------------
  */
 
-static int json_content_type(const char *ct) {
-  if (ct == NULL)
-    return 0;
-  size_t n = strlen("application/json");
-  return strncasecmp(ct, "application/json", n) == 0 &&
+/* ct is `type`, maybe with parameters ("application/json; charset=utf-8"). */
+static int is_media_type(const char *ct, const char *type) {
+  size_t n = strlen(type);
+  return ct && strncasecmp(ct, type, n) == 0 &&
          (ct[n] == 0 || ct[n] == ';' || ct[n] == ' ');
 }
 
-static enum MHD_Result attention_start(req_t *r) {
+/* /v1 takes JSON alone. The Open Inference Protocol's clients send none
+ * (tritonclient), JSON, or a binary body (JSON, then tensors). */
+static enum MHD_Result check_content_type(req_t *r, int *ok) {
+  const char *ct =
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
+  int v2 = r->proto == ATTND_PROTO_V2;
+  *ok = is_media_type(ct, "application/json") ||
+        (v2 && (!ct || is_media_type(ct, "application/octet-stream")));
+  if (*ok)
+    return MHD_YES;
+  return fail(r, ATTND_ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
+              "Content-Type is %s%s%s; expected application/json%s",
+              ct ? "'" : "", ct ? ct : "missing", ct ? "'" : "",
+              v2 ? ", application/octet-stream or none" : "");
+}
+
+/* Inference-Header-Content-Length (OIP): the JSON's length in a binary
+ * body, a decimal integer; -1 when absent. */
+static enum MHD_Result read_json_length(req_t *r, int *ok) {
+  const char *h = MHD_lookup_connection_value(
+      r->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+  r->json_len = -1;
+  *ok = 1;
+  if (h == NULL || r->proto != ATTND_PROTO_V2)
+    return MHD_YES;
+  size_t n = strlen(h);
+  *ok = n > 0 && n <= 18 && strspn(h, "0123456789") == n;
+  if (!*ok)
+    return fail(r, ATTND_ERR_BAD_REQUEST, "Inference-Header-Content-Length",
+                "Inference-Header-Content-Length is '%.40s'; expected the "
+                "length in bytes of the body's JSON",
+                h);
+  r->json_len = (int64_t)strtoll(h, NULL, 10);
+  return MHD_YES;
+}
+
+/* Content-Encoding: identity, or gzip or deflate, inflated as it comes. */
+static enum MHD_Result read_coding(req_t *r, int *ok) {
+  const char *h =
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Encoding");
+  int c = h ? attnd_coding_parse(h) : ATTND_CODING_IDENTITY;
+  *ok = c >= 0;
+  if (!*ok)
+    return fail(r, ATTND_ERR_UNSUPPORTED_MEDIA_TYPE, "Content-Encoding",
+                "Content-Encoding '%.40s' is not supported; send gzip, "
+                "deflate or none",
+                h);
+  r->coding = (attnd_coding_t)c;
+  if (c != ATTND_CODING_IDENTITY &&
+      (r->inflate = attnd_inflate_new(r->coding)) == NULL)
+    return *ok = 0, fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                         "out of memory to inflate the body");
+  return MHD_YES;
+}
+
+static enum MHD_Result body_start(req_t *r) {
   attnd_server_t *s = r->srv;
+  int ok;
+  enum MHD_Result ret;
   if (atomic_load(&s->draining))
     return fail(r, ATTND_ERR_DRAINING, NULL,
                 "the server is shutting down; retry on another instance");
-  const char *ct =
-      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
-  if (!json_content_type(ct))
-    return fail(r, ATTND_ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
-                "Content-Type is %s%s%s; expected application/json",
-                ct ? "'" : "", ct ? ct : "missing", ct ? "'" : "");
+  if ((ret = check_content_type(r, &ok), !ok) ||
+      (ret = read_coding(r, &ok), !ok) || (ret = read_json_length(r, &ok), !ok))
+    return ret;
   const char *cl =
       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
   if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg->max_body_bytes)
     return fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
                 "the body has %s bytes, over max_body_bytes %lld", cl,
                 (long long)s->cfg->max_body_bytes);
-  if (cl && mem_take(r, (int64_t)strtoull(cl, NULL, 10)) < 0)
+  /* a coded body takes its share as it inflates */
+  if (cl && !r->inflate && mem_take(r, (int64_t)strtoull(cl, NULL, 10)) < 0)
     return no_memory(r, (int64_t)strtoull(cl, NULL, 10));
   return MHD_YES; /* read the body */
 }
 
+/* Inflates a coded body's next bytes into r->body, within max_body_bytes
+ * and the memory budget, which it takes as the body grows. */
+static void inflate_more(req_t *r, const char *data, size_t size, size_t max) {
+  size_t before = r->body.len;
+  int rc = attnd_inflate_feed(r->inflate, data, size, &r->body, max,
+                              r->coding_msg, sizeof r->coding_msg);
+  if (rc == -1)
+    r->bad_coding = 1;
+  else if (rc == -2)
+    r->too_large = 1;
+  else if (rc == -3)
+    r->no_memory = 1;
+  else if (mem_take(r, (int64_t)(r->body.len - before)) < 0)
+    r->over_budget = 1;
+  if (rc < 0 || r->over_budget)
+    attnd_buf_free(&r->body);
+}
+
 /* Accumulates the body. A body without Content-Length that outgrows
- * max_body_bytes is discarded as it arrives and answered 413 at its end
- * (libmicrohttpd cannot answer in the middle of an upload); one that keeps
- * going 64 MiB past the limit has its connection closed. */
-static enum MHD_Result attention_body(req_t *r, const char *data,
-                                      size_t *size) {
+ * max_body_bytes (or a coded one that inflates past it) is discarded as it
+ * arrives and answered 413 at its end (libmicrohttpd cannot answer in the
+ * middle of an upload); one that keeps going 64 MiB past the limit has its
+ * connection closed. */
+static enum MHD_Result body_more(req_t *r, const char *data, size_t *size) {
   attnd_server_t *s = r->srv;
   size_t max = (size_t)s->cfg->max_body_bytes;
   r->bytes_in += *size;
-  if (r->too_large || r->body.len + *size > max) {
+  if (!r->inflate && r->body.len + *size > max)
     r->too_large = 1;
+  if (r->too_large || r->bad_coding || r->over_budget || r->no_memory) {
     attnd_buf_free(&r->body);
     *size = 0;
-    return r->bytes_in - max > ((size_t)64 << 20) ? MHD_NO : MHD_YES;
+    return r->bytes_in > max + ((size_t)64 << 20) ? MHD_NO : MHD_YES;
+  }
+  if (r->inflate) {
+    inflate_more(r, data, *size, max);
+    *size = 0;
+    return MHD_YES;
   }
   const char *cl =
       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
-  if (r->over_budget || (!cl && mem_take(r, (int64_t)*size) < 0)) {
+  if (!cl && mem_take(r, (int64_t)*size) < 0) {
     r->over_budget = 1; /* without a length, the body takes as it grows */
     attnd_buf_free(&r->body);
     *size = 0;
@@ -361,22 +517,39 @@ static enum MHD_Result attention_body(req_t *r, const char *data,
   return MHD_YES;
 }
 
-static enum MHD_Result attention_submit(req_t *r) {
+/* The body, read whole: decoded by its protocol into a request, which is
+ * submitted to the scheduler, and the connection suspended. */
+static enum MHD_Result body_submit(req_t *r) {
   attnd_server_t *s = r->srv;
   attnd_error_t e;
   attnd_request_t *req;
+  if (r->too_large && r->inflate)
+    return fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
+                "the %s body inflates past max_body_bytes %lld",
+                attnd_coding_name(r->coding),
+                (long long)s->cfg->max_body_bytes);
   if (r->too_large)
     return fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
                 "the body has %zu bytes, over max_body_bytes %lld", r->bytes_in,
                 (long long)s->cfg->max_body_bytes);
-  if (r->body.oom)
+  if (r->bad_coding ||
+      (r->inflate &&
+       attnd_inflate_end(r->inflate, r->coding_msg, sizeof r->coding_msg) < 0))
+    return fail(r, ATTND_ERR_BAD_REQUEST, "Content-Encoding",
+                "Content-Encoding is %s, but %s", attnd_coding_name(r->coding),
+                r->coding_msg);
+  if (r->body.oom || r->no_memory)
     return fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                 "out of memory reading the body");
   if (r->over_budget)
-    return no_memory(r, (int64_t)r->bytes_in);
+    return no_memory(r, (int64_t)(r->inflate ? r->body.len : r->bytes_in));
   attnd_layer_set_t *layers = attnd_server_layers(s);
-  int bad = attnd_request_decode(r->body.data ? r->body.data : "", r->body.len,
-                                 s->cfg, layers, &req, &e);
+  const char *body = r->body.data ? r->body.data : "";
+  int bad =
+      r->route == R_V2_INFER
+          ? attnd_oip_decode(r->model, body, r->body.len, r->json_len, s->cfg,
+                             layers, &req, &e)
+          : attnd_request_decode(body, r->body.len, s->cfg, layers, &req, &e);
   attnd_layer_set_unref(layers); /* a request with a layer holds its own */
   if (bad < 0)
     return send_error(r, &e);
@@ -421,7 +594,7 @@ static enum MHD_Result attention_submit(req_t *r) {
 }
 
 /* The request came back (the connection was resumed): write its reply. */
-static enum MHD_Result attention_reply(req_t *r) {
+static enum MHD_Result body_reply(req_t *r) {
   attnd_request_t *j = r->req;
   if (r->outcome == ATTND_SCHED_ABANDONED) {
     r->status = 499; /* logged only: nobody is listening */
@@ -444,18 +617,26 @@ static enum MHD_Result attention_reply(req_t *r) {
                 "retry later");
   attnd_buf_t b;
   attnd_buf_init(&b);
-  attnd_request_encode(j, &b, &r->total_ms);
+  size_t json_len = 0;
+  if (r->route == R_V2_INFER)
+    attnd_oip_encode(j, r->model, &b, &json_len, &r->total_ms);
+  else
+    attnd_request_encode(j, &b, &r->total_ms);
   if (b.oom) {
     attnd_buf_free(&b);
     return fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                 "out of memory for the reply");
   }
-  attnd_metrics_observe(r->srv->metrics, j->plan.Lk, j->t.start - j->t.submit,
-                        j->t.end - j->t.start, r->total_ms);
-  return send_body(r, 200, b.data, b.len, "application/json");
+  attnd_metrics_observe(r->srv->metrics, r->proto, j->plan.Lk,
+                        j->t.start - j->t.submit, j->t.end - j->t.start,
+                        r->total_ms);
+  int binary = json_len < b.len;
+  r->reply_json = binary ? json_len : 0;
+  return send_body(r, 200, b.data, b.len,
+                   binary ? "application/octet-stream" : "application/json");
 }
 
-/* Taking mu waits out attention_submit, so the connection is suspended by
+/* Taking mu waits out body_submit, so the connection is suspended by
  * then. It is resumed after mu is released: once resumed, an HTTP thread
  * may finish the request and free r (at once for an abandoned request), mu
  * included. */
@@ -628,8 +809,10 @@ static void set_request_id(req_t *r) {
            (unsigned long long)r->srv->id_prefix, (unsigned long long)k);
 }
 
-/* The route of url; a path ending in '/' matches every url under it. */
-static int route_of(const char *url, const char **allow) {
+/* The route of url, and its protocol; a path ending in '/' matches every
+ * url under it. Every path under /v2 is the Open Inference Protocol's,
+ * and answers in its form, a 404 included. */
+static void route_of(req_t *r, const char *url) {
   static const struct {
     const char *path;
     int route;
@@ -637,27 +820,66 @@ static int route_of(const char *url, const char **allow) {
                 {"/readyz", R_READYZ},          {"/metrics", R_METRICS},
                 {"/v1/info", R_INFO},           {"/v1/layers", R_LAYERS},
                 {"/v1/layers/", R_LAYERS}};
-  for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+  static const int v2_routes[] = {[ATTND_OIP_NONE] = R_NONE,
+                                  [ATTND_OIP_SERVER] = R_V2_SERVER,
+                                  [ATTND_OIP_LIVE] = R_V2_LIVE,
+                                  [ATTND_OIP_READY] = R_V2_READY,
+                                  [ATTND_OIP_MODEL] = R_V2_MODEL,
+                                  [ATTND_OIP_MODEL_READY] = R_V2_MODEL_READY,
+                                  [ATTND_OIP_INFER] = R_V2_INFER};
+  r->route = R_NONE;
+  r->proto = ATTND_PROTO_OTHER;
+  if (strncmp(url, "/v2", 3) == 0 && (url[3] == 0 || url[3] == '/')) {
+    r->proto = ATTND_PROTO_V2;
+    r->route = v2_routes[attnd_oip_route(url, r->model, sizeof r->model,
+                                         r->version, sizeof r->version)];
+  }
+  for (size_t i = 0; r->route == R_NONE && i < sizeof routes / sizeof routes[0];
+       i++) {
     size_t n = strlen(routes[i].path);
     if (routes[i].path[n - 1] == '/' ? strncmp(url, routes[i].path, n) == 0
                                      : strcmp(url, routes[i].path) == 0) {
-      *allow = routes[i].route == R_ATTENTION ? "POST" : "GET, HEAD";
-      return routes[i].route;
+      r->route = routes[i].route;
+      r->proto =
+          strncmp(url, "/v1/", 4) == 0 ? ATTND_PROTO_V1 : ATTND_PROTO_OTHER;
     }
   }
-  return R_NONE;
+  r->allow = computes(r->route) ? "POST" : "GET, HEAD";
+}
+
+/* A model path's model and version: a version other than 1 is unknown,
+ * and for an inference, so is a model that is not loaded (answered from
+ * the headers, before the body is read). Returns 1, or 0 with the 404
+ * queued into *ret. */
+static int model_ok(req_t *r, enum MHD_Result *ret) {
+  attnd_error_t e;
+  if (r->version[0] && strcmp(r->version, "1") != 0) {
+    *ret = fail(r, ATTND_ERR_UNKNOWN_LAYER, "model",
+                "model '%.128s' has no version '%s': its one version is 1",
+                r->model, r->version);
+    return 0;
+  }
+  if (r->route != R_V2_INFER)
+    return 1;
+  const attnd_layer_t *l;
+  attnd_layer_set_t *set = attnd_server_layers(r->srv);
+  int ok = attnd_oip_model(r->model, set, &l, &e) == 0;
+  attnd_layer_set_unref(set);
+  if (!ok)
+    *ret = send_error(r, &e);
+  return ok;
 }
 
 static enum MHD_Result on_first(req_t *r, const char *url, const char *method) {
-  enum MHD_Result framing;
-  if (!framing_ok(r, &framing))
-    return framing; /* before the route: whatever the path, nothing after */
-  const char *allow = NULL;
-  r->route = route_of(url, &allow);
+  enum MHD_Result ret;
+  route_of(r, url);
+  r->reply_coding = attnd_coding_accept(
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Accept-Encoding"));
+  if (!framing_ok(r, &ret))
+    return ret; /* before the route: whatever the path, nothing after */
   if (r->route != R_NONE && r->srv->cors.enabled &&
       strcmp(method, "OPTIONS") == 0) { /* needs no key; answered by on_get */
     r->route = R_PREFLIGHT;
-    r->allow = allow;
     return MHD_YES;
   }
   attnd_auth_result_t why = attnd_auth_request(
@@ -666,37 +888,89 @@ static enum MHD_Result on_first(req_t *r, const char *url, const char *method) {
   if (why != ATTND_AUTH_OK)
     return fail(r, ATTND_ERR_UNAUTHORIZED, NULL, "%s", attnd_auth_message(why));
   if (r->route == R_NONE)
-    return fail(r, ATTND_ERR_NOT_FOUND, NULL,
-                "no such path: %.80s (try POST /v1/attention)", url);
+    return r->proto == ATTND_PROTO_V2
+               ? fail(r, ATTND_ERR_NOT_FOUND, NULL,
+                      "no such path: %.80s (try GET /v2/models/attention, or "
+                      "POST /v2/models/{model}/infer)",
+                      url)
+               : fail(r, ATTND_ERR_NOT_FOUND, NULL,
+                      "no such path: %.80s (try POST /v1/attention)", url);
   int is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-  int ok = r->route == R_ATTENTION ? strcmp(method, "POST") == 0 : is_get;
-  if (!ok) {
-    r->allow = allow;
+  if (!(computes(r->route) ? strcmp(method, "POST") == 0 : is_get))
     return fail(r, ATTND_ERR_METHOD_NOT_ALLOWED, NULL,
-                "%s is not allowed on %s; use %s", method, url, allow);
-  }
+                "%s is not allowed on %s; use %s", method, url, r->allow);
+  if (r->model[0] && !model_ok(r, &ret))
+    return ret;
   /* A GET is answered on the next callback: libmicrohttpd closes the
    * connection after a reply queued from the first one, and probes and
    * scrapes should keep theirs. */
-  return r->route == R_ATTENTION ? attention_start(r) : MHD_YES;
+  return computes(r->route) ? body_start(r) : MHD_YES;
+}
+
+/* A small JSON body, sent with `status`. */
+static enum MHD_Result send_text(req_t *r, int status, const char *json) {
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_buf_puts(&b, json);
+  return send_buf(r, status, &b, "application/json");
+}
+
+/* GET /v2/models/{model}[/ready]. */
+static enum MHD_Result get_model(req_t *r) {
+  attnd_layer_set_t *set = attnd_server_layers(r->srv);
+  attnd_error_t e;
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  int draining = atomic_load(&r->srv->draining), bad;
+  if (r->route == R_V2_MODEL) {
+    bad = attnd_oip_metadata(r->model, set, &b, &e);
+  } else {
+    const attnd_layer_t *l;
+    if ((bad = attnd_oip_model(r->model, set, &l, &e)) == 0) {
+      attnd_buf_puts(&b, "{\"name\":");
+      attnd_buf_json_string(&b, r->model, strlen(r->model));
+      attnd_buf_puts(&b,
+                     draining ? ",\"ready\":false}\n" : ",\"ready\":true}\n");
+    }
+  }
+  attnd_layer_set_unref(set);
+  if (bad < 0) {
+    attnd_buf_free(&b);
+    return send_error(r, &e);
+  }
+  return send_buf(r, r->route == R_V2_MODEL_READY && draining ? 503 : 200, &b,
+                  "application/json");
 }
 
 /* The reply to a GET endpoint. */
 static enum MHD_Result on_get(req_t *r) {
   attnd_server_t *s = r->srv;
+  int draining = atomic_load(&s->draining);
+  attnd_buf_t b;
   switch (r->route) {
   case R_HEALTHZ:
-    return send_json(r, 200, json_pack("{s:s}", "status", "ok"));
+    return send_text(r, 200, "{\"status\":\"ok\"}\n");
   case R_READYZ:
-    return atomic_load(&s->draining)
-               ? send_json(r, 503, json_pack("{s:s}", "status", "draining"))
-               : send_json(r, 200, json_pack("{s:s}", "status", "ready"));
+    return draining ? send_text(r, 503, "{\"status\":\"draining\"}\n")
+                    : send_text(r, 200, "{\"status\":\"ready\"}\n");
   case R_METRICS:
     return get_metrics(r);
   case R_PREFLIGHT:
     return send_body(r, 204, NULL, 0, NULL);
   case R_LAYERS:
     return get_layers(r);
+  case R_V2_SERVER:
+    attnd_buf_init(&b);
+    attnd_oip_server_metadata(&b);
+    return send_buf(r, 200, &b, "application/json");
+  case R_V2_LIVE:
+    return send_text(r, 200, "{\"live\":true}\n");
+  case R_V2_READY:
+    return draining ? send_text(r, 503, "{\"ready\":false}\n")
+                    : send_text(r, 200, "{\"ready\":true}\n");
+  case R_V2_MODEL:
+  case R_V2_MODEL_READY:
+    return get_model(r);
   default:
     return get_info(r);
   }
@@ -719,6 +993,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     r->srv = s;
     r->conn = conn;
     r->t_arrival = attnd_now_ms();
+    r->json_len = -1;
     snprintf(r->method, sizeof r->method, "%s", method);
     snprintf(r->path, sizeof r->path, "%s", url);
     attnd_buf_init(&r->body);
@@ -731,12 +1006,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   int back = r->req && !r->submitted;
   uv_mutex_unlock(&r->mu);
   if (back)
-    return attention_reply(r);
-  if (r->route != R_ATTENTION)
+    return body_reply(r);
+  if (!computes(r->route))
     return *upload_size ? (*upload_size = 0, MHD_YES) : on_get(r);
   if (*upload_size)
-    return attention_body(r, upload, upload_size);
-  return attention_submit(r);
+    return body_more(r, upload, upload_size);
+  return body_submit(r);
 }
 
 /* ---- completion ------------------------------------------------------------
@@ -759,7 +1034,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   }
   if (r->req && r->outcome == ATTND_SCHED_ABANDONED)
     attnd_metrics_reject(s->metrics, ATTND_REJECT_CLIENT_GONE);
-  attnd_metrics_request(s->metrics, r->status);
+  attnd_metrics_request(s->metrics, r->proto, r->status);
   const attnd_request_t *j = r->req;
   attnd_access_t line = {
       .request_id = r->request_id,
@@ -775,6 +1050,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   };
   attnd_access_log_write(s->access_log, &line);
   attnd_buf_free(&r->body);
+  attnd_inflate_free(r->inflate);
   attnd_request_free(r->req);
   uv_mutex_destroy(&r->mu);
   free(r);

@@ -10,6 +10,17 @@ static const int statuses[] = {200, 400, 404, 405, 413, 415,
                                422, 429, 500, 503, 504};
 #define NSTATUS (sizeof statuses / sizeof statuses[0])
 
+static const char *const protocols[ATTND_PROTO_COUNT] = {
+#define PROTO_LABEL(name, label, computes) label,
+    ATTND_PROTOCOL_MAP(PROTO_LABEL)
+#undef PROTO_LABEL
+};
+static const int computes[ATTND_PROTO_COUNT] = {
+#define PROTO_COMPUTES(name, label, computes) computes,
+    ATTND_PROTOCOL_MAP(PROTO_COMPUTES)
+#undef PROTO_COMPUTES
+};
+
 static const char *const reasons[ATTND_REJECT_COUNT] = {
 #define REASON_LABEL(name, label) label,
     ATTND_REJECT_MAP(REASON_LABEL)
@@ -39,9 +50,9 @@ static const char *const hist_help[NHIST] = {
     "Time from a request's arrival to the start of its reply."};
 
 struct attnd_metrics {
-  atomic_uint_fast64_t by_status[NSTATUS + 1];
+  atomic_uint_fast64_t by_status[ATTND_PROTO_COUNT][NSTATUS + 1];
   atomic_uint_fast64_t rejected[ATTND_REJECT_COUNT];
-  hist_t hist[NHIST];
+  hist_t hist[ATTND_PROTO_COUNT][NHIST]; /* those that compute */
 };
 
 attnd_metrics_t *attnd_metrics_new(void) {
@@ -52,11 +63,12 @@ void attnd_metrics_free(attnd_metrics_t *m) {
   free(m);
 }
 
-void attnd_metrics_request(attnd_metrics_t *m, int status) {
+void attnd_metrics_request(attnd_metrics_t *m, attnd_protocol_t proto,
+                           int status) {
   size_t i = 0;
   while (i < NSTATUS && statuses[i] != status)
     i++;
-  atomic_fetch_add_explicit(&m->by_status[i], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&m->by_status[proto][i], 1, memory_order_relaxed);
 }
 
 void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why) {
@@ -75,15 +87,15 @@ static void observe(hist_t *h, size_t ctx, double ms) {
                             memory_order_relaxed);
 }
 
-void attnd_metrics_observe(attnd_metrics_t *m, int64_t context_len,
-                           double queue_ms, double compute_ms,
-                           double total_ms) {
+void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
+                           int64_t context_len, double queue_ms,
+                           double compute_ms, double total_ms) {
   size_t c = 0;
   while (c < NCTX - 1 && context_len > ctx_bounds[c])
     c++;
-  observe(&m->hist[H_QUEUE], c, queue_ms);
-  observe(&m->hist[H_COMPUTE], c, compute_ms);
-  observe(&m->hist[H_TOTAL], c, total_ms);
+  observe(&m->hist[proto][H_QUEUE], c, queue_ms);
+  observe(&m->hist[proto][H_COMPUTE], c, compute_ms);
+  observe(&m->hist[proto][H_TOTAL], c, total_ms);
 }
 
 static void ctx_label(char *s, size_t n, size_t c) {
@@ -95,18 +107,19 @@ static void ctx_label(char *s, size_t n, size_t c) {
 
 void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
                           attnd_buf_t *b) {
-  attnd_buf_printf(
-      b, "# HELP attnd_requests_total HTTP requests answered, by status.\n"
-         "# TYPE attnd_requests_total counter\n");
-  for (size_t i = 0; i <= NSTATUS; i++) {
-    uint64_t v = atomic_load_explicit(&m->by_status[i], memory_order_relaxed);
-    if (i < NSTATUS)
-      attnd_buf_printf(b, "attnd_requests_total{status=\"%d\"} %llu\n",
-                       statuses[i], (unsigned long long)v);
-    else
-      attnd_buf_printf(b, "attnd_requests_total{status=\"other\"} %llu\n",
-                       (unsigned long long)v);
-  }
+  attnd_buf_printf(b, "# HELP attnd_requests_total HTTP requests answered, by "
+                      "protocol and status.\n"
+                      "# TYPE attnd_requests_total counter\n");
+  for (int p = 0; p < ATTND_PROTO_COUNT; p++)
+    for (size_t i = 0; i <= NSTATUS; i++) {
+      char st[16];
+      snprintf(st, sizeof st, "%d", i < NSTATUS ? statuses[i] : 0);
+      attnd_buf_printf(
+          b, "attnd_requests_total{protocol=\"%s\",status=\"%s\"} %llu\n",
+          protocols[p], i < NSTATUS ? st : "other",
+          (unsigned long long)atomic_load_explicit(&m->by_status[p][i],
+                                                   memory_order_relaxed));
+    }
   attnd_buf_printf(
       b, "# HELP attnd_rejections_total Requests turned away, by reason.\n"
          "# TYPE attnd_rejections_total counter\n");
@@ -116,32 +129,35 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
                      (unsigned long long)atomic_load_explicit(
                          &m->rejected[i], memory_order_relaxed));
   for (int h = 0; h < NHIST; h++) {
-    const hist_t *x = &m->hist[h];
-    attnd_buf_printf(
-        b,
-        "# HELP %s %s Label ctx: key length at most this.\n# TYPE %s "
-        "histogram\n",
-        hist_names[h], hist_help[h], hist_names[h]);
-    for (size_t c = 0; c < NCTX; c++) {
-      char ctx[32];
-      ctx_label(ctx, sizeof ctx, c);
-      uint64_t cum = 0;
-      for (size_t k = 0; k < NBUCKET; k++) {
-        cum += atomic_load_explicit(&x->count[c][k], memory_order_relaxed);
-        if (k < NBUCKET - 1)
-          attnd_buf_printf(b, "%s_bucket{ctx=\"%s\",le=\"%g\"} %llu\n",
-                           hist_names[h], ctx, buckets[k],
-                           (unsigned long long)cum);
-        else
-          attnd_buf_printf(b, "%s_bucket{ctx=\"%s\",le=\"+Inf\"} %llu\n",
-                           hist_names[h], ctx, (unsigned long long)cum);
+    attnd_buf_printf(b,
+                     "# HELP %s %s Label ctx: key length at most this.\n"
+                     "# TYPE %s histogram\n",
+                     hist_names[h], hist_help[h], hist_names[h]);
+    for (int p = 0; p < ATTND_PROTO_COUNT; p++) {
+      if (!computes[p])
+        continue;
+      const hist_t *x = &m->hist[p][h];
+      for (size_t c = 0; c < NCTX; c++) {
+        char lab[64], ctx[32];
+        ctx_label(ctx, sizeof ctx, c);
+        snprintf(lab, sizeof lab, "protocol=\"%s\",ctx=\"%s\"", protocols[p],
+                 ctx);
+        uint64_t cum = 0;
+        for (size_t k = 0; k < NBUCKET; k++) {
+          char le[16] = "+Inf";
+          cum += atomic_load_explicit(&x->count[c][k], memory_order_relaxed);
+          if (k < NBUCKET - 1)
+            snprintf(le, sizeof le, "%g", buckets[k]);
+          attnd_buf_printf(b, "%s_bucket{%s,le=\"%s\"} %llu\n", hist_names[h],
+                           lab, le, (unsigned long long)cum);
+        }
+        attnd_buf_printf(b, "%s_sum{%s} %.6f\n", hist_names[h], lab,
+                         (double)atomic_load_explicit(&x->sum_us[c],
+                                                      memory_order_relaxed) /
+                             1e6);
+        attnd_buf_printf(b, "%s_count{%s} %llu\n", hist_names[h], lab,
+                         (unsigned long long)cum);
       }
-      attnd_buf_printf(
-          b, "%s_sum{ctx=\"%s\"} %.6f\n", hist_names[h], ctx,
-          (double)atomic_load_explicit(&x->sum_us[c], memory_order_relaxed) /
-              1e6);
-      attnd_buf_printf(b, "%s_count{ctx=\"%s\"} %llu\n", hist_names[h], ctx,
-                       (unsigned long long)cum);
     }
   }
   attnd_buf_printf(b,

@@ -28,17 +28,35 @@ typedef enum {
   ATTND_REJECT_NONE = -1 /* an error that is not a rejection (no memory) */
 } attnd_reject_t;
 
+/* The protocol a request came by, a label of every series that counts
+ * requests: X(name, label, whether its requests compute attention, which
+ * the histograms time). */
+#define ATTND_PROTOCOL_MAP(X)                                                  \
+  X(V1, "v1", 1)                                                               \
+  X(V2, "v2", 1)                                                               \
+  X(OTHER, "other", 0)
+
+typedef enum {
+#define ATTND__PROTO_ENUM(name, label, computes) ATTND_PROTO_##name,
+  ATTND_PROTOCOL_MAP(ATTND__PROTO_ENUM)
+#undef ATTND__PROTO_ENUM
+      ATTND_PROTO_COUNT
+} attnd_protocol_t;
+
 typedef struct attnd_metrics attnd_metrics_t;
 
 attnd_metrics_t *attnd_metrics_new(void);
 void attnd_metrics_free(attnd_metrics_t *m);
 
-/* One finished HTTP request and its status. */
-void attnd_metrics_request(attnd_metrics_t *m, int status);
+/* One finished HTTP request, by protocol and status. */
+void attnd_metrics_request(attnd_metrics_t *m, attnd_protocol_t proto,
+                           int status);
 void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why);
-/* The timings of one computed attention request, by key length. */
-void attnd_metrics_observe(attnd_metrics_t *m, int64_t context_len,
-                           double queue_ms, double compute_ms, double total_ms);
+/* The timings of one computed attention request, by protocol (one that
+ * computes) and key length. */
+void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
+                           int64_t context_len, double queue_ms,
+                           double compute_ms, double total_ms);
 
 /* Gauges sampled at render time. */
 typedef struct attnd_gauges {

@@ -60,28 +60,29 @@ typedef struct input_def {
   const char *name, *v1;
   elem_t elem;
   int generic;
+  int rank; /* in the model's metadata: the usual rank ("-1" each) */
   size_t off;
 } input_def_t;
 
-#define INPUT(member, v1, elem, generic)                                       \
-  { #member, v1, elem, generic, offsetof(attn_params_t, member) }
+#define INPUT(member, v1, elem, generic, rank)                                 \
+  { #member, v1, elem, generic, rank, offsetof(attn_params_t, member) }
 static const input_def_t input_defs[] = {
-    INPUT(query, "query", EL_FLOAT, 0),
-    INPUT(key, "key", EL_FLOAT, 0),
-    INPUT(value, "value", EL_FLOAT, 0),
-    INPUT(q_weight, "projections.q_weight", EL_FLOAT, 1),
-    INPUT(k_weight, "projections.k_weight", EL_FLOAT, 1),
-    INPUT(v_weight, "projections.v_weight", EL_FLOAT, 1),
-    INPUT(o_weight, "projections.o_weight", EL_FLOAT, 1),
-    INPUT(q_bias, "projections.q_bias", EL_FLOAT, 1),
-    INPUT(k_bias, "projections.k_bias", EL_FLOAT, 1),
-    INPUT(v_bias, "projections.v_bias", EL_FLOAT, 1),
-    INPUT(o_bias, "projections.o_bias", EL_FLOAT, 1),
-    INPUT(key_lengths, "mask.key_lengths", EL_INT, 0),
-    INPUT(allow, "mask.allow", EL_BOOL, 0),
-    INPUT(bias, "mask.bias", EL_FLOAT, 0),
-    INPUT(positions_query, "positions.query", EL_INT, 0),
-    INPUT(positions_key, "positions.key", EL_INT, 0),
+    INPUT(query, "query", EL_FLOAT, 0, 3),
+    INPUT(key, "key", EL_FLOAT, 0, 3),
+    INPUT(value, "value", EL_FLOAT, 0, 3),
+    INPUT(q_weight, "projections.q_weight", EL_FLOAT, 1, 2),
+    INPUT(k_weight, "projections.k_weight", EL_FLOAT, 1, 2),
+    INPUT(v_weight, "projections.v_weight", EL_FLOAT, 1, 2),
+    INPUT(o_weight, "projections.o_weight", EL_FLOAT, 1, 2),
+    INPUT(q_bias, "projections.q_bias", EL_FLOAT, 1, 1),
+    INPUT(k_bias, "projections.k_bias", EL_FLOAT, 1, 1),
+    INPUT(v_bias, "projections.v_bias", EL_FLOAT, 1, 1),
+    INPUT(o_bias, "projections.o_bias", EL_FLOAT, 1, 1),
+    INPUT(key_lengths, "mask.key_lengths", EL_INT, 0, 1),
+    INPUT(allow, "mask.allow", EL_BOOL, 0, 4),
+    INPUT(bias, "mask.bias", EL_FLOAT, 0, 4),
+    INPUT(positions_query, "positions.query", EL_INT, 0, 2),
+    INPUT(positions_key, "positions.key", EL_INT, 0, 2),
 };
 #undef INPUT
 #define N_INPUTS (sizeof input_defs / sizeof input_defs[0])
@@ -203,27 +204,32 @@ static int find_name(const char *const *names, const char *v) {
 
 /* ---- the model ----------------------------------------------------------- */
 
-/* "attention", or a loaded layer, whose weights the request takes now. */
-static int resolve_model(oip_t *o) {
-  dec_t *d = &o->d;
-  if (o->model && strcmp(o->model, ATTND_OIP_GENERIC) == 0)
+int attnd_oip_model(const char *model, attnd_layer_set_t *layers,
+                    const attnd_layer_t **layer, attnd_error_t *err) {
+  *layer = NULL;
+  if (strcmp(model, ATTND_OIP_GENERIC) == 0)
     return 0;
-  const attnd_layer_t *l = attnd_layer_set_find(d->layers, o->model);
-  if (l) {
-    attnd__dec_use_layer(d, l);
-    o->layer = l;
+  if ((*layer = attnd_layer_set_find(layers, model)) != NULL)
     return 0;
-  }
-  size_t n = attnd_layer_set_count(d->layers), k = 0;
+  size_t n = attnd_layer_set_count(layers), k = 0;
   char some[160] = "";
   for (size_t i = 0; i < n && i < 4 && k < sizeof some; i++)
     k += (size_t)snprintf(some + k, sizeof some - k, ", '%s'",
-                          attnd_layer_set_get(d->layers, i)->name);
-  return E(d, ATTND_ERR_UNKNOWN_LAYER, "model",
-           "model '%.128s' is not known: the models are '%s' and the %zu "
-           "loaded layer%s%s%s",
-           o->model ? o->model : "", ATTND_OIP_GENERIC, n, n == 1 ? "" : "s",
-           some, n > 4 ? ", ..." : "");
+                          attnd_layer_set_get(layers, i)->name);
+  return attnd_error_set(err, ATTND_ERR_UNKNOWN_LAYER, "model",
+                         "model '%.128s' is not known: the models are '%s' "
+                         "and the %zu loaded layer%s%s%s",
+                         model, ATTND_OIP_GENERIC, n, n == 1 ? "" : "s", some,
+                         n > 4 ? ", ..." : "");
+}
+
+/* "attention", or a loaded layer, whose weights the request takes now. */
+static int resolve_model(oip_t *o) {
+  if (attnd_oip_model(o->model, o->d.layers, &o->layer, o->d.err) < 0)
+    return -1;
+  if (o->layer)
+    attnd__dec_use_layer(&o->d, o->layer);
+  return 0;
 }
 
 /* ---- parameters ---------------------------------------------------------- */
@@ -948,5 +954,57 @@ int attnd_oip_decode(const char *model, const char *body, size_t len,
   }
   j->t.decode_ms = attnd_now_ms() - t0;
   *out = j;
+  return 0;
+}
+
+/* ---- metadata ------------------------------------------------------------ */
+
+/* {"name","datatype","shape"} of a tensor whose dims are given, -1 for a
+ * variable one. */
+static void put_meta(attnd_buf_t *b, const char *name, const char *dt, int rank,
+                     const int64_t *dim) {
+  attnd_buf_printf(b, "{\"name\":\"%s\",\"datatype\":\"%s\",\"shape\":[", name,
+                   dt);
+  for (int i = 0; i < rank; i++)
+    attnd_buf_printf(b, "%s%lld", i ? "," : "", (long long)dim[i]);
+  attnd_buf_puts(b, "]}");
+}
+
+int attnd_oip_metadata(const char *model, attnd_layer_set_t *layers,
+                       attnd_buf_t *b, attnd_error_t *err) {
+  const attnd_layer_t *l;
+  if (attnd_oip_model(model, layers, &l, err) < 0)
+    return -1;
+  static const char *const dt[] = {"FP32", "INT64", "BOOL"};
+  int64_t E = l ? l->E : -1, H = l ? l->H : -1, Eo = l ? l->Eo : -1,
+          Dv = l ? l->Dv : -1;
+  attnd_buf_puts(b, "{\"name\":");
+  attnd_buf_json_string(b, model, strlen(model));
+  attnd_buf_puts(b, ",\"versions\":[\"1\"],\"platform\":\"attnd\","
+                    "\"inputs\":[");
+  int first = 1;
+  for (size_t i = 0; i < N_INPUTS; i++) {
+    const input_def_t *in = &input_defs[i];
+    if (l && in->generic)
+      continue;
+    int64_t dim[4] = {-1, -1, -1, -1};
+    if (in->rank == 3)
+      dim[2] = E; /* query, key, value: hidden states of the layer's width */
+    if (!first)
+      attnd_buf_puts(b, ",");
+    first = 0;
+    put_meta(b, in->name, dt[in->elem], in->rank, dim);
+  }
+  const int64_t out[] = {-1, -1, Eo}, weights[] = {-1, H, -1, -1},
+                mean[] = {-1, -1, -1}, heads[] = {-1, H, -1, Dv};
+  const int64_t *dims[N_OUTPUTS] = {out, weights, mean, heads};
+  const int ranks[N_OUTPUTS] = {3, 4, 3, 4};
+  attnd_buf_puts(b, "],\"outputs\":[");
+  for (int i = 0; i < N_OUTPUTS; i++) {
+    if (i)
+      attnd_buf_puts(b, ",");
+    put_meta(b, output_names[i], "FP32", ranks[i], dims[i]);
+  }
+  attnd_buf_puts(b, "]}\n");
   return 0;
 }

@@ -53,6 +53,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec/buf.h"
 #include "config.h"
 #include "errors.h"
 #include "model/layers.h"
@@ -77,6 +78,54 @@ int attnd_oip_decode(const char *model, const char *body, size_t len,
                      int64_t json_len, const attnd_config_t *cfg,
                      attnd_layer_set_t *layers, attnd_request_t **out,
                      attnd_error_t *err);
+
+/* Finds `model`: 0 with *layer NULL for the generic model, or the loaded
+ * layer of that name; else -1 with err (unknown_layer, naming the models).
+ * Borrows its arguments. Any thread. */
+int attnd_oip_model(const char *model, attnd_layer_set_t *layers,
+                    const attnd_layer_t **layer, attnd_error_t *err);
+
+/* GET /v2/models/{model}: the model's metadata, its inputs and outputs
+ * with their datatypes and shapes (-1 for a variable dimension), appended
+ * to b as one JSON line. Returns 0, or -1 with err as attnd_oip_model.
+ * HTTP thread. */
+int attnd_oip_metadata(const char *model, attnd_layer_set_t *layers,
+                       attnd_buf_t *b, attnd_error_t *err);
+
+/* The paths of the protocol (all may end in /versions/<v> before /infer
+ * or /ready, or at the end of a model's path):
+ *   GET /v2                          the server's metadata
+ *   GET /v2/health/live, /ready      health
+ *   GET /v2/models/{model}           the model's metadata
+ *   GET /v2/models/{model}/ready     the model's readiness
+ *   POST /v2/models/{model}/infer    inference */
+typedef enum attnd_oip_route {
+  ATTND_OIP_NONE, /* no path of the protocol */
+  ATTND_OIP_SERVER,
+  ATTND_OIP_LIVE,
+  ATTND_OIP_READY,
+  ATTND_OIP_MODEL,
+  ATTND_OIP_MODEL_READY,
+  ATTND_OIP_INFER
+} attnd_oip_route_t;
+
+/* The route of url (a path under /v2, already unescaped), with the model's
+ * name in model[0..msz) and the version asked for in version[0..vsz) (""
+ * when the path names none); a name or version that does not fit is
+ * ATTND_OIP_NONE. Any thread. */
+attnd_oip_route_t attnd_oip_route(const char *url, char *model, size_t msz,
+                                  char *version, size_t vsz);
+
+/* GET /v2: {"name", "version", "extensions"}, appended to b. */
+void attnd_oip_server_metadata(attnd_buf_t *b);
+
+/* Writes the 200 reply of a computed OIP request for `model` into b: the
+ * JSON ({"model_name", "model_version", "id"?, "outputs"}), whose length
+ * goes in *json_len, then the outputs asked for as binary data, in the
+ * order asked, as float32 little-endian (*json_len is b->len when there is
+ * none). Fills *total_ms as attnd_request_encode. HTTP thread. */
+void attnd_oip_encode(attnd_request_t *req, const char *model, attnd_buf_t *b,
+                      size_t *json_len, double *total_ms);
 
 /* "output", "weights", "weights_mean" or "head_outputs", for one
  * ATTND_OIP_* bit; NULL for anything else. Any thread. */

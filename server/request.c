@@ -3,9 +3,28 @@
 
 #include <stdlib.h>
 
-double attnd_request_reply_bytes(const attnd_request_t *j, int64_t n) {
+/* The bytes of n floats of the output `bit` (ATTND_OIP_*) at most: 4 each
+ * as OIP binary data, else text in the request's encoding. */
+static double tensor_bytes(const attnd_request_t *j, unsigned bit, int64_t n) {
+  if (j->oip_binary & bit)
+    return (double)n * 4;
   return j->encoding == ATTND_FORM_BASE64 ? (double)n * 4 * 4 / 3 + 4
                                           : (double)n * 16;
+}
+
+double attnd_request_reply_bytes(const attnd_request_t *j) {
+  const attn_plan_t *pl = &j->plan;
+  const attn_params_t *p = &j->params;
+  return tensor_bytes(j, ATTND_OIP_OUTPUT, pl->out_elems) +
+         (p->want_weights
+              ? tensor_bytes(j, ATTND_OIP_WEIGHTS, pl->weights_elems)
+              : 0) +
+         (p->want_mean_weights
+              ? tensor_bytes(j, ATTND_OIP_WEIGHTS_MEAN, pl->mean_elems)
+              : 0) +
+         (p->want_head_outputs
+              ? tensor_bytes(j, ATTND_OIP_HEAD_OUTPUTS, pl->head_elems)
+              : 0);
 }
 
 size_t attnd_request_memory(const attnd_request_t *j) {
@@ -15,7 +34,7 @@ size_t attnd_request_memory(const attnd_request_t *j) {
                 (p->want_mean_weights ? pl->mean_elems : 0) +
                 (p->want_head_outputs ? pl->head_elems : 0);
   return j->alloc_bytes + pl->workspace_bytes + (size_t)out * sizeof(float) +
-         (size_t)attnd_request_reply_bytes(j, out) + 4096;
+         (size_t)attnd_request_reply_bytes(j) + 4096;
 }
 
 void attnd_request_free(attnd_request_t *j) {

@@ -107,8 +107,10 @@ extern _Thread_local uint64_t attnd__decode_slow_runs;
  * workspace, the outputs, and the reply text (bounded from above). */
 size_t attnd_request_memory(const attnd_request_t *req);
 
-/* The reply's bytes for n floats, at most, in the request's encoding. */
-double attnd_request_reply_bytes(const attnd_request_t *req, int64_t n);
+/* The bytes of the reply's tensors at most: every output asked for, in
+ * the request's encoding, or 4 bytes a float for an OIP output sent as
+ * binary data. */
+double attnd_request_reply_bytes(const attnd_request_t *req);
 
 /* Writes the 200 reply body of a computed request into `b`. Fills *total_ms
  * with the time from arrival to the end of encoding (it is also in the

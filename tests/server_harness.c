@@ -868,16 +868,45 @@ int sh_check_reply(const attn_params_t *p, const json_t *rep, int form,
 
 /* ---- metrics ------------------------------------------------------------- */
 
-double sh_metric_in(const char *text, const char *sample) {
-  size_t n = strlen(sample);
-  for (const char *l = text; l && *l;) {
-    if (strncmp(l, sample, n) == 0 && l[n] == ' ')
-      return strtod(l + n + 1, NULL);
-    l = strchr(l, '\n');
-    if (l)
-      l++;
+/* Whether the labels of a sample line, l[0..n) ("a=\"1\",b=\"2\""), hold
+ * every label of want[0..wn) (the same form). */
+static int has_labels(const char *l, size_t n, const char *want, size_t wn) {
+  while (wn) {
+    size_t k = 0; /* one label: up to the comma after its closing quote */
+    while (k < wn && !(want[k] == ',' && k && want[k - 1] == '"'))
+      k++;
+    int found = 0;
+    for (size_t i = 0; !found && i + k <= n; i++)
+      found = (i == 0 || l[i - 1] == ',') && memcmp(l + i, want, k) == 0 &&
+              (i + k == n || l[i + k] == ',');
+    if (!found)
+      return 0;
+    want += k < wn ? k + 1 : k;
+    wn -= k < wn ? k + 1 : k;
   }
-  return -1;
+  return 1;
+}
+
+double sh_metric_in(const char *text, const char *sample) {
+  const char *brace = strchr(sample, '{');
+  size_t name = brace ? (size_t)(brace - sample) : strlen(sample);
+  const char *want = brace ? brace + 1 : "";
+  size_t wn = brace ? strlen(want) - 1 : 0; /* less the closing brace */
+  double sum = 0;
+  int seen = 0;
+  for (const char *l = text; l && *l;) {
+    const char *end = strchr(l, '\n');
+    if (strncmp(l, sample, name) == 0 && (l[name] == ' ' || l[name] == '{')) {
+      const char *labels = l[name] == '{' ? l + name + 1 : "";
+      const char *close = l[name] == '{' ? strchr(labels, '}') : labels;
+      if (close && has_labels(labels, (size_t)(close - labels), want, wn)) {
+        sum += strtod(l[name] == '{' ? close + 2 : l + name + 1, NULL);
+        seen = 1;
+      }
+    }
+    l = end ? end + 1 : NULL;
+  }
+  return seen ? sum : -1;
 }
 
 double sh_metric(int port, const char *sample) {

@@ -232,9 +232,10 @@ int sh_check_reply_ref(const ref_result_t *ref, int batched, int weights,
 
 /* ---- metrics ------------------------------------------------------------- */
 
-/* The value of the sample written exactly `sample` (name and labels, e.g.
- * "attnd_rejections_total{reason=\"overload\"}") in a Prometheus text, or
- * -1 when absent. */
+/* The sum of the samples of a Prometheus text that `sample` selects: its
+ * name, and every label it gives among theirs (so that
+ * "attnd_requests_total{status=\"200\"}" adds up every protocol's), or -1
+ * when none is there. */
 double sh_metric_in(const char *text, const char *sample);
 
 /* The same from GET /metrics; -1 when absent or on failure. */

@@ -1,0 +1,145 @@
+/* server/oip_reply.c: the Open Inference Protocol's paths, and the reply of
+ * a computed inference request. See oip.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "codec/util.h"
+#include "oip.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "binary tensor data is little-endian, as this host");
+
+/* s ends with suffix: the length of s before it, else -1. */
+static long strip(const char *s, size_t n, const char *suffix) {
+  size_t k = strlen(suffix);
+  return n >= k && memcmp(s + n - k, suffix, k) == 0 ? (long)(n - k) : -1;
+}
+
+attnd_oip_route_t attnd_oip_route(const char *url, char *model, size_t msz,
+                                  char *version, size_t vsz) {
+  static const struct {
+    const char *path;
+    attnd_oip_route_t route;
+  } fixed[] = {{"/v2", ATTND_OIP_SERVER},
+               {"/v2/", ATTND_OIP_SERVER},
+               {"/v2/health/live", ATTND_OIP_LIVE},
+               {"/v2/health/ready", ATTND_OIP_READY}};
+  model[0] = version[0] = 0;
+  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+    if (strcmp(url, fixed[i].path) == 0)
+      return fixed[i].route;
+  const char *prefix = "/v2/models/";
+  if (strncmp(url, prefix, strlen(prefix)) != 0)
+    return ATTND_OIP_NONE;
+  const char *s = url + strlen(prefix);
+  size_t n = strlen(s);
+  attnd_oip_route_t r = ATTND_OIP_MODEL;
+  long k;
+  if ((k = strip(s, n, "/infer")) >= 0)
+    r = ATTND_OIP_INFER, n = (size_t)k;
+  else if ((k = strip(s, n, "/ready")) >= 0)
+    r = ATTND_OIP_MODEL_READY, n = (size_t)k;
+  /* .../versions/<v>: the version is what follows the last "/versions/" */
+  const char *v = NULL;
+  for (const char *p = s; (p = strstr(p, "/versions/")) && p < s + n; p++)
+    v = p;
+  if (v) {
+    size_t vn = (size_t)(s + n - (v + 10));
+    if (vn == 0 || vn >= vsz || memchr(v + 10, '/', vn))
+      return ATTND_OIP_NONE;
+    memcpy(version, v + 10, vn);
+    version[vn] = 0;
+    n = (size_t)(v - s);
+  }
+  if (n == 0 || n >= msz)
+    return ATTND_OIP_NONE;
+  memcpy(model, s, n);
+  model[n] = 0;
+  return r;
+}
+
+void attnd_oip_server_metadata(attnd_buf_t *b) {
+  attnd_buf_puts(b, "{\"name\":\"attnd\",\"version\":\"" ATTN_VERSION
+                    "\",\"extensions\":[\"binary_tensor_data\","
+                    "\"parameters\"]}\n");
+}
+
+/* One output of the reply: its tensor and shape (without the batch
+ * dimension when the query had none, as /v1). */
+typedef struct out {
+  const float *x;
+  int rank;
+  int64_t dim[4];
+} out_t;
+
+static out_t output_of(const attnd_request_t *j, unsigned bit) {
+  const attn_plan_t *pl = &j->plan;
+  out_t o;
+  switch (bit) {
+  case ATTND_OIP_WEIGHTS:
+    o = (out_t){j->out.weights, 4, {pl->B, pl->H, pl->Lq, pl->Lk}};
+    break;
+  case ATTND_OIP_WEIGHTS_MEAN:
+    o = (out_t){j->out.mean_weights, 3, {pl->B, pl->Lq, pl->Lk}};
+    break;
+  case ATTND_OIP_HEAD_OUTPUTS:
+    o = (out_t){j->out.head_outputs, 4, {pl->B, pl->H, pl->Lq, pl->Dv}};
+    break;
+  default:
+    o = (out_t){j->out.out, 3, {pl->B, pl->Lq, pl->Eo}};
+  }
+  if (!pl->batched) {
+    o.rank--;
+    memmove(o.dim, o.dim + 1, sizeof(int64_t) * (size_t)o.rank);
+  }
+  return o;
+}
+
+static size_t count(const out_t *o) {
+  size_t n = 1;
+  for (int i = 0; i < o->rank; i++)
+    n *= (size_t)o->dim[i];
+  return n;
+}
+
+void attnd_oip_encode(attnd_request_t *j, const char *model, attnd_buf_t *b,
+                      size_t *json_len, double *total_ms) {
+  double t0 = attnd_now_ms();
+  attnd_buf_reserve(b, (size_t)attnd_request_reply_bytes(j) + 1024);
+  attnd_buf_puts(b, "{\"model_name\":");
+  attnd_buf_json_string(b, model, strlen(model));
+  attnd_buf_puts(b, ",\"model_version\":\"1\"");
+  if (j->id) {
+    attnd_buf_puts(b, ",\"id\":");
+    attnd_buf_json_string(b, j->id, strlen(j->id));
+  }
+  attnd_buf_puts(b, ",\"outputs\":[");
+  for (int i = 0; i < j->oip_n_outputs; i++) {
+    unsigned bit = j->oip_order[i];
+    out_t o = output_of(j, bit);
+    char shape[128];
+    attnd_shape_text(shape, sizeof shape, o.rank, o.dim, ",");
+    attnd_buf_printf(b,
+                     "%s{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":%s,",
+                     i ? "," : "", attnd_oip_output_name(bit), shape);
+    if (j->oip_binary & bit) {
+      attnd_buf_printf(b, "\"parameters\":{\"binary_data_size\":%zu}}",
+                       count(&o) * sizeof(float));
+    } else {
+      attnd_buf_puts(b, "\"data\":");
+      attnd_buf_floats(b, o.x, count(&o), 0, NULL);
+      attnd_buf_puts(b, "}");
+    }
+  }
+  attnd_buf_puts(b, j->oip_binary ? "]}" : "]}\n");
+  *json_len = b->len;
+  /* the binary data: little-endian float32, as this host stores them */
+  for (int i = 0; i < j->oip_n_outputs; i++)
+    if (j->oip_binary & j->oip_order[i]) {
+      out_t o = output_of(j, j->oip_order[i]);
+      attnd_buf_append(b, (const char *)o.x, count(&o) * sizeof(float));
+    }
+  double t1 = attnd_now_ms();
+  *total_ms = t1 - j->t.arrival;
+  j->t.encode_ms = t1 - t0;
+}
