@@ -246,7 +246,7 @@ function validate(docFile, files) {
     console.log("FAIL no reply was recorded: is ATTND_TEST_REPLIES reaching tests/server_harness.c?");
     return 1;
   }
-  console.log(`${total - failures.length} passed, ${failures.length} failed`);
+  console.log(`openapi: ${total - failures.length} of ${total} replies match the document, ${failures.length} do not`);
   return failures.length ? 1 : 0;
 }
 
