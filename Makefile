@@ -3,6 +3,8 @@
 #   make run     install what is missing, build, start the service
 #   make test    install what is missing, build, run every test
 #   make asan    every test under AddressSanitizer + UBSan (build/asan/)
+#   make openapi-check  lint docs/openapi.json, run the integration suites
+#                and validate every reply they got against it
 #   make all     build everything
 #
 # Libraries are found with pkg-config. The recipes that need them run in a
@@ -71,7 +73,7 @@ TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all build run test check asan deps clean format bench bench-compare compare \
-  loadtest container-test fuzz
+  loadtest container-test fuzz openapi-lint openapi-check
 .DEFAULT_GOAL := all
 
 all: deps
@@ -97,10 +99,35 @@ run: deps
 test: deps
 	@$(MAKE) --no-print-directory check
 
-# Integration tests run the real server binary and the load tester.
+# Integration tests run the real server binary and the load tester. Every
+# reply a suite gets through the harness's client is recorded into
+# $(REPLIES_DIR)/<suite>.jsonl, and once the suites pass, validated against
+# docs/openapi.json (tests/openapi/).
 check: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load $(DEMO_LAYER)
-	@ATTND_BIN=$(BUILD)/attnd ATTND_LOAD_BIN=$(BUILD)/attnd-load \
-	  sh tools/run-tests.sh $(TEST_BIN)
+	@$(RUN_SUITES) $(TEST_BIN)
+	@sh tests/openapi/check.sh lint
+	@sh tests/openapi/check.sh validate $(REPLIES_DIR)
+
+# The API document: redocly lint (and its agreement with server/errors.h and
+# server/config.c), then the integration suites, which start the server,
+# with their replies recorded, then every reply validated against it. The
+# npm packages go into build/openapi-node (tests/openapi/check.sh).
+SERVER_TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,\
+  $(shell grep -l sh_server_start $(TEST_SRC)))
+REPLIES_DIR := $(BUILD)/openapi/replies
+RUN_SUITES = rm -rf $(REPLIES_DIR) && mkdir -p $(REPLIES_DIR) && \
+  ATTND_TEST_REPLIES_DIR=$(REPLIES_DIR) ATTND_BIN=$(BUILD)/attnd \
+  ATTND_LOAD_BIN=$(BUILD)/attnd-load sh tools/run-tests.sh
+
+openapi-lint:
+	@sh tests/openapi/check.sh lint
+
+openapi-check: deps
+	@$(MAKE) --no-print-directory $(SERVER_TEST_BIN) $(BUILD)/attnd \
+	  $(BUILD)/attnd-load $(DEMO_LAYER)
+	@sh tests/openapi/check.sh lint
+	@$(RUN_SUITES) $(SERVER_TEST_BIN)
+	@sh tests/openapi/check.sh validate $(REPLIES_DIR)
 
 # Benchmarks: medians and ratios measured in one run; never part of `test`.
 bench: deps

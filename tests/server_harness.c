@@ -9,6 +9,7 @@
 #include <check.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -194,6 +195,64 @@ void sh_client_free(sh_client_t *c) {
   c->curl = NULL;
 }
 
+/* Replies whose body is larger are recorded without it. */
+#define SH_RECORD_MAX_BODY ((size_t)4 << 20)
+
+/* With ATTND_TEST_REPLIES naming a file, appends one JSON line for the
+ * reply `r` to `q`: {"method", "path" (without its query), "status",
+ * "content_type", "header_length" (Inference-Header-Content-Length),
+ * "body"}, for tests/openapi/openapi.mjs to validate against
+ * docs/openapi.json. The body is kept only when it is JSON, or the JSON
+ * header of a binary reply; one over SH_RECORD_MAX_BODY becomes
+ * "body_skipped": its length, one that is not UTF-8 "body_not_utf8". Each line
+ * goes out in one write(2) to a file opened O_APPEND, so that the threads and
+ * forked tests of every suite can share the file. Any thread; failures are
+ * ignored. */
+static void record_reply(const sh_req_t *q, const sh_resp_t *r, CURL *h) {
+  const char *file = getenv("ATTND_TEST_REPLIES");
+  if (file == NULL || *file == 0 || r->status == 0)
+    return;
+  char *ct = NULL, hl[32];
+  curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
+  long header_len =
+      sh_header(r, "Inference-Header-Content-Length", hl, sizeof hl)
+          ? strtol(hl, NULL, 10)
+          : -1;
+  size_t path_len = strcspn(q->path, "?");
+  json_t *line = json_pack(
+      "{s:s,s:s%,s:I,s:s?}", "method", q->method ? q->method : "GET", "path",
+      q->path, path_len, "status", (json_int_t)r->status, "content_type", ct);
+  if (line == NULL)
+    return;
+  if (header_len >= 0)
+    json_object_set_new(line, "header_length", json_integer(header_len));
+  size_t n = r->body_len;
+  int is_json = ct && (strncasecmp(ct, "application/json", 16) == 0 ||
+                       strstr(ct, "+json") != NULL);
+  if (!is_json && header_len >= 0 && (size_t)header_len <= n)
+    n = (size_t)header_len, is_json = 1;
+  if (is_json && n > SH_RECORD_MAX_BODY)
+    json_object_set_new(line, "body_skipped", json_integer((json_int_t)n));
+  else if (is_json) {
+    json_t *body = json_stringn(r->body, n); /* NULL when not UTF-8 */
+    json_object_set_new(line, body ? "body" : "body_not_utf8",
+                        body ? body : json_true());
+  }
+  char *txt = json_dumps(line, JSON_COMPACT);
+  json_decref(line);
+  if (txt == NULL)
+    return;
+  size_t len = strlen(txt);
+  txt[len] = '\n'; /* replaces the NUL: the line is written by length */
+  int fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ssize_t w = write(fd, txt, len + 1);
+    (void)w;
+    close(fd);
+  }
+  free(txt);
+}
+
 int sh_http(sh_client_t *c, const sh_req_t *q, sh_resp_t *r) {
   memset(r, 0, sizeof *r);
   sink_t k = {.r = r};
@@ -263,6 +322,7 @@ int sh_http(sh_client_t *c, const sh_req_t *q, sh_resp_t *r) {
   r->seconds = r->t_end - t0;
   r->curl_code = (int)rc;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+  record_reply(q, r, h);
   curl_slist_free_all(hl);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
   if (rc != CURLE_OK) {

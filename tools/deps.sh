@@ -17,7 +17,9 @@ pkg:check check
 pkg:libcurl libcurl4-openssl-dev
 cmd:pkg-config pkg-config
 cmd:gcc gcc
-cmd:curl curl'
+cmd:curl curl
+cmd:node nodejs
+cmd:npm npm'
 if [ "${1:-}" = fuzz ]; then
   need="$need
 cmd:clang-14 clang-14
