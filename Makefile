@@ -54,7 +54,13 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) \
   $(foreach isa,generic avx2 avx512,$(BUILD)/core/kernel_$(isa).o)
 
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/model/*.c))
-SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/assets.o
+
+# The files attnd serves from its binary (server/assets.h), URL=FILE: C
+# source written by tools/embed.c, one path for every BUILD as the demo
+# layer's.
+ASSETS := /openapi.json=docs/openapi.json
+ASSETS_C := build/gen/assets.c
 
 # The codec library: base64, numbers, the text buffer, the bulk scanner and
 # the shared helpers. It includes no server header; the server, attnd-load,
@@ -249,6 +255,18 @@ $(BUILD)/demo-layer: $(BUILD)/tools/demo-layer.o $(BUILD)/libattnd.a \
   $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
+build/embed: tools/embed.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror $< -o $@
+
+$(ASSETS_C): build/embed $(foreach a,$(ASSETS),$(lastword $(subst =, ,$(a))))
+	@mkdir -p $(@D)
+	./build/embed $@ $(ASSETS)
+
+$(BUILD)/gen/assets.o: $(ASSETS_C)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_SERVER) -c $< -o $@
+
 $(DEMO_LAYER): $(BUILD)/demo-layer
 	@mkdir -p $(@D)
 	./$(BUILD)/demo-layer $@
@@ -296,7 +314,10 @@ $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_LIBS)
 
 $(FUZZ_DIR)/libattn.a: $(CORE_SRC:%.c=$(FUZZ_DIR)/%.o) \
   $(foreach isa,generic avx2 avx512,$(FUZZ_DIR)/core/kernel_$(isa).o)
-$(FUZZ_DIR)/libattnd.a: $(SERVER_SRC:%.c=$(FUZZ_DIR)/%.o)
+$(FUZZ_DIR)/libattnd.a: $(SERVER_SRC:%.c=$(FUZZ_DIR)/%.o) $(FUZZ_DIR)/gen/assets.o
+$(FUZZ_DIR)/gen/assets.o: $(ASSETS_C)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 $(FUZZ_DIR)/libattnd-codec.a: $(CODEC_SRC:%.c=$(FUZZ_DIR)/%.o)
 $(FUZZ_DIR)/libfuzz-tests.a: $(FUZZ_TEST_SRC:%.c=$(FUZZ_DIR)/%.o)
 $(FUZZ_LIBS):

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "access_log.h"
+#include "assets.h"
 #include "codec/deflate.h"
 #include "codec/util.h"
 #include "oip.h"
@@ -48,6 +49,7 @@ enum {
   R_V2_MODEL,
   R_V2_MODEL_READY,
   R_V2_INFER,
+  R_ASSET, /* a file embedded in the binary (assets.h) */
   R_PREFLIGHT
 };
 
@@ -61,9 +63,10 @@ typedef struct req {
   attnd_server_t *srv;
   struct MHD_Connection *conn;
   int route;
-  attnd_protocol_t proto; /* its replies' and errors' form, and metrics */
-  char model[256];        /* /v2/models/{model}...: the name */
-  char version[16];       /* .../versions/{version}, or "" */
+  attnd_protocol_t proto;     /* its replies' and errors' form, and metrics */
+  char model[256];            /* /v2/models/{model}...: the name */
+  char version[16];           /* .../versions/{version}, or "" */
+  const attnd_asset_t *asset; /* R_ASSET's file */
   double t_arrival;
   char request_id[96];
   char method[8];
@@ -161,6 +164,8 @@ static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
     snprintf(hl, sizeof hl, "%zu", r->reply_json);
     MHD_add_response_header(resp, "Inference-Header-Content-Length", hl);
   }
+  if (r->route == R_ASSET && status == 200) /* the binary's, until it is new */
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
   if (computes(r->route) && status == 200 && r->req) {
     const attnd_request_t *j = r->req;
     char st[256];
@@ -621,7 +626,7 @@ static enum MHD_Result body_reply(req_t *r) {
   if (r->route == R_V2_INFER)
     attnd_oip_encode(j, r->model, &b, &json_len, &r->total_ms);
   else
-    attnd_request_encode(j, &b, &r->total_ms);
+    attnd_request_encode(j, &b, &r->total_ms), json_len = b.len;
   if (b.oom) {
     attnd_buf_free(&b);
     return fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
@@ -844,7 +849,17 @@ static void route_of(req_t *r, const char *url) {
           strncmp(url, "/v1/", 4) == 0 ? ATTND_PROTO_V1 : ATTND_PROTO_OTHER;
     }
   }
+  if (r->route == R_NONE && (r->asset = attnd_asset_find(url)) != NULL)
+    r->route = R_ASSET;
   r->allow = computes(r->route) ? "POST" : "GET, HEAD";
+}
+
+/* An embedded file, copied so that the reply may be compressed. */
+static enum MHD_Result get_asset(req_t *r) {
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_buf_append(&b, (const char *)r->asset->data, r->asset->len);
+  return send_buf(r, 200, &b, r->asset->content_type);
 }
 
 /* A model path's model and version: a version other than 1 is unknown,
@@ -971,6 +986,8 @@ static enum MHD_Result on_get(req_t *r) {
   case R_V2_MODEL:
   case R_V2_MODEL_READY:
     return get_model(r);
+  case R_ASSET:
+    return get_asset(r);
   default:
     return get_info(r);
   }

@@ -1149,7 +1149,7 @@ START_TEST(test_invalid_request) {
 END_TEST
 
 START_TEST(test_not_found) {
-  static const char *const paths[] = {"/", "/v1/attention/x", "/v2/attention",
+  static const char *const paths[] = {"/", "/v1/attention/x", "/v3/attention",
                                       "/healthz/"};
   for (int k = 0; k < 4; k++) {
     sh_resp_t r = get(paths[k]);
