@@ -1,0 +1,150 @@
+/* tests/fuzz/fuzz_oip.c: Open Inference Protocol requests: the content
+ * codings, the binary framing, the decoder and the reply.
+ *
+ * The input is one flags byte, then (with FRAMED) two bytes of the JSON's
+ * length, little-endian, as Inference-Header-Content-Length would say it,
+ * then the body:
+ *   flags & LAYER   the model is "L" (torch_mha, E = 8, H = 2, RoPE), else
+ *                   the generic model "attention";
+ *   flags & FRAMED  the body is JSON then binary tensor data;
+ *   flags & CODED   the body is gzip (flags & DEFLATE: deflate) and is
+ *                   inflated first, within a small limit, a byte span at a
+ *                   time as it would arrive.
+ * Properties: a decode that fails names a known error with a message; one
+ * that succeeds is planned within the limits, and its reply (outputs of
+ * the plan's sizes, zeros) is JSON with the outputs asked for, whose
+ * binary_data_size add up to the bytes after it. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codec/deflate.h"
+#include "config.h"
+#include "fuzz.h"
+#include "model/layers.h"
+#include "model/safetensors.h"
+#include "oip.h"
+
+enum { LAYER = 1, FRAMED = 2, CODED = 4, DEFLATE = 8 };
+
+static attnd_config_t cfg;
+static attnd_layer_set_t *layers;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  fuzz_small_config(&cfg, NULL, NULL);
+  enum { E = 8 };
+  static float in_w[3 * E * E], out_w[E * E];
+  for (int i = 0; i < 3 * E * E; i++)
+    in_w[i] = (float)((i * 37) % 17 - 8) / 16.0f;
+  for (int i = 0; i < E * E; i++)
+    out_w[i] = (float)((i * 11) % 13 - 6) / 16.0f;
+  const attnd_st_out_t t[] = {
+      {"L.in_proj_weight", ATTND_ST_F32, 2, {3 * E, E}, in_w},
+      {"L.out_proj.weight", ATTND_ST_F32, 2, {E, E}, out_w},
+  };
+  const char *keys[] = {"num_heads", "rope_theta"};
+  const char *vals[] = {"2", "100"};
+  char path[64], msg[512];
+  snprintf(path, sizeof path, "/tmp/attnd-fuzz-oip-%d.safetensors",
+           (int)getpid());
+  FUZZ_CHECK(attnd_st_write(path, t, 2, keys, vals, 2, msg, sizeof msg) == 0 &&
+                 attnd_layers_load(path, &layers, msg, sizeof msg) == 0,
+             "the fuzz layer: %s", msg);
+  unlink(path);
+  return 0;
+}
+
+/* The reply of a decoded request, with zero outputs of the plan's sizes. */
+static void check_reply(attnd_request_t *j, const char *model) {
+  const attn_plan_t *pl = &j->plan;
+  j->out.out = calloc((size_t)pl->out_elems, sizeof(float));
+  if (j->params.want_weights)
+    j->out.weights = calloc((size_t)pl->weights_elems, sizeof(float));
+  if (j->params.want_mean_weights)
+    j->out.mean_weights = calloc((size_t)pl->mean_elems, sizeof(float));
+  if (j->params.want_head_outputs)
+    j->out.head_outputs = calloc((size_t)pl->head_elems, sizeof(float));
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  size_t json_len;
+  double total;
+  attnd_oip_encode(j, model, &b, &json_len, &total);
+  FUZZ_CHECK(!b.oom && json_len <= b.len, "the reply: %zu of %zu", json_len,
+             b.len);
+  json_error_t je;
+  json_t *r = json_loadb(b.data, json_len, 0, &je);
+  FUZZ_CHECK(r != NULL, "the reply is not JSON: %s: %.*s", je.text,
+             (int)json_len, b.data);
+  json_t *outs = json_object_get(r, "outputs");
+  FUZZ_CHECK(json_array_size(outs) == (size_t)j->oip_n_outputs,
+             "%zu outputs, %d asked", json_array_size(outs), j->oip_n_outputs);
+  size_t i, bin = 0;
+  json_t *o;
+  json_array_foreach(outs, i, o) {
+    json_t *size =
+        json_object_get(json_object_get(o, "parameters"), "binary_data_size");
+    bin += size ? (size_t)json_integer_value(size) : 0;
+  }
+  FUZZ_CHECK(bin == b.len - json_len, "binary sizes %zu, bytes after %zu", bin,
+             b.len - json_len);
+  json_decref(r);
+  attnd_buf_free(&b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1)
+    return 0;
+  unsigned flags = data[0];
+  int64_t json_len = -1;
+  data++, size--;
+  if (flags & FRAMED) {
+    if (size < 2)
+      return 0;
+    json_len = data[0] | data[1] << 8;
+    data += 2, size -= 2;
+  }
+  attnd_buf_t body;
+  attnd_buf_init(&body);
+  if (flags & CODED) {
+    attnd_inflate_t *z = attnd_inflate_new(
+        flags & DEFLATE ? ATTND_CODING_DEFLATE : ATTND_CODING_GZIP);
+    char msg[200];
+    int rc = 0;
+    for (size_t at = 0, step = 1 + (flags >> 4); rc == 0 && at < size;
+         at += step)
+      rc = attnd_inflate_feed(z, data + at, size - at < step ? size - at : step,
+                              &body, 1 << 16, msg, sizeof msg);
+    FUZZ_CHECK(body.len <= 1 << 16, "inflated %zu bytes", body.len);
+    FUZZ_CHECK(rc == 0 || msg[0], "an inflate error (%d) without words", rc);
+    if (rc == 0 && attnd_inflate_end(z, msg, sizeof msg) < 0)
+      rc = -1;
+    attnd_inflate_free(z);
+    if (rc < 0) {
+      attnd_buf_free(&body);
+      return 0;
+    }
+  } else {
+    attnd_buf_append(&body, (const char *)data, size);
+  }
+  const char *model = flags & LAYER ? "L" : ATTND_OIP_GENERIC;
+  attnd_request_t *j = NULL;
+  attnd_error_t e;
+  memset(&e, 0, sizeof e);
+  int rc = attnd_oip_decode(model, body.data ? body.data : "", body.len,
+                            json_len, &cfg, layers, &j, &e);
+  if (rc < 0) {
+    FUZZ_CHECK(j == NULL && e.code < ATTND_ERR_COUNT && e.message[0],
+               "an error without words: code %d", (int)e.code);
+  } else {
+    FUZZ_CHECK(j && j->plan.Lq >= 1 && j->plan.Lq <= cfg.max_seq_len &&
+                   j->oip_n_outputs >= 1,
+               "a decoded request out of its limits");
+    check_reply(j, model);
+    attnd_request_free(j);
+  }
+  attnd_buf_free(&body);
+  return 0;
+}
