@@ -5,10 +5,14 @@
  * (all four E x E weights), once with every tensor in base64 and once as
  * nested JSON arrays, replies in the same form; then the same weights as a
  * resident layer (written as a torch_mha safetensors file, loaded with
- * --layers), with only the query in base64. For each it reports the
- * medians of the server's own metrics, total_ms (arrival to the start of
- * the reply) and compute_ms (the attention), their ratio, the decode and
- * encode stages, and the client's wall time. Last, the load rate: attnd
+ * --layers), with only the query in base64; then the first request again
+ * by the Open Inference Protocol with Triton's binary tensor data (the
+ * tensors' raw float32 bytes after the JSON, the output the same way). For
+ * each it reports the medians of the server's own timings (its
+ * Server-Timing header): total_ms (arrival to the start of the reply) and
+ * compute_ms (the attention), their ratio, the decode and encode stages,
+ * and the client's wall time; and the binary request's ingest rate, its
+ * body's bytes over its decode time. Last, the load rate: attnd
  * started on an E = 4096 layer in BF16 (134 MB), its layers_loaded line.
  * Starts the server and talks to it with bench/server.h: no test code, no
  * Check.
@@ -106,6 +110,43 @@ static int load_rate(const char *attnd, int64_t E) {
 
 /* The request body, with every tensor in one form; with a layer, only the
  * query (base64). */
+/* The same request as build_body's first, by the Open Inference Protocol
+ * with binary data: the JSON (its length in *json_len), then the query's
+ * and the four weights' float32 bytes. */
+static void build_oip(attnd_buf_t *b, size_t *json_len, int64_t L, int64_t E,
+                      int64_t H, const float *x, float *const w[4]) {
+  static const char *const names[4] = {"q_weight", "k_weight", "v_weight",
+                                       "o_weight"};
+  attnd_buf_printf(b,
+                   "{\"inputs\":[{\"name\":\"query\",\"shape\":[%lld,%lld],"
+                   "\"datatype\":\"FP32\",\"parameters\":{"
+                   "\"binary_data_size\":%lld}}",
+                   (long long)L, (long long)E, (long long)(L * E * 4));
+  for (int i = 0; i < 4; i++)
+    attnd_buf_printf(b,
+                     ",{\"name\":\"%s\",\"shape\":[%lld,%lld],\"datatype\":"
+                     "\"FP32\",\"parameters\":{\"binary_data_size\":%lld}}",
+                     names[i], (long long)E, (long long)E,
+                     (long long)(E * E * 4));
+  attnd_buf_printf(b,
+                   "],\"parameters\":{\"num_heads\":%lld,\"causal\":true,"
+                   "\"binary_data_output\":true}}",
+                   (long long)H);
+  *json_len = b->len;
+  attnd_buf_append(b, (const char *)x, (size_t)(L * E) * sizeof(float));
+  for (int i = 0; i < 4; i++)
+    attnd_buf_append(b, (const char *)w[i], (size_t)(E * E) * sizeof(float));
+}
+
+/* The duration of `stage` in a Server-Timing value ("decode;dur=1.5, ..."),
+ * or -1. */
+static double timing(const char *st, const char *stage) {
+  char key[32];
+  snprintf(key, sizeof key, "%s;dur=", stage);
+  const char *p = strstr(st, key);
+  return p ? strtod(p + strlen(key), NULL) : -1;
+}
+
 static void build_body(attnd_buf_t *b, int64_t L, int64_t E, int64_t H,
                        const float *x, float *const w[4], int base64,
                        int layer) {
@@ -184,12 +225,22 @@ int main(int argc, char **argv) {
     fprintf(csv, "form,body_mb,reply_mb,total_ms,compute_ms,ratio,decode_ms,"
                  "encode_ms,client_ms\n");
   int rc = 0;
-  static const char *const forms[] = {"base64", "json", "layer"};
-  for (int form = 0; form < 3; form++) {
-    int base64 = form != 1, by_layer = form == 2;
+  double ingest = 0;
+  static const char *const forms[] = {"base64", "json", "layer", "oip"};
+  for (int form = 0; form < 4; form++) {
+    int base64 = form != 1, by_layer = form == 2, oip = form == 3;
     attnd_buf_t body;
     attnd_buf_init(&body);
-    build_body(&body, L, E, H, x, w, base64, by_layer);
+    char headers[128] = "Content-Type: application/json\r\n";
+    size_t json_len = 0;
+    if (oip) {
+      build_oip(&body, &json_len, L, E, H, x, w);
+      snprintf(headers, sizeof headers,
+               "Inference-Header-Content-Length: %zu\r\n", json_len);
+    } else {
+      build_body(&body, L, E, H, x, w, base64, by_layer);
+    }
+    const char *path = oip ? "/v2/models/attention/infer" : "/v1/attention";
     double total[64], compute[64], dec[64], enc[64], wall[64];
     size_t reply = 0;
     bench_client_t cl;
@@ -197,26 +248,22 @@ int main(int argc, char **argv) {
     for (int r = -1; r < reps; r++) { /* r = -1 warms up */
       bench_reply_t resp;
       double t0 = bench_now_ms();
-      int ok = bench_client_post(&cl, "/v1/attention", "application/json",
-                                 body.data, body.len, &resp) == 0 &&
-               resp.status == 200;
+      int ok = bench_client_post(&cl, path, headers, body.data, body.len,
+                                 &resp) == 0 &&
+               resp.status == 200 && timing(resp.server_timing, "total") >= 0;
       double t1 = bench_now_ms();
-      json_t *v = ok ? json_loadb(resp.body, resp.body_len, 0, NULL) : NULL;
-      json_t *m = json_object_get(v, "metrics");
-      if (m == NULL) {
+      if (!ok) {
         fprintf(stderr, "request failed: status %d %s%.300s\n", resp.status,
                 resp.error, resp.body ? resp.body : "");
         rc = 1;
       } else if (r >= 0) {
-        json_t *st = json_object_get(m, "stages_ms");
-        total[r] = json_number_value(json_object_get(m, "total_ms"));
-        compute[r] = json_number_value(json_object_get(m, "compute_ms"));
-        dec[r] = json_number_value(json_object_get(st, "decode"));
-        enc[r] = json_number_value(json_object_get(st, "encode"));
+        total[r] = timing(resp.server_timing, "total");
+        compute[r] = timing(resp.server_timing, "compute");
+        dec[r] = timing(resp.server_timing, "decode");
+        enc[r] = timing(resp.server_timing, "encode");
         wall[r] = t1 - t0;
         reply = resp.body_len;
       }
-      json_decref(v);
       bench_reply_free(&resp);
       if (rc)
         break;
@@ -233,9 +280,15 @@ int main(int argc, char **argv) {
                 forms[form], body.len / 1e6, reply / 1e6, tm, cm, tm / cm,
                 bench_median(dec, reps), bench_median(enc, reps),
                 bench_median(wall, reps));
+      if (oip)
+        ingest = body.len / 1e6 / bench_median(dec, reps);
     }
     attnd_buf_free(&body);
   }
+  if (rc == 0)
+    printf("oip binary ingest: %.2f GB/s (the body's bytes over its decode "
+           "time)\n",
+           ingest);
   if (csv) {
     fclose(csv);
     printf("CSV: %s\n", csv_path);

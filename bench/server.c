@@ -318,6 +318,12 @@ static int exchange(bench_client_t *c, const char *head, size_t head_len,
   const char *cl = header(hb, "Content-Length");
   const char *te = header(hb, "Transfer-Encoding");
   const char *conn = header(hb, "Connection");
+  const char *st = header(hb, "Server-Timing");
+  const char *hl = header(hb, "Inference-Header-Content-Length");
+  if (st)
+    snprintf(r->server_timing, sizeof r->server_timing, "%.*s",
+             (int)strcspn(st, "\r"), st);
+  r->header_length = hl ? strtoll(hl, NULL, 10) : -1;
   int status = strncmp(hb, "HTTP/1.", 7) == 0 ? atoi(hb + 9) : 0;
   *close_after = conn && strncasecmp(conn, "close", 5) == 0;
   if (status < 100 || (te && strncasecmp(te, "identity", 8) != 0)) {
@@ -366,15 +372,15 @@ static int exchange(bench_client_t *c, const char *head, size_t head_len,
   return 0;
 }
 
-int bench_client_post(bench_client_t *c, const char *path,
-                      const char *content_type, const void *body, size_t len,
-                      bench_reply_t *r) {
+int bench_client_post(bench_client_t *c, const char *path, const char *headers,
+                      const void *body, size_t len, bench_reply_t *r) {
   memset(r, 0, sizeof *r);
+  r->header_length = -1;
   char head[1024];
   int hn = snprintf(head, sizeof head,
                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
-                    "Content-Type: %s\r\nContent-Length: %zu\r\n\r\n",
-                    path, c->port, content_type, len);
+                    "%sContent-Length: %zu\r\n\r\n",
+                    path, c->port, headers, len);
   if (hn < 0 || (size_t)hn >= sizeof head)
     return attnd_fail(r->error, sizeof r->error, "path too long: %.80s", path);
   double deadline = attnd_now_ms() + c->timeout_ms;

@@ -73,7 +73,9 @@ typedef struct bench_reply {
   int status; /* 0 when no complete reply came */
   char *body; /* NUL-terminated; NULL when no reply came */
   size_t body_len;
-  char error[160]; /* why, when bench_client_post returned -1 */
+  char server_timing[256]; /* its Server-Timing header, or "" */
+  long long header_length; /* Inference-Header-Content-Length, or -1 */
+  char error[160];         /* why, when bench_client_post returned -1 */
 } bench_reply_t;
 
 void bench_client_init(bench_client_t *c, int port);
@@ -81,14 +83,14 @@ void bench_client_init(bench_client_t *c, int port);
 /* Closes the connection. */
 void bench_client_free(bench_client_t *c);
 
-/* POSTs body[0..len) to `path` with `content_type`, and reads the whole
- * reply. A kept-alive connection the server has closed in the meantime is
- * opened again once. Returns 0 when a complete reply came (r->status set),
- * -1 otherwise (r->error says why). r must be freed either way. Borrows
- * every argument but r. */
-int bench_client_post(bench_client_t *c, const char *path,
-                      const char *content_type, const void *body, size_t len,
-                      bench_reply_t *r);
+/* POSTs body[0..len) to `path` with the header lines `headers` (each
+ * ending in CRLF: "Content-Type: application/json\r\n"), and reads the
+ * whole reply. A kept-alive connection the server has closed in the
+ * meantime is opened again once. Returns 0 when a complete reply came
+ * (r->status set), -1 otherwise (r->error says why). r must be freed
+ * either way. Borrows every argument but r. */
+int bench_client_post(bench_client_t *c, const char *path, const char *headers,
+                      const void *body, size_t len, bench_reply_t *r);
 
 void bench_reply_free(bench_reply_t *r);
 

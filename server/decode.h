@@ -35,6 +35,9 @@ enum { K_FLOAT, K_MASK };
 
 /* A new buffer of `bytes` that the request owns, or NULL. */
 void *attnd__dec_alloc(dec_t *d, size_t bytes);
+/* Makes the request own p (malloc'd, `bytes` long; steals it). Returns 0,
+ * or -1 after freeing p. */
+int attnd__dec_adopt(dec_t *d, void *p, size_t bytes);
 /* The out_of_memory error for `field`; returns -1. */
 int attnd__dec_oom(dec_t *d, const char *field);
 /* "an object", "a number", ...: how a message names v's type. */

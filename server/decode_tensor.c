@@ -14,26 +14,11 @@
 #include "codec/util.h"
 
 void *attnd__dec_alloc(dec_t *d, size_t bytes) {
-  attnd_request_t *r = d->req;
-  if (r->n_allocs == r->cap_allocs) {
-    size_t cap = r->cap_allocs ? 2 * r->cap_allocs : 16;
-    void **a = realloc(r->allocs, cap * sizeof *a);
-    if (a == NULL)
-      return NULL;
-    r->allocs = a;
-    r->cap_allocs = cap;
-  }
   void *p = malloc(bytes ? bytes : 1);
-  if (p) {
-    r->allocs[r->n_allocs++] = p;
-    r->alloc_bytes += bytes;
-  }
-  return p;
+  return p && attnd__dec_adopt(d, p, bytes) == 0 ? p : NULL;
 }
 
-/* Makes the job own p (malloc'd, `bytes` long). Returns 0, or -1 after
- * freeing p. */
-static int dec_adopt(dec_t *d, void *p, size_t bytes) {
+int attnd__dec_adopt(dec_t *d, void *p, size_t bytes) {
   attnd_request_t *r = d->req;
   if (r->n_allocs == r->cap_allocs) {
     size_t cap = r->cap_allocs ? 2 * r->cap_allocs : 16;
@@ -304,7 +289,7 @@ static int decode_bulk(dec_t *d, attnd_bulk_t *b, const char *field, int kind,
       if (!isfinite(b->data[i]))
         return E_UNSURE(d, ATTND_ERR_NON_FINITE, field, "%s: not finite",
                         field);
-    if (dec_adopt(d, b->data, b->n * sizeof(float)) < 0) {
+    if (attnd__dec_adopt(d, b->data, b->n * sizeof(float)) < 0) {
       b->data = NULL;
       return attnd__dec_oom(d, field);
     }

@@ -85,9 +85,11 @@ typedef struct req {
   char coding_msg[160];
   attnd_coding_t reply_coding; /* from Accept-Encoding */
   int64_t json_len;            /* Inference-Header-Content-Length, or -1 */
-  size_t reply_json;           /* the same for the reply; 0 for none */
-  int64_t mem_held;            /* this request's share of mem_used */
-  const char *allow;           /* the methods a 405 names */
+  size_t pad;        /* bytes before the body in `body`, so that a binary body's
+                        tensors lie 64-byte aligned after its JSON */
+  size_t reply_json; /* the same for the reply; 0 for none */
+  int64_t mem_held;  /* this request's share of mem_used */
+  const char *allow; /* the methods a 405 names */
   int status;
   size_t bytes_in, bytes_out;
   double total_ms;
@@ -468,11 +470,28 @@ static enum MHD_Result body_start(req_t *r) {
   return MHD_YES; /* read the body */
 }
 
+/* Sizes the empty body buffer for `bytes`, and with binary tensor data,
+ * starts it with the pad that puts the bytes after the JSON on a 64-byte
+ * boundary, so that the request can read FP32 tensors where they lie. */
+static void body_reserve(req_t *r, size_t bytes) {
+  if (r->json_len < 0) {
+    attnd_buf_reserve(&r->body, bytes);
+    return;
+  }
+  if (attnd_buf_reserve(&r->body, bytes + 64) < 0)
+    return;
+  r->pad = (64 - ((uintptr_t)r->body.data + (uintptr_t)r->json_len) % 64) % 64;
+  memset(r->body.data, 0, r->pad);
+  r->body.len = r->pad;
+}
+
 /* Inflates a coded body's next bytes into r->body, within max_body_bytes
  * and the memory budget, which it takes as the body grows. */
 static void inflate_more(req_t *r, const char *data, size_t size, size_t max) {
+  if (r->body.cap == 0)
+    body_reserve(r, 65536);
   size_t before = r->body.len;
-  int rc = attnd_inflate_feed(r->inflate, data, size, &r->body, max,
+  int rc = attnd_inflate_feed(r->inflate, data, size, &r->body, max + r->pad,
                               r->coding_msg, sizeof r->coding_msg);
   if (rc == -1)
     r->bad_coding = 1;
@@ -495,7 +514,7 @@ static enum MHD_Result body_more(req_t *r, const char *data, size_t *size) {
   attnd_server_t *s = r->srv;
   size_t max = (size_t)s->cfg->max_body_bytes;
   r->bytes_in += *size;
-  if (!r->inflate && r->body.len + *size > max)
+  if (!r->inflate && r->body.len - r->pad + *size > max)
     r->too_large = 1;
   if (r->too_large || r->bad_coding || r->over_budget || r->no_memory) {
     attnd_buf_free(&r->body);
@@ -516,7 +535,7 @@ static enum MHD_Result body_more(req_t *r, const char *data, size_t *size) {
     return MHD_YES;
   }
   if (r->body.cap == 0 && cl) /* size the buffer once, to the length */
-    attnd_buf_reserve(&r->body, (size_t)strtoull(cl, NULL, 10));
+    body_reserve(r, (size_t)strtoull(cl, NULL, 10));
   attnd_buf_append(&r->body, data, *size);
   *size = 0;
   return MHD_YES;
@@ -549,16 +568,19 @@ static enum MHD_Result body_submit(req_t *r) {
   if (r->over_budget)
     return no_memory(r, (int64_t)(r->inflate ? r->body.len : r->bytes_in));
   attnd_layer_set_t *layers = attnd_server_layers(s);
-  const char *body = r->body.data ? r->body.data : "";
-  int bad =
-      r->route == R_V2_INFER
-          ? attnd_oip_decode(r->model, body, r->body.len, r->json_len, s->cfg,
-                             layers, &req, &e)
-          : attnd_request_decode(body, r->body.len, s->cfg, layers, &req, &e);
+  const char *body = r->body.data ? r->body.data + r->pad : "";
+  size_t len = r->body.len - r->pad;
+  void *own = r->body.data; /* lent: an OIP request may take it */
+  int bad = r->route == R_V2_INFER
+                ? attnd_oip_decode(r->model, body, len, r->json_len, &own,
+                                   r->body.cap, s->cfg, layers, &req, &e)
+                : attnd_request_decode(body, len, s->cfg, layers, &req, &e);
   attnd_layer_set_unref(layers); /* a request with a layer holds its own */
+  if (own == NULL)
+    attnd_buf_init(&r->body); /* the request took the body */
+  attnd_buf_free(&r->body);
   if (bad < 0)
     return send_error(r, &e);
-  attnd_buf_free(&r->body);
   req->t.arrival = r->t_arrival;
   r->req = req; /* the connection owns the request from here */
   /* the body's share of the budget becomes the request's */

@@ -151,10 +151,10 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
           attnd_buf_printf(b, "%s_bucket{%s,le=\"%s\"} %llu\n", hist_names[h],
                            lab, le, (unsigned long long)cum);
         }
-        attnd_buf_printf(b, "%s_sum{%s} %.6f\n", hist_names[h], lab,
-                         (double)atomic_load_explicit(&x->sum_us[c],
-                                                      memory_order_relaxed) /
-                             1e6);
+        attnd_buf_printf(
+            b, "%s_sum{%s} %.6f\n", hist_names[h], lab,
+            (double)atomic_load_explicit(&x->sum_us[c], memory_order_relaxed) /
+                1e6);
         attnd_buf_printf(b, "%s_count{%s} %llu\n", hist_names[h], lab,
                          (unsigned long long)cum);
       }

@@ -69,15 +69,19 @@
  * json_len >= 0 (the request's Inference-Header-Content-Length), the JSON
  * is body[0..json_len) and the bytes after it are Triton's binary tensor
  * data, taken in order by the inputs with a binary_data_size, which must
- * take them all; with -1, the whole body is JSON. With a layer model, the
+ * take them all; with -1, the whole body is JSON. With own (may be NULL),
+ * *own is the malloc'd block of own_bytes that holds the body: the request
+ * may take it (stealing it: *own is then NULL, whatever the outcome), and
+ * use FP32 data aligned in it where it lies, with no copy. With a layer
+ * model, the
  * request holds a reference to `layers`. Returns 0, or -1 with `err` set
  * (unknown_layer for an unknown model, invalid_json, bad_request for
  * framing that does not add up, a 422 code for an invalid request,
  * out_of_memory). Borrows its arguments. HTTP thread. */
 int attnd_oip_decode(const char *model, const char *body, size_t len,
-                     int64_t json_len, const attnd_config_t *cfg,
-                     attnd_layer_set_t *layers, attnd_request_t **out,
-                     attnd_error_t *err);
+                     int64_t json_len, void **own, size_t own_bytes,
+                     const attnd_config_t *cfg, attnd_layer_set_t *layers,
+                     attnd_request_t **out, attnd_error_t *err);
 
 /* Finds `model`: 0 with *layer NULL for the generic model, or the loaded
  * layer of that name; else -1 with err (unknown_layer, naming the models).

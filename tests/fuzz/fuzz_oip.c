@@ -133,8 +133,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   attnd_request_t *j = NULL;
   attnd_error_t e;
   memset(&e, 0, sizeof e);
+  void *own = body.data; /* lent, as the server lends it */
   int rc = attnd_oip_decode(model, body.data ? body.data : "", body.len,
-                            json_len, &cfg, layers, &j, &e);
+                            json_len, &own, body.cap, &cfg, layers, &j, &e);
+  if (own == NULL)
+    attnd_buf_init(&body); /* the request took it */
   if (rc < 0) {
     FUZZ_CHECK(j == NULL && e.code < ATTND_ERR_COUNT && e.message[0],
                "an error without words: code %d", (int)e.code);
