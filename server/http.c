@@ -393,20 +393,18 @@ static int is_media_type(const char *ct, const char *type) {
          (ct[n] == 0 || ct[n] == ';' || ct[n] == ' ');
 }
 
-/* /v1 takes JSON alone. The Open Inference Protocol's clients send none
- * (tritonclient), JSON, or a binary body (JSON, then tensors). */
+/* /v1 takes JSON alone. The Open Inference Protocol does not read the
+ * Content-Type, as Triton does not: its clients send none (tritonclient),
+ * JSON, octet-stream for binary data, or curl's form type for -d. */
 static enum MHD_Result check_content_type(req_t *r, int *ok) {
   const char *ct =
       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
-  int v2 = r->proto == ATTND_PROTO_V2;
-  *ok = is_media_type(ct, "application/json") ||
-        (v2 && (!ct || is_media_type(ct, "application/octet-stream")));
+  *ok = r->proto == ATTND_PROTO_V2 || is_media_type(ct, "application/json");
   if (*ok)
     return MHD_YES;
   return fail(r, ATTND_ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
-              "Content-Type is %s%s%s; expected application/json%s",
-              ct ? "'" : "", ct ? ct : "missing", ct ? "'" : "",
-              v2 ? ", application/octet-stream or none" : "");
+              "Content-Type is %s%s%s; expected application/json",
+              ct ? "'" : "", ct ? ct : "missing", ct ? "'" : "");
 }
 
 /* Inference-Header-Content-Length (OIP): the JSON's length in a binary

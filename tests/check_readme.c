@@ -48,6 +48,7 @@ static const struct {
     {"docs/api.md", 6},        /* the request forms, errors, /v1/info */
     {"docs/operations.md", 2}, /* --print-config, /metrics */
     {"docs/layers.md", 2},     /* a layer, a layer request */
+    {"docs/oip.md", 2},        /* an inference, a model's metadata */
 };
 #define N_EXPECTED ((int)(sizeof expected / sizeof expected[0]))
 
