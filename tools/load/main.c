@@ -340,7 +340,7 @@ static int pool_build(pool_t *p, const opts_t *o, const load_shape_t *s,
       fprintf(stderr, "attnd-load: L=%lld: %s\n", (long long)length, err);
       return -1;
     }
-    p->bodies[p->n++] = (load_body_t){r.body, r.body_len, r.flops, r.tokens};
+    p->bodies[p->n++] = (load_body_t){r.body, r.body_len, r.flops, r.tokens, 0};
     r.body = NULL; /* the pool owns it now */
     load_gen_free(&r);
   }
@@ -398,6 +398,7 @@ static int run_step(const opts_t *o, const load_shape_t *s, int64_t length,
   load_run_t run = {.url = o->url,
                     .bodies = pool->bodies,
                     .n_bodies = (size_t)pool->n,
+                    .content_type = "application/json",
                     .mode = o->mode,
                     .concurrency = res->concurrency,
                     .rate = res->rate,
