@@ -203,6 +203,15 @@ static const load_shape_t base_shape = {.B = 2,
                                         .causal = ATTN_CAUSAL_BOTTOM_RIGHT,
                                         .encoding = ATTND_FORM_BASE64};
 
+/* A v1 shape, its members in order up to timeout_ms. */
+#define V1_SHAPE(b_, lq_, lk_, e_, h_, hkv_, c_, kl_, w_, p_, enc_, x_, to_)   \
+  {                                                                            \
+    .B = b_, .Lq = lq_, .Lk = lk_, .E = e_, .H = h_, .Hkv = hkv_,              \
+    .causal = (attn_causal_t)(c_), .key_lengths = kl_,                         \
+    .weights = (load_weights_t)(w_), .projections = p_,                        \
+    .encoding = (attnd_form_t)(enc_), .cross = x_, .timeout_ms = to_           \
+  }
+
 /* The cases of test_gen_shapes, each run in the three encodings. */
 typedef struct gen_case {
   const char *name;
@@ -211,15 +220,19 @@ typedef struct gen_case {
 } gen_case_t;
 
 static const gen_case_t gen_cases[] = {
-    {"self-attention", {1, 7, 7, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 0},
-    {"batch, causal", {3, 6, 6, 12, 3, 3, 1, 0, 0, 0, 0, 0, 0}, 0},
-    {"cross, Lq != Lk", {2, 3, 9, 8, 4, 4, 2, 0, 0, 0, 0, 0, 0}, 1},
-    {"self, cross forced", {1, 4, 4, 8, 2, 2, 0, 0, 0, 0, 0, 1, 0}, 1},
-    {"GQA without projections", {2, 5, 5, 16, 4, 2, 1, 0, 0, 0, 0, 0, 0}, 1},
-    {"GQA with projections", {2, 5, 5, 16, 4, 1, 1, 0, 0, 1, 0, 0, 0}, 0},
-    {"projections, cross", {1, 3, 6, 8, 2, 2, 0, 0, 0, 1, 0, 0, 0}, 1},
-    {"key lengths, weights", {4, 6, 6, 8, 2, 2, 1, 1, 1, 0, 0, 0, 0}, 0},
-    {"mean weights, timeout", {1, 4, 8, 8, 1, 1, 2, 1, 2, 1, 0, 0, 900}, 1},
+    {"self-attention", V1_SHAPE(1, 7, 7, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0), 0},
+    {"batch, causal", V1_SHAPE(3, 6, 6, 12, 3, 3, 1, 0, 0, 0, 0, 0, 0), 0},
+    {"cross, Lq != Lk", V1_SHAPE(2, 3, 9, 8, 4, 4, 2, 0, 0, 0, 0, 0, 0), 1},
+    {"self, cross forced", V1_SHAPE(1, 4, 4, 8, 2, 2, 0, 0, 0, 0, 0, 1, 0), 1},
+    {"GQA without projections",
+     V1_SHAPE(2, 5, 5, 16, 4, 2, 1, 0, 0, 0, 0, 0, 0), 1},
+    {"GQA with projections", V1_SHAPE(2, 5, 5, 16, 4, 1, 1, 0, 0, 1, 0, 0, 0),
+     0},
+    {"projections, cross", V1_SHAPE(1, 3, 6, 8, 2, 2, 0, 0, 0, 1, 0, 0, 0), 1},
+    {"key lengths, weights", V1_SHAPE(4, 6, 6, 8, 2, 2, 1, 1, 1, 0, 0, 0, 0),
+     0},
+    {"mean weights, timeout", V1_SHAPE(1, 4, 8, 8, 1, 1, 2, 1, 2, 1, 0, 0, 900),
+     1},
 };
 #define N_GEN_CASES (int)(sizeof gen_cases / sizeof gen_cases[0])
 
@@ -444,13 +457,13 @@ START_TEST(test_gen_invalid) {
     load_shape_t s;
     const char *msg;
   } bad[] = {
-      {{1, 4, 4, 10, 4, 4, 0, 0, 0, 0, 0, 0, 0},
+      {V1_SHAPE(1, 4, 4, 10, 4, 4, 0, 0, 0, 0, 0, 0, 0),
        "--embed 10 is not a multiple"},
-      {{1, 4, 4, 12, 4, 3, 0, 0, 0, 0, 0, 0, 0},
+      {V1_SHAPE(1, 4, 4, 12, 4, 3, 0, 0, 0, 0, 0, 0, 0),
        "--kv-heads 3 does not divide"},
-      {{0, 4, 4, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0}, "--batch is 0"},
-      {{1, 0, 4, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0}, "--lq is 0"},
-      {{1, 4, 4, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0}, "--heads is 0"},
+      {V1_SHAPE(0, 4, 4, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0), "--batch is 0"},
+      {V1_SHAPE(1, 0, 4, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0), "--lq is 0"},
+      {V1_SHAPE(1, 4, 4, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0), "--heads is 0"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     load_request_t r;
@@ -541,16 +554,17 @@ START_TEST(test_verify_reply) {
       reply_text(run.o.out, 3, odim, run.o.mean_weights, 3, wdim, s.encoding);
   double e;
   char why[256] = "";
-  ck_assert_msg(
-      load_verify_reply(&s, &r, txt, strlen(txt), 2, &e, why, sizeof why) == 0,
-      "%s", why);
+  ck_assert_msg(load_verify_reply(&s, &r, txt, strlen(txt), -1, 2, &e, why,
+                                  sizeof why) == 0,
+                "%s", why);
   ck_assert_msg(e <= 1e-6, "relative error %g", e);
   free(txt);
 
   run.o.mean_weights[3] += 0.5f; /* the weights are checked too */
   txt = reply_text(run.o.out, 3, odim, run.o.mean_weights, 3, wdim, s.encoding);
   ck_assert_int_eq(
-      load_verify_reply(&s, &r, txt, strlen(txt), 1, &e, why, sizeof why), -1);
+      load_verify_reply(&s, &r, txt, strlen(txt), -1, 1, &e, why, sizeof why),
+      -1);
   ck_assert_msg(e > LOAD_VERIFY_TOL && strstr(why, "relative error"), "%s",
                 why);
   free(txt);
