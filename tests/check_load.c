@@ -13,6 +13,14 @@
  *     every option visible in the JSON, the sizes it refuses;
  *   - --verify: reply tensors read back bit for bit in each encoding, with
  *     wrong shapes refused; a correct reply passes, a perturbed one fails;
+ *   - v2, the Open Inference Protocol: a body's exact bytes (tritonclient's
+ *     member order, the binary tail, the header length); every generator
+ *     case as four bodies (the generic model or a layer, binary or JSON),
+ *     each input checked bit for bit and in member order; gzip and
+ *     deflate bodies inflated back with zlib; the percent-encoded path;
+ *     replies read back bit for bit (JSON, binary, mixed, either order)
+ *     and a table of wrong ones refused with their messages; --verify
+ *     over v2, and refused for a layer;
  *   - the CSV, JSON and SVG writers.
  * No timings are asserted. */
 #include <check.h>
@@ -22,15 +30,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "attn/attn.h"
 #include "client.h"
+#include "codec/buf.h"
+#include "codec/number.h"
 #include "gen.h"
 #include "hist.h"
 #include "report.h"
 #include "server_harness.h"
 #include "suite.h"
 #include "testutil.h"
+#include "v2.h"
 #include "verify.h"
 
 /* ---- the histogram ------------------------------------------------------- */
@@ -203,6 +215,15 @@ static const load_shape_t base_shape = {.B = 2,
                                         .causal = ATTN_CAUSAL_BOTTOM_RIGHT,
                                         .encoding = ATTND_FORM_BASE64};
 
+/* A v1 shape, its members in order up to timeout_ms. */
+#define V1_SHAPE(b_, lq_, lk_, e_, h_, hkv_, c_, kl_, w_, p_, enc_, x_, to_)   \
+  {                                                                            \
+    .B = b_, .Lq = lq_, .Lk = lk_, .E = e_, .H = h_, .Hkv = hkv_,              \
+    .causal = (attn_causal_t)(c_), .key_lengths = kl_,                         \
+    .weights = (load_weights_t)(w_), .projections = p_,                        \
+    .encoding = (attnd_form_t)(enc_), .cross = x_, .timeout_ms = to_           \
+  }
+
 /* The cases of test_gen_shapes, each run in the three encodings. */
 typedef struct gen_case {
   const char *name;
@@ -211,15 +232,19 @@ typedef struct gen_case {
 } gen_case_t;
 
 static const gen_case_t gen_cases[] = {
-    {"self-attention", {1, 7, 7, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0}, 0},
-    {"batch, causal", {3, 6, 6, 12, 3, 3, 1, 0, 0, 0, 0, 0, 0}, 0},
-    {"cross, Lq != Lk", {2, 3, 9, 8, 4, 4, 2, 0, 0, 0, 0, 0, 0}, 1},
-    {"self, cross forced", {1, 4, 4, 8, 2, 2, 0, 0, 0, 0, 0, 1, 0}, 1},
-    {"GQA without projections", {2, 5, 5, 16, 4, 2, 1, 0, 0, 0, 0, 0, 0}, 1},
-    {"GQA with projections", {2, 5, 5, 16, 4, 1, 1, 0, 0, 1, 0, 0, 0}, 0},
-    {"projections, cross", {1, 3, 6, 8, 2, 2, 0, 0, 0, 1, 0, 0, 0}, 1},
-    {"key lengths, weights", {4, 6, 6, 8, 2, 2, 1, 1, 1, 0, 0, 0, 0}, 0},
-    {"mean weights, timeout", {1, 4, 8, 8, 1, 1, 2, 1, 2, 1, 0, 0, 900}, 1},
+    {"self-attention", V1_SHAPE(1, 7, 7, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0), 0},
+    {"batch, causal", V1_SHAPE(3, 6, 6, 12, 3, 3, 1, 0, 0, 0, 0, 0, 0), 0},
+    {"cross, Lq != Lk", V1_SHAPE(2, 3, 9, 8, 4, 4, 2, 0, 0, 0, 0, 0, 0), 1},
+    {"self, cross forced", V1_SHAPE(1, 4, 4, 8, 2, 2, 0, 0, 0, 0, 0, 1, 0), 1},
+    {"GQA without projections",
+     V1_SHAPE(2, 5, 5, 16, 4, 2, 1, 0, 0, 0, 0, 0, 0), 1},
+    {"GQA with projections", V1_SHAPE(2, 5, 5, 16, 4, 1, 1, 0, 0, 1, 0, 0, 0),
+     0},
+    {"projections, cross", V1_SHAPE(1, 3, 6, 8, 2, 2, 0, 0, 0, 1, 0, 0, 0), 1},
+    {"key lengths, weights", V1_SHAPE(4, 6, 6, 8, 2, 2, 1, 1, 1, 0, 0, 0, 0),
+     0},
+    {"mean weights, timeout", V1_SHAPE(1, 4, 8, 8, 1, 1, 2, 1, 2, 1, 0, 0, 900),
+     1},
 };
 #define N_GEN_CASES (int)(sizeof gen_cases / sizeof gen_cases[0])
 
@@ -444,13 +469,13 @@ START_TEST(test_gen_invalid) {
     load_shape_t s;
     const char *msg;
   } bad[] = {
-      {{1, 4, 4, 10, 4, 4, 0, 0, 0, 0, 0, 0, 0},
+      {V1_SHAPE(1, 4, 4, 10, 4, 4, 0, 0, 0, 0, 0, 0, 0),
        "--embed 10 is not a multiple"},
-      {{1, 4, 4, 12, 4, 3, 0, 0, 0, 0, 0, 0, 0},
+      {V1_SHAPE(1, 4, 4, 12, 4, 3, 0, 0, 0, 0, 0, 0, 0),
        "--kv-heads 3 does not divide"},
-      {{0, 4, 4, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0}, "--batch is 0"},
-      {{1, 0, 4, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0}, "--lq is 0"},
-      {{1, 4, 4, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0}, "--heads is 0"},
+      {V1_SHAPE(0, 4, 4, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0), "--batch is 0"},
+      {V1_SHAPE(1, 0, 4, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0), "--lq is 0"},
+      {V1_SHAPE(1, 4, 4, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0), "--heads is 0"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     load_request_t r;
@@ -541,18 +566,595 @@ START_TEST(test_verify_reply) {
       reply_text(run.o.out, 3, odim, run.o.mean_weights, 3, wdim, s.encoding);
   double e;
   char why[256] = "";
-  ck_assert_msg(
-      load_verify_reply(&s, &r, txt, strlen(txt), 2, &e, why, sizeof why) == 0,
-      "%s", why);
+  ck_assert_msg(load_verify_reply(&s, &r, txt, strlen(txt), -1, 2, &e, why,
+                                  sizeof why) == 0,
+                "%s", why);
   ck_assert_msg(e <= 1e-6, "relative error %g", e);
   free(txt);
 
   run.o.mean_weights[3] += 0.5f; /* the weights are checked too */
   txt = reply_text(run.o.out, 3, odim, run.o.mean_weights, 3, wdim, s.encoding);
   ck_assert_int_eq(
-      load_verify_reply(&s, &r, txt, strlen(txt), 1, &e, why, sizeof why), -1);
+      load_verify_reply(&s, &r, txt, strlen(txt), -1, 1, &e, why, sizeof why),
+      -1);
   ck_assert_msg(e > LOAD_VERIFY_TOL && strstr(why, "relative error"), "%s",
                 why);
+  free(txt);
+  tu_run_free(&run);
+  load_gen_free(&r);
+}
+END_TEST
+
+/* ---- the Open Inference Protocol (v2) ------------------------------------ */
+
+/* The v2 body of the generic model for a small shape: B 1, L 2, E 4, two
+ * heads, key lengths and a timeout, binary tensors. */
+static const load_shape_t v2_shape = {.B = 1,
+                                      .Lq = 2,
+                                      .Lk = 2,
+                                      .E = 4,
+                                      .H = 2,
+                                      .Hkv = 2,
+                                      .causal = ATTN_CAUSAL_BOTTOM_RIGHT,
+                                      .key_lengths = 1,
+                                      .timeout_ms = 500,
+                                      .protocol = LOAD_V2,
+                                      .model = "attention",
+                                      .binary = 1};
+
+static void gen_ok(const load_shape_t *s, uint64_t seed, load_request_t *r) {
+  char err[256];
+  ck_assert_msg(load_gen_request(s, seed, 1, r, err, sizeof err) == 0, "%s",
+                err);
+}
+
+/* The exact bytes: tritonclient's member order, compact, the binary tail
+ * in input order, and the header that says where the JSON ends. */
+START_TEST(test_v2_body_exact) {
+  static const char want[] =
+      "{\"inputs\":[{\"name\":\"query\",\"shape\":[1,2,4],\"datatype\":"
+      "\"FP32\",\"parameters\":{\"binary_data_size\":32}},{\"name\":"
+      "\"key_lengths\",\"shape\":[1],\"datatype\":\"INT32\",\"parameters\":{"
+      "\"binary_data_size\":4}}],\"parameters\":{\"binary_data_output\":true,"
+      "\"num_heads\":2,\"num_kv_heads\":2,\"causal\":\"bottom_right\","
+      "\"timeout_ms\":500}}";
+  load_request_t r;
+  gen_ok(&v2_shape, 7, &r);
+  ck_assert_uint_eq(r.json_len, 303);
+  ck_assert_uint_eq(strlen(want), 303);
+  ck_assert_msg(memcmp(r.body, want, r.json_len) == 0, "the JSON is %.*s",
+                (int)r.json_len, r.body);
+  ck_assert_uint_eq(r.body_len, 303 + 8 * 4 + 4); /* the sizes' sum */
+  ck_assert_int_eq(memcmp(r.body + 303, r.query, 32), 0);
+  int32_t kl;
+  memcpy(&kl, r.body + 303 + 32, 4);
+  ck_assert_int_eq(kl, r.key_lengths[0]);
+  ck_assert(kl >= 1 && kl <= 2);
+
+  /* the header lines that go with it: no Content-Type, as tritonclient */
+  load_run_t run = {.n_bodies = 1};
+  load_body_t b = {.header_len = r.json_len};
+  char h[256];
+  load_body_headers(&run, &b, h, sizeof h);
+  ck_assert_str_eq(h, "Inference-Header-Content-Length: 303\n");
+  run.content_type = "application/json";
+  run.content_encoding = "gzip";
+  b.header_len = 0;
+  load_body_headers(&run, &b, h, sizeof h);
+  ck_assert_str_eq(h, "Content-Type: application/json\nContent-Encoding: "
+                      "gzip\n");
+  load_gen_free(&r);
+
+  /* with weights asked, the outputs are named, binary, and there is no
+   * binary_data_output */
+  load_shape_t s = v2_shape;
+  s.weights = LOAD_WEIGHTS_PER_HEAD;
+  gen_ok(&s, 7, &r);
+  static const char outs[] =
+      "],\"outputs\":[{\"name\":\"output\",\"parameters\":{\"binary_data\":"
+      "true}},{\"name\":\"weights\",\"parameters\":{\"binary_data\":true}}],"
+      "\"parameters\":{\"num_heads\":2,\"num_kv_heads\":2,\"causal\":"
+      "\"bottom_right\",\"timeout_ms\":500}}";
+  size_t ni = (size_t)(strstr(want, "],\"parameters\"") - want);
+  ck_assert_uint_eq(r.json_len, ni + strlen(outs));
+  ck_assert_msg(memcmp(r.body, want, ni) == 0 &&
+                    memcmp(r.body + ni, outs, strlen(outs)) == 0,
+                "the JSON is %.*s", (int)r.json_len, r.body);
+  ck_assert_uint_eq(r.body_len, r.json_len + 36);
+  load_gen_free(&r);
+
+  /* JSON tensors: the data inline, the outputs named with binary_data
+   * false, no header length */
+  s = v2_shape;
+  s.binary = 0, s.key_lengths = 0, s.timeout_ms = 0;
+  s.weights = LOAD_WEIGHTS_MEAN;
+  gen_ok(&s, 7, &r);
+  static const char pre[] = "{\"inputs\":[{\"name\":\"query\",\"shape\":[1,2,"
+                            "4],\"datatype\":\"FP32\",\"data\":[";
+  static const char post[] =
+      "]}],\"outputs\":[{\"name\":\"output\",\"parameters\":{\"binary_data\":"
+      "false}},{\"name\":\"weights_mean\",\"parameters\":{\"binary_data\":"
+      "false}}],\"parameters\":{\"num_heads\":2,\"num_kv_heads\":2,"
+      "\"causal\":\"bottom_right\"}}";
+  ck_assert_uint_eq(r.json_len, 0);
+  ck_assert_uint_eq(strlen(r.body), r.body_len);
+  ck_assert_msg(strncmp(r.body, pre, strlen(pre)) == 0, "%s", r.body);
+  ck_assert_msg(strcmp(r.body + r.body_len - strlen(post), post) == 0, "%s",
+                r.body);
+  const char *p = r.body + strlen(pre);
+  for (int i = 0; i < 8; i++) { /* the shortest text of each float */
+    char *end;
+    float v = strtof(p, &end);
+    ck_assert_msg(memcmp(&v, &r.query[i], 4) == 0, "data[%d]: %.*s", i,
+                  (int)(end - p), p);
+    char shortest[32];
+    ck_assert_int_eq(attnd_float_format(r.query[i], shortest), (int)(end - p));
+    ck_assert_int_eq(strncmp(p, shortest, strlen(shortest)), 0);
+    ck_assert_int_eq(*end, i < 7 ? ',' : ']');
+    p = end + 1;
+  }
+  load_gen_free(&r);
+}
+END_TEST
+
+/* The members of object `o`, in order, are names[0..) (NULL-ended). */
+static void assert_keys(const json_t *o, const char *const *names,
+                        const char *what) {
+  const char *k;
+  const json_t *v;
+  int i = 0;
+  json_object_foreach((json_t *)o, k, v) {
+    ck_assert_msg(names[i] != NULL, "%s: unexpected member %s", what, k);
+    ck_assert_msg(strcmp(k, names[i]) == 0, "%s: member %d is %s, not %s", what,
+                  i, k, names[i]);
+    i++;
+  }
+  ck_assert_msg(names[i] == NULL, "%s: no member %s", what, names[i]);
+}
+
+/* test_gen_shapes's cases, each as four v2 bodies: the generic model or a
+ * layer ("blocks.3"), binary or JSON tensors. Every input is checked: its
+ * member order, name, shape, datatype and its bytes or data, bit for bit.
+ * The generic model's tensors are v1's for the same shape and seed; a
+ * layer's query, key and value are those of v1 with inline projections
+ * (a layer draws no weights, so its key lengths come out otherwise). */
+START_TEST(test_v2_body_shapes) {
+  const gen_case_t *c = &gen_cases[_i / 4];
+  int layer = (_i % 4) >= 2, binary = _i % 2 == 0;
+  load_shape_t s = c->s;
+  s.protocol = LOAD_V2;
+  s.model = layer ? "blocks.3" : "attention";
+  s.binary = binary;
+  char what[160], err[256];
+  snprintf(what, sizeof what, "%s, %s, %s", c->name, s.model,
+           binary ? "binary" : "json");
+  load_request_t r, v1;
+  if (layer && s.projections) { /* a layer has its own weights */
+    ck_assert_int_eq(load_gen_request(&s, 42, 1, &r, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "model 'blocks.3' is a layer") != NULL, "%s",
+                  err);
+    return;
+  }
+  gen_ok(&s, 42, &r);
+  load_shape_t s1 = s;
+  s1.protocol = LOAD_V1;
+  s1.model = NULL;
+  s1.projections = s.projections || layer;
+  ck_assert_int_eq(load_gen_request(&s1, 42, 0, &v1, err, sizeof err), 0);
+
+  size_t jl = binary ? r.json_len : r.body_len;
+  ck_assert_msg(binary ? r.json_len > 0 && r.json_len < r.body_len
+                       : r.json_len == 0,
+                "%s: json_len %zu of %zu", what, r.json_len, r.body_len);
+  json_error_t je;
+  json_t *b = json_loadb(r.body, jl, 0, &je);
+  ck_assert_msg(b != NULL, "%s: %s", what, je.text);
+  int named = !binary || s.weights != LOAD_WEIGHTS_NONE;
+  static const char *const root_named[] = {"inputs", "outputs", "parameters",
+                                           NULL};
+  static const char *const root_plain[] = {"inputs", "parameters", NULL};
+  assert_keys(b, named ? root_named : root_plain, what);
+
+  /* the inputs */
+  const int64_t B = s.B, Lq = s.Lq, Lk = s.Lk, E = s.E, Dh = E / s.H;
+  const int proj = s.projections || layer;
+  const int64_t Ekv = proj ? E : s.Hkv * Dh, rows = s.Hkv * Dh;
+  int key_sent = s.cross || Lq != Lk || Ekv != E;
+  ck_assert_int_eq(key_sent, layer ? key_sent : c->key_sent);
+  typedef struct {
+    const char *name;
+    int rank;
+    int64_t dim[3];
+    const void *data;
+  } want_t;
+  want_t want[8];
+  int n = 0;
+  want[n++] = (want_t){"query", 3, {B, Lq, E}, r.query};
+  if (key_sent) {
+    want[n++] = (want_t){"key", 3, {B, Lk, Ekv}, r.key};
+    want[n++] = (want_t){"value", 3, {B, Lk, Ekv}, r.value};
+  }
+  static const char *const wn[4] = {"q_weight", "k_weight", "v_weight",
+                                    "o_weight"};
+  const int64_t wrows[4] = {E, rows, rows, E};
+  for (int k = 0; s.projections && k < 4; k++)
+    want[n++] = (want_t){wn[k], 2, {wrows[k], E}, r.weight[k]};
+  if (s.key_lengths)
+    want[n++] = (want_t){"key_lengths", 1, {B}, r.key_lengths};
+  size_t qn = (size_t)(B * Lq * E) * 4, kn = (size_t)(B * Lk * Ekv) * 4;
+  ck_assert_int_eq(memcmp(r.query, v1.query, qn), 0);
+  ck_assert(!key_sent || (memcmp(r.key, v1.key, kn) == 0 &&
+                          memcmp(r.value, v1.value, kn) == 0));
+  for (int k = 0; s.projections && k < 4; k++)
+    ck_assert_int_eq(
+        memcmp(r.weight[k], v1.weight[k], (size_t)(wrows[k] * E) * 4), 0);
+  ck_assert(layer || !s.key_lengths ||
+            memcmp(r.key_lengths, v1.key_lengths, (size_t)B * 8) == 0);
+  const json_t *ins = json_object_get(b, "inputs");
+  ck_assert_int_eq((int)json_array_size(ins), n);
+  size_t off = 0;
+  for (int k = 0; k < n; k++) {
+    const json_t *in = json_array_get(ins, (size_t)k);
+    static const char *const bin_keys[] = {"name", "shape", "datatype",
+                                           "parameters", NULL};
+    static const char *const json_keys[] = {"name", "shape", "datatype", "data",
+                                            NULL};
+    assert_keys(in, binary ? bin_keys : json_keys, what);
+    ck_assert_str_eq(json_string_value(json_object_get(in, "name")),
+                     want[k].name);
+    int is_int = strcmp(want[k].name, "key_lengths") == 0;
+    ck_assert_str_eq(json_string_value(json_object_get(in, "datatype")),
+                     is_int ? "INT32" : "FP32");
+    const json_t *sh = json_object_get(in, "shape");
+    size_t cnt = 1;
+    ck_assert_int_eq((int)json_array_size(sh), want[k].rank);
+    for (int d = 0; d < want[k].rank; d++) {
+      ck_assert_int_eq(json_integer_value(json_array_get(sh, (size_t)d)),
+                       want[k].dim[d]);
+      cnt *= (size_t)want[k].dim[d];
+    }
+    const int64_t *iv = want[k].data;
+    const float *fv = want[k].data;
+    if (binary) {
+      const json_t *ps = json_object_get(in, "parameters");
+      ck_assert_int_eq(json_object_size(ps), 1);
+      size_t sz =
+          (size_t)json_integer_value(json_object_get(ps, "binary_data_size"));
+      ck_assert_uint_eq(sz, cnt * 4);
+      ck_assert_uint_le(jl + off + sz, r.body_len);
+      const char *at = r.body + jl + off;
+      for (size_t e = 0; is_int && e < cnt; e++) {
+        int32_t x;
+        memcpy(&x, at + 4 * e, 4);
+        ck_assert_int_eq(x, iv[e]);
+      }
+      ck_assert_msg(is_int || memcmp(at, fv, sz) == 0, "%s: %s's bytes", what,
+                    want[k].name);
+      off += sz;
+    } else {
+      const json_t *d = json_object_get(in, "data");
+      ck_assert_uint_eq(json_array_size(d), cnt);
+      for (size_t e = 0; e < cnt; e++) {
+        const json_t *x = json_array_get(d, e);
+        if (is_int) {
+          ck_assert_int_eq(json_integer_value(x), iv[e]);
+        } else {
+          float f = (float)json_number_value(x);
+          ck_assert_msg(memcmp(&f, &fv[e], 4) == 0, "%s: %s[%zu]", what,
+                        want[k].name, e);
+        }
+      }
+    }
+  }
+  ck_assert_uint_eq(jl + off, binary ? r.body_len : jl); /* the sizes' sum */
+
+  /* the outputs and the parameters */
+  const json_t *outs = json_object_get(b, "outputs");
+  if (named) {
+    const char *wname = s.weights == LOAD_WEIGHTS_PER_HEAD ? "weights"
+                        : s.weights == LOAD_WEIGHTS_MEAN   ? "weights_mean"
+                                                           : NULL;
+    ck_assert_int_eq((int)json_array_size(outs), wname ? 2 : 1);
+    for (size_t k = 0; k < json_array_size(outs); k++) {
+      const json_t *o = json_array_get(outs, k);
+      static const char *const okeys[] = {"name", "parameters", NULL};
+      assert_keys(o, okeys, what);
+      ck_assert_str_eq(json_string_value(json_object_get(o, "name")),
+                       k ? wname : "output");
+      const json_t *bd =
+          json_object_get(json_object_get(o, "parameters"), "binary_data");
+      ck_assert(json_is_boolean(bd) && json_is_true(bd) == binary);
+    }
+  }
+  const json_t *ps = json_object_get(b, "parameters");
+  const char *pk[6];
+  int np = 0;
+  if (!named)
+    pk[np++] = "binary_data_output";
+  if (!layer) {
+    pk[np++] = "num_heads";
+    pk[np++] = "num_kv_heads";
+  }
+  pk[np++] = "causal";
+  if (s.timeout_ms)
+    pk[np++] = "timeout_ms";
+  pk[np] = NULL;
+  assert_keys(ps, pk, what);
+  if (!named)
+    ck_assert(json_is_true(json_object_get(ps, "binary_data_output")));
+  if (!layer) {
+    ck_assert_int_eq(json_integer_value(json_object_get(ps, "num_heads")), s.H);
+    ck_assert_int_eq(json_integer_value(json_object_get(ps, "num_kv_heads")),
+                     s.Hkv);
+  }
+  ck_assert_str_eq(json_string_value(json_object_get(ps, "causal")),
+                   load_causal_name(s.causal));
+  if (s.timeout_ms)
+    ck_assert_int_eq(json_integer_value(json_object_get(ps, "timeout_ms")),
+                     s.timeout_ms);
+
+  /* the counts, as v1's: a layer's count its resident projections */
+  ck_assert_double_eq(r.flops, v1.flops);
+  ck_assert_int_eq(r.tokens, B * Lq);
+  json_decref(b);
+  load_gen_free(&v1);
+  load_gen_free(&r);
+}
+END_TEST
+
+/* gzip and deflate bodies (the codec's attnd_deflate) inflate back, with
+ * zlib here, to the plain body; the header length stays the plain JSON's;
+ * the same seed gives the same bytes. */
+START_TEST(test_v2_compress) {
+  load_shape_t s = v2_shape;
+  s.projections = 1;
+  s.compress = _i == 0 ? ATTND_CODING_GZIP : ATTND_CODING_DEFLATE;
+  load_request_t plain, z;
+  load_shape_t s0 = s;
+  s0.compress = ATTND_CODING_IDENTITY;
+  gen_ok(&s0, 3, &plain);
+  gen_ok(&s, 3, &z);
+  ck_assert_uint_eq(z.json_len, plain.json_len);
+  if (s.compress == ATTND_CODING_GZIP)
+    ck_assert(z.body[0] == '\x1f' && z.body[1] == '\x8b');
+  else /* the zlib format: CMF 0x78, and CMF*256+FLG a multiple of 31 */
+    ck_assert(
+        z.body[0] == 0x78 &&
+        ((unsigned char)z.body[0] * 256 + (unsigned char)z.body[1]) % 31 == 0);
+  char *back = malloc(plain.body_len + 16);
+  z_stream st = {0};
+  ck_assert_int_eq(inflateInit2(&st, 15 + 32), Z_OK); /* either header */
+  st.next_in = (Bytef *)z.body;
+  st.avail_in = (uInt)z.body_len;
+  st.next_out = (Bytef *)back;
+  st.avail_out = (uInt)plain.body_len + 16;
+  ck_assert_int_eq(inflate(&st, Z_FINISH), Z_STREAM_END);
+  ck_assert_uint_eq(st.total_out, plain.body_len);
+  ck_assert_int_eq(memcmp(back, plain.body, plain.body_len), 0);
+  inflateEnd(&st);
+  ck_assert_str_eq(load_compress_name(s.compress),
+                   _i == 0 ? "gzip" : "deflate");
+  ck_assert_str_eq(load_compress_name(ATTND_CODING_IDENTITY), "none");
+  load_request_t again; /* deterministic */
+  gen_ok(&s, 3, &again);
+  ck_assert_uint_eq(again.body_len, z.body_len);
+  ck_assert_int_eq(memcmp(again.body, z.body, z.body_len), 0);
+  free(back);
+  load_gen_free(&again);
+  load_gen_free(&plain);
+  load_gen_free(&z);
+}
+END_TEST
+
+START_TEST(test_v2_path) {
+  char buf[64];
+  ck_assert_int_eq(load_v2_path(buf, sizeof buf, "attention"), 26);
+  ck_assert_str_eq(buf, "/v2/models/attention/infer");
+  ck_assert_int_gt(load_v2_path(buf, sizeof buf, "blocks.3-x_y~z"), 0);
+  ck_assert_str_eq(buf, "/v2/models/blocks.3-x_y~z/infer");
+  ck_assert_int_gt(load_v2_path(buf, sizeof buf, "a b/c%d?\xc3\xa9"), 0);
+  ck_assert_str_eq(buf, "/v2/models/a%20b%2Fc%25d%3F%C3%A9/infer");
+  ck_assert_int_eq(load_v2_path(buf, 26, "attention"), -1); /* no room */
+  ck_assert_int_eq(load_v2_path(buf, 27, "attention"), 26);
+}
+END_TEST
+
+/* A reply as the protocol writes it: output [2, 3, 4] and weights_mean
+ * [2, 3, 5], each binary or JSON (`bin` bits 1 and 2), weights_mean
+ * listed first when `wfirst`. A new buffer; *hl is the JSON's length when
+ * anything is binary, else -1. */
+static char *v2_reply(const float *o, const float *w, int bin, int wfirst,
+                      size_t *len, int64_t *hl) {
+  static const int64_t odim[3] = {2, 3, 4}, wdim[3] = {2, 3, 5};
+  const float *x[2] = {o, w};
+  const int64_t *dim[2] = {odim, wdim};
+  static const char *const names[2] = {"output", "weights_mean"};
+  json_t *outs = json_array();
+  attnd_buf_t tail;
+  attnd_buf_init(&tail);
+  for (int j = 0; j < 2; j++) {
+    int k = wfirst ? 1 - j : j;
+    size_t n = (size_t)(dim[k][0] * dim[k][1] * dim[k][2]);
+    json_t *e = json_pack("{s:s,s:s,s:[I,I,I]}", "name", names[k], "datatype",
+                          "FP32", "shape", dim[k][0], dim[k][1], dim[k][2]);
+    if (bin & (1 << k)) {
+      json_object_set_new(
+          e, "parameters",
+          json_pack("{s:I}", "binary_data_size", (json_int_t)(n * 4)));
+      attnd_buf_append(&tail, (const char *)x[k], n * 4);
+    } else {
+      json_t *d = json_array();
+      for (size_t i = 0; i < n; i++)
+        json_array_append_new(d, json_real(x[k][i]));
+      json_object_set_new(e, "data", d);
+    }
+    json_array_append_new(outs, e);
+  }
+  json_t *v = json_pack("{s:s,s:s,s:o}", "model_name", "attention",
+                        "model_version", "1", "outputs", outs);
+  char *txt = json_dumps(v, JSON_COMPACT);
+  json_decref(v);
+  size_t jl = strlen(txt);
+  char *body = malloc(jl + tail.len + 1);
+  memcpy(body, txt, jl);
+  if (tail.len)
+    memcpy(body + jl, tail.data, tail.len);
+  body[jl + tail.len] = 0;
+  *len = jl + tail.len;
+  *hl = tail.len ? (int64_t)jl : -1;
+  free(txt);
+  attnd_buf_free(&tail);
+  return body;
+}
+
+/* Both outputs read back bit for bit: JSON, binary, mixed, in either
+ * order; cut short anywhere in the tail, refused. */
+START_TEST(test_v2_reply) {
+  int bin = _i % 4, wfirst = _i / 4;
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 11);
+  float *o = tu_rand_floats(&rng, 24, 3), *w = tu_rand_floats(&rng, 30, 1);
+  o[5] = 1e-30f, o[6] = -0.0f, o[7] = 3e38f;
+  size_t len;
+  int64_t hl;
+  char *body = v2_reply(o, w, bin, wfirst, &len, &hl);
+  int64_t odim[3] = {2, 3, 4}, wdim[3] = {2, 3, 5};
+  float got[30];
+  char why[256];
+  ck_assert_msg(load_v2_reply_tensor(body, len, hl, "output", 3, odim, got, why,
+                                     sizeof why) == 0,
+                "%s", why);
+  ck_assert_int_eq(memcmp(got, o, 24 * 4), 0);
+  ck_assert_msg(load_v2_reply_tensor(body, len, hl, "weights_mean", 3, wdim,
+                                     got, why, sizeof why) == 0,
+                "%s", why);
+  ck_assert_int_eq(memcmp(got, w, 30 * 4), 0);
+  ck_assert_int_eq(load_v2_reply_tensor(body, len, hl, "weights", 3, wdim, got,
+                                        why, sizeof why),
+                   -1);
+  ck_assert_str_eq(why, "reply weights: missing");
+  for (size_t cut = hl < 0 ? len : (size_t)hl; cut < len; cut += 5) {
+    ck_assert_int_eq(load_v2_reply_tensor(body, cut, hl, "output", 3, odim, got,
+                                          why, sizeof why),
+                     -1);
+    ck_assert_msg(strstr(why, "add up to") != NULL, "%s", why);
+  }
+  free(body);
+  free(o);
+  free(w);
+}
+END_TEST
+
+/* Replies that are wrong, each with the message expected. */
+START_TEST(test_v2_reply_invalid) {
+  static const struct {
+    const char *json;
+    const char *tail; /* bytes after the JSON, with a header length */
+    const char *msg;
+  } bad[] = {
+      {"{\"error\":\"model 'x' is not loaded\"}", NULL,
+       "reply: error 'model 'x' is not loaded'"},
+      {"{\"model_name\":\"attention\"}", NULL,
+       "reply output: the reply has no outputs array"},
+      {"{\"outputs\":[]}", NULL, "reply output: missing"},
+      {"{\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP16\",\"shape\":[1,"
+       "1,2],\"data\":[1,2]}]}",
+       NULL, "reply output: the datatype is not FP32"},
+      {"{\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":[1,"
+       "2,1],\"data\":[1,2]}]}",
+       NULL, "reply output: the wrong shape"},
+      {"{\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":[1,"
+       "1,2],\"data\":[1,2,3]}]}",
+       NULL, "reply output: data that is not its shape's numbers"},
+      {"{\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":[1,"
+       "1,2],\"data\":[1,\"2\"]}]}",
+       NULL, "reply output: data that is not its shape's numbers"},
+      {"{\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":[1,"
+       "1,2]}]}",
+       NULL, "reply output: neither data nor binary_data_size"},
+      {"{\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":[1,"
+       "1,2],\"parameters\":{\"binary_data_size\":8}}]}",
+       "abcd",
+       "reply output: the outputs' binary_data_size add up to 8 bytes, but "
+       "4 follow the JSON"},
+      {"{\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":[1,"
+       "1,2],\"parameters\":{\"binary_data_size\":4}}]}",
+       "abcd", "reply output: binary data of the wrong size"},
+      {"{\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":[1,"
+       "1,2],\"parameters\":{\"binary_data_size\":-8}}]}",
+       "", "reply output: a binary_data_size that is not a size"},
+      {"{\"outputs\":[", NULL, "reply: not JSON: "},
+  };
+  int64_t dim[3] = {1, 1, 2};
+  float got[2];
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char body[512], why[256] = "";
+    size_t jl = strlen(bad[i].json);
+    snprintf(body, sizeof body, "%s%s", bad[i].json,
+             bad[i].tail ? bad[i].tail : "");
+    int64_t hl = bad[i].tail ? (int64_t)jl : -1;
+    ck_assert_int_eq(load_v2_reply_tensor(body, strlen(body), hl, "output", 3,
+                                          dim, got, why, sizeof why),
+                     -1);
+    ck_assert_msg(strncmp(why, bad[i].msg, strlen(bad[i].msg)) == 0,
+                  "case %zu: '%s', expected '%s'", i, why, bad[i].msg);
+  }
+  /* a header length past the body */
+  static const char ok[] = "{\"outputs\":[]}";
+  char why[256];
+  ck_assert_int_eq(load_v2_reply_tensor(ok, strlen(ok), 99, "output", 3, dim,
+                                        got, why, sizeof why),
+                   -1);
+  ck_assert_str_eq(why, "reply: Inference-Header-Content-Length 99 is past "
+                        "the body's 14 bytes");
+  /* nested data is read too */
+  static const char nested[] =
+      "{\"outputs\":[{\"name\":\"output\",\"datatype\":\"FP32\",\"shape\":[1,"
+      "1,2],\"data\":[[[0.5,-2]]]}]}";
+  ck_assert_int_eq(load_v2_reply_tensor(nested, strlen(nested), -1, "output", 3,
+                                        dim, got, why, sizeof why),
+                   0);
+  ck_assert(got[0] == 0.5f && got[1] == -2.0f);
+}
+END_TEST
+
+/* --verify over v2: a reply computed here passes in each form, a perturbed
+ * one fails, and a layer's request cannot be checked here. */
+START_TEST(test_v2_verify) {
+  load_shape_t s = base_shape; /* B 2 */
+  s.protocol = LOAD_V2, s.model = "attention", s.binary = _i != 0;
+  s.weights = LOAD_WEIGHTS_MEAN, s.projections = 1, s.key_lengths = 1;
+  /* the reply helper's shapes: output [2, 3, 4], weights_mean [2, 3, 5] */
+  s.Lq = 3, s.Lk = 5, s.E = 4, s.H = 2, s.Hkv = 1;
+  load_request_t r;
+  char err[256];
+  ck_assert_int_eq(load_gen_request(&s, 3, 0, &r, err, sizeof err), 0);
+  tu_run_t run;
+  ck_assert_int_eq(tu_run(&run, &r.params, NULL), 0);
+  size_t len;
+  int64_t hl;
+  int bin = _i == 0 ? 0 : _i == 1 ? 3 : 2; /* JSON, binary, mixed */
+  char *txt = v2_reply(run.o.out, run.o.mean_weights, bin, 1, &len, &hl);
+  double e;
+  char why[256] = "";
+  ck_assert_msg(
+      load_verify_reply(&s, &r, txt, len, hl, 2, &e, why, sizeof why) == 0,
+      "%s", why);
+  ck_assert_msg(e <= 1e-6, "relative error %g", e);
+  free(txt);
+
+  run.o.mean_weights[3] += 0.5f;
+  txt = v2_reply(run.o.out, run.o.mean_weights, bin, 1, &len, &hl);
+  ck_assert_int_eq(
+      load_verify_reply(&s, &r, txt, len, hl, 1, &e, why, sizeof why), -1);
+  ck_assert_msg(e > LOAD_VERIFY_TOL && strstr(why, "relative error"), "%s",
+                why);
+
+  load_shape_t sl = s;
+  sl.model = "blocks.3", sl.projections = 0;
+  ck_assert_int_eq(
+      load_verify_reply(&sl, &r, txt, len, hl, 1, &e, why, sizeof why), -1);
+  ck_assert_msg(strstr(why, "model 'blocks.3' is a layer") != NULL, "%s", why);
   free(txt);
   tu_run_free(&run);
   load_gen_free(&r);
@@ -678,6 +1280,16 @@ Suite *test_suite(void) {
   tc = tcase_create("verify");
   tcase_add_loop_test(tc, test_reply_tensor, 0, 3);
   tcase_add_loop_test(tc, test_verify_reply, 0, 3);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("v2");
+  tcase_add_test(tc, test_v2_body_exact);
+  tcase_add_loop_test(tc, test_v2_body_shapes, 0, 4 * N_GEN_CASES);
+  tcase_add_loop_test(tc, test_v2_compress, 0, 2);
+  tcase_add_test(tc, test_v2_path);
+  tcase_add_loop_test(tc, test_v2_reply, 0, 8);
+  tcase_add_test(tc, test_v2_reply_invalid);
+  tcase_add_loop_test(tc, test_v2_verify, 0, 3);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("report");

@@ -11,10 +11,20 @@
  *     in order, every reply timed by Server-Timing, both checks passed, a
  *     JSON of four steps and a non-empty picture; once with the defaults
  *     (base64, no projections) and once with JSON tensors, inline
- *     projections, GQA, random key lengths, mean weights and a batch;
+ *     projections, GQA, random key lengths, mean weights and a batch; and
+ *     the same two over the Open Inference Protocol (--protocol v2, the
+ *     generic model): binary tensors, then JSON tensors with the rest of
+ *     those options and gzip bodies and replies;
  *   - overload: slow requests at a concurrency over one worker and one
  *     queue place: the 429s counted as such and nothing else failing, exit
- *     status 1 under the default --max-error-rate 0, and 0 under 1.
+ *     status 1 under the default --max-error-rate 0, and 0 under 1; over
+ *     v1 and over v2;
+ *   - v2 to a loaded layer (--model blocks.3): every request succeeds; to
+ *     a model that is not loaded: every request a 404, counted as such;
+ *   - --dump-body with v2: the file holds exactly the generator's bytes,
+ *     and stdout the Inference-Header-Content-Length that goes with them.
+ * The v2 cases need a server that speaks /v2 (server/oip.c, http.c): they
+ * fail, saying so, against one that does not.
  * No timings are asserted: only counts, orders and exit statuses. */
 #include <check.h>
 #include <errno.h>
@@ -29,6 +39,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gen.h"
+#include "layer_files.h"
 #include "server_harness.h"
 #include "suite.h"
 
@@ -195,12 +207,36 @@ static void assert_ordered(const csv_t *c, int r, const char *prefix,
   }
 }
 
+/* A v2 case's first failure names what it needs: a server that answers
+ * 404 to POST /v2/models/attention/infer has no /v2 at all. */
+static void assert_speaks_v2(int port, const char *log) {
+  sh_client_t c;
+  sh_client_init(&c, port);
+  static const char body[] = "{\"inputs\":[]}";
+  sh_req_t q = {.method = "POST",
+                .path = "/v2/models/attention/infer",
+                .body = body,
+                .len = sizeof body - 1};
+  sh_resp_t r;
+  int rc = sh_http(&c, &q, &r);
+  ck_assert_msg(rc == 0 && r.status != 404,
+                "this v2 case needs a server with the Open Inference "
+                "Protocol: POST /v2/models/attention/infer got %ld (%s)\n%s",
+                r.status, r.body ? r.body : r.error, log);
+  sh_resp_free(&r);
+  sh_client_free(&c);
+}
+
 START_TEST(test_sweep) {
-  static const char *const extra[2][16] = {
+  static const char *const extra[4][24] = {
       {NULL},
       {"--encoding", "json", "--projections", "inline", "--kv-heads", "2",
        "--key-lengths", "random", "--weights", "mean", "--batch", "2",
-       "--causal", "top_left", NULL}};
+       "--causal", "top_left", NULL},
+      {"--protocol", "v2", NULL},
+      {"--protocol", "v2", "--tensors", "json", "--projections", "inline",
+       "--kv-heads", "2", "--key-lengths", "random", "--weights", "mean",
+       "--batch", "2", "--causal", "top_left", "--compress", "gzip", NULL}};
   sh_server_t srv;
   start(&srv, NULL);
   scratch_t sc;
@@ -218,6 +254,8 @@ START_TEST(test_sweep) {
   args[n] = NULL;
   int st = run_load(args, sc.log);
   char *log = slurp(sc.log);
+  if (st != 0 && _i >= 2)
+    assert_speaks_v2(srv.port, log);
   ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
 
   char path[160];
@@ -280,9 +318,9 @@ END_TEST
 
 /* ---- overload ------------------------------------------------------------ */
 
-/* One overload run with `rate` as --max-error-rate (NULL: the default).
- * Returns the exit status; checks the CSV's counts. */
-static int overload_run(int port, const char *rate) {
+/* One overload run with `rate` as --max-error-rate (NULL: the default),
+ * over v2 when `v2`. Returns the exit status; checks the CSV's counts. */
+static int overload_run(int port, const char *rate, int v2) {
   scratch_t sc;
   scratch_init(&sc);
   char url[64];
@@ -312,10 +350,17 @@ static int overload_run(int port, const char *rate) {
                           "--quiet",
                           NULL,
                           NULL,
+                          NULL,
+                          NULL,
                           NULL};
+  int n = 21;
   if (rate) {
-    args[21] = "--max-error-rate";
-    args[22] = rate;
+    args[n++] = "--max-error-rate";
+    args[n++] = rate;
+  }
+  if (v2) {
+    args[n++] = "--protocol";
+    args[n++] = "v2";
   }
   int st = run_load(args, sc.log);
   char *log = slurp(sc.log);
@@ -326,6 +371,8 @@ static int overload_run(int port, const char *rate) {
   ck_assert_int_eq(c.nrows, 1);
   double sent = csv_num(&c, 0, "sent"), ok = csv_num(&c, 0, "ok"),
          n429 = csv_num(&c, 0, "err_429");
+  if (v2 && n429 == 0)
+    assert_speaks_v2(port, log);
   ck_assert_msg(n429 > 0, "no 429 in %g requests:\n%s", sent, log);
   ck_assert_msg(ok > 0, "nothing succeeded:\n%s", log);
   ck_assert_msg(ok + n429 == sent, "%g ok + %g 429 != %g sent:\n%s", ok, n429,
@@ -350,9 +397,145 @@ START_TEST(test_overload) {
       "1",         NULL};
   sh_server_t srv;
   start(&srv, args);
-  ck_assert_int_eq(overload_run(srv.port, NULL), 1);
-  ck_assert_int_eq(overload_run(srv.port, "1"), 0);
+  ck_assert_int_eq(overload_run(srv.port, NULL, _i), 1);
+  ck_assert_int_eq(overload_run(srv.port, "1", _i), 0);
   stop(&srv);
+}
+END_TEST
+
+/* ---- v2: a layer, an unknown model, --dump-body ---------------------------
+ */
+
+/* Runs a one-step v2 sweep of model `model` (E 32, H 4, L 16, c 2) with
+ * the CSV read into c; returns the exit status. */
+static int v2_run(int port, const char *model, scratch_t *sc, csv_t *c,
+                  char **log) {
+  char url[64], path[160];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+  const char *args[] = {
+      "--url",      url,     "--protocol",    "v2", "--model",  model,
+      "--lengths",  "16",    "--concurrency", "2",  "--warmup", "0",
+      "--duration", "0.5",   "--embed",       "32", "--heads",  "4",
+      "--out",      sc->dir, "--quiet",       NULL};
+  int st = run_load(args, sc->log);
+  *log = slurp(sc->log);
+  snprintf(path, sizeof path, "%s/attnd-load.csv", sc->dir);
+  csv_read(c, path);
+  ck_assert_int_eq(c->nrows, 1);
+  return st;
+}
+
+START_TEST(test_v2_models) {
+  char dir[64] = "/tmp/check_load_sweep_layer_XXXXXX", file[128], msg[512];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(file, sizeof file, "%s/model.safetensors", dir);
+  lf_shape_t shape = {.E = 32, .H = 4, .bias = LF_BIAS_ALL};
+  const char *meta[] = {"num_heads", "4", NULL};
+  lf_weights_t w;
+  ck_assert_msg(lf_write(file, LF_TORCH_MHA, ATTND_ST_F32, "blocks.3.", &shape,
+                         9, meta, &w, msg, sizeof msg) == 0,
+                "%s", msg);
+  lf_weights_free(&w);
+  const char *sargs[] = {"--layers", dir, NULL};
+  sh_server_t srv;
+  start(&srv, sargs);
+
+  /* the layer: every request succeeds */
+  scratch_t sc;
+  scratch_init(&sc);
+  csv_t c;
+  char *log;
+  int st = v2_run(srv.port, "blocks.3", &sc, &c, &log);
+  if (st != 0)
+    assert_speaks_v2(srv.port, log);
+  ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
+  double sent = csv_num(&c, 0, "sent");
+  ck_assert_msg(sent > 0 && csv_num(&c, 0, "ok") == sent, "%g sent, %g ok",
+                sent, csv_num(&c, 0, "ok"));
+  ck_assert_msg(csv_num(&c, 0, "timed") == sent && csv_num(&c, 0, "gflops") > 0,
+                "no Server-Timing or no throughput");
+  free(c.text);
+  free(log);
+  scratch_free(&sc);
+
+  /* a model that is not there: every request a 404, an error of its own */
+  scratch_init(&sc);
+  st = v2_run(srv.port, "blocks.4", &sc, &c, &log);
+  ck_assert_msg(st == 1, "attnd-load exited with %d:\n%s", st, log);
+  sent = csv_num(&c, 0, "sent");
+  ck_assert_msg(sent > 0 && csv_num(&c, 0, "err_other") == sent &&
+                    csv_num(&c, 0, "ok") == 0,
+                "%g sent, %g other errors", sent, csv_num(&c, 0, "err_other"));
+  char path[160];
+  snprintf(path, sizeof path, "%s/attnd-load.json", sc.dir);
+  json_error_t je;
+  json_t *doc = json_load_file(path, 0, &je);
+  ck_assert_msg(doc != NULL, "JSON: %s", je.text);
+  json_t *step = json_array_get(json_object_get(doc, "steps"), 0);
+  json_t *by = json_object_get(json_object_get(step, "errors"), "by_status");
+  ck_assert_int_eq(json_integer_value(json_object_get(by, "404")),
+                   (json_int_t)sent);
+  ck_assert_str_eq(json_string_value(json_object_get(
+                       json_object_get(step, "shape"), "model")),
+                   "blocks.4");
+  json_decref(doc);
+  free(c.text);
+  free(log);
+  scratch_free(&sc);
+  stop(&srv);
+  unlink(file);
+  rmdir(dir);
+}
+END_TEST
+
+/* --dump-body over v2: the generator's bytes for the first variant of the
+ * first length, and the header line they need; no server. */
+START_TEST(test_v2_dump_body) {
+  scratch_t sc;
+  scratch_init(&sc);
+  char body_path[160];
+  snprintf(body_path, sizeof body_path, "%s/body.bin", sc.dir);
+  const char *args[] = {
+      "--protocol",  "v2",      "--lengths", "8,16", "--embed",       "16",
+      "--heads",     "2",       "--seed",    "5",    "--key-lengths", "random",
+      "--dump-body", body_path, NULL};
+  int st = run_load(args, sc.log);
+  char *log = slurp(sc.log);
+  ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
+
+  load_shape_t s = {.B = 1,
+                    .Lq = 8,
+                    .Lk = 8,
+                    .E = 16,
+                    .H = 2,
+                    .Hkv = 2,
+                    .causal = ATTN_CAUSAL_BOTTOM_RIGHT,
+                    .key_lengths = 1,
+                    .protocol = LOAD_V2,
+                    .model = "attention",
+                    .binary = 1};
+  load_request_t r;
+  char err[256];
+  ck_assert_msg(
+      load_gen_request(&s, load_gen_seed(5, 8, 0), 1, &r, err, sizeof err) == 0,
+      "%s", err);
+  FILE *f = fopen(body_path, "rb");
+  ck_assert_ptr_nonnull(f);
+  char *got = malloc(r.body_len + 1);
+  size_t n = fread(got, 1, r.body_len + 1, f);
+  fclose(f);
+  ck_assert_uint_eq(n, r.body_len);
+  ck_assert_int_eq(memcmp(got, r.body, n), 0);
+  char line[96];
+  snprintf(line, sizeof line, "Inference-Header-Content-Length: %zu\n",
+           r.json_len);
+  ck_assert_msg(strcmp(log, line) == 0, "stdout is '%s', expected '%s'", log,
+                line);
+  free(got);
+  free(log);
+  load_gen_free(&r);
+  unlink(body_path);
+  scratch_free(&sc);
 }
 END_TEST
 
@@ -362,11 +545,16 @@ Suite *test_suite(void) {
   Suite *s = suite_create("load_sweep");
   TCase *tc = tcase_create("sweep");
   tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, test_sweep, 0, 2);
+  tcase_add_loop_test(tc, test_sweep, 0, 4);
   suite_add_tcase(s, tc);
   tc = tcase_create("overload");
   tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, test_overload);
+  tcase_add_loop_test(tc, test_overload, 0, 2);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("v2");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_v2_models);
+  tcase_add_test(tc, test_v2_dump_body);
   suite_add_tcase(s, tc);
   return s;
 }

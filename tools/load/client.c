@@ -1,8 +1,9 @@
 /* tools/load/client.c: see client.h.
  *
  * The run owns `concurrency` slots, each one easy handle with its options
- * set once; a request takes an idle slot, sets its body and timeout and is
- * added to the multi handle, whose connection cache keeps the connections
+ * set once; a request takes an idle slot, sets its body, the body's header
+ * lines (built once per body) and its timeout and is added to the multi
+ * handle, whose connection cache keeps the connections
  * alive between requests. The loop:
  *   1. issue: closed loop, fill every idle slot; open loop, move the
  *      arrivals that are due into the backlog, expire backlog entries past
@@ -118,9 +119,10 @@ typedef struct slot {
   double t_intended;
   size_t variant;
   int measured;
-  int keep;          /* a candidate for --verify: the body is kept */
-  attnd_buf_t reply; /* the body, when keep */
-  int timing;        /* load_server_timing_parse's mask */
+  int keep;           /* a candidate for --verify: the body is kept */
+  attnd_buf_t reply;  /* the body, when keep */
+  int64_t header_len; /* the reply's Inference-Header-Content-Length, or -1 */
+  int timing;         /* load_server_timing_parse's mask */
   double queue_ms, compute_ms, total_ms;
   char errbuf[CURL_ERROR_SIZE];
 } slot_t;
@@ -129,7 +131,7 @@ typedef struct engine {
   const load_run_t *run;
   load_stats_t *st;
   CURLM *multi;
-  struct curl_slist *headers;
+  struct curl_slist **headers; /* of each body */
   slot_t *slots;
   int *idle; /* stack of idle slot indices */
   int n_idle;
@@ -155,10 +157,22 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud) {
   slot_t *s = ud;
   size_t n = size * nmemb;
   static const char name[] = "Server-Timing:";
+  static const char ihcl[] = "Inference-Header-Content-Length:";
   if (n > sizeof name - 1 && strncasecmp(p, name, sizeof name - 1) == 0)
     s->timing =
         load_server_timing_parse(p + sizeof name - 1, n - (sizeof name - 1),
                                  &s->queue_ms, &s->compute_ms, &s->total_ms);
+  if (n > sizeof ihcl - 1 && strncasecmp(p, ihcl, sizeof ihcl - 1) == 0) {
+    char v[32];
+    size_t vl = n - (sizeof ihcl - 1);
+    snprintf(v, sizeof v, "%.*s", (int)(vl < 31 ? vl : 31),
+             p + sizeof ihcl - 1);
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    end += strspn(end, " \t\r\n");
+    /* a value that is not a length is kept as one past any body */
+    s->header_len = *end == 0 && end != v && x >= 0 ? x : INT64_MAX;
+  }
   return n;
 }
 
@@ -179,11 +193,12 @@ static int slot_setup(engine_t *e, slot_t *s) {
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, s);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, s->errbuf);
+  if (run->accept_encoding)
+    curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, run->accept_encoding);
   if (run->n_bodies == 0) {
     curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
     return 0;
   }
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, e->headers);
   /* Megabyte bodies (and replies, about as large) move in fewer, larger
    * system calls with buffers up to libcurl's largest (measured: 24% of a
    * core down to 15% at 5.6 MB bodies, c=4). Small ones keep the
@@ -228,6 +243,7 @@ static void start(engine_t *e, double t, double now) {
   s->t_intended = t;
   s->measured = t >= e->t_measure;
   s->timing = 0;
+  s->header_len = -1;
   s->errbuf[0] = 0;
   s->reply.len = 0;
   s->keep = s->measured && e->st->n_kept + e->keep_pending < run->keep;
@@ -237,6 +253,7 @@ static void start(engine_t *e, double t, double now) {
     const load_body_t *b = &run->bodies[s->variant];
     curl_easy_setopt(s->h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)b->len);
     curl_easy_setopt(s->h, CURLOPT_POSTFIELDS, b->data);
+    curl_easy_setopt(s->h, CURLOPT_HTTPHEADER, e->headers[s->variant]);
   }
   e->issued++;
   long left_ms = (long)ceil((run->timeout_s - (now - t)) * 1000.0);
@@ -282,7 +299,7 @@ static void finish(engine_t *e, slot_t *s, CURLcode rc, double now) {
     st->timed += s->timing != 0;
     if (s->keep && !s->reply.oom && s->reply.data) {
       st->kept[st->n_kept++] =
-          (load_kept_t){s->reply.data, s->reply.len, s->variant};
+          (load_kept_t){s->reply.data, s->reply.len, s->variant, s->header_len};
       attnd_buf_init(&s->reply); /* the stats own it now */
       kept = 1;
     }
@@ -369,10 +386,49 @@ static void engine_free(engine_t *e) {
   }
   if (e->multi)
     curl_multi_cleanup(e->multi);
-  curl_slist_free_all(e->headers);
+  for (size_t i = 0; e->headers && i < e->run->n_bodies; i++)
+    curl_slist_free_all(e->headers[i]);
+  free(e->headers);
   free(e->slots);
   free(e->idle);
   free(e->backlog);
+}
+
+size_t load_body_headers(const load_run_t *run, const load_body_t *b, char *buf,
+                         size_t n) {
+  attnd_buf_t t;
+  attnd_buf_init(&t);
+  if (run->content_type)
+    attnd_buf_printf(&t, "Content-Type: %s\n", run->content_type);
+  if (run->content_encoding)
+    attnd_buf_printf(&t, "Content-Encoding: %s\n", run->content_encoding);
+  if (b->header_len)
+    attnd_buf_printf(&t, "Inference-Header-Content-Length: %zu\n",
+                     b->header_len);
+  size_t len = t.len;
+  snprintf(buf, n, "%s", t.len ? t.data : "");
+  attnd_buf_free(&t);
+  return len;
+}
+
+/* The header lines of body b for libcurl: a new list, or NULL when out of
+ * memory. */
+static struct curl_slist *body_headers(const load_run_t *run,
+                                       const load_body_t *b) {
+  char text[512];
+  load_body_headers(run, b, text, sizeof text);
+  /* no "Expect: 100-continue" round trip before large bodies, and no
+   * Content-Type unless one is given ("Content-Type:" alone drops
+   * libcurl's form type) */
+  struct curl_slist *l = curl_slist_append(NULL, "Expect:");
+  if (l && run->content_type == NULL && !curl_slist_append(l, "Content-Type:"))
+    l = (curl_slist_free_all(l), NULL);
+  char *save = NULL;
+  for (char *line = strtok_r(text, "\n", &save); l && line;
+       line = strtok_r(NULL, "\n", &save))
+    if (!curl_slist_append(l, line))
+      l = (curl_slist_free_all(l), NULL);
+  return l;
 }
 
 static int engine_init(engine_t *e, const load_run_t *run, load_stats_t *st,
@@ -394,12 +450,11 @@ static int engine_init(engine_t *e, const load_run_t *run, load_stats_t *st,
   e->slots = calloc((size_t)c, sizeof *e->slots);
   e->idle = malloc((size_t)c * sizeof *e->idle);
   st->kept = run->keep > 0 ? calloc((size_t)run->keep, sizeof *st->kept) : NULL;
-  /* no "Expect: 100-continue" round trip before large bodies */
-  e->headers = curl_slist_append(NULL, "Content-Type: application/json");
-  struct curl_slist *h2 =
-      e->headers ? curl_slist_append(e->headers, "Expect:") : NULL;
-  int ok =
-      e->multi && e->slots && e->idle && h2 && (run->keep <= 0 || st->kept);
+  e->headers = calloc(run->n_bodies ? run->n_bodies : 1, sizeof *e->headers);
+  int ok = e->multi && e->slots && e->idle && e->headers &&
+           (run->keep <= 0 || st->kept);
+  for (size_t i = 0; ok && i < run->n_bodies; i++)
+    ok = (e->headers[i] = body_headers(run, &run->bodies[i])) != NULL;
   for (int i = 0; ok && i < c; i++) {
     ok = slot_setup(e, &e->slots[i]) == 0;
     e->idle[e->n_idle++] = c - 1 - i; /* slot 0 is used first */

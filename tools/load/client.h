@@ -36,24 +36,31 @@ typedef enum { LOAD_CLOSED, LOAD_OPEN } load_mode_t;
 typedef struct load_body {
   const char *data;
   size_t len;
-  double flops;   /* dense FLOPs of the request */
-  int64_t tokens; /* B·Lq */
+  double flops;      /* dense FLOPs of the request */
+  int64_t tokens;    /* B·Lq */
+  size_t header_len; /* sent as Inference-Header-Content-Length; 0: not */
 } load_body_t;
 
 /* One reply kept for --verify. Owns body. */
 typedef struct load_kept {
   char *body;
   size_t len;
-  size_t variant; /* index of its request in the run's pool */
+  size_t variant;     /* index of its request in the run's pool */
+  int64_t header_len; /* its Inference-Header-Content-Length, or -1 */
 } load_kept_t;
 
 struct load_stats;
 
 /* What to run. Borrowed by load_client_run. */
 typedef struct load_run {
-  const char *url;           /* the whole URL, path included */
-  const load_body_t *bodies; /* POST these, in turn, as application/json */
-  size_t n_bodies;           /* 0: GET, no body */
+  const char *url;              /* the whole URL, path included */
+  const load_body_t *bodies;    /* POST these, in turn */
+  size_t n_bodies;              /* 0: GET, no body */
+  const char *content_type;     /* of the bodies; NULL: no Content-Type */
+  const char *content_encoding; /* of the bodies ("gzip"); NULL: none */
+  /* Accept-Encoding sent, and replies so encoded decoded before they are
+   * kept; NULL: none */
+  const char *accept_encoding;
   load_mode_t mode;
   int concurrency; /* closed: in flight; open: connections */
   double rate;     /* open: arrivals per second */
@@ -96,6 +103,13 @@ typedef struct load_stats {
   int n_kept;
   char first_error[256]; /* the first transport error, or "" */
 } load_stats_t;
+
+/* Writes the header lines that body b needs in `run` into buf[0..n),
+ * NUL-terminated, each "Name: value\n": Content-Type, Content-Encoding,
+ * Inference-Header-Content-Length, those that apply. Returns the length
+ * it needed (as snprintf). Any thread. */
+size_t load_body_headers(const load_run_t *run, const load_body_t *b, char *buf,
+                         size_t n);
 
 /* Allocates the histograms. Returns 0 or -1 (out of memory). */
 int load_stats_init(load_stats_t *st);

@@ -8,6 +8,7 @@
 
 #include "codec/buf.h"
 #include "codec/util.h"
+#include "v2.h"
 
 /* Every number here comes from attnd_splitmix64. */
 
@@ -26,6 +27,11 @@ static float *random_floats(uint64_t *state, size_t n, float amp) {
                              (2.0 / 9007199254740992.0) -
                          1.0);
   return x;
+}
+
+int load_shape_layer(const load_shape_t *s) {
+  return s->protocol == LOAD_V2 && s->model &&
+         strcmp(s->model, LOAD_V2_GENERIC) != 0;
 }
 
 int load_gen_check(const load_shape_t *s, char *err, size_t n) {
@@ -60,6 +66,13 @@ int load_gen_check(const load_shape_t *s, char *err, size_t n) {
              "large",
              (long long)s->B, (long long)(s->Lq > s->Lk ? s->Lq : s->Lk),
              (long long)s->E);
+    return -1;
+  }
+  if (load_shape_layer(s) && s->projections) {
+    snprintf(err, n,
+             "--projections inline: model '%s' is a layer, with its own "
+             "weights; inline projections are for model '%s'",
+             s->model, LOAD_V2_GENERIC);
     return -1;
   }
   return 0;
@@ -132,8 +145,10 @@ int load_gen_request(const load_shape_t *s, uint64_t seed, int with_body,
     return -1;
   const int64_t B = s->B, Lq = s->Lq, Lk = s->Lk, E = s->E, H = s->H,
                 Hkv = s->Hkv, Dh = E / H;
-  /* without projections, key and value carry Hkv heads of Dh features */
-  const int64_t Ekv = s->projections ? E : Hkv * Dh;
+  /* without projections, key and value carry Hkv heads of Dh features; a
+   * layer projects the hidden states with its own weights */
+  const int layer = load_shape_layer(s), proj = s->projections || layer;
+  const int64_t Ekv = proj ? E : Hkv * Dh;
   const int send_kv = s->cross || Lq != Lk || Ekv != E;
   attn_params_t *p = &r->params;
   uint64_t st = seed;
@@ -150,15 +165,21 @@ int load_gen_request(const load_shape_t *s, uint64_t seed, int with_body,
     p->value = (attn_tensor_t){r->value, 3, {B, Lk, Ekv}};
     oom |= r->key == NULL || r->value == NULL;
   }
-  if (s->projections) {
+  if (proj) {
+    /* a layer's weights are on the server: the plan here sees their
+     * shapes, for the FLOP count, over a placeholder it never reads (and
+     * nothing computes a layer's request here: verify refuses one) */
+    static const float placeholder;
     const int64_t rows[4] = {E, Hkv * Dh, Hkv * Dh, E};
     attn_tensor_t *w[4] = {&p->q_weight, &p->k_weight, &p->v_weight,
                            &p->o_weight};
     for (int i = 0; i < 4; i++) {
-      r->weight[i] =
-          random_floats(&st, (size_t)(rows[i] * E), 1.0f / sqrtf((float)E));
-      *w[i] = (attn_tensor_t){r->weight[i], 2, {rows[i], E}};
-      oom |= r->weight[i] == NULL;
+      if (!layer)
+        r->weight[i] =
+            random_floats(&st, (size_t)(rows[i] * E), 1.0f / sqrtf((float)E));
+      *w[i] =
+          (attn_tensor_t){layer ? &placeholder : r->weight[i], 2, {rows[i], E}};
+      oom |= !layer && r->weight[i] == NULL;
     }
   }
   if (s->key_lengths) {
@@ -194,11 +215,21 @@ int load_gen_request(const load_shape_t *s, uint64_t seed, int with_body,
   r->flops = plan.flops;
   r->tokens = B * Lq;
 
-  /* pass 3: the body */
+  /* pass 3: the body, compressed when asked */
   if (with_body) {
     attnd_buf_t b;
     attnd_buf_init(&b);
-    build_body(s, r, &b);
+    if (s->protocol == LOAD_V2)
+      load_v2_body(s, r, &b, &r->json_len);
+    else
+      build_body(s, r, &b);
+    if (!b.oom && s->compress != ATTND_CODING_IDENTITY) {
+      attnd_buf_t z;
+      attnd_buf_init(&z);
+      attnd_deflate(s->compress, b.data, b.len, &z);
+      attnd_buf_free(&b);
+      b = z;
+    }
     if (b.oom) {
       attnd_buf_free(&b);
       snprintf(err, n, "out of memory for a request body");
@@ -235,4 +266,22 @@ const char *load_weights_name(load_weights_t w) {
 const char *load_causal_name(attn_causal_t c) {
   static const char *const names[] = {"none", "bottom_right", "top_left"};
   return names[c];
+}
+
+const char *load_protocol_name(load_protocol_t p) {
+  return p == LOAD_V2 ? "v2" : "v1";
+}
+
+const char *load_compress_name(attnd_coding_t c) {
+  return c == ATTND_CODING_IDENTITY ? "none" : attnd_coding_name(c);
+}
+
+const char *load_tensors_name(const load_shape_t *s) {
+  if (s->protocol == LOAD_V2)
+    return s->binary ? "binary" : "json";
+  return load_enc_name(s->encoding);
+}
+
+const char *load_projections_name(const load_shape_t *s) {
+  return load_shape_layer(s) ? "resident" : s->projections ? "inline" : "none";
 }

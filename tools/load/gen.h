@@ -1,11 +1,13 @@
 /* tools/load/gen.h: attention requests, generated from a seed.
  *
  * A load_shape_t describes one step's requests in the API's terms (sizes,
- * masks, what to return, the tensors' encoding); load_gen_request turns it
- * and a seed into the tensors (an attn_params_t for the local check of
- * --verify) and the POST /v1/attention body. The same shape and seed always
- * give the same bytes; tensors are uniform in [-1, 1), projection weights
- * in [-1/√E, 1/√E), so outputs stay of order one.
+ * masks, what to return, the tensors' encoding, the protocol);
+ * load_gen_request turns it and a seed into the tensors (an attn_params_t
+ * for the local check of --verify) and the body: POST /v1/attention's, or
+ * with LOAD_V2 the Open Inference Protocol's (v2.h: the same tensors as
+ * inputs). The same shape and seed always give the same bytes; tensors are
+ * uniform in [-1, 1), projection weights in [-1/√E, 1/√E), so outputs stay
+ * of order one.
  *
  * Tensors, with Dh = E / H:
  *   query [B, Lq, E];
@@ -27,6 +29,11 @@
 
 #include "attn/attn.h"
 #include "codec/buf.h"
+#include "codec/deflate.h"
+
+/* The protocol of the bodies: POST /v1/attention, or the Open Inference
+ * Protocol (KServe v2), POST /v2/models/{model}/infer. */
+typedef enum { LOAD_V1, LOAD_V2 } load_protocol_t;
 
 typedef enum {
   LOAD_WEIGHTS_NONE,
@@ -44,7 +51,19 @@ typedef struct load_shape {
   attnd_form_t encoding;  /* of every tensor sent, and return.encoding */
   int cross;              /* 1: send key and value even for self-attention */
   int64_t timeout_ms;     /* the request's timeout_ms; 0: none */
+  load_protocol_t protocol;
+  /* LOAD_V2 only (encoding is v1's): */
+  const char *model; /* borrowed: "attention" (or NULL), else a layer's */
+  int binary;        /* 1: tensors as binary data after the JSON */
+  /* the body's Content-Encoding (the codec's attnd_deflate), which
+   * replies may use too; identity: none */
+  attnd_coding_t compress;
 } load_shape_t;
+
+/* Whether `s` asks a loaded layer (a v2 model other than "attention"):
+ * the layer's weights are resident, so none are sent, the hidden states
+ * (query, key, value) are E wide, and the FLOPs count projections. */
+int load_shape_layer(const load_shape_t *s);
 
 /* One generated request. Owns every array and the body; load_gen_free. */
 typedef struct load_request {
@@ -54,13 +73,17 @@ typedef struct load_request {
   int64_t *key_lengths;
   double flops;   /* attn_plan_t.flops: dense, as if nothing were masked */
   int64_t tokens; /* B·Lq */
-  char *body;     /* the JSON text, NUL-terminated; NULL unless asked */
+  char *body;     /* the bytes sent, NUL-terminated; NULL unless asked */
   size_t body_len;
+  /* v2 with binary tensors: the length of the JSON that starts the body
+   * (before compression), the Inference-Header-Content-Length; else 0 */
+  size_t json_len;
 } load_request_t;
 
 /* Checks the sizes of `s` (each >= 1, H divides E, Hkv divides H, no
- * tensor over 2^36 elements). Returns 0, or -1 with a message naming the
- * option in err[0..n). */
+ * tensor over 2^36 elements) and that a layer model is not sent inline
+ * projections. Returns 0, or -1 with a message naming the option in
+ * err[0..n). */
 int load_gen_check(const load_shape_t *s, char *err, size_t n);
 
 /* The seed of request `variant` of the step for context length `length`
@@ -81,8 +104,16 @@ void load_gen_free(load_request_t *r);
 
 /* The names on the command line: "json" (nested arrays; the API calls it
  * "nested"), "flat", "base64"; "none", "per_head", "mean"; "none",
- * "bottom_right", "top_left". */
+ * "bottom_right", "top_left"; "v1", "v2"; "none", "gzip", "deflate". */
 const char *load_enc_name(attnd_form_t e);
+const char *load_protocol_name(load_protocol_t p);
+const char *load_compress_name(attnd_coding_t c);
+
+/* The form of the tensors sent: load_enc_name's for v1, "binary" or
+ * "json" for v2. The projections: "none", "inline", or "resident" for a
+ * layer model. */
+const char *load_tensors_name(const load_shape_t *s);
+const char *load_projections_name(const load_shape_t *s);
 const char *load_weights_name(load_weights_t w);
 const char *load_causal_name(attn_causal_t c);
 

@@ -1,7 +1,8 @@
 /* tools/load/main.c: attnd-load, the load tester of attnd.
  *
  * Sweeps context lengths crossed with concurrencies (closed loop) or
- * arrival rates (open loop) against POST /v1/attention, or any GET path;
+ * arrival rates (open loop) against POST /v1/attention, the Open Inference
+ * Protocol's POST /v2/models/{model}/infer, or any GET path;
  * reports per step what was sent, what succeeded, the errors by kind,
  * throughput, client latency percentiles and the server's Server-Timing
  * percentiles; writes CSV, JSON and an SVG plot; exits non-zero when a
@@ -21,8 +22,10 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "codec/deflate.h"
 #include "gen.h"
 #include "report.h"
+#include "v2.h"
 #include "verify.h"
 
 #define MAX_LIST 64
@@ -36,16 +39,18 @@ typedef struct list {
 /* The command line, as parsed (see the table below), and what follows
  * from it. */
 typedef struct opts {
-  const char *base, *path, *out, *name, *dump_body;
+  const char *base, *path, *out, *name, *dump_body, *model;
   list_t lengths, concurrency, rate;
   int method, arrival, causal, key_lengths, weights, projections, encoding;
+  int protocol, tensors, compress;
   int cross, quiet;
   int64_t connections, requests, batch, lq, lk, embed, heads, kv_heads;
   int64_t request_timeout_ms, seed, variants, verify, verify_threads;
   double warmup, duration, timeout, max_error_rate;
 
   /* derived */
-  char url[1024];
+  char v2_path[1024]; /* /v2/models/<model>/infer */
+  char url[2048];
   int post;
   load_mode_t mode;
   const list_t *load; /* concurrency or rate */
@@ -61,6 +66,10 @@ static const char *const key_lengths[] = {"none", "random", NULL};
 static const char *const weights[] = {"none", "per_head", "mean", NULL};
 static const char *const projections[] = {"none", "inline", NULL};
 static const char *const encodings[] = {"json", "flat", "base64", NULL};
+static const char *const protocols[] = {"v1", "v2", NULL};
+static const char *const tensor_forms[] = {"binary", "json", NULL};
+/* in the order of attnd_coding_t */
+static const char *const compressions[] = {"none", "gzip", "deflate", NULL};
 
 /* Every option: its name, kind, destination, bounds, values, default and
  * help. The defaults are set by parsing `def` as if it had been given, and
@@ -81,10 +90,17 @@ typedef struct opt {
 static const opt_t options[] = {
     OPT("--url", "URL", O_STR, base, 0, 0, NULL, "http://127.0.0.1:8080",
         "attnd's base URL"),
-    OPT("--path", "PATH", O_STR, path, 0, 0, NULL, "/v1/attention",
-        "the path requested; another path is fetched with GET"),
+    OPT("--protocol", "v1|v2", O_ENUM, protocol, 0, 0, protocols, "v1",
+        "v2: the Open Inference Protocol (KServe v2, Triton)"),
+    OPT("--model", "NAME", O_STR, model, 0, 0, NULL, LOAD_V2_GENERIC,
+        "v2: attention (inline inputs) or a loaded layer's name"),
+    OPT("--tensors", "binary|json", O_ENUM, tensors, 0, 0, tensor_forms,
+        "binary", "v2: tensors as binary data after the JSON, or JSON data"),
+    OPT("--path", "PATH", O_STR, path, 0, 0, NULL, NULL,
+        "the path requested (/v1/attention; v2: /v2/models/NAME/infer); "
+        "another path is fetched with GET"),
     OPT("--method", "GET|POST", O_ENUM, method, 0, 0, methods, NULL,
-        "POST sends attention requests (POST on /v1/attention, else GET)"),
+        "POST sends attention requests (POST on that path, else GET)"),
     OPT("--lengths", "L,...", O_INT_LIST, lengths, 1, 1 << 30, NULL,
         "128,512,2048", "context lengths to sweep"),
     OPT("--concurrency", "C,...", O_INT_LIST, concurrency, 1, 100000, NULL,
@@ -122,7 +138,9 @@ static const opt_t options[] = {
     OPT("--projections", "none|inline", O_ENUM, projections, 0, 0, projections,
         "none", "inline: q, k, v, o weights in every request"),
     OPT("--encoding", "json|flat|base64", O_ENUM, encoding, 0, 0, encodings,
-        "base64", "tensors sent and returned"),
+        "base64", "v1: tensors sent and returned"),
+    OPT("--compress", "none|gzip|deflate", O_ENUM, compress, 0, 0, compressions,
+        "none", "v2: bodies compressed, and replies accepted so"),
     OPT("--cross", NULL, O_FLAG, cross, 0, 0, NULL, NULL,
         "send key and value even for self-attention"),
     OPT("--request-timeout-ms", "N", O_INT, request_timeout_ms, 1, 1e12, NULL,
@@ -142,7 +160,8 @@ static const opt_t options[] = {
     OPT("--name", "NAME", O_STR, name, 0, 0, NULL, "attnd-load",
         "the reports' file name, without extension"),
     OPT("--dump-body", "FILE", O_STR, dump_body, 0, 0, NULL, NULL,
-        "write the first step's first body to FILE and exit"),
+        "write the first step's first body to FILE, its headers to stdout, "
+        "and exit"),
     OPT("--quiet", NULL, O_FLAG, quiet, 0, 0, NULL, NULL,
         "no progress lines and no table"),
 };
@@ -232,13 +251,30 @@ static int set_option(opts_t *opts, const opt_t *o, const char *v) {
   }
 }
 
+/* The name of the option stored at offset `off`. */
+static const char *opt_name(size_t off) {
+  for (size_t k = 0; k < NOPTS; k++)
+    if (options[k].off == off)
+      return options[k].name;
+  return "?";
+}
+
+/* Whether the command line gave the option stored at offset `off`. */
+static int given_opt(const unsigned char *given, size_t off) {
+  for (size_t k = 0; k < NOPTS; k++)
+    if (options[k].off == off && given[k])
+      return 1;
+  return 0;
+}
+
 /* Parses the command line into `o`, then derives the rest. */
 static int parse_args(int argc, char **argv, opts_t *o) {
   *o = (opts_t){.method = -1};
   for (size_t k = 0; k < NOPTS; k++)
     if (options[k].def && set_option(o, &options[k], options[k].def) < 0)
       return -1; /* a bad table: the tests run --help */
-  int have_conc = 0, one = 1;
+  int one = 1;
+  unsigned char given[NOPTS] = {0};
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       print_usage(stdout);
@@ -250,7 +286,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         opt = &options[k];
     if (opt == NULL)
       return bad("unknown option %s%s", argv[i], "");
-    have_conc |= opt->off == offsetof(opts_t, concurrency);
+    given[opt - options] = 1;
     if (opt->kind == O_FLAG)
       memcpy((char *)o + opt->off, &one, sizeof one);
     else if (i + 1 >= argc)
@@ -259,12 +295,30 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       return -1;
   }
 
-  if (o->rate.n && have_conc)
+  if (o->rate.n && given_opt(given, offsetof(opts_t, concurrency)))
     return bad("--rate and --concurrency exclude each other%s%s", "", "");
+  /* the options of one protocol are refused with the other */
+  static const struct {
+    size_t off;
+    int protocol;
+  } only[] = {{offsetof(opts_t, model), 1},
+              {offsetof(opts_t, tensors), 1},
+              {offsetof(opts_t, compress), 1},
+              {offsetof(opts_t, encoding), 0}};
+  for (size_t k = 0; k < sizeof only / sizeof only[0]; k++)
+    if (given_opt(given, only[k].off) && o->protocol != only[k].protocol)
+      return bad("%s is an option of --protocol %s", opt_name(only[k].off),
+                 protocols[only[k].protocol]);
+  if (o->protocol == LOAD_V2 && o->path == NULL &&
+      load_v2_path(o->v2_path, sizeof o->v2_path, o->model) < 0)
+    return bad("--model '%s' is too long%s", o->model, "");
+  const char *infer = o->protocol == LOAD_V2 ? o->v2_path : "/v1/attention";
+  if (o->path == NULL)
+    o->path = infer;
   o->mode = o->rate.n ? LOAD_OPEN : LOAD_CLOSED;
   o->load = o->rate.n ? &o->rate : &o->concurrency;
   if (o->method < 0)
-    o->method = strcmp(o->path, "/v1/attention") == 0;
+    o->method = strcmp(o->path, infer) == 0;
   o->post = o->method == 1;
   if (o->requests)
     o->duration = 0;
@@ -288,10 +342,18 @@ static int parse_args(int argc, char **argv, opts_t *o) {
                             .projections = o->projections,
                             .encoding = (attnd_form_t)o->encoding,
                             .cross = o->cross,
-                            .timeout_ms = o->request_timeout_ms};
-  char err[256];
+                            .timeout_ms = o->request_timeout_ms,
+                            .protocol = (load_protocol_t)o->protocol,
+                            .model = o->protocol == LOAD_V2 ? o->model : NULL,
+                            .binary = o->tensors == 0,
+                            .compress = (attnd_coding_t)o->compress};
+  char err[512];
   if (o->post && load_gen_check(&o->shape, err, sizeof err) < 0)
     return bad("%s%s", err, "");
+  if (o->post && o->verify && load_shape_layer(&o->shape))
+    return bad("--verify: model '%s' is a layer, whose weights are on the "
+               "server; only model '" LOAD_V2_GENERIC "' can be verified%s",
+               o->model, "");
   return 0;
 }
 
@@ -340,7 +402,8 @@ static int pool_build(pool_t *p, const opts_t *o, const load_shape_t *s,
       fprintf(stderr, "attnd-load: L=%lld: %s\n", (long long)length, err);
       return -1;
     }
-    p->bodies[p->n++] = (load_body_t){r.body, r.body_len, r.flops, r.tokens};
+    p->bodies[p->n++] =
+        (load_body_t){r.body, r.body_len, r.flops, r.tokens, r.json_len};
     r.body = NULL; /* the pool owns it now */
     load_gen_free(&r);
   }
@@ -360,8 +423,8 @@ static void verify_step(const opts_t *o, const load_shape_t *s, int64_t length,
         load_gen_request(s, load_gen_seed(o->seed, length, (int)k->variant), 0,
                          &r, why, sizeof why) == 0;
     if (ok) {
-      ok = load_verify_reply(s, &r, k->body, k->len, (int)o->verify_threads, &e,
-                             why, sizeof why) == 0;
+      ok = load_verify_reply(s, &r, k->body, k->len, k->header_len,
+                             (int)o->verify_threads, &e, why, sizeof why) == 0;
       load_gen_free(&r);
     }
     res->verified += ok;
@@ -377,6 +440,16 @@ static void verify_step(const opts_t *o, const load_shape_t *s, int64_t length,
             res->step, st->n_kept, (int)o->verify);
     res->verify_failed += (int)o->verify - st->n_kept;
   }
+}
+
+/* The bodies' content headers in `run`, for shape s. */
+static void set_content(load_run_t *run, const load_shape_t *s) {
+  /* tritonclient sends no Content-Type */
+  run->content_type = s->protocol == LOAD_V1 ? "application/json" : NULL;
+  run->content_encoding = s->compress == ATTND_CODING_IDENTITY
+                              ? NULL
+                              : attnd_coding_name(s->compress);
+  run->accept_encoding = run->content_encoding;
 }
 
 static int run_step(const opts_t *o, const load_shape_t *s, int64_t length,
@@ -410,6 +483,7 @@ static int run_step(const opts_t *o, const load_shape_t *s, int64_t length,
                     .keep = pool->n ? (int)o->verify : 0,
                     .progress = tty ? on_progress : NULL,
                     .progress_arg = &pr};
+  set_content(&run, s);
   char err[512];
   int rc = load_client_run(&run, &st, err, sizeof err);
   if (tty)
@@ -472,6 +546,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "attnd-load: --dump-body %s: %s\n", o.dump_body,
                 post ? strerror(errno) : "GET requests have no body");
         rc = 2;
+      } else { /* the header lines that go with the body, for other tools */
+        load_run_t run = {.n_bodies = 1};
+        char lines[512];
+        set_content(&run, &s);
+        load_body_headers(&run, &pool.bodies[0], lines, sizeof lines);
+        fputs(lines, stdout);
       }
       pool_free(&pool);
       free(res);
@@ -492,15 +572,17 @@ int main(int argc, char **argv) {
     pool_free(&pool);
   }
 
-  char path[4096], err[512], title[1536];
+  char path[4096], err[512], title[2560];
   mkdir(o.out, 0777); /* may exist; a real failure shows when writing */
   snprintf(title, sizeof title, "attnd-load: %s %s", methods[o.method], o.url);
   if (post)
     snprintf(title + strlen(title), sizeof title - strlen(title),
-             ", B=%lld E=%lld H=%lld Hkv=%lld, causal %s, %s",
+             ", B=%lld E=%lld H=%lld Hkv=%lld, causal %s, %s%s%s%s",
              (long long)o.shape.B, (long long)o.shape.E, (long long)o.shape.H,
              (long long)o.shape.Hkv, load_causal_name(o.shape.causal),
-             load_enc_name(o.shape.encoding));
+             o.shape.protocol == LOAD_V2 ? "v2 " : "",
+             load_tensors_name(&o.shape), o.shape.compress ? ", " : "",
+             o.shape.compress ? load_compress_name(o.shape.compress) : "");
   static const char *const ext[3] = {"csv", "json", "svg"};
   for (int k = 0; k < 3; k++) {
     snprintf(path, sizeof path, "%s/%s.%s", o.out, o.name, ext[k]);

@@ -134,6 +134,22 @@ static int io_fail(char *err, size_t en, const char *path) {
   return -1;
 }
 
+/* Writes v as one CSV cell: quoted, quotes doubled, when it holds a comma,
+ * a quote or a line break (RFC 4180). */
+static void csv_cell(FILE *f, const char *v) {
+  if (strpbrk(v, ",\"\r\n") == NULL) {
+    fputs(v, f);
+    return;
+  }
+  fputc('"', f);
+  for (const char *p = v; *p; p++) {
+    if (*p == '"')
+      fputc('"', f);
+    fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
 int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
                     size_t en) {
   FILE *f = fopen(path, "w");
@@ -141,7 +157,8 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
     return io_fail(err, en, path);
   fprintf(f,
           "step,length,B,Lq,Lk,E,H,Hkv,causal,key_lengths,weights,"
-          "projections,encoding,mode,concurrency,rate,window_s,elapsed_s,"
+          "projections,encoding,protocol,model,compress,mode,concurrency,rate,"
+          "window_s,elapsed_s,"
           "sent,ok,err_429,err_503,err_504,err_other,err_transport,err_timeout,"
           "error_rate,rps,tokens_per_s,gflops");
   for (int i = 0; i < LOAD_NLAT; i++)
@@ -156,15 +173,18 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
     const load_result_t *x = &r[j];
     const load_shape_t *s = &x->shape;
     fprintf(f, "%d,%lld,", x->step, (long long)x->length);
-    if (x->attention)
-      fprintf(f, "%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%s,%s,%s,",
+    if (x->attention) {
+      fprintf(f, "%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%s,%s,%s,%s,",
               (long long)s->B, (long long)s->Lq, (long long)s->Lk,
               (long long)s->E, (long long)s->H, (long long)s->Hkv,
               load_causal_name(s->causal), s->key_lengths ? "random" : "none",
-              load_weights_name(s->weights), s->projections ? "inline" : "none",
-              load_enc_name(s->encoding));
-    else
-      fprintf(f, ",,,,,,,,,,,");
+              load_weights_name(s->weights), load_projections_name(s),
+              load_tensors_name(s), load_protocol_name(s->protocol));
+      csv_cell(f, s->model ? s->model : "");
+      fprintf(f, ",%s,", load_compress_name(s->compress));
+    } else {
+      fprintf(f, ",,,,,,,,,,,,,,");
+    }
     fprintf(
         f,
         "%s,%d,%g,%g,%.3f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%.6g,%.6g,"
@@ -206,18 +226,19 @@ static json_t *step_json(const load_result_t *x) {
                         "window_s", x->window_s, "elapsed_s", x->elapsed_s);
   if (x->attention) {
     const load_shape_t *s = &x->shape;
-    json_object_set_new(
-        o, "shape",
-        json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:s,s:s,s:I}", "B",
-                  (json_int_t)s->B, "Lq", (json_int_t)s->Lq, "Lk",
-                  (json_int_t)s->Lk, "E", (json_int_t)s->E, "H",
-                  (json_int_t)s->H, "Hkv", (json_int_t)s->Hkv, "causal",
-                  load_causal_name(s->causal), "key_lengths",
-                  s->key_lengths ? "random" : "none", "weights",
-                  load_weights_name(s->weights), "projections",
-                  s->projections ? "inline" : "none", "encoding",
-                  load_enc_name(s->encoding), "timeout_ms",
-                  (json_int_t)s->timeout_ms));
+    json_t *sh = json_pack(
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:s,s:s,s:I,s:s,s:s}", "B",
+        (json_int_t)s->B, "Lq", (json_int_t)s->Lq, "Lk", (json_int_t)s->Lk, "E",
+        (json_int_t)s->E, "H", (json_int_t)s->H, "Hkv", (json_int_t)s->Hkv,
+        "causal", load_causal_name(s->causal), "key_lengths",
+        s->key_lengths ? "random" : "none", "weights",
+        load_weights_name(s->weights), "projections", load_projections_name(s),
+        "encoding", load_tensors_name(s), "timeout_ms",
+        (json_int_t)s->timeout_ms, "protocol", load_protocol_name(s->protocol),
+        "compress", load_compress_name(s->compress));
+    if (s->model)
+      json_object_set_new(sh, "model", json_string(s->model));
+    json_object_set_new(o, "shape", sh);
   }
   json_t *by_status = json_object();
   for (int i = 0; i < x->n_statuses; i++) {

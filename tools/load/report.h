@@ -24,7 +24,7 @@ typedef struct load_result {
   /* what ran */
   int step;           /* 1, 2, ... */
   int64_t length;     /* the swept context length; 0 without a body */
-  int attention;      /* 1: POST /v1/attention bodies of `shape` */
+  int attention;      /* 1: attention bodies of `shape` (v1 or v2) */
   load_shape_t shape; /* with attention */
   load_mode_t mode;
   int concurrency; /* closed: in flight; open: connections */

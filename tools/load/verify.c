@@ -10,6 +10,7 @@
 #include "codec/base64.h"
 #include "codec/buf.h"
 #include "codec/number.h"
+#include "v2.h"
 
 static int fail(char *why, size_t wn, const char *name, const char *what) {
   snprintf(why, wn, "reply %s: %s", name, what);
@@ -134,10 +135,30 @@ static double rel_err(const float *got, const float *want, size_t n) {
   return w > 0 ? sqrt(d / w) : sqrt(d);
 }
 
+/* Reads output `v1name` (or `v2name`) of the reply, in the protocol and
+ * form of `s`. */
+static int reply_tensor(const load_shape_t *s, const char *body, size_t len,
+                        int64_t header_len, const char *v1name,
+                        const char *v2name, int rank, const int64_t *dim,
+                        float *out, char *why, size_t wn) {
+  if (s->protocol == LOAD_V2)
+    return load_v2_reply_tensor(body, len, header_len, v2name, rank, dim, out,
+                                why, wn);
+  return load_reply_tensor(body, len, v1name, s->encoding, rank, dim, out, why,
+                           wn);
+}
+
 int load_verify_reply(const load_shape_t *s, const load_request_t *r,
-                      const char *body, size_t len, int threads,
-                      double *err_out, char *why, size_t wn) {
+                      const char *body, size_t len, int64_t header_len,
+                      int threads, double *err_out, char *why, size_t wn) {
   *err_out = INFINITY;
+  if (load_shape_layer(s)) {
+    snprintf(why, wn,
+             "model '%s' is a layer, whose weights are on the server: only "
+             "model '%s' can be computed here",
+             s->model, LOAD_V2_GENERIC);
+    return -1;
+  }
   attn_exec_t ex = {.threads = threads > 0 ? threads : 1};
   attn_plan_t pl;
   attn_error_t ae;
@@ -167,17 +188,17 @@ int load_verify_reply(const load_shape_t *s, const load_request_t *r,
     goto out;
   }
   int64_t odim[3] = {pl.B, pl.Lq, pl.Eo};
-  if (load_reply_tensor(body, len, "output", s->encoding, 3, odim, got, why,
-                        wn) < 0)
+  if (reply_tensor(s, body, len, header_len, "output", "output", 3, odim, got,
+                   why, wn) < 0)
     goto out;
   double e = rel_err(got, want, (size_t)pl.out_elems);
   if (wn_elems) {
     int64_t wdim[4] = {pl.B, pl.H, pl.Lq, pl.Lk};
     int64_t mdim[3] = {pl.B, pl.Lq, pl.Lk};
     int per_head = s->weights == LOAD_WEIGHTS_PER_HEAD;
-    if (load_reply_tensor(body, len, "weights", s->encoding, per_head ? 4 : 3,
-                          per_head ? wdim : mdim, got + pl.out_elems, why,
-                          wn) < 0)
+    if (reply_tensor(s, body, len, header_len, "weights",
+                     per_head ? "weights" : "weights_mean", per_head ? 4 : 3,
+                     per_head ? wdim : mdim, got + pl.out_elems, why, wn) < 0)
       goto out;
     double ew =
         rel_err(got + pl.out_elems, want + pl.out_elems, (size_t)wn_elems);

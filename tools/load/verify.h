@@ -2,9 +2,11 @@
  *
  * The request's params (regenerated from its seed, see gen.h) run through
  * attn_plan_init and attn_forward here, and the reply's "output" (and
- * "weights" when they were asked for) must be within LOAD_VERIFY_TOL of
- * them as ‖got − want‖₂ / ‖want‖₂. The same core on both sides: what this
- * checks is everything in between (request encoding, the server's
+ * "weights" when they were asked for; v2's "weights" or "weights_mean",
+ * read by load_v2_reply_tensor) must be within LOAD_VERIFY_TOL of them as
+ * ‖got − want‖₂ / ‖want‖₂. A layer model's request cannot be computed
+ * here (its weights are on the server) and fails. The same core on both sides:
+ * what this checks is everything in between (request encoding, the server's
  * decoding, scheduling and reply encoding, HTTP). */
 #ifndef LOAD_VERIFY_H
 #define LOAD_VERIFY_H
@@ -26,12 +28,13 @@ int load_reply_tensor(const char *body, size_t len, const char *name,
                       float *out, char *why, size_t wn);
 
 /* Computes request `r` (generated for shape `s`, with its tensors) with
- * `threads` threads and compares reply body[0..len) with it. Stores the
+ * `threads` threads and compares reply body[0..len) with it; header_len is
+ * the reply's Inference-Header-Content-Length (v2), -1 when none. Stores the
  * largest relative error in *err_out (+inf when the reply could not be
  * read). Returns 0 when within LOAD_VERIFY_TOL, -1 otherwise, with the
  * reason in why[0..wn). Borrows everything; any thread. */
 int load_verify_reply(const load_shape_t *s, const load_request_t *r,
-                      const char *body, size_t len, int threads,
-                      double *err_out, char *why, size_t wn);
+                      const char *body, size_t len, int64_t header_len,
+                      int threads, double *err_out, char *why, size_t wn);
 
 #endif
