@@ -16,10 +16,6 @@
 
 #include "codec/util.h"
 
-/* The fast path lifts arrays of at least this many numbers, and strings of
- * at least this many characters, out of jansson's way. */
-#define ATTND_BULK_MIN_ELEMS 64
-#define ATTND_BULK_MIN_STRING 1024
 /* Any JSON value is a valid text (RFC 8259); a request that is not an
  * object is a 422 of its own. */
 #define JSON_FLAGS (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY)
@@ -711,7 +707,7 @@ _Thread_local uint64_t attnd__decode_slow_runs;
 
 /* A 53-bit nonce for the bulk scanner's placeholders, from a per-thread
  * generator seeded once from the OS. */
-static uint64_t nonce53(void) {
+uint64_t attnd__dec_nonce(void) {
   static _Thread_local uint64_t state;
   if (state == 0)
     state = attnd_random_u64() | 1;
@@ -782,7 +778,7 @@ int attnd__request_decode_path(const char *body, size_t len,
   attnd_bulk_set_t bulk;
   attnd_buf_t skel;
   *out = NULL;
-  attnd_bulk_set_init(&bulk, nonce53());
+  attnd_bulk_set_init(&bulk, attnd__dec_nonce());
   bulk.array_keys = lifted_keys;
   attnd_buf_init(&skel);
   if (attnd_bulk_scan(body, len, ATTND_BULK_MIN_ELEMS, ATTND_BULK_MIN_STRING,

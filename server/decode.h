@@ -10,6 +10,11 @@
 #include "model/layers.h"
 #include "request.h"
 
+/* The fast path lifts arrays of at least this many numbers, and strings of
+ * at least this many characters, out of jansson's way. */
+#define ATTND_BULK_MIN_ELEMS 64
+#define ATTND_BULK_MIN_STRING 1024
+
 /* The decoder's state for one request body. */
 typedef struct dec {
   attnd_request_t *req;
@@ -38,6 +43,11 @@ void *attnd__dec_alloc(dec_t *d, size_t bytes);
 /* Makes the request own p (malloc'd, `bytes` long; steals it). Returns 0,
  * or -1 after freeing p. */
 int attnd__dec_adopt(dec_t *d, void *p, size_t bytes);
+/* A 53-bit nonce for the bulk scanner's placeholders, from a per-thread
+ * generator seeded once from the OS. */
+uint64_t attnd__dec_nonce(void);
+/* The array item of d->bulk that placeholder v stands for, or NULL. */
+attnd_bulk_t *attnd__dec_bulk_array(const dec_t *d, const json_t *v);
 /* The out_of_memory error for `field`; returns -1. */
 int attnd__dec_oom(dec_t *d, const char *field);
 /* "an object", "a number", ...: how a message names v's type. */

@@ -247,8 +247,7 @@ int attnd__dec_members(dec_t *d, const json_t *obj, const char *where,
 /* ---- the fast path's items ------------------------------------------------
  */
 
-/* The array item that placeholder v stands for, or NULL. */
-static attnd_bulk_t *bulk_array(const dec_t *d, const json_t *v) {
+attnd_bulk_t *attnd__dec_bulk_array(const dec_t *d, const json_t *v) {
   if (d->bulk == NULL || json_array_size(v) != 3)
     return NULL;
   const json_t *tag = json_array_get(v, 0), *nonce = json_array_get(v, 1),
@@ -349,7 +348,8 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
     return -1;
   size_t esize = kind == K_FLOAT ? 4 : 1;
   void *dst;
-  attnd_bulk_t *bulk = json_is_array(data) ? bulk_array(d, data) : NULL;
+  attnd_bulk_t *bulk =
+      json_is_array(data) ? attnd__dec_bulk_array(d, data) : NULL;
   if (bulk) {
     if (bulk->rank != 1)
       return E_UNSURE(d, ATTND_ERR_INVALID_TYPE, field, "%s.data: nested",
@@ -460,7 +460,7 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
 
 int attnd__dec_int_tensor(dec_t *d, const json_t *v, const char *field,
                           int max_rank, attn_tensor_t *t) {
-  attnd_bulk_t *b = json_is_array(v) ? bulk_array(d, v) : NULL;
+  attnd_bulk_t *b = json_is_array(v) ? attnd__dec_bulk_array(d, v) : NULL;
   int64_t dim[ATTN_MAX_RANK], n = 1;
   int rank = 0;
   if (b) {
@@ -522,7 +522,7 @@ int attnd__dec_tensor(dec_t *d, const json_t *v, const char *field, int kind,
   attnd_form_t f = ATTND_FORM_NESTED;
   attnd_bulk_t *b;
   int r;
-  if (json_is_array(v) && (b = bulk_array(d, v)))
+  if (json_is_array(v) && (b = attnd__dec_bulk_array(d, v)))
     r = decode_bulk(d, b, field, kind, b->rank, b->dim, t);
   else if (json_is_array(v))
     r = decode_nested(d, v, field, kind, t);

@@ -159,6 +159,7 @@ typedef struct oip {
    * the caller keeps it, or once the request has taken it). */
   void **own;
   size_t own_bytes;
+  void *lent; /* *own as lent, so that a failed decode gives it back */
 } oip_t;
 
 /* One input's header: what the data must be. */
@@ -596,6 +597,60 @@ static int walk(oip_t *o, const oip_in_t *in, const json_t *v, int level,
   return 0;
 }
 
+static int64_t first_non_finite(const float *x, int64_t n);
+
+/* The input's JSON data that the bulk scanner lifted (b: rectangular, all
+ * numbers or all booleans), flat or nested as the shape. What would be an
+ * error sends the body down the slow path (E_UNSURE), which words it. */
+static int fill_bulk(oip_t *o, const oip_in_t *in, attnd_bulk_t *b,
+                     const char *field, void **out) {
+  dec_t *d = &o->d;
+  int fits = b->rank == 1 ? (int64_t)b->n == in->n
+                          : b->rank == in->rank &&
+                                memcmp(b->dim, in->dim,
+                                       sizeof(int64_t) * (size_t)in->rank) == 0;
+  if (!fits)
+    return E_UNSURE(d, ATTND_ERR_SIZE_MISMATCH, field, "%s: shape", field);
+  int64_t n = in->n;
+  switch (in->def->elem) {
+  case EL_FLOAT:
+    if (b->is_bool || first_non_finite(b->data, n) >= 0)
+      return E_UNSURE(d, ATTND_ERR_NON_FINITE, field, "%s: values", field);
+    if (attnd__dec_adopt(d, b->data, b->n * sizeof(float)) < 0) {
+      b->data = NULL;
+      return attnd__dec_oom(d, field);
+    }
+    *out = b->data;
+    b->data = NULL;
+    return 0;
+  case EL_INT: {
+    int64_t *x = attnd__dec_alloc(d, (size_t)n * sizeof *x);
+    if (x == NULL)
+      return attnd__dec_oom(d, field);
+    *out = x;
+    if (b->is_bool || attnd_bulk_ints(b, x) < 0)
+      return E_UNSURE(d, ATTND_ERR_INVALID_TYPE, field, "%s: values", field);
+    for (int64_t i = 0; in->dtype == DT_INT32 && i < n; i++)
+      if (x[i] < INT32_MIN || x[i] > INT32_MAX)
+        return E_UNSURE(d, ATTND_ERR_INVALID_VALUE, field, "%s: range", field);
+    return 0;
+  }
+  case EL_BOOL: {
+    uint8_t *m = attnd__dec_alloc(d, (size_t)n);
+    if (m == NULL)
+      return attnd__dec_oom(d, field);
+    *out = m;
+    for (int64_t i = 0; i < n; i++) {
+      if (b->data[i] != 0 && b->data[i] != 1)
+        return E_UNSURE(d, ATTND_ERR_INVALID_VALUE, field, "%s: values", field);
+      m[i] = b->data[i] == 1;
+    }
+    return 0;
+  }
+  }
+  return 0;
+}
+
 /* The input's JSON data, flat or nested as its shape, into a buffer the
  * request owns: its structure is checked before anything is allocated. */
 static int fill_json(oip_t *o, const json_t *v, const oip_in_t *in,
@@ -605,6 +660,9 @@ static int fill_json(oip_t *o, const json_t *v, const oip_in_t *in,
       need(o, v, in->path, "data", field, JSON_ARRAY, "an array");
   if (data == NULL)
     return -1;
+  attnd_bulk_t *b = attnd__dec_bulk_array(&o->d, data);
+  if (b)
+    return fill_bulk(o, in, b, field, out);
   size_t n = json_array_size(data);
   int flat = in->rank == 1 || n == 0 || !json_is_array(json_array_get(data, 0));
   if (flat && (int64_t)n != in->n)
@@ -685,6 +743,7 @@ static int fill_binary(oip_t *o, const oip_in_t *in, void **out) {
     if (o->own_bytes) { /* the first tensor read in place takes the body */
       if (attnd__dec_adopt(d, *o->own, o->own_bytes) < 0)
         return *o->own = NULL, o->own = NULL, attnd__dec_oom(d, in->path);
+      o->lent = *o->own;
       *o->own = NULL;
       o->own_bytes = 0;
     }
@@ -947,10 +1006,53 @@ static int decode_body(oip_t *o, const json_t *root) {
   return finish(o);
 }
 
-int attnd_oip_decode(const char *model, const char *body, size_t len,
-                     int64_t json_len, void **own, size_t own_bytes,
-                     const attnd_config_t *cfg, attnd_layer_set_t *layers,
-                     attnd_request_t **out, attnd_error_t *err) {
+/* One decode of the JSON text json[0..n) (with `bulk`, a skeleton whose
+ * placeholders stand for its items) into a new request. On failure, the
+ * body taken gives back to the caller (*own), for the slow path to read
+ * again; *unsure tells whether that path may word the error otherwise. */
+static attnd_request_t *decode_once(oip_t tmpl, const char *json, size_t n,
+                                    attnd_bulk_set_t *bulk, int *unsure) {
+  attnd_error_t *err = tmpl.d.err;
+  attnd_request_t *j = calloc(1, sizeof *j);
+  *unsure = 0;
+  if (j == NULL) {
+    attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                    "out of memory for a new request");
+    return NULL;
+  }
+  oip_t o = tmpl;
+  o.d.req = j;
+  o.d.bulk = bulk;
+  json_error_t je;
+  int oom = 0, r = resolve_model(&o);
+  json_t *root = r == 0 ? attnd__dec_parse(json, n, &je, &oom) : NULL;
+  if (r < 0)
+    ;
+  else if (oom)
+    r = attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                        "out of memory parsing the request's JSON");
+  else if (root == NULL) /* the skeleton's error is not the body's */
+    r = (*unsure = bulk != NULL,
+         attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
+                         "invalid JSON at line %d, column %d: %s", je.line,
+                         je.column, je.text));
+  else if ((r = decode_body(&o, root)) < 0)
+    *unsure = o.d.unsure && !o.d.planning;
+  json_decref(root);
+  if (r == 0)
+    return j;
+  for (size_t i = 0; o.lent && i < j->n_allocs; i++)
+    if (j->allocs[i] == o.lent) /* the body goes back, not with j */
+      j->allocs[i] = NULL, *tmpl.own = o.lent;
+  attnd_request_free(j);
+  return NULL;
+}
+
+int attnd__oip_decode_path(const char *model, const char *body, size_t len,
+                           int64_t json_len, void **own, size_t own_bytes,
+                           int fast, const attnd_config_t *cfg,
+                           attnd_layer_set_t *layers, attnd_request_t **out,
+                           attnd_error_t *err) {
   double t0 = attnd_now_ms();
   *out = NULL;
   if (json_len > (int64_t)len)
@@ -959,12 +1061,8 @@ int attnd_oip_decode(const char *model, const char *body, size_t len,
         "Inference-Header-Content-Length is %lld, past the end of the %zu "
         "byte body",
         (long long)json_len, len);
-  attnd_request_t *j = calloc(1, sizeof *j);
-  if (j == NULL)
-    return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
-                           "out of memory for a new request");
   size_t n = json_len < 0 ? len : (size_t)json_len;
-  oip_t o = {.d = {.req = j, .cfg = cfg, .err = err, .layers = layers},
+  oip_t o = {.d = {.cfg = cfg, .err = err, .layers = layers},
              .model = model,
              .bin = json_len < 0 ? NULL : (const unsigned char *)body + n,
              .bin_len = len - n,
@@ -972,29 +1070,48 @@ int attnd_oip_decode(const char *model, const char *body, size_t len,
              .own_bytes = own_bytes};
   memset(o.input_at, -1, sizeof o.input_at);
   memset(o.output_at, -1, sizeof o.output_at);
-  int r = resolve_model(&o);
-  if (r == 0) {
-    json_error_t je;
-    int oom = 0;
-    json_t *root = attnd__dec_parse(body, n, &je, &oom);
-    if (oom)
-      r = attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
-                          "out of memory parsing the request's JSON");
-    else if (root == NULL)
-      r = attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
-                          "invalid JSON at line %d, column %d: %s", je.line,
-                          je.column, je.text);
-    else
-      r = decode_body(&o, root);
-    json_decref(root);
+  /* the fast path: "data" arrays of 64 numbers or more lifted out of
+   * jansson's way; both paths refuse first a body whose JSON outside them
+   * is over max_json_structure_bytes */
+  attnd_bulk_set_t bulk;
+  attnd_buf_t skel;
+  attnd_bulk_set_init(&bulk, attnd__dec_nonce());
+  static const char *const data_key[] = {"data", NULL};
+  bulk.array_keys = data_key;
+  attnd_buf_init(&skel);
+  int unsure = 1, scanned = attnd_bulk_scan(body, n, ATTND_BULK_MIN_ELEMS, 0,
+                                            &bulk, &skel) == 0;
+  if (!scanned) {
+    attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                    "out of memory parsing the request's JSON");
+    unsure = 0;
+  } else if ((int64_t)(n - bulk.lifted_bytes) > cfg->max_json_structure_bytes) {
+    attnd_error_set(err, ATTND_ERR_PAYLOAD_TOO_LARGE, "",
+                    "the body has %zu bytes of JSON outside tensor data "
+                    "(arrays of %d numbers or more), over "
+                    "max_json_structure_bytes %lld",
+                    n - bulk.lifted_bytes, ATTND_BULK_MIN_ELEMS,
+                    (long long)cfg->max_json_structure_bytes);
+    unsure = 0;
+  } else if (fast && bulk.n > 0) {
+    *out = decode_once(o, skel.data, skel.len, &bulk, &unsure);
   }
-  if (r < 0) {
-    attnd_request_free(j);
+  attnd_buf_free(&skel);
+  attnd_bulk_set_free(&bulk);
+  if (*out == NULL && unsure)
+    *out = decode_once(o, body, n, NULL, &unsure);
+  if (*out == NULL)
     return -1;
-  }
-  j->t.decode_ms = attnd_now_ms() - t0;
-  *out = j;
+  (*out)->t.decode_ms = attnd_now_ms() - t0;
   return 0;
+}
+
+int attnd_oip_decode(const char *model, const char *body, size_t len,
+                     int64_t json_len, void **own, size_t own_bytes,
+                     const attnd_config_t *cfg, attnd_layer_set_t *layers,
+                     attnd_request_t **out, attnd_error_t *err) {
+  return attnd__oip_decode_path(model, body, len, json_len, own, own_bytes, 1,
+                                cfg, layers, out, err);
 }
 
 /* ---- metadata ------------------------------------------------------------ */

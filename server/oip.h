@@ -70,9 +70,13 @@
  * is body[0..json_len) and the bytes after it are Triton's binary tensor
  * data, taken in order by the inputs with a binary_data_size, which must
  * take them all; with -1, the whole body is JSON. With own (may be NULL),
- * *own is the malloc'd block of own_bytes that holds the body: the request
- * may take it (stealing it: *own is then NULL, whatever the outcome), and
- * use FP32 data aligned in it where it lies, with no copy. With a layer
+ * *own is the malloc'd block of own_bytes that holds the body: a request
+ * decoded may take it (*own is then NULL; a failed decode leaves it), and
+ * use FP32 data aligned in it where it lies, with no copy. JSON data
+ * arrays of 64 numbers or more are read by the bulk scanner (codec/bulk.h)
+ * rather than jansson, which reads only the rest, within
+ * max_json_structure_bytes; an error about their values is worded by a
+ * decode of the whole text by jansson, so that both give the same. With a layer
  * model, the
  * request holds a reference to `layers`. Returns 0, or -1 with `err` set
  * (unknown_layer for an unknown model, invalid_json, bad_request for
@@ -82,6 +86,15 @@ int attnd_oip_decode(const char *model, const char *body, size_t len,
                      int64_t json_len, void **own, size_t own_bytes,
                      const attnd_config_t *cfg, attnd_layer_set_t *layers,
                      attnd_request_t **out, attnd_error_t *err);
+
+/* attnd_oip_decode by one path, for tests and fuzzers: fast = 0 has
+ * jansson read the whole JSON, fast = 1 is attnd_oip_decode. Both must give
+ * the same request, or the same error. Internal. */
+int attnd__oip_decode_path(const char *model, const char *body, size_t len,
+                           int64_t json_len, void **own, size_t own_bytes,
+                           int fast, const attnd_config_t *cfg,
+                           attnd_layer_set_t *layers, attnd_request_t **out,
+                           attnd_error_t *err);
 
 /* Finds `model`: 0 with *layer NULL for the generic model, or the loaded
  * layer of that name; else -1 with err (unknown_layer, naming the models).

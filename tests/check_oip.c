@@ -239,12 +239,45 @@ static void build(const tin_t *ts, size_t n, const char *oip_extra,
   *v1 = dump(v);
 }
 
+/* Decodes body[0..len) by both paths (jansson alone, and the bulk
+ * scanner's fast path) and checks they agree: the same request, or the
+ * same error down to the message's bytes. Returns whether it decoded. */
+static int paths_agree(const char *model, const char *body, size_t len,
+                       int64_t json_len) {
+  attnd_request_t *a = NULL, *b = NULL;
+  attnd_error_t ea, eb;
+  memset(&ea, 0, sizeof ea);
+  memset(&eb, 0, sizeof eb);
+  int ra = attnd__oip_decode_path(model, body, len, json_len, NULL, 0, 0, &cfg,
+                                  layers, &a, &ea);
+  int rb = attnd__oip_decode_path(model, body, len, json_len, NULL, 0, 1, &cfg,
+                                  layers, &b, &eb);
+  ck_assert_msg(ra == rb, "slow %d (%s), fast %d (%s)\n%.*s", ra, ea.message,
+                rb, eb.message, (int)len, body);
+  if (ra == 0) {
+    const char *d = decode_request_diff(a, b);
+    ck_assert_msg(d == NULL, "the paths differ in %s\n%.*s", d, (int)len, body);
+    ck_assert_uint_eq(a->oip_outputs, b->oip_outputs);
+    ck_assert_uint_eq(a->oip_binary, b->oip_binary);
+  } else {
+    ck_assert_msg(ea.code == eb.code && strcmp(ea.field, eb.field) == 0 &&
+                      strcmp(ea.message, eb.message) == 0,
+                  "slow: %s %s %s\nfast: %s %s %s", attnd_error_name(ea.code),
+                  ea.field, ea.message, attnd_error_name(eb.code), eb.field,
+                  eb.message);
+  }
+  attnd_request_free(a);
+  attnd_request_free(b);
+  return ra == 0;
+}
+
 /* Decodes both and checks they are the same request; returns the OIP one
  * (attnd_request_free). */
 static attnd_request_t *same(const char *model, const char *oip,
                              const char *v1) {
   attnd_request_t *a = NULL, *b = NULL;
   attnd_error_t ea, eb;
+  ck_assert(paths_agree(model, oip, strlen(oip), -1));
   int ra = attnd_oip_decode(model, oip, strlen(oip), -1, NULL, 0, &cfg, layers,
                             &a, &ea);
   ck_assert_msg(ra == 0, "OIP: %s (%s): %s\n%s", attnd_error_name(ea.code),
@@ -475,6 +508,91 @@ START_TEST(test_direct_conversion) {
     ck_assert_float_eq(q[0], 0.1f);
     ck_assert_float_eq(q[1], 70000.3f);
     attnd_request_free(r);
+  }
+}
+END_TEST
+
+/* ---- both paths: data the bulk scanner lifts ----------------------------
+ */
+
+/* n values from `gen` ("f": quarters, "b": true/false, "n": 0/1, "i":
+ * integers), with value `odd` at index `at` (NULL: none), as a JSON array:
+ * flat, or with `rows`, nested [rows][n / rows]. */
+static void put_values(attnd_buf_t *b, int n, int rows, const char *gen, int at,
+                       const char *odd) {
+  attnd_buf_puts(b, "[");
+  for (int i = 0; i < n; i++) {
+    if (rows && i % (n / rows) == 0)
+      attnd_buf_puts(b, i ? ",[" : "[");
+    else if (i)
+      attnd_buf_puts(b, ",");
+    if (odd && i == at)
+      attnd_buf_puts(b, odd);
+    else if (*gen == 'f')
+      attnd_buf_printf(b, "%g", ((i * 7) % 9 - 4) * 0.25);
+    else if (*gen == 'b')
+      attnd_buf_puts(b, i % 3 ? "true" : "false");
+    else if (*gen == 'n')
+      attnd_buf_puts(b, i % 3 ? "1" : "0");
+    else
+      attnd_buf_printf(b, "%d", i % 16);
+    if (rows && i % (n / rows) == n / rows - 1)
+      attnd_buf_puts(b, "]");
+  }
+  attnd_buf_puts(b, "]");
+}
+
+/* Bodies whose data the fast path lifts (64 values or more), valid and
+ * not: both paths must give the same request, or the same error. */
+START_TEST(test_lifted) {
+  static const struct {
+    const char *input, *dt, *shape, *gen;
+    int n, rows, at;
+    const char *odd; /* a value put at `at`, or NULL */
+    int ok;
+  } cases[] = {
+      {"query", "FP32", "[16,4]", "f", 64, 0, 0, NULL, 1},
+      {"query", "FP16", "[16,4]", "f", 64, 16, 0, NULL, 1},
+      {"query", "BF16", "[1,16,4]", "f", 64, 0, 0, NULL, 1},
+      {"bias", "FP64", "[16,16]", "f", 256, 16, 0, NULL, 1},
+      {"allow", "BOOL", "[16,16]", "b", 256, 16, 0, NULL, 1},
+      {"allow", "BOOL", "[16,16]", "n", 256, 0, 0, NULL, 1},
+      {"positions_key", "INT64", "[4,16]", "i", 64, 4, 0, NULL, 1},
+      {"positions_key", "INT32", "[4,16]", "i", 64, 0, 0, NULL, 1},
+      /* errors the slow path words */
+      {"query", "FP32", "[16,4]", "f", 64, 0, 5, "1e39", 0},
+      {"query", "FP32", "[16,4]", "f", 65, 0, 0, NULL, 0},
+      {"query", "FP32", "[16,4]", "f", 64, 8, 0, NULL, 0},
+      {"query", "FP32", "[16,4]", "b", 64, 0, 0, NULL, 0},
+      {"bias", "FP32", "[16,16]", "f", 256, 0, 100, "-1e300", 0},
+      {"allow", "BOOL", "[16,16]", "n", 256, 0, 7, "2", 0},
+      {"allow", "BOOL", "[16,16]", "n", 256, 16, 7, "0.5", 0},
+      {"positions_key", "INT32", "[4,16]", "i", 64, 0, 9, "3000000000", 0},
+      {"positions_key", "INT64", "[4,16]", "i", 64, 0, 9, "1.5", 0},
+      {"positions_key", "INT64", "[4,16]", "b", 64, 0, 0, NULL, 0},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    attnd_buf_t b;
+    attnd_buf_init(&b);
+    int is_query = strcmp(cases[c].input, "query") == 0;
+    attnd_buf_puts(&b, "{\"parameters\":{\"num_heads\":2,\"rope_theta\":"
+                       "100},\"inputs\":[");
+    if (!is_query) { /* a query of B 4, L 16, E 4 */
+      attnd_buf_puts(&b, "{\"name\":\"query\",\"shape\":[4,16,4],"
+                         "\"datatype\":\"FP32\",\"data\":");
+      put_values(&b, 256, 0, "f", 0, NULL);
+      attnd_buf_puts(&b, "},");
+    }
+    attnd_buf_printf(&b,
+                     "{\"name\":\"%s\",\"shape\":%s,\"datatype\":"
+                     "\"%s\",\"data\":",
+                     cases[c].input, cases[c].shape, cases[c].dt);
+    put_values(&b, cases[c].n, cases[c].rows, cases[c].gen, cases[c].at,
+               cases[c].odd);
+    attnd_buf_puts(&b, "}]}");
+    int ok = paths_agree(ATTND_OIP_GENERIC, b.data, b.len, -1);
+    ck_assert_msg(ok == cases[c].ok, "case %zu decodes %d: %s", c, ok, b.data);
+    attnd_buf_free(&b);
   }
 }
 END_TEST
@@ -964,6 +1082,7 @@ START_TEST(test_errors) {
   if (c->bin)
     memcpy(body + n, c->bin, c->bin_len);
   int64_t json_len = !c->bin ? -1 : c->json_len ? c->json_len : (int64_t)n;
+  ck_assert(!paths_agree(model, body, len, json_len));
   int rc = attnd_oip_decode(model, body, len, json_len, NULL, 0, &cfg, layers,
                             &r, &e);
   free(body);
@@ -992,6 +1111,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_layer_models, 0, 2);
   tcase_add_test(tc, test_direct_conversion);
   tcase_add_loop_test(tc, test_binary_same, 0, 8);
+  tcase_add_test(tc, test_lifted);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_loop_test(tc, test_errors, 0,

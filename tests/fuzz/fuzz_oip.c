@@ -10,9 +10,12 @@
  *   flags & CODED   the body is gzip (flags & DEFLATE: deflate) and is
  *                   inflated first, within a small limit, a byte span at a
  *                   time as it would arrive.
- * Properties: a decode that fails names a known error with a message; one
- * that succeeds is planned within the limits, and its reply (outputs of
- * the plan's sizes, zeros) is JSON with the outputs asked for, whose
+ * Properties: the body decodes the same by both paths (jansson alone, and
+ * the bulk scanner's fast path, which is lent the body as the server lends
+ * it): the same request (decode_diff.h) or the same error, byte for byte;
+ * a decode that fails names a known error with a message; one that
+ * succeeds is planned within the limits, and its reply (outputs of the
+ * plan's sizes, zeros) is JSON with the outputs asked for, whose
  * binary_data_size add up to the bytes after it. */
 #include <jansson.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@
 
 #include "codec/deflate.h"
 #include "config.h"
+#include "decode_diff.h"
 #include "fuzz.h"
 #include "model/layers.h"
 #include "model/safetensors.h"
@@ -130,12 +134,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     attnd_buf_append(&body, (const char *)data, size);
   }
   const char *model = flags & LAYER ? "L" : ATTND_OIP_GENERIC;
-  attnd_request_t *j = NULL;
-  attnd_error_t e;
+  const char *text = body.data ? body.data : "";
+  attnd_request_t *j = NULL, *slow = NULL;
+  attnd_error_t e, es;
   memset(&e, 0, sizeof e);
+  memset(&es, 0, sizeof es);
+  int rs = attnd__oip_decode_path(model, text, body.len, json_len, NULL, 0, 0,
+                                  &cfg, layers, &slow, &es);
   void *own = body.data; /* lent, as the server lends it */
-  int rc = attnd_oip_decode(model, body.data ? body.data : "", body.len,
-                            json_len, &own, body.cap, &cfg, layers, &j, &e);
+  int rc = attnd__oip_decode_path(model, text, body.len, json_len, &own,
+                                  body.cap, 1, &cfg, layers, &j, &e);
+  int oom = (rc < 0 && e.code == ATTND_ERR_OUT_OF_MEMORY) ||
+            (rs < 0 && es.code == ATTND_ERR_OUT_OF_MEMORY);
+  FUZZ_CHECK(oom || rc == rs, "fast %d (%s), slow %d (%s)", rc, e.message, rs,
+             es.message);
+  if (!oom && rc == 0) {
+    const char *d = decode_request_diff(j, slow);
+    FUZZ_CHECK(d == NULL, "the paths differ in %s", d);
+  } else if (!oom) {
+    FUZZ_CHECK(e.code == es.code && strcmp(e.field, es.field) == 0 &&
+                   strcmp(e.message, es.message) == 0,
+               "fast: %s %s %s; slow: %s %s %s", attnd_error_name(e.code),
+               e.field, e.message, attnd_error_name(es.code), es.field,
+               es.message);
+  }
+  attnd_request_free(slow);
   if (own == NULL)
     attnd_buf_init(&body); /* the request took it */
   if (rc < 0) {
