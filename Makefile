@@ -59,7 +59,9 @@ SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/assets.o
 # The files attnd serves from its binary (server/assets.h), URL=FILE: C
 # source written by tools/embed.c, one path for every BUILD as the demo
 # layer's.
-ASSETS := /openapi.json=docs/openapi.json
+ASSETS := /openapi.json=docs/openapi.json \
+  $(patsubst %,/=%,$(wildcard ui/index.html)) \
+  $(foreach f,$(filter-out ui/index.html,$(wildcard ui/*)),/ui/$(notdir $(f))=$(f))
 ASSETS_C := build/gen/assets.c
 
 # The codec library: base64, numbers, the text buffer, the bulk scanner and

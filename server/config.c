@@ -11,12 +11,21 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 enum { T_INT, T_STR };
 /* F_AUTO: accepts "auto" (as 0); F_SIZE: K/M/G suffixes; F_INFO and
  * F_LIMIT: shown by GET /v1/info, at its top level or under "limits";
- * F_SECRET: a value no message or printout shows. */
-enum { F_AUTO = 1, F_SIZE = 2, F_INFO = 4, F_LIMIT = 8, F_SECRET = 16 };
+ * F_SECRET: a value no message or printout shows; F_BOOL: on or off (also
+ * true/false, yes/no, 1/0), held as 1 or 0. */
+enum {
+  F_AUTO = 1,
+  F_SIZE = 2,
+  F_INFO = 4,
+  F_LIMIT = 8,
+  F_SECRET = 16,
+  F_BOOL = 32
+};
 
 typedef struct key {
   const char *name;
@@ -36,6 +45,7 @@ typedef struct key {
         d, 0, 0, fl, h                                                         \
   }
 #define STR_KEY(n, d, h) STR_KEYF(n, d, 0, h)
+#define BOOL_KEY(n, d, h) INT_KEY(n, d, 0, 1, F_BOOL, h)
 
 static const cfg_key_t keys[] = {
     STR_KEY(host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for all)"),
@@ -104,6 +114,9 @@ static const cfg_key_t keys[] = {
     STR_KEY(layers, "",
             "attention layers to hold: .safetensors files and model "
             "directories, comma-separated; reloaded on SIGHUP"),
+    BOOL_KEY(ui, "on",
+             "the page at / (and its files under /ui/): on, or off to remove "
+             "it"),
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -140,6 +153,20 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
   if ((k->flags & F_AUTO) && strcmp(val, "auto") == 0) {
     memcpy(dst, &v, sizeof v);
     return 0;
+  }
+  if (k->flags & F_BOOL) {
+    static const char *const on[] = {"on", "true", "yes", "1"}, *const off[] = {
+                                                                    "off",
+                                                                    "false",
+                                                                    "no", "0"};
+    for (int i = 0; i < 4; i++)
+      if (strcasecmp(val, on[i]) == 0 || strcasecmp(val, off[i]) == 0) {
+        v = strcasecmp(val, on[i]) == 0;
+        memcpy(dst, &v, sizeof v);
+        return 0;
+      }
+    return attnd_fail(msg, msz, "%s: bad value '%s' [%s]: expected on or off",
+                      k->name, val, from);
   }
   errno = 0;
   char *end;
@@ -418,7 +445,10 @@ void attnd_config_print(const attnd_config_t *cfg, FILE *f) {
     } else {
       int64_t v;
       memcpy(&v, p, sizeof v);
-      fprintf(f, "%s = %" PRId64 "\n", k->name, v);
+      if (k->flags & F_BOOL)
+        fprintf(f, "%s = %s\n", k->name, v ? "on" : "off");
+      else
+        fprintf(f, "%s = %" PRId64 "\n", k->name, v);
     }
   }
 }

@@ -43,6 +43,7 @@ typedef struct attnd_config {
   char tls_key_file[512];  /* PEM, unencrypted */
   char cors_allow_origins[2048]; /* comma-separated origins, "*", or "" */
   char layers[4096]; /* comma-separated .safetensors files and directories */
+  int64_t ui;        /* 1: serve the page at / and /ui/ */
 } attnd_config_t;
 
 /* What loading decided besides the values. */

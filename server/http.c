@@ -166,8 +166,17 @@ static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
     snprintf(hl, sizeof hl, "%zu", r->reply_json);
     MHD_add_response_header(resp, "Inference-Header-Content-Length", hl);
   }
-  if (r->route == R_ASSET && status == 200) /* the binary's, until it is new */
+  if (r->route == R_ASSET && status == 200) {
+    /* the binary's files: revalidated (a new binary may change them), and
+     * the page's scripts only from here, none inline, no eval */
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(
+        resp, "Content-Security-Policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; "
+        "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
+        "form-action 'none'; frame-ancestors 'none'");
+  }
   if (computes(r->route) && status == 200 && r->req) {
     const attnd_request_t *j = r->req;
     char st[256];
@@ -869,7 +878,10 @@ static void route_of(req_t *r, const char *url) {
           strncmp(url, "/v1/", 4) == 0 ? ATTND_PROTO_V1 : ATTND_PROTO_OTHER;
     }
   }
-  if (r->route == R_NONE && (r->asset = attnd_asset_find(url)) != NULL)
+  /* the page's files ("/" and "/ui/...") go with the ui key */
+  int page = strcmp(url, "/") == 0 || strncmp(url, "/ui/", 4) == 0;
+  if (r->route == R_NONE && (!page || r->srv->cfg->ui) &&
+      (r->asset = attnd_asset_find(url)) != NULL)
     r->route = R_ASSET;
   r->allow = computes(r->route) ? "POST" : "GET, HEAD";
 }
@@ -917,9 +929,13 @@ static enum MHD_Result on_first(req_t *r, const char *url, const char *method) {
     r->route = R_PREFLIGHT;
     return MHD_YES;
   }
-  attnd_auth_result_t why = attnd_auth_request(
-      &r->srv->auth, url,
-      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization"));
+  /* the embedded files hold no data: they need no key (their calls do) */
+  attnd_auth_result_t why =
+      r->route == R_ASSET
+          ? ATTND_AUTH_OK
+          : attnd_auth_request(&r->srv->auth, url,
+                               MHD_lookup_connection_value(
+                                   r->conn, MHD_HEADER_KIND, "Authorization"));
   if (why != ATTND_AUTH_OK)
     return fail(r, ATTND_ERR_UNAUTHORIZED, NULL, "%s", attnd_auth_message(why));
   if (r->route == R_NONE)
