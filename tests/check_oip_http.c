@@ -1281,6 +1281,59 @@ static sh_resp_t binary_call(long size, size_t tail, const char *ihcl,
   return r;
 }
 
+/* Sends the raw request text and returns the reply's status; its body
+ * (after the headers) goes into body[0..n). */
+static int raw_exchange(int port, const char *text, char *body, size_t n) {
+  int fd = sh_connect(port);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(sh_send_all(fd, text, strlen(text)), 0);
+  char buf[8192];
+  long got = sh_recv_reply(fd, buf, sizeof buf, 5000);
+  close(fd);
+  ck_assert_msg(got > 0, "no reply to %s", text);
+  const char *b = strstr(buf, "\r\n\r\n");
+  snprintf(body, n, "%s", b ? b + 4 : "");
+  return sh_raw_status(buf);
+}
+
+/* The error body {"error": "<string>"} of a raw reply holds `word`. */
+static void assert_raw_oip_error(const char *body, const char *word) {
+  json_error_t je;
+  json_t *v = json_loads(body, 0, &je);
+  ck_assert_msg(json_is_object(v) && json_object_size(v) == 1 &&
+                    json_is_string(json_object_get(v, "error")),
+                "not {\"error\": string}: %s", body);
+  ck_assert_msg(strstr(json_string_value(json_object_get(v, "error")), word),
+                "the message lacks '%s': %s", word, body);
+  json_decref(v);
+}
+
+/* HTTP framing that two parsers could read two ways, on a /v2 path: the
+ * protocol's error form too. */
+START_TEST(test_http_framing) {
+  char body[4096];
+  int st = raw_exchange(srv.port,
+                        "POST /v2/models/attention/infer HTTP/1.1\r\nHost: "
+                        "x\r\nContent-Length: 5\r\nTransfer-Encoding: "
+                        "chunked\r\n\r\n",
+                        body, sizeof body);
+  ck_assert_int_eq(st, 400);
+  assert_raw_oip_error(body, "Content-Length and Transfer-Encoding are both");
+  st = raw_exchange(srv.port,
+                    "POST /v2/models/attention/infer HTTP/1.1\r\nHost: "
+                    "x\r\nTransfer-Encoding: gzip\r\n\r\n",
+                    body, sizeof body);
+  ck_assert_int_eq(st, 501);
+  assert_raw_oip_error(body, "the transfer coding 'gzip' is not implemented");
+  st = raw_exchange(srv.port,
+                    "POST /v2/models/attention/infer HTTP/1.1\r\nHost: "
+                    "x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+                    body, sizeof body);
+  ck_assert_int_eq(st, 400);
+  assert_raw_oip_error(body, "Content-Length is given 2 times");
+}
+END_TEST
+
 START_TEST(test_framing_errors) {
   sh_resp_t r = binary_call(32, 32, NULL, "application/octet-stream");
   ck_assert_msg(r.status == 200, "the good one: %ld %s", r.status, r.body);
@@ -2082,6 +2135,7 @@ Suite *test_suite(void) {
   tc = tcase_create("framing");
   tcase_add_unchecked_fixture(tc, start_main, stop_main);
   tcase_add_test(tc, test_framing_errors);
+  tcase_add_test(tc, test_http_framing);
   tcase_add_test(tc, test_binary_values);
   suite_add_tcase(s, tc);
 
