@@ -143,41 +143,46 @@ static sh_resp_t infer_text(int port, const char *model, const char *json) {
 /* Asserts that r is a /v2 error: this status, Content-Type
  * application/json, a body that is exactly {"error": "<string>"}, and a
  * message that holds each of the NULL-terminated words. */
-static void assert_oip_error_(const sh_resp_t *r, long status,
+static void assert_oip_error_(int line, const sh_resp_t *r, long status,
                               const char *const *words) {
-  char ct[128];
-  ck_assert_msg(r->status == status, "status %ld, not %ld: %.400s", r->status,
-                status, r->body);
-  ck_assert_ptr_nonnull(sh_header(r, "Content-Type", ct, sizeof ct));
-  ck_assert_str_eq(ct, "application/json");
+  char ct[128] = "";
+  ck_assert_msg(r->status == status, "line %d: status %ld, not %ld: %.400s",
+                line, r->status, status, r->body);
+  ck_assert_msg(sh_header(r, "Content-Type", ct, sizeof ct) &&
+                    strcmp(ct, "application/json") == 0,
+                "line %d: Content-Type %s", line, ct);
   json_t *v = sh_json(r);
   ck_assert_msg(json_is_object(v) && json_object_size(v) == 1 &&
                     json_is_string(json_object_get(v, "error")),
-                "not {\"error\": string}: %.400s", r->body);
+                "line %d: not {\"error\": string}: %.400s", line, r->body);
   const char *msg = json_string_value(json_object_get(v, "error"));
-  ck_assert_msg(*msg, "an empty message");
+  ck_assert_msg(*msg, "line %d: an empty message", line);
   for (int i = 0; words[i]; i++)
-    ck_assert_msg(strstr(msg, words[i]) != NULL, "the message lacks '%s': %s",
-                  words[i], msg);
+    ck_assert_msg(strstr(msg, words[i]) != NULL,
+                  "line %d: the message lacks '%s': %s", line, words[i], msg);
   json_decref(v);
 }
 #define assert_oip_error(r, status, ...)                                       \
-  assert_oip_error_((r), (status), (const char *const[]){__VA_ARGS__, NULL})
+  assert_oip_error_(__LINE__, (r), (status),                                   \
+                    (const char *const[]){__VA_ARGS__, NULL})
 
 /* The same for tritonclient: tc_infer failed with this status and the
  * server's message, which holds the words. */
-static void assert_tc_error_(const tc_result_t *r, long status,
+static void assert_tc_error_(int line, const tc_result_t *r, long status,
                              const char *const *words) {
-  ck_assert_msg(r->status == status, "status %ld, not %ld: %s", r->status,
-                status, r->error);
+  ck_assert_msg(r->status == status, "line %d: status %ld, not %ld: %s", line,
+                r->status, status, r->error);
   ck_assert_msg(strncmp(r->error, "status ", 7) != 0,
-                "tritonclient could not read the error: %s", r->error);
+                "line %d: tritonclient could not read the error: %s", line,
+                r->error);
   for (int i = 0; words[i]; i++)
     ck_assert_msg(strstr(r->error, words[i]) != NULL,
-                  "the message lacks '%s': %s", words[i], r->error);
+                  "line %d: the message lacks '%s': %s", line, words[i],
+                  r->error);
 }
 #define assert_tc_error(r, status, ...)                                        \
-  assert_tc_error_((r), (status), (const char *const[]){__VA_ARGS__, NULL})
+  assert_tc_error_(__LINE__, (r), (status),                                    \
+                   (const char *const[]){__VA_ARGS__, NULL})
 
 /* The reply's body as JSON (a new reference), asserted. */
 static json_t *json_of(const sh_resp_t *r) {
