@@ -21,7 +21,6 @@ attnd_oip_route_t attnd_oip_route(const char *url, char *model, size_t msz,
     const char *path;
     attnd_oip_route_t route;
   } fixed[] = {{"/v2", ATTND_OIP_SERVER},
-               {"/v2/", ATTND_OIP_SERVER},
                {"/v2/health/live", ATTND_OIP_LIVE},
                {"/v2/health/ready", ATTND_OIP_READY}};
   model[0] = version[0] = 0;
