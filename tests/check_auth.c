@@ -427,7 +427,7 @@ START_TEST(test_config_redacts) {
   fclose(f);
   ck_assert_msg(strstr(out, "\napi_keys = \"<2 keys>\"\n"), "%s", out);
   ck_assert_msg(strstr(out, "SECRET") == NULL, "%s", out);
-  ck_assert(strstr(out, "\npublic_paths = \"/healthz,/readyz,/metrics\"\n"));
+  ck_assert(strstr(out, "\npublic_paths = \"/healthz,/readyz,/metrics,/v2/health/live,/v2/health/ready\"\n"));
 
   /* what it prints does not read back as a key */
   attnd_keyset_t *set = NULL;
