@@ -92,7 +92,10 @@ typedef struct fwd {
   float *q, *kt, *v, *out;
   float *scratch;
   size_t scratch_stride;
-  int64_t rows;                               /* per projection task */
+  int64_t rows;      /* per projection task */
+  int64_t lnk;       /* rows of the key and value inputs: Lk, or Lq with a kv
+                        cache (the new tokens) */
+  uint32_t k_cached; /* with a kv cache: the magnitude bits of its keys */
   int64_t n_q, n_k, n_layout, n_units, n_out; /* V has as many tasks as K */
   int64_t n_bias;                             /* magnitude tasks of bias */
   attn__attend_fn attend;
@@ -248,7 +251,7 @@ static void layout_q(fwd_t *f, int64_t b, int64_t i0, int64_t i1,
       if (cs)
         rope_angles(f,
                     position(&p->positions_query, b, i0 + r, pl->Lq,
-                             pl->Lk - pl->Lq + i0 + r),
+                             attn__item_off(&f->ctx, b) + i0 + r),
                     cs);
       for (int64_t h = 0; h < pl->H; h++)
         head_transform(f, dst + r * n + h * pl->Dh, 1, norm, cs);
@@ -260,93 +263,153 @@ static void layout_q(fwd_t *f, int64_t b, int64_t i0, int64_t i1,
   note(f, BITS_Q, dst, m, n, n, ATTN__FAIL_Q, b * pl->Lq + i0, 0);
 }
 
-/* K for batch b, keys [j0, j1): kt[b, :, j] = Wk·key[j] + bk, all heads in
- * one product, then each head normed and rotated; the last chunk zeroes the
- * keys [Lk, Lkp). */
+/* Where key row j of batch b's key input goes: the column of its Hkv·Dh
+ * rows of K transposed, their stride *ld, and how many rows from j on lie
+ * in the same block of columns (*run): the workspace's kt, or with a kv
+ * cache, the slot of token past[b] + j in its page. */
+static float *k_slot(const fwd_t *f, int64_t b, int64_t j, int64_t *ld,
+                     int64_t *run) {
+  const attn__ctx_t *c = &f->ctx;
+  const attn_plan_t *pl = f->pl;
+  if (!c->pages) {
+    *ld = c->ldk;
+    *run = INT64_MAX;
+    return f->kt + b * pl->Hkv * pl->Dh * c->ldk + j;
+  }
+  int64_t t = c->past[b] + j;
+  *ld = ATTN_KV_LDK;
+  *run = ATTN_KV_PAGE - t % ATTN_KV_PAGE;
+  return c->pages[b][t / ATTN_KV_PAGE] + t % ATTN_KV_PAGE;
+}
+
+/* Where value row j of batch b goes (ldv apart), and the rows from j on
+ * that follow it there (*run), as k_slot. */
+static float *v_slot(const fwd_t *f, int64_t b, int64_t j, int64_t *run) {
+  const attn__ctx_t *c = &f->ctx;
+  if (!c->pages) {
+    *run = INT64_MAX;
+    return f->v + (b * c->Lkp + j) * c->ldv;
+  }
+  int64_t t = c->past[b] + j;
+  *run = ATTN_KV_PAGE - t % ATTN_KV_PAGE;
+  return c->pages[b][t / ATTN_KV_PAGE] + c->v_off + t % ATTN_KV_PAGE * c->ldv;
+}
+
+/* After batch b's last key: the keys and values up to the end of its last
+ * block are zero, so that the kernels read whole blocks of finite numbers
+ * (the workspace's padding [Lk, Lkp), or the rest of the last page). */
+static void zero_tail(fwd_t *f, int64_t b, int is_k) {
+  const attn__ctx_t *c = &f->ctx;
+  const attn_plan_t *pl = f->pl;
+  int64_t past = c->pages ? c->past[b] : 0, end = past + f->lnk;
+  if (end % ATTN__BC == 0)
+    return;
+  int64_t n = ATTN__BC - end % ATTN__BC, run, ld;
+  if (is_k) {
+    float *k = k_slot(f, b, f->lnk, &ld, &run);
+    for (int64_t r = 0; r < pl->Hkv * pl->Dh; r++)
+      memset(k + r * ld, 0, (size_t)n * sizeof(float));
+  } else {
+    float *v = v_slot(f, b, f->lnk, &run);
+    memset(v, 0, (size_t)(n * c->ldv) * sizeof(float));
+  }
+}
+
+/* K for batch b, key rows [j0, j1): kt[b, :, j] = Wk·key[j] + bk, all heads
+ * in one product per block of columns (k_slot), then each head normed and
+ * rotated; the last chunk zeroes the rest of the last block. */
 static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1,
                      float *scratch) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
-  int64_t rows = pl->Hkv * pl->Dh, Ek = pl->Ek, ldk = f->ctx.ldk, n = j1 - j0;
-  const float *x = f->key + (b * pl->Lk + j0) * Ek;
-  float *base = f->kt + b * rows * ldk, *dst = base + j0;
+  const attn__ctx_t *c = &f->ctx;
+  int64_t rows = pl->Hkv * pl->Dh, Ek = pl->Ek;
+  int64_t past = c->pages ? c->past[b] : 0;
   const float *bias = p->k_bias.rank ? p->k_bias.data : NULL;
-  if (p->k_weight.rank) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n,
-                (int)Ek, 1.0f, p->k_weight.data, (int)Ek, x, (int)Ek, 0.0f, dst,
-                (int)ldk);
-    if (bias)
-      for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < n; j++)
-          dst[r * ldk + j] += bias[r];
-  } else {
-    for (int64_t j = 0; j < n; j++)
-      for (int64_t r = 0; r < rows; r++)
-        dst[r * ldk + j] = x[j * Ek + r] + (bias ? bias[r] : 0);
-  }
   const float *norm = p->k_norm.rank ? p->k_norm.data : NULL;
-  if (norm || f->rope_freq) {
-    double *cs = f->rope_freq ? (double *)scratch : NULL;
-    for (int64_t j = 0; j < n; j++) {
-      if (cs)
-        rope_angles(f, position(&p->positions_key, b, j0 + j, pl->Lk, j0 + j),
-                    cs);
-      for (int64_t g = 0; g < pl->Hkv; g++)
-        head_transform(f, dst + g * pl->Dh * ldk + j, ldk, norm, cs);
+  double *cs = f->rope_freq ? (double *)scratch : NULL;
+  for (int64_t j = j0, n, ldk, run; j < j1; j += n) {
+    float *dst = k_slot(f, b, j, &ldk, &run);
+    n = j1 - j < run ? j1 - j : run;
+    const float *x = f->key + (b * f->lnk + j) * Ek;
+    if (p->k_weight.rank) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n,
+                  (int)Ek, 1.0f, p->k_weight.data, (int)Ek, x, (int)Ek, 0.0f,
+                  dst, (int)ldk);
+      if (bias)
+        for (int64_t r = 0; r < rows; r++)
+          for (int64_t k = 0; k < n; k++)
+            dst[r * ldk + k] += bias[r];
+    } else {
+      for (int64_t k = 0; k < n; k++)
+        for (int64_t r = 0; r < rows; r++)
+          dst[r * ldk + k] = x[k * Ek + r] + (bias ? bias[r] : 0);
     }
+    if (norm || cs)
+      for (int64_t k = 0; k < n; k++) {
+        if (cs)
+          rope_angles(
+              f, position(&p->positions_key, b, j + k, f->lnk, past + j + k),
+              cs);
+        for (int64_t g = 0; g < pl->Hkv; g++)
+          head_transform(f, dst + g * pl->Dh * ldk + k, ldk, norm, cs);
+      }
+    note(f, BITS_K, dst, rows, n, ldk, ATTN__FAIL_K, b * pl->Lk + past + j, 1);
   }
-  note(f, BITS_K, dst, rows, n, ldk, ATTN__FAIL_K, b * pl->Lk + j0, 1);
-  if (j1 == pl->Lk)
-    for (int64_t r = 0; r < rows; r++)
-      memset(base + r * ldk + pl->Lk, 0,
-             (size_t)(f->ctx.Lkp - pl->Lk) * sizeof(float));
+  if (j1 == f->lnk)
+    zero_tail(f, b, 1);
 }
 
 /* V for batch b, rows [j0, j1): v[b, j, g·Dvp + d] = value[j]·Wv_gᵀ + bv,
- * all heads in one product when no head needs padding; padding columns and,
- * in the last chunk, the rows [Lk, Lkp) zeroed. */
+ * all heads in one product (per block of rows, v_slot) when no head needs
+ * padding; padding columns and, in the last chunk, the rest of the last
+ * block zeroed. */
 static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
-  int64_t Dv = pl->Dv, Dvp = f->ctx.Dvp, Ev = pl->Ev, m = j1 - j0;
-  int64_t ldv = f->ctx.ldv, Hkv = pl->Hkv;
-  const float *x = f->value + (b * pl->Lk + j0) * Ev;
-  float *base = f->v + b * f->ctx.Lkp * ldv, *dst = base + j0 * ldv;
+  const attn__ctx_t *c = &f->ctx;
+  int64_t Dv = pl->Dv, Dvp = c->Dvp, Ev = pl->Ev, ldv = c->ldv, Hkv = pl->Hkv;
+  int64_t past = c->pages ? c->past[b] : 0;
   const float *bias = p->v_bias.rank ? p->v_bias.data : NULL;
-  if (p->v_weight.rank) {
-    const float *w = p->v_weight.data;
-    for (int64_t g = 0; g < Hkv; g += Dv == Dvp ? Hkv : 1)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m,
-                  (int)(Dv == Dvp ? Hkv * Dv : Dv), (int)Ev, 1.0f, x, (int)Ev,
-                  w + g * Dv * Ev, (int)Ev, 0.0f, dst + g * Dvp, (int)ldv);
-    if (bias)
+  for (int64_t j = j0, m, run; j < j1; j += m) {
+    float *dst = v_slot(f, b, j, &run);
+    m = j1 - j < run ? j1 - j : run;
+    const float *x = f->value + (b * f->lnk + j) * Ev;
+    if (p->v_weight.rank) {
+      const float *w = p->v_weight.data;
+      for (int64_t g = 0; g < Hkv; g += Dv == Dvp ? Hkv : 1)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m,
+                    (int)(Dv == Dvp ? Hkv * Dv : Dv), (int)Ev, 1.0f, x, (int)Ev,
+                    w + g * Dv * Ev, (int)Ev, 0.0f, dst + g * Dvp, (int)ldv);
+      if (bias)
+        for (int64_t r = 0; r < m; r++)
+          for (int64_t g = 0; g < Hkv; g++)
+            for (int64_t d = 0; d < Dv; d++)
+              dst[r * ldv + g * Dvp + d] += bias[g * Dv + d];
+    } else {
       for (int64_t r = 0; r < m; r++)
         for (int64_t g = 0; g < Hkv; g++)
           for (int64_t d = 0; d < Dv; d++)
-            dst[r * ldv + g * Dvp + d] += bias[g * Dv + d];
-  } else {
-    for (int64_t r = 0; r < m; r++)
-      for (int64_t g = 0; g < Hkv; g++)
-        for (int64_t d = 0; d < Dv; d++)
-          dst[r * ldv + g * Dvp + d] =
-              x[r * Ev + g * Dv + d] + (bias ? bias[g * Dv + d] : 0);
+            dst[r * ldv + g * Dvp + d] =
+                x[r * Ev + g * Dv + d] + (bias ? bias[g * Dv + d] : 0);
+    }
+    if (Dv < Dvp)
+      for (int64_t r = 0; r < m; r++)
+        for (int64_t g = 0; g < Hkv; g++)
+          memset(dst + r * ldv + g * Dvp + Dv, 0,
+                 (size_t)(Dvp - Dv) * sizeof(float));
+    note(f, BITS_V, dst, m, Hkv * Dvp, ldv, ATTN__FAIL_V, b * pl->Lk + past + j,
+         0);
   }
-  if (Dv < Dvp)
-    for (int64_t r = 0; r < m; r++)
-      for (int64_t g = 0; g < Hkv; g++)
-        memset(dst + r * ldv + g * Dvp + Dv, 0,
-               (size_t)(Dvp - Dv) * sizeof(float));
-  note(f, BITS_V, dst, m, Hkv * Dvp, ldv, ATTN__FAIL_V, b * pl->Lk + j0, 0);
-  if (j1 == pl->Lk)
-    memset(base + pl->Lk * ldv, 0,
-           (size_t)((f->ctx.Lkp - pl->Lk) * ldv) * sizeof(float));
+  if (j1 == f->lnk)
+    zero_tail(f, b, 0);
 }
 
 /* Layout task t of n_layout + n_bias: the Q chunks, then K, then V, then
  * the magnitude of the bias, chunk by chunk. `scratch` is the thread's. */
 static void layout_task(fwd_t *f, int64_t t, float *scratch) {
   const attn_plan_t *pl = f->pl;
-  int64_t R = f->rows, cq = chunks(pl->Lq, R), ck = chunks(pl->Lk, R);
+  int64_t R = f->rows, cq = chunks(pl->Lq, R), ck = chunks(f->lnk, R);
   if (t < f->n_q) {
     int64_t i0 = t % cq * R, i1 = i0 + R;
     layout_q(f, t / cq, i0, i1 < pl->Lq ? i1 : pl->Lq, scratch);
@@ -364,12 +427,12 @@ static void layout_task(fwd_t *f, int64_t t, float *scratch) {
   }
   if (t < f->n_k) {
     int64_t j0 = t % ck * R, j1 = j0 + R;
-    layout_k(f, t / ck, j0, j1 < pl->Lk ? j1 : pl->Lk, scratch);
+    layout_k(f, t / ck, j0, j1 < f->lnk ? j1 : f->lnk, scratch);
     return;
   }
   t -= f->n_k;
   int64_t j0 = t % ck * R, j1 = j0 + R;
-  layout_v(f, t / ck, j0, j1 < pl->Lk ? j1 : pl->Lk);
+  layout_v(f, t / ck, j0, j1 < f->lnk ? j1 : f->lnk);
 }
 
 /* Attention unit u of n_units. The last query blocks come first: under a
@@ -421,8 +484,8 @@ static int scores_fit(const fwd_t *f) {
   const attn_plan_t *pl = f->pl;
   const attn__ctx_t *c = &f->ctx;
   const double lim = FLT_MAX / 16;
-  double qk = (double)pl->Dh * bits_value(f->bits[BITS_Q]) *
-              bits_value(f->bits[BITS_K]),
+  uint32_t kb = f->bits[BITS_K] > f->k_cached ? f->bits[BITS_K] : f->k_cached;
+  double qk = (double)pl->Dh * bits_value(f->bits[BITS_Q]) * bits_value(kb),
          s = qk;
   if (c->has_softcap) {
     if (!(1.0f / c->softcap <= FLT_MAX))
@@ -547,11 +610,23 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   c->Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
   c->off = pl->Lk - pl->Lq;
   char *ws = workspace;
-  c->ldk = attn__ldk(c->Lkp);
+  c->ldk = p->kv ? ATTN_KV_LDK : attn__ldk(c->Lkp);
   c->ldv = attn__ldv(pl->Hkv, c->Dvp);
+  f->lnk = p->kv ? pl->Lq : pl->Lk;
   f->q = carve(&ws, pl->B * pl->Lq * pl->H * pl->Dh);
-  f->kt = carve(&ws, pl->B * pl->Hkv * pl->Dh * c->ldk);
-  f->v = carve(&ws, pl->B * c->Lkp * c->ldv);
+  if (p->kv) {
+    c->pages = p->kv->pages;
+    c->past = p->kv->past;
+    c->v_off = (int64_t)attn_kv_v_offset(pl->Hkv, pl->Dh);
+    for (int64_t b = 0; b < pl->B; b++) {
+      uint32_t u;
+      memcpy(&u, &p->kv->k_absmax[b], sizeof u);
+      f->k_cached = u > f->k_cached ? u : f->k_cached;
+    }
+  } else {
+    f->kt = carve(&ws, pl->B * pl->Hkv * pl->Dh * c->ldk);
+    f->v = carve(&ws, pl->B * c->Lkp * c->ldv);
+  }
   c->concat =
       p->o_weight.rank ? carve(&ws, pl->B * pl->Lq * pl->H * pl->Dv) : o->out;
   float *slopes = carve(&ws, pl->H);
@@ -601,7 +676,7 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
 
   f->rows = proj_rows(pl);
   f->n_q = pl->B * chunks(pl->Lq, f->rows);
-  f->n_k = pl->B * chunks(pl->Lk, f->rows);
+  f->n_k = pl->B * chunks(f->lnk, f->rows);
   f->n_layout = f->n_q + 2 * f->n_k;
   f->n_units = pl->B * (pl->H / c->heads_per_unit) * c->n_qblocks;
   f->n_out = (p->o_weight.rank || p->o_bias.rank)
@@ -696,5 +771,11 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
                      "canceled after %.3f ms", t3 - t0);
   if (failed(&f))
     return numeric_error(&f, err);
+  if (p->kv) { /* the cache's keys now include this call's */
+    float k = (float)bits_value(f.bits[BITS_K]);
+    for (int64_t b = 0; b < pl->B; b++)
+      if (k > p->kv->k_absmax[b])
+        p->kv->k_absmax[b] = k;
+  }
   return 0;
 }

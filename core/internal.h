@@ -12,6 +12,7 @@
  * that kernels never need a ragged edge in those dimensions. */
 #define ATTN__BR 64
 #define ATTN__BC 64
+_Static_assert(ATTN__BC == ATTN_KV_PAGE, "a key block is a cache page");
 #define ATTN__VPAD 16
 #define ATTN__ALIGN 64
 
@@ -57,6 +58,12 @@ typedef struct attn__ctx {
   const attn_plan_t *plan;
   int64_t Lkp, Dvp, ldk, ldv, off; /* off = Lk - Lq */
   const float *q, *kt, *v;
+  /* With a kv cache (attn_kv_t), instead of kt and v: the pages, each
+   * item's cached keys, and the offset of a page's values; ldk is then
+   * ATTN_KV_LDK. Item b sees past[b] + Lq keys, its diagonal past[b]. */
+  float *const *const *pages;
+  const int64_t *past;
+  int64_t v_off;
   float *concat, *head_outputs, *weights, *mean_weights;
   const float *slopes;             /* [H] or NULL */
   const int64_t *key_lengths;      /* [B] or NULL */
@@ -78,6 +85,30 @@ typedef struct attn__ctx {
   int64_t *fail; /* [ATTN__FAIL_N]: the first failing position per stage,
                     INT64_MAX if none; lowered with attn__fail */
 } attn__ctx_t;
+
+/* The keys item b sees, and its causal diagonal's offset. */
+static inline int64_t attn__item_lk(const attn__ctx_t *c, int64_t b) {
+  return c->past ? c->past[b] + c->plan->Lq : c->plan->Lk;
+}
+static inline int64_t attn__item_off(const attn__ctx_t *c, int64_t b) {
+  return c->past ? c->past[b] : c->off;
+}
+
+/* The key tile of key block kb for batch b, kv head g: Dh rows, ldk apart;
+ * and its value rows, ldv apart. */
+static inline const float *attn__kt_tile(const attn__ctx_t *c, int64_t b,
+                                         int64_t g, int64_t kb) {
+  const attn_plan_t *pl = c->plan;
+  if (c->pages)
+    return c->pages[b][kb] + g * pl->Dh * ATTN_KV_LDK;
+  return c->kt + (b * pl->Hkv + g) * pl->Dh * c->ldk + kb * ATTN__BC;
+}
+static inline const float *attn__v_tile(const attn__ctx_t *c, int64_t b,
+                                        int64_t g, int64_t kb) {
+  if (c->pages)
+    return c->pages[b][kb] + c->v_off + g * c->Dvp;
+  return c->v + (b * c->Lkp + kb * ATTN__BC) * c->ldv + g * c->Dvp;
+}
 
 /* Stages that can find a result that does not fit float32, in the order
  * attn_forward reports them (attn.h, ATTN_ENUMERIC). Positions: a row of

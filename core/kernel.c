@@ -3,7 +3,9 @@
  * This file is compiled once per ISA (-DATTN_KERNEL_ISA=generic|avx2|avx512
  * with that ISA's -m flags) and written with GCC vector extensions, so that
  * one source gives 128-, 256- and 512-bit code. Layouts are those of
- * attn__ctx_t: q [B, Lq, H·Dh], kt [B, Hkv·Dh, ldk], v [B, Lkp, ldv].
+ * attn__ctx_t: q [B, Lq, H·Dh], kt [B, Hkv·Dh, ldk], v [B, Lkp, ldv], or
+ * the pages of a kv cache; keys and values are read a block at a time
+ * (attn__kt_tile, attn__v_tile), a block being a page.
  *
  * A unit is ATTN__BR query rows of one head (or of every head, when the
  * mean of the weights is wanted). Two paths:
@@ -366,13 +368,6 @@ static void scores(const float *q, int64_t ldq, int64_t D, const float *kt,
     }
 }
 
-/* The tile of key block kb for batch b, kv head g: Dh rows, ldk apart. */
-static const float *kt_tile(const attn__ctx_t *c, int64_t b, int64_t g,
-                            int64_t kb) {
-  const attn_plan_t *pl = c->plan;
-  return c->kt + (b * pl->Hkv + g) * pl->Dh * c->ldk + kb * ATTN__BC;
-}
-
 /* O[rows, Dvp] += P[rows, C] · V[C, Dvp]: p rows ldp apart, v rows ldv
  * apart, o rows Dvp apart. */
 static void mix(const float *p, int64_t ldp, const float *v, int64_t ldv,
@@ -404,8 +399,8 @@ static void mix(const float *p, int64_t ldp, const float *v, int64_t ldv,
 static void row_range(const attn__ctx_t *c, int64_t b, int64_t i, int64_t *lo,
                       int64_t *hi) {
   const attn_params_t *p = c->plan->params;
-  const int64_t d = i + c->off;
-  int64_t l = 0, h = c->plan->Lk;
+  const int64_t d = i + attn__item_off(c, b);
+  int64_t l = 0, h = attn__item_lk(c, b);
   if (c->key_lengths && c->key_lengths[b] < h)
     h = c->key_lengths[b];
   if (p->causal == ATTN_CAUSAL_BOTTOM_RIGHT && d + 1 < h)
@@ -452,7 +447,7 @@ static void score_terms(const attn__ctx_t *c, int64_t b, int64_t h, int64_t i0,
           x[k] += bp[0];
     }
     if (c->slopes) {
-      int64_t d0 = i + c->off - j0; /* distance to key j0 */
+      int64_t d0 = i + attn__item_off(c, b) - j0; /* distance to key j0 */
       for (int64_t k = 0; k < n; k++)
         x[k] -= slope * (float)(d0 - k < 0 ? k - d0 : d0 - k);
     }
@@ -486,7 +481,7 @@ static void exact_scores(const attn__ctx_t *c, int64_t b, int64_t h, int64_t i,
                          const float *q, int64_t j0, int64_t lo, int64_t hi,
                          double *s) {
   const attn_plan_t *pl = c->plan;
-  const float *kt = kt_tile(c, b, h / (pl->H / pl->Hkv), j0 / ATTN__BC);
+  const float *kt = attn__kt_tile(c, b, h / (pl->H / pl->Hkv), j0 / ATTN__BC);
   for (int k = 0; k < ATTN__BC; k++)
     s[k] = 0;
   for (int64_t d = 0; d < pl->Dh; d++) {
@@ -498,7 +493,7 @@ static void exact_scores(const attn__ctx_t *c, int64_t b, int64_t h, int64_t i,
   const double cap = c->softcap, slope = c->slopes ? c->slopes[h] : 0;
   const int64_t *bs = c->bias_st, *as = c->allow_st;
   for (int k = 0; k < ATTN__BC; k++) {
-    const int64_t j = j0 + k, dist = i + c->off - j;
+    const int64_t j = j0 + k, dist = i + attn__item_off(c, b) - j;
     if (j < lo || j >= hi) {
       s[k] = -INFINITY;
       continue;
@@ -529,7 +524,7 @@ static int attend_row_exact(const attn__ctx_t *c, int64_t b, int64_t h,
                             float *o, float *p, double *acc) {
   const attn_plan_t *pl = c->plan;
   const int64_t Dv = pl->Dv, Dvp = c->Dvp, ldv = c->ldv;
-  const float *v = c->v + b * c->Lkp * ldv + h / (pl->H / pl->Hkv) * Dvp;
+  const int64_t g = h / (pl->H / pl->Hkv);
   const int64_t kb0 = lo / ATTN__BC, kb1 = (hi + ATTN__BC - 1) / ATTN__BC;
   double s[ATTN__BC];
   float w[ATTN__BC];
@@ -563,10 +558,11 @@ static int attend_row_exact(const attn__ctx_t *c, int64_t b, int64_t h,
       w[k] = (float)(s[k] - m > -1000.0 ? s[k] - m : -1000.0);
     for (int k = 0; k < ATTN__BC; k += VL)
       st(w + k, vexp(ld(w + k)));
+    const float *vb = attn__v_tile(c, b, g, kb);
     for (int k = 0; k < ATTN__BC; k++) {
       if (w[k] == 0.0f)
         continue;
-      const float *vr = v + (j0 + k) * ldv;
+      const float *vr = vb + k * ldv;
       l += w[k];
       for (int64_t d = 0; d < Dv; d++)
         acc[d] += (double)w[k] * (double)vr[d];
@@ -595,7 +591,6 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
   const attn_plan_t *pl = c->plan;
   int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp, ldq = Dh;
   int64_t ldv = c->ldv;
-  const float *v = c->v + b * c->Lkp * ldv + g * Dvp;
   int terms = any_terms(c);
 
   memset(o, 0, (size_t)(rows * Dvp) * sizeof(float));
@@ -612,17 +607,17 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
       for (int64_t r = 0; r < rows; r += QK_MR) {
         int mr = rows - r < QK_MR ? (int)(rows - r) : QK_MR;
         switch (mr) {
-          CASE_MR(qk_softmax_tile, q + r * ldq, ldq, kt_tile(c, b, g, kb),
+          CASE_MR(qk_softmax_tile, q + r * ldq, ldq, attn__kt_tile(c, b, g, kb),
                   c->ldk, Dh, s + r * ATTN__BC, m + r, l + r * VL, o + r * Dvp,
                   Dvp)
         }
       }
-      mix(s, ATTN__BC, v + j0 * ldv, ldv, Dvp, rows, ATTN__BC, o);
+      mix(s, ATTN__BC, attn__v_tile(c, b, g, kb), ldv, Dvp, rows, ATTN__BC, o);
       continue;
     }
 #endif
     /* pass 1: S = Q·Kᵀ for this block */
-    scores(q, ldq, Dh, kt_tile(c, b, g, kb), c->ldk, rows, s, ATTN__BC);
+    scores(q, ldq, Dh, attn__kt_tile(c, b, g, kb), c->ldk, rows, s, ATTN__BC);
     /* pass 2: terms and masks */
     if (terms || !inside)
       score_terms(c, b, h, i0, rows, j0, ATTN__BC, s, ATTN__BC, lo, hi, inside);
@@ -648,7 +643,7 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
       st(l + r * VL, sum);
     }
     /* pass 4: O += P·V */
-    mix(s, ATTN__BC, v + j0 * ldv, ldv, Dvp, rows, ATTN__BC, o);
+    mix(s, ATTN__BC, attn__v_tile(c, b, g, kb), ldv, Dvp, rows, ATTN__BC, o);
   }
   for (int64_t r = 0; r < rows; r++) {
     float lr = hsum(ld(l + r * VL));
@@ -669,15 +664,14 @@ static void attend_two_pass(const attn__ctx_t *c, int64_t b, int64_t h,
   const attn_plan_t *pl = c->plan;
   int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp, Lkp = c->Lkp;
   int64_t ldq = Dh, ldv = c->ldv;
-  const float *v = c->v + b * Lkp * ldv + g * Dvp;
   int64_t c0 = kb0 * ATTN__BC, c1 = kb1 * ATTN__BC;
   int terms = any_terms(c);
 
   /* pass 1: scores for the visible blocks, terms and masks */
   if (c1 > c0) {
     for (int64_t j0 = c0; j0 < c1; j0 += ATTN__BC) {
-      scores(q, ldq, Dh, kt_tile(c, b, g, j0 / ATTN__BC), c->ldk, rows, p + j0,
-             Lkp);
+      scores(q, ldq, Dh, attn__kt_tile(c, b, g, j0 / ATTN__BC), c->ldk, rows,
+             p + j0, Lkp);
       int inside = 1;
       for (int64_t r = 0; r < rows; r++)
         inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
@@ -711,10 +705,12 @@ static void attend_two_pass(const attn__ctx_t *c, int64_t b, int64_t h,
     for (int64_t k = c0; k < c1; k += VL)
       st(x + k, ld(x + k) * inv);
   }
-  /* pass 3: O = P·V */
+  /* pass 3: O = P·V, block by block (the same sums in the same order as
+   * one pass over them all) */
   memset(o, 0, (size_t)(rows * Dvp) * sizeof(float));
-  if (c1 > c0)
-    mix(p + c0, Lkp, v + c0 * ldv, ldv, Dvp, rows, c1 - c0, o);
+  for (int64_t kb = kb0; kb < kb1; kb++)
+    mix(p + kb * ATTN__BC, Lkp, attn__v_tile(c, b, g, kb), ldv, Dvp, rows,
+        ATTN__BC, o);
 }
 
 void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,

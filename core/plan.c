@@ -7,6 +7,7 @@
  * "[d0, d1, ...]". */
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -156,8 +157,10 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
    * ALiBi slopes, the rope's frequencies, and each thread's scratch. */
   size_t ws = 0;
   int bad = add_floats(&ws, B * H * Lq * pl->Dh);
-  bad |= add_floats(&ws, B * Hkv * pl->Dh * attn__ldk(Lkp));
-  bad |= add_floats(&ws, B * Lkp * attn__ldv(Hkv, Dvp));
+  if (!p->kv) { /* with a kv cache, K and V are laid out in its pages */
+    bad |= add_floats(&ws, B * Hkv * pl->Dh * attn__ldk(Lkp));
+    bad |= add_floats(&ws, B * Lkp * attn__ldv(Hkv, Dvp));
+  }
   if (present(&p->o_weight))
     bad |= add_floats(&ws, B * Lq * H * pl->Dv);
   bad |= add_floats(&ws, H);
@@ -173,14 +176,60 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
   double proj = 0;
   if (present(&p->q_weight))
     proj += 2.0 * B * Lq * pl->Eq * H * pl->Dh;
+  int64_t Lnk = p->kv ? Lq : Lk; /* keys projected */
   if (present(&p->k_weight))
-    proj += 2.0 * B * Lk * pl->Ek * Hkv * pl->Dh;
+    proj += 2.0 * B * Lnk * pl->Ek * Hkv * pl->Dh;
   if (present(&p->v_weight))
-    proj += 2.0 * B * Lk * pl->Ev * Hkv * pl->Dv;
+    proj += 2.0 * B * Lnk * pl->Ev * Hkv * pl->Dv;
   if (present(&p->o_weight))
     proj += 2.0 * B * Lq * H * pl->Dv * pl->Eo;
   pl->flops = proj + 2.0 * B * H * Lq * Lk * (pl->Dh + pl->Dv);
   return 0;
+}
+
+/* The kv cache (attn_kv_t), for B items of Lq new tokens: its arrays,
+ * each item's past length, and its pages, present and aligned, for every
+ * key it will hold. Sets Lk to the longest item's. */
+static int check_kv(attn_plan_t *pl, const attn_kv_t *kv, attn_error_t *err) {
+  if (kv->past == NULL || kv->pages == NULL || kv->k_absmax == NULL)
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_KV,
+                     "kv needs past, pages and k_absmax [B = %lld]",
+                     (long long)pl->B);
+  int64_t lk = 0;
+  for (int64_t b = 0; b < pl->B; b++) {
+    int64_t n = kv->past[b];
+    if (n < 0 || n > ((int64_t)1 << 40) - pl->Lq)
+      return attn__err(err, ATTN_ERANGE, ATTN_FIELD_KV,
+                       "kv past[%lld] is %lld; it must be in [0, 2^40 - Lq]",
+                       (long long)b, (long long)n);
+    if (!(kv->k_absmax[b] >= 0 && isfinite(kv->k_absmax[b])))
+      return attn__err(err, ATTN_ERANGE, ATTN_FIELD_KV,
+                       "kv k_absmax[%lld] is %g; it must be finite and >= 0",
+                       (long long)b, (double)kv->k_absmax[b]);
+    int64_t pages = (n + pl->Lq + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE;
+    for (int64_t i = 0; i < pages; i++)
+      if (kv->pages[b] == NULL || kv->pages[b][i] == NULL ||
+          (uintptr_t)kv->pages[b][i] % ATTN__ALIGN)
+        return attn__err(err, ATTN_EINVAL, ATTN_FIELD_KV,
+                         "kv pages[%lld][%lld] is missing or not %d-byte "
+                         "aligned (%lld pages needed for %lld keys)",
+                         (long long)b, (long long)i, ATTN__ALIGN,
+                         (long long)pages, (long long)(n + pl->Lq));
+    lk = n + pl->Lq > lk ? n + pl->Lq : lk;
+  }
+  pl->Lk = lk;
+  return 0;
+}
+
+size_t attn_kv_v_offset(int64_t Hkv, int64_t Dh) {
+  return (size_t)attn__round_up(Hkv * Dh * ATTN_KV_LDK, ATTN__ALIGN / 4);
+}
+
+size_t attn_kv_page_floats(int64_t Hkv, int64_t Dh, int64_t Dv) {
+  int64_t Dvp = attn__round_up(Dv, ATTN__VPAD);
+  return attn_kv_v_offset(Hkv, Dh) +
+         (size_t)attn__round_up(ATTN_KV_PAGE * attn__ldv(Hkv, Dvp),
+                                ATTN__ALIGN / 4);
 }
 
 static int check_inputs(attn_plan_t *pl, const attn_params_t *p,
@@ -228,6 +277,16 @@ static int check_inputs(attn_plan_t *pl, const attn_params_t *p,
                      shape_of(k).s, shape_of(v).s);
   pl->Lq = q->dim[b3];
   pl->Lk = k->dim[b3];
+  if (p->kv) { /* the inputs are the new tokens; Lk counts the cached too */
+    if (k->dim[b3] != pl->Lq)
+      return attn__err(
+          err, ATTN_ESHAPE, k == q ? ATTN_FIELD_QUERY : ATTN_FIELD_KEY,
+          "%s %s has %lld rows; with a kv cache the new keys "
+          "are the new tokens, Lq = %lld",
+          kname, shape_of(k).s, (long long)k->dim[b3], (long long)pl->Lq);
+    if ((r = check_kv(pl, p->kv, err)) < 0)
+      return r;
+  }
   pl->Eq = q->dim[b3 + 1];
   pl->Ek = k->dim[b3 + 1];
   pl->Ev = v->dim[b3 + 1];
@@ -378,7 +437,7 @@ static int check_blas_sizes(const attn_plan_t *pl, const attn_params_t *p,
     int64_t ld; /* the stride of what it writes */
   } ws[] = {
       {&p->q_weight, ATTN_FIELD_Q_WEIGHT, pl->H * pl->Dh},
-      {&p->k_weight, ATTN_FIELD_K_WEIGHT, attn__ldk(Lkp)},
+      {&p->k_weight, ATTN_FIELD_K_WEIGHT, p->kv ? ATTN_KV_LDK : attn__ldk(Lkp)},
       {&p->v_weight, ATTN_FIELD_V_WEIGHT, attn__ldv(pl->Hkv, Dvp)},
       {&p->o_weight, ATTN_FIELD_O_WEIGHT, pl->Eo},
   };
@@ -573,7 +632,8 @@ static int check_rope_and_norms(attn_plan_t *pl, const attn_params_t *p,
     return r;
   if (present(&p->positions_key) &&
       (r = check_positions(pl, &p->positions_key, ATTN_FIELD_POSITIONS_KEY,
-                           pl->Lk, "Lk", err)) < 0)
+                           p->kv ? pl->Lq : pl->Lk,
+                           p->kv ? "Lq (the new keys)" : "Lk", err)) < 0)
     return r;
   pl->rope_dims = dims;
   return 0;

@@ -94,6 +94,44 @@ typedef struct attn_rope {
 /* Positions, with rope: at most ATTN_MAX_POSITION. */
 #define ATTN_MAX_POSITION ((int64_t)1 << 31)
 
+/* A paged key/value cache (PagedAttention: Kwon et al., 2023), owned by
+ * the caller, for decoding: each batch item b has past[b] keys and values
+ * cached already, in pages of ATTN_KV_PAGE tokens. attn_forward projects
+ * the call's Lq new tokens (its query, key and value inputs all have Lq
+ * rows), writes their keys and values into the item's pages at positions
+ * past[b] .. past[b] + Lq − 1, and attends the new queries over all
+ * past[b] + Lq keys. Lk is then max(past) + Lq; masks, positions and
+ * weights are over those keys (item b's keys from past[b] + Lq on are
+ * masked); a query's default position, and its causal diagonal, is its
+ * key's, past[b] + i.
+ *
+ * A page holds, for every kv head, the keys transposed and then the
+ * values, in the kernels' layout: K [Hkv·Dh, ATTN_KV_LDK] (token t of the
+ * page in column t), then V [ATTN_KV_PAGE, Hkv·Dvp + 16] at float offset
+ * attn_kv_v_offset (head g's Dv values at column g·Dvp, Dvp = Dv rounded
+ * up to 16): attn_kv_page_floats floats, 64-byte aligned. The core writes
+ * only the slots of the new tokens and zeroes the rest of the last page;
+ * the pages it writes must be the caller's alone (copy a shared page
+ * first). A page's layout depends only on Hkv, Dh and Dv, so a page from
+ * one call may be read by any later call of the same shape. */
+#define ATTN_KV_PAGE 64
+#define ATTN_KV_LDK (ATTN_KV_PAGE + 16)
+
+typedef struct attn_kv {
+  const int64_t *past;        /* [B]: tokens already cached, each >= 0 */
+  float *const *const *pages; /* [B]: item b's page table, at least
+                                 ceil((past[b] + Lq) / ATTN_KV_PAGE) pages */
+  float *k_absmax;            /* [B] in and out: an upper bound of |k| over
+                                 the item's cached keys (0 for none); raised
+                                 to cover the new keys by a call that
+                                 returns 0 */
+} attn_kv_t;
+
+/* The floats of one page, and the offset of its values, for a cache of
+ * Hkv heads of Dh key and Dv value features. */
+size_t attn_kv_page_floats(int64_t Hkv, int64_t Dh, int64_t Dv);
+size_t attn_kv_v_offset(int64_t Hkv, int64_t Dh);
+
 /* Everything attn_forward computes from. All tensors are borrowed and must
  * outlive the forward call. Zero-initialise, then set what is used. */
 typedef struct attn_params {
@@ -142,6 +180,10 @@ typedef struct attn_params {
    * Lk − Lq .. Lk − 1 (the bottom-right alignment of causal). Only with
    * rope. */
   attn_tensor_t positions_query, positions_key;
+
+  /* A key/value cache to append to and attend over (attn_kv_t), or NULL;
+   * borrowed, its pages written. */
+  const attn_kv_t *kv;
 
   /* Optional results (see attn_outputs_t). */
   int want_weights;      /* per-head weights [B, H, Lq, Lk] */

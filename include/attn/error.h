@@ -71,7 +71,8 @@ typedef enum {
   X(MEAN_WEIGHTS, "mean_weights")                                              \
   X(HEAD_OUTPUTS, "head_outputs")                                              \
   X(WORKSPACE, "workspace")                                                    \
-  X(CANCEL, "cancel")
+  X(CANCEL, "cancel")                                                          \
+  X(KV, "kv")
 
 typedef enum {
 #define ATTN__FIELD_ENUM(name, spelling) ATTN_FIELD_##name,
