@@ -148,6 +148,20 @@ static void append_check(const layer_t *l, cache_t *c, const float *x,
   ck_assert(c->k_absmax > 0 && isfinite(c->k_absmax));
   tu_run_free(&run);
   c->past += n;
+  /* the rest of the last page is zero, keys and values (attn_kv_t): the
+   * kernels read whole pages, and a NaN there, though it weighs 0, would
+   * send the rows down the exact path */
+  const float *page = c->pages[c->past / ATTN_KV_PAGE];
+  int64_t ldv = HKV * 16 + 16;
+  size_t voff = attn_kv_v_offset(HKV, DH);
+  for (int64_t t = c->past % ATTN_KV_PAGE; t % ATTN_KV_PAGE; t++) {
+    for (int64_t r = 0; r < HKV * DH; r++)
+      ck_assert_msg(page[r * ATTN_KV_LDK + t] == 0, "%s: key slot %lld", what,
+                    (long long)t);
+    for (int64_t k = 0; k < HKV * 16; k++)
+      ck_assert_msg(page[voff + (size_t)(t * ldv + k)] == 0,
+                    "%s: value slot %lld", what, (long long)t);
+  }
 }
 
 static const int64_t chunk_sizes[] = {1,  2,  3,  5,  7,   13,
