@@ -115,6 +115,17 @@ static const cfg_key_t keys[] = {
     STR_KEY(layers, "",
             "attention layers to hold: .safetensors files and model "
             "directories, comma-separated; reloaded on SIGHUP"),
+    INT_KEY(kv_cache_bytes, "auto", 0, INT64_C(1) << 50,
+            F_AUTO | F_SIZE | F_LIMIT,
+            "memory of the sessions' key/value cache, within "
+            "max_memory_bytes (requests get the rest); auto: a quarter of "
+            "it"),
+    INT_KEY(session_max_tokens, "32768", 1, INT64_C(1) << 30, F_LIMIT,
+            "tokens a session may hold at most (and its default max_tokens)"),
+    INT_KEY(session_ttl_s, "600", 1, INT64_C(1) << 31, F_LIMIT,
+            "a session's default ttl_s: it ends after this long unused"),
+    INT_KEY(session_max_ttl_s, "86400", 1, INT64_C(1) << 31, F_LIMIT,
+            "the largest ttl_s a session may ask for"),
     BOOL_KEY(ui, "on",
              "the page at / (and its files under /ui/): on, or off to remove "
              "it"),
@@ -326,6 +337,8 @@ static void resolve_auto(attnd_config_t *cfg, int cores) {
     cfg->http_threads = cores < 2 ? 2 : cores;
   if (cfg->max_memory_bytes == 0)
     cfg->max_memory_bytes = attnd_cgroup_memory() / 4 * 3;
+  if (cfg->kv_cache_bytes == 0)
+    cfg->kv_cache_bytes = cfg->max_memory_bytes / 4;
 }
 
 int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
@@ -413,12 +426,23 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
     if (set_key(cfg, k, val, from, msg, msz) < 0)
       return -1;
   }
+  if (cfg->session_ttl_s > cfg->session_max_ttl_s)
+    return attnd_fail(msg, msz,
+                      "session_ttl_s: %" PRId64
+                      " is above session_max_ttl_s %" PRId64,
+                      cfg->session_ttl_s, cfg->session_max_ttl_s);
   if (cfg->default_timeout_ms > cfg->max_timeout_ms)
     return attnd_fail(msg, msz,
                       "default_timeout_ms: %" PRId64
                       " is above max_timeout_ms %" PRId64,
                       cfg->default_timeout_ms, cfg->max_timeout_ms);
   resolve_auto(cfg, cores);
+  if (cfg->kv_cache_bytes >= cfg->max_memory_bytes)
+    return attnd_fail(msg, msz,
+                      "kv_cache_bytes: %" PRId64
+                      " leaves nothing of max_memory_bytes %" PRId64
+                      " to requests",
+                      cfg->kv_cache_bytes, cfg->max_memory_bytes);
   return 0;
 }
 

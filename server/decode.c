@@ -148,8 +148,12 @@ static int decode_projections(dec_t *d, const json_t *root) {
 static int decode_mask(dec_t *d, const json_t *root) {
   static const char *const known[] = {"causal", "key_lengths", "allow", "bias",
                                       "window", "alibi",       NULL};
+  /* a session's step is causal over its cache, and its masks are over a
+   * length the step does not know until its turn */
+  static const char *const step_known[] = {"window", "alibi", NULL};
   int bad;
-  const json_t *m = get_object(d, root, "mask", known, &bad);
+  const json_t *m =
+      get_object(d, root, "mask", d->step ? step_known : known, &bad);
   if (m == NULL)
     return bad;
   attn_params_t *p = &d->req->params;
@@ -598,6 +602,89 @@ static int decode_root(dec_t *d, const json_t *root) {
   return attnd__dec_plan(d) < 0 ? -1 : attnd__dec_limits(d);
 }
 
+/* A step of a session (session.h): the new tokens, as query (and, with
+ * no layer, their key and value), and /v1's other members that a step may
+ * set; the session gives the rest. Planned later, at the step's turn
+ * (attnd_request_plan), when the cache's length is known. */
+static int decode_step(dec_t *d, const json_t *root) {
+  static const char *const known[] = {
+      "id",      "query",  "key",        "value",           "mask", "scale",
+      "softcap", "return", "timeout_ms", "expected_length", NULL};
+  const attnd_session_shape_t *sh = d->step;
+  attnd_request_t *j = d->req;
+  attn_params_t *p = &j->params;
+  int present;
+  if (attnd__dec_root(d, root, known) < 0)
+    return -1;
+  if (sh->layer) {
+    d->layers = sh->layers;
+    attnd__dec_use_layer(d, sh->layer);
+  } else {
+    p->rope = sh->rope;
+  }
+  p->num_heads = sh->H;
+  p->num_kv_heads = sh->Hkv;
+  p->causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+  const char *names[3] = {"query", "key", "value"};
+  attn_tensor_t *ts[3] = {&p->query, &p->key, &p->value};
+  int64_t widths[3] = {sh->layer ? sh->layer->E : sh->H * sh->Dh,
+                       sh->Hkv * sh->Dh, sh->Hkv * sh->Dv};
+  for (int i = 0; i < 3; i++) {
+    const json_t *v = json_object_get(root, names[i]);
+    int given = v && !json_is_null(v);
+    if (i && sh->layer && given)
+      return E(d, ATTND_ERR_INVALID_VALUE, names[i],
+               "%s cannot be given to a session of layer '%s': the new "
+               "tokens' hidden states in query make their keys and values",
+               names[i], sh->layer->name);
+    if (i && sh->layer)
+      continue;
+    if (!given)
+      return E(d, ATTND_ERR_MISSING_FIELD, names[i], "%s is required%s",
+               names[i],
+               i ? " in a step of a session without a layer: the new "
+                   "tokens' projected keys and values"
+                 : ": the new tokens");
+    if (attnd__dec_tensor(d, v, names[i], K_FLOAT, ts[i],
+                          i ? NULL : &d->query_form) < 0)
+      return -1;
+    char shape[128];
+    attnd_shape_text(shape, sizeof shape, ts[i]->rank, ts[i]->dim, ", ");
+    if (ts[i]->rank != 2 || ts[i]->dim[1] != widths[i] ||
+        (i && ts[i]->dim[0] != p->query.dim[0]))
+      return E(d, ATTND_ERR_SHAPE_MISMATCH, names[i],
+               "%s %s must be [%s, %lld]: %s", names[i], shape,
+               i ? "the query's rows" : "the new tokens", (long long)widths[i],
+               sh->layer ? "hidden states of the layer's width"
+               : i       ? "num_kv_heads times the head width"
+                         : "num_heads times the head width");
+  }
+  if (decode_mask(d, root) < 0 ||
+      get_number(d, root, "scale", &p->scale, &p->has_scale) < 0 ||
+      get_number(d, root, "softcap", &p->softcap, &p->has_softcap) < 0 ||
+      decode_return(d, root) < 0)
+    return -1;
+  j->expected_length = -1;
+  if (get_int(d, root, "expected_length", "expected_length", 0, INT64_MAX,
+              &j->expected_length, &present) < 0)
+    return -1;
+  j->timeout_ms = d->cfg->default_timeout_ms;
+  if (get_int(d, root, "timeout_ms", "timeout_ms", 1, INT64_MAX, &j->timeout_ms,
+              &present) < 0)
+    return -1;
+  if (j->timeout_ms > d->cfg->max_timeout_ms)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "timeout_ms",
+             "timeout_ms %lld is over max_timeout_ms %lld",
+             (long long)j->timeout_ms, (long long)d->cfg->max_timeout_ms);
+  return 0;
+}
+
+int attnd_request_plan(attnd_request_t *j, const attnd_config_t *cfg,
+                       attnd_error_t *err) {
+  dec_t d = {.req = j, .cfg = cfg, .err = err};
+  return attnd__dec_plan(&d) < 0 ? -1 : attnd__dec_limits(&d);
+}
+
 /* ---- parsing under memory pressure ----------------------------------------
  *
  * jansson 2.14's parser does not report running out of memory as such: a
@@ -739,16 +826,22 @@ static int restore_strings(json_t *v, const attnd_bulk_set_t *bulk) {
  * unless an error about a bulk item's values was worded here (E_UNSURE). */
 static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
                                const attnd_config_t *cfg,
-                               attnd_layer_set_t *layers, attnd_error_t *err,
-                               int *sure) {
+                               attnd_layer_set_t *layers,
+                               const attnd_session_shape_t *step,
+                               attnd_error_t *err, int *sure) {
   attnd_request_t *j = calloc(1, sizeof *j);
   if (j == NULL) {
     attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
                     "out of memory for a new request");
     return NULL;
   }
-  dec_t d = {.req = j, .cfg = cfg, .err = err, .bulk = bulk, .layers = layers};
-  int r = decode_root(&d, root);
+  dec_t d = {.req = j,
+             .cfg = cfg,
+             .err = err,
+             .bulk = bulk,
+             .layers = layers,
+             .step = step};
+  int r = step ? decode_step(&d, root) : decode_root(&d, root);
   *sure = d.planning || !d.unsure;
   if (r < 0) {
     attnd_request_free(j);
@@ -768,10 +861,10 @@ static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
  * first, a body whose JSON outside what the scanner lifts is over
  * max_json_structure_bytes: that is all jansson ever reads on the fast
  * path, and the bound on its time. */
-int attnd__request_decode_path(const char *body, size_t len,
-                               const attnd_config_t *cfg,
-                               attnd_layer_set_t *layers, int fast,
-                               attnd_request_t **out, attnd_error_t *err) {
+static int decode_path(const char *body, size_t len, const attnd_config_t *cfg,
+                       attnd_layer_set_t *layers,
+                       const attnd_session_shape_t *step, int fast,
+                       attnd_request_t **out, attnd_error_t *err) {
   double t0 = attnd_now_ms();
   int sure = 0, oom = 0, slow = !fast;
   json_error_t je;
@@ -799,7 +892,7 @@ int attnd__request_decode_path(const char *body, size_t len,
     if (root && restore_strings(root, &bulk) < 0)
       oom = 1;
     else if (root)
-      *out = decode(root, &bulk, cfg, layers, err, &sure);
+      *out = decode(root, &bulk, cfg, layers, step, err, &sure);
     json_decref(root);
     slow = !oom && *out == NULL && !sure;
   } else {
@@ -820,7 +913,7 @@ int attnd__request_decode_path(const char *body, size_t len,
       return attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
                              "invalid JSON at line %d, column %d: %s", je.line,
                              je.column, je.text);
-    *out = decode(root, NULL, cfg, layers, err, &sure);
+    *out = decode(root, NULL, cfg, layers, step, err, &sure);
     json_decref(root);
   }
   if (*out == NULL)
@@ -829,8 +922,28 @@ int attnd__request_decode_path(const char *body, size_t len,
   return 0;
 }
 
+int attnd__request_decode_path(const char *body, size_t len,
+                               const attnd_config_t *cfg,
+                               attnd_layer_set_t *layers, int fast,
+                               attnd_request_t **out, attnd_error_t *err) {
+  return decode_path(body, len, cfg, layers, NULL, fast, out, err);
+}
+
+int attnd__step_decode_path(const char *body, size_t len,
+                            const attnd_config_t *cfg,
+                            const attnd_session_shape_t *shape, int fast,
+                            attnd_request_t **out, attnd_error_t *err) {
+  return decode_path(body, len, cfg, shape->layers, shape, fast, out, err);
+}
+
 int attnd_request_decode(const char *body, size_t len,
                          const attnd_config_t *cfg, attnd_layer_set_t *layers,
                          attnd_request_t **out, attnd_error_t *err) {
-  return attnd__request_decode_path(body, len, cfg, layers, 1, out, err);
+  return decode_path(body, len, cfg, layers, NULL, 1, out, err);
+}
+
+int attnd_step_decode(const char *body, size_t len, const attnd_config_t *cfg,
+                      const attnd_session_shape_t *shape, attnd_request_t **out,
+                      attnd_error_t *err) {
+  return decode_path(body, len, cfg, shape->layers, shape, 1, out, err);
 }

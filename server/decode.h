@@ -9,6 +9,7 @@
 #include "codec/bulk.h"
 #include "model/layers.h"
 #include "request.h"
+#include "session.h"
 
 /* The fast path lifts arrays of at least this many numbers, and strings of
  * at least this many characters, out of jansson's way. */
@@ -23,6 +24,7 @@ typedef struct dec {
   attnd_form_t query_form;
   attnd_bulk_set_t *bulk;    /* the fast path's items, or NULL */
   attnd_layer_set_t *layers; /* the layers a request may name, or NULL */
+  const attnd_session_shape_t *step; /* a session's step: its shape */
   int planning; /* errors from here on do not depend on the path taken */
   int unsure;   /* the error may read otherwise on the slow path */
 } dec_t;

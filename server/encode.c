@@ -33,6 +33,8 @@ void attnd_request_encode(attnd_request_t *j, attnd_buf_t *b,
     attnd_buf_json_string(b, j->id, strlen(j->id));
   else
     attnd_buf_puts(b, "null");
+  if (j->step_length) /* a session's step: the cache's length now */
+    attnd_buf_printf(b, ",\"length\":%lld", (long long)j->step_length);
   int64_t o_dim[3] = {pl->B, pl->Lq, pl->Eo};
   put_tensor(b, j, "output", j->out.out, 3, o_dim);
   if (j->params.want_weights) {

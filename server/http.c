@@ -30,6 +30,7 @@
 #include "oip.h"
 #include "request.h"
 #include "server.h"
+#include "session_api.h"
 
 #include "tls.h"
 
@@ -49,13 +50,18 @@ enum {
   R_V2_MODEL,
   R_V2_MODEL_READY,
   R_V2_INFER,
-  R_ASSET, /* a file embedded in the binary (assets.h) */
+  R_SESSIONS,         /* /v1/sessions: list (GET), create (POST) */
+  R_SESSION,          /* /v1/sessions/{id}: GET, DELETE */
+  R_SESSION_STEP,     /* /v1/sessions/{id}/attention */
+  R_SESSION_FORK,     /* /v1/sessions/{id}/fork */
+  R_SESSION_TRUNCATE, /* /v1/sessions/{id}/truncate */
+  R_ASSET,            /* a file embedded in the binary (assets.h) */
   R_PREFLIGHT
 };
 
 /* The routes whose POST bodies become attention requests. */
 static int computes(int route) {
-  return route == R_ATTENTION || route == R_V2_INFER;
+  return route == R_ATTENTION || route == R_V2_INFER || route == R_SESSION_STEP;
 }
 
 /* One HTTP request, from its first callback to its completion. */
@@ -63,9 +69,13 @@ typedef struct req {
   attnd_server_t *srv;
   struct MHD_Connection *conn;
   int route;
-  attnd_protocol_t proto;     /* its replies' and errors' form, and metrics */
-  char model[256];            /* /v2/models/{model}...: the name */
-  char version[16];           /* .../versions/{version}, or "" */
+  attnd_protocol_t proto;  /* its replies' and errors' form, and metrics */
+  char model[256];         /* /v2/models/{model}...: the name */
+  char version[16];        /* .../versions/{version}, or "" */
+  char sid[72];            /* /v1/sessions/{id}...: the id */
+  int post;                /* a POST: its body is read */
+  attnd_error_t pre_error; /* a session's step that failed in its turn */
+  int has_pre_error;
   const attnd_asset_t *asset; /* R_ASSET's file */
   double t_arrival;
   char request_id[96];
@@ -295,6 +305,15 @@ static enum MHD_Result get_metrics(req_t *r) {
       .inflight = attnd_sched_inflight(s->sched),
       .draining = atomic_load(&s->draining),
   };
+  attnd_sessions_stats_t st;
+  attnd_sessions_stats(s->sessions, &st);
+  g.sessions = st.sessions;
+  g.kv_bytes_used = st.kv_bytes_used;
+  g.kv_bytes_free = st.kv_bytes_free;
+  g.kv_pages_shared = st.pages_shared;
+  g.evicted_lru = st.evicted_lru;
+  g.expired = st.expired;
+  g.deleted = st.deleted;
   attnd_buf_t b;
   attnd_buf_init(&b);
   attnd_metrics_render(s->metrics, &g, &b);
@@ -408,7 +427,13 @@ static int is_media_type(const char *ct, const char *type) {
 static enum MHD_Result check_content_type(req_t *r, int *ok) {
   const char *ct =
       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
-  *ok = r->proto == ATTND_PROTO_V2 || is_media_type(ct, "application/json");
+  const char *cl =
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+  const char *te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                               "Transfer-Encoding");
+  int empty = cl ? strcmp(cl, "0") == 0 : te == NULL;
+  *ok = r->proto == ATTND_PROTO_V2 || is_media_type(ct, "application/json") ||
+        empty; /* no body, nothing to type */
   if (*ok)
     return MHD_YES;
   return fail(r, ATTND_ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
@@ -550,6 +575,13 @@ static enum MHD_Result body_more(req_t *r, const char *data, size_t *size) {
 
 /* The body, read whole: decoded by its protocol into a request, which is
  * submitted to the scheduler, and the connection suspended. */
+static enum MHD_Result session_control(req_t *r);
+static enum MHD_Result step_submit(req_t *r);
+static enum MHD_Result admit(req_t *r, attnd_request_t *req);
+
+/* The body, read whole: decoded by its protocol into a request, which is
+ * submitted to the scheduler, and the connection suspended; or a session's
+ * control request, answered now. */
 static enum MHD_Result body_submit(req_t *r) {
   attnd_server_t *s = r->srv;
   attnd_error_t e;
@@ -574,6 +606,10 @@ static enum MHD_Result body_submit(req_t *r) {
                 "out of memory reading the body");
   if (r->over_budget)
     return no_memory(r, (int64_t)(r->inflate ? r->body.len : r->bytes_in));
+  if (r->route == R_SESSION_STEP)
+    return step_submit(r);
+  if (!computes(r->route))
+    return session_control(r);
   attnd_layer_set_t *layers = attnd_server_layers(s);
   const char *body = r->body.data ? r->body.data + r->pad : "";
   size_t len = r->body.len - r->pad;
@@ -591,15 +627,36 @@ static enum MHD_Result body_submit(req_t *r) {
   req->t.arrival = r->t_arrival;
   r->req = req; /* the connection owns the request from here */
   /* the body's share of the budget becomes the request's */
-  int64_t need = (int64_t)attnd_request_memory(req);
   attnd_budget_give(&s->budget, &r->mem_held);
-  if (need > s->cfg->max_memory_bytes)
-    return fail(r, ATTND_ERR_LIMIT_EXCEEDED, NULL,
-                "the request needs %lld bytes of memory (tensors, workspace, "
-                "reply), over max_memory_bytes %lld",
-                (long long)need, (long long)s->cfg->max_memory_bytes);
+  return admit(r, req);
+}
+
+/* The memory a decoded and planned request needs, taken from the budget:
+ * 0, or -1 with the error (limit_exceeded, or overloaded) in e. */
+static int take_memory(req_t *r, attnd_request_t *req, attnd_error_t *e) {
+  attnd_server_t *s = r->srv;
+  int64_t need = (int64_t)attnd_request_memory(req);
+  if (need > s->budget.max)
+    return attnd_error_set(e, ATTND_ERR_LIMIT_EXCEEDED, NULL,
+                           "the request needs %lld bytes of memory (tensors, "
+                           "workspace, reply), over the %lld of "
+                           "max_memory_bytes that requests may hold",
+                           (long long)need, (long long)s->budget.max);
   if (mem_take(r, need) < 0)
-    return no_memory(r, need);
+    return attnd_error_set(e, ATTND_ERR_OVERLOADED, NULL,
+                           "%lld bytes of memory are needed and %lld of the "
+                           "%lld that requests may hold are in use; retry "
+                           "later",
+                           (long long)need,
+                           (long long)attnd_budget_used(&s->budget),
+                           (long long)s->budget.max);
+  return 0;
+}
+
+/* Hands req to the scheduler; with `suspend`, the connection is suspended
+ * too (under mu, so that the request cannot come back and resume it before
+ * it is). Returns 0, or -1 when the queue is full. */
+static int hand_off(req_t *r, attnd_request_t *req, int suspend) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
   attnd_sched_job_t job = {
@@ -609,27 +666,184 @@ static enum MHD_Result body_submit(req_t *r) {
       .cancel = &req->cancel,
       .fd = ci ? ci->connect_fd : -1,
   };
-  req->t.submit = attnd_now_ms();
-  /* Under mu, so that the request cannot come back (and resume the
-   * connection) before the connection is suspended. The scheduler owns the
-   * request until attnd_http_job_done. */
+  if (req->t.submit == 0)
+    req->t.submit = attnd_now_ms();
+  /* The scheduler owns the request until attnd_http_job_done. */
+  if (suspend)
+    uv_mutex_lock(&r->mu);
+  int ok = attnd_sched_submit(r->srv->sched, &job) == 0;
+  if (ok && suspend) {
+    r->submitted = 1;
+    MHD_suspend_connection(r->conn);
+  }
+  if (suspend)
+    uv_mutex_unlock(&r->mu);
+  return ok ? 0 : -1;
+}
+
+static int queue_full(req_t *r, attnd_error_t *e) {
+  return attnd_error_set(e, ATTND_ERR_OVERLOADED, NULL,
+                         "the queue is full (%lld waiting); retry later",
+                         (long long)r->srv->cfg->queue_depth);
+}
+
+/* A decoded and planned request: its memory, then the scheduler. HTTP
+ * thread. */
+static enum MHD_Result admit(req_t *r, attnd_request_t *req) {
+  attnd_error_t e;
+  if (take_memory(r, req, &e) < 0 ||
+      (hand_off(r, req, 1) < 0 && queue_full(r, &e) < 0))
+    return send_error(r, &e);
+  return MHD_YES;
+}
+
+/* ---- sessions (session.h) --------------------------------------------------
+ *
+ * A step is decoded against its session's shape and enqueued on it. In its
+ * turn (at once, or when the step ahead of it has ended) it is prepared,
+ * planned, given its memory and handed to the scheduler; attnd_http_job_done
+ * ends it, which gives the next step its turn. A step that must wait keeps
+ * its connection suspended meanwhile; one that fails in its turn comes back
+ * with its error (pre_error). */
+
+/* In its turn: 0, or -1 with e (the step is then ended). With `suspend`,
+ * the connection is suspended as it is handed off (the HTTP thread's own
+ * turn); otherwise it is already. */
+static int step_start(req_t *r, int suspend, attnd_error_t *e) {
+  attnd_server_t *s = r->srv;
+  attnd_request_t *j = r->req;
+  int bad = attnd_session_prepare(s->sessions, j, e) < 0 ||
+            attnd_request_plan(j, s->cfg, e) < 0;
+  if (!bad && attnd_now_ms() > j->t.arrival + (double)j->timeout_ms)
+    bad = attnd_error_set(e, ATTND_ERR_DEADLINE_EXCEEDED, "timeout_ms",
+                          "no result within timeout_ms %lld (waited %.1f ms "
+                          "for the session's steps ahead of this one)",
+                          (long long)j->timeout_ms,
+                          attnd_now_ms() - j->t.submit) < 0;
+  if (!bad)
+    bad = take_memory(r, j, e) < 0 ||
+          (hand_off(r, j, suspend) < 0 && queue_full(r, e) < 0);
+  if (bad)
+    attnd_session_step_end(s->sessions, j, 0);
+  return bad ? -1 : 0;
+}
+
+/* The session's turn function (session.h), on the thread that ended the
+ * step ahead of this one. The connection is suspended; a step that cannot
+ * start comes back with its error. */
+static void step_turn(void *tag) {
+  req_t *r = tag;
+  struct MHD_Connection *conn = r->conn;
+  uv_mutex_lock(&r->mu); /* waits out step_submit's suspension */
+  uv_mutex_unlock(&r->mu);
+  if (step_start(r, 0, &r->pre_error) == 0)
+    return;
   uv_mutex_lock(&r->mu);
-  int ok = attnd_sched_submit(s->sched, &job) == 0;
-  if (ok) {
+  r->has_pre_error = 1;
+  r->outcome = ATTND_SCHED_DONE;
+  r->submitted = 0;
+  uv_mutex_unlock(&r->mu);
+  MHD_resume_connection(conn); /* r may be gone from here on */
+}
+
+static enum MHD_Result step_submit(req_t *r) {
+  attnd_server_t *s = r->srv;
+  attnd_error_t e;
+  attnd_session_shape_t shape;
+  attnd_request_t *j = NULL;
+  if (attnd_session_shape(s->sessions, r->sid, &shape, &e) < 0)
+    return send_error(r, &e);
+  int bad = attnd_step_decode(r->body.data ? r->body.data + r->pad : "",
+                              r->body.len - r->pad, s->cfg, &shape, &j, &e);
+  attnd_layer_set_unref(shape.layers); /* a request with a layer holds one */
+  attnd_buf_free(&r->body);
+  attnd_budget_give(&s->budget, &r->mem_held);
+  if (bad < 0)
+    return send_error(r, &e);
+  j->t.arrival = r->t_arrival;
+  j->t.submit = attnd_now_ms(); /* waiting for its turn is queueing too */
+  r->req = j;
+  uv_mutex_lock(&r->mu);
+  int now = attnd_session_enqueue(s->sessions, r->sid, j, step_turn, r, &e);
+  if (now == 0) { /* others are ahead: its turn comes later */
     r->submitted = 1;
     MHD_suspend_connection(r->conn);
   }
   uv_mutex_unlock(&r->mu);
-  if (!ok)
-    return fail(r, ATTND_ERR_OVERLOADED, NULL,
-                "the queue is full (%lld waiting); retry later",
-                (long long)s->cfg->queue_depth);
+  if (now < 0 || (now == 1 && step_start(r, 1, &e) < 0))
+    return send_error(r, &e);
   return MHD_YES;
+}
+
+/* A session's control request (create, fork, truncate): answered now. */
+static enum MHD_Result session_control(req_t *r) {
+  attnd_server_t *s = r->srv;
+  attnd_error_t e;
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  const char *body = r->body.data ? r->body.data + r->pad : "";
+  size_t len = r->body.len - r->pad;
+  int bad, status = 201;
+  if (r->route == R_SESSIONS) {
+    attnd_layer_set_t *layers = attnd_server_layers(s);
+    bad = attnd_session_api_create(s->sessions, body, len, s->cfg, layers, &b,
+                                   &e);
+    attnd_layer_set_unref(layers);
+  } else if (r->route == R_SESSION_FORK) {
+    attnd_session_info_t info;
+    bad = attnd_session_fork(s->sessions, r->sid, &info, &e);
+    if (!bad) {
+      attnd_session_info_json(&info, &b);
+      attnd_buf_puts(&b, "\n");
+    }
+  } else {
+    status = 200;
+    bad = attnd_session_api_truncate(s->sessions, r->sid, body, len, &b, &e);
+  }
+  if (bad < 0) {
+    attnd_buf_free(&b);
+    return send_error(r, &e);
+  }
+  return send_buf(r, status, &b, "application/json");
+}
+
+/* GET /v1/sessions, GET or DELETE /v1/sessions/{id}. */
+static enum MHD_Result session_get(req_t *r) {
+  attnd_server_t *s = r->srv;
+  attnd_error_t e;
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  int bad;
+  if (r->route == R_SESSIONS) {
+    bad = attnd_session_api_list(
+        s->sessions,
+        MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
+        MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "after"),
+        &b, &e);
+  } else if (strcmp(r->method, "DELETE") == 0) {
+    if (attnd_session_delete(s->sessions, r->sid, &e) < 0)
+      return send_error(r, &e);
+    return send_body(r, 204, NULL, 0, NULL);
+  } else {
+    attnd_session_info_t info;
+    bad = attnd_session_get(s->sessions, r->sid, &info, &e);
+    if (!bad) {
+      attnd_session_info_json(&info, &b);
+      attnd_buf_puts(&b, "\n");
+    }
+  }
+  if (bad < 0) {
+    attnd_buf_free(&b);
+    return send_error(r, &e);
+  }
+  return send_buf(r, 200, &b, "application/json");
 }
 
 /* The request came back (the connection was resumed): write its reply. */
 static enum MHD_Result body_reply(req_t *r) {
   attnd_request_t *j = r->req;
+  if (r->has_pre_error)
+    return send_error(r, &r->pre_error);
   if (r->outcome == ATTND_SCHED_ABANDONED) {
     r->status = 499; /* logged only: nobody is listening */
     return MHD_NO;
@@ -677,9 +891,12 @@ static enum MHD_Result body_reply(req_t *r) {
 void attnd_http_job_done(void *job, void *tag, attnd_sched_outcome_t outcome,
                          void *arg) {
   req_t *r = tag;
+  attnd_request_t *j = job;
   struct MHD_Connection *conn = r->conn;
-  (void)job;
   (void)arg;
+  if (j->session) /* commits its tokens; the next step gets its turn */
+    attnd_session_step_end(r->srv->sessions, j,
+                           outcome == ATTND_SCHED_DONE && j->result == 0);
   uv_mutex_lock(&r->mu);
   r->outcome = outcome;
   r->submitted = 0;
@@ -846,6 +1063,51 @@ static void set_request_id(req_t *r) {
 /* The route of url, and its protocol; a path ending in '/' matches every
  * url under it. Every path under /v2 is the Open Inference Protocol's,
  * and answers in its form, a 404 included. */
+/* /v1/sessions, and /v1/sessions/{id}[/attention|/fork|/truncate]: the
+ * route, and the id in r->sid (any text up to its room; ids that are no
+ * session's are the session store's to refuse). Returns whether it is one. */
+static int session_route(req_t *r, const char *url) {
+  static const struct {
+    const char *suffix;
+    int route;
+  } subs[] = {{"", R_SESSION},
+              {"/attention", R_SESSION_STEP},
+              {"/fork", R_SESSION_FORK},
+              {"/truncate", R_SESSION_TRUNCATE}};
+  const char *prefix = "/v1/sessions";
+  size_t n = strlen(prefix);
+  if (strncmp(url, prefix, n) != 0 || (url[n] != 0 && url[n] != '/'))
+    return 0;
+  if (url[n] == 0) {
+    r->route = R_SESSIONS;
+    return 1;
+  }
+  const char *id = url + n + 1;
+  size_t k = strcspn(id, "/");
+  if (k == 0 || k >= sizeof r->sid)
+    return 0;
+  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
+    if (strcmp(id + k, subs[i].suffix) == 0) {
+      memcpy(r->sid, id, k);
+      r->sid[k] = 0;
+      r->route = subs[i].route;
+      return 1;
+    }
+  return 0;
+}
+
+/* Whether `method` is one of `allow` ("GET, HEAD"). */
+static int method_allowed(const char *allow, const char *method) {
+  size_t n = strlen(method);
+  for (const char *a = allow; *a; a += strspn(a, ", ")) {
+    size_t k = strcspn(a, ", ");
+    if (k == n && strncmp(a, method, n) == 0)
+      return 1;
+    a += k;
+  }
+  return 0;
+}
+
 static void route_of(req_t *r, const char *url) {
   static const struct {
     const char *path;
@@ -878,12 +1140,19 @@ static void route_of(req_t *r, const char *url) {
           strncmp(url, "/v1/", 4) == 0 ? ATTND_PROTO_V1 : ATTND_PROTO_OTHER;
     }
   }
+  if (r->route == R_NONE && session_route(r, url))
+    r->proto = ATTND_PROTO_SESSION;
   /* the page's files ("/" and "/ui/...") go with the ui key */
   int page = strcmp(url, "/") == 0 || strncmp(url, "/ui/", 4) == 0;
   if (r->route == R_NONE && (!page || r->srv->cfg->ui) &&
       (r->asset = attnd_asset_find(url)) != NULL)
     r->route = R_ASSET;
-  r->allow = computes(r->route) ? "POST" : "GET, HEAD";
+  r->allow = r->route == R_SESSIONS  ? "GET, HEAD, POST"
+             : r->route == R_SESSION ? "GET, HEAD, DELETE"
+             : r->route >= R_SESSION_STEP && r->route <= R_SESSION_TRUNCATE
+                 ? "POST"
+             : computes(r->route) ? "POST"
+                                  : "GET, HEAD";
 }
 
 /* An embedded file, copied so that the reply may be compressed. */
@@ -946,8 +1215,7 @@ static enum MHD_Result on_first(req_t *r, const char *url, const char *method) {
                       url)
                : fail(r, ATTND_ERR_NOT_FOUND, NULL,
                       "no such path: %.80s (try POST /v1/attention)", url);
-  int is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-  if (!(computes(r->route) ? strcmp(method, "POST") == 0 : is_get))
+  if (!method_allowed(r->allow, method))
     return fail(r, ATTND_ERR_METHOD_NOT_ALLOWED, NULL,
                 "%s is not allowed on %s; use %s", method, url, r->allow);
   if (r->model[0] && !model_ok(r, &ret))
@@ -955,7 +1223,8 @@ static enum MHD_Result on_first(req_t *r, const char *url, const char *method) {
   /* A GET is answered on the next callback: libmicrohttpd closes the
    * connection after a reply queued from the first one, and probes and
    * scrapes should keep theirs. */
-  return computes(r->route) ? body_start(r) : MHD_YES;
+  r->post = strcmp(method, "POST") == 0;
+  return r->post ? body_start(r) : MHD_YES;
 }
 
 /* A small JSON body, sent with `status`. */
@@ -1024,6 +1293,9 @@ static enum MHD_Result on_get(req_t *r) {
     return get_model(r);
   case R_ASSET:
     return get_asset(r);
+  case R_SESSIONS:
+  case R_SESSION:
+    return session_get(r);
   default:
     return get_info(r);
   }
@@ -1060,7 +1332,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   uv_mutex_unlock(&r->mu);
   if (back)
     return body_reply(r);
-  if (!computes(r->route))
+  if (!r->post)
     return *upload_size ? (*upload_size = 0, MHD_YES) : on_get(r);
   if (*upload_size)
     return body_more(r, upload, upload_size);

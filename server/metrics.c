@@ -6,8 +6,8 @@
 #include <stdlib.h>
 
 /* Statuses counted by name; anything else is counted as "other". */
-static const int statuses[] = {200, 400, 404, 405, 413, 415,
-                               422, 429, 500, 503, 504};
+static const int statuses[] = {200, 201, 204, 400, 401, 404, 405, 409, 410,
+                               413, 415, 422, 429, 500, 501, 503, 504};
 #define NSTATUS (sizeof statuses / sizeof statuses[0])
 
 static const char *const protocols[ATTND_PROTO_COUNT] = {
@@ -177,6 +177,25 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "# HELP attnd_inflight Requests admitted and not yet answered.\n"
       "# TYPE attnd_inflight gauge\nattnd_inflight %d\n",
       g->inflight);
+  attnd_buf_printf(
+      b,
+      "# HELP attnd_sessions KV-cache sessions held.\n"
+      "# TYPE attnd_sessions gauge\nattnd_sessions %lld\n"
+      "# HELP attnd_kv_bytes The KV cache's pool, by state.\n"
+      "# TYPE attnd_kv_bytes gauge\nattnd_kv_bytes{state=\"used\"} %lld\n"
+      "attnd_kv_bytes{state=\"free\"} %lld\n"
+      "# HELP attnd_kv_pages_shared Pages held by more than one session "
+      "(forks).\n# TYPE attnd_kv_pages_shared gauge\n"
+      "attnd_kv_pages_shared %lld\n"
+      "# HELP attnd_session_ends_total Sessions ended, by cause.\n"
+      "# TYPE attnd_session_ends_total counter\n"
+      "attnd_session_ends_total{cause=\"evicted\"} %llu\n"
+      "attnd_session_ends_total{cause=\"expired\"} %llu\n"
+      "attnd_session_ends_total{cause=\"deleted\"} %llu\n",
+      (long long)g->sessions, (long long)g->kv_bytes_used,
+      (long long)g->kv_bytes_free, (long long)g->kv_pages_shared,
+      (unsigned long long)g->evicted_lru, (unsigned long long)g->expired,
+      (unsigned long long)g->deleted);
   attnd_buf_printf(b,
                    "# HELP attnd_draining 1 while shutting down.\n"
                    "# TYPE attnd_draining gauge\nattnd_draining %d\n",

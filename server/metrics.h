@@ -34,6 +34,7 @@ typedef enum {
 #define ATTND_PROTOCOL_MAP(X)                                                  \
   X(V1, "v1", 1)                                                               \
   X(V2, "v2", 1)                                                               \
+  X(SESSION, "session", 1)                                                     \
   X(OTHER, "other", 0)
 
 typedef enum {
@@ -61,6 +62,9 @@ void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
 /* Gauges sampled at render time. */
 typedef struct attnd_gauges {
   int queue_depth, busy_workers, workers, inflight, draining;
+  /* the KV-cache sessions (session.h) */
+  int64_t sessions, kv_bytes_used, kv_bytes_free, kv_pages_shared;
+  uint64_t evicted_lru, expired, deleted;
 } attnd_gauges_t;
 
 /* Appends the whole exposition to b. */

@@ -64,6 +64,21 @@ typedef struct attnd_request {
   unsigned oip_outputs, oip_binary;
   unsigned char oip_order[4];
   int oip_n_outputs;
+  /* A step of a KV-cache session (session.h), or session NULL: the
+   * session it holds from attnd_session_enqueue to attnd_session_step_end,
+   * the link, turn function and tag of its queue there, the length the
+   * client expects (-1: any), and the cache the core appends to. */
+  struct attnd_session *session;
+  struct attnd_request *session_next;
+  void (*session_turn)(void *tag);
+  void *session_tag;
+  int64_t expected_length;
+  int64_t kv_past;
+  float kv_absmax;
+  float *const *kv_pages;
+  attn_kv_t kv;
+  int64_t step_length;        /* the session's length after the step, for its
+                                 reply (session.c); 0 until it commits */
   attnd_layer_set_t *layers;  /* a reference, with a layer: its weights */
   const attnd_layer_t *layer; /* the "layer" asked for, or NULL */
   void **allocs;              /* owned buffers of decoded tensors */
@@ -98,6 +113,28 @@ int attnd__request_decode_path(const char *body, size_t len,
                                const attnd_config_t *cfg,
                                attnd_layer_set_t *layers, int fast,
                                attnd_request_t **out, attnd_error_t *err);
+
+/* Decodes the body of a step of a session of `shape` (session.h): the new
+ * tokens in query (and, without a layer, their key and value, [Lnew, width]
+ * each), mask.window and mask.alibi, scale, softcap, return, timeout_ms,
+ * id and expected_length; the session gives the projections, heads, rope
+ * and a causal mask over its cache. Not planned: attnd_request_plan does
+ * that in the step's turn. Returns 0, or -1 with `err`. HTTP thread. */
+struct attnd_session_shape;
+int attnd_step_decode(const char *body, size_t len, const attnd_config_t *cfg,
+                      const struct attnd_session_shape *shape,
+                      attnd_request_t **out, attnd_error_t *err);
+/* attnd_step_decode by one path (as attnd__request_decode_path). */
+int attnd__step_decode_path(const char *body, size_t len,
+                            const attnd_config_t *cfg,
+                            const struct attnd_session_shape *shape, int fast,
+                            attnd_request_t **out, attnd_error_t *err);
+
+/* Plans a decoded request and checks the configured limits on the plan
+ * (what attnd_request_decode does last): for a session's step, once its
+ * cache is set up. Returns 0, or -1 with `err`. Any thread. */
+int attnd_request_plan(attnd_request_t *req, const attnd_config_t *cfg,
+                       attnd_error_t *err);
 
 /* For tests: how many times this thread's decodes have had jansson parse
  * a whole body (the slow path, or the fast path falling back to it). */

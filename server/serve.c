@@ -163,14 +163,15 @@ int attnd_serve(const attnd_config_t *cfg) {
   attnd_server_t *s = &l.s;
   attn_backend_info(&s->backend);
   s->id_prefix = attnd_random_u64();
-  s->budget.max = cfg->max_memory_bytes;
+  s->budget.max = cfg->max_memory_bytes - cfg->kv_cache_bytes;
   s->metrics = attnd_metrics_new();
+  s->sessions = attnd_sessions_new(cfg->kv_cache_bytes);
   s->access_log = attnd_access_log_open(cfg->access_log);
   uv_loop_init(&s->loop);
   s->sched = attnd_sched_new(&s->loop, (int)cfg->workers, (int)cfg->queue_depth,
                              attnd_request_run, attnd_http_job_done, s);
-  if (s->metrics == NULL || s->sched == NULL || security_init(s) < 0 ||
-      layers_init(s) < 0 || attnd_http_start(s) < 0)
+  if (s->metrics == NULL || s->sessions == NULL || s->sched == NULL ||
+      security_init(s) < 0 || layers_init(s) < 0 || attnd_http_start(s) < 0)
     return 1;
 
   uv_signal_init(&s->loop, &l.sigterm);
@@ -206,6 +207,7 @@ int attnd_serve(const attnd_config_t *cfg) {
   uv_loop_close(&s->loop);
   attnd_sched_free(s->sched);
   attnd_metrics_free(s->metrics);
+  attnd_sessions_free(s->sessions); /* a cache: sessions end with the process */
   attnd_auth_free(&s->auth);
   attnd_cors_free(&s->cors);
   while (atomic_load(&s->reloading)) /* a reload thread still reads s */

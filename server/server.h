@@ -17,6 +17,7 @@
 #include "metrics.h"
 #include "model/layers.h"
 #include "scheduler.h"
+#include "session.h"
 
 typedef struct attnd_server {
   const attnd_config_t *cfg;
@@ -34,10 +35,11 @@ typedef struct attnd_server {
   uint64_t id_prefix;
   attnd_auth_t auth; /* API keys; reloaded by serve.c on SIGHUP */
   attnd_cors_t cors;
-  char *tls_cert, *tls_key;  /* PEM text while serving HTTPS, else NULL */
-  uv_mutex_t layers_lock;    /* guards `layers` */
-  attnd_layer_set_t *layers; /* the loaded layers; swapped on SIGHUP */
-  atomic_int reloading;      /* a layer reload is running */
+  char *tls_cert, *tls_key;   /* PEM text while serving HTTPS, else NULL */
+  uv_mutex_t layers_lock;     /* guards `layers` */
+  attnd_layer_set_t *layers;  /* the loaded layers; swapped on SIGHUP */
+  attnd_sessions_t *sessions; /* KV-cache sessions, kv_cache_bytes */
+  atomic_int reloading;       /* a layer reload is running */
 } attnd_server_t;
 
 /* A new reference to the current layer set (the caller unrefs it). Any
