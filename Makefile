@@ -87,7 +87,8 @@ TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 all: deps
 	@$(MAKE) --no-print-directory build
 
-BENCH_BIN := $(BUILD)/attn-bench $(BUILD)/codec-bench $(BUILD)/e2e-bench
+BENCH_BIN := $(BUILD)/attn-bench $(BUILD)/codec-bench $(BUILD)/e2e-bench \
+  $(BUILD)/decode-bench
 # The demo layer `make run` serves (tools/demo-layer.c): generated, never
 # committed, the same bytes on every build, so one path for every BUILD
 # (the docs' examples name it).
@@ -144,6 +145,7 @@ bench: deps
 	./$(BUILD)/attn-bench --csv $(BUILD)/bench/attn.csv
 	./$(BUILD)/codec-bench --csv $(BUILD)/bench/codec.csv
 	./$(BUILD)/e2e-bench --attnd $(BUILD)/attnd --csv $(BUILD)/bench/e2e.csv
+	./$(BUILD)/decode-bench --attnd $(BUILD)/attnd --csv $(BUILD)/bench/decode.csv
 
 # Also times Debian's PyTorch nn.MultiheadAttention on the same shapes.
 bench-compare: deps
@@ -239,6 +241,8 @@ $(BUILD)/codec-bench: $(BUILD)/bench/codec_bench.o $(BUILD)/bench/bench.o $(BUIL
 # and HTTP client); no test code, no Check. The tests' harness wraps the
 # same launcher, so the tests link it too.
 $(BUILD)/e2e-bench: $(BUILD)/bench/e2e_bench.o $(BUILD)/bench/bench.o $(BUILD)/bench/server.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
+$(BUILD)/decode-bench: $(BUILD)/bench/decode_bench.o $(BUILD)/bench/bench.o $(BUILD)/bench/server.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 $(TEST_BIN): $(BUILD)/bench/server.o
 

@@ -1,9 +1,12 @@
 /* bench/bench.c: see bench.h. */
 #include "bench.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "codec/util.h"
+#include "model/safetensors.h"
 
 double bench_now_ms(void) {
   return attnd_now_ms();
@@ -29,4 +32,35 @@ float *bench_random_floats(size_t n, float amp, uint64_t seed) {
     x[i] = amp * (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
   }
   return x;
+}
+
+/* Writes the four E x E weights as a torch_mha layer "bench" (in_proj_weight
+ * is q, k and v stacked), causal, in dtype (F32, or BF16 rounded). */
+int bench_write_layer(const char *path, int64_t E, int64_t H, float *const w[4],
+                      int dtype) {
+  size_t es = attnd_st_dtype_size(dtype), n = (size_t)(E * E);
+  char *in = malloc(3 * n * es), *out = malloc(n * es), msg[256];
+  for (size_t i = 0; i < 4 * n; i++) {
+    float v = w[i / n][i % n];
+    char *dst = i < 3 * n ? in + i * es : out + (i - 3 * n) * es;
+    if (dtype == ATTND_ST_BF16) {
+      uint16_t h = attnd_st_bf16_from_f32(v);
+      memcpy(dst, &h, 2);
+    } else {
+      memcpy(dst, &v, 4);
+    }
+  }
+  char heads[24];
+  snprintf(heads, sizeof heads, "%lld", (long long)H);
+  const attnd_st_out_t t[] = {
+      {"bench.in_proj_weight", dtype, 2, {3 * E, E}, in},
+      {"bench.out_proj.weight", dtype, 2, {E, E}, out},
+  };
+  const char *keys[] = {"num_heads", "causal"}, *vals[] = {heads, "true"};
+  int r = attnd_st_write(path, t, 2, keys, vals, 2, msg, sizeof msg);
+  if (r < 0)
+    fprintf(stderr, "bench: %s\n", msg);
+  free(in);
+  free(out);
+  return r;
 }

@@ -15,4 +15,11 @@ double bench_median(double *x, int n);
  * new malloc'd array, or NULL. */
 float *bench_random_floats(size_t n, float amp, uint64_t seed);
 
+/* Writes the four E x E weights w (q, k, v, o) as a torch_mha layer
+ * "bench" (in_proj_weight is q, k and v stacked) of H heads, causal, in
+ * dtype (F32, or BF16 rounded; attnd_st_dtype_t), at path. Returns 0, or
+ * -1 with the reason on stderr. */
+int bench_write_layer(const char *path, int64_t E, int64_t H, float *const w[4],
+                      int dtype);
+
 #endif

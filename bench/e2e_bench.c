@@ -45,37 +45,6 @@ static void put_tensor(attnd_buf_t *b, const float *x, int64_t rows,
   attnd_buf_puts(b, "\"}");
 }
 
-/* Writes the four E x E weights as a torch_mha layer "bench" (in_proj_weight
- * is q, k and v stacked), causal, in dtype (F32, or BF16 rounded). */
-static int write_layer(const char *path, int64_t E, int64_t H,
-                       float *const w[4], attnd_st_dtype_t dtype) {
-  size_t es = attnd_st_dtype_size(dtype), n = (size_t)(E * E);
-  char *in = malloc(3 * n * es), *out = malloc(n * es), msg[256];
-  for (size_t i = 0; i < 4 * n; i++) {
-    float v = w[i / n][i % n];
-    char *dst = i < 3 * n ? in + i * es : out + (i - 3 * n) * es;
-    if (dtype == ATTND_ST_BF16) {
-      uint16_t h = attnd_st_bf16_from_f32(v);
-      memcpy(dst, &h, 2);
-    } else {
-      memcpy(dst, &v, 4);
-    }
-  }
-  char heads[24];
-  snprintf(heads, sizeof heads, "%lld", (long long)H);
-  const attnd_st_out_t t[] = {
-      {"bench.in_proj_weight", dtype, 2, {3 * E, E}, in},
-      {"bench.out_proj.weight", dtype, 2, {E, E}, out},
-  };
-  const char *keys[] = {"num_heads", "causal"}, *vals[] = {heads, "true"};
-  int r = attnd_st_write(path, t, 2, keys, vals, 2, msg, sizeof msg);
-  if (r < 0)
-    fprintf(stderr, "e2e-bench: %s\n", msg);
-  free(in);
-  free(out);
-  return r;
-}
-
 /* The time and bytes of attnd's load of a BF16 layer of width E (from its
  * layers_loaded line): prints the rate. */
 static int load_rate(const char *attnd, int64_t E) {
@@ -83,7 +52,7 @@ static int load_rate(const char *attnd, int64_t E) {
   float *w[4];
   for (int i = 0; i < 4; i++)
     w[i] = bench_random_floats((size_t)(E * E), 0.02f, 20 + (uint64_t)i);
-  int r = write_layer(path, E, 32, w, ATTND_ST_BF16);
+  int r = bench_write_layer(path, E, 32, w, ATTND_ST_BF16);
   for (int i = 0; i < 4; i++)
     free(w[i]);
   if (r < 0)
@@ -198,7 +167,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 4; i++)
     w[i] = bench_random_floats((size_t)(E * E), 0.044f, 2 + (uint64_t)i);
   const char *layer = "build/bench/e2e-layer.safetensors";
-  if (write_layer(layer, E, H, w, ATTND_ST_F32) < 0)
+  if (bench_write_layer(layer, E, H, w, ATTND_ST_F32) < 0)
     return 1;
   bench_server_t srv;
   const char *const args[] = {"--workers",

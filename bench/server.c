@@ -332,9 +332,11 @@ static int exchange(bench_client_t *c, const char *head, size_t head_len,
     return -1;
   }
   /* pass 2: the body, Content-Length bytes or up to the peer's close */
-  size_t want = cl ? strtoull(cl, NULL, 10) : SIZE_MAX;
+  /* 1xx, 204 and 304 have no body (RFC 9112 6.3) */
+  int bodiless = status < 200 || status == 204 || status == 304;
+  size_t want = bodiless ? 0 : cl ? strtoull(cl, NULL, 10) : SIZE_MAX;
   size_t cap = cl ? want + 1 : (extra > 65536 ? extra : 65536) + 1;
-  if (!cl)
+  if (!cl && !bodiless)
     *close_after = 1;
   if (extra > want)
     extra = want; /* the rest is not ours to read */
@@ -374,13 +376,19 @@ static int exchange(bench_client_t *c, const char *head, size_t head_len,
 
 int bench_client_post(bench_client_t *c, const char *path, const char *headers,
                       const void *body, size_t len, bench_reply_t *r) {
+  return bench_client_send(c, "POST", path, headers, body, len, r);
+}
+
+int bench_client_send(bench_client_t *c, const char *method, const char *path,
+                      const char *headers, const void *body, size_t len,
+                      bench_reply_t *r) {
   memset(r, 0, sizeof *r);
   r->header_length = -1;
   char head[1024];
   int hn = snprintf(head, sizeof head,
-                    "POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                    "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
                     "%sContent-Length: %zu\r\n\r\n",
-                    path, c->port, headers, len);
+                    method, path, c->port, headers, len);
   if (hn < 0 || (size_t)hn >= sizeof head)
     return attnd_fail(r->error, sizeof r->error, "path too long: %.80s", path);
   double deadline = attnd_now_ms() + c->timeout_ms;

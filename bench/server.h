@@ -92,6 +92,11 @@ void bench_client_free(bench_client_t *c);
 int bench_client_post(bench_client_t *c, const char *path, const char *headers,
                       const void *body, size_t len, bench_reply_t *r);
 
+/* The same with any method (a GET or DELETE with no body: NULL, 0). */
+int bench_client_send(bench_client_t *c, const char *method, const char *path,
+                      const char *headers, const void *body, size_t len,
+                      bench_reply_t *r);
+
 void bench_reply_free(bench_reply_t *r);
 
 #endif

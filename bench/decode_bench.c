@@ -1,0 +1,325 @@
+/* bench/decode_bench.c: decoding with KV-cache sessions against resending
+ * the history, through a real attnd, in one run.
+ *
+ * attnd holds one layer (E = 512, H = 8, torch_mha, causal; two workers of
+ * one thread). For each context length L: N sessions (64) are created and
+ * given a prefill of L tokens, then decode S steps of one token each, the
+ * sessions shared among T client threads (8), so that the server always
+ * has steps waiting. Against that, the same steps sent as /v1 requests
+ * that resend the history: the new token as query, and all L + 1 tokens'
+ * hidden states as key and value, so that every step projects them again.
+ * Reported: aggregate tokens/s both ways and their ratio, and the rate at
+ * which a step's attention stage reads the session's cache (its keys and
+ * values, L·Hkv·(Dh + Dv) floats, over the server's attention_ms), beside
+ * this machine's memcpy rate on buffers far larger than its caches,
+ * measured in the same run on one thread, as a step is computed.
+ *
+ * usage: decode-bench [--attnd PATH] [--csv FILE] [--lengths L,...]
+ *                     [--sessions N] [--steps S] [--threads T] */
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn.h"
+#include "bench.h"
+#include "codec/buf.h"
+#include "model/safetensors.h"
+#include "server.h"
+
+enum { E = 512, H = 8, MAX_SESSIONS = 256, MAX_STEPS = 4096 };
+
+/* A tensor [rows, E] of x, as base64. */
+static void put_rows(attnd_buf_t *b, const float *x, int64_t rows) {
+  attnd_buf_printf(b,
+                   "{\"shape\":[%lld,%d],\"dtype\":\"float32\",\"base64\":\"",
+                   (long long)rows, E);
+  attnd_buf_base64(b, x, (size_t)(rows * E) * sizeof *x);
+  attnd_buf_puts(b, "\"}");
+}
+
+typedef struct bench {
+  int port;
+  int64_t L;
+  int sessions, steps, threads;
+  char ids[MAX_SESSIONS][40];
+  const float *tokens; /* [sessions, L + steps, E] hidden states */
+  /* per thread: medians in, results out */
+  double attention_ms[MAX_SESSIONS * 64];
+  int n_attention;
+  pthread_mutex_t mu;
+  int failed;
+} bench_t;
+
+static const float *token(const bench_t *b, int s, int64_t t) {
+  return b->tokens + ((int64_t)s * (b->L + b->steps) + t) * E;
+}
+
+/* POSTs body to path; the reply's JSON in *v (a new reference), or -1. */
+static int post(bench_client_t *c, const char *path, const attnd_buf_t *body,
+                json_t **v) {
+  bench_reply_t r;
+  int ok = bench_client_post(c, path, "Content-Type: application/json\r\n",
+                             body->data, body->len, &r) == 0 &&
+           (r.status == 200 || r.status == 201);
+  *v = ok ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
+  if (*v == NULL)
+    fprintf(stderr, "decode-bench: %s: status %d %s%.200s\n", path, r.status,
+            r.error, r.body ? r.body : "");
+  bench_reply_free(&r);
+  return *v ? 0 : -1;
+}
+
+typedef struct job {
+  bench_t *b;
+  int t;      /* the thread */
+  int resend; /* the /v1 way */
+  int prefill;
+} job_t;
+
+/* Thread t's share of the sessions: s = t, t + T, ... */
+static void *run(void *arg) {
+  job_t *j = arg;
+  bench_t *b = j->b;
+  bench_client_t c;
+  bench_client_init(&c, b->port);
+  attnd_buf_t body;
+  attnd_buf_init(&body);
+  int rounds = j->prefill ? 1 : b->steps;
+  for (int k = 0; k < rounds && !b->failed; k++)
+    for (int s = j->t; s < b->sessions && !b->failed; s += b->threads) {
+      int64_t at = b->L + k; /* the new token's position */
+      char path[96];
+      body.len = 0;
+      if (j->resend) {
+        snprintf(path, sizeof path, "/v1/attention");
+        attnd_buf_puts(&body, "{\"layer\":\"bench\",\"query\":");
+        put_rows(&body, token(b, s, at), 1);
+        attnd_buf_puts(&body, ",\"key\":");
+        put_rows(&body, token(b, s, 0), at + 1);
+        attnd_buf_puts(&body, ",\"return\":{\"encoding\":\"base64\"}}");
+      } else {
+        snprintf(path, sizeof path, "/v1/sessions/%s/attention", b->ids[s]);
+        attnd_buf_puts(&body, "{\"query\":");
+        put_rows(&body, token(b, s, j->prefill ? 0 : at),
+                 j->prefill ? b->L : 1);
+        attnd_buf_printf(&body,
+                         ",\"expected_length\":%lld,\"return\":{\"encoding\":"
+                         "\"base64\"}}",
+                         (long long)(j->prefill ? 0 : at));
+      }
+      json_t *v;
+      if (post(&c, path, &body, &v) < 0) {
+        b->failed = 1;
+        break;
+      }
+      double att = json_number_value(json_object_get(
+          json_object_get(json_object_get(v, "metrics"), "stages_ms"),
+          "attention"));
+      if (!j->prefill && !j->resend) {
+        pthread_mutex_lock(&b->mu);
+        if (b->n_attention < (int)(sizeof b->attention_ms / sizeof(double)))
+          b->attention_ms[b->n_attention++] = att;
+        pthread_mutex_unlock(&b->mu);
+      }
+      json_decref(v);
+    }
+  attnd_buf_free(&body);
+  bench_client_free(&c);
+  return NULL;
+}
+
+/* Runs every thread's share of one phase; its wall time in ms. */
+static double phase(bench_t *b, int resend, int prefill) {
+  pthread_t th[64];
+  job_t jobs[64];
+  double t0 = bench_now_ms();
+  for (int t = 0; t < b->threads; t++) {
+    jobs[t] = (job_t){b, t, resend, prefill};
+    pthread_create(&th[t], NULL, run, &jobs[t]);
+  }
+  for (int t = 0; t < b->threads; t++)
+    pthread_join(th[t], NULL);
+  return bench_now_ms() - t0;
+}
+
+/* memcpy's rate on one thread, GB/s of bytes copied, over buffers of
+ * `bytes` (far past the caches), the median of 5 after a warm-up. */
+static double memcpy_rate(size_t bytes) {
+  char *a = malloc(bytes), *b = malloc(bytes);
+  if (!a || !b)
+    return free(a), free(b), 0;
+  memset(a, 1, bytes);
+  memset(b, 2, bytes);
+  double ms[5];
+  for (int r = -1; r < 5; r++) {
+    double t0 = bench_now_ms();
+    memcpy(r % 2 ? a : b, r % 2 ? b : a, bytes);
+    if (r >= 0)
+      ms[r] = bench_now_ms() - t0;
+  }
+  free(a);
+  free(b);
+  return (double)bytes / 1e6 / bench_median(ms, 5);
+}
+
+static int parse_list(const char *s, int64_t *v, int max) {
+  int n = 0;
+  for (char *end; *s && n < max; s = *end ? end + 1 : end) {
+    v[n++] = strtoll(s, &end, 10);
+    if (end == s)
+      return -1;
+  }
+  return n;
+}
+
+int main(int argc, char **argv) {
+  const char *attnd = NULL, *csv_path = "build/bench/decode.csv";
+  int64_t lengths[8] = {1024, 4096};
+  int n_lengths = 2;
+  bench_t *b = calloc(1, sizeof *b);
+  b->sessions = 64;
+  b->steps = 8;
+  b->threads = 8;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (v && strcmp(a, "--attnd") == 0)
+      attnd = v, i++;
+    else if (v && strcmp(a, "--csv") == 0)
+      csv_path = v, i++;
+    else if (v && strcmp(a, "--lengths") == 0)
+      n_lengths = parse_list(v, lengths, 8), i++;
+    else if (v && strcmp(a, "--sessions") == 0)
+      b->sessions = atoi(v), i++;
+    else if (v && strcmp(a, "--steps") == 0)
+      b->steps = atoi(v), i++;
+    else if (v && strcmp(a, "--threads") == 0)
+      b->threads = atoi(v), i++;
+    else
+      return fprintf(stderr,
+                     "usage: %s [--attnd PATH] [--csv FILE] [--lengths L,...] "
+                     "[--sessions N] [--steps S] [--threads T]\n",
+                     argv[0]),
+             2;
+  }
+  if (n_lengths < 1 || b->sessions < 1 || b->sessions > MAX_SESSIONS ||
+      b->steps < 1 || b->steps > MAX_STEPS || b->threads < 1 || b->threads > 64)
+    return fprintf(stderr, "decode-bench: bad arguments\n"), 2;
+  int64_t Lmax = 0;
+  for (int i = 0; i < n_lengths; i++)
+    Lmax = lengths[i] > Lmax ? lengths[i] : Lmax;
+
+  float *w[4];
+  for (int i = 0; i < 4; i++)
+    w[i] = bench_random_floats(E * E, 0.044f, 2 + (uint64_t)i);
+  const char *layer = "build/bench/decode-layer.safetensors";
+  if (bench_write_layer(layer, E, H, w, ATTND_ST_F32) < 0)
+    return 1;
+  /* the pool: every session's pages at the longest length, and room */
+  int64_t page = (int64_t)attn_kv_page_floats(H, E / H, E / H) * 4 + 128;
+  int64_t kv = (int64_t)b->sessions *
+               ((Lmax + b->steps + 63) / 64 * page + 8192) * 5 / 4;
+  char kvs[32], mem[32];
+  snprintf(kvs, sizeof kvs, "%lld", (long long)kv);
+  snprintf(mem, sizeof mem, "%lld", (long long)(kv + ((int64_t)4 << 30)));
+  bench_server_t srv;
+  const char *const args[] = {"--workers",
+                              "2",
+                              "--threads-per-request",
+                              "1",
+                              "--max-body-bytes",
+                              "1G",
+                              "--kv-cache-bytes",
+                              kvs,
+                              "--max-memory-bytes",
+                              mem,
+                              "--queue-depth",
+                              "1024",
+                              "--layers",
+                              layer,
+                              NULL};
+  if (bench_server_start(&srv, attnd, args) < 0)
+    return fprintf(stderr, "cannot start attnd:\n%s\n", srv.log), 1;
+  b->port = srv.port;
+  pthread_mutex_init(&b->mu, NULL);
+  double copy = memcpy_rate((size_t)1 << 28);
+  printf("decode-bench: attnd, 2 workers x 1 thread; layer E=%d H=%d; %d "
+         "sessions, %d decode steps each, %d client threads; memcpy %.2f GB/s "
+         "(one thread, 256 MB)\n",
+         E, H, b->sessions, b->steps, b->threads, copy);
+  printf("%6s %12s %12s %8s %10s %10s %8s %8s\n", "L", "session_tok/s",
+         "resend_tok/s", "ratio", "attn_ms", "kv_GB/s", "x_memcpy",
+         "prefill_s");
+  FILE *csv = fopen(csv_path, "w");
+  if (csv)
+    fprintf(csv, "L,sessions,steps,session_tok_s,resend_tok_s,ratio,"
+                 "attention_ms,kv_gb_s,memcpy_gb_s,x_memcpy\n");
+  int rc = 0;
+  for (int li = 0; li < n_lengths && !rc; li++) {
+    b->L = lengths[li];
+    size_t n = (size_t)b->sessions * (size_t)(b->L + b->steps) * E;
+    float *tokens = bench_random_floats(n, 1, 7 + (uint64_t)li);
+    b->tokens = tokens;
+    b->n_attention = 0;
+    bench_client_t c;
+    bench_client_init(&c, srv.port);
+    attnd_buf_t body;
+    attnd_buf_init(&body);
+    attnd_buf_puts(&body, "{\"layer\":\"bench\"}");
+    for (int s = 0; s < b->sessions && !rc; s++) {
+      json_t *v;
+      if (post(&c, "/v1/sessions", &body, &v) < 0) {
+        rc = 1;
+        break;
+      }
+      snprintf(b->ids[s], sizeof b->ids[s], "%s",
+               json_string_value(json_object_get(v, "session")));
+      json_decref(v);
+    }
+    attnd_buf_free(&body);
+    bench_client_free(&c);
+    double pre = rc ? 0 : phase(b, 0, 1);
+    double dec = rc || b->failed ? 0 : phase(b, 0, 0);
+    int keep = b->steps;
+    b->steps = 1; /* one round of resends is enough to time */
+    double res = rc || b->failed ? 0 : phase(b, 1, 0);
+    b->steps = keep;
+    if (b->failed)
+      rc = 1;
+    if (!rc) {
+      double tok = (double)b->sessions * b->steps / (dec / 1000.0);
+      double rtok = (double)b->sessions / (res / 1000.0);
+      double att = bench_median(b->attention_ms, b->n_attention);
+      double kvbytes = (double)b->L * H * (E / H + E / H) * 4;
+      double gbs = kvbytes / 1e6 / att;
+      printf("%6lld %12.1f %12.1f %8.1f %10.3f %10.2f %8.2f %8.2f\n",
+             (long long)b->L, tok, rtok, tok / rtok, att, gbs, gbs / copy,
+             pre / 1000.0);
+      if (csv)
+        fprintf(csv, "%lld,%d,%d,%.2f,%.2f,%.3f,%.4f,%.3f,%.3f,%.3f\n",
+                (long long)b->L, b->sessions, b->steps, tok, rtok, tok / rtok,
+                att, gbs, copy, gbs / copy);
+    }
+    bench_client_init(&c, srv.port);
+    for (int s = 0; s < b->sessions; s++) { /* the pool, for the next length */
+      char path[96];
+      snprintf(path, sizeof path, "/v1/sessions/%s", b->ids[s]);
+      bench_reply_t r;
+      bench_client_send(&c, "DELETE", path, "", NULL, 0, &r);
+      bench_reply_free(&r);
+    }
+    bench_client_free(&c);
+    free(tokens);
+  }
+  if (csv) {
+    fclose(csv);
+    printf("CSV: %s\n", csv_path);
+  }
+  bench_server_stop(&srv, 30);
+  remove(layer);
+  for (int i = 0; i < 4; i++)
+    free(w[i]);
+  free(b);
+  return rc;
+}
