@@ -49,6 +49,7 @@ static const struct {
     {"docs/operations.md", 2}, /* --print-config, /metrics */
     {"docs/layers.md", 2},     /* a layer, a layer request */
     {"docs/oip.md", 2},        /* an inference, a model's metadata */
+    {"docs/sessions.md", 1},   /* a session: create, steps, delete */
 };
 #define N_EXPECTED ((int)(sizeof expected / sizeof expected[0]))
 
