@@ -115,6 +115,10 @@ static const cfg_key_t keys[] = {
     STR_KEY(layers, "",
             "attention layers to hold: .safetensors files and model "
             "directories, comma-separated; reloaded on SIGHUP"),
+    INT_KEY(inline_max_flops, "4M", 0, INT64_C(1) << 40, F_SIZE | F_INFO,
+            "a request of at most this many flops is computed at once on the "
+            "HTTP thread that read it, not queued for a worker (the hops "
+            "cost more than its work); 0: never"),
     INT_KEY(kv_cache_bytes, "auto", 0, INT64_C(1) << 50,
             F_AUTO | F_SIZE | F_LIMIT,
             "memory of the sessions' key/value cache, within "

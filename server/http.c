@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@
 #include "codec/util.h"
 #include "oip.h"
 #include "request.h"
+#include "run.h"
 #include "server.h"
 #include "session_api.h"
 
@@ -578,6 +580,7 @@ static enum MHD_Result body_more(req_t *r, const char *data, size_t *size) {
 static enum MHD_Result session_control(req_t *r);
 static enum MHD_Result step_submit(req_t *r);
 static enum MHD_Result admit(req_t *r, attnd_request_t *req);
+static enum MHD_Result body_reply(req_t *r);
 
 /* The body, read whole: decoded by its protocol into a request, which is
  * submitted to the scheduler, and the connection suspended; or a session's
@@ -687,14 +690,59 @@ static int queue_full(req_t *r, attnd_error_t *e) {
                          (long long)r->srv->cfg->queue_depth);
 }
 
-/* A decoded and planned request: its memory, then the scheduler. HTTP
- * thread. */
+/* The HTTP threads' workspaces for what they compute inline: kept from
+ * request to request, as a worker's, and freed when the thread ends. */
+static pthread_key_t inline_key;
+static pthread_once_t inline_once = PTHREAD_ONCE_INIT;
+
+static void inline_scratch_free(void *p) {
+  attnd_scratch_t *s = p;
+  free(s->data);
+  free(s);
+}
+
+static void inline_key_init(void) {
+  pthread_key_create(&inline_key, inline_scratch_free);
+}
+
+/* Whether req is small enough to compute here and now: its hand-off to a
+ * worker and back (four thread hops and wake-ups) would cost more than its
+ * work (inline_max_flops). */
+static int runs_inline(const req_t *r, const attnd_request_t *req) {
+  return (double)req->plan.flops <= (double)r->srv->cfg->inline_max_flops;
+}
+
+/* Computes req on this HTTP thread, as a worker would (worker -1); the
+ * caller then answers at once. Returns 0, or -1 when there is no memory
+ * for the workspace (req->result says so too). */
+static void run_inline(attnd_request_t *req) {
+  pthread_once(&inline_once, inline_key_init);
+  attnd_scratch_t *s = pthread_getspecific(inline_key);
+  if (s == NULL && (s = calloc(1, sizeof *s)) != NULL)
+    pthread_setspecific(inline_key, s);
+  attnd_scratch_t none = {0};
+  req->t.submit = attnd_now_ms();
+  attnd_request_run(req, -1, s ? s : &none);
+}
+
+/* A decoded and planned request: its memory, then the scheduler, or, when
+ * it is small, computed here and answered now. HTTP thread. */
 static enum MHD_Result admit(req_t *r, attnd_request_t *req) {
   attnd_error_t e;
+  int inline_run = runs_inline(r, req);
   if (take_memory(r, req, &e) < 0 ||
-      (hand_off(r, req, 1) < 0 && queue_full(r, &e) < 0))
+      (!inline_run && hand_off(r, req, 1) < 0 && queue_full(r, &e) < 0)) {
+    if (req->session) /* a step that will not run lets the next have its turn */
+      attnd_session_step_end(r->srv->sessions, req, 0);
     return send_error(r, &e);
-  return MHD_YES;
+  }
+  if (!inline_run)
+    return MHD_YES;
+  run_inline(req);
+  if (req->session)
+    attnd_session_step_end(r->srv->sessions, req, req->result == 0);
+  r->outcome = ATTND_SCHED_DONE;
+  return body_reply(r);
 }
 
 /* ---- sessions (session.h) --------------------------------------------------
@@ -706,10 +754,9 @@ static enum MHD_Result admit(req_t *r, attnd_request_t *req) {
  * its connection suspended meanwhile; one that fails in its turn comes back
  * with its error (pre_error). */
 
-/* In its turn: 0, or -1 with e (the step is then ended). With `suspend`,
- * the connection is suspended as it is handed off (the HTTP thread's own
- * turn); otherwise it is already. */
-static int step_start(req_t *r, int suspend, attnd_error_t *e) {
+/* In its turn: the step prepared (its pages ready) and planned, within its
+ * deadline. 0, or -1 with e, the step then ended. */
+static int step_prepare(req_t *r, attnd_error_t *e) {
   attnd_server_t *s = r->srv;
   attnd_request_t *j = r->req;
   int bad = attnd_session_prepare(s->sessions, j, e) < 0 ||
@@ -720,24 +767,28 @@ static int step_start(req_t *r, int suspend, attnd_error_t *e) {
                           "for the session's steps ahead of this one)",
                           (long long)j->timeout_ms,
                           attnd_now_ms() - j->t.submit) < 0;
-  if (!bad)
-    bad = take_memory(r, j, e) < 0 ||
-          (hand_off(r, j, suspend) < 0 && queue_full(r, e) < 0);
   if (bad)
     attnd_session_step_end(s->sessions, j, 0);
   return bad ? -1 : 0;
 }
 
 /* The session's turn function (session.h), on the thread that ended the
- * step ahead of this one. The connection is suspended; a step that cannot
+ * step ahead of this one (the loop thread: it hands the step to a worker,
+ * never computes it). The connection is suspended; a step that cannot
  * start comes back with its error. */
 static void step_turn(void *tag) {
   req_t *r = tag;
+  attnd_request_t *j = r->req;
   struct MHD_Connection *conn = r->conn;
   uv_mutex_lock(&r->mu); /* waits out step_submit's suspension */
   uv_mutex_unlock(&r->mu);
-  if (step_start(r, 0, &r->pre_error) == 0)
-    return;
+  attnd_error_t *e = &r->pre_error;
+  if (step_prepare(r, e) == 0) {
+    if (take_memory(r, j, e) == 0 &&
+        (hand_off(r, j, 0) == 0 || queue_full(r, e) == 0))
+      return;
+    attnd_session_step_end(r->srv->sessions, j, 0);
+  }
   uv_mutex_lock(&r->mu);
   r->has_pre_error = 1;
   r->outcome = ATTND_SCHED_DONE;
@@ -770,9 +821,9 @@ static enum MHD_Result step_submit(req_t *r) {
     MHD_suspend_connection(r->conn);
   }
   uv_mutex_unlock(&r->mu);
-  if (now < 0 || (now == 1 && step_start(r, 1, &e) < 0))
+  if (now < 0 || (now == 1 && step_prepare(r, &e) < 0))
     return send_error(r, &e);
-  return MHD_YES;
+  return now == 1 ? admit(r, j) : MHD_YES;
 }
 
 /* A session's control request (create, fork, truncate): answered now. */
