@@ -26,6 +26,8 @@ fs.mkdirSync(opt.out, { recursive: true });
 // ---- servers ---------------------------------------------------------------
 
 const servers = [];
+// however the run ends, no server outlives it
+process.on("exit", () => { for (const s of servers) if (s.proc.exitCode === null) s.proc.kill("SIGKILL"); });
 
 // Starts attnd on a free port with `extra` flags; resolves when it listens.
 function startServer(extra = []) {
