@@ -5,6 +5,7 @@
 #   make asan    every test under AddressSanitizer + UBSan (build/asan/)
 #   make openapi-check  lint docs/openapi.json, run the integration suites
 #                and validate every reply they got against it
+#   make ui-test the page at / in Debian's chromium (tests/ui/)
 #   make all     build everything
 #
 # Libraries are found with pkg-config. The recipes that need them run in a
@@ -81,7 +82,7 @@ TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all build run test check asan deps clean format bench bench-compare compare \
-  loadtest container-test fuzz openapi-lint openapi-check
+  loadtest container-test fuzz openapi-lint openapi-check ui-test
 .DEFAULT_GOAL := all
 
 all: deps
@@ -116,6 +117,17 @@ check: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load $(DEMO_LAYER)
 	@$(RUN_SUITES) $(TEST_BIN)
 	@sh tests/openapi/check.sh lint
 	@sh tests/openapi/check.sh validate $(REPLIES_DIR)
+	@$(UI_TEST)
+
+# The page at / (ui/, docs/ui.md) in a real browser: Debian's chromium
+# (tools/deps.sh ui), driven by puppeteer-core against the real server,
+# with axe-core; screenshots and render times in build/ui/. `make test`
+# runs it after the suites; `make asan` does not: the page's files are
+# static, and the server paths its calls take are the suites' own.
+UI_TEST = $(if $(SAN),,sh tests/ui/check.sh $(BUILD)/attnd)
+ui-test: deps
+	@$(MAKE) --no-print-directory $(BUILD)/attnd $(DEMO_LAYER)
+	@sh tests/ui/check.sh $(BUILD)/attnd
 
 # The API document: redocly lint (and its agreement with server/errors.h and
 # server/config.c), then the integration suites, which start the server,

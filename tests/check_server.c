@@ -1149,8 +1149,10 @@ START_TEST(test_invalid_request) {
 END_TEST
 
 START_TEST(test_not_found) {
-  static const char *const paths[] = {"/", "/v1/attention/x", "/v3/attention",
-                                      "/healthz/"};
+  /* "/" is the page (ui/index.html); a name under /ui/ that is not one of
+   * its files is none */
+  static const char *const paths[] = {"/ui/none.js", "/v1/attention/x",
+                                      "/v3/attention", "/healthz/"};
   for (int k = 0; k < 4; k++) {
     sh_resp_t r = get(paths[k]);
     sh_assert_error(&r, 404, "not_found", NULL, paths[k], NULL);

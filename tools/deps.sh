@@ -2,7 +2,8 @@
 # Installs the Debian packages that building and testing attnd need, when
 # they are missing. As root it runs apt-get; otherwise it prints the one
 # apt-get line to run and fails. `deps.sh fuzz` adds what `make fuzz`
-# needs: clang-14, its libFuzzer and sanitizer runtimes, and its OpenMP.
+# needs: clang-14, its libFuzzer and sanitizer runtimes, and its OpenMP;
+# `deps.sh ui` what `make ui-test` needs: Debian's chromium.
 set -eu
 
 # A pkg-config module, a command or a file (a glob), then the Debian
@@ -25,6 +26,10 @@ if [ "${1:-}" = fuzz ]; then
 cmd:clang-14 clang-14
 file:/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a libclang-rt-14-dev
 file:/usr/lib/llvm-14/lib/clang/*/include/omp.h libomp-14-dev"
+fi
+if [ "${1:-}" = ui ]; then
+  need="$need
+cmd:chromium chromium"
 fi
 
 missing=$(echo "$need" | while read -r what pkg; do
