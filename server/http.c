@@ -128,9 +128,14 @@ static void add_security_headers(req_t *r, struct MHD_Response *resp,
       r->route == R_PREFLIGHT, r->allow, add_header, resp);
 }
 
-/* A 200 body of at least this many bytes is compressed when the client's
- * Accept-Encoding asks for it; smaller ones would gain nothing. */
+/* A 200 body of COMPRESS_MIN to COMPRESS_MAX bytes is compressed when the
+ * client's Accept-Encoding asks for it: smaller ones would gain nothing,
+ * and bigger ones are mostly tensor data (floats in text or base64), which
+ * zlib shrinks by a quarter or so at 50 to 100 MB/s, on the HTTP thread,
+ * before the first byte goes out: a browser (which always asks) would
+ * wait seconds for a large reply that comes uncompressed in a fraction. */
 #define COMPRESS_MIN 1024
+#define COMPRESS_MAX ((size_t)1 << 20)
 
 /* Queues `body` (malloc'd, owned by MHD afterwards; NULL when len is 0)
  * with the common headers; `ctype` NULL for none. A 200 reply is
@@ -138,7 +143,7 @@ static void add_security_headers(req_t *r, struct MHD_Response *resp,
 static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
                                  const char *ctype) {
   const char *coding = NULL;
-  if (status == 200 && len >= COMPRESS_MIN &&
+  if (status == 200 && len >= COMPRESS_MIN && len <= COMPRESS_MAX &&
       r->reply_coding != ATTND_CODING_IDENTITY) {
     attnd_buf_t z;
     attnd_buf_init(&z);
@@ -159,7 +164,7 @@ static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
     MHD_add_response_header(resp, "Content-Type", ctype);
   if (coding)
     MHD_add_response_header(resp, "Content-Encoding", coding);
-  if (status == 200 && len >= COMPRESS_MIN) /* it could have been coded */
+  if (status == 200 && len >= COMPRESS_MIN && len <= COMPRESS_MAX)
     MHD_add_response_header(resp, "Vary", "Accept-Encoding");
   MHD_add_response_header(resp, "X-Request-Id", r->request_id);
   add_security_headers(r, resp, status);

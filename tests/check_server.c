@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "attn/attn.h"
+#include "codec/buf.h"
 #include "ref.h"
 #include "server_harness.h"
 #include "suite.h"
@@ -844,6 +845,59 @@ START_TEST(test_id_echo) {
 }
 END_TEST
 
+/* Accept-Encoding: a reply of a few KB comes gzip'd; one over 1 MiB (here
+ * 2.8 MB of base64 floats) comes as it is, as compressing it would cost
+ * more than it saves (http.c, COMPRESS_MAX). */
+START_TEST(test_reply_compression) {
+  static const char *const hdr[] = {"Accept-Encoding: gzip", NULL};
+
+  char *big = sh_slow_body(2048, 256, 4, 3, NULL);
+  /* the small one: a query of 4096 ones, written flat */
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_buf_puts(&b, "{\"query\":{\"shape\":[64,64],\"data\":[");
+  for (int i = 0; i < 64 * 64; i++)
+    attnd_buf_puts(&b, i ? ",1" : "1");
+  attnd_buf_puts(&b, "]},\"num_heads\":1}");
+
+  const struct {
+    const char *body;
+    size_t len;
+    int coded;
+  } cases[] = {{b.data, b.len, 1}, {big, strlen(big), 0}};
+  sh_server_t own; /* the defaults: a reply of megabytes is within them */
+  ck_assert_int_eq(sh_server_start(&own, NULL), 0);
+  sh_client_t c;
+  sh_client_init(&c, own.port);
+  for (int k = 0; k < 2; k++) {
+    sh_req_t q = {.method = "POST",
+                  .path = "/v1/attention",
+                  .content_type = "application/json",
+                  .body = cases[k].body,
+                  .len = cases[k].len,
+                  .headers = hdr};
+    sh_resp_t r;
+    char v[64];
+    ck_assert_int_eq(sh_http(&c, &q, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    const char *ce = sh_header(&r, "Content-Encoding", v, sizeof v);
+    if (cases[k].coded) {
+      ck_assert_msg(ce && strcmp(v, "gzip") == 0, "a %zu byte reply: %s",
+                    r.body_len, ce ? v : "not coded");
+      ck_assert(r.body_len > 2 && (unsigned char)r.body[0] == 0x1f);
+    } else {
+      ck_assert_msg(ce == NULL, "a %zu byte reply is coded %s", r.body_len, v);
+      ck_assert(r.body_len > ((size_t)1 << 20) && r.body[0] == '{');
+    }
+    sh_resp_free(&r);
+  }
+  sh_client_free(&c);
+  ck_assert_int_eq(sh_server_stop(&own, 10), 0);
+  attnd_buf_free(&b);
+  free(big);
+}
+END_TEST
+
 START_TEST(test_request_id_header) {
   char body[] = "{\"query\":[[1,2],[3,4]],\"num_heads\":1}";
   static const char *const hdr[] = {"X-Request-Id: trace-abc.123", NULL};
@@ -896,8 +950,8 @@ START_TEST(test_metrics_in_reply) {
   const json_t *m = json_object_get(rep, "metrics");
   ck_assert_msg(json_is_object(m), "metrics are on by default: %s", r.body);
   static const char *const keys[] = {"queue_ms", "compute_ms", "total_ms",
-                                     "threads",  "worker",     "flops"};
-  for (int k = 0; k < 6; k++) {
+                                     "threads", "flops"};
+  for (int k = 0; k < 5; k++) {
     const json_t *x = json_object_get(m, keys[k]);
     ck_assert_msg(json_is_number(x) && json_number_value(x) >= 0,
                   "metrics.%s: %s", keys[k], r.body);
@@ -912,8 +966,22 @@ START_TEST(test_metrics_in_reply) {
                   "metrics.stages_ms.%s: %s", stages[k], r.body);
   }
   ck_assert_int_eq(json_integer_value(json_object_get(m, "threads")), 1);
+  /* a request this small is computed on the HTTP thread (worker -1); one
+   * over inline_max_flops (4M) by one of the two workers */
   json_int_t w = json_integer_value(json_object_get(m, "worker"));
-  ck_assert_msg(w >= 0 && w < 2, "worker %lld of 2", (long long)w);
+  ck_assert_msg(w == -1, "worker %lld for %g flops", (long long)w,
+                json_number_value(json_object_get(m, "flops")));
+  char *big = sh_slow_body(256, 64, 4, 5, NULL);
+  sh_resp_t rb;
+  ck_assert_int_eq(sh_post(srv.port, big, strlen(big), &rb), 0);
+  json_t *vb = sh_json(&rb);
+  const json_t *mb = json_object_get(vb, "metrics");
+  w = json_integer_value(json_object_get(mb, "worker"));
+  ck_assert_msg(w >= 0 && w < 2, "worker %lld of 2 for %g flops", (long long)w,
+                json_number_value(json_object_get(mb, "flops")));
+  json_decref(vb);
+  sh_resp_free(&rb);
+  free(big);
   ck_assert_double_gt(json_number_value(json_object_get(m, "flops")), 0);
   ck_assert_double_ge(json_number_value(json_object_get(m, "total_ms")),
                       json_number_value(json_object_get(m, "compute_ms")));
@@ -1470,6 +1538,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_loop_test(tc, test_invalid_request, 0, N_ERR);
   tcase_add_test(tc, test_not_found);
+  tcase_add_test(tc, test_reply_compression);
   tcase_add_test(tc, test_method_not_allowed);
   tcase_add_test(tc, test_unsupported_media_type);
   tcase_add_test(tc, test_too_large_content_length);
