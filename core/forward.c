@@ -90,6 +90,7 @@ typedef struct fwd {
   attn__ctx_t ctx;
   const float *query, *key, *value;
   float *q, *kt, *v, *out;
+  float *knew, *vnew; /* with a kv cache: the new rows of K and V */
   float *scratch;
   size_t scratch_stride;
   int64_t rows;      /* per projection task */
@@ -145,8 +146,11 @@ static int64_t chunks(int64_t n, int64_t rows) {
 /* Rows per projection task for this shape (internal.h). */
 static int64_t proj_rows(const attn_plan_t *pl) {
   int64_t rows = ATTN__PROJ_ROWS_MAX;
+  int64_t BLq = pl->B * pl->Lq;
   while (rows > ATTN__PROJ_ROWS_MIN &&
-         pl->B * (chunks(pl->Lq, rows) + 2 * chunks(pl->Lk, rows)) <
+         chunks(BLq, rows) + 2 * (pl->params->kv
+                                      ? chunks(BLq, rows)
+                                      : pl->B * chunks(pl->Lk, rows)) <
              ATTN__PROJ_TASKS)
     rows /= 2;
   return rows;
@@ -218,17 +222,18 @@ static void head_transform(const fwd_t *f, float *x, int64_t st, const float *w,
   }
 }
 
-/* Q for batch b, rows [i0, i1): q[b, i, :] = scale·(x·Wqᵀ + bq), all heads
- * in one product (f->qscale is the scale, or 1 when Q is laid out again
- * unscaled); then each head normed and rotated. With q_norm the scale
- * comes after the norm, which it does not commute with. */
-static void layout_q(fwd_t *f, int64_t b, int64_t i0, int64_t i1,
-                     float *scratch) {
+/* Q for rows [r0, r1) of the flattened [B·Lq]: q[r, :] = scale·(x·Wqᵀ +
+ * bq), all heads and batch items in one product (a batch of one-token
+ * steps reads the weights once); then each head normed and rotated at its
+ * row's position. f->qscale is the scale, or 1 when Q is laid out again
+ * unscaled; with q_norm the scale comes after the norm, which it does not
+ * commute with. */
+static void layout_q(fwd_t *f, int64_t r0, int64_t r1, float *scratch) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
-  int64_t n = pl->H * pl->Dh, Eq = pl->Eq, m = i1 - i0;
-  const float *x = f->query + (b * pl->Lq + i0) * Eq;
-  float *dst = f->q + (b * pl->Lq + i0) * n;
+  int64_t n = pl->H * pl->Dh, Eq = pl->Eq, m = r1 - r0;
+  const float *x = f->query + r0 * Eq;
+  float *dst = f->q + r0 * n;
   const float *bias = p->q_bias.rank ? p->q_bias.data : NULL;
   const float *norm = p->q_norm.rank ? p->q_norm.data : NULL;
   float s = norm ? 1.0f : f->qscale;
@@ -248,10 +253,11 @@ static void layout_q(fwd_t *f, int64_t b, int64_t i0, int64_t i1,
   if (norm || f->rope_freq) {
     double *cs = f->rope_freq ? (double *)scratch : NULL;
     for (int64_t r = 0; r < m; r++) {
+      int64_t b = (r0 + r) / pl->Lq, i = (r0 + r) % pl->Lq;
       if (cs)
         rope_angles(f,
-                    position(&p->positions_query, b, i0 + r, pl->Lq,
-                             attn__item_off(&f->ctx, b) + i0 + r),
+                    position(&p->positions_query, b, i, pl->Lq,
+                             attn__item_off(&f->ctx, b) + i),
                     cs);
       for (int64_t h = 0; h < pl->H; h++)
         head_transform(f, dst + r * n + h * pl->Dh, 1, norm, cs);
@@ -260,7 +266,7 @@ static void layout_q(fwd_t *f, int64_t b, int64_t i0, int64_t i1,
           dst[r * n + k] *= f->qscale;
     }
   }
-  note(f, BITS_Q, dst, m, n, n, ATTN__FAIL_Q, b * pl->Lq + i0, 0);
+  note(f, BITS_Q, dst, m, n, n, ATTN__FAIL_Q, r0, 0);
 }
 
 /* Where key row j of batch b's key input goes: the column of its Hkv·Dh
@@ -405,14 +411,74 @@ static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
     zero_tail(f, b, 0);
 }
 
+/* With a kv cache, K or V (is_k) for rows [r0, r1) of the flattened
+ * [B·Lq] new tokens: every row in one product into the workspace (f->knew
+ * or f->vnew, [B·Lq, Hkv·D]), so that a batch of steps reads the weights
+ * once; then each row's heads normed and rotated (K) and written into its
+ * page slot, K transposed; the last row of an item zeroes the rest of its
+ * page. */
+static void layout_kv_rows(fwd_t *f, int64_t r0, int64_t r1, int is_k,
+                           float *scratch) {
+  const attn_plan_t *pl = f->pl;
+  const attn_params_t *p = f->p;
+  const attn__ctx_t *c = &f->ctx;
+  int64_t D = is_k ? pl->Dh : pl->Dv, n = pl->Hkv * D, m = r1 - r0;
+  int64_t E = is_k ? pl->Ek : pl->Ev;
+  const float *x = (is_k ? f->key : f->value) + r0 * E;
+  const attn_tensor_t *w = is_k ? &p->k_weight : &p->v_weight;
+  const attn_tensor_t *bt = is_k ? &p->k_bias : &p->v_bias;
+  const float *bias = bt->rank ? bt->data : NULL;
+  const float *norm = is_k && p->k_norm.rank ? p->k_norm.data : NULL;
+  float *tmp = (is_k ? f->knew : f->vnew) + r0 * n;
+  if (w->rank) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)E,
+                1.0f, x, (int)E, w->data, (int)E, 0.0f, tmp, (int)n);
+    if (bias)
+      for (int64_t r = 0; r < m; r++)
+        for (int64_t k = 0; k < n; k++)
+          tmp[r * n + k] += bias[k];
+  } else {
+    for (int64_t r = 0; r < m; r++)
+      for (int64_t k = 0; k < n; k++)
+        tmp[r * n + k] = x[r * E + k] + (bias ? bias[k] : 0);
+  }
+  double *cs = is_k && f->rope_freq ? (double *)scratch : NULL;
+  for (int64_t r = 0; r < m; r++) {
+    int64_t b = (r0 + r) / pl->Lq, j = (r0 + r) % pl->Lq, ld, run;
+    float *row = tmp + r * n;
+    if (norm || cs) {
+      if (cs)
+        rope_angles(
+            f, position(&p->positions_key, b, j, pl->Lq, c->past[b] + j), cs);
+      for (int64_t g = 0; g < pl->Hkv; g++)
+        head_transform(f, row + g * D, 1, norm, cs);
+    }
+    note(f, is_k ? BITS_K : BITS_V, row, 1, n, n,
+         is_k ? ATTN__FAIL_K : ATTN__FAIL_V, b * pl->Lk + c->past[b] + j, 0);
+    if (is_k) {
+      float *dst = k_slot(f, b, j, &ld, &run);
+      for (int64_t k = 0; k < n; k++)
+        dst[k * ld] = row[k];
+    } else {
+      float *dst = v_slot(f, b, j, &run);
+      for (int64_t g = 0; g < pl->Hkv; g++) {
+        memcpy(dst + g * c->Dvp, row + g * D, (size_t)D * sizeof(float));
+        memset(dst + g * c->Dvp + D, 0, (size_t)(c->Dvp - D) * sizeof(float));
+      }
+    }
+    if (j == pl->Lq - 1)
+      zero_tail(f, b, is_k);
+  }
+}
+
 /* Layout task t of n_layout + n_bias: the Q chunks, then K, then V, then
  * the magnitude of the bias, chunk by chunk. `scratch` is the thread's. */
 static void layout_task(fwd_t *f, int64_t t, float *scratch) {
   const attn_plan_t *pl = f->pl;
-  int64_t R = f->rows, cq = chunks(pl->Lq, R), ck = chunks(f->lnk, R);
-  if (t < f->n_q) {
-    int64_t i0 = t % cq * R, i1 = i0 + R;
-    layout_q(f, t / cq, i0, i1 < pl->Lq ? i1 : pl->Lq, scratch);
+  int64_t R = f->rows, ck = chunks(f->lnk, R);
+  if (t < f->n_q) { /* rows of the flattened [B·Lq] */
+    int64_t r0 = t * R, r1 = r0 + R;
+    layout_q(f, r0, r1 < pl->B * pl->Lq ? r1 : pl->B * pl->Lq, scratch);
     return;
   }
   t -= f->n_q;
@@ -425,14 +491,20 @@ static void layout_task(fwd_t *f, int64_t t, float *scratch) {
                f->absmax((const float *)f->p->bias.data + x0, 1, n, n, 1));
     return;
   }
-  if (t < f->n_k) {
-    int64_t j0 = t % ck * R, j1 = j0 + R;
-    layout_k(f, t / ck, j0, j1 < f->lnk ? j1 : f->lnk, scratch);
+  int is_k = t < f->n_k;
+  if (!is_k)
+    t -= f->n_k;
+  if (f->ctx.pages) { /* the new tokens, flattened, as Q */
+    int64_t r0 = t * R, r1 = r0 + R;
+    layout_kv_rows(f, r0, r1 < pl->B * pl->Lq ? r1 : pl->B * pl->Lq, is_k,
+                   scratch);
     return;
   }
-  t -= f->n_k;
   int64_t j0 = t % ck * R, j1 = j0 + R;
-  layout_v(f, t / ck, j0, j1 < f->lnk ? j1 : f->lnk);
+  if (is_k)
+    layout_k(f, t / ck, j0, j1 < f->lnk ? j1 : f->lnk, scratch);
+  else
+    layout_v(f, t / ck, j0, j1 < f->lnk ? j1 : f->lnk);
 }
 
 /* Attention unit u of n_units. The last query blocks come first: under a
@@ -618,6 +690,8 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
     c->pages = p->kv->pages;
     c->past = p->kv->past;
     c->v_off = (int64_t)attn_kv_v_offset(pl->Hkv, pl->Dh);
+    f->knew = carve(&ws, pl->B * pl->Lq * pl->Hkv * pl->Dh);
+    f->vnew = carve(&ws, pl->B * pl->Lq * pl->Hkv * pl->Dv);
     for (int64_t b = 0; b < pl->B; b++) {
       uint32_t u;
       memcpy(&u, &p->kv->k_absmax[b], sizeof u);
@@ -675,8 +749,9 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   c->scratch_floats = attn__scratch_floats(pl);
 
   f->rows = proj_rows(pl);
-  f->n_q = pl->B * chunks(pl->Lq, f->rows);
-  f->n_k = pl->B * chunks(f->lnk, f->rows);
+  f->n_q = chunks(pl->B * pl->Lq, f->rows);
+  f->n_k =
+      p->kv ? chunks(pl->B * pl->Lq, f->rows) : pl->B * chunks(f->lnk, f->rows);
   f->n_layout = f->n_q + 2 * f->n_k;
   f->n_units = pl->B * (pl->H / c->heads_per_unit) * c->n_qblocks;
   f->n_out = (p->o_weight.rank || p->o_bias.rank)

@@ -160,6 +160,9 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
   if (!p->kv) { /* with a kv cache, K and V are laid out in its pages */
     bad |= add_floats(&ws, B * Hkv * pl->Dh * attn__ldk(Lkp));
     bad |= add_floats(&ws, B * Lkp * attn__ldv(Hkv, Dvp));
+  } else { /* from the new tokens' rows of K and V, projected at once */
+    bad |= add_floats(&ws, B * Lq * Hkv * pl->Dh);
+    bad |= add_floats(&ws, B * Lq * Hkv * pl->Dv);
   }
   if (present(&p->o_weight))
     bad |= add_floats(&ws, B * Lq * H * pl->Dv);
