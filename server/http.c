@@ -292,12 +292,22 @@ static int mem_take(req_t *r, int64_t bytes) {
   return attnd_budget_take(&r->srv->budget, bytes, &r->mem_held);
 }
 
+/* The overloaded error of a request whose `need` bytes the budget does not
+ * have now: -1, with e. */
+static int budget_full(const req_t *r, int64_t need, attnd_error_t *e) {
+  const attnd_budget_t *b = &r->srv->budget;
+  return attnd_error_set(e, ATTND_ERR_OVERLOADED, NULL,
+                         "%lld bytes of memory are needed and %lld of the "
+                         "%lld that requests may hold (max_memory_bytes less "
+                         "kv_cache_bytes) are in use; retry later",
+                         (long long)need, (long long)attnd_budget_used(b),
+                         (long long)b->max);
+}
+
 static enum MHD_Result no_memory(req_t *r, int64_t need) {
-  return fail(r, ATTND_ERR_OVERLOADED, NULL,
-              "%lld bytes of memory are needed and %lld of max_memory_bytes "
-              "%lld are in use; retry later",
-              (long long)need, (long long)attnd_budget_used(&r->srv->budget),
-              (long long)r->srv->cfg->max_memory_bytes);
+  attnd_error_t e;
+  budget_full(r, need, &e);
+  return send_error(r, &e);
 }
 
 /* ---- the GET endpoints ----------------------------------------------------
@@ -648,17 +658,10 @@ static int take_memory(req_t *r, attnd_request_t *req, attnd_error_t *e) {
     return attnd_error_set(e, ATTND_ERR_LIMIT_EXCEEDED, NULL,
                            "the request needs %lld bytes of memory (tensors, "
                            "workspace, reply), over the %lld of "
-                           "max_memory_bytes that requests may hold",
+                           "max_memory_bytes that requests may hold (less "
+                           "kv_cache_bytes)",
                            (long long)need, (long long)s->budget.max);
-  if (mem_take(r, need) < 0)
-    return attnd_error_set(e, ATTND_ERR_OVERLOADED, NULL,
-                           "%lld bytes of memory are needed and %lld of the "
-                           "%lld that requests may hold are in use; retry "
-                           "later",
-                           (long long)need,
-                           (long long)attnd_budget_used(&s->budget),
-                           (long long)s->budget.max);
-  return 0;
+  return mem_take(r, need) < 0 ? budget_full(r, need, e) : 0;
 }
 
 /* Hands req to the scheduler; with `suspend`, the connection is suspended
@@ -846,12 +849,7 @@ static enum MHD_Result session_control(req_t *r) {
                                    &e);
     attnd_layer_set_unref(layers);
   } else if (r->route == R_SESSION_FORK) {
-    attnd_session_info_t info;
-    bad = attnd_session_fork(s->sessions, r->sid, &info, &e);
-    if (!bad) {
-      attnd_session_info_json(&info, &b);
-      attnd_buf_puts(&b, "\n");
-    }
+    bad = attnd_session_api_fork(s->sessions, r->sid, body, len, &b, &e);
   } else {
     status = 200;
     bad = attnd_session_api_truncate(s->sessions, r->sid, body, len, &b, &e);
@@ -1140,12 +1138,14 @@ static int session_route(req_t *r, const char *url) {
   }
   const char *id = url + n + 1;
   size_t k = strcspn(id, "/");
-  if (k == 0 || k >= sizeof r->sid)
+  if (k == 0)
     return 0;
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
     if (strcmp(id + k, subs[i].suffix) == 0) {
-      memcpy(r->sid, id, k);
-      r->sid[k] = 0;
+      /* an id too long for any session's is kept cut short: still none */
+      size_t cut = k < sizeof r->sid - 1 ? k : sizeof r->sid - 1;
+      memcpy(r->sid, id, cut);
+      r->sid[cut] = 0;
       r->route = subs[i].route;
       return 1;
     }

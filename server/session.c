@@ -34,7 +34,8 @@
 
 typedef struct page {
   int ref;
-  size_t bytes; /* header included */
+  unsigned mark; /* attnd_sessions_stats's epoch, to count it once */
+  size_t bytes;  /* header included */
   struct page *next_free;
 } page_t;
 
@@ -80,6 +81,7 @@ struct attnd_sessions {
   } evicted[TOMBSTONES];
   size_t n_evicted;
   double last_sweep;
+  unsigned epoch;
   attnd_sessions_stats_t stats;
 };
 
@@ -242,6 +244,7 @@ static int pool_take(attnd_sessions_t *st, int64_t bytes,
       return -1;
   }
   st->held += bytes;
+  st->used += bytes;
   return 0;
 }
 
@@ -256,6 +259,7 @@ static page_t *page_new(attnd_sessions_t *st, size_t bytes,
       c->free = p->next_free;
       c->n_free--;
       p->ref = 1;
+      p->mark = 0;
       st->used += (int64_t)bytes;
       return p;
     }
@@ -273,6 +277,7 @@ static page_t *page_new(attnd_sessions_t *st, size_t bytes,
   st->held += (int64_t)bytes;
   st->used += (int64_t)bytes;
   p->ref = 1;
+  p->mark = 0;
   p->bytes = bytes;
   p->next_free = NULL;
   return p;
@@ -288,6 +293,7 @@ static void session_free(attnd_sessions_t *st, attnd_session_t *s) {
   free(s->data);
   attnd_layer_set_unref(s->shape.layers);
   st->held -= SESSION_COST;
+  st->used -= SESSION_COST;
   free(s);
 }
 
@@ -406,9 +412,12 @@ static int reserve_pages(attnd_session_t *s, size_t n) {
   return 0;
 }
 
+/* A new session in the store; room is made by evicting idle sessions
+ * other than `keep` (a fork's parent). */
 static attnd_session_t *session_new(attnd_sessions_t *st,
                                     const attnd_session_shape_t *shape,
                                     int64_t max_tokens, int64_t ttl_s,
+                                    const attnd_session_t *keep,
                                     attnd_error_t *err) {
   attnd_session_t *s = calloc(1, sizeof *s);
   if (s == NULL) {
@@ -416,7 +425,7 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
                     "out of memory for a new session");
     return NULL;
   }
-  if (pool_take(st, SESSION_COST, NULL) < 0) {
+  if (pool_take(st, SESSION_COST, keep) < 0) {
     free(s);
     attnd_error_set(err, ATTND_ERR_OVERLOADED, NULL,
                     "the KV cache is full of sessions in use (%lld of %lld "
@@ -441,6 +450,7 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
   s->live = 1;
   if (table_insert(st, s) < 0) {
     st->held -= SESSION_COST;
+    st->used -= SESSION_COST;
     free(s);
     attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, NULL,
                     "out of memory for a new session");
@@ -487,7 +497,7 @@ int attnd_session_create(attnd_sessions_t *st, attnd_session_shape_t *shape,
                          attnd_session_info_t *info, attnd_error_t *err) {
   uv_mutex_lock(&st->mu);
   sweep(st, attnd_now_ms());
-  attnd_session_t *s = session_new(st, shape, max_tokens, ttl_s, err);
+  attnd_session_t *s = session_new(st, shape, max_tokens, ttl_s, NULL, err);
   if (s)
     info_of(s, info);
   else
@@ -531,7 +541,7 @@ int attnd_session_fork(attnd_sessions_t *st, const char *id,
     attnd_session_shape_t shape = s->shape;
     shape.layers = attnd_layer_set_ref(s->shape.layers);
     size_t n = (size_t)((s->len + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE);
-    f = session_new(st, &shape, s->max_tokens, s->ttl_s, err);
+    f = session_new(st, &shape, s->max_tokens, s->ttl_s, s, err);
     if (f == NULL) {
       attnd_layer_set_unref(shape.layers);
     } else if (reserve_pages(f, n) < 0) {
@@ -740,6 +750,11 @@ void attnd_session_step_end(attnd_sessions_t *st, attnd_request_t *req,
     s->k_absmax = req->kv_absmax;
     req->step_length = s->len;
   }
+  if (!commit) { /* pages made ready for tokens that did not come */
+    size_t keep = (size_t)((s->len + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE);
+    while (s->n_pages > keep)
+      page_release(st, s->pages[--s->n_pages]);
+  }
   req->params.kv = NULL;
   req->session = NULL;
   s->busy = 0;
@@ -765,10 +780,16 @@ void attnd_sessions_stats(attnd_sessions_t *st, attnd_sessions_stats_t *out) {
   out->sessions = (int64_t)st->count;
   out->kv_bytes_used = st->used;
   out->kv_bytes_free = st->cap - st->used;
+  st->epoch++;
   for (size_t i = 0; i < st->n_buckets; i++)
     for (attnd_session_t *s = st->buckets[i]; s; s = s->hnext)
-      for (size_t k = 0; k < s->n_pages; k++)
-        out->pages_shared += s->pages[k]->ref > 1;
+      for (size_t k = 0; k < s->n_pages; k++) {
+        page_t *p = s->pages[k];
+        if (p->ref > 1 && p->mark != st->epoch) { /* once, not per holder */
+          p->mark = st->epoch;
+          out->pages_shared++;
+        }
+      }
   uv_mutex_unlock(&st->mu);
 }
 

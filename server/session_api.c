@@ -30,40 +30,56 @@ static json_t *parse_object(const char *body, size_t len, attnd_error_t *err) {
   return v;
 }
 
-/* Members of obj other than `known` (NULL-terminated): unknown_field. */
-static int only(const json_t *obj, const char *const *known,
-                attnd_error_t *err) {
+/* Members of obj (at path `where`, "" for the root) other than `known`
+ * (NULL-terminated): unknown_field, named by its path. */
+static int only_at(const json_t *obj, const char *where,
+                   const char *const *known, attnd_error_t *err) {
   const char *key;
   json_t *v;
   json_object_foreach((json_t *)obj, key, v) {
     int ok = 0;
     for (int i = 0; known[i] && !ok; i++)
       ok = strcmp(key, known[i]) == 0;
-    if (!ok)
-      return attnd_error_set(err, ATTND_ERR_UNKNOWN_FIELD, key,
-                             "%.64s is not a member of this request", key);
+    if (!ok) {
+      char field[96];
+      snprintf(field, sizeof field, "%s%s%.64s", where, *where ? "." : "", key);
+      return attnd_error_set(err, ATTND_ERR_UNKNOWN_FIELD, field,
+                             "%s is not a member of this request", field);
+    }
   }
   (void)v;
   return 0;
 }
 
-/* Integer member `key` in [lo, hi]; *out untouched when absent or null.
- * Returns 1 when given, 0 when not, -1 with err. */
-static int get_int(const json_t *obj, const char *key, int64_t lo, int64_t hi,
-                   int64_t *out, attnd_error_t *err) {
+static int only(const json_t *obj, const char *const *known,
+                attnd_error_t *err) {
+  return only_at(obj, "", known, err);
+}
+
+/* Integer member `key` of obj, whose path is `field`, in [lo, hi]; *out
+ * untouched when absent or null. Returns 1 when given, 0 when not, -1 with
+ * err. */
+static int get_int_at(const json_t *obj, const char *key, const char *field,
+                      int64_t lo, int64_t hi, int64_t *out,
+                      attnd_error_t *err) {
   const json_t *v = json_object_get(obj, key);
   if (v == NULL || json_is_null(v))
     return 0;
   if (!json_is_integer(v))
-    return attnd_error_set(err, ATTND_ERR_INVALID_TYPE, key,
-                           "%s must be an integer", key);
+    return attnd_error_set(err, ATTND_ERR_INVALID_TYPE, field,
+                           "%s must be an integer", field);
   int64_t x = json_integer_value(v);
   if (x < lo || x > hi)
-    return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, key,
-                           "%s is %lld; expected %lld to %lld", key,
+    return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, field,
+                           "%s is %lld; expected %lld to %lld", field,
                            (long long)x, (long long)lo, (long long)hi);
   *out = x;
   return 1;
+}
+
+static int get_int(const json_t *obj, const char *key, int64_t lo, int64_t hi,
+                   int64_t *out, attnd_error_t *err) {
+  return get_int_at(obj, key, key, lo, hi, out, err);
 }
 
 /* "rope": {"theta"?, "dims"?, "style"?: "half" | "interleaved"}. */
@@ -77,7 +93,7 @@ static int get_rope(const json_t *obj, int64_t Dh, attn_rope_t *rp,
     return attnd_error_set(err, ATTND_ERR_INVALID_TYPE, "rope",
                            "rope must be an object: {\"theta\", \"dims\", "
                            "\"style\"}");
-  if (only(r, known, err) < 0)
+  if (only_at(r, "rope", known, err) < 0)
     return -1;
   rp->style = ATTN_ROPE_HALF;
   rp->theta = 10000;
@@ -90,7 +106,7 @@ static int get_rope(const json_t *obj, int64_t Dh, attn_rope_t *rp,
                              "rope.theta must be a number above 0");
     rp->theta = json_number_value(t);
   }
-  if (get_int(r, "dims", 2, Dh, &rp->dims, err) < 0)
+  if (get_int_at(r, "dims", "rope.dims", 2, Dh, &rp->dims, err) < 0)
     return -1;
   if (rp->dims % 2)
     return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "rope.dims",
@@ -117,7 +133,11 @@ int attnd_session_api_create(attnd_sessions_t *st, const char *body, size_t len,
   if (v == NULL)
     return -1;
   attnd_session_shape_t shape = {0};
-  int64_t max_tokens = cfg->session_max_tokens, ttl_s = cfg->session_ttl_s;
+  /* a session holds no more than a request may attend over */
+  int64_t most = cfg->session_max_tokens < cfg->max_seq_len
+                     ? cfg->session_max_tokens
+                     : cfg->max_seq_len;
+  int64_t max_tokens = most, ttl_s = cfg->session_ttl_s;
   int r = only(v, known, err);
   const json_t *layer = json_object_get(v, "layer");
   if (r == 0 && layer && !json_is_null(layer)) {
@@ -169,8 +189,7 @@ int attnd_session_api_create(attnd_sessions_t *st, const char *body, size_t len,
                           (long long)shape.Hkv, (long long)shape.H);
   }
   if (r == 0 &&
-      (get_int(v, "max_tokens", 1, cfg->session_max_tokens, &max_tokens, err) <
-           0 ||
+      (get_int(v, "max_tokens", 1, most, &max_tokens, err) < 0 ||
        get_int(v, "ttl_s", 1, cfg->session_max_ttl_s, &ttl_s, err) < 0))
     r = -1;
   json_decref(v);
@@ -239,5 +258,22 @@ int attnd_session_api_list(attnd_sessions_t *st, const char *limit,
   else
     attnd_buf_puts(reply, "],\"next\":null}\n");
   free(infos);
+  return 0;
+}
+
+int attnd_session_api_fork(attnd_sessions_t *st, const char *id,
+                           const char *body, size_t len, attnd_buf_t *reply,
+                           attnd_error_t *err) {
+  static const char *const known[] = {NULL};
+  json_t *v = parse_object(body, len, err);
+  if (v == NULL)
+    return -1;
+  int r = only(v, known, err);
+  json_decref(v);
+  attnd_session_info_t info;
+  if (r < 0 || attnd_session_fork(st, id, &info, err) < 0)
+    return -1;
+  attnd_session_info_json(&info, reply);
+  attnd_buf_puts(reply, "\n");
   return 0;
 }

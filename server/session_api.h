@@ -5,6 +5,7 @@
  *                                   "num_kv_heads"?, "head_dim",
  *                                   "v_head_dim"?, "rope"?}, plus
  *                                   "max_tokens"? and "ttl_s"?
+ *   POST /v1/sessions/{id}/fork     no body, or {}
  *   POST /v1/sessions/{id}/truncate {"length": n}
  *   GET /v1/sessions?limit=&after=  a page of sessions in id order
  * Each writes its reply's JSON (a session's info, session.h) into `reply`
@@ -26,6 +27,11 @@ int attnd_session_api_create(attnd_sessions_t *st, const char *body, size_t len,
 int attnd_session_api_truncate(attnd_sessions_t *st, const char *id,
                                const char *body, size_t len, attnd_buf_t *reply,
                                attnd_error_t *err);
+
+/* POST /v1/sessions/{id}/fork: the body is empty, or {}. */
+int attnd_session_api_fork(attnd_sessions_t *st, const char *id,
+                           const char *body, size_t len, attnd_buf_t *reply,
+                           attnd_error_t *err);
 
 /* limit and after are the query's arguments (NULL when absent). */
 int attnd_session_api_list(attnd_sessions_t *st, const char *limit,

@@ -361,16 +361,23 @@ END_TEST
  * with Retry-After); and the budget is whole again once that one is done.
  * The slow request needs about 10 MB (its tensors, workspace and reply). */
 START_TEST(test_memory_budget) {
-  static const char *const args[] = {
-      "--workers", "1", "--threads-per-request", "1", "--max-memory-bytes",
-      "16M",       NULL};
+  static const char *const args[] = {"--workers",
+                                     "1",
+                                     "--threads-per-request",
+                                     "1",
+                                     "--max-memory-bytes",
+                                     "16M",
+                                     "--kv-cache-bytes",
+                                     "4M",
+                                     NULL};
   sh_server_t s;
   start(&s, args);
   sh_resp_t r;
   char *big = sh_slow_body(8192, 256, 8, 3, NULL);
   ck_assert_int_eq(sh_post(s.port, big, strlen(big), &r), 0);
+  /* requests hold max_memory_bytes less the sessions' kv_cache_bytes */
   sh_assert_error(&r, 422, "limit_exceeded", NULL, "max_memory_bytes",
-                  "16777216", NULL);
+                  "12582912", NULL);
   sh_resp_free(&r);
   free(big);
 
@@ -402,9 +409,15 @@ END_TEST
 /* ---- deadlines ----------------------------------------------------------- */
 
 START_TEST(test_deadline) {
-  static const char *const args[] = {
-      "--workers", "1", "--threads-per-request", "1", "--queue-depth",
-      "4",         NULL};
+  static const char *const args[] = {"--workers",
+                                     "1",
+                                     "--threads-per-request",
+                                     "1",
+                                     "--queue-depth",
+                                     "4",
+                                     "--inline-max-flops",
+                                     "0",
+                                     NULL};
   sh_server_t s;
   start(&s, args);
 
@@ -486,9 +499,15 @@ END_TEST
  * client closes the connection; the place is free again, so C, sent while
  * A still runs, is admitted rather than refused. */
 START_TEST(test_client_gone) {
-  static const char *const args[] = {
-      "--workers", "1", "--threads-per-request", "1", "--queue-depth",
-      "1",         NULL};
+  static const char *const args[] = {"--workers",
+                                     "1",
+                                     "--threads-per-request",
+                                     "1",
+                                     "--queue-depth",
+                                     "1",
+                                     "--inline-max-flops",
+                                     "0",
+                                     NULL};
   sh_server_t s;
   start(&s, args);
   char *slow = slow_body(4, NULL);
@@ -527,9 +546,15 @@ END_TEST
  * checks its exit status). */
 #define N_GONE 40
 START_TEST(test_clients_gone_many) {
-  static const char *const args[] = {
-      "--workers", "1", "--threads-per-request", "1", "--queue-depth",
-      "64",        NULL};
+  static const char *const args[] = {"--workers",
+                                     "1",
+                                     "--threads-per-request",
+                                     "1",
+                                     "--queue-depth",
+                                     "64",
+                                     "--inline-max-flops",
+                                     "0",
+                                     NULL};
   sh_server_t s;
   start(&s, args);
   char *slow = slow_body(8, NULL);

@@ -33,9 +33,9 @@
  *   - load: 100 sessions × 50 steps from 8 connections at once, every
  *     step against the reference; listing them page by page; deleting
  *     them.
- *   - bugs: what the server gets wrong today, one test each, with the
- *     file and line (see "known server bugs"): they fail until it is
- *     fixed.
+ *   - regressions: six bugs the suite found (a fork evicting its parent,
+ *     shared pages counted per holder, rope's field paths, a fork's body,
+ *     a refused step's pages, sessions left out of the pool's bytes).
  * Every test stops its server with SIGTERM, expecting exit status 0 and no
  * 500 answered. Threads are C11's <threads.h>; they never call Check, they
  * return what went wrong, and the test's thread asserts. */
@@ -1339,6 +1339,8 @@ START_TEST(test_busy) {
                         "1",
                         "--threads-per-request",
                         "1",
+                        "--inline-max-flops",
+                        "0",
                         NULL};
   sh_server_t srv;
   start(&srv, args);
@@ -1410,9 +1412,15 @@ END_TEST
  * ends at once (404), the waiting step gets 404, the computing one
  * finishes with its output. */
 START_TEST(test_delete_in_flight) {
-  const char *args[] = {
-      "--workers", "1", "--threads-per-request", "1", "--max-memory-bytes",
-      "536870912", NULL};
+  const char *args[] = {"--workers",
+                        "1",
+                        "--threads-per-request",
+                        "1",
+                        "--max-memory-bytes",
+                        "536870912",
+                        "--inline-max-flops",
+                        "0",
+                        NULL};
   sh_server_t srv;
   start(&srv, args);
   sh_client_t c;
@@ -1643,9 +1651,15 @@ static void wait_event(sh_server_t *s, const char *event) {
 }
 
 START_TEST(test_drain) {
-  const char *args[] = {
-      "--workers", "1", "--threads-per-request", "1", "--max-memory-bytes",
-      "536870912", NULL};
+  const char *args[] = {"--workers",
+                        "1",
+                        "--threads-per-request",
+                        "1",
+                        "--max-memory-bytes",
+                        "536870912",
+                        "--inline-max-flops",
+                        "0",
+                        NULL};
   sh_server_t srv;
   start(&srv, args);
   sh_client_t c;
@@ -2297,8 +2311,10 @@ START_TEST(test_unknown_ids) {
     sh_assert_error(&r, 404, "not_found", NULL, "no such path", NULL);
     sh_resp_free(&r);
   }
+  /* an id longer than any session's names none */
   r = call_id(&c, "GET", longid, "", NULL);
-  sh_assert_error(&r, 404, "not_found", NULL, "no such path", NULL);
+  sh_assert_error(&r, 404, "unknown_session", "session", "does not exist",
+                  NULL);
   sh_resp_free(&r);
   r = call_id(&c, "POST", ids[0], "/nope", "{}");
   sh_assert_error(&r, 404, "not_found", NULL, "no such path", NULL);
@@ -2545,20 +2561,17 @@ START_TEST(test_many_sessions) {
 }
 END_TEST
 
-/* ---- known server bugs ---------------------------------------------------
+/* ---- regressions -----------------------------------------------------------
  *
- * Each test here fails against the server as it is, and says where. They
- * are kept apart (TCase "bugs") so that the rest of the suite passes. */
+ * Each of these failed once (a crash or a wrong number), found by the
+ * suite and fixed in server/session.c and session_api.c. */
 
 /* A fork must not evict its own parent to make room for itself. With the
  * pool holding the parent alone, the fork's 4096 bytes can come only from
- * evicting it: expected 429 overloaded and the parent intact. Got: attnd
- * dies of SIGSEGV in attnd_session_fork (server/session.c:546): its
- * session_new (session.c:534) takes SESSION_COST with pool_take(st,
- * SESSION_COST, NULL) (session.c:419), whose evict_one picks the parent,
- * idle and the least recently used, and end_session frees it while the
- * fork goes on to read its pages. */
-START_TEST(test_bug_fork_evicts_parent) {
+ * evicting it: 429 overloaded, and the parent intact. (It once freed the
+ * parent, idle and the least recently used, while the fork read its
+ * pages.) */
+START_TEST(test_fork_keeps_parent) {
   ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
   char cap[32];
   snprintf(cap, sizeof cap, "%lld",
@@ -2595,10 +2608,9 @@ START_TEST(test_bug_fork_evicts_parent) {
 END_TEST
 
 /* attnd_kv_pages_shared is "Pages held by more than one session": after
- * forking a session of 2 pages, 2. Got 4: attnd_sessions_stats
- * (server/session.c:771) adds up every session's shared pages, counting a
- * page once per session that holds it. */
-START_TEST(test_bug_pages_shared_counts_pages) {
+ * forking a session of 2 pages, 2 (once 4: a page counted once per
+ * session that holds it). */
+START_TEST(test_pages_shared_once) {
   sh_server_t srv;
   start(&srv, steps_args());
   sh_client_t c;
@@ -2624,11 +2636,8 @@ START_TEST(test_bug_pages_shared_counts_pages) {
 END_TEST
 
 /* The create body's errors inside "rope" name the member by its JSON path,
- * as /v1's do and as rope.theta and rope.style already are: expected
- * "rope.dims" and "rope.x". Got "dims" and "x": get_rope
- * (server/session_api.c:80 and :93) hands only() and get_int() the bare
- * member name, which becomes the field. */
-START_TEST(test_bug_rope_field_paths) {
+ * as /v1's do: "rope.dims" and "rope.x" (once the bare "dims" and "x"). */
+START_TEST(test_rope_field_paths) {
   sh_client_t c;
   sh_client_init(&c, fx.port);
   static const struct {
@@ -2649,12 +2658,11 @@ START_TEST(test_bug_rope_field_paths) {
 }
 END_TEST
 
-/* A fork takes no body, and refuses members as every other endpoint does:
- * {"length": 1} (a client that means "fork at 1") expected 422
- * unknown_field "length", and "{" 400 invalid_json. Got 201 for both, the
- * whole session forked: session_control (server/http.c:792) never reads
- * the body of a fork. */
-START_TEST(test_bug_fork_takes_no_members) {
+/* A fork takes no members, and refuses them as every other endpoint does:
+ * {"length": 1} (a client that means "fork at 1") is 422 unknown_field
+ * "length", and "{" 400 invalid_json (once 201 for both, the body never
+ * read). */
+START_TEST(test_fork_takes_no_members) {
   sh_client_t c;
   sh_client_init(&c, fx.port);
   char ids[3][40];
@@ -2669,17 +2677,14 @@ START_TEST(test_bug_fork_takes_no_members) {
 }
 END_TEST
 
-/* A step that is refused after its turn came (here at planning: the cache
- * and its token are over max_seq_len) is not applied, and must not keep
- * the page it was given: expected pages 1 and the pool's bytes unchanged
- * for a session of 64 tokens. Got pages 2: attnd_session_prepare
- * (server/session.c:705) adds the step's pages before
- * attnd_request_plan refuses it (server/http.c:716), and
- * attnd_session_step_end without commit leaves them in the session. The
- * same for every error after prepare (max_response_bytes, memory, a full
- * queue, a deadline passed in the session's queue). */
-START_TEST(test_bug_refused_step_keeps_pages) {
-  const char *args[] = {"--max-seq-len", "64", NULL};
+/* A step refused after its turn came (here at planning: its weights, 2
+ * heads × 65 keys, are over max_tensor_elements 128) is not applied, and
+ * gives back the page it was given: a session of 64 tokens keeps 1 page
+ * and the pool's bytes are unchanged. The same path serves every error
+ * after prepare (max_response_bytes, memory, a full queue, a deadline
+ * passed in the session's queue). */
+START_TEST(test_refused_step_pages) {
+  const char *args[] = {"--max-tensor-elements", "128", NULL};
   sh_server_t srv;
   start(&srv, args);
   sh_client_t c;
@@ -2691,13 +2696,15 @@ START_TEST(test_bug_refused_step_keeps_pages) {
   free(body);
   seq_t a;
   seq_init(&a, SH_SMALL, id);
-  seq_step(&c, &a, &rng, 64, NULL);
+  for (int i = 0; i < 64; i++) /* 1 token each: weights [2, 1, ≤ 64] */
+    seq_step(&c, &a, &rng, 1, NULL);
   double used = kv_used(srv.port);
   seq_gen(&a, &rng, 1);
   body = step_text(&a, 64, 1, NULL);
   sh_resp_t r = call_id(&c, "POST", id, "/attention", body);
   free(body);
-  sh_assert_error(&r, 422, "limit_exceeded", "key", "max_seq_len 64", NULL);
+  sh_assert_error(&r, 422, "limit_exceeded", "return.weights",
+                  "max_tensor_elements 128", NULL);
   sh_resp_free(&r);
   json_t *in = get_info(&c, id);
   check_info(in, SH_SMALL, 64);
@@ -2713,13 +2720,10 @@ START_TEST(test_bug_refused_step_keeps_pages) {
 }
 END_TEST
 
-/* attnd_kv_bytes{state="used"} leaves out the 4096 bytes each session
- * takes from the pool (server/session.c:419 counts them in `held`, but
- * stats report `used`, pages only, and free = cap − used, session.c:766),
- * so "free" shows room the pool does not have: with the pool full of busy
- * sessions, a create gets 429 while free is above what a session needs.
- * Expected, for 3 sessions without pages: used 3·4096. Got 0. */
-START_TEST(test_bug_kv_used_counts_sessions) {
+/* attnd_kv_bytes{state="used"} counts the 4096 bytes each session takes
+ * from the pool, so that "free" is the room the pool has: 3 sessions
+ * without pages use 3·4096 (once 0). */
+START_TEST(test_kv_used_counts_sessions) {
   const char *args[] = {"--kv-cache-bytes", "1048576", "--max-memory-bytes",
                         "268435456", NULL};
   sh_server_t srv;
@@ -2777,17 +2781,16 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_list_args);
   suite_add_tcase(su, tc);
 
-  /* each fails against the server as it is: see "known server bugs" */
-  tc = tcase_create("bugs");
+  tc = tcase_create("regressions");
   tcase_add_unchecked_fixture(tc, fx_start_errors, fx_stop);
   tcase_add_checked_fixture(tc, fx_ensure, fx_release);
   tcase_set_timeout(tc, 30);
-  tcase_add_test(tc, test_bug_fork_evicts_parent);
-  tcase_add_test(tc, test_bug_pages_shared_counts_pages);
-  tcase_add_test(tc, test_bug_rope_field_paths);
-  tcase_add_test(tc, test_bug_fork_takes_no_members);
-  tcase_add_test(tc, test_bug_refused_step_keeps_pages);
-  tcase_add_test(tc, test_bug_kv_used_counts_sessions);
+  tcase_add_test(tc, test_fork_keeps_parent);
+  tcase_add_test(tc, test_pages_shared_once);
+  tcase_add_test(tc, test_rope_field_paths);
+  tcase_add_test(tc, test_fork_takes_no_members);
+  tcase_add_test(tc, test_refused_step_pages);
+  tcase_add_test(tc, test_kv_used_counts_sessions);
   suite_add_tcase(su, tc);
 
   tc = tcase_create("load");
