@@ -558,7 +558,8 @@ static int first_of_series(const load_result_t *r, int i) {
  * per series, values below `vmin` drawn at it. */
 static void panel(FILE *f, int k, const char *title, const char *unit,
                   const curve_t *curves, int nc, double vmin,
-                  const load_result_t *r, int n, const axis_t *xa0) {
+                  const load_result_t *r, int n, const axis_t *xa0,
+                  const char *xlabel) {
   double x0 = k * PANEL_W, y0 = TOP;
   axis_t xa = *xa0;
   xa.a += x0;
@@ -605,11 +606,11 @@ static void panel(FILE *f, int k, const char *title, const char *unit,
           "<rect x='%g' y='%g' width='%g' height='%g' fill='none' "
           "stroke='#444'/>\n"
           "<text x='%g' y='%g' font-size='12' "
-          "text-anchor='middle'>context length</text>\n"
+          "text-anchor='middle'>%s</text>\n"
           "<text x='%g' y='%g' font-size='12' text-anchor='middle' "
           "transform='rotate(-90 %g %g)'>%s</text>\n",
           xa.a, ya.b, xa.b - xa.a, ya.a - ya.b, (xa.a + xa.b) / 2, ya.a + 34,
-          x0 + 16, (ya.a + ya.b) / 2, x0 + 16, (ya.a + ya.b) / 2, unit);
+          xlabel, x0 + 16, (ya.a + ya.b) / 2, x0 + 16, (ya.a + ya.b) / 2, unit);
   /* one polyline per series and curve, in the steps' order of length */
   int series = 0;
   for (int i = 0; i < n; i++) {
@@ -705,19 +706,20 @@ int load_report_svg(const char *path, const char *title,
     static const curve_t tok[] = {{"tokens/s", "", v_tok}};
     static const curve_t srv[] = {{"compute p50", "", v_compute},
                                   {"queue p50", "2 3", v_queue}};
+    const char *xl = decode ? "context length (prefill)" : "context length";
     static const curve_t ttft[] = {{"p50", "", v_ttft50},
                                    {"p99", "6 4", v_ttft99}};
     panel(f, 0, decode ? "decode step latency (1 token)" : "client latency",
-          "ms", lat, 2, 1e-3, r, n, &xa);
+          "ms", lat, 2, 1e-3, r, n, &xa, xl);
     panel(f, 1, decode ? "decode throughput" : "throughput", "tokens/s", tok, 1,
-          1e-3, r, n, &xa);
+          1e-3, r, n, &xa, xl);
     panel(f, 2,
           decode ? "server time of a step (Server-Timing)"
                  : "server time (Server-Timing)",
-          "ms", srv, 2, 1e-3, r, n, &xa);
+          "ms", srv, 2, 1e-3, r, n, &xa, xl);
     if (decode)
       panel(f, 3, "time to first token (prefill)", "ms", ttft, 2, 1e-3, r, n,
-            &xa);
+            &xa, xl);
     /* the series' legend, under the panels */
     int series = 0;
     for (int i = 0; i < n; i++) {
