@@ -665,6 +665,9 @@ START_TEST(test_decode_sweep) {
   json_error_t je;
   json_t *doc = json_load_file(path, 0, &je);
   ck_assert_msg(doc != NULL, "JSON: %s", je.text);
+  char target[96];
+  snprintf(target, sizeof target, "%s/v1/sessions", url);
+  ck_assert_str_eq(json_string_value(json_object_get(doc, "target")), target);
   json_t *steps_j = json_object_get(doc, "steps");
   ck_assert_int_eq(json_array_size(steps_j), 4);
   json_t *d = json_object_get(json_array_get(steps_j, 3), "decode");

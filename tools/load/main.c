@@ -61,7 +61,7 @@ typedef struct opts {
   const list_t *load;         /* concurrency or rate */
   load_shape_t shape;         /* Lq and Lk are set per length */
   load_decode_shape_t dshape; /* --mode decode */
-  char base_url[2048];        /* --url without a trailing '/' */
+  char base_url[2000];        /* --url without a trailing '/', within url[] */
 } opts_t;
 
 enum { O_FLAG, O_STR, O_NUM, O_INT, O_ENUM, O_LIST, O_INT_LIST };
@@ -357,6 +357,7 @@ static int decode_args(opts_t *o, const unsigned char *given) {
                             .model = layer};
   o->mode = LOAD_CLOSED;
   o->load = &o->concurrency;
+  snprintf(o->url, sizeof o->url, "%s/v1/sessions", o->base_url); /* reports */
   return 0;
 }
 
