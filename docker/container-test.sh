@@ -27,6 +27,14 @@
 #                     nginx/nginx.conf, under load (curl, and BUILD/attnd-load
 #                     when built); one killed (SIGKILL), one drained
 #                     (SIGTERM): no failed request
+#  11. sessions       the same, for sessions: every request of an id on one
+#                     replica (its key's), fork families together; then, if
+#                     attnd takes a client's id (PUT /v1/sessions/{id}),
+#                     BUILD/attnd-load --mode decode through nginx, with ids
+#                     of its own and with POST (ids chosen by nginx), the
+#                     replica with the most sessions SIGKILLed under load:
+#                     its sessions 404, recreated elsewhere, carried to the
+#                     end and verified; every key's successes on one replica
 #
 # Everything it starts is removed on exit, failed or not. Exits 1 naming the
 # check that failed; prints a summary of every check either way.
@@ -251,6 +259,45 @@ listening_port() {
     sleep 0.05
   done
   [ -n "$p" ] && echo "$p"
+}
+
+# start_replicas DIR: three BUILD/attnd on loopback ports of their own
+# choosing, one worker each, logging to DIR/attndN.log: their ports in
+# ports[], their pids in replicas[].
+start_replicas() {
+  local i p
+  ports=()
+  replicas=()
+  for i in 1 2 3; do
+    "$BUILD/attnd" --host 127.0.0.1 --port 0 --workers 1 --access-log off >"$1/attnd$i.log" 2>&1 &
+    PIDS+=($!)
+    replicas+=($!)
+  done
+  for i in 1 2 3; do
+    p=$(listening_port "$1/attnd$i.log") || { show "$1/attnd$i.log"; fail "attnd $i did not start"; }
+    ports+=("$p")
+  done
+}
+
+# start_lb DIR: Debian's nginx running compose's nginx.conf with only the
+# addresses changed (the replicas of ports[] in both of its upstreams, and
+# a free loopback port), its access log in DIR/access.log; sets url.
+start_lb() {
+  local d=$1 lb
+  pick_port
+  lb=$PORT
+  sed -e "s|server attnd1:8080|server 127.0.0.1:${ports[0]}|" \
+    -e "s|server attnd2:8080|server 127.0.0.1:${ports[1]}|" \
+    -e "s|server attnd3:8080|server 127.0.0.1:${ports[2]}|" \
+    -e "s|listen 8080;|listen 127.0.0.1:$lb;|" docker/nginx/nginx.conf >"$d/nginx.conf"
+  grep -q "listen 127.0.0.1:$lb;" "$d/nginx.conf" && [ "$(grep -c "server 127.0.0.1:" "$d/nginx.conf")" = 6 ] ||
+    fail "docker/nginx/nginx.conf no longer has 'listen 8080;' and servers attnd1..3:8080 in each of its two upstreams"
+  local ngx=(nginx -e stderr -c "$d/nginx.conf" -g "daemon off; pid $d/nginx.pid;")
+  "${ngx[@]}" -t >"$d/nginx-t.log" 2>&1 || { show "$d/nginx-t.log"; fail "nginx -t rejects the config"; }
+  "${ngx[@]}" >"$d/access.log" 2>"$d/nginx.log" &
+  PIDS+=($!)
+  url=http://127.0.0.1:$lb
+  wait_for "$url/healthz" 200 10 || { show "$d/nginx.log"; fail "nginx did not start"; }
 }
 
 # The layers' tool, in node (which the manifests' checks need anyway):
@@ -780,33 +827,8 @@ pass "3 replicas healthy behind nginx, spread over 3, each with ${W#"$ROOT"/}/la
 begin failover
 F=$W/failover
 mkdir -p "$F"
-# Three replicas on loopback ports of their own choosing, one worker each.
-ports=()
-replicas=() # their pids
-for i in 1 2 3; do
-  "$BUILD/attnd" --host 127.0.0.1 --port 0 --workers 1 --access-log off >"$F/attnd$i.log" 2>&1 &
-  PIDS+=($!)
-  replicas+=($!)
-done
-for i in 1 2 3; do
-  p=$(listening_port "$F/attnd$i.log") || { show "$F/attnd$i.log"; fail "attnd $i did not start"; }
-  ports+=("$p")
-done
-# compose's nginx.conf, with only the addresses changed.
-pick_port
-lb=$PORT
-sed -e "s|server attnd1:8080|server 127.0.0.1:${ports[0]}|" \
-  -e "s|server attnd2:8080|server 127.0.0.1:${ports[1]}|" \
-  -e "s|server attnd3:8080|server 127.0.0.1:${ports[2]}|" \
-  -e "s|listen 8080;|listen 127.0.0.1:$lb;|" docker/nginx/nginx.conf >"$F/nginx.conf"
-grep -q "127.0.0.1:$lb" "$F/nginx.conf" && [ "$(grep -c "server 127.0.0.1:" "$F/nginx.conf")" = 3 ] ||
-  fail "docker/nginx/nginx.conf no longer has 'listen 8080;' and servers attnd1..3:8080"
-ngx=(nginx -e stderr -c "$F/nginx.conf" -g "daemon off; pid $F/nginx.pid;")
-"${ngx[@]}" -t >"$F/nginx-t.log" 2>&1 || { show "$F/nginx-t.log"; fail "nginx -t rejects the config"; }
-"${ngx[@]}" >"$F/access.log" 2>"$F/nginx.log" &
-PIDS+=($!)
-url=http://127.0.0.1:$lb
-wait_for "$url/healthz" 200 10 || { show "$F/nginx.log"; fail "nginx did not start"; }
+start_replicas "$F"
+start_lb "$F"
 
 # The load: 6 clients in closed loops, each request causal self-attention
 # over 2048 keys (E = 64, H = 4, 1.4 MB of JSON in, 1 MB out: about 100 ms
@@ -888,3 +910,144 @@ echo "requests: $total, failed: $wrong; answered after the SIGKILL: $after_kill,
 [ "$retried_503" -ge 1 ] || fail "nginx never retried after a 503 from the draining replica"
 grep -q '"event":"stopped","exit_code":0' "$F/attnd2.log" || fail "the SIGTERM'd replica did not drain"
 pass "curl: $total requests, 0 failed, every reply identical; attnd-load: $load_says; replica 1 SIGKILLed at 2.5 s, replica 2 SIGTERMed at 4.5 s (drained its upload, exit 0); nginx retried $retried ($retried_503 on a 503)"
+
+# ---- 11. sessions ----------------------------------------------------------------------
+
+begin sessions
+S=$W/sessions
+mkdir -p "$S"
+start_replicas "$S"
+start_lb "$S"
+
+# log_fields FILE: one line per request of nginx's log (nginx.conf's
+# log_format attnd): method, path, status, skey, and the replicas tried,
+# comma-separated ("-" for an empty key).
+log_fields() {
+  awk -F'"' '{
+    split($2, q, " "); split($3, a, " ")
+    u = $3; sub(/.*upstream=/, "", u); sub(/ ustatus=.*/, "", u); gsub(/ /, "", u)
+    k = $3; sub(/.*skey=/, "", k); sub(/ .*/, "", k)
+    print q[1], q[2], a[1], (k == "" ? "-" : k), u
+  }' "$1"
+}
+# hex N: N random hex digits.
+hex() { head -c $(($1 / 2)) /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+
+# 1. Routing, with ids that no replica has: a step, GET and DELETE of each
+# must reach one replica, the one its key hashes to, and answer its 404
+# unknown_session (no 502: the replicas are up); the keys spread over the
+# three; ids that share their first 16 digits (a fork's family) share it.
+ids=()
+for _ in $(seq 24); do ids+=("$(hex 32)"); done
+for f in 1 2; do
+  fam=$(hex 16)
+  for _ in 1 2 3 4; do ids+=("$fam$(hex 16)"); done
+done
+: >"$S/routing.codes"
+for id in "${ids[@]}"; do
+  {
+    curl -s -o "$S/step.out" -w '%{http_code} ' -m 5 -H 'Content-Type: application/json' -d '{}' "$url/v1/sessions/$id/attention"
+    grep -q '"code":"unknown_session"' "$S/step.out" && echo unknown_session || echo "other: $(head -c 100 "$S/step.out")"
+    http_code "$url/v1/sessions/$id"
+    echo
+    http_code "$url/v1/sessions/$id" -X DELETE
+    echo
+  } >>"$S/routing.codes"
+done
+n_req=$((3 * ${#ids[@]}))
+bad=$(grep -cvE '^404( unknown_session)?$' "$S/routing.codes" || true)
+[ "$bad" = 0 ] || fail "$bad of $n_req requests for unknown sessions were not a 404 unknown_session: $(grep -vE '^404( unknown_session)?$' "$S/routing.codes" | sort | uniq -c | head -3 | tr '\n' ' ')"
+log_fields "$S/access.log" >"$S/routing.log"
+split=$(awk '$2 ~ /^\/v1\/sessions\// { print $4, $5 }' "$S/routing.log" | sort -u | awk '{ print $1 }' | uniq -d | wc -l)
+[ "$split" = 0 ] || fail "$split session keys reached more than one replica (log: $S/access.log)"
+spread=$(awk '$2 ~ /^\/v1\/sessions\// { print $5 }' "$S/routing.log" | sort -u | wc -l)
+[ "$spread" = 3 ] || fail "${#ids[@]} session ids went to $spread replicas, not 3"
+fams=$(for id in "${ids[@]:24}"; do grep " ${id:0:16} " "$S/routing.log" | awk '{ print substr($4, 1, 16), $5 }'; done | sort -u | wc -l)
+[ "$fams" = 2 ] || fail "the ids of two fork families went to $fams (family, replica) pairs, not 2"
+routing="${#ids[@]} unknown ids (2 families of 4 sharing 16 digits): each id's step, GET and DELETE on one replica, 404 unknown_session, over 3 replicas, each family on one"
+
+# 2. Creation needs attnd to take the id it is given (PUT /v1/sessions/{id},
+# what nginx sends for a POST /v1/sessions; docs/deployment.md). Without it
+# the rest cannot run: said so in the summary, not failed.
+probe=$(hex 32)
+code=$(curl -s -o "$S/put.out" -w '%{http_code}' -m 5 -X PUT -H 'Content-Type: application/json' \
+  -d '{"num_heads":1,"head_dim":4}' "http://127.0.0.1:${ports[0]}/v1/sessions/$probe" 2>/dev/null || true)
+if [ "$code" != 201 ]; then
+  pass "$routing; end to end NOT RUN: this attnd answers $code to PUT /v1/sessions/{id}, which creation behind nginx needs"
+else
+  http_code "http://127.0.0.1:${ports[0]}/v1/sessions/$probe" -X DELETE >/dev/null
+  grep -q "\"session\":\"$probe\"" "$S/put.out" || fail "PUT /v1/sessions/$probe made another id: $(head -c 200 "$S/put.out")"
+  [ -x "$BUILD/attnd-load" ] && "$BUILD/attnd-load" --help 2>/dev/null | grep -q -- '--mode request|decode' ||
+    fail "$BUILD/attnd-load has no --mode decode: run through 'make container-test'"
+  # csv_col FILE NAME: column NAME of the CSV's first row.
+  csv_col() { awk -F, -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i } NR == 2 { print $k }' "$1"; }
+  dec=(--mode decode --url "$url" --prefill 64 --embed 64 --heads 4 --kv-heads 2 --rope half --out "$S")
+
+  # 3. Sessions with ids of the client's own, through nginx: all of it
+  # answered, verified, no recreation.
+  "$BUILD/attnd-load" "${dec[@]}" --create put --sessions 6 --steps 20 --concurrency 3 --verify 6 \
+    --name put >"$S/put.log" 2>&1 || { show "$S/put.log"; fail "attnd-load --create put through nginx exited $?"; }
+  [ "$(csv_col "$S/put.csv" recreated)" = 0 ] && [ "$(csv_col "$S/put.csv" verified)" = 6 ] ||
+    { show "$S/put.log"; fail "attnd-load --create put: $(csv_col "$S/put.csv" recreated) recreated, $(csv_col "$S/put.csv" verified) of 6 verified"; }
+
+  # 4. Under load, POST /v1/sessions (nginx chooses the ids), and the
+  # replica with the most sessions SIGKILLed once 1500 steps are done: its
+  # sessions answer 404 from the next replica on the ring, attnd-load
+  # creates them again there and carries them to the end; the only errors
+  # allowed are the steps that were in flight on it (502, at most the
+  # concurrency), all of them sent again.
+  sessions=12 steps=600 conc=6
+  "$BUILD/attnd-load" "${dec[@]}" --sessions $sessions --steps $steps --concurrency $conc \
+    --verify $sessions --max-error-rate 0.01 --name decode >"$S/decode.log" 2>&1 &
+  load=$!
+  PIDS+=($load)
+  done_steps=0
+  for _ in $(seq 600); do
+    done_steps=$(grep -c '/attention HTTP/1.1" 200 ' "$S/access.log" || true)
+    [ "$done_steps" -ge 1500 ] && break
+    kill -0 $load 2>/dev/null || break
+    sleep 0.05
+  done
+  [ "$done_steps" -ge 1500 ] || { show "$S/decode.log"; fail "only $done_steps steps answered through nginx before attnd-load ended"; }
+  victim=0 most=-1
+  for i in 0 1 2; do
+    c=$(curl -s -m 5 "http://127.0.0.1:${ports[$i]}/v1/sessions?limit=100" | grep -o '"session":' | wc -l)
+    [ "$c" -gt "$most" ] && { most=$c; victim=$i; }
+  done
+  at_kill=$(wc -l <"$S/access.log")
+  { kill -KILL "${replicas[$victim]}" && wait "${replicas[$victim]}"; } 2>/dev/null || true
+  load_rc=0
+  wait $load || load_rc=$?
+  [ "$load_rc" = 0 ] || { show "$S/decode.log"; fail "attnd-load exited $load_rc after replica $((victim + 1)) was killed"; }
+  recreated=$(csv_col "$S/decode.csv" recreated)
+  r404=$(csv_col "$S/decode.csv" recreated_404)
+  errors=$(($(csv_col "$S/decode.csv" err_other) + $(csv_col "$S/decode.csv" err_transport) + $(csv_col "$S/decode.csv" err_503)))
+  [ "$(csv_col "$S/decode.csv" sessions_done)" = $sessions ] && [ "$(csv_col "$S/decode.csv" abandoned)" = 0 ] ||
+    { show "$S/decode.log"; fail "$(csv_col "$S/decode.csv" sessions_done) of $sessions sessions done, $(csv_col "$S/decode.csv" abandoned) abandoned"; }
+  [ "$r404" -ge 1 ] && [ "$r404" -le "$most" ] ||
+    { show "$S/decode.log"; fail "$r404 sessions recreated after a 404; replica $((victim + 1)) held $most"; }
+  [ "$errors" -le $conc ] || { show "$S/decode.log"; fail "$errors errors, more than the $conc steps that can be in flight on one replica"; }
+  [ "$(csv_col "$S/decode.csv" verified)" = $sessions ] || { show "$S/decode.log"; fail "$(csv_col "$S/decode.csv" verified) of $sessions steps verified"; }
+  after=$(tail -n +$((at_kill + 1)) "$S/access.log" | grep -c '/attention HTTP/1.1" 200 ' || true)
+  [ "$after" -ge 100 ] || fail "only $after steps answered after the kill"
+
+  # 5. Affinity, from nginx's log of the whole run: every success of a key
+  # (its creation, steps, deletion) came from one replica, the one that
+  # created it; no step that succeeded had been tried on another live
+  # replica first (only on the dead one, whose connection was refused: an
+  # nginx worker that had not yet seen it fail).
+  log_fields "$S/access.log" >"$S/sessions.log"
+  awk '$4 != "-" && $3 ~ /^2/ { n = split($5, u, ","); print $4, u[n] }' "$S/sessions.log" | sort -u >"$S/key-replica"
+  keys=$(awk '{ print $1 }' "$S/key-replica" | sort -u | wc -l)
+  split=$(awk '{ print $1 }' "$S/key-replica" | uniq -d | wc -l)
+  [ "$split" = 0 ] || fail "$split of $keys session keys succeeded on more than one replica: $(awk '{ print $1 }' "$S/key-replica" | uniq -d | head -3 | tr '\n' ' ')"
+  created=$(awk '$1 == "POST" && $2 == "/v1/sessions" && $3 == 201' "$S/sessions.log" | wc -l)
+  [ "$created" = $((sessions + recreated)) ] || fail "$created sessions created through POST, expected $sessions + $recreated"
+  dead=127.0.0.1:${ports[$victim]}
+  retried=$(awk -v d="$dead" '$2 ~ /\/attention$/ && $3 ~ /^2/ {
+    n = split($5, u, ","); for (i = 1; i < n; i++) if (u[i] != d) { print; break } }' "$S/sessions.log" | wc -l)
+  [ "$retried" = 0 ] || fail "$retried steps succeeded after nginx had sent them to another live replica (log: $S/sessions.log)"
+  moved=$(awk '$2 ~ /\/attention$/ && $5 ~ /,/' "$S/sessions.log" | wc -l)
+  steps_line=$(sed -n 's/^step 1 prefill=64 c=6: \(.*\) | ttft.*/\1/p' "$S/decode.log" | sed 's/ (429[^)]*)//')
+  pass "$routing; PUT with client ids: 6 sessions, 0 recreated, verified; POST (ids by nginx) under load: $steps_line; replica $((victim + 1)) (of $most sessions) SIGKILLed after $done_steps steps, $after steps after; $keys keys, each succeeding on one replica; nginx moved $moved steps on from the dead replica, none from a live one"
+fi

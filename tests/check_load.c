@@ -21,7 +21,13 @@
  *     replies read back bit for bit (JSON, binary, mixed, either order)
  *     and a table of wrong ones refused with their messages; --verify
  *     over v2, and refused for a layer;
- *   - the CSV, JSON and SVG writers.
+ *   - the CSV, JSON and SVG writers;
+ *   - decode mode: the create and step bodies (members, and the tokens
+ *     bit for bit in each encoding), tokens a function of the session and
+ *     the position only, a step's reply checked against the float64
+ *     reference of the whole sequence (with and without rope) and the
+ *     wrong ones refused with their reasons, and the decode columns, JSON
+ *     and SVG panel.
  * No timings are asserted. */
 #include <check.h>
 #include <jansson.h>
@@ -36,8 +42,10 @@
 #include "client.h"
 #include "codec/buf.h"
 #include "codec/number.h"
+#include "decode.h"
 #include "gen.h"
 #include "hist.h"
+#include "ref.h"
 #include "report.h"
 #include "server_harness.h"
 #include "suite.h"
@@ -1256,6 +1264,273 @@ START_TEST(test_report_files) {
 }
 END_TEST
 
+/* ---- decode mode ----------------------------------------------------------
+ */
+
+/* Pre-projected sessions: E 16, 4 heads over 2 key/value heads (Dh 4),
+ * half rope, a timeout. */
+static const load_decode_shape_t dec_shape = {
+    .E = 16, .H = 4, .Hkv = 2, .rope = ATTN_ROPE_HALF, .timeout_ms = 250};
+
+static json_t *parse_text(const char *txt, size_t len) {
+  json_error_t je;
+  json_t *v = json_loadb(txt, len, JSON_REJECT_DUPLICATES, &je);
+  ck_assert_msg(v != NULL, "not JSON: %s: %.200s", je.text, txt);
+  return v;
+}
+
+START_TEST(test_decode_bodies) {
+  load_decode_shape_t s = dec_shape;
+  s.encoding = (attnd_form_t)_i;
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  load_decode_create_body(&s, &b);
+  ck_assert_str_eq(b.data, "{\"num_heads\":4,\"num_kv_heads\":2,\"head_dim\":4,"
+                           "\"rope\":{\"theta\":10000,\"style\":\"half\"}}");
+  b.len = 0;
+  s.rope = ATTN_ROPE_NONE;
+  load_decode_create_body(&s, &b);
+  ck_assert_str_eq(b.data,
+                   "{\"num_heads\":4,\"num_kv_heads\":2,\"head_dim\":4}");
+  load_decode_shape_t l = {.layer = "blocks.\"3\"", .E = 32, .H = 4, .Hkv = 4};
+  b.len = 0;
+  load_decode_create_body(&l, &b);
+  ck_assert_str_eq(b.data, "{\"layer\":\"blocks.\\\"3\\\"\"}");
+
+  /* a step: the rows of positions 5, 6, 7, bit for bit, and the members */
+  const uint64_t seed = load_decode_seed(1, 64, 2);
+  b.len = 0;
+  ck_assert_int_eq(load_decode_step_body(&s, seed, 5, 3, &b), 0);
+  json_t *v = parse_text(b.data, b.len);
+  int64_t wq, wk, wv;
+  load_decode_widths(&s, &wq, &wk, &wv);
+  ck_assert(wq == 16 && wk == 8 && wv == 8);
+  float q[3 * 16], k[3 * 8], vv[3 * 8];
+  for (int i = 0; i < 3; i++)
+    load_decode_row(&s, seed, 5 + i, q + i * 16, k + i * 8, vv + i * 8);
+  int64_t qdim[2] = {3, 16}, kdim[2] = {3, 8};
+  check_tensor(v, "query", q, 2, qdim, s.encoding, "step");
+  check_tensor(v, "key", k, 2, kdim, s.encoding, "step");
+  check_tensor(v, "value", vv, 2, kdim, s.encoding, "step");
+  ck_assert_int_eq(json_integer_value(json_object_get(v, "expected_length")),
+                   5);
+  ck_assert_int_eq(json_integer_value(json_object_get(v, "timeout_ms")), 250);
+  static const char *const api_enc[] = {"nested", "flat", "base64"};
+  json_t *ret = json_object_get(v, "return");
+  ck_assert_str_eq(json_string_value(json_object_get(ret, "encoding")),
+                   api_enc[_i]);
+  ck_assert(json_is_false(json_object_get(ret, "metrics")));
+  ck_assert_int_eq(json_object_size(v), 6);
+  json_decref(v);
+
+  /* a layer's step: only the hidden states */
+  l.encoding = s.encoding;
+  l.timeout_ms = 0;
+  b.len = 0;
+  ck_assert_int_eq(load_decode_step_body(&l, seed, 0, 2, &b), 0);
+  v = parse_text(b.data, b.len);
+  float h[2 * 32];
+  load_decode_widths(&l, &wq, &wk, &wv);
+  ck_assert(wq == 32 && wk == 0 && wv == 0);
+  for (int i = 0; i < 2; i++)
+    load_decode_row(&l, seed, i, h + i * 32, NULL, NULL);
+  int64_t hdim[2] = {2, 32};
+  check_tensor(v, "query", h, 2, hdim, s.encoding, "layer step");
+  ck_assert_ptr_null(json_object_get(v, "key"));
+  ck_assert_ptr_null(json_object_get(v, "value"));
+  ck_assert_ptr_null(json_object_get(v, "timeout_ms"));
+  ck_assert_int_eq(json_object_size(v), 3);
+  json_decref(v);
+  attnd_buf_free(&b);
+}
+END_TEST
+
+/* A token is a function of the session's seed and its position only. */
+START_TEST(test_decode_rows) {
+  float a[32], b2[32], c[32];
+  uint64_t s0 = load_decode_seed(1, 64, 0), s1 = load_decode_seed(1, 64, 1);
+  ck_assert(s0 != s1);
+  ck_assert(s0 != load_decode_seed(1, 65, 0) &&
+            s0 != load_decode_seed(2, 64, 0));
+  load_decode_row(&dec_shape, s0, 9, a, a + 16, a + 24);
+  load_decode_row(&dec_shape, s0, 9, b2, b2 + 16, b2 + 24);
+  ck_assert_int_eq(memcmp(a, b2, sizeof a), 0);
+  load_decode_row(&dec_shape, s0, 10, c, c + 16, c + 24);
+  ck_assert(memcmp(a, c, sizeof a) != 0);
+  load_decode_row(&dec_shape, s1, 9, c, c + 16, c + 24);
+  ck_assert(memcmp(a, c, sizeof a) != 0);
+  for (int i = 0; i < 32; i++)
+    ck_assert(a[i] >= -1 && a[i] < 1);
+}
+END_TEST
+
+/* The reply text of a step: {"id":null,"length":n,"output":T}. */
+static char *step_reply(int64_t length, const float *out, int64_t rows,
+                        int64_t cols, attnd_form_t enc) {
+  static const sh_form_t forms[] = {SH_NESTED, SH_FLAT, SH_BASE64};
+  int64_t dim[2] = {rows, cols};
+  json_t *v = json_pack("{s:n,s:I,s:o}", "id", "length", (json_int_t)length,
+                        "output", sh_floats_json(out, 2, dim, forms[enc]));
+  char *txt = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(v);
+  ck_assert_ptr_nonnull(txt);
+  return txt;
+}
+
+/* load_decode_verify against the float64 reference of the whole sequence
+ * (tests/ref.c): passes; a wrong length, a perturbed output and a layer's
+ * session fail, saying why. Loops over the encodings, with and without
+ * rope. */
+START_TEST(test_decode_verify) {
+  load_decode_shape_t s = dec_shape;
+  s.encoding = (attnd_form_t)(_i % 3);
+  s.rope = _i < 3 ? ATTN_ROPE_HALF : ATTN_ROPE_NONE;
+  const uint64_t seed = load_decode_seed(7, 70, 1);
+  const int64_t start = 70, n = 2, rows = start + n;
+  float *q = malloc((size_t)rows * 16 * sizeof *q);
+  float *k = malloc((size_t)rows * 8 * sizeof *k);
+  float *v = malloc((size_t)rows * 8 * sizeof *v);
+  for (int64_t i = 0; i < rows; i++)
+    load_decode_row(&s, seed, i, q + i * 16, k + i * 8, v + i * 8);
+  attn_params_t p = {.query = tu_t2(q + start * 16, n, 16),
+                     .key = tu_t2(k, rows, 8),
+                     .value = tu_t2(v, rows, 8),
+                     .num_heads = 4,
+                     .num_kv_heads = 2,
+                     .causal = ATTN_CAUSAL_BOTTOM_RIGHT,
+                     .rope = {.style = s.rope, .theta = 10000}};
+  ref_result_t ref;
+  ck_assert_int_eq(ref_attention(&p, &ref), 0);
+  float out[2 * 16];
+  for (int i = 0; i < 32; i++)
+    out[i] = (float)ref.out[i];
+  ref_result_free(&ref);
+
+  double e;
+  char why[256] = "";
+  char *txt = step_reply(rows, out, n, 16, s.encoding);
+  ck_assert_msg(load_decode_verify(&s, seed, start, n, txt, strlen(txt), 2, &e,
+                                   why, sizeof why) == 0,
+                "%s", why);
+  ck_assert_msg(e <= 1e-5, "relative error %g", e);
+  /* the same reply for tokens it is not: the check sees it */
+  ck_assert_int_eq(load_decode_verify(&s, seed, start - 1, n, txt, strlen(txt),
+                                      1, &e, why, sizeof why),
+                   -1);
+  ck_assert_str_eq(why, "reply length 72, expected 71");
+  free(txt);
+  txt = step_reply(rows - 1, out, n, 16, s.encoding);
+  ck_assert_int_eq(load_decode_verify(&s, seed, start, n, txt, strlen(txt), 1,
+                                      &e, why, sizeof why),
+                   -1);
+  ck_assert_str_eq(why, "reply length 71, expected 72");
+  free(txt);
+  out[17] += 0.05f;
+  txt = step_reply(rows, out, n, 16, s.encoding);
+  ck_assert_int_eq(load_decode_verify(&s, seed, start, n, txt, strlen(txt), 1,
+                                      &e, why, sizeof why),
+                   -1);
+  ck_assert_msg(e > LOAD_VERIFY_TOL && strstr(why, "relative error"), "%s",
+                why);
+  /* a different session's tokens: a different answer */
+  out[17] -= 0.05f;
+  ck_assert_int_eq(load_decode_verify(&s, load_decode_seed(7, 70, 2), start, n,
+                                      txt, strlen(txt), 1, &e, why, sizeof why),
+                   -1);
+  load_decode_shape_t l = {.layer = "demo", .E = 64, .H = 4, .Hkv = 4};
+  ck_assert_int_eq(load_decode_verify(&l, seed, start, n, txt, strlen(txt), 1,
+                                      &e, why, sizeof why),
+                   -1);
+  ck_assert_msg(strstr(why, "layer 'demo'") == why, "%s", why);
+  free(txt);
+  free(q);
+  free(k);
+  free(v);
+}
+END_TEST
+
+/* The decode columns of the CSV and the decode object of the JSON. */
+START_TEST(test_decode_report) {
+  load_result_t r[2];
+  memset(r, 0, sizeof r);
+  for (int i = 0; i < 2; i++) {
+    r[i].step = i + 1;
+    r[i].length = 256;
+    r[i].decode = 1;
+    r[i].dshape = dec_shape;
+    r[i].shape = (load_shape_t){.B = 1,
+                                .Lq = 1,
+                                .Lk = 256,
+                                .E = 16,
+                                .H = 4,
+                                .Hkv = 2,
+                                .causal = ATTN_CAUSAL_BOTTOM_RIGHT};
+    r[i].mode = LOAD_CLOSED;
+    r[i].concurrency = 1 + 3 * i;
+    r[i].sessions = 4;
+    r[i].steps = 8;
+    r[i].sent = r[i].ok = 44;
+    r[i].tokens_per_s = 1000;
+    r[i].recreated[LOAD_RECREATE_404] = 2;
+    r[i].recreated[LOAD_RECREATE_410] = i;
+    r[i].sessions_done = 4;
+    for (int k = 0; k < LOAD_NLAT; k++)
+      r[i].lat_ms[k] = 0.1 * (k + 1);
+    for (int k = 0; k < LOAD_NSRV; k++)
+      r[i].ttft_ms[k] = r[i].compute_ms[k] = 2.0 * (k + 1);
+    snprintf(r[i].codes[0].code, sizeof r[i].codes[0].code, "unknown_session");
+    r[i].codes[0].count = 2;
+    r[i].n_codes = 1;
+  }
+  char dir[] = "/tmp/check_load_XXXXXX", path[128], err[256];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/d.csv", dir);
+  ck_assert_int_eq(load_report_csv(path, r, 2, err, sizeof err), 0);
+  char *csv = slurp(path);
+  ck_assert_msg(
+      strstr(csv, ",workload,sessions,steps,create,rope,ttft_p50_ms,") != NULL,
+      "%.400s", csv);
+  ck_assert_msg(strstr(csv, ",decode,4,8,post,half,2.000,4.000,6.000,8.000,") !=
+                    NULL,
+                "%s", csv);
+  ck_assert_msg(strstr(csv, ",4,0,3,2,1,0,0\n") != NULL, "%s", csv);
+  free(csv);
+  unlink(path);
+
+  snprintf(path, sizeof path, "%s/d.json", dir);
+  ck_assert_int_eq(load_report_json(path, "http://x", r, 2, err, sizeof err),
+                   0);
+  json_error_t je;
+  json_t *doc = json_load_file(path, 0, &je);
+  ck_assert_msg(doc != NULL, "%s", je.text);
+  json_t *s1 = json_array_get(json_object_get(doc, "steps"), 1);
+  ck_assert_str_eq(json_string_value(json_object_get(s1, "workload")),
+                   "decode");
+  json_t *d = json_object_get(s1, "decode");
+  ck_assert_int_eq(json_integer_value(json_object_get(d, "recreated")), 3);
+  ck_assert_double_eq(
+      json_real_value(json_object_get(json_object_get(d, "ttft_ms"), "p99")),
+      6.0);
+  ck_assert_int_eq(
+      json_integer_value(json_object_get(
+          json_object_get(json_object_get(s1, "errors"), "by_code"),
+          "unknown_session")),
+      2);
+  json_decref(doc);
+  unlink(path);
+
+  snprintf(path, sizeof path, "%s/d.svg", dir);
+  ck_assert_int_eq(load_report_svg(path, "decode", r, 2, err, sizeof err), 0);
+  char *svg = slurp(path);
+  ck_assert_ptr_nonnull(strstr(svg, ">time to first token (prefill)</text>"));
+  ck_assert_ptr_nonnull(strstr(svg, ">decode throughput</text>"));
+  ck_assert_ptr_nonnull(strstr(svg, "width='1600'"));
+  free(svg);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -1294,6 +1569,13 @@ Suite *test_suite(void) {
 
   tc = tcase_create("report");
   tcase_add_test(tc, test_report_files);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("decode");
+  tcase_add_loop_test(tc, test_decode_bodies, 0, 3);
+  tcase_add_test(tc, test_decode_rows);
+  tcase_add_loop_test(tc, test_decode_verify, 0, 6);
+  tcase_add_test(tc, test_decode_report);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -22,7 +22,12 @@
  *   - v2 to a loaded layer (--model blocks.3): every request succeeds; to
  *     a model that is not loaded: every request a 404, counted as such;
  *   - --dump-body with v2: the file holds exactly the generator's bytes,
- *     and stdout the Inference-Header-Content-Length that goes with them.
+ *     and stdout the Inference-Header-Content-Length that goes with them;
+ *   - --mode decode: a sweep of prefill lengths by concurrencies, with
+ *     every request a success, the steps and the prefills verified, and
+ *     the decode columns, JSON and picture; a layer's sessions; sessions
+ *     deleted behind its back created again, counted, and carried to the
+ *     end with their checks passing; the options it refuses.
  * The v2 cases need a server that speaks /v2 (server/oip.c, http.c): they
  * fail, saying so, against one that does not.
  * No timings are asserted: only counts, orders and exit statuses. */
@@ -62,10 +67,9 @@ static const char *load_bin(void) {
   return "build/attnd-load";
 }
 
-/* Runs attnd-load with `args` (NULL-terminated), its output going to
- * `log_path`, for at most 120 s. Returns its exit status, or -1 when it
- * was killed or did not exit. */
-static int run_load(const char *const *args, const char *log_path) {
+/* Starts attnd-load with `args` (NULL-terminated), its output going to
+ * `log_path`. Returns its pid. */
+static pid_t spawn_load(const char *const *args, const char *log_path) {
   const char *bin = load_bin();
   const char *argv[64] = {bin};
   int argc = 1;
@@ -84,6 +88,12 @@ static int run_load(const char *const *args, const char *log_path) {
     execv(bin, (char *const *)argv);
     _exit(127);
   }
+  return pid;
+}
+
+/* Waits at most 120 s for attnd-load `pid`. Returns its exit status, or
+ * -1 when it was killed or did not exit. */
+static int wait_load(pid_t pid) {
   double deadline = sh_now() + 120;
   int st;
   while (waitpid(pid, &st, WNOHANG) == 0) {
@@ -95,6 +105,11 @@ static int run_load(const char *const *args, const char *log_path) {
     usleep(10000);
   }
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Runs attnd-load with `args` for at most 120 s: its exit status, or -1. */
+static int run_load(const char *const *args, const char *log_path) {
+  return wait_load(spawn_load(args, log_path));
 }
 
 static char *slurp(const char *path) {
@@ -171,6 +186,14 @@ static void csv_read(csv_t *c, const char *path) {
                   c->nrows + 1, n, c->ncols);
     c->nrows++;
   }
+}
+
+static const char *csv_str(const csv_t *c, int row, const char *col) {
+  for (int i = 0; i < c->ncols; i++)
+    if (strcmp(c->head[i], col) == 0)
+      return c->cell[row][i];
+  ck_abort_msg("no column %s in the CSV", col);
+  return "";
 }
 
 static double csv_num(const csv_t *c, int row, const char *col) {
@@ -539,6 +562,282 @@ START_TEST(test_v2_dump_body) {
 }
 END_TEST
 
+/* ---- decode mode ----------------------------------------------------------
+ */
+
+/* Writes a layer blocks.3 (torch's MHA, E 32, 4 heads) into a new
+ * directory, whose name goes into dir[0..64). */
+static void write_layer(char *dir, char *file) {
+  char msg[512];
+  snprintf(dir, 64, "/tmp/check_load_sweep_layer_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(file, 128, "%s/model.safetensors", dir);
+  lf_shape_t shape = {.E = 32, .H = 4, .bias = LF_BIAS_ALL};
+  const char *meta[] = {"num_heads", "4", NULL};
+  lf_weights_t w;
+  ck_assert_msg(lf_write(file, LF_TORCH_MHA, ATTND_ST_F32, "blocks.3.", &shape,
+                         9, meta, &w, msg, sizeof msg) == 0,
+                "%s", msg);
+  lf_weights_free(&w);
+}
+
+/* A decode sweep, two prefill lengths by two concurrencies, three sessions
+ * each: every session done, no error and no recreation, every request a
+ * success (create, prefill, steps, delete), the steps timed, the checks
+ * passed, the time to first token and the step latencies in order, and
+ * the decode figures in the JSON and the picture. Cases: pre-projected
+ * with GQA, half rope and base64 (steps verified); JSON tensors,
+ * interleaved rope, no steps and more connections than sessions (the
+ * prefills verified); a layer's sessions. */
+START_TEST(test_decode_sweep) {
+  static const char *const extra[3][16] = {
+      {"--kv-heads", "2", "--rope", "half", "--steps", "10", "--verify", "4",
+       "--concurrency", "1,3", NULL},
+      {"--encoding", "json", "--rope", "interleaved", "--steps", "0",
+       "--verify", "3", "--concurrency", "1,5", NULL},
+      {"--model", "blocks.3", "--steps", "6", "--concurrency", "1,2", NULL}};
+  static const int steps[3] = {10, 0, 6}, verified[3] = {4, 3, 0};
+  char dir[64], file[128];
+  const char *sargs[] = {"--layers", dir, NULL};
+  if (_i == 2)
+    write_layer(dir, file);
+  sh_server_t srv;
+  start(&srv, _i == 2 ? sargs : NULL);
+  scratch_t sc;
+  scratch_init(&sc);
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", srv.port);
+  const char *args[48] = {"--url",     url,     "--mode",     "decode",
+                          "--prefill", "32,96", "--sessions", "3",
+                          "--embed",   "32",    "--heads",    "4",
+                          "--out",     sc.dir,  "--quiet"};
+  int n = 15;
+  for (int i = 0; extra[_i][i]; i++)
+    args[n++] = extra[_i][i];
+  args[n] = NULL;
+  int st = run_load(args, sc.log);
+  char *log = slurp(sc.log);
+  ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
+
+  char path[160];
+  snprintf(path, sizeof path, "%s/attnd-load.csv", sc.dir);
+  csv_t c;
+  csv_read(&c, path);
+  ck_assert_int_eq(c.nrows, 4);
+  static const int64_t lens[4] = {32, 32, 96, 96};
+  static const char *const zero[] = {
+      "err_429",    "err_503",       "err_504",   "err_other", "err_transport",
+      "error_rate", "verify_failed", "abandoned", "recreated", "bad_replies"};
+  static const char *const lat[] = {"p50", "p90", "p99", "p999", "max"};
+  static const char *const ttft[] = {"p50", "p90", "p99", "max"};
+  for (int r = 0; r < 4; r++) {
+    ck_assert_str_eq(csv_str(&c, r, "workload"), "decode");
+    ck_assert_int_eq((int64_t)csv_num(&c, r, "length"), lens[r]);
+    ck_assert_int_eq((int64_t)csv_num(&c, r, "Lk"), lens[r]);
+    ck_assert_int_eq((int)csv_num(&c, r, "sessions"), 3);
+    ck_assert_int_eq((int)csv_num(&c, r, "steps"), steps[_i]);
+    ck_assert_int_eq((int)csv_num(&c, r, "sessions_done"), 3);
+    double sent = csv_num(&c, r, "sent"), ok = csv_num(&c, r, "ok");
+    ck_assert_msg(sent == 3 * (3 + steps[_i]) && ok == sent,
+                  "step %d: %g sent, %g ok\n%s", r + 1, sent, ok, log);
+    for (size_t k = 0; k < sizeof zero / sizeof zero[0]; k++)
+      ck_assert_msg(csv_num(&c, r, zero[k]) == 0, "step %d: %s is %g\n%s",
+                    r + 1, zero[k], csv_num(&c, r, zero[k]), log);
+    ck_assert_msg(csv_num(&c, r, "verified") == verified[_i],
+                  "step %d: %g verified\n%s", r + 1, csv_num(&c, r, "verified"),
+                  log);
+    ck_assert_msg(csv_num(&c, r, "ttft_p50_ms") > 0, "step %d", r + 1);
+    assert_ordered(&c, r, "ttft", ttft, 4);
+    if (steps[_i]) {
+      ck_assert_msg(csv_num(&c, r, "lat_p50_ms") > 0, "step %d", r + 1);
+      assert_ordered(&c, r, "lat", lat, 5);
+      ck_assert_msg(csv_num(&c, r, "tokens_per_s") > 0, "step %d", r + 1);
+      ck_assert_msg(csv_num(&c, r, "timed") == 3 * steps[_i],
+                    "step %d: %g steps timed", r + 1, csv_num(&c, r, "timed"));
+      ck_assert_msg(csv_num(&c, r, "compute_p50_ms") > 0, "step %d", r + 1);
+    }
+    ck_assert_str_eq(csv_str(&c, r, "projections"),
+                     _i == 2 ? "resident" : "none");
+  }
+  free(c.text);
+
+  snprintf(path, sizeof path, "%s/attnd-load.json", sc.dir);
+  json_error_t je;
+  json_t *doc = json_load_file(path, 0, &je);
+  ck_assert_msg(doc != NULL, "JSON: %s", je.text);
+  char target[96];
+  snprintf(target, sizeof target, "%s/v1/sessions", url);
+  ck_assert_str_eq(json_string_value(json_object_get(doc, "target")), target);
+  json_t *steps_j = json_object_get(doc, "steps");
+  ck_assert_int_eq(json_array_size(steps_j), 4);
+  json_t *d = json_object_get(json_array_get(steps_j, 3), "decode");
+  ck_assert_int_eq(json_integer_value(json_object_get(d, "prefill")), 96);
+  ck_assert_int_eq(json_integer_value(json_object_get(d, "sessions_done")), 3);
+  if (_i == 2)
+    ck_assert_str_eq(json_string_value(json_object_get(d, "layer")),
+                     "blocks.3");
+  json_decref(doc);
+  snprintf(path, sizeof path, "%s/attnd-load.svg", sc.dir);
+  char *svg = slurp(path);
+  ck_assert_ptr_nonnull(strstr(svg, ">time to first token (prefill)</text>"));
+  ck_assert_ptr_nonnull(strstr(svg, "<polyline"));
+  free(svg);
+  free(log);
+  scratch_free(&sc);
+  stop(&srv);
+  if (_i == 2) {
+    unlink(file);
+    rmdir(dir);
+  }
+}
+END_TEST
+
+/* One request over a raw socket (the harness's client records what it
+ * gets for docs/openapi.json, which does not describe the sessions): the
+ * reply, headers and body, into buf[0..cap). Returns its status, or 0. */
+static int raw_request(int port, const char *method, const char *path,
+                       char *buf, size_t cap) {
+  int fd = sh_connect(port);
+  if (fd < 0)
+    return 0;
+  char req[256];
+  int n = snprintf(req, sizeof req,
+                   "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "
+                   "close\r\n\r\n",
+                   method, path);
+  int st = sh_send_all(fd, req, (size_t)n) == 0 &&
+                   sh_recv_reply(fd, buf, cap, 5000) > 0
+               ? sh_raw_status(buf)
+               : 0;
+  close(fd);
+  return st;
+}
+
+/* The id of a session of the server's whose length is over `min`, into
+ * id[0..33); 0 when there is none. */
+static int long_session(int port, int64_t min, char *id) {
+  static char buf[1 << 16];
+  if (raw_request(port, "GET", "/v1/sessions?limit=100", buf, sizeof buf) !=
+      200)
+    return 0;
+  const char *body = strstr(buf, "\r\n\r\n");
+  json_t *v = body ? json_loads(body + 4, 0, NULL) : NULL;
+  int found = 0;
+  json_t *list = json_object_get(v, "sessions"), *s;
+  size_t i;
+  json_array_foreach(list, i, s) {
+    if (!found && json_integer_value(json_object_get(s, "length")) > min) {
+      snprintf(id, 33, "%s", json_string_value(json_object_get(s, "session")));
+      found = 1;
+    }
+  }
+  json_decref(v);
+  return found;
+}
+
+/* Sessions deleted behind attnd-load's back answer 404: each is created
+ * again, given its history, and goes on to the end; the recreations are
+ * counted as such and not as errors (but for the step that a deletion may
+ * catch computing, answered without a length), and the checks pass, the
+ * tokens being the same whatever served them. */
+START_TEST(test_decode_recreate) {
+  sh_server_t srv;
+  start(&srv, NULL);
+  scratch_t sc;
+  scratch_init(&sc);
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", srv.port);
+  const char *args[] = {"--url",     url,    "--mode",           "decode",
+                        "--prefill", "16",   "--sessions",       "2",
+                        "--steps",   "4000", "--concurrency",    "2",
+                        "--embed",   "32",   "--heads",          "4",
+                        "--verify",  "4",    "--max-error-rate", "0.01",
+                        "--out",     sc.dir, "--quiet",          NULL};
+  pid_t pid = spawn_load(args, sc.log);
+  int deleted = 0;
+  double deadline = sh_now() + 30;
+  while (deleted < 2 && sh_now() < deadline) {
+    char id[33], path[64];
+    /* each deletion of a session well into its steps */
+    if (!long_session(srv.port, 100 + 1000 * deleted, id)) {
+      usleep(2000);
+      continue;
+    }
+    char reply[1024];
+    snprintf(path, sizeof path, "/v1/sessions/%s", id);
+    ck_assert_int_eq(raw_request(srv.port, "DELETE", path, reply, sizeof reply),
+                     204);
+    deleted++;
+  }
+  int st = wait_load(pid);
+  char *log = slurp(sc.log);
+  ck_assert_msg(deleted == 2, "deleted %d sessions:\n%s", deleted, log);
+  ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
+  char path[160];
+  snprintf(path, sizeof path, "%s/attnd-load.csv", sc.dir);
+  csv_t c;
+  csv_read(&c, path);
+  ck_assert_int_eq(c.nrows, 1);
+  ck_assert_msg(
+      csv_num(&c, 0, "recreated_404") == 2 && csv_num(&c, 0, "recreated") == 2,
+      "%g recreated after a 404, %g in all:\n%s",
+      csv_num(&c, 0, "recreated_404"), csv_num(&c, 0, "recreated"), log);
+  ck_assert_int_eq((int)csv_num(&c, 0, "sessions_done"), 2);
+  ck_assert_int_eq((int)csv_num(&c, 0, "abandoned"), 0);
+  ck_assert_int_eq((int)csv_num(&c, 0, "verified"), 4);
+  double errors = csv_num(&c, 0, "err_other") + csv_num(&c, 0, "err_transport");
+  ck_assert_msg(errors <= 2 && csv_num(&c, 0, "bad_replies") == errors,
+                "%g errors, %g bad replies:\n%s", errors,
+                csv_num(&c, 0, "bad_replies"), log);
+  /* every step was done once in the end: 2 x 4000 */
+  ck_assert_msg(csv_num(&c, 0, "timed") >= 8000, "%g steps timed",
+                csv_num(&c, 0, "timed"));
+  free(c.text);
+  free(log);
+  scratch_free(&sc);
+  stop(&srv);
+}
+END_TEST
+
+/* What --mode decode refuses, and what request mode refuses of it: exit
+ * status 2 and a message naming the option. No server. */
+START_TEST(test_decode_usage) {
+  static const struct {
+    const char *args[10];
+    const char *msg;
+  } cases[] = {
+      {{"--sessions", "4", NULL}, "--sessions is an option of --mode decode"},
+      {{"--steps", "4", NULL}, "--steps is an option of --mode decode"},
+      {{"--mode", "decode", "--rate", "5", NULL},
+       "--rate is an option of --mode request"},
+      {{"--mode", "decode", "--duration", "5", NULL},
+       "--duration is an option of --mode request"},
+      {{"--mode", "decode", "--protocol", "v2", NULL},
+       "--mode decode: sessions are /v1's"},
+      {{"--mode", "decode", "--prefill", "8", "--lengths", "8", NULL},
+       "--prefill and --lengths are the same list"},
+      {{"--mode", "decode", "--model", "demo", "--verify", "1", NULL},
+       "--verify: model 'demo' is a layer"},
+      {{"--mode", "decode", "--model", "demo", "--rope", "half", NULL},
+       "--rope: layer 'demo' has its own rope"},
+      {{"--mode", "decode", "--embed", "30", "--heads", "4", NULL},
+       "--embed 30 is not a multiple of --heads 4"},
+      {{"--mode", "decode", "--create", "get", NULL},
+       "--create: unknown value 'get'"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    scratch_t sc;
+    scratch_init(&sc);
+    int st = run_load(cases[i].args, sc.log);
+    char *log = slurp(sc.log);
+    ck_assert_msg(st == 2 && strstr(log, cases[i].msg),
+                  "case %zu: exit %d, expected 2 and '%s':\n%s", i, st,
+                  cases[i].msg, log);
+    free(log);
+    scratch_free(&sc);
+  }
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -555,6 +854,12 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_v2_models);
   tcase_add_test(tc, test_v2_dump_body);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("decode");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, test_decode_sweep, 0, 3);
+  tcase_add_test(tc, test_decode_recreate);
+  tcase_add_test(tc, test_decode_usage);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -125,6 +125,64 @@ for (const { file, obj } of hpas)
     `HorizontalPodAutoscaler in ${file} scales Deployment ${dep?.metadata?.name}`,
   );
 
+// Ingresses (ingress-nginx): every backend a Service of the pods; the
+// session paths hashed by the id's first 16 hex digits, on a Service that
+// no round-robin path shares (ingress-nginx balances per Service), and a
+// step never sent again once sent; limits at least the ConfigMap's.
+const ann = (o, k) => o.metadata?.annotations?.[`nginx.ingress.kubernetes.io/${k}`];
+const paths = (o) => (o.spec?.rules ?? []).flatMap((r) => r.http?.paths ?? []);
+const bytes = (v) => {
+  const m = /^(\d+)([kKmMgG]?)$/.exec(String(v ?? ""));
+  return m ? Number(m[1]) * { "": 1, k: 1 << 10, m: 1 << 20, g: 1 << 30 }[m[2].toLowerCase()] : NaN;
+};
+const ingresses = find("Ingress");
+for (const { obj } of ingresses) {
+  const name = obj.metadata?.name;
+  for (const p of paths(obj)) {
+    const svc = find("Service", p.backend?.service?.name)[0]?.obj;
+    rule(
+      !!svc && matches(svc.spec?.selector, podLabels) && svc.spec.ports.some((sp) => sp.name === p.backend.service.port?.name),
+      `Ingress ${name} ${p.path}: Service ${p.backend?.service?.name} is defined, selects the pods, port ${p.backend?.service?.port?.name}`,
+    );
+  }
+  const body = bytes(ann(obj, "proxy-body-size")), max = bytes(env.ATTND_MAX_BODY_BYTES ?? "64M");
+  rule(body >= max, `Ingress ${name}: proxy-body-size ${ann(obj, "proxy-body-size")} >= ATTND_MAX_BODY_BYTES ${env.ATTND_MAX_BODY_BYTES}`);
+  rule(
+    Number(ann(obj, "proxy-read-timeout")) > longest,
+    `Ingress ${name}: proxy-read-timeout ${ann(obj, "proxy-read-timeout")} s > longest request ${longest} s`,
+  );
+}
+if (ingresses.length) {
+  const hashed = ingresses.filter(({ obj }) => ann(obj, "upstream-hash-by"));
+  rule(hashed.length === 1, `one Ingress hashes the session paths (found ${hashed.length})`);
+  const s = hashed[0]?.obj;
+  const sp = s ? paths(s) : [];
+  const by = ann(s, "upstream-hash-by");
+  const cap = /^\$(\d+)$/.exec(by ?? "");
+  rule(ann(s, "use-regex") === "true" && !!cap, `Ingress ${s?.metadata?.name}: use-regex, upstream-hash-by a capture of its path (${by})`);
+  // The path as ingress-nginx writes it, `location ~* "^PATH"`, and the key
+  // it gives: every request of a session, its fork's too, one key, its
+  // first 16 hex digits; nothing else of the API a session path.
+  const id = "0123456789abcdef" + "fedcba9876543210", fork = "0123456789abcdef" + "00112233aabbccdd";
+  const key = (uri) => {
+    for (const p of sp) {
+      const m = new RegExp("^" + p.path, "i").exec(uri);
+      if (m) return cap ? (m[Number(cap[1])] ?? "") : "";
+    }
+    return null;
+  };
+  const mine = [`/v1/sessions/${id}/attention`, `/v1/sessions/${id}`, `/v1/sessions/${id}/fork`, `/v1/sessions/${id}/truncate`, `/v1/sessions/${fork}/attention`];
+  const keys = new Set(mine.map(key));
+  rule(keys.size === 1 && keys.has(id.slice(0, 16)), `Ingress ${s?.metadata?.name}: a session's requests and its fork's all keyed ${[...keys].join(", ")}`);
+  const others = ["/v1/sessions", "/v1/attention", "/v1/sessions/abc/attention", "/healthz", "/v2/models/attention/infer"];
+  rule(others.every((u) => key(u) === null), `Ingress ${s?.metadata?.name}: no other path of the API matches (${others.join(" ")})`);
+  const next = String(ann(s, "proxy-next-upstream") ?? "error timeout").split(/\s+/);
+  rule(!next.includes("non_idempotent") && !next.includes("http_503"), `Ingress ${s?.metadata?.name}: a step is not sent again once sent (proxy-next-upstream ${next.join(" ")})`);
+  const hashedSvcs = new Set(sp.map((p) => p.backend?.service?.name));
+  const shared = ingresses.filter(({ obj }) => !ann(obj, "upstream-hash-by")).flatMap(({ obj }) => paths(obj)).filter((p) => hashedSvcs.has(p.backend?.service?.name));
+  rule(shared.length === 0, `the hashed Service(s) ${[...hashedSvcs]} serve no round-robin path${shared.length ? `: ${shared.map((p) => p.path)}` : ""}`);
+}
+
 // compose.yaml: the replicas' variables are attnd keys, a stop waits out the
 // drain, and the layers are on a read-only volume.
 if (compose) {

@@ -2,7 +2,9 @@
  *
  * Sweeps context lengths crossed with concurrencies (closed loop) or
  * arrival rates (open loop) against POST /v1/attention, the Open Inference
- * Protocol's POST /v2/models/{model}/infer, or any GET path;
+ * Protocol's POST /v2/models/{model}/infer, or any GET path; or, with
+ * --mode decode, prefill lengths crossed with concurrencies against
+ * KV-cache sessions (decode.h: a prefill, then one-token steps);
  * reports per step what was sent, what succeeded, the errors by kind,
  * throughput, client latency percentiles and the server's Server-Timing
  * percentiles; writes CSV, JSON and an SVG plot; exits non-zero when a
@@ -23,6 +25,7 @@
 
 #include "client.h"
 #include "codec/deflate.h"
+#include "decode.h"
 #include "gen.h"
 #include "report.h"
 #include "v2.h"
@@ -40,12 +43,14 @@ typedef struct list {
  * from it. */
 typedef struct opts {
   const char *base, *path, *out, *name, *dump_body, *model;
-  list_t lengths, concurrency, rate;
+  list_t lengths, concurrency, rate, prefill;
   int method, arrival, causal, key_lengths, weights, projections, encoding;
   int protocol, tensors, compress;
   int cross, quiet;
+  int workload, rope, create; /* --mode decode */
   int64_t connections, requests, batch, lq, lk, embed, heads, kv_heads;
   int64_t request_timeout_ms, seed, variants, verify, verify_threads;
+  int64_t sessions, steps;
   double warmup, duration, timeout, max_error_rate;
 
   /* derived */
@@ -53,8 +58,10 @@ typedef struct opts {
   char url[2048];
   int post;
   load_mode_t mode;
-  const list_t *load; /* concurrency or rate */
-  load_shape_t shape; /* Lq and Lk are set per length */
+  const list_t *load;         /* concurrency or rate */
+  load_shape_t shape;         /* Lq and Lk are set per length */
+  load_decode_shape_t dshape; /* --mode decode */
+  char base_url[2000];        /* --url without a trailing '/', within url[] */
 } opts_t;
 
 enum { O_FLAG, O_STR, O_NUM, O_INT, O_ENUM, O_LIST, O_INT_LIST };
@@ -70,6 +77,11 @@ static const char *const protocols[] = {"v1", "v2", NULL};
 static const char *const tensor_forms[] = {"binary", "json", NULL};
 /* in the order of attnd_coding_t */
 static const char *const compressions[] = {"none", "gzip", "deflate", NULL};
+enum { W_REQUEST, W_DECODE };
+static const char *const workloads[] = {"request", "decode", NULL};
+/* in the order of attn_rope_style_t */
+static const char *const ropes[] = {"none", "half", "interleaved", NULL};
+static const char *const creates[] = {"post", "put", NULL};
 
 /* Every option: its name, kind, destination, bounds, values, default and
  * help. The defaults are set by parsing `def` as if it had been given, and
@@ -90,10 +102,24 @@ typedef struct opt {
 static const opt_t options[] = {
     OPT("--url", "URL", O_STR, base, 0, 0, NULL, "http://127.0.0.1:8080",
         "attnd's base URL"),
+    OPT("--mode", "request|decode", O_ENUM, workload, 0, 0, workloads,
+        "request", "decode: KV-cache sessions, a prefill then one-token steps"),
+    OPT("--sessions", "N", O_INT, sessions, 1, 1 << 20, NULL, "8",
+        "decode: sessions per step of the sweep"),
+    OPT("--prefill", "L,...", O_INT_LIST, prefill, 1, 1 << 30, NULL, NULL,
+        "decode: prefill lengths to sweep (--lengths)"),
+    OPT("--steps", "S", O_INT, steps, 0, 1 << 30, NULL, "32",
+        "decode: one-token steps per session after its prefill"),
+    OPT("--rope", "none|half|interleaved", O_ENUM, rope, 0, 0, ropes, "none",
+        "decode: the pre-projected sessions' rope (theta 10000)"),
+    OPT("--create", "post|put", O_ENUM, create, 0, 0, creates, "post",
+        "decode: POST /v1/sessions, or PUT /v1/sessions/ID with IDs drawn "
+        "here"),
     OPT("--protocol", "v1|v2", O_ENUM, protocol, 0, 0, protocols, "v1",
         "v2: the Open Inference Protocol (KServe v2, Triton)"),
     OPT("--model", "NAME", O_STR, model, 0, 0, NULL, LOAD_V2_GENERIC,
-        "v2: attention (inline inputs) or a loaded layer's name"),
+        "v2: attention (inline inputs) or a loaded layer's name; decode: "
+        "a layer's sessions (pre-projected without)"),
     OPT("--tensors", "binary|json", O_ENUM, tensors, 0, 0, tensor_forms,
         "binary", "v2: tensors as binary data after the JSON, or JSON data"),
     OPT("--path", "PATH", O_STR, path, 0, 0, NULL, NULL,
@@ -169,8 +195,9 @@ static const opt_t options[] = {
 
 static void print_usage(FILE *f) {
   fprintf(f, "usage: attnd-load [options]\n"
-             "Sweeps every length with every concurrency (or rate); see "
-             "docs/load-testing.md.\n");
+             "Sweeps every length with every concurrency (or rate); with "
+             "--mode decode,\nevery prefill length with every concurrency. "
+             "See docs/load-testing.md.\n");
   for (size_t i = 0; i < NOPTS; i++) {
     char left[64];
     snprintf(left, sizeof left, "%s%s%s", options[i].name,
@@ -267,6 +294,73 @@ static int given_opt(const unsigned char *given, size_t off) {
   return 0;
 }
 
+/* With --mode decode: the options of request mode refused, the decode
+ * shape derived from the rest. */
+static int decode_args(opts_t *o, const unsigned char *given) {
+  static const size_t request_only[] = {
+      offsetof(opts_t, path),        offsetof(opts_t, method),
+      offsetof(opts_t, rate),        offsetof(opts_t, arrival),
+      offsetof(opts_t, connections), offsetof(opts_t, warmup),
+      offsetof(opts_t, duration),    offsetof(opts_t, requests),
+      offsetof(opts_t, batch),       offsetof(opts_t, lq),
+      offsetof(opts_t, lk),          offsetof(opts_t, causal),
+      offsetof(opts_t, key_lengths), offsetof(opts_t, weights),
+      offsetof(opts_t, projections), offsetof(opts_t, cross),
+      offsetof(opts_t, variants),    offsetof(opts_t, dump_body),
+      offsetof(opts_t, tensors),     offsetof(opts_t, compress)};
+  for (size_t k = 0; k < sizeof request_only / sizeof request_only[0]; k++)
+    if (given_opt(given, request_only[k]))
+      return bad("%s is an option of --mode request%s",
+                 opt_name(request_only[k]), "");
+  if (o->protocol != LOAD_V1)
+    return bad("--mode decode: sessions are /v1's (POST /v1/sessions); "
+               "--protocol v2 has none%s%s",
+               "", "");
+  if (given_opt(given, offsetof(opts_t, prefill)) &&
+      given_opt(given, offsetof(opts_t, lengths)))
+    return bad("--prefill and --lengths are the same list in --mode decode: "
+               "give one%s%s",
+               "", "");
+  if (!given_opt(given, offsetof(opts_t, prefill)))
+    o->prefill = o->lengths;
+  const char *layer =
+      given_opt(given, offsetof(opts_t, model)) ? o->model : NULL;
+  if (layer && o->rope != ATTN_ROPE_NONE)
+    return bad("--rope: layer '%s' has its own rope%s", layer, "");
+  if (layer && o->verify)
+    return bad("--verify: model '%s' is a layer, whose weights are on the "
+               "server; only pre-projected sessions (no --model) can be "
+               "verified%s",
+               layer, "");
+  int64_t Hkv = o->kv_heads ? o->kv_heads : o->heads;
+  load_shape_t check = {
+      .B = 1, .Lq = 1, .Lk = 1, .E = o->embed, .H = o->heads, .Hkv = Hkv};
+  char err[512];
+  if (load_gen_check(&check, err, sizeof err) < 0)
+    return bad("%s%s", err, "");
+  o->dshape = (load_decode_shape_t){.layer = layer,
+                                    .E = o->embed,
+                                    .H = o->heads,
+                                    .Hkv = Hkv,
+                                    .rope = (attn_rope_style_t)o->rope,
+                                    .encoding = (attnd_form_t)o->encoding,
+                                    .timeout_ms = o->request_timeout_ms};
+  o->shape = (load_shape_t){.B = 1,
+                            .Lq = 1,
+                            .E = o->embed,
+                            .H = o->heads,
+                            .Hkv = Hkv,
+                            .causal = ATTN_CAUSAL_BOTTOM_RIGHT,
+                            .encoding = (attnd_form_t)o->encoding,
+                            .timeout_ms = o->request_timeout_ms,
+                            .protocol = LOAD_V1,
+                            .model = layer};
+  o->mode = LOAD_CLOSED;
+  o->load = &o->concurrency;
+  snprintf(o->url, sizeof o->url, "%s/v1/sessions", o->base_url); /* reports */
+  return 0;
+}
+
 /* Parses the command line into `o`, then derives the rest. */
 static int parse_args(int argc, char **argv, opts_t *o) {
   *o = (opts_t){.method = -1};
@@ -295,6 +389,24 @@ static int parse_args(int argc, char **argv, opts_t *o) {
       return -1;
   }
 
+  if (o->verify_threads == 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    o->verify_threads = c > 0 ? c : 1;
+  }
+  size_t bl = strlen(o->base);
+  while (bl && o->base[bl - 1] == '/')
+    bl--;
+  snprintf(o->base_url, sizeof o->base_url, "%.*s", (int)bl, o->base);
+  if (o->workload == W_DECODE)
+    return decode_args(o, given);
+  static const size_t decode_only[] = {
+      offsetof(opts_t, sessions), offsetof(opts_t, prefill),
+      offsetof(opts_t, steps), offsetof(opts_t, rope),
+      offsetof(opts_t, create)};
+  for (size_t k = 0; k < sizeof decode_only / sizeof decode_only[0]; k++)
+    if (given_opt(given, decode_only[k]))
+      return bad("%s is an option of --mode decode%s", opt_name(decode_only[k]),
+                 "");
   if (o->rate.n && given_opt(given, offsetof(opts_t, concurrency)))
     return bad("--rate and --concurrency exclude each other%s%s", "", "");
   /* the options of one protocol are refused with the other */
@@ -322,14 +434,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   o->post = o->method == 1;
   if (o->requests)
     o->duration = 0;
-  if (o->verify_threads == 0) {
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
-    o->verify_threads = c > 0 ? c : 1;
-  }
-  size_t bl = strlen(o->base);
-  while (bl && o->base[bl - 1] == '/')
-    bl--;
-  snprintf(o->url, sizeof o->url, "%.*s%s", (int)bl, o->base, o->path);
+  snprintf(o->url, sizeof o->url, "%s%s", o->base_url, o->path);
   o->shape = (load_shape_t){.B = o->batch,
                             .Lq = 1,
                             .Lk = 1,
@@ -502,6 +607,108 @@ static int run_step(const opts_t *o, const load_shape_t *s, int64_t length,
   return 0;
 }
 
+/* ---- one decode step ----------------------------------------------------- */
+
+typedef struct decode_progress {
+  const char *what;
+  int sessions;
+} decode_progress_t;
+
+static void on_decode_progress(const load_decode_stats_t *st, double t,
+                               void *arg) {
+  const decode_progress_t *p = arg;
+  fprintf(stderr,
+          "\r\033[K%s: %.1f s, %lld/%d sessions done, %lld steps, %lld "
+          "errors, %lld recreated",
+          p->what, t, (long long)st->sessions_done, p->sessions,
+          (long long)st->steps_ok, (long long)load_decode_errors(st),
+          (long long)(st->recreated[0] + st->recreated[1] + st->recreated[2]));
+  fflush(stderr);
+}
+
+/* Checks the step replies kept in `st` against the core. */
+static void verify_decode(const opts_t *o, int64_t L,
+                          const load_decode_stats_t *st, load_result_t *res) {
+  res->verify_max_err = 0;
+  for (int i = 0; i < st->n_kept; i++) {
+    const load_decode_kept_t *k = &st->kept[i];
+    char why[512];
+    double e = INFINITY;
+    int ok =
+        load_decode_verify(&o->dshape, load_decode_seed(o->seed, L, k->session),
+                           k->start, k->n, k->body, k->len,
+                           (int)o->verify_threads, &e, why, sizeof why) == 0;
+    res->verified += ok;
+    res->verify_failed += !ok;
+    if (!(e <= res->verify_max_err))
+      res->verify_max_err = e;
+    if (!ok)
+      fprintf(stderr,
+              "attnd-load: step %d: verify: session %d, tokens %lld..%lld: "
+              "%s\n",
+              res->step, k->session, (long long)k->start,
+              (long long)(k->start + k->n - 1), why);
+  }
+  if (st->n_kept < o->verify) {
+    fprintf(stderr,
+            "attnd-load: step %d: verify: only %d of %d step replies to "
+            "check\n",
+            res->step, st->n_kept, (int)o->verify);
+    res->verify_failed += (int)o->verify - st->n_kept;
+  }
+}
+
+static int run_decode_step(const opts_t *o, int64_t L, int c,
+                           load_result_t *res) {
+  load_decode_stats_t st;
+  if (load_decode_stats_init(&st) < 0) {
+    fprintf(stderr, "attnd-load: out of memory\n");
+    return -1;
+  }
+  res->decode = 1;
+  res->mode = LOAD_CLOSED;
+  res->concurrency = c;
+  res->dshape = o->dshape;
+  res->sessions = (int)o->sessions;
+  res->steps = o->steps;
+  res->put = o->create == 1;
+  res->shape = o->shape;
+  res->shape.Lk = L;
+  char what[96];
+  snprintf(what, sizeof what, "step %d prefill=%lld c=%d", res->step,
+           (long long)L, c);
+  decode_progress_t pr = {what, (int)o->sessions};
+  int tty = !o->quiet && isatty(2);
+  load_decode_run_t run = {.base = o->base_url,
+                           .shape = &o->dshape,
+                           .put = res->put,
+                           .sessions = (int)o->sessions,
+                           .prefill = L,
+                           .steps = o->steps,
+                           .concurrency = c,
+                           .timeout_s = o->timeout,
+                           .seed = (uint64_t)o->seed,
+                           .verify = (int)o->verify,
+                           .progress = tty ? on_decode_progress : NULL,
+                           .progress_arg = &pr};
+  char err[512];
+  int rc = load_decode_run(&run, &st, err, sizeof err);
+  if (tty)
+    fprintf(stderr, "\r\033[K");
+  if (rc < 0) {
+    fprintf(stderr, "attnd-load: %s: %s\n", what, err);
+    load_decode_stats_free(&st);
+    return -1;
+  }
+  load_result_fill_decode(res, &st);
+  if (o->verify)
+    verify_decode(o, L, &st, res);
+  load_decode_stats_free(&st);
+  if (!o->quiet)
+    load_report_line(stderr, res);
+  return 0;
+}
+
 static int write_file(const char *path, const char *data, size_t len) {
   FILE *f = fopen(path, "wb");
   if (f == NULL)
@@ -514,22 +721,37 @@ int main(int argc, char **argv) {
   opts_t o;
   if (parse_args(argc, argv, &o) < 0)
     return 2;
-  const int post = o.post;
+  const int post = o.post, decode = o.workload == W_DECODE;
   signal(SIGPIPE, SIG_IGN);
   if (curl_global_init(CURL_GLOBAL_ALL) != 0)
     return fprintf(stderr, "attnd-load: curl_global_init failed\n"), 2;
 
   /* without bodies, lengths mean nothing: one step per load point */
-  int n_len = post ? o.lengths.n : 1;
+  int n_len = decode ? o.prefill.n : post ? o.lengths.n : 1;
   int cap = n_len * o.load->n, n = 0, rc = 0;
   load_result_t *res = calloc((size_t)cap, sizeof *res);
   if (res == NULL)
     return fprintf(stderr, "attnd-load: out of memory\n"), 2;
-  if (!o.quiet && !o.dump_body)
+  if (!o.quiet && decode)
+    fprintf(stderr,
+            "attnd-load: decode %s/v1/sessions, %lld sessions a step, each a "
+            "prefill and %lld one-token steps, closed loop\n",
+            o.base_url, (long long)o.sessions, (long long)o.steps);
+  else if (!o.quiet && !o.dump_body)
     fprintf(stderr, "attnd-load: %s %s, %s loop, %g s warm-up + %s per step\n",
             methods[o.method], o.url, o.mode == LOAD_CLOSED ? "closed" : "open",
             o.warmup, o.duration > 0 ? "a window" : "a request count");
-  for (int li = 0; li < n_len && rc == 0; li++) {
+  for (int li = 0; decode && li < n_len && rc == 0; li++)
+    for (int ci = 0; ci < o.load->n && rc == 0; ci++) {
+      load_result_t *r = &res[n];
+      r->step = n + 1;
+      r->length = (int64_t)o.prefill.v[li];
+      if (run_decode_step(&o, r->length, (int)o.load->v[ci], r) < 0)
+        rc = 2;
+      else
+        n++;
+    }
+  for (int li = 0; !decode && li < n_len && rc == 0; li++) {
     int64_t L = post ? (int64_t)o.lengths.v[li] : 0;
     load_shape_t s = o.shape;
     s.Lq = o.lq ? o.lq : L;
@@ -574,8 +796,23 @@ int main(int argc, char **argv) {
 
   char path[4096], err[512], title[2560];
   mkdir(o.out, 0777); /* may exist; a real failure shows when writing */
-  snprintf(title, sizeof title, "attnd-load: %s %s", methods[o.method], o.url);
-  if (post)
+  if (decode)
+    snprintf(title, sizeof title,
+             "attnd-load --mode decode: %s/v1/sessions, %lld sessions x %lld "
+             "steps, %s%s%s",
+             o.base_url, (long long)o.sessions, (long long)o.steps,
+             o.dshape.layer ? "layer " : "",
+             o.dshape.layer ? o.dshape.layer : "",
+             o.dshape.layer ? "" : "pre-projected");
+  else
+    snprintf(title, sizeof title, "attnd-load: %s %s", methods[o.method],
+             o.url);
+  if (decode && !o.dshape.layer)
+    snprintf(title + strlen(title), sizeof title - strlen(title),
+             " E=%lld H=%lld Hkv=%lld, rope %s, %s", (long long)o.dshape.E,
+             (long long)o.dshape.H, (long long)o.dshape.Hkv, ropes[o.rope],
+             load_enc_name(o.dshape.encoding));
+  else if (post)
     snprintf(title + strlen(title), sizeof title - strlen(title),
              ", B=%lld E=%lld H=%lld Hkv=%lld, causal %s, %s%s%s%s",
              (long long)o.shape.B, (long long)o.shape.E, (long long)o.shape.H,
@@ -599,12 +836,17 @@ int main(int argc, char **argv) {
     printf("wrote %s/%s.{csv,json,svg}\n", o.out, o.name);
   }
   for (int i = 0; i < n && rc == 0; i++)
-    if (res[i].error_rate > o.max_error_rate || res[i].verify_failed) {
+    if (res[i].error_rate > o.max_error_rate || res[i].verify_failed ||
+        res[i].abandoned) {
       fprintf(stderr,
               "attnd-load: step %d failed: error rate %.4g (--max-error-rate "
-              "%g), %d replies wrong\n",
+              "%g), %d replies wrong",
               res[i].step, res[i].error_rate, o.max_error_rate,
               res[i].verify_failed);
+      if (res[i].decode)
+        fprintf(stderr, ", %lld sessions abandoned",
+                (long long)res[i].abandoned);
+      fprintf(stderr, "\n");
       rc = 1;
     }
   free(res);

@@ -48,6 +48,68 @@ void load_result_fill(load_result_t *r, const load_stats_t *st) {
   snprintf(r->first_error, sizeof r->first_error, "%s", st->first_error);
 }
 
+void load_result_fill_decode(load_result_t *r, const load_decode_stats_t *st) {
+  r->sent = st->sent;
+  r->ok = st->ok;
+  r->s429 = st->status[429];
+  r->s503 = st->status[503];
+  r->s504 = st->status[504];
+  r->transport = st->transport;
+  r->timeouts = st->timeouts;
+  /* the 404, 410 and 409 that made a session be created again are not
+   * errors: they are in recreated */
+  r->other =
+      load_decode_errors(st) - r->s429 - r->s503 - r->s504 - r->transport;
+  r->n_statuses = 0;
+  for (int s = 0; s < LOAD_STATUS_MAX && r->n_statuses < 8; s++)
+    if (st->status[s]) {
+      r->statuses[r->n_statuses][0] = s;
+      r->statuses[r->n_statuses++][1] = st->status[s];
+    }
+  r->error_rate =
+      st->sent ? (double)load_decode_errors(st) / (double)st->sent : 0;
+  r->elapsed_s = st->elapsed_s;
+  double t = st->elapsed_s > 0 ? st->elapsed_s : 1;
+  r->rps = (double)st->ok / t;
+  r->tokens_per_s =
+      st->decode_span_s > 0 ? st->decode_tokens / st->decode_span_s : 0;
+  r->prefill_tokens_per_s = st->prefill_tokens / t;
+  r->gflops = 0;
+  r->cpu_pct = 100.0 * st->cpu_s / t;
+  for (int i = 0; i < LOAD_NLAT; i++)
+    r->lat_ms[i] = (double)load_hist_percentile(st->step, lat_pct[i]) / 1e3;
+  r->lat_mean_ms = load_hist_mean(st->step) / 1e3;
+  r->timed = st->timed;
+  for (int i = 0; i < LOAD_NSRV; i++) {
+    r->queue_ms[i] = (double)load_hist_percentile(st->queue, srv_pct[i]) / 1e3;
+    r->compute_ms[i] =
+        (double)load_hist_percentile(st->compute, srv_pct[i]) / 1e3;
+    r->total_ms[i] = 0;
+    r->ttft_ms[i] = (double)load_hist_percentile(st->ttft, srv_pct[i]) / 1e3;
+  }
+  r->ttft_mean_ms = load_hist_mean(st->ttft) / 1e3;
+  r->create_p50_ms = (double)load_hist_percentile(st->create, 50) / 1e3;
+  r->sessions_done = st->sessions_done;
+  r->abandoned = st->abandoned;
+  r->bad_replies = st->bad_replies;
+  for (int i = 0; i < LOAD_NRECREATE; i++)
+    r->recreated[i] = st->recreated[i];
+  r->n_codes = st->n_codes;
+  for (int i = 0; i < st->n_codes; i++) {
+    snprintf(r->codes[i].code, sizeof r->codes[i].code, "%s",
+             st->codes[i].code);
+    r->codes[i].count = st->codes[i].count;
+  }
+  snprintf(r->first_error, sizeof r->first_error, "%s", st->first_error);
+}
+
+static int64_t recreated_of(const load_result_t *r) {
+  int64_t n = 0;
+  for (int i = 0; i < LOAD_NRECREATE; i++)
+    n += r->recreated[i];
+  return n;
+}
+
 static int64_t errors_of(const load_result_t *r) {
   return r->s429 + r->s503 + r->s504 + r->other + r->transport;
 }
@@ -75,8 +137,43 @@ static void si(double v, char *buf, size_t n) {
            v, suf[k]);
 }
 
+/* A decode step's line: sessions, errors, recreations, time to first
+ * token, step latency and tokens per second. */
+static void decode_line(FILE *f, const load_result_t *r) {
+  char tok[16];
+  si(r->tokens_per_s, tok, sizeof tok);
+  fprintf(f,
+          "step %d prefill=%lld c=%d: %d sessions x %lld steps, %lld/%lld "
+          "done, %lld abandoned; %lld/%lld requests ok, %lld errors (429: "
+          "%lld, 503: %lld, 504: %lld, other: %lld, transport: %lld), "
+          "%lld recreated (404: %lld, 410: %lld, 409: %lld) | ttft ms p50 "
+          "%.3g p99 %.3g | step ms p50 %.3g p99 %.3g max %.3g | %s tok/s",
+          r->step, (long long)r->length, r->concurrency, r->sessions,
+          (long long)r->steps, (long long)r->sessions_done,
+          (long long)r->sessions, (long long)r->abandoned, (long long)r->ok,
+          (long long)r->sent, (long long)errors_of(r), (long long)r->s429,
+          (long long)r->s503, (long long)r->s504, (long long)r->other,
+          (long long)r->transport, (long long)recreated_of(r),
+          (long long)r->recreated[LOAD_RECREATE_404],
+          (long long)r->recreated[LOAD_RECREATE_410],
+          (long long)r->recreated[LOAD_RECREATE_409], r->ttft_ms[0],
+          r->ttft_ms[2], r->lat_ms[0], r->lat_ms[2], r->lat_ms[4], tok);
+  if (r->timed)
+    fprintf(f, " | server queue p50 %.3g compute p50 %.3g", r->queue_ms[0],
+            r->compute_ms[0]);
+  if (r->verified || r->verify_failed)
+    fprintf(f, " | verify %d/%d", r->verified, r->verified + r->verify_failed);
+  fprintf(f, "\n");
+  if (r->first_error[0])
+    fprintf(f, "  first error: %s\n", r->first_error);
+}
+
 void load_report_line(FILE *f, const load_result_t *r) {
   char lab[32], rps[16], tok[16];
+  if (r->decode) {
+    decode_line(f, r);
+    return;
+  }
   load_label(r, lab, sizeof lab);
   si(r->rps, rps, sizeof rps);
   si(r->tokens_per_s, tok, sizeof tok);
@@ -103,7 +200,34 @@ void load_report_line(FILE *f, const load_result_t *r) {
     fprintf(f, "  first transport error: %s\n", r->first_error);
 }
 
+/* The table of decode steps. */
+static void decode_table(FILE *f, const load_result_t *r, int n) {
+  fprintf(f,
+          "%4s %7s %5s %8s %6s %7s %6s %6s %9s %9s %8s %8s %8s %8s %9s "
+          "%9s %5s\n",
+          "step", "prefill", "c", "sessions", "steps", "ok", "errors", "recrt",
+          "ttft_p50", "ttft_p99", "p50_ms", "p90_ms", "p99_ms", "max_ms",
+          "tok/s", "comp_p50", "cpu%");
+  for (int i = 0; i < n; i++) {
+    const load_result_t *x = &r[i];
+    char tok[16];
+    si(x->tokens_per_s, tok, sizeof tok);
+    fprintf(f,
+            "%4d %7lld %5d %8d %6lld %7lld %6lld %6lld %9.3g %9.3g %8.3g "
+            "%8.3g %8.3g %8.3g %9s %9.3g %5.0f\n",
+            x->step, (long long)x->length, x->concurrency, x->sessions,
+            (long long)x->steps, (long long)x->ok, (long long)errors_of(x),
+            (long long)recreated_of(x), x->ttft_ms[0], x->ttft_ms[2],
+            x->lat_ms[0], x->lat_ms[1], x->lat_ms[2], x->lat_ms[4], tok,
+            x->compute_ms[0], x->cpu_pct);
+  }
+}
+
 void load_report_table(FILE *f, const load_result_t *r, int n) {
+  if (n > 0 && r[0].decode) {
+    decode_table(f, r, n);
+    return;
+  }
   fprintf(f,
           "%4s %6s %10s %7s %7s %6s %5s %9s %9s %8s %8s %8s %8s %8s %8s "
           "%9s %9s %5s\n",
@@ -168,17 +292,23 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
   for (int k = 0; k < 3; k++)
     for (int i = 0; i < LOAD_NSRV; i++)
       fprintf(f, ",%s_%s_ms", srv[k], load_srv_names[i]);
-  fprintf(f, ",client_cpu_pct,verified,verify_failed,verify_max_err\n");
+  fprintf(f, ",client_cpu_pct,verified,verify_failed,verify_max_err,"
+             "workload,sessions,steps,create,rope,ttft_p50_ms,ttft_p90_ms,"
+             "ttft_p99_ms,ttft_max_ms,ttft_mean_ms,create_p50_ms,"
+             "prefill_tokens_per_s,sessions_done,abandoned,recreated,"
+             "recreated_404,recreated_410,recreated_409,bad_replies\n");
   for (int j = 0; j < n; j++) {
     const load_result_t *x = &r[j];
     const load_shape_t *s = &x->shape;
     fprintf(f, "%d,%lld,", x->step, (long long)x->length);
-    if (x->attention) {
+    if (x->attention || x->decode) {
       fprintf(f, "%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%s,%s,%s,%s,",
               (long long)s->B, (long long)s->Lq, (long long)s->Lk,
               (long long)s->E, (long long)s->H, (long long)s->Hkv,
               load_causal_name(s->causal), s->key_lengths ? "random" : "none",
-              load_weights_name(s->weights), load_projections_name(s),
+              load_weights_name(s->weights),
+              x->decode ? (x->dshape.layer ? "resident" : "none")
+                        : load_projections_name(s),
               load_tensors_name(s), load_protocol_name(s->protocol));
       csv_cell(f, s->model ? s->model : "");
       fprintf(f, ",%s,", load_compress_name(s->compress));
@@ -201,8 +331,24 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
     for (int k = 0; k < 3; k++)
       for (int i = 0; i < LOAD_NSRV; i++)
         fprintf(f, ",%.3f", sv[k][i]);
-    fprintf(f, ",%.1f,%d,%d,%.3g\n", x->cpu_pct, x->verified, x->verify_failed,
+    fprintf(f, ",%.1f,%d,%d,%.3g,", x->cpu_pct, x->verified, x->verify_failed,
             x->verify_max_err);
+    if (!x->decode) {
+      fprintf(f, "request,,,,,,,,,,,,,,,,,,\n");
+      continue;
+    }
+    static const char *const ropes[] = {"none", "half", "interleaved"};
+    fprintf(f, "decode,%d,%lld,%s,%s", x->sessions, (long long)x->steps,
+            x->put ? "put" : "post", ropes[x->dshape.rope]);
+    for (int i = 0; i < LOAD_NSRV; i++)
+      fprintf(f, ",%.3f", x->ttft_ms[i]);
+    fprintf(f, ",%.3f,%.3f,%.6g,%lld,%lld,%lld", x->ttft_mean_ms,
+            x->create_p50_ms, x->prefill_tokens_per_s,
+            (long long)x->sessions_done, (long long)x->abandoned,
+            (long long)recreated_of(x));
+    for (int i = 0; i < LOAD_NRECREATE; i++)
+      fprintf(f, ",%lld", (long long)x->recreated[i]);
+    fprintf(f, ",%lld\n", (long long)x->bad_replies);
   }
   if (fclose(f) != 0)
     return io_fail(err, en, path);
@@ -224,7 +370,7 @@ static json_t *step_json(const load_result_t *x) {
                         x->mode == LOAD_CLOSED ? "closed" : "open",
                         "concurrency", x->concurrency, "rate", x->rate,
                         "window_s", x->window_s, "elapsed_s", x->elapsed_s);
-  if (x->attention) {
+  if (x->attention || x->decode) {
     const load_shape_t *s = &x->shape;
     json_t *sh = json_pack(
         "{s:I,s:I,s:I,s:I,s:I,s:I,s:s,s:s,s:s,s:s,s:s,s:I,s:s,s:s}", "B",
@@ -232,7 +378,9 @@ static json_t *step_json(const load_result_t *x) {
         (json_int_t)s->E, "H", (json_int_t)s->H, "Hkv", (json_int_t)s->Hkv,
         "causal", load_causal_name(s->causal), "key_lengths",
         s->key_lengths ? "random" : "none", "weights",
-        load_weights_name(s->weights), "projections", load_projections_name(s),
+        load_weights_name(s->weights), "projections",
+        x->decode ? (x->dshape.layer ? "resident" : "none")
+                  : load_projections_name(s),
         "encoding", load_tensors_name(s), "timeout_ms",
         (json_int_t)s->timeout_ms, "protocol", load_protocol_name(s->protocol),
         "compress", load_compress_name(s->compress));
@@ -275,8 +423,37 @@ static json_t *step_json(const load_result_t *x) {
       json_pack("{s:i,s:i,s:f}", "passed", x->verified, "failed",
                 x->verify_failed, "max_rel_err",
                 isfinite(x->verify_max_err) ? x->verify_max_err : -1.0));
+  json_object_set_new(o, "workload",
+                      json_string(x->decode ? "decode" : "request"));
+  if (x->decode) {
+    json_t *codes = json_object();
+    for (int i = 0; i < x->n_codes; i++)
+      json_object_set_new(codes, x->codes[i].code,
+                          json_integer(x->codes[i].count));
+    json_object_set_new(json_object_get(o, "errors"), "by_code", codes);
+    json_t *ttft = pct_object(load_srv_names, x->ttft_ms, LOAD_NSRV);
+    json_object_set_new(ttft, "mean", json_real(x->ttft_mean_ms));
+    static const char *const ropes[] = {"none", "half", "interleaved"};
+    json_t *d = json_pack(
+        "{s:i,s:I,s:I,s:s,s:s,s:o,s:f,s:f,s:f,s:I,s:I,s:I,s:{s:I,s:I,s:I},"
+        "s:I}",
+        "sessions", x->sessions, "prefill", (json_int_t)x->length, "steps",
+        (json_int_t)x->steps, "create", x->put ? "put" : "post", "rope",
+        ropes[x->dshape.rope], "ttft_ms", ttft, "create_p50_ms",
+        x->create_p50_ms, "decode_tokens_per_s", x->tokens_per_s,
+        "prefill_tokens_per_s", x->prefill_tokens_per_s, "sessions_done",
+        (json_int_t)x->sessions_done, "abandoned", (json_int_t)x->abandoned,
+        "recreated", (json_int_t)recreated_of(x), "recreated_by", "404",
+        (json_int_t)x->recreated[LOAD_RECREATE_404], "410",
+        (json_int_t)x->recreated[LOAD_RECREATE_410], "409",
+        (json_int_t)x->recreated[LOAD_RECREATE_409], "bad_replies",
+        (json_int_t)x->bad_replies);
+    if (x->dshape.layer)
+      json_object_set_new(d, "layer", json_string(x->dshape.layer));
+    json_object_set_new(o, "decode", d);
+  }
   if (x->first_error[0])
-    json_object_set_new(o, "first_transport_error",
+    json_object_set_new(o, x->decode ? "first_error" : "first_transport_error",
                         json_string(x->first_error));
   return o;
 }
@@ -335,6 +512,12 @@ static double v_queue(const load_result_t *r) {
 static double v_compute(const load_result_t *r) {
   return r->compute_ms[0];
 }
+static double v_ttft50(const load_result_t *r) {
+  return r->ttft_ms[0];
+}
+static double v_ttft99(const load_result_t *r) {
+  return r->ttft_ms[2];
+}
 
 /* A log-scaled axis from lo to hi (both > 0), over pixels a..b. */
 typedef struct axis {
@@ -375,7 +558,8 @@ static int first_of_series(const load_result_t *r, int i) {
  * per series, values below `vmin` drawn at it. */
 static void panel(FILE *f, int k, const char *title, const char *unit,
                   const curve_t *curves, int nc, double vmin,
-                  const load_result_t *r, int n, const axis_t *xa0) {
+                  const load_result_t *r, int n, const axis_t *xa0,
+                  const char *xlabel) {
   double x0 = k * PANEL_W, y0 = TOP;
   axis_t xa = *xa0;
   xa.a += x0;
@@ -422,11 +606,11 @@ static void panel(FILE *f, int k, const char *title, const char *unit,
           "<rect x='%g' y='%g' width='%g' height='%g' fill='none' "
           "stroke='#444'/>\n"
           "<text x='%g' y='%g' font-size='12' "
-          "text-anchor='middle'>context length</text>\n"
+          "text-anchor='middle'>%s</text>\n"
           "<text x='%g' y='%g' font-size='12' text-anchor='middle' "
           "transform='rotate(-90 %g %g)'>%s</text>\n",
           xa.a, ya.b, xa.b - xa.a, ya.a - ya.b, (xa.a + xa.b) / 2, ya.a + 34,
-          x0 + 16, (ya.a + ya.b) / 2, x0 + 16, (ya.a + ya.b) / 2, unit);
+          xlabel, x0 + 16, (ya.a + ya.b) / 2, x0 + 16, (ya.a + ya.b) / 2, unit);
   /* one polyline per series and curve, in the steps' order of length */
   int series = 0;
   for (int i = 0; i < n; i++) {
@@ -484,7 +668,10 @@ int load_report_svg(const char *path, const char *title,
     free(r);
     return io_fail(err, en, path);
   }
-  int width = 3 * PANEL_W, height = TOP + PANEL_H + 26;
+  int decode = 0;
+  for (int i = 0; i < n; i++)
+    decode |= r[i].decode;
+  int width = (3 + decode) * PANEL_W, height = TOP + PANEL_H + 26;
   fprintf(f,
           "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' "
           "viewBox='0 0 %d %d' font-family='sans-serif'>\n"
@@ -519,9 +706,20 @@ int load_report_svg(const char *path, const char *title,
     static const curve_t tok[] = {{"tokens/s", "", v_tok}};
     static const curve_t srv[] = {{"compute p50", "", v_compute},
                                   {"queue p50", "2 3", v_queue}};
-    panel(f, 0, "client latency", "ms", lat, 2, 1e-3, r, n, &xa);
-    panel(f, 1, "throughput", "tokens/s", tok, 1, 1e-3, r, n, &xa);
-    panel(f, 2, "server time (Server-Timing)", "ms", srv, 2, 1e-3, r, n, &xa);
+    const char *xl = decode ? "context length (prefill)" : "context length";
+    static const curve_t ttft[] = {{"p50", "", v_ttft50},
+                                   {"p99", "6 4", v_ttft99}};
+    panel(f, 0, decode ? "decode step latency (1 token)" : "client latency",
+          "ms", lat, 2, 1e-3, r, n, &xa, xl);
+    panel(f, 1, decode ? "decode throughput" : "throughput", "tokens/s", tok, 1,
+          1e-3, r, n, &xa, xl);
+    panel(f, 2,
+          decode ? "server time of a step (Server-Timing)"
+                 : "server time (Server-Timing)",
+          "ms", srv, 2, 1e-3, r, n, &xa, xl);
+    if (decode)
+      panel(f, 3, "time to first token (prefill)", "ms", ttft, 2, 1e-3, r, n,
+            &xa, xl);
     /* the series' legend, under the panels */
     int series = 0;
     for (int i = 0; i < n; i++) {

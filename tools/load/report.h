@@ -2,8 +2,9 @@
  * JSON and an SVG plot.
  *
  * A load_result_t is one step reduced to numbers (load_result_fill), so
- * that the reports need neither the histograms nor the requests. Every
- * time is in milliseconds. The writers borrow their arguments and write
+ * that the reports need neither the histograms nor the requests; a decode
+ * step (decode.h) by load_result_fill_decode. Every time is in
+ * milliseconds. The writers borrow their arguments and write
  * only the file they are given; any thread, one at a time per file. */
 #ifndef LOAD_REPORT_H
 #define LOAD_REPORT_H
@@ -12,6 +13,7 @@
 #include <stdio.h>
 
 #include "client.h"
+#include "decode.h"
 #include "gen.h"
 
 /* The client latency percentiles reported, and those of the server's
@@ -48,10 +50,30 @@ typedef struct load_result {
   double verify_max_err;
 
   char first_error[256]; /* the first transport error, or "" */
+
+  /* --mode decode: `length` is the prefill, `shape` has B = 1, Lq = 1,
+   * Lk = the prefill and the sizes; lat_ms are the one-token steps',
+   * tokens_per_s theirs (over the span from the first sent to the last
+   * answered), rps every request's, queue_ms and compute_ms the steps' */
+  int decode;
+  load_decode_shape_t dshape;
+  int sessions, put;
+  int64_t steps;
+  double ttft_ms[LOAD_NSRV], ttft_mean_ms, create_p50_ms;
+  double prefill_tokens_per_s; /* over the whole step */
+  int64_t sessions_done, abandoned, bad_replies, recreated[LOAD_NRECREATE];
+  struct {
+    char code[40];
+    int64_t count;
+  } codes[LOAD_DECODE_MAX_CODES]; /* error replies by error.code */
+  int n_codes;
 } load_result_t;
 
 /* Fills the "what came back" part of `r` from `st`. */
 void load_result_fill(load_result_t *r, const load_stats_t *st);
+
+/* The same for a decode step. */
+void load_result_fill_decode(load_result_t *r, const load_decode_stats_t *st);
 
 /* Percentile names, for headers: "p50", ..., and "max". */
 extern const char *const load_lat_names[LOAD_NLAT];
@@ -74,8 +96,11 @@ int load_report_json(const char *path, const char *url, const load_result_t *r,
 
 /* SVG: three panels against the context length (log scale), one line per
  * concurrency (or rate): client latency p50 and p99; throughput in tokens
- * per second; the server's queue and compute p50. Steps without a length
- * are left out. Returns 0, or -1 with err set. */
+ * per second; the server's queue and compute p50. With decode steps the
+ * first two are the one-token steps' latency and tokens per second, and a
+ * fourth panel shows the time to first token, p50 and p99, against the
+ * prefill length. Steps without a length are left out. Returns 0, or -1
+ * with err set. */
 int load_report_svg(const char *path, const char *title, const load_result_t *r,
                     int n, char *err, size_t en);
 
