@@ -24,6 +24,7 @@
   X(SESSION_EVICTED, "session_evicted", 410, 410, INVALID)                     \
   X(LENGTH_MISMATCH, "length_mismatch", 409, 409, INVALID)                     \
   X(SESSION_BUSY, "session_busy", 409, 409, INVALID)                           \
+  X(SESSION_EXISTS, "session_exists", 409, 409, INVALID)                       \
   X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, 405, INVALID)               \
   X(PAYLOAD_TOO_LARGE, "payload_too_large", 413, 413, TOO_LARGE)               \
   X(UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", 415, 415, INVALID)       \

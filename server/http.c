@@ -75,7 +75,7 @@ typedef struct req {
   char model[256];         /* /v2/models/{model}...: the name */
   char version[16];        /* .../versions/{version}, or "" */
   char sid[72];            /* /v1/sessions/{id}...: the id */
-  int post;                /* a POST: its body is read */
+  int with_body;           /* a POST or PUT: its body is read */
   attnd_error_t pre_error; /* a session's step that failed in its turn */
   int has_pre_error;
   const attnd_asset_t *asset; /* R_ASSET's file */
@@ -741,14 +741,16 @@ static enum MHD_Result admit(req_t *r, attnd_request_t *req) {
   if (take_memory(r, req, &e) < 0 ||
       (!inline_run && hand_off(r, req, 1) < 0 && queue_full(r, &e) < 0)) {
     if (req->session) /* a step that will not run lets the next have its turn */
-      attnd_session_step_end(r->srv->sessions, req, 0);
+      attnd_session_step_end(r->srv->sessions, req, 0, NULL);
     return send_error(r, &e);
   }
   if (!inline_run)
     return MHD_YES;
   run_inline(req);
-  if (req->session)
-    attnd_session_step_end(r->srv->sessions, req, req->result == 0);
+  if (req->session &&
+      attnd_session_step_end(r->srv->sessions, req, req->result == 0,
+                             &r->pre_error) < 0)
+    r->has_pre_error = 1;
   r->outcome = ATTND_SCHED_DONE;
   return body_reply(r);
 }
@@ -776,7 +778,7 @@ static int step_prepare(req_t *r, attnd_error_t *e) {
                           (long long)j->timeout_ms,
                           attnd_now_ms() - j->t.submit) < 0;
   if (bad)
-    attnd_session_step_end(s->sessions, j, 0);
+    attnd_session_step_end(s->sessions, j, 0, NULL);
   return bad ? -1 : 0;
 }
 
@@ -795,7 +797,7 @@ static void step_turn(void *tag) {
     if (take_memory(r, j, e) == 0 &&
         (hand_off(r, j, 0) == 0 || queue_full(r, e) == 0))
       return;
-    attnd_session_step_end(r->srv->sessions, j, 0);
+    attnd_session_step_end(r->srv->sessions, j, 0, NULL);
   }
   uv_mutex_lock(&r->mu);
   r->has_pre_error = 1;
@@ -834,7 +836,8 @@ static enum MHD_Result step_submit(req_t *r) {
   return now == 1 ? admit(r, j) : MHD_YES;
 }
 
-/* A session's control request (create, fork, truncate): answered now. */
+/* A session's control request (create, by POST or PUT, fork, truncate):
+ * answered now. */
 static enum MHD_Result session_control(req_t *r) {
   attnd_server_t *s = r->srv;
   attnd_error_t e;
@@ -843,10 +846,11 @@ static enum MHD_Result session_control(req_t *r) {
   const char *body = r->body.data ? r->body.data + r->pad : "";
   size_t len = r->body.len - r->pad;
   int bad, status = 201;
-  if (r->route == R_SESSIONS) {
+  if (r->route == R_SESSIONS || r->route == R_SESSION) { /* POST or PUT */
     attnd_layer_set_t *layers = attnd_server_layers(s);
-    bad = attnd_session_api_create(s->sessions, body, len, s->cfg, layers, &b,
-                                   &e);
+    bad = attnd_session_api_create(s->sessions,
+                                   r->route == R_SESSION ? r->sid : NULL, body,
+                                   len, s->cfg, layers, &b, &e);
     attnd_layer_set_unref(layers);
   } else if (r->route == R_SESSION_FORK) {
     bad = attnd_session_api_fork(s->sessions, r->sid, body, len, &b, &e);
@@ -948,10 +952,17 @@ void attnd_http_job_done(void *job, void *tag, attnd_sched_outcome_t outcome,
   attnd_request_t *j = job;
   struct MHD_Connection *conn = r->conn;
   (void)arg;
-  if (j->session) /* commits its tokens; the next step gets its turn */
-    attnd_session_step_end(r->srv->sessions, j,
-                           outcome == ATTND_SCHED_DONE && j->result == 0);
+  attnd_error_t e;
+  /* commits its tokens; the next step gets its turn */
+  int gone = j->session && attnd_session_step_end(r->srv->sessions, j,
+                                                  outcome == ATTND_SCHED_DONE &&
+                                                      j->result == 0,
+                                                  &e) < 0;
   uv_mutex_lock(&r->mu);
+  if (gone) {
+    r->pre_error = e;
+    r->has_pre_error = 1;
+  }
   r->outcome = outcome;
   r->submitted = 0;
   uv_mutex_unlock(&r->mu);
@@ -1204,7 +1215,7 @@ static void route_of(req_t *r, const char *url) {
       (r->asset = attnd_asset_find(url)) != NULL)
     r->route = R_ASSET;
   r->allow = r->route == R_SESSIONS  ? "GET, HEAD, POST"
-             : r->route == R_SESSION ? "GET, HEAD, DELETE"
+             : r->route == R_SESSION ? "GET, HEAD, PUT, DELETE"
              : r->route >= R_SESSION_STEP && r->route <= R_SESSION_TRUNCATE
                  ? "POST"
              : computes(r->route) ? "POST"
@@ -1279,8 +1290,8 @@ static enum MHD_Result on_first(req_t *r, const char *url, const char *method) {
   /* A GET is answered on the next callback: libmicrohttpd closes the
    * connection after a reply queued from the first one, and probes and
    * scrapes should keep theirs. */
-  r->post = strcmp(method, "POST") == 0;
-  return r->post ? body_start(r) : MHD_YES;
+  r->with_body = strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0;
+  return r->with_body ? body_start(r) : MHD_YES;
 }
 
 /* A small JSON body, sent with `status`. */
@@ -1388,7 +1399,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   uv_mutex_unlock(&r->mu);
   if (back)
     return body_reply(r);
-  if (!r->post)
+  if (!r->with_body)
     return *upload_size ? (*upload_size = 0, MHD_YES) : on_get(r);
   if (*upload_size)
     return body_more(r, upload, upload_size);

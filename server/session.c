@@ -95,10 +95,31 @@ static uint64_t hash_id(const char *id) {
   return h;
 }
 
-static void new_id(char *id) {
+/* A fresh id: 32 random hex digits, or, for a fork, its parent's first 16
+ * and 16 random ones (a load balancer hashing on the first 16 keeps a
+ * family on one replica). */
+static void new_id(char *id, const char *parent) {
   uint64_t a = attnd_random_u64(), b = attnd_random_u64();
   snprintf(id, 33, "%016llx%016llx", (unsigned long long)a,
            (unsigned long long)b);
+  if (parent)
+    memcpy(id, parent, 16);
+}
+
+int attnd_session_id_ok(const char *id) {
+  size_t n = 0;
+  for (; id[n]; n++)
+    if (!((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'a' && id[n] <= 'f')))
+      return 0;
+  return n == 32;
+}
+
+/* Forgets that `id` was evicted (a session of that id is live again). */
+static void tombstone_clear(attnd_sessions_t *st, const char *id) {
+  size_t n = st->n_evicted < TOMBSTONES ? st->n_evicted : TOMBSTONES;
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(st->evicted[i].id, id) == 0)
+      st->evicted[i].id[0] = 0, st->evicted[i].hash = 0;
 }
 
 static attnd_session_t *find(attnd_sessions_t *st, const char *id) {
@@ -412,12 +433,13 @@ static int reserve_pages(attnd_session_t *s, size_t n) {
   return 0;
 }
 
-/* A new session in the store; room is made by evicting idle sessions
- * other than `keep` (a fork's parent). */
+/* A new session in the store, of id `id` (checked free), or a fresh one;
+ * room is made by evicting idle sessions other than `keep` (a fork's
+ * parent, whose id the fork's begins with). */
 static attnd_session_t *session_new(attnd_sessions_t *st,
                                     const attnd_session_shape_t *shape,
                                     int64_t max_tokens, int64_t ttl_s,
-                                    const attnd_session_t *keep,
+                                    const char *id, const attnd_session_t *keep,
                                     attnd_error_t *err) {
   attnd_session_t *s = calloc(1, sizeof *s);
   if (s == NULL) {
@@ -433,9 +455,14 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
                     (long long)st->used, (long long)st->cap);
     return NULL;
   }
-  do { /* 128 random bits: a clash is a sign of a broken RNG, but cheap */
-    new_id(s->id);
-  } while (find(st, s->id));
+  if (id) {
+    snprintf(s->id, sizeof s->id, "%s", id);
+    tombstone_clear(st, id);
+  } else {
+    do { /* 128 (a fork: 64) random bits; a clash costs one more draw */
+      new_id(s->id, keep ? keep->id : NULL);
+    } while (find(st, s->id));
+  }
   s->hash = hash_id(s->id);
   s->shape = *shape;
   s->page_bytes =
@@ -493,11 +520,26 @@ void attnd_sessions_free(attnd_sessions_t *st) {
 }
 
 int attnd_session_create(attnd_sessions_t *st, attnd_session_shape_t *shape,
-                         int64_t max_tokens, int64_t ttl_s,
+                         int64_t max_tokens, int64_t ttl_s, const char *id,
                          attnd_session_info_t *info, attnd_error_t *err) {
   uv_mutex_lock(&st->mu);
-  sweep(st, attnd_now_ms());
-  attnd_session_t *s = session_new(st, shape, max_tokens, ttl_s, NULL, err);
+  double now = attnd_now_ms();
+  sweep(st, now);
+  attnd_session_t *s = id ? find(st, id) : NULL;
+  if (s && expired(s, now)) {
+    st->stats.expired++;
+    end_session(st, s, 0);
+    s = NULL;
+  }
+  if (s) {
+    attnd_error_set(err, ATTND_ERR_SESSION_EXISTS, "session",
+                    "session %s exists already; delete it first, or send "
+                    "its steps",
+                    id);
+    s = NULL;
+  } else {
+    s = session_new(st, shape, max_tokens, ttl_s, id, NULL, err);
+  }
   if (s)
     info_of(s, info);
   else
@@ -541,7 +583,7 @@ int attnd_session_fork(attnd_sessions_t *st, const char *id,
     attnd_session_shape_t shape = s->shape;
     shape.layers = attnd_layer_set_ref(s->shape.layers);
     size_t n = (size_t)((s->len + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE);
-    f = session_new(st, &shape, s->max_tokens, s->ttl_s, s, err);
+    f = session_new(st, &shape, s->max_tokens, s->ttl_s, NULL, s, err);
     if (f == NULL) {
       attnd_layer_set_unref(shape.layers);
     } else if (reserve_pages(f, n) < 0) {
@@ -740,15 +782,21 @@ int attnd_session_prepare(attnd_sessions_t *st, attnd_request_t *req,
   return r < 0 ? -1 : 0;
 }
 
-void attnd_session_step_end(attnd_sessions_t *st, attnd_request_t *req,
-                            int commit) {
+int attnd_session_step_end(attnd_sessions_t *st, attnd_request_t *req,
+                           int commit, attnd_error_t *err) {
   uv_mutex_lock(&st->mu);
   attnd_session_t *s = req->session;
   attnd_request_t *next = NULL;
+  int r = 0;
   if (commit && s->live && req->params.kv) {
     s->len = req->kv_past + req->params.query.dim[0];
     s->k_absmax = req->kv_absmax;
     req->step_length = s->len;
+  } else if (commit && req->params.kv) {
+    r = attnd_error_set(err, ATTND_ERR_UNKNOWN_SESSION, "session",
+                        "session %s was deleted while this step was computed: "
+                        "the step was not applied",
+                        s->id);
   }
   if (!commit) { /* pages made ready for tokens that did not come */
     size_t keep = (size_t)((s->len + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE);
@@ -772,6 +820,7 @@ void attnd_session_step_end(attnd_sessions_t *st, attnd_request_t *req,
   uv_mutex_unlock(&st->mu);
   if (next)
     next->session_turn(next->session_tag);
+  return r;
 }
 
 void attnd_sessions_stats(attnd_sessions_t *st, attnd_sessions_stats_t *out) {

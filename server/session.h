@@ -70,11 +70,17 @@ typedef struct attnd_sessions_stats {
 attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes);
 void attnd_sessions_free(attnd_sessions_t *st);
 
+/* Whether `id` is a session's id: 32 hex digits, 0-9 and a-f. */
+int attnd_session_id_ok(const char *id);
+
 /* A new session of `shape` (steals its layers reference, also on failure),
- * holding up to max_tokens, ending after ttl_s unused; its id is 128 bits
- * from the OS. Returns 0 with `info`, or -1 with err (out_of_memory). */
+ * holding up to max_tokens, ending after ttl_s unused. Its id is `id` (the
+ * client's, attnd_session_id_ok; one evicted or ended before may be used
+ * again), or, NULL, 128 bits from the OS. Returns 0 with `info`, or -1
+ * with err: session_exists (409) when a live session has the id,
+ * overloaded (429), out_of_memory. */
 int attnd_session_create(attnd_sessions_t *st, attnd_session_shape_t *shape,
-                         int64_t max_tokens, int64_t ttl_s,
+                         int64_t max_tokens, int64_t ttl_s, const char *id,
                          attnd_session_info_t *info, attnd_error_t *err);
 
 /* Fills info for session `id`. -1 with err: unknown_session (404), or
@@ -87,8 +93,9 @@ int attnd_session_get(attnd_sessions_t *st, const char *id,
 int attnd_session_delete(attnd_sessions_t *st, const char *id,
                          attnd_error_t *err);
 
-/* A new session with the pages of `id` shared, copy on write: its info in
- * *info. The same errors, and overloaded (429) when the store is full. */
+/* A new session with the pages of `id` shared, copy on write, its id
+ * beginning with id's first 16 digits: its info in *info. The same errors, and
+ * overloaded (429) when the store is full. */
 int attnd_session_fork(attnd_sessions_t *st, const char *id,
                        attnd_session_info_t *info, attnd_error_t *err);
 
@@ -128,9 +135,11 @@ int attnd_session_prepare(attnd_sessions_t *st, struct attnd_request *req,
 
 /* Ends req's step: with `commit`, the session's length grows by its new
  * tokens. The request lets go of the session, and the next step, if any,
- * gets its turn (turn is called from here, after the lock is released). */
-void attnd_session_step_end(attnd_sessions_t *st, struct attnd_request *req,
-                            int commit);
+ * gets its turn (turn is called from here, after the lock is released).
+ * Returns 0, or -1 with err (unknown_session) when the step was computed
+ * but its session was deleted meanwhile: nothing was committed. */
+int attnd_session_step_end(attnd_sessions_t *st, struct attnd_request *req,
+                           int commit, attnd_error_t *err);
 
 void attnd_sessions_stats(attnd_sessions_t *st, attnd_sessions_stats_t *s);
 

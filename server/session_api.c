@@ -122,13 +122,18 @@ static int get_rope(const json_t *obj, int64_t Dh, attn_rope_t *rp,
   return 0;
 }
 
-int attnd_session_api_create(attnd_sessions_t *st, const char *body, size_t len,
+int attnd_session_api_create(attnd_sessions_t *st, const char *id,
+                             const char *body, size_t len,
                              const attnd_config_t *cfg,
                              attnd_layer_set_t *layers, attnd_buf_t *reply,
                              attnd_error_t *err) {
   static const char *const known[] = {
       "layer", "num_heads",  "num_kv_heads", "head_dim", "v_head_dim",
       "rope",  "max_tokens", "ttl_s",        NULL};
+  if (id && !attnd_session_id_ok(id))
+    return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "session",
+                           "session id '%.40s%s' is not 32 hex digits 0-9a-f",
+                           id, strlen(id) > 40 ? "..." : "");
   json_t *v = parse_object(body, len, err);
   if (v == NULL)
     return -1;
@@ -198,7 +203,7 @@ int attnd_session_api_create(attnd_sessions_t *st, const char *body, size_t len,
     return -1;
   }
   attnd_session_info_t info;
-  if (attnd_session_create(st, &shape, max_tokens, ttl_s, &info, err) < 0)
+  if (attnd_session_create(st, &shape, max_tokens, ttl_s, id, &info, err) < 0)
     return -1;
   attnd_session_info_json(&info, reply);
   attnd_buf_puts(reply, "\n");

@@ -5,6 +5,7 @@
  *                                   "num_kv_heads"?, "head_dim",
  *                                   "v_head_dim"?, "rope"?}, plus
  *                                   "max_tokens"? and "ttl_s"?
+ *   PUT /v1/sessions/{id}           create, with the client's id
  *   POST /v1/sessions/{id}/fork     no body, or {}
  *   POST /v1/sessions/{id}/truncate {"length": n}
  *   GET /v1/sessions?limit=&after=  a page of sessions in id order
@@ -19,7 +20,9 @@
 #include "model/layers.h"
 #include "session.h"
 
-int attnd_session_api_create(attnd_sessions_t *st, const char *body, size_t len,
+/* `id`: the client's (PUT), or NULL for a fresh one (POST). */
+int attnd_session_api_create(attnd_sessions_t *st, const char *id,
+                             const char *body, size_t len,
                              const attnd_config_t *cfg,
                              attnd_layer_set_t *layers, attnd_buf_t *reply,
                              attnd_error_t *err);

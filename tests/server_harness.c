@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "codec/util.h"
 #include "ref.h"
@@ -198,13 +199,37 @@ void sh_client_free(sh_client_t *c) {
 /* Replies whose body is larger are recorded without it. */
 #define SH_RECORD_MAX_BODY ((size_t)4 << 20)
 
+/* The body of a reply with Content-Encoding gzip or deflate, inflated with
+ * zlib itself (not attnd's codec), up to SH_RECORD_MAX_BODY bytes: a new
+ * buffer and its length, or NULL. */
+static char *inflate_body(const sh_resp_t *r, size_t *len) {
+  z_stream z = {0};
+  if (inflateInit2(&z, 15 + 32) != Z_OK) /* gzip or zlib, by the header */
+    return NULL;
+  char *out = malloc(SH_RECORD_MAX_BODY);
+  z.next_in = (Bytef *)r->body;
+  z.avail_in = (uInt)r->body_len;
+  z.next_out = (Bytef *)out;
+  z.avail_out = (uInt)SH_RECORD_MAX_BODY;
+  int rc = out ? inflate(&z, Z_FINISH) : Z_MEM_ERROR;
+  *len = z.total_out;
+  inflateEnd(&z);
+  if (rc != Z_STREAM_END) {
+    free(out);
+    return NULL;
+  }
+  return out;
+}
+
 /* With ATTND_TEST_REPLIES naming a file, appends one JSON line for the
  * reply `r` to `q`: {"method", "path" (without its query), "status",
  * "content_type", "header_length" (Inference-Header-Content-Length),
  * "body"}, for tests/openapi/openapi.mjs to validate against
  * docs/openapi.json. The body is kept only when it is JSON, or the JSON
  * header of a binary reply; one over SH_RECORD_MAX_BODY becomes
- * "body_skipped": its length, one that is not UTF-8 "body_not_utf8". Each line
+ * "body_skipped": its length, one that is not UTF-8 "body_not_utf8"; a
+ * compressed one is inflated first ("content_encoding" kept; one that does
+ * not inflate is "body_bad_coding"). Each line
  * goes out in one write(2) to a file opened O_APPEND, so that the threads and
  * forked tests of every suite can share the file. Any thread; failures are
  * ignored. */
@@ -226,18 +251,30 @@ static void record_reply(const sh_req_t *q, const sh_resp_t *r, CURL *h) {
     return;
   if (header_len >= 0)
     json_object_set_new(line, "header_length", json_integer(header_len));
+  char ce[32];
   size_t n = r->body_len;
+  const char *data = r->body;
+  char *inflated = NULL;
+  if (sh_header(r, "Content-Encoding", ce, sizeof ce)) {
+    json_object_set_new(line, "content_encoding", json_string(ce));
+    if ((inflated = inflate_body(r, &n)) == NULL)
+      json_object_set_new(line, "body_bad_coding", json_true());
+    data = inflated;
+  }
   int is_json = ct && (strncasecmp(ct, "application/json", 16) == 0 ||
                        strstr(ct, "+json") != NULL);
   if (!is_json && header_len >= 0 && (size_t)header_len <= n)
     n = (size_t)header_len, is_json = 1;
-  if (is_json && n > SH_RECORD_MAX_BODY)
+  if (is_json && data == NULL)
+    ; /* body_bad_coding */
+  else if (is_json && n > SH_RECORD_MAX_BODY)
     json_object_set_new(line, "body_skipped", json_integer((json_int_t)n));
   else if (is_json) {
-    json_t *body = json_stringn(r->body, n); /* NULL when not UTF-8 */
+    json_t *body = json_stringn(data, n); /* NULL when not UTF-8 */
     json_object_set_new(line, body ? "body" : "body_not_utf8",
                         body ? body : json_true());
   }
+  free(inflated);
   char *txt = json_dumps(line, JSON_COMPACT);
   json_decref(line);
   if (txt == NULL)

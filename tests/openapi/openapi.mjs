@@ -12,7 +12,8 @@
 //   node openapi.mjs validate DOC FILE.jsonl...
 //     Each line is one reply, as tests/server_harness.c records it with
 //     ATTND_TEST_REPLIES: {"method", "path", "status", "content_type",
-//     "header_length"?, "body"? | "body_skipped"? | "body_not_utf8"?}. For
+//     "header_length"?, "content_encoding"?, "body"? | "body_skipped"? |
+//     "body_not_utf8"? | "body_bad_coding"?} (a compressed body inflated). For
 //     each, finds the operation (the path decoded as attnd decodes it, then
 //     matched against the path templates; HEAD as GET without a body), the
 //     response for the status (or `default`), the media type, and validates
@@ -199,6 +200,7 @@ function validate(docFile, files) {
 
       // the body
       if (rep.body_not_utf8) return fail(rep, "the body is not UTF-8");
+      if (rep.body_bad_coding) return fail(rep, `the body does not inflate as its Content-Encoding ${rep.content_encoding}`);
       if (rep.body_skipped !== undefined) {
         stats.skipped++;
         return;
