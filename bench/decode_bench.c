@@ -14,8 +14,16 @@
  * this machine's memcpy rate on buffers far larger than its caches,
  * measured in the same run on one thread, as a step is computed.
  *
+ * Then batching: N sessions at length B (128), each stepped by a client
+ * thread of its own, so that N steps are ready at once; against one attnd
+ * with batching (the default batch_window_us) and one without
+ * (batch_window_us 0), one after the other: aggregate tokens/s both ways,
+ * their ratio, and the mean batch the steps were computed in (their
+ * metrics.batch).
+ *
  * usage: decode-bench [--attnd PATH] [--csv FILE] [--lengths L,...]
- *                     [--sessions N] [--steps S] [--threads T] */
+ *                     [--sessions N] [--steps S] [--threads T]
+ *                     [--batch-length B] (0: no batching rows) */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -48,6 +56,7 @@ typedef struct bench {
   /* per thread: medians in, results out */
   double attention_ms[MAX_SESSIONS * 64];
   int n_attention;
+  double batch_sum; /* of the steps' metrics.batch */
   pthread_mutex_t mu;
   int failed;
 } bench_t;
@@ -114,13 +123,14 @@ static void *run(void *arg) {
         b->failed = 1;
         break;
       }
-      double att = json_number_value(json_object_get(
-          json_object_get(json_object_get(v, "metrics"), "stages_ms"),
-          "attention"));
+      const json_t *m = json_object_get(v, "metrics");
+      double att = json_number_value(
+          json_object_get(json_object_get(m, "stages_ms"), "attention"));
       if (!j->prefill && !j->resend) {
         pthread_mutex_lock(&b->mu);
         if (b->n_attention < (int)(sizeof b->attention_ms / sizeof(double)))
           b->attention_ms[b->n_attention++] = att;
+        b->batch_sum += (double)json_integer_value(json_object_get(m, "batch"));
         pthread_mutex_unlock(&b->mu);
       }
       json_decref(v);
@@ -132,8 +142,8 @@ static void *run(void *arg) {
 
 /* Runs every thread's share of one phase; its wall time in ms. */
 static double phase(bench_t *b, int resend, int prefill) {
-  pthread_t th[64];
-  job_t jobs[64];
+  pthread_t th[MAX_SESSIONS];
+  job_t jobs[MAX_SESSIONS];
   double t0 = bench_now_ms();
   for (int t = 0; t < b->threads; t++) {
     jobs[t] = (job_t){b, t, resend, prefill};
@@ -164,6 +174,138 @@ static double memcpy_rate(size_t bytes) {
   return (double)bytes / 1e6 / bench_median(ms, 5);
 }
 
+/* Creates b->sessions sessions of the bench layer: 0, or -1. */
+static int open_sessions(bench_t *b) {
+  bench_client_t c;
+  bench_client_init(&c, b->port);
+  attnd_buf_t body;
+  attnd_buf_init(&body);
+  attnd_buf_puts(&body, "{\"layer\":\"bench\"}");
+  int rc = 0;
+  for (int s = 0; s < b->sessions && !rc; s++) {
+    json_t *v;
+    if (post(&c, "/v1/sessions", &body, &v) < 0) {
+      rc = -1;
+      break;
+    }
+    snprintf(b->ids[s], sizeof b->ids[s], "%s",
+             json_string_value(json_object_get(v, "session")));
+    json_decref(v);
+  }
+  attnd_buf_free(&body);
+  bench_client_free(&c);
+  return rc;
+}
+
+/* Deletes them, giving their pages back for the next length. */
+static void close_sessions(bench_t *b) {
+  bench_client_t c;
+  bench_client_init(&c, b->port);
+  for (int s = 0; s < b->sessions; s++) {
+    char path[96];
+    snprintf(path, sizeof path, "/v1/sessions/%s", b->ids[s]);
+    bench_reply_t r;
+    bench_client_send(&c, "DELETE", path, "", NULL, 0, &r);
+    bench_reply_free(&r);
+  }
+  bench_client_free(&c);
+}
+
+/* attnd with the bench layer and a pool of kv bytes, and batch_window_us
+ * `window` (NULL: its default). */
+static int start_attnd(bench_server_t *srv, const char *attnd,
+                       const char *layer, int64_t kv, const char *window) {
+  char kvs[32], mem[32];
+  snprintf(kvs, sizeof kvs, "%lld", (long long)kv);
+  snprintf(mem, sizeof mem, "%lld", (long long)(kv + ((int64_t)4 << 30)));
+  const char *args[] = {"--workers",
+                        "2",
+                        "--threads-per-request",
+                        "1",
+                        "--max-body-bytes",
+                        "1G",
+                        "--kv-cache-bytes",
+                        kvs,
+                        "--max-memory-bytes",
+                        mem,
+                        "--queue-depth",
+                        "1024",
+                        "--layers",
+                        layer,
+                        window ? "--batch-window-us" : NULL,
+                        window,
+                        NULL};
+  if (bench_server_start(srv, attnd, args) < 0) {
+    fprintf(stderr, "cannot start attnd:\n%s\n", srv->log);
+    return -1;
+  }
+  return 0;
+}
+
+/* The pool for n sessions of L tokens and `steps` more, with room. */
+static int64_t pool_bytes(int n, int64_t L, int steps) {
+  int64_t page = (int64_t)attn_kv_page_floats(H, E / H, E / H) * 4 + 128;
+  return (int64_t)n * ((L + steps + 63) / 64 * page + 8192) * 5 / 4;
+}
+
+/* One decode phase of b's sessions at length b->L, against a fresh attnd
+ * with batch_window_us `window`: tokens/s, and the mean batch in *batch.
+ * 0, or -1. */
+static int batch_run(bench_t *b, const char *attnd, const char *layer,
+                     const char *window, double *tok, double *batch) {
+  bench_server_t srv;
+  if (start_attnd(&srv, attnd, layer, pool_bytes(b->sessions, b->L, b->steps),
+                  window) < 0)
+    return -1;
+  b->port = srv.port;
+  b->n_attention = 0;
+  b->batch_sum = 0;
+  int rc = open_sessions(b);
+  if (rc == 0)
+    phase(b, 0, 1);
+  double dec = rc || b->failed ? 0 : phase(b, 0, 0);
+  if (b->failed)
+    rc = -1;
+  *tok = rc ? 0 : (double)b->sessions * b->steps / (dec / 1000.0);
+  *batch = b->n_attention ? b->batch_sum / b->n_attention : 0;
+  bench_server_stop(&srv, 30);
+  return rc;
+}
+
+/* The batching rows: on against off, at length L, one thread a session. */
+static int batching(bench_t *b, const char *attnd, const char *layer, int64_t L,
+                    const char *csv_path) {
+  size_t n = (size_t)b->sessions * (size_t)(L + b->steps) * E;
+  float *tokens = bench_random_floats(n, 1, 99);
+  b->tokens = tokens;
+  b->L = L;
+  int keep = b->threads;
+  b->threads = b->sessions;
+  double on, off, bon, boff;
+  int rc = batch_run(b, attnd, layer, NULL, &on, &bon) < 0 ||
+           batch_run(b, attnd, layer, "0", &off, &boff) < 0;
+  b->threads = keep;
+  free(tokens);
+  if (rc)
+    return 1;
+  printf("\nbatching: %d sessions at L=%lld, one client thread each, %d "
+         "steps\n%14s %14s %8s %10s %10s\n",
+         b->sessions, (long long)L, b->steps, "batched_tok/s", "alone_tok/s",
+         "ratio", "batch_on", "batch_off");
+  printf("%14.1f %14.1f %8.2f %10.1f %10.1f\n", on, off, on / off, bon, boff);
+  FILE *csv = fopen(csv_path, "w");
+  if (csv) {
+    fprintf(csv,
+            "L,sessions,steps,batched_tok_s,alone_tok_s,ratio,"
+            "mean_batch_on,mean_batch_off\n%lld,%d,%d,%.2f,%.2f,%.3f,"
+            "%.2f,%.2f\n",
+            (long long)L, b->sessions, b->steps, on, off, on / off, bon, boff);
+    fclose(csv);
+    printf("CSV: %s\n", csv_path);
+  }
+  return 0;
+}
+
 static int parse_list(const char *s, int64_t *v, int max) {
   int n = 0;
   for (char *end; *s && n < max; s = *end ? end + 1 : end) {
@@ -176,7 +318,7 @@ static int parse_list(const char *s, int64_t *v, int max) {
 
 int main(int argc, char **argv) {
   const char *attnd = NULL, *csv_path = "build/bench/decode.csv";
-  int64_t lengths[8] = {1024, 4096};
+  int64_t lengths[8] = {1024, 4096}, batch_length = 128;
   int n_lengths = 2;
   bench_t *b = calloc(1, sizeof *b);
   b->sessions = 64;
@@ -196,15 +338,19 @@ int main(int argc, char **argv) {
       b->steps = atoi(v), i++;
     else if (v && strcmp(a, "--threads") == 0)
       b->threads = atoi(v), i++;
+    else if (v && strcmp(a, "--batch-length") == 0)
+      batch_length = atoll(v), i++;
     else
       return fprintf(stderr,
                      "usage: %s [--attnd PATH] [--csv FILE] [--lengths L,...] "
-                     "[--sessions N] [--steps S] [--threads T]\n",
+                     "[--sessions N] [--steps S] [--threads T] "
+                     "[--batch-length B]\n",
                      argv[0]),
              2;
   }
   if (n_lengths < 1 || b->sessions < 1 || b->sessions > MAX_SESSIONS ||
-      b->steps < 1 || b->steps > MAX_STEPS || b->threads < 1 || b->threads > 64)
+      b->steps < 1 || b->steps > MAX_STEPS || b->threads < 1 ||
+      b->threads > MAX_SESSIONS || batch_length < 0)
     return fprintf(stderr, "decode-bench: bad arguments\n"), 2;
   int64_t Lmax = 0;
   for (int i = 0; i < n_lengths; i++)
@@ -217,30 +363,10 @@ int main(int argc, char **argv) {
   if (bench_write_layer(layer, E, H, w, ATTND_ST_F32) < 0)
     return 1;
   /* the pool: every session's pages at the longest length, and room */
-  int64_t page = (int64_t)attn_kv_page_floats(H, E / H, E / H) * 4 + 128;
-  int64_t kv = (int64_t)b->sessions *
-               ((Lmax + b->steps + 63) / 64 * page + 8192) * 5 / 4;
-  char kvs[32], mem[32];
-  snprintf(kvs, sizeof kvs, "%lld", (long long)kv);
-  snprintf(mem, sizeof mem, "%lld", (long long)(kv + ((int64_t)4 << 30)));
   bench_server_t srv;
-  const char *const args[] = {"--workers",
-                              "2",
-                              "--threads-per-request",
-                              "1",
-                              "--max-body-bytes",
-                              "1G",
-                              "--kv-cache-bytes",
-                              kvs,
-                              "--max-memory-bytes",
-                              mem,
-                              "--queue-depth",
-                              "1024",
-                              "--layers",
-                              layer,
-                              NULL};
-  if (bench_server_start(&srv, attnd, args) < 0)
-    return fprintf(stderr, "cannot start attnd:\n%s\n", srv.log), 1;
+  if (start_attnd(&srv, attnd, layer, pool_bytes(b->sessions, Lmax, b->steps),
+                  NULL) < 0)
+    return 1;
   b->port = srv.port;
   pthread_mutex_init(&b->mu, NULL);
   double copy = memcpy_rate((size_t)1 << 28);
@@ -262,23 +388,7 @@ int main(int argc, char **argv) {
     float *tokens = bench_random_floats(n, 1, 7 + (uint64_t)li);
     b->tokens = tokens;
     b->n_attention = 0;
-    bench_client_t c;
-    bench_client_init(&c, srv.port);
-    attnd_buf_t body;
-    attnd_buf_init(&body);
-    attnd_buf_puts(&body, "{\"layer\":\"bench\"}");
-    for (int s = 0; s < b->sessions && !rc; s++) {
-      json_t *v;
-      if (post(&c, "/v1/sessions", &body, &v) < 0) {
-        rc = 1;
-        break;
-      }
-      snprintf(b->ids[s], sizeof b->ids[s], "%s",
-               json_string_value(json_object_get(v, "session")));
-      json_decref(v);
-    }
-    attnd_buf_free(&body);
-    bench_client_free(&c);
+    rc = open_sessions(b) < 0;
     double pre = rc ? 0 : phase(b, 0, 1);
     double dec = rc || b->failed ? 0 : phase(b, 0, 0);
     int keep = b->steps;
@@ -301,15 +411,7 @@ int main(int argc, char **argv) {
                 (long long)b->L, b->sessions, b->steps, tok, rtok, tok / rtok,
                 att, gbs, copy, gbs / copy);
     }
-    bench_client_init(&c, srv.port);
-    for (int s = 0; s < b->sessions; s++) { /* the pool, for the next length */
-      char path[96];
-      snprintf(path, sizeof path, "/v1/sessions/%s", b->ids[s]);
-      bench_reply_t r;
-      bench_client_send(&c, "DELETE", path, "", NULL, 0, &r);
-      bench_reply_free(&r);
-    }
-    bench_client_free(&c);
+    close_sessions(b);
     free(tokens);
   }
   if (csv) {
@@ -317,6 +419,14 @@ int main(int argc, char **argv) {
     printf("CSV: %s\n", csv_path);
   }
   bench_server_stop(&srv, 30);
+  if (!rc && batch_length > 0) {
+    char bcsv[512];
+    size_t k = strlen(csv_path);
+    int dot = k > 4 && strcmp(csv_path + k - 4, ".csv") == 0;
+    snprintf(bcsv, sizeof bcsv, "%.*s-batch.csv", (int)(dot ? k - 4 : k),
+             csv_path);
+    rc = batching(b, attnd, layer, batch_length, bcsv);
+  }
   remove(layer);
   for (int i = 0; i < 4; i++)
     free(w[i]);

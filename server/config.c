@@ -119,6 +119,13 @@ static const cfg_key_t keys[] = {
             "a request of at most this many flops is computed at once on the "
             "HTTP thread that read it, not queued for a worker (the hops "
             "cost more than its work); 0: never"),
+    INT_KEY(batch_window_us, "500", 0, 1000000, F_INFO,
+            "session steps of one layer are computed together, the first "
+            "waiting up to this long for others while a batch of them runs "
+            "and nothing else waits; 0: each step alone"),
+    INT_KEY(max_batch_tokens, "256", 1, INT64_C(1) << 20, F_INFO,
+            "most new tokens in one batch of session steps (and at most 256 "
+            "steps)"),
     INT_KEY(kv_cache_bytes, "auto", 0, INT64_C(1) << 50,
             F_AUTO | F_SIZE | F_LIMIT,
             "memory of the sessions' key/value cache, within "

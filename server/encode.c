@@ -59,10 +59,11 @@ void attnd_request_encode(attnd_request_t *j, attnd_buf_t *b,
         ",\"metrics\":{\"queue_ms\":%.3f,\"compute_ms\":%.3f,\"total_ms\":%.3f,"
         "\"stages_ms\":{\"decode\":%.3f,\"projection\":%.3f,\"attention\":%.3f,"
         "\"output_projection\":%.3f,\"encode\":%.3f},\"threads\":%d,"
-        "\"worker\":%d,\"flops\":%.0f}",
+        "\"worker\":%d,\"batch\":%d,\"flops\":%.0f}",
         j->t.start - j->t.submit, j->t.end - j->t.start, *total_ms,
         j->t.decode_ms, t->projection_ms, t->attention_ms, t->output_ms,
-        j->t.encode_ms, j->threads, j->worker, pl->flops);
+        j->t.encode_ms, j->threads, j->worker, j->batch ? j->batch : 1,
+        pl->flops);
     attnd_buf_append(b, m, (size_t)n);
   }
   attnd_buf_puts(b, "}\n");

@@ -331,6 +331,7 @@ static enum MHD_Result get_metrics(req_t *r) {
   g.evicted_lru = st.evicted_lru;
   g.expired = st.expired;
   g.deleted = st.deleted;
+  attnd_sched_batches(s->sched, &g.batches, &g.batched_steps);
   attnd_buf_t b;
   attnd_buf_init(&b);
   attnd_metrics_render(s->metrics, &g, &b);
@@ -664,6 +665,11 @@ static int take_memory(req_t *r, attnd_request_t *req, attnd_error_t *e) {
   return mem_take(r, need) < 0 ? budget_full(r, need, e) : 0;
 }
 
+/* Whether req may join a batch of session steps (batch_window_us). */
+static int batches(const req_t *r, const attnd_request_t *req) {
+  return r->srv->cfg->batch_window_us > 0 && attnd_request_batchable(req);
+}
+
 /* Hands req to the scheduler; with `suspend`, the connection is suspended
  * too (under mu, so that the request cannot come back and resume it before
  * it is). Returns 0, or -1 when the queue is full. */
@@ -676,6 +682,8 @@ static int hand_off(req_t *r, attnd_request_t *req, int suspend) {
       .deadline_ms = req->t.arrival + (double)req->timeout_ms,
       .cancel = &req->cancel,
       .fd = ci ? ci->connect_fd : -1,
+      .batchable = batches(r, req),
+      .tokens = req->params.query.dim[0],
   };
   if (req->t.submit == 0)
     req->t.submit = attnd_now_ms();
@@ -715,9 +723,14 @@ static void inline_key_init(void) {
 
 /* Whether req is small enough to compute here and now: its hand-off to a
  * worker and back (four thread hops and wake-ups) would cost more than its
- * work (inline_max_flops). */
+ * work (inline_max_flops). A step that could join a batch goes to the
+ * scheduler unless it is alone: nothing in flight there, and no other such
+ * step computing on an HTTP thread. */
 static int runs_inline(const req_t *r, const attnd_request_t *req) {
-  return (double)req->plan.flops <= (double)r->srv->cfg->inline_max_flops;
+  attnd_server_t *s = r->srv;
+  return (double)req->plan.flops <= (double)s->cfg->inline_max_flops &&
+         !(batches(r, req) && (atomic_load(&s->inline_steps) > 0 ||
+                               attnd_sched_inflight(s->sched) > 0));
 }
 
 /* Computes req on this HTTP thread, as a worker would (worker -1); the
@@ -746,7 +759,12 @@ static enum MHD_Result admit(req_t *r, attnd_request_t *req) {
   }
   if (!inline_run)
     return MHD_YES;
+  int step = batches(r, req);
+  if (step)
+    atomic_fetch_add(&r->srv->inline_steps, 1);
   run_inline(req);
+  if (step)
+    atomic_fetch_sub(&r->srv->inline_steps, 1);
   if (req->session &&
       attnd_session_step_end(r->srv->sessions, req, req->result == 0,
                              &r->pre_error) < 0)

@@ -196,6 +196,16 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       (long long)g->kv_bytes_free, (long long)g->kv_pages_shared,
       (unsigned long long)g->evicted_lru, (unsigned long long)g->expired,
       (unsigned long long)g->deleted);
+  attnd_buf_printf(
+      b,
+      "# HELP attnd_step_batches_total Batches of two or more session "
+      "steps computed in one forward call.\n"
+      "# TYPE attnd_step_batches_total counter\n"
+      "attnd_step_batches_total %llu\n"
+      "# HELP attnd_batched_steps_total Session steps computed in those "
+      "batches.\n# TYPE attnd_batched_steps_total counter\n"
+      "attnd_batched_steps_total %llu\n",
+      (unsigned long long)g->batches, (unsigned long long)g->batched_steps);
   attnd_buf_printf(b,
                    "# HELP attnd_draining 1 while shutting down.\n"
                    "# TYPE attnd_draining gauge\nattnd_draining %d\n",

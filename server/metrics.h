@@ -65,6 +65,8 @@ typedef struct attnd_gauges {
   /* the KV-cache sessions (session.h) */
   int64_t sessions, kv_bytes_used, kv_bytes_free, kv_pages_shared;
   uint64_t evicted_lru, expired, deleted;
+  /* batches of session steps (scheduler.h) */
+  uint64_t batches, batched_steps;
 } attnd_gauges_t;
 
 /* Appends the whole exposition to b. */

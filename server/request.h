@@ -91,6 +91,7 @@ typedef struct attnd_request {
   int result; /* 0, or an ATTN_E* code from attn_forward */
   attn_error_t error; /* attn_forward's record of it (run.c) */
   int worker, threads;
+  int batch; /* steps computed together with it, itself included (run.c) */
 
   attnd_timeline_t t;
 } attnd_request_t;

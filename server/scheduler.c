@@ -12,7 +12,9 @@
 /* The scheduler's own record of a job, from submit to done. */
 typedef struct node {
   struct node *next; /* incoming, FIFO or finished list */
+  struct node *peer; /* the next job of its batch, running */
   attnd_sched_job_t j;
+  double queued_at;        /* when it joined the FIFO, loop thread */
   int state;               /* QUEUED or RUNNING, loop thread */
   int gone;                /* the client went away, loop thread */
   int result;              /* what run returned, worker then loop */
@@ -25,8 +27,10 @@ typedef struct worker {
   attnd_sched_t *s;
   int index;
   uv_thread_t thread;
-  node_t *job; /* assigned by the loop, under s->mu */
+  node_t *job; /* assigned by the loop, under s->mu; its batch by `peer` */
   attnd_scratch_t scratch;
+  void *jobs[ATTND_SCHED_MAX_BATCH]; /* a batch's, for run_batch */
+  int results[ATTND_SCHED_MAX_BATCH];
 } worker_t;
 
 struct attnd_sched {
@@ -47,11 +51,14 @@ struct attnd_sched {
 
   /* Loop thread only. */
   node_t *head, *tail; /* FIFO of QUEUED nodes */
-  node_t **running;    /* per worker */
-  uv_timer_t timer;    /* next deadline */
+  node_t **running;    /* per worker: its job, or its batch's first */
+  uv_timer_t timer;    /* next deadline, or the end of a batch's window */
+  attnd_sched_batching_t batching;
+  double window_end; /* a worker waits for a batch until then; 0: none */
 
   atomic_int inflight, waiting, busy;
-  _Atomic double avg_ms; /* moving average of run time */
+  atomic_uint_fast64_t batches, batched; /* batches of 2 or more, their jobs */
+  _Atomic double avg_ms;                 /* moving average of run time */
 };
 
 /* ---- workers ------------------------------------------------------------ */
@@ -65,17 +72,32 @@ static void worker_main(void *arg) {
       uv_cond_wait(&s->cv, &s->mu);
     if (w->job == NULL)
       break;
-    node_t *job = w->job;
+    node_t *job = w->job, *last = job;
     uv_mutex_unlock(&s->mu);
 
     double t0 = attnd_now_ms();
-    job->result = s->run(job->j.job, w->index, &w->scratch);
+    if (job->peer == NULL) {
+      job->result = s->run(job->j.job, w->index, &w->scratch);
+    } else {
+      int n = 0;
+      for (node_t *m = job; m; m = m->peer)
+        w->jobs[n++] = m->j.job;
+      s->batching.run_batch(w->jobs, n, w->index, &w->scratch, w->results);
+      atomic_fetch_add(&s->batches, 1);
+      atomic_fetch_add(&s->batched, (uint_fast64_t)n);
+      n = 0;
+      for (node_t *m = job; m; m = m->peer) {
+        m->result = w->results[n++];
+        m->next = m->peer; /* the batch, as a list for the loop */
+        last = m;
+      }
+    }
     double ms = attnd_now_ms() - t0;
 
     uv_mutex_lock(&s->mu);
     s->avg_ms = 0.8 * s->avg_ms + 0.2 * ms;
     w->job = NULL;
-    job->next = s->finished;
+    last->next = s->finished;
     s->finished = job;
     uv_async_send(&s->wake);
   }
@@ -134,6 +156,23 @@ static void fifo_remove(attnd_sched_t *s, node_t *n) {
   atomic_fetch_sub(&s->waiting, 1);
 }
 
+/* Takes the jobs just assigned (RUNNING) out of the FIFO, in one pass. */
+static void fifo_take_running(attnd_sched_t *s) {
+  node_t **pp = &s->head, *prev = NULL;
+  while (*pp) {
+    node_t *n = *pp;
+    if (n->state == RUNNING) {
+      *pp = n->next;
+      n->next = NULL;
+      atomic_fetch_sub(&s->waiting, 1);
+    } else {
+      prev = n;
+      pp = &n->next;
+    }
+  }
+  s->tail = prev;
+}
+
 static void cancel(node_t *n) {
   __atomic_store_n(n->j.cancel, 1, __ATOMIC_RELAXED);
 }
@@ -160,30 +199,93 @@ static void on_disconnect(uv_poll_t *p, int status, int events) {
 
 static void schedule_timer(attnd_sched_t *s);
 
-/* Hands waiting jobs to idle workers, in arrival order. */
+static int expired(const node_t *n, double now) {
+  return n->j.deadline_ms <= now;
+}
+
+/* Whether a batch whose first job may run with `n` is running now. */
+static int compatible_running(const attnd_sched_t *s, const node_t *n) {
+  for (int w = 0; w < s->n_workers; w++) {
+    const node_t *r = s->running[w];
+    if (r && r->j.batchable && s->batching.compatible(r->j.job, n->j.job))
+      return 1;
+  }
+  return 0;
+}
+
+/* The batch that head (waiting, batchable) would lead now: it and the
+ * compatible jobs waiting behind it, within max_tokens, linked by `peer`
+ * in arrival order (not yet taken from the FIFO). Returns how many, and in
+ * *others whether jobs outside it wait too. */
+static int gather(attnd_sched_t *s, node_t *head, double now, int *others,
+                  int64_t *tokens) {
+  const attnd_sched_batching_t *b = &s->batching;
+  node_t *last = head;
+  int n = 1;
+  *tokens = head->j.tokens;
+  *others = 0;
+  head->peer = NULL;
+  for (node_t *m = head->next; m; m = m->next) {
+    if (n < ATTND_SCHED_MAX_BATCH && m->j.batchable && !m->gone &&
+        !expired(m, now) && *tokens + m->j.tokens <= b->max_tokens &&
+        b->compatible(head->j.job, m->j.job)) {
+      last->peer = m;
+      last = m;
+      m->peer = NULL;
+      *tokens += m->j.tokens;
+      n++;
+    } else {
+      *others = 1;
+    }
+  }
+  return n;
+}
+
+/* Gives worker w the job n, and its batch (peer); under mu. */
+static void assign(attnd_sched_t *s, int w, node_t *n) {
+  for (node_t *m = n; m; m = m->peer)
+    m->state = RUNNING;
+  s->running[w] = n;
+  s->workers[w].job = n;
+  atomic_fetch_add(&s->busy, 1);
+}
+
+/* Hands waiting jobs to idle workers, in arrival order, a batchable one
+ * with the compatible ones behind it; or holds the first back for its
+ * batch's window (window_end). */
 static void dispatch(attnd_sched_t *s) {
+  s->window_end = 0;
   uv_mutex_lock(&s->mu);
   for (int w = 0; w < s->n_workers && s->head; w++) {
     if (s->running[w])
       continue;
     node_t *n = s->head;
-    s->head = n->next;
-    if (s->head == NULL)
-      s->tail = NULL;
-    n->next = NULL;
-    atomic_fetch_sub(&s->waiting, 1);
-    if (n->gone || n->j.deadline_ms <= attnd_now_ms()) {
+    double now = attnd_now_ms();
+    if (n->gone || expired(n, now)) {
       /* gone or expired while waiting: never computed */
+      fifo_remove(s, n);
       uv_mutex_unlock(&s->mu);
       drop(s, n);
       uv_mutex_lock(&s->mu);
       w--;
       continue;
     }
-    n->state = RUNNING;
-    s->running[w] = n;
-    s->workers[w].job = n;
-    atomic_fetch_add(&s->busy, 1);
+    n->peer = NULL;
+    if (n->j.batchable && s->batching.window_ms > 0) {
+      int others;
+      int64_t tokens;
+      gather(s, n, now, &others, &tokens);
+      double end = n->queued_at + s->batching.window_ms;
+      if (!others && tokens < s->batching.max_tokens && now < end &&
+          compatible_running(s, n)) {
+        for (node_t *m = n; m; m = m->peer) /* not now: undone */
+          m->peer = NULL;
+        s->window_end = end;
+        break;
+      }
+    }
+    assign(s, w, n);
+    fifo_take_running(s);
   }
   uv_cond_broadcast(&s->cv);
   uv_mutex_unlock(&s->mu);
@@ -220,9 +322,10 @@ static void on_wake(uv_async_t *a) {
     fin = fin->next;
     n->next = NULL;
     for (int w = 0; w < s->n_workers; w++)
-      if (s->running[w] == n)
+      if (s->running[w] == n) { /* the job, or its batch's first */
         s->running[w] = NULL;
-    atomic_fetch_sub(&s->busy, 1);
+        atomic_fetch_sub(&s->busy, 1);
+      }
     finish(s, n,
            n->gone                       ? ATTND_SCHED_ABANDONED
            : n->result == ATTN_ECANCELED ? ATTND_SCHED_EXPIRED
@@ -242,6 +345,7 @@ static void on_wake(uv_async_t *a) {
     rev = rev->next;
     n->next = NULL;
     n->state = QUEUED;
+    n->queued_at = attnd_now_ms();
     watch(s, n);
     if (s->tail)
       s->tail->next = n;
@@ -254,33 +358,37 @@ static void on_wake(uv_async_t *a) {
 }
 
 /* Expires what is past its deadline: waiting jobs leave the FIFO at once;
- * running ones are cancelled and leave when their worker returns. */
+ * running ones are cancelled and leave when their worker returns. Then a
+ * batch whose window has ended goes. */
 static void on_timer(uv_timer_t *t) {
   attnd_sched_t *s = t->data;
   double now = attnd_now_ms();
   for (node_t *n = s->head, *next; n; n = next) {
     next = n->next;
-    if (n->j.deadline_ms <= now || n->gone) {
+    if (expired(n, now) || n->gone) {
       fifo_remove(s, n);
       drop(s, n);
     }
   }
   for (int w = 0; w < s->n_workers; w++)
-    if (s->running[w] && s->running[w]->j.deadline_ms <= now)
-      cancel(s->running[w]);
+    for (node_t *n = s->running[w]; n; n = n->peer)
+      if (expired(n, now))
+        cancel(n);
+  dispatch(s);
   schedule_timer(s);
 }
 
+/* The timer, for the next deadline or the end of a batch's window (libuv's
+ * timers count whole milliseconds: a window ends up to 1 ms late). */
 static void schedule_timer(attnd_sched_t *s) {
-  double next = -1;
+  double next = s->window_end > 0 ? s->window_end : -1;
   for (node_t *n = s->head; n; n = n->next)
     if (next < 0 || n->j.deadline_ms < next)
       next = n->j.deadline_ms;
-  for (int w = 0; w < s->n_workers; w++) {
-    node_t *n = s->running[w];
-    if (n && !cancelled(n) && (next < 0 || n->j.deadline_ms < next))
-      next = n->j.deadline_ms;
-  }
+  for (int w = 0; w < s->n_workers; w++)
+    for (node_t *n = s->running[w]; n; n = n->peer)
+      if (!cancelled(n) && (next < 0 || n->j.deadline_ms < next))
+        next = n->j.deadline_ms;
   if (next < 0) {
     uv_timer_stop(&s->timer);
     return;
@@ -345,6 +453,13 @@ fail_mutex:
   return NULL;
 }
 
+void attnd_sched_set_batching(attnd_sched_t *s,
+                              const attnd_sched_batching_t *b) {
+  s->batching = *b;
+  if (s->batching.max_tokens < 1)
+    s->batching.max_tokens = 1;
+}
+
 int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job) {
   if (atomic_fetch_add(&s->inflight, 1) >= s->depth + s->n_workers) {
     atomic_fetch_sub(&s->inflight, 1);
@@ -373,6 +488,12 @@ int attnd_sched_busy(const attnd_sched_t *s) {
 }
 int attnd_sched_inflight(const attnd_sched_t *s) {
   return atomic_load(&s->inflight);
+}
+
+void attnd_sched_batches(const attnd_sched_t *s, uint64_t *batches,
+                         uint64_t *jobs) {
+  *batches = atomic_load(&s->batches);
+  *jobs = atomic_load(&s->batched);
 }
 
 int attnd_sched_retry_after_s(const attnd_sched_t *s) {

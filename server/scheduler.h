@@ -14,13 +14,24 @@
  *     arrival order, expires jobs whose deadline passed (raising the job's
  *     cancel flag if it is running), drops jobs whose client has gone
  *     (watching each waiting job's socket), and calls `done` for each;
- *   - worker threads only call `run`.
+ *   - worker threads only call `run` (or `run_batch`).
  * A job submitted successfully belongs to the scheduler until `done`, which
- * runs on the loop thread and passes it back. */
+ * runs on the loop thread and passes it back.
+ *
+ * Batching (attnd_sched_batching): a job marked batchable may run together
+ * with others the `compatible` function pairs it with, in one call of
+ * `run_batch` on one worker, up to max_tokens of their `tokens`. An idle
+ * worker takes the first job waiting and every compatible one waiting
+ * behind it. It waits for more, up to window_ms after the first arrived,
+ * only when that can pay: nothing else is waiting, the batch is short of
+ * max_tokens, and a compatible batch is running now (its clients are the
+ * ones likely to send the next jobs). An idle server never waits. Each
+ * job of a batch keeps its own deadline, client watch and outcome. */
 #ifndef ATTND_SCHEDULER_H
 #define ATTND_SCHEDULER_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 typedef struct attnd_sched attnd_sched_t;
@@ -64,7 +75,32 @@ typedef struct attnd_sched_job {
   double deadline_ms; /* attnd_now_ms() time after which it expires */
   int *cancel;        /* raised atomically to stop a running job */
   int fd;             /* the client's socket to watch, or -1 */
+  int batchable;      /* may run in a batch (attnd_sched_batching) */
+  int64_t tokens;     /* its size toward a batch's max_tokens, >= 1 */
 } attnd_sched_job_t;
+
+/* The most jobs in one batch. */
+#define ATTND_SCHED_MAX_BATCH 256
+
+/* Computes jobs[0..n) (2 <= n <= ATTND_SCHED_MAX_BATCH, pairwise
+ * compatible) together, setting results[i] as `run` would return it for
+ * job i. A job whose cancel flag is raised may still be computed; its
+ * result then is ATTN_ECANCELED. Worker thread. */
+typedef void (*attnd_sched_batch_fn)(void *const *jobs, int n, int worker,
+                                     attnd_scratch_t *scratch, int *results);
+
+typedef struct attnd_sched_batching {
+  attnd_sched_batch_fn run_batch;
+  /* Whether batchable jobs a and b may share a batch (symmetric and
+   * transitive). Loop thread. */
+  int (*compatible)(const void *a, const void *b);
+  double window_ms;   /* 0: no batching */
+  int64_t max_tokens; /* >= 1 */
+} attnd_sched_batching_t;
+
+/* Turns batching on (window_ms > 0). Loop thread, before the loop runs. */
+void attnd_sched_set_batching(attnd_sched_t *s,
+                              const attnd_sched_batching_t *b);
 
 /* Admits a job or refuses it. Returns 0 (the scheduler holds the job until
  * done), or -1 when the queue is full or no node could be allocated.
@@ -76,6 +112,10 @@ int attnd_sched_waiting(const attnd_sched_t *s);
 int attnd_sched_busy(const attnd_sched_t *s);
 /* Jobs admitted and not yet passed back through done. Any thread. */
 int attnd_sched_inflight(const attnd_sched_t *s);
+/* Batches of two or more jobs run so far, and the jobs in them. Any
+ * thread. */
+void attnd_sched_batches(const attnd_sched_t *s, uint64_t *batches,
+                         uint64_t *jobs);
 /* A guess at the seconds until a place frees: for Retry-After. */
 int attnd_sched_retry_after_s(const attnd_sched_t *s);
 

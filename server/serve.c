@@ -170,6 +170,13 @@ int attnd_serve(const attnd_config_t *cfg) {
   uv_loop_init(&s->loop);
   s->sched = attnd_sched_new(&s->loop, (int)cfg->workers, (int)cfg->queue_depth,
                              attnd_request_run, attnd_http_job_done, s);
+  if (s->sched)
+    attnd_sched_set_batching(
+        s->sched, &(attnd_sched_batching_t){
+                      .run_batch = attnd_request_run_batch,
+                      .compatible = attnd_request_compatible,
+                      .window_ms = (double)cfg->batch_window_us / 1000.0,
+                      .max_tokens = cfg->max_batch_tokens});
   if (s->metrics == NULL || s->sessions == NULL || s->sched == NULL ||
       security_init(s) < 0 || layers_init(s) < 0 || attnd_http_start(s) < 0)
     return 1;

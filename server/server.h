@@ -30,6 +30,7 @@ typedef struct attnd_server {
   int port;         /* the port bound */
   atomic_int draining;
   atomic_int active; /* HTTP requests between first callback and completion */
+  atomic_int inline_steps; /* batchable steps computing on HTTP threads */
   attnd_budget_t budget;
   atomic_uint_fast64_t next_id;
   uint64_t id_prefix;

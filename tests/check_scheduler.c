@@ -26,7 +26,7 @@
 #include "suite.h"
 
 enum {
-  MAX_JOBS = 160,
+  MAX_JOBS = 300,
   GUARD_MS = 5000,   /* the longest any wait may take before failing */
   RUN_CAP_MS = 8000, /* a held run gives up after this, so nothing hangs */
 };
@@ -45,6 +45,8 @@ typedef struct fake {
   int ms;      /* then run takes this long */
   int ret;     /* what run returns when it was not cancelled */
   size_t grow; /* run grows the worker's scratch to this many bytes */
+  int key;     /* batchable with the jobs of the same key; 0: not */
+  int tokens;  /* its tokens toward max_tokens (0: 1) */
 
   int runs;    /* times run was called (atomic) */
   int started; /* run has recorded the fields below (atomic, release) */
@@ -53,6 +55,9 @@ typedef struct fake {
   int saw_cancel;
   int gave_up; /* RUN_CAP_MS passed while held */
   void *scratch;
+  int batch;       /* jobs it ran with, itself included (1: alone) */
+  int batch_first; /* the id of its batch's first job */
+  double t_submit, t_start;
 
   int dones;
   attnd_sched_outcome_t outcome;
@@ -117,6 +122,9 @@ static int held(const fake_t *f) {
 static int fake_run(void *jp, int worker, attnd_scratch_t *scratch) {
   fake_t *f = jp;
   __atomic_add_fetch(&f->runs, 1, __ATOMIC_RELAXED);
+  f->batch = 1;
+  f->batch_first = f->id;
+  f->t_start = attnd_now_ms();
   f->worker = worker;
   f->thread = uv_thread_self();
   if (f->grow > scratch->cap) {
@@ -149,6 +157,40 @@ static int fake_run(void *jp, int worker, attnd_scratch_t *scratch) {
   }
 }
 
+/* The scheduler's run_batch: records each job as fake_run does, in the
+ * batch's order, then runs as fake_run does for the batch's first job (its
+ * hold, ms and cancel flag). Each job's result is its ret, or
+ * ATTN_ECANCELED when its own flag is up by then. Worker thread. */
+static void fake_run_batch(void *const *jobs, int n, int worker,
+                           attnd_scratch_t *scratch, int *results) {
+  fake_t *first = jobs[0];
+  for (int i = 1; i < n; i++) {
+    fake_t *f = jobs[i];
+    __atomic_add_fetch(&f->runs, 1, __ATOMIC_RELAXED);
+    f->worker = worker;
+    f->thread = uv_thread_self();
+    f->t_start = attnd_now_ms();
+  }
+  int r0 = fake_run(first, worker, scratch); /* records the first */
+  uv_mutex_lock(&H.mu); /* the others, after it in run_order */
+  for (int i = 1; i < n; i++)
+    if (H.n_run < MAX_JOBS)
+      H.run_order[H.n_run++] = ((fake_t *)jobs[i])->id;
+  uv_mutex_unlock(&H.mu);
+  for (int i = 0; i < n; i++) {
+    fake_t *f = jobs[i];
+    f->batch = n;
+    f->batch_first = first->id;
+    int up = __atomic_load_n(&f->cancel, __ATOMIC_RELAXED);
+    results[i] = i == 0 ? r0 : up ? ATTN_ECANCELED : f->ret;
+    __atomic_store_n(&f->started, 1, __ATOMIC_RELEASE);
+  }
+}
+
+static int fake_compatible(const void *a, const void *b) {
+  return ((const fake_t *)a)->key == ((const fake_t *)b)->key;
+}
+
 /* The scheduler's done: records the outcome and the order. Loop thread. */
 static void fake_done(void *jp, void *tag, attnd_sched_outcome_t outcome,
                       void *arg) {
@@ -177,7 +219,10 @@ static int submit(fake_t *f, double deadline_ms, int fd) {
       .deadline_ms = deadline_ms,
       .cancel = &f->cancel,
       .fd = fd,
+      .batchable = f->key != 0,
+      .tokens = f->tokens ? f->tokens : 1,
   };
+  f->t_submit = attnd_now_ms();
   return attnd_sched_submit(H.s, &j);
 }
 
@@ -228,6 +273,17 @@ static void start(int workers, int depth) {
   ck_assert_int_eq(attnd_sched_inflight(H.s), 0);
   ck_assert_int_eq(attnd_sched_waiting(H.s), 0);
   ck_assert_int_eq(attnd_sched_busy(H.s), 0);
+}
+
+/* start, with batching: a window of window_ms, max_tokens. */
+static void start_batching(int workers, int depth, double window_ms,
+                           int64_t max_tokens) {
+  start(workers, depth);
+  attnd_sched_set_batching(
+      H.s, &(attnd_sched_batching_t){.run_batch = fake_run_batch,
+                                     .compatible = fake_compatible,
+                                     .window_ms = window_ms,
+                                     .max_tokens = max_tokens});
 }
 
 static void counts_are(int inflight, int waiting, int busy) {
@@ -732,6 +788,210 @@ START_TEST(test_close_idle) {
 }
 END_TEST
 
+/* ---- batching ----------------------------------------------------------- */
+
+/* Behind a held job: A1 A2 B1 A3 N1 A4 A5 (A and B batchable, each with
+ * its own kind, N not). The worker then takes A1 and every A behind it in
+ * one batch, in arrival order; then B1 alone; then N1. */
+START_TEST(test_batch_gathers) {
+  start_batching(1, 16, 1000, 256);
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+  static const int keys[] = {0, 1, 1, 2, 1, 0, 1, 1};
+  for (int i = 1; i < 8; i++) {
+    job(i)->key = keys[i];
+    ck_assert_int_eq(submit(job(i), far(), -1), 0);
+  }
+  PUMP_UNTIL(attnd_sched_waiting(H.s) == 7);
+  release(job(0));
+  wait_done(8);
+  counts_are(0, 0, 0);
+  static const int order[] = {0, 1, 2, 4, 6, 7, 3, 5};
+  for (int i = 0; i < 8; i++)
+    ck_assert_int_eq(H.run_order[i], order[i]);
+  for (int i = 0; i < 8; i++) {
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+    ck_assert_int_eq(job(i)->batch, keys[i] == 1 ? 5 : 1);
+    ck_assert_int_eq(job(i)->batch_first, keys[i] == 1 ? 1 : i);
+  }
+}
+END_TEST
+
+/* Batches hold at most max_tokens: jobs of 3 tokens, 7 at most, go 2 by
+ * 2; and at most ATTND_SCHED_MAX_BATCH jobs. */
+START_TEST(test_batch_max_tokens) {
+  int many = _i == 1;
+  int n = many ? ATTND_SCHED_MAX_BATCH + 10 : 5;
+  ck_assert_int_lt(n, MAX_JOBS);
+  start_batching(1, MAX_JOBS, 1000, many ? 100000 : 7);
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+  for (int i = 1; i <= n; i++) {
+    job(i)->key = 1;
+    job(i)->tokens = many ? 1 : 3;
+    ck_assert_int_eq(submit(job(i), far(), -1), 0);
+  }
+  PUMP_UNTIL(attnd_sched_waiting(H.s) == n);
+  release(job(0));
+  wait_done(n + 1);
+  for (int i = 1; i <= n; i++) {
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+    int want = many ? (i <= ATTND_SCHED_MAX_BATCH ? ATTND_SCHED_MAX_BATCH : 10)
+                    : (i <= 4 ? 2 : 1);
+    ck_assert_msg(job(i)->batch == want, "job %d ran in a batch of %d, not %d",
+                  i, job(i)->batch, want);
+  }
+}
+END_TEST
+
+/* Two workers. While a batch of A runs, an A arriving at the idle worker
+ * waits for company (nothing else waits); a second A joins it; both run
+ * as one batch as soon as the running one ends, before the window does. */
+START_TEST(test_batch_waits_while_one_runs) {
+  start_batching(2, 8, 10000, 256);
+  job(0)->key = 1;
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+  job(1)->key = job(2)->key = 1;
+  ck_assert_int_eq(submit(job(1), far(), -1), 0);
+  double t0 = attnd_now_ms();
+  while (attnd_now_ms() < t0 + 50)
+    uv_run(&H.loop, UV_RUN_NOWAIT), sleep_ms(1);
+  ck_assert_int_eq(runs(job(1)), 0);
+  counts_are(2, 1, 1);
+  ck_assert_int_eq(submit(job(2), far(), -1), 0);
+  PUMP_UNTIL(attnd_sched_waiting(H.s) == 2);
+  release(job(0));
+  wait_done(3);
+  for (int i = 0; i < 3; i++)
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+  ck_assert_int_eq(job(1)->batch, 2);
+  ck_assert_int_eq(job(2)->batch_first, 1);
+}
+END_TEST
+
+/* The wait ends with the window: an A behind a running A starts alone on
+ * the idle worker once window_ms have passed, not before. */
+START_TEST(test_batch_window_ends) {
+  start_batching(2, 8, 100, 256);
+  job(0)->key = 1;
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+  job(1)->key = 1;
+  ck_assert_int_eq(submit(job(1), far(), -1), 0);
+  wait_done(1);
+  came_back(job(1), ATTND_SCHED_DONE, 1);
+  ck_assert_int_eq(job(1)->batch, 1);
+  ck_assert_msg(job(1)->t_start - job(1)->t_submit >= 100,
+                "it started after %.1f ms, within the window of 100",
+                job(1)->t_start - job(1)->t_submit);
+  ck_assert(runs(job(0)) == 1 && job(0)->dones == 0); /* still held */
+}
+END_TEST
+
+/* Never a wait when nothing suggests company: an idle server, or one busy
+ * with other kinds (B, and a job that is not batchable); and not when
+ * other jobs are waiting. The window is 10 s: a test that waited it out
+ * would fail at GUARD_MS. */
+START_TEST(test_batch_no_wait) {
+  start_batching(2, 8, 10000, 256);
+  job(0)->key = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  wait_done(1);
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+  job(1)->key = 2;
+  job(1)->hold = 1;
+  ck_assert_int_eq(submit(job(1), far(), -1), 0);
+  PUMP_UNTIL(started(job(1)));
+  job(2)->key = 1;
+  ck_assert_int_eq(submit(job(2), far(), -1), 0);
+  wait_done(2);
+  came_back(job(2), ATTND_SCHED_DONE, 1);
+  /* A running on one worker, and an N waiting behind the new A: go */
+  job(3)->key = 1;
+  job(3)->hold = 1;
+  ck_assert_int_eq(submit(job(3), far(), -1), 0);
+  release(job(1));
+  wait_done(3);
+  PUMP_UNTIL(started(job(3)));
+  job(4)->hold = 1; /* occupies the other worker at first */
+  ck_assert_int_eq(submit(job(4), far(), -1), 0);
+  PUMP_UNTIL(started(job(4)));
+  job(5)->key = 1;
+  ck_assert_int_eq(submit(job(5), far(), -1), 0);
+  ck_assert_int_eq(submit(job(6), far(), -1), 0); /* N, behind it */
+  PUMP_UNTIL(attnd_sched_waiting(H.s) == 2);
+  release(job(4)); /* the freed worker: A5 with N6 waiting goes at once */
+  wait_done(6);
+  ck_assert_msg(H.done_order[4] == 5 || H.done_order[5] == 5,
+                "A5 did not run when its worker freed");
+  release(job(3));
+  wait_done(7);
+  for (int i = 3; i < 7; i++)
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+}
+END_TEST
+
+/* A deadline that passes while its job waits in a batch's window: it
+ * comes back EXPIRED, never run. */
+START_TEST(test_batch_expired_in_window) {
+  start_batching(2, 8, 10000, 256);
+  job(0)->key = 1;
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+  job(1)->key = 1;
+  ck_assert_int_eq(submit(job(1), attnd_now_ms() + 50, -1), 0);
+  wait_done(1);
+  came_back(job(1), ATTND_SCHED_EXPIRED, 0);
+  release(job(0));
+  wait_done(2);
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+}
+END_TEST
+
+/* A job of a batch whose client goes while it waits is dropped
+ * (ABANDONED, never run); the rest run as one batch. One whose deadline
+ * passes while its batch runs comes back EXPIRED, the others DONE. */
+START_TEST(test_batch_members_leave) {
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  start_batching(1, 8, 1000, 256);
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+  for (int i = 1; i <= 4; i++)
+    job(i)->key = 1;
+  job(2)->hold = 1; /* the batch's first, once 1 is gone */
+  ck_assert_int_eq(submit(job(1), far(), sv[0]), 0);
+  ck_assert_int_eq(submit(job(2), far(), -1), 0);
+  ck_assert_int_eq(submit(job(3), attnd_now_ms() + 300, -1), 0);
+  ck_assert_int_eq(submit(job(4), far(), -1), 0);
+  PUMP_UNTIL(attnd_sched_waiting(H.s) == 4);
+  hang_up(sv[1], 0);
+  wait_done(1);
+  came_back(job(1), ATTND_SCHED_ABANDONED, 0);
+  release(job(0));
+  wait_done(2);
+  PUMP_UNTIL(runs(job(2)) == 1);
+  double t0 = attnd_now_ms(); /* job 3's deadline passes as its batch runs */
+  while (attnd_now_ms() < t0 + 400)
+    uv_run(&H.loop, UV_RUN_NOWAIT), sleep_ms(1);
+  release(job(2));
+  wait_done(5);
+  came_back(job(2), ATTND_SCHED_DONE, 1);
+  came_back(job(3), ATTND_SCHED_EXPIRED, 1);
+  came_back(job(4), ATTND_SCHED_DONE, 1);
+  ck_assert_int_eq(job(2)->batch, 3);
+  ck_assert_int_eq(job(3)->cancel, 1);
+  close(sv[0]);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("scheduler");
   TCase *tc = tcase_create("order");
@@ -767,6 +1027,18 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_gone_while_waiting, 0, 2); /* close, shutdown */
   tcase_add_loop_test(tc, test_gone_while_running, 0, 2); /* close, shutdown */
   tcase_add_test(tc, test_connected_client_is_not_gone);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("batching");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 20);
+  tcase_add_test(tc, test_batch_gathers);
+  tcase_add_loop_test(tc, test_batch_max_tokens, 0, 2);
+  tcase_add_test(tc, test_batch_waits_while_one_runs);
+  tcase_add_test(tc, test_batch_window_ends);
+  tcase_add_test(tc, test_batch_no_wait);
+  tcase_add_test(tc, test_batch_expired_in_window);
+  tcase_add_test(tc, test_batch_members_leave);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("lifecycle");

@@ -185,7 +185,7 @@ static sh_resp_t call(sh_client_t *c, const char *method, const char *path,
 /* `method` /v1/sessions/{id}{sub}. */
 static sh_resp_t call_id(sh_client_t *c, const char *method, const char *id,
                          const char *sub, const char *body) {
-  char path[256];
+  char path[640];
   snprintf(path, sizeof path, "/v1/sessions/%s%s", id, sub);
   return call(c, method, path, body);
 }
@@ -2632,6 +2632,388 @@ START_TEST(test_many_sessions) {
 }
 END_TEST
 
+/* ---- batches of steps across sessions ------------------------------------
+ *
+ * Steps of one layer's sessions that are ready together are computed in
+ * one forward call (run.c). Here the one worker is kept busy by a slow
+ * request while the steps queue, so that it then takes them all at once. */
+
+/* The batch steps' body: one new token, the output alone (weights or
+ * per-head outputs would keep the step out of a batch). */
+static char *batch_text(const seq_t *s, int64_t count) {
+  return step_text(s, s->n, count,
+                   "{\"return\":{\"encoding\":\"base64\",\"metrics\":true}}");
+}
+
+/* A batch step's 200 reply: its output (owned, in *out), and its length
+ * and metrics.batch. */
+static void batch_reply(sh_resp_t *r, const seq_t *s, int64_t count,
+                        sh_tensor_t *out, int64_t *len, int64_t *batch) {
+  json_t *v = json_reply(r, 200);
+  char why[256];
+  ck_assert_msg(
+      sh_tensor_decode(json_object_get(v, "output"), out, why, sizeof why) == 0,
+      "output: %s", why);
+  ck_assert_int_eq(out->n, (size_t)(count * e_out(s->sh)));
+  *len = ji(v, "length");
+  *batch = ji(json_object_get(v, "metrics"), "batch");
+  json_decref(v);
+}
+
+/* Sends s's rows [from, from + count) to session `id` on c: 200. */
+static void replay(sh_client_t *c, const seq_t *s, const char *id, int64_t from,
+                   int64_t count) {
+  char *body = step_text(s, from, count, NULL);
+  sh_resp_t r = call_id(c, "POST", id, "/attention", body);
+  free(body);
+  json_decref(json_reply(&r, 200));
+}
+
+/* Batched and alone: N sessions of the demo layer and of the llama layer,
+ * of lengths around the page's edges, a fork sharing its parent's pages
+ * and a truncated one, built alike on two servers, one batching (its
+ * window 1 s: a batch that waited it out would show in the test's time)
+ * and one not. Each session's next token is sent to both: the batching
+ * one computes each layer's steps in one batch, and every output agrees
+ * with the other's within 1e-6, and with /v1's recomputation. */
+START_TEST(test_batched_equals_alone) {
+  enum { N = 12 };
+  static const int64_t lens[N] = {1,   2,   63, 64,  65, 127,
+                                  129, 200, 64, 200, 5,  70};
+  /* 8: a fork of 3 (64); 9: truncated to 70; 10, 11: the llama layer */
+  const char *on_args[] = {"--layers",
+                           layer_arg,
+                           "--workers",
+                           "1",
+                           "--threads-per-request",
+                           "1",
+                           "--batch-window-us",
+                           "1000000",
+                           "--max-memory-bytes",
+                           "536870912",
+                           NULL};
+  const char *off_args[] = {"--layers", layer_arg, "--batch-window-us", "0",
+                            NULL};
+  sh_server_t on, off;
+  start(&on, on_args);
+  start(&off, off_args);
+  sh_client_t ca, cb;
+  sh_client_init(&ca, on.port);
+  sh_client_init(&cb, off.port);
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 401);
+  seq_t sq[N];
+  char idb[N][40];
+  for (int i = 0; i < N; i++) {
+    const shape_t *sh = i >= 10 ? &shapes[1] : SH_DEMO;
+    if (i == 8) { /* the fork, on both */
+      sh_resp_t r = call_id(&ca, "POST", sq[3].id, "/fork", NULL);
+      json_t *in = json_reply(&r, 201);
+      seq_copy(&sq[i], &sq[3],
+               json_string_value(json_object_get(in, "session")));
+      json_decref(in);
+      r = call_id(&cb, "POST", idb[3], "/fork", NULL);
+      in = json_reply(&r, 201);
+      snprintf(idb[i], 40, "%s",
+               json_string_value(json_object_get(in, "session")));
+      json_decref(in);
+      continue;
+    }
+    char *body = create_text(sh, NULL), ida[40];
+    json_decref(create(&ca, body, ida));
+    json_decref(create(&cb, body, idb[i]));
+    free(body);
+    seq_init(&sq[i], sh, ida);
+    seq_step(&ca, &sq[i], &rng, lens[i], NULL);
+    replay(&cb, &sq[i], idb[i], 0, lens[i]);
+  }
+  for (int i = 0; i < N; i++)
+    seq_verify(&ca, &sq[i]);
+  json_decref(seq_truncate(&ca, &sq[9], 70)); /* 200 to 70, on both */
+  sh_resp_t r = call_id(&cb, "POST", idb[9], "/truncate", "{\"length\":70}");
+  json_decref(json_reply(&r, 200));
+
+  /* the next token of each: queued behind the slow request on `on` */
+  bg_t slow, bg[N];
+  bg_slow(&slow, on.port);
+  for (int i = 0; i < N; i++) {
+    seq_gen(&sq[i], &rng, 1);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/sessions/%s/attention", sq[i].id);
+    bg_start(&bg[i], on.port, path, batch_text(&sq[i], 1));
+  }
+  ck_assert_msg(sh_wait_metric(on.port, "attnd_queue_depth", N, 10) >= N,
+                "the steps did not all queue behind the slow request");
+  ck_assert_msg(sh_metric(on.port, "attnd_busy_workers") == 1,
+                "the slow request ended before the steps had queued");
+  bg_join(&slow);
+  sh_resp_free(&slow.r);
+  for (int i = 0; i < N; i++) {
+    bg_join(&bg[i]);
+    sh_tensor_t oa, ob;
+    int64_t len, batch, lb, bb;
+    batch_reply(&bg[i].r, &sq[i], 1, &oa, &len, &batch);
+    ck_assert_int_eq(len, sq[i].n + 1);
+    ck_assert_msg(batch == (i >= 10 ? 2 : 10),
+                  "session %d's step was computed in a batch of %lld", i,
+                  (long long)batch);
+    char *body = batch_text(&sq[i], 1);
+    sh_resp_t rb = call_id(&cb, "POST", idb[i], "/attention", body);
+    free(body);
+    batch_reply(&rb, &sq[i], 1, &ob, &lb, &bb);
+    ck_assert_int_eq(lb, len);
+    ck_assert_int_eq(bb, 1);
+    double e = tu_rel_err_f(oa.data, ob.data, oa.n);
+    ck_assert_msg(e <= 1e-6, "session %d: batched and alone differ by %g", i,
+                  e);
+    /* and against /v1, the whole sequence at once */
+    double *o, *w;
+    recompute_v1(&ca, &sq[i], sq[i].n + 1, &o, &w);
+    double ev = tu_rel_err(oa.data, o + sq[i].n * e_out(sq[i].sh),
+                           (size_t)e_out(sq[i].sh));
+    ck_assert_msg(ev <= TOL, "session %d: the batched step is off by %g", i,
+                  ev);
+    free(o), free(w);
+    sh_tensor_free(&oa), sh_tensor_free(&ob);
+  }
+  ck_assert(sh_metric(on.port, "attnd_step_batches_total") == 2);
+  ck_assert(sh_metric(on.port, "attnd_batched_steps_total") == N);
+  ck_assert(sh_metric(off.port, "attnd_step_batches_total") == 0);
+  for (int i = 0; i < N; i++)
+    seq_free(&sq[i]);
+  sh_client_free(&ca);
+  sh_client_free(&cb);
+  stop(&on);
+  stop(&off);
+}
+END_TEST
+
+/* The layers, one worker of one thread, and memory for the slow request. */
+static const char *const *one_worker_args(void) {
+  static const char *args[] = {"--layers",
+                               layer_arg,
+                               "--workers",
+                               "1",
+                               "--threads-per-request",
+                               "1",
+                               "--max-memory-bytes",
+                               "536870912",
+                               NULL};
+  return args;
+}
+
+/* N demo sessions of `len` tokens on c (seeded), for the batch tests. */
+static void batch_sessions(sh_client_t *c, seq_t *sq, int n, int64_t len,
+                           tu_rng_t *rng) {
+  for (int i = 0; i < n; i++) {
+    char *body = create_text(SH_DEMO, NULL), id[40];
+    json_decref(create(c, body, id));
+    free(body);
+    seq_init(&sq[i], SH_DEMO, id);
+    seq_step(c, &sq[i], rng, len + i, NULL);
+    seq_verify(c, &sq[i]);
+  }
+}
+
+/* The batch's steps, queued behind the slow request on `port`: their
+ * threads started, and all of them waiting. */
+static void batch_queue(int port, bg_t *slow, bg_t *bg, seq_t *sq, int n,
+                        tu_rng_t *rng) {
+  bg_slow(slow, port);
+  for (int i = 0; i < n; i++) {
+    seq_gen(&sq[i], rng, 1);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/sessions/%s/attention", sq[i].id);
+    bg_start(&bg[i], port, path, batch_text(&sq[i], 1));
+  }
+}
+
+/* A step whose client leaves while it waits for its batch is dropped, its
+ * session as it was; the others are computed in one batch, correct. */
+START_TEST(test_batch_client_leaves) {
+  enum { N = 6 };
+  sh_server_t srv;
+  start(&srv, one_worker_args());
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 411);
+  seq_t sq[N + 1];
+  batch_sessions(&c, sq, N + 1, 30, &rng);
+  bg_t slow, bg[N];
+  batch_queue(srv.port, &slow, bg, sq, N, &rng);
+  /* the leaving one, on a socket of its own */
+  seq_gen(&sq[N], &rng, 1);
+  char *body = batch_text(&sq[N], 1), head[256];
+  int fd = sh_connect(srv.port);
+  ck_assert_int_ge(fd, 0);
+  int hn = snprintf(head, sizeof head,
+                    "POST /v1/sessions/%s/attention HTTP/1.1\r\nHost: x\r\n"
+                    "Content-Type: application/json\r\nContent-Length: "
+                    "%zu\r\n\r\n",
+                    sq[N].id, strlen(body));
+  ck_assert_int_eq(sh_send_all(fd, head, (size_t)hn), 0);
+  ck_assert_int_eq(sh_send_all(fd, body, strlen(body)), 0);
+  free(body);
+  ck_assert_msg(sh_wait_metric(srv.port, "attnd_queue_depth", N + 1, 10) >=
+                    N + 1,
+                "the steps did not all queue behind the slow request");
+  close(fd);
+  ck_assert_msg(sh_wait_metric(srv.port,
+                               "attnd_rejections_total{reason=\"client_gone\"}",
+                               1, 10) >= 1,
+                "the leaving step was not dropped");
+  ck_assert_msg(sh_metric(srv.port, "attnd_queue_depth") == N,
+                "the slow request ended before the step left");
+  bg_join(&slow);
+  sh_resp_free(&slow.r);
+  for (int i = 0; i < N; i++) {
+    bg_join(&bg[i]);
+    sh_tensor_t o;
+    int64_t len, batch;
+    batch_reply(&bg[i].r, &sq[i], 1, &o, &len, &batch);
+    ck_assert_int_eq(batch, N);
+    double *ref, *w;
+    recompute_v1(&c, &sq[i], sq[i].n + 1, &ref, &w);
+    double e = tu_rel_err(o.data, ref + sq[i].n * e_out(SH_DEMO),
+                          (size_t)e_out(SH_DEMO));
+    ck_assert_msg(e <= TOL, "step %d is off by %g", i, e);
+    free(ref), free(w);
+    sh_tensor_free(&o);
+  }
+  json_t *in = get_info(&c, sq[N].id); /* the dropped step: not applied */
+  check_info(in, SH_DEMO, sq[N].n);
+  json_decref(in);
+  for (int i = 0; i <= N; i++)
+    seq_free(&sq[i]);
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
+/* A step whose deadline passes while it waits in a batch's window gets
+ * 504 and is not applied. Two workers, a window of 1 s: a step of 16384
+ * new tokens runs on one (about a second), and a compatible step (as many
+ * tokens, within max_batch_tokens) reaching the idle one waits for company
+ * until its timeout_ms of 40 passes. */
+START_TEST(test_batch_deadline_in_window) {
+  const char *args[] = {"--layers",
+                        layer_arg,
+                        "--workers",
+                        "2",
+                        "--threads-per-request",
+                        "1",
+                        "--batch-window-us",
+                        "1000000",
+                        "--max-batch-tokens",
+                        "65536",
+                        "--max-memory-bytes",
+                        "1073741824",
+                        "--access-log",
+                        "stderr",
+                        NULL};
+  sh_server_t srv;
+  start(&srv, args);
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 421);
+  enum { L = 16384 };
+  seq_t x, y;
+  char *body = create_text(SH_DEMO, NULL), id[40];
+  json_decref(create(&c, body, id));
+  seq_init(&x, SH_DEMO, id);
+  json_decref(create(&c, body, id));
+  seq_init(&y, SH_DEMO, id);
+  free(body);
+  seq_gen(&x, &rng, L);
+  seq_gen(&y, &rng, L);
+  bg_t bx;
+  char path[128];
+  snprintf(path, sizeof path, "/v1/sessions/%s/attention", x.id);
+  bg_start(&bx, srv.port, path, batch_text(&x, L));
+  ck_assert_msg(sh_wait_metric(srv.port, "attnd_busy_workers", 1, 10) >= 1,
+                "the long step did not start");
+  char *by = step_text(&y, 0, L,
+                       "{\"id\":\"late-step\",\"timeout_ms\":40,"
+                       "\"return\":{\"encoding\":\"base64\"}}");
+  double t0 = sh_now();
+  sh_resp_t r = call_id(&c, "POST", y.id, "/attention", by);
+  free(by);
+  sh_assert_error(&r, 504, "deadline_exceeded", "timeout_ms", "timeout_ms 40",
+                  NULL);
+  sh_resp_free(&r);
+  int x_running = sh_metric(srv.port, "attnd_busy_workers") == 1;
+  json_t *in = get_info(&c, y.id);
+  check_info(in, SH_DEMO, 0);
+  json_decref(in);
+  bg_join(&bx);
+  sh_tensor_t o;
+  int64_t len, batch;
+  batch_reply(&bx.r, &x, L, &o, &len, &batch);
+  ck_assert_int_eq(len, L);
+  ck_assert_int_eq(batch, 1);
+  sh_tensor_free(&o);
+  /* the wait ended with the deadline, not with the window or the step */
+  ck_assert_msg(x_running, "the long step ended before the 504: it took "
+                           "under the test's own time");
+  ck_assert_msg(sh_now() - t0 < 0.9, "the 504 came after %.2f s",
+                sh_now() - t0);
+  /* and it was never computed: its access log line has no compute time */
+  sh_server_read_log(&srv);
+  const char *line = strstr(srv.log, "\"id\":\"late-step\"");
+  ck_assert_msg(line, "no access log line for the late step:\n%s",
+                log_tail(&srv));
+  const char *eol = strchr(line, '\n'), *ms = strstr(line, "\"compute_ms\":");
+  ck_assert_msg(ms && (!eol || ms < eol) &&
+                    strncmp(ms, "\"compute_ms\":0.000,", 18) == 0 &&
+                    strstr(line, "\"status\":504") < (eol ? eol : ms + 99),
+                "the late step was computed: %.300s", line);
+  seq_free(&x), seq_free(&y);
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
+/* A drain finishes the batch in flight: SIGTERM while N steps wait behind
+ * the slow request; all N answered 200 from one batch, and exit 0. */
+START_TEST(test_batch_drain) {
+  enum { N = 5 };
+  sh_server_t srv;
+  start(&srv, one_worker_args());
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 431);
+  seq_t sq[N];
+  batch_sessions(&c, sq, N, 10, &rng);
+  bg_t slow, bg[N];
+  batch_queue(srv.port, &slow, bg, sq, N, &rng);
+  ck_assert_msg(sh_wait_metric(srv.port, "attnd_queue_depth", N, 10) >= N,
+                "the steps did not all queue behind the slow request");
+  ck_assert_int_eq(kill(srv.pid, SIGTERM), 0);
+  wait_event(&srv, "\"event\":\"draining\"");
+  bg_join(&slow);
+  ck_assert_int_eq(slow.r.status, 200);
+  sh_resp_free(&slow.r);
+  for (int i = 0; i < N; i++) {
+    bg_join(&bg[i]);
+    sh_tensor_t o;
+    int64_t len, batch;
+    batch_reply(&bg[i].r, &sq[i], 1, &o, &len, &batch);
+    ck_assert_int_eq(len, sq[i].n + 1);
+    ck_assert_int_eq(batch, N);
+    sh_tensor_free(&o);
+  }
+  int st = sh_server_wait(&srv, 30);
+  ck_assert_msg(st == 0, "exit status %d after SIGTERM:\n%s", st,
+                log_tail(&srv));
+  for (int i = 0; i < N; i++)
+    seq_free(&sq[i]);
+  sh_client_free(&c);
+}
+END_TEST
+
 /* ---- regressions -----------------------------------------------------------
  *
  * Each of these failed once (a crash or a wrong number), found by the
@@ -2840,6 +3222,14 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_ttl);
   tcase_add_test(tc, test_metrics);
   tcase_add_test(tc, test_drain);
+  suite_add_tcase(su, tc);
+
+  tc = tcase_create("batching");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_batched_equals_alone);
+  tcase_add_test(tc, test_batch_client_leaves);
+  tcase_add_test(tc, test_batch_deadline_in_window);
+  tcase_add_test(tc, test_batch_drain);
   suite_add_tcase(su, tc);
 
   tc = tcase_create("errors");
