@@ -272,9 +272,76 @@ static int batch_run(bench_t *b, const char *attnd, const char *layer,
   return rc;
 }
 
+/* The core's side of batching, without the server: n steps of one token
+ * at `past` cached tokens (E, H, weights w), as one attn_forward call of
+ * batch n against n calls of batch 1, one thread, the median of 5 each.
+ * Returns the ratio; *one and *each get ms per step. */
+static double core_batching(float *const *w, int n, int64_t past, double *one,
+                            double *each) {
+  *one = *each = 0;
+  size_t pf = (size_t)attn_kv_page_floats(H, E / H, E / H);
+  int64_t npages = (past + 1 + 63) / 64;
+  float **pool = malloc((size_t)(n * npages) * sizeof *pool);
+  float *const **tables = malloc((size_t)n * sizeof *tables);
+  int64_t *pasts = malloc((size_t)n * sizeof *pasts);
+  float *absmax = malloc((size_t)n * sizeof *absmax);
+  float *q = bench_random_floats((size_t)n * E, 1, 5);
+  float *out = malloc((size_t)n * E * sizeof *out);
+  for (int i = 0; i < n * npages; i++) /* cached keys and values: random */
+    pool[i] = bench_random_floats(pf, 1, 11 + (uint64_t)i);
+  for (int i = 0; i < n; i++) {
+    tables[i] = pool + i * npages;
+    pasts[i] = past;
+    absmax[i] = 1;
+  }
+  double ms[2] = {0, 0};
+  for (int mode = 0; mode < 2; mode++) { /* 0: one call of n; 1: n of 1 */
+    int calls = mode ? n : 1, b = mode ? 1 : n;
+    double t[5];
+    for (int r = -1; r < 5; r++) {
+      double t0 = bench_now_ms();
+      for (int k = 0; k < calls; k++) {
+        attn_kv_t kv = {
+            .past = pasts + k, .pages = tables + k, .k_absmax = absmax + k};
+        attn_params_t p = {
+            .query = {.data = q + (size_t)k * E, .rank = 3, .dim = {b, 1, E}},
+            .num_heads = H,
+            .q_weight = {.data = w[0], .rank = 2, .dim = {E, E}},
+            .k_weight = {.data = w[1], .rank = 2, .dim = {E, E}},
+            .v_weight = {.data = w[2], .rank = 2, .dim = {E, E}},
+            .o_weight = {.data = w[3], .rank = 2, .dim = {E, E}},
+            .causal = ATTN_CAUSAL_BOTTOM_RIGHT,
+            .kv = &kv};
+        attn_plan_t plan;
+        attn_error_t err = {0};
+        void *ws = NULL;
+        attn_outputs_t o = {.out = out + (size_t)k * E};
+        if (attn_plan_init(&plan, &p, &(attn_exec_t){.threads = 1}, &err) < 0 ||
+            (ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64)) ==
+                NULL ||
+            attn_forward(&plan, &o, ws, plan.workspace_bytes, &err) < 0) {
+          fprintf(stderr, "decode-bench: core: %s\n", err.message);
+          free(ws);
+          return 0;
+        }
+        free(ws);
+      }
+      if (r >= 0)
+        t[r] = (bench_now_ms() - t0) / n;
+    }
+    ms[mode] = bench_median(t, 5);
+  }
+  for (int i = 0; i < n * npages; i++)
+    free(pool[i]);
+  free(pool), free(tables), free(pasts), free(absmax), free(q), free(out);
+  *each = ms[0];
+  *one = ms[1];
+  return ms[1] / ms[0];
+}
+
 /* The batching rows: on against off, at length L, one thread a session. */
-static int batching(bench_t *b, const char *attnd, const char *layer, int64_t L,
-                    const char *csv_path) {
+static int batching(bench_t *b, const char *attnd, const char *layer,
+                    float *const *w, int64_t L, const char *csv_path) {
   size_t n = (size_t)b->sessions * (size_t)(L + b->steps) * E;
   float *tokens = bench_random_floats(n, 1, 99);
   b->tokens = tokens;
@@ -293,13 +360,18 @@ static int batching(bench_t *b, const char *attnd, const char *layer, int64_t L,
          b->sessions, (long long)L, b->steps, "batched_tok/s", "alone_tok/s",
          "ratio", "batch_on", "batch_off");
   printf("%14.1f %14.1f %8.2f %10.1f %10.1f\n", on, off, on / off, bon, boff);
+  double one, each, core = core_batching(w, b->sessions, L, &one, &each);
+  printf("core (no server): %d steps as one call %.1f us a step, as %d calls "
+         "%.1f us: ratio %.2f, the bound of the one above\n",
+         b->sessions, each * 1000, b->sessions, one * 1000, core);
   FILE *csv = fopen(csv_path, "w");
   if (csv) {
     fprintf(csv,
             "L,sessions,steps,batched_tok_s,alone_tok_s,ratio,"
-            "mean_batch_on,mean_batch_off\n%lld,%d,%d,%.2f,%.2f,%.3f,"
-            "%.2f,%.2f\n",
-            (long long)L, b->sessions, b->steps, on, off, on / off, bon, boff);
+            "mean_batch_on,mean_batch_off,core_us_batched,core_us_alone,"
+            "core_ratio\n%lld,%d,%d,%.2f,%.2f,%.3f,%.2f,%.2f,%.2f,%.2f,%.3f\n",
+            (long long)L, b->sessions, b->steps, on, off, on / off, bon, boff,
+            each * 1000, one * 1000, core);
     fclose(csv);
     printf("CSV: %s\n", csv_path);
   }
@@ -425,7 +497,7 @@ int main(int argc, char **argv) {
     int dot = k > 4 && strcmp(csv_path + k - 4, ".csv") == 0;
     snprintf(bcsv, sizeof bcsv, "%.*s-batch.csv", (int)(dot ? k - 4 : k),
              csv_path);
-    rc = batching(b, attnd, layer, batch_length, bcsv);
+    rc = batching(b, attnd, layer, w, batch_length, bcsv);
   }
   remove(layer);
   for (int i = 0; i < 4; i++)

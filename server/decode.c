@@ -136,10 +136,11 @@ static int decode_projections(dec_t *d, const json_t *root) {
                           &p->v_bias,   &p->o_bias};
   for (int i = 0; known[i]; i++) {
     const json_t *v = json_object_get(pr, known[i]);
+    if (v == NULL || json_is_null(v))
+      continue;
     char field[64];
     snprintf(field, sizeof field, "projections.%s", known[i]);
-    if (v && !json_is_null(v) &&
-        attnd__dec_tensor(d, v, field, K_FLOAT, dst[i], NULL) < 0)
+    if (attnd__dec_tensor(d, v, field, K_FLOAT, dst[i], NULL) < 0)
       return -1;
   }
   return 0;

@@ -22,6 +22,13 @@ static void put_tensor(attnd_buf_t *b, const attnd_request_t *j,
   attnd_buf_tensor(b, j->encoding, x, rank, dim);
 }
 
+/* Appends key (its text, "," and ":" included) and v. */
+static void put_int(attnd_buf_t *b, const char *key, int64_t v) {
+  char num[24];
+  attnd_buf_puts(b, key);
+  attnd_buf_append(b, num, attnd_fmt_i64(num, v));
+}
+
 void attnd_request_encode(attnd_request_t *j, attnd_buf_t *b,
                           double *total_ms) {
   const attn_plan_t *pl = &j->plan;
@@ -34,7 +41,7 @@ void attnd_request_encode(attnd_request_t *j, attnd_buf_t *b,
   else
     attnd_buf_puts(b, "null");
   if (j->step_length) /* a session's step: the cache's length now */
-    attnd_buf_printf(b, ",\"length\":%lld", (long long)j->step_length);
+    put_int(b, ",\"length\":", j->step_length);
   int64_t o_dim[3] = {pl->B, pl->Lq, pl->Eo};
   put_tensor(b, j, "output", j->out.out, 3, o_dim);
   if (j->params.want_weights) {
@@ -53,18 +60,31 @@ void attnd_request_encode(attnd_request_t *j, attnd_buf_t *b,
   j->t.encode_ms = t1 - t0;
   if (j->want_metrics) {
     const attn_timing_t *t = &j->out.timing;
-    char m[640];
-    int n = snprintf(
-        m, sizeof m,
-        ",\"metrics\":{\"queue_ms\":%.3f,\"compute_ms\":%.3f,\"total_ms\":%.3f,"
-        "\"stages_ms\":{\"decode\":%.3f,\"projection\":%.3f,\"attention\":%.3f,"
-        "\"output_projection\":%.3f,\"encode\":%.3f},\"threads\":%d,"
-        "\"worker\":%d,\"batch\":%d,\"flops\":%.0f}",
-        j->t.start - j->t.submit, j->t.end - j->t.start, *total_ms,
-        j->t.decode_ms, t->projection_ms, t->attention_ms, t->output_ms,
-        j->t.encode_ms, j->threads, j->worker, j->batch ? j->batch : 1,
-        pl->flops);
-    attnd_buf_append(b, m, (size_t)n);
+    static const char *const keys[] = {
+        ",\"metrics\":{\"queue_ms\":", ",\"compute_ms\":", ",\"total_ms\":",
+        ",\"stages_ms\":{\"decode\":", ",\"projection\":", ",\"attention\":",
+        ",\"output_projection\":",     ",\"encode\":"};
+    double ms[] = {j->t.start - j->t.submit,
+                   j->t.end - j->t.start,
+                   *total_ms,
+                   j->t.decode_ms,
+                   t->projection_ms,
+                   t->attention_ms,
+                   t->output_ms,
+                   j->t.encode_ms};
+    char num[32];
+    for (int i = 0; i < 8; i++) {
+      attnd_buf_puts(b, keys[i]);
+      attnd_buf_append(b, num, attnd_fmt_ms(num, ms[i]));
+    }
+    put_int(b, "},\"threads\":", j->threads);
+    put_int(b, ",\"worker\":", j->worker);
+    put_int(b, ",\"batch\":", j->batch ? j->batch : 1);
+    if (pl->flops < 9e18)
+      put_int(b, ",\"flops\":", (int64_t)(pl->flops + 0.5));
+    else
+      attnd_buf_printf(b, ",\"flops\":%.0f", pl->flops);
+    attnd_buf_puts(b, "}");
   }
   attnd_buf_puts(b, "}\n");
 }

@@ -171,16 +171,16 @@ static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
   if (status == 405 && r->allow)
     MHD_add_response_header(resp, "Allow", r->allow);
   if (status == 429 || status == 503) {
-    char ra[16];
-    snprintf(ra, sizeof ra, "%d",
-             status == 429 ? attnd_sched_retry_after_s(r->srv->sched) : 1);
+    char ra[24];
+    attnd_fmt_i64(ra,
+                  status == 429 ? attnd_sched_retry_after_s(r->srv->sched) : 1);
     MHD_add_response_header(resp, "Retry-After", ra);
   }
   if (atomic_load(&r->srv->draining))
     MHD_add_response_header(resp, "Connection", "close");
   if (status == 200 && r->reply_json) {
     char hl[24];
-    snprintf(hl, sizeof hl, "%zu", r->reply_json);
+    attnd_fmt_i64(hl, (int64_t)r->reply_json);
     MHD_add_response_header(resp, "Inference-Header-Content-Length", hl);
   }
   if (r->route == R_ASSET && status == 200) {
@@ -196,12 +196,20 @@ static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
   }
   if (computes(r->route) && status == 200 && r->req) {
     const attnd_request_t *j = r->req;
+    const char *names[] = {"decode", "queue", "compute", "encode", "total"};
+    double ms[] = {j->t.decode_ms, j->t.start - j->t.submit,
+                   j->t.end - j->t.start, j->t.encode_ms, r->total_ms};
     char st[256];
-    snprintf(st, sizeof st,
-             "decode;dur=%.3f, queue;dur=%.3f, compute;dur=%.3f, "
-             "encode;dur=%.3f, total;dur=%.3f",
-             j->t.decode_ms, j->t.start - j->t.submit, j->t.end - j->t.start,
-             j->t.encode_ms, r->total_ms);
+    size_t k = 0;
+    for (int i = 0; i < 5; i++) { /* "decode;dur=0.123, queue;dur=..." */
+      size_t n = strlen(names[i]);
+      memcpy(st + k, i ? ", " : "", i ? 2 : 0);
+      k += i ? 2 : 0;
+      memcpy(st + k, names[i], n);
+      memcpy(st + k + n, ";dur=", 5);
+      k += n + 5;
+      k += attnd_fmt_ms(st + k, ms[i]);
+    }
     MHD_add_response_header(resp, "Server-Timing", st);
   }
   r->status = status;
@@ -1138,9 +1146,10 @@ static void set_request_id(req_t *r) {
     memcpy(r->request_id, h, n + 1);
     return;
   }
-  uint64_t k = atomic_fetch_add(&r->srv->next_id, 1);
-  snprintf(r->request_id, sizeof r->request_id, "%016llx-%llu",
-           (unsigned long long)r->srv->id_prefix, (unsigned long long)k);
+  uint64_t k = atomic_fetch_add(&r->srv->next_id, 1); /* "%016llx-%llu" */
+  attnd_fmt_hex64(r->request_id, r->srv->id_prefix);
+  r->request_id[16] = '-';
+  attnd_fmt_i64(r->request_id + 17, (int64_t)(k & INT64_MAX));
 }
 
 /* The route of url, and its protocol; a path ending in '/' matches every

@@ -35,6 +35,7 @@
 #include "codec/buf.h"
 #include "codec/bulk.h"
 #include "codec/number.h"
+#include "codec/util.h"
 #include "suite.h"
 
 /* Check's ck_assert* tell the parent process about every passing call (the
@@ -683,6 +684,58 @@ static size_t ref_b64_encode(const unsigned char *src, size_t n, char *dst) {
     dst[len++] = '=';
   return len;
 }
+
+/* attnd_fmt_i64, attnd_fmt_hex64 and attnd_fmt_ms against printf: the
+ * integers exactly (extremes included), the timings as "%.3f" of the value
+ * rounded to thousandths (so that both sides round the same number). */
+START_TEST(test_fmt_numbers) {
+  uint64_t st = 77;
+  char got[32], want[64];
+  static const int64_t edges[] = {
+      0,         1, -1, 9, 10, 99, 100, INT64_MAX, INT64_MIN, INT64_MIN + 1,
+      1000000007};
+  for (size_t i = 0; i < sizeof edges / sizeof edges[0] + 20000; i++) {
+    int64_t v = i < sizeof edges / sizeof edges[0]
+                    ? edges[i]
+                    : (int64_t)(attnd_splitmix64(&st) >> (i % 64));
+    if (i % 3 == 0)
+      v = -v;
+    size_t n = attnd_fmt_i64(got, v);
+    snprintf(want, sizeof want, "%lld", (long long)v);
+    ck_assert_str_eq(got, want);
+    ck_assert_uint_eq(n, strlen(want));
+    uint64_t u = attnd_splitmix64(&st) >> (i % 64);
+    ck_assert_uint_eq(attnd_fmt_hex64(got, u), 16);
+    snprintf(want, sizeof want, "%016llx", (unsigned long long)u);
+    ck_assert_str_eq(got, want);
+  }
+  for (int i = 0; i < 20000; i++) {
+    double v = (double)(attnd_splitmix64(&st) >> 11) / 9007199254740992.0 *
+               pow(10, i % 9 - 2); /* 0 to 1e6 */
+    double t = floor(v * 1000.0 + 0.5) / 1000.0;
+    size_t n = attnd_fmt_ms(got, v);
+    snprintf(want, sizeof want, "%.3f", t);
+    ck_assert_msg(strcmp(got, want) == 0, "%.17g: %s, not %s", v, got, want);
+    ck_assert_uint_eq(n, strlen(want));
+  }
+  static const struct {
+    double v;
+    const char *text;
+  } ms[] = {{0, "0.000"},
+            {-1, "0.000"},
+            {NAN, "0.000"},
+            {0.0004, "0.000"},
+            {0.0006, "0.001"},
+            {1.5, "1.500"},
+            {1e300, "1000000000000000.000"},
+            {INFINITY, "1000000000000000.000"},
+            {12.3456, "12.346"}};
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+    attnd_fmt_ms(got, ms[i].v);
+    ck_assert_str_eq(got, ms[i].text);
+  }
+}
+END_TEST
 
 START_TEST(test_b64_random) {
   rng_t r = rng_seeded(400 + (uint64_t)_i);
@@ -2174,6 +2227,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_format_random_typical, 0, 4);
   tcase_add_test(tc, test_format_special);
   tcase_add_test(tc, test_format_texts);
+  tcase_add_test(tc, test_fmt_numbers);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("base64");

@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -35,15 +36,76 @@ int attnd_fail(char *msg, size_t size, const char *fmt, ...) {
   return -1;
 }
 
+/* The digits of u, most significant first, into dst: their count. */
+static size_t put_u64(char *dst, uint64_t u) {
+  char tmp[20];
+  size_t n = 0;
+  do {
+    tmp[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = tmp[n - 1 - i];
+  return n;
+}
+
+size_t attnd_fmt_i64(char *dst, int64_t v) {
+  size_t k = 0;
+  uint64_t u = (uint64_t)v;
+  if (v < 0) {
+    dst[k++] = '-';
+    u = 0 - u; /* INT64_MIN too */
+  }
+  k += put_u64(dst + k, u);
+  dst[k] = 0;
+  return k;
+}
+
+size_t attnd_fmt_hex64(char *dst, uint64_t v) {
+  for (int i = 15; i >= 0; i--, v >>= 4)
+    dst[i] = "0123456789abcdef"[v & 15];
+  dst[16] = 0;
+  return 16;
+}
+
+size_t attnd_fmt_ms(char *dst, double v) {
+  if (!(v > 0))
+    v = 0; /* negative, and NaN */
+  if (v > 1e15)
+    v = 1e15;
+  uint64_t t = (uint64_t)(v * 1000.0 + 0.5); /* thousandths */
+  size_t k = put_u64(dst, t / 1000);
+  uint64_t f = t % 1000;
+  dst[k++] = '.';
+  dst[k++] = (char)('0' + f / 100);
+  dst[k++] = (char)('0' + f / 10 % 10);
+  dst[k++] = (char)('0' + f % 10);
+  dst[k] = 0;
+  return k;
+}
+
+/* Appends src[0..len) to buf[0..n) at *k, as much as fits before the NUL. */
+static void put_cut(char *buf, size_t n, size_t *k, const char *src,
+                    size_t len) {
+  size_t room = n - 1 - *k;
+  len = len < room ? len : room;
+  memcpy(buf + *k, src, len);
+  *k += len;
+}
+
 size_t attnd_shape_text(char *buf, size_t n, int rank, const int64_t *dim,
                         const char *sep) {
   if (n == 0)
     return 0;
-  size_t k = (size_t)snprintf(buf, n, "[");
-  for (int i = 0; i < rank && k < n; i++)
-    k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? sep : "",
-                          (long long)dim[i]);
-  if (k < n)
-    k += (size_t)snprintf(buf + k, n - k, "]");
-  return k < n ? k : n - 1;
+  size_t k = 0, ls = strlen(sep);
+  char num[24];
+  put_cut(buf, n, &k, "[", 1);
+  for (int i = 0; i < rank && k < n - 1; i++) {
+    if (i)
+      put_cut(buf, n, &k, sep, ls);
+    put_cut(buf, n, &k, num, attnd_fmt_i64(num, dim[i]));
+  }
+  put_cut(buf, n, &k, "]", 1);
+  buf[k] = 0;
+  return k;
 }

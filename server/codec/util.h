@@ -32,6 +32,20 @@ static inline int attnd_hex_digit(char c) {
   return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
+/* Number text without printf, for the paths every request takes: glibc
+ * sends every printf of a process down its slow positional path once a
+ * library registers a printf type, and libquadmath (under OpenBLAS's
+ * libgfortran) does at load. Each writes a NUL-terminated text into dst
+ * and returns its length:
+ *   attnd_fmt_i64: v in decimal (dst: 21 bytes);
+ *   attnd_fmt_hex64: v as 16 lowercase hex digits (dst: 17 bytes);
+ *   attnd_fmt_ms: v with three decimals, as "%.3f" of v rounded to the
+ *     nearest thousandth (timings: a negative or non-finite v is 0, one
+ *     over 1e15 is 1e15; dst: 24 bytes). */
+size_t attnd_fmt_i64(char *dst, int64_t v);
+size_t attnd_fmt_hex64(char *dst, uint64_t v);
+size_t attnd_fmt_ms(char *dst, double v);
+
 /* Writes the shape dim[0..rank) as "[2, 3]" (with `sep` ", ") or "[2,3]"
  * (with ","), truncated to fit buf[0..n) and NUL-terminated; returns the
  * length written. */
