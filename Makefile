@@ -81,7 +81,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all build run test check asan deps clean format bench bench-compare compare \
+.PHONY: all build run test check asan deps clean format bench bench-small bench-compare compare \
   loadtest container-test fuzz openapi-lint openapi-check ui-test
 .DEFAULT_GOAL := all
 
@@ -152,12 +152,21 @@ openapi-check: deps
 
 # Benchmarks: medians and ratios measured in one run; never part of `test`.
 bench: deps
-	@$(MAKE) --no-print-directory $(BENCH_BIN) $(BUILD)/attnd
+	@sh tools/deps.sh bench
+	@$(MAKE) --no-print-directory $(BENCH_BIN) $(BUILD)/attnd $(DEMO_LAYER)
 	@mkdir -p $(BUILD)/bench
 	./$(BUILD)/attn-bench --csv $(BUILD)/bench/attn.csv
 	./$(BUILD)/codec-bench --csv $(BUILD)/bench/codec.csv
 	./$(BUILD)/e2e-bench --attnd $(BUILD)/attnd --csv $(BUILD)/bench/e2e.csv
 	./$(BUILD)/decode-bench --attnd $(BUILD)/attnd --csv $(BUILD)/bench/decode.csv
+	sh bench/wrk/small.sh $(BUILD)
+
+# Small requests alone (bench/wrk/small.sh): /healthz, a tiny
+# /v1/attention and session steps under wrk, with their ratios.
+bench-small: deps
+	@sh tools/deps.sh bench
+	@$(MAKE) --no-print-directory $(BUILD)/attnd $(DEMO_LAYER)
+	sh bench/wrk/small.sh $(BUILD)
 
 # Also times Debian's PyTorch nn.MultiheadAttention on the same shapes.
 bench-compare: deps

@@ -3,7 +3,8 @@
 # they are missing. As root it runs apt-get; otherwise it prints the one
 # apt-get line to run and fails. `deps.sh fuzz` adds what `make fuzz`
 # needs: clang-14, its libFuzzer and sanitizer runtimes, and its OpenMP;
-# `deps.sh ui` what `make ui-test` needs: Debian's chromium.
+# `deps.sh ui` what `make ui-test` needs: Debian's chromium; `deps.sh
+# bench` what `make bench` adds: wrk.
 set -eu
 
 # A pkg-config module, a command or a file (a glob), then the Debian
@@ -30,6 +31,10 @@ fi
 if [ "${1:-}" = ui ]; then
   need="$need
 cmd:chromium chromium"
+fi
+if [ "${1:-}" = bench ]; then
+  need="$need
+cmd:wrk wrk"
 fi
 
 missing=$(echo "$need" | while read -r what pkg; do

@@ -1,0 +1,97 @@
+#!/bin/sh
+# Small requests at the HTTP ceiling (issue 16's targets), on one attnd of
+# the defaults with the demo layer, all measured by wrk in one run:
+#   healthz  GET /healthz: the anchor, what the HTTP layer alone answers;
+#   tiny     POST /v1/attention, L = 16, E = 16, 2 heads (JSON);
+#   step     one-token steps of the demo layer's sessions, each attending
+#            over at most PREFILL + LIMIT = 128 keys (bench/wrk/step.lua:
+#            4 sessions a connection, taken in turn, truncated back to 64
+#            tokens every 64 steps: 1 request in 65 is that truncate).
+# For each concurrency the three take turns REPS times (3); printed: the
+# median req/s of each, its ratio to healthz's, and the median p99.
+#
+# usage: sh bench/wrk/small.sh [BUILD] [SECONDS]
+# CONCURRENCY (space-separated) overrides "16 64".
+set -eu
+build=${1:-build}
+secs=${2:-5}
+command -v wrk >/dev/null 2>&1 || {
+  echo "small: needs wrk (apt-get install -y wrk)" >&2
+  exit 1
+}
+here=$(dirname "$0")
+out=$build/wrk/small
+mkdir -p "$out"
+PREFILL=64 LIMIT=64
+
+"$build/attnd" --port 0 --layers "$build/demo/demo.safetensors" \
+  --access-log off >"$out/attnd.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null || true' EXIT INT TERM
+port=
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*"event":"listening".*"port":\([0-9]*\).*/\1/p' "$out/attnd.log")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || { cat "$out/attnd.log" >&2; exit 1; }
+url=http://127.0.0.1:$port
+
+# JSON rows of n random floats in [-1, 1): "[[...],[...]]", rows x n.
+rows() {
+  awk -v r="$1" -v n="$2" -v seed="$3" 'BEGIN { srand(seed); printf "[";
+    for (i = 0; i < r; i++) { printf "%s[", i ? "," : "";
+      for (j = 0; j < n; j++) printf "%s%.6f", j ? "," : "", 2 * rand() - 1;
+      printf "]" } printf "]" }'
+}
+printf '{"query":%s,"num_heads":2}' "$(rows 16 16 1)" >"$out/tiny.json"
+printf '{"query":%s}' "$(rows 1 64 2)" >"$out/step.json"
+printf '{"query":%s}' "$(rows $PREFILL 64 3)" >"$out/prefill.json"
+
+# The median of the numbers given as arguments.
+median() {
+  printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 }
+    END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+field() { sed -n "s/^wrk: .* s, \([0-9.]*\) req\/s;.* p99 \([0-9.]*\) .*errors: status \([0-9]*\).*/$1/p" "$2"; }
+
+printf '%-8s %4s %10s %8s %9s %7s\n' what c req/s ratio p99_ms errors
+for c in ${CONCURRENCY:-16 64}; do
+  ids=''
+  for _ in $(seq $((4 * c))); do
+    id=$(curl -sf -X POST -H 'Content-Type: application/json' \
+      -d '{"layer":"demo"}' "$url/v1/sessions" | sed 's/.*"session":"\([0-9a-f]*\)".*/\1/')
+    curl -sf -o /dev/null -X POST -H 'Content-Type: application/json' \
+      --data-binary @"$out/prefill.json" "$url/v1/sessions/$id/attention"
+    ids="$ids $id"
+  done
+  wrk -t1 -c"$c" -d1s "$url/healthz" >/dev/null # warm-up
+  for what in healthz tiny step; do eval "r_$what='' p_$what='' e_$what=0"; done
+  for rep in $(seq "${REPS:-3}"); do
+    for what in healthz tiny step; do
+      f=$out/$what-c$c-$rep.txt
+      # shellcheck disable=SC2086 # the ids are words
+      case $what in
+      healthz) wrk -t1 -c"$c" -d"${secs}s" -s "$here/get.lua" "$url/healthz" >"$f" ;;
+      tiny) wrk -t1 -c"$c" -d"${secs}s" -s "$here/attention.lua" \
+        "$url/v1/attention" -- "$out/tiny.json" >"$f" ;;
+      step) wrk -t1 -c"$c" -d"${secs}s" -s "$here/step.lua" "$url" -- \
+        "$out/step.json" $PREFILL $LIMIT $ids >"$f" ;;
+      esac
+      eval "r_$what=\"\$r_$what $(field '\1' "$f")\""
+      eval "p_$what=\"\$p_$what $(field '\2' "$f")\""
+      eval "e_$what=\$((e_$what + $(field '\3' "$f")))"
+    done
+  done
+  # shellcheck disable=SC2154,SC2086
+  hz=$(median $r_healthz)
+  for what in healthz tiny step; do
+    eval "r=\$(median \$r_$what) p=\$(median \$p_$what) e=\$e_$what"
+    # shellcheck disable=SC2154
+    printf '%-8s %4s %10.0f %8.3f %9.2f %7s\n' "$what" "$c" "$r" \
+      "$(awk -v a="$r" -v b="$hz" 'BEGIN { print a / b }')" "$p" "$e"
+  done
+  for id in $ids; do
+    curl -sf -o /dev/null -X DELETE "$url/v1/sessions/$id"
+  done
+done
