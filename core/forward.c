@@ -303,12 +303,17 @@ static float *v_slot(const fwd_t *f, int64_t b, int64_t j, int64_t *run) {
 
 /* After batch b's last key: the keys and values up to the end of its last
  * block are zero, so that the kernels read whole blocks of finite numbers
- * (the workspace's padding [Lk, Lkp), or the rest of the last page). */
+ * (the workspace's padding [Lk, Lkp), or the rest of a new last page). */
 static void zero_tail(fwd_t *f, int64_t b, int is_k) {
   const attn__ctx_t *c = &f->ctx;
   const attn_plan_t *pl = f->pl;
   int64_t past = c->pages ? c->past[b] : 0, end = past + f->lnk;
   if (end % ATTN__BC == 0)
+    return;
+  /* a page that held tokens before this call keeps the finite numbers an
+   * earlier call left past them (attn_kv_t): only a page this call began
+   * is zeroed, once, rather than most of a page at every decoding step */
+  if (c->pages && (end - 1) / ATTN__BC * ATTN__BC < past)
     return;
   int64_t n = ATTN__BC - end % ATTN__BC, run, ld;
   if (is_k) {

@@ -110,9 +110,11 @@ typedef struct attn_rope {
  * page in column t), then V [ATTN_KV_PAGE, Hkv·Dvp + 16] at float offset
  * attn_kv_v_offset (head g's Dv values at column g·Dvp, Dvp = Dv rounded
  * up to 16): attn_kv_page_floats floats, 64-byte aligned. The core writes
- * only the slots of the new tokens and zeroes the rest of the last page;
- * the pages it writes must be the caller's alone (copy a shared page
- * first). A page's layout depends only on Hkv, Dh and Dv, so a page from
+ * only the slots of the new tokens, and zeroes the rest of a page whose
+ * first slot it writes. The slots of a page past the tokens it holds must
+ * be finite: as the core left them (zeros, or tokens since dropped by the
+ * caller), or zeros. The pages it writes must be the caller's alone (copy
+ * a shared page first). A page's layout depends only on Hkv, Dh and Dv, so a page from
  * one call may be read by any later call of the same shape. */
 #define ATTN_KV_PAGE 64
 #define ATTN_KV_LDK (ATTN_KV_PAGE + 16)
