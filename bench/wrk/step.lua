@@ -8,9 +8,12 @@
 -- sessions than connections no two steps of one session are in flight at
 -- once. A session that has taken LIMIT steps is truncated back to PREFILL
 -- tokens by its next request instead, so that every step attends over at
--- most PREFILL + LIMIT keys. One wrk thread (-t1): the turn is one counter.
+-- most PREFILL + LIMIT keys; a truncate that finds a step of its session
+-- still in flight (409 session_busy, which names the session) is sent
+-- again at the session's next turn. One wrk thread (-t1): the turn is one
+-- counter.
 
-local ids, steps = {}, {}
+local ids, steps, index = {}, {}, {}
 local body, prefill, limit
 local n = 0
 local headers = {["Content-Type"] = "application/json"}
@@ -24,6 +27,7 @@ function init(args)
   for i = 4, #args do
     ids[#ids + 1] = args[i]
     steps[#ids] = 0
+    index[args[i]] = #ids
   end
   assert(#ids > 0, "usage: ... -- BODY PREFILL LIMIT ID...")
 end
@@ -39,6 +43,15 @@ function request()
   end
   steps[i] = steps[i] + 1
   return wrk.format("POST", path .. "/attention", headers, body)
+end
+
+function response(status, headers, body)
+  if status == 409 then
+    local i = index[body:match("session (%x+)")]
+    if i then
+      steps[i] = limit
+    end
+  end
 end
 
 dofile(debug.getinfo(1, "S").source:match("^@(.*/)") .. "summary.lua")
