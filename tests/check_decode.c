@@ -15,7 +15,8 @@
  *     \u002f) decode to the same request as plain ones;
  *   - paths: the fast path is invisible (tests/decode_diff.h): every body
  *     above, and bodies made to tell the paths apart, decode to the same
- *     request or the same error by jansson alone and by the fast path;
+ *     request or the same error by jansson alone and by the fast path, as
+ *     /v1 requests and as session steps;
  *   - oom: allocation failures, as in jansson's suites (tests/alloc_fail.h):
  *     for n = 0, 1, 2, ... the nth allocation fails (or, sticky, every one
  *     from the nth on) in attnd_request_decode, attnd_request_run and
@@ -40,6 +41,7 @@
 #include "request.h"
 #include "run.h"
 #include "server_harness.h"
+#include "session.h"
 #include "suite.h"
 #include "testutil.h"
 
@@ -1527,6 +1529,81 @@ START_TEST(test_paths_agree) {
 }
 END_TEST
 
+/* A session step's body decodes to the same request or the same error by
+ * both paths (attnd__step_decode_path): every body of test_paths_agree
+ * (most of them errors for a step: members a step may not set), and steps
+ * of their own, with tensors the fast path lifts (a long id, 64 rows of
+ * numbers, base64 with escapes) and errors in lifted values. */
+START_TEST(test_step_paths_agree) {
+  attnd_session_shape_t sh = {
+      .H = 2,
+      .Hkv = 1,
+      .Dh = 4,
+      .Dv = 4,
+      .rope = {.style = ATTN_ROPE_HALF, .theta = 10000, .dims = 4}};
+  char why[1400];
+  for (int i = 0; i < N_DIFF; i++) {
+    char *body = i < N_ERR ? (err_cases[i].body ? strdup(err_cases[i].body)
+                                                : err_cases[i].make())
+                 : i < N_ERR + 12 ? val_body_of(i - N_ERR)
+                                  : diff_body(i - N_ERR - 12);
+    if (body == NULL)
+      continue;
+    ck_assert_msg(
+        step_decode_diff(body, strlen(body), &cfg, &sh, why, sizeof why) == 0,
+        "body %d: %s\nbody: %.300s", i, why, body);
+    free(body);
+  }
+  attnd_buf_t rows[3]; /* 64 rows of query (8 wide), key and value (4) */
+  for (int t = 0; t < 3; t++) {
+    attnd_buf_init(&rows[t]);
+    for (int r = 0; r < 64; r++) {
+      attnd_buf_puts(&rows[t], r ? ",[" : "[");
+      for (int c = 0; c < (t ? 4 : 8); c++)
+        attnd_buf_printf(&rows[t], c ? ",%d.25" : "%d.25", (r * 7 + c) % 9);
+      attnd_buf_puts(&rows[t], "]");
+    }
+  }
+  char longid[1600];
+  memset(longid, 'x', sizeof longid - 1);
+  longid[sizeof longid - 1] = 0;
+  const char *const bodies[] = {
+      "{\"query\":[%s],\"key\":[%s],\"value\":[%s]}",
+      "{\"query\":[%s],\"key\":[%s],\"value\":[%s],\"id\":\"%s\"}",
+      "{\"query\":[%s],\"key\":[%s],\"value\":[%s],\"expected_length\":-1}",
+      "{\"query\":[%s],\"key\":[%s],\"value\":[[1,2]]}",
+      "{\"query\":[%s,[1e99]],\"key\":[%s],\"value\":[%s]}",
+      "{\"query\":{\"shape\":[1,8],\"dtype\":\"float32\",\"base64\":"
+      "\"AACAPwAAAEAAAEBAAACAQAAAoEAAAMBAAADgQAAAAEE=\"},\"key\":[[1,2,3,4]],"
+      "\"value\":[[1,2,3,4]]%s%s%s}",
+      "{\"query\":{\"shape\":[1,8],\"dtype\":\"float32\",\"base64\":"
+      "\"AACAPwAAAEAAAEBAAACAQAAAoEAAAMBAAADgQAAAAEE\\/\"},\"key\":[[1,2,3,4]],"
+      "\"value\":[[1,2,3,4]]%s%s%s}",
+  };
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+    attnd_buf_t b;
+    attnd_buf_init(&b);
+    if (i >= 5)
+      attnd_buf_printf(&b, bodies[i], "", "", "");
+    else
+      attnd_buf_printf(&b, bodies[i], rows[0].data, rows[1].data, rows[2].data,
+                       longid);
+    ck_assert_msg(step_decode_diff(b.data, b.len, &cfg, &sh, why, sizeof why) ==
+                      0,
+                  "step body %zu: %s", i, why);
+    attnd_request_t *j = NULL;
+    attnd_error_t e;
+    int ok = attnd_step_decode(b.data, b.len, &cfg, &sh, &j, &e) == 0;
+    ck_assert_msg(ok == (i == 0 || i == 5), "step body %zu: %s", i,
+                  ok ? "decoded" : e.message);
+    attnd_request_free(j);
+    attnd_buf_free(&b);
+  }
+  for (int t = 0; t < 3; t++)
+    attnd_buf_free(&rows[t]);
+}
+END_TEST
+
 /* Extra body k of the differential test, or NULL past the last. */
 static char *diff_body(int k) {
   /* fills of the 8 x 16 query (grid_body), or one token in it */
@@ -1703,6 +1780,7 @@ Suite *test_suite(void) {
   tc = tcase_create("paths");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_paths_agree, 0, N_DIFF);
+  tcase_add_test(tc, test_step_paths_agree);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("oom");

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "session.h"
+
 /* Whether tensors a and b hold the same shape and bytes. */
 static int same_tensor(const attn_tensor_t *a, const attn_tensor_t *b,
                        size_t esize) {
@@ -79,6 +81,8 @@ const char *decode_request_diff(const attnd_request_t *a,
     return "rope";
   if (a->layer != b->layer)
     return "layer";
+  if (a->expected_length != b->expected_length)
+    return "expected_length";
   return NULL;
 }
 
@@ -97,15 +101,18 @@ void decode_diff_set_layers(attnd_layer_set_t *layers) {
   diff_layers = layers;
 }
 
-int decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
-                char *why, size_t n) {
+/* Both paths of a request's body (shape NULL) or of a step's. */
+static int diff(const char *body, size_t len, const attnd_config_t *cfg,
+                const attnd_session_shape_t *shape, char *why, size_t n) {
   attnd_request_t *req[2] = {NULL, NULL};
   attnd_error_t err[2];
   int r[2], ret = 0;
   for (int fast = 0; fast < 2; fast++) {
     memset(&err[fast], 0, sizeof err[fast]);
-    r[fast] = attnd__request_decode_path(body, len, cfg, diff_layers, fast,
-                                         &req[fast], &err[fast]);
+    r[fast] = shape ? attnd__step_decode_path(body, len, cfg, shape, fast,
+                                              &req[fast], &err[fast])
+                    : attnd__request_decode_path(body, len, cfg, diff_layers,
+                                                 fast, &req[fast], &err[fast]);
   }
   if ((r[0] < 0 && err[0].code == ATTND_ERR_OUT_OF_MEMORY) ||
       (r[1] < 0 && err[1].code == ATTND_ERR_OUT_OF_MEMORY)) {
@@ -128,4 +135,14 @@ int decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
   attnd_request_free(req[0]);
   attnd_request_free(req[1]);
   return ret;
+}
+
+int decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
+                char *why, size_t n) {
+  return diff(body, len, cfg, NULL, why, n);
+}
+
+int step_decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
+                     const attnd_session_shape_t *shape, char *why, size_t n) {
+  return diff(body, len, cfg, shape, why, n);
 }

@@ -25,6 +25,13 @@ void decode_diff_set_layers(attnd_layer_set_t *layers);
 int decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
                 char *why, size_t n);
 
+/* The same for the body of a step of a session of `shape`
+ * (attnd__step_decode_path). */
+struct attnd_session_shape;
+int step_decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
+                     const struct attnd_session_shape *shape, char *why,
+                     size_t n);
+
 /* Names the first member in which the decoded requests a and b differ, or
  * returns NULL: every tensor (shape and bytes), every option, the id, the
  * return members and timeout_ms. */
