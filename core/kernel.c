@@ -164,9 +164,10 @@ uint32_t ANAME(ATTN_KERNEL_ISA)(const float *x, int64_t rows, int64_t n,
 
 /* e^x for x <= 88, exactly 0 for x = -inf: Cody-Waite reduction
  * x = n·ln2 + r, |r| <= ln2/2, and Cephes' degree-6 polynomial for e^r;
- * about 1 ulp. With AVX-512, vscalefps applies 2^n (x is clamped at -110,
- * where p·2^n rounds to exactly 0); otherwise n is put in the exponent bits
- * and results below -87.3 are zeroed. */
+ * about 1 ulp. 2^n is applied by vscalefps with AVX-512, and put in the
+ * exponent bits otherwise. Results below e^-87.3 (under FLT_MIN) are 0:
+ * a subnormal result costs a microcode assist per lane, and every masked
+ * key (-inf) of a block would pay one. */
 INLINE vf exp_poly(vf r) {
   vf p = splat(1.9875691500e-4f);
   p = p * r + 1.3981999507e-3f;
@@ -179,13 +180,16 @@ INLINE vf exp_poly(vf r) {
 
 #if defined(__AVX512F__)
 INLINE vf vexp(vf x) {
-  x = vmax(x, splat(-110.0f));
+  const float lo = -87.3f;
+  __mmask16 keep =
+      _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(lo), _CMP_GE_OQ);
+  x = vmax(x, splat(lo));
   vf n =
       (vf)_mm512_roundscale_ps((__m512)(x * 1.44269504088896341f),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   vf r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  return (vf)_mm512_scalef_ps((__m512)exp_poly(r), (__m512)n);
+  return (vf)_mm512_maskz_scalef_ps(keep, (__m512)exp_poly(r), (__m512)n);
 }
 #else
 INLINE vf vexp(vf x) {
@@ -459,10 +463,16 @@ static void score_terms(const attn__ctx_t *c, int64_t b, int64_t h, int64_t i0,
         if (!ap[k * st4[3]])
           x[k] = -INFINITY;
     }
-    if (!inside)
-      for (int64_t k = 0; k < n; k++)
-        if (j0 + k < lo[r] || j0 + k >= hi[r])
-          x[k] = -INFINITY;
+    if (!inside) { /* keys outside [lo, hi): two runs, stored whole (a
+                      store per masked key stalls the vector loads after) */
+      int64_t a = lo[r] - j0, e = hi[r] - j0;
+      a = a < 0 ? 0 : a > n ? n : a;
+      e = e < a ? a : e > n ? n : e;
+      for (int64_t k = 0; k < a; k++)
+        x[k] = -INFINITY;
+      for (int64_t k = e; k < n; k++)
+        x[k] = -INFINITY;
+    }
   }
 }
 
