@@ -64,9 +64,9 @@ static const cfg_key_t keys[] = {
             "open client connections at most"),
     INT_KEY(connection_timeout_s, "30", 1, 86400, 0,
             "an idle or stalled client connection is closed after this"),
-    INT_KEY(connection_buffer_bytes, "256K", 4096, 16 << 20, F_SIZE,
-            "each connection's buffer for headers and body reads; 32K makes "
-            "new connections cheaper, more reads big bodies faster"),
+    INT_KEY(connection_buffer_bytes, "32K", 4096, 16 << 20, F_SIZE,
+            "each connection's buffer for headers and body reads; "
+            "libmicrohttpd zeroes all of it between requests"),
     INT_KEY(max_body_bytes, "256M", 1024, INT64_C(1) << 40, F_SIZE | F_LIMIT,
             "largest request body; larger gets 413 before it is read"),
     INT_KEY(max_json_structure_bytes, "256K", 4096, INT64_C(1) << 40,
