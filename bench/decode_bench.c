@@ -10,7 +10,8 @@
  * hidden states as key and value, so that every step projects them again.
  * Reported: aggregate tokens/s both ways and their ratio, and the rate at
  * which a step's attention stage reads the session's cache (its keys and
- * values, L·Hkv·(Dh + Dv) floats, over the server's attention_ms), beside
+ * values, L·Hkv·(Dh + Dv) floats, over the server's attention_ms, a
+ * batch's divided among its steps), beside
  * this machine's memcpy rate on buffers far larger than its caches,
  * measured in the same run on one thread, as a step is computed.
  *
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attn/attn.h"
 #include "bench.h"
@@ -124,13 +126,16 @@ static void *run(void *arg) {
         break;
       }
       const json_t *m = json_object_get(v, "metrics");
-      double att = json_number_value(
-          json_object_get(json_object_get(m, "stages_ms"), "attention"));
+      json_int_t in_batch = json_integer_value(json_object_get(m, "batch"));
+      /* a batch's attention stage is its steps', one after another */
+      double att = json_number_value(json_object_get(
+                       json_object_get(m, "stages_ms"), "attention")) /
+                   (double)(in_batch > 0 ? in_batch : 1);
       if (!j->prefill && !j->resend) {
         pthread_mutex_lock(&b->mu);
         if (b->n_attention < (int)(sizeof b->attention_ms / sizeof(double)))
           b->attention_ms[b->n_attention++] = att;
-        b->batch_sum += (double)json_integer_value(json_object_get(m, "batch"));
+        b->batch_sum += (double)in_batch;
         pthread_mutex_unlock(&b->mu);
       }
       json_decref(v);
@@ -248,11 +253,35 @@ static int64_t pool_bytes(int n, int64_t L, int steps) {
   return (int64_t)n * ((L + steps + 63) / 64 * page + 8192) * 5 / 4;
 }
 
+/* CPU seconds (user and system) process pid has used, from /proc; 0 when
+ * it cannot be read. */
+static double cpu_s(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 0;
+  char buf[1024];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')'); /* after the command's name */
+  unsigned long long ut = 0, st = 0;
+  if (p == NULL || sscanf(p + 2,
+                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                          "%llu %llu",
+                          &ut, &st) != 2)
+    return 0;
+  return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* One decode phase of b's sessions at length b->L, against a fresh attnd
- * with batch_window_us `window`: tokens/s, and the mean batch in *batch.
- * 0, or -1. */
+ * with batch_window_us `window`: tokens/s, the mean batch in *batch, and
+ * the CPU time per step of the server and of this client in *srv_us and
+ * *cli_us. 0, or -1. */
 static int batch_run(bench_t *b, const char *attnd, const char *layer,
-                     const char *window, double *tok, double *batch) {
+                     const char *window, double *tok, double *batch,
+                     double *srv_us, double *cli_us) {
   bench_server_t srv;
   if (start_attnd(&srv, attnd, layer, pool_bytes(b->sessions, b->L, b->steps),
                   window) < 0)
@@ -263,10 +292,14 @@ static int batch_run(bench_t *b, const char *attnd, const char *layer,
   int rc = open_sessions(b);
   if (rc == 0)
     phase(b, 0, 1);
+  double s0 = cpu_s(srv.pid), c0 = cpu_s(getpid());
   double dec = rc || b->failed ? 0 : phase(b, 0, 0);
+  double steps = (double)b->sessions * b->steps;
+  *srv_us = (cpu_s(srv.pid) - s0) / steps * 1e6;
+  *cli_us = (cpu_s(getpid()) - c0) / steps * 1e6;
   if (b->failed)
     rc = -1;
-  *tok = rc ? 0 : (double)b->sessions * b->steps / (dec / 1000.0);
+  *tok = rc ? 0 : steps / (dec / 1000.0);
   *batch = b->n_attention ? b->batch_sum / b->n_attention : 0;
   bench_server_stop(&srv, 30);
   return rc;
@@ -287,8 +320,12 @@ static double core_batching(float *const *w, int n, int64_t past, double *one,
   float *absmax = malloc((size_t)n * sizeof *absmax);
   float *q = bench_random_floats((size_t)n * E, 1, 5);
   float *out = malloc((size_t)n * E * sizeof *out);
-  for (int i = 0; i < n * npages; i++) /* cached keys and values: random */
-    pool[i] = bench_random_floats(pf, 1, 11 + (uint64_t)i);
+  for (int i = 0; i < n * npages; i++) { /* cached keys, values: random */
+    float *x = bench_random_floats(pf, 1, 11 + (uint64_t)i);
+    pool[i] = aligned_alloc(64, (pf * sizeof(float) + 63) / 64 * 64);
+    memcpy(pool[i], x, pf * sizeof(float));
+    free(x);
+  }
   for (int i = 0; i < n; i++) {
     tables[i] = pool + i * npages;
     pasts[i] = past;
@@ -348,9 +385,9 @@ static int batching(bench_t *b, const char *attnd, const char *layer,
   b->L = L;
   int keep = b->threads;
   b->threads = b->sessions;
-  double on, off, bon, boff;
-  int rc = batch_run(b, attnd, layer, NULL, &on, &bon) < 0 ||
-           batch_run(b, attnd, layer, "0", &off, &boff) < 0;
+  double on, off, bon, boff, son, soff, con, coff;
+  int rc = batch_run(b, attnd, layer, NULL, &on, &bon, &son, &con) < 0 ||
+           batch_run(b, attnd, layer, "0", &off, &boff, &soff, &coff) < 0;
   b->threads = keep;
   free(tokens);
   if (rc)
@@ -360,6 +397,9 @@ static int batching(bench_t *b, const char *attnd, const char *layer,
          b->sessions, (long long)L, b->steps, "batched_tok/s", "alone_tok/s",
          "ratio", "batch_on", "batch_off");
   printf("%14.1f %14.1f %8.2f %10.1f %10.1f\n", on, off, on / off, bon, boff);
+  printf("CPU per step, server and this client: batched %.0f + %.0f us, alone "
+         "%.0f + %.0f us\n",
+         son, con, soff, coff);
   double one, each, core = core_batching(w, b->sessions, L, &one, &each);
   printf("core (no server): %d steps as one call %.1f us a step, as %d calls "
          "%.1f us: ratio %.2f, the bound of the one above\n",

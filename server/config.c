@@ -121,8 +121,8 @@ static const cfg_key_t keys[] = {
             "cost more than its work); 0: never"),
     INT_KEY(batch_window_us, "500", 0, 1000000, F_INFO,
             "session steps of one layer are computed together, the first "
-            "waiting up to this long for others while a batch of them runs "
-            "and nothing else waits; 0: each step alone"),
+            "waiting up to this long for others while they keep arriving and "
+            "nothing else waits; 0: each step alone"),
     INT_KEY(max_batch_tokens, "256", 1, INT64_C(1) << 20, F_INFO,
             "most new tokens in one batch of session steps (and at most 256 "
             "steps)"),

@@ -14,7 +14,7 @@ typedef struct node {
   struct node *next; /* incoming, FIFO or finished list */
   struct node *peer; /* the next job of its batch, running */
   attnd_sched_job_t j;
-  double queued_at;        /* when it joined the FIFO, loop thread */
+  double queued_at;        /* when it was submitted */
   int state;               /* QUEUED or RUNNING, loop thread */
   int gone;                /* the client went away, loop thread */
   int result;              /* what run returned, worker then loop */
@@ -55,6 +55,9 @@ struct attnd_sched {
   uv_timer_t timer;    /* next deadline, or the end of a batch's window */
   attnd_sched_batching_t batching;
   double window_end; /* a worker waits for a batch until then; 0: none */
+  /* batchable arrivals: the last one's time, and the mean gap between two
+   * (a moving average; 0 until there have been two) */
+  double last_arrival, gap_ms;
 
   atomic_int inflight, waiting, busy;
   atomic_uint_fast64_t batches, batched; /* batches of 2 or more, their jobs */
@@ -203,14 +206,20 @@ static int expired(const node_t *n, double now) {
   return n->j.deadline_ms <= now;
 }
 
-/* Whether a batch whose first job may run with `n` is running now. */
-static int compatible_running(const attnd_sched_t *s, const node_t *n) {
-  for (int w = 0; w < s->n_workers; w++) {
-    const node_t *r = s->running[w];
-    if (r && r->j.batchable && s->batching.compatible(r->j.job, n->j.job))
-      return 1;
-  }
-  return 0;
+/* When a batch led by a job that arrived at `first` should stop waiting
+ * for company, or 0 when it should not wait at all: while compatible jobs
+ * keep arriving, up to the window's end and never past twice the mean gap
+ * between arrivals since the last one. A server that has seen too few
+ * arrivals to know their pace (an idle one) never waits, nor does one
+ * whose arrivals come further apart than half the window (few would join
+ * in it). */
+static double wait_until(const attnd_sched_t *s, double first, double now) {
+  double end = first + s->batching.window_ms;
+  double quiet = s->last_arrival + 2 * s->gap_ms; /* the stream has paused */
+  if (s->gap_ms <= 0 || s->gap_ms > s->batching.window_ms / 2 || now >= end ||
+      now >= quiet)
+    return 0;
+  return quiet < end ? quiet : end;
 }
 
 /* The batch that head (waiting, batchable) would lead now: it and the
@@ -275,12 +284,11 @@ static void dispatch(attnd_sched_t *s) {
       int others;
       int64_t tokens;
       gather(s, n, now, &others, &tokens);
-      double end = n->queued_at + s->batching.window_ms;
-      if (!others && tokens < s->batching.max_tokens && now < end &&
-          compatible_running(s, n)) {
+      double until = wait_until(s, n->queued_at, now);
+      if (!others && tokens < s->batching.max_tokens && until > 0) {
         for (node_t *m = n; m; m = m->peer) /* not now: undone */
           m->peer = NULL;
-        s->window_end = end;
+        s->window_end = until;
         break;
       }
     }
@@ -345,7 +353,12 @@ static void on_wake(uv_async_t *a) {
     rev = rev->next;
     n->next = NULL;
     n->state = QUEUED;
-    n->queued_at = attnd_now_ms();
+    if (n->j.batchable) { /* the pace of arrivals, for the window */
+      double gap = n->queued_at - s->last_arrival;
+      if (s->last_arrival > 0)
+        s->gap_ms = s->gap_ms > 0 ? 0.8 * s->gap_ms + 0.2 * gap : gap;
+      s->last_arrival = n->queued_at;
+    }
     watch(s, n);
     if (s->tail)
       s->tail->next = n;
@@ -471,6 +484,7 @@ int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job) {
     return -1;
   }
   n->j = *job;
+  n->queued_at = attnd_now_ms();
   atomic_fetch_add(&s->waiting, 1);
   uv_mutex_lock(&s->mu);
   n->next = s->incoming;

@@ -24,9 +24,11 @@
  * worker takes the first job waiting and every compatible one waiting
  * behind it. It waits for more, up to window_ms after the first arrived,
  * only when that can pay: nothing else is waiting, the batch is short of
- * max_tokens, and a compatible batch is running now (its clients are the
- * ones likely to send the next jobs). An idle server never waits. Each
- * job of a batch keeps its own deadline, client watch and outcome. */
+ * max_tokens, and batchable jobs are arriving, at a pace (the mean gap
+ * between two) of under half the window; the wait ends when none has
+ * come for twice that gap. A server that has not seen two arrivals to
+ * pace, an idle one, never waits. Each job of a batch keeps its own
+ * deadline, client watch and outcome. */
 #ifndef ATTND_SCHEDULER_H
 #define ATTND_SCHEDULER_H
 

@@ -846,111 +846,117 @@ START_TEST(test_batch_max_tokens) {
 }
 END_TEST
 
-/* Two workers. While a batch of A runs, an A arriving at the idle worker
- * waits for company (nothing else waits); a second A joins it; both run
- * as one batch as soon as the running one ends, before the window does. */
-START_TEST(test_batch_waits_while_one_runs) {
-  start_batching(2, 8, 10000, 256);
-  job(0)->key = 1;
-  job(0)->hold = 1;
-  ck_assert_int_eq(submit(job(0), far(), -1), 0);
-  PUMP_UNTIL(started(job(0)));
-  job(1)->key = job(2)->key = 1;
-  ck_assert_int_eq(submit(job(1), far(), -1), 0);
-  double t0 = attnd_now_ms();
-  while (attnd_now_ms() < t0 + 50)
-    uv_run(&H.loop, UV_RUN_NOWAIT), sleep_ms(1);
-  ck_assert_int_eq(runs(job(1)), 0);
-  counts_are(2, 1, 1);
-  ck_assert_int_eq(submit(job(2), far(), -1), 0);
-  PUMP_UNTIL(attnd_sched_waiting(H.s) == 2);
-  release(job(0));
-  wait_done(3);
-  for (int i = 0; i < 3; i++)
-    came_back(job(i), ATTND_SCHED_DONE, 1);
-  ck_assert_int_eq(job(1)->batch, 2);
-  ck_assert_int_eq(job(2)->batch_first, 1);
+/* Submits n jobs of key 1 from id `first` on, one every `gap_ms`, running
+ * the loop meanwhile; their deadlines `deadline` (0: far). */
+static void stream(int first, int n, int gap_ms, double deadline) {
+  for (int i = 0; i < n; i++) {
+    job(first + i)->key = 1;
+    ck_assert_int_eq(
+        submit(job(first + i), deadline > 0 && i == 0 ? deadline : far(), -1),
+        0);
+    double t0 = attnd_now_ms();
+    while (attnd_now_ms() < t0 + gap_ms)
+      uv_run(&H.loop, UV_RUN_NOWAIT), sleep_ms(1);
+  }
 }
-END_TEST
 
-/* The wait ends with the window: an A behind a running A starts alone on
- * the idle worker once window_ms have passed, not before. */
-START_TEST(test_batch_window_ends) {
-  start_batching(2, 8, 100, 256);
-  job(0)->key = 1;
+/* Two workers, one held by a job that is not batchable. A stream of A, one
+ * every 2 ms: the first runs at once on the idle worker (no pace known
+ * yet); the rest wait for each other while they keep coming, and go as
+ * one or two batches once the stream has paused (twice its gap). */
+START_TEST(test_batch_waits_for_a_stream) {
+  start_batching(2, 16, 10000, 256);
   job(0)->hold = 1;
   ck_assert_int_eq(submit(job(0), far(), -1), 0);
   PUMP_UNTIL(started(job(0)));
-  job(1)->key = 1;
-  ck_assert_int_eq(submit(job(1), far(), -1), 0);
-  wait_done(1);
-  came_back(job(1), ATTND_SCHED_DONE, 1);
+  stream(1, 6, 2, 0);
+  wait_done(6); /* 1 to 6; 0 is held */
   ck_assert_int_eq(job(1)->batch, 1);
-  ck_assert_msg(job(1)->t_start - job(1)->t_submit >= 100,
-                "it started after %.1f ms, within the window of 100",
-                job(1)->t_start - job(1)->t_submit);
-  ck_assert(runs(job(0)) == 1 && job(0)->dones == 0); /* still held */
+  int batches = 0, most = 0;
+  for (int i = 2; i <= 6; i++) {
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+    batches += job(i)->batch_first == i;
+    most = job(i)->batch > most ? job(i)->batch : most;
+  }
+  ck_assert_msg(batches <= 2 && most >= 3,
+                "5 jobs in a stream ran as %d batches, the largest of %d",
+                batches, most);
+  /* the last batch went once the stream had paused, not before */
+  ck_assert_msg(job(6)->t_start - job(6)->t_submit >= 2,
+                "the last of the stream ran %.1f ms after it came",
+                job(6)->t_start - job(6)->t_submit);
+  release(job(0));
+  wait_done(7);
 }
 END_TEST
 
-/* Never a wait when nothing suggests company: an idle server, or one busy
- * with other kinds (B, and a job that is not batchable); and not when
- * other jobs are waiting. The window is 10 s: a test that waited it out
- * would fail at GUARD_MS. */
+/* The wait ends with the window, however long the stream: with a window
+ * of 20 ms and a job every 2 ms for 120 ms, the first batch starts while
+ * the stream still runs, and none waits much past the window. */
+START_TEST(test_batch_window_ends) {
+  start_batching(2, 128, 20, 256);
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+  stream(1, 60, 2, 0);
+  wait_done(60);
+  ck_assert_msg(job(2)->t_start < job(60)->t_submit,
+                "the first batch waited for the whole stream");
+  for (int i = 1; i <= 60; i++) {
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+    ck_assert_msg(job(i)->t_start - job(i)->t_submit < 20 + 200,
+                  "job %d waited %.1f ms, with a window of 20", i,
+                  job(i)->t_start - job(i)->t_submit);
+  }
+  release(job(0));
+  wait_done(61);
+}
+END_TEST
+
+/* Never a wait when nothing suggests company: with a window of 10 s, the
+ * first job an idle server sees runs at once (no pace known), and so does
+ * a batch behind which other work waits. A test that waited would fail at
+ * GUARD_MS. */
 START_TEST(test_batch_no_wait) {
   start_batching(2, 8, 10000, 256);
   job(0)->key = 1;
   ck_assert_int_eq(submit(job(0), far(), -1), 0);
   wait_done(1);
   came_back(job(0), ATTND_SCHED_DONE, 1);
-  job(1)->key = 2;
-  job(1)->hold = 1;
-  ck_assert_int_eq(submit(job(1), far(), -1), 0);
-  PUMP_UNTIL(started(job(1)));
-  job(2)->key = 1;
-  ck_assert_int_eq(submit(job(2), far(), -1), 0);
-  wait_done(2);
-  came_back(job(2), ATTND_SCHED_DONE, 1);
-  /* A running on one worker, and an N waiting behind the new A: go */
-  job(3)->key = 1;
-  job(3)->hold = 1;
-  ck_assert_int_eq(submit(job(3), far(), -1), 0);
-  release(job(1));
-  wait_done(3);
-  PUMP_UNTIL(started(job(3)));
-  job(4)->hold = 1; /* occupies the other worker at first */
-  ck_assert_int_eq(submit(job(4), far(), -1), 0);
-  PUMP_UNTIL(started(job(4)));
-  job(5)->key = 1;
+  /* both workers held; A1 A2 A3 queue at a pace of 1 ms, N4 behind them:
+   * the worker that frees takes the three at once */
+  job(5)->hold = 1;
+  job(6)->hold = 1;
   ck_assert_int_eq(submit(job(5), far(), -1), 0);
-  ck_assert_int_eq(submit(job(6), far(), -1), 0); /* N, behind it */
-  PUMP_UNTIL(attnd_sched_waiting(H.s) == 2);
-  release(job(4)); /* the freed worker: A5 with N6 waiting goes at once */
-  wait_done(6);
-  ck_assert_msg(H.done_order[4] == 5 || H.done_order[5] == 5,
-                "A5 did not run when its worker freed");
-  release(job(3));
+  ck_assert_int_eq(submit(job(6), far(), -1), 0);
+  PUMP_UNTIL(started(job(5)) && started(job(6)));
+  stream(1, 3, 1, 0);
+  ck_assert_int_eq(submit(job(4), far(), -1), 0);
+  PUMP_UNTIL(attnd_sched_waiting(H.s) == 4);
+  release(job(5));
+  PUMP_UNTIL(runs(job(1)) == 1);
+  release(job(6));
   wait_done(7);
-  for (int i = 3; i < 7; i++)
+  for (int i = 1; i < 7; i++)
     came_back(job(i), ATTND_SCHED_DONE, 1);
+  ck_assert_int_eq(job(1)->batch, 3);
+  ck_assert_int_eq(job(3)->batch_first, 1);
 }
 END_TEST
 
-/* A deadline that passes while its job waits in a batch's window: it
- * comes back EXPIRED, never run. */
+/* A deadline that passes while its job waits for company: it comes back
+ * EXPIRED, never run, while the stream goes on. */
 START_TEST(test_batch_expired_in_window) {
-  start_batching(2, 8, 10000, 256);
-  job(0)->key = 1;
+  start_batching(2, 128, 10000, 256);
   job(0)->hold = 1;
   ck_assert_int_eq(submit(job(0), far(), -1), 0);
   PUMP_UNTIL(started(job(0)));
-  job(1)->key = 1;
-  ck_assert_int_eq(submit(job(1), attnd_now_ms() + 50, -1), 0);
-  wait_done(1);
-  came_back(job(1), ATTND_SCHED_EXPIRED, 0);
+  stream(1, 2, 2, 0);                    /* A1 runs; A2 waits */
+  stream(3, 40, 2, attnd_now_ms() + 30); /* A3 expires at 30 ms */
+  wait_done(42);
+  came_back(job(3), ATTND_SCHED_EXPIRED, 0);
   release(job(0));
-  wait_done(2);
-  came_back(job(0), ATTND_SCHED_DONE, 1);
+  wait_done(43);
 }
 END_TEST
 
@@ -1034,7 +1040,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 20);
   tcase_add_test(tc, test_batch_gathers);
   tcase_add_loop_test(tc, test_batch_max_tokens, 0, 2);
-  tcase_add_test(tc, test_batch_waits_while_one_runs);
+  tcase_add_test(tc, test_batch_waits_for_a_stream);
   tcase_add_test(tc, test_batch_window_ends);
   tcase_add_test(tc, test_batch_no_wait);
   tcase_add_test(tc, test_batch_expired_in_window);

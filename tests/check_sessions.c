@@ -2893,9 +2893,10 @@ END_TEST
 
 /* A step whose deadline passes while it waits in a batch's window gets
  * 504 and is not applied. Two workers, a window of 1 s: a step of 16384
- * new tokens runs on one (about a second), and a compatible step (as many
- * tokens, within max_batch_tokens) reaching the idle one waits for company
- * until its timeout_ms of 40 passes. */
+ * new tokens runs on one (about a second); 200 ms later a compatible step
+ * (as many tokens, within max_batch_tokens) reaches the idle one and waits
+ * for company (steps arrive 200 ms apart: it would wait 400 ms) until its
+ * timeout_ms of 40 passes. */
 START_TEST(test_batch_deadline_in_window) {
   const char *args[] = {"--layers",
                         layer_arg,
@@ -2934,6 +2935,8 @@ START_TEST(test_batch_deadline_in_window) {
   bg_start(&bx, srv.port, path, batch_text(&x, L));
   ck_assert_msg(sh_wait_metric(srv.port, "attnd_busy_workers", 1, 10) >= 1,
                 "the long step did not start");
+  usleep(200000); /* the pace of arrivals: one in 200 ms, under half the
+                     window, so the next waits for company for 400 ms */
   char *by = step_text(&y, 0, L,
                        "{\"id\":\"late-step\",\"timeout_ms\":40,"
                        "\"return\":{\"encoding\":\"base64\"}}");
