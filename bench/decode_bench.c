@@ -15,16 +15,19 @@
  * this machine's memcpy rate on buffers far larger than its caches,
  * measured in the same run on one thread, as a step is computed.
  *
- * Then batching: N sessions at length B (128), each stepped by a client
- * thread of its own, so that N steps are ready at once; against one attnd
- * with batching (the default batch_window_us) and one without
- * (batch_window_us 0), one after the other: aggregate tokens/s both ways,
- * their ratio, and the mean batch the steps were computed in (their
- * metrics.batch).
+ * Then batching: N sessions at length B (128), each stepped S2 times (32)
+ * by a client thread of its own, so that N steps are ready at once;
+ * against one attnd with batching (the default batch_window_us) and one
+ * without (batch_window_us 0), one after the other: aggregate tokens/s
+ * both ways, their ratio, the mean batch the steps were computed in (their
+ * metrics.batch), and the CPU time a step took in the server and in this
+ * client. Beside them, the core alone: N steps as one attn_forward call
+ * against N calls, the bound of the server's ratio.
  *
  * usage: decode-bench [--attnd PATH] [--csv FILE] [--lengths L,...]
  *                     [--sessions N] [--steps S] [--threads T]
- *                     [--batch-length B] (0: no batching rows) */
+ *                     [--batch-length B] (0: no batching rows)
+ *                     [--batch-steps S2] (32: steps of the batching rows) */
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -305,6 +308,16 @@ static int batch_run(bench_t *b, const char *attnd, const char *layer,
   return rc;
 }
 
+/* Grows *ws (64-byte aligned) to at least bytes: 0, or -1. */
+static int grow_ws(void **ws, size_t *cap, size_t bytes) {
+  if (bytes <= *cap)
+    return 0;
+  free(*ws);
+  *cap = (bytes + 63) / 64 * 64;
+  *ws = aligned_alloc(64, *cap);
+  return *ws ? 0 : -1;
+}
+
 /* The core's side of batching, without the server: n steps of one token
  * at `past` cached tokens (E, H, weights w), as one attn_forward call of
  * batch n against n calls of batch 1, one thread, the median of 5 each.
@@ -332,6 +345,8 @@ static double core_batching(float *const *w, int n, int64_t past, double *one,
     absmax[i] = 1;
   }
   double ms[2] = {0, 0};
+  void *ws = NULL; /* kept from call to call, as a worker keeps its own */
+  size_t ws_cap = 0;
   for (int mode = 0; mode < 2; mode++) { /* 0: one call of n; 1: n of 1 */
     int calls = mode ? n : 1, b = mode ? 1 : n;
     double t[5];
@@ -351,23 +366,21 @@ static double core_batching(float *const *w, int n, int64_t past, double *one,
             .kv = &kv};
         attn_plan_t plan;
         attn_error_t err = {0};
-        void *ws = NULL;
         attn_outputs_t o = {.out = out + (size_t)k * E};
         if (attn_plan_init(&plan, &p, &(attn_exec_t){.threads = 1}, &err) < 0 ||
-            (ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64)) ==
-                NULL ||
+            grow_ws(&ws, &ws_cap, plan.workspace_bytes) < 0 ||
             attn_forward(&plan, &o, ws, plan.workspace_bytes, &err) < 0) {
           fprintf(stderr, "decode-bench: core: %s\n", err.message);
           free(ws);
           return 0;
         }
-        free(ws);
       }
       if (r >= 0)
         t[r] = (bench_now_ms() - t0) / n;
     }
     ms[mode] = bench_median(t, 5);
   }
+  free(ws);
   for (int i = 0; i < n * npages; i++)
     free(pool[i]);
   free(pool), free(tables), free(pasts), free(absmax), free(q), free(out);
@@ -431,6 +444,7 @@ static int parse_list(const char *s, int64_t *v, int max) {
 int main(int argc, char **argv) {
   const char *attnd = NULL, *csv_path = "build/bench/decode.csv";
   int64_t lengths[8] = {1024, 4096}, batch_length = 128;
+  int batch_steps = 32;
   int n_lengths = 2;
   bench_t *b = calloc(1, sizeof *b);
   b->sessions = 64;
@@ -452,17 +466,20 @@ int main(int argc, char **argv) {
       b->threads = atoi(v), i++;
     else if (v && strcmp(a, "--batch-length") == 0)
       batch_length = atoll(v), i++;
+    else if (v && strcmp(a, "--batch-steps") == 0)
+      batch_steps = atoi(v), i++;
     else
       return fprintf(stderr,
                      "usage: %s [--attnd PATH] [--csv FILE] [--lengths L,...] "
                      "[--sessions N] [--steps S] [--threads T] "
-                     "[--batch-length B]\n",
+                     "[--batch-length B] [--batch-steps S2]\n",
                      argv[0]),
              2;
   }
   if (n_lengths < 1 || b->sessions < 1 || b->sessions > MAX_SESSIONS ||
       b->steps < 1 || b->steps > MAX_STEPS || b->threads < 1 ||
-      b->threads > MAX_SESSIONS || batch_length < 0)
+      b->threads > MAX_SESSIONS || batch_length < 0 || batch_steps < 1 ||
+      batch_steps > MAX_STEPS)
     return fprintf(stderr, "decode-bench: bad arguments\n"), 2;
   int64_t Lmax = 0;
   for (int i = 0; i < n_lengths; i++)
@@ -537,6 +554,7 @@ int main(int argc, char **argv) {
     int dot = k > 4 && strcmp(csv_path + k - 4, ".csv") == 0;
     snprintf(bcsv, sizeof bcsv, "%.*s-batch.csv", (int)(dot ? k - 4 : k),
              csv_path);
+    b->steps = batch_steps;
     rc = batching(b, attnd, layer, w, batch_length, bcsv);
   }
   remove(layer);
