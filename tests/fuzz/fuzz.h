@@ -37,6 +37,12 @@ struct attnd_config;
 void fuzz_small_config(struct attnd_config *cfg, char *const *extra,
                        char **envp);
 
+/* The harnesses' layer "L": torch_mha, E = 8, H = 2, RoPE (theta 100),
+ * causal (bottom right) with `causal`, fixed weights; written to a file
+ * of this process's and loaded. Aborts when it does not load. */
+struct attnd_layer_set;
+struct attnd_layer_set *fuzz_layer(int causal);
+
 /* libFuzzer's entry points (declared here for -Wmissing-prototypes). */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);

@@ -20,13 +20,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "config.h"
 #include "decode_diff.h"
 #include "fuzz.h"
 #include "model/layers.h"
-#include "model/safetensors.h"
 #include "request.h"
 #include "run.h"
 #include "session.h"
@@ -40,25 +38,7 @@ static attnd_session_shape_t shapes[2];
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   fuzz_small_config(&cfg, NULL, NULL);
-  enum { E = 8 };
-  static float in_w[3 * E * E], out_w[E * E];
-  for (int i = 0; i < 3 * E * E; i++)
-    in_w[i] = (float)((i * 37) % 17 - 8) / 16.0f;
-  for (int i = 0; i < E * E; i++)
-    out_w[i] = (float)((i * 11) % 13 - 6) / 16.0f;
-  const attnd_st_out_t t[] = {
-      {"L.in_proj_weight", ATTND_ST_F32, 2, {3 * E, E}, in_w},
-      {"L.out_proj.weight", ATTND_ST_F32, 2, {E, E}, out_w},
-  };
-  const char *keys[] = {"num_heads", "rope_theta"};
-  const char *vals[] = {"2", "100"};
-  char path[64], msg[512];
-  snprintf(path, sizeof path, "/tmp/attnd-fuzz-session-%d.safetensors",
-           (int)getpid());
-  FUZZ_CHECK(attnd_st_write(path, t, 2, keys, vals, 2, msg, sizeof msg) == 0 &&
-                 attnd_layers_load(path, &layers, msg, sizeof msg) == 0,
-             "the fuzz layer: %s", msg);
-  unlink(path);
+  layers = fuzz_layer(0);
   const attnd_layer_t *l = attnd_layer_set_find(layers, "L");
   FUZZ_CHECK(l != NULL, "no layer L");
   shapes[0] = (attnd_session_shape_t){.layers = layers,
