@@ -42,13 +42,11 @@ static double cpu_now_s(void) {
 
 int load_stats_init(load_stats_t *st) {
   memset(st, 0, sizeof *st);
-  load_hist_t **h[4] = {&st->latency, &st->queue, &st->compute, &st->total};
-  for (int i = 0; i < 4; i++) {
-    if ((*h[i] = malloc(sizeof **h[i])) == NULL) {
-      load_stats_free(st);
-      return -1;
-    }
-    load_hist_reset(*h[i]);
+  load_hist_t **const h[] = {&st->latency, &st->queue, &st->compute,
+                             &st->total};
+  if (load_hists_new(h, 4) < 0) {
+    load_stats_free(st);
+    return -1;
   }
   return 0;
 }

@@ -43,14 +43,11 @@ static double cpu_now_s(void) {
 
 int load_decode_stats_init(load_decode_stats_t *st) {
   memset(st, 0, sizeof *st);
-  load_hist_t **h[5] = {&st->ttft, &st->step, &st->create, &st->queue,
-                        &st->compute};
-  for (int i = 0; i < 5; i++) {
-    if ((*h[i] = malloc(sizeof **h[i])) == NULL) {
-      load_decode_stats_free(st);
-      return -1;
-    }
-    load_hist_reset(*h[i]);
+  load_hist_t **const h[] = {&st->ttft, &st->step, &st->create, &st->queue,
+                             &st->compute};
+  if (load_hists_new(h, 5) < 0) {
+    load_decode_stats_free(st);
+    return -1;
   }
   return 0;
 }

@@ -1,6 +1,8 @@
 /* tools/load/hist.c: see hist.h. */
 #include "hist.h"
 
+#include <stdlib.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -70,4 +72,13 @@ int64_t load_hist_percentile(const load_hist_t *h, double p) {
 
 double load_hist_mean(const load_hist_t *h) {
   return h->count ? h->sum / (double)h->count : 0;
+}
+
+int load_hists_new(load_hist_t **const *h, int n) {
+  for (int i = 0; i < n; i++) {
+    if ((*h[i] = malloc(sizeof **h[i])) == NULL)
+      return -1;
+    load_hist_reset(*h[i]);
+  }
+  return 0;
 }

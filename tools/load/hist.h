@@ -40,6 +40,10 @@ typedef struct load_hist {
 /* Empties `h`. */
 void load_hist_reset(load_hist_t *h);
 
+/* Allocates *h[0], ..., *h[n-1], each reset. Returns 0, or -1 when out of
+ * memory (those allocated stay in place, for the caller's free). */
+int load_hists_new(load_hist_t **const *h, int n);
+
 /* Counts one value; a negative value counts as 0. */
 void load_hist_record(load_hist_t *h, int64_t v);
 
