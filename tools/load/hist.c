@@ -1,9 +1,8 @@
 /* tools/load/hist.c: see hist.h. */
 #include "hist.h"
 
-#include <stdlib.h>
-
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SUB (INT64_C(1) << LOAD_HIST_SUB_BITS)
