@@ -1617,8 +1617,9 @@ START_TEST(test_bomb_and_big_bodies) {
                      "\"datatype\":\"FP32\",\"data\":[";
   size_t h = strlen(head);
   memcpy(plain, head, h);
-  for (size_t i = h; i < n; i += 2)
+  for (size_t i = h; i + 1 < n; i += 2)
     plain[i] = '0', plain[i + 1] = ',';
+  plain[n - 1] = ','; /* when n - h is odd */
   static const struct {
     tc_coding_t c;
     const char *header, *name;
@@ -1646,8 +1647,9 @@ START_TEST(test_bomb_and_big_bodies) {
   n = (size_t)64 << 20;
   plain = malloc(n);
   memcpy(plain, head, h);
-  for (size_t i = h; i < n; i += 2)
+  for (size_t i = h; i + 1 < n; i += 2)
     plain[i] = '0', plain[i + 1] = ',';
+  plain[n - 1] = ',';
   unsigned char *z;
   size_t zn;
   ck_assert_int_eq(tc_compress(TC_GZIP, plain, n, &z, &zn), 0);
@@ -2202,10 +2204,16 @@ START_TEST(test_json_memory) {
                       "not a multiple of num_heads 3", NULL);
     sh_resp_free(&r);
     long kib = peak_kib(s.pid);
+#if defined(__SANITIZE_ADDRESS__)
+    /* ASan's shadow memory and its quarantine of freed blocks count in
+     * the peak: the bound holds for the plain build (make test) */
+    ck_assert_msg(kib > 0, "%s: no peak for attnd", v2 ? "/v2" : "/v1");
+#else
     ck_assert_msg(kib > 0 && kib < 128 * 1024,
                   "%s: attnd peaked at %ld KiB for a %zu byte JSON body, "
                   "max_memory_bytes 64M",
                   v2 ? "/v2" : "/v1", kib, strlen(body));
+#endif
     stop(&s);
     free(body);
   }

