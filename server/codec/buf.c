@@ -16,11 +16,19 @@
 void attnd_buf_init(attnd_buf_t *b) {
   b->data = NULL;
   b->len = b->cap = 0;
-  b->oom = 0;
+  b->oom = b->lent = 0;
+}
+
+void attnd_buf_init_in(attnd_buf_t *b, char *mem, size_t cap) {
+  attnd_buf_init(b);
+  b->data = mem;
+  b->cap = cap;
+  b->lent = 1;
 }
 
 void attnd_buf_free(attnd_buf_t *b) {
-  free(b->data);
+  if (!b->lent)
+    free(b->data);
   attnd_buf_init(b);
 }
 
@@ -41,13 +49,16 @@ int attnd_buf_reserve(attnd_buf_t *b, size_t n) {
     }
     cap *= 2;
   }
-  char *data = realloc(b->data, cap);
+  char *data = b->lent ? malloc(cap) : realloc(b->data, cap);
   if (!data) {
     b->oom = 1;
     return -1;
   }
+  if (b->lent && b->len)
+    memcpy(data, b->data, b->len + 1);
   b->data = data;
   b->cap = cap;
+  b->lent = 0;
   return 0;
 }
 

@@ -11,12 +11,16 @@
 #include <stdint.h>
 
 typedef struct attnd_buf {
-  char *data; /* owned; NUL-terminated when len > 0 */
+  char *data; /* owned, but for `lent`; NUL-terminated when len > 0 */
   size_t len, cap;
-  int oom; /* set once an allocation failed; later appends do nothing */
+  int oom;  /* set once an allocation failed; later appends do nothing */
+  int lent; /* data is the caller's (attnd_buf_init_in) */
 } attnd_buf_t;
 
 void attnd_buf_init(attnd_buf_t *b);
+/* A buffer that starts in the caller's mem[0..cap), which must outlive it,
+ * and moves to the heap only if the text outgrows it. */
+void attnd_buf_init_in(attnd_buf_t *b, char *mem, size_t cap);
 void attnd_buf_free(attnd_buf_t *b);
 /* Ensures room for n more bytes (plus a terminator). Returns 0 or -1. */
 int attnd_buf_reserve(attnd_buf_t *b, size_t n);

@@ -68,6 +68,13 @@ size_t attnd_fmt_hex64(char *dst, uint64_t v) {
   return 16;
 }
 
+size_t attnd_fmt_str(char *dst, size_t size, const char *s) {
+  size_t n = strnlen(s, size - 1);
+  memcpy(dst, s, n);
+  dst[n] = 0;
+  return n;
+}
+
 size_t attnd_fmt_ms(char *dst, double v) {
   if (!(v > 0))
     v = 0; /* negative, and NaN */

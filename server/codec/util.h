@@ -45,6 +45,9 @@ static inline int attnd_hex_digit(char c) {
 size_t attnd_fmt_i64(char *dst, int64_t v);
 size_t attnd_fmt_hex64(char *dst, uint64_t v);
 size_t attnd_fmt_ms(char *dst, double v);
+/* Copies s into dst[0..size) (size > 0), cut to fit, NUL-terminated, as
+ * snprintf(dst, size, "%s", s) does; returns the length copied. */
+size_t attnd_fmt_str(char *dst, size_t size, const char *s);
 
 /* Writes the shape dim[0..rank) as "[2, 3]" (with `sep` ", ") or "[2,3]"
  * (with ","), truncated to fit buf[0..n) and NUL-terminated; returns the
