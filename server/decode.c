@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/arena.h"
 #include "codec/util.h"
 
 /* Any JSON value is a valid text (RFC 8259); a request that is not an
@@ -521,8 +522,11 @@ int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known) {
     if (json_string_length(id) > 256)
       return E(d, ATTND_ERR_INVALID_VALUE, "id",
                "id has %zu characters; at most 256", json_string_length(id));
-    if ((j->id = strdup(json_string_value(id))) == NULL)
+    size_t n = json_string_length(id) + 1;
+    if ((j->id = attnd_request_alloc(j, n)) == NULL &&
+        (j->id = malloc(n)) == NULL)
       return attnd__dec_oom(d, "id");
+    memcpy(j->id, json_string_value(id), n);
   }
   return 0;
 }
@@ -716,8 +720,31 @@ typedef struct parse {
 
 static _Thread_local parse_t *parsing; /* this thread's parse, or NULL */
 
+/* Between attnd__dec_tree_begin and _end, this thread's jansson values are
+ * taken from its tree arena first (TREE_ARENA bytes; the heap beyond), and
+ * freeing one there does nothing: a small body's tree costs no malloc. */
+#define TREE_ARENA 32768
+static _Thread_local _Alignas(ATTND_ARENA_ALIGN) unsigned char
+    tree_mem[TREE_ARENA];
+static _Thread_local attnd_arena_t tree;
+static _Thread_local int tree_open;
+
+void attnd__dec_tree_begin(void) {
+  if (tree.base == NULL)
+    attnd_arena_init(&tree, tree_mem, sizeof tree_mem);
+  tree_open = attnd__arenas;
+}
+
+void attnd__dec_tree_end(void) {
+  tree_open = 0;
+  attnd_arena_reset(&tree);
+}
+
 static void *json_alloc(size_t n) {
-  void *p = malloc(n);
+  void *p = tree_open ? attnd_arena_alloc(&tree, n) : NULL;
+  if (p)
+    return p;
+  p = malloc(n);
   parse_t *ps = parsing;
   if (p || ps == NULL)
     return p;
@@ -731,6 +758,8 @@ static void *json_alloc(size_t n) {
 }
 
 static void json_release(void *p) {
+  if (attnd_arena_owns(&tree, p))
+    return; /* the arena goes with attnd__dec_tree_end */
   parse_t *ps = parsing;
   if (ps && (uintptr_t)p >= (uintptr_t)ps->reserve &&
       (uintptr_t)p < (uintptr_t)ps->reserve + PARSE_RESERVE)
@@ -821,21 +850,14 @@ static int restore_strings(json_t *v, const attnd_bulk_set_t *bulk) {
   return 0;
 }
 
-/* Decodes `root` into a new request; with `bulk`, placeholders stand for its
- * items. Returns the job, or NULL with *err set and *sure telling whether
+/* Decodes `root` into the new request j; with `bulk`, placeholders stand
+ * for its items. Returns 0, or -1 with *err set and *sure telling whether
  * the slow path would give the same error: it would after planning, and
  * unless an error about a bulk item's values was worded here (E_UNSURE). */
-static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
-                               const attnd_config_t *cfg,
-                               attnd_layer_set_t *layers,
-                               const attnd_session_shape_t *step,
-                               attnd_error_t *err, int *sure) {
-  attnd_request_t *j = calloc(1, sizeof *j);
-  if (j == NULL) {
-    attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
-                    "out of memory for a new request");
-    return NULL;
-  }
+static int decode(attnd_request_t *j, const json_t *root,
+                  attnd_bulk_set_t *bulk, const attnd_config_t *cfg,
+                  attnd_layer_set_t *layers, const attnd_session_shape_t *step,
+                  attnd_error_t *err, int *sure) {
   dec_t d = {.req = j,
              .cfg = cfg,
              .err = err,
@@ -844,11 +866,7 @@ static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
              .step = step};
   int r = step ? decode_step(&d, root) : decode_root(&d, root);
   *sure = d.planning || !d.unsure;
-  if (r < 0) {
-    attnd_request_free(j);
-    return NULL;
-  }
-  return j;
+  return r < 0 ? -1 : 0;
 }
 
 /* The fast path: big arrays of numbers, long base64 texts and other long
@@ -862,19 +880,28 @@ static attnd_request_t *decode(const json_t *root, attnd_bulk_set_t *bulk,
  * first, a body whose JSON outside what the scanner lifts is over
  * max_json_structure_bytes: that is all jansson ever reads on the fast
  * path, and the bound on its time. */
+#define SKELETON_INLINE 2048 /* a small body's skeleton, on the stack */
 static int decode_path(const char *body, size_t len, const attnd_config_t *cfg,
                        attnd_layer_set_t *layers,
                        const attnd_session_shape_t *step, int fast,
                        attnd_request_t **out, attnd_error_t *err) {
   double t0 = attnd_now_ms();
-  int sure = 0, oom = 0, slow = !fast;
+  int sure = 0, oom = 0, slow = !fast, r = -1;
   json_error_t je;
   attnd_bulk_set_t bulk;
   attnd_buf_t skel;
+  char skel_mem[SKELETON_INLINE];
+  /* the request first: the scanner puts small arrays in its region */
+  attnd_request_t *j = attnd_request_new();
   *out = NULL;
+  if (j == NULL)
+    return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                           "out of memory for a new request");
   attnd_bulk_set_init(&bulk, attnd__dec_nonce());
   bulk.array_keys = lifted_keys;
-  attnd_buf_init(&skel);
+  bulk.arena = &j->arena;
+  attnd_buf_init_in(&skel, skel_mem, sizeof skel_mem);
+  attnd__dec_tree_begin();
   if (attnd_bulk_scan(body, len, ATTND_BULK_MIN_ELEMS, ATTND_BULK_MIN_STRING,
                       &bulk, &skel) < 0) {
     oom = 1;
@@ -893,33 +920,37 @@ static int decode_path(const char *body, size_t len, const attnd_config_t *cfg,
     if (root && restore_strings(root, &bulk) < 0)
       oom = 1;
     else if (root)
-      *out = decode(root, &bulk, cfg, layers, step, err, &sure);
+      r = decode(j, root, &bulk, cfg, layers, step, err, &sure);
     json_decref(root);
-    slow = !oom && *out == NULL && !sure;
+    slow = !oom && r < 0 && !sure;
   } else {
     slow = 1;
   }
   attnd_buf_free(&skel);
   attnd_bulk_set_free(&bulk); /* the body outlives it: strings borrowed it */
-  if (oom)
-    return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
-                           "out of memory parsing the request's JSON");
-  if (slow) {
+  if (slow && !oom) {
     attnd__decode_slow_runs++;
-    json_t *root = attnd__dec_parse(body, len, &je, &oom);
-    if (oom)
-      return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
-                             "out of memory parsing the request's JSON");
-    if (root == NULL)
-      return attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
-                             "invalid JSON at line %d, column %d: %s", je.line,
-                             je.column, je.text);
-    *out = decode(root, NULL, cfg, layers, step, err, &sure);
+    attnd_request_free(j); /* what the fast path put there goes with it */
+    json_t *root = NULL;
+    if ((j = attnd_request_new()) == NULL)
+      oom = 1;
+    else if ((root = attnd__dec_parse(body, len, &je, &oom)) != NULL)
+      r = decode(j, root, NULL, cfg, layers, step, err, &sure);
+    else if (!oom)
+      attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
+                      "invalid JSON at line %d, column %d: %s", je.line,
+                      je.column, je.text);
     json_decref(root);
   }
-  if (*out == NULL)
-    return -1;
-  (*out)->t.decode_ms = attnd_now_ms() - t0;
+  attnd__dec_tree_end();
+  if (oom || r < 0) {
+    attnd_request_free(j);
+    return oom ? attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                                 "out of memory parsing the request's JSON")
+               : -1;
+  }
+  j->t.decode_ms = attnd_now_ms() - t0;
+  *out = j;
   return 0;
 }
 

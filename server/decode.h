@@ -45,6 +45,10 @@ void *attnd__dec_alloc(dec_t *d, size_t bytes);
 /* Makes the request own p (malloc'd, `bytes` long; steals it). Returns 0,
  * or -1 after freeing p. */
 int attnd__dec_adopt(dec_t *d, void *p, size_t bytes);
+/* The floats of array item b, made the request's: adopted from the set,
+ * or, lent, already in the request's region (the set's arena was the
+ * request's). NULL with out_of_memory for `field`. */
+float *attnd__dec_take_floats(dec_t *d, attnd_bulk_t *b, const char *field);
 /* A 53-bit nonce for the bulk scanner's placeholders, from a per-thread
  * generator seeded once from the OS. */
 uint64_t attnd__dec_nonce(void);
@@ -89,6 +93,12 @@ int attnd__dec_tensor(dec_t *d, const json_t *v, const char *field, int kind,
  * NULL with *oom set, or else jansson's error in `je`. */
 json_t *attnd__dec_parse(const char *text, size_t len, json_error_t *je,
                          int *oom);
+/* Between these two, the jansson values this thread makes are taken from a
+ * per-thread arena first and freed with it by _end: every tree made since
+ * _begin must be freed (json_decref) before _end, on this thread, and none
+ * may be kept. */
+void attnd__dec_tree_begin(void);
+void attnd__dec_tree_end(void);
 /* The root of a request: an object of the `known` members alone (NULL-
  * terminated), its "id" (a string of at most 256 characters, or absent or
  * null) copied into the request. */

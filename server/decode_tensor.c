@@ -14,7 +14,13 @@
 #include "codec/util.h"
 
 void *attnd__dec_alloc(dec_t *d, size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
+  attnd_request_t *r = d->req;
+  void *p = attnd_request_alloc(r, bytes);
+  if (p) {
+    r->alloc_bytes += bytes;
+    return p;
+  }
+  p = malloc(bytes ? bytes : 1);
   return p && attnd__dec_adopt(d, p, bytes) == 0 ? p : NULL;
 }
 
@@ -22,17 +28,31 @@ int attnd__dec_adopt(dec_t *d, void *p, size_t bytes) {
   attnd_request_t *r = d->req;
   if (r->n_allocs == r->cap_allocs) {
     size_t cap = r->cap_allocs ? 2 * r->cap_allocs : 16;
-    void **a = realloc(r->allocs, cap * sizeof *a);
-    if (a == NULL) {
+    void **a = attnd_request_alloc(r, cap * sizeof *a);
+    if (a == NULL && (a = malloc(cap * sizeof *a)) == NULL) {
       free(p);
       return -1;
     }
+    if (r->n_allocs)
+      memcpy(a, r->allocs, r->n_allocs * sizeof *a);
+    attnd_request_release(r, r->allocs);
     r->allocs = a;
     r->cap_allocs = cap;
   }
   r->allocs[r->n_allocs++] = p;
   r->alloc_bytes += bytes;
   return 0;
+}
+
+float *attnd__dec_take_floats(dec_t *d, attnd_bulk_t *b, const char *field) {
+  float *x = b->data;
+  size_t bytes = b->n * sizeof(float);
+  b->data = NULL;
+  if (b->lent) /* the set's arena is the request's region */
+    d->req->alloc_bytes += bytes;
+  else if (attnd__dec_adopt(d, x, bytes) < 0)
+    return attnd__dec_oom(d, field), NULL;
+  return x;
 }
 
 int attnd__dec_oom(dec_t *d, const char *field) {
@@ -288,12 +308,8 @@ static int decode_bulk(dec_t *d, attnd_bulk_t *b, const char *field, int kind,
       if (!isfinite(b->data[i]))
         return E_UNSURE(d, ATTND_ERR_NON_FINITE, field, "%s: not finite",
                         field);
-    if (attnd__dec_adopt(d, b->data, b->n * sizeof(float)) < 0) {
-      b->data = NULL;
-      return attnd__dec_oom(d, field);
-    }
-    t->data = b->data;
-    b->data = NULL;
+    if ((t->data = attnd__dec_take_floats(d, b, field)) == NULL)
+      return -1;
   } else {
     uint8_t *m = attnd__dec_alloc(d, (size_t)n);
     if (m == NULL)

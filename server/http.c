@@ -27,6 +27,7 @@
 #include "access_log.h"
 #include "assets.h"
 #include "codec/deflate.h"
+#include "codec/pool.h"
 #include "codec/util.h"
 #include "oip.h"
 #include "request.h"
@@ -65,6 +66,8 @@ enum {
 static int computes(int route) {
   return route == R_ATTENTION || route == R_V2_INFER || route == R_SESSION_STEP;
 }
+
+#define BODY_INLINE 8192
 
 /* One HTTP request, from its first callback to its completion. */
 typedef struct req {
@@ -105,7 +108,20 @@ typedef struct req {
   int status;
   size_t bytes_in, bytes_out;
   double total_ms;
+  /* Last (req_new zeroes what comes before it): where a body of Content-
+   * Length up to BODY_INLINE bytes (pad included) is read. */
+  _Alignas(64) char body_mem[BODY_INLINE];
 } req_t;
+
+/* Freed req_t's, kept for the next requests (64: about 600 KB). */
+static attnd_pool_t req_pool = ATTND_POOL_INIT(sizeof(req_t), 64);
+
+static req_t *req_new(void) {
+  req_t *r = attnd_pool_get(&req_pool);
+  if (r)
+    memset(r, 0, offsetof(req_t, body_mem));
+  return r;
+}
 
 /* ---- responses ------------------------------------------------------------
  */
@@ -137,27 +153,47 @@ static void add_security_headers(req_t *r, struct MHD_Response *resp,
 #define COMPRESS_MIN 1024
 #define COMPRESS_MAX ((size_t)1 << 20)
 
-/* Queues `body` (malloc'd, owned by MHD afterwards; NULL when len is 0)
- * with the common headers; `ctype` NULL for none. A 200 reply is
- * compressed in the coding of the client's Accept-Encoding, if any. */
+/* Blocks for small replies' text (body_reply), kept for reuse. */
+#define REPLY_BLOCK 16384
+static attnd_pool_t reply_pool = ATTND_POOL_INIT(REPLY_BLOCK, 64);
+
+static void reply_release(void *block) {
+  attnd_pool_put(&reply_pool, block);
+}
+
+/* Frees a body as send_body takes it. */
+static void body_release(char *body, int pooled) {
+  if (pooled)
+    reply_release(body);
+  else
+    free(body);
+}
+
+/* Queues `body` (malloc'd, or with `pooled` a block of reply_pool; owned
+ * by MHD afterwards; NULL when len is 0) with the common headers; `ctype`
+ * NULL for none. A 200 reply is compressed in the coding of the client's
+ * Accept-Encoding, if any. */
 static enum MHD_Result send_body(req_t *r, int status, char *body, size_t len,
-                                 const char *ctype) {
+                                 int pooled, const char *ctype) {
   const char *coding = NULL;
   if (status == 200 && len >= COMPRESS_MIN && len <= COMPRESS_MAX &&
       r->reply_coding != ATTND_CODING_IDENTITY) {
     attnd_buf_t z;
     attnd_buf_init(&z);
     if (attnd_deflate(r->reply_coding, body, len, &z) == 0) {
-      free(body);
+      body_release(body, pooled);
+      pooled = 0;
       body = z.data;
       len = z.len;
       coding = attnd_coding_name(r->reply_coding);
     } /* out of memory: the reply goes uncompressed */
   }
   struct MHD_Response *resp =
-      MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+      pooled ? MHD_create_response_from_buffer_with_free_callback_cls(
+                   len, body, reply_release, body)
+             : MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
   if (resp == NULL) {
-    free(body);
+    body_release(body, pooled);
     return MHD_NO;
   }
   if (ctype)
@@ -232,7 +268,7 @@ static enum MHD_Result send_json(req_t *r, int status, json_t *v) {
   }
   body[n] = '\n';
   body[n + 1] = 0;
-  return send_body(r, status, body, n + 1, "application/json");
+  return send_body(r, status, body, n + 1, 0, "application/json");
 }
 
 /* The error reply: /v1's {"error":{"code","message","field"}}, or the Open
@@ -266,7 +302,7 @@ static enum MHD_Result send_error(req_t *r, const attnd_error_t *e) {
     attnd_buf_free(&b);
     return MHD_NO;
   }
-  return send_body(r, status, b.data, b.len, "application/json");
+  return send_body(r, status, b.data, b.len, 0, "application/json");
 }
 
 /* A body written into b, sent with `status` (b is emptied). */
@@ -276,7 +312,7 @@ static enum MHD_Result send_buf(req_t *r, int status, attnd_buf_t *b,
     attnd_buf_free(b);
     return MHD_NO;
   }
-  enum MHD_Result ok = send_body(r, status, b->data, b->len, ctype);
+  enum MHD_Result ok = send_body(r, status, b->data, b->len, 0, ctype);
   attnd_buf_init(b);
   return ok;
 }
@@ -347,7 +383,7 @@ static enum MHD_Result get_metrics(req_t *r) {
     attnd_buf_free(&b);
     return MHD_NO;
   }
-  return send_body(r, 200, b.data, b.len, "text/plain; version=0.0.4");
+  return send_body(r, 200, b.data, b.len, 0, "text/plain; version=0.0.4");
 }
 
 static void info_key(const char *key, int64_t value, void *obj) {
@@ -532,6 +568,8 @@ static enum MHD_Result body_start(req_t *r) {
  * starts it with the pad that puts the bytes after the JSON on a 64-byte
  * boundary, so that the request can read FP32 tensors where they lie. */
 static void body_reserve(req_t *r, size_t bytes) {
+  if (r->body.cap == 0 && bytes < BODY_INLINE - 64)
+    attnd_buf_init_in(&r->body, r->body_mem, sizeof r->body_mem);
   if (r->json_len < 0) {
     attnd_buf_reserve(&r->body, bytes);
     return;
@@ -640,7 +678,8 @@ static enum MHD_Result body_submit(req_t *r) {
   attnd_layer_set_t *layers = attnd_server_layers(s);
   const char *body = r->body.data ? r->body.data + r->pad : "";
   size_t len = r->body.len - r->pad;
-  void *own = r->body.data; /* lent: an OIP request may take it */
+  /* lent: an OIP request may take a body on the heap */
+  void *own = r->body.lent ? NULL : r->body.data;
   int bad = r->route == R_V2_INFER
                 ? attnd_oip_decode(r->model, body, len, r->json_len, &own,
                                    r->body.cap, s->cfg, layers, &req, &e)
@@ -907,7 +946,7 @@ static enum MHD_Result session_get(req_t *r) {
   } else if (strcmp(r->method, "DELETE") == 0) {
     if (attnd_session_delete(s->sessions, r->sid, &e) < 0)
       return send_error(r, &e);
-    return send_body(r, 204, NULL, 0, NULL);
+    return send_body(r, 204, NULL, 0, 0, NULL);
   } else {
     attnd_session_info_t info;
     bad = attnd_session_get(s->sessions, r->sid, &info, &e);
@@ -948,13 +987,22 @@ static enum MHD_Result body_reply(req_t *r) {
                 "out of memory for this request's workspace and outputs; "
                 "retry later");
   attnd_buf_t b;
-  attnd_buf_init(&b);
+  char *block = attnd_pool_get(&reply_pool);
+  if (block)
+    attnd_buf_init_in(&b, block, REPLY_BLOCK);
+  else
+    attnd_buf_init(&b);
   size_t json_len = 0;
   if (r->route == R_V2_INFER)
     attnd_oip_encode(j, r->model, &b, &json_len, &r->total_ms);
   else
     attnd_request_encode(j, &b, &r->total_ms), json_len = b.len;
+  int pooled = block && b.lent; /* else the text outgrew the block */
+  if (block && !pooled)
+    reply_release(block);
   if (b.oom) {
+    if (pooled)
+      reply_release(block);
     attnd_buf_free(&b);
     return fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                 "out of memory for the reply");
@@ -964,7 +1012,7 @@ static enum MHD_Result body_reply(req_t *r) {
                         r->total_ms);
   int binary = json_len < b.len;
   r->reply_json = binary ? json_len : 0;
-  return send_body(r, 200, b.data, b.len,
+  return send_body(r, 200, b.data, b.len, pooled,
                    binary ? "application/octet-stream" : "application/json");
 }
 
@@ -1370,7 +1418,7 @@ static enum MHD_Result on_get(req_t *r) {
   case R_METRICS:
     return get_metrics(r);
   case R_PREFLIGHT:
-    return send_body(r, 204, NULL, 0, NULL);
+    return send_body(r, 204, NULL, 0, 0, NULL);
   case R_LAYERS:
     return get_layers(r);
   case R_V2_SERVER:
@@ -1403,18 +1451,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   req_t *r = *con_cls;
   (void)version;
   if (r == NULL) {
-    if ((r = calloc(1, sizeof *r)) == NULL)
+    if ((r = req_new()) == NULL)
       return MHD_NO;
     if (uv_mutex_init(&r->mu) != 0) {
-      free(r);
+      attnd_pool_put(&req_pool, r);
       return MHD_NO;
     }
     r->srv = s;
     r->conn = conn;
     r->t_arrival = attnd_now_ms();
     r->json_len = -1;
-    snprintf(r->method, sizeof r->method, "%s", method);
-    snprintf(r->path, sizeof r->path, "%s", url);
+    attnd_fmt_str(r->method, sizeof r->method, method);
+    attnd_fmt_str(r->path, sizeof r->path, url);
     attnd_buf_init(&r->body);
     *con_cls = r;
     atomic_fetch_add(&s->active, 1);
@@ -1472,7 +1520,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   attnd_inflate_free(r->inflate);
   attnd_request_free(r->req);
   uv_mutex_destroy(&r->mu);
-  free(r);
+  attnd_pool_put(&req_pool, r);
   *con_cls = NULL;
   atomic_fetch_sub(&s->active, 1);
 }

@@ -613,16 +613,11 @@ static int fill_bulk(oip_t *o, const oip_in_t *in, attnd_bulk_t *b,
     return E_UNSURE(d, ATTND_ERR_SIZE_MISMATCH, field, "%s: shape", field);
   int64_t n = in->n;
   switch (in->def->elem) {
-  case EL_FLOAT:
+  case EL_FLOAT: {
     if (b->is_bool || first_non_finite(b->data, n) >= 0)
       return E_UNSURE(d, ATTND_ERR_NON_FINITE, field, "%s: values", field);
-    if (attnd__dec_adopt(d, b->data, b->n * sizeof(float)) < 0) {
-      b->data = NULL;
-      return attnd__dec_oom(d, field);
-    }
-    *out = b->data;
-    b->data = NULL;
-    return 0;
+    return (*out = attnd__dec_take_floats(d, b, field)) ? 0 : -1;
+  }
   case EL_INT: {
     int64_t *x = attnd__dec_alloc(d, (size_t)n * sizeof *x);
     if (x == NULL)
@@ -1013,7 +1008,7 @@ static int decode_body(oip_t *o, const json_t *root) {
 static attnd_request_t *decode_once(oip_t tmpl, const char *json, size_t n,
                                     attnd_bulk_set_t *bulk, int *unsure) {
   attnd_error_t *err = tmpl.d.err;
-  attnd_request_t *j = calloc(1, sizeof *j);
+  attnd_request_t *j = attnd_request_new();
   *unsure = 0;
   if (j == NULL) {
     attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
@@ -1075,10 +1070,12 @@ int attnd__oip_decode_path(const char *model, const char *body, size_t len,
    * is over max_json_structure_bytes */
   attnd_bulk_set_t bulk;
   attnd_buf_t skel;
+  char skel_mem[2048];
   attnd_bulk_set_init(&bulk, attnd__dec_nonce());
   static const char *const data_key[] = {"data", NULL};
   bulk.array_keys = data_key;
-  attnd_buf_init(&skel);
+  attnd_buf_init_in(&skel, skel_mem, sizeof skel_mem);
+  attnd__dec_tree_begin();
   int unsure = 1, scanned = attnd_bulk_scan(body, n, ATTND_BULK_MIN_ELEMS, 0,
                                             &bulk, &skel) == 0;
   if (!scanned) {
@@ -1100,6 +1097,7 @@ int attnd__oip_decode_path(const char *model, const char *body, size_t len,
   attnd_bulk_set_free(&bulk);
   if (*out == NULL && unsure)
     *out = decode_once(o, body, n, NULL, &unsure);
+  attnd__dec_tree_end();
   if (*out == NULL)
     return -1;
   (*out)->t.decode_ms = attnd_now_ms() - t0;

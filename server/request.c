@@ -1,7 +1,11 @@
 /* server/request.c: what a request holds, and freeing it. See request.h. */
 #include "request.h"
 
+#include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "codec/pool.h"
 
 /* The bytes of n floats of the output `bit` (ATTND_OIP_*) at most: 4 each
  * as OIP binary data, else text in the request's encoding. */
@@ -37,19 +41,42 @@ size_t attnd_request_memory(const attnd_request_t *j) {
          (size_t)attnd_request_reply_bytes(j) + 4096;
 }
 
+int attnd__arenas = 1;
+
+/* Freed requests, kept for attnd_request_new (up to 64: about 600 KB). */
+static attnd_pool_t pool = ATTND_POOL_INIT(sizeof(attnd_request_t), 64);
+
+attnd_request_t *attnd_request_new(void) {
+  attnd_request_t *j = attnd_pool_get(&pool);
+  if (j == NULL)
+    return NULL;
+  memset(j, 0, offsetof(attnd_request_t, region));
+  attnd_arena_init(&j->arena, j->region, attnd__arenas ? sizeof j->region : 0);
+  return j;
+}
+
+void *attnd_request_alloc(attnd_request_t *j, size_t bytes) {
+  return attnd_arena_alloc(&j->arena, bytes);
+}
+
+void attnd_request_release(attnd_request_t *j, void *p) {
+  if (!attnd_arena_owns(&j->arena, p))
+    free(p);
+}
+
 void attnd_request_free(attnd_request_t *j) {
   if (j == NULL)
     return;
   for (size_t i = 0; i < j->n_allocs; i++)
     free(j->allocs[i]);
-  free(j->allocs);
+  attnd_request_release(j, j->allocs);
   attnd_layer_set_unref(j->layers);
-  free(j->id);
-  free(j->out.out);
-  free(j->out.weights);
-  free(j->out.mean_weights);
-  free(j->out.head_outputs);
-  free(j);
+  attnd_request_release(j, j->id);
+  attnd_request_release(j, j->out.out);
+  attnd_request_release(j, j->out.weights);
+  attnd_request_release(j, j->out.mean_weights);
+  attnd_request_release(j, j->out.head_outputs);
+  attnd_pool_put(&pool, j);
 }
 
 /* The JSON path of an input the core names. A switch rather than a table,

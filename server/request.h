@@ -17,10 +17,14 @@
 #include <stdint.h>
 
 #include "attn/attn.h"
+#include "codec/arena.h"
 #include "codec/buf.h"
 #include "config.h"
 #include "errors.h"
 #include "model/layers.h"
+
+/* Bytes in each request for its small buffers (attnd_request_alloc). */
+#define ATTND_REQUEST_REGION 8192
 
 typedef enum {
   ATTND_WEIGHTS_NONE,
@@ -94,7 +98,32 @@ typedef struct attnd_request {
   int batch; /* steps computed together with it, itself included (run.c) */
 
   attnd_timeline_t t;
+
+  /* Small buffers of the request (its allocs array, decoded tensors, id and
+   * outputs that fit) come from `region` (attnd_request_alloc), the others
+   * from the heap; a freed request goes back to a pool of them. So a small
+   * request makes no allocation of its own. Last: attnd_request_new zeroes
+   * what comes before it. */
+  attnd_arena_t arena;
+  _Alignas(ATTND_ARENA_ALIGN) unsigned char region[ATTND_REQUEST_REGION];
 } attnd_request_t;
+
+/* A new request, every field zero: from the pool of freed ones, or the
+ * heap. NULL when out of memory. Any thread. */
+attnd_request_t *attnd_request_new(void);
+
+/* For tests: 0 has requests made from now on, and decoding, take every
+ * buffer from the heap (no region, no arena for jansson's tree), so that
+ * allocation failures reach each of them; 1 by default. */
+extern int attnd__arenas;
+
+/* `bytes` of the request's region (ATTND_ARENA_ALIGN-aligned), or NULL
+ * when they do not fit: the caller takes them from the heap. The request
+ * must be the caller's to write (request.h's ownership). */
+void *attnd_request_alloc(attnd_request_t *req, size_t bytes);
+
+/* free(p), unless p is in the request's region (which goes with it). */
+void attnd_request_release(attnd_request_t *req, void *p);
 
 /* Parses and validates a request body into a new request (*out), with every
  * tensor decoded and the attention planned, within the configured limits.

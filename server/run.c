@@ -14,19 +14,23 @@
 static int alloc_outputs(attnd_request_t *j) {
   const attn_plan_t *pl = &j->plan;
   const attn_params_t *p = &j->params;
-  if (j->out.out == NULL)
-    j->out.out = malloc((size_t)pl->out_elems * sizeof(float));
-  if (p->want_weights && j->out.weights == NULL)
-    j->out.weights = malloc((size_t)pl->weights_elems * sizeof(float));
-  if (p->want_mean_weights && j->out.mean_weights == NULL)
-    j->out.mean_weights = malloc((size_t)pl->mean_elems * sizeof(float));
-  if (p->want_head_outputs && j->out.head_outputs == NULL)
-    j->out.head_outputs = malloc((size_t)pl->head_elems * sizeof(float));
-  return j->out.out && (!p->want_weights || j->out.weights) &&
-                 (!p->want_mean_weights || j->out.mean_weights) &&
-                 (!p->want_head_outputs || j->out.head_outputs)
-             ? 0
-             : -1;
+  struct {
+    float **at;
+    int want;
+    int64_t elems;
+  } o[] = {{&j->out.out, 1, pl->out_elems},
+           {&j->out.weights, p->want_weights, pl->weights_elems},
+           {&j->out.mean_weights, p->want_mean_weights, pl->mean_elems},
+           {&j->out.head_outputs, p->want_head_outputs, pl->head_elems}};
+  for (size_t i = 0; i < sizeof o / sizeof o[0]; i++) {
+    if (!o[i].want || *o[i].at)
+      continue;
+    size_t bytes = (size_t)o[i].elems * sizeof(float);
+    if ((*o[i].at = attnd_request_alloc(j, bytes)) == NULL &&
+        (*o[i].at = malloc(bytes)) == NULL)
+      return -1;
+  }
+  return 0;
 }
 
 static int grow(attnd_scratch_t *s, size_t bytes) {

@@ -103,10 +103,15 @@ static int printable(const char *s, size_t n) {
   return 1;
 }
 
-/* Reusable storage for the leaves of the current try. */
+/* Reusable storage for the leaves of the current try: `first` (the scan's,
+ * on its stack) until it outgrows it, then the heap; and where a finished
+ * array's leaves go when they fit (the set's arena, or NULL). */
+#define SCRATCH_FIRST 1024
 typedef struct scratch {
   float *x;
   size_t n, cap;
+  float *first;
+  attnd_arena_t *arena;
 } scratch_t;
 
 static int is_ws(char c) {
@@ -173,13 +178,17 @@ static const char *bulk_try(const char *p, const char *end, int max_rank,
       is_bool = leaf_bool;
     }
     if (sc->n == sc->cap) {
-      size_t cap = sc->cap ? 2 * sc->cap : 1024;
-      float *x =
-          cap <= SIZE_MAX / sizeof *x ? realloc(sc->x, cap * sizeof *x) : NULL;
+      size_t cap = 2 * sc->cap;
+      int first = sc->x == sc->first;
+      float *x = cap <= SIZE_MAX / sizeof *x
+                     ? realloc(first ? NULL : sc->x, cap * sizeof *x)
+                     : NULL;
       if (!x) {
         *oom = 1;
         TRY_FAIL;
       }
+      if (first)
+        memcpy(x, sc->x, sc->n * sizeof *x);
       sc->x = x;
       sc->cap = cap;
     }
@@ -223,11 +232,23 @@ done:
   item->text = NULL;
   item->text_len = 0;
   item->in_tree = 0;
-  item->data = realloc(sc->x, sc->n * sizeof *sc->x); /* shrink */
-  if (!item->data)
-    item->data = sc->x;
-  sc->x = NULL;
-  sc->n = sc->cap = 0;
+  size_t bytes = sc->n * sizeof *sc->x;
+  item->data = sc->arena ? attnd_arena_alloc(sc->arena, bytes) : NULL;
+  item->lent = item->data != NULL;
+  if (item->data || sc->x == sc->first) { /* a copy; the scratch stays */
+    if (!item->data && (item->data = malloc(bytes)) == NULL) {
+      *oom = 1;
+      TRY_FAIL;
+    }
+    memcpy(item->data, sc->x, bytes);
+  } else { /* the scratch's heap storage, shrunk, and a new scratch */
+    item->data = realloc(sc->x, bytes);
+    if (!item->data)
+      item->data = sc->x;
+    sc->x = sc->first;
+    sc->cap = SCRATCH_FIRST;
+  }
+  sc->n = 0;
   return p;
 }
 #undef TRY_FAIL
@@ -237,6 +258,12 @@ void attnd_bulk_set_init(attnd_bulk_set_t *set, uint64_t nonce) {
   set->n = set->cap = set->n_data = set->lifted_bytes = 0;
   set->nonce = nonce;
   set->array_keys = NULL;
+  set->arena = NULL;
+}
+
+/* Whether p is in the set's arena. */
+static int in_arena(const attnd_bulk_set_t *set, const void *p) {
+  return set->arena && attnd_arena_owns(set->arena, p);
 }
 
 /* Whether the string s[0..n) (between its quotes) is spelled as one of the
@@ -262,11 +289,15 @@ const attnd_bulk_t *attnd_bulk_string(const attnd_bulk_set_t *set,
 
 void attnd_bulk_set_free(attnd_bulk_set_t *set) {
   for (size_t i = 0; i < set->n; i++) {
-    free(set->items[i].data);
+    if (!set->items[i].lent)
+      free(set->items[i].data);
     free(set->items[i].copy);
   }
-  free(set->items);
+  if (!in_arena(set, set->items))
+    free(set->items);
+  attnd_arena_t *arena = set->arena;
   attnd_bulk_set_init(set, set->nonce);
+  set->arena = arena;
 }
 
 /* Adds *item, which stands for `span` bytes of the text, to the set and
@@ -277,26 +308,38 @@ static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item, const char *src,
                     size_t span, attnd_buf_t *skel) {
   if (set->n == set->cap) {
     size_t cap = set->cap ? 2 * set->cap : 8;
-    attnd_bulk_t *items = realloc(set->items, cap * sizeof *items);
+    attnd_bulk_t *items =
+        set->arena ? attnd_arena_alloc(set->arena, cap * sizeof *items) : NULL;
+    if (items == NULL && cap <= SIZE_MAX / sizeof *items)
+      items = malloc(cap * sizeof *items);
     if (!items) {
-      free(item->data);
+      if (!item->lent)
+        free(item->data);
       free(item->copy);
       return -1;
     }
+    if (set->n)
+      memcpy(items, set->items, set->n * sizeof *items);
+    if (!in_arena(set, set->items))
+      free(set->items);
     set->items = items;
     set->cap = cap;
   }
+  /* "\"\\u0001bulk:<nonce>:<k>\"" or "[\"\\u0001bulk\",<nonce>,<k>]" */
   char text[80];
-  int len = snprintf(
-      text, sizeof text,
-      item->text ? "\"\\u0001bulk:%llu:%llu\"" : "[\"\\u0001bulk\",%llu,%llu]",
-      (unsigned long long)set->nonce, (unsigned long long)set->n);
+  const char *head = item->text ? "\"\\u0001bulk:" : "[\"\\u0001bulk\",";
+  size_t len = strlen(head);
+  memcpy(text, head, len);
+  len += attnd_fmt_i64(text + len, (int64_t)set->nonce);
+  text[len++] = item->text ? ':' : ',';
+  len += attnd_fmt_i64(text + len, (int64_t)set->n);
+  text[len++] = item->text ? '"' : ']';
   item->src = src;
   item->src_len = span;
   set->items[set->n++] = *item;
   set->n_data += !item->in_tree;
   set->lifted_bytes += span;
-  attnd_buf_append(skel, text, (size_t)len);
+  attnd_buf_append(skel, text, len);
   return skel->oom ? -1 : 0;
 }
 
@@ -530,7 +573,8 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
     K_ARRAY,
     K_ARRAY_COLON
   } key = K_NONE;
-  scratch_t sc = {NULL, 0, 0};
+  float first[SCRATCH_FIRST];
+  scratch_t sc = {first, 0, SCRATCH_FIRST, first, set->arena};
   int oom = 0;
   EXAMINED(n); /* the main pass */
   while (p < end && !oom) {
@@ -612,7 +656,8 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
       p++;
     }
   }
-  free(sc.x);
+  if (sc.x != sc.first)
+    free(sc.x);
   if (!oom) {
     attnd_buf_append(skeleton, copied, (size_t)(p - copied));
     oom = skeleton->oom;

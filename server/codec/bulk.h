@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arena.h"
 #include "buf.h"
 
 #define ATTND_BULK_MAX_RANK 4
@@ -25,11 +26,12 @@
  * other string (in_tree 1), which the decoder puts back into jansson's tree
  * as the string it is (attnd_bulk_string). */
 typedef struct attnd_bulk {
-  float *data; /* owned by the set; NULL for a string */
+  float *data; /* owned by the set unless `lent`; NULL for a string */
   size_t n;    /* elements: the product of dim */
   int rank;
   int64_t dim[ATTND_BULK_MAX_RANK];
   int is_bool;
+  int lent;         /* data is in the set's arena, not owned */
   const char *text; /* a string item, or NULL */
   size_t text_len;
   char *copy;      /* owned by the set: what `text` points to, or NULL */
@@ -39,7 +41,7 @@ typedef struct attnd_bulk {
 } attnd_bulk_t;
 
 typedef struct attnd_bulk_set {
-  attnd_bulk_t *items; /* owned */
+  attnd_bulk_t *items; /* owned, or in `arena` */
   size_t n, cap;
   size_t n_data;       /* the items that are not in_tree: tensor data */
   size_t lifted_bytes; /* bytes of the text the placeholders stand for */
@@ -47,6 +49,10 @@ typedef struct attnd_bulk_set {
   /* Set by the caller, or NULL (attnd_bulk_set_init's): the member names
    * whose values alone may be lifted arrays (attnd_bulk_scan). */
   const char *const *array_keys;
+  /* Set by the caller, or NULL: where the items and the data of arrays
+   * take their bytes first (the heap when it is full). Such data is the
+   * arena's (`lent`), not the set's. */
+  attnd_arena_t *arena;
 } attnd_bulk_set_t;
 
 void attnd_bulk_set_init(attnd_bulk_set_t *set, uint64_t nonce);
