@@ -523,8 +523,7 @@ int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known) {
       return E(d, ATTND_ERR_INVALID_VALUE, "id",
                "id has %zu characters; at most 256", json_string_length(id));
     size_t n = json_string_length(id) + 1;
-    if ((j->id = attnd_request_alloc(j, n)) == NULL &&
-        (j->id = malloc(n)) == NULL)
+    if ((j->id = attnd_request_alloc(j, n)) == NULL)
       return attnd__dec_oom(d, "id");
     memcpy(j->id, json_string_value(id), n);
   }
@@ -880,7 +879,6 @@ static int decode(attnd_request_t *j, const json_t *root,
  * first, a body whose JSON outside what the scanner lifts is over
  * max_json_structure_bytes: that is all jansson ever reads on the fast
  * path, and the bound on its time. */
-#define SKELETON_INLINE 2048 /* a small body's skeleton, on the stack */
 static int decode_path(const char *body, size_t len, const attnd_config_t *cfg,
                        attnd_layer_set_t *layers,
                        const attnd_session_shape_t *step, int fast,
@@ -890,7 +888,7 @@ static int decode_path(const char *body, size_t len, const attnd_config_t *cfg,
   json_error_t je;
   attnd_bulk_set_t bulk;
   attnd_buf_t skel;
-  char skel_mem[SKELETON_INLINE];
+  char skel_mem[ATTND_DEC_SKELETON_INLINE];
   /* the request first: the scanner puts small arrays in its region */
   attnd_request_t *j = attnd_request_new();
   *out = NULL;

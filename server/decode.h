@@ -99,6 +99,9 @@ json_t *attnd__dec_parse(const char *text, size_t len, json_error_t *je,
  * may be kept. */
 void attnd__dec_tree_begin(void);
 void attnd__dec_tree_end(void);
+/* The bytes of a small body's skeleton, written on the decoder's stack
+ * (attnd_buf_init_in); a bigger one moves to the heap. */
+#define ATTND_DEC_SKELETON_INLINE 2048
 /* The root of a request: an object of the `known` members alone (NULL-
  * terminated), its "id" (a string of at most 256 characters, or absent or
  * null) copied into the request. */

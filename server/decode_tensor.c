@@ -15,12 +15,12 @@
 
 void *attnd__dec_alloc(dec_t *d, size_t bytes) {
   attnd_request_t *r = d->req;
-  void *p = attnd_request_alloc(r, bytes);
+  void *p = attnd_arena_alloc(&r->arena, bytes); /* goes with the request */
   if (p) {
     r->alloc_bytes += bytes;
     return p;
   }
-  p = malloc(bytes ? bytes : 1);
+  p = malloc(bytes ? bytes : 1); /* adopted: freed with the request */
   return p && attnd__dec_adopt(d, p, bytes) == 0 ? p : NULL;
 }
 
@@ -29,7 +29,7 @@ int attnd__dec_adopt(dec_t *d, void *p, size_t bytes) {
   if (r->n_allocs == r->cap_allocs) {
     size_t cap = r->cap_allocs ? 2 * r->cap_allocs : 16;
     void **a = attnd_request_alloc(r, cap * sizeof *a);
-    if (a == NULL && (a = malloc(cap * sizeof *a)) == NULL) {
+    if (a == NULL) {
       free(p);
       return -1;
     }

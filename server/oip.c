@@ -1070,7 +1070,7 @@ int attnd__oip_decode_path(const char *model, const char *body, size_t len,
    * is over max_json_structure_bytes */
   attnd_bulk_set_t bulk;
   attnd_buf_t skel;
-  char skel_mem[2048];
+  char skel_mem[ATTND_DEC_SKELETON_INLINE];
   attnd_bulk_set_init(&bulk, attnd__dec_nonce());
   static const char *const data_key[] = {"data", NULL};
   bulk.array_keys = data_key;

@@ -56,7 +56,8 @@ attnd_request_t *attnd_request_new(void) {
 }
 
 void *attnd_request_alloc(attnd_request_t *j, size_t bytes) {
-  return attnd_arena_alloc(&j->arena, bytes);
+  void *p = attnd_arena_alloc(&j->arena, bytes);
+  return p ? p : malloc(bytes ? bytes : 1);
 }
 
 void attnd_request_release(attnd_request_t *j, void *p) {

@@ -117,9 +117,10 @@ attnd_request_t *attnd_request_new(void);
  * allocation failures reach each of them; 1 by default. */
 extern int attnd__arenas;
 
-/* `bytes` of the request's region (ATTND_ARENA_ALIGN-aligned), or NULL
- * when they do not fit: the caller takes them from the heap. The request
- * must be the caller's to write (request.h's ownership). */
+/* `bytes` for the request: from its region (ATTND_ARENA_ALIGN-aligned)
+ * when they fit, else from the heap; NULL when out of memory. Given back by
+ * attnd_request_release. The request must be the caller's to write
+ * (request.h's ownership). */
 void *attnd_request_alloc(attnd_request_t *req, size_t bytes);
 
 /* free(p), unless p is in the request's region (which goes with it). */

@@ -26,8 +26,7 @@ static int alloc_outputs(attnd_request_t *j) {
     if (!o[i].want || *o[i].at)
       continue;
     size_t bytes = (size_t)o[i].elems * sizeof(float);
-    if ((*o[i].at = attnd_request_alloc(j, bytes)) == NULL &&
-        (*o[i].at = malloc(bytes)) == NULL)
+    if ((*o[i].at = attnd_request_alloc(j, bytes)) == NULL)
       return -1;
   }
   return 0;
