@@ -23,6 +23,7 @@
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <string.h>
 #include <time.h>
 
@@ -97,8 +98,9 @@ typedef struct fwd {
   int64_t lnk;       /* rows of the key and value inputs: Lk, or Lq with a kv
                         cache (the new tokens) */
   uint32_t k_cached; /* with a kv cache: the magnitude bits of its keys */
-  int64_t n_q, n_k, n_layout, n_units, n_out; /* V has as many tasks as K */
-  int64_t n_bias;                             /* magnitude tasks of bias */
+  int64_t n_q, n_k, n_units, n_out; /* V has as many tasks as K */
+  int64_t n_layout;                 /* Q, K, V and bias tasks */
+  int64_t n_bias;                   /* magnitude tasks of bias */
   attn__attend_fn attend;
   attn__absmax_fn absmax;
   float qscale;            /* what layout_q multiplies by: the scale, or 1 */
@@ -106,6 +108,7 @@ typedef struct fwd {
   double norm_eps;
   int64_t n_redo;             /* Q tasks to run again, unscaled */
   int stop;                   /* a stage failed: skip the stages after it */
+  double t[3];                /* ms: start, projections done, attention done */
   uint32_t bits[BITS_N];      /* atomic maxima (attn__absmax_fn) */
   int64_t fail[ATTN__FAIL_N]; /* ctx.fail points here */
 } fwd_t;
@@ -476,7 +479,7 @@ static void layout_kv_rows(fwd_t *f, int64_t r0, int64_t r1, int is_k,
   }
 }
 
-/* Layout task t of n_layout + n_bias: the Q chunks, then K, then V, then
+/* Layout task t of n_layout: the Q chunks, then K, then V, then
  * the magnitude of the bias, chunk by chunk. `scratch` is the thread's. */
 static void layout_task(fwd_t *f, int64_t t, float *scratch) {
   const attn_plan_t *pl = f->pl;
@@ -515,7 +518,7 @@ static void layout_task(fwd_t *f, int64_t t, float *scratch) {
 /* Attention unit u of n_units. The last query blocks come first: under a
  * causal mask they hold the most work, and dynamic scheduling then ends
  * with the short ones. */
-static void attend_task(const fwd_t *f, int64_t u, float *scratch) {
+static void attend_task(fwd_t *f, int64_t u, float *scratch) {
   const attn__ctx_t *c = &f->ctx;
   int64_t per_block = f->pl->B * (f->pl->H / c->heads_per_unit);
   int64_t qb = c->n_qblocks - 1 - u / per_block, rest = u % per_block;
@@ -524,7 +527,8 @@ static void attend_task(const fwd_t *f, int64_t u, float *scratch) {
 }
 
 /* Output task t: rows [r0, r1) of the flattened [B·Lq] output. */
-static void output_task(fwd_t *f, int64_t t) {
+static void output_task(fwd_t *f, int64_t t, float *scratch) {
+  (void)scratch;
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   int64_t r0 = t * f->rows, r1 = r0 + f->rows;
@@ -606,6 +610,13 @@ static void retry_unscaled(fwd_t *f) {
 static void decide(fwd_t *f) {
   f->stop = failed(f);
   f->ctx.exact = f->n_redo > 0 || !scores_fit(f);
+  f->t[1] = now_ms();
+}
+
+/* After the attention, once. */
+static void attended(fwd_t *f) {
+  f->stop = failed(f);
+  f->t[2] = now_ms();
 }
 
 /* The ATTN_ENUMERIC error of the first stage that failed (internal.h). */
@@ -757,7 +768,6 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   f->n_q = chunks(pl->B * pl->Lq, f->rows);
   f->n_k =
       p->kv ? chunks(pl->B * pl->Lq, f->rows) : pl->B * chunks(f->lnk, f->rows);
-  f->n_layout = f->n_q + 2 * f->n_k;
   f->n_units = pl->B * (pl->H / c->heads_per_unit) * c->n_qblocks;
   f->n_out = (p->o_weight.rank || p->o_bias.rank)
                  ? chunks(pl->B * pl->Lq, f->rows)
@@ -768,12 +778,44 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
       n *= p->bias.dim[d];
     f->n_bias = chunks(n, BIAS_CHUNK);
   }
+  f->n_layout = f->n_q + 2 * f->n_k + f->n_bias;
   f->attend = pl->isa == ATTN_ISA_AVX512 ? attn__attend_avx512
               : pl->isa == ATTN_ISA_AVX2 ? attn__attend_avx2
                                          : attn__attend_generic;
   f->absmax = pl->isa == ATTN_ISA_AVX512 ? attn__absmax_avx512
               : pl->isa == ATTN_ISA_AVX2 ? attn__absmax_avx2
                                          : attn__absmax_generic;
+}
+
+/* ---- the stages ------------------------------------------------------------
+ *
+ * A call runs four stages in order. A stage's tasks are independent (any
+ * thread, any order, the same result); its `then` runs once, on one
+ * thread, after all of them and before the next stage starts, and may set
+ * the next stage's count. With one thread they run as plain loops: an
+ * OpenMP team of one still pays a futex wake at every barrier, several a
+ * call, which a tiny request would feel. */
+typedef struct {
+  size_t n; /* offset of the task count in fwd_t */
+  void (*task)(fwd_t *f, int64_t t, float *scratch);
+  void (*then)(fwd_t *f);
+} stage_t;
+
+static const stage_t stage_table[] = {
+    {offsetof(fwd_t, n_layout), layout_task, retry_unscaled},
+    {offsetof(fwd_t, n_redo), layout_task, decide},
+    {offsetof(fwd_t, n_units), attend_task, attended},
+    {offsetof(fwd_t, n_out), output_task, NULL},
+};
+#define STAGES ((int)(sizeof stage_table / sizeof *stage_table))
+
+static int64_t count(const fwd_t *f, const stage_t *st) {
+  return *(const int64_t *)((const char *)f + st->n);
+}
+
+static void run_task(fwd_t *f, const stage_t *st, int64_t t, float *scratch) {
+  if (!canceled(f->pl) && !f->stop)
+    st->task(f, t, scratch);
 }
 
 int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
@@ -807,48 +849,39 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
 
   fwd_t f;
   setup(&f, pl, o, workspace);
-  double t0 = now_ms(), t1 = t0, t2 = t0;
-#pragma omp parallel num_threads(pl->threads) if (pl->threads > 1)
-  {
-    float *scratch =
-        f.scratch + (size_t)omp_get_thread_num() * f.scratch_stride;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < f.n_layout + f.n_bias; t++)
-      if (!canceled(pl))
-        layout_task(&f, t, scratch);
-#pragma omp single
-    retry_unscaled(&f);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < f.n_redo; t++)
-      if (!canceled(pl))
-        layout_task(&f, t, scratch);
-#pragma omp single
+  f.t[0] = now_ms();
+  if (pl->threads > 1) {
+#pragma omp parallel num_threads(pl->threads)
     {
-      decide(&f);
-      t1 = now_ms();
-    }
+      float *scratch =
+          f.scratch + (size_t)omp_get_thread_num() * f.scratch_stride;
+      for (int k = 0; k < STAGES; k++) {
+        int64_t n = count(&f, &stage_table[k]); /* the last `then` set it */
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t u = 0; u < f.n_units; u++)
-      if (!canceled(pl) && !f.stop)
-        attend_task(&f, u, scratch);
+        for (int64_t t = 0; t < n; t++)
+          run_task(&f, &stage_table[k], t, scratch);
+        if (stage_table[k].then) {
 #pragma omp single
-    {
-      f.stop = failed(&f);
-      t2 = now_ms();
+          stage_table[k].then(&f);
+        }
+      }
     }
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < f.n_out; t++)
-      if (!canceled(pl) && !f.stop)
-        output_task(&f, t);
+  } else { /* the same stages without a team: no barrier, no futex */
+    for (int k = 0; k < STAGES; k++) {
+      for (int64_t t = 0; t < count(&f, &stage_table[k]); t++)
+        run_task(&f, &stage_table[k], t, f.scratch);
+      if (stage_table[k].then)
+        stage_table[k].then(&f);
+    }
   }
   double t3 = now_ms();
-  o->timing.projection_ms = t1 - t0;
-  o->timing.attention_ms = t2 - t1;
-  o->timing.output_ms = t3 - t2;
-  o->timing.total_ms = t3 - t0;
+  o->timing.projection_ms = f.t[1] - f.t[0];
+  o->timing.attention_ms = f.t[2] - f.t[1];
+  o->timing.output_ms = t3 - f.t[2];
+  o->timing.total_ms = t3 - f.t[0];
   if (canceled(pl))
     return attn__err(err, ATTN_ECANCELED, ATTN_FIELD_CANCEL,
-                     "canceled after %.3f ms", t3 - t0);
+                     "canceled after %.3f ms", t3 - f.t[0]);
   if (failed(&f))
     return numeric_error(&f, err);
   if (p->kv) { /* the cache's keys now include this call's */
