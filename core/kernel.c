@@ -359,11 +359,12 @@ INLINE void pv_tile(const int mr, const int nv, const float *p, int64_t ldp,
     break;
 _Static_assert(QK_MR == 6 && PV_MR == 6, "CASE_MR covers 1..6");
 
-/* S[rows, BC] = Q[rows, D] · Kt[D, BC] for one key block: q rows are ldq
- * apart, kt rows ldk apart. */
+/* S[rows, n] = Q[rows, D] · Kt[D, n] for the first n keys of a key block
+ * (n a multiple of QK_NV·VL): q rows are ldq apart, kt rows ldk apart. */
 static void scores(const float *q, int64_t ldq, int64_t D, const float *kt,
-                   int64_t ldk, int64_t rows, float *s, int64_t lds) {
-  for (int64_t c = 0; c < ATTN__BC; c += QK_NV * VL)
+                   int64_t ldk, int64_t rows, float *s, int64_t lds,
+                   int64_t n) {
+  for (int64_t c = 0; c < n; c += QK_NV * VL)
     for (int64_t r = 0; r < rows; r += QK_MR) {
       int mr = rows - r < QK_MR ? (int)(rows - r) : QK_MR;
       switch (mr) {
@@ -605,10 +606,19 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
 
   memset(o, 0, (size_t)(rows * Dvp) * sizeof(float));
   memset(l, 0, (size_t)(rows * VL) * sizeof(float));
-  for (int64_t r = 0; r < rows; r++)
+  int64_t jend = 0; /* no row sees a key from here on */
+  for (int64_t r = 0; r < rows; r++) {
     m[r] = -INFINITY;
+    jend = hi[r] > jend ? hi[r] : jend;
+  }
   for (int64_t kb = kb0; kb < kb1; kb++) {
     int64_t j0 = kb * ATTN__BC;
+    /* The last block's keys are computed up to the tile width past jend,
+     * not the whole block: a short tail (a tiny request's 16 keys, a
+     * decode step's 100) costs what it holds. */
+    int64_t w = jend - j0 >= ATTN__BC ? ATTN__BC
+                                      : (jend - j0 + QK_NV * VL - 1) /
+                                            (QK_NV * VL) * (QK_NV * VL);
     int inside = 1;
     for (int64_t r = 0; r < rows; r++)
       inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
@@ -627,25 +637,26 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
     }
 #endif
     /* pass 1: S = Q·Kᵀ for this block */
-    scores(q, ldq, Dh, attn__kt_tile(c, b, g, kb), c->ldk, rows, s, ATTN__BC);
+    scores(q, ldq, Dh, attn__kt_tile(c, b, g, kb), c->ldk, rows, s, ATTN__BC,
+           w);
     /* pass 2: terms and masks */
     if (terms || !inside)
-      score_terms(c, b, h, i0, rows, j0, ATTN__BC, s, ATTN__BC, lo, hi, inside);
+      score_terms(c, b, h, i0, rows, j0, w, s, ATTN__BC, lo, hi, inside);
     /* pass 3: online softmax; P overwrites S. The running sum stays a
      * vector per row, reduced once at the end; O and the sum are rescaled
      * only when a row's max must grow (raise_max). */
     for (int64_t r = 0; r < rows; r++) {
       float *x = s + r * ATTN__BC;
       vf mx = ld(x);
-      for (int k = VL; k < ATTN__BC; k += VL)
+      for (int k = VL; k < w; k += VL)
         mx = vmax(mx, ld(x + k));
       raise_max(mx, &m[r], o + r * Dvp, l + r * VL, Dvp);
       if (m[r] == -INFINITY) { /* nothing visible yet: P = 0 */
-        memset(x, 0, ATTN__BC * sizeof(float));
+        memset(x, 0, (size_t)w * sizeof(float));
         continue;
       }
       vf sum = ld(l + r * VL), mv = splat(m[r]);
-      for (int k = 0; k < ATTN__BC; k += VL) {
+      for (int k = 0; k < w; k += VL) {
         vf e = vexp(ld(x + k) - mv);
         st(x + k, e);
         sum += e;
@@ -653,7 +664,7 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
       st(l + r * VL, sum);
     }
     /* pass 4: O += P·V */
-    mix(s, ATTN__BC, attn__v_tile(c, b, g, kb), ldv, Dvp, rows, ATTN__BC, o);
+    mix(s, ATTN__BC, attn__v_tile(c, b, g, kb), ldv, Dvp, rows, w, o);
   }
   for (int64_t r = 0; r < rows; r++) {
     float lr = hsum(ld(l + r * VL));
@@ -681,7 +692,7 @@ static void attend_two_pass(const attn__ctx_t *c, int64_t b, int64_t h,
   if (c1 > c0) {
     for (int64_t j0 = c0; j0 < c1; j0 += ATTN__BC) {
       scores(q, ldq, Dh, attn__kt_tile(c, b, g, j0 / ATTN__BC), c->ldk, rows,
-             p + j0, Lkp);
+             p + j0, Lkp, ATTN__BC);
       int inside = 1;
       for (int64_t r = 0; r < rows; r++)
         inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
