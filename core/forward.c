@@ -35,6 +35,36 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
+/* C [m, n] (rows ldc apart) = alpha · A [m, k] · Bᵀ, B [n, k]: A and B
+ * row-major, rows lda and ldb apart. OpenBLAS's sgemm packs the whole of
+ * the larger operand on every call, which for one row of the other costs
+ * more than the product itself: with a side under GEMV_MAX rows, the
+ * product runs as sgemv per row instead (a decode step's 512 x 512
+ * projection 2.2 times faster here; at 4 rows the two are even). */
+#define GEMV_MAX 4
+static void gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
+                    const float *a, int64_t lda, const float *b, int64_t ldb,
+                    float *c, int64_t ldc) {
+  /* C is zeroed for sgemv first: whether a BLAS's beta = 0 also clears a
+   * NaN left in the workspace has varied between versions */
+  if (m < GEMV_MAX) /* row i of C = alpha · B · (row i of A) */
+    for (int64_t i = 0; i < m; i++) {
+      memset(c + i * ldc, 0, (size_t)n * sizeof(float));
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, alpha, b,
+                  (int)ldb, a + i * lda, 1, 0.0f, c + i * ldc, 1);
+    }
+  else if (n < GEMV_MAX) /* column j of C = alpha · A · (row j of B) */
+    for (int64_t j = 0; j < n; j++) {
+      for (int64_t i = 0; i < m; i++)
+        c[i * ldc + j] = 0;
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)k, alpha, a,
+                  (int)lda, b + j * ldb, 1, 0.0f, c + j, (int)ldc);
+    }
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k,
+                alpha, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
+}
+
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_single_thread(void) {
   openblas_set_num_threads(1);
@@ -241,9 +271,7 @@ static void layout_q(fwd_t *f, int64_t r0, int64_t r1, float *scratch) {
   const float *norm = p->q_norm.rank ? p->q_norm.data : NULL;
   float s = norm ? 1.0f : f->qscale;
   if (p->q_weight.rank) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n,
-                (int)Eq, s, x, (int)Eq, p->q_weight.data, (int)Eq, 0.0f, dst,
-                (int)n);
+    gemm_nt(m, n, Eq, s, x, Eq, p->q_weight.data, Eq, dst, n);
     if (bias)
       for (int64_t r = 0; r < m; r++)
         for (int64_t k = 0; k < n; k++)
@@ -347,9 +375,7 @@ static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1,
     n = j1 - j < run ? j1 - j : run;
     const float *x = f->key + (b * f->lnk + j) * Ek;
     if (p->k_weight.rank) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)n,
-                  (int)Ek, 1.0f, p->k_weight.data, (int)Ek, x, (int)Ek, 0.0f,
-                  dst, (int)ldk);
+      gemm_nt(rows, n, Ek, 1.0f, p->k_weight.data, Ek, x, Ek, dst, ldk);
       if (bias)
         for (int64_t r = 0; r < rows; r++)
           for (int64_t k = 0; k < n; k++)
@@ -392,9 +418,8 @@ static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
     if (p->v_weight.rank) {
       const float *w = p->v_weight.data;
       for (int64_t g = 0; g < Hkv; g += Dv == Dvp ? Hkv : 1)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m,
-                    (int)(Dv == Dvp ? Hkv * Dv : Dv), (int)Ev, 1.0f, x, (int)Ev,
-                    w + g * Dv * Ev, (int)Ev, 0.0f, dst + g * Dvp, (int)ldv);
+        gemm_nt(m, Dv == Dvp ? Hkv * Dv : Dv, Ev, 1.0f, x, Ev, w + g * Dv * Ev,
+                Ev, dst + g * Dvp, ldv);
       if (bias)
         for (int64_t r = 0; r < m; r++)
           for (int64_t g = 0; g < Hkv; g++)
@@ -439,8 +464,7 @@ static void layout_kv_rows(fwd_t *f, int64_t r0, int64_t r1, int is_k,
   const float *norm = is_k && p->k_norm.rank ? p->k_norm.data : NULL;
   float *tmp = (is_k ? f->knew : f->vnew) + r0 * n;
   if (w->rank) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)E,
-                1.0f, x, (int)E, w->data, (int)E, 0.0f, tmp, (int)n);
+    gemm_nt(m, n, E, 1.0f, x, E, w->data, E, tmp, n);
     if (bias)
       for (int64_t r = 0; r < m; r++)
         for (int64_t k = 0; k < n; k++)
@@ -537,9 +561,8 @@ static void output_task(fwd_t *f, int64_t t, float *scratch) {
   int64_t K = pl->H * pl->Dv, Eo = pl->Eo;
   float *y = f->out + r0 * Eo;
   if (p->o_weight.rank)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0),
-                (int)Eo, (int)K, 1.0f, f->ctx.concat + r0 * K, (int)K,
-                p->o_weight.data, (int)K, 0.0f, y, (int)Eo);
+    gemm_nt(r1 - r0, Eo, K, 1.0f, f->ctx.concat + r0 * K, K, p->o_weight.data,
+            K, y, Eo);
   if (p->o_bias.rank) {
     const float *bias = p->o_bias.data;
     for (int64_t r = 0; r < r1 - r0; r++)
