@@ -662,6 +662,71 @@ START_TEST(test_format_texts) {
 }
 END_TEST
 
+/* Floats where the printer's exact bookkeeping decides, by bit pattern,
+ * with the texts an exhaustive comparison with the previous printer (over
+ * all float32) and strtod agree on: interval ends that are short decimals,
+ * included (even significand) or not, the narrower interval below a power
+ * of two, exact ties between two shortest candidates, a decimal that
+ * strtod's rounding to double moves onto a midpoint, and the extremes. */
+START_TEST(test_format_edges) {
+  static const struct {
+    uint32_t bits;
+    const char *text;
+  } cases[] = {
+      {0x00000001u, "1e-45"},         /* 2^-149, the smallest subnormal */
+      {0x00000002u, "3e-45"},         /* 2^-148 */
+      {0x007FFFFFu, "1.1754942e-38"}, /* the largest subnormal */
+      {0x00800000u, "1.1754944e-38"}, /* the smallest normal, 2^-126 */
+      {0x7F7FFFFFu, "3.4028235e+38"}, /* FLT_MAX */
+      {0x7F000000u, "1.7014118e+38"}, /* 2^127 */
+      {0x5F000000u, "9.223372e+18"},  /* 2^63 */
+      {0x44800000u, "1024"},
+      {0x3F000000u, "0.5"},
+      {0x3E99999Au, "0.3"},
+      {0x3DCCCCCDu, "0.1"},
+      {0x38D1B717u, "0.0001"},
+      {0x4B189680u, "10000000"},  /* 1e7 */
+      {0x4CEB79A3u, "123456790"}, /* 123456789 */
+      {0x58635FA8u, "999999900000000"},
+      {0x58635FA9u, "1e+15"},
+      /* 2^24 = 16777216: its upper end 16777217 is a short decimal but
+       * reads as the even 16777216; 16777218 is odd, its ends excluded */
+      {0x4B800000u, "16777216"},
+      {0x4B800001u, "16777218"},
+      /* ends that are multiples of 10, in (even) or out (odd) */
+      {0x4C000004u, "33554450"}, /* 33554448: upper end 33554450, in */
+      {0x4C000005u, "33554452"}, /* lower end 33554450, out */
+      {0x4C000009u, "33554468"}, /* upper end 33554470, out */
+      {0x4C00000Au, "33554470"}, /* 33554472: lower end 33554470, in */
+      {0x4D00000Au, "134217890"},
+      {0x4D00000Fu, "134217970"},
+      /* powers of two: the narrower interval below them rules out
+       * 3.355443e+07, 7.105427e-15 and 1.2621774e-29 */
+      {0x4C000000u, "33554432"},
+      {0x28000000u, "7.1054274e-15"},
+      {0x0F800000u, "1.2621775e-29"},
+      /* exact ties between two shortest candidates go up:
+       * 2^-12 = 0.000244140625, 2097152.25 */
+      {0x39800000u, "0.00024414063"},
+      {0x4A000001u, "2097152.3"},
+      /* 7.038531e-26 is a relative 3e-17 below the midpoint of these two,
+       * so strtod rounds it onto the midpoint, which goes to the even
+       * 0x15ae43fe: it is that one's text, not 0x15ae43fd's */
+      {0x15AE43FDu, "7.0385307e-26"},
+      {0x15AE43FEu, "7.038531e-26"},
+  };
+  char buf[32];
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    float v = bits_float(cases[k].bits);
+    attnd_float_format(v, buf);
+    ck_assert_str_eq(buf, cases[k].text);
+    check_format(v, 1, 1);
+    attnd_float_format(-v, buf);
+    ck_assert(buf[0] == '-' && strcmp(buf + 1, cases[k].text) == 0);
+  }
+}
+END_TEST
+
 /* ---- base64 -------------------------------------------------------------- */
 
 static const char ref_alphabet[] =
@@ -2227,6 +2292,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_format_random_typical, 0, 4);
   tcase_add_test(tc, test_format_special);
   tcase_add_test(tc, test_format_texts);
+  tcase_add_test(tc, test_format_edges);
   tcase_add_test(tc, test_fmt_numbers);
   suite_add_tcase(s, tc);
 
