@@ -59,12 +59,23 @@ struct attnd_sched {
    * (a moving average; 0 until there have been two) */
   double last_arrival, gap_ms;
 
+  /* What a token of a batchable job costs to compute, alone and in a
+   * batch (moving averages, ms), and how many jobs each has seen: under
+   * mu, written by the workers, read by the loop (wait_until). */
+  double token_ms_alone, token_ms_batched;
+  int64_t seen_alone, seen_batched;
+
   atomic_int inflight, waiting, busy;
   atomic_uint_fast64_t batches, batched; /* batches of 2 or more, their jobs */
   _Atomic double avg_ms;                 /* moving average of run time */
 };
 
 /* ---- workers ------------------------------------------------------------ */
+
+/* Folds x into the moving average *avg of *seen samples. */
+static void learn(double *avg, int64_t *seen, double x) {
+  *avg = (*seen)++ ? 0.9 * *avg + 0.1 * x : x;
+}
 
 static void worker_main(void *arg) {
   worker_t *w = arg;
@@ -96,9 +107,15 @@ static void worker_main(void *arg) {
       }
     }
     double ms = attnd_now_ms() - t0;
+    int64_t tokens = 0, n = 0;
+    for (node_t *m = job; m; m = m->peer, n++)
+      tokens += m->j.tokens;
 
     uv_mutex_lock(&s->mu);
     s->avg_ms = 0.8 * s->avg_ms + 0.2 * ms;
+    if (job->j.batchable && tokens > 0)
+      learn(n > 1 ? &s->token_ms_batched : &s->token_ms_alone,
+            n > 1 ? &s->seen_batched : &s->seen_alone, ms / (double)tokens);
     w->job = NULL;
     last->next = s->finished;
     s->finished = job;
@@ -206,18 +223,37 @@ static int expired(const node_t *n, double now) {
   return n->j.deadline_ms <= now;
 }
 
-/* When a batch led by a job that arrived at `first` should stop waiting
+/* Whether waiting for company pays, by what batches have been seen to
+ * cost. While a worker waits, it computes nothing; each step that joins in
+ * the meantime (one per gap_ms) then costs its tokens' saving less than it
+ * would alone. So the wait pays while a step of head's tokens saves more
+ * than gap_ms in a batch. Where the layer's weights stay in the cache, a
+ * step alone reads them about as fast as a batch's product does, and that
+ * saving is small (docs/performance.md, "Batching"); where they come from
+ * memory, it is most of a step. Until BATCH_SEEN jobs have run each way,
+ * it is taken to pay. Loop thread, under mu. */
+#define BATCH_SEEN 16
+static int batching_pays(const attnd_sched_t *s, const node_t *head) {
+  if (s->seen_alone < BATCH_SEEN || s->seen_batched < BATCH_SEEN)
+    return 1;
+  double saving = (s->token_ms_alone - s->token_ms_batched) *
+                  (double)(head->j.tokens > 0 ? head->j.tokens : 1);
+  return saving > s->gap_ms;
+}
+
+/* When a batch led by head should stop waiting
  * for company, or 0 when it should not wait at all: while compatible jobs
  * keep arriving, up to the window's end and never past twice the mean gap
  * between arrivals since the last one. A server that has seen too few
  * arrivals to know their pace (an idle one) never waits, nor does one
  * whose arrivals come further apart than half the window (few would join
- * in it). */
-static double wait_until(const attnd_sched_t *s, double first, double now) {
-  double end = first + s->batching.window_ms;
+ * in it), nor one where waiting has not paid (batching_pays). */
+static double wait_until(const attnd_sched_t *s, const node_t *head,
+                         double now) {
+  double end = head->queued_at + s->batching.window_ms;
   double quiet = s->last_arrival + 2 * s->gap_ms; /* the stream has paused */
   if (s->gap_ms <= 0 || s->gap_ms > s->batching.window_ms / 2 || now >= end ||
-      now >= quiet)
+      now >= quiet || !batching_pays(s, head))
     return 0;
   return quiet < end ? quiet : end;
 }
@@ -284,7 +320,7 @@ static void dispatch(attnd_sched_t *s) {
       int others;
       int64_t tokens;
       gather(s, n, now, &others, &tokens);
-      double until = wait_until(s, n->queued_at, now);
+      double until = wait_until(s, n, now);
       if (!others && tokens < s->batching.max_tokens && until > 0) {
         for (node_t *m = n; m; m = m->peer) /* not now: undone */
           m->peer = NULL;

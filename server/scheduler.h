@@ -27,8 +27,10 @@
  * max_tokens, and batchable jobs are arriving, at a pace (the mean gap
  * between two) of under half the window; the wait ends when none has
  * come for twice that gap. A server that has not seen two arrivals to
- * pace, an idle one, never waits. Each job of a batch keeps its own
- * deadline, client watch and outcome. */
+ * pace, an idle one, never waits; nor does one where batches have been
+ * seen to save a job less than that gap (what a token of a batchable job
+ * costs alone and in a batch, measured on the workers). Each job of a
+ * batch keeps its own deadline, client watch and outcome. */
 #ifndef ATTND_SCHEDULER_H
 #define ATTND_SCHEDULER_H
 

@@ -890,6 +890,73 @@ START_TEST(test_batch_waits_for_a_stream) {
 }
 END_TEST
 
+/* Waiting pays only when batches have been seen to save time: two
+ * workers, one held. First the other runs 16 steps alone and 16 batches of
+ * two (a blocker, then two compatible steps queued behind it), a token
+ * costing 20 ms alone and 10 in a batch (_i = 1) or 4 both ways (_i = 0);
+ * a job that is not batchable queued behind each keeps them from waiting.
+ * Then a stream of 6 jobs of 8 tokens, one every 2 ms: where batches save
+ * 80 ms on such a job (more than the gap between arrivals), they wait for
+ * each other and go as one or two batches; where they save nothing, each
+ * runs as it comes, alone. */
+START_TEST(test_batch_waits_if_it_pays) {
+  const int pays = _i;
+  start_batching(2, 16, 10000, 256);
+  int id = 0, done = 0;
+  fake_t *held_job = job(id++);
+  held_job->hold = 1;
+  ck_assert_int_eq(submit(held_job, far(), -1), 0);
+  PUMP_UNTIL(started(held_job));
+  for (int i = 0; i < 16; i++) { /* alone */
+    fake_t *f = job(id++);
+    f->key = 1;
+    f->ms = pays ? 20 : 4;
+    ck_assert_int_eq(submit(f, far(), -1), 0);
+    ck_assert_int_eq(submit(job(id++), far(), -1), 0); /* not batchable */
+    wait_done(done += 2);
+    ck_assert_int_eq(f->batch, 1);
+  }
+  for (int i = 0; i < 16; i++) { /* in batches of two */
+    fake_t *blocker = job(id++), *a = job(id++), *b = job(id++);
+    blocker->hold = 1;
+    ck_assert_int_eq(submit(blocker, far(), -1), 0);
+    PUMP_UNTIL(started(blocker));
+    a->key = b->key = 1;
+    a->ms = pays ? 20 : 8; /* the batch's time */
+    ck_assert_int_eq(submit(a, far(), -1), 0);
+    ck_assert_int_eq(submit(b, far(), -1), 0);
+    ck_assert_int_eq(submit(job(id++), far(), -1), 0); /* not batchable */
+    PUMP_UNTIL(attnd_sched_waiting(H.s) == 3);
+    release(blocker);
+    wait_done(done += 4);
+    ck_assert_int_eq(a->batch, 2);
+  }
+  int first = id;
+  for (int i = first; i < first + 6; i++)
+    job(i)->tokens = 8;
+  stream(first, 6, 2, 0);
+  wait_done(done + 6);
+  int batches = 0, most = 0;
+  for (int i = first; i < first + 6; i++) {
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+    batches += job(i)->batch_first == i;
+    most = job(i)->batch > most ? job(i)->batch : most;
+  }
+  if (pays)
+    ck_assert_msg(batches <= 2 && most >= 3,
+                  "where batches pay, 6 jobs in a stream ran as %d batches, "
+                  "the largest of %d",
+                  batches, most);
+  else
+    ck_assert_msg(batches == 6,
+                  "where batches save nothing, 6 jobs in a stream ran as %d "
+                  "batches, the largest of %d: some waited",
+                  batches, most);
+  release(held_job);
+  wait_done(done + 7);
+}
+END_TEST
+
 /* The wait ends with the window, however long the stream: with a window
  * of 20 ms and a job every 2 ms for 120 ms, the first batch starts while
  * the stream still runs, and none waits much past the window. */
@@ -1042,6 +1109,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_batch_max_tokens, 0, 2);
   tcase_add_test(tc, test_batch_waits_for_a_stream);
   tcase_add_test(tc, test_batch_window_ends);
+  tcase_add_loop_test(tc, test_batch_waits_if_it_pays, 0, 2);
   tcase_add_test(tc, test_batch_no_wait);
   tcase_add_test(tc, test_batch_expired_in_window);
   tcase_add_test(tc, test_batch_members_leave);
