@@ -60,8 +60,8 @@ struct attnd_sched {
   double last_arrival, gap_ms;
 
   /* What a token of a batchable job costs to compute, alone and in a
-   * batch (moving averages, ms), and how many jobs each has seen: under
-   * mu, written by the workers, read by the loop (wait_until). */
+   * batch (moving averages, ms), and how many runs each has seen (a batch
+   * is one): under mu, written by the workers, read by the loop. */
   double token_ms_alone, token_ms_batched;
   int64_t seen_alone, seen_batched;
 
@@ -230,8 +230,8 @@ static int expired(const node_t *n, double now) {
  * than gap_ms in a batch. Where the layer's weights stay in the cache, a
  * step alone reads them about as fast as a batch's product does, and that
  * saving is small (docs/performance.md, "Batching"); where they come from
- * memory, it is most of a step. Until BATCH_SEEN jobs have run each way,
- * it is taken to pay. Loop thread, under mu. */
+ * memory, it is most of a step. Until there have been BATCH_SEEN runs
+ * each way, it is taken to pay. Loop thread, under mu. */
 #define BATCH_SEEN 16
 static int batching_pays(const attnd_sched_t *s, const node_t *head) {
   if (s->seen_alone < BATCH_SEEN || s->seen_batched < BATCH_SEEN)
@@ -241,13 +241,13 @@ static int batching_pays(const attnd_sched_t *s, const node_t *head) {
   return saving > s->gap_ms;
 }
 
-/* When a batch led by head should stop waiting
- * for company, or 0 when it should not wait at all: while compatible jobs
- * keep arriving, up to the window's end and never past twice the mean gap
- * between arrivals since the last one. A server that has seen too few
- * arrivals to know their pace (an idle one) never waits, nor does one
- * whose arrivals come further apart than half the window (few would join
- * in it), nor one where waiting has not paid (batching_pays). */
+/* When a batch led by head should stop waiting for company, or 0 when it
+ * should not wait at all: while compatible jobs keep arriving, up to the
+ * window's end and never past twice the mean gap between arrivals since
+ * the last one. A server that has seen too few arrivals to know their
+ * pace (an idle one) never waits, nor does one whose arrivals come further
+ * apart than half the window (few would join in it), nor one where waiting
+ * has not paid (batching_pays). */
 static double wait_until(const attnd_sched_t *s, const node_t *head,
                          double now) {
   double end = head->queued_at + s->batching.window_ms;
