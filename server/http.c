@@ -771,13 +771,17 @@ static void inline_key_init(void) {
 /* Whether req is small enough to compute here and now: its hand-off to a
  * worker and back (four thread hops and wake-ups) would cost more than its
  * work (inline_max_flops). A step that could join a batch goes to the
- * scheduler unless it is alone: nothing in flight there, and no other such
- * step computing on an HTTP thread. */
+ * scheduler instead where it may find company (something in flight there,
+ * or another such step computing on an HTTP thread) and batches have been
+ * seen to pay (attnd_sched_batch_pays). */
 static int runs_inline(const req_t *r, const attnd_request_t *req) {
   attnd_server_t *s = r->srv;
-  return (double)req->plan.flops <= (double)s->cfg->inline_max_flops &&
-         !(batches(r, req) && (atomic_load(&s->inline_steps) > 0 ||
-                               attnd_sched_inflight(s->sched) > 0));
+  if ((double)req->plan.flops > (double)s->cfg->inline_max_flops)
+    return 0;
+  return !batches(r, req) ||
+         (atomic_load(&s->inline_steps) == 0 &&
+          attnd_sched_inflight(s->sched) == 0) ||
+         !attnd_sched_batch_pays(s->sched, req->params.query.dim[0]);
 }
 
 /* Computes req on this HTTP thread, as a worker would (worker -1); the
@@ -810,8 +814,11 @@ static enum MHD_Result admit(req_t *r, attnd_request_t *req) {
   if (step)
     atomic_fetch_add(&r->srv->inline_steps, 1);
   run_inline(req);
-  if (step)
+  if (step) {
     atomic_fetch_sub(&r->srv->inline_steps, 1);
+    attnd_sched_ran_alone(r->srv->sched, req->params.query.dim[0],
+                          req->t.end - req->t.start);
+  }
   if (req->session &&
       attnd_session_step_end(r->srv->sessions, req, req->result == 0,
                              &r->pre_error) < 0)

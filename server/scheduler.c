@@ -55,15 +55,17 @@ struct attnd_sched {
   uv_timer_t timer;    /* next deadline, or the end of a batch's window */
   attnd_sched_batching_t batching;
   double window_end; /* a worker waits for a batch until then; 0: none */
-  /* batchable arrivals: the last one's time, and the mean gap between two
-   * (a moving average; 0 until there have been two) */
-  double last_arrival, gap_ms;
 
-  /* What a token of a batchable job costs to compute, alone and in a
-   * batch (moving averages, ms), and how many runs each has seen (a batch
-   * is one): under mu, written by the workers, read by the loop. */
+  /* Under mu, for batching (batching_pays): batchable arrivals, queued or
+   * computed by their submitter, the last one's time and the mean gap
+   * between two (a moving average; 0 until there have been two); what a
+   * token of a batchable job costs to compute, alone and in a batch
+   * (moving averages, ms), how many runs each has seen (a batch is one),
+   * and when the last batch ended. */
+  double last_arrival, gap_ms;
   double token_ms_alone, token_ms_batched;
   int64_t seen_alone, seen_batched;
+  double batched_at;
 
   atomic_int inflight, waiting, busy;
   atomic_uint_fast64_t batches, batched; /* batches of 2 or more, their jobs */
@@ -75,6 +77,28 @@ struct attnd_sched {
 /* Folds x into the moving average *avg of *seen samples. */
 static void learn(double *avg, int64_t *seen, double x) {
   *avg = (*seen)++ ? 0.9 * *avg + 0.1 * x : x;
+}
+
+/* A batchable job arrived at `now`; under mu. */
+static void arrive(attnd_sched_t *s, double now) {
+  if (s->last_arrival > 0) {
+    double gap = now > s->last_arrival ? now - s->last_arrival : 0;
+    s->gap_ms = s->gap_ms > 0 ? 0.8 * s->gap_ms + 0.2 * gap : gap;
+  }
+  if (now > s->last_arrival)
+    s->last_arrival = now;
+}
+
+/* A batchable run of n jobs and `tokens` took ms; under mu. */
+static void ran(attnd_sched_t *s, int n, int64_t tokens, double ms) {
+  if (tokens <= 0)
+    return;
+  if (n > 1) {
+    learn(&s->token_ms_batched, &s->seen_batched, ms / (double)tokens);
+    s->batched_at = attnd_now_ms();
+  } else {
+    learn(&s->token_ms_alone, &s->seen_alone, ms / (double)tokens);
+  }
 }
 
 static void worker_main(void *arg) {
@@ -113,9 +137,8 @@ static void worker_main(void *arg) {
 
     uv_mutex_lock(&s->mu);
     s->avg_ms = 0.8 * s->avg_ms + 0.2 * ms;
-    if (job->j.batchable && tokens > 0)
-      learn(n > 1 ? &s->token_ms_batched : &s->token_ms_alone,
-            n > 1 ? &s->seen_batched : &s->seen_alone, ms / (double)tokens);
+    if (job->j.batchable)
+      ran(s, (int)n, tokens, ms);
     w->job = NULL;
     last->next = s->finished;
     s->finished = job;
@@ -223,21 +246,30 @@ static int expired(const node_t *n, double now) {
   return n->j.deadline_ms <= now;
 }
 
-/* Whether waiting for company pays, by what batches have been seen to
- * cost. While a worker waits, it computes nothing; each step that joins in
- * the meantime (one per gap_ms) then costs its tokens' saving less than it
- * would alone. So the wait pays while a step of head's tokens saves more
- * than gap_ms in a batch. Where the layer's weights stay in the cache, a
- * step alone reads them about as fast as a batch's product does, and that
- * saving is small (docs/performance.md, "Batching"); where they come from
- * memory, it is most of a step. Until there have been BATCH_SEEN runs
- * each way, it is taken to pay. Loop thread, under mu. */
+/* Whether batching a job of `tokens` pays, by what batches have been seen
+ * to cost. While a worker waits for company, it computes nothing; each
+ * step that joins in the meantime (one per gap_ms) then costs its tokens'
+ * saving less than it would alone. So batching pays while a step of
+ * `tokens` saves more than gap_ms in a batch. Where the layer's weights
+ * stay in the cache, a step alone reads them about as fast as a batch's
+ * product does, and that saving is small (docs/performance.md,
+ * "Batching"); where they come from memory, it is most of a step.
+ *
+ * Until there have been BATCH_SEEN runs each way, it is taken to pay. So
+ * it is again once BATCH_RELEARN_MS have passed without a batch: batches
+ * are then measured afresh, as the load or the layers may have changed
+ * (the jobs alone are measured all along, by the submitters' runs too).
+ * Under mu. */
 #define BATCH_SEEN 16
-static int batching_pays(const attnd_sched_t *s, const node_t *head) {
+#define BATCH_RELEARN_MS 1000.0
+static int batching_pays(attnd_sched_t *s, int64_t tokens) {
+  if (s->seen_batched >= BATCH_SEEN &&
+      attnd_now_ms() - s->batched_at > BATCH_RELEARN_MS)
+    s->seen_batched = 0;
   if (s->seen_alone < BATCH_SEEN || s->seen_batched < BATCH_SEEN)
     return 1;
   double saving = (s->token_ms_alone - s->token_ms_batched) *
-                  (double)(head->j.tokens > 0 ? head->j.tokens : 1);
+                  (double)(tokens > 0 ? tokens : 1);
   return saving > s->gap_ms;
 }
 
@@ -248,12 +280,11 @@ static int batching_pays(const attnd_sched_t *s, const node_t *head) {
  * pace (an idle one) never waits, nor does one whose arrivals come further
  * apart than half the window (few would join in it), nor one where waiting
  * has not paid (batching_pays). */
-static double wait_until(const attnd_sched_t *s, const node_t *head,
-                         double now) {
+static double wait_until(attnd_sched_t *s, const node_t *head, double now) {
   double end = head->queued_at + s->batching.window_ms;
   double quiet = s->last_arrival + 2 * s->gap_ms; /* the stream has paused */
   if (s->gap_ms <= 0 || s->gap_ms > s->batching.window_ms / 2 || now >= end ||
-      now >= quiet || !batching_pays(s, head))
+      now >= quiet || !batching_pays(s, head->j.tokens))
     return 0;
   return quiet < end ? quiet : end;
 }
@@ -389,12 +420,6 @@ static void on_wake(uv_async_t *a) {
     rev = rev->next;
     n->next = NULL;
     n->state = QUEUED;
-    if (n->j.batchable) { /* the pace of arrivals, for the window */
-      double gap = n->queued_at - s->last_arrival;
-      if (s->last_arrival > 0)
-        s->gap_ms = s->gap_ms > 0 ? 0.8 * s->gap_ms + 0.2 * gap : gap;
-      s->last_arrival = n->queued_at;
-    }
     watch(s, n);
     if (s->tail)
       s->tail->next = n;
@@ -523,11 +548,30 @@ int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job) {
   n->queued_at = attnd_now_ms();
   atomic_fetch_add(&s->waiting, 1);
   uv_mutex_lock(&s->mu);
+  if (job->batchable)
+    arrive(s, n->queued_at);
   n->next = s->incoming;
   s->incoming = n;
   uv_mutex_unlock(&s->mu);
   uv_async_send(&s->wake);
   return 0;
+}
+
+int attnd_sched_batch_pays(attnd_sched_t *s, int64_t tokens) {
+  if (s->batching.window_ms <= 0)
+    return 0;
+  uv_mutex_lock(&s->mu);
+  int pays = batching_pays(s, tokens);
+  uv_mutex_unlock(&s->mu);
+  return pays;
+}
+
+void attnd_sched_ran_alone(attnd_sched_t *s, int64_t tokens, double ms) {
+  double now = attnd_now_ms();
+  uv_mutex_lock(&s->mu);
+  arrive(s, now - ms); /* when it came */
+  ran(s, 1, tokens, ms);
+  uv_mutex_unlock(&s->mu);
 }
 
 int attnd_sched_waiting(const attnd_sched_t *s) {

@@ -29,8 +29,11 @@
  * come for twice that gap. A server that has not seen two arrivals to
  * pace, an idle one, never waits; nor does one where batches have been
  * seen to save a job less than that gap (what a token of a batchable job
- * costs alone and in a batch, measured on the workers). Each job of a
- * batch keeps its own deadline, client watch and outcome. */
+ * costs alone and in a batch, measured on the workers and, through
+ * attnd_sched_ran_alone, by submitters that computed such jobs
+ * themselves). attnd_sched_batch_pays tells a submitter the same, for a
+ * job it could compute at once rather than queue. Each job of a batch
+ * keeps its own deadline, client watch and outcome. */
 #ifndef ATTND_SCHEDULER_H
 #define ATTND_SCHEDULER_H
 
@@ -111,6 +114,16 @@ void attnd_sched_set_batching(attnd_sched_t *s,
  * Any thread. */
 int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job);
 
+/* For a batchable job of `tokens` that its submitter could compute at
+ * once, alone: whether it should be submitted instead, to be computed in a
+ * batch. That is, whether batches have been seen to save a job of its
+ * tokens more than the gap between arrivals, or have not been seen enough
+ * lately to tell (scheduler.c, batching_pays); 0 when batching is off.
+ * Any thread. */
+int attnd_sched_batch_pays(attnd_sched_t *s, int64_t tokens);
+/* A batchable job of `tokens` that its submitter computed alone, which
+ * took ms: an arrival, and what such a job costs alone. Any thread. */
+void attnd_sched_ran_alone(attnd_sched_t *s, int64_t tokens, double ms);
 /* Jobs waiting, and workers busy, right now. Any thread. */
 int attnd_sched_waiting(const attnd_sched_t *s);
 int attnd_sched_busy(const attnd_sched_t *s);

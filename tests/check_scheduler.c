@@ -890,6 +890,28 @@ START_TEST(test_batch_waits_for_a_stream) {
 }
 END_TEST
 
+/* Runs n batches of two compatible jobs (key 1) that take ms together,
+ * on a scheduler with one worker free: each pair queued behind a held
+ * blocker, with a job that is not batchable behind it so that it does not
+ * wait for more. Job ids from *id on; *done counts the jobs back. */
+static void run_pairs(int n, int ms, int *id, int *done) {
+  for (int i = 0; i < n; i++) {
+    fake_t *blocker = job((*id)++), *a = job((*id)++), *b = job((*id)++);
+    blocker->hold = 1;
+    ck_assert_int_eq(submit(blocker, far(), -1), 0);
+    PUMP_UNTIL(started(blocker));
+    a->key = b->key = 1;
+    a->ms = ms; /* the batch's time */
+    ck_assert_int_eq(submit(a, far(), -1), 0);
+    ck_assert_int_eq(submit(b, far(), -1), 0);
+    ck_assert_int_eq(submit(job((*id)++), far(), -1), 0); /* not batchable */
+    PUMP_UNTIL(attnd_sched_waiting(H.s) == 3);
+    release(blocker);
+    wait_done(*done += 4);
+    ck_assert_int_eq(a->batch, 2);
+  }
+}
+
 /* Waiting pays only when batches have been seen to save time: two
  * workers, one held. First the other runs 16 steps alone and 16 batches of
  * two (a blocker, then two compatible steps queued behind it), a token
@@ -916,21 +938,8 @@ START_TEST(test_batch_waits_if_it_pays) {
     wait_done(done += 2);
     ck_assert_int_eq(f->batch, 1);
   }
-  for (int i = 0; i < 16; i++) { /* in batches of two */
-    fake_t *blocker = job(id++), *a = job(id++), *b = job(id++);
-    blocker->hold = 1;
-    ck_assert_int_eq(submit(blocker, far(), -1), 0);
-    PUMP_UNTIL(started(blocker));
-    a->key = b->key = 1;
-    a->ms = pays ? 20 : 8; /* the batch's time */
-    ck_assert_int_eq(submit(a, far(), -1), 0);
-    ck_assert_int_eq(submit(b, far(), -1), 0);
-    ck_assert_int_eq(submit(job(id++), far(), -1), 0); /* not batchable */
-    PUMP_UNTIL(attnd_sched_waiting(H.s) == 3);
-    release(blocker);
-    wait_done(done += 4);
-    ck_assert_int_eq(a->batch, 2);
-  }
+  run_pairs(16, pays ? 20 : 8, &id, &done);
+  ck_assert_int_eq(attnd_sched_batch_pays(H.s, 8), pays);
   int first = id;
   for (int i = first; i < first + 6; i++)
     job(i)->tokens = 8;
@@ -954,6 +963,40 @@ START_TEST(test_batch_waits_if_it_pays) {
                   batches, most);
   release(held_job);
   wait_done(done + 7);
+}
+END_TEST
+
+/* What a submitter is told (attnd_sched_batch_pays): batching pays until
+ * batches have been seen; not where they save nothing, a token costing 4
+ * ms alone (as the submitter's own runs say) and 4 in a batch; again once
+ * a second has passed without a batch, until batches have been seen
+ * afresh; and where the submitter's runs come to cost 40 ms a token, more
+ * than a batch's. Never with batching off. */
+START_TEST(test_batch_pays_told) {
+  start_batching(1, 16, 10000, 256);
+  int id = 0, done = 0;
+  ck_assert_int_eq(attnd_sched_batch_pays(H.s, 1), 1);
+  for (int i = 0; i < 16; i++)
+    attnd_sched_ran_alone(H.s, 1, 4.0);
+  ck_assert_int_eq(attnd_sched_batch_pays(H.s, 1), 1);
+  run_pairs(16, 8, &id, &done);
+  ck_assert_int_eq(attnd_sched_batch_pays(H.s, 1), 0);
+  sleep_ms(1100);
+  ck_assert_int_eq(attnd_sched_batch_pays(H.s, 1), 1);
+  run_pairs(15, 8, &id, &done);
+  ck_assert_int_eq(attnd_sched_batch_pays(H.s, 1), 1);
+  run_pairs(1, 8, &id, &done);
+  ck_assert_int_eq(attnd_sched_batch_pays(H.s, 1), 0);
+  for (int i = 0; i < 16; i++)
+    attnd_sched_ran_alone(H.s, 1, 40.0);
+  ck_assert_int_eq(attnd_sched_batch_pays(H.s, 1), 1);
+
+  attnd_sched_set_batching(
+      H.s, &(attnd_sched_batching_t){.run_batch = fake_run_batch,
+                                     .compatible = fake_compatible,
+                                     .window_ms = 0,
+                                     .max_tokens = 256});
+  ck_assert_int_eq(attnd_sched_batch_pays(H.s, 1), 0);
 }
 END_TEST
 
@@ -1110,6 +1153,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_batch_waits_for_a_stream);
   tcase_add_test(tc, test_batch_window_ends);
   tcase_add_loop_test(tc, test_batch_waits_if_it_pays, 0, 2);
+  tcase_add_test(tc, test_batch_pays_told);
   tcase_add_test(tc, test_batch_no_wait);
   tcase_add_test(tc, test_batch_expired_in_window);
   tcase_add_test(tc, test_batch_members_leave);
