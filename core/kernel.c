@@ -307,34 +307,51 @@ INLINE void qk_softmax_tile(const int mr, const float *q, int64_t ldq,
 }
 #endif
 
-/* O[mr, nv·VL] += P[mr, C] · V[C, nv·VL]. */
+/* O[mr, nv·VL] += P[mr, C] · V[C, nv·VL]. A tile of few accumulators
+ * would leave the FMA units waiting on their results (a decode step's one
+ * row and one vector: a chain of C dependent FMAs, each waiting out the
+ * last's latency); so u copies of them, u = PV_SPLIT(mr·nv), take every
+ * u-th key, and are summed at the end. C is a multiple of 8. */
+#define PV_SPLIT(t) ((t) == 1 ? 8 : (t) <= 3 ? 4 : (t) <= 5 ? 2 : 1)
 INLINE void pv_tile(const int mr, const int nv, const float *p, int64_t ldp,
                     const float *v, int64_t ldv, int64_t C, float *o,
                     int64_t ldo) {
-  vf acc[PV_MR][PV_NV];
+  const int u = PV_SPLIT(mr * nv);
+  vf acc[8][PV_MR][PV_NV];
 #pragma GCC unroll 8
-  for (int r = 0; r < mr; r++)
+  for (int k = 0; k < u; k++)
 #pragma GCC unroll 8
-    for (int n = 0; n < nv; n++)
-      acc[r][n] = ld(o + r * ldo + n * VL);
-  for (int64_t c = 0; c < C; c++) {
-    vf x[PV_NV];
-#pragma GCC unroll 8
-    for (int n = 0; n < nv; n++)
-      x[n] = ld(v + c * ldv + n * VL);
-#pragma GCC unroll 8
-    for (int r = 0; r < mr; r++) {
-      vf a = splat(p[r * ldp + c]);
+    for (int r = 0; r < mr; r++)
 #pragma GCC unroll 8
       for (int n = 0; n < nv; n++)
-        acc[r][n] += a * x[n];
+        acc[k][r][n] = k ? splat(0) : ld(o + r * ldo + n * VL);
+  for (int64_t c = 0; c < C; c += u)
+#pragma GCC unroll 8
+    for (int k = 0; k < u; k++) {
+      vf x[PV_NV];
+#pragma GCC unroll 8
+      for (int n = 0; n < nv; n++)
+        x[n] = ld(v + (c + k) * ldv + n * VL);
+#pragma GCC unroll 8
+      for (int r = 0; r < mr; r++) {
+        vf a = splat(p[r * ldp + c + k]);
+#pragma GCC unroll 8
+        for (int n = 0; n < nv; n++)
+          acc[k][r][n] += a * x[n];
+      }
     }
-  }
+#pragma GCC unroll 8
+  for (int k = 1; k < u; k++)
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; r++)
+#pragma GCC unroll 8
+      for (int n = 0; n < nv; n++)
+        acc[0][r][n] += acc[k][r][n];
 #pragma GCC unroll 8
   for (int r = 0; r < mr; r++)
 #pragma GCC unroll 8
     for (int n = 0; n < nv; n++)
-      st(o + r * ldo + n * VL, acc[r][n]);
+      st(o + r * ldo + n * VL, acc[0][r][n]);
 }
 
 /* The tile functions with mr (and nv) as compile-time constants. */
