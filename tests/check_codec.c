@@ -475,6 +475,42 @@ START_TEST(test_parse_beyond_int64) {
 END_TEST
 
 /* Reading stops at `end` and at the first character after the number. */
+/* Fractions read 8 digits at a time: every length from 1 to 24 digits,
+ * after integer parts that leave room in the mantissa and one that does
+ * not, each followed by a byte next to the digits in ASCII ('/', ':'), a
+ * digit with its high bit set, a separator, an exponent, or the end of the
+ * buffer, at 0 to 9 bytes past the number's end: the same value as strtod
+ * reads from the number alone, and the same end. */
+START_TEST(test_parse_fraction_runs) {
+  static const char *const ints[] = {"0", "-7", "12345678901"};
+  static const char after[] = {',', ']', '/', ':', (char)0xB0, (char)0xB9, 'x'};
+  rng_t r = rng_seeded(77);
+  char buf[80];
+  for (int ii = 0; ii < 3; ii++)
+    for (int len = 1; len <= 24; len++)
+      for (int a = 0; a <= (int)sizeof after; a++)
+        for (int pad = 0; pad <= 9; pad++) {
+          int n = snprintf(buf, sizeof buf, "%s.", ints[ii]);
+          for (int k = 0; k < len; k++)
+            buf[n++] = (char)('0' + rng_below(&r, 10));
+          buf[n] = '\0';
+          float want = 0, got = 0;
+          ck_assert_int_eq(ref_number(buf, &want), 0);
+          int total = n;
+          if (a < (int)sizeof after) /* else the buffer ends with it */
+            for (int k = 0; k < pad + 1; k++)
+              buf[total++] = k ? '9' : after[a];
+          const char *next = NULL;
+          int st = attnd_number_parse(buf, buf + total, &got, &next);
+          ck_assert_msg(st == 0 && next == buf + n &&
+                            float_bits(got) == float_bits(want),
+                        "\"%.*s\" then %d bytes: status %d, read %td, %.9g "
+                        "for %.9g",
+                        n, buf, total - n, st, next - buf, got, want);
+        }
+}
+END_TEST
+
 START_TEST(test_parse_bounds) {
   static const struct {
     const char *s;
@@ -723,6 +759,40 @@ START_TEST(test_format_edges) {
     check_format(v, 1, 1);
     attnd_float_format(-v, buf);
     ck_assert(buf[0] == '-' && strcmp(buf + 1, cases[k].text) == 0);
+  }
+}
+END_TEST
+
+/* attnd_floats_put writes each float as attnd_float_put does, separated by
+ * commas, for every count from 0 to 40 (whole and partial blocks) and
+ * values of every kind: NaN, infinities, zeros of both signs, subnormals,
+ * the extremes and random bit patterns; and writes nothing past the bound
+ * it states. */
+START_TEST(test_floats_put) {
+  static const float kinds[] = {NAN, -INFINITY, INFINITY, 0.0f, -0.0f,
+                                1e-45f, -FLT_MIN, FLT_MAX, 0.1f, -3.0f};
+  rng_t r = rng_seeded(31);
+  float x[40] = {0};
+  static char got[40 * (ATTND_FLOAT_TEXT_MAX + 1) + ATTND_FLOAT_WRITE_MAX + 8];
+  char want[40 * 32];
+  for (size_t n = 0; n <= 40; n++) {
+    for (size_t i = 0; i < n; i++)
+      x[i] = rng_below(&r, 3) ? rng_float_bits(&r)
+                              : kinds[rng_below(&r, sizeof kinds /
+                                                        sizeof *kinds)];
+    char *w = want;
+    for (size_t i = 0; i < n; i++) {
+      if (i)
+        *w++ = ',';
+      w = attnd_float_put(x[i], w);
+    }
+    size_t bound = n * (ATTND_FLOAT_TEXT_MAX + 1) + ATTND_FLOAT_WRITE_MAX;
+    memset(got, '#', sizeof got);
+    char *end = attnd_floats_put(x, n, got);
+    ck_assert_uint_eq((size_t)(end - got), (size_t)(w - want));
+    ck_assert(memcmp(got, want, (size_t)(w - want)) == 0);
+    for (size_t i = bound; i < sizeof got; i++)
+      ck_assert_msg(got[i] == '#', "%zu floats: byte %zu written", n, i);
   }
 }
 END_TEST
@@ -2284,6 +2354,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_parse_overflow);
   tcase_add_test(tc, test_parse_beyond_int64);
   tcase_add_test(tc, test_parse_bounds);
+  tcase_add_test(tc, test_parse_fraction_runs);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("format");
@@ -2293,6 +2364,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_format_special);
   tcase_add_test(tc, test_format_texts);
   tcase_add_test(tc, test_format_edges);
+  tcase_add_test(tc, test_floats_put);
   tcase_add_test(tc, test_fmt_numbers);
   suite_add_tcase(s, tc);
 

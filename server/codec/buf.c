@@ -85,11 +85,7 @@ static void put_row(attnd_buf_t *b, const float *x, size_t n) {
     return;
   char *p = b->data + b->len;
   *p++ = '[';
-  for (size_t i = 0; i < n; i++) {
-    if (i)
-      *p++ = ',';
-    p = attnd_float_put(x[i], p);
-  }
+  p = attnd_floats_put(x, n, p);
   *p++ = ']';
   *p = '\0';
   b->len = (size_t)(p - b->data);

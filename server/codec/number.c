@@ -65,6 +65,31 @@ static inline int is_digit(char c) {
   return c >= '0' && c <= '9';
 }
 
+/* How many of the 8 bytes of w (the first in its lowest byte) are ASCII
+ * digits before the first that is not, without a branch per byte: a
+ * byte's high bit is set in `low` when it is at least '0', in `high` when
+ * it is above '9' (per 7-bit lane, so no lane carries into the next), and
+ * in w itself when it is not ASCII. */
+static inline int digits_lead(uint64_t w) {
+  const uint64_t H = 0x8080808080808080ull;
+  uint64_t low = ((w | H) - 0x3030303030303030ull) & H;
+  uint64_t high = ((w & ~H) + 0x4646464646464646ull) & H;
+  uint64_t bad = (~low | high | w) & H;
+  return bad ? __builtin_ctzll(bad) / 8 : 8;
+}
+
+/* The value of the first n (1 to 8) digits of w, as digits_lead counted
+ * them: the rest shifted out, the digits' values combined in pairs, then
+ * fours, then eights, each a multiply-add of adjacent lanes (10a + b in
+ * 16-bit lanes, 100a + b in 32-bit ones, 10^4·a + b), with no carry
+ * between lanes at any step (99, 9999, 99999999 at most). */
+static inline uint64_t digits_value(uint64_t w, int n) {
+  uint64_t x = (w - 0x3030303030303030ull) << (8 * (8 - n));
+  x = (x * 10 + (x >> 8)) & 0x00FF00FF00FF00FFull;
+  x = (x * 100 + (x >> 16)) & 0x0000FFFF0000FFFFull;
+  return (x * 10000 + (x >> 32)) & 0xFFFFFFFFull;
+}
+
 /* The whole number grammar and value in one pass: the digits accumulate in
  * a uint64 mantissa, and Clinger's fast path or its extended-precision
  * sibling answer nearly all numbers; the rest go to strtod on a
@@ -74,7 +99,9 @@ static inline int is_digit(char c) {
  * a number followed by something. An integer literal beyond int64 is read
  * as the real it is, as the decoder has jansson read it (bulk.h,
  * attnd_json_widen_numbers). Linear in the token: each character is read
- * once here, and once more by strtod on the slow path. */
+ * once here (up to 7 more past a fraction's end, unused), and once more by
+ * strtod on the slow path. */
+#define MANT_FULL 1000000000000000000ull /* 10^18: 19 digits in mant */
 int attnd_number_parse(const char *s, const char *end, float *out,
                        const char **next) {
   const char *p = s;
@@ -86,11 +113,11 @@ int attnd_number_parse(const char *s, const char *end, float *out,
   if (p == end || !is_digit(*p))
     return -1;
 
-  /* The first 19 significant digits go into mant, with value = mant·10^e10
-   * while no digit is left out. Once one is, mant ≥ 10^18 > 2^53 keeps the
-   * number off the fast path, so the rest need not be counted. */
+  /* The first 19 significant digits go into mant (each digit that comes
+   * while mant < 10^18), with value = mant·10^e10 while no digit is left
+   * out. Once one is, mant ≥ 10^18 > 2^53 keeps the number off the fast
+   * path, so the rest need not be counted. */
   uint64_t mant = 0;
-  int nsig = 0;  /* significant digits in mant (leading zeros excluded) */
   int whole = 1; /* no significant digit was left out of mant */
   int64_t e10 = 0;
 
@@ -101,29 +128,41 @@ int attnd_number_parse(const char *s, const char *end, float *out,
       return -1; /* a leading zero */
   } else {
     do {
-      if (nsig < 19) {
+      if (mant < MANT_FULL)
         mant = mant * 10 + (uint64_t)(*p - '0');
-        nsig++;
-      } else {
+      else
         whole = 0;
-      }
     } while (++p < end && is_digit(*p));
   }
 
-  /* fraction: "." [0-9]+ */
+  /* fraction: "." [0-9]+, 8 digits at a time while all fit in mant */
   if (p < end && *p == '.') {
     p++;
     if (p == end || !is_digit(*p))
       return -1;
-    do {
-      if (nsig < 19) {
+    while (end - p >= 8 && mant < 10000000000ull) { /* 10^10: 8 more fit */
+      uint64_t w;
+      memcpy(&w, p, sizeof w);
+      int n = digits_lead(w);
+      if (n == 0)
+        break;
+      static const uint64_t scale[9] = {1,      10,      100,      1000,
+                                        10000,  100000,  1000000,  10000000,
+                                        100000000};
+      mant = mant * scale[n] + digits_value(w, n);
+      e10 -= n;
+      p += n;
+      if (n < 8)
+        break;
+    }
+    for (; p < end && is_digit(*p); p++) {
+      if (mant < MANT_FULL) {
         mant = mant * 10 + (uint64_t)(*p - '0');
-        nsig += mant != 0;
         e10--;
       } else {
         whole = 0;
       }
-    } while (++p < end && is_digit(*p));
+    }
   }
 
   /* exponent: [eE] [+-]? [0-9]+ (saturated at 10^6, far off the fast path,
@@ -360,21 +399,9 @@ static char *put_decimal(uint32_t c, int q, char *p) {
   return p + 4;
 }
 
-char *attnd_float_put(float v, char *p) {
-  uint32_t bits;
-  memcpy(&bits, &v, sizeof bits);
-  if ((bits & 0x7FFFFFFFu) >= 0x7F800000u) { /* NaN or ±inf: not JSON */
-    memcpy(p, "null", 4);
-    return p + 4;
-  }
-  *p = '-'; /* kept only for a negative v: no branch on the sign */
-  p += bits >> 31;
-  bits &= 0x7FFFFFFFu;
-  if (bits == 0) {
-    *p++ = '0';
-    return p;
-  }
-
+/* The shortest decimal m·10^*e that reads back to the positive finite
+ * float of these bits (see above). */
+static inline uint32_t shortest(uint32_t bits, int *e) {
   /* v = c·2^q; `out` when the interval's ends are not in it (c odd), and
    * then they move inwards (`in`), else outwards */
   uint32_t frac = bits & 0x7FFFFFu, bexp = bits >> 23;
@@ -427,8 +454,62 @@ char *attnd_float_put(float v, char *p) {
   uint32_t t_in = lo + out <= AT(10 * t), t10_in = AT(10 * t + 10) + out <= hi;
 #undef AT
   uint32_t ten = t_in ^ t10_in, pick = 0u - ten; /* a mask: no branch */
-  uint32_t m = ((t + t10_in) & pick) | ((s + up) & ~pick);
-  return put_decimal(m, k + (int)ten, p);
+  *e = k + (int)ten;
+  return ((t + t10_in) & pick) | ((s + up) & ~pick);
+}
+
+/* v's text at p, from its shortest decimal when that is m·10^e (m > 0),
+ * else as attnd_float_put writes it; returns the end. */
+static inline char *put_float(float v, uint32_t m, int e, char *p) {
+  uint32_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  if (__builtin_expect(m == 0, 0)) {
+    if ((bits & 0x7FFFFFFFu) >= 0x7F800000u) { /* NaN or ±inf: not JSON */
+      memcpy(p, "null", 4);
+      return p + 4;
+    }
+    *p = '-';
+    p += bits >> 31;
+    *p = '0';
+    return p + 1;
+  }
+  *p = '-'; /* kept only for a negative v: no branch on the sign */
+  p += bits >> 31;
+  return put_decimal(m, e, p);
+}
+
+/* shortest() of a float that is finite and not zero, else m = 0. */
+static inline uint32_t shortest_of(float v, int *e) {
+  uint32_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  bits &= 0x7FFFFFFFu;
+  *e = 0;
+  return bits - 1 < 0x7F7FFFFFu ? shortest(bits, e) : 0;
+}
+
+char *attnd_float_put(float v, char *p) {
+  int e;
+  uint32_t m = shortest_of(v, &e);
+  return put_float(v, m, e, p);
+}
+
+/* Blocks of FLOATS_BLOCK: their digits first, then their text, so that the
+ * digits of several floats are computed at once (each is a long chain of
+ * dependent multiplies; their text's position depends on the one before). */
+#define FLOATS_BLOCK 8
+char *attnd_floats_put(const float *x, size_t n, char *p) {
+  uint32_t m[FLOATS_BLOCK];
+  int e[FLOATS_BLOCK];
+  for (size_t i = 0; i < n; i += FLOATS_BLOCK) {
+    size_t b = n - i < FLOATS_BLOCK ? n - i : FLOATS_BLOCK;
+    for (size_t j = 0; j < b; j++)
+      m[j] = shortest_of(x[i + j], &e[j]);
+    for (size_t j = 0; j < b; j++) {
+      p = put_float(x[i + j], m[j], e[j], p);
+      *p++ = ',';
+    }
+  }
+  return n ? p - 1 : p;
 }
 
 int attnd_float_format(float v, char *buf) {

@@ -23,6 +23,11 @@
  * JSON.stringify does). */
 char *attnd_float_put(float v, char *p);
 
+/* x[0..n) as attnd_float_put writes them, separated by commas; returns
+ * the end. Writes up to n·(ATTND_FLOAT_TEXT_MAX + 1) + ATTND_FLOAT_WRITE_MAX
+ * bytes at p. */
+char *attnd_floats_put(const float *x, size_t n, char *p);
+
 /* attnd_float_put into buf (at least 32 bytes), NUL-terminated; returns
  * the length. */
 int attnd_float_format(float v, char *buf);
