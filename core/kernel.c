@@ -317,7 +317,7 @@ INLINE void pv_tile(const int mr, const int nv, const float *p, int64_t ldp,
                     const float *v, int64_t ldv, int64_t C, float *o,
                     int64_t ldo) {
   const int u = PV_SPLIT(mr * nv);
-  vf acc[8][PV_MR][PV_NV];
+  vf acc[PV_SPLIT(1)][PV_MR][PV_NV];
 #pragma GCC unroll 8
   for (int k = 0; k < u; k++)
 #pragma GCC unroll 8
