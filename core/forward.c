@@ -35,36 +35,6 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-/* C [m, n] (rows ldc apart) = alpha · A [m, k] · Bᵀ, B [n, k]: A and B
- * row-major, rows lda and ldb apart. OpenBLAS's sgemm packs the whole of
- * the larger operand on every call, which for one row of the other costs
- * more than the product itself: with a side under GEMV_MAX rows, the
- * product runs as sgemv per row instead (a decode step's 512 x 512
- * projection 2.2 times faster here; at 4 rows the two are even). */
-#define GEMV_MAX 4
-static void gemm_nt(int64_t m, int64_t n, int64_t k, float alpha,
-                    const float *a, int64_t lda, const float *b, int64_t ldb,
-                    float *c, int64_t ldc) {
-  /* C is zeroed for sgemv first: whether a BLAS's beta = 0 also clears a
-   * NaN left in the workspace has varied between versions */
-  if (m < GEMV_MAX) /* row i of C = alpha · B · (row i of A) */
-    for (int64_t i = 0; i < m; i++) {
-      memset(c + i * ldc, 0, (size_t)n * sizeof(float));
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)k, alpha, b,
-                  (int)ldb, a + i * lda, 1, 0.0f, c + i * ldc, 1);
-    }
-  else if (n < GEMV_MAX) /* column j of C = alpha · A · (row j of B) */
-    for (int64_t j = 0; j < n; j++) {
-      for (int64_t i = 0; i < m; i++)
-        c[i * ldc + j] = 0;
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)k, alpha, a,
-                  (int)lda, b + j * ldb, 1, 0.0f, c + j, (int)ldc);
-    }
-  else
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k,
-                alpha, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
-}
-
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_single_thread(void) {
   openblas_set_num_threads(1);
@@ -133,6 +103,7 @@ typedef struct fwd {
   int64_t n_bias;                   /* magnitude tasks of bias */
   attn__attend_fn attend;
   attn__absmax_fn absmax;
+  attn__dots_fn dots;
   float qscale;            /* what layout_q multiplies by: the scale, or 1 */
   const double *rope_freq; /* [rope_dims / 2], or NULL without rope */
   double norm_eps;
@@ -142,6 +113,36 @@ typedef struct fwd {
   uint32_t bits[BITS_N];      /* atomic maxima (attn__absmax_fn) */
   int64_t fail[ATTN__FAIL_N]; /* ctx.fail points here */
 } fwd_t;
+
+/* C [m, n] (rows ldc apart) = alpha · A [m, k] · Bᵀ, B [n, k]: A and B
+ * row-major, rows lda and ldb apart. OpenBLAS's sgemm packs the whole of
+ * both operands on every call, which with a short side (a batch of decode
+ * steps against a 512 x 512 weight) costs more than the product: with a
+ * side of under 4 rows, or of at most DOTS_MAX that fits in DOTS_BYTES,
+ * the product runs as dots of rows instead (attn__dots_fn), which read
+ * the long side once and the short one from the cache. For a 512 x 512
+ * weight that takes 0.9 to 1.0 of sgemv's time for one row and is 2.6 to
+ * 2.8 times as fast as sgemm at 4 to 6 rows, even at 32 to 48
+ * (docs/performance.md, Batching). A step's rows then come out the same,
+ * bit for bit, whether it runs alone or in a batch of up to DOTS_MAX. */
+#define DOTS_MAX 32
+#define DOTS_BYTES (256 << 10) /* of the short side, beyond 3 rows */
+static int short_side(int64_t rows, int64_t k) {
+  return rows < 4 ||
+         (rows <= DOTS_MAX && rows * k * (int64_t)sizeof(float) <= DOTS_BYTES);
+}
+
+static void gemm_nt(const fwd_t *f, int64_t m, int64_t n, int64_t k,
+                    float alpha, const float *a, int64_t lda, const float *b,
+                    int64_t ldb, float *c, int64_t ldc) {
+  if (m <= n && short_side(m, k)) /* B is the long side: c[i, j] at j + i·ldc */
+    f->dots(n, m, k, alpha, b, ldb, a, lda, c, 1, ldc);
+  else if (short_side(n, k))
+    f->dots(m, n, k, alpha, a, lda, b, ldb, c, ldc, 1);
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m, (int)n, (int)k,
+                alpha, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
+}
 
 /* Raises f->bits[k] to at least m, atomically. */
 static void raise_bits(fwd_t *f, int k, uint32_t m) {
@@ -271,7 +272,7 @@ static void layout_q(fwd_t *f, int64_t r0, int64_t r1, float *scratch) {
   const float *norm = p->q_norm.rank ? p->q_norm.data : NULL;
   float s = norm ? 1.0f : f->qscale;
   if (p->q_weight.rank) {
-    gemm_nt(m, n, Eq, s, x, Eq, p->q_weight.data, Eq, dst, n);
+    gemm_nt(f, m, n, Eq, s, x, Eq, p->q_weight.data, Eq, dst, n);
     if (bias)
       for (int64_t r = 0; r < m; r++)
         for (int64_t k = 0; k < n; k++)
@@ -375,7 +376,7 @@ static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1,
     n = j1 - j < run ? j1 - j : run;
     const float *x = f->key + (b * f->lnk + j) * Ek;
     if (p->k_weight.rank) {
-      gemm_nt(rows, n, Ek, 1.0f, p->k_weight.data, Ek, x, Ek, dst, ldk);
+      gemm_nt(f, rows, n, Ek, 1.0f, p->k_weight.data, Ek, x, Ek, dst, ldk);
       if (bias)
         for (int64_t r = 0; r < rows; r++)
           for (int64_t k = 0; k < n; k++)
@@ -418,8 +419,8 @@ static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
     if (p->v_weight.rank) {
       const float *w = p->v_weight.data;
       for (int64_t g = 0; g < Hkv; g += Dv == Dvp ? Hkv : 1)
-        gemm_nt(m, Dv == Dvp ? Hkv * Dv : Dv, Ev, 1.0f, x, Ev, w + g * Dv * Ev,
-                Ev, dst + g * Dvp, ldv);
+        gemm_nt(f, m, Dv == Dvp ? Hkv * Dv : Dv, Ev, 1.0f, x, Ev,
+                w + g * Dv * Ev, Ev, dst + g * Dvp, ldv);
       if (bias)
         for (int64_t r = 0; r < m; r++)
           for (int64_t g = 0; g < Hkv; g++)
@@ -464,7 +465,7 @@ static void layout_kv_rows(fwd_t *f, int64_t r0, int64_t r1, int is_k,
   const float *norm = is_k && p->k_norm.rank ? p->k_norm.data : NULL;
   float *tmp = (is_k ? f->knew : f->vnew) + r0 * n;
   if (w->rank) {
-    gemm_nt(m, n, E, 1.0f, x, E, w->data, E, tmp, n);
+    gemm_nt(f, m, n, E, 1.0f, x, E, w->data, E, tmp, n);
     if (bias)
       for (int64_t r = 0; r < m; r++)
         for (int64_t k = 0; k < n; k++)
@@ -561,8 +562,8 @@ static void output_task(fwd_t *f, int64_t t, float *scratch) {
   int64_t K = pl->H * pl->Dv, Eo = pl->Eo;
   float *y = f->out + r0 * Eo;
   if (p->o_weight.rank)
-    gemm_nt(r1 - r0, Eo, K, 1.0f, f->ctx.concat + r0 * K, K, p->o_weight.data,
-            K, y, Eo);
+    gemm_nt(f, r1 - r0, Eo, K, 1.0f, f->ctx.concat + r0 * K, K,
+            p->o_weight.data, K, y, Eo);
   if (p->o_bias.rank) {
     const float *bias = p->o_bias.data;
     for (int64_t r = 0; r < r1 - r0; r++)
@@ -808,6 +809,9 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   f->absmax = pl->isa == ATTN_ISA_AVX512 ? attn__absmax_avx512
               : pl->isa == ATTN_ISA_AVX2 ? attn__absmax_avx2
                                          : attn__absmax_generic;
+  f->dots = pl->isa == ATTN_ISA_AVX512 ? attn__dots_avx512
+            : pl->isa == ATTN_ISA_AVX2 ? attn__dots_avx2
+                                       : attn__dots_generic;
 }
 
 /* ---- the stages ------------------------------------------------------------

@@ -145,6 +145,23 @@ uint32_t attn__absmax_generic(const float *, int64_t, int64_t, int64_t, int);
 uint32_t attn__absmax_avx2(const float *, int64_t, int64_t, int64_t, int);
 uint32_t attn__absmax_avx512(const float *, int64_t, int64_t, int64_t, int);
 
+/* c[i·cx + j·cy] = alpha · Σ_p x[i·ldx + p] · y[j·ldy + p], for i < nx,
+ * j < ny: the products of rows, for a product with a short side y (a
+ * batch of decode steps against a weight). x is read once; each dot is
+ * summed in an order that depends on k and the ISA only, not on nx, ny or
+ * where the dot lies, so a row's result does not depend on the rows it is
+ * computed with. Vectorised per ISA, like the kernels. */
+typedef void (*attn__dots_fn)(int64_t nx, int64_t ny, int64_t k, float alpha,
+                              const float *x, int64_t ldx, const float *y,
+                              int64_t ldy, float *c, int64_t cx, int64_t cy);
+void attn__dots_generic(int64_t, int64_t, int64_t, float, const float *,
+                        int64_t, const float *, int64_t, float *, int64_t,
+                        int64_t);
+void attn__dots_avx2(int64_t, int64_t, int64_t, float, const float *, int64_t,
+                     const float *, int64_t, float *, int64_t, int64_t);
+void attn__dots_avx512(int64_t, int64_t, int64_t, float, const float *, int64_t,
+                       const float *, int64_t, float *, int64_t, int64_t);
+
 /* Floats of per-thread scratch the kernels need for this plan. */
 size_t attn__scratch_floats(const attn_plan_t *plan);
 

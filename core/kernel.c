@@ -44,6 +44,8 @@
 #define KNAME(isa) KNAME_(isa)
 #define ANAME_(isa) attn__absmax_##isa
 #define ANAME(isa) ANAME_(isa)
+#define DNAME_(isa) attn__dots_##isa
+#define DNAME(isa) DNAME_(isa)
 
 /* Vector width VL in floats, and register tiles for the two products:
  * S tiles of QK_MR rows x QK_NV vectors, O tiles of PV_MR x PV_NV. */
@@ -160,6 +162,128 @@ uint32_t ANAME(ATTN_KERNEL_ISA)(const float *x, int64_t rows, int64_t n,
   for (int i = 0; i < VL; i++)
     m = (uint32_t)mx[i] > m ? (uint32_t)mx[i] : m;
   return m;
+}
+
+/* ---- products with a short side ---------------------------------------- */
+
+/* Register tiles of dots (internal.h): DOT_XR rows of the long operand
+ * against DOT_YR rows of the short one, an accumulator each. */
+#if defined(__AVX512F__)
+#define DOT_XR 4
+#else
+#define DOT_XR 2
+#endif
+#define DOT_YR 6
+/* with one row of y, each row of x is one dot: twice the rows of x a tile
+ * keep twice the loads in flight */
+#define DOT_XR1 (2 * DOT_XR)
+
+/* c[i·cx + j·cy] = alpha · x_i · y_j for i < xr, j < yr: each dot a vector
+ * of partial sums over the whole vectors of k, then their horizontal sum,
+ * then the last k % VL products, in that order wherever the tile lies. */
+INLINE void dot_tile(const int xr, const int yr, int64_t k, float alpha,
+                     const float *x, int64_t ldx, const float *y, int64_t ldy,
+                     float *c, int64_t cx, int64_t cy) {
+  vf acc[DOT_XR1][DOT_YR];
+#pragma GCC unroll 8
+  for (int i = 0; i < xr; i++)
+#pragma GCC unroll 8
+    for (int j = 0; j < yr; j++)
+      acc[i][j] = splat(0);
+  const int64_t kv = k / VL * VL;
+  /* a pointer a row, stepped: row offsets would each take a register to
+   * form their addresses, and spill */
+  const float *xp[DOT_XR1], *yp[DOT_YR];
+#pragma GCC unroll 8
+  for (int i = 0; i < xr; i++)
+    xp[i] = x + i * ldx;
+#pragma GCC unroll 8
+  for (int j = 0; j < yr; j++)
+    yp[j] = y + j * ldy;
+  for (const float *end = x + kv; xp[0] < end;) {
+    vf a[DOT_XR1];
+#pragma GCC unroll 8
+    for (int i = 0; i < xr; i++) {
+      a[i] = ld(xp[i]);
+      xp[i] += VL;
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < yr; j++) {
+      vf b = ld(yp[j]);
+      yp[j] += VL;
+#pragma GCC unroll 8
+      for (int i = 0; i < xr; i++)
+        acc[i][j] += a[i] * b;
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < xr; i++)
+#pragma GCC unroll 8
+    for (int j = 0; j < yr; j++) {
+      float sum = hsum(acc[i][j]);
+      for (int64_t p = kv; p < k; p++)
+        sum += x[i * ldx + p] * y[j * ldy + p];
+      c[i * cx + j * cy] = alpha * sum;
+    }
+}
+
+#define DOT_Y(xr, ...)                                                         \
+  switch (yr) {                                                                \
+  case 1:                                                                      \
+    dot_tile(xr, 1, __VA_ARGS__);                                              \
+    break;                                                                     \
+  case 2:                                                                      \
+    dot_tile(xr, 2, __VA_ARGS__);                                              \
+    break;                                                                     \
+  case 3:                                                                      \
+    dot_tile(xr, 3, __VA_ARGS__);                                              \
+    break;                                                                     \
+  case 4:                                                                      \
+    dot_tile(xr, 4, __VA_ARGS__);                                              \
+    break;                                                                     \
+  case 5:                                                                      \
+    dot_tile(xr, 5, __VA_ARGS__);                                              \
+    break;                                                                     \
+  default:                                                                     \
+    dot_tile(xr, 6, __VA_ARGS__);                                              \
+  }
+_Static_assert(DOT_YR == 6, "DOT_Y covers 1..6");
+
+/* See internal.h. A block of DOT_XR rows of x stays in the first-level
+ * cache while every row of y passes it, so x is read from memory once and
+ * y, the short side, from the cache. */
+void DNAME(ATTN_KERNEL_ISA)(int64_t nx, int64_t ny, int64_t k, float alpha,
+                            const float *x, int64_t ldx, const float *y,
+                            int64_t ldy, float *c, int64_t cx, int64_t cy) {
+  int64_t i = 0;
+  if (ny == 1)
+    for (; i + DOT_XR1 <= nx; i += DOT_XR1)
+      dot_tile(DOT_XR1, 1, k, alpha, x + i * ldx, ldx, y, ldy, c + i * cx, cx,
+               cy);
+  for (; i < nx; i += DOT_XR) {
+    const int xr = nx - i < DOT_XR ? (int)(nx - i) : DOT_XR;
+    const float *xi = x + i * ldx;
+    for (int64_t j = 0; j < ny; j += DOT_YR) {
+      const int yr = ny - j < DOT_YR ? (int)(ny - j) : DOT_YR;
+      const float *yj = y + j * ldy;
+      float *cij = c + i * cx + j * cy;
+      switch (xr) {
+      case 1:
+        DOT_Y(1, k, alpha, xi, ldx, yj, ldy, cij, cx, cy);
+        break;
+#if DOT_XR == 4
+      case 2:
+        DOT_Y(2, k, alpha, xi, ldx, yj, ldy, cij, cx, cy);
+        break;
+      case 3:
+        DOT_Y(3, k, alpha, xi, ldx, yj, ldy, cij, cx, cy);
+        break;
+#endif
+      default:
+        DOT_Y(DOT_XR, k, alpha, xi, ldx, yj, ldy, cij, cx, cy);
+      }
+    }
+  }
 }
 
 /* e^x for x <= 88, exactly 0 for x = -inf: Cody-Waite reduction

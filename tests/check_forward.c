@@ -13,6 +13,7 @@
  *     skipped with a line on stderr, and planning with it must then fail
  *     with ATTN_ENOTSUP (test_isa_support), whose detected ISA is checked
  *     against the CPU's own feature flags;
+ *   - a batch item's output bits, alone and beside others (every ISA);
  *   - random specs with every feature on or off;
  *   - one larger case;
  *   - the default ALiBi slopes. */
@@ -635,6 +636,62 @@ START_TEST(test_exec_sweep) {
 }
 END_TEST
 
+/* A batch item's rows do not depend on the items beside them: B items of
+ * one query row each (a batch of decode steps), as one call and as B calls
+ * of one, give the same output bits, for B up to the short side that the
+ * projections compute as dots (32; forward.c, gemm_nt), with sizes that
+ * leave a tail of every vector width (E 36, Dh 12), on each ISA. The same
+ * holds of the steps of KV-cache sessions (check_sessions,
+ * test_batched_equals_alone). */
+START_TEST(test_rows_independent) {
+  static const attn_isa_t isas[] = {ATTN_ISA_GENERIC, ATTN_ISA_AVX2,
+                                    ATTN_ISA_AVX512};
+  static const int64_t sizes[] = {2, 3, 7, 13, 32};
+  attn_isa_t isa = isas[_i % 3];
+  int64_t B = sizes[_i / 3];
+  if (!tu_isa_runs(isa)) {
+    tu_isa_skipped(isa, "rows independent");
+    return;
+  }
+  const tu_spec_t s = {.B = B,
+                       .batched = 1,
+                       .Lq = 1,
+                       .Lk = 5,
+                       .cross = 1,
+                       .value_given = 1,
+                       .H = 3,
+                       .Dh = 12,
+                       .Dv = 12,
+                       .Eq = 36,
+                       .Ek = 36,
+                       .Ev = 36,
+                       .Eo = 36,
+                       .proj = TU_ALLPROJ,
+                       .causal = BR};
+  tu_case_t c;
+  tu_case_build(&c, &s, 5000 + (uint64_t)_i);
+  attn_exec_t ex = {.threads = 1, .isa = isa};
+  tu_run_t all;
+  ck_assert_int_eq(tu_run(&all, &c.p, &ex), 0);
+  for (int64_t b = 0; b < B; b++) {
+    attn_params_t one = c.p;
+    one.query.data = c.query + b * c.Eq;
+    one.key.data = c.key + b * c.Lk * c.Ek;
+    one.value.data = c.value + b * c.Lk * c.Ev;
+    one.query.dim[0] = one.key.dim[0] = one.value.dim[0] = 1;
+    tu_run_t r;
+    ck_assert_int_eq(tu_run(&r, &one, &ex), 0);
+    ck_assert_msg(memcmp(r.o.out, all.o.out + b * c.Eo,
+                         (size_t)c.Eo * sizeof(float)) == 0,
+                  "isa %s, batch of %lld: item %lld alone differs",
+                  attn_isa_name(isa), (long long)B, (long long)b);
+    tu_run_free(&r);
+  }
+  tu_run_free(&all);
+  tu_case_free(&c);
+}
+END_TEST
+
 /* The ISA this CPU runs best, read from the kernel's account of its flags
  * (/proc/cpuinfo) rather than from cpuid as the core reads them, by the
  * rule of attn.h's attn_isa_t: AVX-512 F/BW/DQ/VL with FMA, else AVX2 with
@@ -1125,6 +1182,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_exec_sweep, 0, 16);
   tcase_add_loop_test(tc, test_isa_support, 0, 3);
+  tcase_add_loop_test(tc, test_rows_independent, 0, 15);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("random");
