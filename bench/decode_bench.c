@@ -21,8 +21,8 @@
  * without (batch_window_us 0), one after the other: aggregate tokens/s
  * both ways, their ratio, the mean batch the steps were computed in (their
  * metrics.batch), and the CPU time a step took in the server and in this
- * client. Beside them, the core alone: N steps as one attn_forward call
- * against N calls, the bound of the server's ratio.
+ * client. Beside them, the core alone: n steps as one attn_forward call
+ * against n calls, for n = 4, 16 and N, the bound of the server's ratio.
  *
  * usage: decode-bench [--attnd PATH] [--csv FILE] [--lengths L,...]
  *                     [--sessions N] [--steps S] [--threads T]
@@ -321,12 +321,17 @@ static int grow_ws(void **ws, size_t *cap, size_t bytes) {
 /* The core's side of batching, without the server: n steps of one token
  * at `past` cached tokens (E, H, weights w), as one attn_forward call of
  * batch n against n calls of batch 1, one thread, the median of 5 each.
- * Returns the ratio; *one and *each get ms per step. */
+ * Each repetition is the sessions' next step, one key further, as the
+ * server's are: repeating the step at `past` itself would, at a page's
+ * first slot (past = 128), zero the rest of that page in every call, which
+ * a session does once in 64 steps. Returns the ratio; *one and *each get
+ * ms per step. */
 static double core_batching(float *const *w, int n, int64_t past, double *one,
                             double *each) {
   *one = *each = 0;
   size_t pf = (size_t)attn_kv_page_floats(H, E / H, E / H);
-  int64_t npages = (past + 1 + 63) / 64;
+  enum { REPS = 5 };
+  int64_t npages = (past + 1 + REPS + 63) / 64; /* a warm-up, then REPS */
   float **pool = malloc((size_t)(n * npages) * sizeof *pool);
   float *const **tables = malloc((size_t)n * sizeof *tables);
   int64_t *pasts = malloc((size_t)n * sizeof *pasts);
@@ -341,7 +346,6 @@ static double core_batching(float *const *w, int n, int64_t past, double *one,
   }
   for (int i = 0; i < n; i++) {
     tables[i] = pool + i * npages;
-    pasts[i] = past;
     absmax[i] = 1;
   }
   double ms[2] = {0, 0};
@@ -349,8 +353,10 @@ static double core_batching(float *const *w, int n, int64_t past, double *one,
   size_t ws_cap = 0;
   for (int mode = 0; mode < 2; mode++) { /* 0: one call of n; 1: n of 1 */
     int calls = mode ? n : 1, b = mode ? 1 : n;
-    double t[5];
-    for (int r = -1; r < 5; r++) {
+    double t[REPS];
+    for (int i = 0; i < n; i++)
+      pasts[i] = past;
+    for (int r = -1; r < REPS; r++) {
       double t0 = bench_now_ms();
       for (int k = 0; k < calls; k++) {
         attn_kv_t kv = {
@@ -377,8 +383,10 @@ static double core_batching(float *const *w, int n, int64_t past, double *one,
       }
       if (r >= 0)
         t[r] = (bench_now_ms() - t0) / n;
+      for (int i = 0; i < n; i++)
+        pasts[i]++;
     }
-    ms[mode] = bench_median(t, 5);
+    ms[mode] = bench_median(t, REPS);
   }
   free(ws);
   for (int i = 0; i < n * npages; i++)
@@ -413,10 +421,18 @@ static int batching(bench_t *b, const char *attnd, const char *layer,
   printf("CPU per step, server and this client: batched %.0f + %.0f us, alone "
          "%.0f + %.0f us\n",
          son, con, soff, coff);
-  double one, each, core = core_batching(w, b->sessions, L, &one, &each);
-  printf("core (no server): %d steps as one call %.1f us a step, as %d calls "
-         "%.1f us: ratio %.2f, the bound of the one above\n",
-         b->sessions, each * 1000, b->sessions, one * 1000, core);
+  double one = 0, each = 0, core = 0;
+  printf("core (no server), the bound of the one above: n steps as one call "
+         "against n calls\n%8s %12s %12s %8s\n",
+         "n", "batched_us", "alone_us", "ratio");
+  const int ns[] = {4, 16, b->sessions};
+  for (int k = 0; k < 3; k++) {
+    if (k < 2 && ns[k] >= b->sessions)
+      continue;
+    core = core_batching(w, ns[k], L, &one, &each);
+    printf("%8d %12.1f %12.1f %8.2f\n", ns[k], each * 1000, one * 1000,
+           core);
+  }
   FILE *csv = fopen(csv_path, "w");
   if (csv) {
     fprintf(csv,
