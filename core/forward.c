@@ -121,8 +121,8 @@ typedef struct fwd {
  * side of under 4 rows, or of at most DOTS_MAX that fits in DOTS_BYTES,
  * the product runs as dots of rows instead (attn__dots_fn), which read
  * the long side once and the short one from the cache. For a 512 x 512
- * weight that takes 0.9 to 1.0 of sgemv's time for one row and is 2.6 to
- * 2.8 times as fast as sgemm at 4 to 6 rows, even at 32 to 48
+ * weight that takes 0.84 to 1.04 of sgemv's time for one row and is 2.6
+ * to 2.8 times as fast as sgemm at 4 to 6 rows, even at 32 to 64
  * (docs/performance.md, Batching). A step's rows then come out the same,
  * bit for bit, whether it runs alone or in a batch of up to DOTS_MAX. */
 #define DOTS_MAX 32

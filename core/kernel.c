@@ -1,4 +1,6 @@
-/* core/kernel.c: fused attention over tiles, for one instruction set.
+/* core/kernel.c: fused attention over tiles, for one instruction set, and
+ * the two vector loops beside it: the magnitude scan (attn__absmax_*) and
+ * the products with a short side (attn__dots_*; internal.h has both).
  *
  * This file is compiled once per ISA (-DATTN_KERNEL_ISA=generic|avx2|avx512
  * with that ISA's -m flags) and written with GCC vector extensions, so that
