@@ -72,6 +72,11 @@
 #endif
 
 _Static_assert(ATTN__BC % (QK_NV * VL) == 0, "key block must fill S tiles");
+
+/* The steps in which a block's keys are computed: whole vectors, and at
+ * least 8 for pv_tile's split. */
+#define SW (VL < 8 ? 8 : VL)
+_Static_assert(ATTN__BC % SW == 0 && SW % VL == 0, "key block of whole steps");
 _Static_assert(ATTN__VPAD % VL == 0, "value padding must be whole vectors");
 
 typedef float vf __attribute__((vector_size(VL * 4)));
@@ -102,28 +107,56 @@ INLINE vf splat(float x) {
 INLINE vf vsel(vi m, vf a, vf b) {
   return (vf)(((vi)a & m) | ((vi)b & ~m));
 }
+/* a > b ? a : b, lane by lane: b where either is NaN, and b where they are
+ * equal, which is exactly what maxps does. */
 INLINE vf vmax(vf a, vf b) {
+#if defined(__AVX512F__)
+  return (vf)_mm512_max_ps((__m512)a, (__m512)b);
+#elif defined(__AVX2__)
+  return (vf)_mm256_max_ps((__m256)a, (__m256)b);
+#else
   return vsel(a > b, a, b);
+#endif
 }
 
-/* x with lanes i and i ^ k swapped: a step of a tree reduction. */
-INLINE vf swap_lanes(vf x, int k) {
-  vi idx;
-  for (int i = 0; i < VL; i++)
-    idx[i] = i ^ k;
-  return __builtin_shuffle(x, idx);
-}
+/* The lane indices i ^ k, i < VL: a constant for __builtin_shuffle (built
+ * in a loop, GCC assembled the index vector lane by lane at every use). */
+#if VL == 16
+#define XOR_IDX(k)                                                             \
+  ((vi){0 ^ (k), 1 ^ (k), 2 ^ (k), 3 ^ (k), 4 ^ (k), 5 ^ (k), 6 ^ (k),         \
+        7 ^ (k), 8 ^ (k), 9 ^ (k), 10 ^ (k), 11 ^ (k), 12 ^ (k), 13 ^ (k),     \
+        14 ^ (k), 15 ^ (k)})
+#elif VL == 8
+#define XOR_IDX(k)                                                             \
+  ((vi){0 ^ (k), 1 ^ (k), 2 ^ (k), 3 ^ (k), 4 ^ (k), 5 ^ (k), 6 ^ (k), 7 ^ (k)})
+#else
+#define XOR_IDX(k) ((vi){0 ^ (k), 1 ^ (k), 2 ^ (k), 3 ^ (k)})
+#endif
 
-/* Horizontal max and sum in log2(VL) steps, not VL serial ones. */
+/* Horizontal max and sum in log2(VL) steps, not VL serial ones: lane i
+ * meets lane i ^ k for k = VL/2 .. 1, so the sums pair lanes in a fixed
+ * tree whatever the ISA's width. */
 INLINE float hmax(vf x) {
-  for (int k = VL / 2; k > 0; k /= 2)
-    x = vmax(x, swap_lanes(x, k));
+#if VL >= 16
+  x = vmax(x, __builtin_shuffle(x, XOR_IDX(8)));
+#endif
+#if VL >= 8
+  x = vmax(x, __builtin_shuffle(x, XOR_IDX(4)));
+#endif
+  x = vmax(x, __builtin_shuffle(x, XOR_IDX(2)));
+  x = vmax(x, __builtin_shuffle(x, XOR_IDX(1)));
   return x[0];
 }
 
 INLINE float hsum(vf x) {
-  for (int k = VL / 2; k > 0; k /= 2)
-    x += swap_lanes(x, k);
+#if VL >= 16
+  x += __builtin_shuffle(x, XOR_IDX(8));
+#endif
+#if VL >= 8
+  x += __builtin_shuffle(x, XOR_IDX(4));
+#endif
+  x += __builtin_shuffle(x, XOR_IDX(2));
+  x += __builtin_shuffle(x, XOR_IDX(1));
   return x[0];
 }
 
@@ -366,40 +399,42 @@ INLINE void raise_max(vf mx, float *m, float *o, float *l, int64_t Dvp) {
 
 /* ---- products on register tiles ---------------------------------------- */
 
-/* acc[mr][QK_NV] = Q[mr, D] · Kt[D, QK_NV·VL]: the register tile of
- * scores. q rows are ldq apart, kt rows ldk apart. Inlined into its callers
- * with mr constant, acc never leaves the registers. */
-INLINE void qk_acc(const int mr, const float *q, int64_t ldq, const float *kt,
-                   int64_t ldk, int64_t D, vf acc[QK_MR][QK_NV]) {
+/* acc[mr][nv] = Q[mr, D] · Kt[D, nv·VL], nv <= QK_NV: the register tile
+ * of scores. q rows are ldq apart, kt rows ldk apart. Inlined into its
+ * callers with mr and nv constant, acc never leaves the registers. */
+INLINE void qk_acc(const int mr, const int nv, const float *q, int64_t ldq,
+                   const float *kt, int64_t ldk, int64_t D,
+                   vf acc[QK_MR][QK_NV]) {
 #pragma GCC unroll 8
   for (int r = 0; r < mr; r++)
 #pragma GCC unroll 8
-    for (int n = 0; n < QK_NV; n++)
+    for (int n = 0; n < nv; n++)
       acc[r][n] = splat(0);
   for (int64_t d = 0; d < D; d++) {
     vf k[QK_NV];
 #pragma GCC unroll 8
-    for (int n = 0; n < QK_NV; n++)
+    for (int n = 0; n < nv; n++)
       k[n] = ld(kt + d * ldk + n * VL);
 #pragma GCC unroll 8
     for (int r = 0; r < mr; r++) {
       vf a = splat(q[r * ldq + d]);
 #pragma GCC unroll 8
-      for (int n = 0; n < QK_NV; n++)
+      for (int n = 0; n < nv; n++)
         acc[r][n] += a * k[n];
     }
   }
 }
 
-/* S[mr, QK_NV·VL] = Q·Kt, stored with rows lds apart. */
-INLINE void qk_tile(const int mr, const float *q, int64_t ldq, const float *kt,
-                    int64_t ldk, int64_t D, float *s, int64_t lds) {
+/* S[mr, nv·VL] = Q·Kt, stored with rows lds apart. */
+INLINE void qk_tile(const int mr, const int nv, const float *q, int64_t ldq,
+                    const float *kt, int64_t ldk, int64_t D, float *s,
+                    int64_t lds) {
   vf acc[QK_MR][QK_NV];
-  qk_acc(mr, q, ldq, kt, ldk, D, acc);
+  qk_acc(mr, nv, q, ldq, kt, ldk, D, acc);
 #pragma GCC unroll 8
   for (int r = 0; r < mr; r++)
 #pragma GCC unroll 8
-    for (int n = 0; n < QK_NV; n++)
+    for (int n = 0; n < nv; n++)
       st(s + r * lds + n * VL, acc[r][n]);
 }
 
@@ -413,7 +448,7 @@ INLINE void qk_softmax_tile(const int mr, const float *q, int64_t ldq,
                             const float *kt, int64_t ldk, int64_t D, float *p,
                             float *m, float *l, float *o, int64_t Dvp) {
   vf acc[QK_MR][QK_NV];
-  qk_acc(mr, q, ldq, kt, ldk, D, acc);
+  qk_acc(mr, QK_NV, q, ldq, kt, ldk, D, acc);
 #pragma GCC unroll 8
   for (int r = 0; r < mr; r++) {
     vf mx = acc[r][0];
@@ -503,18 +538,44 @@ INLINE void pv_tile(const int mr, const int nv, const float *p, int64_t ldp,
 _Static_assert(QK_MR == 6 && PV_MR == 6, "CASE_MR covers 1..6");
 
 /* S[rows, n] = Q[rows, D] · Kt[D, n] for the first n keys of a key block
- * (n a multiple of QK_NV·VL): q rows are ldq apart, kt rows ldk apart. */
+ * (n a multiple of SW): q rows are ldq apart, kt rows ldk apart. Whole
+ * tiles of QK_NV vectors, then one narrower tile for the rest. */
+#define SCORE_TILES(nv, c)                                                     \
+  for (int64_t r = 0; r < rows; r += QK_MR) {                                  \
+    int mr = rows - r < QK_MR ? (int)(rows - r) : QK_MR;                       \
+    switch (mr) {                                                              \
+      CASE_MR(qk_tile, nv, q + r * ldq, ldq, kt + (c), ldk, D,                 \
+              s + r * lds + (c), lds)                                          \
+    }                                                                          \
+  }
 static void scores(const float *q, int64_t ldq, int64_t D, const float *kt,
                    int64_t ldk, int64_t rows, float *s, int64_t lds,
                    int64_t n) {
-  for (int64_t c = 0; c < n; c += QK_NV * VL)
-    for (int64_t r = 0; r < rows; r += QK_MR) {
-      int mr = rows - r < QK_MR ? (int)(rows - r) : QK_MR;
-      switch (mr) {
-        CASE_MR(qk_tile, q + r * ldq, ldq, kt + c, ldk, D, s + r * lds + c, lds)
-      }
-    }
+  int64_t c = 0;
+  for (; c + QK_NV * VL <= n; c += QK_NV * VL)
+    SCORE_TILES(QK_NV, c)
+  switch ((n - c) / VL) {
+  case 0:
+    break;
+#if QK_NV > 1
+  case 1:
+    SCORE_TILES(1, c)
+    break;
+#endif
+#if QK_NV > 2
+  case 2:
+    SCORE_TILES(2, c)
+    break;
+#endif
+#if QK_NV > 3
+  case 3:
+    SCORE_TILES(3, c)
+    break;
+#endif
+  }
 }
+#undef SCORE_TILES
+_Static_assert(QK_NV <= 4, "scores covers tails of up to 3 vectors");
 
 /* O[rows, Dvp] += P[rows, C] · V[C, Dvp]: p rows ldp apart, v rows ldv
  * apart, o rows Dvp apart. */
@@ -756,12 +817,11 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
   }
   for (int64_t kb = kb0; kb < kb1; kb++) {
     int64_t j0 = kb * ATTN__BC;
-    /* The last block's keys are computed up to the tile width past jend,
+    /* The last block's keys are computed up to the next SW past jend,
      * not the whole block: a short tail (a tiny request's 16 keys, a
      * decode step's 100) costs what it holds. */
     int64_t w = jend - j0 >= ATTN__BC ? ATTN__BC
-                                      : (jend - j0 + QK_NV * VL - 1) /
-                                            (QK_NV * VL) * (QK_NV * VL);
+                                      : (jend - j0 + SW - 1) / SW * SW;
     int inside = 1;
     for (int64_t r = 0; r < rows; r++)
       inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;

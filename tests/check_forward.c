@@ -534,17 +534,27 @@ END_TEST
 /* ---- tile edges ---------------------------------------------------------- */
 
 /* Every (Lq, Lk) over sizes just off likely tile widths, with head sizes
- * 1..64 and each causal alignment. */
-static const int64_t tile_L[] = {1, 7, 33, 65, 129};
+ * 1..64 and each causal alignment, on each ISA. Lk mod 64 leaves the last
+ * key block 1, 7, 20, 33 or 50 keys: a tail of every score-tile width
+ * (kernel.c, scores: 1 to 3 vectors of 16 with AVX-512, 1 of 8 with
+ * AVX2). Each case runs with the weights (the two-pass path) and without
+ * (the online one). */
+static const int64_t tile_L[] = {1, 7, 20, 33, 50, 65, 129};
 static const int64_t tile_D[] = {1, 3, 17, 64};
-#define N_TILE_SWEEP 25
+#define N_TILE_L ((int)(sizeof tile_L / sizeof tile_L[0]))
+#define N_TILE_SWEEP (N_TILE_L * N_TILE_L)
+static const attn_exec_t tile_execs[] = {
+    {.threads = 1, .isa = ATTN_ISA_AVX512},
+    {.threads = 1, .isa = ATTN_ISA_AVX2},
+    {.threads = 3, .isa = ATTN_ISA_GENERIC},
+};
 
 START_TEST(test_tile_sweep) {
   tu_spec_t s = {0};
   s.B = 1 + _i % 2;
   s.batched = s.B > 1;
-  s.Lq = tile_L[_i / 5];
-  s.Lk = tile_L[_i % 5];
+  s.Lq = tile_L[_i / N_TILE_L];
+  s.Lk = tile_L[_i % N_TILE_L];
   s.cross = 1;
   s.value_given = 1;
   s.H = 2;
@@ -554,7 +564,12 @@ START_TEST(test_tile_sweep) {
   s.causal = (attn_causal_t)(_i % 3);
   char name[64];
   snprintf(name, sizeof name, "tile sweep %d", _i);
-  check_case(name, &s, 2000 + (uint64_t)_i, feature_execs, 2);
+  check_case(name, &s, 2000 + (uint64_t)_i, tile_execs, 3);
+  /* without the weights: the online path, which computes the last block
+   * only up to its last key's vector */
+  s.skip = TU_SKIP_W | TU_SKIP_M;
+  snprintf(name, sizeof name, "tile sweep %d online", _i);
+  check_case(name, &s, 2000 + (uint64_t)_i, tile_execs, 3);
 }
 END_TEST
 
