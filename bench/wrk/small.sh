@@ -8,7 +8,10 @@
 #            4 sessions a connection, taken in turn, truncated back to 64
 #            tokens every 64 steps: 1 request in 65 is that truncate).
 # For each concurrency the three take turns REPS times (3); printed: the
-# median req/s of each, its ratio to healthz's, and the median p99.
+# median req/s of each, its ratio to healthz's, the median p99, and the
+# server's CPU time per request (user + system, from /proc, over the whole
+# run): with wrk on the same cores, the one column that noise from other
+# tenants barely moves.
 #
 # usage: sh bench/wrk/small.sh [BUILD] [SECONDS]
 # CONCURRENCY (space-separated) overrides "16 64".
@@ -54,8 +57,13 @@ median() {
     END { print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 field() { sed -n "s/^wrk: .* s, \([0-9.]*\) req\/s;.* p99 \([0-9.]*\) .*errors: status \([0-9]*\).*/$1/p" "$2"; }
+# attnd's CPU time so far, in clock ticks (user + system), and a run's
+# request count.
+ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
+hz_tick=$(getconf CLK_TCK)
+requests() { sed -n 's/^wrk: \([0-9]*\) requests in .*/\1/p' "$1"; }
 
-printf '%-8s %4s %10s %8s %9s %7s\n' what c req/s ratio p99_ms errors
+printf '%-8s %4s %10s %8s %9s %7s %8s\n' what c req/s ratio p99_ms errors cpu_us
 for c in ${CONCURRENCY:-16 64}; do
   ids=''
   for _ in $(seq $((4 * c))); do
@@ -66,10 +74,13 @@ for c in ${CONCURRENCY:-16 64}; do
     ids="$ids $id"
   done
   wrk -t1 -c"$c" -d1s "$url/healthz" >/dev/null # warm-up
-  for what in healthz tiny step; do eval "r_$what='' p_$what='' e_$what=0"; done
+  for what in healthz tiny step; do
+    eval "r_$what='' p_$what='' e_$what=0 t_$what=0 n_$what=0"
+  done
   for rep in $(seq "${REPS:-3}"); do
     for what in healthz tiny step; do
       f=$out/$what-c$c-$rep.txt
+      t0=$(ticks)
       # shellcheck disable=SC2086 # the ids are words
       case $what in
       healthz) wrk -t1 -c"$c" -d"${secs}s" -s "$here/get.lua" "$url/healthz" >"$f" ;;
@@ -81,15 +92,19 @@ for c in ${CONCURRENCY:-16 64}; do
       eval "r_$what=\"\$r_$what $(field '\1' "$f")\""
       eval "p_$what=\"\$p_$what $(field '\2' "$f")\""
       eval "e_$what=\$((e_$what + $(field '\3' "$f")))"
+      eval "t_$what=\$((t_$what + $(ticks) - t0))"
+      eval "n_$what=\$((n_$what + $(requests "$f")))"
     done
   done
   # shellcheck disable=SC2154,SC2086
   hz=$(median $r_healthz)
   for what in healthz tiny step; do
     eval "r=\$(median \$r_$what) p=\$(median \$p_$what) e=\$e_$what"
+    eval "t=\$t_$what n=\$n_$what"
     # shellcheck disable=SC2154
-    printf '%-8s %4s %10.0f %8.3f %9.2f %7s\n' "$what" "$c" "$r" \
-      "$(awk -v a="$r" -v b="$hz" 'BEGIN { print a / b }')" "$p" "$e"
+    printf '%-8s %4s %10.0f %8.3f %9.2f %7s %8.2f\n' "$what" "$c" "$r" \
+      "$(awk -v a="$r" -v b="$hz" 'BEGIN { print a / b }')" "$p" "$e" \
+      "$(awk -v t="$t" -v n="$n" -v k="$hz_tick" 'BEGIN { print t / k / n * 1e6 }')"
   done
   for id in $ids; do
     curl -sf -o /dev/null -X DELETE "$url/v1/sessions/$id"
