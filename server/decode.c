@@ -78,16 +78,16 @@ static int get_enum(dec_t *d, const json_t *obj, const char *key,
   const json_t *v = json_object_get(obj, key);
   if (v == NULL || json_is_null(v))
     return 0;
-  char list[128] = "";
-  size_t n = 0;
-  for (int i = 0; names[i]; i++) {
-    if (json_is_string(v) && strcmp(json_string_value(v), names[i]) == 0) {
+  for (int i = 0; json_is_string(v) && names[i]; i++)
+    if (strcmp(json_string_value(v), names[i]) == 0) {
       *out = i;
       return 0;
     }
+  char list[128] = "";
+  size_t n = 0;
+  for (int i = 0; names[i] && n < sizeof list; i++)
     n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", i ? ", " : "",
                           names[i]);
-  }
   if (!json_is_string(v))
     return E(d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected one of %s",
              field, attnd__json_type(v), list);
@@ -140,7 +140,7 @@ static int decode_projections(dec_t *d, const json_t *root) {
     if (v == NULL || json_is_null(v))
       continue;
     char field[64];
-    snprintf(field, sizeof field, "projections.%s", known[i]);
+    attnd_fmt_member(field, sizeof field, "projections", known[i]);
     if (attnd__dec_tensor(d, v, field, K_FLOAT, dst[i], NULL) < 0)
       return -1;
   }
@@ -190,7 +190,7 @@ static int decode_mask(dec_t *d, const json_t *root) {
       return attnd__dec_oom(d, "mask.key_lengths");
     for (size_t i = 0; i < n; i++) {
       char path[48];
-      snprintf(path, sizeof path, "mask.key_lengths[%zu]", i);
+      attnd_fmt_index(path, sizeof path, "mask.key_lengths", (int64_t)i);
       if (attnd__dec_int(d, json_array_get(kl, i), "mask.key_lengths", path,
                          INT64_MIN, INT64_MAX, &len[i]) < 0)
         return -1;

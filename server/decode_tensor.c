@@ -177,9 +177,8 @@ static int fill(dec_t *d, const json_t *v, int level, int rank,
   size_t n = json_array_size(v);
   for (size_t k = 0; k < n; k++) {
     const json_t *x = json_array_get(v, k);
-    size_t pl = plen + (size_t)snprintf(path + plen, pcap - plen, "[%zu]", k);
-    if (pl >= pcap)
-      pl = pcap - 1;
+    size_t pl =
+        plen + attnd_fmt_index(path + plen, pcap - plen, "", (int64_t)k);
     if (level == rank - 1) {
       if (json_is_array(x))
         return E(d, ATTND_ERR_RAGGED_TENSOR, field,
@@ -229,7 +228,7 @@ static int decode_nested(dec_t *d, const json_t *v, const char *field, int kind,
   if (dst == NULL)
     return attnd__dec_oom(d, field);
   char path[160];
-  size_t plen = (size_t)snprintf(path, sizeof path, "%s", field);
+  size_t plen = attnd_fmt_str(path, sizeof path, field);
   int64_t i = 0;
   if (fill(d, v, 0, rank, dim, kind, dst, &i, field, path, plen, sizeof path) <
       0)
@@ -337,7 +336,7 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
   const json_t *data = json_object_get(v, "data");
   const json_t *b64 = json_object_get(v, "base64");
   const json_t *dtype = json_object_get(v, "dtype");
-  snprintf(sub, sizeof sub, "%s.shape", field);
+  attnd_fmt_member(sub, sizeof sub, field, "shape");
   if (!json_is_array(shape))
     return E(d, shape ? ATTND_ERR_INVALID_TYPE : ATTND_ERR_MISSING_FIELD, sub,
              "%s must be an array of dimensions%s", sub,
@@ -351,7 +350,7 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
   int64_t dim[ATTN_MAX_RANK];
   for (size_t k = 0; k < rank; k++) {
     char path[112];
-    snprintf(path, sizeof path, "%s[%zu]", sub, k);
+    attnd_fmt_index(path, sizeof path, sub, (int64_t)k);
     if (attnd__dec_int(d, json_array_get(shape, k), sub, path, 1, INT64_MAX,
                        &dim[k]) < 0)
       return -1;
@@ -376,7 +375,7 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
     return 0;
   }
   if (data) {
-    snprintf(sub, sizeof sub, "%s.data", field);
+    attnd_fmt_member(sub, sizeof sub, field, "data");
     if (!json_is_array(data))
       return E(d, ATTND_ERR_INVALID_TYPE, sub, "%s is %s; expected an array",
                sub, attnd__json_type(data));
@@ -389,7 +388,7 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
     if ((dst = attnd__dec_alloc(d, (size_t)n * esize)) == NULL)
       return attnd__dec_oom(d, field);
     char path[160];
-    size_t plen = (size_t)snprintf(path, sizeof path, "%s", sub);
+    size_t plen = attnd_fmt_str(path, sizeof path, sub);
     int64_t i = 0, flat[1] = {n};
     if (fill(d, data, 0, 1, flat, kind, dst, &i, field, path, plen,
              sizeof path) < 0)
@@ -398,7 +397,7 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
   } else {
     /* base64: float32 by default, or one byte per element for masks */
     int as_bool = kind == K_MASK;
-    snprintf(sub, sizeof sub, "%s.dtype", field);
+    attnd_fmt_member(sub, sizeof sub, field, "dtype");
     if (dtype && !json_is_string(dtype))
       return E(d, ATTND_ERR_INVALID_TYPE, sub, "%s is %s; expected a string",
                sub, attnd__json_type(dtype));
@@ -413,7 +412,7 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
       return E(d, ATTND_ERR_INVALID_VALUE, sub,
                "%s is '%s'; expected float32%s", sub, json_string_value(dtype),
                kind == K_MASK ? " or bool" : "");
-    snprintf(sub, sizeof sub, "%s.base64", field);
+    attnd_fmt_member(sub, sizeof sub, field, "base64");
     if (!json_is_string(b64))
       return E(d, ATTND_ERR_INVALID_TYPE, sub, "%s is %s; expected a string",
                sub, attnd__json_type(b64));
@@ -517,10 +516,10 @@ int attnd__dec_int_tensor(dec_t *d, const json_t *v, const char *field,
         return E(d, ATTND_ERR_RAGGED_TENSOR, field,
                  "%s[%lld] is not an array of %lld, as %s[0] is", field,
                  (long long)(i / dim[1]), (long long)dim[1], field);
-      snprintf(path, sizeof path, "%s[%lld][%lld]", field,
-               (long long)(i / dim[1]), (long long)(i % dim[1]));
+      size_t pl = attnd_fmt_index(path, sizeof path, field, i / dim[1]);
+      attnd_fmt_index(path + pl, sizeof path - pl, "", i % dim[1]);
     } else {
-      snprintf(path, sizeof path, "%s[%lld]", field, (long long)i);
+      attnd_fmt_index(path, sizeof path, field, i);
     }
     if (attnd__dec_int(d, json_array_get(e, (size_t)(i % dim[rank - 1])), field,
                        path, INT64_MIN, INT64_MAX, &x[i]) < 0)

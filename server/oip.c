@@ -187,7 +187,7 @@ static int bad_type(oip_t *o, const char *field, const json_t *v,
 static const json_t *need(oip_t *o, const json_t *obj, const char *path,
                           const char *key, char *field, json_type type,
                           const char *what) {
-  snprintf(field, 64, "%s%s%s", path, *path ? "." : "", key);
+  attnd_fmt_member(field, 64, path, key);
   const json_t *v = json_object_get(obj, key);
   if (v == NULL || json_is_null(v)) {
     E(&o->d, ATTND_ERR_MISSING_FIELD, field, "%s is required", field);
@@ -363,7 +363,7 @@ static int read_params(oip_t *o, const json_t *ps) {
   for (int i = 0; i < P_COUNT; i++) {
     const json_t *v = json_object_get(ps, param_names[i]);
     char field[64];
-    snprintf(field, sizeof field, "parameters.%s", param_names[i]);
+    attnd_fmt_member(field, sizeof field, "parameters", param_names[i]);
     if (v == NULL || json_is_null(v))
       continue;
     if (o->layer && (generic_params >> i & 1))
@@ -455,7 +455,7 @@ static int read_input_params(oip_t *o, const json_t *v, oip_in_t *in) {
   static const char *const known[] = {"binary_data_size", NULL};
   const json_t *ps = json_object_get(v, "parameters");
   char field[64];
-  snprintf(field, sizeof field, "%s.parameters", in->path);
+  attnd_fmt_member(field, sizeof field, in->path, "parameters");
   in->binary_size = -1;
   if (ps == NULL || json_is_null(ps))
     return 0;
@@ -466,7 +466,8 @@ static int read_input_params(oip_t *o, const json_t *v, oip_in_t *in) {
   const json_t *size = json_object_get(ps, "binary_data_size");
   if (size == NULL || json_is_null(size))
     return 0;
-  snprintf(field, sizeof field, "%s.parameters.binary_data_size", in->path);
+  attnd_fmt_member(field, sizeof field, in->path,
+                   "parameters.binary_data_size");
   if (attnd__dec_int(&o->d, size, field, field, 0, INT64_MAX,
                      &in->binary_size) < 0)
     return -1;
@@ -500,7 +501,7 @@ static int read_shape(oip_t *o, const json_t *v, oip_in_t *in) {
   in->rank = (int)rank;
   in->n = 1;
   for (size_t k = 0; k < rank; k++) {
-    snprintf(path, sizeof path, "%s[%zu]", field, k);
+    attnd_fmt_index(path, sizeof path, field, (int64_t)k);
     if (attnd__dec_int(&o->d, json_array_get(sh, k), field, path, 1, INT64_MAX,
                        &in->dim[k]) < 0)
       return -1;
@@ -574,8 +575,7 @@ static int walk(oip_t *o, const oip_in_t *in, const json_t *v, int level,
              n, in->shape, (long long)in->dim[level], level);
   for (size_t k = 0; k < n; k++) {
     const json_t *x = json_array_get(v, k);
-    size_t pl = plen + (size_t)snprintf(path + plen, 128 - plen, "[%zu]", k);
-    pl = pl < 128 ? pl : 127;
+    size_t pl = plen + attnd_fmt_index(path + plen, 128 - plen, "", (int64_t)k);
     if (last && json_is_array(x))
       return flat && in->rank > 1
                  ? E(&o->d, ATTND_ERR_RAGGED_TENSOR, field,
@@ -664,7 +664,7 @@ static int fill_json(oip_t *o, const json_t *v, const oip_in_t *in,
     return E(&o->d, ATTND_ERR_SIZE_MISMATCH, field,
              "%s has %zu elements, but %s's shape %s needs %lld", field, n,
              in->def->name, in->shape, (long long)in->n);
-  size_t plen = (size_t)snprintf(path, sizeof path, "%s", field);
+  size_t plen = attnd_fmt_str(path, sizeof path, field);
   int64_t i = 0;
   if (walk(o, in, data, 0, flat, NULL, &i, field, path, plen) < 0)
     return -1;
@@ -713,7 +713,8 @@ static int64_t first_non_finite(const float *x, int64_t n) {
 static int fill_binary(oip_t *o, const oip_in_t *in, void **out) {
   dec_t *d = &o->d;
   char field[64], at[96];
-  snprintf(field, sizeof field, "%s.parameters.binary_data_size", in->path);
+  attnd_fmt_member(field, sizeof field, in->path,
+                   "parameters.binary_data_size");
   size_t es = dtype_size[in->dtype];
   if ((uint64_t)in->binary_size != (uint64_t)in->n * es)
     return E(d, ATTND_ERR_SIZE_MISMATCH, field,
@@ -801,7 +802,7 @@ static int read_input(oip_t *o, const json_t *v, size_t at) {
                                       "parameters", "data",  NULL};
   oip_in_t in;
   void *data = NULL;
-  snprintf(in.path, sizeof in.path, "inputs[%zu]", at);
+  attnd_fmt_index(in.path, sizeof in.path, "inputs", (int64_t)at);
   if (!json_is_object(v))
     return bad_type(o, in.path, v,
                     "an object with name, shape, datatype and data");
@@ -847,7 +848,7 @@ static int read_output(oip_t *o, const json_t *v, size_t at) {
   static const char *const pknown[] = {"binary_data", NULL};
   attnd_request_t *j = o->d.req;
   char path[32], field[64];
-  snprintf(path, sizeof path, "outputs[%zu]", at);
+  attnd_fmt_index(path, sizeof path, "outputs", (int64_t)at);
   if (!json_is_object(v))
     return bad_type(o, path, v, "an object with a name");
   if (attnd__dec_members(&o->d, v, path, known) < 0)
@@ -869,14 +870,14 @@ static int read_output(oip_t *o, const json_t *v, size_t at) {
   int binary = o->binary_all;
   const json_t *ps = json_object_get(v, "parameters");
   char pfield[64];
-  snprintf(pfield, sizeof pfield, "%s.parameters", path);
+  attnd_fmt_member(pfield, sizeof pfield, path, "parameters");
   if (ps && !json_is_null(ps)) {
     if (!json_is_object(ps))
       return bad_type(o, pfield, ps, "an object");
     if (attnd__dec_members(&o->d, ps, pfield, pknown) < 0)
       return -1;
     const json_t *b = json_object_get(ps, "binary_data");
-    snprintf(field, sizeof field, "%s.parameters.binary_data", path);
+    attnd_fmt_member(field, sizeof field, path, "parameters.binary_data");
     if (b && !json_is_null(b) && param_bool(o, b, field, &binary) < 0)
       return -1;
   }

@@ -1,6 +1,5 @@
 /* server/oip_reply.c: the Open Inference Protocol's paths, and the reply of
  * a computed inference request. See oip.h. */
-#include <stdio.h>
 #include <string.h>
 
 #include "codec/util.h"
@@ -118,12 +117,17 @@ void attnd_oip_encode(attnd_request_t *j, const char *model, attnd_buf_t *b,
     out_t o = output_of(j, bit);
     char shape[128];
     attnd_shape_text(shape, sizeof shape, o.rank, o.dim, ",");
-    attnd_buf_printf(b,
-                     "%s{\"name\":\"%s\",\"datatype\":\"FP32\",\"shape\":%s,",
-                     i ? "," : "", attnd_oip_output_name(bit), shape);
+    attnd_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
+    attnd_buf_puts(b, attnd_oip_output_name(bit));
+    attnd_buf_puts(b, "\",\"datatype\":\"FP32\",\"shape\":");
+    attnd_buf_puts(b, shape);
+    attnd_buf_puts(b, ",");
     if (j->oip_binary & bit) {
-      attnd_buf_printf(b, "\"parameters\":{\"binary_data_size\":%zu}}",
-                       count(&o) * sizeof(float));
+      char num[24];
+      attnd_buf_puts(b, "\"parameters\":{\"binary_data_size\":");
+      attnd_buf_append(
+          b, num, attnd_fmt_i64(num, (int64_t)(count(&o) * sizeof(float))));
+      attnd_buf_puts(b, "}}");
     } else {
       attnd_buf_puts(b, "\"data\":");
       attnd_buf_floats(b, o.x, count(&o), 0, NULL);

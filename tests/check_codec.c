@@ -872,6 +872,33 @@ START_TEST(test_fmt_numbers) {
 }
 END_TEST
 
+/* attnd_fmt_member and attnd_fmt_index against snprintf, at every buffer
+ * size from 1 up to room for the whole text: the same bytes, cut alike,
+ * and the length written. */
+START_TEST(test_fmt_paths) {
+  static const char *const a[] = {"", "query", "inputs[3].parameters"};
+  static const char *const b[] = {"shape", "binary_data_size", ""};
+  static const int64_t k[] = {0, 7, 12345, -1, INT64_MAX};
+  char got[64], want[64];
+  for (size_t i = 0; i < 3; i++) {
+    for (size_t j = 0; j < 3; j++)
+      for (size_t size = 1; size <= sizeof got; size++) {
+        size_t n = attnd_fmt_member(got, size, a[i], b[j]);
+        snprintf(want, size, "%s%s%s", a[i], *a[i] ? "." : "", b[j]);
+        ck_assert_str_eq(got, want);
+        ck_assert_uint_eq(n, strlen(want));
+      }
+    for (size_t j = 0; j < sizeof k / sizeof k[0]; j++)
+      for (size_t size = 1; size <= sizeof got; size++) {
+        size_t n = attnd_fmt_index(got, size, a[i], k[j]);
+        snprintf(want, size, "%s[%lld]", a[i], (long long)k[j]);
+        ck_assert_str_eq(got, want);
+        ck_assert_uint_eq(n, strlen(want));
+      }
+  }
+}
+END_TEST
+
 START_TEST(test_b64_random) {
   rng_t r = rng_seeded(400 + (uint64_t)_i);
   unsigned char src[1001], back[1001];
@@ -1670,6 +1697,23 @@ START_TEST(test_scan_strings) {
   ck_assert_ptr_nonnull(strstr(sk.data, "\"AAAA\\u0000AAAAAAAA\""));
   ck_assert_ptr_nonnull(strstr(sk.data, "\"AAAA\\ud800AAAAAAAA\""));
   ck_assert_ptr_nonnull(strstr(sk.data, "\"AAAAAAAAAAAAAAAA\": [1, 2]"));
+  /* a string placeholder's value names its item exactly, and nothing
+   * else does: another nonce, index or spelling, or an array item */
+  ck_assert_ptr_eq(attnd_bulk_string(&set, "\001bulk:12345:2"),
+                   &set.items[2]);
+  ck_assert_ptr_eq(attnd_bulk_string(&set, "\001bulk:12345:0"),
+                   &set.items[0]);
+  static const char *const not_items[] = {
+      "\001bulk:12346:2",  "\001bulk:12345:02", "\001bulk:012345:2",
+      "\001bulk:12345:2 ", "\001bulk: 12345:2", "\001bulk:+12345:2",
+      "\001bulk:12345:-2", "\001bulk:12345",    "\001bulk:12345:",
+      "\001bulk:12345:99", "\001bulk::2",       "\002bulk:12345:2",
+      "\001bulk:12345:18446744073709551618",
+      "\001bulk:18446744073709564761:2", /* 12345 + 2^64 */
+      "\001bulk:12345:2:", "bulk:12345:2"};
+  for (size_t i = 0; i < sizeof not_items / sizeof not_items[0]; i++)
+    ck_assert_msg(attnd_bulk_string(&set, not_items[i]) == NULL, "%s",
+                  not_items[i] + 1);
   attnd_bulk_set_free(&set);
   attnd_buf_free(&sk);
   /* and the equivalence property, with strings of every length lifted */
@@ -2366,6 +2410,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_format_edges);
   tcase_add_test(tc, test_floats_put);
   tcase_add_test(tc, test_fmt_numbers);
+  tcase_add_test(tc, test_fmt_paths);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("base64");

@@ -275,14 +275,39 @@ static int is_key_of(const char *s, size_t n, const char *const *keys) {
   return 0;
 }
 
+/* The decimal at *s (digits, as bulk_add writes them: no sign, no leading
+ * zero but in "0") into *v, moving *s past it; -1 where there is none or it
+ * is over UINT64_MAX. Not sscanf: the decoder reads every string through
+ * here, and printf's family is slow in attnd (codec/util.h). */
+static int is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+static int placeholder_number(const char **s, uint64_t *v) {
+  const char *p = *s;
+  uint64_t x = 0;
+  if (!is_digit(*p) || (*p == '0' && is_digit(p[1])))
+    return -1;
+  for (; is_digit(*p); p++) {
+    uint64_t digit = (uint64_t)(*p - '0');
+    if (x > UINT64_MAX / 10 || x * 10 > UINT64_MAX - digit)
+      return -1;
+    x = x * 10 + digit;
+  }
+  *s = p;
+  *v = x;
+  return 0;
+}
+
 const attnd_bulk_t *attnd_bulk_string(const attnd_bulk_set_t *set,
                                       const char *s) {
-  unsigned long long nonce, idx;
-  int used = 0;
-  if (strncmp(s, "\001bulk:", 6) != 0 ||
-      sscanf(s + 6, "%llu:%llu%n", &nonce, &idx, &used) != 2 ||
-      s[6 + used] != 0 || nonce != set->nonce || idx >= set->n ||
-      set->items[idx].text == NULL)
+  uint64_t nonce, idx;
+  if (strncmp(s, "\001bulk:", 6) != 0)
+    return NULL;
+  s += 6;
+  if (placeholder_number(&s, &nonce) < 0 || *s++ != ':' ||
+      placeholder_number(&s, &idx) < 0 || *s != 0 || nonce != set->nonce ||
+      idx >= set->n || set->items[idx].text == NULL)
     return NULL;
   return &set->items[idx];
 }

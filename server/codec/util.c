@@ -100,6 +100,27 @@ static void put_cut(char *buf, size_t n, size_t *k, const char *src,
   *k += len;
 }
 
+size_t attnd_fmt_member(char *dst, size_t size, const char *a, const char *b) {
+  size_t k = 0;
+  put_cut(dst, size, &k, a, strlen(a));
+  if (*a)
+    put_cut(dst, size, &k, ".", 1);
+  put_cut(dst, size, &k, b, strlen(b));
+  dst[k] = 0;
+  return k;
+}
+
+size_t attnd_fmt_index(char *dst, size_t size, const char *a, int64_t i) {
+  char num[24];
+  size_t k = 0;
+  put_cut(dst, size, &k, a, strlen(a));
+  put_cut(dst, size, &k, "[", 1);
+  put_cut(dst, size, &k, num, attnd_fmt_i64(num, i));
+  put_cut(dst, size, &k, "]", 1);
+  dst[k] = 0;
+  return k;
+}
+
 size_t attnd_shape_text(char *buf, size_t n, int rank, const int64_t *dim,
                         const char *sep) {
   if (n == 0)

@@ -49,6 +49,15 @@ size_t attnd_fmt_ms(char *dst, double v);
  * snprintf(dst, size, "%s", s) does; returns the length copied. */
 size_t attnd_fmt_str(char *dst, size_t size, const char *s);
 
+/* The paths of fields that error messages name, which a decoder builds
+ * for every member it reads, before anything fails: so without printf too.
+ * Each writes into dst[0..size) (size > 0), cut to fit and NUL-terminated,
+ * and returns the length written:
+ *   attnd_fmt_member: "a.b", or b alone when a is "";
+ *   attnd_fmt_index: "a[k]". */
+size_t attnd_fmt_member(char *dst, size_t size, const char *a, const char *b);
+size_t attnd_fmt_index(char *dst, size_t size, const char *a, int64_t k);
+
 /* Writes the shape dim[0..rank) as "[2, 3]" (with `sep` ", ") or "[2,3]"
  * (with ","), truncated to fit buf[0..n) and NUL-terminated; returns the
  * length written. */
