@@ -3,6 +3,9 @@
 # the defaults with the demo layer, all measured by wrk in one run:
 #   healthz  GET /healthz: the anchor, what the HTTP layer alone answers;
 #   tiny     POST /v1/attention, L = 16, E = 16, 2 heads (JSON);
+#   tiny64   the same shape with its tensors in base64, both ways (from
+#            attnd-load --dump-body, its "return" dropped, so metrics on as
+#            in tiny): what is left when no number is read or printed;
 #   step     one-token steps of the demo layer's sessions, each attending
 #            over at most PREFILL + LIMIT = 128 keys (bench/wrk/step.lua:
 #            4 sessions a connection, taken in turn, truncated back to 64
@@ -49,6 +52,9 @@ rows() {
 }
 printf '{"query":%s,"num_heads":2}' "$(rows 16 16 1)" >"$out/tiny.json"
 printf '{"query":%s}' "$(rows 1 64 2)" >"$out/step.json"
+"$build/attnd-load" --lengths 16 --embed 16 --heads 2 --causal none \
+  --encoding base64 --dump-body "$out/tiny64.full.json" >/dev/null
+sed 's/,"return":{[^}]*}//' "$out/tiny64.full.json" >"$out/tiny64.json"
 printf '{"query":%s}' "$(rows $PREFILL 64 3)" >"$out/prefill.json"
 
 # The median of the numbers given as arguments.
@@ -74,18 +80,18 @@ for c in ${CONCURRENCY:-16 64}; do
     ids="$ids $id"
   done
   wrk -t1 -c"$c" -d1s "$url/healthz" >/dev/null # warm-up
-  for what in healthz tiny step; do
+  for what in healthz tiny tiny64 step; do
     eval "r_$what='' p_$what='' e_$what=0 t_$what=0 n_$what=0"
   done
   for rep in $(seq "${REPS:-3}"); do
-    for what in healthz tiny step; do
+    for what in healthz tiny tiny64 step; do
       f=$out/$what-c$c-$rep.txt
       t0=$(ticks)
       # shellcheck disable=SC2086 # the ids are words
       case $what in
       healthz) wrk -t1 -c"$c" -d"${secs}s" -s "$here/get.lua" "$url/healthz" >"$f" ;;
-      tiny) wrk -t1 -c"$c" -d"${secs}s" -s "$here/attention.lua" \
-        "$url/v1/attention" -- "$out/tiny.json" >"$f" ;;
+      tiny | tiny64) wrk -t1 -c"$c" -d"${secs}s" -s "$here/attention.lua" \
+        "$url/v1/attention" -- "$out/$what.json" >"$f" ;;
       step) wrk -t1 -c"$c" -d"${secs}s" -s "$here/step.lua" "$url" -- \
         "$out/step.json" $PREFILL $LIMIT $ids >"$f" ;;
       esac
@@ -98,7 +104,7 @@ for c in ${CONCURRENCY:-16 64}; do
   done
   # shellcheck disable=SC2154,SC2086
   hz=$(median $r_healthz)
-  for what in healthz tiny step; do
+  for what in healthz tiny tiny64 step; do
     eval "r=\$(median \$r_$what) p=\$(median \$p_$what) e=\$e_$what"
     eval "t=\$t_$what n=\$n_$what"
     # shellcheck disable=SC2154
