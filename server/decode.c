@@ -908,11 +908,10 @@ static int decode_path(const char *body, size_t len, const attnd_config_t *cfg,
     slow = 0;
     attnd_error_set(
         err, ATTND_ERR_PAYLOAD_TOO_LARGE, "",
-        "the body has %zu bytes of JSON outside tensor data (arrays "
-        "of %d numbers or more, base64 texts) and long strings, "
-        "over max_json_structure_bytes %lld",
-        len - bulk.lifted_bytes, ATTND_BULK_MIN_ELEMS,
-        (long long)cfg->max_json_structure_bytes);
+        "the body has %zu bytes of JSON outside tensor data (arrays of "
+        "numbers, base64 texts) and long strings, over "
+        "max_json_structure_bytes %lld",
+        len - bulk.lifted_bytes, (long long)cfg->max_json_structure_bytes);
   } else if (fast && bulk.n > 0) {
     json_t *root = attnd__dec_parse(skel.data, skel.len, &je, &oom);
     if (root && restore_strings(root, &bulk) < 0)

@@ -11,9 +11,13 @@
 #include "request.h"
 #include "session.h"
 
-/* The fast path lifts arrays of at least this many numbers, and strings of
- * at least this many characters, out of jansson's way. */
-#define ATTND_BULK_MIN_ELEMS 64
+/* The fast path lifts every array of numbers under a tensor's member (of
+ * at least this many: one), and strings of at least this many characters,
+ * out of jansson's way. Small arrays too: jansson builds a tree node for
+ * each number, and the decoder then walks them one by one, so a body of 60
+ * numbers (15 x 4) that jansson read whole took 16.3 us to decode, and
+ * 2.5 us lifted. */
+#define ATTND_BULK_MIN_ELEMS 1
 #define ATTND_BULK_MIN_STRING 1024
 
 /* The decoder's state for one request body. */

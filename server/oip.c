@@ -1066,7 +1066,7 @@ int attnd__oip_decode_path(const char *model, const char *body, size_t len,
              .own_bytes = own_bytes};
   memset(o.input_at, -1, sizeof o.input_at);
   memset(o.output_at, -1, sizeof o.output_at);
-  /* the fast path: "data" arrays of 64 numbers or more lifted out of
+  /* the fast path: "data" arrays of numbers lifted out of
    * jansson's way; both paths refuse first a body whose JSON outside them
    * is over max_json_structure_bytes */
   attnd_bulk_set_t bulk;
@@ -1086,9 +1086,8 @@ int attnd__oip_decode_path(const char *model, const char *body, size_t len,
   } else if ((int64_t)(n - bulk.lifted_bytes) > cfg->max_json_structure_bytes) {
     attnd_error_set(err, ATTND_ERR_PAYLOAD_TOO_LARGE, "",
                     "the body has %zu bytes of JSON outside tensor data "
-                    "(arrays of %d numbers or more), over "
-                    "max_json_structure_bytes %lld",
-                    n - bulk.lifted_bytes, ATTND_BULK_MIN_ELEMS,
+                    "(arrays of numbers), over max_json_structure_bytes %lld",
+                    n - bulk.lifted_bytes,
                     (long long)cfg->max_json_structure_bytes);
     unsure = 0;
   } else if (fast && bulk.n > 0) {

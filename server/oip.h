@@ -73,7 +73,7 @@
  * *own is the malloc'd block of own_bytes that holds the body: a request
  * decoded may take it (*own is then NULL; a failed decode leaves it), and
  * use FP32 data aligned in it where it lies, with no copy. JSON data
- * arrays of 64 numbers or more are read by the bulk scanner (codec/bulk.h)
+ * arrays of numbers are read by the bulk scanner (codec/bulk.h)
  * rather than jansson, which reads only the rest, within
  * max_json_structure_bytes; an error about their values is worded by a
  * decode of the whole text by jansson, so that both give the same. With a layer

@@ -644,6 +644,38 @@ START_TEST(test_structure_limit) {
 }
 END_TEST
 
+/* Every array of numbers under a tensor's member is lifted, however small:
+ * a few numbers read by jansson's tree cost several times what the
+ * scanner does. Each body decodes with no whole-body parse by jansson, and
+ * both paths give the same request. */
+START_TEST(test_small_arrays_lifted) {
+  static const char *const bodies[] = {
+      "{\"num_heads\":2,\"query\":[[0.5,-1,2,3],[4,5,6,7]]}",
+      "{\"num_heads\":1,\"query\":[[1]],\"key\":[[2],[3]],"
+      "\"value\":[[4],[5]],\"mask\":{\"allow\":[[true,false]]}}",
+      "{\"num_heads\":1,\"query\":{\"shape\":[1,2],\"data\":[1,2]}}",
+      "{\"num_heads\":2,\"query\":[[1,2],[3,4]],\"mask\":"
+      "{\"alibi\":[0.5,0.25]}}",
+      "{\"num_heads\":1,\"rope\":{},\"query\":[[1,2],[3,4]],"
+      "\"positions\":{\"query\":[7,9]}}",
+  };
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+    attnd_request_t *j = NULL;
+    attnd_error_t e;
+    uint64_t before = attnd__decode_slow_runs;
+    int r = decode(bodies[i], &j, &e);
+    ck_assert_msg(r == 0, "body %zu: %s", i, e.message);
+    ck_assert_msg(attnd__decode_slow_runs == before,
+                  "body %zu was parsed whole by jansson", i);
+    attnd_request_free(j);
+    char why[1024];
+    ck_assert_msg(decode_diff(bodies[i], strlen(bodies[i]), &cfg, why,
+                              sizeof why) == 0,
+                  "body %zu: %s", i, why);
+  }
+}
+END_TEST
+
 /* The fast path falls back to jansson on the whole body only when it must
  * (issue 11: a hostile body could otherwise have jansson read every
  * megabyte of its tensors again): not for an error elsewhere, nor for
@@ -1837,6 +1869,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_paths_agree, 0, N_DIFF);
   tcase_add_test(tc, test_step_paths_agree);
+  tcase_add_test(tc, test_small_arrays_lifted);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("oom");

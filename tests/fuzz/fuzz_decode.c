@@ -9,8 +9,9 @@
  *
  * The limits are small (fuzz_small_config, as the http harness's) so that
  * a body that asks for a big shape is refused before anything of that size
- * is allocated; the fast path lifts arrays of 64 numbers or more and strings of
- * 1024 characters or more, which bodies of a few KB reach. One layer is
+ * is allocated; the fast path lifts every array of numbers under a tensor's
+ * member and strings of 1024 characters or more, which bodies of a few KB
+ * reach. One layer is
  * loaded, "L" (fuzz_layer: torch_mha, E = 8, H = 2, RoPE, causal),
  * so that bodies naming it take the layer's path. */
 #include <stdint.h>
