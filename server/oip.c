@@ -1095,8 +1095,10 @@ int attnd__oip_decode_path(const char *model, const char *body, size_t len,
   }
   attnd_buf_free(&skel);
   attnd_bulk_set_free(&bulk);
-  if (*out == NULL && unsure)
+  if (*out == NULL && unsure) {
+    attnd__decode_slow_runs++;
     *out = decode_once(o, body, n, NULL, &unsure);
+  }
   attnd__dec_tree_end();
   if (*out == NULL)
     return -1;

@@ -167,8 +167,9 @@ int attnd__step_decode_path(const char *body, size_t len,
 int attnd_request_plan(attnd_request_t *req, const attnd_config_t *cfg,
                        attnd_error_t *err);
 
-/* For tests: how many times this thread's decodes have had jansson parse
- * a whole body (the slow path, or the fast path falling back to it). */
+/* For tests: how many times this thread's decodes (/v1, steps and OIP) have
+ * had jansson parse a whole body (the slow path, or the fast path falling
+ * back to it). */
 extern _Thread_local uint64_t attnd__decode_slow_runs;
 
 /* The memory the request holds at its peak: its decoded tensors, the

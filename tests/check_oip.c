@@ -492,6 +492,27 @@ static attnd_request_t *decode_ok(const char *model, const char *body) {
   return r;
 }
 
+/* "data" arrays are lifted by the bulk scanner however short (decode.h,
+ * ATTND_BULK_MIN_ELEMS): a small body is never parsed whole by jansson,
+ * and both paths give the same request. */
+START_TEST(test_small_data_lifted) {
+  static const char *const bodies[] = {
+      "{\"parameters\":{\"num_heads\":1},\"inputs\":[{\"name\":\"query\","
+      "\"shape\":[1,1],\"datatype\":\"FP32\",\"data\":[1]}]}",
+      "{\"parameters\":{\"num_heads\":2},\"inputs\":[{\"name\":\"query\","
+      "\"shape\":[2,4],\"datatype\":\"FP16\",\"data\":[[0.5,-1,2,3],"
+      "[4,5,6,7]]}]}",
+  };
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+    uint64_t before = attnd__decode_slow_runs;
+    attnd_request_free(decode_ok(ATTND_OIP_GENERIC, bodies[i]));
+    ck_assert_msg(attnd__decode_slow_runs == before,
+                  "body %zu was parsed whole by jansson", i);
+    ck_assert(paths_agree(ATTND_OIP_GENERIC, bodies[i], strlen(bodies[i]), -1));
+  }
+}
+END_TEST
+
 /* FP16 and BF16 numbers are converted to float32 directly, not rounded to
  * the declared type first. */
 START_TEST(test_direct_conversion) {
@@ -1110,6 +1131,7 @@ Suite *test_suite(void) {
                       (int)(sizeof param_cases / sizeof param_cases[0]));
   tcase_add_loop_test(tc, test_layer_models, 0, 2);
   tcase_add_test(tc, test_direct_conversion);
+  tcase_add_test(tc, test_small_data_lifted);
   tcase_add_loop_test(tc, test_binary_same, 0, 8);
   tcase_add_test(tc, test_lifted);
   suite_add_tcase(s, tc);

@@ -275,14 +275,14 @@ static int is_key_of(const char *s, size_t n, const char *const *keys) {
   return 0;
 }
 
-/* The decimal at *s (digits, as bulk_add writes them: no sign, no leading
- * zero but in "0") into *v, moving *s past it; -1 where there is none or it
- * is over UINT64_MAX. Not sscanf: the decoder reads every string through
- * here, and printf's family is slow in attnd (codec/util.h). */
 static int is_digit(char c) {
   return c >= '0' && c <= '9';
 }
 
+/* The decimal at *s (digits, as bulk_add writes them: no sign, no leading
+ * zero but in "0") into *v, moving *s past it; -1 where there is none or it
+ * is over UINT64_MAX. Not sscanf: the decoder reads every string through
+ * here, and printf's family is slow in attnd (codec/util.h). */
 static int placeholder_number(const char **s, uint64_t *v) {
   const char *p = *s;
   uint64_t x = 0;
