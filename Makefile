@@ -6,6 +6,8 @@
 #   make openapi-check  lint docs/openapi.json, run the integration suites
 #                and validate every reply they got against it
 #   make ui-test the page at / in Debian's chromium (tests/ui/)
+#   make container-test  the image, compose and Kubernetes files, in podman
+#   make newcomer-test   `make test` and `make run` in a bare debian:bookworm
 #   make all     build everything
 #
 # Libraries are found with pkg-config. The recipes that need them run in a
@@ -82,7 +84,7 @@ TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all build run test check asan deps clean format bench bench-small bench-compare compare \
-  loadtest container-test fuzz openapi-lint openapi-check ui-test
+  loadtest container-test newcomer-test fuzz openapi-lint openapi-check ui-test
 .DEFAULT_GOAL := all
 
 all: deps
@@ -198,6 +200,12 @@ loadtest: deps
 container-test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/attnd $(BUILD)/attnd-load
 	sh docker/container-test.sh $(BUILD)
+
+# The README's `make test` and `make run`, as a newcomer runs them: in a
+# bare debian:bookworm container with make, git and ca-certificates, on a
+# clone of HEAD (docker/newcomer-test.sh; podman, as container-test).
+newcomer-test:
+	sh docker/newcomer-test.sh
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 OPT=-O1 check

@@ -56,7 +56,6 @@ NPM_DIR=${ATTND_CT_NPM:-/tmp/attnd-container-test/npm}
 IMAGE=localhost/attnd:latest # the name compose.yaml and deployment.yaml use
 LB_IMAGE=localhost/attnd-lb:latest
 BUILD_IMAGE=localhost/attnd-build:latest # the Dockerfile's build stage
-BASE=docker.io/library/debian
 CT=attnd-ct # prefix of every container, pod and compose project made here
 MAX_IMAGE_BYTES=150000000
 
@@ -151,6 +150,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # ---- helpers ------------------------------------------------------------------
+
+# shellcheck source=docker/podman.sh
+. "$ROOT/docker/podman.sh"
 
 # pick_port: sets PORT to a free TCP port on 127.0.0.1, never the same twice
 # in a run. (Not in a subshell: it remembers what it gave.) Below the
@@ -412,126 +414,20 @@ wait_layers() {
 begin prerequisites
 mkdir -p "$W" "$CACHE"
 find "$W" -mindepth 1 -delete
-# command, then the Debian package that provides it
-need='podman podman
-buildah buildah
-runc runc
-debootstrap debootstrap
-fuse-overlayfs fuse-overlayfs
-newuidmap uidmap
-catatonit catatonit
-iptables iptables
-podman-compose podman-compose
-/usr/lib/cni/dnsname golang-github-containernetworking-plugin-dnsname
-nginx nginx
-curl curl
-ss iproute2
-node nodejs
-npm npm'
-missing=$(echo "$need" | while read -r cmd pkg; do
-  case $cmd in /*) [ -e "$cmd" ] || echo "$pkg" ;; *) command -v "$cmd" >/dev/null 2>&1 || echo "$pkg" ;; esac
-done | sort -u | tr '\n' ' ')
-if [ -n "$missing" ]; then
-  [ "$(id -u)" = 0 ] || fail "missing packages; run: sudo apt-get install -y --no-install-recommends $missing"
-  echo "installing: $missing"
-  export DEBIAN_FRONTEND=noninteractive
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends $missing; } >"$W/apt.log" 2>&1 ||
-    { show "$W/apt.log"; fail "apt-get install $missing failed"; }
-fi
+# podman's own packages are docker/podman.sh's; then the commands this test
+# drives beside them, each with the Debian package that provides it.
+podman_install podman-compose=podman-compose nginx=nginx curl=curl ss=iproute2 \
+  node=nodejs npm=npm
+missing=$PODMAN_INSTALLED
 [ -x "$BUILD/attnd" ] || fail "$BUILD/attnd is missing: run through 'make container-test'"
-[ "$(id -u)" = 0 ] || fail "podman here needs root (cgroupfs, bridge networks)"
-
-# podman's defaults fail on these machines: it asks for 1048576 open files,
-# above the hard limit that even root cannot raise, and for more processes
-# than it may have; and crun does not support their hybrid cgroups (runc
-# does). Builds use the host's network; containers below ask for a bridge.
-hard=$(ulimit -Hn)
-[ "$hard" = unlimited ] && hard=1048576
-cat >"$W/containers.conf" <<EOF
-[containers]
-default_ulimits = ["nofile=$hard:$hard", "nproc=32768:32768"]
-netns = "host"
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-EOF
-export CONTAINERS_CONF=$W/containers.conf
+podman_configure
 pass "${missing:+installed $missing; }podman $(podman --version | awk '{print $3}'), nginx $(nginx -v 2>&1 | sed 's|.*/||'), node $(node --version)"
 
 # ---- 2. base image ----------------------------------------------------------------
 
-# debian:bookworm-slim as the official image is made (debuerreotype's slim
-# variant): minbase, no docs, man pages or locales, and dpkg told to keep it
-# so; the same image is tagged debian:bookworm for the build stage, which
-# installs its compiler itself.
-make_base() {
-  local mirror security rootfs=$CACHE/rootfs.$$ tar=$CACHE/debian-bookworm-slim.tar
-  mirror=$(awk '/^URIs:/ && $2 !~ /security/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-  security=$(awk '/^URIs:/ && $2 ~ /security/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-  mirror=${mirror:-http://deb.debian.org/debian}
-  security=${security:-${mirror%/debian}/debian-security}
-  echo "debootstrap from $mirror (log: $W/debootstrap.log)"
-  rm -rf "$rootfs"
-  debootstrap --variant=minbase bookworm "$rootfs" "$mirror" >"$W/debootstrap.log" 2>&1 ||
-    { show "$W/debootstrap.log"; rm -rf "$rootfs"; fail "debootstrap failed"; }
-  rm -f "$rootfs/etc/apt/sources.list" "$rootfs/etc/resolv.conf"
-  : >"$rootfs/etc/hostname"
-  cat >"$rootfs/etc/apt/sources.list.d/debian.sources" <<EOF
-Types: deb
-URIs: $mirror
-Suites: bookworm bookworm-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-
-Types: deb
-URIs: $security
-Suites: bookworm-security
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-  cat >"$rootfs/etc/dpkg/dpkg.cfg.d/docker" <<'EOF'
-# As in the official debian:*-slim images: no documentation, man pages or
-# translations, in this image or in anything installed on it.
-path-exclude /usr/share/doc/*
-path-include /usr/share/doc/*/copyright
-path-exclude /usr/share/groff/*
-path-exclude /usr/share/info/*
-path-exclude /usr/share/linda/*
-path-exclude /usr/share/lintian/overrides/*
-path-exclude /usr/share/locale/*
-path-exclude /usr/share/man/*
-EOF
-  cat >"$rootfs/etc/apt/apt.conf.d/docker-clean" <<'EOF'
-DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
-APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };
-Dir::Cache::pkgcache "";
-Dir::Cache::srcpkgcache "";
-EOF
-  echo 'Acquire::Languages "none";' >"$rootfs/etc/apt/apt.conf.d/docker-no-languages"
-  rm -rf "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb \
-    "$rootfs"/var/lib/apt/lists/* "$rootfs"/tmp/* "$rootfs"/var/tmp/* \
-    "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/locale/* \
-    "$rootfs"/usr/share/groff/* "$rootfs"/usr/share/lintian/* "$rootfs"/usr/share/linda/*
-  find "$rootfs/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
-  find "$rootfs/usr/share/doc" -mindepth 1 -type d -empty -delete
-  find "$rootfs/var/log" -type f -exec truncate -s 0 {} +
-  tar --numeric-owner -C "$rootfs" -cf "$tar.tmp" . && mv "$tar.tmp" "$tar"
-  rm -rf "$rootfs"
-}
-
 begin "base image"
-how="in podman's store"
-if ! podman image exists $BASE:bookworm-slim || ! podman image exists $BASE:bookworm; then
-  how="imported from $CACHE"
-  [ -f "$CACHE/debian-bookworm-slim.tar" ] || { make_base; how="made with debootstrap, cached in $CACHE"; }
-  podman import --change 'CMD ["bash"]' \
-    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    "$CACHE/debian-bookworm-slim.tar" $BASE:bookworm-slim >"$W/import.log" 2>&1 ||
-    { show "$W/import.log"; fail "podman import failed"; }
-  podman image exists $BASE:bookworm || podman tag $BASE:bookworm-slim $BASE:bookworm
-fi
-pass "debian:bookworm and debian:bookworm-slim $how ($(podman image inspect -f '{{.Size}}' $BASE:bookworm-slim | awk '{printf "%.0f MB", $1 / 1e6}'))"
+base_image
+pass "debian:bookworm and debian:bookworm-slim $BASE_HOW ($(podman image inspect -f '{{.Size}}' $BASE:bookworm-slim | awk '{printf "%.0f MB", $1 / 1e6}'))"
 
 # ---- 3. image -----------------------------------------------------------------------
 
