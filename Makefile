@@ -37,11 +37,15 @@ endif
 # '=' so that pkg-config runs when a recipe needs it, after deps are in.
 CFLAGS_CORE = $(CFLAGS_COMMON) $(shell pkg-config --cflags $(PKG_CORE))
 LIBS_CORE = $(shell pkg-config --libs $(PKG_CORE)) -lm -fopenmp
-CFLAGS_SERVER = $(CFLAGS_CORE) -iquote server \
+# The codec library (codec/) is named from the top ("codec/buf.h"); the
+# server's rooms from server/ ("http/auth.h", "sched/request.h").
+CFLAGS_CODEC = $(CFLAGS_CORE) -iquote . $(shell pkg-config --cflags zlib)
+CFLAGS_SERVER = $(CFLAGS_CODEC) -iquote server \
   $(shell pkg-config --cflags $(PKG_SERVER))
 LIBS_SERVER = $(shell pkg-config --libs $(PKG_SERVER)) $(LIBS_CORE)
-# attnd-load: the core, the codec library, libcurl and jansson; no Check.
-CFLAGS_LOAD = $(CFLAGS_SERVER) $(shell pkg-config --cflags libcurl)
+# attnd-load: the core, the codec library, libcurl and jansson; no Check,
+# and nothing of the server's.
+CFLAGS_LOAD = $(CFLAGS_CODEC) $(shell pkg-config --cflags libcurl jansson)
 LIBS_LOAD = $(shell pkg-config --libs libcurl jansson zlib) $(LIBS_CORE)
 CFLAGS_TEST = $(CFLAGS_SERVER) $(shell pkg-config --cflags $(PKG_TEST))
 LIBS_TEST = $(shell pkg-config --libs $(PKG_TEST)) $(LIBS_SERVER)
@@ -56,10 +60,10 @@ CORE_SRC := $(filter-out core/kernel.c,$(wildcard core/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) \
   $(foreach isa,generic avx2 avx512,$(BUILD)/core/kernel_$(isa).o)
 
-SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/model/*.c))
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/assets.o
 
-# The files attnd serves from its binary (server/assets.h), URL=FILE: C
+# The files attnd serves from its binary (server/http/assets.h), URL=FILE: C
 # source written by tools/embed.c, one path for every BUILD as the demo
 # layer's.
 ASSETS := /openapi.json=docs/openapi.json \
@@ -67,10 +71,10 @@ ASSETS := /openapi.json=docs/openapi.json \
   $(foreach f,$(filter-out ui/index.html,$(wildcard ui/*)),/ui/$(notdir $(f))=$(f))
 ASSETS_C := build/gen/assets.c
 
-# The codec library: base64, numbers, the text buffer, the bulk scanner and
-# the shared helpers. It includes no server header; the server, attnd-load,
-# the benches and the tests all link it.
-CODEC_SRC := $(wildcard server/codec/*.c)
+# The codec library (codec/): base64, numbers, the text buffer, the bulk
+# scanner, content codings and the shared helpers. It includes no server
+# header; the server, attnd-load, the benches and the tests all link it.
+CODEC_SRC := $(wildcard codec/*.c)
 CODEC_OBJ := $(CODEC_SRC:%.c=$(BUILD)/%.o)
 
 # attnd-load: its library (everything but main.c) is also linked into the
@@ -226,6 +230,10 @@ $(BUILD)/server/%.o: server/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_SERVER) -c $< -o $@
 
+$(BUILD)/codec/%.o: codec/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_CODEC) -c $< -o $@
+
 $(BUILD)/core/%.o: core/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_CORE) -c $< -o $@
@@ -307,8 +315,8 @@ $(DEMO_LAYER): $(BUILD)/demo-layer
 	./$(BUILD)/demo-layer $@
 
 format:
-	clang-format -i $(wildcard include/attn/*.h core/*.[ch] server/*.[ch] \
-	  server/codec/*.[ch] server/model/*.[ch] \
+	clang-format -i $(wildcard include/attn/*.h core/*.[ch] codec/*.[ch] \
+	  server/*.[ch] server/*/*.[ch] \
 	  tests/*.[ch] tools/*.c tools/load/*.[ch] bench/*.c)
 
 clean:

@@ -8,9 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "access_log.h"
+#include "http/access_log.h"
 #include "codec/util.h"
-#include "run.h"
+#include "sched/run.h"
 #include "server.h"
 
 /* The server and what only its lifecycle needs. */

@@ -10,14 +10,14 @@
 #include <uv.h>
 
 #include "attn/attn.h"
-#include "auth.h"
-#include "budget.h"
 #include "config.h"
-#include "cors.h"
+#include "http/auth.h"
+#include "http/cors.h"
 #include "metrics.h"
 #include "model/layers.h"
-#include "scheduler.h"
-#include "session.h"
+#include "sched/budget.h"
+#include "sched/scheduler.h"
+#include "store/session.h"
 
 typedef struct attnd_server {
   const attnd_config_t *cfg;

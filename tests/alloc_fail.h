@@ -8,7 +8,7 @@
  * and static libraries of its link (ours, and Check's) goes through the
  * counters of alloc_fail.c; a failure returns NULL with errno ENOMEM, as
  * malloc does. Shared libraries are not reached; jansson's allocations are,
- * because server/decode.c gives jansson an allocator of its own that calls
+ * because server/api/decode.c gives jansson an allocator of its own that calls
  * malloc from libattnd.a. (A json_set_alloc_funcs of the tests' own would
  * replace that allocator, which is what turns jansson's failures into
  * out_of_memory, and test a server that does not exist.) free is not

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "access_log.h"
+#include "http/access_log.h"
 #include "server_harness.h"
 #include "suite.h"
 

@@ -1,4 +1,4 @@
-/* tests/check_auth.c: API keys (server/auth.c) without a server.
+/* tests/check_auth.c: API keys (server/http/auth.c) without a server.
  *
  * The Authorization header's parsing, from a table; the comparison's
  * result for every byte and bit that may differ; that checking takes the
@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "auth.h"
+#include "http/auth.h"
 #include "config.h"
 #include "suite.h"
 

@@ -1,4 +1,4 @@
-/* tests/check_cors.c: CORS headers (server/cors.c) without a server.
+/* tests/check_cors.c: CORS headers (server/http/cors.c) without a server.
  *
  * Each case configures cors_allow_origins, asks for the headers of a reply
  * (or a preflight) to a request with some Origin, and compares the exact
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cors.h"
+#include "http/cors.h"
 #include "suite.h"
 
 /* The headers collected as "Name: value\n" lines. */

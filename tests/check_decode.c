@@ -1,6 +1,6 @@
 /* tests/check_decode.c: request decoding from strings, with no server.
  *
- * Each case hands a body to attnd_request_decode (server/request.h) under
+ * Each case hands a body to attnd_request_decode (server/sched/request.h) under
  * the small limits that check_server's "errors" TCase gives its server
  * (limited_config below mirrors its flags), as jansson tests its loader
  * from strings. TCases:
@@ -38,10 +38,10 @@
 #include "config.h"
 #include "decode_diff.h"
 #include "layer_files.h"
-#include "request.h"
-#include "run.h"
+#include "sched/request.h"
+#include "sched/run.h"
 #include "server_harness.h"
-#include "session.h"
+#include "store/session.h"
 #include "suite.h"
 #include "testutil.h"
 
@@ -1117,7 +1117,7 @@ static char *oom_long_numbers(void) {
 }
 
 /* Integers beyond int64, which jansson reads only from the widened copy
- * of the text (server/decode.c): a second parse to fail in. */
+ * of the text (server/api/decode.c): a second parse to fail in. */
 static char *oom_big_int(void) {
   return strdup("{\"query\":[[18446744073709551616,2,3,4],[5,6,7,8]],"
                 "\"num_heads\":1,\"scale\":99999999999999999999}");

@@ -1,4 +1,4 @@
-/* tests/check_deflate.c: content codings (server/codec/deflate.h), against
+/* tests/check_deflate.c: content codings (codec/deflate.h), against
  * zlib's own one-shot calls.
  *
  * TCases:

@@ -28,7 +28,7 @@
  *     the decode columns, JSON and picture; a layer's sessions; sessions
  *     deleted behind its back created again, counted, and carried to the
  *     end with their checks passing; the options it refuses.
- * The v2 cases need a server that speaks /v2 (server/oip.c, http.c): they
+ * The v2 cases need a server that speaks /v2 (server/api/oip.c, http.c): they
  * fail, saying so, against one that does not.
  * No timings are asserted: only counts, orders and exit statuses. */
 #include <check.h>

@@ -1,5 +1,5 @@
 /* tests/check_oip.c: Open Inference Protocol requests decoded from strings
- * (server/oip.h), with no server.
+ * (server/api/oip.h), with no server.
  *
  * TCases:
  *   - same: an OIP request decodes to the same attnd_request_t as the /v1
@@ -27,8 +27,8 @@
 #include "config.h"
 #include "decode_diff.h"
 #include "layer_files.h"
-#include "oip.h"
-#include "request.h"
+#include "api/oip.h"
+#include "sched/request.h"
 #include "suite.h"
 
 static attnd_config_t cfg;

@@ -1,4 +1,4 @@
-/* tests/check_scheduler.c: the scheduler (server/scheduler.h) on its own,
+/* tests/check_scheduler.c: the scheduler (server/sched/scheduler.h) on its own,
  * on a real libuv loop, with fake jobs: FIFO order, admission and the
  * counts, deadlines while waiting and while running, clients that go away,
  * several workers, the outcomes of run's return codes, Retry-After, the
@@ -22,7 +22,7 @@
 
 #include "attn/error.h"
 #include "codec/util.h"
-#include "scheduler.h"
+#include "sched/scheduler.h"
 #include "suite.h"
 
 enum {

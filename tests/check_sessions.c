@@ -1,4 +1,4 @@
-/* tests/check_sessions.c: KV-cache sessions over HTTP (server/session.h),
+/* tests/check_sessions.c: KV-cache sessions over HTTP (server/store/session.h),
  * black-box against the real build/attnd.
  *
  * A session's steps are checked against a recomputation: the same tokens
@@ -3018,7 +3018,7 @@ END_TEST
 /* ---- regressions -----------------------------------------------------------
  *
  * Each of these failed once (a crash or a wrong number), found by the
- * suite and fixed in server/session.c and session_api.c. */
+ * suite and fixed in server/store/session.c and session_api.c. */
 
 /* A fork must not evict its own parent to make room for itself. With the
  * pool holding the parent alone, the fork's 4096 bytes can come only from

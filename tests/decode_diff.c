@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "session.h"
+#include "store/session.h"
 
 /* Whether tensors a and b hold the same shape and bytes. */
 static int same_tensor(const attn_tensor_t *a, const attn_tensor_t *b,

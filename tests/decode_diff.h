@@ -1,7 +1,7 @@
 /* tests/decode_diff.h: the decoder's two paths, compared (tests and
  * fuzzers; no Check, so that a libFuzzer harness links it too).
  *
- * attnd__request_decode_path (server/request.h) decodes a body by jansson
+ * attnd__request_decode_path (server/sched/request.h) decodes a body by jansson
  * alone (fast = 0) or with the bulk scanner's fast path first (fast = 1,
  * what the server does). The fast path must be invisible: every body
  * gives the same request, or the same error, either way. */
@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #include "config.h"
-#include "request.h"
+#include "sched/request.h"
 
 /* The layers both paths decode against (NULL, the default: none). */
 void decode_diff_set_layers(attnd_layer_set_t *layers);

@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_base64.c: base64 in and out (server/codec/base64.h).
+/* tests/fuzz/fuzz_base64.c: base64 in and out (codec/base64.h).
  *
  * The input is both bytes and text. As bytes: the encoding equals a plain
  * scalar reference's, and decodes back to the input. As text: decoding

@@ -1,4 +1,4 @@
-/* tests/fuzz/fuzz_number.c: JSON numbers in and out (server/codec/number.h).
+/* tests/fuzz/fuzz_number.c: JSON numbers in and out (codec/number.h).
  *
  * Parsing: the input is the text. A reference lexer written from RFC 8259's
  * grammar with jansson's token rules ("01", "1." and "1e" are invalid, not a

@@ -28,7 +28,7 @@
 #include "decode_diff.h"
 #include "fuzz.h"
 #include "model/layers.h"
-#include "oip.h"
+#include "api/oip.h"
 
 enum { LAYER = 1, FRAMED = 2, CODED = 4, DEFLATE = 8 };
 

@@ -25,10 +25,10 @@
 #include "decode_diff.h"
 #include "fuzz.h"
 #include "model/layers.h"
-#include "request.h"
-#include "run.h"
-#include "session.h"
-#include "session_api.h"
+#include "sched/request.h"
+#include "sched/run.h"
+#include "store/session.h"
+#include "api/session_api.h"
 
 static attnd_config_t cfg;
 static attnd_layer_set_t *layers;

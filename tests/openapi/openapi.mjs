@@ -74,7 +74,7 @@ function deref(doc, v, ptr) {
   return [v, ptr];
 }
 
-// attnd's path decoding (server/http.c, unescape_path): %XX decoded, except
+// attnd's path decoding (server/http/http.c, unescape_path): %XX decoded, except
 // %00, which stays as the three characters. Bytes as latin1, so that any
 // byte string round-trips.
 function decodePath(p) {

@@ -1,5 +1,5 @@
 /* tools/load/decode.h: decode mode, KV-cache sessions driven as a decoder
- * drives them (server/session.h, POST /v1/sessions and its steps).
+ * drives them (server/store/session.h, POST /v1/sessions and its steps).
  *
  * One run is one step of a sweep: `sessions` sessions, each
  *   1. created: POST /v1/sessions (the server picks the id), or with

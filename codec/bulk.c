@@ -1,0 +1,791 @@
+/* codec/bulk.c: the bulk scanner, and the number literals jansson
+ * refuses rewritten for it. See bulk.h. */
+#include "bulk.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "number.h"
+#include "util.h"
+
+_Thread_local uint64_t attnd__bulk_examined;
+
+/* Counts n bytes examined (bulk.h). */
+#define EXAMINED(n) (attnd__bulk_examined += (uint64_t)(n))
+
+/* ---- the bulk scanner -------------------------------------------------------
+ *
+ * One pass of a JSON lexer copies the text to the skeleton. It only needs to
+ * know where strings are and how deep the containers nest; at each '['
+ * outside a string it tries to read a bulk array (bulk_try). If that fails,
+ * the '[' is copied and lexing goes on right after it, so the arrays inside
+ * get their own tries. A leaf is read by at most ATTND_BULK_MAX_RANK tries
+ * (those of its nearest enclosing arrays; further ones stop at depth 5
+ * before reaching it), so the scan is linear.
+ *
+ * A string is skipped by string_close, whose two searches (for the next
+ * quote and for the next backslash) each move forward only, so a string
+ * full of escapes costs what a plain one does.
+ *
+ * Why the skeleton parses exactly when the text does, to the same value: a
+ * replaced array is a valid JSON array by jansson's own rules (the grammar
+ * below, numbers that jansson accepts, true/false) and so is its
+ * placeholder; a replaced string is a valid JSON string (only characters
+ * and escapes that jansson accepts) and so is its placeholder. jansson's
+ * parser state after either is the same, and all other bytes are the same.
+ * The one global rule is jansson's depth limit, JSON_PARSER_MAX_DEPTH,
+ * which counts every value, scalars included: a rank-r array inside d
+ * containers reaches depth d + r + 1 and its placeholder only d + 2, so an
+ * array is replaced only if d + r + 1 fits.
+ *
+ * Why no member but a tensor's "base64" ever sees a string placeholder: a
+ * string is lifted as base64 data only as the value of a key spelled
+ * "base64", which the decoder reads only as a tensor's base64 text (any
+ * other use of such a member is an unknown member or a type error, and
+ * those errors never show the value); every other lifted string is put
+ * back into jansson's tree before the decoder looks at it. */
+
+/* The closing quote of the string that opens at *open, or NULL if the text
+ * ends first; sets *escapes if the string holds a backslash. Each byte is
+ * examined at most twice: once by the search for a quote, once by the
+ * search for a backslash, and both only move forward (a quote is searched
+ * for again only after the one found turned out to be escaped). */
+static const char *string_close(const char *open, const char *end,
+                                int *escapes) {
+  const char *p = open + 1;
+  const char *q = memchr(p, '"', (size_t)(end - p));
+  EXAMINED((q ? q + 1 : end) - p);
+  *escapes = 0;
+  for (;;) {
+    const char *stop = q ? q : end, *bs = NULL, *c = p;
+    /* escapes come in runs: a few bytes by hand before a call */
+    for (; c < stop && c - p < 8 && !bs; c++)
+      bs = *c == '\\' ? c : NULL;
+    if (!bs && c < stop)
+      bs = memchr(c, '\\', (size_t)(stop - c));
+    EXAMINED((bs ? bs + 1 : stop) - p);
+    if (bs == NULL)
+      return q;
+    *escapes = 1;
+    if (end - bs <= 2)
+      return NULL; /* the escaped character is the text's last */
+    p = bs + 2;
+    if (q && p > q) { /* that quote was the escaped character */
+      q = memchr(p, '"', (size_t)(end - p));
+      EXAMINED((q ? q + 1 : end) - p);
+    }
+  }
+}
+
+/* Whether s[0..n) is all printable ASCII (0x20..0x7e), eight bytes at a
+ * time: a byte is flagged if its high bit is set (>= 0x80), if adding 1 to
+ * its low seven bits carries into the high bit (0x7f), or if subtracting
+ * 0x20 borrows (< 0x20; the borrow may flag a neighbour too, but only when
+ * some byte is below 0x20 already). */
+static int printable(const char *s, size_t n) {
+  const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+  uint64_t bad = 0;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x, low;
+    memcpy(&x, s + i, 8);
+    low = x & ~highs;
+    bad |= x | (low + ones) | ((x - 0x20 * ones) & ~x);
+  }
+  if (bad & highs)
+    return 0;
+  for (; i < n; i++)
+    if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] >= 0x7f)
+      return 0;
+  return 1;
+}
+
+/* Reusable storage for the leaves of the current try: `first` (the scan's,
+ * on its stack) until it outgrows it, then the heap; and where a finished
+ * array's leaves go when they fit (the set's arena, or NULL). */
+#define SCRATCH_FIRST 1024
+typedef struct scratch {
+  float *x;
+  size_t n, cap;
+  float *first;
+  attnd_arena_t *arena;
+} scratch_t;
+
+static int is_ws(char c) {
+  return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+static const char *skip_ws(const char *p, const char *end) {
+  while (p < end && is_ws(*p))
+    p++;
+  return p;
+}
+
+/* Reads the array at p (*p == '['): a rectangular array of rank at most
+ * max_rank whose leaves are all numbers or all true/false, with at least
+ * min_elems of them. On success returns the first character after it and
+ * fills *item, which takes the scratch's storage. Otherwise returns NULL,
+ * with *oom set if the scratch could not grow. Either way *stop is where
+ * reading stopped.
+ *
+ * len[l] counts the elements of the open array at level l (1-based); dim[l-1]
+ * is the length every array at level l must have, 0 until the first of them
+ * closes. The first leaf fixes the rank: every leaf must be that deep. */
+#define TRY_FAIL return (*stop = p, NULL)
+static const char *bulk_try(const char *p, const char *end, int max_rank,
+                            size_t min_elems, scratch_t *sc, attnd_bulk_t *item,
+                            int *oom, const char **stop) {
+  int64_t len[ATTND_BULK_MAX_RANK + 1], dim[ATTND_BULK_MAX_RANK] = {0};
+  int level = 0, rank = 0, is_bool = -1;
+  sc->n = 0;
+  for (;;) {
+    /* a value: open arrays down to a leaf */
+    while (*p == '[') {
+      if (++level > max_rank || (rank && level > rank))
+        TRY_FAIL;
+      len[level] = 0;
+      p = skip_ws(p + 1, end);
+      if (p == end)
+        TRY_FAIL;
+    }
+    if (!rank)
+      rank = level;
+    else if (level != rank)
+      TRY_FAIL;
+
+    /* the leaf */
+    float v;
+    int leaf_bool;
+    const char *next;
+    if (end - p >= 4 && memcmp(p, "true", 4) == 0) {
+      v = 1.0f, leaf_bool = 1, p += 4;
+    } else if (end - p >= 5 && memcmp(p, "false", 5) == 0) {
+      v = 0.0f, leaf_bool = 1, p += 5;
+    } else if (attnd_number_parse(p, end, &v, &next) == 0) {
+      if (next - p == 2 && *p == '-' && v == 0)
+        v = 0.0f; /* jansson reads the integer -0 as 0 */
+      leaf_bool = 0;
+      p = next;
+    } else {
+      TRY_FAIL;
+    }
+    if (is_bool != leaf_bool) {
+      if (is_bool >= 0)
+        TRY_FAIL; /* numbers and booleans mixed */
+      is_bool = leaf_bool;
+    }
+    if (sc->n == sc->cap) {
+      size_t cap = 2 * sc->cap;
+      int first = sc->x == sc->first;
+      float *x = cap <= SIZE_MAX / sizeof *x
+                     ? realloc(first ? NULL : sc->x, cap * sizeof *x)
+                     : NULL;
+      if (!x) {
+        *oom = 1;
+        TRY_FAIL;
+      }
+      if (first)
+        memcpy(x, sc->x, sc->n * sizeof *x);
+      sc->x = x;
+      sc->cap = cap;
+    }
+    sc->x[sc->n++] = v;
+    len[level]++;
+
+    /* after a value: ',' leads to the next one, ']' closes an array */
+    for (;;) {
+      p = skip_ws(p, end);
+      if (p == end)
+        TRY_FAIL;
+      if (*p == ',') {
+        p = skip_ws(p + 1, end);
+        if (p == end)
+          TRY_FAIL;
+        break;
+      }
+      if (*p != ']')
+        TRY_FAIL;
+      p++;
+      if (!dim[level - 1])
+        dim[level - 1] = len[level];
+      else if (dim[level - 1] != len[level])
+        TRY_FAIL; /* ragged */
+      if (--level == 0)
+        goto done;
+      len[level]++;
+    }
+  }
+
+done:
+  *stop = p;
+  if (sc->n < min_elems)
+    return NULL;
+  item->n = sc->n;
+  item->copy = NULL;
+  item->rank = rank;
+  memset(item->dim, 0, sizeof item->dim);
+  memcpy(item->dim, dim, (size_t)rank * sizeof *dim);
+  item->is_bool = is_bool;
+  item->text = NULL;
+  item->text_len = 0;
+  item->in_tree = 0;
+  size_t bytes = sc->n * sizeof *sc->x;
+  item->data = sc->arena ? attnd_arena_alloc(sc->arena, bytes) : NULL;
+  item->lent = item->data != NULL;
+  if (item->data || sc->x == sc->first) { /* a copy; the scratch stays */
+    if (!item->data && (item->data = malloc(bytes)) == NULL) {
+      *oom = 1;
+      TRY_FAIL;
+    }
+    memcpy(item->data, sc->x, bytes);
+  } else { /* the scratch's heap storage, shrunk, and a new scratch */
+    item->data = realloc(sc->x, bytes);
+    if (!item->data)
+      item->data = sc->x;
+    sc->x = sc->first;
+    sc->cap = SCRATCH_FIRST;
+  }
+  sc->n = 0;
+  return p;
+}
+#undef TRY_FAIL
+
+void attnd_bulk_set_init(attnd_bulk_set_t *set, uint64_t nonce) {
+  set->items = NULL;
+  set->n = set->cap = set->n_data = set->lifted_bytes = 0;
+  set->nonce = nonce;
+  set->array_keys = NULL;
+  set->arena = NULL;
+}
+
+/* Whether p is in the set's arena. */
+static int in_arena(const attnd_bulk_set_t *set, const void *p) {
+  return set->arena && attnd_arena_owns(set->arena, p);
+}
+
+/* Whether the string s[0..n) (between its quotes) is spelled as one of the
+ * NULL-terminated keys. */
+static int is_key_of(const char *s, size_t n, const char *const *keys) {
+  for (; *keys; keys++)
+    if (strlen(*keys) == n && memcmp(s, *keys, n) == 0)
+      return 1;
+  return 0;
+}
+
+static int is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+/* The decimal at *s (digits, as bulk_add writes them: no sign, no leading
+ * zero but in "0") into *v, moving *s past it; -1 where there is none or it
+ * is over UINT64_MAX. Not sscanf: the decoder reads every string through
+ * here, and printf's family is slow in attnd (codec/util.h). */
+static int placeholder_number(const char **s, uint64_t *v) {
+  const char *p = *s;
+  uint64_t x = 0;
+  if (!is_digit(*p) || (*p == '0' && is_digit(p[1])))
+    return -1;
+  for (; is_digit(*p); p++) {
+    uint64_t digit = (uint64_t)(*p - '0');
+    if (x > UINT64_MAX / 10 || x * 10 > UINT64_MAX - digit)
+      return -1;
+    x = x * 10 + digit;
+  }
+  *s = p;
+  *v = x;
+  return 0;
+}
+
+const attnd_bulk_t *attnd_bulk_string(const attnd_bulk_set_t *set,
+                                      const char *s) {
+  uint64_t nonce, idx;
+  if (strncmp(s, "\001bulk:", 6) != 0)
+    return NULL;
+  s += 6;
+  if (placeholder_number(&s, &nonce) < 0 || *s++ != ':' ||
+      placeholder_number(&s, &idx) < 0 || *s != 0 || nonce != set->nonce ||
+      idx >= set->n || set->items[idx].text == NULL)
+    return NULL;
+  return &set->items[idx];
+}
+
+void attnd_bulk_set_free(attnd_bulk_set_t *set) {
+  for (size_t i = 0; i < set->n; i++) {
+    if (!set->items[i].lent)
+      free(set->items[i].data);
+    free(set->items[i].copy);
+  }
+  if (!in_arena(set, set->items))
+    free(set->items);
+  attnd_arena_t *arena = set->arena;
+  attnd_bulk_set_init(set, set->nonce);
+  set->arena = arena;
+}
+
+/* Adds *item, which stands for `span` bytes of the text, to the set and
+ * appends its placeholder to the skeleton: the array placeholder, or for a
+ * string item the string placeholder. On failure frees the item's data and
+ * copy. Returns 0 or -1. */
+static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item, const char *src,
+                    size_t span, attnd_buf_t *skel) {
+  if (set->n == set->cap) {
+    size_t cap = set->cap ? 2 * set->cap : 8;
+    attnd_bulk_t *items =
+        set->arena ? attnd_arena_alloc(set->arena, cap * sizeof *items) : NULL;
+    if (items == NULL && cap <= SIZE_MAX / sizeof *items)
+      items = malloc(cap * sizeof *items);
+    if (!items) {
+      if (!item->lent)
+        free(item->data);
+      free(item->copy);
+      return -1;
+    }
+    if (set->n)
+      memcpy(items, set->items, set->n * sizeof *items);
+    if (!in_arena(set, set->items))
+      free(set->items);
+    set->items = items;
+    set->cap = cap;
+  }
+  /* "\"\\u0001bulk:<nonce>:<k>\"" or "[\"\\u0001bulk\",<nonce>,<k>]" */
+  char text[80];
+  const char *head = item->text ? "\"\\u0001bulk:" : "[\"\\u0001bulk\",";
+  size_t len = strlen(head);
+  memcpy(text, head, len);
+  len += attnd_fmt_i64(text + len, (int64_t)set->nonce);
+  text[len++] = item->text ? ':' : ',';
+  len += attnd_fmt_i64(text + len, (int64_t)set->n);
+  text[len++] = item->text ? '"' : ']';
+  item->src = src;
+  item->src_len = span;
+  set->items[set->n++] = *item;
+  set->n_data += !item->in_tree;
+  set->lifted_bytes += span;
+  attnd_buf_append(skel, text, len);
+  return skel->oom ? -1 : 0;
+}
+
+/* The string item for the characters s[0..n) of a string (between its
+ * quotes), when it is printable ASCII with only the escapes bulk.h allows
+ * and at least min_string characters once unescaped. Returns 1 and fills
+ * *item (text borrowed from s, or a copy it owns); 0 when the string does
+ * not qualify; -1 when out of memory. Linear: the unescaping copies spans
+ * between backslashes. */
+static int string_item(const char *s, size_t n, int escapes, size_t min_string,
+                       attnd_bulk_t *item) {
+  memset(item, 0, sizeof *item);
+  if (n < min_string)
+    return 0;
+  if (!escapes) {
+    EXAMINED(n);
+    if (!printable(s, n))
+      return 0;
+    item->text = s;
+    item->text_len = n;
+    return 1;
+  }
+  char *out = malloc(n ? n : 1), *o = out;
+  if (!out)
+    return -1;
+  const char *p = s, *end = s + n;
+  while (p < end) {
+    const char *bs = memchr(p, '\\', (size_t)(end - p));
+    const char *stop = bs ? bs : end;
+    EXAMINED(stop - p);
+    if (!printable(p, (size_t)(stop - p)))
+      goto no;
+    memcpy(o, p, (size_t)(stop - p));
+    o += stop - p;
+    if (!bs)
+      break;
+    if (end - bs < 2)
+      goto no;
+    char c = bs[1];
+    p = bs + 2;
+    if (c == '"' || c == '\\' || c == '/') {
+      *o++ = c;
+      continue;
+    }
+    /* \u00XX, XX a printable character; anything else is jansson's */
+    if (c != 'u' || end - p < 4 || p[0] != '0' || p[1] != '0')
+      goto no;
+    int hi = attnd_hex_digit(p[2]), lo = attnd_hex_digit(p[3]);
+    if (hi < 0 || lo < 0 || hi * 16 + lo < 0x20 || hi * 16 + lo > 0x7e)
+      goto no;
+    *o++ = (char)(hi * 16 + lo);
+    p += 4;
+  }
+  if ((size_t)(o - out) < min_string)
+    goto no;
+  item->copy = out;
+  item->text = out;
+  item->text_len = (size_t)(o - out);
+  return 1;
+no:
+  free(out);
+  return 0;
+}
+
+/* The length of the UTF-8 sequence at p (before end) if it is one that
+ * jansson accepts (shortest form, no surrogate, at most U+10FFFF), else 0. */
+static size_t utf8_seq(const unsigned char *p, const unsigned char *end) {
+  unsigned char c = p[0];
+  size_t n = c < 0x80   ? 1
+             : c < 0xc2 ? 0
+             : c < 0xe0 ? 2
+             : c < 0xf0 ? 3
+             : c < 0xf5 ? 4
+                        : 0;
+  if (n == 0 || (size_t)(end - p) < n)
+    return 0;
+  for (size_t i = 1; i < n; i++)
+    if ((p[i] & 0xc0) != 0x80)
+      return 0;
+  if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f) ||
+      (c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] > 0x8f))
+    return 0; /* overlong, a surrogate, or beyond U+10FFFF */
+  return n;
+}
+
+/* The value of the four hex digits at p (before end), or -1. */
+static long hex4(const char *p, const char *end) {
+  if (end - p < 4)
+    return -1;
+  long v = 0;
+  for (int i = 0; i < 4; i++) {
+    int h = attnd_hex_digit(p[i]);
+    if (h < 0)
+      return -1;
+    v = v * 16 + h;
+  }
+  return v;
+}
+
+/* The string item (in_tree) for the characters s[0..n) of a string
+ * between its quotes, when jansson accepts it (bulk.h), unescaped to UTF-8
+ * into a copy the item owns. Returns 1, 0 when the string does not
+ * qualify (jansson will find the fault), or -1 when out of memory.
+ * Linear: every byte is read once. */
+static int text_item(const char *s, size_t n, attnd_bulk_t *item) {
+  memset(item, 0, sizeof *item);
+  char *out = malloc(n ? n : 1), *o = out; /* unescaping never grows */
+  if (!out)
+    return -1;
+  const char *p = s, *end = s + n;
+  EXAMINED(n);
+  while (p < end) {
+    unsigned char c = (unsigned char)*p;
+    if (c >= 0x20 && c < 0x80 && c != '\\') {
+      *o++ = (char)c;
+      p++;
+      continue;
+    }
+    if (c >= 0x80) {
+      size_t k = utf8_seq((const unsigned char *)p, (const unsigned char *)end);
+      if (k == 0)
+        goto no;
+      memcpy(o, p, k);
+      o += k, p += k;
+      continue;
+    }
+    if (c != '\\' || end - p < 2)
+      goto no; /* a control character, or a lone backslash */
+    static const char esc[] = "\"\\/bfnrt", val[] = "\"\\/\b\f\n\r\t";
+    const char *e = p[1] ? memchr(esc, p[1], sizeof esc - 1) : NULL;
+    if (e) {
+      *o++ = val[e - esc];
+      p += 2;
+      continue;
+    }
+    if (p[1] != 'u')
+      goto no;
+    long u = hex4(p + 2, end);
+    p += 6;
+    if (u >= 0xd800 && u <= 0xdbff) { /* a high surrogate: its low one */
+      long lo =
+          end - p >= 2 && p[0] == '\\' && p[1] == 'u' ? hex4(p + 2, end) : -1;
+      if (lo < 0xdc00 || lo > 0xdfff)
+        goto no;
+      u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
+      p += 6;
+    } else if (u <= 0 || (u >= 0xdc00 && u <= 0xdfff)) {
+      goto no; /* not hex, \u0000, or a lone low surrogate */
+    }
+    if (u < 0x80) {
+      *o++ = (char)u;
+    } else if (u < 0x800) {
+      *o++ = (char)(0xc0 | u >> 6);
+      *o++ = (char)(0x80 | (u & 0x3f));
+    } else if (u < 0x10000) {
+      *o++ = (char)(0xe0 | u >> 12);
+      *o++ = (char)(0x80 | (u >> 6 & 0x3f));
+      *o++ = (char)(0x80 | (u & 0x3f));
+    } else {
+      *o++ = (char)(0xf0 | u >> 18);
+      *o++ = (char)(0x80 | (u >> 12 & 0x3f));
+      *o++ = (char)(0x80 | (u >> 6 & 0x3f));
+      *o++ = (char)(0x80 | (u & 0x3f));
+    }
+  }
+  item->copy = out;
+  item->text = out;
+  item->text_len = (size_t)(o - out);
+  item->in_tree = 1;
+  return 1;
+no:
+  free(out);
+  return 0;
+}
+
+int attnd_bulk_ints(const attnd_bulk_t *b, int64_t *out) {
+  const char *p = b->src, *end = b->src + b->src_len;
+  size_t k = 0;
+  if (b->text || b->is_bool)
+    return -1;
+  while (p < end) {
+    if (*p == '[' || *p == ']' || *p == ',' || is_ws(*p)) {
+      p++;
+      continue;
+    }
+    const char *tok = p;
+    int real = 0;
+    while (p < end && *p && strchr("0123456789+-.eE", *p)) {
+      real |= *p == '.' || *p == 'e' || *p == 'E';
+      p++;
+    }
+    if (k == b->n || p == tok)
+      return -1;
+    char buf[32];
+    size_t len = (size_t)(p - tok);
+    if (!real) { /* an integer literal: exactly, or beyond int64 */
+      int neg = *tok == '-';
+      uint64_t v = 0, lim = neg ? (uint64_t)INT64_MAX + 1 : INT64_MAX;
+      for (const char *d = tok + neg; d < p; d++) {
+        if (v > (lim - (uint64_t)(*d - '0')) / 10)
+          return -1;
+        v = v * 10 + (uint64_t)(*d - '0');
+      }
+      out[k++] = neg ? (int64_t)(0 - v) : (int64_t)v;
+      continue;
+    }
+    if (len >= sizeof buf)
+      return -1; /* a real of 32 characters or more: the slow path */
+    memcpy(buf, tok, len);
+    buf[len] = 0;
+    double x = strtod(buf, NULL);
+    if (!(x == floor(x) && x >= -9223372036854775808.0 &&
+          x < 9223372036854775808.0))
+      return -1;
+    out[k++] = (int64_t)x;
+  }
+  return k == b->n ? 0 : -1;
+}
+
+int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
+                    size_t min_string, attnd_bulk_set_t *set,
+                    attnd_buf_t *skeleton) {
+  const char *p = src, *end = src + n;
+  const char *copied = src; /* src[copied..p) is still to be copied */
+  size_t depth = 0;         /* containers open at p */
+  /* What the last tokens were: a key string, then ':' */
+  enum {
+    K_NONE,
+    K_BASE64,
+    K_BASE64_COLON,
+    K_ARRAY,
+    K_ARRAY_COLON
+  } key = K_NONE;
+  float first[SCRATCH_FIRST];
+  scratch_t sc = {first, 0, SCRATCH_FIRST, first, set->arena};
+  int oom = 0;
+  EXAMINED(n); /* the main pass */
+  while (p < end && !oom) {
+    switch (*p) {
+    case '"': { /* a string: skip to its closing quote */
+      const char *open = p;
+      int escapes, is_base64 = key == K_BASE64_COLON;
+      const char *close = string_close(open, end, &escapes);
+      p = close ? close + 1 : end;
+      size_t slen = close ? (size_t)(close - open - 1) : 0;
+      key = !close || escapes                                 ? K_NONE
+            : slen == 6 && memcmp(open + 1, "base64", 6) == 0 ? K_BASE64
+            : set->array_keys && slen <= 32 &&
+                    is_key_of(open + 1, slen, set->array_keys)
+                ? K_ARRAY
+                : K_NONE;
+      attnd_bulk_t item;
+      int r = 0;
+      if (close && min_string && slen >= min_string) {
+        if (is_base64)
+          r = string_item(open + 1, slen, escapes, min_string, &item);
+        if (r == 0) { /* any other string that is no key */
+          const char *after = skip_ws(p, end);
+          EXAMINED(after - p);
+          if (after == end || *after != ':')
+            r = text_item(open + 1, slen, &item);
+        }
+      }
+      if (r > 0) {
+        attnd_buf_append(skeleton, copied, (size_t)(open - copied));
+        oom = bulk_add(set, &item, open, (size_t)(p - open), skeleton) < 0;
+        copied = p;
+      }
+      oom |= r < 0;
+      break;
+    }
+    case '[': {
+      attnd_bulk_t item;
+      const char *after = NULL, *stop = p;
+      if (depth + 2 <= JSON_PARSER_MAX_DEPTH &&
+          (set->array_keys == NULL || key == K_ARRAY_COLON)) {
+        size_t room = JSON_PARSER_MAX_DEPTH - 1 - depth; /* ranks that fit */
+        int max_rank =
+            room < ATTND_BULK_MAX_RANK ? (int)room : ATTND_BULK_MAX_RANK;
+        after = bulk_try(p, end, max_rank, min_elems, &sc, &item, &oom, &stop);
+      }
+      EXAMINED(stop - p);
+      key = K_NONE;
+      if (after) {
+        attnd_buf_append(skeleton, copied, (size_t)(p - copied));
+        oom = bulk_add(set, &item, p, (size_t)(after - p), skeleton) < 0;
+        p = copied = after;
+      } else {
+        depth++;
+        p++;
+      }
+      break;
+    }
+    case '{':
+      depth++;
+      p++;
+      key = K_NONE;
+      break;
+    case ']':
+    case '}':
+      depth -= depth > 0;
+      p++;
+      key = K_NONE;
+      break;
+    case ':':
+      key = key == K_BASE64  ? K_BASE64_COLON
+            : key == K_ARRAY ? K_ARRAY_COLON
+                             : K_NONE;
+      p++;
+      break;
+    default:
+      if (!is_ws(*p))
+        key = K_NONE;
+      p++;
+    }
+  }
+  if (sc.x != sc.first)
+    free(sc.x);
+  if (!oom) {
+    attnd_buf_append(skeleton, copied, (size_t)(p - copied));
+    oom = skeleton->oom;
+  }
+  return oom ? -1 : 0;
+}
+
+/* ---- numbers jansson refuses ---------------------------------------------
+ *
+ * jansson reads an integer literal with strtoll and refuses one that
+ * overflows ("too big integer"), though it is valid JSON and, as a float,
+ * a finite value; and it refuses a literal whose value overflows a double
+ * ("real number overflow"). The decoder then has jansson read a copy of the
+ * text with each such literal rewritten (bulk.h). An integer beyond int64
+ * becomes a real literal of the same double value (strtod's): 17
+ * significant digits and an exponent, which a literal of 19 digits or more
+ * always has room for (17 + "e" + at most 3 exponent digits). A literal
+ * beyond a double becomes "9e307" or "-9e307", which a literal of such a
+ * value always has room for ("2e308" is the shortest). Both are padded with
+ * spaces after them. */
+
+/* Writes the real literal for the integer literal s[0..n) (an optional '-'
+ * and 19 digits or more, a finite double) into buf (at least 32 bytes);
+ * returns its length, 0 when it would be longer than the literal, or
+ * (size_t)-1 when out of memory. */
+static size_t widened(const char *s, size_t n, char *buf) {
+  char small[64], *tok = n < sizeof small ? small : malloc(n + 1);
+  if (!tok)
+    return (size_t)-1;
+  memcpy(tok, s, n);
+  tok[n] = '\0';
+  double d = strtod(tok, NULL);
+  if (tok != small)
+    free(tok);
+  char e[40];
+  snprintf(e, sizeof e, "%.16e", fabs(d)); /* d.dddddddddddddddde+XX */
+  char digits[17];
+  digits[0] = e[0];
+  memcpy(digits + 1, e + 2, 16);
+  int exp10 = atoi(e + 19) - 16, nd = 17;
+  while (nd > 1 && digits[nd - 1] == '0') {
+    nd--;
+    exp10++;
+  }
+  int len = snprintf(buf, 32, "%s%.*se%d", d < 0 ? "-" : "", nd, digits, exp10);
+  return len > 0 && (size_t)len <= n ? (size_t)len : 0;
+}
+
+long attnd_json_widen_numbers(const char *src, size_t n, attnd_buf_t *out) {
+  const char *p = src, *end = src + n;
+  const char *copied = src; /* src[copied..p) is still to be copied */
+  long count = 0;
+  EXAMINED(n); /* the main pass, and the digits of every number */
+  while (p < end) {
+    if (*p == '"') {
+      int escapes;
+      const char *close = string_close(p, end, &escapes);
+      p = close ? close + 1 : end;
+      continue;
+    }
+    if (*p != '-' && (*p < '0' || *p > '9')) {
+      p++;
+      continue;
+    }
+    const char *tok = p, *next = NULL;
+    float f;
+    int r = attnd_number_parse(tok, end, &f, &next);
+    if (r == -1) { /* not a number: step over what looks like one */
+      while (p < end && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' ||
+                         *p == 'E' || *p == '+' || *p == '-'))
+        p++;
+      continue;
+    }
+    EXAMINED(next - tok);
+    size_t tlen = (size_t)(next - tok), len = 0;
+    const char *digits = tok + (*tok == '-');
+    size_t nd = (size_t)(next - digits);
+    char buf[32];
+    if (r == -2) {               /* beyond a double */
+      len = *tok == '-' ? 6 : 5; /* ATTND_JSON_HUGE */
+      memcpy(buf, *tok == '-' ? "-9e307" : "9e307", len);
+    } else if (memchr(digits, '.', nd) == NULL &&
+               memchr(digits, 'e', nd) == NULL &&
+               memchr(digits, 'E', nd) == NULL &&
+               (nd > 19 ||
+                (nd == 19 && memcmp(digits,
+                                    *tok == '-' ? "9223372036854775808"
+                                                : "9223372036854775807",
+                                    19) > 0))) { /* an integer beyond int64 */
+      len = widened(tok, tlen, buf);
+      if (len == (size_t)-1)
+        return -1;
+    }
+    if (len && len <= tlen) {
+      attnd_buf_append(out, copied, (size_t)(tok - copied));
+      attnd_buf_append(out, buf, len);
+      for (size_t k = len; k < tlen; k++)
+        attnd_buf_append(out, " ", 1);
+      copied = next;
+      count++;
+    }
+    p = next;
+  }
+  attnd_buf_append(out, copied, (size_t)(p - copied));
+  return out->oom ? -1 : count;
+}

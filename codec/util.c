@@ -1,0 +1,139 @@
+/* codec/util.c: the shared helpers of util.h. */
+#include "util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+double attnd_now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+uint64_t attnd_splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t attnd_random_u64(void) {
+  uint64_t x;
+  if (getrandom(&x, sizeof x, 0) == sizeof x)
+    return x;
+  x = (uint64_t)(uintptr_t)&x ^ (uint64_t)(attnd_now_ms() * 1e3);
+  return attnd_splitmix64(&x);
+}
+
+int attnd_fail(char *msg, size_t size, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, size, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+/* The digits of u, most significant first, into dst: their count. */
+static size_t put_u64(char *dst, uint64_t u) {
+  char tmp[20];
+  size_t n = 0;
+  do {
+    tmp[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  for (size_t i = 0; i < n; i++)
+    dst[i] = tmp[n - 1 - i];
+  return n;
+}
+
+size_t attnd_fmt_i64(char *dst, int64_t v) {
+  size_t k = 0;
+  uint64_t u = (uint64_t)v;
+  if (v < 0) {
+    dst[k++] = '-';
+    u = 0 - u; /* INT64_MIN too */
+  }
+  k += put_u64(dst + k, u);
+  dst[k] = 0;
+  return k;
+}
+
+size_t attnd_fmt_hex64(char *dst, uint64_t v) {
+  for (int i = 15; i >= 0; i--, v >>= 4)
+    dst[i] = "0123456789abcdef"[v & 15];
+  dst[16] = 0;
+  return 16;
+}
+
+size_t attnd_fmt_str(char *dst, size_t size, const char *s) {
+  size_t n = strnlen(s, size - 1);
+  memcpy(dst, s, n);
+  dst[n] = 0;
+  return n;
+}
+
+size_t attnd_fmt_ms(char *dst, double v) {
+  if (!(v > 0))
+    v = 0; /* negative, and NaN */
+  if (v > 1e15)
+    v = 1e15;
+  uint64_t t = (uint64_t)(v * 1000.0 + 0.5); /* thousandths */
+  size_t k = put_u64(dst, t / 1000);
+  uint64_t f = t % 1000;
+  dst[k++] = '.';
+  dst[k++] = (char)('0' + f / 100);
+  dst[k++] = (char)('0' + f / 10 % 10);
+  dst[k++] = (char)('0' + f % 10);
+  dst[k] = 0;
+  return k;
+}
+
+/* Appends src[0..len) to buf[0..n) at *k, as much as fits before the NUL. */
+static void put_cut(char *buf, size_t n, size_t *k, const char *src,
+                    size_t len) {
+  size_t room = n - 1 - *k;
+  len = len < room ? len : room;
+  memcpy(buf + *k, src, len);
+  *k += len;
+}
+
+size_t attnd_fmt_member(char *dst, size_t size, const char *a, const char *b) {
+  size_t k = 0;
+  put_cut(dst, size, &k, a, strlen(a));
+  if (*a)
+    put_cut(dst, size, &k, ".", 1);
+  put_cut(dst, size, &k, b, strlen(b));
+  dst[k] = 0;
+  return k;
+}
+
+size_t attnd_fmt_index(char *dst, size_t size, const char *a, int64_t i) {
+  char num[24];
+  size_t k = 0;
+  put_cut(dst, size, &k, a, strlen(a));
+  put_cut(dst, size, &k, "[", 1);
+  put_cut(dst, size, &k, num, attnd_fmt_i64(num, i));
+  put_cut(dst, size, &k, "]", 1);
+  dst[k] = 0;
+  return k;
+}
+
+size_t attnd_shape_text(char *buf, size_t n, int rank, const int64_t *dim,
+                        const char *sep) {
+  if (n == 0)
+    return 0;
+  size_t k = 0, ls = strlen(sep);
+  char num[24];
+  put_cut(buf, n, &k, "[", 1);
+  for (int i = 0; i < rank && k < n - 1; i++) {
+    if (i)
+      put_cut(buf, n, &k, sep, ls);
+    put_cut(buf, n, &k, num, attnd_fmt_i64(num, dim[i]));
+  }
+  put_cut(buf, n, &k, "]", 1);
+  buf[k] = 0;
+  return k;
+}

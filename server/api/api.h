@@ -1,0 +1,78 @@
+/* server/api/api.h: the handlers of attnd's routes, one file per protocol,
+ * and what the routes that compute share. The route table
+ * (server/api/routes.c) names every handler here; http/http.c calls them
+ * through it. Every handler runs on an HTTP thread and answers with
+ * http/reply.c (exchange.h says when each is called).
+ *
+ *   v1.c        POST /v1/attention, GET /v1/info, GET /v1/layers[/{name}]
+ *   sessions.c  /v1/sessions...: create, list, get, delete, fork,
+ *               truncate, and a step's attention (its turn on the session)
+ *   v2.c        the Open Inference Protocol (/v2...): server, health,
+ *               model metadata and readiness, inference
+ *   ops.c       /healthz, /readyz, /metrics, and the binary's files (the
+ *               page, /openapi.json)
+ *   compute.c   a decoded request's memory, its run (inline or through the
+ *               scheduler) and its reply */
+#ifndef ATTND_API_H
+#define ATTND_API_H
+
+#include "http/exchange.h"
+
+/* ---- v1.c ---------------------------------------------------------------- */
+enum MHD_Result attnd_v1_attention(attnd_http_req_t *r);
+enum MHD_Result attnd_v1_info(attnd_http_req_t *r);
+enum MHD_Result attnd_v1_layers(attnd_http_req_t *r);
+enum MHD_Result attnd_v1_layer(attnd_http_req_t *r);
+
+/* ---- sessions.c -------------------------------------------------------- */
+enum MHD_Result attnd_sessions_list(attnd_http_req_t *r);
+enum MHD_Result attnd_sessions_create(attnd_http_req_t *r); /* POST */
+enum MHD_Result attnd_sessions_put(attnd_http_req_t *r);    /* PUT {id} */
+enum MHD_Result attnd_sessions_get(attnd_http_req_t *r);
+enum MHD_Result attnd_sessions_delete(attnd_http_req_t *r);
+enum MHD_Result attnd_sessions_fork(attnd_http_req_t *r);
+enum MHD_Result attnd_sessions_truncate(attnd_http_req_t *r);
+enum MHD_Result attnd_sessions_step(attnd_http_req_t *r);
+
+/* ---- v2.c ---------------------------------------------------------------- */
+enum MHD_Result attnd_v2_server(attnd_http_req_t *r);
+enum MHD_Result attnd_v2_live(attnd_http_req_t *r);
+enum MHD_Result attnd_v2_ready(attnd_http_req_t *r);
+enum MHD_Result attnd_v2_model(attnd_http_req_t *r);
+enum MHD_Result attnd_v2_model_ready(attnd_http_req_t *r);
+enum MHD_Result attnd_v2_infer(attnd_http_req_t *r);
+/* A model path's version (only 1 exists), and for an inference, whether
+ * the model is loaded: answered from the headers, before the body. */
+int attnd_v2_model_ok(attnd_http_req_t *r, enum MHD_Result *ret);
+int attnd_v2_infer_ok(attnd_http_req_t *r, enum MHD_Result *ret);
+
+/* ---- ops.c --------------------------------------------------------------- */
+enum MHD_Result attnd_ops_healthz(attnd_http_req_t *r);
+enum MHD_Result attnd_ops_readyz(attnd_http_req_t *r);
+enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r);
+enum MHD_Result attnd_ops_asset(attnd_http_req_t *r);
+
+/* ---- compute.c ----------------------------------------------------------- */
+
+/* A decoded and planned request (owned by r from here): its memory, then
+ * the scheduler, or, when it is small, computed here and answered now. */
+enum MHD_Result attnd_api_admit(attnd_http_req_t *r, attnd_request_t *req);
+/* A protocol's decoder has been at the body (now freed): with `bad` < 0
+ * the error e is sent, else req (owned by r from here) is admitted. */
+enum MHD_Result attnd_api_decoded(attnd_http_req_t *r, int bad,
+                                  attnd_request_t *req, const attnd_error_t *e);
+/* The request came back (the connection was resumed, or it ran inline):
+ * writes its reply, or its error. */
+enum MHD_Result attnd_api_reply(attnd_http_req_t *r);
+/* The memory a decoded and planned request needs, taken from the budget:
+ * 0, or -1 with the error (limit_exceeded, or overloaded) in e. */
+int attnd_api_take_memory(attnd_http_req_t *r, attnd_request_t *req,
+                          attnd_error_t *e);
+/* Hands req to the scheduler; with `suspend`, the connection is suspended
+ * too (under r->mu, so that the request cannot come back and resume it
+ * before it is). Returns 0, or -1 when the queue is full. */
+int attnd_api_hand_off(attnd_http_req_t *r, attnd_request_t *req, int suspend);
+/* The overloaded error of a full queue: -1, with e. */
+int attnd_api_queue_full(attnd_http_req_t *r, attnd_error_t *e);
+
+#endif

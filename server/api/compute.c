@@ -1,0 +1,240 @@
+/* server/api/compute.c: what every route that computes shares, after its
+ * protocol has decoded the body into the one request type: the memory
+ * budget, computing inline or handing to the scheduler, the connection
+ * resumed when the job is done, and the reply in the protocol's form. See
+ * api.h. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "api/decode.h"
+#include "api/oip.h"
+#include "codec/util.h"
+#include "sched/run.h"
+
+int attnd_api_take_memory(attnd_http_req_t *r, attnd_request_t *req,
+                          attnd_error_t *e) {
+  attnd_server_t *s = r->srv;
+  int64_t need = (int64_t)attnd_request_memory(req);
+  if (need > s->budget.max)
+    return attnd_error_set(e, ATTND_ERR_LIMIT_EXCEEDED, NULL,
+                           "the request needs %lld bytes of memory (tensors, "
+                           "workspace, reply), over the %lld of "
+                           "max_memory_bytes that requests may hold (less "
+                           "kv_cache_bytes)",
+                           (long long)need, (long long)s->budget.max);
+  return attnd_http_mem_take(r, need) < 0 ? attnd_http_budget_full(r, need, e)
+                                          : 0;
+}
+
+/* Whether req may join a batch of session steps (batch_window_us). */
+static int batches(const attnd_http_req_t *r, const attnd_request_t *req) {
+  return r->srv->cfg->batch_window_us > 0 && attnd_request_batchable(req);
+}
+
+/* Hands req to the scheduler; with `suspend`, the connection is suspended
+ * too (under mu, so that the request cannot come back and resume it before
+ * it is). Returns 0, or -1 when the queue is full. */
+int attnd_api_hand_off(attnd_http_req_t *r, attnd_request_t *req, int suspend) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  attnd_sched_job_t job = {
+      .job = req,
+      .tag = r,
+      .deadline_ms = req->t.arrival + (double)req->timeout_ms,
+      .cancel = &req->cancel,
+      .fd = ci ? ci->connect_fd : -1,
+      .batchable = batches(r, req),
+      .tokens = req->params.query.dim[0],
+  };
+  if (req->t.submit == 0)
+    req->t.submit = attnd_now_ms();
+  /* The scheduler owns the request until attnd_http_job_done. */
+  if (suspend)
+    uv_mutex_lock(&r->mu);
+  int ok = attnd_sched_submit(r->srv->sched, &job) == 0;
+  if (ok && suspend) {
+    r->submitted = 1;
+    MHD_suspend_connection(r->conn);
+  }
+  if (suspend)
+    uv_mutex_unlock(&r->mu);
+  return ok ? 0 : -1;
+}
+
+int attnd_api_queue_full(attnd_http_req_t *r, attnd_error_t *e) {
+  return attnd_error_set(e, ATTND_ERR_OVERLOADED, NULL,
+                         "the queue is full (%lld waiting); retry later",
+                         (long long)r->srv->cfg->queue_depth);
+}
+
+/* The HTTP threads' workspaces for what they compute inline: kept from
+ * request to request, as a worker's, and freed when the thread ends. */
+static pthread_key_t inline_key;
+static pthread_once_t inline_once = PTHREAD_ONCE_INIT;
+
+static void inline_scratch_free(void *p) {
+  attnd_scratch_t *s = p;
+  free(s->data);
+  free(s);
+}
+
+static void inline_key_init(void) {
+  pthread_key_create(&inline_key, inline_scratch_free);
+}
+
+/* Whether req is small enough to compute here and now: its hand-off to a
+ * worker and back (four thread hops and wake-ups) would cost more than its
+ * work (inline_max_flops). A step that could join a batch goes to the
+ * scheduler instead where it may find company (something in flight there,
+ * or another such step computing on an HTTP thread) and batches have been
+ * seen to pay (attnd_sched_batch_pays). */
+static int runs_inline(const attnd_http_req_t *r, const attnd_request_t *req) {
+  attnd_server_t *s = r->srv;
+  if ((double)req->plan.flops > (double)s->cfg->inline_max_flops)
+    return 0;
+  return !batches(r, req) ||
+         (atomic_load(&s->inline_steps) == 0 &&
+          attnd_sched_inflight(s->sched) == 0) ||
+         !attnd_sched_batch_pays(s->sched, req->params.query.dim[0]);
+}
+
+/* Computes req on this HTTP thread, as a worker would (worker -1); the
+ * caller then answers at once. Returns 0, or -1 when there is no memory
+ * for the workspace (req->result says so too). */
+static void run_inline(attnd_request_t *req) {
+  pthread_once(&inline_once, inline_key_init);
+  attnd_scratch_t *s = pthread_getspecific(inline_key);
+  if (s == NULL && (s = calloc(1, sizeof *s)) != NULL)
+    pthread_setspecific(inline_key, s);
+  attnd_scratch_t none = {0};
+  req->t.submit = attnd_now_ms();
+  attnd_request_run(req, -1, s ? s : &none);
+}
+
+/* A decoded and planned request: its memory, then the scheduler, or, when
+ * it is small, computed here and answered now. HTTP thread. */
+enum MHD_Result attnd_api_admit(attnd_http_req_t *r, attnd_request_t *req) {
+  attnd_error_t e;
+  int inline_run = runs_inline(r, req);
+  if (attnd_api_take_memory(r, req, &e) < 0 ||
+      (!inline_run && attnd_api_hand_off(r, req, 1) < 0 &&
+       attnd_api_queue_full(r, &e) < 0)) {
+    if (req->session) /* a step that will not run lets the next have its turn */
+      attnd_session_step_end(r->srv->sessions, req, 0, NULL);
+    return attnd_http_send_error(r, &e);
+  }
+  if (!inline_run)
+    return MHD_YES;
+  int step = batches(r, req);
+  if (step)
+    atomic_fetch_add(&r->srv->inline_steps, 1);
+  run_inline(req);
+  if (step) {
+    atomic_fetch_sub(&r->srv->inline_steps, 1);
+    attnd_sched_ran_alone(r->srv->sched, req->params.query.dim[0],
+                          req->t.end - req->t.start);
+  }
+  if (req->session &&
+      attnd_session_step_end(r->srv->sessions, req, req->result == 0,
+                             &r->pre_error) < 0)
+    r->has_pre_error = 1;
+  r->outcome = ATTND_SCHED_DONE;
+  return attnd_api_reply(r);
+}
+
+enum MHD_Result attnd_api_reply(attnd_http_req_t *r) {
+  attnd_request_t *j = r->req;
+  if (r->has_pre_error)
+    return attnd_http_send_error(r, &r->pre_error);
+  if (r->outcome == ATTND_SCHED_ABANDONED) {
+    r->status = 499; /* logged only: nobody is listening */
+    return MHD_NO;
+  }
+  if (r->outcome == ATTND_SCHED_EXPIRED)
+    return attnd_http_fail(
+        r, ATTND_ERR_DEADLINE_EXCEEDED, "timeout_ms",
+        "no result within timeout_ms %lld (waited %.1f ms in the "
+        "queue%s)",
+        (long long)j->timeout_ms,
+        (j->t.start ? j->t.start : attnd_now_ms()) - j->t.submit,
+        j->t.start ? ", then was cancelled while computing" : "");
+  if (j->result == ATTN_ENUMERIC) /* a result float32 cannot hold: 422 */
+    return attnd_http_fail(r, ATTND_ERR_NUMERIC_OVERFLOW,
+                           attnd_request_field_path(j->error.field_id), "%s",
+                           j->error.message);
+  if (j->result != 0) /* ATTN_ENOSPC */
+    return attnd_http_fail(
+        r, ATTND_ERR_OUT_OF_MEMORY, NULL,
+        "out of memory for this request's workspace and outputs; "
+        "retry later");
+  attnd_buf_t b;
+  char *block = attnd_http_reply_block();
+  if (block)
+    attnd_buf_init_in(&b, block, ATTND_REPLY_BLOCK);
+  else
+    attnd_buf_init(&b);
+  size_t json_len = 0;
+  if (r->proto == ATTND_PROTO_V2)
+    attnd_oip_encode(j, r->model, &b, &json_len, &r->total_ms);
+  else
+    attnd_request_encode(j, &b, &r->total_ms), json_len = b.len;
+  int pooled = block && b.lent; /* else the text outgrew the block */
+  if (block && !pooled)
+    attnd_http_reply_release(block);
+  if (b.oom) {
+    if (pooled)
+      attnd_http_reply_release(block);
+    attnd_buf_free(&b);
+    return attnd_http_fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                           "out of memory for the reply");
+  }
+  attnd_metrics_observe(r->srv->metrics, r->proto, j->plan.Lk,
+                        j->t.start - j->t.submit, j->t.end - j->t.start,
+                        r->total_ms);
+  int binary = json_len < b.len;
+  r->reply_json = binary ? json_len : 0;
+  return attnd_http_send_body(r, 200, b.data, b.len, pooled,
+                              binary ? "application/octet-stream"
+                                     : "application/json");
+}
+
+/* Taking mu waits out body_submit, so the connection is suspended by
+ * then. It is resumed after mu is released: once resumed, an HTTP thread
+ * may finish the request and free r (at once for an abandoned request), mu
+ * included. */
+void attnd_http_job_done(void *job, void *tag, attnd_sched_outcome_t outcome,
+                         void *arg) {
+  attnd_http_req_t *r = tag;
+  attnd_request_t *j = job;
+  struct MHD_Connection *conn = r->conn;
+  (void)arg;
+  attnd_error_t e;
+  /* commits its tokens; the next step gets its turn */
+  int gone = j->session && attnd_session_step_end(r->srv->sessions, j,
+                                                  outcome == ATTND_SCHED_DONE &&
+                                                      j->result == 0,
+                                                  &e) < 0;
+  uv_mutex_lock(&r->mu);
+  if (gone) {
+    r->pre_error = e;
+    r->has_pre_error = 1;
+  }
+  r->outcome = outcome;
+  r->submitted = 0;
+  uv_mutex_unlock(&r->mu);
+  MHD_resume_connection(conn); /* r may be gone from here on */
+}
+
+enum MHD_Result attnd_api_decoded(attnd_http_req_t *r, int bad,
+                                  attnd_request_t *req,
+                                  const attnd_error_t *e) {
+  if (bad < 0)
+    return attnd_http_send_error(r, e);
+  req->t.arrival = r->t_arrival;
+  r->req = req; /* the connection owns the request from here */
+  /* the body's share of the budget becomes the request's */
+  attnd_budget_give(&r->srv->budget, &r->mem_held);
+  return attnd_api_admit(r, req);
+}

@@ -1,0 +1,978 @@
+/* server/api/decode.c: a request body to a planned request: the request's
+ * schema, the configured limits, and the core's errors in the API's terms.
+ *
+ * Decoding checks, in order: JSON syntax (invalid_json); the request's
+ * members and their types; every tensor (decode_tensor.c: form, shape,
+ * leaf types, finiteness); then the core's validation of shapes and
+ * options (attn_plan_init); then the configured limits. Every failure
+ * names the member as a JSON path. HTTP thread. */
+#include "api/decode.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/arena.h"
+#include "codec/util.h"
+
+/* Any JSON value is a valid text (RFC 8259); a request that is not an
+ * object is a 422 of its own. */
+#define PARSE_FLAGS (JSON_REJECT_DUPLICATES | JSON_DECODE_ANY)
+
+static int get_int(dec_t *d, const json_t *obj, const char *key,
+                   const char *field, int64_t lo, int64_t hi, int64_t *out,
+                   int *present) {
+  const json_t *v = json_object_get(obj, key);
+  *present = v != NULL && !json_is_null(v);
+  if (!*present)
+    return 0;
+  return attnd__dec_int(d, v, field, field, lo, hi, out);
+}
+
+/* A number member `key` of obj (its path `field`), as a double (JSON's
+ * own numbers are finite; one past a double is at least ATTND_JSON_HUGE);
+ * with `as_float`, one that must be a finite float32 too. */
+static int get_double(dec_t *d, const json_t *obj, const char *key,
+                      const char *field, int as_float, double *out,
+                      int *present) {
+  const json_t *v = json_object_get(obj, key);
+  *present = v != NULL && !json_is_null(v);
+  if (!*present)
+    return 0;
+  if (!json_is_number(v))
+    return E(d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected a number",
+             field, attnd__json_type(v));
+  *out = json_number_value(v);
+  char num[32];
+  if (as_float ? !isfinite((float)*out) : fabs(*out) >= ATTND_JSON_HUGE)
+    return E(d, ATTND_ERR_NON_FINITE, field, "%s is %s, not a finite %s", field,
+             attnd__dec_num(*out, num), as_float ? "float32" : "number");
+  return 0;
+}
+
+static int get_number(dec_t *d, const json_t *obj, const char *key, float *out,
+                      int *present) {
+  double x = 0;
+  int r = get_double(d, obj, key, key, 1, &x, present);
+  *out = (float)x;
+  return r;
+}
+
+static int get_bool(dec_t *d, const json_t *obj, const char *key,
+                    const char *field, int *out) {
+  const json_t *v = json_object_get(obj, key);
+  if (v == NULL || json_is_null(v))
+    return 0;
+  if (!json_is_boolean(v))
+    return E(d, ATTND_ERR_INVALID_TYPE, field,
+             "%s is %s; expected true or false", field, attnd__json_type(v));
+  *out = json_is_true(v);
+  return 0;
+}
+
+/* Picks one of `names` for a string member; *out is its index. */
+static int get_enum(dec_t *d, const json_t *obj, const char *key,
+                    const char *field, const char *const *names, int *out) {
+  const json_t *v = json_object_get(obj, key);
+  if (v == NULL || json_is_null(v))
+    return 0;
+  for (int i = 0; json_is_string(v) && names[i]; i++)
+    if (strcmp(json_string_value(v), names[i]) == 0) {
+      *out = i;
+      return 0;
+    }
+  char list[128] = "";
+  size_t n = 0;
+  for (int i = 0; names[i] && n < sizeof list; i++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"", i ? ", " : "",
+                          names[i]);
+  if (!json_is_string(v))
+    return E(d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected one of %s",
+             field, attnd__json_type(v), list);
+  return E(d, ATTND_ERR_INVALID_VALUE, field,
+           "%s is \"%s\"; expected one of %s", field, json_string_value(v),
+           list);
+}
+
+static const json_t *get_object(dec_t *d, const json_t *obj, const char *key,
+                                const char *const *known, int *bad) {
+  const json_t *v = json_object_get(obj, key);
+  *bad = 0;
+  if (v == NULL || json_is_null(v))
+    return NULL;
+  if (!json_is_object(v)) {
+    *bad = E(d, ATTND_ERR_INVALID_TYPE, key, "%s is %s; expected an object",
+             key, attnd__json_type(v));
+    return NULL;
+  }
+  *bad = attnd__dec_members(d, v, key, known);
+  return *bad ? NULL : v;
+}
+
+/* The members that hold tensors: at the root, under projections, under
+ * mask, and an object tensor's "data". Only their values are lifted by the
+ * bulk scanner (lifted_keys), so that only attnd__dec_tensor ever meets an
+ * array placeholder where it stands for a tensor; under those names
+ * anywhere else, a placeholder is an unknown member, whose error does not
+ * show its value. */
+#define PROJECTION_MEMBERS                                                     \
+  "q_weight", "k_weight", "v_weight", "o_weight", "q_bias", "k_bias",          \
+      "v_bias", "o_bias"
+static const char *const projection_members[] = {PROJECTION_MEMBERS, NULL};
+static const char *const lifted_keys[] = {
+    "query", "key",  "value", PROJECTION_MEMBERS, "allow", "bias",
+    "alibi", "data", NULL};
+
+static int decode_projections(dec_t *d, const json_t *root) {
+  const char *const *known = projection_members;
+  int bad;
+  const json_t *pr = get_object(d, root, "projections", known, &bad);
+  if (pr == NULL)
+    return bad;
+  attn_params_t *p = &d->req->params;
+  attn_tensor_t *dst[] = {&p->q_weight, &p->k_weight, &p->v_weight,
+                          &p->o_weight, &p->q_bias,   &p->k_bias,
+                          &p->v_bias,   &p->o_bias};
+  for (int i = 0; known[i]; i++) {
+    const json_t *v = json_object_get(pr, known[i]);
+    if (v == NULL || json_is_null(v))
+      continue;
+    char field[64];
+    attnd_fmt_member(field, sizeof field, "projections", known[i]);
+    if (attnd__dec_tensor(d, v, field, K_FLOAT, dst[i], NULL) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int decode_mask(dec_t *d, const json_t *root) {
+  static const char *const known[] = {"causal", "key_lengths", "allow", "bias",
+                                      "window", "alibi",       NULL};
+  /* a session's step is causal over its cache, and its masks are over a
+   * length the step does not know until its turn */
+  static const char *const step_known[] = {"window", "alibi", NULL};
+  int bad;
+  const json_t *m =
+      get_object(d, root, "mask", d->step ? step_known : known, &bad);
+  if (m == NULL)
+    return bad;
+  attn_params_t *p = &d->req->params;
+
+  const json_t *c = json_object_get(m, "causal");
+  if (json_is_boolean(c)) {
+    p->causal = json_is_true(c) ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
+  } else if (c && !json_is_null(c)) {
+    static const char *const kinds[] = {"none", "bottom_right", "top_left",
+                                        NULL};
+    int k = 0;
+    if (!json_is_string(c))
+      return E(d, ATTND_ERR_INVALID_TYPE, "mask.causal",
+               "mask.causal is %s; expected true, false, \"bottom_right\" "
+               "or \"top_left\"",
+               attnd__json_type(c));
+    if (get_enum(d, m, "causal", "mask.causal", kinds, &k) < 0)
+      return -1;
+    p->causal = (attn_causal_t)k;
+  }
+
+  const json_t *kl = json_object_get(m, "key_lengths");
+  if (kl && !json_is_null(kl)) {
+    if (!json_is_array(kl) || json_array_size(kl) == 0)
+      return E(d, ATTND_ERR_INVALID_TYPE, "mask.key_lengths",
+               "mask.key_lengths is %s; expected an array of one integer "
+               "per batch item",
+               json_is_array(kl) ? "empty" : attnd__json_type(kl));
+    size_t n = json_array_size(kl);
+    int64_t *len = attnd__dec_alloc(d, n * sizeof *len);
+    if (len == NULL)
+      return attnd__dec_oom(d, "mask.key_lengths");
+    for (size_t i = 0; i < n; i++) {
+      char path[48];
+      attnd_fmt_index(path, sizeof path, "mask.key_lengths", (int64_t)i);
+      if (attnd__dec_int(d, json_array_get(kl, i), "mask.key_lengths", path,
+                         INT64_MIN, INT64_MAX, &len[i]) < 0)
+        return -1;
+    }
+    p->key_lengths = (attn_tensor_t){len, 1, {(int64_t)n}};
+  }
+
+  const json_t *allow = json_object_get(m, "allow");
+  if (allow && !json_is_null(allow) &&
+      attnd__dec_tensor(d, allow, "mask.allow", K_MASK, &p->allow, NULL) < 0)
+    return -1;
+  const json_t *bias = json_object_get(m, "bias");
+  if (bias && !json_is_null(bias) &&
+      attnd__dec_tensor(d, bias, "mask.bias", K_FLOAT, &p->bias, NULL) < 0)
+    return -1;
+
+  static const char *const wknown[] = {"left", "right", NULL};
+  const json_t *w = json_object_get(m, "window");
+  if (w && !json_is_null(w)) {
+    if (!json_is_object(w))
+      return E(d, ATTND_ERR_INVALID_TYPE, "mask.window",
+               "mask.window is %s; expected {\"left\": n, \"right\": n}",
+               attnd__json_type(w));
+    if (attnd__dec_members(d, w, "mask.window", wknown) < 0 ||
+        get_int(d, w, "left", "mask.window.left", 0, INT64_MAX, &p->window_left,
+                &p->has_window_left) < 0 ||
+        get_int(d, w, "right", "mask.window.right", 0, INT64_MAX,
+                &p->window_right, &p->has_window_right) < 0)
+      return -1;
+  }
+
+  const json_t *al = json_object_get(m, "alibi");
+  if (json_is_boolean(al)) {
+    p->alibi = json_is_true(al) ? ATTN_ALIBI_DEFAULT : ATTN_ALIBI_NONE;
+  } else if (json_is_array(al)) {
+    p->alibi = ATTN_ALIBI_SLOPES;
+    if (attnd__dec_tensor(d, al, "mask.alibi", K_FLOAT, &p->alibi_slopes,
+                          NULL) < 0)
+      return -1;
+  } else if (al && !json_is_null(al)) {
+    return E(d, ATTND_ERR_INVALID_TYPE, "mask.alibi",
+             "mask.alibi is %s; expected true, false or one slope per "
+             "head",
+             attnd__json_type(al));
+  }
+  return 0;
+}
+
+static int decode_return(dec_t *d, const json_t *root) {
+  static const char *const known[] = {"weights", "head_outputs", "metrics",
+                                      "encoding", NULL};
+  static const char *const wmodes[] = {"none", "per_head", "mean", NULL};
+  static const char *const encs[] = {"nested", "flat", "base64", NULL};
+  attnd_request_t *j = d->req;
+  int bad, w = 0, enc = (int)d->query_form;
+  const json_t *r = get_object(d, root, "return", known, &bad);
+  if (r == NULL && bad)
+    return bad;
+  j->want_metrics = 1;
+  if (r && (get_enum(d, r, "weights", "return.weights", wmodes, &w) < 0 ||
+            get_bool(d, r, "head_outputs", "return.head_outputs",
+                     &j->params.want_head_outputs) < 0 ||
+            get_bool(d, r, "metrics", "return.metrics", &j->want_metrics) < 0 ||
+            get_enum(d, r, "encoding", "return.encoding", encs, &enc) < 0))
+    return -1;
+  j->weights_mode = (attnd_weights_t)w;
+  j->params.want_weights = w == ATTND_WEIGHTS_PER_HEAD;
+  j->params.want_mean_weights = w == ATTND_WEIGHTS_MEAN;
+  j->encoding = (attnd_form_t)enc;
+  return 0;
+}
+
+int attnd__dec_plan(dec_t *d) {
+  attnd_request_t *j = d->req;
+  d->planning = 1;
+  attn_exec_t ex = {.threads = (int)d->cfg->threads_per_request,
+                    .cancel = &j->cancel};
+  attn_error_t ae;
+  if (attn_plan_init(&j->plan, &j->params, &ex, &ae) == 0)
+    return 0;
+  attnd_err_t code = ATTND_ERR_INVALID_VALUE;
+  switch (ae.code) {
+  case ATTN_ERANK:
+  case ATTN_ESHAPE:
+    code = ATTND_ERR_SHAPE_MISMATCH;
+    break;
+  case ATTN_EHEADS:
+    code = ATTND_ERR_HEADS_MISMATCH;
+    break;
+  case ATTN_EOVERFLOW:
+    code = ATTND_ERR_LIMIT_EXCEEDED;
+    break;
+  }
+  return E(d, code, attnd_request_field_path(ae.field_id), "%s", ae.message);
+}
+
+int attnd__dec_limits(dec_t *d) {
+  const attnd_config_t *c = d->cfg;
+  const attn_plan_t *pl = &d->req->plan;
+  attnd_request_t *j = d->req;
+  if (pl->B > c->max_batch)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "query",
+             "batch %lld is over max_batch %lld", (long long)pl->B,
+             (long long)c->max_batch);
+  if (pl->Lq > c->max_seq_len)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "query",
+             "query length %lld is over max_seq_len %lld", (long long)pl->Lq,
+             (long long)c->max_seq_len);
+  if (pl->Lk > c->max_seq_len)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, j->params.key.rank ? "key" : "query",
+             "key length %lld is over max_seq_len %lld", (long long)pl->Lk,
+             (long long)c->max_seq_len);
+  if (pl->H > c->max_heads)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "num_heads",
+             "num_heads %lld is over max_heads %lld", (long long)pl->H,
+             (long long)c->max_heads);
+  struct {
+    int on;
+    int64_t n;
+    const char *name;
+  } outs[] = {
+      {1, pl->out_elems, "output"},
+      {j->params.want_weights, pl->weights_elems, "weights"},
+      {j->params.want_mean_weights, pl->mean_elems, "weights"},
+      {j->params.want_head_outputs, pl->head_elems, "head_outputs"},
+  };
+  for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+    if (!outs[i].on)
+      continue;
+    if (outs[i].n > c->max_tensor_elements)
+      return E(d, ATTND_ERR_LIMIT_EXCEEDED,
+               i == 0   ? "query"
+               : i == 3 ? "return.head_outputs"
+                        : "return.weights",
+               "the reply's %s would have %lld elements, over "
+               "max_tensor_elements %lld",
+               outs[i].name, (long long)outs[i].n,
+               (long long)c->max_tensor_elements);
+  }
+  double bytes = attnd_request_reply_bytes(j);
+  if (bytes > (double)c->max_response_bytes)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED,
+             j->params.want_weights || j->params.want_mean_weights
+                 ? "return.weights"
+                 : "query",
+             "the reply would take up to %.0f bytes, over "
+             "max_response_bytes %lld",
+             bytes, (long long)c->max_response_bytes);
+  return 0;
+}
+
+/* "layer": the named layer's weights, head counts, norms and rope; with
+ * it, projections and rope are the layer's to give, and head counts must
+ * agree with it. The request keeps a reference to the set. */
+static int decode_layer(dec_t *d, const json_t *root) {
+  const json_t *v = json_object_get(root, "layer");
+  if (v == NULL || json_is_null(v))
+    return 0;
+  if (!json_is_string(v))
+    return E(d, ATTND_ERR_INVALID_TYPE, "layer",
+             "layer is %s; expected the name of a layer (GET /v1/layers)",
+             attnd__json_type(v));
+  const char *name = json_string_value(v);
+  const attnd_layer_t *l = attnd_layer_set_find(d->layers, name);
+  if (l == NULL) {
+    size_t n = attnd_layer_set_count(d->layers);
+    char some[160] = "";
+    size_t k = 0;
+    for (size_t i = 0; i < n && i < 4 && k < sizeof some; i++)
+      k += (size_t)snprintf(some + k, sizeof some - k, "%s'%s'", i ? ", " : "",
+                            attnd_layer_set_get(d->layers, i)->name);
+    return E(d, ATTND_ERR_UNKNOWN_LAYER, "layer",
+             "layer '%.128s' is not loaded (%zu layer%s%s%s%s)", name, n,
+             n == 1 ? "" : "s", n ? ": " : "", some, n > 4 ? ", ..." : "");
+  }
+  static const char *const theirs[] = {"projections", "rope", NULL};
+  for (int i = 0; theirs[i]; i++) {
+    const json_t *x = json_object_get(root, theirs[i]);
+    if (x && !json_is_null(x))
+      return E(d, ATTND_ERR_INVALID_VALUE, theirs[i],
+               "%s cannot be given with layer: layer '%s' has its own",
+               theirs[i], l->name);
+  }
+  attnd__dec_use_layer(d, l);
+  return 0;
+}
+
+void attnd__dec_use_layer(dec_t *d, const attnd_layer_t *l) {
+  attnd_request_t *j = d->req;
+  j->layers = attnd_layer_set_ref(d->layers);
+  j->layer = l;
+  attn_params_t *p = &j->params;
+  int64_t qo = l->H * l->Dh, ko = l->Hkv * l->Dh, vo = l->Hkv * l->Dv,
+          oi = l->H * l->Dv;
+  p->q_weight = (attn_tensor_t){l->q_weight, 2, {qo, l->E}};
+  p->k_weight = (attn_tensor_t){l->k_weight, 2, {ko, l->E}};
+  p->v_weight = (attn_tensor_t){l->v_weight, 2, {vo, l->E}};
+  p->o_weight = (attn_tensor_t){l->o_weight, 2, {l->Eo, oi}};
+  if (l->q_bias)
+    p->q_bias = (attn_tensor_t){l->q_bias, 1, {qo}};
+  if (l->k_bias)
+    p->k_bias = (attn_tensor_t){l->k_bias, 1, {ko}};
+  if (l->v_bias)
+    p->v_bias = (attn_tensor_t){l->v_bias, 1, {vo}};
+  if (l->o_bias)
+    p->o_bias = (attn_tensor_t){l->o_bias, 1, {l->Eo}};
+  if (l->q_norm)
+    p->q_norm = (attn_tensor_t){l->q_norm, 1, {l->Dh}};
+  if (l->k_norm)
+    p->k_norm = (attn_tensor_t){l->k_norm, 1, {l->Dh}};
+  p->has_norm_eps = l->q_norm || l->k_norm;
+  p->norm_eps = l->norm_eps;
+  p->rope = l->rope;
+  p->causal = l->causal; /* until mask.causal says otherwise */
+}
+
+int attnd__dec_layer_widths(dec_t *d) {
+  const attnd_layer_t *l = d->req->layer;
+  const attn_params_t *p = &d->req->params;
+  const struct {
+    const attn_tensor_t *t;
+    const char *name;
+  } in[] = {{&p->query, "query"}, {&p->key, "key"}, {&p->value, "value"}};
+  for (int i = 0; i < 3; i++) {
+    const attn_tensor_t *t = in[i].t;
+    if (t->rank == 0 || t->dim[t->rank - 1] == l->E)
+      continue;
+    char s[128];
+    attnd_shape_text(s, sizeof s, t->rank, t->dim, ", ");
+    return E(d, ATTND_ERR_SHAPE_MISMATCH, in[i].name,
+             "%s %s has %lld features; layer '%s' takes hidden states of %lld "
+             "(its embed dim)",
+             in[i].name, s, (long long)t->dim[t->rank - 1], l->name,
+             (long long)l->E);
+  }
+  return 0;
+}
+
+/* "rope": {"theta", "dims", "style", "scaling": {"type", ...}}, inline. */
+static int decode_rope(dec_t *d, const json_t *root) {
+  static const char *const known[] = {"theta", "dims", "style", "scaling",
+                                      NULL};
+  static const char *const styles[] = {"half", "interleaved", NULL};
+  static const char *const sknown[] = {"type",
+                                       "factor",
+                                       "low_freq_factor",
+                                       "high_freq_factor",
+                                       "original_max_position_embeddings",
+                                       NULL};
+  static const char *const types[] = {"linear", "llama3", NULL};
+  int bad, style = 0, present, type = 0;
+  const json_t *r = get_object(d, root, "rope", known, &bad);
+  if (r == NULL)
+    return bad;
+  attn_rope_t *rp = &d->req->params.rope;
+  double theta = 10000.0, f = 0;
+  if (get_enum(d, r, "style", "rope.style", styles, &style) < 0 ||
+      get_double(d, r, "theta", "rope.theta", 0, &theta, &present) < 0 ||
+      get_int(d, r, "dims", "rope.dims", 1, INT64_MAX, &rp->dims, &present) < 0)
+    return -1;
+  rp->style = style ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF;
+  rp->theta = theta;
+  const json_t *s = get_object(d, r, "scaling", sknown, &bad);
+  if (s == NULL)
+    return bad;
+  if (json_object_get(s, "type") == NULL)
+    return E(d, ATTND_ERR_MISSING_FIELD, "rope.scaling.type",
+             "rope.scaling.type is required: \"linear\" or \"llama3\"");
+  if (get_enum(d, s, "type", "rope.scaling.type", types, &type) < 0)
+    return -1;
+  rp->scaling = type ? ATTN_ROPE_SCALING_LLAMA3 : ATTN_ROPE_SCALING_LINEAR;
+  struct {
+    const char *key, *field;
+    double *dst;
+    int llama3;
+  } nums[] = {
+      {"factor", "rope.scaling.factor", &rp->factor, 0},
+      {"low_freq_factor", "rope.scaling.low_freq_factor", &rp->low_freq_factor,
+       1},
+      {"high_freq_factor", "rope.scaling.high_freq_factor",
+       &rp->high_freq_factor, 1},
+      {"original_max_position_embeddings",
+       "rope.scaling.original_max_position_embeddings",
+       &rp->original_max_position, 1},
+  };
+  for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+    if (get_double(d, s, nums[i].key, nums[i].field, 0, &f, &present) < 0)
+      return -1;
+    if (!present && (!nums[i].llama3 || type))
+      return E(d, ATTND_ERR_MISSING_FIELD, nums[i].field,
+               "%s is required for %s scaling", nums[i].field, types[type]);
+    *nums[i].dst = f;
+  }
+  return 0;
+}
+
+/* "positions": {"query": [Lq] or [B, Lq], "key": [Lk] or [B, Lk]}. */
+static int decode_positions(dec_t *d, const json_t *root) {
+  static const char *const known[] = {"query", "key", NULL};
+  int bad;
+  const json_t *ps = get_object(d, root, "positions", known, &bad);
+  if (ps == NULL)
+    return bad;
+  attn_params_t *p = &d->req->params;
+  const json_t *q = json_object_get(ps, "query"),
+               *k = json_object_get(ps, "key");
+  if (q && !json_is_null(q) &&
+      attnd__dec_int_tensor(d, q, "positions.query", 2, &p->positions_query) <
+          0)
+    return -1;
+  if (k && !json_is_null(k) &&
+      attnd__dec_int_tensor(d, k, "positions.key", 2, &p->positions_key) < 0)
+    return -1;
+  return 0;
+}
+
+int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known) {
+  attnd_request_t *j = d->req;
+  if (!json_is_object(root))
+    return E(d, ATTND_ERR_INVALID_TYPE, "",
+             "the request is %s; expected an object", attnd__json_type(root));
+  if (attnd__dec_members(d, root, "", known) < 0)
+    return -1;
+  const json_t *id = json_object_get(root, "id");
+  if (id && !json_is_null(id)) {
+    if (!json_is_string(id))
+      return E(d, ATTND_ERR_INVALID_TYPE, "id", "id is %s; expected a string",
+               attnd__json_type(id));
+    if (json_string_length(id) > 256)
+      return E(d, ATTND_ERR_INVALID_VALUE, "id",
+               "id has %zu characters; at most 256", json_string_length(id));
+    size_t n = json_string_length(id) + 1;
+    if ((j->id = attnd_request_alloc(j, n)) == NULL)
+      return attnd__dec_oom(d, "id");
+    memcpy(j->id, json_string_value(id), n);
+  }
+  return 0;
+}
+
+static int decode_root(dec_t *d, const json_t *root) {
+  static const char *const known[] = {
+      "id",        "layer",     "query",        "key",
+      "value",     "num_heads", "num_kv_heads", "projections",
+      "mask",      "scale",     "softcap",      "rope",
+      "positions", "return",    "timeout_ms",   NULL};
+  attnd_request_t *j = d->req;
+  attn_params_t *p = &j->params;
+  int present;
+  if (attnd__dec_root(d, root, known) < 0)
+    return -1;
+
+  if (decode_layer(d, root) < 0)
+    return -1;
+  const json_t *q = json_object_get(root, "query");
+  if (q == NULL || json_is_null(q))
+    return E(d, ATTND_ERR_MISSING_FIELD, "query", "query is required");
+  if (attnd__dec_tensor(d, q, "query", K_FLOAT, &p->query, &d->query_form) < 0)
+    return -1;
+  const json_t *k = json_object_get(root, "key"),
+               *v = json_object_get(root, "value");
+  if (k && !json_is_null(k) &&
+      attnd__dec_tensor(d, k, "key", K_FLOAT, &p->key, NULL) < 0)
+    return -1;
+  if (v && !json_is_null(v) &&
+      attnd__dec_tensor(d, v, "value", K_FLOAT, &p->value, NULL) < 0)
+    return -1;
+
+  if (j->layer && attnd__dec_layer_widths(d) < 0)
+    return -1;
+  int64_t heads[2];
+  int given[2];
+  if (get_int(d, root, "num_heads", "num_heads", 1, INT64_MAX, &heads[0],
+              &given[0]) < 0 ||
+      get_int(d, root, "num_kv_heads", "num_kv_heads", 1, INT64_MAX, &heads[1],
+              &given[1]) < 0)
+    return -1;
+  if (j->layer) {
+    const int64_t layer_heads[2] = {j->layer->H, j->layer->Hkv};
+    for (int h = 0; h < 2; h++)
+      if (given[h] && heads[h] != layer_heads[h])
+        return E(d, ATTND_ERR_HEADS_MISMATCH, h ? "num_kv_heads" : "num_heads",
+                 "%s is %lld, but layer '%s' has %lld",
+                 h ? "num_kv_heads" : "num_heads", (long long)heads[h],
+                 j->layer->name, (long long)layer_heads[h]);
+    heads[0] = layer_heads[0], heads[1] = layer_heads[1];
+    given[0] = given[1] = 1;
+  }
+  if (!given[0])
+    return E(d, ATTND_ERR_MISSING_FIELD, "num_heads",
+             "num_heads is required (or a layer)");
+  p->num_heads = heads[0];
+  p->num_kv_heads = given[1] ? heads[1] : 0;
+  if (p->num_heads > d->cfg->max_heads)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "num_heads",
+             "num_heads %lld is over max_heads %lld", (long long)p->num_heads,
+             (long long)d->cfg->max_heads);
+
+  if (decode_projections(d, root) < 0 || decode_mask(d, root) < 0 ||
+      decode_rope(d, root) < 0 || decode_positions(d, root) < 0 ||
+      get_number(d, root, "scale", &p->scale, &p->has_scale) < 0 ||
+      get_number(d, root, "softcap", &p->softcap, &p->has_softcap) < 0 ||
+      decode_return(d, root) < 0)
+    return -1;
+
+  j->timeout_ms = d->cfg->default_timeout_ms;
+  if (get_int(d, root, "timeout_ms", "timeout_ms", 1, INT64_MAX, &j->timeout_ms,
+              &present) < 0)
+    return -1;
+  if (j->timeout_ms > d->cfg->max_timeout_ms)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "timeout_ms",
+             "timeout_ms %lld is over max_timeout_ms %lld",
+             (long long)j->timeout_ms, (long long)d->cfg->max_timeout_ms);
+  return attnd__dec_plan(d) < 0 ? -1 : attnd__dec_limits(d);
+}
+
+/* A step of a session (session.h): the new tokens, as query (and, with
+ * no layer, their key and value), and /v1's other members that a step may
+ * set; the session gives the rest. Planned later, at the step's turn
+ * (attnd_request_plan), when the cache's length is known. */
+static int decode_step(dec_t *d, const json_t *root) {
+  static const char *const known[] = {
+      "id",      "query",  "key",        "value",           "mask", "scale",
+      "softcap", "return", "timeout_ms", "expected_length", NULL};
+  const attnd_session_shape_t *sh = d->step;
+  attnd_request_t *j = d->req;
+  attn_params_t *p = &j->params;
+  int present;
+  if (attnd__dec_root(d, root, known) < 0)
+    return -1;
+  if (sh->layer) {
+    d->layers = sh->layers;
+    attnd__dec_use_layer(d, sh->layer);
+  } else {
+    p->rope = sh->rope;
+  }
+  p->num_heads = sh->H;
+  p->num_kv_heads = sh->Hkv;
+  p->causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+  const char *names[3] = {"query", "key", "value"};
+  attn_tensor_t *ts[3] = {&p->query, &p->key, &p->value};
+  int64_t widths[3] = {sh->layer ? sh->layer->E : sh->H * sh->Dh,
+                       sh->Hkv * sh->Dh, sh->Hkv * sh->Dv};
+  for (int i = 0; i < 3; i++) {
+    const json_t *v = json_object_get(root, names[i]);
+    int given = v && !json_is_null(v);
+    if (i && sh->layer && given)
+      return E(d, ATTND_ERR_INVALID_VALUE, names[i],
+               "%s cannot be given to a session of layer '%s': the new "
+               "tokens' hidden states in query make their keys and values",
+               names[i], sh->layer->name);
+    if (i && sh->layer)
+      continue;
+    if (!given)
+      return E(d, ATTND_ERR_MISSING_FIELD, names[i], "%s is required%s",
+               names[i],
+               i ? " in a step of a session without a layer: the new "
+                   "tokens' projected keys and values"
+                 : ": the new tokens");
+    if (attnd__dec_tensor(d, v, names[i], K_FLOAT, ts[i],
+                          i ? NULL : &d->query_form) < 0)
+      return -1;
+    char shape[128];
+    attnd_shape_text(shape, sizeof shape, ts[i]->rank, ts[i]->dim, ", ");
+    if (ts[i]->rank != 2 || ts[i]->dim[1] != widths[i] ||
+        (i && ts[i]->dim[0] != p->query.dim[0]))
+      return E(d, ATTND_ERR_SHAPE_MISMATCH, names[i],
+               "%s %s must be [%s, %lld]: %s", names[i], shape,
+               i ? "the query's rows" : "the new tokens", (long long)widths[i],
+               sh->layer ? "hidden states of the layer's width"
+               : i       ? "num_kv_heads times the head width"
+                         : "num_heads times the head width");
+  }
+  if (decode_mask(d, root) < 0 ||
+      get_number(d, root, "scale", &p->scale, &p->has_scale) < 0 ||
+      get_number(d, root, "softcap", &p->softcap, &p->has_softcap) < 0 ||
+      decode_return(d, root) < 0)
+    return -1;
+  j->expected_length = -1;
+  if (get_int(d, root, "expected_length", "expected_length", 0, INT64_MAX,
+              &j->expected_length, &present) < 0)
+    return -1;
+  j->timeout_ms = d->cfg->default_timeout_ms;
+  if (get_int(d, root, "timeout_ms", "timeout_ms", 1, INT64_MAX, &j->timeout_ms,
+              &present) < 0)
+    return -1;
+  if (j->timeout_ms > d->cfg->max_timeout_ms)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "timeout_ms",
+             "timeout_ms %lld is over max_timeout_ms %lld",
+             (long long)j->timeout_ms, (long long)d->cfg->max_timeout_ms);
+  return 0;
+}
+
+int attnd_request_plan(attnd_request_t *j, const attnd_config_t *cfg,
+                       attnd_error_t *err) {
+  dec_t d = {.req = j, .cfg = cfg, .err = err};
+  return attnd__dec_plan(&d) < 0 ? -1 : attnd__dec_limits(&d);
+}
+
+/* ---- parsing under memory pressure ----------------------------------------
+ *
+ * jansson 2.14's parser does not report running out of memory as such: a
+ * failed allocation becomes "invalid token" or an error with no text (so a
+ * valid body would get invalid_json), a failed growth of the buffer of the
+ * token being read drops that byte silently (the body parses to other
+ * values), and when the dropped byte is the one after a number, jansson's
+ * own assertion aborts the process. So attnd gives jansson an allocator of
+ * its own (installed before main, while the process has one thread). While
+ * a parse runs on the thread, a failed malloc is noted and served instead
+ * from a small reserve on the parsing thread's stack, and the text ends:
+ * jansson reads it PARSE_CHUNK bytes at a time, and after a failure its next
+ * read finds the end of the input. jansson then stops within a few values
+ * without seeing a failure, and the caller answers out_of_memory. (Only a
+ * number of thousands of digits, being read at the failure, could still
+ * run the reserve dry.) */
+
+#define PARSE_CHUNK 64
+#define PARSE_RESERVE 16384
+
+typedef struct parse {
+  const char *text;
+  size_t len, at;
+  int failed;    /* an allocation failed: the tree is not to be trusted */
+  char *reserve; /* PARSE_RESERVE bytes, on the parsing thread's stack */
+  size_t used;
+} parse_t;
+
+static _Thread_local parse_t *parsing; /* this thread's parse, or NULL */
+
+/* Between attnd__dec_tree_begin and _end, this thread's jansson values are
+ * taken from its tree arena first (TREE_ARENA bytes; the heap beyond), and
+ * freeing one there does nothing: a small body's tree costs no malloc. */
+#define TREE_ARENA 32768
+static _Thread_local _Alignas(ATTND_ARENA_ALIGN) unsigned char
+    tree_mem[TREE_ARENA];
+static _Thread_local attnd_arena_t tree;
+static _Thread_local int tree_open;
+
+void attnd__dec_tree_begin(void) {
+  if (tree.base == NULL)
+    attnd_arena_init(&tree, tree_mem, sizeof tree_mem);
+  tree_open = attnd__arenas;
+}
+
+void attnd__dec_tree_end(void) {
+  tree_open = 0;
+  attnd_arena_reset(&tree);
+}
+
+static void *json_alloc(size_t n) {
+  void *p = tree_open ? attnd_arena_alloc(&tree, n) : NULL;
+  if (p)
+    return p;
+  p = malloc(n);
+  parse_t *ps = parsing;
+  if (p || ps == NULL)
+    return p;
+  ps->failed = 1;
+  size_t need = (n + 15) / 16 * 16;
+  if (need < n || need > PARSE_RESERVE - ps->used)
+    return NULL;
+  p = ps->reserve + ps->used;
+  ps->used += need;
+  return p;
+}
+
+static void json_release(void *p) {
+  if (attnd_arena_owns(&tree, p))
+    return; /* the arena goes with attnd__dec_tree_end */
+  parse_t *ps = parsing;
+  if (ps && (uintptr_t)p >= (uintptr_t)ps->reserve &&
+      (uintptr_t)p < (uintptr_t)ps->reserve + PARSE_RESERVE)
+    return; /* the reserve goes with the parse */
+  free(p);
+}
+
+__attribute__((constructor)) static void json_alloc_install(void) {
+  json_set_alloc_funcs(json_alloc, json_release);
+}
+
+static size_t parse_read(void *buf, size_t cap, void *arg) {
+  parse_t *ps = arg;
+  size_t n = ps->failed ? 0 : ps->len - ps->at;
+  n = n < cap ? n : cap;
+  n = n < PARSE_CHUNK ? n : PARSE_CHUNK;
+  memcpy(buf, ps->text + ps->at, n);
+  ps->at += n;
+  return n;
+}
+
+/* jansson's tree of text[0..len) (one parse): a new reference, or NULL
+ * with *oom set when memory ran out, or else jansson's error in `je`. */
+static json_t *parse_once(const char *text, size_t len, json_error_t *je,
+                          int *oom) {
+  _Alignas(16) char reserve[PARSE_RESERVE];
+  parse_t ps = {.text = text, .len = len, .reserve = reserve};
+  parsing = &ps;
+  json_t *root = json_load_callback(parse_read, &ps, PARSE_FLAGS, je);
+  if (ps.failed) { /* freed while the reserve is still known */
+    json_decref(root);
+    root = NULL;
+  }
+  parsing = NULL;
+  *oom = ps.failed;
+  return root;
+}
+
+/* jansson's tree of text[0..len), as parse_once, where the number literals
+ * jansson refuses though they are valid JSON (an integer beyond int64, a
+ * value beyond a double; both its json_error_numeric_overflow) read as
+ * numbers: on that error the text is parsed again with those literals
+ * rewritten (bulk.h, attnd_json_widen_numbers) at the same line and
+ * column, so that any other error reads the same. */
+json_t *attnd__dec_parse(const char *text, size_t len, json_error_t *je,
+                         int *oom) {
+  json_t *root = parse_once(text, len, je, oom);
+  if (root || *oom || json_error_code(je) != json_error_numeric_overflow)
+    return root;
+  attnd_buf_t wide;
+  attnd_buf_init(&wide);
+  long widened = attnd_json_widen_numbers(text, len, &wide);
+  if (widened < 0)
+    *oom = 1;
+  else if (widened > 0)
+    root = parse_once(wide.data, wide.len, je, oom);
+  attnd_buf_free(&wide);
+  return root;
+}
+
+_Thread_local uint64_t attnd__decode_slow_runs;
+
+/* A 53-bit nonce for the bulk scanner's placeholders, from a per-thread
+ * generator seeded once from the OS. */
+uint64_t attnd__dec_nonce(void) {
+  static _Thread_local uint64_t state;
+  if (state == 0)
+    state = attnd_random_u64() | 1;
+  return attnd_splitmix64(&state) >> 11;
+}
+
+/* Puts back into the tree under v the strings the bulk scanner lifted
+ * that are no tensor data (bulk.h: in_tree), as jansson would have read
+ * them. Returns 0, or -1 when out of memory. */
+static int restore_strings(json_t *v, const attnd_bulk_set_t *bulk) {
+  if (json_is_string(v)) {
+    const attnd_bulk_t *b = attnd_bulk_string(bulk, json_string_value(v));
+    return b && b->in_tree ? json_string_setn_nocheck(v, b->text, b->text_len)
+                           : 0;
+  }
+  size_t i;
+  const char *key;
+  json_t *e;
+  if (json_is_array(v))
+    json_array_foreach(v, i, e) if (restore_strings(e, bulk) < 0) return -1;
+  if (json_is_object(v))
+    json_object_foreach(v, key, e) if (restore_strings(e, bulk) < 0) return -1;
+  return 0;
+}
+
+/* Decodes `root` into the new request j; with `bulk`, placeholders stand
+ * for its items. Returns 0, or -1 with *err set and *sure telling whether
+ * the slow path would give the same error: it would after planning, and
+ * unless an error about a bulk item's values was worded here (E_UNSURE). */
+static int decode(attnd_request_t *j, const json_t *root,
+                  attnd_bulk_set_t *bulk, const attnd_config_t *cfg,
+                  attnd_layer_set_t *layers, const attnd_session_shape_t *step,
+                  attnd_error_t *err, int *sure) {
+  dec_t d = {.req = j,
+             .cfg = cfg,
+             .err = err,
+             .bulk = bulk,
+             .layers = layers,
+             .step = step};
+  int r = step ? decode_step(&d, root) : decode_root(&d, root);
+  *sure = d.planning || !d.unsure;
+  return r < 0 ? -1 : 0;
+}
+
+/* The fast path: big arrays of numbers, long base64 texts and other long
+ * strings are lifted out of the text by the bulk scanner, and jansson
+ * parses what is left; the other long strings are then put back into the
+ * tree. The slow path has jansson parse everything. Both give the same
+ * request, or the same error: when the fast path fails with an error the
+ * slow path might word otherwise (decode's *sure), the slow path runs too;
+ * and it runs when the skeleton does not parse, for jansson's error at its
+ * place in the body. Both paths refuse,
+ * first, a body whose JSON outside what the scanner lifts is over
+ * max_json_structure_bytes: that is all jansson ever reads on the fast
+ * path, and the bound on its time. */
+static int decode_path(const char *body, size_t len, const attnd_config_t *cfg,
+                       attnd_layer_set_t *layers,
+                       const attnd_session_shape_t *step, int fast,
+                       attnd_request_t **out, attnd_error_t *err) {
+  double t0 = attnd_now_ms();
+  int sure = 0, oom = 0, slow = !fast, r = -1;
+  json_error_t je;
+  attnd_bulk_set_t bulk;
+  attnd_buf_t skel;
+  char skel_mem[ATTND_DEC_SKELETON_INLINE];
+  /* the request first: the scanner puts small arrays in its region */
+  attnd_request_t *j = attnd_request_new();
+  *out = NULL;
+  if (j == NULL)
+    return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                           "out of memory for a new request");
+  attnd_bulk_set_init(&bulk, attnd__dec_nonce());
+  bulk.array_keys = lifted_keys;
+  bulk.arena = &j->arena;
+  attnd_buf_init_in(&skel, skel_mem, sizeof skel_mem);
+  attnd__dec_tree_begin();
+  if (attnd_bulk_scan(body, len, ATTND_BULK_MIN_ELEMS, ATTND_BULK_MIN_STRING,
+                      &bulk, &skel) < 0) {
+    oom = 1;
+  } else if ((int64_t)(len - bulk.lifted_bytes) >
+             cfg->max_json_structure_bytes) {
+    slow = 0;
+    attnd_error_set(
+        err, ATTND_ERR_PAYLOAD_TOO_LARGE, "",
+        "the body has %zu bytes of JSON outside tensor data (arrays of "
+        "numbers, base64 texts) and long strings, over "
+        "max_json_structure_bytes %lld",
+        len - bulk.lifted_bytes, (long long)cfg->max_json_structure_bytes);
+  } else if (fast && bulk.n > 0) {
+    json_t *root = attnd__dec_parse(skel.data, skel.len, &je, &oom);
+    if (root && restore_strings(root, &bulk) < 0)
+      oom = 1;
+    else if (root)
+      r = decode(j, root, &bulk, cfg, layers, step, err, &sure);
+    json_decref(root);
+    slow = !oom && r < 0 && !sure;
+  } else {
+    slow = 1;
+  }
+  attnd_buf_free(&skel);
+  attnd_bulk_set_free(&bulk); /* the body outlives it: strings borrowed it */
+  if (slow && !oom) {
+    attnd__decode_slow_runs++;
+    attnd_request_free(j); /* what the fast path put there goes with it */
+    json_t *root = NULL;
+    if ((j = attnd_request_new()) == NULL)
+      oom = 1;
+    else if ((root = attnd__dec_parse(body, len, &je, &oom)) != NULL)
+      r = decode(j, root, NULL, cfg, layers, step, err, &sure);
+    else if (!oom)
+      attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
+                      "invalid JSON at line %d, column %d: %s", je.line,
+                      je.column, je.text);
+    json_decref(root);
+  }
+  attnd__dec_tree_end();
+  if (oom || r < 0) {
+    attnd_request_free(j);
+    return oom ? attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                                 "out of memory parsing the request's JSON")
+               : -1;
+  }
+  j->t.decode_ms = attnd_now_ms() - t0;
+  *out = j;
+  return 0;
+}
+
+int attnd__request_decode_path(const char *body, size_t len,
+                               const attnd_config_t *cfg,
+                               attnd_layer_set_t *layers, int fast,
+                               attnd_request_t **out, attnd_error_t *err) {
+  return decode_path(body, len, cfg, layers, NULL, fast, out, err);
+}
+
+int attnd__step_decode_path(const char *body, size_t len,
+                            const attnd_config_t *cfg,
+                            const attnd_session_shape_t *shape, int fast,
+                            attnd_request_t **out, attnd_error_t *err) {
+  return decode_path(body, len, cfg, shape->layers, shape, fast, out, err);
+}
+
+int attnd_request_decode(const char *body, size_t len,
+                         const attnd_config_t *cfg, attnd_layer_set_t *layers,
+                         attnd_request_t **out, attnd_error_t *err) {
+  return decode_path(body, len, cfg, layers, NULL, 1, out, err);
+}
+
+int attnd_step_decode(const char *body, size_t len, const attnd_config_t *cfg,
+                      const attnd_session_shape_t *shape, attnd_request_t **out,
+                      attnd_error_t *err) {
+  return decode_path(body, len, cfg, shape->layers, shape, 1, out, err);
+}

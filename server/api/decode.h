@@ -1,0 +1,128 @@
+/* server/api/decode.h: what the request decoder's two files share (decode.c
+ * reads the request's members, decode_tensor.c its tensors). Internal to
+ * decoding; HTTP thread. */
+#ifndef ATTND_DECODE_H
+#define ATTND_DECODE_H
+
+#include <jansson.h>
+
+#include "codec/bulk.h"
+#include "model/layers.h"
+#include "sched/request.h"
+#include "store/session.h"
+
+/* What the fast path lifts out of jansson's way: every array of numbers
+ * under a tensor's member, however short (MIN_ELEMS), and strings of at
+ * least MIN_STRING characters. Short arrays too, since jansson builds a
+ * tree node for each number and the decoder then walks them one by one: a
+ * body of 60 numbers (15 x 4) that jansson read whole took 16.3 us to
+ * decode, and 2.5 us lifted. */
+#define ATTND_BULK_MIN_ELEMS 1
+#define ATTND_BULK_MIN_STRING 1024
+
+/* The decoder's state for one request body. */
+typedef struct dec {
+  attnd_request_t *req;
+  const attnd_config_t *cfg;
+  attnd_error_t *err;
+  attnd_form_t query_form;
+  attnd_bulk_set_t *bulk;    /* the fast path's items, or NULL */
+  attnd_layer_set_t *layers; /* the layers a request may name, or NULL */
+  const attnd_session_shape_t *step; /* a session's step: its shape */
+  int planning; /* errors from here on do not depend on the path taken */
+  int unsure;   /* the error may read otherwise on the slow path */
+} dec_t;
+
+/* Element kinds: float32, or boolean as uint8. */
+enum { K_FLOAT, K_MASK };
+
+/* Sets the error and returns -1. */
+#define E(d, code, field, ...)                                                 \
+  attnd_error_set((d)->err, code, field, __VA_ARGS__)
+/* E for an error about a bulk item, whose words only the slow path has:
+ * the request is decoded again that way. */
+#define E_UNSURE(d, code, field, ...)                                          \
+  ((d)->unsure = 1, E(d, code, field, __VA_ARGS__))
+
+/* A new buffer of `bytes` that the request owns, or NULL. */
+void *attnd__dec_alloc(dec_t *d, size_t bytes);
+/* Makes the request own p (malloc'd, `bytes` long; steals it). Returns 0,
+ * or -1 after freeing p. */
+int attnd__dec_adopt(dec_t *d, void *p, size_t bytes);
+/* The floats of array item b, made the request's: adopted from the set,
+ * or, lent, already in the request's region (the set's arena was the
+ * request's). NULL with out_of_memory for `field`. */
+float *attnd__dec_take_floats(dec_t *d, attnd_bulk_t *b, const char *field);
+/* A 53-bit nonce for the bulk scanner's placeholders, from a per-thread
+ * generator seeded once from the OS. */
+uint64_t attnd__dec_nonce(void);
+/* The array item of d->bulk that placeholder v stands for, or NULL. */
+attnd_bulk_t *attnd__dec_bulk_array(const dec_t *d, const json_t *v);
+/* The out_of_memory error for `field`; returns -1. */
+int attnd__dec_oom(dec_t *d, const char *field);
+/* "an object", "a number", ...: how a message names v's type. */
+const char *attnd__json_type(const json_t *v);
+/* Rejects members of `obj` that are not in the NULL-terminated `known`;
+ * `where` is obj's path ("" for the root). */
+int attnd__dec_members(dec_t *d, const json_t *obj, const char *where,
+                       const char *const *known);
+/* How a message shows the number x, in buf (32 bytes): "%.9g", but a
+ * number at or beyond ±ATTND_JSON_HUGE, where the parser puts a literal
+ * beyond a double's range (bulk.h), as "at least 9e+307" (or "at most
+ * -9e+307"), which is true of both. Returns buf. */
+const char *attnd__dec_num(double x, char *buf);
+/* Reads v, a member that holds an integer, into *out: a JSON integer, or a
+ * number of integral value in another spelling (2.0, 2e0, and an integer
+ * literal beyond int64, which the parser widened to a real). Answers
+ * invalid_type for another type or a fractional number, and invalid_value,
+ * naming the range, for a value outside [lo, hi] (int64's own included).
+ * `path` names v in the message ("mask.key_lengths[2]"), `field` is the
+ * error's field. */
+int attnd__dec_int(dec_t *d, const json_t *v, const char *field,
+                   const char *path, int64_t lo, int64_t hi, int64_t *out);
+/* An int64 tensor of rank 1 .. max_rank (at most 2) from nested arrays of
+ * integers (or a bulk item of them) into t. */
+int attnd__dec_int_tensor(dec_t *d, const json_t *v, const char *field,
+                          int max_rank, attn_tensor_t *t);
+/* A tensor in any of the three forms (or a bulk item), of element `kind`,
+ * into t; `form` (may be NULL) says which form it came in. */
+int attnd__dec_tensor(dec_t *d, const json_t *v, const char *field, int kind,
+                      attn_tensor_t *t, attnd_form_t *form);
+
+/* ---- the steps every protocol's decoder shares (decode.c; oip.c) ---- */
+
+/* jansson's tree of text[0..len) with the decoder's flags (duplicate keys
+ * refused, any value at the root), safe when memory runs out and reading
+ * number literals past int64 or a double as numbers: a new reference, or
+ * NULL with *oom set, or else jansson's error in `je`. */
+json_t *attnd__dec_parse(const char *text, size_t len, json_error_t *je,
+                         int *oom);
+/* Between these two, the jansson values this thread makes are taken from a
+ * per-thread arena first and freed with it by _end: every tree made since
+ * _begin must be freed (json_decref) before _end, on this thread, and none
+ * may be kept. */
+void attnd__dec_tree_begin(void);
+void attnd__dec_tree_end(void);
+/* The bytes of a small body's skeleton, written on the decoder's stack
+ * (attnd_buf_init_in); a bigger one moves to the heap. */
+#define ATTND_DEC_SKELETON_INLINE 2048
+/* The root of a request: an object of the `known` members alone (NULL-
+ * terminated), its "id" (a string of at most 256 characters, or absent or
+ * null) copied into the request. */
+int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known);
+/* Points the request at layer l: a reference to d->layers, the layer's
+ * weights, biases and norms in params, its head dims, rope and default
+ * causal alignment. */
+void attnd__dec_use_layer(dec_t *d, const attnd_layer_t *l);
+/* With a layer: each of query, key and value given holds hidden states of
+ * the layer's width E (shape_mismatch naming "query", "key" or "value"). */
+int attnd__dec_layer_widths(dec_t *d);
+/* attn_plan_init on the request's params, its errors in the API's codes,
+ * the field named by its /v1 path (attnd_request_field_path). */
+int attnd__dec_plan(dec_t *d);
+/* The configured limits on the planned request (batch, lengths, heads, the
+ * reply's elements and bytes); fields are /v1 paths ("query", "key",
+ * "num_heads", "return.weights", "return.head_outputs"). */
+int attnd__dec_limits(dec_t *d);
+
+#endif

@@ -1,0 +1,1167 @@
+/* server/api/oip.c: an Open Inference Protocol (KServe v2) inference request to
+ * a planned attnd_request_t. See oip.h.
+ *
+ * Decoding checks, in order: the model (before the body, so that an
+ * unknown model is a 404 whatever the body holds); JSON syntax; the root's
+ * members and the id; the parameters; each input in turn; the outputs;
+ * what is required (query, the head counts) and the timeout; then the
+ * steps /v1 takes too (decode.h): a layer's widths, planning, the limits.
+ * Errors of those shared steps name /v1 paths, which remap_field turns
+ * into this body's ("mask.allow" -> "inputs[3]").
+ *
+ * An input is read in two steps: its header (oip_in_t: which input, its
+ * datatype, its shape and element count) and then its data, into a buffer
+ * the request owns. fill_json reads JSON data; Triton's binary tensor
+ * extension is a second filler beside it, taking the input's bytes from a
+ * span of the body. HTTP thread. */
+#include "api/oip.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/util.h"
+#include "api/decode.h"
+#include "model/safetensors.h"
+
+/* ---- the protocol's names ------------------------------------------------ */
+
+/* The datatypes attnd takes. */
+typedef enum {
+  DT_FP32,
+  DT_FP16,
+  DT_BF16,
+  DT_FP64,
+  DT_INT32,
+  DT_INT64,
+  DT_BOOL,
+  DT_COUNT
+} dtype_t;
+static const char *const dtype_names[DT_COUNT + 1] = {
+    "FP32", "FP16", "BF16", "FP64", "INT32", "INT64", "BOOL", NULL};
+
+/* What an input holds once decoded, as the core takes it: float32, int64
+ * or uint8 (0 or 1). */
+typedef enum { EL_FLOAT, EL_INT, EL_BOOL } elem_t;
+static const size_t elem_size[] = {4, 8, 1};
+/* The datatypes each kind is sent in, as bits (1 << dtype_t). */
+static const unsigned elem_dtypes[] = {
+    [EL_FLOAT] = 1u << DT_FP32 | 1u << DT_FP16 | 1u << DT_BF16 | 1u << DT_FP64,
+    [EL_INT] = 1u << DT_INT32 | 1u << DT_INT64,
+    [EL_BOOL] = 1u << DT_BOOL};
+
+/* The inputs: the name, which is also attn_params_t's member; the /v1 path
+ * of that member, which the shared steps' errors name; what it holds; and
+ * whether only the generic model takes it. */
+typedef struct input_def {
+  const char *name, *v1;
+  elem_t elem;
+  int generic;
+  int rank; /* in the model's metadata: the usual rank ("-1" each) */
+  size_t off;
+} input_def_t;
+
+#define INPUT(member, v1, elem, generic, rank)                                 \
+  { #member, v1, elem, generic, rank, offsetof(attn_params_t, member) }
+static const input_def_t input_defs[] = {
+    INPUT(query, "query", EL_FLOAT, 0, 3),
+    INPUT(key, "key", EL_FLOAT, 0, 3),
+    INPUT(value, "value", EL_FLOAT, 0, 3),
+    INPUT(q_weight, "projections.q_weight", EL_FLOAT, 1, 2),
+    INPUT(k_weight, "projections.k_weight", EL_FLOAT, 1, 2),
+    INPUT(v_weight, "projections.v_weight", EL_FLOAT, 1, 2),
+    INPUT(o_weight, "projections.o_weight", EL_FLOAT, 1, 2),
+    INPUT(q_bias, "projections.q_bias", EL_FLOAT, 1, 1),
+    INPUT(k_bias, "projections.k_bias", EL_FLOAT, 1, 1),
+    INPUT(v_bias, "projections.v_bias", EL_FLOAT, 1, 1),
+    INPUT(o_bias, "projections.o_bias", EL_FLOAT, 1, 1),
+    INPUT(key_lengths, "mask.key_lengths", EL_INT, 0, 1),
+    INPUT(allow, "mask.allow", EL_BOOL, 0, 4),
+    INPUT(bias, "mask.bias", EL_FLOAT, 0, 4),
+    INPUT(positions_query, "positions.query", EL_INT, 0, 2),
+    INPUT(positions_key, "positions.key", EL_INT, 0, 2),
+};
+#undef INPUT
+#define N_INPUTS (sizeof input_defs / sizeof input_defs[0])
+
+/* The request's parameters: X(ID, name, the /v1 path of what it sets,
+ * whether only the generic model takes it). */
+#define PARAM_MAP(X)                                                           \
+  X(NUM_HEADS, "num_heads", "num_heads", 1)                                    \
+  X(NUM_KV_HEADS, "num_kv_heads", "num_kv_heads", 1)                           \
+  X(CAUSAL, "causal", "mask.causal", 0)                                        \
+  X(WINDOW_LEFT, "window_left", "mask.window.left", 0)                         \
+  X(WINDOW_RIGHT, "window_right", "mask.window.right", 0)                      \
+  X(ALIBI, "alibi", "mask.alibi", 0)                                           \
+  X(SCALE, "scale", "scale", 0)                                                \
+  X(SOFTCAP, "softcap", "softcap", 0)                                          \
+  X(ROPE_THETA, "rope_theta", "rope", 1)                                       \
+  X(ROPE_DIMS, "rope_dims", "rope", 1)                                         \
+  X(ROPE_STYLE, "rope_style", "rope", 1)                                       \
+  X(TIMEOUT_MS, "timeout_ms", "timeout_ms", 0)                                 \
+  X(BINARY_DATA_OUTPUT, "binary_data_output", "", 0)
+
+typedef enum {
+#define PARAM_ENUM(id, name, v1, generic) P_##id,
+  PARAM_MAP(PARAM_ENUM)
+#undef PARAM_ENUM
+      P_COUNT
+} param_t;
+static const char *const param_names[P_COUNT + 1] = {
+#define PARAM_NAME(id, name, v1, generic) name,
+    PARAM_MAP(PARAM_NAME)
+#undef PARAM_NAME
+        NULL};
+static const char *const param_v1[P_COUNT] = {
+#define PARAM_V1(id, name, v1, generic) v1,
+    PARAM_MAP(PARAM_V1)
+#undef PARAM_V1
+};
+static const unsigned generic_params = 0
+#define PARAM_GENERIC(id, name, v1, generic) | (unsigned)generic << P_##id
+    PARAM_MAP(PARAM_GENERIC)
+#undef PARAM_GENERIC
+    ;
+
+/* The outputs, in the order of their ATTND_OIP_* bits. */
+enum { O_OUTPUT, O_WEIGHTS, O_WEIGHTS_MEAN, O_HEAD_OUTPUTS, N_OUTPUTS };
+static const char *const output_names[N_OUTPUTS + 1] = {
+    "output", "weights", "weights_mean", "head_outputs", NULL};
+
+const char *attnd_oip_output_name(unsigned bit) {
+  for (int i = 0; i < N_OUTPUTS; i++)
+    if (bit == 1u << i)
+      return output_names[i];
+  return NULL;
+}
+
+/* ---- the decoder's state ------------------------------------------------- */
+
+typedef struct oip {
+  dec_t d;
+  const char *model;          /* as asked */
+  const attnd_layer_t *layer; /* the layer model, or NULL for "attention" */
+  int input_at[N_INPUTS];     /* each input's index in "inputs", or -1 */
+  int output_at[N_OUTPUTS];   /* each output's index in "outputs", or -1 */
+  unsigned params_given;      /* bits of param_t */
+  int binary_all;             /* parameters.binary_data_output */
+  int rope_style;             /* parameters.rope_style: 0 half, 1 interleaved */
+  /* Triton's binary tensor data: the bytes after the JSON, taken by the
+   * inputs with a binary_data_size in their order (bin_at so far); bin is
+   * NULL when the request has no Inference-Header-Content-Length. */
+  const unsigned char *bin;
+  size_t bin_len, bin_at;
+  /* The allocation that holds the body, which the request may take, so
+   * that FP32 data 4-byte aligned in it is used where it lies (NULL when
+   * the caller keeps it, or once the request has taken it). */
+  void **own;
+  size_t own_bytes;
+  void *lent; /* *own as lent, so that a failed decode gives it back */
+} oip_t;
+
+/* One input's header: what the data must be. */
+typedef struct oip_in {
+  const input_def_t *def;
+  dtype_t dtype;
+  int rank;
+  int64_t dim[ATTN_MAX_RANK];
+  int64_t n;           /* elements */
+  int64_t binary_size; /* parameters.binary_data_size, or -1 */
+  char path[32];       /* "inputs[3]" */
+  char shape[128];     /* "[2, 4]" */
+} oip_in_t;
+
+/* Sets invalid_type for member `field`, which is v, expected `what`. */
+static int bad_type(oip_t *o, const char *field, const json_t *v,
+                    const char *what) {
+  return E(&o->d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected %s", field,
+           attnd__json_type(v), what);
+}
+
+/* Member `key` of obj, whose path is `path`, with its own path in field
+ * (64 bytes): a value of JSON type `type`, which a message calls `what`.
+ * NULL with missing_field (absent or null) or invalid_type set. */
+static const json_t *need(oip_t *o, const json_t *obj, const char *path,
+                          const char *key, char *field, json_type type,
+                          const char *what) {
+  attnd_fmt_member(field, 64, path, key);
+  const json_t *v = json_object_get(obj, key);
+  if (v == NULL || json_is_null(v)) {
+    E(&o->d, ATTND_ERR_MISSING_FIELD, field, "%s is required", field);
+    return NULL;
+  }
+  if (json_typeof(v) != type) {
+    bad_type(o, field, v, what);
+    return NULL;
+  }
+  return v;
+}
+
+/* The index of string v among names (NULL-terminated), or -1. */
+static int find_name(const char *const *names, const char *v) {
+  for (int i = 0; names[i]; i++)
+    if (strcmp(names[i], v) == 0)
+      return i;
+  return -1;
+}
+
+/* ---- the model ----------------------------------------------------------- */
+
+int attnd_oip_model(const char *model, attnd_layer_set_t *layers,
+                    const attnd_layer_t **layer, attnd_error_t *err) {
+  *layer = NULL;
+  if (strcmp(model, ATTND_OIP_GENERIC) == 0)
+    return 0;
+  if ((*layer = attnd_layer_set_find(layers, model)) != NULL)
+    return 0;
+  size_t n = attnd_layer_set_count(layers), k = 0;
+  char some[160] = "";
+  for (size_t i = 0; i < n && i < 4 && k < sizeof some; i++)
+    k += (size_t)snprintf(some + k, sizeof some - k, ", '%s'",
+                          attnd_layer_set_get(layers, i)->name);
+  return attnd_error_set(err, ATTND_ERR_UNKNOWN_LAYER, "model",
+                         "model '%.128s' is not known: the models are '%s' "
+                         "and the %zu loaded layer%s%s%s",
+                         model, ATTND_OIP_GENERIC, n, n == 1 ? "" : "s", some,
+                         n > 4 ? ", ..." : "");
+}
+
+/* "attention", or a loaded layer, whose weights the request takes now. */
+static int resolve_model(oip_t *o) {
+  if (attnd_oip_model(o->model, o->d.layers, &o->layer, o->d.err) < 0)
+    return -1;
+  if (o->layer)
+    attnd__dec_use_layer(&o->d, o->layer);
+  return 0;
+}
+
+/* ---- parameters ---------------------------------------------------------- */
+
+static int param_int(oip_t *o, const json_t *v, const char *field, int64_t lo,
+                     int64_t *out) {
+  return attnd__dec_int(&o->d, v, field, field, lo, INT64_MAX, out);
+}
+
+/* A number: with as_float, one that is a finite float32 too. */
+static int param_number(oip_t *o, const json_t *v, const char *field,
+                        int as_float, double *out) {
+  if (!json_is_number(v))
+    return bad_type(o, field, v, "a number");
+  double x = json_number_value(v);
+  char num[32];
+  if (as_float ? !isfinite((float)x) : fabs(x) >= ATTND_JSON_HUGE)
+    return E(&o->d, ATTND_ERR_NON_FINITE, field, "%s is %s, not a finite %s",
+             field, attnd__dec_num(x, num), as_float ? "float32" : "number");
+  *out = x;
+  return 0;
+}
+
+static int param_float(oip_t *o, const json_t *v, const char *field, int *has,
+                       float *out) {
+  double x = 0;
+  if (param_number(o, v, field, 1, &x) < 0)
+    return -1;
+  *has = 1;
+  *out = (float)x;
+  return 0;
+}
+
+static int param_bool(oip_t *o, const json_t *v, const char *field, int *out) {
+  if (!json_is_boolean(v))
+    return bad_type(o, field, v, "true or false");
+  *out = json_is_true(v);
+  return 0;
+}
+
+/* One of `names` (NULL-terminated), *out its index; `also` is what else v
+ * may be, for the message ("" for nothing). */
+static int param_enum(oip_t *o, const json_t *v, const char *field,
+                      const char *const *names, const char *also, int *out) {
+  char list[128] = "";
+  size_t n = 0;
+  for (int i = 0; names[i] && n < sizeof list; i++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s\"%s\"",
+                          i == 0         ? ""
+                          : names[i + 1] ? ", "
+                                         : " or ",
+                          names[i]);
+  if (!json_is_string(v))
+    return E(&o->d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected %s%s",
+             field, attnd__json_type(v), also, list);
+  if ((*out = find_name(names, json_string_value(v))) < 0)
+    return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
+             "%s is \"%.64s\"; expected %s%s", field, json_string_value(v),
+             also, list);
+  return 0;
+}
+
+static int read_param(oip_t *o, param_t id, const json_t *v,
+                      const char *field) {
+  static const char *const causal[] = {"none", "bottom_right", "top_left",
+                                       NULL};
+  static const char *const styles[] = {"half", "interleaved", NULL};
+  attn_params_t *p = &o->d.req->params;
+  int k = 0;
+  switch (id) {
+  case P_NUM_HEADS:
+    return param_int(o, v, field, 1, &p->num_heads);
+  case P_NUM_KV_HEADS:
+    return param_int(o, v, field, 1, &p->num_kv_heads);
+  case P_CAUSAL:
+    if (json_is_boolean(v)) {
+      p->causal = json_is_true(v) ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE;
+      return 0;
+    }
+    if (param_enum(o, v, field, causal, "true, false, ", &k) < 0)
+      return -1;
+    p->causal = (attn_causal_t)k;
+    return 0;
+  case P_WINDOW_LEFT:
+    p->has_window_left = 1;
+    return param_int(o, v, field, 0, &p->window_left);
+  case P_WINDOW_RIGHT:
+    p->has_window_right = 1;
+    return param_int(o, v, field, 0, &p->window_right);
+  case P_ALIBI:
+    if (param_bool(o, v, field, &k) < 0)
+      return -1;
+    p->alibi = k ? ATTN_ALIBI_DEFAULT : ATTN_ALIBI_NONE;
+    return 0;
+  case P_SCALE:
+    return param_float(o, v, field, &p->has_scale, &p->scale);
+  case P_SOFTCAP:
+    return param_float(o, v, field, &p->has_softcap, &p->softcap);
+  case P_ROPE_THETA:
+    return param_number(o, v, field, 0, &p->rope.theta);
+  case P_ROPE_DIMS:
+    return param_int(o, v, field, 1, &p->rope.dims);
+  case P_ROPE_STYLE:
+    return param_enum(o, v, field, styles, "", &o->rope_style);
+  case P_TIMEOUT_MS:
+    return param_int(o, v, field, 1, &o->d.req->timeout_ms);
+  case P_BINARY_DATA_OUTPUT:
+    return param_bool(o, v, field, &o->binary_all);
+  case P_COUNT:
+    break;
+  }
+  return 0;
+}
+
+/* "parameters": each one known, of its type, and none of the generic
+ * model's own on a layer model; rope is on when any rope_* is given. */
+static int read_params(oip_t *o, const json_t *ps) {
+  dec_t *d = &o->d;
+  if (ps == NULL || json_is_null(ps))
+    return 0;
+  if (!json_is_object(ps))
+    return bad_type(o, "parameters", ps, "an object");
+  if (attnd__dec_members(d, ps, "parameters", param_names) < 0)
+    return -1;
+  for (int i = 0; i < P_COUNT; i++) {
+    const json_t *v = json_object_get(ps, param_names[i]);
+    char field[64];
+    attnd_fmt_member(field, sizeof field, "parameters", param_names[i]);
+    if (v == NULL || json_is_null(v))
+      continue;
+    if (o->layer && (generic_params >> i & 1))
+      return E(d, ATTND_ERR_INVALID_VALUE, field,
+               "%s cannot be given to model '%s': the layer has its own", field,
+               o->layer->name);
+    o->params_given |= 1u << i;
+    if (read_param(o, (param_t)i, v, field) < 0)
+      return -1;
+  }
+  attn_rope_t *rp = &d->req->params.rope;
+  const unsigned rope =
+      1u << P_ROPE_THETA | 1u << P_ROPE_DIMS | 1u << P_ROPE_STYLE;
+  if (o->params_given & rope) {
+    rp->style = o->rope_style ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF;
+    if (!(o->params_given & 1u << P_ROPE_THETA))
+      rp->theta = 10000.0;
+  }
+  return 0;
+}
+
+/* ---- inputs -------------------------------------------------------------- */
+
+/* The inputs `model` takes, for messages: "query, key, ..." */
+static void input_list(const oip_t *o, char *s, size_t n) {
+  size_t k = 0;
+  s[0] = 0;
+  for (size_t i = 0; i < N_INPUTS && k < n; i++)
+    if (!(o->layer && input_defs[i].generic))
+      k += (size_t)snprintf(s + k, n - k, "%s%s", k ? ", " : "",
+                            input_defs[i].name);
+}
+
+/* The input's name: known to the model, and not given before. */
+static int read_name(oip_t *o, const json_t *v, size_t at, oip_in_t *in) {
+  char field[64], list[256];
+  const json_t *name =
+      need(o, v, in->path, "name", field, JSON_STRING, "a string");
+  if (name == NULL)
+    return -1;
+  const char *s = json_string_value(name);
+  size_t k = 0;
+  while (k < N_INPUTS && strcmp(input_defs[k].name, s) != 0)
+    k++;
+  if (k == N_INPUTS || (o->layer && input_defs[k].generic)) {
+    input_list(o, list, sizeof list);
+    return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
+             "%s is '%.64s', not an input of model '%s'%s (inputs: %s)", field,
+             s, o->layer ? o->layer->name : ATTND_OIP_GENERIC,
+             k < N_INPUTS ? ", which has its own weights" : "", list);
+  }
+  if (o->input_at[k] >= 0)
+    return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
+             "%s is '%.64s', as is inputs[%d].name: an input is given once",
+             field, s, o->input_at[k]);
+  o->input_at[k] = (int)at;
+  in->def = &input_defs[k];
+  return 0;
+}
+
+/* The datatype: one that the input is sent in. */
+static int read_dtype(oip_t *o, const json_t *v, oip_in_t *in) {
+  char field[64], list[64] = "";
+  const json_t *dt = need(o, v, in->path, "datatype", field, JSON_STRING,
+                          "a string such as \"FP32\"");
+  if (dt == NULL)
+    return -1;
+  unsigned ok = elem_dtypes[in->def->elem];
+  int k = find_name(dtype_names, json_string_value(dt));
+  if (k >= 0 && (ok >> k & 1)) {
+    in->dtype = (dtype_t)k;
+    return 0;
+  }
+  size_t n = 0;
+  for (int i = 0; i < DT_COUNT; i++)
+    if (ok >> i & 1)
+      n += (size_t)snprintf(list + n, sizeof list - n, "%s%s",
+                            n == 0          ? ""
+                            : ok >> (i + 1) ? ", "
+                                            : " or ",
+                            dtype_names[i]);
+  return E(&o->d, ATTND_ERR_INVALID_VALUE, field, "%s is '%.32s'; %s takes %s",
+           field, json_string_value(dt), in->def->name, list);
+}
+
+/* The input's parameters: binary_data_size alone is known, a byte count
+ * of the binary data after the JSON. */
+static int read_input_params(oip_t *o, const json_t *v, oip_in_t *in) {
+  static const char *const known[] = {"binary_data_size", NULL};
+  const json_t *ps = json_object_get(v, "parameters");
+  char field[64];
+  attnd_fmt_member(field, sizeof field, in->path, "parameters");
+  in->binary_size = -1;
+  if (ps == NULL || json_is_null(ps))
+    return 0;
+  if (!json_is_object(ps))
+    return bad_type(o, field, ps, "an object");
+  if (attnd__dec_members(&o->d, ps, field, known) < 0)
+    return -1;
+  const json_t *size = json_object_get(ps, "binary_data_size");
+  if (size == NULL || json_is_null(size))
+    return 0;
+  attnd_fmt_member(field, sizeof field, in->path,
+                   "parameters.binary_data_size");
+  if (attnd__dec_int(&o->d, size, field, field, 0, INT64_MAX,
+                     &in->binary_size) < 0)
+    return -1;
+  if (json_object_get(v, "data"))
+    return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
+             "%s is given, and so is %s.data: an input's data is JSON or "
+             "binary, not both",
+             field, in->path);
+  if (o->bin == NULL)
+    return E(&o->d, ATTND_ERR_BAD_REQUEST, field,
+             "%s is given, but the request has no binary data: send the "
+             "JSON's length in Inference-Header-Content-Length and the "
+             "tensors' bytes after it",
+             field);
+  return 0;
+}
+
+/* The shape: 1 to ATTN_MAX_RANK dimensions of at least 1, and at most
+ * max_tensor_elements elements. */
+static int read_shape(oip_t *o, const json_t *v, oip_in_t *in) {
+  char field[64], path[80];
+  const json_t *sh = need(o, v, in->path, "shape", field, JSON_ARRAY,
+                          "an array of dimensions");
+  if (sh == NULL)
+    return -1;
+  size_t rank = json_array_size(sh);
+  if (rank < 1 || rank > ATTN_MAX_RANK)
+    return E(&o->d, ATTND_ERR_SHAPE_MISMATCH, field,
+             "%s has %zu dimensions; expected 1 to %d", field, rank,
+             ATTN_MAX_RANK);
+  in->rank = (int)rank;
+  in->n = 1;
+  for (size_t k = 0; k < rank; k++) {
+    attnd_fmt_index(path, sizeof path, field, (int64_t)k);
+    if (attnd__dec_int(&o->d, json_array_get(sh, k), field, path, 1, INT64_MAX,
+                       &in->dim[k]) < 0)
+      return -1;
+    if (__builtin_mul_overflow(in->n, in->dim[k], &in->n))
+      in->n = INT64_MAX;
+  }
+  attnd_shape_text(in->shape, sizeof in->shape, in->rank, in->dim, ", ");
+  int64_t max = o->d.cfg->max_tensor_elements;
+  if (in->n > max)
+    return E(&o->d, ATTND_ERR_LIMIT_EXCEEDED, field,
+             "%s (%s) %s has %lld elements, over max_tensor_elements %lld",
+             in->path, in->def->name, in->shape, (long long)in->n,
+             (long long)max);
+  return 0;
+}
+
+/* Stores leaf x, element i of the input, as its kind. `path` names it
+ * ("inputs[0].data[1][2]"), `field` the data ("inputs[0].data"). */
+static int leaf(oip_t *o, const oip_in_t *in, const json_t *x, void *dst,
+                int64_t i, const char *field, const char *path) {
+  dec_t *d = &o->d;
+  char num[32];
+  switch (in->def->elem) {
+  case EL_FLOAT: {
+    if (!json_is_number(x))
+      return E(d, ATTND_ERR_INVALID_TYPE, field,
+               "%s is %s; expected a number (%s)", path, attnd__json_type(x),
+               dtype_names[in->dtype]);
+    float f = (float)json_number_value(x);
+    if (!isfinite(f))
+      return E(d, ATTND_ERR_NON_FINITE, field,
+               "%s is %s, which is not a finite float32", path,
+               attnd__dec_num(json_number_value(x), num));
+    ((float *)dst)[i] = f;
+    return 0;
+  }
+  case EL_INT: {
+    int64_t lo = in->dtype == DT_INT32 ? INT32_MIN : INT64_MIN,
+            hi = in->dtype == DT_INT32 ? INT32_MAX : INT64_MAX;
+    return attnd__dec_int(d, x, field, path, lo, hi, &((int64_t *)dst)[i]);
+  }
+  case EL_BOOL:
+    if (json_is_boolean(x) ||
+        (json_is_number(x) &&
+         (json_number_value(x) == 0 || json_number_value(x) == 1))) {
+      ((uint8_t *)dst)[i] = json_is_true(x) || json_number_value(x) == 1;
+      return 0;
+    }
+    if (json_is_number(x))
+      return E(d, ATTND_ERR_INVALID_VALUE, field,
+               "%s is %s; expected true, false, 0 or 1", path,
+               attnd__dec_num(json_number_value(x), num));
+    return E(d, ATTND_ERR_INVALID_TYPE, field,
+             "%s is %s; expected true, false, 0 or 1", path,
+             attnd__json_type(x));
+  }
+  return 0;
+}
+
+/* Walks array v at dimension `level` of data nested as the shape (flat:
+ * data that is one array of n leaves), checking its structure; with dst,
+ * it stores the leaves too, at *i on. path[0..plen) names v. */
+static int walk(oip_t *o, const oip_in_t *in, const json_t *v, int level,
+                int flat, void *dst, int64_t *i, const char *field, char *path,
+                size_t plen) {
+  int last = flat || level == in->rank - 1;
+  size_t n = json_array_size(v);
+  if (!flat && (int64_t)n != in->dim[level])
+    return E(&o->d, ATTND_ERR_SHAPE_MISMATCH, field,
+             "%s has length %zu, but shape %s has %lld at dimension %d", path,
+             n, in->shape, (long long)in->dim[level], level);
+  for (size_t k = 0; k < n; k++) {
+    const json_t *x = json_array_get(v, k);
+    size_t pl = plen + attnd_fmt_index(path + plen, 128 - plen, "", (int64_t)k);
+    if (last && json_is_array(x))
+      return flat && in->rank > 1
+                 ? E(&o->d, ATTND_ERR_RAGGED_TENSOR, field,
+                     "%s is an array, but %s[0] is not: data is flat, or "
+                     "nested as shape %s",
+                     path, field, in->shape)
+                 : E(&o->d, ATTND_ERR_RAGGED_TENSOR, field,
+                     "%s is an array, but shape %s has %d dimension%s", path,
+                     in->shape, in->rank, in->rank == 1 ? "" : "s");
+    if (!last && !json_is_array(x))
+      return E(&o->d, ATTND_ERR_RAGGED_TENSOR, field,
+               "%s is %s; expected an array of %lld (shape %s)", path,
+               attnd__json_type(x), (long long)in->dim[level + 1], in->shape);
+    int r = last ? (dst ? leaf(o, in, x, dst, (*i)++, field, path) : 0)
+                 : walk(o, in, x, level + 1, 0, dst, i, field, path, pl);
+    if (r < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int64_t first_non_finite(const float *x, int64_t n);
+
+/* The input's JSON data that the bulk scanner lifted (b: rectangular, all
+ * numbers or all booleans), flat or nested as the shape. What would be an
+ * error sends the body down the slow path (E_UNSURE), which words it. */
+static int fill_bulk(oip_t *o, const oip_in_t *in, attnd_bulk_t *b,
+                     const char *field, void **out) {
+  dec_t *d = &o->d;
+  int fits = b->rank == 1 ? (int64_t)b->n == in->n
+                          : b->rank == in->rank &&
+                                memcmp(b->dim, in->dim,
+                                       sizeof(int64_t) * (size_t)in->rank) == 0;
+  if (!fits)
+    return E_UNSURE(d, ATTND_ERR_SIZE_MISMATCH, field, "%s: shape", field);
+  int64_t n = in->n;
+  switch (in->def->elem) {
+  case EL_FLOAT: {
+    if (b->is_bool || first_non_finite(b->data, n) >= 0)
+      return E_UNSURE(d, ATTND_ERR_NON_FINITE, field, "%s: values", field);
+    return (*out = attnd__dec_take_floats(d, b, field)) ? 0 : -1;
+  }
+  case EL_INT: {
+    int64_t *x = attnd__dec_alloc(d, (size_t)n * sizeof *x);
+    if (x == NULL)
+      return attnd__dec_oom(d, field);
+    *out = x;
+    if (b->is_bool || attnd_bulk_ints(b, x) < 0)
+      return E_UNSURE(d, ATTND_ERR_INVALID_TYPE, field, "%s: values", field);
+    for (int64_t i = 0; in->dtype == DT_INT32 && i < n; i++)
+      if (x[i] < INT32_MIN || x[i] > INT32_MAX)
+        return E_UNSURE(d, ATTND_ERR_INVALID_VALUE, field, "%s: range", field);
+    return 0;
+  }
+  case EL_BOOL: {
+    uint8_t *m = attnd__dec_alloc(d, (size_t)n);
+    if (m == NULL)
+      return attnd__dec_oom(d, field);
+    *out = m;
+    for (int64_t i = 0; i < n; i++) {
+      if (b->data[i] != 0 && b->data[i] != 1)
+        return E_UNSURE(d, ATTND_ERR_INVALID_VALUE, field, "%s: values", field);
+      m[i] = b->data[i] == 1;
+    }
+    return 0;
+  }
+  }
+  return 0;
+}
+
+/* The input's JSON data, flat or nested as its shape, into a buffer the
+ * request owns: its structure is checked before anything is allocated. */
+static int fill_json(oip_t *o, const json_t *v, const oip_in_t *in,
+                     void **out) {
+  char field[64], path[128];
+  const json_t *data =
+      need(o, v, in->path, "data", field, JSON_ARRAY, "an array");
+  if (data == NULL)
+    return -1;
+  attnd_bulk_t *b = attnd__dec_bulk_array(&o->d, data);
+  if (b)
+    return fill_bulk(o, in, b, field, out);
+  size_t n = json_array_size(data);
+  int flat = in->rank == 1 || n == 0 || !json_is_array(json_array_get(data, 0));
+  if (flat && (int64_t)n != in->n)
+    return E(&o->d, ATTND_ERR_SIZE_MISMATCH, field,
+             "%s has %zu elements, but %s's shape %s needs %lld", field, n,
+             in->def->name, in->shape, (long long)in->n);
+  size_t plen = attnd_fmt_str(path, sizeof path, field);
+  int64_t i = 0;
+  if (walk(o, in, data, 0, flat, NULL, &i, field, path, plen) < 0)
+    return -1;
+  void *dst = attnd__dec_alloc(&o->d, (size_t)in->n * elem_size[in->def->elem]);
+  if (dst == NULL)
+    return attnd__dec_oom(&o->d, field);
+  *out = dst;
+  return walk(o, in, data, 0, flat, dst, &i, field, path, plen);
+}
+
+/* The size in bytes of one element of each datatype on the wire. */
+static const size_t dtype_size[DT_COUNT] = {4, 2, 2, 8, 4, 8, 1};
+
+/* The element at flat index i of the input, as "[1, 3]". */
+static const char *index_text(const oip_in_t *in, int64_t i, char *buf,
+                              size_t n) {
+  int64_t at[ATTN_MAX_RANK];
+  for (int d = in->rank - 1; d >= 0; d--) {
+    at[d] = i % in->dim[d];
+    i /= in->dim[d];
+  }
+  attnd_shape_text(buf, n, in->rank, at, ", ");
+  return buf;
+}
+
+/* The index of the first value of x[0..n) that is not finite, or -1. One
+ * pass ORs a sum whose top bit is set only for an exponent of all ones
+ * (vectorized: 20 GB/s here), a second finds it. */
+static int64_t first_non_finite(const float *x, int64_t n) {
+  uint32_t acc = 0;
+#pragma omp simd reduction(| : acc)
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], sizeof u);
+    acc |= (u & 0x7f800000u) + 0x800000u;
+  }
+  for (int64_t i = 0; (acc & 0x80000000u) && i < n; i++)
+    if (!isfinite(x[i]))
+      return i;
+  return -1;
+}
+
+/* The input's binary data: the next binary_data_size bytes after the JSON,
+ * which must be the shape's elements in the datatype, little-endian and
+ * row-major, converted into a buffer the request owns. */
+static int fill_binary(oip_t *o, const oip_in_t *in, void **out) {
+  dec_t *d = &o->d;
+  char field[64], at[96];
+  attnd_fmt_member(field, sizeof field, in->path,
+                   "parameters.binary_data_size");
+  size_t es = dtype_size[in->dtype];
+  if ((uint64_t)in->binary_size != (uint64_t)in->n * es)
+    return E(d, ATTND_ERR_SIZE_MISMATCH, field,
+             "%s is %lld, but %s's shape %s of %s needs %lld bytes", field,
+             (long long)in->binary_size, in->def->name, in->shape,
+             dtype_names[in->dtype], (long long)(in->n * (int64_t)es));
+  size_t left = o->bin_len - o->bin_at;
+  if ((uint64_t)in->binary_size > left)
+    return E(d, ATTND_ERR_BAD_REQUEST, field,
+             "%s is %lld, but only %zu bytes of the binary data are left after "
+             "the JSON (%zu in all, %zu taken by earlier inputs)",
+             field, (long long)in->binary_size, left, o->bin_len, o->bin_at);
+  const unsigned char *src = o->bin + o->bin_at;
+  o->bin_at += (size_t)in->binary_size;
+  if (in->dtype == DT_FP32 && (uintptr_t)src % sizeof(float) == 0 && o->own &&
+      (*o->own || o->own_bytes == 0)) {
+    int64_t bad = first_non_finite((const float *)src, in->n);
+    if (bad >= 0)
+      return E(d, ATTND_ERR_NON_FINITE, in->path,
+               "%s (%s) element %s is not a finite float32", in->path,
+               in->def->name, index_text(in, bad, at, sizeof at));
+    if (o->own_bytes) { /* the first tensor read in place takes the body */
+      if (attnd__dec_adopt(d, *o->own, o->own_bytes) < 0)
+        return *o->own = NULL, o->own = NULL, attnd__dec_oom(d, in->path);
+      o->lent = *o->own;
+      *o->own = NULL;
+      o->own_bytes = 0;
+    }
+    *out = (void *)src;
+    return 0;
+  }
+  void *dst = attnd__dec_alloc(d, (size_t)in->n * elem_size[in->def->elem]);
+  if (dst == NULL)
+    return attnd__dec_oom(d, in->path);
+  *out = dst;
+  switch (in->def->elem) {
+  case EL_FLOAT: {
+    static const attnd_st_dtype_t st[] = {[DT_FP32] = ATTND_ST_F32,
+                                          [DT_FP16] = ATTND_ST_F16,
+                                          [DT_BF16] = ATTND_ST_BF16,
+                                          [DT_FP64] = ATTND_ST_F64};
+    attnd_st_tensor_t t = {.name = in->def->name,
+                           .dtype = st[in->dtype],
+                           .rank = 1,
+                           .shape = {in->n},
+                           .elems = in->n,
+                           .data = src,
+                           .bytes = (size_t)in->binary_size};
+    int64_t bad = 0;
+    if (attnd_st_to_f32(&t, dst, &bad) < 0)
+      return E(d, ATTND_ERR_NON_FINITE, in->path,
+               "%s (%s) element %s is not a finite float32", in->path,
+               in->def->name, index_text(in, bad, at, sizeof at));
+    return 0;
+  }
+  case EL_INT:
+    for (int64_t i = 0; i < in->n; i++) {
+      int64_t x;
+      if (in->dtype == DT_INT32) {
+        int32_t y;
+        memcpy(&y, src + 4 * i, 4);
+        x = y;
+      } else {
+        memcpy(&x, src + 8 * i, 8);
+      }
+      ((int64_t *)dst)[i] = x;
+    }
+    return 0;
+  case EL_BOOL:
+    for (int64_t i = 0; i < in->n; i++) {
+      if (src[i] > 1)
+        return E(d, ATTND_ERR_INVALID_VALUE, in->path,
+                 "%s (%s) element %s is the byte %u; BOOL is 0 or 1", in->path,
+                 in->def->name, index_text(in, i, at, sizeof at), src[i]);
+      ((uint8_t *)dst)[i] = src[i];
+    }
+    return 0;
+  }
+  return 0;
+}
+
+/* inputs[at]: its header, then its data, into the params' tensor. */
+static int read_input(oip_t *o, const json_t *v, size_t at) {
+  static const char *const known[] = {"name",       "shape", "datatype",
+                                      "parameters", "data",  NULL};
+  oip_in_t in;
+  void *data = NULL;
+  attnd_fmt_index(in.path, sizeof in.path, "inputs", (int64_t)at);
+  if (!json_is_object(v))
+    return bad_type(o, in.path, v,
+                    "an object with name, shape, datatype and data");
+  if (attnd__dec_members(&o->d, v, in.path, known) < 0 ||
+      read_name(o, v, at, &in) < 0 || read_dtype(o, v, &in) < 0 ||
+      read_input_params(o, v, &in) < 0 || read_shape(o, v, &in) < 0 ||
+      (in.binary_size >= 0 ? fill_binary(o, &in, &data)
+                           : fill_json(o, v, &in, &data)) < 0)
+    return -1;
+  attn_tensor_t *t = (attn_tensor_t *)((char *)&o->d.req->params + in.def->off);
+  t->data = data;
+  t->rank = in.rank;
+  memcpy(t->dim, in.dim, sizeof(int64_t) * (size_t)in.rank);
+  return 0;
+}
+
+static int read_inputs(oip_t *o, const json_t *ins) {
+  if (ins == NULL || json_is_null(ins))
+    return E(&o->d, ATTND_ERR_MISSING_FIELD, "inputs",
+             "inputs is required: an array of tensors, query among them");
+  if (!json_is_array(ins))
+    return bad_type(o, "inputs", ins, "an array of tensors");
+  for (size_t i = 0; i < json_array_size(ins); i++)
+    if (read_input(o, json_array_get(ins, i), i) < 0)
+      return -1;
+  if (o->input_at[0] < 0)
+    return E(&o->d, ATTND_ERR_MISSING_FIELD, "inputs",
+             "inputs has no tensor named query; it is required");
+  if (o->bin_at < o->bin_len)
+    return E(&o->d, ATTND_ERR_BAD_REQUEST, "Inference-Header-Content-Length",
+             "the body has %zu bytes after its JSON, and its inputs' "
+             "binary_data_size take %zu of them: the rest would be ignored",
+             o->bin_len, o->bin_at);
+  return 0;
+}
+
+/* ---- outputs ------------------------------------------------------------- */
+
+/* outputs[at]: a known name, not asked before, and whether it is wanted as
+ * binary data (its binary_data, else binary_data_output). */
+static int read_output(oip_t *o, const json_t *v, size_t at) {
+  static const char *const known[] = {"name", "parameters", NULL};
+  static const char *const pknown[] = {"binary_data", NULL};
+  attnd_request_t *j = o->d.req;
+  char path[32], field[64];
+  attnd_fmt_index(path, sizeof path, "outputs", (int64_t)at);
+  if (!json_is_object(v))
+    return bad_type(o, path, v, "an object with a name");
+  if (attnd__dec_members(&o->d, v, path, known) < 0)
+    return -1;
+  const json_t *name = need(o, v, path, "name", field, JSON_STRING, "a string");
+  if (name == NULL)
+    return -1;
+  int k = find_name(output_names, json_string_value(name));
+  if (k < 0)
+    return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
+             "%s is '%.64s'; expected output, weights, weights_mean or "
+             "head_outputs",
+             field, json_string_value(name));
+  if (o->output_at[k] >= 0)
+    return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
+             "%s is '%s', as is outputs[%d].name: an output is asked for once",
+             field, output_names[k], o->output_at[k]);
+  o->output_at[k] = (int)at;
+  int binary = o->binary_all;
+  const json_t *ps = json_object_get(v, "parameters");
+  char pfield[64];
+  attnd_fmt_member(pfield, sizeof pfield, path, "parameters");
+  if (ps && !json_is_null(ps)) {
+    if (!json_is_object(ps))
+      return bad_type(o, pfield, ps, "an object");
+    if (attnd__dec_members(&o->d, ps, pfield, pknown) < 0)
+      return -1;
+    const json_t *b = json_object_get(ps, "binary_data");
+    attnd_fmt_member(field, sizeof field, path, "parameters.binary_data");
+    if (b && !json_is_null(b) && param_bool(o, b, field, &binary) < 0)
+      return -1;
+  }
+  j->oip_outputs |= 1u << k;
+  j->oip_binary |= (unsigned)binary << k;
+  j->oip_order[j->oip_n_outputs++] = (unsigned char)(1u << k);
+  return 0;
+}
+
+/* "outputs": none named (absent, null or []) is output alone. */
+static int read_outputs(oip_t *o, const json_t *outs) {
+  attnd_request_t *j = o->d.req;
+  size_t n = 0;
+  if (outs && !json_is_null(outs)) {
+    if (!json_is_array(outs))
+      return bad_type(o, "outputs", outs, "an array of {\"name\": ...}");
+    n = json_array_size(outs);
+  }
+  for (size_t i = 0; i < n; i++)
+    if (read_output(o, json_array_get(outs, i), i) < 0)
+      return -1;
+  if (n == 0) {
+    j->oip_outputs = ATTND_OIP_OUTPUT;
+    j->oip_binary = o->binary_all ? ATTND_OIP_OUTPUT : 0;
+    j->oip_order[j->oip_n_outputs++] = ATTND_OIP_OUTPUT;
+  }
+  attn_params_t *p = &j->params;
+  p->want_weights = (j->oip_outputs & ATTND_OIP_WEIGHTS) != 0;
+  p->want_mean_weights = (j->oip_outputs & ATTND_OIP_WEIGHTS_MEAN) != 0;
+  p->want_head_outputs = (j->oip_outputs & ATTND_OIP_HEAD_OUTPUTS) != 0;
+  j->weights_mode = p->want_weights        ? ATTND_WEIGHTS_PER_HEAD
+                    : p->want_mean_weights ? ATTND_WEIGHTS_MEAN
+                                           : ATTND_WEIGHTS_NONE;
+  return 0;
+}
+
+/* ---- the request --------------------------------------------------------- */
+
+/* Turns the /v1 path that a shared step's error names into this body's:
+ * an input's to "inputs[i]" ("inputs" when not given), a parameter's to
+ * "parameters.<name>", an output's to "outputs[i]", and what a layer model
+ * gave to "model". */
+static void remap_field(oip_t *o) {
+  char *f = o->d.err->field, to[64] = "";
+  for (size_t k = 0; k < N_INPUTS && !*to; k++) {
+    if (strcmp(f, input_defs[k].v1) != 0)
+      continue;
+    if (o->input_at[k] >= 0)
+      snprintf(to, sizeof to, "inputs[%d]", o->input_at[k]);
+    else
+      snprintf(to, sizeof to, "%s",
+               o->layer && input_defs[k].generic ? "model" : "inputs");
+  }
+  /* a parameter: the first given of those that share the path */
+  int pick = -1;
+  for (int i = 0; i < P_COUNT; i++)
+    if (*param_v1[i] && strcmp(f, param_v1[i]) == 0 &&
+        (pick < 0 ||
+         (!(o->params_given >> pick & 1) && (o->params_given >> i & 1))))
+      pick = i;
+  if (!*to && pick >= 0 && o->layer && (generic_params >> pick & 1))
+    snprintf(to, sizeof to, "model");
+  else if (!*to && pick >= 0)
+    snprintf(to, sizeof to, "parameters.%s", param_names[pick]);
+  int out = strcmp(f, "return.head_outputs") == 0 ? O_HEAD_OUTPUTS
+            : strcmp(f, "return.weights") != 0    ? -1
+            : o->output_at[O_WEIGHTS] >= 0        ? O_WEIGHTS
+                                                  : O_WEIGHTS_MEAN;
+  if (!*to && out >= 0)
+    snprintf(to, sizeof to, "outputs[%d]", o->output_at[out]);
+  if (!*to && strcmp(f, "layer") == 0)
+    snprintf(to, sizeof to, "model");
+  if (*to)
+    snprintf(f, sizeof o->d.err->field, "%s", to);
+}
+
+/* What is required, the head counts and the timeout, then the steps /v1
+ * shares: the layer's widths, planning and the limits. */
+static int finish(oip_t *o) {
+  dec_t *d = &o->d;
+  attnd_request_t *j = d->req;
+  attn_params_t *p = &j->params;
+  const attnd_config_t *c = d->cfg;
+  if (o->layer) {
+    p->num_heads = o->layer->H;
+    p->num_kv_heads = o->layer->Hkv;
+  } else if (!(o->params_given & 1u << P_NUM_HEADS)) {
+    return E(d, ATTND_ERR_MISSING_FIELD, "parameters.num_heads",
+             "parameters.num_heads is required for model '%s'",
+             ATTND_OIP_GENERIC);
+  }
+  if (p->num_heads > c->max_heads)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED,
+             o->layer ? "model" : "parameters.num_heads",
+             "num_heads %lld is over max_heads %lld", (long long)p->num_heads,
+             (long long)c->max_heads);
+  if (j->timeout_ms > c->max_timeout_ms)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "parameters.timeout_ms",
+             "parameters.timeout_ms %lld is over max_timeout_ms %lld",
+             (long long)j->timeout_ms, (long long)c->max_timeout_ms);
+  if ((o->layer && attnd__dec_layer_widths(d) < 0) || attnd__dec_plan(d) < 0 ||
+      attnd__dec_limits(d) < 0) {
+    remap_field(o);
+    return -1;
+  }
+  return 0;
+}
+
+static int decode_body(oip_t *o, const json_t *root) {
+  static const char *const known[] = {"id", "parameters", "inputs", "outputs",
+                                      NULL};
+  dec_t *d = &o->d;
+  attnd_request_t *j = d->req;
+  if (attnd__dec_root(d, root, known) < 0)
+    return -1;
+  j->timeout_ms = d->cfg->default_timeout_ms;
+  j->encoding = ATTND_FORM_FLAT;
+  if (read_params(o, json_object_get(root, "parameters")) < 0 ||
+      read_inputs(o, json_object_get(root, "inputs")) < 0 ||
+      read_outputs(o, json_object_get(root, "outputs")) < 0)
+    return -1;
+  return finish(o);
+}
+
+/* One decode of the JSON text json[0..n) (with `bulk`, a skeleton whose
+ * placeholders stand for its items) into a new request. On failure, the
+ * body taken gives back to the caller (*own), for the slow path to read
+ * again; *unsure tells whether that path may word the error otherwise. */
+static attnd_request_t *decode_once(oip_t tmpl, const char *json, size_t n,
+                                    attnd_bulk_set_t *bulk, int *unsure) {
+  attnd_error_t *err = tmpl.d.err;
+  attnd_request_t *j = attnd_request_new();
+  *unsure = 0;
+  if (j == NULL) {
+    attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                    "out of memory for a new request");
+    return NULL;
+  }
+  oip_t o = tmpl;
+  o.d.req = j;
+  o.d.bulk = bulk;
+  json_error_t je;
+  int oom = 0, r = resolve_model(&o);
+  json_t *root = r == 0 ? attnd__dec_parse(json, n, &je, &oom) : NULL;
+  if (r < 0)
+    ;
+  else if (oom)
+    r = attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                        "out of memory parsing the request's JSON");
+  else if (root == NULL) /* the skeleton's error is not the body's */
+    r = (*unsure = bulk != NULL,
+         attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
+                         "invalid JSON at line %d, column %d: %s", je.line,
+                         je.column, je.text));
+  else if ((r = decode_body(&o, root)) < 0)
+    *unsure = o.d.unsure && !o.d.planning;
+  json_decref(root);
+  if (r == 0)
+    return j;
+  for (size_t i = 0; o.lent && i < j->n_allocs; i++)
+    if (j->allocs[i] == o.lent) /* the body goes back, not with j */
+      j->allocs[i] = NULL, *tmpl.own = o.lent;
+  attnd_request_free(j);
+  return NULL;
+}
+
+int attnd__oip_decode_path(const char *model, const char *body, size_t len,
+                           int64_t json_len, void **own, size_t own_bytes,
+                           int fast, const attnd_config_t *cfg,
+                           attnd_layer_set_t *layers, attnd_request_t **out,
+                           attnd_error_t *err) {
+  double t0 = attnd_now_ms();
+  *out = NULL;
+  if (json_len > (int64_t)len)
+    return attnd_error_set(
+        err, ATTND_ERR_BAD_REQUEST, "Inference-Header-Content-Length",
+        "Inference-Header-Content-Length is %lld, past the end of the %zu "
+        "byte body",
+        (long long)json_len, len);
+  size_t n = json_len < 0 ? len : (size_t)json_len;
+  oip_t o = {.d = {.cfg = cfg, .err = err, .layers = layers},
+             .model = model,
+             .bin = json_len < 0 ? NULL : (const unsigned char *)body + n,
+             .bin_len = len - n,
+             .own = own && *own ? own : NULL,
+             .own_bytes = own_bytes};
+  memset(o.input_at, -1, sizeof o.input_at);
+  memset(o.output_at, -1, sizeof o.output_at);
+  /* the fast path: "data" arrays of numbers lifted out of
+   * jansson's way; both paths refuse first a body whose JSON outside them
+   * is over max_json_structure_bytes */
+  attnd_bulk_set_t bulk;
+  attnd_buf_t skel;
+  char skel_mem[ATTND_DEC_SKELETON_INLINE];
+  attnd_bulk_set_init(&bulk, attnd__dec_nonce());
+  static const char *const data_key[] = {"data", NULL};
+  bulk.array_keys = data_key;
+  attnd_buf_init_in(&skel, skel_mem, sizeof skel_mem);
+  attnd__dec_tree_begin();
+  int unsure = 1, scanned = attnd_bulk_scan(body, n, ATTND_BULK_MIN_ELEMS, 0,
+                                            &bulk, &skel) == 0;
+  if (!scanned) {
+    attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                    "out of memory parsing the request's JSON");
+    unsure = 0;
+  } else if ((int64_t)(n - bulk.lifted_bytes) > cfg->max_json_structure_bytes) {
+    attnd_error_set(err, ATTND_ERR_PAYLOAD_TOO_LARGE, "",
+                    "the body has %zu bytes of JSON outside tensor data "
+                    "(arrays of numbers), over max_json_structure_bytes %lld",
+                    n - bulk.lifted_bytes,
+                    (long long)cfg->max_json_structure_bytes);
+    unsure = 0;
+  } else if (fast && bulk.n > 0) {
+    *out = decode_once(o, skel.data, skel.len, &bulk, &unsure);
+  }
+  attnd_buf_free(&skel);
+  attnd_bulk_set_free(&bulk);
+  if (*out == NULL && unsure) {
+    attnd__decode_slow_runs++;
+    *out = decode_once(o, body, n, NULL, &unsure);
+  }
+  attnd__dec_tree_end();
+  if (*out == NULL)
+    return -1;
+  (*out)->t.decode_ms = attnd_now_ms() - t0;
+  return 0;
+}
+
+int attnd_oip_decode(const char *model, const char *body, size_t len,
+                     int64_t json_len, void **own, size_t own_bytes,
+                     const attnd_config_t *cfg, attnd_layer_set_t *layers,
+                     attnd_request_t **out, attnd_error_t *err) {
+  return attnd__oip_decode_path(model, body, len, json_len, own, own_bytes, 1,
+                                cfg, layers, out, err);
+}
+
+/* ---- metadata ------------------------------------------------------------ */
+
+/* {"name","datatype","shape"} of a tensor whose dims are given, -1 for a
+ * variable one. */
+static void put_meta(attnd_buf_t *b, const char *name, const char *dt, int rank,
+                     const int64_t *dim) {
+  attnd_buf_printf(b, "{\"name\":\"%s\",\"datatype\":\"%s\",\"shape\":[", name,
+                   dt);
+  for (int i = 0; i < rank; i++)
+    attnd_buf_printf(b, "%s%lld", i ? "," : "", (long long)dim[i]);
+  attnd_buf_puts(b, "]}");
+}
+
+int attnd_oip_metadata(const char *model, attnd_layer_set_t *layers,
+                       attnd_buf_t *b, attnd_error_t *err) {
+  const attnd_layer_t *l;
+  if (attnd_oip_model(model, layers, &l, err) < 0)
+    return -1;
+  static const char *const dt[] = {"FP32", "INT64", "BOOL"};
+  int64_t E = l ? l->E : -1, H = l ? l->H : -1, Eo = l ? l->Eo : -1,
+          Dv = l ? l->Dv : -1;
+  attnd_buf_puts(b, "{\"name\":");
+  attnd_buf_json_string(b, model, strlen(model));
+  attnd_buf_puts(b, ",\"versions\":[\"1\"],\"platform\":\"attnd\","
+                    "\"inputs\":[");
+  int first = 1;
+  for (size_t i = 0; i < N_INPUTS; i++) {
+    const input_def_t *in = &input_defs[i];
+    if (l && in->generic)
+      continue;
+    int64_t dim[4] = {-1, -1, -1, -1};
+    if (in->rank == 3)
+      dim[2] = E; /* query, key, value: hidden states of the layer's width */
+    if (!first)
+      attnd_buf_puts(b, ",");
+    first = 0;
+    put_meta(b, in->name, dt[in->elem], in->rank, dim);
+  }
+  const int64_t out[] = {-1, -1, Eo}, weights[] = {-1, H, -1, -1},
+                mean[] = {-1, -1, -1}, heads[] = {-1, H, -1, Dv};
+  const int64_t *dims[N_OUTPUTS] = {out, weights, mean, heads};
+  const int ranks[N_OUTPUTS] = {3, 4, 3, 4};
+  attnd_buf_puts(b, "],\"outputs\":[");
+  for (int i = 0; i < N_OUTPUTS; i++) {
+    if (i)
+      attnd_buf_puts(b, ",");
+    put_meta(b, output_names[i], "FP32", ranks[i], dims[i]);
+  }
+  attnd_buf_puts(b, "]}\n");
+  return 0;
+}

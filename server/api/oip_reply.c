@@ -1,0 +1,101 @@
+/* server/api/oip_reply.c: the Open Inference Protocol's replies: the server's
+ * metadata, and the reply of
+ * a computed inference request. See oip.h. */
+#include <string.h>
+
+#include "api/oip.h"
+#include "codec/util.h"
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "binary tensor data is little-endian, as this host");
+
+void attnd_oip_server_metadata(attnd_buf_t *b) {
+  attnd_buf_puts(b, "{\"name\":\"attnd\",\"version\":\"" ATTN_VERSION
+                    "\",\"extensions\":[\"binary_tensor_data\","
+                    "\"parameters\"]}\n");
+}
+
+/* One output of the reply: its tensor and shape (without the batch
+ * dimension when the query had none, as /v1). */
+typedef struct out {
+  const float *x;
+  int rank;
+  int64_t dim[4];
+} out_t;
+
+static out_t output_of(const attnd_request_t *j, unsigned bit) {
+  const attn_plan_t *pl = &j->plan;
+  out_t o;
+  switch (bit) {
+  case ATTND_OIP_WEIGHTS:
+    o = (out_t){j->out.weights, 4, {pl->B, pl->H, pl->Lq, pl->Lk}};
+    break;
+  case ATTND_OIP_WEIGHTS_MEAN:
+    o = (out_t){j->out.mean_weights, 3, {pl->B, pl->Lq, pl->Lk}};
+    break;
+  case ATTND_OIP_HEAD_OUTPUTS:
+    o = (out_t){j->out.head_outputs, 4, {pl->B, pl->H, pl->Lq, pl->Dv}};
+    break;
+  default:
+    o = (out_t){j->out.out, 3, {pl->B, pl->Lq, pl->Eo}};
+  }
+  if (!pl->batched) {
+    o.rank--;
+    memmove(o.dim, o.dim + 1, sizeof(int64_t) * (size_t)o.rank);
+  }
+  return o;
+}
+
+static size_t count(const out_t *o) {
+  size_t n = 1;
+  for (int i = 0; i < o->rank; i++)
+    n *= (size_t)o->dim[i];
+  return n;
+}
+
+void attnd_oip_encode(attnd_request_t *j, const char *model, attnd_buf_t *b,
+                      size_t *json_len, double *total_ms) {
+  double t0 = attnd_now_ms();
+  attnd_buf_reserve(b, (size_t)attnd_request_reply_bytes(j) + 1024);
+  attnd_buf_puts(b, "{\"model_name\":");
+  attnd_buf_json_string(b, model, strlen(model));
+  attnd_buf_puts(b, ",\"model_version\":\"1\"");
+  if (j->id) {
+    attnd_buf_puts(b, ",\"id\":");
+    attnd_buf_json_string(b, j->id, strlen(j->id));
+  }
+  attnd_buf_puts(b, ",\"outputs\":[");
+  for (int i = 0; i < j->oip_n_outputs; i++) {
+    unsigned bit = j->oip_order[i];
+    out_t o = output_of(j, bit);
+    char shape[128];
+    attnd_shape_text(shape, sizeof shape, o.rank, o.dim, ",");
+    attnd_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
+    attnd_buf_puts(b, attnd_oip_output_name(bit));
+    attnd_buf_puts(b, "\",\"datatype\":\"FP32\",\"shape\":");
+    attnd_buf_puts(b, shape);
+    attnd_buf_puts(b, ",");
+    if (j->oip_binary & bit) {
+      char num[24];
+      attnd_buf_puts(b, "\"parameters\":{\"binary_data_size\":");
+      attnd_buf_append(
+          b, num, attnd_fmt_i64(num, (int64_t)(count(&o) * sizeof(float))));
+      attnd_buf_puts(b, "}}");
+    } else {
+      attnd_buf_puts(b, "\"data\":");
+      attnd_buf_floats(b, o.x, count(&o), 0, NULL);
+      attnd_buf_puts(b, "}");
+    }
+  }
+  attnd_buf_puts(b, j->oip_binary ? "]}" : "]}\n");
+  *json_len = b->len;
+  /* the binary data: little-endian float32, as this host stores them */
+  for (int i = 0; i < j->oip_n_outputs; i++)
+    if (j->oip_binary & j->oip_order[i]) {
+      out_t o = output_of(j, j->oip_order[i]);
+      attnd_buf_append(b, (const char *)o.x, count(&o) * sizeof(float));
+    }
+  double t1 = attnd_now_ms();
+  *total_ms = t1 - j->t.arrival;
+  j->t.encode_ms = t1 - t0;
+}

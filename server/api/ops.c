@@ -1,0 +1,58 @@
+/* server/api/ops.c: the operational endpoints: /healthz, /readyz and
+ * /metrics, and the files of the binary (the page, /openapi.json). See
+ * api.h. */
+#include <stdatomic.h>
+
+#include "api/api.h"
+
+/* GET /healthz: the process answers. */
+enum MHD_Result attnd_ops_healthz(attnd_http_req_t *r) {
+  return attnd_http_send_text(r, 200, "{\"status\":\"ok\"}\n");
+}
+
+/* GET /readyz: 503 once draining, so that a balancer stops sending. */
+enum MHD_Result attnd_ops_readyz(attnd_http_req_t *r) {
+  return atomic_load(&r->srv->draining)
+             ? attnd_http_send_text(r, 503, "{\"status\":\"draining\"}\n")
+             : attnd_http_send_text(r, 200, "{\"status\":\"ready\"}\n");
+}
+
+/* GET /metrics: Prometheus' text format, with the gauges sampled now. */
+enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
+  attnd_server_t *s = r->srv;
+  attnd_gauges_t g = {
+      .queue_depth = attnd_sched_waiting(s->sched),
+      .busy_workers = attnd_sched_busy(s->sched),
+      .workers = (int)s->cfg->workers,
+      .inflight = attnd_sched_inflight(s->sched),
+      .draining = atomic_load(&s->draining),
+  };
+  attnd_sessions_stats_t st;
+  attnd_sessions_stats(s->sessions, &st);
+  g.sessions = st.sessions;
+  g.kv_bytes_used = st.kv_bytes_used;
+  g.kv_bytes_free = st.kv_bytes_free;
+  g.kv_pages_shared = st.pages_shared;
+  g.evicted_lru = st.evicted_lru;
+  g.expired = st.expired;
+  g.deleted = st.deleted;
+  attnd_sched_batches(s->sched, &g.batches, &g.batched_steps);
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_metrics_render(s->metrics, &g, &b);
+  if (b.oom) {
+    attnd_buf_free(&b);
+    return MHD_NO;
+  }
+  return attnd_http_send_body(r, 200, b.data, b.len, 0,
+                              "text/plain; version=0.0.4");
+}
+
+/* An embedded file (the router found it: r->asset), copied so that the
+ * reply may be compressed. */
+enum MHD_Result attnd_ops_asset(attnd_http_req_t *r) {
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_buf_append(&b, (const char *)r->asset->data, r->asset->len);
+  return attnd_http_send_buf(r, 200, &b, r->asset->content_type);
+}

@@ -1,0 +1,284 @@
+/* server/api/session_api.c: the JSON of the sessions' endpoints (all but the
+ * steps, which are requests like any other). See session_api.h. */
+#include "api/session_api.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* jansson's tree of a small control body ("" is {}): a new reference, or
+ * NULL with invalid_json or invalid_type set. */
+static json_t *parse_object(const char *body, size_t len, attnd_error_t *err) {
+  if (len == 0)
+    return json_object();
+  json_error_t je;
+  json_t *v = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+  if (v == NULL) {
+    attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
+                    "invalid JSON at line %d, column %d: %s", je.line,
+                    je.column, je.text);
+    return NULL;
+  }
+  if (!json_is_object(v)) {
+    json_decref(v);
+    attnd_error_set(err, ATTND_ERR_INVALID_TYPE, "",
+                    "the body is not an object");
+    return NULL;
+  }
+  return v;
+}
+
+/* Members of obj (at path `where`, "" for the root) other than `known`
+ * (NULL-terminated): unknown_field, named by its path. */
+static int only_at(const json_t *obj, const char *where,
+                   const char *const *known, attnd_error_t *err) {
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)obj, key, v) {
+    int ok = 0;
+    for (int i = 0; known[i] && !ok; i++)
+      ok = strcmp(key, known[i]) == 0;
+    if (!ok) {
+      char field[96];
+      snprintf(field, sizeof field, "%s%s%.64s", where, *where ? "." : "", key);
+      return attnd_error_set(err, ATTND_ERR_UNKNOWN_FIELD, field,
+                             "%s is not a member of this request", field);
+    }
+  }
+  (void)v;
+  return 0;
+}
+
+static int only(const json_t *obj, const char *const *known,
+                attnd_error_t *err) {
+  return only_at(obj, "", known, err);
+}
+
+/* Integer member `key` of obj, whose path is `field`, in [lo, hi]; *out
+ * untouched when absent or null. Returns 1 when given, 0 when not, -1 with
+ * err. */
+static int get_int_at(const json_t *obj, const char *key, const char *field,
+                      int64_t lo, int64_t hi, int64_t *out,
+                      attnd_error_t *err) {
+  const json_t *v = json_object_get(obj, key);
+  if (v == NULL || json_is_null(v))
+    return 0;
+  if (!json_is_integer(v))
+    return attnd_error_set(err, ATTND_ERR_INVALID_TYPE, field,
+                           "%s must be an integer", field);
+  int64_t x = json_integer_value(v);
+  if (x < lo || x > hi)
+    return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, field,
+                           "%s is %lld; expected %lld to %lld", field,
+                           (long long)x, (long long)lo, (long long)hi);
+  *out = x;
+  return 1;
+}
+
+static int get_int(const json_t *obj, const char *key, int64_t lo, int64_t hi,
+                   int64_t *out, attnd_error_t *err) {
+  return get_int_at(obj, key, key, lo, hi, out, err);
+}
+
+/* "rope": {"theta"?, "dims"?, "style"?: "half" | "interleaved"}. */
+static int get_rope(const json_t *obj, int64_t Dh, attn_rope_t *rp,
+                    attnd_error_t *err) {
+  static const char *const known[] = {"theta", "dims", "style", NULL};
+  const json_t *r = json_object_get(obj, "rope");
+  if (r == NULL || json_is_null(r))
+    return 0;
+  if (!json_is_object(r))
+    return attnd_error_set(err, ATTND_ERR_INVALID_TYPE, "rope",
+                           "rope must be an object: {\"theta\", \"dims\", "
+                           "\"style\"}");
+  if (only_at(r, "rope", known, err) < 0)
+    return -1;
+  rp->style = ATTN_ROPE_HALF;
+  rp->theta = 10000;
+  const json_t *t = json_object_get(r, "theta"),
+               *s = json_object_get(r, "style");
+  if (t && !json_is_null(t)) {
+    if (!json_is_number(t) || !isfinite(json_number_value(t)) ||
+        json_number_value(t) <= 0)
+      return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "rope.theta",
+                             "rope.theta must be a number above 0");
+    rp->theta = json_number_value(t);
+  }
+  if (get_int_at(r, "dims", "rope.dims", 2, Dh, &rp->dims, err) < 0)
+    return -1;
+  if (rp->dims % 2)
+    return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "rope.dims",
+                           "rope.dims is %lld; it must be even",
+                           (long long)rp->dims);
+  if (s && !json_is_null(s)) {
+    const char *v = json_is_string(s) ? json_string_value(s) : "";
+    if (strcmp(v, "half") != 0 && strcmp(v, "interleaved") != 0)
+      return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "rope.style",
+                             "rope.style must be \"half\" or \"interleaved\"");
+    rp->style = v[0] == 'h' ? ATTN_ROPE_HALF : ATTN_ROPE_INTERLEAVED;
+  }
+  return 0;
+}
+
+int attnd_session_api_create(attnd_sessions_t *st, const char *id,
+                             const char *body, size_t len,
+                             const attnd_config_t *cfg,
+                             attnd_layer_set_t *layers, attnd_buf_t *reply,
+                             attnd_error_t *err) {
+  static const char *const known[] = {
+      "layer", "num_heads",  "num_kv_heads", "head_dim", "v_head_dim",
+      "rope",  "max_tokens", "ttl_s",        NULL};
+  if (id && !attnd_session_id_ok(id))
+    return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "session",
+                           "session id '%.40s%s' is not 32 hex digits 0-9a-f",
+                           id, strlen(id) > 40 ? "..." : "");
+  json_t *v = parse_object(body, len, err);
+  if (v == NULL)
+    return -1;
+  attnd_session_shape_t shape = {0};
+  /* a session holds no more than a request may attend over */
+  int64_t most = cfg->session_max_tokens < cfg->max_seq_len
+                     ? cfg->session_max_tokens
+                     : cfg->max_seq_len;
+  int64_t max_tokens = most, ttl_s = cfg->session_ttl_s;
+  int r = only(v, known, err);
+  const json_t *layer = json_object_get(v, "layer");
+  if (r == 0 && layer && !json_is_null(layer)) {
+    const char *name = json_is_string(layer) ? json_string_value(layer) : NULL;
+    const attnd_layer_t *l = name ? attnd_layer_set_find(layers, name) : NULL;
+    static const char *const theirs[] = {
+        "num_heads", "num_kv_heads", "head_dim", "v_head_dim", "rope", NULL};
+    for (int i = 0; l && theirs[i] && r == 0; i++)
+      if (json_object_get(v, theirs[i]))
+        r = attnd_error_set(err, ATTND_ERR_INVALID_VALUE, theirs[i],
+                            "%s cannot be given with layer: layer '%s' has "
+                            "its own",
+                            theirs[i], l->name);
+    if (r == 0 && l == NULL)
+      r = name ? attnd_error_set(err, ATTND_ERR_UNKNOWN_LAYER, "layer",
+                                 "layer '%.128s' is not loaded (GET "
+                                 "/v1/layers lists them)",
+                                 name)
+               : attnd_error_set(err, ATTND_ERR_INVALID_TYPE, "layer",
+                                 "layer must be the name of a layer");
+    if (r == 0) {
+      shape.layers = attnd_layer_set_ref(layers);
+      shape.layer = l;
+      shape.H = l->H;
+      shape.Hkv = l->Hkv;
+      shape.Dh = l->Dh;
+      shape.Dv = l->Dv;
+      shape.rope = l->rope;
+    }
+  } else if (r == 0) { /* pre-projected */
+    int h = get_int(v, "num_heads", 1, cfg->max_heads, &shape.H, err);
+    int d = h < 0 ? -1 : get_int(v, "head_dim", 1, 4096, &shape.Dh, err);
+    if (h == 0 || d == 0)
+      r = attnd_error_set(
+          err, ATTND_ERR_MISSING_FIELD, h == 0 ? "num_heads" : "head_dim",
+          "%s is required (or a layer)", h == 0 ? "num_heads" : "head_dim");
+    else if (h < 0 || d < 0)
+      r = -1;
+    shape.Hkv = shape.H;
+    shape.Dv = shape.Dh;
+    if (r == 0 &&
+        (get_int(v, "num_kv_heads", 1, shape.H, &shape.Hkv, err) < 0 ||
+         get_int(v, "v_head_dim", 1, 4096, &shape.Dv, err) < 0 ||
+         get_rope(v, shape.Dh, &shape.rope, err) < 0))
+      r = -1;
+    if (r == 0 && shape.H % shape.Hkv)
+      r = attnd_error_set(err, ATTND_ERR_HEADS_MISMATCH, "num_kv_heads",
+                          "num_kv_heads %lld does not divide num_heads %lld",
+                          (long long)shape.Hkv, (long long)shape.H);
+  }
+  if (r == 0 &&
+      (get_int(v, "max_tokens", 1, most, &max_tokens, err) < 0 ||
+       get_int(v, "ttl_s", 1, cfg->session_max_ttl_s, &ttl_s, err) < 0))
+    r = -1;
+  json_decref(v);
+  if (r < 0) {
+    attnd_layer_set_unref(shape.layers);
+    return -1;
+  }
+  attnd_session_info_t info;
+  if (attnd_session_create(st, &shape, max_tokens, ttl_s, id, &info, err) < 0)
+    return -1;
+  attnd_session_info_json(&info, reply);
+  attnd_buf_puts(reply, "\n");
+  return 0;
+}
+
+int attnd_session_api_truncate(attnd_sessions_t *st, const char *id,
+                               const char *body, size_t len, attnd_buf_t *reply,
+                               attnd_error_t *err) {
+  static const char *const known[] = {"length", NULL};
+  json_t *v = parse_object(body, len, err);
+  if (v == NULL)
+    return -1;
+  int64_t length = 0;
+  int r = only(v, known, err);
+  if (r == 0) {
+    int given = get_int(v, "length", 0, INT64_MAX, &length, err);
+    r = given < 0 ? -1
+        : given   ? 0
+                  : attnd_error_set(err, ATTND_ERR_MISSING_FIELD, "length",
+                                    "length is required: the tokens to keep");
+  }
+  json_decref(v);
+  attnd_session_info_t info;
+  if (r < 0 || attnd_session_truncate(st, id, length, &info, err) < 0)
+    return -1;
+  attnd_session_info_json(&info, reply);
+  attnd_buf_puts(reply, "\n");
+  return 0;
+}
+
+int attnd_session_api_list(attnd_sessions_t *st, const char *limit,
+                           const char *after, attnd_buf_t *reply,
+                           attnd_error_t *err) {
+  enum { MAX_PAGE = 1000 };
+  char *end = NULL;
+  long long n = limit ? strtoll(limit, &end, 10) : 100;
+  if (limit && (end == limit || *end || n < 1 || n > MAX_PAGE))
+    return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "limit",
+                           "limit is '%.20s'; expected 1 to %d", limit,
+                           MAX_PAGE);
+  attnd_session_info_t *infos = malloc((size_t)n * sizeof *infos);
+  if (infos == NULL)
+    return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                           "out of memory listing sessions");
+  int more = 0;
+  size_t k =
+      attnd_session_list(st, after ? after : "", infos, (size_t)n, &more);
+  attnd_buf_puts(reply, "{\"sessions\":[");
+  for (size_t i = 0; i < k; i++) {
+    if (i)
+      attnd_buf_puts(reply, ",");
+    attnd_session_info_json(&infos[i], reply);
+  }
+  if (more && k)
+    attnd_buf_printf(reply, "],\"next\":\"%s\"}\n", infos[k - 1].id);
+  else
+    attnd_buf_puts(reply, "],\"next\":null}\n");
+  free(infos);
+  return 0;
+}
+
+int attnd_session_api_fork(attnd_sessions_t *st, const char *id,
+                           const char *body, size_t len, attnd_buf_t *reply,
+                           attnd_error_t *err) {
+  static const char *const known[] = {NULL};
+  json_t *v = parse_object(body, len, err);
+  if (v == NULL)
+    return -1;
+  int r = only(v, known, err);
+  json_decref(v);
+  attnd_session_info_t info;
+  if (r < 0 || attnd_session_fork(st, id, &info, err) < 0)
+    return -1;
+  attnd_session_info_json(&info, reply);
+  attnd_buf_puts(reply, "\n");
+  return 0;
+}

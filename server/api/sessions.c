@@ -1,0 +1,179 @@
+/* server/api/sessions.c: KV-cache sessions' endpoints (docs/sessions.md):
+ * create, list, get, delete, fork and truncate, answered at once with the
+ * store's JSON (api/session_api.c), and a step's attention. See api.h.
+ *
+ * A step is decoded against its session's shape and enqueued on it. In its
+ * turn (at once, or when the step ahead of it has ended) it is prepared,
+ * planned, given its memory and handed to the scheduler; attnd_http_job_done
+ * ends it, which gives the next step its turn. A step that must wait keeps
+ * its connection suspended meanwhile; one that fails in its turn comes back
+ * with its error (pre_error). */
+#include <string.h>
+
+#include "api/api.h"
+#include "api/session_api.h"
+#include "sched/request.h"
+
+/* In its turn: the step prepared (its pages ready) and planned, within its
+ * deadline. 0, or -1 with e, the step then ended. */
+static int step_prepare(attnd_http_req_t *r, attnd_error_t *e) {
+  attnd_server_t *s = r->srv;
+  attnd_request_t *j = r->req;
+  int bad = attnd_session_prepare(s->sessions, j, e) < 0 ||
+            attnd_request_plan(j, s->cfg, e) < 0;
+  if (!bad && attnd_now_ms() > j->t.arrival + (double)j->timeout_ms)
+    bad = attnd_error_set(e, ATTND_ERR_DEADLINE_EXCEEDED, "timeout_ms",
+                          "no result within timeout_ms %lld (waited %.1f ms "
+                          "for the session's steps ahead of this one)",
+                          (long long)j->timeout_ms,
+                          attnd_now_ms() - j->t.submit) < 0;
+  if (bad)
+    attnd_session_step_end(s->sessions, j, 0, NULL);
+  return bad ? -1 : 0;
+}
+
+/* The session's turn function (session.h), on the thread that ended the
+ * step ahead of this one (the loop thread: it hands the step to a worker,
+ * never computes it). The connection is suspended; a step that cannot
+ * start comes back with its error. */
+static void step_turn(void *tag) {
+  attnd_http_req_t *r = tag;
+  attnd_request_t *j = r->req;
+  struct MHD_Connection *conn = r->conn;
+  uv_mutex_lock(&r->mu); /* waits out step_submit's suspension */
+  uv_mutex_unlock(&r->mu);
+  attnd_error_t *e = &r->pre_error;
+  if (step_prepare(r, e) == 0) {
+    if (attnd_api_take_memory(r, j, e) == 0 &&
+        (attnd_api_hand_off(r, j, 0) == 0 || attnd_api_queue_full(r, e) == 0))
+      return;
+    attnd_session_step_end(r->srv->sessions, j, 0, NULL);
+  }
+  uv_mutex_lock(&r->mu);
+  r->has_pre_error = 1;
+  r->outcome = ATTND_SCHED_DONE;
+  r->submitted = 0;
+  uv_mutex_unlock(&r->mu);
+  MHD_resume_connection(conn); /* r may be gone from here on */
+}
+
+enum MHD_Result attnd_sessions_step(attnd_http_req_t *r) {
+  attnd_server_t *s = r->srv;
+  attnd_error_t e;
+  attnd_session_shape_t shape;
+  attnd_request_t *j = NULL;
+  if (attnd_session_shape(s->sessions, r->sid, &shape, &e) < 0)
+    return attnd_http_send_error(r, &e);
+  int bad = attnd_step_decode(r->body.data ? r->body.data + r->pad : "",
+                              r->body.len - r->pad, s->cfg, &shape, &j, &e);
+  attnd_layer_set_unref(shape.layers); /* a request with a layer holds one */
+  attnd_buf_free(&r->body);
+  attnd_budget_give(&s->budget, &r->mem_held);
+  if (bad < 0)
+    return attnd_http_send_error(r, &e);
+  j->t.arrival = r->t_arrival;
+  j->t.submit = attnd_now_ms(); /* waiting for its turn is queueing too */
+  r->req = j;
+  uv_mutex_lock(&r->mu);
+  int now = attnd_session_enqueue(s->sessions, r->sid, j, step_turn, r, &e);
+  if (now == 0) { /* others are ahead: its turn comes later */
+    r->submitted = 1;
+    MHD_suspend_connection(r->conn);
+  }
+  uv_mutex_unlock(&r->mu);
+  if (now < 0 || (now == 1 && step_prepare(r, &e) < 0))
+    return attnd_http_send_error(r, &e);
+  return now == 1 ? attnd_api_admit(r, j) : MHD_YES;
+}
+
+/* A control request's reply: `status` with b, or e. */
+static enum MHD_Result control_reply(attnd_http_req_t *r, int bad, int status,
+                                     attnd_buf_t *b, const attnd_error_t *e) {
+  if (bad < 0) {
+    attnd_buf_free(b);
+    return attnd_http_send_error(r, e);
+  }
+  return attnd_http_send_buf(r, status, b, "application/json");
+}
+
+/* POST /v1/sessions (an id of the store's), PUT /v1/sessions/{id}. */
+static enum MHD_Result create(attnd_http_req_t *r, const char *id) {
+  attnd_server_t *s = r->srv;
+  attnd_error_t e;
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_layer_set_t *layers = attnd_server_layers(s);
+  int bad = attnd_session_api_create(
+      s->sessions, id, r->body.data ? r->body.data + r->pad : "",
+      r->body.len - r->pad, s->cfg, layers, &b, &e);
+  attnd_layer_set_unref(layers);
+  return control_reply(r, bad, 201, &b, &e);
+}
+
+enum MHD_Result attnd_sessions_create(attnd_http_req_t *r) {
+  return create(r, NULL);
+}
+
+enum MHD_Result attnd_sessions_put(attnd_http_req_t *r) {
+  return create(r, r->sid);
+}
+
+/* A session's fork or truncate: `op` on the session with the body. */
+static enum MHD_Result on_session(attnd_http_req_t *r,
+                                  int (*op)(attnd_sessions_t *, const char *,
+                                            const char *, size_t, attnd_buf_t *,
+                                            attnd_error_t *),
+                                  int status) {
+  attnd_error_t e;
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  int bad =
+      op(r->srv->sessions, r->sid, r->body.data ? r->body.data + r->pad : "",
+         r->body.len - r->pad, &b, &e);
+  return control_reply(r, bad, status, &b, &e);
+}
+
+/* POST /v1/sessions/{id}/fork: 201. */
+enum MHD_Result attnd_sessions_fork(attnd_http_req_t *r) {
+  return on_session(r, attnd_session_api_fork, 201);
+}
+
+/* POST /v1/sessions/{id}/truncate: 200. */
+enum MHD_Result attnd_sessions_truncate(attnd_http_req_t *r) {
+  return on_session(r, attnd_session_api_truncate, 200);
+}
+
+/* GET /v1/sessions?limit=&after=: a page of the list. */
+enum MHD_Result attnd_sessions_list(attnd_http_req_t *r) {
+  attnd_error_t e;
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  int bad = attnd_session_api_list(
+      r->srv->sessions,
+      MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
+      MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "after"), &b,
+      &e);
+  return control_reply(r, bad, 200, &b, &e);
+}
+
+/* DELETE /v1/sessions/{id}: 204. */
+enum MHD_Result attnd_sessions_delete(attnd_http_req_t *r) {
+  attnd_error_t e;
+  if (attnd_session_delete(r->srv->sessions, r->sid, &e) < 0)
+    return attnd_http_send_error(r, &e);
+  return attnd_http_send_body(r, 204, NULL, 0, 0, NULL);
+}
+
+/* GET /v1/sessions/{id}. */
+enum MHD_Result attnd_sessions_get(attnd_http_req_t *r) {
+  attnd_error_t e;
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_session_info_t info;
+  int bad = attnd_session_get(r->srv->sessions, r->sid, &info, &e);
+  if (!bad) {
+    attnd_session_info_json(&info, &b);
+    attnd_buf_puts(&b, "\n");
+  }
+  return control_reply(r, bad, 200, &b, &e);
+}

@@ -1,0 +1,27 @@
+/* server/http/access_log.h: one JSON line per finished request.
+ *
+ * Every string in the line (paths, ids, methods) is escaped, so each line
+ * is valid JSON whatever a client sent. Any thread: a line is one write. */
+#ifndef ATTND_ACCESS_LOG_H
+#define ATTND_ACCESS_LOG_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+/* What one line says. Strings are borrowed; NULL `id` logs "". */
+typedef struct attnd_access {
+  const char *request_id, *id, *method, *path;
+  int status;
+  size_t bytes_in, bytes_out;
+  double queue_ms, compute_ms, total_ms;
+} attnd_access_t;
+
+/* Opens the log `spec` names: "off" (NULL), "stderr", "stdout" or a file
+ * appended to (stderr, with a warning, if it cannot be opened). */
+FILE *attnd_access_log_open(const char *spec);
+void attnd_access_log_close(FILE *f);
+
+/* Writes the line for `a` to f (NULL: nothing) and flushes it. */
+void attnd_access_log_write(FILE *f, const attnd_access_t *a);
+
+#endif

@@ -1,0 +1,266 @@
+/* server/http/auth.c: API keys. See auth.h. */
+#include "http/auth.h"
+#include "list.h"
+
+#include <errno.h>
+#include <gnutls/crypto.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* RFC 6750's b64token characters. */
+static int token_char(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
+         c == '~' || c == '+' || c == '/' || c == '=';
+}
+
+/* SHA-256 is always in GnuTLS, which libmicrohttpd links for TLS. A
+ * failure (the library out of memory) fails closed: no set is built, no
+ * presented key matches. */
+static int sha256(const void *p, size_t n, uint8_t out[32]) {
+  return gnutls_hash_fast(GNUTLS_DIG_SHA256, p, n, out) < 0 ? -1 : 0;
+}
+
+int attnd_auth_equal(const uint8_t *a, const uint8_t *b, size_t n) {
+  uint8_t d = 0;
+  for (size_t i = 0; i < n; i++) /* OR of every difference: no branch */
+    d |= a[i] ^ b[i];
+  /* An empty asm that "changes" d: the compiler cannot reason about its
+   * value, so it cannot turn the loop into an early exit either. */
+  __asm__ volatile("" : "+r"(d));
+  return d == 0;
+}
+
+int attnd_auth_bearer(const char *h, const char **tok, size_t *len) {
+  if (h == NULL)
+    return -1;
+  while (*h == ' ' || *h == '\t')
+    h++;
+  if (strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t'))
+    return -1;
+  h += 6;
+  while (*h == ' ' || *h == '\t')
+    h++;
+  size_t n = 0;
+  while (token_char((unsigned char)h[n]))
+    n++;
+  const char *end = h + n;
+  while (*end == ' ' || *end == '\t')
+    end++;
+  if (n == 0 || n > ATTND_AUTH_MAX_KEY || *end != 0)
+    return -1;
+  *tok = h;
+  *len = n;
+  return 0;
+}
+
+static int add_hash(attnd_keyset_t *s, const char *key, size_t n) {
+  uint8_t(*h)[32] = realloc(s->hash, (s->n + 1) * sizeof *h);
+  if (h == NULL)
+    return -1;
+  s->hash = h;
+  if (sha256(key, n, s->hash[s->n]) < 0)
+    return -1;
+  s->n++;
+  return 0;
+}
+
+int attnd_keyset_parse(attnd_keyset_t **set, const char *text, char sep,
+                       const char *what, char *msg, size_t msz) {
+  if (*set == NULL && (*set = calloc(1, sizeof **set)) == NULL)
+    return snprintf(msg, msz, "%s: out of memory", what), -1;
+  const char *unit = sep == '\n' ? "line" : "key";
+  const char *p = text, *a, *b;
+  for (int pos = 1; attnd_list_next(&p, sep, &a, &b); pos++) {
+    if (a == b || (sep == '\n' && *a == '#'))
+      continue;
+    for (const char *c = a; c < b; c++)
+      if (!token_char((unsigned char)*c))
+        return snprintf(msg, msz,
+                        "%s: %s %d has a character outside letters, digits "
+                        "and - . _ ~ + / = (position %d)",
+                        what, unit, pos, (int)(c - a) + 1),
+               -1;
+    if (b - a > ATTND_AUTH_MAX_KEY)
+      return snprintf(msg, msz, "%s: %s %d is longer than %d characters", what,
+                      unit, pos, ATTND_AUTH_MAX_KEY),
+             -1;
+    if (add_hash(*set, a, (size_t)(b - a)) < 0)
+      return snprintf(msg, msz, "%s: out of memory or no SHA-256", what), -1;
+  }
+  return 0;
+}
+
+int attnd_keyset_has(const attnd_keyset_t *set, const char *token, size_t len) {
+  uint8_t h[32];
+  if (sha256(token, len, h) < 0)
+    return 0;
+  int found = 0;
+  for (size_t i = 0; i < set->n; i++) { /* every key: no early exit */
+    found |= attnd_auth_equal(h, set->hash[i], 32);
+    __asm__ volatile("" : "+r"(found)); /* found stays unknown: no exit */
+  }
+  return found;
+}
+
+void attnd_keyset_free(attnd_keyset_t *set) {
+  while (set) {
+    attnd_keyset_t *next = set->retired;
+    free(set->hash);
+    free(set);
+    set = next;
+  }
+}
+
+/* Reads `path` whole into a new NUL-terminated string. */
+static char *read_file(const char *path, char *msg, size_t msz) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) {
+    snprintf(msg, msz, "api_keys_file: cannot read %s: %s", path,
+             strerror(errno));
+    return NULL;
+  }
+  char *text = malloc(ATTND_AUTH_MAX_FILE + 1);
+  size_t n = text ? fread(text, 1, ATTND_AUTH_MAX_FILE + 1, f) : 0;
+  int err = ferror(f);
+  fclose(f);
+  if (text == NULL || err || n > ATTND_AUTH_MAX_FILE) {
+    snprintf(msg, msz, "api_keys_file: cannot read %s: %s", path,
+             text == NULL ? "out of memory"
+             : err        ? "read error"
+                          : "larger than 1 MiB");
+    free(text);
+    return NULL;
+  }
+  text[n] = 0;
+  if (strlen(text) != n) {
+    snprintf(msg, msz, "api_keys_file: %s holds a NUL byte", path);
+    free(text);
+    return NULL;
+  }
+  return text;
+}
+
+/* A new set from api_keys and the file, or NULL with msg set. */
+static attnd_keyset_t *build(const attnd_auth_t *a, char *msg, size_t msz) {
+  attnd_keyset_t *set = NULL;
+  if (attnd_keyset_parse(&set, a->inline_keys, ',', "api_keys", msg, msz) < 0)
+    goto fail;
+  if (a->file) {
+    char *text = read_file(a->file, msg, msz);
+    char what[600];
+    snprintf(what, sizeof what, "api_keys_file %s", a->file);
+    int rc = text ? attnd_keyset_parse(&set, text, '\n', what, msg, msz) : -1;
+    free(text);
+    if (rc < 0)
+      goto fail;
+  }
+  return set;
+fail:
+  attnd_keyset_free(set);
+  return NULL;
+}
+
+int attnd_auth_init(attnd_auth_t *a, const char *keys, const char *file,
+                    const char *public_paths, char *msg, size_t msz) {
+  memset(a, 0, sizeof *a);
+  atomic_init(&a->current, NULL);
+  a->inline_keys = strdup(keys);
+  a->file = file[0] ? strdup(file) : NULL;
+  size_t n = 2;
+  for (const char *p = public_paths; *p; p++)
+    n += *p == ',';
+  a->public_paths = calloc(n, sizeof *a->public_paths);
+  if (a->inline_keys == NULL || (file[0] && a->file == NULL) ||
+      a->public_paths == NULL)
+    return snprintf(msg, msz, "api_keys: out of memory"), -1;
+  size_t k = 0;
+  for (const char *p = public_paths, *s, *t; attnd_list_next(&p, ',', &s, &t);)
+    if (t > s && (a->public_paths[k++] = strndup(s, (size_t)(t - s))) == NULL)
+      return snprintf(msg, msz, "public_paths: out of memory"), -1;
+  a->enabled = keys[0] != 0 || a->file != NULL;
+  if (!a->enabled)
+    return 0;
+  attnd_keyset_t *set = build(a, msg, msz);
+  if (set == NULL)
+    return -1;
+  atomic_store(&a->current, set);
+  return 0;
+}
+
+int attnd_auth_reload(attnd_auth_t *a, char *msg, size_t msz) {
+  if (!a->enabled)
+    return 0;
+  attnd_keyset_t *set = build(a, msg, msz);
+  if (set == NULL)
+    return -1;
+  /* The old set stays reachable from the new one: an HTTP thread may have
+   * loaded it an instant ago and still be comparing against it. */
+  set->retired = atomic_load(&a->current);
+  atomic_store(&a->current, set);
+  return (int)set->n;
+}
+
+void attnd_auth_free(attnd_auth_t *a) {
+  attnd_keyset_free(atomic_load(&a->current));
+  atomic_store(&a->current, NULL);
+  for (size_t i = 0; a->public_paths && a->public_paths[i]; i++)
+    free(a->public_paths[i]);
+  free(a->public_paths);
+  free(a->inline_keys);
+  free(a->file);
+  memset(a, 0, sizeof *a);
+}
+
+int attnd_auth_is_public(const attnd_auth_t *a, const char *path) {
+  for (size_t i = 0; a->public_paths && a->public_paths[i]; i++)
+    if (strcmp(a->public_paths[i], path) == 0)
+      return 1;
+  return 0;
+}
+
+attnd_auth_result_t attnd_auth_check(const attnd_auth_t *a,
+                                     const char *authorization) {
+  if (authorization == NULL)
+    return ATTND_AUTH_MISSING;
+  const char *tok;
+  size_t len;
+  if (attnd_auth_bearer(authorization, &tok, &len) < 0)
+    return ATTND_AUTH_MALFORMED;
+  const attnd_keyset_t *set = atomic_load(&a->current);
+  return set && attnd_keyset_has(set, tok, len) ? ATTND_AUTH_OK
+                                                : ATTND_AUTH_INVALID;
+}
+
+size_t attnd_auth_count(const attnd_auth_t *a) {
+  const attnd_keyset_t *set = atomic_load(&a->current);
+  return set ? set->n : 0;
+}
+
+attnd_auth_result_t attnd_auth_request(const attnd_auth_t *a, const char *path,
+                                       const char *authorization) {
+  if (!a->enabled || attnd_auth_is_public(a, path))
+    return ATTND_AUTH_OK;
+  return attnd_auth_check(a, authorization);
+}
+
+const char *attnd_auth_message(attnd_auth_result_t why) {
+  switch (why) {
+  case ATTND_AUTH_MISSING:
+    return "an API key is needed: send 'Authorization: Bearer <key>'";
+  case ATTND_AUTH_MALFORMED:
+    return "the Authorization header is not 'Bearer <key>' with a key of "
+           "letters, digits and - . _ ~ + / =";
+  case ATTND_AUTH_INVALID:
+    return "the API key is not valid";
+  default:
+    return "";
+  }
+}
+
+const char *attnd_auth_challenge(int presented) {
+  return presented ? "Bearer realm=\"attnd\", error=\"invalid_token\""
+                   : "Bearer realm=\"attnd\"";
+}

@@ -1,0 +1,89 @@
+/* server/http/cors.c: CORS headers. See cors.h. */
+#include "http/cors.h"
+#include "list.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* scheme "://" host [":" port], with no path, query, space or comma. */
+static int is_origin(const char *s, size_t n) {
+  const char *sep = memmem(s, n, "://", 3);
+  if (sep == NULL || sep == s || sep + 3 == s + n)
+    return 0;
+  for (const char *p = s; p < s + n; p++)
+    if (*p <= ' ' || *p >= 0x7f || *p == ',' || *p == '"' ||
+        (p >= sep + 3 && (*p == '/' || *p == '?' || *p == '#')))
+      return 0;
+  return 1;
+}
+
+int attnd_cors_init(attnd_cors_t *c, const char *list, char *msg, size_t msz) {
+  memset(c, 0, sizeof *c);
+  size_t cap = 2;
+  for (const char *p = list; *p; p++)
+    cap += *p == ',';
+  if ((c->origins = calloc(cap, sizeof *c->origins)) == NULL)
+    return snprintf(msg, msz, "cors_allow_origins: out of memory"), -1;
+  size_t k = 0;
+  const char *p = list, *a, *b;
+  for (int pos = 1; attnd_list_next(&p, ',', &a, &b); pos++) {
+    if (a == b)
+      continue;
+    if (b - a == 1 && *a == '*') {
+      c->any = 1;
+    } else if (!is_origin(a, (size_t)(b - a))) {
+      return snprintf(msg, msz,
+                      "cors_allow_origins: entry %d '%.*s' is not an origin; "
+                      "expected scheme://host[:port] with no path, or *",
+                      pos, (int)(b - a > 200 ? 200 : b - a), a),
+             -1;
+    } else if ((c->origins[k++] = strndup(a, (size_t)(b - a))) == NULL) {
+      return snprintf(msg, msz, "cors_allow_origins: out of memory"), -1;
+    }
+  }
+  c->enabled = c->any || k > 0;
+  return 0;
+}
+
+void attnd_cors_free(attnd_cors_t *c) {
+  for (size_t i = 0; c->origins && c->origins[i]; i++)
+    free(c->origins[i]);
+  free(c->origins);
+  memset(c, 0, sizeof *c);
+}
+
+int attnd_cors_allowed(const attnd_cors_t *c, const char *origin) {
+  if (!c->enabled || origin == NULL)
+    return 0;
+  if (c->any)
+    return 1;
+  for (size_t i = 0; c->origins[i]; i++)
+    if (strcasecmp(c->origins[i], origin) == 0)
+      return 1;
+  return 0;
+}
+
+void attnd_cors_headers(const attnd_cors_t *c, const char *origin,
+                        int preflight, const char *methods,
+                        attnd_cors_add_fn add, void *arg) {
+  if (!c->enabled)
+    return;
+  if (!c->any) /* the reply differs by Origin: caches must key on it */
+    add(arg, "Vary", "Origin");
+  if (!attnd_cors_allowed(c, origin))
+    return;
+  add(arg, "Access-Control-Allow-Origin", c->any ? "*" : origin);
+  if (!preflight) {
+    add(arg, "Access-Control-Expose-Headers",
+        "Server-Timing, X-Request-Id, Retry-After");
+    return;
+  }
+  char m[64];
+  snprintf(m, sizeof m, "%s, OPTIONS", methods ? methods : "GET, HEAD, POST");
+  add(arg, "Access-Control-Allow-Methods", m);
+  add(arg, "Access-Control-Allow-Headers",
+      "Authorization, Content-Type, X-Request-Id");
+  add(arg, "Access-Control-Max-Age", "600");
+}

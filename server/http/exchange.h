@@ -1,0 +1,149 @@
+/* server/http/exchange.h: one HTTP request and its reply, from its first
+ * callback to its completion, as the http/ room (framing, intake, replies,
+ * the router) and the api/ room's handlers share it. Internal to server/.
+ *
+ * A request goes:
+ *   1. first callback (headers, http.c): its route (router.h), the framing
+ *      (framing.c), a preflight, the API key, the method, the row's
+ *      precheck; a route with a body starts reading it (intake.c), where a
+ *      body over max_body_bytes is refused with 413 before it is read;
+ *   2. upload callbacks (intake.c): the body accumulates, inflated as it
+ *      arrives when it has a content coding, within max_body_bytes;
+ *   3. the last callback: the route's handler (api/). One that computes
+ *      decodes the body into the one request type and admits it
+ *      (api/compute.c): computed inline, or handed to the scheduler with
+ *      the connection suspended;
+ *   4. the scheduler's done function (loop thread) resumes the connection;
+ *   5. the callback after resumption writes the reply (api/compute.c);
+ *   6. the completion callback (http.c) logs the request and frees it.
+ * Every reply goes through reply.c. */
+#ifndef ATTND_HTTP_EXCHANGE_H
+#define ATTND_HTTP_EXCHANGE_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "codec/buf.h"
+#include "codec/deflate.h"
+#include "codec/util.h"
+#include "errors.h"
+#include "http/assets.h"
+#include "http/router.h"
+#include "sched/request.h"
+#include "sched/scheduler.h"
+#include "server.h"
+
+/* A body of up to this many bytes (pad included) is read into the request
+ * itself. */
+#define ATTND_BODY_INLINE 8192
+
+struct attnd_http_req {
+  attnd_server_t *srv;
+  struct MHD_Connection *conn;
+  const attnd_route_t *route; /* NULL until routed, and for no route */
+  int preflight;              /* a CORS preflight (OPTIONS) on a route */
+  attnd_protocol_t proto;     /* its replies' and errors' form, and metrics */
+  char model[256];            /* a {model} parameter: the name */
+  char version[16];           /* a {version} parameter, or "" */
+  char sid[72];               /* a {session} parameter: the id */
+  char name[256];             /* a {name} parameter (a layer's) */
+  attnd_error_t pre_error;    /* a session's step that failed in its turn */
+  int has_pre_error;
+  const attnd_asset_t *asset; /* an asset route's file */
+  double t_arrival;
+  char request_id[96];
+  char method[8];
+  char path[96];
+  attnd_buf_t body;
+  attnd_request_t *req; /* owned while not submitted or after it came back */
+  attnd_sched_outcome_t outcome; /* how the scheduler passed it back */
+  uv_mutex_t mu;                 /* orders suspension before resumption */
+  int submitted;   /* under mu: the scheduler owns req until it is back */
+  int too_large;   /* the body outgrew max_body_bytes */
+  int over_budget; /* the body did not fit in max_memory_bytes */
+  attnd_inflate_t *inflate; /* the body's content coding, or NULL */
+  attnd_coding_t coding;    /* the body's (identity without inflate) */
+  int bad_coding;           /* the coded body does not inflate: why */
+  int no_memory;            /* no memory to inflate it */
+  char coding_msg[160];
+  attnd_coding_t reply_coding; /* from Accept-Encoding */
+  int64_t json_len;            /* Inference-Header-Content-Length, or -1 */
+  size_t pad;        /* bytes before the body in `body`, so that a binary body's
+                        tensors lie 64-byte aligned after its JSON */
+  size_t reply_json; /* the same for the reply; 0 for none */
+  int64_t mem_held;  /* this request's share of mem_used */
+  char allow[48];    /* the methods a 405 names */
+  int status;
+  size_t bytes_in, bytes_out;
+  double total_ms;
+  /* Last (the request's pool zeroes what comes before it): where a body of
+   * Content-Length up to ATTND_BODY_INLINE bytes (pad included) is read. */
+  _Alignas(64) char body_mem[ATTND_BODY_INLINE];
+};
+
+/* ---- replies (reply.c); HTTP thread ------------------------------------ */
+
+/* Queues `body` (malloc'd, or with `pooled` a block from
+ * attnd_http_reply_block; owned by libmicrohttpd afterwards; NULL when len
+ * is 0) with the common headers; `ctype` NULL for none. A 200 reply is
+ * compressed in the coding of the client's Accept-Encoding, if any. */
+enum MHD_Result attnd_http_send_body(attnd_http_req_t *r, int status,
+                                     char *body, size_t len, int pooled,
+                                     const char *ctype);
+/* A body written into b, sent with `status` (b is emptied). */
+enum MHD_Result attnd_http_send_buf(attnd_http_req_t *r, int status,
+                                    attnd_buf_t *b, const char *ctype);
+/* A small JSON text, sent with `status`. */
+enum MHD_Result attnd_http_send_text(attnd_http_req_t *r, int status,
+                                     const char *json);
+/* A JSON value (stolen), sent compact with `status`. */
+enum MHD_Result attnd_http_send_json(attnd_http_req_t *r, int status,
+                                     json_t *v);
+/* The error reply in the request's protocol's form and status. */
+enum MHD_Result attnd_http_send_error(attnd_http_req_t *r,
+                                      const attnd_error_t *e);
+/* The same, from a code, the field and a message. */
+enum MHD_Result attnd_http_fail(attnd_http_req_t *r, attnd_err_t code,
+                                const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* A block for a reply's text, or NULL; given back by libmicrohttpd when the
+ * reply is sent (attnd_http_send_body with `pooled`), or by
+ * attnd_http_reply_release. */
+#define ATTND_REPLY_BLOCK 16384
+char *attnd_http_reply_block(void);
+void attnd_http_reply_release(void *block);
+
+/* ---- intake (intake.c); HTTP thread ------------------------------------- */
+
+/* Checks a body's headers (draining, Content-Type, Content-Encoding,
+ * Inference-Header-Content-Length, Content-Length against max_body_bytes
+ * and the memory budget) before any of it is read. First callback. */
+enum MHD_Result attnd_http_body_start(attnd_http_req_t *r);
+/* Takes the next bytes of the body. Upload callbacks. */
+enum MHD_Result attnd_http_body_more(attnd_http_req_t *r, const char *data,
+                                     size_t *size);
+/* The body read whole: 1 when it is there to decode (from r->body.data +
+ * r->pad, r->body.len - r->pad bytes), else 0 with the reply (413, a bad
+ * coding, out of memory or over the budget) queued into *ret. */
+int attnd_http_body_ok(attnd_http_req_t *r, enum MHD_Result *ret);
+
+/* The memory budget (sched/budget.h): takes `bytes` into r->mem_held; 0,
+ * or -1 when the budget does not have them now. */
+int attnd_http_mem_take(attnd_http_req_t *r, int64_t bytes);
+/* The overloaded error of a request whose `need` bytes the budget does not
+ * have now: -1, with e. */
+int attnd_http_budget_full(const attnd_http_req_t *r, int64_t need,
+                           attnd_error_t *e);
+
+/* ---- framing (framing.c); HTTP thread ----------------------------------- */
+
+/* Returns 1 when the body's length is unambiguous (RFC 9112 6.3), else 0
+ * with the 400 or 501 queued into *ret. First callback. */
+int attnd_http_framing_ok(attnd_http_req_t *r, enum MHD_Result *ret);
+/* libmicrohttpd's unescape callback for the path and query arguments. */
+size_t attnd_http_unescape(void *cls, struct MHD_Connection *conn, char *s);
+
+#endif

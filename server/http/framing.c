@@ -1,0 +1,148 @@
+/* server/http/framing.c: message framing (RFC 9112), and the path's
+ * unescaping. See exchange.h.
+ *
+ * libmicrohttpd 0.9.75 reads the first Content-Length it finds and ignores
+ * the rest; lets Transfer-Encoding override Content-Length and then keeps
+ * the connection open for what follows the chunks; and reads a body with
+ * any Transfer-Encoding other than exactly "chunked" until the client
+ * closes. A request whose framing two parsers could read two ways is
+ * refused here, from its headers, before any of its body is read: a reply
+ * queued from the first callback closes the connection, so nothing after
+ * the request is ever read as another one. */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "codec/util.h"
+#include "http/exchange.h"
+
+/* What the headers say about the length of the body. */
+typedef struct framing {
+  int n_length;             /* Content-Length field lines */
+  const char *length;       /* the first one's value */
+  const char *other_length; /* a later one that differs from it */
+  int n_coding;             /* Transfer-Encoding field lines */
+  const char *coding;       /* the first one's value */
+  int n_chunked;            /* "chunked" among all their codings */
+  char unknown[32];         /* the first coding other than chunked */
+  const char *bad_name;     /* a field name that is not a token */
+} framing_t;
+
+/* RFC 9110 5.6.2: tchar. */
+static int is_tchar(unsigned char c) {
+  return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+         (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+}
+
+/* Counts the codings of one Transfer-Encoding value, a comma-separated
+ * list with optional whitespace. */
+static void framing_codings(framing_t *f, const char *v) {
+  while (*v) {
+    while (*v == ' ' || *v == '\t' || *v == ',')
+      v++;
+    size_t n = strcspn(v, ",");
+    size_t k = n;
+    while (k && (v[k - 1] == ' ' || v[k - 1] == '\t'))
+      k--;
+    if (k == 7 && strncasecmp(v, "chunked", 7) == 0)
+      f->n_chunked++;
+    else if (k && !f->unknown[0])
+      snprintf(f->unknown, sizeof f->unknown, "%.*s", (int)k, v);
+    v += n;
+  }
+}
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
+                                      const char *key, const char *value) {
+  framing_t *f = cls;
+  (void)kind;
+  for (const char *k = key; !f->bad_name && *k; k++)
+    if (!is_tchar((unsigned char)*k))
+      f->bad_name = key;
+  if (!*key && !f->bad_name)
+    f->bad_name = key;
+  if (value == NULL)
+    value = "";
+  if (strcasecmp(key, "Content-Length") == 0) {
+    if (f->n_length++ == 0)
+      f->length = value;
+    else if (!f->other_length && strcmp(value, f->length) != 0)
+      f->other_length = value;
+  } else if (strcasecmp(key, "Transfer-Encoding") == 0) {
+    if (f->n_coding++ == 0)
+      f->coding = value;
+    framing_codings(f, value);
+  }
+  return MHD_YES;
+}
+
+/* Returns 1 when the body's length is unambiguous: no Transfer-Encoding
+ * and at most one Content-Length value (repeated identical lines are
+ * allowed, RFC 9110 8.6), or exactly one Transfer-Encoding "chunked" and
+ * no Content-Length. Otherwise queues the reply into *ret and returns 0:
+ * 400 bad_request for a field name that is not a token (RFC 9112 5.1:
+ * "Content-Length : 5" would hide the length from us and not from a
+ * proxy), Content-Length values that differ, Content-Length with
+ * Transfer-Encoding, or chunked applied twice; 501 not_implemented for a
+ * transfer coding other than chunked. HTTP thread, first callback. */
+int attnd_http_framing_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
+  framing_t f = {0};
+  MHD_get_connection_values(r->conn, MHD_HEADER_KIND, framing_header, &f);
+  if (f.bad_name)
+    *ret = attnd_http_fail(
+        r, ATTND_ERR_BAD_REQUEST, f.bad_name,
+        "the header name '%.60s' is not a token (RFC 9112 5.1: no "
+        "whitespace before the colon)",
+        f.bad_name);
+  else if (f.other_length)
+    *ret = attnd_http_fail(
+        r, ATTND_ERR_BAD_REQUEST, "Content-Length",
+        "Content-Length is given %d times with different values "
+        "('%.40s' and '%.40s'); send one",
+        f.n_length, f.length, f.other_length);
+  else if (f.n_coding && f.n_length)
+    *ret = attnd_http_fail(
+        r, ATTND_ERR_BAD_REQUEST, "Content-Length",
+        "Content-Length and Transfer-Encoding are both given; send "
+        "one (RFC 9112 6.3)");
+  else if (f.unknown[0])
+    *ret = attnd_http_fail(
+        r, ATTND_ERR_NOT_IMPLEMENTED, "Transfer-Encoding",
+        "the transfer coding '%s' is not implemented; send the body "
+        "with Content-Length or Transfer-Encoding: chunked",
+        f.unknown);
+  else if (f.n_coding &&
+           (f.n_coding > 1 || strcasecmp(f.coding, "chunked") != 0))
+    *ret =
+        attnd_http_fail(r, ATTND_ERR_BAD_REQUEST, "Transfer-Encoding",
+                        "Transfer-Encoding must be exactly 'chunked' (given %d "
+                        "times, chunked %d times)",
+                        f.n_coding, f.n_chunked);
+  else
+    return 1;
+  return 0;
+}
+
+/* The unescaper of the path (and of query arguments): %XX decoded in
+ * place, as libmicrohttpd's own does, except %00, which stays as the
+ * three characters. Decoded to a NUL, it would end the path early
+ * ("/v1/attention%00.json" would route as /v1/attention), and the route,
+ * the 404's message and the access log would each see a different path.
+ * Never lengthens s. Returns its new length. HTTP thread. */
+size_t attnd_http_unescape(void *cls, struct MHD_Connection *conn, char *s) {
+  (void)cls;
+  (void)conn;
+  char *w = s;
+  for (const char *p = s; *p;) {
+    int hi = p[0] == '%' ? attnd_hex_digit(p[1]) : -1;
+    int lo = hi >= 0 ? attnd_hex_digit(p[2]) : -1;
+    if (lo >= 0 && (hi | lo) != 0) {
+      *w++ = (char)(hi << 4 | lo);
+      p += 3;
+    } else {
+      *w++ = *p++;
+    }
+  }
+  *w = 0;
+  return (size_t)(w - s);
+}

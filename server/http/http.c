@@ -1,0 +1,329 @@
+/* server/http/http.c: libmicrohttpd's daemon and its access handler: each
+ * request from its first callback (routed by the table, http/router.h) to
+ * its completion (logged, counted, freed). exchange.h has the walk from
+ * socket to reply; server.h the contract. */
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "codec/pool.h"
+#include "codec/util.h"
+#include "http/access_log.h"
+#include "http/tls.h"
+
+/* Freed requests, kept for the next ones (64: about 600 KB). */
+static attnd_pool_t req_pool = ATTND_POOL_INIT(sizeof(attnd_http_req_t), 64);
+
+static attnd_http_req_t *req_new(void) {
+  attnd_http_req_t *r = attnd_pool_get(&req_pool);
+  if (r)
+    memset(r, 0, offsetof(attnd_http_req_t, body_mem));
+  return r;
+}
+
+/* ---- the access handler ---------------------------------------------------
+ */
+
+static void set_request_id(attnd_http_req_t *r) {
+  const char *h =
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
+  size_t n = h ? strlen(h) : 0;
+  int ok = n > 0 && n < sizeof r->request_id;
+  for (size_t i = 0; ok && i < n; i++)
+    ok = h[i] > 0x20 && h[i] < 0x7f && h[i] != '"' && h[i] != '\\';
+  if (ok) {
+    memcpy(r->request_id, h, n + 1);
+    return;
+  }
+  uint64_t k = atomic_fetch_add(&r->srv->next_id, 1); /* "%016llx-%llu" */
+  attnd_fmt_hex64(r->request_id, r->srv->id_prefix);
+  r->request_id[16] = '-';
+  attnd_fmt_i64(r->request_id + 17, (int64_t)(k & INT64_MAX));
+}
+
+/* Copies a parameter's value into buf (of cap bytes): with `cut`, as much
+ * as fits; else the value must fit whole. Returns whether it did. */
+static int param_into(char *buf, size_t cap, const char *v, size_t len,
+                      int cut) {
+  if (len >= cap && !cut)
+    return 0;
+  len = len < cap ? len : cap - 1;
+  memcpy(buf, v, len);
+  buf[len] = 0;
+  return 1;
+}
+
+/* A route's parameters into r. A {model}, {version} or {name} too long for
+ * its room makes the path none of attnd's (404); a {session} is cut short
+ * (an id that long is no session's, and the store says so); a {file} is
+ * read from the path by the asset table. Returns whether the route stands. */
+static int route_params(attnd_http_req_t *r, const attnd_route_match_t *m) {
+  for (int i = 0; i < m->n_params; i++) {
+    const char *name = m->params[i].name, *v = m->params[i].value;
+    size_t n = m->params[i].name_len, len = m->params[i].len;
+#define IS(s) (n == sizeof s - 1 && memcmp(name, s, n) == 0)
+    if ((IS("session") && !param_into(r->sid, sizeof r->sid, v, len, 1)) ||
+        (IS("model") && !param_into(r->model, sizeof r->model, v, len, 0)) ||
+        (IS("version") &&
+         !param_into(r->version, sizeof r->version, v, len, 0)) ||
+        (IS("name") && !param_into(r->name, sizeof r->name, v, len, 0)))
+      return 0;
+#undef IS
+  }
+  return 1;
+}
+
+/* The first callback: the route, the framing, a preflight, the API key,
+ * the method and the row's precheck; then the body's headers for a route
+ * that reads one. A route without a body is answered on the next
+ * callback: libmicrohttpd closes the connection after a reply queued from
+ * the first one, and probes and scrapes should keep theirs. */
+static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
+                                const char *method) {
+  attnd_server_t *s = r->srv;
+  enum MHD_Result ret;
+  size_t n;
+  const attnd_route_t *table = attnd_routes(&n);
+  attnd_route_match_t m;
+  int found =
+      attnd_route_find(table, n, url, method, &m) && route_params(r, &m);
+  r->proto = found ? m.first->proto
+             : strncmp(url, "/v2", 3) == 0 && (url[3] == 0 || url[3] == '/')
+                 ? ATTND_PROTO_V2 /* every path under /v2 answers in its form */
+                 : ATTND_PROTO_OTHER;
+  if (found && (m.first->flags & ATTND_ROUTE_ASSET) &&
+      (((m.first->flags & ATTND_ROUTE_PAGE) && !s->cfg->ui) ||
+       (r->asset = attnd_asset_find(url)) == NULL))
+    found = 0; /* no file there, or the page is off */
+  if (found) {
+    r->route = m.route;
+    memcpy(r->allow, m.allow, sizeof r->allow);
+  }
+  r->reply_coding = attnd_coding_accept(
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Accept-Encoding"));
+  if (!attnd_http_framing_ok(r, &ret))
+    return ret; /* before the route: whatever the path, nothing after */
+  if (found && m.cors && s->cors.enabled && strcmp(method, "OPTIONS") == 0) {
+    r->preflight = 1; /* needs no key; answered on the next callback */
+    return MHD_YES;
+  }
+  attnd_auth_result_t why =
+      found && (m.first->flags & ATTND_ROUTE_PUBLIC)
+          ? ATTND_AUTH_OK
+          : attnd_auth_request(&s->auth, url,
+                               MHD_lookup_connection_value(
+                                   r->conn, MHD_HEADER_KIND, "Authorization"));
+  if (why != ATTND_AUTH_OK)
+    return attnd_http_fail(r, ATTND_ERR_UNAUTHORIZED, NULL, "%s",
+                           attnd_auth_message(why));
+  if (!found)
+    return r->proto == ATTND_PROTO_V2
+               ? attnd_http_fail(r, ATTND_ERR_NOT_FOUND, NULL,
+                                 "no such path: %.80s (try GET "
+                                 "/v2/models/attention, or POST "
+                                 "/v2/models/{model}/infer)",
+                                 url)
+               : attnd_http_fail(r, ATTND_ERR_NOT_FOUND, NULL,
+                                 "no such path: %.80s (try POST "
+                                 "/v1/attention)",
+                                 url);
+  if (r->route == NULL)
+    return attnd_http_fail(r, ATTND_ERR_METHOD_NOT_ALLOWED, NULL,
+                           "%s is not allowed on %s; use %s", method, url,
+                           r->allow);
+  if (r->route->precheck && !r->route->precheck(r, &ret))
+    return ret;
+  return (r->route->flags & ATTND_ROUTE_BODY) ? attnd_http_body_start(r)
+                                              : MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+  attnd_server_t *s = cls;
+  attnd_http_req_t *r = *con_cls;
+  (void)version;
+  if (r == NULL) {
+    if ((r = req_new()) == NULL)
+      return MHD_NO;
+    if (uv_mutex_init(&r->mu) != 0) {
+      attnd_pool_put(&req_pool, r);
+      return MHD_NO;
+    }
+    r->srv = s;
+    r->conn = conn;
+    r->t_arrival = attnd_now_ms();
+    r->json_len = -1;
+    attnd_fmt_str(r->method, sizeof r->method, method);
+    attnd_fmt_str(r->path, sizeof r->path, url);
+    attnd_buf_init(&r->body);
+    *con_cls = r;
+    atomic_fetch_add(&s->active, 1);
+    set_request_id(r);
+    return on_first(r, url, method);
+  }
+  uv_mutex_lock(&r->mu);
+  int back = r->req && !r->submitted;
+  uv_mutex_unlock(&r->mu);
+  if (back)
+    return attnd_api_reply(r);
+  if (r->status) /* answered already, from the first callback */
+    return *upload_size = 0, MHD_YES;
+  if (r->preflight)
+    return attnd_http_send_body(r, 204, NULL, 0, 0, NULL);
+  if (!(r->route->flags & ATTND_ROUTE_BODY))
+    return *upload_size ? (*upload_size = 0, MHD_YES) : r->route->handler(r);
+  if (*upload_size)
+    return attnd_http_body_more(r, upload, upload_size);
+  enum MHD_Result ret;
+  return attnd_http_body_ok(r, &ret) ? r->route->handler(r) : ret;
+}
+
+/* ---- completion ------------------------------------------------------------
+ */
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  attnd_server_t *s = cls;
+  attnd_http_req_t *r = *con_cls;
+  if (r == NULL)
+    return;
+  attnd_budget_give(&s->budget,
+                    &r->mem_held); /* before it counts as answered */
+  if (r->status == 0) { /* libmicrohttpd answered (a bad chunk), or nobody */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+    r->status = ci && ci->http_status ? (int)ci->http_status
+                : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200
+                                                             : 499;
+  }
+  if (r->req && r->outcome == ATTND_SCHED_ABANDONED)
+    attnd_metrics_reject(s->metrics, ATTND_REJECT_CLIENT_GONE);
+  attnd_metrics_request(s->metrics, r->proto, r->status);
+  const attnd_request_t *j = r->req;
+  attnd_access_t line = {
+      .request_id = r->request_id,
+      .id = j ? j->id : NULL,
+      .method = r->method,
+      .path = r->path,
+      .status = r->status,
+      .bytes_in = r->bytes_in,
+      .bytes_out = r->bytes_out,
+      .queue_ms = j && j->t.start ? j->t.start - j->t.submit : 0,
+      .compute_ms = j && j->t.end ? j->t.end - j->t.start : 0,
+      .total_ms = r->total_ms ? r->total_ms : attnd_now_ms() - r->t_arrival,
+  };
+  attnd_access_log_write(s->access_log, &line);
+  attnd_buf_free(&r->body);
+  attnd_inflate_free(r->inflate);
+  attnd_request_free(r->req);
+  uv_mutex_destroy(&r->mu);
+  attnd_pool_put(&req_pool, r);
+  *con_cls = NULL;
+  atomic_fetch_sub(&s->active, 1);
+}
+/* ---- the daemon ------------------------------------------------------------
+ */
+
+/* libmicrohttpd's own messages (the errors it answers itself, connections
+ * it closes) as JSON lines among the server's other events on stderr,
+ * rather than bare text. Any HTTP thread. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+  char msg[512];
+  (void)cls;
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  size_t n = strlen(msg);
+  while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
+    n--;
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_buf_puts(&b, "{\"event\":\"libmicrohttpd\",\"message\":");
+  attnd_buf_json_string(&b, msg, n);
+  attnd_buf_puts(&b, "}\n");
+  if (!b.oom)
+    fwrite(b.data, 1, b.len, stderr);
+  attnd_buf_free(&b);
+}
+
+int attnd_http_start(attnd_server_t *s) {
+  const attnd_config_t *c = s->cfg;
+  struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV,
+                           .ai_socktype = SOCK_STREAM},
+                  *ai = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%lld", (long long)c->port);
+  int rc = getaddrinfo(c->host, port, &hints, &ai);
+  if (rc != 0) {
+    fprintf(stderr, "attnd: host: cannot resolve '%s': %s\n", c->host,
+            gai_strerror(rc));
+    return -1;
+  }
+  /* poll(), not epoll: with libmicrohttpd 0.9.75's epoll, a client that
+   * closes in the middle of its upload leaves the connection in CLOSE_WAIT
+   * until connection_timeout_s (the end of the stream goes unseen), holding
+   * a connection slot and the body read so far. */
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+  /* TLS 1.2 and 1.3 only; the options are empty for plain HTTP. */
+  struct MHD_OptionItem tls[] = {{MHD_OPTION_HTTPS_MEM_CERT, 0, NULL},
+                                 {MHD_OPTION_HTTPS_MEM_KEY, 0, NULL},
+                                 {MHD_OPTION_HTTPS_PRIORITIES, 0,
+                                  "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"},
+                                 {MHD_OPTION_END, 0, NULL}};
+  if (c->tls_cert_file[0] || c->tls_key_file[0]) {
+    char msg[1024];
+    if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
+      snprintf(msg, sizeof msg, "tls: this libmicrohttpd has no TLS support");
+    else if (attnd_tls_load(c->tls_cert_file, c->tls_key_file, &s->tls_cert,
+                            &s->tls_key, msg, sizeof msg) == 0)
+      msg[0] = 0;
+    if (msg[0]) {
+      fprintf(stderr, "attnd: %s\n", msg);
+      freeaddrinfo(ai);
+      return -1;
+    }
+    tls[0].ptr_value = s->tls_cert;
+    tls[1].ptr_value = s->tls_key;
+    flags |= MHD_USE_TLS;
+  } else {
+    tls[0].option = MHD_OPTION_END;
+  }
+  if (ai->ai_family == AF_INET6)
+    flags |= strcmp(c->host, "::") == 0 ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
+  s->daemon = MHD_start_daemon(
+      flags, (uint16_t)c->port, NULL, NULL, on_request, s,
+      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first, for every message */
+      MHD_OPTION_UNESCAPE_CALLBACK, attnd_http_unescape, NULL,
+      MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
+      (unsigned)c->http_threads, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+      (unsigned)c->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+      on_completed, s, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)c->connection_buffer_bytes,
+      MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
+  freeaddrinfo(ai);
+  if (s->daemon == NULL) {
+    fprintf(stderr,
+            "attnd: cannot listen on %s:%lld (in use, or not "
+            "permitted?)\n",
+            c->host, (long long)c->port);
+    return -1;
+  }
+  const union MHD_DaemonInfo *di =
+      MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+  s->port = di ? di->port : (int)c->port;
+  return 0;
+}
+
+void attnd_http_stop(attnd_server_t *s) {
+  MHD_stop_daemon(s->daemon);
+  if (s->tls_key)
+    explicit_bzero(s->tls_key, strlen(s->tls_key));
+  free(s->tls_key);
+  free(s->tls_cert);
+  s->tls_key = s->tls_cert = NULL;
+}

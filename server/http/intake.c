@@ -1,0 +1,224 @@
+/* server/http/intake.c: a request's body, from its headers to its last
+ * byte: the media type, the content coding (inflated as it arrives), the
+ * length against max_body_bytes, and the memory budget, which the body
+ * takes its share of as it grows. See exchange.h. */
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "http/exchange.h"
+
+int attnd_http_mem_take(attnd_http_req_t *r, int64_t bytes) {
+  return attnd_budget_take(&r->srv->budget, bytes, &r->mem_held);
+}
+
+int attnd_http_budget_full(const attnd_http_req_t *r, int64_t need,
+                           attnd_error_t *e) {
+  const attnd_budget_t *b = &r->srv->budget;
+  return attnd_error_set(e, ATTND_ERR_OVERLOADED, NULL,
+                         "%lld bytes of memory are needed and %lld of the "
+                         "%lld that requests may hold (max_memory_bytes less "
+                         "kv_cache_bytes) are in use; retry later",
+                         (long long)need, (long long)attnd_budget_used(b),
+                         (long long)b->max);
+}
+
+static enum MHD_Result no_memory(attnd_http_req_t *r, int64_t need) {
+  attnd_error_t e;
+  attnd_http_budget_full(r, need, &e);
+  return attnd_http_send_error(r, &e);
+}
+
+/* ct is `type`, maybe with parameters ("application/json; charset=utf-8"). */
+static int is_media_type(const char *ct, const char *type) {
+  size_t n = strlen(type);
+  return ct && strncasecmp(ct, type, n) == 0 &&
+         (ct[n] == 0 || ct[n] == ';' || ct[n] == ' ');
+}
+
+/* /v1 takes JSON alone. The Open Inference Protocol does not read the
+ * Content-Type, as Triton does not: its clients send none (tritonclient),
+ * JSON, octet-stream for binary data, or curl's form type for -d. */
+static enum MHD_Result check_content_type(attnd_http_req_t *r, int *ok) {
+  const char *ct =
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Type");
+  const char *cl =
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+  const char *te = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                               "Transfer-Encoding");
+  int empty = cl ? strcmp(cl, "0") == 0 : te == NULL;
+  *ok = r->proto == ATTND_PROTO_V2 || is_media_type(ct, "application/json") ||
+        empty; /* no body, nothing to type */
+  if (*ok)
+    return MHD_YES;
+  return attnd_http_fail(r, ATTND_ERR_UNSUPPORTED_MEDIA_TYPE, NULL,
+                         "Content-Type is %s%s%s; expected application/json",
+                         ct ? "'" : "", ct ? ct : "missing", ct ? "'" : "");
+}
+
+/* Inference-Header-Content-Length (OIP): the JSON's length in a binary
+ * body, a decimal integer; -1 when absent. */
+static enum MHD_Result read_json_length(attnd_http_req_t *r, int *ok) {
+  const char *h = MHD_lookup_connection_value(
+      r->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+  r->json_len = -1;
+  *ok = 1;
+  if (h == NULL || r->proto != ATTND_PROTO_V2)
+    return MHD_YES;
+  size_t n = strlen(h);
+  *ok = n > 0 && n <= 18 && strspn(h, "0123456789") == n;
+  if (!*ok)
+    return attnd_http_fail(
+        r, ATTND_ERR_BAD_REQUEST, "Inference-Header-Content-Length",
+        "Inference-Header-Content-Length is '%.40s'; expected the "
+        "length in bytes of the body's JSON",
+        h);
+  r->json_len = (int64_t)strtoll(h, NULL, 10);
+  return MHD_YES;
+}
+
+/* Content-Encoding: identity, or gzip or deflate, inflated as it comes. */
+static enum MHD_Result read_coding(attnd_http_req_t *r, int *ok) {
+  const char *h =
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Encoding");
+  int c = h ? attnd_coding_parse(h) : ATTND_CODING_IDENTITY;
+  *ok = c >= 0;
+  if (!*ok)
+    return attnd_http_fail(
+        r, ATTND_ERR_UNSUPPORTED_MEDIA_TYPE, "Content-Encoding",
+        "Content-Encoding '%.40s' is not supported; send gzip, "
+        "deflate or none",
+        h);
+  r->coding = (attnd_coding_t)c;
+  if (c != ATTND_CODING_IDENTITY &&
+      (r->inflate = attnd_inflate_new(r->coding)) == NULL)
+    return *ok = 0, attnd_http_fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                                    "out of memory to inflate the body");
+  return MHD_YES;
+}
+
+enum MHD_Result attnd_http_body_start(attnd_http_req_t *r) {
+  attnd_server_t *s = r->srv;
+  int ok;
+  enum MHD_Result ret;
+  if (atomic_load(&s->draining))
+    return attnd_http_fail(
+        r, ATTND_ERR_DRAINING, NULL,
+        "the server is shutting down; retry on another instance");
+  if ((ret = check_content_type(r, &ok), !ok) ||
+      (ret = read_coding(r, &ok), !ok) || (ret = read_json_length(r, &ok), !ok))
+    return ret;
+  const char *cl =
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+  if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg->max_body_bytes)
+    return attnd_http_fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
+                           "the body has %s bytes, over max_body_bytes %lld",
+                           cl, (long long)s->cfg->max_body_bytes);
+  /* a coded body takes its share as it inflates */
+  if (cl && !r->inflate &&
+      attnd_http_mem_take(r, (int64_t)strtoull(cl, NULL, 10)) < 0)
+    return no_memory(r, (int64_t)strtoull(cl, NULL, 10));
+  return MHD_YES; /* read the body */
+}
+
+/* Sizes the empty body buffer for `bytes`, and with binary tensor data,
+ * starts it with the pad that puts the bytes after the JSON on a 64-byte
+ * boundary, so that the request can read FP32 tensors where they lie. */
+static void body_reserve(attnd_http_req_t *r, size_t bytes) {
+  if (r->body.cap == 0 && bytes < ATTND_BODY_INLINE - 64)
+    attnd_buf_init_in(&r->body, r->body_mem, sizeof r->body_mem);
+  if (r->json_len < 0) {
+    attnd_buf_reserve(&r->body, bytes);
+    return;
+  }
+  if (attnd_buf_reserve(&r->body, bytes + 64) < 0)
+    return;
+  r->pad = (64 - ((uintptr_t)r->body.data + (uintptr_t)r->json_len) % 64) % 64;
+  memset(r->body.data, 0, r->pad);
+  r->body.len = r->pad;
+}
+
+/* Inflates a coded body's next bytes into r->body, within max_body_bytes
+ * and the memory budget, which it takes as the body grows. */
+static void inflate_more(attnd_http_req_t *r, const char *data, size_t size,
+                         size_t max) {
+  if (r->body.cap == 0)
+    body_reserve(r, 65536);
+  size_t before = r->body.len;
+  int rc = attnd_inflate_feed(r->inflate, data, size, &r->body, max + r->pad,
+                              r->coding_msg, sizeof r->coding_msg);
+  if (rc == -1)
+    r->bad_coding = 1;
+  else if (rc == -2)
+    r->too_large = 1;
+  else if (rc == -3)
+    r->no_memory = 1;
+  else if (attnd_http_mem_take(r, (int64_t)(r->body.len - before)) < 0)
+    r->over_budget = 1;
+  if (rc < 0 || r->over_budget)
+    attnd_buf_free(&r->body);
+}
+
+/* Accumulates the body. A body without Content-Length that outgrows
+ * max_body_bytes (or a coded one that inflates past it) is discarded as it
+ * arrives and answered 413 at its end (libmicrohttpd cannot answer in the
+ * middle of an upload); one that keeps going 64 MiB past the limit has its
+ * connection closed. */
+enum MHD_Result attnd_http_body_more(attnd_http_req_t *r, const char *data,
+                                     size_t *size) {
+  attnd_server_t *s = r->srv;
+  size_t max = (size_t)s->cfg->max_body_bytes;
+  r->bytes_in += *size;
+  if (!r->inflate && r->body.len - r->pad + *size > max)
+    r->too_large = 1;
+  if (r->too_large || r->bad_coding || r->over_budget || r->no_memory) {
+    attnd_buf_free(&r->body);
+    *size = 0;
+    return r->bytes_in > max + ((size_t)64 << 20) ? MHD_NO : MHD_YES;
+  }
+  if (r->inflate) {
+    inflate_more(r, data, *size, max);
+    *size = 0;
+    return MHD_YES;
+  }
+  const char *cl =
+      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
+  if (!cl && attnd_http_mem_take(r, (int64_t)*size) < 0) {
+    r->over_budget = 1; /* without a length, the body takes as it grows */
+    attnd_buf_free(&r->body);
+    *size = 0;
+    return MHD_YES;
+  }
+  if (r->body.cap == 0 && cl) /* size the buffer once, to the length */
+    body_reserve(r, (size_t)strtoull(cl, NULL, 10));
+  attnd_buf_append(&r->body, data, *size);
+  *size = 0;
+  return MHD_YES;
+}
+
+int attnd_http_body_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
+  attnd_server_t *s = r->srv;
+  if (r->too_large && r->inflate)
+    *ret = attnd_http_fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
+                           "the %s body inflates past max_body_bytes %lld",
+                           attnd_coding_name(r->coding),
+                           (long long)s->cfg->max_body_bytes);
+  else if (r->too_large)
+    *ret = attnd_http_fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
+                           "the body has %zu bytes, over max_body_bytes %lld",
+                           r->bytes_in, (long long)s->cfg->max_body_bytes);
+  else if (r->bad_coding ||
+           (r->inflate && attnd_inflate_end(r->inflate, r->coding_msg,
+                                            sizeof r->coding_msg) < 0))
+    *ret = attnd_http_fail(r, ATTND_ERR_BAD_REQUEST, "Content-Encoding",
+                           "Content-Encoding is %s, but %s",
+                           attnd_coding_name(r->coding), r->coding_msg);
+  else if (r->body.oom || r->no_memory)
+    *ret = attnd_http_fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                           "out of memory reading the body");
+  else if (r->over_budget)
+    *ret = no_memory(r, (int64_t)(r->inflate ? r->body.len : r->bytes_in));
+  else
+    return 1;
+  return 0;
+}

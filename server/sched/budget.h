@@ -1,0 +1,29 @@
+/* server/sched/budget.h: the memory budget, max_memory_bytes.
+ *
+ * Every request in flight holds a share of the budget: its body while it
+ * arrives, then its request's footprint (attnd_request_memory) from
+ * admission to completion. attnd keeps freed memory for reuse, so what
+ * requests hold at once bounds the process's peak; a request that does not
+ * fit now is asked to retry (429) rather than meeting the kernel's OOM
+ * killer. Any thread: the count is one atomic. */
+#ifndef ATTND_BUDGET_H
+#define ATTND_BUDGET_H
+
+#include <stdint.h>
+
+typedef struct attnd_budget {
+  int64_t max;
+  _Atomic int64_t used;
+} attnd_budget_t;
+
+/* Takes `bytes` more and adds them to *held. Returns 0, or -1 (taking
+ * nothing) when they do not fit now. */
+int attnd_budget_take(attnd_budget_t *b, int64_t bytes, int64_t *held);
+
+/* Gives back everything in *held and zeroes it. */
+void attnd_budget_give(attnd_budget_t *b, int64_t *held);
+
+/* Bytes held by all requests right now. */
+int64_t attnd_budget_used(const attnd_budget_t *b);
+
+#endif

@@ -1,0 +1,148 @@
+/* server/sched/request.c: what a request holds, and freeing it. See request.h. */
+#include "sched/request.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/pool.h"
+
+/* The bytes of n floats of the output `bit` (ATTND_OIP_*) at most: 4 each
+ * as OIP binary data, else text in the request's encoding. */
+static double tensor_bytes(const attnd_request_t *j, unsigned bit, int64_t n) {
+  if (j->oip_binary & bit)
+    return (double)n * 4;
+  return j->encoding == ATTND_FORM_BASE64 ? (double)n * 4 * 4 / 3 + 4
+                                          : (double)n * 16;
+}
+
+double attnd_request_reply_bytes(const attnd_request_t *j) {
+  const attn_plan_t *pl = &j->plan;
+  const attn_params_t *p = &j->params;
+  return tensor_bytes(j, ATTND_OIP_OUTPUT, pl->out_elems) +
+         (p->want_weights
+              ? tensor_bytes(j, ATTND_OIP_WEIGHTS, pl->weights_elems)
+              : 0) +
+         (p->want_mean_weights
+              ? tensor_bytes(j, ATTND_OIP_WEIGHTS_MEAN, pl->mean_elems)
+              : 0) +
+         (p->want_head_outputs
+              ? tensor_bytes(j, ATTND_OIP_HEAD_OUTPUTS, pl->head_elems)
+              : 0);
+}
+
+size_t attnd_request_memory(const attnd_request_t *j) {
+  const attn_plan_t *pl = &j->plan;
+  const attn_params_t *p = &j->params;
+  int64_t out = pl->out_elems + (p->want_weights ? pl->weights_elems : 0) +
+                (p->want_mean_weights ? pl->mean_elems : 0) +
+                (p->want_head_outputs ? pl->head_elems : 0);
+  return j->alloc_bytes + pl->workspace_bytes + (size_t)out * sizeof(float) +
+         (size_t)attnd_request_reply_bytes(j) + 4096;
+}
+
+int attnd__arenas = 1;
+
+/* Freed requests, kept for attnd_request_new (up to 64: about 600 KB). */
+static attnd_pool_t pool = ATTND_POOL_INIT(sizeof(attnd_request_t), 64);
+
+attnd_request_t *attnd_request_new(void) {
+  attnd_request_t *j = attnd_pool_get(&pool);
+  if (j == NULL)
+    return NULL;
+  memset(j, 0, offsetof(attnd_request_t, region));
+  attnd_arena_init(&j->arena, j->region, attnd__arenas ? sizeof j->region : 0);
+  return j;
+}
+
+void *attnd_request_alloc(attnd_request_t *j, size_t bytes) {
+  void *p = attnd_arena_alloc(&j->arena, bytes);
+  return p ? p : malloc(bytes ? bytes : 1);
+}
+
+void attnd_request_release(attnd_request_t *j, void *p) {
+  if (!attnd_arena_owns(&j->arena, p))
+    free(p);
+}
+
+void attnd_request_free(attnd_request_t *j) {
+  if (j == NULL)
+    return;
+  for (size_t i = 0; i < j->n_allocs; i++)
+    free(j->allocs[i]);
+  attnd_request_release(j, j->allocs);
+  attnd_layer_set_unref(j->layers);
+  attnd_request_release(j, j->id);
+  attnd_request_release(j, j->out.out);
+  attnd_request_release(j, j->out.weights);
+  attnd_request_release(j, j->out.mean_weights);
+  attnd_request_release(j, j->out.head_outputs);
+  attnd_pool_put(&pool, j);
+}
+
+/* The JSON path of an input the core names. A switch rather than a table,
+ * so that the compiler points at a field the core adds (-Wswitch). */
+const char *attnd_request_field_path(attn_field_t f) {
+  switch (f) {
+  case ATTN_FIELD_Q_WEIGHT:
+    return "projections.q_weight";
+  case ATTN_FIELD_K_WEIGHT:
+    return "projections.k_weight";
+  case ATTN_FIELD_V_WEIGHT:
+    return "projections.v_weight";
+  case ATTN_FIELD_O_WEIGHT:
+    return "projections.o_weight";
+  case ATTN_FIELD_Q_BIAS:
+    return "projections.q_bias";
+  case ATTN_FIELD_K_BIAS:
+    return "projections.k_bias";
+  case ATTN_FIELD_V_BIAS:
+    return "projections.v_bias";
+  case ATTN_FIELD_O_BIAS:
+    return "projections.o_bias";
+  case ATTN_FIELD_CAUSAL:
+    return "mask.causal";
+  case ATTN_FIELD_KEY_LENGTHS:
+    return "mask.key_lengths";
+  case ATTN_FIELD_ALLOW:
+    return "mask.allow";
+  case ATTN_FIELD_BIAS:
+    return "mask.bias";
+  case ATTN_FIELD_WINDOW_LEFT:
+    return "mask.window.left";
+  case ATTN_FIELD_WINDOW_RIGHT:
+    return "mask.window.right";
+  case ATTN_FIELD_ALIBI:
+  case ATTN_FIELD_ALIBI_SLOPES:
+    return "mask.alibi";
+  case ATTN_FIELD_POSITIONS_QUERY:
+    return "positions.query";
+  case ATTN_FIELD_POSITIONS_KEY:
+    return "positions.key";
+  case ATTN_FIELD_Q_NORM:
+  case ATTN_FIELD_K_NORM:
+  case ATTN_FIELD_NORM_EPS:
+    return "layer"; /* only a layer sets them */
+  case ATTN_FIELD_ROPE:
+  case ATTN_FIELD_NONE:
+  case ATTN_FIELD_QUERY:
+  case ATTN_FIELD_KEY:
+  case ATTN_FIELD_VALUE:
+  case ATTN_FIELD_SCALE:
+  case ATTN_FIELD_SOFTCAP:
+  case ATTN_FIELD_NUM_HEADS:
+  case ATTN_FIELD_NUM_KV_HEADS:
+  case ATTN_FIELD_THREADS:
+  case ATTN_FIELD_ISA:
+  case ATTN_FIELD_OUT:
+  case ATTN_FIELD_WEIGHTS:
+  case ATTN_FIELD_MEAN_WEIGHTS:
+  case ATTN_FIELD_HEAD_OUTPUTS:
+  case ATTN_FIELD_WORKSPACE:
+  case ATTN_FIELD_CANCEL:
+  case ATTN_FIELD_KV:
+  case ATTN_FIELD_COUNT:
+    break; /* the same name at the top level of the request */
+  }
+  return attn_field_name(f);
+}

@@ -1,0 +1,197 @@
+/* server/sched/request.h: one decoded attention request and its result.
+ *
+ * This is the one request type of attnd: whatever protocol a request came
+ * by, it becomes an attnd_request_t, and the queue, the limits, the memory
+ * budget, the deadlines and the metrics all see only this.
+ *
+ * Ownership passes along the path, one owner at a time:
+ *   HTTP thread: attnd_request_decode() builds it from the body (decode.c);
+ *   the scheduler from attnd_sched_submit() until its done callback, while
+ *   a worker runs it (attnd_request_run, run.c);
+ *   HTTP thread again: attnd_request_encode() writes the reply (encode.c),
+ *   and attnd_request_free() when the connection completes. */
+#ifndef ATTND_REQUEST_H
+#define ATTND_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attn/attn.h"
+#include "codec/arena.h"
+#include "codec/buf.h"
+#include "config.h"
+#include "errors.h"
+#include "model/layers.h"
+
+/* Bytes in each request for its small buffers (attnd_request_alloc). */
+#define ATTND_REQUEST_REGION 8192
+
+typedef enum {
+  ATTND_WEIGHTS_NONE,
+  ATTND_WEIGHTS_PER_HEAD,
+  ATTND_WEIGHTS_MEAN
+} attnd_weights_t;
+
+/* The outputs of an Open Inference Protocol request (oip.c), as bits of
+ * attnd_request_t's oip_outputs and oip_binary. */
+typedef enum {
+  ATTND_OIP_OUTPUT = 1,       /* "output": [B, Lq, Eo] */
+  ATTND_OIP_WEIGHTS = 2,      /* "weights": [B, H, Lq, Lk] */
+  ATTND_OIP_WEIGHTS_MEAN = 4, /* "weights_mean": [B, Lq, Lk] */
+  ATTND_OIP_HEAD_OUTPUTS = 8  /* "head_outputs": [B, H, Lq, Dv] */
+} attnd_oip_output_t;
+
+/* When things happened, CLOCK_MONOTONIC milliseconds, and how long the
+ * codecs took. Each field has one writer, named beside it. */
+typedef struct attnd_timeline {
+  double arrival;   /* HTTP thread: the request's first byte */
+  double decode_ms; /* attnd_request_decode */
+  double submit;    /* HTTP thread: handed to the scheduler */
+  double start;     /* worker: attnd_request_run began (0 if it never ran) */
+  double end;       /* worker: attnd_request_run returned */
+  double encode_ms; /* attnd_request_encode */
+} attnd_timeline_t;
+
+typedef struct attnd_request {
+  /* What was asked (decode). */
+  char *id;             /* owned, the request's "id" or NULL */
+  attn_params_t params; /* its tensors point into `allocs` */
+  attn_plan_t plan;
+  attnd_form_t encoding;
+  attnd_weights_t weights_mode;
+  int want_metrics;
+  int64_t timeout_ms;
+  /* OIP requests only (oip.c; all 0 for /v1): the outputs asked for
+   * (ATTND_OIP_* bits; never 0), those to send as binary data (an output's
+   * "binary_data", else the request's "binary_data_output"), and the
+   * outputs in the order asked (oip_n_outputs of them). */
+  unsigned oip_outputs, oip_binary;
+  unsigned char oip_order[4];
+  int oip_n_outputs;
+  /* A step of a KV-cache session (session.h), or session NULL: the
+   * session it holds from attnd_session_enqueue to attnd_session_step_end,
+   * the link, turn function and tag of its queue there, the length the
+   * client expects (-1: any), and the cache the core appends to. */
+  struct attnd_session *session;
+  struct attnd_request *session_next;
+  void (*session_turn)(void *tag);
+  void *session_tag;
+  int64_t expected_length;
+  int64_t kv_past;
+  float kv_absmax;
+  float *const *kv_pages;
+  attn_kv_t kv;
+  int64_t step_length;        /* the session's length after the step, for its
+                                 reply (session.c); 0 until it commits */
+  attnd_layer_set_t *layers;  /* a reference, with a layer: its weights */
+  const attnd_layer_t *layer; /* the "layer" asked for, or NULL */
+  void **allocs;              /* owned buffers of decoded tensors */
+  size_t n_allocs, cap_allocs, alloc_bytes;
+
+  /* The result (worker). */
+  attn_outputs_t out; /* owned */
+  int cancel; /* raised atomically by the scheduler (deadline passed or the
+                 client went); the plan points attn_forward at it */
+  int result; /* 0, or an ATTN_E* code from attn_forward */
+  attn_error_t error; /* attn_forward's record of it (run.c) */
+  int worker, threads;
+  int batch; /* steps computed together with it, itself included (run.c) */
+
+  attnd_timeline_t t;
+
+  /* Small buffers of the request (its allocs array, decoded tensors, id and
+   * outputs that fit) come from `region` (attnd_request_alloc), the others
+   * from the heap; a freed request goes back to a pool of them. So a small
+   * request makes no allocation of its own. Last: attnd_request_new zeroes
+   * what comes before it. */
+  attnd_arena_t arena;
+  _Alignas(ATTND_ARENA_ALIGN) unsigned char region[ATTND_REQUEST_REGION];
+} attnd_request_t;
+
+/* A new request, every field zero: from the pool of freed ones, or the
+ * heap. NULL when out of memory. Any thread. */
+attnd_request_t *attnd_request_new(void);
+
+/* For tests: 0 has requests made from now on, and decoding, take every
+ * buffer from the heap (no region, no arena for jansson's tree), so that
+ * allocation failures reach each of them; 1 by default. */
+extern int attnd__arenas;
+
+/* `bytes` for the request: from its region (ATTND_ARENA_ALIGN-aligned)
+ * when they fit, else from the heap; NULL when out of memory. Given back by
+ * attnd_request_release. The request must be the caller's to write
+ * (request.h's ownership). */
+void *attnd_request_alloc(attnd_request_t *req, size_t bytes);
+
+/* free(p), unless p is in the request's region (which goes with it). */
+void attnd_request_release(attnd_request_t *req, void *p);
+
+/* Parses and validates a request body into a new request (*out), with every
+ * tensor decoded and the attention planned, within the configured limits.
+ * Returns 0, or -1 with `err` set (invalid_json for bad JSON, a 422 code for
+ * an invalid request, out_of_memory). Borrows body and cfg. HTTP thread. */
+int attnd_request_decode(const char *body, size_t len,
+                         const attnd_config_t *cfg, attnd_layer_set_t *layers,
+                         attnd_request_t **out, attnd_error_t *err);
+
+/* attnd_request_decode by one path, for tests and fuzzers: fast = 0 has
+ * jansson parse the whole body; fast = 1 lifts tensor data and long
+ * strings out with the bulk scanner first, and falls back to the first
+ * path when the skeleton does not parse or an error about lifted values
+ * may read otherwise (what attnd_request_decode does). Both must give the
+ * same request, or the same error. Internal. */
+int attnd__request_decode_path(const char *body, size_t len,
+                               const attnd_config_t *cfg,
+                               attnd_layer_set_t *layers, int fast,
+                               attnd_request_t **out, attnd_error_t *err);
+
+/* Decodes the body of a step of a session of `shape` (session.h): the new
+ * tokens in query (and, without a layer, their key and value, [Lnew, width]
+ * each), mask.window and mask.alibi, scale, softcap, return, timeout_ms,
+ * id and expected_length; the session gives the projections, heads, rope
+ * and a causal mask over its cache. Not planned: attnd_request_plan does
+ * that in the step's turn. Returns 0, or -1 with `err`. HTTP thread. */
+struct attnd_session_shape;
+int attnd_step_decode(const char *body, size_t len, const attnd_config_t *cfg,
+                      const struct attnd_session_shape *shape,
+                      attnd_request_t **out, attnd_error_t *err);
+/* attnd_step_decode by one path (as attnd__request_decode_path). */
+int attnd__step_decode_path(const char *body, size_t len,
+                            const attnd_config_t *cfg,
+                            const struct attnd_session_shape *shape, int fast,
+                            attnd_request_t **out, attnd_error_t *err);
+
+/* Plans a decoded request and checks the configured limits on the plan
+ * (what attnd_request_decode does last): for a session's step, once its
+ * cache is set up. Returns 0, or -1 with `err`. Any thread. */
+int attnd_request_plan(attnd_request_t *req, const attnd_config_t *cfg,
+                       attnd_error_t *err);
+
+/* For tests: how many times this thread's decodes (/v1, steps and OIP) have
+ * had jansson parse a whole body (the slow path, or the fast path falling
+ * back to it). */
+extern _Thread_local uint64_t attnd__decode_slow_runs;
+
+/* The memory the request holds at its peak: its decoded tensors, the
+ * workspace, the outputs, and the reply text (bounded from above). */
+size_t attnd_request_memory(const attnd_request_t *req);
+
+/* The bytes of the reply's tensors at most: every output asked for, in
+ * the request's encoding, or 4 bytes a float for an OIP output sent as
+ * binary data. */
+double attnd_request_reply_bytes(const attnd_request_t *req);
+
+/* Writes the 200 reply body of a computed request into `b`. Fills *total_ms
+ * with the time from arrival to the end of encoding (it is also in the
+ * body). HTTP thread. */
+void attnd_request_encode(attnd_request_t *req, attnd_buf_t *b,
+                          double *total_ms);
+
+/* The JSON path of an input the core names in an attn_error_t
+ * ("projections.q_weight", "mask.window.left", "query"). Any thread. */
+const char *attnd_request_field_path(attn_field_t f);
+
+/* Frees the request and everything it owns. NULL is fine. */
+void attnd_request_free(attnd_request_t *req);
+
+#endif

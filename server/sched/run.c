@@ -1,0 +1,185 @@
+/* server/sched/run.c: a request on a worker: its workspace, its outputs and the
+ * core's forward pass; and a batch of session steps in one forward pass.
+ * See run.h. Worker thread, but for attnd_request_batchable and
+ * attnd_request_compatible. */
+#include "sched/run.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec/util.h"
+
+/* The outputs not allocated yet (a batch that fell back to single runs has
+ * its `out` already). */
+static int alloc_outputs(attnd_request_t *j) {
+  const attn_plan_t *pl = &j->plan;
+  const attn_params_t *p = &j->params;
+  struct {
+    float **at;
+    int want;
+    int64_t elems;
+  } o[] = {{&j->out.out, 1, pl->out_elems},
+           {&j->out.weights, p->want_weights, pl->weights_elems},
+           {&j->out.mean_weights, p->want_mean_weights, pl->mean_elems},
+           {&j->out.head_outputs, p->want_head_outputs, pl->head_elems}};
+  for (size_t i = 0; i < sizeof o / sizeof o[0]; i++) {
+    if (!o[i].want || *o[i].at)
+      continue;
+    size_t bytes = (size_t)o[i].elems * sizeof(float);
+    if ((*o[i].at = attnd_request_alloc(j, bytes)) == NULL)
+      return -1;
+  }
+  return 0;
+}
+
+static int grow(attnd_scratch_t *s, size_t bytes) {
+  if (bytes <= s->cap && s->data)
+    return 0;
+  free(s->data);
+  s->cap = (bytes + 63) / 64 * 64;
+  s->data = aligned_alloc(64, s->cap ? s->cap : 64);
+  if (s->data == NULL)
+    s->cap = 0;
+  return s->data ? 0 : -1;
+}
+
+int attnd_request_run(void *job, int worker, attnd_scratch_t *scratch) {
+  attnd_request_t *j = job;
+  j->worker = worker;
+  j->threads = j->plan.threads;
+  j->batch = 1;
+  j->t.start = attnd_now_ms();
+  if (grow(scratch, j->plan.workspace_bytes) < 0 || alloc_outputs(j) < 0) {
+    j->result = ATTN_ENOSPC;
+    j->error = (attn_error_t){.code = ATTN_ENOSPC};
+  } else {
+    /* kept for the reply: ATTN_ENUMERIC names the input and the stage */
+    j->result =
+        attn_forward(&j->plan, &j->out, scratch->data, scratch->cap, &j->error);
+  }
+  j->t.end = attnd_now_ms();
+  return j->result;
+}
+
+/* ---- batches ------------------------------------------------------------- */
+
+int attnd_request_batchable(const attnd_request_t *j) {
+  const attn_params_t *p = &j->params;
+  return j->session && j->layer && !p->want_weights && !p->want_mean_weights &&
+         !p->want_head_outputs && p->alibi != ATTN_ALIBI_SLOPES;
+}
+
+int attnd_request_compatible(const void *a, const void *b) {
+  const attnd_request_t *x = a, *y = b;
+  const attn_params_t *p = &x->params, *q = &y->params;
+  return x->layer == y->layer && p->query.dim[0] == q->query.dim[0] &&
+         p->has_scale == q->has_scale &&
+         (!p->has_scale || p->scale == q->scale) &&
+         p->has_softcap == q->has_softcap &&
+         (!p->has_softcap || p->softcap == q->softcap) &&
+         p->has_window_left == q->has_window_left &&
+         p->has_window_right == q->has_window_right &&
+         (!p->has_window_left || p->window_left == q->window_left) &&
+         (!p->has_window_right || p->window_right == q->window_right) &&
+         p->alibi == q->alibi && x->plan.threads == y->plan.threads;
+}
+
+static int cancelled(const attnd_request_t *j) {
+  return __atomic_load_n(&j->cancel, __ATOMIC_RELAXED);
+}
+
+/* The steps js[0..n) (n >= 2, compatible) as one forward call of batch n:
+ * their new tokens' rows stacked into one query [n, Lnew, E], so that each
+ * projection is one GEMM over the n·Lnew rows (the layer's weights read
+ * once), and each step attends over its own cache (attn_kv_t, per item).
+ * Returns 0 with every step's output and k_absmax set, or a negative code
+ * (nothing to trust: the caller runs the steps one by one). */
+static int run_together(attnd_request_t *const *js, int n,
+                        attnd_scratch_t *scratch) {
+  const attnd_request_t *f = js[0];
+  int64_t Lq = f->params.query.dim[0], E = f->params.query.dim[1];
+  int64_t past[ATTND_SCHED_MAX_BATCH];
+  float *const *pages[ATTND_SCHED_MAX_BATCH];
+  float absmax[ATTND_SCHED_MAX_BATCH];
+  size_t budget = 0; /* what the steps took from the memory budget */
+  for (int i = 0; i < n; i++) {
+    past[i] = js[i]->kv_past;
+    pages[i] = js[i]->kv_pages;
+    absmax[i] = js[i]->kv_absmax;
+    budget += attnd_request_memory(js[i]);
+  }
+  attn_kv_t kv = {.past = past, .pages = pages, .k_absmax = absmax};
+  attn_params_t p = f->params;
+  p.kv = &kv;
+  p.query.rank = 3;
+  p.query.dim[0] = n;
+  p.query.dim[1] = Lq;
+  p.query.dim[2] = E;
+  attn_exec_t ex = {.threads = f->plan.threads};
+  attn_plan_t plan;
+  attn_error_t err;
+  if (attn_plan_init(&plan, &p, &ex, &err) < 0)
+    return err.code;
+  size_t ws = (plan.workspace_bytes + 63) / 64 * 64,
+         qb = ((size_t)(n * Lq * E) * sizeof(float) + 63) / 64 * 64,
+         ob = (size_t)plan.out_elems * sizeof(float);
+  if (ws + qb + ob > budget) /* never more than the steps hold */
+    return ATTN_ENOSPC;
+  if (grow(scratch, ws + qb + ob) < 0)
+    return ATTN_ENOSPC;
+  float *q = (float *)((char *)scratch->data + ws),
+        *out = (float *)((char *)scratch->data + ws + qb);
+  size_t row = (size_t)(Lq * E);
+  for (int i = 0; i < n; i++) {
+    if (alloc_outputs(js[i]) < 0)
+      return ATTN_ENOSPC;
+    memcpy(q + (size_t)i * row, js[i]->params.query.data, row * sizeof(float));
+  }
+  p.query.data = q; /* the plan reads p's tensors when it runs */
+  attn_outputs_t o = {.out = out};
+  int rc = attn_forward(&plan, &o, scratch->data, plan.workspace_bytes, &err);
+  if (rc < 0)
+    return rc;
+  size_t orow = (size_t)(plan.out_elems / n);
+  for (int i = 0; i < n; i++) {
+    attnd_request_t *j = js[i];
+    memcpy(j->out.out, out + (size_t)i * orow, orow * sizeof(float));
+    j->out.timing = o.timing;
+    j->kv_absmax = absmax[i];
+    j->threads = plan.threads;
+    j->batch = n;
+  }
+  return 0;
+}
+
+void attnd_request_run_batch(void *const *jobs, int n, int worker,
+                             attnd_scratch_t *scratch, int *results) {
+  attnd_request_t *live[ATTND_SCHED_MAX_BATCH];
+  int at[ATTND_SCHED_MAX_BATCH], m = 0;
+  double t0 = attnd_now_ms();
+  for (int i = 0; i < n; i++) {
+    attnd_request_t *j = jobs[i];
+    j->worker = worker;
+    j->t.start = t0;
+    if (cancelled(j)) { /* expired or gone before it started */
+      j->t.end = t0;
+      results[i] = j->result = ATTN_ECANCELED;
+      continue;
+    }
+    live[m] = j;
+    at[m++] = i;
+  }
+  int rc = m >= 2 ? run_together(live, m, scratch) : -1;
+  double t1 = attnd_now_ms();
+  for (int k = 0; k < m; k++) {
+    attnd_request_t *j = live[k];
+    if (rc == 0) {
+      j->t.end = t1;
+      /* one raised while the batch ran: computed, but not its client's */
+      j->result = cancelled(j) ? ATTN_ECANCELED : 0;
+    } else {
+      attnd_request_run(j, worker, scratch); /* its own error, its own time */
+    }
+    results[at[k]] = j->result;
+  }
+}

@@ -1,0 +1,34 @@
+/* server/sched/run.h: computing a decoded request on a worker. */
+#ifndef ATTND_RUN_H
+#define ATTND_RUN_H
+
+#include "sched/request.h"
+#include "sched/scheduler.h"
+
+/* The scheduler's run function for an attnd_request_t: grows the worker's
+ * scratch to the plan's workspace, allocates the outputs, and runs
+ * attn_forward. Sets the request's result, worker, threads and its start
+ * and end times, and returns the result (0, ATTN_ECANCELED when cancelled,
+ * ATTN_ENOSPC when memory ran out, ATTN_ENUMERIC when a value left float32's
+ * range, with req->error naming the input). Worker thread. */
+int attnd_request_run(void *req, int worker, attnd_scratch_t *scratch);
+
+/* Batches of session steps (the scheduler's batching): a step may join one
+ * when it has a layer and asks for the output alone (no weights, no
+ * per-head outputs, no ALiBi slopes of its own); two may share one when
+ * they have the same layer, number of new tokens, scale, softcap, window,
+ * ALiBi and threads. Any thread; compatible takes two attnd_request_t. */
+int attnd_request_batchable(const attnd_request_t *req);
+int attnd_request_compatible(const void *a, const void *b);
+
+/* The scheduler's run_batch: the steps computed in one forward call (see
+ * run.c), each then as attnd_request_run leaves it, with `batch` the
+ * number computed together and the batch's timings. A step whose cancel
+ * flag was up before it ran is not computed (ATTN_ECANCELED); one raised
+ * meanwhile is computed but ATTN_ECANCELED too. When the batch cannot run
+ * as one (memory, or a value out of float32's range), each step runs
+ * alone, with its own error. Worker thread. */
+void attnd_request_run_batch(void *const *jobs, int n, int worker,
+                             attnd_scratch_t *scratch, int *results);
+
+#endif

@@ -1,0 +1,145 @@
+/* server/sched/scheduler.h: the bounded FIFO in front of the worker threads.
+ *
+ * The scheduler knows nothing of HTTP or of what a job computes: it queues
+ * opaque jobs, runs each through the `run` function on a worker, and hands
+ * each back through the `done` function with how it ended. Its own
+ * bookkeeping (queue link, state, deadline, the client-gone flag, the
+ * socket watcher) lives in a node it allocates and frees itself.
+ *
+ * Threads:
+ *   - any thread calls attnd_sched_submit(): admission is decided there, at
+ *     once, from an atomic count, so a full queue answers at once without
+ *     waiting for the loop;
+ *   - the libuv loop thread owns the FIFO: it hands jobs to idle workers in
+ *     arrival order, expires jobs whose deadline passed (raising the job's
+ *     cancel flag if it is running), drops jobs whose client has gone
+ *     (watching each waiting job's socket), and calls `done` for each;
+ *   - worker threads only call `run` (or `run_batch`).
+ * A job submitted successfully belongs to the scheduler until `done`, which
+ * runs on the loop thread and passes it back.
+ *
+ * Batching (attnd_sched_batching): a job marked batchable may run together
+ * with others the `compatible` function pairs it with, in one call of
+ * `run_batch` on one worker, up to max_tokens of their `tokens`. An idle
+ * worker takes the first job waiting and every compatible one waiting
+ * behind it. It waits for more, up to window_ms after the first arrived,
+ * only when that can pay: nothing else is waiting, the batch is short of
+ * max_tokens, and batchable jobs are arriving, at a pace (the mean gap
+ * between two) of under half the window; the wait ends when none has
+ * come for twice that gap. A server that has not seen two arrivals to
+ * pace, an idle one, never waits; nor does one where batches have been
+ * seen to save a job less than that gap (what a token of a batchable job
+ * costs alone and in a batch, measured on the workers and, through
+ * attnd_sched_ran_alone, by submitters that computed such jobs
+ * themselves). attnd_sched_batch_pays tells a submitter the same, for a
+ * job it could compute at once rather than queue. Each job of a batch
+ * keeps its own deadline, client watch and outcome. */
+#ifndef ATTND_SCHEDULER_H
+#define ATTND_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct attnd_sched attnd_sched_t;
+
+/* A worker's workspace, kept from job to job so that its pages stay
+ * mapped: fresh pages for every request cost more than small attention.
+ * `run` may grow it; the scheduler frees it when the worker stops. */
+typedef struct attnd_scratch {
+  void *data; /* owned, 64-byte aligned */
+  size_t cap;
+} attnd_scratch_t;
+
+/* How a job left the scheduler. */
+typedef enum {
+  ATTND_SCHED_DONE = 1, /* run returned 0, or an error other than cancel */
+  ATTND_SCHED_EXPIRED,  /* its deadline passed, waiting or running */
+  ATTND_SCHED_ABANDONED /* its client went away */
+} attnd_sched_outcome_t;
+
+/* Computes `job` on worker `worker` (0-based). Returns 0, ATTN_ECANCELED
+ * when it stopped because its cancel flag was raised, or another negative
+ * code (the job keeps its own account of that). Worker thread. */
+typedef int (*attnd_sched_run_fn)(void *job, int worker,
+                                  attnd_scratch_t *scratch);
+
+/* Passes `job` back, with the submitter's `tag` and the outcome. Loop
+ * thread. */
+typedef void (*attnd_sched_done_fn)(void *job, void *tag,
+                                    attnd_sched_outcome_t outcome, void *arg);
+
+/* Creates the scheduler on `loop` (not yet running) and starts `workers`
+ * threads. Returns NULL on failure. Loop thread, before the loop runs. */
+attnd_sched_t *attnd_sched_new(uv_loop_t *loop, int workers, int queue_depth,
+                               attnd_sched_run_fn run, attnd_sched_done_fn done,
+                               void *arg);
+
+/* What the scheduler needs to know of a job besides the job itself. */
+typedef struct attnd_sched_job {
+  void *job;          /* borrowed until done */
+  void *tag;          /* the submitter's, passed back to done */
+  double deadline_ms; /* attnd_now_ms() time after which it expires */
+  int *cancel;        /* raised atomically to stop a running job */
+  int fd;             /* the client's socket to watch, or -1 */
+  int batchable;      /* may run in a batch (attnd_sched_batching) */
+  int64_t tokens;     /* its size toward a batch's max_tokens, >= 1 */
+} attnd_sched_job_t;
+
+/* The most jobs in one batch. */
+#define ATTND_SCHED_MAX_BATCH 256
+
+/* Computes jobs[0..n) (2 <= n <= ATTND_SCHED_MAX_BATCH, pairwise
+ * compatible) together, setting results[i] as `run` would return it for
+ * job i. A job whose cancel flag is raised may still be computed; its
+ * result then is ATTN_ECANCELED. Worker thread. */
+typedef void (*attnd_sched_batch_fn)(void *const *jobs, int n, int worker,
+                                     attnd_scratch_t *scratch, int *results);
+
+typedef struct attnd_sched_batching {
+  attnd_sched_batch_fn run_batch;
+  /* Whether batchable jobs a and b may share a batch (symmetric and
+   * transitive). Loop thread. */
+  int (*compatible)(const void *a, const void *b);
+  double window_ms;   /* 0: no batching */
+  int64_t max_tokens; /* >= 1 */
+} attnd_sched_batching_t;
+
+/* Turns batching on (window_ms > 0). Loop thread, before the loop runs. */
+void attnd_sched_set_batching(attnd_sched_t *s,
+                              const attnd_sched_batching_t *b);
+
+/* Admits a job or refuses it. Returns 0 (the scheduler holds the job until
+ * done), or -1 when the queue is full or no node could be allocated.
+ * Any thread. */
+int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job);
+
+/* For a batchable job of `tokens` that its submitter could compute at
+ * once, alone: whether it should be submitted instead, to be computed in a
+ * batch. That is, whether batches have been seen to save a job of its
+ * tokens more than the gap between arrivals, or have not been seen enough
+ * lately to tell (scheduler.c, batching_pays); 0 when batching is off.
+ * Any thread. */
+int attnd_sched_batch_pays(attnd_sched_t *s, int64_t tokens);
+/* A batchable job of `tokens` that its submitter computed alone, which
+ * took ms: an arrival, and what such a job costs alone. Any thread. */
+void attnd_sched_ran_alone(attnd_sched_t *s, int64_t tokens, double ms);
+/* Jobs waiting, and workers busy, right now. Any thread. */
+int attnd_sched_waiting(const attnd_sched_t *s);
+int attnd_sched_busy(const attnd_sched_t *s);
+/* Jobs admitted and not yet passed back through done. Any thread. */
+int attnd_sched_inflight(const attnd_sched_t *s);
+/* Batches of two or more jobs run so far, and the jobs in them. Any
+ * thread. */
+void attnd_sched_batches(const attnd_sched_t *s, uint64_t *batches,
+                         uint64_t *jobs);
+/* A guess at the seconds until a place frees: for Retry-After. */
+int attnd_sched_retry_after_s(const attnd_sched_t *s);
+
+/* Stops the workers once idle and closes the loop's handles. Call after
+ * every admitted job has come back. Loop thread. */
+void attnd_sched_close(attnd_sched_t *s);
+/* Frees the scheduler after the loop has run its close callbacks. */
+void attnd_sched_free(attnd_sched_t *s);
+
+#endif

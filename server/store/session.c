@@ -1,0 +1,874 @@
+/* server/store/session.c: the store of KV-cache sessions. See session.h.
+ *
+ * One mutex guards everything here: the table of sessions, the LRU list of
+ * idle ones, the pool and the steps waiting their turn. A step's pages are
+ * written by the core while it computes, outside the lock: they are its
+ * session's alone then (prepare copies a shared last page first), and
+ * nothing else changes a busy session's page table (truncate waits for
+ * idleness, eviction never picks a busy session, delete frees the table
+ * only after the step ends).
+ *
+ * The pool: pages of one byte size each (a shape's attn_kv_page_floats,
+ * after a 64-byte header) and a fixed cost per session count against
+ * pool_bytes. A page no session holds goes to a free list of its size, and
+ * is reused; free pages of other sizes are given back to the allocator
+ * when a page of a new size does not fit, and idle sessions are evicted,
+ * least recently used first, when that is not enough. */
+#include "store/session.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "codec/util.h"
+#include "sched/request.h"
+
+/* What a session costs the pool before any page: it bounds how many empty
+ * sessions a client can make. */
+#define SESSION_COST 4096
+#define PAGE_HDR 64
+#define TOMBSTONES 4096
+#define SIZE_CLASSES 8
+
+typedef struct page {
+  int ref;
+  unsigned mark; /* attnd_sessions_stats's epoch, to count it once */
+  size_t bytes;  /* header included */
+  struct page *next_free;
+} page_t;
+
+static float *page_data(page_t *p) {
+  return (float *)(void *)((char *)p + PAGE_HDR);
+}
+
+struct attnd_session {
+  char id[33];
+  uint64_t hash;
+  attnd_session_shape_t shape;
+  size_t page_bytes; /* header included */
+  int64_t len, max_tokens, ttl_s;
+  double created, used; /* attnd_now_ms */
+  page_t **pages;
+  float **data; /* page_data of each page: the core's page table */
+  size_t n_pages, cap_pages;
+  float k_absmax;
+  int refs; /* the store's while live, and one per step that holds it */
+  int live;
+  int busy; /* a step has its turn */
+  attnd_request_t *qhead, *qtail;
+  attnd_session_t *lru_prev, *lru_next; /* while live and idle */
+  attnd_session_t *hnext;
+};
+
+typedef struct size_class {
+  size_t bytes;
+  page_t *free;
+  int64_t n_free;
+} size_class_t;
+
+struct attnd_sessions {
+  uv_mutex_t mu;
+  attnd_session_t **buckets;
+  size_t n_buckets, count;
+  attnd_session_t *lru_head, *lru_tail; /* head: the least recently used */
+  int64_t cap, held, used;              /* held: used + free pages */
+  size_class_t classes[SIZE_CLASSES];
+  struct {
+    uint64_t hash;
+    char id[33];
+  } evicted[TOMBSTONES];
+  size_t n_evicted;
+  double last_sweep;
+  unsigned epoch;
+  attnd_sessions_stats_t stats;
+};
+
+/* ---- ids and the table ----------------------------------------------------
+ */
+
+static uint64_t hash_id(const char *id) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (; *id; id++)
+    h = (h ^ (unsigned char)*id) * 1099511628211ull;
+  return h;
+}
+
+/* A fresh id: 32 random hex digits, or, for a fork, its parent's first 16
+ * and 16 random ones (a load balancer hashing on the first 16 keeps a
+ * family on one replica). */
+static void new_id(char *id, const char *parent) {
+  uint64_t a = attnd_random_u64(), b = attnd_random_u64();
+  snprintf(id, 33, "%016llx%016llx", (unsigned long long)a,
+           (unsigned long long)b);
+  if (parent)
+    memcpy(id, parent, 16);
+}
+
+int attnd_session_id_ok(const char *id) {
+  size_t n = 0;
+  for (; id[n]; n++)
+    if (!((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'a' && id[n] <= 'f')))
+      return 0;
+  return n == 32;
+}
+
+/* Forgets that `id` was evicted (a session of that id is live again). */
+static void tombstone_clear(attnd_sessions_t *st, const char *id) {
+  size_t n = st->n_evicted < TOMBSTONES ? st->n_evicted : TOMBSTONES;
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(st->evicted[i].id, id) == 0)
+      st->evicted[i].id[0] = 0, st->evicted[i].hash = 0;
+}
+
+static attnd_session_t *find(attnd_sessions_t *st, const char *id) {
+  if (strlen(id) != 32)
+    return NULL;
+  uint64_t h = hash_id(id);
+  for (attnd_session_t *s = st->buckets[h & (st->n_buckets - 1)]; s;
+       s = s->hnext)
+    if (s->hash == h && strcmp(s->id, id) == 0)
+      return s;
+  return NULL;
+}
+
+static int table_insert(attnd_sessions_t *st, attnd_session_t *s) {
+  if (st->count + 1 > st->n_buckets) {
+    size_t n = st->n_buckets * 2;
+    attnd_session_t **b = calloc(n, sizeof *b);
+    if (b == NULL)
+      return -1;
+    for (size_t i = 0; i < st->n_buckets; i++)
+      for (attnd_session_t *x = st->buckets[i], *next; x; x = next) {
+        next = x->hnext;
+        x->hnext = b[x->hash & (n - 1)];
+        b[x->hash & (n - 1)] = x;
+      }
+    free(st->buckets);
+    st->buckets = b;
+    st->n_buckets = n;
+  }
+  attnd_session_t **head = &st->buckets[s->hash & (st->n_buckets - 1)];
+  s->hnext = *head;
+  *head = s;
+  st->count++;
+  return 0;
+}
+
+static void table_remove(attnd_sessions_t *st, attnd_session_t *s) {
+  attnd_session_t **p = &st->buckets[s->hash & (st->n_buckets - 1)];
+  while (*p != s)
+    p = &(*p)->hnext;
+  *p = s->hnext;
+  st->count--;
+}
+
+/* ---- the LRU list of idle sessions ----------------------------------------
+ */
+
+static void lru_remove(attnd_sessions_t *st, attnd_session_t *s) {
+  if (s->lru_prev)
+    s->lru_prev->lru_next = s->lru_next;
+  else if (st->lru_head == s)
+    st->lru_head = s->lru_next;
+  if (s->lru_next)
+    s->lru_next->lru_prev = s->lru_prev;
+  else if (st->lru_tail == s)
+    st->lru_tail = s->lru_prev;
+  s->lru_prev = s->lru_next = NULL;
+}
+
+static void lru_push(attnd_sessions_t *st, attnd_session_t *s) {
+  s->lru_prev = st->lru_tail;
+  s->lru_next = NULL;
+  if (st->lru_tail)
+    st->lru_tail->lru_next = s;
+  else
+    st->lru_head = s;
+  st->lru_tail = s;
+}
+
+static int idle(const attnd_session_t *s) {
+  return s->live && !s->busy && s->qhead == NULL;
+}
+
+/* ---- the pool -------------------------------------------------------------
+ */
+
+static size_class_t *class_of(attnd_sessions_t *st, size_t bytes) {
+  for (int i = 0; i < SIZE_CLASSES; i++)
+    if (st->classes[i].bytes == bytes)
+      return &st->classes[i];
+  for (int i = 0; i < SIZE_CLASSES; i++) /* a class with no free page left */
+    if (st->classes[i].bytes == 0 || st->classes[i].n_free == 0) {
+      st->classes[i].bytes = bytes;
+      return &st->classes[i];
+    }
+  return NULL;
+}
+
+static void page_release(attnd_sessions_t *st, page_t *p) {
+  if (--p->ref > 0)
+    return;
+  st->used -= (int64_t)p->bytes;
+  size_class_t *c = class_of(st, p->bytes);
+  if (c == NULL) { /* every class busy with other sizes: give it back */
+    st->held -= (int64_t)p->bytes;
+    free(p);
+    return;
+  }
+  p->next_free = c->free;
+  c->free = p;
+  c->n_free++;
+}
+
+/* Gives every free page of other sizes back to the allocator. */
+static void drop_free(attnd_sessions_t *st, size_t keep) {
+  for (int i = 0; i < SIZE_CLASSES; i++) {
+    size_class_t *c = &st->classes[i];
+    if (c->bytes == keep)
+      continue;
+    while (c->free) {
+      page_t *p = c->free;
+      c->free = p->next_free;
+      st->held -= (int64_t)p->bytes;
+      free(p);
+    }
+    c->n_free = 0;
+  }
+}
+
+static void session_unref(attnd_sessions_t *st, attnd_session_t *s);
+static void end_session(attnd_sessions_t *st, attnd_session_t *s, int evicted);
+
+/* Evicts the least recently used idle session other than `keep`. Returns
+ * whether there was one. */
+static int evict_one(attnd_sessions_t *st, const attnd_session_t *keep) {
+  for (attnd_session_t *s = st->lru_head; s; s = s->lru_next)
+    if (s != keep) {
+      end_session(st, s, 1);
+      return 1;
+    }
+  return 0;
+}
+
+/* Takes `bytes` of the pool (for a page, or a session's cost), evicting
+ * idle sessions other than `keep` when it is short. Returns 0 or -1. */
+static int pool_take(attnd_sessions_t *st, int64_t bytes,
+                     const attnd_session_t *keep) {
+  while (st->held + bytes > st->cap) {
+    drop_free(st, 0);
+    if (st->held + bytes <= st->cap)
+      break;
+    if (!evict_one(st, keep))
+      return -1;
+  }
+  st->held += bytes;
+  st->used += bytes;
+  return 0;
+}
+
+/* A page of `bytes`, from its free list or new. NULL when the pool cannot
+ * give one. */
+static page_t *page_new(attnd_sessions_t *st, size_t bytes,
+                        const attnd_session_t *keep) {
+  for (;;) {
+    size_class_t *c = class_of(st, bytes);
+    if (c && c->free) {
+      page_t *p = c->free;
+      c->free = p->next_free;
+      c->n_free--;
+      p->ref = 1;
+      p->mark = 0;
+      st->used += (int64_t)bytes;
+      return p;
+    }
+    if (st->held + (int64_t)bytes <= st->cap)
+      break;
+    drop_free(st, bytes);
+    if (st->held + (int64_t)bytes <= st->cap)
+      break;
+    if (!evict_one(st, keep)) /* its pages may now be free: look again */
+      return NULL;
+  }
+  page_t *p = aligned_alloc(64, bytes);
+  if (p == NULL)
+    return NULL;
+  st->held += (int64_t)bytes;
+  st->used += (int64_t)bytes;
+  p->ref = 1;
+  p->mark = 0;
+  p->bytes = bytes;
+  p->next_free = NULL;
+  return p;
+}
+
+/* ---- sessions -------------------------------------------------------------
+ */
+
+static void session_free(attnd_sessions_t *st, attnd_session_t *s) {
+  for (size_t i = 0; i < s->n_pages; i++)
+    page_release(st, s->pages[i]);
+  free(s->pages);
+  free(s->data);
+  attnd_layer_set_unref(s->shape.layers);
+  st->held -= SESSION_COST;
+  st->used -= SESSION_COST;
+  free(s);
+}
+
+static void session_unref(attnd_sessions_t *st, attnd_session_t *s) {
+  if (--s->refs == 0)
+    session_free(st, s);
+}
+
+/* Takes s out of the store (deleted, expired or evicted); it is freed once
+ * no step holds it. An evicted id is remembered, to answer 410. */
+static void end_session(attnd_sessions_t *st, attnd_session_t *s, int evicted) {
+  if (evicted) {
+    size_t k = st->n_evicted++ % TOMBSTONES;
+    st->evicted[k].hash = s->hash;
+    memcpy(st->evicted[k].id, s->id, sizeof s->id);
+    st->stats.evicted_lru++;
+  }
+  if (idle(s))
+    lru_remove(st, s);
+  table_remove(st, s);
+  s->live = 0;
+  session_unref(st, s);
+}
+
+static int expired(const attnd_session_t *s, double now) {
+  return idle(s) && now - s->used > (double)s->ttl_s * 1000.0;
+}
+
+/* Ends every expired session, at most once a second. */
+static void sweep(attnd_sessions_t *st, double now) {
+  if (now - st->last_sweep < 1000.0)
+    return;
+  st->last_sweep = now;
+  for (attnd_session_t *s = st->lru_head, *next; s; s = next) {
+    next = s->lru_next;
+    if (expired(s, now)) {
+      st->stats.expired++;
+      end_session(st, s, 0);
+    }
+  }
+}
+
+/* The live session `id`, or NULL with err: 410 when it was evicted, 404
+ * when it never was, was deleted, or expired (ended now if due). */
+static attnd_session_t *lookup(attnd_sessions_t *st, const char *id,
+                               attnd_error_t *err) {
+  double now = attnd_now_ms();
+  sweep(st, now);
+  attnd_session_t *s = find(st, id);
+  if (s && expired(s, now)) {
+    st->stats.expired++;
+    end_session(st, s, 0);
+    s = NULL;
+  }
+  if (s)
+    return s;
+  uint64_t h = hash_id(id);
+  size_t n = st->n_evicted < TOMBSTONES ? st->n_evicted : TOMBSTONES;
+  for (size_t i = 0; i < n; i++)
+    if (st->evicted[i].hash == h && strcmp(st->evicted[i].id, id) == 0) {
+      attnd_error_set(err, ATTND_ERR_SESSION_EVICTED, "session",
+                      "session %.40s was evicted to make room in the KV "
+                      "cache; create a new one (and send its prompt again)",
+                      id);
+      return NULL;
+    }
+  attnd_error_set(err, ATTND_ERR_UNKNOWN_SESSION, "session",
+                  "session %.40s does not exist: it never did, was deleted, or "
+                  "ended after its ttl_s unused",
+                  id);
+  return NULL;
+}
+
+static void info_of(const attnd_session_t *s, attnd_session_info_t *in) {
+  double now = attnd_now_ms();
+  memset(in, 0, sizeof *in);
+  memcpy(in->id, s->id, sizeof in->id);
+  if (s->shape.layer)
+    snprintf(in->layer, sizeof in->layer, "%s", s->shape.layer->name);
+  in->H = s->shape.H;
+  in->Hkv = s->shape.Hkv;
+  in->Dh = s->shape.Dh;
+  in->Dv = s->shape.Dv;
+  in->rope = s->shape.rope;
+  in->length = s->len;
+  in->max_tokens = s->max_tokens;
+  in->ttl_s = s->ttl_s;
+  for (size_t i = 0; i < s->n_pages; i++)
+    in->shared_pages += s->pages[i]->ref > 1;
+  in->pages = (int64_t)s->n_pages;
+  in->bytes = (int64_t)(s->n_pages * s->page_bytes);
+  in->age_s = (now - s->created) / 1000.0;
+  in->idle_s = s->busy ? 0 : (now - s->used) / 1000.0;
+  in->expires_in_s = (double)s->ttl_s - in->idle_s;
+  in->busy = s->busy;
+  for (const attnd_request_t *r = s->qhead; r; r = r->session_next)
+    in->queued++;
+}
+
+/* Grows s's page table to hold n pages. */
+static int reserve_pages(attnd_session_t *s, size_t n) {
+  if (n <= s->cap_pages)
+    return 0;
+  size_t cap = s->cap_pages ? s->cap_pages : 4;
+  while (cap < n)
+    cap *= 2;
+  page_t **p = realloc(s->pages, cap * sizeof *p);
+  if (p == NULL)
+    return -1;
+  s->pages = p;
+  float **d = realloc(s->data, cap * sizeof *d);
+  if (d == NULL)
+    return -1;
+  s->data = d;
+  s->cap_pages = cap;
+  return 0;
+}
+
+/* A new session in the store, of id `id` (checked free), or a fresh one;
+ * room is made by evicting idle sessions other than `keep` (a fork's
+ * parent, whose id the fork's begins with). */
+static attnd_session_t *session_new(attnd_sessions_t *st,
+                                    const attnd_session_shape_t *shape,
+                                    int64_t max_tokens, int64_t ttl_s,
+                                    const char *id, const attnd_session_t *keep,
+                                    attnd_error_t *err) {
+  attnd_session_t *s = calloc(1, sizeof *s);
+  if (s == NULL) {
+    attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                    "out of memory for a new session");
+    return NULL;
+  }
+  if (pool_take(st, SESSION_COST, keep) < 0) {
+    free(s);
+    attnd_error_set(err, ATTND_ERR_OVERLOADED, NULL,
+                    "the KV cache is full of sessions in use (%lld of %lld "
+                    "bytes); retry later",
+                    (long long)st->used, (long long)st->cap);
+    return NULL;
+  }
+  if (id) {
+    snprintf(s->id, sizeof s->id, "%s", id);
+    tombstone_clear(st, id);
+  } else {
+    do { /* 128 (a fork: 64) random bits; a clash costs one more draw */
+      new_id(s->id, keep ? keep->id : NULL);
+    } while (find(st, s->id));
+  }
+  s->hash = hash_id(s->id);
+  s->shape = *shape;
+  s->page_bytes =
+      PAGE_HDR +
+      (attn_kv_page_floats(shape->Hkv, shape->Dh, shape->Dv) * sizeof(float) +
+       63) /
+          64 * 64;
+  s->max_tokens = max_tokens;
+  s->ttl_s = ttl_s;
+  s->created = s->used = attnd_now_ms();
+  s->refs = 1;
+  s->live = 1;
+  if (table_insert(st, s) < 0) {
+    st->held -= SESSION_COST;
+    st->used -= SESSION_COST;
+    free(s);
+    attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                    "out of memory for a new session");
+    return NULL;
+  }
+  lru_push(st, s);
+  return s;
+}
+
+/* ---- the API --------------------------------------------------------------
+ */
+
+attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes) {
+  attnd_sessions_t *st = calloc(1, sizeof *st);
+  if (st == NULL)
+    return NULL;
+  st->n_buckets = 64;
+  st->buckets = calloc(st->n_buckets, sizeof *st->buckets);
+  if (st->buckets == NULL || uv_mutex_init(&st->mu) != 0) {
+    free(st->buckets);
+    free(st);
+    return NULL;
+  }
+  st->cap = pool_bytes;
+  return st;
+}
+
+void attnd_sessions_free(attnd_sessions_t *st) {
+  if (st == NULL)
+    return;
+  for (size_t i = 0; i < st->n_buckets; i++)
+    for (attnd_session_t *s = st->buckets[i], *next; s; s = next) {
+      next = s->hnext;
+      session_free(st, s);
+    }
+  drop_free(st, 0);
+  free(st->buckets);
+  uv_mutex_destroy(&st->mu);
+  free(st);
+}
+
+int attnd_session_create(attnd_sessions_t *st, attnd_session_shape_t *shape,
+                         int64_t max_tokens, int64_t ttl_s, const char *id,
+                         attnd_session_info_t *info, attnd_error_t *err) {
+  uv_mutex_lock(&st->mu);
+  double now = attnd_now_ms();
+  sweep(st, now);
+  attnd_session_t *s = id ? find(st, id) : NULL;
+  if (s && expired(s, now)) {
+    st->stats.expired++;
+    end_session(st, s, 0);
+    s = NULL;
+  }
+  if (s) {
+    attnd_error_set(err, ATTND_ERR_SESSION_EXISTS, "session",
+                    "session %s exists already; delete it first, or send "
+                    "its steps",
+                    id);
+    s = NULL;
+  } else {
+    s = session_new(st, shape, max_tokens, ttl_s, id, NULL, err);
+  }
+  if (s)
+    info_of(s, info);
+  else
+    attnd_layer_set_unref(shape->layers);
+  uv_mutex_unlock(&st->mu);
+  return s ? 0 : -1;
+}
+
+int attnd_session_get(attnd_sessions_t *st, const char *id,
+                      attnd_session_info_t *info, attnd_error_t *err) {
+  uv_mutex_lock(&st->mu);
+  attnd_session_t *s = lookup(st, id, err);
+  if (s)
+    info_of(s, info);
+  uv_mutex_unlock(&st->mu);
+  return s ? 0 : -1;
+}
+
+int attnd_session_delete(attnd_sessions_t *st, const char *id,
+                         attnd_error_t *err) {
+  uv_mutex_lock(&st->mu);
+  attnd_session_t *s = lookup(st, id, err);
+  if (s) {
+    st->stats.deleted++;
+    end_session(st, s, 0);
+  }
+  uv_mutex_unlock(&st->mu);
+  return s ? 0 : -1;
+}
+
+int attnd_session_fork(attnd_sessions_t *st, const char *id,
+                       attnd_session_info_t *info, attnd_error_t *err) {
+  uv_mutex_lock(&st->mu);
+  attnd_session_t *s = lookup(st, id, err), *f = NULL;
+  if (s) {
+    s->used = attnd_now_ms();
+    if (idle(s)) { /* the parent is the most recently used now */
+      lru_remove(st, s);
+      lru_push(st, s);
+    }
+    attnd_session_shape_t shape = s->shape;
+    shape.layers = attnd_layer_set_ref(s->shape.layers);
+    size_t n = (size_t)((s->len + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE);
+    f = session_new(st, &shape, s->max_tokens, s->ttl_s, NULL, s, err);
+    if (f == NULL) {
+      attnd_layer_set_unref(shape.layers);
+    } else if (reserve_pages(f, n) < 0) {
+      attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                      "out of memory to fork session %s", s->id);
+      end_session(st, f, 0);
+      f = NULL;
+    } else {
+      for (size_t i = 0; i < n; i++) { /* shared: copied on write */
+        f->pages[i] = s->pages[i];
+        f->data[i] = s->data[i];
+        s->pages[i]->ref++;
+      }
+      f->n_pages = n;
+      f->len = s->len;
+      f->k_absmax = s->k_absmax;
+      info_of(f, info);
+    }
+  }
+  uv_mutex_unlock(&st->mu);
+  return f ? 0 : -1;
+}
+
+int attnd_session_truncate(attnd_sessions_t *st, const char *id, int64_t length,
+                           attnd_session_info_t *info, attnd_error_t *err) {
+  uv_mutex_lock(&st->mu);
+  attnd_session_t *s = lookup(st, id, err);
+  int r = s ? 0 : -1;
+  if (s && !idle(s)) {
+    r = attnd_error_set(err, ATTND_ERR_SESSION_BUSY, "session",
+                        "session %s has a step in flight; truncate it after "
+                        "the step's reply",
+                        s->id);
+  } else if (s && length > s->len) {
+    r = attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "length",
+                        "length is %lld, but session %s holds %lld tokens",
+                        (long long)length, s->id, (long long)s->len);
+  } else if (s) {
+    size_t keep = (size_t)((length + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE);
+    while (s->n_pages > keep)
+      page_release(st, s->pages[--s->n_pages]);
+    s->len = length;
+    s->used = attnd_now_ms();
+    lru_remove(st, s);
+    lru_push(st, s);
+    info_of(s, info);
+  }
+  uv_mutex_unlock(&st->mu);
+  return r;
+}
+
+static int by_id(const void *a, const void *b) {
+  return strcmp((*(attnd_session_t *const *)a)->id,
+                (*(attnd_session_t *const *)b)->id);
+}
+
+size_t attnd_session_list(attnd_sessions_t *st, const char *after,
+                          attnd_session_info_t *infos, size_t max, int *more) {
+  uv_mutex_lock(&st->mu);
+  sweep(st, attnd_now_ms());
+  attnd_session_t **all = malloc((st->count ? st->count : 1) * sizeof *all);
+  size_t n = 0, k = 0;
+  *more = 0;
+  if (all) {
+    for (size_t i = 0; i < st->n_buckets; i++)
+      for (attnd_session_t *s = st->buckets[i]; s; s = s->hnext)
+        all[n++] = s;
+    qsort(all, n, sizeof *all, by_id);
+    for (size_t i = 0; i < n; i++) {
+      if (strcmp(all[i]->id, after) <= 0)
+        continue;
+      if (k == max) {
+        *more = 1;
+        break;
+      }
+      info_of(all[i], &infos[k++]);
+    }
+  }
+  free(all);
+  uv_mutex_unlock(&st->mu);
+  return k;
+}
+
+int attnd_session_shape(attnd_sessions_t *st, const char *id,
+                        attnd_session_shape_t *shape, attnd_error_t *err) {
+  uv_mutex_lock(&st->mu);
+  attnd_session_t *s = lookup(st, id, err);
+  if (s) {
+    *shape = s->shape;
+    shape->layers = attnd_layer_set_ref(s->shape.layers);
+  }
+  uv_mutex_unlock(&st->mu);
+  return s ? 0 : -1;
+}
+
+/* ---- steps ----------------------------------------------------------------
+ */
+
+int attnd_session_enqueue(attnd_sessions_t *st, const char *id,
+                          attnd_request_t *req, void (*turn)(void *tag),
+                          void *tag, attnd_error_t *err) {
+  uv_mutex_lock(&st->mu);
+  attnd_session_t *s = lookup(st, id, err);
+  int r = -1;
+  if (s) {
+    s->refs++;
+    req->session = s;
+    req->session_turn = turn;
+    req->session_tag = tag;
+    req->session_next = NULL;
+    if (idle(s)) {
+      lru_remove(st, s);
+      s->busy = 1;
+      r = 1;
+    } else {
+      if (s->qtail)
+        s->qtail->session_next = req;
+      else
+        s->qhead = req;
+      s->qtail = req;
+      r = 0;
+    }
+  }
+  uv_mutex_unlock(&st->mu);
+  return r;
+}
+
+int attnd_session_prepare(attnd_sessions_t *st, attnd_request_t *req,
+                          attnd_error_t *err) {
+  uv_mutex_lock(&st->mu);
+  attnd_session_t *s = req->session;
+  int64_t n = req->params.query.dim[0]; /* the new tokens (rank 2) */
+  int r = 0, full = 0; /* full: the pool could not give a page */
+  if (!s->live) {
+    r = attnd_error_set(err, ATTND_ERR_UNKNOWN_SESSION, "session",
+                        "session %s ended while this step waited for its "
+                        "turn",
+                        s->id);
+  } else if (req->expected_length >= 0 && req->expected_length != s->len) {
+    r = attnd_error_set(err, ATTND_ERR_LENGTH_MISMATCH, "expected_length",
+                        "expected_length is %lld, but session %s holds %lld "
+                        "tokens: the step was not applied",
+                        (long long)req->expected_length, s->id,
+                        (long long)s->len);
+  } else if (n > s->max_tokens - s->len) {
+    r = attnd_error_set(err, ATTND_ERR_LIMIT_EXCEEDED, "query",
+                        "%lld new tokens would make session %s hold %lld, "
+                        "over its max_tokens %lld",
+                        (long long)n, s->id, (long long)(s->len + n),
+                        (long long)s->max_tokens);
+  }
+  size_t need = (size_t)((s->len + n + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE);
+  if (r == 0 && reserve_pages(s, need) < 0)
+    r = attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                        "out of memory for session %s's page table", s->id);
+  /* the last page, when partly filled and shared, is copied before the
+   * new tokens are written into it */
+  size_t last = (size_t)(s->len / ATTN_KV_PAGE);
+  if (r == 0 && s->len % ATTN_KV_PAGE && s->pages[last]->ref > 1) {
+    page_t *p = page_new(st, s->page_bytes, s);
+    if (p == NULL) {
+      r = -1, full = 1;
+    } else {
+      memcpy(page_data(p), s->data[last], s->page_bytes - PAGE_HDR);
+      page_release(st, s->pages[last]);
+      s->pages[last] = p;
+      s->data[last] = page_data(p);
+      st->stats.cow_copies++;
+    }
+  }
+  while (r == 0 && s->n_pages < need) {
+    page_t *p = page_new(st, s->page_bytes, s);
+    if (p == NULL) {
+      r = -1, full = 1;
+      break;
+    }
+    s->pages[s->n_pages] = p;
+    s->data[s->n_pages++] = page_data(p);
+  }
+  if (full)
+    attnd_error_set(err, ATTND_ERR_OVERLOADED, NULL,
+                    "the KV cache is full (%lld of %lld bytes in use, by "
+                    "sessions that are busy or shared); retry later",
+                    (long long)st->used, (long long)st->cap);
+  if (r == 0) {
+    req->kv_past = s->len;
+    req->kv_absmax = s->k_absmax;
+    req->kv_pages = s->data;
+    req->kv = (attn_kv_t){.past = &req->kv_past,
+                          .pages = &req->kv_pages,
+                          .k_absmax = &req->kv_absmax};
+    req->params.kv = &req->kv;
+    s->used = attnd_now_ms();
+  }
+  uv_mutex_unlock(&st->mu);
+  return r < 0 ? -1 : 0;
+}
+
+int attnd_session_step_end(attnd_sessions_t *st, attnd_request_t *req,
+                           int commit, attnd_error_t *err) {
+  uv_mutex_lock(&st->mu);
+  attnd_session_t *s = req->session;
+  attnd_request_t *next = NULL;
+  int r = 0;
+  if (commit && s->live && req->params.kv) {
+    s->len = req->kv_past + req->params.query.dim[0];
+    s->k_absmax = req->kv_absmax;
+    req->step_length = s->len;
+  } else if (commit && req->params.kv) {
+    r = attnd_error_set(err, ATTND_ERR_UNKNOWN_SESSION, "session",
+                        "session %s was deleted while this step was computed: "
+                        "the step was not applied",
+                        s->id);
+  }
+  if (!commit) { /* pages made ready for tokens that did not come */
+    size_t keep = (size_t)((s->len + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE);
+    while (s->n_pages > keep)
+      page_release(st, s->pages[--s->n_pages]);
+  }
+  req->params.kv = NULL;
+  req->session = NULL;
+  s->busy = 0;
+  s->used = attnd_now_ms();
+  if (s->qhead) { /* the next step's turn */
+    next = s->qhead;
+    s->qhead = next->session_next;
+    if (s->qhead == NULL)
+      s->qtail = NULL;
+    s->busy = 1;
+  } else if (s->live) {
+    lru_push(st, s);
+  }
+  session_unref(st, s);
+  uv_mutex_unlock(&st->mu);
+  if (next)
+    next->session_turn(next->session_tag);
+  return r;
+}
+
+void attnd_sessions_stats(attnd_sessions_t *st, attnd_sessions_stats_t *out) {
+  uv_mutex_lock(&st->mu);
+  *out = st->stats;
+  out->sessions = (int64_t)st->count;
+  out->kv_bytes_used = st->used;
+  out->kv_bytes_free = st->cap - st->used;
+  st->epoch++;
+  for (size_t i = 0; i < st->n_buckets; i++)
+    for (attnd_session_t *s = st->buckets[i]; s; s = s->hnext)
+      for (size_t k = 0; k < s->n_pages; k++) {
+        page_t *p = s->pages[k];
+        if (p->ref > 1 && p->mark != st->epoch) { /* once, not per holder */
+          p->mark = st->epoch;
+          out->pages_shared++;
+        }
+      }
+  uv_mutex_unlock(&st->mu);
+}
+
+void attnd_session_info_json(const attnd_session_info_t *in, attnd_buf_t *b) {
+  static const char *const styles[] = {"none", "half", "interleaved"};
+  attnd_buf_printf(b, "{\"session\":\"%s\",\"layer\":", in->id);
+  if (in->layer[0])
+    attnd_buf_json_string(b, in->layer, strlen(in->layer));
+  else
+    attnd_buf_puts(b, "null");
+  attnd_buf_printf(b,
+                   ",\"num_heads\":%lld,\"num_kv_heads\":%lld,\"head_dim\":"
+                   "%lld,\"v_head_dim\":%lld,\"rope\":",
+                   (long long)in->H, (long long)in->Hkv, (long long)in->Dh,
+                   (long long)in->Dv);
+  if (in->rope.style == ATTN_ROPE_NONE)
+    attnd_buf_puts(b, "null");
+  else
+    attnd_buf_printf(b, "{\"theta\":%.17g,\"dims\":%lld,\"style\":\"%s\"}",
+                     in->rope.theta,
+                     (long long)(in->rope.dims ? in->rope.dims : in->Dh),
+                     styles[in->rope.style]);
+  attnd_buf_printf(
+      b,
+      ",\"length\":%lld,\"max_tokens\":%lld,\"ttl_s\":%lld,\"page_tokens\":%d,"
+      "\"pages\":%lld,\"shared_pages\":%lld,\"bytes\":%lld,\"age_s\":%.3f,"
+      "\"idle_s\":%.3f,\"expires_in_s\":%.3f,\"busy\":%s,\"queued\":%d}",
+      (long long)in->length, (long long)in->max_tokens, (long long)in->ttl_s,
+      ATTN_KV_PAGE, (long long)in->pages, (long long)in->shared_pages,
+      (long long)in->bytes, in->age_s, in->idle_s,
+      in->expires_in_s > 0 ? in->expires_in_s : 0.0,
+      in->busy ? "true" : "false", in->queued);
+}
