@@ -6,6 +6,8 @@
  *     and BF16, against the float64 reference (tests/ref.c) computed from
  *     the weights the file holds, and against the same request sent with
  *     inline projections (and the rope member): the two agree to 1e-6;
+ *   - a cross-attention layer (kdim, vdim ≠ embed_dim) by /v1, OIP and a
+ *     session's steps, against the reference, and its listing and errors;
  *   - positions, given and default, and the inline rope member;
  *   - GET /v1/layers and /v1/layers/{name};
  *   - every error a layer request can meet, with its status, code, field
@@ -207,6 +209,8 @@ START_TEST(test_conventions) {
   ck_assert_str_eq(json_string_value(json_object_get(l, "name")),
                    conv_cases[_i].layer);
   ck_assert_int_eq(json_integer_value(json_object_get(l, "embed_dim")), 32);
+  ck_assert_int_eq(json_integer_value(json_object_get(l, "kdim")), 32);
+  ck_assert_int_eq(json_integer_value(json_object_get(l, "vdim")), 32);
   ck_assert_int_eq(json_integer_value(json_object_get(l, "num_heads")), 4);
   ck_assert_int_eq(json_integer_value(json_object_get(l, "num_kv_heads")),
                    w.shape.Hkv);
@@ -227,6 +231,272 @@ START_TEST(test_conventions) {
   ck_assert_int_eq(sh_server_stop(&s, 10), 0);
   lf_weights_free(&w);
   free(x);
+  rm_dir(dir);
+}
+END_TEST
+
+/* ---- cross-attention: kdim and vdim of their own ------------------------ */
+
+/* POSTs the JSON `req` (stolen) to `path` and returns the reply. */
+static void post_to(const sh_server_t *s, const char *path, json_t *req,
+                    sh_resp_t *r) {
+  char *body = json_dumps(req, JSON_COMPACT);
+  json_decref(req);
+  ck_assert_ptr_nonnull(body);
+  sh_client_t c;
+  sh_client_init(&c, s->port);
+  sh_req_t q = {.method = "POST",
+                .path = path,
+                .content_type = "application/json",
+                .body = body,
+                .len = strlen(body)};
+  ck_assert_int_eq(sh_http(&c, &q, r), 0);
+  sh_client_free(&c);
+  free(body);
+}
+
+/* The float32 numbers of a JSON array, flat: n of them. */
+static void floats_of(const json_t *data, float *x, size_t n) {
+  ck_assert_uint_eq(json_array_size(data), n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)json_number_value(json_array_get(data, i));
+}
+
+/* An OIP input of float32 x with this shape, its data flat. */
+static json_t *oip_input(const char *name, const float *x, int rank,
+                         const int64_t *dim) {
+  json_t *shape = json_array(), *data = json_array();
+  size_t n = 1;
+  for (int d = 0; d < rank; d++) {
+    json_array_append_new(shape, json_integer(dim[d]));
+    n *= (size_t)dim[d];
+  }
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(data, json_real(x[i]));
+  return json_pack("{s:s,s:s,s:o,s:o}", "name", name, "datatype", "FP32",
+                   "shape", shape, "data", data);
+}
+
+/* ‖got − ref.out‖₂ / ‖ref.out‖₂ of an "output" tensor of a /v1 reply. */
+static double out_err(const sh_resp_t *r, const attn_params_t *p) {
+  sh_tensor_t t;
+  output_of(r, &t);
+  ref_result_t ref;
+  ck_assert_int_eq(ref_attention(p, &ref), 0);
+  ck_assert_uint_eq(t.n, (size_t)(ref.B * ref.Lq * ref.Eo));
+  double e = tu_rel_err(t.data, ref.out, t.n);
+  ref_result_free(&ref);
+  sh_tensor_free(&t);
+  return e;
+}
+
+/* Two torch cross-attention layers in one file, kdim ≠ vdim ≠ embed_dim
+ * and H = 4: "cross" with biases (E 32, kdim 24, vdim 40) and "xattn"
+ * without (E 16, kdim 12, vdim 20). Each is listed with its kdim and vdim
+ * (/v1/layers, the OIP model's metadata), and served with query [., E],
+ * key [., Ek] and value [., Ev] by /v1, OIP and a session's steps, each
+ * against the reference of the weights written; a missing key or value,
+ * or a key of the wrong width, is refused by name. */
+START_TEST(test_cross_attention) {
+  static const struct {
+    const char *name;
+    lf_shape_t shape;
+  } layers[] = {
+      {"cross", {.E = 32, .H = 4, .Ek = 24, .Ev = 40, .bias = LF_BIAS_ALL}},
+      {"xattn", {.E = 16, .H = 4, .Ek = 12, .Ev = 20}}};
+  char dir[64], path[128], msg[512];
+  tmp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  lf_file_t *f = lf_file_new();
+  lf_weights_t ws[2];
+  for (int i = 0; i < 2; i++) {
+    char prefix[16];
+    snprintf(prefix, sizeof prefix, "%s.", layers[i].name);
+    ck_assert_msg(lf_add_layer(f, LF_TORCH_MHA_SPLIT, ATTND_ST_F32, prefix,
+                               &layers[i].shape, 70 + (uint64_t)i, &ws[i], msg,
+                               sizeof msg) == 0,
+                  "%s", msg);
+  }
+  ck_assert_int_eq(lf_meta(f, "num_heads", "4"), 0);
+  ck_assert_msg(lf_file_write(f, path, msg, sizeof msg) == 0, "%s", msg);
+  lf_file_free(f);
+  sh_server_t s;
+  start(&s, path);
+
+  for (int li = 0; li < 2; li++) {
+    const char *name = layers[li].name;
+    const lf_weights_t *w = &ws[li];
+    const lf_shape_t *z = &w->shape;
+    char url[128];
+
+    /* /v1/layers/{name} and the OIP model's metadata */
+    snprintf(url, sizeof url, "/v1/layers/%s", name);
+    sh_resp_t g;
+    ck_assert_int_eq(sh_get(s.port, url, &g), 0);
+    ck_assert_int_eq(g.status, 200);
+    json_t *l = sh_json(&g);
+    ck_assert_int_eq(json_integer_value(json_object_get(l, "embed_dim")), z->E);
+    ck_assert_int_eq(json_integer_value(json_object_get(l, "kdim")), z->Ek);
+    ck_assert_int_eq(json_integer_value(json_object_get(l, "vdim")), z->Ev);
+    json_decref(l);
+    sh_resp_free(&g);
+    snprintf(url, sizeof url, "/v2/models/%s", name);
+    ck_assert_int_eq(sh_get(s.port, url, &g), 0);
+    ck_assert_int_eq(g.status, 200);
+    json_t *meta = sh_json(&g);
+    const int64_t widths[3] = {z->E, z->Ek, z->Ev};
+    json_t *ins = json_object_get(meta, "inputs");
+    for (int k = 0; k < 3; k++) {
+      json_t *in = json_array_get(ins, (size_t)k),
+             *sh = json_object_get(in, "shape");
+      ck_assert_str_eq(json_string_value(json_object_get(in, "name")),
+                       k == 0   ? "query"
+                       : k == 1 ? "key"
+                                : "value");
+      ck_assert_int_eq(json_array_size(sh), 3);
+      ck_assert_int_eq(json_integer_value(json_array_get(sh, 2)), widths[k]);
+    }
+    json_decref(meta);
+    sh_resp_free(&g);
+
+    /* /v1 and OIP: B = 2, Lq = 3 queries over Lk = 5 keys */
+    enum { B = 2, Lq = 3, Lk = 5 };
+    tu_rng_t r;
+    tu_rng_seed(&r, 80 + (uint64_t)li);
+    float *x = tu_rand_floats(&r, (size_t)(B * Lq * z->E), 1.0f),
+          *kx = tu_rand_floats(&r, (size_t)(B * Lk * z->Ek), 1.0f),
+          *vx = tu_rand_floats(&r, (size_t)(B * Lk * z->Ev), 1.0f);
+    attn_params_t p =
+        layer_params(w, x, B, Lq, (attn_rope_t){0}, ATTN_CAUSAL_NONE);
+    p.key = (attn_tensor_t){kx, 3, {B, Lk, z->Ek}};
+    p.value = (attn_tensor_t){vx, 3, {B, Lk, z->Ev}};
+    const int64_t qd[3] = {B, Lq, z->E}, kd[3] = {B, Lk, z->Ek},
+                  vd[3] = {B, Lk, z->Ev};
+    json_t *req = json_pack("{s:s,s:o,s:o,s:o,s:{s:s}}", "layer", name, "query",
+                            sh_floats_json(x, 3, qd, SH_BASE64), "key",
+                            sh_floats_json(kx, 3, kd, SH_BASE64), "value",
+                            sh_floats_json(vx, 3, vd, SH_NESTED), "return",
+                            "weights", "per_head");
+    sh_resp_t resp;
+    post(&s, req, &resp);
+    ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
+    json_t *rep = sh_json(&resp);
+    char why[512];
+    ck_assert_msg(sh_check_reply(&p, rep, -1, TOL, why, sizeof why) == 0,
+                  "%s /v1: %s", name, why);
+    json_decref(rep);
+    sh_resp_free(&resp);
+
+    snprintf(url, sizeof url, "/v2/models/%s/infer", name);
+    json_t *inputs =
+        json_pack("[o,o,o]", oip_input("query", x, 3, qd),
+                  oip_input("key", kx, 3, kd), oip_input("value", vx, 3, vd));
+    post_to(&s, url, json_pack("{s:O}", "inputs", inputs), &resp);
+    ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
+    rep = sh_json(&resp);
+    json_t *out = json_array_get(json_object_get(rep, "outputs"), 0);
+    ck_assert_str_eq(json_string_value(json_object_get(out, "name")), "output");
+    size_t n_out = (size_t)(B * Lq * z->Eo);
+    float *got = malloc(n_out * sizeof *got);
+    floats_of(json_object_get(out, "data"), got, n_out);
+    ref_result_t ref;
+    ck_assert_int_eq(ref_attention(&p, &ref), 0);
+    double e = tu_rel_err(got, ref.out, n_out);
+    ck_assert_msg(e <= TOL, "%s OIP: %g from the reference", name, e);
+    ref_result_free(&ref);
+    free(got);
+    json_decref(rep);
+    sh_resp_free(&resp);
+
+    /* OIP without key: 400 (the protocol's status for every bad request),
+     * naming key and its width */
+    json_array_remove(inputs, 1);
+    post_to(&s, url, json_pack("{s:o}", "inputs", inputs), &resp);
+    char words[64];
+    snprintf(words, sizeof words, "kdim is %lld", (long long)z->Ek);
+    ck_assert_msg(resp.status == 400, "%ld: %s", resp.status, resp.body);
+    rep = sh_json(&resp);
+    const char *said = json_string_value(json_object_get(rep, "error"));
+    ck_assert_msg(said && strstr(said, "key is required") &&
+                      strstr(said, words),
+                  "%s", resp.body);
+    json_decref(rep);
+    sh_resp_free(&resp);
+
+    /* /v1 without key (m = 0), then without value: named, with its width */
+    for (int m = 0; m < 2; m++) {
+      const char *missing = m ? "value" : "key", *other = m ? "key" : "value";
+      req = json_pack("{s:s,s:o,s:o}", "layer", name, "query",
+                      sh_floats_json(x, 3, qd, SH_NESTED), other,
+                      sh_floats_json(m ? kx : vx, 3, m ? kd : vd, SH_NESTED));
+      post(&s, req, &resp);
+      char is[32];
+      snprintf(is, sizeof is, "%s is required", missing);
+      snprintf(words, sizeof words, "[B, Lk, %lld]",
+               (long long)(m ? z->Ev : z->Ek));
+      sh_assert_error(&resp, 422, "missing_field", missing, is, words, NULL);
+      sh_resp_free(&resp);
+    }
+    /* and with a key of the query's width */
+    const int64_t kbad[3] = {B, Lq, z->E};
+    req = json_pack("{s:s,s:o,s:o,s:o}", "layer", name, "query",
+                    sh_floats_json(x, 3, qd, SH_NESTED), "key",
+                    sh_floats_json(x, 3, kbad, SH_NESTED), "value",
+                    sh_floats_json(vx, 3, vd, SH_NESTED));
+    post(&s, req, &resp);
+    char shape[64], want[64];
+    snprintf(shape, sizeof shape, "key [2, 3, %lld] has %lld features",
+             (long long)z->E, (long long)z->E);
+    snprintf(want, sizeof want, "keys of %lld (its kdim)", (long long)z->Ek);
+    sh_assert_error(&resp, 422, "shape_mismatch", "key", shape, want, NULL);
+    sh_resp_free(&resp);
+
+    /* a session: a step of 3 new tokens, then of 1, each against the
+     * reference over every token so far, causal */
+    post_to(&s, "/v1/sessions", json_pack("{s:s}", "layer", name), &resp);
+    ck_assert_msg(resp.status == 201, "%ld: %s", resp.status, resp.body);
+    rep = sh_json(&resp);
+    char step[96];
+    snprintf(step, sizeof step, "/v1/sessions/%s/attention",
+             json_string_value(json_object_get(rep, "session")));
+    json_decref(rep);
+    sh_resp_free(&resp);
+    const int64_t rows[2] = {3, 1};
+    for (int t = 0, past = 0; t < 2; past += (int)rows[t], t++) {
+      /* batch item 0's rows past .. past + rows[t] as the new tokens */
+      const int64_t sq[2] = {rows[t], z->E}, sk[2] = {rows[t], z->Ek},
+                    sv[2] = {rows[t], z->Ev};
+      req = json_pack("{s:o,s:o,s:o}", "query",
+                      sh_floats_json(x + past * z->E, 2, sq, SH_BASE64), "key",
+                      sh_floats_json(kx + past * z->Ek, 2, sk, SH_BASE64),
+                      "value",
+                      sh_floats_json(vx + past * z->Ev, 2, sv, SH_BASE64));
+      post_to(&s, step, req, &resp);
+      ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
+      attn_params_t ps =
+          layer_params(w, x + past * z->E, 1, rows[t], (attn_rope_t){0},
+                       ATTN_CAUSAL_BOTTOM_RIGHT);
+      ps.query = (attn_tensor_t){x + past * z->E, 2, {rows[t], z->E}};
+      ps.key = (attn_tensor_t){kx, 2, {past + rows[t], z->Ek}};
+      ps.value = (attn_tensor_t){vx, 2, {past + rows[t], z->Ev}};
+      e = out_err(&resp, &ps);
+      ck_assert_msg(e <= TOL, "%s step %d: %g from the reference", name, t, e);
+      sh_resp_free(&resp);
+    }
+    /* a step without key */
+    const int64_t one[2] = {1, z->E};
+    post_to(&s, step,
+            json_pack("{s:o}", "query", sh_floats_json(x, 2, one, SH_NESTED)),
+            &resp);
+    snprintf(words, sizeof words, "keys [Lnew, %lld]", (long long)z->Ek);
+    sh_assert_error(&resp, 422, "missing_field", "key", "key is required",
+                    "cross-attention", words, NULL);
+    sh_resp_free(&resp);
+    free(x), free(kx), free(vx);
+  }
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  lf_weights_free(&ws[0]);
+  lf_weights_free(&ws[1]);
   rm_dir(dir);
 }
 END_TEST
@@ -543,6 +813,7 @@ Suite *test_suite(void) {
   TCase *tc = tcase_create("layers");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_conventions, 0, N_CONV);
+  tcase_add_test(tc, test_cross_attention);
   tcase_add_test(tc, test_positions_and_rope);
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_reload);

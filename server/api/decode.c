@@ -386,8 +386,8 @@ void attnd__dec_use_layer(dec_t *d, const attnd_layer_t *l) {
   int64_t qo = l->H * l->Dh, ko = l->Hkv * l->Dh, vo = l->Hkv * l->Dv,
           oi = l->H * l->Dv;
   p->q_weight = (attn_tensor_t){l->q_weight, 2, {qo, l->E}};
-  p->k_weight = (attn_tensor_t){l->k_weight, 2, {ko, l->E}};
-  p->v_weight = (attn_tensor_t){l->v_weight, 2, {vo, l->E}};
+  p->k_weight = (attn_tensor_t){l->k_weight, 2, {ko, l->Ek}};
+  p->v_weight = (attn_tensor_t){l->v_weight, 2, {vo, l->Ev}};
   p->o_weight = (attn_tensor_t){l->o_weight, 2, {l->Eo, oi}};
   if (l->q_bias)
     p->q_bias = (attn_tensor_t){l->q_bias, 1, {qo}};
@@ -412,19 +412,33 @@ int attnd__dec_layer_widths(dec_t *d) {
   const attn_params_t *p = &d->req->params;
   const struct {
     const attn_tensor_t *t;
-    const char *name;
-  } in[] = {{&p->query, "query"}, {&p->key, "key"}, {&p->value, "value"}};
+    const char *name, *dim; /* the name of its width in the layer */
+    int64_t width;
+  } in[] = {{&p->query, "query", "embed dim", l->E},
+            {&p->key, "key", "kdim", l->Ek},
+            {&p->value, "value", "vdim", l->Ev}};
+  int cross = attnd_layer_cross(l);
   for (int i = 0; i < 3; i++) {
     const attn_tensor_t *t = in[i].t;
-    if (t->rank == 0 || t->dim[t->rank - 1] == l->E)
+    if (t->rank == 0 && i && cross)
+      return E(d, ATTND_ERR_MISSING_FIELD, in[i].name,
+               "%s is required by layer '%s', a cross-attention layer: its "
+               "%s is %lld (embed dim %lld, kdim %lld, vdim %lld), so %s "
+               "[Lk, %lld] or [B, Lk, %lld] cannot default to the query",
+               in[i].name, l->name, in[i].dim, (long long)in[i].width,
+               (long long)l->E, (long long)l->Ek, (long long)l->Ev, in[i].name,
+               (long long)in[i].width, (long long)in[i].width);
+    if (t->rank == 0 || t->dim[t->rank - 1] == in[i].width)
       continue;
     char s[128];
     attnd_shape_text(s, sizeof s, t->rank, t->dim, ", ");
     return E(d, ATTND_ERR_SHAPE_MISMATCH, in[i].name,
-             "%s %s has %lld features; layer '%s' takes hidden states of %lld "
-             "(its embed dim)",
+             "%s %s has %lld features; layer '%s' takes %s of %lld (its %s)",
              in[i].name, s, (long long)t->dim[t->rank - 1], l->name,
-             (long long)l->E);
+             i == 0 || !cross ? "hidden states"
+             : i == 1         ? "keys"
+                              : "values",
+             (long long)in[i].width, cross ? in[i].dim : "embed dim");
   }
   return 0;
 }
@@ -607,9 +621,9 @@ static int decode_root(dec_t *d, const json_t *root) {
 }
 
 /* A step of a session (session.h): the new tokens, as query (and, with
- * no layer, their key and value), and /v1's other members that a step may
- * set; the session gives the rest. Planned later, at the step's turn
- * (attnd_request_plan), when the cache's length is known. */
+ * no layer or a cross-attention one, their key and value), and /v1's other
+ * members that a step may set; the session gives the rest. Planned later, at
+ * the step's turn (attnd_request_plan), when the cache's length is known. */
 static int decode_step(dec_t *d, const json_t *root) {
   static const char *const known[] = {
       "id",      "query",  "key",        "value",           "mask", "scale",
@@ -631,18 +645,31 @@ static int decode_step(dec_t *d, const json_t *root) {
   p->causal = ATTN_CAUSAL_BOTTOM_RIGHT;
   const char *names[3] = {"query", "key", "value"};
   attn_tensor_t *ts[3] = {&p->query, &p->key, &p->value};
-  int64_t widths[3] = {sh->layer ? sh->layer->E : sh->H * sh->Dh,
-                       sh->Hkv * sh->Dh, sh->Hkv * sh->Dv};
+  const attnd_layer_t *l = sh->layer;
+  int cross = l && attnd_layer_cross(l); /* key and value its own widths */
+  int64_t widths[3] = {l ? l->E : sh->H * sh->Dh, l ? l->Ek : sh->Hkv * sh->Dh,
+                       l ? l->Ev : sh->Hkv * sh->Dv};
+  static const char *const whats[2][3] = {
+      {"num_heads times the head width", "num_kv_heads times the head width",
+       "num_kv_heads times the value head width"},
+      {"hidden states of the layer's width", "keys of the layer's kdim",
+       "values of the layer's vdim"}};
   for (int i = 0; i < 3; i++) {
     const json_t *v = json_object_get(root, names[i]);
     int given = v && !json_is_null(v);
-    if (i && sh->layer && given)
+    if (i && l && !cross && given)
       return E(d, ATTND_ERR_INVALID_VALUE, names[i],
                "%s cannot be given to a session of layer '%s': the new "
                "tokens' hidden states in query make their keys and values",
-               names[i], sh->layer->name);
-    if (i && sh->layer)
+               names[i], l->name);
+    if (i && l && !cross)
       continue;
+    if (!given && cross)
+      return E(d, ATTND_ERR_MISSING_FIELD, names[i],
+               "%s is required in a step of a session of layer '%s', a "
+               "cross-attention layer: the new tokens' %s [Lnew, %lld]",
+               names[i], l->name, i == 1 ? "keys" : "values",
+               (long long)widths[i]);
     if (!given)
       return E(d, ATTND_ERR_MISSING_FIELD, names[i], "%s is required%s",
                names[i],
@@ -659,9 +686,7 @@ static int decode_step(dec_t *d, const json_t *root) {
       return E(d, ATTND_ERR_SHAPE_MISMATCH, names[i],
                "%s %s must be [%s, %lld]: %s", names[i], shape,
                i ? "the query's rows" : "the new tokens", (long long)widths[i],
-               sh->layer ? "hidden states of the layer's width"
-               : i       ? "num_kv_heads times the head width"
-                         : "num_heads times the head width");
+               whats[l != NULL][i]);
   }
   if (decode_mask(d, root) < 0 ||
       get_number(d, root, "scale", &p->scale, &p->has_scale) < 0 ||

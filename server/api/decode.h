@@ -114,8 +114,11 @@ int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known);
  * weights, biases and norms in params, its head dims, rope and default
  * causal alignment. */
 void attnd__dec_use_layer(dec_t *d, const attnd_layer_t *l);
-/* With a layer: each of query, key and value given holds hidden states of
- * the layer's width E (shape_mismatch naming "query", "key" or "value"). */
+/* With a layer: query holds hidden states of the layer's width E, key of
+ * Ek and value of Ev, each one given (shape_mismatch naming "query", "key"
+ * or "value"); a cross-attention layer's key and value are required, as
+ * they cannot default to the query (missing_field naming the member and
+ * its width). */
 int attnd__dec_layer_widths(dec_t *d);
 /* attn_plan_init on the request's params, its errors in the API's codes,
  * the field named by its /v1 path (attnd_request_field_path). */

@@ -1133,8 +1133,9 @@ int attnd_oip_metadata(const char *model, attnd_layer_set_t *layers,
   if (attnd_oip_model(model, layers, &l, err) < 0)
     return -1;
   static const char *const dt[] = {"FP32", "INT64", "BOOL"};
-  int64_t E = l ? l->E : -1, H = l ? l->H : -1, Eo = l ? l->Eo : -1,
-          Dv = l ? l->Dv : -1;
+  int64_t H = l ? l->H : -1, Eo = l ? l->Eo : -1, Dv = l ? l->Dv : -1;
+  /* query, key, value (input_defs' first three): the layer's widths */
+  const int64_t widths[3] = {l ? l->E : -1, l ? l->Ek : -1, l ? l->Ev : -1};
   attnd_buf_puts(b, "{\"name\":");
   attnd_buf_json_string(b, model, strlen(model));
   attnd_buf_puts(b, ",\"versions\":[\"1\"],\"platform\":\"attnd\","
@@ -1145,8 +1146,8 @@ int attnd_oip_metadata(const char *model, attnd_layer_set_t *layers,
     if (l && in->generic)
       continue;
     int64_t dim[4] = {-1, -1, -1, -1};
-    if (in->rank == 3)
-      dim[2] = E; /* query, key, value: hidden states of the layer's width */
+    if (i < 3)
+      dim[2] = widths[i];
     if (!first)
       attnd_buf_puts(b, ",");
     first = 0;

@@ -67,13 +67,14 @@ static json_t *layer_json(const attnd_layer_t *l) {
                           rp->original_max_position));
   }
   return json_pack(
-      "{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:{s:b,s:b,s:b,s:b},s:b,s:o,s:s,"
-      "s:s,s:I}",
+      "{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:{s:b,s:b,s:b,s:b},s:b,"
+      "s:o,s:s,s:s,s:I}",
       "name", l->name, "file", l->file, "convention",
       attnd_convention_name(l->convention), "embed_dim", (json_int_t)l->E,
-      "num_heads", (json_int_t)l->H, "num_kv_heads", (json_int_t)l->Hkv,
-      "head_dim", (json_int_t)l->Dh, "v_head_dim", (json_int_t)l->Dv,
-      "output_dim", (json_int_t)l->Eo, "biases", "q", l->q_bias != NULL, "k",
+      "kdim", (json_int_t)l->Ek, "vdim", (json_int_t)l->Ev, "num_heads",
+      (json_int_t)l->H, "num_kv_heads", (json_int_t)l->Hkv, "head_dim",
+      (json_int_t)l->Dh, "v_head_dim", (json_int_t)l->Dv, "output_dim",
+      (json_int_t)l->Eo, "biases", "q", l->q_bias != NULL, "k",
       l->k_bias != NULL, "v", l->v_bias != NULL, "o", l->o_bias != NULL,
       "qk_norm", l->q_norm != NULL, "positions", pos, "causal",
       causal[l->causal], "dtype", l->file_dtype, "bytes", (json_int_t)l->bytes);

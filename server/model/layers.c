@@ -849,16 +849,11 @@ static int find_parts(build_t *b) {
   p[O_W] = (part_t){o, 0, o->t->shape[f->transposed],
                     o->t->shape[!f->transposed], f->transposed};
 
-  /* Eq = Ek = Ev: the layer has one embed dim */
+  /* each projection's in_features: the query's, the key's and the value's
+   * widths (kdim and vdim differ from embed_dim in cross-attention) */
   b->l.E = p[Q_W].in;
-  for (int i = K_W; i <= V_W; i++)
-    if (p[i].in != b->l.E)
-      return layer_fail(b,
-                        "tensor '%s' has %lld input features and the query "
-                        "weight '%s' %lld: attnd needs kdim = vdim = "
-                        "embed_dim",
-                        p[i].e->t->name, (long long)p[i].in, p[Q_W].e->t->name,
-                        (long long)b->l.E);
+  b->l.Ek = p[K_W].in;
+  b->l.Ev = p[V_W].in;
   return 0;
 }
 
@@ -1179,6 +1174,10 @@ static int discover(const source_t *s, attnd_layer_set_t *set, char *msg,
                     s->path, expected, s->n_tensors,
                     s->n_tensors == 1 ? "" : "s", s->n_tensors ? ": " : "",
                     seen, s->n_tensors > 5 ? ", ..." : "");
+}
+
+int attnd_layer_cross(const attnd_layer_t *l) {
+  return l->Ek != l->E || l->Ev != l->E;
 }
 
 /* ---- the set ------------------------------------------------------------- */

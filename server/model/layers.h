@@ -37,7 +37,9 @@ typedef struct attnd_layer {
   const char *file; /* the file that holds its query weight */
   attnd_convention_t convention;
   const char *file_dtype; /* the query weight's dtype in the file, "BF16" */
-  int64_t E;  /* embed dim: the projections' in_features (Eq = Ek = Ev) */
+  /* embed dim: the query projection's in_features; kdim and vdim: the
+   * key's and the value's, E but in cross-attention (attnd_layer_cross) */
+  int64_t E, Ek, Ev;
   int64_t H, Hkv, Dh, Dv;
   int64_t Eo; /* output dim: o_weight's out_features */
   const float *q_weight, *k_weight, *v_weight, *o_weight;
@@ -49,6 +51,11 @@ typedef struct attnd_layer {
                                    Llama, NONE for the others */
   size_t bytes;                 /* float32 weights held */
 } attnd_layer_t;
+
+/* Whether l is a cross-attention layer: its key or value width differs
+ * from its embed dim, so that a request must give key [., Ek] and value
+ * [., Ev] (neither can default to the query). */
+int attnd_layer_cross(const attnd_layer_t *l);
 
 typedef struct attnd_layer_set attnd_layer_set_t;
 

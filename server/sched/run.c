@@ -63,10 +63,13 @@ int attnd_request_run(void *job, int worker, attnd_scratch_t *scratch) {
 
 /* ---- batches ------------------------------------------------------------- */
 
+/* A cross-attention layer's steps are computed alone: run_together stacks
+ * the query only. */
 int attnd_request_batchable(const attnd_request_t *j) {
   const attn_params_t *p = &j->params;
-  return j->session && j->layer && !p->want_weights && !p->want_mean_weights &&
-         !p->want_head_outputs && p->alibi != ATTN_ALIBI_SLOPES;
+  return j->session && j->layer && !attnd_layer_cross(j->layer) &&
+         !p->want_weights && !p->want_mean_weights && !p->want_head_outputs &&
+         p->alibi != ATTN_ALIBI_SLOPES;
 }
 
 int attnd_request_compatible(const void *a, const void *b) {
