@@ -7,6 +7,11 @@ float64 references:
 
   mha      torch.nn.MultiheadAttention (E=64, H=8, biases) run by PyTorch
            itself in float64, without and with a causal mask;
+  xattn    torch.nn.MultiheadAttention with kdim=48, vdim=80 (E=64, H=8),
+           with biases and without, run by PyTorch itself in float64:
+           through /v1 and OIP over 23 queries and 31 keys, through a
+           session's step (causal), and its widths as GET /v1/layers
+           lists them;
   llama    a Llama-family attention layer written here in plain torch from
            the published formulas (GQA H=8 / Hkv=2, Dh=16, RoPE rotate_half)
            in three variants: Qwen2-style q/k/v biases with partial rotary
@@ -127,7 +132,8 @@ class Server:
             method=method, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as r:
-                return json.loads(r.read())
+                text = r.read()
+                return json.loads(text) if text else None  # 204: none
         except urllib.error.HTTPError as e:
             raise RuntimeError("%s %s: HTTP %d: %s" % (
                 method, path, e.code, e.read().decode(errors="replace")))
@@ -193,6 +199,91 @@ def mha_cases(attnd, tmp):
                 body["mask"] = m
             rows.append(compare(name, lambda: srv.attention(body),
                                 lambda: run_torch(attn_mask)))
+    return rows
+
+
+# ---- cross-attention: nn.MultiheadAttention with kdim and vdim -------------
+
+def cross_cases(attnd, tmp):
+    """nn.MultiheadAttention(E=64, H=8, kdim=48, vdim=80), with biases and
+    without: /v1 and OIP over Lq = 23 queries and Lk = 31 keys, a session's
+    step (causal over its own keys), and the listing's widths."""
+    E, H, Ek, Ev, B, Lq, Lk = 64, 8, 48, 80, 2, 23, 31
+    torch.manual_seed(1301)
+    rows = []
+    files, mods = [], {}
+    for name, bias in (("xattn", True), ("xattn_nobias", False)):
+        m = torch.nn.MultiheadAttention(E, H, bias=bias, kdim=Ek, vdim=Ev,
+                                        batch_first=True)
+        if bias:
+            with torch.no_grad():  # the default init zeroes the biases
+                m.in_proj_bias.copy_(torch.randn(3 * E) * 0.1)
+                m.out_proj.bias.copy_(torch.randn(E) * 0.1)
+        path = os.path.join(tmp, name + ".safetensors")
+        write_safetensors(path, {name + "." + k: v
+                                 for k, v in m.state_dict().items()},
+                          "F32", {"num_heads": H})
+        files.append(path)
+        mods[name] = m.double()  # F32 weights: the same values in float64
+    q = torch.randn(B, Lq, E)
+    k = torch.randn(B, Lk, Ek)
+    v = torch.randn(B, Lk, Ev)
+
+    def run_torch(m, q, k, v, attn_mask=None):
+        with torch.no_grad():
+            return m(q.double(), k.double(), v.double(), need_weights=True,
+                     average_attn_weights=False, attn_mask=attn_mask)
+
+    def oip(srv, name):
+        inputs = [{"name": n, "datatype": "FP32", "shape": list(t.shape),
+                   "data": t.flatten().tolist()}
+                  for n, t in (("query", q), ("key", k), ("value", v))]
+        reply = srv.request("POST", "/v2/models/%s/infer" % name, {
+            "inputs": inputs,
+            "outputs": [{"name": "output"}, {"name": "weights"}]})
+        out = {o["name"]: torch.tensor(o["data"], dtype=DT).reshape(
+            o["shape"]) for o in reply["outputs"]}
+        return out["output"], out["weights"]
+
+    def session(srv, name, L):
+        sid = srv.request("POST", "/v1/sessions", {"layer": name})["session"]
+        reply = srv.request("POST", "/v1/sessions/%s/attention" % sid, {
+            "query": q[0, :L].tolist(), "key": k[0, :L].tolist(),
+            "value": v[0, :L].tolist(), "return": {"weights": "per_head"}})
+        srv.request("DELETE", "/v1/sessions/%s" % sid)
+        return (torch.tensor(reply["output"], dtype=DT).unsqueeze(0),
+                torch.tensor(reply["weights"], dtype=DT).unsqueeze(0))
+
+    L = 17
+    causal = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)
+    with Server(attnd, ",".join(files), tmp, "xattn") as srv:
+        for name in mods:
+            m = mods[name]
+            label = "xattn E=64 H=8 kdim=48 vdim=80 %s F32" % (
+                "biases" if name == "xattn" else "no biases")
+            body = {"layer": name, "query": q.tolist(), "key": k.tolist(),
+                    "value": v.tolist(), "return": {"weights": "per_head"}}
+            rows.append(compare(label + " /v1 Lq=23 Lk=31",
+                                lambda: srv.attention(body),
+                                lambda: run_torch(m, q, k, v)))
+            rows.append(compare(label + " OIP",
+                                lambda: oip(srv, name),
+                                lambda: run_torch(m, q, k, v)))
+            rows.append(compare(
+                label + " session step L=17 causal",
+                lambda: session(srv, name, L),
+                lambda: run_torch(m, q[:1, :L], k[:1, :L], v[:1, :L],
+                                  causal)))
+            info = srv.request("GET", "/v1/layers/" + name)
+            rows.append(check_listing(label + ", GET /v1/layers/" + name,
+                                      {"layers": [info]}, {
+                                          "name": name,
+                                          "convention": "torch_mha",
+                                          "embed_dim": E, "kdim": Ek,
+                                          "vdim": Ev, "num_heads": H,
+                                          "head_dim": E // H,
+                                          "biases.q": name == "xattn",
+                                          "biases.o": name == "xattn"}))
     return rows
 
 
@@ -411,7 +502,7 @@ def main():
     os.makedirs(args.dir)
     t0 = time.monotonic()
     rows = []
-    for group in (mha_cases, llama_cases):
+    for group in (mha_cases, cross_cases, llama_cases):
         try:
             rows += group(args.attnd, args.dir)
         except Exception as e:
