@@ -27,8 +27,14 @@
  *     every request a success, the steps and the prefills verified, and
  *     the decode columns, JSON and picture; a layer's sessions; sessions
  *     deleted behind its back created again, counted, and carried to the
- *     end with their checks passing; the options it refuses.
- * The v2 cases need a server that speaks /v2 (server/api/oip.c, http.c): they
+ *     end with their checks passing; the options it refuses;
+ *   - bad usage (a malformed --url, a relative --path, an empty value, a
+ *     --out it cannot write, options of another mode): exit status 2 at
+ *     once, the reason on stderr, no report written;
+ *   - a port that refuses connections, with --verify: the replies that
+ *     never came counted as missing, not wrong; stderr naming the reports
+ *     written, and where, and that a second run replaced them.
+ * The v2 cases need a server that speaks /v2 (server/api/oip.c, api/v2.c): they
  * fail, saying so, against one that does not.
  * No timings are asserted: only counts, orders and exit statuses. */
 #include <check.h>
@@ -36,10 +42,12 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -838,6 +846,165 @@ START_TEST(test_decode_usage) {
 }
 END_TEST
 
+/* ---- bad usage, replies that never came, the reports' names --------------
+ */
+
+/* Bad usage exits 2 before any request, with the reason on stderr, and
+ * writes no report. Each run is given a short sweep (0.2 s, one step), so
+ * that a tool that did not refuse it runs that sweep and exits 0 or 1, and
+ * leaves attnd-load.csv behind. Catches: a --url that libcurl rejects sent
+ * again and again (1.3M requests/s on a closed loop), and every other
+ * option accepted and then ignored or failing late. No server. */
+START_TEST(test_usage) {
+  static const struct {
+    const char *args[6];
+    const char *msg;
+  } cases[] = {
+      {{"--url", "", NULL}, "--url: the value is empty"},
+      {{"--url", "htp://127.0.0.1:8080", NULL},
+       "the scheme must be http:// or https://"},
+      {{"--url", "127.0.0.1:8080", NULL},
+       "the scheme must be http:// or https://"},
+      {{"--url", "http://", NULL}, "no host after the scheme"},
+      {{"--url", "http://:8080", NULL}, "no host after the scheme"},
+      {{"--url", "http://127.0.0.1:", NULL}, "expected ':PORT' after the host"},
+      {{"--url", "http://127.0.0.1:0", NULL},
+       "the port is not a number in [1, 65535]"},
+      {{"--url", "http://127.0.0.1:65536", NULL},
+       "the port is not a number in [1, 65535]"},
+      {{"--url", "http://127.0.0.1:80a", NULL},
+       "the port is not a number in [1, 65535]"},
+      {{"--url", "http://[::1:8080", NULL}, "has no closing ']'"},
+      {{"--url", "http://[::g]:8080", NULL}, "'g' in the IPv6 address"},
+      {{"--url", "http://local host", NULL}, "a space or control character"},
+      {{"--url", "http://ho^st", NULL}, "'^' in the host name"},
+      {{"--url", "http://u:p@127.0.0.1", NULL}, "credentials (user@host)"},
+      {{"--url", "http://127.0.0.1/?a=1", NULL}, "a query or fragment"},
+      {{"--path", "healthz", NULL}, "--path 'healthz': a path starting with"},
+      {{"--path", "", NULL}, "--path: the value is empty"},
+      {{"--path", "/healthz", "--verify", "1", NULL},
+       "--verify checks attention replies"},
+      {{"--model", "", "--protocol", "v2", NULL},
+       "--model: the value is empty"},
+      {{"--name", "a/b", NULL}, "--name 'a/b': a file name"},
+      {{"--out", "", NULL}, "--out: the value is empty"},
+      {{"--out", "/proc/attnd-load-none/x", NULL},
+       "--out /proc/attnd-load-none/x: No such file or directory"},
+      {{"--connections", "4", NULL},
+       "--connections is an option of the open loop"},
+      {{"--arrival", "uniform", NULL},
+       "--arrival is an option of the open loop"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    scratch_t sc;
+    scratch_init(&sc);
+    const char *args[24] = {"--lengths",  "16",
+                            "--embed",    "16",
+                            "--heads",    "2",
+                            "--warmup",   "0",
+                            "--duration", "0.2",
+                            "--out",      sc.dir,
+                            "--url",      "http://127.0.0.1:1"};
+    int n = 14;
+    for (int k = 0; cases[i].args[k]; k++)
+      args[n++] = cases[i].args[k];
+    args[n] = NULL;
+    int st = run_load(args, sc.log);
+    char *log = slurp(sc.log), csv[160];
+    snprintf(csv, sizeof csv, "%s/attnd-load.csv", sc.dir);
+    ck_assert_msg(st == 2 && strstr(log, cases[i].msg),
+                  "case %zu: exit %d, expected 2 and '%s':\n%s", i, st,
+                  cases[i].msg, log);
+    ck_assert_msg(access(csv, F_OK) != 0, "case %zu: a report was written:\n%s",
+                  i, log);
+    free(log);
+    scratch_free(&sc);
+  }
+}
+END_TEST
+
+/* A TCP port on 127.0.0.1 that refuses connections: bound, never
+ * listening. Returns the socket (close it after) and sets *port. */
+static int refusing_port(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+/* Against a port that refuses every connection, with --verify 2: no reply
+ * arrived, so none was wrong. The step fails on its error rate, and under
+ * --max-error-rate 1 on the two replies to verify that never came, named
+ * as such; verify_failed is 0 and verify_missing 2. stderr says which
+ * reports were written and where, and the second run that it replaced
+ * the first's. Catches: replies that never came counted as wrong ("error
+ * rate 1, 4 replies wrong"), and reports overwritten without a word. */
+START_TEST(test_missing_replies_and_reports) {
+  int port, fd = refusing_port(&port);
+  char url[64];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+  scratch_t sc;
+  scratch_init(&sc);
+  for (int run = 0; run < 2; run++) {
+    const char *args[] = {"--url",
+                          url,
+                          "--lengths",
+                          "16",
+                          "--concurrency",
+                          "1",
+                          "--embed",
+                          "16",
+                          "--heads",
+                          "2",
+                          "--warmup",
+                          "0",
+                          "--duration",
+                          "0.2",
+                          "--verify",
+                          "2",
+                          "--out",
+                          sc.dir,
+                          "--quiet",
+                          run ? "--max-error-rate" : NULL,
+                          "1",
+                          NULL};
+    int st = run_load(args, sc.log);
+    char *log = slurp(sc.log);
+    ck_assert_msg(st == 1, "run %d: exit %d:\n%s", run, st, log);
+    ck_assert_msg(strstr(log, "replies wrong") == NULL &&
+                      strstr(log, "2 of the 2 replies to verify never came"),
+                  "run %d:\n%s", run, log);
+    if (run == 0)
+      ck_assert_msg(strstr(log, "step 1 failed: error rate 1 "
+                                "(--max-error-rate 0), 2 of the 2"),
+                    "%s", log);
+    char wrote[256];
+    snprintf(wrote, sizeof wrote,
+             "attnd-load: wrote %s/attnd-load.csv, .json and .svg%s\n", sc.dir,
+             run ? ", replacing the reports of an earlier run" : "");
+    ck_assert_msg(strstr(log, wrote), "run %d: no '%s' in:\n%s", run, wrote,
+                  log);
+    char path[160];
+    snprintf(path, sizeof path, "%s/attnd-load.csv", sc.dir);
+    csv_t c;
+    csv_read(&c, path);
+    ck_assert_int_eq(c.nrows, 1);
+    ck_assert_msg(csv_num(&c, 0, "sent") > 0 && csv_num(&c, 0, "ok") == 0, "%s",
+                  log);
+    ck_assert_int_eq((int)csv_num(&c, 0, "verify_failed"), 0);
+    ck_assert_int_eq((int)csv_num(&c, 0, "verify_missing"), 2);
+    free(c.text);
+    free(log);
+  }
+  scratch_free(&sc);
+  close(fd);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -860,6 +1027,11 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_decode_sweep, 0, 3);
   tcase_add_test(tc, test_decode_recreate);
   tcase_add_test(tc, test_decode_usage);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("usage");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_usage);
+  tcase_add_test(tc, test_missing_replies_and_reports);
   suite_add_tcase(s, tc);
   return s;
 }

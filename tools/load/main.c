@@ -12,6 +12,7 @@
  *
  * Exit status: 0 passed; 1 a step over --max-error-rate, or a reply that
  * --verify found wrong; 2 bad usage, or the sweep could not run. */
+#include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <math.h>
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -237,6 +239,8 @@ static int set_option(opts_t *opts, const opt_t *o, const char *v) {
   double d;
   switch (o->kind) {
   case O_STR:
+    if (*v == 0)
+      return bad("%s: the value is empty%s", o->name, "");
     memcpy(dst, &v, sizeof v);
     return 0;
   case O_NUM:
@@ -261,6 +265,8 @@ static int set_option(opts_t *opts, const opt_t *o, const char *v) {
   default: { /* O_LIST, O_INT_LIST */
     list_t l = {.n = 0};
     char buf[1024];
+    if (strlen(v) >= sizeof buf)
+      return bad("%s: '%.40s...' is longer than 1023 characters", o->name, v);
     snprintf(buf, sizeof buf, "%s", v);
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t;
@@ -361,6 +367,69 @@ static int decode_args(opts_t *o, const unsigned char *given) {
   return 0;
 }
 
+/* Whether `url` is a base URL that the paths can follow: http:// or
+ * https://, a host (a name, an IPv4 address or an [IPv6] one), an optional
+ * port in [1, 65535] and an optional path prefix; no credentials, query,
+ * fragment, space or control character. libcurl fails a malformed URL at
+ * once, and the closed loop would send it again, a million times a second,
+ * so it is refused here. Returns 0, or -1 with the reason on stderr. */
+static int check_url(const char *url) {
+  const char *q = url;
+  if (strncasecmp(q, "http://", 7) == 0)
+    q += 7;
+  else if (strncasecmp(q, "https://", 8) == 0)
+    q += 8;
+  else
+    return bad("--url '%s': the scheme must be http:// or https:// (such as "
+               "http://127.0.0.1:8080)%s",
+               url, "");
+  for (const unsigned char *c = (const unsigned char *)url; *c; c++)
+    if (*c <= ' ' || *c == 0x7f)
+      return bad("--url '%s': a space or control character in it%s", url, "");
+  size_t alen = strcspn(q, "/?#"); /* the authority */
+  const char *path = q + alen, *end = q + alen;
+  if (memchr(q, '@', alen))
+    return bad("--url '%s': credentials (user@host) are not supported%s", url,
+               "");
+  const char *host = q, *host_end;
+  if (*q == '[') {
+    host_end = memchr(q, ']', alen);
+    if (host_end == NULL)
+      return bad("--url '%s': the IPv6 address has no closing ']'%s", url, "");
+    for (const char *c = q + 1; c < host_end; c++)
+      if (!isxdigit((unsigned char)*c) && *c != ':' && *c != '.')
+        return bad("--url '%s': '%.1s' in the IPv6 address", url, c);
+    if (host_end == q + 1)
+      return bad("--url '%s': the IPv6 address is empty%s", url, "");
+    host_end++;
+  } else {
+    host_end = memchr(q, ':', alen);
+    if (host_end == NULL)
+      host_end = end;
+    for (const char *c = q; c < host_end; c++)
+      if (!isalnum((unsigned char)*c) && !strchr(".-_", *c))
+        return bad("--url '%s': '%.1s' in the host name", url, c);
+  }
+  if (host_end == host)
+    return bad("--url '%s': no host after the scheme%s", url, "");
+  if (host_end < end) {
+    const char *p = host_end + 1;
+    long port = 0;
+    if (*host_end != ':' || p == end)
+      return bad("--url '%s': expected ':PORT' after the host%s", url, "");
+    for (; p < end && port <= 65535; p++)
+      port = isdigit((unsigned char)*p) ? port * 10 + (*p - '0') : 99999;
+    if (port < 1 || port > 65535)
+      return bad("--url '%s': the port is not a number in [1, 65535]%s", url,
+                 "");
+  }
+  if (strpbrk(path, "?#"))
+    return bad("--url '%s': a query or fragment cannot be followed by the "
+               "request paths; give the base URL (--path sets the path)%s",
+               url, "");
+  return 0;
+}
+
 /* Parses the command line into `o`, then derives the rest. */
 static int parse_args(int argc, char **argv, opts_t *o) {
   *o = (opts_t){.method = -1};
@@ -393,6 +462,12 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     o->verify_threads = c > 0 ? c : 1;
   }
+  if (check_url(o->base) < 0)
+    return -1;
+  if (strchr(o->name, '/'))
+    return bad("--name '%s': a file name, without '/' (--out is the "
+               "directory)%s",
+               o->name, "");
   size_t bl = strlen(o->base);
   while (bl && o->base[bl - 1] == '/')
     bl--;
@@ -409,6 +484,16 @@ static int parse_args(int argc, char **argv, opts_t *o) {
                  "");
   if (o->rate.n && given_opt(given, offsetof(opts_t, concurrency)))
     return bad("--rate and --concurrency exclude each other%s%s", "", "");
+  static const size_t open_only[] = {offsetof(opts_t, connections),
+                                     offsetof(opts_t, arrival)};
+  for (size_t k = 0; k < sizeof open_only / sizeof open_only[0]; k++)
+    if (!o->rate.n && given_opt(given, open_only[k]))
+      return bad("%s is an option of the open loop (--rate)%s",
+                 opt_name(open_only[k]), "");
+  if (o->path && (o->path[0] != '/' || strpbrk(o->path, " #\t\r\n")))
+    return bad("--path '%s': a path starting with '/', with no space or "
+               "'#'%s",
+               o->path, "");
   /* the options of one protocol are refused with the other */
   static const struct {
     size_t off;
@@ -432,6 +517,10 @@ static int parse_args(int argc, char **argv, opts_t *o) {
   if (o->method < 0)
     o->method = strcmp(o->path, infer) == 0;
   o->post = o->method == 1;
+  if (!o->post && o->verify)
+    return bad("--verify checks attention replies; %s is fetched with GET, "
+               "whose replies it cannot check%s",
+               o->path, "");
   if (o->requests)
     o->duration = 0;
   snprintf(o->url, sizeof o->url, "%s%s", o->base_url, o->path);
@@ -543,7 +632,7 @@ static void verify_step(const opts_t *o, const load_shape_t *s, int64_t length,
     fprintf(stderr,
             "attnd-load: step %d: verify: only %d of %d replies to check\n",
             res->step, st->n_kept, (int)o->verify);
-    res->verify_failed += (int)o->verify - st->n_kept;
+    res->verify_missing += (int)o->verify - st->n_kept;
   }
 }
 
@@ -654,7 +743,7 @@ static void verify_decode(const opts_t *o, int64_t L,
             "attnd-load: step %d: verify: only %d of %d step replies to "
             "check\n",
             res->step, st->n_kept, (int)o->verify);
-    res->verify_failed += (int)o->verify - st->n_kept;
+    res->verify_missing += (int)o->verify - st->n_kept;
   }
 }
 
@@ -709,6 +798,31 @@ static int run_decode_step(const opts_t *o, int64_t L, int c,
   return 0;
 }
 
+/* The reports' directory, made if missing, and checked before the sweep
+ * (a sweep of minutes should not end in a directory it cannot write).
+ * Sets *replacing when NAME.csv, .json or .svg is there already. Returns 0,
+ * or -1 with the reason on stderr. */
+static int prepare_out(const opts_t *o, int *replacing) {
+  struct stat sb;
+  if (mkdir(o->out, 0777) < 0 && errno != EEXIST)
+    return fprintf(stderr, "attnd-load: --out %s: %s\n", o->out,
+                   strerror(errno)),
+           -1;
+  if (stat(o->out, &sb) < 0 || !S_ISDIR(sb.st_mode) ||
+      access(o->out, W_OK | X_OK) < 0)
+    return fprintf(stderr, "attnd-load: --out %s: %s\n", o->out,
+                   errno ? strerror(errno) : "not a directory"),
+           -1;
+  static const char *const ext[3] = {"csv", "json", "svg"};
+  *replacing = 0;
+  for (int k = 0; k < 3; k++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.%s", o->out, o->name, ext[k]);
+    *replacing |= stat(path, &sb) == 0;
+  }
+  return 0;
+}
+
 static int write_file(const char *path, const char *data, size_t len) {
   FILE *f = fopen(path, "wb");
   if (f == NULL)
@@ -725,6 +839,10 @@ int main(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   if (curl_global_init(CURL_GLOBAL_ALL) != 0)
     return fprintf(stderr, "attnd-load: curl_global_init failed\n"), 2;
+
+  int replacing = 0;
+  if (!o.dump_body && prepare_out(&o, &replacing) < 0)
+    return curl_global_cleanup(), 2;
 
   /* without bodies, lengths mean nothing: one step per load point */
   int n_len = decode ? o.prefill.n : post ? o.lengths.n : 1;
@@ -795,7 +913,6 @@ int main(int argc, char **argv) {
   }
 
   char path[4096], err[512], title[2560];
-  mkdir(o.out, 0777); /* may exist; a real failure shows when writing */
   if (decode)
     snprintf(title, sizeof title,
              "attnd-load --mode decode: %s/v1/sessions, %lld sessions x %lld "
@@ -821,6 +938,7 @@ int main(int argc, char **argv) {
              load_tensors_name(&o.shape), o.shape.compress ? ", " : "",
              o.shape.compress ? load_compress_name(o.shape.compress) : "");
   static const char *const ext[3] = {"csv", "json", "svg"};
+  int wrote = 0;
   for (int k = 0; k < 3; k++) {
     snprintf(path, sizeof path, "%s/%s.%s", o.out, o.name, ext[k]);
     int w = k == 0   ? load_report_csv(path, res, n, err, sizeof err)
@@ -829,20 +947,36 @@ int main(int argc, char **argv) {
     if (w < 0) {
       fprintf(stderr, "attnd-load: %s\n", err);
       rc = 2;
+    } else {
+      wrote++;
     }
   }
-  if (!o.quiet) {
+  if (!o.quiet)
     load_report_table(stdout, res, n);
-    printf("wrote %s/%s.{csv,json,svg}\n", o.out, o.name);
-  }
+  /* always, --quiet or not: which files were written, and where */
+  char *abs = realpath(o.out, NULL);
+  if (wrote == 3)
+    fprintf(stderr, "attnd-load: wrote %s/%s.csv, .json and .svg%s%s%s%s\n",
+            o.out, o.name, abs && strcmp(abs, o.out) ? " (in " : "",
+            abs && strcmp(abs, o.out) ? abs : "",
+            abs && strcmp(abs, o.out) ? ")" : "",
+            replacing ? ", replacing the reports of an earlier run" : "");
+  free(abs);
   for (int i = 0; i < n && rc == 0; i++)
     if (res[i].error_rate > o.max_error_rate || res[i].verify_failed ||
-        res[i].abandoned) {
+        res[i].verify_missing || res[i].abandoned) {
       fprintf(stderr,
               "attnd-load: step %d failed: error rate %.4g (--max-error-rate "
-              "%g), %d replies wrong",
-              res[i].step, res[i].error_rate, o.max_error_rate,
-              res[i].verify_failed);
+              "%g)",
+              res[i].step, res[i].error_rate, o.max_error_rate);
+      /* wrong: replies that came and were checked; missing: those --verify
+       * asked for that never came (failed, or too few requests) */
+      if (res[i].verify_failed)
+        fprintf(stderr, ", %d of %d checked replies wrong",
+                res[i].verify_failed, res[i].verified + res[i].verify_failed);
+      if (res[i].verify_missing)
+        fprintf(stderr, ", %d of the %lld replies to verify never came",
+                res[i].verify_missing, (long long)o.verify);
       if (res[i].decode)
         fprintf(stderr, ", %lld sessions abandoned",
                 (long long)res[i].abandoned);

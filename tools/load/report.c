@@ -137,6 +137,14 @@ static void si(double v, char *buf, size_t n) {
            v, suf[k]);
 }
 
+/* " | verify 3/4" (right of checked), and the replies that never came. */
+static void verify_part(FILE *f, const load_result_t *r) {
+  if (r->verified || r->verify_failed)
+    fprintf(f, " | verify %d/%d", r->verified, r->verified + r->verify_failed);
+  if (r->verify_missing)
+    fprintf(f, " | %d to verify never came", r->verify_missing);
+}
+
 /* A decode step's line: sessions, errors, recreations, time to first
  * token, step latency and tokens per second. */
 static void decode_line(FILE *f, const load_result_t *r) {
@@ -161,8 +169,7 @@ static void decode_line(FILE *f, const load_result_t *r) {
   if (r->timed)
     fprintf(f, " | server queue p50 %.3g compute p50 %.3g", r->queue_ms[0],
             r->compute_ms[0]);
-  if (r->verified || r->verify_failed)
-    fprintf(f, " | verify %d/%d", r->verified, r->verified + r->verify_failed);
+  verify_part(f, r);
   fprintf(f, "\n");
   if (r->first_error[0])
     fprintf(f, "  first error: %s\n", r->first_error);
@@ -193,8 +200,7 @@ void load_report_line(FILE *f, const load_result_t *r) {
   if (r->timed)
     fprintf(f, " | server queue p50 %.3g compute p50 %.3g", r->queue_ms[0],
             r->compute_ms[0]);
-  if (r->verified || r->verify_failed)
-    fprintf(f, " | verify %d/%d", r->verified, r->verified + r->verify_failed);
+  verify_part(f, r);
   fprintf(f, "\n");
   if (r->first_error[0])
     fprintf(f, "  first transport error: %s\n", r->first_error);
@@ -292,7 +298,8 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
   for (int k = 0; k < 3; k++)
     for (int i = 0; i < LOAD_NSRV; i++)
       fprintf(f, ",%s_%s_ms", srv[k], load_srv_names[i]);
-  fprintf(f, ",client_cpu_pct,verified,verify_failed,verify_max_err,"
+  fprintf(f, ",client_cpu_pct,verified,verify_failed,verify_missing,"
+             "verify_max_err,"
              "workload,sessions,steps,create,rope,ttft_p50_ms,ttft_p90_ms,"
              "ttft_p99_ms,ttft_max_ms,ttft_mean_ms,create_p50_ms,"
              "prefill_tokens_per_s,sessions_done,abandoned,recreated,"
@@ -331,8 +338,8 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
     for (int k = 0; k < 3; k++)
       for (int i = 0; i < LOAD_NSRV; i++)
         fprintf(f, ",%.3f", sv[k][i]);
-    fprintf(f, ",%.1f,%d,%d,%.3g,", x->cpu_pct, x->verified, x->verify_failed,
-            x->verify_max_err);
+    fprintf(f, ",%.1f,%d,%d,%d,%.3g,", x->cpu_pct, x->verified,
+            x->verify_failed, x->verify_missing, x->verify_max_err);
     if (!x->decode) {
       fprintf(f, "request,,,,,,,,,,,,,,,,,,\n");
       continue;
@@ -420,8 +427,8 @@ static json_t *step_json(const load_result_t *x) {
   json_object_set_new(o, "client_cpu_pct", json_real(x->cpu_pct));
   json_object_set_new(
       o, "verify",
-      json_pack("{s:i,s:i,s:f}", "passed", x->verified, "failed",
-                x->verify_failed, "max_rel_err",
+      json_pack("{s:i,s:i,s:i,s:f}", "passed", x->verified, "failed",
+                x->verify_failed, "missing", x->verify_missing, "max_rel_err",
                 isfinite(x->verify_max_err) ? x->verify_max_err : -1.0));
   json_object_set_new(o, "workload",
                       json_string(x->decode ? "decode" : "request"));

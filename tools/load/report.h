@@ -45,8 +45,9 @@ typedef struct load_result {
   int64_t timed; /* 2xx replies with Server-Timing */
   double queue_ms[LOAD_NSRV], compute_ms[LOAD_NSRV], total_ms[LOAD_NSRV];
 
-  /* --verify */
-  int verified, verify_failed;
+  /* --verify: replies checked and right, checked and wrong, and asked for
+   * but never come (no reply kept: the requests failed, or were too few) */
+  int verified, verify_failed, verify_missing;
   double verify_max_err;
 
   char first_error[256]; /* the first transport error, or "" */
