@@ -223,6 +223,17 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
   return 0;
 }
 
+/* set_key, noting in `how` where a secret was set, for --print-config. */
+static int set_key_from(attnd_config_t *cfg, attnd_config_load_t *how,
+                        const cfg_key_t *k, const char *val, const char *from,
+                        char *msg, size_t msz) {
+  if (set_key(cfg, k, val, from, msg, msz) < 0)
+    return -1;
+  if (k->flags & F_SECRET)
+    snprintf(how->api_keys_from, sizeof how->api_keys_from, "%s", from);
+  return 0;
+}
+
 static char *trim(char *s) {
   while (isspace((unsigned char)*s))
     s++;
@@ -285,8 +296,8 @@ static char *read_value(char *s, const char *from, char *msg, size_t msz) {
 
 /* Reads "key = value" lines (read_value has the value's forms); a line
  * whose first non-space character is '#' is a comment. */
-static int load_file(attnd_config_t *cfg, const char *path, char *msg,
-                     size_t msz) {
+static int load_file(attnd_config_t *cfg, attnd_config_load_t *how,
+                     const char *path, char *msg, size_t msz) {
   FILE *f = fopen(path, "r");
   if (f == NULL)
     return attnd_fail(msg, msz, "config: cannot read %s: %s", path,
@@ -323,7 +334,7 @@ static int load_file(attnd_config_t *cfg, const char *path, char *msg,
     if (k == NULL)
       r = attnd_fail(msg, msz, "%s: unknown key '%s'", from, name);
     else
-      r = set_key(cfg, k, val, from, msg, msz);
+      r = set_key_from(cfg, how, k, val, from, msg, msz);
   }
   fclose(f);
   return r;
@@ -369,7 +380,7 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
     for (char **e = envp; *e; e++)
       if (strncmp(*e, "ATTND_CONFIG=", 13) == 0)
         snprintf(how->path, sizeof how->path, "%s", *e + 13);
-  if (how->path[0] && load_file(cfg, how->path, msg, msz) < 0)
+  if (how->path[0] && load_file(cfg, how, how->path, msg, msz) < 0)
     return -1;
 
   /* ATTND_<KEY>. Kubernetes adds service links for a Service named attnd
@@ -391,7 +402,7 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
         fprintf(stderr, "attnd: ignoring %s: not a configuration key\n", from);
       continue;
     }
-    if (set_key(cfg, k, eq + 1, from, msg, msz) < 0) {
+    if (set_key_from(cfg, how, k, eq + 1, from, msg, msz) < 0) {
       if (strncmp(eq + 1, "tcp://", 6) == 0)
         snprintf(msg + strlen(msg), msz - strlen(msg),
                  " (a Kubernetes service link for a Service named attnd? set "
@@ -434,7 +445,7 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
                         (int)n, name);
     char from[64];
     snprintf(from, sizeof from, "flag --%.*s", (int)n, name);
-    if (set_key(cfg, k, val, from, msg, msz) < 0)
+    if (set_key_from(cfg, how, k, val, from, msg, msz) < 0)
       return -1;
   }
   if (cfg->session_ttl_s > cfg->session_max_ttl_s)
@@ -457,26 +468,60 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
   return 0;
 }
 
-void attnd_config_print(const attnd_config_t *cfg, FILE *f) {
+/* s with the config file's escapes (read_value reads them back): '"', '\\',
+ * and control bytes, so that no value can end its line or forge another. */
+static void print_escaped(FILE *f, const char *s) {
+  for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+    const char *e = strchr("\"\\\n\r\t", *c);
+    if (e)
+      fprintf(f, "\\%c", "\"\\nrt"[e - "\"\\\n\r\t"]);
+    else if (*c < 0x20 || *c == 0x7f)
+      fprintf(f, "\\x%02x", *c);
+    else
+      fputc(*c, f);
+  }
+}
+
+/* In place of a secret's line, a comment: how many keys, where they were
+ * set, how to give them again, and what the file does without them. The
+ * line of the key is left out, so that the file still loads, and keys given
+ * again by the environment or a flag take effect over it. */
+static void print_secret(const attnd_config_t *cfg,
+                         const attnd_config_load_t *how, const cfg_key_t *k,
+                         const char *p, FILE *f) {
+  int n = 0; /* the entries a list of keys holds */
+  for (const char *c = p; *c; c++)
+    n += *c != ',' && *c != ' ' && (c == p || c[-1] == ',' || c[-1] == ' ');
+  fprintf(f, "# %s: %d key%s", k->name, n, n == 1 ? "" : "s");
+  if (how && how->api_keys_from[0]) {
+    fputs(", set by ", f);
+    print_escaped(f, how->api_keys_from);
+  }
+  char env[64], flag[64]; /* ATTND_API_KEYS, --api-keys */
+  size_t j = 0;
+  for (; k->name[j] && j < sizeof env - 7; j++) {
+    env[j] = (char)toupper((unsigned char)k->name[j]);
+    flag[j] = k->name[j] == '_' ? '-' : k->name[j];
+  }
+  env[j] = flag[j] = 0;
+  fprintf(f,
+          ", not echoed. Give %s again: ATTND_%s, --%s, or one a line in "
+          "api_keys_file.\n# Without %s, this file %s.\n",
+          n == 1 ? "it" : "them", env, flag, n == 1 ? "it" : "them",
+          cfg->api_keys_file[0] ? "accepts only the keys of api_keys_file"
+                                : "needs no key");
+}
+
+void attnd_config_print(const attnd_config_t *cfg,
+                        const attnd_config_load_t *how, FILE *f) {
   for (size_t i = 0; i < NKEYS; i++) {
     const cfg_key_t *k = &keys[i];
     const char *p = (const char *)cfg + k->off;
     if (k->type == T_STR && (k->flags & F_SECRET) && *p) {
-      int n = 0; /* the entries a list of keys holds */
-      for (const char *c = p; *c; c++)
-        n += *c != ',' && *c != ' ' && (c == p || c[-1] == ',' || c[-1] == ' ');
-      fprintf(f, "%s = \"<%d key%s>\"\n", k->name, n, n == 1 ? "" : "s");
+      print_secret(cfg, how, k, p, f);
     } else if (k->type == T_STR) {
       fprintf(f, "%s = \"", k->name);
-      for (const unsigned char *c = (const unsigned char *)p; *c; c++) {
-        const char *e = strchr("\"\\\n\r\t", *c);
-        if (e)
-          fprintf(f, "\\%c", "\"\\nrt"[e - "\"\\\n\r\t"]);
-        else if (*c < 0x20 || *c == 0x7f)
-          fprintf(f, "\\x%02x", *c);
-        else
-          fputc(*c, f);
-      }
+      print_escaped(f, p);
       fputs("\"\n", f);
     } else {
       int64_t v;

@@ -34,8 +34,8 @@ typedef struct attnd_config {
   char access_log[256];   /* "stderr", "stdout", "off" or a file path */
   char blas_coretype[32]; /* "auto", "library" or an OpenBLAS core name */
   /* Security (docs/security.md). api_keys is secret: --print-config shows
-   * how many keys it holds, and no message shows its text. It has room for
-   * a few keys; api_keys_file holds any number. */
+   * how many keys it holds, in a comment, and no message shows its text. It has
+   * room for a few keys; api_keys_file holds any number. */
   char api_keys[8192];     /* comma-separated; "" for none */
   char api_keys_file[512]; /* one key a line, re-read on SIGHUP; "" none */
   char public_paths[1024]; /* comma-separated paths that need no key */
@@ -58,6 +58,9 @@ typedef struct attnd_config_load {
   int help;         /* --help */
   int version;      /* --version */
   char path[512];   /* the config file read, "" if none */
+  /* where api_keys was set: "ATTND_API_KEYS", "flag --api-keys" or
+   * "FILE:LINE"; "" when it was not (--print-config names it) */
+  char api_keys_from[600];
 } attnd_config_load_t;
 
 /* Fills `cfg` from the defaults, then the file named by --config (if any),
@@ -70,9 +73,14 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
                       char **argv, char **envp, int cores, char *msg,
                       size_t msg_size);
 
-/* Writes the configuration in the config file's format, secrets redacted
- * (api_keys = "<2 keys>", which does not read back as a key). */
-void attnd_config_print(const attnd_config_t *cfg, FILE *f);
+/* Writes the configuration in the config file's format, which reads back
+ * to the same values, but for the secret: api_keys is not echoed, and in
+ * its place a comment says how many keys it held, where they were set
+ * (from `how`, which may be NULL) and how to give them again; read back
+ * without them, api_keys is "". api_keys_file, a path, prints as itself.
+ * Borrows both arguments; any thread. */
+void attnd_config_print(const attnd_config_t *cfg,
+                        const attnd_config_load_t *how, FILE *f);
 
 /* Calls fn for each integer key that GET /v1/info shows, in the table's
  * order: its "limits" (limits != 0) or its top-level keys (workers and the

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
   if (how.print_config) {
     printf("# attnd %s, effective configuration%s%s\n", ATTN_VERSION,
            how.path[0] ? " from " : "", how.path);
-    attnd_config_print(&cfg, stdout);
+    attnd_config_print(&cfg, &how, stdout);
     return 0;
   }
   attnd_blas_select(cfg.blas_coretype, argv);

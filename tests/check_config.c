@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "cgroup.h"
 #include "config.h"
 #include "suite.h"
@@ -163,7 +164,7 @@ START_TEST(test_shipped_file_is_the_defaults) {
 
   char printed[4096] = "";
   FILE *f = fmemopen(printed, sizeof printed, "w");
-  attnd_config_print(&def, f);
+  attnd_config_print(&def, NULL, f);
   fclose(f);
   FILE *shipped = fopen("config/attnd.conf", "r");
   ck_assert_ptr_nonnull(shipped);
@@ -193,7 +194,7 @@ START_TEST(test_print_round_trips) {
   ck_assert_int_eq(load(&a, argv, envp, msg, sizeof msg), 0);
   char *path = write_tmp("");
   FILE *f = fopen(path, "w");
-  attnd_config_print(&a, f);
+  attnd_config_print(&a, NULL, f);
   fclose(f);
   char conf[128];
   snprintf(conf, sizeof conf, "--config=%s", path);
@@ -201,6 +202,113 @@ START_TEST(test_print_round_trips) {
   ck_assert_msg(load(&b, argv2, envp, msg, sizeof msg) == 0, "%s", msg);
   ck_assert(memcmp(&a, &b, sizeof a) == 0);
   unlink(path);
+}
+END_TEST
+
+/* --print-config with API keys given each way: inline by flag, by the
+ * environment, in the config file, and by api_keys_file. Its output,
+ * written to a file, loads; as it is, it gives the same values but
+ * api_keys, which it does not echo (none of the keys' text is in it), and
+ * the auth of a start builds from it (no key, or api_keys_file's two).
+ * With the keys given again as its comment says, it gives the same values
+ * as the first load, and two keys. Catches: a placeholder printed as the
+ * value (api_keys = "<2 keys>" loads as the text '<2 keys>', and the start
+ * refuses it), keys echoed, and a comment that says where they came from
+ * wrongly. */
+enum { KEYS_FLAG, KEYS_ENV, KEYS_CONF, KEYS_FILE, N_KEYS_WAYS };
+
+/* The keys a start would check with cfg: attnd_auth_init as serve.c
+ * calls it. Returns their count, or -1 with msg set. */
+static int start_keys(const attnd_config_t *cfg, char *msg, size_t n) {
+  attnd_auth_t a;
+  int r = attnd_auth_init(&a, cfg->api_keys, cfg->api_keys_file,
+                          cfg->public_paths, msg, n);
+  int count = r < 0 ? -1 : (int)attnd_auth_count(&a);
+  attnd_auth_free(&a);
+  return count;
+}
+
+START_TEST(test_print_round_trips_keys) {
+  static const char *const from[N_KEYS_WAYS] = {
+      ", set by flag --api-keys, not echoed",
+      ", set by ATTND_API_KEYS, not echoed",
+      ":2, not echoed", NULL};
+  char keyfile[64] = "/tmp/attnd-keys-XXXXXX", msg[512];
+  int fd = mkstemp(keyfile);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, "key-file-one\nkey-file-two\n", 26), 26);
+  close(fd);
+  char conf_text[256];
+  snprintf(conf_text, sizeof conf_text, "port = 9\n%s\n",
+           _i == KEYS_CONF   ? "api_keys = \"key-one,key-two\""
+           : _i == KEYS_FILE ? "api_keys_file = \"\""
+                             : "# no keys here");
+  char first_conf[64];
+  snprintf(first_conf, sizeof first_conf, "--config=%s", write_tmp(conf_text));
+  char *argv[8] = {"attnd", first_conf, "--queue-depth", "3"},
+       *envp[2] = {NULL};
+  int argc = 4;
+  if (_i == KEYS_FLAG) {
+    argv[argc++] = "--api-keys";
+    argv[argc++] = "key-one,key-two";
+  } else if (_i == KEYS_ENV) {
+    envp[0] = "ATTND_API_KEYS=key-one,key-two";
+  } else if (_i == KEYS_FILE) {
+    argv[argc++] = "--api-keys-file";
+    argv[argc++] = keyfile;
+  }
+  argv[argc] = NULL;
+  attnd_config_t a;
+  attnd_config_load_t how;
+  ck_assert_msg(
+      attnd_config_load(&a, &how, argc, argv, envp, 4, msg, sizeof msg) == 0,
+      "%s", msg);
+  ck_assert_int_eq(start_keys(&a, msg, sizeof msg), 2);
+
+  char printed[8192] = "";
+  FILE *f = fmemopen(printed, sizeof printed, "w");
+  attnd_config_print(&a, &how, f);
+  fclose(f);
+  ck_assert_msg(strstr(printed, "key-") == NULL, "a key echoed:\n%s", printed);
+  if (from[_i]) {
+    char want[160];
+    snprintf(want, sizeof want, "\n# api_keys: 2 keys%s%s%s. ",
+             _i == KEYS_CONF ? ", set by " : "",
+             _i == KEYS_CONF ? first_conf + 9 : "", from[_i]);
+    ck_assert_msg(strstr(printed, want), "no '%s' in:\n%s", want, printed);
+    ck_assert_msg(strstr(printed, "Without them, this file needs no key.\n"),
+                  "%s", printed);
+  }
+  char *path = write_tmp(printed), conf[64];
+  snprintf(conf, sizeof conf, "--config=%s", path);
+
+  /* as it is */
+  attnd_config_t b, want = a;
+  if (from[_i])
+    memset(want.api_keys, 0, sizeof want.api_keys);
+  char *argv2[] = {"attnd", conf, NULL}, *noenv[] = {NULL};
+  ck_assert_msg(load(&b, argv2, noenv, msg, sizeof msg) == 0, "%s\n%s", msg,
+                printed);
+  ck_assert_msg(memcmp(&b, &want, sizeof b) == 0,
+                "read back to other values (api_keys '%s'):\n%s", b.api_keys,
+                printed);
+  ck_assert_msg(start_keys(&b, msg, sizeof msg) == (from[_i] ? 0 : 2), "%s\n%s",
+                msg, printed);
+
+  /* with the keys given again: the flag, or the environment */
+  if (from[_i]) {
+    char *argv3[] = {"attnd", conf, "--api-keys", "key-one,key-two", NULL};
+    char *env3[] = {"ATTND_API_KEYS=key-one,key-two", NULL};
+    ck_assert_msg(load(&b, _i == KEYS_FLAG ? argv3 : argv2,
+                       _i == KEYS_FLAG ? noenv : env3, msg, sizeof msg) == 0,
+                  "%s", msg);
+    ck_assert_msg(memcmp(&b, &a, sizeof b) == 0,
+                  "with the keys again, other values:\n%s", printed);
+    ck_assert_int_eq(start_keys(&b, msg, sizeof msg), 2);
+  }
+  unlink(path);
+  unlink(first_conf + 9);
+  unlink(keyfile);
 }
 END_TEST
 
@@ -226,7 +334,7 @@ START_TEST(test_print_quotes_strings) {
     ck_assert_int_eq(load(&a, argv, envp, msg, sizeof msg), 0);
     char printed[8192] = "";
     FILE *f = fmemopen(printed, sizeof printed, "w");
-    attnd_config_print(&a, f);
+    attnd_config_print(&a, NULL, f);
     fclose(f);
     /* one line a key: the value's newline is escaped */
     int lines = 0;
@@ -237,7 +345,7 @@ START_TEST(test_print_quotes_strings) {
     ck_assert_int_eq(load(&def, argv0, envp, msg, sizeof msg), 0);
     char plain[8192] = "";
     f = fmemopen(plain, sizeof plain, "w");
-    attnd_config_print(&def, f);
+    attnd_config_print(&def, NULL, f);
     fclose(f);
     int want = 0;
     for (const char *c = plain; *c; c++)
@@ -519,6 +627,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_bad_values, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, test_shipped_file_is_the_defaults);
   tcase_add_test(tc, test_print_round_trips);
+  tcase_add_loop_test(tc, test_print_round_trips_keys, 0, N_KEYS_WAYS);
   tcase_add_test(tc, test_print_quotes_strings);
   tcase_add_test(tc, test_file_value_forms);
   tcase_add_test(tc, test_cgroup_real_root);

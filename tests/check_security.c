@@ -289,9 +289,44 @@ START_TEST(test_print_config) {
   size_t n = fread(out, 1, sizeof out - 1, f);
   out[n] = 0;
   ck_assert_int_eq(pclose(f), 0);
-  ck_assert_msg(strstr(out, "\napi_keys = \"<2 keys>\"\n"), "%s", out);
+  ck_assert_msg(strstr(out, "\n# api_keys: 2 keys, set by ATTND_API_KEYS, not "
+                            "echoed."),
+                "%s", out);
+  ck_assert_msg(strstr(out, "\n# Without them, this file accepts only the "
+                            "keys of api_keys_file.\n"),
+                "%s", out);
   ck_assert_msg(strstr(out, "\napi_keys_file = \"/k\"\n"), "%s", out);
   assert_no_keys(out, "--print-config");
+
+  /* written to a file, it starts a server (one that needs no key: the
+   * keys are not in it), and read back it prints the same values, with
+   * api_keys = "" where the comment was */
+  char conf[] = "/tmp/check_security_conf_XXXXXX";
+  int fd = mkstemp(conf);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  snprintf(cmd, sizeof cmd, "ATTND_API_KEYS=%s,%s %s --print-config > %s", KEY1,
+           KEY2, bin, conf);
+  ck_assert_int_eq(system(cmd), 0);
+  const char *args[] = {"--config", conf, NULL};
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, args) == 0, "%s", s.log);
+  assert_get(s.port, "/v1/info", NULL, 200);
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+  static char again[65536];
+  snprintf(cmd, sizeof cmd,
+           "ATTND_API_KEYS=%s,%s %s --print-config | grep -v '^#' && "
+           "%s --config %s --print-config | grep -v '^#\\|^api_keys ='",
+           KEY1, KEY2, bin, bin, conf);
+  f = popen(cmd, "r");
+  n = fread(again, 1, sizeof again - 1, f);
+  again[n] = 0;
+  ck_assert_int_eq(pclose(f), 0);
+  size_t half = n / 2;
+  ck_assert_msg(n % 2 == 0 && memcmp(again, again + half, half) == 0,
+                "read back to other values:\n%s", again);
+  unlink(conf);
+
   /* a bad key stops the start, naming its place, not the key */
   snprintf(cmd, sizeof cmd, "%s --port 0 --api-keys '%s,%s\"' 2>&1", bin, KEY1,
            KEY2);
