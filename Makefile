@@ -376,5 +376,93 @@ $(FUZZ_DIR)/core/kernel_%.o: core/kernel.c
 	$(CC) $(CFLAGS_CORE) -O3 -ffp-contract=fast $(ISA_$*) $(FUZZ_SAN) \
 	  -DATTN_KERNEL_ISA=$* -c $< -o $@
 
+# ---- install: libattn, attnd and attnd-load for other programs ------------
+# `make install PREFIX=/usr/local [DESTDIR=/stage]` installs the core's
+# headers (include/attn/), libattn.a, a shared libattn.so with the soname
+# libattn.so.MAJOR (MAJOR from ATTN_VERSION in include/attn/attn.h), attn.pc
+# for pkg-config, attnd and attnd-load, and a man page for each made from
+# its --help (tools/man.sh; --help is made from the option tables).
+# `make uninstall` with the same variables removes what install put there.
+# The shared library's objects are the core's compiled again with -fPIC
+# into $(BUILD)/pic/; the static build keeps its flags. `make test` (not
+# `make asan`) installs into a temporary prefix and builds docs/api.md's
+# example against it: tests/install/check.sh.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR = $(PREFIX)/bin
+LIBDIR = $(PREFIX)/lib
+INCLUDEDIR = $(PREFIX)/include
+MAN1DIR = $(PREFIX)/share/man/man1
+ATTN_VERSION := $(shell sed -n 's/^\#define ATTN_VERSION "\(.*\)"/\1/p' \
+  include/attn/attn.h)
+ATTN_MAJOR := $(firstword $(subst ., ,$(ATTN_VERSION)))
+ATTN_SONAME := libattn.so.$(ATTN_MAJOR)
+PIC_OBJ := $(CORE_OBJ:$(BUILD)/%=$(BUILD)/pic/%)
+MAN_PAGES := $(BUILD)/man/attnd.1 $(BUILD)/man/attnd-load.1
+INSTALL_HEADERS := $(wildcard include/attn/*.h)
+
+.PHONY: install uninstall install-check
+
+$(BUILD)/pic/core/%.o: core/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_CORE) -fPIC -c $< -o $@
+
+$(BUILD)/pic/core/kernel_%.o: core/kernel.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS_CORE) -fPIC -O3 -ffp-contract=fast $(ISA_$*) \
+	  -DATTN_KERNEL_ISA=$* -c $< -o $@
+
+$(BUILD)/libattn.so.$(ATTN_VERSION): $(PIC_OBJ)
+	$(CC) $(LDFLAGS_SAN) -shared -Wl,-soname,$(ATTN_SONAME) -Wl,--no-undefined \
+	  $^ -o $@ $(LIBS_CORE)
+
+$(BUILD)/man/attnd.1: $(BUILD)/attnd tools/man.sh
+	@mkdir -p $(@D)
+	./$(BUILD)/attnd --help | sh tools/man.sh attnd $(ATTN_VERSION) \
+	  "a multi-head attention service over HTTP" > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/man/attnd-load.1: $(BUILD)/attnd-load tools/man.sh
+	@mkdir -p $(@D)
+	./$(BUILD)/attnd-load --help | sh tools/man.sh attnd-load \
+	  $(ATTN_VERSION) "the load tester of attnd" > $@.tmp && mv $@.tmp $@
+
+# attn.pc is written at install time: its prefix is PREFIX's.
+install: $(BUILD)/libattn.a $(BUILD)/libattn.so.$(ATTN_VERSION) \
+  $(BUILD)/attnd $(BUILD)/attnd-load $(MAN_PAGES)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/pkgconfig \
+	  $(DESTDIR)$(INCLUDEDIR)/attn $(DESTDIR)$(MAN1DIR)
+	install -m 644 $(INSTALL_HEADERS) $(DESTDIR)$(INCLUDEDIR)/attn/
+	install -m 644 $(BUILD)/libattn.a $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(BUILD)/libattn.so.$(ATTN_VERSION) $(DESTDIR)$(LIBDIR)/
+	ln -sf libattn.so.$(ATTN_VERSION) $(DESTDIR)$(LIBDIR)/$(ATTN_SONAME)
+	ln -sf $(ATTN_SONAME) $(DESTDIR)$(LIBDIR)/libattn.so
+	install -m 755 $(BUILD)/attnd $(BUILD)/attnd-load $(DESTDIR)$(BINDIR)/
+	install -m 644 $(MAN_PAGES) $(DESTDIR)$(MAN1DIR)/
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' \
+	  'includedir=$(INCLUDEDIR)' '' 'Name: attn' \
+	  'Description: multi-head attention on the CPU, the core of attnd' \
+	  'Version: $(ATTN_VERSION)' 'Requires.private: $(PKG_CORE)' \
+	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lattn' \
+	  'Libs.private: -lm -fopenmp' > $(DESTDIR)$(LIBDIR)/pkgconfig/attn.pc
+
+uninstall:
+	rm -f $(INSTALL_HEADERS:include/attn/%=$(DESTDIR)$(INCLUDEDIR)/attn/%) \
+	  $(DESTDIR)$(LIBDIR)/libattn.a $(DESTDIR)$(LIBDIR)/libattn.so \
+	  $(DESTDIR)$(LIBDIR)/$(ATTN_SONAME) \
+	  $(DESTDIR)$(LIBDIR)/libattn.so.$(ATTN_VERSION) \
+	  $(DESTDIR)$(LIBDIR)/pkgconfig/attn.pc \
+	  $(DESTDIR)$(BINDIR)/attnd $(DESTDIR)$(BINDIR)/attnd-load \
+	  $(MAN_PAGES:$(BUILD)/man/%=$(DESTDIR)$(MAN1DIR)/%)
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/attn 2>/dev/null
+
+install-check: $(BUILD)/libattn.a $(BUILD)/libattn.so.$(ATTN_VERSION) \
+  $(BUILD)/attnd $(BUILD)/attnd-load $(MAN_PAGES)
+	@MAKE="$(MAKE)" sh tests/install/check.sh $(BUILD)
+
+ifeq ($(SAN),)
+check: install-check
+endif
+# ---- end of install -------------------------------------------------------
+
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 .SECONDARY:

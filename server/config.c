@@ -545,7 +545,13 @@ void attnd_config_usage(FILE *f) {
     for (char *c = flag; *c; c++)
       if (*c == '_')
         *c = '-';
-    fprintf(f, "  %-24s %s (default %s)\n", flag, keys[i].help,
+    /* a flag too wide for its column ends its line (man pages are made
+     * from this text: tools/man.sh) */
+    if (strlen(flag) > 24)
+      fprintf(f, "  %s\n%27s", flag, "");
+    else
+      fprintf(f, "  %-24s ", flag);
+    fprintf(f, "%s (default %s)\n", keys[i].help,
             keys[i].def[0] ? keys[i].def : "\"\"");
   }
 }

@@ -204,10 +204,16 @@ static void print_usage(FILE *f) {
     char left[64];
     snprintf(left, sizeof left, "%s%s%s", options[i].name,
              options[i].arg ? " " : "", options[i].arg ? options[i].arg : "");
-    if (options[i].def)
-      fprintf(f, "  %-34s %s (%s)\n", left, options[i].help, options[i].def);
+    /* a left column too wide for its place ends its line (man pages are
+     * made from this text: tools/man.sh) */
+    if (strlen(left) > 34)
+      fprintf(f, "  %s\n%37s", left, "");
     else
-      fprintf(f, "  %-34s %s\n", left, options[i].help);
+      fprintf(f, "  %-34s ", left);
+    if (options[i].def)
+      fprintf(f, "%s (%s)\n", options[i].help, options[i].def);
+    else
+      fprintf(f, "%s\n", options[i].help);
   }
   fprintf(f, "exit status: 0 passed; 1 a step over --max-error-rate or a "
              "wrong reply; 2 bad usage or a sweep that could not run\n");

@@ -1,0 +1,138 @@
+#!/bin/sh
+# tests/install/check.sh: `make install` into a temporary prefix, then
+# docs/api.md's example built against it through pkg-config and run, as
+# the document says, shared and static; the programs and their man pages;
+# a DESTDIR install; `make uninstall`.
+#
+# usage: MAKE=make sh tests/install/check.sh BUILD   (from the repository root;
+# the Makefile's install-check target runs it after building what it needs)
+#
+# Checked: the installed file list; attn.pc's values (pkg-config --cflags,
+# --libs, --static --libs, --modversion = ATTN_VERSION); the example's
+# output is the block after its build command in docs/api.md; the shared
+# build needs libattn.so.MAJOR (readelf), which holds that soname, and
+# the static one no libattn.so; every option of each program's --help is
+# in its man page, which groff reads without a warning; DESTDIR puts the
+# same files under DESTDIR/PREFIX with attn.pc naming PREFIX; uninstall
+# leaves no file behind.
+set -eu
+build=${1:-build}
+make=${MAKE:-make}
+root=$(pwd)
+tmp=$(mktemp -d /tmp/attn-install-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT INT TERM
+fail() { echo "install-check: FAIL: $*" >&2; exit 1; }
+
+version=$(sed -n 's/^#define ATTN_VERSION "\(.*\)"/\1/p' include/attn/attn.h)
+major=${version%%.*}
+prefix=$tmp/prefix
+$make --no-print-directory -s install BUILD="$build" PREFIX="$prefix" >/dev/null
+
+# ---- the files ------------------------------------------------------------
+expect="bin/attnd
+bin/attnd-load
+include/attn/attn.h
+include/attn/error.h
+lib/libattn.a
+lib/libattn.so
+lib/libattn.so.$major
+lib/libattn.so.$version
+lib/pkgconfig/attn.pc
+share/man/man1/attnd-load.1
+share/man/man1/attnd.1"
+got=$(cd "$prefix" && find . ! -type d | sed 's|^\./||' | LC_ALL=C sort)
+[ "$got" = "$(printf '%s\n' "$expect" | LC_ALL=C sort)" ] ||
+  fail "installed files:
+$got
+expected:
+$expect"
+[ "$(readlink "$prefix/lib/libattn.so")" = "libattn.so.$major" ] &&
+  [ "$(readlink "$prefix/lib/libattn.so.$major")" = "libattn.so.$version" ] ||
+  fail "libattn.so links: $(ls -l "$prefix/lib")"
+readelf -d "$prefix/lib/libattn.so.$version" | grep -q "(SONAME).*\[libattn.so.$major\]" ||
+  fail "libattn.so.$version has no soname libattn.so.$major"
+
+# ---- pkg-config -----------------------------------------------------------
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+[ "$(pkg-config --modversion attn)" = "$version" ] || fail "attn.pc's version"
+# (pkg-config adds Requires.private's cflags too: OpenBLAS's)
+case "$(pkg-config --cflags attn) " in "-I$prefix/include "*) ;; *)
+  fail "pkg-config --cflags attn: $(pkg-config --cflags attn)" ;; esac
+[ "$(pkg-config --libs attn | sed 's/ *$//')" = "-L$prefix/lib -lattn" ] ||
+  fail "pkg-config --libs attn: $(pkg-config --libs attn)"
+static_libs=$(pkg-config --static --libs attn)
+for l in -lattn -lopenblas -lm -fopenmp; do
+  case " $static_libs " in *" $l "*) ;; *) fail "pkg-config --static --libs attn lacks $l: $static_libs" ;; esac
+done
+
+# ---- docs/api.md's example, as written ------------------------------------
+# The first ```c block is example.c; the first ```sh block after it that
+# starts with "cc example.c" builds and runs it; the plain ``` block after
+# that is its output.
+awk -v dir="$tmp" '
+  /^```c$/ && !c { c = 1; next }
+  c == 1 && /^```$/ { c = 2; next }
+  c == 1 { print > (dir "/example.c"); next }
+  c == 2 && /^```sh$/ { s = 1; next }
+  s == 1 && /^```$/ { s = 2; next }
+  s == 1 { print > (dir "/build.sh"); next }
+  s == 2 && /^```$/ { o = o ? 2 : 1; next }
+  o == 1 { print > (dir "/expected.txt") }
+' docs/api.md
+for f in example.c build.sh expected.txt; do
+  [ -s "$tmp/$f" ] || fail "docs/api.md: no $f for the core library's example"
+done
+grep -q '^cc example.c \$(pkg-config --cflags --libs attn)' "$tmp/build.sh" ||
+  fail "docs/api.md's build command is not cc example.c \$(pkg-config --cflags --libs attn): $(cat "$tmp/build.sh")"
+
+# shared, as the document says (the loader finds the library in the prefix)
+(cd "$tmp" && LD_LIBRARY_PATH="$prefix/lib" sh build.sh > out-shared.txt) ||
+  fail "the example, shared: $(cat "$tmp/out-shared.txt" 2>/dev/null)"
+readelf -d "$tmp/example" | grep -q "(NEEDED).*\[libattn.so.$major\]" ||
+  fail "the shared example does not need libattn.so.$major"
+diff -u "$tmp/expected.txt" "$tmp/out-shared.txt" ||
+  fail "the example's output (shared) is not docs/api.md's"
+
+# static: the same source, libattn.a and pkg-config --static's libraries
+libs=$(echo "$static_libs" | sed "s|-lattn\b|$prefix/lib/libattn.a|")
+(cd "$tmp" && cc example.c $(pkg-config --cflags attn) $libs -o example-static &&
+  ./example-static > out-static.txt) || fail "the example, static"
+! readelf -d "$tmp/example-static" | grep -q 'libattn' ||
+  fail "the static example needs a libattn.so"
+diff -u "$tmp/expected.txt" "$tmp/out-static.txt" ||
+  fail "the example's output (static) is not docs/api.md's"
+
+# ---- the programs and their man pages --------------------------------------
+"$prefix/bin/attnd" --version | grep -qx "attnd $version" || fail "attnd --version"
+for p in attnd attnd-load; do
+  page=$prefix/share/man/man1/$p.1
+  warnings=$(groff -man -Tutf8 -ww -z "$page" 2>&1)
+  [ -z "$warnings" ] || fail "$p.1: $warnings"
+  text=$(groff -man -Tascii -P-c -P-b -P-u "$page" 2>/dev/null | col -b 2>/dev/null || true)
+  n=0
+  for o in $("$prefix/bin/$p" --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p'); do
+    printf '%s\n' "$text" | grep -q -- "^ *$o\b" || fail "$p.1 lacks $o"
+    n=$((n + 1))
+  done
+  [ "$n" -ge 10 ] || fail "$p --help lists only $n options"
+done
+
+# ---- DESTDIR, then uninstall -------------------------------------------------
+$make --no-print-directory -s install BUILD="$build" PREFIX=/opt/attn \
+  DESTDIR="$tmp/stage" >/dev/null
+staged=$(cd "$tmp/stage/opt/attn" && find . ! -type d | sed 's|^\./||' | LC_ALL=C sort)
+[ "$staged" = "$got" ] || fail "DESTDIR install: $staged"
+grep -qx 'prefix=/opt/attn' "$tmp/stage/opt/attn/lib/pkgconfig/attn.pc" ||
+  fail "DESTDIR install: attn.pc names $(grep '^prefix=' "$tmp/stage/opt/attn/lib/pkgconfig/attn.pc")"
+for d in "$prefix:" "$tmp/stage/opt/attn:/opt/attn"; do
+  where=${d%%:*} p=${d#*:}
+  if [ -n "$p" ]; then
+    $make --no-print-directory -s uninstall PREFIX="$p" DESTDIR="$tmp/stage" >/dev/null
+  else
+    $make --no-print-directory -s uninstall PREFIX="$prefix" >/dev/null
+  fi
+  left=$(find "$where" ! -type d)
+  [ -z "$left" ] || fail "uninstall left: $left"
+done
+cd "$root"
+echo "install-check: make install, attn.pc, docs/api.md's example (shared and static: $(cat "$tmp/out-static.txt")), man pages, DESTDIR and uninstall: ok"
