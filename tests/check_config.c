@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "auth.h"
+#include "http/auth.h"
 #include "cgroup.h"
 #include "config.h"
 #include "suite.h"
