@@ -52,19 +52,42 @@ void attn_alibi_default_slopes(int64_t H, float *slopes) {
     slopes[n + k] = (float)exp2(-8.0 * (double)(2 * k + 1) / (double)(2 * n));
 }
 
-size_t attn__scratch_floats(const attn_plan_t *pl) {
+/* Attention units of a call: a block of query rows of one head, or of all
+ * heads when their mean weights are asked for. */
+static int64_t units(const attn_plan_t *pl) {
+  int64_t hpu = pl->params->want_mean_weights ? pl->H : 1;
+  return pl->B * (pl->H / hpu) * ((pl->Lq + ATTN__BR - 1) / ATTN__BR);
+}
+
+/* The offset of a part of n floats at *at, whole cache lines, and the end
+ * of it into *at. */
+static int64_t part(int64_t *at, int64_t n) {
+  int64_t r = *at;
+  *at += attn__round_up(n, ATTN__ALIGN / 4);
+  return r;
+}
+
+void attn__scratch_plan(const attn_plan_t *pl, attn__scratch_t *sc) {
   const attn_params_t *p = pl->params;
-  int64_t Lkp = attn__round_up(pl->Lk, ATTN__BC);
-  int64_t Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
-  int64_t cols = (p->want_weights || p->want_mean_weights) ? Lkp : ATTN__BC;
-  /* scores or probabilities [BR, cols], output rows [BR, Dvp], query rows
-   * [BR, Dh], the running sum [BR] as vectors of up to 16 floats, the
-   * running max [BR], the key range of each row [BR] x 2 int64, and the
-   * exact path's sums, Dvp doubles. */
-  /* Stage 1 uses it too: the rope's cosines and sines of one position,
-   * rope_dims doubles, which the query rows' BR·Dh floats cover. */
-  return (size_t)(ATTN__BR * cols + ATTN__BR * Dvp + ATTN__BR * pl->Dh +
-                  16 * ATTN__BR + 5 * ATTN__BR + 2 * Dvp);
+  const int64_t rows = pl->Lq < ATTN__BR ? pl->Lq : ATTN__BR;
+  const int64_t Lkp = attn__round_up(pl->Lk, ATTN__KPAD);
+  const int64_t Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
+  int64_t at = 0;
+  sc->rows = rows;
+  sc->lds = (p->want_weights || p->want_mean_weights) ? Lkp : ATTN__BC;
+  sc->s = part(&at, rows * sc->lds);
+  sc->o = part(&at, rows * Dvp);
+  sc->q = part(&at, rows > 1 ? rows * pl->Dh : 0);
+  sc->l = part(&at, rows * 16);
+  sc->m = part(&at, rows);
+  sc->lo = part(&at, 2 * rows);
+  sc->hi = part(&at, 2 * rows);
+  sc->acc = part(&at, 2 * Dvp);
+  sc->floats = at;
+  int64_t n = units(pl);
+  sc->slots = pl->threads < n ? pl->threads : n;
+  int64_t half = pl->rope_dims / 2;
+  sc->stage1 = 4 * (half < ATTN__ROPE_CHUNK ? half : ATTN__ROPE_CHUNK);
 }
 
 /* Element strides of a tensor broadcast to [B, H, Lq, Lk]; 0 where it is
@@ -91,9 +114,9 @@ typedef struct fwd {
   attn__ctx_t ctx;
   const float *query, *key, *value;
   float *q, *kt, *v, *out;
-  float *knew, *vnew; /* with a kv cache: the new rows of K and V */
-  float *scratch;
-  size_t scratch_stride;
+  float *knew, *vnew;  /* with a kv cache: the new rows of K and V */
+  float *stage1, *att; /* the threads' scratch (attn__scratch_t) */
+  int64_t stage1_stride, att_stride;
   int64_t rows;      /* per projection task */
   int64_t lnk;       /* rows of the key and value inputs: Lk, or Lq with a kv
                         cache (the new tokens) */
@@ -101,6 +124,7 @@ typedef struct fwd {
   int64_t n_q, n_k, n_units, n_out; /* V has as many tasks as K */
   int64_t n_layout;                 /* Q, K, V and bias tasks */
   int64_t n_bias;                   /* magnitude tasks of bias */
+  int64_t next[4];                  /* per stage, the next task to take */
   attn__attend_fn attend;
   attn__absmax_fn absmax;
   attn__dots_fn dots;
@@ -224,34 +248,50 @@ static int64_t position(const attn_tensor_t *pos, int64_t b, int64_t i,
   return pos->rank == 0 ? dflt : pos->rank == 1 ? x[i] : x[b * L + i];
 }
 
-/* cs[2i], cs[2i + 1] = cos, sin of pos·f_i for the rope's pairs. */
-static void rope_angles(const fwd_t *f, int64_t pos, double *cs) {
-  for (int64_t i = 0; i < f->pl->rope_dims / 2; i++)
-    sincos((double)pos * f->rope_freq[i], &cs[2 * i + 1], &cs[2 * i]);
+/* cs[2k], cs[2k + 1] = cos, sin of pos·f_i for the rope's pairs
+ * i = i0 + k in [i0, i1). */
+static void rope_angles(const fwd_t *f, int64_t pos, int64_t i0, int64_t i1,
+                        double *cs) {
+  for (int64_t i = i0; i < i1; i++)
+    sincos((double)pos * f->rope_freq[i], &cs[2 * (i - i0) + 1],
+           &cs[2 * (i - i0)]);
 }
 
-/* One head's Dh features x[0], x[st], ..., in place: the RMSNorm with w
- * (when given), then the rotation by cs (when given). */
-static void head_transform(const fwd_t *f, float *x, int64_t st, const float *w,
-                           const double *cs) {
+/* nh heads of Dh features, in place: head h's are x[h·hs], x[h·hs + st],
+ * .... Each head RMS-normed with w (when given), then, with the rope,
+ * rotated at position pos: the angles of ATTN__ROPE_CHUNK pairs at a time
+ * in cs (the thread's stage-1 scratch), so that a head of any width needs
+ * no more; each element sees the same operations as a head at a time. */
+static void transform_heads(const fwd_t *f, float *x, int64_t st, int64_t hs,
+                            int64_t nh, const float *w, int64_t pos,
+                            double *cs) {
   int64_t Dh = f->pl->Dh;
-  if (w) {
+  for (int64_t h = 0; w && h < nh; h++) {
+    float *y = x + h * hs;
     double ss = 0;
     for (int64_t d = 0; d < Dh; d++)
-      ss += (double)x[d * st] * x[d * st];
+      ss += (double)y[d * st] * y[d * st];
     double inv = 1.0 / sqrt(ss / (double)Dh + f->norm_eps);
     for (int64_t d = 0; d < Dh; d++)
-      x[d * st] = (float)(x[d * st] * inv * w[d]);
+      y[d * st] = (float)(y[d * st] * inv * w[d]);
   }
-  if (cs) {
-    int64_t half = f->pl->rope_dims / 2;
-    int split = f->p->rope.style == ATTN_ROPE_HALF;
-    for (int64_t i = 0; i < half; i++) {
-      int64_t a = (split ? i : 2 * i) * st,
-              c = (split ? i + half : 2 * i + 1) * st;
-      double x1 = x[a], x2 = x[c];
-      x[a] = (float)(x1 * cs[2 * i] - x2 * cs[2 * i + 1]);
-      x[c] = (float)(x2 * cs[2 * i] + x1 * cs[2 * i + 1]);
+  if (!f->rope_freq)
+    return;
+  int64_t half = f->pl->rope_dims / 2;
+  int split = f->p->rope.style == ATTN_ROPE_HALF;
+  for (int64_t i0 = 0; i0 < half; i0 += ATTN__ROPE_CHUNK) {
+    int64_t i1 = half - i0 < ATTN__ROPE_CHUNK ? half : i0 + ATTN__ROPE_CHUNK;
+    rope_angles(f, pos, i0, i1, cs);
+    for (int64_t h = 0; h < nh; h++) {
+      float *y = x + h * hs;
+      for (int64_t i = i0; i < i1; i++) {
+        int64_t a = (split ? i : 2 * i) * st,
+                c = (split ? i + half : 2 * i + 1) * st;
+        double x1 = y[a], x2 = y[c], co = cs[2 * (i - i0)],
+               si = cs[2 * (i - i0) + 1];
+        y[a] = (float)(x1 * co - x2 * si);
+        y[c] = (float)(x2 * co + x1 * si);
+      }
     }
   }
 }
@@ -283,16 +323,13 @@ static void layout_q(fwd_t *f, int64_t r0, int64_t r1, float *scratch) {
         dst[r * n + k] = s * (x[r * Eq + k] + (bias ? bias[k] : 0));
   }
   if (norm || f->rope_freq) {
-    double *cs = f->rope_freq ? (double *)scratch : NULL;
     for (int64_t r = 0; r < m; r++) {
       int64_t b = (r0 + r) / pl->Lq, i = (r0 + r) % pl->Lq;
-      if (cs)
-        rope_angles(f,
-                    position(&p->positions_query, b, i, pl->Lq,
-                             attn__item_off(&f->ctx, b) + i),
-                    cs);
-      for (int64_t h = 0; h < pl->H; h++)
-        head_transform(f, dst + r * n + h * pl->Dh, 1, norm, cs);
+      int64_t pos = f->rope_freq ? position(&p->positions_query, b, i, pl->Lq,
+                                            attn__item_off(&f->ctx, b) + i)
+                                 : 0;
+      transform_heads(f, dst + r * n, 1, pl->Dh, pl->H, norm, pos,
+                      (double *)scratch);
       if (norm)
         for (int64_t k = 0; k < n; k++)
           dst[r * n + k] *= f->qscale;
@@ -326,26 +363,35 @@ static float *v_slot(const fwd_t *f, int64_t b, int64_t j, int64_t *run) {
   const attn__ctx_t *c = &f->ctx;
   if (!c->pages) {
     *run = INT64_MAX;
-    return f->v + (b * c->Lkp + j) * c->ldv;
+    return f->v + (b * f->pl->Lk + j) * c->ldv;
   }
   int64_t t = c->past[b] + j;
   *run = ATTN_KV_PAGE - t % ATTN_KV_PAGE;
   return c->pages[b][t / ATTN_KV_PAGE] + c->v_off + t % ATTN_KV_PAGE * c->ldv;
 }
 
-/* After batch b's last key: the keys and values up to the end of its last
- * block are zero, so that the kernels read whole blocks of finite numbers
- * (the workspace's padding [Lk, Lkp), or the rest of a new last page). */
+/* After batch b's last key: the keys up to ldk in the workspace (V has
+ * no rows past Lk there), or with a kv cache the keys and values up to the
+ * end of the last page, are zero, so that the kernels read finite numbers
+ * (internal.h). */
 static void zero_tail(fwd_t *f, int64_t b, int is_k) {
   const attn__ctx_t *c = &f->ctx;
   const attn_plan_t *pl = f->pl;
-  int64_t past = c->pages ? c->past[b] : 0, end = past + f->lnk;
+  if (!c->pages) {
+    if (is_k && c->ldk > pl->Lk) {
+      float *k = f->kt + b * pl->Hkv * pl->Dh * c->ldk + pl->Lk;
+      for (int64_t r = 0; r < pl->Hkv * pl->Dh; r++)
+        memset(k + r * c->ldk, 0, (size_t)(c->ldk - pl->Lk) * sizeof(float));
+    }
+    return;
+  }
+  int64_t past = c->past[b], end = past + f->lnk;
   if (end % ATTN__BC == 0)
     return;
   /* a page that held tokens before this call keeps the finite numbers an
    * earlier call left past them (attn_kv_t): only a page this call began
    * is zeroed, once, rather than most of a page at every decoding step */
-  if (c->pages && (end - 1) / ATTN__BC * ATTN__BC < past)
+  if ((end - 1) / ATTN__BC * ATTN__BC < past)
     return;
   int64_t n = ATTN__BC - end % ATTN__BC, run, ld;
   if (is_k) {
@@ -370,7 +416,6 @@ static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1,
   int64_t past = c->pages ? c->past[b] : 0;
   const float *bias = p->k_bias.rank ? p->k_bias.data : NULL;
   const float *norm = p->k_norm.rank ? p->k_norm.data : NULL;
-  double *cs = f->rope_freq ? (double *)scratch : NULL;
   for (int64_t j = j0, n, ldk, run; j < j1; j += n) {
     float *dst = k_slot(f, b, j, &ldk, &run);
     n = j1 - j < run ? j1 - j : run;
@@ -386,30 +431,29 @@ static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1,
         for (int64_t r = 0; r < rows; r++)
           dst[r * ldk + k] = x[k * Ek + r] + (bias ? bias[r] : 0);
     }
-    if (norm || cs)
-      for (int64_t k = 0; k < n; k++) {
-        if (cs)
-          rope_angles(
-              f, position(&p->positions_key, b, j + k, f->lnk, past + j + k),
-              cs);
-        for (int64_t g = 0; g < pl->Hkv; g++)
-          head_transform(f, dst + g * pl->Dh * ldk + k, ldk, norm, cs);
-      }
+    if (norm || f->rope_freq)
+      for (int64_t k = 0; k < n; k++)
+        transform_heads(f, dst + k, ldk, pl->Dh * ldk, pl->Hkv, norm,
+                        f->rope_freq ? position(&p->positions_key, b, j + k,
+                                                f->lnk, past + j + k)
+                                     : 0,
+                        (double *)scratch);
     note(f, BITS_K, dst, rows, n, ldk, ATTN__FAIL_K, b * pl->Lk + past + j, 1);
   }
   if (j1 == f->lnk)
     zero_tail(f, b, 1);
 }
 
-/* V for batch b, rows [j0, j1): v[b, j, g·Dvp + d] = value[j]·Wv_gᵀ + bv,
+/* V for batch b, rows [j0, j1): v[b, j, g·vh + d] = value[j]·Wv_gᵀ + bv,
  * all heads in one product (per block of rows, v_slot) when no head needs
- * padding; padding columns and, in the last chunk, the rest of the last
- * block zeroed. */
+ * padding; padding columns zeroed, the row's own too where a head's read
+ * passes the last head (vh < Dvp) and, with a kv cache, in the last chunk
+ * the rest of the last page. */
 static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   const attn__ctx_t *c = &f->ctx;
-  int64_t Dv = pl->Dv, Dvp = c->Dvp, Ev = pl->Ev, ldv = c->ldv, Hkv = pl->Hkv;
+  int64_t Dv = pl->Dv, vh = c->vh, Ev = pl->Ev, ldv = c->ldv, Hkv = pl->Hkv;
   int64_t past = c->pages ? c->past[b] : 0;
   const float *bias = p->v_bias.rank ? p->v_bias.data : NULL;
   for (int64_t j = j0, m, run; j < j1; j += m) {
@@ -418,27 +462,31 @@ static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
     const float *x = f->value + (b * f->lnk + j) * Ev;
     if (p->v_weight.rank) {
       const float *w = p->v_weight.data;
-      for (int64_t g = 0; g < Hkv; g += Dv == Dvp ? Hkv : 1)
-        gemm_nt(f, m, Dv == Dvp ? Hkv * Dv : Dv, Ev, 1.0f, x, Ev,
-                w + g * Dv * Ev, Ev, dst + g * Dvp, ldv);
+      for (int64_t g = 0; g < Hkv; g += Dv == vh ? Hkv : 1)
+        gemm_nt(f, m, Dv == vh ? Hkv * Dv : Dv, Ev, 1.0f, x, Ev,
+                w + g * Dv * Ev, Ev, dst + g * vh, ldv);
       if (bias)
         for (int64_t r = 0; r < m; r++)
           for (int64_t g = 0; g < Hkv; g++)
             for (int64_t d = 0; d < Dv; d++)
-              dst[r * ldv + g * Dvp + d] += bias[g * Dv + d];
+              dst[r * ldv + g * vh + d] += bias[g * Dv + d];
     } else {
       for (int64_t r = 0; r < m; r++)
         for (int64_t g = 0; g < Hkv; g++)
           for (int64_t d = 0; d < Dv; d++)
-            dst[r * ldv + g * Dvp + d] =
+            dst[r * ldv + g * vh + d] =
                 x[r * Ev + g * Dv + d] + (bias ? bias[g * Dv + d] : 0);
     }
-    if (Dv < Dvp)
+    if (Dv < vh)
       for (int64_t r = 0; r < m; r++)
         for (int64_t g = 0; g < Hkv; g++)
-          memset(dst + r * ldv + g * Dvp + Dv, 0,
-                 (size_t)(Dvp - Dv) * sizeof(float));
-    note(f, BITS_V, dst, m, Hkv * Dvp, ldv, ATTN__FAIL_V, b * pl->Lk + past + j,
+          memset(dst + r * ldv + g * vh + Dv, 0,
+                 (size_t)(vh - Dv) * sizeof(float));
+    if (vh < c->Dvp && !c->pages)
+      for (int64_t r = 0; r < m; r++)
+        memset(dst + r * ldv + Hkv * vh, 0,
+               (size_t)(ldv - Hkv * vh) * sizeof(float));
+    note(f, BITS_V, dst, m, Hkv * vh, ldv, ATTN__FAIL_V, b * pl->Lk + past + j,
          0);
   }
   if (j1 == f->lnk)
@@ -475,17 +523,15 @@ static void layout_kv_rows(fwd_t *f, int64_t r0, int64_t r1, int is_k,
       for (int64_t k = 0; k < n; k++)
         tmp[r * n + k] = x[r * E + k] + (bias ? bias[k] : 0);
   }
-  double *cs = is_k && f->rope_freq ? (double *)scratch : NULL;
   for (int64_t r = 0; r < m; r++) {
     int64_t b = (r0 + r) / pl->Lq, j = (r0 + r) % pl->Lq, ld, run;
     float *row = tmp + r * n;
-    if (norm || cs) {
-      if (cs)
-        rope_angles(
-            f, position(&p->positions_key, b, j, pl->Lq, c->past[b] + j), cs);
-      for (int64_t g = 0; g < pl->Hkv; g++)
-        head_transform(f, row + g * D, 1, norm, cs);
-    }
+    if (is_k && (norm || f->rope_freq))
+      transform_heads(f, row, 1, D, pl->Hkv, norm,
+                      f->rope_freq ? position(&p->positions_key, b, j, pl->Lq,
+                                              c->past[b] + j)
+                                   : 0,
+                      (double *)scratch);
     note(f, is_k ? BITS_K : BITS_V, row, 1, n, n,
          is_k ? ATTN__FAIL_K : ATTN__FAIL_V, b * pl->Lk + c->past[b] + j, 0);
     if (is_k) {
@@ -505,9 +551,10 @@ static void layout_kv_rows(fwd_t *f, int64_t r0, int64_t r1, int is_k,
 }
 
 /* Layout task t of n_layout: the Q chunks, then K, then V, then
- * the magnitude of the bias, chunk by chunk. `scratch` is the thread's. */
-static void layout_task(fwd_t *f, int64_t t, float *scratch) {
+ * the magnitude of the bias, chunk by chunk; on thread `id`. */
+static void layout_task(fwd_t *f, int64_t t, int id) {
   const attn_plan_t *pl = f->pl;
+  float *scratch = f->stage1 + id * f->stage1_stride;
   int64_t R = f->rows, ck = chunks(f->lnk, R);
   if (t < f->n_q) { /* rows of the flattened [B·Lq] */
     int64_t r0 = t * R, r1 = r0 + R;
@@ -543,7 +590,8 @@ static void layout_task(fwd_t *f, int64_t t, float *scratch) {
 /* Attention unit u of n_units. The last query blocks come first: under a
  * causal mask they hold the most work, and dynamic scheduling then ends
  * with the short ones. */
-static void attend_task(fwd_t *f, int64_t u, float *scratch) {
+static void attend_task(fwd_t *f, int64_t u, int id) {
+  float *scratch = f->att + id * f->att_stride;
   const attn__ctx_t *c = &f->ctx;
   int64_t per_block = f->pl->B * (f->pl->H / c->heads_per_unit);
   int64_t qb = c->n_qblocks - 1 - u / per_block, rest = u % per_block;
@@ -552,8 +600,8 @@ static void attend_task(fwd_t *f, int64_t u, float *scratch) {
 }
 
 /* Output task t: rows [r0, r1) of the flattened [B·Lq] output. */
-static void output_task(fwd_t *f, int64_t t, float *scratch) {
-  (void)scratch;
+static void output_task(fwd_t *f, int64_t t, int id) {
+  (void)id;
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   int64_t r0 = t * f->rows, r1 = r0 + f->rows;
@@ -698,11 +746,56 @@ static int canceled(const attn_plan_t *pl) {
   return pl->cancel && __atomic_load_n(pl->cancel, __ATOMIC_RELAXED);
 }
 
-/* Carves n floats, cache-line aligned, off *ws. */
-static float *carve(char **ws, int64_t n) {
-  float *r = (float *)*ws;
-  *ws += attn__round_up(n, ATTN__ALIGN / 4) * 4;
-  return r;
+/* A part of n floats at *at (floats from the workspace's start, part()),
+ * at `base`, or NULL when only sizes are wanted. */
+static float *carve(char *base, int64_t *at, int64_t n) {
+  int64_t o = part(at, n);
+  return base ? (float *)(base + o * (int64_t)sizeof(float)) : NULL;
+}
+
+/* The workspace's parts, at `base` (NULL: sizes only, the pointers NULL):
+ * q, with a kv cache the new rows of K and V, else kt and v (each with its
+ * tail, internal.h), concat when an output projection follows, the ALiBi
+ * slopes, the rope's frequencies, each thread's stage-1 scratch and the
+ * attention threads' scratch. Returns its size in bytes; the planner and
+ * attn_forward both read it from here. */
+typedef struct parts {
+  float *q, *knew, *vnew, *kt, *v, *concat, *slopes, *freq, *stage1, *att;
+} parts_t;
+
+static size_t lay_out(const attn_plan_t *pl, const attn__scratch_t *sc,
+                      char *base, parts_t *w) {
+  const attn_params_t *p = pl->params;
+  const int64_t B = pl->B, Lq = pl->Lq, H = pl->H, Hkv = pl->Hkv;
+  int64_t at = 0;
+  *w = (parts_t){0};
+  w->q = carve(base, &at, B * Lq * H * pl->Dh);
+  if (p->kv) { /* K and V are laid out in the cache's pages */
+    w->knew = carve(base, &at, B * Lq * Hkv * pl->Dh);
+    w->vnew = carve(base, &at, B * Lq * Hkv * pl->Dv);
+  } else {
+    w->kt = carve(base, &at, B * Hkv * pl->Dh * attn__ldk(pl->Lk) + ATTN__TAIL);
+    w->v = carve(base, &at,
+                 B * pl->Lk * attn__ldv_ws(Hkv, attn__vh(pl->Dv)) + ATTN__TAIL);
+  }
+  if (p->o_weight.rank)
+    w->concat = carve(base, &at, B * Lq * H * pl->Dv);
+  w->slopes = carve(base, &at, H);
+  w->freq = carve(base, &at, pl->rope_dims); /* rope_dims / 2 doubles */
+  w->stage1 = carve(base, &at, 0);
+  for (int t = 0; t < pl->threads; t++)
+    carve(base, &at, sc->stage1);
+  w->att = carve(base, &at, 0);
+  for (int64_t t = 0; t < sc->slots; t++)
+    carve(base, &at, sc->floats);
+  return (size_t)at * sizeof(float);
+}
+
+size_t attn__workspace_bytes(const attn_plan_t *pl) {
+  attn__scratch_t sc;
+  parts_t w;
+  attn__scratch_plan(pl, &sc);
+  return lay_out(pl, &sc, NULL, &w);
 }
 
 static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
@@ -718,36 +811,42 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   f->out = o->out;
 
   c->plan = pl;
-  c->Lkp = attn__round_up(pl->Lk, ATTN__BC);
+  c->Lkp = attn__round_up(pl->Lk, ATTN__KPAD);
   c->Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
+  c->vh = p->kv ? c->Dvp : attn__vh(pl->Dv);
   c->off = pl->Lk - pl->Lq;
-  char *ws = workspace;
-  c->ldk = p->kv ? ATTN_KV_LDK : attn__ldk(c->Lkp);
-  c->ldv = attn__ldv(pl->Hkv, c->Dvp);
+  c->ldk = p->kv ? ATTN_KV_LDK : attn__ldk(pl->Lk);
+  c->ldv = p->kv ? attn__ldv(pl->Hkv, c->Dvp) : attn__ldv_ws(pl->Hkv, c->vh);
   f->lnk = p->kv ? pl->Lq : pl->Lk;
-  f->q = carve(&ws, pl->B * pl->Lq * pl->H * pl->Dh);
+  attn__scratch_plan(pl, &c->sc);
+  parts_t w;
+  lay_out(pl, &c->sc, workspace, &w);
+  f->q = w.q;
+  f->knew = w.knew;
+  f->vnew = w.vnew;
+  f->kt = w.kt;
+  f->v = w.v;
   if (p->kv) {
     c->pages = p->kv->pages;
     c->past = p->kv->past;
     c->v_off = (int64_t)attn_kv_v_offset(pl->Hkv, pl->Dh);
-    f->knew = carve(&ws, pl->B * pl->Lq * pl->Hkv * pl->Dh);
-    f->vnew = carve(&ws, pl->B * pl->Lq * pl->Hkv * pl->Dv);
     for (int64_t b = 0; b < pl->B; b++) {
       uint32_t u;
       memcpy(&u, &p->kv->k_absmax[b], sizeof u);
       f->k_cached = u > f->k_cached ? u : f->k_cached;
     }
-  } else {
-    f->kt = carve(&ws, pl->B * pl->Hkv * pl->Dh * c->ldk);
-    f->v = carve(&ws, pl->B * c->Lkp * c->ldv);
+  } else { /* the tails that the last rows' reads pass */
+    memset(f->kt + pl->B * pl->Hkv * pl->Dh * c->ldk, 0,
+           ATTN__TAIL * sizeof(float));
+    memset(f->v + pl->B * pl->Lk * c->ldv, 0, ATTN__TAIL * sizeof(float));
   }
-  c->concat =
-      p->o_weight.rank ? carve(&ws, pl->B * pl->Lq * pl->H * pl->Dv) : o->out;
-  float *slopes = carve(&ws, pl->H);
-  double *freq = (double *)carve(&ws, pl->rope_dims);
-  f->scratch_stride = (size_t)attn__round_up((int64_t)attn__scratch_floats(pl),
-                                             ATTN__ALIGN / 4);
-  f->scratch = (float *)ws;
+  c->concat = p->o_weight.rank ? w.concat : o->out;
+  float *slopes = w.slopes;
+  double *freq = (double *)w.freq;
+  f->stage1 = w.stage1;
+  f->stage1_stride = attn__round_up(c->sc.stage1, ATTN__ALIGN / 4);
+  f->att = w.att;
+  f->att_stride = attn__round_up(c->sc.floats, ATTN__ALIGN / 4);
 
   c->q = f->q;
   c->kt = f->kt;
@@ -786,7 +885,6 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   f->qscale = pl->scale;
   c->n_qblocks = (pl->Lq + ATTN__BR - 1) / ATTN__BR;
   c->heads_per_unit = p->want_mean_weights ? (int)pl->H : 1;
-  c->scratch_floats = attn__scratch_floats(pl);
 
   f->rows = proj_rows(pl);
   f->n_q = chunks(pl->B * pl->Lq, f->rows);
@@ -821,28 +919,34 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
  * thread, after all of them and before the next stage starts, and may set
  * the next stage's count. With one thread they run as plain loops: an
  * OpenMP team of one still pays a futex wake at every barrier, several a
- * call, which a tiny request would feel. */
+ * call, which a tiny request would feel. The attention runs on the first
+ * sc.slots threads only, those that have its scratch (no more than there
+ * are units: one query row of one head needs one thread's scratch, not
+ * every thread's). */
 typedef struct {
   size_t n; /* offset of the task count in fwd_t */
-  void (*task)(fwd_t *f, int64_t t, float *scratch);
+  void (*task)(fwd_t *f, int64_t t, int id);
   void (*then)(fwd_t *f);
+  int attention; /* on the threads with attention scratch only */
 } stage_t;
 
 static const stage_t stage_table[] = {
-    {offsetof(fwd_t, n_layout), layout_task, retry_unscaled},
-    {offsetof(fwd_t, n_redo), layout_task, decide},
-    {offsetof(fwd_t, n_units), attend_task, attended},
-    {offsetof(fwd_t, n_out), output_task, NULL},
+    {offsetof(fwd_t, n_layout), layout_task, retry_unscaled, 0},
+    {offsetof(fwd_t, n_redo), layout_task, decide, 0},
+    {offsetof(fwd_t, n_units), attend_task, attended, 1},
+    {offsetof(fwd_t, n_out), output_task, NULL, 0},
 };
 #define STAGES ((int)(sizeof stage_table / sizeof *stage_table))
+_Static_assert(STAGES <= sizeof((fwd_t *)0)->next / sizeof(int64_t),
+               "a task counter per stage");
 
 static int64_t count(const fwd_t *f, const stage_t *st) {
   return *(const int64_t *)((const char *)f + st->n);
 }
 
-static void run_task(fwd_t *f, const stage_t *st, int64_t t, float *scratch) {
+static void run_task(fwd_t *f, const stage_t *st, int64_t t, int id) {
   if (!canceled(f->pl) && !f->stop)
-    st->task(f, t, scratch);
+    st->task(f, t, id);
 }
 
 int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
@@ -880,13 +984,15 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
   if (pl->threads > 1) {
 #pragma omp parallel num_threads(pl->threads)
     {
-      float *scratch =
-          f.scratch + (size_t)omp_get_thread_num() * f.scratch_stride;
+      int id = omp_get_thread_num();
       for (int k = 0; k < STAGES; k++) {
-        int64_t n = count(&f, &stage_table[k]); /* the last `then` set it */
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < n; t++)
-          run_task(&f, &stage_table[k], t, scratch);
+        const stage_t *st = &stage_table[k];
+        int64_t n = count(&f, st); /* the last `then` set it */
+        if (!st->attention || id < f.ctx.sc.slots)
+          for (int64_t t;
+               (t = __atomic_fetch_add(&f.next[k], 1, __ATOMIC_RELAXED)) < n;)
+            run_task(&f, st, t, id);
+#pragma omp barrier
         if (stage_table[k].then) {
 #pragma omp single
           stage_table[k].then(&f);
@@ -896,7 +1002,7 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
   } else { /* the same stages without a team: no barrier, no futex */
     for (int k = 0; k < STAGES; k++) {
       for (int64_t t = 0; t < count(&f, &stage_table[k]); t++)
-        run_task(&f, &stage_table[k], t, f.scratch);
+        run_task(&f, &stage_table[k], t, 0);
       if (stage_table[k].then)
         stage_table[k].then(&f);
     }

@@ -7,12 +7,17 @@
 #include "attn/attn.h"
 
 /* Tile sizes shared by the planner (for workspace) and the kernels. A query
- * block is ATTN__BR rows; a key block ATTN__BC keys. Key-indexed buffers are
- * padded to a multiple of ATTN__BC and value rows to ATTN__VPAD floats so
- * that kernels never need a ragged edge in those dimensions. */
+ * block is ATTN__BR query rows; a key block ATTN__BC keys. The workspace is
+ * sized by the tensors, not by whole tiles: key-indexed buffers are padded
+ * to ATTN__KPAD keys (the widest step in which kernels compute scores: a
+ * partial last block is read up to the next multiple of ATTN__KPAD, never
+ * further), and a head's value rows to ATTN__VPAD floats when it is wider
+ * than that (narrower heads lie packed, internal.h's ctx). */
 #define ATTN__BR 64
 #define ATTN__BC 64
 _Static_assert(ATTN__BC == ATTN_KV_PAGE, "a key block is a cache page");
+#define ATTN__KPAD 16
+_Static_assert(ATTN__BC % ATTN__KPAD == 0, "a key block of whole pads");
 #define ATTN__VPAD 16
 #define ATTN__ALIGN 64
 
@@ -38,25 +43,63 @@ int attn__err(attn_error_t *err, int code, attn_field_t field, const char *fmt,
 /* Everything a kernel reads, resolved by attn_forward from the plan. All
  * pointers borrowed. Layouts:
  *   q      [B, Lq, H·Dh]        scaled by the plan's scale
- *   kt     [B, Hkv·Dh, ldk]     keys transposed; keys >= Lk are zero
- *   v      [B, Lkp, ldv]        head g in columns g·Dvp .. g·Dvp + Dv; the
- *                               rest of the first Hkv·Dvp, and the rows
- *                               >= Lk, are zero
+ *   kt     [B, Hkv·Dh, ldk]     keys transposed; keys in [Lk, ldk) are zero
+ *   v      [B, Lk, ldv]         head g in columns g·vh .. g·vh + Dv
  *   concat [B, Lq, H·Dv]        the heads' outputs side by side
- * with Lkp = nkb·BC, Lk rounded up to whole key blocks. The row strides
- * ldk and ldv are padded by a cache line: a tile's rows, which lie a power
- * of two apart otherwise, then fall into different cache sets, and the
- * projections write all heads with one product. */
-static inline int64_t attn__ldk(int64_t Lkp) {
-  return Lkp + 16;
+ * A key block is read up to Lkp = Lk rounded up to ATTN__KPAD, and a value
+ * row of head g as Dvp floats from g·vh (Dvp = Dv rounded up to
+ * ATTN__VPAD). Where ldk < ATTN__KPAD (Lk < ATTN__KPAD: rows of a few keys)
+ * a row's read runs on into the next rows, and where vh = Dv < Dvp a head's
+ * into the next head's: finite numbers of this call's K or V, or the zeros
+ * of the buffer's tail, which the kernels mask (keys past Lk get -inf) or
+ * drop (output columns past Dv); the tails hold what the last row's read
+ * passes. So K and V take about what their tensors take, for any Lk, Dh or
+ * number of heads. The row strides are padded by a cache line where they
+ * would otherwise be a multiple of a block (a tile's rows, a power of two
+ * apart, would fall into the same cache sets). */
+static inline int64_t attn__pad_line(int64_t n) {
+  n = attn__round_up(n, 16);
+  return n % 64 ? n : n + 16;
 }
+static inline int64_t attn__ldk(int64_t Lk) {
+  return Lk < ATTN__KPAD ? Lk : attn__pad_line(Lk);
+}
+static inline int64_t attn__vh(int64_t Dv) {
+  return Dv < ATTN__VPAD ? Dv : attn__round_up(Dv, ATTN__VPAD);
+}
+static inline int64_t attn__ldv_ws(int64_t Hkv, int64_t vh) {
+  return attn__pad_line(Hkv * vh);
+}
+/* Floats after kt's and v's last rows, for the reads that pass them. */
+#define ATTN__TAIL 16
+/* A kv cache's pages (attn_kv_t) keep their own layout: heads Dvp apart. */
 static inline int64_t attn__ldv(int64_t Hkv, int64_t Dvp) {
   return Hkv * Dvp + 16;
 }
 
+/* Per-thread scratch, in floats from its start, each part 64-byte aligned.
+ * Attention (a unit of `rows` query rows): S or P [rows, lds], O [rows,
+ * Dvp], the unit's query rows [rows, Dh] (none for one row, which is
+ * contiguous already), l [rows, 16], m [rows], lo and hi [rows] int64, the
+ * exact path's sums [Dvp] doubles. Only `slots` threads run attention (no
+ * more than there are units); every thread has `stage1` floats for the
+ * layout (a chunk of the rope's cosines and sines). */
+typedef struct attn__scratch {
+  int64_t rows, lds;
+  int64_t s, o, q, l, m, lo, hi, acc, floats;
+  int64_t slots, stage1;
+} attn__scratch_t;
+void attn__scratch_plan(const attn_plan_t *plan, attn__scratch_t *sc);
+
+/* The workspace attn_forward lays out for this plan, in bytes. */
+size_t attn__workspace_bytes(const attn_plan_t *plan);
+
+/* The rope's pairs whose angles stage 1 holds at once. */
+#define ATTN__ROPE_CHUNK 256
+
 typedef struct attn__ctx {
   const attn_plan_t *plan;
-  int64_t Lkp, Dvp, ldk, ldv, off; /* off = Lk - Lq */
+  int64_t Lkp, Dvp, vh, ldk, ldv, off; /* off = Lk - Lq */
   const float *q, *kt, *v;
   /* With a kv cache (attn_kv_t), instead of kt and v: the pages, each
    * item's cached keys, and the offset of a page's values; ldk is then
@@ -75,8 +118,8 @@ typedef struct attn__ctx {
   float softcap;
   int64_t wl, wr; /* window sides, -1 if unbounded (attn_plan_t) */
   int64_t n_qblocks;
-  int heads_per_unit;    /* H when mean weights are asked for, else 1 */
-  size_t scratch_floats; /* per thread */
+  int heads_per_unit; /* H when mean weights are asked for, else 1 */
+  attn__scratch_t sc; /* the attention's part of the scratch */
   /* Numeric safety (forward.c decides, the kernels obey): */
   int exact;     /* every row by the float64 path: some score may leave
                     float32's range, or the softcap is below 1/FLT_MAX */
@@ -106,8 +149,8 @@ static inline const float *attn__kt_tile(const attn__ctx_t *c, int64_t b,
 static inline const float *attn__v_tile(const attn__ctx_t *c, int64_t b,
                                         int64_t g, int64_t kb) {
   if (c->pages)
-    return c->pages[b][kb] + c->v_off + g * c->Dvp;
-  return c->v + (b * c->Lkp + kb * ATTN__BC) * c->ldv + g * c->Dvp;
+    return c->pages[b][kb] + c->v_off + g * c->vh;
+  return c->v + (b * c->plan->Lk + kb * ATTN__BC) * c->ldv + g * c->vh;
 }
 
 /* Stages that can find a result that does not fit float32, in the order
@@ -162,13 +205,10 @@ void attn__dots_avx2(int64_t, int64_t, int64_t, float, const float *, int64_t,
 void attn__dots_avx512(int64_t, int64_t, int64_t, float, const float *, int64_t,
                        const float *, int64_t, float *, int64_t, int64_t);
 
-/* Floats of per-thread scratch the kernels need for this plan. */
-size_t attn__scratch_floats(const attn_plan_t *plan);
-
 /* Computes one unit of attention: batch item, a block of ATTN__BR query
  * rows, and one head (or all heads, when heads_per_unit is H), writing
  * concat, head outputs and weights for those rows. `scratch` is this
- * thread's, of ctx->scratch_floats floats, 64-byte aligned. Any thread;
+ * thread's, of ctx->sc.floats floats, 64-byte aligned. Any thread;
  * units never write the same memory. One function per instruction set. */
 typedef void (*attn__attend_fn)(const attn__ctx_t *ctx, int64_t b, int64_t h,
                                 int64_t qblock, float *scratch);

@@ -5,7 +5,7 @@
  * This file is compiled once per ISA (-DATTN_KERNEL_ISA=generic|avx2|avx512
  * with that ISA's -m flags) and written with GCC vector extensions, so that
  * one source gives 128-, 256- and 512-bit code. Layouts are those of
- * attn__ctx_t: q [B, Lq, H·Dh], kt [B, Hkv·Dh, ldk], v [B, Lkp, ldv], or
+ * attn__ctx_t: q [B, Lq, H·Dh], kt [B, Hkv·Dh, ldk], v [B, Lk, ldv], or
  * the pages of a kv cache; keys and values are read a block at a time
  * (attn__kt_tile, attn__v_tile), a block being a page.
  *
@@ -472,8 +472,25 @@ INLINE void qk_softmax_tile(const int mr, const float *q, int64_t ldq,
  * would leave the FMA units waiting on their results (a decode step's one
  * row and one vector: a chain of C dependent FMAs, each waiting out the
  * last's latency); so u copies of them, u = PV_SPLIT(mr·nv), take every
- * u-th key, and are summed at the end. C is a multiple of 8. */
+ * u-th key, and are summed at the end. Key c goes to copy c % u whatever
+ * C is, so that stopping at the last key that exists (V has no rows past
+ * Lk) sums the same as running on over keys of weight 0. */
 #define PV_SPLIT(t) ((t) == 1 ? 8 : (t) <= 3 ? 4 : (t) <= 5 ? 2 : 1)
+/* acc += p[r·ldp] · the value row v, for the mr rows of a tile. */
+INLINE void pv_key(const int mr, const int nv, const float *p, int64_t ldp,
+                   const float *v, vf acc[PV_MR][PV_NV]) {
+  vf x[PV_NV];
+#pragma GCC unroll 8
+  for (int n = 0; n < nv; n++)
+    x[n] = ld(v + n * VL);
+#pragma GCC unroll 8
+  for (int r = 0; r < mr; r++) {
+    vf a = splat(p[r * ldp]);
+#pragma GCC unroll 8
+    for (int n = 0; n < nv; n++)
+      acc[r][n] += a * x[n];
+  }
+}
 INLINE void pv_tile(const int mr, const int nv, const float *p, int64_t ldp,
                     const float *v, int64_t ldv, int64_t C, float *o,
                     int64_t ldo) {
@@ -486,21 +503,15 @@ INLINE void pv_tile(const int mr, const int nv, const float *p, int64_t ldp,
 #pragma GCC unroll 8
       for (int n = 0; n < nv; n++)
         acc[k][r][n] = k ? splat(0) : ld(o + r * ldo + n * VL);
-  for (int64_t c = 0; c < C; c += u)
+  int64_t c = 0;
+  for (; c + u <= C; c += u)
 #pragma GCC unroll 8
-    for (int k = 0; k < u; k++) {
-      vf x[PV_NV];
+    for (int k = 0; k < u; k++)
+      pv_key(mr, nv, p + c + k, ldp, v + (c + k) * ldv, acc[k]);
 #pragma GCC unroll 8
-      for (int n = 0; n < nv; n++)
-        x[n] = ld(v + (c + k) * ldv + n * VL);
-#pragma GCC unroll 8
-      for (int r = 0; r < mr; r++) {
-        vf a = splat(p[r * ldp + c + k]);
-#pragma GCC unroll 8
-        for (int n = 0; n < nv; n++)
-          acc[k][r][n] += a * x[n];
-      }
-    }
+  for (int k = 0; k < u; k++) /* the last keys, fewer than u */
+    if (c + k < C)
+      pv_key(mr, nv, p + c + k, ldp, v + (c + k) * ldv, acc[k]);
 #pragma GCC unroll 8
   for (int k = 1; k < u; k++)
 #pragma GCC unroll 8
@@ -685,29 +696,36 @@ static int any_terms(const attn__ctx_t *c) {
   return c->has_softcap || c->bias || c->slopes || c->allow;
 }
 
+/* The keys of the block at j0 that are computed: all ATTN__BC, or in the
+ * last block those up to Lkp, the next multiple of ATTN__KPAD past Lk
+ * (internal.h: kt's rows are read no further). */
+static inline int block_keys(const attn__ctx_t *c, int64_t j0) {
+  return c->Lkp - j0 < ATTN__BC ? (int)(c->Lkp - j0) : ATTN__BC;
+}
+
 /* ---- the exact path ----------------------------------------------------- */
 
 /* The scores of query row i (q: its Dh floats) of head h against the keys
- * [j0, j0 + BC), in float64, with the score terms and masks applied, in
+ * [j0, j0 + n), in float64, with the score terms and masks applied, in
  * the order of score_terms: s[k] is -inf where key j0 + k is masked or
  * outside [lo, hi). Nothing here can overflow float64: |q·k| <= Dh·FLT_MAX²
  * times a scale <= FLT_MAX, and slope·distance <= FLT_MAX·2^49. */
 static void exact_scores(const attn__ctx_t *c, int64_t b, int64_t h, int64_t i,
-                         const float *q, int64_t j0, int64_t lo, int64_t hi,
-                         double *s) {
+                         const float *q, int64_t j0, int n, int64_t lo,
+                         int64_t hi, double *s) {
   const attn_plan_t *pl = c->plan;
   const float *kt = attn__kt_tile(c, b, h / (pl->H / pl->Hkv), j0 / ATTN__BC);
-  for (int k = 0; k < ATTN__BC; k++)
+  for (int k = 0; k < n; k++)
     s[k] = 0;
   for (int64_t d = 0; d < pl->Dh; d++) {
     const double qd = (double)q[d];
     const float *kr = kt + d * c->ldk;
-    for (int k = 0; k < ATTN__BC; k++)
+    for (int k = 0; k < n; k++)
       s[k] += qd * (double)kr[k];
   }
   const double cap = c->softcap, slope = c->slopes ? c->slopes[h] : 0;
   const int64_t *bs = c->bias_st, *as = c->allow_st;
-  for (int k = 0; k < ATTN__BC; k++) {
+  for (int k = 0; k < n; k++) {
     const int64_t j = j0 + k, dist = i + attn__item_off(c, b) - j;
     if (j < lo || j >= hi) {
       s[k] = -INFINITY;
@@ -751,8 +769,9 @@ static int attend_row_exact(const attn__ctx_t *c, int64_t b, int64_t h,
   double m = -INFINITY;
   int bad = 0;
   for (int64_t kb = kb0; kb < kb1; kb++) {
-    exact_scores(c, b, h, i, q, kb * ATTN__BC, lo, hi, s);
-    for (int k = 0; k < ATTN__BC; k++) {
+    int n = block_keys(c, kb * ATTN__BC);
+    exact_scores(c, b, h, i, q, kb * ATTN__BC, n, lo, hi, s);
+    for (int k = 0; k < n; k++) {
       bad |= isnan(s[k]) || s[k] == INFINITY;
       m = s[k] > m ? s[k] : m;
     }
@@ -768,13 +787,14 @@ static int attend_row_exact(const attn__ctx_t *c, int64_t b, int64_t h,
     acc[d] = 0;
   for (int64_t kb = kb0; kb < kb1; kb++) {
     int64_t j0 = kb * ATTN__BC;
-    exact_scores(c, b, h, i, q, j0, lo, hi, s);
-    for (int k = 0; k < ATTN__BC; k++) /* <= 0; e^-1000 is 0 in float32 */
+    int n = block_keys(c, j0);
+    exact_scores(c, b, h, i, q, j0, n, lo, hi, s);
+    for (int k = 0; k < n; k++) /* <= 0; e^-1000 is 0 in float32 */
       w[k] = (float)(s[k] - m > -1000.0 ? s[k] - m : -1000.0);
-    for (int k = 0; k < ATTN__BC; k += VL)
+    for (int k = 0; k < n; k += VL)
       st(w + k, vexp(ld(w + k)));
     const float *vb = attn__v_tile(c, b, g, kb);
-    for (int k = 0; k < ATTN__BC; k++) {
+    for (int k = 0; k < n; k++) {
       if (w[k] == 0.0f)
         continue;
       const float *vr = vb + k * ldv;
@@ -783,13 +803,13 @@ static int attend_row_exact(const attn__ctx_t *c, int64_t b, int64_t h,
         acc[d] += (double)w[k] * (double)vr[d];
     }
     if (p)
-      memcpy(p + j0, w, sizeof w);
+      memcpy(p + j0, w, (size_t)n * sizeof(float));
   }
   /* l >= 1: the max's own weight is e^0 */
   for (int64_t d = 0; d < Dv; d++)
     o[d] = (float)(acc[d] / l);
   if (p)
-    for (int64_t j = kb0 * ATTN__BC; j < kb1 * ATTN__BC; j++)
+    for (int64_t j = kb0 * ATTN__BC; j < kb1 * ATTN__BC && j < c->Lkp; j++)
       p[j] = (float)(p[j] / l);
   return 0;
 }
@@ -820,8 +840,8 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
     /* The last block's keys are computed up to the next SW past jend,
      * not the whole block: a short tail (a tiny request's 16 keys, a
      * decode step's 100) costs what it holds. */
-    int64_t w = jend - j0 >= ATTN__BC ? ATTN__BC
-                                      : (jend - j0 + SW - 1) / SW * SW;
+    int64_t w =
+        jend - j0 >= ATTN__BC ? ATTN__BC : (jend - j0 + SW - 1) / SW * SW;
     int inside = 1;
     for (int64_t r = 0; r < rows; r++)
       inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
@@ -866,8 +886,10 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
       }
       st(l + r * VL, sum);
     }
-    /* pass 4: O += P·V */
-    mix(s, ATTN__BC, attn__v_tile(c, b, g, kb), ldv, Dvp, rows, w, o);
+    /* pass 4: O += P·V, over the keys that exist (V has no rows past Lk;
+     * the rest have weight 0) */
+    mix(s, ATTN__BC, attn__v_tile(c, b, g, kb), ldv, Dvp, rows,
+        w < pl->Lk - j0 ? w : pl->Lk - j0, o);
   }
   for (int64_t r = 0; r < rows; r++) {
     float lr = hsum(ld(l + r * VL));
@@ -888,20 +910,20 @@ static void attend_two_pass(const attn__ctx_t *c, int64_t b, int64_t h,
   const attn_plan_t *pl = c->plan;
   int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp, Lkp = c->Lkp;
   int64_t ldq = Dh, ldv = c->ldv;
-  int64_t c0 = kb0 * ATTN__BC, c1 = kb1 * ATTN__BC;
+  int64_t c0 = kb0 * ATTN__BC, c1 = kb1 * ATTN__BC < Lkp ? kb1 * ATTN__BC : Lkp;
   int terms = any_terms(c);
 
   /* pass 1: scores for the visible blocks, terms and masks */
   if (c1 > c0) {
     for (int64_t j0 = c0; j0 < c1; j0 += ATTN__BC) {
+      int n = block_keys(c, j0);
       scores(q, ldq, Dh, attn__kt_tile(c, b, g, j0 / ATTN__BC), c->ldk, rows,
-             p + j0, Lkp, ATTN__BC);
+             p + j0, Lkp, n);
       int inside = 1;
       for (int64_t r = 0; r < rows; r++)
         inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
       if (terms || !inside)
-        score_terms(c, b, h, i0, rows, j0, ATTN__BC, p + j0, Lkp, lo, hi,
-                    inside);
+        score_terms(c, b, h, i0, rows, j0, n, p + j0, Lkp, lo, hi, inside);
     }
   }
   /* pass 2: exact softmax per row; zeros outside [c0, c1) */
@@ -932,9 +954,11 @@ static void attend_two_pass(const attn__ctx_t *c, int64_t b, int64_t h,
   /* pass 3: O = P·V, block by block (the same sums in the same order as
    * one pass over them all) */
   memset(o, 0, (size_t)(rows * Dvp) * sizeof(float));
-  for (int64_t kb = kb0; kb < kb1; kb++)
-    mix(p + kb * ATTN__BC, Lkp, attn__v_tile(c, b, g, kb), ldv, Dvp, rows,
-        ATTN__BC, o);
+  for (int64_t kb = kb0; kb < kb1; kb++) {
+    int64_t j0 = kb * ATTN__BC, n = pl->Lk - j0;
+    mix(p + j0, Lkp, attn__v_tile(c, b, g, kb), ldv, Dvp, rows,
+        n < ATTN__BC ? n : ATTN__BC, o);
+  }
 }
 
 void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
@@ -945,16 +969,16 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   int64_t Dv = pl->Dv, Dvp = c->Dvp, Lk = pl->Lk, H = pl->H;
   int two_pass = c->weights || c->mean_weights;
 
-  /* scratch: S or P [BR, BC or Lkp] | O [BR, Dvp] | Q [BR, Dh] |
-   * l [BR, 16] | m [BR] | lo, hi [BR] | the exact path's sums [Dvp] */
-  float *s = scratch;
-  float *o = s + ATTN__BR * (two_pass ? c->Lkp : ATTN__BC);
-  float *qb = o + ATTN__BR * Dvp;
-  float *l = qb + ATTN__BR * pl->Dh;
-  float *m = l + ATTN__BR * 16;
-  int64_t *lo = (int64_t *)(m + ATTN__BR);
-  int64_t *hi = lo + ATTN__BR;
-  double *acc = (double *)(hi + ATTN__BR);
+  /* scratch (attn__scratch_t): S or P | O | Q | l | m | lo, hi | sums */
+  const attn__scratch_t *sc = &c->sc;
+  float *s = scratch + sc->s;
+  float *o = scratch + sc->o;
+  float *qb = scratch + sc->q;
+  float *l = scratch + sc->l;
+  float *m = scratch + sc->m;
+  int64_t *lo = (int64_t *)(scratch + sc->lo);
+  int64_t *hi = (int64_t *)(scratch + sc->hi);
+  double *acc = (double *)(scratch + sc->acc);
 
   /* The key blocks any row may see. */
   int64_t jmin = Lk, jmax = 0;
@@ -971,16 +995,19 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
 
   for (int64_t h = h0; h < h0 + c->heads_per_unit; h++) {
     /* This head's query rows, contiguous: in q they lie H·Dh apart, which
-     * maps a block's rows onto few cache sets. */
+     * maps a block's rows onto few cache sets. One row is contiguous. */
     int64_t ldq = pl->H * pl->Dh;
     const float *q = c->q + (b * pl->Lq + i0) * ldq + h * pl->Dh;
-    for (int64_t r = 0; r < rows; r++)
-      memcpy(qb + r * pl->Dh, q + r * ldq, (size_t)pl->Dh * sizeof(float));
+    if (rows == 1)
+      qb = (float *)q;
+    else
+      for (int64_t r = 0; r < rows; r++)
+        memcpy(qb + r * pl->Dh, q + r * ldq, (size_t)pl->Dh * sizeof(float));
     const int64_t pos = (b * H + h) * pl->Lq + i0; /* for attn__fail */
     if (c->exact) {
       for (int64_t r = 0; r < rows; r++)
         if (attend_row_exact(c, b, h, i0 + r, lo[r], hi[r], qb + r * pl->Dh,
-                             o + r * Dvp, two_pass ? s + r * c->Lkp : NULL,
+                             o + r * Dvp, two_pass ? s + r * sc->lds : NULL,
                              acc) < 0)
           attn__fail(c->fail, ATTN__FAIL_SCORES, pos + r);
     } else if (two_pass) {
@@ -990,14 +1017,17 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
     }
     /* Every output row must be finite: one the fast paths overflowed
      * (large values) is redone exactly; one that still is not cannot be
-     * written in float32. */
+     * written in float32. Columns past Dv hold the next head's sums where
+     * heads lie packed (vh < Dvp): not this head's, dropped first. */
     for (int64_t r = 0; r < rows; r++) {
       float *y = o + r * Dvp;
+      if (c->vh < Dvp)
+        memset(y + Dv, 0, (size_t)(Dvp - Dv) * sizeof(float));
       if (finite_row(y, Dvp))
         continue;
       if (!c->exact &&
           attend_row_exact(c, b, h, i0 + r, lo[r], hi[r], qb + r * pl->Dh, y,
-                           two_pass ? s + r * c->Lkp : NULL, acc) < 0)
+                           two_pass ? s + r * sc->lds : NULL, acc) < 0)
         attn__fail(c->fail, ATTN__FAIL_SCORES, pos + r);
       if (!finite_row(y, Dvp))
         attn__fail(c->fail, ATTN__FAIL_OUTPUT, pos + r);
@@ -1012,11 +1042,11 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
         memcpy(c->head_outputs + ((b * H + h) * pl->Lq + i) * Dv, y,
                (size_t)Dv * sizeof(float));
       if (c->weights)
-        memcpy(c->weights + ((b * H + h) * pl->Lq + i) * Lk, s + r * c->Lkp,
+        memcpy(c->weights + ((b * H + h) * pl->Lq + i) * Lk, s + r * sc->lds,
                (size_t)Lk * sizeof(float));
       if (c->mean_weights) {
         float *mw = c->mean_weights + (b * pl->Lq + i) * Lk;
-        const float *x = s + r * c->Lkp;
+        const float *x = s + r * sc->lds;
         if (h == h0)
           memcpy(mw, x, (size_t)Lk * sizeof(float));
         else

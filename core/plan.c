@@ -116,12 +116,6 @@ static int check_broadcast(const attn_tensor_t *t, attn_field_t field,
   return 0;
 }
 
-/* Adds n floats, rounded up to whole cache lines, to *total. */
-static int add_floats(size_t *total, int64_t n) {
-  size_t bytes = (size_t)attn__round_up(n, ATTN__ALIGN / 4) * 4;
-  return __builtin_add_overflow(*total, bytes, total) ? -1 : 0;
-}
-
 /* Whether a·b·c·d stays within `lim` (all >= 1), with no product formed
  * that could overflow. */
 static int within(int64_t lim, int64_t a, int64_t b, int64_t c, int64_t d) {
@@ -153,28 +147,8 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
   pl->mean_elems = B * Lq * Lk;
   pl->head_elems = B * H * Lq * pl->Dv;
 
-  /* Workspace: q, kt, v, concat (when an output projection follows), the
-   * ALiBi slopes, the rope's frequencies, and each thread's scratch. */
-  size_t ws = 0;
-  int bad = add_floats(&ws, B * H * Lq * pl->Dh);
-  if (!p->kv) { /* with a kv cache, K and V are laid out in its pages */
-    bad |= add_floats(&ws, B * Hkv * pl->Dh * attn__ldk(Lkp));
-    bad |= add_floats(&ws, B * Lkp * attn__ldv(Hkv, Dvp));
-  } else { /* from the new tokens' rows of K and V, projected at once */
-    bad |= add_floats(&ws, B * Lq * Hkv * pl->Dh);
-    bad |= add_floats(&ws, B * Lq * Hkv * pl->Dv);
-  }
-  if (present(&p->o_weight))
-    bad |= add_floats(&ws, B * Lq * H * pl->Dv);
-  bad |= add_floats(&ws, H);
-  bad |= add_floats(&ws, pl->rope_dims); /* the rope's dims/2 frequencies,
-                                            as doubles */
-  for (int t = 0; t < pl->threads; t++)
-    bad |= add_floats(&ws, (int64_t)attn__scratch_floats(pl));
-  if (bad)
-    return attn__err(err, ATTN_EOVERFLOW, ATTN_FIELD_QUERY,
-                     "workspace size overflows");
-  pl->workspace_bytes = ws;
+  /* Workspace (forward.c, lay_out): its products are bounded above. */
+  pl->workspace_bytes = attn__workspace_bytes(pl);
 
   double proj = 0;
   if (present(&p->q_weight))
@@ -432,16 +406,17 @@ static int check_heads_and_projections(attn_plan_t *pl, const attn_params_t *p,
  * it writes (internal.h), must fit one. */
 static int check_blas_sizes(const attn_plan_t *pl, const attn_params_t *p,
                             attn_error_t *err) {
-  const int64_t Lkp = attn__round_up(pl->Lk, ATTN__BC);
-  const int64_t Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
   const struct {
     const attn_tensor_t *w;
     attn_field_t field;
     int64_t ld; /* the stride of what it writes */
   } ws[] = {
       {&p->q_weight, ATTN_FIELD_Q_WEIGHT, pl->H * pl->Dh},
-      {&p->k_weight, ATTN_FIELD_K_WEIGHT, p->kv ? ATTN_KV_LDK : attn__ldk(Lkp)},
-      {&p->v_weight, ATTN_FIELD_V_WEIGHT, attn__ldv(pl->Hkv, Dvp)},
+      {&p->k_weight, ATTN_FIELD_K_WEIGHT,
+       p->kv ? ATTN_KV_LDK : attn__ldk(pl->Lk)},
+      {&p->v_weight, ATTN_FIELD_V_WEIGHT,
+       p->kv ? attn__ldv(pl->Hkv, attn__round_up(pl->Dv, ATTN__VPAD))
+             : attn__ldv_ws(pl->Hkv, attn__vh(pl->Dv))},
       {&p->o_weight, ATTN_FIELD_O_WEIGHT, pl->Eo},
   };
   for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)

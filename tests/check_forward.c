@@ -819,6 +819,103 @@ START_TEST(test_large) {
 }
 END_TEST
 
+/* ---- workspace in proportion to the tensors --------------------------------
+ *
+ * attn_plan_init's workspace must follow the tensors of the call, for
+ * every shape: at most WS_FACTOR times the bytes of its inputs, weights
+ * and outputs, plus WS_PER_THREAD for each thread (a thread's tiles of
+ * scores and running sums). A layout padded to whole tiles (keys to 64, a
+ * unit's scratch to 64 query rows, for every thread) fails it: it planned
+ * 275 times the input for one query row of one head of 4M features, and
+ * 1121 times for one row of 512 heads of one feature. Each shape that is
+ * small enough also runs against the reference, with 1 and 3 threads. */
+#define WS_FACTOR 4
+#define WS_PER_THREAD (64 << 10)
+
+static const struct ws_shape {
+  const char *name;
+  int64_t B, Lq, Lk, H, Hkv, Dh, Dv, E; /* E > 0: all projections, E wide */
+  int cross, weights, threads;
+} ws_shapes[] = {
+    {"one row, one head of 4M features", 1, 1, 1, 1, 1, 1 << 22, 1 << 22, 0, 0,
+     0, 1},
+    {"one row, 1M features, 4 threads", 1, 1, 1, 1, 1, 1 << 20, 1 << 20, 0, 0,
+     0, 4},
+    {"decode step: Lq 1, Lk 512, 8 heads", 1, 1, 512, 8, 8, 64, 64, 0, 1, 0, 1},
+    {"one key: Lq 512, Lk 1", 1, 512, 1, 8, 8, 64, 64, 0, 1, 0, 4},
+    {"512 heads of 1 feature", 1, 1, 1, 512, 512, 1, 1, 0, 0, 0, 1},
+    {"128 heads of 3, Lq = Lk = 64", 1, 64, 64, 128, 128, 3, 3, 0, 0, 0, 2},
+    {"GQA heads of 2, values of 5", 2, 9, 7, 8, 2, 2, 5, 0, 1, 0, 3},
+    {"B 4096 of one token", 4096, 1, 1, 2, 2, 8, 8, 0, 0, 0, 4},
+    {"B 256, L 2, heads of 2", 256, 2, 2, 4, 4, 2, 2, 0, 1, 0, 2},
+    {"weights returned, Lk 100", 1, 100, 100, 4, 4, 16, 16, 0, 1, 1, 2},
+    {"projections, one row, E 512", 1, 1, 1, 8, 8, 64, 64, 512, 0, 0, 1},
+    {"projections, 64 rows, E 512", 1, 64, 64, 8, 8, 64, 64, 512, 0, 0, 1},
+    {"square 64, 8 heads of 64", 1, 64, 64, 8, 8, 64, 64, 0, 0, 0, 1},
+};
+#define N_WS_SHAPES ((int)(sizeof ws_shapes / sizeof ws_shapes[0]))
+
+START_TEST(test_workspace_bounded) {
+  const struct ws_shape *w = &ws_shapes[_i];
+  static const float dummy[1] = {0}; /* planning reads no tensor's data */
+  const int64_t B = w->B, E = w->E;
+  const int64_t Eq = E ? E : w->H * w->Dh, Ek = E ? E : w->Hkv * w->Dh,
+                Ev = E ? E : w->Hkv * w->Dv;
+  attn_params_t p = {0};
+  p.query = tu_t3(dummy, B, w->Lq, Eq);
+  double bytes = (double)(B * w->Lq * Eq);
+  if (w->cross) {
+    p.key = tu_t3(dummy, B, w->Lk, Ek);
+    p.value = tu_t3(dummy, B, w->Lk, Ev);
+    bytes += (double)(B * w->Lk * (Ek + Ev));
+  }
+  if (E) {
+    p.q_weight = tu_t2(dummy, w->H * w->Dh, E);
+    p.k_weight = tu_t2(dummy, w->Hkv * w->Dh, E);
+    p.v_weight = tu_t2(dummy, w->Hkv * w->Dv, E);
+    p.o_weight = tu_t2(dummy, E, w->H * w->Dv);
+    bytes +=
+        (double)(E * (w->H * w->Dh + w->Hkv * (w->Dh + w->Dv) + w->H * w->Dv));
+  }
+  p.num_heads = w->H;
+  p.num_kv_heads = w->Hkv;
+  p.want_weights = w->weights;
+  attn_exec_t ex = {.threads = w->threads};
+  attn_plan_t plan;
+  attn_error_t err;
+  ck_assert_msg(attn_plan_init(&plan, &p, &ex, &err) == 0, "%s: %s", w->name,
+                err.message);
+  bytes += (double)plan.out_elems + (w->weights ? plan.weights_elems : 0);
+  bytes *= sizeof(float);
+  double bound = WS_FACTOR * bytes + (double)WS_PER_THREAD * w->threads;
+  ck_assert_msg((double)plan.workspace_bytes <= bound,
+                "%s: workspace of %zu bytes, %.1f times the tensors' %.0f; "
+                "at most %d times them plus %d per thread",
+                w->name, plan.workspace_bytes,
+                (double)plan.workspace_bytes / bytes, bytes, WS_FACTOR,
+                WS_PER_THREAD);
+
+  if (bytes > (64 << 20) || B * w->H * w->Lq * w->Lk * (w->Dh + w->Dv) > 1e8)
+    return; /* the reference would take too long */
+  tu_spec_t s = {.B = B,
+                 .batched = 1,
+                 .Lq = w->Lq,
+                 .Lk = w->Lk,
+                 .H = w->H,
+                 .Hkv = w->Hkv,
+                 .Dh = w->Dh,
+                 .Dv = w->Dv,
+                 .Eq = Eq,
+                 .Ek = Ek,
+                 .Ev = Ev,
+                 .Eo = E ? E : w->H * w->Dv,
+                 .cross = w->cross || w->Lk != w->Lq,
+                 .value_given = w->cross || w->Lk != w->Lq || w->Dv != w->Dh,
+                 .proj = E ? TU_ALLPROJ : 0};
+  check_case(w->name, &s, 31 + (uint64_t)_i, feature_execs, 2);
+}
+END_TEST
+
 /* ---- projection chunks ----------------------------------------------------
  */
 
@@ -1210,6 +1307,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_large);
   tcase_add_loop_test(tc, test_proj_chunks, 0, 2);
   tcase_add_loop_test(tc, test_running_max, 0, 8);
+  tcase_add_loop_test(tc, test_workspace_bounded, 0, N_WS_SHAPES);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("numeric");
