@@ -119,6 +119,9 @@ static const cfg_key_t keys[] = {
             "a request of at most this many flops is computed at once on the "
             "HTTP thread that read it, not queued for a worker (the hops "
             "cost more than its work); 0: never"),
+    INT_KEY(scratch_keep_bytes, "64M", 0, INT64_C(1) << 50, F_SIZE,
+            "workspace a worker or HTTP thread keeps for the next request; "
+            "a larger one is freed once its request is computed"),
     INT_KEY(batch_window_us, "500", 0, 1000000, F_INFO,
             "session steps of one layer are computed together, the first "
             "waiting up to this long for others while they keep arriving and "

@@ -44,6 +44,7 @@ typedef struct attnd_config {
   char cors_allow_origins[2048]; /* comma-separated origins, "*", or "" */
   char layers[4096]; /* comma-separated .safetensors files and directories */
   int64_t inline_max_flops;   /* computed on the HTTP thread up to this */
+  int64_t scratch_keep_bytes; /* a thread's workspace kept between requests */
   int64_t batch_window_us;    /* session steps batched (0: not) */
   int64_t max_batch_tokens;   /* new tokens in a batch at most */
   int64_t kv_cache_bytes;     /* the sessions' pool, in max_memory_bytes */

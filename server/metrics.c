@@ -175,8 +175,11 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
   attnd_buf_printf(
       b,
       "# HELP attnd_inflight Requests admitted and not yet answered.\n"
-      "# TYPE attnd_inflight gauge\nattnd_inflight %d\n",
-      g->inflight);
+      "# TYPE attnd_inflight gauge\nattnd_inflight %d\n"
+      "# HELP attnd_scratch_bytes Workspace that workers and HTTP threads "
+      "hold, kept between requests up to scratch_keep_bytes each.\n"
+      "# TYPE attnd_scratch_bytes gauge\nattnd_scratch_bytes %lld\n",
+      g->inflight, (long long)g->scratch_bytes);
   attnd_buf_printf(
       b,
       "# HELP attnd_sessions KV-cache sessions held.\n"

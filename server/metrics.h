@@ -67,6 +67,8 @@ typedef struct attnd_gauges {
   uint64_t evicted_lru, expired, deleted;
   /* batches of session steps (scheduler.h) */
   uint64_t batches, batched_steps;
+  /* the workspaces workers and HTTP threads hold (run.h) */
+  int64_t scratch_bytes;
 } attnd_gauges_t;
 
 /* Appends the whole exposition to b. */

@@ -164,6 +164,8 @@ int attnd_serve(const attnd_config_t *cfg) {
   attn_backend_info(&s->backend);
   s->id_prefix = attnd_random_u64();
   s->budget.max = cfg->max_memory_bytes - cfg->kv_cache_bytes;
+  attnd__scratch_keep = (size_t)cfg->scratch_keep_bytes;
+  attnd__scratch_budget = &s->budget;
   s->metrics = attnd_metrics_new();
   s->sessions = attnd_sessions_new(cfg->kv_cache_bytes);
   s->access_log = attnd_access_log_open(cfg->access_log);

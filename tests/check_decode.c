@@ -1183,7 +1183,7 @@ START_TEST(test_small_no_alloc) {
   ck_assert_int_lt(k, (int)sizeof body - 1);
   attnd_request_t *j;
   attnd_error_t e;
-  attnd_scratch_t s = {NULL, 0};
+  attnd_scratch_t s = {0};
   for (int round = 0; round < 2; round++) { /* the first warms the pools */
     /* counted between Check's assertions, which allocate */
     alloc_fail_arm(-1, 0);
@@ -1208,7 +1208,7 @@ START_TEST(test_small_no_alloc) {
                     "allocations: %ld decoding, %ld running, %ld encoding",
                     decoding, running, encoding);
   }
-  free(s.data);
+  attnd_scratch_free(&s);
 }
 END_TEST
 
@@ -1287,7 +1287,7 @@ START_TEST(test_oom_run) {
   for (n = 0;; n++) {
     ck_assert_msg(n < MAX_ALLOCS, "%s: still failing at %ld", c->name, n);
     attnd_request_t *j = decoded(body);
-    attnd_scratch_t s = {NULL, 0};
+    attnd_scratch_t s = {0};
     alloc_fail_arm(n, sticky);
     int r = attnd_request_run(j, 0, &s);
     int injected = alloc_fail_injected();
@@ -1297,7 +1297,7 @@ START_TEST(test_oom_run) {
                     "%s: allocation %ld failed: %d", c->name, n, r);
     else
       ck_assert_msg(r == 0 && j->result == 0, "%s: %d", c->name, r);
-    free(s.data);
+    attnd_scratch_free(&s);
     attnd_request_free(j);
     if (!injected)
       break;
@@ -1317,9 +1317,9 @@ START_TEST(test_oom_encode) {
   attnd__arenas = _i / 2 % 2; /* with the regions and arenas, and without */
   char *body = c->make();
   attnd_request_t *j = decoded(body);
-  attnd_scratch_t s = {NULL, 0};
+  attnd_scratch_t s = {0};
   ck_assert_int_eq(attnd_request_run(j, 0, &s), 0);
-  free(s.data);
+  attnd_scratch_free(&s);
   long n;
   for (n = 0;; n++) {
     ck_assert_msg(n < MAX_ALLOCS, "%s: still failing at %ld", c->name, n);
@@ -1434,7 +1434,7 @@ START_TEST(test_integer_extremes) {
   }
   ck_assert_msg(r == 0, "%s = %s: %s (%s: %s)", c->name, v,
                 attnd_error_name(e.code), e.field, e.message);
-  attnd_scratch_t s = {NULL, 0};
+  attnd_scratch_t s = {0};
   ck_assert_int_eq(attnd_request_run(j, 0, &s), 0);
   ref_result_t ref;
   ck_assert_int_eq(ref_attention(&j->params, &ref), 0);
@@ -1442,7 +1442,7 @@ START_TEST(test_integer_extremes) {
   ck_assert_msg(err <= 1e-5, "%s = %s: output off the reference by %g", c->name,
                 v, err);
   ref_result_free(&ref);
-  free(s.data);
+  attnd_scratch_free(&s);
   attnd_request_free(j);
 }
 END_TEST

@@ -76,7 +76,7 @@ static pthread_once_t inline_once = PTHREAD_ONCE_INIT;
 
 static void inline_scratch_free(void *p) {
   attnd_scratch_t *s = p;
-  free(s->data);
+  attnd_scratch_free(s);
   free(s);
 }
 

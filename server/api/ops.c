@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 
 #include "api/api.h"
+#include "sched/run.h"
 
 /* GET /healthz: the process answers. */
 enum MHD_Result attnd_ops_healthz(attnd_http_req_t *r) {
@@ -37,6 +38,7 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   g.expired = st.expired;
   g.deleted = st.deleted;
   attnd_sched_batches(s->sched, &g.batches, &g.batched_steps);
+  g.scratch_bytes = attnd_scratch_held();
   attnd_buf_t b;
   attnd_buf_init(&b);
   attnd_metrics_render(s->metrics, &g, &b);

@@ -13,6 +13,7 @@
 #include "codec/util.h"
 #include "http/access_log.h"
 #include "http/tls.h"
+#include "sched/run.h"
 
 /* Freed requests, kept for the next ones (64: about 600 KB). */
 static attnd_pool_t req_pool = ATTND_POOL_INIT(sizeof(attnd_http_req_t), 64);
@@ -192,6 +193,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   attnd_http_req_t *r = *con_cls;
   if (r == NULL)
     return;
+  int64_t held = r->req ? (int64_t)attnd_request_memory(r->req) : 0;
   attnd_budget_give(&s->budget,
                     &r->mem_held); /* before it counts as answered */
   if (r->status == 0) { /* libmicrohttpd answered (a bad chunk), or nobody */
@@ -225,6 +227,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   attnd_pool_put(&req_pool, r);
   *con_cls = NULL;
   atomic_fetch_sub(&s->active, 1);
+  attnd_memory_settle(held);
 }
 /* ---- the daemon ------------------------------------------------------------
  */

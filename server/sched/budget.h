@@ -14,16 +14,24 @@
 typedef struct attnd_budget {
   int64_t max;
   _Atomic int64_t used;
+  /* the workspaces that workers and HTTP threads keep between requests
+   * (run.h), less what a running request's share already counts */
+  _Atomic int64_t scratch;
 } attnd_budget_t;
 
 /* Takes `bytes` more and adds them to *held. Returns 0, or -1 (taking
- * nothing) when they do not fit now. */
+ * nothing) when they do not fit now beside what requests hold and the
+ * kept workspaces. */
 int attnd_budget_take(attnd_budget_t *b, int64_t bytes, int64_t *held);
 
 /* Gives back everything in *held and zeroes it. */
 void attnd_budget_give(attnd_budget_t *b, int64_t *held);
 
-/* Bytes held by all requests right now. */
+/* Adds `delta` (of either sign) to the kept workspaces' count: memory
+ * already allocated, so never refused. */
+void attnd_budget_scratch(attnd_budget_t *b, int64_t delta);
+
+/* Bytes held by all requests and kept workspaces right now. */
 int64_t attnd_budget_used(const attnd_budget_t *b);
 
 #endif

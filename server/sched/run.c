@@ -4,6 +4,9 @@
  * attnd_request_compatible. */
 #include "sched/run.h"
 
+#include <malloc.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,19 +35,66 @@ static int alloc_outputs(attnd_request_t *j) {
   return 0;
 }
 
-static int grow(attnd_scratch_t *s, size_t bytes) {
-  if (bytes <= s->cap && s->data)
-    return 0;
+/* ---- the threads' workspaces (run.h) ------------------------------------- */
+
+size_t attnd__scratch_keep = SIZE_MAX;
+attnd_budget_t *attnd__scratch_budget;
+static _Atomic int64_t scratch_held;
+
+int64_t attnd_scratch_held(void) {
+  return atomic_load(&scratch_held);
+}
+
+/* Sets the part of s the budget counts as kept to `counted`. */
+static void count_kept(attnd_scratch_t *s, size_t counted) {
+  if (attnd__scratch_budget)
+    attnd_budget_scratch(attnd__scratch_budget,
+                         (int64_t)counted - (int64_t)s->counted);
+  s->counted = counted;
+}
+
+static void drop(attnd_scratch_t *s) {
   free(s->data);
-  s->cap = (bytes + 63) / 64 * 64;
-  s->data = aligned_alloc(64, s->cap ? s->cap : 64);
-  if (s->data == NULL)
-    s->cap = 0;
+  atomic_fetch_sub(&scratch_held, (int64_t)s->cap);
+  s->data = NULL;
+  s->cap = 0;
+}
+
+/* Grows s to `bytes` at least, for a run whose requests' budget shares
+ * count `bytes` of it: the rest of it stays counted as kept. */
+static int grow(attnd_scratch_t *s, size_t bytes) {
+  if (bytes > s->cap || s->data == NULL) {
+    drop(s);
+    size_t cap = (bytes + 63) / 64 * 64;
+    if ((s->data = aligned_alloc(64, cap ? cap : 64)) != NULL) {
+      s->cap = cap;
+      atomic_fetch_add(&scratch_held, (int64_t)cap);
+    }
+  }
+  count_kept(s, s->cap > bytes ? s->cap - bytes : 0);
   return s->data ? 0 : -1;
 }
 
-int attnd_request_run(void *job, int worker, attnd_scratch_t *scratch) {
-  attnd_request_t *j = job;
+/* After a run: s is freed when it is above what a thread keeps, and all
+ * of what stays is counted as kept. */
+static void keep(attnd_scratch_t *s) {
+  if (s->cap > attnd__scratch_keep)
+    drop(s);
+  count_kept(s, s->cap);
+}
+
+void attnd_memory_settle(int64_t bytes) {
+  if (bytes > 0 && (uint64_t)bytes > attnd__scratch_keep)
+    malloc_trim(0);
+}
+
+void attnd_scratch_free(attnd_scratch_t *s) {
+  drop(s);
+  count_kept(s, 0);
+}
+
+/* The request alone, its workspace in `scratch`. */
+static int run_one(attnd_request_t *j, int worker, attnd_scratch_t *scratch) {
   j->worker = worker;
   j->threads = j->plan.threads;
   j->batch = 1;
@@ -59,6 +109,12 @@ int attnd_request_run(void *job, int worker, attnd_scratch_t *scratch) {
   }
   j->t.end = attnd_now_ms();
   return j->result;
+}
+
+int attnd_request_run(void *job, int worker, attnd_scratch_t *scratch) {
+  int rc = run_one(job, worker, scratch);
+  keep(scratch);
+  return rc;
 }
 
 /* ---- batches ------------------------------------------------------------- */
@@ -181,8 +237,9 @@ void attnd_request_run_batch(void *const *jobs, int n, int worker,
       /* one raised while the batch ran: computed, but not its client's */
       j->result = cancelled(j) ? ATTN_ECANCELED : 0;
     } else {
-      attnd_request_run(j, worker, scratch); /* its own error, its own time */
+      run_one(j, worker, scratch); /* its own error, its own time */
     }
     results[at[k]] = j->result;
   }
+  keep(scratch);
 }

@@ -2,6 +2,7 @@
 #ifndef ATTND_RUN_H
 #define ATTND_RUN_H
 
+#include "sched/budget.h"
 #include "sched/request.h"
 #include "sched/scheduler.h"
 
@@ -12,6 +13,25 @@
  * ATTN_ENOSPC when memory ran out, ATTN_ENUMERIC when a value left float32's
  * range, with req->error naming the input). Worker thread. */
 int attnd_request_run(void *req, int worker, attnd_scratch_t *scratch);
+
+/* What every thread's workspace (attnd_scratch_t) keeps between requests:
+ * one above attnd__scratch_keep bytes (scratch_keep_bytes) is freed when
+ * its request is done, so that one large request does not leave its
+ * workspace resident. What stays is counted in attnd__scratch_budget
+ * (attnd_budget_scratch), less what the running request's own share
+ * counts. Both set once at startup (serve.c), before any request. */
+extern size_t attnd__scratch_keep;
+extern attnd_budget_t *attnd__scratch_budget;
+
+/* Bytes of workspace all threads hold right now (the scratch metric). */
+int64_t attnd_scratch_held(void);
+
+/* After a request that held `bytes` of the budget is answered and freed:
+ * when that was more than a thread keeps (attnd__scratch_keep), the
+ * memory freed goes back to the system. malloc keeps freed memory for
+ * reuse (main.c), which would leave the process at the peak of one large
+ * request. Any thread. */
+void attnd_memory_settle(int64_t bytes);
 
 /* Batches of session steps (the scheduler's batching): a step may join one
  * when it has a layer and asks for the output alone (no weights, no

@@ -145,7 +145,7 @@ static void worker_main(void *arg) {
     uv_async_send(&s->wake);
   }
   uv_mutex_unlock(&s->mu);
-  free(w->scratch.data);
+  attnd_scratch_free(&w->scratch);
 }
 
 /* ---- the loop side ------------------------------------------------------ */

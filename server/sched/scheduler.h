@@ -45,11 +45,17 @@ typedef struct attnd_sched attnd_sched_t;
 
 /* A worker's workspace, kept from job to job so that its pages stay
  * mapped: fresh pages for every request cost more than small attention.
- * `run` may grow it; the scheduler frees it when the worker stops. */
+ * `run` may grow it, and gives back one above the kept bound after a job
+ * (run.h); the scheduler frees it when the worker stops. */
 typedef struct attnd_scratch {
   void *data; /* owned, 64-byte aligned */
   size_t cap;
+  size_t counted; /* of cap, what the memory budget counts as kept */
 } attnd_scratch_t;
+
+/* Frees s's workspace, and its share of what is kept (run.c). Any thread
+ * that owns s. */
+void attnd_scratch_free(attnd_scratch_t *s);
 
 /* How a job left the scheduler. */
 typedef enum {

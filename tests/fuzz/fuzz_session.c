@@ -105,7 +105,7 @@ static void three_tokens(char *id) {
   FUZZ_CHECK(attnd_request_run(req, 0, &s) == 0, "the three tokens' step");
   attnd_session_step_end(store, req, 1, &e);
   attnd_request_free(req);
-  free(s.data);
+  attnd_scratch_free(&s);
   FUZZ_CHECK(length_of(id) == 3, "three tokens are %lld",
              (long long)length_of(id));
 }
