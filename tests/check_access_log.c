@@ -9,6 +9,7 @@
  * line the server wrote. */
 #include <check.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,9 +97,13 @@ START_TEST(test_writer_escapes) {
     ck_assert_str_eq(str(o, "method"), "POST");
     ck_assert_int_eq(json_integer_value(json_object_get(o, "status")),
                      200 + (int)i);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "bytes_in")),
+                     (int)i);
     ck_assert_int_eq(json_integer_value(json_object_get(o, "bytes_out")),
                      2 * (int)i);
+    ck_assert(json_real_value(json_object_get(o, "queue_ms")) == 0.5);
     ck_assert(json_real_value(json_object_get(o, "compute_ms")) == 1.25);
+    ck_assert(json_real_value(json_object_get(o, "total_ms")) == 2);
     ck_assert_uint_eq(json_object_size(o), 11);
   }
   const json_t *last = json_array_get(lines, N_STRINGS);
@@ -187,12 +192,63 @@ START_TEST(test_server_log_is_json) {
 }
 END_TEST
 
+static double num(const json_t *o, const char *key) {
+  const json_t *v = json_object_get(o, key);
+  ck_assert_msg(json_is_number(v), "member %s is not a number", key);
+  return json_number_value(v);
+}
+
+/* The numbers of a computed request's line are its own: bytes_in the body
+ * sent, bytes_out the body received, and the times those of the reply's
+ * metrics (the same clock readings; the line prints 3 decimals, as the
+ * reply does). A worker computes it, so that every time is one of its own. */
+START_TEST(test_server_log_values) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  const char *args[] = {"--access-log", path, "--inline-max-flops", "0", NULL};
+  sh_server_t srv;
+  ck_assert_msg(sh_server_start(&srv, args) == 0, "attnd did not start:\n%s",
+                srv.log);
+  char *body = sh_slow_body(256, 64, 4, 7, NULL);
+  sh_resp_t r;
+  ck_assert_int_eq(sh_post(srv.port, body, strlen(body), &r), 0);
+  ck_assert_msg(r.status == 200, "%ld %.300s", r.status, r.body);
+  json_t *rep = sh_json(&r);
+  const json_t *m = json_object_get(rep, "metrics");
+  ck_assert_msg(json_is_object(m), "no metrics: %.300s", r.body);
+  ck_assert_int_eq(sh_server_stop(&srv, 15.0), 0);
+
+  json_t *lines = read_lines(path);
+  unlink(path);
+  ck_assert_uint_eq(json_array_size(lines), 1);
+  const json_t *o = json_array_get(lines, 0);
+  ck_assert_str_eq(str(o, "method"), "POST");
+  ck_assert_int_eq(json_integer_value(json_object_get(o, "bytes_in")),
+                   (json_int_t)strlen(body));
+  ck_assert_int_eq(json_integer_value(json_object_get(o, "bytes_out")),
+                   (json_int_t)r.body_len);
+  static const char *const times[] = {"queue_ms", "compute_ms", "total_ms"};
+  for (int k = 0; k < 3; k++)
+    ck_assert_msg(fabs(num(o, times[k]) - num(m, times[k])) <= 0.0011,
+                  "log %s %.3f, reply %.3f", times[k], num(o, times[k]),
+                  num(m, times[k]));
+  ck_assert(num(o, "queue_ms") + num(o, "compute_ms") <= num(o, "total_ms"));
+  json_decref(lines);
+  json_decref(rep);
+  sh_resp_free(&r);
+  free(body);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("access_log");
   TCase *tc = tcase_create("access_log");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_writer_escapes);
   tcase_add_test(tc, test_server_log_is_json);
+  tcase_add_test(tc, test_server_log_values);
   suite_add_tcase(s, tc);
   return s;
 }

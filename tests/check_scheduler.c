@@ -26,7 +26,7 @@
 #include "suite.h"
 
 enum {
-  MAX_JOBS = 300,
+  MAX_JOBS = 400,
   GUARD_MS = 5000,   /* the longest any wait may take before failing */
   RUN_CAP_MS = 8000, /* a held run gives up after this, so nothing hangs */
 };
@@ -755,6 +755,56 @@ START_TEST(test_retry_after_range) {
 }
 END_TEST
 
+/* What Retry-After must say, in [*lo, *hi], for `waiting` jobs behind
+ * `workers` busy ones when the moving average of run time lies in
+ * [avg_lo, avg_hi] ms: (waiting + 1) runs over the workers, in whole
+ * seconds plus one, at most 60 (scheduler.c, attnd_sched_retry_after_s). */
+static void retry_bounds(double avg_lo, double avg_hi, int waiting,
+                         int workers, int *lo, int *hi) {
+  *lo = (int)(avg_lo * (waiting + 1) / workers / 1000.0) + 1;
+  *hi = (int)(avg_hi * (waiting + 1) / workers / 1000.0) + 1;
+  *lo = *lo > 60 ? 60 : *lo;
+  *hi = *hi > 60 ? 60 : *hi;
+}
+
+/* Retry-After follows the moving average of run time (0.8 of the old, 0.2
+ * of each run), times the jobs waiting plus one, over the workers, and
+ * stops at 60 s. One run of 1 s (at least; at most what the test saw)
+ * takes the average from 0 to 200 ms or a little more: with 10 waiting that
+ * is 3 s, and with 349 waiting 71 s, capped. Fails if the guess ignores the
+ * average, the queue or the cap, or weighs a run as the whole average. */
+START_TEST(test_retry_after_follows_average) {
+  start(1, 360);
+  ck_assert_int_eq(attnd_sched_retry_after_s(H.s), 1); /* no run yet */
+  job(0)->ms = 1000;
+  double t0 = attnd_now_ms();
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  wait_done(1);
+  double took = attnd_now_ms() - t0; /* at least the run's own time */
+  job(1)->hold = 1;
+  ck_assert_int_eq(submit(job(1), far(), -1), 0);
+  PUMP_UNTIL(started(job(1)));
+  int id = 2, lo, hi;
+  for (; id < 12; id++)
+    ck_assert_int_eq(submit(job(id), far(), -1), 0);
+  counts_are(11, 10, 1);
+  retry_bounds(0.2 * 1000, 0.2 * took, 10, 1, &lo, &hi);
+  int r = attnd_sched_retry_after_s(H.s);
+  ck_assert_msg(r >= lo && r <= hi,
+                "Retry-After %d s with 10 waiting after a run of %.0f ms or "
+                "less; expected %d..%d",
+                r, took, lo, hi);
+  for (; id < 351; id++)
+    ck_assert_int_eq(submit(job(id), far(), -1), 0);
+  counts_are(350, 349, 1);
+  retry_bounds(0.2 * 1000, 0.2 * took, 349, 1, &lo, &hi);
+  ck_assert_int_eq(lo, 60); /* the test's own arithmetic: over the cap */
+  ck_assert_int_eq(attnd_sched_retry_after_s(H.s), 60);
+  release(job(1));
+  wait_done(351);
+}
+END_TEST
+
 /* A worker's scratch outlives the job that grew it: the next job on that
  * worker sees the same buffer. The scheduler frees it at close (ASan). */
 START_TEST(test_scratch_kept) {
@@ -1130,6 +1180,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_admission);
   tcase_add_test(tc, test_two_workers_run_together);
   tcase_add_test(tc, test_retry_after_range);
+  tcase_add_test(tc, test_retry_after_follows_average);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("deadline");
