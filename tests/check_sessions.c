@@ -1253,6 +1253,69 @@ START_TEST(test_eviction_order) {
 }
 END_TEST
 
+/* A fork refreshes its parent's place in the LRU order, and a truncate its
+ * session's, as a step does. Room for four sessions and three pages: a, b
+ * and cc of one page each, then f, a's fork (its page shared). d evicts
+ * the least recently used, b (a, were the fork not a use). cc is
+ * truncated to its own length, a use: e then evicts a (a's page stays with
+ * f), not cc. */
+START_TEST(test_eviction_fork_truncate) {
+  ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
+  char cap[32];
+  snprintf(cap, sizeof cap, "%lld",
+           (long long)(4 * SESSION_COST + 3 * demo_page + 512));
+  const char *args[] = {"--layers",
+                        layer_arg,
+                        "--kv-cache-bytes",
+                        cap,
+                        "--max-memory-bytes",
+                        "268435456",
+                        "--workers",
+                        "1",
+                        "--threads-per-request",
+                        "1",
+                        NULL};
+  sh_server_t srv;
+  start(&srv, args);
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 43);
+  seq_t a, b, cc, d, e, f;
+  demo_session(&c, &a, &rng, 1);
+  demo_session(&c, &b, &rng, 1);
+  demo_session(&c, &cc, &rng, 1);
+  sh_resp_t r = call_id(&c, "POST", a.id, "/fork", NULL);
+  json_t *in = json_reply(&r, 201);
+  seq_copy(&f, &a, json_string_value(json_object_get(in, "session")));
+  json_decref(in);
+  ck_assert(ends(srv.port, "evicted") == 0);
+  demo_session(&c, &d, &rng, 1); /* evicts b */
+  ck_assert(ends(srv.port, "evicted") == 1);
+  assert_evicted(&c, &b);
+  assert_alive(&c, &a);
+  assert_alive(&c, &cc);
+  assert_alive(&c, &f);
+  assert_alive(&c, &d);
+
+  json_decref(seq_truncate(&c, &cc, cc.n)); /* cc: the most recent */
+  demo_session(&c, &e, &rng, 0);            /* needs a session: evicts a */
+  ck_assert(ends(srv.port, "evicted") == 2);
+  assert_evicted(&c, &a);
+  assert_alive(&c, &cc);
+  assert_alive(&c, &f);
+  assert_alive(&c, &d);
+  assert_alive(&c, &e);
+  seq_t *all[] = {&a, &b, &cc, &d, &e, &f};
+  for (int i = 0; i < 6; i++) {
+    seq_verify(&c, all[i]);
+    seq_free(all[i]);
+  }
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
 /* ---- busy sessions: 409 session_busy, 429 -------------------------------- */
 
 /* A request in a thread: POST path with body (owned), its reply kept. */
@@ -3218,6 +3281,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_fork_truncate, 0, 2);
   tcase_add_test(tc, test_eviction_order);
+  tcase_add_test(tc, test_eviction_fork_truncate);
   tcase_add_test(tc, test_busy);
   tcase_add_test(tc, test_delete_in_flight);
   tcase_add_test(tc, test_ttl);
