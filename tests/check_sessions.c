@@ -1152,16 +1152,15 @@ static double ends(int port, const char *cause) {
   return sh_metric(port, sample);
 }
 
-START_TEST(test_eviction_order) {
-  ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
-  /* room for three sessions of one page, and a little */
-  char cap[32];
-  snprintf(cap, sizeof cap, "%lld",
-           (long long)(3 * (SESSION_COST + demo_page) + 512));
+/* Starts attnd with the demo layer, a KV cache of `cap` bytes, and two
+ * workers of one thread each. */
+static void start_kv(sh_server_t *srv, int64_t cap) {
+  char kv[32];
+  snprintf(kv, sizeof kv, "%lld", (long long)cap);
   const char *args[] = {"--layers",
                         layer_arg,
                         "--kv-cache-bytes",
-                        cap,
+                        kv,
                         "--max-memory-bytes",
                         "268435456",
                         "--workers",
@@ -1169,8 +1168,13 @@ START_TEST(test_eviction_order) {
                         "--threads-per-request",
                         "1",
                         NULL};
-  sh_server_t srv;
-  start(&srv, args);
+  start(srv, args);
+}
+
+START_TEST(test_eviction_order) {
+  ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
+  sh_server_t srv; /* room for three sessions of one page, and a little */
+  start_kv(&srv, 3 * (SESSION_COST + demo_page) + 512);
   sh_client_t c;
   sh_client_init(&c, srv.port);
   tu_rng_t rng;
@@ -1261,22 +1265,8 @@ END_TEST
  * f), not cc. */
 START_TEST(test_eviction_fork_truncate) {
   ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
-  char cap[32];
-  snprintf(cap, sizeof cap, "%lld",
-           (long long)(4 * SESSION_COST + 3 * demo_page + 512));
-  const char *args[] = {"--layers",
-                        layer_arg,
-                        "--kv-cache-bytes",
-                        cap,
-                        "--max-memory-bytes",
-                        "268435456",
-                        "--workers",
-                        "1",
-                        "--threads-per-request",
-                        "1",
-                        NULL};
   sh_server_t srv;
-  start(&srv, args);
+  start_kv(&srv, 4 * SESSION_COST + 3 * demo_page + 512);
   sh_client_t c;
   sh_client_init(&c, srv.port);
   tu_rng_t rng;
