@@ -23,6 +23,7 @@
  * request computed in full, never with a wall-clock bound, so that a slow
  * or busy machine does not fail them. Threads are C11's <threads.h>. */
 #include <check.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,8 +121,45 @@ static char *slow_body(uint64_t seed, const char *extra) {
   return b;
 }
 
-/* Asserts that a reply is a 200 whose output has the slow shape. */
-static void assert_slow_ok(const sh_resp_t *r, const char *what) {
+/* The rows of a slow output checked against the reference: every
+ * SLOW_STRIDE-th and the last. A whole float64 reference would take
+ * 2·SLOW_L²·SLOW_E multiply-adds (seconds) per reply; 65 rows of 8192 keys
+ * take milliseconds and reach every key tile and every head. */
+#define SLOW_STRIDE 127
+#define SLOW_TOL 1e-5 /* absolute: outputs are means of values in [-1, 1] */
+
+/* Row i of the slow request's output in float64: self-attention of the
+ * query x [SLOW_L, SLOW_E] (key = value = query), SLOW_H heads of
+ * Dh = SLOW_E / SLOW_H, scale 1/sqrt(Dh), no mask. out: [SLOW_E]. */
+static void slow_ref_row(const float *x, int64_t i, double *out) {
+  const int64_t Dh = SLOW_E / SLOW_H;
+  static double p[SLOW_L];
+  for (int64_t h = 0; h < SLOW_H; h++) {
+    const float *qi = x + i * SLOW_E + h * Dh;
+    double mx = -1e300, sum = 0;
+    for (int64_t j = 0; j < SLOW_L; j++) { /* pass 1: scores, their max */
+      const float *kj = x + j * SLOW_E + h * Dh;
+      double d = 0;
+      for (int64_t k = 0; k < Dh; k++)
+        d += (double)qi[k] * kj[k];
+      p[j] = d / sqrt((double)Dh);
+      mx = p[j] > mx ? p[j] : mx;
+    }
+    for (int64_t j = 0; j < SLOW_L; j++) /* pass 2: softmax's numerators */
+      sum += p[j] = exp(p[j] - mx);
+    for (int64_t k = 0; k < Dh; k++) { /* pass 3: the values, weighed */
+      double o = 0;
+      for (int64_t j = 0; j < SLOW_L; j++)
+        o += p[j] * x[j * SLOW_E + h * Dh + k];
+      out[h * Dh + k] = o / sum;
+    }
+  }
+}
+
+/* Asserts that a reply is the 200 of slow_body(seed): the slow shape, and
+ * sampled rows (SLOW_STRIDE) within SLOW_TOL of the reference. */
+static void assert_slow_ok(const sh_resp_t *r, const char *what,
+                           uint64_t seed) {
   ck_assert_msg(r->status == 200, "%s: status %ld (%s): %.300s", what,
                 r->status, r->error, r->body ? r->body : "");
   json_t *v = sh_json(r);
@@ -134,6 +172,24 @@ static void assert_slow_ok(const sh_resp_t *r, const char *what) {
   ck_assert_msg(t.rank == 2 && t.dim[0] == SLOW_L && t.dim[1] == SLOW_E,
                 "%s: output rank %d [%lld, %lld]", what, t.rank,
                 (long long)t.dim[0], (long long)t.dim[1]);
+  tu_rng_t rng; /* the query, as sh_slow_body drew it */
+  tu_rng_seed(&rng, seed);
+  float *x = malloc((size_t)(SLOW_L * SLOW_E) * sizeof *x);
+  ck_assert_ptr_nonnull(x);
+  for (int64_t k = 0; k < SLOW_L * SLOW_E; k++)
+    x[k] = (float)tu_rng_sym(&rng);
+  double ref[SLOW_E];
+  for (int64_t n = 0; n <= SLOW_L / SLOW_STRIDE + 1; n++) {
+    int64_t i = n * SLOW_STRIDE < SLOW_L ? n * SLOW_STRIDE : SLOW_L - 1;
+    slow_ref_row(x, i, ref);
+    for (int64_t k = 0; k < SLOW_E; k++) {
+      double got = t.data[i * SLOW_E + k];
+      ck_assert_msg(fabs(got - ref[k]) <= SLOW_TOL,
+                    "%s: output[%lld, %lld] = %.9g, reference %.9g", what,
+                    (long long)i, (long long)k, got, ref[k]);
+    }
+  }
+  free(x);
   sh_tensor_free(&t);
   json_decref(v);
 }
@@ -329,7 +385,7 @@ START_TEST(test_overload) {
       ck_assert_msg(atoi(ra) >= 1, "Retry-After: %s", ra);
     } else {
       n200++;
-      assert_slow_ok(&c[i].r, "admitted request");
+      assert_slow_ok(&c[i].r, "admitted request", 1);
     }
     sh_resp_free(&c[i].r);
   }
@@ -393,13 +449,13 @@ START_TEST(test_memory_budget) {
                 "a 429 without Retry-After");
   sh_resp_free(&r);
   call_join(&a);
-  assert_slow_ok(&a.r, "the request holding the budget");
+  assert_slow_ok(&a.r, "the request holding the budget", 5);
   sh_resp_free(&a.r);
 
   ck_assert(sh_wait_metric(s.port, "attnd_requests_total{status=\"200\"}", 1,
                            10) >= 1);
   ck_assert_int_eq(sh_post(s.port, body, strlen(body), &r), 0);
-  assert_slow_ok(&r, "a request after the budget came back");
+  assert_slow_ok(&r, "a request after the budget came back", 5);
   sh_resp_free(&r);
   free(body);
   stop(&s);
@@ -446,7 +502,7 @@ START_TEST(test_deadline) {
   double b_end = r.t_end;
   sh_resp_free(&r);
   call_join(&a);
-  assert_slow_ok(&a.r, "the slow request");
+  assert_slow_ok(&a.r, "the slow request", 3);
   ck_assert_msg(b_end < a.r.t_end,
                 "the expired request was answered %.3f s after the slow one "
                 "it waited behind",
@@ -527,7 +583,7 @@ START_TEST(test_client_gone) {
   ck_assert_msg(r.status == 200, "C: status %ld: %s", r.status, r.body);
   sh_resp_free(&r);
   call_join(&a);
-  assert_slow_ok(&a.r, "A");
+  assert_slow_ok(&a.r, "A", 4);
   ck_assert_msg(a.r.t_end > c_sent,
                 "A ended before C was sent: the test proves nothing; make "
                 "the slow request slower");
@@ -571,7 +627,7 @@ START_TEST(test_clients_gone_many) {
     await_metric(&s, "attnd_rejections_total{reason=\"client_gone\"}",
                  round * N_GONE);
     call_join(&a);
-    assert_slow_ok(&a.r, "A");
+    assert_slow_ok(&a.r, "A", 8);
     sh_resp_free(&a.r);
   }
   free(slow);
@@ -617,7 +673,7 @@ START_TEST(test_small_connection_buffer) {
   ck_assert_uint_gt(strlen(slow), 1000000);
   sh_resp_t r;
   ck_assert_int_eq(sh_post(s.port, slow, strlen(slow), &r), 0);
-  assert_slow_ok(&r, "a 1.4 MB body through 32K buffers");
+  assert_slow_ok(&r, "a 1.4 MB body through 32K buffers", 9);
   sh_resp_free(&r);
   free(slow);
   stop(&s);
@@ -643,7 +699,7 @@ START_TEST(test_client_gone_running) {
   /* the same request, computed in full, for comparison */
   sh_resp_t r;
   ck_assert_int_eq(sh_post(s.port, slow, strlen(slow), &r), 0);
-  assert_slow_ok(&r, "the same request in full");
+  assert_slow_ok(&r, "the same request in full", 6);
   json_t *v = sh_json(&r);
   double full = json_number_value(
       json_object_get(json_object_get(v, "metrics"), "compute_ms"));
@@ -705,7 +761,7 @@ START_TEST(test_sigterm_drains) {
     char what[64];
     snprintf(what, sizeof what, "request %d of %d in flight at SIGTERM", i,
              N_DRAIN);
-    assert_slow_ok(&c[i].r, what);
+    assert_slow_ok(&c[i].r, what, 10 + (uint64_t)i);
     sh_resp_free(&c[i].r);
     free(bodies[i]);
   }
@@ -728,7 +784,7 @@ START_TEST(test_sigint_drains) {
   await_metric(&s, "attnd_busy_workers", 1);
   ck_assert_int_eq(kill(s.pid, SIGINT), 0);
   call_join(&c);
-  assert_slow_ok(&c.r, "the request in flight at SIGINT");
+  assert_slow_ok(&c.r, "the request in flight at SIGINT", 20);
   sh_resp_free(&c.r);
   int st = sh_server_wait(&s, 30.0);
   ck_assert_msg(st == 0, "exit status %d after SIGINT:\n%s", st, s.log);
