@@ -12,7 +12,8 @@
  *   - every thread count 1..4 with every ISA; an ISA this CPU lacks is
  *     skipped with a line on stderr, and planning with it must then fail
  *     with ATTN_ENOTSUP (test_isa_support), whose detected ISA is checked
- *     against the CPU's own feature flags;
+ *     against the CPU's own feature flags; with ATTND_REQUIRE_ISA=avx512
+ *     (as .ci/run sets it) a skip fails instead (tu_isa_required);
  *   - a batch item's output bits, alone and beside others (every ISA);
  *   - random specs with every feature on or off;
  *   - one larger case;
@@ -740,7 +741,8 @@ static attn_isa_t cpu_flags_isa(void) {
 /* _i: generic, avx2, avx512. Whatever this CPU is, each ISA asserts
  * something: the backend detects what the CPU's flags say; an ISA it runs
  * plans as itself; one it lacks is refused with ATTN_ENOTSUP naming "isa"
- * and the ISA, and is reported as skipped. */
+ * and the ISA, and is reported as skipped. With ATTND_REQUIRE_ISA set, the
+ * CPU must run that ISA (tu_isa_required). */
 START_TEST(test_isa_support) {
   static const attn_isa_t isas[] = {ATTN_ISA_GENERIC, ATTN_ISA_AVX2,
                                     ATTN_ISA_AVX512};
@@ -750,6 +752,9 @@ START_TEST(test_isa_support) {
   ck_assert_msg(b.isa == cpu_flags_isa(),
                 "attn_backend_info says %s, the CPU's flags say %s",
                 attn_isa_name(b.isa), attn_isa_name(cpu_flags_isa()));
+  ck_assert_msg(b.isa >= tu_isa_required(),
+                "ATTND_REQUIRE_ISA=%s, but this CPU's best is %s",
+                attn_isa_name(tu_isa_required()), attn_isa_name(b.isa));
 
   static const float q[2 * 4] = {1, 2, 3, 4, 5, 6, 7, 8}; /* [Lq=2, 4] */
   attn_params_t p = {0};

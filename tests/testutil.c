@@ -154,12 +154,31 @@ int tu_isa_runs(attn_isa_t isa) {
   return isa <= b.isa;
 }
 
+attn_isa_t tu_isa_required(void) {
+  const char *name = getenv("ATTND_REQUIRE_ISA");
+  if (name == NULL || *name == 0)
+    return ATTN_ISA_AUTO;
+  static const attn_isa_t isas[] = {ATTN_ISA_GENERIC, ATTN_ISA_AVX2,
+                                    ATTN_ISA_AVX512};
+  for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
+    if (strcmp(name, attn_isa_name(isas[i])) == 0)
+      return isas[i];
+  ck_abort_msg("ATTND_REQUIRE_ISA=%s: not generic, avx2 or avx512", name);
+  return ATTN_ISA_AUTO;
+}
+
 void tu_isa_skipped(attn_isa_t isa, const char *what) {
   attn_backend_t b;
   attn_backend_info(&b);
   const char *lacks = isa == ATTN_ISA_AVX512 ? "AVX-512 (F, BW, DQ, VL)"
                       : isa == ATTN_ISA_AVX2 ? "AVX2 + FMA"
                                              : attn_isa_name(isa);
+  attn_isa_t req = tu_isa_required();
+  ck_assert_msg(req == ATTN_ISA_AUTO || isa > req,
+                "%s case not run: this CPU lacks %s (best: %s), and "
+                "ATTND_REQUIRE_ISA=%s: %s",
+                attn_isa_name(isa), lacks, attn_isa_name(b.isa),
+                attn_isa_name(req), what);
   fprintf(stderr, "%s: %s case skipped: this CPU lacks %s (best: %s): %s\n",
           program_invocation_short_name, attn_isa_name(isa), lacks,
           attn_isa_name(b.isa), what);

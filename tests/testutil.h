@@ -73,8 +73,16 @@ int tu_isa_runs(attn_isa_t isa);
 
 /* Says on stderr that the case `what` did not run because this CPU lacks
  * `isa`, as "<program>: avx512 case skipped: this CPU lacks AVX-512 (best:
- * avx2): <what>", so that a skip never passes silently. */
+ * avx2): <what>", so that a skip never passes silently; fails instead
+ * when ATTND_REQUIRE_ISA asks for `isa` (tu_isa_required). */
 void tu_isa_skipped(attn_isa_t isa, const char *what);
+
+/* The ISA named by the environment's ATTND_REQUIRE_ISA (generic, avx2 or
+ * avx512), or ATTN_ISA_AUTO when unset or empty; fails (Check) on any
+ * other name. Set where the CPU is known (.ci/run: avx512), it makes
+ * tu_isa_skipped fail for that ISA and those below it, so that a case
+ * skipped there fails instead of passing. */
+attn_isa_t tu_isa_required(void);
 
 /* ---- running the core ---------------------------------------------------- */
 
