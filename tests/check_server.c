@@ -941,30 +941,59 @@ START_TEST(test_request_id_header) {
 }
 END_TEST
 
+/* A reply's metrics: every member there; flops the plan's count
+ * (core/plan.c, derive_sizes), `flops` here; the core's three stages
+ * within compute_ms, and decode, queue, compute and encode, which follow
+ * one another, within total_ms. Each is printed to 3 decimals, rounded. */
+static void check_metrics(const sh_resp_t *r, double flops) {
+  ck_assert_msg(r->status == 200, "%ld %s", r->status, r->body);
+  json_t *rep = sh_json(r);
+  const json_t *m = json_object_get(rep, "metrics");
+  ck_assert_msg(json_is_object(m), "metrics are on by default: %.300s",
+                r->body);
+  static const char *const keys[] = {"queue_ms", "compute_ms", "total_ms",
+                                     "threads", "flops"};
+  double v[5];
+  for (int k = 0; k < 5; k++) {
+    const json_t *x = json_object_get(m, keys[k]);
+    ck_assert_msg(json_is_number(x), "metrics.%s: %.300s", keys[k], r->body);
+    v[k] = json_number_value(x);
+  }
+  ck_assert_msg(v[4] == flops, "metrics.flops %.0f, the plan's formula %.0f",
+                v[4], flops);
+  static const char *const stages[] = {"decode", "projection", "attention",
+                                       "output_projection", "encode"};
+  const json_t *st = json_object_get(m, "stages_ms");
+  ck_assert_msg(json_is_object(st), "metrics.stages_ms: %.300s", r->body);
+  double ms[5];
+  for (int k = 0; k < 5; k++) {
+    const json_t *x = json_object_get(st, stages[k]);
+    ck_assert_msg(json_is_number(x), "metrics.stages_ms.%s: %.300s", stages[k],
+                  r->body);
+    ms[k] = json_number_value(x);
+  }
+  const double half = 0.0005; /* rounding, per printed value */
+  ck_assert_msg(ms[1] + ms[2] + ms[3] <= v[1] + 4 * half,
+                "projection %.3f + attention %.3f + output_projection %.3f "
+                "over compute_ms %.3f",
+                ms[1], ms[2], ms[3], v[1]);
+  ck_assert_msg(ms[0] + v[0] + v[1] + ms[4] <= v[2] + 5 * half,
+                "decode %.3f + queue %.3f + compute %.3f + encode %.3f over "
+                "total_ms %.3f",
+                ms[0], v[0], v[1], ms[4], v[2]);
+  ck_assert_msg(v[1] > 0 && v[2] > 0, "compute_ms %.3f, total_ms %.3f", v[1],
+                v[2]);
+  json_decref(rep);
+}
+
 START_TEST(test_metrics_in_reply) {
   json_t *req = small_request();
   sh_resp_t r;
   ck_assert_int_eq(sh_post_json(srv.port, req, &r), 0);
-  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+  /* B 1, Lq = Lk 3, H 2, Dh = Dv 1: 2·B·H·Lq·Lk·(Dh + Dv) */
+  check_metrics(&r, 2.0 * 1 * 2 * 3 * 3 * (1 + 1));
   json_t *rep = sh_json(&r);
   const json_t *m = json_object_get(rep, "metrics");
-  ck_assert_msg(json_is_object(m), "metrics are on by default: %s", r.body);
-  static const char *const keys[] = {"queue_ms", "compute_ms", "total_ms",
-                                     "threads", "flops"};
-  for (int k = 0; k < 5; k++) {
-    const json_t *x = json_object_get(m, keys[k]);
-    ck_assert_msg(json_is_number(x) && json_number_value(x) >= 0,
-                  "metrics.%s: %s", keys[k], r.body);
-  }
-  static const char *const stages[] = {"decode", "projection", "attention",
-                                       "output_projection", "encode"};
-  const json_t *st = json_object_get(m, "stages_ms");
-  ck_assert_msg(json_is_object(st), "metrics.stages_ms: %s", r.body);
-  for (int k = 0; k < 5; k++) {
-    const json_t *x = json_object_get(st, stages[k]);
-    ck_assert_msg(json_is_number(x) && json_number_value(x) >= 0,
-                  "metrics.stages_ms.%s: %s", stages[k], r.body);
-  }
   ck_assert_int_eq(json_integer_value(json_object_get(m, "threads")), 1);
   /* a request this small is computed on the HTTP thread (worker -1); one
    * over inline_max_flops (4M) by one of the two workers */
@@ -974,6 +1003,7 @@ START_TEST(test_metrics_in_reply) {
   char *big = sh_slow_body(256, 64, 4, 5, NULL);
   sh_resp_t rb;
   ck_assert_int_eq(sh_post(srv.port, big, strlen(big), &rb), 0);
+  check_metrics(&rb, 2.0 * 1 * 4 * 256 * 256 * (16 + 16));
   json_t *vb = sh_json(&rb);
   const json_t *mb = json_object_get(vb, "metrics");
   w = json_integer_value(json_object_get(mb, "worker"));
@@ -982,9 +1012,33 @@ START_TEST(test_metrics_in_reply) {
   json_decref(vb);
   sh_resp_free(&rb);
   free(big);
-  ck_assert_double_gt(json_number_value(json_object_get(m, "flops")), 0);
-  ck_assert_double_ge(json_number_value(json_object_get(m, "total_ms")),
-                      json_number_value(json_object_get(m, "compute_ms")));
+
+  /* every projection, Lq 3 != Lk 4, Dh 1 != Dv 2 (v_weight's 4 rows over
+   * 2 heads), Eq = Ek 2, Ev 4, Eo 3 */
+  json_t *pr = json_pack(
+      "{s:[[f,f],[f,f],[f,f]],s:[[f,f],[f,f],[f,f],[f,f]],"
+      "s:[[f,f,f,f],[f,f,f,f],[f,f,f,f],[f,f,f,f]],s:i,"
+      "s:{s:[[f,f],[f,f]],s:[[f,f],[f,f]],"
+      "s:[[f,f,f,f],[f,f,f,f],[f,f,f,f],[f,f,f,f]],"
+      "s:[[f,f,f,f],[f,f,f,f],[f,f,f,f]]}}",
+      "query", .5, -1., 2., .25, 1.5, -.75, "key", 1., 0., 0., 1., -1., .5,
+      .25, .25, "value", 1., 2., 3., 4., -1., 0., 1., 0., .5, .5, -.5, 2., 0.,
+      1., 1., -1., "num_heads", 2, "projections", "q_weight", 1., .5, -.5, 1.,
+      "k_weight", .25, 1., 1., -.25, "v_weight", 1., 0., 0., 0., 0., 1., 0.,
+      0., 0., 0., 1., 0., 0., 0., 0., 1., "o_weight", 1., 0., 1., 0., 0., 1.,
+      0., 1., .5, .5, .5, .5);
+  ck_assert_ptr_nonnull(pr);
+  sh_resp_t rp;
+  ck_assert_int_eq(sh_post_json(srv.port, pr, &rp), 0);
+  double B = 1, Lq = 3, Lk = 4, H = 2, Hkv = 2, Dh = 1, Dv = 2, Eq = 2, Ek = 2,
+         Ev = 4, Eo = 3;
+  check_metrics(&rp, 2 * B * Lq * Eq * H * Dh +      /* q_weight */
+                         2 * B * Lk * Ek * Hkv * Dh + /* k_weight */
+                         2 * B * Lk * Ev * Hkv * Dv + /* v_weight */
+                         2 * B * Lq * H * Dv * Eo +   /* o_weight */
+                         2 * B * H * Lq * Lk * (Dh + Dv));
+  sh_resp_free(&rp);
+  json_decref(pr);
 
   /* Server-Timing on a 200 */
   char t[256];
