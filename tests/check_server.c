@@ -1393,7 +1393,8 @@ START_TEST(test_too_large_content_length) {
 }
 END_TEST
 
-/* Chunked: the size is known only at the end, and answered there. */
+/* Chunked: the size is known only at the end, and answered there; the
+ * limit is exact, as with Content-Length. */
 START_TEST(test_too_large_chunked) {
   size_t n = 100000;
   char *big = padded_body(n);
@@ -1410,8 +1411,22 @@ START_TEST(test_too_large_chunked) {
   sh_assert_error(&r, 413, "payload_too_large", NULL, "100000",
                   "max_body_bytes 65536", NULL);
   sh_resp_free(&r);
-  /* a small chunked body is fine */
   free(big);
+  /* at the edge: one byte over is refused, the limit itself computed */
+  big = padded_body(65537);
+  q.body = big;
+  q.len = 65537;
+  ck_assert_msg(sh_http(&c, &q, &r) == 0, "%s", r.error);
+  sh_assert_error(&r, 413, "payload_too_large", NULL, "65537",
+                  "max_body_bytes 65536", NULL);
+  sh_resp_free(&r);
+  q.len = 65536;
+  big[65535] = '}';
+  ck_assert_msg(sh_http(&c, &q, &r) == 0, "%s", r.error);
+  ck_assert_msg(r.status == 200, "%ld %.300s", r.status, r.body);
+  sh_resp_free(&r);
+  free(big);
+  /* a small chunked body is fine */
   big = padded_body(3000);
   q.body = big;
   q.len = 3000;
