@@ -12,8 +12,9 @@
  *     with tests/ref.c;
  *   - a burst against one worker and two queue places: 429s with
  *     Retry-After, the rest computed, counted in /metrics;
- *   - deadlines: one too short to start, one that passes in the queue, one
- *     that passes while computing (504, and the worker freed early);
+ *   - deadlines: one too short to start, one that passed while its body
+ *     was coming, one that passes in the queue, one that passes while
+ *     computing (504, and the worker freed early);
  *   - clients that leave while queued (their place is freed), forty at a
  *     time, while computing (the worker is freed), and while uploading
  *     (the connection is closed at once);
@@ -489,6 +490,31 @@ START_TEST(test_deadline) {
   sh_resp_free(&r);
   free(quick);
 
+  /* timeout_ms counts from the request's arrival (its headers), not from
+   * when its body was read: a body 300 ms behind its headers has outlived
+   * a timeout of 100 ms before it is decoded */
+  const char *late = "{\"query\":[[1,2,3,4]],\"num_heads\":2,"
+                     "\"timeout_ms\":100}";
+  char head[256];
+  snprintf(head, sizeof head,
+           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+           "Connection: close\r\n\r\n",
+           strlen(late));
+  int fd = sh_connect(s.port);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
+  usleep(300000);
+  ck_assert_int_eq(sh_send_all(fd, late, strlen(late)), 0);
+  char buf[4096];
+  long n = sh_recv_reply(fd, buf, sizeof buf, 10000);
+  close(fd);
+  ck_assert_msg(n > 0, "no reply to a body sent late");
+  ck_assert_msg(sh_raw_status(buf) == 504 &&
+                    strstr(buf, "\"deadline_exceeded\"") != NULL,
+                "a body 300 ms behind its headers, timeout_ms 100: %.400s",
+                buf);
+
   /* B waits behind a slow A and expires there, long before A is done */
   char *slow = slow_body(3, NULL);
   call_t a;
@@ -542,8 +568,8 @@ START_TEST(test_deadline) {
   free(c_body);
 
   ck_assert_double_eq(
-      sh_metric(s.port, "attnd_rejections_total{reason=\"deadline\"}"), 3);
-  ck_assert_double_eq(counted(s.port, "504", 3), 3);
+      sh_metric(s.port, "attnd_rejections_total{reason=\"deadline\"}"), 4);
+  ck_assert_double_eq(counted(s.port, "504", 4), 4);
   free(slow);
   stop(&s);
 }
