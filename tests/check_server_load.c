@@ -445,6 +445,19 @@ START_TEST(test_memory_budget) {
                 "the first request never ran");
   ck_assert_int_eq(sh_post(s.port, body, strlen(body), &r), 0);
   sh_assert_error(&r, 429, "overloaded", NULL, "max_memory_bytes", NULL);
+  /* what is in use is the running request's footprint, the same as this
+   * one's need: its body's share went back once the body was decoded */
+  json_t *ev = sh_json(&r);
+  long long need = -1, in_use = -2, may = -3;
+  const char *msg = json_string_value(
+      json_object_get(json_object_get(ev, "error"), "message"));
+  ck_assert_msg(msg && sscanf(msg,
+                              "%lld bytes of memory are needed and %lld of "
+                              "the %lld",
+                              &need, &in_use, &may) == 3,
+                "429 message: %s", msg ? msg : "(none)");
+  ck_assert_msg(in_use == need && may == 12582912, "429 message: %s", msg);
+  json_decref(ev);
   char ra[32];
   ck_assert_msg(sh_header(&r, "Retry-After", ra, sizeof ra) != NULL,
                 "a 429 without Retry-After");
