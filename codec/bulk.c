@@ -112,6 +112,7 @@ typedef struct scratch {
   size_t n, cap;
   float *first;
   attnd_arena_t *arena;
+  int wide; /* a leaf read so far is an integer beyond int64 */
 } scratch_t;
 
 static int is_ws(char c) {
@@ -124,6 +125,112 @@ static const char *skip_ws(const char *p, const char *end) {
   return p;
 }
 
+/* The helpers of a try that goes wrong: kept out of the loop's way, which
+ * reads every leaf of every request (the loop ran 10% slower with them
+ * inlined: codec-bench's JSON parse). */
+#define COLD __attribute__((cold, noinline))
+
+static int is_alpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/* Whether jansson refuses the value that starts at p (ws skipped) in an
+ * array, after its '[' (first) or after a ',': the end of the text, ']'
+ * after a ',', a word other than true, false and null (jansson reads a
+ * word as a run of letters), something like a number that does not start
+ * as one (attnd_number_parse's -1: "-", "-Infinity", "."), or a character
+ * that starts no JSON value. A string, an object, an array, a number of any
+ * size and the three literals are JSON, so no fault here. */
+COLD static int value_refused(const char *p, const char *end, int first) {
+  if (p == end)
+    return 1;
+  if (*p == '"' || *p == '{' || *p == '[')
+    return 0;
+  if (*p == ']')
+    return !first;
+  if (is_alpha(*p)) {
+    const char *q = p;
+    while (q < end && is_alpha(*q))
+      q++;
+    EXAMINED(q - p);
+    size_t n = (size_t)(q - p);
+    return !((n == 4 && memcmp(p, "true", 4) == 0) ||
+             (n == 5 && memcmp(p, "false", 5) == 0) ||
+             (n == 4 && memcmp(p, "null", 4) == 0));
+  }
+  if (*p == '-' || (*p >= '0' && *p <= '9')) {
+    float v;
+    const char *next;
+    return attnd_number_parse(p, end, &v, &next) == -1;
+  }
+  return 1;
+}
+
+/* Whether the number literal p[0..next) is an integer beyond int64, which
+ * jansson refuses ("too big integer"), so that it reads a text with one
+ * only once the literal is widened (attnd_json_widen_numbers). */
+COLD static int beyond_int64(const char *p, const char *next) {
+  int neg = *p == '-';
+  const char *d = p + neg;
+  size_t nd = (size_t)(next - d);
+  if (memchr(d, '.', nd) || memchr(d, 'e', nd) || memchr(d, 'E', nd))
+    return 0;
+  return nd > 19 ||
+         (nd == 19 &&
+          memcmp(d, neg ? "9223372036854775808" : "9223372036854775807", 19) >
+              0);
+}
+
+/* Whether the value at p is a number or a literal (JSON, but no leaf of
+ * the array: at another depth) that jansson reads and then meets a token
+ * other than ',' or ']' (or the end): "[[1],2 3]". */
+COLD static int junk_after(const char *p, const char *end) {
+  const char *q = p;
+  float v;
+  if (is_alpha(*p)) {
+    while (q < end && is_alpha(*q))
+      q++;
+  } else if (attnd_number_parse(p, end, &v, &q) == -1) {
+    return 0; /* a string, an object, an array */
+  }
+  EXAMINED(q - p);
+  const char *r = skip_ws(q, end);
+  EXAMINED(r - q);
+  return r == end || (*r != ',' && *r != ']');
+}
+
+/* The start of the leaf (a number, true or false) that ends where the
+ * white space before p starts, when what is there is one, or NULL (a ']'):
+ * a leaf follows a '[', a ',' or white space, all after `start`. */
+COLD static const char *leaf_before(const char *start, const char *p) {
+  while (p > start && is_ws(p[-1]))
+    p--;
+  if (p > start && p[-1] == ']')
+    return NULL;
+  while (p > start && p[-1] != ',' && p[-1] != '[' && !is_ws(p[-1]))
+    p--;
+  return p;
+}
+
+/* Writes into fill (16 bytes, NUL-terminated) the shortest JSON text that
+ * leaves jansson's parser as a rectangular array's text does at a point in
+ * it: `level` arrays open, each outer one after a ',' when it already has
+ * elements (len[l]), the innermost after `prior` elements and, with
+ * `after`, right after its last one (no ',' yet). Every value is a 0. */
+COLD static void fault_fill(char *fill, const int64_t *len, int level,
+                            int64_t prior, int after) {
+  char *f = fill;
+  for (int l = 1; l <= level; l++) {
+    int64_t k = l < level ? len[l] : prior;
+    *f++ = '[';
+    if (k > 0 || (l == level && after))
+      *f++ = '0';
+    if (k > 0 && !(l == level && after))
+      *f++ = ',';
+  }
+  *f = '\0';
+}
+
 /* Reads the array at p (*p == '['): a rectangular array of rank at most
  * max_rank whose leaves are all numbers or all true/false, with at least
  * min_elems of them. On success returns the first character after it and
@@ -133,14 +240,27 @@ static const char *skip_ws(const char *p, const char *end) {
  *
  * len[l] counts the elements of the open array at level l (1-based); dim[l-1]
  * is the length every array at level l must have, 0 until the first of them
- * closes. The first leaf fixes the rank: every leaf must be that deep. */
+ * closes. The first leaf fixes the rank: every leaf must be that deep.
+ *
+ * When reading stopped at a token that jansson refuses where it stands (a
+ * syntax error, bulk.h's fault), *fault is the start of the token jansson
+ * reads there (the last leaf, when what follows may be glued to it: "1e",
+ * "01") and `fill` the text that leaves jansson's parser where the array's
+ * text before *fault does (fault_fill); else *fault is NULL. */
 #define TRY_FAIL return (*stop = p, NULL)
+#define TRY_FAULT(at, lvl, prior, after)                                       \
+  return (*fault = (at), fault_fill(fill, len, lvl, prior, after), *stop = p,  \
+          NULL)
 static const char *bulk_try(const char *p, const char *end, int max_rank,
                             size_t min_elems, scratch_t *sc, attnd_bulk_t *item,
-                            int *oom, const char **stop) {
+                            int *oom, const char **stop, const char **fault,
+                            char *fill) {
   int64_t len[ATTND_BULK_MAX_RANK + 1], dim[ATTND_BULK_MAX_RANK] = {0};
   int level = 0, rank = 0, is_bool = -1;
+  const char *start = p;
+  const char *wide_leaf = NULL; /* the leaf that may have set sc->wide */
   sc->n = 0;
+  *fault = NULL;
   for (;;) {
     /* a value: open arrays down to a leaf */
     while (*p == '[') {
@@ -149,12 +269,12 @@ static const char *bulk_try(const char *p, const char *end, int max_rank,
       len[level] = 0;
       p = skip_ws(p + 1, end);
       if (p == end)
-        TRY_FAIL;
+        TRY_FAULT(p, level, 0, 0);
     }
     if (!rank)
       rank = level;
     else if (level != rank)
-      TRY_FAIL;
+      goto no_leaf;
 
     /* the leaf */
     float v;
@@ -167,9 +287,16 @@ static const char *bulk_try(const char *p, const char *end, int max_rank,
     } else if (attnd_number_parse(p, end, &v, &next) == 0) {
       if (next - p == 2 && *p == '-' && v == 0)
         v = 0.0f; /* jansson reads the integer -0 as 0 */
+      if (next - p >= 19 && !sc->wide) {
+        wide_leaf = p;
+        sc->wide = beyond_int64(p, next);
+      }
       leaf_bool = 0;
       p = next;
     } else {
+    no_leaf: /* no leaf here: a syntax error, or JSON that is no tensor */
+      if (value_refused(p, end, len[level] == 0) || junk_after(p, end))
+        TRY_FAULT(p, level, len[level], 0);
       TRY_FAIL;
     }
     if (is_bool != leaf_bool) {
@@ -195,19 +322,26 @@ static const char *bulk_try(const char *p, const char *end, int max_rank,
     sc->x[sc->n++] = v;
     len[level]++;
 
-    /* after a value: ',' leads to the next one, ']' closes an array */
+    /* after a value: ',' leads to the next one, ']' closes an array;
+     * anything else is a syntax error, read again from the last leaf
+     * when it is the value just read (leaf_before) */
     for (;;) {
       p = skip_ws(p, end);
-      if (p == end)
-        TRY_FAIL;
+      if (p == end || (*p != ',' && *p != ']')) {
+        const char *leaf = leaf_before(start, p);
+        if (leaf) { /* jansson reads that leaf again */
+          if (leaf == wide_leaf)
+            sc->wide = 0;
+          TRY_FAULT(leaf, level, len[level] - 1, 0);
+        }
+        TRY_FAULT(p, level, len[level], 1);
+      }
       if (*p == ',') {
         p = skip_ws(p + 1, end);
         if (p == end)
-          TRY_FAIL;
+          TRY_FAULT(p, level, len[level], 0);
         break;
       }
-      if (*p != ']')
-        TRY_FAIL;
       p++;
       if (!dim[level - 1])
         dim[level - 1] = len[level];
@@ -252,10 +386,15 @@ done:
   return p;
 }
 #undef TRY_FAIL
+#undef TRY_FAULT
 
 void attnd_bulk_set_init(attnd_bulk_set_t *set, uint64_t nonce) {
   set->items = NULL;
   set->n = set->cap = set->n_data = set->lifted_bytes = 0;
+  set->fault = SIZE_MAX;
+  set->fault_array = set->fault_skel = set->fault_lifted = 0;
+  set->fault_wide = 0;
+  set->fault_fill[0] = '\0';
   set->nonce = nonce;
   set->array_keys = NULL;
   set->arena = NULL;
@@ -599,7 +738,7 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
     K_ARRAY_COLON
   } key = K_NONE;
   float first[SCRATCH_FIRST];
-  scratch_t sc = {first, 0, SCRATCH_FIRST, first, set->arena};
+  scratch_t sc = {first, 0, SCRATCH_FIRST, first, set->arena, 0};
   int oom = 0;
   EXAMINED(n); /* the main pass */
   while (p < end && !oom) {
@@ -638,15 +777,25 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
     }
     case '[': {
       attnd_bulk_t item;
-      const char *after = NULL, *stop = p;
+      const char *after = NULL, *stop = p, *fault = NULL;
+      char fill[sizeof set->fault_fill];
       if (depth + 2 <= JSON_PARSER_MAX_DEPTH &&
           (set->array_keys == NULL || key == K_ARRAY_COLON)) {
         size_t room = JSON_PARSER_MAX_DEPTH - 1 - depth; /* ranks that fit */
         int max_rank =
             room < ATTND_BULK_MAX_RANK ? (int)room : ATTND_BULK_MAX_RANK;
-        after = bulk_try(p, end, max_rank, min_elems, &sc, &item, &oom, &stop);
+        after = bulk_try(p, end, max_rank, min_elems, &sc, &item, &oom, &stop,
+                         &fault, fill);
       }
       EXAMINED(stop - p);
+      if (fault && set->fault == SIZE_MAX) { /* the first one */
+        set->fault = (size_t)(fault - src);
+        set->fault_array = (size_t)(p - src);
+        set->fault_skel = skeleton->len + (size_t)(p - copied);
+        set->fault_lifted = set->lifted_bytes;
+        set->fault_wide = sc.wide;
+        memcpy(set->fault_fill, fill, sizeof fill);
+      }
       key = K_NONE;
       if (after) {
         attnd_buf_append(skeleton, copied, (size_t)(p - copied));

@@ -53,6 +53,20 @@ typedef struct attnd_bulk_set {
    * take their bytes first (the heap when it is full). Such data is the
    * arena's (`lent`), not the set's. */
   attnd_arena_t *arena;
+  /* The first syntax error the scan met inside an array it tried to lift
+   * (a token jansson refuses there: NaN, a bare word, "1e", a missing ','
+   * or ']'), or fault SIZE_MAX: where jansson's reading of that array goes
+   * wrong, so that the caller can have jansson name the error without
+   * reading the array's numbers (and without counting them as structure).
+   * The text skel[0 .. fault_skel) + fault_fill + " " + src[fault ..)
+   * leaves jansson as src does up to `fault`, with one 0 for each run of
+   * leaves already read. */
+  size_t fault;        /* where the token jansson refuses starts, in src */
+  size_t fault_array;  /* where that array starts, in src */
+  size_t fault_skel;   /* the skeleton's length before that array */
+  size_t fault_lifted; /* lifted_bytes before that array */
+  char fault_fill[16]; /* "[", "[0," or "[0" for each array open there */
+  int fault_wide;      /* a leaf read before it is an integer beyond int64 */
 } attnd_bulk_set_t;
 
 void attnd_bulk_set_init(attnd_bulk_set_t *set, uint64_t nonce);
@@ -95,7 +109,10 @@ void attnd_bulk_set_free(attnd_bulk_set_t *set);
  * Everything else is copied byte for byte, including anything malformed:
  * the scanner never reports JSON errors; jansson finds them in the
  * skeleton. If the skeleton fails to parse, the caller re-parses the
- * original text to report jansson's own error and position.
+ * original text to report jansson's own error and position, or, for an
+ * array that the scanner gave up on at a syntax error (the set's fault),
+ * has jansson read only the skeleton before it and the text from the
+ * error on.
  * Returns 0, or -1 when out of memory. */
 int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
                     size_t min_string, attnd_bulk_set_t *set,

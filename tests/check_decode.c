@@ -645,6 +645,111 @@ START_TEST(test_structure_limit) {
 }
 END_TEST
 
+/* A token jansson refuses in a tensor's array of numbers (at its start,
+ * in its middle, at its end, or the text ending in it) is invalid_json at
+ * that token's line and column, as jansson reading the whole body says,
+ * however long the array: not 413 for the array counted as structure
+ * (over a 4096-byte limit, which the array alone is over), and on the
+ * fast path without jansson reading the body whole (under the default
+ * limit too). Before the line and column: a line break in the head and
+ * in the array, and 2-byte characters (one column each) on the array's
+ * first line. */
+START_TEST(test_big_array_syntax_error) {
+  const char *token = bad_array_tokens[_i];
+  attnd_config_t lim = cfg;
+  lim.max_tensor_elements = 1 << 20;
+  lim.max_seq_len = 1 << 20;
+  const char *heads[] = {
+      "{\"num_heads\":1,\n\"id\":\"\xc3\xa9t\xc3\xa9\",\"query\":{\"shape\":"
+      "[1,2000],\"data\":",
+      "{\"num_heads\":1, \"query\":",
+  };
+  const char *tails[] = {"}}", "}"};
+  for (int layout = 0; layout < 2; layout++)
+    for (int where = 0; where < 3; where++) {
+      int n = 2000, at = where == 0 ? 0 : where == 1 ? n / 2 : n;
+      if (token && token[0] == ']' && at < n && at % (layout ? 8 : n) == 0)
+        continue; /* "[]": an empty array, the numbers after it structure */
+      size_t len;
+      char *body;
+      if (layout == 0) {
+        body = bad_array_body(heads[0], n, at, token, tails[0], &len);
+      } else { /* [250, 8]: the token in a row, or after the rows */
+        char *g = grid(250, 8, at == n ? -1 : at / 8, at % 8,
+                       token ? token : "0.25", "0.25");
+        size_t gl = strlen(g);
+        if (at == n) /* "...]]" to "...],<token>]" */
+          g[gl - 1] = 0;
+        body = malloc(gl + 64);
+        len = (size_t)sprintf(body, "%s%s%s%s%s", heads[1], g,
+                              at == n ? "," : "", at == n && token ? token : "",
+                              at == n ? "]}" : tails[1]);
+        if (token == NULL) /* the text ends before the token */
+          len = (size_t)(strstr(body, ",0.25]") - body) + 5;
+        free(g);
+      }
+      char want[256];
+      ck_assert_msg(json_error_reference(body, len, want, sizeof want) == 0,
+                    "token %s: jansson reads the body", token);
+      for (int limit = 0; limit < 2; limit++) {
+        lim.max_json_structure_bytes =
+            limit ? cfg.max_json_structure_bytes : 4096;
+        for (int fast = 0; fast < 2; fast++) {
+          attnd_request_t *j = NULL;
+          attnd_error_t e;
+          uint64_t slow = attnd__decode_slow_runs;
+          int r =
+              attnd__request_decode_path(body, len, &lim, NULL, fast, &j, &e);
+          ck_assert_msg(
+              r == -1 && attnd_error_status(e.code) == 400 &&
+                  strcmp(attnd_error_name(e.code), "invalid_json") == 0 &&
+                  e.field[0] == 0 && strcmp(e.message, want) == 0,
+              "token %s, layout %d, at %d, limit %lld, fast %d: "
+              "%d %s (%s) %s; expected %s",
+              token, layout, at, (long long)lim.max_json_structure_bytes, fast,
+              attnd_error_status(e.code), attnd_error_name(e.code), e.field,
+              e.message, want);
+          if (fast)
+            ck_assert_msg(attnd__decode_slow_runs == slow,
+                          "token %s: the body was read whole", token);
+          attnd_request_free(j);
+        }
+      }
+      free(body);
+    }
+}
+END_TEST
+
+/* A value that is JSON but no number (an object, a string, null) in a big
+ * array is no syntax error: the array is no tensor data, and over the
+ * limit it counts as structure (413); under it, the decoder names it. */
+START_TEST(test_big_array_json_value) {
+  static const char *const values[] = {"{\"a\":1}", "\"x\"", "null"};
+  attnd_config_t lim = cfg;
+  lim.max_tensor_elements = 1 << 20;
+  lim.max_seq_len = 1 << 20;
+  for (int v = 0; v < 3; v++) {
+    size_t len;
+    char *body = bad_array_body(
+        "{\"num_heads\":1,\"query\":{\"shape\":[1,2000],\"data\":", 2000, 1000,
+        values[v], "}}", &len);
+    for (int limit = 0; limit < 2; limit++) {
+      lim.max_json_structure_bytes =
+          limit ? cfg.max_json_structure_bytes : 4096;
+      attnd_request_t *j = NULL;
+      attnd_error_t e;
+      int r = attnd_request_decode(body, len, &lim, NULL, &j, &e);
+      ck_assert_int_eq(r, -1);
+      ck_assert_str_eq(attnd_error_name(e.code),
+                       limit ? "invalid_type" : "payload_too_large");
+      if (limit)
+        ck_assert_msg(strstr(e.message, "query.data[1000]"), "%s", e.message);
+    }
+    free(body);
+  }
+}
+END_TEST
+
 /* Every array of numbers under a tensor's member is lifted, however small:
  * a few numbers read by jansson's tree cost several times what the
  * scanner does. Each body decodes with no whole-body parse by jansson, and
@@ -1859,6 +1964,8 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_invalid_request, 0, N_ERR);
   tcase_add_test(tc, test_limits_boundary);
   tcase_add_test(tc, test_structure_limit);
+  tcase_add_loop_test(tc, test_big_array_syntax_error, 0, N_BAD_ARRAY_TOKENS);
+  tcase_add_test(tc, test_big_array_json_value);
   tcase_add_test(tc, test_slow_path_only_when_needed);
   tcase_add_test(tc, test_lifted_positions);
   tcase_add_test(tc, test_layer_paths_agree);

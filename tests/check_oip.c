@@ -518,6 +518,53 @@ START_TEST(test_small_data_lifted) {
 }
 END_TEST
 
+/* A token jansson refuses in a big "data" array (at its start, middle or
+ * end, or the text ending in it) is invalid_json at jansson's line and
+ * column for the whole body, on both paths, over max_json_structure_bytes
+ * (4096, which the array alone is over) or under it, and the fast path
+ * does not have jansson read the body whole: not 413 for the array
+ * counted as structure. */
+START_TEST(test_big_data_syntax_error) {
+  const char *token = bad_array_tokens[_i];
+  attnd_config_t saved = cfg;
+  cfg.max_tensor_elements = 1 << 20;
+  cfg.max_seq_len = 1 << 20;
+  for (int where = 0; where < 3; where++) {
+    int n = 2000, at = where == 0 ? 0 : where == 1 ? n / 2 : n;
+    if (token && token[0] == ']' && at == 0)
+      continue; /* "[]": an empty array, the numbers after it structure */
+    size_t len;
+    char *body = bad_array_body(
+        "{\"parameters\":{\"num_heads\":1},\n\"inputs\":[{\"name\":\"query\","
+        "\"shape\":[1,2000],\"datatype\":\"FP32\",\"data\":",
+        n, at, token, "}]}", &len);
+    char want[256];
+    ck_assert(json_error_reference(body, len, want, sizeof want) == 0);
+    for (int limit = 0; limit < 2; limit++) {
+      cfg.max_json_structure_bytes =
+          limit ? saved.max_json_structure_bytes : 4096;
+      uint64_t before = attnd__decode_slow_runs;
+      attnd_request_t *r = NULL;
+      attnd_error_t e;
+      int rc = attnd_oip_decode(ATTND_OIP_GENERIC, body, len, -1, NULL, 0, &cfg,
+                                layers, &r, &e);
+      ck_assert_msg(rc == -1 && attnd_error_status(e.code) == 400 &&
+                        strcmp(attnd_error_name(e.code), "invalid_json") == 0 &&
+                        e.field[0] == 0 && strcmp(e.message, want) == 0,
+                    "token %s, at %d, limit %lld: %d %s (%s) %s; expected %s",
+                    token, at, (long long)cfg.max_json_structure_bytes,
+                    attnd_error_status(e.code), attnd_error_name(e.code),
+                    e.field, e.message, want);
+      ck_assert_msg(attnd__decode_slow_runs == before,
+                    "token %s: the body was read whole", token);
+      ck_assert(!paths_agree(ATTND_OIP_GENERIC, body, len, -1));
+    }
+    free(body);
+  }
+  cfg = saved;
+}
+END_TEST
+
 /* FP16 and BF16 numbers are converted to float32 directly, not rounded to
  * the declared type first. */
 START_TEST(test_direct_conversion) {
@@ -1137,6 +1184,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_layer_models, 0, 2);
   tcase_add_test(tc, test_direct_conversion);
   tcase_add_test(tc, test_small_data_lifted);
+  tcase_add_loop_test(tc, test_big_data_syntax_error, 0, N_BAD_ARRAY_TOKENS);
   tcase_add_loop_test(tc, test_binary_same, 0, 8);
   tcase_add_test(tc, test_lifted);
   suite_add_tcase(s, tc);

@@ -2,7 +2,9 @@
  * decode_diff.h. */
 #include "decode_diff.h"
 
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "store/session.h"
@@ -145,4 +147,45 @@ int decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
 int step_decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
                      const attnd_session_shape_t *shape, char *why, size_t n) {
   return diff(body, len, cfg, shape, why, n);
+}
+
+const char *const bad_array_tokens[N_BAD_ARRAY_TOKENS] = {
+    "NaN",   "Infinity", "-Infinity", "nope", "1e", "-",  "1.",
+    "1.5.5", "01",       "2 3",       "tru",  "]",  NULL,
+};
+
+char *bad_array_body(const char *head, int n, int at, const char *token,
+                     const char *tail, size_t *len) {
+  size_t cap = strlen(head) + strlen(tail) + (size_t)n * 6 +
+               (token ? strlen(token) : 0) + 16;
+  char *b = malloc(cap), *p = b;
+  if (b == NULL)
+    abort();
+  p += sprintf(p, "%s[", head);
+  for (int i = 0; i <= n; i++) {
+    if (i == at && token == NULL)
+      break;
+    if (i == n && at != n)
+      break;
+    if (i > 0)
+      p += sprintf(p, i % 8 ? "," : ",\n");
+    p += sprintf(p, "%s", i == at ? token : "0.25");
+  }
+  if (token)
+    p += sprintf(p, "]%s", tail);
+  *len = (size_t)(p - b);
+  return b;
+}
+
+int json_error_reference(const char *body, size_t len, char *msg, size_t n) {
+  json_error_t je;
+  json_t *root =
+      json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+  if (root) {
+    json_decref(root);
+    return -1;
+  }
+  snprintf(msg, n, "invalid JSON at line %d, column %d: %s", je.line, je.column,
+           je.text);
+  return 0;
 }

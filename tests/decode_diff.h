@@ -38,4 +38,24 @@ int step_decode_diff(const char *body, size_t len, const attnd_config_t *cfg,
 const char *decode_request_diff(const attnd_request_t *a,
                                 const attnd_request_t *b);
 
+/* Tokens jansson refuses in an array of numbers, for bad_array_body: words
+ * and things like numbers that are none, a missing ',', a ']' after a ','
+ * (not the first), and NULL (the text ends in the array). */
+#define N_BAD_ARRAY_TOKENS 13
+extern const char *const bad_array_tokens[N_BAD_ARRAY_TOKENS];
+
+/* A body with a big array of numbers in it that jansson refuses at one
+ * token: head, then an array of n numbers ("0.25", eight to a line) whose
+ * element `at` is `token` (at == n: token after the last, after a ','; a
+ * NULL token: the text ends there instead), then "]" and tail. A new
+ * string (free()), its length in *len. */
+char *bad_array_body(const char *head, int n, int at, const char *token,
+                     const char *tail, size_t *len);
+
+/* What the decoders answer for body[0..len) when jansson refuses it, from
+ * jansson reading the whole body itself: "invalid JSON at line L, column
+ * C: <jansson's text>", into msg[0..n). Returns 0, or -1 when jansson
+ * reads the body. */
+int json_error_reference(const char *body, size_t len, char *msg, size_t n);
+
 #endif

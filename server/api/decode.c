@@ -735,8 +735,10 @@ int attnd_request_plan(attnd_request_t *j, const attnd_config_t *cfg,
 #define PARSE_RESERVE 16384
 
 typedef struct parse {
-  const char *text;
+  const char *text; /* text[0..len), then more[0..more_len) */
   size_t len, at;
+  const char *more;
+  size_t more_len;
   int failed;    /* an allocation failed: the tree is not to be trusted */
   char *reserve; /* PARSE_RESERVE bytes, on the parsing thread's stack */
   size_t used;
@@ -797,6 +799,10 @@ __attribute__((constructor)) static void json_alloc_install(void) {
 
 static size_t parse_read(void *buf, size_t cap, void *arg) {
   parse_t *ps = arg;
+  if (ps->at == ps->len && ps->more) { /* the second piece */
+    ps->text = ps->more, ps->len = ps->more_len, ps->at = 0;
+    ps->more = NULL;
+  }
   size_t n = ps->failed ? 0 : ps->len - ps->at;
   n = n < cap ? n : cap;
   n = n < PARSE_CHUNK ? n : PARSE_CHUNK;
@@ -805,12 +811,17 @@ static size_t parse_read(void *buf, size_t cap, void *arg) {
   return n;
 }
 
-/* jansson's tree of text[0..len) (one parse): a new reference, or NULL
- * with *oom set when memory ran out, or else jansson's error in `je`. */
-static json_t *parse_once(const char *text, size_t len, json_error_t *je,
-                          int *oom) {
+/* jansson's tree of text[0..len) followed by more[0..more_len) (one
+ * parse): a new reference, or NULL with *oom set when memory ran out, or
+ * else jansson's error in `je`. */
+static json_t *parse_two(const char *text, size_t len, const char *more,
+                         size_t more_len, json_error_t *je, int *oom) {
   _Alignas(16) char reserve[PARSE_RESERVE];
-  parse_t ps = {.text = text, .len = len, .reserve = reserve};
+  parse_t ps = {.text = text,
+                .len = len,
+                .more = more,
+                .more_len = more_len,
+                .reserve = reserve};
   parsing = &ps;
   json_t *root = json_load_callback(parse_read, &ps, PARSE_FLAGS, je);
   if (ps.failed) { /* freed while the reserve is still known */
@@ -820,6 +831,11 @@ static json_t *parse_once(const char *text, size_t len, json_error_t *je,
   parsing = NULL;
   *oom = ps.failed;
   return root;
+}
+
+static json_t *parse_once(const char *text, size_t len, json_error_t *je,
+                          int *oom) {
+  return parse_two(text, len, NULL, 0, je, oom);
 }
 
 /* jansson's tree of text[0..len), as parse_once, where the number literals
@@ -842,6 +858,91 @@ json_t *attnd__dec_parse(const char *text, size_t len, json_error_t *je,
     root = parse_once(wide.data, wide.len, je, oom);
   attnd_buf_free(&wide);
   return root;
+}
+
+/* jansson's line and column at byte `pos` of text: lines from 1, columns
+ * from 0 counting the bytes that start a UTF-8 character since the last
+ * newline, as jansson's stream counts them (its utf8_check_first). */
+static void json_line_column(const char *text, size_t pos, int *line,
+                             int *column) {
+  const char *p = text, *end = text + pos, *nl;
+  int l = 1, c = 0;
+  while ((nl = memchr(p, '\n', (size_t)(end - p))) != NULL)
+    l++, p = nl + 1;
+  for (; p < end; p++) {
+    unsigned char u = (unsigned char)*p;
+    c += u < 0x80 || (u >= 0xc2 && u <= 0xf4);
+  }
+  *line = l;
+  *column = c;
+}
+
+int attnd__dec_fault(const char *body, size_t len, const attnd_bulk_set_t *bulk,
+                     const attnd_buf_t *skel, int64_t max_structure,
+                     json_error_t *je, int *oom) {
+  if (bulk->fault == SIZE_MAX)
+    return 0;
+  /* jansson reads the structure before the array and at most the rest of
+   * the budget from the error on; an error past that is not known here */
+  size_t before = bulk->fault_array - bulk->fault_lifted;
+  if (max_structure < 0 || before > (uint64_t)max_structure)
+    return 0;
+  size_t room = (size_t)((uint64_t)max_structure - before);
+  size_t rest = len - bulk->fault < room ? len - bulk->fault : room;
+  /* jansson loses a NUL byte that it reads past and puts back (after a
+   * number), and its count of lines and columns with it: then the body's
+   * bytes no longer say where jansson stands */
+  if (memchr(body, '\0', bulk->fault + rest) != NULL)
+    return 0;
+  attnd_buf_t head;
+  attnd_buf_init(&head);
+  attnd_buf_append(&head, skel->data, bulk->fault_skel);
+  /* a space after it: jansson's lexer reads past the filler's last 0 to
+   * the space, not into the token, as the body's ',' '[' or ']' before it
+   * leave the lexer (a byte that is no UTF-8 there reads "near '0'") */
+  attnd_buf_puts(&head, bulk->fault_fill);
+  attnd_buf_puts(&head, " ");
+  if (head.oom) {
+    attnd_buf_free(&head);
+    return (*oom = 1, -1);
+  }
+  /* as attnd__dec_parse reads the body: again with the literals jansson
+   * refuses widened, when jansson refuses one (straight away when one was
+   * a leaf before the error, which the filler hides from it) */
+  json_t *root = NULL;
+  int wide = bulk->fault_wide;
+  if (!wide) {
+    root = parse_two(head.data, head.len, body + bulk->fault, rest, je, oom);
+    wide = !root && !*oom &&
+           json_error_code(je) == json_error_numeric_overflow &&
+           je->position >= 0 && (size_t)je->position >= head.len;
+  }
+  if (wide && !root && !*oom) {
+    attnd_buf_t w;
+    attnd_buf_init(&w);
+    if (attnd_json_widen_numbers(body + bulk->fault, rest, &w) < 0)
+      *oom = 1;
+    else
+      root = parse_two(head.data, head.len, w.data, w.len, je, oom);
+    attnd_buf_free(&w);
+  }
+  size_t at = head.len, pos = (size_t)je->position;
+  attnd_buf_free(&head);
+  if (root || *oom) {
+    json_decref(root);
+    return *oom ? -1 : 0;
+  }
+  /* an error before the array is the skeleton's (the body's may read
+   * otherwise), as is one about a literal there; an error where the text
+   * was cut may be no error */
+  if (je->position < 0 || pos < at ||
+      json_error_code(je) == json_error_numeric_overflow ||
+      (rest < len - bulk->fault && pos >= at + rest))
+    return 0;
+  pos = bulk->fault + (pos - at);
+  json_line_column(body, pos, &je->line, &je->column);
+  je->position = (int)pos;
+  return 1;
 }
 
 _Thread_local uint64_t attnd__decode_slow_runs;
@@ -925,11 +1026,24 @@ static int decode_path(const char *body, size_t len, const attnd_config_t *cfg,
   bulk.arena = &j->arena;
   attnd_buf_init_in(&skel, skel_mem, sizeof skel_mem);
   attnd__dec_tree_begin();
+  int over = 0, fault = 0;
   if (attnd_bulk_scan(body, len, ATTND_BULK_MIN_ELEMS, ATTND_BULK_MIN_STRING,
                       &bulk, &skel) < 0) {
     oom = 1;
-  } else if ((int64_t)(len - bulk.lifted_bytes) >
-             cfg->max_json_structure_bytes) {
+  } else if ((over = (int64_t)(len - bulk.lifted_bytes) >
+                     cfg->max_json_structure_bytes) ||
+             fast) {
+    fault = attnd__dec_fault(body, len, &bulk, &skel,
+                             cfg->max_json_structure_bytes, &je, &oom);
+  }
+  if (oom) {
+    ;
+  } else if (fault > 0) {
+    slow = 0;
+    attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
+                    "invalid JSON at line %d, column %d: %s", je.line,
+                    je.column, je.text);
+  } else if (over) {
     slow = 0;
     attnd_error_set(
         err, ATTND_ERR_PAYLOAD_TOO_LARGE, "",

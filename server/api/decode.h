@@ -97,6 +97,18 @@ int attnd__dec_tensor(dec_t *d, const json_t *v, const char *field, int kind,
  * NULL with *oom set, or else jansson's error in `je`. */
 json_t *attnd__dec_parse(const char *text, size_t len, json_error_t *je,
                          int *oom);
+/* jansson's error for body[0..len) when the bulk scan of it (bulk, which
+ * wrote skel) gave up on an array at a syntax error (bulk.h, fault): read
+ * by jansson from the skeleton before that array and the body from the
+ * error on, not through the array's numbers, with the line and column
+ * (and position) of the body, as a parse of the whole body reports them.
+ * jansson reads at most max_structure bytes outside lifted data. Returns
+ * 1 with `je` set; 0 when there is no such fault or this cannot tell (an
+ * error earlier in the skeleton, or past what jansson may read): the
+ * caller goes on as without one; -1 with *oom set. */
+int attnd__dec_fault(const char *body, size_t len, const attnd_bulk_set_t *bulk,
+                     const attnd_buf_t *skel, int64_t max_structure,
+                     json_error_t *je, int *oom);
 /* Between these two, the jansson values this thread makes are taken from a
  * per-thread arena first and freed with it by _end: every tree made since
  * _begin must be freed (json_decref) before _end, on this thread, and none

@@ -1079,11 +1079,26 @@ int attnd__oip_decode_path(const char *model, const char *body, size_t len,
   attnd__dec_tree_begin();
   int unsure = 1, scanned = attnd_bulk_scan(body, n, ATTND_BULK_MIN_ELEMS, 0,
                                             &bulk, &skel) == 0;
-  if (!scanned) {
+  int over = scanned &&
+             (int64_t)(n - bulk.lifted_bytes) > cfg->max_json_structure_bytes;
+  /* an array given up on at a syntax error: jansson's error, read without
+   * its numbers (and on both paths when they are over the limit) */
+  json_error_t je;
+  int oom = 0,
+      fault = scanned && (over || fast)
+                  ? attnd__dec_fault(body, n, &bulk, &skel,
+                                     cfg->max_json_structure_bytes, &je, &oom)
+                  : 0;
+  if (!scanned || oom) {
     attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
                     "out of memory parsing the request's JSON");
     unsure = 0;
-  } else if ((int64_t)(n - bulk.lifted_bytes) > cfg->max_json_structure_bytes) {
+  } else if (fault > 0) {
+    attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
+                    "invalid JSON at line %d, column %d: %s", je.line,
+                    je.column, je.text);
+    unsure = 0;
+  } else if (over) {
     attnd_error_set(err, ATTND_ERR_PAYLOAD_TOO_LARGE, "",
                     "the body has %zu bytes of JSON outside tensor data "
                     "(arrays of numbers), over max_json_structure_bytes %lld",
