@@ -53,6 +53,7 @@
 #include "layer_files.h"
 #include "ref.h"
 #include "server_harness.h"
+#include "session.h"
 #include "suite.h"
 #include "testutil.h"
 
@@ -60,12 +61,13 @@
 #define TOL 1e-5
 #define MHA "demo"
 #define LLAMA "model.layers.0.self_attn"
-#define SESSION_COST 4096 /* what a session costs the pool before pages */
-#define PAGE 64           /* tokens per page */
+#define SESSION_COST ATTND_SESSION_COST /* the pool's, before pages */
+#define PAGE 64                         /* tokens per page */
 
 /* Written by test_setup, before any test: the two layers' files (the
  * --layers argument), and the bytes a page of a "demo" session takes,
- * measured from a server (info.bytes / info.pages). */
+ * measured from a server (a one-page session's info.bytes less its
+ * SESSION_COST). */
 static char layer_dir[64];
 static char layer_arg[300];
 static int64_t demo_page;
@@ -765,7 +767,7 @@ START_TEST(test_schedules) {
   free(body);
   check_info(in, sh, 0);
   ck_assert_int_eq(ji(in, "pages"), 0);
-  ck_assert_int_eq(ji(in, "bytes"), 0);
+  ck_assert_int_eq(ji(in, "bytes"), SESSION_COST); /* the cost alone */
   ck_assert_int_eq(ji(in, "shared_pages"), 0);
   ck_assert_int_eq(ji(in, "max_tokens"), 32768); /* the defaults */
   ck_assert_int_eq(ji(in, "ttl_s"), 600);
@@ -785,7 +787,7 @@ START_TEST(test_schedules) {
   /* the info: whole pages, each of the core's layout and a little more */
   in = get_info(&c, id);
   check_info(in, sh, s.n);
-  int64_t pages = ji(in, "pages"), bytes = ji(in, "bytes");
+  int64_t pages = ji(in, "pages"), bytes = ji(in, "bytes") - SESSION_COST;
   ck_assert_int_eq(pages, (s.n + PAGE - 1) / PAGE);
   ck_assert_int_eq(ji(in, "shared_pages"), 0);
   int64_t floats = (int64_t)attn_kv_page_floats(sh->Hkv, sh->Dh, sh->Dv);
@@ -990,7 +992,7 @@ START_TEST(test_fork_truncate) {
   json_t *in = get_info(&c, a.id);
   ck_assert_int_eq(ji(in, "pages"), 2);
   ck_assert_int_eq(ji(in, "shared_pages"), 0);
-  int64_t page = ji(in, "bytes") / 2;
+  int64_t page = (ji(in, "bytes") - SESSION_COST) / 2;
   json_decref(in);
   ck_assert(sh_metric(srv.port, "attnd_kv_pages_shared") == 0);
   double used0 = kv_used(srv.port),
@@ -1077,7 +1079,7 @@ START_TEST(test_fork_truncate) {
   seq_verify(&c, &f);
   json_decref(seq_truncate(&c, &f, 0));
   in = get_info(&c, f.id);
-  ck_assert_int_eq(ji(in, "bytes"), 0);
+  ck_assert_int_eq(ji(in, "bytes"), SESSION_COST);
   json_decref(in);
   seq_step(&c, &f, &rng, 2, NULL);
   seq_verify(&c, &f);
@@ -1109,17 +1111,97 @@ START_TEST(test_fork_truncate) {
 }
 END_TEST
 
+/* A new session of shape sh with one step of `count` tokens (none: 0). */
+static void new_session(sh_client_t *c, const shape_t *sh, seq_t *s,
+                        tu_rng_t *rng, int64_t count) {
+  char id[40], *body = create_text(sh, NULL);
+  json_decref(create(c, body, id));
+  free(body);
+  seq_init(s, sh, id);
+  if (count)
+    seq_step(c, s, rng, count, NULL);
+}
+
+/* The sum of "bytes" over the session list, and how many sessions. */
+static int64_t listed_bytes(sh_client_t *c, size_t *n) {
+  sh_resp_t r = call(c, "GET", "/v1/sessions?limit=1000", NULL);
+  json_t *v = json_reply(&r, 200), *e;
+  size_t i;
+  int64_t sum = 0;
+  json_array_foreach(json_object_get(v, "sessions"), i, e) sum +=
+      ji(e, "bytes");
+  *n = json_array_size(json_object_get(v, "sessions"));
+  json_decref(v);
+  return sum;
+}
+
+/* A session's bytes are what it holds of the pool, its fixed cost and its
+ * pages: over sessions of two shapes, one empty, they add up to /metrics'
+ * kv bytes used (nothing else holds the pool), and an empty one holds the
+ * cost alone. A fork's shared pages count in each holder: the sum is then
+ * over by those pages, once each; deleted, the sum is exact again. */
+START_TEST(test_bytes_add_up) {
+  sh_server_t srv;
+  start(&srv, steps_args());
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 61);
+  seq_t a, b, e;
+  new_session(&c, SH_LLAMA, &a, &rng, 100); /* 2 pages */
+  new_session(&c, SH_GQA, &b, &rng, 30);    /* 1 page */
+  new_session(&c, SH_GQA, &e, &rng, 0);     /* none */
+  json_t *in = get_info(&c, e.id);
+  ck_assert_int_eq(ji(in, "bytes"), SESSION_COST);
+  json_decref(in);
+  size_t n;
+  int64_t sum = listed_bytes(&c, &n);
+  ck_assert_uint_eq(n, 3);
+  ck_assert_msg((double)sum == kv_used(srv.port),
+                "the sessions' bytes add up to %lld, kv bytes used %g",
+                (long long)sum, kv_used(srv.port));
+
+  /* a fork shares a's 2 pages: they count in a and in the fork */
+  in = get_info(&c, a.id);
+  int64_t page = (ji(in, "bytes") - SESSION_COST) / ji(in, "pages");
+  json_decref(in);
+  sh_resp_t r = call_id(&c, "POST", a.id, "/fork", NULL);
+  in = json_reply(&r, 201);
+  char fid[40];
+  snprintf(fid, sizeof fid, "%s",
+           json_string_value(json_object_get(in, "session")));
+  ck_assert_int_eq(ji(in, "bytes"), SESSION_COST + 2 * page);
+  json_decref(in);
+  sum = listed_bytes(&c, &n);
+  ck_assert_uint_eq(n, 4);
+  double shared = sh_metric(srv.port, "attnd_kv_pages_shared");
+  ck_assert(shared == 2);
+  ck_assert_msg((double)sum == kv_used(srv.port) + shared * (double)page,
+                "with a fork: %lld, kv bytes used %g, %g shared pages of %lld",
+                (long long)sum, kv_used(srv.port), shared, (long long)page);
+  r = call_id(&c, "DELETE", fid, "", NULL);
+  ck_assert_int_eq(r.status, 204);
+  sh_resp_free(&r);
+  r = call_id(&c, "DELETE", b.id, "", NULL);
+  ck_assert_int_eq(r.status, 204);
+  sh_resp_free(&r);
+  sum = listed_bytes(&c, &n);
+  ck_assert_uint_eq(n, 2);
+  ck_assert((double)sum == kv_used(srv.port));
+  seq_free(&a);
+  seq_free(&b);
+  seq_free(&e);
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
 /* ---- eviction ----------------------------------------------------------- */
 
 /* A demo session with one step of `count` tokens. */
 static void demo_session(sh_client_t *c, seq_t *s, tu_rng_t *rng,
                          int64_t count) {
-  char id[40], *body = create_text(SH_DEMO, NULL);
-  json_decref(create(c, body, id));
-  free(body);
-  seq_init(s, SH_DEMO, id);
-  if (count)
-    seq_step(c, s, rng, count, NULL);
+  new_session(c, SH_DEMO, s, rng, count);
 }
 
 /* Every request on an evicted session answers 410, naming it. */
@@ -1184,7 +1266,7 @@ START_TEST(test_eviction_order) {
   demo_session(&c, &b, &rng, 1);
   demo_session(&c, &cc, &rng, 1);
   json_t *in = get_info(&c, a.id);
-  ck_assert_int_eq(ji(in, "bytes"), demo_page);
+  ck_assert_int_eq(ji(in, "bytes"), SESSION_COST + demo_page);
   json_decref(in);
   /* a is used again: b is now the least recently used */
   seq_step(&c, &a, &rng, 1, NULL);
@@ -1656,15 +1738,14 @@ START_TEST(test_metrics) {
              "%s_count{protocol=\"session\",ctx=\"512\"}", hist[i]);
     ck_assert_msg(sh_metric(srv.port, sample) == 1, "%s", sample);
   }
-  /* the pool: three pages of one session */
+  /* the pool: three pages of one session, and its cost */
   json_t *in = get_info(&c, id);
   int64_t bytes = ji(in, "bytes");
   ck_assert_int_eq(ji(in, "pages"), 3);
   json_decref(in);
   double used = kv_used(srv.port);
-  ck_assert_msg(used >= (double)bytes && used <= (double)bytes + SESSION_COST,
-                "kv used %g for a session of %lld bytes", used,
-                (long long)bytes);
+  ck_assert_msg(used == (double)bytes, "kv used %g for a session of %lld bytes",
+                used, (long long)bytes);
   ck_assert(used + sh_metric(srv.port, "attnd_kv_bytes{state=\"free\"}") ==
             16777216);
   ck_assert(sh_metric(srv.port, "attnd_sessions") == 1);
@@ -3270,6 +3351,7 @@ Suite *test_suite(void) {
   tc = tcase_create("pool");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_fork_truncate, 0, 2);
+  tcase_add_test(tc, test_bytes_add_up);
   tcase_add_test(tc, test_eviction_order);
   tcase_add_test(tc, test_eviction_fork_truncate);
   tcase_add_test(tc, test_busy);
@@ -3374,7 +3456,8 @@ void test_setup(void) {
       sh_resp_free(&r);
       if (call_r(&c, "GET", path, NULL, &r) == 0 && (v = sh_json(&r)) != NULL) {
         if (json_integer_value(json_object_get(v, "pages")) == 1)
-          demo_page = json_integer_value(json_object_get(v, "bytes"));
+          demo_page =
+              json_integer_value(json_object_get(v, "bytes")) - SESSION_COST;
         json_decref(v);
       }
     }

@@ -25,9 +25,7 @@
 #include "codec/util.h"
 #include "sched/request.h"
 
-/* What a session costs the pool before any page: it bounds how many empty
- * sessions a client can make. */
-#define SESSION_COST 4096
+#define SESSION_COST ATTND_SESSION_COST
 #define PAGE_HDR 64
 #define TOMBSTONES 4096
 #define SIZE_CLASSES 8
@@ -405,7 +403,8 @@ static void info_of(const attnd_session_t *s, attnd_session_info_t *in) {
   for (size_t i = 0; i < s->n_pages; i++)
     in->shared_pages += s->pages[i]->ref > 1;
   in->pages = (int64_t)s->n_pages;
-  in->bytes = (int64_t)(s->n_pages * s->page_bytes);
+  /* what pool_take and page_new took for it, as kv_bytes_used counts */
+  in->bytes = SESSION_COST + (int64_t)(s->n_pages * s->page_bytes);
   in->age_s = (now - s->created) / 1000.0;
   in->idle_s = s->busy ? 0 : (now - s->used) / 1000.0;
   in->expires_in_s = (double)s->ttl_s - in->idle_s;

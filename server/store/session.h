@@ -45,6 +45,10 @@ typedef struct attnd_session_shape {
   attn_rope_t rope;
 } attnd_session_shape_t;
 
+/* What a session costs the pool before any page: it bounds how many empty
+ * sessions a client can make. */
+#define ATTND_SESSION_COST 4096
+
 /* A session as GET /v1/sessions/{id} shows it. */
 typedef struct attnd_session_info {
   char id[33];
@@ -53,7 +57,9 @@ typedef struct attnd_session_info {
   attn_rope_t rope;
   int64_t length, max_tokens, ttl_s;
   int64_t pages, shared_pages; /* shared: held by another session too */
-  int64_t bytes;               /* of its pages */
+  /* what it holds of the pool: ATTND_SESSION_COST and its pages, a page
+   * it shares with another session counted in full (as in each holder) */
+  int64_t bytes;
   double age_s, idle_s, expires_in_s;
   int busy;   /* a step is being computed */
   int queued; /* steps waiting their turn */
