@@ -53,7 +53,7 @@
 #include "layer_files.h"
 #include "ref.h"
 #include "server_harness.h"
-#include "session.h"
+#include "store/session.h"
 #include "suite.h"
 #include "testutil.h"
 
