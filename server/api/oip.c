@@ -13,8 +13,8 @@
  * datatype, its shape and element count) and then its data, into a buffer
  * the request owns. fill_json reads JSON data; Triton's binary tensor
  * extension is a second filler beside it, taking the input's bytes from a
- * span of the body. HTTP thread. */
-#include "api/oip.h"
+ * span of the body (both in oip_inputs.c). HTTP thread. */
+#include "api/oip_decode.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -23,50 +23,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec/util.h"
 #include "api/decode.h"
+#include "codec/util.h"
 #include "model/safetensors.h"
 
 /* ---- the protocol's names ------------------------------------------------ */
 
-/* The datatypes attnd takes. */
-typedef enum {
-  DT_FP32,
-  DT_FP16,
-  DT_BF16,
-  DT_FP64,
-  DT_INT32,
-  DT_INT64,
-  DT_BOOL,
-  DT_COUNT
-} dtype_t;
-static const char *const dtype_names[DT_COUNT + 1] = {
+const char *const attnd__oip_dtypes[DT_COUNT + 1] = {
     "FP32", "FP16", "BF16", "FP64", "INT32", "INT64", "BOOL", NULL};
 
-/* What an input holds once decoded, as the core takes it: float32, int64
- * or uint8 (0 or 1). */
-typedef enum { EL_FLOAT, EL_INT, EL_BOOL } elem_t;
-static const size_t elem_size[] = {4, 8, 1};
-/* The datatypes each kind is sent in, as bits (1 << dtype_t). */
-static const unsigned elem_dtypes[] = {
+const size_t attnd__oip_elem_size[] = {4, 8, 1};
+const unsigned attnd__oip_elem_dtypes[] = {
     [EL_FLOAT] = 1u << DT_FP32 | 1u << DT_FP16 | 1u << DT_BF16 | 1u << DT_FP64,
     [EL_INT] = 1u << DT_INT32 | 1u << DT_INT64,
     [EL_BOOL] = 1u << DT_BOOL};
 
-/* The inputs: the name, which is also attn_params_t's member; the /v1 path
- * of that member, which the shared steps' errors name; what it holds; and
- * whether only the generic model takes it. */
-typedef struct input_def {
-  const char *name, *v1;
-  elem_t elem;
-  int generic;
-  int rank; /* in the model's metadata: the usual rank ("-1" each) */
-  size_t off;
-} input_def_t;
-
 #define INPUT(member, v1, elem, generic, rank)                                 \
   { #member, v1, elem, generic, rank, offsetof(attn_params_t, member) }
-static const input_def_t input_defs[] = {
+const input_def_t attnd__oip_inputs[N_INPUTS] = {
     INPUT(query, "query", EL_FLOAT, 0, 3),
     INPUT(key, "key", EL_FLOAT, 0, 3),
     INPUT(value, "value", EL_FLOAT, 0, 3),
@@ -85,7 +59,10 @@ static const input_def_t input_defs[] = {
     INPUT(positions_key, "positions.key", EL_INT, 0, 2),
 };
 #undef INPUT
-#define N_INPUTS (sizeof input_defs / sizeof input_defs[0])
+
+_Static_assert(sizeof attnd__oip_inputs / sizeof attnd__oip_inputs[0] ==
+                   N_INPUTS,
+               "N_INPUTS");
 
 /* The request's parameters: X(ID, name, the /v1 path of what it sets,
  * whether only the generic model takes it). */
@@ -126,8 +103,7 @@ static const unsigned generic_params = 0
 #undef PARAM_GENERIC
     ;
 
-/* The outputs, in the order of their ATTND_OIP_* bits. */
-enum { O_OUTPUT, O_WEIGHTS, O_WEIGHTS_MEAN, O_HEAD_OUTPUTS, N_OUTPUTS };
+/* The outputs' names, in the order of their ATTND_OIP_* bits. */
 static const char *const output_names[N_OUTPUTS + 1] = {
     "output", "weights", "weights_mean", "head_outputs", NULL};
 
@@ -138,55 +114,17 @@ const char *attnd_oip_output_name(unsigned bit) {
   return NULL;
 }
 
-/* ---- the decoder's state ------------------------------------------------- */
+/* ---- the decoder's helpers ----------------------------------------------- */
 
-typedef struct oip {
-  dec_t d;
-  const char *model;          /* as asked */
-  const attnd_layer_t *layer; /* the layer model, or NULL for "attention" */
-  int input_at[N_INPUTS];     /* each input's index in "inputs", or -1 */
-  int output_at[N_OUTPUTS];   /* each output's index in "outputs", or -1 */
-  unsigned params_given;      /* bits of param_t */
-  int binary_all;             /* parameters.binary_data_output */
-  int rope_style;             /* parameters.rope_style: 0 half, 1 interleaved */
-  /* Triton's binary tensor data: the bytes after the JSON, taken by the
-   * inputs with a binary_data_size in their order (bin_at so far); bin is
-   * NULL when the request has no Inference-Header-Content-Length. */
-  const unsigned char *bin;
-  size_t bin_len, bin_at;
-  /* The allocation that holds the body, which the request may take, so
-   * that FP32 data 4-byte aligned in it is used where it lies (NULL when
-   * the caller keeps it, or once the request has taken it). */
-  void **own;
-  size_t own_bytes;
-  void *lent; /* *own as lent, so that a failed decode gives it back */
-} oip_t;
-
-/* One input's header: what the data must be. */
-typedef struct oip_in {
-  const input_def_t *def;
-  dtype_t dtype;
-  int rank;
-  int64_t dim[ATTN_MAX_RANK];
-  int64_t n;           /* elements */
-  int64_t binary_size; /* parameters.binary_data_size, or -1 */
-  char path[32];       /* "inputs[3]" */
-  char shape[128];     /* "[2, 4]" */
-} oip_in_t;
-
-/* Sets invalid_type for member `field`, which is v, expected `what`. */
-static int bad_type(oip_t *o, const char *field, const json_t *v,
-                    const char *what) {
+int attnd__oip_bad_type(oip_t *o, const char *field, const json_t *v,
+                        const char *what) {
   return E(&o->d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected %s", field,
            attnd__json_type(v), what);
 }
 
-/* Member `key` of obj, whose path is `path`, with its own path in field
- * (64 bytes): a value of JSON type `type`, which a message calls `what`.
- * NULL with missing_field (absent or null) or invalid_type set. */
-static const json_t *need(oip_t *o, const json_t *obj, const char *path,
-                          const char *key, char *field, json_type type,
-                          const char *what) {
+const json_t *attnd__oip_need(oip_t *o, const json_t *obj, const char *path,
+                              const char *key, char *field, json_type type,
+                              const char *what) {
   attnd_fmt_member(field, 64, path, key);
   const json_t *v = json_object_get(obj, key);
   if (v == NULL || json_is_null(v)) {
@@ -194,14 +132,13 @@ static const json_t *need(oip_t *o, const json_t *obj, const char *path,
     return NULL;
   }
   if (json_typeof(v) != type) {
-    bad_type(o, field, v, what);
+    attnd__oip_bad_type(o, field, v, what);
     return NULL;
   }
   return v;
 }
 
-/* The index of string v among names (NULL-terminated), or -1. */
-static int find_name(const char *const *names, const char *v) {
+int attnd__oip_find_name(const char *const *names, const char *v) {
   for (int i = 0; names[i]; i++)
     if (strcmp(names[i], v) == 0)
       return i;
@@ -249,7 +186,7 @@ static int param_int(oip_t *o, const json_t *v, const char *field, int64_t lo,
 static int param_number(oip_t *o, const json_t *v, const char *field,
                         int as_float, double *out) {
   if (!json_is_number(v))
-    return bad_type(o, field, v, "a number");
+    return attnd__oip_bad_type(o, field, v, "a number");
   double x = json_number_value(v);
   char num[32];
   if (as_float ? !isfinite((float)x) : fabs(x) >= ATTND_JSON_HUGE)
@@ -271,7 +208,7 @@ static int param_float(oip_t *o, const json_t *v, const char *field, int *has,
 
 static int param_bool(oip_t *o, const json_t *v, const char *field, int *out) {
   if (!json_is_boolean(v))
-    return bad_type(o, field, v, "true or false");
+    return attnd__oip_bad_type(o, field, v, "true or false");
   *out = json_is_true(v);
   return 0;
 }
@@ -291,7 +228,7 @@ static int param_enum(oip_t *o, const json_t *v, const char *field,
   if (!json_is_string(v))
     return E(&o->d, ATTND_ERR_INVALID_TYPE, field, "%s is %s; expected %s%s",
              field, attnd__json_type(v), also, list);
-  if ((*out = find_name(names, json_string_value(v))) < 0)
+  if ((*out = attnd__oip_find_name(names, json_string_value(v))) < 0)
     return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
              "%s is \"%.64s\"; expected %s%s", field, json_string_value(v),
              also, list);
@@ -357,7 +294,7 @@ static int read_params(oip_t *o, const json_t *ps) {
   if (ps == NULL || json_is_null(ps))
     return 0;
   if (!json_is_object(ps))
-    return bad_type(o, "parameters", ps, "an object");
+    return attnd__oip_bad_type(o, "parameters", ps, "an object");
   if (attnd__dec_members(d, ps, "parameters", param_names) < 0)
     return -1;
   for (int i = 0; i < P_COUNT; i++) {
@@ -385,460 +322,6 @@ static int read_params(oip_t *o, const json_t *ps) {
   return 0;
 }
 
-/* ---- inputs -------------------------------------------------------------- */
-
-/* The inputs `model` takes, for messages: "query, key, ..." */
-static void input_list(const oip_t *o, char *s, size_t n) {
-  size_t k = 0;
-  s[0] = 0;
-  for (size_t i = 0; i < N_INPUTS && k < n; i++)
-    if (!(o->layer && input_defs[i].generic))
-      k += (size_t)snprintf(s + k, n - k, "%s%s", k ? ", " : "",
-                            input_defs[i].name);
-}
-
-/* The input's name: known to the model, and not given before. */
-static int read_name(oip_t *o, const json_t *v, size_t at, oip_in_t *in) {
-  char field[64], list[256];
-  const json_t *name =
-      need(o, v, in->path, "name", field, JSON_STRING, "a string");
-  if (name == NULL)
-    return -1;
-  const char *s = json_string_value(name);
-  size_t k = 0;
-  while (k < N_INPUTS && strcmp(input_defs[k].name, s) != 0)
-    k++;
-  if (k == N_INPUTS || (o->layer && input_defs[k].generic)) {
-    input_list(o, list, sizeof list);
-    return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
-             "%s is '%.64s', not an input of model '%s'%s (inputs: %s)", field,
-             s, o->layer ? o->layer->name : ATTND_OIP_GENERIC,
-             k < N_INPUTS ? ", which has its own weights" : "", list);
-  }
-  if (o->input_at[k] >= 0)
-    return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
-             "%s is '%.64s', as is inputs[%d].name: an input is given once",
-             field, s, o->input_at[k]);
-  o->input_at[k] = (int)at;
-  in->def = &input_defs[k];
-  return 0;
-}
-
-/* The datatype: one that the input is sent in. */
-static int read_dtype(oip_t *o, const json_t *v, oip_in_t *in) {
-  char field[64], list[64] = "";
-  const json_t *dt = need(o, v, in->path, "datatype", field, JSON_STRING,
-                          "a string such as \"FP32\"");
-  if (dt == NULL)
-    return -1;
-  unsigned ok = elem_dtypes[in->def->elem];
-  int k = find_name(dtype_names, json_string_value(dt));
-  if (k >= 0 && (ok >> k & 1)) {
-    in->dtype = (dtype_t)k;
-    return 0;
-  }
-  size_t n = 0;
-  for (int i = 0; i < DT_COUNT; i++)
-    if (ok >> i & 1)
-      n += (size_t)snprintf(list + n, sizeof list - n, "%s%s",
-                            n == 0          ? ""
-                            : ok >> (i + 1) ? ", "
-                                            : " or ",
-                            dtype_names[i]);
-  return E(&o->d, ATTND_ERR_INVALID_VALUE, field, "%s is '%.32s'; %s takes %s",
-           field, json_string_value(dt), in->def->name, list);
-}
-
-/* The input's parameters: binary_data_size alone is known, a byte count
- * of the binary data after the JSON. */
-static int read_input_params(oip_t *o, const json_t *v, oip_in_t *in) {
-  static const char *const known[] = {"binary_data_size", NULL};
-  const json_t *ps = json_object_get(v, "parameters");
-  char field[64];
-  attnd_fmt_member(field, sizeof field, in->path, "parameters");
-  in->binary_size = -1;
-  if (ps == NULL || json_is_null(ps))
-    return 0;
-  if (!json_is_object(ps))
-    return bad_type(o, field, ps, "an object");
-  if (attnd__dec_members(&o->d, ps, field, known) < 0)
-    return -1;
-  const json_t *size = json_object_get(ps, "binary_data_size");
-  if (size == NULL || json_is_null(size))
-    return 0;
-  attnd_fmt_member(field, sizeof field, in->path,
-                   "parameters.binary_data_size");
-  if (attnd__dec_int(&o->d, size, field, field, 0, INT64_MAX,
-                     &in->binary_size) < 0)
-    return -1;
-  if (json_object_get(v, "data"))
-    return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
-             "%s is given, and so is %s.data: an input's data is JSON or "
-             "binary, not both",
-             field, in->path);
-  if (o->bin == NULL)
-    return E(&o->d, ATTND_ERR_BAD_REQUEST, field,
-             "%s is given, but the request has no binary data: send the "
-             "JSON's length in Inference-Header-Content-Length and the "
-             "tensors' bytes after it",
-             field);
-  return 0;
-}
-
-/* The shape: 1 to ATTN_MAX_RANK dimensions of at least 1, and at most
- * max_tensor_elements elements. */
-static int read_shape(oip_t *o, const json_t *v, oip_in_t *in) {
-  char field[64], path[80];
-  const json_t *sh = need(o, v, in->path, "shape", field, JSON_ARRAY,
-                          "an array of dimensions");
-  if (sh == NULL)
-    return -1;
-  size_t rank = json_array_size(sh);
-  if (rank < 1 || rank > ATTN_MAX_RANK)
-    return E(&o->d, ATTND_ERR_SHAPE_MISMATCH, field,
-             "%s has %zu dimensions; expected 1 to %d", field, rank,
-             ATTN_MAX_RANK);
-  in->rank = (int)rank;
-  in->n = 1;
-  for (size_t k = 0; k < rank; k++) {
-    attnd_fmt_index(path, sizeof path, field, (int64_t)k);
-    if (attnd__dec_int(&o->d, json_array_get(sh, k), field, path, 1, INT64_MAX,
-                       &in->dim[k]) < 0)
-      return -1;
-    if (__builtin_mul_overflow(in->n, in->dim[k], &in->n))
-      in->n = INT64_MAX;
-  }
-  attnd_shape_text(in->shape, sizeof in->shape, in->rank, in->dim, ", ");
-  int64_t max = o->d.cfg->max_tensor_elements;
-  if (in->n > max)
-    return E(&o->d, ATTND_ERR_LIMIT_EXCEEDED, field,
-             "%s (%s) %s has %lld elements, over max_tensor_elements %lld",
-             in->path, in->def->name, in->shape, (long long)in->n,
-             (long long)max);
-  return 0;
-}
-
-/* Stores leaf x, element i of the input, as its kind. `path` names it
- * ("inputs[0].data[1][2]"), `field` the data ("inputs[0].data"). */
-static int leaf(oip_t *o, const oip_in_t *in, const json_t *x, void *dst,
-                int64_t i, const char *field, const char *path) {
-  dec_t *d = &o->d;
-  char num[32];
-  switch (in->def->elem) {
-  case EL_FLOAT: {
-    if (!json_is_number(x))
-      return E(d, ATTND_ERR_INVALID_TYPE, field,
-               "%s is %s; expected a number (%s)", path, attnd__json_type(x),
-               dtype_names[in->dtype]);
-    float f = (float)json_number_value(x);
-    if (!isfinite(f))
-      return E(d, ATTND_ERR_NON_FINITE, field,
-               "%s is %s, which is not a finite float32", path,
-               attnd__dec_num(json_number_value(x), num));
-    ((float *)dst)[i] = f;
-    return 0;
-  }
-  case EL_INT: {
-    int64_t lo = in->dtype == DT_INT32 ? INT32_MIN : INT64_MIN,
-            hi = in->dtype == DT_INT32 ? INT32_MAX : INT64_MAX;
-    return attnd__dec_int(d, x, field, path, lo, hi, &((int64_t *)dst)[i]);
-  }
-  case EL_BOOL:
-    if (json_is_boolean(x) ||
-        (json_is_number(x) &&
-         (json_number_value(x) == 0 || json_number_value(x) == 1))) {
-      ((uint8_t *)dst)[i] = json_is_true(x) || json_number_value(x) == 1;
-      return 0;
-    }
-    if (json_is_number(x))
-      return E(d, ATTND_ERR_INVALID_VALUE, field,
-               "%s is %s; expected true, false, 0 or 1", path,
-               attnd__dec_num(json_number_value(x), num));
-    return E(d, ATTND_ERR_INVALID_TYPE, field,
-             "%s is %s; expected true, false, 0 or 1", path,
-             attnd__json_type(x));
-  }
-  return 0;
-}
-
-/* Walks array v at dimension `level` of data nested as the shape (flat:
- * data that is one array of n leaves), checking its structure; with dst,
- * it stores the leaves too, at *i on. path[0..plen) names v. */
-static int walk(oip_t *o, const oip_in_t *in, const json_t *v, int level,
-                int flat, void *dst, int64_t *i, const char *field, char *path,
-                size_t plen) {
-  int last = flat || level == in->rank - 1;
-  size_t n = json_array_size(v);
-  if (!flat && (int64_t)n != in->dim[level])
-    return E(&o->d, ATTND_ERR_SHAPE_MISMATCH, field,
-             "%s has length %zu, but shape %s has %lld at dimension %d", path,
-             n, in->shape, (long long)in->dim[level], level);
-  for (size_t k = 0; k < n; k++) {
-    const json_t *x = json_array_get(v, k);
-    size_t pl = plen + attnd_fmt_index(path + plen, 128 - plen, "", (int64_t)k);
-    if (last && json_is_array(x))
-      return flat && in->rank > 1
-                 ? E(&o->d, ATTND_ERR_RAGGED_TENSOR, field,
-                     "%s is an array, but %s[0] is not: data is flat, or "
-                     "nested as shape %s",
-                     path, field, in->shape)
-                 : E(&o->d, ATTND_ERR_RAGGED_TENSOR, field,
-                     "%s is an array, but shape %s has %d dimension%s", path,
-                     in->shape, in->rank, in->rank == 1 ? "" : "s");
-    if (!last && !json_is_array(x))
-      return E(&o->d, ATTND_ERR_RAGGED_TENSOR, field,
-               "%s is %s; expected an array of %lld (shape %s)", path,
-               attnd__json_type(x), (long long)in->dim[level + 1], in->shape);
-    int r = last ? (dst ? leaf(o, in, x, dst, (*i)++, field, path) : 0)
-                 : walk(o, in, x, level + 1, 0, dst, i, field, path, pl);
-    if (r < 0)
-      return -1;
-  }
-  return 0;
-}
-
-static int64_t first_non_finite(const float *x, int64_t n);
-
-/* The input's JSON data that the bulk scanner lifted (b: rectangular, all
- * numbers or all booleans), flat or nested as the shape. What would be an
- * error sends the body down the slow path (E_UNSURE), which words it. */
-static int fill_bulk(oip_t *o, const oip_in_t *in, attnd_bulk_t *b,
-                     const char *field, void **out) {
-  dec_t *d = &o->d;
-  int fits = b->rank == 1 ? (int64_t)b->n == in->n
-                          : b->rank == in->rank &&
-                                memcmp(b->dim, in->dim,
-                                       sizeof(int64_t) * (size_t)in->rank) == 0;
-  if (!fits)
-    return E_UNSURE(d, ATTND_ERR_SIZE_MISMATCH, field, "%s: shape", field);
-  int64_t n = in->n;
-  switch (in->def->elem) {
-  case EL_FLOAT: {
-    if (b->is_bool || first_non_finite(b->data, n) >= 0)
-      return E_UNSURE(d, ATTND_ERR_NON_FINITE, field, "%s: values", field);
-    return (*out = attnd__dec_take_floats(d, b, field)) ? 0 : -1;
-  }
-  case EL_INT: {
-    int64_t *x = attnd__dec_alloc(d, (size_t)n * sizeof *x);
-    if (x == NULL)
-      return attnd__dec_oom(d, field);
-    *out = x;
-    if (b->is_bool || attnd_bulk_ints(b, x) < 0)
-      return E_UNSURE(d, ATTND_ERR_INVALID_TYPE, field, "%s: values", field);
-    for (int64_t i = 0; in->dtype == DT_INT32 && i < n; i++)
-      if (x[i] < INT32_MIN || x[i] > INT32_MAX)
-        return E_UNSURE(d, ATTND_ERR_INVALID_VALUE, field, "%s: range", field);
-    return 0;
-  }
-  case EL_BOOL: {
-    uint8_t *m = attnd__dec_alloc(d, (size_t)n);
-    if (m == NULL)
-      return attnd__dec_oom(d, field);
-    *out = m;
-    for (int64_t i = 0; i < n; i++) {
-      if (b->data[i] != 0 && b->data[i] != 1)
-        return E_UNSURE(d, ATTND_ERR_INVALID_VALUE, field, "%s: values", field);
-      m[i] = b->data[i] == 1;
-    }
-    return 0;
-  }
-  }
-  return 0;
-}
-
-/* The input's JSON data, flat or nested as its shape, into a buffer the
- * request owns: its structure is checked before anything is allocated. */
-static int fill_json(oip_t *o, const json_t *v, const oip_in_t *in,
-                     void **out) {
-  char field[64], path[128];
-  const json_t *data =
-      need(o, v, in->path, "data", field, JSON_ARRAY, "an array");
-  if (data == NULL)
-    return -1;
-  attnd_bulk_t *b = attnd__dec_bulk_array(&o->d, data);
-  if (b)
-    return fill_bulk(o, in, b, field, out);
-  size_t n = json_array_size(data);
-  int flat = in->rank == 1 || n == 0 || !json_is_array(json_array_get(data, 0));
-  if (flat && (int64_t)n != in->n)
-    return E(&o->d, ATTND_ERR_SIZE_MISMATCH, field,
-             "%s has %zu elements, but %s's shape %s needs %lld", field, n,
-             in->def->name, in->shape, (long long)in->n);
-  size_t plen = attnd_fmt_str(path, sizeof path, field);
-  int64_t i = 0;
-  if (walk(o, in, data, 0, flat, NULL, &i, field, path, plen) < 0)
-    return -1;
-  void *dst = attnd__dec_alloc(&o->d, (size_t)in->n * elem_size[in->def->elem]);
-  if (dst == NULL)
-    return attnd__dec_oom(&o->d, field);
-  *out = dst;
-  return walk(o, in, data, 0, flat, dst, &i, field, path, plen);
-}
-
-/* The size in bytes of one element of each datatype on the wire. */
-static const size_t dtype_size[DT_COUNT] = {4, 2, 2, 8, 4, 8, 1};
-
-/* The element at flat index i of the input, as "[1, 3]". */
-static const char *index_text(const oip_in_t *in, int64_t i, char *buf,
-                              size_t n) {
-  int64_t at[ATTN_MAX_RANK];
-  for (int d = in->rank - 1; d >= 0; d--) {
-    at[d] = i % in->dim[d];
-    i /= in->dim[d];
-  }
-  attnd_shape_text(buf, n, in->rank, at, ", ");
-  return buf;
-}
-
-/* The index of the first value of x[0..n) that is not finite, or -1. One
- * pass ORs a sum whose top bit is set only for an exponent of all ones
- * (vectorized: 20 GB/s here), a second finds it. */
-static int64_t first_non_finite(const float *x, int64_t n) {
-  uint32_t acc = 0;
-#pragma omp simd reduction(| : acc)
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t u;
-    memcpy(&u, &x[i], sizeof u);
-    acc |= (u & 0x7f800000u) + 0x800000u;
-  }
-  for (int64_t i = 0; (acc & 0x80000000u) && i < n; i++)
-    if (!isfinite(x[i]))
-      return i;
-  return -1;
-}
-
-/* The input's binary data: the next binary_data_size bytes after the JSON,
- * which must be the shape's elements in the datatype, little-endian and
- * row-major, converted into a buffer the request owns. */
-static int fill_binary(oip_t *o, const oip_in_t *in, void **out) {
-  dec_t *d = &o->d;
-  char field[64], at[96];
-  attnd_fmt_member(field, sizeof field, in->path,
-                   "parameters.binary_data_size");
-  size_t es = dtype_size[in->dtype];
-  if ((uint64_t)in->binary_size != (uint64_t)in->n * es)
-    return E(d, ATTND_ERR_SIZE_MISMATCH, field,
-             "%s is %lld, but %s's shape %s of %s needs %lld bytes", field,
-             (long long)in->binary_size, in->def->name, in->shape,
-             dtype_names[in->dtype], (long long)(in->n * (int64_t)es));
-  size_t left = o->bin_len - o->bin_at;
-  if ((uint64_t)in->binary_size > left)
-    return E(d, ATTND_ERR_BAD_REQUEST, field,
-             "%s is %lld, but only %zu bytes of the binary data are left after "
-             "the JSON (%zu in all, %zu taken by earlier inputs)",
-             field, (long long)in->binary_size, left, o->bin_len, o->bin_at);
-  const unsigned char *src = o->bin + o->bin_at;
-  o->bin_at += (size_t)in->binary_size;
-  if (in->dtype == DT_FP32 && (uintptr_t)src % sizeof(float) == 0 && o->own &&
-      (*o->own || o->own_bytes == 0)) {
-    int64_t bad = first_non_finite((const float *)src, in->n);
-    if (bad >= 0)
-      return E(d, ATTND_ERR_NON_FINITE, in->path,
-               "%s (%s) element %s is not a finite float32", in->path,
-               in->def->name, index_text(in, bad, at, sizeof at));
-    if (o->own_bytes) { /* the first tensor read in place takes the body */
-      if (attnd__dec_adopt(d, *o->own, o->own_bytes) < 0)
-        return *o->own = NULL, o->own = NULL, attnd__dec_oom(d, in->path);
-      o->lent = *o->own;
-      *o->own = NULL;
-      o->own_bytes = 0;
-    }
-    *out = (void *)src;
-    return 0;
-  }
-  void *dst = attnd__dec_alloc(d, (size_t)in->n * elem_size[in->def->elem]);
-  if (dst == NULL)
-    return attnd__dec_oom(d, in->path);
-  *out = dst;
-  switch (in->def->elem) {
-  case EL_FLOAT: {
-    static const attnd_st_dtype_t st[] = {[DT_FP32] = ATTND_ST_F32,
-                                          [DT_FP16] = ATTND_ST_F16,
-                                          [DT_BF16] = ATTND_ST_BF16,
-                                          [DT_FP64] = ATTND_ST_F64};
-    attnd_st_tensor_t t = {.name = in->def->name,
-                           .dtype = st[in->dtype],
-                           .rank = 1,
-                           .shape = {in->n},
-                           .elems = in->n,
-                           .data = src,
-                           .bytes = (size_t)in->binary_size};
-    int64_t bad = 0;
-    if (attnd_st_to_f32(&t, dst, &bad) < 0)
-      return E(d, ATTND_ERR_NON_FINITE, in->path,
-               "%s (%s) element %s is not a finite float32", in->path,
-               in->def->name, index_text(in, bad, at, sizeof at));
-    return 0;
-  }
-  case EL_INT:
-    for (int64_t i = 0; i < in->n; i++) {
-      int64_t x;
-      if (in->dtype == DT_INT32) {
-        int32_t y;
-        memcpy(&y, src + 4 * i, 4);
-        x = y;
-      } else {
-        memcpy(&x, src + 8 * i, 8);
-      }
-      ((int64_t *)dst)[i] = x;
-    }
-    return 0;
-  case EL_BOOL:
-    for (int64_t i = 0; i < in->n; i++) {
-      if (src[i] > 1)
-        return E(d, ATTND_ERR_INVALID_VALUE, in->path,
-                 "%s (%s) element %s is the byte %u; BOOL is 0 or 1", in->path,
-                 in->def->name, index_text(in, i, at, sizeof at), src[i]);
-      ((uint8_t *)dst)[i] = src[i];
-    }
-    return 0;
-  }
-  return 0;
-}
-
-/* inputs[at]: its header, then its data, into the params' tensor. */
-static int read_input(oip_t *o, const json_t *v, size_t at) {
-  static const char *const known[] = {"name",       "shape", "datatype",
-                                      "parameters", "data",  NULL};
-  oip_in_t in;
-  void *data = NULL;
-  attnd_fmt_index(in.path, sizeof in.path, "inputs", (int64_t)at);
-  if (!json_is_object(v))
-    return bad_type(o, in.path, v,
-                    "an object with name, shape, datatype and data");
-  if (attnd__dec_members(&o->d, v, in.path, known) < 0 ||
-      read_name(o, v, at, &in) < 0 || read_dtype(o, v, &in) < 0 ||
-      read_input_params(o, v, &in) < 0 || read_shape(o, v, &in) < 0 ||
-      (in.binary_size >= 0 ? fill_binary(o, &in, &data)
-                           : fill_json(o, v, &in, &data)) < 0)
-    return -1;
-  attn_tensor_t *t = (attn_tensor_t *)((char *)&o->d.req->params + in.def->off);
-  t->data = data;
-  t->rank = in.rank;
-  memcpy(t->dim, in.dim, sizeof(int64_t) * (size_t)in.rank);
-  return 0;
-}
-
-static int read_inputs(oip_t *o, const json_t *ins) {
-  if (ins == NULL || json_is_null(ins))
-    return E(&o->d, ATTND_ERR_MISSING_FIELD, "inputs",
-             "inputs is required: an array of tensors, query among them");
-  if (!json_is_array(ins))
-    return bad_type(o, "inputs", ins, "an array of tensors");
-  for (size_t i = 0; i < json_array_size(ins); i++)
-    if (read_input(o, json_array_get(ins, i), i) < 0)
-      return -1;
-  if (o->input_at[0] < 0)
-    return E(&o->d, ATTND_ERR_MISSING_FIELD, "inputs",
-             "inputs has no tensor named query; it is required");
-  if (o->bin_at < o->bin_len)
-    return E(&o->d, ATTND_ERR_BAD_REQUEST, "Inference-Header-Content-Length",
-             "the body has %zu bytes after its JSON, and its inputs' "
-             "binary_data_size take %zu of them: the rest would be ignored",
-             o->bin_len, o->bin_at);
-  return 0;
-}
-
 /* ---- outputs ------------------------------------------------------------- */
 
 /* outputs[at]: a known name, not asked before, and whether it is wanted as
@@ -850,13 +333,14 @@ static int read_output(oip_t *o, const json_t *v, size_t at) {
   char path[32], field[64];
   attnd_fmt_index(path, sizeof path, "outputs", (int64_t)at);
   if (!json_is_object(v))
-    return bad_type(o, path, v, "an object with a name");
+    return attnd__oip_bad_type(o, path, v, "an object with a name");
   if (attnd__dec_members(&o->d, v, path, known) < 0)
     return -1;
-  const json_t *name = need(o, v, path, "name", field, JSON_STRING, "a string");
+  const json_t *name =
+      attnd__oip_need(o, v, path, "name", field, JSON_STRING, "a string");
   if (name == NULL)
     return -1;
-  int k = find_name(output_names, json_string_value(name));
+  int k = attnd__oip_find_name(output_names, json_string_value(name));
   if (k < 0)
     return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
              "%s is '%.64s'; expected output, weights, weights_mean or "
@@ -873,7 +357,7 @@ static int read_output(oip_t *o, const json_t *v, size_t at) {
   attnd_fmt_member(pfield, sizeof pfield, path, "parameters");
   if (ps && !json_is_null(ps)) {
     if (!json_is_object(ps))
-      return bad_type(o, pfield, ps, "an object");
+      return attnd__oip_bad_type(o, pfield, ps, "an object");
     if (attnd__dec_members(&o->d, ps, pfield, pknown) < 0)
       return -1;
     const json_t *b = json_object_get(ps, "binary_data");
@@ -893,7 +377,8 @@ static int read_outputs(oip_t *o, const json_t *outs) {
   size_t n = 0;
   if (outs && !json_is_null(outs)) {
     if (!json_is_array(outs))
-      return bad_type(o, "outputs", outs, "an array of {\"name\": ...}");
+      return attnd__oip_bad_type(o, "outputs", outs,
+                                 "an array of {\"name\": ...}");
     n = json_array_size(outs);
   }
   for (size_t i = 0; i < n; i++)
@@ -923,13 +408,13 @@ static int read_outputs(oip_t *o, const json_t *outs) {
 static void remap_field(oip_t *o) {
   char *f = o->d.err->field, to[64] = "";
   for (size_t k = 0; k < N_INPUTS && !*to; k++) {
-    if (strcmp(f, input_defs[k].v1) != 0)
+    if (strcmp(f, attnd__oip_inputs[k].v1) != 0)
       continue;
     if (o->input_at[k] >= 0)
       snprintf(to, sizeof to, "inputs[%d]", o->input_at[k]);
     else
       snprintf(to, sizeof to, "%s",
-               o->layer && input_defs[k].generic ? "model" : "inputs");
+               o->layer && attnd__oip_inputs[k].generic ? "model" : "inputs");
   }
   /* a parameter: the first given of those that share the path */
   int pick = -1;
@@ -996,7 +481,7 @@ static int decode_body(oip_t *o, const json_t *root) {
   j->timeout_ms = d->cfg->default_timeout_ms;
   j->encoding = ATTND_FORM_FLAT;
   if (read_params(o, json_object_get(root, "parameters")) < 0 ||
-      read_inputs(o, json_object_get(root, "inputs")) < 0 ||
+      attnd__oip_read_inputs(o, json_object_get(root, "inputs")) < 0 ||
       read_outputs(o, json_object_get(root, "outputs")) < 0)
     return -1;
   return finish(o);
@@ -1149,7 +634,7 @@ int attnd_oip_metadata(const char *model, attnd_layer_set_t *layers,
     return -1;
   static const char *const dt[] = {"FP32", "INT64", "BOOL"};
   int64_t H = l ? l->H : -1, Eo = l ? l->Eo : -1, Dv = l ? l->Dv : -1;
-  /* query, key, value (input_defs' first three): the layer's widths */
+  /* query, key, value (attnd__oip_inputs' first three): the layer's widths */
   const int64_t widths[3] = {l ? l->E : -1, l ? l->Ek : -1, l ? l->Ev : -1};
   attnd_buf_puts(b, "{\"name\":");
   attnd_buf_json_string(b, model, strlen(model));
@@ -1157,7 +642,7 @@ int attnd_oip_metadata(const char *model, attnd_layer_set_t *layers,
                     "\"inputs\":[");
   int first = 1;
   for (size_t i = 0; i < N_INPUTS; i++) {
-    const input_def_t *in = &input_defs[i];
+    const input_def_t *in = &attnd__oip_inputs[i];
     if (l && in->generic)
       continue;
     int64_t dim[4] = {-1, -1, -1, -1};
