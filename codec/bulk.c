@@ -1,5 +1,5 @@
-/* codec/bulk.c: the bulk scanner, and the number literals jansson
- * refuses rewritten for it. See bulk.h. */
+/* codec/bulk.c: the bulk scanner (the number literals jansson refuses are
+ * rewritten in widen.c). See bulk.h. */
 #include "bulk.h"
 
 #include <jansson.h>
@@ -12,9 +12,6 @@
 #include "util.h"
 
 _Thread_local uint64_t attnd__bulk_examined;
-
-/* Counts n bytes examined (bulk.h). */
-#define EXAMINED(n) (attnd__bulk_examined += (uint64_t)(n))
 
 /* ---- the bulk scanner -------------------------------------------------------
  *
@@ -53,11 +50,11 @@ _Thread_local uint64_t attnd__bulk_examined;
  * examined at most twice: once by the search for a quote, once by the
  * search for a backslash, and both only move forward (a quote is searched
  * for again only after the one found turned out to be escaped). */
-static const char *string_close(const char *open, const char *end,
+const char *attnd__string_close(const char *open, const char *end,
                                 int *escapes) {
   const char *p = open + 1;
   const char *q = memchr(p, '"', (size_t)(end - p));
-  EXAMINED((q ? q + 1 : end) - p);
+  ATTND__EXAMINED((q ? q + 1 : end) - p);
   *escapes = 0;
   for (;;) {
     const char *stop = q ? q : end, *bs = NULL, *c = p;
@@ -66,7 +63,7 @@ static const char *string_close(const char *open, const char *end,
       bs = *c == '\\' ? c : NULL;
     if (!bs && c < stop)
       bs = memchr(c, '\\', (size_t)(stop - c));
-    EXAMINED((bs ? bs + 1 : stop) - p);
+    ATTND__EXAMINED((bs ? bs + 1 : stop) - p);
     if (bs == NULL)
       return q;
     *escapes = 1;
@@ -75,7 +72,7 @@ static const char *string_close(const char *open, const char *end,
     p = bs + 2;
     if (q && p > q) { /* that quote was the escaped character */
       q = memchr(p, '"', (size_t)(end - p));
-      EXAMINED((q ? q + 1 : end) - p);
+      ATTND__EXAMINED((q ? q + 1 : end) - p);
     }
   }
 }
@@ -152,7 +149,7 @@ COLD static int value_refused(const char *p, const char *end, int first) {
     const char *q = p;
     while (q < end && is_alpha(*q))
       q++;
-    EXAMINED(q - p);
+    ATTND__EXAMINED(q - p);
     size_t n = (size_t)(q - p);
     return !((n == 4 && memcmp(p, "true", 4) == 0) ||
              (n == 5 && memcmp(p, "false", 5) == 0) ||
@@ -193,9 +190,9 @@ COLD static int junk_after(const char *p, const char *end) {
   } else if (attnd_number_parse(p, end, &v, &q) == -1) {
     return 0; /* a string, an object, an array */
   }
-  EXAMINED(q - p);
+  ATTND__EXAMINED(q - p);
   const char *r = skip_ws(q, end);
-  EXAMINED(r - q);
+  ATTND__EXAMINED(r - q);
   return r == end || (*r != ',' && *r != ']');
 }
 
@@ -519,7 +516,7 @@ static int string_item(const char *s, size_t n, int escapes, size_t min_string,
   if (n < min_string)
     return 0;
   if (!escapes) {
-    EXAMINED(n);
+    ATTND__EXAMINED(n);
     if (!printable(s, n))
       return 0;
     item->text = s;
@@ -533,7 +530,7 @@ static int string_item(const char *s, size_t n, int escapes, size_t min_string,
   while (p < end) {
     const char *bs = memchr(p, '\\', (size_t)(end - p));
     const char *stop = bs ? bs : end;
-    EXAMINED(stop - p);
+    ATTND__EXAMINED(stop - p);
     if (!printable(p, (size_t)(stop - p)))
       goto no;
     memcpy(o, p, (size_t)(stop - p));
@@ -614,7 +611,7 @@ static int text_item(const char *s, size_t n, attnd_bulk_t *item) {
   if (!out)
     return -1;
   const char *p = s, *end = s + n;
-  EXAMINED(n);
+  ATTND__EXAMINED(n);
   while (p < end) {
     unsigned char c = (unsigned char)*p;
     if (c >= 0x20 && c < 0x80 && c != '\\') {
@@ -740,13 +737,13 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
   float first[SCRATCH_FIRST];
   scratch_t sc = {first, 0, SCRATCH_FIRST, first, set->arena, 0};
   int oom = 0;
-  EXAMINED(n); /* the main pass */
+  ATTND__EXAMINED(n); /* the main pass */
   while (p < end && !oom) {
     switch (*p) {
     case '"': { /* a string: skip to its closing quote */
       const char *open = p;
       int escapes, is_base64 = key == K_BASE64_COLON;
-      const char *close = string_close(open, end, &escapes);
+      const char *close = attnd__string_close(open, end, &escapes);
       p = close ? close + 1 : end;
       size_t slen = close ? (size_t)(close - open - 1) : 0;
       key = !close || escapes                                 ? K_NONE
@@ -762,7 +759,7 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
           r = string_item(open + 1, slen, escapes, min_string, &item);
         if (r == 0) { /* any other string that is no key */
           const char *after = skip_ws(p, end);
-          EXAMINED(after - p);
+          ATTND__EXAMINED(after - p);
           if (after == end || *after != ':')
             r = text_item(open + 1, slen, &item);
         }
@@ -787,7 +784,7 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
         after = bulk_try(p, end, max_rank, min_elems, &sc, &item, &oom, &stop,
                          &fault, fill);
       }
-      EXAMINED(stop - p);
+      ATTND__EXAMINED(stop - p);
       if (fault && set->fault == SIZE_MAX) { /* the first one */
         set->fault = (size_t)(fault - src);
         set->fault_array = (size_t)(p - src);
@@ -837,104 +834,4 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
     oom = skeleton->oom;
   }
   return oom ? -1 : 0;
-}
-
-/* ---- numbers jansson refuses ---------------------------------------------
- *
- * jansson reads an integer literal with strtoll and refuses one that
- * overflows ("too big integer"), though it is valid JSON and, as a float,
- * a finite value; and it refuses a literal whose value overflows a double
- * ("real number overflow"). The decoder then has jansson read a copy of the
- * text with each such literal rewritten (bulk.h). An integer beyond int64
- * becomes a real literal of the same double value (strtod's): 17
- * significant digits and an exponent, which a literal of 19 digits or more
- * always has room for (17 + "e" + at most 3 exponent digits). A literal
- * beyond a double becomes "9e307" or "-9e307", which a literal of such a
- * value always has room for ("2e308" is the shortest). Both are padded with
- * spaces after them. */
-
-/* Writes the real literal for the integer literal s[0..n) (an optional '-'
- * and 19 digits or more, a finite double) into buf (at least 32 bytes);
- * returns its length, 0 when it would be longer than the literal, or
- * (size_t)-1 when out of memory. */
-static size_t widened(const char *s, size_t n, char *buf) {
-  char small[64], *tok = n < sizeof small ? small : malloc(n + 1);
-  if (!tok)
-    return (size_t)-1;
-  memcpy(tok, s, n);
-  tok[n] = '\0';
-  double d = strtod(tok, NULL);
-  if (tok != small)
-    free(tok);
-  char e[40];
-  snprintf(e, sizeof e, "%.16e", fabs(d)); /* d.dddddddddddddddde+XX */
-  char digits[17];
-  digits[0] = e[0];
-  memcpy(digits + 1, e + 2, 16);
-  int exp10 = atoi(e + 19) - 16, nd = 17;
-  while (nd > 1 && digits[nd - 1] == '0') {
-    nd--;
-    exp10++;
-  }
-  int len = snprintf(buf, 32, "%s%.*se%d", d < 0 ? "-" : "", nd, digits, exp10);
-  return len > 0 && (size_t)len <= n ? (size_t)len : 0;
-}
-
-long attnd_json_widen_numbers(const char *src, size_t n, attnd_buf_t *out) {
-  const char *p = src, *end = src + n;
-  const char *copied = src; /* src[copied..p) is still to be copied */
-  long count = 0;
-  EXAMINED(n); /* the main pass, and the digits of every number */
-  while (p < end) {
-    if (*p == '"') {
-      int escapes;
-      const char *close = string_close(p, end, &escapes);
-      p = close ? close + 1 : end;
-      continue;
-    }
-    if (*p != '-' && (*p < '0' || *p > '9')) {
-      p++;
-      continue;
-    }
-    const char *tok = p, *next = NULL;
-    float f;
-    int r = attnd_number_parse(tok, end, &f, &next);
-    if (r == -1) { /* not a number: step over what looks like one */
-      while (p < end && ((*p >= '0' && *p <= '9') || *p == '.' || *p == 'e' ||
-                         *p == 'E' || *p == '+' || *p == '-'))
-        p++;
-      continue;
-    }
-    EXAMINED(next - tok);
-    size_t tlen = (size_t)(next - tok), len = 0;
-    const char *digits = tok + (*tok == '-');
-    size_t nd = (size_t)(next - digits);
-    char buf[32];
-    if (r == -2) {               /* beyond a double */
-      len = *tok == '-' ? 6 : 5; /* ATTND_JSON_HUGE */
-      memcpy(buf, *tok == '-' ? "-9e307" : "9e307", len);
-    } else if (memchr(digits, '.', nd) == NULL &&
-               memchr(digits, 'e', nd) == NULL &&
-               memchr(digits, 'E', nd) == NULL &&
-               (nd > 19 ||
-                (nd == 19 && memcmp(digits,
-                                    *tok == '-' ? "9223372036854775808"
-                                                : "9223372036854775807",
-                                    19) > 0))) { /* an integer beyond int64 */
-      len = widened(tok, tlen, buf);
-      if (len == (size_t)-1)
-        return -1;
-    }
-    if (len && len <= tlen) {
-      attnd_buf_append(out, copied, (size_t)(tok - copied));
-      attnd_buf_append(out, buf, len);
-      for (size_t k = len; k < tlen; k++)
-        attnd_buf_append(out, " ", 1);
-      copied = next;
-      count++;
-    }
-    p = next;
-  }
-  attnd_buf_append(out, copied, (size_t)(p - copied));
-  return out->oom ? -1 : count;
 }

@@ -144,6 +144,12 @@ int attnd_bulk_ints(const attnd_bulk_t *b, int64_t *out);
  *     number (422), where jansson alone answers 400.
  * Returns the number of literals rewritten, or -1 when out of memory. */
 #define ATTND_JSON_HUGE 9e307
+/* The closing quote of the JSON string that opens at *open, or NULL if the
+ * text ends first; sets *escapes if the string holds a backslash. Each byte
+ * is examined at most twice. Internal to codec/ (bulk.c, widen.c). */
+const char *attnd__string_close(const char *open, const char *end,
+                                int *escapes);
+
 long attnd_json_widen_numbers(const char *src, size_t n, attnd_buf_t *out);
 
 /* For tests: how many bytes of input this thread's calls of the functions
@@ -151,5 +157,7 @@ long attnd_json_widen_numbers(const char *src, size_t n, attnd_buf_t *out);
  * pass, the searches for a string's end, each try at reading an array).
  * Linear scans examine a small constant times their input. */
 extern _Thread_local uint64_t attnd__bulk_examined;
+/* Counts n bytes examined. */
+#define ATTND__EXAMINED(n) (attnd__bulk_examined += (uint64_t)(n))
 
 #endif
