@@ -88,7 +88,7 @@ TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all build run test check asan deps clean format bench bench-small bench-compare compare \
-  loadtest container-test newcomer-test fuzz openapi-lint openapi-check ui-test
+  loadtest container-test newcomer-test format-check fuzz openapi-lint openapi-check ui-test
 .DEFAULT_GOAL := all
 
 all: deps
@@ -314,10 +314,25 @@ $(DEMO_LAYER): $(BUILD)/demo-layer
 	@mkdir -p $(@D)
 	./$(BUILD)/demo-layer $@
 
+# Every C file of the tree, in .clang-format's style: `make format` applies
+# it; `make format-check` (CI) fails, naming the files, where it would
+# change anything. clang-format is Debian's (tools/deps.sh format).
+FORMAT_SRC = $(wildcard include/attn/*.h core/*.[ch] core/*/*.[ch] \
+  codec/*.[ch] server/*.[ch] server/*/*.[ch] tests/*.[ch] tests/fuzz/*.[ch] \
+  tools/*.c tools/load/*.[ch] bench/*.[ch])
 format:
-	clang-format -i $(wildcard include/attn/*.h core/*.[ch] codec/*.[ch] \
-	  server/*.[ch] server/*/*.[ch] \
-	  tests/*.[ch] tools/*.c tools/load/*.[ch] bench/*.c)
+	@sh tools/deps.sh format
+	clang-format -i $(FORMAT_SRC)
+
+format-check:
+	@sh tools/deps.sh format
+	@mkdir -p build
+	@clang-format --dry-run -Werror $(FORMAT_SRC) 2>&1 | \
+	  grep -o '^[^:]*\.[ch]:' | sort -u | sed 's/:$$//' >build/format.txt || true
+	@if [ -s build/format.txt ]; then \
+	  echo "format-check: make format would change these files:"; \
+	  cat build/format.txt; exit 1; fi
+	@echo "format-check: $(words $(FORMAT_SRC)) files as .clang-format has them"
 
 clean:
 	rm -rf build

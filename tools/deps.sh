@@ -3,6 +3,7 @@
 # they are missing. As root it runs apt-get; otherwise it prints the one
 # apt-get line to run and fails. `deps.sh fuzz` adds what `make fuzz`
 # needs: clang-14, its libFuzzer and sanitizer runtimes, and its OpenMP;
+# `deps.sh format` what `make format` needs: clang-format;
 # `deps.sh ui` what `make ui-test` needs: Debian's chromium; `deps.sh
 # bench` what `make bench` adds: wrk.
 set -eu
@@ -31,6 +32,10 @@ fi
 if [ "${1:-}" = ui ]; then
   need="$need
 cmd:chromium chromium"
+fi
+if [ "${1:-}" = format ]; then
+  need="$need
+cmd:clang-format clang-format"
 fi
 if [ "${1:-}" = bench ]; then
   need="$need
