@@ -328,7 +328,8 @@ format-check:
 	@sh tools/deps.sh format
 	@mkdir -p build
 	@clang-format --dry-run -Werror $(FORMAT_SRC) 2>&1 | \
-	  grep -o '^[^:]*\.[ch]:' | sort -u | sed 's/:$$//' >build/format.txt || true
+	  sed -n 's/^\([^ :]*\.[ch]\):[0-9]*:[0-9]*: error:.*/\1/p' | sort -u \
+	  >build/format.txt || true
 	@if [ -s build/format.txt ]; then \
 	  echo "format-check: make format would change these files:"; \
 	  cat build/format.txt; exit 1; fi
