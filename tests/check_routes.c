@@ -44,7 +44,7 @@ static void lower(const char *m, size_t n, char *out) {
 }
 
 START_TEST(test_table_in_openapi) {
-  json_t *paths = json_object_get(load_doc(), "paths");
+  json_t *doc = load_doc(), *paths = json_object_get(doc, "paths");
   size_t n;
   const attnd_route_t *t = attnd_routes(&n);
   for (size_t i = 0; i < n; i++) {
@@ -69,11 +69,12 @@ START_TEST(test_table_in_openapi) {
                   t[i].pattern, t[i].flags & ATTND_ROUTE_CORS ? "yes" : "no",
                   json_object_get(item, "options") ? "yes" : "no");
   }
+  json_decref(doc);
 }
 END_TEST
 
 START_TEST(test_openapi_in_table) {
-  json_t *paths = json_object_get(load_doc(), "paths");
+  json_t *doc = load_doc(), *paths = json_object_get(doc, "paths");
   size_t n;
   const attnd_route_t *t = attnd_routes(&n);
   const char *path;
@@ -101,6 +102,7 @@ START_TEST(test_openapi_in_table) {
                     path);
     }
   }
+  json_decref(doc);
 }
 END_TEST
 
