@@ -42,12 +42,10 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <libgen.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -922,20 +920,6 @@ START_TEST(test_usage) {
 }
 END_TEST
 
-/* A TCP port on 127.0.0.1 that refuses connections: bound, never
- * listening. Returns the socket (close it after) and sets *port. */
-static int refusing_port(int *port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  *port = ntohs(a.sin_port);
-  return fd;
-}
-
 /* Against a port that refuses every connection, with --verify 2: no reply
  * arrived, so none was wrong. The step fails on its error rate, and under
  * --max-error-rate 1 on the two replies to verify that never came, named
@@ -944,7 +928,7 @@ static int refusing_port(int *port) {
  * the first's. Catches: replies that never came counted as wrong ("error
  * rate 1, 4 replies wrong"), and reports overwritten without a word. */
 START_TEST(test_missing_replies_and_reports) {
-  int port, fd = refusing_port(&port);
+  int port, fd = sh_bound_port_assert(&port);
   char url[64];
   snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
   scratch_t sc;

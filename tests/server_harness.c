@@ -10,6 +10,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -477,6 +478,18 @@ void sh_assert_error(const sh_resp_t *r, long status, const char *code,
 
 int sh_connect(int port) {
   return bench_connect(port);
+}
+
+int sh_bound_port_assert(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  *port = ntohs(a.sin_port);
+  return fd;
 }
 
 int sh_send_all(int fd, const void *p, size_t n) {

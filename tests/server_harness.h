@@ -135,6 +135,12 @@ void sh_assert_error(const sh_resp_t *r, long status, const char *code,
 /* A blocking TCP connection to 127.0.0.1:port, or -1. */
 int sh_connect(int port);
 
+/* A TCP socket bound to a port of 127.0.0.1 that the kernel picks, never
+ * listening, so that connections to it are refused while it is open, and
+ * the port is free again once it is closed. Returns the socket (the caller
+ * closes it) and sets *port; fails the running test on error. */
+int sh_bound_port_assert(int *port);
+
 /* Sends all of p[0..n). Returns 0 or -1. */
 int sh_send_all(int fd, const void *p, size_t n);
 
