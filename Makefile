@@ -157,6 +157,7 @@ openapi-check: deps
 	@sh tests/openapi/check.sh validate $(REPLIES_DIR)
 
 # Benchmarks: medians and ratios measured in one run; never part of `test`.
+# The last step writes them into docs/performance.md's generated section.
 bench: deps
 	@sh tools/deps.sh bench
 	@$(MAKE) --no-print-directory $(BENCH_BIN) $(BUILD)/attnd $(DEMO_LAYER)
@@ -166,6 +167,7 @@ bench: deps
 	./$(BUILD)/e2e-bench --attnd $(BUILD)/attnd --csv $(BUILD)/bench/e2e.csv
 	./$(BUILD)/decode-bench --attnd $(BUILD)/attnd --csv $(BUILD)/bench/decode.csv
 	sh bench/wrk/small.sh $(BUILD)
+	/usr/bin/python3 tools/perf-table.py $(BUILD)/bench docs/performance.md
 
 # Small requests alone (bench/wrk/small.sh): /healthz, a tiny
 # /v1/attention and session steps under wrk, with their ratios.

@@ -379,8 +379,8 @@ int main(int argc, char **argv) {
              r->ms, rate, under ? "  under the floor" : "");
     }
     if (csv)
-      fprintf(csv, "%s,%s,%.2f,%.3f,%.1f,%.1f\n", r->what, r->impl, r->text_mb,
-              r->ms, rate, r->bin_mb / r->ms * 1e3);
+      fprintf(csv, "\"%s\",%s,%.2f,%.3f,%.1f,%.1f\n", r->what, r->impl,
+              r->text_mb, r->ms, rate, r->bin_mb / r->ms * 1e3);
   }
   if (csv) {
     fclose(csv);

@@ -13,7 +13,8 @@
  * compute_ms (the attention), their ratio, the decode and encode stages,
  * and the client's wall time; and the binary request's ingest rate, its
  * body's bytes over its decode time. Last, the load rate: attnd
- * started on an E = 4096 layer in BF16 (134 MB), its layers_loaded line.
+ * started on an E = 4096 layer in BF16 (134 MB), its layers_loaded line,
+ * also written beside the CSV as <csv>-load.csv.
  * Starts the server and talks to it with bench/server.h: no test code, no
  * Check.
  *
@@ -46,8 +47,8 @@ static void put_tensor(attnd_buf_t *b, const float *x, int64_t rows,
 }
 
 /* The time and bytes of attnd's load of a BF16 layer of width E (from its
- * layers_loaded line): prints the rate. */
-static int load_rate(const char *attnd, int64_t E) {
+ * layers_loaded line): prints the rate, and writes it to csv_path. */
+static int load_rate(const char *attnd, int64_t E, const char *csv_path) {
   const char *path = "build/bench/e2e-load.safetensors";
   float *w[4];
   for (int i = 0; i < 4; i++)
@@ -65,13 +66,24 @@ static int load_rate(const char *attnd, int64_t E) {
   double bytes = 0, seconds = 0;
   if (line &&
       sscanf(strstr(line, "\"bytes\":"), "\"bytes\":%lf", &bytes) == 1 &&
-      sscanf(strstr(line, "\"seconds\":"), "\"seconds\":%lf", &seconds) == 1)
+      sscanf(strstr(line, "\"seconds\":"), "\"seconds\":%lf", &seconds) == 1) {
     printf("load: E=%lld BF16 layer, %.0f MB in the file, %.0f MB of float32 "
            "held, in %.3f s: %.2f GB/s of file weights\n",
            (long long)E, bytes / 2 / 1e6, bytes / 1e6, seconds,
            bytes / 2 / 1e9 / seconds);
-  else
+    FILE *csv = fopen(csv_path, "w");
+    if (csv) {
+      fprintf(csv,
+              "E,file_mb,held_mb,seconds,file_gb_s\n%lld,%.1f,%.1f,%.4f,"
+              "%.3f\n",
+              (long long)E, bytes / 2 / 1e6, bytes / 1e6, seconds,
+              bytes / 2 / 1e9 / seconds);
+      fclose(csv);
+      printf("CSV: %s\n", csv_path);
+    }
+  } else {
     fprintf(stderr, "no layers_loaded line:\n%s\n", srv.log);
+  }
   bench_server_stop(&srv, 30);
   remove(path);
   return 0;
@@ -267,5 +279,12 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 4; i++)
     free(w[i]);
   free(x);
-  return rc ? rc : load_rate(attnd, 4096);
+  if (rc)
+    return rc;
+  char lcsv[512];
+  size_t k = strlen(csv_path);
+  int dot = k > 4 && strcmp(csv_path + k - 4, ".csv") == 0;
+  snprintf(lcsv, sizeof lcsv, "%.*s-load.csv", (int)(dot ? k - 4 : k),
+           csv_path);
+  return load_rate(attnd, 4096, lcsv);
 }

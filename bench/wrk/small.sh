@@ -16,6 +16,8 @@
 # run): with wrk on the same cores, the one column that noise from other
 # tenants barely moves.
 #
+# The same table goes to BUILD/bench/small.csv, for tools/perf-table.py.
+#
 # usage: sh bench/wrk/small.sh [BUILD] [SECONDS]
 # CONCURRENCY (space-separated) overrides "16 64".
 set -eu
@@ -27,7 +29,8 @@ command -v wrk >/dev/null 2>&1 || {
 }
 here=$(dirname "$0")
 out=$build/wrk/small
-mkdir -p "$out"
+csv=$build/bench/small.csv
+mkdir -p "$out" "$build/bench"
 PREFILL=64 LIMIT=64
 
 "$build/attnd" --port 0 --layers "$build/demo/demo.safetensors" \
@@ -70,6 +73,7 @@ hz_tick=$(getconf CLK_TCK)
 requests() { sed -n 's/^wrk: \([0-9]*\) requests in .*/\1/p' "$1"; }
 
 printf '%-8s %4s %10s %8s %9s %7s %8s\n' what c req/s ratio p99_ms errors cpu_us
+echo what,c,req_s,ratio,p99_ms,errors,cpu_us >"$csv.tmp"
 for c in ${CONCURRENCY:-16 64}; do
   ids=''
   for _ in $(seq $((4 * c))); do
@@ -107,12 +111,17 @@ for c in ${CONCURRENCY:-16 64}; do
   for what in healthz tiny tiny64 step; do
     eval "r=\$(median \$r_$what) p=\$(median \$p_$what) e=\$e_$what"
     eval "t=\$t_$what n=\$n_$what"
+    ratio=$(awk -v a="$r" -v b="$hz" 'BEGIN { print a / b }')
+    cpu=$(awk -v t="$t" -v n="$n" -v k="$hz_tick" 'BEGIN { print t / k / n * 1e6 }')
     # shellcheck disable=SC2154
     printf '%-8s %4s %10.0f %8.3f %9.2f %7s %8.2f\n' "$what" "$c" "$r" \
-      "$(awk -v a="$r" -v b="$hz" 'BEGIN { print a / b }')" "$p" "$e" \
-      "$(awk -v t="$t" -v n="$n" -v k="$hz_tick" 'BEGIN { print t / k / n * 1e6 }')"
+      "$ratio" "$p" "$e" "$cpu"
+    printf '%s,%s,%.0f,%.3f,%.2f,%s,%.2f\n' "$what" "$c" "$r" "$ratio" "$p" \
+      "$e" "$cpu" >>"$csv.tmp"
   done
   for id in $ids; do
     curl -sf -o /dev/null -X DELETE "$url/v1/sessions/$id"
   done
 done
+mv "$csv.tmp" "$csv"
+echo "CSV: $csv"
