@@ -169,6 +169,12 @@ bench: deps
 	sh bench/wrk/small.sh $(BUILD)
 	/usr/bin/python3 tools/perf-table.py $(BUILD)/bench docs/performance.md
 
+# That step's script on hand-written CSVs (tests/perf-table/), in `check`.
+.PHONY: perf-table-check
+perf-table-check:
+	@sh tests/perf-table/check.sh
+check: perf-table-check
+
 # Small requests alone (bench/wrk/small.sh): /healthz, a tiny
 # /v1/attention and session steps under wrk, with their ratios.
 bench-small: deps
