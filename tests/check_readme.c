@@ -80,7 +80,7 @@ static int n_docs;
 static int not_run[MAX_DOCS];   /* per document: sh blocks marked not run */
 static int sh_fences[MAX_DOCS]; /* per document: ```sh lines, counted apart */
 static int too_many;            /* examples that did not fit in examples[] */
-static char *problems[MAX_PROBLEMS]; /* blocks neither run nor marked */
+static char *problems[MAX_PROBLEMS]; /* blocks or markers out of order */
 static int n_problems;
 static sh_server_t server;
 static int port2;        /* the second attnd's port (8081 in the docs) */
@@ -198,6 +198,8 @@ static void load_examples(const char *path) {
     int indent;
     const char *fence = unindent(p, &indent);
     if (strncmp(fence, "```", 3) != 0) {
+      if (reason)
+        problem(doc, reason_line, "a not-run marker with no block after it");
       free(reason);
       reason = not_run_reason(p);
       reason_line = line;
@@ -267,6 +269,8 @@ static void load_examples(const char *path) {
     }
     free(reason), reason = NULL;
   }
+  if (reason)
+    problem(doc, reason_line, "a not-run marker with no block after it");
   free(reason);
   if (pending)
     add_example(doc, pending, NULL, pending_line);
@@ -462,7 +466,7 @@ END_TEST
 START_TEST(test_every_block_seen) {
   for (int i = 0; i < n_problems; i++)
     fprintf(stderr, "%s\n", problems[i]);
-  ck_assert_msg(n_problems == 0, "%d blocks neither run nor marked: %s%s",
+  ck_assert_msg(n_problems == 0, "%d blocks or markers out of order: %s%s",
                 n_problems, problems[0], n_problems > 1 ? " ..." : "");
   for (int d = 0; d < n_docs; d++)
     ck_assert_msg(examples_in(docs[d]) + not_run[d] == sh_fences[d],
