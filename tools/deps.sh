@@ -22,7 +22,8 @@ cmd:pkg-config pkg-config
 cmd:gcc gcc
 cmd:curl curl
 cmd:node nodejs
-cmd:npm npm'
+cmd:npm npm
+file:/usr/bin/python3 python3'
 if [ "${1:-}" = fuzz ]; then
   need="$need
 cmd:clang-14 clang-14
