@@ -16,7 +16,19 @@
  * (bench/torch_mha.py under /usr/bin/python3, one thread, OpenBLAS on the
  * same kernel) and prints the speedup.
  *
- * usage: attn-bench [--quick] [--torch] [--csv FILE] [--reps N] */
+ * Every row also prints its stages' median times (attn_timing_t): the
+ * projections (stage 1), the attention and the output projection, to see
+ * which stage a thread count does not speed up.
+ *
+ * --shape L,E,H (repeatable) replaces the table with causal self-attention
+ * rows of those shapes, B = 1, at each thread count of --threads (a comma
+ * list, default 1,2), for profiling a shape across thread counts
+ * (tools/device/cores.sh). --unpaired skips the one-thread run paired with
+ * each run of a row of several threads (x_1th then is "-"): a sweep's own
+ * one-thread row is the reference, at a fraction of the time.
+ *
+ * usage: attn-bench [--quick] [--torch] [--csv FILE] [--reps N]
+ *                   [--shape L,E,H]... [--threads N,N...] [--unpaired] */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -59,6 +71,10 @@ static const row_t rows[] = {
     {"L2048 avx2", 1, 2048, 2048, 512, 8, 8, 1, 0, 1, ATTN_ISA_AVX2, 0},
 };
 #define NROWS (sizeof rows / sizeof rows[0])
+
+/* Rows of --shape and --threads, at most. */
+#define MAX_SHAPES 8
+#define MAX_THREADS 8
 
 /* Whether to run again after n runs since `start`: until `reps` runs and
  * at least `min_ms` have passed, at most 4·reps runs and 64. */
@@ -129,30 +145,38 @@ static double row_flops(const row_t *r, double *proj_flops) {
  * cancels most of that drift. */
 typedef struct result {
   double ms, proj_ms; /* medians of the row's runs */
+  double stage_ms[3]; /* medians of projection, attention and output */
   double x_sgemm, proj_x;
   double ceiling; /* the median sgemm rate of the pairs, GFLOP/s */
   double x_1th;   /* one thread's time over this row's, or -1 */
   double rss_mb;  /* peak RSS after the first run, before the sgemm buffers */
 } result_t;
 
-/* Runs a plan `inner` times; returns the median ms, and the median time of
- * its projections (stages 1 and 3) in *proj_ms. */
+/* Runs a plan `inner` times; returns the median ms, the median time of
+ * its projections (stages 1 and 3) in *proj_ms, and of each stage
+ * (projection, attention, output) in stage_ms[0..3) when not NULL. */
 static double time_plan(const attn_plan_t *plan, attn_outputs_t *o, void *ws,
-                        int inner, double *proj_ms) {
-  double t[16], pt[16];
+                        int inner, double *proj_ms, double *stage_ms) {
+  double t[16], pt[16], st[3][16];
   attn_error_t err;
   for (int k = 0; k < inner; k++) {
     double t0 = bench_now_ms();
     attn_forward(plan, o, ws, plan->workspace_bytes, &err);
     t[k] = bench_now_ms() - t0;
     pt[k] = o->timing.projection_ms + o->timing.output_ms;
+    st[0][k] = o->timing.projection_ms;
+    st[1][k] = o->timing.attention_ms;
+    st[2][k] = o->timing.output_ms;
   }
   *proj_ms = bench_median(pt, inner);
+  for (int i = 0; stage_ms && i < 3; i++)
+    stage_ms[i] = bench_median(st[i], inner);
   return bench_median(t, inner);
 }
 
-/* Runs one row in this process; returns 0, or -1. */
-static int run_row(const row_t *r, int reps, result_t *res) {
+/* Runs one row in this process; returns 0, or -1. Unless `unpaired`, a row
+ * of several threads also times one thread, paired run by run. */
+static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
   int64_t Dh = r->E / r->H;
   float *x = bench_random_floats((size_t)(r->B * r->Lq * r->E), 1, 4);
   float *kv = r->Lk != r->Lq
@@ -186,7 +210,8 @@ static int run_row(const row_t *r, int reps, result_t *res) {
   /* Rows of several threads also time one thread, paired the same way. */
   attn_exec_t ex1 = {.threads = 1, .isa = r->isa};
   attn_plan_t plan1;
-  if (r->threads > 1 && attn_plan_init(&plan1, &p, &ex1, &err) < 0)
+  int paired = r->threads > 1 && !unpaired;
+  if (paired && attn_plan_init(&plan1, &p, &ex1, &err) < 0)
     return -1;
   void *ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64);
   attn_outputs_t o = {.out = malloc((size_t)plan.out_elems * sizeof(float))};
@@ -206,15 +231,18 @@ static int run_row(const row_t *r, int reps, result_t *res) {
   /* Short rows run several times per pair, so that they run warm. */
   int inner = warm_ms >= 40 ? 1 : warm_ms < 2.5 ? 16 : (int)(40 / warm_ms);
   double proj_flops, flops = row_flops(r, &proj_flops);
-  double ms[64], proj[64], xs[64], pxs[64], cs[64], sp[64];
+  double ms[64], proj[64], xs[64], pxs[64], cs[64], sp[64], st[3][64];
   int np = 0;
   double start = bench_now_ms();
   while (more_runs(np, reps, start, 1000)) {
+    double stage[3];
     cs[np] = sgemm_run(&ceil);
-    ms[np] = time_plan(&plan, &o, ws, inner, &proj[np]);
-    if (r->threads > 1) {
+    ms[np] = time_plan(&plan, &o, ws, inner, &proj[np], stage);
+    for (int i = 0; i < 3; i++)
+      st[i][np] = stage[i];
+    if (paired) {
       double unused;
-      sp[np] = time_plan(&plan1, &o, ws, inner, &unused) / ms[np];
+      sp[np] = time_plan(&plan1, &o, ws, inner, &unused, NULL) / ms[np];
     }
     xs[np] = flops / ms[np] / 1e6 / cs[np];
     pxs[np] = proj_flops / proj[np] / 1e6 / r->threads / cs[np];
@@ -225,7 +253,9 @@ static int run_row(const row_t *r, int reps, result_t *res) {
   res->x_sgemm = bench_median(xs, np);
   res->proj_x = bench_median(pxs, np);
   res->ceiling = bench_median(cs, np);
-  res->x_1th = r->threads > 1 ? bench_median(sp, np) : -1;
+  res->x_1th = paired ? bench_median(sp, np) : -1;
+  for (int i = 0; i < 3; i++)
+    res->stage_ms[i] = bench_median(st[i], np);
   return 0;
 }
 
@@ -257,30 +287,89 @@ static double torch_row(const row_t *r, int reps) {
   return ms;
 }
 
+/* Parses "L,E,H" into a causal self-attention row of one thread; returns
+ * 0, or -1 when it is not three positive numbers with H dividing E. */
+static int parse_shape(const char *s, row_t *r, char *name, size_t nsz) {
+  long long L, E, H;
+  char end;
+  if (sscanf(s, "%lld,%lld,%lld%c", &L, &E, &H, &end) != 3 || L < 1 ||
+      E < 1 || H < 1 || E % H != 0)
+    return -1;
+  snprintf(name, nsz, "L%lld E%lld H%lld", L, E, H);
+  *r = (row_t){name, 1, L, L, E, H, H, 1, 0, 1, 0, 1};
+  return 0;
+}
+
+/* Parses a comma list of thread counts (1..1024) into t; returns how many,
+ * or -1. */
+static int parse_threads(const char *s, int *t, int max) {
+  int n = 0;
+  for (const char *p = s; *p;) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 1 || v > 1024 || n == max ||
+        (*end != ',' && *end != 0))
+      return -1;
+    t[n++] = (int)v;
+    p = *end ? end + 1 : end;
+  }
+  return n ? n : -1;
+}
+
 int main(int argc, char **argv) {
-  int quick = 0, torch = 0, reps = 5;
+  int quick = 0, torch = 0, reps = 5, unpaired = 0;
   const char *csv_path = "build/bench/attn.csv";
+  static row_t shapes[MAX_SHAPES], sweep[MAX_SHAPES * MAX_THREADS];
+  static char names[MAX_SHAPES][64];
+  int nshapes = 0, threads[MAX_THREADS] = {1, 2}, nthreads = 2;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
     else if (strcmp(argv[i], "--torch") == 0)
       torch = 1;
+    else if (strcmp(argv[i], "--unpaired") == 0)
+      unpaired = 1;
     else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc)
       csv_path = argv[++i];
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
       reps = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--shape") == 0 && i + 1 < argc &&
+             nshapes < MAX_SHAPES &&
+             parse_shape(argv[i + 1], &shapes[nshapes], names[nshapes],
+                         sizeof names[nshapes]) == 0)
+      nshapes++, i++;
+    else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc &&
+             (nthreads = parse_threads(argv[i + 1], threads, MAX_THREADS)) > 0)
+      i++;
     else {
-      fprintf(stderr, "usage: %s [--quick] [--torch] [--csv FILE] [--reps N]\n",
-              argv[0]);
+      fprintf(stderr,
+              "usage: %s [--quick] [--torch] [--csv FILE] [--reps N]\n"
+              "       [--shape L,E,H]... [--threads N,N...] [--unpaired]\n"
+              "--shape (up to %d) runs causal self-attention of those shapes, "
+              "B = 1, at each of --threads (up to %d counts, default 1,2) "
+              "instead of the table; --unpaired skips the one-thread run "
+              "paired with each run of several threads\n",
+              argv[0], MAX_SHAPES, MAX_THREADS);
       return 2;
     }
   }
   if (reps < 1)
     reps = 1;
+  const row_t *table = rows;
+  size_t ntable = NROWS;
+  if (nshapes > 0) { /* the sweep: each shape at each thread count */
+    ntable = 0;
+    for (int s = 0; s < nshapes; s++)
+      for (int t = 0; t < nthreads; t++) {
+        sweep[ntable] = shapes[s];
+        sweep[ntable++].threads = threads[t];
+      }
+    table = sweep;
+  }
   attnd_blas_select("auto", argv);
   attn_backend_t be;
   attn_backend_info(&be);
-  double ceilings[NROWS + 1];
+  double ceilings[MAX_SHAPES * MAX_THREADS + NROWS + 1];
   int nceil = 0;
   ceilings[nceil++] = sgemm_rate(2048, 2048, 2048, reps);
   printf(
@@ -293,14 +382,14 @@ int main(int argc, char **argv) {
     fprintf(csv,
             "name,B,Lq,Lk,E,H,Hkv,mask,weights,threads,path,median_ms,"
             "gflops,x_sgemm,proj_x_sgemm,x_one_thread,peak_rss_mb,torch_ms,"
-            "x_torch,sgemm_gflops\n");
+            "x_torch,sgemm_gflops,projection_ms,attention_ms,output_ms\n");
   printf("%-19s %2s %6s %6s %5s %3s %3s %-6s %-8s %2s %-16s %10s %8s %6s %6s "
-         "%6s %8s%s\n",
+         "%6s %8s %9s %9s %9s%s\n",
          "row", "B", "Lq", "Lk", "E", "H", "Hkv", "mask", "weights", "th",
          "path", "median_ms", "GFLOP/s", "x_sgemm", "proj_x", "x_1th", "rss_MB",
-         torch ? "   torch_ms  x_torch" : "");
-  for (size_t i = 0; i < NROWS; i++) {
-    const row_t *r = &rows[i];
+         "proj_ms", "attn_ms", "out_ms", torch ? "   torch_ms  x_torch" : "");
+  for (size_t i = 0; i < ntable; i++) {
+    const row_t *r = &table[i];
     if (quick && !r->quick)
       continue;
     int fd[2];
@@ -311,7 +400,7 @@ int main(int argc, char **argv) {
     if (pid == 0) {
       close(fd[0]);
       result_t res;
-      if (run_row(r, reps, &res) < 0 ||
+      if (run_row(r, reps, unpaired, &res) < 0 ||
           write(fd[1], &res, sizeof res) != sizeof res)
         _exit(1);
       _exit(0);
@@ -346,7 +435,8 @@ int main(int argc, char **argv) {
       printf("%6.2f", res.x_1th);
     else
       printf("%6s", "-");
-    printf(" %8.0f", rss);
+    printf(" %8.0f %9.2f %9.2f %9.2f", rss, res.stage_ms[0], res.stage_ms[1],
+           res.stage_ms[2]);
     if (torch && tms > 0)
       printf(" %10.1f %8.2f", tms, tms / ms);
     else if (torch)
@@ -355,12 +445,13 @@ int main(int argc, char **argv) {
     if (csv)
       fprintf(csv,
               "%s,%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%d,%s,%.3f,%.2f,"
-              "%.3f,%.3f,%.3f,%.1f,%.3f,%.3f,%.1f\n",
+              "%.3f,%.3f,%.3f,%.1f,%.3f,%.3f,%.1f,%.3f,%.3f,%.3f\n",
               r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
               (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
               r->weights ? "per_head" : "none", r->threads, pathname, ms,
               gflops, res.x_sgemm, res.proj_x, res.x_1th, rss, tms,
-              tms > 0 ? tms / ms : -1.0, res.ceiling);
+              tms > 0 ? tms / ms : -1.0, res.ceiling, res.stage_ms[0],
+              res.stage_ms[1], res.stage_ms[2]);
   }
   double lo = ceilings[0], hi = ceilings[0];
   for (int i = 1; i < nceil; i++) {
