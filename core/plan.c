@@ -657,3 +657,11 @@ int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
   plan->scale = p->has_scale ? p->scale : (float)(1.0 / sqrt((double)plan->Dh));
   return derive_sizes(plan, p, err);
 }
+
+int attn_plan_set_threads(attn_plan_t *plan, int threads) {
+  if (threads < 1 || threads > plan->threads)
+    return ATTN_EINVAL;
+  plan->threads = threads;
+  plan->workspace_bytes = attn__workspace_bytes(plan);
+  return 0;
+}

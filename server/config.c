@@ -52,9 +52,15 @@ static const cfg_key_t keys[] = {
     INT_KEY(port, "8080", 0, 65535, 0, "TCP port; 0 picks a free one"),
     INT_KEY(workers, "auto", 0, 1024, F_AUTO | F_INFO,
             "worker threads running attention; auto: CPUs / "
-            "threads_per_request"),
+            "threads_per_request, or CPUs when that is auto"),
     INT_KEY(threads_per_request, "auto", 0, 256, F_AUTO | F_INFO,
-            "threads one request may use (BLAS included); auto: 1"),
+            "threads one request uses (BLAS included); auto: as many CPUs "
+            "as no running request holds when it starts, less one for each "
+            "request starting with it, at least 1, at most "
+            "max_threads_per_request"),
+    INT_KEY(max_threads_per_request, "auto", 0, 256, F_AUTO | F_INFO,
+            "with threads_per_request = auto, the most threads one request "
+            "gets; auto: CPUs"),
     INT_KEY(queue_depth, "64", 0, 1000000, F_INFO,
             "requests that may wait for a worker; more get 429"),
     INT_KEY(http_threads, "auto", 0, 256, F_AUTO | F_INFO,
@@ -350,11 +356,16 @@ static void set_defaults(attnd_config_t *cfg) {
     set_key(cfg, &keys[i], keys[i].def, "default", msg, sizeof msg);
 }
 
+/* threads_per_request stays 0 (auto: decided as each request starts,
+ * sched/scheduler.h); the rest become numbers. */
 static void resolve_auto(attnd_config_t *cfg, int cores) {
-  if (cfg->threads_per_request == 0)
-    cfg->threads_per_request = 1;
+  cfg->cores = cores > 0 ? cores : 1;
+  if (cfg->max_threads_per_request == 0)
+    cfg->max_threads_per_request = cfg->cores;
   if (cfg->workers == 0) {
-    cfg->workers = cores / cfg->threads_per_request;
+    cfg->workers = cfg->threads_per_request
+                       ? cfg->cores / cfg->threads_per_request
+                       : cfg->cores;
     if (cfg->workers < 1)
       cfg->workers = 1;
   }
@@ -531,6 +542,8 @@ void attnd_config_print(const attnd_config_t *cfg,
       memcpy(&v, p, sizeof v);
       if (k->flags & F_BOOL)
         fprintf(f, "%s = %s\n", k->name, v ? "on" : "off");
+      else if ((k->flags & F_AUTO) && v == 0)
+        fprintf(f, "%s = auto\n", k->name);
       else
         fprintf(f, "%s = %" PRId64 "\n", k->name, v);
     }
@@ -567,6 +580,11 @@ void attnd_config_info(const attnd_config_t *cfg, int limits,
     if (keys[i].type == T_INT && (keys[i].flags & want)) {
       int64_t v;
       memcpy(&v, (const char *)cfg + keys[i].off, sizeof v);
-      fn(keys[i].name, v, arg);
+      fn(keys[i].name, (keys[i].flags & F_AUTO) && v == 0 ? -1 : v, arg);
     }
+}
+
+int attnd_config_plan_threads(const attnd_config_t *cfg) {
+  return (int)(cfg->threads_per_request ? cfg->threads_per_request
+                                        : cfg->max_threads_per_request);
 }

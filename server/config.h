@@ -14,7 +14,8 @@ typedef struct attnd_config {
   char host[128];
   int64_t port;
   int64_t workers;             /* 0 in the file means auto */
-  int64_t threads_per_request; /* 0 means auto */
+  int64_t threads_per_request; /* 0: auto, decided as each request starts */
+  int64_t max_threads_per_request; /* with auto, the most; resolved */
   int64_t queue_depth;
   int64_t http_threads; /* 0 means auto */
   int64_t max_connections;
@@ -51,6 +52,7 @@ typedef struct attnd_config {
   int64_t session_max_tokens; /* per session, at most */
   int64_t session_ttl_s, session_max_ttl_s;
   int64_t ui; /* 1: serve the page at / and /ui/ */
+  int64_t cores; /* not a key: the CPUs attnd_config_load was told of */
 } attnd_config_t;
 
 /* What loading decided besides the values. */
@@ -85,10 +87,16 @@ void attnd_config_print(const attnd_config_t *cfg,
 
 /* Calls fn for each integer key that GET /v1/info shows, in the table's
  * order: its "limits" (limits != 0) or its top-level keys (workers and the
- * like). Any thread. */
+ * like). A key still auto once resolved (threads_per_request) comes with
+ * the value -1. Any thread. */
 void attnd_config_info(const attnd_config_t *cfg, int limits,
                        void (*fn)(const char *key, int64_t value, void *arg),
                        void *arg);
+
+/* The threads a request is planned for: threads_per_request, or with auto
+ * max_threads_per_request (its memory is counted for those; it may be
+ * given fewer when it starts). Any thread. */
+int attnd_config_plan_threads(const attnd_config_t *cfg);
 
 /* Writes the usage text: every flag with its help and default. */
 void attnd_config_usage(FILE *f);

@@ -172,6 +172,9 @@ int attnd_serve(const attnd_config_t *cfg) {
   uv_loop_init(&s->loop);
   s->sched = attnd_sched_new(&s->loop, (int)cfg->workers, (int)cfg->queue_depth,
                              attnd_request_run, attnd_http_job_done, s);
+  if (s->sched && cfg->threads_per_request == 0) /* auto */
+    attnd_sched_set_threads(s->sched, (int)cfg->cores,
+                            (int)cfg->max_threads_per_request);
   if (s->sched)
     attnd_sched_set_batching(
         s->sched, &(attnd_sched_batching_t){
@@ -193,13 +196,17 @@ int attnd_serve(const attnd_config_t *cfg) {
   uv_timer_init(&s->loop, &l.drain_timer);
   l.drain_timer.data = &l;
 
+  char tpr[24] = "\"auto\"";
+  if (cfg->threads_per_request)
+    snprintf(tpr, sizeof tpr, "%lld", (long long)cfg->threads_per_request);
   fprintf(stderr,
           "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%d,\"version\":"
-          "\"%s\",\"workers\":%lld,\"threads_per_request\":%lld,"
-          "\"queue_depth\":%lld,\"blas\":\"%s\",\"blas_kernel\":\"%s\","
+          "\"%s\",\"workers\":%lld,\"threads_per_request\":%s,"
+          "\"max_threads_per_request\":%lld,\"queue_depth\":%lld,\"blas\":\"%s\",\"blas_kernel\":\"%s\","
           "\"simd\":\"%s\",\"tls\":%s,\"api_keys\":%zu,\"cors\":%s}\n",
           cfg->host, s->port, ATTN_VERSION, (long long)cfg->workers,
-          (long long)cfg->threads_per_request, (long long)cfg->queue_depth,
+          tpr, (long long)cfg->max_threads_per_request,
+          (long long)cfg->queue_depth,
           s->backend.blas, s->backend.blas_kernel,
           attn_isa_name(s->backend.isa), s->tls_cert ? "true" : "false",
           attnd_auth_count(&s->auth), s->cors.enabled ? "true" : "false");

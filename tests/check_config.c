@@ -46,8 +46,11 @@ START_TEST(test_defaults) {
   ck_assert_int_eq(c.port, 8080);
   ck_assert_int_eq(c.queue_depth, 64);
   ck_assert_int_eq(c.max_body_bytes, 256 << 20);
-  /* auto on 4 CPUs: 1 thread per request, 4 workers, 4 HTTP threads */
-  ck_assert_int_eq(c.threads_per_request, 1);
+  /* auto on 4 CPUs: threads decided as each request starts (0), at most
+   * 4, 4 workers, 4 HTTP threads */
+  ck_assert_int_eq(c.threads_per_request, 0);
+  ck_assert_int_eq(c.max_threads_per_request, 4);
+  ck_assert_int_eq(attnd_config_plan_threads(&c), 4);
   ck_assert_int_eq(c.workers, 4);
   ck_assert_int_eq(c.http_threads, 4);
   ck_assert_str_eq(c.access_log, "stderr");
@@ -61,6 +64,33 @@ START_TEST(test_auto_workers_follow_threads) {
        *envp[] = {NULL};
   ck_assert_int_eq(load(&c, argv, envp, msg, sizeof msg), 0);
   ck_assert_int_eq(c.workers, 2); /* 4 CPUs / 2 threads: no oversubscription */
+  ck_assert_int_eq(attnd_config_plan_threads(&c), 2);
+}
+END_TEST
+
+/* With threads_per_request = auto, a worker per CPU, requests planned for
+ * the cap, and --print-config writes auto back (a number there would read
+ * back as a fixed count). */
+START_TEST(test_auto_threads) {
+  attnd_config_t c;
+  char msg[256];
+  char *argv[] = {"attnd", "--threads-per-request", "auto",
+                  "--max-threads-per-request", "3", NULL},
+       *envp[] = {NULL};
+  ck_assert_int_eq(load(&c, argv, envp, msg, sizeof msg), 0);
+  ck_assert_int_eq(c.threads_per_request, 0);
+  ck_assert_int_eq(c.workers, 4);
+  ck_assert_int_eq(attnd_config_plan_threads(&c), 3);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  attnd_config_print(&c, NULL, f);
+  fclose(f);
+  ck_assert_msg(strstr(text, "\nthreads_per_request = auto\n") != NULL, "%s",
+                text);
+  ck_assert_msg(strstr(text, "\nmax_threads_per_request = 3\n") != NULL,
+                "%s", text);
+  free(text);
 }
 END_TEST
 
@@ -622,6 +652,7 @@ Suite *test_suite(void) {
   TCase *tc = tcase_create("config");
   tcase_add_test(tc, test_defaults);
   tcase_add_test(tc, test_auto_workers_follow_threads);
+  tcase_add_test(tc, test_auto_threads);
   tcase_add_test(tc, test_precedence);
   tcase_add_test(tc, test_flag_spellings_and_sizes);
   tcase_add_loop_test(tc, test_bad_values, 0, sizeof bad / sizeof bad[0]);

@@ -1301,7 +1301,7 @@ START_TEST(test_small_no_alloc) {
     long decoding = alloc_fail_count();
     ck_assert_msg(decoded == 0, "%s", e.message);
     alloc_fail_arm(-1, 0);
-    int ran = attnd_request_run(j, 0, &s);
+    int ran = attnd_request_run(j, 0, 0, &s);
     long running = alloc_fail_count();
     ck_assert_int_eq(ran, 0);
     attnd_buf_t b;
@@ -1399,7 +1399,7 @@ START_TEST(test_oom_run) {
     attnd_request_t *j = decoded(body);
     attnd_scratch_t s = {0};
     alloc_fail_arm(n, sticky);
-    int r = attnd_request_run(j, 0, &s);
+    int r = attnd_request_run(j, 0, 0, &s);
     int injected = alloc_fail_injected();
     alloc_fail_arm(-1, 0);
     if (injected)
@@ -1428,7 +1428,7 @@ START_TEST(test_oom_encode) {
   char *body = c->make();
   attnd_request_t *j = decoded(body);
   attnd_scratch_t s = {0};
-  ck_assert_int_eq(attnd_request_run(j, 0, &s), 0);
+  ck_assert_int_eq(attnd_request_run(j, 0, 0, &s), 0);
   attnd_scratch_free(&s);
   long n;
   for (n = 0;; n++) {
@@ -1545,7 +1545,7 @@ START_TEST(test_integer_extremes) {
   ck_assert_msg(r == 0, "%s = %s: %s (%s: %s)", c->name, v,
                 attnd_error_name(e.code), e.field, e.message);
   attnd_scratch_t s = {0};
-  ck_assert_int_eq(attnd_request_run(j, 0, &s), 0);
+  ck_assert_int_eq(attnd_request_run(j, 0, 0, &s), 0);
   ref_result_t ref;
   ck_assert_int_eq(ref_attention(&j->params, &ref), 0);
   double err = tu_rel_err(j->out.out, ref.out, (size_t)j->plan.out_elems);

@@ -449,6 +449,63 @@ START_TEST(test_threads_bitwise) {
 }
 END_TEST
 
+/* A plan made for 4 threads, lowered by attn_plan_set_threads to t (as the
+ * server does with threads_per_request = auto when a request starts):
+ * the workspace of a plan made for t, never more than the 4 threads', and
+ * the same bits as one thread, in a workspace of exactly that size; a count
+ * outside [1, 4] is refused and changes nothing. Catches a workspace size
+ * not recomputed (too small for more threads, or one that keeps 4
+ * threads' slots), and a lowered plan whose results differ. */
+START_TEST(test_set_threads_bitwise) {
+  const tu_spec_t *s = &determinism_cases[_i];
+  tu_case_t c;
+  tu_case_build(&c, s, 650 + (uint64_t)_i);
+  tu_run_t base;
+  attn_exec_t ex = {.threads = 1, .isa = ATTN_ISA_AUTO};
+  ck_assert_int_eq(tu_run(&base, &c.p, &ex), 0);
+  attn_plan_t four, made;
+  attn_error_t err;
+  ex.threads = 4;
+  ck_assert_int_eq(attn_plan_init(&four, &c.p, &ex, &err), 0);
+  attn_plan_t bad = four;
+  ck_assert_int_eq(attn_plan_set_threads(&bad, 0), ATTN_EINVAL);
+  ck_assert_int_eq(attn_plan_set_threads(&bad, 5), ATTN_EINVAL);
+  ck_assert_int_eq(bad.threads, 4);
+  ck_assert_uint_eq(bad.workspace_bytes, four.workspace_bytes);
+  for (int t = 1; t <= 4; t++) {
+    attn_plan_t pl = four;
+    ck_assert_int_eq(attn_plan_set_threads(&pl, t), 0);
+    ex.threads = t;
+    ck_assert_int_eq(attn_plan_init(&made, &c.p, &ex, &err), 0);
+    ck_assert_int_eq(pl.threads, t);
+    ck_assert_uint_eq(pl.workspace_bytes, made.workspace_bytes);
+    ck_assert_uint_le(pl.workspace_bytes, four.workspace_bytes);
+    attn_outputs_t o = {0};
+    float **dst[4] = {&o.out, &o.weights, &o.mean_weights, &o.head_outputs};
+    const int64_t n[4] = {pl.out_elems, pl.weights_elems, pl.mean_elems,
+                          pl.head_elems};
+    const int want[4] = {1, c.p.want_weights, c.p.want_mean_weights,
+                         c.p.want_head_outputs};
+    for (int k = 0; k < 4; k++)
+      if (want[k])
+        ck_assert_ptr_nonnull(*dst[k] = malloc((size_t)n[k] * 4 + 4));
+    size_t wsb = (pl.workspace_bytes + 63) / 64 * 64;
+    void *ws = aligned_alloc(64, wsb ? wsb : 64);
+    ck_assert_ptr_nonnull(ws);
+    memset(ws, 0xff, wsb);
+    ck_assert_int_eq(attn_forward(&pl, &o, ws, pl.workspace_bytes, &err), 0);
+    char what[48];
+    snprintf(what, sizeof what, "4 threads set to %d vs 1", t);
+    expect_same_bits(&o, &base.o, &base.plan, what);
+    free(ws);
+    for (int k = 0; k < 4; k++)
+      free(*dst[k]);
+  }
+  tu_run_free(&base);
+  tu_case_free(&c);
+}
+END_TEST
+
 /* Copies of every input buffer of a case, to prove attn_forward leaves them
  * alone. */
 static int inputs_equal(const tu_case_t *c, const tu_case_t *copy) {
@@ -744,6 +801,9 @@ Suite *test_suite(void) {
       2 * (int)(sizeof determinism_cases / sizeof determinism_cases[0]));
   tcase_add_loop_test(
       tc, test_rerun_same_plan, 0,
+      (int)(sizeof determinism_cases / sizeof determinism_cases[0]));
+  tcase_add_loop_test(
+      tc, test_set_threads_bitwise, 0,
       (int)(sizeof determinism_cases / sizeof determinism_cases[0]));
   tcase_add_loop_test(tc, test_concurrent_calls, 0, 2);
   suite_add_tcase(s, tc);

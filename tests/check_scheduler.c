@@ -2,7 +2,7 @@
  * on a real libuv loop, with fake jobs: FIFO order, admission and the
  * counts, deadlines while waiting and while running, clients that go away,
  * several workers, the outcomes of run's return codes, Retry-After, the
- * workers' scratch, and closing. No HTTP server and no attention core.
+ * workers' scratch, the threads each job is given, and closing. No HTTP server and no attention core.
  *
  * The test thread is the loop thread. It reads the counts only between
  * uv_run calls. Jobs that must stay in flight spin in `run` until the test
@@ -47,10 +47,12 @@ typedef struct fake {
   size_t grow; /* run grows the worker's scratch to this many bytes */
   int key;     /* batchable with the jobs of the same key; 0: not */
   int tokens;  /* its tokens toward max_tokens (0: 1) */
+  int max_threads; /* the most threads it can use (0: any) */
 
   int runs;    /* times run was called (atomic) */
   int started; /* run has recorded the fields below (atomic, release) */
   int worker;
+  int threads; /* what run was given */
   uv_thread_t thread;
   int saw_cancel;
   int gave_up; /* RUN_CAP_MS passed while held */
@@ -119,9 +121,11 @@ static int held(const fake_t *f) {
  * scratch if asked, then spins in 1 ms steps until released and `ms` have
  * passed, returning ATTN_ECANCELED as soon as the cancel flag is up.
  * Worker thread. */
-static int fake_run(void *jp, int worker, attnd_scratch_t *scratch) {
+static int fake_run(void *jp, int worker, int threads,
+                    attnd_scratch_t *scratch) {
   fake_t *f = jp;
   __atomic_add_fetch(&f->runs, 1, __ATOMIC_RELAXED);
+  f->threads = threads;
   f->batch = 1;
   f->batch_first = f->id;
   f->t_start = attnd_now_ms();
@@ -161,17 +165,18 @@ static int fake_run(void *jp, int worker, attnd_scratch_t *scratch) {
  * batch's order, then runs as fake_run does for the batch's first job (its
  * hold, ms and cancel flag). Each job's result is its ret, or
  * ATTN_ECANCELED when its own flag is up by then. Worker thread. */
-static void fake_run_batch(void *const *jobs, int n, int worker,
+static void fake_run_batch(void *const *jobs, int n, int worker, int threads,
                            attnd_scratch_t *scratch, int *results) {
   fake_t *first = jobs[0];
   for (int i = 1; i < n; i++) {
     fake_t *f = jobs[i];
     __atomic_add_fetch(&f->runs, 1, __ATOMIC_RELAXED);
+    f->threads = threads;
     f->worker = worker;
     f->thread = uv_thread_self();
     f->t_start = attnd_now_ms();
   }
-  int r0 = fake_run(first, worker, scratch); /* records the first */
+  int r0 = fake_run(first, worker, threads, scratch); /* records the first */
   uv_mutex_lock(&H.mu); /* the others, after it in run_order */
   for (int i = 1; i < n; i++)
     if (H.n_run < MAX_JOBS)
@@ -221,6 +226,7 @@ static int submit(fake_t *f, double deadline_ms, int fd) {
       .fd = fd,
       .batchable = f->key != 0,
       .tokens = f->tokens ? f->tokens : 1,
+      .max_threads = f->max_threads,
   };
   f->t_submit = attnd_now_ms();
   return attnd_sched_submit(H.s, &j);
@@ -1161,6 +1167,124 @@ START_TEST(test_batch_members_leave) {
 }
 END_TEST
 
+/* ---- threads per job (attnd_sched_set_threads) --------------------------- */
+
+/* start, with `cores` shared by the running jobs, at most `cap` each. */
+static void start_threads(int workers, int depth, int cores, int cap) {
+  start(workers, depth);
+  attnd_sched_set_threads(H.s, cores, cap);
+}
+
+/* Submits job id, held, and waits until it runs. */
+static fake_t *run_held(int id) {
+  fake_t *f = job(id);
+  f->hold = 1;
+  ck_assert_int_eq(submit(f, far(), -1), 0);
+  PUMP_UNTIL(started(f));
+  return f;
+}
+
+/* A job alone gets every core; they are given back when it is done; and
+ * without the policy a job is given 0 (as its submitter planned it).
+ * Catches threads not given back, and a lone job held to one. */
+START_TEST(test_threads_lone_gets_all) {
+  start_threads(4, 8, 4, 4);
+  fake_t *f = run_held(0);
+  ck_assert_int_eq(f->threads, 4);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 4);
+  release(f);
+  wait_done(1);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 0);
+  attnd_sched_set_threads(H.s, 0, 1); /* off */
+  f = run_held(1);
+  ck_assert_int_eq(f->threads, 0);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 0);
+}
+END_TEST
+
+/* Four jobs that arrive together on four workers and four cores get one
+ * each, whichever starts first (each leaves one for every job starting
+ * beside it); a job that arrives while another holds every core still
+ * gets one, its worker's. Catches the first of a burst taking every core,
+ * and a job given 0 threads. */
+START_TEST(test_threads_under_load_one_each) {
+  start_threads(4, 8, 4, 4);
+  for (int i = 0; i < 4; i++) {
+    job(i)->hold = 1;
+    ck_assert_int_eq(submit(job(i), far(), -1), 0);
+  }
+  PUMP_UNTIL(started(job(0)) && started(job(1)) && started(job(2)) &&
+             started(job(3)));
+  for (int i = 0; i < 4; i++)
+    ck_assert_msg(job(i)->threads == 1, "job %d: %d threads", i,
+                  job(i)->threads);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 4);
+  __atomic_store_n(&H.release_all, 1, __ATOMIC_RELAXED);
+  wait_done(4);
+  __atomic_store_n(&H.release_all, 0, __ATOMIC_RELAXED);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 0);
+
+  ck_assert_int_eq(run_held(4)->threads, 4);
+  ck_assert_int_eq(run_held(5)->threads, 1);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 5);
+}
+END_TEST
+
+/* The cap bounds a lone job, and a job's max_threads bounds it below the
+ * cores left. Catches either bound ignored. */
+START_TEST(test_threads_cap) {
+  start_threads(3, 8, 8, 3);
+  job(0)->max_threads = 9; /* above the cap */
+  ck_assert_int_eq(run_held(0)->threads, 3);
+  job(1)->max_threads = 2;
+  ck_assert_int_eq(run_held(1)->threads, 2);
+  ck_assert_int_eq(run_held(2)->threads, 3); /* any: the cap, 3 cores left */
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 8);
+}
+END_TEST
+
+/* What a finished job held goes to the next to start, and only what it
+ * held: a job that starts beside one still running gets the cores it does
+ * not hold. Catches threads given back twice or not at all. */
+START_TEST(test_threads_given_back) {
+  start_threads(3, 8, 4, 4);
+  fake_t *a = run_held(0), *b = run_held(1);
+  ck_assert_int_eq(a->threads, 4);
+  ck_assert_int_eq(b->threads, 1);
+  release(a);
+  wait_done(1);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 1);
+  ck_assert_int_eq(run_held(2)->threads, 3);
+  release(b);
+  release(job(2));
+  wait_done(3);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 0);
+  ck_assert_int_eq(run_held(3)->threads, 4);
+}
+END_TEST
+
+/* A batch is given threads as one job, up to the sum of its jobs'
+ * max_threads, and gives them back as one. */
+START_TEST(test_threads_batch) {
+  start_batching(2, 16, 1000, 256);
+  attnd_sched_set_threads(H.s, 8, 8);
+  job(0)->max_threads = 2;
+  fake_t *a = run_held(0);
+  ck_assert_int_eq(a->threads, 2);
+  for (int i = 1; i < 4; i++) {
+    job(i)->key = 1;
+    job(i)->max_threads = 1;
+    ck_assert_int_eq(submit(job(i), far(), -1), 0);
+  }
+  wait_done(3);
+  for (int i = 1; i < 4; i++) {
+    ck_assert_int_eq(job(i)->batch, 3);
+    ck_assert_int_eq(job(i)->threads, 3);
+  }
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 2);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("scheduler");
   TCase *tc = tcase_create("order");
@@ -1211,6 +1335,16 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_batch_no_wait);
   tcase_add_test(tc, test_batch_expired_in_window);
   tcase_add_test(tc, test_batch_members_leave);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("threads");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 20);
+  tcase_add_test(tc, test_threads_lone_gets_all);
+  tcase_add_test(tc, test_threads_under_load_one_each);
+  tcase_add_test(tc, test_threads_cap);
+  tcase_add_test(tc, test_threads_given_back);
+  tcase_add_test(tc, test_threads_batch);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("lifecycle");

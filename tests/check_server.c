@@ -99,6 +99,18 @@ static void start_default(void) {
   start_with(args);
 }
 
+/* threads_per_request = auto, at most 2 threads a request. */
+static void start_auto_threads(void) {
+  static const char *const args[] = {"--workers",
+                                     "2",
+                                     "--threads-per-request",
+                                     "auto",
+                                     "--max-threads-per-request",
+                                     "2",
+                                     NULL};
+  start_with(args);
+}
+
 /* Small limits for the errors TCase. default_timeout_ms must not exceed
  * max_timeout_ms, or the configuration is refused. */
 static void start_limited(void) {
@@ -986,6 +998,44 @@ static void check_metrics(const sh_resp_t *r, double flops) {
   json_decref(rep);
 }
 
+/* POSTs body and returns its reply's metrics.threads. */
+static json_int_t threads_of(char *body) {
+  sh_resp_t r;
+  ck_assert_int_eq(sh_post(srv.port, body, strlen(body), &r), 0);
+  ck_assert_msg(r.status == 200, "%ld %.300s", r.status, r.body);
+  json_t *v = sh_json(&r);
+  json_int_t t = json_integer_value(
+      json_object_get(json_object_get(v, "metrics"), "threads"));
+  json_decref(v);
+  sh_resp_free(&r);
+  free(body);
+  return t;
+}
+
+/* threads_per_request = auto: /v1/info says so, with its cap; a request
+ * alone runs on every CPU up to the cap, and one whose work is too small
+ * to share (under 2 x ATTND_FLOPS_PER_THREAD) on one. Catches the
+ * scheduler's grant not reaching the core (threads 0 or the plan's), and
+ * a small request given every core. */
+START_TEST(test_threads_auto) {
+  sh_resp_t r = get("/v1/info");
+  ck_assert_int_eq(r.status, 200);
+  json_t *v = sh_json(&r);
+  ck_assert_str_eq(json_string_value(json_object_get(v, "threads_per_request")),
+                   "auto");
+  ck_assert_int_eq(
+      json_integer_value(json_object_get(v, "max_threads_per_request")), 2);
+  json_decref(v);
+  sh_resp_free(&r);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  /* 2·L²·(Dh + Dv) = 268M flops: 4 threads' worth, the cap 2 */
+  ck_assert_int_eq(threads_of(sh_slow_body(1024, 64, 1, 7, NULL)),
+                   cpus < 2 ? 1 : 2);
+  /* 17M flops: one thread's */
+  ck_assert_int_eq(threads_of(sh_slow_body(256, 64, 4, 8, NULL)), 1);
+}
+END_TEST
+
 START_TEST(test_metrics_in_reply) {
   json_t *req = small_request();
   sh_resp_t r;
@@ -1612,6 +1662,13 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_unsupported_media_type);
   tcase_add_test(tc, test_too_large_content_length);
   tcase_add_test(tc, test_too_large_chunked);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("threads");
+  tcase_set_timeout(tc, 30);
+  tcase_add_unchecked_fixture(tc, start_auto_threads, stop_server);
+  tcase_add_checked_fixture(tc, ensure_server, release_server);
+  tcase_add_test(tc, test_threads_auto);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("numeric");

@@ -264,6 +264,15 @@ typedef struct attn_outputs {
 int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
                    const attn_exec_t *exec, attn_error_t *err);
 
+/* Lowers a plan's threads to `threads`, in [1, plan->threads], for a
+ * caller that planned for the most threads it might be given and learns
+ * how many it has only when it runs. The workspace it needs
+ * (plan->workspace_bytes) shrinks with them, never grows, and the results
+ * stay the same to the bit: the work is split by the shape, never by the
+ * threads (core/forward.c). Returns 0, or ATTN_EINVAL with the plan
+ * unchanged. Any thread that owns the plan. */
+int attn_plan_set_threads(attn_plan_t *plan, int threads);
+
 /* Runs the planned attention. `workspace` is caller-owned scratch of at
  * least plan->workspace_bytes, 64-byte aligned. Writes only the caller's
  * buffers in `o` and the workspace; never allocates. Returns 0, or

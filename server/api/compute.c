@@ -47,6 +47,7 @@ int attnd_api_hand_off(attnd_http_req_t *r, attnd_request_t *req, int suspend) {
       .fd = ci ? ci->connect_fd : -1,
       .batchable = batches(r, req),
       .tokens = req->params.query.dim[0],
+      .max_threads = attnd_request_max_threads(req),
   };
   if (req->t.submit == 0)
     req->t.submit = attnd_now_ms();
@@ -103,14 +104,17 @@ static int runs_inline(const attnd_http_req_t *r, const attnd_request_t *req) {
 /* Computes req on this HTTP thread, as a worker would (worker -1); the
  * caller then answers at once. Returns 0, or -1 when there is no memory
  * for the workspace (req->result says so too). */
-static void run_inline(attnd_request_t *req) {
+static void run_inline(const attnd_config_t *cfg, attnd_request_t *req) {
   pthread_once(&inline_once, inline_key_init);
   attnd_scratch_t *s = pthread_getspecific(inline_key);
   if (s == NULL && (s = calloc(1, sizeof *s)) != NULL)
     pthread_setspecific(inline_key, s);
   attnd_scratch_t none = {0};
   req->t.submit = attnd_now_ms();
-  attnd_request_run(req, -1, s ? s : &none);
+  /* as planned, or with threads_per_request = auto on one thread: it is
+   * tiny, and a team of threads would cost more than its work */
+  attnd_request_run(req, -1, cfg->threads_per_request ? 0 : 1,
+                    s ? s : &none);
 }
 
 /* A decoded and planned request: its memory, then the scheduler, or, when
@@ -130,7 +134,7 @@ enum MHD_Result attnd_api_admit(attnd_http_req_t *r, attnd_request_t *req) {
   int step = batches(r, req);
   if (step)
     atomic_fetch_add(&r->srv->inline_steps, 1);
-  run_inline(req);
+  run_inline(r->srv->cfg, req);
   if (step) {
     atomic_fetch_sub(&r->srv->inline_steps, 1);
     attnd_sched_ran_alone(r->srv->sched, req->params.query.dim[0],

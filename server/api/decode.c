@@ -262,7 +262,7 @@ static int decode_return(dec_t *d, const json_t *root) {
 int attnd__dec_plan(dec_t *d) {
   attnd_request_t *j = d->req;
   d->planning = 1;
-  attn_exec_t ex = {.threads = (int)d->cfg->threads_per_request,
+  attn_exec_t ex = {.threads = attnd_config_plan_threads(d->cfg),
                     .cancel = &j->cancel};
   attn_error_t ae;
   if (attn_plan_init(&j->plan, &j->params, &ex, &ae) == 0)

@@ -21,7 +21,9 @@ enum MHD_Result attnd_v1_attention(attnd_http_req_t *r) {
 }
 
 static void info_key(const char *key, int64_t value, void *obj) {
-  json_object_set_new(obj, key, json_integer((json_int_t)value));
+  json_object_set_new(obj, key,
+                      value < 0 ? json_string("auto")
+                                : json_integer((json_int_t)value));
 }
 
 /* GET /v1/info: the version, the keys the config table marks for it, and

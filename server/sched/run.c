@@ -93,28 +93,40 @@ void attnd_scratch_free(attnd_scratch_t *s) {
   count_kept(s, 0);
 }
 
-/* The request alone, its workspace in `scratch`. */
-static int run_one(attnd_request_t *j, int worker, attnd_scratch_t *scratch) {
+/* The request alone on `threads` threads (0: its plan's), its workspace
+ * in `scratch`. Its own plan stays as it was decoded: the memory budget
+ * reads it again when the request is freed (attnd_request_memory). */
+static int run_one(attnd_request_t *j, int worker, int threads,
+                   attnd_scratch_t *scratch) {
+  attn_plan_t plan = j->plan;
+  if (threads > 0 && threads < plan.threads)
+    attn_plan_set_threads(&plan, threads);
   j->worker = worker;
-  j->threads = j->plan.threads;
+  j->threads = plan.threads;
   j->batch = 1;
   j->t.start = attnd_now_ms();
-  if (grow(scratch, j->plan.workspace_bytes) < 0 || alloc_outputs(j) < 0) {
+  if (grow(scratch, plan.workspace_bytes) < 0 || alloc_outputs(j) < 0) {
     j->result = ATTN_ENOSPC;
     j->error = (attn_error_t){.code = ATTN_ENOSPC};
   } else {
     /* kept for the reply: ATTN_ENUMERIC names the input and the stage */
     j->result =
-        attn_forward(&j->plan, &j->out, scratch->data, scratch->cap, &j->error);
+        attn_forward(&plan, &j->out, scratch->data, scratch->cap, &j->error);
   }
   j->t.end = attnd_now_ms();
   return j->result;
 }
 
-int attnd_request_run(void *job, int worker, attnd_scratch_t *scratch) {
-  int rc = run_one(job, worker, scratch);
+int attnd_request_run(void *job, int worker, int threads,
+                      attnd_scratch_t *scratch) {
+  int rc = run_one(job, worker, threads, scratch);
   keep(scratch);
   return rc;
+}
+
+int attnd_request_max_threads(const attnd_request_t *j) {
+  double n = j->plan.flops / ATTND_FLOPS_PER_THREAD;
+  return n < 1 ? 1 : n >= j->plan.threads ? j->plan.threads : (int)n;
 }
 
 /* ---- batches ------------------------------------------------------------- */
@@ -153,7 +165,7 @@ static int cancelled(const attnd_request_t *j) {
  * once), and each step attends over its own cache (attn_kv_t, per item).
  * Returns 0 with every step's output and k_absmax set, or a negative code
  * (nothing to trust: the caller runs the steps one by one). */
-static int run_together(attnd_request_t *const *js, int n,
+static int run_together(attnd_request_t *const *js, int n, int threads,
                         attnd_scratch_t *scratch) {
   const attnd_request_t *f = js[0];
   int64_t Lq = f->params.query.dim[0], E = f->params.query.dim[1];
@@ -174,7 +186,9 @@ static int run_together(attnd_request_t *const *js, int n,
   p.query.dim[0] = n;
   p.query.dim[1] = Lq;
   p.query.dim[2] = E;
-  attn_exec_t ex = {.threads = f->plan.threads};
+  attn_exec_t ex = {.threads = threads > 0 && threads < f->plan.threads
+                                    ? threads
+                                    : f->plan.threads};
   attn_plan_t plan;
   attn_error_t err;
   if (attn_plan_init(&plan, &p, &ex, &err) < 0)
@@ -212,7 +226,8 @@ static int run_together(attnd_request_t *const *js, int n,
 }
 
 void attnd_request_run_batch(void *const *jobs, int n, int worker,
-                             attnd_scratch_t *scratch, int *results) {
+                             int threads, attnd_scratch_t *scratch,
+                             int *results) {
   attnd_request_t *live[ATTND_SCHED_MAX_BATCH];
   int at[ATTND_SCHED_MAX_BATCH], m = 0;
   double t0 = attnd_now_ms();
@@ -228,7 +243,7 @@ void attnd_request_run_batch(void *const *jobs, int n, int worker,
     live[m] = j;
     at[m++] = i;
   }
-  int rc = m >= 2 ? run_together(live, m, scratch) : -1;
+  int rc = m >= 2 ? run_together(live, m, threads, scratch) : -1;
   double t1 = attnd_now_ms();
   for (int k = 0; k < m; k++) {
     attnd_request_t *j = live[k];
@@ -237,7 +252,7 @@ void attnd_request_run_batch(void *const *jobs, int n, int worker,
       /* one raised while the batch ran: computed, but not its client's */
       j->result = cancelled(j) ? ATTN_ECANCELED : 0;
     } else {
-      run_one(j, worker, scratch); /* its own error, its own time */
+      run_one(j, worker, threads, scratch); /* its own error, its own time */
     }
     results[at[k]] = j->result;
   }

@@ -8,11 +8,22 @@
 
 /* The scheduler's run function for an attnd_request_t: grows the worker's
  * scratch to the plan's workspace, allocates the outputs, and runs
- * attn_forward. Sets the request's result, worker, threads and its start
- * and end times, and returns the result (0, ATTN_ECANCELED when cancelled,
- * ATTN_ENOSPC when memory ran out, ATTN_ENUMERIC when a value left float32's
- * range, with req->error naming the input). Worker thread. */
-int attnd_request_run(void *req, int worker, attnd_scratch_t *scratch);
+ * attn_forward on `threads` threads (0: the plan's; more than the plan's
+ * counts as the plan's, which its memory was counted for). Sets the
+ * request's result, worker, threads and its start and end times, and
+ * returns the result (0, ATTN_ECANCELED when cancelled, ATTN_ENOSPC when
+ * memory ran out, ATTN_ENUMERIC when a value left float32's range, with
+ * req->error naming the input). Worker thread. */
+int attnd_request_run(void *req, int worker, int threads,
+                      attnd_scratch_t *scratch);
+
+/* The most threads a request can use to advantage (attnd_sched_job_t's
+ * max_threads): one for each ATTND_FLOPS_PER_THREAD of its work, at least
+ * one, at most its plan's. A thread's share of the work should outweigh
+ * waking it and the barriers between the stages (tens of microseconds):
+ * 64 MFLOP is a few hundred microseconds of one core's work. Any thread. */
+#define ATTND_FLOPS_PER_THREAD 64e6
+int attnd_request_max_threads(const attnd_request_t *req);
 
 /* What every thread's workspace (attnd_scratch_t) keeps between requests:
  * one above attnd__scratch_keep bytes (scratch_keep_bytes) is freed when
@@ -49,6 +60,7 @@ int attnd_request_compatible(const void *a, const void *b);
  * as one (memory, or a value out of float32's range), each step runs
  * alone, with its own error. Worker thread. */
 void attnd_request_run_batch(void *const *jobs, int n, int worker,
-                             attnd_scratch_t *scratch, int *results);
+                             int threads, attnd_scratch_t *scratch,
+                             int *results);
 
 #endif

@@ -18,6 +18,7 @@ typedef struct node {
   int state;               /* QUEUED or RUNNING, loop thread */
   int gone;                /* the client went away, loop thread */
   int result;              /* what run returned, worker then loop */
+  int threads;             /* given to it (or its batch) when it started */
   struct watcher *watcher; /* on j.fd while waiting or running, or NULL */
 } node_t;
 
@@ -28,6 +29,7 @@ typedef struct worker {
   int index;
   uv_thread_t thread;
   node_t *job; /* assigned by the loop, under s->mu; its batch by `peer` */
+  int threads; /* what job was given, with it */
   attnd_scratch_t scratch;
   void *jobs[ATTND_SCHED_MAX_BATCH]; /* a batch's, for run_batch */
   int results[ATTND_SCHED_MAX_BATCH];
@@ -55,6 +57,7 @@ struct attnd_sched {
   uv_timer_t timer;    /* next deadline, or the end of a batch's window */
   attnd_sched_batching_t batching;
   double window_end; /* a worker waits for a batch until then; 0: none */
+  int cores, cap;    /* attnd_sched_set_threads; cores 0: off */
 
   /* Under mu, for batching (batching_pays): batchable arrivals, queued or
    * computed by their submitter, the last one's time and the mean gap
@@ -68,6 +71,7 @@ struct attnd_sched {
   double batched_at;
 
   atomic_int inflight, waiting, busy;
+  atomic_int threads_busy; /* given to running jobs; written on the loop */
   atomic_uint_fast64_t batches, batched; /* batches of 2 or more, their jobs */
   _Atomic double avg_ms;                 /* moving average of run time */
 };
@@ -111,16 +115,18 @@ static void worker_main(void *arg) {
     if (w->job == NULL)
       break;
     node_t *job = w->job, *last = job;
+    int threads = w->threads;
     uv_mutex_unlock(&s->mu);
 
     double t0 = attnd_now_ms();
     if (job->peer == NULL) {
-      job->result = s->run(job->j.job, w->index, &w->scratch);
+      job->result = s->run(job->j.job, w->index, threads, &w->scratch);
     } else {
       int n = 0;
       for (node_t *m = job; m; m = m->peer)
         w->jobs[n++] = m->j.job;
-      s->batching.run_batch(w->jobs, n, w->index, &w->scratch, w->results);
+      s->batching.run_batch(w->jobs, n, w->index, threads, &w->scratch,
+                            w->results);
       atomic_fetch_add(&s->batches, 1);
       atomic_fetch_add(&s->batched, (uint_fast64_t)n);
       n = 0;
@@ -317,12 +323,44 @@ static int gather(attnd_sched_t *s, node_t *head, double now, int *others,
   return n;
 }
 
-/* Gives worker w the job n, and its batch (peer); under mu. */
+/* The threads for job n (and its batch, by `peer`), about to start on the
+ * idle worker w (attnd_sched_set_threads): the cores no running job holds,
+ * less one for each job that starts beside it now (as many as there are
+ * jobs waiting behind its batch, up to the idle workers after w: the
+ * dispatch gives workers in order), within [1, cap] and the batch's
+ * max_threads (their sum; a job of 0 can use any). 0 when off. Loop
+ * thread, under mu. */
+static int threads_for(attnd_sched_t *s, int w, const node_t *n) {
+  if (s->cores <= 0)
+    return 0;
+  int idle = 0, in_batch = 0, most = 0; /* most < 0: any */
+  for (int i = w + 1; i < s->n_workers; i++)
+    idle += s->running[i] == NULL;
+  for (const node_t *m = n; m; m = m->peer) {
+    in_batch++;
+    if (most >= 0)
+      most = m->j.max_threads > 0 && most < s->cap ? most + m->j.max_threads
+             : m->j.max_threads > 0                ? most
+                                                   : -1;
+  }
+  int behind = atomic_load(&s->waiting) - in_batch;
+  int beside = behind < idle ? behind : idle;
+  int t = s->cores - atomic_load(&s->threads_busy) - (beside > 0 ? beside : 0);
+  if (most < 0 || most > s->cap)
+    most = s->cap;
+  return t > most ? most : t < 1 ? 1 : t;
+}
+
+/* Gives worker w the job n, and its batch (peer), with its threads; under
+ * mu. */
 static void assign(attnd_sched_t *s, int w, node_t *n) {
   for (node_t *m = n; m; m = m->peer)
     m->state = RUNNING;
+  n->threads = threads_for(s, w, n);
+  atomic_fetch_add(&s->threads_busy, n->threads);
   s->running[w] = n;
   s->workers[w].job = n;
+  s->workers[w].threads = n->threads;
   atomic_fetch_add(&s->busy, 1);
 }
 
@@ -400,6 +438,7 @@ static void on_wake(uv_async_t *a) {
       if (s->running[w] == n) { /* the job, or its batch's first */
         s->running[w] = NULL;
         atomic_fetch_sub(&s->busy, 1);
+        atomic_fetch_sub(&s->threads_busy, n->threads); /* given back */
       }
     finish(s, n,
            n->gone                       ? ATTND_SCHED_ABANDONED
@@ -534,6 +573,11 @@ void attnd_sched_set_batching(attnd_sched_t *s,
     s->batching.max_tokens = 1;
 }
 
+void attnd_sched_set_threads(attnd_sched_t *s, int cores, int cap) {
+  s->cores = cores > 0 ? cores : 0;
+  s->cap = cap > 0 ? cap : 1;
+}
+
 int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job) {
   if (atomic_fetch_add(&s->inflight, 1) >= s->depth + s->n_workers) {
     atomic_fetch_sub(&s->inflight, 1);
@@ -579,6 +623,9 @@ int attnd_sched_waiting(const attnd_sched_t *s) {
 }
 int attnd_sched_busy(const attnd_sched_t *s) {
   return atomic_load(&s->busy);
+}
+int attnd_sched_threads_busy(const attnd_sched_t *s) {
+  return atomic_load(&s->threads_busy);
 }
 int attnd_sched_inflight(const attnd_sched_t *s) {
   return atomic_load(&s->inflight);

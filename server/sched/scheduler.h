@@ -33,7 +33,17 @@
  * attnd_sched_ran_alone, by submitters that computed such jobs
  * themselves). attnd_sched_batch_pays tells a submitter the same, for a
  * job it could compute at once rather than queue. Each job of a batch
- * keeps its own deadline, client watch and outcome. */
+ * keeps its own deadline, client watch and outcome.
+ *
+ * Threads per job (attnd_sched_set_threads): with a number of cores the
+ * running jobs share, each job is given, when it starts, as many threads
+ * as there are cores no running job holds, less one for each job that
+ * starts beside it (a waiting job with an idle worker to take it), within
+ * a cap and the job's own max_threads, and at least one (its worker). A
+ * long job alone thus gets every core, and under load each gets one. What
+ * a job was given is held until it is done, then given back; a running
+ * job never grows or shrinks. Without it, run is given 0 threads: each
+ * job runs as its submitter planned it. */
 #ifndef ATTND_SCHEDULER_H
 #define ATTND_SCHEDULER_H
 
@@ -64,10 +74,12 @@ typedef enum {
   ATTND_SCHED_ABANDONED /* its client went away */
 } attnd_sched_outcome_t;
 
-/* Computes `job` on worker `worker` (0-based). Returns 0, ATTN_ECANCELED
- * when it stopped because its cancel flag was raised, or another negative
- * code (the job keeps its own account of that). Worker thread. */
-typedef int (*attnd_sched_run_fn)(void *job, int worker,
+/* Computes `job` on worker `worker` (0-based), on `threads` threads (the
+ * worker's own included; 0: as many as the job was planned for). Returns
+ * 0, ATTN_ECANCELED when it stopped because its cancel flag was raised, or
+ * another negative code (the job keeps its own account of that). Worker
+ * thread. */
+typedef int (*attnd_sched_run_fn)(void *job, int worker, int threads,
                                   attnd_scratch_t *scratch);
 
 /* Passes `job` back, with the submitter's `tag` and the outcome. Loop
@@ -90,17 +102,21 @@ typedef struct attnd_sched_job {
   int fd;             /* the client's socket to watch, or -1 */
   int batchable;      /* may run in a batch (attnd_sched_batching) */
   int64_t tokens;     /* its size toward a batch's max_tokens, >= 1 */
+  int max_threads;    /* the most threads it can use to advantage; 0: any
+                         (attnd_sched_set_threads) */
 } attnd_sched_job_t;
 
 /* The most jobs in one batch. */
 #define ATTND_SCHED_MAX_BATCH 256
 
 /* Computes jobs[0..n) (2 <= n <= ATTND_SCHED_MAX_BATCH, pairwise
- * compatible) together, setting results[i] as `run` would return it for
- * job i. A job whose cancel flag is raised may still be computed; its
- * result then is ATTN_ECANCELED. Worker thread. */
+ * compatible) together on `threads` threads (as for run), setting
+ * results[i] as `run` would return it for job i. A job whose cancel flag
+ * is raised may still be computed; its result then is ATTN_ECANCELED.
+ * Worker thread. */
 typedef void (*attnd_sched_batch_fn)(void *const *jobs, int n, int worker,
-                                     attnd_scratch_t *scratch, int *results);
+                                     int threads, attnd_scratch_t *scratch,
+                                     int *results);
 
 typedef struct attnd_sched_batching {
   attnd_sched_batch_fn run_batch;
@@ -114,6 +130,11 @@ typedef struct attnd_sched_batching {
 /* Turns batching on (window_ms > 0). Loop thread, before the loop runs. */
 void attnd_sched_set_batching(attnd_sched_t *s,
                               const attnd_sched_batching_t *b);
+
+/* Gives each job threads when it starts, out of `cores` shared by all the
+ * running jobs, at most `cap` (>= 1) to one (see the top of this file);
+ * cores 0: off (the default). Loop thread, before the loop runs. */
+void attnd_sched_set_threads(attnd_sched_t *s, int cores, int cap);
 
 /* Admits a job or refuses it. Returns 0 (the scheduler holds the job until
  * done), or -1 when the queue is full or no node could be allocated.
@@ -133,6 +154,9 @@ void attnd_sched_ran_alone(attnd_sched_t *s, int64_t tokens, double ms);
 /* Jobs waiting, and workers busy, right now. Any thread. */
 int attnd_sched_waiting(const attnd_sched_t *s);
 int attnd_sched_busy(const attnd_sched_t *s);
+/* Threads the running jobs were given (attnd_sched_set_threads), right
+ * now. Any thread. */
+int attnd_sched_threads_busy(const attnd_sched_t *s);
 /* Jobs admitted and not yet passed back through done. Any thread. */
 int attnd_sched_inflight(const attnd_sched_t *s);
 /* Batches of two or more jobs run so far, and the jobs in them. Any

@@ -102,7 +102,7 @@ static void three_tokens(char *id) {
                  attnd_request_plan(req, &cfg, &e) == 0,
              "the three tokens: %s", e.message);
   attnd_scratch_t s = {0};
-  FUZZ_CHECK(attnd_request_run(req, 0, &s) == 0, "the three tokens' step");
+  FUZZ_CHECK(attnd_request_run(req, 0, 0, &s) == 0, "the three tokens' step");
   attnd_session_step_end(store, req, 1, &e);
   attnd_request_free(req);
   attnd_scratch_free(&s);
