@@ -87,7 +87,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all build run test check asan deps clean format bench bench-small bench-compare compare \
+.PHONY: all build run test check asan deps clean format bench bench-small bench-compare compare device-bundle \
   loadtest container-test newcomer-test format-check fuzz openapi-lint openapi-check ui-test
 .DEFAULT_GOAL := all
 
@@ -200,6 +200,27 @@ compare: deps
 	@$(MAKE) --no-print-directory $(BUILD)/attnd
 	/usr/bin/python3 tools/compare/compare.py --attnd $(BUILD)/attnd \
 	  --dir $(BUILD)/compare
+
+# What tools/device/cores.sh runs on a machine without apt (issue 32):
+# attn-bench, attnd and attnd-load (bin/) and their Debian libraries (lib/,
+# ../shared/device/bundle.sh), stripped, in build/device/bundle.tar.gz
+# (about 20 MB: unpacked, the 57 MB would not travel with the tree within
+# the device's 64 MiB). Name build/device in the device call's carry;
+# cores.sh unpacks it there.
+BUNDLE ?= ../shared/device/bundle.sh
+device-bundle: deps
+	@$(MAKE) --no-print-directory $(BUILD)/attn-bench $(BUILD)/attnd \
+	  $(BUILD)/attnd-load
+	@[ -f $(BUNDLE) ] || { echo "device-bundle: no $(BUNDLE) (set BUNDLE=)"; exit 1; }
+	rm -rf $(BUILD)/device $(BUILD)/device-stage
+	mkdir -p $(BUILD)/device $(BUILD)/device-stage/bin
+	cp $(BUILD)/attn-bench $(BUILD)/attnd $(BUILD)/attnd-load \
+	  $(BUILD)/device-stage/bin/
+	bash $(BUNDLE) $(BUILD)/device-stage $(BUILD)/device-stage/bin/*
+	strip --strip-unneeded $(BUILD)/device-stage/bin/* $(BUILD)/device-stage/lib/*
+	tar -C $(BUILD)/device-stage -czf $(BUILD)/device/bundle.tar.gz bin lib
+	rm -rf $(BUILD)/device-stage
+	@ls -l $(BUILD)/device/bundle.tar.gz
 
 # A sweep of context lengths against a local attnd: CSV, JSON and an SVG
 # plot in build/loadtest/.

@@ -1,0 +1,246 @@
+#!/bin/sh
+# tools/device/cores.sh: issue 32's measurements on a many-core machine, in
+# one run (under 6 minutes on the device machine's 16 cores):
+#
+#   1. the core: attn-bench --shape rows at each thread count, with the
+#      stages' times (projection, attention, output), and each row's
+#      efficiency against the same run's one-thread row;
+#   2. torch on the CPU on the same shapes and threads
+#      (tools/device/torch_cores.py; skipped, and said so, without torch);
+#   3. the server: attnd-load against a local attnd at each load length,
+#      with N workers against 1 (threads_per_request 1), and a lone long
+#      request with threads_per_request = auto against the core's time on
+#      N threads for the same shape;
+#
+# then prints one table (and leaves every CSV and log in OUT).
+#
+# DIR is what `make device-bundle` prepares here: DIR/bundle.tar.gz holds
+# bin/ (attn-bench, attnd and attnd-load) and lib/ (their Debian libraries,
+# ../shared/device/bundle.sh: the device machine has no apt), unpacked
+# into DIR on the first run. On the device, from the repository root,
+# with DIR carried (run's `carry`: ["build/device"]):
+#
+#   sh tools/device/cores.sh build/device
+#
+# Environment (defaults for 16 cores; a 2-core machine runs it with
+# CORES_THREADS=1,2 CORES_LOAD_WORKERS=2):
+#   CORES_THREADS         thread counts of the core's rows (1,2,4,8,16)
+#   CORES_SHAPES          L,E,H ... (4096,512,8 16384,512,8 4096,4096,32)
+#   CORES_REPS            runs per row, at least (3)
+#   CORES_LOAD_LENGTHS    attnd-load's lengths (512,2048,4096)
+#   CORES_LOAD_WORKERS    the many workers set against 1 (16)
+#   CORES_LOAD_DURATION   measured seconds per load step (4)
+#   CORES_LONE_LENGTH     the lone auto request's L, E 512 H 8 (16384; 0: none)
+#   PYTHON                the Python with torch (python3)
+#   OUT                   where the CSVs and logs go (DIR/out)
+set -eu
+dir=${1:-build/device}
+threads=${CORES_THREADS:-1,2,4,8,16}
+shapes=${CORES_SHAPES:-4096,512,8 16384,512,8 4096,4096,32}
+reps=${CORES_REPS:-3}
+lengths=${CORES_LOAD_LENGTHS:-512,2048,4096}
+many=${CORES_LOAD_WORKERS:-16}
+duration=${CORES_LOAD_DURATION:-4}
+lone=${CORES_LONE_LENGTH:-16384}
+python=${PYTHON:-python3}
+out=${OUT:-$dir/out}
+here=$(cd "$(dirname "$0")" && pwd)
+bin=$dir/bin
+mkdir -p "$out"
+if [ ! -x "$bin/attnd" ] && [ -f "$dir/bundle.tar.gz" ]; then
+  tar -C "$dir" -xzf "$dir/bundle.tar.gz"
+fi
+for b in attn-bench attnd attnd-load; do
+  [ -x "$bin/$b" ] || { echo "cores: $bin/$b missing (make device-bundle)" >&2; exit 2; }
+done
+export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+maxth=$(echo "$threads" | tr ',' '\n' | sort -n | tail -1)
+t0=$(date +%s)
+elapsed() { echo "$(($(date +%s) - t0)) s"; }
+
+echo "cores: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs," \
+  "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)," \
+  "$(($(sed -n 's/^MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo) / 1048576)) GiB"
+
+# ---- 1. the core -----------------------------------------------------------
+args=""
+for s in $shapes; do args="$args --shape $s"; done
+# shellcheck disable=SC2086 # the shapes' flags, split on purpose
+"$bin/attn-bench" --unpaired --reps "$reps" --threads "$threads" $args \
+  --csv "$out/attn.csv" >"$out/attn.txt" 2>&1 || {
+  cat "$out/attn.txt" >&2
+  echo "cores: attn-bench failed" >&2
+  exit 1
+}
+echo "cores: attn-bench done ($(elapsed)); its own table is in $out/attn.txt"
+
+# ---- 2. torch --------------------------------------------------------------
+torch_note=""
+rc=0
+PYTHONUNBUFFERED=1 "$python" "$here/torch_cores.py" "$(echo "$shapes" | tr ' ' ';')" \
+  "$threads" "$reps" >"$out/torch.csv" 2>"$out/torch.log" || rc=$?
+if [ $rc -eq 3 ] || ! command -v "$python" >/dev/null 2>&1; then
+  torch_note="torch: SKIPPED, $python has no torch ($(tail -1 "$out/torch.log" 2>/dev/null))"
+  : >"$out/torch.csv"
+elif [ $rc -ne 0 ]; then
+  torch_note="torch: FAILED (rc $rc): $(tail -1 "$out/torch.log")"
+else
+  torch_note=$(head -1 "$out/torch.log")
+fi
+echo "cores: torch done ($(elapsed)): $torch_note"
+
+# ---- 3. the server ---------------------------------------------------------
+pid=""
+stop() {
+  [ -n "$pid" ] || return 0
+  kill -TERM "$pid" 2>/dev/null || { pid=""; return 0; }
+  i=0
+  while kill -0 "$pid" 2>/dev/null && [ $i -lt 300 ]; do
+    sleep 0.1
+    i=$((i + 1))
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  pid=""
+}
+trap 'stop' EXIT
+trap 'stop; exit 130' INT TERM HUP
+
+# serve NAME FLAGS...: starts attnd on a free port with FLAGS; sets $port.
+serve() {
+  name=$1
+  shift
+  "$bin/attnd" --host 127.0.0.1 --port 0 --access-log off --queue-depth 1024 \
+    "$@" 2>"$out/attnd-$name.log" &
+  pid=$!
+  port=""
+  i=0
+  while [ -z "$port" ]; do
+    port=$(sed -n 's/.*"event":"listening".*"port":\([0-9][0-9]*\).*/\1/p' \
+      "$out/attnd-$name.log")
+    [ -n "$port" ] && break
+    if ! kill -0 "$pid" 2>/dev/null || [ $i -ge 300 ]; then
+      cat "$out/attnd-$name.log" >&2
+      echo "cores: attnd ($name) did not start" >&2
+      exit 1
+    fi
+    sleep 0.1
+    i=$((i + 1))
+  done
+}
+
+# load NAME ATTND-LOAD-FLAGS...: one attnd-load sweep into OUT/load-NAME.csv.
+load() {
+  name=$1
+  shift
+  "$bin/attnd-load" --url "http://127.0.0.1:$port" --quiet --out "$out" \
+    --name "load-$name" --timeout 300 "$@" >"$out/load-$name.log" 2>&1 || {
+    cat "$out/load-$name.log" >&2
+    echo "cores: attnd-load ($name) failed" >&2
+  }
+}
+
+conc=$((2 * many))
+for w in "$many" 1; do
+  serve "w$w" --workers "$w" --threads-per-request 1
+  load "w$w" --lengths "$lengths" --concurrency "$conc" --warmup 1 \
+    --duration "$duration"
+  stop
+done
+if [ "$lone" -gt 0 ]; then
+  serve lone --workers "$many" --threads-per-request auto \
+    --max-threads-per-request "$maxth"
+  load lone --lengths "$lone" --embed 512 --heads 8 --projections inline \
+    --concurrency 1 --warmup 0 --requests 3 --variants 1
+  stop
+fi
+echo "cores: attnd-load done ($(elapsed))"
+
+# ---- the table -------------------------------------------------------------
+awk -F, -v torchcsv="$out/torch.csv" -v note="$torch_note" -v many="$many" \
+  -v lone="$lone" -v maxth="$maxth" -v loaddir="$out" '
+# Reads a CSV with a header into rows; col[name] is a column index.
+function readcsv(path, rows, col,    line, n, i, h) {
+  n = 0
+  if ((getline line < path) <= 0) return 0
+  h = split(line, hd, ",")
+  for (i = 1; i <= h; i++) col[hd[i]] = i
+  while ((getline line < path) > 0) rows[++n] = line
+  close(path)
+  return n
+}
+FNR == 1 { for (i = 1; i <= NF; i++) a[$i] = i; next }
+{
+  key = $a["Lq"] "," $a["E"] "," $a["H"]
+  th = $a["threads"]
+  ms[key, th] = $a["median_ms"]; gf[key, th] = $a["gflops"]
+  st[key, th] = sprintf("%.1f / %.1f / %.1f", $a["projection_ms"],
+                        $a["attention_ms"], $a["output_ms"])
+  if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
+  if (!((key, th) in hasth)) { hasth[key, th] = 1; ths[key] = ths[key] " " th }
+}
+END {
+  while ((getline line < torchcsv) > 0) {
+    split(line, t, ",")
+    tms[t[1] "," t[2] "," t[3], t[4]] = t[5]; tgf[t[1] "," t[2] "," t[3], t[4]] = t[6]
+  }
+  print ""
+  print "The core: causal self-attention with projections, B 1; GFLOP/s dense-equivalent (8·L·E² + 4·L²·E)"
+  print note
+  printf "| %-14s | %3s | %10s | %8s | %5s | %-26s | %10s | %8s | %8s |\n", \
+    "L, E, H", "th", "attnd ms", "GFLOP/s", "eff", "proj / attn / out ms", \
+    "torch ms", "GFLOP/s", "x torch"
+  print "|---|---|---|---|---|---|---|---|---|"
+  for (k = 1; k <= nk; k++) {
+    key = order[k]; n = split(ths[key], tl, " ")
+    for (j = 1; j <= n; j++) {
+      th = tl[j]
+      eff = (key, 1) in gf && gf[key, 1] > 0 ? sprintf("%.2f", gf[key, th] / (gf[key, 1] * th)) : "-"
+      tm = (key, th) in tms ? tms[key, th] : "-"
+      tg = (key, th) in tgf ? tgf[key, th] : "-"
+      xt = tm != "-" ? sprintf("%.2f", tm / ms[key, th]) : "-"
+      printf "| %-14s | %3d | %10.1f | %8.1f | %5s | %-26s | %10s | %8s | %8s |\n", \
+        key, th, ms[key, th], gf[key, th], eff, st[key, th], tm, tg, xt
+    }
+  }
+  print ""
+  print "The server: attnd-load, closed loop, " 2 * many " in flight, threads_per_request 1; req/s"
+  printf "| %6s | %12s | %12s | %8s | %14s | %14s | %12s |\n", "L", \
+    "1 worker", many " workers", "ratio", "compute p50 1", "compute p50 " many, \
+    "client CPU %"
+  print "|---|---|---|---|---|---|---|"
+  n1 = readcsv(loaddir "/load-w1.csv", r1, c1)
+  nm = readcsv(loaddir "/load-w" many ".csv", rm, cm)
+  for (i = 1; i <= nm; i++) {
+    split(rm[i], x, ","); L = x[cm["length"]]
+    rpsm[L] = x[cm["rps"]]; cpm[L] = x[cm["compute_p50_ms"]]
+    cpu[L] = x[cm["client_cpu_pct"]]; errm[L] = x[cm["error_rate"]]; Ls[++nl] = L
+  }
+  for (i = 1; i <= n1; i++) {
+    split(r1[i], x, ","); L = x[c1["length"]]
+    rps1[L] = x[c1["rps"]]; cp1[L] = x[c1["compute_p50_ms"]]; err1[L] = x[c1["error_rate"]]
+  }
+  for (i = 1; i <= nl; i++) {
+    L = Ls[i]
+    printf "| %6s | %12.1f | %12.1f | %8s | %14s | %14s | %12s |%s\n", L, \
+      rps1[L], rpsm[L], (rps1[L] > 0 ? sprintf("%.2f", rpsm[L] / rps1[L]) : "-"), \
+      cp1[L], cpm[L], cpu[L], \
+      (errm[L] + err1[L] > 0) ? " errors " err1[L] " / " errm[L] : ""
+  }
+  if (lone > 0) {
+    nl1 = readcsv(loaddir "/load-lone.csv", rl, cl)
+    key = lone ",512,8"
+    print ""
+    if (nl1 < 1) { print "lone request: no result (see " loaddir "/load-lone.log)"; exit }
+    split(rl[1], x, ",")
+    core = (key, maxth) in ms ? ms[key, maxth] : 0
+    printf "A lone L %d request (E 512, H 8, projections), threads_per_request = auto on %d workers: compute p50 %.1f ms; the core on %d threads %s ms%s\n", \
+      lone, many, x[cl["compute_p50_ms"]], maxth, core ? sprintf("%.1f", core) : "(not measured)", \
+      core ? sprintf(": %.2f of it", x[cl["compute_p50_ms"]] / core) : ""
+  }
+}' "$out/attn.csv" >"$out/cores.txt" || {
+  echo "cores: the table failed; the CSVs are in $out" >&2
+  exit 1
+}
+cat "$out/cores.txt"
+echo "cores: done in $(elapsed); files in $out"
