@@ -17,6 +17,13 @@ MAKEFLAGS += --no-builtin-rules
 .SUFFIXES:
 
 CC := gcc
+# make CUDA=1: the core with its CUDA backend (core/cuda/, docs/cuda.md),
+# built into build/cuda/ so that its objects never mix with the CPU-only
+# build's. Without CUDA=1 nothing here needs nvcc.
+CUDA ?=
+ifeq ($(CUDA),1)
+BUILD ?= build/cuda
+endif
 BUILD ?= build
 SAN ?=
 
@@ -36,7 +43,7 @@ endif
 
 # '=' so that pkg-config runs when a recipe needs it, after deps are in.
 CFLAGS_CORE = $(CFLAGS_COMMON) $(shell pkg-config --cflags $(PKG_CORE))
-LIBS_CORE = $(shell pkg-config --libs $(PKG_CORE)) -lm -fopenmp
+LIBS_CORE = $(shell pkg-config --libs $(PKG_CORE)) $(LIBS_CUDA) -lm -fopenmp
 # The codec library (codec/) is named from the top ("codec/buf.h"); the
 # server's rooms from server/ ("http/auth.h", "sched/request.h").
 CFLAGS_CODEC = $(CFLAGS_CORE) -iquote . $(shell pkg-config --cflags zlib)
@@ -59,6 +66,24 @@ ISA_avx512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512dq -mavx512vl
 CORE_SRC := $(filter-out core/kernel.c,$(wildcard core/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) \
   $(foreach isa,generic avx2 avx512,$(BUILD)/core/kernel_$(isa).o)
+
+# The CUDA backend: core/cuda/*.cu by nvcc for the H100/H200 (sm_90a), in
+# the same libattn.a, with cudart and cuBLAS linked (rpath: CUDA_HOME's).
+ifeq ($(CUDA),1)
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc))
+ifeq ($(NVCC),)
+$(error CUDA=1: no nvcc in $(CUDA_HOME)/bin or on PATH (set CUDA_HOME or NVCC))
+endif
+CUDA_ARCH ?= sm_90a
+NVCCFLAGS = -std=c++17 -O3 -arch=$(CUDA_ARCH) -lineinfo -Iinclude \
+  --Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+CUDA_SRC := $(wildcard core/cuda/*.cu)
+CORE_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+CFLAGS_COMMON += -DATTN_HAVE_CUDA
+LIBS_CUDA := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas \
+  -lcudart -lstdc++
+endif
 
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))
 SERVER_OBJ := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/assets.o
@@ -272,6 +297,11 @@ $(BUILD)/core/kernel_%.o: core/kernel.c
 	$(CC) $(CFLAGS_CORE) -O3 -ffp-contract=fast $(ISA_$*) \
 	  -DATTN_KERNEL_ISA=$* -c $< -o $@
 
+$(BUILD)/core/cuda/%.o: core/cuda/%.cu core/cuda/kernels.h \
+  include/attn/attn.h include/attn/error.h
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
 $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_TEST) -iquote tools/load -c $< -o $@
@@ -456,6 +486,11 @@ $(BUILD)/pic/core/kernel_%.o: core/kernel.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_CORE) -fPIC -O3 -ffp-contract=fast $(ISA_$*) \
 	  -DATTN_KERNEL_ISA=$* -c $< -o $@
+
+$(BUILD)/pic/core/cuda/%.o: core/cuda/%.cu core/cuda/kernels.h \
+  include/attn/attn.h include/attn/error.h
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC -c $< -o $@
 
 $(BUILD)/libattn.so.$(ATTN_VERSION): $(PIC_OBJ)
 	$(CC) $(LDFLAGS_SAN) -shared -Wl,-soname,$(ATTN_SONAME) -Wl,--no-undefined \

@@ -1,6 +1,8 @@
 /* core/backend.c: what this CPU runs, and the BLAS underneath. */
 #include <cblas.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 #include <strings.h>
 
 #include "internal.h"
@@ -63,3 +65,40 @@ void attn_backend_info(attn_backend_t *b) {
   b->blas_config = openblas_get_config();
   b->isa = attn__cpu_isa();
 }
+
+const char *attn_backend_kind_name(attn_backend_kind_t backend) {
+  switch (backend) {
+  case ATTN_BACKEND_CPU:
+    return "cpu";
+  case ATTN_BACKEND_CUDA:
+    return "cuda";
+  }
+  return "unknown";
+}
+
+const char *attn_precision_name(attn_precision_t precision) {
+  switch (precision) {
+  case ATTN_PRECISION_FP32:
+    return "fp32";
+  case ATTN_PRECISION_BF16:
+    return "bf16";
+  }
+  return "unknown";
+}
+
+#ifndef ATTN_HAVE_CUDA
+/* A library built without CUDA=1: the backend is absent, and plans never
+ * reach attn__cuda_forward (plan.c refuses them). */
+void attn_cuda_info(attn_cuda_info_t *info) {
+  memset(info, 0, sizeof *info);
+  snprintf(info->status, sizeof info->status,
+           "this build has no CUDA backend (build with make CUDA=1)");
+}
+
+int attn__cuda_forward(const attn_plan_t *plan, attn_outputs_t *o,
+                       void *workspace, attn_error_t *err) {
+  (void)plan, (void)o, (void)workspace;
+  return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_BACKEND,
+                   "backend cuda: this build has no CUDA backend");
+}
+#endif

@@ -976,6 +976,8 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
                      "aligned",
                      workspace_bytes, workspace, pl->workspace_bytes,
                      ATTN__ALIGN);
+  if (pl->backend == ATTN_BACKEND_CUDA) /* only a CUDA build plans it */
+    return attn__cuda_forward(pl, o, workspace, err);
   pthread_once(&blas_once, blas_single_thread);
 
   fwd_t f;

@@ -218,6 +218,11 @@ void attn__attend_avx2(const attn__ctx_t *, int64_t, int64_t, int64_t, float *);
 void attn__attend_avx512(const attn__ctx_t *, int64_t, int64_t, int64_t,
                          float *);
 
+/* The CUDA backend's forward call (core/cuda/forward.cu), for a plan whose
+ * backend is CUDA and whose outputs attn_forward has checked. */
+int attn__cuda_forward(const attn_plan_t *plan, attn_outputs_t *o,
+                       void *workspace, attn_error_t *err);
+
 /* The best ISA this CPU runs. */
 attn_isa_t attn__cpu_isa(void);
 

@@ -637,7 +637,77 @@ static int check_exec(attn_plan_t *pl, const attn_exec_t *ex,
                      attn_isa_name(ex->isa), attn_isa_name(best));
   pl->isa = ex->isa == ATTN_ISA_AUTO ? best : ex->isa;
   pl->cancel = ex->cancel;
+  if ((unsigned)ex->backend > ATTN_BACKEND_CUDA)
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_BACKEND,
+                     "backend is %d, not a known kind", (int)ex->backend);
+  if ((unsigned)ex->precision > ATTN_PRECISION_BF16)
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_PRECISION,
+                     "precision is %d, not a known kind", (int)ex->precision);
+  if (ex->backend == ATTN_BACKEND_CPU && ex->precision != ATTN_PRECISION_FP32)
+    return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_PRECISION,
+                     "precision %s needs the cuda backend; the cpu backend "
+                     "computes in fp32",
+                     attn_precision_name(ex->precision));
+  pl->backend = ex->backend;
+  pl->precision = ex->precision;
   return 0;
+}
+
+/* What the CUDA backend (core/cuda/) lacks, refused by name rather than
+ * computed differently; then whether it runs here at all. Called on a plan
+ * that passed every other check. The order: a library without CUDA says
+ * so first; then the options, so that a CUDA build refuses them the same
+ * on a host without a GPU; then the device. */
+static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
+                      attn_error_t *err) {
+  attn_cuda_info_t ci;
+#ifndef ATTN_HAVE_CUDA
+  (void)pl, (void)p;
+  attn_cuda_info(&ci);
+  return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_BACKEND, "backend cuda: %s",
+                   ci.status);
+#else
+  static const struct {
+    attn_field_t field;
+    const char *what;
+  } lacks[] = {
+      {ATTN_FIELD_ALLOW, "an allow mask"},
+      {ATTN_FIELD_BIAS, "a score bias"},
+      {ATTN_FIELD_ROPE, "rotary position embeddings"},
+      {ATTN_FIELD_Q_NORM, "q_norm"},
+      {ATTN_FIELD_K_NORM, "k_norm"},
+      {ATTN_FIELD_KV, "a key/value cache"},
+  };
+  const int has[] = {present(&p->allow),
+                     present(&p->bias),
+                     p->rope.style != ATTN_ROPE_NONE,
+                     present(&p->q_norm),
+                     present(&p->k_norm),
+                     p->kv != NULL};
+  for (size_t i = 0; i < sizeof lacks / sizeof lacks[0]; i++)
+    if (has[i])
+      return attn__err(err, ATTN_ENOTSUP, lacks[i].field,
+                       "%s (%s) is not supported by the cuda backend; use "
+                       "backend cpu",
+                       lacks[i].what, attn_field_name(lacks[i].field));
+  if (pl->B > ATTN_CUDA_MAX_GRID || pl->H > ATTN_CUDA_MAX_GRID)
+    return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_NUM_HEADS,
+                     "B=%lld, H=%lld: the cuda backend takes at most %d of "
+                     "each",
+                     (long long)pl->B, (long long)pl->H, ATTN_CUDA_MAX_GRID);
+  if (pl->Dh > ATTN_CUDA_MAX_HEAD_DIM || pl->Dv > ATTN_CUDA_MAX_HEAD_DIM)
+    return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_NUM_HEADS,
+                     "head width Dh=%lld, Dv=%lld: the cuda backend takes "
+                     "heads of at most %d features",
+                     (long long)pl->Dh, (long long)pl->Dv, ATTN_CUDA_MAX_HEAD_DIM);
+  attn_cuda_info(&ci);
+  if (!ci.usable)
+    return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_BACKEND, "backend cuda: %s",
+                     ci.status);
+  /* The host workspace holds the ALiBi slopes, [H] floats. */
+  pl->workspace_bytes = (size_t)attn__round_up(pl->H * 4, ATTN__ALIGN);
+  return 0;
+#endif
 }
 
 int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
@@ -655,7 +725,9 @@ int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
       (r = check_rope_and_norms(plan, p, err)) < 0)
     return r;
   plan->scale = p->has_scale ? p->scale : (float)(1.0 / sqrt((double)plan->Dh));
-  return derive_sizes(plan, p, err);
+  if ((r = derive_sizes(plan, p, err)) < 0)
+    return r;
+  return plan->backend == ATTN_BACKEND_CUDA ? check_cuda(plan, p, err) : 0;
 }
 
 int attn_plan_set_threads(attn_plan_t *plan, int threads) {

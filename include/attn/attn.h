@@ -200,8 +200,25 @@ typedef enum attn_isa {
   ATTN_ISA_AVX512    /* AVX-512 F/BW/DQ/VL + FMA */
 } attn_isa_t;
 
+/* Where a forward call computes. The CPU is the default (zero) and the
+ * reference; CUDA exists in a library built with `make CUDA=1` and runs on
+ * device 0 (docs/cuda.md). attn_cuda_info says whether it is usable. */
+typedef enum attn_backend_kind {
+  ATTN_BACKEND_CPU = 0,
+  ATTN_BACKEND_CUDA
+} attn_backend_kind_t;
+
+/* The arithmetic of the projections and the attention. FP32 everywhere is
+ * the default; BF16 (CUDA only) rounds the projections' inputs and Q, K, V
+ * to bfloat16 and accumulates in float32. Inputs and outputs stay float32
+ * either way. */
+typedef enum attn_precision {
+  ATTN_PRECISION_FP32 = 0,
+  ATTN_PRECISION_BF16
+} attn_precision_t;
+
 /* How to run: threads used inside one forward call, the kernel set, and a
- * way to stop early. */
+ * way to stop early; and the backend and precision. */
 typedef struct attn_exec {
   int threads;       /* >= 1; 0 means 1 */
   attn_isa_t isa;    /* a named ISA the CPU lacks is ATTN_ENOTSUP */
@@ -209,6 +226,10 @@ typedef struct attn_exec {
                         atomically), attn_forward skips its remaining tasks
                         and returns ATTN_ECANCELED; the outputs are then
                         incomplete */
+  attn_backend_kind_t backend; /* CUDA where unavailable, or with an option
+                                  it lacks (docs/cuda.md), is ATTN_ENOTSUP
+                                  naming that option */
+  attn_precision_t precision;  /* BF16 needs backend CUDA */
 } attn_exec_t;
 
 /* The validated problem: derived sizes and the memory attn_forward needs.
@@ -227,7 +248,11 @@ typedef struct attn_plan {
   int threads;
   attn_isa_t isa;    /* resolved, never AUTO */
   const int *cancel; /* from attn_exec_t */
-  size_t workspace_bytes;
+  attn_backend_kind_t backend; /* from attn_exec_t */
+  attn_precision_t precision;  /* from attn_exec_t */
+  size_t workspace_bytes; /* host scratch; with CUDA a few bytes (the ALiBi
+                             slopes), the device's memory is taken per call
+                             from CUDA's stream-ordered pool */
   int64_t out_elems;     /* B·Lq·Eo */
   int64_t weights_elems; /* B·H·Lq·Lk */
   int64_t mean_elems;    /* B·Lq·Lk */
@@ -317,6 +342,34 @@ void attn_backend_info(attn_backend_t *b);
 
 /* "generic", "avx2" or "avx512". */
 const char *attn_isa_name(attn_isa_t isa);
+
+/* "cpu" or "cuda"; "fp32" or "bf16"; "unknown" for anything else. */
+const char *attn_backend_kind_name(attn_backend_kind_t backend);
+const char *attn_precision_name(attn_precision_t precision);
+
+/* The CUDA backend's limits: heads of at most this many features (Dh and
+ * Dv; a warp holds a query row, 8 accumulators a lane), and at most this
+ * many batch items and heads (a launch grid's y and z). */
+#define ATTN_CUDA_MAX_HEAD_DIM 256
+#define ATTN_CUDA_MAX_GRID 65535
+
+/* Whether the CUDA backend can run here. */
+typedef struct attn_cuda_info {
+  int built;              /* 1 in a library built with CUDA=1 */
+  int usable;             /* 1 when plans with backend CUDA may run */
+  int devices;            /* CUDA devices found; 0 if not built */
+  char device[96];        /* device 0's name, "" if none */
+  int cc_major, cc_minor; /* its compute capability */
+  size_t memory_bytes;    /* its memory */
+  int runtime_version;    /* cudaRuntimeGetVersion, e.g. 13000; 0 if none */
+  int driver_version;     /* cudaDriverGetVersion; 0 if none */
+  char status[160];       /* "ok", or why the backend is unusable */
+} attn_cuda_info_t;
+
+/* Fills `info`. The first call probes the devices (it initialises the CUDA
+ * runtime: tens of milliseconds where there is a GPU); later calls copy
+ * what it found. Any thread. */
+void attn_cuda_info(attn_cuda_info_t *info);
 
 /* The OpenBLAS core type to load instead of the one loaded now, whose sgemm
  * uses this CPU's widest vectors ("SkylakeX" with AVX-512, "Haswell" with

@@ -17,9 +17,10 @@
   X(ERANGE, -5, "value out of range")                                          \
   X(EOVERFLOW, -6, "size overflows")                                           \
   X(ENOSPC, -7, "workspace too small")                                         \
-  X(ENOTSUP, -8, "not supported on this CPU")                                  \
+  X(ENOTSUP, -8, "not supported here")                                         \
   X(ECANCELED, -9, "canceled")                                                 \
-  X(ENUMERIC, -10, "result overflows float32")
+  X(ENUMERIC, -10, "result overflows float32")                                \
+  X(EDEVICE, -11, "the device failed")
 
 typedef enum {
 #define ATTN__ERR_ENUM(name, value, msg) ATTN_##name = (value),
@@ -72,7 +73,9 @@ typedef enum {
   X(HEAD_OUTPUTS, "head_outputs")                                              \
   X(WORKSPACE, "workspace")                                                    \
   X(CANCEL, "cancel")                                                          \
-  X(KV, "kv")
+  X(KV, "kv")                                                                  \
+  X(BACKEND, "backend")                                                        \
+  X(PRECISION, "precision")
 
 typedef enum {
 #define ATTN__FIELD_ENUM(name, spelling) ATTN_FIELD_##name,

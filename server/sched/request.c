@@ -141,6 +141,8 @@ const char *attnd_request_field_path(attn_field_t f) {
   case ATTN_FIELD_WORKSPACE:
   case ATTN_FIELD_CANCEL:
   case ATTN_FIELD_KV:
+  case ATTN_FIELD_BACKEND:
+  case ATTN_FIELD_PRECISION:
   case ATTN_FIELD_COUNT:
     break; /* the same name at the top level of the request */
   }

@@ -1,0 +1,461 @@
+/* core/cuda/forward.cu: attn_forward on the GPU, and the device probe.
+ *
+ * One call, for a plan that attn_plan_init accepted with backend CUDA
+ * (plan.c has refused every option this backend lacks):
+ *   stage 0: one device allocation from CUDA's stream-ordered pool; the
+ *     inputs, weights, biases, key lengths and ALiBi slopes copied in;
+ *   stage 1: Q, K, V = x·Wᵀ + b on cuBLAS (fp32: cublasSgemm, pure fp32
+ *     arithmetic; bf16: cublasGemmEx with bfloat16 inputs and float32
+ *     accumulation), then with bf16 Q, K, V rounded to bfloat16;
+ *   stage 2: attention (kernels.h: flash_v1), then the weights, mean
+ *     weights and head outputs asked for;
+ *   stage 3: out = concat·Woᵀ + bo on cuBLAS, the results copied back.
+ * Everything runs on the calling thread's default stream
+ * (cudaStreamPerThread) of device 0, with one cuBLAS handle per thread,
+ * made on its first call and kept. The host waits at the end of each
+ * stage: that is where the timings are taken and attn_exec_t's cancel
+ * flag is read. Where the CPU core falls back to float64, this backend
+ * has no such path: a result that is not finite (Q, K, V, the heads'
+ * outputs, out) is ATTN_ENUMERIC naming the stage. A CUDA or cuBLAS
+ * failure, out of device memory included, is ATTN_EDEVICE naming the
+ * call. */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+extern "C" {
+#include "attn/attn.h"
+}
+#include "kernels.h"
+
+/* core/error.c and the seam in core/forward.c (core/internal.h). */
+extern "C" int attn__err(attn_error_t *err, int code, attn_field_t field,
+                         const char *fmt, ...);
+extern "C" int attn__cuda_forward(const attn_plan_t *plan, attn_outputs_t *o,
+                                  void *workspace, attn_error_t *err);
+
+/* ---- the probe ---------------------------------------------------------- */
+
+static attn_cuda_info_t probed;
+static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+
+static void probe(void) {
+  attn_cuda_info_t *ci = &probed;
+  memset(ci, 0, sizeof *ci);
+  ci->built = 1;
+  cudaRuntimeGetVersion(&ci->runtime_version);
+  if (cudaDriverGetVersion(&ci->driver_version) != cudaSuccess)
+    ci->driver_version = 0;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n < 1) {
+    snprintf(ci->status, sizeof ci->status, "no CUDA device here (%s)",
+             e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    cudaGetLastError(); /* clear it */
+    return;
+  }
+  ci->devices = n;
+  cudaDeviceProp prop;
+  if ((e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess) {
+    snprintf(ci->status, sizeof ci->status, "cudaGetDeviceProperties: %s",
+             cudaGetErrorString(e));
+    return;
+  }
+  snprintf(ci->device, sizeof ci->device, "%.95s", prop.name);
+  ci->cc_major = prop.major;
+  ci->cc_minor = prop.minor;
+  ci->memory_bytes = prop.totalGlobalMem;
+  if (prop.major != 9 || prop.minor != 0) {
+    snprintf(ci->status, sizeof ci->status,
+             "device 0 (%.60s) is sm_%d%d; this build has code for sm_90a "
+             "(H100, H200) only",
+             prop.name, prop.major, prop.minor);
+    return;
+  }
+  /* Keep freed device memory in the pool rather than giving it back at
+   * every synchronisation: each call allocates its buffers afresh. */
+  cudaMemPool_t pool;
+  if (cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess) {
+    uint64_t keep = UINT64_MAX;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  ci->usable = 1;
+  snprintf(ci->status, sizeof ci->status, "ok");
+}
+
+extern "C" void attn_cuda_info(attn_cuda_info_t *info) {
+  pthread_once(&probe_once, probe);
+  *info = probed;
+}
+
+/* ---- one call ----------------------------------------------------------- */
+
+namespace {
+
+double now_ms() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Suballocations of one device block, 256-byte aligned. Laid out twice:
+ * first with base null to count, then over the allocation. */
+struct arena {
+  char *base = nullptr;
+  size_t used = 0;
+  void *take(size_t bytes) {
+    void *p = base ? base + used : nullptr;
+    used += (bytes + 255) / 256 * 256;
+    return p;
+  }
+  float *floats(int64_t n) { return (float *)take((size_t)n * 4); }
+};
+
+/* What the call's stages read and write on the device. */
+struct bufs {
+  float *query, *key, *value;        /* the inputs (key, value may alias) */
+  float *qw, *kw, *vw, *ow;          /* projection weights, or null */
+  float *qb, *kb, *vb, *ob;          /* biases, or null */
+  void *query16, *key16, *value16;   /* bf16: the inputs, for the GEMMs */
+  void *qw16, *kw16, *vw16, *ow16;   /* bf16: the weights */
+  void *q16, *k16, *v16, *concat16;  /* bf16: Q, K, V, and the concat */
+  float *q, *k, *v, *concat, *out;   /* float32 Q, K, V, concat, out */
+  float *lse, *weights, *mean, *heads;
+  int64_t *key_lengths;
+  float *slopes;
+  int *flags; /* [5]: Q, K, V, concat, out not finite */
+};
+
+const float *tensor_data(const attn_tensor_t *t) {
+  return t->rank ? static_cast<const float *>(t->data) : nullptr;
+}
+
+int64_t elems(const attn_tensor_t *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->rank; i++)
+    n *= t->dim[i];
+  return t->rank ? n : 0;
+}
+
+/* Lays out every buffer of the call on `ar`. */
+void lay_out(const attn_plan_t *pl, arena *ar, bufs *d) {
+  const attn_params_t *p = pl->params;
+  const bool bf = pl->precision == ATTN_PRECISION_BF16;
+  const int64_t B = pl->B, Lq = pl->Lq, Lk = pl->Lk, H = pl->H;
+  const int64_t Hkv = pl->Hkv, Dh = pl->Dh, Dv = pl->Dv;
+  memset(d, 0, sizeof *d);
+  d->query = ar->floats(elems(&p->query));
+  d->key = p->key.rank ? ar->floats(elems(&p->key)) : d->query;
+  d->value = p->value.rank ? ar->floats(elems(&p->value)) : d->key;
+  const attn_tensor_t *w[4] = {&p->q_weight, &p->k_weight, &p->v_weight,
+                               &p->o_weight};
+  const attn_tensor_t *bs[4] = {&p->q_bias, &p->k_bias, &p->v_bias,
+                                &p->o_bias};
+  float **wd[4] = {&d->qw, &d->kw, &d->vw, &d->ow};
+  float **bd[4] = {&d->qb, &d->kb, &d->vb, &d->ob};
+  void **w16[4] = {&d->qw16, &d->kw16, &d->vw16, &d->ow16};
+  for (int x = 0; x < 4; x++) {
+    if (w[x]->rank) {
+      *wd[x] = ar->floats(elems(w[x]));
+      if (bf)
+        *w16[x] = ar->take((size_t)elems(w[x]) * 2);
+    }
+    if (bs[x]->rank)
+      *bd[x] = ar->floats(elems(bs[x]));
+  }
+  if (bf) { /* the GEMMs' bf16 inputs; only where a weight is given */
+    if (d->qw)
+      d->query16 = ar->take((size_t)elems(&p->query) * 2);
+    if (d->kw)
+      d->key16 = ar->take((size_t)B * Lk * pl->Ek * 2);
+    if (d->vw)
+      d->value16 = ar->take((size_t)B * Lk * pl->Ev * 2);
+    d->q16 = ar->take((size_t)B * Lq * H * Dh * 2);
+    d->k16 = ar->take((size_t)B * Lk * Hkv * Dh * 2);
+    d->v16 = ar->take((size_t)B * Lk * Hkv * Dv * 2);
+    if (d->ow)
+      d->concat16 = ar->take((size_t)B * Lq * H * Dv * 2);
+  }
+  d->q = ar->floats(B * Lq * H * Dh);
+  d->k = ar->floats(B * Lk * Hkv * Dh);
+  d->v = ar->floats(B * Lk * Hkv * Dv);
+  d->concat = ar->floats(B * Lq * H * Dv);
+  d->out = ar->floats(pl->out_elems);
+  d->lse = ar->floats(B * H * Lq);
+  if (p->want_weights || p->want_mean_weights)
+    d->weights = ar->floats(pl->weights_elems);
+  if (p->want_mean_weights)
+    d->mean = ar->floats(pl->mean_elems);
+  if (p->want_head_outputs)
+    d->heads = ar->floats(pl->head_elems);
+  if (p->key_lengths.rank)
+    d->key_lengths = (int64_t *)ar->take((size_t)B * 8);
+  if (p->alibi != ATTN_ALIBI_NONE)
+    d->slopes = ar->floats(H);
+  d->flags = (int *)ar->take(5 * sizeof(int));
+}
+
+thread_local cublasHandle_t handle = nullptr;
+
+/* The state of one call, and its first error. */
+struct call {
+  const attn_plan_t *pl;
+  attn_error_t *err;
+  cudaStream_t s = cudaStreamPerThread;
+  int rc = 0;
+
+  /* Records a failure of `what` (the first one wins); returns false. */
+  bool fail_cuda(cudaError_t e, const char *what) {
+    if (rc == 0)
+      rc = attn__err(err, ATTN_EDEVICE, ATTN_FIELD_BACKEND,
+                     "cuda backend: %s failed: %s", what,
+                     cudaGetErrorString(e));
+    return false;
+  }
+  bool ok(cudaError_t e, const char *what) {
+    return rc == 0 && (e == cudaSuccess || fail_cuda(e, what));
+  }
+  bool ok(cublasStatus_t st, const char *what) {
+    if (rc != 0)
+      return false;
+    if (st == CUBLAS_STATUS_SUCCESS)
+      return true;
+    rc = attn__err(err, ATTN_EDEVICE, ATTN_FIELD_BACKEND,
+                   "cuda backend: %s failed: %s", what,
+                   cublasGetStatusString(st));
+    return false;
+  }
+  bool up(void *dst, const void *src, int64_t bytes, const char *what) {
+    return bytes == 0 || dst == src ||
+           ok(cudaMemcpyAsync(dst, src, (size_t)bytes,
+                              cudaMemcpyHostToDevice, s),
+              what);
+  }
+  bool down(void *dst, const void *src, int64_t bytes, const char *what) {
+    return ok(cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToHost,
+                              s),
+              what);
+  }
+  /* Waits for the stream, then reads the cancel flag. */
+  bool stage_done(double *t) {
+    if (!ok(cudaStreamSynchronize(s), "cudaStreamSynchronize"))
+      return false;
+    *t = now_ms();
+    if (pl->cancel && __atomic_load_n(pl->cancel, __ATOMIC_RELAXED)) {
+      rc = attn__err(err, ATTN_ECANCELED, ATTN_FIELD_CANCEL, "canceled");
+      return false;
+    }
+    return true;
+  }
+
+  /* C[M, N] = A[M, K]·W[N, K]ᵀ, row-major: in cuBLAS's column-major
+   * terms Cᵀ = W·Aᵀ, W read transposed. fp32: A and W float; bf16: A16
+   * and W16 bfloat16, accumulated and written in float32. */
+  bool gemm(int64_t M, int64_t N, int64_t K, const float *A, const void *A16,
+            const float *W, const void *W16, float *C) {
+    const float one = 1.f, zero = 0.f;
+    if (pl->precision == ATTN_PRECISION_BF16)
+      return ok(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M,
+                             (int)K, &one, W16, CUDA_R_16BF, (int)K, A16,
+                             CUDA_R_16BF, (int)K, &zero, C, CUDA_R_32F,
+                             (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                "cublasGemmEx (bf16)");
+    return ok(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M,
+                          (int)K, &one, W, (int)K, A, (int)K, &zero, C,
+                          (int)N),
+              "cublasSgemm");
+  }
+
+  /* y[rows, out] = x[rows, in]·Wᵀ + bias; without W, y = x + bias (in ==
+   * out). With bf16, x is rounded into x16 first (W16 is ready). */
+  bool project(int64_t rows, int64_t in, int64_t out, const float *x,
+               void *x16, const float *W, const void *W16, const float *bias,
+               float *y) {
+    if (W) {
+      if (pl->precision == ATTN_PRECISION_BF16 &&
+          !ok(attn_cu::to_bf16(x, x16, rows * in, s), "to_bf16"))
+        return false;
+      if (!gemm(rows, out, in, x, x16, W, W16, y))
+        return false;
+    } else if (!ok(cudaMemcpyAsync(y, x, (size_t)(rows * out) * 4,
+                                   cudaMemcpyDeviceToDevice, s),
+                   "cudaMemcpyAsync")) {
+      return false;
+    }
+    return !bias || ok(attn_cu::add_bias(y, bias, rows, out, s), "add_bias");
+  }
+};
+
+} // namespace
+
+extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
+                                  void *workspace, attn_error_t *err) {
+  const attn_params_t *p = pl->params;
+  const bool bf = pl->precision == ATTN_PRECISION_BF16;
+  const int64_t B = pl->B, Lq = pl->Lq, Lk = pl->Lk, H = pl->H;
+  const int64_t Hkv = pl->Hkv, Dh = pl->Dh, Dv = pl->Dv;
+  call c;
+  c.pl = pl;
+  c.err = err;
+  double t[4] = {0, 0, 0, 0};
+  const double t_start = now_ms();
+  if (!c.ok(cudaSetDevice(0), "cudaSetDevice"))
+    return c.rc;
+  if (!handle && !c.ok(cublasCreate(&handle), "cublasCreate"))
+    return c.rc;
+  if (!c.ok(cublasSetStream(handle, c.s), "cublasSetStream"))
+    return c.rc;
+
+  arena ar;
+  bufs d;
+  lay_out(pl, &ar, &d);
+  if (!c.ok(cudaMallocAsync((void **)&ar.base, ar.used, c.s),
+            "cudaMallocAsync (device memory)"))
+    return c.rc;
+  ar.used = 0;
+  lay_out(pl, &ar, &d);
+
+  /* stage 0: inputs in */
+  const attn_tensor_t *w[4] = {&p->q_weight, &p->k_weight, &p->v_weight,
+                               &p->o_weight};
+  const attn_tensor_t *bs[4] = {&p->q_bias, &p->k_bias, &p->v_bias,
+                                &p->o_bias};
+  float *wd[4] = {d.qw, d.kw, d.vw, d.ow};
+  float *bd[4] = {d.qb, d.kb, d.vb, d.ob};
+  void *w16[4] = {d.qw16, d.kw16, d.vw16, d.ow16};
+  c.up(d.query, tensor_data(&p->query), elems(&p->query) * 4, "query in");
+  if (p->key.rank)
+    c.up(d.key, tensor_data(&p->key), elems(&p->key) * 4, "key in");
+  if (p->value.rank)
+    c.up(d.value, tensor_data(&p->value), elems(&p->value) * 4, "value in");
+  for (int x = 0; x < 4; x++) {
+    if (wd[x]) {
+      c.up(wd[x], tensor_data(w[x]), elems(w[x]) * 4, "weight in");
+      if (bf)
+        c.ok(attn_cu::to_bf16(wd[x], w16[x], elems(w[x]), c.s), "to_bf16");
+    }
+    if (bd[x])
+      c.up(bd[x], tensor_data(bs[x]), elems(bs[x]) * 4, "bias in");
+  }
+  if (d.key_lengths)
+    c.up(d.key_lengths, p->key_lengths.data, B * 8, "key_lengths in");
+  if (d.slopes) {
+    float *host = static_cast<float *>(workspace);
+    if (p->alibi == ATTN_ALIBI_SLOPES)
+      memcpy(host, p->alibi_slopes.data, (size_t)H * 4);
+    else
+      attn_alibi_default_slopes(H, host);
+    c.up(d.slopes, host, H * 4, "alibi slopes in");
+  }
+  c.ok(cudaMemsetAsync(d.flags, 0, 5 * sizeof(int), c.s), "cudaMemsetAsync");
+
+  /* stage 1: projections */
+  if (c.rc == 0 && c.stage_done(&t[0]) &&
+      c.project(B * Lq, pl->Eq, H * Dh, d.query, d.query16, d.qw, d.qw16,
+                d.qb, d.q) &&
+      c.project(B * Lk, pl->Ek, Hkv * Dh, d.key, d.key16, d.kw, d.kw16, d.kb,
+                d.k) &&
+      c.project(B * Lk, pl->Ev, Hkv * Dv, d.value, d.value16, d.vw, d.vw16,
+                d.vb, d.v)) {
+    c.ok(attn_cu::nonfinite(d.q, B * Lq * H * Dh, d.flags + 0, c.s), "check");
+    c.ok(attn_cu::nonfinite(d.k, B * Lk * Hkv * Dh, d.flags + 1, c.s), "check");
+    c.ok(attn_cu::nonfinite(d.v, B * Lk * Hkv * Dv, d.flags + 2, c.s), "check");
+    if (bf) {
+      c.ok(attn_cu::to_bf16(d.q, d.q16, B * Lq * H * Dh, c.s), "to_bf16");
+      c.ok(attn_cu::to_bf16(d.k, d.k16, B * Lk * Hkv * Dh, c.s), "to_bf16");
+      c.ok(attn_cu::to_bf16(d.v, d.v16, B * Lk * Hkv * Dv, c.s), "to_bf16");
+    }
+  }
+
+  /* stage 2: attention */
+  attn_cu::args a = {};
+  a.q = bf ? d.q16 : (const void *)d.q;
+  a.k = bf ? d.k16 : (const void *)d.k;
+  a.v = bf ? d.v16 : (const void *)d.v;
+  a.bf16 = bf;
+  a.concat = d.concat;
+  a.lse = d.lse;
+  a.key_lengths = d.key_lengths;
+  a.slopes = d.slopes;
+  a.B = B, a.Lq = Lq, a.Lk = Lk, a.H = H, a.Hkv = Hkv, a.Dh = Dh, a.Dv = Dv;
+  a.scale = pl->scale;
+  a.causal = (int)p->causal;
+  a.wl = pl->window_left, a.wr = pl->window_right;
+  a.has_softcap = p->has_softcap;
+  a.softcap = p->softcap;
+  if (c.rc == 0 && c.stage_done(&t[1]) &&
+      c.ok(attn_cu::flash_v1(a, c.s), "flash_v1") &&
+      c.ok(attn_cu::nonfinite(d.concat, B * Lq * H * Dv, d.flags + 3, c.s),
+           "check")) {
+    if (d.weights)
+      c.ok(attn_cu::weights(a, d.weights, c.s), "weights");
+    if (d.mean)
+      c.ok(attn_cu::mean_weights(d.weights, B, H, Lq, Lk, d.mean, c.s),
+           "mean_weights");
+    if (d.heads)
+      c.ok(attn_cu::head_outputs(d.concat, B, Lq, H, Dv, d.heads, c.s),
+           "head_outputs");
+  }
+
+  /* stage 3: the output projection, results out */
+  if (c.rc == 0 && c.stage_done(&t[2])) {
+    if (bf && d.ow)
+      c.ok(attn_cu::to_bf16(d.concat, d.concat16, B * Lq * H * Dv, c.s),
+           "to_bf16");
+    if (c.rc == 0 &&
+        c.project(B * Lq, H * Dv, pl->Eo, d.concat, d.concat16, d.ow, d.ow16,
+                  d.ob, d.out))
+      c.ok(attn_cu::nonfinite(d.out, pl->out_elems, d.flags + 4, c.s),
+           "check");
+  }
+  int flags[5] = {0, 0, 0, 0, 0};
+  if (c.rc == 0 && c.stage_done(&t[3])) {
+    c.down(o->out, d.out, pl->out_elems * 4, "out back");
+    if (p->want_weights)
+      c.down(o->weights, d.weights, pl->weights_elems * 4, "weights back");
+    if (p->want_mean_weights)
+      c.down(o->mean_weights, d.mean, pl->mean_elems * 4, "mean back");
+    if (p->want_head_outputs)
+      c.down(o->head_outputs, d.heads, pl->head_elems * 4, "heads back");
+    c.down(flags, d.flags, sizeof flags, "flags back");
+  }
+  /* The memory goes back to the pool whatever happened. */
+  cudaError_t fe = cudaFreeAsync(ar.base, c.s);
+  cudaError_t se = cudaStreamSynchronize(c.s);
+  c.ok(fe, "cudaFreeAsync");
+  c.ok(se, "cudaStreamSynchronize");
+  const double t_end = now_ms();
+  if (c.rc != 0)
+    return c.rc;
+  o->timing.projection_ms = t[1] - t[0];
+  o->timing.attention_ms = t[2] - t[1];
+  o->timing.output_ms = t[3] - t[2];
+  o->timing.total_ms = t_end - t_start; /* the copies in and out too */
+
+  static const struct {
+    attn_field_t field;
+    const char *what;
+  } stage[5] = {
+      {ATTN_FIELD_QUERY, "projection: Q"},
+      {ATTN_FIELD_KEY, "projection: K"},
+      {ATTN_FIELD_VALUE, "projection: V"},
+      {ATTN_FIELD_VALUE, "output: a head's output (scores or P·V)"},
+      {ATTN_FIELD_O_WEIGHT, "output projection: out"},
+  };
+  for (int x = 0; x < 5; x++)
+    if (flags[x]) {
+      attn_field_t f = stage[x].field;
+      if (x == 4 && !p->o_weight.rank)
+        f = ATTN_FIELD_O_BIAS;
+      return attn__err(err, ATTN_ENUMERIC, f,
+                       "%s does not fit float32 on the cuda backend (which "
+                       "has no float64 fallback; backend cpu may succeed)",
+                       stage[x].what);
+    }
+  return 0;
+}

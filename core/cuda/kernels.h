@@ -1,0 +1,74 @@
+/* core/cuda/kernels.h: the CUDA backend's kernels, as host launchers.
+ * C++ (nvcc) only; not installed, not API.
+ *
+ * Device layouts (row-major, everything in device memory):
+ *   q       [B, Lq, H·Dh]      float or bfloat16, unscaled
+ *   k       [B, Lk, Hkv·Dh]    float or bfloat16
+ *   v       [B, Lk, Hkv·Dv]    float or bfloat16
+ *   concat  [B, Lq, H·Dv]      float: the heads' outputs side by side
+ *   lse     [B, H, Lq]         float: m + log(l) of each query row, -inf
+ *                              where every key is masked (a dead row)
+ *   weights [B, H, Lq, Lk]     float
+ * Query head h reads kv head h / (H / Hkv). Scores follow attn.h: s =
+ * scale·q·k, then softcap, then ALiBi; a key is attended iff the causal
+ * mask, the key lengths and the window all allow it. A dead row's output
+ * and weights are 0. Every launcher enqueues on `s` and returns the launch's
+ * error (cudaGetLastError), never synchronising. */
+#ifndef ATTN_CUDA_KERNELS_H
+#define ATTN_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace attn_cu {
+
+/* One attention problem, by value into every kernel. */
+struct args {
+  const void *q, *k, *v; /* float, or __nv_bfloat16 with bf16 */
+  int bf16;
+  float *concat;
+  float *lse;
+  const int64_t *key_lengths; /* [B] or nullptr */
+  const float *slopes;        /* [H] ALiBi slopes or nullptr */
+  int64_t B, Lq, Lk, H, Hkv, Dh, Dv;
+  float scale;
+  int causal;     /* attn_causal_t */
+  int64_t wl, wr; /* window sides, -1 if unbounded (attn_plan_t) */
+  int has_softcap;
+  float softcap;
+};
+
+/* Version 1: flash attention on CUDA cores. A block of 8 warps takes 8
+ * consecutive query rows of one (batch item, head), one row per warp; key
+ * and value tiles of 32 keys are staged in shared memory as float and
+ * shared by the 8 rows; lane j scores key j of the tile, the warp keeps
+ * the running max m, sum l and the Dv accumulators (8 per lane) of the
+ * online softmax. Only the tiles inside the block's key range (causal,
+ * key lengths, window) are visited. Writes concat and lse. */
+cudaError_t flash_v1(const args &a, cudaStream_t s);
+
+/* The dense weights [B, H, Lq, Lk] = exp(s − lse), recomputing each score
+ * (one block per query row); dead rows and masked keys are 0. */
+cudaError_t weights(const args &a, float *w, cudaStream_t s);
+
+/* mean[b, i, j] = Σ_h w[b, h, i, j] / H. */
+cudaError_t mean_weights(const float *w, int64_t B, int64_t H, int64_t Lq,
+                         int64_t Lk, float *mean, cudaStream_t s);
+
+/* heads[b, h, i, d] = concat[b, i, h·Dv + d]. */
+cudaError_t head_outputs(const float *concat, int64_t B, int64_t Lq,
+                         int64_t H, int64_t Dv, float *heads, cudaStream_t s);
+
+/* x[r, c] += bias[c] for r < rows, c < cols. */
+cudaError_t add_bias(float *x, const float *bias, int64_t rows, int64_t cols,
+                     cudaStream_t s);
+
+/* dst[i] = bfloat16(src[i]), rounded to nearest even. */
+cudaError_t to_bf16(const float *src, void *dst, int64_t n, cudaStream_t s);
+
+/* *flag = 1 if some x[i] is infinite or NaN (flag is otherwise left). */
+cudaError_t nonfinite(const float *x, int64_t n, int *flag, cudaStream_t s);
+
+} // namespace attn_cu
+
+#endif

@@ -1,0 +1,345 @@
+/* tests/check_cuda.c: the CUDA backend (core/cuda/, docs/cuda.md) against
+ * the CPU core and the float64 reference (tests/ref.c).
+ *
+ * Two kinds of case:
+ *   - refusals, which run in every build: a plan for backend cuda where it
+ *     cannot run fails with ATTN_ENOTSUP naming "backend" and why; in a
+ *     CUDA=1 build each option the backend lacks is refused by its own
+ *     name (on a host with or without a GPU); bf16 on the cpu backend is
+ *     refused naming "precision";
+ *   - the GPU cases, added only where attn_cuda_info says the backend is
+ *     usable (a CUDA=1 build on an sm_90 device): a table of masks, GQA
+ *     and MQA, odd shapes (L = 1, L past a tile, Lq != Lk) and head widths
+ *     32, 64, 128 and 256, each with every output asked for, where fp32 must
+ *     be within 1e-4 and bf16 within 2e-2 (relative L2, tu_rel_err) of the
+ *     reference and of the CPU core; and a Q that overflows float32, which
+ *     both backends refuse as ATTN_ENUMERIC naming query.
+ * Where the GPU cases do not run, the suite prints one line "check_cuda:
+ * SKIP ..." naming why, and the suite holds only the refusals, so its count
+ * shows that they did not run; with ATTND_REQUIRE_CUDA=1 (as
+ * tools/device/check.sh sets it) the skip fails instead. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn.h"
+#include "ref.h"
+#include "suite.h"
+#include "testutil.h"
+
+#define FP32_TOL 1e-4
+#define BF16_TOL 2e-2
+
+static attn_cuda_info_t cuda;
+
+/* A small valid problem: two heads of 8 features, 5 tokens, projections. */
+static void small_case(tu_case_t *c) {
+  tu_spec_t s = {.Lq = 5, .H = 2, .Dh = 8, .proj = TU_ALLPROJ};
+  tu_case_build(c, &s, 7);
+}
+
+static int plan_cuda(const attn_params_t *p, attn_precision_t prec,
+                     attn_error_t *err) {
+  attn_plan_t plan;
+  attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .precision = prec};
+  return attn_plan_init(&plan, p, &ex, err);
+}
+
+/* ---- refusals (every build) --------------------------------------------- */
+
+/* Where the backend cannot run, a plain request for it says why. */
+START_TEST(test_unusable_refused) {
+  tu_case_t c;
+  small_case(&c);
+  attn_error_t err;
+  int rc = plan_cuda(&c.p, ATTN_PRECISION_FP32, &err);
+  ck_assert_int_eq(rc, ATTN_ENOTSUP);
+  ck_assert_str_eq(err.field, "backend");
+  ck_assert_msg(strstr(err.message, cuda.status) != NULL,
+                "message '%s' does not give the probe's reason '%s'",
+                err.message, cuda.status);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* bf16 needs the cuda backend; unknown enum values are EINVAL. */
+START_TEST(test_precision_needs_cuda) {
+  tu_case_t c;
+  small_case(&c);
+  attn_plan_t plan;
+  attn_error_t err;
+  attn_exec_t ex = {.precision = ATTN_PRECISION_BF16};
+  ck_assert_int_eq(attn_plan_init(&plan, &c.p, &ex, &err), ATTN_ENOTSUP);
+  ck_assert_str_eq(err.field, "precision");
+  ck_assert_ptr_nonnull(strstr(err.message, "bf16"));
+  ex = (attn_exec_t){.backend = (attn_backend_kind_t)7};
+  ck_assert_int_eq(attn_plan_init(&plan, &c.p, &ex, &err), ATTN_EINVAL);
+  ck_assert_str_eq(err.field, "backend");
+  ex = (attn_exec_t){.precision = (attn_precision_t)7};
+  ck_assert_int_eq(attn_plan_init(&plan, &c.p, &ex, &err), ATTN_EINVAL);
+  ck_assert_str_eq(err.field, "precision");
+  /* the cpu, named, is the default */
+  ex = (attn_exec_t){.backend = ATTN_BACKEND_CPU};
+  ck_assert_int_eq(attn_plan_init(&plan, &c.p, &ex, &err), 0);
+  ck_assert_int_eq(plan.backend, ATTN_BACKEND_CPU);
+  ck_assert_str_eq(attn_backend_kind_name(ATTN_BACKEND_CUDA), "cuda");
+  ck_assert_str_eq(attn_precision_name(ATTN_PRECISION_BF16), "bf16");
+  tu_case_free(&c);
+}
+END_TEST
+
+/* Each option the cuda backend lacks is refused by its own name, never
+ * computed without it: in a build without CUDA, every one is "backend". */
+START_TEST(test_lacking_options_refused) {
+  static const struct {
+    const char *field;
+  } want[] = {{"allow"}, {"bias"}, {"rope"}, {"q_norm"}, {"k_norm"}};
+  for (int k = 0; k < 5; k++) {
+    tu_case_t c;
+    tu_spec_t s = {.Lq = 5, .H = 2, .Dh = 8, .proj = TU_ALLPROJ};
+    if (k == 0)
+      s.allow_rank = 2;
+    if (k == 1)
+      s.bias_rank = 2;
+    tu_case_build(&c, &s, 11);
+    float norm[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    if (k == 2)
+      c.p.rope = (attn_rope_t){.style = ATTN_ROPE_HALF, .theta = 10000};
+    if (k == 3)
+      c.p.q_norm = tu_t1(norm, 8);
+    if (k == 4)
+      c.p.k_norm = tu_t1(norm, 8);
+    attn_plan_t plan;
+    attn_error_t err;
+    ck_assert_msg(attn_plan_init(&plan, &c.p, NULL, &err) == 0,
+                  "%s: the cpu refuses it: %s", want[k].field, err.message);
+    int rc = plan_cuda(&c.p, ATTN_PRECISION_FP32, &err);
+    ck_assert_int_eq(rc, ATTN_ENOTSUP);
+    if (!cuda.built) {
+      ck_assert_str_eq(err.field, "backend");
+    } else {
+      ck_assert_msg(strcmp(err.field, want[k].field) == 0,
+                    "%s refused naming '%s': %s", want[k].field, err.field,
+                    err.message);
+      ck_assert_ptr_nonnull(strstr(err.message, "cuda"));
+    }
+    tu_case_free(&c);
+  }
+}
+END_TEST
+
+/* Heads wider than the kernels take are refused, naming the limit. */
+START_TEST(test_wide_heads_refused) {
+  tu_case_t c;
+  tu_spec_t s = {.Lq = 3, .H = 1, .Dh = ATTN_CUDA_MAX_HEAD_DIM + 8};
+  tu_case_build(&c, &s, 3);
+  attn_error_t err;
+  ck_assert_int_eq(plan_cuda(&c.p, ATTN_PRECISION_FP32, &err), ATTN_ENOTSUP);
+  if (cuda.built) {
+    ck_assert_str_eq(err.field, "num_heads");
+    ck_assert_ptr_nonnull(strstr(err.message, "256"));
+  } else {
+    ck_assert_str_eq(err.field, "backend");
+  }
+  tu_case_free(&c);
+}
+END_TEST
+
+/* ---- the GPU cases -------------------------------------------------------- */
+
+typedef struct gpu_case {
+  const char *name;
+  tu_spec_t s;
+} gpu_case_t;
+
+#define P TU_ALLPROJ
+static const gpu_case_t gpu_cases[] = {
+    {"plain", {.Lq = 37, .H = 4, .Dh = 16, .proj = P}},
+    {"L=1", {.Lq = 1, .H = 2, .Dh = 32, .proj = P}},
+    {"Lq=1 over 100 keys",
+     {.Lq = 1, .Lk = 100, .cross = 1, .H = 2, .Dh = 32, .proj = P}},
+    {"causal bottom-right, Lq < Lk",
+     {.Lq = 19, .Lk = 70, .cross = 1, .H = 2, .Dh = 32, .proj = P,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+    {"causal top-left, Lq < Lk",
+     {.Lq = 19, .Lk = 70, .cross = 1, .H = 2, .Dh = 32, .proj = P,
+      .causal = ATTN_CAUSAL_TOP_LEFT}},
+    {"causal bottom-right, Lq > Lk (dead rows)",
+     {.Lq = 45, .Lk = 20, .cross = 1, .H = 2, .Dh = 32, .proj = P,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+    {"causal self, L = 100",
+     {.Lq = 100, .H = 4, .Dh = 64, .proj = P,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+    {"key lengths, one of them 0",
+     {.B = 3, .batched = 1, .Lq = 33, .H = 2, .Dh = 32, .proj = P,
+      .key_lengths = 1, .lengths = {0, 33, 17}}},
+    {"window both sides",
+     {.Lq = 70, .H = 2, .Dh = 32, .proj = P, .has_wl = 1, .wl = 5,
+      .has_wr = 1, .wr = 2}},
+    {"window left, causal",
+     {.Lq = 70, .H = 2, .Dh = 32, .proj = P, .has_wl = 1, .wl = 9,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+    {"softcap and scale",
+     {.Lq = 40, .H = 2, .Dh = 32, .proj = P, .has_softcap = 1,
+      .softcap = 2.0f, .has_scale = 1, .scale = 0.9f}},
+    {"alibi default",
+     {.Lq = 40, .H = 8, .Dh = 16, .proj = P, .alibi = ATTN_ALIBI_DEFAULT,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+    {"alibi slopes",
+     {.Lq = 40, .H = 4, .Dh = 16, .proj = P, .alibi = ATTN_ALIBI_SLOPES}},
+    {"GQA 8/2", {.Lq = 50, .H = 8, .Hkv = 2, .Dh = 32, .proj = P}},
+    {"MQA 4/1",
+     {.Lq = 50, .H = 4, .Hkv = 1, .Dh = 64, .proj = P,
+      .causal = ATTN_CAUSAL_TOP_LEFT}},
+    {"Dh 128, Dv 64",
+     {.Lq = 65, .H = 2, .Dh = 128, .Dv = 64, .proj = P,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+    {"Dh 256", {.Lq = 33, .H = 2, .Dh = 256, .proj = P}},
+    {"Dh 5, Dv 3 (odd)", {.Lq = 9, .H = 3, .Dh = 5, .Dv = 3, .proj = P}},
+    {"no projections", {.Lq = 30, .H = 2, .Dh = 32}},
+    {"projections without biases, cross widths",
+     {.Lq = 21, .Lk = 43, .cross = 1, .value_given = 1, .H = 4, .Hkv = 2,
+      .Dh = 32, .Eq = 24, .Ek = 40, .Ev = 12, .Eo = 20,
+      .proj = TU_QW | TU_KW | TU_VW | TU_OW}},
+    {"batch of 2, everything",
+     {.B = 2, .batched = 1, .Lq = 70, .H = 4, .Hkv = 2, .Dh = 64, .proj = P,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT, .key_lengths = 1,
+      .lengths = {50, -1}, .has_wl = 1, .wl = 30, .has_softcap = 1,
+      .softcap = 5.0f, .alibi = ATTN_ALIBI_DEFAULT}},
+};
+#undef P
+#define N_GPU_CASES ((int)(sizeof gpu_cases / sizeof gpu_cases[0]))
+
+/* Compares each output of `run` with the reference and with the CPU
+ * core's run. */
+static void compare(const char *what, const char *prec, double tol,
+                    const tu_run_t *run, const tu_run_t *cpu,
+                    const ref_result_t *ref, const attn_params_t *p) {
+  const attn_plan_t *pl = &run->plan;
+  const struct {
+    const char *name;
+    int want;
+    const float *got, *cpu;
+    const double *ref;
+    int64_t n;
+  } outs[4] = {
+      {"out", 1, run->o.out, cpu->o.out, ref->out, pl->out_elems},
+      {"weights", p->want_weights, run->o.weights, cpu->o.weights,
+       ref->weights, pl->weights_elems},
+      {"mean_weights", p->want_mean_weights, run->o.mean_weights,
+       cpu->o.mean_weights, ref->mean_weights, pl->mean_elems},
+      {"head_outputs", p->want_head_outputs, run->o.head_outputs,
+       cpu->o.head_outputs, ref->head_outputs, pl->head_elems},
+  };
+  for (int k = 0; k < 4; k++) {
+    if (!outs[k].want)
+      continue;
+    double e_ref = tu_rel_err(outs[k].got, outs[k].ref, (size_t)outs[k].n);
+    double e_cpu = tu_rel_err_f(outs[k].got, outs[k].cpu, (size_t)outs[k].n);
+    ck_assert_msg(e_ref <= tol && e_cpu <= tol,
+                  "%s, %s, %s: relative error %.3e against the reference, "
+                  "%.3e against the cpu core (tolerance %.0e)",
+                  what, prec, outs[k].name, e_ref, e_cpu, tol);
+  }
+}
+
+static void run_gpu_case(int i, attn_precision_t prec, double tol) {
+  const gpu_case_t *g = &gpu_cases[i];
+  tu_case_t c;
+  tu_case_build(&c, &g->s, 1000 + (uint64_t)i);
+  ref_result_t ref;
+  ck_assert_int_eq(ref_attention(&c.p, &ref), 0);
+  tu_run_t cpu, gpu;
+  ck_assert_int_eq(tu_run(&cpu, &c.p, NULL), 0);
+  attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .precision = prec};
+  ck_assert_int_eq(tu_run(&gpu, &c.p, &ex), 0);
+  ck_assert_int_eq(gpu.plan.backend, ATTN_BACKEND_CUDA);
+  compare(g->name, attn_precision_name(prec), tol, &gpu, &cpu, &ref, &c.p);
+  tu_run_free(&gpu);
+  tu_run_free(&cpu);
+  ref_result_free(&ref);
+  tu_case_free(&c);
+}
+
+START_TEST(test_gpu_fp32) { run_gpu_case(_i, ATTN_PRECISION_FP32, FP32_TOL); }
+END_TEST
+
+START_TEST(test_gpu_bf16) { run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL); }
+END_TEST
+
+/* A Q past float32's range: both backends refuse it naming query. */
+START_TEST(test_gpu_numeric) {
+  tu_case_t c;
+  tu_spec_t s = {.Lq = 4, .H = 1, .Dh = 8, .proj = TU_ALLPROJ};
+  tu_case_build(&c, &s, 5);
+  for (int64_t e = 0; e < 4 * 8; e++)
+    c.query[e] = 3e38f;
+  for (int64_t e = 0; e < 8 * 8; e++)
+    c.qw[e] = 1.0f; /* each Q element 8 · 3e38 */
+  for (int b = 0; b < 2; b++) {
+    attn_exec_t ex = {.backend = b ? ATTN_BACKEND_CUDA : ATTN_BACKEND_CPU};
+    attn_plan_t plan;
+    attn_error_t err;
+    ck_assert_int_eq(attn_plan_init(&plan, &c.p, &ex, &err), 0);
+    void *ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64 + 64);
+    float out[4 * 8];
+    attn_outputs_t o = {.out = out};
+    int rc = attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
+    ck_assert_msg(rc == ATTN_ENUMERIC && strcmp(err.field, "query") == 0,
+                  "%s: %d %s (field '%s'): %s", b ? "cuda" : "cpu", rc,
+                  attn_errname(rc), err.field, err.message);
+    free(ws);
+  }
+  tu_case_free(&c);
+}
+END_TEST
+
+/* ---- the suite ------------------------------------------------------------ */
+
+void test_setup(void) {
+  attn_cuda_info(&cuda);
+  const char *req = getenv("ATTND_REQUIRE_CUDA");
+  if (cuda.usable) {
+    /* CUDA does not survive fork() once the parent has initialised it
+     * (the probe has): Check runs these cases in this process. */
+    setenv("CK_FORK", "no", 1);
+    fprintf(stderr,
+            "check_cuda: GPU cases on %s (sm_%d%d, %.1f GiB), CUDA runtime "
+            "%d, driver %d\n",
+            cuda.device, cuda.cc_major, cuda.cc_minor,
+            (double)cuda.memory_bytes / (1 << 30), cuda.runtime_version,
+            cuda.driver_version);
+    return;
+  }
+  fprintf(stderr,
+          "check_cuda: SKIP: %d GPU cases not run (%d fp32, %d bf16, 1 "
+          "numeric): %s\n",
+          2 * N_GPU_CASES + 1, N_GPU_CASES, N_GPU_CASES, cuda.status);
+  if (req && strcmp(req, "1") == 0) {
+    fprintf(stderr, "check_cuda: FAIL: ATTND_REQUIRE_CUDA=1 and the cuda "
+                    "backend is unusable\n");
+    exit(EXIT_FAILURE);
+  }
+}
+
+Suite *test_suite(void) {
+  Suite *s = suite_create("cuda");
+  TCase *t = tcase_create("refusals");
+  if (!cuda.usable)
+    tcase_add_test(t, test_unusable_refused);
+  tcase_add_test(t, test_precision_needs_cuda);
+  tcase_add_test(t, test_lacking_options_refused);
+  tcase_add_test(t, test_wide_heads_refused);
+  suite_add_tcase(s, t);
+  if (cuda.usable) {
+    TCase *g = tcase_create("gpu");
+    tcase_set_timeout(g, 120);
+    tcase_add_loop_test(g, test_gpu_fp32, 0, N_GPU_CASES);
+    tcase_add_loop_test(g, test_gpu_bf16, 0, N_GPU_CASES);
+    tcase_add_test(g, test_gpu_numeric);
+    suite_add_tcase(s, g);
+  }
+  return s;
+}
