@@ -120,7 +120,7 @@ all: deps
 	@$(MAKE) --no-print-directory build
 
 BENCH_BIN := $(BUILD)/attn-bench $(BUILD)/codec-bench $(BUILD)/e2e-bench \
-  $(BUILD)/decode-bench
+  $(BUILD)/decode-bench $(BUILD)/attn-cuda-bench
 # The demo layer `make run` serves (tools/demo-layer.c): generated, never
 # committed, the same bytes on every build, so one path for every BUILD
 # (the docs' examples name it).
@@ -330,6 +330,11 @@ $(BUILD)/attnd: $(BUILD)/server/main.o $(BUILD)/libattnd.a $(BUILD)/libattnd-cod
 $(BUILD)/attn-bench: $(BUILD)/bench/attn_bench.o $(BUILD)/bench/bench.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
+# The CUDA backend on issue 31's shapes (docs/cuda.md); says why and exits 1
+# where the backend is unusable.
+$(BUILD)/attn-cuda-bench: $(BUILD)/bench/cuda_bench.o $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_CORE)
+
 $(BUILD)/codec-bench: $(BUILD)/bench/codec_bench.o $(BUILD)/bench/bench.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
@@ -396,6 +401,36 @@ format-check:
 
 clean:
 	rm -rf build
+
+# ---- the device machine (docs/cuda.md, tools/device/check.sh) -----------
+# `make device-bundle CUDA=1` gathers the CUDA build's check_cuda,
+# attn-cuda-bench and attnd (debug info stripped) into bin/, the Debian
+# libraries they load into lib/ (../shared/device/bundle.sh), and what was
+# built into BUILD-INFO, and packs them as $(DEVICE_BUNDLE)/bundle.tgz
+# (about 21 MB; unpacked they are near the device's 64 MiB carry limit).
+# Carry $(DEVICE_BUNDLE); `bash tools/device/check.sh $(DEVICE_BUNDLE)`
+# unpacks and runs it there.
+DEVICE_BUNDLE ?= .device-bundle
+BUNDLE_SH ?= ../shared/device/bundle.sh
+BUNDLE_TMP = $(BUILD)/device-bundle
+.PHONY: device-bundle
+device-bundle:
+	@[ "$(CUDA)" = 1 ] || { echo "device-bundle: run make device-bundle CUDA=1" >&2; exit 2; }
+	@[ -f $(BUNDLE_SH) ] || { echo "device-bundle: no $(BUNDLE_SH) (set BUNDLE_SH)" >&2; exit 2; }
+	@$(MAKE) --no-print-directory $(BUILD)/tests/check_cuda \
+	  $(BUILD)/attn-cuda-bench $(BUILD)/attnd
+	rm -rf $(BUNDLE_TMP) $(DEVICE_BUNDLE)
+	mkdir -p $(BUNDLE_TMP)/bin $(DEVICE_BUNDLE)
+	cp $(BUILD)/tests/check_cuda $(BUILD)/attn-cuda-bench $(BUILD)/attnd \
+	  $(BUNDLE_TMP)/bin/
+	strip --strip-debug $(BUNDLE_TMP)/bin/*
+	bash $(BUNDLE_SH) $(BUNDLE_TMP) $(BUNDLE_TMP)/bin/*
+	# the device's own C++ runtime is newer: ours first would break torch
+	rm -f $(BUNDLE_TMP)/lib/libstdc++.so.6 $(BUNDLE_TMP)/lib/libgcc_s.so.1
+	{ git describe --always --dirty; date -u; $(NVCC) --version | tail -1; } \
+	  > $(BUNDLE_TMP)/BUILD-INFO
+	tar -C $(BUNDLE_TMP) -czf $(DEVICE_BUNDLE)/bundle.tgz bin lib BUILD-INFO
+	@ls -l $(DEVICE_BUNDLE)/bundle.tgz
 
 # ---- fuzzing: libFuzzer harnesses (tests/fuzz/), clang-14 -----------------
 # `make fuzz` installs clang-14 and its runtimes (tools/deps.sh fuzz), builds

@@ -1,0 +1,173 @@
+/* bench/cuda_bench.c: the core's CUDA backend on the shapes of issue 31.
+ *
+ * Each row is causal self-attention with projections, as attnd serves it
+ * and as tools/device/torch_sdpa.py times PyTorch's: x [1, L, E], q/k/v/o
+ * weights [E, E] with biases, H heads of E/H features, the causal mask
+ * bottom-right; in fp32 and in bf16. For each row: one warm-up call, then
+ * --reps timed calls (fewer for the largest shape), and the medians of
+ * compute_ms (the device stages: projections, attention, output
+ * projection; attn_timing_t) and total_ms (the call, with its copies of
+ * inputs, weights and results between host and device), and the
+ * dense-equivalent TFLOP/s over compute_ms (8·L·E² + 4·L²·E, as the issue
+ * counts). Prints a table, and CSV with --csv (tools/device/table.py joins
+ * it with torch's).
+ *
+ * Exits 1, saying why, where the CUDA backend is unusable (a build without
+ * CUDA=1, or no sm_90 device).
+ *
+ * usage: attn-cuda-bench [--quick] [--reps N] [--csv FILE] */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn.h"
+
+typedef struct shape {
+  int64_t L, E, H;
+  int quick; /* part of --quick */
+} shape_t;
+
+static const shape_t shapes[] = {
+    {4096, 512, 8, 1},
+    {16384, 512, 8, 1},
+    {4096, 4096, 32, 0},
+    {32768, 4096, 32, 0},
+};
+
+static float *random_floats(int64_t n, float amp, uint64_t seed) {
+  float *x = malloc((size_t)n * sizeof *x);
+  if (x == NULL)
+    return NULL;
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (int64_t i = 0; i < n; i++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = amp * ((float)(s >> 40) / (float)(1 << 24) * 2.0f - 1.0f);
+  }
+  return x;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Times one row; returns 0, or the core's error (printed). */
+static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
+                   FILE *csv) {
+  const int64_t L = sh->L, E = sh->E;
+  float *x = random_floats(L * E, 1.0f, 1);
+  float *w[4], *bias[4];
+  for (int k = 0; k < 4; k++) {
+    w[k] = random_floats(E * E, 1.0f / 32.0f, 2 + (uint64_t)k);
+    bias[k] = random_floats(E, 0.1f, 6 + (uint64_t)k);
+  }
+  float *out = malloc((size_t)(L * E) * sizeof *out);
+  attn_params_t p = {0};
+  p.query = (attn_tensor_t){.data = x, .rank = 2, .dim = {L, E}};
+  p.num_heads = sh->H;
+  attn_tensor_t *wt[4] = {&p.q_weight, &p.k_weight, &p.v_weight, &p.o_weight};
+  attn_tensor_t *bt[4] = {&p.q_bias, &p.k_bias, &p.v_bias, &p.o_bias};
+  for (int k = 0; k < 4; k++) {
+    *wt[k] = (attn_tensor_t){.data = w[k], .rank = 2, .dim = {E, E}};
+    *bt[k] = (attn_tensor_t){.data = bias[k], .rank = 1, .dim = {E}};
+  }
+  p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+  attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .precision = prec};
+  attn_plan_t plan;
+  attn_error_t err;
+  void *ws = NULL;
+  int rc = attn_plan_init(&plan, &p, &ex, &err);
+  if (rc == 0)
+    ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64 + 64);
+  double compute[32], total[32];
+  for (int r = -1; rc == 0 && r < reps; r++) { /* r = -1: the warm-up */
+    attn_outputs_t o = {.out = out};
+    rc = attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
+    if (rc == 0 && r >= 0) {
+      compute[r] = o.timing.projection_ms + o.timing.attention_ms +
+                   o.timing.output_ms;
+      total[r] = o.timing.total_ms;
+    }
+  }
+  if (rc != 0) {
+    fprintf(stderr, "attn-cuda-bench: L=%lld E=%lld H=%lld %s: %s (%s): %s\n",
+            (long long)L, (long long)E, (long long)sh->H,
+            attn_precision_name(prec), attn_errname(rc), err.field,
+            err.message);
+  } else {
+    double c = median(compute, reps), t = median(total, reps);
+    double flops = 8.0 * L * E * E + 4.0 * (double)L * L * E;
+    printf("%6lld %5lld %3lld  %-5s %10.3f %10.3f %9.1f\n", (long long)L,
+           (long long)E, (long long)sh->H, attn_precision_name(prec), c, t,
+           flops / (c * 1e-3) / 1e12);
+    if (csv)
+      fprintf(csv, "%lld,%lld,%lld,%s,%.4f,%.4f\n", (long long)L,
+              (long long)E, (long long)sh->H, attn_precision_name(prec), c,
+              t);
+  }
+  free(ws);
+  free(out);
+  free(x);
+  for (int k = 0; k < 4; k++)
+    free(w[k]), free(bias[k]);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  int quick = 0, reps = 5;
+  const char *csv_path = NULL;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      quick = 1;
+    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+      reps = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc)
+      csv_path = argv[++i];
+    else {
+      fprintf(stderr, "usage: %s [--quick] [--reps N] [--csv FILE]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  if (reps < 1 || reps > 32) {
+    fprintf(stderr, "attn-cuda-bench: --reps must be 1 to 32\n");
+    return 2;
+  }
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  if (!ci.usable) {
+    fprintf(stderr, "attn-cuda-bench: the cuda backend is unusable: %s\n",
+            ci.status);
+    return 1;
+  }
+  FILE *csv = NULL;
+  if (csv_path && (csv = fopen(csv_path, "w")) == NULL) {
+    perror(csv_path);
+    return 1;
+  }
+  if (csv)
+    fprintf(csv, "L,E,H,precision,compute_ms,total_ms\n");
+  printf("attn-cuda-bench on %s (sm_%d%d), CUDA runtime %d, driver %d\n",
+         ci.device, ci.cc_major, ci.cc_minor, ci.runtime_version,
+         ci.driver_version);
+  printf("%6s %5s %3s  %-5s %10s %10s %9s\n", "L", "E", "H", "prec",
+         "compute_ms", "total_ms", "TFLOP/s");
+  int failed = 0;
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    if (quick && !shapes[s].quick)
+      continue;
+    int n = shapes[s].L * shapes[s].E > 16384 * 4096 ? (reps + 1) / 2 : reps;
+    for (int prec = ATTN_PRECISION_FP32; prec <= ATTN_PRECISION_BF16; prec++)
+      failed |= run_row(&shapes[s], (attn_precision_t)prec, n, csv) != 0;
+    fflush(stdout);
+  }
+  if (csv)
+    fclose(csv);
+  return failed;
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# tools/device/check.sh [BUNDLE]: issue 31's check on the device machine,
+# in one call of under 8 minutes: versions, the GPU, the libraries, the
+# GPU tests (tests/check_cuda.c, which must not skip there), the tests
+# again under compute-sanitizer where it runs, then attnd's CUDA backend
+# against torch's SDPA on the same GPU (bench/cuda_bench.c,
+# tools/device/torch_sdpa.py), as one table (tools/device/table.py).
+#
+# BUNDLE (default .device-bundle) is the CUDA=1 build made on the
+# developer's machine with `make device-bundle CUDA=1`: BUNDLE/bundle.tgz
+# holds bin/ (check_cuda, attn-cuda-bench, attnd) and lib/ (the Debian
+# libraries they load: ../shared/device/bundle.sh; CUDA's own are the
+# device's, under /usr/local/cuda/lib64 there); it is unpacked into
+# /tmp/attnd-bundle. An unpacked BUNDLE (bin/, lib/) is used as it is.
+# Carry it: run from the repository root with carry [".device-bundle"] and
+#   bash tools/device/check.sh .device-bundle
+# Results go to $OUT (the device tool's folder) or /tmp/attnd-device:
+# attnd.csv, torch.csv, table.md, and sanitizer.log.
+set -eu
+cd "$(dirname "$0")/../.."
+bundle=${1:-.device-bundle}
+out=${OUT:-/tmp/attnd-device}
+mkdir -p "$out"
+step() { printf '\n== %s (at %ds)\n' "$*" "$SECONDS"; }
+
+if [ -f "$bundle/bundle.tgz" ]; then
+  rm -rf /tmp/attnd-bundle
+  mkdir -p /tmp/attnd-bundle
+  tar -C /tmp/attnd-bundle -xzf "$bundle/bundle.tgz"
+  bundle=/tmp/attnd-bundle
+fi
+if [ ! -x "$bundle/bin/check_cuda" ]; then
+  echo "check.sh: no $bundle/bin/check_cuda: run make device-bundle CUDA=1" \
+    "here first, and carry $bundle" >&2
+  exit 2
+fi
+case $bundle in /*) ;; *) bundle=$PWD/$bundle ;; esac
+# The bundle's libraries for attnd's programs alone: python3 (torch) keeps
+# the device's own.
+libs="$bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+with_libs() { LD_LIBRARY_PATH=$libs "$@"; }
+
+step versions
+uname -srm
+cat "$bundle/BUILD-INFO" 2>/dev/null || true
+nvidia-smi
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
+  --format=csv || true
+if command -v nvcc >/dev/null; then nvcc --version | tail -2; else echo "nvcc: not on PATH"; fi
+python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name())'
+
+step libraries
+missing=0
+for b in "$bundle"/bin/*; do
+  if with_libs ldd "$b" | grep 'not found'; then
+    echo "check.sh: $b cannot find the libraries above" >&2
+    missing=1
+  fi
+done
+[ "$missing" = 0 ] || exit 1
+with_libs ldd "$bundle/bin/check_cuda" | grep -E 'libcublas|libcudart|libopenblas'
+
+step "GPU tests"
+ATTND_REQUIRE_CUDA=1 with_libs timeout 240 "$bundle/bin/check_cuda"
+
+step "GPU tests under compute-sanitizer (memcheck)"
+if command -v compute-sanitizer >/dev/null; then
+  # Not fatal: on gVisor it refuses the device (docs/cuda.md); say what
+  # it said either way.
+  if ATTND_REQUIRE_CUDA=1 with_libs timeout 150 compute-sanitizer --tool memcheck \
+    --error-exitcode 3 "$bundle/bin/check_cuda" >"$out/sanitizer.log" 2>&1; then
+    echo "compute-sanitizer: clean"
+  else
+    echo "compute-sanitizer: exit $? (see below; 124 is its time limit)"
+  fi
+  tail -n 15 "$out/sanitizer.log"
+else
+  echo "compute-sanitizer: not on PATH"
+fi
+
+step "benchmark: attnd, CUDA backend"
+with_libs timeout 300 "$bundle/bin/attn-cuda-bench" --csv "$out/attnd.csv"
+
+step "benchmark: torch SDPA"
+PYTHONUNBUFFERED=1 timeout 200 python3 tools/device/torch_sdpa.py --csv "$out/torch.csv"
+
+step "table"
+python3 tools/device/table.py "$out/attnd.csv" "$out/torch.csv" | tee "$out/table.md"
+step done
