@@ -558,7 +558,7 @@ install: $(BUILD)/libattn.a $(BUILD)/libattn.so.$(ATTN_VERSION) \
 	  'Description: multi-head attention on the CPU, the core of attnd' \
 	  'Version: $(ATTN_VERSION)' 'Requires.private: $(PKG_CORE)' \
 	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lattn' \
-	  'Libs.private: -lm -fopenmp' > $(DESTDIR)$(LIBDIR)/pkgconfig/attn.pc
+	  'Libs.private: $(LIBS_CUDA) -lm -fopenmp' > $(DESTDIR)$(LIBDIR)/pkgconfig/attn.pc
 
 uninstall:
 	rm -f $(INSTALL_HEADERS:include/attn/%=$(DESTDIR)$(INCLUDEDIR)/attn/%) \

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "cgroup.h"
+#include "attn/attn.h"
 #include "codec/util.h"
 
 #include <ctype.h>
@@ -104,6 +105,15 @@ static const cfg_key_t keys[] = {
     STR_KEY(blas_coretype, "auto",
             "OpenBLAS kernel: auto (best for this CPU), library (OpenBLAS's "
             "own choice) or a core name such as SkylakeX"),
+    STR_KEY(backend, "auto",
+            "where /v1/attention computes when a request names no backend: "
+            "cpu, cuda (a CUDA=1 build on an H100/H200; refused at start "
+            "where it cannot run), or auto: cuda where it runs and supports "
+            "the request, else cpu (docs/cuda.md)"),
+    STR_KEY(precision, "fp32",
+            "the cuda backend's arithmetic when a request names none: fp32, "
+            "or bf16 (bfloat16 inputs, float32 accumulation); the cpu "
+            "computes in fp32"),
     STR_KEYF(api_keys, "", F_SECRET,
              "API keys clients send as 'Authorization: Bearer <key>', "
              "comma-separated; empty (and no api_keys_file): no keys needed"),
@@ -472,6 +482,23 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
                       "default_timeout_ms: %" PRId64
                       " is above max_timeout_ms %" PRId64,
                       cfg->default_timeout_ms, cfg->max_timeout_ms);
+  if (strcmp(cfg->backend, "auto") != 0 && strcmp(cfg->backend, "cpu") != 0 &&
+      strcmp(cfg->backend, "cuda") != 0)
+    return attnd_fail(msg, msz,
+                      "backend: bad value '%s': expected auto, cpu or cuda",
+                      cfg->backend);
+  if (strcmp(cfg->precision, "fp32") != 0 &&
+      strcmp(cfg->precision, "bf16") != 0)
+    return attnd_fail(msg, msz,
+                      "precision: bad value '%s': expected fp32 or bf16",
+                      cfg->precision);
+  if (strcmp(cfg->backend, "cuda") == 0) {
+    attn_cuda_info_t ci;
+    attn_cuda_info(&ci);
+    if (!ci.usable)
+      return attnd_fail(msg, msz, "backend: cuda cannot run here: %s",
+                        ci.status);
+  }
   resolve_auto(cfg, cores);
   if (cfg->kv_cache_bytes >= cfg->max_memory_bytes)
     return attnd_fail(msg, msz,

@@ -34,6 +34,8 @@ typedef struct attnd_config {
   int64_t drain_timeout_s;
   char access_log[256];   /* "stderr", "stdout", "off" or a file path */
   char blas_coretype[32]; /* "auto", "library" or an OpenBLAS core name */
+  char backend[8];   /* /v1's default: "auto", "cpu" or "cuda" (docs/cuda.md) */
+  char precision[8]; /* the cuda backend's default: "fp32" or "bf16" */
   /* Security (docs/security.md). api_keys is secret: --print-config shows
    * how many keys it holds, in a comment, and no message shows its text. It has
    * room for a few keys; api_keys_file holds any number. */

@@ -43,6 +43,7 @@
   X(OVERLOADED, "overloaded", 429, 429, OVERLOAD)                              \
   X(NOT_IMPLEMENTED, "not_implemented", 501, 501, INVALID)                     \
   X(OUT_OF_MEMORY, "out_of_memory", 503, 503, NONE)                            \
+  X(BACKEND_UNAVAILABLE, "backend_unavailable", 503, 503, NONE)                \
   X(DRAINING, "draining", 503, 503, DRAINING)                                  \
   X(DEADLINE_EXCEEDED, "deadline_exceeded", 504, 504, DEADLINE)
 

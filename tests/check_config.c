@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attn/attn.h"
 #include "http/auth.h"
 #include "cgroup.h"
 #include "config.h"
@@ -415,6 +416,40 @@ START_TEST(test_file_value_forms) {
 }
 END_TEST
 
+/* backend and precision take their words only; backend = cuda is refused
+ * at start, with the reason, where the cuda backend cannot run. */
+START_TEST(test_backend_keys) {
+  attnd_config_t c;
+  char msg[256];
+  char *envp[] = {NULL};
+  char *def[] = {"attnd", NULL};
+  ck_assert_msg(load(&c, def, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_str_eq(c.backend, "auto");
+  ck_assert_str_eq(c.precision, "fp32");
+  char *cpu[] = {"attnd", "--backend", "cpu", "--precision", "bf16", NULL};
+  ck_assert_msg(load(&c, cpu, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_str_eq(c.backend, "cpu");
+  ck_assert_str_eq(c.precision, "bf16");
+  char *gpu[] = {"attnd", "--backend", "gpu", NULL};
+  ck_assert_int_ne(load(&c, gpu, envp, msg, sizeof msg), 0);
+  ck_assert_msg(strstr(msg, "backend") && strstr(msg, "gpu"), "%s", msg);
+  char *half[] = {"attnd", "--precision", "fp16", NULL};
+  ck_assert_int_ne(load(&c, half, envp, msg, sizeof msg), 0);
+  ck_assert_msg(strstr(msg, "precision") && strstr(msg, "fp16"), "%s", msg);
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  char *cuda[] = {"attnd", "--backend", "cuda", NULL};
+  int rc = load(&c, cuda, envp, msg, sizeof msg);
+  if (ci.usable) {
+    ck_assert_msg(rc == 0, "%s", msg);
+  } else {
+    ck_assert_int_ne(rc, 0);
+    ck_assert_msg(strstr(msg, "backend") && strstr(msg, ci.status), "%s",
+                  msg);
+  }
+}
+END_TEST
+
 /* ---- cgroup limits ------------------------------------------------------- */
 
 /* The fixture: a directory standing for "/", made once per TCase in Check's
@@ -661,6 +696,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_print_round_trips_keys, 0, N_KEYS_WAYS);
   tcase_add_test(tc, test_print_quotes_strings);
   tcase_add_test(tc, test_file_value_forms);
+  tcase_add_test(tc, test_backend_keys);
   tcase_add_test(tc, test_cgroup_real_root);
   suite_add_tcase(s, tc);
 

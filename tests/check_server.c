@@ -1160,6 +1160,59 @@ START_TEST(test_info) {
 }
 END_TEST
 
+/* The backend a /v1 request names (docs/cuda.md): where the cuda backend
+ * cannot run, asking for it is refused naming "backend" and why (422 in a
+ * build without CUDA, 503 in one whose host has no usable GPU); bf16 on
+ * the cpu is 422 naming "precision"; /v1/info lists the backends a
+ * request may name. Where cuda is usable, it computes. */
+START_TEST(test_backend_choice) {
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  static const char base[] = "{\"query\": [[1, 2], [3, 4]], \"num_heads\": 1";
+  char body[256];
+  snprintf(body, sizeof body, "%s, \"backend\": \"cuda\"}", base);
+  sh_resp_t r = post_text(body);
+  if (ci.usable)
+    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+  else
+    sh_assert_error(&r, ci.built ? 503 : 422,
+                    ci.built ? "backend_unavailable" : "invalid_value",
+                    "backend", "cuda", ci.status, NULL);
+  sh_resp_free(&r);
+  snprintf(body, sizeof body,
+           "%s, \"backend\": \"cpu\", \"precision\": \"bf16\"}", base);
+  r = post_text(body);
+  sh_assert_error(&r, 422, "invalid_value", "precision", "bf16", "cuda", NULL);
+  sh_resp_free(&r);
+  snprintf(body, sizeof body, "%s, \"backend\": \"gpu\"}", base);
+  r = post_text(body);
+  sh_assert_error(&r, 422, "invalid_value", "backend", "gpu", NULL);
+  sh_resp_free(&r);
+  snprintf(body, sizeof body,
+           "%s, \"backend\": \"cpu\", \"precision\": \"fp32\"}", base);
+  r = post_text(body);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+  sh_resp_free(&r);
+
+  r = get("/v1/info");
+  json_t *v = sh_json(&r);
+  const json_t *b = json_object_get(v, "backend");
+  const json_t *avail = json_object_get(b, "available");
+  ck_assert_msg(json_is_array(avail) &&
+                    json_array_size(avail) == (ci.usable ? 2u : 1u),
+                "backend.available: %s", r.body);
+  ck_assert_str_eq(json_string_value(json_array_get(avail, 0)), "cpu");
+  ck_assert_str_eq(json_string_value(json_object_get(b, "default")), "auto");
+  const json_t *cu = json_object_get(b, "cuda");
+  ck_assert_int_eq(json_is_true(json_object_get(cu, "built")), ci.built);
+  ck_assert_int_eq(json_is_true(json_object_get(cu, "usable")), ci.usable);
+  ck_assert_str_eq(json_string_value(json_object_get(cu, "status")),
+                   ci.status);
+  json_decref(v);
+  sh_resp_free(&r);
+}
+END_TEST
+
 /* Every line of a Prometheus text is a comment or "name{labels} value". */
 static void assert_prometheus(const char *text) {
   regex_t re;
@@ -1648,6 +1701,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_metrics_in_reply);
   tcase_add_test(tc, test_health_ready);
   tcase_add_test(tc, test_info);
+  tcase_add_test(tc, test_backend_choice);
   tcase_add_test(tc, test_prometheus);
   suite_add_tcase(s, tc);
 

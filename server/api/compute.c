@@ -168,6 +168,9 @@ enum MHD_Result attnd_api_reply(attnd_http_req_t *r) {
     return attnd_http_fail(r, ATTND_ERR_NUMERIC_OVERFLOW,
                            attnd_request_field_path(j->error.field_id), "%s",
                            j->error.message);
+  if (j->result == ATTN_EDEVICE) /* the GPU failed (or its memory ran out) */
+    return attnd_http_fail(r, ATTND_ERR_BACKEND_UNAVAILABLE, "backend", "%s",
+                           j->error.message);
   if (j->result != 0) /* ATTN_ENOSPC */
     return attnd_http_fail(
         r, ATTND_ERR_OUT_OF_MEMORY, NULL,

@@ -259,15 +259,59 @@ static int decode_return(dec_t *d, const json_t *root) {
   return 0;
 }
 
+/* The backend and precision of request j: what it asked for, else the
+ * config's. *fallback is set where the config's auto chose cuda, so that a
+ * request the cuda backend refuses may still run on the cpu. */
+static void pick_backend(const attnd_request_t *j, const attnd_config_t *cfg,
+                         attn_exec_t *ex, int *fallback) {
+  attn_cuda_info_t ci;
+  *fallback = 0;
+  ex->backend = ATTN_BACKEND_CPU;
+  if (j->backend == ATTND_BACKEND_CUDA) {
+    ex->backend = ATTN_BACKEND_CUDA;
+  } else if (j->backend == ATTND_BACKEND_CONFIG) {
+    if (strcmp(cfg->backend, "cuda") == 0) {
+      ex->backend = ATTN_BACKEND_CUDA;
+    } else if (strcmp(cfg->backend, "auto") == 0) {
+      attn_cuda_info(&ci);
+      if (ci.usable)
+        ex->backend = ATTN_BACKEND_CUDA, *fallback = 1;
+    }
+  }
+  ex->precision = ATTN_PRECISION_FP32;
+  if (j->precision == ATTND_PRECISION_BF16)
+    ex->precision = ATTN_PRECISION_BF16, *fallback = 0;
+  else if (j->precision == ATTND_PRECISION_CONFIG &&
+           ex->backend == ATTN_BACKEND_CUDA &&
+           strcmp(cfg->precision, "bf16") == 0)
+    ex->precision = ATTN_PRECISION_BF16;
+}
+
 int attnd__dec_plan(dec_t *d) {
   attnd_request_t *j = d->req;
   d->planning = 1;
   attn_exec_t ex = {.threads = attnd_config_plan_threads(d->cfg),
                     .cancel = &j->cancel};
+  int fallback;
+  pick_backend(j, d->cfg, &ex, &fallback);
   attn_error_t ae;
-  if (attn_plan_init(&j->plan, &j->params, &ex, &ae) == 0)
+  int rc = attn_plan_init(&j->plan, &j->params, &ex, &ae);
+  if (rc == ATTN_ENOTSUP && fallback) { /* auto: what cuda lacks, the cpu */
+    ex.backend = ATTN_BACKEND_CPU;
+    ex.precision = ATTN_PRECISION_FP32;
+    rc = attn_plan_init(&j->plan, &j->params, &ex, &ae);
+  }
+  if (rc == 0)
     return 0;
   attnd_err_t code = ATTND_ERR_INVALID_VALUE;
+  if (ae.code == ATTN_ENOTSUP && ae.field_id == ATTN_FIELD_BACKEND) {
+    /* a CUDA build on a host where it cannot run: 503; no CUDA in this
+     * build at all: 422, like any other option it lacks */
+    attn_cuda_info_t ci;
+    attn_cuda_info(&ci);
+    if (ci.built)
+      code = ATTND_ERR_BACKEND_UNAVAILABLE;
+  }
   switch (ae.code) {
   case ATTN_ERANK:
   case ATTN_ESHAPE:
@@ -545,12 +589,21 @@ static int decode_root(dec_t *d, const json_t *root) {
       "id",        "layer",     "query",        "key",
       "value",     "num_heads", "num_kv_heads", "projections",
       "mask",      "scale",     "softcap",      "rope",
-      "positions", "return",    "timeout_ms",   NULL};
+      "positions", "return",    "timeout_ms",   "backend",
+      "precision", NULL};
+  static const char *const backends[] = {"cpu", "cuda", NULL};
+  static const char *const precisions[] = {"fp32", "bf16", NULL};
   attnd_request_t *j = d->req;
   attn_params_t *p = &j->params;
   int present;
   if (attnd__dec_root(d, root, known) < 0)
     return -1;
+  int backend = ATTND_BACKEND_CONFIG, precision = ATTND_PRECISION_CONFIG;
+  if (get_enum(d, root, "backend", "backend", backends, &backend) < 0 ||
+      get_enum(d, root, "precision", "precision", precisions, &precision) < 0)
+    return -1;
+  j->backend = (attnd_backend_choice_t)backend;
+  j->precision = (attnd_precision_choice_t)precision;
 
   if (decode_layer(d, root) < 0)
     return -1;

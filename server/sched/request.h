@@ -52,12 +52,29 @@ typedef struct attnd_timeline {
   double encode_ms; /* attnd_request_encode */
 } attnd_timeline_t;
 
+/* A request's backend and precision (attnd_request_t): zero is the cpu in
+ * fp32, which every route but /v1/attention keeps. */
+typedef enum {
+  ATTND_BACKEND_CPU = 0,
+  ATTND_BACKEND_CUDA,
+  ATTND_BACKEND_CONFIG /* the config's `backend` (auto, cpu or cuda) */
+} attnd_backend_choice_t;
+typedef enum {
+  ATTND_PRECISION_FP32 = 0,
+  ATTND_PRECISION_BF16,
+  ATTND_PRECISION_CONFIG /* the config's `precision`, on cuda; fp32 on cpu */
+} attnd_precision_choice_t;
+
 typedef struct attnd_request {
   /* What was asked (decode). */
   char *id;             /* owned, the request's "id" or NULL */
   attn_params_t params; /* its tensors point into `allocs` */
   attn_plan_t plan;
   attnd_form_t encoding;
+  /* Where and how it computes: /v1's "backend" and "precision", or the
+   * config's keys where it names none; every other route the cpu. */
+  attnd_backend_choice_t backend;
+  attnd_precision_choice_t precision;
   attnd_weights_t weights_mode;
   int want_metrics;
   int64_t timeout_ms;
