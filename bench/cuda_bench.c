@@ -12,16 +12,22 @@
  * counts). Prints a table, and CSV with --csv (tools/device/table.py joins
  * it with torch's).
  *
+ * The kernel column is the flash kernel's version that ran (bf16 runs
+ * version 2 where it applies); --kernel 1 forces version 1, to compare.
+ *
  * Exits 1, saying why, where the CUDA backend is unusable (a build without
  * CUDA=1, or no sm_90 device).
  *
- * usage: attn-cuda-bench [--quick] [--reps N] [--csv FILE] */
+ * usage: attn-cuda-bench [--quick] [--kernel 1] [--reps N] [--csv FILE] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn/attn.h"
+
+/* core/internal.h's knob and record of the flash kernel's version. */
+extern int attn__cuda_flash_version, attn__cuda_flash_last;
 
 typedef struct shape {
   int64_t L, E, H;
@@ -103,13 +109,14 @@ static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
   } else {
     double c = median(compute, reps), t = median(total, reps);
     double flops = 8.0 * L * E * E + 4.0 * (double)L * L * E;
-    printf("%6lld %5lld %3lld  %-5s %10.3f %10.3f %9.1f\n", (long long)L,
-           (long long)E, (long long)sh->H, attn_precision_name(prec), c, t,
+    printf("%6lld %5lld %3lld  %-5s v%-5d %10.3f %10.3f %9.1f\n",
+           (long long)L, (long long)E, (long long)sh->H,
+           attn_precision_name(prec), attn__cuda_flash_last, c, t,
            flops / (c * 1e-3) / 1e12);
     if (csv)
-      fprintf(csv, "%lld,%lld,%lld,%s,%.4f,%.4f\n", (long long)L,
-              (long long)E, (long long)sh->H, attn_precision_name(prec), c,
-              t);
+      fprintf(csv, "%lld,%lld,%lld,%s,%d,%.4f,%.4f\n", (long long)L,
+              (long long)E, (long long)sh->H, attn_precision_name(prec),
+              attn__cuda_flash_last, c, t);
   }
   free(ws);
   free(out);
@@ -125,12 +132,15 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0)
       quick = 1;
+    else if (strcmp(argv[i], "--kernel") == 0 && i + 1 < argc)
+      attn__cuda_flash_version = atoi(argv[++i]) == 1 ? 1 : 0;
     else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
       reps = atoi(argv[++i]);
     else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc)
       csv_path = argv[++i];
     else {
-      fprintf(stderr, "usage: %s [--quick] [--reps N] [--csv FILE]\n",
+      fprintf(stderr,
+              "usage: %s [--quick] [--kernel 1] [--reps N] [--csv FILE]\n",
               argv[0]);
       return 2;
     }
@@ -152,12 +162,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (csv)
-    fprintf(csv, "L,E,H,precision,compute_ms,total_ms\n");
+    fprintf(csv, "L,E,H,precision,kernel,compute_ms,total_ms\n");
   printf("attn-cuda-bench on %s (sm_%d%d), CUDA runtime %d, driver %d\n",
          ci.device, ci.cc_major, ci.cc_minor, ci.runtime_version,
          ci.driver_version);
-  printf("%6s %5s %3s  %-5s %10s %10s %9s\n", "L", "E", "H", "prec",
-         "compute_ms", "total_ms", "TFLOP/s");
+  printf("%6s %5s %3s  %-5s %-6s %10s %10s %9s\n", "L", "E", "H", "prec",
+         "kernel", "compute_ms", "total_ms", "TFLOP/s");
   int failed = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     if (quick && !shapes[s].quick)

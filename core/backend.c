@@ -86,6 +86,8 @@ const char *attn_precision_name(attn_precision_t precision) {
   return "unknown";
 }
 
+int attn__cuda_flash_version, attn__cuda_flash_last;
+
 #ifndef ATTN_HAVE_CUDA
 /* A library built without CUDA=1: the backend is absent, and plans never
  * reach attn__cuda_forward (plan.c refuses them). */

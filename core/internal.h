@@ -223,6 +223,12 @@ void attn__attend_avx512(const attn__ctx_t *, int64_t, int64_t, int64_t,
 int attn__cuda_forward(const attn_plan_t *plan, attn_outputs_t *o,
                        void *workspace, attn_error_t *err);
 
+/* The CUDA backend's flash kernel (core/cuda/kernels.h): 0 picks the best
+ * that applies, 1 forces version 1; attn__cuda_flash_last is the version
+ * the last call ran (0 before any). For the tests and the benchmark, which
+ * compare the versions; read and written atomically. In every build. */
+extern int attn__cuda_flash_version, attn__cuda_flash_last;
+
 /* The best ISA this CPU runs. */
 attn_isa_t attn__cpu_isa(void);
 

@@ -12,8 +12,9 @@
  *     and MQA, odd shapes (L = 1, L past a tile, Lq != Lk) and head widths
  *     32, 64, 128 and 256, each with every output asked for, where fp32 must
  *     be within 1e-4 and bf16 within 2e-2 (relative L2, tu_rel_err) of the
- *     reference and of the CPU core; and a Q that overflows float32, which
- *     both backends refuse as ATTN_ENUMERIC naming query.
+ *     reference and of the CPU core, bf16 with each version of the flash
+ *     kernel (checking which one ran); and a Q that overflows float32,
+ *     which both backends refuse as ATTN_ENUMERIC naming query.
  * Where the GPU cases do not run, the suite prints one line "check_cuda:
  * SKIP ..." naming why, and the suite holds only the refusals, so its count
  * shows that they did not run; with ATTND_REQUIRE_CUDA=1 (as
@@ -33,6 +34,11 @@
 #define BF16_TOL 2e-2
 
 static attn_cuda_info_t cuda;
+
+/* core/internal.h's knob and record of the flash kernel's version, so
+ * that each version is checked, and the one meant to run is the one that
+ * ran. */
+extern int attn__cuda_flash_version, attn__cuda_flash_last;
 
 /* A small valid problem: two heads of 8 features, 5 tokens, projections. */
 static void small_case(tu_case_t *c) {
@@ -245,7 +251,11 @@ static void compare(const char *what, const char *prec, double tol,
   }
 }
 
-static void run_gpu_case(int i, attn_precision_t prec, double tol) {
+/* Runs case i with `version` of the flash kernel (0: the best that
+ * applies; core/cuda/kernels.h), and checks which one ran: version 2 takes
+ * bf16 with Dh and Dv multiples of 16. */
+static void run_gpu_case(int i, attn_precision_t prec, double tol,
+                         int version) {
   const gpu_case_t *g = &gpu_cases[i];
   tu_case_t c;
   tu_case_build(&c, &g->s, 1000 + (uint64_t)i);
@@ -254,19 +264,39 @@ static void run_gpu_case(int i, attn_precision_t prec, double tol) {
   tu_run_t cpu, gpu;
   ck_assert_int_eq(tu_run(&cpu, &c.p, NULL), 0);
   attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .precision = prec};
+  attn__cuda_flash_version = version;
   ck_assert_int_eq(tu_run(&gpu, &c.p, &ex), 0);
+  attn__cuda_flash_version = 0;
   ck_assert_int_eq(gpu.plan.backend, ATTN_BACKEND_CUDA);
-  compare(g->name, attn_precision_name(prec), tol, &gpu, &cpu, &ref, &c.p);
+  const int v2 = prec == ATTN_PRECISION_BF16 && version != 1 &&
+                 gpu.plan.Dh % 16 == 0 && gpu.plan.Dv % 16 == 0;
+  ck_assert_msg(attn__cuda_flash_last == (v2 ? 2 : 1),
+                "%s: flash version %d ran, %d expected", g->name,
+                attn__cuda_flash_last, v2 ? 2 : 1);
+  char what[160];
+  snprintf(what, sizeof what, "%s (flash v%d)", g->name,
+           attn__cuda_flash_last);
+  compare(what, attn_precision_name(prec), tol, &gpu, &cpu, &ref, &c.p);
   tu_run_free(&gpu);
   tu_run_free(&cpu);
   ref_result_free(&ref);
   tu_case_free(&c);
 }
 
-START_TEST(test_gpu_fp32) { run_gpu_case(_i, ATTN_PRECISION_FP32, FP32_TOL); }
+START_TEST(test_gpu_fp32) {
+  run_gpu_case(_i, ATTN_PRECISION_FP32, FP32_TOL, 0);
+}
 END_TEST
 
-START_TEST(test_gpu_bf16) { run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL); }
+/* bf16 with the best kernel (version 2 where it applies), and version 1 */
+START_TEST(test_gpu_bf16) {
+  run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL, 0);
+}
+END_TEST
+
+START_TEST(test_gpu_bf16_v1) {
+  run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL, 1);
+}
 END_TEST
 
 /* A Q past float32's range: both backends refuse it naming query. */
@@ -314,9 +344,9 @@ void test_setup(void) {
     return;
   }
   fprintf(stderr,
-          "check_cuda: SKIP: %d GPU cases not run (%d fp32, %d bf16, 1 "
-          "numeric): %s\n",
-          2 * N_GPU_CASES + 1, N_GPU_CASES, N_GPU_CASES, cuda.status);
+          "check_cuda: SKIP: %d GPU cases not run (%d fp32, %d bf16 with "
+          "each flash version, 1 numeric): %s\n",
+          3 * N_GPU_CASES + 1, N_GPU_CASES, 2 * N_GPU_CASES, cuda.status);
   if (req && strcmp(req, "1") == 0) {
     fprintf(stderr, "check_cuda: FAIL: ATTND_REQUIRE_CUDA=1 and the cuda "
                     "backend is unusable\n");
@@ -338,6 +368,7 @@ Suite *test_suite(void) {
     tcase_set_timeout(g, 120);
     tcase_add_loop_test(g, test_gpu_fp32, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16, 0, N_GPU_CASES);
+    tcase_add_loop_test(g, test_gpu_bf16_v1, 0, N_GPU_CASES);
     tcase_add_test(g, test_gpu_numeric);
     suite_add_tcase(s, g);
   }

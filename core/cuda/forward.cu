@@ -7,7 +7,7 @@
  *   stage 1: Q, K, V = x·Wᵀ + b on cuBLAS (fp32: cublasSgemm, pure fp32
  *     arithmetic; bf16: cublasGemmEx with bfloat16 inputs and float32
  *     accumulation), then with bf16 Q, K, V rounded to bfloat16;
- *   stage 2: attention (kernels.h: flash_v1), then the weights, mean
+ *   stage 2: attention (kernels.h: flash), then the weights, mean
  *     weights and head outputs asked for;
  *   stage 3: out = concat·Woᵀ + bo on cuBLAS, the results copied back.
  * Everything runs on the calling thread's default stream
@@ -38,6 +38,7 @@ extern "C" int attn__err(attn_error_t *err, int code, attn_field_t field,
                          const char *fmt, ...);
 extern "C" int attn__cuda_forward(const attn_plan_t *plan, attn_outputs_t *o,
                                   void *workspace, attn_error_t *err);
+extern "C" int attn__cuda_flash_version, attn__cuda_flash_last;
 
 /* ---- the probe ---------------------------------------------------------- */
 
@@ -388,8 +389,12 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   a.wl = pl->window_left, a.wr = pl->window_right;
   a.has_softcap = p->has_softcap;
   a.softcap = p->softcap;
+  int ran = 0;
   if (c.rc == 0 && c.stage_done(&t[1]) &&
-      c.ok(attn_cu::flash_v1(a, c.s), "flash_v1") &&
+      c.ok(attn_cu::flash(a, __atomic_load_n(&attn__cuda_flash_version,
+                                             __ATOMIC_RELAXED),
+                           &ran, c.s),
+           "flash") &&
       c.ok(attn_cu::nonfinite(d.concat, B * Lq * H * Dv, d.flags + 3, c.s),
            "check")) {
     if (d.weights)
@@ -413,6 +418,7 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
       c.ok(attn_cu::nonfinite(d.out, pl->out_elems, d.flags + 4, c.s),
            "check");
   }
+  __atomic_store_n(&attn__cuda_flash_last, ran, __ATOMIC_RELAXED);
   int flags[5] = {0, 0, 0, 0, 0};
   if (c.rc == 0 && c.stage_done(&t[3])) {
     c.down(o->out, d.out, pl->out_elems * 4, "out back");

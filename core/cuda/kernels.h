@@ -45,7 +45,15 @@ struct args {
  * the running max m, sum l and the Dv accumulators (8 per lane) of the
  * online softmax. Only the tiles inside the block's key range (causal,
  * key lengths, window) are visited. Writes concat and lse. */
-cudaError_t flash_v1(const args &a, cudaStream_t s);
+/* Version 2: bf16 Q, K, V with Dh and Dv multiples of 16, on tensor cores
+ * (WMMA 16×16×16, float accumulators): 4 warps, 16 query rows each, key
+ * tiles of 64; S and the output accumulators in shared memory (see
+ * attention.cu). Writes concat and lse, as version 1 does.
+ *
+ * flash() runs version 2 where it applies, else version 1; `version` 1
+ * forces version 1 (the tests and the benchmark compare them). *ran says
+ * which ran. */
+cudaError_t flash(const args &a, int version, int *ran, cudaStream_t s);
 
 /* The dense weights [B, H, Lq, Lk] = exp(s − lse), recomputing each score
  * (one block per query row); dead rows and masked keys are 0. */

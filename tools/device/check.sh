@@ -80,6 +80,8 @@ fi
 
 step "benchmark: attnd, CUDA backend"
 with_libs timeout 300 "$bundle/bin/attn-cuda-bench" --csv "$out/attnd.csv"
+echo "-- the same, small shapes, flash version 1 throughout (to compare):"
+with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --quick --kernel 1 --reps 3
 
 step "benchmark: torch SDPA"
 PYTHONUNBUFFERED=1 timeout 200 python3 tools/device/torch_sdpa.py --csv "$out/torch.csv"

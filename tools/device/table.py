@@ -18,9 +18,9 @@ def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     ours, theirs = load(sys.argv[1]), load(sys.argv[2])
-    print("| L, E, H | precision | attnd compute ms | attnd total ms "
+    print("| L, E, H | precision | kernel | attnd compute ms | attnd total ms "
           "| torch SDPA ms | ratio | TFLOP/s (attnd) |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     worst = None
     for key, r in ours.items():
         L, E, H, prec = key
@@ -30,10 +30,10 @@ def main():
         ratio = float(t["torch_ms"]) / c if t else None
         if ratio is not None:
             worst = ratio if worst is None else min(worst, ratio)
-        print(f"| {L}, {E}, {H} | {prec} | {c:.3f} | {float(r['total_ms']):.3f} "
+        head = f"| {L}, {E}, {H} | {prec} | v{r['kernel']} | {c:.3f} | "
+        print(head + f"{float(r['total_ms']):.3f} "
               f"| {float(t['torch_ms']):.3f} | {ratio:.2f} "
-              if t else f"| {L}, {E}, {H} | {prec} | {c:.3f} | "
-              f"{float(r['total_ms']):.3f} | — | — ", end="")
+              if t else head + f"{float(r['total_ms']):.3f} | — | — ", end="")
         print(f"| {flops / (c * 1e-3) / 1e12:.1f} |")
     if worst is not None:
         print(f"\nworst ratio {worst:.2f} (goal: 0.7 or more on every row)")
