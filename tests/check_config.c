@@ -424,11 +424,11 @@ START_TEST(test_backend_keys) {
   char *envp[] = {NULL};
   char *def[] = {"attnd", NULL};
   ck_assert_msg(load(&c, def, envp, msg, sizeof msg) == 0, "%s", msg);
-  ck_assert_str_eq(c.backend, "auto");
-  ck_assert_str_eq(c.precision, "fp32");
-  char *cpu[] = {"attnd", "--backend", "cpu", "--precision", "bf16", NULL};
-  ck_assert_msg(load(&c, cpu, envp, msg, sizeof msg) == 0, "%s", msg);
   ck_assert_str_eq(c.backend, "cpu");
+  ck_assert_str_eq(c.precision, "fp32");
+  char *cpu[] = {"attnd", "--backend", "auto", "--precision", "bf16", NULL};
+  ck_assert_msg(load(&c, cpu, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_str_eq(c.backend, "auto");
   ck_assert_str_eq(c.precision, "bf16");
   char *gpu[] = {"attnd", "--backend", "gpu", NULL};
   ck_assert_int_ne(load(&c, gpu, envp, msg, sizeof msg), 0);

@@ -1202,7 +1202,7 @@ START_TEST(test_backend_choice) {
                     json_array_size(avail) == (ci.usable ? 2u : 1u),
                 "backend.available: %s", r.body);
   ck_assert_str_eq(json_string_value(json_array_get(avail, 0)), "cpu");
-  ck_assert_str_eq(json_string_value(json_object_get(b, "default")), "auto");
+  ck_assert_str_eq(json_string_value(json_object_get(b, "default")), "cpu");
   const json_t *cu = json_object_get(b, "cuda");
   ck_assert_int_eq(json_is_true(json_object_get(cu, "built")), ci.built);
   ck_assert_int_eq(json_is_true(json_object_get(cu, "usable")), ci.usable);
