@@ -90,9 +90,7 @@ void attn__scratch_plan(const attn_plan_t *pl, attn__scratch_t *sc) {
   sc->stage1 = 4 * (half < ATTN__ROPE_CHUNK ? half : ATTN__ROPE_CHUNK);
 }
 
-/* Element strides of a tensor broadcast to [B, H, Lq, Lk]; 0 where it is
- * broadcast. */
-static void broadcast_strides(const attn_tensor_t *t, int64_t st[4]) {
+void attn__broadcast_strides(const attn_tensor_t *t, int64_t st[4]) {
   int64_t s = 1;
   for (int i = 3; i >= 0; i--) {
     int k = t->rank - 4 + i;
@@ -868,11 +866,11 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   c->key_lengths = p->key_lengths.rank ? p->key_lengths.data : NULL;
   if (p->allow.rank) {
     c->allow = p->allow.data;
-    broadcast_strides(&p->allow, c->allow_st);
+    attn__broadcast_strides(&p->allow, c->allow_st);
   }
   if (p->bias.rank) {
     c->bias = p->bias.data;
-    broadcast_strides(&p->bias, c->bias_st);
+    attn__broadcast_strides(&p->bias, c->bias_st);
   }
   c->has_softcap = p->has_softcap;
   c->softcap = p->softcap;

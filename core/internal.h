@@ -218,6 +218,10 @@ void attn__attend_avx2(const attn__ctx_t *, int64_t, int64_t, int64_t, float *);
 void attn__attend_avx512(const attn__ctx_t *, int64_t, int64_t, int64_t,
                          float *);
 
+/* Element strides of a tensor broadcast to [B, H, Lq, Lk]; 0 where it is
+ * broadcast (the allow mask, the bias). */
+void attn__broadcast_strides(const attn_tensor_t *t, int64_t st[4]);
+
 /* The CUDA backend's forward call (core/cuda/forward.cu), for a plan whose
  * backend is CUDA and whose outputs attn_forward has checked. */
 int attn__cuda_forward(const attn_plan_t *plan, attn_outputs_t *o,

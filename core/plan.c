@@ -671,16 +671,12 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
     attn_field_t field;
     const char *what;
   } lacks[] = {
-      {ATTN_FIELD_ALLOW, "an allow mask"},
-      {ATTN_FIELD_BIAS, "a score bias"},
       {ATTN_FIELD_ROPE, "rotary position embeddings"},
       {ATTN_FIELD_Q_NORM, "q_norm"},
       {ATTN_FIELD_K_NORM, "k_norm"},
       {ATTN_FIELD_KV, "a key/value cache"},
   };
-  const int has[] = {present(&p->allow),
-                     present(&p->bias),
-                     p->rope.style != ATTN_ROPE_NONE,
+  const int has[] = {p->rope.style != ATTN_ROPE_NONE,
                      present(&p->q_norm),
                      present(&p->k_norm),
                      p->kv != NULL};

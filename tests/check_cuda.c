@@ -4,17 +4,18 @@
  * Two kinds of case:
  *   - refusals, which run in every build: a plan for backend cuda where it
  *     cannot run fails with ATTN_ENOTSUP naming "backend" and why; in a
- *     CUDA=1 build each option the backend lacks is refused by its own
- *     name (on a host with or without a GPU); bf16 on the cpu backend is
- *     refused naming "precision";
+ *     CUDA=1 build each option the backend lacks (rope, q_norm, k_norm) is
+ *     refused by its own name (on a host with or without a GPU); bf16 on
+ *     the cpu backend is refused naming "precision";
  *   - the GPU cases, added only where attn_cuda_info says the backend is
  *     usable (a CUDA=1 build on an sm_90 device): a table of masks, GQA
  *     and MQA, odd shapes (L = 1, L past a tile, Lq != Lk) and head widths
  *     32, 64, 128 and 256, each with every output asked for, where fp32 must
  *     be within 1e-4 and bf16 within 2e-2 (relative L2, tu_rel_err) of the
  *     reference and of the CPU core, bf16 with each version of the flash
- *     kernel (checking which one ran); and a Q that overflows float32,
- *     which both backends refuse as ATTN_ENUMERIC naming query.
+ *     kernel (checking which one ran); and a Q that overflows float32 and
+ *     a bias of +inf, which both backends refuse as ATTN_ENUMERIC naming
+ *     query and bias.
  * Where the GPU cases do not run, the suite prints one line "check_cuda:
  * SKIP ..." naming why, and the suite holds only the refusals, so its count
  * shows that they did not run; with ATTND_REQUIRE_CUDA=1 (as
@@ -101,21 +102,17 @@ END_TEST
 START_TEST(test_lacking_options_refused) {
   static const struct {
     const char *field;
-  } want[] = {{"allow"}, {"bias"}, {"rope"}, {"q_norm"}, {"k_norm"}};
-  for (int k = 0; k < 5; k++) {
+  } want[] = {{"rope"}, {"q_norm"}, {"k_norm"}};
+  for (int k = 0; k < 3; k++) {
     tu_case_t c;
     tu_spec_t s = {.Lq = 5, .H = 2, .Dh = 8, .proj = TU_ALLPROJ};
-    if (k == 0)
-      s.allow_rank = 2;
-    if (k == 1)
-      s.bias_rank = 2;
     tu_case_build(&c, &s, 11);
     float norm[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-    if (k == 2)
+    if (k == 0)
       c.p.rope = (attn_rope_t){.style = ATTN_ROPE_HALF, .theta = 10000};
-    if (k == 3)
+    if (k == 1)
       c.p.q_norm = tu_t1(norm, 8);
-    if (k == 4)
+    if (k == 2)
       c.p.k_norm = tu_t1(norm, 8);
     attn_plan_t plan;
     attn_error_t err;
@@ -195,6 +192,20 @@ static const gpu_case_t gpu_cases[] = {
       .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
     {"alibi slopes",
      {.Lq = 40, .H = 4, .Dh = 16, .proj = P, .alibi = ATTN_ALIBI_SLOPES}},
+    {"allow [Lq, Lk]",
+     {.Lq = 40, .H = 2, .Dh = 32, .proj = P, .allow_rank = 2}},
+    {"allow [B, H, Lq, Lk], causal",
+     {.B = 2, .batched = 1, .Lq = 33, .H = 2, .Dh = 32, .proj = P,
+      .allow_rank = 4, .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+    {"allow broadcast over heads and queries, cross",
+     {.B = 2, .batched = 1, .Lq = 20, .Lk = 50, .cross = 1, .H = 4, .Dh = 16,
+      .proj = P, .allow_rank = 4, .allow_ones = TU_1H | TU_1Q}},
+    {"bias [H, Lq, Lk]",
+     {.Lq = 40, .H = 4, .Dh = 32, .proj = P, .bias_rank = 3}},
+    {"bias and a sparse allow, softcap, ALiBi, GQA",
+     {.B = 2, .batched = 1, .Lq = 70, .H = 4, .Hkv = 2, .Dh = 64, .proj = P,
+      .bias_rank = 4, .bias_ones = TU_1B, .allow_rank = 3, .allow_p = 0.3,
+      .has_softcap = 1, .softcap = 4.0f, .alibi = ATTN_ALIBI_DEFAULT}},
     {"GQA 8/2", {.Lq = 50, .H = 8, .Hkv = 2, .Dh = 32, .proj = P}},
     {"MQA 4/1",
      {.Lq = 50, .H = 4, .Hkv = 1, .Dh = 64, .proj = P,
@@ -299,6 +310,39 @@ START_TEST(test_gpu_bf16_v1) {
 }
 END_TEST
 
+/* Runs p on the cpu, then on cuda, and asserts each fails with
+ * ATTN_ENUMERIC naming `field`. */
+static void both_refuse(const attn_params_t *p, const char *field) {
+  for (int b = 0; b < 2; b++) {
+    attn_exec_t ex = {.backend = b ? ATTN_BACKEND_CUDA : ATTN_BACKEND_CPU};
+    attn_plan_t plan;
+    attn_error_t err;
+    ck_assert_int_eq(attn_plan_init(&plan, p, &ex, &err), 0);
+    void *ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64 + 64);
+    float *out = malloc((size_t)plan.out_elems * sizeof *out);
+    attn_outputs_t o = {.out = out};
+    int rc = attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
+    ck_assert_msg(rc == ATTN_ENUMERIC && strcmp(err.field, field) == 0,
+                  "%s: %d %s (field '%s', expected '%s'): %s",
+                  b ? "cuda" : "cpu", rc, attn_errname(rc), err.field, field,
+                  err.message);
+    free(out);
+    free(ws);
+  }
+}
+
+/* A bias of +inf: both backends refuse it naming bias (-inf is a mask,
+ * which the table's cases cover through allow). */
+START_TEST(test_gpu_numeric_bias) {
+  tu_case_t c;
+  tu_spec_t s = {.Lq = 6, .H = 2, .Dh = 8, .proj = TU_ALLPROJ, .bias_rank = 2};
+  tu_case_build(&c, &s, 9);
+  c.bias[7] = INFINITY;
+  both_refuse(&c.p, "bias");
+  tu_case_free(&c);
+}
+END_TEST
+
 /* A Q past float32's range: both backends refuse it naming query. */
 START_TEST(test_gpu_numeric) {
   tu_case_t c;
@@ -308,20 +352,7 @@ START_TEST(test_gpu_numeric) {
     c.query[e] = 3e38f;
   for (int64_t e = 0; e < 8 * 8; e++)
     c.qw[e] = 1.0f; /* each Q element 8 · 3e38 */
-  for (int b = 0; b < 2; b++) {
-    attn_exec_t ex = {.backend = b ? ATTN_BACKEND_CUDA : ATTN_BACKEND_CPU};
-    attn_plan_t plan;
-    attn_error_t err;
-    ck_assert_int_eq(attn_plan_init(&plan, &c.p, &ex, &err), 0);
-    void *ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64 + 64);
-    float out[4 * 8];
-    attn_outputs_t o = {.out = out};
-    int rc = attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
-    ck_assert_msg(rc == ATTN_ENUMERIC && strcmp(err.field, "query") == 0,
-                  "%s: %d %s (field '%s'): %s", b ? "cuda" : "cpu", rc,
-                  attn_errname(rc), err.field, err.message);
-    free(ws);
-  }
+  both_refuse(&c.p, "query");
   tu_case_free(&c);
 }
 END_TEST
@@ -345,8 +376,8 @@ void test_setup(void) {
   }
   fprintf(stderr,
           "check_cuda: SKIP: %d GPU cases not run (%d fp32, %d bf16 with "
-          "each flash version, 1 numeric): %s\n",
-          3 * N_GPU_CASES + 1, N_GPU_CASES, 2 * N_GPU_CASES, cuda.status);
+          "each flash version, 2 numeric): %s\n",
+          3 * N_GPU_CASES + 2, N_GPU_CASES, 2 * N_GPU_CASES, cuda.status);
   if (req && strcmp(req, "1") == 0) {
     fprintf(stderr, "check_cuda: FAIL: ATTND_REQUIRE_CUDA=1 and the cuda "
                     "backend is unusable\n");
@@ -370,6 +401,7 @@ Suite *test_suite(void) {
     tcase_add_loop_test(g, test_gpu_bf16, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16_v1, 0, N_GPU_CASES);
     tcase_add_test(g, test_gpu_numeric);
+    tcase_add_test(g, test_gpu_numeric_bias);
     suite_add_tcase(s, g);
   }
   return s;

@@ -40,10 +40,10 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-/* Whether query i of item b may attend key j: key lengths, causal (both
- * alignments), window. off = Lk − Lq. */
-__device__ __forceinline__ bool allowed(const args &a, int64_t b, int64_t i,
-                                        int64_t j) {
+/* Whether query i of item b, head h, may attend key j: key lengths,
+ * causal (both alignments), window, the allow mask. off = Lk − Lq. */
+__device__ __forceinline__ bool allowed(const args &a, int64_t b, int64_t h,
+                                        int64_t i, int64_t j) {
   const int64_t off = a.Lk - a.Lq;
   if (a.key_lengths && j >= a.key_lengths[b])
     return false;
@@ -55,15 +55,22 @@ __device__ __forceinline__ bool allowed(const args &a, int64_t b, int64_t i,
     return false;
   if (a.wr >= 0 && j > i + off + a.wr)
     return false;
+  if (a.allow && !a.allow[b * a.allow_st[0] + h * a.allow_st[1] +
+                          i * a.allow_st[2] + j * a.allow_st[3]])
+    return false;
   return true;
 }
 
-/* The score of q·k = dot, in attn.h's order: scale, softcap, ALiBi. */
-__device__ __forceinline__ float score(const args &a, int64_t h, int64_t i,
-                                       int64_t j, float dot) {
+/* The score of q·k = dot, in attn.h's order: scale, softcap, bias,
+ * ALiBi. */
+__device__ __forceinline__ float score(const args &a, int64_t b, int64_t h,
+                                       int64_t i, int64_t j, float dot) {
   float s = a.scale * dot;
   if (a.has_softcap)
     s = a.softcap * tanhf(s / a.softcap);
+  if (a.bias)
+    s += a.bias[b * a.bias_st[0] + h * a.bias_st[1] + i * a.bias_st[2] +
+                j * a.bias_st[3]];
   if (a.slopes) {
     int64_t d = i + (a.Lk - a.Lq) - j;
     s -= a.slopes[h] * (float)(d < 0 ? -d : d);
@@ -150,13 +157,13 @@ __global__ void __launch_bounds__(kWarps * 32) flash_v1_kernel(args a) {
     /* pass 2: lane j scores key t0 + j */
     const int64_t j = t0 + lane;
     float s = -INFINITY;
-    if (j < hi && allowed(a, b, i, j)) {
+    if (j < hi && allowed(a, b, h, i, j)) {
       const float *kr = ks + lane * ldk;
       float dot = 0.f;
 #pragma unroll 4
       for (int64_t d = 0; d < Dh; d++)
         dot += qs[d] * kr[d];
-      s = score(a, h, i, j, dot);
+      s = score(a, b, h, i, j, dot);
     }
     /* pass 3: the online softmax's update of m and l */
     const float m_new = fmaxf(m, warp_max(s));
@@ -318,8 +325,8 @@ __global__ void __launch_bounds__(kV2Warps * 32) flash_v2_kernel(args a) {
     for (int c = c0; c < c0 + 32; c++) {
       const int64_t j = t0 + c;
       float s = -INFINITY;
-      if (i < a.Lq && j < hi && allowed(a, b, i, j))
-        s = score(a, h, i, j, srow[c]);
+      if (i < a.Lq && j < hi && allowed(a, b, h, i, j))
+        s = score(a, b, h, i, j, srow[c]);
       srow[c] = s;
       tmax = fmaxf(tmax, s);
     }
@@ -405,12 +412,12 @@ __global__ void __launch_bounds__(256) weights_kernel(args a, float *w) {
   float *wr = w + ((b * a.H + h) * a.Lq + i) * a.Lk;
   for (int64_t j = threadIdx.x; j < a.Lk; j += blockDim.x) {
     float x = 0.f;
-    if (lse != -INFINITY && allowed(a, b, i, j)) {
+    if (lse != -INFINITY && allowed(a, b, h, i, j)) {
       const T *kr = k + ((b * a.Lk + j) * a.Hkv + g) * a.Dh;
       float dot = 0.f;
       for (int64_t d = 0; d < a.Dh; d++)
         dot += qrow[d] * load(kr + d);
-      x = expf(score(a, h, i, j, dot) - lse);
+      x = expf(score(a, b, h, i, j, dot) - lse);
     }
     wr[j] = x;
   }
@@ -451,10 +458,11 @@ __global__ void bf16_kernel(const float *src, __nv_bfloat16 *dst, int64_t n) {
     dst[e] = __float2bfloat16_rn(src[e]);
 }
 
-__global__ void nonfinite_kernel(const float *x, int64_t n, int *flag) {
+__global__ void nonfinite_kernel(const float *x, int64_t n, int skip_neg_inf,
+                                 int *flag) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
        e += (int64_t)gridDim.x * blockDim.x)
-    if (!isfinite(x[e]))
+    if (!isfinite(x[e]) && !(skip_neg_inf && x[e] == -INFINITY))
       *flag = 1;
 }
 
@@ -514,8 +522,9 @@ cudaError_t to_bf16(const float *src, void *dst, int64_t n, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-cudaError_t nonfinite(const float *x, int64_t n, int *flag, cudaStream_t s) {
-  nonfinite_kernel<<<blocks_for(n), 256, 0, s>>>(x, n, flag);
+cudaError_t nonfinite(const float *x, int64_t n, int skip_neg_inf, int *flag,
+                      cudaStream_t s) {
+  nonfinite_kernel<<<blocks_for(n), 256, 0, s>>>(x, n, skip_neg_inf, flag);
   return cudaGetLastError();
 }
 

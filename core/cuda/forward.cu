@@ -3,7 +3,8 @@
  * One call, for a plan that attn_plan_init accepted with backend CUDA
  * (plan.c has refused every option this backend lacks):
  *   stage 0: one device allocation from CUDA's stream-ordered pool; the
- *     inputs, weights, biases, key lengths and ALiBi slopes copied in;
+ *     inputs, weights, biases, key lengths, allow mask, score bias and
+ *     ALiBi slopes copied in;
  *   stage 1: Q, K, V = x·Wᵀ + b on cuBLAS (fp32: cublasSgemm, pure fp32
  *     arithmetic; bf16: cublasGemmEx with bfloat16 inputs and float32
  *     accumulation), then with bf16 Q, K, V rounded to bfloat16;
@@ -39,6 +40,7 @@ extern "C" int attn__err(attn_error_t *err, int code, attn_field_t field,
 extern "C" int attn__cuda_forward(const attn_plan_t *plan, attn_outputs_t *o,
                                   void *workspace, attn_error_t *err);
 extern "C" int attn__cuda_flash_version, attn__cuda_flash_last;
+extern "C" void attn__broadcast_strides(const attn_tensor_t *t, int64_t st[4]);
 
 /* ---- the probe ---------------------------------------------------------- */
 
@@ -117,6 +119,11 @@ struct arena {
   float *floats(int64_t n) { return (float *)take((size_t)n * 4); }
 };
 
+/* The checks of a call's results, in the order attn.h's ATTN_ENUMERIC
+ * reports them: Q, K, V; a bias of +inf or NaN (scores); the heads'
+ * outputs; out. */
+enum { F_Q, F_K, F_V, F_BIAS, F_CONCAT, F_OUT, N_FLAGS };
+
 /* What the call's stages read and write on the device. */
 struct bufs {
   float *query, *key, *value;        /* the inputs (key, value may alias) */
@@ -129,7 +136,9 @@ struct bufs {
   float *lse, *weights, *mean, *heads;
   int64_t *key_lengths;
   float *slopes;
-  int *flags; /* [5]: Q, K, V, concat, out not finite */
+  uint8_t *allow;    /* the allow mask, as given */
+  float *score_bias; /* the bias, as given */
+  int *flags; /* [N_FLAGS]: what was found not finite, in stage order */
 };
 
 const float *tensor_data(const attn_tensor_t *t) {
@@ -198,7 +207,11 @@ void lay_out(const attn_plan_t *pl, arena *ar, bufs *d) {
     d->key_lengths = (int64_t *)ar->take((size_t)B * 8);
   if (p->alibi != ATTN_ALIBI_NONE)
     d->slopes = ar->floats(H);
-  d->flags = (int *)ar->take(5 * sizeof(int));
+  if (p->allow.rank)
+    d->allow = (uint8_t *)ar->take((size_t)elems(&p->allow));
+  if (p->bias.rank)
+    d->score_bias = ar->floats(elems(&p->bias));
+  d->flags = (int *)ar->take(N_FLAGS * sizeof(int));
 }
 
 thread_local cublasHandle_t handle = nullptr;
@@ -345,6 +358,10 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   }
   if (d.key_lengths)
     c.up(d.key_lengths, p->key_lengths.data, B * 8, "key_lengths in");
+  if (d.allow)
+    c.up(d.allow, p->allow.data, elems(&p->allow), "allow in");
+  if (d.score_bias)
+    c.up(d.score_bias, p->bias.data, elems(&p->bias) * 4, "bias in");
   if (d.slopes) {
     float *host = static_cast<float *>(workspace);
     if (p->alibi == ATTN_ALIBI_SLOPES)
@@ -353,7 +370,12 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
       attn_alibi_default_slopes(H, host);
     c.up(d.slopes, host, H * 4, "alibi slopes in");
   }
-  c.ok(cudaMemsetAsync(d.flags, 0, 5 * sizeof(int), c.s), "cudaMemsetAsync");
+  c.ok(cudaMemsetAsync(d.flags, 0, N_FLAGS * sizeof(int), c.s),
+       "cudaMemsetAsync");
+  if (d.score_bias) /* -inf is a mask; +inf and NaN are refused */
+    c.ok(attn_cu::nonfinite(d.score_bias, elems(&p->bias), 1, d.flags + F_BIAS,
+                            c.s),
+         "check");
 
   /* stage 1: projections */
   if (c.rc == 0 && c.stage_done(&t[0]) &&
@@ -363,9 +385,12 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
                 d.k) &&
       c.project(B * Lk, pl->Ev, Hkv * Dv, d.value, d.value16, d.vw, d.vw16,
                 d.vb, d.v)) {
-    c.ok(attn_cu::nonfinite(d.q, B * Lq * H * Dh, d.flags + 0, c.s), "check");
-    c.ok(attn_cu::nonfinite(d.k, B * Lk * Hkv * Dh, d.flags + 1, c.s), "check");
-    c.ok(attn_cu::nonfinite(d.v, B * Lk * Hkv * Dv, d.flags + 2, c.s), "check");
+    c.ok(attn_cu::nonfinite(d.q, B * Lq * H * Dh, 0, d.flags + F_Q, c.s),
+         "check");
+    c.ok(attn_cu::nonfinite(d.k, B * Lk * Hkv * Dh, 0, d.flags + F_K, c.s),
+         "check");
+    c.ok(attn_cu::nonfinite(d.v, B * Lk * Hkv * Dv, 0, d.flags + F_V, c.s),
+         "check");
     if (bf) {
       c.ok(attn_cu::to_bf16(d.q, d.q16, B * Lq * H * Dh, c.s), "to_bf16");
       c.ok(attn_cu::to_bf16(d.k, d.k16, B * Lk * Hkv * Dh, c.s), "to_bf16");
@@ -383,6 +408,12 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   a.lse = d.lse;
   a.key_lengths = d.key_lengths;
   a.slopes = d.slopes;
+  a.allow = d.allow;
+  if (d.allow)
+    attn__broadcast_strides(&p->allow, a.allow_st);
+  a.bias = d.score_bias;
+  if (d.score_bias)
+    attn__broadcast_strides(&p->bias, a.bias_st);
   a.B = B, a.Lq = Lq, a.Lk = Lk, a.H = H, a.Hkv = Hkv, a.Dh = Dh, a.Dv = Dv;
   a.scale = pl->scale;
   a.causal = (int)p->causal;
@@ -395,7 +426,8 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
                                              __ATOMIC_RELAXED),
                            &ran, c.s),
            "flash") &&
-      c.ok(attn_cu::nonfinite(d.concat, B * Lq * H * Dv, d.flags + 3, c.s),
+      c.ok(attn_cu::nonfinite(d.concat, B * Lq * H * Dv, 0, d.flags + F_CONCAT,
+                              c.s),
            "check")) {
     if (d.weights)
       c.ok(attn_cu::weights(a, d.weights, c.s), "weights");
@@ -415,11 +447,11 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
     if (c.rc == 0 &&
         c.project(B * Lq, H * Dv, pl->Eo, d.concat, d.concat16, d.ow, d.ow16,
                   d.ob, d.out))
-      c.ok(attn_cu::nonfinite(d.out, pl->out_elems, d.flags + 4, c.s),
+      c.ok(attn_cu::nonfinite(d.out, pl->out_elems, 0, d.flags + F_OUT, c.s),
            "check");
   }
   __atomic_store_n(&attn__cuda_flash_last, ran, __ATOMIC_RELAXED);
-  int flags[5] = {0, 0, 0, 0, 0};
+  int flags[N_FLAGS] = {0};
   if (c.rc == 0 && c.stage_done(&t[3])) {
     c.down(o->out, d.out, pl->out_elems * 4, "out back");
     if (p->want_weights)
@@ -446,17 +478,18 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   static const struct {
     attn_field_t field;
     const char *what;
-  } stage[5] = {
+  } stage[N_FLAGS] = {
       {ATTN_FIELD_QUERY, "projection: Q"},
       {ATTN_FIELD_KEY, "projection: K"},
       {ATTN_FIELD_VALUE, "projection: V"},
+      {ATTN_FIELD_BIAS, "scores: a bias of +inf or NaN"},
       {ATTN_FIELD_VALUE, "output: a head's output (scores or P·V)"},
       {ATTN_FIELD_O_WEIGHT, "output projection: out"},
   };
-  for (int x = 0; x < 5; x++)
+  for (int x = 0; x < N_FLAGS; x++)
     if (flags[x]) {
       attn_field_t f = stage[x].field;
-      if (x == 4 && !p->o_weight.rank)
+      if (x == F_OUT && !p->o_weight.rank)
         f = ATTN_FIELD_O_BIAS;
       return attn__err(err, ATTN_ENUMERIC, f,
                        "%s does not fit float32 on the cuda backend (which "

@@ -10,9 +10,9 @@
  *                              where every key is masked (a dead row)
  *   weights [B, H, Lq, Lk]     float
  * Query head h reads kv head h / (H / Hkv). Scores follow attn.h: s =
- * scale·q·k, then softcap, then ALiBi; a key is attended iff the causal
- * mask, the key lengths and the window all allow it. A dead row's output
- * and weights are 0. Every launcher enqueues on `s` and returns the launch's
+ * scale·q·k, then softcap, then the bias, then ALiBi; a key is attended iff
+ * the causal mask, the key lengths, the window and the allow mask all allow
+ * it (a bias of -inf masks it too). A dead row's output and weights are 0. Every launcher enqueues on `s` and returns the launch's
  * error (cudaGetLastError), never synchronising. */
 #ifndef ATTN_CUDA_KERNELS_H
 #define ATTN_CUDA_KERNELS_H
@@ -30,6 +30,10 @@ struct args {
   float *lse;
   const int64_t *key_lengths; /* [B] or nullptr */
   const float *slopes;        /* [H] ALiBi slopes or nullptr */
+  const uint8_t *allow;       /* the allow mask or nullptr, and */
+  int64_t allow_st[4];        /* its element strides over [B, H, Lq, Lk] */
+  const float *bias;          /* the score bias or nullptr, and */
+  int64_t bias_st[4];         /* its strides (0 where broadcast) */
   int64_t B, Lq, Lk, H, Hkv, Dh, Dv;
   float scale;
   int causal;     /* attn_causal_t */
@@ -74,8 +78,10 @@ cudaError_t add_bias(float *x, const float *bias, int64_t rows, int64_t cols,
 /* dst[i] = bfloat16(src[i]), rounded to nearest even. */
 cudaError_t to_bf16(const float *src, void *dst, int64_t n, cudaStream_t s);
 
-/* *flag = 1 if some x[i] is infinite or NaN (flag is otherwise left). */
-cudaError_t nonfinite(const float *x, int64_t n, int *flag, cudaStream_t s);
+/* *flag = 1 if some x[i] is infinite or NaN (flag is otherwise left);
+ * with skip_neg_inf, -inf is not counted (a bias of -inf is a mask). */
+cudaError_t nonfinite(const float *x, int64_t n, int skip_neg_inf, int *flag,
+                      cudaStream_t s);
 
 } // namespace attn_cu
 
