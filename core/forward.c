@@ -54,8 +54,13 @@ void attn_alibi_default_slopes(int64_t H, float *slopes) {
 
 /* Attention units of a call: a block of query rows of one head, or of all
  * heads when their mean weights are asked for. */
+static int64_t heads_per_unit(const attn_plan_t *pl) {
+  const attn_params_t *p = pl->params;
+  return p->want_mean_weights || (pl->reduce && p->reduce.mean_heads) ? pl->H
+                                                                      : 1;
+}
 static int64_t units(const attn_plan_t *pl) {
-  int64_t hpu = pl->params->want_mean_weights ? pl->H : 1;
+  int64_t hpu = heads_per_unit(pl);
   return pl->B * (pl->H / hpu) * ((pl->Lq + ATTN__BR - 1) / ATTN__BR);
 }
 
@@ -74,7 +79,8 @@ void attn__scratch_plan(const attn_plan_t *pl, attn__scratch_t *sc) {
   const int64_t Dvp = attn__round_up(pl->Dv, ATTN__VPAD);
   int64_t at = 0;
   sc->rows = rows;
-  sc->lds = (p->want_weights || p->want_mean_weights) ? Lkp : ATTN__BC;
+  sc->lds =
+      (p->want_weights || p->want_mean_weights || pl->reduce) ? Lkp : ATTN__BC;
   sc->s = part(&at, rows * sc->lds);
   sc->o = part(&at, rows * Dvp);
   sc->q = part(&at, rows > 1 ? rows * pl->Dh : 0);
@@ -83,6 +89,8 @@ void attn__scratch_plan(const attn_plan_t *pl, attn__scratch_t *sc) {
   sc->lo = part(&at, 2 * rows);
   sc->hi = part(&at, 2 * rows);
   sc->acc = part(&at, 2 * Dvp);
+  sc->mw = part(&at, pl->reduce && p->reduce.mean_heads ? rows * sc->lds : 0);
+  sc->tk = part(&at, pl->reduce ? 2 * p->reduce.top_k : 0);
   sc->floats = at;
   int64_t n = units(pl);
   sc->slots = pl->threads < n ? pl->threads : n;
@@ -112,6 +120,7 @@ typedef struct fwd {
   attn__ctx_t ctx;
   const float *query, *key, *value;
   float *q, *kt, *v, *out;
+  float *out_pooled; /* attn_outputs_t's pooled */
   float *knew, *vnew;  /* with a kv cache: the new rows of K and V */
   float *stage1, *att; /* the threads' scratch (attn__scratch_t) */
   int64_t stage1_stride, att_stride;
@@ -122,7 +131,8 @@ typedef struct fwd {
   int64_t n_q, n_k, n_units, n_out; /* V has as many tasks as K */
   int64_t n_layout;                 /* Q, K, V and bias tasks */
   int64_t n_bias;                   /* magnitude tasks of bias */
-  int64_t next[4];                  /* per stage, the next task to take */
+  int64_t n_pool;                   /* pooled rows (attn_reduce_t) */
+  int64_t next[5];                  /* per stage, the next task to take */
   attn__attend_fn attend;
   attn__absmax_fn absmax;
   attn__dots_fn dots;
@@ -597,6 +607,39 @@ static void attend_task(fwd_t *f, int64_t u, int id) {
   f->attend(c, rest / hu, (rest % hu) * c->heads_per_unit, qb, scratch);
 }
 
+/* Pooled row t of the flattened [B, H', nq]: the sum (or max) of the
+ * partials of the units its query rows lie in, in the units' order, so
+ * that the result does not depend on the threads; a mean then divides by
+ * the cells the block has. */
+static void pool_task(fwd_t *f, int64_t t, int id) {
+  (void)id;
+  const attn_plan_t *pl = f->pl;
+  const attn__ctx_t *c = &f->ctx;
+  const attn_reduce_t *r = c->red;
+  const int64_t nk = pl->pool_nk, pq = r->pool_q, pk = r->pool_k;
+  const int64_t qp = t % pl->pool_nq, bh = t / pl->pool_nq;
+  const int64_t a = pl->q0 + qp * pq;
+  const int64_t e = a + pq < pl->q1 ? a + pq : pl->q1;
+  const int64_t qb0 = a / ATTN__BR, qb1 = (e - 1) / ATTN__BR;
+  float *y = f->out_pooled + t * nk;
+  for (int64_t k = 0; k < nk; k++) {
+    double v = 0;
+    for (int64_t qb = qb0; qb <= qb1; qb++) {
+      double x = c->pool_part[((bh * c->n_qblocks + qb) * c->pool_t + qp -
+                               attn__pool_first(qb, pl->q0, pq)) *
+                                  nk +
+                              k];
+      v = r->pool_reduce == ATTN_POOL_MAX ? (x > v ? x : v) : v + x;
+    }
+    if (r->pool_reduce == ATTN_POOL_MEAN) {
+      int64_t k1 = pl->k0 + (k + 1) * pk;
+      k1 = k1 < pl->k1 ? k1 : pl->k1;
+      v /= (double)(e - a) * (double)(k1 - pl->k0 - k * pk);
+    }
+    y[k] = (float)v;
+  }
+}
+
 /* Output task t: rows [r0, r1) of the flattened [B·Lq] output. */
 static void output_task(fwd_t *f, int64_t t, int id) {
   (void)id;
@@ -759,6 +802,7 @@ static float *carve(char *base, int64_t *at, int64_t n) {
  * attn_forward both read it from here. */
 typedef struct parts {
   float *q, *knew, *vnew, *kt, *v, *concat, *slopes, *freq, *stage1, *att;
+  float *pool; /* the units' pooled partials (attn__ctx_t), doubles */
 } parts_t;
 
 static size_t lay_out(const attn_plan_t *pl, const attn__scratch_t *sc,
@@ -786,6 +830,10 @@ static size_t lay_out(const attn_plan_t *pl, const attn__scratch_t *sc,
   w->att = carve(base, &at, 0);
   for (int64_t t = 0; t < sc->slots; t++)
     carve(base, &at, sc->floats);
+  if (pl->pooled_elems) /* B·H'·n_qblocks·pool_t·nk doubles */
+    w->pool = carve(base, &at,
+                    2 * pl->B * pl->rH * ((Lq + ATTN__BR - 1) / ATTN__BR) *
+                        attn__pool_t(p->reduce.pool_q) * pl->pool_nk);
   return (size_t)at * sizeof(float);
 }
 
@@ -882,7 +930,19 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
     f->fail[k] = INT64_MAX;
   f->qscale = pl->scale;
   c->n_qblocks = (pl->Lq + ATTN__BR - 1) / ATTN__BR;
-  c->heads_per_unit = p->want_mean_weights ? (int)pl->H : 1;
+  c->heads_per_unit = (int)heads_per_unit(pl);
+  if (pl->reduce) {
+    c->red = &p->reduce;
+    c->top_k_index = o->top_k_index;
+    c->top_k_value = o->top_k_value;
+    c->entropy = p->reduce.stats & ATTN_STAT_ENTROPY ? o->entropy : NULL;
+    c->sink = p->reduce.stats & ATTN_STAT_SINK ? o->sink : NULL;
+    c->distance = p->reduce.stats & ATTN_STAT_DISTANCE ? o->distance : NULL;
+    c->pool_part = (double *)w.pool;
+    c->pool_t = p->reduce.pool_q ? attn__pool_t(p->reduce.pool_q) : 0;
+    f->n_pool = pl->B * pl->rH * pl->pool_nq;
+    f->out_pooled = o->pooled;
+  }
 
   f->rows = proj_rows(pl);
   f->n_q = chunks(pl->B * pl->Lq, f->rows);
@@ -931,7 +991,8 @@ typedef struct {
 static const stage_t stage_table[] = {
     {offsetof(fwd_t, n_layout), layout_task, retry_unscaled, 0},
     {offsetof(fwd_t, n_redo), layout_task, decide, 0},
-    {offsetof(fwd_t, n_units), attend_task, attended, 1},
+    {offsetof(fwd_t, n_units), attend_task, NULL, 1},
+    {offsetof(fwd_t, n_pool), pool_task, attended, 0},
     {offsetof(fwd_t, n_out), output_task, NULL, 0},
 };
 #define STAGES ((int)(sizeof stage_table / sizeof *stage_table))
@@ -967,6 +1028,31 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
     return attn__err(err, ATTN_EINVAL, ATTN_FIELD_HEAD_OUTPUTS,
                      "head_outputs [%lld] buffer is required when asked for",
                      (long long)pl->head_elems);
+  if (pl->reduce) {
+    const struct {
+      int want;
+      const void *buf;
+      attn_field_t field;
+      int64_t n;
+    } need[] = {
+        {pl->top_k_elems > 0, o->top_k_index, ATTN_FIELD_TOP_K_INDEX,
+         pl->top_k_elems},
+        {pl->top_k_elems > 0, o->top_k_value, ATTN_FIELD_TOP_K_VALUE,
+         pl->top_k_elems},
+        {pl->pooled_elems > 0, o->pooled, ATTN_FIELD_POOLED, pl->pooled_elems},
+        {(p->reduce.stats & ATTN_STAT_ENTROPY) != 0, o->entropy,
+         ATTN_FIELD_ENTROPY, pl->stats_elems},
+        {(p->reduce.stats & ATTN_STAT_SINK) != 0, o->sink, ATTN_FIELD_SINK,
+         pl->stats_elems},
+        {(p->reduce.stats & ATTN_STAT_DISTANCE) != 0, o->distance,
+         ATTN_FIELD_DISTANCE, pl->stats_elems},
+    };
+    for (size_t k = 0; k < sizeof need / sizeof *need; k++)
+      if (need[k].want && need[k].buf == NULL)
+        return attn__err(err, ATTN_EINVAL, need[k].field,
+                         "%s [%lld] buffer is required when asked for",
+                         attn_field_name(need[k].field), (long long)need[k].n);
+  }
   if (workspace == NULL || workspace_bytes < pl->workspace_bytes ||
       (uintptr_t)workspace % ATTN__ALIGN)
     return attn__err(err, ATTN_ENOSPC, ATTN_FIELD_WORKSPACE,

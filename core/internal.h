@@ -83,10 +83,15 @@ static inline int64_t attn__ldv(int64_t Hkv, int64_t Dvp) {
  * contiguous already), l [rows, 16], m [rows], lo and hi [rows] int64, the
  * exact path's sums [Dvp] doubles. Only `slots` threads run attention (no
  * more than there are units); every thread has `stage1` floats for the
- * layout (a chunk of the rope's cosines and sines). */
+ * layout (a chunk of the rope's cosines and sines). With reductions of the
+ * weights (attn_reduce_t), S holds the unit's weights as for dense ones,
+ * and mw and tk follow. */
 typedef struct attn__scratch {
   int64_t rows, lds;
-  int64_t s, o, q, l, m, lo, hi, acc, floats;
+  int64_t s, o, q, l, m, lo, hi, acc;
+  int64_t mw; /* reductions of the mean over heads: its rows [rows, lds] */
+  int64_t tk; /* top_k: a row's best values [k] then indices [k] int32 */
+  int64_t floats;
   int64_t slots, stage1;
 } attn__scratch_t;
 void attn__scratch_plan(const attn_plan_t *plan, attn__scratch_t *sc);
@@ -118,7 +123,18 @@ typedef struct attn__ctx {
   float softcap;
   int64_t wl, wr; /* window sides, -1 if unbounded (attn_plan_t) */
   int64_t n_qblocks;
-  int heads_per_unit; /* H when mean weights are asked for, else 1 */
+  int heads_per_unit; /* H when mean weights (or reductions of their mean)
+                         are asked for, else 1 */
+  /* Reductions of the weights (attn_reduce_t), or red NULL. The unit of
+   * query block qb for output head hh (0 for the mean) of item b adds its
+   * rows' pooled cells into pool_part [pool_t, nk] doubles at unit index
+   * (b·H' + hh)·n_qblocks + qb: pool_t pooled rows at most, from the pooled
+   * row of its first query in range; forward.c sums the units in order. */
+  const attn_reduce_t *red;
+  int32_t *top_k_index;
+  float *top_k_value, *entropy, *sink, *distance;
+  double *pool_part;
+  int64_t pool_t;
   attn__scratch_t sc; /* the attention's part of the scratch */
   /* Numeric safety (forward.c decides, the kernels obey): */
   int exact;     /* every row by the float64 path: some score may leave
@@ -232,6 +248,17 @@ int attn__cuda_forward(const attn_plan_t *plan, attn_outputs_t *o,
  * the last call ran (0 before any). For the tests and the benchmark, which
  * compare the versions; read and written atomically. In every build. */
 extern int attn__cuda_flash_version, attn__cuda_flash_last;
+/* Pooled rows a unit of ATTN__BR query rows touches at most, for blocks
+ * of pq rows. */
+static inline int64_t attn__pool_t(int64_t pq) {
+  int64_t t = (ATTN__BR - 1) / pq + 2;
+  return t < ATTN__BR ? t : ATTN__BR;
+}
+/* The first pooled row that query block qb touches (its rows from q0). */
+static inline int64_t attn__pool_first(int64_t qb, int64_t q0, int64_t pq) {
+  int64_t i = qb * ATTN__BR;
+  return ((i > q0 ? i : q0) - q0) / pq;
+}
 
 /* The best ISA this CPU runs. */
 attn_isa_t attn__cpu_isa(void);

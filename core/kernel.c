@@ -814,6 +814,156 @@ static int attend_row_exact(const attn__ctx_t *c, int64_t b, int64_t h,
   return 0;
 }
 
+/* ---- reductions of the weights ---------------------------------------- */
+
+/* ln x for finite x > 0: x = 2^e·f, f in [√½, √2), and Cephes' logf
+ * polynomial for ln f; about 1 ulp. A subnormal x gives a wrong but finite
+ * result, which only ever multiplies x itself (x·ln x, below 1e-36). */
+INLINE vf vlog(vf x) {
+  vi u = (vi)x;
+  vi e = ((u >> 23) & 0xff) - 126;
+  vf f = (vf)((u & 0x807fffff) | 0x3f000000); /* in [0.5, 1) */
+  vi small = f < 0.70710678f;
+  vf ef = __builtin_convertvector(e, vf) - vsel(small, splat(1.0f), splat(0));
+  f = f + vsel(small, f, splat(0)) - 1.0f;
+  vf z = f * f;
+  vf y = splat(7.0376836292E-2f);
+  y = y * f - 1.1514610310E-1f;
+  y = y * f + 1.1676998740E-1f;
+  y = y * f - 1.2420140846E-1f;
+  y = y * f + 1.4249322787E-1f;
+  y = y * f - 1.6668057665E-1f;
+  y = y * f + 2.0000714765E-1f;
+  y = y * f - 2.4999993993E-1f;
+  y = y * f + 3.3333331174E-1f;
+  y = y * f * z;
+  y += ef * -2.12194440e-4f;
+  y -= z * 0.5f;
+  return f + y + ef * 0.693359375f;
+}
+
+/* The reductions (attn_reduce_t) of one row of weights p [Lkp] (zero
+ * outside [lo, hi), the keys the row's range masks let through): query i
+ * of item b, output head hh (0 for the mean). Writes its statistics and
+ * its top keys, and adds its pooled cells into part, the unit's pooled
+ * rows (attn__ctx_t). tk is scratch for 2k floats. Sums are per stretch
+ * of ATTN__BC keys in float32, then in float64. */
+static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
+                       int64_t lo, int64_t hi, const float *p, double *part,
+                       float *tk) {
+  const attn_plan_t *pl = c->plan;
+  const attn_reduce_t *r = c->red;
+  const int64_t row = (b * pl->rH + hh) * (pl->q1 - pl->q0) + i - pl->q0;
+  /* Keys in whole vectors: [a, e) covers [lo, hi) and stays in [0, Lkp). */
+  const int64_t a = lo / VL * VL, e = attn__round_up(hi, VL);
+
+  if (c->entropy || c->distance) {
+    const float d = (float)(i + attn__item_off(c, b));
+    double ent = 0, dist = 0;
+    vf lane;
+    for (int k = 0; k < VL; k++)
+      lane[k] = (float)k;
+    for (int64_t j0 = a; j0 < e; j0 += ATTN__BC) {
+      const int64_t j1 = j0 + ATTN__BC < e ? j0 + ATTN__BC : e;
+      vf se = splat(0), sd = splat(0);
+      for (int64_t j = j0; j < j1; j += VL) {
+        vf w = ld(p + j);
+        vi pos = w > 0.0f;
+        se -= vsel(pos, w * vlog(vsel(pos, w, splat(1.0f))), splat(0));
+        vf dj = splat(d) - (lane + (float)j);
+        sd += w * vsel(dj < 0.0f, -dj, dj);
+      }
+      ent += hsum(se);
+      dist += hsum(sd);
+    }
+    if (c->entropy)
+      c->entropy[row] = (float)ent;
+    if (c->distance)
+      c->distance[row] = (float)dist;
+  }
+  if (c->sink) {
+    double sum = 0;
+    for (int64_t j = lo; j < hi && j < r->sink_tokens; j++)
+      sum += p[j];
+    c->sink[row] = (float)sum;
+  }
+
+  const int64_t ka = lo > pl->k0 ? lo : pl->k0, ke = hi < pl->k1 ? hi : pl->k1;
+  if (r->top_k) {
+    const int64_t K = r->top_k;
+    float *tv = tk;
+    int32_t *ti = (int32_t *)(tk + K);
+    int64_t n = 0;
+    float thr = 0; /* a key must weigh more to enter */
+    for (int64_t j = ka; j < ke;) {
+      int64_t end = j + 1; /* a key at a time, or a whole vector */
+      if (j % VL == 0 && j + VL <= ke) {
+        if (!any_above(ld(p + j), thr)) {
+          j += VL;
+          continue;
+        }
+        end = j + VL;
+      }
+      for (; j < end; j++) {
+        if (!(p[j] > thr))
+          continue;
+        int64_t at = n < K ? n++ : K - 1; /* the last one leaves */
+        while (at > 0 && tv[at - 1] < p[j]) { /* equal: the lower index */
+          tv[at] = tv[at - 1];
+          ti[at] = ti[at - 1];
+          at--;
+        }
+        tv[at] = p[j];
+        ti[at] = (int32_t)j;
+        if (n == K)
+          thr = tv[K - 1];
+      }
+    }
+    int32_t *oi = c->top_k_index + row * K;
+    float *ov = c->top_k_value + row * K;
+    for (int64_t k = 0; k < K; k++) {
+      oi[k] = k < n ? ti[k] : -1;
+      ov[k] = k < n ? tv[k] : 0.0f;
+    }
+  }
+
+  if (part) { /* the pooled cells of the key blocks [ka, ke) meets */
+    const int64_t pk = r->pool_k, is_max = r->pool_reduce == ATTN_POOL_MAX;
+    for (int64_t kb = (ka - pl->k0) / pk; ka < ke && pl->k0 + kb * pk < ke;
+         kb++) {
+      int64_t j0 = pl->k0 + kb * pk, j1 = j0 + pk;
+      j0 = j0 > ka ? j0 : ka;
+      j1 = j1 < ke ? j1 : ke;
+      float x = 0;
+      int64_t j = j0;
+      if (is_max) {
+        for (; j < j1 && j % VL; j++)
+          x = p[j] > x ? p[j] : x;
+        vf mx = splat(0);
+        for (; j + VL <= j1; j += VL)
+          mx = vmax(mx, ld(p + j));
+        x = hmax(mx) > x ? hmax(mx) : x;
+        for (; j < j1; j++)
+          x = p[j] > x ? p[j] : x;
+        part[kb] = x > part[kb] ? x : part[kb];
+      } else {
+        double sum = 0;
+        for (; j < j1 && j % VL; j++)
+          sum += p[j];
+        while (j + VL <= j1) {
+          vf acc = splat(0);
+          for (int64_t end = j + ATTN__BC; j + VL <= j1 && j < end; j += VL)
+            acc += ld(p + j);
+          sum += hsum(acc);
+        }
+        for (; j < j1; j++)
+          sum += p[j];
+        part[kb] += sum;
+      }
+    }
+  }
+}
+
 /* ---- the two paths ------------------------------------------------------ */
 
 /* Online softmax over the key blocks [kb0, kb1), for head h of batch b and
@@ -967,7 +1117,7 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   int64_t i0 = qblock * ATTN__BR;
   int64_t rows = pl->Lq - i0 < ATTN__BR ? pl->Lq - i0 : ATTN__BR;
   int64_t Dv = pl->Dv, Dvp = c->Dvp, Lk = pl->Lk, H = pl->H;
-  int two_pass = c->weights || c->mean_weights;
+  int two_pass = c->weights || c->mean_weights || c->red;
 
   /* scratch (attn__scratch_t): S or P | O | Q | l | m | lo, hi | sums */
   const attn__scratch_t *sc = &c->sc;
@@ -979,6 +1129,18 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   int64_t *lo = (int64_t *)(scratch + sc->lo);
   int64_t *hi = (int64_t *)(scratch + sc->hi);
   double *acc = (double *)(scratch + sc->acc);
+  float *rmw = scratch + sc->mw; /* reductions of the mean over heads */
+  float *tk = scratch + sc->tk;
+  /* This unit's pooled rows (attn__ctx_t), zeroed */
+  double *part = NULL;
+  int64_t pfirst = 0;
+  if (c->pool_part) {
+    const int64_t hh = c->red->mean_heads ? 0 : h0;
+    part = c->pool_part +
+           ((b * pl->rH + hh) * c->n_qblocks + qblock) * c->pool_t * pl->pool_nk;
+    memset(part, 0, (size_t)(c->pool_t * pl->pool_nk) * sizeof(double));
+    pfirst = attn__pool_first(qblock, pl->q0, c->red->pool_q);
+  }
 
   /* The key blocks any row may see. */
   int64_t jmin = Lk, jmax = 0;
@@ -1044,6 +1206,27 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
       if (c->weights)
         memcpy(c->weights + ((b * H + h) * pl->Lq + i) * Lk, s + r * sc->lds,
                (size_t)Lk * sizeof(float));
+      if (c->red && i >= pl->q0 && i < pl->q1) {
+        const float *x = s + r * sc->lds;
+        double *pr =
+            part ? part + ((i - pl->q0) / c->red->pool_q - pfirst) * pl->pool_nk
+                 : NULL;
+        if (!c->red->mean_heads) {
+          reduce_row(c, b, h, i, lo[r], hi[r], x, pr, tk);
+        } else { /* the mean over heads, in the order of the dense one */
+          float *z = rmw + r * sc->lds;
+          if (h == h0)
+            memcpy(z, x, (size_t)c->Lkp * sizeof(float));
+          else
+            for (int64_t k = lo[r]; k < hi[r]; k++)
+              z[k] += x[k];
+          if (h == h0 + c->heads_per_unit - 1) {
+            for (int64_t k = lo[r]; k < hi[r]; k++)
+              z[k] *= 1.0f / (float)H;
+            reduce_row(c, b, 0, i, lo[r], hi[r], z, pr, tk);
+          }
+        }
+      }
       if (c->mean_weights) {
         float *mw = c->mean_weights + (b * pl->Lq + i) * Lk;
         const float *x = s + r * sc->lds;

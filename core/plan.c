@@ -146,6 +146,20 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
   pl->weights_elems = B * H * Lq * Lk;
   pl->mean_elems = B * Lq * Lk;
   pl->head_elems = B * H * Lq * pl->Dv;
+  if (pl->reduce) { /* B·H·Lq <= 2^40 and k <= 256: no overflow */
+    const attn_reduce_t *r = &p->reduce;
+    const int64_t nq = pl->q1 - pl->q0, nk = pl->k1 - pl->k0;
+    pl->rH = r->mean_heads ? 1 : H;
+    if (r->top_k)
+      pl->top_k_elems = B * pl->rH * nq * r->top_k;
+    if (r->pool_q) {
+      pl->pool_nq = (nq + r->pool_q - 1) / r->pool_q;
+      pl->pool_nk = (nk + r->pool_k - 1) / r->pool_k;
+      pl->pooled_elems = B * pl->rH * pl->pool_nq * pl->pool_nk;
+    }
+    if (r->stats)
+      pl->stats_elems = B * pl->rH * nq;
+  }
 
   /* Workspace (forward.c, lay_out): its products are bounded above. */
   pl->workspace_bytes = attn__workspace_bytes(pl);
@@ -675,11 +689,13 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
       {ATTN_FIELD_Q_NORM, "q_norm"},
       {ATTN_FIELD_K_NORM, "k_norm"},
       {ATTN_FIELD_KV, "a key/value cache"},
+      {ATTN_FIELD_TOP_K, "reductions of the weights (top_k, pool, stats)"},
   };
   const int has[] = {p->rope.style != ATTN_ROPE_NONE,
                      present(&p->q_norm),
                      present(&p->k_norm),
-                     p->kv != NULL};
+                     p->kv != NULL,
+                     pl->reduce};
   for (size_t i = 0; i < sizeof lacks / sizeof lacks[0]; i++)
     if (has[i])
       return attn__err(err, ATTN_ENOTSUP, lacks[i].field,
@@ -704,6 +720,59 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
   pl->workspace_bytes = (size_t)attn__round_up(pl->H * 4, ATTN__ALIGN);
   return 0;
 #endif
+/* The reductions of the weights (attn_reduce_t): each option in range, a
+ * range inside its axis, and not with the dense weights. */
+static int check_reduce(attn_plan_t *pl, const attn_params_t *p,
+                        attn_error_t *err) {
+  const attn_reduce_t *r = &p->reduce;
+  if (r->top_k < 0 || r->top_k > ATTN_TOP_K_MAX)
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_TOP_K,
+                     "top_k is %lld; it must be in [1, %d] (0 for none)",
+                     (long long)r->top_k, ATTN_TOP_K_MAX);
+  if (r->pool_q < 0 || r->pool_k < 0 || (r->pool_q == 0) != (r->pool_k == 0))
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_POOL,
+                     "pool is [%lld, %lld]; each must be >= 1 (both 0 for "
+                     "none)",
+                     (long long)r->pool_q, (long long)r->pool_k);
+  if ((unsigned)r->pool_reduce > ATTN_POOL_SUM)
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_POOL_REDUCE,
+                     "pool_reduce is %d, not mean, max or sum",
+                     (int)r->pool_reduce);
+  if (r->stats & ~(unsigned)ATTN_STAT_ALL)
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_STATS,
+                     "stats is 0x%x; only entropy, sink and distance (0x%x) "
+                     "are known",
+                     r->stats, (unsigned)ATTN_STAT_ALL);
+  if (r->sink_tokens < 0)
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_SINK_TOKENS,
+                     "sink_tokens is %lld; it must be >= 0",
+                     (long long)r->sink_tokens);
+  pl->reduce = r->top_k || r->pool_q || r->stats;
+  pl->q0 = 0, pl->q1 = pl->Lq, pl->k0 = 0, pl->k1 = pl->Lk;
+  if (r->has_query_range) {
+    const int64_t *q = r->query_range;
+    if (q[0] < 0 || q[0] >= q[1] || q[1] > pl->Lq)
+      return attn__err(err, ATTN_ERANGE, ATTN_FIELD_QUERY_RANGE,
+                       "query_range is [%lld, %lld); it must lie in [0, Lq = "
+                       "%lld) and hold a query",
+                       (long long)q[0], (long long)q[1], (long long)pl->Lq);
+    pl->q0 = q[0], pl->q1 = q[1];
+  }
+  if (r->has_key_range) {
+    const int64_t *k = r->key_range;
+    if (k[0] < 0 || k[0] >= k[1] || k[1] > pl->Lk)
+      return attn__err(err, ATTN_ERANGE, ATTN_FIELD_KEY_RANGE,
+                       "key_range is [%lld, %lld); it must lie in [0, Lk = "
+                       "%lld) and hold a key",
+                       (long long)k[0], (long long)k[1], (long long)pl->Lk);
+    pl->k0 = k[0], pl->k1 = k[1];
+  }
+  if (pl->reduce && (p->want_weights || p->want_mean_weights))
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_TOP_K,
+                     "reductions of the weights (top_k, pool, stats) are "
+                     "not computed with the dense %s",
+                     p->want_weights ? "weights" : "mean_weights");
+  return 0;
 }
 
 int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
@@ -718,7 +787,8 @@ int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
       (r = check_heads_and_projections(plan, p, err)) < 0 ||
       (r = check_blas_sizes(plan, p, err)) < 0 ||
       (r = check_masks(plan, p, err)) < 0 ||
-      (r = check_rope_and_norms(plan, p, err)) < 0)
+      (r = check_rope_and_norms(plan, p, err)) < 0 ||
+      (r = check_reduce(plan, p, err)) < 0)
     return r;
   plan->scale = p->has_scale ? p->scale : (float)(1.0 / sqrt((double)plan->Dh));
   if ((r = derive_sizes(plan, p, err)) < 0)

@@ -385,3 +385,99 @@ done:
     ref_result_free(r);
   return rc;
 }
+
+/* ---- reductions of the weights ------------------------------------------ */
+
+int ref_reduce(const attn_params_t *p, const ref_result_t *r,
+               ref_reduce_t *o) {
+  const attn_reduce_t *x = &p->reduce;
+  const int64_t B = r->B, H = r->H, Lq = r->Lq, Lk = r->Lk, K = x->top_k;
+  memset(o, 0, sizeof *o);
+  o->rH = x->mean_heads ? 1 : H;
+  o->q0 = x->has_query_range ? x->query_range[0] : 0;
+  o->q1 = x->has_query_range ? x->query_range[1] : Lq;
+  o->k0 = x->has_key_range ? x->key_range[0] : 0;
+  o->k1 = x->has_key_range ? x->key_range[1] : Lk;
+  const int64_t nrow = o->q1 - o->q0, ncol = o->k1 - o->k0;
+  if (x->pool_q) {
+    o->nq = (nrow + x->pool_q - 1) / x->pool_q;
+    o->nk = (ncol + x->pool_k - 1) / x->pool_k;
+  }
+  const size_t rows = (size_t)(B * o->rH * nrow);
+  o->top_k_index = calloc(rows * (size_t)K + 1, sizeof(int64_t));
+  o->top_k_value = calloc(rows * (size_t)K + 1, sizeof(double));
+  o->pooled = calloc((size_t)(B * o->rH * o->nq * o->nk) + 1, sizeof(double));
+  o->entropy = calloc(rows + 1, sizeof(double));
+  o->sink = calloc(rows + 1, sizeof(double));
+  o->distance = calloc(rows + 1, sizeof(double));
+  int64_t *used = calloc((size_t)Lk + 1, sizeof(int64_t));
+  if (!o->top_k_index || !o->top_k_value || !o->pooled || !o->entropy ||
+      !o->sink || !o->distance || !used) {
+    free(used);
+    ref_reduce_free(o);
+    return -1;
+  }
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < o->rH; h++)
+      for (int64_t i = o->q0; i < o->q1; i++) {
+        const double *w = x->mean_heads
+                              ? r->mean_weights + (b * Lq + i) * Lk
+                              : r->weights + ((b * H + h) * Lq + i) * Lk;
+        const int64_t row = (b * o->rH + h) * nrow + i - o->q0;
+        /* statistics: over every key */
+        double ent = 0, sink = 0, dist = 0;
+        for (int64_t j = 0; j < Lk; j++) {
+          if (w[j] > 0)
+            ent -= w[j] * log(w[j]);
+          if (j < x->sink_tokens)
+            sink += w[j];
+          dist += w[j] * (double)llabs(i + Lk - Lq - j);
+        }
+        o->entropy[row] = ent;
+        o->sink[row] = sink;
+        o->distance[row] = dist;
+        /* top k: the heaviest key of the range not yet taken, k times */
+        for (int64_t j = 0; j < Lk; j++)
+          used[j] = 0;
+        for (int64_t t = 0; t < K; t++) {
+          int64_t best = -1;
+          for (int64_t j = o->k0; j < o->k1; j++)
+            if (!used[j] && w[j] > 0 && (best < 0 || w[j] > w[best]))
+              best = j;
+          o->top_k_index[row * K + t] = best;
+          o->top_k_value[row * K + t] = best < 0 ? 0 : w[best];
+          if (best >= 0)
+            used[best] = 1;
+        }
+        /* pooled: this row's cells, into its block */
+        if (x->pool_q) {
+          double *y = o->pooled +
+                      ((b * o->rH + h) * o->nq + (i - o->q0) / x->pool_q) *
+                          o->nk;
+          for (int64_t j = o->k0; j < o->k1; j++) {
+            double *c = &y[(j - o->k0) / x->pool_k];
+            *c = x->pool_reduce == ATTN_POOL_MAX ? fmax(*c, w[j]) : *c + w[j];
+          }
+        }
+      }
+  if (x->pool_q && x->pool_reduce == ATTN_POOL_MEAN)
+    for (int64_t t = 0; t < B * o->rH * o->nq * o->nk; t++) {
+      int64_t qp = t / o->nk % o->nq, kp = t % o->nk;
+      int64_t nr = nrow - qp * x->pool_q, nc = ncol - kp * x->pool_k;
+      nr = nr < x->pool_q ? nr : x->pool_q;
+      nc = nc < x->pool_k ? nc : x->pool_k;
+      o->pooled[t] /= (double)(nr * nc);
+    }
+  free(used);
+  return 0;
+}
+
+void ref_reduce_free(ref_reduce_t *o) {
+  free(o->top_k_index);
+  free(o->top_k_value);
+  free(o->pooled);
+  free(o->entropy);
+  free(o->sink);
+  free(o->distance);
+  memset(o, 0, sizeof *o);
+}

@@ -29,6 +29,25 @@ typedef struct ref_result {
  * `p`; `r` owns what it returns. Any thread. */
 int ref_attention(const attn_params_t *p, ref_result_t *r);
 
+/* The reductions of the weights (attn_reduce_t), in float64, from a
+ * reference result: computed from its weights (or its mean weights) by the
+ * definitions in include/attn/attn.h, one loop per formula. Owns its
+ * arrays: release them with ref_reduce_free. */
+typedef struct ref_reduce {
+  int64_t rH, q0, q1, k0, k1, nq, nk; /* H', ranges, pooled blocks */
+  int64_t *top_k_index;               /* [B, H', Lq', k] */
+  double *top_k_value;
+  double *pooled;                     /* [B, H', nq, nk] */
+  double *entropy, *sink, *distance;  /* [B, H', Lq'] */
+} ref_reduce_t;
+
+/* Fills `out` for p->reduce (which must ask for something valid) from
+ * `r`, computed by ref_attention(p). Returns 0, or -1 when out of memory.
+ * Borrows p and r. */
+int ref_reduce(const attn_params_t *p, const ref_result_t *r,
+               ref_reduce_t *out);
+void ref_reduce_free(ref_reduce_t *out);
+
 /* Frees the arrays of `r` and zeroes it. */
 void ref_result_free(ref_result_t *r);
 

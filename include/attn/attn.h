@@ -134,6 +134,54 @@ typedef struct attn_kv {
 size_t attn_kv_page_floats(int64_t Hkv, int64_t Dh, int64_t Dv);
 size_t attn_kv_v_offset(int64_t Hkv, int64_t Dh);
 
+/* Reductions of the attention weights, computed inside attn_forward without
+ * the [Lq, Lk] matrix ever existing: the top keys of each query, a pooled
+ * map, and per-query statistics. Each is over the final softmax weights
+ * (masked keys weigh 0), of each head, or of their mean over heads.
+ * Zero-initialise; the reductions run when top_k, pool_q or stats is set.
+ *
+ * Rows are the queries [q0, q1) of query_range, Lq' = q1 − q0 of them
+ * (default the whole axis), and H' is H per head or 1 for the mean:
+ *   top_k:  the k heaviest keys of [k0, k1) (key_range) per row, heaviest
+ *           first, ties to the lower index; index [B, H', Lq', k] int32 of
+ *           absolute key positions, value the weights. A key of weight 0
+ *           (masked, or below float32's range) is never reported: where
+ *           fewer than k keys weigh anything, the rest are index −1, value 0.
+ *   pool:   blocks of pool_q rows × pool_k keys of [k0, k1), from the
+ *           ranges' first row and key: [B, H', ceil(Lq'/pq), ceil(Lk'/pk)],
+ *           each the mean, max or sum of its cells (a partial last block's
+ *           mean divides by the cells it has).
+ *   stats:  per row, over every key (not only key_range): entropy
+ *           −Σ w·ln w (nats), sink Σ_{j < sink_tokens} w, distance
+ *           Σ w·|i + off − j| (off = Lk − Lq, or past[b] with a kv cache).
+ *           [B, H', Lq'] each; a row with no visible key gives 0. */
+#define ATTN_TOP_K_MAX 256
+
+typedef enum attn_pool_reduce {
+  ATTN_POOL_MEAN = 0,
+  ATTN_POOL_MAX,
+  ATTN_POOL_SUM
+} attn_pool_reduce_t;
+
+enum {
+  ATTN_STAT_ENTROPY = 1,
+  ATTN_STAT_SINK = 2,
+  ATTN_STAT_DISTANCE = 4,
+  ATTN_STAT_ALL = 7
+};
+
+typedef struct attn_reduce {
+  int mean_heads;           /* 0: per head; 1: of the mean over heads */
+  int64_t top_k;            /* 0 (none) or 1 .. ATTN_TOP_K_MAX */
+  int64_t pool_q, pool_k;   /* both 0 (none) or both >= 1 */
+  attn_pool_reduce_t pool_reduce;
+  unsigned stats;           /* ATTN_STAT_* bits, 0 for none */
+  int64_t sink_tokens;      /* >= 0 */
+  int has_query_range, has_key_range;
+  int64_t query_range[2];   /* 0 <= q0 < q1 <= Lq */
+  int64_t key_range[2];     /* 0 <= k0 < k1 <= Lk */
+} attn_reduce_t;
+
 /* Everything attn_forward computes from. All tensors are borrowed and must
  * outlive the forward call. Zero-initialise, then set what is used. */
 typedef struct attn_params {
@@ -191,6 +239,9 @@ typedef struct attn_params {
   int want_weights;      /* per-head weights [B, H, Lq, Lk] */
   int want_mean_weights; /* mean over heads [B, Lq, Lk] */
   int want_head_outputs; /* per-head outputs [B, H, Lq, Dv] */
+  /* Reductions of the weights (attn_reduce_t); not with want_weights or
+   * want_mean_weights. */
+  attn_reduce_t reduce;
 } attn_params_t;
 
 typedef enum attn_isa {
@@ -257,6 +308,14 @@ typedef struct attn_plan {
   int64_t weights_elems; /* B·H·Lq·Lk */
   int64_t mean_elems;    /* B·Lq·Lk */
   int64_t head_elems;    /* B·H·Lq·Dv */
+  /* Reductions (attn_reduce_t): any asked for, H', the ranges [q0, q1)
+   * and [k0, k1), the pooled map's blocks nq × nk, and the outputs' sizes
+   * (0 when not asked for). */
+  int reduce;
+  int64_t rH, q0, q1, k0, k1, pool_nq, pool_nk;
+  int64_t top_k_elems;  /* B·H'·Lq'·k */
+  int64_t pooled_elems; /* B·H'·nq·nk */
+  int64_t stats_elems;  /* B·H'·Lq', each statistic asked for */
   double flops; /* multiply-adds ×2 of projections and attention, as if
                    nothing were masked */
 } attn_plan_t;
@@ -277,6 +336,11 @@ typedef struct attn_outputs {
   float *weights;       /* [B, H, Lq, Lk] */
   float *mean_weights;  /* [B, Lq, Lk] */
   float *head_outputs;  /* [B, H, Lq, Dv] */
+  /* Reductions (attn_reduce_t), each required when asked for: */
+  int32_t *top_k_index; /* [B, H', Lq', k] */
+  float *top_k_value;   /* [B, H', Lq', k] */
+  float *pooled;        /* [B, H', nq, nk] */
+  float *entropy, *sink, *distance; /* [B, H', Lq'] */
   attn_timing_t timing; /* filled by attn_forward */
 } attn_outputs_t;
 

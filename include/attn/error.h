@@ -75,7 +75,20 @@ typedef enum {
   X(CANCEL, "cancel")                                                          \
   X(KV, "kv")                                                                  \
   X(BACKEND, "backend")                                                        \
-  X(PRECISION, "precision")
+  X(PRECISION, "precision")                                                    \
+  X(TOP_K, "top_k")                                                            \
+  X(POOL, "pool")                                                              \
+  X(POOL_REDUCE, "pool_reduce")                                                \
+  X(STATS, "stats")                                                            \
+  X(SINK_TOKENS, "sink_tokens")                                                \
+  X(QUERY_RANGE, "query_range")                                                \
+  X(KEY_RANGE, "key_range")                                                    \
+  X(TOP_K_INDEX, "top_k_index")                                                \
+  X(TOP_K_VALUE, "top_k_value")                                                \
+  X(POOLED, "pooled")                                                          \
+  X(ENTROPY, "entropy")                                                        \
+  X(SINK, "sink")                                                              \
+  X(DISTANCE, "distance")
 
 typedef enum {
 #define ATTN__FIELD_ENUM(name, spelling) ATTN_FIELD_##name,

@@ -123,6 +123,26 @@ const char *attnd_request_field_path(attn_field_t f) {
   case ATTN_FIELD_K_NORM:
   case ATTN_FIELD_NORM_EPS:
     return "layer"; /* only a layer sets them */
+  case ATTN_FIELD_TOP_K:
+    return "return.weights.top_k";
+  case ATTN_FIELD_POOL:
+    return "return.weights.pool";
+  case ATTN_FIELD_POOL_REDUCE:
+    return "return.weights.reduce";
+  case ATTN_FIELD_STATS:
+    return "return.weights.stats";
+  case ATTN_FIELD_SINK_TOKENS:
+    return "return.weights.sink_tokens";
+  case ATTN_FIELD_QUERY_RANGE:
+    return "return.weights.query_range";
+  case ATTN_FIELD_KEY_RANGE:
+    return "return.weights.key_range";
+  case ATTN_FIELD_TOP_K_INDEX:
+  case ATTN_FIELD_TOP_K_VALUE:
+  case ATTN_FIELD_POOLED:
+  case ATTN_FIELD_ENTROPY:
+  case ATTN_FIELD_SINK:
+  case ATTN_FIELD_DISTANCE:
   case ATTN_FIELD_ROPE:
   case ATTN_FIELD_NONE:
   case ATTN_FIELD_QUERY:
