@@ -112,7 +112,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all build run test check asan deps clean format bench bench-small bench-compare compare device-bundle \
+.PHONY: all build run test check asan deps clean format bench bench-small bench-compare compare cores-bundle device-bundle \
   loadtest container-test newcomer-test format-check fuzz openapi-lint openapi-check ui-test
 .DEFAULT_GOAL := all
 
@@ -233,10 +233,10 @@ compare: deps
 # the device's 64 MiB). Name build/device in the device call's carry;
 # cores.sh unpacks it there.
 BUNDLE ?= ../shared/device/bundle.sh
-device-bundle: deps
+cores-bundle: deps
 	@$(MAKE) --no-print-directory $(BUILD)/attn-bench $(BUILD)/attnd \
 	  $(BUILD)/attnd-load
-	@[ -f $(BUNDLE) ] || { echo "device-bundle: no $(BUNDLE) (set BUNDLE=)"; exit 1; }
+	@[ -f $(BUNDLE) ] || { echo "cores-bundle: no $(BUNDLE) (set BUNDLE=)"; exit 1; }
 	rm -rf $(BUILD)/device $(BUILD)/device-stage
 	mkdir -p $(BUILD)/device $(BUILD)/device-stage/bin
 	cp $(BUILD)/attn-bench $(BUILD)/attnd $(BUILD)/attnd-load \

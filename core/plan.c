@@ -720,6 +720,8 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
   pl->workspace_bytes = (size_t)attn__round_up(pl->H * 4, ATTN__ALIGN);
   return 0;
 #endif
+}
+
 /* The reductions of the weights (attn_reduce_t): each option in range, a
  * range inside its axis, and not with the dense weights. */
 static int check_reduce(attn_plan_t *pl, const attn_params_t *p,

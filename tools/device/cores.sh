@@ -14,7 +14,7 @@
 #
 # then prints one table (and leaves every CSV and log in OUT).
 #
-# DIR is what `make device-bundle` prepares here: DIR/bundle.tar.gz holds
+# DIR is what `make cores-bundle` prepares here: DIR/bundle.tar.gz holds
 # bin/ (attn-bench, attnd and attnd-load) and lib/ (their Debian libraries,
 # ../shared/device/bundle.sh: the device machine has no apt), unpacked
 # into DIR on the first run. On the device, from the repository root,
@@ -51,7 +51,7 @@ if [ ! -x "$bin/attnd" ] && [ -f "$dir/bundle.tar.gz" ]; then
   tar -C "$dir" -xzf "$dir/bundle.tar.gz"
 fi
 for b in attn-bench attnd attnd-load; do
-  [ -x "$bin/$b" ] || { echo "cores: $bin/$b missing (make device-bundle)" >&2; exit 2; }
+  [ -x "$bin/$b" ] || { echo "cores: $bin/$b missing (make cores-bundle)" >&2; exit 2; }
 done
 export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 maxth=$(echo "$threads" | tr ',' '\n' | sort -n | tail -1)
