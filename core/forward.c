@@ -225,9 +225,8 @@ static int64_t proj_rows(const attn_plan_t *pl) {
 /* ---- per head of Q and K: RMSNorm, then rope (attn.h) ----------------------
  */
 
-/* The rope's frequencies into freq[0 .. dims/2) (attn_rope_t). */
-static void rope_frequencies(const attn_rope_t *rp, int64_t dims,
-                             double *freq) {
+void attn__rope_frequencies(const attn_rope_t *rp, int64_t dims,
+                            double *freq) {
   for (int64_t i = 0; i < dims / 2; i++) {
     double fi = pow(rp->theta, -2.0 * (double)i / (double)dims);
     if (rp->scaling == ATTN_ROPE_SCALING_LINEAR) {
@@ -907,7 +906,7 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
     c->slopes = p->alibi_slopes.data;
   }
   if (pl->rope_dims) {
-    rope_frequencies(&p->rope, pl->rope_dims, freq);
+    attn__rope_frequencies(&p->rope, pl->rope_dims, freq);
     f->rope_freq = freq;
   }
   f->norm_eps = p->has_norm_eps ? p->norm_eps : 1e-6;

@@ -681,27 +681,14 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
   return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_BACKEND, "backend cuda: %s",
                    ci.status);
 #else
-  static const struct {
-    attn_field_t field;
-    const char *what;
-  } lacks[] = {
-      {ATTN_FIELD_ROPE, "rotary position embeddings"},
-      {ATTN_FIELD_Q_NORM, "q_norm"},
-      {ATTN_FIELD_K_NORM, "k_norm"},
-      {ATTN_FIELD_KV, "a key/value cache"},
-      {ATTN_FIELD_TOP_K, "reductions of the weights (top_k, pool, stats)"},
-  };
-  const int has[] = {p->rope.style != ATTN_ROPE_NONE,
-                     present(&p->q_norm),
-                     present(&p->k_norm),
-                     p->kv != NULL,
-                     pl->reduce};
-  for (size_t i = 0; i < sizeof lacks / sizeof lacks[0]; i++)
-    if (has[i])
-      return attn__err(err, ATTN_ENOTSUP, lacks[i].field,
-                       "%s (%s) is not supported by the cuda backend; use "
-                       "backend cpu",
-                       lacks[i].what, attn_field_name(lacks[i].field));
+  if (p->kv != NULL)
+    return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_KV,
+                     "a key/value cache (kv) is not supported by the cuda "
+                     "backend; use backend cpu");
+  if (pl->reduce)
+    return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_TOP_K,
+                     "reductions of the weights (top_k, pool, stats) are not "
+                     "supported by the cuda backend; use backend cpu");
   if (pl->B > ATTN_CUDA_MAX_GRID || pl->H > ATTN_CUDA_MAX_GRID)
     return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_NUM_HEADS,
                      "B=%lld, H=%lld: the cuda backend takes at most %d of "
@@ -716,8 +703,11 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
   if (!ci.usable)
     return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_BACKEND, "backend cuda: %s",
                      ci.status);
-  /* The host workspace holds the ALiBi slopes, [H] floats. */
-  pl->workspace_bytes = (size_t)attn__round_up(pl->H * 4, ATTN__ALIGN);
+  /* The host workspace holds the ALiBi slopes, [H] floats, then the
+   * rope's frequencies, [rope_dims / 2] doubles. */
+  pl->workspace_bytes = (size_t)(attn__round_up(pl->H * 4, ATTN__ALIGN) +
+                                 attn__round_up(pl->rope_dims / 2 * 8 + 8,
+                                                ATTN__ALIGN));
   return 0;
 #endif
 }

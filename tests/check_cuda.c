@@ -4,12 +4,13 @@
  * Two kinds of case:
  *   - refusals, which run in every build: a plan for backend cuda where it
  *     cannot run fails with ATTN_ENOTSUP naming "backend" and why; in a
- *     CUDA=1 build each option the backend lacks (rope, q_norm, k_norm) is
+ *     CUDA=1 build the option the backend lacks (kv, a key/value cache) is
  *     refused by its own name (on a host with or without a GPU); bf16 on
  *     the cpu backend is refused naming "precision";
  *   - the GPU cases, added only where attn_cuda_info says the backend is
  *     usable (a CUDA=1 build on an sm_90 device): a table of masks, GQA
- *     and MQA, odd shapes (L = 1, L past a tile, Lq != Lk) and head widths
+ *     and MQA, the rope (both styles, llama3 scaling, given positions) and
+ *     the q/k norms, odd shapes (L = 1, L past a tile, Lq != Lk) and head widths
  *     32, 64, 128 and 256, each with every output asked for, where fp32 must
  *     be within 1e-4 and bf16 within 2e-2 (relative L2, tu_rel_err) of the
  *     reference and of the CPU core, bf16 with each version of the flash
@@ -97,39 +98,37 @@ START_TEST(test_precision_needs_cuda) {
 }
 END_TEST
 
-/* Each option the cuda backend lacks is refused by its own name, never
- * computed without it: in a build without CUDA, every one is "backend". */
+/* The one option the cuda backend lacks, a key/value cache (sessions), is
+ * refused by its own name, never computed without it: in a build without
+ * CUDA, it is "backend". */
 START_TEST(test_lacking_options_refused) {
-  static const struct {
-    const char *field;
-  } want[] = {{"rope"}, {"q_norm"}, {"k_norm"}};
-  for (int k = 0; k < 3; k++) {
-    tu_case_t c;
-    tu_spec_t s = {.Lq = 5, .H = 2, .Dh = 8, .proj = TU_ALLPROJ};
-    tu_case_build(&c, &s, 11);
-    float norm[8] = {1, 1, 1, 1, 1, 1, 1, 1};
-    if (k == 0)
-      c.p.rope = (attn_rope_t){.style = ATTN_ROPE_HALF, .theta = 10000};
-    if (k == 1)
-      c.p.q_norm = tu_t1(norm, 8);
-    if (k == 2)
-      c.p.k_norm = tu_t1(norm, 8);
-    attn_plan_t plan;
-    attn_error_t err;
-    ck_assert_msg(attn_plan_init(&plan, &c.p, NULL, &err) == 0,
-                  "%s: the cpu refuses it: %s", want[k].field, err.message);
-    int rc = plan_cuda(&c.p, ATTN_PRECISION_FP32, &err);
-    ck_assert_int_eq(rc, ATTN_ENOTSUP);
-    if (!cuda.built) {
-      ck_assert_str_eq(err.field, "backend");
-    } else {
-      ck_assert_msg(strcmp(err.field, want[k].field) == 0,
-                    "%s refused naming '%s': %s", want[k].field, err.field,
-                    err.message);
-      ck_assert_ptr_nonnull(strstr(err.message, "cuda"));
-    }
-    tu_case_free(&c);
+  tu_case_t c;
+  tu_spec_t s = {.Lq = 5, .H = 2, .Dh = 8, .proj = TU_ALLPROJ};
+  tu_case_build(&c, &s, 11);
+  size_t floats = attn_kv_page_floats(2, 8, 8);
+  float *page = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+  ck_assert_ptr_nonnull(page);
+  float *const table[1] = {page};
+  float *const *const tables[1] = {table};
+  int64_t past[1] = {0};
+  float absmax[1] = {0};
+  attn_kv_t kv = {.past = past, .pages = tables, .k_absmax = absmax};
+  c.p.kv = &kv;
+  attn_plan_t plan;
+  attn_error_t err;
+  ck_assert_msg(attn_plan_init(&plan, &c.p, NULL, &err) == 0,
+                "kv: the cpu refuses it: %s", err.message);
+  int rc = plan_cuda(&c.p, ATTN_PRECISION_FP32, &err);
+  ck_assert_int_eq(rc, ATTN_ENOTSUP);
+  if (!cuda.built) {
+    ck_assert_str_eq(err.field, "backend");
+  } else {
+    ck_assert_msg(strcmp(err.field, "kv") == 0, "kv refused naming '%s': %s",
+                  err.field, err.message);
+    ck_assert_ptr_nonnull(strstr(err.message, "cuda"));
   }
+  free(page);
+  tu_case_free(&c);
 }
 END_TEST
 
@@ -152,79 +151,166 @@ END_TEST
 
 /* ---- the GPU cases -------------------------------------------------------- */
 
+/* What a case adds to its tu_spec_t: the rope (its style, scaling, half
+ * the dims, given positions of rank 1 or 2) and the q/k norms. */
+enum {
+  X_ROPE_HALF = 1,
+  X_ROPE_INTERLEAVED = 2,
+  X_LLAMA3 = 4,
+  X_HALF_DIMS = 8,
+  X_POS1 = 16,
+  X_POS2 = 32,
+  X_NORMS = 64
+};
+
 typedef struct gpu_case {
   const char *name;
   tu_spec_t s;
+  unsigned x; /* X_* */
 } gpu_case_t;
+
+/* The buffers a case's X_* add, owned by the test. */
+typedef struct extras {
+  float *norm_q, *norm_k;
+  int64_t *pos_q, *pos_k;
+} extras_t;
+
+static void add_extras(tu_case_t *c, unsigned x, extras_t *e) {
+  memset(e, 0, sizeof *e);
+  attn_params_t *p = &c->p;
+  if (x & X_NORMS) {
+    e->norm_q = malloc((size_t)c->Dh * sizeof(float));
+    e->norm_k = malloc((size_t)c->Dh * sizeof(float));
+    for (int64_t d = 0; d < c->Dh; d++) {
+      e->norm_q[d] = 0.5f + 0.03f * (float)(d % 17);
+      e->norm_k[d] = 1.5f - 0.02f * (float)(d % 13);
+    }
+    p->q_norm = tu_t1(e->norm_q, c->Dh);
+    p->k_norm = tu_t1(e->norm_k, c->Dh);
+    p->has_norm_eps = 1;
+    p->norm_eps = 1e-5f;
+  }
+  if (x & (X_ROPE_HALF | X_ROPE_INTERLEAVED)) {
+    p->rope = (attn_rope_t){
+        .style = x & X_ROPE_HALF ? ATTN_ROPE_HALF : ATTN_ROPE_INTERLEAVED,
+        .theta = 10000,
+        .dims = x & X_HALF_DIMS ? c->Dh / 2 : 0};
+    if (x & X_LLAMA3)
+      p->rope = (attn_rope_t){.style = p->rope.style,
+                              .theta = 500000,
+                              .dims = p->rope.dims,
+                              .scaling = ATTN_ROPE_SCALING_LLAMA3,
+                              .factor = 8,
+                              .low_freq_factor = 1,
+                              .high_freq_factor = 4,
+                              .original_max_position = 64};
+  }
+  if (x & (X_POS1 | X_POS2)) {
+    int64_t nq = x & X_POS2 ? c->B * c->Lq : c->Lq;
+    int64_t nk = x & X_POS2 ? c->B * c->Lk : c->Lk;
+    e->pos_q = malloc((size_t)nq * sizeof(int64_t));
+    e->pos_k = malloc((size_t)nk * sizeof(int64_t));
+    for (int64_t t = 0; t < nq; t++)
+      e->pos_q[t] = 1000 + 7 * t + (t % 3);
+    for (int64_t t = 0; t < nk; t++)
+      e->pos_k[t] = 1000 + 5 * t;
+    if (x & X_POS2) {
+      p->positions_query = tu_t2(e->pos_q, c->B, c->Lq);
+      p->positions_key = tu_t2(e->pos_k, c->B, c->Lk);
+    } else {
+      p->positions_query = tu_t1(e->pos_q, c->Lq);
+      p->positions_key = tu_t1(e->pos_k, c->Lk);
+    }
+  }
+}
+
+static void free_extras(extras_t *e) {
+  free(e->norm_q), free(e->norm_k), free(e->pos_q), free(e->pos_k);
+}
 
 #define P TU_ALLPROJ
 static const gpu_case_t gpu_cases[] = {
-    {"plain", {.Lq = 37, .H = 4, .Dh = 16, .proj = P}},
-    {"L=1", {.Lq = 1, .H = 2, .Dh = 32, .proj = P}},
+    {"plain", {.Lq = 37, .H = 4, .Dh = 16, .proj = P}, 0},
+    {"L=1", {.Lq = 1, .H = 2, .Dh = 32, .proj = P}, 0},
     {"Lq=1 over 100 keys",
-     {.Lq = 1, .Lk = 100, .cross = 1, .H = 2, .Dh = 32, .proj = P}},
+     {.Lq = 1, .Lk = 100, .cross = 1, .H = 2, .Dh = 32, .proj = P}, 0},
     {"causal bottom-right, Lq < Lk",
      {.Lq = 19, .Lk = 70, .cross = 1, .H = 2, .Dh = 32, .proj = P,
-      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}, 0},
     {"causal top-left, Lq < Lk",
      {.Lq = 19, .Lk = 70, .cross = 1, .H = 2, .Dh = 32, .proj = P,
-      .causal = ATTN_CAUSAL_TOP_LEFT}},
+      .causal = ATTN_CAUSAL_TOP_LEFT}, 0},
     {"causal bottom-right, Lq > Lk (dead rows)",
      {.Lq = 45, .Lk = 20, .cross = 1, .H = 2, .Dh = 32, .proj = P,
-      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}, 0},
     {"causal self, L = 100",
      {.Lq = 100, .H = 4, .Dh = 64, .proj = P,
-      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}, 0},
     {"key lengths, one of them 0",
      {.B = 3, .batched = 1, .Lq = 33, .H = 2, .Dh = 32, .proj = P,
-      .key_lengths = 1, .lengths = {0, 33, 17}}},
+      .key_lengths = 1, .lengths = {0, 33, 17}}, 0},
     {"window both sides",
      {.Lq = 70, .H = 2, .Dh = 32, .proj = P, .has_wl = 1, .wl = 5,
-      .has_wr = 1, .wr = 2}},
+      .has_wr = 1, .wr = 2}, 0},
     {"window left, causal",
      {.Lq = 70, .H = 2, .Dh = 32, .proj = P, .has_wl = 1, .wl = 9,
-      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}, 0},
     {"softcap and scale",
      {.Lq = 40, .H = 2, .Dh = 32, .proj = P, .has_softcap = 1,
-      .softcap = 2.0f, .has_scale = 1, .scale = 0.9f}},
+      .softcap = 2.0f, .has_scale = 1, .scale = 0.9f}, 0},
     {"alibi default",
      {.Lq = 40, .H = 8, .Dh = 16, .proj = P, .alibi = ATTN_ALIBI_DEFAULT,
-      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}, 0},
     {"alibi slopes",
-     {.Lq = 40, .H = 4, .Dh = 16, .proj = P, .alibi = ATTN_ALIBI_SLOPES}},
+     {.Lq = 40, .H = 4, .Dh = 16, .proj = P, .alibi = ATTN_ALIBI_SLOPES}, 0},
     {"allow [Lq, Lk]",
-     {.Lq = 40, .H = 2, .Dh = 32, .proj = P, .allow_rank = 2}},
+     {.Lq = 40, .H = 2, .Dh = 32, .proj = P, .allow_rank = 2}, 0},
     {"allow [B, H, Lq, Lk], causal",
      {.B = 2, .batched = 1, .Lq = 33, .H = 2, .Dh = 32, .proj = P,
-      .allow_rank = 4, .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
+      .allow_rank = 4, .causal = ATTN_CAUSAL_BOTTOM_RIGHT}, 0},
     {"allow broadcast over heads and queries, cross",
      {.B = 2, .batched = 1, .Lq = 20, .Lk = 50, .cross = 1, .H = 4, .Dh = 16,
-      .proj = P, .allow_rank = 4, .allow_ones = TU_1H | TU_1Q}},
+      .proj = P, .allow_rank = 4, .allow_ones = TU_1H | TU_1Q}, 0},
     {"bias [H, Lq, Lk]",
-     {.Lq = 40, .H = 4, .Dh = 32, .proj = P, .bias_rank = 3}},
+     {.Lq = 40, .H = 4, .Dh = 32, .proj = P, .bias_rank = 3}, 0},
     {"bias and a sparse allow, softcap, ALiBi, GQA",
      {.B = 2, .batched = 1, .Lq = 70, .H = 4, .Hkv = 2, .Dh = 64, .proj = P,
       .bias_rank = 4, .bias_ones = TU_1B, .allow_rank = 3, .allow_p = 0.3,
-      .has_softcap = 1, .softcap = 4.0f, .alibi = ATTN_ALIBI_DEFAULT}},
-    {"GQA 8/2", {.Lq = 50, .H = 8, .Hkv = 2, .Dh = 32, .proj = P}},
+      .has_softcap = 1, .softcap = 4.0f, .alibi = ATTN_ALIBI_DEFAULT}, 0},
+    {"rope half, causal",
+     {.Lq = 40, .H = 2, .Dh = 32, .proj = P,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT},
+     X_ROPE_HALF},
+    {"rope interleaved on half the dims, Lq < Lk",
+     {.Lq = 17, .Lk = 45, .cross = 1, .H = 2, .Dh = 64, .proj = P},
+     X_ROPE_INTERLEAVED | X_HALF_DIMS},
+    {"rope llama3 scaling, positions [L]",
+     {.Lq = 30, .H = 4, .Hkv = 2, .Dh = 32, .proj = P},
+     X_ROPE_HALF | X_LLAMA3 | X_POS1},
+    {"q/k norms and rope, positions [B, L], GQA",
+     {.B = 2, .batched = 1, .Lq = 33, .H = 4, .Hkv = 1, .Dh = 64, .proj = P,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT},
+     X_NORMS | X_ROPE_HALF | X_POS2},
+    {"q/k norms alone", {.Lq = 20, .H = 2, .Dh = 128, .proj = P}, X_NORMS},
+    {"GQA 8/2", {.Lq = 50, .H = 8, .Hkv = 2, .Dh = 32, .proj = P}, 0},
     {"MQA 4/1",
      {.Lq = 50, .H = 4, .Hkv = 1, .Dh = 64, .proj = P,
-      .causal = ATTN_CAUSAL_TOP_LEFT}},
+      .causal = ATTN_CAUSAL_TOP_LEFT}, 0},
     {"Dh 128, Dv 64",
      {.Lq = 65, .H = 2, .Dh = 128, .Dv = 64, .proj = P,
-      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}},
-    {"Dh 256", {.Lq = 33, .H = 2, .Dh = 256, .proj = P}},
-    {"Dh 5, Dv 3 (odd)", {.Lq = 9, .H = 3, .Dh = 5, .Dv = 3, .proj = P}},
-    {"no projections", {.Lq = 30, .H = 2, .Dh = 32}},
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}, 0},
+    {"Dh 256", {.Lq = 33, .H = 2, .Dh = 256, .proj = P}, 0},
+    {"Dh 5, Dv 3 (odd)", {.Lq = 9, .H = 3, .Dh = 5, .Dv = 3, .proj = P}, 0},
+    {"no projections", {.Lq = 30, .H = 2, .Dh = 32}, 0},
     {"projections without biases, cross widths",
      {.Lq = 21, .Lk = 43, .cross = 1, .value_given = 1, .H = 4, .Hkv = 2,
       .Dh = 32, .Eq = 24, .Ek = 40, .Ev = 12, .Eo = 20,
-      .proj = TU_QW | TU_KW | TU_VW | TU_OW}},
+      .proj = TU_QW | TU_KW | TU_VW | TU_OW}, 0},
     {"batch of 2, everything",
      {.B = 2, .batched = 1, .Lq = 70, .H = 4, .Hkv = 2, .Dh = 64, .proj = P,
       .causal = ATTN_CAUSAL_BOTTOM_RIGHT, .key_lengths = 1,
       .lengths = {50, -1}, .has_wl = 1, .wl = 30, .has_softcap = 1,
-      .softcap = 5.0f, .alibi = ATTN_ALIBI_DEFAULT}},
+      .softcap = 5.0f, .alibi = ATTN_ALIBI_DEFAULT}, 0},
 };
 #undef P
 #define N_GPU_CASES ((int)(sizeof gpu_cases / sizeof gpu_cases[0]))
@@ -270,6 +356,8 @@ static void run_gpu_case(int i, attn_precision_t prec, double tol,
   const gpu_case_t *g = &gpu_cases[i];
   tu_case_t c;
   tu_case_build(&c, &g->s, 1000 + (uint64_t)i);
+  extras_t ex_bufs;
+  add_extras(&c, g->x, &ex_bufs);
   ref_result_t ref;
   ck_assert_int_eq(ref_attention(&c.p, &ref), 0);
   tu_run_t cpu, gpu;
@@ -291,8 +379,25 @@ static void run_gpu_case(int i, attn_precision_t prec, double tol,
   tu_run_free(&gpu);
   tu_run_free(&cpu);
   ref_result_free(&ref);
+  free_extras(&ex_bufs);
   tu_case_free(&c);
 }
+
+/* Every case of the table is valid, and the CPU core agrees with the
+ * reference on it (1e-5, as check_forward): in every build, so that a GPU
+ * case's failure is the GPU's, not the table's. */
+START_TEST(test_table_on_cpu) {
+  const gpu_case_t *g = &gpu_cases[_i];
+  tu_case_t c;
+  tu_case_build(&c, &g->s, 1000 + (uint64_t)_i);
+  extras_t e;
+  add_extras(&c, g->x, &e);
+  int rc = tu_check_vs_ref(&c.p, NULL, 1e-5, g->name);
+  ck_assert_int_eq(rc, 0);
+  free_extras(&e);
+  tu_case_free(&c);
+}
+END_TEST
 
 START_TEST(test_gpu_fp32) {
   run_gpu_case(_i, ATTN_PRECISION_FP32, FP32_TOL, 0);
@@ -394,6 +499,9 @@ Suite *test_suite(void) {
   tcase_add_test(t, test_lacking_options_refused);
   tcase_add_test(t, test_wide_heads_refused);
   suite_add_tcase(s, t);
+  TCase *tt = tcase_create("table");
+  tcase_add_loop_test(tt, test_table_on_cpu, 0, N_GPU_CASES);
+  suite_add_tcase(s, tt);
   if (cuda.usable) {
     TCase *g = tcase_create("gpu");
     tcase_set_timeout(g, 120);

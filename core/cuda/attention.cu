@@ -445,6 +445,43 @@ __global__ void heads_kernel(const float *concat, int64_t Lq, int64_t H,
   }
 }
 
+__global__ void __launch_bounds__(256) norm_rope_kernel(heads_args a) {
+  const int lane = threadIdx.x % 32;
+  const int64_t n = a.B * a.L * a.nh;
+  for (int64_t u = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32;
+       u < n; u += (int64_t)gridDim.x * blockDim.x / 32) {
+    const int64_t r = u / a.nh, hd = u % a.nh;
+    float *y = a.x + r * a.nh * a.Dh + hd * a.Dh;
+    if (a.w) {
+      double ss = 0;
+      for (int64_t d = lane; d < a.Dh; d += 32)
+        ss += (double)y[d] * y[d];
+      for (int o = 16; o > 0; o >>= 1)
+        ss += __shfl_xor_sync(kFull, ss, o);
+      const double inv = 1.0 / sqrt(ss / (double)a.Dh + a.eps);
+      for (int64_t d = lane; d < a.Dh; d += 32)
+        y[d] = (float)(y[d] * inv * a.w[d]);
+      __syncwarp();
+    }
+    if (a.freq) {
+      const int64_t b = r / a.L, t = r % a.L;
+      const int64_t pos = a.pos_rank == 0   ? a.off + t
+                          : a.pos_rank == 1 ? a.pos[t]
+                                            : a.pos[b * a.L + t];
+      for (int64_t i = lane; i < a.half; i += 32) {
+        const int64_t p0 = a.split ? i : 2 * i, p1 = a.split ? i + a.half
+                                                            : 2 * i + 1;
+        double si, co;
+        sincos((double)pos * a.freq[i], &si, &co);
+        const double x1 = y[p0], x2 = y[p1];
+        y[p0] = (float)(x1 * co - x2 * si);
+        y[p1] = (float)(x2 * co + x1 * si);
+      }
+    }
+    __syncwarp();
+  }
+}
+
 __global__ void bias_kernel(float *x, const float *bias, int64_t cols,
                             int64_t n) {
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
@@ -506,6 +543,12 @@ cudaError_t head_outputs(const float *concat, int64_t B, int64_t Lq,
                          int64_t H, int64_t Dv, float *heads, cudaStream_t s) {
   const int64_t n = B * H * Lq * Dv;
   heads_kernel<<<blocks_for(n), 256, 0, s>>>(concat, Lq, H, Dv, n, heads);
+  return cudaGetLastError();
+}
+
+cudaError_t transform_heads(const heads_args &h, cudaStream_t s) {
+  const int64_t warps = h.B * h.L * h.nh;
+  norm_rope_kernel<<<blocks_for(warps * 32), 256, 0, s>>>(h);
   return cudaGetLastError();
 }
 

@@ -7,7 +7,8 @@
  *     ALiBi slopes copied in;
  *   stage 1: Q, K, V = x·Wᵀ + b on cuBLAS (fp32: cublasSgemm, pure fp32
  *     arithmetic; bf16: cublasGemmEx with bfloat16 inputs and float32
- *     accumulation), then with bf16 Q, K, V rounded to bfloat16;
+ *     accumulation), the q/k norms and the rope per head of Q and K (in
+ *     float64, as the CPU), then with bf16 Q, K, V rounded to bfloat16;
  *   stage 2: attention (kernels.h: flash), then the weights, mean
  *     weights and head outputs asked for;
  *   stage 3: out = concat·Woᵀ + bo on cuBLAS, the results copied back.
@@ -41,6 +42,8 @@ extern "C" int attn__cuda_forward(const attn_plan_t *plan, attn_outputs_t *o,
                                   void *workspace, attn_error_t *err);
 extern "C" int attn__cuda_flash_version, attn__cuda_flash_last;
 extern "C" void attn__broadcast_strides(const attn_tensor_t *t, int64_t st[4]);
+extern "C" void attn__rope_frequencies(const attn_rope_t *rp, int64_t dims,
+                                       double *freq);
 
 /* ---- the probe ---------------------------------------------------------- */
 
@@ -138,6 +141,9 @@ struct bufs {
   float *slopes;
   uint8_t *allow;    /* the allow mask, as given */
   float *score_bias; /* the bias, as given */
+  float *q_norm, *k_norm;         /* [Dh] each, or null */
+  double *freq;                   /* the rope's [rope_dims / 2], or null */
+  int64_t *pos_q, *pos_k;         /* the positions, as given, or null */
   int *flags; /* [N_FLAGS]: what was found not finite, in stage order */
 };
 
@@ -211,6 +217,17 @@ void lay_out(const attn_plan_t *pl, arena *ar, bufs *d) {
     d->allow = (uint8_t *)ar->take((size_t)elems(&p->allow));
   if (p->bias.rank)
     d->score_bias = ar->floats(elems(&p->bias));
+  if (p->q_norm.rank)
+    d->q_norm = ar->floats(Dh);
+  if (p->k_norm.rank)
+    d->k_norm = ar->floats(Dh);
+  if (pl->rope_dims) {
+    d->freq = (double *)ar->take((size_t)pl->rope_dims / 2 * 8);
+    if (p->positions_query.rank)
+      d->pos_q = (int64_t *)ar->take((size_t)elems(&p->positions_query) * 8);
+    if (p->positions_key.rank)
+      d->pos_k = (int64_t *)ar->take((size_t)elems(&p->positions_key) * 8);
+  }
   d->flags = (int *)ar->take(N_FLAGS * sizeof(int));
 }
 
@@ -283,6 +300,25 @@ struct call {
                           (int)K, &one, W, (int)K, A, (int)K, &zero, C,
                           (int)N),
               "cublasSgemm");
+  }
+
+  /* The per-head RMSNorm (w) and rope (freq) of Q or K, x [B·L, nh·Dh],
+   * as kernels.h's transform_heads; nothing when neither is given. */
+  bool heads(float *x, int64_t L, int64_t nh, const float *w,
+             const double *freq, const int64_t *pos, int pos_rank,
+             int64_t off) {
+    if (!w && !freq)
+      return true;
+    const attn_params_t *p = pl->params;
+    attn_cu::heads_args h = {};
+    h.x = x, h.B = pl->B, h.L = L, h.nh = nh, h.Dh = pl->Dh;
+    h.w = w;
+    h.eps = p->has_norm_eps ? (double)p->norm_eps : 1e-6;
+    h.freq = freq;
+    h.half = pl->rope_dims / 2;
+    h.split = p->rope.style == ATTN_ROPE_HALF;
+    h.pos = pos, h.pos_rank = pos_rank, h.off = off;
+    return ok(attn_cu::transform_heads(h, s), "transform_heads");
   }
 
   /* y[rows, out] = x[rows, in]·Wᵀ + bias; without W, y = x + bias (in ==
@@ -362,6 +398,22 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
     c.up(d.allow, p->allow.data, elems(&p->allow), "allow in");
   if (d.score_bias)
     c.up(d.score_bias, p->bias.data, elems(&p->bias) * 4, "bias in");
+  if (d.q_norm)
+    c.up(d.q_norm, p->q_norm.data, Dh * 4, "q_norm in");
+  if (d.k_norm)
+    c.up(d.k_norm, p->k_norm.data, Dh * 4, "k_norm in");
+  if (d.freq) { /* after the slopes in the host workspace */
+    double *host = (double *)((char *)workspace +
+                              (H * 4 + 63) / 64 * 64);
+    attn__rope_frequencies(&p->rope, pl->rope_dims, host);
+    c.up(d.freq, host, pl->rope_dims / 2 * 8, "rope frequencies in");
+  }
+  if (d.pos_q)
+    c.up(d.pos_q, p->positions_query.data, elems(&p->positions_query) * 8,
+         "positions_query in");
+  if (d.pos_k)
+    c.up(d.pos_k, p->positions_key.data, elems(&p->positions_key) * 8,
+         "positions_key in");
   if (d.slopes) {
     float *host = static_cast<float *>(workspace);
     if (p->alibi == ATTN_ALIBI_SLOPES)
@@ -384,7 +436,11 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
       c.project(B * Lk, pl->Ek, Hkv * Dh, d.key, d.key16, d.kw, d.kw16, d.kb,
                 d.k) &&
       c.project(B * Lk, pl->Ev, Hkv * Dv, d.value, d.value16, d.vw, d.vw16,
-                d.vb, d.v)) {
+                d.vb, d.v) &&
+      c.heads(d.q, Lq, H, d.q_norm, d.freq, d.pos_q,
+              (int)p->positions_query.rank, Lk - Lq) &&
+      c.heads(d.k, Lk, Hkv, d.k_norm, d.freq, d.pos_k,
+              (int)p->positions_key.rank, 0)) {
     c.ok(attn_cu::nonfinite(d.q, B * Lq * H * Dh, 0, d.flags + F_Q, c.s),
          "check");
     c.ok(attn_cu::nonfinite(d.k, B * Lk * Hkv * Dh, 0, d.flags + F_K, c.s),

@@ -71,6 +71,27 @@ cudaError_t mean_weights(const float *w, int64_t B, int64_t H, int64_t Lq,
 cudaError_t head_outputs(const float *concat, int64_t B, int64_t Lq,
                          int64_t H, int64_t Dv, float *heads, cudaStream_t s);
 
+/* Per head of Q or K, in place, as the CPU core does it (attn.h): an
+ * RMSNorm with w, x·w / sqrt(mean(x²) + eps) in float64, when w is given;
+ * then, with freq, the rope: pair i (of `half`; (i, i + half) with split,
+ * else (2i, 2i + 1)) rotated by pos·freq[i], the angle's cosine and sine in
+ * float64. x is [B·L, nh·Dh]; row r = b·L + t is at position pos[t]
+ * (pos_rank 1), pos[b·L + t] (pos_rank 2), or off + t (pos_rank 0). One
+ * warp a (row, head). */
+struct heads_args {
+  float *x;
+  int64_t B, L, nh, Dh;
+  const float *w; /* [Dh] or nullptr */
+  double eps;
+  const double *freq; /* [half] or nullptr */
+  int64_t half;
+  int split;
+  const int64_t *pos;
+  int pos_rank;
+  int64_t off;
+};
+cudaError_t transform_heads(const heads_args &h, cudaStream_t s);
+
 /* x[r, c] += bias[c] for r < rows, c < cols. */
 cudaError_t add_bias(float *x, const float *bias, int64_t rows, int64_t cols,
                      cudaStream_t s);
