@@ -27,8 +27,11 @@
  * each run of a row of several threads (x_1th then is "-"): a sweep's own
  * one-thread row is the reference, at a fraction of the time.
  *
+ * --only WORD runs the table's rows whose name starts with WORD ("L32768").
+ *
  * usage: attn-bench [--quick] [--torch] [--csv FILE] [--reps N]
- *                   [--shape L,E,H]... [--threads N,N...] [--unpaired] */
+ *                   [--shape L,E,H]... [--threads N,N...] [--unpaired]
+ *                   [--only WORD] */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +45,17 @@
 #include "attn/attn.h"
 #include "bench.h"
 #include "blas.h"
+
+/* What a row asks for beside the output (row_t.weights). */
+enum {
+  W_NONE,
+  W_DENSE,  /* per-head weights [B, H, Lq, Lk] */
+  W_POOLED, /* pooled [256, 256] mean, per head */
+  W_TOP_K,  /* top_k 8, per head */
+  W_STATS,  /* entropy, sink and distance, per head */
+};
+static const char *const weights_names[] = {"none", "per_head", "pool256",
+                                            "top_k8", "stats"};
 
 typedef struct row {
   const char *name;
@@ -69,6 +83,15 @@ static const row_t rows[] = {
     {"L4096 E4096", 1, 4096, 4096, 4096, 32, 32, 1, 0, 2, 0, 0},
     {"L2048 generic", 1, 2048, 2048, 512, 8, 8, 1, 0, 1, ATTN_ISA_GENERIC, 0},
     {"L2048 avx2", 1, 2048, 2048, 512, 8, 8, 1, 0, 1, ATTN_ISA_AVX2, 0},
+    /* reductions of the weights (issue 34): each against "none" */
+    {"L8192", 1, 8192, 8192, 512, 8, 8, 1, W_NONE, 1, 0, 1},
+    {"L8192 pooled", 1, 8192, 8192, 512, 8, 8, 1, W_POOLED, 1, 0, 1},
+    {"L8192 top_k", 1, 8192, 8192, 512, 8, 8, 1, W_TOP_K, 1, 0, 1},
+    {"L8192 stats", 1, 8192, 8192, 512, 8, 8, 1, W_STATS, 1, 0, 1},
+    {"L32768", 1, 32768, 32768, 512, 8, 8, 1, W_NONE, 1, 0, 0},
+    {"L32768 pooled", 1, 32768, 32768, 512, 8, 8, 1, W_POOLED, 1, 0, 0},
+    {"L32768 top_k", 1, 32768, 32768, 512, 8, 8, 1, W_TOP_K, 1, 0, 0},
+    {"L32768 stats", 1, 32768, 32768, 512, 8, 8, 1, W_STATS, 1, 0, 0},
 };
 #define NROWS (sizeof rows / sizeof rows[0])
 
@@ -196,8 +219,14 @@ static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
       .v_weight = {wv, 2, {r->Hkv * Dh, r->E}},
       .o_weight = {wo, 2, {r->E, r->E}},
       .causal = r->causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
-      .want_weights = r->weights,
+      .want_weights = r->weights == W_DENSE,
   };
+  if (r->weights == W_POOLED)
+    p.reduce = (attn_reduce_t){.pool_q = 256, .pool_k = 256};
+  else if (r->weights == W_TOP_K)
+    p.reduce = (attn_reduce_t){.top_k = 8};
+  else if (r->weights == W_STATS)
+    p.reduce = (attn_reduce_t){.stats = ATTN_STAT_ALL, .sink_tokens = 4};
   if (kv)
     p.key = (attn_tensor_t){kv, 3, {r->B, r->Lk, r->E}};
   attn_exec_t ex = {.threads = r->threads, .isa = r->isa};
@@ -215,9 +244,20 @@ static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
     return -1;
   void *ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64);
   attn_outputs_t o = {.out = malloc((size_t)plan.out_elems * sizeof(float))};
-  if (r->weights)
+  if (r->weights == W_DENSE)
     o.weights = malloc((size_t)plan.weights_elems * sizeof(float));
-  if (!ws || !o.out || (r->weights && !o.weights))
+  if (plan.top_k_elems) {
+    o.top_k_index = malloc((size_t)plan.top_k_elems * sizeof(int32_t));
+    o.top_k_value = malloc((size_t)plan.top_k_elems * sizeof(float));
+  }
+  if (plan.pooled_elems)
+    o.pooled = malloc((size_t)plan.pooled_elems * sizeof(float));
+  if (plan.stats_elems) {
+    o.entropy = malloc((size_t)plan.stats_elems * sizeof(float));
+    o.sink = malloc((size_t)plan.stats_elems * sizeof(float));
+    o.distance = malloc((size_t)plan.stats_elems * sizeof(float));
+  }
+  if (!ws || !o.out || (r->weights == W_DENSE && !o.weights))
     return -1;
   double w0 = bench_now_ms();
   attn_forward(&plan, &o, ws, plan.workspace_bytes, &err); /* warm up */
@@ -261,7 +301,8 @@ static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
 
 /* Times the same row in PyTorch; returns its median ms, or -1. */
 static double torch_row(const row_t *r, int reps) {
-  if (r->Lq != r->Lk || r->Hkv != r->H || r->isa != ATTN_ISA_AUTO ||
+  if (r->weights > W_DENSE || r->Lq != r->Lk || r->Hkv != r->H ||
+      r->isa != ATTN_ISA_AUTO ||
       r->Lq > 4096 || r->E > 512)
     return -1; /* what nn.MultiheadAttention expresses, in minutes */
   char cmd[512];
@@ -318,6 +359,7 @@ static int parse_threads(const char *s, int *t, int max) {
 
 int main(int argc, char **argv) {
   int quick = 0, torch = 0, reps = 5, unpaired = 0;
+  const char *only = NULL;
   const char *csv_path = "build/bench/attn.csv";
   static row_t shapes[MAX_SHAPES], sweep[MAX_SHAPES * MAX_THREADS];
   static char names[MAX_SHAPES][64];
@@ -341,10 +383,13 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc &&
              (nthreads = parse_threads(argv[i + 1], threads, MAX_THREADS)) > 0)
       i++;
+    else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+      only = argv[++i];
     else {
       fprintf(stderr,
               "usage: %s [--quick] [--torch] [--csv FILE] [--reps N]\n"
               "       [--shape L,E,H]... [--threads N,N...] [--unpaired]\n"
+              "       [--only WORD]\n"
               "--shape (up to %d) runs causal self-attention of those shapes, "
               "B = 1, at each of --threads (up to %d counts, default 1,2) "
               "instead of the table; --unpaired skips the one-thread run "
@@ -390,7 +435,8 @@ int main(int argc, char **argv) {
          "proj_ms", "attn_ms", "out_ms", torch ? "   torch_ms  x_torch" : "");
   for (size_t i = 0; i < ntable; i++) {
     const row_t *r = &table[i];
-    if (quick && !r->quick)
+    if ((quick && !r->quick) ||
+        (only && strncmp(r->name, only, strlen(only)) != 0))
       continue;
     int fd[2];
     if (pipe(fd) < 0)
@@ -419,6 +465,7 @@ int main(int argc, char **argv) {
     double proj_flops, ms = res.ms, rss = res.rss_mb;
     double gflops = row_flops(r, &proj_flops) / ms / 1e6;
     const char *path = r->weights ? "two-pass" : "online";
+    const char *wname = weights_names[r->weights];
     char pathname[32];
     snprintf(pathname, sizeof pathname, "%s/%s",
              attn_isa_name(r->isa ? r->isa : be.isa), path);
@@ -428,8 +475,8 @@ int main(int argc, char **argv) {
     printf("%-19s %2lld %6lld %6lld %5lld %3lld %3lld %-6s %-8s %2d %-16s "
            "%10.1f %8.1f %6.2f %6.2f ",
            r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
-           (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
-           r->weights ? "per_head" : "none", r->threads, pathname, ms, gflops,
+           (long long)r->E, (long long)r->H, (long long)r->Hkv, mask, wname,
+           r->threads, pathname, ms, gflops,
            res.x_sgemm, res.proj_x);
     if (res.x_1th > 0)
       printf("%6.2f", res.x_1th);
@@ -448,7 +495,7 @@ int main(int argc, char **argv) {
               "%.3f,%.3f,%.3f,%.1f,%.3f,%.3f,%.1f,%.3f,%.3f,%.3f\n",
               r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
               (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
-              r->weights ? "per_head" : "none", r->threads, pathname, ms,
+              wname, r->threads, pathname, ms,
               gflops, res.x_sgemm, res.proj_x, res.x_1th, rss, tms,
               tms > 0 ? tms / ms : -1.0, res.ceiling, res.stage_ms[0],
               res.stage_ms[1], res.stage_ms[2]);

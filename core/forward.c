@@ -81,7 +81,8 @@ void attn__scratch_plan(const attn_plan_t *pl, attn__scratch_t *sc) {
   sc->rows = rows;
   sc->lds =
       (p->want_weights || p->want_mean_weights || pl->reduce) ? Lkp : ATTN__BC;
-  sc->s = part(&at, rows * sc->lds);
+  /* the online path's [rows, ATTN__BC] too, where reductions may take it */
+  sc->s = part(&at, rows * (sc->lds > ATTN__BC ? sc->lds : ATTN__BC));
   sc->o = part(&at, rows * Dvp);
   sc->q = part(&at, rows > 1 ? rows * pl->Dh : 0);
   sc->l = part(&at, rows * 16);
@@ -91,6 +92,12 @@ void attn__scratch_plan(const attn_plan_t *pl, attn__scratch_t *sc) {
   sc->acc = part(&at, 2 * Dvp);
   sc->mw = part(&at, pl->reduce && p->reduce.mean_heads ? rows * sc->lds : 0);
   sc->tk = part(&at, pl->reduce ? 2 * p->reduce.top_k : 0);
+  const int online = pl->reduce && !p->reduce.mean_heads;
+  sc->ex = part(&at, online ? rows * 48 : 0);
+  sc->hv = part(&at, online ? rows * p->reduce.top_k : 0);
+  sc->hj = part(&at, online ? rows * p->reduce.top_k : 0);
+  sc->hn = part(&at, online ? 2 * rows : 0);
+  sc->pool = part(&at, online && p->reduce.pool_q ? rows * pl->pool_nk : 0);
   sc->floats = at;
   int64_t n = units(pl);
   sc->slots = pl->threads < n ? pl->threads : n;

@@ -366,6 +366,46 @@ INLINE vf vexp(vf x) {
 
 /* ---- the running max of the online softmax ------------------------------ */
 
+/* The reductions on the online path (per head, scores in float32): each
+ * row's running state beside its running max m and sum l, rescaled with
+ * them (raise_red), in the unit's scratch (attn__scratch_t):
+ *   ex [rows, 3·16]: lane-wise Σ e·(s − m), Σ e·|d − j| and Σ_{j<S} e,
+ *     e = e^(s − m): so entropy = ln l − Σ e·(s − m) / l, and the others
+ *     are their sums over l, all in the same pass as the output;
+ *   top k [rows, K] scores and key indices, a heap whose root is the
+ *     worst (lowest score, then highest index): scores order keys as
+ *     their weights do, so they need no final max;
+ *   pool [rows, nk]: each pooled block's Σ e (or max e) of the row. */
+typedef struct ored {
+  float *ex;
+  float *hv;
+  int32_t *hj;
+  int64_t *hn;
+  float *pool;
+  int64_t K, nk;
+  double *part; /* the unit's pooled partials (attn__ctx_t) */
+  int64_t pfirst;
+} ored_t;
+
+/* The row state's rescaling when row r's max m rises to mt (see ored_t). */
+INLINE void raise_red(const ored_t *ro, int64_t r, float m, float mt,
+                      float alpha, const float *l) {
+  float *ex = ro->ex + r * 48;
+  if (m == -INFINITY) {
+    memset(ex, 0, 48 * sizeof(float));
+  } else {
+    st(ex, (ld(ex) - (mt - m) * ld(l)) * alpha);
+    st(ex + 16, ld(ex + 16) * alpha);
+    st(ex + 32, ld(ex + 32) * alpha);
+  }
+  if (ro->pool) {
+    float *pr = ro->pool + r * ro->nk;
+    for (int64_t k = 0; k < ro->nk; k++)
+      pr[k] *= alpha;
+  }
+}
+
+
 /* Whether some lane of x is above t. */
 INLINE int any_above(vf x, float t) {
 #if defined(__AVX512F__)
@@ -386,11 +426,14 @@ INLINE int any_above(vf x, float t) {
  * more; its output row and running sums are then rescaled. mx holds the
  * lane-wise max of the row's scores in this key block. */
 #define SLACK 8.0f
-INLINE void raise_max(vf mx, float *m, float *o, float *l, int64_t Dvp) {
+INLINE void raise_max(vf mx, float *m, float *o, float *l, int64_t Dvp,
+                      const ored_t *ro, int64_t r) {
   if (!any_above(mx, *m + SLACK))
     return;
   float mt = hmax(mx);
   float alpha = *m == -INFINITY ? 0.0f : expf(*m - mt);
+  if (ro)
+    raise_red(ro, r, *m, mt, alpha, l);
   *m = mt;
   for (int64_t k = 0; k < Dvp; k += VL)
     st(o + k, ld(o + k) * alpha);
@@ -455,7 +498,7 @@ INLINE void qk_softmax_tile(const int mr, const float *q, int64_t ldq,
 #pragma GCC unroll 8
     for (int n = 1; n < QK_NV; n++)
       mx = vmax(mx, acc[r][n]);
-    raise_max(mx, &m[r], o + r * Dvp, l + r * VL, Dvp);
+    raise_max(mx, &m[r], o + r * Dvp, l + r * VL, Dvp, NULL, 0);
     vf mv = splat(m[r]), sum = ld(l + r * VL);
 #pragma GCC unroll 8
     for (int n = 0; n < QK_NV; n++) {
@@ -964,6 +1007,189 @@ static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
   }
 }
 
+/* Σ x[a, e) (or the max, with 0 as the floor), a whole vector at a time
+ * where the vectors of x's own alignment allow. */
+static float range_sum(const float *x, int64_t a, int64_t e) {
+  float sum = 0;
+  int64_t j = a;
+  for (; j < e && j % VL; j++)
+    sum += x[j];
+  vf acc = splat(0);
+  for (; j + VL <= e; j += VL)
+    acc += ld(x + j);
+  sum += hsum(acc);
+  for (; j < e; j++)
+    sum += x[j];
+  return sum;
+}
+static float range_max(const float *x, int64_t a, int64_t e) {
+  float mx = 0;
+  int64_t j = a;
+  for (; j < e && j % VL; j++)
+    mx = x[j] > mx ? x[j] : mx;
+  vf acc = splat(0);
+  for (; j + VL <= e; j += VL)
+    acc = vmax(acc, ld(x + j));
+  mx = hmax(acc) > mx ? hmax(acc) : mx;
+  for (; j < e; j++)
+    mx = x[j] > mx ? x[j] : mx;
+  return mx;
+}
+
+/* Whether heap entry (v, j) is worse than (w, k): a lower score, or the
+ * same and a higher index. */
+INLINE int worse(float v, int32_t j, float w, int32_t k) {
+  return v < w || (v == w && j > k);
+}
+static void heap_down(float *hv, int32_t *hj, int64_t n, int64_t at) {
+  for (;;) {
+    int64_t c = 2 * at + 1;
+    if (c >= n)
+      return;
+    if (c + 1 < n && worse(hv[c + 1], hj[c + 1], hv[c], hj[c]))
+      c++;
+    if (!worse(hv[c], hj[c], hv[at], hj[at]))
+      return;
+    float tv = hv[c];
+    int32_t tj = hj[c];
+    hv[c] = hv[at], hj[c] = hj[at];
+    hv[at] = tv, hj[at] = tj;
+    at = c;
+  }
+}
+
+/* Keys [a, e) of a score row x (x[0] is key j0) into row r's top-k heap. */
+static void top_k_scores(const ored_t *ro, int64_t r, const float *x,
+                         int64_t j0, int64_t a, int64_t e) {
+  const int64_t K = ro->K;
+  float *hv = ro->hv + r * K;
+  int32_t *hj = ro->hj + r * K;
+  int64_t n = ro->hn[r];
+  float thr = n < K ? -INFINITY : hv[0];
+  for (int64_t j = a; j < e;) {
+    int64_t end = j + 1; /* a key at a time, or a whole vector */
+    if ((j - j0) % VL == 0 && j + VL <= e) {
+      if (!any_above(ld(x + j - j0), thr)) {
+        j += VL;
+        continue;
+      }
+      end = j + VL;
+    }
+    for (; j < end; j++) {
+      float v = x[j - j0];
+      if (!(v > thr))
+        continue;
+      if (n < K) { /* sift the new entry up */
+        int64_t at = n++;
+        while (at > 0 && worse(v, (int32_t)j, hv[(at - 1) / 2],
+                               hj[(at - 1) / 2])) {
+          hv[at] = hv[(at - 1) / 2], hj[at] = hj[(at - 1) / 2];
+          at = (at - 1) / 2;
+        }
+        hv[at] = v, hj[at] = (int32_t)j;
+      } else { /* it replaces the worst */
+        hv[0] = v, hj[0] = (int32_t)j;
+        heap_down(hv, hj, n, 0);
+      }
+      if (n == K)
+        thr = hv[0];
+    }
+  }
+  ro->hn[r] = n;
+}
+
+/* Row r's results, once its max m and sum l are final: query i of item b,
+ * head h. */
+static void finish_row(const attn__ctx_t *c, const ored_t *ro, int64_t b,
+                       int64_t h, int64_t i, int64_t r, float m, float l) {
+  const attn_plan_t *pl = c->plan;
+  const int64_t row = (b * pl->rH + h) * (pl->q1 - pl->q0) + i - pl->q0;
+  const float *ex = ro->ex + r * 48;
+  if (c->entropy)
+    c->entropy[row] = l > 0 ? (float)(log((double)l) -
+                                      (double)hsum(ld(ex)) / (double)l)
+                            : 0.0f;
+  if (c->distance)
+    c->distance[row] = l > 0 ? (float)((double)hsum(ld(ex + 16)) / l) : 0.0f;
+  if (c->sink)
+    c->sink[row] = l > 0 ? (float)((double)hsum(ld(ex + 32)) / l) : 0.0f;
+  if (ro->K) {
+    const int64_t K = ro->K;
+    float *hv = ro->hv + r * K;
+    int32_t *hj = ro->hj + r * K;
+    int64_t n = ro->hn[r];
+    /* heap sort: the worst to the end, best first */
+    for (int64_t e = n - 1; e > 0; e--) {
+      float tv = hv[0];
+      int32_t tj = hj[0];
+      hv[0] = hv[e], hj[0] = hj[e];
+      hv[e] = tv, hj[e] = tj;
+      heap_down(hv, hj, e, 0);
+    }
+    int32_t *oi = c->top_k_index + row * K;
+    float *ov = c->top_k_value + row * K;
+    int64_t t = 0;
+    for (int64_t k = 0; k < n; k++) {
+      float w = l > 0 ? (float)(exp((double)hv[k] - (double)m) / (double)l)
+                      : 0.0f;
+      if (!(w > 0)) /* below float32's range: weighs nothing */
+        break;
+      /* scores that differ may round to one weight: its ties go to the
+       * lower index */
+      int64_t at = t++;
+      while (at > 0 && ov[at - 1] == w && oi[at - 1] > hj[k]) {
+        ov[at] = ov[at - 1], oi[at] = oi[at - 1];
+        at--;
+      }
+      ov[at] = w, oi[at] = hj[k];
+    }
+    for (; t < K; t++)
+      oi[t] = -1, ov[t] = 0.0f;
+  }
+  if (ro->part) {
+    const attn_reduce_t *rd = c->red;
+    const float *pr = ro->pool + r * ro->nk;
+    double *y = ro->part + ((i - pl->q0) / rd->pool_q - ro->pfirst) * ro->nk;
+    for (int64_t k = 0; k < ro->nk && l > 0; k++) {
+      double v = (double)pr[k] / (double)l;
+      y[k] = rd->pool_reduce == ATTN_POOL_MAX ? (v > y[k] ? v : y[k]) : y[k] + v;
+    }
+  }
+}
+
+/* Row r's share of a key block after its softmax, e = e^(s − m) of keys
+ * [j0, j0 + w): the sink's sum and the pooled blocks'. */
+static void block_red(const attn__ctx_t *c, const ored_t *ro, int64_t r,
+                      int64_t j0, int64_t w, const float *e) {
+  const attn_plan_t *pl = c->plan;
+  const attn_reduce_t *rd = c->red;
+  float *ex = ro->ex + r * 48;
+  if (rd->sink_tokens > j0 && c->sink) {
+    int64_t n = rd->sink_tokens - j0 < w ? rd->sink_tokens - j0 : w;
+    float sum = 0;
+    for (int64_t k = 0; k < n; k++)
+      sum += e[k];
+    ex[32] += sum;
+  }
+  if (ro->part) {
+    const int64_t a = j0 > pl->k0 ? j0 : pl->k0;
+    const int64_t end = j0 + w < pl->k1 ? j0 + w : pl->k1;
+    float *pr = ro->pool + r * ro->nk;
+    for (int64_t kb = (a - pl->k0) / rd->pool_k;
+         a < end && pl->k0 + kb * rd->pool_k < end; kb++) {
+      int64_t p0 = pl->k0 + kb * rd->pool_k, p1 = p0 + rd->pool_k;
+      p0 = p0 > a ? p0 : a;
+      p1 = p1 < end ? p1 : end;
+      if (rd->pool_reduce == ATTN_POOL_MAX) {
+        float mx = range_max(e - j0, p0, p1);
+        pr[kb] = mx > pr[kb] ? mx : pr[kb];
+      } else {
+        pr[kb] += range_sum(e - j0, p0, p1);
+      }
+    }
+  }
+}
+
 /* ---- the two paths ------------------------------------------------------ */
 
 /* Online softmax over the key blocks [kb0, kb1), for head h of batch b and
@@ -972,7 +1198,7 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
                           int64_t i0, int64_t rows, const int64_t *lo,
                           const int64_t *hi, int64_t kb0, int64_t kb1,
                           const float *q, float *s, float *o, float *m,
-                          float *l) {
+                          float *l, const ored_t *ro) {
   const attn_plan_t *pl = c->plan;
   int64_t g = h / (pl->H / pl->Hkv), Dh = pl->Dh, Dvp = c->Dvp, ldq = Dh;
   int64_t ldv = c->ldv;
@@ -980,6 +1206,21 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
 
   memset(o, 0, (size_t)(rows * Dvp) * sizeof(float));
   memset(l, 0, (size_t)(rows * VL) * sizeof(float));
+  /* The reductions' rows: those of the query range; their state zeroed */
+  int64_t r0 = 0, r1 = 0;
+  if (ro) {
+    r0 = pl->q0 - i0 > 0 ? pl->q0 - i0 : 0;
+    r1 = pl->q1 - i0 < rows ? pl->q1 - i0 : rows;
+    r1 = r1 > r0 ? r1 : r0;
+    memset(ro->ex, 0, (size_t)(rows * 48) * sizeof(float));
+    if (ro->pool)
+      memset(ro->pool, 0, (size_t)(rows * ro->nk) * sizeof(float));
+    if (ro->K)
+      memset(ro->hn, 0, (size_t)rows * sizeof(int64_t));
+  }
+  vf lane;
+  for (int k = 0; k < VL; k++)
+    lane[k] = (float)k;
   int64_t jend = 0; /* no row sees a key from here on */
   for (int64_t r = 0; r < rows; r++) {
     m[r] = -INFINITY;
@@ -996,7 +1237,7 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
     for (int64_t r = 0; r < rows; r++)
       inside &= lo[r] <= j0 && hi[r] >= j0 + ATTN__BC;
 #if QK_NV * VL == ATTN__BC
-    if (inside && !terms) { /* passes 1 and 3 fused, in registers */
+    if (inside && !terms && !ro) { /* passes 1 and 3 fused, in registers */
       for (int64_t r = 0; r < rows; r += QK_MR) {
         int mr = rows - r < QK_MR ? (int)(rows - r) : QK_MR;
         switch (mr) {
@@ -1023,18 +1264,46 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
       vf mx = ld(x);
       for (int k = VL; k < w; k += VL)
         mx = vmax(mx, ld(x + k));
-      raise_max(mx, &m[r], o + r * Dvp, l + r * VL, Dvp);
+      const int red = r >= r0 && r < r1; /* this row's reductions */
+      raise_max(mx, &m[r], o + r * Dvp, l + r * VL, Dvp, red ? ro : NULL, r);
       if (m[r] == -INFINITY) { /* nothing visible yet: P = 0 */
         memset(x, 0, (size_t)w * sizeof(float));
         continue;
       }
       vf sum = ld(l + r * VL), mv = splat(m[r]);
+      if (!red) {
+        for (int k = 0; k < w; k += VL) {
+          vf e = vexp(ld(x + k) - mv);
+          st(x + k, e);
+          sum += e;
+        }
+        st(l + r * VL, sum);
+        continue;
+      }
+      /* with the reductions: the top keys by score first, then the
+       * softmax with Σ e·(s − m) and Σ e·|d − j| beside Σ e (ored_t) */
+      if (ro->K) {
+        int64_t a = j0 > pl->k0 ? j0 : pl->k0;
+        int64_t e = j0 + w < pl->k1 ? j0 + w : pl->k1;
+        if (a < e)
+          top_k_scores(ro, r, x, j0, a, e);
+      }
+      float *ex = ro->ex + r * 48;
+      vf se = ld(ex), sd = ld(ex + 16);
+      const float d = (float)(i0 + r + attn__item_off(c, b) - j0);
       for (int k = 0; k < w; k += VL) {
-        vf e = vexp(ld(x + k) - mv);
+        vf t = ld(x + k) - mv;
+        vf e = vexp(t);
         st(x + k, e);
         sum += e;
+        se += e * vmax(t, splat(-200.0f)); /* e = 0 where t = -inf */
+        vf dj = splat(d) - (lane + (float)k);
+        sd += e * vsel(dj < 0.0f, -dj, dj);
       }
+      st(ex, se);
+      st(ex + 16, sd);
       st(l + r * VL, sum);
+      block_red(c, ro, r, j0, w, x);
     }
     /* pass 4: O += P·V, over the keys that exist (V has no rows past Lk;
      * the rest have weight 0) */
@@ -1043,6 +1312,8 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
   }
   for (int64_t r = 0; r < rows; r++) {
     float lr = hsum(ld(l + r * VL));
+    if (r >= r0 && r < r1)
+      finish_row(c, ro, b, h, i0 + r, r, m[r], lr);
     float inv = lr > 0 ? 1.0f / lr : 0.0f;
     float *y = o + r * Dvp;
     for (int64_t k = 0; k < Dvp; k += VL)
@@ -1117,7 +1388,11 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   int64_t i0 = qblock * ATTN__BR;
   int64_t rows = pl->Lq - i0 < ATTN__BR ? pl->Lq - i0 : ATTN__BR;
   int64_t Dv = pl->Dv, Dvp = c->Dvp, Lk = pl->Lk, H = pl->H;
-  int two_pass = c->weights || c->mean_weights || c->red;
+  /* Reductions run on the online path, per head, unless every row takes
+   * the exact path; of the mean over heads, from the two-pass path's
+   * rows (reduce_row). */
+  const int dense_red = c->red && (c->red->mean_heads || c->exact);
+  int two_pass = c->weights || c->mean_weights || dense_red;
 
   /* scratch (attn__scratch_t): S or P | O | Q | l | m | lo, hi | sums */
   const attn__scratch_t *sc = &c->sc;
@@ -1140,6 +1415,19 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
            ((b * pl->rH + hh) * c->n_qblocks + qblock) * c->pool_t * pl->pool_nk;
     memset(part, 0, (size_t)(c->pool_t * pl->pool_nk) * sizeof(double));
     pfirst = attn__pool_first(qblock, pl->q0, c->red->pool_q);
+  }
+  ored_t ored, *ro = NULL;
+  if (c->red && !dense_red) {
+    ored = (ored_t){.ex = scratch + sc->ex,
+                    .hv = scratch + sc->hv,
+                    .hj = (int32_t *)(scratch + sc->hj),
+                    .hn = (int64_t *)(scratch + sc->hn),
+                    .pool = part ? scratch + sc->pool : NULL,
+                    .K = c->red->top_k,
+                    .nk = pl->pool_nk,
+                    .part = part,
+                    .pfirst = pfirst};
+    ro = &ored;
   }
 
   /* The key blocks any row may see. */
@@ -1175,7 +1463,7 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
     } else if (two_pass) {
       attend_two_pass(c, b, h, i0, rows, lo, hi, kb0, kb1, qb, s, o);
     } else {
-      attend_online(c, b, h, i0, rows, lo, hi, kb0, kb1, qb, s, o, m, l);
+      attend_online(c, b, h, i0, rows, lo, hi, kb0, kb1, qb, s, o, m, l, ro);
     }
     /* Every output row must be finite: one the fast paths overflowed
      * (large values) is redone exactly; one that still is not cannot be
@@ -1206,7 +1494,7 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
       if (c->weights)
         memcpy(c->weights + ((b * H + h) * pl->Lq + i) * Lk, s + r * sc->lds,
                (size_t)Lk * sizeof(float));
-      if (c->red && i >= pl->q0 && i < pl->q1) {
+      if (dense_red && i >= pl->q0 && i < pl->q1) {
         const float *x = s + r * sc->lds;
         double *pr =
             part ? part + ((i - pl->q0) / c->red->pool_q - pfirst) * pl->pool_nk
