@@ -127,13 +127,40 @@ void attnd_buf_base64(attnd_buf_t *b, const void *src, size_t n) {
   b->data[b->len] = '\0';
 }
 
-void attnd_buf_tensor(attnd_buf_t *b, attnd_form_t form, const float *x,
-                      int rank, const int64_t *dim) {
+/* Appends the int32 sub-tensor of shape dim[level..rank) at *x (rank 0:
+ * n integers in one row), and advances *x past it. */
+static void put_ints(attnd_buf_t *b, const int32_t **x, int level, int rank,
+                     const int64_t *dim, size_t n) {
+  size_t k = rank ? (size_t)dim[level] : n;
+  attnd_buf_append(b, "[", 1);
+  for (size_t i = 0; i < k; i++) {
+    if (i)
+      attnd_buf_append(b, ",", 1);
+    if (rank && level < rank - 1) {
+      put_ints(b, x, level + 1, rank, dim, 0);
+    } else {
+      char num[16];
+      attnd_buf_append(b, num, (size_t)snprintf(num, sizeof num, "%d", **x));
+      (*x)++;
+    }
+  }
+  attnd_buf_append(b, "]", 1);
+}
+
+/* A float32 tensor, or an int32 one with i32 (attnd_buf_tensor and its
+ * _i32 twin). */
+static void put_tensor(attnd_buf_t *b, attnd_form_t form, const void *x,
+                       int i32, int rank, const int64_t *dim) {
+  const float *f = x;
+  const int32_t *i = x;
   size_t n = 1;
-  for (int i = 0; i < rank; i++)
-    n *= (size_t)dim[i];
+  for (int d = 0; d < rank; d++)
+    n *= (size_t)dim[d];
   if (form == ATTND_FORM_NESTED) {
-    attnd_buf_floats(b, x, n, rank, dim);
+    if (i32)
+      put_ints(b, &i, 0, rank, dim, n);
+    else
+      attnd_buf_floats(b, f, n, rank, dim);
     return;
   }
   char shape[160];
@@ -142,13 +169,27 @@ void attnd_buf_tensor(attnd_buf_t *b, attnd_form_t form, const float *x,
   attnd_buf_append(b, shape, k);
   if (form == ATTND_FORM_FLAT) {
     attnd_buf_puts(b, ",\"data\":");
-    attnd_buf_floats(b, x, n, 0, NULL);
+    if (i32)
+      put_ints(b, &i, 0, 0, NULL, n);
+    else
+      attnd_buf_floats(b, f, n, 0, NULL);
   } else {
-    attnd_buf_puts(b, ",\"dtype\":\"float32\",\"base64\":\"");
-    attnd_buf_base64(b, x, n * sizeof *x);
+    attnd_buf_puts(b, i32 ? ",\"dtype\":\"int32\",\"base64\":\""
+                          : ",\"dtype\":\"float32\",\"base64\":\"");
+    attnd_buf_base64(b, x, n * 4);
     attnd_buf_puts(b, "\"");
   }
   attnd_buf_puts(b, "}");
+}
+
+void attnd_buf_tensor(attnd_buf_t *b, attnd_form_t form, const float *x,
+                      int rank, const int64_t *dim) {
+  put_tensor(b, form, x, 0, rank, dim);
+}
+
+void attnd_buf_tensor_i32(attnd_buf_t *b, attnd_form_t form, const int32_t *x,
+                          int rank, const int64_t *dim) {
+  put_tensor(b, form, x, 1, rank, dim);
 }
 
 void attnd_buf_printf(attnd_buf_t *b, const char *fmt, ...) {

@@ -56,4 +56,9 @@ typedef enum attnd_form {
 void attnd_buf_tensor(attnd_buf_t *b, attnd_form_t form, const float *x,
                       int rank, const int64_t *dim);
 
+/* The same for an int32 tensor: integers in the nested and flat forms,
+ * "dtype": "int32" in base64. */
+void attnd_buf_tensor_i32(attnd_buf_t *b, attnd_form_t form, const int32_t *x,
+                          int rank, const int64_t *dim);
+
 #endif

@@ -63,7 +63,8 @@ static const struct {
   int min;
 } expected[] = {
     {"README.md", 4},            /* the first request, layers, a session */
-    {"docs/api.md", 6},          /* the request forms, errors, /v1/info */
+    {"docs/api.md", 7},          /* the request forms, weights at any
+                                    length, errors, /v1/info */
     {"docs/operations.md", 2},   /* --print-config, /metrics */
     {"docs/layers.md", 2},       /* a layer, a layer request */
     {"docs/oip.md", 2},          /* an inference, a model's metadata */

@@ -17,7 +17,8 @@
  *   - masks: mask.allow and mask.bias in every form and rank, everything
  *     combined, and random specs;
  *   - json: number spellings, escaped strings, and the reply encodings
- *     agreeing bit for bit;
+ *     agreeing bit for bit; return.weights as an object (top_k, pool,
+ *     stats, ranges) in each encoding against tests/ref.c's ref_reduce;
  *   - protocol: id, X-Request-Id, metrics, Server-Timing, GET endpoints and
  *     the Prometheus text;
  *   - errors: a few invalid requests under small configured limits (the
@@ -820,6 +821,149 @@ START_TEST(test_encodings_agree) {
   for (int k = 0; k < 3; k++)
     for (int x = 0; x < 3; x++)
       sh_tensor_free(&t[k][x]);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* ---- reductions of the weights ------------------------------------------ */
+
+/* One request with return.weights as an object (attn_reduce_t), and its
+ * reply's reductions against ref_reduce, in each encoding. */
+typedef struct rdcase {
+  const char *name;
+  tu_spec_t s;
+  const char *weights; /* the object, as JSON */
+  attn_reduce_t r;     /* the same, for the reference */
+} rdcase_t;
+
+/* clang-format off */
+static const rdcase_t rd_cases[] = {
+    {"top_k per head, causal, rank 3",
+     {.B = 2, .batched = 1, .Lq = 9, .H = 2, .Dh = 4,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT},
+     "{\"top_k\":3}", {.top_k = 3, .sink_tokens = 4}},
+    {"everything, mean over heads, ranges, rank 2",
+     {.Lq = 11, .Lk = 14, .cross = 1, .H = 3, .Dh = 4, .bias_rank = 2},
+     "{\"heads\":\"mean\",\"top_k\":4,\"pool\":[3,4],\"reduce\":\"max\","
+     "\"stats\":[\"entropy\",\"sink\",\"distance\"],\"sink_tokens\":2,"
+     "\"query_range\":[1,10],\"key_range\":[2,13]}",
+     {.mean_heads = 1, .top_k = 4, .pool_q = 3, .pool_k = 4,
+      .pool_reduce = ATTN_POOL_MAX, .stats = ATTN_STAT_ALL, .sink_tokens = 2,
+      .has_query_range = 1, .query_range = {1, 10}, .has_key_range = 1,
+      .key_range = {2, 13}}},
+    {"pooled sum and sink per head, GQA, rank 3",
+     {.B = 2, .batched = 1, .Lq = 7, .H = 4, .Hkv = 2, .Dh = 4,
+      .proj = TU_KW | TU_VW, .causal = ATTN_CAUSAL_TOP_LEFT},
+     "{\"pool\":[2,3],\"reduce\":\"sum\",\"stats\":[\"sink\"]}",
+     {.pool_q = 2, .pool_k = 3, .pool_reduce = ATTN_POOL_SUM,
+      .stats = ATTN_STAT_SINK, .sink_tokens = 4}},
+};
+/* clang-format on */
+#define N_RD ((int)(sizeof rd_cases / sizeof rd_cases[0]))
+
+/* Decodes reply member `name` (of `parent`, dotted for messages) and
+ * checks its shape and values against ref[0..n): within REPLY_TOL as
+ * ‖got − ref‖₂ / ‖ref‖₂, or, with abs_tol > 0, each element within it. */
+static void check_rd_tensor(const json_t *parent, const char *name,
+                            const char *what, const int64_t *dim, int rank,
+                            const double *ref, double abs_tol) {
+  sh_tensor_t t;
+  char why[256];
+  ck_assert_msg(sh_tensor_decode(json_object_get(parent, name), &t, why,
+                                 sizeof why) == 0,
+                "%s: %s: %s", what, name, why);
+  ck_assert_msg(t.rank == rank, "%s: %s has rank %d, not %d", what, name,
+                t.rank, rank);
+  for (int i = 0; i < rank; i++)
+    ck_assert_msg(t.dim[i] == dim[i], "%s: %s dim %d is %lld, not %lld", what,
+                  name, i, (long long)t.dim[i], (long long)dim[i]);
+  if (abs_tol > 0)
+    for (size_t i = 0; i < t.n; i++)
+      ck_assert_msg(fabs(t.data[i] - ref[i]) <= abs_tol,
+                    "%s: %s[%zu] is %.9g, reference %.9g", what, name, i,
+                    (double)t.data[i], ref[i]);
+  else
+    ck_assert_msg(tu_rel_err(t.data, ref, t.n) <= REPLY_TOL,
+                  "%s: %s relative error %g", what, name,
+                  tu_rel_err(t.data, ref, t.n));
+  sh_tensor_free(&t);
+}
+
+START_TEST(test_weights_reduce) {
+  static const char *const encs[] = {"nested", "flat", "base64"};
+  const rdcase_t *rc = &rd_cases[_i / 3];
+  const char *enc = encs[_i % 3];
+  tu_case_t c;
+  tu_case_build(&c, &rc->s, 400 + (uint64_t)_i / 3);
+  c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
+  sh_enc_t e = {.encoding = enc, .metrics_off = 1};
+  json_t *req = sh_request_json(&c.p, &e);
+  json_error_t jerr;
+  json_t *w = json_loads(rc->weights, 0, &jerr);
+  ck_assert_ptr_nonnull(w);
+  json_object_set_new(json_object_get(req, "return"), "weights", w);
+  c.p.reduce = rc->r;
+  ref_result_t rr;
+  ref_reduce_t ref;
+  ck_assert_int_eq(ref_attention(&c.p, &rr), 0);
+  ck_assert_int_eq(ref_reduce(&c.p, &rr, &ref), 0);
+
+  sh_resp_t r;
+  ck_assert_int_eq(sh_post_json(srv.port, req, &r), 0);
+  ck_assert_msg(r.status == 200, "%s: %ld %.300s", rc->name, r.status, r.body);
+  json_t *rep = sh_json(&r);
+  ck_assert_msg(json_object_get(rep, "weights") == NULL, "%s: dense weights",
+                rc->name);
+  char what[160];
+  snprintf(what, sizeof what, "%s, %s", rc->name, enc);
+  /* [B, H', rows, cols] less the batch of a rank-2 request and H' for the
+   * mean */
+  int64_t dim[4] = {0};
+  int n = 0;
+  if (rc->s.batched)
+    dim[n++] = rr.B;
+  if (!rc->r.mean_heads)
+    dim[n++] = rr.H;
+  const int64_t rows = ref.q1 - ref.q0, K = rc->r.top_k;
+  const json_t *tk = json_object_get(rep, "weights_top_k");
+  ck_assert_msg((tk != NULL) == (K > 0), "%s: weights_top_k", what);
+  if (K) {
+    int64_t d[4] = {dim[0], dim[1], dim[2], dim[3]};
+    d[n] = rows, d[n + 1] = K;
+    size_t m = (size_t)(rr.B * ref.rH * rows * K);
+    double *idx = malloc(m * sizeof(double));
+    for (size_t i = 0; i < m; i++)
+      idx[i] = (double)ref.top_k_index[i];
+    /* the cases have no near ties: the indices are the reference's */
+    check_rd_tensor(tk, "index", what, d, n + 2, idx, 0.5);
+    check_rd_tensor(tk, "value", what, d, n + 2, ref.top_k_value, 1e-5);
+    free(idx);
+  }
+  const json_t *pooled = json_object_get(rep, "weights_pooled");
+  ck_assert_msg((pooled != NULL) == (rc->r.pool_q > 0), "%s: pooled", what);
+  if (pooled) {
+    int64_t d[4] = {dim[0], dim[1], dim[2], dim[3]};
+    d[n] = ref.nq, d[n + 1] = ref.nk;
+    check_rd_tensor(rep, "weights_pooled", what, d, n + 2, ref.pooled, 0);
+  }
+  const json_t *st = json_object_get(rep, "weights_stats");
+  ck_assert_msg((st != NULL) == (rc->r.stats != 0), "%s: stats", what);
+  static const char *const names[] = {"entropy", "sink", "distance"};
+  const double *refs[] = {ref.entropy, ref.sink, ref.distance};
+  for (int k = 0; st && k < 3; k++) {
+    int want = (rc->r.stats >> k) & 1;
+    ck_assert_msg((json_object_get(st, names[k]) != NULL) == want,
+                  "%s: weights_stats.%s", what, names[k]);
+    int64_t d[4] = {dim[0], dim[1], dim[2], dim[3]};
+    d[n] = rows;
+    if (want)
+      check_rd_tensor(st, names[k], what, d, n + 1, refs[k], 0);
+  }
+  json_decref(rep);
+  json_decref(req);
+  sh_resp_free(&r);
+  ref_reduce_free(&ref);
+  ref_result_free(&rr);
   tu_case_free(&c);
 }
 END_TEST
@@ -1690,6 +1834,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_number_spellings, 0, 2);
   tcase_add_loop_test(tc, test_escaped_base64, 0, 2);
   tcase_add_test(tc, test_encodings_agree);
+  tcase_add_loop_test(tc, test_weights_reduce, 0, 3 * N_RD);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("protocol");

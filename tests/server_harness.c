@@ -760,9 +760,11 @@ int sh_tensor_decode(const json_t *v, sh_tensor_t *t, char *why, size_t n) {
   if (json_is_string(b64) && data == NULL) {
     t->form = SH_BASE64;
     const json_t *dt = json_object_get(v, "dtype");
-    if (dt &&
+    const int i32 =
+        json_is_string(dt) && strcmp(json_string_value(dt), "int32") == 0;
+    if (dt && !i32 &&
         !(json_is_string(dt) && strcmp(json_string_value(dt), "float32") == 0))
-      return attnd_fail(why, n, "dtype is not float32");
+      return attnd_fail(why, n, "dtype is not float32 or int32");
     unsigned char *raw;
     size_t got;
     if (unbase64(json_string_value(b64), json_string_length(b64), &raw, &got) <
@@ -774,6 +776,11 @@ int sh_tensor_decode(const json_t *v, sh_tensor_t *t, char *why, size_t n) {
                         t->n * sizeof(float));
     }
     t->data = (float *)raw; /* malloc'd: suitably aligned */
+    for (size_t i = 0; i32 && i < t->n; i++) { /* int32: as floats */
+      int32_t x;
+      memcpy(&x, raw + 4 * i, 4);
+      t->data[i] = (float)x;
+    }
     return 0;
   }
   return attnd_fail(why, n,

@@ -235,6 +235,99 @@ static int decode_mask(dec_t *d, const json_t *root) {
   return 0;
 }
 
+/* A pair [a, b] of integers in [lo, hi], at `field`. */
+static int get_pair(dec_t *d, const json_t *obj, const char *key,
+                    const char *field, int64_t lo, int64_t hi, int64_t out[2],
+                    int *present) {
+  const json_t *v = json_object_get(obj, key);
+  *present = v != NULL && !json_is_null(v);
+  if (!*present)
+    return 0;
+  if (!json_is_array(v) || json_array_size(v) != 2)
+    return E(d, ATTND_ERR_INVALID_TYPE, field,
+             "%s is %s; expected an array of two integers", field,
+             json_is_array(v) ? "an array of another length"
+                              : attnd__json_type(v));
+  for (size_t i = 0; i < 2; i++) {
+    char path[64];
+    attnd_fmt_index(path, sizeof path, field, (int64_t)i);
+    if (attnd__dec_int(d, json_array_get(v, i), field, path, lo, hi,
+                       &out[i]) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* The object form of "return.weights" (attn_reduce_t): reductions of the
+ * weights instead of the dense tensor; at least one of top_k, pool and
+ * stats. Ranges are checked against the axes by the core's plan. */
+static int decode_reduce(dec_t *d, const json_t *w) {
+  static const char *const known[] = {"heads",       "top_k",  "pool",
+                                      "reduce",      "stats",  "sink_tokens",
+                                      "query_range", "key_range", NULL};
+  static const char *const heads[] = {"per_head", "mean", NULL};
+  static const char *const reduces[] = {"mean", "max", "sum", NULL};
+  static const char *const stats[] = {"entropy", "sink", "distance", NULL};
+  attn_reduce_t *r = &d->req->params.reduce;
+  int h = 0, red = 0, has_k = 0, has_pool = 0, has_sink = 0;
+  int64_t pool[2] = {0, 0};
+  if (attnd__dec_members(d, w, "return.weights", known) < 0 ||
+      get_enum(d, w, "heads", "return.weights.heads", heads, &h) < 0 ||
+      get_int(d, w, "top_k", "return.weights.top_k", 1, ATTN_TOP_K_MAX,
+              &r->top_k, &has_k) < 0 ||
+      get_pair(d, w, "pool", "return.weights.pool", 1, INT64_MAX, pool,
+               &has_pool) < 0 ||
+      get_enum(d, w, "reduce", "return.weights.reduce", reduces, &red) < 0 ||
+      get_int(d, w, "sink_tokens", "return.weights.sink_tokens", 0, INT64_MAX,
+              &r->sink_tokens, &has_sink) < 0 ||
+      get_pair(d, w, "query_range", "return.weights.query_range", 0,
+               INT64_MAX, r->query_range, &r->has_query_range) < 0 ||
+      get_pair(d, w, "key_range", "return.weights.key_range", 0, INT64_MAX,
+               r->key_range, &r->has_key_range) < 0)
+    return -1;
+  r->mean_heads = h == 1;
+  r->pool_q = pool[0], r->pool_k = pool[1];
+  r->pool_reduce = (attn_pool_reduce_t)red;
+  if (!has_sink)
+    r->sink_tokens = 4;
+  const json_t *rv = json_object_get(w, "reduce");
+  if (rv && !json_is_null(rv) && !has_pool)
+    return E(d, ATTND_ERR_INVALID_VALUE, "return.weights.reduce",
+             "return.weights.reduce is given without return.weights.pool");
+  const json_t *st = json_object_get(w, "stats");
+  if (st && !json_is_null(st)) {
+    if (!json_is_array(st) || json_array_size(st) == 0)
+      return E(d, ATTND_ERR_INVALID_TYPE, "return.weights.stats",
+               "return.weights.stats is %s; expected an array of \"entropy\", "
+               "\"sink\" and \"distance\"",
+               json_is_array(st) ? "empty" : attnd__json_type(st));
+    for (size_t i = 0; i < json_array_size(st); i++) {
+      const json_t *x = json_array_get(st, i);
+      char path[64];
+      attnd_fmt_index(path, sizeof path, "return.weights.stats", (int64_t)i);
+      int k = -1;
+      for (int n = 0; json_is_string(x) && stats[n]; n++)
+        if (strcmp(json_string_value(x), stats[n]) == 0)
+          k = n;
+      if (k < 0)
+        return E(d, json_is_string(x) ? ATTND_ERR_INVALID_VALUE
+                                      : ATTND_ERR_INVALID_TYPE,
+                 "return.weights.stats",
+                 "%s is %s; expected \"entropy\", \"sink\" or \"distance\"",
+                 path, json_is_string(x) ? "an unknown name"
+                                         : attnd__json_type(x));
+      if (r->stats & (1u << k))
+        return E(d, ATTND_ERR_INVALID_VALUE, "return.weights.stats",
+                 "%s: \"%s\" is named twice", path, stats[k]);
+      r->stats |= 1u << k;
+    }
+  }
+  if (!has_k && !has_pool && !r->stats)
+    return E(d, ATTND_ERR_MISSING_FIELD, "return.weights",
+             "return.weights as an object needs top_k, pool or stats");
+  return 0;
+}
+
 static int decode_return(dec_t *d, const json_t *root) {
   static const char *const known[] = {"weights", "head_outputs", "metrics",
                                       "encoding", NULL};
@@ -246,7 +339,11 @@ static int decode_return(dec_t *d, const json_t *root) {
   if (r == NULL && bad)
     return bad;
   j->want_metrics = 1;
-  if (r && (get_enum(d, r, "weights", "return.weights", wmodes, &w) < 0 ||
+  const json_t *wo = r ? json_object_get(r, "weights") : NULL;
+  if (json_is_object(wo) && decode_reduce(d, wo) < 0)
+    return -1;
+  if (r && ((!json_is_object(wo) &&
+             get_enum(d, r, "weights", "return.weights", wmodes, &w) < 0) ||
             get_bool(d, r, "head_outputs", "return.head_outputs",
                      &j->params.want_head_outputs) < 0 ||
             get_bool(d, r, "metrics", "return.metrics", &j->want_metrics) < 0 ||
@@ -356,15 +453,18 @@ int attnd__dec_limits(dec_t *d) {
       {j->params.want_weights, pl->weights_elems, "weights"},
       {j->params.want_mean_weights, pl->mean_elems, "weights"},
       {j->params.want_head_outputs, pl->head_elems, "head_outputs"},
+      {pl->top_k_elems > 0, pl->top_k_elems, "weights_top_k"},
+      {pl->pooled_elems > 0, pl->pooled_elems, "weights_pooled"},
+      {pl->stats_elems > 0, pl->stats_elems, "weights_stats"},
   };
+  static const char *const paths[] = {
+      "query", "return.weights", "return.weights", "return.head_outputs",
+      "return.weights.top_k", "return.weights.pool", "return.weights.stats"};
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
     if (!outs[i].on)
       continue;
     if (outs[i].n > c->max_tensor_elements)
-      return E(d, ATTND_ERR_LIMIT_EXCEEDED,
-               i == 0   ? "query"
-               : i == 3 ? "return.head_outputs"
-                        : "return.weights",
+      return E(d, ATTND_ERR_LIMIT_EXCEEDED, paths[i],
                "the reply's %s would have %lld elements, over "
                "max_tensor_elements %lld",
                outs[i].name, (long long)outs[i].n,
@@ -373,7 +473,8 @@ int attnd__dec_limits(dec_t *d) {
   double bytes = attnd_request_reply_bytes(j);
   if (bytes > (double)c->max_response_bytes)
     return E(d, ATTND_ERR_LIMIT_EXCEEDED,
-             j->params.want_weights || j->params.want_mean_weights
+             j->params.want_weights || j->params.want_mean_weights ||
+                     pl->reduce
                  ? "return.weights"
                  : "query",
              "the reply would take up to %.0f bytes, over "

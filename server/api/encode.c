@@ -22,6 +22,61 @@ static void put_tensor(attnd_buf_t *b, const attnd_request_t *j,
   attnd_buf_tensor(b, j->encoding, x, rank, dim);
 }
 
+/* The shape [B, H', rows, cols] of a reduction's tensor, less the batch
+ * for a rank-2 request and H' for the mean over heads (cols 0: none);
+ * returns its rank. */
+static int reduce_shape(const attnd_request_t *j, int64_t rows, int64_t cols,
+                        int64_t *dim) {
+  const attn_plan_t *pl = &j->plan;
+  int n = 0;
+  if (pl->batched)
+    dim[n++] = pl->B;
+  if (!j->params.reduce.mean_heads)
+    dim[n++] = pl->H;
+  dim[n++] = rows;
+  if (cols)
+    dim[n++] = cols;
+  return n;
+}
+
+/* "weights_top_k", "weights_pooled" and "weights_stats": the reductions
+ * of the weights (attn_reduce_t), those asked for. */
+static void put_reductions(attnd_buf_t *b, const attnd_request_t *j) {
+  const attn_plan_t *pl = &j->plan;
+  const attn_reduce_t *r = &j->params.reduce;
+  const attn_outputs_t *o = &j->out;
+  int64_t dim[4];
+  int rank;
+  if (r->top_k) {
+    rank = reduce_shape(j, pl->q1 - pl->q0, r->top_k, dim);
+    attnd_buf_puts(b, ",\"weights_top_k\":{\"index\":");
+    attnd_buf_tensor_i32(b, j->encoding, o->top_k_index, rank, dim);
+    attnd_buf_puts(b, ",\"value\":");
+    attnd_buf_tensor(b, j->encoding, o->top_k_value, rank, dim);
+    attnd_buf_puts(b, "}");
+  }
+  if (r->pool_q) {
+    rank = reduce_shape(j, pl->pool_nq, pl->pool_nk, dim);
+    attnd_buf_puts(b, ",\"weights_pooled\":");
+    attnd_buf_tensor(b, j->encoding, o->pooled, rank, dim);
+  }
+  if (r->stats) {
+    static const char *const names[] = {"entropy", "sink", "distance"};
+    const float *x[] = {o->entropy, o->sink, o->distance};
+    rank = reduce_shape(j, pl->q1 - pl->q0, 0, dim);
+    attnd_buf_puts(b, ",\"weights_stats\":{");
+    for (int k = 0, n = 0; k < 3; k++) {
+      if (!(r->stats & (1u << k)))
+        continue;
+      attnd_buf_puts(b, n++ ? ",\"" : "\"");
+      attnd_buf_puts(b, names[k]);
+      attnd_buf_puts(b, "\":");
+      attnd_buf_tensor(b, j->encoding, x[k], rank, dim);
+    }
+    attnd_buf_puts(b, "}");
+  }
+}
+
 /* Appends key (its text, "," and ":" included) and v. */
 static void put_int(attnd_buf_t *b, const char *key, int64_t v) {
   char num[24];
@@ -55,6 +110,8 @@ void attnd_request_encode(attnd_request_t *j, attnd_buf_t *b,
     int64_t dim[4] = {pl->B, pl->H, pl->Lq, pl->Dv};
     put_tensor(b, j, "head_outputs", j->out.head_outputs, 4, dim);
   }
+  if (pl->reduce)
+    put_reductions(b, j);
   double t1 = attnd_now_ms();
   *total_ms = t1 - j->t.arrival;
   j->t.encode_ms = t1 - t0;

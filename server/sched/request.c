@@ -16,6 +16,25 @@ static double tensor_bytes(const attnd_request_t *j, unsigned bit, int64_t n) {
                                           : (double)n * 16;
 }
 
+/* The reductions of the weights (attn_reduce_t): top-k indices (int32,
+ * at most 12 bytes of text each) and values, the pooled map, and each
+ * statistic. */
+static double reduce_bytes(const attnd_request_t *j) {
+  const attn_plan_t *pl = &j->plan;
+  unsigned st = j->params.reduce.stats;
+  int n_stats = !!(st & ATTN_STAT_ENTROPY) + !!(st & ATTN_STAT_SINK) +
+                !!(st & ATTN_STAT_DISTANCE);
+  double idx = (double)pl->top_k_elems *
+               (j->oip_binary & ATTND_OIP_TOP_K_INDEX ? 4
+                : j->encoding == ATTND_FORM_BASE64    ? 16.0 / 3
+                                                      : 12) +
+               (pl->top_k_elems ? 4 : 0);
+  return idx + tensor_bytes(j, ATTND_OIP_TOP_K_VALUE, pl->top_k_elems) +
+         tensor_bytes(j, ATTND_OIP_POOLED, pl->pooled_elems) +
+         n_stats * tensor_bytes(j, ATTND_OIP_STATS, pl->stats_elems) +
+         (pl->reduce ? 256 : 0);
+}
+
 double attnd_request_reply_bytes(const attnd_request_t *j) {
   const attn_plan_t *pl = &j->plan;
   const attn_params_t *p = &j->params;
@@ -28,7 +47,8 @@ double attnd_request_reply_bytes(const attnd_request_t *j) {
               : 0) +
          (p->want_head_outputs
               ? tensor_bytes(j, ATTND_OIP_HEAD_OUTPUTS, pl->head_elems)
-              : 0);
+              : 0) +
+         reduce_bytes(j);
 }
 
 size_t attnd_request_memory(const attnd_request_t *j) {
@@ -36,7 +56,8 @@ size_t attnd_request_memory(const attnd_request_t *j) {
   const attn_params_t *p = &j->params;
   int64_t out = pl->out_elems + (p->want_weights ? pl->weights_elems : 0) +
                 (p->want_mean_weights ? pl->mean_elems : 0) +
-                (p->want_head_outputs ? pl->head_elems : 0);
+                (p->want_head_outputs ? pl->head_elems : 0) +
+                2 * pl->top_k_elems + pl->pooled_elems + 3 * pl->stats_elems;
   return j->alloc_bytes + pl->workspace_bytes + (size_t)out * sizeof(float) +
          (size_t)attnd_request_reply_bytes(j) + 4096;
 }
@@ -77,6 +98,12 @@ void attnd_request_free(attnd_request_t *j) {
   attnd_request_release(j, j->out.weights);
   attnd_request_release(j, j->out.mean_weights);
   attnd_request_release(j, j->out.head_outputs);
+  attnd_request_release(j, j->out.top_k_index);
+  attnd_request_release(j, j->out.top_k_value);
+  attnd_request_release(j, j->out.pooled);
+  attnd_request_release(j, j->out.entropy);
+  attnd_request_release(j, j->out.sink);
+  attnd_request_release(j, j->out.distance);
   attnd_pool_put(&pool, j);
 }
 

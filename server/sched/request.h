@@ -38,7 +38,13 @@ typedef enum {
   ATTND_OIP_OUTPUT = 1,       /* "output": [B, Lq, Eo] */
   ATTND_OIP_WEIGHTS = 2,      /* "weights": [B, H, Lq, Lk] */
   ATTND_OIP_WEIGHTS_MEAN = 4, /* "weights_mean": [B, Lq, Lk] */
-  ATTND_OIP_HEAD_OUTPUTS = 8  /* "head_outputs": [B, H, Lq, Dv] */
+  ATTND_OIP_HEAD_OUTPUTS = 8, /* "head_outputs": [B, H, Lq, Dv] */
+  /* the reductions of the weights (attn_reduce_t): */
+  ATTND_OIP_TOP_K_INDEX = 16, /* "weights_top_k_index": [B, H', Lq', k] */
+  ATTND_OIP_TOP_K_VALUE = 32, /* "weights_top_k_value" */
+  ATTND_OIP_POOLED = 64,      /* "weights_pooled": [B, H', nq, nk] */
+  ATTND_OIP_STATS = 128       /* "weights_entropy", "weights_sink",
+                                 "weights_distance": [B, H', Lq'] */
 } attnd_oip_output_t;
 
 /* When things happened, CLOCK_MONOTONIC milliseconds, and how long the

@@ -32,6 +32,19 @@ static int alloc_outputs(attnd_request_t *j) {
     if ((*o[i].at = attnd_request_alloc(j, bytes)) == NULL)
       return -1;
   }
+  /* the reductions of the weights (attn_reduce_t): 4 bytes an element */
+  const unsigned st = p->reduce.stats;
+#define ALLOC4(field, want, n)                                                 \
+  if ((want) && !j->out.field &&                                               \
+      !(j->out.field = attnd_request_alloc(j, (size_t)(n)*4)))                 \
+    return -1;
+  ALLOC4(top_k_index, pl->top_k_elems > 0, pl->top_k_elems)
+  ALLOC4(top_k_value, pl->top_k_elems > 0, pl->top_k_elems)
+  ALLOC4(pooled, pl->pooled_elems > 0, pl->pooled_elems)
+  ALLOC4(entropy, st & ATTN_STAT_ENTROPY, pl->stats_elems)
+  ALLOC4(sink, st & ATTN_STAT_SINK, pl->stats_elems)
+  ALLOC4(distance, st & ATTN_STAT_DISTANCE, pl->stats_elems)
+#undef ALLOC4
   return 0;
 }
 
@@ -137,6 +150,7 @@ int attnd_request_batchable(const attnd_request_t *j) {
   const attn_params_t *p = &j->params;
   return j->session && j->layer && !attnd_layer_cross(j->layer) &&
          !p->want_weights && !p->want_mean_weights && !p->want_head_outputs &&
+         !j->plan.reduce &&
          p->alibi != ATTN_ALIBI_SLOPES;
 }
 
