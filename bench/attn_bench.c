@@ -464,7 +464,8 @@ int main(int argc, char **argv) {
     ceilings[nceil++] = res.ceiling;
     double proj_flops, ms = res.ms, rss = res.rss_mb;
     double gflops = row_flops(r, &proj_flops) / ms / 1e6;
-    const char *path = r->weights ? "two-pass" : "online";
+    /* reductions per head run on the online path (core/kernel.c) */
+    const char *path = r->weights == W_DENSE ? "two-pass" : "online";
     const char *wname = weights_names[r->weights];
     char pathname[32];
     snprintf(pathname, sizeof pathname, "%s/%s",
