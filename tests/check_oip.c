@@ -423,6 +423,50 @@ START_TEST(test_generic_parameters) {
 }
 END_TEST
 
+/* The reductions of the weights: OIP's weights_* parameters and outputs
+ * decode to the attn_reduce_t of /v1's return.weights object; each output
+ * is asked for, in its order. */
+START_TEST(test_weights_reduce) {
+  static const tin_t q[] = {{"query", 2, {3, 4}, NULL}};
+  static const struct {
+    const char *params, *outputs, *v1;
+    unsigned bits;
+  } cases[] = {
+      {"\"weights_top_k\":2,\"weights_heads\":\"mean\"",
+       "[{\"name\":\"weights_top_k_value\"},{\"name\":\"weights_top_k_"
+       "index\"}]",
+       "{\"top_k\":2,\"heads\":\"mean\"}",
+       ATTND_OIP_TOP_K_VALUE | ATTND_OIP_TOP_K_INDEX},
+      {"\"weights_pool_queries\":2,\"weights_pool_keys\":3,\"weights_"
+       "reduce\":\"max\",\"weights_sink_tokens\":1,\"weights_query_start\""
+       ":1,\"weights_query_end\":3,\"weights_key_start\":0,\"weights_key_"
+       "end\":2",
+       "[{\"name\":\"weights_sink\"},{\"name\":\"weights_pooled\"},{"
+       "\"name\":\"weights_entropy\"},{\"name\":\"weights_distance\"}]",
+       "{\"pool\":[2,3],\"reduce\":\"max\",\"stats\":[\"entropy\","
+       "\"sink\",\"distance\"],\"sink_tokens\":1,\"query_range\":[1,3],"
+       "\"key_range\":[0,2]}",
+       ATTND_OIP_SINK | ATTND_OIP_POOLED | ATTND_OIP_ENTROPY |
+           ATTND_OIP_DISTANCE},
+  };
+  char oip_extra[1024], v1_extra[512], *oip, *v1;
+  snprintf(oip_extra, sizeof oip_extra,
+           "{\"parameters\":{\"num_heads\":2,%s},\"outputs\":%s}",
+           cases[_i].params, cases[_i].outputs);
+  snprintf(v1_extra, sizeof v1_extra,
+           "{\"num_heads\":2,\"return\":{\"metrics\":false,\"encoding\":"
+           "\"flat\",\"weights\":%s}}",
+           cases[_i].v1);
+  build(q, 1, oip_extra, v1_extra, "FP32", "INT64", 0, &oip, &v1);
+  attnd_request_t *r = same(ATTND_OIP_GENERIC, oip, v1);
+  ck_assert_uint_eq(r->oip_outputs, cases[_i].bits);
+  ck_assert(r->plan.reduce);
+  attnd_request_free(r);
+  free(oip);
+  free(v1);
+}
+END_TEST
+
 /* ---- same: layer models ---------------------------------------------------
  */
 
@@ -1029,7 +1073,7 @@ static const err_case_t err_cases[] = {
      "parameters", "parameters is an array; expected an object"},
     {NULL, GEN(",\"heads\":2", "", ""), "unknown_field", "parameters.heads",
      "parameters.heads is not a known member of parameters (known: "
-     "num_heads, num_kv_heads, causal|binary_data_output)"},
+     "num_heads, num_kv_heads, causal|binary_data_output, weights_heads"},
     {NULL, "{\"parameters\":{\"num_heads\":\"2\"},\"inputs\":[" Q24 "]}",
      "invalid_type", "parameters.num_heads",
      "parameters.num_heads is a string; expected an integer"},
@@ -1088,8 +1132,8 @@ static const err_case_t err_cases[] = {
      "outputs[0].name is required"},
     {NULL, GEN("", "", ",\"outputs\":[{\"name\":\"logits\"}]"), "invalid_value",
      "outputs[0].name",
-     "outputs[0].name is 'logits'; expected output, weights, weights_mean or "
-     "head_outputs"},
+     "outputs[0].name is 'logits'; expected output, weights, weights_mean, "
+     "head_outputs, weights_top_k_index|weights_sink or weights_distance"},
     {NULL,
      GEN("", "", ",\"outputs\":[{\"name\":\"output\"},{\"name\":\"output\"}]"),
      "invalid_value", "outputs[1].name", "'output', as is outputs[0].name"},
@@ -1140,6 +1184,39 @@ static const err_case_t err_cases[] = {
      "}],\"outputs\":[{\"name\":\"output\"},{\"name\":\"weights\"}]}",
      "limit_exceeded", "outputs[1]",
      "the reply would take up to 17408 bytes, over max_response_bytes 16384"},
+    /* the reductions of the weights */
+    {NULL, GEN(",\"weights_top_k\":2", "", ""), "invalid_value", "parameters",
+     "parameters.weights_top_k is given, but no output that uses it"},
+    {NULL, GEN("", "", ",\"outputs\":[{\"name\":\"weights_top_k_index\"}]"),
+     "missing_field", "parameters.weights_top_k",
+     "parameters.weights_top_k is required for the output "
+     "weights_top_k_index"},
+    {NULL,
+     GEN(",\"weights_pool_queries\":2", "",
+         ",\"outputs\":[{\"name\":\"weights_pooled\"}]"),
+     "missing_field", "parameters.weights_pool_keys",
+     "parameters.weights_pool_keys is required"},
+    {NULL,
+     GEN(",\"weights_top_k\":257", "",
+         ",\"outputs\":[{\"name\":\"weights_top_k_value\"}]"),
+     "invalid_value", "parameters.weights_top_k",
+     "parameters.weights_top_k is 257; expected 1 to 256"},
+    {NULL,
+     GEN(",\"weights_heads\":\"all\"", "",
+         ",\"outputs\":[{\"name\":\"weights_sink\"}]"),
+     "invalid_value", "parameters.weights_heads", "\"per_head\" or \"mean\""},
+    {NULL,
+     GEN(",\"weights_top_k\":1,\"weights_key_start\":1", "",
+         ",\"outputs\":[{\"name\":\"weights_top_k_value\"}]"),
+     "missing_field", "parameters",
+     "parameters.weights_key_start is given without "
+     "parameters.weights_key_end"},
+    {NULL,
+     GEN(",\"weights_top_k\":1,\"weights_query_start\":1,"
+         "\"weights_query_end\":5",
+         "", ",\"outputs\":[{\"name\":\"weights_top_k_value\"}]"),
+     "invalid_value", "parameters.weights_query_start",
+     "query_range is [1, 5); it must lie in [0, Lq = 2)"},
 };
 #pragma GCC diagnostic pop
 
@@ -1179,6 +1256,7 @@ Suite *test_suite(void) {
   Suite *s = suite_create("oip");
   TCase *tc = tcase_create("same");
   tcase_add_loop_test(tc, test_generic_every_input, 0, 8);
+  tcase_add_loop_test(tc, test_weights_reduce, 0, 2);
   tcase_add_loop_test(tc, test_generic_parameters, 0,
                       (int)(sizeof param_cases / sizeof param_cases[0]));
   tcase_add_loop_test(tc, test_layer_models, 0, 2);

@@ -841,7 +841,13 @@ START_TEST(test_model_metadata) {
       {"output", "FP32", 3, {-1, -1, -1}},
       {"weights", "FP32", 4, {-1, -1, -1, -1}},
       {"weights_mean", "FP32", 3, {-1, -1, -1}},
-      {"head_outputs", "FP32", 4, {-1, -1, -1, -1}}};
+      {"head_outputs", "FP32", 4, {-1, -1, -1, -1}},
+      {"weights_top_k_index", "INT32", 4, {-1, -1, -1, -1}},
+      {"weights_top_k_value", "FP32", 4, {-1, -1, -1, -1}},
+      {"weights_pooled", "FP32", 4, {-1, -1, -1, -1}},
+      {"weights_entropy", "FP32", 3, {-1, -1, -1}},
+      {"weights_sink", "FP32", 3, {-1, -1, -1}},
+      {"weights_distance", "FP32", 3, {-1, -1, -1}}};
   /* the layer: hidden states of E 16; H 4, Dv 6, Eo 12 */
   static const meta_t layer_in[] = {{"query", "FP32", 3, {-1, -1, 16}},
                                     {"key", "FP32", 3, {-1, -1, 16}},
@@ -855,7 +861,13 @@ START_TEST(test_model_metadata) {
       {"output", "FP32", 3, {-1, -1, 12}},
       {"weights", "FP32", 4, {-1, 4, -1, -1}},
       {"weights_mean", "FP32", 3, {-1, -1, -1}},
-      {"head_outputs", "FP32", 4, {-1, 4, -1, 6}}};
+      {"head_outputs", "FP32", 4, {-1, 4, -1, 6}},
+      {"weights_top_k_index", "INT32", 4, {-1, -1, -1, -1}},
+      {"weights_top_k_value", "FP32", 4, {-1, -1, -1, -1}},
+      {"weights_pooled", "FP32", 4, {-1, -1, -1, -1}},
+      {"weights_entropy", "FP32", 3, {-1, -1, -1}},
+      {"weights_sink", "FP32", 3, {-1, -1, -1}},
+      {"weights_distance", "FP32", 3, {-1, -1, -1}}};
   static const char *const paths[] = {
       "/v2/models/attention", "/v2/models/attention/versions/1",
       "/v2/models/" LAYER, "/v2/models/" LAYER "/versions/1"};
@@ -873,10 +885,10 @@ START_TEST(test_model_metadata) {
     ck_assert_str_eq(json_string_value(json_array_get(ver, 0)), "1");
     if (k < 2) {
       assert_meta(json_object_get(v, "inputs"), generic_in, 16);
-      assert_meta(json_object_get(v, "outputs"), generic_out, 4);
+      assert_meta(json_object_get(v, "outputs"), generic_out, 10);
     } else {
       assert_meta(json_object_get(v, "inputs"), layer_in, 8);
-      assert_meta(json_object_get(v, "outputs"), layer_out, 4);
+      assert_meta(json_object_get(v, "outputs"), layer_out, 10);
     }
     json_decref(v);
     sh_resp_free(&r);
@@ -942,6 +954,98 @@ END_TEST
 
 /* Each case in JSON (with an id), binary and mixed data, its outputs JSON,
  * binary and mixed: the same bits as /v1's, within TOL of the reference. */
+/* The reductions of the weights as OIP outputs: the same numbers as /v1's
+ * return.weights object, in JSON and as binary data (the index as
+ * little-endian int32, datatype INT32). */
+START_TEST(test_weights_reduce) {
+  static const char *const names[] = {
+      "weights_top_k_index", "weights_top_k_value", "weights_pooled",
+      "weights_entropy",     "weights_sink",        "weights_distance"};
+  char body[1024];
+  snprintf(body, sizeof body,
+           "{\"parameters\":{\"num_heads\":2,\"causal\":true,"
+           "\"weights_top_k\":2,\"weights_pool_queries\":2,"
+           "\"weights_pool_keys\":2,\"weights_sink_tokens\":1,"
+           "\"binary_data_output\":%s},\"inputs\":[{\"name\":\"query\","
+           "\"datatype\":\"FP32\",\"shape\":[3,4],\"data\":[1,0,0,1,0,1,1,"
+           "0,1,1,0,0]}],\"outputs\":[{\"name\":\"weights_top_k_index\"},"
+           "{\"name\":\"weights_top_k_value\"},{\"name\":\"weights_pooled\"},"
+           "{\"name\":\"weights_entropy\"},{\"name\":\"weights_sink\"},{"
+           "\"name\":\"weights_distance\"}]}",
+           _i ? "true" : "false");
+  sh_resp_t r = infer_text(srv.port, "attention", body);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+  char hl[32];
+  size_t json_len = r.body_len;
+  if (_i) {
+    ck_assert(sh_header(&r, "Inference-Header-Content-Length", hl, sizeof hl));
+    json_len = (size_t)strtol(hl, NULL, 10);
+  }
+  json_error_t jerr;
+  json_t *v = json_loadb(r.body, json_len, 0, &jerr);
+  ck_assert_ptr_nonnull(v);
+  /* /v1's answer to the same, flat */
+  const char *v1 =
+      "{\"query\":[[1,0,0,1],[0,1,1,0],[1,1,0,0]],\"num_heads\":2,\"mask\":"
+      "{\"causal\":true},\"return\":{\"metrics\":false,\"encoding\":"
+      "\"flat\",\"weights\":{\"top_k\":2,\"pool\":[2,2],\"stats\":["
+      "\"entropy\",\"sink\",\"distance\"],\"sink_tokens\":1}}}";
+  sh_resp_t r1;
+  ck_assert_int_eq(sh_post(srv.port, v1, strlen(v1), &r1), 0);
+  ck_assert_msg(r1.status == 200, "%ld %s", r1.status, r1.body);
+  json_t *w = json_loads(r1.body, 0, &jerr);
+  const json_t *want[6] = {
+      json_object_get(json_object_get(w, "weights_top_k"), "index"),
+      json_object_get(json_object_get(w, "weights_top_k"), "value"),
+      json_object_get(w, "weights_pooled"),
+      json_object_get(json_object_get(w, "weights_stats"), "entropy"),
+      json_object_get(json_object_get(w, "weights_stats"), "sink"),
+      json_object_get(json_object_get(w, "weights_stats"), "distance")};
+  const json_t *outs = json_object_get(v, "outputs");
+  ck_assert_uint_eq(json_array_size(outs), 6);
+  size_t at = json_len; /* the binary data, output by output */
+  for (size_t k = 0; k < 6; k++) {
+    const json_t *o = json_array_get(outs, k);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "name")), names[k]);
+    ck_assert_str_eq(json_string_value(json_object_get(o, "datatype")),
+                     k == 0 ? "INT32" : "FP32");
+    ck_assert(json_equal(json_object_get(o, "shape"),
+                         json_object_get(want[k], "shape")));
+    const json_t *data = json_object_get(want[k], "data");
+    size_t n = json_array_size(data);
+    if (!_i) {
+      ck_assert(json_equal(json_object_get(o, "data"), data));
+      continue;
+    }
+    ck_assert_int_eq(json_integer_value(json_object_get(
+                         json_object_get(o, "parameters"), "binary_data_size")),
+                     (json_int_t)(4 * n));
+    for (size_t i = 0; i < n; i++, at += 4) {
+      ck_assert(at + 4 <= r.body_len);
+      double x;
+      if (k == 0) {
+        int32_t y;
+        memcpy(&y, r.body + at, 4);
+        x = y;
+      } else {
+        float y;
+        memcpy(&y, r.body + at, 4);
+        x = y;
+      }
+      /* the decimals read back to the same float32 */
+      ck_assert_msg((float)x == (float)json_number_value(json_array_get(data, i)),
+                    "%s[%zu] is %g, /v1 %g", names[k], i, x,
+                    json_number_value(json_array_get(data, i)));
+    }
+  }
+  ck_assert_uint_eq(at, _i ? r.body_len : json_len);
+  json_decref(v);
+  json_decref(w);
+  sh_resp_free(&r);
+  sh_resp_free(&r1);
+}
+END_TEST
+
 START_TEST(test_infer_cases) {
   const infer_case_t *ic = &infer_cases[_i];
   built_t b;
@@ -2289,6 +2393,7 @@ Suite *test_suite(void) {
   tcase_add_unchecked_fixture(tc, start_main, stop_main);
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_infer_cases, 0, N_INFER);
+  tcase_add_loop_test(tc, test_weights_reduce, 0, 2);
   tcase_add_loop_test(tc, test_float_datatypes, 0, 4);
   tcase_add_test(tc, test_number_spellings);
   tcase_add_test(tc, test_json_default_output);

@@ -81,6 +81,8 @@ const char *decode_request_diff(const attnd_request_t *a,
     return "timeout_ms";
   if (memcmp(&p->rope, &q->rope, sizeof p->rope) != 0)
     return "rope";
+  if (memcmp(&p->reduce, &q->reduce, sizeof p->reduce) != 0)
+    return "return.weights (reductions)";
   if (a->layer != b->layer)
     return "layer";
   if (a->expected_length != b->expected_length)

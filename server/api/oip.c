@@ -79,7 +79,19 @@ _Static_assert(sizeof attnd__oip_inputs / sizeof attnd__oip_inputs[0] ==
   X(ROPE_DIMS, "rope_dims", "rope", 1)                                         \
   X(ROPE_STYLE, "rope_style", "rope", 1)                                       \
   X(TIMEOUT_MS, "timeout_ms", "timeout_ms", 0)                                 \
-  X(BINARY_DATA_OUTPUT, "binary_data_output", "", 0)
+  X(BINARY_DATA_OUTPUT, "binary_data_output", "", 0)                           \
+  X(WEIGHTS_HEADS, "weights_heads", "return.weights.heads", 0)                 \
+  X(WEIGHTS_TOP_K, "weights_top_k", "return.weights.top_k", 0)                 \
+  X(WEIGHTS_POOL_QUERIES, "weights_pool_queries", "return.weights.pool", 0)    \
+  X(WEIGHTS_POOL_KEYS, "weights_pool_keys", "return.weights.pool", 0)          \
+  X(WEIGHTS_REDUCE, "weights_reduce", "return.weights.reduce", 0)              \
+  X(WEIGHTS_SINK_TOKENS, "weights_sink_tokens", "return.weights.sink_tokens",  \
+    0)                                                                         \
+  X(WEIGHTS_QUERY_START, "weights_query_start", "return.weights.query_range",  \
+    0)                                                                         \
+  X(WEIGHTS_QUERY_END, "weights_query_end", "return.weights.query_range", 0)   \
+  X(WEIGHTS_KEY_START, "weights_key_start", "return.weights.key_range", 0)     \
+  X(WEIGHTS_KEY_END, "weights_key_end", "return.weights.key_range", 0)
 
 typedef enum {
 #define PARAM_ENUM(id, name, v1, generic) P_##id,
@@ -104,8 +116,19 @@ static const unsigned generic_params = 0
     ;
 
 /* The outputs' names, in the order of their ATTND_OIP_* bits. */
-static const char *const output_names[N_OUTPUTS + 1] = {
-    "output", "weights", "weights_mean", "head_outputs", NULL};
+_Static_assert((int)N_OUTPUTS == (int)ATTND_OIP_N,
+               "an ATTND_OIP_* bit per output");
+static const char *const output_names[N_OUTPUTS + 1] = {"output",
+                                                        "weights",
+                                                        "weights_mean",
+                                                        "head_outputs",
+                                                        "weights_top_k_index",
+                                                        "weights_top_k_value",
+                                                        "weights_pooled",
+                                                        "weights_entropy",
+                                                        "weights_sink",
+                                                        "weights_distance",
+                                                        NULL};
 
 const char *attnd_oip_output_name(unsigned bit) {
   for (int i = 0; i < N_OUTPUTS; i++)
@@ -240,7 +263,10 @@ static int read_param(oip_t *o, param_t id, const json_t *v,
   static const char *const causal[] = {"none", "bottom_right", "top_left",
                                        NULL};
   static const char *const styles[] = {"half", "interleaved", NULL};
+  static const char *const heads[] = {"per_head", "mean", NULL};
+  static const char *const reduces[] = {"mean", "max", "sum", NULL};
   attn_params_t *p = &o->d.req->params;
+  attn_reduce_t *r = &p->reduce;
   int k = 0;
   switch (id) {
   case P_NUM_HEADS:
@@ -281,6 +307,39 @@ static int read_param(oip_t *o, param_t id, const json_t *v,
     return param_int(o, v, field, 1, &o->d.req->timeout_ms);
   case P_BINARY_DATA_OUTPUT:
     return param_bool(o, v, field, &o->binary_all);
+  case P_WEIGHTS_HEADS:
+    if (param_enum(o, v, field, heads, "", &k) < 0)
+      return -1;
+    r->mean_heads = k;
+    return 0;
+  case P_WEIGHTS_TOP_K:
+    if (param_int(o, v, field, 1, &r->top_k) < 0)
+      return -1;
+    if (r->top_k > ATTN_TOP_K_MAX)
+      return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
+               "%s is %lld; expected 1 to %d", field, (long long)r->top_k,
+               ATTN_TOP_K_MAX);
+    return 0;
+  case P_WEIGHTS_POOL_QUERIES:
+    return param_int(o, v, field, 1, &r->pool_q);
+  case P_WEIGHTS_POOL_KEYS:
+    return param_int(o, v, field, 1, &r->pool_k);
+  case P_WEIGHTS_REDUCE:
+    if (param_enum(o, v, field, reduces, "", &k) < 0)
+      return -1;
+    r->pool_reduce = (attn_pool_reduce_t)k;
+    return 0;
+  case P_WEIGHTS_SINK_TOKENS:
+    return param_int(o, v, field, 0, &r->sink_tokens);
+  case P_WEIGHTS_QUERY_START:
+  case P_WEIGHTS_QUERY_END:
+    r->has_query_range = 1;
+    return param_int(o, v, field, 0,
+                     &r->query_range[id == P_WEIGHTS_QUERY_END]);
+  case P_WEIGHTS_KEY_START:
+  case P_WEIGHTS_KEY_END:
+    r->has_key_range = 1;
+    return param_int(o, v, field, 0, &r->key_range[id == P_WEIGHTS_KEY_END]);
   case P_COUNT:
     break;
   }
@@ -343,8 +402,10 @@ static int read_output(oip_t *o, const json_t *v, size_t at) {
   int k = attnd__oip_find_name(output_names, json_string_value(name));
   if (k < 0)
     return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
-             "%s is '%.64s'; expected output, weights, weights_mean or "
-             "head_outputs",
+             "%s is '%.64s'; expected output, weights, weights_mean, "
+             "head_outputs, weights_top_k_index, weights_top_k_value, "
+             "weights_pooled, weights_entropy, weights_sink or "
+             "weights_distance",
              field, json_string_value(name));
   if (o->output_at[k] >= 0)
     return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
@@ -367,7 +428,70 @@ static int read_output(oip_t *o, const json_t *v, size_t at) {
   }
   j->oip_outputs |= 1u << k;
   j->oip_binary |= (unsigned)binary << k;
-  j->oip_order[j->oip_n_outputs++] = (unsigned char)(1u << k);
+  j->oip_order[j->oip_n_outputs++] = (unsigned short)(1u << k);
+  return 0;
+}
+
+/* The reductions of the weights (attn_reduce_t) that the outputs ask for,
+ * with the weights_* parameters that shape them: each output needs its
+ * parameters (top_k for weights_top_k_*, both pool sizes for
+ * weights_pooled), and each parameter an output that uses it. */
+static int reductions(oip_t *o) {
+  attnd_request_t *j = o->d.req;
+  attn_reduce_t *r = &j->params.reduce;
+  const unsigned out = j->oip_outputs, given = o->params_given;
+  const unsigned top_k = ATTND_OIP_TOP_K_INDEX | ATTND_OIP_TOP_K_VALUE;
+  const unsigned any = top_k | ATTND_OIP_POOLED | ATTND_OIP_ENTROPY |
+                       ATTND_OIP_SINK | ATTND_OIP_DISTANCE;
+  struct {
+    param_t param;
+    unsigned outputs; /* the outputs that use it */
+  } uses[] = {
+      {P_WEIGHTS_HEADS, any},
+      {P_WEIGHTS_TOP_K, top_k},
+      {P_WEIGHTS_POOL_QUERIES, ATTND_OIP_POOLED},
+      {P_WEIGHTS_POOL_KEYS, ATTND_OIP_POOLED},
+      {P_WEIGHTS_REDUCE, ATTND_OIP_POOLED},
+      {P_WEIGHTS_SINK_TOKENS, ATTND_OIP_SINK},
+      {P_WEIGHTS_QUERY_START, any},
+      {P_WEIGHTS_QUERY_END, any},
+      {P_WEIGHTS_KEY_START, top_k | ATTND_OIP_POOLED},
+      {P_WEIGHTS_KEY_END, top_k | ATTND_OIP_POOLED},
+  };
+  for (size_t i = 0; i < sizeof uses / sizeof uses[0]; i++)
+    if ((given >> uses[i].param & 1) && !(out & uses[i].outputs))
+      return E(&o->d, ATTND_ERR_INVALID_VALUE, "parameters",
+               "parameters.%s is given, but no output that uses it is "
+               "asked for",
+               param_names[uses[i].param]);
+  if ((out & top_k) && !(given >> P_WEIGHTS_TOP_K & 1))
+    return E(&o->d, ATTND_ERR_MISSING_FIELD, "parameters.weights_top_k",
+             "parameters.weights_top_k is required for the output %s",
+             out & ATTND_OIP_TOP_K_INDEX ? "weights_top_k_index"
+                                         : "weights_top_k_value");
+  if ((out & ATTND_OIP_POOLED) && !(given >> P_WEIGHTS_POOL_QUERIES & 1))
+    return E(&o->d, ATTND_ERR_MISSING_FIELD, "parameters.weights_pool_queries",
+             "parameters.weights_pool_queries is required for the output "
+             "weights_pooled");
+  if ((out & ATTND_OIP_POOLED) && !(given >> P_WEIGHTS_POOL_KEYS & 1))
+    return E(&o->d, ATTND_ERR_MISSING_FIELD, "parameters.weights_pool_keys",
+             "parameters.weights_pool_keys is required for the output "
+             "weights_pooled");
+  /* a range needs both ends */
+  static const param_t ends[2][2] = {
+      {P_WEIGHTS_QUERY_START, P_WEIGHTS_QUERY_END},
+      {P_WEIGHTS_KEY_START, P_WEIGHTS_KEY_END}};
+  for (int k = 0; k < 2; k++)
+    for (int e = 0; e < 2; e++)
+      if ((given >> ends[k][e] & 1) && !(given >> ends[k][!e] & 1))
+        return E(&o->d, ATTND_ERR_MISSING_FIELD, "parameters",
+                 "parameters.%s is given without parameters.%s",
+                 param_names[ends[k][e]], param_names[ends[k][!e]]);
+  r->stats = (out & ATTND_OIP_ENTROPY ? ATTN_STAT_ENTROPY : 0u) |
+             (out & ATTND_OIP_SINK ? ATTN_STAT_SINK : 0u) |
+             (out & ATTND_OIP_DISTANCE ? ATTN_STAT_DISTANCE : 0u);
+  if ((out & any) && !(given >> P_WEIGHTS_SINK_TOKENS & 1))
+    r->sink_tokens = 4; /* as /v1's default */
   return 0;
 }
 
@@ -396,7 +520,7 @@ static int read_outputs(oip_t *o, const json_t *outs) {
   j->weights_mode = p->want_weights        ? ATTND_WEIGHTS_PER_HEAD
                     : p->want_mean_weights ? ATTND_WEIGHTS_MEAN
                                            : ATTND_WEIGHTS_NONE;
-  return 0;
+  return reductions(o);
 }
 
 /* ---- the request --------------------------------------------------------- */
@@ -653,15 +777,20 @@ int attnd_oip_metadata(const char *model, attnd_layer_set_t *layers,
     first = 0;
     put_meta(b, in->name, dt[in->elem], in->rank, dim);
   }
+  /* the reductions: [B, H', rows, cols] with H' = H per head (-1 here:
+   * it may be absent, for the mean over heads) */
   const int64_t out[] = {-1, -1, Eo}, weights[] = {-1, H, -1, -1},
-                mean[] = {-1, -1, -1}, heads[] = {-1, H, -1, Dv};
-  const int64_t *dims[N_OUTPUTS] = {out, weights, mean, heads};
-  const int ranks[N_OUTPUTS] = {3, 4, 3, 4};
+                mean[] = {-1, -1, -1}, heads[] = {-1, H, -1, Dv},
+                red4[] = {-1, -1, -1, -1}, red3[] = {-1, -1, -1};
+  const int64_t *dims[N_OUTPUTS] = {out,  weights, mean, heads, red4,
+                                    red4, red4,    red3, red3,  red3};
+  const int ranks[N_OUTPUTS] = {3, 4, 3, 4, 4, 4, 4, 3, 3, 3};
   attnd_buf_puts(b, "],\"outputs\":[");
   for (int i = 0; i < N_OUTPUTS; i++) {
     if (i)
       attnd_buf_puts(b, ",");
-    put_meta(b, output_names[i], "FP32", ranks[i], dims[i]);
+    put_meta(b, output_names[i], i == O_TOP_K_INDEX ? "INT32" : "FP32",
+             ranks[i], dims[i]);
   }
   attnd_buf_puts(b, "]}\n");
   return 0;

@@ -47,7 +47,19 @@ typedef struct input_def {
 extern const input_def_t attnd__oip_inputs[N_INPUTS];
 
 /* The outputs, in the order of their ATTND_OIP_* bits. */
-enum { O_OUTPUT, O_WEIGHTS, O_WEIGHTS_MEAN, O_HEAD_OUTPUTS, N_OUTPUTS };
+enum {
+  O_OUTPUT,
+  O_WEIGHTS,
+  O_WEIGHTS_MEAN,
+  O_HEAD_OUTPUTS,
+  O_TOP_K_INDEX,
+  O_TOP_K_VALUE,
+  O_POOLED,
+  O_ENTROPY,
+  O_SINK,
+  O_DISTANCE,
+  N_OUTPUTS
+};
 
 typedef struct oip {
   dec_t d;

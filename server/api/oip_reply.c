@@ -18,15 +18,49 @@ void attnd_oip_server_metadata(attnd_buf_t *b) {
 /* One output of the reply: its tensor and shape (without the batch
  * dimension when the query had none, as /v1). */
 typedef struct out {
-  const float *x;
+  const float *x; /* int32 for weights_top_k_index */
   int rank;
   int64_t dim[4];
 } out_t;
 
+/* A reduction of the weights (attn_reduce_t): [B, H', rows, cols], with
+ * no H' for the mean over heads and no cols for 0. */
+static out_t reduction(const attnd_request_t *j, const void *x, int64_t rows,
+                       int64_t cols) {
+  const attn_plan_t *pl = &j->plan;
+  out_t o = {x, 0, {0}};
+  o.dim[o.rank++] = pl->B;
+  if (!j->params.reduce.mean_heads)
+    o.dim[o.rank++] = pl->H;
+  o.dim[o.rank++] = rows;
+  if (cols)
+    o.dim[o.rank++] = cols;
+  return o;
+}
+
 static out_t output_of(const attnd_request_t *j, unsigned bit) {
   const attn_plan_t *pl = &j->plan;
+  const int64_t rows = pl->q1 - pl->q0, k = j->params.reduce.top_k;
   out_t o;
   switch (bit) {
+  case ATTND_OIP_TOP_K_INDEX:
+    o = reduction(j, j->out.top_k_index, rows, k);
+    break;
+  case ATTND_OIP_TOP_K_VALUE:
+    o = reduction(j, j->out.top_k_value, rows, k);
+    break;
+  case ATTND_OIP_POOLED:
+    o = reduction(j, j->out.pooled, pl->pool_nq, pl->pool_nk);
+    break;
+  case ATTND_OIP_ENTROPY:
+    o = reduction(j, j->out.entropy, rows, 0);
+    break;
+  case ATTND_OIP_SINK:
+    o = reduction(j, j->out.sink, rows, 0);
+    break;
+  case ATTND_OIP_DISTANCE:
+    o = reduction(j, j->out.distance, rows, 0);
+    break;
   case ATTND_OIP_WEIGHTS:
     o = (out_t){j->out.weights, 4, {pl->B, pl->H, pl->Lq, pl->Lk}};
     break;
@@ -72,7 +106,9 @@ void attnd_oip_encode(attnd_request_t *j, const char *model, attnd_buf_t *b,
     attnd_shape_text(shape, sizeof shape, o.rank, o.dim, ",");
     attnd_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
     attnd_buf_puts(b, attnd_oip_output_name(bit));
-    attnd_buf_puts(b, "\",\"datatype\":\"FP32\",\"shape\":");
+    const int i32 = bit == ATTND_OIP_TOP_K_INDEX;
+    attnd_buf_puts(b, i32 ? "\",\"datatype\":\"INT32\",\"shape\":"
+                          : "\",\"datatype\":\"FP32\",\"shape\":");
     attnd_buf_puts(b, shape);
     attnd_buf_puts(b, ",");
     if (j->oip_binary & bit) {
@@ -83,7 +119,11 @@ void attnd_oip_encode(attnd_request_t *j, const char *model, attnd_buf_t *b,
       attnd_buf_puts(b, "}}");
     } else {
       attnd_buf_puts(b, "\"data\":");
-      attnd_buf_floats(b, o.x, count(&o), 0, NULL);
+      if (i32) /* the flat integers: the shape's text is already out */
+        attnd_buf_tensor_i32(b, ATTND_FORM_NESTED, (const int32_t *)o.x, 1,
+                             (int64_t[]){(int64_t)count(&o)});
+      else
+        attnd_buf_floats(b, o.x, count(&o), 0, NULL);
       attnd_buf_puts(b, "}");
     }
   }

@@ -22,8 +22,6 @@ static double tensor_bytes(const attnd_request_t *j, unsigned bit, int64_t n) {
 static double reduce_bytes(const attnd_request_t *j) {
   const attn_plan_t *pl = &j->plan;
   unsigned st = j->params.reduce.stats;
-  int n_stats = !!(st & ATTN_STAT_ENTROPY) + !!(st & ATTN_STAT_SINK) +
-                !!(st & ATTN_STAT_DISTANCE);
   double idx = (double)pl->top_k_elems *
                (j->oip_binary & ATTND_OIP_TOP_K_INDEX ? 4
                 : j->encoding == ATTND_FORM_BASE64    ? 16.0 / 3
@@ -31,7 +29,14 @@ static double reduce_bytes(const attnd_request_t *j) {
                (pl->top_k_elems ? 4 : 0);
   return idx + tensor_bytes(j, ATTND_OIP_TOP_K_VALUE, pl->top_k_elems) +
          tensor_bytes(j, ATTND_OIP_POOLED, pl->pooled_elems) +
-         n_stats * tensor_bytes(j, ATTND_OIP_STATS, pl->stats_elems) +
+         (st & ATTN_STAT_ENTROPY
+              ? tensor_bytes(j, ATTND_OIP_ENTROPY, pl->stats_elems)
+              : 0) +
+         (st & ATTN_STAT_SINK ? tensor_bytes(j, ATTND_OIP_SINK, pl->stats_elems)
+                              : 0) +
+         (st & ATTN_STAT_DISTANCE
+              ? tensor_bytes(j, ATTND_OIP_DISTANCE, pl->stats_elems)
+              : 0) +
          (pl->reduce ? 256 : 0);
 }
 

@@ -43,8 +43,10 @@ typedef enum {
   ATTND_OIP_TOP_K_INDEX = 16, /* "weights_top_k_index": [B, H', Lq', k] */
   ATTND_OIP_TOP_K_VALUE = 32, /* "weights_top_k_value" */
   ATTND_OIP_POOLED = 64,      /* "weights_pooled": [B, H', nq, nk] */
-  ATTND_OIP_STATS = 128       /* "weights_entropy", "weights_sink",
-                                 "weights_distance": [B, H', Lq'] */
+  ATTND_OIP_ENTROPY = 128,    /* "weights_entropy": [B, H', Lq'] */
+  ATTND_OIP_SINK = 256,       /* "weights_sink" */
+  ATTND_OIP_DISTANCE = 512,   /* "weights_distance" */
+  ATTND_OIP_N = 10            /* outputs */
 } attnd_oip_output_t;
 
 /* When things happened, CLOCK_MONOTONIC milliseconds, and how long the
@@ -89,7 +91,7 @@ typedef struct attnd_request {
    * "binary_data", else the request's "binary_data_output"), and the
    * outputs in the order asked (oip_n_outputs of them). */
   unsigned oip_outputs, oip_binary;
-  unsigned char oip_order[4];
+  unsigned short oip_order[ATTND_OIP_N];
   int oip_n_outputs;
   /* A step of a KV-cache session (session.h), or session NULL: the
    * session it holds from attnd_session_enqueue to attnd_session_step_end,
