@@ -820,6 +820,16 @@ static void assert_meta(const json_t *list, const meta_t *want, size_t n) {
   }
 }
 
+/* The reductions of the weights, the same for every model: H' may be
+ * absent (the mean over heads), so no dimension is known. */
+#define REDUCTIONS_META                                                        \
+  {"weights_top_k_index", "INT32", 4, {-1, -1, -1, -1}},                       \
+      {"weights_top_k_value", "FP32", 4, {-1, -1, -1, -1}},                    \
+      {"weights_pooled", "FP32", 4, {-1, -1, -1, -1}},                         \
+      {"weights_entropy", "FP32", 3, {-1, -1, -1}},                            \
+      {"weights_sink", "FP32", 3, {-1, -1, -1}},                               \
+      {"weights_distance", "FP32", 3, {-1, -1, -1}}
+
 START_TEST(test_model_metadata) {
   static const meta_t generic_in[] = {{"query", "FP32", 3, {-1, -1, -1}},
                                       {"key", "FP32", 3, {-1, -1, -1}},
@@ -842,12 +852,7 @@ START_TEST(test_model_metadata) {
       {"weights", "FP32", 4, {-1, -1, -1, -1}},
       {"weights_mean", "FP32", 3, {-1, -1, -1}},
       {"head_outputs", "FP32", 4, {-1, -1, -1, -1}},
-      {"weights_top_k_index", "INT32", 4, {-1, -1, -1, -1}},
-      {"weights_top_k_value", "FP32", 4, {-1, -1, -1, -1}},
-      {"weights_pooled", "FP32", 4, {-1, -1, -1, -1}},
-      {"weights_entropy", "FP32", 3, {-1, -1, -1}},
-      {"weights_sink", "FP32", 3, {-1, -1, -1}},
-      {"weights_distance", "FP32", 3, {-1, -1, -1}}};
+      REDUCTIONS_META};
   /* the layer: hidden states of E 16; H 4, Dv 6, Eo 12 */
   static const meta_t layer_in[] = {{"query", "FP32", 3, {-1, -1, 16}},
                                     {"key", "FP32", 3, {-1, -1, 16}},
@@ -862,12 +867,7 @@ START_TEST(test_model_metadata) {
       {"weights", "FP32", 4, {-1, 4, -1, -1}},
       {"weights_mean", "FP32", 3, {-1, -1, -1}},
       {"head_outputs", "FP32", 4, {-1, 4, -1, 6}},
-      {"weights_top_k_index", "INT32", 4, {-1, -1, -1, -1}},
-      {"weights_top_k_value", "FP32", 4, {-1, -1, -1, -1}},
-      {"weights_pooled", "FP32", 4, {-1, -1, -1, -1}},
-      {"weights_entropy", "FP32", 3, {-1, -1, -1}},
-      {"weights_sink", "FP32", 3, {-1, -1, -1}},
-      {"weights_distance", "FP32", 3, {-1, -1, -1}}};
+      REDUCTIONS_META};
   static const char *const paths[] = {
       "/v2/models/attention", "/v2/models/attention/versions/1",
       "/v2/models/" LAYER, "/v2/models/" LAYER "/versions/1"};
