@@ -52,6 +52,20 @@ static void check_reply(attnd_request_t *j, const char *model) {
     j->out.mean_weights = calloc((size_t)pl->mean_elems, sizeof(float));
   if (j->params.want_head_outputs)
     j->out.head_outputs = calloc((size_t)pl->head_elems, sizeof(float));
+  /* the reductions of the weights (attn_reduce_t) */
+  const unsigned st = j->params.reduce.stats;
+  if (pl->top_k_elems) {
+    j->out.top_k_index = calloc((size_t)pl->top_k_elems, sizeof(int32_t));
+    j->out.top_k_value = calloc((size_t)pl->top_k_elems, sizeof(float));
+  }
+  if (pl->pooled_elems)
+    j->out.pooled = calloc((size_t)pl->pooled_elems, sizeof(float));
+  if (st & ATTN_STAT_ENTROPY)
+    j->out.entropy = calloc((size_t)pl->stats_elems, sizeof(float));
+  if (st & ATTN_STAT_SINK)
+    j->out.sink = calloc((size_t)pl->stats_elems, sizeof(float));
+  if (st & ATTN_STAT_DISTANCE)
+    j->out.distance = calloc((size_t)pl->stats_elems, sizeof(float));
   attnd_buf_t b;
   attnd_buf_init(&b);
   size_t json_len;
