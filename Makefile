@@ -68,7 +68,9 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) \
   $(foreach isa,generic avx2 avx512,$(BUILD)/core/kernel_$(isa).o)
 
 # The CUDA backend: core/cuda/*.cu by nvcc for the H100/H200 (sm_90a), in
-# the same libattn.a, with cudart and cuBLAS linked (rpath: CUDA_HOME's).
+# the same libattn.a, with cudart linked (rpath: CUDA_HOME's). cuBLAS is
+# loaded at run time once a device is found (core/cuda/forward.cu): linking
+# it would map about 150 MB into every process, GPU or not.
 ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc))
@@ -77,12 +79,13 @@ $(error CUDA=1: no nvcc in $(CUDA_HOME)/bin or on PATH (set CUDA_HOME or NVCC))
 endif
 CUDA_ARCH ?= sm_90a
 NVCCFLAGS = -std=c++17 -O3 -arch=$(CUDA_ARCH) -lineinfo -Iinclude \
-  --Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+  --Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
+  -DATTN_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"'
 CUDA_SRC := $(wildcard core/cuda/*.cu)
 CORE_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 CFLAGS_COMMON += -DATTN_HAVE_CUDA
-LIBS_CUDA := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas \
-  -lcudart -lstdc++
+LIBS_CUDA := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart \
+  -ldl -lstdc++
 endif
 
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))

@@ -14,7 +14,9 @@
  *   stage 3: out = concat·Woᵀ + bo on cuBLAS, the results copied back.
  * Everything runs on the calling thread's default stream
  * (cudaStreamPerThread) of device 0, with one cuBLAS handle per thread,
- * made on its first call and kept. The host waits at the end of each
+ * made on its first call and kept. cuBLAS is loaded (dlopen) by the probe
+ * once it has found a device, not linked: loading it maps about 150 MB,
+ * which a CUDA build running on the CPU alone should not pay. The host waits at the end of each
  * stage: that is where the timings are taken and attn_exec_t's cancel
  * flag is read. Where the CPU core falls back to float64, this backend
  * has no such path: a result that is not finite (Q, K, V, the heads'
@@ -24,6 +26,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -44,6 +47,53 @@ extern "C" int attn__cuda_flash_version, attn__cuda_flash_last;
 extern "C" void attn__broadcast_strides(const attn_tensor_t *t, int64_t st[4]);
 extern "C" void attn__rope_frequencies(const attn_rope_t *rp, int64_t dims,
                                        double *freq);
+
+/* ---- cuBLAS, loaded by the probe ------------------------------------------ */
+
+/* The cuBLAS functions this file calls, from the library of the major
+ * version it was compiled against. */
+static struct {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSgemm_v2) sgemm;
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t,
+                            cublasOperation_t, int, int, int, const void *,
+                            const void *, cudaDataType, int, const void *,
+                            cudaDataType, int, const void *, void *,
+                            cudaDataType, int, cublasComputeType_t,
+                            cublasGemmAlgo_t); /* overloaded in C++ */
+  decltype(&cublasGetStatusString) status_string;
+} blas;
+
+#define ATTN_STR2(x) #x
+#define ATTN_STR(x) ATTN_STR2(x)
+#define CUBLAS_SONAME "libcublas.so." ATTN_STR(CUBLAS_VER_MAJOR)
+
+/* Loads cuBLAS: by its soname (the run path, LD_LIBRARY_PATH), else from
+ * the CUDA_HOME it was built with. Returns 0, or -1 with why in `why`. */
+static int load_cublas(char *why, size_t n) {
+  void *h = dlopen(CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+#ifdef ATTN_CUDA_LIBDIR
+  if (h == NULL)
+    h = dlopen(ATTN_CUDA_LIBDIR "/" CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+#endif
+  if (h == NULL) {
+    snprintf(why, n, "cannot load cuBLAS: %.100s", dlerror());
+    return -1;
+  }
+  blas.create = (decltype(blas.create))dlsym(h, "cublasCreate_v2");
+  blas.set_stream = (decltype(blas.set_stream))dlsym(h, "cublasSetStream_v2");
+  blas.sgemm = (decltype(blas.sgemm))dlsym(h, "cublasSgemm_v2");
+  blas.gemm_ex = (decltype(blas.gemm_ex))dlsym(h, "cublasGemmEx");
+  blas.status_string =
+      (decltype(blas.status_string))dlsym(h, "cublasGetStatusString");
+  if (!blas.create || !blas.set_stream || !blas.sgemm || !blas.gemm_ex ||
+      !blas.status_string) {
+    snprintf(why, n, "%s lacks a function this build calls", CUBLAS_SONAME);
+    return -1;
+  }
+  return 0;
+}
 
 /* ---- the probe ---------------------------------------------------------- */
 
@@ -85,6 +135,8 @@ static void probe(void) {
   }
   /* Keep freed device memory in the pool rather than giving it back at
    * every synchronisation: each call allocates its buffers afresh. */
+  if (load_cublas(ci->status, sizeof ci->status) < 0)
+    return;
   cudaMemPool_t pool;
   if (cudaDeviceGetDefaultMemPool(&pool, 0) == cudaSuccess) {
     uint64_t keep = UINT64_MAX;
@@ -258,7 +310,7 @@ struct call {
       return true;
     rc = attn__err(err, ATTN_EDEVICE, ATTN_FIELD_BACKEND,
                    "cuda backend: %s failed: %s", what,
-                   cublasGetStatusString(st));
+                   blas.status_string(st));
     return false;
   }
   bool up(void *dst, const void *src, int64_t bytes, const char *what) {
@@ -291,14 +343,13 @@ struct call {
             const float *W, const void *W16, float *C) {
     const float one = 1.f, zero = 0.f;
     if (pl->precision == ATTN_PRECISION_BF16)
-      return ok(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M,
+      return ok(blas.gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M,
                              (int)K, &one, W16, CUDA_R_16BF, (int)K, A16,
                              CUDA_R_16BF, (int)K, &zero, C, CUDA_R_32F,
                              (int)N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                 "cublasGemmEx (bf16)");
-    return ok(cublasSgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M,
-                          (int)K, &one, W, (int)K, A, (int)K, &zero, C,
-                          (int)N),
+    return ok(blas.sgemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)M,
+                         (int)K, &one, W, (int)K, A, (int)K, &zero, C, (int)N),
               "cublasSgemm");
   }
 
@@ -356,9 +407,9 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   const double t_start = now_ms();
   if (!c.ok(cudaSetDevice(0), "cudaSetDevice"))
     return c.rc;
-  if (!handle && !c.ok(cublasCreate(&handle), "cublasCreate"))
+  if (!handle && !c.ok(blas.create(&handle), "cublasCreate"))
     return c.rc;
-  if (!c.ok(cublasSetStream(handle, c.s), "cublasSetStream"))
+  if (!c.ok(blas.set_stream(handle, c.s), "cublasSetStream"))
     return c.rc;
 
   arena ar;
