@@ -169,6 +169,11 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
                    "# TYPE attnd_busy_workers gauge\nattnd_busy_workers %d\n",
                    g->busy_workers);
   attnd_buf_printf(b,
+                   "# HELP attnd_busy_threads Threads the running requests "
+                   "were given (threads_per_request = auto; else 0).\n"
+                   "# TYPE attnd_busy_threads gauge\nattnd_busy_threads %d\n",
+                   g->busy_threads);
+  attnd_buf_printf(b,
                    "# HELP attnd_workers Worker threads.\n"
                    "# TYPE attnd_workers gauge\nattnd_workers %d\n",
                    g->workers);

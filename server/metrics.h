@@ -62,6 +62,7 @@ void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
 /* Gauges sampled at render time. */
 typedef struct attnd_gauges {
   int queue_depth, busy_workers, workers, inflight, draining;
+  int busy_threads; /* given to running requests (threads_per_request auto) */
   /* the KV-cache sessions (session.h) */
   int64_t sessions, kv_bytes_used, kv_bytes_free, kv_pages_shared;
   uint64_t evicted_lru, expired, deleted;

@@ -1177,6 +1177,8 @@ START_TEST(test_threads_auto) {
                    cpus < 2 ? 1 : 2);
   /* 17M flops: one thread's */
   ck_assert_int_eq(threads_of(sh_slow_body(256, 64, 4, 8, NULL)), 1);
+  /* given back before the reply (the done callback follows) */
+  ck_assert_double_eq(sh_metric(srv.port, "attnd_busy_threads"), 0);
 }
 END_TEST
 

@@ -24,6 +24,7 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   attnd_gauges_t g = {
       .queue_depth = attnd_sched_waiting(s->sched),
       .busy_workers = attnd_sched_busy(s->sched),
+      .busy_threads = attnd_sched_threads_busy(s->sched),
       .workers = (int)s->cfg->workers,
       .inflight = attnd_sched_inflight(s->sched),
       .draining = atomic_load(&s->draining),
