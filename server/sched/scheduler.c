@@ -333,22 +333,18 @@ static int gather(attnd_sched_t *s, node_t *head, double now, int *others,
 static int threads_for(attnd_sched_t *s, int w, const node_t *n) {
   if (s->cores <= 0)
     return 0;
-  int idle = 0, in_batch = 0, most = 0; /* most < 0: any */
+  int idle = 0, in_batch = 0;
+  int64_t most = 0; /* the batch's max_threads, summed; -1: any */
   for (int i = w + 1; i < s->n_workers; i++)
     idle += s->running[i] == NULL;
-  for (const node_t *m = n; m; m = m->peer) {
-    in_batch++;
-    if (most >= 0)
-      most = m->j.max_threads > 0 && most < s->cap ? most + m->j.max_threads
-             : m->j.max_threads > 0                ? most
-                                                   : -1;
-  }
+  for (const node_t *m = n; m; m = m->peer, in_batch++)
+    most = most < 0 || m->j.max_threads <= 0 ? -1 : most + m->j.max_threads;
   int behind = atomic_load(&s->waiting) - in_batch;
   int beside = behind < idle ? behind : idle;
   int t = s->cores - atomic_load(&s->threads_busy) - (beside > 0 ? beside : 0);
   if (most < 0 || most > s->cap)
     most = s->cap;
-  return t > most ? most : t < 1 ? 1 : t;
+  return t > most ? (int)most : t < 1 ? 1 : t;
 }
 
 /* Gives worker w the job n, and its batch (peer), with its threads; under
