@@ -1,13 +1,20 @@
 /* core/forward.c: one attention forward call, stage by stage.
  *
  *   stage 1  layout: Q, K and V projected (sgemm) or copied into the
- *            kernels' layouts (internal.h), in independent row chunks;
+ *            kernels' layouts (internal.h), in independent row chunks,
+ *            each in groups of whole heads when wide (ATTN__PROJ_COLS);
  *   stage 2  attention: fused scores, masks, softmax and mixing, one unit of
  *            query rows per task (core/kernel.c);
- *   stage 3  output projection, in independent row chunks.
+ *   stage 3  output projection, in independent row chunks and, when wide,
+ *            column groups.
  * Each stage is a list of independent tasks shared out among the threads;
  * a task computes the same thing whichever thread runs it, so results do
  * not depend on the thread count. BLAS runs single-threaded inside tasks.
+ * The one split the thread count chooses, the projections' column groups
+ * (internal.h, ATTN__PROJ_COLS), only changes which columns of C each
+ * sgemm call writes: each element is the same product over the same K
+ * either way (OpenBLAS, checked in tests/check_properties.c's determinism
+ * cases and by hand at 1024 x 4096 x 4096, to the bit).
  *
  * Numbers: every task of stage 1 also takes the largest magnitude of what
  * it wrote (and of a chunk of the bias), so that between stages 1 and 2
@@ -136,6 +143,10 @@ typedef struct fwd {
                         cache (the new tokens) */
   uint32_t k_cached; /* with a kv cache: the magnitude bits of its keys */
   int64_t n_q, n_k, n_units, n_out; /* V has as many tasks as K */
+  /* Column groups of a row chunk (ATTN__PROJ_COLS): of Q, gq of hq heads;
+   * of K and V, gkv of hkv heads; of the output, gout of ocols columns.
+   * A task is a row chunk and a group, the group varying fastest. */
+  int64_t hq, gq, hkv, gkv, ocols, gout;
   int64_t n_layout;                 /* Q, K, V and bias tasks */
   int64_t n_bias;                   /* magnitude tasks of bias */
   int64_t n_pool;                   /* pooled rows (attn_reduce_t) */
@@ -310,31 +321,35 @@ static void transform_heads(const fwd_t *f, float *x, int64_t st, int64_t hs,
   }
 }
 
-/* Q for rows [r0, r1) of the flattened [B·Lq]: q[r, :] = scale·(x·Wqᵀ +
- * bq), all heads and batch items in one product (a batch of one-token
- * steps reads the weights once); then each head normed and rotated at its
- * row's position. f->qscale is the scale, or 1 when Q is laid out again
- * unscaled; with q_norm the scale comes after the norm, which it does not
- * commute with. */
-static void layout_q(fwd_t *f, int64_t r0, int64_t r1, float *scratch) {
+/* Q for rows [r0, r1) of the flattened [B·Lq] and heads [h0, h1):
+ * q[r, h·Dh ..] = scale·(x·Wq_hᵀ + bq_h), every row of the chunk (all
+ * batch items: a batch of one-token steps reads the weights once) in one
+ * product; then each head normed and rotated at its row's position.
+ * f->qscale is the scale, or 1 when Q is laid out again unscaled; with
+ * q_norm the scale comes after the norm, which it does not commute
+ * with. */
+static void layout_q(fwd_t *f, int64_t r0, int64_t r1, int64_t h0, int64_t h1,
+                     float *scratch) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   int64_t n = pl->H * pl->Dh, Eq = pl->Eq, m = r1 - r0;
+  int64_t c0 = h0 * pl->Dh, nc = (h1 - h0) * pl->Dh; /* the group's columns */
   const float *x = f->query + r0 * Eq;
-  float *dst = f->q + r0 * n;
-  const float *bias = p->q_bias.rank ? p->q_bias.data : NULL;
+  float *dst = f->q + r0 * n + c0;
+  const float *bias = p->q_bias.rank ? (const float *)p->q_bias.data + c0 : NULL;
   const float *norm = p->q_norm.rank ? p->q_norm.data : NULL;
   float s = norm ? 1.0f : f->qscale;
   if (p->q_weight.rank) {
-    gemm_nt(f, m, n, Eq, s, x, Eq, p->q_weight.data, Eq, dst, n);
+    gemm_nt(f, m, nc, Eq, s, x, Eq, (const float *)p->q_weight.data + c0 * Eq,
+            Eq, dst, n);
     if (bias)
       for (int64_t r = 0; r < m; r++)
-        for (int64_t k = 0; k < n; k++)
+        for (int64_t k = 0; k < nc; k++)
           dst[r * n + k] += s * bias[k];
   } else {
     for (int64_t r = 0; r < m; r++)
-      for (int64_t k = 0; k < n; k++)
-        dst[r * n + k] = s * (x[r * Eq + k] + (bias ? bias[k] : 0));
+      for (int64_t k = 0; k < nc; k++)
+        dst[r * n + k] = s * (x[r * Eq + c0 + k] + (bias ? bias[k] : 0));
   }
   if (norm || f->rope_freq) {
     for (int64_t r = 0; r < m; r++) {
@@ -342,14 +357,14 @@ static void layout_q(fwd_t *f, int64_t r0, int64_t r1, float *scratch) {
       int64_t pos = f->rope_freq ? position(&p->positions_query, b, i, pl->Lq,
                                             attn__item_off(&f->ctx, b) + i)
                                  : 0;
-      transform_heads(f, dst + r * n, 1, pl->Dh, pl->H, norm, pos,
+      transform_heads(f, dst + r * n, 1, pl->Dh, h1 - h0, norm, pos,
                       (double *)scratch);
       if (norm)
-        for (int64_t k = 0; k < n; k++)
+        for (int64_t k = 0; k < nc; k++)
           dst[r * n + k] *= f->qscale;
     }
   }
-  note(f, BITS_Q, dst, m, n, n, ATTN__FAIL_Q, r0, 0);
+  note(f, BITS_Q, dst, m, nc, n, ATTN__FAIL_Q, r0, 0);
 }
 
 /* Where key row j of batch b's key input goes: the column of its Hkv·Dh
@@ -418,24 +433,27 @@ static void zero_tail(fwd_t *f, int64_t b, int is_k) {
   }
 }
 
-/* K for batch b, key rows [j0, j1): kt[b, :, j] = Wk·key[j] + bk, all heads
- * in one product per block of columns (k_slot), then each head normed and
- * rotated; the last chunk zeroes the rest of the last block. */
-static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1,
-                     float *scratch) {
+/* K for batch b, key rows [j0, j1) and kv heads [g0, g1): kt[b, g·Dh ..,
+ * j] = Wk_g·key[j] + bk_g, the group's heads in one product per block of
+ * columns (k_slot), then each head normed and rotated; the last chunk of
+ * the first group zeroes the rest of the last block (every head's). */
+static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1, int64_t g0,
+                     int64_t g1, float *scratch) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   const attn__ctx_t *c = &f->ctx;
-  int64_t rows = pl->Hkv * pl->Dh, Ek = pl->Ek;
+  int64_t r0 = g0 * pl->Dh, rows = (g1 - g0) * pl->Dh, Ek = pl->Ek;
   int64_t past = c->pages ? c->past[b] : 0;
-  const float *bias = p->k_bias.rank ? p->k_bias.data : NULL;
+  const float *bias = p->k_bias.rank ? (const float *)p->k_bias.data + r0 : NULL;
   const float *norm = p->k_norm.rank ? p->k_norm.data : NULL;
   for (int64_t j = j0, n, ldk, run; j < j1; j += n) {
     float *dst = k_slot(f, b, j, &ldk, &run);
     n = j1 - j < run ? j1 - j : run;
+    dst += r0 * ldk;
     const float *x = f->key + (b * f->lnk + j) * Ek;
     if (p->k_weight.rank) {
-      gemm_nt(f, rows, n, Ek, 1.0f, p->k_weight.data, Ek, x, Ek, dst, ldk);
+      gemm_nt(f, rows, n, Ek, 1.0f, (const float *)p->k_weight.data + r0 * Ek,
+              Ek, x, Ek, dst, ldk);
       if (bias)
         for (int64_t r = 0; r < rows; r++)
           for (int64_t k = 0; k < n; k++)
@@ -443,27 +461,29 @@ static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1,
     } else {
       for (int64_t k = 0; k < n; k++)
         for (int64_t r = 0; r < rows; r++)
-          dst[r * ldk + k] = x[k * Ek + r] + (bias ? bias[r] : 0);
+          dst[r * ldk + k] = x[k * Ek + r0 + r] + (bias ? bias[r] : 0);
     }
     if (norm || f->rope_freq)
       for (int64_t k = 0; k < n; k++)
-        transform_heads(f, dst + k, ldk, pl->Dh * ldk, pl->Hkv, norm,
+        transform_heads(f, dst + k, ldk, pl->Dh * ldk, g1 - g0, norm,
                         f->rope_freq ? position(&p->positions_key, b, j + k,
                                                 f->lnk, past + j + k)
                                      : 0,
                         (double *)scratch);
     note(f, BITS_K, dst, rows, n, ldk, ATTN__FAIL_K, b * pl->Lk + past + j, 1);
   }
-  if (j1 == f->lnk)
+  if (j1 == f->lnk && g0 == 0)
     zero_tail(f, b, 1);
 }
 
-/* V for batch b, rows [j0, j1): v[b, j, g·vh + d] = value[j]·Wv_gᵀ + bv,
- * all heads in one product (per block of rows, v_slot) when no head needs
- * padding; padding columns zeroed, the row's own too where a head's read
- * passes the last head (vh < Dvp) and, with a kv cache, in the last chunk
- * the rest of the last page. */
-static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
+/* V for batch b, rows [j0, j1) and kv heads [g0, g1): v[b, j, g·vh + d] =
+ * value[j]·Wv_gᵀ + bv, the group's heads in one product (per block of
+ * rows, v_slot) when no head needs padding; padding columns zeroed, by the
+ * last group the row's own too where a head's read passes the last head
+ * (vh < Dvp) and, with a kv cache, in the last chunk the rest of the last
+ * page. */
+static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1, int64_t g0,
+                     int64_t g1) {
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
   const attn__ctx_t *c = &f->ctx;
@@ -476,34 +496,34 @@ static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1) {
     const float *x = f->value + (b * f->lnk + j) * Ev;
     if (p->v_weight.rank) {
       const float *w = p->v_weight.data;
-      for (int64_t g = 0; g < Hkv; g += Dv == vh ? Hkv : 1)
-        gemm_nt(f, m, Dv == vh ? Hkv * Dv : Dv, Ev, 1.0f, x, Ev,
+      for (int64_t g = g0; g < g1; g += Dv == vh ? g1 - g0 : 1)
+        gemm_nt(f, m, Dv == vh ? (g1 - g0) * Dv : Dv, Ev, 1.0f, x, Ev,
                 w + g * Dv * Ev, Ev, dst + g * vh, ldv);
       if (bias)
         for (int64_t r = 0; r < m; r++)
-          for (int64_t g = 0; g < Hkv; g++)
+          for (int64_t g = g0; g < g1; g++)
             for (int64_t d = 0; d < Dv; d++)
               dst[r * ldv + g * vh + d] += bias[g * Dv + d];
     } else {
       for (int64_t r = 0; r < m; r++)
-        for (int64_t g = 0; g < Hkv; g++)
+        for (int64_t g = g0; g < g1; g++)
           for (int64_t d = 0; d < Dv; d++)
             dst[r * ldv + g * vh + d] =
                 x[r * Ev + g * Dv + d] + (bias ? bias[g * Dv + d] : 0);
     }
     if (Dv < vh)
       for (int64_t r = 0; r < m; r++)
-        for (int64_t g = 0; g < Hkv; g++)
+        for (int64_t g = g0; g < g1; g++)
           memset(dst + r * ldv + g * vh + Dv, 0,
                  (size_t)(vh - Dv) * sizeof(float));
-    if (vh < c->Dvp && !c->pages)
+    if (vh < c->Dvp && !c->pages && g1 == Hkv)
       for (int64_t r = 0; r < m; r++)
         memset(dst + r * ldv + Hkv * vh, 0,
                (size_t)(ldv - Hkv * vh) * sizeof(float));
-    note(f, BITS_V, dst, m, Hkv * vh, ldv, ATTN__FAIL_V, b * pl->Lk + past + j,
-         0);
+    note(f, BITS_V, dst + g0 * vh, m, (g1 - g0) * vh, ldv, ATTN__FAIL_V,
+         b * pl->Lk + past + j, 0);
   }
-  if (j1 == f->lnk)
+  if (j1 == f->lnk && g0 == 0)
     zero_tail(f, b, 0);
 }
 
@@ -570,9 +590,11 @@ static void layout_task(fwd_t *f, int64_t t, int id) {
   const attn_plan_t *pl = f->pl;
   float *scratch = f->stage1 + id * f->stage1_stride;
   int64_t R = f->rows, ck = chunks(f->lnk, R);
-  if (t < f->n_q) { /* rows of the flattened [B·Lq] */
-    int64_t r0 = t * R, r1 = r0 + R;
-    layout_q(f, r0, r1 < pl->B * pl->Lq ? r1 : pl->B * pl->Lq, scratch);
+  if (t < f->n_q) { /* rows of the flattened [B·Lq], a group of heads */
+    int64_t r0 = t / f->gq * R, r1 = r0 + R, h0 = t % f->gq * f->hq,
+            h1 = h0 + f->hq;
+    layout_q(f, r0, r1 < pl->B * pl->Lq ? r1 : pl->B * pl->Lq, h0,
+             h1 < pl->H ? h1 : pl->H, scratch);
     return;
   }
   t -= f->n_q;
@@ -594,11 +616,15 @@ static void layout_task(fwd_t *f, int64_t t, int id) {
                    scratch);
     return;
   }
+  int64_t g0 = t % f->gkv * f->hkv, g1 = g0 + f->hkv;
+  t /= f->gkv;
   int64_t j0 = t % ck * R, j1 = j0 + R;
+  if (g1 > pl->Hkv)
+    g1 = pl->Hkv;
   if (is_k)
-    layout_k(f, t / ck, j0, j1 < f->lnk ? j1 : f->lnk, scratch);
+    layout_k(f, t / ck, j0, j1 < f->lnk ? j1 : f->lnk, g0, g1, scratch);
   else
-    layout_v(f, t / ck, j0, j1 < f->lnk ? j1 : f->lnk);
+    layout_v(f, t / ck, j0, j1 < f->lnk ? j1 : f->lnk, g0, g1);
 }
 
 /* Attention unit u of n_units. The last query blocks come first: under a
@@ -646,26 +672,28 @@ static void pool_task(fwd_t *f, int64_t t, int id) {
   }
 }
 
-/* Output task t: rows [r0, r1) of the flattened [B·Lq] output. */
+/* Output task t: rows [r0, r1) of the flattened [B·Lq] output, columns
+ * [e0, e1) (a group of ocols). */
 static void output_task(fwd_t *f, int64_t t, int id) {
   (void)id;
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
-  int64_t r0 = t * f->rows, r1 = r0 + f->rows;
+  int64_t r0 = t / f->gout * f->rows, r1 = r0 + f->rows;
   if (r1 > pl->B * pl->Lq)
     r1 = pl->B * pl->Lq;
   int64_t K = pl->H * pl->Dv, Eo = pl->Eo;
-  float *y = f->out + r0 * Eo;
+  int64_t e0 = t % f->gout * f->ocols, ne = Eo - e0 < f->ocols ? Eo - e0 : f->ocols;
+  float *y = f->out + r0 * Eo + e0;
   if (p->o_weight.rank)
-    gemm_nt(f, r1 - r0, Eo, K, 1.0f, f->ctx.concat + r0 * K, K,
-            p->o_weight.data, K, y, Eo);
+    gemm_nt(f, r1 - r0, ne, K, 1.0f, f->ctx.concat + r0 * K, K,
+            (const float *)p->o_weight.data + e0 * K, K, y, Eo);
   if (p->o_bias.rank) {
-    const float *bias = p->o_bias.data;
+    const float *bias = (const float *)p->o_bias.data + e0;
     for (int64_t r = 0; r < r1 - r0; r++)
-      for (int64_t e = 0; e < Eo; e++)
+      for (int64_t e = 0; e < ne; e++)
         y[r * Eo + e] += bias[e];
   }
-  note(f, -1, y, r1 - r0, Eo, Eo, ATTN__FAIL_OUT_PROJ, r0, 0);
+  note(f, -1, y, r1 - r0, ne, Eo, ATTN__FAIL_OUT_PROJ, r0, 0);
 }
 
 /* The value of magnitude bits (attn__absmax_fn): inf for inf or NaN. */
@@ -951,13 +979,30 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   }
 
   f->rows = proj_rows(pl);
-  f->n_q = chunks(pl->B * pl->Lq, f->rows);
-  f->n_k =
-      p->kv ? chunks(pl->B * pl->Lq, f->rows) : pl->B * chunks(f->lnk, f->rows);
+  int64_t q_rows = chunks(pl->B * pl->Lq, f->rows),
+          kv_rows = p->kv ? q_rows : pl->B * chunks(f->lnk, f->rows);
+  /* Column groups (ATTN__PROJ_COLS), for a stage whose row chunks alone
+   * give several threads under two tasks each: whole heads of Q, K and V
+   * (not with a kv cache, whose rows go to pages a row at a time), columns
+   * of the output. One group each otherwise, and always on one thread. */
+  int64_t two_each = pl->threads > 1 ? 2 * (int64_t)pl->threads : 0;
+  int split_qkv = !p->kv && q_rows + 2 * kv_rows < two_each,
+      split_out = q_rows < two_each;
+  int64_t dmax = pl->Dh > pl->Dv ? pl->Dh : pl->Dv;
+  f->hq = split_qkv && pl->Dh < ATTN__PROJ_COLS ? ATTN__PROJ_COLS / pl->Dh
+                                                : pl->H;
+  f->hq = f->hq < pl->H ? f->hq : pl->H;
+  f->gq = chunks(pl->H, f->hq);
+  f->hkv = split_qkv && dmax < ATTN__PROJ_COLS ? ATTN__PROJ_COLS / dmax
+                                                : pl->Hkv;
+  f->hkv = f->hkv < pl->Hkv ? f->hkv : pl->Hkv;
+  f->gkv = chunks(pl->Hkv, f->hkv);
+  f->ocols = split_out && pl->Eo > ATTN__PROJ_COLS ? ATTN__PROJ_COLS : pl->Eo;
+  f->gout = chunks(pl->Eo, f->ocols);
+  f->n_q = q_rows * f->gq;
+  f->n_k = kv_rows * f->gkv;
   f->n_units = pl->B * (pl->H / c->heads_per_unit) * c->n_qblocks;
-  f->n_out = (p->o_weight.rank || p->o_bias.rank)
-                 ? chunks(pl->B * pl->Lq, f->rows)
-                 : 0;
+  f->n_out = (p->o_weight.rank || p->o_bias.rank) ? q_rows * f->gout : 0;
   if (p->bias.rank) {
     int64_t n = 1;
     for (int d = 0; d < p->bias.rank; d++)

@@ -31,6 +31,20 @@ _Static_assert(ATTN__BC % ATTN__KPAD == 0, "a key block of whole pads");
 #define ATTN__PROJ_ROWS_MAX 1024
 #define ATTN__PROJ_TASKS 12
 
+/* Features per projection task, at least, when a stage's row chunks give
+ * under two tasks a thread: a projection wider than this (Q's, K's and
+ * V's in whole heads, the output's in columns) is then split by columns
+ * too, into groups of about this many. At E = 4096 and L = 4096 a row
+ * chunk of Q is one task of 34 GFLOP: 12 tasks in the layout stage and 4
+ * in the output projection, which 16 threads cannot share (the output
+ * stage runs on 4 of them); in groups, 48 and 16. Each group's call packs
+ * the chunk's rows again: 1024 x 4096 x 4096 in 4 calls of 1024 columns
+ * took 1.03 to 1.09 of one call's time on one thread (split into rows of
+ * 256 instead, 1.14), which is why one thread, and two threads on 12 and
+ * 4 tasks, keep whole rows. The results are the same to the bit either
+ * way (forward.c). E = 512 stays one group. */
+#define ATTN__PROJ_COLS 1024
+
 static inline int64_t attn__round_up(int64_t x, int64_t m) {
   return (x + m - 1) / m * m;
 }

@@ -310,6 +310,14 @@ static const fcase_t feature_cases[] = {
       .allow_p = 0.9, .bias_rank = 4, .bias_ones = TU_1B, .has_wr = 1,
       .wr = 3, .alibi = ATTN_ALIBI_SLOPES, .has_softcap = 1,
       .softcap = 5.0f}},
+    /* projections wider than ATTN__PROJ_COLS (1024) run in column groups:
+     * Q in groups of 3 heads and 2, K and V of 3 and 2, the output in
+     * 1024, 1024 and 52 columns */
+    {"wide heads: every projection in column groups, partial last groups",
+     {.B = 2, .batched = 1, .Lq = 13, .Lk = 21, .cross = 1, .value_given = 1,
+      .H = 5, .Dh = 260, .Dv = 130, .Eq = 24, .Ek = 20, .Ev = 18,
+      .Eo = 2100, .proj = TU_ALLPROJ, .causal = BR, .key_lengths = 1,
+      .lengths = {21, 9}, .bias_rank = 3, .alibi = ATTN_ALIBI_DEFAULT}},
 };
 /* clang-format on */
 #define N_FEATURE ((int)(sizeof feature_cases / sizeof feature_cases[0]))
@@ -403,6 +411,12 @@ static const rope_case_t rope_cases[] = {
     {"rope with Lq > Lk (negative default query positions)",
      {.Lq = 11, .Lk = 4, .cross = 1, .H = 1, .Dh = 6, .causal = TL},
      {.style = INTER, .theta = 10000}, 0, 0, 0},
+    {"wide heads in column groups (Q 3 + 3, K and V 1 + 1 + 1): norms, "
+     "rope, GQA, every projection",
+     {.B = 2, .batched = 1, .Lq = 9, .Lk = 14, .cross = 1, .value_given = 1,
+      .H = 6, .Hkv = 3, .Dh = 300, .Dv = 520, .Eq = 40, .Ek = 40, .Ev = 40,
+      .Eo = 1100, .proj = TU_ALLPROJ, .causal = BR},
+     {.style = HALF, .theta = 10000}, 1, 2, 0},
     {"rope on every feature of a one-pair head, window and ALiBi",
      {.B = 2, .batched = 1, .Lq = 8, .Lk = 8, .H = 2, .Dh = 2, .has_wl = 1,
       .wl = 3, .alibi = ATTN_ALIBI_DEFAULT},

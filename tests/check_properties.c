@@ -418,6 +418,10 @@ static const tu_spec_t determinism_cases[] = {
      .Eo = 12, .proj = TU_ALLPROJ, .causal = BR, .key_lengths = 1,
      .lengths = {70, 0, 33}, .bias_rank = 3, .alibi = ATTN_ALIBI_DEFAULT},
     {.Lq = 130, .H = 2, .Dh = 64, .causal = TL, .has_wl = 1, .wl = 40},
+    /* wider than ATTN__PROJ_COLS: Q, K, V and the output in column
+     * groups, 8 layout tasks and 2 output tasks for 1 to 4 threads */
+    {.Lq = 70, .H = 6, .Hkv = 3, .Dh = 300, .Dv = 520, .Eq = 32, .Eo = 1100,
+     .proj = TU_ALLPROJ, .causal = BR},
     {.B = 2, .batched = 1, .Lq = 65, .Lk = 7, .cross = 1, .H = 8, .Hkv = 1,
      .Dh = 3, .allow_rank = 4, .allow_p = 0.5, .has_softcap = 1,
      .softcap = 2.0f},
