@@ -527,12 +527,18 @@ static void print_escaped(FILE *f, const char *s) {
  * set, how to give them again, and what the file does without them. The
  * line of the key is left out, so that the file still loads, and keys given
  * again by the environment or a flag take effect over it. */
+/* The entries a list of keys holds (" , " holds none). */
+static int key_count(const char *p) {
+  int n = 0;
+  for (const char *c = p; *c; c++)
+    n += *c != ',' && *c != ' ' && (c == p || c[-1] == ',' || c[-1] == ' ');
+  return n;
+}
+
 static void print_secret(const attnd_config_t *cfg,
                          const attnd_config_load_t *how, const cfg_key_t *k,
                          const char *p, FILE *f) {
-  int n = 0; /* the entries a list of keys holds */
-  for (const char *c = p; *c; c++)
-    n += *c != ',' && *c != ' ' && (c == p || c[-1] == ',' || c[-1] == ' ');
+  int n = key_count(p);
   fprintf(f, "# %s: %d key%s", k->name, n, n == 1 ? "" : "s");
   if (how && how->api_keys_from[0]) {
     fputs(", set by ", f);
@@ -558,7 +564,10 @@ void attnd_config_print(const attnd_config_t *cfg,
   for (size_t i = 0; i < NKEYS; i++) {
     const cfg_key_t *k = &keys[i];
     const char *p = (const char *)cfg + k->off;
-    if (k->type == T_STR && (k->flags & F_SECRET) && *p) {
+    /* a list of no key ("," say) holds no secret: it prints as empty */
+    if (k->type == T_STR && (k->flags & F_SECRET) && key_count(p) == 0) {
+      fprintf(f, "%s = \"\"\n", k->name);
+    } else if (k->type == T_STR && (k->flags & F_SECRET)) {
       print_secret(cfg, how, k, p, f);
     } else if (k->type == T_STR) {
       fprintf(f, "%s = \"", k->name);

@@ -130,7 +130,11 @@ static void normalize(attnd_config_t *cfg) {
  * that counts them). The other strings are emptied first, so that no
  * other value can hold a key's text. */
 static void check_redacted(const attnd_config_t *cfg) {
-  if (cfg->api_keys[0] == 0)
+  int keys = 0; /* a list of no key ("," say) prints as empty */
+  for (const char *c = cfg->api_keys; *c; c++)
+    keys += *c != ',' && *c != ' ' &&
+            (c == cfg->api_keys || c[-1] == ',' || c[-1] == ' ');
+  if (keys == 0)
     return;
   attnd_config_t only = *cfg;
 #define EMPTY(f) only.f[0] = '\0';
