@@ -302,8 +302,7 @@ static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
 /* Times the same row in PyTorch; returns its median ms, or -1. */
 static double torch_row(const row_t *r, int reps) {
   if (r->weights > W_DENSE || r->Lq != r->Lk || r->Hkv != r->H ||
-      r->isa != ATTN_ISA_AUTO ||
-      r->Lq > 4096 || r->E > 512)
+      r->isa != ATTN_ISA_AUTO || r->Lq > 4096 || r->E > 512)
     return -1; /* what nn.MultiheadAttention expresses, in minutes */
   char cmd[512];
   /* Torch at its best: the OpenBLAS kernel we use (this process's), its
@@ -333,8 +332,8 @@ static double torch_row(const row_t *r, int reps) {
 static int parse_shape(const char *s, row_t *r, char *name, size_t nsz) {
   long long L, E, H;
   char end;
-  if (sscanf(s, "%lld,%lld,%lld%c", &L, &E, &H, &end) != 3 || L < 1 ||
-      E < 1 || H < 1 || E % H != 0)
+  if (sscanf(s, "%lld,%lld,%lld%c", &L, &E, &H, &end) != 3 || L < 1 || E < 1 ||
+      H < 1 || E % H != 0)
     return -1;
   snprintf(name, nsz, "L%lld E%lld H%lld", L, E, H);
   *r = (row_t){name, 1, L, L, E, H, H, 1, 0, 1, 0, 1};
@@ -348,8 +347,7 @@ static int parse_threads(const char *s, int *t, int max) {
   for (const char *p = s; *p;) {
     char *end;
     long v = strtol(p, &end, 10);
-    if (end == p || v < 1 || v > 1024 || n == max ||
-        (*end != ',' && *end != 0))
+    if (end == p || v < 1 || v > 1024 || n == max || (*end != ',' && *end != 0))
       return -1;
     t[n++] = (int)v;
     p = *end ? end + 1 : end;
@@ -477,8 +475,7 @@ int main(int argc, char **argv) {
            "%10.1f %8.1f %6.2f %6.2f ",
            r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
            (long long)r->E, (long long)r->H, (long long)r->Hkv, mask, wname,
-           r->threads, pathname, ms, gflops,
-           res.x_sgemm, res.proj_x);
+           r->threads, pathname, ms, gflops, res.x_sgemm, res.proj_x);
     if (res.x_1th > 0)
       printf("%6.2f", res.x_1th);
     else
@@ -495,11 +492,10 @@ int main(int argc, char **argv) {
               "%s,%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%d,%s,%.3f,%.2f,"
               "%.3f,%.3f,%.3f,%.1f,%.3f,%.3f,%.1f,%.3f,%.3f,%.3f\n",
               r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
-              (long long)r->E, (long long)r->H, (long long)r->Hkv, mask,
-              wname, r->threads, pathname, ms,
-              gflops, res.x_sgemm, res.proj_x, res.x_1th, rss, tms,
-              tms > 0 ? tms / ms : -1.0, res.ceiling, res.stage_ms[0],
-              res.stage_ms[1], res.stage_ms[2]);
+              (long long)r->E, (long long)r->H, (long long)r->Hkv, mask, wname,
+              r->threads, pathname, ms, gflops, res.x_sgemm, res.proj_x,
+              res.x_1th, rss, tms, tms > 0 ? tms / ms : -1.0, res.ceiling,
+              res.stage_ms[0], res.stage_ms[1], res.stage_ms[2]);
   }
   double lo = ceilings[0], hi = ceilings[0];
   for (int i = 1; i < nceil; i++) {

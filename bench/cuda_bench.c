@@ -96,8 +96,8 @@ static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
     attn_outputs_t o = {.out = out};
     rc = attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
     if (rc == 0 && r >= 0) {
-      compute[r] = o.timing.projection_ms + o.timing.attention_ms +
-                   o.timing.output_ms;
+      compute[r] =
+          o.timing.projection_ms + o.timing.attention_ms + o.timing.output_ms;
       total[r] = o.timing.total_ms;
     }
   }
@@ -109,10 +109,9 @@ static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
   } else {
     double c = median(compute, reps), t = median(total, reps);
     double flops = 8.0 * L * E * E + 4.0 * (double)L * L * E;
-    printf("%6lld %5lld %3lld  %-5s v%-5d %10.3f %10.3f %9.1f\n",
-           (long long)L, (long long)E, (long long)sh->H,
-           attn_precision_name(prec), attn__cuda_flash_last, c, t,
-           flops / (c * 1e-3) / 1e12);
+    printf("%6lld %5lld %3lld  %-5s v%-5d %10.3f %10.3f %9.1f\n", (long long)L,
+           (long long)E, (long long)sh->H, attn_precision_name(prec),
+           attn__cuda_flash_last, c, t, flops / (c * 1e-3) / 1e12);
     if (csv)
       fprintf(csv, "%lld,%lld,%lld,%s,%d,%.4f,%.4f\n", (long long)L,
               (long long)E, (long long)sh->H, attn_precision_name(prec),

@@ -430,8 +430,7 @@ static int batching(bench_t *b, const char *attnd, const char *layer,
     if (k < 2 && ns[k] >= b->sessions)
       continue;
     core = core_batching(w, ns[k], L, &one, &each);
-    printf("%8d %12.1f %12.1f %8.2f\n", ns[k], each * 1000, one * 1000,
-           core);
+    printf("%8d %12.1f %12.1f %8.2f\n", ns[k], each * 1000, one * 1000, core);
   }
   FILE *csv = fopen(csv_path, "w");
   if (csv) {

@@ -146,9 +146,8 @@ int attnd_number_parse(const char *s, const char *end, float *out,
       int n = digits_lead(w);
       if (n == 0)
         break;
-      static const uint64_t scale[9] = {1,      10,      100,      1000,
-                                        10000,  100000,  1000000,  10000000,
-                                        100000000};
+      static const uint64_t scale[9] = {
+          1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000};
       mant = mant * scale[n] + digits_value(w, n);
       e10 -= n;
       p += n;

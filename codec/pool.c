@@ -15,8 +15,8 @@ void *attnd_pool_get(attnd_pool_t *pool) {
     ATTND_ARENA_UNPOISON(p, pool->size);
     return p;
   }
-  size_t size = (pool->size + ATTND_ARENA_ALIGN - 1) /
-                ATTND_ARENA_ALIGN * ATTND_ARENA_ALIGN;
+  size_t size = (pool->size + ATTND_ARENA_ALIGN - 1) / ATTND_ARENA_ALIGN *
+                ATTND_ARENA_ALIGN;
   return aligned_alloc(ATTND_ARENA_ALIGN, size);
 }
 

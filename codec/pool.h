@@ -23,8 +23,8 @@ typedef struct attnd_pool {
 
 /* A pool of blocks of `size` bytes keeping up to `max`, as a static
  * initialiser. */
-#define ATTND_POOL_INIT(size_, max_)                                          \
-  {.lock = PTHREAD_MUTEX_INITIALIZER, .size = (size_), .max = (max_)}
+#define ATTND_POOL_INIT(size_, max_)                                           \
+  { .lock = PTHREAD_MUTEX_INITIALIZER, .size = (size_), .max = (max_) }
 
 /* A block: a kept one or a new one; NULL when out of memory. */
 void *attnd_pool_get(attnd_pool_t *pool);

@@ -134,7 +134,7 @@ typedef struct fwd {
   attn__ctx_t ctx;
   const float *query, *key, *value;
   float *q, *kt, *v, *out;
-  float *out_pooled; /* attn_outputs_t's pooled */
+  float *out_pooled;   /* attn_outputs_t's pooled */
   float *knew, *vnew;  /* with a kv cache: the new rows of K and V */
   float *stage1, *att; /* the threads' scratch (attn__scratch_t) */
   int64_t stage1_stride, att_stride;
@@ -147,10 +147,10 @@ typedef struct fwd {
    * of K and V, gkv of hkv heads; of the output, gout of ocols columns.
    * A task is a row chunk and a group, the group varying fastest. */
   int64_t hq, gq, hkv, gkv, ocols, gout;
-  int64_t n_layout;                 /* Q, K, V and bias tasks */
-  int64_t n_bias;                   /* magnitude tasks of bias */
-  int64_t n_pool;                   /* pooled rows (attn_reduce_t) */
-  int64_t next[5];                  /* per stage, the next task to take */
+  int64_t n_layout; /* Q, K, V and bias tasks */
+  int64_t n_bias;   /* magnitude tasks of bias */
+  int64_t n_pool;   /* pooled rows (attn_reduce_t) */
+  int64_t next[5];  /* per stage, the next task to take */
   attn__attend_fn attend;
   attn__absmax_fn absmax;
   attn__dots_fn dots;
@@ -243,8 +243,7 @@ static int64_t proj_rows(const attn_plan_t *pl) {
 /* ---- per head of Q and K: RMSNorm, then rope (attn.h) ----------------------
  */
 
-void attn__rope_frequencies(const attn_rope_t *rp, int64_t dims,
-                            double *freq) {
+void attn__rope_frequencies(const attn_rope_t *rp, int64_t dims, double *freq) {
   for (int64_t i = 0; i < dims / 2; i++) {
     double fi = pow(rp->theta, -2.0 * (double)i / (double)dims);
     if (rp->scaling == ATTN_ROPE_SCALING_LINEAR) {
@@ -336,7 +335,8 @@ static void layout_q(fwd_t *f, int64_t r0, int64_t r1, int64_t h0, int64_t h1,
   int64_t c0 = h0 * pl->Dh, nc = (h1 - h0) * pl->Dh; /* the group's columns */
   const float *x = f->query + r0 * Eq;
   float *dst = f->q + r0 * n + c0;
-  const float *bias = p->q_bias.rank ? (const float *)p->q_bias.data + c0 : NULL;
+  const float *bias =
+      p->q_bias.rank ? (const float *)p->q_bias.data + c0 : NULL;
   const float *norm = p->q_norm.rank ? p->q_norm.data : NULL;
   float s = norm ? 1.0f : f->qscale;
   if (p->q_weight.rank) {
@@ -444,7 +444,8 @@ static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1, int64_t g0,
   const attn__ctx_t *c = &f->ctx;
   int64_t r0 = g0 * pl->Dh, rows = (g1 - g0) * pl->Dh, Ek = pl->Ek;
   int64_t past = c->pages ? c->past[b] : 0;
-  const float *bias = p->k_bias.rank ? (const float *)p->k_bias.data + r0 : NULL;
+  const float *bias =
+      p->k_bias.rank ? (const float *)p->k_bias.data + r0 : NULL;
   const float *norm = p->k_norm.rank ? p->k_norm.data : NULL;
   for (int64_t j = j0, n, ldk, run; j < j1; j += n) {
     float *dst = k_slot(f, b, j, &ldk, &run);
@@ -682,7 +683,8 @@ static void output_task(fwd_t *f, int64_t t, int id) {
   if (r1 > pl->B * pl->Lq)
     r1 = pl->B * pl->Lq;
   int64_t K = pl->H * pl->Dv, Eo = pl->Eo;
-  int64_t e0 = t % f->gout * f->ocols, ne = Eo - e0 < f->ocols ? Eo - e0 : f->ocols;
+  int64_t e0 = t % f->gout * f->ocols,
+          ne = Eo - e0 < f->ocols ? Eo - e0 : f->ocols;
   float *y = f->out + r0 * Eo + e0;
   if (p->o_weight.rank)
     gemm_nt(f, r1 - r0, ne, K, 1.0f, f->ctx.concat + r0 * K, K,
@@ -989,12 +991,12 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   int split_qkv = !p->kv && q_rows + 2 * kv_rows < two_each,
       split_out = q_rows < two_each;
   int64_t dmax = pl->Dh > pl->Dv ? pl->Dh : pl->Dv;
-  f->hq = split_qkv && pl->Dh < ATTN__PROJ_COLS ? ATTN__PROJ_COLS / pl->Dh
-                                                : pl->H;
+  f->hq =
+      split_qkv && pl->Dh < ATTN__PROJ_COLS ? ATTN__PROJ_COLS / pl->Dh : pl->H;
   f->hq = f->hq < pl->H ? f->hq : pl->H;
   f->gq = chunks(pl->H, f->hq);
-  f->hkv = split_qkv && dmax < ATTN__PROJ_COLS ? ATTN__PROJ_COLS / dmax
-                                                : pl->Hkv;
+  f->hkv =
+      split_qkv && dmax < ATTN__PROJ_COLS ? ATTN__PROJ_COLS / dmax : pl->Hkv;
   f->hkv = f->hkv < pl->Hkv ? f->hkv : pl->Hkv;
   f->gkv = chunks(pl->Hkv, f->hkv);
   f->ocols = split_out && pl->Eo > ATTN__PROJ_COLS ? ATTN__PROJ_COLS : pl->Eo;

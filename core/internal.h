@@ -258,8 +258,7 @@ void attn__broadcast_strides(const attn_tensor_t *t, int64_t st[4]);
 
 /* The rope's frequencies f_i into freq[0 .. dims/2) (attn_rope_t), in
  * float64. */
-void attn__rope_frequencies(const attn_rope_t *rp, int64_t dims,
-                            double *freq);
+void attn__rope_frequencies(const attn_rope_t *rp, int64_t dims, double *freq);
 
 /* The CUDA backend's forward call (core/cuda/forward.cu), for a plan whose
  * backend is CUDA and whose outputs attn_forward has checked. */

@@ -405,7 +405,6 @@ INLINE void raise_red(const ored_t *ro, int64_t r, float m, float mt,
   }
 }
 
-
 /* Whether some lane of x is above t. */
 INLINE int any_above(vf x, float t) {
 #if defined(__AVX512F__)
@@ -950,7 +949,7 @@ static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
       for (; j < end; j++) {
         if (!(p[j] > thr))
           continue;
-        int64_t at = n < K ? n++ : K - 1; /* the last one leaves */
+        int64_t at = n < K ? n++ : K - 1;     /* the last one leaves */
         while (at > 0 && tv[at - 1] < p[j]) { /* equal: the lower index */
           tv[at] = tv[at - 1];
           ti[at] = ti[at - 1];
@@ -1081,8 +1080,8 @@ static void top_k_scores(const ored_t *ro, int64_t r, const float *x,
         continue;
       if (n < K) { /* sift the new entry up */
         int64_t at = n++;
-        while (at > 0 && worse(v, (int32_t)j, hv[(at - 1) / 2],
-                               hj[(at - 1) / 2])) {
+        while (at > 0 &&
+               worse(v, (int32_t)j, hv[(at - 1) / 2], hj[(at - 1) / 2])) {
           hv[at] = hv[(at - 1) / 2], hj[at] = hj[(at - 1) / 2];
           at = (at - 1) / 2;
         }
@@ -1106,9 +1105,9 @@ static void finish_row(const attn__ctx_t *c, const ored_t *ro, int64_t b,
   const int64_t row = (b * pl->rH + h) * (pl->q1 - pl->q0) + i - pl->q0;
   const float *ex = ro->ex + r * 48;
   if (c->entropy)
-    c->entropy[row] = l > 0 ? (float)(log((double)l) -
-                                      (double)hsum(ld(ex)) / (double)l)
-                            : 0.0f;
+    c->entropy[row] =
+        l > 0 ? (float)(log((double)l) - (double)hsum(ld(ex)) / (double)l)
+              : 0.0f;
   if (c->distance)
     c->distance[row] = l > 0 ? (float)((double)hsum(ld(ex + 16)) / l) : 0.0f;
   if (c->sink)
@@ -1130,8 +1129,8 @@ static void finish_row(const attn__ctx_t *c, const ored_t *ro, int64_t b,
     float *ov = c->top_k_value + row * K;
     int64_t t = 0;
     for (int64_t k = 0; k < n; k++) {
-      float w = l > 0 ? (float)(exp((double)hv[k] - (double)m) / (double)l)
-                      : 0.0f;
+      float w =
+          l > 0 ? (float)(exp((double)hv[k] - (double)m) / (double)l) : 0.0f;
       if (!(w > 0)) /* below float32's range: weighs nothing */
         break;
       /* scores that differ may round to one weight: its ties go to the
@@ -1152,7 +1151,8 @@ static void finish_row(const attn__ctx_t *c, const ored_t *ro, int64_t b,
     double *y = ro->part + ((i - pl->q0) / rd->pool_q - ro->pfirst) * ro->nk;
     for (int64_t k = 0; k < ro->nk && l > 0; k++) {
       double v = (double)pr[k] / (double)l;
-      y[k] = rd->pool_reduce == ATTN_POOL_MAX ? (v > y[k] ? v : y[k]) : y[k] + v;
+      y[k] =
+          rd->pool_reduce == ATTN_POOL_MAX ? (v > y[k] ? v : y[k]) : y[k] + v;
     }
   }
 }
@@ -1411,8 +1411,8 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   int64_t pfirst = 0;
   if (c->pool_part) {
     const int64_t hh = c->red->mean_heads ? 0 : h0;
-    part = c->pool_part +
-           ((b * pl->rH + hh) * c->n_qblocks + qblock) * c->pool_t * pl->pool_nk;
+    part = c->pool_part + ((b * pl->rH + hh) * c->n_qblocks + qblock) *
+                              c->pool_t * pl->pool_nk;
     memset(part, 0, (size_t)(c->pool_t * pl->pool_nk) * sizeof(double));
     pfirst = attn__pool_first(qblock, pl->q0, c->red->pool_q);
   }

@@ -698,16 +698,17 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
     return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_NUM_HEADS,
                      "head width Dh=%lld, Dv=%lld: the cuda backend takes "
                      "heads of at most %d features",
-                     (long long)pl->Dh, (long long)pl->Dv, ATTN_CUDA_MAX_HEAD_DIM);
+                     (long long)pl->Dh, (long long)pl->Dv,
+                     ATTN_CUDA_MAX_HEAD_DIM);
   attn_cuda_info(&ci);
   if (!ci.usable)
     return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_BACKEND, "backend cuda: %s",
                      ci.status);
   /* The host workspace holds the ALiBi slopes, [H] floats, then the
    * rope's frequencies, [rope_dims / 2] doubles. */
-  pl->workspace_bytes = (size_t)(attn__round_up(pl->H * 4, ATTN__ALIGN) +
-                                 attn__round_up(pl->rope_dims / 2 * 8 + 8,
-                                                ATTN__ALIGN));
+  pl->workspace_bytes =
+      (size_t)(attn__round_up(pl->H * 4, ATTN__ALIGN) +
+               attn__round_up(pl->rope_dims / 2 * 8 + 8, ATTN__ALIGN));
   return 0;
 #endif
 }

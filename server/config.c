@@ -1,8 +1,8 @@
 /* server/config.c: the configuration table and its readers. */
 #include "config.h"
 
-#include "cgroup.h"
 #include "attn/attn.h"
+#include "cgroup.h"
 #include "codec/util.h"
 
 #include <ctype.h>

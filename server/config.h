@@ -13,8 +13,8 @@
 typedef struct attnd_config {
   char host[128];
   int64_t port;
-  int64_t workers;             /* 0 in the file means auto */
-  int64_t threads_per_request; /* 0: auto, decided as each request starts */
+  int64_t workers;                 /* 0 in the file means auto */
+  int64_t threads_per_request;     /* 0: auto, decided as each request starts */
   int64_t max_threads_per_request; /* with auto, the most; resolved */
   int64_t queue_depth;
   int64_t http_threads; /* 0 means auto */
@@ -53,7 +53,7 @@ typedef struct attnd_config {
   int64_t kv_cache_bytes;     /* the sessions' pool, in max_memory_bytes */
   int64_t session_max_tokens; /* per session, at most */
   int64_t session_ttl_s, session_max_ttl_s;
-  int64_t ui; /* 1: serve the page at / and /ui/ */
+  int64_t ui;    /* 1: serve the page at / and /ui/ */
   int64_t cores; /* not a key: the CPUs attnd_config_load was told of */
 } attnd_config_t;
 

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "http/access_log.h"
 #include "codec/util.h"
+#include "http/access_log.h"
 #include "sched/run.h"
 #include "server.h"
 
@@ -202,11 +202,11 @@ int attnd_serve(const attnd_config_t *cfg) {
   fprintf(stderr,
           "{\"event\":\"listening\",\"host\":\"%s\",\"port\":%d,\"version\":"
           "\"%s\",\"workers\":%lld,\"threads_per_request\":%s,"
-          "\"max_threads_per_request\":%lld,\"queue_depth\":%lld,\"blas\":\"%s\",\"blas_kernel\":\"%s\","
+          "\"max_threads_per_request\":%lld,\"queue_depth\":%lld,\"blas\":\"%"
+          "s\",\"blas_kernel\":\"%s\","
           "\"simd\":\"%s\",\"tls\":%s,\"api_keys\":%zu,\"cors\":%s}\n",
-          cfg->host, s->port, ATTN_VERSION, (long long)cfg->workers,
-          tpr, (long long)cfg->max_threads_per_request,
-          (long long)cfg->queue_depth,
+          cfg->host, s->port, ATTN_VERSION, (long long)cfg->workers, tpr,
+          (long long)cfg->max_threads_per_request, (long long)cfg->queue_depth,
           s->backend.blas, s->backend.blas_kernel,
           attn_isa_name(s->backend.isa), s->tls_cert ? "true" : "false",
           attnd_auth_count(&s->auth), s->cors.enabled ? "true" : "false");

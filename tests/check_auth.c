@@ -17,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "http/auth.h"
 #include "config.h"
+#include "http/auth.h"
 #include "suite.h"
 
 /* ---- the Authorization header -------------------------------------------- */
@@ -433,7 +433,9 @@ START_TEST(test_config_redacts) {
   ck_assert_msg(strstr(out, "SECRET") == NULL, "%s", out);
   /* no line sets api_keys (check_config reads the text back) */
   ck_assert_msg(strstr(out, "\napi_keys =") == NULL, "%s", out);
-  ck_assert(strstr(out, "\npublic_paths = \"/healthz,/readyz,/metrics,/v2/health/live,/v2/health/ready\"\n"));
+  ck_assert(strstr(
+      out, "\npublic_paths = "
+           "\"/healthz,/readyz,/metrics,/v2/health/live,/v2/health/ready\"\n"));
 
   /* a value too long is refused without being shown */
   size_t n = sizeof c.api_keys + 10;

@@ -769,17 +769,17 @@ END_TEST
  * the extremes and random bit patterns; and writes nothing past the bound
  * it states. */
 START_TEST(test_floats_put) {
-  static const float kinds[] = {NAN, -INFINITY, INFINITY, 0.0f, -0.0f,
-                                1e-45f, -FLT_MIN, FLT_MAX, 0.1f, -3.0f};
+  static const float kinds[] = {NAN,    -INFINITY, INFINITY, 0.0f, -0.0f,
+                                1e-45f, -FLT_MIN,  FLT_MAX,  0.1f, -3.0f};
   rng_t r = rng_seeded(31);
   float x[40] = {0};
   static char got[40 * (ATTND_FLOAT_TEXT_MAX + 1) + ATTND_FLOAT_WRITE_MAX + 8];
   char want[40 * 32];
   for (size_t n = 0; n <= 40; n++) {
     for (size_t i = 0; i < n; i++)
-      x[i] = rng_below(&r, 3) ? rng_float_bits(&r)
-                              : kinds[rng_below(&r, sizeof kinds /
-                                                        sizeof *kinds)];
+      x[i] = rng_below(&r, 3)
+                 ? rng_float_bits(&r)
+                 : kinds[rng_below(&r, sizeof kinds / sizeof *kinds)];
     char *w = want;
     for (size_t i = 0; i < n; i++) {
       if (i)
@@ -1699,18 +1699,25 @@ START_TEST(test_scan_strings) {
   ck_assert_ptr_nonnull(strstr(sk.data, "\"AAAAAAAAAAAAAAAA\": [1, 2]"));
   /* a string placeholder's value names its item exactly, and nothing
    * else does: another nonce, index or spelling, or an array item */
-  ck_assert_ptr_eq(attnd_bulk_string(&set, "\001bulk:12345:2"),
-                   &set.items[2]);
-  ck_assert_ptr_eq(attnd_bulk_string(&set, "\001bulk:12345:0"),
-                   &set.items[0]);
+  ck_assert_ptr_eq(attnd_bulk_string(&set, "\001bulk:12345:2"), &set.items[2]);
+  ck_assert_ptr_eq(attnd_bulk_string(&set, "\001bulk:12345:0"), &set.items[0]);
   static const char *const not_items[] = {
-      "\001bulk:12346:2",  "\001bulk:12345:02", "\001bulk:012345:2",
-      "\001bulk:12345:2 ", "\001bulk: 12345:2", "\001bulk:+12345:2",
-      "\001bulk:12345:-2", "\001bulk:12345",    "\001bulk:12345:",
-      "\001bulk:12345:99", "\001bulk::2",       "\002bulk:12345:2",
+      "\001bulk:12346:2",
+      "\001bulk:12345:02",
+      "\001bulk:012345:2",
+      "\001bulk:12345:2 ",
+      "\001bulk: 12345:2",
+      "\001bulk:+12345:2",
+      "\001bulk:12345:-2",
+      "\001bulk:12345",
+      "\001bulk:12345:",
+      "\001bulk:12345:99",
+      "\001bulk::2",
+      "\002bulk:12345:2",
       "\001bulk:12345:18446744073709551618",
       "\001bulk:18446744073709564761:2", /* 12345 + 2^64 */
-      "\001bulk:12345:2:", "bulk:12345:2"};
+      "\001bulk:12345:2:",
+      "bulk:12345:2"};
   for (size_t i = 0; i < sizeof not_items / sizeof not_items[0]; i++)
     ck_assert_msg(attnd_bulk_string(&set, not_items[i]) == NULL, "%s",
                   not_items[i] + 1);

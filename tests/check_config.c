@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "attn/attn.h"
-#include "http/auth.h"
 #include "cgroup.h"
 #include "config.h"
+#include "http/auth.h"
 #include "suite.h"
 
 /* Loads with these arguments and environment; returns the load's result. */
@@ -75,8 +75,9 @@ END_TEST
 START_TEST(test_auto_threads) {
   attnd_config_t c;
   char msg[256];
-  char *argv[] = {"attnd", "--threads-per-request", "auto",
-                  "--max-threads-per-request", "3", NULL},
+  char *argv[] = {"attnd", "--threads-per-request",
+                  "auto",  "--max-threads-per-request",
+                  "3",     NULL},
        *envp[] = {NULL};
   ck_assert_int_eq(load(&c, argv, envp, msg, sizeof msg), 0);
   ck_assert_int_eq(c.threads_per_request, 0);
@@ -89,8 +90,8 @@ START_TEST(test_auto_threads) {
   fclose(f);
   ck_assert_msg(strstr(text, "\nthreads_per_request = auto\n") != NULL, "%s",
                 text);
-  ck_assert_msg(strstr(text, "\nmax_threads_per_request = 3\n") != NULL,
-                "%s", text);
+  ck_assert_msg(strstr(text, "\nmax_threads_per_request = 3\n") != NULL, "%s",
+                text);
   free(text);
 }
 END_TEST
@@ -262,8 +263,7 @@ static int start_keys(const attnd_config_t *cfg, char *msg, size_t n) {
 START_TEST(test_print_round_trips_keys) {
   static const char *const from[N_KEYS_WAYS] = {
       ", set by flag --api-keys, not echoed",
-      ", set by ATTND_API_KEYS, not echoed",
-      ":2, not echoed", NULL};
+      ", set by ATTND_API_KEYS, not echoed", ":2, not echoed", NULL};
   char keyfile[64] = "/tmp/attnd-keys-XXXXXX", msg[512];
   int fd = mkstemp(keyfile);
   ck_assert_int_ge(fd, 0);
@@ -444,8 +444,7 @@ START_TEST(test_backend_keys) {
     ck_assert_msg(rc == 0, "%s", msg);
   } else {
     ck_assert_int_ne(rc, 0);
-    ck_assert_msg(strstr(msg, "backend") && strstr(msg, ci.status), "%s",
-                  msg);
+    ck_assert_msg(strstr(msg, "backend") && strstr(msg, ci.status), "%s", msg);
   }
 }
 END_TEST

@@ -775,9 +775,9 @@ START_TEST(test_small_arrays_lifted) {
                   "body %zu was parsed whole by jansson", i);
     attnd_request_free(j);
     char why[1024];
-    ck_assert_msg(decode_diff(bodies[i], strlen(bodies[i]), &cfg, why,
-                              sizeof why) == 0,
-                  "body %zu: %s", i, why);
+    ck_assert_msg(
+        decode_diff(bodies[i], strlen(bodies[i]), &cfg, why, sizeof why) == 0,
+        "body %zu: %s", i, why);
   }
 }
 END_TEST
@@ -1266,7 +1266,7 @@ START_TEST(test_wrappers) {
   char *body = oom_nested();
   attnd_request_t *j;
   attnd_error_t e;
-  attnd__arenas = 0; /* jansson's tree on the heap, as a big body's */
+  attnd__arenas = 0;     /* jansson's tree on the heap, as a big body's */
   alloc_fail_arm(-1, 0); /* restarts the count */
   ck_assert_int_eq(decode(body, &j, &e), 0);
   ck_assert_int_gt(alloc_fail_count(), 10);
@@ -1288,7 +1288,10 @@ START_TEST(test_small_no_alloc) {
   for (int i = 0; i < 16; i++)
     for (int c = 0; c < 16; c++)
       k += snprintf(body + k, sizeof body - (size_t)k, "%s%s%.6f",
-                    c ? "," : i ? "],[" : "[", "", (i * 16 + c) % 13 * 0.1 - 0.6);
+                    c   ? ","
+                    : i ? "],["
+                        : "[",
+                    "", (i * 16 + c) % 13 * 0.1 - 0.6);
   k += snprintf(body + k, sizeof body - (size_t)k, "]],\"num_heads\":2}");
   ck_assert_int_lt(k, (int)sizeof body - 1);
   attnd_request_t *j;

@@ -23,12 +23,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/oip.h"
 #include "codec/buf.h"
 #include "codec/util.h"
 #include "config.h"
 #include "decode_diff.h"
 #include "layer_files.h"
-#include "api/oip.h"
 #include "sched/request.h"
 #include "suite.h"
 

@@ -827,8 +827,11 @@ static void assert_meta(const json_t *list, const meta_t *want, size_t n) {
       {"weights_top_k_value", "FP32", 4, {-1, -1, -1, -1}},                    \
       {"weights_pooled", "FP32", 4, {-1, -1, -1, -1}},                         \
       {"weights_entropy", "FP32", 3, {-1, -1, -1}},                            \
-      {"weights_sink", "FP32", 3, {-1, -1, -1}},                               \
-      {"weights_distance", "FP32", 3, {-1, -1, -1}}
+      {"weights_sink", "FP32", 3, {-1, -1, -1}}, {                             \
+    "weights_distance", "FP32", 3, {                                           \
+      -1, -1, -1                                                               \
+    }                                                                          \
+  }
 
 START_TEST(test_model_metadata) {
   static const meta_t generic_in[] = {{"query", "FP32", 3, {-1, -1, -1}},
@@ -1033,7 +1036,8 @@ START_TEST(test_weights_reduce) {
         x = y;
       }
       /* the decimals read back to the same float32 */
-      ck_assert_msg((float)x == (float)json_number_value(json_array_get(data, i)),
+      ck_assert_msg((float)x ==
+                        (float)json_number_value(json_array_get(data, i)),
                     "%s[%zu] is %g, /v1 %g", names[k], i, x,
                     json_number_value(json_array_get(data, i)));
     }

@@ -282,8 +282,8 @@ static void clip_range(int64_t r[2], int64_t n) {
   r[0] = r[0] < r[1] ? r[0] : r[1] - 1;
 }
 
-static void set_options(attn_params_t *p, const attn_reduce_t *opt,
-                        int64_t Lq, int64_t Lk) {
+static void set_options(attn_params_t *p, const attn_reduce_t *opt, int64_t Lq,
+                        int64_t Lk) {
   p->reduce = *opt;
   if (opt->has_query_range)
     clip_range(p->reduce.query_range, Lq);
@@ -307,15 +307,23 @@ END_TEST
 
 /* Rope moves every score: the reductions follow. */
 START_TEST(test_rope) {
-  tu_spec_t s = {.Lq = 45, .H = 4, .Hkv = 2, .Dh = 8, .causal = BR,
-                 .proj = TU_QW | TU_KW | TU_VW, .Eq = 16};
+  tu_spec_t s = {.Lq = 45,
+                 .H = 4,
+                 .Hkv = 2,
+                 .Dh = 8,
+                 .causal = BR,
+                 .proj = TU_QW | TU_KW | TU_VW,
+                 .Eq = 16};
   tu_case_t c;
   tu_case_build(&c, &s, 77);
   c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
   c.p.rope = (attn_rope_t){.style = _i ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF,
                            .theta = 10000};
-  attn_reduce_t opt = {.top_k = 5, .pool_q = 4, .pool_k = 9,
-                       .stats = ATTN_STAT_ALL, .sink_tokens = 4,
+  attn_reduce_t opt = {.top_k = 5,
+                       .pool_q = 4,
+                       .pool_k = 9,
+                       .stats = ATTN_STAT_ALL,
+                       .sink_tokens = 4,
                        .mean_heads = _i};
   set_options(&c.p, &opt, c.Lq, c.Lk);
   check_params(&c.p, _i ? "rope interleaved, mean" : "rope half, per head");
@@ -361,7 +369,8 @@ START_TEST(test_random) {
   }
   char desc[512], name[640];
   tu_spec_describe(&s, desc, sizeof desc);
-  snprintf(name, sizeof name, "random %d {%s} top_k %lld pool [%lld, %lld] %d "
+  snprintf(name, sizeof name,
+           "random %d {%s} top_k %lld pool [%lld, %lld] %d "
            "stats %u sink %lld mean %d",
            _i, desc, (long long)o->top_k, (long long)o->pool_q,
            (long long)o->pool_k, (int)o->pool_reduce, o->stats,
@@ -373,13 +382,21 @@ END_TEST
 
 /* The results do not depend on the thread count: bit for bit. */
 START_TEST(test_threads) {
-  tu_spec_t s = {.B = 2, .batched = 1, .Lq = 200, .H = 4, .Dh = 8,
-                 .causal = BR, .bias_rank = 2};
+  tu_spec_t s = {.B = 2,
+                 .batched = 1,
+                 .Lq = 200,
+                 .H = 4,
+                 .Dh = 8,
+                 .causal = BR,
+                 .bias_rank = 2};
   tu_case_t c;
   tu_case_build(&c, &s, 31);
   c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
-  c.p.reduce = (attn_reduce_t){.top_k = 8, .pool_q = 50, .pool_k = 30,
-                               .stats = ATTN_STAT_ALL, .sink_tokens = 4,
+  c.p.reduce = (attn_reduce_t){.top_k = 8,
+                               .pool_q = 50,
+                               .pool_k = 30,
+                               .stats = ATTN_STAT_ALL,
+                               .sink_tokens = 4,
                                .mean_heads = _i};
   routs_t one;
   ck_assert_int_eq(run_reduce(&one, &c.p, NULL), 0);

@@ -2,7 +2,8 @@
  * on a real libuv loop, with fake jobs: FIFO order, admission and the
  * counts, deadlines while waiting and while running, clients that go away,
  * several workers, the outcomes of run's return codes, Retry-After, the
- * workers' scratch, the threads each job is given, and closing. No HTTP server and no attention core.
+ * workers' scratch, the threads each job is given, and closing. No HTTP server
+ * and no attention core.
  *
  * The test thread is the loop thread. It reads the counts only between
  * uv_run calls. Jobs that must stay in flight spin in `run` until the test
@@ -40,13 +41,13 @@ enum {
  * the second on a worker; `done` fills the third on the loop thread. */
 typedef struct fake {
   int id;
-  int cancel;  /* the scheduler raises it, atomically */
-  int hold;    /* run spins until the test clears it (atomic) */
-  int ms;      /* then run takes this long */
-  int ret;     /* what run returns when it was not cancelled */
-  size_t grow; /* run grows the worker's scratch to this many bytes */
-  int key;     /* batchable with the jobs of the same key; 0: not */
-  int tokens;  /* its tokens toward max_tokens (0: 1) */
+  int cancel;      /* the scheduler raises it, atomically */
+  int hold;        /* run spins until the test clears it (atomic) */
+  int ms;          /* then run takes this long */
+  int ret;         /* what run returns when it was not cancelled */
+  size_t grow;     /* run grows the worker's scratch to this many bytes */
+  int key;         /* batchable with the jobs of the same key; 0: not */
+  int tokens;      /* its tokens toward max_tokens (0: 1) */
   int max_threads; /* the most threads it can use (0: any) */
 
   int runs;    /* times run was called (atomic) */
@@ -765,8 +766,8 @@ END_TEST
  * `workers` busy ones when the moving average of run time lies in
  * [avg_lo, avg_hi] ms: (waiting + 1) runs over the workers, in whole
  * seconds plus one, at most 60 (scheduler.c, attnd_sched_retry_after_s). */
-static void retry_bounds(double avg_lo, double avg_hi, int waiting,
-                         int workers, int *lo, int *hi) {
+static void retry_bounds(double avg_lo, double avg_hi, int waiting, int workers,
+                         int *lo, int *hi) {
   *lo = (int)(avg_lo * (waiting + 1) / workers / 1000.0) + 1;
   *hi = (int)(avg_hi * (waiting + 1) / workers / 1000.0) + 1;
   *lo = *lo > 60 ? 60 : *lo;

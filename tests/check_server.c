@@ -869,9 +869,9 @@ static void check_rd_tensor(const json_t *parent, const char *name,
                             const double *ref, double abs_tol) {
   sh_tensor_t t;
   char why[256];
-  ck_assert_msg(sh_tensor_decode(json_object_get(parent, name), &t, why,
-                                 sizeof why) == 0,
-                "%s: %s: %s", what, name, why);
+  ck_assert_msg(
+      sh_tensor_decode(json_object_get(parent, name), &t, why, sizeof why) == 0,
+      "%s: %s: %s", what, name, why);
   ck_assert_msg(t.rank == rank, "%s: %s has rank %d, not %d", what, name,
                 t.rank, rank);
   for (int i = 0; i < rank; i++)
@@ -1217,18 +1217,18 @@ START_TEST(test_metrics_in_reply) {
       "s:{s:[[f,f],[f,f]],s:[[f,f],[f,f]],"
       "s:[[f,f,f,f],[f,f,f,f],[f,f,f,f],[f,f,f,f]],"
       "s:[[f,f,f,f],[f,f,f,f],[f,f,f,f]]}}",
-      "query", .5, -1., 2., .25, 1.5, -.75, "key", 1., 0., 0., 1., -1., .5,
-      .25, .25, "value", 1., 2., 3., 4., -1., 0., 1., 0., .5, .5, -.5, 2., 0.,
-      1., 1., -1., "num_heads", 2, "projections", "q_weight", 1., .5, -.5, 1.,
-      "k_weight", .25, 1., 1., -.25, "v_weight", 1., 0., 0., 0., 0., 1., 0.,
-      0., 0., 0., 1., 0., 0., 0., 0., 1., "o_weight", 1., 0., 1., 0., 0., 1.,
-      0., 1., .5, .5, .5, .5);
+      "query", .5, -1., 2., .25, 1.5, -.75, "key", 1., 0., 0., 1., -1., .5, .25,
+      .25, "value", 1., 2., 3., 4., -1., 0., 1., 0., .5, .5, -.5, 2., 0., 1.,
+      1., -1., "num_heads", 2, "projections", "q_weight", 1., .5, -.5, 1.,
+      "k_weight", .25, 1., 1., -.25, "v_weight", 1., 0., 0., 0., 0., 1., 0., 0.,
+      0., 0., 1., 0., 0., 0., 0., 1., "o_weight", 1., 0., 1., 0., 0., 1., 0.,
+      1., .5, .5, .5, .5);
   ck_assert_ptr_nonnull(pr);
   sh_resp_t rp;
   ck_assert_int_eq(sh_post_json(srv.port, pr, &rp), 0);
   double B = 1, Lq = 3, Lk = 4, H = 2, Hkv = 2, Dh = 1, Dv = 2, Eq = 2, Ek = 2,
          Ev = 4, Eo = 3;
-  check_metrics(&rp, 2 * B * Lq * Eq * H * Dh +      /* q_weight */
+  check_metrics(&rp, 2 * B * Lq * Eq * H * Dh +       /* q_weight */
                          2 * B * Lk * Ek * Hkv * Dh + /* k_weight */
                          2 * B * Lk * Ev * Hkv * Dv + /* v_weight */
                          2 * B * Lq * H * Dv * Eo +   /* o_weight */
@@ -1352,8 +1352,7 @@ START_TEST(test_backend_choice) {
   const json_t *cu = json_object_get(b, "cuda");
   ck_assert_int_eq(json_is_true(json_object_get(cu, "built")), ci.built);
   ck_assert_int_eq(json_is_true(json_object_get(cu, "usable")), ci.usable);
-  ck_assert_str_eq(json_string_value(json_object_get(cu, "status")),
-                   ci.status);
+  ck_assert_str_eq(json_string_value(json_object_get(cu, "status")), ci.status);
   json_decref(v);
   sh_resp_free(&r);
 }

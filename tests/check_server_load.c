@@ -523,10 +523,9 @@ START_TEST(test_deadline) {
   long n = sh_recv_reply(fd, buf, sizeof buf, 10000);
   close(fd);
   ck_assert_msg(n > 0, "no reply to a body sent late");
-  ck_assert_msg(sh_raw_status(buf) == 504 &&
-                    strstr(buf, "\"deadline_exceeded\"") != NULL,
-                "a body 300 ms behind its headers, timeout_ms 100: %.400s",
-                buf);
+  ck_assert_msg(
+      sh_raw_status(buf) == 504 && strstr(buf, "\"deadline_exceeded\"") != NULL,
+      "a body 300 ms behind its headers, timeout_ms 100: %.400s", buf);
 
   /* B waits behind a slow A and expires there, long before A is done */
   char *slow = slow_body(3, NULL);

@@ -388,8 +388,7 @@ done:
 
 /* ---- reductions of the weights ------------------------------------------ */
 
-int ref_reduce(const attn_params_t *p, const ref_result_t *r,
-               ref_reduce_t *o) {
+int ref_reduce(const attn_params_t *p, const ref_result_t *r, ref_reduce_t *o) {
   const attn_reduce_t *x = &p->reduce;
   const int64_t B = r->B, H = r->H, Lq = r->Lq, Lk = r->Lk, K = x->top_k;
   memset(o, 0, sizeof *o);
@@ -451,9 +450,9 @@ int ref_reduce(const attn_params_t *p, const ref_result_t *r,
         }
         /* pooled: this row's cells, into its block */
         if (x->pool_q) {
-          double *y = o->pooled +
-                      ((b * o->rH + h) * o->nq + (i - o->q0) / x->pool_q) *
-                          o->nk;
+          double *y =
+              o->pooled +
+              ((b * o->rH + h) * o->nq + (i - o->q0) / x->pool_q) * o->nk;
           for (int64_t j = o->k0; j < o->k1; j++) {
             double *c = &y[(j - o->k0) / x->pool_k];
             *c = x->pool_reduce == ATTN_POOL_MAX ? fmax(*c, w[j]) : *c + w[j];

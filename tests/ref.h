@@ -37,8 +37,8 @@ typedef struct ref_reduce {
   int64_t rH, q0, q1, k0, k1, nq, nk; /* H', ranges, pooled blocks */
   int64_t *top_k_index;               /* [B, H', Lq', k] */
   double *top_k_value;
-  double *pooled;                     /* [B, H', nq, nk] */
-  double *entropy, *sink, *distance;  /* [B, H', Lq'] */
+  double *pooled;                    /* [B, H', nq, nk] */
+  double *entropy, *sink, *distance; /* [B, H', Lq'] */
 } ref_reduce_t;
 
 /* Fills `out` for p->reduce (which must ask for something valid) from

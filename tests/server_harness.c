@@ -775,7 +775,7 @@ int sh_tensor_decode(const json_t *v, sh_tensor_t *t, char *why, size_t n) {
       return attnd_fail(why, n, "base64 holds %zu bytes, shape needs %zu", got,
                         t->n * sizeof(float));
     }
-    t->data = (float *)raw; /* malloc'd: suitably aligned */
+    t->data = (float *)raw;                    /* malloc'd: suitably aligned */
     for (size_t i = 0; i32 && i < t->n; i++) { /* int32: as floats */
       int32_t x;
       memcpy(&x, raw + 4 * i, 4);

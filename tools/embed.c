@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     FILE *in = file ? fopen(file, "rb") : NULL;
     if (in == NULL || type_of(file) == NULL) {
       fprintf(stderr, "embed: %s: %s\n", argv[i],
-              !eq ? "expected URL=FILE"
+              !eq  ? "expected URL=FILE"
               : in ? "no Content-Type for its extension"
                    : "cannot read the file");
       return 1;

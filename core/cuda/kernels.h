@@ -12,8 +12,9 @@
  * Query head h reads kv head h / (H / Hkv). Scores follow attn.h: s =
  * scale·q·k, then softcap, then the bias, then ALiBi; a key is attended iff
  * the causal mask, the key lengths, the window and the allow mask all allow
- * it (a bias of -inf masks it too). A dead row's output and weights are 0. Every launcher enqueues on `s` and returns the launch's
- * error (cudaGetLastError), never synchronising. */
+ * it (a bias of -inf masks it too). A dead row's output and weights are 0.
+ * Every launcher enqueues on `s` and returns the launch's error
+ * (cudaGetLastError), never synchronising. */
 #ifndef ATTN_CUDA_KERNELS_H
 #define ATTN_CUDA_KERNELS_H
 
@@ -68,8 +69,8 @@ cudaError_t mean_weights(const float *w, int64_t B, int64_t H, int64_t Lq,
                          int64_t Lk, float *mean, cudaStream_t s);
 
 /* heads[b, h, i, d] = concat[b, i, h·Dv + d]. */
-cudaError_t head_outputs(const float *concat, int64_t B, int64_t Lq,
-                         int64_t H, int64_t Dv, float *heads, cudaStream_t s);
+cudaError_t head_outputs(const float *concat, int64_t B, int64_t Lq, int64_t H,
+                         int64_t Dv, float *heads, cudaStream_t s);
 
 /* Per head of Q or K, in place, as the CPU core does it (attn.h): an
  * RMSNorm with w, x·w / sqrt(mean(x²) + eps) in float64, when w is given;

@@ -114,8 +114,8 @@ typedef struct attn_rope {
  * first slot it writes. The slots of a page past the tokens it holds must
  * be finite: as the core left them (zeros, or tokens since dropped by the
  * caller), or zeros. The pages it writes must be the caller's alone (copy
- * a shared page first). A page's layout depends only on Hkv, Dh and Dv, so a page from
- * one call may be read by any later call of the same shape. */
+ * a shared page first). A page's layout depends only on Hkv, Dh and Dv, so a
+ * page from one call may be read by any later call of the same shape. */
 #define ATTN_KV_PAGE 64
 #define ATTN_KV_LDK (ATTN_KV_PAGE + 16)
 
@@ -171,15 +171,15 @@ enum {
 };
 
 typedef struct attn_reduce {
-  int mean_heads;           /* 0: per head; 1: of the mean over heads */
-  int64_t top_k;            /* 0 (none) or 1 .. ATTN_TOP_K_MAX */
-  int64_t pool_q, pool_k;   /* both 0 (none) or both >= 1 */
+  int mean_heads;         /* 0: per head; 1: of the mean over heads */
+  int64_t top_k;          /* 0 (none) or 1 .. ATTN_TOP_K_MAX */
+  int64_t pool_q, pool_k; /* both 0 (none) or both >= 1 */
   attn_pool_reduce_t pool_reduce;
-  unsigned stats;           /* ATTN_STAT_* bits, 0 for none */
-  int64_t sink_tokens;      /* >= 0 */
+  unsigned stats;      /* ATTN_STAT_* bits, 0 for none */
+  int64_t sink_tokens; /* >= 0 */
   int has_query_range, has_key_range;
-  int64_t query_range[2];   /* 0 <= q0 < q1 <= Lq */
-  int64_t key_range[2];     /* 0 <= k0 < k1 <= Lk */
+  int64_t query_range[2]; /* 0 <= q0 < q1 <= Lq */
+  int64_t key_range[2];   /* 0 <= k0 < k1 <= Lk */
 } attn_reduce_t;
 
 /* Everything attn_forward computes from. All tensors are borrowed and must
@@ -297,17 +297,17 @@ typedef struct attn_plan {
    * int64 overflow. */
   int64_t window_left, window_right;
   int threads;
-  attn_isa_t isa;    /* resolved, never AUTO */
-  const int *cancel; /* from attn_exec_t */
+  attn_isa_t isa;              /* resolved, never AUTO */
+  const int *cancel;           /* from attn_exec_t */
   attn_backend_kind_t backend; /* from attn_exec_t */
   attn_precision_t precision;  /* from attn_exec_t */
-  size_t workspace_bytes; /* host scratch; with CUDA a few bytes (the ALiBi
-                             slopes), the device's memory is taken per call
-                             from CUDA's stream-ordered pool */
-  int64_t out_elems;     /* B·Lq·Eo */
-  int64_t weights_elems; /* B·H·Lq·Lk */
-  int64_t mean_elems;    /* B·Lq·Lk */
-  int64_t head_elems;    /* B·H·Lq·Dv */
+  size_t workspace_bytes;      /* host scratch; with CUDA a few bytes (the ALiBi
+                                  slopes), the device's memory is taken per call
+                                  from CUDA's stream-ordered pool */
+  int64_t out_elems;           /* B·Lq·Eo */
+  int64_t weights_elems;       /* B·H·Lq·Lk */
+  int64_t mean_elems;          /* B·Lq·Lk */
+  int64_t head_elems;          /* B·H·Lq·Dv */
   /* Reductions (attn_reduce_t): any asked for, H', the ranges [q0, q1)
    * and [k0, k1), the pooled map's blocks nq × nk, and the outputs' sizes
    * (0 when not asked for). */
@@ -316,8 +316,8 @@ typedef struct attn_plan {
   int64_t top_k_elems;  /* B·H'·Lq'·k */
   int64_t pooled_elems; /* B·H'·nq·nk */
   int64_t stats_elems;  /* B·H'·Lq', each statistic asked for */
-  double flops; /* multiply-adds ×2 of projections and attention, as if
-                   nothing were masked */
+  double flops;         /* multiply-adds ×2 of projections and attention, as if
+                           nothing were masked */
 } attn_plan_t;
 
 /* Wall time of each stage of one forward call, in milliseconds. Scores,
@@ -332,16 +332,16 @@ typedef struct attn_timing {
 /* Caller-owned result buffers. out is required; each other buffer is
  * required exactly when the matching want_* flag is set. */
 typedef struct attn_outputs {
-  float *out;           /* [B, Lq, Eo] */
-  float *weights;       /* [B, H, Lq, Lk] */
-  float *mean_weights;  /* [B, Lq, Lk] */
-  float *head_outputs;  /* [B, H, Lq, Dv] */
+  float *out;          /* [B, Lq, Eo] */
+  float *weights;      /* [B, H, Lq, Lk] */
+  float *mean_weights; /* [B, Lq, Lk] */
+  float *head_outputs; /* [B, H, Lq, Dv] */
   /* Reductions (attn_reduce_t), each required when asked for: */
-  int32_t *top_k_index; /* [B, H', Lq', k] */
-  float *top_k_value;   /* [B, H', Lq', k] */
-  float *pooled;        /* [B, H', nq, nk] */
+  int32_t *top_k_index;             /* [B, H', Lq', k] */
+  float *top_k_value;               /* [B, H', Lq', k] */
+  float *pooled;                    /* [B, H', nq, nk] */
   float *entropy, *sink, *distance; /* [B, H', Lq'] */
-  attn_timing_t timing; /* filled by attn_forward */
+  attn_timing_t timing;             /* filled by attn_forward */
 } attn_outputs_t;
 
 /* Validates `p` and derives the plan: every rank, shape, head count, option

@@ -19,7 +19,7 @@
   X(ENOSPC, -7, "workspace too small")                                         \
   X(ENOTSUP, -8, "not supported here")                                         \
   X(ECANCELED, -9, "canceled")                                                 \
-  X(ENUMERIC, -10, "result overflows float32")                                \
+  X(ENUMERIC, -10, "result overflows float32")                                 \
   X(EDEVICE, -11, "the device failed")
 
 typedef enum {

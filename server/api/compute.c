@@ -113,8 +113,7 @@ static void run_inline(const attnd_config_t *cfg, attnd_request_t *req) {
   req->t.submit = attnd_now_ms();
   /* as planned, or with threads_per_request = auto on one thread: it is
    * tiny, and a team of threads would cost more than its work */
-  attnd_request_run(req, -1, cfg->threads_per_request ? 0 : 1,
-                    s ? s : &none);
+  attnd_request_run(req, -1, cfg->threads_per_request ? 0 : 1, s ? s : &none);
 }
 
 /* A decoded and planned request: its memory, then the scheduler, or, when

@@ -251,8 +251,8 @@ static int get_pair(dec_t *d, const json_t *obj, const char *key,
   for (size_t i = 0; i < 2; i++) {
     char path[64];
     attnd_fmt_index(path, sizeof path, field, (int64_t)i);
-    if (attnd__dec_int(d, json_array_get(v, i), field, path, lo, hi,
-                       &out[i]) < 0)
+    if (attnd__dec_int(d, json_array_get(v, i), field, path, lo, hi, &out[i]) <
+        0)
       return -1;
   }
   return 0;
@@ -262,8 +262,8 @@ static int get_pair(dec_t *d, const json_t *obj, const char *key,
  * weights instead of the dense tensor; at least one of top_k, pool and
  * stats. Ranges are checked against the axes by the core's plan. */
 static int decode_reduce(dec_t *d, const json_t *w) {
-  static const char *const known[] = {"heads",       "top_k",  "pool",
-                                      "reduce",      "stats",  "sink_tokens",
+  static const char *const known[] = {"heads",       "top_k",     "pool",
+                                      "reduce",      "stats",     "sink_tokens",
                                       "query_range", "key_range", NULL};
   static const char *const heads[] = {"per_head", "mean", NULL};
   static const char *const reduces[] = {"mean", "max", "sum", NULL};
@@ -280,8 +280,8 @@ static int decode_reduce(dec_t *d, const json_t *w) {
       get_enum(d, w, "reduce", "return.weights.reduce", reduces, &red) < 0 ||
       get_int(d, w, "sink_tokens", "return.weights.sink_tokens", 0, INT64_MAX,
               &r->sink_tokens, &has_sink) < 0 ||
-      get_pair(d, w, "query_range", "return.weights.query_range", 0,
-               INT64_MAX, r->query_range, &r->has_query_range) < 0 ||
+      get_pair(d, w, "query_range", "return.weights.query_range", 0, INT64_MAX,
+               r->query_range, &r->has_query_range) < 0 ||
       get_pair(d, w, "key_range", "return.weights.key_range", 0, INT64_MAX,
                r->key_range, &r->has_key_range) < 0)
     return -1;
@@ -310,12 +310,13 @@ static int decode_reduce(dec_t *d, const json_t *w) {
         if (strcmp(json_string_value(x), stats[n]) == 0)
           k = n;
       if (k < 0)
-        return E(d, json_is_string(x) ? ATTND_ERR_INVALID_VALUE
-                                      : ATTND_ERR_INVALID_TYPE,
+        return E(d,
+                 json_is_string(x) ? ATTND_ERR_INVALID_VALUE
+                                   : ATTND_ERR_INVALID_TYPE,
                  "return.weights.stats",
                  "%s is %s; expected \"entropy\", \"sink\" or \"distance\"",
-                 path, json_is_string(x) ? "an unknown name"
-                                         : attnd__json_type(x));
+                 path,
+                 json_is_string(x) ? "an unknown name" : attnd__json_type(x));
       if (r->stats & (1u << k))
         return E(d, ATTND_ERR_INVALID_VALUE, "return.weights.stats",
                  "%s: \"%s\" is named twice", path, stats[k]);
@@ -457,9 +458,13 @@ int attnd__dec_limits(dec_t *d) {
       {pl->pooled_elems > 0, pl->pooled_elems, "weights_pooled"},
       {pl->stats_elems > 0, pl->stats_elems, "weights_stats"},
   };
-  static const char *const paths[] = {
-      "query", "return.weights", "return.weights", "return.head_outputs",
-      "return.weights.top_k", "return.weights.pool", "return.weights.stats"};
+  static const char *const paths[] = {"query",
+                                      "return.weights",
+                                      "return.weights",
+                                      "return.head_outputs",
+                                      "return.weights.top_k",
+                                      "return.weights.pool",
+                                      "return.weights.stats"};
   for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
     if (!outs[i].on)
       continue;
@@ -473,8 +478,7 @@ int attnd__dec_limits(dec_t *d) {
   double bytes = attnd_request_reply_bytes(j);
   if (bytes > (double)c->max_response_bytes)
     return E(d, ATTND_ERR_LIMIT_EXCEEDED,
-             j->params.want_weights || j->params.want_mean_weights ||
-                     pl->reduce
+             j->params.want_weights || j->params.want_mean_weights || pl->reduce
                  ? "return.weights"
                  : "query",
              "the reply would take up to %.0f bytes, over "
@@ -687,11 +691,10 @@ int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known) {
 
 static int decode_root(dec_t *d, const json_t *root) {
   static const char *const known[] = {
-      "id",        "layer",     "query",        "key",
-      "value",     "num_heads", "num_kv_heads", "projections",
-      "mask",      "scale",     "softcap",      "rope",
-      "positions", "return",    "timeout_ms",   "backend",
-      "precision", NULL};
+      "id",        "layer",        "query",       "key",    "value",
+      "num_heads", "num_kv_heads", "projections", "mask",   "scale",
+      "softcap",   "rope",         "positions",   "return", "timeout_ms",
+      "backend",   "precision",    NULL};
   static const char *const backends[] = {"cpu", "cuda", NULL};
   static const char *const precisions[] = {"fp32", "bf16", NULL};
   attnd_request_t *j = d->req;

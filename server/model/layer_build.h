@@ -31,7 +31,6 @@ typedef struct form {
   int transposed; /* GPT-2's Conv1D: weights stored [in, out] */
 } form_t;
 
-
 /* ---- one path while it loads --------------------------------------------- */
 
 /* A tensor of the path, in the table sorted by name. */

@@ -111,8 +111,7 @@ typedef struct attnd_st_mapped {
 
 /* Maps and parses the file at path. Returns 0, or -1 with msg naming the
  * file ("<path>: ..."). */
-int attnd_st_map(const char *path, attnd_st_mapped_t *m, char *msg,
-                 size_t msz);
+int attnd_st_map(const char *path, attnd_st_mapped_t *m, char *msg, size_t msz);
 void attnd_st_unmap(attnd_st_mapped_t *m);
 
 /* For writers (tests, the demo layer, tools): one tensor to write. */
@@ -129,9 +128,8 @@ typedef struct attnd_st_out {
  * __metadata__. The header is padded with spaces to a multiple of 8 bytes,
  * as the reference writer does. Returns 0, or -1 with msg. */
 int attnd_st_write(const char *path, const attnd_st_out_t *tensors, size_t n,
-                   const char *const *meta_keys,
-                   const char *const *meta_values, size_t n_meta, char *msg,
-                   size_t msz);
+                   const char *const *meta_keys, const char *const *meta_values,
+                   size_t n_meta, char *msg, size_t msz);
 
 /* float32 to F16 / BF16, rounding to nearest even (for writers). */
 uint16_t attnd_st_f16_from_f32(float x);

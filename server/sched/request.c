@@ -1,4 +1,5 @@
-/* server/sched/request.c: what a request holds, and freeing it. See request.h. */
+/* server/sched/request.c: what a request holds, and freeing it. See request.h.
+ */
 #include "sched/request.h"
 
 #include <stddef.h>
@@ -22,11 +23,11 @@ static double tensor_bytes(const attnd_request_t *j, unsigned bit, int64_t n) {
 static double reduce_bytes(const attnd_request_t *j) {
   const attn_plan_t *pl = &j->plan;
   unsigned st = j->params.reduce.stats;
-  double idx = (double)pl->top_k_elems *
-               (j->oip_binary & ATTND_OIP_TOP_K_INDEX ? 4
-                : j->encoding == ATTND_FORM_BASE64    ? 16.0 / 3
-                                                      : 12) +
-               (pl->top_k_elems ? 4 : 0);
+  double idx =
+      (double)pl->top_k_elems * (j->oip_binary & ATTND_OIP_TOP_K_INDEX ? 4
+                                 : j->encoding == ATTND_FORM_BASE64 ? 16.0 / 3
+                                                                    : 12) +
+      (pl->top_k_elems ? 4 : 0);
   return idx + tensor_bytes(j, ATTND_OIP_TOP_K_VALUE, pl->top_k_elems) +
          tensor_bytes(j, ATTND_OIP_POOLED, pl->pooled_elems) +
          (st & ATTN_STAT_ENTROPY

@@ -150,8 +150,7 @@ int attnd_request_batchable(const attnd_request_t *j) {
   const attn_params_t *p = &j->params;
   return j->session && j->layer && !attnd_layer_cross(j->layer) &&
          !p->want_weights && !p->want_mean_weights && !p->want_head_outputs &&
-         !j->plan.reduce &&
-         p->alibi != ATTN_ALIBI_SLOPES;
+         !j->plan.reduce && p->alibi != ATTN_ALIBI_SLOPES;
 }
 
 int attnd_request_compatible(const void *a, const void *b) {
@@ -201,8 +200,8 @@ static int run_together(attnd_request_t *const *js, int n, int threads,
   p.query.dim[1] = Lq;
   p.query.dim[2] = E;
   attn_exec_t ex = {.threads = threads > 0 && threads < f->plan.threads
-                                    ? threads
-                                    : f->plan.threads};
+                                   ? threads
+                                   : f->plan.threads};
   attn_plan_t plan;
   attn_error_t err;
   if (attn_plan_init(&plan, &p, &ex, &err) < 0)
@@ -239,9 +238,8 @@ static int run_together(attnd_request_t *const *js, int n, int threads,
   return 0;
 }
 
-void attnd_request_run_batch(void *const *jobs, int n, int worker,
-                             int threads, attnd_scratch_t *scratch,
-                             int *results) {
+void attnd_request_run_batch(void *const *jobs, int n, int worker, int threads,
+                             attnd_scratch_t *scratch, int *results) {
   attnd_request_t *live[ATTND_SCHED_MAX_BATCH];
   int at[ATTND_SCHED_MAX_BATCH], m = 0;
   double t0 = attnd_now_ms();

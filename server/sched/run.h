@@ -59,8 +59,7 @@ int attnd_request_compatible(const void *a, const void *b);
  * meanwhile is computed but ATTN_ECANCELED too. When the batch cannot run
  * as one (memory, or a value out of float32's range), each step runs
  * alone, with its own error. Worker thread. */
-void attnd_request_run_batch(void *const *jobs, int n, int worker,
-                             int threads, attnd_scratch_t *scratch,
-                             int *results);
+void attnd_request_run_batch(void *const *jobs, int n, int worker, int threads,
+                             attnd_scratch_t *scratch, int *results);
 
 #endif

@@ -1,4 +1,5 @@
-/* server/sched/scheduler.c: the FIFO, the workers and the deadlines. See scheduler.h.
+/* server/sched/scheduler.c: the FIFO, the workers and the deadlines. See
+ * scheduler.h.
  */
 #include "sched/scheduler.h"
 

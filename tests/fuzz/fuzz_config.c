@@ -225,8 +225,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   STR_FIELDS(TERMINATED)
 #undef TERMINATED
   FUZZ_CHECK(cfg.workers >= 1 && cfg.threads_per_request >= 0 &&
-                 cfg.max_threads_per_request >= 1 &&
-                 cfg.http_threads >= 1 && cfg.max_memory_bytes > 0,
+                 cfg.max_threads_per_request >= 1 && cfg.http_threads >= 1 &&
+                 cfg.max_memory_bytes > 0,
              "auto left unresolved: workers %lld, threads %lld, http %lld, "
              "memory %lld",
              (long long)cfg.workers, (long long)cfg.threads_per_request,

@@ -23,12 +23,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/oip.h"
 #include "codec/deflate.h"
 #include "config.h"
 #include "decode_diff.h"
 #include "fuzz.h"
 #include "model/layers.h"
-#include "api/oip.h"
 
 enum { LAYER = 1, FRAMED = 2, CODED = 4, DEFLATE = 8 };
 

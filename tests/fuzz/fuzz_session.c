@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api/session_api.h"
 #include "config.h"
 #include "decode_diff.h"
 #include "fuzz.h"
@@ -28,7 +29,6 @@
 #include "sched/request.h"
 #include "sched/run.h"
 #include "store/session.h"
-#include "api/session_api.h"
 
 static attnd_config_t cfg;
 static attnd_layer_set_t *layers;
