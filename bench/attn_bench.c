@@ -28,10 +28,13 @@
  * one-thread row is the reference, at a fraction of the time.
  *
  * --only WORD runs the table's rows whose name starts with WORD ("L32768").
+ * Then, in one process, the reductions of the weights against none, in
+ * turns (compare_weights): at L = 8192, 5 rounds, unless
+ * --compare-weights L ROUNDS says otherwise (L 0: not at all).
  *
  * usage: attn-bench [--quick] [--torch] [--csv FILE] [--reps N]
  *                   [--shape L,E,H]... [--threads N,N...] [--unpaired]
- *                   [--only WORD] */
+ *                   [--only WORD] [--compare-weights L ROUNDS] */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -197,9 +200,40 @@ static double time_plan(const attn_plan_t *plan, attn_outputs_t *o, void *ws,
   return bench_median(t, inner);
 }
 
-/* Runs one row in this process; returns 0, or -1. Unless `unpaired`, a row
- * of several threads also times one thread, paired run by run. */
-static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
+/* What a W_* asks for beside the output. */
+static void set_weights(attn_params_t *p, int w) {
+  p->want_weights = w == W_DENSE;
+  p->reduce = (attn_reduce_t){0};
+  if (w == W_POOLED)
+    p->reduce = (attn_reduce_t){.pool_q = 256, .pool_k = 256};
+  else if (w == W_TOP_K)
+    p->reduce = (attn_reduce_t){.top_k = 8};
+  else if (w == W_STATS)
+    p->reduce = (attn_reduce_t){.stats = ATTN_STAT_ALL, .sink_tokens = 4};
+}
+
+/* The buffers of a plan's outputs (leaked, as the inputs). */
+static attn_outputs_t plan_outputs(const attn_plan_t *pl) {
+  attn_outputs_t o = {.out = malloc((size_t)pl->out_elems * sizeof(float))};
+  if (pl->params->want_weights)
+    o.weights = malloc((size_t)pl->weights_elems * sizeof(float));
+  if (pl->top_k_elems) {
+    o.top_k_index = malloc((size_t)pl->top_k_elems * sizeof(int32_t));
+    o.top_k_value = malloc((size_t)pl->top_k_elems * sizeof(float));
+  }
+  if (pl->pooled_elems)
+    o.pooled = malloc((size_t)pl->pooled_elems * sizeof(float));
+  if (pl->stats_elems) {
+    o.entropy = malloc((size_t)pl->stats_elems * sizeof(float));
+    o.sink = malloc((size_t)pl->stats_elems * sizeof(float));
+    o.distance = malloc((size_t)pl->stats_elems * sizeof(float));
+  }
+  return o;
+}
+
+/* The row's inputs (random, leaked: each row runs in a child process) and
+ * its params, with what it asks for beside the output. */
+static attn_params_t row_params(const row_t *r) {
   int64_t Dh = r->E / r->H;
   float *x = bench_random_floats((size_t)(r->B * r->Lq * r->E), 1, 4);
   float *kv = r->Lk != r->Lq
@@ -219,16 +253,17 @@ static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
       .v_weight = {wv, 2, {r->Hkv * Dh, r->E}},
       .o_weight = {wo, 2, {r->E, r->E}},
       .causal = r->causal ? ATTN_CAUSAL_BOTTOM_RIGHT : ATTN_CAUSAL_NONE,
-      .want_weights = r->weights == W_DENSE,
   };
-  if (r->weights == W_POOLED)
-    p.reduce = (attn_reduce_t){.pool_q = 256, .pool_k = 256};
-  else if (r->weights == W_TOP_K)
-    p.reduce = (attn_reduce_t){.top_k = 8};
-  else if (r->weights == W_STATS)
-    p.reduce = (attn_reduce_t){.stats = ATTN_STAT_ALL, .sink_tokens = 4};
+  set_weights(&p, r->weights);
   if (kv)
     p.key = (attn_tensor_t){kv, 3, {r->B, r->Lk, r->E}};
+  return p;
+}
+
+/* Runs one row in this process; returns 0, or -1. Unless `unpaired`, a row
+ * of several threads also times one thread, paired run by run. */
+static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
+  attn_params_t p = row_params(r);
   attn_exec_t ex = {.threads = r->threads, .isa = r->isa};
   attn_plan_t plan;
   attn_error_t err;
@@ -243,20 +278,7 @@ static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
   if (paired && attn_plan_init(&plan1, &p, &ex1, &err) < 0)
     return -1;
   void *ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64);
-  attn_outputs_t o = {.out = malloc((size_t)plan.out_elems * sizeof(float))};
-  if (r->weights == W_DENSE)
-    o.weights = malloc((size_t)plan.weights_elems * sizeof(float));
-  if (plan.top_k_elems) {
-    o.top_k_index = malloc((size_t)plan.top_k_elems * sizeof(int32_t));
-    o.top_k_value = malloc((size_t)plan.top_k_elems * sizeof(float));
-  }
-  if (plan.pooled_elems)
-    o.pooled = malloc((size_t)plan.pooled_elems * sizeof(float));
-  if (plan.stats_elems) {
-    o.entropy = malloc((size_t)plan.stats_elems * sizeof(float));
-    o.sink = malloc((size_t)plan.stats_elems * sizeof(float));
-    o.distance = malloc((size_t)plan.stats_elems * sizeof(float));
-  }
+  attn_outputs_t o = plan_outputs(&plan);
   if (!ws || !o.out || (r->weights == W_DENSE && !o.weights))
     return -1;
   double w0 = bench_now_ms();
@@ -296,6 +318,78 @@ static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
   res->x_1th = paired ? bench_median(sp, np) : -1;
   for (int i = 0; i < 3; i++)
     res->stage_ms[i] = bench_median(st[i], np);
+  return 0;
+}
+
+static double cpu_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* The reductions' cost beside the same call without them (issue 34): the
+ * causal self-attention of row L<L> E 512 H 8 on one thread, with weights
+ * none, pooled [256, 256] mean, top_k 8 and stats, in turns, `rounds`
+ * times. The ratio of a round is each call's time over that round's
+ * "none": printed are their medians (and range), by CPU time and by wall
+ * time. CPU time leaves out the time this process waits for a core on a
+ * shared machine; caches it shares it does not. */
+static int compare_weights(int64_t L, int rounds) {
+  enum { K = 4 };
+  static const int kinds[K] = {W_NONE, W_POOLED, W_TOP_K, W_STATS};
+  const row_t base = {"", 1, L, L, 512, 8, 8, 1, W_NONE, 1, 0, 0};
+  attn_params_t p[K];
+  attn_plan_t plan[K];
+  attn_outputs_t o[K];
+  size_t ws_bytes = 0;
+  attn_error_t err;
+  attn_exec_t ex = {.threads = 1};
+  p[0] = row_params(&base);
+  for (int k = 0; k < K; k++) {
+    p[k] = p[0];
+    set_weights(&p[k], kinds[k]);
+    if (attn_plan_init(&plan[k], &p[k], &ex, &err) < 0) {
+      fprintf(stderr, "compare: %s\n", err.message);
+      return -1;
+    }
+    o[k] = plan_outputs(&plan[k]);
+    if (plan[k].workspace_bytes > ws_bytes)
+      ws_bytes = plan[k].workspace_bytes;
+  }
+  void *ws = aligned_alloc(64, (ws_bytes + 63) / 64 * 64); /* shared */
+  for (int k = 0; k < K; k++)                              /* warm up */
+    attn_forward(&plan[k], &o[k], ws, plan[k].workspace_bytes, &err);
+  double cpu[K][64], wall[K][64], rc[K][64], rw[K][64];
+  rounds = rounds < 1 ? 1 : rounds > 64 ? 64 : rounds;
+  for (int r = 0; r < rounds; r++)
+    for (int k = 0; k < K; k++) {
+      double c0 = cpu_ms(), w0 = bench_now_ms();
+      attn_forward(&plan[k], &o[k], ws, plan[k].workspace_bytes, &err);
+      cpu[k][r] = cpu_ms() - c0;
+      wall[k][r] = bench_now_ms() - w0;
+    }
+  printf("weights at L=%lld E=512 H=8 causal, one thread, %d rounds in "
+         "turns; ratio to none, median [min, max] of the rounds:\n",
+         (long long)L, rounds);
+  printf("%-8s %10s %22s %10s %22s %9s\n", "weights", "cpu_ms", "cpu ratio",
+         "wall_ms", "wall ratio", "ws_MB");
+  for (int k = 0; k < K; k++) {
+    double lo[2] = {1e300, 1e300}, hi[2] = {0, 0};
+    for (int r = 0; r < rounds; r++) {
+      rc[k][r] = cpu[k][r] / cpu[0][r];
+      rw[k][r] = wall[k][r] / wall[0][r];
+      lo[0] = rc[k][r] < lo[0] ? rc[k][r] : lo[0];
+      hi[0] = rc[k][r] > hi[0] ? rc[k][r] : hi[0];
+      lo[1] = rw[k][r] < lo[1] ? rw[k][r] : lo[1];
+      hi[1] = rw[k][r] > hi[1] ? rw[k][r] : hi[1];
+    }
+    printf("%-8s %10.1f %6.3f [%5.3f, %5.3f] %10.1f %6.3f [%5.3f, %5.3f] "
+           "%9.1f\n",
+           weights_names[kinds[k]], bench_median(cpu[k], rounds),
+           bench_median(rc[k], rounds), lo[0], hi[0],
+           bench_median(wall[k], rounds), bench_median(rw[k], rounds), lo[1],
+           hi[1], (double)plan[k].workspace_bytes / 1048576.0);
+  }
   return 0;
 }
 
@@ -358,6 +452,8 @@ static int parse_threads(const char *s, int *t, int max) {
 int main(int argc, char **argv) {
   int quick = 0, torch = 0, reps = 5, unpaired = 0;
   const char *only = NULL;
+  int64_t cmp_L = 8192; /* --compare-weights L ROUNDS; L 0: none */
+  int cmp_rounds = 5;
   const char *csv_path = "build/bench/attn.csv";
   static row_t shapes[MAX_SHAPES], sweep[MAX_SHAPES * MAX_THREADS];
   static char names[MAX_SHAPES][64];
@@ -383,11 +479,14 @@ int main(int argc, char **argv) {
       i++;
     else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
       only = argv[++i];
-    else {
+    else if (strcmp(argv[i], "--compare-weights") == 0 && i + 2 < argc) {
+      cmp_L = atoll(argv[++i]);
+      cmp_rounds = atoi(argv[++i]);
+    } else {
       fprintf(stderr,
               "usage: %s [--quick] [--torch] [--csv FILE] [--reps N]\n"
               "       [--shape L,E,H]... [--threads N,N...] [--unpaired]\n"
-              "       [--only WORD]\n"
+              "       [--only WORD] [--compare-weights L ROUNDS]\n"
               "--shape (up to %d) runs causal self-attention of those shapes, "
               "B = 1, at each of --threads (up to %d counts, default 1,2) "
               "instead of the table; --unpaired skips the one-thread run "
@@ -502,6 +601,8 @@ int main(int argc, char **argv) {
     lo = ceilings[i] < lo ? ceilings[i] : lo;
     hi = ceilings[i] > hi ? ceilings[i] : hi;
   }
+  if (cmp_L > 0 && nshapes == 0 && compare_weights(cmp_L, cmp_rounds) < 0)
+    return 1;
   printf("sgemm ceiling over the run: median %.1f, from %.1f to %.1f "
          "GFLOP/s\n",
          bench_median(ceilings, nceil), lo, hi);
