@@ -835,6 +835,93 @@ START_TEST(test_step_options) {
 }
 END_TEST
 
+/* Member `name` of v (a flat tensor) against ref[0..n) within 1e-5 (as
+ * ‖got − ref‖₂ / ‖ref‖₂, or each element, with `each`), its shape dim. */
+static void check_flat(const json_t *v, const char *name, const int64_t *dim,
+                       int rank, const double *ref, int each,
+                       const char *what) {
+  sh_tensor_t t;
+  char why[256];
+  ck_assert_msg(sh_tensor_decode(json_object_get(v, name), &t, why,
+                                 sizeof why) == 0,
+                "%s: %s: %s", what, name, why);
+  ck_assert_int_eq(t.rank, rank);
+  for (int i = 0; i < rank; i++)
+    ck_assert_msg(t.dim[i] == dim[i], "%s: %s dim %d is %lld, not %lld", what,
+                  name, i, (long long)t.dim[i], (long long)dim[i]);
+  double e = tu_rel_err(t.data, ref, t.n);
+  for (size_t i = 0; each && i < t.n; i++)
+    e = fabs(t.data[i] - ref[i]) > e ? fabs(t.data[i] - ref[i]) : e;
+  ck_assert_msg(e <= 1e-5, "%s: %s off by %g", what, name, e);
+  sh_tensor_free(&t);
+}
+
+/* A step's return.weights as an object (attn_reduce_t): its rows are the
+ * new tokens, its keys the whole cache (the core's kv path), against the
+ * float64 reference of all the tokens held, cut to the step's rows. */
+START_TEST(test_step_reductions) {
+  const shape_t *sh = SH_GQA; /* pre-projected, H 4, Hkv 2, rope */
+  sh_client_t c;
+  sh_client_init(&c, fx.port);
+  char id[40], *body = create_text(sh, NULL);
+  json_decref(create(&c, body, id));
+  free(body);
+  seq_t s;
+  seq_init(&s, sh, id);
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 77);
+  static const int64_t sizes[] = {40, 30, 1, 65};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    const int64_t n = sizes[k], len = s.n + n;
+    seq_gen(&s, &rng, n);
+    json_error_t je;
+    json_t *b = json_loads(step_text(&s, s.n, n, NULL), 0, &je);
+    ck_assert_ptr_nonnull(b);
+    merge(b, "{\"return\":{\"metrics\":false,\"encoding\":\"flat\","
+             "\"weights\":{\"top_k\":3,\"pool\":[7,16],\"stats\":["
+             "\"entropy\",\"sink\",\"distance\"]}}}");
+    char *text = dump(b);
+    sh_resp_t r = call_id(&c, "POST", s.id, "/attention", text);
+    free(text);
+    json_t *v = json_reply(&r, 200);
+    s.n = len;
+    /* the reference over every token held, its last n rows */
+    ref_result_t rr;
+    recompute_ref(&s, len, &rr);
+    attn_params_t p = {
+        .reduce = {.top_k = 3, .pool_q = 7, .pool_k = 16,
+                   .stats = ATTN_STAT_ALL, .sink_tokens = 4,
+                   .has_query_range = 1, .query_range = {len - n, len}}};
+    ref_reduce_t ref;
+    ck_assert_int_eq(ref_reduce(&p, &rr, &ref), 0);
+    char what[64];
+    snprintf(what, sizeof what, "step of %lld to %lld", (long long)n,
+             (long long)len);
+    const json_t *tk = json_object_get(v, "weights_top_k");
+    int64_t d3[3] = {sh->H, n, 3};
+    const size_t m = (size_t)(sh->H * n * 3);
+    double *idx = malloc(m * sizeof *idx);
+    for (size_t i = 0; i < m; i++)
+      idx[i] = (double)ref.top_k_index[i];
+    check_flat(tk, "index", d3, 3, idx, 1, what);
+    check_flat(tk, "value", d3, 3, ref.top_k_value, 1, what);
+    free(idx);
+    int64_t dp[3] = {sh->H, ref.nq, ref.nk};
+    check_flat(v, "weights_pooled", dp, 3, ref.pooled, 0, what);
+    const json_t *st = json_object_get(v, "weights_stats");
+    int64_t d2[2] = {sh->H, n};
+    check_flat(st, "entropy", d2, 2, ref.entropy, 0, what);
+    check_flat(st, "sink", d2, 2, ref.sink, 0, what);
+    check_flat(st, "distance", d2, 2, ref.distance, 0, what);
+    ref_reduce_free(&ref);
+    ref_result_free(&rr);
+    json_decref(v);
+  }
+  seq_free(&s);
+  sh_client_free(&c);
+}
+END_TEST
+
 /* expected_length: the length held → 200; any other → 409, naming the
  * length held, and the step is not applied. */
 START_TEST(test_expected_length) {
@@ -3344,6 +3431,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_schedules, 0, N_SHAPES * N_SCHED);
   tcase_add_loop_test(tc, test_step_options, 0, 2 * N_OPTS);
+  tcase_add_test(tc, test_step_reductions);
   tcase_add_loop_test(tc, test_expected_length, 0, 2);
   tcase_add_test(tc, test_one_session_many_threads);
   suite_add_tcase(su, tc);
