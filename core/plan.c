@@ -741,6 +741,11 @@ static int check_reduce(attn_plan_t *pl, const attn_params_t *p,
                      "sink_tokens is %lld; it must be >= 0",
                      (long long)r->sink_tokens);
   pl->reduce = r->top_k || r->pool_q || r->stats;
+  if (r->top_k && pl->Lk > INT32_MAX) /* top_k_index is int32 */
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_TOP_K,
+                     "top_k reports int32 key indices; Lk = %lld is past "
+                     "2^31 - 1",
+                     (long long)pl->Lk);
   pl->q0 = 0, pl->q1 = pl->Lq, pl->k0 = 0, pl->k1 = pl->Lk;
   if (r->has_query_range) {
     const int64_t *q = r->query_range;

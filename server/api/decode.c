@@ -343,6 +343,11 @@ static int decode_return(dec_t *d, const json_t *root) {
   const json_t *wo = r ? json_object_get(r, "weights") : NULL;
   if (json_is_object(wo) && decode_reduce(d, wo) < 0)
     return -1;
+  if (wo && !json_is_null(wo) && !json_is_object(wo) && !json_is_string(wo))
+    return E(d, ATTND_ERR_INVALID_TYPE, "return.weights",
+             "return.weights is %s; expected \"none\", \"per_head\", "
+             "\"mean\" or an object of reductions (top_k, pool, stats)",
+             attnd__json_type(wo));
   if (r && ((!json_is_object(wo) &&
              get_enum(d, r, "weights", "return.weights", wmodes, &w) < 0) ||
             get_bool(d, r, "head_outputs", "return.head_outputs",
