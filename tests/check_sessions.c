@@ -842,9 +842,9 @@ static void check_flat(const json_t *v, const char *name, const int64_t *dim,
                        const char *what) {
   sh_tensor_t t;
   char why[256];
-  ck_assert_msg(sh_tensor_decode(json_object_get(v, name), &t, why,
-                                 sizeof why) == 0,
-                "%s: %s: %s", what, name, why);
+  ck_assert_msg(
+      sh_tensor_decode(json_object_get(v, name), &t, why, sizeof why) == 0,
+      "%s: %s: %s", what, name, why);
   ck_assert_int_eq(t.rank, rank);
   for (int i = 0; i < rank; i++)
     ck_assert_msg(t.dim[i] == dim[i], "%s: %s dim %d is %lld, not %lld", what,
@@ -888,10 +888,13 @@ START_TEST(test_step_reductions) {
     /* the reference over every token held, its last n rows */
     ref_result_t rr;
     recompute_ref(&s, len, &rr);
-    attn_params_t p = {
-        .reduce = {.top_k = 3, .pool_q = 7, .pool_k = 16,
-                   .stats = ATTN_STAT_ALL, .sink_tokens = 4,
-                   .has_query_range = 1, .query_range = {len - n, len}}};
+    attn_params_t p = {.reduce = {.top_k = 3,
+                                  .pool_q = 7,
+                                  .pool_k = 16,
+                                  .stats = ATTN_STAT_ALL,
+                                  .sink_tokens = 4,
+                                  .has_query_range = 1,
+                                  .query_range = {len - n, len}}};
     ref_reduce_t ref;
     ck_assert_int_eq(ref_reduce(&p, &rr, &ref), 0);
     char what[64];
