@@ -7,7 +7,9 @@ import { cellSize, drawMap, drawLegend, drawAxis } from "./heatmap.js";
 import * as service from "./service.js";
 
 const $ = (id) => document.getElementById(id);
-const MAX_L = 4096;     // the longest context the page draws
+const MAX_L = 32768;    // the longest context the page draws
+const DENSE_L = 4096;   // past it, the server pools the weights (issue 34)
+const TOP_K = 4;        // past DENSE_L: each query's heaviest keys, for hovering
 const FINE = 512;       // cells a side of the enlarged map, at most
 const THUMB = 128;      // cells a side of a thumbnail, at most
 
@@ -181,8 +183,28 @@ function buildRequest() {
   }
   req.mask = mask;
   if (state.scale !== "") req.scale = Number(state.scale);
+  // Past DENSE_L the dense weights would not fit a reply: the server pools
+  // them to the enlarged map's cells over the zoomed block, with each
+  // query's top keys and its entropy and sink mass (docs/api.md).
+  let long = null;
+  if (L > DENSE_L) {
+    long = core.parseZoom(state.zoom, Lq, L);
+    const all = long.q1 - long.q0 === Lq && long.k1 - long.k0 === L;
+    state.zoom = all ? "" : core.formatZoom(long);
+    ret.weights = {
+      heads: state.weights === "mean" ? "mean" : "per_head",
+      pool: [Math.ceil((long.q1 - long.q0) / FINE), Math.ceil((long.k1 - long.k0) / FINE)],
+      reduce: "max",
+      top_k: TOP_K,
+      stats: ["entropy", "sink"],
+      query_range: [long.q0, long.q1],
+      key_range: [long.k0, long.k1],
+    };
+  } else {
+    state.zoom = "";
+  }
   req.return = ret;
-  return { req, mode, labels, qLabels };
+  return { req, mode, labels, qLabels, long };
 }
 
 // The control a server error's field belongs to, in this mode.
@@ -292,7 +314,7 @@ async function runOnce() {
   $("maps").hidden = true;
   $("timings").hidden = true;
   $("req-preview").textContent = preview(built.req);
-  $("size-info").textContent = built.mode === "json" ? "" : sizeInfo(built.req, state.weights === "per_head");
+  $("size-info").textContent = built.mode === "json" || built.long ? "" : sizeInfo(built.req, state.weights === "per_head");
   setStatus("Running…");
   const body = JSON.stringify(built.req);
   const t0 = performance.now();
@@ -337,6 +359,7 @@ async function runOnce() {
 function render(reply, built, client) {
   const r0 = performance.now();
   const req = built.req;
+  if (reply.weights_pooled) return renderLong(reply, built, client, r0);
   const perHead = req.return.weights === "per_head";
   if (!reply.weights) throw new Error("the reply has no weights");
   // per-head base64 weights are read row by row as they are pooled, never
@@ -376,7 +399,8 @@ function render(reply, built, client) {
   let qLabels = built.qLabels || (built.labels && built.labels.length === Lk && Lq <= Lk ? built.labels.slice(Lk - Lq) : null);
   if (!qLabels || qLabels.length !== Lq) qLabels = Array.from({ length: Lq }, (_, i) => `q${i}`);
 
-  view = { maps, Lq, Lk, B, b, H, perHead, max, qLabels, kLabels, rb, cb, reply, mask, timings: null };
+  view = { maps, Lq, Lk, B, b, H, perHead, max, qLabels, kLabels, rb, cb, reply, mask, timings: null, long: null };
+  $("zoom-out").hidden = true;
   if (!maps.some((m) => m.key === state.head)) state.head = maps[0].key;
 
   drawGrid();
@@ -393,6 +417,98 @@ function render(reply, built, client) {
   drawTimings(reply.metrics, view.timings);
   drawOutput(reply);
   updateFragment();
+}
+
+// The reply of a request past DENSE_L: maps pooled by the server
+// (weights_pooled, the largest weight of each block), each query's top keys
+// (weights_top_k) for the tooltip, its entropy and sink mass
+// (weights_stats) for the statistics panel. Blocks the mask leaves no key
+// are drawn masked, as in the dense maps.
+function renderLong(reply, built, client, r0) {
+  const req = built.req, z = built.long, w = req.return.weights;
+  const perHead = w.heads !== "mean";
+  const P = core.readTensor(reply.weights_pooled);
+  const [nq, nk] = P.shape.slice(-2);
+  const H = perHead ? P.shape[P.shape.length - 3] : 1;
+  const Lq = built.qLabels.length, Lk = built.labels.length;
+  const layer = req.layer ? layerByName(req.layer) : null;
+  const mask = core.maskOf(req, Lq, Lk, layerCausal(layer));
+  const { lo, hi } = mask.rows(0);
+  const [rb, cb] = w.pool;
+  const maps = [];
+  for (let h = 0; h < H; h++) {
+    const fine = core.maskPooled(P.data.subarray(h * nq * nk, (h + 1) * nq * nk), nq, nk, rb, cb, z, lo, hi);
+    maps.push(perHead ? { key: String(h), name: `head ${h}`, fine } : { key: "mean", name: "mean over heads", fine });
+  }
+  const top = {
+    index: core.readTensor(reply.weights_top_k.index).data,
+    value: core.readTensor(reply.weights_top_k.value).data,
+  };
+  const stats = {
+    entropy: core.readTensor(reply.weights_stats.entropy).data,
+    sink: core.readTensor(reply.weights_stats.sink).data,
+  };
+  const r1 = performance.now();
+  let max = 0;
+  for (const m of maps) max = Math.max(max, core.poolMax(m.fine));
+  view = {
+    maps, Lq: z.q1 - z.q0, Lk: z.k1 - z.k0, B: 1, b: 0, H, perHead, max,
+    qLabels: built.qLabels.slice(z.q0, z.q1), kLabels: built.labels.slice(z.k0, z.k1),
+    rb, cb, reply, mask, timings: null, long: { z, Lq, Lk, top, stats },
+  };
+  if (!maps.some((m) => m.key === state.head)) state.head = maps[0].key;
+  drawGrid();
+  drawBig();
+  drawLegendNow();
+  const r2 = performance.now();
+  view.timings = { ...client, pool_ms: r1 - r0, draw_ms: r2 - r1, render_ms: r2 - r0 };
+  $("maps").hidden = false;
+  $("zoom-out").hidden = !state.zoom;
+  setStatus(`${perHead ? `${H} heads` : "the mean over heads"}, queries ${z.q0}–${z.q1 - 1} × keys ${z.k0}–${z.k1 - 1} of ${Lq} × ${Lk}, ` +
+    `pooled by the server: each cell covers ${rb} × ${cb} (query × key) positions and shows their largest weight. ` +
+    "Click a cell to zoom in 4× around it.");
+  drawTimings(reply.metrics, view.timings);
+  drawOutput(reply);
+  updateFragment();
+}
+
+// The statistics panel: the enlarged head's entropy (nats, scaled to its
+// largest) and sink mass (0 to 1) per query of the zoomed range, as lines.
+function drawStats() {
+  const v = view, box = $("stats");
+  if (!v || !v.long) {
+    box.hidden = true;
+    $("stats-desc").textContent = `Entropy and sink mass per query are drawn past ${DENSE_L} positions, where the server computes them.`;
+    return;
+  }
+  box.hidden = false;
+  const h = v.perHead ? Number(current().key) : 0, n = v.Lq;
+  const ent = v.long.stats.entropy.subarray(h * n, (h + 1) * n);
+  const sink = v.long.stats.sink.subarray(h * n, (h + 1) * n);
+  const canvas = $("stats-canvas"), W = canvas.width, Hc = canvas.height;
+  const g = canvas.getContext("2d");
+  g.fillStyle = "#ffffff";
+  g.fillRect(0, 0, W, Hc);
+  let emax = 0;
+  for (const e of ent) emax = Math.max(emax, e);
+  const line = (ys, top, colour) => {
+    g.strokeStyle = colour;
+    g.lineWidth = 1.5;
+    g.beginPath();
+    for (let x = 0; x < W; x++) {
+      const i = Math.min(n - 1, Math.floor((x * n) / W));
+      const y = Hc - 2 - (top > 0 ? ys[i] / top : 0) * (Hc - 4);
+      if (x) g.lineTo(x + 0.5, y);
+      else g.moveTo(x + 0.5, y);
+    }
+    g.stroke();
+  };
+  line(ent, emax, "#31688e");
+  line(sink, 1, "#e8590c");
+  let smean = 0;
+  for (const x of sink) smean += x;
+  $("stats-desc").textContent = `${current().name}, queries ${v.long.z.q0}–${v.long.z.q1 - 1}: entropy (blue) up to ` +
+    `${emax.toFixed(3)} nats; sink mass on the first 4 keys (orange, 0 to 1), ${(smean / n).toFixed(3)} on average.`;
 }
 
 // mask.allow over the mean: a cell is masked when every head masks it.
@@ -511,11 +627,13 @@ function drawBig() {
   $("big-desc").textContent = describe(m) + (p.rb > 1 || p.cb > 1
     ? ` Downsampled: each cell covers ${p.rb} queries × ${p.cb} keys and shows the largest weight among them.` : "");
   bigTitle();
-  drawAxis($("key-axis"), p.nc, cw, p.cb, view.kLabels, cw >= 40 ? 40 : 14, false);
+  const z = view.long ? view.long.z : { q0: 0, k0: 0 }; // absolute positions
+  drawAxis($("key-axis"), p.nc, cw, p.cb, view.kLabels, cw >= 40 ? 40 : 14, false, z.k0);
   $("key-axis").classList.toggle("vertical", cw < 40);
-  drawAxis($("query-axis"), p.nr, ch, p.rb, view.qLabels, 14, true);
+  drawAxis($("query-axis"), p.nr, ch, p.rb, view.qLabels, 14, true, z.q0);
   $("tooltip").hidden = true;
   cursor = null;
+  drawStats();
 }
 
 function drawLegendNow() {
@@ -527,6 +645,18 @@ function cellText(r, c) {
   const m = current(), p = m.fine, v = view;
   const w = p.data[r * p.nc + c];
   const val = w !== w ? "masked" : core.formatWeight(w);
+  if (v.long) { // absolute positions, and the block's first query's top keys
+    const z = v.long.z, qa = z.q0 + r * p.rb, ka = z.k0 + c * p.cb;
+    const qb = Math.min(z.q1, qa + p.rb) - 1, kb = Math.min(z.k1, ka + p.cb) - 1;
+    const h = v.perHead ? Number(m.key) : 0, at = (h * v.Lq + (qa - z.q0)) * TOP_K;
+    const tops = [];
+    for (let t = 0; t < TOP_K; t++) {
+      const j = v.long.top.index[at + t];
+      if (j >= 0) tops.push(`${j} “${v.kLabels[j - z.k0]}” ${core.formatWeight(v.long.top.value[at + t])}`);
+    }
+    return `${m.name}: queries ${qa}–${qb} → keys ${ka}–${kb}: ${w !== w ? "all masked" : `largest ${val}`}` +
+      `; top keys of query ${qa}: ${tops.length ? tops.join(", ") : "none"}`;
+  }
   if (p.rb === 1 && p.cb === 1)
     return `${m.name}: query ${r} “${v.qLabels[r]}” → key ${c} “${v.kLabels[c]}”: ${val}`;
   const q1 = Math.min(v.Lq, (r + 1) * p.rb) - 1, k1 = Math.min(v.Lk, (c + 1) * p.cb) - 1;
@@ -741,6 +871,23 @@ function init() {
     showTip(at.r, at.c, at.x, at.y);
   });
   on(big, "pointerleave", () => { $("tooltip").hidden = true; });
+  // past DENSE_L, a click zooms 4x into the block around the cell (the
+  // server pools it afresh); the fragment keeps the zoom
+  on(big, "click", (e) => {
+    if (!view || !view.long) return;
+    const at = cellAt(e), p = current().fine, z = view.long.z;
+    if (!at) return;
+    const next = core.zoomAround(z, z.q0 + at.r * p.rb + (p.rb >> 1), z.k0 + at.c * p.cb + (p.cb >> 1));
+    if (!next) return;
+    state.zoom = core.formatZoom(next);
+    updateFragment();
+    run().catch((x) => pageError(x.message));
+  });
+  on($("zoom-out"), "click", () => {
+    state.zoom = "";
+    updateFragment();
+    run().catch((x) => pageError(x.message));
+  });
   on(big, "keydown", (e) => {
     if (!view) return;
     const p = current().fine;

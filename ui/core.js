@@ -192,6 +192,10 @@ export function readTensor(t) {
   if (!Array.isArray(shape)) throw new Error("a tensor without a shape");
   if (typeof t.base64 === "string") {
     const bytes = base64ToBytes(t.base64);
+    if (t.dtype === "int32") {
+      const c = new Uint8Array(bytes); // aligned, little-endian as the host
+      return { shape, data: new Int32Array(c.buffer, 0, c.length >> 2) };
+    }
     return { shape, data: t.dtype === "bool" ? bytes : bytesToFloat32(bytes) };
   }
   if (Array.isArray(t.data)) return { shape, data: Float32Array.from(t.data, Number) };
@@ -229,6 +233,7 @@ export const DEFAULTS = Object.freeze({
   kl: "",              // mask.key_lengths [kl]; blank: none
   scale: "",           // the request's scale; blank: 1/sqrt(Dh)
   weights: "per_head", // per_head | mean
+  zoom: "",            // past DENSE_L: "q0-q1,k0-k1", the block shown; blank: all
   req: null,           // json mode: the request object
   head: "0",           // the enlarged map: a head index, or "mean"
   lock: false,         // the enlarged map stays on hover elsewhere
@@ -510,4 +515,59 @@ export function histogramQuantile(q, buckets) {
     prevLe = le; prevCount = count;
   }
   return prevLe;
+}
+
+// ---- weights at any length (return.weights as an object) ---------------
+
+// The block a zoom names ("q0-q1,k0-k1", half-open) inside Lq queries and
+// Lk keys, or the whole map for "" or anything else.
+export function parseZoom(z, Lq, Lk) {
+  const m = /^(\d+)-(\d+),(\d+)-(\d+)$/.exec(z || "");
+  const all = { q0: 0, q1: Lq, k0: 0, k1: Lk };
+  if (!m) return all;
+  const [q0, q1, k0, k1] = m.slice(1).map(Number);
+  if (!(q0 < q1 && q1 <= Lq && k0 < k1 && k1 <= Lk)) return all;
+  return { q0, q1, k0, k1 };
+}
+
+export function formatZoom(z) {
+  return `${z.q0}-${z.q1},${z.k0}-${z.k1}`;
+}
+
+// The pooled map of one head (data: nq x nk, from weights_pooled) as the
+// page's pooled maps are: a block is NaN where the mask leaves it no key
+// (lo/hi: each query's interval of keys, as maskOf().rows, hi inclusive),
+// else the server's value (the largest weight in the block). The blocks
+// start at the zoom's first query q0 and key k0.
+export function maskPooled(data, nq, nk, rb, cb, z, lo, hi) {
+  const out = Float32Array.from(data);
+  for (let r = 0; r < nq; r++) {
+    const a = z.q0 + r * rb, b = Math.min(z.q1, a + rb);
+    let mn = Infinity, mx = -Infinity;
+    for (let i = a; i < b; i++) {
+      if (hi[i] < lo[i]) continue; // a row that sees nothing
+      mn = Math.min(mn, lo[i]);
+      mx = Math.max(mx, hi[i]);
+    }
+    for (let c = 0; c < nk; c++) {
+      const ka = z.k0 + c * cb, kb = Math.min(z.k1, ka + cb) - 1;
+      if (mx < ka || mn > kb) out[r * nk + c] = NaN;
+    }
+  }
+  return { data: out, nr: nq, nc: nk, rb, cb };
+}
+
+// The zoom 4x into z around query i and key j: each side a quarter as
+// long (at least ZOOM_MIN positions), inside z; null when both sides are
+// that short already.
+export const ZOOM_MIN = 16;
+export function zoomAround(z, i, j) {
+  const side = (a, b, x) => {
+    const n = Math.max(Math.min(ZOOM_MIN, b - a), Math.ceil((b - a) / 4));
+    const lo = Math.min(Math.max(a, x - (n >> 1)), b - n);
+    return [lo, lo + n];
+  };
+  if (z.q1 - z.q0 <= ZOOM_MIN && z.k1 - z.k0 <= ZOOM_MIN) return null;
+  const [q0, q1] = side(z.q0, z.q1, i), [k0, k1] = side(z.k0, z.k1, j);
+  return { q0, q1, k0, k1 };
 }

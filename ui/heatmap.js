@@ -62,14 +62,15 @@ export function drawLegend(canvas, ticks, mode, max) {
 // Labels along one axis: `n` cells of `size` CSS pixels, each covering
 // `per` positions; labels[i] is position i's text. Labels are kept at
 // least `gap` pixels apart, each at the middle of the cell it names; a
-// pooled axis is labelled by the first position of each labelled cell.
-export function drawAxis(el, n, size, per, labels, gap, vertical) {
+// pooled axis is labelled by the first position of each labelled cell,
+// counted from `offset` (a zoomed map's first position).
+export function drawAxis(el, n, size, per, labels, gap, vertical, offset = 0) {
   el.textContent = "";
   const step = niceStep(Math.ceil(gap / size), per);
   for (let c = 0; c < n; c += step) {
     const s = document.createElement("span");
     const i = c * per;
-    s.textContent = per === 1 && labels[i] !== undefined ? labels[i] : String(i);
+    s.textContent = per === 1 && labels[i] !== undefined ? labels[i] : String(i + offset);
     const at = `${(c + 0.5) * size}px`;
     if (vertical) s.style.top = at;
     else s.style.left = at;

@@ -448,6 +448,78 @@ async function main() {
     await page.close();
   });
 
+  await check("L=16384, causal, 8 heads: maps pooled by the server, zoomed twice, top keys on hover, statistics", async () => {
+    const page = await open(`${srv.url}/#mode=inline&E=32&H=8&Hkv=8&L=16384&causal=bottom_right`);
+    await runs(page, 1, 120000);
+    await clean(page);
+    const sent = await page.evaluate(() => JSON.parse(document.getElementById("req-preview").textContent));
+    const w = sent.return.weights;
+    assert(w && w.pool && w.pool[0] === 32 && w.pool[1] === 32 && w.top_k === 4, `sent: ${JSON.stringify(w)}`);
+    assert((await page.$$("#grid canvas")).length === 8, "not 8 heads");
+    assert(/pooled by the server: each cell covers 32 × 32/.test(await text(page, "#status")), await text(page, "#status"));
+    // the causal triangle: masked above the diagonal, weights below it
+    const above = await cellColour(page, "#big-canvas", 0, 511, 512, 512);
+    assert(close(above, MASKED, 0), `top right: ${above}`);
+    const below = await cellColour(page, "#big-canvas", 511, 0, 512, 512);
+    assert(!close(below, MASKED, 12), `bottom left is masked grey: ${below}`);
+    assert(await shown(page, "#stats"), "no statistics panel");
+    const t0 = await page.evaluate(() => window.attnd.view().timings);
+    await page.screenshot({ path: path.join(opt.out, "long-16k.png"), fullPage: true });
+    // zoom twice, 4x each time, around a cell near the bottom left
+    const bigBox = async () => {
+      await page.$eval("#big-canvas", (e) => e.scrollIntoView({ block: "center" }));
+      return (await page.$("#big-canvas")).boundingBox();
+    };
+    const clickCell = async (r, c) => {
+      const box = await bigBox();
+      await page.mouse.click(box.x + (box.width * (c + 0.5)) / 512, box.y + (box.height * (r + 0.5)) / 512);
+    };
+    const zoomOf = () => page.evaluate(() => window.attnd.state().zoom);
+    await clickCell(500, 5);
+    await runs(page, 2, 120000);
+    await clean(page);
+    let st = await zoomOf();
+    assert(st === "12288-16384,0-4096", `first zoom: ${st}`);
+    assert(/zoom=12288-16384%2C0-4096/.test(await page.evaluate(() => location.hash)), await page.evaluate(() => location.hash));
+    assert(await shown(page, "#zoom-out"), "no zoom-out button");
+    let v = await page.evaluate(() => ({ rb: window.attnd.view().rb, cb: window.attnd.view().cb }));
+    assert(v.rb === 8 && v.cb === 8, `first zoom: cells of ${v.rb} x ${v.cb}`);
+    await clickCell(300, 100);
+    await runs(page, 3, 120000);
+    await clean(page);
+    st = await zoomOf();
+    const m = /^(\d+)-(\d+),(\d+)-(\d+)$/.exec(st);
+    assert(m && m[2] - m[1] === 1024 && m[4] - m[3] === 1024 && Math.abs(m[1] - 14180) <= 16 && Math.abs(m[3] - 292) <= 16, `second zoom: ${st}`);
+    v = await page.evaluate(() => ({ rb: window.attnd.view().rb, cb: window.attnd.view().cb }));
+    assert(v.rb === 2 && v.cb === 2, `second zoom: cells of ${v.rb} x ${v.cb}`);
+    const axis = await text(page, "#query-axis");
+    assert(axis.trim().startsWith(m[1]), `the query axis starts at ${axis.slice(0, 20)}, not ${m[1]}`);
+    // still causal where it should be: above the diagonal masked
+    const q0 = Number(m[1]), k0 = Number(m[3]);
+    const masked = await cellColour(page, "#big-canvas", 0, 511, 512, 512);
+    if (k0 + 1023 > q0 + 1) assert(close(masked, MASKED, 0), `zoomed top right: ${masked}`);
+    await bigBox();
+    const tip = await hoverCell(page, 400, 10, 512, 512);
+    assert(/^head \d: queries \d+–\d+ → keys \d+–\d+: largest \d[^;]*; top keys of query \d+: \d+ “\d+” \d/.test(tip), `tooltip: ${tip}`);
+    assert(/entropy \(blue\) up to \d/.test(await text(page, "#stats-desc")), await text(page, "#stats-desc"));
+    await page.screenshot({ path: path.join(opt.out, "long-16k-zoom.png"), fullPage: true });
+    // the fragment alone gives the same view
+    const again = await open(`${srv.url}/${await page.evaluate(() => location.hash)}`);
+    await runs(again, 1, 120000);
+    await clean(again);
+    assert((await again.evaluate(() => window.attnd.view().long.z.q0)) === q0, "the fragment lost the zoom");
+    await again.close();
+    await page.click("#zoom-out");
+    await runs(page, 4, 120000);
+    st = await zoomOf();
+    assert(st === "", `zoom after zooming out: ${st}`);
+    const line = `L=16384 x 8 heads, pooled by the server: rendered in ${t0.render_ms.toFixed(0)} ms; the reply: headers ${t0.fetch_ms.toFixed(0)} ms, ` +
+      `body ${t0.body_ms.toFixed(0)} ms, JSON.parse ${t0.parse_ms.toFixed(0)} ms`;
+    console.log(`     ${line}`);
+    report.push(line);
+    await page.close();
+  });
+
   await check("the causal L=256 example with eight heads", async () => {
     const page = await open(`${srv.url}/`);
     await page.click("#ex-causal");
