@@ -400,16 +400,7 @@ function render(reply, built, client) {
   if (!qLabels || qLabels.length !== Lq) qLabels = Array.from({ length: Lq }, (_, i) => `q${i}`);
 
   view = { maps, Lq, Lk, B, b, H, perHead, max, qLabels, kLabels, rb, cb, reply, mask, timings: null, long: null };
-  $("zoom-out").hidden = true;
-  if (!maps.some((m) => m.key === state.head)) state.head = maps[0].key;
-
-  drawGrid();
-  drawBig();
-  drawLegendNow();
-  const r2 = performance.now();
-  view.timings = { ...client, pool_ms: r1 - r0, draw_ms: r2 - r1, render_ms: r2 - r0 };
-
-  $("maps").hidden = false;
+  show(client, r0, r1);
   const pooled = rb > 1 || cb > 1;
   setStatus(`${perHead ? `${H} heads` : "the mean over heads"}, ${Lq} ${Lq === 1 ? "query" : "queries"} × ${Lk} keys` +
     (B > 1 ? `, batch row ${b} of ${B}` : "") +
@@ -456,14 +447,7 @@ function renderLong(reply, built, client, r0) {
     qLabels: built.qLabels.slice(z.q0, z.q1), kLabels: built.labels.slice(z.k0, z.k1),
     rb, cb, reply, mask, timings: null, long: { z, Lq, Lk, top, stats },
   };
-  if (!maps.some((m) => m.key === state.head)) state.head = maps[0].key;
-  drawGrid();
-  drawBig();
-  drawLegendNow();
-  const r2 = performance.now();
-  view.timings = { ...client, pool_ms: r1 - r0, draw_ms: r2 - r1, render_ms: r2 - r0 };
-  $("maps").hidden = false;
-  $("zoom-out").hidden = !state.zoom;
+  show(client, r0, r1);
   setStatus(`${perHead ? `${H} heads` : "the mean over heads"}, queries ${z.q0}–${z.q1 - 1} × keys ${z.k0}–${z.k1 - 1} of ${Lq} × ${Lk}, ` +
     `pooled by the server: each cell covers ${rb} × ${cb} (query × key) positions and shows their largest weight. ` +
     "Click a cell to zoom in 4× around it.");
@@ -509,6 +493,19 @@ function drawStats() {
   for (const x of sink) smean += x;
   $("stats-desc").textContent = `${current().name}, queries ${v.long.z.q0}–${v.long.z.q1 - 1}: entropy (blue) up to ` +
     `${emax.toFixed(3)} nats; sink mass on the first 4 keys (orange, 0 to 1), ${(smean / n).toFixed(3)} on average.`;
+}
+
+// Draws `view`: the thumbnails, the enlarged map, the legend; and times
+// it (r0: the render's start, r1: the maps ready).
+function show(client, r0, r1) {
+  if (!view.maps.some((m) => m.key === state.head)) state.head = view.maps[0].key;
+  drawGrid();
+  drawBig();
+  drawLegendNow();
+  const r2 = performance.now();
+  view.timings = { ...client, pool_ms: r1 - r0, draw_ms: r2 - r1, render_ms: r2 - r0 };
+  $("maps").hidden = false;
+  $("zoom-out").hidden = !(view.long && state.zoom);
 }
 
 // mask.allow over the mean: a cell is masked when every head masks it.
