@@ -875,7 +875,9 @@ START_TEST(test_step_reductions) {
     const int64_t n = sizes[k], len = s.n + n;
     seq_gen(&s, &rng, n);
     json_error_t je;
-    json_t *b = json_loads(step_text(&s, s.n, n, NULL), 0, &je);
+    char *step = step_text(&s, s.n, n, NULL);
+    json_t *b = json_loads(step, 0, &je);
+    free(step);
     ck_assert_ptr_nonnull(b);
     merge(b, "{\"return\":{\"metrics\":false,\"encoding\":\"flat\","
              "\"weights\":{\"top_k\":3,\"pool\":[7,16],\"stats\":["
