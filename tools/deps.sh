@@ -23,7 +23,8 @@ cmd:gcc gcc
 cmd:curl curl
 cmd:node nodejs
 cmd:npm npm
-file:/usr/bin/python3 python3'
+file:/usr/bin/python3 python3
+file:/usr/lib/gcc/x86_64-linux-gnu/*/libgfortran.a libgfortran-12-dev'
 if [ "${1:-}" = fuzz ]; then
   need="$need
 cmd:clang-14 clang-14
