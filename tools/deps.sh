@@ -24,7 +24,10 @@ cmd:curl curl
 cmd:node nodejs
 cmd:npm npm
 file:/usr/bin/python3 python3
-file:/usr/lib/gcc/x86_64-linux-gnu/*/libgfortran.a libgfortran-12-dev'
+file:/usr/lib/gcc/x86_64-linux-gnu/*/libgfortran.a libgfortran-12-dev
+cmd:readelf binutils
+cmd:groff groff-base
+cmd:col bsdextrautils'
 if [ "${1:-}" = fuzz ]; then
   need="$need
 cmd:clang-14 clang-14
