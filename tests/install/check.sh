@@ -106,9 +106,16 @@ diff -u "$tmp/expected.txt" "$tmp/out-static.txt" ||
 "$prefix/bin/attnd" --version | grep -qx "attnd $version" || fail "attnd --version"
 for p in attnd attnd-load; do
   page=$prefix/share/man/man1/$p.1
-  warnings=$(groff -man -Tutf8 -ww -z "$page" 2>&1)
-  [ -z "$warnings" ] || fail "$p.1: $warnings"
-  text=$(groff -man -Tascii -P-c -P-b -P-u "$page" 2>/dev/null | col -b 2>/dev/null || true)
+  if groff -man -Tutf8 -z /dev/null >/dev/null 2>&1; then
+    warnings=$(groff -man -Tutf8 -ww -z "$page" 2>&1) || true
+    [ -z "$warnings" ] || fail "$p.1: $warnings"
+    text=$(groff -man -Tascii -P-c -P-b -P-u "$page" 2>/dev/null | col -b 2>/dev/null || true)
+  else
+    # groff without its macros and fonts: Debian's slim images keep dpkg
+    # from installing /usr/share/groff. The page's own text, unescaped.
+    echo "install-check: groff cannot run here (no /usr/share/groff): $p.1 read as text"
+    text=$(sed -e 's/\\-/-/g' -e 's/^\.[A-Z][A-Z]* *//' -e 's/^"//' "$page")
+  fi
   n=0
   for o in $("$prefix/bin/$p" --help | sed -n 's/^  \(--[a-z0-9-]*\).*/\1/p'); do
     printf '%s\n' "$text" | grep -q -- "^ *$o\b" || fail "$p.1 lacks $o"
