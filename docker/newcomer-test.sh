@@ -102,7 +102,7 @@ node --version
 dpkg -S "$(readlink -f "$(command -v node)")" "$(readlink -f "$(command -v npm)")"
 apt-cache policy | awk "/^ *[0-9]+ (http|https|file)/ { print \$2 }" | sort -u >/tmp/sources
 cat /tmp/sources
-ls /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null
+ls /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null || true
 uris=$(awk "/^URIs:/ { print \$2 }" /etc/apt/sources.list.d/debian.sources)
 for s in $(cat /tmp/sources); do
   ok=0
