@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/half.h"
 #include "codec/util.h"
 #include "model/safetensors.h"
 
@@ -44,7 +45,7 @@ int bench_write_layer(const char *path, int64_t E, int64_t H, float *const w[4],
     float v = w[i / n][i % n];
     char *dst = i < 3 * n ? in + i * es : out + (i - 3 * n) * es;
     if (dtype == ATTND_ST_BF16) {
-      uint16_t h = attnd_st_bf16_from_f32(v);
+      uint16_t h = attnd_bf16_from_f32(v);
       memcpy(dst, &h, 2);
     } else {
       memcpy(dst, &v, 4);

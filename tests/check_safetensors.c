@@ -33,12 +33,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "codec/half.h"
 #include "codec/util.h"
 #include "model/safetensors.h"
 #include "suite.h"
-
-/* safetensors.c's switch to its scalar F16 path (for tests only). */
-int attnd__st_force_scalar(int on);
 
 /* ck_assert* reports to the parent process on every call; the sweeps use
  * CHECK, which calls into Check only to fail. */
@@ -197,7 +195,7 @@ START_TEST(test_exact_bytes) {
   check_written("meta.safetensors", ts, 2, mk, mv, 1, want_meta,
                 sizeof want_meta - 1);
 
-  uint16_t w[2] = {attnd_st_bf16_from_f32(1), attnd_st_bf16_from_f32(-2)};
+  uint16_t w[2] = {attnd_bf16_from_f32(1), attnd_bf16_from_f32(-2)};
   attnd_st_out_t te = {"w\"\\\xc3\xa9"
                        "1",
                        ATTND_ST_BF16,
@@ -259,8 +257,8 @@ START_TEST(test_round_trip) {
       } else if (dt == ATTND_ST_F32) {
         memcpy(p, &x, 4);
       } else {
-        uint16_t h = dt == ATTND_ST_F16 ? attnd_st_f16_from_f32(x)
-                                        : attnd_st_bf16_from_f32(x);
+        uint16_t h =
+            dt == ATTND_ST_F16 ? attnd_f16_from_f32(x) : attnd_bf16_from_f32(x);
         memcpy(p, &h, 2);
         x = dt == ATTND_ST_F16 ? (float)ref_f16(h) : bitsf((uint32_t)h << 16);
       }
@@ -813,7 +811,7 @@ START_TEST(test_f16_all) {
   ck_assert_uint_eq(n, 65536 - 2048);
   attnd_st_tensor_t t = view(ATTND_ST_F16, buf + 1, n);
   for (int scalar = 0; scalar < 2; scalar++) {
-    attnd__st_force_scalar(scalar);
+    attnd__half_force_scalar(scalar);
     memset(got, 0xff, sizeof got);
     ck_assert_int_eq(attnd_st_to_f32(&t, got, NULL), 0);
     for (size_t i = 0; i < n; i++) {
@@ -823,7 +821,7 @@ START_TEST(test_f16_all) {
             scalar ? "scalar" : "F16C", h, got[i], want);
     }
   }
-  attnd__st_force_scalar(0);
+  attnd__half_force_scalar(0);
 }
 END_TEST
 
@@ -836,7 +834,7 @@ START_TEST(test_f16_bad_and_tails) {
   float got[41];
   uint64_t seed = 7;
   for (int scalar = 0; scalar < 2; scalar++) {
-    attnd__st_force_scalar(scalar);
+    attnd__half_force_scalar(scalar);
     for (uint32_t k = 0; k < 2048; k++) {
       uint16_t h = (uint16_t)((k & 0x400 ? 0x8000 : 0) | 0x7c00 | (k & 0x3ff));
       size_t n = 1 + k % 37, at = (k / 37) % n;
@@ -868,7 +866,7 @@ START_TEST(test_f16_bad_and_tails) {
         }
       }
   }
-  attnd__st_force_scalar(0);
+  attnd__half_force_scalar(0);
 }
 END_TEST
 
@@ -1011,8 +1009,8 @@ START_TEST(test_f16_from_f32) {
     if ((h & 0x7c00) == 0x7c00)
       continue;
     float x = (float)ref_f16((uint16_t)h);
-    CHECK(attnd_st_f16_from_f32(x) == h, "%a: 0x%04x, want 0x%04x", x,
-          attnd_st_f16_from_f32(x), h);
+    CHECK(attnd_f16_from_f32(x) == h, "%a: 0x%04x, want 0x%04x", x,
+          attnd_f16_from_f32(x), h);
     if ((h & 0x7fff) == 0x7bff)
       continue;
     /* the midpoint to the next value away from zero: exact in float */
@@ -1020,26 +1018,26 @@ START_TEST(test_f16_from_f32) {
     float mid = (float)((v0 + v1) / 2);
     CHECK((double)mid == (v0 + v1) / 2, "midpoint of 0x%04x not exact", h);
     uint16_t even = h & 1 ? (uint16_t)(h + 1) : (uint16_t)h;
-    CHECK(attnd_st_f16_from_f32(mid) == even, "%a: 0x%04x, want 0x%04x", mid,
-          attnd_st_f16_from_f32(mid), even);
+    CHECK(attnd_f16_from_f32(mid) == even, "%a: 0x%04x, want 0x%04x", mid,
+          attnd_f16_from_f32(mid), even);
     float below = nextafterf(mid, 0), above = nextafterf(mid, 2 * mid);
-    CHECK(attnd_st_f16_from_f32(below) == h, "%a: 0x%04x", below,
-          attnd_st_f16_from_f32(below));
-    CHECK(attnd_st_f16_from_f32(above) == h + 1, "%a: 0x%04x", above,
-          attnd_st_f16_from_f32(above));
+    CHECK(attnd_f16_from_f32(below) == h, "%a: 0x%04x", below,
+          attnd_f16_from_f32(below));
+    CHECK(attnd_f16_from_f32(above) == h + 1, "%a: 0x%04x", above,
+          attnd_f16_from_f32(above));
   }
-  ck_assert_uint_eq(attnd_st_f16_from_f32(65519.99f), 0x7bff);
-  ck_assert_uint_eq(attnd_st_f16_from_f32(65520.0f), 0x7c00);
-  ck_assert_uint_eq(attnd_st_f16_from_f32(-1e10f), 0xfc00);
-  ck_assert_uint_eq(attnd_st_f16_from_f32(INFINITY), 0x7c00);
-  ck_assert_uint_eq(attnd_st_f16_from_f32(-INFINITY), 0xfc00);
-  ck_assert_uint_eq(attnd_st_f16_from_f32(0x1p-25f), 0x0000); /* tie: even */
-  ck_assert_uint_eq(attnd_st_f16_from_f32(-0x1.000002p-25f), 0x8001);
-  ck_assert_uint_eq(attnd_st_f16_from_f32(0x1p-149f), 0x0000);
-  ck_assert_uint_eq(attnd_st_f16_from_f32(FLT_MIN), 0x0000);
-  uint16_t nan = attnd_st_f16_from_f32(NAN);
+  ck_assert_uint_eq(attnd_f16_from_f32(65519.99f), 0x7bff);
+  ck_assert_uint_eq(attnd_f16_from_f32(65520.0f), 0x7c00);
+  ck_assert_uint_eq(attnd_f16_from_f32(-1e10f), 0xfc00);
+  ck_assert_uint_eq(attnd_f16_from_f32(INFINITY), 0x7c00);
+  ck_assert_uint_eq(attnd_f16_from_f32(-INFINITY), 0xfc00);
+  ck_assert_uint_eq(attnd_f16_from_f32(0x1p-25f), 0x0000); /* tie: even */
+  ck_assert_uint_eq(attnd_f16_from_f32(-0x1.000002p-25f), 0x8001);
+  ck_assert_uint_eq(attnd_f16_from_f32(0x1p-149f), 0x0000);
+  ck_assert_uint_eq(attnd_f16_from_f32(FLT_MIN), 0x0000);
+  uint16_t nan = attnd_f16_from_f32(NAN);
   ck_assert((nan & 0x7c00) == 0x7c00 && (nan & 0x3ff) != 0);
-  nan = attnd_st_f16_from_f32(bitsf(0xff800001)); /* a signalling NaN */
+  nan = attnd_f16_from_f32(bitsf(0xff800001)); /* a signalling NaN */
   ck_assert((nan & 0xfc00) == 0xfc00 && (nan & 0x3ff) != 0);
 }
 END_TEST
@@ -1049,7 +1047,7 @@ END_TEST
 START_TEST(test_bf16_from_f32) {
   for (uint32_t h = 0; h < 65536; h++)
     if ((h & 0x7f80) != 0x7f80)
-      CHECK(attnd_st_bf16_from_f32(bitsf(h << 16)) == h, "BF16 0x%04x", h);
+      CHECK(attnd_bf16_from_f32(bitsf(h << 16)) == h, "BF16 0x%04x", h);
   uint64_t seed = 11;
   for (int i = 0; i < 200000; i++) {
     uint32_t u = (uint32_t)attnd_splitmix64(&seed);
@@ -1063,16 +1061,76 @@ START_TEST(test_bf16_from_f32) {
                      ? ldexp(1, 128)
                      : (double)bitsf((uint32_t)(lo + 1) << 16);
     uint16_t want = nearest(x, lo, (double)bitsf((uint32_t)lo << 16), vhi);
-    CHECK(attnd_st_bf16_from_f32(x) == want, "%a: 0x%04x, want 0x%04x", x,
-          attnd_st_bf16_from_f32(x), want);
+    CHECK(attnd_bf16_from_f32(x) == want, "%a: 0x%04x, want 0x%04x", x,
+          attnd_bf16_from_f32(x), want);
   }
-  ck_assert_uint_eq(attnd_st_bf16_from_f32(FLT_MAX), 0x7f80);
-  ck_assert_uint_eq(attnd_st_bf16_from_f32(-FLT_MAX), 0xff80);
-  ck_assert_uint_eq(attnd_st_bf16_from_f32(INFINITY), 0x7f80);
-  ck_assert_uint_eq(attnd_st_bf16_from_f32(1.0f), 0x3f80);
-  ck_assert_uint_eq(attnd_st_bf16_from_f32(-0.0f), 0x8000);
-  uint16_t nan = attnd_st_bf16_from_f32(bitsf(0x7f800001));
+  ck_assert_uint_eq(attnd_bf16_from_f32(FLT_MAX), 0x7f80);
+  ck_assert_uint_eq(attnd_bf16_from_f32(-FLT_MAX), 0xff80);
+  ck_assert_uint_eq(attnd_bf16_from_f32(INFINITY), 0x7f80);
+  ck_assert_uint_eq(attnd_bf16_from_f32(1.0f), 0x3f80);
+  ck_assert_uint_eq(attnd_bf16_from_f32(-0.0f), 0x8000);
+  uint16_t nan = attnd_bf16_from_f32(bitsf(0x7f800001));
   ck_assert((nan & 0x7f80) == 0x7f80 && (nan & 0x7f) != 0);
+}
+END_TEST
+
+/* The tensor forms (codec/half.c): rounding in place and packing, F16 by
+ * F16C and by the scalar path, BF16, over lengths 0 to 40 (F16C's 8 lanes
+ * and the tail), agree with the scalar conversions element by element;
+ * rounding twice changes nothing; the first value that overflows is the
+ * one named. */
+START_TEST(test_dtype_tensors) {
+  static const attnd_dtype_t types[] = {ATTND_DTYPE_F16, ATTND_DTYPE_BF16};
+  uint64_t seed = 5 + (uint64_t)_i;
+  float x[40], y[40];
+  uint16_t packed[40];
+  for (int scalar = 0; scalar < 2; scalar++) {
+    attnd__half_force_scalar(scalar);
+    for (int ti = 0; ti < 2; ti++) {
+      attnd_dtype_t t = types[ti];
+      for (size_t n = 0; n <= 40; n++) {
+        int64_t first_inf = -1;
+        for (size_t i = 0; i < n; i++) {
+          uint64_t r = attnd_splitmix64(&seed);
+          /* exponents around F16's whole range, and some beyond it */
+          x[i] = ldexpf((float)(r >> 40) / 0x1p24f, (int)(r % 48) - 30);
+          if (r & 0x100)
+            x[i] = -x[i];
+          uint16_t h = t == ATTND_DTYPE_F16 ? attnd_f16_from_f32(x[i])
+                                            : attnd_bf16_from_f32(x[i]);
+          y[i] =
+              t == ATTND_DTYPE_F16 ? attnd_f16_to_f32(h) : attnd_bf16_to_f32(h);
+          if (first_inf < 0 && isinf(y[i]))
+            first_inf = (int64_t)i;
+        }
+        attnd_dtype_pack(t, x, n, packed);
+        for (size_t i = 0; i < n; i++) {
+          uint16_t h = t == ATTND_DTYPE_F16 ? attnd_f16_from_f32(x[i])
+                                            : attnd_bf16_from_f32(x[i]);
+          CHECK(packed[i] == h,
+                "%s %s pack n %zu [%zu] %a: 0x%04x, want 0x%04x",
+                scalar ? "scalar" : "vector", ti ? "BF16" : "F16", n, i, x[i],
+                packed[i], h);
+        }
+        int64_t got = attnd_dtype_round(t, x, n);
+        CHECK(got == first_inf, "%s n %zu: first infinity %lld, want %lld",
+              ti ? "BF16" : "F16", n, (long long)got, (long long)first_inf);
+        for (size_t i = 0; i < n; i++)
+          CHECK(memcmp(&x[i], &y[i], 4) == 0,
+                "%s %s round n %zu [%zu]: %a, want %a",
+                scalar ? "scalar" : "vector", ti ? "BF16" : "F16", n, i, x[i],
+                y[i]);
+        CHECK(attnd_dtype_round(t, x, n) == first_inf &&
+                  memcmp(x, y, n * 4) == 0,
+              "rounding twice changed n %zu", n);
+      }
+    }
+  }
+  attnd__half_force_scalar(0);
+  float f[3] = {1.5f, -0.0f, FLT_MAX};
+  ck_assert_int_eq(attnd_dtype_round(ATTND_DTYPE_F32, f, 3), -1);
+  ck_assert(f[0] == 1.5f && f[2] == FLT_MAX);
+  ck_assert_int_eq(attnd_dtype_round(ATTND_DTYPE_BF16, f, 3), 2);
 }
 END_TEST
 
@@ -1102,6 +1160,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_f64);
   tcase_add_test(tc, test_f16_from_f32);
   tcase_add_test(tc, test_bf16_from_f32);
+  tcase_add_loop_test(tc, test_dtype_tensors, 0, 4);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/half.h"
 #include "codec/util.h"
 
 struct lf_file {
@@ -86,12 +87,12 @@ static float store(attnd_st_dtype_t dtype, void *data, int64_t i,
     return x;
   }
   case ATTND_ST_F16: {
-    uint16_t h = attnd_st_f16_from_f32((float)value);
+    uint16_t h = attnd_f16_from_f32((float)value);
     memcpy(p, &h, 2);
     return lf_f16_to_f32(h);
   }
   case ATTND_ST_BF16: {
-    uint16_t h = attnd_st_bf16_from_f32((float)value);
+    uint16_t h = attnd_bf16_from_f32((float)value);
     memcpy(p, &h, 2);
     return lf_bf16_to_f32(h);
   }

@@ -23,11 +23,11 @@
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define ST_HAVE_F16C 1
 #endif
 
+#include "codec/half.h"
 #include "codec/util.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -439,21 +439,6 @@ static inline uint32_t st_u16(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8;
 }
 
-/* F16 h as float32, exactly (infinities and NaNs too). A normal half is its
- * exponent re-biased (15 to 127); a subnormal one, m·2^-24, is computed as
- * (1 + m/1024)·2^-14 - 2^-14, exact by Sterbenz, with no subnormal float
- * operand (which some CPUs handle slowly). Selected by masks, without a
- * branch, so that the loops over it vectorise. */
-static inline float st_f16(uint32_t h) {
-  uint32_t em = (h & 0x7fff) << 13, exp = em & 0x0f800000;
-  uint32_t normal = em + (112u << 23), special = em | 0x7f800000;
-  uint32_t sub = st_bits(st_f32(em + (113u << 23)) - st_f32(113u << 23));
-  uint32_t is_sub = 0u - (exp == 0), is_special = 0u - (exp == 0x0f800000);
-  uint32_t u = (sub & is_sub) | (special & is_special) |
-               (normal & ~(is_sub | is_special));
-  return st_f32(u | (h & 0x8000) << 16);
-}
-
 /* Whether a value is infinite or NaN: its exponent is all ones. The
  * integer forms are sums whose top bit is set only then, to be OR-ed over
  * a loop (no branch, no boolean) and tested once. The F64 test is "rounds
@@ -467,47 +452,19 @@ static inline float st_f16(uint32_t h) {
 #define ST_F32_BAD(u) ((ST_F32_ALL1(u) & 0x80000000u) != 0)
 #define ST_F64_BAD(d) (!(fabs(d) < 0x1.ffffffp127))
 
-/* Set to take the scalar F16 path even where the CPU has F16C (tests). */
-static int st_f16_scalar_only;
-
-int attnd__st_force_scalar(int on);
-/* Makes attnd_st_to_f32 take its scalar F16 path (on = 1) or pick by the
- * CPU (0); returns the previous setting. For tests, before any thread
- * converts. */
-int attnd__st_force_scalar(int on) {
-  int was = st_f16_scalar_only;
-  st_f16_scalar_only = on;
-  return was;
-}
-
 /* Each converter writes n floats and returns whether a value was bad. */
 static int st_conv_f16(const uint8_t *src, float *dst, size_t n) {
   uint32_t acc = 0;
 #pragma omp simd reduction(| : acc)
   for (size_t i = 0; i < n; i++) {
     uint32_t h = st_u16(src + 2 * i);
-    dst[i] = st_f16(h);
+    dst[i] = attnd_f16_to_f32(h);
     acc |= ST_F16_ALL1(h);
   }
   return (acc & 0x8000) != 0;
 }
 
 #ifdef ST_HAVE_F16C
-/* Whether the CPU has F16C and the OS keeps AVX's registers (which
- * __builtin_cpu_supports("avx") checks). Asked once: cpuid may trap to a
- * hypervisor. gcc knows "f16c" as a feature name, clang 14 does not, hence
- * cpuid's leaf 1 (ECX bit 29). */
-static int st_has_f16c(void) {
-  static int known = -1; /* -1, or the answer */
-  int k = __atomic_load_n(&known, __ATOMIC_RELAXED);
-  if (k < 0) {
-    unsigned a, b, c, d;
-    k = __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) &&
-        (c & bit_F16C) != 0;
-    __atomic_store_n(&known, k, __ATOMIC_RELAXED);
-  }
-  return k;
-}
 
 __attribute__((target("avx,f16c"))) static int
 st_conv_f16c(const uint8_t *src, float *dst, size_t n) {
@@ -592,7 +549,7 @@ int attnd_st_to_f32(const attnd_st_tensor_t *t, float *dst, int64_t *bad) {
   switch (t->dtype) {
   case ATTND_ST_F16:
 #ifdef ST_HAVE_F16C
-    if (!st_f16_scalar_only && st_has_f16c()) {
+    if (!attnd__half_scalar_only && attnd_cpu_has_f16c()) {
       b = st_conv_f16c(t->data, dst, n);
       break;
     }
@@ -838,37 +795,4 @@ int attnd_st_write(const char *path, const attnd_st_out_t *tensors, size_t n,
     return attnd_fail(msg, msz, "%s: cannot write: %s", path, strerror(e));
   }
   return 0;
-}
-
-/* ---- float32 to F16 and BF16 -------------------------------------------- */
-
-/* v >> s (1 <= s < 32), rounded to nearest, ties to even. */
-static uint32_t st_rne(uint32_t v, unsigned s) {
-  uint32_t q = v >> s, rem = v & ((1u << s) - 1), half = 1u << (s - 1);
-  return q + (rem > half || (rem == half && (q & 1)));
-}
-
-uint16_t attnd_st_f16_from_f32(float x) {
-  uint32_t u = st_bits(x), a = u & 0x7fffffff;
-  uint16_t sign = (uint16_t)(u >> 16 & 0x8000);
-  if (a > 0x7f800000) /* NaN: quiet, with the top of its payload */
-    return sign | 0x7e00 | (uint16_t)(a >> 13 & 0x3ff);
-  if (a >= 0x477ff000) /* 65520 and up round to infinity */
-    return sign | 0x7c00;
-  int e = (int)(a >> 23) - 127;
-  if (e < -25) /* below half the least subnormal (2^-24): zero */
-    return sign;
-  uint32_t m = (a & 0x7fffff) | 0x800000; /* x = m·2^(e-23) */
-  if (e < -14) /* a subnormal half, in units of 2^-24: m·2^(e+1) */
-    return sign | (uint16_t)st_rne(m, (unsigned)(-1 - e));
-  /* a normal half: exponent and mantissa, the carry of rounding included */
-  return sign |
-         (uint16_t)st_rne(((uint32_t)(e + 15) << 23) | (a & 0x7fffff), 13);
-}
-
-uint16_t attnd_st_bf16_from_f32(float x) {
-  uint32_t u = st_bits(x);
-  if ((u & 0x7fffffff) > 0x7f800000) /* NaN: quiet */
-    return (uint16_t)(u >> 16 | 0x40);
-  return (uint16_t)st_rne(u, 16); /* overflows to infinity by the carry */
 }

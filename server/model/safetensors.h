@@ -131,8 +131,4 @@ int attnd_st_write(const char *path, const attnd_st_out_t *tensors, size_t n,
                    const char *const *meta_keys, const char *const *meta_values,
                    size_t n_meta, char *msg, size_t msz);
 
-/* float32 to F16 / BF16, rounding to nearest even (for writers). */
-uint16_t attnd_st_f16_from_f32(float x);
-uint16_t attnd_st_bf16_from_f32(float x);
-
 #endif

@@ -25,11 +25,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "codec/half.h"
 #include "fuzz.h"
 #include "model/safetensors.h"
 
 /* safetensors.c's switch to its scalar F16 path. */
-int attnd__st_force_scalar(int on);
 
 static int out_fd = -1;
 static char out_path[64];
@@ -119,10 +119,10 @@ static void check_convert(const attnd_st_tensor_t *t) {
                (long long)bad, (long long)first);
   }
   if (t->dtype == ATTND_ST_F16 && r == 0) {
-    attnd__st_force_scalar(1);
+    attnd__half_force_scalar(1);
     int64_t bad2 = -1;
     int r2 = attnd_st_to_f32(t, b, &bad2);
-    attnd__st_force_scalar(0);
+    attnd__half_force_scalar(0);
     FUZZ_CHECK(r2 == 0 && memcmp(a, b, n * sizeof(float)) == 0,
                "'%s': F16 paths differ", t->name);
   }
