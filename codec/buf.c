@@ -147,10 +147,28 @@ static void put_ints(attnd_buf_t *b, const int32_t **x, int level, int rank,
   attnd_buf_append(b, "]", 1);
 }
 
-/* A float32 tensor, or an int32 one with i32 (attnd_buf_tensor and its
- * _i32 twin). */
+/* The base64 text of x[0..n) as t's bytes: converted a piece at a time,
+ * each piece a whole number of base64 groups (3 bytes), so that their
+ * texts join. */
+static void put_base64_as(attnd_buf_t *b, attnd_dtype_t t, const float *x,
+                          size_t n) {
+  enum { PIECE = 3072 }; /* 2·PIECE bytes: a multiple of 3 */
+  unsigned char bytes[2 * PIECE];
+  if (t == ATTND_DTYPE_F32) {
+    attnd_buf_base64(b, x, n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < n; i += PIECE) {
+    size_t k = n - i < PIECE ? n - i : PIECE;
+    attnd_dtype_pack(t, x + i, k, bytes);
+    attnd_buf_base64(b, bytes, 2 * k);
+  }
+}
+
+/* A float tensor of dtype t, or an int32 one with i32 (attnd_buf_tensor
+ * and its twins). */
 static void put_tensor(attnd_buf_t *b, attnd_form_t form, const void *x,
-                       int i32, int rank, const int64_t *dim) {
+                       int i32, attnd_dtype_t t, int rank, const int64_t *dim) {
   const float *f = x;
   const int32_t *i = x;
   size_t n = 1;
@@ -174,9 +192,15 @@ static void put_tensor(attnd_buf_t *b, attnd_form_t form, const void *x,
     else
       attnd_buf_floats(b, f, n, 0, NULL);
   } else {
-    attnd_buf_puts(b, i32 ? ",\"dtype\":\"int32\",\"base64\":\""
-                          : ",\"dtype\":\"float32\",\"base64\":\"");
-    attnd_buf_base64(b, x, n * 4);
+    static const char *const names[] = {
+        [ATTND_DTYPE_F32] = ",\"dtype\":\"float32\",\"base64\":\"",
+        [ATTND_DTYPE_F16] = ",\"dtype\":\"float16\",\"base64\":\"",
+        [ATTND_DTYPE_BF16] = ",\"dtype\":\"bfloat16\",\"base64\":\""};
+    attnd_buf_puts(b, i32 ? ",\"dtype\":\"int32\",\"base64\":\"" : names[t]);
+    if (i32)
+      attnd_buf_base64(b, x, n * 4);
+    else
+      put_base64_as(b, t, f, n);
     attnd_buf_puts(b, "\"");
   }
   attnd_buf_puts(b, "}");
@@ -184,12 +208,17 @@ static void put_tensor(attnd_buf_t *b, attnd_form_t form, const void *x,
 
 void attnd_buf_tensor(attnd_buf_t *b, attnd_form_t form, const float *x,
                       int rank, const int64_t *dim) {
-  put_tensor(b, form, x, 0, rank, dim);
+  put_tensor(b, form, x, 0, ATTND_DTYPE_F32, rank, dim);
+}
+
+void attnd_buf_tensor_as(attnd_buf_t *b, attnd_form_t form, attnd_dtype_t dtype,
+                         const float *x, int rank, const int64_t *dim) {
+  put_tensor(b, form, x, 0, dtype, rank, dim);
 }
 
 void attnd_buf_tensor_i32(attnd_buf_t *b, attnd_form_t form, const int32_t *x,
                           int rank, const int64_t *dim) {
-  put_tensor(b, form, x, 1, rank, dim);
+  put_tensor(b, form, x, 1, ATTND_DTYPE_F32, rank, dim);
 }
 
 void attnd_buf_printf(attnd_buf_t *b, const char *fmt, ...) {

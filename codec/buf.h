@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "half.h"
+
 typedef struct attnd_buf {
   char *data; /* owned, but for `lent`; NUL-terminated when len > 0 */
   size_t len, cap;
@@ -55,6 +57,12 @@ typedef enum attnd_form {
 /* Appends the tensor x of shape dim[0..rank) (rank >= 1) in `form`. */
 void attnd_buf_tensor(attnd_buf_t *b, attnd_form_t form, const float *x,
                       int rank, const int64_t *dim);
+
+/* The same as `dtype` (half.h): in base64 its bytes, rounded, and its name
+ * ("float16", "bfloat16"); the numbers of the other forms are x's as they
+ * are (round x first: attnd_dtype_round). */
+void attnd_buf_tensor_as(attnd_buf_t *b, attnd_form_t form, attnd_dtype_t dtype,
+                         const float *x, int rank, const int64_t *dim);
 
 /* The same for an int32 tensor: integers in the nested and flat forms,
  * "dtype": "int32" in base64. */

@@ -36,6 +36,8 @@
 #include <unistd.h>
 
 #include "attn/attn.h"
+#include "codec/half.h"
+#include "codec/util.h"
 #include "layer_files.h"
 #include "ref.h"
 #include "server_harness.h"
@@ -1104,6 +1106,92 @@ START_TEST(test_float_datatypes) {
   for (size_t i = 0; i < ni; i++)
     free(held[i]);
   unbuild(&b);
+}
+END_TEST
+
+/* _i: (FP16, BF16) × (JSON, binary). output_datatype rounds every float
+ * output to it: each value is the FP32 reply's rounded to nearest even,
+ * the reply names the datatype, binary data is two bytes an element, and
+ * the top-k indices stay INT32. Catches an output left FP32 in name or
+ * size, a rounding by truncation, the indices converted. */
+START_TEST(test_output_datatypes) {
+  const char *dt = _i / 2 ? "BF16" : "FP16";
+  const attnd_dtype_t t = _i / 2 ? ATTND_DTYPE_BF16 : ATTND_DTYPE_F16;
+  const int binary = _i % 2;
+  const int64_t qs[] = {6, 16};
+  float q[6 * 16];
+  uint64_t seed = 77 + (uint64_t)_i;
+  for (int i = 0; i < 6 * 16; i++)
+    q[i] = (float)((double)(attnd_splitmix64(&seed) >> 11) * 0x1p-53 * 4 - 2);
+  tc_client_t cl;
+  tc_client_init(&cl, srv.port);
+  tc_input_t in;
+  tc_input_fp32(&in, "query", 2, qs, q, 1);
+  const tc_output_t outs[] = {{"output", binary},
+                              {"head_outputs", binary},
+                              {"weights_top_k_index", binary},
+                              {"weights_top_k_value", binary}};
+  tc_param_t ps[] = {TC_PINT("num_heads", 2), TC_PINT("weights_top_k", 3),
+                     TC_PSTR("output_datatype", "FP32")};
+  tc_result_t r32, rh;
+  ck_assert_msg(
+      tc_infer(&cl, "attention", &in, 1, outs, 4, ps, 3, NULL, &r32) == 0, "%s",
+      r32.error);
+  ps[2] = TC_PSTR("output_datatype", dt);
+  ck_assert_msg(tc_infer(&cl, "attention", &in, 1, outs, 4, ps, 3, NULL, &rh) ==
+                    0,
+                "%s", rh.error);
+  const json_t *list = json_object_get(rh.json, "outputs");
+  int changed = 0;
+  for (size_t k = 0; k < 4; k++) {
+    const json_t *o = json_array_get(list, k);
+    const char *got = json_string_value(json_object_get(o, "datatype"));
+    ck_assert_str_eq(got, k == 2 ? "INT32" : dt);
+    if (k == 2) { /* the indices: as the FP32 reply's, 4 bytes each */
+      const json_t *a = json_array_get(json_object_get(r32.json, "outputs"), 2);
+      static const char *const keys[] = {"shape", "data", "parameters"};
+      for (int m = 0; m < 3; m++) {
+        const json_t *u = json_object_get(a, keys[m]),
+                     *w = json_object_get(o, keys[m]);
+        ck_assert_msg((!u && !w) || json_equal(u, w), "indices: %s differs",
+                      keys[m]);
+      }
+      continue;
+    }
+    int rank, rank2, b1, b2;
+    int64_t sh[8], sh2[8];
+    float *x, *y;
+    ck_assert_msg(tc_result_output(&r32, outs[k].name, &rank, sh, &x, &b1) == 0,
+                  "%s", r32.error);
+    ck_assert_msg(tc_result_output(&rh, outs[k].name, &rank2, sh2, &y, &b2) ==
+                      0,
+                  "%s", rh.error);
+    ck_assert_int_eq(b2, binary);
+    size_t n = 1;
+    for (int d = 0; d < rank; d++)
+      n *= (size_t)sh[d];
+    for (size_t i = 0; i < n; i++) {
+      float want = x[i];
+      attnd_dtype_round(t, &want, 1);
+      changed += want != x[i];
+      ck_assert_msg(memcmp(&want, &y[i], 4) == 0,
+                    "%s %s %s[%zu]: %a, want %a (FP32 %a)", dt,
+                    binary ? "binary" : "JSON", outs[k].name, i, (double)y[i],
+                    (double)want, (double)x[i]);
+    }
+    free(x);
+    free(y);
+  }
+  ck_assert_msg(changed > 0, "no value needed rounding: the test is blind");
+  tc_result_free(&r32);
+  tc_result_free(&rh);
+  ps[2] = TC_PSTR("output_datatype", "bf16");
+  ck_assert_int_eq(
+      tc_infer(&cl, "attention", &in, 1, outs, 4, ps, 3, NULL, &rh), -1);
+  assert_tc_error(&rh, 400, "parameters.output_datatype", "\"BF16\"");
+  tc_result_free(&rh);
+  tc_input_free(&in);
+  tc_client_free(&cl);
 }
 END_TEST
 
@@ -2399,6 +2487,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_infer_cases, 0, N_INFER);
   tcase_add_loop_test(tc, test_weights_reduce, 0, 2);
   tcase_add_loop_test(tc, test_float_datatypes, 0, 4);
+  tcase_add_loop_test(tc, test_output_datatypes, 0, 4);
   tcase_add_test(tc, test_number_spellings);
   tcase_add_test(tc, test_json_default_output);
   tcase_add_test(tc, test_layer_model);

@@ -35,6 +35,7 @@
 
 #include "attn/attn.h"
 #include "codec/buf.h"
+#include "codec/half.h"
 #include "ref.h"
 #include "server_harness.h"
 #include "suite.h"
@@ -299,6 +300,181 @@ START_TEST(test_base64_default_dtype) {
   json_decref(req);
   sh_resp_free(&r);
   tu_case_free(&c);
+}
+END_TEST
+
+/* ---- float16 and bfloat16 ------------------------------------------------ */
+
+static const char *const half_names[] = {"float16", "bfloat16"};
+static const attnd_dtype_t half_types[] = {ATTND_DTYPE_F16, ATTND_DTYPE_BF16};
+
+/* _i: float16, bfloat16. Query, key and value come as base64 of the
+ * dtype's two bytes; the reference computes on the same values (rounded
+ * to the dtype beforehand, so that widening them is exact), with the
+ * projections in float32. Catches bytes read as the other dtype, a wrong
+ * element size, a missed subnormal. */
+START_TEST(test_half_inputs) {
+  tu_spec_t s = {.Lq = 5,
+                 .Lk = 7,
+                 .H = 2,
+                 .Dh = 4,
+                 .cross = 1,
+                 .value_given = 1,
+                 .proj = TU_ALLPROJ,
+                 .Eq = 6,
+                 .Ek = 5,
+                 .Ev = 3,
+                 .Eo = 4,
+                 .skip = TU_SKIP_M};
+  tu_case_t c;
+  tu_case_build(&c, &s, 300 + (uint64_t)_i);
+  attn_tensor_t *ts[] = {&c.p.query, &c.p.key, &c.p.value};
+  static const char *const names[] = {"query", "key", "value"};
+  sh_enc_t e = {.inputs = SH_BASE64, .weights = SH_FLAT};
+  float sub = _i ? 0x1p-130f : 0x1p-20f; /* a subnormal of each dtype */
+  ((float *)c.p.query.data)[1] = sub;
+  ((float *)c.p.key.data)[2] = -sub;
+  json_t *req = sh_request_json(&c.p, &e);
+  for (int k = 0; k < 3; k++) {
+    size_t n = 1;
+    for (int d = 0; d < ts[k]->rank; d++)
+      n *= (size_t)ts[k]->dim[d];
+    float *x = (float *)ts[k]->data;
+    ck_assert_int_eq(attnd_dtype_round(half_types[_i], x, n), -1);
+    uint16_t *h = malloc(2 * n);
+    attnd_dtype_pack(half_types[_i], x, n, h);
+    char *b64 = sh_base64(h, 2 * n);
+    json_t *t = json_object_get(req, names[k]);
+    json_object_set_new(t, "dtype", json_string(half_names[_i]));
+    json_object_set_new(t, "base64", json_string(b64));
+    free(b64);
+    free(h);
+  }
+  ck_assert(((float *)c.p.query.data)[1] == sub);
+  sh_resp_t r;
+  ck_assert_int_eq(sh_post_json(srv.port, req, &r), 0);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+  json_t *rep = sh_json(&r);
+  char why[512];
+  ck_assert_msg(
+      sh_check_reply(&c.p, rep, SH_BASE64, REPLY_TOL, why, sizeof why) == 0,
+      "%s: %s", half_names[_i], why);
+  json_decref(rep);
+  json_decref(req);
+  sh_resp_free(&r);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* The reply's tensor `name` of rep, decoded (shape and all). */
+static sh_tensor_t reply_tensor(const json_t *rep, const char *name) {
+  sh_tensor_t t;
+  char why[256];
+  ck_assert_msg(
+      sh_tensor_decode(json_object_get(rep, name), &t, why, sizeof why) == 0,
+      "%s: %s", name, why);
+  return t;
+}
+
+/* _i: (float16, bfloat16) × (nested, flat, base64). return.dtype rounds
+ * output, weights and head outputs to the dtype: each value is the float32
+ * reply's rounded to nearest even (the same request with float32), base64
+ * names the dtype and carries two bytes an element. Catches a tensor left
+ * unrounded, rounding by truncation, the float32 name or size in base64. */
+START_TEST(test_half_reply) {
+  const int t = _i / 3, enc = _i % 3;
+  tu_spec_t s = {.Lq = 6,
+                 .Lk = 9,
+                 .H = 2,
+                 .Dh = 8,
+                 .cross = 1,
+                 .value_given = 1,
+                 .proj = TU_ALLPROJ,
+                 .Eq = 16,
+                 .Ek = 16,
+                 .Ev = 16,
+                 .Eo = 16,
+                 .skip = TU_SKIP_M};
+  tu_case_t c;
+  tu_case_build(&c, &s, 400 + (uint64_t)_i);
+  c.p.want_weights = c.p.want_head_outputs = 1;
+  sh_enc_t e = {.encoding = form_names[enc], .metrics_off = 1};
+  json_t *req = sh_request_json(&c.p, &e);
+  sh_resp_t r32, rh;
+  ck_assert_int_eq(sh_post_json(srv.port, req, &r32), 0);
+  json_object_set_new(json_object_get(req, "return"), "dtype",
+                      json_string(half_names[t]));
+  ck_assert_int_eq(sh_post_json(srv.port, req, &rh), 0);
+  ck_assert_msg(r32.status == 200 && rh.status == 200, "%ld %ld %s", r32.status,
+                rh.status, rh.body);
+  json_t *a = sh_json(&r32), *b = sh_json(&rh);
+  static const char *const outs[] = {"output", "weights", "head_outputs"};
+  int changed = 0;
+  for (int k = 0; k < 3; k++) {
+    sh_tensor_t x = reply_tensor(a, outs[k]), y = reply_tensor(b, outs[k]);
+    ck_assert_uint_eq(x.n, y.n);
+    if (enc == SH_BASE64)
+      ck_assert_str_eq(json_string_value(json_object_get(
+                           json_object_get(b, outs[k]), "dtype")),
+                       half_names[t]);
+    for (size_t i = 0; i < x.n; i++) {
+      float want = x.data[i];
+      attnd_dtype_round(half_types[t], &want, 1);
+      changed += want != x.data[i];
+      ck_assert_msg(memcmp(&want, &y.data[i], 4) == 0,
+                    "%s %s %s[%zu]: %a, want %a (float32 %a)", half_names[t],
+                    form_names[enc], outs[k], i, (double)y.data[i],
+                    (double)want, (double)x.data[i]);
+    }
+    sh_tensor_free(&x);
+    sh_tensor_free(&y);
+  }
+  ck_assert_msg(changed > 0, "no value needed rounding: the test is blind");
+  json_decref(a);
+  json_decref(b);
+  json_decref(req);
+  sh_resp_free(&r32);
+  sh_resp_free(&rh);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* The errors of the 16-bit dtypes: a dtype a tensor cannot take, a
+ * length counted in the dtype's bytes, an infinity in float16, a result
+ * beyond float16's range. */
+START_TEST(test_half_errors) {
+  static const struct {
+    const char *body, *code, *field, *words;
+  } cases[] = {
+      {"{\"query\":{\"shape\":[1,2],\"dtype\":\"float8\",\"base64\":"
+       "\"AAAAAA==\"},\"num_heads\":1}",
+       "invalid_value", "query.dtype", "float32, float16 or bfloat16"},
+      {"{\"query\":[[1,2]],\"num_heads\":1,\"mask\":{\"allow\":{"
+       "\"shape\":[1,1],\"dtype\":\"bfloat16\",\"base64\":\"AAA=\"}}}",
+       "invalid_value", "mask.allow.dtype", "float32 or bool"},
+      {"{\"query\":{\"shape\":[1,3],\"dtype\":\"bfloat16\",\"base64\":"
+       "\"AAAAAA==\"},\"num_heads\":1}",
+       "size_mismatch", "query.base64", "3 bfloat16 elements need 6"},
+      {"{\"query\":{\"shape\":[1,2],\"dtype\":\"float16\",\"base64\":"
+       "\"ADwAfA==\"},\"num_heads\":1}",
+       "non_finite", "query", "element 1"},
+      {"{\"query\":[[1,2,3,70000]],\"num_heads\":2,"
+       "\"return\":{\"dtype\":\"float16\"}}",
+       "numeric_overflow", "return.dtype", "output element 3|float16"},
+      {"{\"query\":[[1,2]],\"num_heads\":1,\"return\":{\"dtype\":"
+       "\"half\"}}",
+       "invalid_value", "return.dtype", "\"bfloat16\""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    sh_resp_t r = post_text(cases[i].body);
+    char words[96];
+    snprintf(words, sizeof words, "%s", cases[i].words);
+    char *bar = strchr(words, '|');
+    if (bar)
+      *bar++ = 0;
+    sh_assert_error(&r, 422, cases[i].code, cases[i].field, words, bar, NULL);
+    sh_resp_free(&r);
+  }
 }
 END_TEST
 
@@ -1809,6 +1985,9 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_loop_test(tc, test_forms, 0, 24);
   tcase_add_test(tc, test_base64_default_dtype);
+  tcase_add_loop_test(tc, test_half_inputs, 0, 2);
+  tcase_add_loop_test(tc, test_half_reply, 0, 6);
+  tcase_add_test(tc, test_half_errors);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("options");

@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "codec/half.h"
 #include "codec/util.h"
 #include "ref.h"
 #include "testutil.h"
@@ -760,23 +761,39 @@ int sh_tensor_decode(const json_t *v, sh_tensor_t *t, char *why, size_t n) {
   if (json_is_string(b64) && data == NULL) {
     t->form = SH_BASE64;
     const json_t *dt = json_object_get(v, "dtype");
-    const int i32 =
-        json_is_string(dt) && strcmp(json_string_value(dt), "int32") == 0;
-    if (dt && !i32 &&
-        !(json_is_string(dt) && strcmp(json_string_value(dt), "float32") == 0))
-      return attnd_fail(why, n, "dtype is not float32 or int32");
+    static const char *const names[] = {"float32", "float16", "bfloat16",
+                                        "int32"};
+    int k = dt ? -1 : 0; /* no dtype: float32 */
+    for (int i = 0; dt && i < 4; i++)
+      if (json_is_string(dt) && strcmp(json_string_value(dt), names[i]) == 0)
+        k = i;
+    if (k < 0)
+      return attnd_fail(why, n,
+                        "dtype is not float32, float16, bfloat16 or int32");
+    const size_t size = k == 1 || k == 2 ? 2 : 4;
     unsigned char *raw;
     size_t got;
     if (unbase64(json_string_value(b64), json_string_length(b64), &raw, &got) <
         0)
       return attnd_fail(why, n, "malformed base64");
-    if (got != t->n * sizeof(float)) {
+    if (got != t->n * size) {
       free(raw);
       return attnd_fail(why, n, "base64 holds %zu bytes, shape needs %zu", got,
-                        t->n * sizeof(float));
+                        t->n * size);
     }
-    t->data = (float *)raw;                    /* malloc'd: suitably aligned */
-    for (size_t i = 0; i32 && i < t->n; i++) { /* int32: as floats */
+    if (size == 2) { /* float16, bfloat16: widened, exactly */
+      t->data = malloc(t->n * sizeof(float) + 1);
+      for (size_t i = 0; t->data && i < t->n; i++) {
+        uint32_t h = (uint32_t)raw[2 * i] | (uint32_t)raw[2 * i + 1] << 8;
+        t->data[i] = k == 1 ? attnd_f16_to_f32(h) : attnd_bf16_to_f32(h);
+      }
+      free(raw);
+      if (t->data == NULL)
+        return attnd_fail(why, n, "out of memory");
+      return 0;
+    }
+    t->data = (float *)raw;                       /* malloc'd: aligned */
+    for (size_t i = 0; k == 3 && i < t->n; i++) { /* int32: as floats */
       int32_t x;
       memcpy(&x, raw + 4 * i, 4);
       t->data[i] = (float)x;

@@ -188,8 +188,9 @@ typedef struct sh_tensor {
   sh_form_t form;
 } sh_tensor_t;
 
-/* Decodes `v` in any of the three forms (base64 of dtype float32, or of
- * int32, whose integers become floats). Returns 0, or -1 with the reason
+/* Decodes `v` in any of the three forms (base64 of dtype float32,
+ * float16 or bfloat16, widened exactly, or of int32, whose integers become
+ * floats). Returns 0, or -1 with the reason
  * in why. Borrows v. */
 int sh_tensor_decode(const json_t *v, sh_tensor_t *t, char *why, size_t n);
 void sh_tensor_free(sh_tensor_t *t);

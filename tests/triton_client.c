@@ -813,8 +813,11 @@ int tc_result_output(tc_result_t *r, const char *name, int *rank,
   }
   if (o == NULL)
     return failed(r, "the reply has no output named %s", name);
-  if (strcmp(str_of(json_object_get(o, "datatype")), "FP32") != 0)
-    return failed(r, "output %s is not FP32", name);
+  const char *dt = str_of(json_object_get(o, "datatype"));
+  const int f16 = strcmp(dt, "FP16") == 0, bf16 = strcmp(dt, "BF16") == 0;
+  const size_t esize = f16 || bf16 ? 2 : 4;
+  if (!f16 && !bf16 && strcmp(dt, "FP32") != 0)
+    return failed(r, "output %s is %s, not FP32, FP16 or BF16", name, dt);
   const json_t *sh = json_object_get(o, "shape");
   size_t n = 1;
   *rank = (int)json_array_size(sh);
@@ -828,15 +831,21 @@ int tc_result_output(tc_result_t *r, const char *name, int *rank,
   if (size) {
     size_t bytes = (size_t)json_integer_value(size);
     size_t base = (size_t)r->header_length;
-    if (r->header_length < 0 || bytes != n * 4 ||
+    if (r->header_length < 0 || bytes != n * esize ||
         base + at + bytes > r->body_len) {
       free(x);
       return failed(r,
                     "output %s: binary_data_size %zu at %zu of the %zu bytes "
                     "after the JSON; shape needs %zu",
-                    name, bytes, at, r->body_len - base, n * 4);
+                    name, bytes, at, r->body_len - base, n * esize);
     }
-    memcpy(x, r->body + base + at, bytes);
+    const unsigned char *p = r->body + base + at;
+    if (esize == 4)
+      memcpy(x, p, bytes);
+    for (size_t k2 = 0; esize == 2 && k2 < n; k2++) {
+      uint16_t h = (uint16_t)(p[2 * k2] | p[2 * k2 + 1] << 8);
+      x[k2] = f16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
   } else {
     const json_t *d = json_object_get(o, "data");
     if (json_array_size(d) != n) {

@@ -194,7 +194,8 @@ int tc_infer(tc_client_t *c, const char *model, const tc_input_t *inputs,
              const tc_param_t *params, size_t n_params, const tc_options_t *opt,
              tc_result_t *r);
 
-/* InferResult.as_numpy(name) for an FP32 output: its shape (rank, shape[8])
+/* InferResult.as_numpy(name) for an FP32, FP16 or BF16 output (the
+ * last two widened to float32, exactly): its shape (rank, shape[8])
  * and a new array of its elements (*data, free()), from the binary data or
  * from "data"; *binary says which. Returns 0, or -1 with r->error (no such
  * output, a binary_data_size past the body, data of the wrong count). */

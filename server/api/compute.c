@@ -165,8 +165,10 @@ enum MHD_Result attnd_api_reply(attnd_http_req_t *r) {
         j->t.start ? ", then was cancelled while computing" : "");
   if (j->result == ATTN_ENUMERIC) /* a result float32 cannot hold: 422 */
     return attnd_http_fail(r, ATTND_ERR_NUMERIC_OVERFLOW,
-                           attnd_request_field_path(j->error.field_id), "%s",
-                           j->error.message);
+                           j->error_path
+                               ? j->error_path
+                               : attnd_request_field_path(j->error.field_id),
+                           "%s", j->error.message);
   if (j->result == ATTN_EDEVICE) /* the GPU failed (or its memory ran out) */
     return attnd_http_fail(r, ATTND_ERR_BACKEND_UNAVAILABLE, "backend", "%s",
                            j->error.message);

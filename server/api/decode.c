@@ -330,12 +330,13 @@ static int decode_reduce(dec_t *d, const json_t *w) {
 }
 
 static int decode_return(dec_t *d, const json_t *root) {
-  static const char *const known[] = {"weights", "head_outputs", "metrics",
-                                      "encoding", NULL};
+  static const char *const known[] = {"weights",  "head_outputs", "metrics",
+                                      "encoding", "dtype",        NULL};
   static const char *const wmodes[] = {"none", "per_head", "mean", NULL};
   static const char *const encs[] = {"nested", "flat", "base64", NULL};
+  static const char *const dtypes[] = {"float32", "float16", "bfloat16", NULL};
   attnd_request_t *j = d->req;
-  int bad, w = 0, enc = (int)d->query_form;
+  int bad, w = 0, enc = (int)d->query_form, dt = 0;
   const json_t *r = get_object(d, root, "return", known, &bad);
   if (r == NULL && bad)
     return bad;
@@ -353,8 +354,11 @@ static int decode_return(dec_t *d, const json_t *root) {
             get_bool(d, r, "head_outputs", "return.head_outputs",
                      &j->params.want_head_outputs) < 0 ||
             get_bool(d, r, "metrics", "return.metrics", &j->want_metrics) < 0 ||
-            get_enum(d, r, "encoding", "return.encoding", encs, &enc) < 0))
+            get_enum(d, r, "encoding", "return.encoding", encs, &enc) < 0 ||
+            get_enum(d, r, "dtype", "return.dtype", dtypes, &dt) < 0))
     return -1;
+  j->dtype = (attnd_dtype_t)dt;
+  j->dtype_field = "return.dtype";
   j->weights_mode = (attnd_weights_t)w;
   j->params.want_weights = w == ATTND_WEIGHTS_PER_HEAD;
   j->params.want_mean_weights = w == ATTND_WEIGHTS_MEAN;

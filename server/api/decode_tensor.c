@@ -12,6 +12,7 @@
 
 #include "codec/base64.h"
 #include "codec/util.h"
+#include "model/safetensors.h"
 
 void *attnd__dec_alloc(dec_t *d, size_t bytes) {
   attnd_request_t *r = d->req;
@@ -395,23 +396,28 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
       return -1;
     *form = ATTND_FORM_FLAT;
   } else {
-    /* base64: float32 by default, or one byte per element for masks */
-    int as_bool = kind == K_MASK;
+    /* base64: float32 by default, float16 or bfloat16 for floats, one
+     * byte per element (bool) for masks */
+    enum { B_F32, B_F16, B_BF16, B_BOOL } as = kind == K_MASK ? B_BOOL : B_F32;
+    static const char *const names[] = {"float32", "float16", "bfloat16",
+                                        "bool", NULL};
+    static const size_t sizes[] = {4, 2, 2, 1};
     attnd_fmt_member(sub, sizeof sub, field, "dtype");
     if (dtype && !json_is_string(dtype))
       return E(d, ATTND_ERR_INVALID_TYPE, sub, "%s is %s; expected a string",
                sub, attnd__json_type(dtype));
-    if (dtype && strcmp(json_string_value(dtype), "float32") == 0)
-      as_bool = 0;
-    else if (dtype && strcmp(json_string_value(dtype), "bool") == 0) {
-      if (kind != K_MASK)
-        return E(d, ATTND_ERR_INVALID_VALUE, sub,
-                 "%s is bool, but %s holds floats: use float32", sub, field);
-      as_bool = 1;
-    } else if (dtype)
-      return E(d, ATTND_ERR_INVALID_VALUE, sub,
-               "%s is '%s'; expected float32%s", sub, json_string_value(dtype),
-               kind == K_MASK ? " or bool" : "");
+    int k = 0;
+    while (dtype && names[k] && strcmp(json_string_value(dtype), names[k]))
+      k++;
+    int fits = kind == K_MASK ? k == B_F32 || k == B_BOOL : k != B_BOOL;
+    if (dtype && (names[k] == NULL || !fits))
+      return E(
+          d, ATTND_ERR_INVALID_VALUE, sub,
+          "%s is '%.32s'; %s holds %s: expected %s", sub,
+          json_string_value(dtype), field, kind == K_MASK ? "a mask" : "floats",
+          kind == K_MASK ? "float32 or bool" : "float32, float16 or bfloat16");
+    if (dtype)
+      as = k;
     attnd_fmt_member(sub, sizeof sub, field, "base64");
     if (!json_is_string(b64))
       return E(d, ATTND_ERR_INVALID_TYPE, sub, "%s is %s; expected a string",
@@ -419,12 +425,12 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
     const attnd_bulk_t *lifted = bulk_string(d, b64);
     const char *text = lifted ? lifted->text : json_string_value(b64);
     size_t tlen = lifted ? lifted->text_len : json_string_length(b64), got, bad;
-    size_t want = (size_t)n * (as_bool ? 1 : 4);
+    size_t want = (size_t)n * sizes[as];
     if (tlen / 4 * 3 < want || tlen / 4 * 3 > want + 2 || tlen % 4)
       return E(d, ATTND_ERR_SIZE_MISMATCH, sub,
                "%s has %zu characters, which cannot hold the %zu bytes "
                "of %lld %s elements",
-               sub, tlen, want, (long long)n, as_bool ? "bool" : "float32");
+               sub, tlen, want, (long long)n, names[as]);
     void *raw = attnd__dec_alloc(d, tlen / 4 * 3);
     if (raw == NULL)
       return attnd__dec_oom(d, field);
@@ -434,8 +440,26 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
     if (got != want)
       return E(d, ATTND_ERR_SIZE_MISMATCH, sub,
                "%s decodes to %zu bytes, but %lld %s elements need %zu", sub,
-               got, (long long)n, as_bool ? "bool" : "float32", want);
-    if (kind == K_FLOAT) {
+               got, (long long)n, names[as], want);
+    if (as == B_F16 || as == B_BF16) { /* widened to float32, exactly */
+      float *f = attnd__dec_alloc(d, (size_t)n * sizeof(float));
+      if (f == NULL)
+        return attnd__dec_oom(d, field);
+      attnd_st_tensor_t st = {.name = field,
+                              .dtype =
+                                  as == B_F16 ? ATTND_ST_F16 : ATTND_ST_BF16,
+                              .rank = 1,
+                              .shape = {n},
+                              .elems = n,
+                              .data = raw,
+                              .bytes = want};
+      int64_t at = 0;
+      if (attnd_st_to_f32(&st, f, &at) < 0)
+        return E(d, ATTND_ERR_NON_FINITE, field,
+                 "%s element %lld is not finite; values must be finite", sub,
+                 (long long)at);
+      dst = f;
+    } else if (kind == K_FLOAT) {
       const float *f = raw;
       for (int64_t i = 0; i < n; i++)
         if (!isfinite(f[i]))
@@ -443,7 +467,7 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
                    "%s element %lld is %g; values must be finite", sub,
                    (long long)i, (double)f[i]);
       dst = raw;
-    } else if (as_bool) {
+    } else if (as == B_BOOL) {
       const uint8_t *b = raw;
       for (int64_t i = 0; i < n; i++)
         if (b[i] > 1)

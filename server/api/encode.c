@@ -19,7 +19,7 @@ static void put_tensor(attnd_buf_t *b, const attnd_request_t *j,
   attnd_buf_puts(b, ",\"");
   attnd_buf_puts(b, name);
   attnd_buf_puts(b, "\":");
-  attnd_buf_tensor(b, j->encoding, x, rank, dim);
+  attnd_buf_tensor_as(b, j->encoding, j->dtype, x, rank, dim);
 }
 
 /* The shape [B, H', rows, cols] of a reduction's tensor, less the batch
@@ -52,13 +52,13 @@ static void put_reductions(attnd_buf_t *b, const attnd_request_t *j) {
     attnd_buf_puts(b, ",\"weights_top_k\":{\"index\":");
     attnd_buf_tensor_i32(b, j->encoding, o->top_k_index, rank, dim);
     attnd_buf_puts(b, ",\"value\":");
-    attnd_buf_tensor(b, j->encoding, o->top_k_value, rank, dim);
+    attnd_buf_tensor_as(b, j->encoding, j->dtype, o->top_k_value, rank, dim);
     attnd_buf_puts(b, "}");
   }
   if (r->pool_q) {
     rank = reduce_shape(j, pl->pool_nq, pl->pool_nk, dim);
     attnd_buf_puts(b, ",\"weights_pooled\":");
-    attnd_buf_tensor(b, j->encoding, o->pooled, rank, dim);
+    attnd_buf_tensor_as(b, j->encoding, j->dtype, o->pooled, rank, dim);
   }
   if (r->stats) {
     static const char *const names[] = {"entropy", "sink", "distance"};
@@ -71,7 +71,7 @@ static void put_reductions(attnd_buf_t *b, const attnd_request_t *j) {
       attnd_buf_puts(b, n++ ? ",\"" : "\"");
       attnd_buf_puts(b, names[k]);
       attnd_buf_puts(b, "\":");
-      attnd_buf_tensor(b, j->encoding, x[k], rank, dim);
+      attnd_buf_tensor_as(b, j->encoding, j->dtype, x[k], rank, dim);
     }
     attnd_buf_puts(b, "}");
   }

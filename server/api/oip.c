@@ -80,6 +80,7 @@ _Static_assert(sizeof attnd__oip_inputs / sizeof attnd__oip_inputs[0] ==
   X(ROPE_STYLE, "rope_style", "rope", 1)                                       \
   X(TIMEOUT_MS, "timeout_ms", "timeout_ms", 0)                                 \
   X(BINARY_DATA_OUTPUT, "binary_data_output", "", 0)                           \
+  X(OUTPUT_DATATYPE, "output_datatype", "return.dtype", 0)                     \
   X(WEIGHTS_HEADS, "weights_heads", "return.weights.heads", 0)                 \
   X(WEIGHTS_TOP_K, "weights_top_k", "return.weights.top_k", 0)                 \
   X(WEIGHTS_POOL_QUERIES, "weights_pool_queries", "return.weights.pool", 0)    \
@@ -265,6 +266,7 @@ static int read_param(oip_t *o, param_t id, const json_t *v,
   static const char *const styles[] = {"half", "interleaved", NULL};
   static const char *const heads[] = {"per_head", "mean", NULL};
   static const char *const reduces[] = {"mean", "max", "sum", NULL};
+  static const char *const float_types[] = {"FP32", "FP16", "BF16", NULL};
   attn_params_t *p = &o->d.req->params;
   attn_reduce_t *r = &p->reduce;
   int k = 0;
@@ -307,6 +309,12 @@ static int read_param(oip_t *o, param_t id, const json_t *v,
     return param_int(o, v, field, 1, &o->d.req->timeout_ms);
   case P_BINARY_DATA_OUTPUT:
     return param_bool(o, v, field, &o->binary_all);
+  case P_OUTPUT_DATATYPE:
+    if (param_enum(o, v, field, float_types, "", &k) < 0)
+      return -1;
+    o->d.req->dtype = (attnd_dtype_t)k;
+    o->d.req->dtype_field = "parameters.output_datatype";
+    return 0;
   case P_WEIGHTS_HEADS:
     if (param_enum(o, v, field, heads, "", &k) < 0)
       return -1;

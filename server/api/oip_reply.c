@@ -87,6 +87,12 @@ static size_t count(const out_t *o) {
   return n;
 }
 
+/* Bytes per element of output `bit`: INT32 for the top-k indices, else
+ * the request's dtype. */
+static size_t size_of(const attnd_request_t *j, unsigned bit) {
+  return bit == ATTND_OIP_TOP_K_INDEX ? 4 : attnd_dtype_size(j->dtype);
+}
+
 void attnd_oip_encode(attnd_request_t *j, const char *model, attnd_buf_t *b,
                       size_t *json_len, double *total_ms) {
   double t0 = attnd_now_ms();
@@ -106,16 +112,20 @@ void attnd_oip_encode(attnd_request_t *j, const char *model, attnd_buf_t *b,
     attnd_shape_text(shape, sizeof shape, o.rank, o.dim, ",");
     attnd_buf_puts(b, i ? ",{\"name\":\"" : "{\"name\":\"");
     attnd_buf_puts(b, attnd_oip_output_name(bit));
+    static const char *const types[] = {
+        [ATTND_DTYPE_F32] = "\",\"datatype\":\"FP32\",\"shape\":",
+        [ATTND_DTYPE_F16] = "\",\"datatype\":\"FP16\",\"shape\":",
+        [ATTND_DTYPE_BF16] = "\",\"datatype\":\"BF16\",\"shape\":"};
     const int i32 = bit == ATTND_OIP_TOP_K_INDEX;
     attnd_buf_puts(b, i32 ? "\",\"datatype\":\"INT32\",\"shape\":"
-                          : "\",\"datatype\":\"FP32\",\"shape\":");
+                          : types[j->dtype]);
     attnd_buf_puts(b, shape);
     attnd_buf_puts(b, ",");
     if (j->oip_binary & bit) {
       char num[24];
       attnd_buf_puts(b, "\"parameters\":{\"binary_data_size\":");
       attnd_buf_append(
-          b, num, attnd_fmt_i64(num, (int64_t)(count(&o) * sizeof(float))));
+          b, num, attnd_fmt_i64(num, (int64_t)(count(&o) * size_of(j, bit))));
       attnd_buf_puts(b, "}}");
     } else {
       attnd_buf_puts(b, "\"data\":");
@@ -129,11 +139,18 @@ void attnd_oip_encode(attnd_request_t *j, const char *model, attnd_buf_t *b,
   }
   attnd_buf_puts(b, j->oip_binary ? "]}" : "]}\n");
   *json_len = b->len;
-  /* the binary data: little-endian float32, as this host stores them */
+  /* the binary data: little-endian, as this host stores them */
   for (int i = 0; i < j->oip_n_outputs; i++)
     if (j->oip_binary & j->oip_order[i]) {
-      out_t o = output_of(j, j->oip_order[i]);
-      attnd_buf_append(b, (const char *)o.x, count(&o) * sizeof(float));
+      unsigned bit = j->oip_order[i];
+      out_t o = output_of(j, bit);
+      size_t bytes = count(&o) * size_of(j, bit);
+      if (attnd_buf_reserve(b, bytes) < 0)
+        break; /* b->oom is set: the caller replies 500 */
+      attnd_dtype_pack(bit == ATTND_OIP_TOP_K_INDEX ? ATTND_DTYPE_F32
+                                                    : j->dtype,
+                       o.x, count(&o), b->data + b->len);
+      b->len += bytes;
     }
   double t1 = attnd_now_ms();
   *total_ms = t1 - j->t.arrival;

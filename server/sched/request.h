@@ -84,6 +84,11 @@ typedef struct attnd_request {
   attnd_backend_choice_t backend;
   attnd_precision_choice_t precision;
   attnd_weights_t weights_mode;
+  /* The dtype of the reply's float tensors (/v1's return.dtype, OIP's
+   * output_datatype; float32 by default), and the path that asked for it:
+   * the worker rounds the results to it (attnd_request_run). */
+  attnd_dtype_t dtype;
+  const char *dtype_field;
   int want_metrics;
   int64_t timeout_ms;
   /* OIP requests only (oip.c; all 0 for /v1): the outputs asked for
@@ -118,7 +123,10 @@ typedef struct attnd_request {
   int cancel; /* raised atomically by the scheduler (deadline passed or the
                  client went); the plan points attn_forward at it */
   int result; /* 0, or an ATTN_E* code from attn_forward */
-  attn_error_t error; /* attn_forward's record of it (run.c) */
+  attn_error_t error;     /* attn_forward's record of it (run.c) */
+  const char *error_path; /* the JSON path the error names where the
+                             server, not the core, failed the result (run.c's
+                             rounding to `dtype`); NULL: the core's field */
   int worker, threads;
   int batch; /* steps computed together with it, itself included (run.c) */
 

@@ -7,6 +7,7 @@
 #include <malloc.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,6 +47,46 @@ static int alloc_outputs(attnd_request_t *j) {
   ALLOC4(distance, st & ATTN_STAT_DISTANCE, pl->stats_elems)
 #undef ALLOC4
   return 0;
+}
+
+/* Rounds j's float results to its reply's dtype (half.h), in place, once
+ * it has computed them. A value the dtype cannot hold (beyond float16's
+ * 65504) fails the request as ATTN_ENUMERIC, naming the result, the
+ * element and the path that asked for the dtype. */
+static void round_results(attnd_request_t *j) {
+  const attn_plan_t *pl = &j->plan;
+  const attn_outputs_t *o = &j->out;
+  if (j->result != 0 || j->dtype == ATTND_DTYPE_F32)
+    return;
+  const struct {
+    float *x;
+    int64_t n;
+    const char *name;
+  } r[] = {{o->out, pl->out_elems, "output"},
+           {o->weights, pl->weights_elems, "weights"},
+           {o->mean_weights, pl->mean_elems, "weights"},
+           {o->head_outputs, pl->head_elems, "head_outputs"},
+           {o->top_k_value, pl->top_k_elems, "weights_top_k value"},
+           {o->pooled, pl->pooled_elems, "weights_pooled"},
+           {o->entropy, pl->stats_elems, "weights_stats entropy"},
+           {o->sink, pl->stats_elems, "weights_stats sink"},
+           {o->distance, pl->stats_elems, "weights_stats distance"}};
+  for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+    int64_t at =
+        r[i].x ? attnd_dtype_round(j->dtype, r[i].x, (size_t)r[i].n) : -1;
+    if (at < 0)
+      continue;
+    j->result = ATTN_ENUMERIC;
+    j->error = (attn_error_t){.code = ATTN_ENUMERIC};
+    int f16 = j->dtype == ATTND_DTYPE_F16;
+    snprintf(j->error.message, sizeof j->error.message,
+             "%s element %lld (row-major) is beyond the range of %s "
+             "(+-%s), which %s asks for",
+             r[i].name, (long long)at, f16 ? "float16" : "bfloat16",
+             f16 ? "65504" : "3.39e38", j->dtype_field);
+    j->error_path = j->dtype_field;
+    return;
+  }
 }
 
 /* ---- the threads' workspaces (run.h) ------------------------------------- */
@@ -125,6 +166,7 @@ static int run_one(attnd_request_t *j, int worker, int threads,
     /* kept for the reply: ATTN_ENUMERIC names the input and the stage */
     j->result =
         attn_forward(&plan, &j->out, scratch->data, scratch->cap, &j->error);
+    round_results(j);
   }
   j->t.end = attnd_now_ms();
   return j->result;
@@ -263,6 +305,7 @@ void attnd_request_run_batch(void *const *jobs, int n, int worker, int threads,
       j->t.end = t1;
       /* one raised while the batch ran: computed, but not its client's */
       j->result = cancelled(j) ? ATTN_ECANCELED : 0;
+      round_results(j);
     } else {
       run_one(j, worker, threads, scratch); /* its own error, its own time */
     }
