@@ -698,6 +698,22 @@ int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known) {
   return 0;
 }
 
+/* timeout_ms, at most max_timeout_ms; the configured default where
+ * absent. The same for /v1 and a session's step. */
+static int decode_timeout(dec_t *d, const json_t *root) {
+  attnd_request_t *j = d->req;
+  int present;
+  j->timeout_ms = d->cfg->default_timeout_ms;
+  if (get_int(d, root, "timeout_ms", "timeout_ms", 1, INT64_MAX, &j->timeout_ms,
+              &present) < 0)
+    return -1;
+  if (j->timeout_ms > d->cfg->max_timeout_ms)
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "timeout_ms",
+             "timeout_ms %lld is over max_timeout_ms %lld",
+             (long long)j->timeout_ms, (long long)d->cfg->max_timeout_ms);
+  return 0;
+}
+
 static int decode_root(dec_t *d, const json_t *root) {
   static const char *const known[] = {
       "id",        "layer",        "query",       "key",    "value",
@@ -708,7 +724,6 @@ static int decode_root(dec_t *d, const json_t *root) {
   static const char *const precisions[] = {"fp32", "bf16", NULL};
   attnd_request_t *j = d->req;
   attn_params_t *p = &j->params;
-  int present;
   if (attnd__dec_root(d, root, known) < 0)
     return -1;
   int backend = ATTND_BACKEND_CONFIG, precision = ATTND_PRECISION_CONFIG;
@@ -768,17 +783,8 @@ static int decode_root(dec_t *d, const json_t *root) {
       decode_rope(d, root) < 0 || decode_positions(d, root) < 0 ||
       get_number(d, root, "scale", &p->scale, &p->has_scale) < 0 ||
       get_number(d, root, "softcap", &p->softcap, &p->has_softcap) < 0 ||
-      decode_return(d, root) < 0)
+      decode_return(d, root) < 0 || decode_timeout(d, root) < 0)
     return -1;
-
-  j->timeout_ms = d->cfg->default_timeout_ms;
-  if (get_int(d, root, "timeout_ms", "timeout_ms", 1, INT64_MAX, &j->timeout_ms,
-              &present) < 0)
-    return -1;
-  if (j->timeout_ms > d->cfg->max_timeout_ms)
-    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "timeout_ms",
-             "timeout_ms %lld is over max_timeout_ms %lld",
-             (long long)j->timeout_ms, (long long)d->cfg->max_timeout_ms);
   return attnd__dec_plan(d) < 0 ? -1 : attnd__dec_limits(d);
 }
 
@@ -859,15 +865,7 @@ static int decode_step(dec_t *d, const json_t *root) {
   if (get_int(d, root, "expected_length", "expected_length", 0, INT64_MAX,
               &j->expected_length, &present) < 0)
     return -1;
-  j->timeout_ms = d->cfg->default_timeout_ms;
-  if (get_int(d, root, "timeout_ms", "timeout_ms", 1, INT64_MAX, &j->timeout_ms,
-              &present) < 0)
-    return -1;
-  if (j->timeout_ms > d->cfg->max_timeout_ms)
-    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "timeout_ms",
-             "timeout_ms %lld is over max_timeout_ms %lld",
-             (long long)j->timeout_ms, (long long)d->cfg->max_timeout_ms);
-  return 0;
+  return decode_timeout(d, root);
 }
 
 int attnd_request_plan(attnd_request_t *j, const attnd_config_t *cfg,
