@@ -23,20 +23,24 @@ const char *attnd__meta_get(const build_t *b, const char *key) {
   return key ? attnd_st_meta(b->st, key) : NULL;
 }
 
-/* An integer from config.json's cfg (or cfg2), else the metadata's meta.
- * Returns FROM_*, or -1 with the message when a value is not a positive
- * integer. */
-static int param_int(build_t *b, const char *cfg, const char *cfg2,
-                     const char *meta, int64_t *out) {
+/* A parameter from config.json's cfg (or cfg2), else the metadata's meta:
+ * with `n`, a positive integer into *n; without, a finite number into *x.
+ * Returns FROM_*, or -1 with the message when a value is not one. */
+static int param(build_t *b, const char *cfg, const char *cfg2,
+                 const char *meta, int64_t *n, double *x) {
   const char *key = cfg;
   json_t *v = attnd__config_get(b, key);
   if (!v && (v = attnd__config_get(b, cfg2)))
     key = cfg2;
   if (v) {
-    if (!json_is_integer(v) || json_integer_value(v) < 1)
-      return attnd__layer_fail(b, "%s: '%s' must be a positive integer",
-                               b->src->config_path, key);
-    *out = json_integer_value(v);
+    if (n ? !json_is_integer(v) || json_integer_value(v) < 1
+          : !json_is_number(v) || !isfinite(json_number_value(v)))
+      return attnd__layer_fail(b, "%s: '%s' must be %s", b->src->config_path,
+                               key, n ? "a positive integer" : "a number");
+    if (n)
+      *n = json_integer_value(v);
+    else
+      *x = json_number_value(v);
     return FROM_CONFIG;
   }
   const char *s = attnd__meta_get(b, meta);
@@ -44,36 +48,26 @@ static int param_int(build_t *b, const char *cfg, const char *cfg2,
     return FROM_NONE;
   char *end;
   errno = 0;
-  long long x = strtoll(s, &end, 10);
-  if (end == s || *end || errno || x < 1)
-    return attnd__layer_fail(
-        b, "__metadata__ '%s' is '%s', not a positive integer", meta, s);
-  *out = x;
+  long long i = n ? strtoll(s, &end, 10) : 0;
+  double f = n ? 0 : strtod(s, &end);
+  if (end == s || *end || errno || (n ? i < 1 : !isfinite(f)))
+    return attnd__layer_fail(b, "__metadata__ '%s' is '%s', not %s", meta, s,
+                             n ? "a positive integer" : "a finite number");
+  if (n)
+    *n = i;
+  else
+    *x = f;
   return FROM_META;
 }
 
-/* A finite number, as param_int. */
+static int param_int(build_t *b, const char *cfg, const char *cfg2,
+                     const char *meta, int64_t *out) {
+  return param(b, cfg, cfg2, meta, out, NULL);
+}
+
 int attnd__param_num(build_t *b, const char *cfg, const char *meta,
                      double *out) {
-  json_t *v = attnd__config_get(b, cfg);
-  if (v) {
-    if (!json_is_number(v) || !isfinite(json_number_value(v)))
-      return attnd__layer_fail(b, "%s: '%s' must be a number",
-                               b->src->config_path, cfg);
-    *out = json_number_value(v);
-    return FROM_CONFIG;
-  }
-  const char *s = attnd__meta_get(b, meta);
-  if (!s)
-    return FROM_NONE;
-  char *end;
-  errno = 0;
-  double x = strtod(s, &end);
-  if (end == s || *end || errno || !isfinite(x))
-    return attnd__layer_fail(
-        b, "__metadata__ '%s' is '%s', not a finite number", meta, s);
-  *out = x;
-  return FROM_META;
+  return param(b, cfg, NULL, meta, NULL, out);
 }
 
 /* Where a missing parameter was looked for, for the refusal. */
