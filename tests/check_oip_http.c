@@ -1435,6 +1435,14 @@ START_TEST(test_invalid_requests) {
        "\"data\":[1,2]}],\"parameters\":{\"num_heads\":1,\"causal\":"
        "\"sideways\"}}",
        "parameters.causal is \"sideways\"", "top_left"},
+      {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1,2],\"datatype\":\"FP32\","
+       "\"data\":[1,2]}],\"parameters\":{\"num_heads\":1,\"backend\":"
+       "\"gpu\"}}",
+       "parameters.backend is \"gpu\"", "\"cuda\""},
+      {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1,2],\"datatype\":\"FP32\","
+       "\"data\":[1,2]}],\"parameters\":{\"num_heads\":1,\"backend\":"
+       "\"cpu\",\"precision\":\"bf16\"}}",
+       "precision bf16", "cpu backend"},
       {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1,3],\"datatype\":\"FP32\","
        "\"data\":[1,2,3]}],\"parameters\":{\"num_heads\":2}}",
        "query [1, 3] has width 3", "not a multiple of num_heads 2"},

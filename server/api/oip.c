@@ -81,6 +81,8 @@ _Static_assert(sizeof attnd__oip_inputs / sizeof attnd__oip_inputs[0] ==
   X(TIMEOUT_MS, "timeout_ms", "timeout_ms", 0)                                 \
   X(BINARY_DATA_OUTPUT, "binary_data_output", "", 0)                           \
   X(OUTPUT_DATATYPE, "output_datatype", "return.dtype", 0)                     \
+  X(BACKEND, "backend", "backend", 0)                                          \
+  X(PRECISION, "precision", "precision", 0)                                    \
   X(WEIGHTS_HEADS, "weights_heads", "return.weights.heads", 0)                 \
   X(WEIGHTS_TOP_K, "weights_top_k", "return.weights.top_k", 0)                 \
   X(WEIGHTS_POOL_QUERIES, "weights_pool_queries", "return.weights.pool", 0)    \
@@ -267,6 +269,8 @@ static int read_param(oip_t *o, param_t id, const json_t *v,
   static const char *const heads[] = {"per_head", "mean", NULL};
   static const char *const reduces[] = {"mean", "max", "sum", NULL};
   static const char *const float_types[] = {"FP32", "FP16", "BF16", NULL};
+  static const char *const backends[] = {"cpu", "cuda", NULL};
+  static const char *const precisions[] = {"fp32", "bf16", NULL};
   attn_params_t *p = &o->d.req->params;
   attn_reduce_t *r = &p->reduce;
   int k = 0;
@@ -309,6 +313,16 @@ static int read_param(oip_t *o, param_t id, const json_t *v,
     return param_int(o, v, field, 1, &o->d.req->timeout_ms);
   case P_BINARY_DATA_OUTPUT:
     return param_bool(o, v, field, &o->binary_all);
+  case P_BACKEND:
+    if (param_enum(o, v, field, backends, "", &k) < 0)
+      return -1;
+    o->d.req->backend = (attnd_backend_choice_t)k;
+    return 0;
+  case P_PRECISION:
+    if (param_enum(o, v, field, precisions, "", &k) < 0)
+      return -1;
+    o->d.req->precision = (attnd_precision_choice_t)k;
+    return 0;
   case P_OUTPUT_DATATYPE:
     if (param_enum(o, v, field, float_types, "", &k) < 0)
       return -1;
@@ -612,6 +626,8 @@ static int decode_body(oip_t *o, const json_t *root) {
     return -1;
   j->timeout_ms = d->cfg->default_timeout_ms;
   j->encoding = ATTND_FORM_FLAT;
+  j->backend = ATTND_BACKEND_CONFIG; /* as /v1: the config's, unless asked */
+  j->precision = ATTND_PRECISION_CONFIG;
   if (read_params(o, json_object_get(root, "parameters")) < 0 ||
       attnd__oip_read_inputs(o, json_object_get(root, "inputs")) < 0 ||
       read_outputs(o, json_object_get(root, "outputs")) < 0)
