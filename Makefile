@@ -407,7 +407,7 @@ clean:
 
 # ---- the device machine (docs/cuda.md, tools/device/check.sh) -----------
 # `make device-bundle CUDA=1` gathers the CUDA build's check_cuda,
-# attn-cuda-bench and attnd (debug info stripped) into bin/, the Debian
+# attn-cuda-bench, attnd and attnd-load (debug info stripped) into bin/, the Debian
 # libraries they load into lib/ (../shared/device/bundle.sh), and what was
 # built into BUILD-INFO, and packs them as $(DEVICE_BUNDLE)/bundle.tgz
 # (about 21 MB; unpacked they are near the device's 64 MiB carry limit).
@@ -421,11 +421,11 @@ device-bundle:
 	@[ "$(CUDA)" = 1 ] || { echo "device-bundle: run make device-bundle CUDA=1" >&2; exit 2; }
 	@[ -f $(BUNDLE_SH) ] || { echo "device-bundle: no $(BUNDLE_SH) (set BUNDLE_SH)" >&2; exit 2; }
 	@$(MAKE) --no-print-directory $(BUILD)/tests/check_cuda \
-	  $(BUILD)/attn-cuda-bench $(BUILD)/attnd
+	  $(BUILD)/attn-cuda-bench $(BUILD)/attnd $(BUILD)/attnd-load
 	rm -rf $(BUNDLE_TMP) $(DEVICE_BUNDLE)
 	mkdir -p $(BUNDLE_TMP)/bin $(DEVICE_BUNDLE)
 	cp $(BUILD)/tests/check_cuda $(BUILD)/attn-cuda-bench $(BUILD)/attnd \
-	  $(BUNDLE_TMP)/bin/
+	  $(BUILD)/attnd-load $(BUNDLE_TMP)/bin/
 	strip --strip-debug $(BUNDLE_TMP)/bin/*
 	bash $(BUNDLE_SH) $(BUNDLE_TMP) $(BUNDLE_TMP)/bin/*
 	# the device's own C++ runtime is newer: ours first would break torch

@@ -4,18 +4,21 @@
 # GPU tests (tests/check_cuda.c, which must not skip there), the tests
 # again under compute-sanitizer where it runs, then attnd's CUDA backend
 # against torch's SDPA on the same GPU (bench/cuda_bench.c,
-# tools/device/torch_sdpa.py), as one table (tools/device/table.py).
+# tools/device/torch_sdpa.py), as one table (tools/device/table.py), and
+# one HTTP row: attnd-load's OIP binary bfloat16 at L 16384 against attnd
+# on the GPU (tools/device/serve.sh).
 #
 # BUNDLE (default .device-bundle) is the CUDA=1 build made on the
 # developer's machine with `make device-bundle CUDA=1`: BUNDLE/bundle.tgz
-# holds bin/ (check_cuda, attn-cuda-bench, attnd) and lib/ (the Debian
+# holds bin/ (check_cuda, attn-cuda-bench, attnd, attnd-load) and lib/ (the Debian
 # libraries they load: ../shared/device/bundle.sh; CUDA's own are the
 # device's, under /usr/local/cuda/lib64 there); it is unpacked into
 # /tmp/attnd-bundle. An unpacked BUNDLE (bin/, lib/) is used as it is.
 # Carry it: run from the repository root with carry [".device-bundle"] and
 #   bash tools/device/check.sh .device-bundle
 # Results go to $OUT (the device tool's folder) or /tmp/attnd-device:
-# attnd.csv, torch.csv, table.md, and sanitizer.log.
+# attnd.csv, torch.csv, table.md, load-http.csv, http.md, and
+# sanitizer.log.
 set -eu
 cd "$(dirname "$0")/../.."
 bundle=${1:-.device-bundle}
@@ -97,6 +100,33 @@ step "benchmark: torch SDPA"
 PYTHONUNBUFFERED=1 timeout 200 python3 tools/device/torch_sdpa.py --csv "$out/torch.csv" ||
   failed="$failed torch_sdpa"
 [ -s "$out/torch.csv" ] || echo "L,E,H,precision,torch_ms" >"$out/torch.csv"
+
+step "HTTP: OIP binary bfloat16 on the GPU, L 16384, E 512, H 8"
+# attnd with backend cuda, bf16, and attnd-load sending what a bf16 client
+# sends (bfloat16 inputs, bfloat16 outputs, binary data): req/s, and the
+# client's time against the server's compute.
+if (
+  export LD_LIBRARY_PATH=$libs
+  bin=$bundle/bin me=check
+  . tools/device/serve.sh
+  serve http --backend cuda --precision bf16 --workers 4 \
+    --threads-per-request 1
+  load http --protocol v2 --tensors binary --dtype bfloat16 --lengths 16384 \
+    --embed 512 --heads 8 --projections inline --concurrency 1,4 \
+    --warmup 1 --duration 5
+); then
+  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { printf "| %s | %s | %.1f | %.2f | %.2f | %.2f |\n", $c["length"],
+        $c["concurrency"], $c["rps"], $c["lat_p50_ms"], $c["total_p50_ms"],
+        $c["compute_p50_ms"] }' "$out/load-http.csv" >"$out/http.rows"
+  {
+    echo "| L | in flight | req/s | client p50 ms | server total p50 ms | compute p50 ms |"
+    echo "|---|---|---|---|---|---|"
+    cat "$out/http.rows"
+  } | tee "$out/http.md"
+else
+  failed="$failed http"
+fi
 
 step "table"
 if [ -s "$out/attnd.csv" ]; then

@@ -90,68 +90,21 @@ fi
 echo "cores: torch done ($(elapsed)): $torch_note"
 
 # ---- 3. the server ---------------------------------------------------------
-pid=""
-stop() {
-  [ -n "$pid" ] || return 0
-  kill -TERM "$pid" 2>/dev/null || { pid=""; return 0; }
-  i=0
-  while kill -0 "$pid" 2>/dev/null && [ $i -lt 300 ]; do
-    sleep 0.1
-    i=$((i + 1))
-  done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  pid=""
-}
-trap 'stop' EXIT
-trap 'stop; exit 130' INT TERM HUP
-
-# serve NAME FLAGS...: starts attnd on a free port with FLAGS; sets $port.
-serve() {
-  name=$1
-  shift
-  "$bin/attnd" --host 127.0.0.1 --port 0 --access-log off --queue-depth 1024 \
-    "$@" 2>"$out/attnd-$name.log" &
-  pid=$!
-  port=""
-  i=0
-  while [ -z "$port" ]; do
-    port=$(sed -n 's/.*"event":"listening".*"port":\([0-9][0-9]*\).*/\1/p' \
-      "$out/attnd-$name.log")
-    [ -n "$port" ] && break
-    if ! kill -0 "$pid" 2>/dev/null || [ $i -ge 300 ]; then
-      cat "$out/attnd-$name.log" >&2
-      echo "cores: attnd ($name) did not start" >&2
-      exit 1
-    fi
-    sleep 0.1
-    i=$((i + 1))
-  done
-}
-
-# load NAME ATTND-LOAD-FLAGS...: one attnd-load sweep into OUT/load-NAME.csv.
-load() {
-  name=$1
-  shift
-  "$bin/attnd-load" --url "http://127.0.0.1:$port" --quiet --out "$out" \
-    --name "load-$name" --timeout 300 "$@" >"$out/load-$name.log" 2>&1 || {
-    cat "$out/load-$name.log" >&2
-    echo "cores: attnd-load ($name) failed" >&2
-  }
-}
+me=cores
+. "$here/serve.sh"
 
 conc=$((2 * many))
 for w in "$many" 1; do
   serve "w$w" --workers "$w" --threads-per-request 1
   load "w$w" --lengths "$lengths" --concurrency "$conc" --warmup 1 \
-    --duration "$duration"
+    --duration "$duration" || true
   stop
 done
 if [ "$lone" -gt 0 ]; then
   serve lone --workers "$many" --threads-per-request auto \
     --max-threads-per-request "$maxth"
   load lone --lengths "$lone" --embed 512 --heads 8 --projections inline \
-    --concurrency 1 --warmup 0 --requests 3 --variants 1
+    --concurrency 1 --warmup 0 --requests 3 --variants 1 || true
   stop
 fi
 echo "cores: attnd-load done ($(elapsed))"
