@@ -105,11 +105,12 @@ static const cfg_key_t keys[] = {
     STR_KEY(blas_coretype, "auto",
             "OpenBLAS kernel: auto (best for this CPU), library (OpenBLAS's "
             "own choice) or a core name such as SkylakeX"),
-    STR_KEY(backend, "cpu",
-            "where /v1/attention and /v2 compute when a request names no backend: "
-            "cpu, cuda (a CUDA=1 build on an H100/H200; refused at start "
-            "where it cannot run), or auto: cuda where it runs and supports "
-            "the request, else cpu (docs/cuda.md)"),
+    STR_KEY(
+        backend, "cpu",
+        "where /v1/attention and /v2 compute when a request names no backend: "
+        "cpu, cuda (a CUDA=1 build on an H100/H200; refused at start "
+        "where it cannot run), or auto: cuda where it runs and supports "
+        "the request, else cpu (docs/cuda.md)"),
     STR_KEY(precision, "fp32",
             "the cuda backend's arithmetic when a request names none: fp32, "
             "or bf16 (bfloat16 inputs, float32 accumulation); the cpu "

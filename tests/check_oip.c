@@ -1073,7 +1073,8 @@ static const err_case_t err_cases[] = {
      "parameters", "parameters is an array; expected an object"},
     {NULL, GEN(",\"heads\":2", "", ""), "unknown_field", "parameters.heads",
      "parameters.heads is not a known member of parameters (known: "
-     "num_heads, num_kv_heads, causal|binary_data_output, weights_heads"},
+     "num_heads, num_kv_heads, causal|binary_data_output, output_datatype, "
+     "backend, precision, weights_heads|weights_key_end)"},
     {NULL, "{\"parameters\":{\"num_heads\":\"2\"},\"inputs\":[" Q24 "]}",
      "invalid_type", "parameters.num_heads",
      "parameters.num_heads is a string; expected an integer"},

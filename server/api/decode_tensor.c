@@ -250,11 +250,17 @@ int attnd__dec_members(dec_t *d, const json_t *obj, const char *where,
     for (const char *const *k = known; *k && !ok; k++)
       ok = strcmp(key, *k) == 0;
     if (!ok) {
-      char list[256] = "", field[64];
+      /* whole names, as many as fit a message, then "..." */
+      char list[420] = "", field[64];
       size_t n = 0;
-      for (const char *const *k = known; *k && n < sizeof list; k++)
-        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s",
-                              k == known ? "" : ", ", *k);
+      for (const char *const *k = known; *k; k++) {
+        const char *sep = k == known ? "" : ", ";
+        if (n + strlen(sep) + strlen(*k) + sizeof ", ..." > sizeof list) {
+          snprintf(list + n, sizeof list - n, "%s...", sep);
+          break;
+        }
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", sep, *k);
+      }
       snprintf(field, sizeof field, "%s%s%s", where, *where ? "." : "", key);
       return E(d, ATTND_ERR_UNKNOWN_FIELD, field,
                "%s is not a known member%s%s (known: %s)", field,
