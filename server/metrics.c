@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "sched/request.h"
+
 /* Statuses counted by name; anything else is counted as "other". */
 static const int statuses[] = {200, 201, 204, 400, 401, 404, 405, 409, 410,
                                413, 415, 422, 429, 500, 501, 503, 504};
@@ -49,8 +51,12 @@ static const char *const hist_help[NHIST] = {
     "Time workers spent computing attention.",
     "Time from a request's arrival to the start of its reply."};
 
+/* The backends a request computes on: their labels (request.h's table). */
+#define NBACKEND 2
+
 struct attnd_metrics {
   atomic_uint_fast64_t by_status[ATTND_PROTO_COUNT][NSTATUS + 1];
+  atomic_uint_fast64_t computed[NBACKEND], compute_us[NBACKEND];
   atomic_uint_fast64_t rejected[ATTND_REJECT_COUNT];
   hist_t hist[ATTND_PROTO_COUNT][NHIST]; /* those that compute */
 };
@@ -88,8 +94,14 @@ static void observe(hist_t *h, size_t ctx, double ms) {
 }
 
 void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
-                           int64_t context_len, double queue_ms,
+                           int backend, int64_t context_len, double queue_ms,
                            double compute_ms, double total_ms) {
+  if (backend >= 0 && backend < NBACKEND) {
+    atomic_fetch_add_explicit(&m->computed[backend], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->compute_us[backend],
+                              (uint64_t)(compute_ms * 1000.0),
+                              memory_order_relaxed);
+  }
   size_t c = 0;
   while (c < NCTX - 1 && context_len > ctx_bounds[c])
     c++;
@@ -160,6 +172,24 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       }
     }
   }
+  attnd_buf_printf(
+      b, "# HELP attnd_backend_requests_total Requests computed, by backend.\n"
+         "# TYPE attnd_backend_requests_total counter\n");
+  for (int k = 0; k < NBACKEND; k++)
+    attnd_buf_printf(b, "attnd_backend_requests_total{backend=\"%s\"} %llu\n",
+                     attnd_backend_names[k],
+                     (unsigned long long)atomic_load_explicit(
+                         &m->computed[k], memory_order_relaxed));
+  attnd_buf_printf(b, "# HELP attnd_backend_compute_seconds_total Time workers "
+                      "spent computing, by backend (on cuda: the calls, "
+                      "transfers included).\n"
+                      "# TYPE attnd_backend_compute_seconds_total counter\n");
+  for (int k = 0; k < NBACKEND; k++)
+    attnd_buf_printf(
+        b, "attnd_backend_compute_seconds_total{backend=\"%s\"} %.6f\n",
+        attnd_backend_names[k],
+        (double)atomic_load_explicit(&m->compute_us[k], memory_order_relaxed) /
+            1e6);
   attnd_buf_printf(b,
                    "# HELP attnd_queue_depth Requests waiting for a worker.\n"
                    "# TYPE attnd_queue_depth gauge\nattnd_queue_depth %d\n",

@@ -54,9 +54,10 @@ void attnd_metrics_request(attnd_metrics_t *m, attnd_protocol_t proto,
                            int status);
 void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why);
 /* The timings of one computed attention request, by protocol (one that
- * computes) and key length. */
+ * computes) and key length; its compute time also by backend (the core's
+ * attn_backend_t, named as sched/request.h's attnd_backend_names). */
 void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
-                           int64_t context_len, double queue_ms,
+                           int backend, int64_t context_len, double queue_ms,
                            double compute_ms, double total_ms);
 
 /* Gauges sampled at render time. */

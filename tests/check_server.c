@@ -1358,6 +1358,28 @@ START_TEST(test_threads_auto) {
 }
 END_TEST
 
+/* attnd_backend_requests_total and attnd_backend_compute_seconds_total:
+ * a computed request counts once, under the backend it ran on (the cpu
+ * here), its compute time added; nothing under cuda. Catches the backend
+ * label swapped, and a request counted twice or not at all. */
+START_TEST(test_backend_metrics) {
+  const char *n_cpu = "attnd_backend_requests_total{backend=\"cpu\"}",
+             *n_cuda = "attnd_backend_requests_total{backend=\"cuda\"}",
+             *s_cpu = "attnd_backend_compute_seconds_total{backend=\"cpu\"}";
+  double cpu0 = sh_metric(srv.port, n_cpu), cuda0 = sh_metric(srv.port, n_cuda),
+         sec0 = sh_metric(srv.port, s_cpu);
+  ck_assert_msg(cpu0 >= 0 && cuda0 >= 0 && sec0 >= 0, "a series is missing");
+  char *body = sh_slow_body(512, 64, 2, 5, NULL);
+  sh_resp_t r = post_text(body);
+  free(body);
+  ck_assert_int_eq(r.status, 200);
+  sh_resp_free(&r);
+  ck_assert_double_eq(sh_metric(srv.port, n_cpu), cpu0 + 1);
+  ck_assert_double_eq(sh_metric(srv.port, n_cuda), cuda0);
+  ck_assert_msg(sh_metric(srv.port, s_cpu) > sec0, "no compute time added");
+}
+END_TEST
+
 START_TEST(test_metrics_in_reply) {
   json_t *req = small_request();
   sh_resp_t r;
@@ -2024,6 +2046,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_id_echo);
   tcase_add_test(tc, test_request_id_header);
   tcase_add_test(tc, test_metrics_in_reply);
+  tcase_add_test(tc, test_backend_metrics);
   tcase_add_test(tc, test_health_ready);
   tcase_add_test(tc, test_info);
   tcase_add_test(tc, test_backend_choice);

@@ -198,9 +198,9 @@ enum MHD_Result attnd_api_reply(attnd_http_req_t *r) {
     return attnd_http_fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                            "out of memory for the reply");
   }
-  attnd_metrics_observe(r->srv->metrics, r->proto, j->plan.Lk,
-                        j->t.start - j->t.submit, j->t.end - j->t.start,
-                        r->total_ms);
+  attnd_metrics_observe(r->srv->metrics, r->proto, (int)j->plan.backend,
+                        j->plan.Lk, j->t.start - j->t.submit,
+                        j->t.end - j->t.start, r->total_ms);
   int binary = json_len < b.len;
   r->reply_json = binary ? json_len : 0;
   return attnd_http_send_body(r, 200, b.data, b.len, pooled,

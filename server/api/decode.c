@@ -720,15 +720,15 @@ static int decode_root(dec_t *d, const json_t *root) {
       "num_heads", "num_kv_heads", "projections", "mask",   "scale",
       "softcap",   "rope",         "positions",   "return", "timeout_ms",
       "backend",   "precision",    NULL};
-  static const char *const backends[] = {"cpu", "cuda", NULL};
-  static const char *const precisions[] = {"fp32", "bf16", NULL};
   attnd_request_t *j = d->req;
   attn_params_t *p = &j->params;
   if (attnd__dec_root(d, root, known) < 0)
     return -1;
   int backend = ATTND_BACKEND_CONFIG, precision = ATTND_PRECISION_CONFIG;
-  if (get_enum(d, root, "backend", "backend", backends, &backend) < 0 ||
-      get_enum(d, root, "precision", "precision", precisions, &precision) < 0)
+  if (get_enum(d, root, "backend", "backend", attnd_backend_names, &backend) <
+          0 ||
+      get_enum(d, root, "precision", "precision", attnd_precision_names,
+               &precision) < 0)
     return -1;
   j->backend = (attnd_backend_choice_t)backend;
   j->precision = (attnd_precision_choice_t)precision;

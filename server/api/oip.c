@@ -269,8 +269,6 @@ static int read_param(oip_t *o, param_t id, const json_t *v,
   static const char *const heads[] = {"per_head", "mean", NULL};
   static const char *const reduces[] = {"mean", "max", "sum", NULL};
   static const char *const float_types[] = {"FP32", "FP16", "BF16", NULL};
-  static const char *const backends[] = {"cpu", "cuda", NULL};
-  static const char *const precisions[] = {"fp32", "bf16", NULL};
   attn_params_t *p = &o->d.req->params;
   attn_reduce_t *r = &p->reduce;
   int k = 0;
@@ -314,12 +312,12 @@ static int read_param(oip_t *o, param_t id, const json_t *v,
   case P_BINARY_DATA_OUTPUT:
     return param_bool(o, v, field, &o->binary_all);
   case P_BACKEND:
-    if (param_enum(o, v, field, backends, "", &k) < 0)
+    if (param_enum(o, v, field, attnd_backend_names, "", &k) < 0)
       return -1;
     o->d.req->backend = (attnd_backend_choice_t)k;
     return 0;
   case P_PRECISION:
-    if (param_enum(o, v, field, precisions, "", &k) < 0)
+    if (param_enum(o, v, field, attnd_precision_names, "", &k) < 0)
       return -1;
     o->d.req->precision = (attnd_precision_choice_t)k;
     return 0;

@@ -113,6 +113,13 @@ void attnd_request_free(attnd_request_t *j) {
   attnd_pool_put(&pool, j);
 }
 
+const char *const attnd_backend_names[] = {"cpu", "cuda", NULL};
+const char *const attnd_precision_names[] = {"fp32", "bf16", NULL};
+_Static_assert(ATTND_BACKEND_CPU == (int)ATTN_BACKEND_CPU &&
+                   ATTND_BACKEND_CUDA == (int)ATTN_BACKEND_CUDA &&
+                   ATTND_PRECISION_BF16 == (int)ATTN_PRECISION_BF16,
+               "the names' order is the core's");
+
 /* The JSON path of an input the core names. A switch rather than a table,
  * so that the compiler points at a field the core adds (-Wswitch). */
 const char *attnd_request_field_path(attn_field_t f) {
