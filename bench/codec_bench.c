@@ -4,7 +4,9 @@
  *   base64 encode and decode (codec/.c);
  *   JSON numbers: parse with the bulk scanner and with jansson's
  *   json_loadb; print with attnd_buf_floats and with jansson's json_dumps
- *   (JSON_REAL_PRECISION(9), what round-trips a float32).
+ *   (JSON_REAL_PRECISION(9), what round-trips a float32);
+ *   float16 and bfloat16: pack, round in place, and base64 (codec/half.c;
+ *   the memcpy of the float32 tensor is in the round rows' time).
  * Rates are MB/s of text (the JSON or base64 characters) and of binary
  * (float32 bytes), medians of repeated runs; one thread.
  *
@@ -287,7 +289,7 @@ int main(int argc, char **argv) {
     x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
   }
   const double bin = (double)(n * sizeof(float)) / 1e6;
-  result_t res[40];
+  result_t res[48];
   int nres = 0;
 
   /* base64 */
@@ -347,6 +349,30 @@ int main(int argc, char **argv) {
     json_decref(json_loadb(text.data, text.len, 0, &e));
   });
   res[nres++] = (result_t){"JSON parse", "jansson", ms, text.len / 1e6, bin};
+
+  /* float16 and bfloat16 (codec/half.c): packing a reply's floats into
+   * two bytes each, rounding them in place (return.dtype), and the base64
+   * of a half tensor as /v1 writes it; the text is the 2-byte data. */
+  static const attnd_dtype_t halves[] = {ATTND_DTYPE_F16, ATTND_DTYPE_BF16};
+  static const char *const half_pack[] = {"f16 pack", "bf16 pack"},
+                           *const half_round[] = {"f16 round", "bf16 round"},
+                           *const half_b64[] = {"f16 base64", "bf16 base64"};
+  uint16_t *h = malloc(n * sizeof *h);
+  for (int k = 0; k < 2; k++) {
+    ms = MEDIAN_MS(reps, attnd_dtype_pack(halves[k], x, n, h));
+    res[nres++] = (result_t){half_pack[k], "attnd", ms, n * 2 / 1e6, bin};
+    ms = MEDIAN_MS(reps, {
+      memcpy(y, x, n * sizeof *y);
+      attnd_dtype_round(halves[k], y, n);
+    });
+    res[nres++] = (result_t){half_round[k], "attnd", ms, n * 2 / 1e6, bin};
+    ms = MEDIAN_MS(reps, {
+      text.len = 0;
+      attnd_buf_tensor_as(&text, ATTND_FORM_BASE64, halves[k], x, 2, dim);
+    });
+    res[nres++] = (result_t){half_b64[k], "attnd", ms, text.len / 1e6, bin};
+  }
+  free(h);
 
   int first_worst = nres;
   int wrong = worst_cases(reps, res, &nres);

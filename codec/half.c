@@ -25,6 +25,10 @@ int attnd__half_force_scalar(int on) {
   return was;
 }
 
+/* A uint16_t at any address (dst may be odd: the binary data of an OIP
+ * reply follows its JSON). */
+typedef uint16_t u16_any __attribute__((aligned(1), may_alias));
+
 static inline uint32_t bits(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
@@ -157,13 +161,13 @@ void attnd_dtype_pack(attnd_dtype_t t, const float *x, size_t n, void *dst) {
   case ATTND_DTYPE_F32:
     memcpy(dst, x, n * sizeof(float));
     return;
-  case ATTND_DTYPE_BF16:
+  case ATTND_DTYPE_BF16: {
+    u16_any *h = (u16_any *)d;
 #pragma omp simd
-    for (size_t k = 0; k < n; k++) {
-      uint16_t h = (uint16_t)bf16_bits(bits(x[k]));
-      memcpy(d + 2 * k, &h, 2);
-    }
+    for (size_t k = 0; k < n; k++)
+      h[k] = (uint16_t)bf16_bits(bits(x[k]));
     return;
+  }
   case ATTND_DTYPE_F16:
 #ifdef HALF_F16C
     if (use_f16c())
