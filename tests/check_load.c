@@ -40,7 +40,9 @@
 
 #include "attn/attn.h"
 #include "client.h"
+#include "codec/base64.h"
 #include "codec/buf.h"
+#include "codec/half.h"
 #include "codec/number.h"
 #include "decode.h"
 #include "gen.h"
@@ -1169,6 +1171,360 @@ START_TEST(test_v2_verify) {
 }
 END_TEST
 
+/* ---- --dtype: float16 and bfloat16 traffic ------------------------------ */
+
+static const attnd_dtype_t half_types[2] = {ATTND_DTYPE_F16, ATTND_DTYPE_BF16};
+
+/* Whether x is a value of t, by the bits: a bfloat16 is a float32 whose
+ * low 16 bits are zero; a float16, one that survives the trip through
+ * binary16 (the codec's conversions, which check_codec checks). */
+static int is_half_value(attnd_dtype_t t, float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (t == ATTND_DTYPE_BF16)
+    return (u & 0xffff) == 0;
+  return attnd_f16_to_f32(attnd_f16_from_f32(x)) == x;
+}
+
+/* The element k of 16-bit little-endian data p, widened. */
+static float half_at(attnd_dtype_t t, const unsigned char *p, size_t k) {
+  uint32_t h = (uint32_t)p[2 * k] | (uint32_t)p[2 * k + 1] << 8;
+  return t == ATTND_DTYPE_F16 ? attnd_f16_to_f32(h) : attnd_bf16_to_f32(h);
+}
+
+/* Checks that x[0..n) are values of t, and that they are the float32
+ * generator's f[0..n), drawn from the same stream, rounded to t. */
+static void check_rounded(attnd_dtype_t t, const float *x, const float *f,
+                          size_t n, const char *what) {
+  float *want = malloc(n * sizeof *want);
+  memcpy(want, f, n * sizeof *want);
+  attnd_dtype_round(t, want, n);
+  for (size_t i = 0; i < n; i++) {
+    ck_assert_msg(is_half_value(t, x[i]), "%s[%zu] = %.9g is not a %s", what, i,
+                  (double)x[i], load_dtype_name(t));
+    ck_assert_msg(x[i] == want[i], "%s[%zu] = %.9g, float32's rounded %.9g",
+                  what, i, (double)x[i], (double)want[i]);
+  }
+  free(want);
+}
+
+/* Every float tensor of a --dtype body: in v1 base64 the dtype's name and
+ * two bytes an element that widen to the generated values, in v1 JSON
+ * those values as numbers, return.dtype the name; in v2 inputs of
+ * datatype FP16 or BF16, two bytes an element in the binary tail or the
+ * values in "data", and parameters.output_datatype. The values are the
+ * float32 run's rounded. Cases: {v1 base64, v1 nested, v2 binary, v2
+ * JSON} x {float16, bfloat16}. */
+START_TEST(test_gen_dtype) {
+  attnd_dtype_t t = half_types[_i % 2];
+  int form = _i / 2, v2 = form >= 2;
+  const char *dname = load_dtype_name(t),
+             *oip = t == ATTND_DTYPE_F16 ? "FP16" : "BF16";
+  load_shape_t s = base_shape;
+  s.projections = 1, s.cross = 1, s.key_lengths = 1, s.dtype = t;
+  s.encoding = form == 1 ? ATTND_FORM_NESTED : ATTND_FORM_BASE64;
+  if (v2)
+    s.protocol = LOAD_V2, s.model = "attention", s.binary = form == 2;
+  load_shape_t s32 = s;
+  s32.dtype = ATTND_DTYPE_F32;
+  load_request_t r, r32;
+  gen_ok(&s, 9, &r);
+  gen_ok(&s32, 9, &r32);
+  const char *names[7] = {"query",    "key",      "value",   "q_weight",
+                          "k_weight", "v_weight", "o_weight"};
+  const float *x[7] = {r.query,     r.key,       r.value,    r.weight[0],
+                       r.weight[1], r.weight[2], r.weight[3]};
+  const float *x32[7] = {r32.query,     r32.key,       r32.value,
+                         r32.weight[0], r32.weight[1], r32.weight[2],
+                         r32.weight[3]};
+  const attn_tensor_t *pt[7] = {&r.params.query,    &r.params.key,
+                                &r.params.value,    &r.params.q_weight,
+                                &r.params.k_weight, &r.params.v_weight,
+                                &r.params.o_weight};
+  size_t n[7];
+  for (int k = 0; k < 7; k++) {
+    n[k] = 1;
+    for (int d = 0; d < pt[k]->rank; d++)
+      n[k] *= (size_t)pt[k]->dim[d];
+    check_rounded(t, x[k], x32[k], n[k], names[k]);
+  }
+
+  size_t jlen = v2 && s.binary ? r.json_len : r.body_len;
+  json_error_t je;
+  json_t *b = json_loadb(r.body, jlen, 0, &je);
+  ck_assert_msg(b != NULL, "%s", je.text);
+  if (!v2) {
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(b, "return"), "dtype")),
+                     dname);
+    for (int k = 0; k < 7; k++) {
+      const json_t *v = json_object_get(
+          k < 3 ? b : json_object_get(b, "projections"), names[k]);
+      if (s.encoding != ATTND_FORM_BASE64) {
+        check_tensor(k < 3 ? b : json_object_get(b, "projections"), names[k],
+                     x[k], pt[k]->rank, pt[k]->dim, s.encoding, names[k]);
+        continue;
+      }
+      ck_assert_str_eq(json_string_value(json_object_get(v, "dtype")), dname);
+      const char *b64 = json_string_value(json_object_get(v, "base64"));
+      ck_assert_ptr_nonnull(b64);
+      unsigned char *raw = malloc(strlen(b64));
+      size_t got, bad;
+      ck_assert_int_eq(attnd_b64_decode(b64, strlen(b64), raw, &got, &bad), 0);
+      ck_assert_uint_eq(got, 2 * n[k]);
+      for (size_t i = 0; i < n[k]; i++)
+        ck_assert_msg(half_at(t, raw, i) == x[k][i],
+                      "%s[%zu]: the bytes widen to %.9g, not %.9g", names[k], i,
+                      (double)half_at(t, raw, i), (double)x[k][i]);
+      free(raw);
+    }
+  } else {
+    const json_t *ins = json_object_get(b, "inputs");
+    ck_assert_str_eq(json_string_value(json_object_get(
+                         json_object_get(b, "parameters"), "output_datatype")),
+                     oip);
+    const unsigned char *tail = (const unsigned char *)r.body + r.json_len;
+    for (int k = 0; k < 7; k++) {
+      const json_t *in = json_array_get(ins, (size_t)k);
+      ck_assert_str_eq(json_string_value(json_object_get(in, "name")),
+                       names[k]);
+      ck_assert_str_eq(json_string_value(json_object_get(in, "datatype")), oip);
+      if (s.binary) {
+        ck_assert_int_eq(
+            json_integer_value(json_object_get(
+                json_object_get(in, "parameters"), "binary_data_size")),
+            (json_int_t)(2 * n[k]));
+        for (size_t i = 0; i < n[k]; i++)
+          ck_assert_msg(half_at(t, tail, i) == x[k][i],
+                        "%s[%zu]: the bytes widen to %.9g, not %.9g", names[k],
+                        i, (double)half_at(t, tail, i), (double)x[k][i]);
+        tail += 2 * n[k];
+      } else {
+        const json_t *d = json_object_get(in, "data");
+        ck_assert_uint_eq(json_array_size(d), n[k]);
+        for (size_t i = 0; i < n[k]; i++)
+          ck_assert((float)json_number_value(json_array_get(d, i)) == x[k][i]);
+      }
+    }
+    if (s.binary) /* key_lengths, INT32, ends the tail */
+      ck_assert_ptr_eq(tail + 4 * s.B,
+                       (const unsigned char *)r.body + r.body_len);
+  }
+  json_decref(b);
+  /* float32 bodies ask no dtype back: the bytes from before --dtype */
+  b = json_loadb(r32.body, v2 && s.binary ? r32.json_len : r32.body_len, 0,
+                 &je);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_ptr_null(
+      json_object_get(json_object_get(b, v2 ? "parameters" : "return"),
+                      v2 ? "output_datatype" : "dtype"));
+  json_decref(b);
+  load_gen_free(&r);
+  load_gen_free(&r32);
+}
+END_TEST
+
+/* A v1 reply {"output":..,"weights":..} of dtype t in form `enc`. */
+static char *reply_text_as(attnd_dtype_t t, attnd_form_t enc, const float *o,
+                           const int64_t *odim, const float *w,
+                           const int64_t *wdim) {
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_buf_puts(&b, "{\"output\":");
+  attnd_buf_tensor_as(&b, enc, t, o, 3, odim);
+  if (w) {
+    attnd_buf_puts(&b, ",\"weights\":");
+    attnd_buf_tensor_as(&b, enc, t, w, 3, wdim);
+  }
+  attnd_buf_puts(&b, "}");
+  ck_assert(!b.oom);
+  return b.data;
+}
+
+/* A v2 reply of outputs "output" and "weights_mean" as `datatype`, each
+ * binary (elem bytes an element, packed as t) or JSON data. */
+static char *v2_reply_as(attnd_dtype_t t, const char *datatype, size_t elem,
+                         int binary, const float *o, const int64_t *odim,
+                         const float *w, const int64_t *wdim, size_t *len,
+                         int64_t *hl) {
+  attnd_buf_t j, tail;
+  attnd_buf_init(&j);
+  attnd_buf_init(&tail);
+  attnd_buf_puts(&j, "{\"model_name\":\"attention\",\"outputs\":[");
+  const float *x[2] = {o, w};
+  const int64_t *dim[2] = {odim, wdim};
+  for (int k = 0; k < (w ? 2 : 1); k++) {
+    size_t n = (size_t)(dim[k][0] * dim[k][1] * dim[k][2]);
+    attnd_buf_printf(&j,
+                     "%s{\"name\":\"%s\",\"datatype\":\"%s\",\"shape\":[%lld,"
+                     "%lld,%lld]",
+                     k ? "," : "", k ? "weights_mean" : "output", datatype,
+                     (long long)dim[k][0], (long long)dim[k][1],
+                     (long long)dim[k][2]);
+    if (binary) {
+      attnd_buf_printf(&j, ",\"parameters\":{\"binary_data_size\":%zu}}",
+                       n * elem);
+      if (elem == 4) {
+        attnd_buf_append(&tail, (const char *)x[k], n * 4);
+      } else {
+        char *p = malloc(2 * n);
+        attnd_dtype_pack(t, x[k], n, p);
+        attnd_buf_append(&tail, p, 2 * n);
+        free(p);
+      }
+    } else {
+      attnd_buf_puts(&j, ",\"data\":");
+      attnd_buf_floats(&j, x[k], n, 0, NULL);
+      attnd_buf_puts(&j, "}");
+    }
+  }
+  attnd_buf_puts(&j, "]}");
+  *hl = binary ? (int64_t)j.len : -1;
+  attnd_buf_append(&j, tail.data ? tail.data : "", tail.len);
+  *len = j.len;
+  attnd_buf_free(&tail);
+  ck_assert(!j.oom);
+  return j.data;
+}
+
+/* Half replies read back exactly, in v1's three forms and v2's two; the
+ * wrong ones refused: another dtype's name, float32 bytes, a number
+ * that is not of the dtype, FP32 where FP16/BF16 was asked, binary data
+ * four bytes an element. Cases: float16, bfloat16. */
+START_TEST(test_reply_dtype) {
+  attnd_dtype_t t = half_types[_i], other = half_types[1 - _i];
+  const char *oip = t == ATTND_DTYPE_F16 ? "FP16" : "BF16";
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 21);
+  int64_t odim[3] = {2, 3, 4};
+  float *o = tu_rand_floats(&rng, 24, 3), got[24];
+  attnd_dtype_round(t, o, 24);
+  char why[256];
+  for (int e = 0; e < 3; e++) {
+    char *txt = reply_text_as(t, (attnd_form_t)e, o, odim, NULL, NULL);
+    ck_assert_msg(load_reply_tensor_as(txt, strlen(txt), "output",
+                                       (attnd_form_t)e, t, 3, odim, got, why,
+                                       sizeof why) == 0,
+                  "%s", why);
+    ck_assert_int_eq(memcmp(got, o, sizeof got), 0);
+    free(txt);
+  }
+  /* the wrong ones: base64 under the other dtype's name, float32's bytes,
+   * a number the server did not round */
+  float o2[24];
+  memcpy(o2, o, sizeof o2);
+  o2[7] = 0.1f;
+  const struct {
+    attnd_dtype_t sent;
+    attnd_form_t form;
+    const float *x;
+    const char *msg;
+  } wrong[] = {{other, ATTND_FORM_BASE64, o, "not dtype"},
+               {ATTND_DTYPE_F32, ATTND_FORM_BASE64, o, "not dtype"},
+               {t, ATTND_FORM_FLAT, o2, "at [7] is not a"},
+               {t, ATTND_FORM_NESTED, o2, "at [7] is not a"}};
+  char *txt;
+  for (size_t k = 0; k < sizeof wrong / sizeof wrong[0]; k++) {
+    txt = reply_text_as(wrong[k].sent, wrong[k].form, wrong[k].x, odim, NULL,
+                        NULL);
+    ck_assert_int_eq(load_reply_tensor_as(txt, strlen(txt), "output",
+                                          wrong[k].form, t, 3, odim, got, why,
+                                          sizeof why),
+                     -1);
+    ck_assert_msg(strstr(why, wrong[k].msg) != NULL, "case %zu: %s", k, why);
+    free(txt);
+  }
+
+  /* v2: binary and JSON read back; then the wrong ones */
+  size_t len;
+  int64_t hl;
+  for (int bin = 0; bin < 2; bin++) {
+    txt = v2_reply_as(t, oip, 2, bin, o, odim, NULL, NULL, &len, &hl);
+    ck_assert_msg(load_v2_reply_tensor_as(txt, len, hl, "output", t, 3, odim,
+                                          got, why, sizeof why) == 0,
+                  "%s", why);
+    ck_assert_int_eq(memcmp(got, o, sizeof got), 0);
+    free(txt);
+  }
+  txt = v2_reply_as(t, "FP32", 4, 1, o, odim, NULL, NULL, &len, &hl);
+  ck_assert_int_eq(load_v2_reply_tensor_as(txt, len, hl, "output", t, 3, odim,
+                                           got, why, sizeof why),
+                   -1);
+  ck_assert_msg(strstr(why, "the datatype is not") != NULL, "%s", why);
+  free(txt);
+  txt = v2_reply_as(t, oip, 4, 1, o, odim, NULL, NULL, &len, &hl);
+  ck_assert_int_eq(load_v2_reply_tensor_as(txt, len, hl, "output", t, 3, odim,
+                                           got, why, sizeof why),
+                   -1);
+  ck_assert_str_eq(why, "reply output: binary data of the wrong size");
+  free(txt);
+  txt = v2_reply_as(t, oip, 2, 0, o2, odim, NULL, NULL, &len, &hl);
+  ck_assert_int_eq(load_v2_reply_tensor_as(txt, len, hl, "output", t, 3, odim,
+                                           got, why, sizeof why),
+                   -1);
+  ck_assert_msg(strstr(why, "at [7] is not a") != NULL, "%s", why);
+  free(txt);
+  free(o);
+}
+END_TEST
+
+/* --verify of half traffic: the core's float32 result on the generated
+ * (rounded) tensors, rounded to the dtype as the server rounds it,
+ * passes, its error within the dtype's unit roundoff; one 3 units off
+ * fails. Cases: {v1 base64, v2 binary} x {float16, bfloat16}. */
+START_TEST(test_verify_dtype) {
+  attnd_dtype_t t = half_types[_i % 2];
+  const char *oip = t == ATTND_DTYPE_F16 ? "FP16" : "BF16";
+  double u = t == ATTND_DTYPE_F16 ? 0x1p-11 : 0x1p-8;
+  int v2 = _i / 2;
+  load_shape_t s = base_shape; /* B 2 */
+  s.weights = LOAD_WEIGHTS_MEAN, s.projections = 1, s.key_lengths = 1;
+  s.dtype = t;
+  if (v2)
+    s.protocol = LOAD_V2, s.model = "attention", s.binary = 1;
+  load_request_t r;
+  char err[256];
+  ck_assert_int_eq(load_gen_request(&s, 5, 0, &r, err, sizeof err), 0);
+  tu_run_t run;
+  ck_assert_int_eq(tu_run(&run, &r.params, NULL), 0);
+  int64_t odim[3] = {s.B, s.Lq, s.E}, wdim[3] = {s.B, s.Lq, s.Lk};
+  size_t on = (size_t)(s.B * s.Lq * s.E), wn = (size_t)(s.B * s.Lq * s.Lk);
+  ck_assert_double_eq(load_verify_tol(t), LOAD_VERIFY_TOL + u);
+  for (int bad = 0; bad < 2; bad++) {
+    float *o = malloc(on * sizeof *o), *w = malloc(wn * sizeof *w);
+    memcpy(o, run.o.out, on * sizeof *o);
+    memcpy(w, run.o.mean_weights, wn * sizeof *w);
+    for (size_t i = 0; bad && i < on; i++)
+      o[i] *= (float)(1 + 3 * u);
+    attnd_dtype_round(t, o, on);
+    attnd_dtype_round(t, w, wn);
+    size_t len;
+    int64_t hl = -1;
+    char *txt = v2 ? v2_reply_as(t, oip, 2, 1, o, odim, w, wdim, &len, &hl)
+                   : reply_text_as(t, ATTND_FORM_BASE64, o, odim, w, wdim);
+    if (!v2)
+      len = strlen(txt);
+    double e;
+    char why[256] = "";
+    int rc = load_verify_reply(&s, &r, txt, len, hl, 2, &e, why, sizeof why);
+    if (!bad) {
+      ck_assert_msg(rc == 0, "%s", why);
+      ck_assert_msg(e <= u, "relative error %g over 2^%d", e,
+                    t == ATTND_DTYPE_F16 ? -11 : -8);
+    } else {
+      ck_assert_int_eq(rc, -1);
+      ck_assert_msg(e > load_verify_tol(t) && strstr(why, "relative error"),
+                    "%s (%g)", why, e);
+    }
+    free(txt);
+    free(o);
+    free(w);
+  }
+  tu_run_free(&run);
+  load_gen_free(&r);
+}
+END_TEST
+
 /* ---- the report writers -------------------------------------------------- */
 
 static char *slurp(const char *path) {
@@ -1565,6 +1921,9 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_v2_reply, 0, 8);
   tcase_add_test(tc, test_v2_reply_invalid);
   tcase_add_loop_test(tc, test_v2_verify, 0, 3);
+  tcase_add_loop_test(tc, test_gen_dtype, 0, 8);
+  tcase_add_loop_test(tc, test_reply_dtype, 0, 2);
+  tcase_add_loop_test(tc, test_verify_dtype, 0, 4);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("report");

@@ -19,13 +19,17 @@ uint64_t load_gen_seed(uint64_t seed, int64_t length, int variant) {
   return attnd_splitmix64(&b);
 }
 
-/* n floats uniform in [-amp, amp); NULL when out of memory. */
-static float *random_floats(uint64_t *state, size_t n, float amp) {
+/* n floats uniform in [-amp, amp), rounded to `t` (finite: |x| < 1);
+ * NULL when out of memory. */
+static float *random_floats(uint64_t *state, size_t n, float amp,
+                            attnd_dtype_t t) {
   float *x = malloc(n ? n * sizeof *x : 1);
   for (size_t i = 0; x && i < n; i++)
     x[i] = amp * (float)((double)(attnd_splitmix64(state) >> 11) *
                              (2.0 / 9007199254740992.0) -
                          1.0);
+  if (x)
+    attnd_dtype_round(t, x, n);
   return x;
 }
 
@@ -78,15 +82,16 @@ int load_gen_check(const load_shape_t *s, char *err, size_t n) {
   return 0;
 }
 
-/* Appends sep, then "name":<tensor> in encoding `enc`. */
+/* Appends sep, then "name":<tensor> in the encoding and dtype of `s` (x
+ * is rounded to it already). */
 static void put_tensor(attnd_buf_t *b, const char *sep, const char *name,
                        const float *x, int rank, const int64_t *dim,
-                       attnd_form_t enc) {
+                       const load_shape_t *s) {
   attnd_buf_puts(b, sep);
   attnd_buf_puts(b, "\"");
   attnd_buf_puts(b, name);
   attnd_buf_puts(b, "\":");
-  attnd_buf_tensor(b, enc, x, rank, dim);
+  attnd_buf_tensor_as(b, s->encoding, s->dtype, x, rank, dim);
 }
 
 /* Appends the body of `r`, generated for `s`, to b. */
@@ -96,10 +101,10 @@ static void build_body(const load_shape_t *s, const load_request_t *r,
                                        "o_weight"};
   static const char *const api_enc[] = {"nested", "flat", "base64"};
   const attn_params_t *p = &r->params;
-  put_tensor(b, "{", "query", r->query, 3, p->query.dim, s->encoding);
+  put_tensor(b, "{", "query", r->query, 3, p->query.dim, s);
   if (r->key) {
-    put_tensor(b, ",", "key", r->key, 3, p->key.dim, s->encoding);
-    put_tensor(b, ",", "value", r->value, 3, p->value.dim, s->encoding);
+    put_tensor(b, ",", "key", r->key, 3, p->key.dim, s);
+    put_tensor(b, ",", "value", r->value, 3, p->value.dim, s);
   }
   char num[160];
   snprintf(num, sizeof num, ",\"num_heads\":%lld,\"num_kv_heads\":%lld",
@@ -110,8 +115,7 @@ static void build_body(const load_shape_t *s, const load_request_t *r,
                                  &p->o_weight};
     attnd_buf_puts(b, ",\"projections\":");
     for (int i = 0; i < 4; i++)
-      put_tensor(b, i ? "," : "{", wname[i], r->weight[i], 2, w[i]->dim,
-                 s->encoding);
+      put_tensor(b, i ? "," : "{", wname[i], r->weight[i], 2, w[i]->dim, s);
     attnd_buf_puts(b, "}");
   }
   attnd_buf_puts(b, ",\"mask\":{\"causal\":\"");
@@ -128,9 +132,12 @@ static void build_body(const load_shape_t *s, const load_request_t *r,
   }
   snprintf(num, sizeof num,
            "},\"return\":{\"weights\":\"%s\",\"encoding\":\"%s\","
-           "\"metrics\":false}",
+           "\"metrics\":false",
            load_weights_name(s->weights), api_enc[s->encoding]);
   attnd_buf_puts(b, num);
+  if (s->dtype != ATTND_DTYPE_F32)
+    attnd_buf_printf(b, ",\"dtype\":\"%s\"", load_dtype_name(s->dtype));
+  attnd_buf_puts(b, "}");
   if (s->timeout_ms > 0) {
     snprintf(num, sizeof num, ",\"timeout_ms\":%lld", (long long)s->timeout_ms);
     attnd_buf_puts(b, num);
@@ -155,12 +162,12 @@ int load_gen_request(const load_shape_t *s, uint64_t seed, int with_body,
   int oom = 0;
 
   /* pass 1: the tensors, drawn in a fixed order from one stream */
-  r->query = random_floats(&st, (size_t)(B * Lq * E), 1.0f);
+  r->query = random_floats(&st, (size_t)(B * Lq * E), 1.0f, s->dtype);
   p->query = (attn_tensor_t){r->query, 3, {B, Lq, E}};
   oom |= r->query == NULL;
   if (send_kv) {
-    r->key = random_floats(&st, (size_t)(B * Lk * Ekv), 1.0f);
-    r->value = random_floats(&st, (size_t)(B * Lk * Ekv), 1.0f);
+    r->key = random_floats(&st, (size_t)(B * Lk * Ekv), 1.0f, s->dtype);
+    r->value = random_floats(&st, (size_t)(B * Lk * Ekv), 1.0f, s->dtype);
     p->key = (attn_tensor_t){r->key, 3, {B, Lk, Ekv}};
     p->value = (attn_tensor_t){r->value, 3, {B, Lk, Ekv}};
     oom |= r->key == NULL || r->value == NULL;
@@ -175,8 +182,8 @@ int load_gen_request(const load_shape_t *s, uint64_t seed, int with_body,
                            &p->o_weight};
     for (int i = 0; i < 4; i++) {
       if (!layer)
-        r->weight[i] =
-            random_floats(&st, (size_t)(rows[i] * E), 1.0f / sqrtf((float)E));
+        r->weight[i] = random_floats(&st, (size_t)(rows[i] * E),
+                                     1.0f / sqrtf((float)E), s->dtype);
       *w[i] =
           (attn_tensor_t){layer ? &placeholder : r->weight[i], 2, {rows[i], E}};
       oom |= !layer && r->weight[i] == NULL;
@@ -274,6 +281,11 @@ const char *load_protocol_name(load_protocol_t p) {
 
 const char *load_compress_name(attnd_coding_t c) {
   return c == ATTND_CODING_IDENTITY ? "none" : attnd_coding_name(c);
+}
+
+const char *load_dtype_name(attnd_dtype_t t) {
+  static const char *const names[] = {"float32", "float16", "bfloat16"};
+  return names[t];
 }
 
 const char *load_tensors_name(const load_shape_t *s) {

@@ -7,7 +7,9 @@
  * with LOAD_V2 the Open Inference Protocol's (v2.h: the same tensors as
  * inputs). The same shape and seed always give the same bytes; tensors are
  * uniform in [-1, 1), projection weights in [-1/√E, 1/√E), so outputs stay
- * of order one.
+ * of order one. With a 16-bit `dtype` every float tensor is drawn so, then
+ * rounded to it (codec/half.h), so that the params that --verify computes
+ * on hold exactly what the server decodes.
  *
  * Tensors, with Dh = E / H:
  *   query [B, Lq, E];
@@ -20,7 +22,11 @@
  * Every request is rank 3 and names every option it has, defaults
  * included (num_kv_heads, mask.causal, return.weights, return.encoding),
  * with return.metrics false: the timings come from the Server-Timing
- * header. Pure functions of their arguments; any thread. */
+ * header. A 16-bit `dtype` adds return.dtype, and base64 tensors carry
+ * its two bytes an element under its name; the nested and flat forms
+ * have no dtype, and carry the rounded values as numbers. float32 bodies
+ * name no dtype, and are the bytes they were before --dtype existed.
+ * Pure functions of their arguments; any thread. */
 #ifndef LOAD_GEN_H
 #define LOAD_GEN_H
 
@@ -51,6 +57,7 @@ typedef struct load_shape {
   attnd_form_t encoding;  /* of every tensor sent, and return.encoding */
   int cross;              /* 1: send key and value even for self-attention */
   int64_t timeout_ms;     /* the request's timeout_ms; 0: none */
+  attnd_dtype_t dtype;    /* of every float tensor sent and returned */
   load_protocol_t protocol;
   /* LOAD_V2 only (encoding is v1's): */
   const char *model; /* borrowed: "attention" (or NULL), else a layer's */
@@ -108,6 +115,8 @@ void load_gen_free(load_request_t *r);
 const char *load_enc_name(attnd_form_t e);
 const char *load_protocol_name(load_protocol_t p);
 const char *load_compress_name(attnd_coding_t c);
+/* "float32", "float16", "bfloat16": --dtype's values, and v1's names */
+const char *load_dtype_name(attnd_dtype_t t);
 
 /* The form of the tensors sent: load_enc_name's for v1, "binary" or
  * "json" for v2. The projections: "none", "inline", or "resident" for a

@@ -37,6 +37,8 @@ static const char *const projections[] = {"none", "inline", NULL};
 static const char *const encodings[] = {"json", "flat", "base64", NULL};
 static const char *const protocols[] = {"v1", "v2", NULL};
 static const char *const tensor_forms[] = {"binary", "json", NULL};
+/* in the order of attnd_dtype_t */
+static const char *const dtypes[] = {"float32", "float16", "bfloat16", NULL};
 /* in the order of attnd_coding_t */
 static const char *const compressions[] = {"none", "gzip", "deflate", NULL};
 static const char *const workloads[] = {"request", "decode", NULL};
@@ -126,6 +128,10 @@ static const opt_t options[] = {
         "none", "inline: q, k, v, o weights in every request"),
     OPT("--encoding", "json|flat|base64", O_ENUM, encoding, 0, 0, encodings,
         "base64", "v1: tensors sent and returned"),
+    OPT("--dtype", "float32|float16|bfloat16", O_ENUM, dtype, 0, 0, dtypes,
+        "float32",
+        "tensors rounded to it, sent and asked back so (v1: base64 bytes, "
+        "return.dtype; v2: FP16/BF16, output_datatype)"),
     OPT("--compress", "none|gzip|deflate", O_ENUM, compress, 0, 0, compressions,
         "none", "v2: bodies compressed, and replies accepted so"),
     OPT("--cross", NULL, O_FLAG, cross, 0, 0, NULL, NULL,
@@ -278,7 +284,8 @@ static int decode_args(opts_t *o, const unsigned char *given) {
       offsetof(opts_t, key_lengths), offsetof(opts_t, weights),
       offsetof(opts_t, projections), offsetof(opts_t, cross),
       offsetof(opts_t, variants),    offsetof(opts_t, dump_body),
-      offsetof(opts_t, tensors),     offsetof(opts_t, compress)};
+      offsetof(opts_t, tensors),     offsetof(opts_t, compress),
+      offsetof(opts_t, dtype)};
   for (size_t k = 0; k < sizeof request_only / sizeof request_only[0]; k++)
     if (given_opt(given, request_only[k]))
       return bad("%s is an option of --mode request%s",
@@ -504,6 +511,7 @@ int load_parse_args(int argc, char **argv, opts_t *o) {
                             .encoding = (attnd_form_t)o->encoding,
                             .cross = o->cross,
                             .timeout_ms = o->request_timeout_ms,
+                            .dtype = (attnd_dtype_t)o->dtype,
                             .protocol = (load_protocol_t)o->protocol,
                             .model = o->protocol == LOAD_V2 ? o->model : NULL,
                             .binary = o->tensors == 0,

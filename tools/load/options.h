@@ -23,7 +23,7 @@ typedef struct opts {
   const char *base, *path, *out, *name, *dump_body, *model;
   list_t lengths, concurrency, rate, prefill;
   int method, arrival, causal, key_lengths, weights, projections, encoding;
-  int protocol, tensors, compress;
+  int protocol, tensors, compress, dtype;
   int cross, quiet;
   int workload, rope, create; /* --mode decode */
   int64_t connections, requests, batch, lq, lk, embed, heads, kv_heads;

@@ -187,6 +187,8 @@ void load_report_line(FILE *f, const load_result_t *r) {
   fprintf(f, "step %d", r->step);
   if (r->length)
     fprintf(f, " L=%lld", (long long)r->length);
+  if (r->attention && r->shape.dtype != ATTND_DTYPE_F32)
+    fprintf(f, " %s", load_dtype_name(r->shape.dtype));
   fprintf(f,
           " %s: %lld/%lld ok, %lld errors (429: %lld, 503: %lld, 504: %lld, "
           "other: %lld, transport: %lld) | %s req/s",
@@ -287,7 +289,8 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
     return io_fail(err, en, path);
   fprintf(f,
           "step,length,B,Lq,Lk,E,H,Hkv,causal,key_lengths,weights,"
-          "projections,encoding,protocol,model,compress,mode,concurrency,rate,"
+          "projections,encoding,protocol,model,compress,dtype,mode,concurrency,"
+          "rate,"
           "window_s,elapsed_s,"
           "sent,ok,err_429,err_503,err_504,err_other,err_transport,err_timeout,"
           "error_rate,rps,tokens_per_s,gflops");
@@ -318,9 +321,10 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
                         : load_projections_name(s),
               load_tensors_name(s), load_protocol_name(s->protocol));
       csv_cell(f, s->model ? s->model : "");
-      fprintf(f, ",%s,", load_compress_name(s->compress));
+      fprintf(f, ",%s,%s,", load_compress_name(s->compress),
+              load_dtype_name(s->dtype));
     } else {
-      fprintf(f, ",,,,,,,,,,,,,,");
+      fprintf(f, ",,,,,,,,,,,,,,,");
     }
     fprintf(
         f,
@@ -391,6 +395,7 @@ static json_t *step_json(const load_result_t *x) {
         "encoding", load_tensors_name(s), "timeout_ms",
         (json_int_t)s->timeout_ms, "protocol", load_protocol_name(s->protocol),
         "compress", load_compress_name(s->compress));
+    json_object_set_new(sh, "dtype", json_string(load_dtype_name(s->dtype)));
     if (s->model)
       json_object_set_new(sh, "model", json_string(s->model));
     json_object_set_new(o, "shape", sh);

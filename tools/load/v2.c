@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "codec/util.h"
+#include "verify.h"
 
 /* The binary tail is the tensors' memory as it is: little-endian hosts
  * only, as the codec's base64 tensors. */
@@ -79,19 +80,27 @@ static int inputs_of(const load_shape_t *s, const load_request_t *r,
   return n;
 }
 
+/* The OIP datatype of a float tensor of dtype t. */
+static const char *datatype_of(attnd_dtype_t t) {
+  static const char *const names[] = {"FP32", "FP16", "BF16"};
+  return names[t];
+}
+
 /* Appends input `in` as tritonclient writes it: its name, shape and
- * datatype, then binary_data_size or the data. */
-static void put_input(attnd_buf_t *b, const input_t *in, int binary) {
+ * datatype (a float one's `t`), then binary_data_size or the data (the
+ * floats' numbers are t's already: gen.c rounds them). */
+static void put_input(attnd_buf_t *b, const input_t *in, int binary,
+                      attnd_dtype_t t) {
   char shape[256];
   attnd_shape_text(shape, sizeof shape, in->rank, in->dim, ",");
   size_t n = count_of(in);
   attnd_buf_puts(b, "{\"name\":");
   attnd_buf_json_string(b, in->name, strlen(in->name));
   attnd_buf_printf(b, ",\"shape\":%s,\"datatype\":\"%s\"", shape,
-                   in->f ? "FP32" : "INT32");
+                   in->f ? datatype_of(t) : "INT32");
   if (binary) {
     attnd_buf_printf(b, ",\"parameters\":{\"binary_data_size\":%zu}}",
-                     n * (in->f ? sizeof(float) : sizeof(int32_t)));
+                     n * (in->f ? attnd_dtype_size(t) : sizeof(int32_t)));
     return;
   }
   attnd_buf_puts(b, ",\"data\":");
@@ -105,12 +114,21 @@ static void put_input(attnd_buf_t *b, const input_t *in, int binary) {
   attnd_buf_puts(b, "}");
 }
 
-/* Appends the raw bytes of `in`: FP32 as it is, INT32 narrowed (key
- * lengths are at most Lk < 2^31). */
-static void put_bytes(attnd_buf_t *b, const input_t *in) {
+/* Appends the raw bytes of `in`: FP32 as it is, FP16 and BF16 packed
+ * (exactly: the values are rounded already), INT32 narrowed (key lengths
+ * are at most Lk < 2^31). */
+static void put_bytes(attnd_buf_t *b, const input_t *in, attnd_dtype_t t) {
   size_t n = count_of(in);
-  if (in->f) {
+  if (in->f && t == ATTND_DTYPE_F32) {
     attnd_buf_append(b, (const char *)in->f, n * sizeof(float));
+    return;
+  }
+  if (in->f) {
+    if (attnd_buf_reserve(b, n * attnd_dtype_size(t)) < 0)
+      return;
+    attnd_dtype_pack(t, in->f, n, b->data + b->len);
+    b->len += n * attnd_dtype_size(t);
+    b->data[b->len] = '\0';
     return;
   }
   for (size_t k = 0; k < n; k++) {
@@ -130,7 +148,7 @@ void load_v2_body(const load_shape_t *s, const load_request_t *r,
   for (int k = 0; k < n; k++) {
     if (k)
       attnd_buf_puts(b, ",");
-    put_input(b, &in[k], s->binary);
+    put_input(b, &in[k], s->binary, s->dtype);
   }
   attnd_buf_puts(b, "]");
   const char *wname = s->weights == LOAD_WEIGHTS_PER_HEAD ? "weights"
@@ -158,12 +176,14 @@ void load_v2_body(const load_shape_t *s, const load_request_t *r,
   attnd_buf_printf(b, "\"causal\":\"%s\"", load_causal_name(s->causal));
   if (s->timeout_ms > 0)
     attnd_buf_printf(b, ",\"timeout_ms\":%lld", (long long)s->timeout_ms);
+  if (s->dtype != ATTND_DTYPE_F32)
+    attnd_buf_printf(b, ",\"output_datatype\":\"%s\"", datatype_of(s->dtype));
   attnd_buf_puts(b, "}}");
   *json_len = s->binary ? b->len - start : 0;
 
   /* pass 2: the binary tail, in input order */
   for (int k = 0; s->binary && k < n; k++)
-    put_bytes(b, &in[k]);
+    put_bytes(b, &in[k], s->dtype);
 }
 
 /* ---- the reply ----------------------------------------------------------- */
@@ -199,6 +219,14 @@ static int read_data(const json_t *v, int depth, int rank, const int64_t *dim,
 int load_v2_reply_tensor(const char *body, size_t len, int64_t header_len,
                          const char *name, int rank, const int64_t *dim,
                          float *out, char *why, size_t wn) {
+  return load_v2_reply_tensor_as(body, len, header_len, name, ATTND_DTYPE_F32,
+                                 rank, dim, out, why, wn);
+}
+
+int load_v2_reply_tensor_as(const char *body, size_t len, int64_t header_len,
+                            const char *name, attnd_dtype_t dtype, int rank,
+                            const int64_t *dim, float *out, char *why,
+                            size_t wn) {
   if (header_len > (int64_t)len)
     return attnd_fail(why, wn,
                       "reply: Inference-Header-Content-Length %lld is past "
@@ -265,8 +293,10 @@ int load_v2_reply_tensor(const char *body, size_t len, int64_t header_len,
   /* pass 2: this output */
   const char *dt = json_string_value(json_object_get(found, "datatype"));
   const json_t *shape = json_object_get(found, "shape");
-  if (dt == NULL || strcmp(dt, "FP32") != 0) {
-    fail(why, wn, name, "the datatype is not FP32");
+  if (dt == NULL || strcmp(dt, datatype_of(dtype)) != 0) {
+    char msg[64];
+    snprintf(msg, sizeof msg, "the datatype is not %s", datatype_of(dtype));
+    fail(why, wn, name, msg);
     goto out;
   }
   int same = json_is_array(shape) && (int)json_array_size(shape) == rank;
@@ -277,11 +307,11 @@ int load_v2_reply_tensor(const char *body, size_t len, int64_t header_len,
     goto out;
   }
   if (size != (size_t)-1) {
-    if (size != n * sizeof(float)) {
+    if (size != n * attnd_dtype_size(dtype)) {
       fail(why, wn, name, "binary data of the wrong size");
       goto out;
     }
-    memcpy(out, tail + at, size);
+    load_dtype_widen(dtype, tail + at, n, out);
   } else {
     size_t k = 0;
     const json_t *data = json_object_get(found, "data");
@@ -293,6 +323,8 @@ int load_v2_reply_tensor(const char *body, size_t len, int64_t header_len,
       fail(why, wn, name, "data that is not its shape's numbers");
       goto out;
     }
+    if (load_dtype_exact(dtype, out, n, name, why, wn) < 0)
+      goto out;
   }
   rc = 0;
 out:

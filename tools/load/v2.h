@@ -10,7 +10,9 @@
  * "data"} with the members that apply, in the order of gen.h's tensors:
  * query, key and value when sent, q_weight, k_weight, v_weight and o_weight
  * with inline projections (the generic model "attention" only), and
- * key_lengths (INT32 [B]); every float tensor is FP32, row-major.
+ * key_lengths (INT32 [B]); every float tensor is FP32, row-major, or
+ * with a 16-bit dtype (gen.h) FP16 or BF16, two bytes an element in the
+ * binary tail, and the parameters end with "output_datatype" naming it.
  *   - binary tensors: each input has "parameters":{"binary_data_size":n}
  *     and no data, and the raw little-endian bytes of every input follow
  *     the JSON, in input order; the JSON's length goes in the header
@@ -65,5 +67,14 @@ void load_v2_body(const load_shape_t *s, const load_request_t *r,
 int load_v2_reply_tensor(const char *body, size_t len, int64_t header_len,
                          const char *name, int rank, const int64_t *dim,
                          float *out, char *why, size_t wn);
+
+/* The same for a reply to a request with output_datatype `dtype`: the
+ * output must be that datatype (FP32, FP16 or BF16); binary data is two
+ * bytes an element for the 16-bit ones, widened exactly into out, and
+ * JSON data must hold values of that datatype (load_dtype_inexact). */
+int load_v2_reply_tensor_as(const char *body, size_t len, int64_t header_len,
+                            const char *name, attnd_dtype_t dtype, int rank,
+                            const int64_t *dim, float *out, char *why,
+                            size_t wn);
 
 #endif

@@ -66,9 +66,49 @@ static int read_array(const char **pp, const char *end, int rank,
   return 0;
 }
 
+double load_verify_tol(attnd_dtype_t t) {
+  return LOAD_VERIFY_TOL + (t == ATTND_DTYPE_BF16  ? 0x1p-8
+                            : t == ATTND_DTYPE_F16 ? 0x1p-11
+                                                   : 0);
+}
+
+void load_dtype_widen(attnd_dtype_t t, const void *src, size_t n, float *out) {
+  const unsigned char *p = src;
+  if (t == ATTND_DTYPE_F32) {
+    memcpy(out, src, n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint32_t h = (uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8;
+    out[i] = t == ATTND_DTYPE_F16 ? attnd_f16_to_f32(h) : attnd_bf16_to_f32(h);
+  }
+}
+
+int load_dtype_exact(attnd_dtype_t t, const float *x, size_t n,
+                     const char *name, char *why, size_t wn) {
+  for (size_t i = 0; t != ATTND_DTYPE_F32 && i < n; i++) {
+    float r = t == ATTND_DTYPE_F16
+                  ? attnd_f16_to_f32(attnd_f16_from_f32(x[i]))
+                  : attnd_bf16_to_f32(attnd_bf16_from_f32(x[i]));
+    if (r != x[i]) {
+      snprintf(why, wn, "reply %s: %.9g at [%zu] is not a %s", name,
+               (double)x[i], i, load_dtype_name(t));
+      return -1;
+    }
+  }
+  return 0;
+}
+
 int load_reply_tensor(const char *body, size_t len, const char *name,
                       attnd_form_t enc, int rank, const int64_t *dim,
                       float *out, char *why, size_t wn) {
+  return load_reply_tensor_as(body, len, name, enc, ATTND_DTYPE_F32, rank, dim,
+                              out, why, wn);
+}
+
+int load_reply_tensor_as(const char *body, size_t len, const char *name,
+                         attnd_form_t enc, attnd_dtype_t dtype, int rank,
+                         const int64_t *dim, float *out, char *why, size_t wn) {
   const char *end = body + len;
   char key[64];
   snprintf(key, sizeof key, "\"%s\":", name);
@@ -76,13 +116,15 @@ int load_reply_tensor(const char *body, size_t len, const char *name,
   if (p == NULL)
     return fail(why, wn, name, "missing");
   p = skip_ws(p + strlen(key), end);
-  if (enc == ATTND_FORM_NESTED)
-    return read_array(&p, end, rank, dim, out, name, why, wn);
-
-  /* {"shape":[...],"data":[...]} or {..., "base64":"..."} */
   size_t n = 1;
   for (int i = 0; i < rank; i++)
     n *= (size_t)dim[i];
+  if (enc == ATTND_FORM_NESTED)
+    return read_array(&p, end, rank, dim, out, name, why, wn) < 0
+               ? -1
+               : load_dtype_exact(dtype, out, n, name, why, wn);
+
+  /* {"shape":[...],"data":[...]} or {..., "dtype":"...","base64":"..."} */
   const char *sh = memmem(p, (size_t)(end - p), "\"shape\":", 8);
   if (p >= end || *p != '{' || sh == NULL)
     return fail(why, wn, name, "expected an object with a shape");
@@ -100,11 +142,20 @@ int load_reply_tensor(const char *body, size_t len, const char *name,
       return fail(why, wn, name, "no data");
     int64_t flat = (int64_t)n;
     d += 7;
-    return read_array(&d, end, 1, &flat, out, name, why, wn);
+    return read_array(&d, end, 1, &flat, out, name, why, wn) < 0
+               ? -1
+               : load_dtype_exact(dtype, out, n, name, why, wn);
   }
   const char *b = memmem(sh, (size_t)(end - sh), "\"base64\":\"", 10);
   if (b == NULL)
     return fail(why, wn, name, "no base64");
+  /* attnd names the dtype just before the bytes */
+  char dt[40];
+  int dl = snprintf(dt, sizeof dt, "\"dtype\":\"%s\",", load_dtype_name(dtype));
+  if ((size_t)(b - sh) < (size_t)dl || memcmp(b - dl, dt, (size_t)dl) != 0) {
+    snprintf(dt, sizeof dt, "not dtype %s", load_dtype_name(dtype));
+    return fail(why, wn, name, dt);
+  }
   b += 10;
   const char *q = memchr(b, '"', (size_t)(end - b));
   if (q == NULL)
@@ -114,12 +165,13 @@ int load_reply_tensor(const char *body, size_t len, const char *name,
   if (raw == NULL)
     return fail(why, wn, name, "out of memory");
   int r = attnd_b64_decode(b, blen, raw, &got, &bad);
-  if (r == 0 && got == n * sizeof(float))
-    memcpy(out, raw, got);
+  size_t want = n * attnd_dtype_size(dtype);
+  if (r == 0 && got == want)
+    load_dtype_widen(dtype, raw, n, out);
   free(raw);
   if (r < 0)
     return fail(why, wn, name, "invalid base64");
-  if (got != n * sizeof(float))
+  if (got != want)
     return fail(why, wn, name, "base64 of the wrong size");
   return 0;
 }
@@ -142,10 +194,10 @@ static int reply_tensor(const load_shape_t *s, const char *body, size_t len,
                         const char *v2name, int rank, const int64_t *dim,
                         float *out, char *why, size_t wn) {
   if (s->protocol == LOAD_V2)
-    return load_v2_reply_tensor(body, len, header_len, v2name, rank, dim, out,
-                                why, wn);
-  return load_reply_tensor(body, len, v1name, s->encoding, rank, dim, out, why,
-                           wn);
+    return load_v2_reply_tensor_as(body, len, header_len, v2name, s->dtype,
+                                   rank, dim, out, why, wn);
+  return load_reply_tensor_as(body, len, v1name, s->encoding, s->dtype, rank,
+                              dim, out, why, wn);
 }
 
 int load_verify_reply(const load_shape_t *s, const load_request_t *r,
@@ -205,9 +257,10 @@ int load_verify_reply(const load_shape_t *s, const load_request_t *r,
     e = ew > e ? ew : e;
   }
   *err_out = e;
-  rc = e <= LOAD_VERIFY_TOL ? 0 : -1;
+  double tol = load_verify_tol(s->dtype);
+  rc = e <= tol ? 0 : -1;
   if (rc < 0)
-    snprintf(why, wn, "relative error %.3g over %g", e, LOAD_VERIFY_TOL);
+    snprintf(why, wn, "relative error %.3g over %g", e, tol);
 out:
   free(ws);
   free(want);
