@@ -14,7 +14,10 @@
  *     projections, GQA, random key lengths, mean weights and a batch; and
  *     the same two over the Open Inference Protocol (--protocol v2, the
  *     generic model): binary tensors, then JSON tensors with the rest of
- *     those options and gzip bodies and replies;
+ *     those options and gzip bodies and replies; and half traffic
+ *     (--dtype): bfloat16 over v2 with binary tensors, float16 over v1
+ *     with base64, each verified within its dtype's rounding and named in
+ *     the CSV's dtype column;
  *   - overload: slow requests at a concurrency over one worker and one
  *     queue place: the 429s counted as such and nothing else failing, exit
  *     status 1 under the default --max-error-rate 0, and 0 under 1; over
@@ -257,7 +260,7 @@ static void assert_speaks_v2(int port, const char *log) {
 }
 
 START_TEST(test_sweep) {
-  static const char *const extra[4][24] = {
+  static const char *const extra[6][24] = {
       {NULL},
       {"--encoding", "json", "--projections", "inline", "--kv-heads", "2",
        "--key-lengths", "random", "--weights", "mean", "--batch", "2",
@@ -265,7 +268,15 @@ START_TEST(test_sweep) {
       {"--protocol", "v2", NULL},
       {"--protocol", "v2", "--tensors", "json", "--projections", "inline",
        "--kv-heads", "2", "--key-lengths", "random", "--weights", "mean",
-       "--batch", "2", "--causal", "top_left", "--compress", "gzip", NULL}};
+       "--batch", "2", "--causal", "top_left", "--compress", "gzip", NULL},
+      /* half traffic, checked within the dtype's rounding */
+      {"--protocol", "v2", "--dtype", "bfloat16", "--projections", "inline",
+       "--weights", "mean", "--key-lengths", "random", NULL},
+      {"--dtype", "float16", "--projections", "inline", "--weights", "per_head",
+       "--kv-heads", "2", NULL}};
+  static const char *const dtypes[6] = {"float32", "float32",  "float32",
+                                        "float32", "bfloat16", "float16"};
+  const int v2 = _i == 2 || _i == 3 || _i == 4;
   sh_server_t srv;
   start(&srv, NULL);
   scratch_t sc;
@@ -283,7 +294,7 @@ START_TEST(test_sweep) {
   args[n] = NULL;
   int st = run_load(args, sc.log);
   char *log = slurp(sc.log);
-  if (st != 0 && _i >= 2)
+  if (st != 0 && v2)
     assert_speaks_v2(srv.port, log);
   ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
 
@@ -319,6 +330,7 @@ START_TEST(test_sweep) {
                   csv_num(&c, r, "timed"), ok);
     ck_assert_msg(csv_num(&c, r, "verified") == 2, "step %d: %g verified",
                   r + 1, csv_num(&c, r, "verified"));
+    ck_assert_str_eq(csv_str(&c, r, "dtype"), dtypes[_i]);
     ck_assert_msg(csv_num(&c, r, "rps") > 0 && csv_num(&c, r, "gflops") > 0,
                   "step %d: no throughput", r + 1);
   }
@@ -829,7 +841,10 @@ START_TEST(test_decode_usage) {
       {{"--mode", "decode", "--embed", "30", "--heads", "4", NULL},
        "--embed 30 is not a multiple of --heads 4"},
       {{"--mode", "decode", "--create", "get", NULL},
-       "--create: unknown value 'get'"}};
+       "--create: unknown value 'get'"},
+      {{"--mode", "decode", "--dtype", "bfloat16", NULL},
+       "--dtype is an option of --mode request"},
+      {{"--dtype", "half", NULL}, "--dtype: unknown value 'half'"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     scratch_t sc;
     scratch_init(&sc);
@@ -995,7 +1010,7 @@ Suite *test_suite(void) {
   Suite *s = suite_create("load_sweep");
   TCase *tc = tcase_create("sweep");
   tcase_set_timeout(tc, 120);
-  tcase_add_loop_test(tc, test_sweep, 0, 4);
+  tcase_add_loop_test(tc, test_sweep, 0, 6);
   suite_add_tcase(s, tc);
   tc = tcase_create("overload");
   tcase_set_timeout(tc, 120);
