@@ -21,7 +21,12 @@
  *     replies read back bit for bit (JSON, binary, mixed, either order)
  *     and a table of wrong ones refused with their messages; --verify
  *     over v2, and refused for a layer;
- *   - the CSV, JSON and SVG writers;
+ *   - --dtype float16 and bfloat16: every tensor the float32 run's
+ *     rounded, sent as the dtype in each v1 form and v2 form (bytes that
+ *     widen back to it, the dtype asked back); half replies read back
+ *     exactly and the wrong ones (another dtype, float32 bytes, unrounded
+ *     numbers) refused; --verify within the dtype's unit roundoff;
+ *   - the CSV, JSON and SVG writers (the dtype named in both reports);
  *   - decode mode: the create and step bodies (members, and the tokens
  *     bit for bit in each encoding), tokens a function of the session and
  *     the position only, a step's reply checked against the float64
@@ -1558,6 +1563,7 @@ START_TEST(test_report_files) {
     for (int k = 0; k < LOAD_NSRV; k++)
       r[i].compute_ms[k] = r[i].queue_ms[k] = r[i].total_ms[k] = 0.5 * (k + 1);
   }
+  r[2].shape.dtype = ATTND_DTYPE_BF16; /* named in the CSV and the JSON */
   char dir[] = "/tmp/check_load_XXXXXX", path[128], err[256];
   ck_assert_ptr_nonnull(mkdtemp(dir));
 
@@ -1578,6 +1584,9 @@ START_TEST(test_report_files) {
   ck_assert_int_eq(lines, 4);
   ck_assert_msg(strncmp(csv, "step,length,", 12) == 0, "%.40s", csv);
   ck_assert_ptr_nonnull(strstr(csv, "\n3,512,2,5,5,8,2,2,bottom_right,none,"));
+  ck_assert_ptr_nonnull(strstr(csv, ",compress,dtype,mode,"));
+  ck_assert_ptr_nonnull(strstr(csv, ",v1,,none,float32,closed,1,"));
+  ck_assert_ptr_nonnull(strstr(csv, ",v1,,none,bfloat16,closed,2,"));
   free(csv);
   unlink(path);
 
@@ -1592,6 +1601,9 @@ START_TEST(test_report_files) {
   ck_assert_int_eq(json_array_size(steps), 3);
   json_t *s2 = json_array_get(steps, 2);
   ck_assert_int_eq(json_integer_value(json_object_get(s2, "length")), 512);
+  ck_assert_str_eq(
+      json_string_value(json_object_get(json_object_get(s2, "shape"), "dtype")),
+      "bfloat16");
   ck_assert_int_eq(
       json_integer_value(json_object_get(json_object_get(s2, "errors"), "429")),
       5);
