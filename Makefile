@@ -68,24 +68,42 @@ CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) \
   $(foreach isa,generic avx2 avx512,$(BUILD)/core/kernel_$(isa).o)
 
 # The CUDA backend: core/cuda/*.cu by nvcc for the H100/H200 (sm_90a), in
-# the same libattn.a, with cudart linked (rpath: CUDA_HOME's). cuBLAS is
-# loaded at run time once a device is found (core/cuda/forward.cu): linking
-# it would map about 150 MB into every process, GPU or not.
+# the same libattn.a, with cudart linked (rpath: CUDA_LIBDIR, unless it is
+# a system directory). cuBLAS is loaded at run time once a device is found
+# (core/cuda/forward.cu), by the soname of the cuBLAS headers it was built
+# against: linking it would map about 150 MB into every process, GPU or not.
+# Two layouts: NVIDIA's (/usr/local/cuda, libraries in lib64) and Debian's
+# nvidia-cuda-toolkit (CUDA_HOME=/usr, nvcc in /usr/bin, libraries in the
+# multiarch directory), which CUDA_LIBDIR finds; docker/Dockerfile's CUDA=1
+# builds with the latter (CUDA 11.8: CUDA_ARCH=sm_90, which it knows).
 ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc))
 ifeq ($(NVCC),)
 $(error CUDA=1: no nvcc in $(CUDA_HOME)/bin or on PATH (set CUDA_HOME or NVCC))
 endif
+ifeq ($(origin CUDA_LIBDIR),undefined)
+CUDA_LIBDIR := $(firstword $(patsubst %/libcudart.so,%,$(wildcard \
+  $(CUDA_HOME)/lib64/libcudart.so \
+  $(CUDA_HOME)/lib/$(shell $(CC) -print-multiarch)/libcudart.so)) \
+  $(CUDA_HOME)/lib64)
+endif
 CUDA_ARCH ?= sm_90a
+# The host compiler nvcc runs (-ccbin), where its own choice is not one it
+# supports: Debian's CUDA 11.8 takes gcc 11 at most, and finds bookworm's
+# gcc 12 by default (CUDA_CCBIN=g++-11 there).
+CUDA_CCBIN ?=
+comma := ,
 NVCCFLAGS = -std=c++17 -O3 -arch=$(CUDA_ARCH) -lineinfo -Iinclude \
+  $(if $(CUDA_CCBIN),-ccbin $(CUDA_CCBIN)) \
   --Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
-  -DATTN_CUDA_LIBDIR='"$(CUDA_HOME)/lib64"'
+  -DATTN_CUDA_LIBDIR='"$(CUDA_LIBDIR)"' -DATTN_CUDA_ARCH='"$(CUDA_ARCH)"'
 CUDA_SRC := $(wildcard core/cuda/*.cu)
 CORE_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 CFLAGS_COMMON += -DATTN_HAVE_CUDA
-LIBS_CUDA := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart \
-  -ldl -lstdc++
+LIBS_CUDA := -L$(CUDA_LIBDIR) \
+  $(if $(filter /usr/lib/% /lib/%,$(CUDA_LIBDIR)/),,-Wl$(comma)-rpath$(comma)$(CUDA_LIBDIR)) \
+  -lcudart -ldl -lstdc++
 endif
 
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c server/*/*.c))

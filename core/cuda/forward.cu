@@ -110,7 +110,11 @@ static void probe(void) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n < 1) {
-    snprintf(ci->status, sizeof ci->status, "no CUDA device here (%s)",
+    /* No driver at all (a container that was given no GPU: the driver's
+     * libcuda.so.1 comes from the host with the device) reads as "driver
+     * version is insufficient" from cudart: say what is missing. */
+    snprintf(ci->status, sizeof ci->status, "no CUDA device here (%s%s)",
+             ci->driver_version == 0 ? "no CUDA driver, libcuda.so.1: " : "",
              e != cudaSuccess ? cudaGetErrorString(e) : "none found");
     cudaGetLastError(); /* clear it */
     return;
@@ -128,8 +132,8 @@ static void probe(void) {
   ci->memory_bytes = prop.totalGlobalMem;
   if (prop.major != 9 || prop.minor != 0) {
     snprintf(ci->status, sizeof ci->status,
-             "device 0 (%.60s) is sm_%d%d; this build has code for sm_90a "
-             "(H100, H200) only",
+             "device 0 (%.60s) is sm_%d%d; this build has code for "
+             ATTN_CUDA_ARCH " (H100, H200) only",
              prop.name, prop.major, prop.minor);
     return;
   }
