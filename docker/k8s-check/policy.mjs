@@ -5,6 +5,7 @@
 // ignores ATTND_ variables it does not know, so a misspelt key would be
 // dropped without a word. Prints each rule checked; exits 1 if any failed.
 import { readFileSync } from "node:fs";
+import { relative } from "node:path";
 import { parseAllDocuments, parse } from "yaml";
 
 const args = process.argv.slice(2);
@@ -39,74 +40,117 @@ const layerPaths = (v) =>
     .filter(Boolean);
 const under = (path, dir) => path === dir || path.startsWith(dir.replace(/\/+$/, "") + "/");
 
-// The Deployment and what it reads.
+// The Deployment and what it reads. Variants of it (gpu/deployment.yaml)
+// replace it by name: each is checked on its own, and the objects that
+// point at the pods must hold for every one.
 const deps = find("Deployment");
-rule(deps.length === 1, `one Deployment (found ${deps.length})`);
-const dep = deps[0]?.obj;
-const pod = dep?.spec?.template?.spec ?? {};
-const podLabels = dep?.spec?.template?.metadata?.labels ?? {};
-const c = pod.containers?.[0] ?? {};
-const sc = { ...(pod.securityContext ?? {}), ...(c.securityContext ?? {}) };
-
+const depNames = [...new Set(deps.map((d) => d.obj?.metadata?.name))];
 rule(
-  pod.enableServiceLinks === false,
-  "enableServiceLinks: false (a Service named attnd would set ATTND_PORT=tcp://...)",
+  deps.length > 0 && depNames.length === 1,
+  `one Deployment, its variants replacing it by name (found ${deps.length}: ${depNames})`,
 );
-rule(c.livenessProbe?.httpGet?.path === "/healthz", "liveness probe on /healthz");
-rule(c.readinessProbe?.httpGet?.path === "/readyz", "readiness probe on /readyz");
-for (const kind of ["requests", "limits"])
-  rule(
-    c.resources?.[kind]?.cpu !== undefined && c.resources?.[kind]?.memory !== undefined,
-    `resources.${kind}: cpu and memory`,
-  );
-rule(sc.runAsNonRoot === true, "runAsNonRoot: true");
-rule(sc.readOnlyRootFilesystem === true, "readOnlyRootFilesystem: true");
-rule(sc.allowPrivilegeEscalation === false, "allowPrivilegeEscalation: false");
-rule((sc.capabilities?.drop ?? []).includes("ALL"), "capabilities: drop ALL");
-rule(matches(dep?.spec?.selector?.matchLabels, podLabels), "the Deployment's selector matches its pods");
+const GPU = "nvidia.com/gpu";
 
-// The ConfigMap it reads, checked against attnd's own keys.
-const cmName = c.envFrom?.find((e) => e.configMapRef)?.configMapRef?.name;
-const cm = find("ConfigMap", cmName)[0]?.obj;
-rule(!!cm, `envFrom reads ConfigMap ${cmName}, which is defined`);
-const env = cm?.data ?? {};
-if (keys) {
-  const unknown = Object.keys(env).filter(
-    (k) => !k.startsWith("ATTND_") || !keys.has(k.slice(6).toLowerCase()),
+// The rules of one variant, each line prefixed with its file; returns what
+// the rules after it need.
+function checkDeployment({ file, obj: dep }) {
+  const at = (what) => `${relative(process.cwd(), file)}: ${what}`;
+  const pod = dep?.spec?.template?.spec ?? {};
+  const podLabels = dep?.spec?.template?.metadata?.labels ?? {};
+  const c = pod.containers?.[0] ?? {};
+  const sc = { ...(pod.securityContext ?? {}), ...(c.securityContext ?? {}) };
+
+  rule(
+    pod.enableServiceLinks === false,
+    at("enableServiceLinks: false (a Service named attnd would set ATTND_PORT=tcp://...)"),
   );
-  rule(unknown.length === 0, `every ConfigMap key is an attnd key${unknown.length ? `: not ${unknown}` : ""}`);
+  rule(c.livenessProbe?.httpGet?.path === "/healthz", at("liveness probe on /healthz"));
+  rule(c.readinessProbe?.httpGet?.path === "/readyz", at("readiness probe on /readyz"));
+  for (const kind of ["requests", "limits"])
+    rule(
+      c.resources?.[kind]?.cpu !== undefined && c.resources?.[kind]?.memory !== undefined,
+      at(`resources.${kind}: cpu and memory`),
+    );
+  rule(sc.runAsNonRoot === true, at("runAsNonRoot: true"));
+  rule(sc.readOnlyRootFilesystem === true, at("readOnlyRootFilesystem: true"));
+  rule(sc.allowPrivilegeEscalation === false, at("allowPrivilegeEscalation: false"));
+  rule((sc.capabilities?.drop ?? []).includes("ALL"), at("capabilities: drop ALL"));
+  rule(matches(dep?.spec?.selector?.matchLabels, podLabels), at("the Deployment's selector matches its pods"));
+
+  // The ConfigMap it reads, and the container's own env over it, checked
+  // against attnd's own keys.
+  const cmName = c.envFrom?.find((e) => e.configMapRef)?.configMapRef?.name;
+  const cm = find("ConfigMap", cmName)[0]?.obj;
+  rule(!!cm, at(`envFrom reads ConfigMap ${cmName}, which is defined`));
+  const own = Object.fromEntries((c.env ?? []).map((e) => [e.name, e.value]));
+  const env = { ...(cm?.data ?? {}), ...own };
+  if (keys) {
+    const unknown = Object.keys(env).filter(
+      (k) => !k.startsWith("ATTND_") || !keys.has(k.slice(6).toLowerCase()),
+    );
+    rule(unknown.length === 0, at(`every ConfigMap and env key is an attnd key${unknown.length ? `: not ${unknown}` : ""}`));
+  }
+  const port = c.ports?.find((p) => p.name === "http")?.containerPort;
+  rule(String(env.ATTND_PORT ?? 8080) === String(port), at(`ATTND_PORT (${env.ATTND_PORT}) = containerPort (${port})`));
+
+  // The layers: on a PersistentVolumeClaim, mounted read-only. attnd maps the
+  // files and never writes them; a writable mount would let a pod change what
+  // every other pod serves.
+  const layers = layerPaths(env.ATTND_LAYERS);
+  rule(layers.length > 0, at(`the ConfigMap sets ATTND_LAYERS (${env.ATTND_LAYERS ?? "unset"})`));
+  for (const path of layers) {
+    const m = (c.volumeMounts ?? []).find((v) => under(path, v.mountPath));
+    const claim = pod.volumes?.find((v) => v.name === m?.name)?.persistentVolumeClaim;
+    const pvc = claim && find("PersistentVolumeClaim", claim.claimName)[0]?.obj;
+    rule(
+      m?.readOnly === true && claim?.readOnly === true,
+      at(`layers ${path}: volume ${m?.name ?? "(none)"} mounted at ${m?.mountPath ?? "(nowhere)"}, readOnly: true, from a PersistentVolumeClaim with readOnly: true`),
+    );
+    rule(
+      (pvc?.spec?.accessModes ?? []).includes("ReadOnlyMany"),
+      at(`layers ${path}: PersistentVolumeClaim ${claim?.claimName} is defined, ReadOnlyMany`),
+    );
+  }
+
+  // Termination: longer than the longest request and than preStop + drain.
+  const grace = pod.terminationGracePeriodSeconds ?? 30;
+  const longest = Number(env.ATTND_MAX_TIMEOUT_MS ?? 600000) / 1000;
+  const drain = Number(env.ATTND_DRAIN_TIMEOUT_S ?? 60);
+  const pre = c.lifecycle?.preStop?.exec?.command;
+  const preStop = pre?.[0] === "sleep" ? seconds(pre[1]) : 0;
+  rule(grace > longest, at(`terminationGracePeriodSeconds ${grace} > longest request ${longest} s`));
+  rule(drain >= longest, at(`drain_timeout_s ${drain} >= longest request ${longest} s`));
+  rule(grace > preStop + drain, at(`terminationGracePeriodSeconds ${grace} > preStop ${preStop} + drain ${drain} s`));
+
+  // GPUs: a variant that asks for nvidia.com/gpu runs the CUDA image
+  // (docker/Dockerfile, --build-arg CUDA=1) with a backend that uses it;
+  // the others ask for none (the CPU image would hold a GPU idle).
+  const gpus = c.resources?.limits?.[GPU];
+  if (gpus === undefined) {
+    rule(c.resources?.requests?.[GPU] === undefined && !/^attnd-cuda:/.test(c.image ?? ""),
+      at(`no ${GPU}, and the CPU image (${c.image})`));
+  } else {
+    const req = c.resources?.requests?.[GPU];
+    rule(Number.isInteger(Number(gpus)) && Number(gpus) >= 1 && (req === undefined || String(req) === String(gpus)),
+      at(`limits ${GPU}: ${gpus}, a whole number of GPUs (requests ${req ?? "unset"}: equal or unset)`));
+    rule(/^attnd-cuda:/.test(c.image ?? ""), at(`the CUDA image attnd-cuda (${c.image})`));
+    rule(["auto", "cuda"].includes(env.ATTND_BACKEND),
+      at(`ATTND_BACKEND auto or cuda (${env.ATTND_BACKEND ?? "unset: cpu"}), so that the GPU is used`));
+  }
+  return { dep, podLabels, c, env, longest };
 }
-const port = c.ports?.find((p) => p.name === "http")?.containerPort;
-rule(String(env.ATTND_PORT ?? 8080) === String(port), `ATTND_PORT (${env.ATTND_PORT}) = containerPort (${port})`);
 
-// The layers: on a PersistentVolumeClaim, mounted read-only. attnd maps the
-// files and never writes them; a writable mount would let a pod change what
-// every other pod serves.
-const layers = layerPaths(env.ATTND_LAYERS);
-rule(layers.length > 0, `the ConfigMap sets ATTND_LAYERS (${env.ATTND_LAYERS ?? "unset"})`);
-for (const path of layers) {
-  const m = (c.volumeMounts ?? []).find((v) => under(path, v.mountPath));
-  const claim = pod.volumes?.find((v) => v.name === m?.name)?.persistentVolumeClaim;
-  const pvc = claim && find("PersistentVolumeClaim", claim.claimName)[0]?.obj;
+const variants = deps.map(checkDeployment);
+// The rules below read the first variant's: the others must agree with it
+// on what those rules depend on.
+const { dep, podLabels, c, env, longest } = variants[0] ?? { podLabels: {}, c: {}, env: {}, longest: 0 };
+for (const v of variants.slice(1))
   rule(
-    m?.readOnly === true && claim?.readOnly === true,
-    `layers ${path}: volume ${m?.name ?? "(none)"} mounted at ${m?.mountPath ?? "(nowhere)"}, readOnly: true, from a PersistentVolumeClaim with readOnly: true`,
+    JSON.stringify(v.podLabels) === JSON.stringify(podLabels) &&
+      JSON.stringify(v.c.ports) === JSON.stringify(c.ports) &&
+      v.env.ATTND_MAX_BODY_BYTES === env.ATTND_MAX_BODY_BYTES && v.longest === longest,
+    `${relative(process.cwd(), deps[variants.indexOf(v)].file)}: the same pod labels, ports and limits as ${relative(process.cwd(), deps[0].file)}`,
   );
-  rule(
-    (pvc?.spec?.accessModes ?? []).includes("ReadOnlyMany"),
-    `layers ${path}: PersistentVolumeClaim ${claim?.claimName} is defined, ReadOnlyMany`,
-  );
-}
-
-// Termination: longer than the longest request and than preStop + drain.
-const grace = pod.terminationGracePeriodSeconds ?? 30;
-const longest = Number(env.ATTND_MAX_TIMEOUT_MS ?? 600000) / 1000;
-const drain = Number(env.ATTND_DRAIN_TIMEOUT_S ?? 60);
-const pre = c.lifecycle?.preStop?.exec?.command;
-const preStop = pre?.[0] === "sleep" ? seconds(pre[1]) : 0;
-rule(grace > longest, `terminationGracePeriodSeconds ${grace} > longest request ${longest} s`);
-rule(drain >= longest, `drain_timeout_s ${drain} >= longest request ${longest} s`);
-rule(grace > preStop + drain, `terminationGracePeriodSeconds ${grace} > preStop ${preStop} + drain ${drain} s`);
 
 // What points at the Deployment's pods.
 for (const { obj } of find("Service"))
