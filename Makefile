@@ -7,6 +7,7 @@
 #                and validate every reply they got against it
 #   make ui-test the page at / in Debian's chromium (tests/ui/)
 #   make container-test  the image, compose and Kubernetes files, in podman
+#   make cuda-image-test the image's CUDA variant, built and run in podman
 #   make newcomer-test   `make test` and `make run` in a bare debian:bookworm
 #   make all     build everything
 #
@@ -134,7 +135,7 @@ TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
 .PHONY: all build run test check asan deps clean format bench bench-small bench-compare compare cores-bundle device-bundle \
-  loadtest container-test newcomer-test format-check fuzz openapi-lint openapi-check ui-test
+  loadtest container-test cuda-image-test newcomer-test format-check fuzz openapi-lint openapi-check ui-test
 .DEFAULT_GOAL := all
 
 all: deps
@@ -279,6 +280,14 @@ loadtest: deps
 container-test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/attnd $(BUILD)/attnd-load
 	sh docker/container-test.sh $(BUILD)
+
+# The image's CUDA variant (docker/Dockerfile --build-arg CUDA=1, Debian's
+# CUDA 11.8) built and run with podman here, without a GPU: attnd starts,
+# /v1/info says why the GPU is not usable, requests compute on the CPU
+# (docker/cuda-image-test.sh). Not in CI: the toolkit is about 2 GB.
+cuda-image-test: deps
+	@$(MAKE) --no-print-directory $(BUILD)/attnd $(DEMO_LAYER)
+	sh docker/cuda-image-test.sh $(BUILD)
 
 # The README's `make test` and `make run`, as a newcomer runs them: in a
 # bare debian:bookworm container with make, git and ca-certificates, on a

@@ -440,10 +440,7 @@ old_ids=$(podman image inspect -f '{{.Id}}' $IMAGE $BUILD_IMAGE 2>/dev/null || t
 { podman build --pull=never --format docker -f docker/Dockerfile --target build -t $BUILD_IMAGE . &&
   podman build --pull=never --format docker -f docker/Dockerfile -t $IMAGE .; } >"$W/build.log" 2>&1 ||
   { show "$W/build.log" 30; fail "podman build -f docker/Dockerfile failed"; }
-for id in $old_ids; do
-  [ -n "$(podman image inspect -f '{{.RepoTags}}' "$id" 2>/dev/null | tr -d '[]')" ] ||
-    podman rmi "$id" >/dev/null 2>&1 || true
-done
+remove_replaced $old_ids
 size=$(podman image inspect -f '{{.Size}}' $IMAGE)
 mb=$(awk -v s="$size" 'BEGIN { printf "%.1f", s / 1e6 }')
 echo "image size: $mb MB ($size bytes)"
@@ -671,10 +668,7 @@ echo "podman build docker/nginx (log: $W/lb-build.log)"
 old_ids=$(podman image inspect -f '{{.Id}}' $LB_IMAGE 2>/dev/null || true)
 podman build --pull=never --format docker -t $LB_IMAGE docker/nginx >"$W/lb-build.log" 2>&1 ||
   { show "$W/lb-build.log"; fail "podman build docker/nginx failed"; }
-for id in $old_ids; do
-  [ -n "$(podman image inspect -f '{{.RepoTags}}' "$id" 2>/dev/null | tr -d '[]')" ] ||
-    podman rmi "$id" >/dev/null 2>&1 || true
-done
+remove_replaced $old_ids
 pick_port
 port=$PORT
 touch "$W/compose.up"

@@ -14,6 +14,8 @@
 #                              CONTAINERS_CONF
 #   base_image                 debian:bookworm and debian:bookworm-slim in
 #                              podman's store; sets BASE_HOW to how
+#   remove_replaced ID...      removes the images ID... that no tag names
+#                              any more (those a build just replaced)
 #
 # The facts behind it are in shared/notes/containers.md: no registry, a hard
 # open-files limit under podman's default, hybrid cgroups that crun refuses.
@@ -140,4 +142,12 @@ base_image() {
       { show "$W/import.log"; fail "podman import failed"; }
     podman image exists $BASE:bookworm || podman tag $BASE:bookworm-slim $BASE:bookworm
   fi
+}
+
+remove_replaced() {
+  local id
+  for id in "$@"; do
+    [ -n "$(podman image inspect -f '{{.RepoTags}}' "$id" 2>/dev/null | tr -d '[]')" ] ||
+      podman rmi "$id" >/dev/null 2>&1 || true
+  done
 }
