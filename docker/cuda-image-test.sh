@@ -11,7 +11,8 @@
 #                     carries cudart and cuBLAS, not the toolkit nor the
 #                     driver's libcuda; attnd links cudart and names
 #                     libcublas.so.11, the soname of the headers it was
-#                     built against
+#                     built against, whose libraries all resolve and which
+#                     defines every function forward.cu looks up in it
 #   4. container      attnd starts with ATTND_BACKEND=auto and no GPU, and
 #                     has not loaded cuBLAS; /v1/info: cuda built, not
 #                     usable, and why; requests naming no backend or "cpu"
@@ -95,7 +96,7 @@ process.exit(d <= 1e-5 && a.x.every(Number.isFinite) ? 0 : 1);' "$1" "$2"
 
 mkdir -p "$W" "$CACHE"
 find "$W" -mindepth 1 -delete
-podman_install curl=curl node=nodejs
+podman_install curl=curl node=nodejs nm=binutils
 podman_configure
 [ -x "$BUILD/attnd" ] && [ -f "$DEMO" ] || fail "$BUILD/attnd or $DEMO is missing: run through 'make cuda-image-test'"
 base_image
@@ -119,22 +120,35 @@ nvcc=$(podman run --rm $BUILD_IMAGE nvcc --version 2>/dev/null | sed -n 's/.*Cud
 podman run --rm --entrypoint bash $IMAGE -c '
   ldd /usr/local/bin/attnd
   echo "cublas: $(ls /usr/lib/x86_64-linux-gnu/libcublas.so.11 /usr/lib/x86_64-linux-gnu/libcublasLt.so.11 2>&1 | tr "\n" " ")"
+  ldd /usr/lib/x86_64-linux-gnu/libcublas.so.11 | sed "s/^/cublas needs/"
   echo "toolkit: $(ls /usr/bin/nvcc /usr/include/cuda_runtime.h 2>/dev/null | tr "\n" " ")"
   echo "driver: $(find / -xdev -name "libcuda.so*" 2>/dev/null | tr "\n" " ")"
   echo "sonames: $(grep -a -o "libcublas\.so\.[0-9]*" /usr/local/bin/attnd | sort -u | tr "\n" " ")"
   echo "arch: $(grep -a -o "code for sm_[0-9a-z]*" /usr/local/bin/attnd | sort -u | tr "\n" " ")"
 ' >"$W/image.log" 2>&1 || { show "$W/image.log"; fail "could not look inside $IMAGE"; }
 cudart=$(awk '$1 ~ /^libcudart\.so/ { print $1, $3 }' "$W/image.log")
-[ -n "$cudart" ] && ! grep -q 'not found' "$W/image.log" || { show "$W/image.log"; fail "attnd in the image does not link a resolved cudart"; }
+[ -n "$cudart" ] && ! grep -q 'not found' "$W/image.log" ||
+  { show "$W/image.log" 40; fail "attnd links no cudart, or a library of attnd's or cuBLAS's is not found"; }
 grep -q '^cublas: /usr/lib/x86_64-linux-gnu/libcublas.so.11 /usr/lib/x86_64-linux-gnu/libcublasLt.so.11 $' "$W/image.log" ||
   { show "$W/image.log"; fail "libcublas.so.11 or libcublasLt.so.11 missing from the image"; }
 grep -q '^toolkit: $' "$W/image.log" && grep -q '^driver: $' "$W/image.log" ||
   { show "$W/image.log"; fail "the runtime stage carries the toolkit or the driver's libcuda"; }
 grep -q '^sonames: libcublas.so.11 $' "$W/image.log" ||
   { show "$W/image.log"; fail "attnd does not load cuBLAS as libcublas.so.11 ($(grep '^sonames' "$W/image.log"))"; }
+# Without a GPU the probe never loads cuBLAS: what a GPU host would find
+# missing is checked here instead. Every function core/cuda/forward.cu
+# looks up (dlsym) must be defined by the image's libcublas.so.11.
+podman run --rm --entrypoint cat $IMAGE /usr/lib/x86_64-linux-gnu/libcublas.so.11 >"$W/libcublas.so.11" ||
+  fail "could not read libcublas.so.11 from the image"
+wanted=$(grep -o 'dlsym(h, "[A-Za-z_0-9]*")' core/cuda/forward.cu | cut -d'"' -f2)
+[ -n "$wanted" ] || fail "no dlsym(h, \"...\") found in core/cuda/forward.cu"
+nm -D --defined-only "$W/libcublas.so.11" | awk '{ print $NF }' | sed 's/@.*//' | sort -u >"$W/cublas-symbols"
+absent=$(for f in $wanted; do grep -qx "$f" "$W/cublas-symbols" || echo "$f"; done)
+[ -z "$absent" ] || fail "the image's libcublas.so.11 lacks what forward.cu looks up: $absent"
+rm -f "$W/libcublas.so.11"
 arch=$(sed -n 's/^arch: code for \(sm_[0-9a-z]*\) $/\1/p' "$W/image.log")
 [ -n "$arch" ] || { show "$W/image.log"; fail "attnd in the image names no single CUDA_ARCH"; }
-ok "built in ${build_s}s (nvcc ${nvcc:-?}, $arch); $mb MB ($size bytes); $cudart; cuBLAS libcublas.so.11 (+Lt) present, loaded as libcublas.so.11; no nvcc, headers or libcuda.so"
+ok "built in ${build_s}s (nvcc ${nvcc:-?}, $arch); $mb MB ($size bytes); $cudart; cuBLAS libcublas.so.11 (+Lt) present, loaded as libcublas.so.11, defining $(echo $wanted | wc -w) functions forward.cu looks up; no nvcc, headers or libcuda.so"
 
 # ---- 4. container ----------------------------------------------------------------
 
