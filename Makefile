@@ -434,9 +434,9 @@ clean:
 
 # ---- the device machine (docs/cuda.md, tools/device/check.sh) -----------
 # `make device-bundle CUDA=1` gathers the CUDA build's check_cuda,
-# attn-cuda-bench, attnd and attnd-load (debug info stripped) into bin/, the Debian
-# libraries they load into lib/ (../shared/device/bundle.sh), and what was
-# built into BUILD-INFO, and packs them as $(DEVICE_BUNDLE)/bundle.tgz
+# attn-cuda-bench, attnd and attnd-load (debug info stripped) into bin/,
+# the Debian libraries they load into lib/ (../shared/device/bundle.sh),
+# and what was built into BUILD-INFO, and packs them as $(DEVICE_BUNDLE)/bundle.tgz
 # (about 21 MB; unpacked they are near the device's 64 MiB carry limit).
 # Carry $(DEVICE_BUNDLE); `bash tools/device/check.sh $(DEVICE_BUNDLE)`
 # unpacks and runs it there.
