@@ -43,6 +43,15 @@
 # the npm packages of docker/k8s-check.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 set -euo pipefail
+
+# Whether $BUILD/attnd-load is built and its --help shows $1. The help is
+# read whole first: its text is over the 4 KiB that stdio writes to a pipe
+# at once, so grep -q, leaving early, would SIGPIPE attnd-load, and
+# pipefail would fail the test.
+load_has() {
+  [ -x "$BUILD/attnd-load" ] &&
+    grep -q -- "$1" <<<"$("$BUILD/attnd-load" --help 2>/dev/null)"
+}
 export LC_ALL=C
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -447,7 +456,7 @@ echo "image size: $mb MB ($size bytes)"
 [ "$size" -lt $MAX_IMAGE_BYTES ] || fail "the image is $mb MB, over $((MAX_IMAGE_BYTES / 1000000)) MB"
 user=$(podman image inspect -f '{{.Config.User}}' $IMAGE)
 [ "${user%%:*}" != 0 ] && [ -n "$user" ] || fail "the image's USER is '$user'"
-podman image inspect $IMAGE | grep -q '"Healthcheck"\|"HealthCheck"' || fail "the image has no HEALTHCHECK"
+grep -q '"Healthcheck"\|"HealthCheck"' <<<"$(podman image inspect $IMAGE)" || fail "the image has no HEALTHCHECK"
 pass "$mb MB (limit $((MAX_IMAGE_BYTES / 1000000)) MB), USER $user, HEALTHCHECK present"
 
 # ---- 4. container -----------------------------------------------------------------
@@ -751,7 +760,7 @@ done
 # attnd-load too, when it is there: two more requests in flight (L = 512),
 # some replies checked against the core, and no error allowed.
 load=""
-if [ -x "$BUILD/attnd-load" ] && "$BUILD/attnd-load" --help 2>/dev/null | grep -q -- '--max-error-rate'; then
+if load_has --max-error-rate; then
   "$BUILD/attnd-load" --url "$url" --lengths 512 --concurrency 2 --warmup 0 --duration 8 \
     --verify 20 --max-error-rate 0 --out "$F" --name attnd-load >"$F/attnd-load.log" 2>&1 &
   load=$!
@@ -864,7 +873,7 @@ code=$(curl -s -o "$S/put.out" -w '%{http_code}' -m 5 -X PUT -H 'Content-Type: a
 {
   http_code "http://127.0.0.1:${ports[0]}/v1/sessions/$probe" -X DELETE >/dev/null
   grep -q "\"session\":\"$probe\"" "$S/put.out" || fail "PUT /v1/sessions/$probe made another id: $(head -c 200 "$S/put.out")"
-  [ -x "$BUILD/attnd-load" ] && "$BUILD/attnd-load" --help 2>/dev/null | grep -q -- '--mode request|decode' ||
+  load_has '--mode request|decode' ||
     fail "$BUILD/attnd-load has no --mode decode: run through 'make container-test'"
   # csv_col FILE NAME: column NAME of the CSV's first row.
   csv_col() { awk -F, -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i } NR == 2 { print $k }' "$1"; }
