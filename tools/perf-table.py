@@ -27,7 +27,9 @@ BEGIN = ("<!-- perf-table: begin. tools/perf-table.py writes this section "
 END = "<!-- perf-table: end -->"
 CSVS = ["attn.csv", "codec.csv", "e2e.csv", "e2e-load.csv", "decode.csv",
         "decode-batch.csv", "small.csv"]
-CODEC_MAIN = {"base64 encode", "base64 decode", "JSON print", "JSON parse"}
+CODEC_MAIN = {"base64 encode", "base64 decode", "JSON print", "JSON parse",
+              "f16 pack", "f16 round", "f16 base64", "bf16 pack",
+              "bf16 round", "bf16 base64"}
 WORST_FLOOR = 100  # MB/s, codec-bench's WORST_MIN_MB_S
 
 
@@ -151,7 +153,8 @@ def codec_section(rows, path):
                           f(num(r, "text_mb", path), 1),
                           f(num(r, "median_ms", path), 2),
                           f(rate, 0) + (" (under the floor)" if low else "")])
-    out = ["One 4096 × 512 float32 tensor:",
+    out = ["One 4096 × 512 float32 tensor (f16 and bf16: packed to float16 "
+           "and bfloat16, rounded in place, and in base64 as /v1 writes it):",
            table(["operation", "impl", "text MB", "median ms", "text MB/s",
                   "float32 MB/s"], main, "llrrrr")]
     if worst:
