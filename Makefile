@@ -434,12 +434,13 @@ clean:
 
 # ---- the device machine (docs/cuda.md, tools/device/check.sh) -----------
 # `make device-bundle CUDA=1` gathers the CUDA build's check_cuda,
-# attn-cuda-bench, attnd and attnd-load (debug info stripped) into bin/,
-# the Debian libraries they load into lib/ (../shared/device/bundle.sh),
-# and what was built into BUILD-INFO, and packs them as $(DEVICE_BUNDLE)/bundle.tgz
-# (about 21 MB; unpacked they are near the device's 64 MiB carry limit).
-# Carry $(DEVICE_BUNDLE); `bash tools/device/check.sh $(DEVICE_BUNDLE)`
-# unpacks and runs it there.
+# attn-cuda-bench, attnd, attnd-load and attn-bench (debug info stripped)
+# into bin/, the Debian libraries they load into lib/
+# (../shared/device/bundle.sh), and what was built into BUILD-INFO, and
+# packs them as $(DEVICE_BUNDLE)/bundle.tgz (about 22 MB; unpacked they are
+# near the device's 64 MiB carry limit). Carry $(DEVICE_BUNDLE); there,
+# `bash tools/device/check.sh $(DEVICE_BUNDLE)` (issue 31) and
+# `sh tools/device/cores.sh $(DEVICE_BUNDLE)` (issue 32) both run from it.
 DEVICE_BUNDLE ?= .device-bundle
 BUNDLE_SH ?= ../shared/device/bundle.sh
 BUNDLE_TMP = $(BUILD)/device-bundle
@@ -448,11 +449,12 @@ device-bundle:
 	@[ "$(CUDA)" = 1 ] || { echo "device-bundle: run make device-bundle CUDA=1" >&2; exit 2; }
 	@[ -f $(BUNDLE_SH) ] || { echo "device-bundle: no $(BUNDLE_SH) (set BUNDLE_SH)" >&2; exit 2; }
 	@$(MAKE) --no-print-directory $(BUILD)/tests/check_cuda \
-	  $(BUILD)/attn-cuda-bench $(BUILD)/attnd $(BUILD)/attnd-load
+	  $(BUILD)/attn-cuda-bench $(BUILD)/attnd $(BUILD)/attnd-load \
+	  $(BUILD)/attn-bench
 	rm -rf $(BUNDLE_TMP) $(DEVICE_BUNDLE)
 	mkdir -p $(BUNDLE_TMP)/bin $(DEVICE_BUNDLE)
 	cp $(BUILD)/tests/check_cuda $(BUILD)/attn-cuda-bench $(BUILD)/attnd \
-	  $(BUILD)/attnd-load $(BUNDLE_TMP)/bin/
+	  $(BUILD)/attnd-load $(BUILD)/attn-bench $(BUNDLE_TMP)/bin/
 	strip --strip-debug $(BUNDLE_TMP)/bin/*
 	bash $(BUNDLE_SH) $(BUNDLE_TMP) $(BUNDLE_TMP)/bin/*
 	# the device's own C++ runtime is newer: ours first would break torch

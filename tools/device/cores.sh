@@ -17,7 +17,9 @@
 # DIR is what `make cores-bundle` prepares here: DIR/bundle.tar.gz holds
 # bin/ (attn-bench, attnd and attnd-load) and lib/ (their Debian libraries,
 # ../shared/device/bundle.sh: the device machine has no apt), unpacked
-# into DIR on the first run. On the device, from the repository root,
+# into DIR on the first run. `make device-bundle CUDA=1`'s DIR/bundle.tgz
+# (.device-bundle) holds them too, so that one carried bundle serves both
+# device scripts. On the device, from the repository root,
 # with DIR carried (run's `carry`: ["build/device"]):
 #
 #   sh tools/device/cores.sh build/device
@@ -47,9 +49,13 @@ out=${OUT:-$dir/out}
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$dir/bin
 mkdir -p "$out"
-if [ ! -x "$bin/attnd" ] && [ -f "$dir/bundle.tar.gz" ]; then
-  tar -C "$dir" -xzf "$dir/bundle.tar.gz"
-fi
+# make cores-bundle's bundle.tar.gz, or make device-bundle CUDA=1's
+# bundle.tgz (the same programs, built with the CUDA backend beside)
+for t in "$dir/bundle.tar.gz" "$dir/bundle.tgz"; do
+  if [ ! -x "$bin/attnd" ] && [ -f "$t" ]; then
+    tar -C "$dir" -xzf "$t"
+  fi
+done
 for b in attn-bench attnd attnd-load; do
   [ -x "$bin/$b" ] || { echo "cores: $bin/$b missing (make cores-bundle)" >&2; exit 2; }
 done
