@@ -884,6 +884,35 @@ INLINE vf vlog(vf x) {
   return f + y + ef * 0.693359375f;
 }
 
+/* Σ x[a, e) (or the max, with 0 as the floor), a whole vector at a time
+ * where the vectors of x's own alignment allow. */
+static float range_sum(const float *x, int64_t a, int64_t e) {
+  float sum = 0;
+  int64_t j = a;
+  for (; j < e && j % VL; j++)
+    sum += x[j];
+  vf acc = splat(0);
+  for (; j + VL <= e; j += VL)
+    acc += ld(x + j);
+  sum += hsum(acc);
+  for (; j < e; j++)
+    sum += x[j];
+  return sum;
+}
+static float range_max(const float *x, int64_t a, int64_t e) {
+  float mx = 0;
+  int64_t j = a;
+  for (; j < e && j % VL; j++)
+    mx = x[j] > mx ? x[j] : mx;
+  vf acc = splat(0);
+  for (; j + VL <= e; j += VL)
+    acc = vmax(acc, ld(x + j));
+  mx = hmax(acc) > mx ? hmax(acc) : mx;
+  for (; j < e; j++)
+    mx = x[j] > mx ? x[j] : mx;
+  return mx;
+}
+
 /* The reductions (attn_reduce_t) of one row of weights p [Lkp] (zero
  * outside [lo, hi), the keys the row's range masks let through): query i
  * of item b, output head hh (0 for the mean). Writes its statistics and
@@ -976,19 +1005,11 @@ static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
       int64_t j0 = pl->k0 + kb * pk, j1 = j0 + pk;
       j0 = j0 > ka ? j0 : ka;
       j1 = j1 < ke ? j1 : ke;
-      float x = 0;
-      int64_t j = j0;
       if (is_max) {
-        for (; j < j1 && j % VL; j++)
-          x = p[j] > x ? p[j] : x;
-        vf mx = splat(0);
-        for (; j + VL <= j1; j += VL)
-          mx = vmax(mx, ld(p + j));
-        x = hmax(mx) > x ? hmax(mx) : x;
-        for (; j < j1; j++)
-          x = p[j] > x ? p[j] : x;
+        float x = range_max(p, j0, j1);
         part[kb] = x > part[kb] ? x : part[kb];
       } else {
+        int64_t j = j0;
         double sum = 0;
         for (; j < j1 && j % VL; j++)
           sum += p[j];
@@ -1004,35 +1025,6 @@ static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
       }
     }
   }
-}
-
-/* Σ x[a, e) (or the max, with 0 as the floor), a whole vector at a time
- * where the vectors of x's own alignment allow. */
-static float range_sum(const float *x, int64_t a, int64_t e) {
-  float sum = 0;
-  int64_t j = a;
-  for (; j < e && j % VL; j++)
-    sum += x[j];
-  vf acc = splat(0);
-  for (; j + VL <= e; j += VL)
-    acc += ld(x + j);
-  sum += hsum(acc);
-  for (; j < e; j++)
-    sum += x[j];
-  return sum;
-}
-static float range_max(const float *x, int64_t a, int64_t e) {
-  float mx = 0;
-  int64_t j = a;
-  for (; j < e && j % VL; j++)
-    mx = x[j] > mx ? x[j] : mx;
-  vf acc = splat(0);
-  for (; j + VL <= e; j += VL)
-    acc = vmax(acc, ld(x + j));
-  mx = hmax(acc) > mx ? hmax(acc) : mx;
-  for (; j < e; j++)
-    mx = x[j] > mx ? x[j] : mx;
-  return mx;
 }
 
 /* Whether heap entry (v, j) is worse than (w, k): a lower score, or the
