@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "sched/request.h"
+#include "attn/attn.h"
 
 /* Statuses counted by name; anything else is counted as "other". */
 static const int statuses[] = {200, 201, 204, 400, 401, 404, 405, 409, 410,
@@ -51,7 +51,8 @@ static const char *const hist_help[NHIST] = {
     "Time workers spent computing attention.",
     "Time from a request's arrival to the start of its reply."};
 
-/* The backends a request computes on: their labels (request.h's table). */
+/* The backends a request computes on (attn_backend_kind_t), labelled by
+ * the core's names. */
 #define NBACKEND 2
 
 struct attnd_metrics {
@@ -177,7 +178,7 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
          "# TYPE attnd_backend_requests_total counter\n");
   for (int k = 0; k < NBACKEND; k++)
     attnd_buf_printf(b, "attnd_backend_requests_total{backend=\"%s\"} %llu\n",
-                     attnd_backend_names[k],
+                     attn_backend_kind_name((attn_backend_kind_t)k),
                      (unsigned long long)atomic_load_explicit(
                          &m->computed[k], memory_order_relaxed));
   attnd_buf_printf(b, "# HELP attnd_backend_compute_seconds_total Time workers "
@@ -187,7 +188,7 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
   for (int k = 0; k < NBACKEND; k++)
     attnd_buf_printf(
         b, "attnd_backend_compute_seconds_total{backend=\"%s\"} %.6f\n",
-        attnd_backend_names[k],
+        attn_backend_kind_name((attn_backend_kind_t)k),
         (double)atomic_load_explicit(&m->compute_us[k], memory_order_relaxed) /
             1e6);
   attnd_buf_printf(b,

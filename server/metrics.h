@@ -55,7 +55,7 @@ void attnd_metrics_request(attnd_metrics_t *m, attnd_protocol_t proto,
 void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why);
 /* The timings of one computed attention request, by protocol (one that
  * computes) and key length; its compute time also by backend (the core's
- * attn_backend_t, named as sched/request.h's attnd_backend_names). */
+ * attn_backend_kind_t, labelled by attn_backend_kind_name). */
 void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
                            int backend, int64_t context_len, double queue_ms,
                            double compute_ms, double total_ms);

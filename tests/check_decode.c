@@ -1959,6 +1959,21 @@ static char *diff_body(int k) {
   return body;
 }
 
+/* The names /v1 and OIP take for backend and precision are the core's,
+ * in the core's order: a request's choice reaches attn_exec_t as named. */
+START_TEST(test_backend_names) {
+  int n = 0;
+  for (; attnd_backend_names[n]; n++)
+    ck_assert_str_eq(attnd_backend_names[n],
+                     attn_backend_kind_name((attn_backend_kind_t)n));
+  ck_assert_int_eq(n, 2);
+  for (n = 0; attnd_precision_names[n]; n++)
+    ck_assert_str_eq(attnd_precision_names[n],
+                     attn_precision_name((attn_precision_t)n));
+  ck_assert_int_eq(n, 2);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -1972,6 +1987,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_slow_path_only_when_needed);
   tcase_add_test(tc, test_lifted_positions);
   tcase_add_test(tc, test_layer_paths_agree);
+  tcase_add_test(tc, test_backend_names);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("values");

@@ -73,9 +73,9 @@ typedef enum {
   ATTND_PRECISION_CONFIG /* the config's `precision`, on cuda; fp32 on cpu */
 } attnd_precision_choice_t;
 
-/* Their names at the API, in the order of the enums above (the first two
- * of each; the core's attn_backend_t and attn_precision_t have the same
- * order), NULL-terminated: "cpu", "cuda"; "fp32", "bf16". */
+/* Their names at the API, for the parsers (NULL-terminated): the core's
+ * (attn_backend_kind_name, attn_precision_name), in the order of the enums
+ * above and the core's: "cpu", "cuda"; "fp32", "bf16". */
 extern const char *const attnd_backend_names[];
 extern const char *const attnd_precision_names[];
 
