@@ -103,4 +103,18 @@ int attn__cuda_forward(const attn_plan_t *plan, attn_outputs_t *o,
   return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_BACKEND,
                    "backend cuda: this build has no CUDA backend");
 }
+
+int attn_cuda_memory(attn_cuda_memory_t *m) {
+  memset(m, 0, sizeof *m);
+  return -1;
+}
+
+size_t attn__cuda_device_bytes(const attn_plan_t *plan) {
+  (void)plan;
+  return 0;
+}
+
+int attn__cuda_trap(void) {
+  return 0;
+}
 #endif

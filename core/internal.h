@@ -265,6 +265,15 @@ void attn__rope_frequencies(const attn_rope_t *rp, int64_t dims, double *freq);
 int attn__cuda_forward(const attn_plan_t *plan, attn_outputs_t *o,
                        void *workspace, attn_error_t *err);
 
+/* The device memory that attn__cuda_forward takes for a plan whose checks
+ * have passed (attn_plan_t.device_bytes); 0 in a build without CUDA. */
+size_t attn__cuda_device_bytes(const attn_plan_t *plan);
+
+/* For tests/check_cuda.c: makes the device fail as a trapping kernel
+ * would, through the path a call's errors take, and returns that error
+ * (0 in a build without CUDA). The device is unusable afterwards. */
+int attn__cuda_trap(void);
+
 /* The CUDA backend's flash kernel (core/cuda/kernels.h): 0 picks the best
  * that applies, 1 forces version 1; attn__cuda_flash_last is the version
  * the last call ran (0 before any). For the tests and the benchmark, which

@@ -709,6 +709,7 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
   pl->workspace_bytes =
       (size_t)(attn__round_up(pl->H * 4, ATTN__ALIGN) +
                attn__round_up(pl->rope_dims / 2 * 8 + 8, ATTN__ALIGN));
+  pl->device_bytes = attn__cuda_device_bytes(pl);
   return 0;
 #endif
 }
@@ -798,6 +799,7 @@ int attn_plan_set_threads(attn_plan_t *plan, int threads) {
   if (threads < 1 || threads > plan->threads)
     return ATTN_EINVAL;
   plan->threads = threads;
-  plan->workspace_bytes = attn__workspace_bytes(plan);
+  if (plan->backend == ATTN_BACKEND_CPU) /* the GPU's needs no threads */
+    plan->workspace_bytes = attn__workspace_bytes(plan);
   return 0;
 }

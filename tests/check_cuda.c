@@ -16,7 +16,10 @@
  *     reference and of the CPU core, bf16 with each version of the flash
  *     kernel (checking which one ran); and a Q that overflows float32 and
  *     a bias of +inf, which both backends refuse as ATTN_ENUMERIC naming
- *     query and bias.
+ *     query and bias; a plan's device_bytes against its buffers counted
+ *     here, and the pool's counts around a call (attn_cuda_memory); and,
+ *     last, a device made to fail (a trapping kernel), which attn_cuda_info
+ *     must then call unusable, and plans refuse.
  * Where the GPU cases do not run, the suite prints one line "check_cuda:
  * SKIP ..." naming why, and the suite holds only the refusals, so its count
  * shows that they did not run; with ATTND_REQUIRE_CUDA=1 (as
@@ -464,6 +467,99 @@ START_TEST(test_gpu_numeric) {
 }
 END_TEST
 
+/* ---- device memory and a failed device --------------------------------- */
+
+/* 256-byte blocks, as forward.cu lays its buffers out. */
+static size_t blocks(int64_t bytes) {
+  return (size_t)(bytes + 255) / 256 * 256;
+}
+
+/* A plan's device_bytes is what one call takes from CUDA's pool, counted
+ * here from its buffers (self-attention, fp32: the input, four weights and
+ * biases, Q, K, V, the heads' outputs, out, the row sums, the stage
+ * flags); the call returns all of it to the pool, which keeps it. */
+START_TEST(test_gpu_device_bytes) {
+  tu_case_t c;
+  small_case(&c); /* L 5, E 16, H 2: every projection with a bias */
+  attn_plan_t plan;
+  attn_error_t err;
+  attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .threads = 4};
+  ck_assert_msg(attn_plan_init(&plan, &c.p, &ex, &err) == 0, "%s", err.message);
+  /* fewer threads change nothing on the GPU (not the CPU's workspace) */
+  attn_plan_t one = plan;
+  ck_assert_int_eq(attn_plan_set_threads(&one, 1), 0);
+  ck_assert_uint_eq(one.workspace_bytes, plan.workspace_bytes);
+  int64_t L = 5, E = 16, H = 2;
+  size_t want = blocks(L * E * 4) + 4 * (blocks(E * E * 4) + blocks(E * 4)) +
+                5 * blocks(L * E * 4) + blocks(H * L * 4) + blocks(6 * 4);
+  ck_assert_uint_eq(plan.device_bytes, want);
+  /* bf16 adds bfloat16 copies: of the weights, of the input for each of
+   * the three projections, of Q, K and V, and of the heads' outputs */
+  ex.precision = ATTN_PRECISION_BF16;
+  attn_plan_t bf;
+  ck_assert_int_eq(attn_plan_init(&bf, &c.p, &ex, &err), 0);
+  ck_assert_uint_eq(bf.device_bytes,
+                    want + 4 * blocks(E * E * 2) + 7 * blocks(L * E * 2));
+  attn_cuda_memory_t before, after;
+  ck_assert_int_eq(attn_cuda_memory(&before), 0);
+  float *out = malloc((size_t)plan.out_elems * sizeof(float));
+  void *ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64);
+  attn_outputs_t o = {.out = out};
+  ck_assert_int_eq(attn_forward(&plan, &o, ws, plan.workspace_bytes, &err), 0);
+  ck_assert_int_eq(attn_cuda_memory(&after), 0);
+  ck_assert_uint_eq(after.pool_used, before.pool_used);
+  ck_assert_uint_ge(after.pool_high, plan.device_bytes);
+  ck_assert_uint_ge(after.pool_reserved, after.pool_used);
+  ck_assert_uint_eq(after.total, cuda.memory_bytes);
+  ck_assert_uint_le(after.free, after.total);
+  free(ws), free(out);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* Where the backend is unusable, attn_cuda_memory says so; a CPU plan
+ * takes no device memory. */
+START_TEST(test_memory_unusable) {
+  attn_cuda_memory_t m;
+  memset(&m, 0xff, sizeof m);
+  ck_assert_int_eq(attn_cuda_memory(&m), -1);
+  ck_assert_uint_eq(m.total, 0);
+  ck_assert_uint_eq(m.pool_reserved, 0);
+  tu_case_t c;
+  small_case(&c);
+  attn_plan_t plan;
+  ck_assert_int_eq(attn_plan_init(&plan, &c.p, NULL, NULL), 0);
+  ck_assert_uint_eq(plan.device_bytes, 0);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* core/cuda/forward.cu's hook: a kernel that traps, through the path a
+ * call's errors take. */
+extern int attn__cuda_trap(void);
+
+/* A device that failed (here a kernel that traps: CUDA's sticky errors
+ * leave the context unusable) is unusable from then on: attn_cuda_info
+ * says so and why, plans for it are refused naming backend, and its memory
+ * cannot be read. The last case: the device is gone after it. */
+START_TEST(test_gpu_lost) {
+  ck_assert_int_ne(attn__cuda_trap(), 0);
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  ck_assert_int_eq(ci.usable, 0);
+  ck_assert_msg(strstr(ci.status, "restart") != NULL, "status '%s'", ci.status);
+  tu_case_t c;
+  small_case(&c);
+  attn_error_t err;
+  ck_assert_int_eq(plan_cuda(&c.p, ATTN_PRECISION_FP32, &err), ATTN_ENOTSUP);
+  ck_assert_str_eq(err.field, "backend");
+  ck_assert_ptr_nonnull(strstr(err.message, "device failed"));
+  attn_cuda_memory_t m;
+  ck_assert_int_eq(attn_cuda_memory(&m), -1);
+  tu_case_free(&c);
+}
+END_TEST
+
 /* ---- the suite ------------------------------------------------------------
  */
 
@@ -513,7 +609,20 @@ Suite *test_suite(void) {
     tcase_add_loop_test(g, test_gpu_bf16_v1, 0, N_GPU_CASES);
     tcase_add_test(g, test_gpu_numeric);
     tcase_add_test(g, test_gpu_numeric_bias);
+    tcase_add_test(g, test_gpu_device_bytes);
     suite_add_tcase(s, g);
+    /* last: the device is unusable after it; compute-sanitizer would
+     * report its trap (tools/device/check.sh sets ATTND_CUDA_NO_TRAP) */
+    if (getenv("ATTND_CUDA_NO_TRAP") == NULL) {
+      TCase *l = tcase_create("lost");
+      tcase_add_test(l, test_gpu_lost);
+      suite_add_tcase(s, l);
+    } else {
+      fprintf(stderr, "check_cuda: SKIP: test_gpu_lost (ATTND_CUDA_NO_TRAP "
+                      "is set)\n");
+    }
+  } else {
+    tcase_add_test(t, test_memory_unusable);
   }
   return s;
 }

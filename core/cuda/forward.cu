@@ -150,9 +150,92 @@ static void probe(void) {
   snprintf(ci->status, sizeof ci->status, "ok");
 }
 
+/* The first error that left the CUDA context unusable, once one has:
+ * `lost` is set (release) after `lost_status` is written, once. */
+static int lost;
+static char lost_status[sizeof probed.status];
+
 extern "C" void attn_cuda_info(attn_cuda_info_t *info) {
   pthread_once(&probe_once, probe);
   *info = probed;
+  if (__atomic_load_n(&lost, __ATOMIC_ACQUIRE) == 2) {
+    info->usable = 0;
+    memcpy(info->status, lost_status, sizeof info->status);
+  }
+}
+
+/* Whether e is one of CUDA's sticky errors: the context is unusable, every
+ * later call fails, and only a new process has the device again. */
+static bool sticky(cudaError_t e) {
+  switch (e) {
+  case cudaErrorIllegalAddress:
+  case cudaErrorLaunchTimeout:
+  case cudaErrorAssert:
+  case cudaErrorHardwareStackError:
+  case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress:
+  case cudaErrorInvalidAddressSpace:
+  case cudaErrorInvalidPc:
+  case cudaErrorLaunchFailure:
+  case cudaErrorECCUncorrectable:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* Records a sticky error for attn_cuda_info, the first one only. */
+static void note_lost(cudaError_t e, const char *what) {
+  int expected = 0;
+  if (!sticky(e) || !__atomic_compare_exchange_n(&lost, &expected, 1, false,
+                                                 __ATOMIC_ACQ_REL,
+                                                 __ATOMIC_ACQUIRE))
+    return;
+  snprintf(lost_status, sizeof lost_status,
+           "device failed: %.60s in %.30s; restart the process to use it "
+           "again",
+           cudaGetErrorString(e), what);
+  __atomic_store_n(&lost, 2, __ATOMIC_RELEASE);
+}
+
+/* A kernel that fails as a faulty one would. */
+__global__ void trap_kernel() { __trap(); }
+
+/* For tests/check_cuda.c alone: makes the device fail through the path a
+ * call's errors take. The process cannot use the device afterwards.
+ * Returns the error the stream reported. */
+extern "C" int attn__cuda_trap(void) {
+  trap_kernel<<<1, 1, 0, cudaStreamPerThread>>>();
+  cudaError_t e = cudaStreamSynchronize(cudaStreamPerThread);
+  note_lost(e, "attn__cuda_trap");
+  return (int)e;
+}
+
+extern "C" int attn_cuda_memory(attn_cuda_memory_t *m) {
+  memset(m, 0, sizeof *m);
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  cudaMemPool_t pool;
+  uint64_t reserved = 0, used = 0, high = 0;
+  size_t free_b = 0, total_b = 0;
+  if (!ci.usable || cudaSetDevice(0) != cudaSuccess ||
+      cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent,
+                              &reserved) != cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used) !=
+          cudaSuccess ||
+      cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high) !=
+          cudaSuccess ||
+      cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError(); /* not the next call's error */
+    return -1;
+  }
+  m->pool_reserved = reserved;
+  m->pool_used = used;
+  m->pool_high = high;
+  m->free = free_b;
+  m->total = total_b;
+  return 0;
 }
 
 /* ---- one call ----------------------------------------------------------- */
@@ -305,6 +388,8 @@ struct call {
     return false;
   }
   bool ok(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) /* even after a first failure */
+      note_lost(e, what);
     return rc == 0 && (e == cudaSuccess || fail_cuda(e, what));
   }
   bool ok(cublasStatus_t st, const char *what) {
@@ -398,6 +483,13 @@ struct call {
 
 } // namespace
 
+extern "C" size_t attn__cuda_device_bytes(const attn_plan_t *pl) {
+  arena ar; /* base null: counts */
+  bufs d;
+  lay_out(pl, &ar, &d);
+  return ar.used;
+}
+
 extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
                                   void *workspace, attn_error_t *err) {
   const attn_params_t *p = pl->params;
@@ -418,12 +510,10 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
 
   arena ar;
   bufs d;
-  lay_out(pl, &ar, &d);
-  if (!c.ok(cudaMallocAsync((void **)&ar.base, ar.used, c.s),
+  if (!c.ok(cudaMallocAsync((void **)&ar.base, pl->device_bytes, c.s),
             "cudaMallocAsync (device memory)"))
     return c.rc;
-  ar.used = 0;
-  lay_out(pl, &ar, &d);
+  lay_out(pl, &ar, &d); /* within device_bytes: the plan counted this */
 
   /* stage 0: inputs in */
   const attn_tensor_t *w[4] = {&p->q_weight, &p->k_weight, &p->v_weight,

@@ -302,8 +302,10 @@ typedef struct attn_plan {
   attn_backend_kind_t backend; /* from attn_exec_t */
   attn_precision_t precision;  /* from attn_exec_t */
   size_t workspace_bytes;      /* host scratch; with CUDA a few bytes (the ALiBi
-                                  slopes), the device's memory is taken per call
-                                  from CUDA's stream-ordered pool */
+                                  slopes and the rope's frequencies) */
+  size_t device_bytes;         /* with CUDA, the device memory one call takes
+                                  from CUDA's stream-ordered pool (its inputs,
+                                  intermediates and outputs); 0 on the CPU */
   int64_t out_elems;           /* B·Lq·Eo */
   int64_t weights_elems;       /* B·H·Lq·Lk */
   int64_t mean_elems;          /* B·Lq·Lk */
@@ -432,8 +434,26 @@ typedef struct attn_cuda_info {
 
 /* Fills `info`. The first call probes the devices (it initialises the CUDA
  * runtime: tens of milliseconds where there is a GPU); later calls copy
- * what it found. Any thread. */
+ * what it found. Once a call has met an error that leaves the CUDA context
+ * unusable (a kernel's illegal address, an uncorrectable ECC error, ...:
+ * CUDA's "sticky" errors, which only a new process clears), `usable` is 0
+ * and `status` names that error, so that callers stop planning for the
+ * device. Any thread. */
 void attn_cuda_info(attn_cuda_info_t *info);
+
+/* The device memory of the CUDA backend now, in bytes. */
+typedef struct attn_cuda_memory {
+  size_t pool_reserved; /* what CUDA's stream-ordered pool holds (calls
+                           return their memory to it, and it keeps it) */
+  size_t pool_used;     /* of that, what running calls use */
+  size_t pool_high;     /* the most the pool has held */
+  size_t free, total;   /* the whole device, other users included
+                           (cudaMemGetInfo) */
+} attn_cuda_memory_t;
+
+/* Fills `m`. Returns 0, or -1 with `m` zeroed where the backend is not
+ * usable (attn_cuda_info). Any thread. */
+int attn_cuda_memory(attn_cuda_memory_t *m);
 
 /* The OpenBLAS core type to load instead of the one loaded now, whose sgemm
  * uses this CPU's widest vectors ("SkylakeX" with AVX-512, "Haswell" with
