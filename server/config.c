@@ -94,6 +94,12 @@ static const cfg_key_t keys[] = {
             F_AUTO | F_SIZE | F_LIMIT,
             "memory the requests in flight may hold (bodies, tensors, "
             "workspaces, replies); auto: 3/4 of the memory limit"),
+    INT_KEY(max_device_memory_bytes, "auto", 0, INT64_C(1) << 50,
+            F_AUTO | F_SIZE | F_LIMIT,
+            "GPU memory the cuda requests in flight may hold (their "
+            "tensors, intermediates and results on the device); more waits "
+            "as 429, and a request that could never fit gets 422 (auto: the "
+            "cpu); auto: 9/10 of the GPU's memory, 0 without one"),
     INT_KEY(default_timeout_ms, "60000", 1, INT64_C(1) << 40, F_LIMIT,
             "deadline of a request that sets no timeout_ms"),
     INT_KEY(max_timeout_ms, "600000", 1, INT64_C(1) << 40, F_LIMIT,
@@ -386,6 +392,12 @@ static void resolve_auto(attnd_config_t *cfg, int cores) {
     cfg->max_memory_bytes = attnd_cgroup_memory() / 4 * 3;
   if (cfg->kv_cache_bytes == 0)
     cfg->kv_cache_bytes = cfg->max_memory_bytes / 4;
+  if (cfg->max_device_memory_bytes == 0) {
+    attn_cuda_info_t ci;
+    attn_cuda_info(&ci); /* in a CUDA build, this probes the GPU */
+    cfg->max_device_memory_bytes =
+        ci.usable ? (int64_t)(ci.memory_bytes / 10 * 9) : 0;
+  }
 }
 
 int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,

@@ -28,7 +28,9 @@ typedef struct attnd_config {
   int64_t max_seq_len;
   int64_t max_heads;
   int64_t max_tensor_elements;
-  int64_t max_memory_bytes; /* 0 in the file means auto */
+  int64_t max_memory_bytes;        /* 0 in the file means auto */
+  int64_t max_device_memory_bytes; /* the cuda requests' GPU memory; 0 in
+                                      the file means auto */
   int64_t default_timeout_ms;
   int64_t max_timeout_ms;
   int64_t drain_timeout_s;

@@ -55,9 +55,14 @@ static const char *const hist_help[NHIST] = {
  * the core's names. */
 #define NBACKEND 2
 
+/* The core's stages (attn_timing_t), in its order. */
+#define NSTAGE 3
+static const char *const stages[NSTAGE] = {"projection", "attention", "output"};
+
 struct attnd_metrics {
   atomic_uint_fast64_t by_status[ATTND_PROTO_COUNT][NSTATUS + 1];
   atomic_uint_fast64_t computed[NBACKEND], compute_us[NBACKEND];
+  atomic_uint_fast64_t stage_us[NBACKEND][NSTAGE];
   atomic_uint_fast64_t rejected[ATTND_REJECT_COUNT];
   hist_t hist[ATTND_PROTO_COUNT][NHIST]; /* those that compute */
 };
@@ -96,12 +101,17 @@ static void observe(hist_t *h, size_t ctx, double ms) {
 
 void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
                            int backend, int64_t context_len, double queue_ms,
-                           double compute_ms, double total_ms) {
+                           double compute_ms, double total_ms,
+                           const double stage_ms[NSTAGE]) {
   if (backend >= 0 && backend < NBACKEND) {
     atomic_fetch_add_explicit(&m->computed[backend], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&m->compute_us[backend],
                               (uint64_t)(compute_ms * 1000.0),
                               memory_order_relaxed);
+    for (int k = 0; k < NSTAGE; k++)
+      atomic_fetch_add_explicit(&m->stage_us[backend][k],
+                                (uint64_t)(stage_ms[k] * 1000.0),
+                                memory_order_relaxed);
   }
   size_t c = 0;
   while (c < NCTX - 1 && context_len > ctx_bounds[c])
@@ -191,6 +201,46 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
         attn_backend_kind_name((attn_backend_kind_t)k),
         (double)atomic_load_explicit(&m->compute_us[k], memory_order_relaxed) /
             1e6);
+  attnd_buf_printf(b, "# HELP attnd_backend_stage_seconds_total Time in each "
+                      "stage of the core, by backend (on cuda: the device's "
+                      "time, without the transfers).\n"
+                      "# TYPE attnd_backend_stage_seconds_total counter\n");
+  for (int k = 0; k < NBACKEND; k++)
+    for (int st = 0; st < NSTAGE; st++)
+      attnd_buf_printf(b,
+                       "attnd_backend_stage_seconds_total{backend=\"%s\","
+                       "stage=\"%s\"} %.6f\n",
+                       attn_backend_kind_name((attn_backend_kind_t)k),
+                       stages[st],
+                       (double)atomic_load_explicit(&m->stage_us[k][st],
+                                                    memory_order_relaxed) /
+                           1e6);
+  attnd_buf_printf(
+      b,
+      "# HELP attnd_device_usable 1 while the cuda backend can run here.\n"
+      "# TYPE attnd_device_usable gauge\nattnd_device_usable %d\n"
+      "# HELP attnd_device_memory_limit_bytes GPU memory the cuda requests "
+      "in flight may hold (max_device_memory_bytes).\n"
+      "# TYPE attnd_device_memory_limit_bytes gauge\n"
+      "attnd_device_memory_limit_bytes %lld\n"
+      "# HELP attnd_device_memory_held_bytes GPU memory the cuda requests "
+      "in flight hold.\n"
+      "# TYPE attnd_device_memory_held_bytes gauge\n"
+      "attnd_device_memory_held_bytes %lld\n"
+      "# HELP attnd_device_pool_bytes CUDA's memory pool, which keeps what "
+      "calls gave back: reserved from the device, and used by calls now.\n"
+      "# TYPE attnd_device_pool_bytes gauge\n"
+      "attnd_device_pool_bytes{state=\"reserved\"} %llu\n"
+      "attnd_device_pool_bytes{state=\"used\"} %llu\n"
+      "# HELP attnd_device_bytes The GPU's memory, every user's: free and "
+      "total.\n"
+      "# TYPE attnd_device_bytes gauge\n"
+      "attnd_device_bytes{state=\"free\"} %llu\n"
+      "attnd_device_bytes{state=\"total\"} %llu\n",
+      g->device_usable, (long long)g->device_limit, (long long)g->device_held,
+      (unsigned long long)g->device_pool_reserved,
+      (unsigned long long)g->device_pool_used,
+      (unsigned long long)g->device_free, (unsigned long long)g->device_total);
   attnd_buf_printf(b,
                    "# HELP attnd_queue_depth Requests waiting for a worker.\n"
                    "# TYPE attnd_queue_depth gauge\nattnd_queue_depth %d\n",

@@ -55,10 +55,12 @@ void attnd_metrics_request(attnd_metrics_t *m, attnd_protocol_t proto,
 void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why);
 /* The timings of one computed attention request, by protocol (one that
  * computes) and key length; its compute time also by backend (the core's
- * attn_backend_kind_t, labelled by attn_backend_kind_name). */
+ * attn_backend_kind_t, labelled by attn_backend_kind_name), and the core's
+ * stages (attn_timing_t: projection, attention, output) by backend. */
 void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
                            int backend, int64_t context_len, double queue_ms,
-                           double compute_ms, double total_ms);
+                           double compute_ms, double total_ms,
+                           const double stage_ms[3]);
 
 /* Gauges sampled at render time. */
 typedef struct attnd_gauges {
@@ -71,6 +73,12 @@ typedef struct attnd_gauges {
   uint64_t batches, batched_steps;
   /* the workspaces workers and HTTP threads hold (run.h) */
   int64_t scratch_bytes;
+  /* the GPU: whether the cuda backend is usable now, the cuda requests'
+   * budget (max_device_memory_bytes) and what they hold of it, and CUDA's
+   * pool and the device (attn_cuda_memory; 0 without a usable GPU) */
+  int device_usable;
+  int64_t device_limit, device_held;
+  uint64_t device_pool_reserved, device_pool_used, device_free, device_total;
 } attnd_gauges_t;
 
 /* Appends the whole exposition to b. */

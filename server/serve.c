@@ -164,6 +164,10 @@ int attnd_serve(const attnd_config_t *cfg) {
   attn_backend_info(&s->backend);
   s->id_prefix = attnd_random_u64();
   s->budget.max = cfg->max_memory_bytes - cfg->kv_cache_bytes;
+  s->device_budget.max = cfg->max_device_memory_bytes;
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  s->device_at_start = ci.usable && strcmp(cfg->backend, "cpu") != 0;
   attnd__scratch_keep = (size_t)cfg->scratch_keep_bytes;
   attnd__scratch_budget = &s->budget;
   s->metrics = attnd_metrics_new();

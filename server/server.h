@@ -32,6 +32,9 @@ typedef struct attnd_server {
   atomic_int active; /* HTTP requests between first callback and completion */
   atomic_int inline_steps; /* batchable steps computing on HTTP threads */
   attnd_budget_t budget;
+  attnd_budget_t device_budget; /* cuda requests' GPU memory */
+  int device_at_start; /* the cuda backend was usable when attnd started,
+                          and the config's backend may use it */
   atomic_uint_fast64_t next_id;
   uint64_t id_prefix;
   attnd_auth_t auth; /* API keys; reloaded by serve.c on SIGHUP */

@@ -438,6 +438,13 @@ START_TEST(test_backend_keys) {
   ck_assert_msg(strstr(msg, "precision") && strstr(msg, "fp16"), "%s", msg);
   attn_cuda_info_t ci;
   attn_cuda_info(&ci);
+  /* the GPU's budget: auto is 9/10 of its memory, 0 without one */
+  ck_assert_msg(load(&c, def, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_int_eq(c.max_device_memory_bytes,
+                   ci.usable ? (int64_t)(ci.memory_bytes / 10 * 9) : 0);
+  char *dev[] = {"attnd", "--max-device-memory-bytes", "40G", NULL};
+  ck_assert_msg(load(&c, dev, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_int_eq(c.max_device_memory_bytes, INT64_C(40) << 30);
   char *cuda[] = {"attnd", "--backend", "cuda", NULL};
   int rc = load(&c, cuda, envp, msg, sizeof msg);
   if (ci.usable) {

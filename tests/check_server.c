@@ -1377,6 +1377,37 @@ START_TEST(test_backend_metrics) {
   ck_assert_double_eq(sh_metric(srv.port, n_cpu), cpu0 + 1);
   ck_assert_double_eq(sh_metric(srv.port, n_cuda), cuda0);
   ck_assert_msg(sh_metric(srv.port, s_cpu) > sec0, "no compute time added");
+  /* the core's stages, by backend: the attention of L 512 takes time */
+  static const char *const stage[3] = {"projection", "attention", "output"};
+  for (int k = 0; k < 3; k++) {
+    char name[128];
+    snprintf(name, sizeof name,
+             "attnd_backend_stage_seconds_total{backend=\"cuda\","
+             "stage=\"%s\"}",
+             stage[k]);
+    ck_assert_double_eq(sh_metric(srv.port, name), 0);
+    snprintf(name, sizeof name,
+             "attnd_backend_stage_seconds_total{backend=\"cpu\","
+             "stage=\"%s\"}",
+             stage[k]);
+    ck_assert_msg(sh_metric(srv.port, name) >= 0, "%s is missing", name);
+  }
+  ck_assert_msg(sh_metric(srv.port, "attnd_backend_stage_seconds_total{"
+                                    "backend=\"cpu\",stage=\"attention\"}") > 0,
+                "no attention time");
+  /* without a GPU, the device's series are there, and 0 */
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  if (ci.usable)
+    return;
+  static const char *const dev[] = {
+      "attnd_device_usable", "attnd_device_memory_limit_bytes",
+      "attnd_device_memory_held_bytes",
+      "attnd_device_pool_bytes{state=\"reserved\"}",
+      "attnd_device_bytes{state=\"total\"}"};
+  for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
+    ck_assert_msg(sh_metric(srv.port, dev[k]) == 0, "%s: %g", dev[k],
+                  sh_metric(srv.port, dev[k]));
 }
 END_TEST
 

@@ -47,6 +47,11 @@ int attnd_v2_model_ok(attnd_http_req_t *r, enum MHD_Result *ret);
 int attnd_v2_infer_ok(attnd_http_req_t *r, enum MHD_Result *ret);
 
 /* ---- ops.c --------------------------------------------------------------- */
+/* Where the GPU that attnd started with (server.h's device_at_start) has
+ * failed since: a health reply {key: value, "device": why} (value
+ * stolen); else NULL, and value is freed. */
+json_t *attnd_api_device_lost(const attnd_server_t *s, const char *key,
+                              json_t *value);
 enum MHD_Result attnd_ops_healthz(attnd_http_req_t *r);
 enum MHD_Result attnd_ops_readyz(attnd_http_req_t *r);
 enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r);

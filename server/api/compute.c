@@ -24,8 +24,20 @@ int attnd_api_take_memory(attnd_http_req_t *r, attnd_request_t *req,
                            "max_memory_bytes that requests may hold (less "
                            "kv_cache_bytes)",
                            (long long)need, (long long)s->budget.max);
-  return attnd_http_mem_take(r, need) < 0 ? attnd_http_budget_full(r, need, e)
-                                          : 0;
+  if (attnd_http_mem_take(r, need) < 0)
+    return attnd_http_budget_full(r, need, e);
+  /* on the GPU, its memory there too (decode refused what never fits) */
+  attnd_budget_t *dev = &s->device_budget;
+  int64_t dneed = (int64_t)req->plan.device_bytes;
+  if (req->plan.backend == ATTN_BACKEND_CUDA &&
+      attnd_budget_take(dev, dneed, &r->device_held) < 0)
+    return attnd_error_set(e, ATTND_ERR_OVERLOADED, "backend",
+                           "%lld bytes of GPU memory are needed and %lld of "
+                           "the %lld that cuda requests may hold "
+                           "(max_device_memory_bytes) are in use; retry later",
+                           (long long)dneed, (long long)attnd_budget_used(dev),
+                           (long long)dev->max);
+  return 0;
 }
 
 /* Whether req may join a batch of session steps (batch_window_us). */
@@ -198,9 +210,11 @@ enum MHD_Result attnd_api_reply(attnd_http_req_t *r) {
     return attnd_http_fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                            "out of memory for the reply");
   }
+  const attn_timing_t *tm = &j->out.timing;
+  double stage_ms[3] = {tm->projection_ms, tm->attention_ms, tm->output_ms};
   attnd_metrics_observe(r->srv->metrics, r->proto, (int)j->plan.backend,
                         j->plan.Lk, j->t.start - j->t.submit,
-                        j->t.end - j->t.start, r->total_ms);
+                        j->t.end - j->t.start, r->total_ms, stage_ms);
   int binary = json_len < b.len;
   r->reply_json = binary ? json_len : 0;
   return attnd_http_send_body(r, 200, b.data, b.len, pooled,

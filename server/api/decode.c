@@ -403,10 +403,29 @@ int attnd__dec_plan(dec_t *d) {
   pick_backend(j, d->cfg, &ex, &fallback);
   attn_error_t ae;
   int rc = attn_plan_init(&j->plan, &j->params, &ex, &ae);
-  if (rc == ATTN_ENOTSUP && fallback) { /* auto: what cuda lacks, the cpu */
+  /* what no GPU memory budget could hold (max_device_memory_bytes) */
+  int too_big =
+      rc == 0 && j->plan.backend == ATTN_BACKEND_CUDA &&
+      j->plan.device_bytes > (uint64_t)d->cfg->max_device_memory_bytes;
+  if ((rc == ATTN_ENOTSUP || too_big) && fallback) {
+    /* auto: what cuda lacks or cannot hold, the cpu */
     ex.backend = ATTN_BACKEND_CPU;
     ex.precision = ATTN_PRECISION_FP32;
     rc = attn_plan_init(&j->plan, &j->params, &ex, &ae);
+  } else if (too_big) {
+    const attn_plan_t *pl = &j->plan;
+    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "backend",
+             "on the cuda backend this request needs %llu bytes of GPU "
+             "memory (B=%lld, Lq=%lld, Lk=%lld, H=%lld, Dh=%lld%s), over "
+             "max_device_memory_bytes %lld; use backend cpu, or ask for "
+             "less",
+             (unsigned long long)pl->device_bytes, (long long)pl->B,
+             (long long)pl->Lq, (long long)pl->Lk, (long long)pl->H,
+             (long long)pl->Dh,
+             j->params.want_weights || j->params.want_mean_weights
+                 ? ", with the weights [B, H, Lq, Lk]"
+                 : "",
+             (long long)d->cfg->max_device_memory_bytes);
   }
   if (rc == 0)
     return 0;

@@ -6,13 +6,34 @@
 #include "api/api.h"
 #include "sched/run.h"
 
-/* GET /healthz: the process answers. */
-enum MHD_Result attnd_ops_healthz(attnd_http_req_t *r) {
-  return attnd_http_send_text(r, 200, "{\"status\":\"ok\"}\n");
+json_t *attnd_api_device_lost(const attnd_server_t *s, const char *key,
+                              json_t *value) {
+  attn_cuda_info_t ci;
+  if (s->device_at_start) {
+    attn_cuda_info(&ci);
+    if (!ci.usable)
+      return json_pack("{s:o,s:s}", key, value, "device", ci.status);
+  }
+  json_decref(value);
+  return NULL;
 }
 
-/* GET /readyz: 503 once draining, so that a balancer stops sending. */
+/* GET /healthz: the process answers, and the GPU it started with has not
+ * failed (only a new process has it again). */
+enum MHD_Result attnd_ops_healthz(attnd_http_req_t *r) {
+  json_t *lost =
+      attnd_api_device_lost(r->srv, "status", json_string("device failed"));
+  return lost ? attnd_http_send_json(r, 503, lost)
+              : attnd_http_send_text(r, 200, "{\"status\":\"ok\"}\n");
+}
+
+/* GET /readyz: 503 once draining, so that a balancer stops sending, or
+ * once the GPU has failed. */
 enum MHD_Result attnd_ops_readyz(attnd_http_req_t *r) {
+  json_t *lost =
+      attnd_api_device_lost(r->srv, "status", json_string("device failed"));
+  if (lost)
+    return attnd_http_send_json(r, 503, lost);
   return atomic_load(&r->srv->draining)
              ? attnd_http_send_text(r, 503, "{\"status\":\"draining\"}\n")
              : attnd_http_send_text(r, 200, "{\"status\":\"ready\"}\n");
@@ -40,6 +61,17 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   g.deleted = st.deleted;
   attnd_sched_batches(s->sched, &g.batches, &g.batched_steps);
   g.scratch_bytes = attnd_scratch_held();
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  attn_cuda_memory_t dm;
+  attn_cuda_memory(&dm); /* zeroes where it is not usable */
+  g.device_usable = ci.usable;
+  g.device_limit = s->device_budget.max;
+  g.device_held = attnd_budget_used(&s->device_budget);
+  g.device_pool_reserved = dm.pool_reserved;
+  g.device_pool_used = dm.pool_used;
+  g.device_free = dm.free;
+  g.device_total = dm.total;
   attnd_buf_t b;
   attnd_buf_init(&b);
   attnd_metrics_render(s->metrics, &g, &b);

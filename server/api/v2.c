@@ -17,13 +17,19 @@ enum MHD_Result attnd_v2_server(attnd_http_req_t *r) {
   return attnd_http_send_buf(r, 200, &b, "application/json");
 }
 
-/* GET /v2/health/live. */
+/* GET /v2/health/live: 503 once the GPU that attnd started with has
+ * failed (only a new process has it again). */
 enum MHD_Result attnd_v2_live(attnd_http_req_t *r) {
-  return attnd_http_send_text(r, 200, "{\"live\":true}\n");
+  json_t *lost = attnd_api_device_lost(r->srv, "live", json_false());
+  return lost ? attnd_http_send_json(r, 503, lost)
+              : attnd_http_send_text(r, 200, "{\"live\":true}\n");
 }
 
-/* GET /v2/health/ready: 503 once draining. */
+/* GET /v2/health/ready: 503 once draining, or once the GPU has failed. */
 enum MHD_Result attnd_v2_ready(attnd_http_req_t *r) {
+  json_t *lost = attnd_api_device_lost(r->srv, "ready", json_false());
+  if (lost)
+    return attnd_http_send_json(r, 503, lost);
   return atomic_load(&r->srv->draining)
              ? attnd_http_send_text(r, 503, "{\"ready\":false}\n")
              : attnd_http_send_text(r, 200, "{\"ready\":true}\n");

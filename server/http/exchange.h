@@ -74,7 +74,8 @@ struct attnd_http_req {
                         tensors lie 64-byte aligned after its JSON */
   size_t reply_json; /* the same for the reply; 0 for none */
   int64_t mem_held;  /* this request's share of mem_used */
-  char allow[48];    /* the methods a 405 names */
+  int64_t device_held; /* its share of the GPU's (device_budget) */
+  char allow[48];      /* the methods a 405 names */
   int status;
   size_t bytes_in, bytes_out;
   double total_ms;

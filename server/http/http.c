@@ -194,8 +194,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   if (r == NULL)
     return;
   int64_t held = r->req ? (int64_t)attnd_request_memory(r->req) : 0;
-  attnd_budget_give(&s->budget,
-                    &r->mem_held); /* before it counts as answered */
+  /* before it counts as answered */
+  attnd_budget_give(&s->budget, &r->mem_held);
+  attnd_budget_give(&s->device_budget, &r->device_held);
   if (r->status == 0) { /* libmicrohttpd answered (a bad chunk), or nobody */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);

@@ -6,7 +6,8 @@
 # against torch's SDPA on the same GPU (bench/cuda_bench.c,
 # tools/device/torch_sdpa.py), as one table (tools/device/table.py), and
 # one HTTP row: attnd-load's OIP binary bfloat16 at L 16384 against attnd
-# on the GPU (tools/device/serve.sh).
+# on the GPU (tools/device/serve.sh), then what that attnd says of the GPU
+# (its metrics and health) and its GPU budget (tools/device/device_http.py).
 #
 # BUNDLE (default .device-bundle) is the CUDA=1 build made on the
 # developer's machine with `make device-bundle CUDA=1`: BUNDLE/bundle.tgz
@@ -116,6 +117,11 @@ if (
   load http --protocol v2 --tensors binary --dtype bfloat16 --lengths 16384 \
     --embed 512 --heads 8 --projections inline --concurrency 1,4 \
     --warmup 1 --duration 5
+  # what the server says of the GPU: its metrics, budget and health
+  python3 tools/device/device_http.py serving "$port"
+  stop
+  serve budget --backend auto --max-device-memory-bytes 1M
+  python3 tools/device/device_http.py budget "$port"
 ); then
   awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     { printf "| %s | %s | %.1f | %.2f | %.2f | %.2f |\n", $c["length"],
