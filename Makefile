@@ -7,6 +7,7 @@
 #                and validate every reply they got against it
 #   make ui-test the page at / in Debian's chromium (tests/ui/)
 #   make container-test  the image, compose and Kubernetes files, in podman
+#   make cuda-check      the CUDA=1 build and its suites, where nvcc is
 #   make cuda-image-test the image's CUDA variant, built and run in podman
 #   make newcomer-test   `make test` and `make run` in a bare debian:bookworm
 #   make all     build everything
@@ -134,7 +135,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB_SRC := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_LIB_OBJ := $(TEST_LIB_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all build run test check asan deps clean format bench bench-small bench-compare compare cores-bundle device-bundle \
+.PHONY: all build run test check asan deps clean format bench bench-small bench-compare compare cores-bundle device-bundle cuda-check cuda-check-suites \
   loadtest container-test cuda-image-test newcomer-test format-check fuzz openapi-lint openapi-check ui-test
 .DEFAULT_GOAL := all
 
@@ -288,6 +289,27 @@ container-test: deps
 cuda-image-test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/attnd $(DEMO_LAYER)
 	sh docker/cuda-image-test.sh $(BUILD)
+
+# The CUDA=1 build, where nvcc is (this machine, CI; a fresh Debian has
+# none, and this then says so and passes): it compiles with -Werror, and
+# the suites that know the backend pass in it without a GPU: check_cuda
+# (its refusals, its GPU table on the CPU; its GPU cases where one is),
+# the config's keys, and the server's backend choice, /v1/info, metrics
+# and health, by /v1 and OIP.
+CUDA_SUITES = check_cuda check_config check_server check_oip_http
+cuda-check: deps
+	@if [ -x "$${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || \
+	    command -v nvcc >/dev/null; then \
+	  $(MAKE) --no-print-directory CUDA=1 cuda-check-suites; \
+	else \
+	  echo "cuda-check: SKIP: no nvcc in \$$CUDA_HOME/bin or on PATH"; \
+	fi
+
+cuda-check-suites: $(CUDA_SUITES:%=$(BUILD)/tests/%) $(BUILD)/attnd \
+  $(BUILD)/attnd-load
+	@[ "$(CUDA)" = 1 ] || { echo "run make cuda-check" >&2; exit 2; }
+	@ATTND_BIN=$(BUILD)/attnd ATTND_LOAD_BIN=$(BUILD)/attnd-load \
+	  sh tools/run-tests.sh $(CUDA_SUITES:%=$(BUILD)/tests/%)
 
 # The README's `make test` and `make run`, as a newcomer runs them: in a
 # bare debian:bookworm container with make, git and ca-certificates, on a
