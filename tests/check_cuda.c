@@ -474,32 +474,77 @@ static size_t blocks(int64_t bytes) {
   return (size_t)(bytes + 255) / 256 * 256;
 }
 
+/* core/cuda/forward.cu's count of a plan's device memory. */
+extern size_t attn__cuda_device_bytes(const attn_plan_t *plan);
+
+/* The device memory of p's call in `prec`: plan.device_bytes where the GPU
+ * is; elsewhere (a CUDA build without one) the same count on a CPU plan
+ * marked cuda, which the layout reads as the GPU's plan would be. */
+static size_t device_bytes(const attn_params_t *p, attn_precision_t prec) {
+  attn_plan_t plan;
+  attn_error_t err;
+  attn_exec_t ex = {.backend =
+                        cuda.usable ? ATTN_BACKEND_CUDA : ATTN_BACKEND_CPU,
+                    .precision = cuda.usable ? prec : ATTN_PRECISION_FP32};
+  ck_assert_msg(attn_plan_init(&plan, p, &ex, &err) == 0, "%s", err.message);
+  if (cuda.usable)
+    return plan.device_bytes;
+  plan.backend = ATTN_BACKEND_CUDA;
+  plan.precision = prec;
+  return attn__cuda_device_bytes(&plan);
+}
+
 /* A plan's device_bytes is what one call takes from CUDA's pool, counted
  * here from its buffers (self-attention, fp32: the input, four weights and
- * biases, Q, K, V, the heads' outputs, out, the row sums, the stage
- * flags); the call returns all of it to the pool, which keeps it. */
-START_TEST(test_gpu_device_bytes) {
+ * biases, Q, K, V, the heads' outputs, out, the row sums, the dense and
+ * mean weights and the head outputs asked for, the stage flags). In every
+ * CUDA build: the count is the layout's, GPU or not. */
+START_TEST(test_device_bytes) {
   tu_case_t c;
   small_case(&c); /* L 5, E 16, H 2: every projection with a bias */
+  int64_t L = 5, E = 16, H = 2, Lk = 7;
+  size_t want = blocks(L * E * 4) + 4 * (blocks(E * E * 4) + blocks(E * 4)) +
+                5 * blocks(L * E * 4) + blocks(H * L * 4) +
+                blocks(H * L * L * 4) + blocks(L * L * 4) + blocks(L * E * 4) +
+                blocks(6 * 4);
+  ck_assert_uint_eq(device_bytes(&c.p, ATTN_PRECISION_FP32), want);
+  /* bf16 adds bfloat16 copies: of the weights, of the input (once: the
+   * three projections share it), of Q, K and V, and of the heads'
+   * outputs */
+  ck_assert_uint_eq(device_bytes(&c.p, ATTN_PRECISION_BF16),
+                    want + 4 * blocks(E * E * 2) + 5 * blocks(L * E * 2));
+  /* cross-attention, key and value given: three inputs to round */
+  tu_case_t x;
+  tu_spec_t xs = {.Lq = 5,
+                  .Lk = 7,
+                  .H = 2,
+                  .Dh = 8,
+                  .cross = 1,
+                  .value_given = 1,
+                  .proj = TU_ALLPROJ};
+  tu_case_build(&x, &xs, 8);
+  ck_assert_uint_eq(device_bytes(&x.p, ATTN_PRECISION_BF16) -
+                        device_bytes(&x.p, ATTN_PRECISION_FP32),
+                    4 * blocks(E * E * 2) + 3 * blocks(L * E * 2) +
+                        4 * blocks(Lk * E * 2));
+  tu_case_free(&x);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* A call returns its device memory to CUDA's pool, which keeps it; fewer
+ * threads change nothing of a GPU plan (not the CPU's workspace). */
+START_TEST(test_gpu_pool) {
+  tu_case_t c;
+  small_case(&c);
   attn_plan_t plan;
   attn_error_t err;
   attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .threads = 4};
   ck_assert_msg(attn_plan_init(&plan, &c.p, &ex, &err) == 0, "%s", err.message);
-  /* fewer threads change nothing on the GPU (not the CPU's workspace) */
+  ck_assert_uint_eq(plan.device_bytes, attn__cuda_device_bytes(&plan));
   attn_plan_t one = plan;
   ck_assert_int_eq(attn_plan_set_threads(&one, 1), 0);
   ck_assert_uint_eq(one.workspace_bytes, plan.workspace_bytes);
-  int64_t L = 5, E = 16, H = 2;
-  size_t want = blocks(L * E * 4) + 4 * (blocks(E * E * 4) + blocks(E * 4)) +
-                5 * blocks(L * E * 4) + blocks(H * L * 4) + blocks(6 * 4);
-  ck_assert_uint_eq(plan.device_bytes, want);
-  /* bf16 adds bfloat16 copies: of the weights, of the input for each of
-   * the three projections, of Q, K and V, and of the heads' outputs */
-  ex.precision = ATTN_PRECISION_BF16;
-  attn_plan_t bf;
-  ck_assert_int_eq(attn_plan_init(&bf, &c.p, &ex, &err), 0);
-  ck_assert_uint_eq(bf.device_bytes,
-                    want + 4 * blocks(E * E * 2) + 7 * blocks(L * E * 2));
   attn_cuda_memory_t before, after;
   ck_assert_int_eq(attn_cuda_memory(&before), 0);
   float *out = malloc((size_t)plan.out_elems * sizeof(float));
@@ -597,6 +642,8 @@ Suite *test_suite(void) {
   tcase_add_test(t, test_precision_needs_cuda);
   tcase_add_test(t, test_lacking_options_refused);
   tcase_add_test(t, test_wide_heads_refused);
+  if (cuda.built)
+    tcase_add_test(t, test_device_bytes);
   suite_add_tcase(s, t);
   TCase *tt = tcase_create("table");
   tcase_add_loop_test(tt, test_table_on_cpu, 0, N_GPU_CASES);
@@ -609,7 +656,7 @@ Suite *test_suite(void) {
     tcase_add_loop_test(g, test_gpu_bf16_v1, 0, N_GPU_CASES);
     tcase_add_test(g, test_gpu_numeric);
     tcase_add_test(g, test_gpu_numeric_bias);
-    tcase_add_test(g, test_gpu_device_bytes);
+    tcase_add_test(g, test_gpu_pool);
     suite_add_tcase(s, g);
     /* last: the device is unusable after it; compute-sanitizer would
      * report its trap (tools/device/check.sh sets ATTND_CUDA_NO_TRAP) */

@@ -482,11 +482,22 @@ __global__ void __launch_bounds__(256) norm_rope_kernel(heads_args a) {
   }
 }
 
-__global__ void bias_kernel(float *x, const float *bias, int64_t cols,
-                            int64_t n) {
+__global__ void finish_kernel(float *x, const float *bias, int64_t cols,
+                              int64_t n, int *flag, __nv_bfloat16 *x16) {
+  bool bad = false;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
-       e += (int64_t)gridDim.x * blockDim.x)
-    x[e] += bias[e % cols];
+       e += (int64_t)gridDim.x * blockDim.x) {
+    float v = x[e];
+    if (bias) {
+      v += bias[e % cols];
+      x[e] = v;
+    }
+    bad |= !isfinite(v);
+    if (x16)
+      x16[e] = __float2bfloat16_rn(v);
+  }
+  if (bad && flag)
+    *flag = 1;
 }
 
 __global__ void bf16_kernel(const float *src, __nv_bfloat16 *dst, int64_t n) {
@@ -552,10 +563,11 @@ cudaError_t transform_heads(const heads_args &h, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-cudaError_t add_bias(float *x, const float *bias, int64_t rows, int64_t cols,
-                     cudaStream_t s) {
+cudaError_t finish(float *x, const float *bias, int64_t rows, int64_t cols,
+                   int *flag, void *x16, cudaStream_t s) {
   const int64_t n = rows * cols;
-  bias_kernel<<<blocks_for(n), 256, 0, s>>>(x, bias, cols, n);
+  finish_kernel<<<blocks_for(n), 256, 0, s>>>(
+      x, bias, cols, n, flag, static_cast<__nv_bfloat16 *>(x16));
   return cudaGetLastError();
 }
 

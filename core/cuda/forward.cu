@@ -5,20 +5,27 @@
  *   stage 0: one device allocation from CUDA's stream-ordered pool; the
  *     inputs, weights, biases, key lengths, allow mask, score bias and
  *     ALiBi slopes copied in;
- *   stage 1: Q, K, V = x·Wᵀ + b on cuBLAS (fp32: cublasSgemm, pure fp32
- *     arithmetic; bf16: cublasGemmEx with bfloat16 inputs and float32
- *     accumulation), the q/k norms and the rope per head of Q and K (in
- *     float64, as the CPU), then with bf16 Q, K, V rounded to bfloat16;
- *   stage 2: attention (kernels.h: flash), then the weights, mean
- *     weights and head outputs asked for;
+ *   stage 1: Q, K, V = x·Wᵀ on cuBLAS (fp32: cublasSgemm, pure fp32
+ *     arithmetic; bf16: cublasGemmEx with bfloat16 inputs, converted once
+ *     per distinct input, and float32 accumulation), then the biases,
+ *     the q/k norms and the rope per head of Q and K (in float64, as the
+ *     CPU), the finite checks and with bf16 the bfloat16 Q, K, V: one
+ *     pass a tensor (kernels.h: finish) where no per-head work comes
+ *     between;
+ *   stage 2: attention (kernels.h: flash), the heads' outputs checked
+ *     (and rounded to bfloat16 for the output projection), then the
+ *     weights, mean weights and head outputs asked for;
  *   stage 3: out = concat·Woᵀ + bo on cuBLAS, the results copied back.
  * Everything runs on the calling thread's default stream
- * (cudaStreamPerThread) of device 0, with one cuBLAS handle per thread,
- * made on its first call and kept. cuBLAS is loaded (dlopen) by the probe
- * once it has found a device, not linked: loading it maps about 150 MB,
- * which a CUDA build running on the CPU alone should not pay. The host waits at the end of each
- * stage: that is where the timings are taken and attn_exec_t's cancel
- * flag is read. Where the CPU core falls back to float64, this backend
+ * (cudaStreamPerThread) of device 0, with one cuBLAS handle and four
+ * events per thread, made on its first call and kept. cuBLAS is loaded
+ * (dlopen) by the probe once it has found a device, not linked: loading
+ * it maps about 150 MB, which a CUDA build running on the CPU alone
+ * should not pay. The host enqueues the whole call and waits once, at its
+ * end: an event on the stream marks each stage's end, and attn_timing_t's
+ * stages are the GPU's times between them; attn_exec_t's cancel flag is
+ * read as each stage is enqueued (so a call whose work is all enqueued
+ * runs to its end). Where the CPU core falls back to float64, this backend
  * has no such path: a result that is not finite (Q, K, V, the heads'
  * outputs, out) is ATTN_ENUMERIC naming the stage. A CUDA or cuBLAS
  * failure, out of device memory included, is ATTN_EDEVICE naming the
@@ -323,17 +330,26 @@ void lay_out(const attn_plan_t *pl, arena *ar, bufs *d) {
     if (bs[x]->rank)
       *bd[x] = ar->floats(elems(bs[x]));
   }
-  if (bf) { /* the GEMMs' bf16 inputs; only where a weight is given */
-    if (d->qw)
+  /* What is laid out depends on the plan alone, never on the pointers,
+   * which are all null in the counting pass. */
+  if (bf) { /* the GEMMs' bf16 inputs, only where a weight is given; one
+               per distinct input (key absent is query, value absent key) */
+    const bool qw = p->q_weight.rank, kw = p->k_weight.rank,
+               vw = p->v_weight.rank;
+    if (qw)
       d->query16 = ar->take((size_t)elems(&p->query) * 2);
-    if (d->kw)
-      d->key16 = ar->take((size_t)B * Lk * pl->Ek * 2);
-    if (d->vw)
-      d->value16 = ar->take((size_t)B * Lk * pl->Ev * 2);
+    if (kw)
+      d->key16 = !p->key.rank && qw
+                     ? d->query16
+                     : ar->take((size_t)B * Lk * pl->Ek * 2);
+    if (vw)
+      d->value16 = !p->value.rank && kw
+                       ? d->key16
+                       : ar->take((size_t)B * Lk * pl->Ev * 2);
     d->q16 = ar->take((size_t)B * Lq * H * Dh * 2);
     d->k16 = ar->take((size_t)B * Lk * Hkv * Dh * 2);
     d->v16 = ar->take((size_t)B * Lk * Hkv * Dv * 2);
-    if (d->ow)
+    if (p->o_weight.rank)
       d->concat16 = ar->take((size_t)B * Lq * H * Dv * 2);
   }
   d->q = ar->floats(B * Lq * H * Dh);
@@ -413,11 +429,12 @@ struct call {
                               s),
               what);
   }
-  /* Waits for the stream, then reads the cancel flag. */
-  bool stage_done(double *t) {
-    if (!ok(cudaStreamSynchronize(s), "cudaStreamSynchronize"))
+  /* A stage boundary: records event `ev` on the stream (the stages' times
+   * are the events' differences, read once the call is done), then reads
+   * the cancel flag; the host does not wait here. */
+  bool stage_mark(cudaEvent_t ev) {
+    if (!ok(cudaEventRecord(ev, s), "cudaEventRecord"))
       return false;
-    *t = now_ms();
     if (pl->cancel && __atomic_load_n(pl->cancel, __ATOMIC_RELAXED)) {
       rc = attn__err(err, ATTN_ECANCELED, ATTN_FIELD_CANCEL, "canceled");
       return false;
@@ -461,25 +478,35 @@ struct call {
     return ok(attn_cu::transform_heads(h, s), "transform_heads");
   }
 
-  /* y[rows, out] = x[rows, in]·Wᵀ + bias; without W, y = x + bias (in ==
-   * out). With bf16, x is rounded into x16 first (W16 is ready). */
+  /* y[rows, out] = x[rows, in]·Wᵀ, the bias left to finish(); without W,
+   * y = x (in == out). With bf16, x is rounded into x16 first (W16 is
+   * ready), unless x16_ready says an earlier projection of the same x
+   * did. */
   bool project(int64_t rows, int64_t in, int64_t out, const float *x,
-               void *x16, const float *W, const void *W16, const float *bias,
+               void *x16, bool x16_ready, const float *W, const void *W16,
                float *y) {
-    if (W) {
-      if (pl->precision == ATTN_PRECISION_BF16 &&
-          !ok(attn_cu::to_bf16(x, x16, rows * in, s), "to_bf16"))
-        return false;
-      if (!gemm(rows, out, in, x, x16, W, W16, y))
-        return false;
-    } else if (!ok(cudaMemcpyAsync(y, x, (size_t)(rows * out) * 4,
-                                   cudaMemcpyDeviceToDevice, s),
-                   "cudaMemcpyAsync")) {
-      return false;
-    }
-    return !bias || ok(attn_cu::add_bias(y, bias, rows, out, s), "add_bias");
+    if (W)
+      return (pl->precision != ATTN_PRECISION_BF16 || x16_ready ||
+              ok(attn_cu::to_bf16(x, x16, rows * in, s), "to_bf16")) &&
+             gemm(rows, out, in, x, x16, W, W16, y);
+    return ok(cudaMemcpyAsync(y, x, (size_t)(rows * out) * 4,
+                              cudaMemcpyDeviceToDevice, s),
+              "cudaMemcpyAsync");
+  }
+
+  /* attn_cu::finish on y [rows, cols]: its bias, its finite check into
+   * flag, its bfloat16 copy y16, each where given; nothing to launch
+   * where none is. */
+  bool finish(float *y, const float *bias, int64_t rows, int64_t cols,
+              int *flag, void *y16) {
+    return (!bias && !flag && !y16) ||
+           ok(attn_cu::finish(y, bias, rows, cols, flag, y16, s), "finish");
   }
 };
+
+/* The stage boundaries' events of the calling thread, made on its first
+ * call and kept, as its cuBLAS handle. */
+thread_local cudaEvent_t marks[4];
 
 } // namespace
 
@@ -499,12 +526,14 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   call c;
   c.pl = pl;
   c.err = err;
-  double t[4] = {0, 0, 0, 0};
   const double t_start = now_ms();
   if (!c.ok(cudaSetDevice(0), "cudaSetDevice"))
     return c.rc;
   if (!handle && !c.ok(blas.create(&handle), "cublasCreate"))
     return c.rc;
+  for (cudaEvent_t &ev : marks)
+    if (!ev && !c.ok(cudaEventCreate(&ev), "cudaEventCreate"))
+      return c.rc;
   if (!c.ok(blas.set_stream(handle, c.s), "cublasSetStream"))
     return c.rc;
 
@@ -574,32 +603,34 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
                             c.s),
          "check");
 
-  /* stage 1: projections */
-  if (c.rc == 0 && c.stage_done(&t[0]) &&
-      c.project(B * Lq, pl->Eq, H * Dh, d.query, d.query16, d.qw, d.qw16,
-                d.qb, d.q) &&
-      c.project(B * Lk, pl->Ek, Hkv * Dh, d.key, d.key16, d.kw, d.kw16, d.kb,
-                d.k) &&
-      c.project(B * Lk, pl->Ev, Hkv * Dv, d.value, d.value16, d.vw, d.vw16,
-                d.vb, d.v) &&
-      c.heads(d.q, Lq, H, d.q_norm, d.freq, d.pos_q,
-              (int)p->positions_query.rank, Lk - Lq) &&
-      c.heads(d.k, Lk, Hkv, d.k_norm, d.freq, d.pos_k,
-              (int)p->positions_key.rank, 0)) {
-    c.ok(attn_cu::nonfinite(d.q, B * Lq * H * Dh, 0, d.flags + F_Q, c.s),
-         "check");
-    c.ok(attn_cu::nonfinite(d.k, B * Lk * Hkv * Dh, 0, d.flags + F_K, c.s),
-         "check");
-    c.ok(attn_cu::nonfinite(d.v, B * Lk * Hkv * Dv, 0, d.flags + F_V, c.s),
-         "check");
-    if (bf) {
-      c.ok(attn_cu::to_bf16(d.q, d.q16, B * Lq * H * Dh, c.s), "to_bf16");
-      c.ok(attn_cu::to_bf16(d.k, d.k16, B * Lk * Hkv * Dh, c.s), "to_bf16");
-      c.ok(attn_cu::to_bf16(d.v, d.v16, B * Lk * Hkv * Dv, c.s), "to_bf16");
-    }
-  }
+  /* stage 1: projections, then (Q, K) the norms and the rope per head,
+   * each one's bias, finite check and bfloat16 copy in one pass where no
+   * per-head work comes between */
+  const bool tq = d.q_norm || d.freq, tk = d.k_norm || d.freq;
+  /* an input the bf16 GEMMs share (lay_out) is converted once */
+  const bool k16_ready = bf && d.kw && d.key16 == d.query16,
+             v16_ready = bf && d.vw && d.value16 == d.key16;
+  if (c.rc == 0 && c.stage_mark(marks[0]) &&
+      c.project(B * Lq, pl->Eq, H * Dh, d.query, d.query16, false, d.qw,
+                d.qw16, d.q) &&
+      c.project(B * Lk, pl->Ek, Hkv * Dh, d.key, d.key16, k16_ready, d.kw,
+                d.kw16, d.k) &&
+      c.project(B * Lk, pl->Ev, Hkv * Dv, d.value, d.value16, v16_ready, d.vw,
+                d.vw16, d.v) &&
+      (!tq || (c.finish(d.q, d.qb, B * Lq, H * Dh, nullptr, nullptr) &&
+               c.heads(d.q, Lq, H, d.q_norm, d.freq, d.pos_q,
+                       (int)p->positions_query.rank, Lk - Lq))) &&
+      (!tk || (c.finish(d.k, d.kb, B * Lk, Hkv * Dh, nullptr, nullptr) &&
+               c.heads(d.k, Lk, Hkv, d.k_norm, d.freq, d.pos_k,
+                       (int)p->positions_key.rank, 0))) &&
+      c.finish(d.q, tq ? nullptr : d.qb, B * Lq, H * Dh, d.flags + F_Q,
+               bf ? d.q16 : nullptr) &&
+      c.finish(d.k, tk ? nullptr : d.kb, B * Lk, Hkv * Dh, d.flags + F_K,
+               bf ? d.k16 : nullptr))
+    c.finish(d.v, d.vb, B * Lk, Hkv * Dv, d.flags + F_V, bf ? d.v16 : nullptr);
 
-  /* stage 2: attention */
+  /* stage 2: attention, the heads' outputs checked (and with bf16 and an
+   * output projection rounded for it), then the weights asked for */
   attn_cu::args a = {};
   a.q = bf ? d.q16 : (const void *)d.q;
   a.k = bf ? d.k16 : (const void *)d.k;
@@ -622,14 +653,13 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   a.has_softcap = p->has_softcap;
   a.softcap = p->softcap;
   int ran = 0;
-  if (c.rc == 0 && c.stage_done(&t[1]) &&
+  if (c.rc == 0 && c.stage_mark(marks[1]) &&
       c.ok(attn_cu::flash(a, __atomic_load_n(&attn__cuda_flash_version,
                                              __ATOMIC_RELAXED),
                            &ran, c.s),
            "flash") &&
-      c.ok(attn_cu::nonfinite(d.concat, B * Lq * H * Dv, 0, d.flags + F_CONCAT,
-                              c.s),
-           "check")) {
+      c.finish(d.concat, nullptr, B * Lq, H * Dv, d.flags + F_CONCAT,
+               bf && d.ow ? d.concat16 : nullptr)) {
     if (d.weights)
       c.ok(attn_cu::weights(a, d.weights, c.s), "weights");
     if (d.mean)
@@ -640,20 +670,14 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
            "head_outputs");
   }
 
-  /* stage 3: the output projection, results out */
-  if (c.rc == 0 && c.stage_done(&t[2])) {
-    if (bf && d.ow)
-      c.ok(attn_cu::to_bf16(d.concat, d.concat16, B * Lq * H * Dv, c.s),
-           "to_bf16");
-    if (c.rc == 0 &&
-        c.project(B * Lq, H * Dv, pl->Eo, d.concat, d.concat16, d.ow, d.ow16,
-                  d.ob, d.out))
-      c.ok(attn_cu::nonfinite(d.out, pl->out_elems, 0, d.flags + F_OUT, c.s),
-           "check");
-  }
+  /* stage 3: the output projection, then the results out */
+  if (c.rc == 0 && c.stage_mark(marks[2]) &&
+      c.project(B * Lq, H * Dv, pl->Eo, d.concat, d.concat16, true, d.ow,
+                d.ow16, d.out))
+    c.finish(d.out, d.ob, B * Lq, pl->Eo, d.flags + F_OUT, nullptr);
   __atomic_store_n(&attn__cuda_flash_last, ran, __ATOMIC_RELAXED);
   int flags[N_FLAGS] = {0};
-  if (c.rc == 0 && c.stage_done(&t[3])) {
+  if (c.rc == 0 && c.stage_mark(marks[3])) {
     c.down(o->out, d.out, pl->out_elems * 4, "out back");
     if (p->want_weights)
       c.down(o->weights, d.weights, pl->weights_elems * 4, "weights back");
@@ -669,11 +693,15 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   c.ok(fe, "cudaFreeAsync");
   c.ok(se, "cudaStreamSynchronize");
   const double t_end = now_ms();
+  float ms[3] = {0, 0, 0};
+  for (int k = 0; k < 3; k++)
+    c.ok(cudaEventElapsedTime(&ms[k], marks[k], marks[k + 1]),
+         "cudaEventElapsedTime");
   if (c.rc != 0)
     return c.rc;
-  o->timing.projection_ms = t[1] - t[0];
-  o->timing.attention_ms = t[2] - t[1];
-  o->timing.output_ms = t[3] - t[2];
+  o->timing.projection_ms = ms[0];
+  o->timing.attention_ms = ms[1];
+  o->timing.output_ms = ms[2];
   o->timing.total_ms = t_end - t_start; /* the copies in and out too */
 
   static const struct {

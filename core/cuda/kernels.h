@@ -93,9 +93,12 @@ struct heads_args {
 };
 cudaError_t transform_heads(const heads_args &h, cudaStream_t s);
 
-/* x[r, c] += bias[c] for r < rows, c < cols. */
-cudaError_t add_bias(float *x, const float *bias, int64_t rows, int64_t cols,
-                     cudaStream_t s);
+/* The end of a projection, in one pass over x [rows, cols]: x[r, c] +=
+ * bias[c] where bias is given; *flag = 1 where flag is given and some x
+ * is not finite (flag is otherwise left); x16 = bfloat16(x), rounded to
+ * nearest even, where x16 is given. Each part is optional. */
+cudaError_t finish(float *x, const float *bias, int64_t rows, int64_t cols,
+                   int *flag, void *x16, cudaStream_t s);
 
 /* dst[i] = bfloat16(src[i]), rounded to nearest even. */
 cudaError_t to_bf16(const float *src, void *dst, int64_t n, cudaStream_t s);
