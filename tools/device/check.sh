@@ -6,7 +6,7 @@
 # against torch's SDPA on the same GPU (bench/cuda_bench.c,
 # tools/device/torch_sdpa.py), as one table (tools/device/table.py), and
 # one HTTP row: attnd-load's OIP binary bfloat16 at L 16384 against attnd
-# on the GPU (tools/device/serve.sh), then what that attnd says of the GPU
+# on the GPU (tools/serve.sh), then what that attnd says of the GPU
 # (its metrics and health) and its GPU budget (tools/device/device_http.py).
 #
 # BUNDLE (default .device-bundle) is the CUDA=1 build made on the
@@ -111,7 +111,7 @@ step "HTTP: OIP binary bfloat16 on the GPU, L 16384, E 512, H 8"
 if (
   export LD_LIBRARY_PATH=$libs
   bin=$bundle/bin me=check
-  . tools/device/serve.sh
+  . tools/serve.sh
   serve http --backend cuda --precision bf16 --workers 4 \
     --threads-per-request 1
   load http --protocol v2 --tensors binary --dtype bfloat16 --lengths 16384 \

@@ -97,7 +97,7 @@ echo "cores: torch done ($(elapsed)): $torch_note"
 
 # ---- 3. the server ---------------------------------------------------------
 me=cores
-. "$here/serve.sh"
+. "$here/../serve.sh"
 
 conc=$((2 * many))
 for w in "$many" 1; do

@@ -1,5 +1,6 @@
-# tools/device/serve.sh: a local attnd and attnd-load runs against it, for
-# the device scripts (cores.sh, check.sh), which source this file after
+# tools/serve.sh: a local attnd and attnd-load runs against it, for the
+# scripts that load-test one (tools/loadtest.sh, and on the device machine
+# tools/device/cores.sh and check.sh), which source this file after
 # setting `bin` (attnd and attnd-load are there), `out` (logs and CSVs) and
 # `me` (their name, for messages). Every attnd started is stopped on exit.
 
