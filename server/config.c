@@ -141,7 +141,7 @@ static const cfg_key_t keys[] = {
     INT_KEY(inline_max_flops, "4M", 0, INT64_C(1) << 40, F_SIZE | F_INFO,
             "a request of at most this many flops is computed at once on the "
             "HTTP thread that read it, not queued for a worker (the hops "
-            "cost more than its work); 0: never"),
+            "cost more than its work); 0: never; cpu requests only"),
     INT_KEY(scratch_keep_bytes, "64M", 0, INT64_C(1) << 50, F_SIZE,
             "workspace a worker or HTTP thread keeps for the next request; "
             "a larger one is freed once its request is computed"),
@@ -629,7 +629,8 @@ void attnd_config_info(const attnd_config_t *cfg, int limits,
     if (keys[i].type == T_INT && (keys[i].flags & want)) {
       int64_t v;
       memcpy(&v, (const char *)cfg + keys[i].off, sizeof v);
-      fn(keys[i].name, (keys[i].flags & F_AUTO) && v == 0 ? -1 : v, arg);
+      fn(keys[i].name, (keys[i].flags & F_AUTO) && v == 0 && !limits ? -1 : v,
+         arg);
     }
 }
 

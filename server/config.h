@@ -92,7 +92,8 @@ void attnd_config_print(const attnd_config_t *cfg,
 /* Calls fn for each integer key that GET /v1/info shows, in the table's
  * order: its "limits" (limits != 0) or its top-level keys (workers and the
  * like). A key still auto once resolved (threads_per_request) comes with
- * the value -1. Any thread. */
+ * the value -1; a limit is always its number (max_device_memory_bytes is
+ * 0 where there is no GPU). Any thread. */
 void attnd_config_info(const attnd_config_t *cfg, int limits,
                        void (*fn)(const char *key, int64_t value, void *arg),
                        void *arg);

@@ -1517,6 +1517,12 @@ START_TEST(test_info) {
                   "limits.%s: %s", keys[k], r.body);
   ck_assert_int_eq(json_integer_value(json_object_get(lim, "max_seq_len")),
                    32768);
+  /* a limit is a number even where its auto found nothing: no GPU, 0 */
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  const json_t *dev = json_object_get(lim, "max_device_memory_bytes");
+  ck_assert_msg(json_is_integer(dev), "%s", r.body);
+  ck_assert_int_eq(json_integer_value(dev) > 0, ci.usable);
   ck_assert_int_eq(json_integer_value(json_object_get(v, "workers")), 2);
   ck_assert_int_eq(
       json_integer_value(json_object_get(v, "threads_per_request")), 1);

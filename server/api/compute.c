@@ -105,7 +105,10 @@ static void inline_key_init(void) {
  * seen to pay (attnd_sched_batch_pays). */
 static int runs_inline(const attnd_http_req_t *r, const attnd_request_t *req) {
   attnd_server_t *s = r->srv;
-  if ((double)req->plan.flops > (double)s->cfg->inline_max_flops)
+  /* on the GPU, a worker: its stream, cuBLAS handle and events are warm,
+   * where an HTTP thread's first call would make its own */
+  if ((double)req->plan.flops > (double)s->cfg->inline_max_flops ||
+      req->plan.backend != ATTN_BACKEND_CPU)
     return 0;
   return !batches(r, req) ||
          (atomic_load(&s->inline_steps) == 0 &&
