@@ -26,6 +26,7 @@ trap 'stop; exit 130' INT TERM HUP
 serve() {
   name=$1
   shift
+  : >"$out/attnd-$name.log" # there before the polling below reads it
   "$bin/attnd" --host 127.0.0.1 --port 0 --access-log off --queue-depth 1024 \
     "$@" 2>"$out/attnd-$name.log" &
   pid=$!

@@ -3,10 +3,11 @@
 checked against a running attnd on 127.0.0.1 (tools/device/check.sh).
 
   device_http.py serving PORT
-      attnd serves on the GPU (backend cuda) and has computed there: its
-      /metrics say the device is usable, has a budget of which nothing is
-      held once the requests are answered, a pool that kept memory, and
-      time in each stage on cuda; /healthz and /readyz answer 200.
+      attnd serves on the GPU (backend cuda): after a request it computes
+      there, its /metrics say the device is usable, has a budget of which
+      nothing is held once the request is answered, a pool that kept
+      memory, and time in each stage on cuda; /healthz, /readyz and the
+      OIP's health answer 200.
   device_http.py budget PORT
       attnd runs with backend auto and a GPU budget of 1 MiB: a request
       naming cuda that needs more gets 422 limit_exceeded naming backend,
@@ -65,6 +66,8 @@ def request(L=512, E=128, H=4, **extra):
 
 
 def serving(port):
+    status, body = post(port, request())
+    check(status == 200, f"a request on the GPU: {status}")
     m = metrics(port)
     show = [k for k in m if k.startswith("attnd_device")
             or k.startswith("attnd_backend_stage_seconds_total")]
