@@ -349,7 +349,7 @@ $(BUILD)/core/kernel_%.o: core/kernel.c
 	$(CC) $(CFLAGS_CORE) -O3 -ffp-contract=fast $(ISA_$*) \
 	  -DATTN_KERNEL_ISA=$* -c $< -o $@
 
-$(BUILD)/core/cuda/%.o: core/cuda/%.cu core/cuda/kernels.h \
+$(BUILD)/core/cuda/%.o: core/cuda/%.cu core/cuda/kernels.h $(wildcard core/cuda/*.cuh) \
   include/attn/attn.h include/attn/error.h
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -576,7 +576,7 @@ $(BUILD)/pic/core/kernel_%.o: core/kernel.c
 	$(CC) $(CFLAGS_CORE) -fPIC -O3 -ffp-contract=fast $(ISA_$*) \
 	  -DATTN_KERNEL_ISA=$* -c $< -o $@
 
-$(BUILD)/pic/core/cuda/%.o: core/cuda/%.cu core/cuda/kernels.h \
+$(BUILD)/pic/core/cuda/%.o: core/cuda/%.cu core/cuda/kernels.h $(wildcard core/cuda/*.cuh) \
   include/attn/attn.h include/attn/error.h
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC -c $< -o $@

@@ -14,6 +14,7 @@
 
 #include "attn/attn.h"
 #include "kernels.h"
+#include "score.cuh"
 
 namespace attn_cu {
 namespace {
@@ -38,65 +39,6 @@ __device__ __forceinline__ float warp_sum(float x) {
   for (int o = 16; o > 0; o >>= 1)
     x += __shfl_xor_sync(kFull, x, o);
   return x;
-}
-
-/* Whether query i of item b, head h, may attend key j: key lengths,
- * causal (both alignments), window, the allow mask. off = Lk − Lq. */
-__device__ __forceinline__ bool allowed(const args &a, int64_t b, int64_t h,
-                                        int64_t i, int64_t j) {
-  const int64_t off = a.Lk - a.Lq;
-  if (a.key_lengths && j >= a.key_lengths[b])
-    return false;
-  if (a.causal == ATTN_CAUSAL_BOTTOM_RIGHT && j > i + off)
-    return false;
-  if (a.causal == ATTN_CAUSAL_TOP_LEFT && j > i)
-    return false;
-  if (a.wl >= 0 && j < i + off - a.wl)
-    return false;
-  if (a.wr >= 0 && j > i + off + a.wr)
-    return false;
-  if (a.allow && !a.allow[b * a.allow_st[0] + h * a.allow_st[1] +
-                          i * a.allow_st[2] + j * a.allow_st[3]])
-    return false;
-  return true;
-}
-
-/* The score of q·k = dot, in attn.h's order: scale, softcap, bias,
- * ALiBi. */
-__device__ __forceinline__ float score(const args &a, int64_t b, int64_t h,
-                                       int64_t i, int64_t j, float dot) {
-  float s = a.scale * dot;
-  if (a.has_softcap)
-    s = a.softcap * tanhf(s / a.softcap);
-  if (a.bias)
-    s += a.bias[b * a.bias_st[0] + h * a.bias_st[1] + i * a.bias_st[2] +
-                j * a.bias_st[3]];
-  if (a.slopes) {
-    int64_t d = i + (a.Lk - a.Lq) - j;
-    s -= a.slopes[h] * (float)(d < 0 ? -d : d);
-  }
-  return s;
-}
-
-/* The keys [lo, hi) that rows [i0, i1) of item b can see at all: every
- * key outside is masked for each of those rows. */
-__device__ __forceinline__ void key_range(const args &a, int64_t b,
-                                          int64_t i0, int64_t i1,
-                                          int64_t *lo, int64_t *hi) {
-  const int64_t off = a.Lk - a.Lq;
-  int64_t l = 0, r = a.Lk;
-  if (a.key_lengths)
-    r = min(r, a.key_lengths[b]);
-  if (a.causal == ATTN_CAUSAL_BOTTOM_RIGHT)
-    r = min(r, i1 + off);
-  if (a.causal == ATTN_CAUSAL_TOP_LEFT)
-    r = min(r, i1);
-  if (a.wr >= 0)
-    r = min(r, i1 + off + a.wr);
-  if (a.wl >= 0)
-    l = max(l, i0 + off - a.wl);
-  *lo = l;
-  *hi = r;
 }
 
 /* ---- version 1: one warp per query row, CUDA cores --------------------- */
@@ -324,9 +266,8 @@ __global__ void __launch_bounds__(kV2Warps * 32) flash_v2_kernel(args a) {
     float tmax = -INFINITY;
     for (int c = c0; c < c0 + 32; c++) {
       const int64_t j = t0 + c;
-      float s = -INFINITY;
-      if (i < a.Lq && j < hi && allowed(a, b, h, i, j))
-        s = score(a, b, h, i, j, srow[c]);
+      const float s =
+          i < a.Lq && j < hi ? masked_score(a, b, h, i, j, srow[c]) : -INFINITY;
       srow[c] = s;
       tmax = fmaxf(tmax, s);
     }
