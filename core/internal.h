@@ -274,10 +274,11 @@ size_t attn__cuda_device_bytes(const attn_plan_t *plan);
  * (0 in a build without CUDA). The device is unusable afterwards. */
 int attn__cuda_trap(void);
 
-/* The CUDA backend's flash kernel (core/cuda/kernels.h): 0 picks the best
- * that applies, 1 forces version 1; attn__cuda_flash_last is the version
- * the last call ran (0 before any). For the tests and the benchmark, which
- * compare the versions; read and written atomically. In every build. */
+/* The CUDA backend's flash kernel (core/cuda/kernels.h): 0 picks the
+ * default (version 2 where it applies, else 1), 1 forces version 1, 3 runs
+ * version 3 where it applies (else as 0); attn__cuda_flash_last is the
+ * version the last call ran (0 before any). For the tests and the benchmark,
+ * which compare the versions; read and written atomically. In every build. */
 extern int attn__cuda_flash_version, attn__cuda_flash_last;
 /* Pooled rows a unit of ATTN__BR query rows touches at most, for blocks
  * of pq rows. */

@@ -464,6 +464,10 @@ unsigned blocks_for(int64_t n) {
 } // namespace
 
 cudaError_t flash(const args &a, int version, int *ran, cudaStream_t s) {
+  if (version == 3 && flash_v3_fits(a)) {
+    *ran = 3;
+    return flash_v3(a, s);
+  }
   const bool v2 = a.bf16 && a.Dh % 16 == 0 && a.Dv % 16 == 0;
   if (v2 && version != 1) {
     *ran = 2;

@@ -55,10 +55,22 @@ struct args {
  * tiles of 64; S and the output accumulators in shared memory (see
  * attention.cu). Writes concat and lse, as version 1 does.
  *
- * flash() runs version 2 where it applies, else version 1; `version` 1
- * forces version 1 (the tests and the benchmark compare them). *ran says
- * which ran. */
+ * Version 3 (flash_mma.cu, flash_mma.cuh): bf16 Q, K, V with Dh = Dv in
+ * {32, 64, 128}, on tensor cores through mma.sync m16n8k16
+ * (FlashAttention-2's structure): 4 warps, 16 query rows each, key tiles
+ * of 64 in shared memory (cp.async, double-buffered), S, P and the output
+ * accumulators in registers. Writes concat and lse, as version 1 does.
+ *
+ * flash() with `version` 0 runs version 2 where it applies, else version
+ * 1; 1 forces version 1; 3 runs version 3 where it applies, else as 0
+ * does (the tests and the benchmark compare them). Version 3 is not the
+ * default until it has passed check_cuda on a GPU (docs/cuda.md). *ran
+ * says which ran. */
 cudaError_t flash(const args &a, int version, int *ran, cudaStream_t s);
+
+/* Whether version 3 takes a, and version 3 itself (flash() dispatches). */
+bool flash_v3_fits(const args &a);
+cudaError_t flash_v3(const args &a, cudaStream_t s);
 
 /* The dense weights [B, H, Lq, Lk] = exp(s − lse), recomputing each score
  * (one block per query row); dead rows and masked keys are 0. */
