@@ -223,6 +223,23 @@ perf-table-check:
 	@sh tests/perf-table/check.sh
 check: perf-table-check
 
+# Flash version 3's kernel (core/cuda/flash_mma.cuh) run on the CPU by its
+# own source and emulated warp instructions (tests/flash-emu/flash_emu.cc):
+# g++ and CUDA's headers, no GPU, no nvcc. In `check` with CUDA=1.
+FLASH_EMU_INC ?= $(or $(CUDA_HOME),/usr/local/cuda)/include
+.PHONY: flash-emu-check
+flash-emu-check: $(BUILD)/tests/flash_emu
+	./$(BUILD)/tests/flash_emu
+$(BUILD)/tests/flash_emu: tests/flash-emu/flash_emu.cc core/cuda/kernels.h \
+  $(wildcard core/cuda/*.cuh) include/attn/attn.h
+	@mkdir -p $(@D)
+	$(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -Wno-attributes \
+	  -Wno-unknown-pragmas -I$(FLASH_EMU_INC) -Iinclude -Icore/cuda $< \
+	  -o $@ -pthread
+ifeq ($(CUDA),1)
+check: flash-emu-check
+endif
+
 # Small requests alone (bench/wrk/small.sh): /healthz, a tiny
 # /v1/attention and session steps under wrk, with their ratios.
 bench-small: deps

@@ -13,12 +13,15 @@
  * it with torch's).
  *
  * The kernel column is the flash kernel's version that ran (bf16 runs
- * version 2 where it applies); --kernel 1 forces version 1, to compare.
+ * version 2 where it applies); --kernel 1 forces version 1 and --kernel 3
+ * runs version 3 where it applies (core/cuda/kernels.h), to compare;
+ * --precision keeps the rows of one precision.
  *
  * Exits 1, saying why, where the CUDA backend is unusable (a build without
  * CUDA=1, or no sm_90 device).
  *
- * usage: attn-cuda-bench [--quick] [--kernel 1] [--reps N] [--csv FILE] */
+ * usage: attn-cuda-bench [--quick] [--kernel 1|2|3] [--precision fp32|bf16]
+ *                        [--reps N] [--csv FILE] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,24 +129,40 @@ static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
 }
 
 int main(int argc, char **argv) {
-  int quick = 0, reps = 5;
+  int quick = 0, reps = 5, kernel = 2, bad = 0;
+  int only = -1; /* a precision, or every one */
   const char *csv_path = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--quick") == 0)
+  for (int i = 1; i < argc && !bad; i++) {
+    if (strcmp(argv[i], "--quick") == 0) {
       quick = 1;
-    else if (strcmp(argv[i], "--kernel") == 0 && i + 1 < argc)
-      attn__cuda_flash_version = atoi(argv[++i]) == 1 ? 1 : 0;
-    else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
+    } else if (strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) {
+      kernel = atoi(argv[++i]);
+      bad = kernel < 1 || kernel > 3;
+    } else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
+      i++;
+      if (strcmp(argv[i], "fp32") == 0)
+        only = ATTN_PRECISION_FP32;
+      else if (strcmp(argv[i], "bf16") == 0)
+        only = ATTN_PRECISION_BF16;
+      else
+        bad = 1;
+    } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       reps = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc)
+    } else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
       csv_path = argv[++i];
-    else {
-      fprintf(stderr,
-              "usage: %s [--quick] [--kernel 1] [--reps N] [--csv FILE]\n",
-              argv[0]);
-      return 2;
+    } else {
+      bad = 1;
     }
   }
+  if (bad) {
+    fprintf(stderr,
+            "usage: %s [--quick] [--kernel 1|2|3] [--precision fp32|bf16] "
+            "[--reps N] [--csv FILE]\n",
+            argv[0]);
+    return 2;
+  }
+  /* core/internal.h: 0 is the default (version 2 where it applies) */
+  attn__cuda_flash_version = kernel == 2 ? 0 : kernel;
   if (reps < 1 || reps > 32) {
     fprintf(stderr, "attn-cuda-bench: --reps must be 1 to 32\n");
     return 2;
@@ -173,7 +192,8 @@ int main(int argc, char **argv) {
       continue;
     int n = shapes[s].L * shapes[s].E > 16384 * 4096 ? (reps + 1) / 2 : reps;
     for (int prec = ATTN_PRECISION_FP32; prec <= ATTN_PRECISION_BF16; prec++)
-      failed |= run_row(&shapes[s], (attn_precision_t)prec, n, csv) != 0;
+      if (only < 0 || prec == only)
+        failed |= run_row(&shapes[s], (attn_precision_t)prec, n, csv) != 0;
     fflush(stdout);
   }
   if (csv)

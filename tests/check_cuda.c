@@ -11,15 +11,17 @@
  *     usable (a CUDA=1 build on an sm_90 device): a table of masks, GQA
  *     and MQA, the rope (both styles, llama3 scaling, given positions) and
  *     the q/k norms, odd shapes (L = 1, L past a tile, Lq != Lk) and head
- * widths 32, 64, 128 and 256, each with every output asked for, where fp32 must
- *     be within 1e-4 and bf16 within 2e-2 (relative L2, tu_rel_err) of the
- *     reference and of the CPU core, bf16 with each version of the flash
- *     kernel (checking which one ran); and a Q that overflows float32 and
- *     a bias of +inf, which both backends refuse as ATTN_ENUMERIC naming
- *     query and bias; a plan's device_bytes against its buffers counted
- *     here, and the pool's counts around a call (attn_cuda_memory); and,
- *     last, a device made to fail (a trapping kernel), which attn_cuda_info
- *     must then call unusable, and plans refuse.
+ *     widths 32, 64, 128 and 256 (64 and 128 at the edges of flash
+ *     version 3's tiles: L of 1, 63, 64, 65, 200), each with every output
+ *     asked for, where fp32 must be within 1e-4 and bf16 within 2e-2
+ *     (relative L2, tu_rel_err) of the reference and of the CPU core, bf16
+ *     with each version of the flash kernel (the default, 1 and 3,
+ *     checking which one ran); and a Q that overflows float32 and a bias
+ *     of +inf, which both backends refuse as ATTN_ENUMERIC naming query
+ *     and bias; a plan's device_bytes against its buffers counted here,
+ *     and the pool's counts around a call (attn_cuda_memory); and, last,
+ *     a device made to fail (a trapping kernel), which attn_cuda_info must
+ *     then call unusable, and plans refuse.
  * Where the GPU cases do not run, the suite prints one line "check_cuda:
  * SKIP ..." naming why, and the suite holds only the refusals, so its count
  * shows that they did not run; with ATTND_REQUIRE_CUDA=1 (as
@@ -311,6 +313,28 @@ static const gpu_case_t gpu_cases[] = {
      {.Lq = 21, .Lk = 43, .cross = 1, .value_given = 1, .H = 4, .Hkv = 2,
       .Dh = 32, .Eq = 24, .Ek = 40, .Ev = 12, .Eo = 20,
       .proj = TU_QW | TU_KW | TU_VW | TU_OW}, 0},
+    {"Dh 64, L = 1", {.Lq = 1, .H = 2, .Dh = 64, .proj = P}, 0},
+    {"Dh 128, Lq = 1 over 200 keys",
+     {.Lq = 1, .Lk = 200, .cross = 1, .H = 2, .Dh = 128, .proj = P}, 0},
+    {"Dh 64, Lq 63 over 65 keys, causal top-left",
+     {.Lq = 63, .Lk = 65, .cross = 1, .H = 2, .Dh = 64, .proj = P,
+      .causal = ATTN_CAUSAL_TOP_LEFT}, 0},
+    {"Dh 128, Lq 65 over 64 keys, causal bottom-right (a dead row)",
+     {.Lq = 65, .Lk = 64, .cross = 1, .H = 2, .Dh = 128, .proj = P,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}, 0},
+    {"Dh 128, Lq 64 over 200 keys, causal top-left, GQA 4/2",
+     {.Lq = 64, .Lk = 200, .cross = 1, .H = 4, .Hkv = 2, .Dh = 128,
+      .proj = P, .causal = ATTN_CAUSAL_TOP_LEFT}, 0},
+    {"Dh 64, Lq 200 over 65 keys, causal bottom-right (dead rows)",
+     {.Lq = 200, .Lk = 65, .cross = 1, .H = 2, .Dh = 64, .proj = P,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}, 0},
+    {"Dh 128, causal self, L = 200, GQA 4/1",
+     {.Lq = 200, .H = 4, .Hkv = 1, .Dh = 128, .proj = P,
+      .causal = ATTN_CAUSAL_BOTTOM_RIGHT}, 0},
+    {"Dh 64, L = 200, key lengths, window 70/5",
+     {.B = 2, .batched = 1, .Lq = 200, .H = 2, .Dh = 64, .proj = P,
+      .key_lengths = 1, .lengths = {130, 64}, .has_wl = 1, .wl = 70,
+      .has_wr = 1, .wr = 5}, 0},
     {"batch of 2, everything",
      {.B = 2, .batched = 1, .Lq = 70, .H = 4, .Hkv = 2, .Dh = 64, .proj = P,
       .causal = ATTN_CAUSAL_BOTTOM_RIGHT, .key_lengths = 1,
@@ -354,9 +378,21 @@ static void compare(const char *what, const char *prec, double tol,
   }
 }
 
-/* Runs case i with `version` of the flash kernel (0: the best that
- * applies; core/cuda/kernels.h), and checks which one ran: version 2 takes
- * bf16 with Dh and Dv multiples of 16. */
+/* The flash version that `version` runs with these head widths
+ * (core/cuda/kernels.h): version 3 takes bf16 with Dh = Dv of 32, 64 or
+ * 128 when asked for; version 2, the default, bf16 with Dh and Dv
+ * multiples of 16; version 1 the rest. */
+static int flash_version_for(attn_precision_t prec, int version, int64_t Dh,
+                             int64_t Dv) {
+  if (prec != ATTN_PRECISION_BF16 || version == 1)
+    return 1;
+  if (version == 3 && Dh == Dv && (Dh == 32 || Dh == 64 || Dh == 128))
+    return 3;
+  return Dh % 16 == 0 && Dv % 16 == 0 ? 2 : 1;
+}
+
+/* Runs case i with `version` of the flash kernel (0: the default;
+ * core/cuda/kernels.h), and checks which one ran. */
 static void run_gpu_case(int i, attn_precision_t prec, double tol,
                          int version) {
   const gpu_case_t *g = &gpu_cases[i];
@@ -373,11 +409,10 @@ static void run_gpu_case(int i, attn_precision_t prec, double tol,
   ck_assert_int_eq(tu_run(&gpu, &c.p, &ex), 0);
   attn__cuda_flash_version = 0;
   ck_assert_int_eq(gpu.plan.backend, ATTN_BACKEND_CUDA);
-  const int v2 = prec == ATTN_PRECISION_BF16 && version != 1 &&
-                 gpu.plan.Dh % 16 == 0 && gpu.plan.Dv % 16 == 0;
-  ck_assert_msg(attn__cuda_flash_last == (v2 ? 2 : 1),
+  const int want = flash_version_for(prec, version, gpu.plan.Dh, gpu.plan.Dv);
+  ck_assert_msg(attn__cuda_flash_last == want,
                 "%s: flash version %d ran, %d expected", g->name,
-                attn__cuda_flash_last, v2 ? 2 : 1);
+                attn__cuda_flash_last, want);
   char what[160];
   snprintf(what, sizeof what, "%s (flash v%d)", g->name, attn__cuda_flash_last);
   compare(what, attn_precision_name(prec), tol, &gpu, &cpu, &ref, &c.p);
@@ -409,7 +444,8 @@ START_TEST(test_gpu_fp32) {
 }
 END_TEST
 
-/* bf16 with the best kernel (version 2 where it applies), and version 1 */
+/* bf16 with the default kernel (version 2 where it applies), version 1,
+ * and version 3 */
 START_TEST(test_gpu_bf16) {
   run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL, 0);
 }
@@ -417,6 +453,11 @@ END_TEST
 
 START_TEST(test_gpu_bf16_v1) {
   run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL, 1);
+}
+END_TEST
+
+START_TEST(test_gpu_bf16_v3) {
+  run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL, 3);
 }
 END_TEST
 
@@ -626,7 +667,7 @@ void test_setup(void) {
   fprintf(stderr,
           "check_cuda: SKIP: %d GPU cases not run (%d fp32, %d bf16 with "
           "each flash version, 2 numeric): %s\n",
-          3 * N_GPU_CASES + 2, N_GPU_CASES, 2 * N_GPU_CASES, cuda.status);
+          4 * N_GPU_CASES + 2, N_GPU_CASES, 3 * N_GPU_CASES, cuda.status);
   if (req && strcmp(req, "1") == 0) {
     fprintf(stderr, "check_cuda: FAIL: ATTND_REQUIRE_CUDA=1 and the cuda "
                     "backend is unusable\n");
@@ -654,6 +695,7 @@ Suite *test_suite(void) {
     tcase_add_loop_test(g, test_gpu_fp32, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16_v1, 0, N_GPU_CASES);
+    tcase_add_loop_test(g, test_gpu_bf16_v3, 0, N_GPU_CASES);
     tcase_add_test(g, test_gpu_numeric);
     tcase_add_test(g, test_gpu_numeric_bias);
     tcase_add_test(g, test_gpu_pool);

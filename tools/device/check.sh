@@ -4,10 +4,12 @@
 # GPU tests (tests/check_cuda.c, which must not skip there), the tests
 # again under compute-sanitizer where it runs, then attnd's CUDA backend
 # against torch's SDPA on the same GPU (bench/cuda_bench.c,
-# tools/device/torch_sdpa.py), as one table (tools/device/table.py), and
-# one HTTP row: attnd-load's OIP binary bfloat16 at L 16384 against attnd
-# on the GPU (tools/serve.sh), then what that attnd says of the GPU
-# (its metrics and health) and its GPU budget (tools/device/device_http.py).
+# tools/device/torch_sdpa.py), as one table (tools/device/table.py), the
+# bf16 rows again with flash version 3 (not yet the default) as a second
+# table, and one HTTP row: attnd-load's OIP binary bfloat16 at L 16384
+# against attnd on the GPU (tools/serve.sh), then what that attnd says of
+# the GPU (its metrics and health) and its GPU budget
+# (tools/device/device_http.py).
 #
 # BUNDLE (default .device-bundle) is the CUDA=1 build made on the
 # developer's machine with `make device-bundle CUDA=1`: BUNDLE/bundle.tgz
@@ -18,8 +20,8 @@
 # Carry it: run from the repository root with carry [".device-bundle"] and
 #   bash tools/device/check.sh .device-bundle
 # Results go to $OUT (the device tool's folder) or /tmp/attnd-device:
-# attnd.csv, torch.csv, table.md, load-http.csv, http.md, and
-# sanitizer.log.
+# attnd.csv, attnd-v3.csv, torch.csv, table.md, table-v3.md, load-http.csv,
+# http.md, and sanitizer.log.
 set -eu
 cd "$(dirname "$0")/../.."
 bundle=${1:-.device-bundle}
@@ -98,6 +100,9 @@ with_libs timeout 300 "$bundle/bin/attn-cuda-bench" --csv "$out/attnd.csv" ||
 echo "-- the same, small shapes, flash version 1 throughout (to compare):"
 with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --quick --kernel 1 --reps 3 ||
   failed="$failed attn-cuda-bench-v1"
+echo "-- bf16 rows, flash version 3 (check_cuda above ran it on every bf16 case):"
+with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --kernel 3 --precision bf16 \
+  --csv "$out/attnd-v3.csv" || failed="$failed attn-cuda-bench-v3"
 
 step "benchmark: torch SDPA"
 PYTHONUNBUFFERED=1 timeout 200 python3 tools/device/torch_sdpa.py --csv "$out/torch.csv" ||
@@ -148,6 +153,10 @@ fi
 step "table"
 if [ -s "$out/attnd.csv" ]; then
   python3 tools/device/table.py "$out/attnd.csv" "$out/torch.csv" | tee "$out/table.md"
+fi
+if [ -s "$out/attnd-v3.csv" ]; then
+  echo "-- flash version 3:"
+  python3 tools/device/table.py "$out/attnd-v3.csv" "$out/torch.csv" | tee "$out/table-v3.md"
 fi
 if [ -n "$failed" ]; then
   step "FAILED:$failed"
