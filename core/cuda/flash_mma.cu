@@ -9,7 +9,7 @@
 namespace attn_cu {
 namespace {
 
-/* Launches flash_v3_kernel<D>: a block of 4 warps per 64 query rows of
+/* Launches flash_v3_kernel<D>: a block of 8 warps per 128 query rows of
  * one (batch item, head). The first launch of each D raises the
  * kernel's dynamic shared memory limit (more than 48 KB for D = 128);
  * a failure there is returned on every later launch too. */

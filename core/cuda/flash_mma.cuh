@@ -3,18 +3,21 @@
  * kernel template alone, device code; flash_mma.cu launches it.
  *
  * Layouts are kernels.h's; here Dh = Dv = D, a multiple of 16 up to 128
- * (32, 64 and 128 are instantiated). A block of kWarps = 4 warps takes
- * kRows = 64 query rows of one (batch item, head), a warp 16 of them; the
+ * (32, 64 and 128 are instantiated). A block of kWarps = 8 warps takes
+ * kRows = 128 query rows of one (batch item, head), a warp 16 of them; the
  * key range the block can see (score.cuh's key_range) is visited in tiles
  * of kTile = 64 keys. Shared memory, bf16 rows padded to D + 8 elements
  * (so that the 8 rows one ldmatrix reads start 16 bytes apart modulo 128
- * and hit distinct banks): Q [64, D], K [2][64, D], V [2][64, D]; tile
+ * and hit distinct banks): Q [128, D], K [2][64, D], V [2][64, D]; tile
  * n + 1 is copied in (cp.async, zeros past the range) while tile n is
  * computed. Registers, per lane: Q's A fragments [D/16][4], S [8][4] (the
  * warp's 16 × 64 scores), O [D/8][4] (its 16 × D outputs), and the max m
  * and partial sum l of its two rows g and g + 8 (mma.cuh's fragments).
  * Wider heads (256) would need 128 registers a lane for O alone, and
- * spill: they stay on version 2.
+ * spill: they stay on version 2. 128 rows a block rather than 64 halve
+ * the K and V tiles read from L2 per query row (FlashAttention-2 takes
+ * 128 rows for these widths too); registers allow one block of 8 warps
+ * an SM for D of 64 and 128, the same 8 warps as two blocks of 4.
  *
  * Per tile, each warp:
  *   pass 1: S = Q·Kᵀ, K's rows read by ldmatrix as B fragments;
@@ -44,7 +47,7 @@
 namespace attn_cu {
 namespace v3 {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kRows = 16 * kWarps; /* query rows a block */
 constexpr int kTile = 64;          /* keys a tile */

@@ -57,7 +57,7 @@ struct args {
  *
  * Version 3 (flash_mma.cu, flash_mma.cuh): bf16 Q, K, V with Dh = Dv in
  * {32, 64, 128}, on tensor cores through mma.sync m16n8k16
- * (FlashAttention-2's structure): 4 warps, 16 query rows each, key tiles
+ * (FlashAttention-2's structure): 8 warps, 16 query rows each, key tiles
  * of 64 in shared memory (cp.async, double-buffered), S, P and the output
  * accumulators in registers. Writes concat and lse, as version 1 does.
  *

@@ -11,7 +11,7 @@
  * addresses the other lanes gave, an MMA gathers A, B and C from all 32
  * lanes' fragments by the ISA's layouts and hands each lane its part of
  * D. Every CUDA thread of a block is a std::thread, and the collectives
- * meet at barriers (a warp's 32, a block's 128), so a lane missing from a
+ * meet at barriers (a warp's 32, a block's all), so a lane missing from a
  * collective hangs rather than passing. A group of cp.async copies lands
  * at random either at its commit or at its wait, so that reading a buffer
  * before the wait, or refilling one that another warp still reads, shows;
@@ -64,12 +64,12 @@ alignas(16) unsigned char smem_v3[232448];
 } // namespace attn_cu
 
 namespace emu {
-constexpr int kBlockThreads = 128;
+constexpr int kMaxWarps = 16;
 constexpr size_t kSmem = sizeof attn_cu::v3::smem_v3;
 unsigned char *const smem = attn_cu::v3::smem_v3;
 std::barrier<> *block_bar;
-std::barrier<> *warp_bar[4];
-uint64_t slot[4][32][8]; // per warp, per lane: what a collective posts
+std::barrier<> *warp_bar[kMaxWarps];
+uint64_t slot[kMaxWarps][32][8]; // per warp and lane: what it posts
 struct range {
   const unsigned char *p;
   size_t n;
@@ -277,20 +277,23 @@ inline void __syncthreads() {
 
 template <int D> void launch(const attn_cu::args &a) {
   using namespace emu;
-  gridDim = dim3((unsigned)((a.Lq + 63) / 64), (unsigned)a.H, (unsigned)a.B);
+  using attn_cu::v3::kRows, attn_cu::v3::kThreads, attn_cu::v3::kWarps;
+  static_assert(kWarps <= kMaxWarps, "more warps than slots");
+  gridDim = dim3((unsigned)((a.Lq + kRows - 1) / kRows), (unsigned)a.H,
+                 (unsigned)a.B);
   for (unsigned z = 0; z < gridDim.z; z++)
     for (unsigned y = 0; y < gridDim.y; y++)
       for (unsigned x = 0; x < gridDim.x; x++) {
         memset(smem, 0xff, kSmem); // NaN-ish garbage
-        std::barrier<> bb(kBlockThreads);
+        std::barrier<> bb(kThreads);
         block_bar = &bb;
         std::vector<std::unique_ptr<std::barrier<>>> wb;
-        for (int w = 0; w < 4; w++) {
+        for (int w = 0; w < kWarps; w++) {
           wb.emplace_back(new std::barrier<>(32));
           warp_bar[w] = wb.back().get();
         }
         std::vector<std::thread> th;
-        for (int t = 0; t < kBlockThreads; t++)
+        for (int t = 0; t < kThreads; t++)
           th.emplace_back([&, t] {
             threadIdx = make_uint3((unsigned)t, 0, 0);
             blockIdx = make_uint3(x, y, z);
