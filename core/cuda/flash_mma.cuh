@@ -113,12 +113,17 @@ __global__ void __launch_bounds__(kThreads) flash_v3_kernel(args a) {
 
   int64_t lo, hi;
   key_range(a, b, i0, i1, &lo, &hi);
-  /* the tiles [all_lo, all_hi) that every row of the warp sees with no
-   * per-element term take the fast path */
-  int64_t all_lo = 0, all_hi = 0, ignored;
-  if (w0 < w1 && !per_element(a)) {
-    key_range(a, b, w1 - 1, w1, &all_lo, &ignored);
-    key_range(a, b, w0, w0 + 1, &ignored, &all_hi);
+  /* a warp skips the tiles outside [any_lo, any_hi), which its rows see
+   * none of (as if every key were masked), and takes the fast path on
+   * those inside [all_lo, all_hi), which every row of it sees, where no
+   * term applies per element */
+  int64_t any_lo = 0, any_hi = 0, all_lo = 0, all_hi = 0, ignored;
+  if (w0 < w1) {
+    key_range(a, b, w0, w1, &any_lo, &any_hi);
+    if (!per_element(a)) {
+      key_range(a, b, w1 - 1, w1, &all_lo, &ignored);
+      key_range(a, b, w0, w0 + 1, &ignored, &all_hi);
+    }
   }
   const int ntiles = hi > lo ? (int)((hi - lo + kTile - 1) / kTile) : 0;
 
@@ -161,7 +166,9 @@ __global__ void __launch_bounds__(kThreads) flash_v3_kernel(args a) {
         ldsm_x4(qf[d], qs + q_off + 16 * d);
     }
 
-    if (w0 < w1) { /* a warp wholly past Lq only keeps step */
+    /* a warp wholly past Lq, or whose rows see none of the tile, only
+     * keeps step */
+    if (t0 < any_hi && t0 + kTile > any_lo) {
       /* pass 1: S = Q·Kᵀ */
       float s[kTile / 8][4];
 #pragma unroll

@@ -25,7 +25,8 @@
  * __syncthreads removed; the fast path taken for tiles past a row's
  * causal edge; scale without log2(e) there; keys past the range not
  * masked; the -inf guard of a row that has seen no key yet; the quad's
- * sum of l left out; the row blocks shifted by one.
+ * sum of l left out; the row blocks shifted by one; the tiles a warp
+ * skips taken from its first row's keys only.
  *
  * usage: flash_emu [SEED]; prints a line a problem, then "N passed, M
  * failed", and exits 1 if any failed. */
