@@ -315,7 +315,7 @@ struct problem {
   int64_t B, Lq, Lk, H, Hkv;
   int causal;
   int64_t wl = -1, wr = -1;
-  int lengths = 0; // key lengths: b -> (b * 37) % (Lk + 1), b=0: 0
+  int lengths = 0; // key lengths: (37b + 11) % (Lk + 1), 0 for b = 1
   int softcap = 0;
   int bias = 0;  // [1, H, Lq, Lk]-broadcast: strides {0, Lq*Lk, Lk, 1}
   int allow = 0; // [B, 1, Lq, Lk]
@@ -342,7 +342,7 @@ static int run_problem(const problem &p, uint64_t seed) {
     x = __float2bfloat16_rn(rnd(s));
   std::vector<int64_t> kl(p.B);
   for (int64_t b = 0; b < p.B; b++)
-    kl[b] = b == 0 ? 0 : (b * 37) % (p.Lk + 1);
+    kl[b] = b == 1 ? 0 : (b * 37 + 11) % (p.Lk + 1);
   std::vector<float> bias(p.H * p.Lq * p.Lk), slopes(p.H);
   for (auto &x : bias)
     x = rnd(s) < -0.9f ? -INFINITY : 1.5f * rnd(s);
@@ -457,7 +457,7 @@ static int run_problem(const problem &p, uint64_t seed) {
   const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
   const bool ok =
       rel < 1e-2 && lse_err < 1e-3 && bad_dead == 0 && emu::failures == 0;
-  printf("%-4s %-55s rel %.2e  lse max err %.2e  dead-row errors %d  %s\n",
+  printf("%-4s %s\n     rel %.2e  lse max err %.2e  dead-row errors %d  %s\n",
          ok ? "ok" : "FAIL", p.name, rel, lse_err, bad_dead,
          emu::failures ? "(emulator faults)" : "");
   emu::failures = 0;
@@ -486,6 +486,32 @@ int main(int argc, char **argv) {
        30},
       {"D128 L=300 causal BR GQA 2/1", 128, 1, 300, 300, 2, 1, BR},
   };
+  /* and random ones: every feature on or off, L from 1 to 260 */
+  static char names[12][96];
+  uint64_t g = 7;
+  auto below = [&](int n) { return (int)((rnd(g) + 1.f) / 2.f * n) % n; };
+  for (int x = 0; x < 12; x++) {
+    problem p = {names[x],       32 << below(3), 1 + below(2),
+                 1 + below(260), 1 + below(260), 4,
+                 1 << below(3),  below(3)};
+    if (below(3) == 0)
+      p.wl = below(80);
+    if (below(3) == 0)
+      p.wr = below(80);
+    p.lengths = below(3) == 0;
+    p.softcap = below(4) == 0, p.bias = below(4) == 0;
+    p.allow = below(4) == 0, p.alibi = below(4) == 0;
+    p.scale_mul = 0.5f + (float)below(100) / 100.f;
+    snprintf(names[x], sizeof names[x],
+             "random: D%d B%lld Lq=%lld Lk=%lld H 4/%lld causal %d "
+             "window %lld/%lld %s%s%s%s%s",
+             p.D, (long long)p.B, (long long)p.Lq, (long long)p.Lk,
+             (long long)p.Hkv, p.causal, (long long)p.wl, (long long)p.wr,
+             p.lengths ? "lengths " : "", p.softcap ? "softcap " : "",
+             p.bias ? "bias " : "", p.allow ? "allow " : "",
+             p.alibi ? "alibi" : "");
+    ps.push_back(p);
+  }
   int failed = 0;
   for (size_t i = 0; i < ps.size(); i++)
     failed += run_problem(ps[i], 100 + i);
