@@ -11,8 +11,8 @@ namespace {
 
 /* Launches flash_v3_kernel<D>: a block of 8 warps per 128 query rows of
  * one (batch item, head). The first launch of each D raises the
- * kernel's dynamic shared memory limit (more than 48 KB for D = 128);
- * a failure there is returned on every later launch too. */
+ * kernel's dynamic shared memory limit (more than 48 KB for D of 64 and
+ * 128); a failure there is returned on every later launch too. */
 template <int D> cudaError_t launch(const args &a, cudaStream_t s) {
   constexpr size_t smem = v3::smem_layout<D>::kBytes;
   static const cudaError_t set = cudaFuncSetAttribute(
