@@ -312,7 +312,8 @@ cuda-image-test: deps
 # the suites that know the backend pass in it without a GPU: check_cuda
 # (its refusals, its GPU table on the CPU; its GPU cases where one is),
 # the config's keys, and the server's backend choice, /v1/info, metrics
-# and health, by /v1 and OIP.
+# and health, by /v1 and OIP; and flash version 3's kernel on the CPU
+# (flash-emu-check, below).
 CUDA_SUITES = check_cuda check_config check_server check_oip_http
 cuda-check: deps
 	@if [ -x "$${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || \
@@ -323,7 +324,7 @@ cuda-check: deps
 	fi
 
 cuda-check-suites: $(CUDA_SUITES:%=$(BUILD)/tests/%) $(BUILD)/attnd \
-  $(BUILD)/attnd-load
+  $(BUILD)/attnd-load flash-emu-check
 	@[ "$(CUDA)" = 1 ] || { echo "run make cuda-check" >&2; exit 2; }
 	@ATTND_BIN=$(BUILD)/attnd ATTND_LOAD_BIN=$(BUILD)/attnd-load \
 	  sh tools/run-tests.sh $(CUDA_SUITES:%=$(BUILD)/tests/%)
