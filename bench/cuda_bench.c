@@ -9,8 +9,10 @@
  * projection; attn_timing_t) and total_ms (the call, with its copies of
  * inputs, weights and results between host and device), and the
  * dense-equivalent TFLOP/s over compute_ms (8·L·E² + 4·L²·E, as the issue
- * counts). Prints a table, and CSV with --csv (tools/device/table.py joins
- * it with torch's).
+ * counts), and each stage's median (projections, attention, output
+ * projection: the GPU's times between the call's events), to see where
+ * a row's time goes. Prints a table, and CSV with --csv
+ * (tools/device/table.py joins it with torch's).
  *
  * The kernel column is the flash kernel's version that ran (bf16 runs
  * version 2 where it applies); --kernel 1 forces version 1 and --kernel 3
@@ -94,7 +96,7 @@ static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
   int rc = attn_plan_init(&plan, &p, &ex, &err);
   if (rc == 0)
     ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64 + 64);
-  double compute[32], total[32];
+  double compute[32], total[32], stage[3][32];
   for (int r = -1; rc == 0 && r < reps; r++) { /* r = -1: the warm-up */
     attn_outputs_t o = {.out = out};
     rc = attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
@@ -102,6 +104,9 @@ static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
       compute[r] =
           o.timing.projection_ms + o.timing.attention_ms + o.timing.output_ms;
       total[r] = o.timing.total_ms;
+      stage[0][r] = o.timing.projection_ms;
+      stage[1][r] = o.timing.attention_ms;
+      stage[2][r] = o.timing.output_ms;
     }
   }
   if (rc != 0) {
@@ -111,14 +116,19 @@ static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
             err.message);
   } else {
     double c = median(compute, reps), t = median(total, reps);
+    double st[3] = {median(stage[0], reps), median(stage[1], reps),
+                    median(stage[2], reps)};
     double flops = 8.0 * L * E * E + 4.0 * (double)L * L * E;
-    printf("%6lld %5lld %3lld  %-5s v%-5d %10.3f %10.3f %9.1f\n", (long long)L,
-           (long long)E, (long long)sh->H, attn_precision_name(prec),
-           attn__cuda_flash_last, c, t, flops / (c * 1e-3) / 1e12);
+    printf("%6lld %5lld %3lld  %-5s v%-5d %10.3f %10.3f %9.1f  %8.3f %8.3f "
+           "%8.3f\n",
+           (long long)L, (long long)E, (long long)sh->H,
+           attn_precision_name(prec), attn__cuda_flash_last, c, t,
+           flops / (c * 1e-3) / 1e12, st[0], st[1], st[2]);
     if (csv)
-      fprintf(csv, "%lld,%lld,%lld,%s,%d,%.4f,%.4f\n", (long long)L,
-              (long long)E, (long long)sh->H, attn_precision_name(prec),
-              attn__cuda_flash_last, c, t);
+      fprintf(csv, "%lld,%lld,%lld,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f\n",
+              (long long)L, (long long)E, (long long)sh->H,
+              attn_precision_name(prec), attn__cuda_flash_last, c, t, st[0],
+              st[1], st[2]);
   }
   free(ws);
   free(out);
@@ -180,12 +190,14 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (csv)
-    fprintf(csv, "L,E,H,precision,kernel,compute_ms,total_ms\n");
+    fprintf(csv, "L,E,H,precision,kernel,compute_ms,total_ms,projection_ms,"
+                 "attention_ms,output_ms\n");
   printf("attn-cuda-bench on %s (sm_%d%d), CUDA runtime %d, driver %d\n",
          ci.device, ci.cc_major, ci.cc_minor, ci.runtime_version,
          ci.driver_version);
-  printf("%6s %5s %3s  %-5s %-6s %10s %10s %9s\n", "L", "E", "H", "prec",
-         "kernel", "compute_ms", "total_ms", "TFLOP/s");
+  printf("%6s %5s %3s  %-5s %-6s %10s %10s %9s  %8s %8s %8s\n", "L", "E", "H",
+         "prec", "kernel", "compute_ms", "total_ms", "TFLOP/s", "proj_ms",
+         "attn_ms", "out_ms");
   int failed = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     if (quick && !shapes[s].quick)

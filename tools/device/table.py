@@ -19,8 +19,8 @@ def main():
         sys.exit(__doc__)
     ours, theirs = load(sys.argv[1]), load(sys.argv[2])
     print("| L, E, H | precision | kernel | attnd compute ms | attnd total ms "
-          "| torch SDPA ms | ratio | TFLOP/s (attnd) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| torch SDPA ms | ratio | TFLOP/s (attnd) | proj / attn / out ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
     worst = None
     for key, r in ours.items():
         L, E, H, prec = key
@@ -34,7 +34,10 @@ def main():
         print(head + f"{float(r['total_ms']):.3f} "
               f"| {float(t['torch_ms']):.3f} | {ratio:.2f} "
               if t else head + f"{float(r['total_ms']):.3f} | — | — ", end="")
-        print(f"| {flops / (c * 1e-3) / 1e12:.1f} |")
+        stages = " / ".join(f"{float(r[k]):.3f}" for k in (
+            "projection_ms", "attention_ms", "output_ms")) \
+            if "attention_ms" in r else "—"
+        print(f"| {flops / (c * 1e-3) / 1e12:.1f} | {stages} |")
     if worst is not None:
         print(f"\nworst ratio {worst:.2f} (goal: 0.7 or more on every row)")
 
