@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # tools/device/check.sh [BUNDLE]: issue 31's check on the device machine,
-# in one call of under 8 minutes: versions, the GPU, the libraries, the
-# GPU tests (tests/check_cuda.c, which must not skip there), the tests
-# again under compute-sanitizer where it runs, then attnd's CUDA backend
-# against torch's SDPA on the same GPU (bench/cuda_bench.c,
-# tools/device/torch_sdpa.py), as one table (tools/device/table.py), the
-# bf16 rows again with flash version 3 (not yet the default) as a second
-# table, and one HTTP row: attnd-load's OIP binary bfloat16 at L 16384
-# against attnd on the GPU (tools/serve.sh), then what that attnd says of
-# the GPU (its metrics and health) and its GPU budget
-# (tools/device/device_http.py).
+# in one call of under 8 minutes, the most wanted results first (a call
+# cut off at the device's time limit still returns what $OUT holds):
+# versions, the GPU, the libraries, the GPU tests (tests/check_cuda.c,
+# which must not skip there), then attnd's CUDA backend against torch's
+# SDPA on the same GPU (bench/cuda_bench.c, tools/device/torch_sdpa.py),
+# as one table (tools/device/table.py), the rows again with flash version
+# 3 (not yet the default) as a second table, version 1 on the small rows,
+# one HTTP row: attnd-load's OIP binary bfloat16 at L 16384 against attnd
+# on the GPU (tools/serve.sh), what an attnd says of the GPU (its metrics
+# and health) and its GPU budget (tools/device/device_http.py), and last
+# the GPU tests again under compute-sanitizer where it runs.
 #
 # BUNDLE (default .device-bundle) is the CUDA=1 build made on the
 # developer's machine with `make device-bundle CUDA=1`: BUNDLE/bundle.tgz
@@ -77,30 +78,11 @@ if ! ATTND_REQUIRE_CUDA=1 with_libs timeout 240 "$bundle/bin/check_cuda"; then
   failed="$failed check_cuda"
 fi
 
-step "GPU tests under compute-sanitizer (memcheck)"
-if command -v compute-sanitizer >/dev/null; then
-  # Not fatal: on gVisor it refuses the device (docs/cuda.md); say what
-  # it said either way.
-  # (without the case that makes the device fail on purpose, whose trap
-  # the sanitizer would report)
-  if ATTND_REQUIRE_CUDA=1 ATTND_CUDA_NO_TRAP=1 with_libs timeout 150 compute-sanitizer --tool memcheck \
-    --error-exitcode 3 "$bundle/bin/check_cuda" >"$out/sanitizer.log" 2>&1; then
-    echo "compute-sanitizer: clean"
-  else
-    echo "compute-sanitizer: exit $? (see below; 124 is its time limit)"
-  fi
-  tail -n 15 "$out/sanitizer.log"
-else
-  echo "compute-sanitizer: not on PATH"
-fi
-
 step "benchmark: attnd, CUDA backend"
 with_libs timeout 300 "$bundle/bin/attn-cuda-bench" --csv "$out/attnd.csv" ||
   failed="$failed attn-cuda-bench"
-echo "-- the same, small shapes, flash version 1 throughout (to compare):"
-with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --quick --kernel 1 --reps 3 ||
-  failed="$failed attn-cuda-bench-v1"
-echo "-- bf16 rows, flash version 3 (check_cuda above ran it on every bf16 case):"
+
+step "benchmark: attnd, flash version 3 (check_cuda above ran it on every case it takes)"
 with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --kernel 3 --precision bf16 \
   --csv "$out/attnd-v3.csv" || failed="$failed attn-cuda-bench-v3"
 
@@ -108,6 +90,19 @@ step "benchmark: torch SDPA"
 PYTHONUNBUFFERED=1 timeout 200 python3 tools/device/torch_sdpa.py --csv "$out/torch.csv" ||
   failed="$failed torch_sdpa"
 [ -s "$out/torch.csv" ] || echo "L,E,H,precision,torch_ms" >"$out/torch.csv"
+
+step "tables: attnd against torch"
+if [ -s "$out/attnd.csv" ]; then
+  python3 tools/device/table.py "$out/attnd.csv" "$out/torch.csv" | tee "$out/table.md"
+fi
+if [ -s "$out/attnd-v3.csv" ]; then
+  echo "-- flash version 3:"
+  python3 tools/device/table.py "$out/attnd-v3.csv" "$out/torch.csv" | tee "$out/table-v3.md"
+fi
+
+step "benchmark: attnd, flash version 1 throughout, small shapes (to compare)"
+with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --quick --kernel 1 --reps 3 ||
+  failed="$failed attn-cuda-bench-v1"
 
 step "HTTP: OIP binary bfloat16 on the GPU, L 16384, E 512, H 8"
 # attnd with backend cuda, bf16, and attnd-load sending what a bf16 client
@@ -150,14 +145,23 @@ if ! (
   failed="$failed device-http"
 fi
 
-step "table"
-if [ -s "$out/attnd.csv" ]; then
-  python3 tools/device/table.py "$out/attnd.csv" "$out/torch.csv" | tee "$out/table.md"
+step "GPU tests under compute-sanitizer (memcheck)"
+if command -v compute-sanitizer >/dev/null; then
+  # Not fatal: on gVisor it refuses the device (docs/cuda.md); say what
+  # it said either way.
+  # (without the case that makes the device fail on purpose, whose trap
+  # the sanitizer would report)
+  if ATTND_REQUIRE_CUDA=1 ATTND_CUDA_NO_TRAP=1 with_libs timeout 150 compute-sanitizer --tool memcheck \
+    --error-exitcode 3 "$bundle/bin/check_cuda" >"$out/sanitizer.log" 2>&1; then
+    echo "compute-sanitizer: clean"
+  else
+    echo "compute-sanitizer: exit $? (see below; 124 is its time limit)"
+  fi
+  tail -n 15 "$out/sanitizer.log"
+else
+  echo "compute-sanitizer: not on PATH"
 fi
-if [ -s "$out/attnd-v3.csv" ]; then
-  echo "-- flash version 3:"
-  python3 tools/device/table.py "$out/attnd-v3.csv" "$out/torch.csv" | tee "$out/table-v3.md"
-fi
+
 if [ -n "$failed" ]; then
   step "FAILED:$failed"
   exit 1
