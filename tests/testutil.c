@@ -214,8 +214,9 @@ static int tu_guards_intact(const float *base, size_t n) {
 }
 
 int tu_run(tu_run_t *run, const attn_params_t *p, const attn_exec_t *ex) {
-  static const char *const names[4] = {"out", "weights", "mean_weights",
-                                       "head_outputs"};
+  static const char *const names[10] = {
+      "out",         "weights", "mean_weights", "head_outputs", "top_k_index",
+      "top_k_value", "pooled",  "entropy",      "sink",         "distance"};
   memset(run, 0, sizeof *run);
   const attn_isa_t asked = ex != NULL ? ex->isa : ATTN_ISA_AUTO;
   int rc = attn_plan_init(&run->plan, p, ex, &run->err);
@@ -251,19 +252,35 @@ int tu_run(tu_run_t *run, const attn_params_t *p, const attn_exec_t *ex) {
   }
 
   const attn_plan_t *pl = &run->plan;
-  const int64_t elems[4] = {pl->out_elems, pl->weights_elems, pl->mean_elems,
-                            pl->head_elems};
-  const int want[4] = {1, p->want_weights, p->want_mean_weights,
-                       p->want_head_outputs};
-  float **dst[4] = {&run->o.out, &run->o.weights, &run->o.mean_weights,
-                    &run->o.head_outputs};
-  for (int k = 0; k < 4; k++) {
+  const unsigned st = pl->reduce ? p->reduce.stats : 0;
+  const int64_t elems[10] = {
+      pl->out_elems,   pl->weights_elems, pl->mean_elems,   pl->head_elems,
+      pl->top_k_elems, pl->top_k_elems,   pl->pooled_elems, pl->stats_elems,
+      pl->stats_elems, pl->stats_elems};
+  const int want[10] = {1,
+                        p->want_weights,
+                        p->want_mean_weights,
+                        p->want_head_outputs,
+                        pl->top_k_elems > 0,
+                        pl->top_k_elems > 0,
+                        pl->pooled_elems > 0,
+                        (st & ATTN_STAT_ENTROPY) != 0,
+                        (st & ATTN_STAT_SINK) != 0,
+                        (st & ATTN_STAT_DISTANCE) != 0};
+  float *buf[10] = {0};
+  for (int k = 0; k < 10; k++) {
     if (!want[k])
       continue;
     ck_assert_int_ge(elems[k], 0);
     run->len_[k] = (size_t)elems[k];
-    *dst[k] = tu_guarded_alloc(run->len_[k], &run->base_[k]);
+    buf[k] = tu_guarded_alloc(run->len_[k], &run->base_[k]);
   }
+  run->o.out = buf[0], run->o.weights = buf[1], run->o.mean_weights = buf[2];
+  run->o.head_outputs = buf[3];
+  /* int32, as many bytes as floats: NaN's bits until written */
+  run->o.top_k_index = (int32_t *)(void *)buf[4];
+  run->o.top_k_value = buf[5], run->o.pooled = buf[6];
+  run->o.entropy = buf[7], run->o.sink = buf[8], run->o.distance = buf[9];
   size_t wsb = pl->workspace_bytes;
   size_t rounded = (wsb + 63) / 64 * 64;
   run->ws_ = aligned_alloc(64, rounded == 0 ? 64 : rounded);
@@ -273,7 +290,7 @@ int tu_run(tu_run_t *run, const attn_params_t *p, const attn_exec_t *ex) {
   rc = attn_forward(pl, &run->o, run->ws_, wsb, &run->err);
   ck_assert_msg(rc == 0, "attn_forward: %d %s (field '%s'): %s", rc,
                 attn_errname(rc), run->err.field, run->err.message);
-  for (int k = 0; k < 4; k++) {
+  for (int k = 0; k < 10; k++) {
     if (run->base_[k] == NULL)
       continue;
     ck_assert_msg(tu_guards_intact(run->base_[k], run->len_[k]),
@@ -290,7 +307,7 @@ int tu_run(tu_run_t *run, const attn_params_t *p, const attn_exec_t *ex) {
 }
 
 void tu_run_free(tu_run_t *run) {
-  for (int k = 0; k < 4; k++)
+  for (int k = 0; k < 10; k++)
     free(run->base_[k]);
   free(run->ws_);
   memset(run, 0, sizeof *run);

@@ -57,11 +57,14 @@ double tu_rel_err_f(const float *got, const float *ref, size_t n);
 /* One planned and executed forward call. Owns its buffers. */
 typedef struct tu_run {
   attn_plan_t plan;
-  attn_outputs_t o; /* out always; the others when the params want them */
+  attn_outputs_t o; /* out always; the others, the reductions' included,
+                       when the params ask for them */
   attn_error_t err;
-  /* private: the guarded allocations behind o's buffers, and the scratch */
-  float *base_[4];
-  size_t len_[4];
+  /* private: the guarded allocations behind o's buffers (out, weights,
+   * mean_weights, head_outputs, then the reductions': top_k_index,
+   * top_k_value, pooled, entropy, sink, distance), and the scratch */
+  float *base_[10];
+  size_t len_[10];
   void *ws_;
 } tu_run_t;
 
