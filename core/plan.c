@@ -685,10 +685,6 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
     return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_KV,
                      "a key/value cache (kv) is not supported by the cuda "
                      "backend; use backend cpu");
-  if (pl->reduce)
-    return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_TOP_K,
-                     "reductions of the weights (top_k, pool, stats) are not "
-                     "supported by the cuda backend; use backend cpu");
   if (pl->B > ATTN_CUDA_MAX_GRID || pl->H > ATTN_CUDA_MAX_GRID)
     return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_NUM_HEADS,
                      "B=%lld, H=%lld: the cuda backend takes at most %d of "

@@ -18,7 +18,11 @@
  *     with each version of the flash kernel (the default, 1 and 3,
  *     checking which one ran); and a Q that overflows float32 and a bias
  *     of +inf, which both backends refuse as ATTN_ENUMERIC naming query
- *     and bias; a plan's device_bytes against its buffers counted here,
+ *     and bias; the reductions of the weights (top_k, pool, stats, of
+ *     each head or of their mean) against the CPU core's and the
+ *     reference's, fp32 and bf16 (on inputs rounded to bfloat16: see the
+ *     rules above red_cases); a plan's device_bytes against its buffers
+ *     counted here,
  *     and the pool's counts around a call (attn_cuda_memory); and, last,
  *     a device made to fail (a trapping kernel), which attn_cuda_info must
  *     then call unusable, and plans refuse.
@@ -508,6 +512,274 @@ START_TEST(test_gpu_numeric) {
 }
 END_TEST
 
+/* ---- the reductions of the weights (attn_reduce_t) ----------------------
+ *
+ * Each case is a problem without projections (Q and K are the inputs) and
+ * its reductions. fp32 runs it as it is; bf16 runs it on inputs rounded to
+ * bfloat16 first, so that the GPU's bf16 Q and K are exactly the CPU
+ * core's and the reference's, and both are held to fp32's tolerance: the
+ * reductions' own arithmetic (the weights from lse, the sums) is float32
+ * in either precision, and a looser bf16 tolerance would hide its bugs.
+ * The rules, against the CPU core and against the float64 reference:
+ *   - pooled, entropy, sink, distance: within FP32_TOL (relative L2);
+ *   - top_k, rank by rank: value within RED_ABS of the other's and of the
+ *     reference's weight at the index given; the index the other's, unless
+ *     the two keys are a near tie: their reference weights differ, but by
+ *     at most RED_TIE relative (float32's rounding of scores and lse can
+ *     order those either way; an exact tie goes to the lower index on
+ *     both); −1 (value 0) where the other has −1, or a value under 1e-30
+ *     (float32's range); each row's values in order. */
+#define RED_ABS 1e-5
+#define RED_TIE 1e-5
+
+typedef struct red_case {
+  const char *name;
+  tu_spec_t s;
+  attn_reduce_t r;
+  int zero_query; /* every score 0: rows of exact ties */
+} red_case_t;
+
+#define BR ATTN_CAUSAL_BOTTOM_RIGHT
+#define TL ATTN_CAUSAL_TOP_LEFT
+/* clang-format off */
+static const red_case_t red_cases[] = {
+    {"self: top_k 5, stats, pool 3x5 mean",
+     {.Lq = 37, .H = 4, .Dh = 16},
+     {.top_k = 5, .stats = ATTN_STAT_ALL, .sink_tokens = 4, .pool_q = 3,
+      .pool_k = 5}, 0},
+    {"Lq 1 over 1000 keys: top_k 256, pool 1x64 max, sink 0",
+     {.Lq = 1, .Lk = 1000, .cross = 1, .H = 2, .Dh = 32},
+     {.top_k = 256, .pool_q = 1, .pool_k = 64, .pool_reduce = ATTN_POOL_MAX,
+      .stats = ATTN_STAT_ALL}, 0},
+    {"causal bottom-right Lq 45 > Lk 20 (dead rows): top_k 30 > keys, sink "
+     "past Lk",
+     {.Lq = 45, .Lk = 20, .cross = 1, .H = 2, .Dh = 32, .causal = BR},
+     {.top_k = 30, .pool_q = 4, .pool_k = 3, .pool_reduce = ATTN_POOL_SUM,
+      .stats = ATTN_STAT_ALL, .sink_tokens = 100}, 0},
+    {"causal top-left Lq 19 < Lk 600, ranges",
+     {.Lq = 19, .Lk = 600, .cross = 1, .H = 2, .Dh = 32, .causal = TL},
+     {.top_k = 7, .pool_q = 5, .pool_k = 50, .stats = ATTN_STAT_ALL,
+      .sink_tokens = 2, .has_query_range = 1, .query_range = {3, 17},
+      .has_key_range = 1, .key_range = {100, 550}}, 0},
+    {"key lengths 0, 33, 17",
+     {.B = 3, .batched = 1, .Lq = 33, .H = 2, .Dh = 32, .key_lengths = 1,
+      .lengths = {0, 33, 17}},
+     {.top_k = 5, .pool_q = 2, .pool_k = 2, .pool_reduce = ATTN_POOL_MAX,
+      .stats = ATTN_STAT_ALL, .sink_tokens = 1}, 0},
+    {"bias, softcap, ALiBi, sparse allow, window: top_k 9, pool 1x1",
+     {.Lq = 70, .H = 4, .Dh = 64, .bias_rank = 4, .has_softcap = 1,
+      .softcap = 4.0f, .alibi = ATTN_ALIBI_DEFAULT, .allow_rank = 3,
+      .allow_p = 0.3, .has_wl = 1, .wl = 40, .has_wr = 1, .wr = 3},
+     {.top_k = 9, .pool_q = 1, .pool_k = 1, .pool_reduce = ATTN_POOL_SUM,
+      .stats = ATTN_STAT_ALL, .sink_tokens = 5}, 0},
+    {"long rows: Lk 5000, top_k 256 of a key range, pool 2x512",
+     {.Lq = 3, .Lk = 5000, .cross = 1, .H = 2, .Dh = 64},
+     {.top_k = 256, .pool_q = 2, .pool_k = 512, .pool_reduce = ATTN_POOL_SUM,
+      .stats = ATTN_STAT_ALL, .sink_tokens = 300, .has_key_range = 1,
+      .key_range = {17, 4999}}, 0},
+    {"mean_heads, GQA 8/2, causal, Lq 50 < Lk 300",
+     {.Lq = 50, .Lk = 300, .cross = 1, .H = 8, .Hkv = 2, .Dh = 32,
+      .causal = BR},
+     {.mean_heads = 1, .top_k = 5, .pool_q = 7, .pool_k = 20,
+      .stats = ATTN_STAT_ALL, .sink_tokens = 3}, 0},
+    {"mean_heads, dead rows, allow per head",
+     {.B = 2, .batched = 1, .Lq = 40, .Lk = 15, .cross = 1, .H = 3, .Dh = 16,
+      .causal = BR, .allow_rank = 4, .allow_p = 0.7},
+     {.mean_heads = 1, .top_k = 3, .pool_q = 64, .pool_k = 64,
+      .stats = ATTN_STAT_ALL, .sink_tokens = 2}, 0},
+    {"mean_heads, long rows: Lk 2100, top_k 100, ranges",
+     {.Lq = 4, .Lk = 2100, .cross = 1, .H = 4, .Dh = 32},
+     {.mean_heads = 1, .top_k = 100, .pool_q = 3, .pool_k = 300,
+      .pool_reduce = ATTN_POOL_MAX, .stats = ATTN_STAT_ENTROPY,
+      .has_query_range = 1, .query_range = {1, 4}, .has_key_range = 1,
+      .key_range = {5, 2000}}, 0},
+    {"Dh 5: top_k 1, pool 9x9 max, sink",
+     {.Lq = 9, .H = 3, .Dh = 5},
+     {.top_k = 1, .pool_q = 9, .pool_k = 9, .pool_reduce = ATTN_POOL_MAX,
+      .stats = ATTN_STAT_SINK, .sink_tokens = 4}, 0},
+    {"exact ties (Q = 0), causal, Lq 30 < Lk 300: lower index first",
+     {.Lq = 30, .Lk = 300, .cross = 1, .H = 2, .Dh = 16, .causal = BR},
+     {.top_k = 40, .stats = ATTN_STAT_DISTANCE}, 1},
+};
+/* clang-format on */
+#undef BR
+#undef TL
+#define N_RED_CASES ((int)(sizeof red_cases / sizeof red_cases[0]))
+
+/* bfloat16(x), rounded to nearest even, as a float (finite x). */
+static float round_bf16(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  u = (u + 0x7fffu + (u >> 16 & 1)) & 0xffff0000u;
+  memcpy(&x, &u, 4);
+  return x;
+}
+
+/* Builds red case i (with `bf16`, its inputs rounded to bfloat16). */
+static void red_case_build(tu_case_t *c, int i, int bf16) {
+  const red_case_t *rc = &red_cases[i];
+  tu_case_build(c, &rc->s, 3000 + (uint64_t)i);
+  c->p.want_weights = c->p.want_mean_weights = c->p.want_head_outputs = 0;
+  c->p.reduce = rc->r;
+  if (rc->zero_query)
+    memset(c->query, 0, (size_t)(c->B * c->Lq * c->Eq) * sizeof(float));
+  float *in[2] = {c->query, c->key};
+  int64_t n[2] = {c->B * c->Lq * c->Eq, c->B * c->Lk * c->Ek};
+  for (int x = 0; x < 2 && bf16; x++)
+    for (int64_t e = 0; in[x] && e < n[x]; e++)
+      in[x][e] = round_bf16(in[x][e]);
+}
+
+/* The reference's reductions as the core's outputs (floats), owned. */
+static void ref_outputs(const ref_reduce_t *r, const attn_plan_t *pl,
+                        attn_outputs_t *o) {
+  memset(o, 0, sizeof *o);
+  const int64_t nk = pl->top_k_elems, ns = pl->stats_elems;
+  o->top_k_index = malloc((size_t)(nk + 1) * sizeof(int32_t));
+  o->top_k_value = malloc((size_t)(nk + 1) * sizeof(float));
+  o->pooled = malloc((size_t)(pl->pooled_elems + 1) * sizeof(float));
+  o->entropy = malloc((size_t)(ns + 1) * sizeof(float));
+  o->sink = malloc((size_t)(ns + 1) * sizeof(float));
+  o->distance = malloc((size_t)(ns + 1) * sizeof(float));
+  ck_assert(o->top_k_index && o->top_k_value && o->pooled && o->entropy &&
+            o->sink && o->distance);
+  for (int64_t e = 0; e < nk; e++) {
+    o->top_k_index[e] = (int32_t)r->top_k_index[e];
+    o->top_k_value[e] = (float)r->top_k_value[e];
+  }
+  for (int64_t e = 0; e < pl->pooled_elems; e++)
+    o->pooled[e] = (float)r->pooled[e];
+  for (int64_t e = 0; e < ns; e++) {
+    o->entropy[e] = (float)r->entropy[e];
+    o->sink[e] = (float)r->sink[e];
+    o->distance[e] = (float)r->distance[e];
+  }
+}
+
+static void ref_outputs_free(attn_outputs_t *o) {
+  free(o->top_k_index), free(o->top_k_value), free(o->pooled);
+  free(o->entropy), free(o->sink), free(o->distance);
+}
+
+/* got's reductions against want's by the rules above; ref holds the
+ * float64 weights of the problem, to judge the ties. */
+static void compare_reduce(const char *what, const attn_params_t *p,
+                           const attn_plan_t *pl, const attn_outputs_t *got,
+                           const attn_outputs_t *want, const ref_result_t *ref,
+                           double tol) {
+  const attn_reduce_t *r = &p->reduce;
+  const int64_t K = r->top_k, nrow = pl->q1 - pl->q0;
+  for (int64_t row = 0; K && row < pl->B * pl->rH * nrow; row++) {
+    const int64_t bh = row / nrow, i = pl->q0 + row % nrow;
+    const int64_t b = bh / pl->rH, h = bh % pl->rH;
+    const double *w =
+        r->mean_heads ? ref->mean_weights + (b * pl->Lq + i) * pl->Lk
+                      : ref->weights + ((b * pl->H + h) * pl->Lq + i) * pl->Lk;
+    for (int64_t t = 0; t < K; t++) {
+      const int32_t gi = got->top_k_index[row * K + t];
+      const int32_t ci = want->top_k_index[row * K + t];
+      const float gv = got->top_k_value[row * K + t];
+      const float cv = want->top_k_value[row * K + t];
+      if (gi < 0 || ci < 0) {
+        ck_assert_msg(
+            (gi == ci || fmax(gv, cv) < 1e-30) && (gi >= 0 || gv == 0),
+            "%s: top_k row %lld rank %lld: index %d (%.9g), "
+            "expected %d (%.9g)",
+            what, (long long)row, (long long)t, gi, (double)gv, ci, (double)cv);
+        continue;
+      }
+      ck_assert_msg(gi >= pl->k0 && gi < pl->k1 && fabs(gv - cv) <= RED_ABS &&
+                        fabs(gv - w[gi]) <= RED_ABS,
+                    "%s: top_k row %lld rank %lld: index %d value %.9g "
+                    "(its weight %.9g), expected %d value %.9g",
+                    what, (long long)row, (long long)t, gi, (double)gv,
+                    gi >= pl->k0 && gi < pl->k1 ? w[gi] : NAN, ci, (double)cv);
+      const double a = w[gi], c = w[ci];
+      ck_assert_msg(gi == ci || (a != c && fabs(a - c) <= RED_TIE * fmax(a, c)),
+                    "%s: top_k row %lld rank %lld: index %d (weight %.12g), "
+                    "expected %d (weight %.12g): not a near tie",
+                    what, (long long)row, (long long)t, gi, a, ci, c);
+      ck_assert_msg(t == 0 || gv <= got->top_k_value[row * K + t - 1],
+                    "%s: top_k row %lld: rank %lld out of order", what,
+                    (long long)row, (long long)t);
+    }
+  }
+  const struct {
+    const char *name;
+    const float *got, *want;
+    int64_t n;
+  } arrays[] = {
+      {"pooled", got->pooled, want->pooled, pl->pooled_elems},
+      {"entropy", got->entropy, want->entropy, pl->stats_elems},
+      {"sink", got->sink, want->sink, pl->stats_elems},
+      {"distance", got->distance, want->distance, pl->stats_elems},
+  };
+  for (size_t k = 0; k < sizeof arrays / sizeof *arrays; k++) {
+    if (arrays[k].n == 0 || !arrays[k].got)
+      continue;
+    double e = tu_rel_err_f(arrays[k].got, arrays[k].want, (size_t)arrays[k].n);
+    ck_assert_msg(e <= tol, "%s: %s relative error %.3e (tolerance %.0e)", what,
+                  arrays[k].name, e, tol);
+  }
+}
+
+/* Runs red case i on `ex` (NULL: the CPU core alone, against the
+ * reference), else against the CPU core and the reference. */
+static void run_red_case(int i, const attn_exec_t *ex) {
+  const red_case_t *rc = &red_cases[i];
+  const int bf16 = ex && ex->precision == ATTN_PRECISION_BF16;
+  tu_case_t c;
+  red_case_build(&c, i, bf16);
+  ref_result_t ref;
+  ref_reduce_t rr;
+  ck_assert_int_eq(ref_attention(&c.p, &ref), 0);
+  ck_assert_int_eq(ref_reduce(&c.p, &ref, &rr), 0);
+  tu_run_t cpu, gpu;
+  ck_assert_int_eq(tu_run(&cpu, &c.p, NULL), 0);
+  attn_outputs_t want;
+  ref_outputs(&rr, &cpu.plan, &want);
+  char what[200];
+  snprintf(what, sizeof what, "%s (%s)", rc->name,
+           ex ? attn_precision_name(ex->precision) : "cpu");
+  if (ex == NULL) {
+    compare_reduce(what, &c.p, &cpu.plan, &cpu.o, &want, &ref, FP32_TOL);
+  } else {
+    ck_assert_int_eq(tu_run(&gpu, &c.p, ex), 0);
+    ck_assert_int_eq(gpu.plan.backend, ATTN_BACKEND_CUDA);
+    compare_reduce(what, &c.p, &gpu.plan, &gpu.o, &cpu.o, &ref, FP32_TOL);
+    compare_reduce(what, &c.p, &gpu.plan, &gpu.o, &want, &ref, FP32_TOL);
+    double e = tu_rel_err(gpu.o.out, ref.out, (size_t)gpu.plan.out_elems);
+    ck_assert_msg(e <= (bf16 ? BF16_TOL : FP32_TOL),
+                  "%s: out relative error %.3e", what, e);
+    tu_run_free(&gpu);
+  }
+  ref_outputs_free(&want);
+  tu_run_free(&cpu);
+  ref_reduce_free(&rr);
+  ref_result_free(&ref);
+  tu_case_free(&c);
+}
+
+/* Every reduction case on the CPU core against the reference, in every
+ * build: a GPU case's failure is then the GPU's. */
+START_TEST(test_red_table_on_cpu) {
+  run_red_case(_i, NULL);
+}
+END_TEST
+
+START_TEST(test_gpu_reduce_fp32) {
+  attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA};
+  run_red_case(_i, &ex);
+}
+END_TEST
+
+START_TEST(test_gpu_reduce_bf16) {
+  attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA,
+                    .precision = ATTN_PRECISION_BF16};
+  run_red_case(_i, &ex);
+}
+END_TEST
+
 /* ---- device memory and a failed device --------------------------------- */
 
 /* 256-byte blocks, as forward.cu lays its buffers out. */
@@ -666,8 +938,10 @@ void test_setup(void) {
   }
   fprintf(stderr,
           "check_cuda: SKIP: %d GPU cases not run (%d fp32, %d bf16 with "
-          "each flash version, 2 numeric): %s\n",
-          4 * N_GPU_CASES + 2, N_GPU_CASES, 3 * N_GPU_CASES, cuda.status);
+          "each flash version, 2 numeric, %d reductions in fp32 and bf16): "
+          "%s\n",
+          4 * N_GPU_CASES + 2 + 2 * N_RED_CASES, N_GPU_CASES, 3 * N_GPU_CASES,
+          2 * N_RED_CASES, cuda.status);
   if (req && strcmp(req, "1") == 0) {
     fprintf(stderr, "check_cuda: FAIL: ATTND_REQUIRE_CUDA=1 and the cuda "
                     "backend is unusable\n");
@@ -688,6 +962,7 @@ Suite *test_suite(void) {
   suite_add_tcase(s, t);
   TCase *tt = tcase_create("table");
   tcase_add_loop_test(tt, test_table_on_cpu, 0, N_GPU_CASES);
+  tcase_add_loop_test(tt, test_red_table_on_cpu, 0, N_RED_CASES);
   suite_add_tcase(s, tt);
   if (cuda.usable) {
     TCase *g = tcase_create("gpu");
@@ -696,6 +971,8 @@ Suite *test_suite(void) {
     tcase_add_loop_test(g, test_gpu_bf16, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16_v1, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16_v3, 0, N_GPU_CASES);
+    tcase_add_loop_test(g, test_gpu_reduce_fp32, 0, N_RED_CASES);
+    tcase_add_loop_test(g, test_gpu_reduce_bf16, 0, N_RED_CASES);
     tcase_add_test(g, test_gpu_numeric);
     tcase_add_test(g, test_gpu_numeric_bias);
     tcase_add_test(g, test_gpu_pool);

@@ -14,7 +14,8 @@
  *     between;
  *   stage 2: attention (kernels.h: flash), the heads' outputs checked
  *     (and rounded to bfloat16 for the output projection), then the
- *     weights, mean weights and head outputs asked for;
+ *     weights, mean weights, head outputs and reductions of the weights
+ *     (kernels.h: reduce) asked for;
  *   stage 3: out = concat·Woᵀ + bo on cuBLAS, the results copied back.
  * Everything runs on the calling thread's default stream
  * (cudaStreamPerThread) of device 0, with one cuBLAS handle and four
@@ -283,6 +284,9 @@ struct bufs {
   void *q16, *k16, *v16, *concat16;  /* bf16: Q, K, V, and the concat */
   float *q, *k, *v, *concat, *out;   /* float32 Q, K, V, concat, out */
   float *lse, *weights, *mean, *heads;
+  int32_t *top_k_index; /* the reductions asked for (attn_reduce_t) */
+  float *top_k_value, *pooled, *entropy, *sink, *distance;
+  double *pool_acc; /* the pooled blocks' accumulators */
   int64_t *key_lengths;
   float *slopes;
   uint8_t *allow;    /* the allow mask, as given */
@@ -364,6 +368,21 @@ void lay_out(const attn_plan_t *pl, arena *ar, bufs *d) {
     d->mean = ar->floats(pl->mean_elems);
   if (p->want_head_outputs)
     d->heads = ar->floats(pl->head_elems);
+  if (pl->top_k_elems) {
+    d->top_k_index = (int32_t *)ar->take((size_t)pl->top_k_elems * 4);
+    d->top_k_value = ar->floats(pl->top_k_elems);
+  }
+  if (pl->pooled_elems) {
+    d->pooled = ar->floats(pl->pooled_elems);
+    d->pool_acc = (double *)ar->take((size_t)pl->pooled_elems * 8);
+  }
+  const unsigned st = pl->reduce ? p->reduce.stats : 0;
+  if (st & ATTN_STAT_ENTROPY)
+    d->entropy = ar->floats(pl->stats_elems);
+  if (st & ATTN_STAT_SINK)
+    d->sink = ar->floats(pl->stats_elems);
+  if (st & ATTN_STAT_DISTANCE)
+    d->distance = ar->floats(pl->stats_elems);
   if (p->key_lengths.rank)
     d->key_lengths = (int64_t *)ar->take((size_t)B * 8);
   if (p->alibi != ATTN_ALIBI_NONE)
@@ -504,6 +523,24 @@ struct call {
   }
 };
 
+/* The reductions' arguments (kernels.h), from the plan and the buffers
+ * lay_out placed. */
+attn_cu::reduce_args reduce_args_of(const attn_plan_t *pl, const bufs *d) {
+  const attn_reduce_t *rd = &pl->params->reduce;
+  attn_cu::reduce_args r = {};
+  r.q0 = pl->q0, r.q1 = pl->q1, r.k0 = pl->k0, r.k1 = pl->k1, r.rH = pl->rH;
+  r.mean_heads = rd->mean_heads;
+  r.K = rd->top_k;
+  r.top_k_index = d->top_k_index, r.top_k_value = d->top_k_value;
+  r.pool_q = rd->pool_q, r.pool_k = rd->pool_k;
+  r.nq = pl->pool_nq, r.nk = pl->pool_nk;
+  r.pool_reduce = (int)rd->pool_reduce;
+  r.pool_acc = d->pool_acc, r.pooled = d->pooled;
+  r.sink_tokens = rd->sink_tokens;
+  r.entropy = d->entropy, r.sink = d->sink, r.distance = d->distance;
+  return r;
+}
+
 /* The stage boundaries' events of the calling thread, made on its first
  * call and kept, as its cuBLAS handle. */
 thread_local cudaEvent_t marks[4];
@@ -630,7 +667,8 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
     c.finish(d.v, d.vb, B * Lk, Hkv * Dv, d.flags + F_V, bf ? d.v16 : nullptr);
 
   /* stage 2: attention, the heads' outputs checked (and with bf16 and an
-   * output projection rounded for it), then the weights asked for */
+   * output projection rounded for it), then the weights and their
+   * reductions asked for */
   attn_cu::args a = {};
   a.q = bf ? d.q16 : (const void *)d.q;
   a.k = bf ? d.k16 : (const void *)d.k;
@@ -668,6 +706,8 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
     if (d.heads)
       c.ok(attn_cu::head_outputs(d.concat, B, Lq, H, Dv, d.heads, c.s),
            "head_outputs");
+    if (pl->reduce)
+      c.ok(attn_cu::reduce(a, reduce_args_of(pl, &d), c.s), "reduce");
   }
 
   /* stage 3: the output projection, then the results out */
@@ -685,6 +725,21 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
       c.down(o->mean_weights, d.mean, pl->mean_elems * 4, "mean back");
     if (p->want_head_outputs)
       c.down(o->head_outputs, d.heads, pl->head_elems * 4, "heads back");
+    const struct {
+      void *host;
+      const void *dev;
+      int64_t bytes;
+    } red[] = {
+        {o->top_k_index, d.top_k_index, pl->top_k_elems * 4},
+        {o->top_k_value, d.top_k_value, pl->top_k_elems * 4},
+        {o->pooled, d.pooled, pl->pooled_elems * 4},
+        {o->entropy, d.entropy, pl->stats_elems * 4},
+        {o->sink, d.sink, pl->stats_elems * 4},
+        {o->distance, d.distance, pl->stats_elems * 4},
+    };
+    for (const auto &x : red)
+      if (x.dev)
+        c.down(x.host, x.dev, x.bytes, "reductions back");
     c.down(flags, d.flags, sizeof flags, "flags back");
   }
   /* The memory goes back to the pool whatever happened. */

@@ -120,6 +120,35 @@ cudaError_t to_bf16(const float *src, void *dst, int64_t n, cudaStream_t s);
 cudaError_t nonfinite(const float *x, int64_t n, int skip_neg_inf, int *flag,
                       cudaStream_t s);
 
+/* The reductions of the weights (attn.h's attn_reduce_t) of rows [q0, q1)
+ * and keys [k0, k1), each weight exp(s − lse) recomputed as the weights
+ * kernel does, after flash has written lse; per head (rH = H) or of the
+ * mean over heads (mean_heads, rH = 1: the H heads' weights summed in
+ * float32, times 1/H). Each output is optional (nullptr: not asked for):
+ *   top_k_index, top_k_value [B, rH, q1 − q0, K]: the K heaviest keys of
+ *     [k0, k1), heaviest first, ties to the lower index; −1 and 0 where
+ *     fewer than K keys weigh more than 0;
+ *   pooled [B, rH, nq, nk]: blocks of pool_q rows × pool_k keys, the mean
+ *     (over the cells a block has), max or sum (pool_reduce); pool_acc is
+ *     device scratch of as many doubles;
+ *   entropy, sink, distance [B, rH, q1 − q0]: over every key, −Σ w·ln w,
+ *     Σ_{j < sink_tokens} w, Σ w·|i + Lk − Lq − j|, in float64.
+ * One block per row (reduce.cu has the algorithm). */
+struct reduce_args {
+  int64_t q0, q1, k0, k1, rH;
+  int mean_heads;
+  int64_t K; /* 0 for none */
+  int32_t *top_k_index;
+  float *top_k_value;
+  int64_t pool_q, pool_k, nq, nk;
+  int pool_reduce; /* attn_pool_reduce_t */
+  double *pool_acc;
+  float *pooled;
+  int64_t sink_tokens;
+  float *entropy, *sink, *distance;
+};
+cudaError_t reduce(const args &a, const reduce_args &r, cudaStream_t s);
+
 } // namespace attn_cu
 
 #endif
