@@ -240,6 +240,23 @@ ifeq ($(CUDA),1)
 check: flash-emu-check
 endif
 
+# The reductions' kernels (core/cuda/reduce.cuh) run on the CPU the same
+# way, against the float64 reference (tests/reduce-emu/reduce_emu.cc). In
+# `check` and cuda-check with CUDA=1.
+.PHONY: reduce-emu-check
+reduce-emu-check: $(BUILD)/tests/reduce_emu
+	./$(BUILD)/tests/reduce_emu
+$(BUILD)/tests/reduce_emu: tests/reduce-emu/reduce_emu.cc $(BUILD)/tests/ref.o \
+  core/cuda/kernels.h $(wildcard core/cuda/*.cuh) include/attn/attn.h
+	@mkdir -p $(@D)
+	$(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -Wno-attributes \
+	  -Wno-unknown-pragmas -Wno-missing-field-initializers \
+	  -I$(FLASH_EMU_INC) -Iinclude -Icore/cuda -Itests $< \
+	  $(BUILD)/tests/ref.o -o $@ -pthread -lm
+ifeq ($(CUDA),1)
+check: reduce-emu-check
+endif
+
 # Small requests alone (bench/wrk/small.sh): /healthz, a tiny
 # /v1/attention and session steps under wrk, with their ratios.
 bench-small: deps
@@ -312,8 +329,8 @@ cuda-image-test: deps
 # the suites that know the backend pass in it without a GPU: check_cuda
 # (its refusals, its GPU table on the CPU; its GPU cases where one is),
 # the config's keys, and the server's backend choice, /v1/info, metrics
-# and health, by /v1 and OIP; and flash version 3's kernel on the CPU
-# (flash-emu-check, below).
+# and health, by /v1 and OIP; and flash version 3's kernel and the
+# reductions' on the CPU (flash-emu-check, reduce-emu-check, below).
 CUDA_SUITES = check_cuda check_config check_server check_oip_http
 cuda-check: deps
 	@if [ -x "$${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || \
@@ -324,7 +341,7 @@ cuda-check: deps
 	fi
 
 cuda-check-suites: $(CUDA_SUITES:%=$(BUILD)/tests/%) $(BUILD)/attnd \
-  $(BUILD)/attnd-load flash-emu-check
+  $(BUILD)/attnd-load flash-emu-check reduce-emu-check
 	@[ "$(CUDA)" = 1 ] || { echo "run make cuda-check" >&2; exit 2; }
 	@ATTND_BIN=$(BUILD)/attnd ATTND_LOAD_BIN=$(BUILD)/attnd-load \
 	  sh tools/run-tests.sh $(CUDA_SUITES:%=$(BUILD)/tests/%)
