@@ -55,17 +55,19 @@ struct args {
  * tiles of 64; S and the output accumulators in shared memory (see
  * attention.cu). Writes concat and lse, as version 1 does.
  *
- * Version 3 (flash_mma.cu, flash_mma.cuh): bf16 Q, K, V with Dh = Dv in
- * {32, 64, 128}, on tensor cores through mma.sync m16n8k16
- * (FlashAttention-2's structure): 8 warps, 16 query rows each, key tiles
- * of 64 in shared memory (cp.async, double-buffered), S, P and the output
- * accumulators in registers. Writes concat and lse, as version 1 does.
+ * Version 3 (flash_mma.cu, flash_mma.cuh): Q, K, V with Dh = Dv in
+ * {32, 64, 128}, on tensor cores through mma.sync (FlashAttention-2's
+ * structure): bf16 on m16n8k16, fp32 on m16n8k8 tf32 with three MMAs a
+ * product (3xTF32, near fp32's error); 8 warps, 16 query rows each, key
+ * tiles of 64 in shared memory (cp.async, double-buffered), S, P and the
+ * output accumulators in registers. Writes concat and lse, as version 1
+ * does.
  *
- * flash() with `version` 0 runs version 2 where it applies, else version
- * 1; 1 forces version 1; 3 runs version 3 where it applies, else as 0
- * does (the tests and the benchmark compare them). Version 3 is not the
- * default until it has passed check_cuda on a GPU (docs/cuda.md). *ran
- * says which ran. */
+ * flash() with `version` 0 runs version 2 where it applies (bf16), else
+ * version 1; 1 forces version 1; 3 runs version 3 where it applies (bf16
+ * or fp32), else as 0 does (the tests and the benchmark compare them).
+ * Version 3 is not the default until it has passed check_cuda on a GPU
+ * (docs/cuda.md). *ran says which ran. */
 cudaError_t flash(const args &a, int version, int *ran, cudaStream_t s);
 
 /* Whether version 3 takes a, and version 3 itself (flash() dispatches). */
