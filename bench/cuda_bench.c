@@ -15,9 +15,11 @@
  * (tools/device/table.py joins it with torch's).
  *
  * The kernel column is the flash kernel's version that ran (bf16 runs
- * version 2 where it applies); --kernel 1 forces version 1 and --kernel 3
- * runs version 3 where it applies (core/cuda/kernels.h), to compare;
- * --precision keeps the rows of one precision.
+ * version 2 where it applies, fp32 version 1); --kernel 1 forces version
+ * 1 and --kernel 3 runs version 3 where it applies, bf16 and fp32 (core/
+ * cuda/kernels.h), to compare; --precision keeps the rows of one
+ * precision. Each CSV row is flushed as it is written, so that a run cut
+ * short by a time limit keeps the rows it finished.
  *
  * Exits 1, saying why, where the CUDA backend is unusable (a build without
  * CUDA=1, or no sm_90 device).
@@ -129,6 +131,8 @@ static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
               (long long)L, (long long)E, (long long)sh->H,
               attn_precision_name(prec), attn__cuda_flash_last, c, t, st[0],
               st[1], st[2]);
+    if (csv)
+      fflush(csv);
   }
   free(ws);
   free(out);

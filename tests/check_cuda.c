@@ -15,16 +15,16 @@
  *     version 3's tiles: L of 1, 63, 64, 65, 200), each with every output
  *     asked for, where fp32 must be within 1e-4 and bf16 within 2e-2
  *     (relative L2, tu_rel_err) of the reference and of the CPU core, bf16
- *     with each version of the flash kernel (the default, 1 and 3,
- *     checking which one ran); and a Q that overflows float32 and a bias
- *     of +inf, which both backends refuse as ATTN_ENUMERIC naming query
- *     and bias; the reductions of the weights (top_k, pool, stats, of
- *     each head or of their mean) against the CPU core's and the
- *     reference's, fp32 and bf16 (on inputs rounded to bfloat16: see the
- *     rules above red_cases); a plan's device_bytes against its buffers
- *     counted here,
- *     and the pool's counts around a call (attn_cuda_memory); and, last,
- *     a device made to fail (a trapping kernel), which attn_cuda_info must
+ *     with each version of the flash kernel (the default, 1 and 3) and
+ *     fp32 with the default (1) and 3, checking which one ran; and a Q
+ *     that overflows float32 and a bias of +inf, which both backends
+ *     refuse as ATTN_ENUMERIC naming query and bias; the reductions of
+ *     the weights (top_k, pool, stats, of each head or of their mean)
+ *     against the CPU core's and the reference's, fp32 and bf16 (on
+ *     inputs rounded to bfloat16: see the rules above red_cases); a
+ *     plan's device_bytes against its buffers counted here, and the
+ *     pool's counts around a call (attn_cuda_memory); and, last, a
+ *     device made to fail (a trapping kernel), which attn_cuda_info must
  *     then call unusable, and plans refuse.
  * Where the GPU cases do not run, the suite prints one line "check_cuda:
  * SKIP ..." naming why, and the suite holds only the refusals, so its count
@@ -383,15 +383,17 @@ static void compare(const char *what, const char *prec, double tol,
 }
 
 /* The flash version that `version` runs with these head widths
- * (core/cuda/kernels.h): version 3 takes bf16 with Dh = Dv of 32, 64 or
- * 128 when asked for; version 2, the default, bf16 with Dh and Dv
- * multiples of 16; version 1 the rest. */
+ * (core/cuda/kernels.h): version 3 takes bf16 and fp32 with Dh = Dv of
+ * 32, 64 or 128 when asked for; version 2, the default, bf16 with Dh and
+ * Dv multiples of 16; version 1 the rest. */
 static int flash_version_for(attn_precision_t prec, int version, int64_t Dh,
                              int64_t Dv) {
-  if (prec != ATTN_PRECISION_BF16 || version == 1)
+  if (version == 1)
     return 1;
   if (version == 3 && Dh == Dv && (Dh == 32 || Dh == 64 || Dh == 128))
     return 3;
+  if (prec != ATTN_PRECISION_BF16)
+    return 1;
   return Dh % 16 == 0 && Dv % 16 == 0 ? 2 : 1;
 }
 
@@ -443,8 +445,14 @@ START_TEST(test_table_on_cpu) {
 }
 END_TEST
 
+/* fp32 with the default kernel (version 1), and version 3 (3xTF32) */
 START_TEST(test_gpu_fp32) {
   run_gpu_case(_i, ATTN_PRECISION_FP32, FP32_TOL, 0);
+}
+END_TEST
+
+START_TEST(test_gpu_fp32_v3) {
+  run_gpu_case(_i, ATTN_PRECISION_FP32, FP32_TOL, 3);
 }
 END_TEST
 
@@ -937,11 +945,11 @@ void test_setup(void) {
     return;
   }
   fprintf(stderr,
-          "check_cuda: SKIP: %d GPU cases not run (%d fp32, %d bf16 with "
-          "each flash version, 2 numeric, %d reductions in fp32 and bf16): "
-          "%s\n",
-          4 * N_GPU_CASES + 2 + 2 * N_RED_CASES, N_GPU_CASES, 3 * N_GPU_CASES,
-          2 * N_RED_CASES, cuda.status);
+          "check_cuda: SKIP: %d GPU cases not run (%d fp32 with flash "
+          "versions 1 and 3, %d bf16 with each flash version, 2 numeric, %d "
+          "reductions in fp32 and bf16): %s\n",
+          5 * N_GPU_CASES + 2 + 2 * N_RED_CASES, 2 * N_GPU_CASES,
+          3 * N_GPU_CASES, 2 * N_RED_CASES, cuda.status);
   if (req && strcmp(req, "1") == 0) {
     fprintf(stderr, "check_cuda: FAIL: ATTND_REQUIRE_CUDA=1 and the cuda "
                     "backend is unusable\n");
@@ -968,6 +976,7 @@ Suite *test_suite(void) {
     TCase *g = tcase_create("gpu");
     tcase_set_timeout(g, 120);
     tcase_add_loop_test(g, test_gpu_fp32, 0, N_GPU_CASES);
+    tcase_add_loop_test(g, test_gpu_fp32_v3, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16_v1, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16_v3, 0, N_GPU_CASES);

@@ -5,12 +5,13 @@
 # versions, the GPU, the libraries, the GPU tests (tests/check_cuda.c,
 # which must not skip there), then attnd's CUDA backend against torch's
 # SDPA on the same GPU (bench/cuda_bench.c, tools/device/torch_sdpa.py),
-# as one table (tools/device/table.py), the rows again with flash version
-# 3 (not yet the default) as a second table, version 1 on the small rows,
-# one HTTP row: attnd-load's OIP binary bfloat16 at L 16384 against attnd
-# on the GPU (tools/serve.sh), what an attnd says of the GPU (its metrics
-# and health) and its GPU budget (tools/device/device_http.py), and last
-# the GPU tests again under compute-sanitizer where it runs.
+# as one table (tools/device/table.py), the rows again, fp32 and bf16,
+# with flash version 3 (not yet the default) as a second table, version 1
+# on the small rows, one HTTP row: attnd-load's OIP binary bfloat16 at L
+# 16384 against attnd on the GPU (tools/serve.sh), what an attnd says of
+# the GPU (its metrics and health) and its GPU budget
+# (tools/device/device_http.py), and last the GPU tests again under
+# compute-sanitizer where it runs.
 #
 # BUNDLE (default .device-bundle) is the CUDA=1 build made on the
 # developer's machine with `make device-bundle CUDA=1`: BUNDLE/bundle.tgz
@@ -82,8 +83,10 @@ step "benchmark: attnd, CUDA backend"
 with_libs timeout 300 "$bundle/bin/attn-cuda-bench" --csv "$out/attnd.csv" ||
   failed="$failed attn-cuda-bench"
 
-step "benchmark: attnd, flash version 3 (check_cuda above ran it on every case it takes)"
-with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --kernel 3 --precision bf16 \
+# (the CSV is written a row at a time: a run cut short keeps the rows it
+# finished)
+step "benchmark: attnd, flash version 3, fp32 (3xTF32) and bf16 (check_cuda above ran it on every case it takes)"
+with_libs timeout 150 "$bundle/bin/attn-cuda-bench" --kernel 3 \
   --csv "$out/attnd-v3.csv" || failed="$failed attn-cuda-bench-v3"
 
 step "benchmark: torch SDPA"
