@@ -28,12 +28,13 @@
  * causal edge; scale without log2(e) there; keys past the range not
  * masked; the -inf guard of a row that has seen no key yet; the quad's
  * sum of l left out; the row blocks shifted by one; the tiles a warp
- * skips taken from its first row's keys only. And in the fp32 path (21
- * or all 23 of the fp32 problems failing; tests/README.md has the table):
+ * skips taken from its first row's keys only. And in the fp32 path (10
+ * to 23 of the 23 fp32 problems failing; tests/README.md has the table):
  * either cross term of 3xTF32 left out, or both; hi not rounded to tf32;
  * P's or Q's A fragment with registers 1 and 2 swapped; K's k-step
  * offset 4 for 8; V's second B value read from the next column, or V
- * read with K's row stride; Q's row g + 8 read one row down.
+ * read with K's row stride; Q's row g + 8 read one row down; fp32 rows
+ * staged 8 elements a 16-byte piece; V's second buffer at K's stride.
  *
  * usage: flash_emu [SEED]; prints a line a problem, then "N passed, M
  * failed", and exits 1 if any failed. */
