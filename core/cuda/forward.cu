@@ -16,7 +16,8 @@
  *     (and rounded to bfloat16 for the output projection), then the
  *     weights, mean weights, head outputs and reductions of the weights
  *     (kernels.h: reduce) asked for;
- *   stage 3: out = concat·Woᵀ + bo on cuBLAS, the results copied back.
+ *   stage 3: out = concat·Woᵀ on cuBLAS, its bias and finite check in
+ *     one pass (finish), the results copied back.
  * Everything runs on the calling thread's default stream
  * (cudaStreamPerThread) of device 0, with one cuBLAS handle and four
  * events per thread, made on its first call and kept. cuBLAS is loaded
