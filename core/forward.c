@@ -1,8 +1,9 @@
 /* core/forward.c: one attention forward call, stage by stage.
  *
  *   stage 1  layout: Q, K and V projected (sgemm) or copied into the
- *            kernels' layouts (internal.h), in independent row chunks,
- *            each in groups of whole heads when wide (ATTN__PROJ_COLS);
+ *            kernels' layouts (internal.h), in independent row chunks
+ *            (shorter with many threads, ATTN__PROJ_ROWS_MIN), each in
+ *            groups of whole heads when wide (ATTN__PROJ_COLS);
  *   stage 2  attention: fused scores, masks, softmax and mixing, one unit of
  *            query rows per task (core/kernel.c);
  *   stage 3  output projection, in independent row chunks and, when wide,
@@ -10,11 +11,12 @@
  * Each stage is a list of independent tasks shared out among the threads;
  * a task computes the same thing whichever thread runs it, so results do
  * not depend on the thread count. BLAS runs single-threaded inside tasks.
- * The one split the thread count chooses, the projections' column groups
- * (internal.h, ATTN__PROJ_COLS), only changes which columns of C each
- * sgemm call writes: each element is the same product over the same K
- * either way (OpenBLAS, checked in tests/check_properties.c's determinism
- * cases and by hand at 1024 x 4096 x 4096, to the bit).
+ * The splits the thread count chooses, the projections' row chunks and
+ * column groups (internal.h, ATTN__PROJ_ROWS_MIN and ATTN__PROJ_COLS), only
+ * change which rows and columns of C each sgemm call writes: each element
+ * is the same product over the same K either way (OpenBLAS, checked in
+ * tests/check_properties.c's determinism cases and by hand at 1024 x 4096
+ * x 4096, to the bit).
  *
  * Numbers: every task of stage 1 also takes the largest magnitude of what
  * it wrote (and of a chunk of the bias), so that between stages 1 and 2
@@ -138,7 +140,8 @@ typedef struct fwd {
   float *knew, *vnew;  /* with a kv cache: the new rows of K and V */
   float *stage1, *att; /* the threads' scratch (attn__scratch_t) */
   int64_t stage1_stride, att_stride;
-  int64_t rows;      /* per projection task */
+  int64_t rows;      /* per layout (Q, K and V) task */
+  int64_t orows;     /* per output projection task */
   int64_t lnk;       /* rows of the key and value inputs: Lk, or Lq with a kv
                         cache (the new tokens) */
   uint32_t k_cached; /* with a kv cache: the magnitude bits of its keys */
@@ -227,7 +230,15 @@ static int64_t chunks(int64_t n, int64_t rows) {
   return (n + rows - 1) / rows;
 }
 
-/* Rows per projection task for this shape (internal.h). */
+/* Whether n equal tasks keep `threads` threads busy 7/8 of the time or
+ * more, counted in rounds of one task a thread. */
+static int busy(int64_t n, int threads) {
+  int64_t rounds = chunks(n, threads);
+  return 8 * n >= 7 * (int64_t)threads * rounds;
+}
+
+/* Rows per projection task for this shape, before the threads are counted
+ * (internal.h). */
 static int64_t proj_rows(const attn_plan_t *pl) {
   int64_t rows = ATTN__PROJ_ROWS_MAX;
   int64_t BLq = pl->B * pl->Lq;
@@ -679,7 +690,7 @@ static void output_task(fwd_t *f, int64_t t, int id) {
   (void)id;
   const attn_plan_t *pl = f->pl;
   const attn_params_t *p = f->p;
-  int64_t r0 = t / f->gout * f->rows, r1 = r0 + f->rows;
+  int64_t r0 = t / f->gout * f->orows, r1 = r0 + f->orows;
   if (r1 > pl->B * pl->Lq)
     r1 = pl->B * pl->Lq;
   int64_t K = pl->H * pl->Dv, Eo = pl->Eo;
@@ -980,7 +991,7 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
     f->out_pooled = o->pooled;
   }
 
-  f->rows = proj_rows(pl);
+  f->rows = f->orows = proj_rows(pl);
   int64_t q_rows = chunks(pl->B * pl->Lq, f->rows),
           kv_rows = p->kv ? q_rows : pl->B * chunks(f->lnk, f->rows);
   /* Column groups (ATTN__PROJ_COLS), for a stage whose row chunks alone
@@ -1001,10 +1012,29 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   f->gkv = chunks(pl->Hkv, f->hkv);
   f->ocols = split_out && pl->Eo > ATTN__PROJ_COLS ? ATTN__PROJ_COLS : pl->Eo;
   f->gout = chunks(pl->Eo, f->ocols);
+  /* Then shorter row chunks, down to ATTN__PROJ_ROWS_MIN, for a stage that
+   * would still leave threads idle (internal.h): at L 4096 and E 512 on 16
+   * threads, 12 layout tasks keep 3/4 of the threads busy and 4 output
+   * tasks 1/4, where chunks of 256 rows give 48 and 16. */
+  while (f->rows > ATTN__PROJ_ROWS_MIN &&
+         !busy(chunks(pl->B * pl->Lq, f->rows) * f->gq +
+                   2 *
+                       (p->kv ? chunks(pl->B * pl->Lq, f->rows)
+                              : pl->B * chunks(f->lnk, f->rows)) *
+                       f->gkv,
+               pl->threads))
+    f->rows /= 2;
+  while (f->orows > ATTN__PROJ_ROWS_MIN &&
+         !busy(chunks(pl->B * pl->Lq, f->orows) * f->gout, pl->threads))
+    f->orows /= 2;
+  q_rows = chunks(pl->B * pl->Lq, f->rows);
+  kv_rows = p->kv ? q_rows : pl->B * chunks(f->lnk, f->rows);
   f->n_q = q_rows * f->gq;
   f->n_k = kv_rows * f->gkv;
   f->n_units = pl->B * (pl->H / c->heads_per_unit) * c->n_qblocks;
-  f->n_out = (p->o_weight.rank || p->o_bias.rank) ? q_rows * f->gout : 0;
+  f->n_out = (p->o_weight.rank || p->o_bias.rank)
+                 ? chunks(pl->B * pl->Lq, f->orows) * f->gout
+                 : 0;
   if (p->bias.rank) {
     int64_t n = 1;
     for (int d = 0; d < p->bias.rank; d++)

@@ -23,10 +23,12 @@ _Static_assert(ATTN__BC % ATTN__KPAD == 0, "a key block of whole pads");
 
 /* Rows per projection task: projections run as independent sgemm calls of
  * up to ATTN__PROJ_ROWS_MAX rows, fewer (down to ATTN__PROJ_ROWS_MIN) when
- * the layout stage would otherwise have under ATTN__PROJ_TASKS tasks to
- * share among threads. Chosen from the shape alone, so results do not
- * depend on the thread count. Bigger calls pack each weight once for more
- * rows: 1024 runs about 4% faster than 256 at E = 512. */
+ * the layout stage would otherwise have under ATTN__PROJ_TASKS tasks; then,
+ * with several threads, fewer again (to the same floor) while a stage's
+ * tasks would keep under 7/8 of the threads busy (forward.c, setup). Bigger
+ * calls pack each weight once for more rows: 1024 runs about 4% faster
+ * than 256 at E = 512. Which rows a call computes does not change any
+ * element of the result (forward.c's header). */
 #define ATTN__PROJ_ROWS_MIN 256
 #define ATTN__PROJ_ROWS_MAX 1024
 #define ATTN__PROJ_TASKS 12

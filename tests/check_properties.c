@@ -422,6 +422,11 @@ static const tu_spec_t determinism_cases[] = {
      * groups, 8 layout tasks and 2 output tasks for 1 to 4 threads */
     {.Lq = 70, .H = 6, .Hkv = 3, .Dh = 300, .Dv = 520, .Eq = 32, .Eo = 1100,
      .proj = TU_ALLPROJ, .causal = BR},
+    /* row chunks that depend on the threads (internal.h,
+     * ATTN__PROJ_ROWS_MIN): 13 layout tasks of 512 rows for 1 and 2
+     * threads, 25 of 256 for 3 and 4; output chunks of 512 and 256 */
+    {.Lq = 2049, .Lk = 2048, .cross = 1, .H = 2, .Dh = 16, .Eq = 600,
+     .Ek = 600, .Eo = 24, .proj = TU_ALLPROJ},
     {.B = 2, .batched = 1, .Lq = 65, .Lk = 7, .cross = 1, .H = 8, .Hkv = 1,
      .Dh = 3, .allow_rank = 4, .allow_p = 0.5, .has_softcap = 1,
      .softcap = 2.0f},
