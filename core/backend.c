@@ -117,4 +117,18 @@ size_t attn__cuda_device_bytes(const attn_plan_t *plan) {
 int attn__cuda_trap(void) {
   return 0;
 }
+
+void *attn_cuda_alloc(size_t bytes) {
+  (void)bytes;
+  return NULL;
+}
+
+void attn_cuda_free(void *p) {
+  (void)p;
+}
+
+int attn_cuda_copy(void *dst, const void *src, size_t bytes) {
+  (void)dst, (void)src, (void)bytes;
+  return -1;
+}
 #endif

@@ -681,10 +681,11 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
   return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_BACKEND, "backend cuda: %s",
                    ci.status);
 #else
-  if (p->kv != NULL)
+  if (p->kv != NULL && !p->kv->device)
     return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_KV,
-                     "a key/value cache (kv) is not supported by the cuda "
-                     "backend; use backend cpu");
+                     "kv pages in host memory: the cuda backend attends over "
+                     "pages in device memory (attn_cuda_alloc, device = 1); "
+                     "use backend cpu");
   if (pl->B > ATTN_CUDA_MAX_GRID || pl->H > ATTN_CUDA_MAX_GRID)
     return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_NUM_HEADS,
                      "B=%lld, H=%lld: the cuda backend takes at most %d of "
@@ -701,10 +702,17 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
     return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_BACKEND, "backend cuda: %s",
                      ci.status);
   /* The host workspace holds the ALiBi slopes, [H] floats, then the
-   * rope's frequencies, [rope_dims / 2] doubles. */
+   * rope's frequencies, [rope_dims / 2] doubles; with a kv cache then each
+   * item's page table, [B, ceil(Lk / ATTN_KV_PAGE)] pointers, its past, its
+   * key count and its new keys' largest |k|, [B] 8 bytes each
+   * (core/cuda/forward.cu). */
   pl->workspace_bytes =
       (size_t)(attn__round_up(pl->H * 4, ATTN__ALIGN) +
                attn__round_up(pl->rope_dims / 2 * 8 + 8, ATTN__ALIGN));
+  if (p->kv)
+    pl->workspace_bytes += (size_t)attn__round_up(
+        pl->B * ((pl->Lk + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE + 3) * 8,
+        ATTN__ALIGN);
   pl->device_bytes = attn__cuda_device_bytes(pl);
   return 0;
 #endif
@@ -788,6 +796,10 @@ int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
   plan->scale = p->has_scale ? p->scale : (float)(1.0 / sqrt((double)plan->Dh));
   if ((r = derive_sizes(plan, p, err)) < 0)
     return r;
+  if (plan->backend == ATTN_BACKEND_CPU && p->kv && p->kv->device)
+    return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_KV,
+                     "kv pages in device memory (device = 1) need backend "
+                     "cuda");
   return plan->backend == ATTN_BACKEND_CUDA ? check_cuda(plan, p, err) : 0;
 }
 

@@ -247,6 +247,58 @@ extern "C" int attn_cuda_memory(attn_cuda_memory_t *m) {
   return 0;
 }
 
+/* The kv cache's pages (attn.h): from CUDA's stream-ordered pool, as the
+ * calls' memory, so that no free waits for the whole device (cudaFree
+ * would); the allocating stream is synchronised, after which any stream
+ * may use the memory. */
+extern "C" void *attn_cuda_alloc(size_t bytes) {
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  void *p = nullptr;
+  if (!ci.usable || bytes == 0)
+    return nullptr;
+  cudaError_t e = cudaSetDevice(0);
+  if (e == cudaSuccess)
+    e = cudaMallocAsync(&p, bytes, cudaStreamPerThread);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(cudaStreamPerThread);
+  if (e != cudaSuccess) {
+    note_lost(e, "attn_cuda_alloc");
+    cudaGetLastError(); /* out of memory is not the next call's error */
+    return nullptr;
+  }
+  return p;
+}
+
+extern "C" void attn_cuda_free(void *p) {
+  if (p == nullptr || cudaSetDevice(0) != cudaSuccess)
+    return;
+  cudaError_t e = cudaFreeAsync(p, cudaStreamPerThread);
+  if (e != cudaSuccess) {
+    note_lost(e, "attn_cuda_free");
+    cudaGetLastError();
+  }
+}
+
+extern "C" int attn_cuda_copy(void *dst, const void *src, size_t bytes) {
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  if (!ci.usable)
+    return -1;
+  cudaError_t e = cudaSetDevice(0);
+  if (e == cudaSuccess)
+    e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                        cudaStreamPerThread);
+  if (e == cudaSuccess)
+    e = cudaStreamSynchronize(cudaStreamPerThread);
+  if (e != cudaSuccess) {
+    note_lost(e, "attn_cuda_copy");
+    cudaGetLastError();
+    return -1;
+  }
+  return 0;
+}
+
 /* ---- one call ----------------------------------------------------------- */
 
 namespace {
@@ -296,7 +348,19 @@ struct bufs {
   double *freq;                   /* the rope's [rope_dims / 2], or null */
   int64_t *pos_q, *pos_k;         /* the positions, as given, or null */
   int *flags; /* [N_FLAGS]: what was found not finite, in stage order */
+  /* with a kv cache: the new tokens' K and V, [B·Lq, Hkv·D]; the page
+   * tables, [B, maxp]; each item's past; the new keys' largest |k|, as
+   * float bits, [B]. k and v are then read out of the pages. */
+  float *knew, *vnew;
+  float **pages;
+  int64_t *past;
+  unsigned *kabs;
 };
+
+/* Pages per item in a call's flattened page table (kernels.h, kv_args). */
+int64_t max_pages(const attn_plan_t *pl) {
+  return (pl->Lk + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE;
+}
 
 const float *tensor_data(const attn_tensor_t *t) {
   return t->rank ? static_cast<const float *>(t->data) : nullptr;
@@ -315,6 +379,8 @@ void lay_out(const attn_plan_t *pl, arena *ar, bufs *d) {
   const bool bf = pl->precision == ATTN_PRECISION_BF16;
   const int64_t B = pl->B, Lq = pl->Lq, Lk = pl->Lk, H = pl->H;
   const int64_t Hkv = pl->Hkv, Dh = pl->Dh, Dv = pl->Dv;
+  const bool kv = p->kv != nullptr;
+  const int64_t lnk = kv ? Lq : Lk; /* rows of the key and value inputs */
   memset(d, 0, sizeof *d);
   d->query = ar->floats(elems(&p->query));
   d->key = p->key.rank ? ar->floats(elems(&p->key)) : d->query;
@@ -346,11 +412,11 @@ void lay_out(const attn_plan_t *pl, arena *ar, bufs *d) {
     if (kw)
       d->key16 = !p->key.rank && qw
                      ? d->query16
-                     : ar->take((size_t)B * Lk * pl->Ek * 2);
+                     : ar->take((size_t)B * lnk * pl->Ek * 2);
     if (vw)
       d->value16 = !p->value.rank && kw
                        ? d->key16
-                       : ar->take((size_t)B * Lk * pl->Ev * 2);
+                       : ar->take((size_t)B * lnk * pl->Ev * 2);
     d->q16 = ar->take((size_t)B * Lq * H * Dh * 2);
     d->k16 = ar->take((size_t)B * Lk * Hkv * Dh * 2);
     d->v16 = ar->take((size_t)B * Lk * Hkv * Dv * 2);
@@ -384,8 +450,15 @@ void lay_out(const attn_plan_t *pl, arena *ar, bufs *d) {
     d->sink = ar->floats(pl->stats_elems);
   if (st & ATTN_STAT_DISTANCE)
     d->distance = ar->floats(pl->stats_elems);
-  if (p->key_lengths.rank)
+  if (p->key_lengths.rank || kv)
     d->key_lengths = (int64_t *)ar->take((size_t)B * 8);
+  if (kv) {
+    d->knew = ar->floats(B * Lq * Hkv * Dh);
+    d->vnew = ar->floats(B * Lq * Hkv * Dv);
+    d->pages = (float **)ar->take((size_t)(B * max_pages(pl)) * 8);
+    d->past = (int64_t *)ar->take((size_t)B * 8);
+    d->kabs = (unsigned *)ar->take((size_t)B * 4);
+  }
   if (p->alibi != ATTN_ALIBI_NONE)
     d->slopes = ar->floats(H);
   if (p->allow.rank)
@@ -483,7 +556,7 @@ struct call {
    * as kernels.h's transform_heads; nothing when neither is given. */
   bool heads(float *x, int64_t L, int64_t nh, const float *w,
              const double *freq, const int64_t *pos, int pos_rank,
-             int64_t off) {
+             int64_t off, const int64_t *past) {
     if (!w && !freq)
       return true;
     const attn_params_t *p = pl->params;
@@ -494,7 +567,7 @@ struct call {
     h.freq = freq;
     h.half = pl->rope_dims / 2;
     h.split = p->rope.style == ATTN_ROPE_HALF;
-    h.pos = pos, h.pos_rank = pos_rank, h.off = off;
+    h.pos = pos, h.pos_rank = pos_rank, h.off = off, h.past = past;
     return ok(attn_cu::transform_heads(h, s), "transform_heads");
   }
 
@@ -561,6 +634,8 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   const bool bf = pl->precision == ATTN_PRECISION_BF16;
   const int64_t B = pl->B, Lq = pl->Lq, Lk = pl->Lk, H = pl->H;
   const int64_t Hkv = pl->Hkv, Dh = pl->Dh, Dv = pl->Dv;
+  const bool kv = p->kv != nullptr;
+  const int64_t lnk = kv ? Lq : Lk; /* rows of the key and value inputs */
   call c;
   c.pl = pl;
   c.err = err;
@@ -604,8 +679,33 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
     if (bd[x])
       c.up(bd[x], tensor_data(bs[x]), elems(bs[x]) * 4, "bias in");
   }
-  if (d.key_lengths)
+  /* with a kv cache, in the host workspace after the frequencies (plan.c):
+   * the page tables flattened, past, the key counts, the k bits back */
+  unsigned *kabs = nullptr;
+  if (kv) {
+    const int64_t maxp = max_pages(pl);
+    float **table =
+        (float **)((char *)workspace + (H * 4 + 63) / 64 * 64 +
+                   (pl->rope_dims / 2 * 8 + 8 + 63) / 64 * 64);
+    int64_t *past = (int64_t *)(table + B * maxp), *klen = past + B;
+    const int64_t *given = (const int64_t *)p->key_lengths.data;
+    kabs = (unsigned *)(klen + B);
+    for (int64_t b = 0; b < B; b++) {
+      past[b] = p->kv->past[b];
+      const int64_t n = (past[b] + Lq + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE;
+      for (int64_t i = 0; i < maxp; i++)
+        table[b * maxp + i] = i < n ? p->kv->pages[b][i] : nullptr;
+      klen[b] = past[b] + Lq; /* the item's keys end there */
+      if (given && given[b] < klen[b])
+        klen[b] = given[b];
+    }
+    c.up(d.pages, table, B * maxp * 8, "kv page tables in");
+    c.up(d.past, past, B * 8, "kv past in");
+    c.up(d.key_lengths, klen, B * 8, "key lengths in");
+    c.ok(cudaMemsetAsync(d.kabs, 0, (size_t)B * 4, c.s), "cudaMemsetAsync");
+  } else if (d.key_lengths) {
     c.up(d.key_lengths, p->key_lengths.data, B * 8, "key_lengths in");
+  }
   if (d.allow)
     c.up(d.allow, p->allow.data, elems(&p->allow), "allow in");
   if (d.score_bias)
@@ -643,29 +743,48 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
 
   /* stage 1: projections, then (Q, K) the norms and the rope per head,
    * each one's bias, finite check and bfloat16 copy in one pass where no
-   * per-head work comes between */
+   * per-head work comes between; with a kv cache, the new K and V go into
+   * their pages and every item's K and V are read out of them */
   const bool tq = d.q_norm || d.freq, tk = d.k_norm || d.freq;
   /* an input the bf16 GEMMs share (lay_out) is converted once */
   const bool k16_ready = bf && d.kw && d.key16 == d.query16,
              v16_ready = bf && d.vw && d.value16 == d.key16;
+  float *kdst = kv ? d.knew : d.k, *vdst = kv ? d.vnew : d.v;
+  attn_cu::kv_args ka = {};
+  if (kv) {
+    ka.pages = d.pages, ka.past = d.past;
+    ka.B = B, ka.Lq = Lq, ka.Lk = Lk, ka.maxp = max_pages(pl);
+    ka.Hkv = Hkv, ka.Dh = Dh, ka.Dv = Dv;
+    ka.Dvp = (Dv + 15) / 16 * 16;
+    ka.ldv = Hkv * ka.Dvp + 16;
+    ka.voff = (int64_t)attn_kv_v_offset(Hkv, Dh);
+  }
   if (c.rc == 0 && c.stage_mark(marks[0]) &&
       c.project(B * Lq, pl->Eq, H * Dh, d.query, d.query16, false, d.qw,
                 d.qw16, d.q) &&
-      c.project(B * Lk, pl->Ek, Hkv * Dh, d.key, d.key16, k16_ready, d.kw,
-                d.kw16, d.k) &&
-      c.project(B * Lk, pl->Ev, Hkv * Dv, d.value, d.value16, v16_ready, d.vw,
-                d.vw16, d.v) &&
+      c.project(B * lnk, pl->Ek, Hkv * Dh, d.key, d.key16, k16_ready, d.kw,
+                d.kw16, kdst) &&
+      c.project(B * lnk, pl->Ev, Hkv * Dv, d.value, d.value16, v16_ready,
+                d.vw, d.vw16, vdst) &&
       (!tq || (c.finish(d.q, d.qb, B * Lq, H * Dh, nullptr, nullptr) &&
                c.heads(d.q, Lq, H, d.q_norm, d.freq, d.pos_q,
-                       (int)p->positions_query.rank, Lk - Lq))) &&
-      (!tk || (c.finish(d.k, d.kb, B * Lk, Hkv * Dh, nullptr, nullptr) &&
-               c.heads(d.k, Lk, Hkv, d.k_norm, d.freq, d.pos_k,
-                       (int)p->positions_key.rank, 0))) &&
+                       (int)p->positions_query.rank, Lk - Lq, d.past))) &&
+      (!tk || (c.finish(kdst, d.kb, B * lnk, Hkv * Dh, nullptr, nullptr) &&
+               c.heads(kdst, lnk, Hkv, d.k_norm, d.freq, d.pos_k,
+                       (int)p->positions_key.rank, 0, d.past))) &&
       c.finish(d.q, tq ? nullptr : d.qb, B * Lq, H * Dh, d.flags + F_Q,
                bf ? d.q16 : nullptr) &&
-      c.finish(d.k, tk ? nullptr : d.kb, B * Lk, Hkv * Dh, d.flags + F_K,
-               bf ? d.k16 : nullptr))
-    c.finish(d.v, d.vb, B * Lk, Hkv * Dv, d.flags + F_V, bf ? d.v16 : nullptr);
+      c.finish(kdst, tk ? nullptr : d.kb, B * lnk, Hkv * Dh, d.flags + F_K,
+               bf && !kv ? d.k16 : nullptr) &&
+      c.finish(vdst, d.vb, B * lnk, Hkv * Dv, d.flags + F_V,
+               bf && !kv ? d.v16 : nullptr) &&
+      kv &&
+      c.ok(attn_cu::item_absmax(d.knew, B, Lq, Hkv * Dh, d.kabs, c.s),
+           "item_absmax") &&
+      c.ok(attn_cu::kv_write(ka, d.knew, d.vnew, c.s), "kv_write") &&
+      c.ok(attn_cu::kv_read(ka, d.k, d.v, c.s), "kv_read") &&
+      c.finish(d.k, nullptr, B * Lk, Hkv * Dh, nullptr, bf ? d.k16 : nullptr))
+    c.finish(d.v, nullptr, B * Lk, Hkv * Dv, nullptr, bf ? d.v16 : nullptr);
 
   /* stage 2: attention, the heads' outputs checked (and with bf16 and an
    * output projection rounded for it), then the weights and their
@@ -678,6 +797,7 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   a.concat = d.concat;
   a.lse = d.lse;
   a.key_lengths = d.key_lengths;
+  a.past = d.past;
   a.slopes = d.slopes;
   a.allow = d.allow;
   if (d.allow)
@@ -741,6 +861,8 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
     for (const auto &x : red)
       if (x.dev)
         c.down(x.host, x.dev, x.bytes, "reductions back");
+    if (kv)
+      c.down(kabs, d.kabs, B * 4, "kv k_absmax back");
     c.down(flags, d.flags, sizeof flags, "flags back");
   }
   /* The memory goes back to the pool whatever happened. */
@@ -781,5 +903,11 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
                        "has no float64 fallback; backend cpu may succeed)",
                        stage[x].what);
     }
+  for (int64_t b = 0; kv && b < B; b++) { /* the cache covers the new keys */
+    float k;
+    memcpy(&k, &kabs[b], sizeof k);
+    if (k > p->kv->k_absmax[b])
+      p->kv->k_absmax[b] = k;
+  }
   return 0;
 }

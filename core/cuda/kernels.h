@@ -30,6 +30,10 @@ struct args {
   float *concat;
   float *lse;
   const int64_t *key_lengths; /* [B] or nullptr */
+  const int64_t *past;        /* [B] with a kv cache, or nullptr: item b's
+                                 query i sits at key past[b] + i (its
+                                 causal diagonal, window and ALiBi); else
+                                 at key Lk − Lq + i */
   const float *slopes;        /* [H] ALiBi slopes or nullptr */
   const uint8_t *allow;       /* the allow mask or nullptr, and */
   int64_t allow_st[4];        /* its element strides over [B, H, Lq, Lk] */
@@ -91,8 +95,8 @@ cudaError_t head_outputs(const float *concat, int64_t B, int64_t Lq, int64_t H,
  * then, with freq, the rope: pair i (of `half`; (i, i + half) with split,
  * else (2i, 2i + 1)) rotated by pos·freq[i], the angle's cosine and sine in
  * float64. x is [B·L, nh·Dh]; row r = b·L + t is at position pos[t]
- * (pos_rank 1), pos[b·L + t] (pos_rank 2), or off + t (pos_rank 0). One
- * warp a (row, head). */
+ * (pos_rank 1), pos[b·L + t] (pos_rank 2), or off + t (pos_rank 0; with
+ * past, past[b] + t). One warp a (row, head). */
 struct heads_args {
   float *x;
   int64_t B, L, nh, Dh;
@@ -104,6 +108,7 @@ struct heads_args {
   const int64_t *pos;
   int pos_rank;
   int64_t off;
+  const int64_t *past; /* [B] or nullptr: pos_rank 0 is then past[b] + t */
 };
 cudaError_t transform_heads(const heads_args &h, cudaStream_t s);
 
@@ -121,6 +126,33 @@ cudaError_t to_bf16(const float *src, void *dst, int64_t n, cudaStream_t s);
  * with skip_neg_inf, -inf is not counted (a bias of -inf is a mask). */
 cudaError_t nonfinite(const float *x, int64_t n, int skip_neg_inf, int *flag,
                       cudaStream_t s);
+
+/* A kv cache's pages (attn.h, attn_kv_t) in device memory: item b's page
+ * i is pages[b·maxp + i] (null past the item's last page). Each page holds
+ * K transposed, [Hkv·Dh, ATTN_KV_LDK], then from float voff V, [64, ldv]
+ * with head g's Dv values at column g·Dvp. */
+struct kv_args {
+  float *const *pages;
+  const int64_t *past; /* [B] */
+  int64_t B, Lq, Lk, maxp, Hkv, Dh, Dv, Dvp, ldv, voff;
+};
+
+/* Writes the call's new keys and values, knew [B·Lq, Hkv·Dh] and vnew
+ * [B·Lq, Hkv·Dv], into item b's slots past[b] .. past[b] + Lq − 1 (V's
+ * head padding to Dvp zeroed), then zeroes the rest of a page whose first
+ * slot this call wrote: the cells the CPU core writes and zeroes. */
+cudaError_t kv_write(const kv_args &a, const float *knew, const float *vnew,
+                     cudaStream_t s);
+
+/* Reads every item's keys and values out of its pages into k [B, Lk,
+ * Hkv·Dh] and v [B, Lk, Hkv·Dv], zeros past its past[b] + Lq keys. */
+cudaError_t kv_read(const kv_args &a, float *k, float *v, cudaStream_t s);
+
+/* absmax[b] = max(absmax[b], the bits of max |x| over item b's rows of x
+ * [B·rows, cols]): a float's bits, which order as the floats do for
+ * x >= 0. */
+cudaError_t item_absmax(const float *x, int64_t B, int64_t rows, int64_t cols,
+                        unsigned *absmax, cudaStream_t s);
 
 /* The reductions of the weights (attn.h's attn_reduce_t) of rows [q0, q1)
  * and keys [k0, k1), each weight exp(s − lse) recomputed as the weights

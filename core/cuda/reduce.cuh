@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kBlock)
   __shared__ double part[kBlock / 32];
   const int t = threadIdx.x;
   const int64_t hh = blockIdx.y, b = blockIdx.z, nrow = r.q1 - r.q0;
-  const int64_t off = a.Lk - a.Lq;
+  const int64_t off = item_off(a, b);
   const T *q = static_cast<const T *>(a.q);
   const T *k = static_cast<const T *>(a.k);
   const bool stats = r.entropy || r.sink || r.distance;

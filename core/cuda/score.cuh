@@ -12,12 +12,18 @@
 
 namespace attn_cu {
 
+/* The key of item b that query 0 sits at: its causal diagonal's offset,
+ * Lk − Lq, or with a kv cache the item's past length. */
+__device__ __forceinline__ int64_t item_off(const args &a, int64_t b) {
+  return a.past ? a.past[b] : a.Lk - a.Lq;
+}
+
 /* Whether query i of item b, head h, may attend key j (i < Lq, j < Lk):
- * key lengths, causal (both alignments), window, the allow mask.
- * off = Lk − Lq. */
+ * key lengths, causal (both alignments), window, the allow mask. With a kv
+ * cache, key_lengths also ends each item's keys at past[b] + Lq. */
 __device__ __forceinline__ bool allowed(const args &a, int64_t b, int64_t h,
                                         int64_t i, int64_t j) {
-  const int64_t off = a.Lk - a.Lq;
+  const int64_t off = item_off(a, b);
   if (a.key_lengths && j >= a.key_lengths[b])
     return false;
   if (a.causal == ATTN_CAUSAL_BOTTOM_RIGHT && j > i + off)
@@ -45,7 +51,7 @@ __device__ __forceinline__ float score(const args &a, int64_t b, int64_t h,
     s += a.bias[b * a.bias_st[0] + h * a.bias_st[1] + i * a.bias_st[2] +
                 j * a.bias_st[3]];
   if (a.slopes) {
-    int64_t d = i + (a.Lk - a.Lq) - j;
+    int64_t d = i + item_off(a, b) - j;
     s -= a.slopes[h] * (float)(d < 0 ? -d : d);
   }
   return s;
@@ -74,7 +80,7 @@ __device__ __forceinline__ bool per_element(const args &a) {
 __device__ __forceinline__ void key_range(const args &a, int64_t b,
                                           int64_t i0, int64_t i1,
                                           int64_t *lo, int64_t *hi) {
-  const int64_t off = a.Lk - a.Lq;
+  const int64_t off = item_off(a, b);
   int64_t l = 0, r = a.Lk;
   if (a.key_lengths && a.key_lengths[b] < r)
     r = a.key_lengths[b];

@@ -115,7 +115,12 @@ typedef struct attn_rope {
  * be finite: as the core left them (zeros, or tokens since dropped by the
  * caller), or zeros. The pages it writes must be the caller's alone (copy
  * a shared page first). A page's layout depends only on Hkv, Dh and Dv, so a
- * page from one call may be read by any later call of the same shape. */
+ * page from one call may be read by any later call of the same shape.
+ *
+ * With the cuda backend the pages are device memory (attn_cuda_alloc) and
+ * `device` is 1; the page tables, past and k_absmax stay host arrays. The
+ * layout, and what the core writes and zeroes, are the same. Each backend
+ * refuses the other's pages (ATTN_ENOTSUP naming kv). */
 #define ATTN_KV_PAGE 64
 #define ATTN_KV_LDK (ATTN_KV_PAGE + 16)
 
@@ -127,6 +132,7 @@ typedef struct attn_kv {
                                  the item's cached keys (0 for none); raised
                                  to cover the new keys by a call that
                                  returns 0 */
+  int device;                 /* the pages are device memory (cuda) */
 } attn_kv_t;
 
 /* The floats of one page, and the offset of its values, for a cache of
@@ -454,6 +460,22 @@ typedef struct attn_cuda_memory {
 /* Fills `m`. Returns 0, or -1 with `m` zeroed where the backend is not
  * usable (attn_cuda_info). Any thread. */
 int attn_cuda_memory(attn_cuda_memory_t *m);
+
+/* Device memory for the cuda backend's kv cache pages (attn_kv_t):
+ * `bytes` on device 0, 256-byte aligned, its contents undefined (as a new
+ * host page's: the core zeroes what it must), usable from any thread's
+ * stream once this returns. NULL where the backend is not usable or the
+ * device is out of memory; always NULL in a build without CUDA.
+ * attn_cuda_free gives it back (NULL is ignored); no call may still be
+ * using it. Any thread. */
+void *attn_cuda_alloc(size_t bytes);
+void attn_cuda_free(void *p);
+
+/* Copies `bytes` from src to dst and waits for the copy: either may be
+ * device memory from attn_cuda_alloc or host memory (a shared page copied
+ * before a step writes into it; pages read back). Returns 0, or -1 (the
+ * backend not usable, or CUDA's error). Any thread. */
+int attn_cuda_copy(void *dst, const void *src, size_t bytes);
 
 /* The OpenBLAS core type to load instead of the one loaded now, whose sgemm
  * uses this CPU's widest vectors ("SkylakeX" with AVX-512, "Haswell" with
