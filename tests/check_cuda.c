@@ -4,9 +4,11 @@
  * Two kinds of case:
  *   - refusals, which run in every build: a plan for backend cuda where it
  *     cannot run fails with ATTN_ENOTSUP naming "backend" and why; in a
- *     CUDA=1 build the option the backend lacks (kv, a key/value cache) is
- *     refused by its own name (on a host with or without a GPU); bf16 on
- *     the cpu backend is refused naming "precision";
+ *     CUDA=1 build the option the backend lacks (kv, a key/value cache in
+ *     host memory) is refused by its own name (on a host with or without a
+ *     GPU), as the cpu backend refuses pages in device memory; bf16 on the
+ *     cpu backend is refused naming "precision"; a plan's device_bytes
+ *     against its buffers counted here (a CUDA build, GPU or not);
  *   - the GPU cases, added only where attn_cuda_info says the backend is
  *     usable (a CUDA=1 build on an sm_90 device): a table of masks, GQA
  *     and MQA, the rope (both styles, llama3 scaling, given positions) and
@@ -21,9 +23,10 @@
  *     refuse as ATTN_ENUMERIC naming query and bias; the reductions of
  *     the weights (top_k, pool, stats, of each head or of their mean)
  *     against the CPU core's and the reference's, fp32 and bf16 (on
- *     inputs rounded to bfloat16: see the rules above red_cases); a
- *     plan's device_bytes against its buffers counted here, and the
- *     pool's counts around a call (attn_cuda_memory); and, last, a
+ *     inputs rounded to bfloat16: see the rules above red_cases); the
+ *     pool's counts around a call (attn_cuda_memory); a kv cache in
+ *     device memory against one in host memory on the CPU core, call by
+ *     call (outputs, weights, k_absmax and the pages' cells); and, last, a
  *     device made to fail (a trapping kernel), which attn_cuda_info must
  *     then call unusable, and plans refuse.
  * Where the GPU cases do not run, the suite prints one line "check_cuda:
@@ -788,6 +791,323 @@ START_TEST(test_gpu_reduce_bf16) {
 }
 END_TEST
 
+/* ---- a kv cache in device memory ---------------------------------------
+ *
+ * The same layer-like problem as tests/check_kv.c (projections with
+ * biases, per-head norms, partial rope, GQA, causal) appended chunk by
+ * chunk to two caches, one in host pages on the CPU core and one in
+ * device pages (attn_cuda_alloc) on the GPU, both NaN until written: each
+ * call's outputs, weights and k_absmax agree within the precision's
+ * tolerance, and so do the pages' cells it wrote; the rest of a page it
+ * began is zero in both. The CPU core's kv path is itself checked against
+ * the float64 reference in check_kv. */
+
+enum { KV_E = 48, KV_H = 4, KV_HKV = 2, KV_N = 160, KV_PAGES = 4 };
+
+typedef struct kv_shape {
+  int64_t Dh, Dv, rope_dims;
+} kv_shape_t;
+
+/* Dv = 12 has 4 columns of padding per head (Dvp = 16) */
+static const kv_shape_t kv_shapes[] = {{16, 16, 12}, {8, 12, 6}};
+
+typedef struct kv_layer {
+  kv_shape_t sh;
+  float *qw, *kw, *vw, *ow, *qb, *kb, *vb, *ob, *qn, *kn, *x;
+} kv_layer_t;
+
+static void kv_layer_init(kv_layer_t *l, const kv_shape_t *sh, uint64_t seed) {
+  tu_rng_t r;
+  tu_rng_seed(&r, seed);
+  l->sh = *sh;
+  l->qw = tu_rand_floats(&r, (size_t)(KV_H * sh->Dh * KV_E), 0.3f);
+  l->kw = tu_rand_floats(&r, (size_t)(KV_HKV * sh->Dh * KV_E), 0.3f);
+  l->vw = tu_rand_floats(&r, (size_t)(KV_HKV * sh->Dv * KV_E), 0.3f);
+  l->ow = tu_rand_floats(&r, (size_t)(KV_E * KV_H * sh->Dv), 0.3f);
+  l->qb = tu_rand_floats(&r, (size_t)(KV_H * sh->Dh), 0.1f);
+  l->kb = tu_rand_floats(&r, (size_t)(KV_HKV * sh->Dh), 0.1f);
+  l->vb = tu_rand_floats(&r, (size_t)(KV_HKV * sh->Dv), 0.1f);
+  l->ob = tu_rand_floats(&r, KV_E, 0.1f);
+  l->qn = tu_rand_floats(&r, (size_t)sh->Dh, 1.0f);
+  l->kn = tu_rand_floats(&r, (size_t)sh->Dh, 1.0f);
+  l->x = tu_rand_floats(&r, (size_t)(2 * KV_N * KV_E), 1.0f);
+}
+
+static void kv_layer_free(kv_layer_t *l) {
+  float *f[] = {l->qw, l->kw, l->vw, l->ow, l->qb, l->kb,
+                l->vb, l->ob, l->qn, l->kn, l->x};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    free(f[i]);
+}
+
+static attn_params_t kv_layer_params(const kv_layer_t *l, attn_tensor_t q) {
+  const int64_t Dh = l->sh.Dh, Dv = l->sh.Dv;
+  attn_params_t p = {0};
+  p.query = q;
+  p.num_heads = KV_H;
+  p.num_kv_heads = KV_HKV;
+  p.q_weight = tu_t2(l->qw, KV_H * Dh, KV_E);
+  p.k_weight = tu_t2(l->kw, KV_HKV * Dh, KV_E);
+  p.v_weight = tu_t2(l->vw, KV_HKV * Dv, KV_E);
+  p.o_weight = tu_t2(l->ow, KV_E, KV_H * Dv);
+  p.q_bias = tu_t1(l->qb, KV_H * Dh);
+  p.k_bias = tu_t1(l->kb, KV_HKV * Dh);
+  p.v_bias = tu_t1(l->vb, KV_HKV * Dv);
+  p.o_bias = tu_t1(l->ob, KV_E);
+  p.q_norm = tu_t1(l->qn, Dh);
+  p.k_norm = tu_t1(l->kn, Dh);
+  p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+  p.rope = (attn_rope_t){
+      .style = ATTN_ROPE_HALF, .theta = 500, .dims = l->sh.rope_dims};
+  p.want_weights = 1;
+  return p;
+}
+
+/* One sequence's two caches: host pages for the CPU, device pages for the
+ * GPU, as many tokens in each. */
+typedef struct kv_pair {
+  size_t floats; /* attn_kv_page_floats */
+  float *host[KV_PAGES], *dev[KV_PAGES];
+  int64_t past;
+  float host_absmax, dev_absmax;
+} kv_pair_t;
+
+static void kv_pair_init(kv_pair_t *c, const kv_shape_t *sh) {
+  memset(c, 0, sizeof *c);
+  c->floats = attn_kv_page_floats(KV_HKV, sh->Dh, sh->Dv);
+  for (int i = 0; i < KV_PAGES; i++) {
+    c->host[i] = aligned_alloc(64, (c->floats * 4 + 63) / 64 * 64);
+    ck_assert_ptr_nonnull(c->host[i]);
+    for (size_t k = 0; k < c->floats; k++)
+      c->host[i][k] = NAN;
+    c->dev[i] = attn_cuda_alloc(c->floats * 4);
+    ck_assert_ptr_nonnull(c->dev[i]);
+    ck_assert_int_eq(attn_cuda_copy(c->dev[i], c->host[i], c->floats * 4), 0);
+  }
+}
+
+static void kv_pair_free(kv_pair_t *c) {
+  for (int i = 0; i < KV_PAGES; i++) {
+    free(c->host[i]);
+    attn_cuda_free(c->dev[i]);
+  }
+}
+
+/* The cells of item pages `c` that keys [t0, t1) fill (K's column t of
+ * each row, V's row t up to Hkv·Dvp), device against host: within tol,
+ * and V's head padding zero in both. */
+static void kv_compare_pages(const kv_pair_t *c, const kv_shape_t *sh,
+                             int64_t t0, int64_t t1, double tol,
+                             const char *what) {
+  const int64_t nk = KV_HKV * sh->Dh, Dvp = (sh->Dv + 15) / 16 * 16;
+  const int64_t ldv = KV_HKV * Dvp + 16;
+  const size_t voff = attn_kv_v_offset(KV_HKV, sh->Dh);
+  const int64_t n = (t1 - t0) * (nk + KV_HKV * sh->Dv);
+  float *got = malloc((size_t)n * 4), *want = malloc((size_t)n * 4);
+  float *page = malloc(c->floats * 4);
+  int64_t k = 0;
+  for (int64_t t = t0; t < t1; t++) {
+    const int64_t pg = t / ATTN_KV_PAGE, s = t % ATTN_KV_PAGE;
+    ck_assert_int_eq(attn_cuda_copy(page, c->dev[pg], c->floats * 4), 0);
+    const float *h = c->host[pg];
+    for (int64_t r = 0; r < nk; r++, k++)
+      got[k] = page[r * ATTN_KV_LDK + s], want[k] = h[r * ATTN_KV_LDK + s];
+    for (int64_t col = 0; col < KV_HKV * Dvp; col++) {
+      const size_t at = voff + (size_t)(s * ldv + col);
+      if (col % Dvp < sh->Dv) {
+        got[k] = page[at], want[k++] = h[at];
+      } else {
+        ck_assert_msg(page[at] == 0 && h[at] == 0,
+                      "%s: value padding of key %lld, column %lld: %g on the "
+                      "device, %g on the host",
+                      what, (long long)t, (long long)col, (double)page[at],
+                      (double)h[at]);
+      }
+    }
+  }
+  ck_assert_int_eq(k, n);
+  double e = tu_rel_err_f(got, want, (size_t)n);
+  ck_assert_msg(e <= tol, "%s: the page cells of keys [%lld, %lld): error %g",
+                what, (long long)t0, (long long)t1, e);
+  free(got), free(want), free(page);
+}
+
+/* The rest of the page that key `end` falls in, after a call that began
+ * it: zero on the device, every key and value slot (as the host). */
+static void kv_check_tail(const kv_pair_t *c, const kv_shape_t *sh, int64_t end,
+                          const char *what) {
+  if (end % ATTN_KV_PAGE == 0)
+    return;
+  const int64_t nk = KV_HKV * sh->Dh, Dvp = (sh->Dv + 15) / 16 * 16;
+  const int64_t ldv = KV_HKV * Dvp + 16;
+  const size_t voff = attn_kv_v_offset(KV_HKV, sh->Dh);
+  float *page = malloc(c->floats * 4);
+  ck_assert_int_eq(
+      attn_cuda_copy(page, c->dev[end / ATTN_KV_PAGE], c->floats * 4), 0);
+  for (int64_t s = end % ATTN_KV_PAGE; s < ATTN_KV_PAGE; s++) {
+    for (int64_t r = 0; r < nk; r++)
+      ck_assert_msg(page[r * ATTN_KV_LDK + s] == 0,
+                    "%s: key slot %lld of the last page is %g", what,
+                    (long long)s, (double)page[r * ATTN_KV_LDK + s]);
+    for (int64_t col = 0; col < ldv; col++)
+      ck_assert_msg(page[voff + (size_t)(s * ldv + col)] == 0,
+                    "%s: value slot %lld of the last page is %g", what,
+                    (long long)s, (double)page[voff + (size_t)(s * ldv + col)]);
+  }
+  free(page);
+}
+
+/* Runs p on the CPU core over the host cache hk and on the GPU over the
+ * device cache dk (each call writes its own cache's pages), and compares
+ * the outputs and weights within the precision's tolerance; Lk is the
+ * call's key count. */
+static void kv_run_both(attn_params_t *p, attn_kv_t *hk, attn_kv_t *dk,
+                        attn_precision_t prec, int64_t Lk, const char *what) {
+  const double tol = prec == ATTN_PRECISION_BF16 ? BF16_TOL : FP32_TOL;
+  tu_run_t cpu, gpu;
+  p->kv = hk;
+  ck_assert_int_eq(tu_run(&cpu, p, NULL), 0);
+  p->kv = dk;
+  attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .precision = prec};
+  ck_assert_int_eq(tu_run(&gpu, p, &ex), 0);
+  ck_assert_int_eq(gpu.plan.Lk, Lk);
+  double e_out = tu_rel_err_f(gpu.o.out, cpu.o.out, (size_t)cpu.plan.out_elems);
+  double e_w = tu_rel_err_f(gpu.o.weights, cpu.o.weights,
+                            (size_t)cpu.plan.weights_elems);
+  ck_assert_msg(e_out <= tol && e_w <= tol,
+                "%s, %s, %lld keys: out error %.3e, weights error %.3e "
+                "against the cpu core (tolerance %.0e)",
+                what, attn_precision_name(prec), (long long)Lk, e_out, e_w,
+                tol);
+  tu_run_free(&gpu);
+  tu_run_free(&cpu);
+}
+
+/* Appends x [n, E] to both caches of c in one call each and compares
+ * them (above). */
+static void kv_append(const kv_layer_t *l, kv_pair_t *c, const float *x,
+                      int64_t n, attn_precision_t prec, const char *what) {
+  const double tol = prec == ATTN_PRECISION_BF16 ? BF16_TOL : FP32_TOL;
+  attn_params_t p = kv_layer_params(l, tu_t2(x, n, KV_E));
+  float *const *host = c->host, *const *dev = c->dev;
+  const int64_t before = c->past;
+  attn_kv_t hk = {
+      .past = &c->past, .pages = &host, .k_absmax = &c->host_absmax};
+  attn_kv_t dk = {
+      .past = &c->past, .pages = &dev, .k_absmax = &c->dev_absmax, .device = 1};
+  kv_run_both(&p, &hk, &dk, prec, before + n, what);
+  ck_assert_msg(fabs(c->dev_absmax - c->host_absmax) <= tol * c->host_absmax,
+                "%s: k_absmax %g on the device, %g on the host", what,
+                (double)c->dev_absmax, (double)c->host_absmax);
+  kv_compare_pages(c, &l->sh, before, before + n, tol, what);
+  if ((before + n - 1) / ATTN_KV_PAGE * ATTN_KV_PAGE >= before)
+    kv_check_tail(c, &l->sh, before + n, what);
+  c->past += n;
+}
+
+/* _i: shape (_i / 2) x fp32 / bf16 (_i % 2). Chunks that end inside a
+ * page, on its last slot, across two, and one token; then a cut back to
+ * 70 tokens (the server's truncate: past lowered, the slots after it
+ * stale) and more appended. */
+START_TEST(test_gpu_kv_append) {
+  const kv_shape_t *sh = &kv_shapes[_i / 2];
+  const attn_precision_t prec =
+      _i % 2 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_FP32;
+  static const int64_t chunks[] = {5, 1, 58, 65, 1, 13};
+  kv_layer_t l;
+  kv_layer_init(&l, sh, 40 + (uint64_t)_i);
+  kv_pair_t c;
+  kv_pair_init(&c, sh);
+  char what[96];
+  int64_t t = 0;
+  for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
+    snprintf(what, sizeof what, "Dh %lld Dv %lld, chunk of %lld",
+             (long long)sh->Dh, (long long)sh->Dv, (long long)chunks[k]);
+    kv_append(&l, &c, l.x + t * KV_E, chunks[k], prec, what);
+    t += chunks[k];
+  }
+  c.past = 70;
+  kv_append(&l, &c, l.x + KV_N * KV_E, 9, prec, "after a cut to 70");
+  kv_append(&l, &c, l.x + (KV_N + 9) * KV_E, 1, prec, "after a cut, one");
+  kv_pair_free(&c);
+  kv_layer_free(&l);
+}
+END_TEST
+
+/* Two items of different past lengths in one call (70 and 10 cached, 3
+ * new each), plain and with a window, ALiBi and a softcap: every term
+ * that reads an item's own offset. */
+START_TEST(test_gpu_kv_batch) {
+  const attn_precision_t prec =
+      _i % 2 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_FP32;
+  const double tol = prec == ATTN_PRECISION_BF16 ? BF16_TOL : FP32_TOL;
+  const kv_shape_t *sh = &kv_shapes[0];
+  enum { NEW = 3 };
+  const int64_t past[2] = {70, 10};
+  kv_layer_t l;
+  kv_layer_init(&l, sh, 50 + (uint64_t)_i);
+  kv_pair_t c[2];
+  for (int b = 0; b < 2; b++) {
+    kv_pair_init(&c[b], sh);
+    kv_append(&l, &c[b], l.x + b * KV_N * KV_E, past[b], prec, "prefill");
+  }
+  for (int terms = 0; terms < 2; terms++) {
+    float *q = malloc(sizeof(float) * 2 * NEW * KV_E);
+    for (int b = 0; b < 2; b++)
+      memcpy(q + b * NEW * KV_E, l.x + (b * KV_N + past[b]) * KV_E,
+             sizeof(float) * NEW * KV_E);
+    attn_params_t p = kv_layer_params(&l, tu_t3(q, 2, NEW, KV_E));
+    if (terms) {
+      p.has_window_left = 1;
+      p.window_left = 20;
+      p.alibi = ATTN_ALIBI_DEFAULT;
+      p.has_softcap = 1;
+      p.softcap = 3;
+    }
+    float *const *host[2] = {c[0].host, c[1].host};
+    float *const *dev[2] = {c[0].dev, c[1].dev};
+    float habs[2] = {c[0].host_absmax, c[1].host_absmax};
+    float dabs[2] = {c[0].dev_absmax, c[1].dev_absmax};
+    attn_kv_t hk = {.past = past, .pages = host, .k_absmax = habs};
+    attn_kv_t dk = {.past = past, .pages = dev, .k_absmax = dabs, .device = 1};
+    kv_run_both(&p, &hk, &dk, prec, 73,
+                terms ? "batch of 2, window, alibi, softcap" : "batch of 2");
+    for (int b = 0; b < 2; b++)
+      kv_compare_pages(&c[b], sh, past[b], past[b] + NEW, tol, "batch");
+    free(q);
+  }
+  for (int b = 0; b < 2; b++)
+    kv_pair_free(&c[b]);
+  kv_layer_free(&l);
+}
+END_TEST
+
+#define N_KV_SHAPES ((int)(sizeof kv_shapes / sizeof kv_shapes[0]))
+
+/* Each backend refuses the other's pages, naming kv: in every build, the
+ * cpu refuses pages marked device memory (and never reads them). */
+START_TEST(test_kv_device_pages_on_cpu) {
+  tu_case_t c;
+  tu_spec_t s = {.Lq = 5, .H = 2, .Dh = 8, .proj = TU_ALLPROJ};
+  tu_case_build(&c, &s, 12);
+  float *page = aligned_alloc(64, 64 * 64);
+  float *const table[1] = {page};
+  float *const *const tables[1] = {table};
+  int64_t past[1] = {0};
+  float absmax[1] = {0};
+  attn_kv_t kv = {
+      .past = past, .pages = tables, .k_absmax = absmax, .device = 1};
+  c.p.kv = &kv;
+  attn_plan_t plan;
+  attn_error_t err;
+  ck_assert_int_eq(attn_plan_init(&plan, &c.p, NULL, &err), ATTN_ENOTSUP);
+  ck_assert_str_eq(err.field, "kv");
+  ck_assert_ptr_nonnull(strstr(err.message, "backend cuda"));
+  free(page);
+  tu_case_free(&c);
+}
+END_TEST
+
 /* ---- device memory and a failed device --------------------------------- */
 
 /* 256-byte blocks, as forward.cu lays its buffers out. */
@@ -849,6 +1169,40 @@ START_TEST(test_device_bytes) {
                     4 * blocks(E * E * 2) + 3 * blocks(L * E * 2) +
                         4 * blocks(Lk * E * 2));
   tu_case_free(&x);
+  /* a kv cache (its pages are never read: the count is the plan's) of 70
+   * keys, 3 new: K and V are read out of the pages for all 73 keys,
+   * beside the new tokens' own K and V; then the page table, past, the
+   * key counts and the new keys' magnitude bits */
+  tu_case_t k;
+  tu_spec_t ks = {.Lq = 3, .H = 2, .Dh = 8, .proj = TU_ALLPROJ};
+  tu_case_build(&k, &ks, 9);
+  float *page = aligned_alloc(64, 64 * 64);
+  float *const table[2] = {page, page};
+  float *const *const tables[1] = {table};
+  int64_t past[1] = {70};
+  float absmax[1] = {0};
+  attn_kv_t kv = {.past = past,
+                  .pages = tables,
+                  .k_absmax = absmax,
+                  .device = cuda.usable}; /* a plan reads no page */
+  k.p.kv = &kv;
+  k.p.want_weights = 0;
+  k.p.want_mean_weights = 0;
+  k.p.want_head_outputs = 0;
+  const int64_t Lq = 3, Lkv = 73;
+  size_t kv_want =
+      blocks(Lq * E * 4) + 4 * (blocks(E * E * 4) + blocks(E * 4)) +
+      blocks(Lq * E * 4) + 2 * blocks(Lkv * E * 4) + 2 * blocks(Lq * E * 4) +
+      blocks(H * Lq * 4) + blocks(8) + 2 * blocks(Lq * E * 4) + blocks(2 * 8) +
+      blocks(8) + blocks(4) + blocks(6 * 4);
+  ck_assert_uint_eq(device_bytes(&k.p, ATTN_PRECISION_FP32), kv_want);
+  /* bf16: the weights, the input once, Q, the 73 keys' K and V, and the
+   * heads' outputs */
+  ck_assert_uint_eq(device_bytes(&k.p, ATTN_PRECISION_BF16) - kv_want,
+                    4 * blocks(E * E * 2) + 3 * blocks(Lq * E * 2) +
+                        2 * blocks(Lkv * E * 2));
+  free(page);
+  tu_case_free(&k);
   tu_case_free(&c);
 }
 END_TEST
@@ -947,9 +1301,11 @@ void test_setup(void) {
   fprintf(stderr,
           "check_cuda: SKIP: %d GPU cases not run (%d fp32 with flash "
           "versions 1 and 3, %d bf16 with each flash version, 2 numeric, %d "
-          "reductions in fp32 and bf16): %s\n",
-          5 * N_GPU_CASES + 2 + 2 * N_RED_CASES, 2 * N_GPU_CASES,
-          3 * N_GPU_CASES, 2 * N_RED_CASES, cuda.status);
+          "reductions in fp32 and bf16, %d kv caches in device memory): "
+          "%s\n",
+          5 * N_GPU_CASES + 2 + 2 * N_RED_CASES + 2 * N_KV_SHAPES + 2,
+          2 * N_GPU_CASES, 3 * N_GPU_CASES, 2 * N_RED_CASES,
+          2 * N_KV_SHAPES + 2, cuda.status);
   if (req && strcmp(req, "1") == 0) {
     fprintf(stderr, "check_cuda: FAIL: ATTND_REQUIRE_CUDA=1 and the cuda "
                     "backend is unusable\n");
@@ -965,6 +1321,7 @@ Suite *test_suite(void) {
   tcase_add_test(t, test_precision_needs_cuda);
   tcase_add_test(t, test_lacking_options_refused);
   tcase_add_test(t, test_wide_heads_refused);
+  tcase_add_test(t, test_kv_device_pages_on_cpu);
   if (cuda.built)
     tcase_add_test(t, test_device_bytes);
   suite_add_tcase(s, t);
@@ -985,6 +1342,8 @@ Suite *test_suite(void) {
     tcase_add_test(g, test_gpu_numeric);
     tcase_add_test(g, test_gpu_numeric_bias);
     tcase_add_test(g, test_gpu_pool);
+    tcase_add_loop_test(g, test_gpu_kv_append, 0, 2 * N_KV_SHAPES);
+    tcase_add_loop_test(g, test_gpu_kv_batch, 0, 2);
     suite_add_tcase(s, g);
     /* last: the device is unusable after it; compute-sanitizer would
      * report its trap (tools/device/check.sh sets ATTND_CUDA_NO_TRAP) */

@@ -451,7 +451,8 @@ void attn_cuda_info(attn_cuda_info_t *info);
 typedef struct attn_cuda_memory {
   size_t pool_reserved; /* what CUDA's stream-ordered pool holds (calls
                            return their memory to it, and it keeps it) */
-  size_t pool_used;     /* of that, what running calls use */
+  size_t pool_used;     /* of that, what running calls and kv cache
+                           pages (attn_cuda_alloc) use */
   size_t pool_high;     /* the most the pool has held */
   size_t free, total;   /* the whole device, other users included
                            (cudaMemGetInfo) */
