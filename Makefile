@@ -257,6 +257,23 @@ ifeq ($(CUDA),1)
 check: reduce-emu-check
 endif
 
+# A kv cache's kernels in device memory (core/cuda/kv.cuh) run on the CPU
+# the same way, against the CPU core's own pages, byte for byte
+# (tests/kv-emu/kv_emu.cc). In `check` and cuda-check with CUDA=1.
+.PHONY: kv-emu-check
+kv-emu-check: $(BUILD)/tests/kv_emu
+	./$(BUILD)/tests/kv_emu
+$(BUILD)/tests/kv_emu: tests/kv-emu/kv_emu.cc $(BUILD)/libattn.a \
+  core/cuda/kernels.h core/cuda/kv.cuh include/attn/attn.h
+	@mkdir -p $(@D)
+	$(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -Wno-attributes \
+	  -Wno-unknown-pragmas -Wno-missing-field-initializers \
+	  -I$(FLASH_EMU_INC) -Iinclude -Icore/cuda $< $(BUILD)/libattn.a \
+	  -o $@ -pthread $(LIBS_CORE)
+ifeq ($(CUDA),1)
+check: kv-emu-check
+endif
+
 # Small requests alone (bench/wrk/small.sh): /healthz, a tiny
 # /v1/attention and session steps under wrk, with their ratios.
 bench-small: deps
@@ -330,7 +347,8 @@ cuda-image-test: deps
 # (its refusals, its GPU table on the CPU; its GPU cases where one is),
 # the config's keys, and the server's backend choice, /v1/info, metrics
 # and health, by /v1 and OIP; and flash version 3's kernel and the
-# reductions' on the CPU (flash-emu-check, reduce-emu-check, below).
+# reductions' and the kv cache's on the CPU (flash-emu-check,
+# reduce-emu-check, kv-emu-check, above).
 CUDA_SUITES = check_cuda check_config check_server check_oip_http
 cuda-check: deps
 	@if [ -x "$${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || \
@@ -341,7 +359,7 @@ cuda-check: deps
 	fi
 
 cuda-check-suites: $(CUDA_SUITES:%=$(BUILD)/tests/%) $(BUILD)/attnd \
-  $(BUILD)/attnd-load flash-emu-check reduce-emu-check
+  $(BUILD)/attnd-load flash-emu-check reduce-emu-check kv-emu-check
 	@[ "$(CUDA)" = 1 ] || { echo "run make cuda-check" >&2; exit 2; }
 	@ATTND_BIN=$(BUILD)/attnd ATTND_LOAD_BIN=$(BUILD)/attnd-load \
 	  sh tools/run-tests.sh $(CUDA_SUITES:%=$(BUILD)/tests/%)
