@@ -21,11 +21,21 @@
  * precision. Each CSV row is flushed as it is written, so that a run cut
  * short by a time limit keeps the rows it finished.
  *
+ * --decode times decoding over a kv cache in device memory instead (what
+ * a session on the GPU runs): a layer of E 4096, 32 query heads and 8 kv
+ * heads of 128 features, with projections; its context of N tokens
+ * (4096, 16384, 32768) prefilled by one call, then --reps steps of one
+ * token each, each appended to the cache; the prefill's time, and the
+ * steps' medians of compute_ms and total_ms (the step's copies: its
+ * inputs, the weights, the page table, and the result). CSV columns:
+ * context, precision, kernel, prefill_ms, step_compute_ms, step_total_ms,
+ * step projection/attention/output ms.
+ *
  * Exits 1, saying why, where the CUDA backend is unusable (a build without
  * CUDA=1, or no sm_90 device).
  *
- * usage: attn-cuda-bench [--quick] [--kernel 1|2|3] [--precision fp32|bf16]
- *                        [--reps N] [--csv FILE] */
+ * usage: attn-cuda-bench [--quick] [--decode] [--kernel 1|2|3]
+ *                        [--precision fp32|bf16] [--reps N] [--csv FILE] */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +57,8 @@ static const shape_t shapes[] = {
     {4096, 4096, 32, 0},
     {32768, 4096, 32, 0},
 };
+
+static const int64_t contexts[] = {4096, 16384, 32768};
 
 static float *random_floats(int64_t n, float amp, uint64_t seed) {
   float *x = malloc((size_t)n * sizeof *x);
@@ -142,13 +154,106 @@ static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
   return rc;
 }
 
+/* One --decode row: a context of N tokens in device pages, then `reps`
+ * steps of one token. Returns 0, or the core's error (printed). */
+static int run_decode(int64_t N, attn_precision_t prec, int reps, FILE *csv) {
+  enum { E = 4096, H = 32, HKV = 8, D = 128 };
+  const int64_t tokens = N + reps, n_pages = (tokens + 63) / 64;
+  const size_t page_bytes = attn_kv_page_floats(HKV, D, D) * sizeof(float);
+  float *x = random_floats(tokens * E, 1.0f, 11);
+  float *qw = random_floats(H * D * E, 1.0f / 64.0f, 12);
+  float *kw = random_floats(HKV * D * E, 1.0f / 64.0f, 13);
+  float *vw = random_floats(HKV * D * E, 1.0f / 64.0f, 14);
+  float *ow = random_floats(E * H * D, 1.0f / 64.0f, 15);
+  float *out = malloc((size_t)(N * E) * sizeof *out);
+  float **pages = calloc((size_t)n_pages, sizeof *pages);
+  int rc = 0;
+  attn_error_t err = {0};
+  for (int64_t i = 0; i < n_pages && rc == 0; i++)
+    if ((pages[i] = attn_cuda_alloc(page_bytes)) == NULL) {
+      rc = ATTN_EDEVICE;
+      snprintf(err.message, sizeof err.message,
+               "attn_cuda_alloc: no device memory for page %lld of %lld",
+               (long long)i, (long long)n_pages);
+    }
+  int64_t past = 0;
+  float absmax = 0;
+  float *const *table = pages;
+  attn_kv_t kv = {
+      .past = &past, .pages = &table, .k_absmax = &absmax, .device = 1};
+  attn_params_t p = {0};
+  p.num_heads = H;
+  p.num_kv_heads = HKV;
+  p.q_weight = (attn_tensor_t){.data = qw, .rank = 2, .dim = {H * D, E}};
+  p.k_weight = (attn_tensor_t){.data = kw, .rank = 2, .dim = {HKV * D, E}};
+  p.v_weight = (attn_tensor_t){.data = vw, .rank = 2, .dim = {HKV * D, E}};
+  p.o_weight = (attn_tensor_t){.data = ow, .rank = 2, .dim = {E, H * D}};
+  p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+  p.kv = &kv;
+  attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .precision = prec};
+  double prefill = 0, compute[32], total[32], stage[3][32];
+  for (int r = -1; rc == 0 && r < reps; r++) { /* r = -1: the prefill */
+    const int64_t n = r < 0 ? N : 1;
+    p.query = (attn_tensor_t){.data = x + past * E, .rank = 2, .dim = {n, E}};
+    attn_plan_t plan;
+    rc = attn_plan_init(&plan, &p, &ex, &err);
+    void *ws = NULL;
+    if (rc == 0 &&
+        (ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64 + 64)) ==
+            NULL)
+      rc = ATTN_ENOSPC; /* no host memory for the workspace */
+    attn_outputs_t o = {.out = out};
+    if (rc == 0)
+      rc = attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
+    free(ws);
+    if (rc != 0)
+      break;
+    past += n;
+    if (r < 0) {
+      prefill = o.timing.total_ms;
+      continue;
+    }
+    compute[r] =
+        o.timing.projection_ms + o.timing.attention_ms + o.timing.output_ms;
+    total[r] = o.timing.total_ms;
+    stage[0][r] = o.timing.projection_ms;
+    stage[1][r] = o.timing.attention_ms;
+    stage[2][r] = o.timing.output_ms;
+  }
+  if (rc != 0) {
+    fprintf(stderr, "attn-cuda-bench: decode, context %lld %s: %s (%s): %s\n",
+            (long long)N, attn_precision_name(prec), attn_errname(rc),
+            err.field, err.message);
+  } else {
+    double st[3] = {median(stage[0], reps), median(stage[1], reps),
+                    median(stage[2], reps)};
+    double c = median(compute, reps), t = median(total, reps);
+    printf("%7lld  %-5s v%-5d %10.2f %10.3f %10.3f  %8.3f %8.3f %8.3f\n",
+           (long long)N, attn_precision_name(prec), attn__cuda_flash_last,
+           prefill, c, t, st[0], st[1], st[2]);
+    if (csv) {
+      fprintf(csv, "%lld,%s,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f\n", (long long)N,
+              attn_precision_name(prec), attn__cuda_flash_last, prefill, c, t,
+              st[0], st[1], st[2]);
+      fflush(csv);
+    }
+  }
+  for (int64_t i = 0; i < n_pages; i++)
+    attn_cuda_free(pages[i]);
+  free(pages);
+  free(out), free(x), free(qw), free(kw), free(vw), free(ow);
+  return rc;
+}
+
 int main(int argc, char **argv) {
-  int quick = 0, reps = 5, kernel = 2, bad = 0;
+  int quick = 0, decode = 0, reps = 5, kernel = 2, bad = 0;
   int only = -1; /* a precision, or every one */
   const char *csv_path = NULL;
   for (int i = 1; i < argc && !bad; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       quick = 1;
+    } else if (strcmp(argv[i], "--decode") == 0) {
+      decode = 1;
     } else if (strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) {
       kernel = atoi(argv[++i]);
       bad = kernel < 1 || kernel > 3;
@@ -170,8 +275,8 @@ int main(int argc, char **argv) {
   }
   if (bad) {
     fprintf(stderr,
-            "usage: %s [--quick] [--kernel 1|2|3] [--precision fp32|bf16] "
-            "[--reps N] [--csv FILE]\n",
+            "usage: %s [--quick] [--decode] [--kernel 1|2|3] [--precision "
+            "fp32|bf16] [--reps N] [--csv FILE]\n",
             argv[0]);
     return 2;
   }
@@ -193,16 +298,34 @@ int main(int argc, char **argv) {
     perror(csv_path);
     return 1;
   }
-  if (csv)
-    fprintf(csv, "L,E,H,precision,kernel,compute_ms,total_ms,projection_ms,"
-                 "attention_ms,output_ms\n");
   printf("attn-cuda-bench on %s (sm_%d%d), CUDA runtime %d, driver %d\n",
          ci.device, ci.cc_major, ci.cc_minor, ci.runtime_version,
          ci.driver_version);
+  int failed = 0;
+  if (decode) {
+    if (csv)
+      fprintf(csv, "context,precision,kernel,prefill_ms,step_compute_ms,"
+                   "step_total_ms,projection_ms,attention_ms,output_ms\n");
+    printf("decoding: E 4096, H 32, Hkv 8, Dh 128, one token a step, the "
+           "cache in device memory\n");
+    printf("%7s  %-5s %-6s %10s %10s %10s  %8s %8s %8s\n", "context", "prec",
+           "kernel", "prefill_ms", "step_ms", "step_total", "proj_ms",
+           "attn_ms", "out_ms");
+    for (size_t c = 0; c < sizeof contexts / sizeof contexts[0]; c++)
+      for (int prec = ATTN_PRECISION_FP32; prec <= ATTN_PRECISION_BF16; prec++)
+        if ((only < 0 || prec == only) && (!quick || c == 0))
+          failed |=
+              run_decode(contexts[c], (attn_precision_t)prec, reps, csv) != 0;
+    if (csv)
+      fclose(csv);
+    return failed;
+  }
+  if (csv)
+    fprintf(csv, "L,E,H,precision,kernel,compute_ms,total_ms,projection_ms,"
+                 "attention_ms,output_ms\n");
   printf("%6s %5s %3s  %-5s %-6s %10s %10s %9s  %8s %8s %8s\n", "L", "E", "H",
          "prec", "kernel", "compute_ms", "total_ms", "TFLOP/s", "proj_ms",
          "attn_ms", "out_ms");
-  int failed = 0;
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     if (quick && !shapes[s].quick)
       continue;

@@ -107,6 +107,12 @@ step "benchmark: attnd, flash version 1 throughout, small shapes (to compare)"
 with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --quick --kernel 1 --reps 3 ||
   failed="$failed attn-cuda-bench-v1"
 
+step "benchmark: decoding over a kv cache in device memory (sessions on the GPU)"
+# prefill at 4096, 16384 and 32768 tokens, then steps of one token (check_cuda
+# above compared such caches with the CPU core's)
+with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --decode --reps 9 \
+  --csv "$out/decode.csv" || failed="$failed attn-cuda-bench-decode"
+
 step "HTTP: OIP binary bfloat16 on the GPU, L 16384, E 512, H 8"
 # attnd with backend cuda, bf16, and attnd-load sending what a bf16 client
 # sends (bfloat16 inputs, bfloat16 outputs, binary data): req/s, and the
