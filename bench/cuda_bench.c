@@ -23,11 +23,12 @@
  *
  * --decode times decoding over a kv cache in device memory instead (what
  * a session on the GPU runs): a layer of E 4096, 32 query heads and 8 kv
- * heads of 128 features, with projections; its context of N tokens
+ * heads of 128 features, with projections whose weights are in device
+ * memory too (weights_on_device); its context of N tokens
  * (4096, 16384, 32768) prefilled by one call, then --reps steps of one
  * token each, each appended to the cache; the prefill's time, and the
- * steps' medians of compute_ms and total_ms (the step's copies: its
- * inputs, the weights, the page table, and the result). CSV columns:
+ * steps' medians of compute_ms and total_ms (with the step's copies: its
+ * input, the page table, and the result). CSV columns:
  * context, precision, kernel, prefill_ms, step_compute_ms, step_total_ms,
  * step projection/attention/output ms.
  *
@@ -169,6 +170,18 @@ static int run_decode(int64_t N, attn_precision_t prec, int reps, FILE *csv) {
   float **pages = calloc((size_t)n_pages, sizeof *pages);
   int rc = 0;
   attn_error_t err = {0};
+  float *host_w[4] = {qw, kw, vw, ow}, *dev_w[4] = {NULL, NULL, NULL, NULL};
+  const int64_t rows_w[4] = {H * D, HKV * D, HKV * D, E},
+                cols_w[4] = {E, E, E, H * D};
+  for (int k = 0; k < 4 && rc == 0; k++) {
+    size_t bytes = (size_t)(rows_w[k] * cols_w[k]) * sizeof(float);
+    if ((dev_w[k] = attn_cuda_alloc(bytes)) == NULL ||
+        attn_cuda_copy(dev_w[k], host_w[k], bytes) != 0) {
+      rc = ATTN_EDEVICE;
+      snprintf(err.message, sizeof err.message,
+               "attn_cuda_alloc/copy: weight %d of %zu bytes", k, bytes);
+    }
+  }
   for (int64_t i = 0; i < n_pages && rc == 0; i++)
     if ((pages[i] = attn_cuda_alloc(page_bytes)) == NULL) {
       rc = ATTN_EDEVICE;
@@ -184,10 +197,11 @@ static int run_decode(int64_t N, attn_precision_t prec, int reps, FILE *csv) {
   attn_params_t p = {0};
   p.num_heads = H;
   p.num_kv_heads = HKV;
-  p.q_weight = (attn_tensor_t){.data = qw, .rank = 2, .dim = {H * D, E}};
-  p.k_weight = (attn_tensor_t){.data = kw, .rank = 2, .dim = {HKV * D, E}};
-  p.v_weight = (attn_tensor_t){.data = vw, .rank = 2, .dim = {HKV * D, E}};
-  p.o_weight = (attn_tensor_t){.data = ow, .rank = 2, .dim = {E, H * D}};
+  attn_tensor_t *wt[4] = {&p.q_weight, &p.k_weight, &p.v_weight, &p.o_weight};
+  for (int k = 0; k < 4; k++)
+    *wt[k] = (attn_tensor_t){
+        .data = dev_w[k], .rank = 2, .dim = {rows_w[k], cols_w[k]}};
+  p.weights_on_device = 1;
   p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
   p.kv = &kv;
   attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .precision = prec};
@@ -240,6 +254,8 @@ static int run_decode(int64_t N, attn_precision_t prec, int reps, FILE *csv) {
   }
   for (int64_t i = 0; i < n_pages; i++)
     attn_cuda_free(pages[i]);
+  for (int k = 0; k < 4; k++)
+    attn_cuda_free(dev_w[k]);
   free(pages);
   free(out), free(x), free(qw), free(kw), free(vw), free(ow);
   return rc;
@@ -307,7 +323,7 @@ int main(int argc, char **argv) {
       fprintf(csv, "context,precision,kernel,prefill_ms,step_compute_ms,"
                    "step_total_ms,projection_ms,attention_ms,output_ms\n");
     printf("decoding: E 4096, H 32, Hkv 8, Dh 128, one token a step, the "
-           "cache in device memory\n");
+           "cache and the weights in device memory\n");
     printf("%7s  %-5s %-6s %10s %10s %10s  %8s %8s %8s\n", "context", "prec",
            "kernel", "prefill_ms", "step_ms", "step_total", "proj_ms",
            "attn_ms", "out_ms");

@@ -796,6 +796,10 @@ int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
   plan->scale = p->has_scale ? p->scale : (float)(1.0 / sqrt((double)plan->Dh));
   if ((r = derive_sizes(plan, p, err)) < 0)
     return r;
+  if (plan->backend == ATTN_BACKEND_CPU && p->weights_on_device)
+    return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_BACKEND,
+                     "weights in device memory (weights_on_device) need "
+                     "backend cuda");
   if (plan->backend == ATTN_BACKEND_CPU && p->kv && p->kv->device)
     return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_KV,
                      "kv pages in device memory (device = 1) need backend "

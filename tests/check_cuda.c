@@ -1135,6 +1135,27 @@ static size_t device_bytes(const attn_params_t *p, attn_precision_t prec) {
   return attn__cuda_device_bytes(&plan);
 }
 
+/* device_bytes of p with its weights marked as device memory (their
+ * pointers are never read to count): where no GPU is, planned on the cpu
+ * unmarked, then marked. */
+static size_t device_bytes_resident(const attn_params_t *p,
+                                    attn_precision_t prec) {
+  attn_params_t r = *p;
+  r.weights_on_device = cuda.usable;
+  attn_plan_t plan;
+  attn_error_t err;
+  attn_exec_t ex = {.backend =
+                        cuda.usable ? ATTN_BACKEND_CUDA : ATTN_BACKEND_CPU,
+                    .precision = cuda.usable ? prec : ATTN_PRECISION_FP32};
+  ck_assert_msg(attn_plan_init(&plan, &r, &ex, &err) == 0, "%s", err.message);
+  if (cuda.usable)
+    return plan.device_bytes;
+  r.weights_on_device = 1; /* the plan reads its params through a pointer */
+  plan.backend = ATTN_BACKEND_CUDA;
+  plan.precision = prec;
+  return attn__cuda_device_bytes(&plan);
+}
+
 /* A plan's device_bytes is what one call takes from CUDA's pool, counted
  * here from its buffers (self-attention, fp32: the input, four weights and
  * biases, Q, K, V, the heads' outputs, out, the row sums, the dense and
@@ -1203,6 +1224,66 @@ START_TEST(test_device_bytes) {
                         2 * blocks(Lkv * E * 2));
   free(page);
   tu_case_free(&k);
+  /* weights in device memory are read in place: the four weights and
+   * biases leave the count (bf16 still rounds them into the call's) */
+  ck_assert_uint_eq(device_bytes_resident(&c.p, ATTN_PRECISION_FP32),
+                    want - 4 * (blocks(E * E * 4) + blocks(E * 4)));
+  ck_assert_uint_eq(device_bytes_resident(&c.p, ATTN_PRECISION_BF16),
+                    want - 4 * (blocks(E * E * 4) + blocks(E * 4)) +
+                        4 * blocks(E * E * 2) + 5 * blocks(L * E * 2));
+  tu_case_free(&c);
+}
+END_TEST
+
+/* Weights in device memory need the cuda backend: the cpu refuses them,
+ * naming backend, in every build (and never reads them). */
+START_TEST(test_weights_on_device_cpu) {
+  tu_case_t c;
+  small_case(&c);
+  c.p.weights_on_device = 1;
+  attn_plan_t plan;
+  attn_error_t err;
+  ck_assert_int_eq(attn_plan_init(&plan, &c.p, NULL, &err), ATTN_ENOTSUP);
+  ck_assert_str_eq(err.field, "backend");
+  ck_assert_ptr_nonnull(strstr(err.message, "weights_on_device"));
+  tu_case_free(&c);
+}
+END_TEST
+
+/* _i: fp32 / bf16. The projections' weights and biases in device memory
+ * (attn_cuda_alloc, weights_on_device) give the same bits as the same
+ * call copying them in: the same arithmetic on the same numbers. */
+START_TEST(test_gpu_weights_on_device) {
+  const attn_precision_t prec = _i ? ATTN_PRECISION_BF16 : ATTN_PRECISION_FP32;
+  tu_case_t c;
+  small_case(&c);
+  attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .precision = prec};
+  tu_run_t copied, resident;
+  ck_assert_int_eq(tu_run(&copied, &c.p, &ex), 0);
+  attn_params_t p = c.p;
+  attn_tensor_t *t[8] = {&p.q_weight, &p.k_weight, &p.v_weight, &p.o_weight,
+                         &p.q_bias,   &p.k_bias,   &p.v_bias,   &p.o_bias};
+  void *dev[8];
+  for (int k = 0; k < 8; k++) {
+    size_t n = 4;
+    for (int d = 0; d < t[k]->rank; d++)
+      n *= (size_t)t[k]->dim[d];
+    dev[k] = attn_cuda_alloc(n);
+    ck_assert_ptr_nonnull(dev[k]);
+    ck_assert_int_eq(attn_cuda_copy(dev[k], t[k]->data, n), 0);
+    t[k]->data = dev[k];
+  }
+  p.weights_on_device = 1;
+  ck_assert_int_eq(tu_run(&resident, &p, &ex), 0);
+  ck_assert_uint_lt(resident.plan.device_bytes, copied.plan.device_bytes);
+  ck_assert_msg(memcmp(resident.o.out, copied.o.out,
+                       (size_t)copied.plan.out_elems * 4) == 0,
+                "%s: out differs with the weights in device memory",
+                attn_precision_name(prec));
+  for (int k = 0; k < 8; k++)
+    attn_cuda_free(dev[k]);
+  tu_run_free(&resident);
+  tu_run_free(&copied);
   tu_case_free(&c);
 }
 END_TEST
@@ -1301,9 +1382,9 @@ void test_setup(void) {
   fprintf(stderr,
           "check_cuda: SKIP: %d GPU cases not run (%d fp32 with flash "
           "versions 1 and 3, %d bf16 with each flash version, 2 numeric, %d "
-          "reductions in fp32 and bf16, %d kv caches in device memory): "
-          "%s\n",
-          5 * N_GPU_CASES + 2 + 2 * N_RED_CASES + 2 * N_KV_SHAPES + 2,
+          "reductions in fp32 and bf16, %d kv caches in device memory, 2 "
+          "with weights in device memory): %s\n",
+          5 * N_GPU_CASES + 2 + 2 * N_RED_CASES + 2 * N_KV_SHAPES + 4,
           2 * N_GPU_CASES, 3 * N_GPU_CASES, 2 * N_RED_CASES,
           2 * N_KV_SHAPES + 2, cuda.status);
   if (req && strcmp(req, "1") == 0) {
@@ -1322,6 +1403,7 @@ Suite *test_suite(void) {
   tcase_add_test(t, test_lacking_options_refused);
   tcase_add_test(t, test_wide_heads_refused);
   tcase_add_test(t, test_kv_device_pages_on_cpu);
+  tcase_add_test(t, test_weights_on_device_cpu);
   if (cuda.built)
     tcase_add_test(t, test_device_bytes);
   suite_add_tcase(s, t);
@@ -1344,6 +1426,7 @@ Suite *test_suite(void) {
     tcase_add_test(g, test_gpu_pool);
     tcase_add_loop_test(g, test_gpu_kv_append, 0, 2 * N_KV_SHAPES);
     tcase_add_loop_test(g, test_gpu_kv_batch, 0, 2);
+    tcase_add_loop_test(g, test_gpu_weights_on_device, 0, 2);
     suite_add_tcase(s, g);
     /* last: the device is unusable after it; compute-sanitizer would
      * report its trap (tools/device/check.sh sets ATTND_CUDA_NO_TRAP) */

@@ -3,8 +3,9 @@
  * One call, for a plan that attn_plan_init accepted with backend CUDA
  * (plan.c has refused every option this backend lacks):
  *   stage 0: one device allocation from CUDA's stream-ordered pool; the
- *     inputs, weights, biases, key lengths, allow mask, score bias and
- *     ALiBi slopes copied in;
+ *     inputs, weights, biases (unless they are device memory already:
+ *     weights_on_device), key lengths, allow mask, score bias and ALiBi
+ *     slopes copied in;
  *   stage 1: Q, K, V = x·Wᵀ on cuBLAS (fp32: cublasSgemm, pure fp32
  *     arithmetic; bf16: cublasGemmEx with bfloat16 inputs, converted once
  *     per distinct input, and float32 accumulation), then the biases,
@@ -392,14 +393,15 @@ void lay_out(const attn_plan_t *pl, arena *ar, bufs *d) {
   float **wd[4] = {&d->qw, &d->kw, &d->vw, &d->ow};
   float **bd[4] = {&d->qb, &d->kb, &d->vb, &d->ob};
   void **w16[4] = {&d->qw16, &d->kw16, &d->vw16, &d->ow16};
+  const bool resident = p->weights_on_device; /* read in place */
   for (int x = 0; x < 4; x++) {
     if (w[x]->rank) {
-      *wd[x] = ar->floats(elems(w[x]));
+      *wd[x] = resident ? (float *)tensor_data(w[x]) : ar->floats(elems(w[x]));
       if (bf)
         *w16[x] = ar->take((size_t)elems(w[x]) * 2);
     }
     if (bs[x]->rank)
-      *bd[x] = ar->floats(elems(bs[x]));
+      *bd[x] = resident ? (float *)tensor_data(bs[x]) : ar->floats(elems(bs[x]));
   }
   /* What is laid out depends on the plan alone, never on the pointers,
    * which are all null in the counting pass. */
@@ -671,7 +673,7 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   if (p->value.rank)
     c.up(d.value, tensor_data(&p->value), elems(&p->value) * 4, "value in");
   for (int x = 0; x < 4; x++) {
-    if (wd[x]) {
+    if (wd[x]) { /* (up copies nothing where dst is src: resident) */
       c.up(wd[x], tensor_data(w[x]), elems(w[x]) * 4, "weight in");
       if (bf)
         c.ok(attn_cu::to_bf16(wd[x], w16[x], elems(w[x]), c.s), "to_bf16");

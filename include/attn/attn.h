@@ -203,6 +203,10 @@ typedef struct attn_params {
   attn_tensor_t v_weight;                       /* float [Hkv·Dv, Ev] */
   attn_tensor_t o_weight;                       /* float [Eo, H·Dv] */
   attn_tensor_t q_bias, k_bias, v_bias, o_bias; /* float [out_features] */
+  /* 1: those eight tensors' data are device memory (attn_cuda_alloc),
+   * which the cuda backend reads in place rather than copying them in at
+   * every call (a layer kept on the GPU); the cpu backend refuses it. */
+  int weights_on_device;
 
   /* Masks: a key is attended only if every mask given allows it. */
   attn_causal_t causal;
