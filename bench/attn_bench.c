@@ -172,6 +172,7 @@ static double row_flops(const row_t *r, double *proj_flops) {
 typedef struct result {
   double ms, proj_ms; /* medians of the row's runs */
   double stage_ms[3]; /* medians of projection, attention and output */
+  double busy_ms[3];  /* and of their busy times (attn_timing_t) */
   double x_sgemm, proj_x;
   double ceiling; /* the median sgemm rate of the pairs, GFLOP/s */
   double x_1th;   /* one thread's time over this row's, or -1 */
@@ -180,10 +181,12 @@ typedef struct result {
 
 /* Runs a plan `inner` times; returns the median ms, the median time of
  * its projections (stages 1 and 3) in *proj_ms, and of each stage
- * (projection, attention, output) in stage_ms[0..3) when not NULL. */
+ * (projection, attention, output) in stage_ms[0..3) and its busy time in
+ * busy_ms[0..3) when not NULL. */
 static double time_plan(const attn_plan_t *plan, attn_outputs_t *o, void *ws,
-                        int inner, double *proj_ms, double *stage_ms) {
-  double t[16], pt[16], st[3][16];
+                        int inner, double *proj_ms, double *stage_ms,
+                        double *busy_ms) {
+  double t[16], pt[16], st[3][16], bt[3][16];
   attn_error_t err;
   for (int k = 0; k < inner; k++) {
     double t0 = bench_now_ms();
@@ -193,10 +196,15 @@ static double time_plan(const attn_plan_t *plan, attn_outputs_t *o, void *ws,
     st[0][k] = o->timing.projection_ms;
     st[1][k] = o->timing.attention_ms;
     st[2][k] = o->timing.output_ms;
+    bt[0][k] = o->timing.projection_busy_ms;
+    bt[1][k] = o->timing.attention_busy_ms;
+    bt[2][k] = o->timing.output_busy_ms;
   }
   *proj_ms = bench_median(pt, inner);
   for (int i = 0; stage_ms && i < 3; i++)
     stage_ms[i] = bench_median(st[i], inner);
+  for (int i = 0; busy_ms && i < 3; i++)
+    busy_ms[i] = bench_median(bt[i], inner);
   return bench_median(t, inner);
 }
 
@@ -293,18 +301,19 @@ static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
   /* Short rows run several times per pair, so that they run warm. */
   int inner = warm_ms >= 40 ? 1 : warm_ms < 2.5 ? 16 : (int)(40 / warm_ms);
   double proj_flops, flops = row_flops(r, &proj_flops);
-  double ms[64], proj[64], xs[64], pxs[64], cs[64], sp[64], st[3][64];
+  double ms[64], proj[64], xs[64], pxs[64], cs[64], sp[64], st[3][64],
+      bt[3][64];
   int np = 0;
   double start = bench_now_ms();
   while (more_runs(np, reps, start, 1000)) {
-    double stage[3];
+    double stage[3], busy[3];
     cs[np] = sgemm_run(&ceil);
-    ms[np] = time_plan(&plan, &o, ws, inner, &proj[np], stage);
+    ms[np] = time_plan(&plan, &o, ws, inner, &proj[np], stage, busy);
     for (int i = 0; i < 3; i++)
-      st[i][np] = stage[i];
+      st[i][np] = stage[i], bt[i][np] = busy[i];
     if (paired) {
       double unused;
-      sp[np] = time_plan(&plan1, &o, ws, inner, &unused, NULL) / ms[np];
+      sp[np] = time_plan(&plan1, &o, ws, inner, &unused, NULL, NULL) / ms[np];
     }
     xs[np] = flops / ms[np] / 1e6 / cs[np];
     pxs[np] = proj_flops / proj[np] / 1e6 / r->threads / cs[np];
@@ -316,8 +325,10 @@ static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
   res->proj_x = bench_median(pxs, np);
   res->ceiling = bench_median(cs, np);
   res->x_1th = paired ? bench_median(sp, np) : -1;
-  for (int i = 0; i < 3; i++)
+  for (int i = 0; i < 3; i++) {
     res->stage_ms[i] = bench_median(st[i], np);
+    res->busy_ms[i] = bench_median(bt[i], np);
+  }
   return 0;
 }
 
@@ -524,7 +535,8 @@ int main(int argc, char **argv) {
     fprintf(csv,
             "name,B,Lq,Lk,E,H,Hkv,mask,weights,threads,path,median_ms,"
             "gflops,x_sgemm,proj_x_sgemm,x_one_thread,peak_rss_mb,torch_ms,"
-            "x_torch,sgemm_gflops,projection_ms,attention_ms,output_ms\n");
+            "x_torch,sgemm_gflops,projection_ms,attention_ms,output_ms,"
+            "projection_busy_ms,attention_busy_ms,output_busy_ms\n");
   printf("%-19s %2s %6s %6s %5s %3s %3s %-6s %-8s %2s %-16s %10s %8s %6s %6s "
          "%6s %8s %9s %9s %9s%s\n",
          "row", "B", "Lq", "Lk", "E", "H", "Hkv", "mask", "weights", "th",
@@ -589,12 +601,14 @@ int main(int argc, char **argv) {
     if (csv)
       fprintf(csv,
               "%s,%lld,%lld,%lld,%lld,%lld,%lld,%s,%s,%d,%s,%.3f,%.2f,"
-              "%.3f,%.3f,%.3f,%.1f,%.3f,%.3f,%.1f,%.3f,%.3f,%.3f\n",
+              "%.3f,%.3f,%.3f,%.1f,%.3f,%.3f,%.1f,%.3f,%.3f,%.3f,%.3f,%.3f,"
+              "%.3f\n",
               r->name, (long long)r->B, (long long)r->Lq, (long long)r->Lk,
               (long long)r->E, (long long)r->H, (long long)r->Hkv, mask, wname,
               r->threads, pathname, ms, gflops, res.x_sgemm, res.proj_x,
               res.x_1th, rss, tms, tms > 0 ? tms / ms : -1.0, res.ceiling,
-              res.stage_ms[0], res.stage_ms[1], res.stage_ms[2]);
+              res.stage_ms[0], res.stage_ms[1], res.stage_ms[2], res.busy_ms[0],
+              res.busy_ms[1], res.busy_ms[2]);
   }
   double lo = ceilings[0], hi = ceilings[0];
   for (int i = 1; i < nceil; i++) {

@@ -160,10 +160,11 @@ typedef struct fwd {
   float qscale;            /* what layout_q multiplies by: the scale, or 1 */
   const double *rope_freq; /* [rope_dims / 2], or NULL without rope */
   double norm_eps;
-  int64_t n_redo;             /* Q tasks to run again, unscaled */
-  int stop;                   /* a stage failed: skip the stages after it */
-  double t[3];                /* ms: start, projections done, attention done */
-  uint32_t bits[BITS_N];      /* atomic maxima (attn__absmax_fn) */
+  int64_t n_redo;        /* Q tasks to run again, unscaled */
+  int stop;              /* a stage failed: skip the stages after it */
+  double t[3];           /* ms: start, projections done, attention done */
+  int64_t busy_ns[3];    /* the threads' time in each part's tasks (timing) */
+  uint32_t bits[BITS_N]; /* atomic maxima (attn__absmax_fn) */
   int64_t fail[ATTN__FAIL_N]; /* ctx.fail points here */
 } fwd_t;
 
@@ -1069,14 +1070,15 @@ typedef struct {
   void (*task)(fwd_t *f, int64_t t, int id);
   void (*then)(fwd_t *f);
   int attention; /* on the threads with attention scratch only */
+  int part;      /* attn_timing_t's: projection 0, attention 1, output 2 */
 } stage_t;
 
 static const stage_t stage_table[] = {
-    {offsetof(fwd_t, n_layout), layout_task, retry_unscaled, 0},
-    {offsetof(fwd_t, n_redo), layout_task, decide, 0},
-    {offsetof(fwd_t, n_units), attend_task, NULL, 1},
-    {offsetof(fwd_t, n_pool), pool_task, attended, 0},
-    {offsetof(fwd_t, n_out), output_task, NULL, 0},
+    {offsetof(fwd_t, n_layout), layout_task, retry_unscaled, 0, 0},
+    {offsetof(fwd_t, n_redo), layout_task, decide, 0, 0},
+    {offsetof(fwd_t, n_units), attend_task, NULL, 1, 1},
+    {offsetof(fwd_t, n_pool), pool_task, attended, 0, 1},
+    {offsetof(fwd_t, n_out), output_task, NULL, 0, 2},
 };
 #define STAGES ((int)(sizeof stage_table / sizeof *stage_table))
 _Static_assert(STAGES <= sizeof((fwd_t *)0)->next / sizeof(int64_t),
@@ -1157,10 +1159,14 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
       for (int k = 0; k < STAGES; k++) {
         const stage_t *st = &stage_table[k];
         int64_t n = count(&f, st); /* the last `then` set it */
-        if (!st->attention || id < f.ctx.sc.slots)
+        if (!st->attention || id < f.ctx.sc.slots) {
+          double a = now_ms(); /* to this thread's last task's end */
           for (int64_t t;
                (t = __atomic_fetch_add(&f.next[k], 1, __ATOMIC_RELAXED)) < n;)
             run_task(&f, st, t, id);
+          __atomic_fetch_add(&f.busy_ns[st->part],
+                             (int64_t)((now_ms() - a) * 1e6), __ATOMIC_RELAXED);
+        }
 #pragma omp barrier
         if (stage_table[k].then) {
 #pragma omp single
@@ -1181,6 +1187,12 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
   o->timing.attention_ms = f.t[2] - f.t[1];
   o->timing.output_ms = t3 - f.t[2];
   o->timing.total_ms = t3 - f.t[0];
+  double *busy[3] = {&o->timing.projection_busy_ms,
+                     &o->timing.attention_busy_ms, &o->timing.output_busy_ms};
+  const double part[3] = {o->timing.projection_ms, o->timing.attention_ms,
+                          o->timing.output_ms};
+  for (int k = 0; k < 3; k++) /* one thread is busy throughout */
+    *busy[k] = pl->threads > 1 ? (double)f.busy_ns[k] * 1e-6 : part[k];
   if (canceled(pl))
     return attn__err(err, ATTN_ECANCELED, ATTN_FIELD_CANCEL,
                      "canceled after %.3f ms", t3 - f.t[0]);

@@ -581,6 +581,35 @@ static void *conc_worker(void *arg) {
   return NULL;
 }
 
+/* attn_timing_t's busy times (what tools/device/cores.sh reads to tell
+ * idle threads from slow tasks): one thread's are its parts' times; with
+ * three, each part's lies in (0, 3 × the part's time], since a thread is
+ * busy only inside the part. An invariant of the measurement, not a
+ * speed: catches a stage counted in the wrong part, or a unit slip. */
+START_TEST(test_busy_times) {
+  tu_case_t c;
+  tu_case_build(&c, &determinism_cases[1], 660);
+  c.p.want_weights = c.p.want_mean_weights = 0; /* a pooled map instead */
+  c.p.reduce = (attn_reduce_t){.pool_q = 16, .pool_k = 16};
+  for (int t = 1; t <= 3; t += 2) {
+    tu_run_t r;
+    attn_exec_t ex = {.threads = t};
+    ck_assert_int_eq(tu_run(&r, &c.p, &ex), 0);
+    const attn_timing_t *tm = &r.o.timing;
+    const double part[3] = {tm->projection_ms, tm->attention_ms, tm->output_ms};
+    const double busy[3] = {tm->projection_busy_ms, tm->attention_busy_ms,
+                            tm->output_busy_ms};
+    for (int k = 0; k < 3; k++)
+      ck_assert_msg(t == 1 ? busy[k] == part[k]
+                           : busy[k] > 0 && busy[k] <= t * part[k],
+                    "%d threads, part %d: busy %.6f ms in %.6f ms", t, k,
+                    busy[k], part[k]);
+    tu_run_free(&r);
+  }
+  tu_case_free(&c);
+}
+END_TEST
+
 /* Two threads call attn_forward on one plan at once, each with its own
  * buffers: both match a lone call bit for bit. */
 START_TEST(test_concurrent_calls) {
@@ -815,6 +844,7 @@ Suite *test_suite(void) {
       tc, test_set_threads_bitwise, 0,
       (int)(sizeof determinism_cases / sizeof determinism_cases[0]));
   tcase_add_loop_test(tc, test_concurrent_calls, 0, 2);
+  tcase_add_test(tc, test_busy_times);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("identities");

@@ -883,6 +883,9 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   o->timing.attention_ms = ms[1];
   o->timing.output_ms = ms[2];
   o->timing.total_ms = t_end - t_start; /* the copies in and out too */
+  o->timing.projection_busy_ms = 0; /* threads' time: the cpu's only */
+  o->timing.attention_busy_ms = 0;
+  o->timing.output_busy_ms = 0;
 
   static const struct {
     attn_field_t field;

@@ -339,6 +339,13 @@ typedef struct attn_timing {
   double attention_ms;  /* scores, masks, softmax, mixing */
   double output_ms;     /* output projection */
   double total_ms;
+  /* On the cpu backend, each part's busy time: summed over the threads,
+   * from the part's start to the end of each thread's last task in it (a
+   * thread's wait for the others is not busy). busy / (threads × the
+   * part's time) is how evenly its tasks were shared; busy against one
+   * thread's part time, how much slower its tasks ran (memory bandwidth,
+   * caches). One thread: the part's time. 0 on the cuda backend. */
+  double projection_busy_ms, attention_busy_ms, output_busy_ms;
 } attn_timing_t;
 
 /* Caller-owned result buffers. out is required; each other buffer is

@@ -4,7 +4,10 @@
 #
 #   1. the core: attn-bench --shape rows at each thread count, with the
 #      stages' times (projection, attention, output), and each row's
-#      efficiency against the same run's one-thread row;
+#      efficiency against the same run's one-thread row; per stage, how
+#      evenly its tasks were shared (busy / (threads x its time)) and how
+#      much more thread-time they took than on one thread (attn_timing_t's
+#      busy times), to tell idle threads from slower tasks;
 #   2. torch on the CPU on the same shapes and threads
 #      (tools/device/torch_cores.py; skipped, and said so, without torch);
 #   3. the server: attnd-load against a local attnd at each load length,
@@ -135,6 +138,13 @@ FNR == 1 { for (i = 1; i <= NF; i++) a[$i] = i; next }
   ms[key, th] = $a["median_ms"]; gf[key, th] = $a["gflops"]
   st[key, th] = sprintf("%.1f / %.1f / %.1f", $a["projection_ms"],
                         $a["attention_ms"], $a["output_ms"])
+  # per part: its time and its busy time (attn_timing_t: the threads time
+  # in its tasks), to tell uneven sharing from slower tasks
+  split("projection attention output", parts, " ")
+  for (q = 1; q <= 3; q++) {
+    pms[key, th, q] = $a[parts[q] "_ms"]
+    pbusy[key, th, q] = ("projection_busy_ms" in a) ? $a[parts[q] "_busy_ms"] : ""
+  }
   if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
   if (!((key, th) in hasth)) { hasth[key, th] = 1; ths[key] = ths[key] " " th }
 }
@@ -146,10 +156,10 @@ END {
   print ""
   print "The core: causal self-attention with projections, B 1; GFLOP/s dense-equivalent (8·L·E² + 4·L²·E)"
   print note
-  printf "| %-14s | %3s | %10s | %8s | %5s | %-26s | %10s | %8s | %8s |\n", \
+  printf "| %-14s | %3s | %10s | %8s | %5s | %-26s | %-16s | %-16s | %10s | %8s | %8s |\n", \
     "L, E, H", "th", "attnd ms", "GFLOP/s", "eff", "proj / attn / out ms", \
-    "torch ms", "GFLOP/s", "x torch"
-  print "|---|---|---|---|---|---|---|---|---|"
+    "shared p/a/o", "thread-time x1", "torch ms", "GFLOP/s", "x torch"
+  print "|---|---|---|---|---|---|---|---|---|---|---|"
   for (k = 1; k <= nk; k++) {
     key = order[k]; n = split(ths[key], tl, " ")
     for (j = 1; j <= n; j++) {
@@ -158,8 +168,17 @@ END {
       tm = (key, th) in tms ? tms[key, th] : "-"
       tg = (key, th) in tgf ? tgf[key, th] : "-"
       xt = tm != "-" ? sprintf("%.2f", tm / ms[key, th]) : "-"
-      printf "| %-14s | %3d | %10.1f | %8.1f | %5s | %-26s | %10s | %8s | %8s |\n", \
-        key, th, ms[key, th], gf[key, th], eff, st[key, th], tm, tg, xt
+      # shared: busy / (threads x the part time), 1 when no thread waited;
+      # thread-time x1: busy against the one-thread part time, 1 when the
+      # tasks ran as fast as alone (above 1: bandwidth, caches)
+      sh = ""; x1 = ""
+      for (q = 1; q <= 3; q++) {
+        bz = pbusy[key, th, q]; pt = pms[key, th, q]; bz1 = pbusy[key, 1, q]
+        sh = sh (q > 1 ? " / " : "") (bz != "" && pt > 0 ? sprintf("%.2f", bz / (th * pt)) : "-")
+        x1 = x1 (q > 1 ? " / " : "") (bz != "" && bz1 > 0 ? sprintf("%.2f", bz / bz1) : "-")
+      }
+      printf "| %-14s | %3d | %10.1f | %8.1f | %5s | %-26s | %-16s | %-16s | %10s | %8s | %8s |\n", \
+        key, th, ms[key, th], gf[key, th], eff, st[key, th], sh, x1, tm, tg, xt
     }
   }
   print ""
