@@ -113,7 +113,7 @@ if [ "$lone" -gt 0 ]; then
   serve lone --workers "$many" --threads-per-request auto \
     --max-threads-per-request "$maxth"
   load lone --lengths "$lone" --embed 512 --heads 8 --projections inline \
-    --concurrency 1 --warmup 0 --requests 3 --variants 1 || true
+    --concurrency 1 --warmup 1 --requests 5 --variants 1 || true
   stop
 fi
 echo "cores: attnd-load done ($(elapsed))"
