@@ -96,8 +96,9 @@ static const cfg_key_t keys[] = {
             "workspaces, replies); auto: 3/4 of the memory limit"),
     INT_KEY(max_device_memory_bytes, "auto", 0, INT64_C(1) << 50,
             F_AUTO | F_SIZE | F_LIMIT,
-            "GPU memory the cuda requests in flight may hold (their "
-            "tensors, intermediates and results on the device); more waits "
+            "GPU memory the cuda requests in flight (their tensors, "
+            "intermediates and results on the device) and cuda sessions' "
+            "pages may hold; more waits "
             "as 429, and a request that could never fit gets 422 (auto: the "
             "cpu); auto: 9/10 of the GPU's memory, 0 without one"),
     INT_KEY(default_timeout_ms, "60000", 1, INT64_C(1) << 40, F_LIMIT,

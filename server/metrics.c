@@ -224,7 +224,7 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "# TYPE attnd_device_memory_limit_bytes gauge\n"
       "attnd_device_memory_limit_bytes %lld\n"
       "# HELP attnd_device_memory_held_bytes GPU memory the cuda requests "
-      "in flight hold.\n"
+      "in flight and cuda sessions' pages hold.\n"
       "# TYPE attnd_device_memory_held_bytes gauge\n"
       "attnd_device_memory_held_bytes %lld\n"
       "# HELP attnd_device_pool_bytes CUDA's memory pool, which keeps what "
@@ -273,6 +273,11 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "# HELP attnd_kv_bytes The KV cache's pool, by state.\n"
       "# TYPE attnd_kv_bytes gauge\nattnd_kv_bytes{state=\"used\"} %lld\n"
       "attnd_kv_bytes{state=\"free\"} %lld\n"
+      "# HELP attnd_kv_device_bytes The GPU memory that cuda sessions' "
+      "pages hold, of max_device_memory_bytes: used by sessions, and free "
+      "pages kept for reuse.\n# TYPE attnd_kv_device_bytes gauge\n"
+      "attnd_kv_device_bytes{state=\"used\"} %lld\n"
+      "attnd_kv_device_bytes{state=\"kept\"} %lld\n"
       "# HELP attnd_kv_pages_shared Pages held by more than one session "
       "(forks).\n# TYPE attnd_kv_pages_shared gauge\n"
       "attnd_kv_pages_shared %lld\n"
@@ -282,9 +287,10 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "attnd_session_ends_total{cause=\"expired\"} %llu\n"
       "attnd_session_ends_total{cause=\"deleted\"} %llu\n",
       (long long)g->sessions, (long long)g->kv_bytes_used,
-      (long long)g->kv_bytes_free, (long long)g->kv_pages_shared,
-      (unsigned long long)g->evicted_lru, (unsigned long long)g->expired,
-      (unsigned long long)g->deleted);
+      (long long)g->kv_bytes_free, (long long)g->kv_device_bytes_used,
+      (long long)(g->kv_device_bytes_held - g->kv_device_bytes_used),
+      (long long)g->kv_pages_shared, (unsigned long long)g->evicted_lru,
+      (unsigned long long)g->expired, (unsigned long long)g->deleted);
   attnd_buf_printf(
       b,
       "# HELP attnd_step_batches_total Batches of two or more session "

@@ -68,6 +68,7 @@ typedef struct attnd_gauges {
   int busy_threads; /* given to running requests (threads_per_request auto) */
   /* the KV-cache sessions (session.h) */
   int64_t sessions, kv_bytes_used, kv_bytes_free, kv_pages_shared;
+  int64_t kv_device_bytes_used, kv_device_bytes_held; /* cuda sessions' */
   uint64_t evicted_lru, expired, deleted;
   /* batches of session steps (scheduler.h) */
   uint64_t batches, batched_steps;

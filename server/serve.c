@@ -171,7 +171,8 @@ int attnd_serve(const attnd_config_t *cfg) {
   attnd__scratch_keep = (size_t)cfg->scratch_keep_bytes;
   attnd__scratch_budget = &s->budget;
   s->metrics = attnd_metrics_new();
-  s->sessions = attnd_sessions_new(cfg->kv_cache_bytes);
+  s->sessions =
+      attnd_sessions_new(cfg->kv_cache_bytes, &s->device_budget, NULL);
   s->access_log = attnd_access_log_open(cfg->access_log);
   uv_loop_init(&s->loop);
   s->sched = attnd_sched_new(&s->loop, (int)cfg->workers, (int)cfg->queue_depth,

@@ -56,6 +56,8 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   g.kv_bytes_used = st.kv_bytes_used;
   g.kv_bytes_free = st.kv_bytes_free;
   g.kv_pages_shared = st.pages_shared;
+  g.kv_device_bytes_used = st.kv_device_bytes_used;
+  g.kv_device_bytes_held = st.kv_device_bytes_held;
   g.evicted_lru = st.evicted_lru;
   g.expired = st.expired;
   g.deleted = st.deleted;

@@ -207,7 +207,9 @@ int attnd_request_compatible(const void *a, const void *b) {
          p->has_window_right == q->has_window_right &&
          (!p->has_window_left || p->window_left == q->window_left) &&
          (!p->has_window_right || p->window_right == q->window_right) &&
-         p->alibi == q->alibi && x->plan.threads == y->plan.threads;
+         p->alibi == q->alibi && x->plan.threads == y->plan.threads &&
+         x->plan.backend == y->plan.backend &&
+         x->plan.precision == y->plan.precision;
 }
 
 static int cancelled(const attnd_request_t *j) {
@@ -227,14 +229,17 @@ static int run_together(attnd_request_t *const *js, int n, int threads,
   int64_t past[ATTND_SCHED_MAX_BATCH];
   float *const *pages[ATTND_SCHED_MAX_BATCH];
   float absmax[ATTND_SCHED_MAX_BATCH];
-  size_t budget = 0; /* what the steps took from the memory budget */
+  size_t budget = 0;   /* what the steps took from the memory budget */
+  uint64_t device = 0; /* and from the GPU's, on the cuda backend */
   for (int i = 0; i < n; i++) {
     past[i] = js[i]->kv_past;
     pages[i] = js[i]->kv_pages;
     absmax[i] = js[i]->kv_absmax;
     budget += attnd_request_memory(js[i]);
+    device += js[i]->plan.device_bytes;
   }
-  attn_kv_t kv = {.past = past, .pages = pages, .k_absmax = absmax};
+  attn_kv_t kv = {
+      .past = past, .pages = pages, .k_absmax = absmax, .device = f->kv.device};
   attn_params_t p = f->params;
   p.kv = &kv;
   p.query.rank = 3;
@@ -243,7 +248,9 @@ static int run_together(attnd_request_t *const *js, int n, int threads,
   p.query.dim[2] = E;
   attn_exec_t ex = {.threads = threads > 0 && threads < f->plan.threads
                                    ? threads
-                                   : f->plan.threads};
+                                   : f->plan.threads,
+                    .backend = f->plan.backend,
+                    .precision = f->plan.precision};
   attn_plan_t plan;
   attn_error_t err;
   if (attn_plan_init(&plan, &p, &ex, &err) < 0)
@@ -251,8 +258,8 @@ static int run_together(attnd_request_t *const *js, int n, int threads,
   size_t ws = (plan.workspace_bytes + 63) / 64 * 64,
          qb = ((size_t)(n * Lq * E) * sizeof(float) + 63) / 64 * 64,
          ob = (size_t)plan.out_elems * sizeof(float);
-  if (ws + qb + ob > budget) /* never more than the steps hold */
-    return ATTN_ENOSPC;
+  if (ws + qb + ob > budget || plan.device_bytes > device)
+    return ATTN_ENOSPC; /* never more than the steps hold */
   if (grow(scratch, ws + qb + ob) < 0)
     return ATTN_ENOSPC;
   float *q = (float *)((char *)scratch->data + ws),

@@ -8,12 +8,17 @@
  * idleness, eviction never picks a busy session, delete frees the table
  * only after the step ends).
  *
- * The pool: pages of one byte size each (a shape's attn_kv_page_floats,
- * after a 64-byte header) and a fixed cost per session count against
- * pool_bytes. A page no session holds goes to a free list of its size, and
- * is reused; free pages of other sizes are given back to the allocator
- * when a page of a new size does not fit, and idle sessions are evicted,
- * least recently used first, when that is not enough. */
+ * The pools: the host pool holds cpu sessions' pages, each its data (a
+ * shape's attn_kv_page_floats, rounded up to 64 bytes) and a 64-byte
+ * header, and every session's fixed cost, within pool_bytes; the device
+ * pool holds cuda sessions' pages, their data in GPU memory (the header
+ * stays in host memory, uncounted) within the GPU's budget, which cuda
+ * requests share. Both work alike, by one code path: a page no session
+ * holds goes to its pool's free list of its size, and is reused (so a
+ * device page never reaches a host session, nor the reverse); free pages
+ * of other sizes are given back to the allocator when a page of a new size
+ * does not fit, and idle sessions whose pages live in that pool are
+ * evicted, least recently used first, when that is not enough. */
 #include "store/session.h"
 
 #include <math.h>
@@ -30,26 +35,26 @@
 #define TOMBSTONES 4096
 #define SIZE_CLASSES 8
 
+/* A page's header, in host memory for both kinds; its data, `bytes` less
+ * its pool's header, is host or device memory. */
 typedef struct page {
+  float *data;
   int ref;
   unsigned mark; /* attnd_sessions_stats's epoch, to count it once */
-  size_t bytes;  /* header included */
+  size_t bytes;  /* what its pool counts for it */
   struct page *next_free;
 } page_t;
-
-static float *page_data(page_t *p) {
-  return (float *)(void *)((char *)p + PAGE_HDR);
-}
 
 struct attnd_session {
   char id[33];
   uint64_t hash;
   attnd_session_shape_t shape;
-  size_t page_bytes; /* header included */
+  struct pool *pool; /* where its pages live: its backend's */
+  size_t page_bytes; /* what its pool counts for each page */
   int64_t len, max_tokens, ttl_s;
   double created, used; /* attnd_now_ms */
   page_t **pages;
-  float **data; /* page_data of each page: the core's page table */
+  float **data; /* each page's data: the core's page table */
   size_t n_pages, cap_pages;
   float k_absmax;
   int refs; /* the store's while live, and one per step that holds it */
@@ -66,13 +71,25 @@ typedef struct size_class {
   int64_t n_free;
 } size_class_t;
 
+/* Pages of one kind of memory, and what they count against: `cap` (the
+ * host pool), or `budget` (the device pool: the GPU's, shared with cuda
+ * requests). */
+typedef struct pool {
+  const attnd_kv_memory_t *mem;
+  attnd_budget_t *budget;  /* NULL: within cap */
+  int64_t cap, held, used; /* held: used + free pages */
+  size_t hdr;              /* counted per page beside its data */
+  size_class_t classes[SIZE_CLASSES];
+} pool_t;
+
 struct attnd_sessions {
   uv_mutex_t mu;
   attnd_session_t **buckets;
   size_t n_buckets, count;
   attnd_session_t *lru_head, *lru_tail; /* head: the least recently used */
-  int64_t cap, held, used;              /* held: used + free pages */
-  size_class_t classes[SIZE_CLASSES];
+  pool_t host, device;
+  attnd_kv_memory_t host_mem, device_mem;
+  attnd_budget_t no_device; /* the device pool's budget when given none */
   struct {
     uint64_t hash;
     char id[33];
@@ -191,29 +208,63 @@ static int idle(const attnd_session_t *s) {
   return s->live && !s->busy && s->qhead == NULL;
 }
 
-/* ---- the pool -------------------------------------------------------------
+/* ---- the pools ------------------------------------------------------------
  */
 
-static size_class_t *class_of(attnd_sessions_t *st, size_t bytes) {
+static void *host_alloc(size_t bytes) {
+  return aligned_alloc(64, bytes);
+}
+
+static int host_copy(void *dst, const void *src, size_t bytes) {
+  memcpy(dst, src, bytes);
+  return 0;
+}
+
+static size_class_t *class_of(pool_t *pl, size_t bytes) {
   for (int i = 0; i < SIZE_CLASSES; i++)
-    if (st->classes[i].bytes == bytes)
-      return &st->classes[i];
+    if (pl->classes[i].bytes == bytes)
+      return &pl->classes[i];
   for (int i = 0; i < SIZE_CLASSES; i++) /* a class with no free page left */
-    if (st->classes[i].bytes == 0 || st->classes[i].n_free == 0) {
-      st->classes[i].bytes = bytes;
-      return &st->classes[i];
+    if (pl->classes[i].bytes == 0 || pl->classes[i].n_free == 0) {
+      pl->classes[i].bytes = bytes;
+      return &pl->classes[i];
     }
   return NULL;
 }
 
-static void page_release(attnd_sessions_t *st, page_t *p) {
+/* Counts `bytes` more as held by pl: within its cap, or taken from its
+ * budget. Returns 0, or -1 (nothing taken) when they do not fit. */
+static int pool_reserve(pool_t *pl, int64_t bytes) {
+  if (pl->budget)
+    return attnd_budget_take(pl->budget, bytes, &pl->held);
+  if (pl->held + bytes > pl->cap)
+    return -1;
+  pl->held += bytes;
+  return 0;
+}
+
+static void pool_unreserve(pool_t *pl, int64_t bytes) {
+  pl->held -= bytes;
+  if (pl->budget) {
+    int64_t give = bytes;
+    attnd_budget_give(pl->budget, &give);
+  }
+}
+
+/* Gives page p's memory back to the allocator and to pl's count. */
+static void page_destroy(pool_t *pl, page_t *p) {
+  pool_unreserve(pl, (int64_t)p->bytes);
+  pl->mem->free(p->data);
+  free(p);
+}
+
+static void page_release(pool_t *pl, page_t *p) {
   if (--p->ref > 0)
     return;
-  st->used -= (int64_t)p->bytes;
-  size_class_t *c = class_of(st, p->bytes);
+  pl->used -= (int64_t)p->bytes;
+  size_class_t *c = class_of(pl, p->bytes);
   if (c == NULL) { /* every class busy with other sizes: give it back */
-    st->held -= (int64_t)p->bytes;
-    free(p);
+    page_destroy(pl, p);
     return;
   }
   p->next_free = c->free;
@@ -221,85 +272,85 @@ static void page_release(attnd_sessions_t *st, page_t *p) {
   c->n_free++;
 }
 
-/* Gives every free page of other sizes back to the allocator. */
-static void drop_free(attnd_sessions_t *st, size_t keep) {
+/* Gives every free page of pl of other sizes than `keep` back to the
+ * allocator. Returns how many. */
+static int drop_free(pool_t *pl, size_t keep) {
+  int n = 0;
   for (int i = 0; i < SIZE_CLASSES; i++) {
-    size_class_t *c = &st->classes[i];
+    size_class_t *c = &pl->classes[i];
     if (c->bytes == keep)
       continue;
     while (c->free) {
       page_t *p = c->free;
       c->free = p->next_free;
-      st->held -= (int64_t)p->bytes;
-      free(p);
+      page_destroy(pl, p);
+      n++;
     }
     c->n_free = 0;
   }
+  return n;
 }
 
 static void session_unref(attnd_sessions_t *st, attnd_session_t *s);
 static void end_session(attnd_sessions_t *st, attnd_session_t *s, int evicted);
 
-/* Evicts the least recently used idle session other than `keep`. Returns
- * whether there was one. */
-static int evict_one(attnd_sessions_t *st, const attnd_session_t *keep) {
+/* Evicts the least recently used idle session other than `keep` whose
+ * pages live in `pl` (NULL: any session, as each holds its cost in the
+ * host pool). Returns whether there was one. */
+static int evict_one(attnd_sessions_t *st, const attnd_session_t *keep,
+                     const pool_t *pl) {
   for (attnd_session_t *s = st->lru_head; s; s = s->lru_next)
-    if (s != keep) {
+    if (s != keep && (pl == NULL || s->pool == pl)) {
       end_session(st, s, 1);
       return 1;
     }
   return 0;
 }
 
-/* Takes `bytes` of the pool (for a page, or a session's cost), evicting
- * idle sessions other than `keep` when it is short. Returns 0 or -1. */
+/* Takes `bytes` of the host pool (a session's cost), evicting idle
+ * sessions other than `keep` when it is short. Returns 0 or -1. */
 static int pool_take(attnd_sessions_t *st, int64_t bytes,
                      const attnd_session_t *keep) {
-  while (st->held + bytes > st->cap) {
-    drop_free(st, 0);
-    if (st->held + bytes <= st->cap)
-      break;
-    if (!evict_one(st, keep))
+  while (pool_reserve(&st->host, bytes) < 0)
+    if (drop_free(&st->host, 0) == 0 && !evict_one(st, keep, NULL))
       return -1;
-  }
-  st->held += bytes;
-  st->used += bytes;
+  st->host.used += bytes;
   return 0;
 }
 
-/* A page of `bytes`, from its free list or new. NULL when the pool cannot
- * give one. */
-static page_t *page_new(attnd_sessions_t *st, size_t bytes,
+/* A page of `bytes` (pl's header included) from pl: from its free list, or
+ * new. When pl is short (or its allocator is), free pages of other sizes
+ * go back first, then idle sessions of pl other than `keep` are evicted.
+ * NULL when nothing is left to give back. */
+static page_t *page_new(attnd_sessions_t *st, pool_t *pl, size_t bytes,
                         const attnd_session_t *keep) {
   for (;;) {
-    size_class_t *c = class_of(st, bytes);
+    size_class_t *c = class_of(pl, bytes);
     if (c && c->free) {
       page_t *p = c->free;
       c->free = p->next_free;
       c->n_free--;
       p->ref = 1;
       p->mark = 0;
-      st->used += (int64_t)bytes;
+      pl->used += (int64_t)bytes;
       return p;
     }
-    if (st->held + (int64_t)bytes <= st->cap)
-      break;
-    drop_free(st, bytes);
-    if (st->held + (int64_t)bytes <= st->cap)
-      break;
-    if (!evict_one(st, keep)) /* its pages may now be free: look again */
+    if (pool_reserve(pl, (int64_t)bytes) == 0) {
+      page_t *p = malloc(sizeof *p);
+      float *data = p ? pl->mem->alloc(bytes - pl->hdr) : NULL;
+      if (data) {
+        *p = (page_t){.data = data, .ref = 1, .bytes = bytes};
+        pl->used += (int64_t)bytes;
+        return p;
+      }
+      free(p);
+      pool_unreserve(pl, (int64_t)bytes);
+    }
+    /* short: other sizes' free pages, then an idle session, whose pages
+     * may then be free: look again */
+    if (drop_free(pl, bytes) == 0 && !evict_one(st, keep, pl))
       return NULL;
   }
-  page_t *p = aligned_alloc(64, bytes);
-  if (p == NULL)
-    return NULL;
-  st->held += (int64_t)bytes;
-  st->used += (int64_t)bytes;
-  p->ref = 1;
-  p->mark = 0;
-  p->bytes = bytes;
-  p->next_free = NULL;
-  return p;
 }
 
 /* ---- sessions -------------------------------------------------------------
@@ -307,12 +358,12 @@ static page_t *page_new(attnd_sessions_t *st, size_t bytes,
 
 static void session_free(attnd_sessions_t *st, attnd_session_t *s) {
   for (size_t i = 0; i < s->n_pages; i++)
-    page_release(st, s->pages[i]);
+    page_release(s->pool, s->pages[i]);
   free(s->pages);
   free(s->data);
   attnd_layer_set_unref(s->shape.layers);
-  st->held -= SESSION_COST;
-  st->used -= SESSION_COST;
+  pool_unreserve(&st->host, SESSION_COST);
+  st->host.used -= SESSION_COST;
   free(s);
 }
 
@@ -386,7 +437,8 @@ static attnd_session_t *lookup(attnd_sessions_t *st, const char *id,
   return NULL;
 }
 
-static void info_of(const attnd_session_t *s, attnd_session_info_t *in) {
+static void info_of(const attnd_sessions_t *st, const attnd_session_t *s,
+                    attnd_session_info_t *in) {
   double now = attnd_now_ms();
   memset(in, 0, sizeof *in);
   memcpy(in->id, s->id, sizeof in->id);
@@ -397,14 +449,18 @@ static void info_of(const attnd_session_t *s, attnd_session_info_t *in) {
   in->Dh = s->shape.Dh;
   in->Dv = s->shape.Dv;
   in->rope = s->shape.rope;
+  in->backend = s->shape.backend;
   in->length = s->len;
   in->max_tokens = s->max_tokens;
   in->ttl_s = s->ttl_s;
   for (size_t i = 0; i < s->n_pages; i++)
     in->shared_pages += s->pages[i]->ref > 1;
   in->pages = (int64_t)s->n_pages;
-  /* what pool_take and page_new took for it, as kv_bytes_used counts */
-  in->bytes = SESSION_COST + (int64_t)(s->n_pages * s->page_bytes);
+  /* what pool_take and page_new took for it, as kv_bytes_used (and, for
+   * a cuda session's pages, kv_device_bytes_used) count */
+  int64_t pages = (int64_t)(s->n_pages * s->page_bytes);
+  in->bytes = SESSION_COST + pages;
+  in->device_bytes = s->pool == &st->device ? pages : 0;
   in->age_s = (now - s->created) / 1000.0;
   in->idle_s = s->busy ? 0 : (now - s->used) / 1000.0;
   in->expires_in_s = (double)s->ttl_s - in->idle_s;
@@ -451,7 +507,7 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
     attnd_error_set(err, ATTND_ERR_OVERLOADED, NULL,
                     "the KV cache is full of sessions in use (%lld of %lld "
                     "bytes); retry later",
-                    (long long)st->used, (long long)st->cap);
+                    (long long)st->host.used, (long long)st->host.cap);
     return NULL;
   }
   if (id) {
@@ -464,8 +520,9 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
   }
   s->hash = hash_id(s->id);
   s->shape = *shape;
+  s->pool = shape->backend == ATTN_BACKEND_CUDA ? &st->device : &st->host;
   s->page_bytes =
-      PAGE_HDR +
+      s->pool->hdr +
       (attn_kv_page_floats(shape->Hkv, shape->Dh, shape->Dv) * sizeof(float) +
        63) /
           64 * 64;
@@ -475,8 +532,8 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
   s->refs = 1;
   s->live = 1;
   if (table_insert(st, s) < 0) {
-    st->held -= SESSION_COST;
-    st->used -= SESSION_COST;
+    pool_unreserve(&st->host, SESSION_COST);
+    st->host.used -= SESSION_COST;
     free(s);
     attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, NULL,
                     "out of memory for a new session");
@@ -489,7 +546,9 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
 /* ---- the API --------------------------------------------------------------
  */
 
-attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes) {
+attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes,
+                                     attnd_budget_t *device_budget,
+                                     const attnd_kv_memory_t *device) {
   attnd_sessions_t *st = calloc(1, sizeof *st);
   if (st == NULL)
     return NULL;
@@ -500,7 +559,14 @@ attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes) {
     free(st);
     return NULL;
   }
-  st->cap = pool_bytes;
+  st->host_mem = (attnd_kv_memory_t){host_alloc, free, host_copy};
+  st->device_mem = device ? *device
+                          : (attnd_kv_memory_t){attn_cuda_alloc, attn_cuda_free,
+                                                attn_cuda_copy};
+  st->host = (pool_t){.mem = &st->host_mem, .cap = pool_bytes, .hdr = PAGE_HDR};
+  st->device =
+      (pool_t){.mem = &st->device_mem,
+               .budget = device_budget ? device_budget : &st->no_device};
   return st;
 }
 
@@ -512,7 +578,8 @@ void attnd_sessions_free(attnd_sessions_t *st) {
       next = s->hnext;
       session_free(st, s);
     }
-  drop_free(st, 0);
+  drop_free(&st->host, 0);
+  drop_free(&st->device, 0);
   free(st->buckets);
   uv_mutex_destroy(&st->mu);
   free(st);
@@ -540,7 +607,7 @@ int attnd_session_create(attnd_sessions_t *st, attnd_session_shape_t *shape,
     s = session_new(st, shape, max_tokens, ttl_s, id, NULL, err);
   }
   if (s)
-    info_of(s, info);
+    info_of(st, s, info);
   else
     attnd_layer_set_unref(shape->layers);
   uv_mutex_unlock(&st->mu);
@@ -552,7 +619,7 @@ int attnd_session_get(attnd_sessions_t *st, const char *id,
   uv_mutex_lock(&st->mu);
   attnd_session_t *s = lookup(st, id, err);
   if (s)
-    info_of(s, info);
+    info_of(st, s, info);
   uv_mutex_unlock(&st->mu);
   return s ? 0 : -1;
 }
@@ -599,7 +666,7 @@ int attnd_session_fork(attnd_sessions_t *st, const char *id,
       f->n_pages = n;
       f->len = s->len;
       f->k_absmax = s->k_absmax;
-      info_of(f, info);
+      info_of(st, f, info);
     }
   }
   uv_mutex_unlock(&st->mu);
@@ -623,12 +690,12 @@ int attnd_session_truncate(attnd_sessions_t *st, const char *id, int64_t length,
   } else if (s) {
     size_t keep = (size_t)((length + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE);
     while (s->n_pages > keep)
-      page_release(st, s->pages[--s->n_pages]);
+      page_release(s->pool, s->pages[--s->n_pages]);
     s->len = length;
     s->used = attnd_now_ms();
     lru_remove(st, s);
     lru_push(st, s);
-    info_of(s, info);
+    info_of(st, s, info);
   }
   uv_mutex_unlock(&st->mu);
   return r;
@@ -658,7 +725,7 @@ size_t attnd_session_list(attnd_sessions_t *st, const char *after,
         *more = 1;
         break;
       }
-      info_of(all[i], &infos[k++]);
+      info_of(st, all[i], &infos[k++]);
     }
   }
   free(all);
@@ -716,6 +783,7 @@ int attnd_session_prepare(attnd_sessions_t *st, attnd_request_t *req,
   attnd_session_t *s = req->session;
   int64_t n = req->params.query.dim[0]; /* the new tokens (rank 2) */
   int r = 0, full = 0; /* full: the pool could not give a page */
+  pool_t *pl = s->pool;
   if (!s->live) {
     r = attnd_error_set(err, ATTND_ERR_UNKNOWN_SESSION, "session",
                         "session %s ended while this step waited for its "
@@ -742,38 +810,54 @@ int attnd_session_prepare(attnd_sessions_t *st, attnd_request_t *req,
    * new tokens are written into it */
   size_t last = (size_t)(s->len / ATTN_KV_PAGE);
   if (r == 0 && s->len % ATTN_KV_PAGE && s->pages[last]->ref > 1) {
-    page_t *p = page_new(st, s->page_bytes, s);
+    page_t *p = page_new(st, pl, s->page_bytes, s);
     if (p == NULL) {
       r = -1, full = 1;
+    } else if (pl->mem->copy(p->data, s->data[last], s->page_bytes - pl->hdr) <
+               0) {
+      page_release(pl, p);
+      r = attnd_error_set(err, ATTND_ERR_BACKEND_UNAVAILABLE, "backend",
+                          "copying session %s's shared last page on the "
+                          "%s backend failed",
+                          s->id, attn_backend_kind_name(s->shape.backend));
     } else {
-      memcpy(page_data(p), s->data[last], s->page_bytes - PAGE_HDR);
-      page_release(st, s->pages[last]);
+      page_release(pl, s->pages[last]);
       s->pages[last] = p;
-      s->data[last] = page_data(p);
+      s->data[last] = p->data;
       st->stats.cow_copies++;
     }
   }
   while (r == 0 && s->n_pages < need) {
-    page_t *p = page_new(st, s->page_bytes, s);
+    page_t *p = page_new(st, pl, s->page_bytes, s);
     if (p == NULL) {
       r = -1, full = 1;
       break;
     }
     s->pages[s->n_pages] = p;
-    s->data[s->n_pages++] = page_data(p);
+    s->data[s->n_pages++] = p->data;
   }
-  if (full)
+  if (full && pl == &st->device)
+    attnd_error_set(err, ATTND_ERR_OVERLOADED, "backend",
+                    "GPU memory for session %s's pages (backend %s) is "
+                    "short: %lld of the %lld bytes that cuda sessions and "
+                    "requests may hold (max_device_memory_bytes) are in "
+                    "use, or the GPU has no more; retry later",
+                    s->id, attn_backend_kind_name(s->shape.backend),
+                    (long long)attnd_budget_used(pl->budget),
+                    (long long)pl->budget->max);
+  else if (full)
     attnd_error_set(err, ATTND_ERR_OVERLOADED, NULL,
                     "the KV cache is full (%lld of %lld bytes in use, by "
                     "sessions that are busy or shared); retry later",
-                    (long long)st->used, (long long)st->cap);
+                    (long long)pl->used, (long long)pl->cap);
   if (r == 0) {
     req->kv_past = s->len;
     req->kv_absmax = s->k_absmax;
     req->kv_pages = s->data;
     req->kv = (attn_kv_t){.past = &req->kv_past,
                           .pages = &req->kv_pages,
-                          .k_absmax = &req->kv_absmax};
+                          .k_absmax = &req->kv_absmax,
+                          .device = pl == &st->device};
     req->params.kv = &req->kv;
     s->used = attnd_now_ms();
   }
@@ -800,7 +884,7 @@ int attnd_session_step_end(attnd_sessions_t *st, attnd_request_t *req,
   if (!commit) { /* pages made ready for tokens that did not come */
     size_t keep = (size_t)((s->len + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE);
     while (s->n_pages > keep)
-      page_release(st, s->pages[--s->n_pages]);
+      page_release(s->pool, s->pages[--s->n_pages]);
   }
   req->params.kv = NULL;
   req->session = NULL;
@@ -826,8 +910,10 @@ void attnd_sessions_stats(attnd_sessions_t *st, attnd_sessions_stats_t *out) {
   uv_mutex_lock(&st->mu);
   *out = st->stats;
   out->sessions = (int64_t)st->count;
-  out->kv_bytes_used = st->used;
-  out->kv_bytes_free = st->cap - st->used;
+  out->kv_bytes_used = st->host.used;
+  out->kv_bytes_free = st->host.cap - st->host.used;
+  out->kv_device_bytes_used = st->device.used;
+  out->kv_device_bytes_held = st->device.held;
   st->epoch++;
   for (size_t i = 0; i < st->n_buckets; i++)
     for (attnd_session_t *s = st->buckets[i]; s; s = s->hnext)
@@ -862,12 +948,13 @@ void attnd_session_info_json(const attnd_session_info_t *in, attnd_buf_t *b) {
                      styles[in->rope.style]);
   attnd_buf_printf(
       b,
-      ",\"length\":%lld,\"max_tokens\":%lld,\"ttl_s\":%lld,\"page_tokens\":%d,"
+      ",\"backend\":\"%s\",\"length\":%lld,\"max_tokens\":%lld,\"ttl_s\":%lld,"
+      "\"page_tokens\":%d,"
       "\"pages\":%lld,\"shared_pages\":%lld,\"bytes\":%lld,\"age_s\":%.3f,"
       "\"idle_s\":%.3f,\"expires_in_s\":%.3f,\"busy\":%s,\"queued\":%d}",
-      (long long)in->length, (long long)in->max_tokens, (long long)in->ttl_s,
-      ATTN_KV_PAGE, (long long)in->pages, (long long)in->shared_pages,
-      (long long)in->bytes, in->age_s, in->idle_s,
-      in->expires_in_s > 0 ? in->expires_in_s : 0.0,
+      attn_backend_kind_name(in->backend), (long long)in->length,
+      (long long)in->max_tokens, (long long)in->ttl_s, ATTN_KV_PAGE,
+      (long long)in->pages, (long long)in->shared_pages, (long long)in->bytes,
+      in->age_s, in->idle_s, in->expires_in_s > 0 ? in->expires_in_s : 0.0,
       in->busy ? "true" : "false", in->queued);
 }

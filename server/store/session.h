@@ -2,12 +2,16 @@
  *
  * A session holds one sequence's keys and values, so that a client sends
  * only each step's new tokens. They live in pages of ATTN_KV_PAGE tokens
- * (the core's layout, attn_kv_t) taken from one pool of kv_cache_bytes;
- * pages are reference-counted, so that a fork shares its parent's pages
- * and a page is copied only when a session writes into one it shares.
- * When the pool is full, the least recently used idle session is evicted
- * (its id then answers 410); a session in use never is. A session unused
- * for its ttl_s ends (its id then answers 404, as a deleted one).
+ * (the core's layout, attn_kv_t): a cpu session's in host memory, from one
+ * pool of kv_cache_bytes; a cuda session's in GPU memory (attn_cuda_alloc),
+ * counted against the GPU's budget (max_device_memory_bytes) that cuda
+ * requests share. Every session's fixed cost (ATTND_SESSION_COST) is host
+ * memory, in the host pool. Pages are reference-counted, so that a fork
+ * (of the same backend as its parent) shares its parent's pages and a page
+ * is copied only when a session writes into one it shares. When a pool is
+ * full, the least recently used idle session whose pages live there is
+ * evicted (its id then answers 410); a session in use never is. A session
+ * unused for its ttl_s ends (its id then answers 404, as a deleted one).
  *
  * Steps of one session run one at a time, in arrival order: a step is
  * enqueued on its session (attnd_session_enqueue); when its turn comes it
@@ -30,6 +34,7 @@
 #include "codec/buf.h"
 #include "errors.h"
 #include "model/layers.h"
+#include "sched/budget.h"
 
 struct attnd_request;
 
@@ -43,7 +48,19 @@ typedef struct attnd_session_shape {
   const attnd_layer_t *layer; /* or NULL */
   int64_t H, Hkv, Dh, Dv;
   attn_rope_t rope;
+  /* where its pages live and its steps compute: cpu (host memory) or cuda
+   * (GPU memory); a fork's is its parent's */
+  attn_backend_kind_t backend;
 } attnd_session_shape_t;
+
+/* The device memory a cuda session's pages come from: attn_cuda_alloc,
+ * attn_cuda_free and attn_cuda_copy (attn.h), whose contracts these keep.
+ * A test of the store's own logic may pass functions over host memory. */
+typedef struct attnd_kv_memory {
+  void *(*alloc)(size_t bytes); /* NULL when out of memory */
+  void (*free)(void *p);
+  int (*copy)(void *dst, const void *src, size_t bytes); /* 0 or -1 */
+} attnd_kv_memory_t;
 
 /* What a session costs the pool before any page: it bounds how many empty
  * sessions a client can make. */
@@ -55,25 +72,35 @@ typedef struct attnd_session_info {
   char layer[256]; /* "" when pre-projected */
   int64_t H, Hkv, Dh, Dv;
   attn_rope_t rope;
+  attn_backend_kind_t backend;
   int64_t length, max_tokens, ttl_s;
   int64_t pages, shared_pages; /* shared: held by another session too */
-  /* what it holds of the pool: ATTND_SESSION_COST and its pages, a page
-   * it shares with another session counted in full (as in each holder) */
-  int64_t bytes;
+  /* what it holds of the pools: ATTND_SESSION_COST and its pages, a page
+   * it shares with another session counted in full (as in each holder);
+   * a cuda session's pages are GPU memory (device_bytes of them) */
+  int64_t bytes, device_bytes;
   double age_s, idle_s, expires_in_s;
   int busy;   /* a step is being computed */
   int queued; /* steps waiting their turn */
 } attnd_session_info_t;
 
-/* The pool's state, for /metrics. */
+/* The pools' state, for /metrics: the host pool's bytes, and the GPU
+ * memory that cuda sessions' pages hold (free pages kept for reuse
+ * included, as they count against the GPU's budget). */
 typedef struct attnd_sessions_stats {
   int64_t sessions, kv_bytes_used, kv_bytes_free, pages_shared;
+  int64_t kv_device_bytes_used, kv_device_bytes_held;
   uint64_t evicted_lru, expired, deleted, cow_copies;
 } attnd_sessions_stats_t;
 
-/* A store of sessions over a pool of pool_bytes. NULL when out of
- * memory. */
-attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes);
+/* A store of sessions over a host pool of pool_bytes; cuda sessions' pages
+ * come from `device` (NULL: attn_cuda_alloc and its kin; borrowed, it must
+ * outlive the store) within `device_budget` (borrowed too: the server's
+ * GPU budget, which cuda requests take from as well; NULL: none, and no
+ * cuda session gets a page). NULL when out of memory. */
+attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes,
+                                     attnd_budget_t *device_budget,
+                                     const attnd_kv_memory_t *device);
 void attnd_sessions_free(attnd_sessions_t *st);
 
 /* Whether `id` is a session's id: 32 hex digits, 0-9 and a-f. */
@@ -82,9 +109,10 @@ int attnd_session_id_ok(const char *id);
 /* A new session of `shape` (steals its layers reference, also on failure),
  * holding up to max_tokens, ending after ttl_s unused. Its id is `id` (the
  * client's, attnd_session_id_ok; one evicted or ended before may be used
- * again), or, NULL, 128 bits from the OS. Returns 0 with `info`, or -1
- * with err: session_exists (409) when a live session has the id,
- * overloaded (429), out_of_memory. */
+ * again), or, NULL, 128 bits from the OS. Whether shape->backend may run
+ * here is the caller's to check (its pages are taken at its steps).
+ * Returns 0 with `info`, or -1 with err: session_exists (409) when a live
+ * session has the id, overloaded (429), out_of_memory. */
 int attnd_session_create(attnd_sessions_t *st, attnd_session_shape_t *shape,
                          int64_t max_tokens, int64_t ttl_s, const char *id,
                          attnd_session_info_t *info, attnd_error_t *err);
@@ -133,9 +161,11 @@ int attnd_session_enqueue(attnd_sessions_t *st, const char *id,
 
 /* In its turn: checks req's expected_length (length_mismatch, 409) and the
  * session's max_tokens (limit_exceeded), makes its pages ready for the new
- * tokens (copying a shared last page; evicting idle sessions when the pool
- * is short, else overloaded, 429) and points req's params at the cache.
- * Returns 0, or -1 with err; either way the step must be ended. */
+ * tokens (copying a shared last page; evicting idle sessions of its backend
+ * when its pool is short, else overloaded, 429 naming backend for a cuda
+ * session; a failed GPU copy is backend_unavailable, 503) and points req's
+ * params at the cache (kv.device set for a cuda session). Returns 0, or -1
+ * with err; either way the step must be ended. */
 int attnd_session_prepare(attnd_sessions_t *st, struct attnd_request *req,
                           attnd_error_t *err);
 

@@ -54,7 +54,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
       .Dh = 4,
       .Dv = 2,
       .rope = {.style = ATTN_ROPE_INTERLEAVED, .theta = 500, .dims = 4}};
-  store = attnd_sessions_new(1 << 20);
+  store = attnd_sessions_new(1 << 20, NULL, NULL);
   FUZZ_CHECK(store != NULL, "no store");
   return 0;
 }
