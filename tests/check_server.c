@@ -1545,7 +1545,9 @@ END_TEST
  * cannot run, asking for it is refused naming "backend" and why (422 in a
  * build without CUDA, 503 in one whose host has no usable GPU); bf16 on
  * the cpu is 422 naming "precision"; /v1/info lists the backends a
- * request may name. Where cuda is usable, it computes. */
+ * request may name. Where cuda is usable, it computes. A session created
+ * with "backend": "cuda" is refused the same; one created without is the
+ * cpu's, and a step of it asking for cuda is 422 naming backend. */
 START_TEST(test_backend_choice) {
   attn_cuda_info_t ci;
   attn_cuda_info(&ci);
@@ -1568,6 +1570,41 @@ START_TEST(test_backend_choice) {
   snprintf(body, sizeof body, "%s, \"backend\": \"gpu\"}", base);
   r = post_text(body);
   sh_assert_error(&r, 422, "invalid_value", "backend", "gpu", NULL);
+  sh_resp_free(&r);
+  /* a session on the GPU (docs/sessions.md): refused as that request is;
+   * a session created without one is the cpu's, and its step cannot ask
+   * for cuda */
+  static const char pre[] = "{\"num_heads\": 1, \"head_dim\": 2";
+  snprintf(body, sizeof body, "%s, \"backend\": \"cuda\"}", pre);
+  r = request("POST", "/v1/sessions", "application/json", body);
+  if (ci.usable) {
+    ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+    ck_assert_ptr_nonnull(strstr(r.body, "\"backend\":\"cuda\""));
+  } else {
+    sh_assert_error(&r, ci.built ? 503 : 422,
+                    ci.built ? "backend_unavailable" : "invalid_value",
+                    "backend", "cuda", ci.status, NULL);
+  }
+  sh_resp_free(&r);
+  snprintf(body, sizeof body, "%s}", pre);
+  r = request("POST", "/v1/sessions", "application/json", body);
+  ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+  json_t *sv = sh_json(&r);
+  char path[96];
+  snprintf(path, sizeof path, "/v1/sessions/%s",
+           json_string_value(json_object_get(sv, "session")));
+  json_decref(sv);
+  sh_resp_free(&r);
+  r = get(path);
+  ck_assert_msg(r.status == 200 && strstr(r.body, "\"backend\":\"cpu\""),
+                "%ld %s", r.status, r.body);
+  sh_resp_free(&r);
+  strcat(path, "/attention");
+  r = request("POST", path, "application/json",
+              "{\"query\": [[1, 2]], \"key\": [[1, 0]], \"value\": [[3, 4]], "
+              "\"backend\": \"cuda\"}");
+  sh_assert_error(&r, 422, "invalid_value", "backend", "\"cuda\"",
+                  "on the cpu backend", NULL);
   sh_resp_free(&r);
   snprintf(body, sizeof body,
            "%s, \"backend\": \"cpu\", \"precision\": \"fp32\"}", base);

@@ -1797,6 +1797,9 @@ START_TEST(test_metrics) {
   ck_assert(sh_metric(srv.port, "attnd_sessions") == 0);
   ck_assert(kv_used(srv.port) == 0);
   ck_assert(sh_metric(srv.port, "attnd_kv_bytes{state=\"free\"}") == 16777216);
+  /* no cuda session here: no GPU memory held for pages */
+  ck_assert(sh_metric(srv.port, "attnd_kv_device_bytes{state=\"used\"}") == 0);
+  ck_assert(sh_metric(srv.port, "attnd_kv_device_bytes{state=\"kept\"}") == 0);
   char id[40], *body = create_text(SH_SMALL, NULL);
   json_decref(create(&c, body, id));
   free(body);
@@ -1971,6 +1974,42 @@ static const struct {
      "missing_field",
      "head_dim",
      {"head_dim is required"}},
+    {0,
+     0,
+     "{" PRE ",\"backend\":\"gpu\"}",
+     422,
+     "invalid_value",
+     "backend",
+     {"backend is \"gpu\"", "\"cpu\", \"cuda\""}},
+    {0,
+     0,
+     "{" PRE ",\"backend\":1}",
+     422,
+     "invalid_type",
+     "backend",
+     {"backend is a number", "\"cpu\", \"cuda\""}},
+    /* a step names its session's backend or none (A is a cpu session) */
+    {'A',
+     "/attention",
+     "{" STEP1 ",\"backend\":\"cuda\"}",
+     422,
+     "invalid_value",
+     "backend",
+     {"backend is \"cuda\"", "pages live on the cpu backend"}},
+    {'A',
+     "/attention",
+     "{" STEP1 ",\"backend\":\"tpu\"}",
+     422,
+     "invalid_value",
+     "backend",
+     {"backend is \"tpu\"", "\"cpu\", \"cuda\""}},
+    {'A',
+     "/attention",
+     "{" STEP1 ",\"backend\":\"cpu\",\"precision\":\"bf16\"}",
+     422,
+     "invalid_value",
+     "precision",
+     {"bf16", "cuda"}},
     {0,
      0,
      "{\"head_dim\":4}",
@@ -2469,8 +2508,15 @@ START_TEST(test_bad_requests) {
   for (int i = 0; i < 3; i++) {
     json_t *in = get_info(&c, ids[i]);
     ck_assert_int_eq(ji(in, "length"), lengths[i]);
+    /* created without a backend: the cpu's, whatever the config's */
+    ck_assert_str_eq(json_string_value(json_object_get(in, "backend")), "cpu");
     json_decref(in);
   }
+  /* a step may name its session's backend */
+  sh_resp_t ok = call_id(&c, "POST", ids[0], "/attention",
+                         "{" STEP1 ",\"backend\":\"cpu\"}");
+  ck_assert_msg(ok.status == 200, "%ld: %s", ok.status, ok.body);
+  sh_resp_free(&ok);
   /* the media type, and bodies over max_body_bytes */
   sh_req_t q = {.method = "POST",
                 .path = "/v1/sessions",

@@ -68,9 +68,9 @@ static int get_bool(dec_t *d, const json_t *obj, const char *key,
   return 0;
 }
 
-/* Picks one of `names` for a string member; *out is its index. */
-static int get_enum(dec_t *d, const json_t *obj, const char *key,
+int attnd__dec_enum(attnd_error_t *err, const json_t *obj, const char *key,
                     const char *field, const char *const *names, int *out) {
+  dec_t dd = {.err = err}, *d = &dd;
   const json_t *v = json_object_get(obj, key);
   if (v == NULL || json_is_null(v))
     return 0;
@@ -90,6 +90,12 @@ static int get_enum(dec_t *d, const json_t *obj, const char *key,
   return E(d, ATTND_ERR_INVALID_VALUE, field,
            "%s is \"%s\"; expected one of %s", field, json_string_value(v),
            list);
+}
+
+/* Picks one of `names` for a string member; *out is its index. */
+static int get_enum(dec_t *d, const json_t *obj, const char *key,
+                    const char *field, const char *const *names, int *out) {
+  return attnd__dec_enum(d->err, obj, key, field, names, out);
 }
 
 static const json_t *get_object(dec_t *d, const json_t *obj, const char *key,
@@ -394,6 +400,12 @@ static void pick_backend(const attnd_request_t *j, const attnd_config_t *cfg,
     ex->precision = ATTN_PRECISION_BF16;
 }
 
+attnd_err_t attnd_cuda_refusal_code(void) {
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  return ci.built ? ATTND_ERR_BACKEND_UNAVAILABLE : ATTND_ERR_INVALID_VALUE;
+}
+
 int attnd__dec_plan(dec_t *d) {
   attnd_request_t *j = d->req;
   d->planning = 1;
@@ -430,14 +442,8 @@ int attnd__dec_plan(dec_t *d) {
   if (rc == 0)
     return 0;
   attnd_err_t code = ATTND_ERR_INVALID_VALUE;
-  if (ae.code == ATTN_ENOTSUP && ae.field_id == ATTN_FIELD_BACKEND) {
-    /* a CUDA build on a host where it cannot run: 503; no CUDA in this
-     * build at all: 422, like any other option it lacks */
-    attn_cuda_info_t ci;
-    attn_cuda_info(&ci);
-    if (ci.built)
-      code = ATTND_ERR_BACKEND_UNAVAILABLE;
-  }
+  if (ae.code == ATTN_ENOTSUP && ae.field_id == ATTN_FIELD_BACKEND)
+    code = attnd_cuda_refusal_code();
   switch (ae.code) {
   case ATTN_ERANK:
   case ATTN_ESHAPE:
@@ -813,14 +819,31 @@ static int decode_root(dec_t *d, const json_t *root) {
  * the step's turn (attnd_request_plan), when the cache's length is known. */
 static int decode_step(dec_t *d, const json_t *root) {
   static const char *const known[] = {
-      "id",      "query",  "key",        "value",           "mask", "scale",
-      "softcap", "return", "timeout_ms", "expected_length", NULL};
+      "id",      "query",     "key",    "value",      "mask",
+      "scale",   "softcap",   "return", "timeout_ms", "expected_length",
+      "backend", "precision", NULL};
   const attnd_session_shape_t *sh = d->step;
   attnd_request_t *j = d->req;
   attn_params_t *p = &j->params;
   int present;
   if (attnd__dec_root(d, root, known) < 0)
     return -1;
+  /* a step computes where its session's pages live, whatever the config's
+   * backend; it may name that backend, and a precision for it */
+  int backend = (int)sh->backend, precision = ATTND_PRECISION_CONFIG;
+  if (get_enum(d, root, "backend", "backend", attnd_backend_names, &backend) <
+          0 ||
+      get_enum(d, root, "precision", "precision", attnd_precision_names,
+               &precision) < 0)
+    return -1;
+  if (backend != (int)sh->backend)
+    return E(d, ATTND_ERR_INVALID_VALUE, "backend",
+             "backend is \"%s\", but this session's pages live on the %s "
+             "backend (its create's \"backend\"): its steps compute there",
+             attnd_backend_names[backend], attn_backend_kind_name(sh->backend));
+  j->backend =
+      sh->backend == ATTN_BACKEND_CUDA ? ATTND_BACKEND_CUDA : ATTND_BACKEND_CPU;
+  j->precision = (attnd_precision_choice_t)precision;
   if (sh->layer) {
     d->layers = sh->layers;
     attnd__dec_use_layer(d, sh->layer);

@@ -60,6 +60,12 @@ uint64_t attnd__dec_nonce(void);
 attnd_bulk_t *attnd__dec_bulk_array(const dec_t *d, const json_t *v);
 /* The out_of_memory error for `field`; returns -1. */
 int attnd__dec_oom(dec_t *d, const char *field);
+/* Picks one of `names` (NULL-terminated) for obj's string member `key`,
+ * whose path is `field`: its index in *out, untouched when absent or
+ * null. Returns 0, or -1 with err: invalid_type, or invalid_value listing
+ * the names. Also for the sessions' control bodies (session_api.c). */
+int attnd__dec_enum(attnd_error_t *err, const json_t *obj, const char *key,
+                    const char *field, const char *const *names, int *out);
 /* "an object", "a number", ...: how a message names v's type. */
 const char *attnd__json_type(const json_t *v);
 /* Rejects members of `obj` that are not in the NULL-terminated `known`;

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/decode.h"
+#include "sched/request.h"
+
 /* jansson's tree of a small control body ("" is {}): a new reference, or
  * NULL with invalid_json or invalid_type set. */
 static json_t *parse_object(const char *body, size_t len, attnd_error_t *err) {
@@ -82,6 +85,34 @@ static int get_int(const json_t *obj, const char *key, int64_t lo, int64_t hi,
   return get_int_at(obj, key, key, lo, hi, out, err);
 }
 
+/* "backend" (attnd_backend_names; cpu where absent: the config's auto does
+ * not pick cuda for sessions yet). cuda is refused where it cannot run
+ * (as a /v1 request asking for it: attnd_cuda_refusal_code), and for heads
+ * wider than it takes. */
+static int get_backend(const json_t *obj, const attnd_session_shape_t *shape,
+                       attn_backend_kind_t *out, attnd_error_t *err) {
+  int b = ATTND_BACKEND_CPU;
+  if (attnd__dec_enum(err, obj, "backend", "backend", attnd_backend_names, &b) <
+      0)
+    return -1;
+  *out = b == ATTND_BACKEND_CUDA ? ATTN_BACKEND_CUDA : ATTN_BACKEND_CPU;
+  if (*out != ATTN_BACKEND_CUDA)
+    return 0;
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  if (!ci.usable)
+    return attnd_error_set(err, attnd_cuda_refusal_code(), "backend",
+                           "backend cuda: %s", ci.status);
+  if (shape->Dh > ATTN_CUDA_MAX_HEAD_DIM || shape->Dv > ATTN_CUDA_MAX_HEAD_DIM)
+    return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "backend",
+                           "backend cuda takes heads of at most %d features; "
+                           "this session's are Dh=%lld, Dv=%lld: use backend "
+                           "cpu",
+                           ATTN_CUDA_MAX_HEAD_DIM, (long long)shape->Dh,
+                           (long long)shape->Dv);
+  return 0;
+}
+
 /* "rope": {"theta"?, "dims"?, "style"?: "half" | "interleaved"}. */
 static int get_rope(const json_t *obj, int64_t Dh, attn_rope_t *rp,
                     attnd_error_t *err) {
@@ -129,7 +160,7 @@ int attnd_session_api_create(attnd_sessions_t *st, const char *id,
                              attnd_error_t *err) {
   static const char *const known[] = {
       "layer", "num_heads",  "num_kv_heads", "head_dim", "v_head_dim",
-      "rope",  "max_tokens", "ttl_s",        NULL};
+      "rope",  "max_tokens", "ttl_s",        "backend",  NULL};
   if (id && !attnd_session_id_ok(id))
     return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "session",
                            "session id '%.40s%s' is not 32 hex digits 0-9a-f",
@@ -195,7 +226,8 @@ int attnd_session_api_create(attnd_sessions_t *st, const char *id,
   }
   if (r == 0 &&
       (get_int(v, "max_tokens", 1, most, &max_tokens, err) < 0 ||
-       get_int(v, "ttl_s", 1, cfg->session_max_ttl_s, &ttl_s, err) < 0))
+       get_int(v, "ttl_s", 1, cfg->session_max_ttl_s, &ttl_s, err) < 0 ||
+       get_backend(v, &shape, &shape.backend, err) < 0))
     r = -1;
   json_decref(v);
   if (r < 0) {

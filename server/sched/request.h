@@ -79,6 +79,13 @@ typedef enum {
 extern const char *const attnd_backend_names[];
 extern const char *const attnd_precision_names[];
 
+/* The code of a refusal of the cuda backend where it cannot run here
+ * (attn_cuda_info's usable is 0), for /v1, OIP and sessions alike:
+ * backend_unavailable (503) in a CUDA build, whose host may have a GPU
+ * later; invalid_value (422) in a build without CUDA, as for any option it
+ * lacks. Any thread. */
+attnd_err_t attnd_cuda_refusal_code(void);
+
 typedef struct attnd_request {
   /* What was asked (decode). */
   char *id;             /* owned, the request's "id" or NULL */
@@ -187,7 +194,8 @@ int attnd__request_decode_path(const char *body, size_t len,
 /* Decodes the body of a step of a session of `shape` (session.h): the new
  * tokens in query (and, without a layer, their key and value, [Lnew, width]
  * each), mask.window and mask.alibi, scale, softcap, return, timeout_ms,
- * id and expected_length; the session gives the projections, heads, rope
+ * id, expected_length, and backend (the session's own, else refused) and
+ * precision; the session gives the projections, heads, its backend, rope
  * and a causal mask over its cache. Not planned: attnd_request_plan does
  * that in the step's turn. Returns 0, or -1 with `err`. HTTP thread. */
 struct attnd_session_shape;
