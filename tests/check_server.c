@@ -1630,6 +1630,125 @@ START_TEST(test_backend_choice) {
 }
 END_TEST
 
+/* ---- a session on the GPU ----------------------------------------------- */
+
+/* Its backend's name in test_cuda_session: "cuda"; "cpu" checks the test
+ * itself on a machine without a GPU (cpu against cpu, to the bit). */
+static const char *const gpu_backend = "cuda";
+#define GPU_SESSION_TOL 1e-4 /* check_cuda's fp32 tolerance */
+
+/* A new pre-projected session (H 2, Hkv 1, Dh 8) on `backend`: its path,
+ * /v1/sessions/{id}, in path. */
+static void gpu_session_new(const char *backend, char path[64]) {
+  char body[160];
+  snprintf(body, sizeof body,
+           "{\"num_heads\": 2, \"num_kv_heads\": 1, \"head_dim\": 8, "
+           "\"backend\": \"%s\"}",
+           backend);
+  sh_resp_t r = request("POST", "/v1/sessions", "application/json", body);
+  ck_assert_msg(r.status == 201, "%ld %s", r.status, r.body);
+  json_t *v = sh_json(&r);
+  ck_assert_str_eq(json_string_value(json_object_get(v, "backend")), backend);
+  snprintf(path, 64, "/v1/sessions/%s",
+           json_string_value(json_object_get(v, "session")));
+  json_decref(v);
+  sh_resp_free(&r);
+}
+
+/* POST `path``sub` with body, answered `status`: the new session's path
+ * in fork (a fork), or the reply's output (a step: sh_tensor_free it). */
+static sh_tensor_t gpu_session_post(const char *path, const char *sub,
+                                    const char *body, long status,
+                                    char fork[64]) {
+  char at[96];
+  snprintf(at, sizeof at, "%s%s", path, sub);
+  sh_resp_t r = request("POST", at, "application/json", body);
+  ck_assert_msg(r.status == status, "POST %s: %ld %s", at, r.status, r.body);
+  json_t *v = sh_json(&r);
+  sh_tensor_t t = {0};
+  if (fork)
+    snprintf(fork, 64, "/v1/sessions/%s",
+             json_string_value(json_object_get(v, "session")));
+  else if (strcmp(sub, "/attention") == 0)
+    t = reply_tensor(v, "output");
+  json_decref(v);
+  sh_resp_free(&r);
+  return t;
+}
+
+/* The same step of n random tokens to the cpu session and the GPU one:
+ * their outputs agree within GPU_SESSION_TOL. */
+static void gpu_session_step(const char *cpu, const char *gpu, int n,
+                             tu_rng_t *rng) {
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  static const char *const names[3] = {"query", "key", "value"};
+  static const int widths[3] = {16, 8, 8};
+  for (int m = 0; m < 3; m++) {
+    attnd_buf_printf(&b, "%s\"%s\": [", m ? ", " : "{", names[m]);
+    for (int i = 0; i < n; i++) {
+      attnd_buf_puts(&b, i ? ", [" : "[");
+      for (int k = 0; k < widths[m]; k++)
+        attnd_buf_printf(&b, "%s%.6f", k ? ", " : "", tu_rng_sym(rng));
+      attnd_buf_puts(&b, "]");
+    }
+    attnd_buf_puts(&b, "]");
+  }
+  attnd_buf_puts(&b, "}");
+  sh_tensor_t want = gpu_session_post(cpu, "/attention", b.data, 200, NULL),
+              got = gpu_session_post(gpu, "/attention", b.data, 200, NULL);
+  ck_assert_uint_eq(got.n, want.n);
+  double err = tu_rel_err_f(got.data, want.data, want.n);
+  ck_assert_msg(err <= GPU_SESSION_TOL, "%s after %s: %d tokens: error %g", gpu,
+                cpu, n, err);
+  sh_tensor_free(&want);
+  sh_tensor_free(&got);
+  attnd_buf_free(&b);
+}
+
+/* Where the cuda backend is usable (nothing to do elsewhere: the create is
+ * refused, test_backend_choice): a session on the GPU computes what one on
+ * the cpu does, step by step, across a page's end (64 tokens), after a
+ * fork (its first step copies the shared page on the GPU, and the parent's
+ * next step must not see the fork's tokens) and after a truncate; its
+ * pages count in attnd_kv_device_bytes, not attnd_kv_bytes, until they are
+ * deleted. Catches: device pages written or read in another layout than
+ * the cpu's, a fork writing into its parent's page, a truncate leaving
+ * stale tokens visible, pages counted in the host pool. */
+START_TEST(test_cuda_session) {
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  if (!ci.usable && strcmp(gpu_backend, "cuda") == 0)
+    return;
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 31);
+  char cpu[64], gpu[64], fcpu[64], fgpu[64];
+  gpu_session_new("cpu", cpu);
+  gpu_session_new(gpu_backend, gpu);
+  gpu_session_step(cpu, gpu, 1, &rng);
+  gpu_session_step(cpu, gpu, 70, &rng); /* 71: a page and 7 tokens */
+  gpu_session_post(cpu, "/fork", "{}", 201, fcpu);
+  gpu_session_post(gpu, "/fork", "{}", 201, fgpu);
+  gpu_session_step(fcpu, fgpu, 2, &rng);
+  gpu_session_step(cpu, gpu, 2, &rng);
+  gpu_session_post(cpu, "/truncate", "{\"length\": 60}", 200, NULL);
+  gpu_session_post(gpu, "/truncate", "{\"length\": 60}", 200, NULL);
+  gpu_session_step(cpu, gpu, 5, &rng);
+  gpu_session_step(fcpu, fgpu, 64, &rng);
+  /* the GPU's pages: the parent's 2 and the fork's 3, none shared now */
+  double used = sh_metric(srv.port, "attnd_kv_device_bytes{state=\"used\"}");
+  if (strcmp(gpu_backend, "cuda") == 0)
+    ck_assert_msg(used > 0, "attnd_kv_device_bytes used %g", used);
+  const char *all[4] = {cpu, gpu, fcpu, fgpu};
+  for (int i = 0; i < 4; i++) {
+    sh_resp_t r = request("DELETE", all[i], NULL, NULL);
+    ck_assert_int_eq(r.status, 204);
+    sh_resp_free(&r);
+  }
+  ck_assert(sh_metric(srv.port, "attnd_kv_device_bytes{state=\"used\"}") == 0);
+}
+END_TEST
+
 /* Every line of a Prometheus text is a comment or "name{labels} value". */
 static void assert_prometheus(const char *text) {
   regex_t re;
@@ -2124,6 +2243,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_health_ready);
   tcase_add_test(tc, test_info);
   tcase_add_test(tc, test_backend_choice);
+  tcase_add_test(tc, test_cuda_session);
   tcase_add_test(tc, test_prometheus);
   suite_add_tcase(s, tc);
 
