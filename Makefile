@@ -227,15 +227,16 @@ check: perf-table-check
 # own source and emulated warp instructions (tests/flash-emu/flash_emu.cc):
 # g++ and CUDA's headers, no GPU, no nvcc. In `check` with CUDA=1.
 FLASH_EMU_INC ?= $(or $(CUDA_HOME),/usr/local/cuda)/include
+EMU_CXX = $(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -Wno-attributes \
+  -Wno-unknown-pragmas -Wno-missing-field-initializers \
+  -I$(FLASH_EMU_INC) -Iinclude -Icore/cuda
 .PHONY: flash-emu-check
 flash-emu-check: $(BUILD)/tests/flash_emu
 	./$(BUILD)/tests/flash_emu
 $(BUILD)/tests/flash_emu: tests/flash-emu/flash_emu.cc core/cuda/kernels.h \
   $(wildcard core/cuda/*.cuh) include/attn/attn.h
 	@mkdir -p $(@D)
-	$(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -Wno-attributes \
-	  -Wno-unknown-pragmas -I$(FLASH_EMU_INC) -Iinclude -Icore/cuda $< \
-	  -o $@ -pthread
+	$(EMU_CXX) $< -o $@ -pthread
 ifeq ($(CUDA),1)
 check: flash-emu-check
 endif
@@ -249,10 +250,7 @@ reduce-emu-check: $(BUILD)/tests/reduce_emu
 $(BUILD)/tests/reduce_emu: tests/reduce-emu/reduce_emu.cc $(BUILD)/tests/ref.o \
   core/cuda/kernels.h $(wildcard core/cuda/*.cuh) include/attn/attn.h
 	@mkdir -p $(@D)
-	$(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -Wno-attributes \
-	  -Wno-unknown-pragmas -Wno-missing-field-initializers \
-	  -I$(FLASH_EMU_INC) -Iinclude -Icore/cuda -Itests $< \
-	  $(BUILD)/tests/ref.o -o $@ -pthread -lm
+	$(EMU_CXX) -Itests $< $(BUILD)/tests/ref.o -o $@ -pthread -lm
 ifeq ($(CUDA),1)
 check: reduce-emu-check
 endif
@@ -266,10 +264,7 @@ kv-emu-check: $(BUILD)/tests/kv_emu
 $(BUILD)/tests/kv_emu: tests/kv-emu/kv_emu.cc $(BUILD)/libattn.a \
   core/cuda/kernels.h core/cuda/kv.cuh include/attn/attn.h
 	@mkdir -p $(@D)
-	$(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -Wno-attributes \
-	  -Wno-unknown-pragmas -Wno-missing-field-initializers \
-	  -I$(FLASH_EMU_INC) -Iinclude -Icore/cuda $< $(BUILD)/libattn.a \
-	  -o $@ -pthread $(LIBS_CORE)
+	$(EMU_CXX) $< $(BUILD)/libattn.a -o $@ -pthread $(LIBS_CORE)
 ifeq ($(CUDA),1)
 check: kv-emu-check
 endif

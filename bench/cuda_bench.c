@@ -83,6 +83,27 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* A row's timed calls: each one's compute (the three device stages),
+ * total, projection, attention and output ms. */
+enum { R_COMPUTE, R_TOTAL, R_PROJ, R_ATTN, R_OUT, R_N };
+typedef struct runs {
+  double ms[R_N][32];
+} runs_t;
+
+static void runs_note(runs_t *rs, int r, const attn_timing_t *t) {
+  rs->ms[R_COMPUTE][r] = t->projection_ms + t->attention_ms + t->output_ms;
+  rs->ms[R_TOTAL][r] = t->total_ms;
+  rs->ms[R_PROJ][r] = t->projection_ms;
+  rs->ms[R_ATTN][r] = t->attention_ms;
+  rs->ms[R_OUT][r] = t->output_ms;
+}
+
+/* The medians of the first n calls, in runs_t's order. */
+static void runs_median(runs_t *rs, int n, double m[R_N]) {
+  for (int k = 0; k < R_N; k++)
+    m[k] = median(rs->ms[k], n);
+}
+
 /* Times one row; returns 0, or the core's error (printed). */
 static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
                    FILE *csv) {
@@ -111,18 +132,12 @@ static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
   int rc = attn_plan_init(&plan, &p, &ex, &err);
   if (rc == 0)
     ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64 + 64);
-  double compute[32], total[32], stage[3][32];
+  runs_t rs;
   for (int r = -1; rc == 0 && r < reps; r++) { /* r = -1: the warm-up */
     attn_outputs_t o = {.out = out};
     rc = attn_forward(&plan, &o, ws, plan.workspace_bytes, &err);
-    if (rc == 0 && r >= 0) {
-      compute[r] =
-          o.timing.projection_ms + o.timing.attention_ms + o.timing.output_ms;
-      total[r] = o.timing.total_ms;
-      stage[0][r] = o.timing.projection_ms;
-      stage[1][r] = o.timing.attention_ms;
-      stage[2][r] = o.timing.output_ms;
-    }
+    if (rc == 0 && r >= 0)
+      runs_note(&rs, r, &o.timing);
   }
   if (rc != 0) {
     fprintf(stderr, "attn-cuda-bench: L=%lld E=%lld H=%lld %s: %s (%s): %s\n",
@@ -130,22 +145,22 @@ static int run_row(const shape_t *sh, attn_precision_t prec, int reps,
             attn_precision_name(prec), attn_errname(rc), err.field,
             err.message);
   } else {
-    double c = median(compute, reps), t = median(total, reps);
-    double st[3] = {median(stage[0], reps), median(stage[1], reps),
-                    median(stage[2], reps)};
+    double m[R_N];
+    runs_median(&rs, reps, m);
     double flops = 8.0 * L * E * E + 4.0 * (double)L * L * E;
     printf("%6lld %5lld %3lld  %-5s v%-5d %10.3f %10.3f %9.1f  %8.3f %8.3f "
            "%8.3f\n",
            (long long)L, (long long)E, (long long)sh->H,
-           attn_precision_name(prec), attn__cuda_flash_last, c, t,
-           flops / (c * 1e-3) / 1e12, st[0], st[1], st[2]);
-    if (csv)
+           attn_precision_name(prec), attn__cuda_flash_last, m[R_COMPUTE],
+           m[R_TOTAL], flops / (m[R_COMPUTE] * 1e-3) / 1e12, m[R_PROJ],
+           m[R_ATTN], m[R_OUT]);
+    if (csv) {
       fprintf(csv, "%lld,%lld,%lld,%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f\n",
               (long long)L, (long long)E, (long long)sh->H,
-              attn_precision_name(prec), attn__cuda_flash_last, c, t, st[0],
-              st[1], st[2]);
-    if (csv)
+              attn_precision_name(prec), attn__cuda_flash_last, m[R_COMPUTE],
+              m[R_TOTAL], m[R_PROJ], m[R_ATTN], m[R_OUT]);
       fflush(csv);
+    }
   }
   free(ws);
   free(out);
@@ -205,7 +220,8 @@ static int run_decode(int64_t N, attn_precision_t prec, int reps, FILE *csv) {
   p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
   p.kv = &kv;
   attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .precision = prec};
-  double prefill = 0, compute[32], total[32], stage[3][32];
+  double prefill = 0;
+  runs_t rs;
   for (int r = -1; rc == 0 && r < reps; r++) { /* r = -1: the prefill */
     const int64_t n = r < 0 ? N : 1;
     p.query = (attn_tensor_t){.data = x + past * E, .rank = 2, .dim = {n, E}};
@@ -227,28 +243,22 @@ static int run_decode(int64_t N, attn_precision_t prec, int reps, FILE *csv) {
       prefill = o.timing.total_ms;
       continue;
     }
-    compute[r] =
-        o.timing.projection_ms + o.timing.attention_ms + o.timing.output_ms;
-    total[r] = o.timing.total_ms;
-    stage[0][r] = o.timing.projection_ms;
-    stage[1][r] = o.timing.attention_ms;
-    stage[2][r] = o.timing.output_ms;
+    runs_note(&rs, r, &o.timing);
   }
   if (rc != 0) {
     fprintf(stderr, "attn-cuda-bench: decode, context %lld %s: %s (%s): %s\n",
             (long long)N, attn_precision_name(prec), attn_errname(rc),
             err.field, err.message);
   } else {
-    double st[3] = {median(stage[0], reps), median(stage[1], reps),
-                    median(stage[2], reps)};
-    double c = median(compute, reps), t = median(total, reps);
+    double m[R_N];
+    runs_median(&rs, reps, m);
     printf("%7lld  %-5s v%-5d %10.2f %10.3f %10.3f  %8.3f %8.3f %8.3f\n",
            (long long)N, attn_precision_name(prec), attn__cuda_flash_last,
-           prefill, c, t, st[0], st[1], st[2]);
+           prefill, m[R_COMPUTE], m[R_TOTAL], m[R_PROJ], m[R_ATTN], m[R_OUT]);
     if (csv) {
       fprintf(csv, "%lld,%s,%d,%.3f,%.4f,%.4f,%.4f,%.4f,%.4f\n", (long long)N,
-              attn_precision_name(prec), attn__cuda_flash_last, prefill, c, t,
-              st[0], st[1], st[2]);
+              attn_precision_name(prec), attn__cuda_flash_last, prefill,
+              m[R_COMPUTE], m[R_TOTAL], m[R_PROJ], m[R_ATTN], m[R_OUT]);
       fflush(csv);
     }
   }

@@ -238,15 +238,19 @@ static int busy(int64_t n, int threads) {
   return 8 * n >= 7 * (int64_t)threads * rounds;
 }
 
+/* The row chunks of K (and of V) in chunks of `rows`: of the new tokens
+ * with a kv cache, else of each batch item's keys. */
+static int64_t kv_chunks(const attn_plan_t *pl, int64_t rows) {
+  return pl->params->kv ? chunks(pl->B * pl->Lq, rows)
+                        : pl->B * chunks(pl->Lk, rows);
+}
+
 /* Rows per projection task for this shape, before the threads are counted
  * (internal.h). */
 static int64_t proj_rows(const attn_plan_t *pl) {
   int64_t rows = ATTN__PROJ_ROWS_MAX;
-  int64_t BLq = pl->B * pl->Lq;
   while (rows > ATTN__PROJ_ROWS_MIN &&
-         chunks(BLq, rows) + 2 * (pl->params->kv
-                                      ? chunks(BLq, rows)
-                                      : pl->B * chunks(pl->Lk, rows)) <
+         chunks(pl->B * pl->Lq, rows) + 2 * kv_chunks(pl, rows) <
              ATTN__PROJ_TASKS)
     rows /= 2;
   return rows;
@@ -994,7 +998,7 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
 
   f->rows = f->orows = proj_rows(pl);
   int64_t q_rows = chunks(pl->B * pl->Lq, f->rows),
-          kv_rows = p->kv ? q_rows : pl->B * chunks(f->lnk, f->rows);
+          kv_rows = kv_chunks(pl, f->rows);
   /* Column groups (ATTN__PROJ_COLS), for a stage whose row chunks alone
    * give several threads under two tasks each: whole heads of Q, K and V
    * (not with a kv cache, whose rows go to pages a row at a time), columns
@@ -1019,19 +1023,14 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
    * tasks 1/4, where chunks of 256 rows give 48 and 16. */
   while (f->rows > ATTN__PROJ_ROWS_MIN &&
          !busy(chunks(pl->B * pl->Lq, f->rows) * f->gq +
-                   2 *
-                       (p->kv ? chunks(pl->B * pl->Lq, f->rows)
-                              : pl->B * chunks(f->lnk, f->rows)) *
-                       f->gkv,
+                   2 * kv_chunks(pl, f->rows) * f->gkv,
                pl->threads))
     f->rows /= 2;
   while (f->orows > ATTN__PROJ_ROWS_MIN &&
          !busy(chunks(pl->B * pl->Lq, f->orows) * f->gout, pl->threads))
     f->orows /= 2;
-  q_rows = chunks(pl->B * pl->Lq, f->rows);
-  kv_rows = p->kv ? q_rows : pl->B * chunks(f->lnk, f->rows);
-  f->n_q = q_rows * f->gq;
-  f->n_k = kv_rows * f->gkv;
+  f->n_q = chunks(pl->B * pl->Lq, f->rows) * f->gq;
+  f->n_k = kv_chunks(pl, f->rows) * f->gkv;
   f->n_units = pl->B * (pl->H / c->heads_per_unit) * c->n_qblocks;
   f->n_out = (p->o_weight.rank || p->o_bias.rank)
                  ? chunks(pl->B * pl->Lq, f->orows) * f->gout
