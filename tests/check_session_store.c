@@ -2,7 +2,7 @@
  * (server/store/session.h) called directly, for what HTTP cannot show
  * without a GPU: a cuda session's pages.
  *
- * The store takes its device memory as functions (attnd_kv_memory_t);
+ * The store takes its device memory as functions (attnd_device_memory_t);
  * here they are host memory that this file counts: every block it gave
  * out, every copy. So these tests check the store's own logic for device
  * pages (their accounting against the GPU budget and not the host pool,
@@ -73,7 +73,7 @@ static int fake_copy(void *dst, const void *src, size_t bytes) {
   return 0;
 }
 
-static const attnd_kv_memory_t fake = {fake_alloc, fake_free, fake_copy};
+static const attnd_device_memory_t fake = {fake_alloc, fake_free, fake_copy};
 
 /* ---- a store, and steps on it ----------------------------------------- */
 

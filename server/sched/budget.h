@@ -9,6 +9,7 @@
 #ifndef ATTND_BUDGET_H
 #define ATTND_BUDGET_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct attnd_budget {
@@ -33,5 +34,15 @@ void attnd_budget_scratch(attnd_budget_t *b, int64_t delta);
 
 /* Bytes held by all requests and kept workspaces right now. */
 int64_t attnd_budget_used(const attnd_budget_t *b);
+
+/* Device memory as functions: attn_cuda_alloc, attn_cuda_free and
+ * attn_cuda_copy (attn.h), whose contracts these keep. Cuda sessions' pages
+ * and resident layers' weights come from them; a test of the store's or
+ * the layers' own logic may pass functions over host memory instead. */
+typedef struct attnd_device_memory {
+  void *(*alloc)(size_t bytes); /* NULL when out of memory */
+  void (*free)(void *p);
+  int (*copy)(void *dst, const void *src, size_t bytes); /* 0 or -1 */
+} attnd_device_memory_t;
 
 #endif

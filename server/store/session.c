@@ -75,7 +75,7 @@ typedef struct size_class {
  * host pool), or `budget` (the device pool: the GPU's, shared with cuda
  * requests). */
 typedef struct pool {
-  const attnd_kv_memory_t *mem;
+  const attnd_device_memory_t *mem;
   attnd_budget_t *budget;  /* NULL: within cap */
   int64_t cap, held, used; /* held: used + free pages */
   size_t hdr;              /* counted per page beside its data */
@@ -88,7 +88,7 @@ struct attnd_sessions {
   size_t n_buckets, count;
   attnd_session_t *lru_head, *lru_tail; /* head: the least recently used */
   pool_t host, device;
-  attnd_kv_memory_t host_mem, device_mem;
+  attnd_device_memory_t host_mem, device_mem;
   attnd_budget_t no_device; /* the device pool's budget when given none */
   struct {
     uint64_t hash;
@@ -548,7 +548,7 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
 
 attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes,
                                      attnd_budget_t *device_budget,
-                                     const attnd_kv_memory_t *device) {
+                                     const attnd_device_memory_t *device) {
   attnd_sessions_t *st = calloc(1, sizeof *st);
   if (st == NULL)
     return NULL;
@@ -559,10 +559,11 @@ attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes,
     free(st);
     return NULL;
   }
-  st->host_mem = (attnd_kv_memory_t){host_alloc, free, host_copy};
-  st->device_mem = device ? *device
-                          : (attnd_kv_memory_t){attn_cuda_alloc, attn_cuda_free,
-                                                attn_cuda_copy};
+  st->host_mem = (attnd_device_memory_t){host_alloc, free, host_copy};
+  st->device_mem =
+      device ? *device
+             : (attnd_device_memory_t){attn_cuda_alloc, attn_cuda_free,
+                                       attn_cuda_copy};
   st->host = (pool_t){.mem = &st->host_mem, .cap = pool_bytes, .hdr = PAGE_HDR};
   st->device =
       (pool_t){.mem = &st->device_mem,

@@ -53,15 +53,6 @@ typedef struct attnd_session_shape {
   attn_backend_kind_t backend;
 } attnd_session_shape_t;
 
-/* The device memory a cuda session's pages come from: attn_cuda_alloc,
- * attn_cuda_free and attn_cuda_copy (attn.h), whose contracts these keep.
- * A test of the store's own logic may pass functions over host memory. */
-typedef struct attnd_kv_memory {
-  void *(*alloc)(size_t bytes); /* NULL when out of memory */
-  void (*free)(void *p);
-  int (*copy)(void *dst, const void *src, size_t bytes); /* 0 or -1 */
-} attnd_kv_memory_t;
-
 /* What a session costs the pool before any page: it bounds how many empty
  * sessions a client can make. */
 #define ATTND_SESSION_COST 4096
@@ -100,7 +91,7 @@ typedef struct attnd_sessions_stats {
  * cuda session gets a page). NULL when out of memory. */
 attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes,
                                      attnd_budget_t *device_budget,
-                                     const attnd_kv_memory_t *device);
+                                     const attnd_device_memory_t *device);
 void attnd_sessions_free(attnd_sessions_t *st);
 
 /* Whether `id` is a session's id: 32 hex digits, 0-9 and a-f. */
