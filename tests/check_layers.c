@@ -719,6 +719,208 @@ START_TEST(test_refcount) {
 }
 END_TEST
 
+/* ---- on the device ------------------------------------------------------- */
+
+/* Device memory as host memory, counted, with a copy or an alloc that fails
+ * on a given call (attnd_layer_set_to_device's contract is the store's:
+ * attnd_device_memory_t). */
+static struct {
+  int blocks;                /* live */
+  int allocs, copies;        /* calls so far */
+  int fail_alloc, fail_copy; /* fail the n-th call (1-based); 0: never */
+} dm;
+
+static void *dm_alloc(size_t bytes) {
+  if (++dm.allocs == dm.fail_alloc)
+    return NULL;
+  void *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+  dm.blocks++;
+  return p;
+}
+
+static void dm_free(void *p) {
+  if (p)
+    dm.blocks--;
+  free(p);
+}
+
+static int dm_copy(void *dst, const void *src, size_t bytes) {
+  if (++dm.copies == dm.fail_copy)
+    return -1;
+  memcpy(dst, src, bytes);
+  return 0;
+}
+
+static const attnd_device_memory_t DM = {dm_alloc, dm_free, dm_copy};
+
+/* Three layers, 18 tensors: Llama with q and k biases, Llama with all four,
+ * and a cross-attention layer (kdim 24, vdim 40) without biases. */
+static attnd_layer_set_t *device_set(lf_weights_t w[3]) {
+  lf_shape_t qk = {.E = 32, .H = 4, .Hkv = 2, .bias = LF_BQ | LF_BK},
+             all = {.E = 32, .H = 4, .Hkv = 2, .bias = LF_BIAS_ALL},
+             cross = {.E = 32, .H = 4, .Ek = 24, .Ev = 40};
+  lf_file_t *f = lf_file_new();
+  add_layer(f, LF_LLAMA, ATTND_ST_F32, "model.layers.0.", &qk, 71, &w[0]);
+  add_layer(f, LF_LLAMA, ATTND_ST_BF16, "model.layers.1.", &all, 72, &w[1]);
+  ck_assert_int_eq(lf_meta(f, "num_heads", "4"), 0);
+  ck_assert_int_eq(lf_meta(f, "num_kv_heads", "2"), 0);
+  write_file(f, at("llama.safetensors"));
+  lf_file_free(f);
+  const char *meta[] = {"num_heads", "4", NULL};
+  write_layer(at("cross.safetensors"), LF_TORCH_MHA_SPLIT, ATTND_ST_F32,
+              "cross.", &cross, 73, meta, &w[2]);
+  return load(at("llama.safetensors,%s", at("cross.safetensors")));
+}
+
+static const char *const DEVICE_LAYERS[3] = {
+    "model.layers.0.self_attn", "model.layers.1.self_attn", "cross"};
+
+/* Every layer's gpu tensors: absent where the host's are, else a copy of
+ * them, bit for bit, each in its own 256-byte-aligned place of the layer's
+ * block that q_weight starts; returns the bytes the blocks span. */
+static int64_t check_on_device(const attnd_layer_set_t *set,
+                               const lf_weights_t w[3]) {
+  int64_t bytes = 0;
+  for (int i = 0; i < 3; i++) {
+    const attnd_layer_t *l = find(set, DEVICE_LAYERS[i]);
+    const lf_shape_t *z = &w[i].shape;
+    int64_t qo = z->H * z->Dh, ko = z->Hkv * z->Dh, vo = z->Hkv * z->Dv;
+    const float *gpu[8] = {l->gpu.q_weight, l->gpu.k_weight, l->gpu.v_weight,
+                           l->gpu.o_weight, l->gpu.q_bias,   l->gpu.k_bias,
+                           l->gpu.v_bias,   l->gpu.o_bias};
+    const float *want[8] = {w[i].q_weight, w[i].k_weight, w[i].v_weight,
+                            w[i].o_weight, w[i].q_bias,   w[i].k_bias,
+                            w[i].v_bias,   w[i].o_bias};
+    const int64_t n[8] = {
+        qo * z->E, ko * z->Ek, vo * z->Ev, z->Eo * z->H * z->Dv,
+        qo,        ko,         vo,         z->Eo};
+    const char *names[8] = {"q_weight", "k_weight", "v_weight", "o_weight",
+                            "q_bias",   "k_bias",   "v_bias",   "o_bias"};
+    const float *host[8] = {l->q_weight, l->k_weight, l->v_weight, l->o_weight,
+                            l->q_bias,   l->k_bias,   l->v_bias,   l->o_bias};
+    const char *block = (const char *)l->gpu.q_weight, *end = block;
+    for (int t = 0; t < 8; t++) {
+      char what[96];
+      snprintf(what, sizeof what, "%s gpu.%s", l->name, names[t]);
+      same(gpu[t], want[t], n[t], what);
+      if (!want[t])
+        continue;
+      const char *p = (const char *)gpu[t];
+      ck_assert_msg(p >= end && (p - block) % 256 == 0,
+                    "%s at %td of its block, after %td", what, p - block,
+                    end - block);
+      end = p + (n[t] * 4 + 255) / 256 * 256;
+      ck_assert_ptr_ne(gpu[t], host[t]);
+    }
+    bytes += end - block;
+  }
+  return bytes;
+}
+
+static void check_off_device(const attnd_layer_set_t *set) {
+  for (int i = 0; i < 3; i++) {
+    const attnd_layer_t *l = find(set, DEVICE_LAYERS[i]);
+    const float *gpu[8] = {l->gpu.q_weight, l->gpu.k_weight, l->gpu.v_weight,
+                           l->gpu.o_weight, l->gpu.q_bias,   l->gpu.k_bias,
+                           l->gpu.v_bias,   l->gpu.o_bias};
+    for (int t = 0; t < 8; t++)
+      ck_assert_msg(gpu[t] == NULL, "%s: gpu tensor %d left", l->name, t);
+  }
+}
+
+/* A set's weights on the device: copies of the host's, one block a layer,
+ * held of the GPU's budget (beside what is already there) until the set's
+ * last reference goes, which gives back both. */
+START_TEST(test_to_device) {
+  lf_weights_t w[3];
+  attnd_layer_set_t *set = device_set(w);
+  ck_assert_int_eq(attnd_layer_set_device_bytes(set), 0);
+  memset(&dm, 0, sizeof dm);
+  attnd_budget_t budget = {.max = 1 << 20};
+  int64_t other = 1000; /* a request's, say */
+  ck_assert_int_eq(attnd_budget_take(&budget, other, &other), 0);
+  char msg[512] = "";
+  ck_assert_msg(attnd_layer_set_to_device(set, &DM, &budget, msg, sizeof msg) ==
+                    0,
+                "%s", msg);
+  int64_t bytes = check_on_device(set, w);
+  ck_assert_int_eq(dm.blocks, 3);
+  ck_assert_int_eq(dm.copies, 18);
+  ck_assert_int_eq(attnd_layer_set_device_bytes(set), bytes);
+  ck_assert_int_eq(attnd_budget_used(&budget), bytes + 1000);
+  attnd_layer_set_ref(set); /* a request's */
+  attnd_layer_set_unref(set);
+  ck_assert_int_eq(dm.blocks, 3);
+  attnd_layer_set_unref(set);
+  ck_assert_int_eq(dm.blocks, 0);
+  ck_assert_int_eq(attnd_budget_used(&budget), 1000);
+  for (int i = 0; i < 3; i++)
+    lf_weights_free(&w[i]);
+}
+END_TEST
+
+/* All or nothing: a budget a byte short, an alloc or a copy that fails at
+ * each place in turn each leave the set on the host, nothing allocated and
+ * nothing held, with a message that says why; and the set still works. */
+START_TEST(test_to_device_fails) {
+  lf_weights_t w[3];
+  attnd_layer_set_t *set = device_set(w);
+  attnd_budget_t big = {.max = 1 << 20};
+  memset(&dm, 0, sizeof dm);
+  char msg[512] = "";
+  ck_assert_int_eq(attnd_layer_set_to_device(set, &DM, &big, msg, sizeof msg),
+                   0);
+  int64_t need = attnd_layer_set_device_bytes(set);
+  attnd_layer_set_unref(set);
+  for (int i = 0; i < 3; i++)
+    lf_weights_free(&w[i]);
+  set = device_set(w); /* the same files, loaded again */
+
+  attnd_budget_t short_ = {.max = need - 1};
+  memset(&dm, 0, sizeof dm);
+  ck_assert_int_eq(
+      attnd_layer_set_to_device(set, &DM, &short_, msg, sizeof msg), -1);
+  ck_assert_msg(strstr(msg, "max_device_memory_bytes") &&
+                    strstr(msg, "3 layers"),
+                "%s", msg);
+  char want[64];
+  snprintf(want, sizeof want, "%lld bytes", (long long)need);
+  ck_assert_msg(strstr(msg, want), "%s lacks %s", msg, want);
+  ck_assert_int_eq(dm.allocs, 0);
+  ck_assert_int_eq(attnd_budget_used(&short_), 0);
+  ck_assert_int_eq(attnd_layer_set_device_bytes(set), 0);
+  check_off_device(set);
+
+  for (int fail = 1; fail <= 3 + 18; fail++) {
+    attnd_budget_t budget = {.max = need};
+    memset(&dm, 0, sizeof dm);
+    if (fail <= 3)
+      dm.fail_alloc = fail;
+    else
+      dm.fail_copy = fail - 3;
+    msg[0] = '\0';
+    ck_assert_int_eq(
+        attnd_layer_set_to_device(set, &DM, &budget, msg, sizeof msg), -1);
+    ck_assert_msg(strstr(msg, "to the GPU failed"), "%s", msg);
+    ck_assert_msg(dm.blocks == 0, "fail %d: %d blocks left", fail, dm.blocks);
+    ck_assert_int_eq(attnd_budget_used(&budget), 0);
+    ck_assert_int_eq(attnd_layer_set_device_bytes(set), 0);
+    check_off_device(set);
+  }
+  /* the last try may go through */
+  attnd_budget_t budget = {.max = need};
+  memset(&dm, 0, sizeof dm);
+  ck_assert_int_eq(
+      attnd_layer_set_to_device(set, &DM, &budget, msg, sizeof msg), 0);
+  check_on_device(set, w);
+  attnd_layer_set_unref(set);
+  ck_assert_int_eq(dm.blocks, 0);
+  ck_assert_int_eq(attnd_budget_used(&budget), 0);
+  for (int i = 0; i < 3; i++)
+    lf_weights_free(&w[i]);
+}
+END_TEST
+
 /* ---- refusals ------------------------------------------------------------ */
 
 /* A Llama layer E=32, H=4 (Dh 8), Hkv 2, biases, as a file to edit. */
@@ -1239,6 +1441,8 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_unnamed_torch);
   tcase_add_test(tc, test_empty_list);
   tcase_add_test(tc, test_refcount);
+  tcase_add_test(tc, test_to_device);
+  tcase_add_test(tc, test_to_device_fails);
   tcase_add_test(tc, test_throughput);
   suite_add_tcase(s, tc);
 

@@ -55,6 +55,11 @@ struct attnd_layer_set {
   size_t n, cap;
   size_t bytes;
   double seconds;
+  /* with the layers on the device: where their blocks came from and what
+   * they hold of the GPU's budget */
+  attnd_device_memory_t mem;
+  attnd_budget_t *budget;
+  int64_t device_held;
 };
 
 /* ---- the conventions ----------------------------------------------------- */
@@ -553,7 +558,20 @@ int attnd_layer_cross(const attnd_layer_t *l) {
 
 /* ---- the set ------------------------------------------------------------- */
 
+/* Gives back the layers' device blocks and what they held of the budget. */
+static void set_off_device(attnd_layer_set_t *set) {
+  for (size_t i = 0; i < set->n; i++) {
+    attnd_layer_t *l = &set->layers[i];
+    if (l->gpu.q_weight)
+      set->mem.free((void *)l->gpu.q_weight);
+    memset(&l->gpu, 0, sizeof l->gpu);
+  }
+  if (set->budget)
+    attnd_budget_give(set->budget, &set->device_held);
+}
+
 static void set_free(attnd_layer_set_t *set) {
+  set_off_device(set);
   for (size_t i = 0; i < set->n; i++)
     layer_free(&set->layers[i]);
   free(set->layers);
@@ -648,4 +666,94 @@ size_t attnd_layer_set_bytes(const attnd_layer_set_t *set) {
 
 double attnd_layer_set_load_seconds(const attnd_layer_set_t *set) {
   return set ? set->seconds : 0;
+}
+
+/* ---- on the device ------------------------------------------------------- */
+
+#define DEVICE_ALIGN 256 /* each tensor's start in a layer's block */
+
+/* The eight tensors that weights_on_device covers, host and device, with
+ * their float counts. */
+typedef struct {
+  const float *host[8];
+  const float **dev[8];
+  size_t n[8];
+} layer_tensors_t;
+
+static layer_tensors_t tensors_of(attnd_layer_t *l) {
+  int64_t qo = l->H * l->Dh, ko = l->Hkv * l->Dh, vo = l->Hkv * l->Dv;
+  return (layer_tensors_t){
+      .host = {l->q_weight, l->k_weight, l->v_weight, l->o_weight, l->q_bias,
+               l->k_bias, l->v_bias, l->o_bias},
+      .dev = {&l->gpu.q_weight, &l->gpu.k_weight, &l->gpu.v_weight,
+              &l->gpu.o_weight, &l->gpu.q_bias, &l->gpu.k_bias, &l->gpu.v_bias,
+              &l->gpu.o_bias},
+      .n = {(size_t)(qo * l->E), (size_t)(ko * l->Ek), (size_t)(vo * l->Ev),
+            (size_t)(l->Eo * l->H * l->Dv), (size_t)qo, (size_t)ko, (size_t)vo,
+            (size_t)l->Eo}};
+}
+
+/* The bytes of l's device block: its tensors, each from a DEVICE_ALIGN
+ * boundary. */
+static size_t block_bytes(attnd_layer_t *l) {
+  layer_tensors_t t = tensors_of(l);
+  size_t bytes = 0;
+  for (int i = 0; i < 8; i++)
+    if (t.host[i])
+      bytes += (t.n[i] * sizeof(float) + DEVICE_ALIGN - 1) / DEVICE_ALIGN *
+               DEVICE_ALIGN;
+  return bytes;
+}
+
+/* Copies l's tensors into a new block: 0, or -1 (nothing left). */
+static int layer_to_device(attnd_layer_set_t *set, attnd_layer_t *l) {
+  layer_tensors_t t = tensors_of(l);
+  char *block = set->mem.alloc(block_bytes(l));
+  if (block == NULL)
+    return -1;
+  size_t at = 0;
+  for (int i = 0; i < 8; i++) {
+    if (!t.host[i])
+      continue;
+    size_t bytes = t.n[i] * sizeof(float);
+    if (set->mem.copy(block + at, t.host[i], bytes) < 0) {
+      set->mem.free(block);
+      memset(&l->gpu, 0, sizeof l->gpu);
+      return -1;
+    }
+    *t.dev[i] = (const float *)(block + at); /* q_weight: the block */
+    at += (bytes + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN;
+  }
+  return 0;
+}
+
+int attnd_layer_set_to_device(attnd_layer_set_t *set,
+                              const attnd_device_memory_t *mem,
+                              attnd_budget_t *budget, char *msg, size_t msz) {
+  int64_t need = 0;
+  for (size_t i = 0; i < set->n; i++)
+    need += (int64_t)block_bytes(&set->layers[i]);
+  set->mem = *mem;
+  set->budget = budget;
+  if (attnd_budget_take(budget, need, &set->device_held) < 0)
+    return attnd_fail(msg, msz,
+                      "the %zu layers' weights need %lld bytes of GPU memory, "
+                      "and %lld of the %lld that max_device_memory_bytes "
+                      "gives are in use",
+                      set->n, (long long)need,
+                      (long long)attnd_budget_used(budget),
+                      (long long)budget->max);
+  for (size_t i = 0; i < set->n; i++)
+    if (layer_to_device(set, &set->layers[i]) < 0) {
+      set_off_device(set);
+      return attnd_fail(msg, msz,
+                        "copying layer '%s' (%zu bytes) to the GPU failed: "
+                        "out of device memory, or the device failed",
+                        set->layers[i].name, block_bytes(&set->layers[i]));
+    }
+  return 0;
+}
+
+int64_t attnd_layer_set_device_bytes(const attnd_layer_set_t *set) {
+  return set ? set->device_held : 0;
 }
