@@ -340,11 +340,12 @@ cuda-image-test: deps
 # none, and this then says so and passes): it compiles with -Werror, and
 # the suites that know the backend pass in it without a GPU: check_cuda
 # (its refusals, its GPU table on the CPU; its GPU cases where one is),
-# the config's keys, and the server's backend choice, /v1/info, metrics
-# and health, by /v1 and OIP; and flash version 3's kernel and the
+# the config's keys, the server's backend choice, /v1/info, metrics
+# and health, by /v1 and OIP, and the layers' GPU bytes; and flash version 3's kernel and the
 # reductions' and the kv cache's on the CPU (flash-emu-check,
 # reduce-emu-check, kv-emu-check, above).
-CUDA_SUITES = check_cuda check_config check_server check_oip_http
+CUDA_SUITES = check_cuda check_config check_server check_oip_http \
+  check_layer_api
 cuda-check: deps
 	@if [ -x "$${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || \
 	    command -v nvcc >/dev/null; then \
@@ -503,7 +504,7 @@ clean:
 	rm -rf build
 
 # ---- the device machine (docs/cuda.md, tools/device/check.sh) -----------
-# `make device-bundle CUDA=1` gathers the CUDA build's check_cuda,
+# `make device-bundle CUDA=1` gathers the CUDA build's GPU suites,
 # attn-cuda-bench, attnd, attnd-load and attn-bench (debug info stripped)
 # into bin/, the Debian libraries they load into lib/
 # (../shared/device/bundle.sh), and what was built into BUILD-INFO, and
@@ -512,19 +513,23 @@ clean:
 # `bash tools/device/check.sh $(DEVICE_BUNDLE)` (issue 31) and
 # `sh tools/device/cores.sh $(DEVICE_BUNDLE)` (issue 32) both run from it.
 DEVICE_BUNDLE ?= .device-bundle
+# the suites with GPU cases: check_cuda (the core), check_server's
+# "protocol" case (cuda sessions) and check_layer_api's "gpu" case (layers
+# on the GPU)
+DEVICE_TESTS = check_cuda check_server check_layer_api
 BUNDLE_SH ?= ../shared/device/bundle.sh
 BUNDLE_TMP = $(BUILD)/device-bundle
 .PHONY: device-bundle
 device-bundle:
 	@[ "$(CUDA)" = 1 ] || { echo "device-bundle: run make device-bundle CUDA=1" >&2; exit 2; }
 	@[ -f $(BUNDLE_SH) ] || { echo "device-bundle: no $(BUNDLE_SH) (set BUNDLE_SH)" >&2; exit 2; }
-	@$(MAKE) --no-print-directory $(BUILD)/tests/check_cuda \
+	@$(MAKE) --no-print-directory $(DEVICE_TESTS:%=$(BUILD)/tests/%) \
 	  $(BUILD)/attn-cuda-bench $(BUILD)/attnd $(BUILD)/attnd-load \
 	  $(BUILD)/attn-bench
 	rm -rf $(BUNDLE_TMP) $(DEVICE_BUNDLE)
 	mkdir -p $(BUNDLE_TMP)/bin $(DEVICE_BUNDLE)
-	cp $(BUILD)/tests/check_cuda $(BUILD)/attn-cuda-bench $(BUILD)/attnd \
-	  $(BUILD)/attnd-load $(BUILD)/attn-bench $(BUNDLE_TMP)/bin/
+	cp $(DEVICE_TESTS:%=$(BUILD)/tests/%) $(BUILD)/attn-cuda-bench \
+	  $(BUILD)/attnd $(BUILD)/attnd-load $(BUILD)/attn-bench $(BUNDLE_TMP)/bin/
 	strip --strip-debug $(BUNDLE_TMP)/bin/*
 	bash $(BUNDLE_SH) $(BUNDLE_TMP) $(BUNDLE_TMP)/bin/*
 	# the device's own C++ runtime is newer: ours first would break torch

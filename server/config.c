@@ -97,8 +97,9 @@ static const cfg_key_t keys[] = {
     INT_KEY(max_device_memory_bytes, "auto", 0, INT64_C(1) << 50,
             F_AUTO | F_SIZE | F_LIMIT,
             "GPU memory the cuda requests in flight (their tensors, "
-            "intermediates and results on the device) and cuda sessions' "
-            "pages may hold; more waits "
+            "intermediates and results on the device), cuda sessions' "
+            "pages and the layers' weights (held there from their load "
+            "under backend auto or cuda) may hold; more waits "
             "as 429, and a request that could never fit gets 422 (auto: the "
             "cpu); auto: 9/10 of the GPU's memory, 0 without one"),
     INT_KEY(default_timeout_ms, "60000", 1, INT64_C(1) << 40, F_LIMIT,

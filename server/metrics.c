@@ -219,14 +219,20 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       b,
       "# HELP attnd_device_usable 1 while the cuda backend can run here.\n"
       "# TYPE attnd_device_usable gauge\nattnd_device_usable %d\n"
-      "# HELP attnd_device_memory_limit_bytes GPU memory the cuda requests "
-      "in flight may hold (max_device_memory_bytes).\n"
+      "# HELP attnd_device_memory_limit_bytes GPU memory that cuda requests "
+      "in flight, cuda sessions' pages and the layers' weights may hold "
+      "(max_device_memory_bytes).\n"
       "# TYPE attnd_device_memory_limit_bytes gauge\n"
       "attnd_device_memory_limit_bytes %lld\n"
       "# HELP attnd_device_memory_held_bytes GPU memory the cuda requests "
-      "in flight and cuda sessions' pages hold.\n"
+      "in flight, cuda sessions' pages and the layers' weights hold.\n"
       "# TYPE attnd_device_memory_held_bytes gauge\n"
       "attnd_device_memory_held_bytes %lld\n"
+      "# HELP attnd_layers_device_bytes GPU memory the layers' projection "
+      "weights and biases hold, of max_device_memory_bytes (0: on the host "
+      "only).\n"
+      "# TYPE attnd_layers_device_bytes gauge\n"
+      "attnd_layers_device_bytes %lld\n"
       "# HELP attnd_device_pool_bytes CUDA's memory pool, which keeps what "
       "calls gave back: reserved from the device, and used by calls now.\n"
       "# TYPE attnd_device_pool_bytes gauge\n"
@@ -238,6 +244,7 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "attnd_device_bytes{state=\"free\"} %llu\n"
       "attnd_device_bytes{state=\"total\"} %llu\n",
       g->device_usable, (long long)g->device_limit, (long long)g->device_held,
+      (long long)g->layers_device_bytes,
       (unsigned long long)g->device_pool_reserved,
       (unsigned long long)g->device_pool_used,
       (unsigned long long)g->device_free, (unsigned long long)g->device_total);

@@ -79,6 +79,7 @@ typedef struct attnd_gauges {
    * pool and the device (attn_cuda_memory; 0 without a usable GPU) */
   int device_usable;
   int64_t device_limit, device_held;
+  int64_t layers_device_bytes; /* the layers' weights on the GPU */
   uint64_t device_pool_reserved, device_pool_used, device_free, device_total;
 } attnd_gauges_t;
 

@@ -74,9 +74,25 @@ static void log_event(const char *event, const char *msg) {
 /* Logs the set that was loaded. */
 static void log_layers(const char *event, const attnd_layer_set_t *set) {
   fprintf(stderr,
-          "{\"event\":\"%s\",\"layers\":%zu,\"bytes\":%zu,\"seconds\":%.3f}\n",
+          "{\"event\":\"%s\",\"layers\":%zu,\"bytes\":%zu,\"device_bytes\":"
+          "%lld,\"seconds\":%.3f}\n",
           event, attnd_layer_set_count(set), attnd_layer_set_bytes(set),
+          (long long)attnd_layer_set_device_bytes(set),
           attnd_layer_set_load_seconds(set));
+}
+
+/* Where the GPU serves (device_at_start), a new set's weights go there
+ * once, counted by its budget, so that cuda calls read them in place; when
+ * they cannot (the budget is short, a copy failed), the log says why and
+ * each cuda call copies them in, as where the set stays on the host. */
+static void layers_to_device(attnd_server_t *s, attnd_layer_set_t *set) {
+  static const attnd_device_memory_t cuda = {attn_cuda_alloc, attn_cuda_free,
+                                             attn_cuda_copy};
+  char msg[1024];
+  if (s->device_at_start && attnd_layer_set_count(set) &&
+      attnd_layer_set_to_device(set, &cuda, &s->device_budget, msg,
+                                sizeof msg) < 0)
+    log_event("layers_device_failed", msg);
 }
 
 /* Loads cfg's layers into s->layers at start: 0, or -1 with the reason on
@@ -88,6 +104,7 @@ static int layers_init(attnd_server_t *s) {
     fprintf(stderr, "attnd: layers: %s\n", msg);
     return -1;
   }
+  layers_to_device(s, s->layers);
   if (attnd_layer_set_count(s->layers))
     log_layers("layers_loaded", s->layers);
   return 0;
@@ -103,6 +120,7 @@ static void *reload_layers(void *arg) {
   if (attnd_layers_load(s->cfg->layers, &set, msg, sizeof msg) < 0) {
     log_event("layers_reload_failed", msg);
   } else {
+    layers_to_device(s, set);
     uv_mutex_lock(&s->layers_lock);
     attnd_layer_set_t *old = s->layers;
     s->layers = set;

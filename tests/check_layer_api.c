@@ -13,7 +13,10 @@
  *   - every error a layer request can meet, with its status, code, field
  *     and the words of its message;
  *   - SIGHUP: a reload swaps the weights; a reload of a bad file keeps the
- *     old ones; a bad file at start stops the server with its name. */
+ *     old ones; a bad file at start stops the server with its name;
+ *   - the layers' weights on the GPU where it serves (TCase "gpu", which
+ *     tools/device/check.sh runs there): their bytes, and cuda requests and
+ *     sessions reading them computing what the cpu does. */
 #include <check.h>
 #include <math.h>
 #include <signal.h>
@@ -808,6 +811,161 @@ START_TEST(test_reload) {
 }
 END_TEST
 
+/* ---- on the GPU --------------------------------------------------------- */
+
+/* GET /v1/layers' device_bytes, which /metrics' attnd_layers_device_bytes
+ * repeats. */
+static int64_t device_bytes(const sh_server_t *s) {
+  sh_resp_t g;
+  ck_assert_int_eq(sh_get(s->port, "/v1/layers", &g), 0);
+  ck_assert_int_eq(g.status, 200);
+  json_t *list = sh_json(&g);
+  json_t *v = json_object_get(list, "device_bytes");
+  ck_assert_msg(json_is_integer(v), "no device_bytes in %.300s", g.body);
+  int64_t n = json_integer_value(v);
+  json_decref(list);
+  sh_resp_free(&g);
+  ck_assert_msg(sh_metric(s->port, "attnd_layers_device_bytes") == (double)n,
+                "attnd_layers_device_bytes %g, /v1/layers %lld",
+                sh_metric(s->port, "attnd_layers_device_bytes"), (long long)n);
+  return n;
+}
+
+/* The output of the fixed request to the llama layer on `backend`. */
+static void ask_on(const sh_server_t *s, const char *backend,
+                   sh_tensor_t *out) {
+  char body[512];
+  snprintf(body, sizeof body,
+           "{\"layer\":\"" LLAMA "\",\"backend\":\"%s\",\"query\":" Q48 "}",
+           backend);
+  sh_resp_t r;
+  ck_assert_int_eq(sh_post(s->port, body, strlen(body), &r), 0);
+  ck_assert_msg(r.status == 200, "%s: %ld: %s", backend, r.status, r.body);
+  output_of(&r, out);
+  sh_resp_free(&r);
+}
+
+/* A session of the llama layer on `backend`: its step's path in path. */
+static void layer_session(const sh_server_t *s, const char *backend,
+                          char path[80]) {
+  sh_resp_t r;
+  post_to(s, "/v1/sessions",
+          json_pack("{s:s,s:s}", "layer", LLAMA, "backend", backend), &r);
+  ck_assert_msg(r.status == 201, "%s: %ld: %s", backend, r.status, r.body);
+  json_t *v = sh_json(&r);
+  snprintf(path, 80, "/v1/sessions/%s/attention",
+           json_string_value(json_object_get(v, "session")));
+  json_decref(v);
+  sh_resp_free(&r);
+}
+
+/* A step of the session at path with the tokens `query` (JSON rows). */
+static void step(const sh_server_t *s, const char *path, const char *query,
+                 sh_tensor_t *out) {
+  sh_resp_t r;
+  post_to(s, path, json_pack("{s:o}", "query", json_loads(query, 0, NULL)), &r);
+  ck_assert_msg(r.status == 200, "%s: %ld: %s", path, r.status, r.body);
+  output_of(&r, out);
+  sh_resp_free(&r);
+}
+
+#define GPU_TOL 1e-4 /* check_cuda's fp32 tolerance */
+
+/* Where the GPU serves (backend auto, a usable GPU), a set's projection
+ * weights and biases are copied there when it loads: /v1/layers and
+ * /metrics show their bytes, which the GPU's budget holds; cuda requests
+ * and a cuda session's steps read them in place and compute what the cpu
+ * does; a reload swaps them, and the old set's are given back once no
+ * request holds it. Elsewhere (no GPU, or backend cpu) none are: 0.
+ * Catches: device pointers handed to the cpu backend (a cpu request under
+ * auto would be refused), a layout the core does not read, the old set's
+ * bytes kept after a reload, bytes not counted in the budget. */
+START_TEST(test_layers_on_device) {
+  char dir[64];
+  tmp_dir(dir, sizeof dir);
+  lf_weights_t w;
+  llama_dir(dir, 13, &w);
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  sh_server_t s;
+  const char *cpu_args[] = {"--layers", dir, "--backend", "cpu", NULL};
+  ck_assert_msg(sh_server_start(&s, cpu_args) == 0, "%s", s.log);
+  ck_assert_int_eq(device_bytes(&s), 0); /* backend cpu: on the host */
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+
+  const char *args[] = {"--layers", dir, "--backend", "auto", NULL};
+  ck_assert_msg(sh_server_start(&s, args) == 0, "%s", s.log);
+  int64_t n = device_bytes(&s);
+  sh_tensor_t a, b;
+  ask_on(&s, "cpu", &a);
+  if (!ci.usable) {
+    ck_assert_int_eq(n, 0);
+    ck_assert_msg(strstr(s.log, "\"device_bytes\":0"), "%s", s.log);
+  } else {
+    /* q, k, v, o and the q and k biases, each from a 256-byte boundary */
+    ck_assert_int_eq(n,
+                     48 * 48 * 4 + 2 * (24 * 48 * 4) + 48 * 48 * 4 + 256 + 256);
+    ck_assert_msg(
+        sh_metric(s.port, "attnd_device_memory_held_bytes") == (double)n,
+        "held %g, layers %lld",
+        sh_metric(s.port, "attnd_device_memory_held_bytes"), (long long)n);
+    ask_on(&s, "cuda", &b);
+    ck_assert_msg(rel_diff(&b, &a) <= GPU_TOL, "cuda off by %g",
+                  rel_diff(&b, &a));
+    sh_tensor_free(&b);
+    char cpu[80], gpu[80];
+    layer_session(&s, "cpu", cpu);
+    layer_session(&s, "cuda", gpu);
+    static const char *const rows[2] = {
+        "[[0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,3,4,5,6,7,8,9,0,1,2,"
+        "3,4,5,6,7,8,9,0,1,2,3,4,5,6,7],[7,6,5,4,3,2,1,0,9,8,7,6,5,4,3,2,1,0,9,"
+        "8,7,6,5,4,3,2,1,0,9,8,7,6,5,4,3,2,1,0,9,8,7,6,5,4,3,2,1,0]]",
+        Q48};
+    for (int i = 0; i < 2; i++) {
+      sh_tensor_t want, got;
+      step(&s, cpu, rows[i], &want);
+      step(&s, gpu, rows[i], &got);
+      ck_assert_msg(rel_diff(&got, &want) <= GPU_TOL, "step %d off by %g", i,
+                    rel_diff(&got, &want));
+      sh_tensor_free(&want), sh_tensor_free(&got);
+    }
+    /* a reload: the new set's bytes, the old one's given back once the
+     * sessions that hold it are gone (their pages kept for reuse still
+     * count) */
+    sh_resp_t d;
+    for (int i = 0; i < 2; i++) {
+      char *at = i ? gpu : cpu;
+      at[strlen(at) - strlen("/attention")] = '\0';
+      sh_client_t c;
+      sh_client_init(&c, s.port);
+      sh_req_t q = {.method = "DELETE", .path = at};
+      ck_assert_int_eq(sh_http(&c, &q, &d), 0);
+      ck_assert_int_eq(d.status, 204);
+      sh_resp_free(&d);
+      sh_client_free(&c);
+    }
+    kill(s.pid, SIGHUP);
+    double end = sh_now() + 10;
+    while (sh_now() < end && !strstr(s.log, "layers_reloaded")) {
+      sh_server_read_log(&s);
+      usleep(20000);
+    }
+    ck_assert_int_eq(device_bytes(&s), n);
+    double kept = sh_metric(s.port, "attnd_kv_device_bytes{state=\"kept\"}");
+    ck_assert_msg(sh_metric(s.port, "attnd_device_memory_held_bytes") ==
+                      (double)n + kept,
+                  "held %g after the reload, layers %lld, pages kept %g",
+                  sh_metric(s.port, "attnd_device_memory_held_bytes"),
+                  (long long)n, kept);
+  }
+  ck_assert_int_eq(sh_metric(s.port, "attnd_layers_device_bytes"), (double)n);
+  sh_tensor_free(&a);
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  lf_weights_free(&w);
+  rm_dir(dir);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *su = suite_create("layer_api");
   TCase *tc = tcase_create("layers");
@@ -817,6 +975,10 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_positions_and_rope);
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_reload);
+  suite_add_tcase(su, tc);
+  tc = tcase_create("gpu"); /* also on the device (tools/device/check.sh) */
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_layers_on_device);
   suite_add_tcase(su, tc);
   return su;
 }

@@ -406,6 +406,28 @@ attnd_err_t attnd_cuda_refusal_code(void) {
   return ci.built ? ATTND_ERR_BACKEND_UNAVAILABLE : ATTND_ERR_INVALID_VALUE;
 }
 
+/* A layer's projection weights and biases where backend reads them: in GPU
+ * memory when its set is resident there (attnd_layer_set_to_device) and
+ * backend is cuda, else in host memory. */
+static void layer_weights_for(attnd_request_t *j, attn_backend_kind_t backend) {
+  const attnd_layer_t *l = j->layer;
+  if (l == NULL)
+    return;
+  attn_params_t *p = &j->params;
+  int dev = backend == ATTN_BACKEND_CUDA && l->gpu.q_weight != NULL;
+  attn_tensor_t *t[8] = {&p->q_weight, &p->k_weight, &p->v_weight, &p->o_weight,
+                         &p->q_bias,   &p->k_bias,   &p->v_bias,   &p->o_bias};
+  const float *host[8] = {l->q_weight, l->k_weight, l->v_weight, l->o_weight,
+                          l->q_bias,   l->k_bias,   l->v_bias,   l->o_bias};
+  const float *gpu[8] = {l->gpu.q_weight, l->gpu.k_weight, l->gpu.v_weight,
+                         l->gpu.o_weight, l->gpu.q_bias,   l->gpu.k_bias,
+                         l->gpu.v_bias,   l->gpu.o_bias};
+  for (int i = 0; i < 8; i++)
+    if (t[i]->rank)
+      t[i]->data = dev ? gpu[i] : host[i];
+  p->weights_on_device = dev;
+}
+
 int attnd__dec_plan(dec_t *d) {
   attnd_request_t *j = d->req;
   d->planning = 1;
@@ -413,6 +435,7 @@ int attnd__dec_plan(dec_t *d) {
                     .cancel = &j->cancel};
   int fallback;
   pick_backend(j, d->cfg, &ex, &fallback);
+  layer_weights_for(j, ex.backend);
   attn_error_t ae;
   int rc = attn_plan_init(&j->plan, &j->params, &ex, &ae);
   /* what no GPU memory budget could hold (max_device_memory_bytes) */
@@ -423,6 +446,7 @@ int attnd__dec_plan(dec_t *d) {
     /* auto: what cuda lacks or cannot hold, the cpu */
     ex.backend = ATTN_BACKEND_CPU;
     ex.precision = ATTN_PRECISION_FP32;
+    layer_weights_for(j, ex.backend);
     rc = attn_plan_init(&j->plan, &j->params, &ex, &ae);
   } else if (too_big) {
     const attn_plan_t *pl = &j->plan;

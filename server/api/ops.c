@@ -70,6 +70,9 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   g.device_usable = ci.usable;
   g.device_limit = s->device_budget.max;
   g.device_held = attnd_budget_used(&s->device_budget);
+  attnd_layer_set_t *set = attnd_server_layers(s);
+  g.layers_device_bytes = attnd_layer_set_device_bytes(set);
+  attnd_layer_set_unref(set);
   g.device_pool_reserved = dm.pool_reserved;
   g.device_pool_used = dm.pool_used;
   g.device_free = dm.free;

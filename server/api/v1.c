@@ -99,8 +99,9 @@ enum MHD_Result attnd_v1_layers(attnd_http_req_t *r) {
     json_array_append_new(list, layer_json(attnd_layer_set_get(set, i)));
   enum MHD_Result ret = attnd_http_send_json(
       r, 200,
-      json_pack("{s:o,s:I,s:f}", "layers", list, "bytes",
-                (json_int_t)attnd_layer_set_bytes(set), "load_seconds",
+      json_pack("{s:o,s:I,s:I,s:f}", "layers", list, "bytes",
+                (json_int_t)attnd_layer_set_bytes(set), "device_bytes",
+                (json_int_t)attnd_layer_set_device_bytes(set), "load_seconds",
                 attnd_layer_set_load_seconds(set)));
   attnd_layer_set_unref(set);
   return ret;

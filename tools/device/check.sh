@@ -3,7 +3,8 @@
 # in one call of under 8 minutes, the most wanted results first (a call
 # cut off at the device's time limit still returns what $OUT holds):
 # versions, the GPU, the libraries, the GPU tests (tests/check_cuda.c,
-# which must not skip there), then attnd's CUDA backend against torch's
+# which must not skip there, and the GPU cases of check_server and
+# check_layer_api, against the bundle's attnd), then attnd's CUDA backend against torch's
 # SDPA on the same GPU (bench/cuda_bench.c, tools/device/torch_sdpa.py),
 # as one table (tools/device/table.py), the rows again, fp32 and bf16,
 # with flash version 3 (not yet the default) as a second table, version 1
@@ -15,7 +16,7 @@
 #
 # BUNDLE (default .device-bundle) is the CUDA=1 build made on the
 # developer's machine with `make device-bundle CUDA=1`: BUNDLE/bundle.tgz
-# holds bin/ (check_cuda, attn-cuda-bench, attnd, attnd-load) and lib/ (the Debian
+# holds bin/ (the GPU suites, attn-cuda-bench, attnd, attnd-load) and lib/ (the Debian
 # libraries they load: ../shared/device/bundle.sh; CUDA's own are the
 # device's, under /usr/local/cuda/lib64 there); it is unpacked into
 # /tmp/attnd-bundle. An unpacked BUNDLE (bin/, lib/) is used as it is.
@@ -78,6 +79,17 @@ step "GPU tests"
 if ! ATTND_REQUIRE_CUDA=1 with_libs timeout 180 "$bundle/bin/check_cuda"; then
   failed="$failed check_cuda"
 fi
+
+step "GPU tests through the server: cuda sessions, layers on the GPU"
+# check_server's "protocol" case (test_cuda_session, the backend choice)
+# and check_layer_api's "gpu" case (test_layers_on_device), each against
+# the bundle's attnd
+for t in check_server:protocol check_layer_api:gpu; do
+  if ! ATTND_BIN="$bundle/bin/attnd" CK_RUN_CASE=${t#*:} \
+    with_libs timeout 120 "$bundle/bin/${t%%:*}"; then
+    failed="$failed ${t%%:*}"
+  fi
+done
 
 step "benchmark: attnd, CUDA backend"
 with_libs timeout 300 "$bundle/bin/attn-cuda-bench" --csv "$out/attnd.csv" ||
