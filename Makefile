@@ -255,6 +255,21 @@ ifeq ($(CUDA),1)
 check: reduce-emu-check
 endif
 
+# Flash versions 1 and 4 on CUDA cores, one key range or split across
+# blocks (core/cuda/flash_cores.cuh), run on the CPU the same way, against
+# two float64 references (tests/cores-emu/cores_emu.cc). In `check` and
+# cuda-check with CUDA=1.
+.PHONY: cores-emu-check
+cores-emu-check: $(BUILD)/tests/cores_emu
+	./$(BUILD)/tests/cores_emu
+$(BUILD)/tests/cores_emu: tests/cores-emu/cores_emu.cc $(BUILD)/tests/ref.o \
+  core/cuda/kernels.h $(wildcard core/cuda/*.cuh) include/attn/attn.h
+	@mkdir -p $(@D)
+	$(EMU_CXX) -Itests $< $(BUILD)/tests/ref.o -o $@ -pthread -lm
+ifeq ($(CUDA),1)
+check: cores-emu-check
+endif
+
 # A kv cache's kernels in device memory (core/cuda/kv.cuh) run on the CPU
 # the same way, against the CPU core's own pages, byte for byte
 # (tests/kv-emu/kv_emu.cc). In `check` and cuda-check with CUDA=1.
@@ -342,8 +357,8 @@ cuda-image-test: deps
 # (its refusals, its GPU table on the CPU; its GPU cases where one is),
 # the config's keys, the server's backend choice, /v1/info, metrics
 # and health, by /v1 and OIP, and the layers' GPU bytes; and flash version 3's kernel and the
-# reductions' and the kv cache's on the CPU (flash-emu-check,
-# reduce-emu-check, kv-emu-check, above).
+# reductions', the kv cache's and versions 1 and 4's on the CPU (flash-emu-check,
+# reduce-emu-check, kv-emu-check, cores-emu-check, above).
 CUDA_SUITES = check_cuda check_config check_server check_oip_http \
   check_layer_api
 cuda-check: deps
@@ -355,7 +370,8 @@ cuda-check: deps
 	fi
 
 cuda-check-suites: $(CUDA_SUITES:%=$(BUILD)/tests/%) $(BUILD)/attnd \
-  $(BUILD)/attnd-load flash-emu-check reduce-emu-check kv-emu-check
+  $(BUILD)/attnd-load flash-emu-check reduce-emu-check kv-emu-check \
+  cores-emu-check
 	@[ "$(CUDA)" = 1 ] || { echo "run make cuda-check" >&2; exit 2; }
 	@ATTND_BIN=$(BUILD)/attnd ATTND_LOAD_BIN=$(BUILD)/attnd-load \
 	  sh tools/run-tests.sh $(CUDA_SUITES:%=$(BUILD)/tests/%)

@@ -16,8 +16,9 @@
  *
  * The kernel column is the flash kernel's version that ran (bf16 runs
  * version 2 where it applies, fp32 version 1); --kernel 1 forces version
- * 1 and --kernel 3 runs version 3 where it applies, bf16 and fp32 (core/
- * cuda/kernels.h), to compare; --precision keeps the rows of one
+ * 1, --kernel 3 runs version 3 where it applies, bf16 and fp32, and
+ * --kernel 4 version 4, the keys split across blocks where a call's grid
+ * is small (core/cuda/kernels.h), to compare; --precision keeps the rows of one
  * precision. Each CSV row is flushed as it is written, so that a run cut
  * short by a time limit keeps the rows it finished.
  *
@@ -35,7 +36,7 @@
  * Exits 1, saying why, where the CUDA backend is unusable (a build without
  * CUDA=1, or no sm_90 device).
  *
- * usage: attn-cuda-bench [--quick] [--decode] [--kernel 1|2|3]
+ * usage: attn-cuda-bench [--quick] [--decode] [--kernel 1|2|3|4]
  *                        [--precision fp32|bf16] [--reps N] [--csv FILE] */
 #include <stdint.h>
 #include <stdio.h>
@@ -282,7 +283,7 @@ int main(int argc, char **argv) {
       decode = 1;
     } else if (strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) {
       kernel = atoi(argv[++i]);
-      bad = kernel < 1 || kernel > 3;
+      bad = kernel < 1 || kernel > 4;
     } else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc) {
       i++;
       if (strcmp(argv[i], "fp32") == 0)
@@ -301,7 +302,7 @@ int main(int argc, char **argv) {
   }
   if (bad) {
     fprintf(stderr,
-            "usage: %s [--quick] [--decode] [--kernel 1|2|3] [--precision "
+            "usage: %s [--quick] [--decode] [--kernel 1|2|3|4] [--precision "
             "fp32|bf16] [--reps N] [--csv FILE]\n",
             argv[0]);
     return 2;

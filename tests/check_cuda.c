@@ -17,8 +17,10 @@
  *     version 3's tiles: L of 1, 63, 64, 65, 200), each with every output
  *     asked for, where fp32 must be within 1e-4 and bf16 within 2e-2
  *     (relative L2, tu_rel_err) of the reference and of the CPU core, bf16
- *     with each version of the flash kernel (the default, 1 and 3) and
- *     fp32 with the default (1) and 3, checking which one ran; and a Q
+ *     with each version of the flash kernel (the default, 1, 3 and 4) and
+ *     fp32 with the default (1), 3 and 4, checking which one ran (the
+ *     table's last cases are a session step's shapes, where version 4
+ *     splits the keys); and a Q
  *     that overflows float32 and a bias of +inf, which both backends
  *     refuse as ATTN_ENUMERIC naming query and bias; the reductions of
  *     the weights (top_k, pool, stats, of each head or of their mean)
@@ -347,6 +349,19 @@ static const gpu_case_t gpu_cases[] = {
       .causal = ATTN_CAUSAL_BOTTOM_RIGHT, .key_lengths = 1,
       .lengths = {50, -1}, .has_wl = 1, .wl = 30, .has_softcap = 1,
       .softcap = 5.0f, .alibi = ATTN_ALIBI_DEFAULT}, 0},
+    /* a step's shapes, where version 4 splits the keys (split_count: 8
+     * and 5 splits, and ranges a window or a key length leaves empty) */
+    {"a step: Lq 1 over 1000 keys, GQA 8/2, causal",
+     {.Lq = 1, .Lk = 1000, .cross = 1, .H = 8, .Hkv = 2, .Dh = 64,
+      .proj = P, .causal = ATTN_CAUSAL_BOTTOM_RIGHT}, 0},
+    {"Lq 2 over 600 keys, key lengths (one 0), window, ALiBi, bias",
+     {.B = 3, .batched = 1, .Lq = 2, .Lk = 600, .cross = 1, .H = 4,
+      .Hkv = 1, .Dh = 32, .proj = P, .key_lengths = 1,
+      .lengths = {600, 0, 90}, .has_wl = 1, .wl = 300,
+      .alibi = ATTN_ALIBI_DEFAULT, .bias_rank = 4, .bias_ones = TU_1B}, 0},
+    {"Lq 3 over 520 keys, Dh 128, Dv 64, softcap, allow",
+     {.Lq = 3, .Lk = 520, .cross = 1, .H = 6, .Hkv = 2, .Dh = 128, .Dv = 64,
+      .proj = P, .has_softcap = 1, .softcap = 3.0f, .allow_rank = 2}, 0},
 };
 /* clang-format on */
 #undef P
@@ -387,12 +402,12 @@ static void compare(const char *what, const char *prec, double tol,
 
 /* The flash version that `version` runs with these head widths
  * (core/cuda/kernels.h): version 3 takes bf16 and fp32 with Dh = Dv of
- * 32, 64 or 128 when asked for; version 2, the default, bf16 with Dh and
- * Dv multiples of 16; version 1 the rest. */
+ * 32, 64 or 128 when asked for; version 4 every case here; version 2, the
+ * default, bf16 with Dh and Dv multiples of 16; version 1 the rest. */
 static int flash_version_for(attn_precision_t prec, int version, int64_t Dh,
                              int64_t Dv) {
-  if (version == 1)
-    return 1;
+  if (version == 1 || version == 4) /* 4 takes every case of the table */
+    return version;
   if (version == 3 && Dh == Dv && (Dh == 32 || Dh == 64 || Dh == 128))
     return 3;
   if (prec != ATTN_PRECISION_BF16)
@@ -473,6 +488,17 @@ END_TEST
 
 START_TEST(test_gpu_bf16_v3) {
   run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL, 3);
+}
+END_TEST
+
+/* version 4 (the keys split across blocks), fp32 and bf16 */
+START_TEST(test_gpu_fp32_v4) {
+  run_gpu_case(_i, ATTN_PRECISION_FP32, FP32_TOL, 4);
+}
+END_TEST
+
+START_TEST(test_gpu_bf16_v4) {
+  run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL, 4);
 }
 END_TEST
 
@@ -1005,11 +1031,11 @@ static void kv_append(const kv_layer_t *l, kv_pair_t *c, const float *x,
   c->past += n;
 }
 
-/* _i: shape (_i / 2) x fp32 / bf16 (_i % 2). Chunks that end inside a
+/* i: shape (i / 2) x fp32 / bf16 (i % 2). Chunks that end inside a
  * page, on its last slot, across two, and one token; then a cut back to
  * 70 tokens (the server's truncate: past lowered, the slots after it
  * stale) and more appended. */
-START_TEST(test_gpu_kv_append) {
+static void kv_append_case(int _i) {
   const kv_shape_t *sh = &kv_shapes[_i / 2];
   const attn_precision_t prec =
       _i % 2 ? ATTN_PRECISION_BF16 : ATTN_PRECISION_FP32;
@@ -1031,6 +1057,19 @@ START_TEST(test_gpu_kv_append) {
   kv_append(&l, &c, l.x + (KV_N + 9) * KV_E, 1, prec, "after a cut, one");
   kv_pair_free(&c);
   kv_layer_free(&l);
+}
+
+START_TEST(test_gpu_kv_append) {
+  kv_append_case(_i);
+}
+END_TEST
+
+/* with flash version 4: past 129 keys, its steps split them (offsets from
+ * the items' past lengths in every range) */
+START_TEST(test_gpu_kv_append_v4) {
+  attn__cuda_flash_version = 4;
+  kv_append_case(_i);
+  attn__cuda_flash_version = 0;
 }
 END_TEST
 
@@ -1232,6 +1271,24 @@ START_TEST(test_device_bytes) {
                     want - 4 * (blocks(E * E * 4) + blocks(E * 4)) +
                         4 * blocks(E * E * 2) + 5 * blocks(L * E * 2));
   tu_case_free(&c);
+  /* flash version 4's partials, where a call's blocks would leave the GPU
+   * idle (kernels.h, split_count): one query over 129 keys splits them in
+   * two (splits of 128 keys or more), over 128 not; beyond the key, K and
+   * V a key longer (the value is the key), 2 splits of B·H·Lq rows of Dv
+   * floats and their m and l */
+  tu_spec_t ss = {.Lq = 1, .Lk = 128, .cross = 1, .H = 8, .Hkv = 2, .Dh = 8};
+  size_t step[2];
+  for (int n = 0; n < 2; n++) {
+    tu_case_t sc;
+    ss.Lk = 128 + n;
+    tu_case_build(&sc, &ss, 10);
+    sc.p.want_weights = sc.p.want_mean_weights = sc.p.want_head_outputs = 0;
+    step[n] = device_bytes(&sc.p, ATTN_PRECISION_FP32);
+    tu_case_free(&sc);
+  }
+  ck_assert_uint_eq(step[1] - step[0],
+                    3 * (blocks(129 * 2 * 8 * 4) - blocks(128 * 2 * 8 * 4)) +
+                        blocks(2 * 8 * (8 + 2) * 4));
 }
 END_TEST
 
@@ -1381,12 +1438,12 @@ void test_setup(void) {
   }
   fprintf(stderr,
           "check_cuda: SKIP: %d GPU cases not run (%d fp32 with flash "
-          "versions 1 and 3, %d bf16 with each flash version, 2 numeric, %d "
-          "reductions in fp32 and bf16, %d kv caches in device memory, 2 "
+          "versions 1, 3 and 4, %d bf16 with each flash version, 2 numeric, "
+          "%d reductions in fp32 and bf16, %d kv caches in device memory, 2 "
           "with weights in device memory): %s\n",
-          5 * N_GPU_CASES + 2 + 2 * N_RED_CASES + 2 * N_KV_SHAPES + 4,
-          2 * N_GPU_CASES, 3 * N_GPU_CASES, 2 * N_RED_CASES,
-          2 * N_KV_SHAPES + 2, cuda.status);
+          7 * N_GPU_CASES + 2 + 2 * N_RED_CASES + 4 * N_KV_SHAPES + 4,
+          3 * N_GPU_CASES, 4 * N_GPU_CASES, 2 * N_RED_CASES,
+          4 * N_KV_SHAPES + 2, cuda.status);
   if (req && strcmp(req, "1") == 0) {
     fprintf(stderr, "check_cuda: FAIL: ATTND_REQUIRE_CUDA=1 and the cuda "
                     "backend is unusable\n");
@@ -1419,12 +1476,15 @@ Suite *test_suite(void) {
     tcase_add_loop_test(g, test_gpu_bf16, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16_v1, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16_v3, 0, N_GPU_CASES);
+    tcase_add_loop_test(g, test_gpu_fp32_v4, 0, N_GPU_CASES);
+    tcase_add_loop_test(g, test_gpu_bf16_v4, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_reduce_fp32, 0, N_RED_CASES);
     tcase_add_loop_test(g, test_gpu_reduce_bf16, 0, N_RED_CASES);
     tcase_add_test(g, test_gpu_numeric);
     tcase_add_test(g, test_gpu_numeric_bias);
     tcase_add_test(g, test_gpu_pool);
     tcase_add_loop_test(g, test_gpu_kv_append, 0, 2 * N_KV_SHAPES);
+    tcase_add_loop_test(g, test_gpu_kv_append_v4, 0, 2 * N_KV_SHAPES);
     tcase_add_loop_test(g, test_gpu_kv_batch, 0, 2);
     tcase_add_loop_test(g, test_gpu_weights_on_device, 0, 2);
     suite_add_tcase(s, g);

@@ -20,138 +20,10 @@ namespace attn_cu {
 namespace {
 
 constexpr unsigned kFull = 0xffffffffu;
-constexpr int kWarps = 8;  /* query rows per block, one per warp */
-constexpr int kTile = 32;  /* keys per tile, one per lane */
-constexpr int kDreg = ATTN_CUDA_MAX_HEAD_DIM / 32; /* accumulators a lane */
 
 __device__ __forceinline__ float load(const float *p) { return *p; }
 __device__ __forceinline__ float load(const __nv_bfloat16 *p) {
   return __bfloat162float(*p);
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-  for (int o = 16; o > 0; o >>= 1)
-    x = fmaxf(x, __shfl_xor_sync(kFull, x, o));
-  return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int o = 16; o > 0; o >>= 1)
-    x += __shfl_xor_sync(kFull, x, o);
-  return x;
-}
-
-/* ---- version 1: one warp per query row, CUDA cores --------------------- */
-
-/* Shared memory, in floats: the key tile [kTile, Dh + 1] (a row padded by
- * one so that lane j reading row j hits distinct banks), the value tile
- * [kTile, Dv], and each warp's query row [kWarps, Dh]. */
-size_t flash_v1_smem(int64_t Dh, int64_t Dv) {
-  return sizeof(float) *
-         (size_t)(kTile * (Dh + 1) + kTile * Dv + kWarps * Dh);
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kWarps * 32) flash_v1_kernel(args a) {
-  extern __shared__ float smem[];
-  const int64_t Dh = a.Dh, Dv = a.Dv, ldk = Dh + 1;
-  float *ks = smem;
-  float *vs = ks + kTile * ldk;
-  float *qs = vs + kTile * Dv + (threadIdx.x / 32) * Dh;
-  const int lane = threadIdx.x % 32;
-  const int64_t b = blockIdx.z, h = blockIdx.y;
-  const int64_t g = h / (a.H / a.Hkv);
-  const int64_t i0 = (int64_t)blockIdx.x * kWarps;
-  const int64_t i1 = min(i0 + kWarps, a.Lq);
-  const int64_t i = i0 + threadIdx.x / 32;
-  const bool row = i < a.Lq;
-  const T *q = static_cast<const T *>(a.q);
-  const T *k = static_cast<const T *>(a.k);
-  const T *v = static_cast<const T *>(a.v);
-
-  if (row)
-    for (int64_t d = lane; d < Dh; d += 32)
-      qs[d] = load(q + ((b * a.Lq + i) * a.H + h) * Dh + d);
-
-  int64_t lo, hi;
-  key_range(a, b, i0, i1, &lo, &hi);
-  float m = -INFINITY, l = 0.f, o[kDreg];
-#pragma unroll
-  for (int t = 0; t < kDreg; t++)
-    o[t] = 0.f;
-
-  for (int64_t t0 = lo; t0 < hi; t0 += kTile) {
-    __syncthreads(); /* the last tile is consumed; qs is written */
-    /* pass 1: stage the tile's keys and values (zeros past hi) */
-    for (int64_t e = threadIdx.x; e < kTile * Dh; e += blockDim.x) {
-      int64_t jj = e / Dh, d = e % Dh, j = t0 + jj;
-      ks[jj * ldk + d] =
-          j < hi ? load(k + ((b * a.Lk + j) * a.Hkv + g) * Dh + d) : 0.f;
-    }
-    for (int64_t e = threadIdx.x; e < kTile * Dv; e += blockDim.x) {
-      int64_t jj = e / Dv, d = e % Dv, j = t0 + jj;
-      vs[jj * Dv + d] =
-          j < hi ? load(v + ((b * a.Lk + j) * a.Hkv + g) * Dv + d) : 0.f;
-    }
-    __syncthreads();
-    if (!row)
-      continue;
-    /* pass 2: lane j scores key t0 + j */
-    const int64_t j = t0 + lane;
-    float s = -INFINITY;
-    if (j < hi && allowed(a, b, h, i, j)) {
-      const float *kr = ks + lane * ldk;
-      float dot = 0.f;
-#pragma unroll 4
-      for (int64_t d = 0; d < Dh; d++)
-        dot += qs[d] * kr[d];
-      s = score(a, b, h, i, j, dot);
-    }
-    /* pass 3: the online softmax's update of m and l */
-    const float m_new = fmaxf(m, warp_max(s));
-    if (m_new == -INFINITY) /* every key so far masked: the whole warp */
-      continue;
-    const float p = s == -INFINITY ? 0.f : expf(s - m_new);
-    const float corr = m == -INFINITY ? 0.f : expf(m - m_new);
-    l = l * corr + warp_sum(p);
-    m = m_new;
-    /* pass 4: o = o·corr + Σ_j p_j·v_j, lane holding d = lane + 32·t */
-#pragma unroll
-    for (int t = 0; t < kDreg; t++)
-      o[t] *= corr;
-    for (int jj = 0; jj < kTile; jj++) {
-      const float pj = __shfl_sync(kFull, p, jj);
-      const float *vr = vs + jj * Dv;
-#pragma unroll
-      for (int t = 0; t < kDreg; t++)
-        if (lane + 32 * t < Dv)
-          o[t] += pj * vr[lane + 32 * t];
-    }
-  }
-  if (!row)
-    return;
-  const float inv = l > 0.f ? 1.f / l : 0.f;
-  float *out = a.concat + ((b * a.Lq + i) * a.H + h) * Dv;
-#pragma unroll
-  for (int t = 0; t < kDreg; t++)
-    if (lane + 32 * t < Dv)
-      out[lane + 32 * t] = o[t] * inv;
-  if (a.lse && lane == 0)
-    a.lse[(b * a.H + h) * a.Lq + i] = l > 0.f ? m + logf(l) : -INFINITY;
-}
-
-template <typename T> cudaError_t launch_flash_v1(const args &a,
-                                                  cudaStream_t s) {
-  const size_t smem = flash_v1_smem(a.Dh, a.Dv);
-  cudaError_t e = cudaFuncSetAttribute(
-      flash_v1_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      (int)smem);
-  if (e != cudaSuccess)
-    return e;
-  dim3 grid((unsigned)((a.Lq + kWarps - 1) / kWarps), (unsigned)a.H,
-            (unsigned)a.B);
-  flash_v1_kernel<T><<<grid, kWarps * 32, smem, s>>>(a);
-  return cudaGetLastError();
 }
 
 /* ---- version 2: bf16 on tensor cores (WMMA), a warp per 16 rows -------- */
@@ -468,14 +340,17 @@ cudaError_t flash(const args &a, int version, int *ran, cudaStream_t s) {
     *ran = 3;
     return flash_v3(a, s);
   }
+  if (version == 4) {
+    *ran = 4;
+    return flash_cores(a, a.splits, s);
+  }
   const bool v2 = a.bf16 && a.Dh % 16 == 0 && a.Dv % 16 == 0;
   if (v2 && version != 1) {
     *ran = 2;
     return launch_flash_v2(a, s);
   }
   *ran = 1;
-  return a.bf16 ? launch_flash_v1<__nv_bfloat16>(a, s)
-                : launch_flash_v1<float>(a, s);
+  return flash_cores(a, 1, s);
 }
 
 cudaError_t weights(const args &a, float *w, cudaStream_t s) {

@@ -338,6 +338,7 @@ struct bufs {
   void *q16, *k16, *v16, *concat16;  /* bf16: Q, K, V, and the concat */
   float *q, *k, *v, *concat, *out;   /* float32 Q, K, V, concat, out */
   float *lse, *weights, *mean, *heads;
+  float *part; /* version 4's partials, with several key splits */
   int32_t *top_k_index; /* the reductions asked for (attn_reduce_t) */
   float *top_k_value, *pooled, *entropy, *sink, *distance;
   double *pool_acc; /* the pooled blocks' accumulators */
@@ -431,6 +432,11 @@ void lay_out(const attn_plan_t *pl, arena *ar, bufs *d) {
   d->concat = ar->floats(B * Lq * H * Dv);
   d->out = ar->floats(pl->out_elems);
   d->lse = ar->floats(B * H * Lq);
+  /* version 4's partial rows where it would split the keys: reserved
+   * whichever version runs, as the layout depends on the plan alone */
+  const int64_t splits = attn_cu::split_count(B, Lq, Lk, H, Hkv);
+  if (splits > 1)
+    d->part = ar->floats(splits * B * H * Lq * (Dv + 2));
   if (p->want_weights || p->want_mean_weights)
     d->weights = ar->floats(pl->weights_elems);
   if (p->want_mean_weights)
@@ -813,6 +819,8 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   a.wl = pl->window_left, a.wr = pl->window_right;
   a.has_softcap = p->has_softcap;
   a.softcap = p->softcap;
+  a.splits = attn_cu::split_count(B, Lq, Lk, H, Hkv);
+  a.part = d.part;
   int ran = 0;
   if (c.rc == 0 && c.stage_mark(marks[1]) &&
       c.ok(attn_cu::flash(a, __atomic_load_n(&attn__cuda_flash_version,

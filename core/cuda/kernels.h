@@ -45,15 +45,46 @@ struct args {
   int64_t wl, wr; /* window sides, -1 if unbounded (attn_plan_t) */
   int has_softcap;
   float softcap;
+  /* version 4's key splits (split_count) and, with more than one, their
+   * partial results: part_o [splits, B, H, Lq, Dv] then part_ml [splits,
+   * B, H, Lq, 2] (each row's m and l), splits·B·H·Lq·(Dv + 2) floats of
+   * device scratch; 0 and nullptr elsewhere */
+  int64_t splits;
+  float *part;
 };
 
-/* Version 1: flash attention on CUDA cores. A block of 8 warps takes 8
- * consecutive query rows of one (batch item, head), one row per warp; key
- * and value tiles of 32 keys are staged in shared memory as float and
- * shared by the 8 rows; lane j scores key j of the tile, the warp keeps
- * the running max m, sum l and the Dv accumulators (8 per lane) of the
- * online softmax. Only the tiles inside the block's key range (causal,
- * key lengths, window) are visited. Writes concat and lse. */
+/* The key ranges version 4 takes for a call of B items, Lq rows, Lk keys
+ * and H heads over Hkv: 1 where its blocks (B·Hkv·ceil(H/Hkv·Lq/8)) fill
+ * the GPU already (kSplitTarget of them, twice an H100's or H200's 132
+ * SMs), else enough to reach that, each split at least 4 tiles (128 keys),
+ * at most 64. Depends on the shape alone, so that the plan's layout can
+ * reserve the partials. Host and device. */
+constexpr int64_t kSplitTarget = 264;
+__host__ __device__ inline int64_t
+split_count(int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Hkv) {
+  const int64_t rows = H / Hkv * Lq, blocks = B * Hkv * ((rows + 7) / 8);
+  if (blocks >= kSplitTarget)
+    return 1;
+  int64_t s = (kSplitTarget + blocks - 1) / blocks;
+  const int64_t most = (Lk + 127) / 128; /* splits of 4 tiles or more */
+  s = s < most ? s : most;
+  s = s < 64 ? s : 64;
+  return s < 1 ? 1 : s;
+}
+
+/* Versions 1 and 4 (flash_cores.cuh, flash_cores.cu): flash attention on
+ * CUDA cores. A block of 8 warps takes 8 rows of one (batch item, kv
+ * head): the H/Hkv query heads that read it, at consecutive queries, one
+ * row a warp; key and value tiles of 32 keys are staged in shared memory
+ * as float and shared by the 8 rows; lane j scores key j of the tile, the
+ * warp keeps the running max m, sum l and the Dv accumulators (8 per
+ * lane) of the online softmax. Only the tiles inside the block's key
+ * range (causal, key lengths, window) are visited. Version 1 visits them
+ * in one block; version 4, for calls of few query rows (a session's step:
+ * Lq 1), whose grid would leave most of the GPU idle, splits them into
+ * `splits` ranges (split_count), a block each, and a second kernel
+ * merges the ranges' partial results (FlashDecoding's idea). Both write
+ * concat and lse; any head width to 256, fp32 or bf16 inputs. */
 /* Version 2: bf16 Q, K, V with Dh and Dv multiples of 16, on tensor cores
  * (WMMA 16×16×16, float accumulators): 4 warps, 16 query rows each, key
  * tiles of 64; S and the output accumulators in shared memory (see
@@ -67,16 +98,21 @@ struct args {
  * output accumulators in registers. Writes concat and lse, as version 1
  * does.
  *
+ *
  * flash() with `version` 0 runs version 2 where it applies (bf16), else
  * version 1; 1 forces version 1; 3 runs version 3 where it applies (bf16
- * or fp32), else as 0 does (the tests and the benchmark compare them).
- * Version 3 is not the default until it has passed check_cuda on a GPU
+ * or fp32), else as 0 does; 4 runs version 4 (the tests and the
+ * benchmark compare them). Versions 3 and 4 are not the default until
+ * they have passed check_cuda on a GPU and been measured there
  * (docs/cuda.md). *ran says which ran. */
 cudaError_t flash(const args &a, int version, int *ran, cudaStream_t s);
 
 /* Whether version 3 takes a, and version 3 itself (flash() dispatches). */
 bool flash_v3_fits(const args &a);
 cudaError_t flash_v3(const args &a, cudaStream_t s);
+/* Versions 1 (ranges 1) and 4 (ranges a.splits, with a.part as the plan
+ * laid it out; without it, one range). */
+cudaError_t flash_cores(const args &a, int64_t ranges, cudaStream_t s);
 
 /* The dense weights [B, H, Lq, Lk] = exp(s − lse), recomputing each score
  * (one block per query row); dead rows and masked keys are 0. */

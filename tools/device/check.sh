@@ -23,7 +23,8 @@
 # Carry it: run from the repository root with carry [".device-bundle"] and
 #   bash tools/device/check.sh .device-bundle
 # Results go to $OUT (the device tool's folder) or /tmp/attnd-device:
-# attnd.csv, attnd-v3.csv, torch.csv, table.md, table-v3.md, load-http.csv,
+# attnd.csv, attnd-v3.csv, torch.csv, table.md, table-v3.md, decode.csv,
+# decode-v4.csv, load-http.csv,
 # http.md, and sanitizer.log.
 set -eu
 cd "$(dirname "$0")/../.."
@@ -124,6 +125,11 @@ step "benchmark: decoding over a kv cache in device memory (sessions on the GPU)
 # above compared such caches with the CPU core's)
 with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --decode --reps 9 \
   --csv "$out/decode.csv" || failed="$failed attn-cuda-bench-decode"
+
+step "benchmark: the same steps with flash version 4 (the keys split across blocks; check_cuda above ran it on every case)"
+with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --decode --reps 9 \
+  --kernel 4 --csv "$out/decode-v4.csv" ||
+  failed="$failed attn-cuda-bench-decode-v4"
 
 step "HTTP: OIP binary bfloat16 on the GPU, L 16384, E 512, H 8"
 # attnd with backend cuda, bf16, and attnd-load sending what a bf16 client

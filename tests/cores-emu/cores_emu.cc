@@ -1,0 +1,351 @@
+/* tests/cores-emu/cores_emu.cc: flash versions 1 and 4 on CUDA cores,
+ * the keys of a row in one range or split across blocks
+ * (core/cuda/flash_cores.cuh), their own source run on the CPU, for
+ * machines without a GPU (make cores-emu-check, in cuda-check and in make
+ * check with CUDA=1).
+ *
+ * Each problem is Q, K and V without projections (so that concat is the
+ * heads' outputs), run through flash_kernel and, with several ranges,
+ * combine_kernel, against two float64 references: the softmax written out
+ * here from score.cuh's allowed() and score() (which every problem can
+ * use, a kv cache's past lengths included), and, where there is no past,
+ * tests/ref.c's ref_attention, which shares no code with the kernels. The
+ * problems cover the GQA packing (rows of G query heads in one block, a
+ * block's rows at several queries), one range (version 1) and several
+ * (split_count's, and more ranges than tiles, so that some are empty), dead rows (a key
+ * length of 0, causal with Lq > Lk), every mask and score term, and head
+ * widths to 256 with Dv ≠ Dh. Output: relative L2 error under 1e-5 a
+ * problem; lse within 1e-5 (scaled by |lse| above 1), and -inf and zeros
+ * exactly on dead rows.
+ *
+ * g++ compiles the kernels with this file's stand-ins for what only nvcc
+ * has: __syncthreads, __shfl_xor_sync, __shfl_sync, the thread and block
+ * indices, and the dynamic shared memory as a static array. Each of a
+ * block's 256 threads is a std::thread, and the collectives meet at
+ * barriers (a warp's 32, the block's 256), so that a thread missing from
+ * one hangs rather than passes. What it cannot show: timing, and whatever
+ * nvcc compiles differently from g++.
+ *
+ * usage: cores_emu; prints a line a problem, then "N passed, M failed",
+ * and exits 1 if any failed. */
+#define __launch_bounds__(...) /* nvcc's; g++ knows none */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <barrier>
+#include <thread>
+#include <vector>
+
+extern "C" {
+#include "ref.h"
+}
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+dim3 gridDim, blockDim;
+
+static inline int64_t min(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
+namespace emu {
+constexpr int kThreads = 256;
+std::barrier<> *block_bar;
+std::barrier<> *warp_bar[kThreads / 32];
+float slot[kThreads / 32][32];
+} // namespace emu
+
+namespace attn_cu {
+inline void __syncthreads() {
+  emu::block_bar->arrive_and_wait();
+}
+/* lane l gets lane `from(l)`'s v */
+template <class F> inline float exchange(float v, F from) {
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  emu::slot[w][l] = v;
+  emu::warp_bar[w]->arrive_and_wait();
+  float r = emu::slot[w][from(l)];
+  emu::warp_bar[w]->arrive_and_wait();
+  return r;
+}
+inline float __shfl_xor_sync(unsigned mask, float v, int x) {
+  if (mask != 0xffffffffu)
+    abort();
+  return exchange(v, [x](int l) { return l ^ x; });
+}
+inline float __shfl_sync(unsigned mask, float v, int src) {
+  if (mask != 0xffffffffu)
+    abort();
+  return exchange(v, [src](int) { return src; });
+}
+namespace cores {
+namespace {
+/* the kernel's extern __shared__ array: its largest use, Dh = Dv = 256 */
+float cores_smem[32 * 257 + 32 * 256 + 8 * 256];
+} // namespace
+} // namespace cores
+} // namespace attn_cu
+
+#undef __shared__
+#define __shared__
+#include "flash_cores.cuh"
+
+/* One problem: no projections. past: a kv cache's per-item past lengths
+ * (Lk then counts the past and the Lq new keys; item b sees past[b] + Lq
+ * of them). splits: the key ranges, 0 for split_count's. */
+struct problem {
+  const char *name;
+  int64_t B, Lq, Lk, H, Hkv, Dh, Dv;
+  int causal;
+  int lengths; /* key lengths {Lk, Lk / 3, 0, ...} */
+  int64_t wl, wr;
+  int softcap, bias, allow, alibi;
+  int64_t past[3];
+  int64_t splits;
+};
+
+static double rnd(uint64_t *s) { /* uniform [-1, 1) */
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return (double)(*s >> 11) / (double)(1ull << 52) - 1.0;
+}
+
+/* Runs `kernel` on every block of gridDim, each of emu::kThreads threads a
+ * std::thread that takes the blocks in turn. */
+template <class K> static void launch(K kernel) {
+  blockDim = dim3(emu::kThreads, 1, 1);
+  std::barrier<> bb(emu::kThreads);
+  emu::block_bar = &bb;
+  for (int w = 0; w < emu::kThreads / 32; w++)
+    emu::warp_bar[w] = new std::barrier<>(32);
+  std::vector<std::thread> th;
+  for (int t = 0; t < emu::kThreads; t++)
+    th.emplace_back([&, t] {
+      threadIdx = uint3{(unsigned)t, 0, 0};
+      for (unsigned z = 0; z < gridDim.z; z++)
+        for (unsigned y = 0; y < gridDim.y; y++)
+          for (unsigned x = 0; x < gridDim.x; x++) {
+            blockIdx = uint3{x, y, z};
+            kernel();
+            emu::block_bar->arrive_and_wait(); /* shared memory reused */
+          }
+    });
+  for (auto &x : th)
+    x.join();
+  for (int w = 0; w < emu::kThreads / 32; w++)
+    delete emu::warp_bar[w];
+}
+
+static int run(const problem &pb, uint64_t seed) {
+  using namespace attn_cu;
+  const int64_t B = pb.B, Lq = pb.Lq, Lk = pb.Lk, H = pb.H, Hkv = pb.Hkv,
+                Dh = pb.Dh, Dv = pb.Dv;
+  const bool kv = pb.past[0] > 0;
+  std::vector<float> q(B * Lq * H * Dh), k(B * Lk * Hkv * Dh),
+      v(B * Lk * Hkv * Dv), bias(Lq * Lk), slopes(H);
+  std::vector<uint8_t> allow(Lq * Lk);
+  std::vector<int64_t> len(B), past(B);
+  for (auto &x : q)
+    x = (float)(2.5 * rnd(&seed));
+  for (auto &x : k)
+    x = (float)(2.5 * rnd(&seed));
+  for (auto &x : v)
+    x = (float)rnd(&seed);
+  for (auto &x : bias)
+    x = (float)rnd(&seed);
+  for (auto &x : allow)
+    x = rnd(&seed) < 0.4;
+  for (int64_t h = 0; h < H; h++)
+    slopes[h] = 0.05f * (float)(h + 1);
+  for (int64_t b = 0; b < B; b++) {
+    len[b] = b == 0 ? Lk : b == 1 ? Lk / 3 : 0;
+    past[b] = pb.past[b];
+    if (kv) /* as forward.cu: the item's keys end at past + Lq */
+      len[b] = past[b] + Lq;
+  }
+
+  /* the kernels' arguments, as forward.cu fills them */
+  args a = {};
+  a.q = q.data(), a.k = k.data(), a.v = v.data();
+  a.key_lengths = pb.lengths || kv ? len.data() : nullptr;
+  a.past = kv ? past.data() : nullptr;
+  a.slopes = pb.alibi ? slopes.data() : nullptr;
+  a.allow = pb.allow ? allow.data() : nullptr;
+  a.allow_st[2] = Lk, a.allow_st[3] = 1;
+  a.bias = pb.bias ? bias.data() : nullptr;
+  a.bias_st[2] = Lk, a.bias_st[3] = 1;
+  a.B = B, a.Lq = Lq, a.Lk = Lk, a.H = H, a.Hkv = Hkv, a.Dh = Dh, a.Dv = Dv;
+  a.scale = (float)(1.0 / sqrt((double)Dh));
+  a.causal = pb.causal;
+  const int64_t big = Lq > Lk ? Lq : Lk; /* attn_plan_t's effective sides */
+  a.wl = pb.wl >= 0 && pb.wl < big ? pb.wl : -1;
+  a.wr = pb.wr >= 0 && pb.wr < big ? pb.wr : -1;
+  a.has_softcap = pb.softcap, a.softcap = 3.0f;
+  a.splits = pb.splits ? pb.splits : split_count(B, Lq, Lk, H, Hkv);
+  const int64_t rows = B * H * Lq;
+  std::vector<float> concat(B * Lq * H * Dv, NAN), lse(rows, NAN),
+      part(a.splits * rows * (Dv + 2), NAN);
+  a.concat = concat.data(), a.lse = lse.data();
+  a.part = a.splits > 1 ? part.data() : nullptr;
+
+  /* float64, written out: every allowed key's exp(s − m) */
+  std::vector<double> want(concat.size()), want_lse(rows);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t i = 0; i < Lq; i++) {
+        const int64_t g = h / (H / Hkv);
+        std::vector<double> s(Lk, -INFINITY);
+        double m = -INFINITY;
+        for (int64_t j = 0; j < Lk; j++) {
+          if (!allowed(a, b, h, i, j))
+            continue;
+          double dot = 0;
+          for (int64_t d = 0; d < Dh; d++)
+            dot += (double)q[((b * Lq + i) * H + h) * Dh + d] *
+                   k[((b * Lk + j) * Hkv + g) * Dh + d];
+          s[j] = score(a, b, h, i, j, (float)dot);
+          m = fmax(m, s[j]);
+        }
+        double l = 0;
+        std::vector<double> o(Dv, 0.0);
+        for (int64_t j = 0; j < Lk; j++) {
+          if (s[j] == -INFINITY)
+            continue;
+          double p = exp(s[j] - m);
+          l += p;
+          for (int64_t d = 0; d < Dv; d++)
+            o[d] += p * v[((b * Lk + j) * Hkv + g) * Dv + d];
+        }
+        for (int64_t d = 0; d < Dv; d++)
+          want[((b * Lq + i) * H + h) * Dv + d] = l > 0 ? o[d] / l : 0;
+        want_lse[(b * H + h) * Lq + i] = l > 0 ? m + log(l) : -INFINITY;
+      }
+
+  /* flash_cores' grids */
+  gridDim = dim3((unsigned)(Hkv * cores::row_blocks(a)), (unsigned)a.splits,
+                 (unsigned)B);
+  launch([&] { cores::flash_kernel<float>(a); });
+  if (a.splits > 1) {
+    /* fewer blocks than rows: the combine's grid-stride loop runs too */
+    gridDim = dim3((unsigned)((rows + 15) / 16), 1, 1);
+    launch([&] { cores::combine_kernel(a); });
+  }
+
+  int bad = 0;
+  auto err_of = [&](const std::vector<double> &w) {
+    double num = 0, den = 0;
+    for (size_t e = 0; e < concat.size(); e++) {
+      num += (concat[e] - w[e]) * (concat[e] - w[e]);
+      den += w[e] * w[e];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+  };
+  double e1 = err_of(want), e2 = -1;
+  if (!(e1 <= 1e-5)) {
+    printf("%s: output's relative error %.3e\n", pb.name, e1);
+    bad++;
+  }
+  if (!kv) { /* and tests/ref.c's */
+    attn_params_t p = {};
+    p.query = {q.data(), 3, {B, Lq, H * Dh}};
+    p.key = {k.data(), 3, {B, Lk, Hkv * Dh}};
+    p.value = {v.data(), 3, {B, Lk, Hkv * Dv}};
+    p.num_heads = H, p.num_kv_heads = Hkv;
+    p.causal = (attn_causal_t)pb.causal;
+    if (pb.lengths)
+      p.key_lengths = {len.data(), 1, {B}};
+    if (pb.allow)
+      p.allow = {allow.data(), 2, {Lq, Lk}};
+    p.has_window_left = pb.wl >= 0, p.window_left = pb.wl;
+    p.has_window_right = pb.wr >= 0, p.window_right = pb.wr;
+    p.has_softcap = pb.softcap, p.softcap = 3.0f;
+    if (pb.bias)
+      p.bias = {bias.data(), 2, {Lq, Lk}};
+    if (pb.alibi) {
+      p.alibi = ATTN_ALIBI_SLOPES;
+      p.alibi_slopes = {slopes.data(), 1, {H}};
+    }
+    ref_result_t ref;
+    if (ref_attention(&p, &ref) != 0) {
+      printf("%s: the reference cannot read it\n", pb.name);
+      return 1;
+    }
+    std::vector<double> w(concat.size());
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < Lq; i++)
+          for (int64_t d = 0; d < Dv; d++)
+            w[((b * Lq + i) * H + h) * Dv + d] =
+                ref.head_outputs[((b * H + h) * Lq + i) * Dv + d];
+    ref_result_free(&ref);
+    e2 = err_of(w);
+    if (!(e2 <= 1e-5)) {
+      printf("%s: output's relative error %.3e against ref_attention\n",
+             pb.name, e2);
+      bad++;
+    }
+  }
+  int dead = 0;
+  for (int64_t r = 0; r < rows && bad < 8; r++) {
+    const double w = want_lse[r], g = lse[r];
+    const int64_t b = r / (H * Lq), h = r / Lq % H, i = r % Lq;
+    if (w == -INFINITY) {
+      dead++;
+      bool zeros = true;
+      for (int64_t d = 0; d < Dv; d++)
+        zeros = zeros && concat[((b * Lq + i) * H + h) * Dv + d] == 0.f;
+      if (g != -INFINITY || !zeros) {
+        printf("%s: dead row %lld: lse %.9g, output %s\n", pb.name,
+               (long long)r, g, zeros ? "zeros" : "not zeros");
+        bad++;
+      }
+    } else if (!(fabs(g - w) <= 1e-5 * fmax(1.0, fabs(w)))) {
+      printf("%s: lse row %lld: %.9g, expected %.9g\n", pb.name, (long long)r,
+             g, w);
+      bad++;
+    }
+  }
+  printf("%s: %lld ranges, %d dead rows, error %.2e (ref.c %.2e): %s\n",
+         pb.name, (long long)a.splits, dead, e1, e2, bad ? "FAILED" : "ok");
+  return bad != 0;
+}
+
+int main() {
+  const int64_t n = -1;
+  /* clang-format off */
+  static const problem pbs[] = {
+      {"a step: Lq 1 over 1000 keys, G 4, causal", 1, 1, 1000, 8, 2, 64, 64,
+       1, 0, n, n, 0, 0, 0, 0, {}, 0},
+      {"Lq 1, key lengths (one 0: dead), ALiBi, softcap, 64 ranges", 3, 1,
+       700, 4, 4, 32, 32, 0, 1, n, n, 1, 0, 0, 1, {}, 64},
+      {"Lq 3, G 3 (two row blocks), window, bias, Dh 40, Dv 24", 2, 3, 900,
+       6, 2, 40, 24, 0, 0, 200, 0, 0, 1, 0, 0, {}, 0},
+      {"a kv cache's steps: past 500 and 37, Lq 2, G 2, causal", 2, 2, 602,
+       4, 2, 64, 64, 1, 0, n, n, 0, 0, 0, 0, {500, 37}, 0},
+      {"past with a window and ALiBi, Lq 1, MQA (G 8)", 2, 1, 301, 8, 1, 16,
+       16, 1, 0, 64, n, 0, 0, 0, 1, {300, 5}, 0},
+      {"Lq 40 top-left, G 2, allow, 3 ranges", 1, 40, 300, 4, 2, 32, 32, 2,
+       0, n, n, 0, 0, 1, 0, {}, 3},
+      {"Lq 20 > Lk 9, bottom-right (dead rows), 5 ranges", 1, 20, 9, 2, 1,
+       8, 8, 1, 0, n, n, 0, 0, 0, 0, {}, 5},
+      {"Dh 256, Dv 256, Lq 1, 260 keys, split_count's", 1, 1, 260, 2, 2,
+       256, 256, 0, 0, n, n, 0, 0, 0, 0, {}, 0},
+      {"Dh 128, G 4, Lq 1, one range", 1, 1, 200, 4, 1, 128, 128, 0, 0, n,
+       n, 0, 0, 0, 0, {}, 1},
+      {"version 1: L 70 causal, G 2, one range, key lengths", 2, 70, 70, 4,
+       2, 32, 32, 1, 1, n, n, 0, 0, 0, 0, {}, 1},
+      {"version 1: Lq 45 > Lk 20 (dead rows), G 1, softcap, bias", 1, 45,
+       20, 2, 2, 16, 8, 1, 0, n, n, 1, 1, 0, 0, {}, 1},
+  };
+  /* clang-format on */
+  int failed = 0, passed = 0;
+  for (size_t i = 0; i < sizeof pbs / sizeof *pbs; i++)
+    (run(pbs[i], 91 + i) ? failed : passed)++;
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed != 0;
+}
