@@ -263,9 +263,11 @@ endif
 cores-emu-check: $(BUILD)/tests/cores_emu
 	./$(BUILD)/tests/cores_emu
 $(BUILD)/tests/cores_emu: tests/cores-emu/cores_emu.cc $(BUILD)/tests/ref.o \
-  core/cuda/kernels.h $(wildcard core/cuda/*.cuh) include/attn/attn.h
+  $(BUILD)/libattn.a core/cuda/kernels.h $(wildcard core/cuda/*.cuh) \
+  include/attn/attn.h
 	@mkdir -p $(@D)
-	$(EMU_CXX) -Itests $< $(BUILD)/tests/ref.o -o $@ -pthread -lm
+	$(EMU_CXX) -Itests $< $(BUILD)/tests/ref.o $(BUILD)/libattn.a -o $@ \
+	  -pthread $(LIBS_CORE)
 ifeq ($(CUDA),1)
 check: cores-emu-check
 endif

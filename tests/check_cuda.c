@@ -1009,12 +1009,17 @@ static void kv_run_both(attn_params_t *p, attn_kv_t *hk, attn_kv_t *dk,
   tu_run_free(&cpu);
 }
 
+/* Without the weights: flash version 4 then reads K and V out of the
+ * pages in place (core/cuda/forward.cu), not from a gathered copy. */
+static int kv_no_weights;
+
 /* Appends x [n, E] to both caches of c in one call each and compares
  * them (above). */
 static void kv_append(const kv_layer_t *l, kv_pair_t *c, const float *x,
                       int64_t n, attn_precision_t prec, const char *what) {
   const double tol = prec == ATTN_PRECISION_BF16 ? BF16_TOL : FP32_TOL;
   attn_params_t p = kv_layer_params(l, tu_t2(x, n, KV_E));
+  p.want_weights = !kv_no_weights;
   float *const *host = c->host, *const *dev = c->dev;
   const int64_t before = c->past;
   attn_kv_t hk = {
@@ -1065,10 +1070,14 @@ START_TEST(test_gpu_kv_append) {
 END_TEST
 
 /* with flash version 4: past 129 keys, its steps split them (offsets from
- * the items' past lengths in every range) */
+ * the items' past lengths in every range); with the weights (K and V
+ * gathered out of the pages first) and without (read in place) */
 START_TEST(test_gpu_kv_append_v4) {
   attn__cuda_flash_version = 4;
   kv_append_case(_i);
+  kv_no_weights = 1;
+  kv_append_case(_i);
+  kv_no_weights = 0;
   attn__cuda_flash_version = 0;
 }
 END_TEST

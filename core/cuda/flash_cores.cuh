@@ -84,6 +84,52 @@ __device__ __forceinline__ void store_row(const args &a, int64_t b,
     a.lse[(b * a.H + h) * a.Lq + i] = l > 0.f ? m + logf(l) : -INFINITY;
 }
 
+/* Stages keys [t0, t0 + kTile) of item b, kv head g, into ks [kTile,
+ * Dh + 1] and vs [kTile, Dv] as float, zeros from `end` on: from K
+ * [B, Lk, Hkv·Dh] and V, a key's features contiguous. */
+template <typename T>
+__device__ __forceinline__ void stage(const args &a, const T *k, const T *v,
+                                      int64_t b, int64_t g, int64_t t0,
+                                      int64_t end, float *ks, float *vs) {
+  const int64_t Dh = a.Dh, Dv = a.Dv;
+  for (int64_t e = threadIdx.x; e < kTile * Dh; e += blockDim.x) {
+    int64_t jj = e / Dh, d = e % Dh, j = t0 + jj;
+    ks[jj * (Dh + 1) + d] =
+        j < end ? load(k + ((b * a.Lk + j) * a.Hkv + g) * Dh + d) : 0.f;
+  }
+  for (int64_t e = threadIdx.x; e < kTile * Dv; e += blockDim.x) {
+    int64_t jj = e / Dv, d = e % Dv, j = t0 + jj;
+    vs[jj * Dv + d] =
+        j < end ? load(v + ((b * a.Lk + j) * a.Hkv + g) * Dv + d) : 0.f;
+  }
+}
+
+/* The same from a kv cache's pages (attn.h): K transposed, a feature's
+ * tokens contiguous, so that consecutive threads take consecutive keys
+ * (and write ks rows Dh + 1 apart, distinct banks); V a token's row. A
+ * tile may straddle two pages. */
+__device__ __forceinline__ void stage_pages(const args &a, int64_t b,
+                                            int64_t g, int64_t t0,
+                                            int64_t end, float *ks,
+                                            float *vs) {
+  const int64_t Dh = a.Dh, Dv = a.Dv;
+  float *const *pages = a.pages + b * a.maxp;
+  for (int64_t e = threadIdx.x; e < kTile * Dh; e += blockDim.x) {
+    int64_t d = e / kTile, jj = e % kTile, j = t0 + jj;
+    ks[jj * (Dh + 1) + d] =
+        j < end ? pages[j / ATTN_KV_PAGE][(g * Dh + d) * ATTN_KV_LDK +
+                                          j % ATTN_KV_PAGE]
+                : 0.f;
+  }
+  for (int64_t e = threadIdx.x; e < kTile * Dv; e += blockDim.x) {
+    int64_t jj = e / Dv, d = e % Dv, j = t0 + jj;
+    vs[jj * Dv + d] = j < end ? pages[j / ATTN_KV_PAGE]
+                                     [a.voff + j % ATTN_KV_PAGE * a.ldv +
+                                      g * a.Dvp + d]
+                              : 0.f;
+  }
+}
+
 /* The row blocks of a kv head's group: ceil(G·Lq / 8). */
 __host__ __device__ inline int64_t row_blocks(const args &a) {
   return (a.H / a.Hkv * a.Lq + kWarps - 1) / kWarps;
@@ -130,16 +176,10 @@ __global__ void __launch_bounds__(kWarps * 32, 4) flash_kernel(args a) {
   for (int64_t t0 = s_lo; t0 < s_hi; t0 += kTile) {
     __syncthreads(); /* the last tile is consumed; qs is written */
     /* pass 1: stage the tile's keys and values (zeros past s_hi) */
-    for (int64_t e = threadIdx.x; e < kTile * Dh; e += blockDim.x) {
-      int64_t jj = e / Dh, d = e % Dh, j = t0 + jj;
-      ks[jj * ldk + d] =
-          j < s_hi ? load(k + ((b * a.Lk + j) * a.Hkv + g) * Dh + d) : 0.f;
-    }
-    for (int64_t e = threadIdx.x; e < kTile * Dv; e += blockDim.x) {
-      int64_t jj = e / Dv, d = e % Dv, j = t0 + jj;
-      vs[jj * Dv + d] =
-          j < s_hi ? load(v + ((b * a.Lk + j) * a.Hkv + g) * Dv + d) : 0.f;
-    }
+    if (a.pages)
+      stage_pages(a, b, g, t0, s_hi, ks, vs);
+    else
+      stage(a, k, v, b, g, t0, s_hi, ks, vs);
     __syncthreads();
     if (!row)
       continue;

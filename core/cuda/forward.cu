@@ -643,6 +643,8 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   const int64_t B = pl->B, Lq = pl->Lq, Lk = pl->Lk, H = pl->H;
   const int64_t Hkv = pl->Hkv, Dh = pl->Dh, Dv = pl->Dv;
   const bool kv = p->kv != nullptr;
+  const int version = __atomic_load_n(&attn__cuda_flash_version,
+                                      __ATOMIC_RELAXED);
   const int64_t lnk = kv ? Lq : Lk; /* rows of the key and value inputs */
   call c;
   c.pl = pl;
@@ -758,6 +760,10 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   const bool k16_ready = bf && d.kw && d.key16 == d.query16,
              v16_ready = bf && d.vw && d.value16 == d.key16;
   float *kdst = kv ? d.knew : d.k, *vdst = kv ? d.vnew : d.v;
+  /* version 4 reads K and V out of the pages in place, unless the weights
+   * or their reductions (which read K) are asked for: then they are read
+   * out first, as for the other versions */
+  const bool paged = kv && version == 4 && !d.weights && !pl->reduce;
   attn_cu::kv_args ka = {};
   if (kv) {
     ka.pages = d.pages, ka.past = d.past;
@@ -790,7 +796,7 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
       c.ok(attn_cu::item_absmax(d.knew, B, Lq, Hkv * Dh, d.kabs, c.s),
            "item_absmax") &&
       c.ok(attn_cu::kv_write(ka, d.knew, d.vnew, c.s), "kv_write") &&
-      c.ok(attn_cu::kv_read(ka, d.k, d.v, c.s), "kv_read") &&
+      !paged && c.ok(attn_cu::kv_read(ka, d.k, d.v, c.s), "kv_read") &&
       c.finish(d.k, nullptr, B * Lk, Hkv * Dh, nullptr, bf ? d.k16 : nullptr))
     c.finish(d.v, nullptr, B * Lk, Hkv * Dv, nullptr, bf ? d.v16 : nullptr);
 
@@ -821,11 +827,13 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
   a.softcap = p->softcap;
   a.splits = attn_cu::split_count(B, Lq, Lk, H, Hkv);
   a.part = d.part;
+  if (paged) {
+    a.pages = d.pages;
+    a.maxp = ka.maxp, a.Dvp = ka.Dvp, a.ldv = ka.ldv, a.voff = ka.voff;
+  }
   int ran = 0;
   if (c.rc == 0 && c.stage_mark(marks[1]) &&
-      c.ok(attn_cu::flash(a, __atomic_load_n(&attn__cuda_flash_version,
-                                             __ATOMIC_RELAXED),
-                           &ran, c.s),
+      c.ok(attn_cu::flash(a, version, &ran, c.s),
            "flash") &&
       c.finish(d.concat, nullptr, B * Lq, H * Dv, d.flags + F_CONCAT,
                bf && d.ow ? d.concat16 : nullptr)) {

@@ -51,6 +51,12 @@ struct args {
    * device scratch; 0 and nullptr elsewhere */
   int64_t splits;
   float *part;
+  /* versions 1 and 4 only: a kv cache's pages in device memory (kv_args'
+   * layout; item b's page i at pages[b·maxp + i]), from which they read K
+   * and V in place, as float, rather than from k and v (nullptr: from k
+   * and v) */
+  float *const *pages;
+  int64_t maxp, Dvp, ldv, voff;
 };
 
 /* The key ranges version 4 takes for a call of B items, Lq rows, Lk keys
@@ -84,7 +90,8 @@ split_count(int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Hkv) {
  * Lq 1), whose grid would leave most of the GPU idle, splits them into
  * `splits` ranges (split_count), a block each, and a second kernel
  * merges the ranges' partial results (FlashDecoding's idea). Both write
- * concat and lse; any head width to 256, fp32 or bf16 inputs. */
+ * concat and lse; any head width to 256, fp32 or bf16 inputs; K and V
+ * from a kv cache's pages in place where a.pages is set. */
 /* Version 2: bf16 Q, K, V with Dh and Dv multiples of 16, on tensor cores
  * (WMMA 16×16×16, float accumulators): 4 warps, 16 query rows each, key
  * tiles of 64; S and the output accumulators in shared memory (see

@@ -12,9 +12,11 @@
  * tests/ref.c's ref_attention, which shares no code with the kernels. The
  * problems cover the GQA packing (rows of G query heads in one block, a
  * block's rows at several queries), one range (version 1) and several
- * (split_count's, and more ranges than tiles, so that some are empty), dead rows (a key
- * length of 0, causal with Lq > Lk), every mask and score term, and head
- * widths to 256 with Dv ≠ Dh. Output: relative L2 error under 1e-5 a
+ * (split_count's, and more ranges than tiles, so that some are empty),
+ * K and V read in place from a kv cache's pages (attn.h's layout, every
+ * cell that no key may read NaN, k and v null), dead rows (a key length
+ * of 0, causal with Lq > Lk), every mask and score term, and head widths
+ * to 256 with Dv ≠ Dh. Output: relative L2 error under 1e-5 a
  * problem; lse within 1e-5 (scaled by |lse| above 1), and -inf and zeros
  * exactly on dead rows.
  *
@@ -108,6 +110,7 @@ struct problem {
   int softcap, bias, allow, alibi;
   int64_t past[3];
   int64_t splits;
+  int paged; /* K and V from pages (attn.h) rather than from k and v */
 };
 
 static double rnd(uint64_t *s) { /* uniform [-1, 1) */
@@ -187,6 +190,32 @@ static int run(const problem &pb, uint64_t seed) {
   a.wr = pb.wr >= 0 && pb.wr < big ? pb.wr : -1;
   a.has_softcap = pb.softcap, a.softcap = 3.0f;
   a.splits = pb.splits ? pb.splits : split_count(B, Lq, Lk, H, Hkv);
+  /* the pages, as attn.h lays them out, NaN wherever no key is written */
+  const int64_t maxp = (Lk + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE;
+  const int64_t Dvp = (Dv + 15) / 16 * 16, ldv = Hkv * Dvp + 16;
+  const int64_t voff = (int64_t)attn_kv_v_offset(Hkv, Dh);
+  std::vector<std::vector<float>> store(pb.paged ? B * maxp : 0);
+  std::vector<float *> table(B * maxp, nullptr);
+  for (int64_t b = 0; b < B && pb.paged; b++)
+    for (int64_t t = 0; t < Lk; t++) {
+      std::vector<float> &pg = store[b * maxp + t / ATTN_KV_PAGE];
+      if (pg.empty())
+        pg.assign(attn_kv_page_floats(Hkv, Dh, Dv), NAN);
+      table[b * maxp + t / ATTN_KV_PAGE] = pg.data();
+      for (int64_t g = 0; g < Hkv; g++) {
+        for (int64_t d = 0; d < Dh; d++)
+          pg[(g * Dh + d) * ATTN_KV_LDK + t % ATTN_KV_PAGE] =
+              k[((b * Lk + t) * Hkv + g) * Dh + d];
+        for (int64_t d = 0; d < Dv; d++)
+          pg[voff + t % ATTN_KV_PAGE * ldv + g * Dvp + d] =
+              v[((b * Lk + t) * Hkv + g) * Dv + d];
+      }
+    }
+  if (pb.paged) {
+    a.pages = table.data();
+    a.maxp = maxp, a.Dvp = Dvp, a.ldv = ldv, a.voff = voff;
+    a.k = a.v = nullptr; /* read in place, never from k and v */
+  }
   const int64_t rows = B * H * Lq;
   std::vector<float> concat(B * Lq * H * Dv, NAN), lse(rows, NAN),
       part(a.splits * rows * (Dv + 2), NAN);
@@ -341,6 +370,12 @@ int main() {
        2, 32, 32, 1, 1, n, n, 0, 0, 0, 0, {}, 1},
       {"version 1: Lq 45 > Lk 20 (dead rows), G 1, softcap, bias", 1, 45,
        20, 2, 2, 16, 8, 1, 0, n, n, 1, 1, 0, 0, {}, 1},
+      {"pages: past 500 and 37, Lq 2, G 2, causal", 2, 2, 602, 4, 2, 64,
+       64, 1, 0, n, n, 0, 0, 0, 0, {500, 37}, 0, 1},
+      {"pages: past 300 and 5, window from mid-page, ALiBi, MQA, Dv 24", 2,
+       1, 301, 8, 1, 16, 24, 1, 0, 100, n, 0, 0, 0, 1, {300, 5}, 0, 1},
+      {"pages: past 130, Lq 3, G 3, Dh 40, one range (version 1)", 1, 3,
+       133, 6, 2, 40, 40, 1, 0, n, n, 0, 0, 0, 0, {130}, 1, 1},
   };
   /* clang-format on */
   int failed = 0, passed = 0;
