@@ -121,8 +121,9 @@ static const cfg_key_t keys[] = {
         "the request, else cpu (docs/cuda.md)"),
     STR_KEY(precision, "fp32",
             "the cuda backend's arithmetic when a request names none: fp32, "
-            "or bf16 (bfloat16 inputs, float32 accumulation); the cpu "
-            "computes in fp32"),
+            "or bf16 (bfloat16 inputs, float32 accumulation), and the form "
+            "the layers' weights are kept on the GPU in; the cpu computes "
+            "in fp32"),
     STR_KEYF(api_keys, "", F_SECRET,
              "API keys clients send as 'Authorization: Bearer <key>', "
              "comma-separated; empty (and no api_keys_file): no keys needed"),

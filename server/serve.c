@@ -82,16 +82,18 @@ static void log_layers(const char *event, const attnd_layer_set_t *set) {
 }
 
 /* Where the GPU serves (device_at_start), a new set's weights go there
- * once, counted by its budget, so that cuda calls read them in place; when
- * they cannot (the budget is short, a copy failed), the log says why and
- * each cuda call copies them in, as where the set stays on the host. */
+ * once, in the config's precision, counted by its budget, so that cuda
+ * calls in that precision read them in place; when they cannot (the
+ * budget is short, a copy failed), the log says why and each cuda call
+ * copies them in, as where the set stays on the host. */
 static void layers_to_device(attnd_server_t *s, attnd_layer_set_t *set) {
   static const attnd_device_memory_t cuda = {attn_cuda_alloc, attn_cuda_free,
                                              attn_cuda_copy};
   char msg[1024];
   if (s->device_at_start && attnd_layer_set_count(set) &&
-      attnd_layer_set_to_device(set, &cuda, &s->device_budget, msg,
-                                sizeof msg) < 0)
+      attnd_layer_set_to_device(set, &cuda,
+                                strcmp(s->cfg->precision, "bf16") == 0,
+                                &s->device_budget, msg, sizeof msg) < 0)
     log_event("layers_device_failed", msg);
 }
 

@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "attn/attn.h"
+#include "codec/half.h"
 #include "ref.h"
 #include "suite.h"
 #include "testutil.h"
@@ -1279,6 +1280,16 @@ START_TEST(test_device_bytes) {
   ck_assert_uint_eq(device_bytes_resident(&c.p, ATTN_PRECISION_BF16),
                     want - 4 * (blocks(E * E * 4) + blocks(E * 4)) +
                         4 * blocks(E * E * 2) + 5 * blocks(L * E * 2));
+  /* the weights given rounded to bf16 (weights_bf16): neither their float
+   * copies nor their rounding in the call's memory, the biases still
+   * copied in; ignored in fp32 */
+  attn_params_t g16 = c.p;
+  static const uint16_t fake[1]; /* counted, never read */
+  for (int w4 = 0; w4 < 4; w4++)
+    g16.weights_bf16[w4] = fake;
+  ck_assert_uint_eq(device_bytes(&g16, ATTN_PRECISION_BF16),
+                    want - 4 * blocks(E * E * 4) + 5 * blocks(L * E * 2));
+  ck_assert_uint_eq(device_bytes(&g16, ATTN_PRECISION_FP32), want);
   tu_case_free(&c);
   /* flash version 4's partials, where a call's blocks would leave the GPU
    * idle (kernels.h, split_count): one query over 129 keys splits them in
@@ -1318,7 +1329,11 @@ END_TEST
 
 /* _i: fp32 / bf16. The projections' weights and biases in device memory
  * (attn_cuda_alloc, weights_on_device) give the same bits as the same
- * call copying them in: the same arithmetic on the same numbers. */
+ * call copying them in: the same arithmetic on the same numbers. In bf16,
+ * so do the weights given rounded already (weights_bf16, rounded here by
+ * the codec's float-to-bfloat16), while the float weights, marked device
+ * memory, are host pointers: a call that read them on the GPU would
+ * fail. */
 START_TEST(test_gpu_weights_on_device) {
   const attn_precision_t prec = _i ? ATTN_PRECISION_BF16 : ATTN_PRECISION_FP32;
   tu_case_t c;
@@ -1346,8 +1361,34 @@ START_TEST(test_gpu_weights_on_device) {
                        (size_t)copied.plan.out_elems * 4) == 0,
                 "%s: out differs with the weights in device memory",
                 attn_precision_name(prec));
+  void *dev16[4] = {0};
+  if (prec == ATTN_PRECISION_BF16) {
+    for (int k = 0; k < 4; k++) {
+      const attn_tensor_t *h = (const attn_tensor_t *[]){
+          &c.p.q_weight, &c.p.k_weight, &c.p.v_weight, &c.p.o_weight}[k];
+      size_t n = (size_t)(h->dim[0] * h->dim[1]);
+      uint16_t *r = malloc(n * 2);
+      for (size_t e = 0; e < n; e++)
+        r[e] = attnd_bf16_from_f32(((const float *)h->data)[e]);
+      dev16[k] = attn_cuda_alloc(n * 2);
+      ck_assert_ptr_nonnull(dev16[k]);
+      ck_assert_int_eq(attn_cuda_copy(dev16[k], r, n * 2), 0);
+      free(r);
+      p.weights_bf16[k] = dev16[k];
+      t[k]->data = h->data; /* host memory, marked device: never read */
+    }
+    tu_run_t rounded;
+    ck_assert_int_eq(tu_run(&rounded, &p, &ex), 0);
+    ck_assert_uint_lt(rounded.plan.device_bytes, resident.plan.device_bytes);
+    ck_assert_msg(memcmp(rounded.o.out, copied.o.out,
+                         (size_t)copied.plan.out_elems * 4) == 0,
+                  "bf16: out differs with the weights given rounded");
+    tu_run_free(&rounded);
+  }
   for (int k = 0; k < 8; k++)
     attn_cuda_free(dev[k]);
+  for (int k = 0; k < 4; k++)
+    attn_cuda_free(dev16[k]);
   tu_run_free(&resident);
   tu_run_free(&copied);
   tu_case_free(&c);

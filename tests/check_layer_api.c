@@ -876,7 +876,9 @@ static void step(const sh_server_t *s, const char *path, const char *query,
  * /metrics show their bytes, which the GPU's budget holds; cuda requests
  * and a cuda session's steps read them in place and compute what the cpu
  * does; a reload swaps them, and the old set's are given back once no
- * request holds it. Elsewhere (no GPU, or backend cpu) none are: 0.
+ * request holds it; under precision bf16 the weights are there as
+ * bfloat16 (half the bytes). Elsewhere (no GPU, or backend cpu) none
+ * are: 0.
  * Catches: device pointers handed to the cpu backend (a cpu request under
  * auto would be refused), a layout the core does not read, the old set's
  * bytes kept after a reload, bytes not counted in the budget. */
@@ -959,8 +961,24 @@ START_TEST(test_layers_on_device) {
                   (long long)n, kept);
   }
   ck_assert_int_eq(sh_metric(s.port, "attnd_layers_device_bytes"), (double)n);
-  sh_tensor_free(&a);
   ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  /* precision bf16: the weights there as bfloat16, which bf16 calls (the
+   * config's default) read in place, within bf16's tolerance */
+  const char *bf_args[] = {"--layers",    dir,    "--backend", "auto",
+                           "--precision", "bf16", NULL};
+  ck_assert_msg(sh_server_start(&s, bf_args) == 0, "%s", s.log);
+  if (!ci.usable) {
+    ck_assert_int_eq(device_bytes(&s), 0);
+  } else {
+    ck_assert_int_eq(device_bytes(&s),
+                     48 * 48 * 2 + 2 * (24 * 48 * 2) + 48 * 48 * 2 + 256 + 256);
+    ask_on(&s, "cuda", &b);
+    ck_assert_msg(rel_diff(&b, &a) <= 2e-2, "cuda bf16 off by %g",
+                  rel_diff(&b, &a));
+    sh_tensor_free(&b);
+  }
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  sh_tensor_free(&a);
   lf_weights_free(&w);
   rm_dir(dir);
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "codec/half.h"
 #include "codec/util.h"
 #include "layer_files.h"
 #include "model/layers.h"
@@ -776,18 +777,25 @@ static const char *const DEVICE_LAYERS[3] = {
     "model.layers.0.self_attn", "model.layers.1.self_attn", "cross"};
 
 /* Every layer's gpu tensors: absent where the host's are, else a copy of
- * them, bit for bit, each in its own 256-byte-aligned place of the layer's
- * block that q_weight starts; returns the bytes the blocks span. */
+ * them, each in its own 256-byte-aligned place of the layer's block (its
+ * first tensor at the start): the biases bit for bit, the weights too, or
+ * in a bf16 set (weight16; no float ones) each rounded to bfloat16 as the
+ * codec rounds; returns the bytes the blocks span. */
 static int64_t check_on_device(const attnd_layer_set_t *set,
-                               const lf_weights_t w[3]) {
+                               const lf_weights_t w[3], int bf16) {
   int64_t bytes = 0;
   for (int i = 0; i < 3; i++) {
     const attnd_layer_t *l = find(set, DEVICE_LAYERS[i]);
     const lf_shape_t *z = &w[i].shape;
     int64_t qo = z->H * z->Dh, ko = z->Hkv * z->Dh, vo = z->Hkv * z->Dv;
-    const float *gpu[8] = {l->gpu.q_weight, l->gpu.k_weight, l->gpu.v_weight,
-                           l->gpu.o_weight, l->gpu.q_bias,   l->gpu.k_bias,
-                           l->gpu.v_bias,   l->gpu.o_bias};
+    const void *gpu[8] = {bf16 ? l->gpu.weight16[0] : l->gpu.q_weight,
+                          bf16 ? l->gpu.weight16[1] : l->gpu.k_weight,
+                          bf16 ? l->gpu.weight16[2] : l->gpu.v_weight,
+                          bf16 ? l->gpu.weight16[3] : l->gpu.o_weight,
+                          l->gpu.q_bias,
+                          l->gpu.k_bias,
+                          l->gpu.v_bias,
+                          l->gpu.o_bias};
     const float *want[8] = {w[i].q_weight, w[i].k_weight, w[i].v_weight,
                             w[i].o_weight, w[i].q_bias,   w[i].k_bias,
                             w[i].v_bias,   w[i].o_bias};
@@ -798,18 +806,32 @@ static int64_t check_on_device(const attnd_layer_set_t *set,
                             "q_bias",   "k_bias",   "v_bias",   "o_bias"};
     const float *host[8] = {l->q_weight, l->k_weight, l->v_weight, l->o_weight,
                             l->q_bias,   l->k_bias,   l->v_bias,   l->o_bias};
-    const char *block = (const char *)l->gpu.q_weight, *end = block;
+    if (bf16)
+      ck_assert_msg(!l->gpu.q_weight && !l->gpu.o_weight,
+                    "%s: float weights in a bf16 set", l->name);
+    const char *block = l->gpu.block, *end = block;
+    ck_assert_ptr_eq(block, gpu[0]);
     for (int t = 0; t < 8; t++) {
       char what[96];
       snprintf(what, sizeof what, "%s gpu.%s", l->name, names[t]);
-      same(gpu[t], want[t], n[t], what);
+      const int half = bf16 && t < 4;
+      if (!half) {
+        same(gpu[t], want[t], n[t], what);
+      } else {
+        const uint16_t *h = gpu[t];
+        ck_assert_msg(h != NULL, "%s: absent", what);
+        for (int64_t e = 0; e < n[t]; e++)
+          ck_assert_msg(h[e] == attnd_bf16_from_f32(want[t][e]),
+                        "%s[%lld] = 0x%04x, expected 0x%04x", what,
+                        (long long)e, h[e], attnd_bf16_from_f32(want[t][e]));
+      }
       if (!want[t])
         continue;
       const char *p = (const char *)gpu[t];
       ck_assert_msg(p >= end && (p - block) % 256 == 0,
                     "%s at %td of its block, after %td", what, p - block,
                     end - block);
-      end = p + (n[t] * 4 + 255) / 256 * 256;
+      end = p + (n[t] * (half ? 2 : 4) + 255) / 256 * 256;
       ck_assert_ptr_ne(gpu[t], host[t]);
     }
     bytes += end - block;
@@ -820,17 +842,20 @@ static int64_t check_on_device(const attnd_layer_set_t *set,
 static void check_off_device(const attnd_layer_set_t *set) {
   for (int i = 0; i < 3; i++) {
     const attnd_layer_t *l = find(set, DEVICE_LAYERS[i]);
-    const float *gpu[8] = {l->gpu.q_weight, l->gpu.k_weight, l->gpu.v_weight,
-                           l->gpu.o_weight, l->gpu.q_bias,   l->gpu.k_bias,
-                           l->gpu.v_bias,   l->gpu.o_bias};
-    for (int t = 0; t < 8; t++)
-      ck_assert_msg(gpu[t] == NULL, "%s: gpu tensor %d left", l->name, t);
+    const void *gpu[13] = {
+        l->gpu.block,       l->gpu.q_weight,    l->gpu.k_weight,
+        l->gpu.v_weight,    l->gpu.o_weight,    l->gpu.weight16[0],
+        l->gpu.weight16[1], l->gpu.weight16[2], l->gpu.weight16[3],
+        l->gpu.q_bias,      l->gpu.k_bias,      l->gpu.v_bias,
+        l->gpu.o_bias};
+    for (int t = 0; t < 13; t++)
+      ck_assert_msg(gpu[t] == NULL, "%s: gpu pointer %d left", l->name, t);
   }
 }
 
-/* A set's weights on the device: copies of the host's, one block a layer,
- * held of the GPU's budget (beside what is already there) until the set's
- * last reference goes, which gives back both. */
+/* _i: fp32 / bf16. A set's weights on the device: copies of the host's,
+ * one block a layer, held of the GPU's budget (beside what is already
+ * there) until the set's last reference goes, which gives back both. */
 START_TEST(test_to_device) {
   lf_weights_t w[3];
   attnd_layer_set_t *set = device_set(w);
@@ -840,10 +865,10 @@ START_TEST(test_to_device) {
   int64_t other = 1000; /* a request's, say */
   ck_assert_int_eq(attnd_budget_take(&budget, other, &other), 0);
   char msg[512] = "";
-  ck_assert_msg(attnd_layer_set_to_device(set, &DM, &budget, msg, sizeof msg) ==
-                    0,
-                "%s", msg);
-  int64_t bytes = check_on_device(set, w);
+  ck_assert_msg(
+      attnd_layer_set_to_device(set, &DM, _i, &budget, msg, sizeof msg) == 0,
+      "%s", msg);
+  int64_t bytes = check_on_device(set, w, _i);
   ck_assert_int_eq(dm.blocks, 3);
   ck_assert_int_eq(dm.copies, 18);
   ck_assert_int_eq(attnd_layer_set_device_bytes(set), bytes);
@@ -859,17 +884,18 @@ START_TEST(test_to_device) {
 }
 END_TEST
 
-/* All or nothing: a budget a byte short, an alloc or a copy that fails at
- * each place in turn each leave the set on the host, nothing allocated and
- * nothing held, with a message that says why; and the set still works. */
+/* _i: fp32 / bf16. All or nothing: a budget a byte short, an alloc or a
+ * copy that fails at each place in turn each leave the set on the host,
+ * nothing allocated and nothing held, with a message that says why; and
+ * the set still works. */
 START_TEST(test_to_device_fails) {
   lf_weights_t w[3];
   attnd_layer_set_t *set = device_set(w);
   attnd_budget_t big = {.max = 1 << 20};
   memset(&dm, 0, sizeof dm);
   char msg[512] = "";
-  ck_assert_int_eq(attnd_layer_set_to_device(set, &DM, &big, msg, sizeof msg),
-                   0);
+  ck_assert_int_eq(
+      attnd_layer_set_to_device(set, &DM, _i, &big, msg, sizeof msg), 0);
   int64_t need = attnd_layer_set_device_bytes(set);
   attnd_layer_set_unref(set);
   for (int i = 0; i < 3; i++)
@@ -879,7 +905,7 @@ START_TEST(test_to_device_fails) {
   attnd_budget_t short_ = {.max = need - 1};
   memset(&dm, 0, sizeof dm);
   ck_assert_int_eq(
-      attnd_layer_set_to_device(set, &DM, &short_, msg, sizeof msg), -1);
+      attnd_layer_set_to_device(set, &DM, _i, &short_, msg, sizeof msg), -1);
   ck_assert_msg(strstr(msg, "max_device_memory_bytes") &&
                     strstr(msg, "3 layers"),
                 "%s", msg);
@@ -900,7 +926,7 @@ START_TEST(test_to_device_fails) {
       dm.fail_copy = fail - 3;
     msg[0] = '\0';
     ck_assert_int_eq(
-        attnd_layer_set_to_device(set, &DM, &budget, msg, sizeof msg), -1);
+        attnd_layer_set_to_device(set, &DM, _i, &budget, msg, sizeof msg), -1);
     ck_assert_msg(strstr(msg, "to the GPU failed"), "%s", msg);
     ck_assert_msg(dm.blocks == 0, "fail %d: %d blocks left", fail, dm.blocks);
     ck_assert_int_eq(attnd_budget_used(&budget), 0);
@@ -911,8 +937,8 @@ START_TEST(test_to_device_fails) {
   attnd_budget_t budget = {.max = need};
   memset(&dm, 0, sizeof dm);
   ck_assert_int_eq(
-      attnd_layer_set_to_device(set, &DM, &budget, msg, sizeof msg), 0);
-  check_on_device(set, w);
+      attnd_layer_set_to_device(set, &DM, _i, &budget, msg, sizeof msg), 0);
+  check_on_device(set, w, _i);
   attnd_layer_set_unref(set);
   ck_assert_int_eq(dm.blocks, 0);
   ck_assert_int_eq(attnd_budget_used(&budget), 0);
@@ -1441,8 +1467,8 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_unnamed_torch);
   tcase_add_test(tc, test_empty_list);
   tcase_add_test(tc, test_refcount);
-  tcase_add_test(tc, test_to_device);
-  tcase_add_test(tc, test_to_device_fails);
+  tcase_add_loop_test(tc, test_to_device, 0, 2);
+  tcase_add_loop_test(tc, test_to_device_fails, 0, 2);
   tcase_add_test(tc, test_throughput);
   suite_add_tcase(s, tc);
 

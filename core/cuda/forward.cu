@@ -396,7 +396,9 @@ void lay_out(const attn_plan_t *pl, arena *ar, bufs *d) {
   void **w16[4] = {&d->qw16, &d->kw16, &d->vw16, &d->ow16};
   const bool resident = p->weights_on_device; /* read in place */
   for (int x = 0; x < 4; x++) {
-    if (w[x]->rank) {
+    if (w[x]->rank && bf && p->weights_bf16[x]) { /* rounded already */
+      *w16[x] = const_cast<void *>(p->weights_bf16[x]);
+    } else if (w[x]->rank) {
       *wd[x] = resident ? (float *)tensor_data(w[x]) : ar->floats(elems(w[x]));
       if (bf)
         *w16[x] = ar->take((size_t)elems(w[x]) * 2);
@@ -579,14 +581,14 @@ struct call {
     return ok(attn_cu::transform_heads(h, s), "transform_heads");
   }
 
-  /* y[rows, out] = x[rows, in]·Wᵀ, the bias left to finish(); without W,
-   * y = x (in == out). With bf16, x is rounded into x16 first (W16 is
-   * ready), unless x16_ready says an earlier projection of the same x
-   * did. */
+  /* y[rows, out] = x[rows, in]·Wᵀ, the bias left to finish(); without a
+   * weight, y = x (in == out). With bf16, x is rounded into x16 first (W16
+   * is ready, and W may be absent: given rounded), unless x16_ready says
+   * an earlier projection of the same x did. */
   bool project(int64_t rows, int64_t in, int64_t out, const float *x,
                void *x16, bool x16_ready, const float *W, const void *W16,
                float *y) {
-    if (W)
+    if (W || W16)
       return (pl->precision != ATTN_PRECISION_BF16 || x16_ready ||
               ok(attn_cu::to_bf16(x, x16, rows * in, s), "to_bf16")) &&
              gemm(rows, out, in, x, x16, W, W16, y);
@@ -757,8 +759,8 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
    * their pages and every item's K and V are read out of them */
   const bool tq = d.q_norm || d.freq, tk = d.k_norm || d.freq;
   /* an input the bf16 GEMMs share (lay_out) is converted once */
-  const bool k16_ready = bf && d.kw && d.key16 == d.query16,
-             v16_ready = bf && d.vw && d.value16 == d.key16;
+  const bool k16_ready = bf && d.kw16 && d.key16 == d.query16,
+             v16_ready = bf && d.vw16 && d.value16 == d.key16;
   float *kdst = kv ? d.knew : d.k, *vdst = kv ? d.vnew : d.v;
   /* version 4 reads K and V out of the pages in place, unless the weights
    * or their reductions (which read K) are asked for: then they are read
@@ -836,7 +838,7 @@ extern "C" int attn__cuda_forward(const attn_plan_t *pl, attn_outputs_t *o,
       c.ok(attn_cu::flash(a, version, &ran, c.s),
            "flash") &&
       c.finish(d.concat, nullptr, B * Lq, H * Dv, d.flags + F_CONCAT,
-               bf && d.ow ? d.concat16 : nullptr)) {
+               bf && d.ow16 ? d.concat16 : nullptr)) {
     if (d.weights)
       c.ok(attn_cu::weights(a, d.weights, c.s), "weights");
     if (d.mean)

@@ -207,6 +207,13 @@ typedef struct attn_params {
    * which the cuda backend reads in place rather than copying them in at
    * every call (a layer kept on the GPU); the cpu backend refuses it. */
   int weights_on_device;
+  /* For the cuda backend in bf16: q, k, v and o's weights already rounded
+   * to bfloat16 (to nearest, ties to even; the float ones' layout) in
+   * device memory, which the call then reads in place instead of rounding
+   * the float ones at every call: a given one's float data is never read
+   * (its shape still counts). NULL where not given; ignored in fp32 and
+   * by the cpu backend. */
+  const void *weights_bf16[4];
 
   /* Masks: a key is attended only if every mask given allows it. */
   attn_causal_t causal;

@@ -406,15 +406,19 @@ attnd_err_t attnd_cuda_refusal_code(void) {
   return ci.built ? ATTND_ERR_BACKEND_UNAVAILABLE : ATTND_ERR_INVALID_VALUE;
 }
 
-/* A layer's projection weights and biases where backend reads them: in GPU
- * memory when its set is resident there (attnd_layer_set_to_device) and
- * backend is cuda, else in host memory. */
-static void layer_weights_for(attnd_request_t *j, attn_backend_kind_t backend) {
+/* A layer's projection weights and biases where ex's backend and
+ * precision read them: on the GPU in place where its set is resident
+ * there (attnd_layer_set_to_device) in a form the call takes (float32
+ * weights, or bfloat16 ones for a bf16 call), else from host memory. */
+static void layer_weights_for(attnd_request_t *j, const attn_exec_t *ex) {
   const attnd_layer_t *l = j->layer;
   if (l == NULL)
     return;
   attn_params_t *p = &j->params;
-  int dev = backend == ATTN_BACKEND_CUDA && l->gpu.q_weight != NULL;
+  const int cuda = ex->backend == ATTN_BACKEND_CUDA;
+  const int w16 = cuda && ex->precision == ATTN_PRECISION_BF16 &&
+                  l->gpu.weight16[0] != NULL;
+  const int dev = cuda && (l->gpu.q_weight != NULL || w16);
   attn_tensor_t *t[8] = {&p->q_weight, &p->k_weight, &p->v_weight, &p->o_weight,
                          &p->q_bias,   &p->k_bias,   &p->v_bias,   &p->o_bias};
   const float *host[8] = {l->q_weight, l->k_weight, l->v_weight, l->o_weight,
@@ -422,9 +426,11 @@ static void layer_weights_for(attnd_request_t *j, attn_backend_kind_t backend) {
   const float *gpu[8] = {l->gpu.q_weight, l->gpu.k_weight, l->gpu.v_weight,
                          l->gpu.o_weight, l->gpu.q_bias,   l->gpu.k_bias,
                          l->gpu.v_bias,   l->gpu.o_bias};
-  for (int i = 0; i < 8; i++)
+  for (int i = 0; i < 8; i++) /* a bf16 set's float weights: never read */
     if (t[i]->rank)
-      t[i]->data = dev ? gpu[i] : host[i];
+      t[i]->data = dev && gpu[i] ? gpu[i] : host[i];
+  for (int i = 0; i < 4; i++)
+    p->weights_bf16[i] = w16 ? l->gpu.weight16[i] : NULL;
   p->weights_on_device = dev;
 }
 
@@ -435,7 +441,7 @@ int attnd__dec_plan(dec_t *d) {
                     .cancel = &j->cancel};
   int fallback;
   pick_backend(j, d->cfg, &ex, &fallback);
-  layer_weights_for(j, ex.backend);
+  layer_weights_for(j, &ex);
   attn_error_t ae;
   int rc = attn_plan_init(&j->plan, &j->params, &ex, &ae);
   /* what no GPU memory budget could hold (max_device_memory_bytes) */
@@ -446,7 +452,7 @@ int attnd__dec_plan(dec_t *d) {
     /* auto: what cuda lacks or cannot hold, the cpu */
     ex.backend = ATTN_BACKEND_CPU;
     ex.precision = ATTN_PRECISION_FP32;
-    layer_weights_for(j, ex.backend);
+    layer_weights_for(j, &ex);
     rc = attn_plan_init(&j->plan, &j->params, &ex, &ae);
   } else if (too_big) {
     const attn_plan_t *pl = &j->plan;

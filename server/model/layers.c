@@ -33,6 +33,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "codec/half.h"
 #include "codec/util.h"
 #include "model/layer_build.h"
 #include "model/safetensors.h"
@@ -60,6 +61,7 @@ struct attnd_layer_set {
   attnd_device_memory_t mem;
   attnd_budget_t *budget;
   int64_t device_held;
+  int device_bf16; /* the weights there as bfloat16 */
 };
 
 /* ---- the conventions ----------------------------------------------------- */
@@ -562,8 +564,8 @@ int attnd_layer_cross(const attnd_layer_t *l) {
 static void set_off_device(attnd_layer_set_t *set) {
   for (size_t i = 0; i < set->n; i++) {
     attnd_layer_t *l = &set->layers[i];
-    if (l->gpu.q_weight)
-      set->mem.free((void *)l->gpu.q_weight);
+    if (l->gpu.block)
+      set->mem.free((void *)l->gpu.block);
     memset(&l->gpu, 0, sizeof l->gpu);
   }
   if (set->budget)
@@ -672,85 +674,122 @@ double attnd_layer_set_load_seconds(const attnd_layer_set_t *set) {
 
 #define DEVICE_ALIGN 256 /* each tensor's start in a layer's block */
 
-/* The eight tensors that weights_on_device covers, host and device, with
- * their float counts. */
+/* The eight tensors that weights_on_device covers: the host's, where
+ * their device copies go (the weights' bfloat16 ones in a bf16 set), and
+ * their element counts. */
 typedef struct {
   const float *host[8];
-  const float **dev[8];
+  const void **dev[8];
   size_t n[8];
 } layer_tensors_t;
 
-static layer_tensors_t tensors_of(attnd_layer_t *l) {
+static layer_tensors_t tensors_of(attnd_layer_t *l, int bf16) {
   int64_t qo = l->H * l->Dh, ko = l->Hkv * l->Dh, vo = l->Hkv * l->Dv;
-  return (layer_tensors_t){
+  layer_tensors_t t = {
       .host = {l->q_weight, l->k_weight, l->v_weight, l->o_weight, l->q_bias,
                l->k_bias, l->v_bias, l->o_bias},
-      .dev = {&l->gpu.q_weight, &l->gpu.k_weight, &l->gpu.v_weight,
-              &l->gpu.o_weight, &l->gpu.q_bias, &l->gpu.k_bias, &l->gpu.v_bias,
-              &l->gpu.o_bias},
+      .dev = {(const void **)&l->gpu.q_weight, (const void **)&l->gpu.k_weight,
+              (const void **)&l->gpu.v_weight, (const void **)&l->gpu.o_weight,
+              (const void **)&l->gpu.q_bias, (const void **)&l->gpu.k_bias,
+              (const void **)&l->gpu.v_bias, (const void **)&l->gpu.o_bias},
       .n = {(size_t)(qo * l->E), (size_t)(ko * l->Ek), (size_t)(vo * l->Ev),
             (size_t)(l->Eo * l->H * l->Dv), (size_t)qo, (size_t)ko, (size_t)vo,
             (size_t)l->Eo}};
+  if (bf16)
+    for (int i = 0; i < 4; i++)
+      t.dev[i] = &l->gpu.weight16[i];
+  return t;
+}
+
+/* Tensor i's bytes on the device: bfloat16 weights in a bf16 set. */
+static size_t tensor_bytes(const layer_tensors_t *t, int i, int bf16) {
+  return t->n[i] * (bf16 && i < 4 ? 2 : sizeof(float));
 }
 
 /* The bytes of l's device block: its tensors, each from a DEVICE_ALIGN
  * boundary. */
-static size_t block_bytes(attnd_layer_t *l) {
-  layer_tensors_t t = tensors_of(l);
+static size_t block_bytes(attnd_layer_t *l, int bf16) {
+  layer_tensors_t t = tensors_of(l, bf16);
   size_t bytes = 0;
   for (int i = 0; i < 8; i++)
     if (t.host[i])
-      bytes += (t.n[i] * sizeof(float) + DEVICE_ALIGN - 1) / DEVICE_ALIGN *
+      bytes += (tensor_bytes(&t, i, bf16) + DEVICE_ALIGN - 1) / DEVICE_ALIGN *
                DEVICE_ALIGN;
   return bytes;
 }
 
-/* Copies l's tensors into a new block: 0, or -1 (nothing left). */
-static int layer_to_device(attnd_layer_set_t *set, attnd_layer_t *l) {
-  layer_tensors_t t = tensors_of(l);
-  char *block = set->mem.alloc(block_bytes(l));
+/* Copies l's tensors into a new block: 0, or -1 (nothing left). A bf16
+ * set's weights are rounded here (to nearest, ties to even: the cuda
+ * backend's own rounding), through `tmp`, room for the largest. */
+static int layer_to_device(attnd_layer_set_t *set, attnd_layer_t *l,
+                           uint16_t *tmp) {
+  const int bf16 = set->device_bf16;
+  layer_tensors_t t = tensors_of(l, bf16);
+  char *block = set->mem.alloc(block_bytes(l, bf16));
   if (block == NULL)
     return -1;
+  l->gpu.block = block;
   size_t at = 0;
   for (int i = 0; i < 8; i++) {
     if (!t.host[i])
       continue;
-    size_t bytes = t.n[i] * sizeof(float);
-    if (set->mem.copy(block + at, t.host[i], bytes) < 0) {
+    const void *src = t.host[i];
+    if (bf16 && i < 4) {
+      for (size_t e = 0; e < t.n[i]; e++)
+        tmp[e] = attnd_bf16_from_f32(t.host[i][e]);
+      src = tmp;
+    }
+    size_t bytes = tensor_bytes(&t, i, bf16);
+    if (set->mem.copy(block + at, src, bytes) < 0) {
       set->mem.free(block);
       memset(&l->gpu, 0, sizeof l->gpu);
       return -1;
     }
-    *t.dev[i] = (const float *)(block + at); /* q_weight: the block */
+    *t.dev[i] = block + at;
     at += (bytes + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN;
   }
   return 0;
 }
 
 int attnd_layer_set_to_device(attnd_layer_set_t *set,
-                              const attnd_device_memory_t *mem,
+                              const attnd_device_memory_t *mem, int bf16,
                               attnd_budget_t *budget, char *msg, size_t msz) {
   int64_t need = 0;
-  for (size_t i = 0; i < set->n; i++)
-    need += (int64_t)block_bytes(&set->layers[i]);
+  size_t most = 0; /* the largest weight, for a bf16 set's rounding */
+  for (size_t i = 0; i < set->n; i++) {
+    attnd_layer_t *l = &set->layers[i];
+    need += (int64_t)block_bytes(l, bf16);
+    layer_tensors_t t = tensors_of(l, bf16);
+    for (int w = 0; w < 4; w++)
+      most = t.n[w] > most ? t.n[w] : most;
+  }
   set->mem = *mem;
   set->budget = budget;
+  set->device_bf16 = bf16;
   if (attnd_budget_take(budget, need, &set->device_held) < 0)
     return attnd_fail(msg, msz,
-                      "the %zu layers' weights need %lld bytes of GPU memory, "
-                      "and %lld of the %lld that max_device_memory_bytes "
-                      "gives are in use",
-                      set->n, (long long)need,
+                      "the %zu layers' weights need %lld bytes of GPU memory "
+                      "(%s), and %lld of the %lld that "
+                      "max_device_memory_bytes gives are in use",
+                      set->n, (long long)need, bf16 ? "bf16" : "fp32",
                       (long long)attnd_budget_used(budget),
                       (long long)budget->max);
+  uint16_t *tmp = bf16 ? malloc(most * 2 + 2) : NULL;
+  if (bf16 && tmp == NULL) {
+    attnd_budget_give(budget, &set->device_held);
+    return attnd_fail(msg, msz, "out of memory");
+  }
   for (size_t i = 0; i < set->n; i++)
-    if (layer_to_device(set, &set->layers[i]) < 0) {
+    if (layer_to_device(set, &set->layers[i], tmp) < 0) {
+      free(tmp);
       set_off_device(set);
       return attnd_fail(msg, msz,
                         "copying layer '%s' (%zu bytes) to the GPU failed: "
                         "out of device memory, or the device failed",
-                        set->layers[i].name, block_bytes(&set->layers[i]));
+                        set->layers[i].name,
+                        block_bytes(&set->layers[i], bf16));
     }
+  free(tmp);
   return 0;
 }
 

@@ -52,12 +52,14 @@ typedef struct attnd_layer {
                                    Llama, NONE for the others */
   size_t bytes;                 /* float32 weights held */
   /* The eight projection tensors above, copied to GPU memory
-   * (attnd_layer_set_to_device): each NULL where the host's is, or all NULL
-   * when the set is not resident there. q_weight starts the layer's one
-   * device block. The norms stay in host memory, where the core reads
-   * them. */
+   * (attnd_layer_set_to_device) in one block: the biases as float32, the
+   * weights as float32 (weight, in a set copied in fp32) or as bfloat16
+   * (weight16, in bf16); all NULL when the set is not resident there. The
+   * norms stay in host memory, where the core reads them. */
   struct {
+    const void *block;
     const float *q_weight, *k_weight, *v_weight, *o_weight;
+    const void *weight16[4]; /* q, k, v, o */
     const float *q_bias, *k_bias, *v_bias, *o_bias;
   } gpu;
 } attnd_layer_t;
@@ -94,16 +96,17 @@ size_t attnd_layer_set_bytes(const attnd_layer_set_t *set);
 double attnd_layer_set_load_seconds(const attnd_layer_set_t *set);
 
 /* Copies every layer's projection weights and biases into device memory
- * from `mem` (one block a layer; mem is copied), taking their bytes from
- * `budget` (borrowed: it must outlive the set) for as long as the set
- * lives, so that the cuda backend reads them in place
- * (attn_params_t.weights_on_device) instead of copying them in at every
- * call. All or nothing: returns 0 with every layer's gpu pointers set, or
- * -1 with msg saying why (the budget short, out of device memory, a copy
- * failed), nothing held and every gpu pointer NULL. Call it before the set
- * is shared, once. */
+ * from `mem` (one block a layer; mem is copied): the weights as float32,
+ * or with bf16 rounded to bfloat16 (as the cuda backend rounds them), the
+ * biases as float32. Takes their bytes from `budget` (borrowed: it must
+ * outlive the set) for as long as the set lives, so that the cuda backend
+ * reads them in place (attn_params_t.weights_on_device, weights_bf16)
+ * instead of copying them in at every call. All or nothing: returns 0
+ * with every layer's gpu pointers set, or -1 with msg saying why (the
+ * budget short, out of device memory, a copy failed), nothing held and
+ * every gpu pointer NULL. Call it before the set is shared, once. */
 int attnd_layer_set_to_device(attnd_layer_set_t *set,
-                              const attnd_device_memory_t *mem,
+                              const attnd_device_memory_t *mem, int bf16,
                               attnd_budget_t *budget, char *msg, size_t msz);
 /* The device bytes the set holds: 0 unless attnd_layer_set_to_device. */
 int64_t attnd_layer_set_device_bytes(const attnd_layer_set_t *set);
