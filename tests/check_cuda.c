@@ -1519,25 +1519,44 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tt, test_red_table_on_cpu, 0, N_RED_CASES);
   suite_add_tcase(s, tt);
   if (cuda.usable) {
+    /* A case a kernel family, so that tools/device/check.sh can run each
+     * in a process of its own (CK_RUN_CASE): CUDA forbids fork(), so a
+     * kernel that leaves the device failed (an illegal address) would
+     * otherwise fail every case after it in this process. */
     TCase *g = tcase_create("gpu");
     tcase_set_timeout(g, 120);
     tcase_add_loop_test(g, test_gpu_fp32, 0, N_GPU_CASES);
-    tcase_add_loop_test(g, test_gpu_fp32_v3, 0, N_GPU_CASES);
     tcase_add_loop_test(g, test_gpu_bf16, 0, N_GPU_CASES);
-    tcase_add_loop_test(g, test_gpu_bf16_v1, 0, N_GPU_CASES);
-    tcase_add_loop_test(g, test_gpu_bf16_v3, 0, N_GPU_CASES);
-    tcase_add_loop_test(g, test_gpu_fp32_v4, 0, N_GPU_CASES);
-    tcase_add_loop_test(g, test_gpu_bf16_v4, 0, N_GPU_CASES);
-    tcase_add_loop_test(g, test_gpu_reduce_fp32, 0, N_RED_CASES);
-    tcase_add_loop_test(g, test_gpu_reduce_bf16, 0, N_RED_CASES);
     tcase_add_test(g, test_gpu_numeric);
     tcase_add_test(g, test_gpu_numeric_bias);
     tcase_add_test(g, test_gpu_pool);
-    tcase_add_loop_test(g, test_gpu_kv_append, 0, 2 * N_KV_SHAPES);
-    tcase_add_loop_test(g, test_gpu_kv_append_v4, 0, 2 * N_KV_SHAPES);
-    tcase_add_loop_test(g, test_gpu_kv_batch, 0, 2);
     tcase_add_loop_test(g, test_gpu_weights_on_device, 0, 2);
     suite_add_tcase(s, g);
+    TCase *gk = tcase_create("gpu-kv");
+    tcase_set_timeout(gk, 120);
+    tcase_add_loop_test(gk, test_gpu_kv_append, 0, 2 * N_KV_SHAPES);
+    tcase_add_loop_test(gk, test_gpu_kv_batch, 0, 2);
+    suite_add_tcase(s, gk);
+    TCase *gr = tcase_create("gpu-reduce");
+    tcase_set_timeout(gr, 120);
+    tcase_add_loop_test(gr, test_gpu_reduce_fp32, 0, N_RED_CASES);
+    tcase_add_loop_test(gr, test_gpu_reduce_bf16, 0, N_RED_CASES);
+    suite_add_tcase(s, gr);
+    TCase *g1 = tcase_create("gpu-v1");
+    tcase_set_timeout(g1, 120);
+    tcase_add_loop_test(g1, test_gpu_bf16_v1, 0, N_GPU_CASES);
+    suite_add_tcase(s, g1);
+    TCase *g3 = tcase_create("gpu-v3");
+    tcase_set_timeout(g3, 120);
+    tcase_add_loop_test(g3, test_gpu_fp32_v3, 0, N_GPU_CASES);
+    tcase_add_loop_test(g3, test_gpu_bf16_v3, 0, N_GPU_CASES);
+    suite_add_tcase(s, g3);
+    TCase *g4 = tcase_create("gpu-v4");
+    tcase_set_timeout(g4, 120);
+    tcase_add_loop_test(g4, test_gpu_fp32_v4, 0, N_GPU_CASES);
+    tcase_add_loop_test(g4, test_gpu_bf16_v4, 0, N_GPU_CASES);
+    tcase_add_loop_test(g4, test_gpu_kv_append_v4, 0, 2 * N_KV_SHAPES);
+    suite_add_tcase(s, g4);
     /* last: the device is unusable after it; compute-sanitizer would
      * report its trap (tools/device/check.sh sets ATTND_CUDA_NO_TRAP) */
     if (getenv("ATTND_CUDA_NO_TRAP") == NULL) {
