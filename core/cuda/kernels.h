@@ -105,7 +105,6 @@ split_count(int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Hkv) {
  * output accumulators in registers. Writes concat and lse, as version 1
  * does.
  *
- *
  * flash() with `version` 0 runs version 2 where it applies (bf16), else
  * version 1; 1 forces version 1; 3 runs version 3 where it applies (bf16
  * or fp32), else as 0 does; 4 runs version 4 (the tests and the

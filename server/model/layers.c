@@ -674,6 +674,11 @@ double attnd_layer_set_load_seconds(const attnd_layer_set_t *set) {
 
 #define DEVICE_ALIGN 256 /* each tensor's start in a layer's block */
 
+/* bytes rounded up to DEVICE_ALIGN: a tensor's room in the block */
+static size_t device_room(size_t bytes) {
+  return (bytes + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN;
+}
+
 /* The eight tensors that weights_on_device covers: the host's, where
  * their device copies go (the weights' bfloat16 ones in a bf16 set), and
  * their element counts. */
@@ -713,8 +718,7 @@ static size_t block_bytes(attnd_layer_t *l, int bf16) {
   size_t bytes = 0;
   for (int i = 0; i < 8; i++)
     if (t.host[i])
-      bytes += (tensor_bytes(&t, i, bf16) + DEVICE_ALIGN - 1) / DEVICE_ALIGN *
-               DEVICE_ALIGN;
+      bytes += device_room(tensor_bytes(&t, i, bf16));
   return bytes;
 }
 
@@ -746,7 +750,7 @@ static int layer_to_device(attnd_layer_set_t *set, attnd_layer_t *l,
       return -1;
     }
     *t.dev[i] = block + at;
-    at += (bytes + DEVICE_ALIGN - 1) / DEVICE_ALIGN * DEVICE_ALIGN;
+    at += device_room(bytes);
   }
   return 0;
 }
