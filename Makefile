@@ -362,7 +362,7 @@ cuda-image-test: deps
 # reductions', the kv cache's and versions 1 and 4's on the CPU (flash-emu-check,
 # reduce-emu-check, kv-emu-check, cores-emu-check, above).
 CUDA_SUITES = check_cuda check_config check_server check_oip_http \
-  check_layer_api
+  check_layer_api check_pinned
 cuda-check: deps
 	@if [ -x "$${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || \
 	    command -v nvcc >/dev/null; then \
@@ -465,6 +465,11 @@ $(BUILD)/e2e-bench: $(BUILD)/bench/e2e_bench.o $(BUILD)/bench/bench.o $(BUILD)/b
 $(BUILD)/decode-bench: $(BUILD)/bench/decode_bench.o $(BUILD)/bench/bench.o $(BUILD)/bench/server.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 $(TEST_BIN): $(BUILD)/bench/server.o
+# attnd with a pool of pinned memory made of ordinary memory
+# (tests/pinned/), which check_pinned starts where there is no GPU.
+$(BUILD)/tests/attnd-pinned: $(BUILD)/tests/pinned/attnd_pinned.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
+$(BUILD)/tests/check_pinned: | $(BUILD)/tests/attnd-pinned
 
 $(BUILD)/bench/%.o: bench/%.c
 	@mkdir -p $(@D)
@@ -534,7 +539,7 @@ DEVICE_BUNDLE ?= .device-bundle
 # the suites with GPU cases: check_cuda (the core), check_server's
 # "protocol" case (cuda sessions) and check_layer_api's "gpu" case (layers
 # on the GPU)
-DEVICE_TESTS = check_cuda check_server check_layer_api
+DEVICE_TESTS = check_cuda check_server check_layer_api check_pinned
 BUNDLE_SH ?= ../shared/device/bundle.sh
 BUNDLE_TMP = $(BUILD)/device-bundle
 .PHONY: device-bundle

@@ -127,6 +127,15 @@ void attn_cuda_free(void *p) {
   (void)p;
 }
 
+void *attn_cuda_host_alloc(size_t bytes) {
+  (void)bytes;
+  return NULL;
+}
+
+void attn_cuda_host_free(void *p) {
+  (void)p;
+}
+
 int attn_cuda_copy(void *dst, const void *src, size_t bytes) {
   (void)dst, (void)src, (void)bytes;
   return -1;

@@ -18,14 +18,15 @@ enum { T_INT, T_STR };
 /* F_AUTO: accepts "auto" (as 0); F_SIZE: K/M/G suffixes; F_INFO and
  * F_LIMIT: shown by GET /v1/info, at its top level or under "limits";
  * F_SECRET: a value no message or printout shows; F_BOOL: on or off (also
- * true/false, yes/no, 1/0), held as 1 or 0. */
+ * true/false, yes/no, 1/0), held as 1 or 0; F_OFF: accepts "off" (as -1). */
 enum {
   F_AUTO = 1,
   F_SIZE = 2,
   F_INFO = 4,
   F_LIMIT = 8,
   F_SECRET = 16,
-  F_BOOL = 32
+  F_BOOL = 32,
+  F_OFF = 64
 };
 
 typedef struct key {
@@ -102,6 +103,13 @@ static const cfg_key_t keys[] = {
             "under backend auto or cuda) may hold; more waits "
             "as 429, and a request that could never fit gets 422 (auto: the "
             "cpu); auto: 9/10 of the GPU's memory, 0 without one"),
+    INT_KEY(pinned_memory_bytes, "auto", 0, INT64_C(1) << 50,
+            F_AUTO | F_OFF | F_SIZE,
+            "page-locked host memory, pinned once at start, that requests' "
+            "tensors bound for the GPU are decoded into, so that they are "
+            "copied at the bus's full rate; taken out of max_memory_bytes; "
+            "used only where a GPU serves (backend auto or cuda); auto: an "
+            "eighth of max_memory_bytes, at most 1G, there; off: none"),
     INT_KEY(default_timeout_ms, "60000", 1, INT64_C(1) << 40, F_LIMIT,
             "deadline of a request that sets no timeout_ms"),
     INT_KEY(max_timeout_ms, "600000", 1, INT64_C(1) << 40, F_LIMIT,
@@ -202,7 +210,9 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
     return 0;
   }
   int64_t v = 0;
-  if ((k->flags & F_AUTO) && strcmp(val, "auto") == 0) {
+  if ((k->flags & F_OFF) && strcmp(val, "off") == 0)
+    v = -1;
+  if (v == -1 || ((k->flags & F_AUTO) && strcmp(val, "auto") == 0)) {
     memcpy(dst, &v, sizeof v);
     return 0;
   }
@@ -244,10 +254,11 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
     return attnd_fail(
         msg, msz,
         "%s: bad value '%s' [%s]: expected an integer in [%" PRId64 ", %" PRId64
-        "]%s%s",
+        "]%s%s%s",
         k->name, val, from, k->min, k->max,
         (k->flags & F_SIZE) ? ", with an optional K, M or G suffix" : "",
-        (k->flags & F_AUTO) ? ", or auto" : "");
+        (k->flags & F_AUTO) ? ", or auto" : "",
+        (k->flags & F_OFF) ? ", or off" : "");
   memcpy(dst, &v, sizeof v);
   return 0;
 }
@@ -401,6 +412,15 @@ static void resolve_auto(attnd_config_t *cfg, int cores) {
     cfg->max_device_memory_bytes =
         ci.usable ? (int64_t)(ci.memory_bytes / 10 * 9) : 0;
   }
+  if (cfg->pinned_memory_bytes == 0) {
+    attn_cuda_info_t ci;
+    attn_cuda_info(&ci);
+    int64_t eighth = cfg->max_memory_bytes / 8, most = INT64_C(1) << 30;
+    cfg->pinned_memory_bytes = !ci.usable || strcmp(cfg->backend, "cpu") == 0
+                                   ? -1
+                               : eighth < most ? eighth
+                                               : most;
+  }
 }
 
 int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
@@ -522,6 +542,13 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
                       " leaves nothing of max_memory_bytes %" PRId64
                       " to requests",
                       cfg->kv_cache_bytes, cfg->max_memory_bytes);
+  if (cfg->pinned_memory_bytes > 0 &&
+      cfg->kv_cache_bytes + cfg->pinned_memory_bytes >= cfg->max_memory_bytes)
+    return attnd_fail(
+        msg, msz,
+        "pinned_memory_bytes: %" PRId64 " with kv_cache_bytes %" PRId64
+        " leaves nothing of max_memory_bytes %" PRId64 " to requests",
+        cfg->pinned_memory_bytes, cfg->kv_cache_bytes, cfg->max_memory_bytes);
   return 0;
 }
 
@@ -596,6 +623,8 @@ void attnd_config_print(const attnd_config_t *cfg,
         fprintf(f, "%s = %s\n", k->name, v ? "on" : "off");
       else if ((k->flags & F_AUTO) && v == 0)
         fprintf(f, "%s = auto\n", k->name);
+      else if ((k->flags & F_OFF) && v == -1)
+        fprintf(f, "%s = off\n", k->name);
       else
         fprintf(f, "%s = %" PRId64 "\n", k->name, v);
     }

@@ -248,6 +248,23 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       (unsigned long long)g->device_pool_reserved,
       (unsigned long long)g->device_pool_used,
       (unsigned long long)g->device_free, (unsigned long long)g->device_total);
+  attnd_buf_printf(
+      b,
+      "# HELP attnd_pinned_memory_bytes Page-locked host memory for "
+      "requests' tensors bound for the GPU (pinned_memory_bytes; 0 without "
+      "it): its size, and what requests use now.\n"
+      "# TYPE attnd_pinned_memory_bytes gauge\n"
+      "attnd_pinned_memory_bytes{state=\"size\"} %lld\n"
+      "attnd_pinned_memory_bytes{state=\"used\"} %lld\n"
+      "# HELP attnd_pinned_tensors_total Buffers of 64 KiB or more (binary "
+      "bodies, decoded tensors) put in pinned memory, and those that found "
+      "no room there and went to ordinary memory.\n"
+      "# TYPE attnd_pinned_tensors_total counter\n"
+      "attnd_pinned_tensors_total{memory=\"pinned\"} %llu\n"
+      "attnd_pinned_tensors_total{memory=\"ordinary\"} %llu\n",
+      (long long)g->pinned_bytes, (long long)g->pinned_used,
+      (unsigned long long)g->pinned_served,
+      (unsigned long long)g->pinned_missed);
   attnd_buf_printf(b,
                    "# HELP attnd_queue_depth Requests waiting for a worker.\n"
                    "# TYPE attnd_queue_depth gauge\nattnd_queue_depth %d\n",

@@ -81,6 +81,9 @@ typedef struct attnd_gauges {
   int64_t device_limit, device_held;
   int64_t layers_device_bytes; /* the layers' weights on the GPU */
   uint64_t device_pool_reserved, device_pool_used, device_free, device_total;
+  /* page-locked host memory for tensors (sched/pinned.h) */
+  int64_t pinned_bytes, pinned_used;
+  uint64_t pinned_served, pinned_missed;
 } attnd_gauges_t;
 
 /* Appends the whole exposition to b. */

@@ -10,6 +10,7 @@
 
 #include "codec/util.h"
 #include "http/access_log.h"
+#include "sched/pinned.h"
 #include "sched/run.h"
 #include "server.h"
 
@@ -178,6 +179,27 @@ static int security_init(attnd_server_t *s) {
   return 0;
 }
 
+/* Where a GPU serves, pins pinned_memory_bytes for requests' tensors
+ * (sched/pinned.h); a pool that cannot be pinned is logged, and requests
+ * use the heap. The pool, this one or one the caller started (a test's, of
+ * ordinary memory), is taken out of the requests' budget. */
+static void pinned_init(attnd_server_t *s) {
+  int64_t bytes = s->cfg->pinned_memory_bytes;
+  attnd_pinned_stats_t st;
+  attnd_pinned_stats(&st);
+  if (st.bytes == 0 && bytes > 0 && s->device_at_start) {
+    if (attnd_pinned_start((size_t)bytes, NULL) < 0)
+      fprintf(stderr, "{\"event\":\"pinned_memory_failed\",\"bytes\":%lld}\n",
+              (long long)bytes);
+    attnd_pinned_stats(&st);
+  }
+  if (st.bytes == 0)
+    return;
+  s->budget.max -= st.bytes;
+  fprintf(stderr, "{\"event\":\"pinned_memory\",\"bytes\":%lld}\n",
+          (long long)st.bytes);
+}
+
 int attnd_serve(const attnd_config_t *cfg) {
   life_t l = {.s = {.cfg = cfg}};
   attnd_server_t *s = &l.s;
@@ -188,6 +210,7 @@ int attnd_serve(const attnd_config_t *cfg) {
   attn_cuda_info_t ci;
   attn_cuda_info(&ci);
   s->device_at_start = ci.usable && strcmp(cfg->backend, "cpu") != 0;
+  pinned_init(s);
   attnd__scratch_keep = (size_t)cfg->scratch_keep_bytes;
   attnd__scratch_budget = &s->budget;
   s->metrics = attnd_metrics_new();
@@ -255,6 +278,7 @@ int attnd_serve(const attnd_config_t *cfg) {
     usleep(10000);
   attnd_layer_set_unref(s->layers);
   uv_mutex_destroy(&s->layers_lock);
+  attnd_pinned_stop(); /* every request is freed */
   fprintf(stderr, "{\"event\":\"stopped\",\"exit_code\":%d}\n", l.exit_code);
   attnd_access_log_close(s->access_log);
   return l.exit_code;

@@ -281,6 +281,35 @@ extern "C" void attn_cuda_free(void *p) {
   }
 }
 
+/* Pinned host memory (attn.h): portable, so that any context may copy
+ * from it. */
+extern "C" void *attn_cuda_host_alloc(size_t bytes) {
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  void *p = nullptr;
+  if (!ci.usable || bytes == 0)
+    return nullptr;
+  cudaError_t e = cudaSetDevice(0);
+  if (e == cudaSuccess)
+    e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    note_lost(e, "attn_cuda_host_alloc");
+    cudaGetLastError(); /* out of memory is not the next call's error */
+    return nullptr;
+  }
+  return p;
+}
+
+extern "C" void attn_cuda_host_free(void *p) {
+  if (p == nullptr)
+    return;
+  cudaError_t e = cudaFreeHost(p);
+  if (e != cudaSuccess) {
+    note_lost(e, "attn_cuda_host_free");
+    cudaGetLastError();
+  }
+}
+
 extern "C" int attn_cuda_copy(void *dst, const void *src, size_t bytes) {
   attn_cuda_info_t ci;
   attn_cuda_info(&ci);

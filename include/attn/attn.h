@@ -490,6 +490,17 @@ int attn_cuda_memory(attn_cuda_memory_t *m);
 void *attn_cuda_alloc(size_t bytes);
 void attn_cuda_free(void *p);
 
+/* Page-locked ("pinned") host memory of `bytes`, for a call's inputs and
+ * outputs: the GPU copies to and from it at the bus's full rate, where
+ * from ordinary memory CUDA stages each chunk through a pinned buffer of
+ * its own and the CPU waits. To the CPU it is host memory like any other.
+ * Pinning is slow (every page is mapped and locked), so pin once and
+ * reuse. NULL where the backend is not usable or pinning fails; always
+ * NULL in a build without CUDA. attn_cuda_host_free gives it back (NULL
+ * is ignored); no call may still be using it. Any thread. */
+void *attn_cuda_host_alloc(size_t bytes);
+void attn_cuda_host_free(void *p);
+
 /* Copies `bytes` from src to dst and waits for the copy: either may be
  * device memory from attn_cuda_alloc or host memory (a shared page copied
  * before a step writes into it; pages read back). Returns 0, or -1 (the

@@ -22,7 +22,7 @@ int attnd_api_take_memory(attnd_http_req_t *r, attnd_request_t *req,
                            "the request needs %lld bytes of memory (tensors, "
                            "workspace, reply), over the %lld of "
                            "max_memory_bytes that requests may hold (less "
-                           "kv_cache_bytes)",
+                           "kv_cache_bytes and pinned_memory_bytes)",
                            (long long)need, (long long)s->budget.max);
   if (attnd_http_mem_take(r, need) < 0)
     return attnd_http_budget_full(r, need, e);

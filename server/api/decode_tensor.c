@@ -13,6 +13,7 @@
 #include "codec/base64.h"
 #include "codec/util.h"
 #include "model/safetensors.h"
+#include "sched/pinned.h"
 
 void *attnd__dec_alloc(dec_t *d, size_t bytes) {
   attnd_request_t *r = d->req;
@@ -21,7 +22,7 @@ void *attnd__dec_alloc(dec_t *d, size_t bytes) {
     r->alloc_bytes += bytes;
     return p;
   }
-  p = malloc(bytes ? bytes : 1); /* adopted: freed with the request */
+  p = attnd_tensor_alloc(bytes, NULL); /* adopted: freed with the request */
   return p && attnd__dec_adopt(d, p, bytes) == 0 ? p : NULL;
 }
 
@@ -31,7 +32,7 @@ int attnd__dec_adopt(dec_t *d, void *p, size_t bytes) {
     size_t cap = r->cap_allocs ? 2 * r->cap_allocs : 16;
     void **a = attnd_request_alloc(r, cap * sizeof *a);
     if (a == NULL) {
-      free(p);
+      attnd_tensor_free(p);
       return -1;
     }
     if (r->n_allocs)
@@ -41,7 +42,8 @@ int attnd__dec_adopt(dec_t *d, void *p, size_t bytes) {
     r->cap_allocs = cap;
   }
   r->allocs[r->n_allocs++] = p;
-  r->alloc_bytes += bytes;
+  if (!attnd_pinned_owns(p)) /* pinned bytes were counted at start */
+    r->alloc_bytes += bytes;
   return 0;
 }
 

@@ -77,6 +77,12 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   g.device_pool_used = dm.pool_used;
   g.device_free = dm.free;
   g.device_total = dm.total;
+  attnd_pinned_stats_t ps;
+  attnd_pinned_stats(&ps);
+  g.pinned_bytes = ps.bytes;
+  g.pinned_used = ps.used;
+  g.pinned_served = ps.served;
+  g.pinned_missed = ps.missed;
   attnd_buf_t b;
   attnd_buf_init(&b);
   attnd_metrics_render(s->metrics, &g, &b);

@@ -37,18 +37,21 @@ enum MHD_Result attnd_v1_info(attnd_http_req_t *r) {
   attnd_config_info(s->cfg, 0, info_key, v);
   attn_cuda_info_t ci;
   attn_cuda_info(&ci);
+  attnd_pinned_stats_t ps;
+  attnd_pinned_stats(&ps);
   json_t *avail = json_pack("[s]", "cpu");
   if (ci.usable)
     json_array_append_new(avail, json_string("cuda"));
   json_object_set_new(
       v, "backend",
-      json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:s,s:{s:b,s:b,s:s,s:s}}", "blas",
+      json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:s,s:{s:b,s:b,s:s,s:s,s:I}}", "blas",
                 s->backend.blas, "blas_kernel", s->backend.blas_kernel,
                 "blas_config", s->backend.blas_config, "simd",
                 attn_isa_name(s->backend.isa), "available", avail, "default",
                 s->cfg->backend, "precision", s->cfg->precision, "cuda",
                 "built", ci.built, "usable", ci.usable, "device", ci.device,
-                "status", ci.status));
+                "status", ci.status, "pinned_memory_bytes",
+                (json_int_t)ps.bytes));
   return attnd_http_send_json(r, 200, v);
 }
 

@@ -100,14 +100,19 @@ enum MHD_Result attnd_v2_infer(attnd_http_req_t *r) {
   attnd_error_t e;
   attnd_request_t *req = NULL;
   attnd_layer_set_t *layers = attnd_server_layers(s);
-  /* lent: the request may take a body on the heap */
-  void *own = r->body.lent ? NULL : r->body.data;
+  /* the request may take a body on the heap or in pinned memory, not one
+   * in the exchange's own buffer */
+  void *own =
+      !r->body.lent || r->body.data == r->body_pinned ? r->body.data : NULL;
   int bad = attnd_oip_decode(
       r->model, r->body.data ? r->body.data + r->pad : "", r->body.len - r->pad,
       r->json_len, &own, r->body.cap, s->cfg, layers, &req, &e);
   attnd_layer_set_unref(layers); /* a request with a layer holds its own */
-  if (own == NULL)
-    attnd_buf_init(&r->body); /* the request took the body */
+  if (own == NULL) {             /* the request took the body */
+    if (r->body.data == r->body_pinned)
+      r->body_pinned = NULL;
+    attnd_buf_init(&r->body);
+  }
   attnd_buf_free(&r->body);
   return attnd_api_decoded(r, bad, req, &e);
 }

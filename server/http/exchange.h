@@ -31,6 +31,7 @@
 #include "errors.h"
 #include "http/assets.h"
 #include "http/router.h"
+#include "sched/pinned.h"
 #include "sched/request.h"
 #include "sched/scheduler.h"
 #include "server.h"
@@ -74,6 +75,9 @@ struct attnd_http_req {
                         tensors lie 64-byte aligned after its JSON */
   size_t reply_json; /* the same for the reply; 0 for none */
   int64_t mem_held;  /* this request's share of mem_used */
+  void *body_pinned; /* a binary OIP body's block of pinned memory
+                        (sched/pinned.h), unless its request took it */
+  size_t body_pinned_cap;
   int64_t device_held; /* its share of the GPU's (device_budget) */
   char allow[48];      /* the methods a 405 names */
   int status;

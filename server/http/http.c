@@ -222,6 +222,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   };
   attnd_access_log_write(s->access_log, &line);
   attnd_buf_free(&r->body);
+  attnd_pinned_put(r->body_pinned);
   attnd_inflate_free(r->inflate);
   attnd_request_free(r->req);
   uv_mutex_destroy(&r->mu);

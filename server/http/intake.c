@@ -18,7 +18,8 @@ int attnd_http_budget_full(const attnd_http_req_t *r, int64_t need,
   return attnd_error_set(e, ATTND_ERR_OVERLOADED, NULL,
                          "%lld bytes of memory are needed and %lld of the "
                          "%lld that requests may hold (max_memory_bytes less "
-                         "kv_cache_bytes) are in use; retry later",
+                         "kv_cache_bytes and pinned_memory_bytes) are in use; "
+                         "retry later",
                          (long long)need, (long long)attnd_budget_used(b),
                          (long long)b->max);
 }
@@ -114,10 +115,18 @@ enum MHD_Result attnd_http_body_start(attnd_http_req_t *r) {
     return attnd_http_fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
                            "the body has %s bytes, over max_body_bytes %lld",
                            cl, (long long)s->cfg->max_body_bytes);
-  /* a coded body takes its share as it inflates */
-  if (cl && !r->inflate &&
-      attnd_http_mem_take(r, (int64_t)strtoull(cl, NULL, 10)) < 0)
-    return no_memory(r, (int64_t)strtoull(cl, NULL, 10));
+  /* Binary tensor data, whose float32 tensors a request reads where they
+   * lie: into pinned memory where a GPU serves (sched/pinned.h), whose
+   * bytes the budget counted once, at start; else the heap, taking its
+   * share now (a coded body's as it inflates). */
+  size_t clen = cl ? (size_t)strtoull(cl, NULL, 10) : 0;
+  if (cl && !r->inflate && r->json_len >= 0 &&
+      (r->body_pinned = attnd_pinned_get(clen + 65)) != NULL) {
+    r->body_pinned_cap = clen + 65; /* the pad's 64 and a terminator */
+    return MHD_YES;
+  }
+  if (cl && !r->inflate && attnd_http_mem_take(r, (int64_t)clen) < 0)
+    return no_memory(r, (int64_t)clen);
   return MHD_YES; /* read the body */
 }
 
@@ -125,7 +134,9 @@ enum MHD_Result attnd_http_body_start(attnd_http_req_t *r) {
  * starts it with the pad that puts the bytes after the JSON on a 64-byte
  * boundary, so that the request can read FP32 tensors where they lie. */
 static void body_reserve(attnd_http_req_t *r, size_t bytes) {
-  if (r->body.cap == 0 && bytes < ATTND_BODY_INLINE - 64)
+  if (r->body_pinned)
+    attnd_buf_init_in(&r->body, r->body_pinned, r->body_pinned_cap);
+  else if (r->body.cap == 0 && bytes < ATTND_BODY_INLINE - 64)
     attnd_buf_init_in(&r->body, r->body_mem, sizeof r->body_mem);
   if (r->json_len < 0) {
     attnd_buf_reserve(&r->body, bytes);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "codec/pool.h"
+#include "sched/pinned.h"
 
 /* The bytes of n floats of the output `bit` (ATTND_OIP_*) at most: 4 each
  * as OIP binary data, else text in the request's encoding. */
@@ -96,7 +97,7 @@ void attnd_request_free(attnd_request_t *j) {
   if (j == NULL)
     return;
   for (size_t i = 0; i < j->n_allocs; i++)
-    free(j->allocs[i]);
+    attnd_tensor_free(j->allocs[i]);
   attnd_request_release(j, j->allocs);
   attnd_layer_set_unref(j->layers);
   attnd_request_release(j, j->id);

@@ -24,7 +24,7 @@
 #   bash tools/device/check.sh .device-bundle
 # Results go to $OUT (the device tool's folder) or /tmp/attnd-device:
 # attnd.csv, attnd-v3.csv, torch.csv, table.md, table-v3.md, decode.csv,
-# decode-v4.csv, load-http.csv,
+# decode-v4.csv, load-http-pinned.csv, load-http-ordinary.csv,
 # http.md, and sanitizer.log.
 set -eu
 cd "$(dirname "$0")/../.."
@@ -89,11 +89,11 @@ for case in refusals table gpu gpu-kv gpu-reduce gpu-v3 gpu-v4 gpu-v1 lost; do
   fi
 done
 
-step "GPU tests through the server: cuda sessions, layers on the GPU"
-# check_server's "protocol" case (test_cuda_session, the backend choice)
-# and check_layer_api's "gpu" case (test_layers_on_device), each against
-# the bundle's attnd
-for t in check_server:protocol check_layer_api:gpu; do
+step "GPU tests through the server: cuda sessions, layers on the GPU, pinned memory"
+# check_server's "protocol" case (test_cuda_session, the backend choice),
+# check_layer_api's "gpu" case (test_layers_on_device) and check_pinned's
+# (test_server_real), each against the bundle's attnd
+for t in check_server:protocol check_layer_api:gpu check_pinned:gpu; do
   if ! ATTND_BIN="$bundle/bin/attnd" CK_RUN_CASE=${t#*:} \
     with_libs timeout 120 "$bundle/bin/${t%%:*}"; then
     failed="$failed ${t%%:*}"
@@ -139,27 +139,36 @@ with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --decode --reps 9 \
   --kernel 4 --csv "$out/decode-v4.csv" ||
   failed="$failed attn-cuda-bench-decode-v4"
 
-step "HTTP: OIP binary bfloat16 on the GPU, L 16384, E 512, H 8"
+step "HTTP: OIP binary bfloat16 on the GPU, L 16384, E 512, H 8, tensors in pinned memory and not"
 # attnd with backend cuda, bf16, and attnd-load sending what a bf16 client
 # sends (bfloat16 inputs, bfloat16 outputs, binary data): req/s, and the
-# client's time against the server's compute.
+# client's time against the server's compute; once with the tensors
+# decoded into pinned memory (pinned_memory_bytes auto, the default) and
+# once into ordinary memory (off), which the GPU copies more slowly.
 if (
   export LD_LIBRARY_PATH=$libs
   bin=$bundle/bin me=check
   . tools/serve.sh
-  serve http --backend cuda --precision bf16 --workers 4 \
-    --threads-per-request 1
-  load http --protocol v2 --tensors binary --dtype bfloat16 --lengths 16384 \
-    --embed 512 --heads 8 --projections inline --concurrency 1,4 \
-    --warmup 1 --duration 5
+  for mem in pinned ordinary; do
+    pinned=auto
+    [ $mem = pinned ] || pinned=off
+    serve "http-$mem" --backend cuda --precision bf16 --workers 4 \
+      --threads-per-request 1 --pinned-memory-bytes $pinned
+    load "http-$mem" --protocol v2 --tensors binary --dtype bfloat16 \
+      --lengths 16384 --embed 512 --heads 8 --projections inline \
+      --concurrency 1,4 --warmup 1 --duration 5 || exit 1
+    stop
+  done
 ); then
-  awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-    { printf "| %s | %s | %.1f | %.2f | %.2f | %.2f |\n", $c["length"],
-        $c["concurrency"], $c["rps"], $c["lat_p50_ms"], $c["total_p50_ms"],
-        $c["compute_p50_ms"] }' "$out/load-http.csv" >"$out/http.rows"
+  for mem in pinned ordinary; do
+    awk -F, -v mem=$mem 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+      { printf "| %s | %s | %s | %.1f | %.2f | %.2f | %.2f |\n", mem,
+          $c["length"], $c["concurrency"], $c["rps"], $c["lat_p50_ms"],
+          $c["total_p50_ms"], $c["compute_p50_ms"] }' "$out/load-http-$mem.csv"
+  done >"$out/http.rows"
   {
-    echo "| L | in flight | req/s | client p50 ms | server total p50 ms | compute p50 ms |"
-    echo "|---|---|---|---|---|---|"
+    echo "| tensors in | L | in flight | req/s | client p50 ms | server total p50 ms | compute p50 ms |"
+    echo "|---|---|---|---|---|---|---|"
     cat "$out/http.rows"
   } | tee "$out/http.md"
 else
