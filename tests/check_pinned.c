@@ -11,7 +11,7 @@
  *   - decode: /v1 base64 tensors and OIP binary bodies decoded in this
  *     process land in the pool, are not counted again in the request's
  *     memory (the pool was, at start), and go back with the request, or
- *     to the caller when the decode fails;
+ *     to the caller when the decode fails; a cuda request's results;
  *   - server: tests/pinned/attnd_pinned.c, attnd with such a pool, over
  *     real sockets: replies against the float64 reference with the
  *     tensors in the pool, in a pool too small for them, /metrics,
@@ -510,6 +510,43 @@ START_TEST(test_decode_oip_fails) {
 }
 END_TEST
 
+/* A request planned on cuda takes its large buffers (its results, which
+ * the GPU copies back into them) from the pool; one on the cpu from the
+ * heap; small ones from its region either way; all go back with it. No GPU
+ * can plan one here, so the test sets the plan's backend as planning on
+ * cuda would. Bugs: results on cuda in ordinary memory; cpu requests
+ * taking the pool; a result block that the request's free never puts
+ * back. */
+START_TEST(test_results_pinned) {
+  float *q, *k, *v;
+  inputs(&q, &k, &v, 15);
+  attn_params_t p = params_of(q, k, v);
+  char *body = v1_body(&p);
+  start_pool(64 * MIN);
+  attnd_request_t *req = NULL;
+  attnd_error_t e;
+  ck_assert_int_eq(
+      attnd_request_decode(body, strlen(body), &cfg, NULL, &req, &e), 0);
+  int64_t inputs_used = stats().used;
+  size_t bytes = (size_t)req->plan.out_elems * sizeof(float);
+  float *cpu_out = attnd_request_alloc(req, bytes);
+  ck_assert(!attnd_pinned_owns(cpu_out));
+  attnd_request_release(req, cpu_out);
+  req->plan.backend = ATTN_BACKEND_CUDA;
+  void *small = attnd_request_alloc(req, 64);
+  ck_assert(small && !attnd_pinned_owns(small));
+  req->out.out = attnd_request_alloc(req, bytes);
+  ck_assert(attnd_pinned_owns(req->out.out));
+  ck_assert_int_eq(stats().used, inputs_used + (int64_t)bytes);
+  attnd_request_release(req, small);
+  attnd_request_free(req);
+  ck_assert_int_eq(stats().used, 0);
+  attnd_pinned_stop();
+  free(body);
+  free(q), free(k), free(v);
+}
+END_TEST
+
 /* ---- server -------------------------------------------------------------- */
 
 /* build/tests/attnd-pinned beside the attnd under test (build/attnd, or
@@ -712,9 +749,9 @@ END_TEST
  * without a GPU, or the budget made smaller). On the GPU (the device's
  * check runs this case): the pool pinned with CUDA, said in the log,
  * /metrics and /v1/info, the budget less it, and an OIP binary request on
- * cuda, its body in the pool, within 1e-4 of the reference, its block
- * given back (bugs: cudaHostAlloc not called or failing, a pinned body
- * the GPU cannot read). */
+ * cuda, its body and its output in the pool, within 1e-4 of the
+ * reference, their blocks given back (bugs: cudaHostAlloc not called or
+ * failing, a pinned body the GPU cannot read). */
 START_TEST(test_server_real) {
   attn_cuda_info_t ci;
   attn_cuda_info(&ci);
@@ -742,8 +779,8 @@ START_TEST(test_server_real) {
   ck_assert_msg(strstr(r.body, want), "%s", r.body);
   sh_resp_free(&r);
   budget_is(s.port, ((64 - 8) << 20) - pool);
-  oip_fp32(s.port, 12, 1e-4, ci.usable ? 1 : 0);
-  if (ci.usable) /* it ran there */
+  oip_fp32(s.port, 12, 1e-4, ci.usable ? 2 : 0); /* the body, the output */
+  if (ci.usable)                                 /* it ran there */
     ck_assert_int_ge(
         sh_metric(s.port, "attnd_backend_requests_total{backend=\"cuda\"}"), 1);
   ck_assert_int_eq(sh_server_stop(&s, 10), 0);
@@ -768,6 +805,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_decode_v1);
   tcase_add_test(tc, test_decode_oip);
   tcase_add_test(tc, test_decode_oip_fails);
+  tcase_add_test(tc, test_results_pinned);
   suite_add_tcase(s, tc);
   tc = tcase_create("server");
   tcase_set_timeout(tc, 60);

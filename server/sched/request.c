@@ -85,12 +85,15 @@ attnd_request_t *attnd_request_new(void) {
 
 void *attnd_request_alloc(attnd_request_t *j, size_t bytes) {
   void *p = attnd_arena_alloc(&j->arena, bytes);
-  return p ? p : malloc(bytes ? bytes : 1);
+  if (p)
+    return p;
+  return j->plan.backend == ATTN_BACKEND_CUDA ? attnd_tensor_alloc(bytes, NULL)
+                                              : malloc(bytes ? bytes : 1);
 }
 
 void attnd_request_release(attnd_request_t *j, void *p) {
   if (!attnd_arena_owns(&j->arena, p))
-    free(p);
+    attnd_tensor_free(p);
 }
 
 void attnd_request_free(attnd_request_t *j) {

@@ -164,12 +164,15 @@ attnd_request_t *attnd_request_new(void);
 extern int attnd__arenas;
 
 /* `bytes` for the request: from its region (ATTND_ARENA_ALIGN-aligned)
- * when they fit, else from the heap; NULL when out of memory. Given back by
- * attnd_request_release. The request must be the caller's to write
- * (request.h's ownership). */
+ * when they fit; else, for a request planned on cuda, from the pool of
+ * pinned memory when it has room (sched/pinned.h: its results, which the
+ * GPU copies back into them, the same); else from the heap. NULL when out
+ * of memory. Given back by attnd_request_release. The request must be the
+ * caller's to write (request.h's ownership). */
 void *attnd_request_alloc(attnd_request_t *req, size_t bytes);
 
-/* free(p), unless p is in the request's region (which goes with it). */
+/* Gives back p from attnd_request_alloc (NULL is fine): to the pool or
+ * the heap, unless it is in the request's region (which goes with it). */
 void attnd_request_release(attnd_request_t *req, void *p);
 
 /* Parses and validates a request body into a new request (*out), with every
