@@ -406,20 +406,16 @@ static void resolve_auto(attnd_config_t *cfg, int cores) {
     cfg->max_memory_bytes = attnd_cgroup_memory() / 4 * 3;
   if (cfg->kv_cache_bytes == 0)
     cfg->kv_cache_bytes = cfg->max_memory_bytes / 4;
-  if (cfg->max_device_memory_bytes == 0) {
-    attn_cuda_info_t ci;
-    attn_cuda_info(&ci); /* in a CUDA build, this probes the GPU */
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci); /* in a CUDA build, this probes the GPU */
+  if (cfg->max_device_memory_bytes == 0)
     cfg->max_device_memory_bytes =
         ci.usable ? (int64_t)(ci.memory_bytes / 10 * 9) : 0;
-  }
-  if (cfg->pinned_memory_bytes == 0) {
-    attn_cuda_info_t ci;
-    attn_cuda_info(&ci);
+  /* auto where no GPU serves stays 0 (none here), and prints as auto */
+  if (cfg->pinned_memory_bytes == 0 && ci.usable &&
+      strcmp(cfg->backend, "cpu") != 0) {
     int64_t eighth = cfg->max_memory_bytes / 8, most = INT64_C(1) << 30;
-    cfg->pinned_memory_bytes = !ci.usable || strcmp(cfg->backend, "cpu") == 0
-                                   ? -1
-                               : eighth < most ? eighth
-                                               : most;
+    cfg->pinned_memory_bytes = eighth < most ? eighth : most;
   }
 }
 

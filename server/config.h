@@ -32,7 +32,8 @@ typedef struct attnd_config {
   int64_t max_device_memory_bytes; /* the cuda requests' GPU memory; 0 in
                                       the file means auto */
   int64_t pinned_memory_bytes;     /* page-locked tensors, in max_memory_bytes;
-                                      -1: none (off, or no GPU serves) */
+                                      0: none (auto where no GPU serves); -1:
+                                      off */
   int64_t default_timeout_ms;
   int64_t max_timeout_ms;
   int64_t drain_timeout_s;

@@ -456,6 +456,66 @@ START_TEST(test_backend_keys) {
 }
 END_TEST
 
+/* pinned_memory_bytes: auto is an eighth of max_memory_bytes, at most 1G,
+ * where a GPU serves, and stays auto (0: none) where none does, so that a
+ * printed config keeps auto for another host; off is -1 and prints as off,
+ * and reads back; a size; a bad value's message offers auto and off; the
+ * pool with kv_cache_bytes must leave requests some of max_memory_bytes.
+ * Bugs: off read as 0 (auto), auto resolved to a size without a GPU, or
+ * to off (a printed config then turns the pool off on a GPU host), the
+ * budget check missing. */
+START_TEST(test_pinned_key) {
+  attnd_config_t c, d;
+  char msg[256];
+  char *envp[] = {NULL};
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  char *cpu[] = {"attnd", "--max-memory-bytes", "64M", NULL};
+  ck_assert_msg(load(&c, cpu, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_int_eq(c.pinned_memory_bytes, 0); /* backend cpu: none */
+  char *aut[] = {"attnd", "--backend", "auto", "--max-memory-bytes",
+                 "64M",   NULL};
+  ck_assert_msg(load(&c, aut, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_int_eq(c.pinned_memory_bytes, ci.usable ? 8 << 20 : 0);
+  char *big[] = {"attnd", "--backend", "auto", "--max-memory-bytes",
+                 "64G",   NULL};
+  ck_assert_msg(load(&c, big, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_int_eq(c.pinned_memory_bytes, ci.usable ? 1 << 30 : 0);
+  char *off[] = {"attnd", "--pinned-memory-bytes", "off", NULL};
+  ck_assert_msg(load(&c, off, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_int_eq(c.pinned_memory_bytes, -1);
+  char *path = write_tmp("");
+  FILE *f = fopen(path, "w");
+  attnd_config_print(&c, NULL, f);
+  fclose(f);
+  f = fopen(path, "r");
+  char line[256];
+  int said = 0;
+  while (fgets(line, sizeof line, f))
+    said += strcmp(line, "pinned_memory_bytes = off\n") == 0;
+  fclose(f);
+  ck_assert_int_eq(said, 1);
+  char conf[128];
+  snprintf(conf, sizeof conf, "--config=%s", path);
+  char *again[] = {"attnd", conf, NULL};
+  ck_assert_msg(load(&d, again, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_int_eq(d.pinned_memory_bytes, -1);
+  unlink(path);
+  char *size[] = {"attnd", "--pinned-memory-bytes", "256M", NULL};
+  ck_assert_msg(load(&c, size, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_int_eq(c.pinned_memory_bytes, 256 << 20);
+  char *lots[] = {"attnd", "--pinned-memory-bytes", "lots", NULL};
+  ck_assert_int_ne(load(&c, lots, envp, msg, sizeof msg), 0);
+  ck_assert_msg(strstr(msg, "pinned_memory_bytes") && strstr(msg, "or auto") &&
+                    strstr(msg, "or off"),
+                "%s", msg);
+  char *full[] = {"attnd", "--max-memory-bytes",    "64M", "--kv-cache-bytes",
+                  "16M",   "--pinned-memory-bytes", "48M", NULL};
+  ck_assert_int_ne(load(&c, full, envp, msg, sizeof msg), 0);
+  ck_assert_msg(strstr(msg, "pinned_memory_bytes: 50331648"), "%s", msg);
+}
+END_TEST
+
 /* ---- cgroup limits ------------------------------------------------------- */
 
 /* The fixture: a directory standing for "/", made once per TCase in Check's
@@ -703,6 +763,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_print_quotes_strings);
   tcase_add_test(tc, test_file_value_forms);
   tcase_add_test(tc, test_backend_keys);
+  tcase_add_test(tc, test_pinned_key);
   tcase_add_test(tc, test_cgroup_real_root);
   suite_add_tcase(s, tc);
 
