@@ -10,12 +10,15 @@
  *     request reads where they lie (intake.c);
  *   - a decoded tensor of at least ATTND_PINNED_MIN bytes: base64, a
  *     bfloat16 or float16 input widened to float32, and any other the
- *     decoder allocates (decode_tensor.c).
+ *     decoder allocates (decode_tensor.c);
+ *   - a cuda request's results, which the GPU copies back into them
+ *     (attnd_request_alloc). The budget counts those at admission, before
+ *     they exist, so they are counted twice: on the safe side.
  * A tensor that finds no room goes to the heap, as it would without the
  * pool, and is counted (missed); so is nothing ever refused for it.
  *
  * The pool's bytes are taken out of max_memory_bytes once, at start, and
- * the bytes a request has in it are not counted again for the request
+ * the inputs a request has in it are not counted again for the request
  * (attnd_request_memory, the body's share in intake.c): what the budget
  * bounds is what the process holds.
  *
