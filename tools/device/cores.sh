@@ -70,6 +70,16 @@ elapsed() { echo "$(($(date +%s) - t0)) s"; }
 echo "cores: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs," \
   "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)," \
   "$(($(sed -n 's/^MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo) / 1048576)) GiB"
+# The topology bounds what the threads can do: two hyperthreads share one
+# core's FMA units, so 16 CPUs that are 8 cores run the GEMM-bound stages
+# no faster than 8 threads; so does a CPU quota (cgroup cpu.max) below
+# the CPUs.
+if command -v lscpu >/dev/null; then
+  lscpu | grep -E '^(Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)|L2|L3)' |
+    sed 's/^/cores: /; s/  */ /g'
+fi
+echo "cores: CPU 0's siblings $(cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list 2>/dev/null || echo unknown)," \
+  "cpu.max $(cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo 'not set (cgroup v1, or none)')"
 
 # ---- 1. the core -----------------------------------------------------------
 args=""
