@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "attn/attn.h"
+#include "sched/pinned.h"
 
 /* Statuses counted by name; anything else is counted as "other". */
 static const int statuses[] = {200, 201, 204, 400, 401, 404, 405, 409, 410,
@@ -256,14 +257,14 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "# TYPE attnd_pinned_memory_bytes gauge\n"
       "attnd_pinned_memory_bytes{state=\"size\"} %lld\n"
       "attnd_pinned_memory_bytes{state=\"used\"} %lld\n"
-      "# HELP attnd_pinned_tensors_total Buffers of 64 KiB or more (binary "
-      "bodies, decoded tensors) put in pinned memory, and those that found "
-      "no room there and went to ordinary memory.\n"
+      "# HELP attnd_pinned_tensors_total Buffers of %zu KiB or more "
+      "(binary bodies, decoded tensors, cuda results) put in pinned memory, "
+      "and those that found no room there and went to ordinary memory.\n"
       "# TYPE attnd_pinned_tensors_total counter\n"
       "attnd_pinned_tensors_total{memory=\"pinned\"} %llu\n"
       "attnd_pinned_tensors_total{memory=\"ordinary\"} %llu\n",
       (long long)g->pinned_bytes, (long long)g->pinned_used,
-      (unsigned long long)g->pinned_served,
+      ATTND_PINNED_MIN >> 10, (unsigned long long)g->pinned_served,
       (unsigned long long)g->pinned_missed);
   attnd_buf_printf(b,
                    "# HELP attnd_queue_depth Requests waiting for a worker.\n"
