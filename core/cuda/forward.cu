@@ -221,14 +221,19 @@ extern "C" int attn__cuda_trap(void) {
   return (int)e;
 }
 
-extern "C" int attn_cuda_memory(attn_cuda_memory_t *m) {
-  memset(m, 0, sizeof *m);
+/* Whether the backend can run here now. */
+static bool usable() {
   attn_cuda_info_t ci;
   attn_cuda_info(&ci);
+  return ci.usable;
+}
+
+extern "C" int attn_cuda_memory(attn_cuda_memory_t *m) {
+  memset(m, 0, sizeof *m);
   cudaMemPool_t pool;
   uint64_t reserved = 0, used = 0, high = 0;
   size_t free_b = 0, total_b = 0;
-  if (!ci.usable || cudaSetDevice(0) != cudaSuccess ||
+  if (!usable() || cudaSetDevice(0) != cudaSuccess ||
       cudaDeviceGetDefaultMemPool(&pool, 0) != cudaSuccess ||
       cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent,
                               &reserved) != cudaSuccess ||
@@ -248,72 +253,58 @@ extern "C" int attn_cuda_memory(attn_cuda_memory_t *m) {
   return 0;
 }
 
+/* Whether the CUDA steps of one of the calls below, e, succeeded; if not,
+ * the error is noted (a sticky one makes the backend unusable) and
+ * cleared, so that it is not the next call's (out of memory included). */
+static bool succeeded(cudaError_t e, const char *what) {
+  if (e == cudaSuccess)
+    return true;
+  note_lost(e, what);
+  cudaGetLastError();
+  return false;
+}
+
 /* The kv cache's pages (attn.h): from CUDA's stream-ordered pool, as the
  * calls' memory, so that no free waits for the whole device (cudaFree
  * would); the allocating stream is synchronised, after which any stream
  * may use the memory. */
 extern "C" void *attn_cuda_alloc(size_t bytes) {
-  attn_cuda_info_t ci;
-  attn_cuda_info(&ci);
   void *p = nullptr;
-  if (!ci.usable || bytes == 0)
+  if (!usable() || bytes == 0)
     return nullptr;
   cudaError_t e = cudaSetDevice(0);
   if (e == cudaSuccess)
     e = cudaMallocAsync(&p, bytes, cudaStreamPerThread);
   if (e == cudaSuccess)
     e = cudaStreamSynchronize(cudaStreamPerThread);
-  if (e != cudaSuccess) {
-    note_lost(e, "attn_cuda_alloc");
-    cudaGetLastError(); /* out of memory is not the next call's error */
-    return nullptr;
-  }
-  return p;
+  return succeeded(e, "attn_cuda_alloc") ? p : nullptr;
 }
 
 extern "C" void attn_cuda_free(void *p) {
   if (p == nullptr || cudaSetDevice(0) != cudaSuccess)
     return;
-  cudaError_t e = cudaFreeAsync(p, cudaStreamPerThread);
-  if (e != cudaSuccess) {
-    note_lost(e, "attn_cuda_free");
-    cudaGetLastError();
-  }
+  succeeded(cudaFreeAsync(p, cudaStreamPerThread), "attn_cuda_free");
 }
 
 /* Pinned host memory (attn.h): portable, so that any context may copy
  * from it. */
 extern "C" void *attn_cuda_host_alloc(size_t bytes) {
-  attn_cuda_info_t ci;
-  attn_cuda_info(&ci);
   void *p = nullptr;
-  if (!ci.usable || bytes == 0)
+  if (!usable() || bytes == 0)
     return nullptr;
   cudaError_t e = cudaSetDevice(0);
   if (e == cudaSuccess)
     e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
-  if (e != cudaSuccess) {
-    note_lost(e, "attn_cuda_host_alloc");
-    cudaGetLastError(); /* out of memory is not the next call's error */
-    return nullptr;
-  }
-  return p;
+  return succeeded(e, "attn_cuda_host_alloc") ? p : nullptr;
 }
 
 extern "C" void attn_cuda_host_free(void *p) {
-  if (p == nullptr)
-    return;
-  cudaError_t e = cudaFreeHost(p);
-  if (e != cudaSuccess) {
-    note_lost(e, "attn_cuda_host_free");
-    cudaGetLastError();
-  }
+  if (p != nullptr)
+    succeeded(cudaFreeHost(p), "attn_cuda_host_free");
 }
 
 extern "C" int attn_cuda_copy(void *dst, const void *src, size_t bytes) {
-  attn_cuda_info_t ci;
-  attn_cuda_info(&ci);
-  if (!ci.usable)
+  if (!usable())
     return -1;
   cudaError_t e = cudaSetDevice(0);
   if (e == cudaSuccess)
@@ -321,12 +312,7 @@ extern "C" int attn_cuda_copy(void *dst, const void *src, size_t bytes) {
                         cudaStreamPerThread);
   if (e == cudaSuccess)
     e = cudaStreamSynchronize(cudaStreamPerThread);
-  if (e != cudaSuccess) {
-    note_lost(e, "attn_cuda_copy");
-    cudaGetLastError();
-    return -1;
-  }
-  return 0;
+  return succeeded(e, "attn_cuda_copy") ? 0 : -1;
 }
 
 /* ---- one call ----------------------------------------------------------- */
