@@ -44,7 +44,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,16 +63,7 @@
 static const char *load_bin(void) {
   static char path[4096];
   const char *v = getenv("ATTND_LOAD_BIN");
-  if (v && *v)
-    return v;
-  const char *srv = getenv("ATTND_BIN");
-  if (srv && *srv) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", srv);
-    snprintf(path, sizeof path, "%s/attnd-load", dirname(dir));
-    return path;
-  }
-  return "build/attnd-load";
+  return v && *v ? v : sh_bin_beside("attnd-load", path, sizeof path);
 }
 
 /* Starts attnd-load with `args` (NULL-terminated), its output going to

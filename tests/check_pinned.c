@@ -21,7 +21,6 @@
  *     and a request on cuda through it; without a GPU, no pool.
  * Each test names the bug it catches. */
 #include <check.h>
-#include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -549,21 +548,12 @@ END_TEST
 
 /* ---- server -------------------------------------------------------------- */
 
-/* build/tests/attnd-pinned beside the attnd under test (build/attnd, or
- * ATTND_BIN's: build-asan/attnd gives build-asan/tests/attnd-pinned). */
-static void pinned_bin(char *out, size_t n) {
-  const char *bin = getenv("ATTND_BIN") ? getenv("ATTND_BIN") : "build/attnd";
-  char dir[512];
-  snprintf(dir, sizeof dir, "%s", bin);
-  snprintf(out, n, "%s/tests/attnd-pinned", dirname(dir));
-}
-
 /* Starts attnd-pinned with a pool of `pool` (ATTND_TEST_PINNED_BYTES) and
  * `args`. */
 static void start_pinned(sh_server_t *s, const char *pool,
                          const char *const *args) {
-  char bin[600];
-  pinned_bin(bin, sizeof bin);
+  char bin[4096];
+  sh_bin_beside("tests/attnd-pinned", bin, sizeof bin);
   const char *was = getenv("ATTND_BIN");
   char *keep = was ? strdup(was) : NULL;
   setenv("ATTND_BIN", bin, 1);

@@ -10,6 +10,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -125,6 +126,14 @@ void sh_server_kill(sh_server_t *s) {
   pid_t pid = s->pid;
   bench_server_kill(s);
   reap_del(pid, s);
+}
+
+const char *sh_bin_beside(const char *name, char *out, size_t n) {
+  const char *bin = getenv("ATTND_BIN");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", bin && *bin ? bin : "build/attnd");
+  snprintf(out, n, "%s/%s", dirname(dir), name);
+  return out;
 }
 
 /* ---- HTTP ---------------------------------------------------------------- */

@@ -66,6 +66,11 @@ int sh_server_stop(sh_server_t *s, double timeout_s);
 /* SIGKILL and reap; no-op when not running. */
 void sh_server_kill(sh_server_t *s);
 
+/* `name` in the folder of the attnd under test (ATTND_BIN, default
+ * build/attnd): build/attnd-load, build/tests/attnd-pinned, so that the
+ * ASan build's suites run its own. Written into out[0..n). */
+const char *sh_bin_beside(const char *name, char *out, size_t n);
+
 /* ---- HTTP ---------------------------------------------------------------- */
 
 typedef struct sh_req {
