@@ -231,6 +231,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
              "memory %lld",
              (long long)cfg.workers, (long long)cfg.threads_per_request,
              (long long)cfg.http_threads, (long long)cfg.max_memory_bytes);
+  FUZZ_CHECK(cfg.pinned_memory_bytes <= 0 ||
+                 cfg.kv_cache_bytes + cfg.pinned_memory_bytes <
+                     cfg.max_memory_bytes,
+             "pinned_memory_bytes %lld with kv_cache_bytes %lld leaves "
+             "requests nothing of max_memory_bytes %lld",
+             (long long)cfg.pinned_memory_bytes, (long long)cfg.kv_cache_bytes,
+             (long long)cfg.max_memory_bytes);
   FUZZ_CHECK(cfg.default_timeout_ms <= cfg.max_timeout_ms,
              "default_timeout_ms %lld above max_timeout_ms %lld",
              (long long)cfg.default_timeout_ms, (long long)cfg.max_timeout_ms);
