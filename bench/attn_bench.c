@@ -609,6 +609,8 @@ int main(int argc, char **argv) {
               res.x_1th, rss, tms, tms > 0 ? tms / ms : -1.0, res.ceiling,
               res.stage_ms[0], res.stage_ms[1], res.stage_ms[2], res.busy_ms[0],
               res.busy_ms[1], res.busy_ms[2]);
+    if (csv) /* a row at a time: a run cut short keeps the rows it finished */
+      fflush(csv);
   }
   double lo = ceilings[0], hi = ceilings[0];
   for (int i = 1; i < nceil; i++) {

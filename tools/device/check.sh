@@ -26,10 +26,17 @@
 # attnd.csv, attnd-v3.csv, torch.csv, table.md, table-v3.md, decode.csv,
 # decode-v4.csv, load-http-pinned.csv, load-http-ordinary.csv,
 # http.md, and sanitizer.log.
+#
+# DEVICE_DEADLINE (seconds since the epoch) bounds the whole run: each
+# step gets at most the time left, and a step that finds too little left
+# is skipped and named at the end (tools/device/deadline.sh;
+# tools/device/session.sh sets it to leave cores.sh its share).
 set -eu
 cd "$(dirname "$0")/../.."
 bundle=${1:-.device-bundle}
 out=${OUT:-/tmp/attnd-device}
+me=check.sh
+. tools/device/deadline.sh
 mkdir -p "$out"
 step() { printf '\n== %s (at %ds)\n' "$*" "$SECONDS"; }
 
@@ -57,7 +64,8 @@ nvidia-smi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
   --format=csv || true
 if command -v nvcc >/dev/null; then nvcc --version | tail -2; else echo "nvcc: not on PATH"; fi
-python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name())'
+python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name())' ||
+  echo "check.sh: python3 cannot use torch (the torch rows will be missing)"
 
 step libraries
 missing=0
@@ -83,7 +91,8 @@ step "GPU tests"
 # ones not yet the default after, the device made to fail last.
 for case in refusals table gpu gpu-kv gpu-reduce gpu-v3 gpu-v4 gpu-v1 lost; do
   echo "-- check_cuda: $case"
-  if ! CK_RUN_CASE=$case ATTND_REQUIRE_CUDA=1 with_libs timeout 120 \
+  t=$(secs 120) || { skip "check_cuda:$case"; continue; }
+  if ! CK_RUN_CASE=$case ATTND_REQUIRE_CUDA=1 with_libs timeout "$t" \
     "$bundle/bin/check_cuda"; then
     failed="$failed check_cuda:$case"
   fi
@@ -94,19 +103,24 @@ step "GPU tests through the server: cuda sessions, layers on the GPU, pinned mem
 # check_layer_api's "gpu" case (test_layers_on_device) and check_pinned's
 # (test_server_real), each against the bundle's attnd
 for t in check_server:protocol check_layer_api:gpu check_pinned:gpu; do
+  s=$(secs 120) || { skip "$t"; continue; }
   if ! ATTND_BIN="$bundle/bin/attnd" CK_RUN_CASE=${t#*:} \
-    with_libs timeout 120 "$bundle/bin/${t%%:*}"; then
-    failed="$failed ${t%%:*}"
+    with_libs timeout "$s" "$bundle/bin/${t%%:*}"; then
+    failed="$failed $t"
   fi
 done
 
 step "benchmark: attnd, CUDA backend"
-with_libs timeout 300 "$bundle/bin/attn-cuda-bench" --csv "$out/attnd.csv" ||
-  failed="$failed attn-cuda-bench"
+if t=$(secs 300 30); then
+  with_libs timeout "$t" "$bundle/bin/attn-cuda-bench" --csv "$out/attnd.csv" ||
+    failed="$failed attn-cuda-bench"
+else skip attn-cuda-bench; fi
 
 step "benchmark: torch SDPA"
-PYTHONUNBUFFERED=1 timeout 200 python3 tools/device/torch_sdpa.py --csv "$out/torch.csv" ||
-  failed="$failed torch_sdpa"
+if t=$(secs 200 30); then
+  PYTHONUNBUFFERED=1 timeout "$t" python3 tools/device/torch_sdpa.py --csv "$out/torch.csv" ||
+    failed="$failed torch_sdpa"
+else skip torch_sdpa; fi
 [ -s "$out/torch.csv" ] || echo "L,E,H,precision,torch_ms" >"$out/torch.csv"
 
 step "table: attnd against torch"
@@ -118,26 +132,34 @@ fi
 # its own step, not torch's numbers. (The CSV is written a row at a time:
 # a run cut short keeps the rows it finished.)
 step "benchmark: attnd, flash version 3, fp32 (3xTF32) and bf16 (check_cuda above ran it on every case it takes)"
-with_libs timeout 150 "$bundle/bin/attn-cuda-bench" --kernel 3 \
-  --csv "$out/attnd-v3.csv" || failed="$failed attn-cuda-bench-v3"
+if t=$(secs 150 30); then
+  with_libs timeout "$t" "$bundle/bin/attn-cuda-bench" --kernel 3 \
+    --csv "$out/attnd-v3.csv" || failed="$failed attn-cuda-bench-v3"
+else skip attn-cuda-bench-v3; fi
 if [ -s "$out/attnd-v3.csv" ]; then
   python3 tools/device/table.py "$out/attnd-v3.csv" "$out/torch.csv" | tee "$out/table-v3.md"
 fi
 
 step "benchmark: attnd, flash version 1 throughout, small shapes (to compare)"
-with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --quick --kernel 1 --reps 3 ||
-  failed="$failed attn-cuda-bench-v1"
+if t=$(secs 120 30); then
+  with_libs timeout "$t" "$bundle/bin/attn-cuda-bench" --quick --kernel 1 --reps 3 ||
+    failed="$failed attn-cuda-bench-v1"
+else skip attn-cuda-bench-v1; fi
 
 step "benchmark: decoding over a kv cache in device memory (sessions on the GPU)"
 # prefill at 4096, 16384 and 32768 tokens, then steps of one token (check_cuda
 # above compared such caches with the CPU core's)
-with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --decode --reps 9 \
-  --csv "$out/decode.csv" || failed="$failed attn-cuda-bench-decode"
+if t=$(secs 120 30); then
+  with_libs timeout "$t" "$bundle/bin/attn-cuda-bench" --decode --reps 9 \
+    --csv "$out/decode.csv" || failed="$failed attn-cuda-bench-decode"
+else skip attn-cuda-bench-decode; fi
 
 step "benchmark: the same steps with flash version 4 (the keys split across blocks; check_cuda above ran it on every case)"
-with_libs timeout 120 "$bundle/bin/attn-cuda-bench" --decode --reps 9 \
-  --kernel 4 --csv "$out/decode-v4.csv" ||
-  failed="$failed attn-cuda-bench-decode-v4"
+if t=$(secs 120 30); then
+  with_libs timeout "$t" "$bundle/bin/attn-cuda-bench" --decode --reps 9 \
+    --kernel 4 --csv "$out/decode-v4.csv" ||
+    failed="$failed attn-cuda-bench-decode-v4"
+else skip attn-cuda-bench-decode-v4; fi
 
 step "HTTP: OIP binary bfloat16 on the GPU, L 16384, E 512, H 8, tensors in pinned memory and not"
 # attnd with backend cuda, bf16, and attnd-load sending what a bf16 client
@@ -145,7 +167,10 @@ step "HTTP: OIP binary bfloat16 on the GPU, L 16384, E 512, H 8, tensors in pinn
 # client's time against the server's compute; once with the tensors
 # decoded into pinned memory (pinned_memory_bytes auto, the default) and
 # once into ordinary memory (off), which the GPU copies more slowly.
-if (
+# (About 30 s: it starts only with a minute left.)
+if ! secs 60 60 >/dev/null; then
+  skip http
+elif (
   export LD_LIBRARY_PATH=$libs
   bin=$bundle/bin me=check
   . tools/serve.sh
@@ -176,7 +201,9 @@ else
 fi
 
 step "the server on the GPU: its metrics, health and GPU budget"
-if ! (
+if ! secs 30 30 >/dev/null; then
+  skip device-http
+elif ! (
   export LD_LIBRARY_PATH=$libs
   bin=$bundle/bin me=check
   . tools/serve.sh
@@ -190,12 +217,14 @@ if ! (
 fi
 
 step "GPU tests under compute-sanitizer (memcheck)"
-if command -v compute-sanitizer >/dev/null; then
+if ! t=$(secs 150 40); then
+  skip compute-sanitizer
+elif command -v compute-sanitizer >/dev/null; then
   # Not fatal: on gVisor it refuses the device (docs/cuda.md); say what
   # it said either way.
   # (without the case that makes the device fail on purpose, whose trap
   # the sanitizer would report)
-  if ATTND_REQUIRE_CUDA=1 ATTND_CUDA_NO_TRAP=1 with_libs timeout 150 compute-sanitizer --tool memcheck \
+  if ATTND_REQUIRE_CUDA=1 ATTND_CUDA_NO_TRAP=1 with_libs timeout "$t" compute-sanitizer --tool memcheck \
     --error-exitcode 3 "$bundle/bin/check_cuda" >"$out/sanitizer.log" 2>&1; then
     echo "compute-sanitizer: clean"
   else
@@ -206,8 +235,9 @@ else
   echo "compute-sanitizer: not on PATH"
 fi
 
+[ -z "$skipped" ] || step "SKIPPED (out of time):$skipped"
 if [ -n "$failed" ]; then
   step "FAILED:$failed"
   exit 1
 fi
-step "done: every step passed"
+step "done: every step that ran passed"

@@ -38,6 +38,11 @@
 #   CORES_LONE_LENGTH     the lone auto request's L, E 512 H 8 (16384; 0: none)
 #   PYTHON                the Python with torch (python3)
 #   OUT                   where the CSVs and logs go (DIR/out)
+#   DEVICE_DEADLINE       when to be done, in seconds since the epoch: each
+#                         step gets at most the time left, a step cut short
+#                         keeps the rows it finished, and one that finds
+#                         too little left is skipped and named at the end
+#                         (tools/device/deadline.sh, session.sh)
 set -eu
 dir=${1:-build/device}
 threads=${CORES_THREADS:-1,2,4,8,16}
@@ -51,6 +56,8 @@ python=${PYTHON:-python3}
 out=${OUT:-$dir/out}
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$dir/bin
+me=cores
+. "$here/deadline.sh"
 mkdir -p "$out"
 # make cores-bundle's bundle.tar.gz, or make device-bundle CUDA=1's
 # bundle.tgz (the same programs, built with the CUDA backend beside)
@@ -84,21 +91,40 @@ echo "cores: CPU 0's siblings $(cat /sys/devices/system/cpu/cpu0/topology/thread
 # ---- 1. the core -----------------------------------------------------------
 args=""
 for s in $shapes; do args="$args --shape $s"; done
+t=$(secs 900 60) || {
+  echo "cores: no time left for attn-bench (DEVICE_DEADLINE)" >&2
+  exit 1
+}
+rc=0
 # shellcheck disable=SC2086 # the shapes' flags, split on purpose
-"$bin/attn-bench" --unpaired --reps "$reps" --threads "$threads" $args \
-  --csv "$out/attn.csv" >"$out/attn.txt" 2>&1 || {
+timeout "$t" "$bin/attn-bench" --unpaired --reps "$reps" --threads "$threads" $args \
+  --csv "$out/attn.csv" >"$out/attn.txt" 2>&1 || rc=$?
+if [ $rc -eq 124 ]; then
+  echo "cores: attn-bench cut short at ${t} s: the table has the rows it finished"
+elif [ $rc -ne 0 ]; then
   cat "$out/attn.txt" >&2
   echo "cores: attn-bench failed" >&2
   exit 1
-}
+fi
 echo "cores: attn-bench done ($(elapsed)); its own table is in $out/attn.txt"
 
 # ---- 2. torch --------------------------------------------------------------
 torch_note=""
 rc=0
-PYTHONUNBUFFERED=1 "$python" "$here/torch_cores.py" "$(echo "$shapes" | tr ' ' ';')" \
-  "$threads" "$reps" >"$out/torch.csv" 2>"$out/torch.log" || rc=$?
-if [ $rc -eq 3 ] || ! command -v "$python" >/dev/null 2>&1; then
+if t=$(secs 600 30); then
+  PYTHONUNBUFFERED=1 timeout "$t" "$python" "$here/torch_cores.py" \
+    "$(echo "$shapes" | tr ' ' ';')" "$threads" "$reps" \
+    >"$out/torch.csv" 2>"$out/torch.log" || rc=$?
+else
+  skip torch
+  rc=-1
+  : >"$out/torch.csv"
+fi
+if [ $rc -eq -1 ]; then
+  torch_note="torch: SKIPPED, out of time (DEVICE_DEADLINE)"
+elif [ $rc -eq 124 ]; then
+  torch_note="torch: cut short at its time limit (DEVICE_DEADLINE): the rows it finished"
+elif [ $rc -eq 3 ] || ! command -v "$python" >/dev/null 2>&1; then
   torch_note="torch: SKIPPED, $python has no torch ($(tail -1 "$out/torch.log" 2>/dev/null))"
   : >"$out/torch.csv"
 elif [ $rc -ne 0 ]; then
@@ -109,22 +135,31 @@ fi
 echo "cores: torch done ($(elapsed)): $torch_note"
 
 # ---- 3. the server ---------------------------------------------------------
-me=cores
 . "$here/../serve.sh"
 
 conc=$((2 * many))
+# a sweep takes about (1 + duration) s a length, and a start and a stop
+sweep=$((($(echo "$lengths" | tr ',' '\n' | wc -l)) * (duration + 1) + 10))
 for w in "$many" 1; do
-  serve "w$w" --workers "$w" --threads-per-request 1
-  load "w$w" --lengths "$lengths" --concurrency "$conc" --warmup 1 \
-    --duration "$duration" || true
-  stop
+  if secs "$sweep" "$sweep" >/dev/null; then
+    serve "w$w" --workers "$w" --threads-per-request 1
+    load "w$w" --lengths "$lengths" --concurrency "$conc" --warmup 1 \
+      --duration "$duration" || true
+    stop
+  else
+    skip "attnd-load-w$w"
+  fi
 done
 if [ "$lone" -gt 0 ]; then
-  serve lone --workers "$many" --threads-per-request auto \
-    --max-threads-per-request "$maxth"
-  load lone --lengths "$lone" --embed 512 --heads 8 --projections inline \
-    --concurrency 1 --warmup 1 --requests 5 --variants 1 || true
-  stop
+  if secs 30 30 >/dev/null; then
+    serve lone --workers "$many" --threads-per-request auto \
+      --max-threads-per-request "$maxth"
+    load lone --lengths "$lone" --embed 512 --heads 8 --projections inline \
+      --concurrency 1 --warmup 1 --requests 5 --variants 1 || true
+    stop
+  else
+    skip attnd-load-lone
+  fi
 fi
 echo "cores: attnd-load done ($(elapsed))"
 
@@ -231,4 +266,5 @@ END {
   exit 1
 }
 cat "$out/cores.txt"
+[ -z "$skipped" ] || echo "cores: SKIPPED (out of time):$skipped"
 echo "cores: done in $(elapsed); files in $out"
