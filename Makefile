@@ -223,6 +223,18 @@ perf-table-check:
 	@sh tests/perf-table/check.sh
 check: perf-table-check
 
+# The device scripts (tools/device/session.sh, check.sh, cores.sh) run here
+# from this build's programs, with no GPU and small shapes
+# (tests/device/check.sh): a device session is rare and short. In `check`,
+# not under ASan (the scripts, not the programs, are under test).
+.PHONY: device-scripts-check
+device-scripts-check: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load \
+  $(BUILD)/attn-bench $(BUILD)/attn-cuda-bench
+	@sh tests/device/check.sh $(BUILD)
+ifneq ($(SAN),1)
+check: device-scripts-check
+endif
+
 # Flash version 3's kernel (core/cuda/flash_mma.cuh) run on the CPU by its
 # own source and emulated warp instructions (tests/flash-emu/flash_emu.cc):
 # g++ and CUDA's headers, no GPU, no nvcc. In `check` with CUDA=1.

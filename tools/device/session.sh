@@ -28,10 +28,15 @@ bundle=${1:-.device-bundle}
 total=${2:-540}
 cores_share=${SESSION_CORES_SECONDS:-240}
 out=${OUT:-/tmp/attnd-device}
-work=/tmp/attnd-session
-rm -rf "$work"
-mkdir -p "$out" "$work/check" "$work/cores"
 t0=$(date +%s)
+work=$(mktemp -d /tmp/attnd-session.XXXXXX)
+mkdir -p "$out" "$work/check" "$work/cores"
+# one unpacked bundle for both scripts
+if [ -f "$bundle/bundle.tgz" ]; then
+  mkdir "$work/bundle"
+  tar -C "$work/bundle" -xzf "$bundle/bundle.tgz" || exit 2
+  bundle=$work/bundle
+fi
 
 # the lines worth reading as it runs; the logs hold the rest
 progress() {
@@ -45,11 +50,8 @@ OUT=$work/check DEVICE_DEADLINE=$((t0 + total - cores_share)) \
   bash tools/device/check.sh "$bundle" 2>&1 | tee "$out/check.log" | progress
 check_rc=${PIPESTATUS[0]}
 
-# check.sh unpacked the bundle into /tmp/attnd-bundle
-cores_dir=$bundle
-[ -x /tmp/attnd-bundle/bin/attnd ] && cores_dir=/tmp/attnd-bundle
 OUT=$work/cores DEVICE_DEADLINE=$((t0 + total)) \
-  sh tools/device/cores.sh "$cores_dir" 2>&1 | tee "$out/cores.log" | progress
+  sh tools/device/cores.sh "$bundle" 2>&1 | tee "$out/cores.log" | progress
 cores_rc=${PIPESTATUS[0]}
 
 # summary.md: what to read first, and what goes into docs/performance.md
@@ -75,7 +77,8 @@ show() { # show TITLE FILE: the file under a heading, when it is there
   show "HTTP: OIP binary bfloat16, L 16384 (http.md)" "$work/check/http.md"
   show "sixteen cores (cores.txt)" "$work/cores/cores.txt"
 } >"$out/summary.md"
-tar -C "$work" -czf "$out/results.tgz" .
+tar -C "$work" -czf "$out/results.tgz" check cores
+rm -rf "$work"
 echo
 cat "$out/summary.md"
 [ "$check_rc" = 0 ] && [ "$cores_rc" = 0 ]
