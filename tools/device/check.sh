@@ -2,16 +2,19 @@
 # tools/device/check.sh [BUNDLE]: issue 31's check on the device machine,
 # in one call of under 8 minutes, the most wanted results first (a call
 # cut off at the device's time limit still returns what $OUT holds):
-# versions, the GPU, the libraries, the GPU tests (tests/check_cuda.c,
-# which must not skip there, and the GPU cases of check_server and
-# check_layer_api, against the bundle's attnd), then attnd's CUDA backend against torch's
-# SDPA on the same GPU (bench/cuda_bench.c, tools/device/torch_sdpa.py),
-# as one table (tools/device/table.py), the rows again, fp32 and bf16,
-# with flash version 3 (not yet the default) as a second table, version 1
-# on the small rows, one HTTP row: attnd-load's OIP binary bfloat16 at L
-# 16384 against attnd on the GPU (tools/serve.sh), what an attnd says of
+# versions, the GPU, the libraries; the GPU tests of the default kernels
+# (tests/check_cuda.c, which must not skip there) and the GPU cases of
+# check_server, check_layer_api and check_pinned against the bundle's
+# attnd; attnd's CUDA backend against torch's SDPA on the same GPU
+# (bench/cuda_bench.c, tools/device/torch_sdpa.py) as one table
+# (tools/device/table.py); then the GPU tests of the kernels not yet the
+# default and of the device made to fail; the rows again, fp32 and bf16,
+# with flash version 3 as a second table, version 1 on the small rows;
+# decoding over a kv cache in device memory with the default kernel and
+# with version 4; one HTTP row: attnd-load's OIP binary bfloat16 at L
+# 16384 against attnd on the GPU (tools/serve.sh); what an attnd says of
 # the GPU (its metrics and health) and its GPU budget
-# (tools/device/device_http.py), and last the GPU tests again under
+# (tools/device/device_http.py); and last the GPU tests again under
 # compute-sanitizer where it runs.
 #
 # BUNDLE (default .device-bundle) is the CUDA=1 build made on the
@@ -84,19 +87,22 @@ ls -l /usr/local/cuda/lib64/libcublas.so.* 2>/dev/null ||
 # A failing test does not stop the run: the benchmark's numbers still come
 # back, and the script exits 1 at the end.
 failed=''
-step "GPU tests"
-# One process a case (check_cuda.c's test_suite): CUDA forbids fork(), so
-# a kernel that leaves the device failed would fail every later case of
-# its process; here it fails only its own. The default kernels first, the
-# ones not yet the default after, the device made to fail last.
-for case in refusals table gpu gpu-kv gpu-reduce gpu-v3 gpu-v4 gpu-v1 lost; do
-  echo "-- check_cuda: $case"
-  t=$(secs 120) || { skip "check_cuda:$case"; continue; }
-  if ! CK_RUN_CASE=$case ATTND_REQUIRE_CUDA=1 with_libs timeout "$t" \
-    "$bundle/bin/check_cuda"; then
-    failed="$failed check_cuda:$case"
-  fi
-done
+# check_cuda CASE...: one process a case (check_cuda.c's test_suite): CUDA
+# forbids fork(), so a kernel that leaves the device failed would fail
+# every later case of its process; here it fails only its own. A case
+# takes seconds; 90 s is a hung kernel.
+check_cuda() {
+  for case in "$@"; do
+    echo "-- check_cuda: $case"
+    t=$(secs 90) || { skip "check_cuda:$case"; continue; }
+    if ! CK_RUN_CASE=$case ATTND_REQUIRE_CUDA=1 with_libs timeout "$t" \
+      "$bundle/bin/check_cuda"; then
+      failed="$failed check_cuda:$case"
+    fi
+  done
+}
+step "GPU tests: the default kernels"
+check_cuda refusals table gpu gpu-kv gpu-reduce
 
 step "GPU tests through the server: cuda sessions, layers on the GPU, pinned memory"
 # check_server's "protocol" case (test_cuda_session, the backend choice),
@@ -128,9 +134,12 @@ if [ -s "$out/attnd.csv" ]; then
   python3 tools/device/table.py "$out/attnd.csv" "$out/torch.csv" | tee "$out/table.md"
 fi
 
-# Version 3 after torch: a kernel never run before that hung would cost
-# its own step, not torch's numbers. (The CSV is written a row at a time:
-# a run cut short keeps the rows it finished.)
+# The kernels not yet the default after the table: one never run before
+# that hung would cost its own steps, not the table. (The CSV is written
+# a row at a time: a run cut short keeps the rows it finished.)
+step "GPU tests: the kernels not yet the default, then the device made to fail"
+check_cuda gpu-v3 gpu-v4 gpu-v1 lost
+
 step "benchmark: attnd, flash version 3, fp32 (3xTF32) and bf16 (check_cuda above ran it on every case it takes)"
 if t=$(secs 150 30); then
   with_libs timeout "$t" "$bundle/bin/attn-cuda-bench" --kernel 3 \
