@@ -197,12 +197,18 @@ __global__ void __launch_bounds__(kV2Warps * 32) flash_v2_kernel(args a) {
   }
 }
 
+/* The kernel's dynamic shared memory limit is raised once, to what the
+ * widest heads take (Dh = Dv = 256: 188,672 bytes), not to each call's
+ * own size: the attribute is the function's, for every thread, and a
+ * worker setting a smaller one between another's set and launch (Dh 64's
+ * 65,792 bytes under Dh 128's 106,752) would fail that launch. */
 cudaError_t launch_flash_v2(const args &a, cudaStream_t s) {
   const size_t smem = v2_layout(a.Dh, a.Dv).total;
-  cudaError_t e = cudaFuncSetAttribute(
-      flash_v2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (e != cudaSuccess)
-    return e;
+  static const cudaError_t set = cudaFuncSetAttribute(
+      flash_v2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      (int)v2_layout(ATTN_CUDA_MAX_HEAD_DIM, ATTN_CUDA_MAX_HEAD_DIM).total);
+  if (set != cudaSuccess)
+    return set;
   dim3 grid((unsigned)((a.Lq + kV2Rows - 1) / kV2Rows), (unsigned)a.H,
             (unsigned)a.B);
   flash_v2_kernel<<<grid, kV2Warps * 32, smem, s>>>(a);
