@@ -156,6 +156,7 @@ static void probe(void) {
     uint64_t keep = UINT64_MAX;
     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
   }
+  cudaGetLastError(); /* a failed setting is not the next call's error */
   ci->usable = 1;
   snprintf(ci->status, sizeof ci->status, "ok");
 }
@@ -521,12 +522,22 @@ struct call {
                      cudaGetErrorString(e));
     return false;
   }
+  /* A failed runtime call also leaves its error as the thread's last
+   * error, which every launcher returns (cudaGetLastError): cleared here,
+   * as succeeded() does, or this thread's next call would fail at its
+   * first launch with this call's error (an out-of-memory cudaMallocAsync;
+   * cudaEventElapsedTime on a mark that a failed or cancelled first call
+   * never recorded). A sticky error stays whatever is cleared. */
   bool ok(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) /* even after a first failure */
+    if (e != cudaSuccess) { /* even after a first failure */
       note_lost(e, what);
+      cudaGetLastError();
+    }
     return rc == 0 && (e == cudaSuccess || fail_cuda(e, what));
   }
   bool ok(cublasStatus_t st, const char *what) {
+    if (st != CUBLAS_STATUS_SUCCESS) /* a launch of cuBLAS's that failed */
+      note_lost(cudaGetLastError(), what);
     if (rc != 0)
       return false;
     if (st == CUBLAS_STATUS_SUCCESS)
