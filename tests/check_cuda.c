@@ -28,15 +28,20 @@
  *     inputs rounded to bfloat16: see the rules above red_cases); the
  *     pool's counts around a call (attn_cuda_memory); a kv cache in
  *     device memory against one in host memory on the CPU core, call by
- *     call (outputs, weights, k_absmax and the pages' cells); and, last, a
- *     device made to fail (a trapping kernel), which attn_cuda_info must
- *     then call unusable, and plans refuse.
+ *     call (outputs, weights, k_absmax and the pages' cells); two threads
+ *     calling at once with different head widths (flash versions 1 and
+ *     2 past 48 KB of shared memory), every call of which must succeed
+ *     and match; a call on a new thread after its canceled first one,
+ *     which must too; and, last, a device made to fail (a trapping
+ *     kernel), which attn_cuda_info must then call unusable, and plans
+ *     refuse.
  * Where the GPU cases do not run, the suite prints one line "check_cuda:
  * SKIP ..." naming why, and the suite holds only the refusals, so its count
  * shows that they did not run; with ATTND_REQUIRE_CUDA=1 (as
  * tools/device/check.sh sets it) the skip fails instead. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1157,6 +1162,247 @@ START_TEST(test_kv_device_pages_on_cpu) {
 }
 END_TEST
 
+/* ---- calls on several threads -------------------------------------------
+ *
+ * The server's workers call attn_forward at once, each on its own thread
+ * (its own stream, events and cuBLAS handle, core/cuda/forward.cu). Their
+ * threads here report what they saw into their job, and the test asserts
+ * it once they are joined: Check's assertions run on the test's thread
+ * alone. */
+
+/* Calls a thread makes in test_gpu_two_widths_at_once. */
+enum { RACE_CALLS = 100 };
+
+/* The head widths raced, each pair in one precision: both past 48 KB of
+ * dynamic shared memory, or the wider one alone, with a narrower one
+ * beside it (flash_cores.cuh's smem_bytes, attention.cu's v2_layout):
+ * bf16 64 and 128, flash version 2 (65,792 and 106,752 bytes); fp32 64 and
+ * 256, version 1 (18,560 and 73,856); bf16 72 and 248, version 1 on
+ * bfloat16 (widths not multiples of 16: 20,864 and 71,552). */
+static const struct {
+  attn_precision_t prec;
+  int64_t Dh[2];
+} race_pairs[] = {
+    {ATTN_PRECISION_BF16, {64, 128}},
+    {ATTN_PRECISION_FP32, {64, 256}},
+    {ATTN_PRECISION_BF16, {72, 248}},
+};
+#define N_RACE_PAIRS ((int)(sizeof race_pairs / sizeof race_pairs[0]))
+
+/* One thread's calls of one plan, and what they gave. */
+typedef struct race_job {
+  const attn_plan_t *plan; /* out alone asked for */
+  const ref_result_t *ref;
+  const float *cpu_out; /* the CPU core's out */
+  double tol;
+  pthread_barrier_t *start; /* each call starts with the other thread's */
+  float *out;
+  void *ws;
+  int failed, first_failed; /* calls that did not return 0; the first */
+  int first_rc;
+  attn_error_t first_err;
+  int off, first_off;      /* calls whose out was past tol; the first */
+  double off_ref, off_cpu; /* the first one's errors */
+} race_job_t;
+
+static void *race_worker(void *arg) {
+  race_job_t *j = arg;
+  const attn_plan_t *pl = j->plan;
+  for (int k = 0; k < RACE_CALLS; k++) {
+    pthread_barrier_wait(j->start);
+    for (int64_t e = 0; e < pl->out_elems; e++)
+      j->out[e] = NAN;
+    attn_outputs_t o = {.out = j->out};
+    attn_error_t err;
+    int rc = attn_forward(pl, &o, j->ws, pl->workspace_bytes, &err);
+    if (rc != 0) {
+      if (j->failed++ == 0) {
+        j->first_failed = k;
+        j->first_rc = rc;
+        j->first_err = err;
+      }
+      continue; /* every call meets the barrier: no early end */
+    }
+    double e_ref = tu_rel_err(j->out, j->ref->out, (size_t)pl->out_elems);
+    double e_cpu = tu_rel_err_f(j->out, j->cpu_out, (size_t)pl->out_elems);
+    if (!(e_ref <= j->tol && e_cpu <= j->tol) && j->off++ == 0) {
+      j->first_off = k;
+      j->off_ref = e_ref;
+      j->off_cpu = e_cpu;
+    }
+  }
+  return NULL;
+}
+
+/* _i: a pair of race_pairs. Two threads call attn_forward RACE_CALLS
+ * times each, one with each width of the pair, each call starting as the
+ * other thread's does (a barrier); every call must succeed and match the
+ * reference and the CPU core. Flash versions 1 and 2 once set their
+ * kernel's shared memory limit (an attribute of the function, for every
+ * thread) to each call's own size just before its launch: the narrower
+ * call's setting, between the wider one's and its launch, failed that
+ * launch (cudaErrorInvalidValue). A race: each call's chance to meet it
+ * is small, hence the calls' number and the barrier. Each problem runs
+ * once alone first, checking which version runs it. */
+START_TEST(test_gpu_two_widths_at_once) {
+  const attn_precision_t prec = race_pairs[_i].prec;
+  const double tol = prec == ATTN_PRECISION_BF16 ? BF16_TOL : FP32_TOL;
+  attn_exec_t ex = {.backend = ATTN_BACKEND_CUDA, .precision = prec};
+  attn__cuda_flash_version = 0; /* the default, as the server runs */
+  pthread_barrier_t start;
+  ck_assert_int_eq(pthread_barrier_init(&start, NULL, 2), 0);
+  tu_case_t c[2];
+  ref_result_t ref[2];
+  tu_run_t cpu[2], gpu[2];
+  race_job_t job[2];
+  char what[2][96];
+  for (int k = 0; k < 2; k++) {
+    const int64_t Dh = race_pairs[_i].Dh[k];
+    tu_spec_t s = {
+        .Lq = 16, .H = 2, .Dh = Dh, .skip = TU_SKIP_W | TU_SKIP_M | TU_SKIP_HO};
+    tu_case_build(&c[k], &s, 1500 + 2 * (uint64_t)_i + (uint64_t)k);
+    ck_assert_int_eq(ref_attention(&c[k].p, &ref[k]), 0);
+    ck_assert_int_eq(tu_run(&cpu[k], &c[k].p, NULL), 0);
+    ck_assert_int_eq(tu_run(&gpu[k], &c[k].p, &ex), 0);
+    const int want = flash_version_for(prec, 0, Dh, Dh);
+    snprintf(what[k], sizeof what[k], "Dh %lld (flash v%d), alone",
+             (long long)Dh, want);
+    ck_assert_msg(attn__cuda_flash_last == want,
+                  "%s: flash version %d ran, %d expected", what[k],
+                  attn__cuda_flash_last, want);
+    compare(what[k], attn_precision_name(prec), tol, &gpu[k], &cpu[k], &ref[k],
+            &c[k].p);
+    snprintf(what[k], sizeof what[k], "Dh %lld (flash v%d)", (long long)Dh,
+             want);
+    const attn_plan_t *pl = &gpu[k].plan;
+    job[k] = (race_job_t){.plan = pl,
+                          .ref = &ref[k],
+                          .cpu_out = cpu[k].o.out,
+                          .tol = tol,
+                          .start = &start};
+    job[k].out = malloc((size_t)pl->out_elems * sizeof(float));
+    job[k].ws = aligned_alloc(64, (pl->workspace_bytes + 63) / 64 * 64 + 64);
+    ck_assert_ptr_nonnull(job[k].out);
+    ck_assert_ptr_nonnull(job[k].ws);
+  }
+  pthread_t th[2];
+  for (int k = 0; k < 2; k++)
+    ck_assert_int_eq(pthread_create(&th[k], NULL, race_worker, &job[k]), 0);
+  for (int k = 0; k < 2; k++)
+    ck_assert_int_eq(pthread_join(th[k], NULL), 0);
+  for (int k = 0; k < 2; k++) {
+    const race_job_t *j = &job[k];
+    ck_assert_msg(j->failed == 0,
+                  "%s, %s, beside Dh %lld: %d of %d calls failed, the first "
+                  "(call %d) %d %s (field '%s'): %s",
+                  what[k], attn_precision_name(prec),
+                  (long long)race_pairs[_i].Dh[1 - k], j->failed, RACE_CALLS,
+                  j->first_failed, j->first_rc, attn_errname(j->first_rc),
+                  j->first_err.field, j->first_err.message);
+    ck_assert_msg(j->off == 0,
+                  "%s, %s, beside Dh %lld: out of %d of %d calls past "
+                  "tolerance %.0e, the first (call %d) %.3e against the "
+                  "reference, %.3e against the cpu core",
+                  what[k], attn_precision_name(prec),
+                  (long long)race_pairs[_i].Dh[1 - k], j->off, RACE_CALLS, tol,
+                  j->first_off, j->off_ref, j->off_cpu);
+  }
+  for (int k = 0; k < 2; k++) {
+    free(job[k].out);
+    free(job[k].ws);
+    tu_run_free(&gpu[k]);
+    tu_run_free(&cpu[k]);
+    ref_result_free(&ref[k]);
+    tu_case_free(&c[k]);
+  }
+  pthread_barrier_destroy(&start);
+}
+END_TEST
+
+/* A thread's canceled call, then its good one. */
+typedef struct after_cancel_job {
+  const attn_plan_t *plan; /* planned with .cancel = cancel */
+  int *cancel;
+  attn_outputs_t o;
+  void *ws;
+  int rc[2];
+  attn_error_t err[2];
+} after_cancel_job_t;
+
+static void *after_cancel_worker(void *arg) {
+  after_cancel_job_t *j = arg;
+  for (int k = 0; k < 2; k++) {
+    *j->cancel = k == 0; /* this thread's own flag, read on this thread */
+    j->rc[k] = attn_forward(j->plan, &j->o, j->ws, j->plan->workspace_bytes,
+                            &j->err[k]);
+  }
+  return NULL;
+}
+
+/* _i: fp32 / bf16. A call canceled (attn_exec_t's cancel flag, set before
+ * it: read as its first stage is enqueued) is ATTN_ECANCELED, and the next
+ * call on the same thread succeeds and matches the reference and the CPU
+ * core. On a new thread (its events made at its first call), the canceled
+ * call leaves three of its four stage marks never recorded, and reading
+ * their times fails (cudaErrorInvalidResourceHandle, not sticky): that
+ * error was once left as the thread's last error, and the next call's
+ * first launch (here finish on Q: no projections, so that no cuBLAS call
+ * comes before it) returned it, ATTN_EDEVICE for a good call. */
+START_TEST(test_gpu_call_after_canceled) {
+  const attn_precision_t prec = _i ? ATTN_PRECISION_BF16 : ATTN_PRECISION_FP32;
+  const double tol = _i ? BF16_TOL : FP32_TOL;
+  attn__cuda_flash_version = 0;
+  tu_case_t c;
+  tu_spec_t s = {.Lq = 30, .H = 2, .Dh = 32}; /* every output asked for */
+  tu_case_build(&c, &s, 1600 + (uint64_t)_i);
+  ref_result_t ref;
+  ck_assert_int_eq(ref_attention(&c.p, &ref), 0);
+  tu_run_t cpu;
+  ck_assert_int_eq(tu_run(&cpu, &c.p, NULL), 0);
+  int cancel = 0;
+  attn_exec_t ex = {
+      .backend = ATTN_BACKEND_CUDA, .precision = prec, .cancel = &cancel};
+  attn_plan_t plan;
+  attn_error_t err;
+  ck_assert_msg(attn_plan_init(&plan, &c.p, &ex, &err) == 0, "%s", err.message);
+  ck_assert_int_eq(plan.backend, ATTN_BACKEND_CUDA);
+  after_cancel_job_t j = {.plan = &plan, .cancel = &cancel};
+  float **buf[4] = {&j.o.out, &j.o.weights, &j.o.mean_weights,
+                    &j.o.head_outputs};
+  const int64_t n[4] = {plan.out_elems, plan.weights_elems, plan.mean_elems,
+                        plan.head_elems};
+  for (int k = 0; k < 4; k++) {
+    *buf[k] = malloc((size_t)n[k] * sizeof(float));
+    ck_assert_ptr_nonnull(*buf[k]);
+    for (int64_t e = 0; e < n[k]; e++)
+      (*buf[k])[e] = NAN; /* what no call wrote fails the comparison */
+  }
+  j.ws = aligned_alloc(64, (plan.workspace_bytes + 63) / 64 * 64 + 64);
+  ck_assert_ptr_nonnull(j.ws);
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, after_cancel_worker, &j), 0);
+  ck_assert_int_eq(pthread_join(th, NULL), 0);
+  ck_assert_msg(j.rc[0] == ATTN_ECANCELED,
+                "%s: the canceled call: %d %s (field '%s'): %s",
+                attn_precision_name(prec), j.rc[0], attn_errname(j.rc[0]),
+                j.err[0].field, j.err[0].message);
+  ck_assert_msg(j.rc[1] == 0,
+                "%s: the call after a canceled one on its thread: %d %s "
+                "(field '%s'): %s",
+                attn_precision_name(prec), j.rc[1], attn_errname(j.rc[1]),
+                j.err[1].field, j.err[1].message);
+  const tu_run_t gpu = {.plan = plan, .o = j.o}; /* compare reads these */
+  compare("the call after a canceled one", attn_precision_name(prec), tol, &gpu,
+          &cpu, &ref, &c.p);
+  for (int k = 0; k < 4; k++)
+    free(*buf[k]);
+  free(j.ws);
+  tu_run_free(&cpu);
+  ref_result_free(&ref);
+  tu_case_free(&c);
+}
+END_TEST
+
 /* ---- device memory and a failed device --------------------------------- */
 
 /* 256-byte blocks, as forward.cu lays its buffers out. */
@@ -1490,10 +1736,12 @@ void test_setup(void) {
           "check_cuda: SKIP: %d GPU cases not run (%d fp32 with flash "
           "versions 1, 3 and 4, %d bf16 with each flash version, 2 numeric, "
           "%d reductions in fp32 and bf16, %d kv caches in device memory, 2 "
-          "with weights in device memory): %s\n",
-          7 * N_GPU_CASES + 2 + 2 * N_RED_CASES + 4 * N_KV_SHAPES + 4,
+          "with weights in device memory, %d with two head widths at once, "
+          "2 after a canceled call): %s\n",
+          7 * N_GPU_CASES + 2 + 2 * N_RED_CASES + 4 * N_KV_SHAPES + 4 +
+              N_RACE_PAIRS + 2,
           3 * N_GPU_CASES, 4 * N_GPU_CASES, 2 * N_RED_CASES,
-          4 * N_KV_SHAPES + 2, cuda.status);
+          4 * N_KV_SHAPES + 2, N_RACE_PAIRS, cuda.status);
   if (req && strcmp(req, "1") == 0) {
     fprintf(stderr, "check_cuda: FAIL: ATTND_REQUIRE_CUDA=1 and the cuda "
                     "backend is unusable\n");
@@ -1531,6 +1779,8 @@ Suite *test_suite(void) {
     tcase_add_test(g, test_gpu_numeric_bias);
     tcase_add_test(g, test_gpu_pool);
     tcase_add_loop_test(g, test_gpu_weights_on_device, 0, 2);
+    tcase_add_loop_test(g, test_gpu_two_widths_at_once, 0, N_RACE_PAIRS);
+    tcase_add_loop_test(g, test_gpu_call_after_canceled, 0, 2);
     suite_add_tcase(s, g);
     TCase *gk = tcase_create("gpu-kv");
     tcase_set_timeout(gk, 120);
