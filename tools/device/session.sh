@@ -9,8 +9,9 @@
 # for 8 minutes and cores.sh for 6, so two calls would not fit. Here each
 # script gets a deadline (DEVICE_DEADLINE, tools/device/deadline.sh):
 # check.sh until SECONDS less cores.sh's share (SESSION_CORES_SECONDS,
-# 240), cores.sh until SECONDS. Each script runs its most wanted steps
-# first, and a step that finds too little time left is skipped and named.
+# 240, or half of SECONDS where that is less), cores.sh until SECONDS.
+# Each script runs its most wanted steps first, and a step that finds too
+# little time left is skipped and named.
 #
 # From the repository root, with carry [".device-bundle"], kind
 # nvidia-h200 and timeout_s 600:
@@ -27,6 +28,8 @@ cd "$(dirname "$0")/../.."
 bundle=${1:-.device-bundle}
 total=${2:-540}
 cores_share=${SESSION_CORES_SECONDS:-240}
+# a SECONDS under cores.sh's share gives each script half
+[ "$cores_share" -lt "$total" ] || cores_share=$((total / 2))
 out=${OUT:-/tmp/attnd-device}
 t0=$(date +%s)
 work=$(mktemp -d /tmp/attnd-session.XXXXXX)
