@@ -21,6 +21,7 @@ typedef struct life {
   uv_timer_t drain_timer;
   double drain_started;
   int exit_code;
+  int drain_timed_out; /* work was still in flight when the loop stopped */
 } life_t;
 
 /* While draining, every 20 ms: stop the loop once nothing is in flight, or
@@ -40,6 +41,7 @@ static void on_drain_tick(uv_timer_t *t) {
             "{\"event\":\"drain_timeout\",\"inflight\":%d,\"active\":%d}\n",
             attnd_sched_inflight(s->sched), atomic_load(&s->active));
     l->exit_code = 1;
+    l->drain_timed_out = 1;
   }
   uv_timer_stop(t);
   uv_stop(&s->loop);
@@ -260,6 +262,17 @@ int attnd_serve(const attnd_config_t *cfg) {
           attnd_auth_count(&s->auth), s->cors.enabled ? "true" : "false");
 
   uv_run(&s->loop, UV_RUN_DEFAULT); /* until drained */
+  if (l.drain_timed_out) {
+    /* Work is still in flight, and nothing of it can be stopped in order:
+     * its connections are suspended, which MHD_stop_daemon refuses by
+     * aborting; a worker may be inside a call that cannot be interrupted
+     * (on the GPU, a kernel), so that nothing it reads or writes may be
+     * freed; and exit()'s handlers (the CUDA runtime's teardown among
+     * them) must not run under it. The access log is flushed a line at a
+     * time, so the process ends here, as drain_timeout_s says. */
+    fprintf(stderr, "{\"event\":\"stopped\",\"exit_code\":%d}\n", l.exit_code);
+    _exit(l.exit_code);
+  }
 
   attnd_http_stop(s);
   attnd_sched_close(s->sched);

@@ -832,6 +832,49 @@ START_TEST(test_sigint_drains) {
 }
 END_TEST
 
+#define N_LATE 8 /* slow requests: at least 2.4 s of work on one worker */
+
+/* SIGTERM with more queued than drain_timeout_s lets finish: the process
+ * exits 1 at the timeout, saying so, as docs/operations.md says, with
+ * work still in flight (a worker inside a call that cannot be stopped:
+ * on the GPU, a kernel). Bug: stopping the HTTP daemon with their
+ * connections suspended, which libmicrohttpd refuses by aborting (exit
+ * 134, a core dump), or freeing what the workers still compute on. */
+START_TEST(test_drain_timeout) {
+  static const char *const args[] = {"--workers",
+                                     "1",
+                                     "--threads-per-request",
+                                     "1",
+                                     "--queue-depth",
+                                     "8",
+                                     "--drain-timeout-s",
+                                     "1",
+                                     NULL};
+  sh_server_t s;
+  start(&s, args);
+  char *bodies[N_LATE];
+  call_t c[N_LATE];
+  for (int i = 0; i < N_LATE; i++) {
+    bodies[i] = slow_body(30 + (uint64_t)i, NULL);
+    call_start(&c[i], s.port, bodies[i]);
+  }
+  await_metric(&s, "attnd_inflight", N_LATE);
+  ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
+  int st = sh_server_wait(&s, 30.0);
+  for (int i = 0; i < N_LATE; i++) {
+    call_join(&c[i]); /* answered, or its connection closed */
+    sh_resp_free(&c[i].r);
+    free(bodies[i]);
+  }
+  ck_assert_msg(strstr(s.log, "\"event\":\"drain_timeout\"") != NULL,
+                "the drain did not time out (status %d):\n%s", st, s.log);
+  ck_assert_msg(st == 1, "exit status %d after drain_timeout_s:\n%s", st,
+                s.log);
+  ck_assert_msg(strstr(s.log, "\"event\":\"stopped\",\"exit_code\":1") != NULL,
+                "no stopped event:\n%s", s.log);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -857,6 +900,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_sigterm_drains);
   tcase_add_test(tc, test_sigint_drains);
+  tcase_add_test(tc, test_drain_timeout);
   suite_add_tcase(s, tc);
   return s;
 }
