@@ -91,7 +91,7 @@ static void log_layers(const char *event, const attnd_layer_set_t *set) {
  * copies them in, as where the set stays on the host. */
 static void layers_to_device(attnd_server_t *s, attnd_layer_set_t *set) {
   static const attnd_device_memory_t cuda = {attn_cuda_alloc, attn_cuda_free,
-                                             attn_cuda_copy};
+                                             attn_cuda_copy, NULL};
   char msg[1024];
   if (s->device_at_start && attnd_layer_set_count(set) &&
       attnd_layer_set_to_device(set, &cuda,

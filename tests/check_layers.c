@@ -752,7 +752,7 @@ static int dm_copy(void *dst, const void *src, size_t bytes) {
   return 0;
 }
 
-static const attnd_device_memory_t DM = {dm_alloc, dm_free, dm_copy};
+static const attnd_device_memory_t DM = {dm_alloc, dm_free, dm_copy, NULL};
 
 /* Three layers, 18 tensors: Llama with q and k biases, Llama with all four,
  * and a cross-attention layer (kdim 24, vdim 40) without biases. */

@@ -11,6 +11,7 @@
  * the reverse, kv.device in the step's cache), not the GPU: the pages are
  * never computed on here. Each test names the bug it catches. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,11 +26,12 @@ enum { MAX_BLOCKS = 64 };
 static struct {
   void *blocks[MAX_BLOCKS]; /* what alloc gave and free has not taken */
   int live, allocs, copies, fail_alloc, fail_copy;
+  int lost; /* the device failed for good: nothing allocates or copies */
   size_t last_copy;
 } dev;
 
 static void *fake_alloc(size_t bytes) {
-  if (dev.fail_alloc || dev.live == MAX_BLOCKS)
+  if (dev.fail_alloc || dev.lost || dev.live == MAX_BLOCKS)
     return NULL;
   void *p = malloc(bytes);
   memset(p, 0x7f, bytes); /* finite garbage, as a device page's may be */
@@ -65,7 +67,7 @@ static void fake_free(void *p) {
 static int fake_copy(void *dst, const void *src, size_t bytes) {
   ck_assert_msg(is_device(dst) && is_device(src),
                 "a device page copied from or to host memory");
-  if (dev.fail_copy)
+  if (dev.fail_copy || dev.lost)
     return -1;
   memcpy(dst, src, bytes);
   dev.copies++;
@@ -73,7 +75,14 @@ static int fake_copy(void *dst, const void *src, size_t bytes) {
   return 0;
 }
 
-static const attnd_device_memory_t fake = {fake_alloc, fake_free, fake_copy};
+static int fake_lost(char *why, size_t n) {
+  if (dev.lost)
+    snprintf(why, n, "device failed: an illegal address (the test's)");
+  return dev.lost;
+}
+
+static const attnd_device_memory_t fake = {fake_alloc, fake_free, fake_copy,
+                                           fake_lost};
 
 /* ---- a store, and steps on it ----------------------------------------- */
 
@@ -326,6 +335,43 @@ START_TEST(test_eviction_for_the_gpu) {
 }
 END_TEST
 
+/* Once the GPU has failed for good (a sticky error: attn_cuda_info's
+ * usable 0), a cuda session's step is 503 backend_unavailable naming
+ * backend and why, whether it needs a page or not, and no session is
+ * evicted for it; a cpu session's steps go on. Catches: the device
+ * allocator's NULL read as the GPU being short, so that every idle cuda
+ * session is evicted, one after the other, and the step is then 429
+ * overloaded ("retry later"), which a client retries for as long as the
+ * process lives. */
+START_TEST(test_lost_device_refuses_steps) {
+  char cpu[33], a[33], b[33];
+  create(ATTN_BACKEND_CPU, cpu);
+  create(ATTN_BACKEND_CUDA, a);
+  step(a, 10);
+  create(ATTN_BACKEND_CUDA, b);
+  dev.lost = 1;
+  attnd_request_t *j;
+  attnd_error_t e;
+  ck_assert_int_eq(prepare(b, 1, &j, &e), -1); /* its first page */
+  ck_assert_int_eq(e.code, ATTND_ERR_BACKEND_UNAVAILABLE);
+  ck_assert_str_eq(e.field, "backend");
+  ck_assert_msg(strstr(e.message, "illegal address") != NULL, "%s", e.message);
+  end(j, 0);
+  ck_assert_int_eq(prepare(a, 1, &j, &e), -1); /* within its page */
+  ck_assert_int_eq(e.code, ATTND_ERR_BACKEND_UNAVAILABLE);
+  end(j, 0);
+  attnd_session_info_t in;
+  ck_assert_int_eq(attnd_session_get(st, a, &in, &e), 0);
+  ck_assert_int_eq(in.length, 10);
+  ck_assert_int_eq(attnd_session_get(st, b, &in, &e), 0);
+  ck_assert_int_eq(stats().evicted_lru, 0);
+  step(cpu, 3);
+  ck_assert_int_eq(attnd_session_get(st, cpu, &in, &e), 0);
+  ck_assert_int_eq(in.length, 3);
+  dev.lost = 0; /* for teardown's count */
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("session_store");
   TCase *tc = tcase_create("device pages");
@@ -334,6 +380,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_fork_copies_on_write);
   tcase_add_test(tc, test_free_lists_never_mixed);
   tcase_add_test(tc, test_eviction_for_the_gpu);
+  tcase_add_test(tc, test_lost_device_refuses_steps);
   suite_add_tcase(s, tc);
   return s;
 }

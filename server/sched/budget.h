@@ -43,6 +43,12 @@ typedef struct attnd_device_memory {
   void *(*alloc)(size_t bytes); /* NULL when out of memory */
   void (*free)(void *p);
   int (*copy)(void *dst, const void *src, size_t bytes); /* 0 or -1 */
+  /* 1 once the device has failed for good (a sticky CUDA error:
+   * attn_cuda_info's usable 0), with why in `why`: nothing on it can be
+   * computed on or copied again, so that a store refuses its steps
+   * rather than reading alloc's NULL as a short device (and evicting for
+   * room); 0 while it serves. NULL: it never fails. */
+  int (*lost)(char *why, size_t n);
 } attnd_device_memory_t;
 
 #endif

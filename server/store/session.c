@@ -543,6 +543,17 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
   return s;
 }
 
+/* The cuda backend's device, failed for good (attnd_device_memory_t.lost):
+ * attn_cuda_info says it is not usable, and why. */
+static int cuda_lost(char *why, size_t n) {
+  attn_cuda_info_t ci;
+  attn_cuda_info(&ci);
+  if (ci.usable)
+    return 0;
+  snprintf(why, n, "%s", ci.status);
+  return 1;
+}
+
 /* ---- the API --------------------------------------------------------------
  */
 
@@ -559,11 +570,11 @@ attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes,
     free(st);
     return NULL;
   }
-  st->host_mem = (attnd_device_memory_t){host_alloc, free, host_copy};
+  st->host_mem = (attnd_device_memory_t){host_alloc, free, host_copy, NULL};
   st->device_mem =
       device ? *device
              : (attnd_device_memory_t){attn_cuda_alloc, attn_cuda_free,
-                                       attn_cuda_copy};
+                                       attn_cuda_copy, cuda_lost};
   st->host = (pool_t){.mem = &st->host_mem, .cap = pool_bytes, .hdr = PAGE_HDR};
   st->device =
       (pool_t){.mem = &st->device_mem,
@@ -785,11 +796,18 @@ int attnd_session_prepare(attnd_sessions_t *st, attnd_request_t *req,
   int64_t n = req->params.query.dim[0]; /* the new tokens (rank 2) */
   int r = 0, full = 0; /* full: the pool could not give a page */
   pool_t *pl = s->pool;
+  char why[160];
   if (!s->live) {
     r = attnd_error_set(err, ATTND_ERR_UNKNOWN_SESSION, "session",
                         "session %s ended while this step waited for its "
                         "turn",
                         s->id);
+  } else if (pl->mem->lost && pl->mem->lost(why, sizeof why)) {
+    /* not short of room: nothing to evict for, nothing to retry */
+    r = attnd_error_set(err, ATTND_ERR_BACKEND_UNAVAILABLE, "backend",
+                        "session %s's pages are on the %s backend, which "
+                        "cannot run: %s",
+                        s->id, attn_backend_kind_name(s->shape.backend), why);
   } else if (req->expected_length >= 0 && req->expected_length != s->len) {
     r = attnd_error_set(err, ATTND_ERR_LENGTH_MISMATCH, "expected_length",
                         "expected_length is %lld, but session %s holds %lld "
