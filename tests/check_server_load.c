@@ -476,6 +476,54 @@ START_TEST(test_memory_budget) {
 }
 END_TEST
 
+/* A body that could never fit the requests' budget is refused with 422
+ * limit_exceeded, as a decoded request that could never fit is: whether
+ * its Content-Length says so before it is read, or it outgrows the budget
+ * as it arrives (chunked). Bug: 429 overloaded, "retry later", on an idle
+ * server, naming the body's own share as memory in use by others, so that
+ * a client that honours Retry-After retries for ever. */
+START_TEST(test_body_never_fits) {
+  static const char *const args[] = {"--max-memory-bytes", "16M",
+                                     "--kv-cache-bytes", "4M", NULL};
+  sh_server_t s;
+  start(&s, args);
+  int fd = sh_connect(s.port);
+  ck_assert_int_ge(fd, 0);
+  static const char head[] = "POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                             "Content-Type: application/json\r\n"
+                             "Content-Length: 13000000\r\n\r\n";
+  ck_assert_int_eq(sh_send_all(fd, head, sizeof head - 1), 0);
+  static char buf[8192];
+  ck_assert_int_gt(sh_recv_reply(fd, buf, sizeof buf, 10000), 0);
+  close(fd);
+  ck_assert_msg(sh_raw_status(buf) == 422 &&
+                    strstr(buf, "\"limit_exceeded\"") != NULL &&
+                    strstr(buf, "max_memory_bytes") != NULL,
+                "a Content-Length over the budget:\n%s", buf);
+
+  size_t n = 13u << 20; /* chunked: over the budget as it arrives */
+  char *body = malloc(n);
+  ck_assert_ptr_nonnull(body);
+  memset(body, ' ', n);
+  sh_client_t c;
+  sh_client_init(&c, s.port);
+  sh_req_t q = {.method = "POST",
+                .path = "/v1/attention",
+                .content_type = "application/json",
+                .body = body,
+                .len = n,
+                .chunked = 1};
+  sh_resp_t r;
+  ck_assert_int_eq(sh_http(&c, &q, &r), 0);
+  sh_assert_error(&r, 422, "limit_exceeded", NULL, "max_memory_bytes",
+                  "12582912", NULL);
+  sh_resp_free(&r);
+  sh_client_free(&c);
+  free(body);
+  stop(&s);
+}
+END_TEST
+
 /* ---- deadlines ----------------------------------------------------------- */
 
 START_TEST(test_deadline) {
@@ -894,6 +942,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_client_gone_uploading);
   tcase_add_test(tc, test_small_connection_buffer);
   tcase_add_test(tc, test_memory_budget);
+  tcase_add_test(tc, test_body_never_fits);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("shutdown");

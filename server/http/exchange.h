@@ -61,9 +61,10 @@ struct attnd_http_req {
   attnd_request_t *req; /* owned while not submitted or after it came back */
   attnd_sched_outcome_t outcome; /* how the scheduler passed it back */
   uv_mutex_t mu;                 /* orders suspension before resumption */
-  int submitted;   /* under mu: the scheduler owns req until it is back */
-  int too_large;   /* the body outgrew max_body_bytes */
-  int over_budget; /* the body did not fit in max_memory_bytes */
+  int submitted;    /* under mu: the scheduler owns req until it is back */
+  int too_large;    /* the body outgrew max_body_bytes */
+  int over_budget;  /* the body did not fit in max_memory_bytes */
+  size_t over_need; /* a coded body's inflated bytes when it did not */
   attnd_inflate_t *inflate; /* the body's content coding, or NULL */
   attnd_coding_t coding;    /* the body's (identity without inflate) */
   int bad_coding;           /* the coded body does not inflate: why */

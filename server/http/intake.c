@@ -24,9 +24,20 @@ int attnd_http_budget_full(const attnd_http_req_t *r, int64_t need,
                          (long long)b->max);
 }
 
+/* A body of `need` bytes the budget does not have: 429 when it would fit
+ * once others are done, 422 when it could never fit (retrying is no use).
+ * The body's own share is given back first: it is not in use by others. */
 static enum MHD_Result no_memory(attnd_http_req_t *r, int64_t need) {
   attnd_error_t e;
-  attnd_http_budget_full(r, need, &e);
+  attnd_budget_give(&r->srv->budget, &r->mem_held);
+  if (need > r->srv->budget.max)
+    attnd_error_set(&e, ATTND_ERR_LIMIT_EXCEEDED, NULL,
+                    "the body needs %lld bytes of memory or more, over the "
+                    "%lld of max_memory_bytes that requests may hold (less "
+                    "kv_cache_bytes and pinned_memory_bytes)",
+                    (long long)need, (long long)r->srv->budget.max);
+  else
+    attnd_http_budget_full(r, need, &e);
   return attnd_http_send_error(r, &e);
 }
 
@@ -165,7 +176,7 @@ static void inflate_more(attnd_http_req_t *r, const char *data, size_t size,
   else if (rc == -3)
     r->no_memory = 1;
   else if (attnd_http_mem_take(r, (int64_t)(r->body.len - before)) < 0)
-    r->over_budget = 1;
+    r->over_budget = 1, r->over_need = r->body.len - r->pad;
   if (rc < 0 || r->over_budget)
     attnd_buf_free(&r->body);
 }
@@ -218,6 +229,8 @@ int attnd_http_body_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
     *ret = attnd_http_fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
                            "the body has %zu bytes, over max_body_bytes %lld",
                            r->bytes_in, (long long)s->cfg->max_body_bytes);
+  else if (r->over_budget) /* an inflate cut short is no bad coding */
+    *ret = no_memory(r, (int64_t)(r->inflate ? r->over_need : r->bytes_in));
   else if (r->bad_coding ||
            (r->inflate && attnd_inflate_end(r->inflate, r->coding_msg,
                                             sizeof r->coding_msg) < 0))
@@ -227,8 +240,6 @@ int attnd_http_body_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
   else if (r->body.oom || r->no_memory)
     *ret = attnd_http_fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                            "out of memory reading the body");
-  else if (r->over_budget)
-    *ret = no_memory(r, (int64_t)(r->inflate ? r->body.len : r->bytes_in));
   else
     return 1;
   return 0;
