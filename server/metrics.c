@@ -289,8 +289,18 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "# TYPE attnd_inflight gauge\nattnd_inflight %d\n"
       "# HELP attnd_scratch_bytes Workspace that workers and HTTP threads "
       "hold, kept between requests up to scratch_keep_bytes each.\n"
-      "# TYPE attnd_scratch_bytes gauge\nattnd_scratch_bytes %lld\n",
-      g->inflight, (long long)g->scratch_bytes);
+      "# TYPE attnd_scratch_bytes gauge\nattnd_scratch_bytes %lld\n"
+      "# HELP attnd_memory_limit_bytes Host memory that requests may hold: "
+      "max_memory_bytes less kv_cache_bytes and pinned_memory_bytes.\n"
+      "# TYPE attnd_memory_limit_bytes gauge\n"
+      "attnd_memory_limit_bytes %lld\n"
+      "# HELP attnd_memory_held_bytes What requests hold of it (bodies being "
+      "read, tensors, workspaces and replies; session steps waiting their "
+      "turn, their decoded tensors) and the scratch.\n"
+      "# TYPE attnd_memory_held_bytes gauge\n"
+      "attnd_memory_held_bytes %lld\n",
+      g->inflight, (long long)g->scratch_bytes, (long long)g->memory_limit,
+      (long long)g->memory_held);
   attnd_buf_printf(
       b,
       "# HELP attnd_sessions KV-cache sessions held.\n"

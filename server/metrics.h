@@ -74,6 +74,9 @@ typedef struct attnd_gauges {
   uint64_t batches, batched_steps;
   /* the workspaces workers and HTTP threads hold (run.h) */
   int64_t scratch_bytes;
+  /* the requests' memory budget (max_memory_bytes less kv_cache_bytes and
+   * pinned_memory_bytes) and what is held of it, the scratch included */
+  int64_t memory_limit, memory_held;
   /* the GPU: whether the cuda backend is usable now, the cuda requests'
    * budget (max_device_memory_bytes) and what they hold of it, and CUDA's
    * pool and the device (attn_cuda_memory; 0 without a usable GPU) */

@@ -1649,7 +1649,11 @@ END_TEST
 /* DELETE while a step computes and another waits its turn: the session
  * ends at once (404), the waiting step gets 404, the computing one
  * finishes with its output. */
-START_TEST(test_delete_in_flight) {
+/* A server of one worker that computes every request there (none
+ * inline), and a SH_SMALL session of two tokens on it, stepped with rng
+ * (seeded `seed`). */
+static void one_worker_session(sh_server_t *srv, sh_client_t *c, seq_t *s,
+                               tu_rng_t *rng, uint64_t seed) {
   const char *args[] = {"--workers",
                         "1",
                         "--threads-per-request",
@@ -1659,18 +1663,23 @@ START_TEST(test_delete_in_flight) {
                         "--inline-max-flops",
                         "0",
                         NULL};
-  sh_server_t srv;
-  start(&srv, args);
-  sh_client_t c;
-  sh_client_init(&c, srv.port);
-  tu_rng_t rng;
-  tu_rng_seed(&rng, 56);
+  start(srv, args);
+  sh_client_init(c, srv->port);
+  tu_rng_seed(rng, seed);
   char id[40], *body = create_text(SH_SMALL, NULL);
-  json_decref(create(&c, body, id));
+  json_decref(create(c, body, id));
   free(body);
+  seq_init(s, SH_SMALL, id);
+  seq_step(c, s, rng, 2, NULL);
+}
+
+START_TEST(test_delete_in_flight) {
+  sh_server_t srv;
+  sh_client_t c;
+  tu_rng_t rng;
   seq_t s;
-  seq_init(&s, SH_SMALL, id);
-  seq_step(&c, &s, &rng, 2, NULL);
+  one_worker_session(&srv, &c, &s, &rng, 56);
+  const char *id = s.id;
   bg_t slow, t1, t2;
   bg_slow(&slow, srv.port);
   seq_gen(&s, &rng, 2);
@@ -1700,6 +1709,78 @@ START_TEST(test_delete_in_flight) {
   sh_resp_free(&slow.r);
   ck_assert(ends(srv.port, "deleted") == 1);
   ck_assert(kv_used(srv.port) == 0);
+  seq_free(&s);
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
+/* The requests' memory held of the budget, less the kept scratch: what
+ * the requests' shares come to. */
+static double shares_held(int port) {
+  return sh_metric(port, "attnd_memory_held_bytes") -
+         sh_metric(port, "attnd_scratch_bytes");
+}
+
+/* Steps waiting their turn hold their decoded tensors' share of the
+ * memory budget (docs/operations.md): three steps of N tokens queued
+ * behind one that waits for a slow request add at least their tensors (N
+ * rows of q, k and v each) to the shares held, and everything is given
+ * back once all are answered (the waiting ones 404, by a DELETE). Bug: a
+ * waiting step's share given back with its body and taken again only in
+ * its turn, so that any number of decoded steps wait outside
+ * max_memory_bytes. */
+START_TEST(test_waiting_steps_hold_memory) {
+  enum { N = 1024, WAITING = 3 };
+  sh_server_t srv;
+  sh_client_t c;
+  tu_rng_t rng;
+  seq_t s;
+  one_worker_session(&srv, &c, &s, &rng, 57);
+  const char *id = s.id;
+  /* the one worker busy for a second or more (L 32768, E 64, no mask); a
+   * step handed to it behind */
+  json_t *x =
+      json_pack("{s:{s:s,s:b}}", "return", "encoding", "base64", "metrics", 0);
+  bg_t slow, t1, t[WAITING];
+  bg_start(&slow, srv.port, "/v1/attention", sh_slow_body(32768, 64, 8, 6, x));
+  json_decref(x);
+  ck_assert_msg(sh_wait_metric(srv.port, "attnd_busy_workers", 1, 20) >= 1,
+                "the slow request did not start");
+  seq_gen(&s, &rng, 1 + WAITING * N);
+  bg_step(&t1, srv.port, &s, 2);
+  wait_info(&c, &s, "busy", 1);
+  double before = shares_held(srv.port);
+  char path[128];
+  snprintf(path, sizeof path, "/v1/sessions/%s/attention", id);
+  for (int k = 0; k < WAITING; k++)
+    bg_start(&t[k], srv.port, path, step_text(&s, 3 + k * N, N, NULL));
+  wait_info(&c, &s, "queued", WAITING);
+  double waiting = shares_held(srv.port);
+  const double tensors = (double)WAITING * N * (double)w_row(s.sh) * 4;
+  ck_assert_msg(waiting - before >= tensors,
+                "%d steps of %d tokens waiting added %.0f bytes to the "
+                "shares held, under their tensors' %.0f",
+                WAITING, N, waiting - before, tensors);
+  sh_resp_t r = call_id(&c, "DELETE", id, "", NULL);
+  ck_assert_int_eq(r.status, 204);
+  sh_resp_free(&r);
+  for (int k = 0; k < WAITING; k++) {
+    bg_join(&t[k]);
+    sh_assert_error(&t[k].r, 404, "unknown_session", "session", id,
+                    "ended while this step waited", NULL);
+    sh_resp_free(&t[k].r);
+  }
+  bg_join(&t1);
+  sh_resp_free(&t1.r);
+  bg_join(&slow);
+  ck_assert_int_eq(slow.r.status, 200);
+  sh_resp_free(&slow.r);
+  /* every share back once the replies are sent */
+  double left = shares_held(srv.port);
+  for (double end = sh_now() + 5; left != 0 && sh_now() < end; usleep(5000))
+    left = shares_held(srv.port);
+  ck_assert_msg(left == 0, "%.0f bytes of shares held after every reply", left);
   seq_free(&s);
   sh_client_free(&c);
   stop(&srv);
@@ -3502,6 +3583,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_eviction_fork_truncate);
   tcase_add_test(tc, test_busy);
   tcase_add_test(tc, test_delete_in_flight);
+  tcase_add_test(tc, test_waiting_steps_hold_memory);
   tcase_add_test(tc, test_ttl);
   tcase_add_test(tc, test_metrics);
   tcase_add_test(tc, test_drain);

@@ -69,9 +69,17 @@ enum MHD_Result attnd_api_decoded(attnd_http_req_t *r, int bad,
 /* The request came back (the connection was resumed, or it ran inline):
  * writes its reply, or its error. */
 enum MHD_Result attnd_api_reply(attnd_http_req_t *r);
-/* The memory a decoded and planned request needs, taken from the budget:
- * 0, or -1 with the error (limit_exceeded, or overloaded) in e. */
+/* The memory a decoded and planned request needs, taken from the budget
+ * (less what r holds already: a session step's decoded tensors while it
+ * waited, attnd_api_hold_memory): 0, or -1 with the error
+ * (limit_exceeded, or overloaded) in e. */
 int attnd_api_take_memory(attnd_http_req_t *r, attnd_request_t *req,
+                          attnd_error_t *e);
+/* Makes r hold `need` bytes of the budget in all, taking what it lacks:
+ * 0, or -1 with e: limit_exceeded when need is over what requests may
+ * hold at all (`what` names the bytes), overloaded when others hold too
+ * much of it now. */
+int attnd_api_hold_memory(attnd_http_req_t *r, int64_t need, const char *what,
                           attnd_error_t *e);
 /* Hands req to the scheduler; with `suspend`, the connection is suspended
  * too (under r->mu, so that the request cannot come back and resume it

@@ -13,19 +13,26 @@
 #include "codec/util.h"
 #include "sched/run.h"
 
+int attnd_api_hold_memory(attnd_http_req_t *r, int64_t need, const char *what,
+                          attnd_error_t *e) {
+  const attnd_budget_t *b = &r->srv->budget;
+  if (need > b->max)
+    return attnd_error_set(e, ATTND_ERR_LIMIT_EXCEEDED, NULL,
+                           "the request needs %lld bytes of memory (%s), over "
+                           "the %lld of max_memory_bytes that requests may "
+                           "hold (less kv_cache_bytes and pinned_memory_bytes)",
+                           (long long)need, what, (long long)b->max);
+  if (need > r->mem_held && attnd_http_mem_take(r, need - r->mem_held) < 0)
+    return attnd_http_budget_full(r, need, e);
+  return 0;
+}
+
 int attnd_api_take_memory(attnd_http_req_t *r, attnd_request_t *req,
                           attnd_error_t *e) {
   attnd_server_t *s = r->srv;
-  int64_t need = (int64_t)attnd_request_memory(req);
-  if (need > s->budget.max)
-    return attnd_error_set(e, ATTND_ERR_LIMIT_EXCEEDED, NULL,
-                           "the request needs %lld bytes of memory (tensors, "
-                           "workspace, reply), over the %lld of "
-                           "max_memory_bytes that requests may hold (less "
-                           "kv_cache_bytes and pinned_memory_bytes)",
-                           (long long)need, (long long)s->budget.max);
-  if (attnd_http_mem_take(r, need) < 0)
-    return attnd_http_budget_full(r, need, e);
+  if (attnd_api_hold_memory(r, (int64_t)attnd_request_memory(req),
+                            "tensors, workspace, reply", e) < 0)
+    return -1;
   /* on the GPU, its memory there too (decode refused what never fits) */
   attnd_budget_t *dev = &s->device_budget;
   int64_t dneed = (int64_t)req->plan.device_bytes;

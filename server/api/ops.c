@@ -63,6 +63,8 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   g.deleted = st.deleted;
   attnd_sched_batches(s->sched, &g.batches, &g.batched_steps);
   g.scratch_bytes = attnd_scratch_held();
+  g.memory_limit = s->budget.max;
+  g.memory_held = attnd_budget_used(&s->budget);
   attn_cuda_info_t ci;
   attn_cuda_info(&ci);
   attn_cuda_memory_t dm;

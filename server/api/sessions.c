@@ -2,12 +2,13 @@
  * create, list, get, delete, fork and truncate, answered at once with the
  * store's JSON (api/session_api.c), and a step's attention. See api.h.
  *
- * A step is decoded against its session's shape and enqueued on it. In its
+ * A step is decoded against its session's shape, holds its decoded
+ * tensors' share of the memory budget, and is enqueued on it. In its
  * turn (at once, or when the step ahead of it has ended) it is prepared,
- * planned, given its memory and handed to the scheduler; attnd_http_job_done
- * ends it, which gives the next step its turn. A step that must wait keeps
- * its connection suspended meanwhile; one that fails in its turn comes back
- * with its error (pre_error). */
+ * planned, given the rest of its memory and handed to the scheduler;
+ * attnd_http_job_done ends it, which gives the next step its turn. A step that
+ * must wait keeps its connection suspended meanwhile; one that fails in its
+ * turn comes back with its error (pre_error). */
 #include <string.h>
 
 #include "api/api.h"
@@ -68,12 +69,17 @@ enum MHD_Result attnd_sessions_step(attnd_http_req_t *r) {
                               r->body.len - r->pad, s->cfg, &shape, &j, &e);
   attnd_layer_set_unref(shape.layers); /* a request with a layer holds one */
   attnd_buf_free(&r->body);
+  /* the body's share of the budget becomes the decoded step's: what it
+   * holds while it waits for its turn (its plan's share is taken then) */
   attnd_budget_give(&s->budget, &r->mem_held);
   if (bad < 0)
     return attnd_http_send_error(r, &e);
+  r->req = j; /* the connection owns the step from here */
+  if (attnd_api_hold_memory(r, (int64_t)j->alloc_bytes, "its decoded tensors",
+                            &e) < 0)
+    return attnd_http_send_error(r, &e);
   j->t.arrival = r->t_arrival;
   j->t.submit = attnd_now_ms(); /* waiting for its turn is queueing too */
-  r->req = j;
   uv_mutex_lock(&r->mu);
   int now = attnd_session_enqueue(s->sessions, r->sid, j, step_turn, r, &e);
   if (now == 0) { /* others are ahead: its turn comes later */
