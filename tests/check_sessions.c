@@ -1738,12 +1738,17 @@ START_TEST(test_waiting_steps_hold_memory) {
   seq_t s;
   one_worker_session(&srv, &c, &s, &rng, 57);
   const char *id = s.id;
-  /* the one worker busy for a second or more (L 32768, E 64, no mask); a
-   * step handed to it behind */
+  /* the one worker busy for a second or more (L 16384, E 64, no mask:
+   * bg_slow's 8192 and 32 under ASan, which take as long); a step handed
+   * to it behind */
   json_t *x =
       json_pack("{s:{s:s,s:b}}", "return", "encoding", "base64", "metrics", 0);
   bg_t slow, t1, t[WAITING];
-  bg_start(&slow, srv.port, "/v1/attention", sh_slow_body(32768, 64, 8, 6, x));
+#if defined(__SANITIZE_ADDRESS__)
+  bg_start(&slow, srv.port, "/v1/attention", sh_slow_body(8192, 32, 8, 6, x));
+#else
+  bg_start(&slow, srv.port, "/v1/attention", sh_slow_body(16384, 64, 8, 6, x));
+#endif
   json_decref(x);
   ck_assert_msg(sh_wait_metric(srv.port, "attnd_busy_workers", 1, 20) >= 1,
                 "the slow request did not start");
