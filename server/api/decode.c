@@ -98,19 +98,28 @@ static int get_enum(dec_t *d, const json_t *obj, const char *key,
   return attnd__dec_enum(d->err, obj, key, field, names, out);
 }
 
-static const json_t *get_object(dec_t *d, const json_t *obj, const char *key,
-                                const char *const *known, int *bad) {
+/* The object member `key` of `obj`, whose path in the request is `path`
+ * ("rope.scaling"): the field its errors and its members' errors name. */
+static const json_t *get_object_at(dec_t *d, const json_t *obj, const char *key,
+                                   const char *path, const char *const *known,
+                                   int *bad) {
   const json_t *v = json_object_get(obj, key);
   *bad = 0;
   if (v == NULL || json_is_null(v))
     return NULL;
   if (!json_is_object(v)) {
-    *bad = E(d, ATTND_ERR_INVALID_TYPE, key, "%s is %s; expected an object",
-             key, attnd__json_type(v));
+    *bad = E(d, ATTND_ERR_INVALID_TYPE, path, "%s is %s; expected an object",
+             path, attnd__json_type(v));
     return NULL;
   }
-  *bad = attnd__dec_members(d, v, key, known);
+  *bad = attnd__dec_members(d, v, path, known);
   return *bad ? NULL : v;
+}
+
+/* A member of the request's root, `key` its own path. */
+static const json_t *get_object(dec_t *d, const json_t *obj, const char *key,
+                                const char *const *known, int *bad) {
+  return get_object_at(d, obj, key, key, known, bad);
 }
 
 /* The members that hold tensors: at the root, under projections, under
@@ -332,6 +341,10 @@ static int decode_reduce(dec_t *d, const json_t *w) {
   if (!has_k && !has_pool && !r->stats)
     return E(d, ATTND_ERR_MISSING_FIELD, "return.weights",
              "return.weights as an object needs top_k, pool or stats");
+  if (has_sink && !(r->stats & ATTN_STAT_SINK))
+    return E(d, ATTND_ERR_INVALID_VALUE, "return.weights.sink_tokens",
+             "return.weights.sink_tokens is given without \"sink\" in "
+             "return.weights.stats");
   return 0;
 }
 
@@ -676,7 +689,8 @@ static int decode_rope(dec_t *d, const json_t *root) {
     return -1;
   rp->style = style ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF;
   rp->theta = theta;
-  const json_t *s = get_object(d, r, "scaling", sknown, &bad);
+  const json_t *s =
+      get_object_at(d, r, "scaling", "rope.scaling", sknown, &bad);
   if (s == NULL)
     return bad;
   if (json_object_get(s, "type") == NULL)
