@@ -15,13 +15,8 @@
 
 int attnd_api_hold_memory(attnd_http_req_t *r, int64_t need, const char *what,
                           attnd_error_t *e) {
-  const attnd_budget_t *b = &r->srv->budget;
-  if (need > b->max)
-    return attnd_error_set(e, ATTND_ERR_LIMIT_EXCEEDED, NULL,
-                           "the request needs %lld bytes of memory (%s), over "
-                           "the %lld of max_memory_bytes that requests may "
-                           "hold (less kv_cache_bytes and pinned_memory_bytes)",
-                           (long long)need, what, (long long)b->max);
+  if (need > r->srv->budget.max)
+    return attnd_http_budget_never(r, need, what, e);
   if (need > r->mem_held && attnd_http_mem_take(r, need - r->mem_held) < 0)
     return attnd_http_budget_full(r, need, e);
   return 0;

@@ -143,6 +143,10 @@ int attnd_http_mem_take(attnd_http_req_t *r, int64_t bytes);
  * have now: -1, with e. */
 int attnd_http_budget_full(const attnd_http_req_t *r, int64_t need,
                            attnd_error_t *e);
+/* The limit_exceeded error of a request whose `need` bytes (`what`: what
+ * they are) are over what requests may hold at all: -1, with e. */
+int attnd_http_budget_never(const attnd_http_req_t *r, int64_t need,
+                            const char *what, attnd_error_t *e);
 
 /* ---- framing (framing.c); HTTP thread ----------------------------------- */
 

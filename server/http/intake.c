@@ -24,6 +24,15 @@ int attnd_http_budget_full(const attnd_http_req_t *r, int64_t need,
                          (long long)b->max);
 }
 
+int attnd_http_budget_never(const attnd_http_req_t *r, int64_t need,
+                            const char *what, attnd_error_t *e) {
+  return attnd_error_set(e, ATTND_ERR_LIMIT_EXCEEDED, NULL,
+                         "the request needs %lld bytes of memory (%s), over "
+                         "the %lld of max_memory_bytes that requests may hold "
+                         "(less kv_cache_bytes and pinned_memory_bytes)",
+                         (long long)need, what, (long long)r->srv->budget.max);
+}
+
 /* A body of `need` bytes the budget does not have: 429 when it would fit
  * once others are done, 422 when it could never fit (retrying is no use).
  * The body's own share is given back first: it is not in use by others. */
@@ -31,11 +40,7 @@ static enum MHD_Result no_memory(attnd_http_req_t *r, int64_t need) {
   attnd_error_t e;
   attnd_budget_give(&r->srv->budget, &r->mem_held);
   if (need > r->srv->budget.max)
-    attnd_error_set(&e, ATTND_ERR_LIMIT_EXCEEDED, NULL,
-                    "the body needs %lld bytes of memory or more, over the "
-                    "%lld of max_memory_bytes that requests may hold (less "
-                    "kv_cache_bytes and pinned_memory_bytes)",
-                    (long long)need, (long long)r->srv->budget.max);
+    attnd_http_budget_never(r, need, "its body, at least", &e);
   else
     attnd_http_budget_full(r, need, &e);
   return attnd_http_send_error(r, &e);
