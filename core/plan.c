@@ -582,7 +582,7 @@ static int check_rope_and_norms(attn_plan_t *pl, const attn_params_t *p,
                      (double)p->norm_eps);
   const attn_rope_t *rp = &p->rope;
   if ((unsigned)rp->style > ATTN_ROPE_INTERLEAVED)
-    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ROPE,
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ROPE_STYLE,
                      "rope style is %d, not a known kind", (int)rp->style);
   if (rp->style == ATTN_ROPE_NONE) {
     if (present(&p->positions_query) || present(&p->positions_key))
@@ -593,31 +593,39 @@ static int check_rope_and_norms(attn_plan_t *pl, const attn_params_t *p,
     return 0;
   }
   if (!positive(rp->theta, 0))
-    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_ROPE,
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_ROPE_THETA,
                      "rope theta is %g; it must be finite and above 0",
                      rp->theta);
   int64_t dims = rp->dims ? rp->dims : pl->Dh;
   if (dims < 2 || dims > pl->Dh || dims % 2)
-    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ROPE,
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ROPE_DIMS,
                      "rope dims is %lld; it must be even and in [2, Dh = %lld]",
                      (long long)dims, (long long)pl->Dh);
   if ((unsigned)rp->scaling > ATTN_ROPE_SCALING_LLAMA3)
-    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ROPE,
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ROPE_SCALING,
                      "rope scaling is %d, not a known kind", (int)rp->scaling);
   if (rp->scaling != ATTN_ROPE_SCALING_NONE && !positive(rp->factor, 0))
-    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_ROPE,
+    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_ROPE_FACTOR,
                      "rope scaling factor is %g; it must be finite and above 0",
                      rp->factor);
-  if (rp->scaling == ATTN_ROPE_SCALING_LLAMA3 &&
-      !(positive(rp->low_freq_factor, 0) && positive(rp->high_freq_factor, 0) &&
-        rp->high_freq_factor > rp->low_freq_factor &&
-        positive(rp->original_max_position, 0)))
-    return attn__err(err, ATTN_ERANGE, ATTN_FIELD_ROPE,
-                     "rope llama3 scaling needs 0 < low_freq_factor (%g) < "
-                     "high_freq_factor (%g) and original_max_position (%g) "
-                     "above 0, all finite",
-                     rp->low_freq_factor, rp->high_freq_factor,
-                     rp->original_max_position);
+  if (rp->scaling == ATTN_ROPE_SCALING_LLAMA3) {
+    /* 0 < low_freq_factor < high_freq_factor, original_max_position > 0 */
+    attn_field_t bad = !positive(rp->low_freq_factor, 0)
+                           ? ATTN_FIELD_ROPE_LOW_FREQ_FACTOR
+                       : !(positive(rp->high_freq_factor, 0) &&
+                           rp->high_freq_factor > rp->low_freq_factor)
+                           ? ATTN_FIELD_ROPE_HIGH_FREQ_FACTOR
+                       : !positive(rp->original_max_position, 0)
+                           ? ATTN_FIELD_ROPE_ORIGINAL_MAX_POSITION
+                           : ATTN_FIELD_NONE;
+    if (bad != ATTN_FIELD_NONE)
+      return attn__err(err, ATTN_ERANGE, bad,
+                       "rope llama3 scaling needs 0 < low_freq_factor (%g) < "
+                       "high_freq_factor (%g) and original_max_position (%g) "
+                       "above 0, all finite",
+                       rp->low_freq_factor, rp->high_freq_factor,
+                       rp->original_max_position);
+  }
   if (present(&p->positions_query) &&
       (r = check_positions(pl, &p->positions_query, ATTN_FIELD_POSITIONS_QUERY,
                            pl->Lq, "Lq", err)) < 0)

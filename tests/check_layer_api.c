@@ -678,13 +678,44 @@ static const struct {
     {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"dims\":3}}",
      422,
      "invalid_value",
-     "rope",
+     "rope.dims",
      {"dims is 3", "Dh = 4"}},
     {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"theta\":-1}}",
      422,
      "invalid_value",
-     "rope",
+     "rope.theta",
      {"theta is -1", NULL}},
+    {"{\"query\":" Q4
+     ",\"num_heads\":1,\"rope\":{\"scaling\":{\"type\":\"linear\","
+     "\"factor\":0}}}",
+     422,
+     "invalid_value",
+     "rope.scaling.factor",
+     {"factor is 0", NULL}},
+    {"{\"query\":" Q4
+     ",\"num_heads\":1,\"rope\":{\"scaling\":{\"type\":\"llama3\","
+     "\"factor\":8,\"low_freq_factor\":0,\"high_freq_factor\":4,"
+     "\"original_max_position_embeddings\":8192}}}",
+     422,
+     "invalid_value",
+     "rope.scaling.low_freq_factor",
+     {"low_freq_factor (0)", NULL}},
+    {"{\"query\":" Q4
+     ",\"num_heads\":1,\"rope\":{\"scaling\":{\"type\":\"llama3\","
+     "\"factor\":8,\"low_freq_factor\":4,\"high_freq_factor\":1,"
+     "\"original_max_position_embeddings\":8192}}}",
+     422,
+     "invalid_value",
+     "rope.scaling.high_freq_factor",
+     {"high_freq_factor (1)", NULL}},
+    {"{\"query\":" Q4
+     ",\"num_heads\":1,\"rope\":{\"scaling\":{\"type\":\"llama3\","
+     "\"factor\":8,\"low_freq_factor\":1,\"high_freq_factor\":4,"
+     "\"original_max_position_embeddings\":-1}}}",
+     422,
+     "invalid_value",
+     "rope.scaling.original_max_position_embeddings",
+     {"original_max_position (-1)", NULL}},
     {"{\"query\":" Q4 ",\"num_heads\":1,\"rope\":{\"scaling\":{}}}",
      422,
      "missing_field",

@@ -1110,6 +1110,10 @@ static const err_case_t err_cases[] = {
      "parameters.rope_theta",
      "parameters.rope_theta is true; expected a "
      "number"},
+    {NULL, GEN(",\"rope_theta\":10,\"rope_dims\":3", "", ""), "invalid_value",
+     "parameters.rope_dims", "rope dims is 3"},
+    {NULL, GEN(",\"rope_theta\":-1,\"rope_dims\":2", "", ""), "invalid_value",
+     "parameters.rope_theta", "rope theta is -1"},
     {NULL, GEN(",\"binary_data_output\":1", "", ""), "invalid_type",
      "parameters.binary_data_output", "is a number; expected true or false"},
     {NULL, GEN(",\"timeout_ms\":9000", "", ""), "limit_exceeded",

@@ -30,7 +30,8 @@ typedef enum {
 
 /* Every input the core can name in an error: X(name, spelling), the
  * spelling being the member's name in attn_params_t, attn_exec_t or
- * attn_outputs_t ("workspace" is attn_forward's argument). Callers that map
+ * attn_outputs_t ("workspace" is attn_forward's argument; "rope.theta" a
+ * member of attn_params_t's rope). Callers that map
  * errors to their own names (JSON paths, flags) switch on attn_field_t, so a
  * renamed spelling cannot silently break them. The numeric values follow
  * this list and may change when it grows: compare with the names. */
@@ -57,7 +58,14 @@ typedef enum {
   X(SOFTCAP, "softcap")                                                        \
   X(ALIBI, "alibi")                                                            \
   X(ALIBI_SLOPES, "alibi_slopes")                                              \
-  X(ROPE, "rope")                                                              \
+  X(ROPE_STYLE, "rope.style")                                                  \
+  X(ROPE_THETA, "rope.theta")                                                  \
+  X(ROPE_DIMS, "rope.dims")                                                    \
+  X(ROPE_SCALING, "rope.scaling")                                              \
+  X(ROPE_FACTOR, "rope.factor")                                                \
+  X(ROPE_LOW_FREQ_FACTOR, "rope.low_freq_factor")                              \
+  X(ROPE_HIGH_FREQ_FACTOR, "rope.high_freq_factor")                            \
+  X(ROPE_ORIGINAL_MAX_POSITION, "rope.original_max_position")                  \
   X(POSITIONS_QUERY, "positions_query")                                        \
   X(POSITIONS_KEY, "positions_key")                                            \
   X(Q_NORM, "q_norm")                                                          \

@@ -75,9 +75,9 @@ _Static_assert(sizeof attnd__oip_inputs / sizeof attnd__oip_inputs[0] ==
   X(ALIBI, "alibi", "mask.alibi", 0)                                           \
   X(SCALE, "scale", "scale", 0)                                                \
   X(SOFTCAP, "softcap", "softcap", 0)                                          \
-  X(ROPE_THETA, "rope_theta", "rope", 1)                                       \
-  X(ROPE_DIMS, "rope_dims", "rope", 1)                                         \
-  X(ROPE_STYLE, "rope_style", "rope", 1)                                       \
+  X(ROPE_THETA, "rope_theta", "rope.theta", 1)                                 \
+  X(ROPE_DIMS, "rope_dims", "rope.dims", 1)                                    \
+  X(ROPE_STYLE, "rope_style", "rope.style", 1)                                 \
   X(TIMEOUT_MS, "timeout_ms", "timeout_ms", 0)                                 \
   X(BINARY_DATA_OUTPUT, "binary_data_output", "", 0)                           \
   X(OUTPUT_DATATYPE, "output_datatype", "return.dtype", 0)                     \

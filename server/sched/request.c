@@ -159,6 +159,16 @@ const char *attnd_request_field_path(attn_field_t f) {
   case ATTN_FIELD_ALIBI:
   case ATTN_FIELD_ALIBI_SLOPES:
     return "mask.alibi";
+  case ATTN_FIELD_ROPE_SCALING:
+    return "rope.scaling.type";
+  case ATTN_FIELD_ROPE_FACTOR:
+    return "rope.scaling.factor";
+  case ATTN_FIELD_ROPE_LOW_FREQ_FACTOR:
+    return "rope.scaling.low_freq_factor";
+  case ATTN_FIELD_ROPE_HIGH_FREQ_FACTOR:
+    return "rope.scaling.high_freq_factor";
+  case ATTN_FIELD_ROPE_ORIGINAL_MAX_POSITION:
+    return "rope.scaling.original_max_position_embeddings";
   case ATTN_FIELD_POSITIONS_QUERY:
     return "positions.query";
   case ATTN_FIELD_POSITIONS_KEY:
@@ -187,7 +197,9 @@ const char *attnd_request_field_path(attn_field_t f) {
   case ATTN_FIELD_ENTROPY:
   case ATTN_FIELD_SINK:
   case ATTN_FIELD_DISTANCE:
-  case ATTN_FIELD_ROPE:
+  case ATTN_FIELD_ROPE_STYLE: /* "rope.style", "rope.theta", "rope.dims" */
+  case ATTN_FIELD_ROPE_THETA:
+  case ATTN_FIELD_ROPE_DIMS:
   case ATTN_FIELD_NONE:
   case ATTN_FIELD_QUERY:
   case ATTN_FIELD_KEY:
@@ -208,7 +220,7 @@ const char *attnd_request_field_path(attn_field_t f) {
   case ATTN_FIELD_BACKEND:
   case ATTN_FIELD_PRECISION:
   case ATTN_FIELD_COUNT:
-    break; /* the same name at the top level of the request */
+    break; /* the same name in the request */
   }
   return attn_field_name(f);
 }
