@@ -28,7 +28,8 @@
  *
  * Examples must not silently disappear: README.md must keep at least one,
  * each document of `expected` at least its count, and all of them together
- * at least MIN_EXAMPLES. */
+ * at least MIN_EXAMPLES. Nor may a document have one heading twice: a
+ * section written again is a second home for its figures. */
 #include <check.h>
 #include <glob.h>
 #include <jansson.h>
@@ -476,6 +477,34 @@ START_TEST(test_every_block_seen) {
 }
 END_TEST
 
+/* No document has one heading twice (outside fenced blocks): a section
+ * written again is two homes for its figures, which then drift apart, and
+ * its second anchor gets a "-1" that no link means. */
+START_TEST(test_headings_unique) {
+  enum { MAX_HEADINGS = 256 };
+  for (int d = 0; d < n_docs; d++) {
+    FILE *f = fopen(docs[d], "r");
+    ck_assert_ptr_nonnull(f);
+    static char seen[MAX_HEADINGS][256];
+    char line[4096];
+    int n = 0, fenced = 0, indent;
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(unindent(line, &indent), "```", 3) == 0)
+        fenced = !fenced;
+      if (fenced || line[0] != '#')
+        continue;
+      line[strcspn(line, "\n")] = 0;
+      for (int i = 0; i < n; i++)
+        ck_assert_msg(strcmp(seen[i], line) != 0, "%s: \"%s\" twice", docs[d],
+                      line);
+      ck_assert_int_lt(n, MAX_HEADINGS);
+      snprintf(seen[n++], sizeof seen[0], "%.255s", line);
+    }
+    fclose(f);
+  }
+}
+END_TEST
+
 START_TEST(test_total_examples) {
   ck_assert_int_eq(too_many, 0);
   ck_assert_int_ge(n_examples, MIN_EXAMPLES);
@@ -517,6 +546,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(counts, test_expected_examples, 0, N_EXPECTED);
   tcase_add_test(counts, test_total_examples);
   tcase_add_test(counts, test_every_block_seen);
+  tcase_add_test(counts, test_headings_unique);
   suite_add_tcase(s, counts);
   TCase *tc = tcase_create("examples");
   tcase_add_unchecked_fixture(tc, start, stop);
