@@ -23,8 +23,9 @@
  * build/attnd-load the binaries under test (ATTND_BIN, ATTND_LOAD_BIN).
  * When a ```json block follows it, the output must be that JSON: the same
  * members, strings and shapes, numbers within 1e-5 relative (the last bits
- * of float32 results may differ between SIMD levels). Otherwise the
- * example must exit 0 and print something.
+ * of float32 results may differ between SIMD levels); when a ```text block
+ * does, the output must be its text, byte for byte. Otherwise the example
+ * must exit 0 and print something.
  *
  * Examples must not silently disappear: README.md must keep at least one,
  * each document of `expected` at least its count, and all of them together
@@ -54,7 +55,8 @@
 typedef struct example {
   const char *doc; /* the document, relative to the repository root */
   char *cmd;       /* the block's text */
-  char *expect;    /* the following json block, or NULL */
+  char *expect;    /* the following json or text block, or NULL */
+  int is_text;     /* expect is a text block: stdout, byte for byte */
   int line;        /* where the block starts in doc */
 } example_t;
 
@@ -104,9 +106,10 @@ static void problem(const char *doc, int line, const char *what) {
     free(m);
 }
 
-static void add_example(const char *doc, char *cmd, char *expect, int line) {
+static void add_example(const char *doc, char *cmd, char *expect, int is_text,
+                        int line) {
   if (n_examples < MAX_EXAMPLES)
-    examples[n_examples++] = (example_t){doc, cmd, expect, line};
+    examples[n_examples++] = (example_t){doc, cmd, expect, is_text, line};
   else
     too_many++;
 }
@@ -242,10 +245,12 @@ static void load_examples(const char *path) {
     }
     int is_sh = strcmp(lang, "sh") == 0;
     int is_json = strcmp(lang, "json") == 0;
+    int is_text = strcmp(lang, "text") == 0;
     if (pending) {
-      add_example(doc, pending, is_json ? body : NULL, pending_line);
+      add_example(doc, pending, is_json || is_text ? body : NULL, is_text,
+                  pending_line);
       pending = NULL;
-      if (is_json) {
+      if (is_json || is_text) {
         free(reason), reason = NULL;
         continue;
       }
@@ -275,7 +280,7 @@ static void load_examples(const char *path) {
     problem(doc, reason_line, "a not-run marker with no block after it");
   free(reason);
   if (pending)
-    add_example(doc, pending, NULL, pending_line);
+    add_example(doc, pending, NULL, 0, pending_line);
 }
 
 /* README.md, then the .md files of docs/ in name order. */
@@ -434,7 +439,12 @@ START_TEST(test_example) {
       out, err);
   ck_assert_msg(n > 0, "%s:%d prints nothing:\n%s\nstderr:\n%s", ex->doc,
                 ex->line, ex->cmd, err);
-  if (ex->expect) {
+  if (ex->expect && ex->is_text) {
+    ck_assert_msg(strcmp(out, ex->expect) == 0,
+                  "%s:%d: the output is not the text block after it:\n%s\n"
+                  "want:\n%s",
+                  ex->doc, ex->line, out, ex->expect);
+  } else if (ex->expect) {
     json_error_t e;
     json_t *want = json_loads(ex->expect, 0, &e), *got = json_loads(out, 0, &e);
     ck_assert_msg(want != NULL, "%s:%d: the expected JSON is invalid", ex->doc,
