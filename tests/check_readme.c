@@ -68,7 +68,7 @@ static const struct {
     {"README.md", 4},            /* the first request, layers, a session */
     {"docs/api.md", 7},          /* the request forms, weights at any
                                     length, errors, /v1/info */
-    {"docs/operations.md", 2},   /* --print-config, /metrics */
+    {"docs/operations.md", 3},   /* --print-config, /metrics, its labels */
     {"docs/layers.md", 2},       /* a layer, a layer request */
     {"docs/oip.md", 2},          /* an inference, a model's metadata */
     {"docs/sessions.md", 1},     /* a session: create, steps, delete */
