@@ -822,6 +822,20 @@ int attnd_session_prepare(attnd_sessions_t *st, attnd_request_t *req,
                         (long long)s->max_tokens);
   }
   size_t need = (size_t)((s->len + n + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE);
+  /* pages that could not fit in the pool were it empty but for this
+   * session are refused before any idle session is evicted for them:
+   * eviction would empty the cache, and no retry would ever fit */
+  int64_t room = pl->budget ? pl->budget->max : pl->cap - SESSION_COST;
+  if (r == 0 && (int64_t)need > room / (int64_t)s->page_bytes)
+    r = attnd_error_set(
+        err, ATTND_ERR_LIMIT_EXCEEDED, "query",
+        "%lld new tokens would make session %s hold %lld tokens: %zu pages "
+        "of %zu bytes, over the %lld bytes its pages may ever hold (%s %lld%s)",
+        (long long)n, s->id, (long long)(s->len + n), need, s->page_bytes,
+        (long long)room,
+        pl->budget ? "max_device_memory_bytes" : "kv_cache_bytes",
+        (long long)(pl->budget ? pl->budget->max : pl->cap),
+        pl->budget ? "" : ", less the session's own 4096");
   if (r == 0 && reserve_pages(s, need) < 0)
     r = attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, NULL,
                         "out of memory for session %s's page table", s->id);

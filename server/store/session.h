@@ -151,12 +151,13 @@ int attnd_session_enqueue(attnd_sessions_t *st, const char *id,
                           void *tag, attnd_error_t *err);
 
 /* In its turn: checks req's expected_length (length_mismatch, 409) and the
- * session's max_tokens (limit_exceeded), makes its pages ready for the new
- * tokens (copying a shared last page; evicting idle sessions of its backend
- * when its pool is short, else overloaded, 429 naming backend for a cuda
- * session; a failed GPU copy is backend_unavailable, 503) and points req's
- * params at the cache (kv.device set for a cuda session). Returns 0, or -1
- * with err; either way the step must be ended. */
+ * session's max_tokens (limit_exceeded, as are pages its pool could not
+ * hold were the session alone there: nobody is evicted for them), makes
+ * its pages ready for the new tokens (copying a shared last page; evicting idle
+ * sessions of its backend when its pool is short, else overloaded, 429 naming
+ * backend for a cuda session; a failed GPU copy is backend_unavailable, 503)
+ * and points req's params at the cache (kv.device set for a cuda session).
+ * Returns 0, or -1 with err; either way the step must be ended. */
 int attnd_session_prepare(attnd_sessions_t *st, struct attnd_request *req,
                           attnd_error_t *err);
 
