@@ -1910,6 +1910,51 @@ START_TEST(test_ttl) {
 }
 END_TEST
 
+/* /metrics alone shows a session that outlived its ttl_s as ended: with
+ * no request to the sessions since, attnd_sessions, the pool's bytes and
+ * attnd_session_ends_total{cause="expired"} say so within a second. */
+START_TEST(test_ttl_metrics) {
+  const char *args[] = {"--session-max-ttl-s",
+                        "100",
+                        "--session-ttl-s",
+                        "60",
+                        "--workers",
+                        "1",
+                        NULL};
+  sh_server_t srv;
+  start(&srv, args);
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 67);
+  char *b1 = create_text(SH_SMALL, "{\"ttl_s\":1}"),
+       *b0 = create_text(SH_SMALL, NULL);
+  char ida[40], idb[40];
+  json_decref(create(&c, b1, ida));
+  json_decref(create(&c, b0, idb));
+  free(b1), free(b0);
+  seq_t a;
+  seq_init(&a, SH_SMALL, ida);
+  seq_step(&c, &a, &rng, 3, NULL); /* a page */
+  ck_assert(sh_metric(srv.port, "attnd_sessions") == 2);
+  ck_assert(kv_used(srv.port) > 2 * SESSION_COST);
+  usleep(2200000);
+  ck_assert_msg(sh_metric(srv.port, "attnd_sessions") == 1,
+                "attnd_sessions %g, 2.2 s after a ttl_s of 1",
+                sh_metric(srv.port, "attnd_sessions"));
+  ck_assert_msg(kv_used(srv.port) == SESSION_COST,
+                "kv bytes used %g, for one empty session", kv_used(srv.port));
+  ck_assert(ends(srv.port, "expired") == 1);
+  sh_resp_t r = call_id(&c, "GET", ida, "", NULL);
+  sh_assert_error(&r, 404, "unknown_session", "session", ida, "ttl_s", NULL);
+  sh_resp_free(&r);
+  ck_assert(ends(srv.port, "expired") == 1); /* counted once */
+  seq_free(&a);
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
 /* ---- /metrics ----------------------------------------------------------- */
 
 START_TEST(test_metrics) {
@@ -3637,6 +3682,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_delete_in_flight);
   tcase_add_test(tc, test_waiting_steps_hold_memory);
   tcase_add_test(tc, test_ttl);
+  tcase_add_test(tc, test_ttl_metrics);
   tcase_add_test(tc, test_metrics);
   tcase_add_test(tc, test_drain);
   suite_add_tcase(su, tc);

@@ -941,6 +941,9 @@ int attnd_session_step_end(attnd_sessions_t *st, attnd_request_t *req,
 
 void attnd_sessions_stats(attnd_sessions_t *st, attnd_sessions_stats_t *out) {
   uv_mutex_lock(&st->mu);
+  /* sessions past their ttl_s have ended: the gauges say so without
+   * waiting for a request to the sessions to sweep them */
+  sweep(st, attnd_now_ms());
   *out = st->stats;
   out->sessions = (int64_t)st->count;
   out->kv_bytes_used = st->host.used;

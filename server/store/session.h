@@ -169,6 +169,8 @@ int attnd_session_prepare(attnd_sessions_t *st, struct attnd_request *req,
 int attnd_session_step_end(attnd_sessions_t *st, struct attnd_request *req,
                            int commit, attnd_error_t *err);
 
+/* The stats, after ending the sessions past their ttl_s (as any lookup
+ * does, at most once a second). */
 void attnd_sessions_stats(attnd_sessions_t *st, attnd_sessions_stats_t *s);
 
 /* Appends the JSON object of a session's info to b. */
