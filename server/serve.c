@@ -117,23 +117,29 @@ static int layers_init(attnd_server_t *s) {
 
 /* A reload of the layers, off the loop thread (loading takes seconds): the
  * new set replaces the old one at once; requests in flight hold the old
- * one until they finish. A load that fails keeps the old set. */
+ * one until they finish. A load that fails keeps the old set. When a
+ * SIGHUP came while it ran (reloading 2), the files may have changed after
+ * they were read: it loads them again. */
 static void *reload_layers(void *arg) {
   attnd_server_t *s = arg;
   char msg[2048];
   attnd_layer_set_t *set;
-  if (attnd_layers_load(s->cfg->layers, &set, msg, sizeof msg) < 0) {
-    log_event("layers_reload_failed", msg);
-  } else {
-    layers_to_device(s, set);
-    uv_mutex_lock(&s->layers_lock);
-    attnd_layer_set_t *old = s->layers;
-    s->layers = set;
-    uv_mutex_unlock(&s->layers_lock);
-    attnd_layer_set_unref(old);
-    log_layers("layers_reloaded", set);
+  for (int running = 1;; running = 1) {
+    if (attnd_layers_load(s->cfg->layers, &set, msg, sizeof msg) < 0) {
+      log_event("layers_reload_failed", msg);
+    } else {
+      layers_to_device(s, set);
+      uv_mutex_lock(&s->layers_lock);
+      attnd_layer_set_t *old = s->layers;
+      s->layers = set;
+      uv_mutex_unlock(&s->layers_lock);
+      attnd_layer_set_unref(old);
+      log_layers("layers_reloaded", set);
+    }
+    if (atomic_compare_exchange_strong(&s->reloading, &running, 0))
+      break;
+    atomic_store(&s->reloading, 1); /* 2: asked again meanwhile */
   }
-  atomic_store(&s->reloading, 0);
   return NULL;
 }
 
@@ -145,12 +151,21 @@ static void on_sighup(uv_signal_t *sig, int signum) {
   life_t *l = sig->data;
   char msg[1024];
   (void)signum;
-  if (l->s.cfg->layers[0] && !atomic_exchange(&l->s.reloading, 1)) {
-    pthread_t t;
-    if (pthread_create(&t, NULL, reload_layers, &l->s) == 0)
-      pthread_detach(t);
-    else
-      atomic_store(&l->s.reloading, 0);
+  /* none running: start one; one running: it goes again when it ends (a
+   * SIGHUP is never lost to the reload before it). The loop thread alone
+   * runs this; the reload thread moves 1 to 0 or 2 to 1. */
+  for (int cur = atomic_load(&l->s.reloading); l->s.cfg->layers[0];) {
+    if (cur == 2 ||
+        (cur == 1 && atomic_compare_exchange_strong(&l->s.reloading, &cur, 2)))
+      break;
+    if (cur == 0 && atomic_compare_exchange_strong(&l->s.reloading, &cur, 1)) {
+      pthread_t t;
+      if (pthread_create(&t, NULL, reload_layers, &l->s) == 0)
+        pthread_detach(t);
+      else
+        atomic_store(&l->s.reloading, 0);
+      break;
+    }
   }
   int n = attnd_auth_reload(&l->s.auth, msg, sizeof msg);
   if (n < 0) {

@@ -43,7 +43,9 @@ typedef struct attnd_server {
   uv_mutex_t layers_lock;     /* guards `layers` */
   attnd_layer_set_t *layers;  /* the loaded layers; swapped on SIGHUP */
   attnd_sessions_t *sessions; /* KV-cache sessions, kv_cache_bytes */
-  atomic_int reloading;       /* a layer reload is running */
+  /* 0: no layer reload runs; 1: one runs; 2: one runs, and a SIGHUP came
+   * since it began, so that it loads the files again when it ends */
+  atomic_int reloading;
 } attnd_server_t;
 
 /* A new reference to the current layer set (the caller unrefs it). Any

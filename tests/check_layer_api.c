@@ -13,11 +13,13 @@
  *   - every error a layer request can meet, with its status, code, field
  *     and the words of its message;
  *   - SIGHUP: a reload swaps the weights; a reload of a bad file keeps the
- *     old ones; a bad file at start stops the server with its name;
+ *     old ones; a bad file at start stops the server with its name; a
+ *     SIGHUP during a reload makes it load the files again;
  *   - the layers' weights on the GPU where it serves (TCase "gpu", which
  *     tools/device/check.sh runs there): their bytes, and cuda requests and
  *     sessions reading them computing what the cpu does. */
 #include <check.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -842,6 +844,87 @@ START_TEST(test_reload) {
 }
 END_TEST
 
+/* A torch MHA layer "extra" (E 16, H 2) in a file of its own at path. */
+static void extra_file(const char *path, uint64_t seed) {
+  char msg[512];
+  static const char *const meta[] = {"num_heads", "2", NULL};
+  lf_shape_t shape = {.E = 16, .H = 2, .bias = LF_BIAS_ALL};
+  lf_weights_t w;
+  ck_assert_msg(lf_write(path, LF_TORCH_MHA, ATTND_ST_F32, "extra.", &shape,
+                         seed, meta, &w, msg, sizeof msg) == 0,
+                "%s", msg);
+  lf_weights_free(&w);
+}
+
+/* How many times `event` is in the server's log. */
+static int count_events(sh_server_t *s, const char *event) {
+  sh_server_read_log(s);
+  int n = 0;
+  for (const char *p = s->log; (p = strstr(p, event)) != NULL; p++)
+    n++;
+  return n;
+}
+
+/* Waits up to 10 s for the n-th `event` in the server's log. */
+static void wait_events(sh_server_t *s, const char *event, int n) {
+  double end = sh_now() + 10;
+  while (sh_now() < end && count_events(s, event) < n)
+    usleep(20000);
+  ck_assert_msg(count_events(s, event) >= n, "%d of %d %s in the log:\n%s",
+                count_events(s, event), n, event, s->log);
+}
+
+/* A SIGHUP that comes while a reload runs is not lost: the reload loads
+ * the files again when it ends, so that the weights follow files changed
+ * after it read them. The first reload is held reading a second
+ * directory's config.json, a FIFO there, until the test writes it; the
+ * llama weights (the first directory, read before) change and the second
+ * SIGHUP comes meanwhile. Then config.json is written and becomes a file
+ * again: two reloads must end, the last with the new weights. */
+START_TEST(test_reload_during_reload) {
+  static const char config[] = "{\"num_attention_heads\": 2}";
+  char dir[64], other[64], path[128], cfg[128], layers[200];
+  tmp_dir(dir, sizeof dir);
+  tmp_dir(other, sizeof other);
+  snprintf(layers, sizeof layers, "%s,%s", dir, other);
+  snprintf(cfg, sizeof cfg, "%s/config.json", other);
+  snprintf(path, sizeof path, "%s/extra.safetensors", other);
+  extra_file(path, 5);
+  ck_assert_int_eq(lf_write_text(cfg, config), 0);
+  lf_weights_t w1, w2;
+  llama_dir(dir, 11, &w1);
+  sh_server_t s;
+  start(&s, layers);
+  sh_tensor_t a, b;
+  ask(&s, &a);
+  snprintf(path, sizeof path, "%s/fifo", other);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  ck_assert_int_eq(rename(path, cfg), 0);
+  kill(s.pid, SIGHUP); /* held reading config.json */
+  wait_events(&s, "\"event\":\"keys_reloaded\"", 1);
+  llama_dir(dir, 12, &w2);
+  kill(s.pid, SIGHUP); /* while the first runs */
+  wait_events(&s, "\"event\":\"keys_reloaded\"", 2);
+  int fd = open(cfg, O_WRONLY); /* once the first reload opens it */
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, config, strlen(config)), (ssize_t)strlen(config));
+  snprintf(path, sizeof path, "%s/config.tmp", other);
+  ck_assert_int_eq(lf_write_text(path, config), 0);
+  ck_assert_int_eq(rename(path, cfg), 0);
+  close(fd);
+  wait_events(&s, "\"event\":\"layers_reloaded\"", 2);
+  ask(&s, &b);
+  ck_assert_msg(rel_diff(&a, &b) > 1e-3,
+                "the weights written during the first reload were not "
+                "loaded");
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  sh_tensor_free(&a), sh_tensor_free(&b);
+  lf_weights_free(&w1), lf_weights_free(&w2);
+  rm_dir(dir);
+  rm_dir(other);
+}
+END_TEST
+
 /* ---- on the GPU --------------------------------------------------------- */
 
 /* GET /v1/layers' device_bytes, which /metrics' attnd_layers_device_bytes
@@ -1024,6 +1107,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_positions_and_rope);
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_reload);
+  tcase_add_test(tc, test_reload_during_reload);
   suite_add_tcase(su, tc);
   tc = tcase_create("gpu"); /* also on the device (tools/device/check.sh) */
   tcase_set_timeout(tc, 60);
