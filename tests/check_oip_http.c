@@ -1446,6 +1446,15 @@ START_TEST(test_invalid_requests) {
       {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1,3],\"datatype\":\"FP32\","
        "\"data\":[1,2,3]}],\"parameters\":{\"num_heads\":2}}",
        "query [1, 3] has width 3", "not a multiple of num_heads 2"},
+      /* errors of the steps /v1 shares are led by the /v2 name */
+      {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1,2],\"datatype\":\"FP32\","
+       "\"data\":[1,2]},{\"name\":\"key\",\"shape\":[1,3],\"datatype\":"
+       "\"FP32\",\"data\":[1,2,3]}],\"parameters\":{\"num_heads\":1}}",
+       "inputs[1]: key [1, 3] has width 3", "head width 2"},
+      {"{\"inputs\":[{\"name\":\"query\",\"shape\":[1,2],\"datatype\":\"FP32\","
+       "\"data\":[1,2]}],\"parameters\":{\"num_heads\":1,\"rope_theta\":10,"
+       "\"rope_dims\":3}}",
+       "parameters.rope_dims: rope dims is 3", "Dh = 2"},
       {"{\"inputs\":[", "invalid JSON", "line 1"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

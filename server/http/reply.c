@@ -162,9 +162,11 @@ enum MHD_Result attnd_http_send_json(attnd_http_req_t *r, int status,
 
 /* The error reply: /v1's {"error":{"code","message","field"}}, or the Open
  * Inference Protocol's {"error":"<message>"} (its clients read a string
- * there) with that protocol's status. Written with the codec's string
- * escaper, which turns bytes that are not UTF-8 (a client's path, a
- * message cut short) into U+FFFD, so that every error gets its reply. */
+ * there) with that protocol's status, the message led by the field
+ * ("inputs[1]: ...") where it does not name it already. Written with the
+ * codec's string escaper, which turns bytes that are not UTF-8 (a client's
+ * path, a message cut short) into U+FFFD, so that every error gets its reply.
+ */
 enum MHD_Result attnd_http_send_error(attnd_http_req_t *r,
                                       const attnd_error_t *e) {
   attnd_metrics_reject(r->srv->metrics, attnd_error_reason(e->code));
@@ -173,8 +175,12 @@ enum MHD_Result attnd_http_send_error(attnd_http_req_t *r,
   int status;
   if (r->proto == ATTND_PROTO_V2) {
     status = attnd_error_status_v2(e->code);
+    char text[sizeof e->field + sizeof e->message + 2];
+    int lead = e->field[0] && strstr(e->message, e->field) == NULL;
+    int n = snprintf(text, sizeof text, "%s%s%s", lead ? e->field : "",
+                     lead ? ": " : "", e->message);
     attnd_buf_puts(&b, "{\"error\":");
-    attnd_buf_json_string(&b, e->message, strlen(e->message));
+    attnd_buf_json_string(&b, text, (size_t)n);
     attnd_buf_puts(&b, "}\n");
   } else {
     status = attnd_error_status(e->code);
