@@ -387,11 +387,14 @@ typedef struct ored {
   int64_t pfirst;
 } ored_t;
 
-/* The row state's rescaling when row r's max m rises to mt (see ored_t). */
+/* The row state's rescaling when row r's max m rises to mt (see ored_t).
+ * Where alpha = e^(m − mt) is 0 every earlier term vanishes, and (mt − m)·l
+ * may be +inf (mt − m up to FLT_MAX/8 on the fast paths, l up to Lk·e^SLACK
+ * a lane): the sums are zeroed, not multiplied out to inf·0 = NaN. */
 INLINE void raise_red(const ored_t *ro, int64_t r, float m, float mt,
                       float alpha, const float *l) {
   float *ex = ro->ex + r * 48;
-  if (m == -INFINITY) {
+  if (m == -INFINITY || alpha == 0.0f) {
     memset(ex, 0, 48 * sizeof(float));
   } else {
     st(ex, (ld(ex) - (mt - m) * ld(l)) * alpha);

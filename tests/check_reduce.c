@@ -331,6 +331,34 @@ START_TEST(test_rope) {
 }
 END_TEST
 
+/* A row whose running max rises from far below, on the online path: five
+ * key blocks of scores -1e37, then one key of +1e37 (within float32, so
+ * not the exact path). The rise rescales Σ e·(s − m) by e^(m − m') = 0,
+ * after subtracting (m' − m)·l = 2e37 · 20 per lane, which is +inf in
+ * float32: inf · 0 made the entropy NaN. The row is one-hot, so entropy 0,
+ * sink 0, distance 9. _i: query of 1 row, or 3 rows (a register tile). */
+START_TEST(test_max_rises_from_far) {
+  enum { LK = 330, HOT = 320 };
+  const int64_t Lq = _i ? 3 : 1;
+  float q[3] = {1e18f, 1e18f, 1e18f}, k[LK], v[LK];
+  for (int j = 0; j < LK; j++) {
+    k[j] = j == HOT ? 1e19f : -1e19f;
+    v[j] = (float)(j % 7);
+  }
+  attn_params_t p = {0};
+  p.query = tu_t2(q, Lq, 1);
+  p.key = tu_t2(k, LK, 1);
+  p.value = tu_t2(v, LK, 1);
+  p.num_heads = 1;
+  p.reduce = (attn_reduce_t){.top_k = 3,
+                             .pool_q = 1,
+                             .pool_k = 64,
+                             .stats = ATTN_STAT_ALL,
+                             .sink_tokens = 3};
+  check_params(&p, _i ? "max rises from -1e37, 3 rows" : "max rises, 1 row");
+}
+END_TEST
+
 /* Random specs (every feature on or off) with random options. */
 START_TEST(test_random) {
   tu_rng_t r;
@@ -503,6 +531,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, test_cases, 0, N_CASES * N_OPTIONS);
   tcase_add_loop_test(tc, test_rope, 0, 2);
+  tcase_add_loop_test(tc, test_max_rises_from_far, 0, 2);
   tcase_add_loop_test(tc, test_random, 0, 60);
   tcase_add_loop_test(tc, test_threads, 0, 2);
   suite_add_tcase(s, tc);
