@@ -16,7 +16,10 @@
  * change which rows and columns of C each sgemm call writes: each element
  * is the same product over the same K either way (OpenBLAS, checked in
  * tests/check_properties.c's determinism cases and by hand at 1024 x 4096
- * x 4096, to the bit).
+ * x 4096, to the bit). That holds for calls of whole chunks and groups,
+ * not for a call of a few rows or columns, which OpenBLAS (and gemm_nt's
+ * dots) compute otherwise: so the partial last chunk and group of a
+ * projection are always a call of their own (gemm_cut).
  *
  * Numbers: every task of stage 1 also takes the largest magnitude of what
  * it wrote (and of a chunk of the bias), so that between stages 1 and 2
@@ -198,6 +201,47 @@ static void gemm_nt(const fwd_t *f, int64_t m, int64_t n, int64_t k,
                 alpha, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
 }
 
+/* Where the partial last cell of an axis of n, in cells of `cell`, begins
+ * (n when there is none; 0 when n < cell: the whole axis is that cell). */
+static int64_t tail_start(int64_t n, int64_t cell) {
+  return n - n % cell;
+}
+
+/* gemm_nt over a block of a projection, its calls cut where the
+ * projection's own tails begin: rows [0, mcut) and [mcut, m), columns
+ * [0, ncut) and [ncut, n) (a cut outside (0, m) or (0, n) cuts nothing).
+ * The row chunks and column groups (internal.h) change with the threads,
+ * but both are whole cells (ATTN__PROJ_ROWS_MIN rows, a group's heads or
+ * columns) from the projection's start; so with the tails cut apart, each
+ * element's call has the same tail or body shape whatever the threads.
+ * That matters because the kernels do not give a row the same bits in
+ * calls of other shapes: dots take the short side that gemm_nt finds in
+ * the call, and OpenBLAS's sgemm has its own kernels for small matrices (a
+ * row computed in a call of 2 rows differs from the same row in a call of
+ * 258). Bodies are sgemm calls of at least ATTN__PROJ_ROWS_MIN rows or a
+ * group's columns, whose elements do not depend on the call's size. */
+static void gemm_cut(const fwd_t *f, int64_t m, int64_t n, int64_t k,
+                     float alpha, const float *a, int64_t lda, const float *b,
+                     int64_t ldb, float *c, int64_t ldc, int64_t mcut,
+                     int64_t ncut) {
+  const int64_t mc[3] = {0, mcut > 0 && mcut < m ? mcut : m, m};
+  const int64_t nc[3] = {0, ncut > 0 && ncut < n ? ncut : n, n};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++)
+      if (mc[i + 1] > mc[i] && nc[j + 1] > nc[j])
+        gemm_nt(f, mc[i + 1] - mc[i], nc[j + 1] - nc[j], k, alpha,
+                a + mc[i] * lda, lda, b + nc[j] * ldb, ldb,
+                c + mc[i] * ldc + nc[j], ldc);
+}
+
+/* The heads of a column group of Q (d = Dh), or of K and V (d = the wider
+ * of Dh and Dv), where the projection is split by columns (internal.h,
+ * ATTN__PROJ_COLS); gemm_cut cuts at the last partial group whether or not
+ * this call's threads split it. */
+static int64_t group_heads(int64_t d) {
+  return d < ATTN__PROJ_COLS ? ATTN__PROJ_COLS / d : 1;
+}
+
 /* Raises f->bits[k] to at least m, atomically. */
 static void raise_bits(fwd_t *f, int k, uint32_t m) {
   uint32_t cur = __atomic_load_n(&f->bits[k], __ATOMIC_RELAXED);
@@ -356,8 +400,9 @@ static void layout_q(fwd_t *f, int64_t r0, int64_t r1, int64_t h0, int64_t h1,
   const float *norm = p->q_norm.rank ? p->q_norm.data : NULL;
   float s = norm ? 1.0f : f->qscale;
   if (p->q_weight.rank) {
-    gemm_nt(f, m, nc, Eq, s, x, Eq, (const float *)p->q_weight.data + c0 * Eq,
-            Eq, dst, n);
+    gemm_cut(f, m, nc, Eq, s, x, Eq, (const float *)p->q_weight.data + c0 * Eq,
+             Eq, dst, n, tail_start(pl->B * pl->Lq, ATTN__PROJ_ROWS_MIN) - r0,
+             tail_start(pl->H, group_heads(pl->Dh)) * pl->Dh - c0);
     if (bias)
       for (int64_t r = 0; r < m; r++)
         for (int64_t k = 0; k < nc; k++)
@@ -460,6 +505,7 @@ static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1, int64_t g0,
   const attn__ctx_t *c = &f->ctx;
   int64_t r0 = g0 * pl->Dh, rows = (g1 - g0) * pl->Dh, Ek = pl->Ek;
   int64_t past = c->pages ? c->past[b] : 0;
+  int64_t hg = group_heads(pl->Dh > pl->Dv ? pl->Dh : pl->Dv);
   const float *bias =
       p->k_bias.rank ? (const float *)p->k_bias.data + r0 : NULL;
   const float *norm = p->k_norm.rank ? p->k_norm.data : NULL;
@@ -469,8 +515,9 @@ static void layout_k(fwd_t *f, int64_t b, int64_t j0, int64_t j1, int64_t g0,
     dst += r0 * ldk;
     const float *x = f->key + (b * f->lnk + j) * Ek;
     if (p->k_weight.rank) {
-      gemm_nt(f, rows, n, Ek, 1.0f, (const float *)p->k_weight.data + r0 * Ek,
-              Ek, x, Ek, dst, ldk);
+      gemm_cut(f, rows, n, Ek, 1.0f, (const float *)p->k_weight.data + r0 * Ek,
+               Ek, x, Ek, dst, ldk, (tail_start(pl->Hkv, hg) - g0) * pl->Dh,
+               tail_start(f->lnk, ATTN__PROJ_ROWS_MIN) - j);
       if (bias)
         for (int64_t r = 0; r < rows; r++)
           for (int64_t k = 0; k < n; k++)
@@ -506,6 +553,7 @@ static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1, int64_t g0,
   const attn__ctx_t *c = &f->ctx;
   int64_t Dv = pl->Dv, vh = c->vh, Ev = pl->Ev, ldv = c->ldv, Hkv = pl->Hkv;
   int64_t past = c->pages ? c->past[b] : 0;
+  int64_t hg = group_heads(Dv > pl->Dh ? Dv : pl->Dh);
   const float *bias = p->v_bias.rank ? p->v_bias.data : NULL;
   for (int64_t j = j0, m, run; j < j1; j += m) {
     float *dst = v_slot(f, b, j, &run);
@@ -514,8 +562,10 @@ static void layout_v(fwd_t *f, int64_t b, int64_t j0, int64_t j1, int64_t g0,
     if (p->v_weight.rank) {
       const float *w = p->v_weight.data;
       for (int64_t g = g0; g < g1; g += Dv == vh ? g1 - g0 : 1)
-        gemm_nt(f, m, Dv == vh ? (g1 - g0) * Dv : Dv, Ev, 1.0f, x, Ev,
-                w + g * Dv * Ev, Ev, dst + g * vh, ldv);
+        gemm_cut(f, m, Dv == vh ? (g1 - g0) * Dv : Dv, Ev, 1.0f, x, Ev,
+                 w + g * Dv * Ev, Ev, dst + g * vh, ldv,
+                 tail_start(f->lnk, ATTN__PROJ_ROWS_MIN) - j,
+                 (tail_start(Hkv, hg) - g) * Dv);
       if (bias)
         for (int64_t r = 0; r < m; r++)
           for (int64_t g = g0; g < g1; g++)
@@ -564,7 +614,8 @@ static void layout_kv_rows(fwd_t *f, int64_t r0, int64_t r1, int is_k,
   const float *norm = is_k && p->k_norm.rank ? p->k_norm.data : NULL;
   float *tmp = (is_k ? f->knew : f->vnew) + r0 * n;
   if (w->rank) {
-    gemm_nt(f, m, n, E, 1.0f, x, E, w->data, E, tmp, n);
+    gemm_cut(f, m, n, E, 1.0f, x, E, w->data, E, tmp, n,
+             tail_start(pl->B * pl->Lq, ATTN__PROJ_ROWS_MIN) - r0, n);
     if (bias)
       for (int64_t r = 0; r < m; r++)
         for (int64_t k = 0; k < n; k++)
@@ -703,8 +754,10 @@ static void output_task(fwd_t *f, int64_t t, int id) {
           ne = Eo - e0 < f->ocols ? Eo - e0 : f->ocols;
   float *y = f->out + r0 * Eo + e0;
   if (p->o_weight.rank)
-    gemm_nt(f, r1 - r0, ne, K, 1.0f, f->ctx.concat + r0 * K, K,
-            (const float *)p->o_weight.data + e0 * K, K, y, Eo);
+    gemm_cut(f, r1 - r0, ne, K, 1.0f, f->ctx.concat + r0 * K, K,
+             (const float *)p->o_weight.data + e0 * K, K, y, Eo,
+             tail_start(pl->B * pl->Lq, ATTN__PROJ_ROWS_MIN) - r0,
+             tail_start(Eo, ATTN__PROJ_COLS) - e0);
   if (p->o_bias.rank) {
     const float *bias = (const float *)p->o_bias.data + e0;
     for (int64_t r = 0; r < r1 - r0; r++)

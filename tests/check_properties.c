@@ -430,6 +430,24 @@ static const tu_spec_t determinism_cases[] = {
     {.B = 2, .batched = 1, .Lq = 65, .Lk = 7, .cross = 1, .H = 8, .Hkv = 1,
      .Dh = 3, .allow_rank = 4, .allow_p = 0.5, .has_softcap = 1,
      .softcap = 2.0f},
+    /* row chunks whose tails depend on the threads: the output's 3330
+     * flattened rows in chunks of 1024 for 1, 2 and 4 threads, the last of
+     * 258, and of 256 for 3, the last of 2 (Q, K and V stay in 1024). A
+     * row's sgemm in a call of 2 rows differs from the same row's in a
+     * call of 258 (OpenBLAS's small-matrix kernels, or dots) */
+    {.B = 2, .batched = 1, .Lq = 1665, .H = 4, .Dh = 16, .Eq = 64, .Eo = 64,
+     .proj = TU_ALLPROJ, .causal = BR, .skip = TU_SKIP_W | TU_SKIP_M},
+    /* the same in the layout stage: Q's 517 rows and K's and V's 5637 in
+     * chunks of 1024 for 1 and 2 threads (13 tasks), the last of 517
+     * rows, and of 512 for 3 and 4, the last of 5; 64 features, so that
+     * a call of 517 rows is an sgemm and one of 5 the dots */
+    {.Lq = 517, .Lk = 5637, .cross = 1, .H = 1, .Dh = 64, .Eq = 24, .Ek = 24,
+     .Eo = 8, .proj = TU_ALLPROJ, .skip = TU_SKIP_W | TU_SKIP_M},
+    /* column groups whose last one is narrow: 129 heads of 8 in groups of
+     * 128 and 1 (Q, K and V), the output's 1025 columns in 1024 and 1;
+     * one thread computes each projection in one call */
+    {.Lq = 100, .H = 129, .Dh = 8, .Eq = 64, .Eo = 1025, .proj = TU_ALLPROJ,
+     .causal = TL},
 };
 /* clang-format on */
 

@@ -383,9 +383,9 @@ int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
  * caller that planned for the most threads it might be given and learns
  * how many it has only when it runs. The workspace it needs
  * (plan->workspace_bytes) shrinks with them, never grows, and the results
- * stay the same to the bit: the work is split by the shape, never by the
- * threads (core/forward.c). Returns 0, or ATTN_EINVAL with the plan
- * unchanged. Any thread that owns the plan. */
+ * stay the same to the bit: however the threads split the work, each
+ * element is computed by the same operations (core/forward.c). Returns 0, or
+ * ATTN_EINVAL with the plan unchanged. Any thread that owns the plan. */
 int attn_plan_set_threads(attn_plan_t *plan, int threads);
 
 /* Runs the planned attention. `workspace` is caller-owned scratch of at
