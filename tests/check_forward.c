@@ -1111,6 +1111,16 @@ static const edge_case_t edge_cases[] = {
     /* -inf is a mask, and stays on the fast path */
     {.name = "bias of -inf", .Lq = 2, .q = {1, 2, 3, 4},
      .bias = {0, -INFINITY}, .has_bias = 1},
+    /* every key masked by the bias alone: weights and output 0, on the
+     * fast path, under a softcap, and on the exact path */
+    {.name = "bias of -inf on every key", .Lq = 2, .q = {1, 2, 3, 4},
+     .bias = {-INFINITY, -INFINITY}, .has_bias = 1},
+    {.name = "bias of -inf on every key, softcap 2", .Lq = 2,
+     .q = {1, 2, 3, 4}, .bias = {-INFINITY, -INFINITY}, .has_bias = 1,
+     .softcap = 2},
+    {.name = "bias of -inf on every key, scores past float32", .Lq = 2,
+     .q = {1, 2, 3, 4}, .scale = 3e38f, .bias = {-INFINITY, -INFINITY},
+     .has_bias = 1},
 };
 /* clang-format on */
 #define N_EDGE ((int)(sizeof edge_cases / sizeof edge_cases[0]))

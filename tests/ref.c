@@ -290,6 +290,10 @@ int ref_attention(const attn_params_t *p, ref_result_t *r) {
               dist = -dist;
             s -= slopes[h] * (double)dist;
           }
+          if (s == -INFINITY) { /* a bias of -inf is a mask (attn.h) */
+            ok[j] = 0;
+            continue;
+          }
           srow[j] = s;
           if (s > mx)
             mx = s;
