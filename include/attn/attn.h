@@ -82,10 +82,12 @@ typedef enum attn_rope_scaling {
 
 typedef struct attn_rope {
   attn_rope_style_t style;
-  double theta; /* base, finite and > 0 (10000 is usual) */
+  double theta; /* base, finite and > 0 (10000 is usual; a layer's
+                   config must have > 1, server/model) */
   int64_t dims; /* rotated features per head: even, 2 .. Dh; 0 means Dh */
   attn_rope_scaling_t scaling;
-  double factor;                /* LINEAR and LLAMA3: finite, > 0 */
+  double factor;                /* LINEAR and LLAMA3: finite, > 0 (a
+                                   layer's config: >= 1) */
   double low_freq_factor;       /* LLAMA3: > 0 */
   double high_freq_factor;      /* LLAMA3: > low_freq_factor */
   double original_max_position; /* LLAMA3: > 0 */
