@@ -844,6 +844,11 @@ static int numeric_error(const fwd_t *f, attn_error_t *err) {
   const int64_t Lq = pl->Lq, Lk = pl->Lk, H = pl->H;
   const attn_field_t kf = p->key.rank ? ATTN_FIELD_KEY : ATTN_FIELD_QUERY;
   const attn_field_t vf = p->value.rank ? ATTN_FIELD_VALUE : kf;
+  /* RMSNorm of a head of zeros is 0/0 without an epsilon */
+  const char *zero_norm = f->norm_eps == 0 ? " (or a head of it is all "
+                                             "zeros, which norm_eps 0 cannot "
+                                             "normalize)"
+                                           : "";
   int stage = 0;
   while (f->fail[stage] == INT64_MAX)
     stage++;
@@ -851,22 +856,27 @@ static int numeric_error(const fwd_t *f, attn_error_t *err) {
   switch (stage) {
   case ATTN__FAIL_Q:
     return attn__err(err, ATTN_ENUMERIC, ATTN_FIELD_QUERY,
-                     "projection: Q = query%s%s does not fit float32 at batch "
-                     "%lld, query row %lld",
+                     "projection: Q = query%s%s%s does not fit float32 at "
+                     "batch %lld, query row %lld%s",
                      p->q_weight.rank ? " * q_weight^T" : "",
-                     p->q_bias.rank ? " + q_bias" : "", x / Lq, x % Lq);
+                     p->q_bias.rank ? " + q_bias" : "",
+                     p->q_norm.rank ? ", then q_norm," : "", x / Lq, x % Lq,
+                     p->q_norm.rank ? zero_norm : "");
   case ATTN__FAIL_K:
   case ATTN__FAIL_V: {
     int k = stage == ATTN__FAIL_K;
     attn_field_t in = k ? kf : vf;
     int w = k ? p->k_weight.rank : p->v_weight.rank;
     int bb = k ? p->k_bias.rank : p->v_bias.rank;
+    int nm = k && p->k_norm.rank;
     return attn__err(err, ATTN_ENUMERIC, in,
-                     "projection: %s = %s%s%s does not fit float32 at batch "
-                     "%lld, key row %lld",
+                     "projection: %s = %s%s%s%s does not fit float32 at batch "
+                     "%lld, key row %lld%s",
                      k ? "K" : "V", attn_field_name(in),
                      w ? (k ? " * k_weight^T" : " * v_weight^T") : "",
-                     bb ? (k ? " + k_bias" : " + v_bias") : "", x / Lk, x % Lk);
+                     bb ? (k ? " + k_bias" : " + v_bias") : "",
+                     nm ? ", then k_norm," : "", x / Lk, x % Lk,
+                     nm ? zero_norm : "");
   }
   case ATTN__FAIL_SCORES:
   case ATTN__FAIL_OUTPUT:

@@ -1214,8 +1214,9 @@ typedef struct numeric_err {
   int has_kv;
   float w[4];    /* a [2, 2] weight */
   float bias[2]; /* o_bias, or the score bias [1, Lk] */
-  enum { W_Q, W_K, W_V, W_O, B_O, B_SCORE } where;
+  enum { W_Q, W_K, W_V, W_O, B_O, B_SCORE, N_Q } where;
   const char *field, *stage, *at;
+  const char *also; /* more the message must hold, or NULL */
 } numeric_err_t;
 
 /* clang-format off */
@@ -1243,6 +1244,9 @@ static const numeric_err_t numeric_errs[] = {
     {.name = "bias of NaN", .Lq = 2, .q = {1, 1, 1, 1}, .bias = {NAN, 0},
      .where = B_SCORE, .field = "bias", .stage = "scores",
      .at = "batch 0, head 0, query row 0"},
+    {.name = "q_norm of zeros, norm_eps 0", .Lq = 2, .q = {1, 2, 0, 0},
+     .w = {1, 1}, .where = N_Q, .field = "query", .stage = "projection",
+     .at = "batch 0, query row 1", .also = "all zeros, which norm_eps 0"},
 };
 /* clang-format on */
 #define N_NUMERIC_ERR ((int)(sizeof numeric_errs / sizeof numeric_errs[0]))
@@ -1277,6 +1281,10 @@ START_TEST(test_numeric_errors) {
   case B_SCORE:
     p.bias = tu_t2(e->bias, 1, Lk);
     break;
+  case N_Q:
+    p.q_norm = tu_t1(e->w, 2);
+    p.has_norm_eps = 1; /* norm_eps 0 */
+    break;
   }
   const attn_exec_t ex = {.threads = 1 + 2 * (_i % 2),
                           .isa = _i % 2 ? ATTN_ISA_GENERIC : ATTN_ISA_AUTO};
@@ -1295,6 +1303,8 @@ START_TEST(test_numeric_errors) {
                     strstr(err.message, e->at) != NULL,
                 "%s: message '%s' lacks '%s' or '%s'", e->name, err.message,
                 e->stage, e->at);
+  ck_assert_msg(e->also == NULL || strstr(err.message, e->also),
+                "%s: message '%s' lacks '%s'", e->name, err.message, e->also);
   free(ws);
   free(out);
 }
