@@ -70,12 +70,17 @@ static double weight(const char *p, size_t n) {
   return 1;
 }
 
+_Thread_local uint64_t attnd__accept_examined;
+
 attnd_coding_t attnd_coding_accept(const char *value) {
   double w[3] = {-1, -1, -1}, any = -1; /* -1: not named */
   for (const char *s = value; s && *s;) {
-    size_t n = strcspn(s, ",");
-    size_t k = strcspn(s, ";");
-    k = k < n ? k : n;
+    /* the element's coding ends at its first ';' or ',', the element at
+     * the ',' after: two searches that each stop inside the element (a
+     * search for ';' alone ran to the value's end for every element) */
+    size_t k = strcspn(s, ",;");
+    size_t n = k + strcspn(s + k, ",");
+    attnd__accept_examined += n + 1;
     size_t tn = k;
     const char *t = trim(s, &tn);
     int c = coding_token(t, tn);

@@ -34,6 +34,11 @@ int attnd_coding_parse(const char *value);
  * cannot read gives identity. */
 attnd_coding_t attnd_coding_accept(const char *value);
 
+/* For tests: how many bytes of Accept-Encoding values the searches for
+ * each element's ends, in this thread's calls of attnd_coding_accept, have
+ * examined so far. One pass examines each byte of the value once. */
+extern _Thread_local uint64_t attnd__accept_examined;
+
 typedef struct attnd_inflate attnd_inflate_t;
 
 /* A new inflater for `coding` (gzip or deflate), or NULL when out of
