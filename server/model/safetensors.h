@@ -76,9 +76,10 @@ typedef struct attnd_st_file {
   size_t n;
   const char **meta_keys, **meta_values; /* __metadata__, in its order */
   size_t n_meta;
-  size_t header_bytes; /* N */
-  size_t data_bytes;   /* the file's length - 8 - N */
-  void *owned;         /* internal */
+  const size_t *meta_order; /* internal: meta's indices sorted by key */
+  size_t header_bytes;      /* N */
+  size_t data_bytes;        /* the file's length - 8 - N */
+  void *owned;              /* internal */
 } attnd_st_file_t;
 
 /* Parses the whole file's bytes buf[0..len). Returns 0, or -1 with msg
@@ -91,8 +92,11 @@ void attnd_st_free(attnd_st_file_t *f);
 /* The tensor named `name`, or NULL. Linear in the tensors (few hundred). */
 const attnd_st_tensor_t *attnd_st_find(const attnd_st_file_t *f,
                                        const char *name);
-/* The metadata value of `key`, or NULL. */
+/* The metadata value of `key`, or NULL. Logarithmic in the keys. */
 const char *attnd_st_meta(const attnd_st_file_t *f, const char *key);
+/* For tests: the keys this thread's calls of attnd_st_meta have compared
+ * `key` with so far. */
+extern _Thread_local uint64_t attnd__st_meta_compared;
 
 /* Converts t's elements (F64, F32, F16 or BF16, little-endian as the
  * format stores them, the data possibly unaligned) to float32 at dst
