@@ -72,6 +72,7 @@ struct attnd_http_req {
   char coding_msg[160];
   attnd_coding_t reply_coding; /* from Accept-Encoding */
   int64_t json_len;            /* Inference-Header-Content-Length, or -1 */
+  int64_t body_len;  /* Content-Length, or -1: read once, by body_start */
   size_t pad;        /* bytes before the body in `body`, so that a binary body's
                         tensors lie 64-byte aligned after its JSON */
   size_t reply_json; /* the same for the reply; 0 for none */

@@ -159,6 +159,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     r->conn = conn;
     r->t_arrival = attnd_now_ms();
     r->json_len = -1;
+    r->body_len = -1;
     attnd_fmt_str(r->method, sizeof r->method, method);
     attnd_fmt_str(r->path, sizeof r->path, url);
     attnd_buf_init(&r->body);

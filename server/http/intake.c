@@ -136,6 +136,7 @@ enum MHD_Result attnd_http_body_start(attnd_http_req_t *r) {
    * bytes the budget counted once, at start; else the heap, taking its
    * share now (a coded body's as it inflates). */
   size_t clen = cl ? (size_t)strtoull(cl, NULL, 10) : 0;
+  r->body_len = cl ? (int64_t)clen : -1; /* within max_body_bytes */
   if (cl && !r->inflate && r->json_len >= 0 &&
       (r->body_pinned = attnd_pinned_get(clen + 65)) != NULL) {
     r->body_pinned_cap = clen + 65; /* the pad's 64 and a terminator */
@@ -208,16 +209,16 @@ enum MHD_Result attnd_http_body_more(attnd_http_req_t *r, const char *data,
     *size = 0;
     return MHD_YES;
   }
-  const char *cl =
-      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
-  if (!cl && attnd_http_mem_take(r, (int64_t)*size) < 0) {
+  /* body_len, not the header: a lookup walks the header list, and a
+   * chunked body comes in a callback a chunk */
+  if (r->body_len < 0 && attnd_http_mem_take(r, (int64_t)*size) < 0) {
     r->over_budget = 1; /* without a length, the body takes as it grows */
     attnd_buf_free(&r->body);
     *size = 0;
     return MHD_YES;
   }
-  if (r->body.cap == 0 && cl) /* size the buffer once, to the length */
-    body_reserve(r, (size_t)strtoull(cl, NULL, 10));
+  if (r->body.cap == 0 && r->body_len >= 0) /* sized once, to the length */
+    body_reserve(r, (size_t)r->body_len);
   attnd_buf_append(&r->body, data, *size);
   *size = 0;
   return MHD_YES;
