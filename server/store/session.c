@@ -86,6 +86,7 @@ struct attnd_sessions {
   uv_mutex_t mu;
   attnd_session_t **buckets;
   size_t n_buckets, count;
+  uint64_t hash_key[2];                 /* random, for hash_id */
   attnd_session_t *lru_head, *lru_tail; /* head: the least recently used */
   pool_t host, device;
   attnd_device_memory_t host_mem, device_mem;
@@ -103,11 +104,49 @@ struct attnd_sessions {
 /* ---- ids and the table ----------------------------------------------------
  */
 
-static uint64_t hash_id(const char *id) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (; *id; id++)
-    h = (h ^ (unsigned char)*id) * 1099511628211ull;
-  return h;
+/* SipHash-2-4 of p[0..n) under key k (Aumasson and Bernstein, 2012; the
+ * paper's test vector: key 00..0f, message 00..0e, a129ca6149be45e5). */
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                               \
+  do {                                                                         \
+    v0 += v1, v1 = ROTL(v1, 13), v1 ^= v0, v0 = ROTL(v0, 32);                  \
+    v2 += v3, v3 = ROTL(v3, 16), v3 ^= v2;                                     \
+    v0 += v3, v3 = ROTL(v3, 21), v3 ^= v0;                                     \
+    v2 += v1, v1 = ROTL(v1, 17), v1 ^= v2, v2 = ROTL(v2, 32);                  \
+  } while (0)
+static uint64_t siphash(const unsigned char *p, size_t n, const uint64_t k[2]) {
+  uint64_t v0 = 0x736f6d6570736575ull ^ k[0], v1 = 0x646f72616e646f6dull ^ k[1];
+  uint64_t v2 = 0x6c7967656e657261ull ^ k[0], v3 = 0x7465646279746573ull ^ k[1];
+  uint64_t m, last = (uint64_t)n << 56;
+  for (; n >= 8; p += 8, n -= 8) {
+    m = 0;
+    for (int i = 7; i >= 0; i--) /* little-endian, on any host */
+      m = m << 8 | p[i];
+    v3 ^= m;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= m;
+  }
+  for (size_t i = 0; i < n; i++)
+    last |= (uint64_t)p[i] << (8 * i);
+  v3 ^= last;
+  SIPROUND;
+  SIPROUND;
+  v0 ^= last;
+  v2 ^= 0xff;
+  SIPROUND;
+  SIPROUND;
+  SIPROUND;
+  SIPROUND;
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
+/* Ids are the clients' own (PUT /v1/sessions/{id}), so their hash is keyed
+ * with the store's random key: with an unkeyed one (FNV-1a was), ids found
+ * offline to share their low bits all fall in one bucket, and every lookup
+ * walks every session. */
+static uint64_t hash_id(const attnd_sessions_t *st, const char *id) {
+  return siphash((const unsigned char *)id, strlen(id), st->hash_key);
 }
 
 /* A fresh id: 32 random hex digits, or, for a fork, its parent's first 16
@@ -137,14 +176,18 @@ static void tombstone_clear(attnd_sessions_t *st, const char *id) {
       st->evicted[i].id[0] = 0, st->evicted[i].hash = 0;
 }
 
+_Thread_local uint64_t attnd__session_probes;
+
 static attnd_session_t *find(attnd_sessions_t *st, const char *id) {
   if (strlen(id) != 32)
     return NULL;
-  uint64_t h = hash_id(id);
+  uint64_t h = hash_id(st, id);
   for (attnd_session_t *s = st->buckets[h & (st->n_buckets - 1)]; s;
-       s = s->hnext)
+       s = s->hnext) {
+    attnd__session_probes++;
     if (s->hash == h && strcmp(s->id, id) == 0)
       return s;
+  }
   return NULL;
 }
 
@@ -420,7 +463,7 @@ static attnd_session_t *lookup(attnd_sessions_t *st, const char *id,
   }
   if (s)
     return s;
-  uint64_t h = hash_id(id);
+  uint64_t h = hash_id(st, id);
   size_t n = st->n_evicted < TOMBSTONES ? st->n_evicted : TOMBSTONES;
   for (size_t i = 0; i < n; i++)
     if (st->evicted[i].hash == h && strcmp(st->evicted[i].id, id) == 0) {
@@ -518,7 +561,7 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
       new_id(s->id, keep ? keep->id : NULL);
     } while (find(st, s->id));
   }
-  s->hash = hash_id(s->id);
+  s->hash = hash_id(st, s->id);
   s->shape = *shape;
   s->pool = shape->backend == ATTN_BACKEND_CUDA ? &st->device : &st->host;
   s->page_bytes =
@@ -564,6 +607,8 @@ attnd_sessions_t *attnd_sessions_new(int64_t pool_bytes,
   if (st == NULL)
     return NULL;
   st->n_buckets = 64;
+  st->hash_key[0] = attnd_random_u64();
+  st->hash_key[1] = attnd_random_u64();
   st->buckets = calloc(st->n_buckets, sizeof *st->buckets);
   if (st->buckets == NULL || uv_mutex_init(&st->mu) != 0) {
     free(st->buckets);

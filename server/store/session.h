@@ -97,6 +97,10 @@ void attnd_sessions_free(attnd_sessions_t *st);
 /* Whether `id` is a session's id: 32 hex digits, 0-9 and a-f. */
 int attnd_session_id_ok(const char *id);
 
+/* For tests: the sessions this thread's lookups of an id (create, get,
+ * steps, delete, ...) have compared it with so far. */
+extern _Thread_local uint64_t attnd__session_probes;
+
 /* A new session of `shape` (steals its layers reference, also on failure),
  * holding up to max_tokens, ending after ttl_s unused. Its id is `id` (the
  * client's, attnd_session_id_ok; one evicted or ended before may be used
