@@ -241,6 +241,9 @@ int attnd_serve(const attnd_config_t *cfg) {
     attnd_sched_set_threads(s->sched, (int)cfg->cores,
                             (int)cfg->max_threads_per_request);
   if (s->sched)
+    attnd_sched_set_release(s->sched, attnd_sessions_released,
+                            attnd_sessions_withdraw);
+  if (s->sched)
     attnd_sched_set_batching(
         s->sched, &(attnd_sched_batching_t){
                       .run_batch = attnd_request_run_batch,

@@ -67,4 +67,10 @@ void attnd_http_stop(attnd_server_t *s);
 void attnd_http_job_done(void *job, void *tag, attnd_sched_outcome_t outcome,
                          void *arg);
 
+/* The scheduler's release and withdraw functions (scheduler.h) for the
+ * session steps it holds while they wait behind their session's step ahead
+ * (api/sessions.c). Loop thread. */
+void attnd_sessions_released(void *job, void *tag, void *arg);
+int attnd_sessions_withdraw(void *job, void *tag, void *arg);
+
 #endif

@@ -63,6 +63,8 @@ typedef struct fake {
   double t_submit, t_start;
 
   int dones;
+  int releases; /* passed to fake_release (a held job) */
+  int resubmit; /* fake_release submits it again, to run */
   attnd_sched_outcome_t outcome;
   void *tag;
   void *arg;
@@ -87,6 +89,8 @@ static struct {
   void (*then)(fake_t *f); /* called at the end of done, if set */
 
   int release_all; /* atomic: every held run may finish */
+  int keep_held;   /* fake_withdraw keeps held jobs (its answer 0) */
+  int withdraws;   /* fake_withdraw was asked */
 } H;
 
 static void sleep_ms(int ms) {
@@ -233,6 +237,45 @@ static int submit(fake_t *f, double deadline_ms, int fd) {
   return attnd_sched_submit(H.s, &j);
 }
 
+/* Submits `f` held, as `id` (attnd_sched_job_t.held). */
+static int submit_held(fake_t *f, double deadline_ms, int fd, uint64_t id) {
+  attnd_sched_job_t j = {.job = f,
+                         .tag = &H.tags[f->id],
+                         .deadline_ms = deadline_ms,
+                         .cancel = &f->cancel,
+                         .fd = fd,
+                         .tokens = 1,
+                         .held = 1,
+                         .id = id};
+  f->t_submit = attnd_now_ms();
+  return attnd_sched_submit(H.s, &j);
+}
+
+/* The scheduler's release: counts, and submits the job again to run when
+ * asked to (with a deadline far off). Loop thread. */
+static void fake_release(void *jp, void *tag, void *arg) {
+  fake_t *f = jp;
+  uv_thread_t self = uv_thread_self();
+  ck_assert(uv_thread_equal(&self, &H.loop_thread));
+  ck_assert_ptr_eq(tag, &H.tags[f->id]);
+  ck_assert_ptr_eq(arg, &H);
+  f->releases++;
+  if (f->resubmit)
+    ck_assert_int_eq(submit(f, attnd_now_ms() + FAR_MS, -1), 0);
+}
+
+/* The scheduler's withdraw: lets a held job leave unless keep_held, under
+ * the scheduler's lock. Loop thread. */
+static int fake_withdraw(void *jp, void *tag, void *arg) {
+  fake_t *f = jp;
+  uv_thread_t self = uv_thread_self();
+  ck_assert(uv_thread_equal(&self, &H.loop_thread));
+  ck_assert_ptr_eq(tag, &H.tags[f->id]);
+  ck_assert_ptr_eq(arg, &H);
+  H.withdraws++;
+  return !H.keep_held;
+}
+
 static double far(void) {
   return attnd_now_ms() + FAR_MS;
 }
@@ -273,6 +316,15 @@ static void wait_done(int n) {
       sleep_ms(1);                                                             \
     }                                                                          \
   } while (0)
+
+/* Runs the loop without blocking, in 1 ms steps, for about `ms`: for
+ * what must not happen meanwhile. */
+static void pump_ms(int ms) {
+  for (int i = 0; i < ms; i++) {
+    uv_run(&H.loop, UV_RUN_NOWAIT);
+    sleep_ms(1);
+  }
+}
 
 static void start(int workers, int depth) {
   H.s = attnd_sched_new(&H.loop, workers, depth, fake_run, fake_done, &H);
@@ -712,18 +764,12 @@ START_TEST(test_connected_client_is_not_gone) {
   job(1)->hold = 1;
   ck_assert_int_eq(submit(job(1), far(), sv[0]), 0);
   ck_assert_int_eq(write(sv[1], "more", 4), 4);
-  for (int i = 0; i < 20; i++) {
-    uv_run(&H.loop, UV_RUN_NOWAIT);
-    sleep_ms(1);
-  }
+  pump_ms(20);
   ck_assert_int_eq(H.n_done, 0);
   release(job(0));
   PUMP_UNTIL(started(job(1)));
   ck_assert_int_eq(write(sv[1], "more", 4), 4);
-  for (int i = 0; i < 20; i++) {
-    uv_run(&H.loop, UV_RUN_NOWAIT);
-    sleep_ms(1);
-  }
+  pump_ms(20);
   ck_assert_int_eq(job(1)->cancel, 0);
   release(job(1));
   wait_done(2);
@@ -731,6 +777,112 @@ START_TEST(test_connected_client_is_not_gone) {
   came_back(job(1), ATTND_SCHED_DONE, 1);
   close(sv[0]);
   close(sv[1]);
+}
+END_TEST
+
+/* ---- held jobs ---------------------------------------------------------- */
+
+/* start with one worker, a queue of 4 and the fake release and withdraw. */
+static void start_held(void) {
+  start(1, 4);
+  attnd_sched_set_release(H.s, fake_release, fake_withdraw);
+}
+
+/* A held job waits, counted in flight but not as waiting for a worker, and
+ * never runs; released (by id; an unknown id does nothing), it goes to
+ * release, not done, and, submitted again from there, runs. A release that
+ * comes before the loop has seen the job counts too. */
+START_TEST(test_held_released) {
+  start_held();
+  job(0)->resubmit = 1;
+  ck_assert_int_eq(submit_held(job(0), far(), -1, 7), 0);
+  pump_ms(20);
+  counts_are(1, 0, 0);
+  ck_assert_int_eq(runs(job(0)) + job(0)->dones + job(0)->releases, 0);
+  attnd_sched_release(H.s, 8);
+  pump_ms(20);
+  ck_assert_int_eq(job(0)->releases, 0);
+  attnd_sched_release(H.s, 7);
+  wait_done(1);
+  ck_assert_int_eq(job(0)->releases, 1);
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+  counts_are(0, 0, 0);
+
+  /* released before the loop has run since its submit */
+  job(1)->resubmit = 1;
+  ck_assert_int_eq(submit_held(job(1), far(), -1, 9), 0);
+  attnd_sched_release(H.s, 9);
+  wait_done(2);
+  ck_assert_int_eq(job(1)->releases, 1);
+  came_back(job(1), ATTND_SCHED_DONE, 1);
+}
+END_TEST
+
+/* A held job whose deadline passes comes back EXPIRED without running or
+ * being released, at its deadline, not when a worker frees: the only worker
+ * is busy throughout. Its release after that does nothing. */
+START_TEST(test_held_expires) {
+  start_held();
+  job(0)->hold = 1;
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  PUMP_UNTIL(started(job(0)));
+  ck_assert_int_eq(submit_held(job(1), attnd_now_ms() + 50, -1, 1), 0);
+  wait_done(1);
+  came_back(job(1), ATTND_SCHED_EXPIRED, 0);
+  ck_assert_int_eq(job(1)->releases, 0);
+  ck_assert_int_eq(job(0)->dones, 0); /* still running */
+  counts_are(1, 0, 1);
+  attnd_sched_release(H.s, 1);
+  pump_ms(20);
+  ck_assert_int_eq(job(1)->releases + job(1)->dones, 1);
+  release(job(0));
+  wait_done(2);
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+}
+END_TEST
+
+/* A held job whose deadline passes, or whose client hangs up, when
+ * withdraw keeps it (its release is on its way) neither comes back nor is
+ * asked again: it goes to release when that comes, never to done. */
+START_TEST(test_held_kept) {
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  start_held();
+  H.keep_held = 1;
+  job(0)->resubmit = 1;
+  ck_assert_int_eq(submit_held(job(0), attnd_now_ms() + 20, -1, 5), 0);
+  ck_assert_int_eq(submit_held(job(1), far(), sv[0], 6), 0);
+  hang_up(sv[1], 0);
+  PUMP_UNTIL(H.withdraws == 2);
+  pump_ms(50);
+  ck_assert_int_eq(H.withdraws, 2);
+  ck_assert_int_eq(H.n_done + job(0)->releases + job(1)->releases, 0);
+  counts_are(2, 0, 0);
+  attnd_sched_release(H.s, 5);
+  attnd_sched_release(H.s, 6);
+  wait_done(1); /* job 0, run after its release */
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+  ck_assert_int_eq(job(1)->releases, 1);
+  ck_assert_int_eq(job(1)->dones, 0);
+  counts_are(0, 0, 0);
+  close(sv[0]);
+}
+END_TEST
+
+/* A held job whose client hangs up comes back ABANDONED, never run. */
+START_TEST(test_held_gone) {
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  start_held();
+  ck_assert_int_eq(submit_held(job(0), far(), sv[0], 3), 0);
+  pump_ms(20);
+  ck_assert_int_eq(H.n_done, 0);
+  hang_up(sv[1], 0);
+  wait_done(1);
+  came_back(job(0), ATTND_SCHED_ABANDONED, 0);
+  ck_assert_int_eq(job(0)->releases, 0);
+  counts_are(0, 0, 0);
+  close(sv[0]);
 }
 END_TEST
 
@@ -1322,6 +1474,15 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_gone_while_waiting, 0, 2); /* close, shutdown */
   tcase_add_loop_test(tc, test_gone_while_running, 0, 2); /* close, shutdown */
   tcase_add_test(tc, test_connected_client_is_not_gone);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("held");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 20);
+  tcase_add_test(tc, test_held_released);
+  tcase_add_test(tc, test_held_expires);
+  tcase_add_test(tc, test_held_gone);
+  tcase_add_test(tc, test_held_kept);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("batching");

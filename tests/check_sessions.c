@@ -1761,6 +1761,22 @@ START_TEST(test_delete_in_flight) {
 }
 END_TEST
 
+/* A request that keeps the one worker busy for a second or more (L 16384,
+ * E 64, no mask; bg_slow's 8192 and 32 under ASan, which take as long),
+ * its inputs from `seed`. */
+static void bg_slower(bg_t *b, int port, uint64_t seed) {
+  json_t *x =
+      json_pack("{s:{s:s,s:b}}", "return", "encoding", "base64", "metrics", 0);
+#if defined(__SANITIZE_ADDRESS__)
+  bg_start(b, port, "/v1/attention", sh_slow_body(8192, 32, 8, seed, x));
+#else
+  bg_start(b, port, "/v1/attention", sh_slow_body(16384, 64, 8, seed, x));
+#endif
+  json_decref(x);
+  ck_assert_msg(sh_wait_metric(port, "attnd_busy_workers", 1, 20) >= 1,
+                "the slow request did not start");
+}
+
 /* The requests' memory held of the budget, less the kept scratch: what
  * the requests' shares come to. */
 static double shares_held(int port) {
@@ -1784,20 +1800,9 @@ START_TEST(test_waiting_steps_hold_memory) {
   seq_t s;
   one_worker_session(&srv, &c, &s, &rng, 57);
   const char *id = s.id;
-  /* the one worker busy for a second or more (L 16384, E 64, no mask:
-   * bg_slow's 8192 and 32 under ASan, which take as long); a step handed
-   * to it behind */
-  json_t *x =
-      json_pack("{s:{s:s,s:b}}", "return", "encoding", "base64", "metrics", 0);
+  /* the one worker busy for a second or more; a step handed to it behind */
   bg_t slow, t1, t[WAITING];
-#if defined(__SANITIZE_ADDRESS__)
-  bg_start(&slow, srv.port, "/v1/attention", sh_slow_body(8192, 32, 8, 6, x));
-#else
-  bg_start(&slow, srv.port, "/v1/attention", sh_slow_body(16384, 64, 8, 6, x));
-#endif
-  json_decref(x);
-  ck_assert_msg(sh_wait_metric(srv.port, "attnd_busy_workers", 1, 20) >= 1,
-                "the slow request did not start");
+  bg_slower(&slow, srv.port, 6);
   seq_gen(&s, &rng, 1 + WAITING * N);
   bg_step(&t1, srv.port, &s, 2);
   wait_info(&c, &s, "busy", 1);
@@ -1832,6 +1837,68 @@ START_TEST(test_waiting_steps_hold_memory) {
   for (double end = sh_now() + 5; left != 0 && sh_now() < end; usleep(5000))
     left = shares_held(srv.port);
   ck_assert_msg(left == 0, "%.0f bytes of shares held after every reply", left);
+  seq_free(&s);
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
+/* A step waiting behind its session's step ahead keeps its own deadline
+ * and client, as a queued request does (docs/sessions.md): with the one
+ * worker busy with a slow request and the session's step ahead queued
+ * behind it, a step with timeout_ms 100 gets its 504, and a step whose
+ * client leaves is dropped, both while the step ahead has not yet run (the
+ * session's length still the prompt's 2). Bug: both checked only in their turn,
+ * once the step ahead had ended. */
+START_TEST(test_waiting_step_deadline) {
+  sh_server_t srv;
+  sh_client_t c;
+  tu_rng_t rng;
+  seq_t s;
+  one_worker_session(&srv, &c, &s, &rng, 58);
+  bg_t slow, t1, t2;
+  bg_slower(&slow, srv.port, 7);
+  seq_gen(&s, &rng, 3);
+  bg_step(&t1, srv.port, &s, 2);
+  wait_info(&c, &s, "busy", 1);
+  char path[128];
+  snprintf(path, sizeof path, "/v1/sessions/%s/attention", s.id);
+  bg_start(&t2, srv.port, path, step_text(&s, 3, 1, "{\"timeout_ms\":100}"));
+  bg_join(&t2);
+  sh_assert_error(&t2.r, 504, "deadline_exceeded", "timeout_ms", NULL);
+  sh_resp_free(&t2.r);
+  json_t *in = get_info(&c, s.id);
+  ck_assert_msg(ji(in, "length") == 2,
+                "the 504 came after the step ahead (length %lld)",
+                (long long)ji(in, "length"));
+  json_decref(in);
+
+  /* a client that leaves while its step waits */
+  char *body = step_text(&s, 3, 1, NULL);
+  char head[256];
+  int n = snprintf(head, sizeof head,
+                   "POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: "
+                   "application/json\r\nContent-Length: %zu\r\n\r\n",
+                   path, strlen(body));
+  int fd = sh_connect(srv.port);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(sh_send_all(fd, head, (size_t)n), 0);
+  ck_assert_int_eq(sh_send_all(fd, body, strlen(body)), 0);
+  free(body);
+  wait_info(&c, &s, "queued", 1);
+  close(fd);
+  wait_info(&c, &s, "queued", 0);
+  in = get_info(&c, s.id);
+  ck_assert_msg(ji(in, "length") == 2,
+                "the step whose client left was dropped after the step ahead "
+                "(length %lld)",
+                (long long)ji(in, "length"));
+  json_decref(in);
+
+  bg_step_done(&t1, &s, 3);
+  bg_join(&slow);
+  ck_assert_int_eq(slow.r.status, 200);
+  sh_resp_free(&slow.r);
   seq_free(&s);
   sh_client_free(&c);
   stop(&srv);
@@ -3681,6 +3748,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_busy);
   tcase_add_test(tc, test_delete_in_flight);
   tcase_add_test(tc, test_waiting_steps_hold_memory);
+  tcase_add_test(tc, test_waiting_step_deadline);
   tcase_add_test(tc, test_ttl);
   tcase_add_test(tc, test_ttl_metrics);
   tcase_add_test(tc, test_metrics);

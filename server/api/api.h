@@ -81,6 +81,9 @@ int attnd_api_take_memory(attnd_http_req_t *r, attnd_request_t *req,
  * much of it now. */
 int attnd_api_hold_memory(attnd_http_req_t *r, int64_t need, const char *what,
                           attnd_error_t *e);
+/* What the scheduler needs of req besides req (attnd_sched_job_t): its
+ * tag r, deadline, cancel flag, client's socket and tokens. */
+attnd_sched_job_t attnd_api_job(attnd_http_req_t *r, attnd_request_t *req);
 /* Hands req to the scheduler; with `suspend`, the connection is suspended
  * too (under r->mu, so that the request cannot come back and resume it
  * before it is). Returns 0, or -1 when the queue is full. */

@@ -50,19 +50,23 @@ static int batches(const attnd_http_req_t *r, const attnd_request_t *req) {
 /* Hands req to the scheduler; with `suspend`, the connection is suspended
  * too (under mu, so that the request cannot come back and resume it before
  * it is). Returns 0, or -1 when the queue is full. */
-int attnd_api_hand_off(attnd_http_req_t *r, attnd_request_t *req, int suspend) {
+attnd_sched_job_t attnd_api_job(attnd_http_req_t *r, attnd_request_t *req) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-  attnd_sched_job_t job = {
+  return (attnd_sched_job_t){
       .job = req,
       .tag = r,
       .deadline_ms = req->t.arrival + (double)req->timeout_ms,
       .cancel = &req->cancel,
       .fd = ci ? ci->connect_fd : -1,
-      .batchable = batches(r, req),
       .tokens = req->params.query.dim[0],
-      .max_threads = attnd_request_max_threads(req),
   };
+}
+
+int attnd_api_hand_off(attnd_http_req_t *r, attnd_request_t *req, int suspend) {
+  attnd_sched_job_t job = attnd_api_job(r, req);
+  job.batchable = batches(r, req);
+  job.max_threads = attnd_request_max_threads(req);
   if (req->t.submit == 0)
     req->t.submit = attnd_now_ms();
   /* The scheduler owns the request until attnd_http_job_done. */

@@ -7,8 +7,14 @@
  * turn (at once, or when the step ahead of it has ended) it is prepared,
  * planned, given the rest of its memory and handed to the scheduler;
  * attnd_http_job_done ends it, which gives the next step its turn. A step that
- * must wait keeps its connection suspended meanwhile; one that fails in its
- * turn comes back with its error (pre_error). */
+ * must wait keeps its connection suspended meanwhile, and is held by the
+ * scheduler (a job it never runs), which watches its deadline and its
+ * client as it does a queued job's: its turn comes through the scheduler's
+ * loop (attnd_sessions_released), and a deadline that passes or a client
+ * that goes first takes it out of the session's queue
+ * (attnd_sessions_withdraw), to be answered as a queued job is. One that
+ * fails in its turn comes back with its error (pre_error). */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "api/api.h"
@@ -33,16 +39,12 @@ static int step_prepare(attnd_http_req_t *r, attnd_error_t *e) {
   return bad ? -1 : 0;
 }
 
-/* The session's turn function (session.h), on the thread that ended the
- * step ahead of this one (the loop thread: it hands the step to a worker,
- * never computes it). The connection is suspended; a step that cannot
- * start comes back with its error. */
-static void step_turn(void *tag) {
-  attnd_http_req_t *r = tag;
+/* A waiting step's turn: it is prepared and handed to a worker, never
+ * computed here. The connection is suspended; a step that cannot start
+ * comes back with its error. */
+static void step_start(attnd_http_req_t *r) {
   attnd_request_t *j = r->req;
   struct MHD_Connection *conn = r->conn;
-  uv_mutex_lock(&r->mu); /* waits out step_submit's suspension */
-  uv_mutex_unlock(&r->mu);
   attnd_error_t *e = &r->pre_error;
   if (step_prepare(r, e) == 0) {
     if (attnd_api_take_memory(r, j, e) == 0 &&
@@ -56,6 +58,46 @@ static void step_turn(void *tag) {
   r->submitted = 0;
   uv_mutex_unlock(&r->mu);
   MHD_resume_connection(conn); /* r may be gone from here on */
+}
+
+/* The session's turn function (session.h), on the thread that ended the
+ * step ahead of this one. A held step's turn goes through the scheduler,
+ * whose loop then calls attnd_sessions_released; r is not touched after
+ * its release (the loop may have it answered by then). */
+static void step_turn(void *tag) {
+  attnd_http_req_t *r = tag;
+  attnd_sched_t *sched = r->srv->sched;
+  uv_mutex_lock(&r->mu); /* waits out attnd_sessions_step's suspension */
+  uint64_t held = r->req->wait_id;
+  uv_mutex_unlock(&r->mu);
+  if (held)
+    attnd_sched_release(sched, held);
+  else
+    step_start(r);
+}
+
+void attnd_sessions_released(void *job, void *tag, void *arg) {
+  attnd_http_req_t *r = tag;
+  (void)arg;
+  ((attnd_request_t *)job)->wait_id = 0;
+  step_start(r);
+}
+
+int attnd_sessions_withdraw(void *job, void *tag, void *arg) {
+  attnd_http_req_t *r = tag;
+  (void)arg;
+  return attnd_session_unqueue(r->srv->sessions, job);
+}
+
+/* Holds step j, which waits behind its session's step ahead, in the
+ * scheduler: its id there, or 0 when the queue is full (it then waits
+ * unwatched, its deadline checked in its turn). Under r->mu. */
+static uint64_t hold_step(attnd_http_req_t *r, attnd_request_t *j) {
+  static atomic_uint_fast64_t ids;
+  attnd_sched_job_t job = attnd_api_job(r, j);
+  job.held = 1;
+  job.id = (uint64_t)atomic_fetch_add(&ids, 1) + 1;
+  return attnd_sched_submit(r->srv->sched, &job) == 0 ? job.id : 0;
 }
 
 enum MHD_Result attnd_sessions_step(attnd_http_req_t *r) {
@@ -84,6 +126,7 @@ enum MHD_Result attnd_sessions_step(attnd_http_req_t *r) {
   int now = attnd_session_enqueue(s->sessions, r->sid, j, step_turn, r, &e);
   if (now == 0) { /* others are ahead: its turn comes later */
     r->submitted = 1;
+    j->wait_id = hold_step(r, j);
     MHD_suspend_connection(r->conn);
   }
   uv_mutex_unlock(&r->mu);

@@ -119,6 +119,10 @@ typedef struct attnd_request {
   struct attnd_request *session_next;
   void (*session_turn)(void *tag);
   void *session_tag;
+  /* while it waits behind its session's step ahead: its id among the
+   * scheduler's held jobs, which watch its deadline and client (0: not
+   * held, the queue being full; api/sessions.c) */
+  uint64_t wait_id;
   int64_t expected_length;
   int64_t kv_past;
   float kv_absmax;

@@ -16,14 +16,16 @@ typedef struct node {
   struct node *peer; /* the next job of its batch, running */
   attnd_sched_job_t j;
   double queued_at;        /* when it was submitted */
-  int state;               /* QUEUED or RUNNING, loop thread */
+  int state;               /* QUEUED, RUNNING or HELD, loop thread */
+  int released;            /* a held job's release came, under mu */
+  int kept;                /* a held job withdraw kept: waits for it, mu */
   int gone;                /* the client went away, loop thread */
   int result;              /* what run returned, worker then loop */
   int threads;             /* given to it (or its batch) when it started */
   struct watcher *watcher; /* on j.fd while waiting or running, or NULL */
 } node_t;
 
-enum { QUEUED = 1, RUNNING };
+enum { QUEUED = 1, RUNNING, HELD };
 
 typedef struct worker {
   attnd_sched_t *s;
@@ -40,14 +42,17 @@ struct attnd_sched {
   uv_loop_t *loop;
   attnd_sched_run_fn run;
   attnd_sched_done_fn done;
+  attnd_sched_release_fn release;
+  attnd_sched_withdraw_fn withdraw;
   void *arg;
   int n_workers, depth;
 
   /* Crossing threads, under mu: jobs submitted and not yet seen by the
-   * loop; jobs the workers finished; the workers' assignments. */
+   * loop; jobs the workers finished; the workers' assignments; the held
+   * jobs (attnd_sched_release reads it, the loop links and unlinks). */
   uv_mutex_t mu;
   uv_cond_t cv;
-  node_t *incoming, *finished;
+  node_t *incoming, *finished, *held;
   worker_t *workers;
   int stopping;
   uv_async_t wake;
@@ -191,6 +196,25 @@ static void drop(attnd_sched_t *s, node_t *n) {
   finish(s, n, n->gone ? ATTND_SCHED_ABANDONED : ATTND_SCHED_EXPIRED);
 }
 
+/* Unlinks the held node n (its deadline passed or its client went) when
+ * it may leave for done: not released, and `withdraw` lets it; else it is
+ * kept, to wait for its release. Under mu. Loop thread. */
+static int held_leaves(attnd_sched_t *s, node_t *n) {
+  if (n->released || n->kept)
+    return 0;
+  if (!s->withdraw(n->j.job, n->j.tag, s->arg)) {
+    n->kept = 1;
+    return 0;
+  }
+  for (node_t **pp = &s->held; *pp; pp = &(*pp)->next)
+    if (*pp == n) {
+      *pp = n->next;
+      n->next = NULL;
+      break;
+    }
+  return 1;
+}
+
 static void fifo_remove(attnd_sched_t *s, node_t *n) {
   node_t **pp = &s->head, *prev = NULL;
   while (*pp && *pp != n) {
@@ -240,6 +264,14 @@ static void on_disconnect(uv_poll_t *p, int status, int events) {
   (void)events;
   n->gone = 1;
   unwatch(n);
+  if (n->state == HELD) {
+    uv_mutex_lock(&w->s->mu);
+    int leaves = held_leaves(w->s, n);
+    uv_mutex_unlock(&w->s->mu);
+    if (leaves)
+      drop(w->s, n);
+    return; /* else its release goes on, its client gone */
+  }
   cancel(n);
   if (n->state == QUEUED) {
     fifo_remove(w->s, n);
@@ -422,9 +454,42 @@ static void watch(attnd_sched_t *s, node_t *n) {
 static void on_wake(uv_async_t *a) {
   attnd_sched_t *s = a->data;
   uv_mutex_lock(&s->mu);
-  node_t *in = s->incoming, *fin = s->finished;
+  node_t *in = s->incoming, *fin = s->finished, *rel = NULL;
   s->incoming = s->finished = NULL;
+  /* held jobs: the new ones onto the held list, watched below; those
+   * released, off it (in `rel`), the scheduler done with them */
+  for (node_t **pp = &in; *pp;) {
+    node_t *n = *pp;
+    if (!n->j.held) {
+      pp = &n->next;
+      continue;
+    }
+    *pp = n->next;
+    n->state = HELD;
+    n->next = s->held;
+    s->held = n;
+    watch(s, n);
+  }
+  for (node_t **pp = &s->held; *pp;) {
+    node_t *n = *pp;
+    if (!n->released) {
+      pp = &n->next;
+      continue;
+    }
+    *pp = n->next;
+    n->next = rel;
+    rel = n;
+  }
   uv_mutex_unlock(&s->mu);
+  while (rel) {
+    node_t *n = rel;
+    rel = rel->next;
+    unwatch(n);
+    attnd_sched_job_t j = n->j;
+    free(n);
+    atomic_fetch_sub(&s->inflight, 1);
+    s->release(j.job, j.tag, s->arg);
+  }
 
   /* Finished jobs, and free their workers. */
   while (fin) {
@@ -480,6 +545,21 @@ static void on_timer(uv_timer_t *t) {
       drop(s, n);
     }
   }
+  uv_mutex_lock(&s->mu); /* held jobs past their deadline, not released */
+  node_t *late = NULL;
+  for (node_t *n = s->held, *next; n; n = next) {
+    next = n->next;
+    if (expired(n, now) && held_leaves(s, n)) {
+      n->next = late;
+      late = n;
+    }
+  }
+  uv_mutex_unlock(&s->mu);
+  while (late) {
+    node_t *n = late;
+    late = late->next;
+    drop(s, n);
+  }
   for (int w = 0; w < s->n_workers; w++)
     for (node_t *n = s->running[w]; n; n = n->peer)
       if (expired(n, now))
@@ -495,6 +575,11 @@ static void schedule_timer(attnd_sched_t *s) {
   for (node_t *n = s->head; n; n = n->next)
     if (next < 0 || n->j.deadline_ms < next)
       next = n->j.deadline_ms;
+  uv_mutex_lock(&s->mu);
+  for (node_t *n = s->held; n; n = n->next)
+    if (!n->released && !n->kept && (next < 0 || n->j.deadline_ms < next))
+      next = n->j.deadline_ms;
+  uv_mutex_unlock(&s->mu);
   for (int w = 0; w < s->n_workers; w++)
     for (node_t *n = s->running[w]; n; n = n->peer)
       if (!cancelled(n) && (next < 0 || n->j.deadline_ms < next))
@@ -587,15 +672,35 @@ int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job) {
   }
   n->j = *job;
   n->queued_at = attnd_now_ms();
-  atomic_fetch_add(&s->waiting, 1);
+  if (!job->held) /* a held job waits outside: not for a worker */
+    atomic_fetch_add(&s->waiting, 1);
   uv_mutex_lock(&s->mu);
-  if (job->batchable)
+  if (job->batchable && !job->held)
     arrive(s, n->queued_at);
   n->next = s->incoming;
   s->incoming = n;
   uv_mutex_unlock(&s->mu);
   uv_async_send(&s->wake);
   return 0;
+}
+
+void attnd_sched_set_release(attnd_sched_t *s, attnd_sched_release_fn release,
+                             attnd_sched_withdraw_fn withdraw) {
+  s->release = release;
+  s->withdraw = withdraw;
+}
+
+void attnd_sched_release(attnd_sched_t *s, uint64_t id) {
+  uv_mutex_lock(&s->mu);
+  node_t *lists[2] = {s->incoming, s->held}, *n = NULL;
+  for (int k = 0; k < 2 && n == NULL; k++)
+    for (n = lists[k]; n && !(n->j.held && n->j.id == id); n = n->next)
+      ;
+  if (n)
+    n->released = 1;
+  uv_mutex_unlock(&s->mu);
+  if (n)
+    uv_async_send(&s->wake);
 }
 
 int attnd_sched_batch_pays(attnd_sched_t *s, int64_t tokens) {

@@ -43,7 +43,14 @@
  * long job alone thus gets every core, and under load each gets one. What
  * a job was given is held until it is done, then given back; a running
  * job never grows or shrinks. Without it, run is given 0 threads: each
- * job runs as its submitter planned it. */
+ * job runs as its submitter planned it.
+ *
+ * Held jobs (attnd_sched_job_t.held) wait for something outside the
+ * scheduler, a session's step ahead, with their deadline and client
+ * watched as a waiting job's are, and count among the jobs in flight (not
+ * as waiting for a worker); they are never run, but released to their
+ * submitter (attnd_sched_release) or, past their deadline or without a
+ * client, passed to done when `withdraw` lets them go. */
 #ifndef ATTND_SCHEDULER_H
 #define ATTND_SCHEDULER_H
 
@@ -104,6 +111,15 @@ typedef struct attnd_sched_job {
   int64_t tokens;     /* its size toward a batch's max_tokens, >= 1 */
   int max_threads;    /* the most threads it can use to advantage; 0: any
                          (attnd_sched_set_threads) */
+  /* A held job waits for something outside the scheduler (a session's
+   * step ahead of it) with its deadline and its client watched, but is
+   * never run: attnd_sched_release(id) passes it to the `release` function
+   * of attnd_sched_set_release instead of `done`. When its deadline passes
+   * or its client goes first, `withdraw` decides: 1, and it goes to `done`
+   * (EXPIRED, ABANDONED); 0 (its release is on its way), and it waits for
+   * that. */
+  int held;
+  uint64_t id; /* a held job's, unique among them */
 } attnd_sched_job_t;
 
 /* The most jobs in one batch. */
@@ -135,6 +151,22 @@ void attnd_sched_set_batching(attnd_sched_t *s,
  * running jobs, at most `cap` (>= 1) to one (see the top of this file);
  * cores 0: off (the default). Loop thread, before the loop runs. */
 void attnd_sched_set_threads(attnd_sched_t *s, int cores, int cap);
+
+/* Held jobs (attnd_sched_job_t.held): release(job, tag, arg) takes a
+ * released one, the scheduler done with it (it may submit the job again);
+ * withdraw(job, tag, arg) is asked, under the scheduler's lock (so that no
+ * release of the job is handled meanwhile), whether a held job whose
+ * deadline passed or whose client went may leave for `done`. Both on the
+ * loop thread. Set on the loop thread, before the loop runs. */
+typedef void (*attnd_sched_release_fn)(void *job, void *tag, void *arg);
+typedef int (*attnd_sched_withdraw_fn)(void *job, void *tag, void *arg);
+void attnd_sched_set_release(attnd_sched_t *s, attnd_sched_release_fn release,
+                             attnd_sched_withdraw_fn withdraw);
+
+/* Releases the held job `id` (submitted before this call; see
+ * attnd_sched_job_t.held): the loop passes it to `release`, unless it has
+ * already gone to `done`, when nothing happens. Any thread. */
+void attnd_sched_release(attnd_sched_t *s, uint64_t id);
 
 /* Admits a job or refuses it. Returns 0 (the scheduler holds the job until
  * done), or -1 when the queue is full or no node could be allocated.

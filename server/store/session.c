@@ -834,6 +834,27 @@ int attnd_session_enqueue(attnd_sessions_t *st, const char *id,
   return r;
 }
 
+int attnd_session_unqueue(attnd_sessions_t *st, attnd_request_t *req) {
+  uv_mutex_lock(&st->mu);
+  attnd_session_t *s = req->session;
+  attnd_request_t **pp = s ? &s->qhead : NULL, *prev = NULL;
+  while (pp && *pp && *pp != req) {
+    prev = *pp;
+    pp = &(*pp)->session_next;
+  }
+  int found = pp && *pp == req;
+  if (found) {
+    *pp = req->session_next;
+    if (s->qtail == req)
+      s->qtail = prev;
+    req->session_next = NULL;
+    req->session = NULL;
+    session_unref(st, s);
+  }
+  uv_mutex_unlock(&st->mu);
+  return found;
+}
+
 int attnd_session_prepare(attnd_sessions_t *st, attnd_request_t *req,
                           attnd_error_t *err) {
   uv_mutex_lock(&st->mu);

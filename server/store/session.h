@@ -154,6 +154,13 @@ int attnd_session_enqueue(attnd_sessions_t *st, const char *id,
                           struct attnd_request *req, void (*turn)(void *tag),
                           void *tag, attnd_error_t *err);
 
+/* Takes step `req`, waiting behind another (enqueued, its turn not yet
+ * given), out of its session's queue; it then holds the session no more
+ * (req->session NULL) and is answered without running. Returns 1, or 0
+ * when its turn has been given already (it is not in the queue). Any
+ * thread. */
+int attnd_session_unqueue(attnd_sessions_t *st, struct attnd_request *req);
+
 /* In its turn: checks req's expected_length (length_mismatch, 409) and the
  * session's max_tokens (limit_exceeded, as are pages its pool could not
  * hold were the session alone there: nobody is evicted for them), makes
