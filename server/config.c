@@ -70,8 +70,10 @@ static const cfg_key_t keys[] = {
             "least 2"),
     INT_KEY(max_connections, "1024", 1, 1000000, 0,
             "open client connections at most"),
-    INT_KEY(connection_timeout_s, "30", 1, 86400, 0,
-            "an idle or stalled client connection is closed after this"),
+    INT_KEY(
+        connection_timeout_s, "30", 1, 86400, 0,
+        "an idle or stalled client connection is closed after this, and one "
+        "that takes longer to send a request's headers"),
     INT_KEY(connection_buffer_bytes, "32K", 4096, 16 << 20, F_SIZE,
             "each connection's buffer for headers and body reads; "
             "libmicrohttpd zeroes all of it between requests"),

@@ -39,7 +39,13 @@ typedef struct attnd_server {
   uint64_t id_prefix;
   attnd_auth_t auth; /* API keys; reloaded by serve.c on SIGHUP */
   attnd_cors_t cors;
-  char *tls_cert, *tls_key;   /* PEM text while serving HTTPS, else NULL */
+  char *tls_cert, *tls_key; /* PEM text while serving HTTPS, else NULL */
+  /* The open connections, for the deadline of a request's headers
+   * (http.c): the list is guarded by conns_lock; the sweep runs on the
+   * loop thread from header_timer while the daemon runs. */
+  uv_mutex_t conns_lock;
+  struct attnd_http_conn *conns;
+  uv_timer_t header_timer;
   uv_mutex_t layers_lock;     /* guards `layers` */
   attnd_layer_set_t *layers;  /* the loaded layers; swapped on SIGHUP */
   attnd_sessions_t *sessions; /* KV-cache sessions, kv_cache_bytes */

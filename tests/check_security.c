@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -637,6 +638,54 @@ START_TEST(test_cors_off) {
 }
 END_TEST
 
+/* ---- limits before the key ----------------------------------------------- */
+
+/* Whether the server has closed fd: a read that sees the end (or a reset).
+ * Waits at most ms. */
+static int closed_by_server(int fd, int ms) {
+  struct pollfd pf = {.fd = fd, .events = POLLIN};
+  char c[64];
+  return poll(&pf, 1, ms) == 1 && recv(fd, c, sizeof c, MSG_DONTWAIT) <= 0;
+}
+
+/* Slowloris: headers that never end, a byte at a time, each sooner than
+ * connection_timeout_s after the last. The timeout counts from the last
+ * byte, so without a deadline for the headers the connection was held
+ * for as long as the client kept sending (4 s here, against a timeout of
+ * 1 s), before any key was checked; max_connections of them locked out
+ * every other client. */
+START_TEST(test_slow_headers) {
+  const char *args[] = {"--api-keys", KEY1, "--connection-timeout-s", "1",
+                        NULL};
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, args) == 0, "%s", s.log);
+  static const char head[] = "GET /v1/info HTTP/1.1\r\nHost: x\r\nX-Pad: "
+                             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+  int fd = sh_connect(s.port), closed = 0;
+  ck_assert_int_ge(fd, 0);
+  double t0 = sh_now(), t = 0;
+  for (size_t i = 0; i < sizeof head - 1 && (t = sh_now() - t0) < 4.0; i++) {
+    if (send(fd, head + i, 1, MSG_NOSIGNAL) != 1 || closed_by_server(fd, 250)) {
+      closed = 1;
+      break;
+    }
+  }
+  close(fd);
+  ck_assert_msg(closed,
+                "headers sent a byte each 250 ms for %.1f s: the "
+                "connection is still open (connection_timeout_s 1)",
+                t);
+  ck_assert_msg(t < 3.0, "closed only after %.1f s", t);
+
+  /* a request whose headers come whole is served, on a connection kept
+   * alive across the sweep: the deadline is for headers, not idle time
+   * between a request's headers and its reply */
+  assert_get(s.port, "/v1/info", KEY1, 200);
+  assert_get(s.port, "/healthz", NULL, 200);
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("security");
   TCase *tc = tcase_create("keys");
@@ -659,6 +708,11 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_cors);
   tcase_add_test(tc, test_cors_any);
   tcase_add_test(tc, test_cors_off);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("limits");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_slow_headers);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "api/api.h"
 #include "codec/pool.h"
@@ -23,6 +24,92 @@ static attnd_http_req_t *req_new(void) {
   if (r)
     memset(r, 0, offsetof(attnd_http_req_t, body_mem));
   return r;
+}
+
+/* ---- the deadline for a request's headers ----------------------------------
+ *
+ * libmicrohttpd's connection_timeout_s counts from a connection's last
+ * byte: headers sent a byte at a time, each sooner than the timeout after
+ * the last, held their connection for as long as the client liked, before
+ * any key was checked, and max_connections such clients locked out every
+ * other one (slowloris). So each connection is listed from its opening,
+ * and while it waits for a request's headers (from its opening, or from
+ * its last reply) it has connection_timeout_s in all to send them; then
+ * the loop thread's sweep shuts its socket down, and libmicrohttpd, seeing
+ * the end of the stream, closes it. A request's body and reply keep the
+ * library's timeout from the last byte. */
+
+typedef struct attnd_http_conn {
+  struct attnd_http_conn *prev, *next;
+  int fd;         /* -1 once shut down */
+  int in_request; /* between a request's first callback and completion */
+  double since;   /* when it began to wait for a request's headers (ms) */
+} attnd_http_conn_t;
+
+/* libmicrohttpd's notice of a connection opened or closed: lists it, or
+ * takes it off the list. The socket is closed only after the notice of
+ * its closing, so a listed fd is always the connection's own. Any HTTP
+ * thread. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
+                          enum MHD_ConnectionNotificationCode code) {
+  attnd_server_t *s = cls;
+  attnd_http_conn_t *c = *ctx;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci == NULL || (c = calloc(1, sizeof *c)) == NULL)
+      return; /* unlisted: the library's timeout alone */
+    c->fd = ci->connect_fd;
+    c->since = attnd_now_ms();
+    uv_mutex_lock(&s->conns_lock);
+    c->next = s->conns;
+    if (s->conns)
+      s->conns->prev = c;
+    s->conns = c;
+    uv_mutex_unlock(&s->conns_lock);
+    *ctx = c;
+  } else if (c) {
+    uv_mutex_lock(&s->conns_lock);
+    if (c->prev)
+      c->prev->next = c->next;
+    else
+      s->conns = c->next;
+    if (c->next)
+      c->next->prev = c->prev;
+    uv_mutex_unlock(&s->conns_lock);
+    free(c);
+    *ctx = NULL;
+  }
+}
+
+/* Marks conn's request begun (its headers all in) or completed (the next
+ * request's headers awaited from now). Any HTTP thread. */
+static void conn_mark(attnd_server_t *s, struct MHD_Connection *conn,
+                      int in_request) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  attnd_http_conn_t *c = ci ? ci->socket_context : NULL;
+  if (c == NULL)
+    return;
+  uv_mutex_lock(&s->conns_lock);
+  c->in_request = in_request;
+  c->since = attnd_now_ms();
+  uv_mutex_unlock(&s->conns_lock);
+}
+
+/* Shuts down the connections that have waited connection_timeout_s for a
+ * request's headers. Loop thread. */
+static void on_header_sweep(uv_timer_t *t) {
+  attnd_server_t *s = t->data;
+  double now = attnd_now_ms(),
+         limit = (double)s->cfg->connection_timeout_s * 1000.0;
+  uv_mutex_lock(&s->conns_lock);
+  for (attnd_http_conn_t *c = s->conns; c; c = c->next)
+    if (!c->in_request && c->fd >= 0 && now - c->since > limit) {
+      shutdown(c->fd, SHUT_RDWR);
+      c->fd = -1;
+    }
+  uv_mutex_unlock(&s->conns_lock);
 }
 
 /* ---- the access handler ---------------------------------------------------
@@ -165,6 +252,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     attnd_buf_init(&r->body);
     *con_cls = r;
     atomic_fetch_add(&s->active, 1);
+    conn_mark(s, conn, 1);
     set_request_id(r);
     return on_first(r, url, method);
   }
@@ -230,6 +318,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   attnd_pool_put(&req_pool, r);
   *con_cls = NULL;
   atomic_fetch_sub(&s->active, 1);
+  conn_mark(s, conn, 0);
   attnd_memory_settle(held);
 }
 /* ---- the daemon ------------------------------------------------------------
@@ -262,6 +351,10 @@ int attnd_http_start(attnd_server_t *s) {
                   *ai = NULL;
   char port[16];
   snprintf(port, sizeof port, "%lld", (long long)c->port);
+  if (uv_mutex_init(&s->conns_lock) != 0) {
+    fprintf(stderr, "attnd: cannot make a mutex\n");
+    return -1;
+  }
   int rc = getaddrinfo(c->host, port, &hints, &ai);
   if (rc != 0) {
     fprintf(stderr, "attnd: host: cannot resolve '%s': %s\n", c->host,
@@ -308,9 +401,10 @@ int attnd_http_start(attnd_server_t *s) {
       (unsigned)c->http_threads, MHD_OPTION_CONNECTION_LIMIT,
       (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
       (unsigned)c->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-      on_completed, s, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)c->connection_buffer_bytes,
-      MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
+      on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+      MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+      (size_t)c->connection_buffer_bytes, MHD_OPTION_ARRAY, tls,
+      MHD_OPTION_END);
   freeaddrinfo(ai);
   if (s->daemon == NULL) {
     fprintf(stderr,
@@ -322,11 +416,20 @@ int attnd_http_start(attnd_server_t *s) {
   const union MHD_DaemonInfo *di =
       MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
   s->port = di ? di->port : (int)c->port;
+  /* the sweep a quarter of the deadline apart, 0.1 to 1 s */
+  uint64_t every = (uint64_t)c->connection_timeout_s * 250;
+  every = every < 100 ? 100 : every > 1000 ? 1000 : every;
+  uv_timer_init(&s->loop, &s->header_timer);
+  s->header_timer.data = s;
+  uv_timer_start(&s->header_timer, on_header_sweep, every, every);
+  uv_unref((uv_handle_t *)&s->header_timer);
   return 0;
 }
 
 void attnd_http_stop(attnd_server_t *s) {
-  MHD_stop_daemon(s->daemon);
+  MHD_stop_daemon(s->daemon); /* every connection's notice of closing */
+  uv_close((uv_handle_t *)&s->header_timer, NULL);
+  uv_mutex_destroy(&s->conns_lock);
   if (s->tls_key)
     explicit_bzero(s->tls_key, strlen(s->tls_key));
   free(s->tls_key);
