@@ -220,6 +220,14 @@ static void pinned_init(attnd_server_t *s) {
 int attnd_serve(const attnd_config_t *cfg) {
   life_t l = {.s = {.cfg = cfg}};
   attnd_server_t *s = &l.s;
+  /* SIGHUP's default action ends the process: one sent while attnd starts
+   * (loading layers takes seconds) killed it. It is held from here, in
+   * this thread and every thread started from it, until its handler is
+   * set below; one that came meanwhile then reloads. */
+  sigset_t hup;
+  sigemptyset(&hup);
+  sigaddset(&hup, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &hup, NULL);
   attn_backend_info(&s->backend);
   s->id_prefix = attnd_random_u64();
   s->budget.max = cfg->max_memory_bytes - cfg->kv_cache_bytes;
@@ -261,6 +269,7 @@ int attnd_serve(const attnd_config_t *cfg) {
   uv_signal_start(&l.sigterm, on_signal, SIGTERM);
   uv_signal_start(&l.sigint, on_signal, SIGINT);
   uv_signal_start(&l.sighup, on_sighup, SIGHUP);
+  pthread_sigmask(SIG_UNBLOCK, &hup, NULL); /* here, on the loop thread */
   uv_timer_init(&s->loop, &l.drain_timer);
   l.drain_timer.data = &l;
 

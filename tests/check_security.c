@@ -18,9 +18,11 @@
  *   header is sent and OPTIONS gets 405. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,6 +277,76 @@ START_TEST(test_sighup_reload) {
   ck_assert_int_eq(sh_server_stop(&s, 15.0), 0); /* SIGHUP did not stop it */
   sh_server_read_log(&s);
   assert_no_keys(s.log, "the server's log");
+}
+END_TEST
+
+/* The thread that feeds a FIFO standing for api_keys_file: its opening
+ * holds attnd in its start (as layers that take seconds to load would),
+ * and the test sends SIGHUP there. */
+typedef struct fifo_feed {
+  const char *path;
+  sh_server_t *s;
+  int sent; /* SIGHUP sent */
+} fifo_feed_t;
+
+/* Opens the FIFO for writing as soon as attnd opens it to read, waiting at
+ * most 10 s; -1 if it never does. */
+static int fifo_open(const char *path) {
+  for (double t0 = sh_now(); sh_now() - t0 < 10.0; usleep(5000)) {
+    int fd = open(path, O_WRONLY | O_NONBLOCK);
+    if (fd >= 0 || errno != ENXIO)
+      return fd;
+  }
+  return -1;
+}
+
+/* Writes `text` to the FIFO once attnd reads it. Returns whether it did
+ * (EPIPE: attnd is gone). */
+static int fifo_write(const char *path, const char *text) {
+  int fd = fifo_open(path);
+  int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+  if (fd >= 0)
+    close(fd);
+  return ok;
+}
+
+static void *fifo_feed(void *arg) {
+  fifo_feed_t *f = arg;
+  int fd = fifo_open(f->path); /* attnd is reading the keys in its start */
+  if (fd < 0)
+    return NULL;
+  pid_t pid = __atomic_load_n(&f->s->pid, __ATOMIC_SEQ_CST);
+  f->sent = pid > 0 && kill(pid, SIGHUP) == 0;
+  usleep(200000); /* the signal lands while attnd waits for the file */
+  if (write(fd, KEY3 "\n", strlen(KEY3) + 1) < 0) /* EPIPE: it died */
+    f->sent = -1;
+  close(fd);
+  return NULL;
+}
+
+START_TEST(test_sighup_at_start) {
+  char keys[128];
+  path_in_dir(keys, sizeof keys, "keys-fifo");
+  unlink(keys);
+  ck_assert_int_eq(mkfifo(keys, 0600), 0);
+  const char *args[] = {"--api-keys-file", keys, NULL};
+  sh_server_t s = {0};
+  fifo_feed_t f = {.path = keys, .s = &s};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, fifo_feed, &f), 0);
+  int rc = sh_server_start(&s, args);
+  pthread_join(t, NULL);
+  ck_assert_msg(f.sent, "no SIGHUP was sent during the start");
+  ck_assert_msg(rc == 0, "a SIGHUP during the start ended attnd: %s", s.log);
+  /* the reload that the held SIGHUP asked for reads the FIFO again */
+  ck_assert_msg(fifo_write(keys, KEY4 "\n"),
+                "the SIGHUP held during the start reloaded nothing");
+  ck_assert_msg(await_log(&s, "{\"event\":\"keys_reloaded\",\"keys\":1}"), "%s",
+                s.log);
+  assert_get(s.port, "/v1/info", KEY3, 401);
+  assert_get(s.port, "/v1/info", KEY4, 200);
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+  unlink(keys);
 }
 END_TEST
 
@@ -693,6 +765,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_keys);
   tcase_add_test(tc, test_public_paths);
   tcase_add_test(tc, test_sighup_reload);
+  tcase_add_test(tc, test_sighup_at_start);
   tcase_add_test(tc, test_print_config);
   suite_add_tcase(s, tc);
 
