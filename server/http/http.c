@@ -263,8 +263,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     return attnd_api_reply(r);
   if (r->status) /* answered already, from the first callback */
     return *upload_size = 0, MHD_YES;
-  if (r->preflight)
-    return attnd_http_send_body(r, 204, NULL, 0, 0, NULL);
+  if (r->preflight) /* a body, never expected, is discarded */
+    return *upload_size ? (*upload_size = 0, MHD_YES)
+                        : attnd_http_send_body(r, 204, NULL, 0, 0, NULL);
   if (!(r->route->flags & ATTND_ROUTE_BODY))
     return *upload_size ? (*upload_size = 0, MHD_YES) : r->route->handler(r);
   if (*upload_size)
