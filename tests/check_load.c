@@ -32,14 +32,24 @@
  *     the position only, a step's reply checked against the float64
  *     reference of the whole sequence (with and without rope) and the
  *     wrong ones refused with their reasons, and the decode columns, JSON
- *     and SVG panel.
+ *     and SVG panel;
+ *   - the decode engine against a scripted loopback server: a wrong 2xx
+ *     (a creation without its id, a prefill's wrong length) counted once,
+ *     as an error and not as a success too, and a server whose every
+ *     reply is wrong leading to the session's abandonment, not to retries
+ *     without end.
  * No timings are asserted. */
+#include <arpa/inet.h>
 #include <check.h>
+#include <curl/curl.h>
 #include <jansson.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -1899,6 +1909,181 @@ START_TEST(test_decode_report) {
 }
 END_TEST
 
+/* ---- the decode engine against a scripted server --------------------------
+ *
+ * A loopback server on a thread of its own, one request a connection
+ * (Connection: close), that speaks just enough of the sessions' API: a
+ * creation gets an id, an attention request the "length" of a prefill of
+ * `prefill` tokens (the runs here have no one-token steps), a deletion
+ * 204. The request with index `bad_at`, in arrival order (every request
+ * when it is -1), gets a 2xx that is wrong instead: a creation without its
+ * id, or a length not the one due. */
+
+typedef struct fake {
+  int fd, port;
+  int bad_at;
+  int64_t prefill;
+  int n; /* requests answered */
+  pthread_t th;
+} fake_t;
+
+/* Reads one request from c: its head and then its body, which it drops;
+ * method and path get the request line's. Returns 0, or -1 when the
+ * client went away. */
+static int fake_read(int c, char *method, char *path, size_t n) {
+  char head[8192];
+  size_t len = 0;
+  char *end = NULL;
+  while (end == NULL) {
+    if (len == sizeof head - 1)
+      return -1;
+    ssize_t k = read(c, head + len, sizeof head - 1 - len);
+    if (k <= 0)
+      return -1;
+    len += (size_t)k;
+    head[len] = 0;
+    end = strstr(head, "\r\n\r\n");
+  }
+  size_t ml = strcspn(head, " ");
+  snprintf(method, n, "%.*s", (int)ml, head);
+  snprintf(path, n, "%.*s", (int)strcspn(head + ml + 1, " "), head + ml + 1);
+  const char *cl = strcasestr(head, "\r\nContent-Length:");
+  long long body = cl ? strtoll(cl + 17, NULL, 10) : 0;
+  long long have = (long long)(head + len - (end + 4));
+  char buf[65536];
+  while (have < body) {
+    ssize_t k = read(c, buf, sizeof buf);
+    if (k <= 0)
+      return -1;
+    have += k;
+  }
+  return 0;
+}
+
+static void *fake_main(void *arg) {
+  fake_t *f = arg;
+  for (;;) {
+    int c = accept(f->fd, NULL, NULL);
+    if (c < 0)
+      return NULL; /* shut down */
+    char method[16], path[256], reply[512], body[128] = "";
+    if (fake_read(c, method, path, sizeof method) == 0) {
+      int i = f->n++, bad = f->bad_at < 0 || i == f->bad_at, code = 200;
+      if (strcmp(method, "DELETE") == 0)
+        code = 204;
+      else if (strcmp(path, "/v1/sessions") == 0) {
+        code = 201;
+        snprintf(body, sizeof body,
+                 bad ? "{\"max_tokens\":64}" : "{\"session\":\"%032x\"}", 7);
+      } else
+        snprintf(body, sizeof body, "{\"length\":%lld}",
+                 (long long)(bad ? f->prefill + 1 : f->prefill));
+      int k = snprintf(reply, sizeof reply,
+                       "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+                       "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                       code, strlen(body), body);
+      if (send(c, reply, (size_t)k, MSG_NOSIGNAL) != k)
+        f->n = -1000; /* fails the test */
+    }
+    close(c);
+  }
+}
+
+static void fake_start(fake_t *f, int bad_at, int64_t prefill) {
+  memset(f, 0, sizeof *f);
+  f->bad_at = bad_at;
+  f->prefill = prefill;
+  f->fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(f->fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  ck_assert_int_eq(bind(f->fd, (struct sockaddr *)&a, sizeof a), 0);
+  ck_assert_int_eq(listen(f->fd, 16), 0);
+  ck_assert_int_eq(getsockname(f->fd, (struct sockaddr *)&a, &al), 0);
+  f->port = ntohs(a.sin_port);
+  ck_assert_int_eq(pthread_create(&f->th, NULL, fake_main, f), 0);
+}
+
+static void fake_stop(fake_t *f) {
+  shutdown(f->fd, SHUT_RDWR);
+  pthread_join(f->th, NULL);
+  close(f->fd);
+}
+
+/* One session, a prefill and no steps, against a server that answers one
+ * request (_i: the creation, then the prefill) with a wrong 2xx: the run
+ * sends that request again and goes on. Each request sent ends as exactly
+ * one of ok and the errors: the wrong reply is an error (bad_replies), not
+ * a success too. */
+START_TEST(test_decode_bad_reply_counts_once) {
+  fake_t f;
+  fake_start(&f, (int)_i, 4);
+  curl_global_init(CURL_GLOBAL_ALL);
+  char base[64], err[256];
+  snprintf(base, sizeof base, "http://127.0.0.1:%d", f.port);
+  load_decode_run_t run = {.base = base,
+                           .shape = &dec_shape,
+                           .sessions = 1,
+                           .prefill = 4,
+                           .steps = 0,
+                           .concurrency = 1,
+                           .timeout_s = 10,
+                           .seed = 1};
+  load_decode_stats_t st;
+  ck_assert_int_eq(load_decode_stats_init(&st), 0);
+  ck_assert_msg(load_decode_run(&run, &st, err, sizeof err) == 0, "%s", err);
+  fake_stop(&f);
+  /* create, prefill, delete, and the one sent again */
+  ck_assert_int_eq(f.n, 4);
+  ck_assert_int_eq(st.sent, 4);
+  ck_assert_int_eq(st.bad_replies, 1);
+  ck_assert_int_eq(load_decode_errors(&st), 1);
+  ck_assert_int_eq(st.sessions_done, 1);
+  ck_assert_int_eq(st.abandoned, 0);
+  ck_assert_msg(st.ok == 3, "%lld ok of %lld sent, %lld errors",
+                (long long)st.ok, (long long)st.sent,
+                (long long)load_decode_errors(&st));
+  load_result_t r;
+  memset(&r, 0, sizeof r);
+  load_result_fill_decode(&r, &st);
+  ck_assert_int_eq(r.ok + r.s429 + r.s503 + r.s504 + r.other + r.transport,
+                   r.sent);
+  load_decode_stats_free(&st);
+}
+END_TEST
+
+/* A server whose every 2xx is wrong: the session fails
+ * LOAD_DECODE_MAX_FAILS times in a row, is abandoned, and the run ends
+ * (a wrong reply must not reset the count of failures in a row). */
+START_TEST(test_decode_wrong_replies_abandon) {
+  fake_t f;
+  fake_start(&f, -1, 4);
+  curl_global_init(CURL_GLOBAL_ALL);
+  char base[64], err[256];
+  snprintf(base, sizeof base, "http://127.0.0.1:%d", f.port);
+  load_decode_run_t run = {.base = base,
+                           .shape = &dec_shape,
+                           .sessions = 1,
+                           .prefill = 4,
+                           .steps = 0,
+                           .concurrency = 1,
+                           .timeout_s = 10,
+                           .seed = 1};
+  load_decode_stats_t st;
+  ck_assert_int_eq(load_decode_stats_init(&st), 0);
+  ck_assert_msg(load_decode_run(&run, &st, err, sizeof err) == 0, "%s", err);
+  fake_stop(&f);
+  ck_assert_int_eq(st.abandoned, 1);
+  ck_assert_int_eq(st.sessions_done, 0);
+  ck_assert_int_eq(st.sent, LOAD_DECODE_MAX_FAILS);
+  ck_assert_int_eq(st.bad_replies, LOAD_DECODE_MAX_FAILS);
+  ck_assert_int_eq(load_decode_errors(&st), LOAD_DECODE_MAX_FAILS);
+  ck_assert_int_eq(st.ok, 0);
+  load_decode_stats_free(&st);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -1947,6 +2132,13 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_decode_rows);
   tcase_add_loop_test(tc, test_decode_verify, 0, 6);
   tcase_add_test(tc, test_decode_report);
+  suite_add_tcase(s, tc);
+
+  /* against a scripted server; the pauses between tries add up to 3.3 s */
+  tc = tcase_create("decode_engine");
+  tcase_set_timeout(tc, 30);
+  tcase_add_loop_test(tc, test_decode_bad_reply_counts_once, 0, 2);
+  tcase_add_test(tc, test_decode_wrong_replies_abandon);
   suite_add_tcase(s, tc);
   return s;
 }

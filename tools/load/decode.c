@@ -521,11 +521,9 @@ static void finish(engine_t *e, slot_t *sl, CURLcode rc, double now) {
     }
     return;
   }
-  st->ok++;
-  s->fails = 0;
+  /* a 2xx that is wrong (bad_replies) is an error, not a success too */
   switch (sl->phase) {
   case PH_CREATE:
-    load_hist_record(st->create, us);
     if (!run->put &&
         reply_str(body, len, "session", s->id, sizeof s->id) != 32) {
       st->bad_replies++;
@@ -533,6 +531,9 @@ static void finish(engine_t *e, slot_t *sl, CURLcode rc, double now) {
       failed(e, s, now);
       return;
     }
+    st->ok++;
+    s->fails = 0;
+    load_hist_record(st->create, us);
     s->phase = PH_PREFILL;
     return;
   case PH_PREFILL:
@@ -555,6 +556,8 @@ static void finish(engine_t *e, slot_t *sl, CURLcode rc, double now) {
       failed(e, s, now);
       return;
     }
+    st->ok++;
+    s->fails = 0;
     if (sl->phase == PH_PREFILL) {
       if (!s->prefilled) {
         load_hist_record(st->ttft, us);
@@ -583,6 +586,8 @@ static void finish(engine_t *e, slot_t *sl, CURLcode rc, double now) {
     return;
   }
   default: /* PH_DELETE */
+    st->ok++;
+    s->fails = 0;
     st->sessions_done++;
     finish_session(e, s, PH_DONE);
     return;

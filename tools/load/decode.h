@@ -101,7 +101,7 @@ enum {
  * load_decode_stats_init before, load_decode_stats_free after. */
 typedef struct load_decode_stats {
   int64_t sent;      /* requests: creations, prefills, steps, deletions */
-  int64_t ok;        /* 2xx replies (and a deletion's 404) */
+  int64_t ok;        /* 2xx replies that were right (and a deletion's 404) */
   int64_t transport; /* no reply: connection errors and timeouts */
   int64_t timeouts;  /* of which the client's timeout */
   int64_t status[LOAD_STATUS_MAX]; /* error replies by HTTP status */
