@@ -37,7 +37,9 @@
  *     (a creation without its id, a prefill's wrong length) counted once,
  *     as an error and not as a success too, and a server whose every
  *     reply is wrong leading to the session's abandonment, not to retries
- *     without end.
+ *     without end;
+ *   - the open loop: evenly spaced arrivals fill a window with exactly
+ *     rate x duration requests (against a port that refuses them).
  * No timings are asserted. */
 #include <arpa/inet.h>
 #include <check.h>
@@ -1909,6 +1911,57 @@ START_TEST(test_decode_report) {
 }
 END_TEST
 
+/* ---- the request engine's open loop ---------------------------------------
+ *
+ * Against a loopback port that refuses connections, so that every request
+ * fails at once and counts as a transport error: `sent` counts the
+ * arrivals whose intended time falls in the window [warm-up, warm-up +
+ * duration), whatever the server does. Evenly spaced arrivals at `rate`
+ * fill a window of d seconds with exactly rate·d of them. */
+
+static const struct {
+  double rate, warmup, duration;
+  int64_t sent;
+} uniform_cases[] = {
+    {100, 0, 0.5, 50},
+    {300, 0, 0.3, 90},
+    {100, 0.25, 0.5, 50},
+};
+
+START_TEST(test_open_loop_uniform_count) {
+  /* a port bound but not listening: connections to it are refused */
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+  char url[64], err[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/x", ntohs(a.sin_port));
+  curl_global_init(CURL_GLOBAL_ALL);
+  load_run_t run = {.url = url,
+                    .mode = LOAD_OPEN,
+                    .concurrency = 4,
+                    .rate = uniform_cases[_i].rate,
+                    .poisson = 0,
+                    .warmup_s = uniform_cases[_i].warmup,
+                    .duration_s = uniform_cases[_i].duration,
+                    .timeout_s = 10};
+  load_stats_t st;
+  ck_assert_int_eq(load_stats_init(&st), 0);
+  ck_assert_msg(load_client_run(&run, &st, err, sizeof err) == 0, "%s", err);
+  close(fd);
+  ck_assert_msg(st.sent == uniform_cases[_i].sent,
+                "rate %g/s for %g s after %g s of warm-up: %lld sent, not %lld",
+                run.rate, run.duration_s, run.warmup_s, (long long)st.sent,
+                (long long)uniform_cases[_i].sent);
+  ck_assert_int_eq(st.transport, st.sent);
+  ck_assert_int_eq(st.ok, 0);
+  load_stats_free(&st);
+}
+END_TEST
+
 /* ---- the decode engine against a scripted server --------------------------
  *
  * A loopback server on a thread of its own, one request a connection
@@ -2139,6 +2192,11 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_loop_test(tc, test_decode_bad_reply_counts_once, 0, 2);
   tcase_add_test(tc, test_decode_wrong_replies_abandon);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("open_loop");
+  tcase_add_loop_test(tc, test_open_loop_uniform_count, 0,
+                      (int)(sizeof uniform_cases / sizeof uniform_cases[0]));
   suite_add_tcase(s, tc);
   return s;
 }

@@ -137,6 +137,7 @@ typedef struct engine {
   size_t bl_head, bl_len, bl_cap;
   double t0, t_measure, t_stop; /* t_stop is +inf when counting requests */
   double next_arrival;
+  int64_t arrivals; /* open loop: arrivals so far, warm-up included */
   uint64_t rng;
   int64_t issued; /* every request, warm-up included: picks the body */
   int stopping;   /* the run issues nothing more */
@@ -351,9 +352,13 @@ static int open_issue(engine_t *e, double now) {
       break;
     if (backlog_push(e, e->next_arrival) < 0)
       return -1;
-    double gap =
-        run->poisson ? -log(1.0 - unit(&e->rng)) / run->rate : 1.0 / run->rate;
-    e->next_arrival += gap;
+    /* even arrivals at t0 + k/rate, not by adding 1/rate: the sum's
+     * rounding put an arrival at the window's end inside it (51 at 100/s
+     * over 0.5 s) */
+    e->arrivals++;
+    e->next_arrival =
+        run->poisson ? e->next_arrival - log(1.0 - unit(&e->rng)) / run->rate
+                     : e->t0 + (double)e->arrivals / run->rate;
   }
   if (now >= e->t_stop) /* at a low rate the next arrival may be far off */
     e->stopping = 1;
@@ -476,7 +481,12 @@ int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
   }
   e.t0 = now_s();
   e.t_measure = e.t0 + (run->warmup_s > 0 ? run->warmup_s : 0);
-  e.t_stop = run->duration_s > 0 ? e.t_measure + run->duration_s : INFINITY;
+  /* t0 plus one offset, as the even arrivals are: one that falls on the
+   * window's end is out of it */
+  e.t_stop =
+      run->duration_s > 0
+          ? e.t0 + ((run->warmup_s > 0 ? run->warmup_s : 0) + run->duration_s)
+          : INFINITY;
   e.next_arrival = e.t0;
   double cpu0 = 0, next_progress = e.t0 + 0.5;
   int measuring = 0, rc = 0;
