@@ -1,6 +1,7 @@
 /* server/metrics.c: see metrics.h. */
 #include "metrics.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,9 +39,12 @@ static const double buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
                                  5,      10,    30,     60};
 #define NBUCKET (sizeof buckets / sizeof buckets[0] + 1)
 
+/* The sums are kept in nanoseconds, each observation rounded: whole
+ * microseconds cut each session step's few microseconds by up to one, and
+ * an inline request's wait to nothing. */
 typedef struct hist {
   atomic_uint_fast64_t count[NCTX][NBUCKET]; /* not cumulative */
-  atomic_uint_fast64_t sum_us[NCTX];
+  atomic_uint_fast64_t sum_ns[NCTX];
 } hist_t;
 
 enum { H_QUEUE, H_COMPUTE, H_TOTAL, NHIST };
@@ -62,8 +66,8 @@ static const char *const stages[NSTAGE] = {"projection", "attention", "output"};
 
 struct attnd_metrics {
   atomic_uint_fast64_t by_status[ATTND_PROTO_COUNT][NSTATUS + 1];
-  atomic_uint_fast64_t computed[NBACKEND], compute_us[NBACKEND];
-  atomic_uint_fast64_t stage_us[NBACKEND][NSTAGE];
+  atomic_uint_fast64_t computed[NBACKEND], compute_ns[NBACKEND];
+  atomic_uint_fast64_t stage_ns[NBACKEND][NSTAGE];
   atomic_uint_fast64_t rejected[ATTND_REJECT_COUNT];
   hist_t hist[ATTND_PROTO_COUNT][NHIST]; /* those that compute */
 };
@@ -90,14 +94,18 @@ void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why) {
   atomic_fetch_add_explicit(&m->rejected[why], 1, memory_order_relaxed);
 }
 
+/* ms in whole nanoseconds, rounded; 0 for a negative time. */
+static uint64_t ns_of(double ms) {
+  return ms > 0 ? (uint64_t)llround(ms * 1e6) : 0;
+}
+
 static void observe(hist_t *h, size_t ctx, double ms) {
   double s = ms / 1000.0;
   size_t b = 0;
   while (b < NBUCKET - 1 && s > buckets[b])
     b++;
   atomic_fetch_add_explicit(&h->count[ctx][b], 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&h->sum_us[ctx], (uint64_t)(ms * 1000.0),
-                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->sum_ns[ctx], ns_of(ms), memory_order_relaxed);
 }
 
 void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
@@ -106,12 +114,10 @@ void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
                            const double stage_ms[NSTAGE]) {
   if (backend >= 0 && backend < NBACKEND) {
     atomic_fetch_add_explicit(&m->computed[backend], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->compute_us[backend],
-                              (uint64_t)(compute_ms * 1000.0),
+    atomic_fetch_add_explicit(&m->compute_ns[backend], ns_of(compute_ms),
                               memory_order_relaxed);
     for (int k = 0; k < NSTAGE; k++)
-      atomic_fetch_add_explicit(&m->stage_us[backend][k],
-                                (uint64_t)(stage_ms[k] * 1000.0),
+      atomic_fetch_add_explicit(&m->stage_ns[backend][k], ns_of(stage_ms[k]),
                                 memory_order_relaxed);
   }
   size_t c = 0;
@@ -177,8 +183,8 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
         }
         attnd_buf_printf(
             b, "%s_sum{%s} %.6f\n", hist_names[h], lab,
-            (double)atomic_load_explicit(&x->sum_us[c], memory_order_relaxed) /
-                1e6);
+            (double)atomic_load_explicit(&x->sum_ns[c], memory_order_relaxed) /
+                1e9);
         attnd_buf_printf(b, "%s_count{%s} %llu\n", hist_names[h], lab,
                          (unsigned long long)cum);
       }
@@ -200,8 +206,8 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
     attnd_buf_printf(
         b, "attnd_backend_compute_seconds_total{backend=\"%s\"} %.6f\n",
         attn_backend_kind_name((attn_backend_kind_t)k),
-        (double)atomic_load_explicit(&m->compute_us[k], memory_order_relaxed) /
-            1e6);
+        (double)atomic_load_explicit(&m->compute_ns[k], memory_order_relaxed) /
+            1e9);
   attnd_buf_printf(b, "# HELP attnd_backend_stage_seconds_total Time in each "
                       "stage of the core, by backend (on cuda: the device's "
                       "time, without the transfers).\n"
@@ -213,9 +219,9 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
                        "stage=\"%s\"} %.6f\n",
                        attn_backend_kind_name((attn_backend_kind_t)k),
                        stages[st],
-                       (double)atomic_load_explicit(&m->stage_us[k][st],
+                       (double)atomic_load_explicit(&m->stage_ns[k][st],
                                                     memory_order_relaxed) /
-                           1e6);
+                           1e9);
   attnd_buf_printf(
       b,
       "# HELP attnd_device_usable 1 while the cuda backend can run here.\n"
