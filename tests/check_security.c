@@ -538,6 +538,33 @@ static double plain_to_tls(int port, char *got, size_t cap) {
   return -1;
 }
 
+/* A TLS handshake with `port` offering only what the GnuTLS `priority`
+ * allows (the server's certificate is not checked): 0, or GnuTLS's error. */
+static int tls_handshake(int port, const char *priority) {
+  int fd = sh_connect(port);
+  ck_assert_int_ge(fd, 0);
+  gnutls_session_t ses;
+  gnutls_certificate_credentials_t cred;
+  ck_assert_int_eq(gnutls_certificate_allocate_credentials(&cred), 0);
+  ck_assert_int_eq(gnutls_init(&ses, GNUTLS_CLIENT), 0);
+  ck_assert_msg(gnutls_priority_set_direct(ses, priority, NULL) == 0, "%s",
+                priority);
+  ck_assert_int_eq(gnutls_credentials_set(ses, GNUTLS_CRD_CERTIFICATE, cred),
+                   0);
+  gnutls_transport_set_int(ses, fd);
+  gnutls_handshake_set_timeout(ses, 5000);
+  int rc;
+  do
+    rc = gnutls_handshake(ses);
+  while (rc < 0 && !gnutls_error_is_fatal(rc));
+  if (rc == 0)
+    gnutls_bye(ses, GNUTLS_SHUT_WR);
+  gnutls_deinit(ses);
+  gnutls_certificate_free_credentials(cred);
+  close(fd);
+  return rc;
+}
+
 START_TEST(test_tls) {
   const char *args[] = {"--tls-cert-file",
                         cert_pem,
@@ -566,6 +593,25 @@ START_TEST(test_tls) {
   ck_assert_msg(r.status == 0 && r.curl_code == 60, "%ld %d %s", r.status,
                 r.curl_code, r.error); /* CURLE_PEER_FAILED_VERIFICATION */
   sh_resp_free(&r);
+
+  /* forward secrecy and AEAD only (docs/security.md): TLS 1.3, and 1.2
+   * with ECDHE and GCM or ChaCha20, not CBC, not TLS 1.1 */
+  static const struct {
+    const char *priority;
+    int ok;
+  } offers[] = {
+      {"NORMAL:-VERS-ALL:+VERS-TLS1.3", 1},
+      {"NORMAL:-VERS-ALL:+VERS-TLS1.2", 1},
+      {"NORMAL:-VERS-ALL:+VERS-TLS1.2:-CIPHER-ALL:+CHACHA20-POLY1305", 1},
+      {"NORMAL:-VERS-ALL:+VERS-TLS1.2:-CIPHER-ALL:+AES-128-CBC:+AES-256-CBC",
+       0},
+      {"NORMAL:-VERS-ALL:+VERS-TLS1.1", 0},
+  };
+  for (size_t i = 0; i < sizeof offers / sizeof offers[0]; i++) {
+    int rc = tls_handshake(p, offers[i].priority);
+    ck_assert_msg((rc == 0) == offers[i].ok, "%s: %s", offers[i].priority,
+                  rc ? gnutls_strerror(rc) : "accepted");
+  }
 
   /* plain HTTP to the TLS port: closed at once, no HTTP reply */
   char got[4096];

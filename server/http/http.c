@@ -368,12 +368,17 @@ int attnd_http_start(attnd_server_t *s) {
    * a connection slot and the body read so far. */
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                    MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-  /* TLS 1.2 and 1.3 only; the options are empty for plain HTTP. */
-  struct MHD_OptionItem tls[] = {{MHD_OPTION_HTTPS_MEM_CERT, 0, NULL},
-                                 {MHD_OPTION_HTTPS_MEM_KEY, 0, NULL},
-                                 {MHD_OPTION_HTTPS_PRIORITIES, 0,
-                                  "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"},
-                                 {MHD_OPTION_END, 0, NULL}};
+  /* TLS 1.2 and 1.3 only, 1.2 with forward secrecy (ECDHE) and AEAD
+   * ciphers only: no CBC, no static RSA. The options are empty for plain
+   * HTTP. */
+  struct MHD_OptionItem tls[] = {
+      {MHD_OPTION_HTTPS_MEM_CERT, 0, NULL},
+      {MHD_OPTION_HTTPS_MEM_KEY, 0, NULL},
+      {MHD_OPTION_HTTPS_PRIORITIES, 0,
+       "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:"
+       "-CIPHER-ALL:+AES-256-GCM:+AES-128-GCM:+CHACHA20-POLY1305:"
+       "-MAC-ALL:+AEAD:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA"},
+      {MHD_OPTION_END, 0, NULL}};
   if (c->tls_cert_file[0] || c->tls_key_file[0]) {
     char msg[1024];
     if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
