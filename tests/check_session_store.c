@@ -418,6 +418,61 @@ START_TEST(test_ids_that_collide) {
 }
 END_TEST
 
+static int by_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Listing pages through every session once, in id order, whatever the
+ * page size (a heap of the page's least ids): 300 random ids, pages of 1,
+ * 2, 7, 299, 300 and 1000, each from the start and from a cut in the middle
+ * (an `after` that is no session's id). */
+START_TEST(test_list_pages) {
+  enum { N = 300 };
+  attnd_sessions_t *ls = attnd_sessions_new(64 << 20, NULL, NULL);
+  ck_assert_ptr_nonnull(ls);
+  static char ids[N][33];
+  char *sorted[N];
+  attnd_session_shape_t sh = {.H = 1, .Hkv = 1, .Dh = 2, .Dv = 2};
+  attnd_session_info_t in, page[1000];
+  attnd_error_t e;
+  uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < N; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    snprintf(ids[i], sizeof ids[i], "%016llx%016llx", (unsigned long long)x,
+             (unsigned long long)(x * 0x9e3779b97f4a7c15ull));
+    ck_assert_int_eq(attnd_session_create(ls, &sh, 64, 600, ids[i], &in, &e),
+                     0);
+    sorted[i] = ids[i];
+  }
+  qsort(sorted, N, sizeof *sorted, by_str);
+  static const size_t sizes[] = {1, 2, 7, 299, 300, 1000};
+  for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++)
+    for (int from_mid = 0; from_mid < 2; from_mid++) {
+      char after[40] = "";
+      int at = 0, more = 1;
+      if (from_mid) { /* just before sorted[N / 2]: its last digit less 1 */
+        snprintf(after, sizeof after, "%s", sorted[N / 2]);
+        after[31]--;
+        at = N / 2;
+      }
+      while (more) {
+        int k = attnd_session_list(ls, after, page, sizes[z], &more);
+        ck_assert_int_ge(k, 0);
+        ck_assert_int_le(k, (int)sizes[z]);
+        for (int i = 0; i < k; i++, at++) {
+          ck_assert_int_lt(at, N);
+          ck_assert_str_eq(page[i].id, sorted[at]);
+        }
+        ck_assert_int_eq(more, at < N);
+        if (k)
+          snprintf(after, sizeof after, "%s", page[k - 1].id);
+      }
+      ck_assert_int_eq(at, N);
+    }
+  attnd_sessions_free(ls);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("session_store");
   TCase *tc = tcase_create("device pages");
@@ -430,6 +485,7 @@ Suite *test_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("ids");
   tcase_add_test(tc, test_ids_that_collide);
+  tcase_add_test(tc, test_list_pages);
   suite_add_tcase(s, tc);
   return s;
 }

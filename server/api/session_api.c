@@ -282,10 +282,14 @@ int attnd_session_api_list(attnd_sessions_t *st, const char *limit,
     return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, NULL,
                            "out of memory listing sessions");
   int more = 0;
-  size_t k =
-      attnd_session_list(st, after ? after : "", infos, (size_t)n, &more);
+  int k = attnd_session_list(st, after ? after : "", infos, (size_t)n, &more);
+  if (k < 0) {
+    free(infos);
+    return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                           "out of memory listing sessions");
+  }
   attnd_buf_puts(reply, "{\"sessions\":[");
-  for (size_t i = 0; i < k; i++) {
+  for (int i = 0; i < k; i++) {
     if (i)
       attnd_buf_puts(reply, ",");
     attnd_session_info_json(&infos[i], reply);

@@ -763,31 +763,55 @@ static int by_id(const void *a, const void *b) {
                 (*(attnd_session_t *const *)b)->id);
 }
 
-size_t attnd_session_list(attnd_sessions_t *st, const char *after,
-                          attnd_session_info_t *infos, size_t max, int *more) {
+/* Restores the max-heap by id h[0..n) below i. */
+static void sift_down(attnd_session_t **h, size_t n, size_t i) {
+  for (size_t c; (c = 2 * i + 1) < n; i = c) {
+    if (c + 1 < n && strcmp(h[c + 1]->id, h[c]->id) > 0)
+      c++;
+    if (strcmp(h[c]->id, h[i]->id) <= 0)
+      break;
+    attnd_session_t *t = h[i];
+    h[i] = h[c];
+    h[c] = t;
+  }
+}
+
+int attnd_session_list(attnd_sessions_t *st, const char *after,
+                       attnd_session_info_t *infos, size_t max, int *more) {
+  /* the max + 1 least ids after `after`, in a max-heap: a page costs
+   * sessions × log(max) under the lock, whatever page it is, not a sort of
+   * every session */
+  size_t cap = max + 1, n = 0;
+  attnd_session_t **h = malloc(cap * sizeof *h);
+  if (h == NULL)
+    return -1;
   uv_mutex_lock(&st->mu);
   sweep(st, attnd_now_ms());
-  attnd_session_t **all = malloc((st->count ? st->count : 1) * sizeof *all);
-  size_t n = 0, k = 0;
-  *more = 0;
-  if (all) {
-    for (size_t i = 0; i < st->n_buckets; i++)
-      for (attnd_session_t *s = st->buckets[i]; s; s = s->hnext)
-        all[n++] = s;
-    qsort(all, n, sizeof *all, by_id);
-    for (size_t i = 0; i < n; i++) {
-      if (strcmp(all[i]->id, after) <= 0)
+  for (size_t i = 0; i < st->n_buckets; i++)
+    for (attnd_session_t *s = st->buckets[i]; s; s = s->hnext) {
+      if (strcmp(s->id, after) <= 0)
         continue;
-      if (k == max) {
-        *more = 1;
-        break;
+      if (n < cap) { /* sift up */
+        size_t j = n++;
+        for (h[j] = s; j && strcmp(h[(j - 1) / 2]->id, h[j]->id) < 0;
+             j = (j - 1) / 2) {
+          attnd_session_t *t = h[j];
+          h[j] = h[(j - 1) / 2];
+          h[(j - 1) / 2] = t;
+        }
+      } else if (strcmp(s->id, h[0]->id) < 0) {
+        h[0] = s;
+        sift_down(h, n, 0);
       }
-      info_of(st, all[i], &infos[k++]);
     }
-  }
-  free(all);
+  qsort(h, n, sizeof *h, by_id);
+  *more = n == cap;
+  size_t k = n < max ? n : max;
+  for (size_t i = 0; i < k; i++)
+    info_of(st, h[i], &infos[i]);
   uv_mutex_unlock(&st->mu);
-  return k;
+  free(h);
+  return (int)k;
 }
 
 int attnd_session_shape(attnd_sessions_t *st, const char *id,

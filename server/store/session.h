@@ -135,9 +135,9 @@ int attnd_session_truncate(attnd_sessions_t *st, const char *id, int64_t length,
 
 /* Up to `max` sessions whose ids sort after `after` ("" for the first),
  * in id order, into infos; *more says whether others follow. Returns how
- * many. */
-size_t attnd_session_list(attnd_sessions_t *st, const char *after,
-                          attnd_session_info_t *infos, size_t max, int *more);
+ * many, or -1 out of memory. A page costs the sessions times log(max). */
+int attnd_session_list(attnd_sessions_t *st, const char *after,
+                       attnd_session_info_t *infos, size_t max, int *more);
 
 /* The shape of session `id`, with a new reference to its layers (for
  * decoding a step's body before it is enqueued). The errors of get. */
