@@ -697,7 +697,12 @@ int attnd_session_fork(attnd_sessions_t *st, const char *id,
                        attnd_session_info_t *info, attnd_error_t *err) {
   uv_mutex_lock(&st->mu);
   attnd_session_t *s = lookup(st, id, err), *f = NULL;
-  if (s) {
+  if (s && !idle(s)) /* its pages half written: what would the fork hold? */
+    attnd_error_set(err, ATTND_ERR_SESSION_BUSY, "session",
+                    "session %s has a step in flight; fork it after the "
+                    "step's reply",
+                    s->id);
+  else if (s) {
     s->used = attnd_now_ms();
     if (idle(s)) { /* the parent is the most recently used now */
       lru_remove(st, s);

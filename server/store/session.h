@@ -123,8 +123,9 @@ int attnd_session_delete(attnd_sessions_t *st, const char *id,
                          attnd_error_t *err);
 
 /* A new session with the pages of `id` shared, copy on write, its id
- * beginning with id's first 16 digits: its info in *info. The same errors, and
- * overloaded (429) when the store is full. */
+ * beginning with id's first 16 digits: its info in *info. The same errors,
+ * overloaded (429) when the store is full, and, as truncate, session_busy
+ * (409) while a step is in flight or waiting. */
 int attnd_session_fork(attnd_sessions_t *st, const char *id,
                        attnd_session_info_t *info, attnd_error_t *err);
 
