@@ -66,7 +66,7 @@ export function drawLegend(canvas, ticks, mode, max) {
 // counted from `offset` (a zoomed map's first position).
 export function drawAxis(el, n, size, per, labels, gap, vertical, offset = 0) {
   el.textContent = "";
-  const step = niceStep(Math.ceil(gap / size), per);
+  const step = niceStep(Math.ceil(gap / size), per, n);
   for (let c = 0; c < n; c += step) {
     const s = document.createElement("span");
     const i = c * per;
@@ -81,8 +81,16 @@ export function drawAxis(el, n, size, per, labels, gap, vertical, offset = 0) {
 
 // The smallest step of cells, at least `raw`, whose positions (step * per)
 // are 1, 2 or 5 times a power of ten: labels at 0, 10, 20 ... or 0, 50, 100.
-function niceStep(raw, per) {
+// Where no such step is shorter than the axis's n cells (per = 3, 7, 32:
+// no power of ten is a multiple), a step of 1, 2 or 5 times a power of ten
+// cells, so that the axis still has its labels.
+function niceStep(raw, per, n) {
   if (raw <= 1) return 1;
-  for (let e = 1; ; e *= 10)
-    for (const m of [1, 2, 5]) if ((m * e) % per === 0 && (m * e) / per >= raw) return (m * e) / per;
+  for (let e = 1; e < n * per; e *= 10)
+    for (const m of [1, 2, 5]) {
+      const s = (m * e) / per;
+      if (s >= n) break;
+      if ((m * e) % per === 0 && s >= raw) return s;
+    }
+  for (let e = 1; ; e *= 10) for (const m of [1, 2, 5]) if (m * e >= raw) return m * e;
 }

@@ -65,7 +65,11 @@ async function stopServer(srv) {
 let passed = 0, failed = 0;
 const report = []; // lines for the summary
 
+// ATTND_UI_ONLY=<regular expression>: only the checks whose names match
+const only = process.env.ATTND_UI_ONLY ? new RegExp(process.env.ATTND_UI_ONLY) : null;
+
 async function check(name, fn) {
+  if (only && !only.test(name)) return;
   const t0 = Date.now();
   try {
     await fn();
@@ -256,6 +260,30 @@ async function main() {
       return bad;
     });
     assert(bad.length === 0, bad.join("\n"));
+    await page.close();
+  });
+
+  await check("axes are labelled whatever a cell covers (3, 7, 32 positions ...)", async () => {
+    // a pooled axis is labelled where positions are round; per = 3 or 32
+    // has no round multiple within the axis, and once drew "0" alone
+    const page = await open(`${srv.url}/#mode=inline&E=32&H=2&Hkv=2&L=1200`);
+    const bad = await page.evaluate(async () => {
+      const { drawAxis } = await import("/ui/heatmap.js");
+      const bad = [];
+      for (let per = 1; per <= 64; per++) {
+        const el = document.createElement("div"), n = Math.ceil(32768 / per) > 512 ? 512 : Math.ceil(32768 / per);
+        drawAxis(el, n, 1, per, [], 14, true, 100);
+        const got = [...el.children].map((s) => Number(s.textContent));
+        if (got.length < 2 || got.length > n / 14 + 1) bad.push(`per ${per}: ${got.length} labels over ${n} cells`);
+        if (got.some((x, k) => k && (x - 100) % per !== 0)) bad.push(`per ${per}: ${got.slice(0, 4)}`);
+      }
+      return bad;
+    });
+    assert(bad.length === 0, bad.join("; "));
+    await runs(page, 1);
+    await clean(page);
+    const axis = await page.$$eval("#query-axis span", (s) => s.map((x) => x.textContent));
+    assert(axis.length >= 10 && axis[0] === "0" && axis[1] === "60", `L=1200 (3 positions a cell): the query axis reads ${axis.slice(0, 5)}`);
     await page.close();
   });
 
