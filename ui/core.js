@@ -157,6 +157,24 @@ export function bytesToFloat32(u) {
   return f;
 }
 
+// Little-endian float16 or bfloat16 bytes (`return.dtype`: two bytes an
+// element) as a Float32Array.
+export function halfToFloat32(u, dtype) {
+  if (u.byteLength % 2) throw new Error(`${u.byteLength} bytes are not ${dtype}s`);
+  const n = u.byteLength / 2, f = new Float32Array(n);
+  if (dtype === "bfloat16") {
+    const w = new Uint32Array(f.buffer); // the top half of a float32
+    for (let i = 0; i < n; i++) w[i] = ((u[2 * i + 1] << 8) | u[2 * i]) << 16;
+    return f;
+  }
+  for (let i = 0; i < n; i++) {
+    const h = (u[2 * i + 1] << 8) | u[2 * i], e = (h >> 10) & 31, m = h & 1023;
+    const v = e === 0 ? m * 2 ** -24 : e === 31 ? (m ? NaN : Infinity) : (1024 + m) * 2 ** (e - 25);
+    f[i] = h & 0x8000 ? -v : v;
+  }
+  return f;
+}
+
 export function float32ToBytes(f) {
   if (littleEndian) return new Uint8Array(f.buffer, f.byteOffset, f.byteLength);
   const u = new Uint8Array(f.length * 4), dv = new DataView(u.buffer);
@@ -196,6 +214,7 @@ export function readTensor(t) {
       const c = new Uint8Array(bytes); // aligned, little-endian as the host
       return { shape, data: new Int32Array(c.buffer, 0, c.length >> 2) };
     }
+    if (t.dtype === "float16" || t.dtype === "bfloat16") return { shape, data: halfToFloat32(bytes, t.dtype) };
     return { shape, data: t.dtype === "bool" ? bytes : bytesToFloat32(bytes) };
   }
   if (Array.isArray(t.data)) return { shape, data: Float32Array.from(t.data, Number) };

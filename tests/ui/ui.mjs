@@ -353,6 +353,27 @@ async function main() {
     example = page;
   });
 
+  await check("replies in float16 and bfloat16 (return.dtype) draw the weights they carry", async () => {
+    // the README's worked example, its reply's tensors two bytes an element:
+    // once read as float32, 0.8 and 0.2 drew as 1e-8 and 5e-4, and the
+    // output's 4 bytes stopped the page ("2 bytes are not float32s")
+    const link = readmeLink();
+    const req = JSON.parse(Buffer.from(link.slice(link.indexOf("req=") + 4), "base64url").toString());
+    for (const dtype of ["float16", "bfloat16"]) {
+      req.return.dtype = dtype;
+      const page = await open(`${srv.url}/#mode=json&req=${Buffer.from(JSON.stringify(req)).toString("base64url")}`);
+      await runs(page, 1);
+      await clean(page);
+      const w = await page.evaluate(() => window.attnd.view().maps.map((m) => Array.from(m.fine.data)));
+      const want = [[0.8, 0.2], [0.25, 0.75], [0.525, 0.475]];
+      assert(w.length === 3 && w.every((m, k) => close(m, want[k], 0.005)), `${dtype}: the maps hold ${JSON.stringify(w)}`);
+      const out = await text(page, "#output-info");
+      const m = /^output \[1, 1\]: ([0-9.]+)/.exec(out);
+      assert(m && Math.abs(Number(m[1]) - 4.6) < 0.02, `${dtype}: ${out}`);
+      await page.close();
+    }
+  });
+
   await check("a 422 shows its field beside the control that caused it", async () => {
     const page = await open(`${srv.url}/#mode=inline&E=64&H=3&Hkv=3&L=4`);
     await runs(page, 1);
