@@ -299,6 +299,12 @@ async function runOnce() {
   const seq = ++runs;
   clearErrors();
   readControls();
+  // the list failed (the server was down, or wanted the key): ask again
+  if (state.mode === "layer" && !layers) {
+    await loadLayers();
+    if (seq !== runs) return;
+    readControls();
+  }
   let built;
   try {
     built = buildRequest();
@@ -346,6 +352,9 @@ async function runOnce() {
     const control = res.status === 401 ? "apikey" : controlFor(e.field, e.code, built.mode) || "run";
     const where = showError(control, `${e.field ? e.field + ": " : ""}${e.message || "no message"} (${res.status} ${e.code || ""})`.trim());
     setStatus(`The server answered ${res.status} ${e.code || ""}${where !== "run" ? `; see ${labelOf(where)}` : ""}.`);
+    // the layer is gone or changed (a reload, a restart): the next Run
+    // should see the server's list, not the one from when the page opened
+    if (control === "layer") await loadLayers();
     return;
   }
   render(reply, built, { fetch_ms: t1 - t0, body_ms: t2 - t1, parse_ms: t3 - t2 });

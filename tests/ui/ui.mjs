@@ -482,6 +482,44 @@ async function main() {
     await page.close();
   });
 
+  await check("layers: the list is asked for again after it failed, and after the server refused a layer", async () => {
+    // GET /v1/layers fails once, as while the server restarts: Run asks
+    // again (the page kept "the layers are not known" until reloaded)
+    let fail = 1, stale = 0;
+    const page = await open(`${srv.url}/#mode=layer&layer=demo&tokens=a+b+c`, async (p) => {
+      await p.setRequestInterception(true);
+      p.on("request", async (r) => {
+        if (!r.url().endsWith("/v1/layers")) return r.continue();
+        if (fail > 0) { fail--; return r.abort("connectionrefused"); }
+        if (stale > 0) { // the list from before a reload: demo was 32 wide
+          stale--;
+          const real = await (await fetch(`${srv.url}/v1/layers`)).json();
+          for (const l of real.layers) l.embed_dim = 32;
+          return r.respond({ status: 200, contentType: "application/json", body: JSON.stringify(real) });
+        }
+        return r.continue();
+      });
+    });
+    await runs(page, 1);
+    assert(!(await shown(page, "#err-layer")), `beside the layer: ${await text(page, "#err-layer")}`);
+    assert((await page.$$("#grid canvas")).length === 5, "the demo layer is not drawn");
+    // a list from before the layer changed: the server refuses the width,
+    // the page asks for the list again, and the next Run is drawn
+    stale = 1;
+    await page.evaluate(() => document.getElementById("apikey").dispatchEvent(new Event("change")));
+    await page.waitForFunction(() => /E 32/.test(document.getElementById("layer-info").textContent), { timeout: 5000 });
+    await page.click("#run");
+    await runs(page, 2);
+    assert(/422 shape_mismatch/.test(await text(page, "#err-layer")), `beside the layer: ${await text(page, "#err-layer")}`);
+    assert(/E 64/.test(await text(page, "#layer-info")), `the layer's info after the 422: ${await text(page, "#layer-info")}`);
+    await page.click("#run");
+    await runs(page, 3);
+    assert(!(await shown(page, "#err-layer")), `beside the layer: ${await text(page, "#err-layer")}`);
+    assert((await page.$$("#grid canvas")).length === 5, "the demo layer is not drawn again");
+    await clean(page);
+    await page.close();
+  });
+
   await check("L=4096, the mean only: downsampled 8 × 8", async () => {
     const page = await open(`${srv.url}/#mode=inline&E=32&H=4&Hkv=4&L=4096&causal=top_left&weights=mean`);
     await runs(page, 1, 90000);
