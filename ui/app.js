@@ -537,10 +537,11 @@ function describe(m) {
     else if (x > best) { best = x; at = k; }
   }
   const r = Math.floor(at / p.nc), c = at % p.nc;
+  const z = v.long ? v.long.z : { q0: 0, k0: 0 }; // absolute positions, as the axes and the tooltip
   const parts = [`${m.name}: ${v.Lq} × ${v.Lk}`];
   if (best < 0) parts.push("every cell is masked");
-  else if (p.rb === 1 && p.cb === 1) parts.push(`largest weight ${core.formatWeight(best)}, query ${r} (${v.qLabels[r]}) to key ${c} (${v.kLabels[c]})`);
-  else parts.push(`largest weight ${core.formatWeight(best)}, in queries ${r * p.rb}–${Math.min(v.Lq, (r + 1) * p.rb) - 1} and keys ${c * p.cb}–${Math.min(v.Lk, (c + 1) * p.cb) - 1}`);
+  else if (p.rb === 1 && p.cb === 1) parts.push(`largest weight ${core.formatWeight(best)}, query ${z.q0 + r} (${v.qLabels[r]}) to key ${z.k0 + c} (${v.kLabels[c]})`);
+  else parts.push(`largest weight ${core.formatWeight(best)}, in queries ${z.q0 + r * p.rb}–${z.q0 + Math.min(v.Lq, (r + 1) * p.rb) - 1} and keys ${z.k0 + c * p.cb}–${z.k0 + Math.min(v.Lk, (c + 1) * p.cb) - 1}`);
   if (masked) parts.push(`${Math.round((100 * masked) / p.data.length)}% of the cells masked`);
   let text = parts.join("; ") + ".";
   if (p.rb === 1 && p.cb === 1 && p.data.length <= 32) {

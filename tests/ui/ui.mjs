@@ -607,6 +607,23 @@ async function main() {
     await page.close();
   });
 
+  await check("a zoomed long map's text alternative names absolute positions, as its tooltip does", async () => {
+    // L = 4104 zoomed to queries 2048-3072 and keys 1024-2048 (the server
+    // pools 2 x 2): the largest block was named from 0, not from 2048
+    const page = await open(`${srv.url}/#mode=inline&E=32&H=2&Hkv=2&L=4104&causal=bottom_right&zoom=2048-3072,1024-2048`);
+    await runs(page, 1, 60000);
+    await clean(page);
+    const desc = await text(page, "#big-desc");
+    const m = /largest weight ([0-9.e-]+), in queries (\d+)–(\d+) and keys (\d+)–(\d+)/.exec(desc);
+    assert(m, `the enlarged map's text: ${desc}`);
+    const [q0, q1, k0, k1] = m.slice(2).map(Number);
+    assert(q0 >= 2048 && q1 < 3072 && k0 >= 1024 && k1 < 2048 && q1 - q0 === 1 && k1 - k0 === 1, `named: queries ${q0}–${q1}, keys ${k0}–${k1}`);
+    // the tooltip of that cell names the same block and weight
+    const tip = await hoverCell(page, (q0 - 2048) / 2, (k0 - 1024) / 2, 512, 512);
+    assert(tip.includes(`queries ${q0}–${q1} → keys ${k0}–${k1}: largest ${m[1]}`), `tooltip: ${tip}; text: ${desc}`);
+    await page.close();
+  });
+
   await check("the causal L=256 example with eight heads", async () => {
     const page = await open(`${srv.url}/`);
     await page.click("#ex-causal");
