@@ -89,10 +89,16 @@ function showMode() {
 }
 
 function tokensInfo() {
-  const labels = core.tokenLabels($("tokens").value, $("L").value);
-  $("tokens-info").textContent = $("tokens").value.trim()
-    ? `${labels.length} tokens: L = ${labels.length}`
-    : `L = ${labels.length}, the tokens labelled by their positions`;
+  const text = $("tokens").value.trim();
+  const n = text ? text.split(/\s+/).length : lengthOf($("L").value);
+  $("tokens-info").textContent = text ? `${n} tokens: L = ${n}` : `L = ${n}, the tokens labelled by their positions`;
+}
+
+// The positions a length gives (as core.tokenLabels counts them), without
+// making a label for each: a length of 1e9 typed would otherwise build
+// 1e9 strings before any check.
+function lengthOf(L) {
+  return Math.max(0, Math.floor(Number(L) || 0));
 }
 
 // One line a member, each value compact: the worked example stays short.
@@ -143,6 +149,8 @@ function buildRequest() {
     return { req: sent, mode, labels: state.tokens ? core.tokenLabels(state.tokens, 0) : null };
   }
 
+  if (!state.tokens && lengthOf(state.L) > MAX_L)
+    throw new InputError("tokens", `the page draws at most ${MAX_L} positions; this is ${lengthOf(state.L)}`);
   const labels = core.tokenLabels(state.tokens, state.L);
   if (labels.length === 0) throw new InputError("tokens", "type some tokens, or give a length of at least 1");
   if (labels.length > MAX_L) throw new InputError("tokens", `the page draws at most ${MAX_L} positions; this is ${labels.length}`);

@@ -395,6 +395,17 @@ async function main() {
     await page.close();
   });
 
+  await check("a length past 32768 is refused before any label is made (L = 1e9)", async () => {
+    // the page built a label for each of the 1e9 positions before it
+    // compared the count with its limit: the tab hung, then ran out of memory
+    const page = await open(`${srv.url}/#mode=inline&L=1000000000`);
+    await runs(page, 1, 10000);
+    assert(/at most 32768 positions; this is 1000000000/.test(await text(page, "#err-tokens")), await text(page, "#err-tokens"));
+    assert(/L = 1000000000/.test(await text(page, "#tokens-info")), await text(page, "#tokens-info"));
+    await clean(page);
+    await page.close();
+  });
+
   await check("network errors and replies that are not JSON are shown, never a blank page", async () => {
     let mode = "abort";
     const page = await open(`${srv.url}/`, async (p) => {
