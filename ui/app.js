@@ -833,7 +833,13 @@ function layerInfo() {
 
 function init() {
   on($("req-form"), "submit", (e) => { e.preventDefault(); return run(); });
-  for (const r of document.querySelectorAll("input[name=mode]")) on(r, "change", showMode);
+  // choosing a layer, as choosing it in the list, sets the causal control
+  // to the layer's default: left at none, the request overrode it
+  for (const r of document.querySelectorAll("input[name=mode]")) on(r, "change", () => {
+    showMode();
+    const l = r.value === "layer" && r.checked ? layerByName($("layer").value) : null;
+    if (l) $("causal").value = layerCausal(l) || "none";
+  });
   on($("tokens"), "input", tokensInfo);
   on($("L"), "input", tokensInfo);
   on($("reseed"), "click", () => { $("seed").value = String((Math.random() * 1e6) | 0); });

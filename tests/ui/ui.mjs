@@ -493,6 +493,22 @@ async function main() {
     await page.close();
   });
 
+  await check("a named layer chosen by hand: its causal default is sent", async () => {
+    // the causal control stayed at none when the source was switched to a
+    // layer, and the request's causal: false overrode the demo's default
+    const page = await open(`${srv.url}/`);
+    await page.click("#mode-layer");
+    await page.type("#tokens", "the cat sat on the mat");
+    await page.click("#run");
+    await runs(page, 1);
+    await clean(page);
+    const sent = await page.evaluate(() => JSON.parse(document.getElementById("req-preview").textContent));
+    assert(sent.layer === "demo" && sent.mask.causal === "bottom_right", `sent: ${JSON.stringify(sent.mask)}`);
+    const up = await hoverCell(page, 1, 2, 6, 6);
+    assert(/: masked$/.test(up), `tooltip above the diagonal: ${up}`);
+    await page.close();
+  });
+
   await check("layers: the list is asked for again after it failed, and after the server refused a layer", async () => {
     // GET /v1/layers fails once, as while the server restarts: Run asks
     // again (the page kept "the layers are not known" until reloaded)
