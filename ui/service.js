@@ -23,7 +23,16 @@ export function start(getKey) {
   if (running) return;
   running = true;
   prev = null;
+  gap();
   tick(++generation);
+}
+
+// A point of no values: the lines break there rather than join the
+// samples on either side of a time nothing was sampled (the tab closed,
+// the server unreachable).
+function gap() {
+  if (points.length && points[points.length - 1].gap) return;
+  points.push({ t: performance.now(), gap: true, rate: {}, queue: null, busy: null, p50: {}, p99: {} });
 }
 
 export function stop() {
@@ -104,6 +113,7 @@ async function tick(gen) {
     if (m.status === "rejected") {
       status.textContent = `Cannot reach the server: ${m.reason && m.reason.message}. Trying again every second.`;
       prev = null;
+      gap();
     } else if (m.value.status === 401) {
       status.textContent = "GET /metrics needs the API key: enter it on the Attention tab.";
     } else if (!m.value.ok) {

@@ -707,6 +707,27 @@ async function main() {
     await page.close();
   });
 
+  await check("the service panel breaks its lines where the server could not be reached", async () => {
+    // samples on either side of an outage were joined by one line, as if
+    // the rates had been measured through it
+    let down = false;
+    const page = await open(`${srv.url}/#tab=service`, async (p) => {
+      await p.setRequestInterception(true);
+      p.on("request", (r) => (down && r.url().endsWith("/metrics") ? r.abort("connectionrefused") : r.continue()));
+    });
+    const count = () => page.evaluate(() => window.attnd.service.count());
+    await page.waitForFunction(() => window.attnd.service.count() >= 3, { timeout: 8000 });
+    down = true;
+    await page.waitForFunction(() => /Cannot reach the server/.test(document.getElementById("svc-status").textContent), { timeout: 5000 });
+    down = false;
+    const k = await count();
+    await page.waitForFunction((n) => window.attnd.service.count() >= n + 3, { timeout: 8000 }, k);
+    const runs200 = await page.$$eval("#chart-rate svg .s0", (e) => e.length);
+    assert(runs200 === 2, `the 200 series is drawn in ${runs200} piece(s), not 2`);
+    await clean(page);
+    await page.close();
+  });
+
   await check("the service panel notes a draining server (/readyz 503)", async () => {
     const page = await open(`${srv.url}/#tab=service`, async (p) => {
       await p.setRequestInterception(true);
