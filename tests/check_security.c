@@ -182,6 +182,9 @@ START_TEST(test_keys) {
   sh_resp_t r = CALL(p, .path = "/v1/info");
   sh_assert_error(&r, 401, "unauthorized", NULL, "Authorization: Bearer", NULL);
   assert_header(&r, "WWW-Authenticate", "Bearer realm=\"attnd\"");
+  /* every body's type is the one given, never sniffed: errors may echo
+   * the client's text */
+  assert_header(&r, "X-Content-Type-Options", "nosniff");
   sh_resp_free(&r), fails++;
   static const char *const bad[] = {"Basic " KEY1, "Bearer", KEY1,
                                     "Bearer " KEY1 " " KEY2};

@@ -83,8 +83,11 @@ enum MHD_Result attnd_http_send_body(attnd_http_req_t *r, int status,
     body_release(body, pooled);
     return MHD_NO;
   }
-  if (ctype)
+  if (ctype) { /* never read as another type: a JSON error may echo the
+                 client's text */
     MHD_add_response_header(resp, "Content-Type", ctype);
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+  }
   if (coding)
     MHD_add_response_header(resp, "Content-Encoding", coding);
   if (status == 200 && len >= COMPRESS_MIN && len <= COMPRESS_MAX)
@@ -108,13 +111,13 @@ enum MHD_Result attnd_http_send_body(attnd_http_req_t *r, int status,
   }
   if (r->route && (r->route->flags & ATTND_ROUTE_ASSET) && status == 200) {
     /* the binary's files: revalidated (a new binary may change them), and
-     * the page's scripts only from here, none inline, no eval */
+     * the page's scripts only from here, none inline, no eval (and nosniff,
+     * as every reply with a body) */
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
-    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(
         resp, "Content-Security-Policy",
         "default-src 'none'; script-src 'self'; style-src 'self'; "
-        "img-src 'self' data:; connect-src 'self'; base-uri 'none'; "
+        "img-src 'self'; connect-src 'self'; base-uri 'none'; "
         "form-action 'none'; frame-ancestors 'none'");
   }
   if (r->route && (r->route->flags & ATTND_ROUTE_COMPUTES) && status == 200 &&
