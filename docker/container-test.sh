@@ -500,7 +500,15 @@ kernel=$(curl -s "$url/v1/info" | sed -n 's/.*"blas_kernel":"\([^"]*\)".*/\1/p')
 out=$(podman exec --user 0 "$CT-run" sh -c \
   'for f in /probe /tmp/probe /var/tmp/probe /run/probe; do touch "$f" 2>&1 && echo "wrote $f"; done' 2>&1 || true)
 [ "$(grep -c 'Read-only file system' <<<"$out")" = 4 ] || fail "the container's filesystem is writable: $out"
-pass "/healthz 200, HEALTHCHECK healthy, output 4.6, listening on 0.0.0.0:8080; demo layer served by default (output [3, 64], weights [3, 3]); $d1; $d2; /, /tmp, /var/tmp, /run read-only; OpenBLAS re-exec ok ($kernel)"
+# The limits attnd sizes itself by, read from its own cgroup inside a
+# container (server/cgroup.c; podman's default namespace here names the
+# host's cgroup path in /proc/self/cgroup): 1 GiB and one CPU give
+# max_memory_bytes 3/4 of the GiB and one worker.
+podman run --rm --memory 1g --cpus 1 $IMAGE --print-config >"$W/cgroup.log" 2>&1 ||
+  { show "$W/cgroup.log"; fail "podman run --print-config failed"; }
+grep -qx 'max_memory_bytes = 805306368' "$W/cgroup.log" && grep -qx 'workers = 1' "$W/cgroup.log" ||
+  { show "$W/cgroup.log"; fail "with --memory 1g --cpus 1, attnd did not size itself by the container's limits"; }
+pass "/healthz 200, HEALTHCHECK healthy, output 4.6, listening on 0.0.0.0:8080; demo layer served by default (output [3, 64], weights [3, 3]); $d1; $d2; /, /tmp, /var/tmp, /run read-only; OpenBLAS re-exec ok ($kernel); --memory 1g --cpus 1: max_memory_bytes 768 MiB, 1 worker"
 
 # ---- 5. drain ---------------------------------------------------------------------
 

@@ -8,6 +8,16 @@
  * is not a limit. A file that is missing, unreadable or holds no limit
  * ("max", -1, text that does not parse) bounds nothing.
  *
+ * The files are read in this process's own cgroup, the path that
+ * <root>/proc/self/cgroup names below the mount ("/" in a cgroup namespace,
+ * the host's path in a systemd service or a container sharing the host's
+ * namespace), and in every cgroup above it up to the mount: a quota or a
+ * memory limit anywhere on the way bounds the process, and the smallest
+ * wins; the cpuset is the nearest effective one. When that path is not a
+ * directory under the mount (a version 1 runtime that mounted the
+ * container's own cgroup there), the longest tail of it that is one, else
+ * the mount itself, stands for it.
+ *
  * The _at functions are pure apart from reading those files: they take the
  * root directory and what the machine offers, so that tests can run them on
  * a directory of fixtures. attnd_cgroup_cpus and attnd_cgroup_memory apply

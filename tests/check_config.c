@@ -2,6 +2,7 @@
  * the cgroup limits that size the "auto" values (server/cgroup.h), read
  * from directories of fixture files. */
 #include <check.h>
+#include <errno.h>
 #include <ftw.h>
 #include <sched.h>
 #include <stdint.h>
@@ -547,6 +548,8 @@ static void cg_fresh(void) {
   char path[256];
   snprintf(path, sizeof path, "%s/sys", cg_root);
   nftw(path, cg_remove, 16, FTW_DEPTH | FTW_PHYS);
+  snprintf(path, sizeof path, "%s/proc", cg_root);
+  nftw(path, cg_remove, 16, FTW_DEPTH | FTW_PHYS);
   static const char *const dirs[] = {"sys",
                                      "sys/fs",
                                      "sys/fs/cgroup",
@@ -563,6 +566,38 @@ static void cg_fresh(void) {
 static void cg_put(const char *rel, const char *text) {
   char path[256];
   snprintf(path, sizeof path, "%s/sys/fs/cgroup/%s", cg_root, rel);
+  FILE *f = fopen(path, "w");
+  ck_assert_msg(f != NULL, "cannot write %s", path);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* Makes <cg_root>/sys/fs/cgroup/<rel> and the directories above it. */
+static void cg_mkdirs(const char *rel) {
+  char path[512];
+  int base = snprintf(path, sizeof path, "%s/sys/fs/cgroup/", cg_root);
+  snprintf(path + base, sizeof path - (size_t)base, "%s", rel);
+  for (char *p = path + base;; p++) {
+    if (*p == '/' || *p == 0) {
+      char c = *p;
+      *p = 0;
+      ck_assert_msg(mkdir(path, 0700) == 0 || errno == EEXIST, "mkdir %s",
+                    path);
+      *p = c;
+      if (c == 0)
+        break;
+    }
+  }
+}
+
+/* Writes `text` as <cg_root>/proc/self/cgroup. */
+static void cg_put_self(const char *text) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/proc", cg_root);
+  ck_assert(mkdir(path, 0700) == 0 || errno == EEXIST);
+  snprintf(path, sizeof path, "%s/proc/self", cg_root);
+  ck_assert(mkdir(path, 0700) == 0 || errno == EEXIST);
+  snprintf(path, sizeof path, "%s/proc/self/cgroup", cg_root);
   FILE *f = fopen(path, "w");
   ck_assert_msg(f != NULL, "cannot write %s", path);
   fputs(text, f);
@@ -706,6 +741,116 @@ START_TEST(test_cgroup_memory) {
 }
 END_TEST
 
+/* The limits of this process's own cgroup, named by /proc/self/cgroup:
+ * outside a cgroup namespace (a systemd service, a container sharing the
+ * host's namespace) the mount shows the whole hierarchy, and the limits are
+ * in the process's directory below it and in those above that. Each case:
+ * /proc/self/cgroup, the directories, the files, and the CPUs (of 8) and
+ * memory (of a 64 GiB machine) expected. */
+/* clang-format off */
+static const struct {
+  const char *name, *self;
+  const char *dirs[3];
+  cg_file_t files[5];
+  int want_cpus;
+  int64_t want_mem;
+} nested_cases[] = {
+    {"v2 systemd service: its own memory.max and cpu.max",
+     "0::/system.slice/attnd.service\n",
+     {"system.slice/attnd.service"},
+     {{"system.slice/attnd.service/memory.max", "1073741824\n"},
+      {"system.slice/attnd.service/cpu.max", "200000 100000\n"},
+      {"system.slice/memory.max", "max\n"},
+      {"system.slice/cpu.max", "max 100000\n"}},
+     2, GIB},
+    {"v2 host namespace: a parent's limits bound the leaf",
+     "0::/kubepods.slice/pod1/ctr\n",
+     {"kubepods.slice/pod1/ctr"},
+     {{"kubepods.slice/pod1/ctr/memory.max", "max\n"},
+      {"kubepods.slice/pod1/memory.max", "536870912\n"},
+      {"kubepods.slice/pod1/cpu.max", "50000 100000\n"},
+      {"kubepods.slice/memory.max", "4294967296\n"}},
+     1, 512 << 20},
+    {"v2: the smallest on the way wins, wherever it is",
+     "0::/a/b\n",
+     {"a/b"},
+     {{"a/b/memory.max", "2147483648\n"},
+      {"a/memory.max", "3221225472\n"},
+      {"a/b/cpu.max", "600000 100000\n"},
+      {"a/cpu.max", "300000 100000\n"}},
+     3, 2 * GIB},
+    {"v2: the nearest cpuset",
+     "0::/a/b\n",
+     {"a/b"},
+     {{"a/b/cpuset.cpus.effective", "0-2\n"},
+      {"a/cpuset.cpus.effective", "0-5\n"},
+      {"cpuset.cpus.effective", "0-7\n"}},
+     3, 64 * GIB},
+    {"v2 cgroup namespace (\"0::/\"): the mount's own files",
+     "0::/\n",
+     {NULL},
+     {{"memory.max", "1073741824\n"}, {"cpu.max", "100000 100000\n"}},
+     1, GIB},
+    {"v1 systemd service: memory and cpu,cpuacct lines",
+     "12:pids:/system.slice/attnd.service\n"
+     "4:memory:/system.slice/attnd.service\n"
+     "3:cpu,cpuacct:/system.slice/attnd.service\n"
+     "0::/system.slice/attnd.service\n",
+     {"memory/system.slice/attnd.service", "cpu/system.slice/attnd.service"},
+     {{"memory/system.slice/attnd.service/memory.limit_in_bytes",
+       "805306368\n"},
+      {"memory/memory.limit_in_bytes", "9223372036854771712\n"},
+      {"cpu/system.slice/attnd.service/cpu.cfs_quota_us", "150000\n"},
+      {"cpu/system.slice/attnd.service/cpu.cfs_period_us", "100000\n"},
+      {"cpu/cpu.cfs_quota_us", "-1\n"}},
+     2, 768 << 20},
+    /* runc's version 1 mounts: the container's own cgroup at the mount,
+     * the host's path in /proc/self/cgroup */
+    {"v1 container: the host's path is not under the mount",
+     "4:memory:/libpod_parent/libpod-0123abcd\n"
+     "3:cpu:/libpod_parent/libpod-0123abcd\n",
+     {NULL},
+     {{"memory/memory.limit_in_bytes", "1073741824\n"},
+      {"cpu/cpu.cfs_quota_us", "100000\n"},
+      {"cpu/cpu.cfs_period_us", "100000\n"}},
+     1, GIB},
+    {"v1: the longest tail of the path that is a directory",
+     "4:memory:/docker/abc/inner\n",
+     {"memory/inner"},
+     {{"memory/inner/memory.limit_in_bytes", "536870912\n"},
+      {"memory/memory.limit_in_bytes", "1073741824\n"}},
+     8, 512 << 20},
+    {"a path above the namespace's root: the mount",
+     "0::/../../x\n",
+     {"x"},
+     {{"x/memory.max", "1\n"}, {"memory.max", "1073741824\n"}},
+     8, GIB},
+    {"hybrid: no v2 files on the unified path, v1's are read",
+     "4:memory:/user.slice\n0::/user.slice\n",
+     {"memory/user.slice", "unified/user.slice"},
+     {{"memory/user.slice/memory.limit_in_bytes", "1073741824\n"},
+      {"unified/user.slice/memory.max", "1\n"}},
+     8, GIB},
+};
+/* clang-format on */
+#define N_NESTED_CASES (int)(sizeof nested_cases / sizeof nested_cases[0])
+
+START_TEST(test_cgroup_nested) {
+  cg_put_self(nested_cases[_i].self);
+  for (int k = 0; k < 3 && nested_cases[_i].dirs[k]; k++)
+    cg_mkdirs(nested_cases[_i].dirs[k]);
+  for (int k = 0; k < 5 && nested_cases[_i].files[k].rel; k++)
+    cg_put(nested_cases[_i].files[k].rel, nested_cases[_i].files[k].text);
+  int cpus = attnd_cgroup_cpus_at(cg_root, 8);
+  int64_t mem = attnd_cgroup_memory_at(cg_root, 64 * GIB);
+  ck_assert_msg(cpus == nested_cases[_i].want_cpus, "%s: %d CPUs, expected %d",
+                nested_cases[_i].name, cpus, nested_cases[_i].want_cpus);
+  ck_assert_msg(mem == nested_cases[_i].want_mem,
+                "%s: %lld bytes, expected %lld", nested_cases[_i].name,
+                (long long)mem, (long long)nested_cases[_i].want_mem);
+}
+END_TEST
+
 /* A root given with a trailing slash reads the same files. */
 START_TEST(test_cgroup_root_spelling) {
   cg_put("cpu.max", "150000 100000\n");
@@ -772,6 +917,7 @@ Suite *test_suite(void) {
   tcase_add_checked_fixture(tc, cg_fresh, NULL);
   tcase_add_loop_test(tc, test_cgroup_cpus, 0, N_CPU_CASES);
   tcase_add_loop_test(tc, test_cgroup_memory, 0, N_MEM_CASES);
+  tcase_add_loop_test(tc, test_cgroup_nested, 0, N_NESTED_CASES);
   tcase_add_test(tc, test_cgroup_root_spelling);
   suite_add_tcase(s, tc);
   return s;
