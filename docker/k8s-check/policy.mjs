@@ -66,6 +66,15 @@ function checkDeployment({ file, obj: dep }) {
   );
   rule(c.livenessProbe?.httpGet?.path === "/healthz", at("liveness probe on /healthz"));
   rule(c.readinessProbe?.httpGet?.path === "/readyz", at("readiness probe on /readyz"));
+  // attnd listens only once its layers are loaded (serve.c), and every probe
+  // until then is refused: without a startup probe the liveness probe (no
+  // initial delay) restarts a pod still loading after its third failure,
+  // about 20 s, and the next one too. Two minutes at least for the load.
+  const window = (p) => (p?.initialDelaySeconds ?? 0) + (p?.periodSeconds ?? 10) * (p?.failureThreshold ?? 3);
+  rule(
+    c.startupProbe?.httpGet?.path === "/healthz" && window(c.startupProbe) >= 120,
+    at(`startup probe on /healthz, ${c.startupProbe ? window(c.startupProbe) : 0} s >= 120 s for the layers to load before liveness applies`),
+  );
   for (const kind of ["requests", "limits"])
     rule(
       c.resources?.[kind]?.cpu !== undefined && c.resources?.[kind]?.memory !== undefined,
