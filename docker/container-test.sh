@@ -699,6 +699,10 @@ for i in 1 2 3; do
   [ "$(podman inspect -f '{{.HostConfig.ReadonlyRootfs}}' "${CT}_attnd${i}_1")" = true ] || fail "replica attnd$i: root not read-only"
   rw=$(podman inspect -f '{{range .Mounts}}{{if eq .Destination "/layers"}}{{.RW}}{{end}}{{end}}' "${CT}_attnd${i}_1")
   [ "$rw" = false ] || fail "replica attnd$i: /layers mounted '${rw:-not at all}', not read-only"
+  # compose.yaml's mem_limit (3g): attnd's memory budget is 3/4 of it, not
+  # of the host's memory.
+  mm=$(podman exec "${CT}_attnd${i}_1" attnd --print-config | sed -n 's/^max_memory_bytes = //p')
+  [ "$mm" = 2415919104 ] || fail "replica attnd$i: max_memory_bytes $mm, not 3/4 of compose.yaml's mem_limit 3g"
 done
 for i in $(seq 9); do reply=$(worked "$url") || fail "worked example through nginx: $reply"; done
 # The layer, through nginx: listed, and six requests (two a replica).

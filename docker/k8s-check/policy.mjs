@@ -248,6 +248,13 @@ if (compose) {
     const grace = Number(String(s.stop_grace_period ?? "10s").replace(/s$/, ""));
     const d = Number(e.ATTND_DRAIN_TIMEOUT_S ?? 60);
     rule(bad.length === 0 && grace > d, `compose: ${name}: attnd keys only, stop_grace_period ${grace} s > drain ${d} s`);
+    // max_memory_bytes = auto is 3/4 of the container's limit: without one,
+    // of the host's memory, for each replica.
+    const mem = s.deploy?.resources?.limits?.memory ?? s.mem_limit;
+    rule(
+      mem !== undefined || e.ATTND_MAX_MEMORY_BYTES !== undefined,
+      `compose: ${name}: a memory limit (${mem ?? "none"}) that max_memory_bytes = auto is sized from, or max_memory_bytes set`,
+    );
     // Short ("SRC:DST[:OPTS]", SRC maybe "${VAR:-default}") or long syntax.
     const mounts = (s.volumes ?? []).map((v) => {
       if (typeof v !== "string") return { target: v.target, ro: v.read_only === true };
