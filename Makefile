@@ -479,6 +479,8 @@ $(BUILD)/e2e-bench: $(BUILD)/bench/e2e_bench.o $(BUILD)/bench/bench.o $(BUILD)/b
 $(BUILD)/decode-bench: $(BUILD)/bench/decode_bench.o $(BUILD)/bench/bench.o $(BUILD)/bench/server.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 $(TEST_BIN): $(BUILD)/bench/server.o
+# check_bench tests what the benchmark programs share (bench/bench.c).
+$(BUILD)/tests/check_bench: $(BUILD)/bench/bench.o
 # attnd with a pool of pinned memory made of ordinary memory
 # (tests/pinned/), which check_pinned starts where there is no GPU.
 $(BUILD)/tests/attnd-pinned: $(BUILD)/tests/pinned/attnd_pinned.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a

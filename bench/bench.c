@@ -1,6 +1,7 @@
 /* bench/bench.c: see bench.h. */
 #include "bench.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +19,15 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-double bench_median(double *x, int n) {
-  qsort(x, (size_t)n, sizeof *x, cmp_double);
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+double bench_median(const double *x, int n) {
+  double *s = malloc((size_t)n * sizeof *s); /* a copy: x stays paired */
+  if (s == NULL)
+    return NAN;
+  memcpy(s, x, (size_t)n * sizeof *s);
+  qsort(s, (size_t)n, sizeof *s, cmp_double);
+  double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  free(s);
+  return m;
 }
 
 /* xorshift64, not attnd_splitmix64: another generator, kept so that a seed

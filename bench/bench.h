@@ -8,8 +8,10 @@
 /* Monotonic clock, milliseconds. */
 double bench_now_ms(void);
 
-/* The median of x[0..n), n >= 1; sorts x. */
-double bench_median(double *x, int n);
+/* The median of x[0..n), n >= 1, or NAN when out of memory. x stays in
+ * run order (a copy is sorted), so that run i still pairs with the other
+ * runs i after it. */
+double bench_median(const double *x, int n);
 
 /* n floats uniform in [-amp, amp) from a xorshift seeded with `seed`, in a
  * new malloc'd array, or NULL. */
