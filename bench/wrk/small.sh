@@ -33,6 +33,7 @@ csv=$build/bench/small.csv
 mkdir -p "$out" "$build/bench"
 PREFILL=64 LIMIT=64
 
+: >"$out/attnd.log" # there, and not the last run's, before the polling reads it
 "$build/attnd" --port 0 --layers "$build/demo/demo.safetensors" \
   --access-log off >"$out/attnd.log" 2>&1 &
 pid=$!
