@@ -101,7 +101,7 @@ def attn_section(rows, path):
     body = []
     by = {}
     for r in rows:
-        th = int(r["threads"])
+        th = int(num(r, "threads", path))
         by[(r["name"], th)] = r
         x1 = num(r, "x_one_thread", path)
         body.append([r["name"], r["B"], r["Lq"], r["Lk"], r["E"],

@@ -11,6 +11,8 @@
 #     one cell, and a rate under the floor is marked; a half-precision row
 #     ("bf16 pack") is in the tensor's table, not among the worst bodies;
 #   - a missing CSV exits 1, names the file, and leaves the page as it was;
+#     so does a row cut short or with no thread count (attn.csv's threads
+#     was read with int(), and a bad value ended in a traceback);
 #   - docs/performance.md itself has the markers, once each.
 # usage: sh tests/perf-table/check.sh (from the repository root)
 set -eu
@@ -66,6 +68,23 @@ if /usr/bin/python3 tools/perf-table.py "$tmp/partial" "$tmp/page.md" \
 fi
 grep -q 'small.csv' "$tmp/err" || fail "the error does not name small.csv: $(cat "$tmp/err")"
 cmp -s "$tmp/page.md" "$tmp/kept.md" || fail "a failed run changed the page"
+
+# a malformed or cut-short row (a run killed mid-row): exit 1, the file
+# named, no traceback, the page untouched
+for cut in 's/^\(L2048 generic,1,2048\),.*/\1/' 's/,none,1,generic/,none,,generic/'; do
+  rm -rf "$tmp/bad" && mkdir "$tmp/bad"
+  cp "$here"/bench/*.csv "$tmp/bad/"
+  sed -i "$cut" "$tmp/bad/attn.csv"
+  if /usr/bin/python3 tools/perf-table.py "$tmp/bad" "$tmp/page.md" \
+    2>"$tmp/err"; then
+    fail "exit 0 with attn.csv's last row malformed ($cut)"
+  fi
+  if ! grep -q '^perf-table: .*attn.csv: ' "$tmp/err" ||
+    grep -q Traceback "$tmp/err"; then
+    fail "a malformed attn.csv ($cut) is not named: $(cat "$tmp/err")"
+  fi
+  cmp -s "$tmp/page.md" "$tmp/kept.md" || fail "a failed run changed the page"
+done
 
 # the real page has its markers, once each
 [ "$(grep -c '^<!-- perf-table: begin' docs/performance.md)" = 1 ] &&
