@@ -1930,15 +1930,9 @@ static const struct {
 
 START_TEST(test_open_loop_uniform_count) {
   /* a port bound but not listening: connections to it are refused */
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t al = sizeof a;
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+  int port, fd = sh_bound_port_assert(&port);
   char url[64], err[256];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d/x", ntohs(a.sin_port));
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/x", port);
   curl_global_init(CURL_GLOBAL_ALL);
   load_run_t run = {.url = url,
                     .mode = LOAD_OPEN,
@@ -2064,17 +2058,14 @@ static void fake_stop(fake_t *f) {
   close(f->fd);
 }
 
-/* One session, a prefill and no steps, against a server that answers one
- * request (_i: the creation, then the prefill) with a wrong 2xx: the run
- * sends that request again and goes on. Each request sent ends as exactly
- * one of ok and the errors: the wrong reply is an error (bad_replies), not
- * a success too. */
-START_TEST(test_decode_bad_reply_counts_once) {
-  fake_t f;
-  fake_start(&f, (int)_i, 4);
+/* One session, a prefill of 4 tokens and no steps, run to its end against
+ * the scripted server, which answers request `bad_at` wrongly (every one
+ * when -1); the server stopped, with f->n its requests, st the run's. */
+static void decode_against(fake_t *f, int bad_at, load_decode_stats_t *st) {
+  fake_start(f, bad_at, 4);
   curl_global_init(CURL_GLOBAL_ALL);
   char base[64], err[256];
-  snprintf(base, sizeof base, "http://127.0.0.1:%d", f.port);
+  snprintf(base, sizeof base, "http://127.0.0.1:%d", f->port);
   load_decode_run_t run = {.base = base,
                            .shape = &dec_shape,
                            .sessions = 1,
@@ -2083,10 +2074,20 @@ START_TEST(test_decode_bad_reply_counts_once) {
                            .concurrency = 1,
                            .timeout_s = 10,
                            .seed = 1};
+  ck_assert_int_eq(load_decode_stats_init(st), 0);
+  ck_assert_msg(load_decode_run(&run, st, err, sizeof err) == 0, "%s", err);
+  fake_stop(f);
+}
+
+/* One session, a prefill and no steps, against a server that answers one
+ * request (_i: the creation, then the prefill) with a wrong 2xx: the run
+ * sends that request again and goes on. Each request sent ends as exactly
+ * one of ok and the errors: the wrong reply is an error (bad_replies), not
+ * a success too. */
+START_TEST(test_decode_bad_reply_counts_once) {
+  fake_t f;
   load_decode_stats_t st;
-  ck_assert_int_eq(load_decode_stats_init(&st), 0);
-  ck_assert_msg(load_decode_run(&run, &st, err, sizeof err) == 0, "%s", err);
-  fake_stop(&f);
+  decode_against(&f, (int)_i, &st);
   /* create, prefill, delete, and the one sent again */
   ck_assert_int_eq(f.n, 4);
   ck_assert_int_eq(st.sent, 4);
@@ -2111,22 +2112,8 @@ END_TEST
  * (a wrong reply must not reset the count of failures in a row). */
 START_TEST(test_decode_wrong_replies_abandon) {
   fake_t f;
-  fake_start(&f, -1, 4);
-  curl_global_init(CURL_GLOBAL_ALL);
-  char base[64], err[256];
-  snprintf(base, sizeof base, "http://127.0.0.1:%d", f.port);
-  load_decode_run_t run = {.base = base,
-                           .shape = &dec_shape,
-                           .sessions = 1,
-                           .prefill = 4,
-                           .steps = 0,
-                           .concurrency = 1,
-                           .timeout_s = 10,
-                           .seed = 1};
   load_decode_stats_t st;
-  ck_assert_int_eq(load_decode_stats_init(&st), 0);
-  ck_assert_msg(load_decode_run(&run, &st, err, sizeof err) == 0, "%s", err);
-  fake_stop(&f);
+  decode_against(&f, -1, &st);
   ck_assert_int_eq(st.abandoned, 1);
   ck_assert_int_eq(st.sessions_done, 0);
   ck_assert_int_eq(st.sent, LOAD_DECODE_MAX_FAILS);

@@ -1909,7 +1909,10 @@ END_TEST
 
 /* ---- ttl_s -------------------------------------------------------------- */
 
-START_TEST(test_ttl) {
+/* A server of one worker, session_ttl_s 60 and session_max_ttl_s 100, a
+ * client of it and an rng seeded with `seed`. */
+static void ttl_server(sh_server_t *srv, sh_client_t *c, tu_rng_t *rng,
+                       uint64_t seed) {
   const char *args[] = {"--session-max-ttl-s",
                         "100",
                         "--session-ttl-s",
@@ -1917,12 +1920,16 @@ START_TEST(test_ttl) {
                         "--workers",
                         "1",
                         NULL};
+  start(srv, args);
+  sh_client_init(c, srv->port);
+  tu_rng_seed(rng, seed);
+}
+
+START_TEST(test_ttl) {
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 61);
+  ttl_server(&srv, &c, &rng, 61);
   char ida[40], idb[40], idc[40], idd[40];
   char *b1 = create_text(SH_SMALL, "{\"ttl_s\":1}"),
        *b0 = create_text(SH_SMALL, NULL);
@@ -1983,19 +1990,10 @@ END_TEST
  * no request to the sessions since, attnd_sessions, the pool's bytes and
  * attnd_session_ends_total{cause="expired"} say so within a second. */
 START_TEST(test_ttl_metrics) {
-  const char *args[] = {"--session-max-ttl-s",
-                        "100",
-                        "--session-ttl-s",
-                        "60",
-                        "--workers",
-                        "1",
-                        NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 67);
+  ttl_server(&srv, &c, &rng, 67);
   char *b1 = create_text(SH_SMALL, "{\"ttl_s\":1}"),
        *b0 = create_text(SH_SMALL, NULL);
   char ida[40], idb[40];
