@@ -19,6 +19,7 @@
  *     tools/device/check.sh runs there): their bytes, and cuda requests and
  *     sessions reading them computing what the cpu does. */
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
@@ -902,11 +903,18 @@ START_TEST(test_reload_during_reload) {
   ck_assert_int_eq(rename(path, cfg), 0);
   kill(s.pid, SIGHUP); /* held reading config.json */
   wait_events(&s, "\"event\":\"keys_reloaded\"", 1);
+  /* the first reload at config.json, done with the llama directory before
+   * its files are rewritten (in place: a reload still reading them would
+   * read them cut short): an open of the FIFO for writing without blocking
+   * fails (ENXIO) until a reader has it open */
+  int fd = -1;
+  for (double end = sh_now() + 20; fd < 0 && sh_now() < end; usleep(5000))
+    fd = open(cfg, O_WRONLY | O_NONBLOCK);
+  ck_assert_msg(fd >= 0, "the reload never opened config.json: %s",
+                strerror(errno));
   llama_dir(dir, 12, &w2);
   kill(s.pid, SIGHUP); /* while the first runs */
   wait_events(&s, "\"event\":\"keys_reloaded\"", 2);
-  int fd = open(cfg, O_WRONLY); /* once the first reload opens it */
-  ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(write(fd, config, strlen(config)), (ssize_t)strlen(config));
   snprintf(path, sizeof path, "%s/config.tmp", other);
   ck_assert_int_eq(lf_write_text(path, config), 0);
