@@ -365,7 +365,14 @@ async function runOnce() {
     if (control === "layer") await loadLayers();
     return;
   }
-  render(reply, built, { fetch_ms: t1 - t0, body_ms: t2 - t1, parse_ms: t3 - t2 });
+  try {
+    render(reply, built, { fetch_ms: t1 - t0, body_ms: t2 - t1, parse_ms: t3 - t2 });
+  } catch (e) {
+    // the banner still names it (a fault of the page's, or a reply unlike
+    // the docs'); the status must not go on saying "Running…"
+    setStatus(`Failed: HTTP ${res.status}, but the reply could not be drawn.`);
+    throw e;
+  }
 }
 
 // ---- drawing the reply ---------------------------------------------------

@@ -413,6 +413,7 @@ async function main() {
       p.on("request", (r) => {
         if (!r.url().endsWith("/v1/attention")) return r.continue();
         if (mode === "abort") return r.abort("connectionrefused");
+        if (mode === "noweights") return r.respond({ status: 200, contentType: "application/json", body: '{"output":[[0]]}' });
         return r.respond({ status: 502, contentType: "text/html", body: "<h1>Bad Gateway</h1>" });
       });
     });
@@ -424,6 +425,12 @@ async function main() {
     await runs(page, 2);
     assert(/HTTP 502, and the reply is not JSON/.test(await text(page, "#err-run")), await text(page, "#err-run"));
     await clean(page);
+    // a 200 the page cannot draw: named in the banner, and the status says so
+    mode = "noweights";
+    await page.click("#run");
+    await runs(page, 3);
+    assert(/could not be drawn/.test(await text(page, "#status")), await text(page, "#status"));
+    assert(/the reply has no weights/.test(await text(page, "#page-error")), await text(page, "#page-error"));
     await page.close();
   });
 
