@@ -383,7 +383,7 @@ static int compare_weights(int64_t L, int rounds) {
          "turns; ratio to none, median [min, max] of the rounds:\n",
          (long long)L, rounds);
   printf("%-8s %10s %22s %10s %22s %9s\n", "weights", "cpu_ms", "cpu ratio",
-         "wall_ms", "wall ratio", "ws_MB");
+         "wall_ms", "wall ratio", "ws_MiB");
   for (int k = 0; k < K; k++) {
     double lo[2] = {1e300, 1e300}, hi[2] = {0, 0};
     for (int r = 0; r < rounds; r++) {
@@ -534,14 +534,15 @@ int main(int argc, char **argv) {
   if (csv)
     fprintf(csv,
             "name,B,Lq,Lk,E,H,Hkv,mask,weights,threads,path,median_ms,"
-            "gflops,x_sgemm,proj_x_sgemm,x_one_thread,peak_rss_mb,torch_ms,"
+            "gflops,x_sgemm,proj_x_sgemm,x_one_thread,peak_rss_mib,torch_ms,"
             "x_torch,sgemm_gflops,projection_ms,attention_ms,output_ms,"
             "projection_busy_ms,attention_busy_ms,output_busy_ms\n");
   printf("%-19s %2s %6s %6s %5s %3s %3s %-6s %-8s %2s %-16s %10s %8s %6s %6s "
          "%6s %8s %9s %9s %9s%s\n",
          "row", "B", "Lq", "Lk", "E", "H", "Hkv", "mask", "weights", "th",
-         "path", "median_ms", "GFLOP/s", "x_sgemm", "proj_x", "x_1th", "rss_MB",
-         "proj_ms", "attn_ms", "out_ms", torch ? "   torch_ms  x_torch" : "");
+         "path", "median_ms", "GFLOP/s", "x_sgemm", "proj_x", "x_1th",
+         "rss_MiB", "proj_ms", "attn_ms", "out_ms",
+         torch ? "   torch_ms  x_torch" : "");
   for (size_t i = 0; i < ntable; i++) {
     const row_t *r = &table[i];
     if ((quick && !r->quick) ||

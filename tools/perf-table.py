@@ -111,10 +111,10 @@ def attn_section(rows, path):
                      f(num(r, "x_sgemm", path), 2),
                      f(num(r, "proj_x_sgemm", path), 2),
                      f(x1, 2) if x1 > 0 else "-",
-                     f(num(r, "peak_rss_mb", path), 0)])
+                     f(num(r, "peak_rss_mib", path), 0)])
     out = [table(["row", "B", "Lq", "Lk", "E", "H/Hkv", "mask", "weights",
                   "threads", "path", "median ms", "GFLOP/s", "x_sgemm",
-                  "proj_x", "x_1th", "peak RSS MB"], body,
+                  "proj_x", "x_1th", "peak RSS MiB"], body,
                  "lrrrrrllrlrrrrrr")]
     notes = []
     for th in (1, 2):
@@ -238,7 +238,7 @@ def section(bench):
     attn = read(bench, "attn.csv",
                 ["name", "B", "Lq", "Lk", "E", "H", "Hkv", "mask", "weights",
                  "threads", "path", "median_ms", "gflops", "x_sgemm",
-                 "proj_x_sgemm", "x_one_thread", "peak_rss_mb",
+                 "proj_x_sgemm", "x_one_thread", "peak_rss_mib",
                  "sgemm_gflops"])
     codec = read(bench, "codec.csv", ["operation", "impl", "text_mb",
                                       "median_ms", "text_mb_s", "float_mb_s"])
