@@ -188,12 +188,83 @@ START_TEST(test_memory_follows_request) {
 }
 END_TEST
 
+/* A budget of BUDGET_MB, and a body whose tensor holds a number past
+ * float32 at its end: the fast path refuses it, but in words the slow path
+ * might choose otherwise, so jansson parses the whole body too, into a
+ * tree of about 20 bytes a byte of "0," (a value and its array slot each).
+ * That tree is memory the request holds: it counts in the budget like
+ * any, and a parse the budget cannot hold stops there (422 where it could
+ * never fit, else 429). Unbudgeted, the 8 MB body's tree grew attnd by
+ * 176 MB, past the whole budget of 64. */
+#define BUDGET_MB 64
+
+static void setup_budget(void) {
+  const char *args[] = {"--workers",
+                        "1",
+                        "--http-threads",
+                        "2",
+                        "--max-memory-bytes",
+                        "64M",
+                        "--kv-cache-bytes",
+                        "1M",
+                        NULL};
+  ck_assert_msg(sh_server_start(&srv, args) == 0, "%s", srv.log);
+}
+
+START_TEST(test_parse_tree_budgeted) {
+  const int rows = 8192, cols = 512;
+  char *body = malloc((size_t)rows * cols * 2 + 128), *w = body;
+  ck_assert_ptr_nonnull(body);
+  w += sprintf(w, "{\"num_heads\": 8, \"query\": [");
+  for (int i = 0; i < rows; i++) {
+    *w++ = '[';
+    for (int k = 0; k < cols - 1; k++)
+      *w++ = '0', *w++ = ',';
+    w += sprintf(w, i == rows - 1 ? "1e39]" : "0],");
+  }
+  w += sprintf(w, "]}");
+  size_t len = (size_t)(w - body);
+
+  long before = status_bytes("VmRSS:");
+  reset_peak();
+  sh_resp_t r;
+  ck_assert_int_eq(sh_post(srv.port, body, len, &r), 0);
+  free(body);
+  long peak = status_bytes("VmHWM:");
+  /* refused: non_finite where the tree fitted, limit_exceeded where it
+   * never can (it was the non_finite, after 168 MB) */
+  ck_assert_msg(r.status == 422 && strstr(r.body, "\"limit_exceeded\"") &&
+                    strstr(r.body, "(its body and its JSON parsed)"),
+                "%ld %s", r.status, r.body);
+  sh_resp_free(&r);
+  fprintf(stderr,
+          "check_memory: a %.1f MB body parsed whole: peak %.1f MB over the "
+          "%.1f MB before, budget %d MB\n",
+          (double)len / 1048576, (double)(peak - before) / 1048576,
+          (double)before / 1048576, BUDGET_MB);
+#if !defined(__SANITIZE_ADDRESS__)
+  ck_assert_msg(peak - before <= ((long)BUDGET_MB << 20) + MEM_BASE,
+                "peak RSS %ld bytes over the %ld before: past the budget of "
+                "%d MB plus %d",
+                peak - before, before, BUDGET_MB, MEM_BASE);
+#endif
+  /* and all of it is given back */
+  ck_assert_double_eq(sh_metric(srv.port, "attnd_memory_held_bytes"),
+                      sh_metric(srv.port, "attnd_scratch_bytes"));
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("memory");
   TCase *tc = tcase_create("shapes");
   tcase_set_timeout(tc, 300);
   tcase_add_unchecked_fixture(tc, setup_server, teardown_server);
   tcase_add_loop_test(tc, test_memory_follows_request, 0, N_SHAPES);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("budget");
+  tcase_set_timeout(tc, 300);
+  tcase_add_unchecked_fixture(tc, setup_budget, teardown_server);
+  tcase_add_test(tc, test_parse_tree_budgeted);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -81,6 +81,14 @@ int attnd_api_take_memory(attnd_http_req_t *r, attnd_request_t *req,
  * much of it now. */
 int attnd_api_hold_memory(attnd_http_req_t *r, int64_t need, const char *what,
                           attnd_error_t *e);
+/* Around a protocol's decoding of r's body: from _begin to _end, the
+ * JSON parser's trees count in r's share of the budget (decode.h,
+ * attnd__dec_meter_begin), which attnd_api_decoded gives back with the
+ * body's. _end returns `bad`; where decoding failed as out of memory
+ * because the budget was short, e is then the budget's error instead:
+ * overloaded (429), or limit_exceeded when the parse could never fit. */
+void attnd_api_meter_begin(attnd_http_req_t *r);
+int attnd_api_meter_end(attnd_http_req_t *r, int bad, attnd_error_t *e);
 /* What the scheduler needs of req besides req (attnd_sched_job_t): its
  * tag r, deadline, cancel flag, client's socket and tokens. */
 attnd_sched_job_t attnd_api_job(attnd_http_req_t *r, attnd_request_t *req);

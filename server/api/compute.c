@@ -22,6 +22,20 @@ int attnd_api_hold_memory(attnd_http_req_t *r, int64_t need, const char *what,
   return 0;
 }
 
+void attnd_api_meter_begin(attnd_http_req_t *r) {
+  attnd__dec_meter_begin(&r->srv->budget, &r->mem_held);
+}
+
+int attnd_api_meter_end(attnd_http_req_t *r, int bad, attnd_error_t *e) {
+  int64_t need = attnd__dec_meter_end();
+  if (bad < 0 && need > 0 && e->code == ATTND_ERR_OUT_OF_MEMORY)
+    return need > r->srv->budget.max
+               ? attnd_http_budget_never(r, need,
+                                         "its body and its JSON parsed", e)
+               : attnd_http_budget_full(r, need, e);
+  return bad;
+}
+
 int attnd_api_take_memory(attnd_http_req_t *r, attnd_request_t *req,
                           attnd_error_t *e) {
   attnd_server_t *s = r->srv;

@@ -8,6 +8,7 @@
 
 #include "codec/bulk.h"
 #include "model/layers.h"
+#include "sched/budget.h"
 #include "sched/request.h"
 #include "store/session.h"
 
@@ -120,6 +121,14 @@ int attnd__dec_fault(const char *body, size_t len, const attnd_bulk_set_t *bulk,
  * _begin must be freed (json_decref) before _end, on this thread, and none
  * may be kept. */
 void attnd__dec_tree_begin(void);
+/* From _begin to _end, the heap bytes of the jansson trees this thread
+ * makes count in budget `b`: at their most, taken into *held (the
+ * request's share, which the caller gives back), and a value that does
+ * not fit fails as out of memory would (the parse ends, out_of_memory).
+ _end returns 0, or the bytes the request's share would have needed when
+ * the budget was short. HTTP thread. */
+void attnd__dec_meter_begin(attnd_budget_t *b, int64_t *held);
+int64_t attnd__dec_meter_end(void);
 void attnd__dec_tree_end(void);
 /* The bytes of a small body's skeleton, written on the decoder's stack
  * (attnd_buf_init_in); a bigger one moves to the heap. */

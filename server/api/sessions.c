@@ -107,8 +107,10 @@ enum MHD_Result attnd_sessions_step(attnd_http_req_t *r) {
   attnd_request_t *j = NULL;
   if (attnd_session_shape(s->sessions, r->sid, &shape, &e) < 0)
     return attnd_http_send_error(r, &e);
+  attnd_api_meter_begin(r);
   int bad = attnd_step_decode(r->body.data ? r->body.data + r->pad : "",
                               r->body.len - r->pad, s->cfg, &shape, &j, &e);
+  bad = attnd_api_meter_end(r, bad, &e);
   attnd_layer_set_unref(shape.layers); /* a request with a layer holds one */
   attnd_buf_free(&r->body);
   /* the body's share of the budget becomes the decoded step's: what it

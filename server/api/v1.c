@@ -12,9 +12,11 @@ enum MHD_Result attnd_v1_attention(attnd_http_req_t *r) {
   attnd_error_t e;
   attnd_request_t *req = NULL;
   attnd_layer_set_t *layers = attnd_server_layers(s);
+  attnd_api_meter_begin(r);
   int bad =
       attnd_request_decode(r->body.data ? r->body.data + r->pad : "",
                            r->body.len - r->pad, s->cfg, layers, &req, &e);
+  bad = attnd_api_meter_end(r, bad, &e);
   attnd_layer_set_unref(layers); /* a request with a layer holds its own */
   attnd_buf_free(&r->body);
   return attnd_api_decoded(r, bad, req, &e);

@@ -104,9 +104,11 @@ enum MHD_Result attnd_v2_infer(attnd_http_req_t *r) {
    * in the exchange's own buffer */
   void *own =
       !r->body.lent || r->body.data == r->body_pinned ? r->body.data : NULL;
+  attnd_api_meter_begin(r);
   int bad = attnd_oip_decode(
       r->model, r->body.data ? r->body.data + r->pad : "", r->body.len - r->pad,
       r->json_len, &own, r->body.cap, s->cfg, layers, &req, &e);
+  bad = attnd_api_meter_end(r, bad, &e);
   attnd_layer_set_unref(layers); /* a request with a layer holds its own */
   if (own == NULL) {             /* the request took the body */
     if (r->body.data == r->body_pinned)
