@@ -30,8 +30,8 @@ int attnd_api_meter_end(attnd_http_req_t *r, int bad, attnd_error_t *e) {
   int64_t need = attnd__dec_meter_end();
   if (bad < 0 && need > 0 && e->code == ATTND_ERR_OUT_OF_MEMORY)
     return need > r->srv->budget.max
-               ? attnd_http_budget_never(r, need,
-                                         "its body and its JSON parsed", e)
+               ? attnd_http_budget_never(
+                     r, need, "its body and its JSON parsed, at least", e)
                : attnd_http_budget_full(r, need, e);
   return bad;
 }
