@@ -213,7 +213,7 @@ static void setup_budget(void) {
 
 START_TEST(test_parse_tree_budgeted) {
   const int rows = 8192, cols = 512;
-  char *body = malloc((size_t)rows * cols * 2 + 128), *w = body;
+  char *body = malloc((size_t)rows * (cols * 2 + 8) + 128), *w = body;
   ck_assert_ptr_nonnull(body);
   w += sprintf(w, "{\"num_heads\": 8, \"query\": [");
   for (int i = 0; i < rows; i++) {
