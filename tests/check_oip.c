@@ -1189,6 +1189,17 @@ static const err_case_t err_cases[] = {
      "}],\"outputs\":[{\"name\":\"output\"},{\"name\":\"weights\"}]}",
      "limit_exceeded", "outputs[1]",
      "the reply would take up to 17408 bytes, over max_response_bytes 16384"},
+    /* the same with a reduction of the weights, and no dense weights, as
+     * what makes the reply too large: named, not "outputs[-1]" */
+    {NULL,
+     "{\"parameters\":{\"num_heads\":4,\"weights_pool_queries\":1,"
+     "\"weights_pool_keys\":1},\"inputs\":[{\"name\":\"query\","
+     "\"datatype\":\"FP32\",\"shape\":[16,4],\"data\":[[1,1,1,1],[1,1,1,1],"
+     "[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],"
+     "[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1]]"
+     "}],\"outputs\":[{\"name\":\"output\"},{\"name\":\"weights_pooled\"}]}",
+     "limit_exceeded", "outputs[1]",
+     "the reply would take up to 17664 bytes, over max_response_bytes 16384"},
     /* the reductions of the weights */
     {NULL, GEN(",\"weights_top_k\":2", "", ""), "invalid_value", "parameters",
      "parameters.weights_top_k is given, but no output that uses it"},

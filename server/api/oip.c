@@ -452,6 +452,17 @@ static int read_output(oip_t *o, const json_t *v, size_t at) {
   return 0;
 }
 
+/* The output of those in `outputs` (ATTND_OIP_* bits) asked for first in
+ * "outputs" (its O_* index), or -1 when none is asked for. */
+static int first_asked(const oip_t *o, unsigned outputs) {
+  int k = -1;
+  for (int i = 0; i < N_OUTPUTS; i++)
+    if ((outputs >> i & 1) && o->output_at[i] >= 0 &&
+        (k < 0 || o->output_at[i] < o->output_at[k]))
+      k = i;
+  return k;
+}
+
 /* The reductions of the weights (attn_reduce_t) that the outputs ask for,
  * with the weights_* parameters that shape them: each output needs its
  * parameters (top_k for weights_top_k_*, both pool sizes for
@@ -571,10 +582,14 @@ static void remap_field(oip_t *o) {
     snprintf(to, sizeof to, "model");
   else if (!*to && pick >= 0)
     snprintf(to, sizeof to, "parameters.%s", param_names[pick]);
+  /* "return.weights": the dense weights asked for, else the reduction
+   * asked for first */
   int out = strcmp(f, "return.head_outputs") == 0 ? O_HEAD_OUTPUTS
             : strcmp(f, "return.weights") != 0    ? -1
             : o->output_at[O_WEIGHTS] >= 0        ? O_WEIGHTS
-                                                  : O_WEIGHTS_MEAN;
+            : o->output_at[O_WEIGHTS_MEAN] >= 0
+                ? O_WEIGHTS_MEAN
+                : first_asked(o, ~(1u << O_OUTPUT | 1u << O_HEAD_OUTPUTS));
   if (!*to && out >= 0)
     snprintf(to, sizeof to, "outputs[%d]", o->output_at[out]);
   if (!*to && strcmp(f, "layer") == 0)
