@@ -1233,6 +1233,22 @@ static const err_case_t err_cases[] = {
          "", ",\"outputs\":[{\"name\":\"weights_top_k_value\"}]"),
      "invalid_value", "parameters.weights_query_start",
      "query_range is [1, 5); it must lie in [0, Lq = 2)"},
+    /* a reduction beside the dense weights: the outputs named, not a
+     * parameter that was never given */
+    {NULL,
+     GEN("", "",
+         ",\"outputs\":[{\"name\":\"weights\"},{\"name\":\"weights_entropy\"}"
+         "]"),
+     "invalid_value", "outputs[1]",
+     "outputs[1].name is 'weights_entropy'|not computed beside the dense "
+     "weights|outputs[0]"},
+    {NULL,
+     GEN(",\"weights_pool_queries\":1,\"weights_pool_keys\":1", "",
+         ",\"outputs\":[{\"name\":\"weights_pooled\"},{\"name\":\"output\"},"
+         "{\"name\":\"weights_mean\"}]"),
+     "invalid_value", "outputs[0]",
+     "outputs[0].name is 'weights_pooled'|not computed beside the dense "
+     "weights_mean (outputs[2])"},
 };
 #pragma GCC diagnostic pop
 

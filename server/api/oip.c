@@ -466,7 +466,8 @@ static int first_asked(const oip_t *o, unsigned outputs) {
 /* The reductions of the weights (attn_reduce_t) that the outputs ask for,
  * with the weights_* parameters that shape them: each output needs its
  * parameters (top_k for weights_top_k_*, both pool sizes for
- * weights_pooled), and each parameter an output that uses it. */
+ * weights_pooled), and each parameter an output that uses it. The core
+ * computes them in place of the dense weights, never beside them. */
 static int reductions(oip_t *o) {
   attnd_request_t *j = o->d.req;
   attn_reduce_t *r = &j->params.reduce;
@@ -474,6 +475,18 @@ static int reductions(oip_t *o) {
   const unsigned top_k = ATTND_OIP_TOP_K_INDEX | ATTND_OIP_TOP_K_VALUE;
   const unsigned any = top_k | ATTND_OIP_POOLED | ATTND_OIP_ENTROPY |
                        ATTND_OIP_SINK | ATTND_OIP_DISTANCE;
+  int red = first_asked(o, any),
+      dense = first_asked(o, ATTND_OIP_WEIGHTS | ATTND_OIP_WEIGHTS_MEAN);
+  if (red >= 0 && dense >= 0) {
+    char field[32];
+    attnd_fmt_index(field, sizeof field, "outputs", o->output_at[red]);
+    return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
+             "%s.name is '%s', a reduction of the weights, which is not "
+             "computed beside the dense %s (outputs[%d]): ask for one or the "
+             "other",
+             field, output_names[red], output_names[dense],
+             o->output_at[dense]);
+  }
   struct {
     param_t param;
     unsigned outputs; /* the outputs that use it */
