@@ -1195,6 +1195,36 @@ START_TEST(test_output_datatypes) {
 }
 END_TEST
 
+/* output_datatype FP16 refuses a value past 65504 in the outputs the reply
+ * sends, not in those it leaves out: here output (1e5) is not asked for,
+ * and the weights are; then it is, and named. */
+START_TEST(test_output_datatype_unasked) {
+  static const char *const fmt =
+      "{\"parameters\":{\"num_heads\":1,\"output_datatype\":\"FP16\"},"
+      "\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,2],"
+      "\"data\":[0,0]},{\"name\":\"value\",\"datatype\":\"FP32\",\"shape\":"
+      "[1,2],\"data\":[1e5,1e5]}],\"outputs\":[{\"name\":\"weights\"}%s]}";
+  char body[512];
+  snprintf(body, sizeof body, fmt, "");
+  sh_resp_t r = infer_text(srv.port, "attention", body);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+  json_t *v = json_of(&r);
+  const json_t *o = json_array_get(json_object_get(v, "outputs"), 0);
+  ck_assert_uint_eq(json_array_size(json_object_get(v, "outputs")), 1);
+  ck_assert_str_eq(json_string_value(json_object_get(o, "datatype")), "FP16");
+  const json_t *data = json_object_get(o, "data");
+  ck_assert_uint_eq(json_array_size(data), 1);
+  ck_assert(json_number_value(json_array_get(data, 0)) == 1.0);
+  json_decref(v);
+  sh_resp_free(&r);
+  snprintf(body, sizeof body, fmt, ",{\"name\":\"output\"}");
+  r = infer_text(srv.port, "attention", body);
+  assert_oip_error(&r, 400, "output element 0", "float16",
+                   "parameters.output_datatype");
+  sh_resp_free(&r);
+}
+END_TEST
+
 /* The same query three ways: Python floats ("0.1"), float32's tolist()
  * ("0.10000000149011612") and binary: one float32 each, one result. */
 START_TEST(test_number_spellings) {
@@ -2505,6 +2535,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_weights_reduce, 0, 2);
   tcase_add_loop_test(tc, test_float_datatypes, 0, 4);
   tcase_add_loop_test(tc, test_output_datatypes, 0, 4);
+  tcase_add_test(tc, test_output_datatype_unasked);
   tcase_add_test(tc, test_number_spellings);
   tcase_add_test(tc, test_json_default_output);
   tcase_add_test(tc, test_layer_model);

@@ -52,7 +52,9 @@ static int alloc_outputs(attnd_request_t *j) {
 /* Rounds j's float results to its reply's dtype (half.h), in place, once
  * it has computed them. A value the dtype cannot hold (beyond float16's
  * 65504) fails the request as ATTN_ENUMERIC, naming the result, the
- * element and the path that asked for the dtype. */
+ * element and the path that asked for the dtype. An OIP request's results
+ * that its reply leaves out (output, which the core always computes, when
+ * not asked for) are neither rounded nor checked. */
 static void round_results(attnd_request_t *j) {
   const attn_plan_t *pl = &j->plan;
   const attn_outputs_t *o = &j->out;
@@ -62,16 +64,22 @@ static void round_results(attnd_request_t *j) {
     float *x;
     int64_t n;
     const char *name;
-  } r[] = {{o->out, pl->out_elems, "output"},
-           {o->weights, pl->weights_elems, "weights"},
-           {o->mean_weights, pl->mean_elems, "weights"},
-           {o->head_outputs, pl->head_elems, "head_outputs"},
-           {o->top_k_value, pl->top_k_elems, "weights_top_k value"},
-           {o->pooled, pl->pooled_elems, "weights_pooled"},
-           {o->entropy, pl->stats_elems, "weights_stats entropy"},
-           {o->sink, pl->stats_elems, "weights_stats sink"},
-           {o->distance, pl->stats_elems, "weights_stats distance"}};
+    unsigned oip; /* its ATTND_OIP_* bit */
+  } r[] = {
+      {o->out, pl->out_elems, "output", ATTND_OIP_OUTPUT},
+      {o->weights, pl->weights_elems, "weights", ATTND_OIP_WEIGHTS},
+      {o->mean_weights, pl->mean_elems, "weights", ATTND_OIP_WEIGHTS_MEAN},
+      {o->head_outputs, pl->head_elems, "head_outputs", ATTND_OIP_HEAD_OUTPUTS},
+      {o->top_k_value, pl->top_k_elems, "weights_top_k value",
+       ATTND_OIP_TOP_K_VALUE},
+      {o->pooled, pl->pooled_elems, "weights_pooled", ATTND_OIP_POOLED},
+      {o->entropy, pl->stats_elems, "weights_stats entropy", ATTND_OIP_ENTROPY},
+      {o->sink, pl->stats_elems, "weights_stats sink", ATTND_OIP_SINK},
+      {o->distance, pl->stats_elems, "weights_stats distance",
+       ATTND_OIP_DISTANCE}};
   for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+    if (j->oip_outputs && !(j->oip_outputs & r[i].oip))
+      continue; /* an OIP reply that leaves it out */
     int64_t at =
         r[i].x ? attnd_dtype_round(j->dtype, r[i].x, (size_t)r[i].n) : -1;
     if (at < 0)
