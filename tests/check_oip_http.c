@@ -2368,6 +2368,35 @@ END_TEST
  * within bounds; GET /v2/ is no path (only /v2 is); and a model's readiness
  * while draining is the 503 the document gives. */
 
+/* A result past float16's range is named as the output the request asked
+ * for: weights_distance, at Lk 70000 (max_seq_len raised for it), one query
+ * whose weight is all on key 0, 69999 positions away. */
+START_TEST(test_output_datatype_names) {
+  static const char *const args[] = {"--max-seq-len", "70000", NULL};
+  sh_server_t s;
+  start(&s, args);
+  static const char head[] =
+      "{\"parameters\":{\"num_heads\":1,\"output_datatype\":\"FP16\"},"
+      "\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1,1],"
+      "\"data\":[1]},{\"name\":\"key\",\"datatype\":\"FP32\",\"shape\":"
+      "[70000,1],\"data\":[100";
+  static const char tail[] =
+      "]}],\"outputs\":[{\"name\":\"weights_distance\"}]}";
+  const size_t L = 70000;
+  char *body = malloc(sizeof head + 2 * L + sizeof tail), *at = body;
+  at += snprintf(at, sizeof head, "%s", head);
+  for (size_t i = 1; i < L; i++, at += 2)
+    memcpy(at, ",0", 2);
+  memcpy(at, tail, sizeof tail);
+  sh_resp_t r = infer_text(s.port, "attention", body);
+  assert_oip_error(&r, 400, "weights_distance element 0 (row-major)",
+                   "beyond the range of float16", "parameters.output_datatype");
+  sh_resp_free(&r);
+  free(body);
+  stop(&s);
+}
+END_TEST
+
 /* A valid request padded with JSON whitespace past max_json_structure_bytes
  * 4096: /v1 answers 413 before parsing; /v2 should too. */
 START_TEST(test_structure_limit) {
@@ -2572,6 +2601,7 @@ Suite *test_suite(void) {
   tcase_add_unchecked_fixture(tc, start_main, stop_main);
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_structure_limit);
+  tcase_add_test(tc, test_output_datatype_names);
   tcase_add_test(tc, test_json_memory);
   tcase_add_test(tc, test_v2_slash);
   tcase_add_test(tc, test_model_ready_draining);

@@ -118,28 +118,10 @@ static const unsigned generic_params = 0
 #undef PARAM_GENERIC
     ;
 
-/* The outputs' names, in the order of their ATTND_OIP_* bits. */
+/* The outputs' names (attnd_oip_output_names) are in the order of their
+ * ATTND_OIP_* bits. */
 _Static_assert((int)N_OUTPUTS == (int)ATTND_OIP_N,
                "an ATTND_OIP_* bit per output");
-static const char *const output_names[N_OUTPUTS + 1] = {"output",
-                                                        "weights",
-                                                        "weights_mean",
-                                                        "head_outputs",
-                                                        "weights_top_k_index",
-                                                        "weights_top_k_value",
-                                                        "weights_pooled",
-                                                        "weights_entropy",
-                                                        "weights_sink",
-                                                        "weights_distance",
-                                                        NULL};
-
-const char *attnd_oip_output_name(unsigned bit) {
-  for (int i = 0; i < N_OUTPUTS; i++)
-    if (bit == 1u << i)
-      return output_names[i];
-  return NULL;
-}
-
 /* ---- the decoder's helpers ----------------------------------------------- */
 
 int attnd__oip_bad_type(oip_t *o, const char *field, const json_t *v,
@@ -419,7 +401,7 @@ static int read_output(oip_t *o, const json_t *v, size_t at) {
       attnd__oip_need(o, v, path, "name", field, JSON_STRING, "a string");
   if (name == NULL)
     return -1;
-  int k = attnd__oip_find_name(output_names, json_string_value(name));
+  int k = attnd__oip_find_name(attnd_oip_output_names, json_string_value(name));
   if (k < 0)
     return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
              "%s is '%.64s'; expected output, weights, weights_mean, "
@@ -430,7 +412,7 @@ static int read_output(oip_t *o, const json_t *v, size_t at) {
   if (o->output_at[k] >= 0)
     return E(&o->d, ATTND_ERR_INVALID_VALUE, field,
              "%s is '%s', as is outputs[%d].name: an output is asked for once",
-             field, output_names[k], o->output_at[k]);
+             field, attnd_oip_output_names[k], o->output_at[k]);
   o->output_at[k] = (int)at;
   int binary = o->binary_all;
   const json_t *ps = json_object_get(v, "parameters");
@@ -484,7 +466,7 @@ static int reductions(oip_t *o) {
              "%s.name is '%s', a reduction of the weights, which is not "
              "computed beside the dense %s (outputs[%d]): ask for one or the "
              "other",
-             field, output_names[red], output_names[dense],
+             field, attnd_oip_output_names[red], attnd_oip_output_names[dense],
              o->output_at[dense]);
   }
   struct {
@@ -839,8 +821,8 @@ int attnd_oip_metadata(const char *model, attnd_layer_set_t *layers,
   for (int i = 0; i < N_OUTPUTS; i++) {
     if (i)
       attnd_buf_puts(b, ",");
-    put_meta(b, output_names[i], i == O_TOP_K_INDEX ? "INT32" : "FP32",
-             ranks[i], dims[i]);
+    put_meta(b, attnd_oip_output_names[i],
+             i == O_TOP_K_INDEX ? "INT32" : "FP32", ranks[i], dims[i]);
   }
   attnd_buf_puts(b, "]}\n");
   return 0;

@@ -120,8 +120,4 @@ void attnd_oip_server_metadata(attnd_buf_t *b);
 void attnd_oip_encode(attnd_request_t *req, const char *model, attnd_buf_t *b,
                       size_t *json_len, double *total_ms);
 
-/* "output", "weights", "weights_mean" or "head_outputs", for one
- * ATTND_OIP_* bit; NULL for anything else. Any thread. */
-const char *attnd_oip_output_name(unsigned bit);
-
 #endif

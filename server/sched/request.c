@@ -119,6 +119,26 @@ void attnd_request_free(attnd_request_t *j) {
 
 const char *const attnd_backend_names[] = {"cpu", "cuda", NULL};
 const char *const attnd_precision_names[] = {"fp32", "bf16", NULL};
+
+const char *const attnd_oip_output_names[ATTND_OIP_N + 1] = {
+    "output",
+    "weights",
+    "weights_mean",
+    "head_outputs",
+    "weights_top_k_index",
+    "weights_top_k_value",
+    "weights_pooled",
+    "weights_entropy",
+    "weights_sink",
+    "weights_distance",
+    NULL};
+
+const char *attnd_oip_output_name(unsigned bit) {
+  for (int i = 0; i < ATTND_OIP_N; i++)
+    if (bit == 1u << i)
+      return attnd_oip_output_names[i];
+  return NULL;
+}
 _Static_assert(ATTND_BACKEND_CPU == (int)ATTN_BACKEND_CPU &&
                    ATTND_BACKEND_CUDA == (int)ATTN_BACKEND_CUDA &&
                    ATTND_PRECISION_BF16 == (int)ATTN_PRECISION_BF16,

@@ -49,6 +49,12 @@ typedef enum {
   ATTND_OIP_N = 10            /* outputs */
 } attnd_oip_output_t;
 
+/* The outputs' names, in the order of their bits, NULL-terminated. */
+extern const char *const attnd_oip_output_names[ATTND_OIP_N + 1];
+/* The name of one ATTND_OIP_* bit ("output", "weights", ...); NULL for
+ * anything else. Any thread. */
+const char *attnd_oip_output_name(unsigned bit);
+
 /* When things happened, CLOCK_MONOTONIC milliseconds, and how long the
  * codecs took. Each field has one writer, named beside it. */
 typedef struct attnd_timeline {

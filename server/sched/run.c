@@ -51,10 +51,10 @@ static int alloc_outputs(attnd_request_t *j) {
 
 /* Rounds j's float results to its reply's dtype (half.h), in place, once
  * it has computed them. A value the dtype cannot hold (beyond float16's
- * 65504) fails the request as ATTN_ENUMERIC, naming the result, the
- * element and the path that asked for the dtype. An OIP request's results
- * that its reply leaves out (output, which the core always computes, when
- * not asked for) are neither rounded nor checked. */
+ * 65504) fails the request as ATTN_ENUMERIC, naming the result (as the
+ * protocol names it), the element and the path that asked for the dtype. An OIP
+ * request's results that its reply leaves out (output, which the core always
+ * computes, when not asked for) are neither rounded nor checked. */
 static void round_results(attnd_request_t *j) {
   const attn_plan_t *pl = &j->plan;
   const attn_outputs_t *o = &j->out;
@@ -90,7 +90,8 @@ static void round_results(attnd_request_t *j) {
     snprintf(j->error.message, sizeof j->error.message,
              "%s element %lld (row-major) is beyond the range of %s "
              "(+-%s), which %s asks for",
-             r[i].name, (long long)at, f16 ? "float16" : "bfloat16",
+             j->oip_outputs ? attnd_oip_output_name(r[i].oip) : r[i].name,
+             (long long)at, f16 ? "float16" : "bfloat16",
              f16 ? "65504" : "3.39e38", j->dtype_field);
     j->error_path = j->dtype_field;
     return;
