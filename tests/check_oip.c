@@ -1014,6 +1014,13 @@ static const err_case_t err_cases[] = {
      "limit_exceeded", "inputs[0].shape",
      "inputs[0] (query) [64, 128] has 8192 elements, over "
      "max_tensor_elements 4096"},
+    /* a count past int64 is not given as INT64_MAX elements */
+    {NULL,
+     QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[4294967296,"
+        "4294967296,2],\"data\":[1]}"),
+     "limit_exceeded", "inputs[0].shape",
+     "inputs[0] (query) [4294967296, 4294967296, 2] has more than "
+     "9223372036854775807 elements, over max_tensor_elements 4096"},
     /* data */
     {NULL, QX("{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":[1]}"),
      "missing_field", "inputs[0].data", "inputs[0].data is required"},

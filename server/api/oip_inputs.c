@@ -128,21 +128,22 @@ static int read_shape(oip_t *o, const json_t *v, oip_in_t *in) {
              ATTN_MAX_RANK);
   in->rank = (int)rank;
   in->n = 1;
+  int past = 0; /* the count is past int64: in->n is INT64_MAX */
   for (size_t k = 0; k < rank; k++) {
     attnd_fmt_index(path, sizeof path, field, (int64_t)k);
     if (attnd__dec_int(&o->d, json_array_get(sh, k), field, path, 1, INT64_MAX,
                        &in->dim[k]) < 0)
       return -1;
-    if (__builtin_mul_overflow(in->n, in->dim[k], &in->n))
-      in->n = INT64_MAX;
+    if (past || __builtin_mul_overflow(in->n, in->dim[k], &in->n))
+      in->n = INT64_MAX, past = 1;
   }
   attnd_shape_text(in->shape, sizeof in->shape, in->rank, in->dim, ", ");
   int64_t max = o->d.cfg->max_tensor_elements;
   if (in->n > max)
     return E(&o->d, ATTND_ERR_LIMIT_EXCEEDED, field,
-             "%s (%s) %s has %lld elements, over max_tensor_elements %lld",
-             in->path, in->def->name, in->shape, (long long)in->n,
-             (long long)max);
+             "%s (%s) %s has %s%lld elements, over max_tensor_elements %lld",
+             in->path, in->def->name, in->shape, past ? "more than " : "",
+             (long long)in->n, (long long)max);
   return 0;
 }
 
