@@ -920,6 +920,13 @@ START_TEST(test_not_found) {
        "1"},
       {"POST", "/v2/models/attention/versions/0/infer", 404, "no version '0'",
        "1"},
+      /* an unknown model is not known, whatever its version */
+      {"GET", "/v2/models/nope/versions/2", 404, "model 'nope' is not known",
+       "'attention'"},
+      {"GET", "/v2/models/nope/versions/2/ready", 404,
+       "model 'nope' is not known", "1 loaded layer"},
+      {"POST", "/v2/models/nope/versions/2/infer", 404,
+       "model 'nope' is not known", "'" LAYER "'"},
       {"GET", "/v2/nowhere", 404, "no such path: /v2/nowhere",
        "/v2/models/attention"},
       {"GET", "/v2/health", 404, "no such path: /v2/health", "infer"},

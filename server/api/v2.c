@@ -35,12 +35,25 @@ enum MHD_Result attnd_v2_ready(attnd_http_req_t *r) {
              : attnd_http_send_text(r, 200, "{\"ready\":true}\n");
 }
 
+/* Whether the URL's model is known; else 0 with e set (unknown_layer). */
+static int model_known(attnd_http_req_t *r, attnd_error_t *e) {
+  const attnd_layer_t *l;
+  attnd_layer_set_t *set = attnd_server_layers(r->srv);
+  int ok = attnd_oip_model(r->model, set, &l, e) == 0;
+  attnd_layer_set_unref(set);
+  return ok;
+}
+
+/* A version other than 1 is a 404: an unknown model's, as unknown. */
 int attnd_v2_model_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
+  attnd_error_t e;
   if (r->version[0] && strcmp(r->version, "1") != 0) {
-    *ret = attnd_http_fail(
-        r, ATTND_ERR_UNKNOWN_LAYER, "model",
-        "model '%.128s' has no version '%s': its one version is 1", r->model,
-        r->version);
+    *ret = !model_known(r, &e)
+               ? attnd_http_send_error(r, &e)
+               : attnd_http_fail(
+                     r, ATTND_ERR_UNKNOWN_LAYER, "model",
+                     "model '%.128s' has no version '%s': its one version is 1",
+                     r->model, r->version);
     return 0;
   }
   return 1;
@@ -50,10 +63,7 @@ int attnd_v2_infer_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
   attnd_error_t e;
   if (!attnd_v2_model_ok(r, ret))
     return 0;
-  const attnd_layer_t *l;
-  attnd_layer_set_t *set = attnd_server_layers(r->srv);
-  int ok = attnd_oip_model(r->model, set, &l, &e) == 0;
-  attnd_layer_set_unref(set);
+  int ok = model_known(r, &e);
   if (!ok)
     *ret = attnd_http_send_error(r, &e);
   return ok;
