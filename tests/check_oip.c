@@ -562,6 +562,41 @@ START_TEST(test_small_data_lifted) {
 }
 END_TEST
 
+/* max_response_bytes counts the outputs the reply sends: query [16, 256]
+ * makes an output of 4096 floats (65536 bytes of JSON, over 16384), which
+ * a request for weights_entropy alone does not send; asked for, it is
+ * refused. */
+START_TEST(test_reply_bytes_asked) {
+  static const char *const outs[] = {
+      "[{\"name\":\"weights_entropy\"}]",
+      "[{\"name\":\"weights_entropy\"},{\"name\":\"output\"}]"};
+  for (int k = 0; k < 2; k++) {
+    char *body = malloc(16 * 256 * 2 + 512), *at = body;
+    at += sprintf(at, "{\"parameters\":{\"num_heads\":1},\"inputs\":[{\"name\":"
+                      "\"query\",\"shape\":[16,256],\"datatype\":\"FP32\","
+                      "\"data\":[1");
+    for (int i = 1; i < 16 * 256; i++, at += 2)
+      memcpy(at, ",1", 2);
+    sprintf(at, "]}],\"outputs\":%s}", outs[k]);
+    attnd_request_t *r = NULL;
+    attnd_error_t e;
+    int rc = attnd_oip_decode(ATTND_OIP_GENERIC, body, strlen(body), -1, NULL,
+                              0, &cfg, layers, &r, &e);
+    free(body);
+    if (k == 0) {
+      ck_assert_msg(rc == 0, "%s (%s): %s", attnd_error_name(e.code), e.field,
+                    e.message);
+      attnd_request_free(r);
+    } else {
+      ck_assert_int_eq(rc, -1);
+      ck_assert_str_eq(attnd_error_name(e.code), "limit_exceeded");
+      ck_assert_msg(strstr(e.message, "over max_response_bytes 16384"), "%s",
+                    e.message);
+    }
+  }
+}
+END_TEST
+
 /* A token jansson refuses in a big "data" array (at its start, middle or
  * end, or the text ending in it) is invalid_json at jansson's line and
  * column for the whole body, on both paths, over max_json_structure_bytes
@@ -1301,6 +1336,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_layer_models, 0, 2);
   tcase_add_test(tc, test_direct_conversion);
   tcase_add_test(tc, test_small_data_lifted);
+  tcase_add_test(tc, test_reply_bytes_asked);
   tcase_add_loop_test(tc, test_big_data_syntax_error, 0, N_BAD_ARRAY_TOKENS);
   tcase_add_loop_test(tc, test_binary_same, 0, 8);
   tcase_add_test(tc, test_lifted);

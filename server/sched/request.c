@@ -9,9 +9,19 @@
 #include "codec/pool.h"
 #include "sched/pinned.h"
 
-/* The bytes of n floats of the output `bit` (ATTND_OIP_*) at most: 4 each
- * as OIP binary data, else text in the request's encoding. */
+/* Whether the reply holds output `bit` (ATTND_OIP_*): an OIP reply holds
+ * those asked for, and leaves out the rest that the core computes (output,
+ * a top-k's other half). */
+static int in_reply(const attnd_request_t *j, unsigned bit) {
+  return !j->oip_outputs || (j->oip_outputs & bit);
+}
+
+/* The bytes of n floats of the output `bit` (ATTND_OIP_*) at most: none
+ * when the reply leaves it out, 4 each as OIP binary data, else text in
+ * the request's encoding. */
 static double tensor_bytes(const attnd_request_t *j, unsigned bit, int64_t n) {
+  if (!in_reply(j, bit))
+    return 0;
   if (j->oip_binary & bit)
     return (double)n * 4;
   return j->encoding == ATTND_FORM_BASE64 ? (double)n * 4 * 4 / 3 + 4
@@ -24,11 +34,13 @@ static double tensor_bytes(const attnd_request_t *j, unsigned bit, int64_t n) {
 static double reduce_bytes(const attnd_request_t *j) {
   const attn_plan_t *pl = &j->plan;
   unsigned st = j->params.reduce.stats;
-  double idx =
-      (double)pl->top_k_elems * (j->oip_binary & ATTND_OIP_TOP_K_INDEX ? 4
-                                 : j->encoding == ATTND_FORM_BASE64 ? 16.0 / 3
+  double idx = !in_reply(j, ATTND_OIP_TOP_K_INDEX)
+                   ? 0
+                   : (double)pl->top_k_elems *
+                             (j->oip_binary & ATTND_OIP_TOP_K_INDEX ? 4
+                              : j->encoding == ATTND_FORM_BASE64    ? 16.0 / 3
                                                                     : 12) +
-      (pl->top_k_elems ? 4 : 0);
+                         (pl->top_k_elems ? 4 : 0);
   return idx + tensor_bytes(j, ATTND_OIP_TOP_K_VALUE, pl->top_k_elems) +
          tensor_bytes(j, ATTND_OIP_POOLED, pl->pooled_elems) +
          (st & ATTN_STAT_ENTROPY
