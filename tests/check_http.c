@@ -9,7 +9,9 @@
  *   - framing: requests two parsers could read two ways are refused from
  *     their headers (400 bad_request, 501 not_implemented, naming the
  *     header), and the connection is closed, so nothing sent after them is
- *     read as another request; an encoded NUL does not end the path;
+ *     read as another request; an encoded NUL does not end the path; a
+ *     CR or NUL in a field value, and a missing, repeated or malformed
+ *     Host, are refused; a target in absolute form is routed by its path;
  *   - library: the errors libmicrohttpd answers itself, before attnd sees
  *     the request (docs/operations.md, "HTTP errors libmicrohttpd answers
  *     itself"): their status, their framing, the closed connection, and a
@@ -328,6 +330,89 @@ START_TEST(test_header_name_space) {
 }
 END_TEST
 
+/* RFC 9110 5.5: a field value with a CR, LF or NUL must be refused (or
+ * the character made a space). A bare CR passed inside the value, so
+ * "X-A: x<CR>Content-Length: 5" hid from attnd a length that a proxy
+ * ending lines at a CR reads, and the GET pipelined after it was answered
+ * as a request of its own. A tab is whitespace, and stays. (A NUL cannot
+ * be seen: libmicrohttpd 0.9.75 measures a value with strlen.) */
+START_TEST(test_field_value_ctl) {
+  static const char cr[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "X-A: x\rContent-Length: 5\r\n\r\n"
+                           "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  expect_refused(cr, sizeof cr - 1, 400, "bad_request", "X-A", "a CR");
+  static const char tab[] =
+      "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: x\ty\r\n\r\n";
+  expect_ok(tab, sizeof tab - 1, "a tab in a value");
+  expect_alive();
+}
+END_TEST
+
+/* RFC 9112 3.2: a server must answer 400 to an HTTP/1.1 request without
+ * Host, and to any with two Host lines or a Host that is not
+ * uri-host[:port]; each got 200. An empty Host is valid (a target without
+ * an authority), and HTTP/1.0 may leave it out. */
+START_TEST(test_host) {
+  static const char *const bad[][2] = {
+      {"GET /healthz HTTP/1.1\r\n\r\n", "no Host is given"},
+      {"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", "given 2 times"},
+      {"GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n", "'a b'"},
+      {"GET /healthz HTTP/1.1\r\nHost: a/b\r\n\r\n", "'a/b'"},
+      {"GET /healthz HTTP/1.1\r\nHost: a:80x\r\n\r\n", "'a:80x'"},
+      {"GET /healthz HTTP/1.1\r\nHost: [::1\r\n\r\n", "'[::1'"},
+      {"GET /healthz HTTP/1.1\r\nHost: a@b\r\n\r\n", "'a@b'"},
+      {"GET /healthz HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", "given 2 times"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    expect_refused(bad[i][0], strlen(bad[i][0]), 400, "bad_request", "Host",
+                   bad[i][1]);
+  static const char *const good[] = {
+      "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n",
+      "GET /healthz HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+      "GET /healthz HTTP/1.1\r\nHost: Ex-ample.COM.\r\n\r\n",
+      "GET /healthz HTTP/1.1\r\nHost: a%2Db:\r\n\r\n",
+      "GET /healthz HTTP/1.1\r\nHost:\r\n\r\n",
+      "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+  };
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+    expect_ok(good[i], strlen(good[i]), good[i]);
+  expect_alive();
+}
+END_TEST
+
+/* RFC 9112 3.2.2: an origin server must accept a request target in
+ * absolute form, and route by its path (its Host is the target's
+ * authority, not the header's). "GET http://host/healthz" got 404. */
+START_TEST(test_absolute_form) {
+  static const char *const good[] = {
+      "GET http://127.0.0.1/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+      "GET HTTPS://other.example:8443/v1/info?x=1 HTTP/1.1\r\n"
+      "Host: 127.0.0.1\r\n\r\n",
+      "GET http://127.0.0.1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", /* "/" */
+      /* the authority's escapes stay: "x/nope" is no part of the path */
+      "GET http://x%2Fnope/healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+  };
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+    expect_ok(good[i], strlen(good[i]), good[i]);
+  char req[512];
+  int n = snprintf(req, sizeof req,
+                   "POST http://127.0.0.1:1/v1/attention HTTP/1.1\r\n"
+                   "Host: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                   "Content-Length: %zu\r\n\r\n%s",
+                   BODY_LEN, body);
+  expect_ok(req, (size_t)n, "POST in absolute form");
+  static const char missing[] =
+      "GET http://127.0.0.1/nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  expect_refused(missing, sizeof missing - 1, 404, "not_found", NULL,
+                 "no such path: /nope ");
+  static const char wrong[] =
+      "DELETE http://127.0.0.1/v1/info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  expect_refused(wrong, sizeof wrong - 1, 405, "method_not_allowed", NULL,
+                 "on /v1/info;");
+  expect_alive();
+}
+END_TEST
+
 /* ---- library ------------------------------------------------------------- */
 
 /* The errors libmicrohttpd answers before attnd's handler runs, or in the
@@ -537,9 +622,14 @@ static TCase *server_tcase(Suite *s, const char *name) {
 
 Suite *test_suite(void) {
   Suite *s = suite_create("http");
-  const TTest *const framing[] = {
-      test_content_length_twice, test_smuggled_after_chunks,
-      test_transfer_coding_gzip, test_encoded_nul_path, test_header_name_space};
+  const TTest *const framing[] = {test_content_length_twice,
+                                  test_smuggled_after_chunks,
+                                  test_transfer_coding_gzip,
+                                  test_encoded_nul_path,
+                                  test_header_name_space,
+                                  test_field_value_ctl,
+                                  test_host,
+                                  test_absolute_form};
   TCase *tc = server_tcase(s, "framing");
   for (size_t i = 0; i < sizeof framing / sizeof framing[0]; i++)
     tcase_add_test(tc, framing[i]);

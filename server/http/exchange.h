@@ -151,9 +151,17 @@ int attnd_http_budget_never(const attnd_http_req_t *r, int64_t need,
 
 /* ---- framing (framing.c); HTTP thread ----------------------------------- */
 
-/* Returns 1 when the body's length is unambiguous (RFC 9112 6.3), else 0
- * with the 400 or 501 queued into *ret. First callback. */
-int attnd_http_framing_ok(attnd_http_req_t *r, enum MHD_Result *ret);
+/* Returns 1 when the body's length is unambiguous (RFC 9112 6.3), the
+ * field values hold no CR, LF or NUL and Host is right for `version` (the
+ * request line's), else 0 with the 400 or 501 queued into *ret. First
+ * callback. */
+int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
+                          enum MHD_Result *ret);
+/* The path of a decoded request target (RFC 9112 3.2): the target itself
+ * in origin form; in absolute form ("http://host:port/path", which an
+ * origin server must accept, 3.2.2), what follows the authority, or "/"
+ * where nothing does. Borrows url; any thread. */
+const char *attnd_http_target_path(const char *url);
 /* libmicrohttpd's unescape callback for the path and query arguments. */
 size_t attnd_http_unescape(void *cls, struct MHD_Connection *conn, char *s);
 

@@ -8,7 +8,12 @@
  * closes. A request whose framing two parsers could read two ways is
  * refused here, from its headers, before any of its body is read: a reply
  * queued from the first callback closes the connection, so nothing after
- * the request is ever read as another one. */
+ * the request is ever read as another one.
+ *
+ * Its other checks, on the same walk of the headers: no CR, LF or NUL in a
+ * field value (a bare CR, which the library keeps, ends a line for some
+ * parsers, and hid a header from attnd that a proxy would read), and one
+ * valid Host (RFC 9112 3.2). */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -26,6 +31,12 @@ typedef struct framing {
   int n_chunked;            /* "chunked" among all their codings */
   char unknown[32];         /* the first coding other than chunked */
   const char *bad_name;     /* a field name that is not a token */
+  const char *bad_value;    /* the name of one whose value has a CR, LF or
+                               NUL, */
+  const char *bad_char;     /* and which: "a CR", "an LF" or "a NUL" */
+  int n_host;               /* Host field lines */
+  const char *host;         /* the first one's value */
+  size_t host_len;
 } framing_t;
 
 /* RFC 9110 5.6.2: tchar. */
@@ -52,10 +63,57 @@ static void framing_codings(framing_t *f, const char *v) {
   }
 }
 
+/* RFC 3986's unreserved and sub-delims: the characters of a reg-name,
+ * beside pct-encoded, and of an IP literal, beside ':'. */
+static int is_host_char(unsigned char c) {
+  return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+         (c && strchr("-._~!$&'()*+,;=", c) != NULL);
+}
+
+/* Whether v[0..n) is a Host value (RFC 9112 3.2): uri-host [":" port],
+ * the host an IP literal in brackets or a reg-name (which an IPv4 address
+ * is too), maybe empty; the port digits, maybe none. */
+static int host_ok(const char *v, size_t n) {
+  size_t i = 0;
+  if (n && v[0] == '[') {
+    for (i = 1; i < n && v[i] != ']'; i++)
+      if (!is_host_char((unsigned char)v[i]) && v[i] != ':')
+        return 0;
+    if (i == n || i == 1)
+      return 0;
+    i++;
+  } else {
+    while (i < n && v[i] != ':') {
+      if (v[i] == '%' && i + 2 < n && attnd_hex_digit(v[i + 1]) >= 0 &&
+          attnd_hex_digit(v[i + 2]) >= 0)
+        i += 3;
+      else if (is_host_char((unsigned char)v[i]))
+        i++;
+      else
+        return 0;
+    }
+  }
+  if (i < n && v[i++] != ':')
+    return 0;
+  for (; i < n; i++)
+    if (v[i] < '0' || v[i] > '9')
+      return 0;
+  return 1;
+}
+
 static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
-                                      const char *key, const char *value) {
+                                      const char *key, size_t key_size,
+                                      const char *value, size_t value_size) {
   framing_t *f = cls;
   (void)kind;
+  (void)key_size;
+  for (size_t i = 0; !f->bad_value && value && i < value_size; i++)
+    if (value[i] == '\r' || value[i] == '\n' || value[i] == 0) {
+      f->bad_value = key;
+      f->bad_char = value[i] == '\r'   ? "a CR"
+                    : value[i] == '\n' ? "an LF"
+                                       : "a NUL";
+    }
   for (const char *k = key; !f->bad_name && *k; k++)
     if (!is_tchar((unsigned char)*k))
       f->bad_name = key;
@@ -72,6 +130,9 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
     if (f->n_coding++ == 0)
       f->coding = value;
     framing_codings(f, value);
+  } else if (strcasecmp(key, "Host") == 0 && f->n_host++ == 0) {
+    f->host = value;
+    f->host_len = value_size;
   }
   return MHD_YES;
 }
@@ -84,16 +145,25 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
  * "Content-Length : 5" would hide the length from us and not from a
  * proxy), Content-Length values that differ, Content-Length with
  * Transfer-Encoding, or chunked applied twice; 501 not_implemented for a
- * transfer coding other than chunked. HTTP thread, first callback. */
-int attnd_http_framing_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
+ * transfer coding other than chunked. Then 400 for a field value with a
+ * CR, LF or NUL (RFC 9110 5.5), and for a Host missing from an HTTP/1.1
+ * request, given twice, or not a host and port (RFC 9112 3.2); `version`
+ * is the request line's. HTTP thread, first callback. */
+int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
+                          enum MHD_Result *ret) {
   framing_t f = {0};
-  MHD_get_connection_values(r->conn, MHD_HEADER_KIND, framing_header, &f);
+  MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, framing_header, &f);
   if (f.bad_name)
     *ret = attnd_http_fail(
         r, ATTND_ERR_BAD_REQUEST, f.bad_name,
         "the header name '%.60s' is not a token (RFC 9112 5.1: no "
         "whitespace before the colon)",
         f.bad_name);
+  else if (f.bad_value)
+    *ret = attnd_http_fail(r, ATTND_ERR_BAD_REQUEST, f.bad_value,
+                           "the header %.60s holds %s (RFC 9110 5.5: no CR, "
+                           "LF or NUL in a field value)",
+                           f.bad_value, f.bad_char);
   else if (f.other_length)
     *ret = attnd_http_fail(
         r, ATTND_ERR_BAD_REQUEST, "Content-Length",
@@ -118,9 +188,30 @@ int attnd_http_framing_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
                         "Transfer-Encoding must be exactly 'chunked' (given %d "
                         "times, chunked %d times)",
                         f.n_coding, f.n_chunked);
+  else if (f.n_host == 0 && strcmp(version, MHD_HTTP_VERSION_1_0) != 0)
+    *ret = attnd_http_fail(r, ATTND_ERR_BAD_REQUEST, "Host",
+                           "no Host is given; a request of HTTP 1.1 needs "
+                           "one (RFC 9112 3.2)");
+  else if (f.n_host > 1)
+    *ret = attnd_http_fail(r, ATTND_ERR_BAD_REQUEST, "Host",
+                           "Host is given %d times; send one (RFC 9112 3.2)",
+                           f.n_host);
+  else if (f.n_host && !host_ok(f.host, f.host_len))
+    *ret = attnd_http_fail(r, ATTND_ERR_BAD_REQUEST, "Host",
+                           "Host is '%.80s'; expected a host and an optional "
+                           "port (RFC 9112 3.2)",
+                           f.host);
   else
     return 1;
   return 0;
+}
+
+/* The length of an absolute form's "http://" or "https://" (any case) at
+ * the start of a request target, or 0 for none. */
+static size_t scheme_len(const char *url) {
+  return strncasecmp(url, "http://", 7) == 0    ? 7
+         : strncasecmp(url, "https://", 8) == 0 ? 8
+                                                : 0;
 }
 
 /* The unescaper of the path (and of query arguments): %XX decoded in
@@ -128,12 +219,19 @@ int attnd_http_framing_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
  * three characters. Decoded to a NUL, it would end the path early
  * ("/v1/attention%00.json" would route as /v1/attention), and the route,
  * the 404's message and the access log would each see a different path.
- * Never lengthens s. Returns its new length. HTTP thread. */
+ * In a target of absolute form ("http://host/path"), only the path is
+ * decoded: an authority "a%2Fhealthz" must not become a path. Never
+ * lengthens s. Returns its new length. HTTP thread. */
 size_t attnd_http_unescape(void *cls, struct MHD_Connection *conn, char *s) {
   (void)cls;
   (void)conn;
   char *w = s;
-  for (const char *p = s; *p;) {
+  const char *p = s;
+  size_t k = scheme_len(s); /* an absolute form's authority stays as sent */
+  if (k) {
+    p = w = s + k + strcspn(s + k, "/");
+  }
+  while (*p) {
     int hi = p[0] == '%' ? attnd_hex_digit(p[1]) : -1;
     int lo = hi >= 0 ? attnd_hex_digit(p[2]) : -1;
     if (lo >= 0 && (hi | lo) != 0) {
@@ -145,4 +243,12 @@ size_t attnd_http_unescape(void *cls, struct MHD_Connection *conn, char *s) {
   }
   *w = 0;
   return (size_t)(w - s);
+}
+
+const char *attnd_http_target_path(const char *url) {
+  size_t k = scheme_len(url);
+  if (k == 0)
+    return url;
+  const char *p = strchr(url + k, '/');
+  return p ? p : "/";
 }

@@ -170,7 +170,7 @@ static int route_params(attnd_http_req_t *r, const attnd_route_match_t *m) {
  * callback: libmicrohttpd closes the connection after a reply queued from
  * the first one, and probes and scrapes should keep theirs. */
 static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
-                                const char *method) {
+                                const char *method, const char *version) {
   attnd_server_t *s = r->srv;
   enum MHD_Result ret;
   size_t n;
@@ -192,7 +192,7 @@ static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
   }
   r->reply_coding = attnd_coding_accept(
       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Accept-Encoding"));
-  if (!attnd_http_framing_ok(r, &ret))
+  if (!attnd_http_framing_ok(r, version, &ret))
     return ret; /* before the route: whatever the path, nothing after */
   if (found && m.cors && s->cors.enabled && strcmp(method, "OPTIONS") == 0) {
     r->preflight = 1; /* needs no key; answered on the next callback */
@@ -234,8 +234,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   size_t *upload_size, void **con_cls) {
   attnd_server_t *s = cls;
   attnd_http_req_t *r = *con_cls;
-  (void)version;
   if (r == NULL) {
+    url = attnd_http_target_path(url);
     if ((r = req_new()) == NULL)
       return MHD_NO;
     if (uv_mutex_init(&r->mu) != 0) {
@@ -254,7 +254,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     atomic_fetch_add(&s->active, 1);
     conn_mark(s, conn, 1);
     set_request_id(r);
-    return on_first(r, url, method);
+    return on_first(r, url, method, version);
   }
   uv_mutex_lock(&r->mu);
   int back = r->req && !r->submitted;
