@@ -253,6 +253,30 @@ START_TEST(test_find_order) {
 }
 END_TEST
 
+/* The methods attnd implements: each once, in the table's order, OPTIONS
+ * only where a row answers preflights; a list too long for its room keeps
+ * what fits whole. */
+START_TEST(test_methods) {
+  static const attnd_route_t t[] = {
+      {"GET, HEAD", "/a", none, ATTND_PROTO_OTHER, 0, 0},
+      {"POST", "/a", none, ATTND_PROTO_OTHER, 0, 0},
+      {"GET, HEAD", "/b", none, ATTND_PROTO_OTHER, 0, 0},
+      {"DELETE", "/c", none, ATTND_PROTO_OTHER, ATTND_ROUTE_CORS, 0},
+  };
+  char out[64];
+  ck_assert_uint_eq(attnd_route_methods(t, 3, out, sizeof out), 15);
+  ck_assert_str_eq(out, "GET, HEAD, POST");
+  attnd_route_methods(t, 4, out, sizeof out);
+  ck_assert_str_eq(out, "GET, HEAD, POST, DELETE, OPTIONS");
+  attnd_route_methods(t, 4, out, 17);
+  ck_assert_str_eq(out, "GET, HEAD, POST");
+  size_t n;
+  const attnd_route_t *all = attnd_routes(&n);
+  attnd_route_methods(all, n, out, sizeof out);
+  ck_assert_str_eq(out, "POST, GET, HEAD, PUT, DELETE, OPTIONS");
+}
+END_TEST
+
 /* A long path of many segments is matched in one pass (no backtracking):
  * 30,000 segments under /v2/models/, with and without a last /infer. */
 START_TEST(test_find_long) {
@@ -308,6 +332,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_find, 0, sizeof cases / sizeof cases[0]);
   tcase_add_test(tc, test_find_order);
   tcase_add_test(tc, test_find_long);
+  tcase_add_test(tc, test_methods);
   suite_add_tcase(s, tc);
   return s;
 }

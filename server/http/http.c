@@ -165,7 +165,8 @@ static int route_params(attnd_http_req_t *r, const attnd_route_match_t *m) {
 }
 
 /* The first callback: the route, the framing, a preflight, the API key,
- * the method and the row's precheck; then the body's headers for a route
+ * the method (501 for one no route has, 405 for one the path's rows lack)
+ * and the row's precheck; then the body's headers for a route
  * that reads one. A route without a body is answered on the next
  * callback: libmicrohttpd closes the connection after a reply queued from
  * the first one, and probes and scrapes should keep theirs. */
@@ -207,6 +208,14 @@ static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
   if (why != ATTND_AUTH_OK)
     return attnd_http_fail(r, ATTND_ERR_UNAUTHORIZED, NULL, "%s",
                            attnd_auth_message(why));
+  char known[64]; /* a method no route has is unknown, whatever the path */
+  if ((!found || r->route == NULL) &&
+      (attnd_route_methods(table, n, known, sizeof known),
+       !attnd_route_allows(known, method)))
+    return attnd_http_fail(r, ATTND_ERR_NOT_IMPLEMENTED, NULL,
+                           "the method %.20s is not implemented (RFC 9110 "
+                           "9.1); attnd implements %s",
+                           method, known);
   if (!found)
     return r->proto == ATTND_PROTO_V2
                ? attnd_http_fail(r, ATTND_ERR_NOT_FOUND, NULL,

@@ -94,3 +94,31 @@ int attnd_route_find(const attnd_route_t *routes, size_t n, const char *path,
   }
   return 1;
 }
+
+size_t attnd_route_methods(const attnd_route_t *routes, size_t n, char *out,
+                           size_t cap) {
+  size_t len = 0;
+  int cors = 0;
+  out[0] = 0;
+  for (size_t i = 0; i <= n; i++) {
+    const char *a = i < n ? routes[i].methods : cors ? "OPTIONS" : "";
+    if (i < n)
+      cors |= (routes[i].flags & ATTND_ROUTE_CORS) != 0;
+    for (a += strspn(a, ", "); *a; a += strspn(a, ", ")) {
+      size_t k = strcspn(a, ", ");
+      char one[16];
+      if (k < sizeof one) {
+        memcpy(one, a, k);
+        one[k] = 0;
+        if (!attnd_route_allows(out, one) && len + (len ? 2 : 0) + k < cap) {
+          memcpy(out + len, ", ", len ? 2 : 0);
+          len += len ? 2 : 0;
+          memcpy(out + len, one, k + 1);
+          len += k;
+        }
+      }
+      a += k;
+    }
+  }
+  return len;
+}

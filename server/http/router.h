@@ -85,4 +85,12 @@ int attnd_route_find(const attnd_route_t *routes, size_t n, const char *path,
 /* Whether `method` is one of `methods` ("GET, HEAD"). */
 int attnd_route_allows(const char *methods, const char *method);
 
+/* Every method some row of `routes` answers, once each, in the table's
+ * order, as an Allow header lists them, and OPTIONS where a row answers
+ * preflights: the methods attnd implements, all others a 501 (RFC 9110
+ * 9.1). Writes at most cap bytes into out (what does not fit is left
+ * out); returns the length. Any thread. */
+size_t attnd_route_methods(const attnd_route_t *routes, size_t n, char *out,
+                           size_t cap);
+
 #endif
