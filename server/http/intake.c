@@ -46,11 +46,15 @@ static enum MHD_Result no_memory(attnd_http_req_t *r, int64_t need) {
   return attnd_http_send_error(r, &e);
 }
 
-/* ct is `type`, maybe with parameters ("application/json; charset=utf-8"). */
+/* ct is `type`, maybe with parameters ("application/json; charset=utf-8"),
+ * before which OWS, spaces and tabs, may come (RFC 9110 8.3.1); nothing
+ * else may follow the type. */
 static int is_media_type(const char *ct, const char *type) {
   size_t n = strlen(type);
-  return ct && strncasecmp(ct, type, n) == 0 &&
-         (ct[n] == 0 || ct[n] == ';' || ct[n] == ' ');
+  if (ct == NULL || strncasecmp(ct, type, n) != 0)
+    return 0;
+  ct += n + strspn(ct + n, " \t");
+  return *ct == 0 || *ct == ';';
 }
 
 /* /v1 takes JSON alone. The Open Inference Protocol does not read the
