@@ -98,10 +98,31 @@ static enum MHD_Result read_json_length(attnd_http_req_t *r, int *ok) {
   return MHD_YES;
 }
 
-/* Content-Encoding: identity, or gzip or deflate, inflated as it comes. */
+static enum MHD_Result count_coding(void *cls, enum MHD_ValueKind kind,
+                                    const char *key, const char *value) {
+  (void)kind;
+  (void)value;
+  *(int *)cls += strcasecmp(key, "Content-Encoding") == 0;
+  return MHD_YES;
+}
+
+/* Content-Encoding: identity, or gzip or deflate, inflated as it comes.
+ * Lines of it are one list (RFC 9110 5.3), codings applied in turn, as a
+ * list on one line is: not supported. */
 static enum MHD_Result read_coding(attnd_http_req_t *r, int *ok) {
   const char *h =
       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Encoding");
+  int lines = 0;
+  if (h)
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_coding, &lines);
+  if (lines > 1)
+    return *ok = 0,
+           attnd_http_fail(
+               r, ATTND_ERR_UNSUPPORTED_MEDIA_TYPE, "Content-Encoding",
+               "Content-Encoding is given %d times (the first '%.40s'): "
+               "codings applied one over another are not supported; "
+               "send one line of gzip, deflate or none",
+               lines, h);
   int c = h ? attnd_coding_parse(h) : ATTND_CODING_IDENTITY;
   *ok = c >= 0;
   if (!*ok)
