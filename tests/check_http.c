@@ -348,6 +348,30 @@ START_TEST(test_field_value_ctl) {
 }
 END_TEST
 
+/* RFC 9112 6.1: an HTTP/1.0 message with Transfer-Encoding must be taken
+ * as faultily framed, and its connection closed: a 1.0 sender may not
+ * know chunked, and what it kept of the body would be read as a request.
+ * With keep-alive, the request after the chunks was answered too. */
+START_TEST(test_http10_transfer_encoding) {
+  char req[1024];
+  int n = snprintf(req, sizeof req,
+                   "POST /v1/attention HTTP/1.0\r\nConnection: keep-alive\r\n"
+                   "Content-Type: application/json\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n%zx\r\n%s\r\n0\r\n\r\n"
+                   "GET /metrics HTTP/1.0\r\n\r\n",
+                   BODY_LEN, body);
+  expect_refused(req, (size_t)n, 400, "bad_request", "Transfer-Encoding",
+                 "HTTP 1.0");
+  static const char get[] =
+      "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /metrics "
+      "HTTP/1.0\r\n\r\n";
+  expect_refused(get, sizeof get - 1, 400, "bad_request", "Transfer-Encoding",
+                 "HTTP 1.0");
+  expect_alive();
+}
+END_TEST
+
 /* RFC 9112 3.2: a server must answer 400 to an HTTP/1.1 request without
  * Host, and to any with two Host lines or a Host that is not
  * uri-host[:port]; each got 200. An empty Host is valid (a target without
@@ -629,7 +653,8 @@ Suite *test_suite(void) {
                                   test_header_name_space,
                                   test_field_value_ctl,
                                   test_host,
-                                  test_absolute_form};
+                                  test_absolute_form,
+                                  test_http10_transfer_encoding};
   TCase *tc = server_tcase(s, "framing");
   for (size_t i = 0; i < sizeof framing / sizeof framing[0]; i++)
     tcase_add_test(tc, framing[i]);

@@ -144,7 +144,9 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
  * 400 bad_request for a field name that is not a token (RFC 9112 5.1:
  * "Content-Length : 5" would hide the length from us and not from a
  * proxy), Content-Length values that differ, Content-Length with
- * Transfer-Encoding, or chunked applied twice; 501 not_implemented for a
+ * Transfer-Encoding, Transfer-Encoding in an HTTP/1.0 request (RFC 9112
+ * 6.1: faulty framing, and the connection closes after it), or chunked
+ * applied twice; 501 not_implemented for a
  * transfer coding other than chunked. Then 400 for a field value with a
  * CR, LF or NUL (RFC 9110 5.5), and for a Host missing from an HTTP/1.1
  * request, given twice, or not a host and port (RFC 9112 3.2); `version`
@@ -175,6 +177,11 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
         r, ATTND_ERR_BAD_REQUEST, "Content-Length",
         "Content-Length and Transfer-Encoding are both given; send "
         "one (RFC 9112 6.3)");
+  else if (f.n_coding && strcmp(version, MHD_HTTP_VERSION_1_0) == 0)
+    *ret = attnd_http_fail(r, ATTND_ERR_BAD_REQUEST, "Transfer-Encoding",
+                           "Transfer-Encoding in a request of HTTP 1.0, "
+                           "which has none: its framing is faulty (RFC 9112 "
+                           "6.1); send Content-Length");
   else if (f.unknown[0])
     *ret = attnd_http_fail(
         r, ATTND_ERR_NOT_IMPLEMENTED, "Transfer-Encoding",
