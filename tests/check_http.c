@@ -393,6 +393,7 @@ START_TEST(test_host) {
   static const char *const good[] = {
       "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n",
       "GET /healthz HTTP/1.1\r\nHost: [::1]:80\r\n\r\n",
+      "GET /healthz HTTP/1.1\r\nHost: [fe80::1%25eth0]\r\n\r\n",
       "GET /healthz HTTP/1.1\r\nHost: Ex-ample.COM.\r\n\r\n",
       "GET /healthz HTTP/1.1\r\nHost: a%2Db:\r\n\r\n",
       "GET /healthz HTTP/1.1\r\nHost:\r\n\r\n",

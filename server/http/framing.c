@@ -71,13 +71,14 @@ static int is_host_char(unsigned char c) {
 }
 
 /* Whether v[0..n) is a Host value (RFC 9112 3.2): uri-host [":" port],
- * the host an IP literal in brackets or a reg-name (which an IPv4 address
- * is too), maybe empty; the port digits, maybe none. */
+ * the host an IP literal in brackets (with a zone, "%25eth0", as RFC 6874
+ * allows) or a reg-name (which an IPv4 address is too), maybe empty; the
+ * port digits, maybe none. */
 static int host_ok(const char *v, size_t n) {
   size_t i = 0;
   if (n && v[0] == '[') {
     for (i = 1; i < n && v[i] != ']'; i++)
-      if (!is_host_char((unsigned char)v[i]) && v[i] != ':')
+      if (!is_host_char((unsigned char)v[i]) && v[i] != ':' && v[i] != '%')
         return 0;
     if (i == n || i == 1)
       return 0;
