@@ -7,12 +7,16 @@
 #include <stdlib.h>
 
 #include "attn/attn.h"
+#include "errors.h"
 #include "sched/pinned.h"
 
-/* Statuses counted by name; anything else is counted as "other". */
-static const int statuses[] = {200, 201, 204, 400, 401, 404, 405, 409, 410,
-                               413, 415, 422, 429, 500, 501, 503, 504};
-#define NSTATUS (sizeof statuses / sizeof statuses[0])
+/* Statuses counted by name: those attnd answers that are not errors, and
+ * libmicrohttpd's 500 (a reply that could not be made), with every status
+ * of the error table (errors.h) under /v1 and OIP, sorted and each once
+ * (status_labels); anything else is counted as "other". */
+static const int own_statuses[] = {200, 201, 204, 500};
+#define NSTATUS                                                                \
+  (sizeof own_statuses / sizeof own_statuses[0] + 2 * ATTND_ERR_COUNT)
 
 static const char *const protocols[ATTND_PROTO_COUNT] = {
 #define PROTO_LABEL(name, label, computes) label,
@@ -65,6 +69,8 @@ static const char *const hist_help[NHIST] = {
 static const char *const stages[NSTAGE] = {"projection", "attention", "output"};
 
 struct attnd_metrics {
+  int statuses[NSTATUS]; /* the first nstatus, ascending */
+  size_t nstatus;
   atomic_uint_fast64_t by_status[ATTND_PROTO_COUNT][NSTATUS + 1];
   atomic_uint_fast64_t computed[NBACKEND], compute_ns[NBACKEND];
   atomic_uint_fast64_t stage_ns[NBACKEND][NSTAGE];
@@ -72,8 +78,30 @@ struct attnd_metrics {
   hist_t hist[ATTND_PROTO_COUNT][NHIST]; /* those that compute */
 };
 
+/* Adds status s to the n sorted in st, unless it is there. */
+static void add_status(int *st, size_t *n, int s) {
+  size_t i = 0;
+  while (i < *n && st[i] < s)
+    i++;
+  if (i < *n && st[i] == s)
+    return;
+  for (size_t k = *n; k > i; k--)
+    st[k] = st[k - 1];
+  st[i] = s;
+  (*n)++;
+}
+
 attnd_metrics_t *attnd_metrics_new(void) {
-  return calloc(1, sizeof(attnd_metrics_t));
+  attnd_metrics_t *m = calloc(1, sizeof(attnd_metrics_t));
+  if (m == NULL)
+    return NULL;
+  for (size_t i = 0; i < sizeof own_statuses / sizeof own_statuses[0]; i++)
+    add_status(m->statuses, &m->nstatus, own_statuses[i]);
+  for (int c = 0; c < ATTND_ERR_COUNT; c++) {
+    add_status(m->statuses, &m->nstatus, attnd_error_status(c));
+    add_status(m->statuses, &m->nstatus, attnd_error_status_v2(c));
+  }
+  return m;
 }
 
 void attnd_metrics_free(attnd_metrics_t *m) {
@@ -82,8 +110,8 @@ void attnd_metrics_free(attnd_metrics_t *m) {
 
 void attnd_metrics_request(attnd_metrics_t *m, attnd_protocol_t proto,
                            int status) {
-  size_t i = 0;
-  while (i < NSTATUS && statuses[i] != status)
+  size_t i = 0; /* past the last: "other" */
+  while (i < m->nstatus && m->statuses[i] != status)
     i++;
   atomic_fetch_add_explicit(&m->by_status[proto][i], 1, memory_order_relaxed);
 }
@@ -141,12 +169,12 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
                       "protocol and status.\n"
                       "# TYPE attnd_requests_total counter\n");
   for (int p = 0; p < ATTND_PROTO_COUNT; p++)
-    for (size_t i = 0; i <= NSTATUS; i++) {
+    for (size_t i = 0; i <= m->nstatus; i++) {
       char st[16];
-      snprintf(st, sizeof st, "%d", i < NSTATUS ? statuses[i] : 0);
+      snprintf(st, sizeof st, "%d", i < m->nstatus ? m->statuses[i] : 0);
       attnd_buf_printf(
           b, "attnd_requests_total{protocol=\"%s\",status=\"%s\"} %llu\n",
-          protocols[p], i < NSTATUS ? st : "other",
+          protocols[p], i < m->nstatus ? st : "other",
           (unsigned long long)atomic_load_explicit(&m->by_status[p][i],
                                                    memory_order_relaxed));
     }

@@ -9,7 +9,9 @@
  *     attnd_backend_stage_seconds_total;
  *   - the buckets: a value on a bound counted in that bucket, one past the
  *     last bound in +Inf only, the buckets cumulative and +Inf equal to
- *     _count.
+ *     _count;
+ *   - the statuses: every status of the error table (errors.h), under /v1
+ *     and OIP, is a label of its own, never "other".
  * No timings are asserted. */
 #include <check.h>
 #include <math.h>
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 
 #include "attn/attn.h"
+#include "errors.h"
 #include "metrics.h"
 #include "server_harness.h"
 #include "suite.h"
@@ -120,11 +123,45 @@ START_TEST(test_buckets) {
 }
 END_TEST
 
+/* A request answered with each error's status, by each protocol's column,
+ * counts under that status's label: an error code added with a status the
+ * metrics did not list would have counted as "other". */
+START_TEST(test_every_error_status_labelled) {
+  attnd_metrics_t *m = attnd_metrics_new();
+  for (int c = 0; c < ATTND_ERR_COUNT; c++) {
+    attnd_metrics_request(m, ATTND_PROTO_V1, attnd_error_status(c));
+    attnd_metrics_request(m, ATTND_PROTO_V2, attnd_error_status_v2(c));
+  }
+  attnd_metrics_request(m, ATTND_PROTO_V1, 299); /* no status of attnd's */
+  char *t = render(m);
+  for (int c = 0; c < ATTND_ERR_COUNT; c++) {
+    char name[120];
+    snprintf(name, sizeof name,
+             "attnd_requests_total{protocol=\"v1\",status=\"%d\"}",
+             attnd_error_status(c));
+    ck_assert_msg(sample(t, name) >= 1, "%s (%s) not counted", name,
+                  attnd_error_name(c));
+    snprintf(name, sizeof name,
+             "attnd_requests_total{protocol=\"v2\",status=\"%d\"}",
+             attnd_error_status_v2(c));
+    ck_assert_msg(sample(t, name) >= 1, "%s (%s) not counted", name,
+                  attnd_error_name(c));
+  }
+  ck_assert_double_eq(
+      sample(t, "attnd_requests_total{protocol=\"v1\",status=\"other\"}"), 1);
+  ck_assert_double_eq(
+      sample(t, "attnd_requests_total{protocol=\"v2\",status=\"other\"}"), 0);
+  free(t);
+  attnd_metrics_free(m);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("metrics");
   TCase *tc = tcase_create("render");
   tcase_add_test(tc, test_sums_of_short_observations);
   tcase_add_test(tc, test_buckets);
+  tcase_add_test(tc, test_every_error_status_labelled);
   suite_add_tcase(s, tc);
   return s;
 }
