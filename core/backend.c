@@ -118,6 +118,11 @@ int attn__cuda_trap(void) {
   return 0;
 }
 
+int attn__cuda_sticky(int error) {
+  (void)error;
+  return 0;
+}
+
 void *attn_cuda_alloc(size_t bytes) {
   (void)bytes;
   return NULL;

@@ -276,6 +276,11 @@ size_t attn__cuda_device_bytes(const attn_plan_t *plan);
  * (0 in a build without CUDA). The device is unusable afterwards. */
 int attn__cuda_trap(void);
 
+/* For tests/check_cuda.c: whether `error`, a cudaError_t, is one of CUDA's
+ * sticky errors, after which the backend is unusable until the process
+ * restarts (attn_cuda_info); 0 in a build without CUDA. */
+int attn__cuda_sticky(int error);
+
 /* The CUDA backend's flash kernel (core/cuda/kernels.h): 0 picks the
  * default (version 2 where it applies, else 1), 1 forces version 1, 3 runs
  * version 3 where it applies (else as 0); attn__cuda_flash_last is the

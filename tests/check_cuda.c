@@ -1692,6 +1692,50 @@ END_TEST
  * call's errors take. */
 extern int attn__cuda_trap(void);
 
+/* core/cuda/forward.cu's test of a CUDA error (a cudaError_t). */
+extern int attn__cuda_sticky(int error);
+
+/* The errors that leave the CUDA context unusable, which make the backend
+ * unusable from then on (test_gpu_lost makes one happen): each one that
+ * CUDA 13's driver_types.h says needs the process "terminated and
+ * relaunched", by its value there, and none of the errors a call survives.
+ * Bug: one of them read as a passing error (error containment's on a
+ * Hopper GPU, 226), so that every later call fails while the health
+ * checks say 200. In a CUDA build, GPU or not: a pure function. */
+START_TEST(test_sticky_errors) {
+  static const int sticky[] = {
+      214, /* cudaErrorECCUncorrectable */
+      226, /* cudaErrorContained */
+      700, /* cudaErrorIllegalAddress */
+      702, /* cudaErrorLaunchTimeout */
+      710, /* cudaErrorAssert */
+      714, /* cudaErrorHardwareStackError */
+      715, /* cudaErrorIllegalInstruction */
+      716, /* cudaErrorMisalignedAddress */
+      717, /* cudaErrorInvalidAddressSpace */
+      718, /* cudaErrorInvalidPc */
+      719, /* cudaErrorLaunchFailure */
+      721, /* cudaErrorTensorMemoryLeak */
+      810, /* cudaErrorMpsClientTerminated */
+      911, /* cudaErrorExternalDevice */
+  };
+  static const int passing[] = {
+      0,   /* cudaSuccess */
+      1,   /* cudaErrorInvalidValue */
+      2,   /* cudaErrorMemoryAllocation */
+      9,   /* cudaErrorInvalidConfiguration */
+      400, /* cudaErrorInvalidResourceHandle */
+      600, /* cudaErrorNotReady */
+      701, /* cudaErrorLaunchOutOfResources */
+      720, /* cudaErrorCooperativeLaunchTooLarge */
+  };
+  for (size_t i = 0; i < sizeof sticky / sizeof *sticky; i++)
+    ck_assert_msg(attn__cuda_sticky(sticky[i]), "error %d", sticky[i]);
+  for (size_t i = 0; i < sizeof passing / sizeof *passing; i++)
+    ck_assert_msg(!attn__cuda_sticky(passing[i]), "error %d", passing[i]);
+}
+END_TEST
+
 /* A device that failed (here a kernel that traps: CUDA's sticky errors
  * leave the context unusable) is unusable from then on: attn_cuda_info
  * says so and why, plans for it are refused naming backend, and its memory
@@ -1759,8 +1803,10 @@ Suite *test_suite(void) {
   tcase_add_test(t, test_wide_heads_refused);
   tcase_add_test(t, test_kv_device_pages_on_cpu);
   tcase_add_test(t, test_weights_on_device_cpu);
-  if (cuda.built)
+  if (cuda.built) {
     tcase_add_test(t, test_device_bytes);
+    tcase_add_test(t, test_sticky_errors);
+  }
   suite_add_tcase(s, t);
   TCase *tt = tcase_create("table");
   tcase_add_loop_test(tt, test_table_on_cpu, 0, N_GPU_CASES);

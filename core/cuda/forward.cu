@@ -176,9 +176,11 @@ extern "C" void attn_cuda_info(attn_cuda_info_t *info) {
 }
 
 /* Whether e is one of CUDA's sticky errors: the context is unusable, every
- * later call fails, and only a new process has the device again. */
+ * later call fails, and only a new process has the device again (each
+ * error whose description in driver_types.h says the process must be
+ * "terminated and relaunched", and an uncorrectable ECC error). */
 static bool sticky(cudaError_t e) {
-  switch (e) {
+  switch ((int)e) {
   case cudaErrorIllegalAddress:
   case cudaErrorLaunchTimeout:
   case cudaErrorAssert:
@@ -189,10 +191,27 @@ static bool sticky(cudaError_t e) {
   case cudaErrorInvalidPc:
   case cudaErrorLaunchFailure:
   case cudaErrorECCUncorrectable:
+  /* by value: CUDA 11.8, which the CUDA image builds with, lacks the
+   * names of some (CUDA 13's driver_types.h has them) */
+  case 226: /* cudaErrorContained: Hopper's error containment */
+  case 721: /* cudaErrorTensorMemoryLeak */
+  case 810: /* cudaErrorMpsClientTerminated: the MPS server ended us */
+  case 911: /* cudaErrorExternalDevice */
     return true;
   default:
     return false;
   }
+}
+
+#if CUDART_VERSION >= 13000 /* the values sticky() takes by value */
+static_assert(cudaErrorContained == 226 && cudaErrorTensorMemoryLeak == 721 &&
+                  cudaErrorMpsClientTerminated == 810 &&
+                  cudaErrorExternalDevice == 911,
+              "CUDA's sticky errors' values");
+#endif
+
+extern "C" int attn__cuda_sticky(int error) {
+  return sticky((cudaError_t)error);
 }
 
 /* Records a sticky error for attn_cuda_info, the first one only. */
