@@ -705,6 +705,17 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
                      "heads of at most %d features",
                      (long long)pl->Dh, (long long)pl->Dv,
                      ATTN_CUDA_MAX_HEAD_DIM);
+  /* Each projection is one GEMM over all of the call's rows, whose count
+   * cuBLAS takes as an int (core/cuda/forward.cu: gemm): more would be
+   * cast to what is left of it, and computed on those rows alone. */
+  const int64_t key_rows = pl->B * (p->kv ? pl->Lq : pl->Lk);
+  if (pl->B * pl->Lq > INT_MAX || key_rows > INT_MAX)
+    return attn__err(
+        err, ATTN_EOVERFLOW,
+        pl->B * pl->Lq > INT_MAX ? ATTN_FIELD_QUERY : ATTN_FIELD_KEY,
+        "B=%lld, Lq=%lld, Lk=%lld: the cuda backend projects the call's "
+        "B·L rows of each input in one GEMM, at most %d of them",
+        (long long)pl->B, (long long)pl->Lq, (long long)pl->Lk, INT_MAX);
   attn_cuda_info(&ci);
   if (!ci.usable)
     return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_BACKEND, "backend cuda: %s",

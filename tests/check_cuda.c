@@ -169,6 +169,39 @@ START_TEST(test_wide_heads_refused) {
 }
 END_TEST
 
+/* The cuda backend projects all of a call's rows in one GEMM, whose row
+ * count cuBLAS takes as an int: a call of more than INT_MAX query rows
+ * (B·Lq) or key rows (B·Lk) is refused naming the input, never computed
+ * on the rows that the count cast to int leaves (2^32 + 5 rows would
+ * project 5, a wrong result of the right shape). The plan reads no
+ * element of the inputs: one float stands in for each tensor. In a CUDA
+ * build, GPU or not (the options are refused before the device is
+ * asked). */
+START_TEST(test_gemm_rows_refused) {
+  static float x[1];
+  /* the most items, of L rows each: 2^32 + 65534 rows, which an int
+   * reads as 65534 (within the core's other limits: one key or query an
+   * item on the other side) */
+  const int64_t B = 65535, L = 65538;
+  for (int k = 0; k < 2; k++) {
+    attn_params_t p = {.num_heads = 1};
+    /* k 0: B·Lq past INT_MAX; k 1: B·Lk */
+    p.query = (attn_tensor_t){.data = x, .rank = 3, .dim = {B, k ? 1 : L, 1}};
+    p.key = (attn_tensor_t){.data = x, .rank = 3, .dim = {B, k ? L : 1, 1}};
+    attn_error_t err;
+    int rc = plan_cuda(&p, ATTN_PRECISION_FP32, &err);
+    if (!cuda.built) {
+      ck_assert_int_eq(rc, ATTN_ENOTSUP);
+      ck_assert_str_eq(err.field, "backend");
+      continue;
+    }
+    ck_assert_msg(rc == ATTN_EOVERFLOW, "%d: %s", rc, err.message);
+    ck_assert_str_eq(err.field, k ? "key" : "query");
+    ck_assert_msg(strstr(err.message, "2147483647") != NULL, "%s", err.message);
+  }
+}
+END_TEST
+
 /* ---- the GPU cases --------------------------------------------------------
  */
 
@@ -1801,6 +1834,7 @@ Suite *test_suite(void) {
   tcase_add_test(t, test_precision_needs_cuda);
   tcase_add_test(t, test_lacking_options_refused);
   tcase_add_test(t, test_wide_heads_refused);
+  tcase_add_test(t, test_gemm_rows_refused);
   tcase_add_test(t, test_kv_device_pages_on_cpu);
   tcase_add_test(t, test_weights_on_device_cpu);
   if (cuda.built) {
