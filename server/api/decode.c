@@ -457,10 +457,13 @@ int attnd__dec_plan(dec_t *d) {
   layer_weights_for(j, &ex);
   attn_error_t ae;
   int rc = attn_plan_init(&j->plan, &j->params, &ex, &ae);
-  /* what no GPU memory budget could hold (max_device_memory_bytes) */
-  int too_big =
-      rc == 0 && j->plan.backend == ATTN_BACKEND_CUDA &&
-      j->plan.device_bytes > (uint64_t)d->cfg->max_device_memory_bytes;
+  /* what no GPU memory budget could hold: max_device_memory_bytes less
+   * what the layers on the GPU hold of it for as long as they are
+   * loaded */
+  const int64_t layers_dev = attnd_layer_set_device_bytes(d->layers),
+                room = d->cfg->max_device_memory_bytes - layers_dev;
+  int too_big = rc == 0 && j->plan.backend == ATTN_BACKEND_CUDA &&
+                j->plan.device_bytes > (uint64_t)(room > 0 ? room : 0);
   if ((rc == ATTN_ENOTSUP || too_big) && fallback) {
     /* auto: what cuda lacks or cannot hold, the cpu */
     ex.backend = ATTN_BACKEND_CPU;
@@ -472,15 +475,16 @@ int attnd__dec_plan(dec_t *d) {
     return E(d, ATTND_ERR_LIMIT_EXCEEDED, "backend",
              "on the cuda backend this request needs %llu bytes of GPU "
              "memory (B=%lld, Lq=%lld, Lk=%lld, H=%lld, Dh=%lld%s), over "
-             "max_device_memory_bytes %lld; use backend cpu, or ask for "
-             "less",
+             "the %lld of max_device_memory_bytes %lld that the layers on "
+             "the GPU (%lld bytes) leave; use backend cpu, or ask for less",
              (unsigned long long)pl->device_bytes, (long long)pl->B,
              (long long)pl->Lq, (long long)pl->Lk, (long long)pl->H,
              (long long)pl->Dh,
              j->params.want_weights || j->params.want_mean_weights
                  ? ", with the weights [B, H, Lq, Lk]"
                  : "",
-             (long long)d->cfg->max_device_memory_bytes);
+             (long long)(room > 0 ? room : 0),
+             (long long)d->cfg->max_device_memory_bytes, (long long)layers_dev);
   }
   if (rc == 0)
     return 0;
