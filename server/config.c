@@ -37,16 +37,20 @@ typedef struct key {
   int64_t min, max;
   unsigned flags;
   const char *help;
+  const char *const *words; /* a string key's only values, or NULL */
 } cfg_key_t;
 
 #define INT_KEY(n, d, lo, hi, fl, h)                                           \
-  { #n, T_INT, offsetof(attnd_config_t, n), 0, d, lo, hi, fl, h }
-#define STR_KEYF(n, d, fl, h)                                                  \
+  { #n, T_INT, offsetof(attnd_config_t, n), 0, d, lo, hi, fl, h, NULL }
+#define STR_KEYW(n, d, fl, w, h)                                               \
   {                                                                            \
 #n, T_STR, offsetof(attnd_config_t, n), sizeof(((attnd_config_t *)0)->n),  \
-        d, 0, 0, fl, h                                                         \
+        d, 0, 0, fl, h, w                                                      \
   }
+#define STR_KEYF(n, d, fl, h) STR_KEYW(n, d, fl, NULL, h)
 #define STR_KEY(n, d, h) STR_KEYF(n, d, 0, h)
+/* the words of a key that takes a few (NULL-terminated) */
+#define WORDS(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define BOOL_KEY(n, d, h) INT_KEY(n, d, 0, 1, F_BOOL, h)
 
 static const cfg_key_t keys[] = {
@@ -123,17 +127,17 @@ static const cfg_key_t keys[] = {
     STR_KEY(blas_coretype, "auto",
             "OpenBLAS kernel: auto (best for this CPU), library (OpenBLAS's "
             "own choice) or a core name such as SkylakeX"),
-    STR_KEY(
-        backend, "cpu",
+    STR_KEYW(
+        backend, "cpu", 0, WORDS("auto", "cpu", "cuda"),
         "where /v1/attention and /v2 compute when a request names no backend: "
         "cpu, cuda (a CUDA=1 build on an H100/H200; refused at start "
         "where it cannot run), or auto: cuda where it runs and supports "
         "the request, else cpu (docs/cuda.md)"),
-    STR_KEY(precision, "fp32",
-            "the cuda backend's arithmetic when a request names none: fp32, "
-            "or bf16 (bfloat16 inputs, float32 accumulation), and the form "
-            "the layers' weights are kept on the GPU in; the cpu computes "
-            "in fp32"),
+    STR_KEYW(precision, "fp32", 0, WORDS("fp32", "bf16"),
+             "the cuda backend's arithmetic when a request names none: fp32, "
+             "or bf16 (bfloat16 inputs, float32 accumulation), and the form "
+             "the layers' weights are kept on the GPU in; the cpu computes "
+             "in fp32"),
     STR_KEYF(api_keys, "", F_SECRET,
              "API keys clients send as 'Authorization: Bearer <key>', "
              "comma-separated; empty (and no api_keys_file): no keys needed"),
@@ -199,6 +203,20 @@ static const cfg_key_t *find_key(const char *name, size_t n) {
   return NULL;
 }
 
+/* A string key's words, "a, b or c", into dst[0..size). */
+static void words_text(const cfg_key_t *k, char *dst, size_t size) {
+  size_t n = 0, len = 0;
+  while (k->words[n])
+    n++;
+  dst[0] = 0;
+  for (size_t i = 0; i < n && len < size; i++)
+    len += (size_t)snprintf(dst + len, size - len, "%s%s",
+                            i == 0      ? ""
+                            : i + 1 < n ? ", "
+                                        : " or ",
+                            k->words[i]);
+}
+
 /* Parses `val` into key k of cfg. `from` names the source for messages. */
 static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
                    const char *from, char *msg, size_t msz) {
@@ -208,6 +226,15 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
       return attnd_fail(
           msg, msz, "%s: %s is too long (at most %zu characters) [%s]", k->name,
           (k->flags & F_SECRET) ? "the value" : val, k->size - 1, from);
+    size_t w = 0;
+    while (k->words && k->words[w] && strcmp(val, k->words[w]) != 0)
+      w++;
+    if (k->words && k->words[w] == NULL) {
+      char words[128];
+      words_text(k, words, sizeof words);
+      return attnd_fail(msg, msz, "%s: bad value '%s' [%s]: expected %s",
+                        k->name, val, from, words);
+    }
     memcpy(dst, val, strlen(val) + 1);
     return 0;
   }
@@ -232,9 +259,11 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
     return attnd_fail(msg, msz, "%s: bad value '%s' [%s]: expected on or off",
                       k->name, val, from);
   }
+  /* digits, after a '-' at most: strtoll would also skip space and '+' */
+  int digit = isdigit((unsigned char)val[val[0] == '-']);
   errno = 0;
-  char *end;
-  long long x = strtoll(val, &end, 10);
+  char *end = (char *)val;
+  long long x = digit ? strtoll(val, &end, 10) : 0;
   int64_t mult = 1;
   if ((k->flags & F_SIZE) && *end && !end[1]) {
     switch (toupper((unsigned char)*end)) {
@@ -516,16 +545,6 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
                       "default_timeout_ms: %" PRId64
                       " is above max_timeout_ms %" PRId64,
                       cfg->default_timeout_ms, cfg->max_timeout_ms);
-  if (strcmp(cfg->backend, "auto") != 0 && strcmp(cfg->backend, "cpu") != 0 &&
-      strcmp(cfg->backend, "cuda") != 0)
-    return attnd_fail(msg, msz,
-                      "backend: bad value '%s': expected auto, cpu or cuda",
-                      cfg->backend);
-  if (strcmp(cfg->precision, "fp32") != 0 &&
-      strcmp(cfg->precision, "bf16") != 0)
-    return attnd_fail(msg, msz,
-                      "precision: bad value '%s': expected fp32 or bf16",
-                      cfg->precision);
   if (strcmp(cfg->backend, "cuda") == 0) {
     attn_cuda_info_t ci;
     attn_cuda_info(&ci);

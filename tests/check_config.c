@@ -159,6 +159,27 @@ static const struct {
      "ATTND_PORT=tcp://10.96.0.10:8080",
      NULL,
      {"ATTND_PORT", "enableServiceLinks: false"}},
+    /* an integer is digits, with a '-' at most: space or '+' before them
+     * was accepted (strtoll skips them) while space after was refused */
+    {"--port= 7", NULL, NULL, {"port: bad value ' 7'", "flag --port"}},
+    {"--port=+7", NULL, NULL, {"port: bad value '+7'", "[0, 65535]"}},
+    {NULL, "ATTND_QUEUE_DEPTH=\t5", NULL, {"queue_depth", "ATTND_QUEUE_DEPTH"}},
+    {"--max-body-bytes=1e99", NULL, NULL, {"max_body_bytes", "suffix"}},
+    {"--max-body-bytes=9223372036854775807K",
+     NULL,
+     NULL,
+     {"max_body_bytes", "[1024, 1099511627776]"}},
+    /* backend and precision take their words wherever they are set, and a
+     * bad one names the file and line (it named neither) */
+    {NULL,
+     NULL,
+     "port = 1\nbackend = gpu\n",
+     {"backend: bad value 'gpu'", ":2]"}},
+    {NULL, NULL, "precision = fp16\n", {"expected fp32 or bf16", ":1]"}},
+    {NULL,
+     "ATTND_BACKEND=CPU",
+     NULL,
+     {"expected auto, cpu or cuda", "ATTND_BACKEND"}},
 };
 
 START_TEST(test_bad_values) {
