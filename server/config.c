@@ -365,8 +365,39 @@ static char *read_value(char *s, const char *from, char *msg, size_t msz) {
   return s;
 }
 
+/* Reads the next line of f, without its '\n', into line[0..cap) and
+ * NUL-terminates it; *len is its length, NUL bytes in it included, so that
+ * a caller sees them (strlen(line) < *len). Returns 1, 0 at the end of the
+ * file, or -1 for a line of cap bytes or more (read no further). */
+static int read_line(FILE *f, char *line, size_t cap, size_t *len) {
+  size_t n = 0;
+  int c;
+  while ((c = getc(f)) != EOF && c != '\n') {
+    if (n + 1 >= cap)
+      return -1;
+    line[n++] = (char)c;
+  }
+  line[n] = 0;
+  *len = n;
+  return c == EOF && n == 0 ? 0 : 1;
+}
+
+/* name, for a message, with every byte outside printable ASCII as \xHH:
+ * a key is ASCII, so such a byte is what made it unknown, and an invisible
+ * one (a byte order mark) would hide it. */
+static void escape_text(char *dst, size_t size, const char *name) {
+  size_t n = 0;
+  for (const unsigned char *c = (const unsigned char *)name; *c && n + 5 < size;
+       c++)
+    n += (size_t)snprintf(dst + n, size - n,
+                          *c < 0x20 || *c > 0x7e ? "\\x%02x" : "%c", *c);
+  dst[n] = 0;
+}
+
 /* Reads "key = value" lines (read_value has the value's forms); a line
- * whose first non-space character is '#' is a comment. */
+ * whose first non-space character is '#' is a comment. A UTF-8 byte order
+ * mark may open the file; a NUL byte anywhere is refused, and so is a key
+ * set twice (the second would silently win). */
 static int load_file(attnd_config_t *cfg, attnd_config_load_t *how,
                      const char *path, char *msg, size_t msz) {
   FILE *f = fopen(path, "r");
@@ -375,16 +406,25 @@ static int load_file(attnd_config_t *cfg, attnd_config_load_t *how,
                       strerror(errno));
   /* room for the longest value with every byte escaped (\xHH) */
   char line[4 * sizeof(((attnd_config_t *)0)->api_keys) + 64], from[600];
-  int lineno = 0, r = 0;
-  while (r == 0 && fgets(line, sizeof line, f)) {
+  size_t lineno = 0, len, set_at[NKEYS] = {0};
+  int r = 0, got;
+  while (r == 0 && (got = read_line(f, line, sizeof line, &len)) != 0) {
     lineno++;
-    snprintf(from, sizeof from, "%s:%d", path, lineno);
-    if (strchr(line, '\n') == NULL && !feof(f)) {
+    snprintf(from, sizeof from, "%s:%zu", path, lineno);
+    if (got < 0) {
       r = attnd_fail(msg, msz, "%s: a line longer than %zu bytes", from,
-                     sizeof line - 2);
+                     sizeof line - 1);
       break;
     }
-    char *s = line + strspn(line, " \t\r\n\v\f");
+    if (strlen(line) < len) {
+      r = attnd_fail(msg, msz, "%s: a NUL byte at column %zu", from,
+                     strlen(line) + 1);
+      break;
+    }
+    char *s = line;
+    if (lineno == 1 && strncmp(s, "\xef\xbb\xbf", 3) == 0)
+      s += 3;
+    s += strspn(s, " \t\r\n\v\f");
     char *eq = strchr(s, '=');
     size_t hash = strcspn(s, "#");
     if (eq == NULL || (size_t)(eq - s) > hash) {
@@ -402,10 +442,17 @@ static int load_file(attnd_config_t *cfg, attnd_config_load_t *how,
       break;
     }
     const cfg_key_t *k = find_key(name, strlen(name));
-    if (k == NULL)
-      r = attnd_fail(msg, msz, "%s: unknown key '%s'", from, name);
-    else
+    if (k == NULL) {
+      char shown[256];
+      escape_text(shown, sizeof shown, name);
+      r = attnd_fail(msg, msz, "%s: unknown key '%s'", from, shown);
+    } else if (set_at[k - keys]) {
+      r = attnd_fail(msg, msz, "%s: set again [%s]: first set at line %zu",
+                     k->name, from, set_at[k - keys]);
+    } else {
+      set_at[k - keys] = lineno;
       r = set_key_from(cfg, how, k, val, from, msg, msz);
+    }
   }
   fclose(f);
   return r;

@@ -180,6 +180,12 @@ static const struct {
      "ATTND_BACKEND=CPU",
      NULL,
      {"expected auto, cpu or cuda", "ATTND_BACKEND"}},
+    /* a key set twice in the file: the second line silently won */
+    {NULL,
+     NULL,
+     "port = 1\nqueue_depth = 2\nport = 3\n",
+     {"port: set again [", ":3]: first set at line 1"}},
+    {NULL, NULL, "port = 1\nPORT = 1\n", {"port: set again", ":2"}},
 };
 
 START_TEST(test_bad_values) {
@@ -435,6 +441,63 @@ START_TEST(test_file_value_forms) {
   ck_assert_str_eq(c.access_log, "x # y\t\"zA");
   ck_assert_str_eq(c.blas_coretype, "");
   unlink(path);
+}
+END_TEST
+
+/* Files as editors and accidents leave them, byte for byte: CRLF line
+ * ends, a UTF-8 byte order mark (allowed at the file's start only), NUL
+ * bytes, a line of 1 MB. Each loads to port 7001 or fails naming the line
+ * and the cause. Bugs: the mark read as part of the first key (refused as
+ * "unknown key 'port'", the mark invisible); a NUL byte reported as a
+ * line longer than 32 KB, or, on the last line, ending it there with the
+ * rest dropped unseen. */
+static const struct {
+  const char *text;
+  size_t len;          /* 0: strlen */
+  const char *want[2]; /* NULL: loads */
+} files[] = {
+    {"port = 7001\r\nqueue_depth = 5\r\nhost = \"a\"\r\n", 0, {NULL}},
+    {"\xef\xbb\xbfport = 7001\nqueue_depth = 5\n", 0, {NULL}},
+    {"\xef\xbb\xbf# a comment\r\nport = 7001\r\n", 0, {NULL}},
+    {"queue_depth = 5\n\xef\xbb\xbfport = 7001\n",
+     0,
+     {"unknown key '\\xef\\xbb\\xbfport'", ":2"}},
+    {"port = 7001\0 # junk\nqueue_depth = 5\n", 30, {"a NUL byte", ":1"}},
+    {"queue_depth = 5\nport = 7001\0 99", 31, {"a NUL byte", ":2"}},
+    {"host = \"a\0b\"\n", 13, {"a NUL byte", ":1"}},
+    {NULL, 0, {"a line longer than", ":2"}}, /* 1 MB, written below */
+};
+
+START_TEST(test_file_bytes) {
+  char path[64] = "/tmp/attnd-conf-XXXXXX", conf[96];
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  FILE *f = fdopen(fd, "w");
+  if (files[_i].text) {
+    size_t n = files[_i].len ? files[_i].len : strlen(files[_i].text);
+    ck_assert_uint_eq(fwrite(files[_i].text, 1, n, f), n);
+  } else {
+    fputs("port = 7001\nhost = ", f);
+    for (int k = 0; k < 1 << 20; k++)
+      fputc('a', f);
+    fputc('\n', f);
+  }
+  fclose(f);
+  snprintf(conf, sizeof conf, "--config=%s", path);
+  attnd_config_t c;
+  char msg[512] = "";
+  char *argv[] = {"attnd", conf, NULL}, *envp[] = {NULL};
+  int r = load(&c, argv, envp, msg, sizeof msg);
+  unlink(path);
+  if (files[_i].want[0] == NULL) {
+    ck_assert_msg(r == 0, "%s", msg);
+    ck_assert_int_eq(c.port, 7001);
+    return;
+  }
+  ck_assert_int_eq(r, -1);
+  for (int k = 0; k < 2; k++)
+    ck_assert_msg(strstr(msg, files[_i].want[k]), "'%s' lacks '%s'", msg,
+                  files[_i].want[k]);
 }
 END_TEST
 
@@ -928,6 +991,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_print_round_trips_keys, 0, N_KEYS_WAYS);
   tcase_add_test(tc, test_print_quotes_strings);
   tcase_add_test(tc, test_file_value_forms);
+  tcase_add_loop_test(tc, test_file_bytes, 0, sizeof files / sizeof files[0]);
   tcase_add_test(tc, test_backend_keys);
   tcase_add_test(tc, test_pinned_key);
   tcase_add_test(tc, test_cgroup_real_root);
