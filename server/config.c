@@ -503,12 +503,17 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
   memset(how, 0, sizeof *how);
   set_defaults(cfg);
 
-  /* The file first: its path comes from --config, else ATTND_CONFIG. */
+  /* The file first: its path comes from --config, else ATTND_CONFIG. A
+   * --config without one is refused, not served on the defaults. */
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
-      snprintf(how->path, sizeof how->path, "%s", argv[++i]);
-    else if (strncmp(argv[i], "--config=", 9) == 0)
-      snprintf(how->path, sizeof how->path, "%s", argv[i] + 9);
+    const char *p = strcmp(argv[i], "--config") == 0
+                        ? (i + 1 < argc ? argv[++i] : "")
+                    : strncmp(argv[i], "--config=", 9) == 0 ? argv[i] + 9
+                                                            : NULL;
+    if (p && *p == 0)
+      return attnd_fail(msg, msz, "flag --config needs a value: a file");
+    if (p)
+      snprintf(how->path, sizeof how->path, "%s", p);
   }
   if (how->path[0] == 0 && envp)
     for (char **e = envp; *e; e++)

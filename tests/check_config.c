@@ -186,6 +186,9 @@ static const struct {
      "port = 1\nqueue_depth = 2\nport = 3\n",
      {"port: set again [", ":3]: first set at line 1"}},
     {NULL, NULL, "port = 1\nPORT = 1\n", {"port: set again", ":2"}},
+    /* --config without its file: it started on the defaults */
+    {"--config", NULL, NULL, {"--config", "needs a value"}},
+    {"--config=", NULL, NULL, {"--config", "needs a value"}},
 };
 
 START_TEST(test_bad_values) {
