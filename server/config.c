@@ -185,6 +185,7 @@ static const cfg_key_t keys[] = {
              "it"),
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
+_Static_assert(NKEYS <= ATTND_CONFIG_KEYS_MAX, "attnd_config_load_t.from");
 
 static const cfg_key_t *find_key(const char *name, size_t n) {
   for (size_t i = 0; i < NKEYS; i++) {
@@ -294,15 +295,20 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
   return 0;
 }
 
-/* set_key, noting in `how` where a secret was set, for --print-config. */
+/* set_key, noting in `how` where the key was set. */
 static int set_key_from(attnd_config_t *cfg, attnd_config_load_t *how,
                         const cfg_key_t *k, const char *val, const char *from,
                         char *msg, size_t msz) {
   if (set_key(cfg, k, val, from, msg, msz) < 0)
     return -1;
-  if (k->flags & F_SECRET)
-    snprintf(how->api_keys_from, sizeof how->api_keys_from, "%s", from);
+  snprintf(how->from[k - keys], sizeof how->from[0], "%s", from);
   return 0;
+}
+
+/* Where the key `name` was set, for a message: its source, or "default". */
+static const char *origin(const attnd_config_load_t *how, const char *name) {
+  const char *from = how->from[find_key(name, strlen(name)) - keys];
+  return from[0] ? from : "default";
 }
 
 static char *trim(char *s) {
@@ -590,34 +596,40 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
   if (cfg->session_ttl_s > cfg->session_max_ttl_s)
     return attnd_fail(msg, msz,
                       "session_ttl_s: %" PRId64
-                      " is above session_max_ttl_s %" PRId64,
-                      cfg->session_ttl_s, cfg->session_max_ttl_s);
+                      " [%s] is above session_max_ttl_s %" PRId64 " [%s]",
+                      cfg->session_ttl_s, origin(how, "session_ttl_s"),
+                      cfg->session_max_ttl_s, origin(how, "session_max_ttl_s"));
   if (cfg->default_timeout_ms > cfg->max_timeout_ms)
     return attnd_fail(msg, msz,
                       "default_timeout_ms: %" PRId64
-                      " is above max_timeout_ms %" PRId64,
-                      cfg->default_timeout_ms, cfg->max_timeout_ms);
+                      " [%s] is above max_timeout_ms %" PRId64 " [%s]",
+                      cfg->default_timeout_ms,
+                      origin(how, "default_timeout_ms"), cfg->max_timeout_ms,
+                      origin(how, "max_timeout_ms"));
   if (strcmp(cfg->backend, "cuda") == 0) {
     attn_cuda_info_t ci;
     attn_cuda_info(&ci);
     if (!ci.usable)
-      return attnd_fail(msg, msz, "backend: cuda cannot run here: %s",
-                        ci.status);
+      return attnd_fail(msg, msz, "backend: cuda [%s] cannot run here: %s",
+                        origin(how, "backend"), ci.status);
   }
   resolve_auto(cfg, cores);
   if (cfg->kv_cache_bytes >= cfg->max_memory_bytes)
     return attnd_fail(msg, msz,
                       "kv_cache_bytes: %" PRId64
-                      " leaves nothing of max_memory_bytes %" PRId64
-                      " to requests",
-                      cfg->kv_cache_bytes, cfg->max_memory_bytes);
+                      " [%s] leaves nothing of max_memory_bytes %" PRId64
+                      " [%s] to requests",
+                      cfg->kv_cache_bytes, origin(how, "kv_cache_bytes"),
+                      cfg->max_memory_bytes, origin(how, "max_memory_bytes"));
   if (cfg->pinned_memory_bytes > 0 &&
       cfg->kv_cache_bytes + cfg->pinned_memory_bytes >= cfg->max_memory_bytes)
     return attnd_fail(
         msg, msz,
-        "pinned_memory_bytes: %" PRId64 " with kv_cache_bytes %" PRId64
-        " leaves nothing of max_memory_bytes %" PRId64 " to requests",
-        cfg->pinned_memory_bytes, cfg->kv_cache_bytes, cfg->max_memory_bytes);
+        "pinned_memory_bytes: %" PRId64 " [%s] with kv_cache_bytes %" PRId64
+        " [%s] leaves nothing of max_memory_bytes %" PRId64 " [%s] to requests",
+        cfg->pinned_memory_bytes, origin(how, "pinned_memory_bytes"),
+        cfg->kv_cache_bytes, origin(how, "kv_cache_bytes"),
+        cfg->max_memory_bytes, origin(how, "max_memory_bytes"));
   return 0;
 }
 
@@ -652,9 +664,9 @@ static void print_secret(const attnd_config_t *cfg,
                          const char *p, FILE *f) {
   int n = key_count(p);
   fprintf(f, "# %s: %d key%s", k->name, n, n == 1 ? "" : "s");
-  if (how && how->api_keys_from[0]) {
+  if (how && how->from[k - keys][0]) {
     fputs(", set by ", f);
-    print_escaped(f, how->api_keys_from);
+    print_escaped(f, how->from[k - keys]);
   }
   char env[64], flag[64]; /* ATTND_API_KEYS, --api-keys */
   size_t j = 0;

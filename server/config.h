@@ -62,15 +62,19 @@ typedef struct attnd_config {
   int64_t cores; /* not a key: the CPUs attnd_config_load was told of */
 } attnd_config_t;
 
+/* The table's keys at most (config.c checks it). */
+#define ATTND_CONFIG_KEYS_MAX 64
+
 /* What loading decided besides the values. */
 typedef struct attnd_config_load {
   int print_config; /* --print-config */
   int help;         /* --help */
   int version;      /* --version */
   char path[512];   /* the config file read, "" if none */
-  /* where api_keys was set: "ATTND_API_KEYS", "flag --api-keys" or
-   * "FILE:LINE"; "" when it was not (--print-config names it) */
-  char api_keys_from[600];
+  /* where each key of the table was set, in the table's order: "FILE:LINE",
+   * "ATTND_<KEY>" or "flag --<key>"; "" for its default. Messages name
+   * them, and --print-config where api_keys came from. */
+  char from[ATTND_CONFIG_KEYS_MAX][600];
 } attnd_config_load_t;
 
 /* Fills `cfg` from the defaults, then the file named by --config (if any),

@@ -186,6 +186,23 @@ static const struct {
      "port = 1\nqueue_depth = 2\nport = 3\n",
      {"port: set again [", ":3]: first set at line 1"}},
     {NULL, NULL, "port = 1\nPORT = 1\n", {"port: set again", ":2"}},
+    /* a check between two keys names where each was set (it named
+     * neither) */
+    {NULL,
+     NULL,
+     "max_timeout_ms = 100\n",
+     {"default_timeout_ms: 60000 [default] is above max_timeout_ms 100 [",
+      ":1]"}},
+    {NULL,
+     "ATTND_SESSION_TTL_S=90000",
+     NULL,
+     {"session_ttl_s: 90000 [ATTND_SESSION_TTL_S]",
+      "session_max_ttl_s 86400 [default]"}},
+    {"--kv-cache-bytes=1G",
+     NULL,
+     "\nmax_memory_bytes = 1G\n",
+     {"kv_cache_bytes: 1073741824 [flag --kv-cache-bytes] leaves",
+      ":2] to requests"}},
     /* --config without its file: it started on the defaults */
     {"--config", NULL, NULL, {"--config", "needs a value"}},
     {"--config=", NULL, NULL, {"--config", "needs a value"}},
