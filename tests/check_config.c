@@ -242,15 +242,19 @@ START_TEST(test_shipped_file_is_the_defaults) {
   ck_assert_msg(load(&file, argv1, envp, msg, sizeof msg) == 0, "%s", msg);
   ck_assert(memcmp(&def, &file, sizeof def) == 0);
 
-  char printed[4096] = "";
-  FILE *f = fmemopen(printed, sizeof printed, "w");
+  char *printed = NULL, *text = NULL;
+  size_t len = 0, n = 0;
+  FILE *f = open_memstream(&printed, &len);
   attnd_config_print(&def, NULL, f);
   fclose(f);
+  /* the whole file, however long its comments grow */
   FILE *shipped = fopen("config/attnd.conf", "r");
   ck_assert_ptr_nonnull(shipped);
-  char text[8192];
-  size_t n = fread(text, 1, sizeof text - 1, shipped);
-  text[n] = 0;
+  f = open_memstream(&text, &len);
+  char chunk[4096];
+  while ((n = fread(chunk, 1, sizeof chunk, shipped)) > 0)
+    fwrite(chunk, 1, n, f);
+  fclose(f);
   fclose(shipped);
   int keys = 0;
   for (char *line = strtok(printed, "\n"); line; line = strtok(NULL, "\n")) {
@@ -262,6 +266,8 @@ START_TEST(test_shipped_file_is_the_defaults) {
     keys++;
   }
   ck_assert_int_ge(keys, 19);
+  free(printed);
+  free(text);
 }
 END_TEST
 
