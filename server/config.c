@@ -204,18 +204,40 @@ static const cfg_key_t *find_key(const char *name, size_t n) {
   return NULL;
 }
 
-/* A string key's words, "a, b or c", into dst[0..size). */
-static void words_text(const cfg_key_t *k, char *dst, size_t size) {
-  size_t n = 0, len = 0;
-  while (k->words[n])
-    n++;
+/* The values key k takes, as its bad-value message and --help state
+ * them, into dst[0..size): "an integer in [lo, hi]" with the suffixes and
+ * words it also takes, "on or off", or its words ("a, b or c"); "" for a
+ * string key that takes any text. */
+static void values_text(const cfg_key_t *k, char *dst, size_t size) {
   dst[0] = 0;
-  for (size_t i = 0; i < n && len < size; i++)
-    len += (size_t)snprintf(dst + len, size - len, "%s%s",
-                            i == 0      ? ""
-                            : i + 1 < n ? ", "
-                                        : " or ",
-                            k->words[i]);
+  if (k->flags & F_BOOL) {
+    snprintf(dst, size, "on or off");
+  } else if (k->type == T_INT) {
+    snprintf(dst, size, "an integer in [%" PRId64 ", %" PRId64 "]%s%s%s",
+             k->min, k->max,
+             (k->flags & F_SIZE) ? ", with an optional K, M or G suffix" : "",
+             (k->flags & F_AUTO) ? ", or auto" : "",
+             (k->flags & F_OFF) ? ", or off" : "");
+  } else if (k->words) {
+    size_t n = 0, len = 0;
+    while (k->words[n])
+      n++;
+    for (size_t i = 0; i < n && len < size; i++)
+      len += (size_t)snprintf(dst + len, size - len, "%s%s",
+                              i == 0      ? ""
+                              : i + 1 < n ? ", "
+                                          : " or ",
+                              k->words[i]);
+  }
+}
+
+/* The message for a value key k does not take. Returns -1. */
+static int bad_value(const cfg_key_t *k, const char *val, const char *from,
+                     char *msg, size_t msz) {
+  char values[160];
+  values_text(k, values, sizeof values);
+  return attnd_fail(msg, msz, "%s: bad value '%s' [%s]: expected %s", k->name,
+                    val, from, values);
 }
 
 /* Parses `val` into key k of cfg. `from` names the source for messages. */
@@ -230,12 +252,8 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
     size_t w = 0;
     while (k->words && k->words[w] && strcmp(val, k->words[w]) != 0)
       w++;
-    if (k->words && k->words[w] == NULL) {
-      char words[128];
-      words_text(k, words, sizeof words);
-      return attnd_fail(msg, msz, "%s: bad value '%s' [%s]: expected %s",
-                        k->name, val, from, words);
-    }
+    if (k->words && k->words[w] == NULL)
+      return bad_value(k, val, from, msg, msz);
     memcpy(dst, val, strlen(val) + 1);
     return 0;
   }
@@ -257,8 +275,7 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
         memcpy(dst, &v, sizeof v);
         return 0;
       }
-    return attnd_fail(msg, msz, "%s: bad value '%s' [%s]: expected on or off",
-                      k->name, val, from);
+    return bad_value(k, val, from, msg, msz);
   }
   /* digits, after a '-' at most: strtoll would also skip space and '+' */
   int digit = isdigit((unsigned char)val[val[0] == '-']);
@@ -283,14 +300,7 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
   }
   if (end == val || *end || errno || __builtin_mul_overflow(x, mult, &v) ||
       v < k->min || v > k->max)
-    return attnd_fail(
-        msg, msz,
-        "%s: bad value '%s' [%s]: expected an integer in [%" PRId64 ", %" PRId64
-        "]%s%s%s",
-        k->name, val, from, k->min, k->max,
-        (k->flags & F_SIZE) ? ", with an optional K, M or G suffix" : "",
-        (k->flags & F_AUTO) ? ", or auto" : "",
-        (k->flags & F_OFF) ? ", or off" : "");
+    return bad_value(k, val, from, msg, msz);
   memcpy(dst, &v, sizeof v);
   return 0;
 }
@@ -503,6 +513,34 @@ static void resolve_auto(attnd_config_t *cfg, int cores) {
   }
 }
 
+/* The flags that are not keys, for the parser and --help: a flag with an
+ * argument (--config) is read before the rest; the others set the int of
+ * attnd_config_load_t at `off`. */
+typedef struct cli_flag {
+  const char *name, *alias, *arg;
+  size_t off;
+  const char *help;
+} cli_flag_t;
+
+static const cli_flag_t cli_flags[] = {
+    {"--config", NULL, "FILE", 0,
+     "the config file to read (else ATTND_CONFIG's, else none)"},
+    {"--print-config", NULL, NULL, offsetof(attnd_config_load_t, print_config),
+     "print the effective configuration in the file's format, and exit"},
+    {"--help", "-h", NULL, offsetof(attnd_config_load_t, help),
+     "print this text and exit (also -h)"},
+    {"--version", NULL, NULL, offsetof(attnd_config_load_t, version),
+     "print the version and exit"},
+};
+
+static const cli_flag_t *cli_flag(const char *a) {
+  for (size_t i = 0; i < sizeof cli_flags / sizeof cli_flags[0]; i++)
+    if (strcmp(a, cli_flags[i].name) == 0 ||
+        (cli_flags[i].alias && strcmp(a, cli_flags[i].alias) == 0))
+      return &cli_flags[i];
+  return NULL;
+}
+
 int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
                       char **argv, char **envp, int cores, char *msg,
                       size_t msz) {
@@ -558,20 +596,13 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
 
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--print-config") == 0) {
-      how->print_config = 1;
-      continue;
-    }
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      how->help = 1;
-      continue;
-    }
-    if (strcmp(a, "--version") == 0) {
-      how->version = 1;
-      continue;
-    }
-    if (strcmp(a, "--config") == 0) {
+    const cli_flag_t *o = cli_flag(a);
+    if (o && o->arg) { /* --config FILE, read above */
       i++;
+      continue;
+    }
+    if (o) {
+      *(int *)((char *)how + o->off) = 1;
       continue;
     }
     if (strncmp(a, "--config=", 9) == 0)
@@ -712,26 +743,44 @@ void attnd_config_print(const attnd_config_t *cfg,
   }
 }
 
+/* One option line of --help: a flag too wide for its column ends its
+ * line (man pages are made from this text: tools/man.sh). */
+static void usage_flag(FILE *f, const char *flag) {
+  if (strlen(flag) > 24)
+    fprintf(f, "  %s\n%27s", flag, "");
+  else
+    fprintf(f, "  %-24s ", flag);
+}
+
 void attnd_config_usage(FILE *f) {
   fprintf(f,
           "usage: attnd [--config FILE] [--print-config] [--KEY VALUE]...\n\n"
           "Each key is also read from the config file and from ATTND_<KEY>;\n"
           "flags override the environment, which overrides the file.\n\n");
-  for (size_t i = 0; i < NKEYS; i++) {
+  for (size_t i = 0; i < sizeof cli_flags / sizeof cli_flags[0]; i++) {
     char flag[64];
+    snprintf(flag, sizeof flag, "%s%s%s", cli_flags[i].name,
+             cli_flags[i].arg ? " " : "",
+             cli_flags[i].arg ? cli_flags[i].arg : "");
+    usage_flag(f, flag);
+    fprintf(f, "%s\n", cli_flags[i].help);
+  }
+  for (size_t i = 0; i < NKEYS; i++) {
+    char flag[64], values[160];
     snprintf(flag, sizeof flag, "--%s", keys[i].name);
     for (char *c = flag; *c; c++)
       if (*c == '_')
         *c = '-';
-    /* a flag too wide for its column ends its line (man pages are made
-     * from this text: tools/man.sh) */
-    if (strlen(flag) > 24)
-      fprintf(f, "  %s\n%27s", flag, "");
-    else
-      fprintf(f, "  %-24s ", flag);
-    fprintf(f, "%s (default %s)\n", keys[i].help,
-            keys[i].def[0] ? keys[i].def : "\"\"");
+    usage_flag(f, flag);
+    values_text(&keys[i], values, sizeof values);
+    fprintf(f, "%s (default %s%s%s)\n", keys[i].help,
+            keys[i].def[0] ? keys[i].def : "\"\"", values[0] ? "; " : "",
+            values);
   }
+  fprintf(f, "\nexit status: 0 after --help, --version or --print-config, or "
+             "once drained; 1 when the start fails (the address, a layer, "
+             "TLS) or a drain outlasts drain_timeout_s; 2 for a bad flag or "
+             "value (the message on stderr)\n");
 }
 
 void attnd_config_info(const attnd_config_t *cfg, int limits,
