@@ -119,6 +119,26 @@ START_TEST(test_precedence) {
 }
 END_TEST
 
+/* The file: --config's, else ATTND_CONFIG's (docs/operations.md). Bugs:
+ * ATTND_CONFIG ignored, or preferred to the flag. */
+START_TEST(test_config_path) {
+  char env_file[64], env[96], flag[96];
+  snprintf(env_file, sizeof env_file, "%s", write_tmp("port = 7001\n"));
+  snprintf(env, sizeof env, "ATTND_CONFIG=%s", env_file);
+  snprintf(flag, sizeof flag, "--config=%s", write_tmp("port = 7002\n"));
+  attnd_config_t c;
+  char msg[256];
+  char *argv0[] = {"attnd", NULL}, *argv1[] = {"attnd", flag, NULL},
+       *envp[] = {env, NULL};
+  ck_assert_msg(load(&c, argv0, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_int_eq(c.port, 7001);
+  ck_assert_msg(load(&c, argv1, envp, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert_int_eq(c.port, 7002);
+  unlink(env_file);
+  unlink(flag + 9);
+}
+END_TEST
+
 START_TEST(test_flag_spellings_and_sizes) {
   attnd_config_t c;
   char msg[256];
@@ -1066,6 +1086,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_auto_workers_follow_threads);
   tcase_add_test(tc, test_auto_threads);
   tcase_add_test(tc, test_precedence);
+  tcase_add_test(tc, test_config_path);
   tcase_add_test(tc, test_flag_spellings_and_sizes);
   tcase_add_loop_test(tc, test_bad_values, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, test_usage);
