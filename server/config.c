@@ -515,21 +515,24 @@ static void resolve_auto(attnd_config_t *cfg, int cores) {
 
 /* The flags that are not keys, for the parser and --help: a flag with an
  * argument (--config) is read before the rest; the others set the int of
- * attnd_config_load_t at `off`. */
+ * attnd_config_load_t at `off`, and one that reads no configuration
+ * (`alone`: --help, --version) ends the loading at once, so that it
+ * answers whatever the file, environment or other flags hold. */
 typedef struct cli_flag {
   const char *name, *alias, *arg;
   size_t off;
+  int alone;
   const char *help;
 } cli_flag_t;
 
 static const cli_flag_t cli_flags[] = {
-    {"--config", NULL, "FILE", 0,
+    {"--config", NULL, "FILE", 0, 0,
      "the config file to read (else ATTND_CONFIG's, else none)"},
     {"--print-config", NULL, NULL, offsetof(attnd_config_load_t, print_config),
-     "print the effective configuration in the file's format, and exit"},
-    {"--help", "-h", NULL, offsetof(attnd_config_load_t, help),
+     0, "print the effective configuration in the file's format, and exit"},
+    {"--help", "-h", NULL, offsetof(attnd_config_load_t, help), 1,
      "print this text and exit (also -h)"},
-    {"--version", NULL, NULL, offsetof(attnd_config_load_t, version),
+    {"--version", NULL, NULL, offsetof(attnd_config_load_t, version), 1,
      "print the version and exit"},
 };
 
@@ -547,6 +550,13 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
   memset(how, 0, sizeof *how);
   set_defaults(cfg);
 
+  for (int i = 1; i < argc; i++) { /* --help, --version: nothing read */
+    const cli_flag_t *o = cli_flag(argv[i]);
+    if (o && o->alone) {
+      *(int *)((char *)how + o->off) = 1;
+      return 0;
+    }
+  }
   /* The file first: its path comes from --config, else ATTND_CONFIG. A
    * --config without one is refused, not served on the defaults. */
   for (int i = 1; i < argc; i++) {

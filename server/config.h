@@ -82,7 +82,9 @@ typedef struct attnd_config_load {
  * "auto" values for a machine of `cores` cores (main passes
  * attnd_cgroup_cpus) and the memory attnd_cgroup_memory finds. Returns 0,
  * or -1 with a message naming the key, its source and the accepted values
- * written to `msg`. Main thread, at startup. */
+ * written to `msg`. With --help or -h, or --version, it reads nothing: it
+ * returns 0 at once with how->help or how->version set (cfg holds the
+ * defaults, unresolved). Main thread, at startup. */
 int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
                       char **argv, char **envp, int cores, char *msg,
                       size_t msg_size);

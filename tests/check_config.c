@@ -308,6 +308,33 @@ START_TEST(test_usage) {
 }
 END_TEST
 
+/* --help and --version answer whatever the configuration holds: they
+ * read none of it. --print-config shows the configuration, so a bad value
+ * still stops it. Bug: `attnd --version` exits 2 on a bad ATTND_PORT (a
+ * Kubernetes service link) or a config file that is not there. */
+START_TEST(test_help_reads_nothing) {
+  attnd_config_t c;
+  attnd_config_load_t how;
+  char msg[256] = "";
+  char *bad_env[] = {"ATTND_PORT=tcp://10.96.0.10:8080", NULL};
+  char *version[] = {"attnd", "--version", NULL};
+  ck_assert_msg(
+      attnd_config_load(&c, &how, 2, version, bad_env, 4, msg, sizeof msg) == 0,
+      "%s", msg);
+  ck_assert_int_eq(how.version, 1);
+  char *help[] = {"attnd", "--config", "/nonexistent/attnd.conf",
+                  "-h",    "--port=x", NULL};
+  ck_assert_msg(
+      attnd_config_load(&c, &how, 5, help, bad_env, 4, msg, sizeof msg) == 0,
+      "%s", msg);
+  ck_assert_int_eq(how.help, 1);
+  char *print[] = {"attnd", "--print-config", NULL};
+  ck_assert_int_eq(
+      attnd_config_load(&c, &how, 2, print, bad_env, 4, msg, sizeof msg), -1);
+  ck_assert_msg(strstr(msg, "ATTND_PORT"), "%s", msg);
+}
+END_TEST
+
 /* config/attnd.conf names every key, and its values are the defaults. */
 START_TEST(test_shipped_file_is_the_defaults) {
   attnd_config_t def, file;
@@ -1090,6 +1117,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_flag_spellings_and_sizes);
   tcase_add_loop_test(tc, test_bad_values, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, test_usage);
+  tcase_add_test(tc, test_help_reads_nothing);
   tcase_add_test(tc, test_shipped_file_is_the_defaults);
   tcase_add_test(tc, test_print_round_trips);
   tcase_add_loop_test(tc, test_print_round_trips_keys, 0, N_KEYS_WAYS);
