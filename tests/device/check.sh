@@ -42,6 +42,31 @@ echo "stand-in GPU, 0, 0 MiB, 0 MHz, 0 MHz"
 STUB
 chmod +x "$tmp/stub/nvidia-smi"
 
+# 0. CUDA's libraries where the device's image may keep them: not in the
+# toolkit's directory but apart, inside wheels (tools/device/cudalib.sh).
+# A program linked with a stand-in libcudart.so.13 asks for them.
+fake=$tmp/fakecuda
+mkdir -p "$fake/rt/nvidia/cuda_runtime/lib" "$fake/rt/nvidia/cu13/lib" "$fake/kit"
+echo 'int cuda_stand_in(void) { return 0; }' >"$fake/lib.c"
+echo 'int cuda_stand_in(void); int main(void) { return cuda_stand_in(); }' >"$fake/main.c"
+cc -shared -fPIC -Wl,-soname,libcudart.so.13 -o "$fake/kit/libcudart.so.13" "$fake/lib.c"
+cc -o "$fake/prog" "$fake/main.c" "$fake/kit/libcudart.so.13"
+cp "$fake/kit/libcudart.so.13" "$fake/rt/nvidia/cuda_runtime/lib/"
+for l in libcublas.so.13 libcublasLt.so.13 libcublas.so.12; do
+  cp "$fake/kit/libcudart.so.13" "$fake/rt/nvidia/cu13/lib/$l"
+done
+got=$(. tools/device/cudalib.sh && CUDA_LIB_FIRST="$fake/none" \
+  CUDA_LIB_SEARCH="$fake/rt" cuda_libdirs "$fake/prog")
+[ "$got" = "$fake/rt/nvidia/cuda_runtime/lib:$fake/rt/nvidia/cu13/lib" ] ||
+  fail "cudalib.sh found '$got', not the runtime's and cuBLAS's directories"
+cp "$fake/rt/nvidia/cu13/lib/libcublas"*.so.13 "$fake/kit/"
+got=$(. tools/device/cudalib.sh && CUDA_LIB_FIRST="$fake/kit" \
+  CUDA_LIB_SEARCH="$fake/rt" cuda_libdirs "$fake/prog")
+[ "$got" = "$fake/kit" ] || fail "cudalib.sh found '$got', not the toolkit's $fake/kit first"
+got=$(. tools/device/cudalib.sh && cuda_libdirs "$build/attn-bench")
+[ -n "$got" ] || [ -z "$(ldd "$build/attn-bench" | grep libcudart)" ] ||
+  fail "cudalib.sh found nothing for $build/attn-bench, which is linked with libcudart"
+
 # session.sh BUNDLE SECONDS, with cores.sh sized for two CPUs and seconds
 session() {
   rm -rf "$tmp/out"

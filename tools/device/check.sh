@@ -21,7 +21,7 @@
 # developer's machine with `make device-bundle CUDA=1`: BUNDLE/bundle.tgz
 # holds bin/ (the GPU suites, attn-cuda-bench, attnd, attnd-load) and lib/ (the Debian
 # libraries they load: ../shared/device/bundle.sh; CUDA's own are the
-# device's, under /usr/local/cuda/lib64 there); it is unpacked into
+# device's, wherever tools/device/cudalib.sh finds them); it is unpacked into
 # /tmp/attnd-bundle. An unpacked BUNDLE (bin/, lib/) is used as it is.
 # Carry it: run from the repository root with carry [".device-bundle"] and
 #   bash tools/device/check.sh .device-bundle
@@ -57,7 +57,9 @@ fi
 case $bundle in /*) ;; *) bundle=$PWD/$bundle ;; esac
 # The bundle's libraries for attnd's programs alone: python3 (torch) keeps
 # the device's own.
-libs="$bundle/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. tools/device/cudalib.sh
+cuda_dirs=$(cuda_libdirs "$bundle/bin/check_cuda")
+libs="$bundle/lib${cuda_dirs:+:$cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 with_libs() { LD_LIBRARY_PATH=$libs "$@"; }
 
 step versions
@@ -81,8 +83,9 @@ done
 [ "$missing" = 0 ] || exit 1
 with_libs ldd "$bundle/bin/check_cuda" | grep -E 'libcudart|libopenblas'
 # cuBLAS is loaded at run time (dlopen, by the probe): show where it is
-ls -l /usr/local/cuda/lib64/libcublas.so.* 2>/dev/null ||
-  echo "check.sh: no libcublas.so.* in /usr/local/cuda/lib64 (the probe will say)"
+echo "check.sh: CUDA's libraries from ${cuda_dirs:-nowhere found}"
+for d in $(echo "$cuda_dirs" | tr ':' ' '); do ls -l "$d"/libcublas.so.* 2>/dev/null; done |
+  grep . || echo "check.sh: no libcublas.so.* found (the probe will say)"
 
 # A failing test does not stop the run: the benchmark's numbers still come
 # back, and the script exits 1 at the end.

@@ -69,7 +69,9 @@ done
 for b in attn-bench attnd attnd-load; do
   [ -x "$bin/$b" ] || { echo "cores: $bin/$b missing (make cores-bundle)" >&2; exit 2; }
 done
-export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+. "$here/cudalib.sh"
+cuda_dirs=$(cuda_libdirs "$bin/attnd") # a CUDA=1 bundle's programs need them
+export LD_LIBRARY_PATH="$dir/lib${cuda_dirs:+:$cuda_dirs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 maxth=$(echo "$threads" | tr ',' '\n' | sort -n | tail -1)
 t0=$(date +%s)
 elapsed() { echo "$(($(date +%s) - t0)) s"; }
