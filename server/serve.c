@@ -25,12 +25,14 @@ typedef struct life {
 } life_t;
 
 /* While draining, every 20 ms: stop the loop once nothing is in flight, or
- * once drain_timeout_s has passed (exit code 1). */
+ * once drain_timeout_s has passed (exit code 1). A reload of the layers
+ * counts as in flight: it reads the server, which the teardown frees, and
+ * waiting for it there was waiting without drain_timeout_s's bound. */
 static void on_drain_tick(uv_timer_t *t) {
   life_t *l = t->data;
   attnd_server_t *s = &l->s;
-  int idle =
-      attnd_sched_inflight(s->sched) == 0 && atomic_load(&s->active) == 0;
+  int idle = attnd_sched_inflight(s->sched) == 0 &&
+             atomic_load(&s->active) == 0 && atomic_load(&s->reloading) == 0;
   int late = s->cfg->drain_timeout_s > 0 &&
              attnd_now_ms() - l->drain_started >
                  (double)s->cfg->drain_timeout_s * 1000.0;
@@ -38,8 +40,10 @@ static void on_drain_tick(uv_timer_t *t) {
     return;
   if (!idle) {
     fprintf(stderr,
-            "{\"event\":\"drain_timeout\",\"inflight\":%d,\"active\":%d}\n",
-            attnd_sched_inflight(s->sched), atomic_load(&s->active));
+            "{\"event\":\"drain_timeout\",\"inflight\":%d,\"active\":%d,"
+            "\"reloading\":%d}\n",
+            attnd_sched_inflight(s->sched), atomic_load(&s->active),
+            atomic_load(&s->reloading) != 0);
     l->exit_code = 1;
     l->drain_timed_out = 1;
   }

@@ -14,7 +14,9 @@
  *     and the words of its message;
  *   - SIGHUP: a reload swaps the weights; a reload of a bad file keeps the
  *     old ones; a bad file at start stops the server with its name; a
- *     SIGHUP during a reload makes it load the files again;
+ *     SIGHUP during a reload makes it load the files again; SIGTERM, and
+ *     SIGTERM again, during a reload: the drain waits for it, within
+ *     drain_timeout_s;
  *   - the layers' weights on the GPU where it serves (TCase "gpu", which
  *     tools/device/check.sh runs there): their bytes, and cuda requests and
  *     sessions reading them computing what the cpu does. */
@@ -933,6 +935,97 @@ START_TEST(test_reload_during_reload) {
 }
 END_TEST
 
+/* A server whose layer reload is held reading config.json, a FIFO, until
+ * the test writes it: the layers are a directory with config.json and
+ * extra.safetensors, config.json then becomes a FIFO and SIGHUP starts the
+ * reload. `args` are flags beside --layers. Returns the FIFO open for
+ * writing (open without blocking succeeds once the reload has it). */
+static int reload_held(sh_server_t *s, char *dir, size_t n,
+                       const char *const *args) {
+  static const char config[] = "{\"num_attention_heads\": 2}";
+  char path[128], cfg[128];
+  tmp_dir(dir, n);
+  snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+  snprintf(path, sizeof path, "%s/extra.safetensors", dir);
+  extra_file(path, 5);
+  ck_assert_int_eq(lf_write_text(cfg, config), 0);
+  const char *all[8] = {"--layers", dir};
+  for (int i = 0; args[i]; i++)
+    all[2 + i] = args[i];
+  ck_assert_msg(sh_server_start(s, all) == 0, "attnd did not start:\n%s",
+                s->log);
+  snprintf(path, sizeof path, "%s/fifo", dir);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  ck_assert_int_eq(rename(path, cfg), 0);
+  kill(s->pid, SIGHUP);
+  int fd = -1;
+  for (double end = sh_now() + 20; fd < 0 && sh_now() < end; usleep(5000))
+    fd = open(cfg, O_WRONLY | O_NONBLOCK);
+  ck_assert_msg(fd >= 0, "the reload never opened config.json: %s",
+                strerror(errno));
+  return fd;
+}
+
+/* SIGTERM while a reload runs, then SIGTERM again: the drain waits for the
+ * reload (it reads the server's state), the second signal changes nothing
+ * (docs/operations.md), and the process exits 0 once the reload ends.
+ * Bug: the drain ended without the reload, and the teardown waited for it
+ * with the signals' handlers gone, so that the second SIGTERM killed the
+ * process (status 143). */
+START_TEST(test_sigterm_twice_during_reload) {
+  static const char *const none[] = {NULL};
+  char dir[64];
+  sh_server_t s;
+  int fd = reload_held(&s, dir, sizeof dir, none);
+  kill(s.pid, SIGTERM);
+  wait_event(&s, "\"event\":\"draining\"");
+  /* time for a drain that does not wait to reach the teardown: its HTTP
+   * daemon stops (connections refused), its signals' handlers go */
+  for (double end = sh_now() + 1; sh_now() < end; usleep(20000)) {
+    int c = sh_connect(s.port);
+    if (c < 0)
+      break;
+    close(c);
+  }
+  usleep(100000);
+  kill(s.pid, SIGTERM);
+  usleep(100000);
+  int early = sh_server_wait(&s, 0);
+  ck_assert_msg(early == -1, "exit status %d at the second SIGTERM:\n%s", early,
+                s.log);
+  static const char config[] = "{\"num_attention_heads\": 2}";
+  ck_assert_int_eq(write(fd, config, strlen(config)), (ssize_t)strlen(config));
+  close(fd);
+  int st = sh_server_wait(&s, 20);
+  ck_assert_msg(st == 0, "exit status %d after the reload:\n%s", st, s.log);
+  ck_assert_msg(strstr(s.log, "\"event\":\"layers_reloaded\""),
+                "the reload did not end before the exit:\n%s", s.log);
+  rm_dir(dir);
+}
+END_TEST
+
+/* A reload that outlasts drain_timeout_s ends the drain as work still in
+ * flight does: exit status 1, saying so. Bug: the teardown waited for the
+ * reload without a bound (a reload held, as here, for ever). */
+START_TEST(test_reload_outlasts_drain) {
+  static const char *const args[] = {"--drain-timeout-s", "1", NULL};
+  char dir[64];
+  sh_server_t s;
+  int fd = reload_held(&s, dir, sizeof dir, args);
+  kill(s.pid, SIGTERM);
+  int st = sh_server_wait(&s, 20);
+  close(fd);
+  if (st == -1)
+    sh_server_kill(&s);
+  ck_assert_msg(st == 1, "exit status %d, 20 s after SIGTERM:\n%s", st, s.log);
+  ck_assert_msg(strstr(s.log, "\"event\":\"drain_timeout\""),
+                "no drain_timeout event:\n%s", s.log);
+  ck_assert_msg(strstr(s.log, "\"reloading\":1"),
+                "the drain_timeout event does not name the reload:\n%s", s.log);
+  rm_dir(dir);
+}
+END_TEST
+
 /* ---- on the GPU --------------------------------------------------------- */
 
 /* GET /v1/layers' device_bytes, which /metrics' attnd_layers_device_bytes
@@ -1171,6 +1264,11 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_reload);
   tcase_add_test(tc, test_reload_during_reload);
+  suite_add_tcase(su, tc);
+  tc = tcase_create("drain"); /* SIGTERM during a reload */
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_sigterm_twice_during_reload);
+  tcase_add_test(tc, test_reload_outlasts_drain);
   suite_add_tcase(su, tc);
   tc = tcase_create("gpu"); /* also on the device (tools/device/check.sh) */
   tcase_set_timeout(tc, 60);

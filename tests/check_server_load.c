@@ -804,9 +804,9 @@ END_TEST
 
 #define N_DRAIN 4
 
-/* SIGTERM with one request running and three queued: every one is
- * answered 200, new work gets 503 (or, once the process is gone, a refused
- * connection), and the process exits 0. */
+/* SIGTERM with one request running and three queued, and SIGTERM again
+ * once draining: every one is answered 200, new work gets 503 (or, once
+ * the process is gone, a refused connection), and the process exits 0. */
 START_TEST(test_sigterm_drains) {
   static const char *const args[] = {
       "--workers", "1", "--threads-per-request", "1", "--queue-depth",
@@ -830,6 +830,7 @@ START_TEST(test_sigterm_drains) {
     ready = sh_get(s.port, "/readyz", &r) == 0 ? r.status : -1;
     sh_resp_free(&r);
   }
+  kill(s.pid, SIGTERM); /* a second changes nothing (docs/operations.md) */
   sh_resp_t r;
   int rc = sh_post(s.port, small, strlen(small), &r);
   int early = sh_server_wait(&s, 0); /* -1 while it runs */
