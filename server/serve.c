@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "codec/util.h"
@@ -221,6 +222,46 @@ static void pinned_init(attnd_server_t *s) {
           (long long)st.bytes);
 }
 
+/* Descriptors attnd needs beside its connections': the listening socket,
+ * the loops' and threads' own, the access log, and the files a reload of
+ * the layers or keys opens. */
+#define OPEN_FILES_RESERVE 64
+
+/* Raises the soft limit on open files (RLIMIT_NOFILE) to what
+ * max_connections needs, within the hard limit. The soft limit a shell or
+ * systemd gives (1024) is what max_connections' default alone needs, and
+ * past it libmicrohttpd's accept() fails: new clients wait in the backlog,
+ * unanswered, until others close, and the log speaks of the library's
+ * option, not of max_connections. (The soft limit is low for programs
+ * that use select(); attnd polls.) A hard limit too low to raise it to is
+ * named at start. Main thread, before the daemon starts. */
+static void open_files_init(const attnd_config_t *cfg) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+    return;
+  rlim_t need = (rlim_t)cfg->max_connections + OPEN_FILES_RESERVE;
+  if (rl.rlim_cur < need && rl.rlim_max != rl.rlim_cur) {
+    struct rlimit up = {
+        rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max,
+        rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+      rl.rlim_cur = up.rlim_cur;
+  }
+  if (rl.rlim_cur < need)
+    fprintf(stderr,
+            "{\"event\":\"open_files_short\",\"max_connections\":%lld,"
+            "\"open_files\":%llu,\"needed\":%llu,\"message\":\"the hard "
+            "limit on open files is below max_connections plus %d for attnd "
+            "itself: past about %llu connections, new ones wait unaccepted; "
+            "raise the limit (ulimit -n, LimitNOFILE, --ulimit nofile) or "
+            "lower max_connections\"}\n",
+            (long long)cfg->max_connections, (unsigned long long)rl.rlim_cur,
+            (unsigned long long)need, OPEN_FILES_RESERVE,
+            rl.rlim_cur > OPEN_FILES_RESERVE
+                ? (unsigned long long)(rl.rlim_cur - OPEN_FILES_RESERVE)
+                : 0ULL);
+}
+
 int attnd_serve(const attnd_config_t *cfg) {
   life_t l = {.s = {.cfg = cfg}};
   attnd_server_t *s = &l.s;
@@ -262,6 +303,7 @@ int attnd_serve(const attnd_config_t *cfg) {
                       .compatible = attnd_request_compatible,
                       .window_ms = (double)cfg->batch_window_us / 1000.0,
                       .max_tokens = cfg->max_batch_tokens});
+  open_files_init(cfg);
   if (s->metrics == NULL || s->sessions == NULL || s->sched == NULL ||
       security_init(s) < 0 || layers_init(s) < 0 || attnd_http_start(s) < 0)
     return 1;
