@@ -6,8 +6,11 @@
  * every line back with jansson, checking each field's value. The
  * integration test runs the real attnd with its log in a file, sends
  * hostile paths, ids and request ids over a raw socket, and parses every
- * line the server wrote. */
+ * line the server wrote. A log that cannot be written (a full disk: a
+ * writer of its own that fails, and /dev/full for the server) costs its
+ * lines, but says so on stderr, once, and how many were lost. */
 #include <check.h>
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -110,6 +113,80 @@ START_TEST(test_writer_escapes) {
   ck_assert_str_eq(str(last, "id"), "");
   ck_assert_str_eq(str(last, "request_id"), "");
   json_decref(lines);
+}
+END_TEST
+
+/* A log whose writes fail while `failing` is set (errno EIO), and keep
+ * what they are given otherwise. */
+typedef struct {
+  int failing;
+  char got[4096];
+  size_t len;
+} flaky_t;
+
+static ssize_t flaky_write(void *cookie, const char *p, size_t n) {
+  flaky_t *f = cookie;
+  if (f->failing || f->len + n > sizeof f->got) {
+    errno = EIO;
+    return -1;
+  }
+  memcpy(f->got + f->len, p, n);
+  f->len += n;
+  return (ssize_t)n;
+}
+
+/* How many times `s` is in `text`. */
+static int count(const char *text, const char *s) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, s)) != NULL; p++)
+    n++;
+  return n;
+}
+
+/* A log that cannot be written (a full disk, an I/O error): the request's
+ * line is lost, but not in silence: the first failure of a run of them is
+ * told on stderr, once, with its reason, and the first line written after
+ * them tells how many were lost; no line is written in part. Bug: the
+ * writer ignored fwrite's and fflush's failures (nothing said). */
+START_TEST(test_writer_failure_told) {
+  flaky_t fl = {.failing = 1};
+  FILE *f =
+      fopencookie(&fl, "w", (cookie_io_functions_t){.write = flaky_write});
+  ck_assert_ptr_nonnull(f);
+  char errpath[] = "/tmp/attnd-stderr-XXXXXX";
+  int efd = mkstemp(errpath);
+  ck_assert_int_ge(efd, 0);
+  fflush(stderr);
+  int saved = dup(2);
+  ck_assert_int_eq(dup2(efd, 2), 2);
+  attnd_access_t a = {.method = "GET", .path = "/lost", .status = 200};
+  attnd_access_log_write(f, &a);
+  attnd_access_log_write(f, &a);
+  fl.failing = 0;
+  a.path = "/kept";
+  attnd_access_log_write(f, &a);
+  attnd_access_log_write(f, &a);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  fclose(f);
+  char err[4096];
+  ssize_t n = pread(efd, err, sizeof err - 1, 0);
+  close(efd);
+  unlink(errpath);
+  ck_assert_int_ge(n, 0);
+  err[n] = 0;
+  ck_assert_msg(count(err, "{\"event\":\"access_log_failed\",\"error\":"
+                           "\"Input/output error\"}\n") == 1,
+                "stderr:\n%s", err);
+  ck_assert_msg(count(err, "{\"event\":\"access_log_resumed\",\"lost\":2}\n") ==
+                    1,
+                "stderr:\n%s", err);
+  ck_assert_int_eq(count(err, "\n"), 2);
+  fl.got[fl.len] = 0;
+  ck_assert_msg(count(fl.got, "\"path\":\"/kept\"") == 2 &&
+                    count(fl.got, "/lost") == 0 && count(fl.got, "\n") == 2,
+                "the log holds:\n%s", fl.got);
 }
 END_TEST
 
@@ -242,6 +319,23 @@ START_TEST(test_server_log_values) {
 }
 END_TEST
 
+/* attnd with its access log on /dev/full: every request is still
+ * answered, and stderr says once why the log is empty. Bug: nothing said. */
+START_TEST(test_server_log_full) {
+  const char *args[] = {"--access-log", "/dev/full", NULL};
+  sh_server_t srv;
+  ck_assert_msg(sh_server_start(&srv, args) == 0, "attnd did not start:\n%s",
+                srv.log);
+  static const char get[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int k = 0; k < 3; k++)
+    ck_assert_int_eq(raw(srv.port, get, strlen(get)), 200);
+  ck_assert_int_eq(sh_server_stop(&srv, 15.0), 0);
+  ck_assert_msg(count(srv.log, "{\"event\":\"access_log_failed\",\"error\":"
+                               "\"No space left on device\"}") == 1,
+                "%s", srv.log);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("access_log");
   TCase *tc = tcase_create("access_log");
@@ -249,6 +343,8 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_writer_escapes);
   tcase_add_test(tc, test_server_log_is_json);
   tcase_add_test(tc, test_server_log_values);
+  tcase_add_test(tc, test_writer_failure_told);
+  tcase_add_test(tc, test_server_log_full);
   suite_add_tcase(s, tc);
   return s;
 }

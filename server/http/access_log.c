@@ -1,6 +1,8 @@
 /* server/http/access_log.c: see access_log.h. */
 #include "http/access_log.h"
 
+#include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -30,6 +32,29 @@ static void put_string(attnd_buf_t *b, const char *key, const char *s) {
   attnd_buf_json_string(b, s ? s : "", s ? strlen(s) : 0);
 }
 
+/* Lines lost since the last one written (the log is one per process). */
+static atomic_long lost;
+
+/* Says on stderr when lines start to be lost (a full disk, an I/O error,
+ * out of memory), once for a run of failures, and then how many were lost
+ * when one is written again: an empty log is never a mystery. `err`: 0
+ * when the line was written, else its errno. */
+static void told(int err) {
+  if (err && atomic_fetch_add(&lost, 1) == 0) {
+    fprintf(stderr, "{\"event\":\"access_log_failed\",\"error\":");
+    attnd_buf_t b;
+    attnd_buf_init(&b);
+    const char *why = strerror(err);
+    attnd_buf_json_string(&b, why, strlen(why));
+    fprintf(stderr, "%.*s}\n", b.oom ? 2 : (int)b.len, b.oom ? "\"\"" : b.data);
+    attnd_buf_free(&b);
+  } else if (err == 0 && atomic_load(&lost)) {
+    long n = atomic_exchange(&lost, 0);
+    if (n)
+      fprintf(stderr, "{\"event\":\"access_log_resumed\",\"lost\":%ld}\n", n);
+  }
+}
+
 void attnd_access_log_write(FILE *f, const attnd_access_t *a) {
   if (f == NULL)
     return;
@@ -52,8 +77,15 @@ void attnd_access_log_write(FILE *f, const attnd_access_t *a) {
                    a->status, a->bytes_in, a->bytes_out, a->queue_ms,
                    a->compute_ms, a->total_ms);
   attnd_buf_append(&b, nums, (size_t)n);
-  if (!b.oom)
-    fwrite(b.data, 1, b.len, f); /* one write per line */
-  fflush(f);
+  int err = ENOMEM;
+  if (!b.oom) {
+    flockfile(f); /* errno and the error flag are this line's */
+    int ok = fwrite(b.data, 1, b.len, f) == b.len; /* one write per line */
+    ok = fflush(f) == 0 && ok;
+    err = ok ? 0 : errno;
+    clearerr(f);
+    funlockfile(f);
+  }
   attnd_buf_free(&b);
+  told(err);
 }

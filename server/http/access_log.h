@@ -21,7 +21,11 @@ typedef struct attnd_access {
 FILE *attnd_access_log_open(const char *spec);
 void attnd_access_log_close(FILE *f);
 
-/* Writes the line for `a` to f (NULL: nothing) and flushes it. */
+/* Writes the line for `a` to f (NULL: nothing) and flushes it. A line that
+ * cannot be written is lost, and said so on stderr: the first of a run of
+ * them as {"event":"access_log_failed","error":...}, and the run's length
+ * as {"event":"access_log_resumed","lost":n} once a line is written again.
+ * The count is the process's: one access log at a time. */
 void attnd_access_log_write(FILE *f, const attnd_access_t *a);
 
 #endif
