@@ -273,6 +273,11 @@ int attnd_serve(const attnd_config_t *cfg) {
   sigemptyset(&hup);
   sigaddset(&hup, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &hup, NULL);
+  /* A write to a pipe nobody reads (stderr piped to a log reader that has
+   * gone, as tee after Ctrl-C) fails with EPIPE, which the writers
+   * tolerate; SIGPIPE's default action would end the process at its next
+   * event, the drain's own among them, with requests in flight. */
+  signal(SIGPIPE, SIG_IGN);
   attn_backend_info(&s->backend);
   s->id_prefix = attnd_random_u64();
   s->budget.max = cfg->max_memory_bytes - cfg->kv_cache_bytes;
