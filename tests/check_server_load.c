@@ -17,7 +17,8 @@
  *     computing (504, and the worker freed early);
  *   - clients that leave while queued (their place is freed), forty at a
  *     time, while computing (the worker is freed), and while uploading
- *     (the connection is closed at once);
+ *     (the connection is closed at once); one that takes none of a large
+ *     reply (its memory counted until connection_timeout_s frees it);
  *   - SIGTERM and SIGINT with work in flight: all of it answered, new work
  *     refused with 503, exit status 0;
  *   - the open-file limit: a soft one raised to what max_connections
@@ -27,11 +28,14 @@
  * or busy machine does not fail them. Threads are C11's <threads.h>. */
 #include <check.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <threads.h>
 #include <unistd.h>
 
@@ -752,6 +756,73 @@ START_TEST(test_client_gone_uploading) {
 }
 END_TEST
 
+/* A client that asks for a large reply and takes none of it: the reply's
+ * text stays counted in the memory budget while it waits to be sent (it is
+ * allocated), and is given back once connection_timeout_s passes with no
+ * byte taken, the connection closed. Bug: a share given back when the
+ * reply was queued (a budget that no longer bounds memory), or kept after
+ * the connection closed. */
+START_TEST(test_reply_not_taken) {
+  static const char *const args[] = {"--connection-timeout-s", "1", NULL};
+  sh_server_t s;
+  start(&s, args);
+  double before = sh_metric(s.port, "attnd_memory_held_bytes");
+  json_t *ret =
+      json_pack("{s:{s:s,s:b}}", "return", "weights", "per_head", "metrics", 0);
+  char *body = sh_slow_body(512, 32, 8, 3, ret);
+  json_decref(ret);
+  /* the kernel holds little of the reply for the client: a receive
+   * buffer set before the connection's window is */
+  int fd = socket(AF_INET, SOCK_STREAM, 0), rcv = 4096;
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv), 0);
+  struct timeval tv = {.tv_sec = 10}; /* a reply sent whole: no wait on */
+  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)s.port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  char head[256];
+  int n = snprintf(head, sizeof head,
+                   "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %zu"
+                   "\r\n\r\n",
+                   strlen(body));
+  ck_assert_int_eq(sh_send_all(fd, head, (size_t)n), 0);
+  ck_assert_int_eq(sh_send_all(fd, body, strlen(body)), 0);
+  char buf[1024];
+  ssize_t got = recv(fd, buf, sizeof buf - 1, 0); /* the headers, no more */
+  ck_assert_int_gt(got, 0);
+  buf[got] = 0;
+  ck_assert_int_eq(sh_raw_status(buf), 200);
+  const char *cl = strcasestr(buf, "\r\nContent-Length:");
+  ck_assert_ptr_nonnull(cl);
+  double len = strtod(cl + 17, NULL);
+  ck_assert_double_gt(len, 8e6); /* 8·512·512 weights as text */
+  double held = sh_metric(s.port, "attnd_memory_held_bytes");
+  ck_assert_msg(held - before >= len,
+                "a reply of %.0f bytes waits to be sent; %.0f held more than "
+                "before",
+                len, held - before);
+  /* nothing taken for connection_timeout_s: closed, the reply freed */
+  double end = sh_now() + 20;
+  while (sh_metric(s.port, "attnd_memory_held_bytes") - before >= len &&
+         sh_now() < end)
+    usleep(50000);
+  held = sh_metric(s.port, "attnd_memory_held_bytes");
+  ck_assert_msg(held - before < len, "%.0f held 20 s on (%.0f before)", held,
+                before);
+  ck_assert_double_eq(sh_metric(s.port, "attnd_inflight"), 0);
+  size_t taken = 0;
+  while ((got = recv(fd, buf, sizeof buf, 0)) > 0)
+    taken += (size_t)got;
+  ck_assert_msg(taken < len, "the whole reply came after all");
+  close(fd);
+  free(body);
+  stop(&s);
+}
+END_TEST
+
 /* With the smallest usual connection buffer, a megabyte body arrives in
  * many pieces and is read whole. */
 START_TEST(test_small_connection_buffer) {
@@ -1047,6 +1118,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_clients_gone_many);
   tcase_add_test(tc, test_client_gone_uploading);
   tcase_add_test(tc, test_small_connection_buffer);
+  tcase_add_test(tc, test_reply_not_taken);
   tcase_add_test(tc, test_memory_budget);
   tcase_add_test(tc, test_body_never_fits);
   suite_add_tcase(s, tc);
