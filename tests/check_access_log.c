@@ -13,9 +13,12 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "http/access_log.h"
@@ -79,6 +82,7 @@ START_TEST(test_writer_escapes) {
                         .method = "POST",
                         .path = strings[i].in,
                         .status = 200 + (int)i,
+                        .complete = (int)(i % 2),
                         .bytes_in = i,
                         .bytes_out = 2 * i,
                         .queue_ms = 0.5,
@@ -107,7 +111,10 @@ START_TEST(test_writer_escapes) {
     ck_assert(json_real_value(json_object_get(o, "queue_ms")) == 0.5);
     ck_assert(json_real_value(json_object_get(o, "compute_ms")) == 1.25);
     ck_assert(json_real_value(json_object_get(o, "total_ms")) == 2);
-    ck_assert_uint_eq(json_object_size(o), 11);
+    ck_assert(json_is_boolean(json_object_get(o, "complete")));
+    ck_assert_int_eq(json_is_true(json_object_get(o, "complete")),
+                     (int)(i % 2));
+    ck_assert_uint_eq(json_object_size(o), 12);
   }
   const json_t *last = json_array_get(lines, N_STRINGS);
   ck_assert_str_eq(str(last, "id"), "");
@@ -306,6 +313,7 @@ START_TEST(test_server_log_values) {
                    (json_int_t)strlen(body));
   ck_assert_int_eq(json_integer_value(json_object_get(o, "bytes_out")),
                    (json_int_t)r.body_len);
+  ck_assert(json_is_true(json_object_get(o, "complete")));
   static const char *const times[] = {"queue_ms", "compute_ms", "total_ms"};
   for (int k = 0; k < 3; k++)
     ck_assert_msg(fabs(num(o, times[k]) - num(m, times[k])) <= 0.0011,
@@ -315,6 +323,71 @@ START_TEST(test_server_log_values) {
   json_decref(lines);
   json_decref(rep);
   sh_resp_free(&r);
+  free(body);
+}
+END_TEST
+
+/* A reply of megabytes whose client reads its headers, then closes: the
+ * line keeps the status that was sent, and says the reply did not all go
+ * out. Bug: logged as a 200 like any other, complete. */
+START_TEST(test_server_log_cut_reply) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  int lfd = mkstemp(path);
+  ck_assert_int_ge(lfd, 0);
+  close(lfd);
+  const char *args[] = {"--access-log", path, NULL};
+  sh_server_t srv;
+  ck_assert_msg(sh_server_start(&srv, args) == 0, "attnd did not start:\n%s",
+                srv.log);
+  json_t *ret =
+      json_pack("{s:{s:s,s:b}}", "return", "weights", "per_head", "metrics", 0);
+  char *body = sh_slow_body(512, 32, 8, 3, ret);
+  json_decref(ret);
+  /* a small receive buffer, set before connecting: the kernel takes little
+   * of the reply for the client */
+  int fd = socket(AF_INET, SOCK_STREAM, 0), rcv = 4096;
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv), 0);
+  struct timeval tv = {.tv_sec = 30};
+  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)srv.port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  char head[256];
+  int n = snprintf(head, sizeof head,
+                   "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %zu"
+                   "\r\n\r\n",
+                   strlen(body));
+  ck_assert_int_eq(sh_send_all(fd, head, (size_t)n), 0);
+  ck_assert_int_eq(sh_send_all(fd, body, strlen(body)), 0);
+  char buf[1024];
+  ssize_t got = recv(fd, buf, sizeof buf - 1, 0); /* the headers, no more */
+  ck_assert_int_gt(got, 0);
+  buf[got] = 0;
+  ck_assert_int_eq(sh_raw_status(buf), 200);
+  close(fd); /* megabytes unread: the kernel resets the connection */
+  /* the line is written once libmicrohttpd has seen the connection go */
+  double end = sh_now() + 20;
+  json_t *lines = NULL;
+  while (sh_now() < end) {
+    json_decref(lines);
+    lines = read_lines(path);
+    if (json_array_size(lines) > 0)
+      break;
+    usleep(50000);
+  }
+  ck_assert_int_eq(sh_server_stop(&srv, 15.0), 0);
+  unlink(path);
+  ck_assert_uint_eq(json_array_size(lines), 1);
+  const json_t *o = json_array_get(lines, 0);
+  ck_assert_int_eq(json_integer_value(json_object_get(o, "status")), 200);
+  ck_assert_msg(json_is_false(json_object_get(o, "complete")),
+                "a reply cut short logged complete");
+  ck_assert_int_gt(json_integer_value(json_object_get(o, "bytes_out")),
+                   8000000);
+  json_decref(lines);
   free(body);
 }
 END_TEST
@@ -343,6 +416,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_writer_escapes);
   tcase_add_test(tc, test_server_log_is_json);
   tcase_add_test(tc, test_server_log_values);
+  tcase_add_test(tc, test_server_log_cut_reply);
   tcase_add_test(tc, test_writer_failure_told);
   tcase_add_test(tc, test_server_log_full);
   suite_add_tcase(s, tc);

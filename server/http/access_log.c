@@ -73,9 +73,11 @@ void attnd_access_log_write(FILE *f, const attnd_access_t *a) {
   put_string(&b, ",\"path\":", a->path);
   int n = snprintf(nums, sizeof nums,
                    ",\"status\":%d,\"bytes_in\":%zu,\"bytes_out\":%zu,"
-                   "\"queue_ms\":%.3f,\"compute_ms\":%.3f,\"total_ms\":%.3f}\n",
-                   a->status, a->bytes_in, a->bytes_out, a->queue_ms,
-                   a->compute_ms, a->total_ms);
+                   "\"complete\":%s,\"queue_ms\":%.3f,\"compute_ms\":%.3f,"
+                   "\"total_ms\":%.3f}\n",
+                   a->status, a->bytes_in, a->bytes_out,
+                   a->complete ? "true" : "false", a->queue_ms, a->compute_ms,
+                   a->total_ms);
   attnd_buf_append(&b, nums, (size_t)n);
   int err = ENOMEM;
   if (!b.oom) {

@@ -8,10 +8,13 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/* What one line says. Strings are borrowed; NULL `id` logs "". */
+/* What one line says. Strings are borrowed; NULL `id` logs "". `complete`
+ * is whether the whole reply went out (not: the client left, or stopped
+ * reading until connection_timeout_s, while it was sent); bytes_out is the
+ * reply's length either way. */
 typedef struct attnd_access {
   const char *request_id, *id, *method, *path;
-  int status;
+  int status, complete;
   size_t bytes_in, bytes_out;
   double queue_ms, compute_ms, total_ms;
 } attnd_access_t;
