@@ -343,29 +343,8 @@ START_TEST(test_server_log_cut_reply) {
       json_pack("{s:{s:s,s:b}}", "return", "weights", "per_head", "metrics", 0);
   char *body = sh_slow_body(512, 32, 8, 3, ret);
   json_decref(ret);
-  /* a small receive buffer, set before connecting: the kernel takes little
-   * of the reply for the client */
-  int fd = socket(AF_INET, SOCK_STREAM, 0), rcv = 4096;
-  ck_assert_int_ge(fd, 0);
-  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv), 0);
-  struct timeval tv = {.tv_sec = 30};
-  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)srv.port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-  char head[256];
-  int n = snprintf(head, sizeof head,
-                   "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                   "Content-Type: application/json\r\nContent-Length: %zu"
-                   "\r\n\r\n",
-                   strlen(body));
-  ck_assert_int_eq(sh_send_all(fd, head, (size_t)n), 0);
-  ck_assert_int_eq(sh_send_all(fd, body, strlen(body)), 0);
   char buf[1024];
-  ssize_t got = recv(fd, buf, sizeof buf - 1, 0); /* the headers, no more */
-  ck_assert_int_gt(got, 0);
-  buf[got] = 0;
+  int fd = sh_post_slow_reader_assert(srv.port, body, buf);
   ck_assert_int_eq(sh_raw_status(buf), 200);
   close(fd); /* megabytes unread: the kernel resets the connection */
   /* the line is written once libmicrohttpd has seen the connection go */

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -504,6 +505,30 @@ int sh_bound_port_assert(int *port) {
 
 int sh_send_all(int fd, const void *p, size_t n) {
   return bench_send_all(fd, p, n);
+}
+
+int sh_post_slow_reader_assert(int port, const char *body, char head[1024]) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0), rcv = 4096;
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv), 0);
+  struct timeval tv = {.tv_sec = 10}; /* a reply sent whole: no wait on */
+  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  char req[256];
+  int n = snprintf(req, sizeof req,
+                   "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %zu"
+                   "\r\n\r\n",
+                   strlen(body));
+  ck_assert_int_eq(sh_send_all(fd, req, (size_t)n), 0);
+  ck_assert_int_eq(sh_send_all(fd, body, strlen(body)), 0);
+  ssize_t got = recv(fd, head, 1023, 0);
+  ck_assert_int_gt(got, 0);
+  head[got] = 0;
+  return fd;
 }
 
 long sh_recv_reply(int fd, char *buf, size_t cap, int timeout_ms) {

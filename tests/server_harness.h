@@ -149,6 +149,13 @@ int sh_bound_port_assert(int *port);
 /* Sends all of p[0..n). Returns 0 or -1. */
 int sh_send_all(int fd, const void *p, size_t n);
 
+/* POSTs `body` to /v1/attention from a client that reads slowly: a receive
+ * buffer of 4 KiB, set before connecting, so that the kernel takes little
+ * of a large reply for it. Reads the first KiB of the reply (its headers)
+ * into head[0..1024), NUL-terminated, and returns the socket, the rest of
+ * the reply unread; fails the running test on error. */
+int sh_post_slow_reader_assert(int port, const char *body, char head[1024]);
+
 /* Reads one HTTP reply (its headers, then Content-Length bytes of body, or
  * until the peer closes) into buf, NUL-terminated, waiting at most
  * timeout_ms in all. Returns its length, or -1 when nothing complete came
