@@ -357,6 +357,12 @@ int attnd_serve(const attnd_config_t *cfg) {
   uv_close((uv_handle_t *)&l.sigterm, NULL);
   uv_close((uv_handle_t *)&l.sigint, NULL);
   uv_close((uv_handle_t *)&l.sighup, NULL);
+  /* Closing them restored the default actions; a signal from here on
+   * (a second SIGTERM as sessions and layers are freed) must not end the
+   * process, with 143, that is already stopping with its own status. */
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
   uv_close((uv_handle_t *)&l.drain_timer, NULL);
   uv_run(&s->loop, UV_RUN_DEFAULT); /* close callbacks */
   uv_loop_close(&s->loop);
