@@ -59,6 +59,10 @@ const char *attn_blas_preferred_coretype(void) {
   }
 }
 
+int attn_blas_split_invariant(void) {
+  return among(openblas_get_corename(), avx512_cores);
+}
+
 void attn_backend_info(attn_backend_t *b) {
   b->blas = "OpenBLAS";
   b->blas_kernel = openblas_get_corename();

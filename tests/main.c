@@ -1,10 +1,22 @@
 /* tests/main.c: the one main of every Check suite. Runs the file's suite
- * (suite.h) and exits 0 only when every check passed. */
+ * (suite.h) and exits 0 only when every check passed.
+ *
+ * First it loads the OpenBLAS kernel that attnd runs with (blas_coretype
+ * auto, server/blas.c), re-executing itself once where the environment
+ * names another (OPENBLAS_CORETYPE=Haswell on an AVX-512 machine): the
+ * core's results are tested as attnd computes them, and its promise of
+ * the same bits at any thread count holds only with a kernel that allows
+ * it (attn_blas_split_invariant). The servers the suites start then find
+ * their kernel loaded already. */
 #include <stdlib.h>
 
+#include "blas.h"
 #include "suite.h"
 
-int main(void) {
+int main(int argc, char **argv) {
+  (void)argc;
+  attnd_blas_select("auto", argv);
+  unsetenv("ATTND_BLAS_REEXEC"); /* the servers started choose for themselves */
   if (test_setup)
     test_setup();
   SRunner *sr = srunner_create(test_suite());

@@ -386,7 +386,8 @@ int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
  * how many it has only when it runs. The workspace it needs
  * (plan->workspace_bytes) shrinks with them, never grows, and the results
  * stay the same to the bit: however the threads split the work, each
- * element is computed by the same operations (core/forward.c). Returns 0, or
+ * element is computed by the same operations (core/forward.c), where the
+ * BLAS kernel allows (attn_blas_split_invariant). Returns 0, or
  * ATTN_EINVAL with the plan unchanged. Any thread that owns the plan. */
 int attn_plan_set_threads(attn_plan_t *plan, int threads);
 
@@ -515,5 +516,15 @@ int attn_cuda_copy(void *dst, const void *src, size_t bytes);
  * OPENBLAS_CORETYPE variable only when it loads, so a program that wants
  * this must set it and re-execute itself before any BLAS call. */
 const char *attn_blas_preferred_coretype(void);
+
+/* Whether the OpenBLAS kernel loaded now computes each element of an sgemm
+ * the same however the call is split into calls of fewer rows or columns:
+ * its AVX-512 kernels do (SkylakeX, measured; attnd loads it on AVX-512
+ * CPUs), its Haswell kernel does not. Where it does not, the promise that
+ * results are the same to the bit at any thread count (attn_plan_set_threads)
+ * does not hold: the projections are split by the threads (core/forward.c),
+ * and the last bits may differ between thread counts (well within the
+ * float32 reference's tolerance). Any thread. */
+int attn_blas_split_invariant(void);
 
 #endif
