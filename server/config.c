@@ -470,6 +470,10 @@ static int load_file(attnd_config_t *cfg, attnd_config_load_t *how,
       r = set_key_from(cfg, how, k, val, from, msg, msz);
     }
   }
+  /* a directory opens, and reads as an error, not as an empty file */
+  if (r == 0 && ferror(f))
+    r = attnd_fail(msg, msz, "config: cannot read %s: %s", path,
+                   strerror(errno));
   fclose(f);
   return r;
 }
@@ -559,6 +563,7 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
   }
   /* The file first: its path comes from --config, else ATTND_CONFIG. A
    * --config without one is refused, not served on the defaults. */
+  const char *path = NULL, *path_from = "flag --config";
   for (int i = 1; i < argc; i++) {
     const char *p = strcmp(argv[i], "--config") == 0
                         ? (i + 1 < argc ? argv[++i] : "")
@@ -567,12 +572,18 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
     if (p && *p == 0)
       return attnd_fail(msg, msz, "flag --config needs a value: a file");
     if (p)
-      snprintf(how->path, sizeof how->path, "%s", p);
+      path = p;
   }
-  if (how->path[0] == 0 && envp)
-    for (char **e = envp; *e; e++)
-      if (strncmp(*e, "ATTND_CONFIG=", 13) == 0)
-        snprintf(how->path, sizeof how->path, "%s", *e + 13);
+  for (char **e = envp; path == NULL && e && *e; e++)
+    if (strncmp(*e, "ATTND_CONFIG=", 13) == 0 && (*e)[13])
+      path = *e + 13, path_from = "ATTND_CONFIG";
+  /* a cut path would name another file, or a directory */
+  if (path && strlen(path) >= sizeof how->path)
+    return attnd_fail(msg, msz,
+                      "config: the path is too long (at most %zu bytes) [%s]",
+                      sizeof how->path - 1, path_from);
+  if (path)
+    memcpy(how->path, path, strlen(path) + 1);
   if (how->path[0] && load_file(cfg, how, how->path, msg, msz) < 0)
     return -1;
 

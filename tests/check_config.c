@@ -141,6 +141,49 @@ START_TEST(test_config_path) {
 }
 END_TEST
 
+/* A --config or ATTND_CONFIG path longer than the 511 bytes loading keeps
+ * of it is refused, naming its source, and so is a path that is not a
+ * file. Bugs: the path was cut silently, and a cut path that named a
+ * directory (a run of slashes, cut) was read as an empty file, so attnd
+ * served on the defaults; a directory given as the file was the same. */
+START_TEST(test_config_path_unreadable) {
+  char file[64], path[700], flag[720], env[720];
+  snprintf(file, sizeof file, "%s", write_tmp("port = 7003\n"));
+  /* "/tmp////...////attnd-conf-XXXXXX": the same file, 600 bytes long */
+  size_t slashes = 600 - strlen(file);
+  snprintf(path, sizeof path, "/tmp%.*s%s", (int)slashes,
+           "////////////////////////////////////////////////////////////////"
+           "////////////////////////////////////////////////////////////////"
+           "////////////////////////////////////////////////////////////////"
+           "////////////////////////////////////////////////////////////////"
+           "////////////////////////////////////////////////////////////////"
+           "////////////////////////////////////////////////////////////////"
+           "////////////////////////////////////////////////////////////////"
+           "////////////////////////////////////////////////////////////////"
+           "////////////////////////////////////////////////////////////////"
+           "////////////////////////////////////////////////////////////////",
+           file + 4);
+  ck_assert_uint_gt(strlen(path), 511);
+  snprintf(flag, sizeof flag, "--config=%s", path);
+  snprintf(env, sizeof env, "ATTND_CONFIG=%s", path);
+  attnd_config_t c;
+  char msg[512] = "";
+  char *argv0[] = {"attnd", NULL}, *argv1[] = {"attnd", flag, NULL},
+       *argv2[] = {"attnd", "--config", "/tmp", NULL}, *envp0[] = {NULL},
+       *envp1[] = {env, NULL};
+  ck_assert_int_eq(load(&c, argv1, envp0, msg, sizeof msg), -1);
+  ck_assert_msg(strstr(msg, "config: the path is too long (at most 511 "
+                            "bytes) [flag --config]"),
+                "%s", msg);
+  ck_assert_int_eq(load(&c, argv0, envp1, msg, sizeof msg), -1);
+  ck_assert_msg(strstr(msg, "[ATTND_CONFIG]"), "%s", msg);
+  ck_assert_int_eq(load(&c, argv2, envp0, msg, sizeof msg), -1);
+  ck_assert_msg(strstr(msg, "config: cannot read /tmp: Is a directory"), "%s",
+                msg);
+  unlink(file);
+}
+END_TEST
+
 START_TEST(test_flag_spellings_and_sizes) {
   attnd_config_t c;
   char msg[256];
@@ -1182,6 +1225,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_auto_threads);
   tcase_add_test(tc, test_precedence);
   tcase_add_test(tc, test_config_path);
+  tcase_add_test(tc, test_config_path_unreadable);
   tcase_add_test(tc, test_flag_spellings_and_sizes);
   tcase_add_loop_test(tc, test_bad_values, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, test_usage);
