@@ -5,6 +5,7 @@
 #include "cgroup.h"
 #include "codec/util.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -38,23 +39,72 @@ typedef struct key {
   unsigned flags;
   const char *help;
   const char *const *words; /* a string key's only values, or NULL */
+  /* a string key's test of its value (1: good), and what it takes, for
+   * messages and --help; or NULL */
+  int (*check)(const char *val);
+  const char *takes;
 } cfg_key_t;
 
 #define INT_KEY(n, d, lo, hi, fl, h)                                           \
-  { #n, T_INT, offsetof(attnd_config_t, n), 0, d, lo, hi, fl, h, NULL }
+  {                                                                            \
+#n, T_INT, offsetof(attnd_config_t, n), 0, d, lo, hi, fl, h, NULL, NULL,   \
+        NULL                                                                   \
+  }
 #define STR_KEYW(n, d, fl, w, h)                                               \
   {                                                                            \
 #n, T_STR, offsetof(attnd_config_t, n), sizeof(((attnd_config_t *)0)->n),  \
-        d, 0, 0, fl, h, w                                                      \
+        d, 0, 0, fl, h, w, NULL, NULL                                          \
   }
 #define STR_KEYF(n, d, fl, h) STR_KEYW(n, d, fl, NULL, h)
 #define STR_KEY(n, d, h) STR_KEYF(n, d, 0, h)
+/* a string key whose values check(val) accepts, described by `takes` */
+#define STR_KEYC(n, d, check, takes, h)                                        \
+  {                                                                            \
+#n, T_STR, offsetof(attnd_config_t, n), sizeof(((attnd_config_t *)0)->n),  \
+        d, 0, 0, 0, h, NULL, check, takes                                      \
+  }
 /* the words of a key that takes a few (NULL-terminated) */
 #define WORDS(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define BOOL_KEY(n, d, h) INT_KEY(n, d, 0, 1, F_BOOL, h)
 
+/* An IP literal (IPv6 with a %zone), or a host name: labels of letters,
+ * digits and '-' (not at a label's ends) of 1 to 63 bytes, a final '.'
+ * allowed, at most 253 bytes. What getaddrinfo could take; whether the
+ * name resolves, and to an address of this machine, is known at bind. */
+#define WORD "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-"
+static int host_ok(const char *v) {
+  unsigned char a[16];
+  char ip6[INET6_ADDRSTRLEN];
+  size_t zone = strcspn(v, "%");
+  if (inet_pton(AF_INET, v, a) == 1)
+    return 1;
+  if (strchr(v, ':')) { /* IPv6, its zone an interface's name or number */
+    const char *z = v + zone + (v[zone] == '%');
+    if (zone >= sizeof ip6 || (v[zone] && (*z == 0 || z[strspn(z, WORD)])))
+      return 0;
+    memcpy(ip6, v, zone);
+    ip6[zone] = 0;
+    return inet_pton(AF_INET6, ip6, a) == 1;
+  }
+  size_t n = strlen(v);
+  if (n == 0 || n > 253 + (v[n - 1] == '.'))
+    return 0;
+  for (const char *l = v; *l;) {
+    size_t k = strspn(l, WORD);
+    if (k == 0 || k > 63 || l[0] == '-' || l[k - 1] == '-' ||
+        (l[k] != '.' && l[k] != 0))
+      return 0;
+    l += k + (l[k] == '.');
+  }
+  return 1;
+}
+#undef WORD
+
 static const cfg_key_t keys[] = {
-    STR_KEY(host, "127.0.0.1", "address to listen on (0.0.0.0 or :: for all)"),
+    STR_KEYC(host, "127.0.0.1", host_ok,
+             "an IP address without brackets, or a host name: labels of "
+             "letters, digits and -, at most 63 bytes each and 253 in all",
+             "address to listen on (0.0.0.0 or :: for all)"),
     INT_KEY(port, "8080", 0, 65535, 0, "TCP port; 0 picks a free one"),
     INT_KEY(workers, "auto", 0, 1024, F_AUTO | F_INFO,
             "worker threads running attention; auto: CPUs / "
@@ -218,6 +268,8 @@ static void values_text(const cfg_key_t *k, char *dst, size_t size) {
              (k->flags & F_SIZE) ? ", with an optional K, M or G suffix" : "",
              (k->flags & F_AUTO) ? ", or auto" : "",
              (k->flags & F_OFF) ? ", or off" : "");
+  } else if (k->takes) {
+    snprintf(dst, size, "%s", k->takes);
   } else if (k->words) {
     size_t n = 0, len = 0;
     while (k->words[n])
@@ -252,7 +304,7 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
     size_t w = 0;
     while (k->words && k->words[w] && strcmp(val, k->words[w]) != 0)
       w++;
-    if (k->words && k->words[w] == NULL)
+    if ((k->words && k->words[w] == NULL) || (k->check && !k->check(val)))
       return bad_value(k, val, from, msg, msz);
     memcpy(dst, val, strlen(val) + 1);
     return 0;

@@ -184,6 +184,31 @@ START_TEST(test_config_path_unreadable) {
 }
 END_TEST
 
+/* What host takes: IP literals (IPv6 with a zone), and names of labels of
+ * letters, digits and '-' (not at a label's ends), at most 63 bytes a
+ * label and 253 in all. */
+START_TEST(test_host_values) {
+  static const char *const good[] = {
+      "0.0.0.0",
+      "::",
+      "::1",
+      "127.0.0.1",
+      "fe80::1%lo",
+      "localhost",
+      "attnd-0.attnd.default.svc.cluster.local",
+      "example.com.",
+      "a23456789012345678901234567890123456789012345678901234567890123.x"};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    char arg[160], msg[512];
+    snprintf(arg, sizeof arg, "--host=%s", good[i]);
+    char *argv[] = {"attnd", arg, NULL}, *envp[] = {NULL};
+    attnd_config_t c;
+    ck_assert_msg(load(&c, argv, envp, msg, sizeof msg) == 0, "%s", msg);
+    ck_assert_str_eq(c.host, good[i]);
+  }
+}
+END_TEST
+
 START_TEST(test_flag_spellings_and_sizes) {
   attnd_config_t c;
   char msg[256];
@@ -268,6 +293,22 @@ static const struct {
      "\nmax_memory_bytes = 1G\n",
      {"kv_cache_bytes: 1073741824 [flag --kv-cache-bytes] leaves",
       ":2] to requests"}},
+    /* host is checked as it is read, naming its source: a bad one failed
+     * only at bind, with exit status 1 and no source */
+    {"--host=bad host!",
+     NULL,
+     NULL,
+     {"host: bad value 'bad host!' [flag --host]: expected an IP address",
+      "or a host name"}},
+    {NULL, NULL, "\nhost = \"\"\n", {"host: bad value ''", ":2]"}},
+    {NULL, "ATTND_HOST=-lead.example", NULL, {"host: bad value", "ATTND_HOST"}},
+    {"--host=[::1]", NULL, NULL, {"host: bad value '[::1]'", "--host"}},
+    {"--host=a..b", NULL, NULL, {"host: bad value 'a..b'", "--host"}},
+    {"--host=::1::2", NULL, NULL, {"host: bad value '::1::2'", "--host"}},
+    {"--host=a-b-c-d-e-f-g-h-i-j-k-l-m-n-o-p-q-r-s-t-u-v-w-x-y-z-0-1-2-3-4-5-6",
+     NULL,
+     NULL,
+     {"host: bad value", "--host"}},
     /* --config without its file: it started on the defaults */
     {"--config", NULL, NULL, {"--config", "needs a value"}},
     {"--config=", NULL, NULL, {"--config", "needs a value"}},
@@ -627,7 +668,7 @@ START_TEST(test_print_quotes_strings) {
   for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
     attnd_config_t a, b;
     char msg[256];
-    char *argv[] = {"attnd",        "--host",           (char *)hostile[i],
+    char *argv[] = {"attnd",        "--layers",         (char *)hostile[i],
                     "--access-log", (char *)hostile[i], NULL},
          *envp[] = {NULL};
     ck_assert_int_eq(load(&a, argv, envp, msg, sizeof msg), 0);
@@ -656,7 +697,7 @@ START_TEST(test_print_quotes_strings) {
     snprintf(conf, sizeof conf, "--config=%s", path);
     char *argv2[] = {"attnd", conf, NULL};
     ck_assert_msg(load(&b, argv2, envp, msg, sizeof msg) == 0, "%s", msg);
-    ck_assert_str_eq(b.host, hostile[i]);
+    ck_assert_str_eq(b.layers, hostile[i]);
     ck_assert_str_eq(b.access_log, hostile[i]);
     ck_assert_int_eq(b.port, 8080);
     unlink(path);
@@ -667,7 +708,7 @@ END_TEST
 /* The value forms a file may use: unquoted (to '#', trimmed), quoted with
  * escapes and a trailing comment, and quoted with a '#' inside. */
 START_TEST(test_file_value_forms) {
-  char *path = write_tmp("host = plain value  # comment\n"
+  char *path = write_tmp("layers = plain value  # comment\n"
                          "  # an indented comment\n"
                          "access_log = \"x # y\\t\\\"z\\x41\"  # comment\n"
                          "blas_coretype=\"\"\n");
@@ -677,7 +718,7 @@ START_TEST(test_file_value_forms) {
   char msg[256];
   char *argv[] = {"attnd", conf, NULL}, *envp[] = {NULL};
   ck_assert_msg(load(&c, argv, envp, msg, sizeof msg) == 0, "%s", msg);
-  ck_assert_str_eq(c.host, "plain value");
+  ck_assert_str_eq(c.layers, "plain value");
   ck_assert_str_eq(c.access_log, "x # y\t\"zA");
   ck_assert_str_eq(c.blas_coretype, "");
   unlink(path);
@@ -1226,6 +1267,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_precedence);
   tcase_add_test(tc, test_config_path);
   tcase_add_test(tc, test_config_path_unreadable);
+  tcase_add_test(tc, test_host_values);
   tcase_add_test(tc, test_flag_spellings_and_sizes);
   tcase_add_loop_test(tc, test_bad_values, 0, sizeof bad / sizeof bad[0]);
   tcase_add_test(tc, test_usage);
