@@ -852,7 +852,8 @@ void attnd_config_usage(FILE *f) {
   }
   fprintf(f, "\nexit status: 0 after --help, --version or --print-config, or "
              "once drained; 1 when the start fails (the address, a layer, "
-             "TLS) or a drain outlasts drain_timeout_s; 2 for a bad flag or "
+             "TLS, a key or access_log file) or a drain outlasts "
+             "drain_timeout_s; 2 for a bad flag or "
              "value (the message on stderr)\n");
 }
 

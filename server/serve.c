@@ -201,6 +201,17 @@ static int security_init(attnd_server_t *s) {
   return 0;
 }
 
+/* The access log (access_log.h): 0, or -1 with the reason on stderr. */
+static int access_log_init(attnd_server_t *s) {
+  char msg[1024];
+  if (attnd_access_log_open(s->cfg->access_log, &s->access_log, msg,
+                            sizeof msg) < 0) {
+    fprintf(stderr, "attnd: %s\n", msg);
+    return -1;
+  }
+  return 0;
+}
+
 /* Where a GPU serves, pins pinned_memory_bytes for requests' tensors
  * (sched/pinned.h); a pool that cannot be pinned is logged, and requests
  * use the heap. The pool, this one or one the caller started (a test's, of
@@ -291,7 +302,6 @@ int attnd_serve(const attnd_config_t *cfg) {
   s->metrics = attnd_metrics_new();
   s->sessions =
       attnd_sessions_new(cfg->kv_cache_bytes, &s->device_budget, NULL);
-  s->access_log = attnd_access_log_open(cfg->access_log);
   uv_loop_init(&s->loop);
   s->sched = attnd_sched_new(&s->loop, (int)cfg->workers, (int)cfg->queue_depth,
                              attnd_request_run, attnd_http_job_done, s);
@@ -310,7 +320,8 @@ int attnd_serve(const attnd_config_t *cfg) {
                       .max_tokens = cfg->max_batch_tokens});
   open_files_init(cfg);
   if (s->metrics == NULL || s->sessions == NULL || s->sched == NULL ||
-      security_init(s) < 0 || layers_init(s) < 0 || attnd_http_start(s) < 0)
+      access_log_init(s) < 0 || security_init(s) < 0 || layers_init(s) < 0 ||
+      attnd_http_start(s) < 0)
     return 1;
 
   uv_signal_init(&s->loop, &l.sigterm);

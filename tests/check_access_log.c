@@ -388,6 +388,22 @@ START_TEST(test_server_log_full) {
 }
 END_TEST
 
+/* An access_log file that cannot be opened stops the start, naming the
+ * key, the file and why, as an api_keys_file or a TLS file that cannot be
+ * read does. Bug: attnd served with the lines on stderr instead, after a
+ * warning that said neither why nor where the lines went for good. */
+START_TEST(test_server_log_unopenable) {
+  const char *args[] = {"--access-log", "/nonexistent-attnd-dir/access.log",
+                        NULL};
+  sh_server_t srv;
+  ck_assert_int_eq(sh_server_start(&srv, args), -1);
+  ck_assert_msg(strstr(srv.log, "attnd: access_log: cannot open "
+                                "/nonexistent-attnd-dir/access.log: No such "
+                                "file or directory"),
+                "%s", srv.log);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("access_log");
   TCase *tc = tcase_create("access_log");
@@ -398,6 +414,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_server_log_cut_reply);
   tcase_add_test(tc, test_writer_failure_told);
   tcase_add_test(tc, test_server_log_full);
+  tcase_add_test(tc, test_server_log_unopenable);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -8,18 +8,16 @@
 
 #include "codec/buf.h"
 
-FILE *attnd_access_log_open(const char *spec) {
-  if (strcmp(spec, "off") == 0)
-    return NULL;
-  if (strcmp(spec, "stderr") == 0)
-    return stderr;
-  if (strcmp(spec, "stdout") == 0)
-    return stdout;
-  FILE *f = fopen(spec, "a");
-  if (f == NULL)
-    fprintf(stderr, "attnd: access_log: cannot open %s; logging to stderr\n",
-            spec);
-  return f ? f : stderr;
+int attnd_access_log_open(const char *spec, FILE **f, char *msg, size_t msz) {
+  *f = strcmp(spec, "off") == 0      ? NULL
+       : strcmp(spec, "stderr") == 0 ? stderr
+       : strcmp(spec, "stdout") == 0 ? stdout
+                                     : fopen(spec, "a");
+  if (*f == NULL && strcmp(spec, "off") != 0)
+    return snprintf(msg, msz, "access_log: cannot open %s: %s", spec,
+                    strerror(errno)),
+           -1;
+  return 0;
 }
 
 void attnd_access_log_close(FILE *f) {

@@ -19,9 +19,11 @@ typedef struct attnd_access {
   double queue_ms, compute_ms, total_ms;
 } attnd_access_t;
 
-/* Opens the log `spec` names: "off" (NULL), "stderr", "stdout" or a file
- * appended to (stderr, with a warning, if it cannot be opened). */
-FILE *attnd_access_log_open(const char *spec);
+/* Opens the log `spec` names into *f: "off" (NULL), "stderr", "stdout" or
+ * a file appended to. Returns 0, or -1 with msg naming the key, the file
+ * and why (the start then fails: lines sent elsewhere than configured
+ * would be lost to whoever reads the file). Main thread, at start. */
+int attnd_access_log_open(const char *spec, FILE **f, char *msg, size_t msz);
 void attnd_access_log_close(FILE *f);
 
 /* Writes the line for `a` to f (NULL: nothing) and flushes it. A line that
