@@ -56,11 +56,18 @@ int attnd_auth_bearer(const char *h, const char **tok, size_t *len) {
   return 0;
 }
 
+/* Appends key's hash. The room doubles when full, so that a file of n
+ * keys costs O(log n) reallocations and O(n) bytes copied, not one of
+ * each per key. */
 static int add_hash(attnd_keyset_t *s, const char *key, size_t n) {
-  uint8_t(*h)[32] = realloc(s->hash, (s->n + 1) * sizeof *h);
-  if (h == NULL)
-    return -1;
-  s->hash = h;
+  if (s->n == s->cap) {
+    size_t cap = s->cap ? 2 * s->cap : 16;
+    uint8_t(*h)[32] = realloc(s->hash, cap * sizeof *h);
+    if (h == NULL)
+      return -1;
+    s->hash = h;
+    s->cap = cap;
+  }
   if (sha256(key, n, s->hash[s->n]) < 0)
     return -1;
   s->n++;

@@ -25,8 +25,8 @@
 
 /* An immutable set of key hashes. */
 typedef struct attnd_keyset {
-  size_t n;
-  uint8_t (*hash)[32];          /* n SHA-256 digests */
+  size_t n, cap;
+  uint8_t (*hash)[32];          /* n SHA-256 digests, room for cap */
   struct attnd_keyset *retired; /* the set it replaced (see attnd_auth_t) */
 } attnd_keyset_t;
 
