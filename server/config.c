@@ -4,6 +4,8 @@
 #include "attn/attn.h"
 #include "cgroup.h"
 #include "codec/util.h"
+#include "http/auth.h"
+#include "http/cors.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -600,6 +602,42 @@ static const cli_flag_t *cli_flag(const char *a) {
   return NULL;
 }
 
+/* The lists the security modules parse at start (api_keys, public_paths,
+ * cors_allow_origins: http/auth.h, http/cors.h), checked by those same
+ * parsers, and the TLS pair: a bad one stops attnd as any bad value does,
+ * at once, with exit status 2 and its source, not at start after the
+ * layers load. The files they name are read at start. Returns 0, or -1
+ * with msg. */
+static int check_security(const attnd_config_t *cfg,
+                          const attnd_config_load_t *how, char *msg,
+                          size_t msz) {
+  const char *key = NULL;
+  attnd_keyset_t *set = NULL;
+  attnd_cors_t cors = {0};
+  if (attnd_keyset_parse(&set, cfg->api_keys, ',', "api_keys", msg, msz) < 0)
+    key = "api_keys";
+  else if (attnd_auth_check_paths(cfg->public_paths, msg, msz) < 0)
+    key = "public_paths";
+  else if (attnd_cors_init(&cors, cfg->cors_allow_origins, msg, msz) < 0)
+    key = "cors_allow_origins";
+  attnd_keyset_free(set);
+  attnd_cors_free(&cors);
+  if (key) {
+    size_t n = strlen(msg);
+    snprintf(msg + n, msz - n, " [%s]", origin(how, key));
+    return -1;
+  }
+  int cert = cfg->tls_cert_file[0] != 0;
+  if (cert != (cfg->tls_key_file[0] != 0))
+    return attnd_fail(msg, msz,
+                      "tls_cert_file and tls_key_file go together: %s [%s] "
+                      "is set, %s is not",
+                      cert ? "tls_cert_file" : "tls_key_file",
+                      origin(how, cert ? "tls_cert_file" : "tls_key_file"),
+                      cert ? "tls_key_file" : "tls_cert_file");
+  return 0;
+}
+
 int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
                       char **argv, char **envp, int cores, char *msg,
                       size_t msz) {
@@ -697,6 +735,8 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
     if (set_key_from(cfg, how, k, val, from, msg, msz) < 0)
       return -1;
   }
+  if (check_security(cfg, how, msg, msz) < 0)
+    return -1;
   if (cfg->session_ttl_s > cfg->session_max_ttl_s)
     return attnd_fail(msg, msz,
                       "session_ttl_s: %" PRId64

@@ -170,9 +170,23 @@ fail:
   return NULL;
 }
 
+int attnd_auth_check_paths(const char *public_paths, char *msg, size_t msz) {
+  const char *p = public_paths, *a, *b;
+  for (int pos = 1; attnd_list_next(&p, ',', &a, &b); pos++)
+    if (a < b && *a != '/')
+      return snprintf(msg, msz,
+                      "public_paths: entry %d '%.*s' is not a path (expected "
+                      "/...)",
+                      pos, (int)(b - a > 200 ? 200 : b - a), a),
+             -1;
+  return 0;
+}
+
 int attnd_auth_init(attnd_auth_t *a, const char *keys, const char *file,
                     const char *public_paths, char *msg, size_t msz) {
   memset(a, 0, sizeof *a);
+  if (attnd_auth_check_paths(public_paths, msg, msz) < 0)
+    return -1;
   atomic_init(&a->current, NULL);
   a->inline_keys = strdup(keys);
   a->file = file[0] ? strdup(file) : NULL;

@@ -61,6 +61,12 @@ typedef struct attnd_auth {
 int attnd_auth_init(attnd_auth_t *a, const char *keys, const char *file,
                     const char *public_paths, char *msg, size_t msg_size);
 
+/* Checks public_paths: each entry a path, starting with '/' (a request's
+ * path always does, so another entry could never match). Returns 0, or -1
+ * with msg naming the entry. Any thread. */
+int attnd_auth_check_paths(const char *public_paths, char *msg,
+                           size_t msg_size);
+
 /* Re-reads api_keys_file (api_keys stays as configured) and publishes the
  * new set. On failure the old set stays and -1 comes back with the reason
  * in msg. Returns the number of keys in force, or -1. One thread at a time
