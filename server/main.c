@@ -16,7 +16,7 @@ extern char **environ;
 int main(int argc, char **argv) {
   attnd_config_t cfg;
   attnd_config_load_t how;
-  char msg[512];
+  char msg[2048]; /* a key's source alone may take 600 bytes (config.h) */
   if (attnd_config_load(&cfg, &how, argc, argv, environ, attnd_cgroup_cpus(),
                         msg, sizeof msg) < 0) {
     fprintf(stderr, "attnd: %s\n", msg);
