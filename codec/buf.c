@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base64.h"
+#include "mem.h"
 #include "number.h"
 #include "util.h"
 
@@ -28,7 +29,7 @@ void attnd_buf_init_in(attnd_buf_t *b, char *mem, size_t cap) {
 
 void attnd_buf_free(attnd_buf_t *b) {
   if (!b->lent)
-    free(b->data);
+    attnd_mem_free(b->data);
   attnd_buf_init(b);
 }
 
@@ -49,7 +50,7 @@ int attnd_buf_reserve(attnd_buf_t *b, size_t n) {
     }
     cap *= 2;
   }
-  char *data = b->lent ? malloc(cap) : realloc(b->data, cap);
+  char *data = b->lent ? attnd_mem_alloc(cap) : attnd_mem_realloc(b->data, cap);
   if (!data) {
     b->oom = 1;
     return -1;

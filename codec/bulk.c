@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
 #include "number.h"
 #include "util.h"
 
@@ -305,7 +306,7 @@ static const char *bulk_try(const char *p, const char *end, int max_rank,
       size_t cap = 2 * sc->cap;
       int first = sc->x == sc->first;
       float *x = cap <= SIZE_MAX / sizeof *x
-                     ? realloc(first ? NULL : sc->x, cap * sizeof *x)
+                     ? attnd_mem_realloc(first ? NULL : sc->x, cap * sizeof *x)
                      : NULL;
       if (!x) {
         *oom = 1;
@@ -367,13 +368,13 @@ done:
   item->data = sc->arena ? attnd_arena_alloc(sc->arena, bytes) : NULL;
   item->lent = item->data != NULL;
   if (item->data || sc->x == sc->first) { /* a copy; the scratch stays */
-    if (!item->data && (item->data = malloc(bytes)) == NULL) {
+    if (!item->data && (item->data = attnd_mem_alloc(bytes)) == NULL) {
       *oom = 1;
       TRY_FAIL;
     }
     memcpy(item->data, sc->x, bytes);
   } else { /* the scratch's heap storage, shrunk, and a new scratch */
-    item->data = realloc(sc->x, bytes);
+    item->data = attnd_mem_realloc(sc->x, bytes);
     if (!item->data)
       item->data = sc->x;
     sc->x = sc->first;
@@ -451,11 +452,11 @@ const attnd_bulk_t *attnd_bulk_string(const attnd_bulk_set_t *set,
 void attnd_bulk_set_free(attnd_bulk_set_t *set) {
   for (size_t i = 0; i < set->n; i++) {
     if (!set->items[i].lent)
-      free(set->items[i].data);
-    free(set->items[i].copy);
+      attnd_mem_free(set->items[i].data);
+    attnd_mem_free(set->items[i].copy);
   }
   if (!in_arena(set, set->items))
-    free(set->items);
+    attnd_mem_free(set->items);
   attnd_arena_t *arena = set->arena;
   attnd_bulk_set_init(set, set->nonce);
   set->arena = arena;
@@ -472,17 +473,17 @@ static int bulk_add(attnd_bulk_set_t *set, attnd_bulk_t *item, const char *src,
     attnd_bulk_t *items =
         set->arena ? attnd_arena_alloc(set->arena, cap * sizeof *items) : NULL;
     if (items == NULL && cap <= SIZE_MAX / sizeof *items)
-      items = malloc(cap * sizeof *items);
+      items = attnd_mem_alloc(cap * sizeof *items);
     if (!items) {
       if (!item->lent)
-        free(item->data);
-      free(item->copy);
+        attnd_mem_free(item->data);
+      attnd_mem_free(item->copy);
       return -1;
     }
     if (set->n)
       memcpy(items, set->items, set->n * sizeof *items);
     if (!in_arena(set, set->items))
-      free(set->items);
+      attnd_mem_free(set->items);
     set->items = items;
     set->cap = cap;
   }
@@ -523,7 +524,7 @@ static int string_item(const char *s, size_t n, int escapes, size_t min_string,
     item->text_len = n;
     return 1;
   }
-  char *out = malloc(n ? n : 1), *o = out;
+  char *out = attnd_mem_alloc(n ? n : 1), *o = out;
   if (!out)
     return -1;
   const char *p = s, *end = s + n;
@@ -561,7 +562,7 @@ static int string_item(const char *s, size_t n, int escapes, size_t min_string,
   item->text_len = (size_t)(o - out);
   return 1;
 no:
-  free(out);
+  attnd_mem_free(out);
   return 0;
 }
 
@@ -607,7 +608,7 @@ static long hex4(const char *p, const char *end) {
  * Linear: every byte is read once. */
 static int text_item(const char *s, size_t n, attnd_bulk_t *item) {
   memset(item, 0, sizeof *item);
-  char *out = malloc(n ? n : 1), *o = out; /* unescaping never grows */
+  char *out = attnd_mem_alloc(n ? n : 1), *o = out; /* unescaping never grows */
   if (!out)
     return -1;
   const char *p = s, *end = s + n;
@@ -672,7 +673,7 @@ static int text_item(const char *s, size_t n, attnd_bulk_t *item) {
   item->in_tree = 1;
   return 1;
 no:
-  free(out);
+  attnd_mem_free(out);
   return 0;
 }
 
@@ -828,7 +829,7 @@ int attnd_bulk_scan(const char *src, size_t n, size_t min_elems,
     }
   }
   if (sc.x != sc.first)
-    free(sc.x);
+    attnd_mem_free(sc.x);
   if (!oom) {
     attnd_buf_append(skeleton, copied, (size_t)(p - copied));
     oom = skeleton->oom;

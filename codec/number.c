@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem.h"
+
 /* ---- powers of ten ----------------------------------------------------------
  *
  * pow10_tab[k] is 10^k, exact in double for k in [0, 22], as Clinger's fast
@@ -190,7 +192,7 @@ int attnd_number_parse(const char *s, const char *end, float *out,
   } else {
     char small[64];
     size_t len = (size_t)(p - s);
-    char *tok = len < sizeof small ? small : malloc(len + 1);
+    char *tok = len < sizeof small ? small : attnd_mem_alloc(len + 1);
     if (!tok)
       return -1; /* out of memory for an over-long token */
     memcpy(tok, s, len);
@@ -199,7 +201,7 @@ int attnd_number_parse(const char *s, const char *end, float *out,
     d = strtod(tok, NULL);
     int range = errno == ERANGE;
     if (tok != small)
-      free(tok);
+      attnd_mem_free(tok);
     if (range && isinf(d)) {
       *next = p;
       return -2; /* jansson: "real number overflow"; underflow is fine */

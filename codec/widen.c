@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bulk.h"
+#include "mem.h"
 #include "number.h"
 #include "util.h"
 
@@ -27,14 +28,14 @@
  * returns its length, 0 when it would be longer than the literal, or
  * (size_t)-1 when out of memory. */
 static size_t widened(const char *s, size_t n, char *buf) {
-  char small[64], *tok = n < sizeof small ? small : malloc(n + 1);
+  char small[64], *tok = n < sizeof small ? small : attnd_mem_alloc(n + 1);
   if (!tok)
     return (size_t)-1;
   memcpy(tok, s, n);
   tok[n] = '\0';
   double d = strtod(tok, NULL);
   if (tok != small)
-    free(tok);
+    attnd_mem_free(tok);
   char e[40];
   snprintf(e, sizeof e, "%.16e", fabs(d)); /* d.dddddddddddddddde+XX */
   char digits[17];

@@ -75,18 +75,25 @@ enum MHD_Result attnd_api_reply(attnd_http_req_t *r);
  * (limit_exceeded, or overloaded) in e. */
 int attnd_api_take_memory(attnd_http_req_t *r, attnd_request_t *req,
                           attnd_error_t *e);
-/* Makes r hold `need` bytes of the budget in all, taking what it lacks:
- * 0, or -1 with e: limit_exceeded when need is over what requests may
- * hold at all (`what` names the bytes), overloaded when others hold too
- * much of it now. */
+/* Gives back `bytes` of r's share, whose memory is freed by now: to the
+ * system first, when they are more than a thread keeps
+ * (attnd_memory_settle), so that no other request takes their share while
+ * the process still holds their pages. */
+void attnd_api_give_memory(attnd_http_req_t *r, int64_t bytes);
+/* Makes r hold `need` bytes of the budget in all, taking what it lacks or
+ * giving back what it holds beyond (its body and its decoding's peak,
+ * freed by then): 0, or -1 with e (r's share as it was): limit_exceeded
+ * when need is over what requests may hold at all (`what` names the
+ * bytes), overloaded when others hold too much of it now. */
 int attnd_api_hold_memory(attnd_http_req_t *r, int64_t need, const char *what,
                           attnd_error_t *e);
-/* Around a protocol's decoding of r's body: from _begin to _end, the
- * JSON parser's trees count in r's share of the budget (decode.h,
- * attnd__dec_meter_begin), which attnd_api_decoded gives back with the
- * body's. _end returns `bad`; where decoding failed as out of memory
- * because the budget was short, e is then the budget's error instead:
- * overloaded (429), or limit_exceeded when the parse could never fit. */
+/* Around a protocol's decoding of r's body: from _begin to _end, what
+ * decoding allocates counts in r's share of the budget, beside the body
+ * (decode.h, attnd__dec_meter_begin); attnd_api_decoded gives it back
+ * when decoding failed, else admission settles it to the request's own.
+ * _end returns `bad`; where decoding failed as out of memory because the
+ * budget was short, e is then the budget's error instead: overloaded
+ * (429), or limit_exceeded when the decoding could never fit. */
 void attnd_api_meter_begin(attnd_http_req_t *r);
 int attnd_api_meter_end(attnd_http_req_t *r, int bad, attnd_error_t *e);
 /* What the scheduler needs of req besides req (attnd_sched_job_t): its

@@ -13,12 +13,21 @@
 #include "codec/util.h"
 #include "sched/run.h"
 
+void attnd_api_give_memory(attnd_http_req_t *r, int64_t bytes) {
+  attnd_memory_settle(bytes);
+  int64_t give = bytes;
+  attnd_budget_give(&r->srv->budget, &give);
+  r->mem_held -= bytes;
+}
+
 int attnd_api_hold_memory(attnd_http_req_t *r, int64_t need, const char *what,
                           attnd_error_t *e) {
   if (need > r->srv->budget.max)
     return attnd_http_budget_never(r, need, what, e);
   if (need > r->mem_held && attnd_http_mem_take(r, need - r->mem_held) < 0)
     return attnd_http_budget_full(r, need, e);
+  if (need < r->mem_held) /* the rest (the body, decoding's peak) is freed */
+    attnd_api_give_memory(r, r->mem_held - need);
   return 0;
 }
 
@@ -31,7 +40,7 @@ int attnd_api_meter_end(attnd_http_req_t *r, int bad, attnd_error_t *e) {
   if (bad < 0 && need > 0 && e->code == ATTND_ERR_OUT_OF_MEMORY)
     return need > r->srv->budget.max
                ? attnd_http_budget_never(
-                     r, need, "its body and its JSON parsed, at least", e)
+                     r, need, "its body and its decoding, at least", e)
                : attnd_http_budget_full(r, need, e);
   return bad;
 }
@@ -275,11 +284,14 @@ void attnd_http_job_done(void *job, void *tag, attnd_sched_outcome_t outcome,
 enum MHD_Result attnd_api_decoded(attnd_http_req_t *r, int bad,
                                   attnd_request_t *req,
                                   const attnd_error_t *e) {
-  if (bad < 0)
+  if (bad < 0) { /* decoding freed what it held */
+    attnd_api_give_memory(r, r->mem_held);
     return attnd_http_send_error(r, e);
+  }
   req->t.arrival = r->t_arrival;
   r->req = req; /* the connection owns the request from here */
-  /* the body's share of the budget becomes the request's */
-  attnd_budget_give(&r->srv->budget, &r->mem_held);
+  /* the share of the body and of its decoding, which holds the request's
+   * tensors now, becomes the request's own at admission, with no moment
+   * between uncounted (attnd_api_take_memory) */
   return attnd_api_admit(r, req);
 }

@@ -121,12 +121,15 @@ int attnd__dec_fault(const char *body, size_t len, const attnd_bulk_set_t *bulk,
  * _begin must be freed (json_decref) before _end, on this thread, and none
  * may be kept. */
 void attnd__dec_tree_begin(void);
-/* From _begin to _end, the heap bytes of the jansson trees this thread
- * makes count in budget `b`: at their most, taken into *held (the
- * request's share, which the caller gives back), and a value that does
- * not fit fails as out of memory would (the parse ends, out_of_memory).
- _end returns 0, or the bytes the request's share would have needed when
- * the budget was short. HTTP thread. */
+/* From _begin to _end, what this thread allocates on the heap through
+ * codec/mem.h counts in budget `b` (jansson's trees, the bulk scanner's
+ * arrays, text buffers, and the decoded tensors, but those in the pinned
+ * pool, which is out of the budget already): at its most, taken into *held
+ * (the request's share, which the caller settles to the decoded request's
+ * own, attnd_request_memory, or gives back), and an allocation that does
+ * not fit fails as out of memory would (the parse or the decoding ends,
+ * out_of_memory). _end returns 0, or the bytes the request's share would
+ * have needed when the budget was short. HTTP thread. */
 void attnd__dec_meter_begin(attnd_budget_t *b, int64_t *held);
 int64_t attnd__dec_meter_end(void);
 void attnd__dec_tree_end(void);

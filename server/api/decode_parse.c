@@ -3,7 +3,6 @@
  * with an allocator that turns jansson's silent failures into
  * out_of_memory; and where a malformed array of numbers fails, found
  * without reading its numbers (attnd__dec_fault). HTTP thread. */
-#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 
 #include "api/decode.h"
 #include "codec/arena.h"
+#include "codec/mem.h"
 #include "codec/util.h"
 
 /* Any JSON value is a valid text (RFC 8259); a request that is not an
@@ -69,51 +69,43 @@ void attnd__dec_tree_end(void) {
   attnd_arena_reset(&tree);
 }
 
-/* The memory budget's count of the tree's heap bytes (decode.h,
- * attnd__dec_meter_begin): what the tree holds at most since _begin is
- * taken into *meter_held, and an allocation the budget has no room for
- * fails as when malloc fails. */
-static _Thread_local attnd_budget_t *meter;
-static _Thread_local int64_t *meter_held;
-static _Thread_local int64_t tree_heap, tree_taken, meter_need;
+/* The memory budget's count of what decoding allocates (decode.h,
+ * attnd__dec_meter_begin): this thread's meter (codec/mem.h) takes into
+ * the request's share, and notes what the share would have needed when
+ * the budget had no room. */
+typedef struct share {
+  attnd_budget_t *budget;
+  int64_t *held;
+  int64_t need;
+} share_t;
+static _Thread_local share_t share;
+static _Thread_local attnd_meter_t meter;
+
+static int share_take(void *ctx, int64_t bytes) {
+  share_t *sh = ctx;
+  if (attnd_budget_take(sh->budget, bytes, sh->held) == 0)
+    return 0;
+  if (*sh->held + bytes > sh->need)
+    sh->need = *sh->held + bytes;
+  return -1;
+}
 
 void attnd__dec_meter_begin(attnd_budget_t *b, int64_t *held) {
-  meter = b;
-  meter_held = held;
-  tree_heap = tree_taken = meter_need = 0;
+  share = (share_t){.budget = b, .held = held};
+  meter = (attnd_meter_t){.take = share_take, .ctx = &share};
+  attnd_meter_set(&meter);
 }
 
 int64_t attnd__dec_meter_end(void) {
-  meter = NULL;
-  meter_held = NULL;
-  return meter_need;
-}
-
-/* Counts p, just allocated; 0, or -1 (counting nothing) when the budget
- * has no room for it. */
-static int meter_take(void *p) {
-  int64_t u = (int64_t)malloc_usable_size(p);
-  tree_heap += u;
-  if (tree_heap > tree_taken) {
-    if (attnd_budget_take(meter, tree_heap - tree_taken, meter_held) < 0) {
-      meter_need = *meter_held + tree_heap - tree_taken;
-      tree_heap -= u;
-      return -1;
-    }
-    tree_taken = tree_heap;
-  }
-  return 0;
+  attnd_meter_set(NULL);
+  return share.need;
 }
 
 static void *json_alloc(size_t n) {
   void *p = tree_open ? attnd_arena_alloc(&tree, n) : NULL;
   if (p)
     return p;
-  p = malloc(n);
-  if (p && meter && meter_take(p) < 0) {
-    free(p);
-    p = NULL;
-  }
+  p = attnd_mem_alloc(n);
   parse_t *ps = parsing;
   if (p || ps == NULL)
     return p;
@@ -133,9 +125,7 @@ static void json_release(void *p) {
   if (ps && (uintptr_t)p >= (uintptr_t)ps->reserve &&
       (uintptr_t)p < (uintptr_t)ps->reserve + PARSE_RESERVE)
     return; /* the reserve goes with the parse */
-  if (meter && p)
-    tree_heap -= (int64_t)malloc_usable_size(p);
-  free(p);
+  attnd_mem_free(p);
 }
 
 __attribute__((constructor)) static void json_alloc_install(void) {

@@ -113,12 +113,14 @@ enum MHD_Result attnd_sessions_step(attnd_http_req_t *r) {
   bad = attnd_api_meter_end(r, bad, &e);
   attnd_layer_set_unref(shape.layers); /* a request with a layer holds one */
   attnd_buf_free(&r->body);
-  /* the body's share of the budget becomes the decoded step's: what it
-   * holds while it waits for its turn (its plan's share is taken then) */
-  attnd_budget_give(&s->budget, &r->mem_held);
-  if (bad < 0)
+  if (bad < 0) { /* decoding freed what it held */
+    attnd_api_give_memory(r, r->mem_held);
     return attnd_http_send_error(r, &e);
+  }
   r->req = j; /* the connection owns the step from here */
+  /* the share of the body and of its decoding becomes the decoded step's:
+   * what it holds while it waits for its turn (its plan's share is taken
+   * then) */
   if (attnd_api_hold_memory(r, (int64_t)j->alloc_bytes, "its decoded tensors",
                             &e) < 0)
     return attnd_http_send_error(r, &e);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "attn/attn.h"
+#include "codec/mem.h"
 
 typedef struct {
   size_t off, len;
@@ -140,14 +141,16 @@ void *attnd_tensor_alloc(size_t bytes, int *pinned) {
   void *p = attnd_pinned_get(bytes);
   if (pinned)
     *pinned = p != NULL;
-  return p ? p : malloc(bytes ? bytes : 1);
+  /* a block of the pool is out of the budget already; one from the heap
+   * counts in the thread's meter (codec/mem.h), while a request decodes */
+  return p ? p : attnd_mem_alloc(bytes ? bytes : 1);
 }
 
 void attnd_tensor_free(void *p) {
   if (attnd_pinned_owns(p))
     attnd_pinned_put(p);
   else
-    free(p);
+    attnd_mem_free(p);
 }
 
 void attnd_pinned_stats(attnd_pinned_stats_t *st) {

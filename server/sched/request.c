@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec/mem.h"
 #include "codec/pool.h"
 #include "sched/pinned.h"
 
@@ -99,8 +100,9 @@ void *attnd_request_alloc(attnd_request_t *j, size_t bytes) {
   void *p = attnd_arena_alloc(&j->arena, bytes);
   if (p)
     return p;
-  return j->plan.backend == ATTN_BACKEND_CUDA ? attnd_tensor_alloc(bytes, NULL)
-                                              : malloc(bytes ? bytes : 1);
+  return j->plan.backend == ATTN_BACKEND_CUDA
+             ? attnd_tensor_alloc(bytes, NULL)
+             : attnd_mem_alloc(bytes ? bytes : 1);
 }
 
 void attnd_request_release(attnd_request_t *j, void *p) {
