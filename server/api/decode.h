@@ -87,6 +87,10 @@ const char *attnd__dec_num(double x, char *buf);
  * error's field. */
 int attnd__dec_int(dec_t *d, const json_t *v, const char *field,
                    const char *path, int64_t lo, int64_t hi, int64_t *out);
+/* The element count of the shape dim[0..rank) (each at least 1) into *n.
+ * Returns 1 when the product is past int64, with *n INT64_MAX (a message
+ * then says "more than"), else 0. */
+int attnd__dec_count(int rank, const int64_t *dim, int64_t *n);
 /* An int64 tensor of rank 1 .. max_rank (at most 2) from nested arrays of
  * integers (or a bulk item of them) into t. */
 int attnd__dec_int_tensor(dec_t *d, const json_t *v, const char *field,

@@ -119,20 +119,25 @@ int attnd__dec_int(dec_t *d, const json_t *v, const char *field,
   return 0;
 }
 
+int attnd__dec_count(int rank, const int64_t *dim, int64_t *n) {
+  *n = 1;
+  for (int i = 0; i < rank; i++)
+    if (__builtin_mul_overflow(*n, dim[i], n))
+      return *n = INT64_MAX, 1;
+  return 0;
+}
+
 /* Rejects a tensor of more than max_tensor_elements before it is stored. */
 static int check_elements(dec_t *d, const char *field, int rank,
                           const int64_t *dim, int64_t *n) {
-  int64_t total = 1;
-  for (int i = 0; i < rank; i++)
-    if (__builtin_mul_overflow(total, dim[i], &total))
-      total = INT64_MAX;
-  *n = total;
-  if (total > d->cfg->max_tensor_elements) {
+  int past = attnd__dec_count(rank, dim, n);
+  if (*n > d->cfg->max_tensor_elements) {
     char s[128];
     attnd_shape_text(s, sizeof s, rank, dim, ", ");
     return E(d, ATTND_ERR_LIMIT_EXCEEDED, field,
-             "%s %s has %lld elements, over max_tensor_elements %lld", field, s,
-             (long long)total, (long long)d->cfg->max_tensor_elements);
+             "%s %s has %s%lld elements, over max_tensor_elements %lld", field,
+             s, past ? "more than " : "", (long long)*n,
+             (long long)d->cfg->max_tensor_elements);
   }
   return 0;
 }

@@ -127,16 +127,13 @@ static int read_shape(oip_t *o, const json_t *v, oip_in_t *in) {
              "%s has %zu dimensions; expected 1 to %d", field, rank,
              ATTN_MAX_RANK);
   in->rank = (int)rank;
-  in->n = 1;
-  int past = 0; /* the count is past int64: in->n is INT64_MAX */
   for (size_t k = 0; k < rank; k++) {
     attnd_fmt_index(path, sizeof path, field, (int64_t)k);
     if (attnd__dec_int(&o->d, json_array_get(sh, k), field, path, 1, INT64_MAX,
                        &in->dim[k]) < 0)
       return -1;
-    if (past || __builtin_mul_overflow(in->n, in->dim[k], &in->n))
-      in->n = INT64_MAX, past = 1;
   }
+  int past = attnd__dec_count(in->rank, in->dim, &in->n);
   attnd_shape_text(in->shape, sizeof in->shape, in->rank, in->dim, ", ");
   int64_t max = o->d.cfg->max_tensor_elements;
   if (in->n > max)
