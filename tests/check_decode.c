@@ -449,9 +449,9 @@ static const err_case_t err_cases[] = {
      "value", "value[7][15]"},
     /* long strings, which the fast path must not lift (issue 11) */
     {"an id of 1500 characters", NULL, long_id, 422, "invalid_value", "id",
-     "1500 characters|at most 256"},
+     "1500 bytes|at most 256"},
     {"an id of 1500 escaped characters", NULL, long_escaped_id, 422,
-     "invalid_value", "id", "1500 characters|at most 256"},
+     "invalid_value", "id", "1500 bytes|at most 256"},
     /* integers beyond int64: valid JSON, 422 where an integer is expected
      * (issue 11, defect 6) */
     {"num_heads beyond int64",
@@ -609,7 +609,7 @@ START_TEST(test_structure_limit) {
                    -1);
   ck_assert_str_eq(attnd_error_name(e.code), "invalid_value"); /* the id */
   ck_assert_str_eq(e.field, "id");
-  ck_assert_msg(strstr(e.message, "2000 characters"), "%s", e.message);
+  ck_assert_msg(strstr(e.message, "2000 bytes"), "%s", e.message);
   attnd_request_free(j);
   j = NULL;
   /* over: a member name padded to make the structure 4097 bytes, then

@@ -760,9 +760,10 @@ int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known) {
     if (!json_is_string(id))
       return E(d, ATTND_ERR_INVALID_TYPE, "id", "id is %s; expected a string",
                attnd__json_type(id));
-    if (json_string_length(id) > 256)
+    if (json_string_length(id) > 256) /* bytes of UTF-8, not characters */
       return E(d, ATTND_ERR_INVALID_VALUE, "id",
-               "id has %zu characters; at most 256", json_string_length(id));
+               "id has %zu bytes of UTF-8; at most 256 bytes",
+               json_string_length(id));
     size_t n = json_string_length(id) + 1;
     if ((j->id = attnd_request_alloc(j, n)) == NULL)
       return attnd__dec_oom(d, "id");
