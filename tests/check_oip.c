@@ -898,7 +898,7 @@ typedef struct err_case {
   const char *msg; /* words the message must contain, '|' between */
   /* Binary data: with bin, the body is JSON (body) then bin[0..bin_len),
    * and Inference-Header-Content-Length says strlen(body) (or json_len
-   * when that is not 0). */
+   * when that is not 0; -1: the header is absent). */
   const char *bin;
   size_t bin_len;
   int64_t json_len;
@@ -996,6 +996,21 @@ static const err_case_t err_cases[] = {
         "\"parameters\":{\"binary_data_size\":4},\"data\":[1]}"),
      "invalid_value", "inputs[0].parameters.binary_data_size",
      "an input's data is JSON or binary, not both", "\0\0\0\0", 4},
+    /* binary data sent without Inference-Header-Content-Length (json_len
+     * -1): the JSON is taken to be the whole body, and the message says
+     * what is probably missing, whatever the tensor's first bytes are */
+    {NULL, QB("FP32", "[1]", "4"), "invalid_json",
+     "Inference-Header-Content-Length",
+     "invalid JSON|Inference-Header-Content-Length|missing", "\0\0\x80?", 4,
+     -1},
+    {NULL, QB("FP32", "[1]", "4"), "invalid_json",
+     "Inference-Header-Content-Length",
+     "invalid JSON|Inference-Header-Content-Length|missing", "\0\0\x80\xbf", 4,
+     -1},
+    {NULL, QB("FP32", "[2]", "8"), "invalid_json",
+     "Inference-Header-Content-Length",
+     "invalid JSON|Inference-Header-Content-Length|missing",
+     "\xcd\xcc\xcc=\0\0\0@", 8, -1},
     {NULL, QB("FP32", "[1]", "-4"), "invalid_value",
      "inputs[0].parameters.binary_data_size", "is -4; expected 0 to",
      "\0\0\0\0", 4},

@@ -1512,7 +1512,7 @@ END_TEST
 /* ---- framing: the binary data over real HTTP ----------------------------- */
 
 /* A query [2, 4] FP32 of binary_data_size `size`, and `tail` bytes after
- * the JSON; the header says `ihcl` (NULL: the JSON's length). */
+ * the JSON; the header says `ihcl` (NULL: the JSON's length; "": no header). */
 static sh_resp_t binary_call(long size, size_t tail, const char *ihcl,
                              const char *ctype) {
   char json[512], hdr[96];
@@ -1531,7 +1531,7 @@ static sh_resp_t binary_call(long size, size_t tail, const char *ihcl,
     snprintf(hdr, sizeof hdr, "Inference-Header-Content-Length: %s", ihcl);
   else
     snprintf(hdr, sizeof hdr, "Inference-Header-Content-Length: %d", n);
-  const char *const headers[] = {hdr, NULL};
+  const char *const headers[] = {ihcl && !*ihcl ? NULL : hdr, NULL};
   sh_resp_t r = call(srv.port, "POST", "/v2/models/attention/infer", ctype,
                      body, (size_t)n + tail, headers);
   free(body);
@@ -1614,6 +1614,11 @@ START_TEST(test_framing_errors) {
     assert_oip_error(&r, 400, w, "length in bytes of the body's JSON");
     sh_resp_free(&r);
   }
+  /* no header: the body's bytes after its JSON are taken for JSON */
+  r = binary_call(32, 32, "", NULL);
+  assert_oip_error(&r, 400, "invalid JSON", "32 bytes follow the body's JSON",
+                   "Inference-Header-Content-Length", "probably missing");
+  sh_resp_free(&r);
   /* the header cuts the JSON short */
   r = binary_call(32, 32, "20", NULL);
   assert_oip_error(&r, 400, "invalid JSON");

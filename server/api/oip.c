@@ -685,6 +685,58 @@ static attnd_request_t *decode_once(oip_t tmpl, const char *json, size_t n,
   return NULL;
 }
 
+/* Where the JSON object or array that text[0..n) opens with ends (after
+ * its closing bracket), found by its brackets, each closed by its own
+ * kind, and its strings alone; 0 when it opens with neither, a bracket
+ * closes one of the other kind, it nests deeper than jansson reads (2048),
+ * or the text ends first. Any thread. */
+static size_t json_value_end(const char *text, size_t n) {
+  char open[2048]; /* the brackets not closed yet */
+  size_t i = 0, depth = 0;
+  while (i < n && strchr(" \t\r\n", text[i]) && text[i])
+    i++;
+  if (i == n || (text[i] != '{' && text[i] != '['))
+    return 0;
+  for (; i < n; i++) {
+    char c = text[i];
+    if (c == '"')
+      for (i++; i < n && text[i] != '"'; i++)
+        i += text[i] == '\\';
+    else if (c == '{' || c == '[') {
+      if (depth == sizeof open)
+        return 0;
+      open[depth++] = c;
+    } else if (c == '}' || c == ']') {
+      if (open[--depth] != (c == '}' ? '{' : '['))
+        return 0;
+      if (depth == 0)
+        return i + 1;
+    }
+  }
+  return 0;
+}
+
+/* An invalid_json error of a body sent without
+ * Inference-Header-Content-Length, whose JSON is followed by more bytes,
+ * as binary tensor data would be: the message says the header is probably
+ * missing. */
+static void hint_missing_length(const char *body, size_t len,
+                                attnd_error_t *err) {
+  size_t end = json_value_end(body, len), k = end;
+  while (k < len && strchr(" \t\r\n", body[k]) && body[k])
+    k++;
+  if (end == 0 || k == len)
+    return;
+  char was[sizeof err->message];
+  memcpy(was, err->message, sizeof was);
+  attnd_error_set(err, ATTND_ERR_INVALID_JSON,
+                  "Inference-Header-Content-Length",
+                  "%s; %zu bytes follow the body's JSON: binary tensor data "
+                  "needs the header Inference-Header-Content-Length (the "
+                  "JSON's length in bytes), which is probably missing",
+                  was, len - end);
+}
+
 int attnd__oip_decode_path(const char *model, const char *body, size_t len,
                            int64_t json_len, void **own, size_t own_bytes,
                            int fast, const attnd_config_t *cfg,
@@ -756,6 +808,8 @@ int attnd__oip_decode_path(const char *model, const char *body, size_t len,
     *out = decode_once(o, body, n, NULL, &unsure);
   }
   attnd__dec_tree_end();
+  if (*out == NULL && json_len < 0 && err->code == ATTND_ERR_INVALID_JSON)
+    hint_missing_length(body, len, err);
   if (*out == NULL)
     return -1;
   (*out)->t.decode_ms = attnd_now_ms() - t0;
