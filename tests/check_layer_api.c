@@ -789,6 +789,62 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* A layer's name has no length limit, so neither has a path's {name},
+ * {model} or {version}: a layer of a 300-byte name is served at
+ * /v1/layers/{name} and /v2/models/{model}, and a long name that is no
+ * layer's gets the unknown layer's or model's 404, not "no such path".
+ * Catches: a parameter copied into a fixed buffer and refused when it
+ * does not fit (the route then failed: 404 "no such path"). */
+START_TEST(test_long_names) {
+  char dir[64], path[128], msg[512], name[301], url[512];
+  tmp_dir(dir, sizeof dir);
+  memset(name, 'n', 300);
+  name[300] = 0;
+  char prefix[302];
+  snprintf(prefix, sizeof prefix, "%s.", name);
+  lf_shape_t shape = {.E = 8, .H = 2};
+  snprintf(path, sizeof path, "%s/long.safetensors", dir);
+  const char *const meta[] = {"num_heads", "2", NULL};
+  ck_assert_msg(lf_write(path, LF_TORCH_MHA, ATTND_ST_F32, prefix, &shape, 3,
+                         meta, NULL, msg, sizeof msg) == 0,
+                "%s", msg);
+  sh_server_t s;
+  start(&s, path);
+  sh_resp_t r;
+  snprintf(url, sizeof url, "/v1/layers/%s", name);
+  ck_assert_int_eq(sh_get(s.port, url, &r), 0);
+  ck_assert_msg(r.status == 200, "%s: %ld %.300s", url, r.status, r.body);
+  sh_resp_free(&r);
+  snprintf(url, sizeof url, "/v2/models/%s/ready", name);
+  ck_assert_int_eq(sh_get(s.port, url, &r), 0);
+  ck_assert_msg(r.status == 200, "%s: %ld %.300s", url, r.status, r.body);
+  sh_resp_free(&r);
+  /* a long name that is no layer's */
+  snprintf(url, sizeof url, "/v1/layers/%sx", name);
+  ck_assert_int_eq(sh_get(s.port, url, &r), 0);
+  sh_assert_error(&r, 404, "unknown_layer", "layer", "is not loaded", NULL);
+  sh_resp_free(&r);
+  static const char *const v2[] = {"/ready", "", "/versions/1"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(url, sizeof url, "/v2/models/%sx%s", name, v2[i]);
+    ck_assert_int_eq(sh_get(s.port, url, &r), 0);
+    ck_assert_msg(r.status == 404 && strstr(r.body, "is not known: the models"),
+                  "%s: %ld %.300s", url, r.status, r.body);
+    sh_resp_free(&r);
+  }
+  /* a long version */
+  snprintf(url, sizeof url, "/v2/models/%s/versions/%s/ready", name,
+           "12345678901234567890");
+  ck_assert_int_eq(sh_get(s.port, url, &r), 0);
+  ck_assert_msg(r.status == 404 &&
+                    strstr(r.body, "has no version '12345678901234567890'"),
+                "%s: %ld %.300s", url, r.status, r.body);
+  sh_resp_free(&r);
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  rm_dir(dir);
+}
+END_TEST
+
 /* ---- reload ------------------------------------------------------------- */
 
 /* Waits up to 10 s for `event` in the server's log. */
@@ -1262,6 +1318,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_cross_attention);
   tcase_add_test(tc, test_positions_and_rope);
   tcase_add_test(tc, test_errors);
+  tcase_add_test(tc, test_long_names);
   tcase_add_test(tc, test_reload);
   tcase_add_test(tc, test_reload_during_reload);
   suite_add_tcase(su, tc);

@@ -46,11 +46,14 @@ struct attnd_http_req {
   const attnd_route_t *route; /* NULL until routed, and for no route */
   int preflight;              /* a CORS preflight (OPTIONS) on a route */
   attnd_protocol_t proto;     /* its replies' and errors' form, and metrics */
-  char model[256];            /* a {model} parameter: the name */
-  char version[16];           /* a {version} parameter, or "" */
-  char sid[72];               /* a {session} parameter: the id */
-  char name[256];             /* a {name} parameter (a layer's) */
-  attnd_error_t pre_error;    /* a session's step that failed in its turn */
+  /* A {model}, {version} or {name} parameter, or "": in its _mem, or
+   * where it does not fit there (a layer's name has no limit), malloc'd
+   * and owned (on_completed frees it). */
+  char *model, model_mem[256]; /* a model's name */
+  char *version, version_mem[16];
+  char *name, name_mem[256]; /* a layer's */
+  char sid[72];              /* a {session} parameter: the id */
+  attnd_error_t pre_error;   /* a session's step that failed in its turn */
   int has_pre_error;
   const attnd_asset_t *asset; /* an asset route's file */
   double t_arrival;

@@ -21,8 +21,12 @@ static attnd_pool_t req_pool = ATTND_POOL_INIT(sizeof(attnd_http_req_t), 64);
 
 static attnd_http_req_t *req_new(void) {
   attnd_http_req_t *r = attnd_pool_get(&req_pool);
-  if (r)
+  if (r) {
     memset(r, 0, offsetof(attnd_http_req_t, body_mem));
+    r->model = r->model_mem;
+    r->version = r->version_mem;
+    r->name = r->name_mem;
+  }
   return r;
 }
 
@@ -132,36 +136,55 @@ static void set_request_id(attnd_http_req_t *r) {
   attnd_fmt_i64(r->request_id + 17, (int64_t)(k & INT64_MAX));
 }
 
-/* Copies a parameter's value into buf (of cap bytes): with `cut`, as much
- * as fits; else the value must fit whole. Returns whether it did. */
-static int param_into(char *buf, size_t cap, const char *v, size_t len,
-                      int cut) {
-  if (len >= cap && !cut)
-    return 0;
-  len = len < cap ? len : cap - 1;
-  memcpy(buf, v, len);
-  buf[len] = 0;
-  return 1;
+/* Copies a parameter's value into *dst: into mem (of cap bytes) where it
+ * fits, else into a new block, which r owns. Returns 0, or -1 when out of
+ * memory. */
+static int param_into(char **dst, char *mem, size_t cap, const char *v,
+                      size_t len) {
+  char *p = len < cap ? mem : malloc(len + 1);
+  if (p == NULL)
+    return -1;
+  memcpy(p, v, len);
+  p[len] = 0;
+  *dst = p;
+  return 0;
 }
 
-/* A route's parameters into r. A {model}, {version} or {name} too long for
- * its room makes the path none of attnd's (404); a {session} is cut short
- * (an id that long is no session's, and the store says so); a {file} is
- * read from the path by the asset table. Returns whether the route stands. */
+/* Frees what param_into took beyond r's own rooms. */
+static void params_free(attnd_http_req_t *r) {
+  if (r->model != r->model_mem)
+    free(r->model);
+  if (r->version != r->version_mem)
+    free(r->version);
+  if (r->name != r->name_mem)
+    free(r->name);
+}
+
+/* A route's parameters into r. A {model}, {version} or {name} is taken
+ * whole, however long (a layer's name has no limit, and an unknown one is
+ * answered as unknown); a {session} is cut short (an id that long is no
+ * session's, and the store says so); a {file} is read from the path by
+ * the asset table. Returns 0, or -1 when out of memory. */
 static int route_params(attnd_http_req_t *r, const attnd_route_match_t *m) {
   for (int i = 0; i < m->n_params; i++) {
     const char *name = m->params[i].name, *v = m->params[i].value;
     size_t n = m->params[i].name_len, len = m->params[i].len;
 #define IS(s) (n == sizeof s - 1 && memcmp(name, s, n) == 0)
-    if ((IS("session") && !param_into(r->sid, sizeof r->sid, v, len, 1)) ||
-        (IS("model") && !param_into(r->model, sizeof r->model, v, len, 0)) ||
-        (IS("version") &&
-         !param_into(r->version, sizeof r->version, v, len, 0)) ||
-        (IS("name") && !param_into(r->name, sizeof r->name, v, len, 0)))
-      return 0;
+    if (IS("session")) {
+      len = len < sizeof r->sid ? len : sizeof r->sid - 1;
+      memcpy(r->sid, v, len);
+      r->sid[len] = 0;
+    } else if ((IS("model") && param_into(&r->model, r->model_mem,
+                                          sizeof r->model_mem, v, len) < 0) ||
+               (IS("version") &&
+                param_into(&r->version, r->version_mem, sizeof r->version_mem,
+                           v, len) < 0) ||
+               (IS("name") && param_into(&r->name, r->name_mem,
+                                         sizeof r->name_mem, v, len) < 0))
+      return -1;
 #undef IS
   }
-  return 1;
+  return 0;
 }
 
 /* The first callback: the route, the framing, a preflight, the API key,
@@ -177,8 +200,8 @@ static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
   size_t n;
   const attnd_route_t *table = attnd_routes(&n);
   attnd_route_match_t m;
-  int found =
-      attnd_route_find(table, n, url, method, &m) && route_params(r, &m);
+  int found = attnd_route_find(table, n, url, method, &m);
+  int no_memory = found && route_params(r, &m) < 0;
   r->proto = found ? m.first->proto
              : strncmp(url, "/v2", 3) == 0 && (url[3] == 0 || url[3] == '/')
                  ? ATTND_PROTO_V2 /* every path under /v2 answers in its form */
@@ -195,6 +218,9 @@ static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Accept-Encoding"));
   if (!attnd_http_framing_ok(r, version, &ret))
     return ret; /* before the route: whatever the path, nothing after */
+  if (no_memory)
+    return attnd_http_fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                           "out of memory for the path's parameters");
   if (found && m.cors && s->cors.enabled && strcmp(method, "OPTIONS") == 0) {
     r->preflight = 1; /* needs no key; answered on the next callback */
     return MHD_YES;
@@ -325,6 +351,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   attnd_pinned_put(r->body_pinned);
   attnd_inflate_free(r->inflate);
   attnd_request_free(r->req);
+  params_free(r);
   uv_mutex_destroy(&r->mu);
   attnd_pool_put(&req_pool, r);
   *con_cls = NULL;
