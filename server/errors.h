@@ -28,6 +28,7 @@
   X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, 405, INVALID)               \
   X(PAYLOAD_TOO_LARGE, "payload_too_large", 413, 413, TOO_LARGE)               \
   X(UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", 415, 415, INVALID)       \
+  X(EXPECTATION_FAILED, "expectation_failed", 417, 417, INVALID)               \
   X(INVALID_TYPE, "invalid_type", 422, 400, INVALID)                           \
   X(INVALID_VALUE, "invalid_value", 422, 400, INVALID)                         \
   X(MISSING_FIELD, "missing_field", 422, 400, INVALID)                         \

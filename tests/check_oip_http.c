@@ -1619,6 +1619,12 @@ START_TEST(test_framing_errors) {
   assert_oip_error(&r, 400, "invalid JSON", "32 bytes follow the body's JSON",
                    "Inference-Header-Content-Length", "probably missing");
   sh_resp_free(&r);
+  /* an expectation other than 100-continue: 417, in the protocol's form */
+  static const char *const expect[] = {"Expect: x-fast", NULL};
+  r = call(srv.port, "POST", "/v2/models/attention/infer", "application/json",
+           "{}", 2, expect);
+  assert_oip_error(&r, 417, "Expect holds 'x-fast'", "100-continue");
+  sh_resp_free(&r);
   /* the header cuts the JSON short */
   r = binary_call(32, 32, "20", NULL);
   assert_oip_error(&r, 400, "invalid JSON");

@@ -1947,6 +1947,49 @@ START_TEST(test_method_not_allowed) {
 }
 END_TEST
 
+/* An Expect other than 100-continue is refused with 417 on any path (RFC
+ * 9110 10.1.1), before its body is read; 100-continue, in any case, is
+ * answered and the request computed. */
+START_TEST(test_expectation_failed) {
+  static const struct {
+    const char *method, *path, *expect, *word;
+  } bad[] = {
+      {"POST", "/v1/attention", "Expect: x-fast", "'x-fast'"},
+      {"POST", "/v1/attention", "Expect: 100-continue, later", "'later'"},
+      {"GET", "/healthz", "Expect: 200-ok", "'200-ok'"},
+  };
+  const char *body = REQ();
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  sh_resp_t r;
+  for (int k = 0; k < 3; k++) {
+    const char *const hdr[] = {bad[k].expect, NULL};
+    int post = bad[k].method[0] == 'P';
+    sh_req_t q = {.method = bad[k].method,
+                  .path = bad[k].path,
+                  .content_type = post ? "application/json" : NULL,
+                  .body = post ? body : NULL,
+                  .len = post ? strlen(body) : 0,
+                  .headers = hdr};
+    ck_assert_int_eq(sh_http(&c, &q, &r), 0);
+    sh_assert_error(&r, 417, "expectation_failed", "Expect", bad[k].word,
+                    "100-continue", NULL);
+    sh_resp_free(&r);
+  }
+  static const char *const good[] = {"Expect: 100-Continue", NULL};
+  sh_req_t q = {.method = "POST",
+                .path = "/v1/attention",
+                .content_type = "application/json",
+                .body = body,
+                .len = strlen(body),
+                .headers = good};
+  ck_assert_int_eq(sh_http(&c, &q, &r), 0);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+  sh_resp_free(&r);
+  sh_client_free(&c);
+}
+END_TEST
+
 START_TEST(test_unsupported_media_type) {
   const char *body = REQ();
   static const char *const bad[] = {"text/plain", "application/jsonx",
@@ -2256,6 +2299,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_reply_compression);
   tcase_add_test(tc, test_method_not_allowed);
   tcase_add_test(tc, test_unsupported_media_type);
+  tcase_add_test(tc, test_expectation_failed);
   tcase_add_test(tc, test_too_large_content_length);
   tcase_add_test(tc, test_too_large_chunked);
   suite_add_tcase(s, tc);

@@ -12,8 +12,9 @@
  *
  * Its other checks, on the same walk of the headers: no CR, LF or NUL in a
  * field value (a bare CR, which the library keeps, ends a line for some
- * parsers, and hid a header from attnd that a proxy would read), and one
- * valid Host (RFC 9112 3.2). */
+ * parsers, and hid a header from attnd that a proxy would read), one
+ * valid Host (RFC 9112 3.2), and no expectation but 100-continue, which
+ * libmicrohttpd answers (RFC 9110 10.1.1). */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -30,6 +31,7 @@ typedef struct framing {
   const char *coding;       /* the first one's value */
   int n_chunked;            /* "chunked" among all their codings */
   char unknown[32];         /* the first coding other than chunked */
+  char unmet[32];           /* the first expectation other than 100-continue */
   const char *bad_name;     /* a field name that is not a token */
   const char *bad_value;    /* the name of one whose value has a CR, LF or
                                NUL, */
@@ -45,9 +47,13 @@ static int is_tchar(unsigned char c) {
          (c && strchr("!#$%&'*+-.^_`|~", c) != NULL);
 }
 
-/* Counts the codings of one Transfer-Encoding value, a comma-separated
- * list with optional whitespace. */
-static void framing_codings(framing_t *f, const char *v) {
+/* Walks one value that is a comma-separated list with optional whitespace
+ * (Transfer-Encoding, Expect): counts the members that are `known` (in any
+ * case) into *n_known, and copies the first other one into other[0..32)
+ * where that is still empty. */
+static void framing_list(const char *v, const char *known, int *n_known,
+                         char *other) {
+  size_t len = strlen(known);
   while (*v) {
     while (*v == ' ' || *v == '\t' || *v == ',')
       v++;
@@ -55,10 +61,10 @@ static void framing_codings(framing_t *f, const char *v) {
     size_t k = n;
     while (k && (v[k - 1] == ' ' || v[k - 1] == '\t'))
       k--;
-    if (k == 7 && strncasecmp(v, "chunked", 7) == 0)
-      f->n_chunked++;
-    else if (k && !f->unknown[0])
-      snprintf(f->unknown, sizeof f->unknown, "%.*s", (int)k, v);
+    if (k == len && strncasecmp(v, known, len) == 0)
+      ++*n_known;
+    else if (k && !other[0])
+      snprintf(other, 32, "%.*s", (int)k, v);
     v += n;
   }
 }
@@ -130,7 +136,10 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
   } else if (strcasecmp(key, "Transfer-Encoding") == 0) {
     if (f->n_coding++ == 0)
       f->coding = value;
-    framing_codings(f, value);
+    framing_list(value, "chunked", &f->n_chunked, f->unknown);
+  } else if (strcasecmp(key, "Expect") == 0) {
+    int n_continue = 0;
+    framing_list(value, "100-continue", &n_continue, f->unmet);
   } else if (strcasecmp(key, "Host") == 0 && f->n_host++ == 0) {
     f->host = value;
     f->host_len = value_size;
@@ -150,8 +159,10 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
  * applied twice; 501 not_implemented for a
  * transfer coding other than chunked. Then 400 for a field value with a
  * CR, LF or NUL (RFC 9110 5.5), and for a Host missing from an HTTP/1.1
- * request, given twice, or not a host and port (RFC 9112 3.2); `version`
- * is the request line's. HTTP thread, first callback. */
+ * request, given twice, or not a host and port (RFC 9112 3.2); and 417
+ * expectation_failed for an Expect member other than 100-continue (RFC
+ * 9110 10.1.1), which libmicrohttpd would ignore. `version` is the
+ * request line's. HTTP thread, first callback. */
 int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
                           enum MHD_Result *ret) {
   framing_t f = {0};
@@ -209,6 +220,11 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
                            "Host is '%.80s'; expected a host and an optional "
                            "port (RFC 9112 3.2)",
                            f.host);
+  else if (f.unmet[0])
+    *ret = attnd_http_fail(r, ATTND_ERR_EXPECTATION_FAILED, "Expect",
+                           "Expect holds '%s', which attnd cannot meet: the "
+                           "one expectation is 100-continue (RFC 9110 10.1.1)",
+                           f.unmet);
   else
     return 1;
   return 0;
