@@ -719,6 +719,24 @@ START_TEST(test_cors) {
   ck_assert_msg(!has_header(&r, "Access-Control-Allow-Origin"), "%s", r.head);
   ck_assert_msg(!has_header(&r, "Access-Control-Allow-Methods"), "%s", r.head);
   sh_resp_free(&r);
+  /* a 405's Allow lists OPTIONS where the path answers preflights (RFC
+   * 9110 10.2.1: the methods the resource supports), and not on the page,
+   * which answers none */
+  static const struct {
+    const char *method, *path, *allow;
+  } not_allowed[] = {
+      {"PUT", "/v1/attention", "POST, OPTIONS"},
+      {"DELETE", "/v1/sessions", "GET, HEAD, POST, OPTIONS"},
+      {"POST", "/", "GET, HEAD"},
+  };
+  for (int k = 0; k < 3; k++) {
+    r = CALL(p, .method = not_allowed[k].method, .path = not_allowed[k].path,
+             .key = KEY1, .origin = app);
+    ck_assert_msg(r.status == 405, "%s %s: %ld %s", not_allowed[k].method,
+                  not_allowed[k].path, r.status, r.body);
+    assert_header(&r, "Allow", not_allowed[k].allow);
+    sh_resp_free(&r);
+  }
   /* a preflight of an unknown path is still a 401 without a key */
   r = CALL(p, .method = "OPTIONS", .path = "/nowhere", .origin = app);
   ck_assert_int_eq(r.status, 401);

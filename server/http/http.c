@@ -253,6 +253,12 @@ static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
                                  "no such path: %.80s (try POST "
                                  "/v1/attention)",
                                  url);
+  if (r->route == NULL && m.cors && s->cors.enabled) {
+    /* preflights are answered there: OPTIONS is one of its methods (a
+     * preflight never gets here, so its Allow-Methods keeps r->allow) */
+    size_t k = strlen(r->allow);
+    snprintf(r->allow + k, sizeof r->allow - k, ", OPTIONS");
+  }
   if (r->route == NULL)
     return attnd_http_fail(r, ATTND_ERR_METHOD_NOT_ALLOWED, NULL,
                            "%s is not allowed on %s; use %s", method, url,
