@@ -130,6 +130,11 @@ static const cfg_key_t keys[] = {
         connection_timeout_s, "30", 1, 86400, 0,
         "an idle or stalled client connection is closed after this, and one "
         "that takes longer to send a request's headers"),
+    INT_KEY(min_send_rate_bytes_per_s, "64K", 0, INT64_C(1) << 40, F_SIZE,
+            "the slowest a client may take a reply, in bytes a second, "
+            "after a grace of connection_timeout_s; a connection whose "
+            "reply falls behind is closed, and the reply freed; 0: no "
+            "minimum"),
     INT_KEY(connection_buffer_bytes, "32K", 4096, 16 << 20, F_SIZE,
             "each connection's buffer for headers and body reads; "
             "libmicrohttpd zeroes all of it between requests"),

@@ -18,6 +18,7 @@
   X(INVALID, "invalid")                                                        \
   X(DRAINING, "draining")                                                      \
   X(CLIENT_GONE, "client_gone")                                                \
+  X(SLOW_READER, "slow_reader")                                                \
   X(UNAUTHORIZED, "unauthorized")
 
 typedef enum {

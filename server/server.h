@@ -40,9 +40,10 @@ typedef struct attnd_server {
   attnd_auth_t auth; /* API keys; reloaded by serve.c on SIGHUP */
   attnd_cors_t cors;
   char *tls_cert, *tls_key; /* PEM text while serving HTTPS, else NULL */
-  /* The open connections, for the deadline of a request's headers
-   * (http.c): the list is guarded by conns_lock; the sweep runs on the
-   * loop thread from header_timer while the daemon runs. */
+  /* The open connections, for the deadline of a request's headers and
+   * the pace of its reply (http.c): the list is guarded by conns_lock; the
+   * sweep runs on the loop thread from header_timer while the daemon
+   * runs. */
   uv_mutex_t conns_lock;
   struct attnd_http_conn *conns;
   uv_timer_t header_timer;

@@ -1790,7 +1790,8 @@ START_TEST(test_prometheus) {
       "attnd_rejections_total{reason=\"too_large\"}",
       "attnd_rejections_total{reason=\"invalid\"}",
       "attnd_rejections_total{reason=\"draining\"}",
-      "attnd_rejections_total{reason=\"client_gone\"}"};
+      "attnd_rejections_total{reason=\"client_gone\"}",
+      "attnd_rejections_total{reason=\"slow_reader\"}"};
   const char *ok = "attnd_requests_total{status=\"200\"}";
   const char *s404 = "attnd_requests_total{status=\"404\"}";
   const char *s422 = "attnd_requests_total{status=\"422\"}";
@@ -1803,7 +1804,7 @@ START_TEST(test_prometheus) {
   ck_assert_ptr_nonnull(sh_header(&r, "Content-Type", ct, sizeof ct));
   ck_assert_msg(strncmp(ct, "text/plain", 10) == 0, "Content-Type %s", ct);
   assert_prometheus(r.body);
-  for (int k = 0; k < 6; k++)
+  for (size_t k = 0; k < sizeof rs / sizeof rs[0]; k++)
     metric(r.body, rs[k]);
   double ok0 = metric(r.body, ok), n404 = metric(r.body, s404),
          n422 = metric(r.body, s422), inv0 = metric(r.body, inval),

@@ -126,6 +126,18 @@ enum MHD_Result attnd_http_fail(attnd_http_req_t *r, attnd_err_t code,
 char *attnd_http_reply_block(void);
 void attnd_http_reply_release(void *block);
 
+/* ---- the connection (http.c); HTTP thread -------------------------------- */
+
+/* Notes that r's reply (r->bytes_out bytes of body) was queued now: from
+ * here its connection must take it at min_send_rate_bytes_per_s, after a
+ * grace of connection_timeout_s, or be closed by the sweep. */
+void attnd_http_conn_replying(attnd_http_req_t *r);
+
+/* The bytes of fd's connection that its peer has acknowledged, into
+ * *acked: 0, or -1 where the kernel does not say (not TCP, or before
+ * Linux 4.1). Any thread (tcp_acked.c). */
+int attnd_tcp_acked(int fd, uint64_t *acked);
+
 /* ---- intake (intake.c); HTTP thread ------------------------------------- */
 
 /* Checks a body's headers (draining, Content-Type, Content-Encoding,

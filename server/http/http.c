@@ -40,14 +40,32 @@ static attnd_http_req_t *req_new(void) {
  * and while it waits for a request's headers (from its opening, or from
  * its last reply) it has connection_timeout_s in all to send them; then
  * the loop thread's sweep shuts its socket down, and libmicrohttpd, seeing
- * the end of the stream, closes it. A request's body and reply keep the
- * library's timeout from the last byte. */
+ * the end of the stream, closes it. A request's body keeps the library's
+ * timeout from the last byte.
+ *
+ * A reply has a pace as well: the library's timeout alone let a client
+ * that took a few bytes each connection_timeout_s hold its reply (up to
+ * max_response_bytes, counted in the memory budget) for as long as it
+ * liked, and a handful of them filled max_memory_bytes. From the moment a
+ * reply is queued, the client must have taken min_send_rate_bytes_per_s
+ * for every second past a grace of connection_timeout_s, as the kernel
+ * counts it: the bytes of the connection the client's TCP acknowledged
+ * (tcpi_bytes_acked, Linux 4.1 on), which a client holds back by not
+ * reading, and which a reply in libmicrohttpd's own buffer or the socket's
+ * does not advance. A reply that falls behind has its socket shut down by
+ * the same sweep: libmicrohttpd's next send fails, it ends the request (not
+ * complete, in the access log) and frees the reply. */
 
 typedef struct attnd_http_conn {
   struct attnd_http_conn *prev, *next;
-  int fd;         /* -1 once shut down */
-  int in_request; /* between a request's first callback and completion */
-  double since;   /* when it began to wait for a request's headers (ms) */
+  int fd;             /* -1 once shut down */
+  int in_request;     /* between a request's first callback and completion */
+  double since;       /* when it began to wait for a request's headers (ms) */
+  double reply_since; /* when its reply was queued (ms); 0: none queued, or
+                         its pace not measurable */
+  uint64_t acked;     /* the connection's bytes acknowledged then */
+  size_t reply_bytes; /* the reply's body */
+  char request_id[96];
 } attnd_http_conn_t;
 
 /* libmicrohttpd's notice of a connection opened or closed: lists it, or
@@ -86,34 +104,91 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
   }
 }
 
+static attnd_http_conn_t *conn_of(struct MHD_Connection *conn) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci ? ci->socket_context : NULL;
+}
+
 /* Marks conn's request begun (its headers all in) or completed (the next
  * request's headers awaited from now). Any HTTP thread. */
 static void conn_mark(attnd_server_t *s, struct MHD_Connection *conn,
                       int in_request) {
-  const union MHD_ConnectionInfo *ci =
-      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-  attnd_http_conn_t *c = ci ? ci->socket_context : NULL;
+  attnd_http_conn_t *c = conn_of(conn);
   if (c == NULL)
     return;
   uv_mutex_lock(&s->conns_lock);
   c->in_request = in_request;
   c->since = attnd_now_ms();
+  c->reply_since = 0;
   uv_mutex_unlock(&s->conns_lock);
 }
 
+void attnd_http_conn_replying(attnd_http_req_t *r) {
+  attnd_server_t *s = r->srv;
+  attnd_http_conn_t *c = conn_of(r->conn);
+  uint64_t acked;
+  if (c == NULL || s->cfg->min_send_rate_bytes_per_s == 0)
+    return;
+  uv_mutex_lock(&s->conns_lock);
+  if (c->fd >= 0 && attnd_tcp_acked(c->fd, &acked) == 0) {
+    c->reply_since = attnd_now_ms();
+    c->acked = acked;
+    c->reply_bytes = r->bytes_out;
+    memcpy(c->request_id, r->request_id, sizeof c->request_id);
+  }
+  uv_mutex_unlock(&s->conns_lock);
+}
+
+/* Whether c's reply has fallen behind min_send_rate_bytes_per_s at `now`,
+ * with what the client took of it into *taken. Under conns_lock. */
+static int reply_behind(const attnd_server_t *s, const attnd_http_conn_t *c,
+                        double now, uint64_t *taken) {
+  double grace = (double)s->cfg->connection_timeout_s * 1000.0,
+         late = now - c->reply_since - grace;
+  uint64_t acked;
+  if (c->reply_since == 0 || late <= 0 || attnd_tcp_acked(c->fd, &acked) != 0)
+    return 0;
+  *taken = acked - c->acked;
+  return (double)*taken <
+         (double)s->cfg->min_send_rate_bytes_per_s * late / 1000.0;
+}
+
 /* Shuts down the connections that have waited connection_timeout_s for a
- * request's headers. Loop thread. */
+ * request's headers, and those whose reply has fallen behind
+ * min_send_rate_bytes_per_s (each logged once: its fd is then -1). Loop
+ * thread. */
 static void on_header_sweep(uv_timer_t *t) {
   attnd_server_t *s = t->data;
   double now = attnd_now_ms(),
          limit = (double)s->cfg->connection_timeout_s * 1000.0;
+  attnd_buf_t log; /* written once the lock is let go */
+  attnd_buf_init(&log);
   uv_mutex_lock(&s->conns_lock);
-  for (attnd_http_conn_t *c = s->conns; c; c = c->next)
-    if (!c->in_request && c->fd >= 0 && now - c->since > limit) {
-      shutdown(c->fd, SHUT_RDWR);
-      c->fd = -1;
+  for (attnd_http_conn_t *c = s->conns; c; c = c->next) {
+    uint64_t taken = 0;
+    if (c->fd < 0)
+      continue;
+    if (c->in_request ? !reply_behind(s, c, now, &taken)
+                      : now - c->since <= limit)
+      continue;
+    if (c->in_request) { /* counted before the reply is freed */
+      attnd_metrics_reject(s->metrics, ATTND_REJECT_SLOW_READER);
+      attnd_buf_printf(&log,
+                       "{\"event\":\"slow_reader\",\"request_id\":\"%s\","
+                       "\"reply_bytes\":%zu,\"taken_bytes\":%llu,"
+                       "\"seconds\":%.3f,\"min_send_rate_bytes_per_s\":%lld}\n",
+                       c->request_id, c->reply_bytes, (unsigned long long)taken,
+                       (now - c->reply_since) / 1000.0,
+                       (long long)s->cfg->min_send_rate_bytes_per_s);
     }
+    shutdown(c->fd, SHUT_RDWR);
+    c->fd = -1;
+  }
   uv_mutex_unlock(&s->conns_lock);
+  if (log.len && !log.oom)
+    fwrite(log.data, 1, log.len, stderr);
+  attnd_buf_free(&log);
 }
 
 /* ---- the access handler ---------------------------------------------------
