@@ -155,8 +155,9 @@ int attnd_http_body_ok(attnd_http_req_t *r, enum MHD_Result *ret);
 /* The memory budget (sched/budget.h): takes `bytes` into r->mem_held; 0,
  * or -1 when the budget does not have them now. */
 int attnd_http_mem_take(attnd_http_req_t *r, int64_t bytes);
-/* The overloaded error of a request whose `need` bytes the budget does not
- * have now: -1, with e. */
+/* The overloaded error of a request whose `need` bytes in all (what it
+ * holds already among them) the budget does not have now: -1, with e,
+ * whose message gives what the other requests hold. */
 int attnd_http_budget_full(const attnd_http_req_t *r, int64_t need,
                            attnd_error_t *e);
 /* The limit_exceeded error of a request whose `need` bytes (`what`: what

@@ -15,12 +15,15 @@ int attnd_http_mem_take(attnd_http_req_t *r, int64_t bytes) {
 int attnd_http_budget_full(const attnd_http_req_t *r, int64_t need,
                            attnd_error_t *e) {
   const attnd_budget_t *b = &r->srv->budget;
+  /* in use by the others: what this request holds already (its body, what
+   * its decoding took) is part of `need` */
   return attnd_error_set(e, ATTND_ERR_OVERLOADED, NULL,
                          "%lld bytes of memory are needed and %lld of the "
                          "%lld that requests may hold (max_memory_bytes less "
                          "kv_cache_bytes and pinned_memory_bytes) are in use; "
                          "retry later",
-                         (long long)need, (long long)attnd_budget_used(b),
+                         (long long)need,
+                         (long long)(attnd_budget_used(b) - r->mem_held),
                          (long long)b->max);
 }
 
