@@ -209,15 +209,23 @@ static int raw(int port, const char *req, size_t len) {
   return sh_raw_status(buf);
 }
 
-START_TEST(test_server_log_is_json) {
-  char path[] = "/tmp/attnd-log-XXXXXX";
+/* Starts attnd with its access log in a new file, named into `path` (a
+ * "/tmp/attnd-log-XXXXXX" to fill in), and one more flag with its value
+ * where `flag` is not NULL. */
+static void start_logged(sh_server_t *srv, char *path, const char *flag,
+                         const char *value) {
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
   close(fd);
-  const char *args[] = {"--access-log", path, NULL};
+  const char *args[] = {"--access-log", path, flag, value, NULL};
+  ck_assert_msg(sh_server_start(srv, args) == 0, "attnd did not start:\n%s",
+                srv->log);
+}
+
+START_TEST(test_server_log_is_json) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
   sh_server_t srv;
-  ck_assert_msg(sh_server_start(&srv, args) == 0, "attnd did not start:\n%s",
-                srv.log);
+  start_logged(&srv, path, NULL, NULL);
   static const char *const paths[] = {
       "/a%22b",     "/a%5Cb",    "/%0A%0D%09",       "/%01%1F%7F", "/%FF%FE",
       "/caf%C3%A9", "/x%22%7D,", "/v1/attention%22", "/%E2%82",
@@ -288,13 +296,8 @@ static double num(const json_t *o, const char *key) {
  * reply does). A worker computes it, so that every time is one of its own. */
 START_TEST(test_server_log_values) {
   char path[] = "/tmp/attnd-log-XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert_int_ge(fd, 0);
-  close(fd);
-  const char *args[] = {"--access-log", path, "--inline-max-flops", "0", NULL};
   sh_server_t srv;
-  ck_assert_msg(sh_server_start(&srv, args) == 0, "attnd did not start:\n%s",
-                srv.log);
+  start_logged(&srv, path, "--inline-max-flops", "0");
   char *body = sh_slow_body(256, 64, 4, 7, NULL);
   sh_resp_t r;
   ck_assert_int_eq(sh_post(srv.port, body, strlen(body), &r), 0);
@@ -332,13 +335,8 @@ END_TEST
  * out. Bug: logged as a 200 like any other, complete. */
 START_TEST(test_server_log_cut_reply) {
   char path[] = "/tmp/attnd-log-XXXXXX";
-  int lfd = mkstemp(path);
-  ck_assert_int_ge(lfd, 0);
-  close(lfd);
-  const char *args[] = {"--access-log", path, NULL};
   sh_server_t srv;
-  ck_assert_msg(sh_server_start(&srv, args) == 0, "attnd did not start:\n%s",
-                srv.log);
+  start_logged(&srv, path, NULL, NULL);
   json_t *ret =
       json_pack("{s:{s:s,s:b}}", "return", "weights", "per_head", "metrics", 0);
   char *body = sh_slow_body(512, 32, 8, 3, ret);
