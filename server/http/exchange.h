@@ -27,6 +27,7 @@
 
 #include "codec/buf.h"
 #include "codec/deflate.h"
+#include "codec/mem.h"
 #include "codec/util.h"
 #include "errors.h"
 #include "http/assets.h"
@@ -67,7 +68,7 @@ struct attnd_http_req {
   int submitted;    /* under mu: the scheduler owns req until it is back */
   int too_large;    /* the body outgrew max_body_bytes */
   int over_budget;  /* the body did not fit in max_memory_bytes */
-  size_t over_need; /* a coded body's inflated bytes when it did not */
+  size_t over_need; /* a growing body's share when it did not */
   attnd_inflate_t *inflate; /* the body's content coding, or NULL */
   attnd_coding_t coding;    /* the body's (identity without inflate) */
   int bad_coding;           /* the coded body does not inflate: why */
@@ -80,6 +81,10 @@ struct attnd_http_req {
                         tensors lie 64-byte aligned after its JSON */
   size_t reply_json; /* the same for the reply; 0 for none */
   int64_t mem_held;  /* this request's share of mem_used */
+  /* A body that grows as it comes (chunked, or coded) holds the room its
+   * buffer has grown to, not only its length: the buffer's blocks are
+   * counted in mem_held as they are allocated (codec/mem.h). */
+  attnd_meter_t body_meter;
   void *body_pinned; /* a binary OIP body's block of pinned memory
                         (sched/pinned.h), unless its request took it */
   size_t body_pinned_cap;

@@ -43,7 +43,14 @@ static enum MHD_Result no_memory(attnd_http_req_t *r, int64_t need) {
   attnd_error_t e;
   attnd_budget_give(&r->srv->budget, &r->mem_held);
   if (need > r->srv->budget.max)
-    attnd_http_budget_never(r, need, "its body, at least", &e);
+    attnd_http_budget_never(r, need,
+                            r->inflate ? "its body inflated, and the room "
+                                         "it grows into, at least"
+                            : r->body_len < 0
+                                ? "its body and the room it grows into, at "
+                                  "least; a Content-Length sizes it once"
+                                : "its body, at least",
+                            &e);
   else
     attnd_http_budget_full(r, need, &e);
   return attnd_http_send_error(r, &e);
@@ -142,6 +149,17 @@ static enum MHD_Result read_coding(attnd_http_req_t *r, int *ok) {
   return MHD_YES;
 }
 
+/* The body meter's `take` (exchange.h): from the budget, into the
+ * request's share; when there is no room, notes what the share needed. */
+static int body_take(void *ctx, int64_t bytes) {
+  attnd_http_req_t *r = ctx;
+  if (attnd_http_mem_take(r, bytes) == 0)
+    return 0;
+  r->over_budget = 1;
+  r->over_need = (size_t)(r->mem_held + bytes);
+  return -1;
+}
+
 enum MHD_Result attnd_http_body_start(attnd_http_req_t *r) {
   attnd_server_t *s = r->srv;
   int ok;
@@ -172,6 +190,7 @@ enum MHD_Result attnd_http_body_start(attnd_http_req_t *r) {
   }
   if (cl && !r->inflate && attnd_http_mem_take(r, (int64_t)clen) < 0)
     return no_memory(r, (int64_t)clen);
+  r->body_meter = (attnd_meter_t){.take = body_take, .ctx = r};
   return MHD_YES; /* read the body */
 }
 
@@ -195,22 +214,23 @@ static void body_reserve(attnd_http_req_t *r, size_t bytes) {
 }
 
 /* Inflates a coded body's next bytes into r->body, within max_body_bytes
- * and the memory budget, which it takes as the body grows. */
+ * and the memory budget, which its buffer takes as it grows. */
 static void inflate_more(attnd_http_req_t *r, const char *data, size_t size,
                          size_t max) {
+  attnd_meter_t *was = attnd_meter_set(&r->body_meter);
   if (r->body.cap == 0)
     body_reserve(r, 65536);
-  size_t before = r->body.len;
   int rc = attnd_inflate_feed(r->inflate, data, size, &r->body, max + r->pad,
                               r->coding_msg, sizeof r->coding_msg);
-  if (rc == -1)
+  attnd_meter_set(was);
+  if (r->over_budget) /* the budget refused the buffer room: rc is -3 */
+    ;
+  else if (rc == -1)
     r->bad_coding = 1;
   else if (rc == -2)
     r->too_large = 1;
   else if (rc == -3)
     r->no_memory = 1;
-  else if (attnd_http_mem_take(r, (int64_t)(r->body.len - before)) < 0)
-    r->over_budget = 1, r->over_need = r->body.len - r->pad;
   if (rc < 0 || r->over_budget)
     attnd_buf_free(&r->body);
 }
@@ -239,15 +259,17 @@ enum MHD_Result attnd_http_body_more(attnd_http_req_t *r, const char *data,
   }
   /* body_len, not the header: a lookup walks the header list, and a
    * chunked body comes in a callback a chunk */
-  if (r->body_len < 0 && attnd_http_mem_take(r, (int64_t)*size) < 0) {
-    r->over_budget = 1; /* without a length, the body takes as it grows */
-    attnd_buf_free(&r->body);
-    *size = 0;
-    return MHD_YES;
+  if (r->body_len >= 0) { /* sized once, to the length, and taken then */
+    if (r->body.cap == 0)
+      body_reserve(r, (size_t)r->body_len);
+    attnd_buf_append(&r->body, data, *size);
+  } else { /* without a length, the body takes as its buffer grows */
+    attnd_meter_t *was = attnd_meter_set(&r->body_meter);
+    attnd_buf_append(&r->body, data, *size);
+    attnd_meter_set(was);
+    if (r->over_budget)
+      attnd_buf_free(&r->body);
   }
-  if (r->body.cap == 0 && r->body_len >= 0) /* sized once, to the length */
-    body_reserve(r, (size_t)r->body_len);
-  attnd_buf_append(&r->body, data, *size);
   *size = 0;
   return MHD_YES;
 }
@@ -264,7 +286,7 @@ int attnd_http_body_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
                            "the body has %zu bytes, over max_body_bytes %lld",
                            r->bytes_in, (long long)s->cfg->max_body_bytes);
   else if (r->over_budget) /* an inflate cut short is no bad coding */
-    *ret = no_memory(r, (int64_t)(r->inflate ? r->over_need : r->bytes_in));
+    *ret = no_memory(r, (int64_t)r->over_need);
   else if (r->bad_coding ||
            (r->inflate && attnd_inflate_end(r->inflate, r->coding_msg,
                                             sizeof r->coding_msg) < 0))
