@@ -135,6 +135,11 @@ static const cfg_key_t keys[] = {
             "after a grace of connection_timeout_s; a connection whose "
             "reply falls behind is closed, and the reply freed; 0: no "
             "minimum"),
+    INT_KEY(min_recv_rate_bytes_per_s, "64K", 0, INT64_C(1) << 40, F_SIZE,
+            "the slowest a client may send a request's body, in bytes a "
+            "second, after a grace of connection_timeout_s from its "
+            "headers; a connection whose body falls behind is closed, and "
+            "the body freed; 0: no minimum"),
     INT_KEY(connection_buffer_bytes, "32K", 4096, 16 << 20, F_SIZE,
             "each connection's buffer for headers and body reads; "
             "libmicrohttpd zeroes all of it between requests"),

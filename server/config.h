@@ -21,6 +21,7 @@ typedef struct attnd_config {
   int64_t max_connections;
   int64_t connection_timeout_s;
   int64_t min_send_rate_bytes_per_s; /* a reply's pace at least; 0: none */
+  int64_t min_recv_rate_bytes_per_s; /* a body's pace at least; 0: none */
   int64_t connection_buffer_bytes;
   int64_t max_body_bytes;
   int64_t max_json_structure_bytes;

@@ -19,6 +19,7 @@
   X(DRAINING, "draining")                                                      \
   X(CLIENT_GONE, "client_gone")                                                \
   X(SLOW_READER, "slow_reader")                                                \
+  X(SLOW_SENDER, "slow_sender")                                                \
   X(UNAUTHORIZED, "unauthorized")
 
 typedef enum {

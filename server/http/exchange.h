@@ -91,6 +91,7 @@ struct attnd_http_req {
   int64_t device_held; /* its share of the GPU's (device_budget) */
   char allow[48];      /* the methods a 405 names */
   int status;
+  int body_done; /* its body's last byte is in (or it has none) */
   size_t bytes_in, bytes_out;
   double total_ms;
   /* Last (the request's pool zeroes what comes before it): where a body of
@@ -139,9 +140,10 @@ void attnd_http_reply_release(void *block);
 void attnd_http_conn_replying(attnd_http_req_t *r);
 
 /* The bytes of fd's connection that its peer has acknowledged, into
- * *acked: 0, or -1 where the kernel does not say (not TCP, or before
- * Linux 4.1). Any thread (tcp_acked.c). */
-int attnd_tcp_acked(int fd, uint64_t *acked);
+ * *acked, and that it has sent (as the kernel received them), into
+ * *received (either may be NULL): 0, or -1 where the kernel does not say
+ * (not TCP, or before Linux 4.1). Any thread (tcp_acked.c). */
+int attnd_tcp_bytes(int fd, uint64_t *acked, uint64_t *received);
 
 /* ---- intake (intake.c); HTTP thread ------------------------------------- */
 

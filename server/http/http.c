@@ -40,8 +40,16 @@ static attnd_http_req_t *req_new(void) {
  * and while it waits for a request's headers (from its opening, or from
  * its last reply) it has connection_timeout_s in all to send them; then
  * the loop thread's sweep shuts its socket down, and libmicrohttpd, seeing
- * the end of the stream, closes it. A request's body keeps the library's
- * timeout from the last byte.
+ * the end of the stream, closes it.
+ *
+ * A body has a pace: the library's timeout, from the last byte, let a
+ * client that sent a few bytes each connection_timeout_s hold the share of
+ * the budget its Content-Length took (up to max_body_bytes) for as long as
+ * it liked. From the moment its headers are in, a request's client must
+ * have sent min_recv_rate_bytes_per_s for every second past a grace of
+ * connection_timeout_s, until its body's last byte, as the kernel counts
+ * it (tcpi_bytes_received); a body that falls behind has its socket shut
+ * down by the sweep, and libmicrohttpd ends the request.
  *
  * A reply has a pace as well: the library's timeout alone let a client
  * that took a few bytes each connection_timeout_s hold its reply (up to
@@ -60,7 +68,12 @@ typedef struct attnd_http_conn {
   struct attnd_http_conn *prev, *next;
   int fd;             /* -1 once shut down */
   int in_request;     /* between a request's first callback and completion */
-  double since;       /* when it began to wait for a request's headers (ms) */
+  double since;       /* when it began to wait for a request's headers, or
+                         when they were all in (ms) */
+  int body_done;      /* its request's body all in, or its pace not
+                         measurable */
+  uint64_t received;  /* the connection's bytes received when the request's
+                         headers were all in */
   double reply_since; /* when its reply was queued (ms); 0: none queued, or
                          its pace not measurable */
   uint64_t acked;     /* the connection's bytes acknowledged then */
@@ -110,18 +123,34 @@ static attnd_http_conn_t *conn_of(struct MHD_Connection *conn) {
   return ci ? ci->socket_context : NULL;
 }
 
-/* Marks conn's request begun (its headers all in) or completed (the next
- * request's headers awaited from now). Any HTTP thread. */
+/* Marks conn's request begun (its headers all in: r) or completed (NULL:
+ * the next request's headers awaited from now). Any HTTP thread. */
 static void conn_mark(attnd_server_t *s, struct MHD_Connection *conn,
-                      int in_request) {
+                      const attnd_http_req_t *r) {
   attnd_http_conn_t *c = conn_of(conn);
   if (c == NULL)
     return;
   uv_mutex_lock(&s->conns_lock);
-  c->in_request = in_request;
+  c->in_request = r != NULL;
   c->since = attnd_now_ms();
   c->reply_since = 0;
+  c->body_done = r == NULL || s->cfg->min_recv_rate_bytes_per_s == 0 ||
+                 c->fd < 0 || attnd_tcp_bytes(c->fd, NULL, &c->received) != 0;
+  if (r)
+    memcpy(c->request_id, r->request_id, sizeof c->request_id);
   uv_mutex_unlock(&s->conns_lock);
+}
+
+/* Notes that r's body is all in: its pace no longer counts. Once a
+ * request. */
+static void conn_body_done(attnd_http_req_t *r) {
+  attnd_http_conn_t *c = conn_of(r->conn);
+  r->body_done = 1;
+  if (c == NULL)
+    return;
+  uv_mutex_lock(&r->srv->conns_lock);
+  c->body_done = 1;
+  uv_mutex_unlock(&r->srv->conns_lock);
 }
 
 void attnd_http_conn_replying(attnd_http_req_t *r) {
@@ -131,11 +160,10 @@ void attnd_http_conn_replying(attnd_http_req_t *r) {
   if (c == NULL || s->cfg->min_send_rate_bytes_per_s == 0)
     return;
   uv_mutex_lock(&s->conns_lock);
-  if (c->fd >= 0 && attnd_tcp_acked(c->fd, &acked) == 0) {
+  if (c->fd >= 0 && attnd_tcp_bytes(c->fd, &acked, NULL) == 0) {
     c->reply_since = attnd_now_ms();
     c->acked = acked;
     c->reply_bytes = r->bytes_out;
-    memcpy(c->request_id, r->request_id, sizeof c->request_id);
   }
   uv_mutex_unlock(&s->conns_lock);
 }
@@ -147,17 +175,32 @@ static int reply_behind(const attnd_server_t *s, const attnd_http_conn_t *c,
   double grace = (double)s->cfg->connection_timeout_s * 1000.0,
          late = now - c->reply_since - grace;
   uint64_t acked;
-  if (c->reply_since == 0 || late <= 0 || attnd_tcp_acked(c->fd, &acked) != 0)
+  if (c->reply_since == 0 || late <= 0 ||
+      attnd_tcp_bytes(c->fd, &acked, NULL) != 0)
     return 0;
   *taken = acked - c->acked;
   return (double)*taken <
          (double)s->cfg->min_send_rate_bytes_per_s * late / 1000.0;
 }
 
+/* Whether c's request body has fallen behind min_recv_rate_bytes_per_s at
+ * `now`, with what the client sent of it into *sent. Under conns_lock. */
+static int body_behind(const attnd_server_t *s, const attnd_http_conn_t *c,
+                       double now, uint64_t *sent) {
+  double grace = (double)s->cfg->connection_timeout_s * 1000.0,
+         late = now - c->since - grace;
+  uint64_t received;
+  if (c->body_done || late <= 0 || attnd_tcp_bytes(c->fd, NULL, &received) != 0)
+    return 0;
+  *sent = received - c->received;
+  return (double)*sent <
+         (double)s->cfg->min_recv_rate_bytes_per_s * late / 1000.0;
+}
+
 /* Shuts down the connections that have waited connection_timeout_s for a
- * request's headers, and those whose reply has fallen behind
- * min_send_rate_bytes_per_s (each logged once: its fd is then -1). Loop
- * thread. */
+ * request's headers, and those whose body or reply has fallen behind
+ * min_recv_rate_bytes_per_s or min_send_rate_bytes_per_s (each logged
+ * once: its fd is then -1). Loop thread. */
 static void on_header_sweep(uv_timer_t *t) {
   attnd_server_t *s = t->data;
   double now = attnd_now_ms(),
@@ -166,13 +209,23 @@ static void on_header_sweep(uv_timer_t *t) {
   attnd_buf_init(&log);
   uv_mutex_lock(&s->conns_lock);
   for (attnd_http_conn_t *c = s->conns; c; c = c->next) {
-    uint64_t taken = 0;
+    uint64_t taken = 0, sent = 0;
     if (c->fd < 0)
       continue;
-    if (c->in_request ? !reply_behind(s, c, now, &taken)
+    int body = c->in_request && body_behind(s, c, now, &sent);
+    if (c->in_request ? !body && !reply_behind(s, c, now, &taken)
                       : now - c->since <= limit)
       continue;
-    if (c->in_request) { /* counted before the reply is freed */
+    if (body) { /* counted before the body is freed */
+      attnd_metrics_reject(s->metrics, ATTND_REJECT_SLOW_SENDER);
+      attnd_buf_printf(&log,
+                       "{\"event\":\"slow_sender\",\"request_id\":\"%s\","
+                       "\"sent_bytes\":%llu,\"seconds\":%.3f,"
+                       "\"min_recv_rate_bytes_per_s\":%lld}\n",
+                       c->request_id, (unsigned long long)sent,
+                       (now - c->since) / 1000.0,
+                       (long long)s->cfg->min_recv_rate_bytes_per_s);
+    } else if (c->in_request) { /* counted before the reply is freed */
       attnd_metrics_reject(s->metrics, ATTND_REJECT_SLOW_READER);
       attnd_buf_printf(&log,
                        "{\"event\":\"slow_reader\",\"request_id\":\"%s\","
@@ -368,10 +421,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     attnd_buf_init(&r->body);
     *con_cls = r;
     atomic_fetch_add(&s->active, 1);
-    conn_mark(s, conn, 1);
     set_request_id(r);
+    conn_mark(s, conn, r);
     return on_first(r, url, method, version);
   }
+  if (*upload_size == 0 && !r->body_done)
+    conn_body_done(r);
   uv_mutex_lock(&r->mu);
   int back = r->req && !r->submitted;
   uv_mutex_unlock(&r->mu);
@@ -437,7 +492,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   attnd_pool_put(&req_pool, r);
   *con_cls = NULL;
   atomic_fetch_sub(&s->active, 1);
-  conn_mark(s, conn, 0);
+  conn_mark(s, conn, NULL);
   attnd_memory_settle(held);
 }
 /* ---- the daemon ------------------------------------------------------------
