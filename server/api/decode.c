@@ -56,6 +56,15 @@ static int get_number(dec_t *d, const json_t *obj, const char *key, float *out,
   return r;
 }
 
+/* softcap, which must be above 0 in float32 (attnd__dec_softcap). */
+static int get_softcap(dec_t *d, const json_t *obj, attn_params_t *p) {
+  double x = 0;
+  if (get_double(d, obj, "softcap", "softcap", 1, &x, &p->has_softcap) < 0)
+    return -1;
+  p->softcap = (float)x;
+  return p->has_softcap ? attnd__dec_softcap(d, x, "softcap") : 0;
+}
+
 static int get_bool(dec_t *d, const json_t *obj, const char *key,
                     const char *field, int *out) {
   const json_t *v = json_object_get(obj, key);
@@ -856,8 +865,8 @@ static int decode_root(dec_t *d, const json_t *root) {
   if (decode_projections(d, root) < 0 || decode_mask(d, root) < 0 ||
       decode_rope(d, root) < 0 || decode_positions(d, root) < 0 ||
       get_number(d, root, "scale", &p->scale, &p->has_scale) < 0 ||
-      get_number(d, root, "softcap", &p->softcap, &p->has_softcap) < 0 ||
-      decode_return(d, root) < 0 || decode_timeout(d, root) < 0)
+      get_softcap(d, root, p) < 0 || decode_return(d, root) < 0 ||
+      decode_timeout(d, root) < 0)
     return -1;
   return attnd__dec_plan(d) < 0 ? -1 : attnd__dec_limits(d);
 }
@@ -949,8 +958,7 @@ static int decode_step(dec_t *d, const json_t *root) {
   }
   if (decode_mask(d, root) < 0 ||
       get_number(d, root, "scale", &p->scale, &p->has_scale) < 0 ||
-      get_number(d, root, "softcap", &p->softcap, &p->has_softcap) < 0 ||
-      decode_return(d, root) < 0)
+      get_softcap(d, root, p) < 0 || decode_return(d, root) < 0)
     return -1;
   j->expected_length = -1;
   if (get_int(d, root, "expected_length", "expected_length", 0, INT64_MAX,

@@ -78,6 +78,11 @@ int attnd__dec_members(dec_t *d, const json_t *obj, const char *where,
  * beyond a double's range (bulk.h), as "at least 9e+307" (or "at most
  * -9e+307"), which is true of both. Returns buf. */
 const char *attnd__dec_num(double x, char *buf);
+/* Refuses a softcap x (the number as sent, finite in float32) that is not
+ * above 0 once in float32, naming x as sent: a positive x below float32's
+ * least value (1e-50) rounds to 0, which the core would call 0. Returns 0,
+ * or -1 with invalid_value for `field`. */
+int attnd__dec_softcap(dec_t *d, double x, const char *field);
 /* Reads v, a member that holds an integer, into *out: a JSON integer, or a
  * number of integral value in another spelling (2.0, 2e0, and an integer
  * literal beyond int64, which the parser widened to a real). Answers

@@ -92,6 +92,17 @@ const char *attnd__dec_num(double x, char *buf) {
   return buf;
 }
 
+int attnd__dec_softcap(dec_t *d, double x, const char *field) {
+  char num[32];
+  if ((float)x > 0)
+    return 0;
+  return E(d, ATTND_ERR_INVALID_VALUE, field, "%s is %s%s; it must be above 0",
+           field, attnd__dec_num(x, num),
+           x > 0 ? ", which is 0 in float32 (its least positive value is "
+                   "1.4e-45)"
+                 : "");
+}
+
 int attnd__dec_int(dec_t *d, const json_t *v, const char *field,
                    const char *path, int64_t lo, int64_t hi, int64_t *out) {
   int64_t n;

@@ -282,7 +282,9 @@ static int read_param(oip_t *o, param_t id, const json_t *v,
   case P_SCALE:
     return param_float(o, v, field, &p->has_scale, &p->scale);
   case P_SOFTCAP:
-    return param_float(o, v, field, &p->has_softcap, &p->softcap);
+    return param_float(o, v, field, &p->has_softcap, &p->softcap) < 0
+               ? -1
+               : attnd__dec_softcap(&o->d, json_number_value(v), field);
   case P_ROPE_THETA:
     return param_number(o, v, field, 0, &p->rope.theta);
   case P_ROPE_DIMS:
