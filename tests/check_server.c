@@ -2193,6 +2193,37 @@ static const edge_req_t edge_reqs[] = {
      "{\"query\":[[1,1]],\"value\":[[3e38,3e38]],\"num_heads\":1,"
      "\"projections\":{\"o_bias\":[3e38,3e38]}}", {0}, {0}, 0, 0,
      "numeric_overflow", "projections.o_bias", "batch 0, query row 0"},
+    /* a row that sees no key: weights 0, head output 0, so the output is
+     * o_bias, alike for every mask that empties a row, on the exact path
+     * (weights asked for) and the online one */
+    {"key_lengths 0 with o_bias",
+     "{\"query\":[[1,0],[0,1]],\"num_heads\":1,\"mask\":{\"key_lengths\":"
+     "[0]},\"projections\":{\"o_bias\":[5,-7]}" EDGE_RET,
+     {5, -7, 5, -7}, {0, 0, 0, 0}, 4, 4, NULL, NULL, NULL},
+    {"key_lengths 0 with o_bias, online",
+     "{\"query\":[[1,0],[0,1]],\"num_heads\":1,\"mask\":{\"key_lengths\":"
+     "[0]},\"projections\":{\"o_bias\":[5,-7]},\"return\":{\"metrics\":"
+     "false}}", {5, -7, 5, -7}, {0}, 4, 0, NULL, NULL, NULL},
+    {"causal, Lq > Lk: two rows see no key",
+     "{\"query\":[[1,0],[0,1],[1,1]],\"key\":[[1,0]],\"value\":[[2,4]],"
+     "\"num_heads\":1,\"mask\":{\"causal\":true},\"projections\":"
+     "{\"o_bias\":[1,1]}" EDGE_RET, {1, 1, 1, 1, 3, 5}, {0, 0, 1}, 6, 3,
+     NULL, NULL, NULL},
+    {"allow false: row 0 sees no key",
+     "{\"query\":[[1,0],[0,1]],\"key\":[[1,0]],\"value\":[[2,4]],"
+     "\"num_heads\":1,\"mask\":{\"allow\":[[false],[true]]},"
+     "\"projections\":{\"o_bias\":[1,-1]}" EDGE_RET, {1, -1, 3, 3}, {0, 1},
+     4, 2, NULL, NULL, NULL},
+    {"window: row 0 sees no key",
+     "{\"query\":[[1,0],[0,1]],\"key\":[[1,0]],\"value\":[[2,4]],"
+     "\"num_heads\":1,\"mask\":{\"window\":{\"left\":0,\"right\":0}},"
+     "\"projections\":{\"o_bias\":[1,-1]}" EDGE_RET, {1, -1, 3, 3}, {0, 1},
+     4, 2, NULL, NULL, NULL},
+    /* FLT_MAX rounds to bfloat16's infinity (from 0x7f7f8000 up) */
+    {"FLT_MAX as bfloat16",
+     "{\"query\":[[3.4028234e38]],\"num_heads\":1,\"return\":"
+     "{\"dtype\":\"bfloat16\"}}", {0}, {0}, 0, 0, "numeric_overflow",
+     "return.dtype", "bfloat16"},
     {"mask.key_lengths 2^63 - 1",
      "{\"query\":[[1,2],[3,4]],\"num_heads\":1,"
      "\"mask\":{\"key_lengths\":[9223372036854775807]}}", {0}, {0}, 0, 0,
