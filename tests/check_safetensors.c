@@ -339,8 +339,9 @@ START_TEST(test_other_dtypes) {
     for (int i = 0; i < 24; i++)
       bytes[d][i] = (uint8_t)(d * 24 + i);
     snprintf(names[d], sizeof names[d], "%s", attnd_st_dtype_name(d));
-    size_t sz = attnd_st_dtype_size(d);
-    ts[d] = (attnd_st_out_t){names[d], d, 2, {3, (int64_t)(8 / sz)}, bytes[d]};
+    /* 24 bytes: 192 bits, whole for every dtype's width */
+    int64_t n = 192 / attnd_st_dtype_bits(d);
+    ts[d] = (attnd_st_out_t){names[d], d, 2, {1, n}, bytes[d]};
   }
   char p[256], msg[256];
   tpath(p, sizeof p, "dtypes.safetensors");
@@ -352,13 +353,17 @@ START_TEST(test_other_dtypes) {
   ck_assert_uint_eq(m.file.n, ATTND_ST_N_DTYPES);
   ck_assert_uint_eq(m.file.n_meta, 0);
   static const char *const spelt[] = {
-      "F64", "F32", "F16", "BF16", "I64",  "I32",     "I16",    "I8",
-      "U64", "U32", "U16", "U8",   "BOOL", "F8_E4M3", "F8_E5M2"};
-  static const size_t sizes[] = {8, 4, 2, 2, 8, 4, 2, 1, 8, 4, 2, 1, 1, 1, 1};
+      "F64",     "F32",     "F16", "BF16", "I64",     "I32",    "I16",
+      "I8",      "U64",     "U32", "U16",  "U8",      "BOOL",   "F8_E4M3",
+      "F8_E5M2", "F8_E8M0", "C64", "F4",   "F6_E2M3", "F6_E3M2"};
+  static const unsigned bits[] = {64, 32, 16, 16, 64, 32, 16, 8, 64, 32,
+                                  16, 8,  8,  8,  8,  8,  64, 4, 6,  6};
+  ck_assert_uint_eq(sizeof bits / sizeof *bits, ATTND_ST_N_DTYPES);
   for (int d = 0; d < ATTND_ST_N_DTYPES; d++) {
     const attnd_st_tensor_t *t = &m.file.tensors[d];
     ck_assert_str_eq(attnd_st_dtype_name(d), spelt[d]);
-    ck_assert_uint_eq(attnd_st_dtype_size(d), sizes[d]);
+    ck_assert_uint_eq(attnd_st_dtype_bits(d), bits[d]);
+    ck_assert_uint_eq(attnd_st_dtype_size(d), bits[d] % 8 ? 0 : bits[d] / 8);
     ck_assert_int_eq(t->dtype, d);
     ck_assert_uint_eq(t->bytes, 24);
     ck_assert_int_eq(memcmp(t->data, bytes[d], 24), 0);
@@ -613,6 +618,60 @@ START_TEST(test_bad_headers) {
 }
 END_TEST
 
+/* The format's dtypes that are not whole bytes or came later (F8_E8M0 and
+ * C64 of 8 and 64 bits; F4 and F6 of 4 and 6 bits, packed): a file that
+ * holds them beside the weights parses, each tensor's size the bits of
+ * its elements / 8, and a count of sub-byte elements that ends inside a
+ * byte is refused by name, as the format refuses it. */
+START_TEST(test_packed_dtypes) {
+  const char *h = "{" T("e8", "F8_E8M0", "[3]", "[0,3]") "," T(
+      "c", "C64", "[2]",
+      "[3,19]") "," T("f4", "F4", "[2,3]",
+                      "[19,22]") "," T("e2", "F6_E2M3", "[4]",
+                                       "[22,25]") "," T("e3", "F6_E3M2",
+                                                        "[0,5]", "[25,25]") "}";
+  size_t len;
+  uint8_t *b = raw(strlen(h), h, strlen(h), 25, &len);
+  attnd_st_file_t f;
+  char msg[512];
+  ck_assert_msg(attnd_st_parse(b, len, &f, msg, sizeof msg) == 0, "%s", msg);
+  static const struct {
+    const char *name;
+    int64_t elems;
+    size_t bytes;
+  } want[] = {{"F8_E8M0", 3, 3},
+              {"C64", 2, 16},
+              {"F4", 6, 3},
+              {"F6_E2M3", 4, 3},
+              {"F6_E3M2", 0, 0}};
+  ck_assert_uint_eq(f.n, 5);
+  for (size_t i = 0; i < 5; i++) {
+    const attnd_st_tensor_t *t = &f.tensors[i];
+    ck_assert_str_eq(attnd_st_dtype_name(t->dtype), want[i].name);
+    ck_assert_int_eq(t->elems, want[i].elems);
+    ck_assert_uint_eq(t->bytes, want[i].bytes);
+    float out[8];
+    ck_assert_int_eq(attnd_st_to_f32(t, out, NULL), -1);
+  }
+  attnd_st_free(&f);
+  free(b);
+
+  h = "{" T("w", "F4", "[3]", "[0,2]") "}";
+  b = raw(strlen(h), h, strlen(h), 2, &len);
+  want_fail(b, len,
+            "tensor 'w': F4 [3]: 3 elements of 4 bits do not end on a byte", 0,
+            "F4 [3]");
+  free(b);
+  h = "{" T("w", "F6_E3M2", "[2,3]", "[0,5]") "}";
+  b = raw(strlen(h), h, strlen(h), 5, &len);
+  want_fail(b, len,
+            "tensor 'w': F6_E3M2 [2, 3]: 6 elements of 6 bits do not end "
+            "on a byte",
+            0, "F6 [2, 3]");
+  free(b);
+}
+END_TEST
+
 /* Metadata of many keys is looked up by halving, not key by key: a layer
  * reads a dozen keys, so a file of L layers and M metadata keys cost
  * L * 12 * M comparisons (L = M = 6400, a header of 750 KB: 0.57 s; the
@@ -735,6 +794,8 @@ START_TEST(test_write_errors) {
       {{"b", ATTND_ST_F32, -1, {1}, x}, "a rank outside [0, 8]"},
       {{"b", ATTND_ST_F32, 2, {1, -2}, x}, "a negative dimension"},
       {{"b", ATTND_ST_F32, 2, {INT64_MAX, 2}, x}, "more bytes than fit"},
+      {{"b", ATTND_ST_F4, 1, {3}, x},
+       "elements whose bits do not end on a byte"},
       {{"b", ATTND_ST_F32, 1, {1}, NULL}, "no data"},
       {{"a", ATTND_ST_F32, 1, {1}, x}, "a duplicate name"},
       {{"b\xff", ATTND_ST_F32, 1, {1}, x}, "the name is not UTF-8"},
@@ -1189,6 +1250,7 @@ Suite *test_suite(void) {
   tc = tcase_create("reader");
   tcase_add_test(tc, test_other_writers);
   tcase_add_test(tc, test_bad_headers);
+  tcase_add_test(tc, test_packed_dtypes);
   tcase_add_test(tc, test_meta_lookup_logarithmic);
   tcase_add_test(tc, test_bad_length);
   tcase_add_test(tc, test_small_message);

@@ -36,9 +36,9 @@
 
 static const struct {
   const char *name;
-  size_t size;
+  unsigned bits;
 } st_dtypes[] = {
-#define ST_ROW(name, text, size) {text, size},
+#define ST_ROW(name, text, bits) {text, bits},
     ATTND_ST_DTYPE_MAP(ST_ROW)
 #undef ST_ROW
 };
@@ -47,13 +47,19 @@ const char *attnd_st_dtype_name(attnd_st_dtype_t t) {
   return (unsigned)t < ATTND_ST_N_DTYPES ? st_dtypes[t].name : "?";
 }
 
+unsigned attnd_st_dtype_bits(attnd_st_dtype_t t) {
+  return (unsigned)t < ATTND_ST_N_DTYPES ? st_dtypes[t].bits : 0;
+}
+
 size_t attnd_st_dtype_size(attnd_st_dtype_t t) {
-  return (unsigned)t < ATTND_ST_N_DTYPES ? st_dtypes[t].size : 0;
+  unsigned bits = attnd_st_dtype_bits(t);
+  return bits % 8 ? 0 : bits / 8;
 }
 
 /* The element count and byte size of `shape` in `dt`: 0, or -1 when the
- * count overflows int64, -2 when the size overflows int64 or size_t. A zero
- * dimension makes both 0, whatever the others are. */
+ * count overflows int64, -2 when the size overflows int64 or size_t, -3
+ * when the elements' bits do not end on a byte (F4, F6). A zero dimension
+ * makes both 0, whatever the others are. */
 static int st_count(int rank, const int64_t *shape, attnd_st_dtype_t dt,
                     int64_t *elems, size_t *bytes) {
   int64_t e = 1;
@@ -65,11 +71,16 @@ static int st_count(int rank, const int64_t *shape, attnd_st_dtype_t dt,
   for (int i = 0; i < rank; i++)
     if (__builtin_mul_overflow(e, shape[i], &e))
       return -1;
-  int64_t b;
-  if (__builtin_mul_overflow(e, (int64_t)attnd_st_dtype_size(dt), &b) ||
-      (uint64_t)b > SIZE_MAX)
+  /* e * bits / 8, in eighths of e so that no whole byte count overflows
+   * on the way */
+  int64_t bits = attnd_st_dtype_bits(dt), b, rest = e % 8 * bits;
+  *elems = e;
+  if (rest % 8)
+    return -3;
+  if (__builtin_mul_overflow(e / 8, bits, &b) ||
+      __builtin_add_overflow(b, rest / 8, &b) || (uint64_t)b > SIZE_MAX)
     return -2;
-  *elems = e, *bytes = (size_t)b;
+  *bytes = (size_t)b;
   return 0;
 }
 
@@ -176,6 +187,12 @@ static int st_tensor(const char *name, const json_t *v, const uint8_t *data,
   case -2:
     return attnd_fail(msg, msz, "tensor '%s': %s %s is more bytes than fit",
                       name, dname, stext);
+  case -3:
+    return attnd_fail(msg, msz,
+                      "tensor '%s': %s %s: %lld elements of %u bits do not "
+                      "end on a byte",
+                      name, dname, stext, (long long)t->elems,
+                      attnd_st_dtype_bits(t->dtype));
   }
 
   if (!json_is_array(offs))
@@ -688,8 +705,14 @@ static const char *st_out_check(const attnd_st_out_t *t, const json_t *root,
   for (int d = 0; d < t->rank; d++)
     if (t->shape[d] < 0)
       return "a negative dimension";
-  if (st_count(t->rank, t->shape, t->dtype, &elems, bytes))
+  switch (st_count(t->rank, t->shape, t->dtype, &elems, bytes)) {
+  case 0:
+    break;
+  case -3:
+    return "elements whose bits do not end on a byte";
+  default:
     return "more bytes than fit";
+  }
   if (*bytes > 0 && t->data == NULL)
     return "no data";
   return NULL;

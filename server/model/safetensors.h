@@ -11,10 +11,11 @@
  * or over the limit, a header that is not a JSON object, a duplicate name,
  * a member of any other form, an unknown dtype, a negative or fractional
  * dimension, an element count or byte size that overflows, a size that is
- * not the element count times the dtype's size, offsets that overlap or
- * leave a gap (sorted by begin, the tensors must tile the data exactly
- * from 0), and data that does not end where the file ends. Linear in the
- * file's header (jansson parses it), whatever it holds.
+ * not the element count times the dtype's size (or elements of 4 or 6
+ * bits that do not end on a byte), offsets that overlap or leave a gap
+ * (sorted by begin, the tensors must tile the data exactly from 0), and
+ * data that does not end where the file ends. Linear in the file's header
+ * (jansson parses it), whatever it holds.
  *
  * Pure functions over memory, but attnd_st_map, which maps a file. Any
  * thread. */
@@ -27,35 +28,45 @@
 #define ATTND_ST_MAX_HEADER 100000000 /* bytes of JSON header at most */
 #define ATTND_ST_MAX_RANK 8
 
-/* The dtypes of the format. Only F64, F32, F16 and BF16 convert to float32;
- * the others are known (a file may hold them, e.g. an int64 buffer), and a
- * layer that needs one as a weight is refused by name. */
+/* The dtypes of the format, with the bits of one element. Only F64, F32,
+ * F16 and BF16 convert to float32; the others are known (a file may hold
+ * them, e.g. an int64 buffer or the MX formats' packed F4 values and
+ * F8_E8M0 scales), and a layer that needs one as a weight is refused by
+ * name. F4 and F6 pack their elements: a tensor of them is elems * bits / 8
+ * bytes, and a count whose bits do not end on a byte is refused. */
 #define ATTND_ST_DTYPE_MAP(X)                                                  \
-  X(F64, "F64", 8)                                                             \
-  X(F32, "F32", 4)                                                             \
-  X(F16, "F16", 2)                                                             \
-  X(BF16, "BF16", 2)                                                           \
-  X(I64, "I64", 8)                                                             \
-  X(I32, "I32", 4)                                                             \
-  X(I16, "I16", 2)                                                             \
-  X(I8, "I8", 1)                                                               \
-  X(U64, "U64", 8)                                                             \
-  X(U32, "U32", 4)                                                             \
-  X(U16, "U16", 2)                                                             \
-  X(U8, "U8", 1)                                                               \
-  X(BOOL, "BOOL", 1)                                                           \
-  X(F8_E4M3, "F8_E4M3", 1)                                                     \
-  X(F8_E5M2, "F8_E5M2", 1)
+  X(F64, "F64", 64)                                                            \
+  X(F32, "F32", 32)                                                            \
+  X(F16, "F16", 16)                                                            \
+  X(BF16, "BF16", 16)                                                          \
+  X(I64, "I64", 64)                                                            \
+  X(I32, "I32", 32)                                                            \
+  X(I16, "I16", 16)                                                            \
+  X(I8, "I8", 8)                                                               \
+  X(U64, "U64", 64)                                                            \
+  X(U32, "U32", 32)                                                            \
+  X(U16, "U16", 16)                                                            \
+  X(U8, "U8", 8)                                                               \
+  X(BOOL, "BOOL", 8)                                                           \
+  X(F8_E4M3, "F8_E4M3", 8)                                                     \
+  X(F8_E5M2, "F8_E5M2", 8)                                                     \
+  X(F8_E8M0, "F8_E8M0", 8)                                                     \
+  X(C64, "C64", 64)                                                            \
+  X(F4, "F4", 4)                                                               \
+  X(F6_E2M3, "F6_E2M3", 6)                                                     \
+  X(F6_E3M2, "F6_E3M2", 6)
 
 typedef enum attnd_st_dtype {
-#define ST_ENUM(name, text, size) ATTND_ST_##name,
+#define ST_ENUM(name, text, bits) ATTND_ST_##name,
   ATTND_ST_DTYPE_MAP(ST_ENUM)
 #undef ST_ENUM
       ATTND_ST_N_DTYPES
 } attnd_st_dtype_t;
 
-/* The dtype's name in the format ("BF16"), and its size in bytes. */
+/* The dtype's name in the format ("BF16"), the bits of one element, and
+ * its size in bytes (0 for F4 and F6, whose elements are not whole bytes). */
 const char *attnd_st_dtype_name(attnd_st_dtype_t t);
+unsigned attnd_st_dtype_bits(attnd_st_dtype_t t);
 size_t attnd_st_dtype_size(attnd_st_dtype_t t);
 
 /* One tensor of a parsed file. */
@@ -66,7 +77,7 @@ typedef struct attnd_st_tensor {
   int64_t shape[ATTND_ST_MAX_RANK]; /* shape[0..rank) */
   int64_t elems;                    /* the product of the shape; 1 at rank 0 */
   const uint8_t *data;              /* into the file's bytes: elems values */
-  size_t bytes;                     /* elems times the dtype's size */
+  size_t bytes;                     /* elems times the dtype's bits / 8 */
 } attnd_st_tensor_t;
 
 /* A parsed file: a view of the bytes it was parsed from, which must

@@ -169,7 +169,11 @@ static void check_file(const attnd_st_file_t *f, const uint8_t *buf,
     elems = zero ? 0 : elems;
     FUZZ_CHECK(t->elems == elems, "'%s': elems %lld, shape says %lld", t->name,
                (long long)t->elems, (long long)elems);
-    FUZZ_CHECK(t->bytes == (size_t)elems * attnd_st_dtype_size(t->dtype),
+    FUZZ_CHECK((uint64_t)elems % 8 * attnd_st_dtype_bits(t->dtype) % 8 == 0 &&
+                   t->bytes ==
+                       (size_t)elems / 8 * attnd_st_dtype_bits(t->dtype) +
+                           (size_t)elems % 8 * attnd_st_dtype_bits(t->dtype) /
+                               8,
                "'%s': %zu bytes for %lld elements", t->name, t->bytes,
                (long long)elems);
     FUZZ_CHECK(t->data >= data && t->bytes <= f->data_bytes &&
