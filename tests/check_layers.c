@@ -1110,14 +1110,15 @@ START_TEST(test_refuse_heads) {
       {"rope_theta", "nan",
        "__metadata__ 'rope_theta' is 'nan', not a "
        "finite number"},
-      {"rope_theta", "1", "rope_theta must be > 1, got 1"},
+      {"rope_theta", "1", "__metadata__ 'rope_theta' must be > 1, got 1"},
       {"rope_style", "neox",
        "__metadata__ 'rope_style' is 'neox', not half, "
        "interleaved or none"},
       {"causal", "maybe",
        "__metadata__ 'causal' is 'maybe', not true, false, "
        "bottom_right, top_left or none"},
-      {"rms_norm_eps", "-1", "rms_norm_eps must be in [0, 1], got -1"},
+      {"rms_norm_eps", "-1",
+       "__metadata__ 'rms_norm_eps' must be in [0, 1], got -1"},
       {"rope_scaling", "{\"type\": \"dynamic\", \"factor\": 2}",
        "__metadata__ rope_scaling type 'dynamic' is not supported (linear, "
        "llama3)"},
@@ -1162,6 +1163,10 @@ START_TEST(test_refuse_config) {
        "partial_rotary_factor must be in (0, 1], got 1.5"},
       {"{\"num_attention_heads\": 4, \"rope_theta\": \"big\"}",
        "'rope_theta' must be a number"},
+      {"{\"num_attention_heads\": 4, \"rope_theta\": 0.5}",
+       "config.json: 'rope_theta' must be > 1, got 0.5"},
+      {"{\"num_attention_heads\": 4, \"rms_norm_eps\": 2}",
+       "config.json: 'rms_norm_eps' must be in [0, 1], got 2"},
       {"{\"num_attention_heads\": 4, \"attn_logit_softcapping\": 50.0}",
        "attn_logit_softcapping is not supported"},
       {"{\"num_attention_heads\": 4, \"query_pre_attn_scalar\": 256}",

@@ -106,6 +106,10 @@ json_t *attnd__config_get(const build_t *b, const char *key);
 const char *attnd__meta_get(const build_t *b, const char *key);
 int attnd__param_num(build_t *b, const char *cfg, const char *meta,
                      double *out);
+/* How a refusal names a parameter that came from `from`: "<config.json>:
+ * 'key'" or "__metadata__ 'key'". buf, n long, holds it. */
+const char *attnd__param_where(const build_t *b, int from, const char *key,
+                               char *buf, size_t n);
 /* b->l's rope (llama: Llama-family defaults), and its head counts and
  * sizes, checked against the tensors' shapes. 0, or -1 with the message. */
 int attnd__resolve_rope(build_t *b, int llama);

@@ -70,6 +70,17 @@ int attnd__param_num(build_t *b, const char *cfg, const char *meta,
   return param(b, cfg, NULL, meta, NULL, out);
 }
 
+const char *attnd__param_where(const build_t *b, int from, const char *key,
+                               char *buf, size_t n) {
+  if (from == FROM_CONFIG)
+    snprintf(buf, n, "%s: '%s'", b->src->config_path, key);
+  else if (from == FROM_META)
+    snprintf(buf, n, "__metadata__ '%s'", key);
+  else
+    snprintf(buf, n, "%s", key);
+  return buf;
+}
+
 /* Where a missing parameter was looked for, for the refusal. */
 static const char *config_absence(const build_t *b, char *buf, size_t n) {
   if (b->src->config)
@@ -178,15 +189,20 @@ int attnd__resolve_rope(build_t *b, int llama) {
   }
 
   r->theta = 10000;
-  if (attnd__param_num(b, llama ? "rope_theta" : NULL, "rope_theta",
-                       &r->theta) < 0)
+  int from =
+      attnd__param_num(b, llama ? "rope_theta" : NULL, "rope_theta", &r->theta);
+  char where[512];
+  if (from < 0)
     return -1;
   if (!(r->theta > 1))
-    return attnd__layer_fail(b, "rope_theta must be > 1, got %g", r->theta);
+    return attnd__layer_fail(
+        b, "%s must be > 1, got %g",
+        attnd__param_where(b, from, "rope_theta", where, sizeof where),
+        r->theta);
 
   double factor;
-  int from = attnd__param_num(b, llama ? "partial_rotary_factor" : NULL, NULL,
-                              &factor);
+  from = attnd__param_num(b, llama ? "partial_rotary_factor" : NULL, NULL,
+                          &factor);
   if (from < 0)
     return -1;
   r->dims = Dh;

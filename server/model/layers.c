@@ -446,11 +446,15 @@ static int build_layer(build_t *b) {
     return -1;
 
   double eps = 1e-6;
-  if (attnd__param_num(b, llama ? "rms_norm_eps" : NULL, "rms_norm_eps", &eps) <
-      0)
+  int from =
+      attnd__param_num(b, llama ? "rms_norm_eps" : NULL, "rms_norm_eps", &eps);
+  char where[512];
+  if (from < 0)
     return -1;
   if (!(eps >= 0) || eps > 1)
-    return attnd__layer_fail(b, "rms_norm_eps must be in [0, 1], got %g", eps);
+    return attnd__layer_fail(
+        b, "%s must be in [0, 1], got %g",
+        attnd__param_where(b, from, "rms_norm_eps", where, sizeof where), eps);
   l->norm_eps = (float)eps;
 
   l->causal = llama || f->conv == ATTND_CONV_GPT2 ? ATTN_CAUSAL_BOTTOM_RIGHT
