@@ -62,7 +62,8 @@ static attnd_http_req_t *req_new(void) {
  * reading, and which a reply in libmicrohttpd's own buffer or the socket's
  * does not advance. A reply that falls behind has its socket shut down by
  * the same sweep: libmicrohttpd's next send fails, it ends the request (not
- * complete, in the access log) and frees the reply. */
+ * complete, in the access log) and frees the reply, and its close resets
+ * the connection (SO_LINGER 0), dropping what the kernel still holds. */
 
 typedef struct attnd_http_conn {
   struct attnd_http_conn *prev, *next;
@@ -235,6 +236,10 @@ static void on_header_sweep(uv_timer_t *t) {
                        (now - c->reply_since) / 1000.0,
                        (long long)s->cfg->min_send_rate_bytes_per_s);
     }
+    if (c->in_request) /* what the kernel still holds of it: dropped */
+      setsockopt(c->fd, SOL_SOCKET, SO_LINGER,
+                 &(struct linger){.l_onoff = 1, .l_linger = 0},
+                 sizeof(struct linger));
     shutdown(c->fd, SHUT_RDWR);
     c->fd = -1;
   }
