@@ -12,17 +12,684 @@
  *     _count;
  *   - the statuses: every status of the error table (errors.h), under /v1
  *     and OIP, is a label of its own, never "other".
+ * And the whole exposition, read by a strict reader of the text format
+ * (version 0.0.4, written here from Prometheus' description of it, with
+ * the rules attnd keeps beside it: every family has its HELP and TYPE,
+ * counters end in _total), which fails on any line that breaks one:
+ * the reader itself on a table of expositions that each break one rule,
+ * then on attnd_metrics_render's text after observations of every kind.
  * No timings are asserted. */
 #include <check.h>
+#include <ctype.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "attn/attn.h"
 #include "errors.h"
 #include "metrics.h"
 #include "server_harness.h"
 #include "suite.h"
+
+/* ---- a strict reader of the text format ----------------------------------
+ */
+
+/* One series of an exposition: its sample name with its labels sorted by
+ * name ("name{a=\"x\",b=\"y\"}", the values escaped as sent), its
+ * family's type and its value. */
+typedef struct prom_series {
+  char *key;
+  char type[16];
+  double value;
+} prom_series_t;
+
+/* One histogram's series of a label set (le aside): what its buckets have
+ * said so far. */
+typedef struct prom_hist {
+  char *key; /* family{labels without le} */
+  double last_le, last_count, inf_count, count;
+  int buckets, closed, has_count, has_sum;
+} prom_hist_t;
+
+typedef struct prom {
+  prom_series_t *series;
+  size_t n, cap;
+} prom_t;
+
+static void prom_free(prom_t *p) {
+  for (size_t i = 0; i < p->n; i++)
+    free(p->series[i].key);
+  free(p->series);
+  memset(p, 0, sizeof *p);
+}
+
+static void *grow(void *v, size_t *cap, size_t need, size_t size) {
+  if (need <= *cap)
+    return v;
+  *cap = need * 2 + 16;
+  v = realloc(v, *cap * size);
+  if (v == NULL)
+    abort();
+  return v;
+}
+
+/* The length of a valid UTF-8 sequence at s, or 0. */
+static size_t utf8_len(const unsigned char *s) {
+  if (s[0] < 0x80)
+    return 1;
+  size_t n = s[0] >= 0xc2 && s[0] <= 0xdf   ? 2
+             : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+             : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4
+                                            : 0;
+  for (size_t i = 1; i < n; i++)
+    if ((s[i] & 0xc0) != 0x80)
+      return 0;
+  if ((n == 3 && s[0] == 0xe0 && s[1] < 0xa0) ||
+      (n == 3 && s[0] == 0xed && s[1] >= 0xa0) ||
+      (n == 4 && s[0] == 0xf0 && s[1] < 0x90) ||
+      (n == 4 && s[0] == 0xf4 && s[1] >= 0x90))
+    return 0;
+  return n;
+}
+
+/* The length of a metric name ([a-zA-Z_:][a-zA-Z0-9_:]*) or, without
+ * colons, a label name, at s; 0 where none starts. */
+static size_t name_len(const char *s, int colon) {
+  size_t n = 0;
+  while (isalpha((unsigned char)s[n]) || s[n] == '_' ||
+         (colon && s[n] == ':') || (n > 0 && isdigit((unsigned char)s[n])))
+    n++;
+  return n;
+}
+
+/* A sample's value: a decimal float, +Inf, -Inf or NaN (Go's ParseFloat
+ * takes more, hexadecimal among them; attnd writes none of it). */
+static int parse_value(const char *s, size_t n, double *v) {
+  if ((n == 4 && strncmp(s, "+Inf", 4) == 0) ||
+      (n == 4 && strncmp(s, "-Inf", 4) == 0)) {
+    *v = s[0] == '-' ? -INFINITY : INFINITY;
+    return 0;
+  }
+  if (n == 3 && strncmp(s, "NaN", 3) == 0) {
+    *v = NAN;
+    return 0;
+  }
+  size_t i = s[0] == '-' || s[0] == '+', digits = 0;
+  while (i < n && isdigit((unsigned char)s[i]))
+    i++, digits++;
+  if (i < n && s[i] == '.')
+    for (i++; i < n && isdigit((unsigned char)s[i]); i++)
+      digits++;
+  if (digits == 0)
+    return -1;
+  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    i += i + 1 < n && (s[i + 1] == '-' || s[i + 1] == '+');
+    size_t e = ++i;
+    while (i < n && isdigit((unsigned char)s[i]))
+      i++;
+    if (i == e)
+      return -1;
+  }
+  if (i != n)
+    return -1;
+  char buf[64];
+  if (n >= sizeof buf)
+    return -1;
+  memcpy(buf, s, n);
+  buf[n] = 0;
+  *v = strtod(buf, NULL);
+  return 0;
+}
+
+typedef struct label {
+  char name[64];
+  char *value; /* as sent, escapes kept */
+  size_t len;
+} label_t;
+
+static int label_cmp(const void *a, const void *b) {
+  return strcmp(((const label_t *)a)->name, ((const label_t *)b)->name);
+}
+
+static int str_cmp(const void *a, const void *b) {
+  return strcmp(((const prom_series_t *)a)->key,
+                ((const prom_series_t *)b)->key);
+}
+
+/* Writes "name{labels}" into a new string, the labels sorted, without
+ * `skip` (NULL: none). */
+static char *series_key(const char *name, size_t nlen, const label_t *l,
+                        size_t nl, const char *skip) {
+  size_t len = nlen + 3;
+  for (size_t i = 0; i < nl; i++)
+    len += strlen(l[i].name) + l[i].len + 4;
+  char *k = malloc(len);
+  if (k == NULL)
+    abort();
+  size_t at = (size_t)snprintf(k, len, "%.*s{", (int)nlen, name);
+  int first = 1;
+  for (size_t i = 0; i < nl; i++) {
+    if (skip && strcmp(l[i].name, skip) == 0)
+      continue;
+    at += (size_t)snprintf(k + at, len - at, "%s%s=\"%.*s\"", first ? "" : ",",
+                           l[i].name, (int)l[i].len, l[i].value);
+    first = 0;
+  }
+  snprintf(k + at, len - at, "}");
+  return k;
+}
+
+/* What is known of the families met so far, in order. */
+typedef struct family {
+  char name[128];
+  char type[16];
+  int help, closed; /* closed: its first sample has been read */
+} family_t;
+
+/* Writes "line N: " and the rule broken into why[0..wn). */
+static void __attribute__((format(printf, 4, 5)))
+say(char *why, size_t wn, int line, const char *fmt, ...) {
+  int o = snprintf(why, wn, "line %d: ", line);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why + o, wn - (size_t)o, fmt, ap);
+  va_end(ap);
+}
+
+#define PROM_FAIL(...)                                                         \
+  do {                                                                         \
+    say(why, wn, line, __VA_ARGS__);                                           \
+    goto fail;                                                                 \
+  } while (0)
+
+/* Reads `text`, a whole exposition in the Prometheus text format 0.0.4,
+ * into p (every sample's series), and checks every rule: UTF-8, \n line
+ * endings and a last \n; HELP (its text escaping only backslash and \n)
+ * and TYPE (counter, gauge, histogram, summary or untyped) at most once a
+ * family, both before its first sample and the family's lines together;
+ * names and label names by their grammar, label names unrepeated and none
+ * reserved (__), label values escaping only backslash, double quote and
+ * \n; a value a float; no series twice. attnd's own rules beside them:
+ * every family has HELP and TYPE, a counter's name ends in _total and its
+ * value is a number >= 0. A histogram has only _bucket, _sum and _count
+ * samples; each label set's buckets have le, sorted ascending and counted
+ * cumulatively, the last +Inf and equal to _count, and a _sum. Returns 0,
+ * or -1 with the line and the rule broken in why[0..wn) (p is freed). */
+static int prom_read(const char *text, prom_t *p, char *why, size_t wn) {
+  family_t fam[256];
+  size_t nfam = 0, cur = (size_t)-1;
+  prom_hist_t *hist = NULL;
+  size_t nhist = 0, hcap = 0;
+  int line = 0;
+  memset(p, 0, sizeof *p);
+  why[0] = 0;
+  size_t tlen = strlen(text);
+  for (size_t i = 0; i < tlen;) {
+    size_t u = utf8_len((const unsigned char *)text + i);
+    if (u == 0 || i + u > tlen) {
+      line = 1;
+      for (size_t k = 0; k < i; k++)
+        line += text[k] == '\n';
+      PROM_FAIL("not UTF-8 at byte %zu", i);
+    }
+    i += u;
+  }
+  if (tlen == 0 || text[tlen - 1] != '\n')
+    PROM_FAIL("the text does not end with a line feed");
+  for (const char *l = text; *l;) {
+    const char *end = strchr(l, '\n');
+    size_t n = (size_t)(end - l);
+    line++;
+    if (memchr(l, '\r', n))
+      PROM_FAIL("a carriage return: lines end with \\n alone");
+    const char *fname = NULL; /* the family this line belongs to */
+    size_t flen = 0;
+    const char *kind = NULL; /* "HELP" or "TYPE" */
+    const char *rest = NULL;
+    int is_sample = 0;
+    char sname[160];
+    size_t snlen = 0;
+    label_t labels[16];
+    size_t nl = 0;
+    double value = 0;
+    if (n == 0) {
+      l = end + 1;
+      continue; /* empty lines are ignored */
+    }
+    if (l[0] == '#') {
+      const char *c = l + 1;
+      while (*c == ' ' || *c == '\t')
+        c++;
+      if (strncmp(c, "HELP", 4) != 0 && strncmp(c, "TYPE", 4) != 0) {
+        l = end + 1;
+        continue; /* a plain comment */
+      }
+      kind = c;
+      c += 4;
+      if (*c != ' ' && *c != '\t')
+        PROM_FAIL("%.4s without a metric name", kind);
+      while (*c == ' ' || *c == '\t')
+        c++;
+      flen = name_len(c, 1);
+      if (flen == 0 || flen >= sizeof fam[0].name)
+        PROM_FAIL("%.4s: not a metric name: %.40s", kind, c);
+      fname = c;
+      rest = c + flen;
+      if (rest < end && *rest != ' ' && *rest != '\t')
+        PROM_FAIL("%.4s: not a metric name: %.*s", kind, (int)(end - c), c);
+      while (rest < end && (*rest == ' ' || *rest == '\t'))
+        rest++;
+    } else {
+      is_sample = 1;
+      const char *c = l;
+      snlen = name_len(c, 1);
+      if (snlen == 0 || snlen >= sizeof sname)
+        PROM_FAIL("not a metric name: %.40s", c);
+      memcpy(sname, c, snlen);
+      sname[snlen] = 0;
+      c += snlen;
+      if (*c == '{') {
+        c++;
+        while (*c != '}') {
+          while (*c == ' ' || *c == '\t')
+            c++;
+          if (*c == '}')
+            break;
+          size_t ln = name_len(c, 0);
+          if (ln == 0 || ln >= sizeof labels[0].name)
+            PROM_FAIL("not a label name: %.40s", c);
+          if (nl == sizeof labels / sizeof labels[0])
+            PROM_FAIL("more than %zu labels", nl);
+          memcpy(labels[nl].name, c, ln);
+          labels[nl].name[ln] = 0;
+          if (strncmp(c, "__", 2) == 0)
+            PROM_FAIL("label name %s is reserved (__)", labels[nl].name);
+          for (size_t k = 0; k < nl; k++)
+            if (strcmp(labels[k].name, labels[nl].name) == 0)
+              PROM_FAIL("label %s twice", labels[nl].name);
+          c += ln;
+          while (*c == ' ' || *c == '\t')
+            c++;
+          if (*c++ != '=')
+            PROM_FAIL("label %s without '='", labels[nl].name);
+          while (*c == ' ' || *c == '\t')
+            c++;
+          if (*c++ != '"')
+            PROM_FAIL("label %s: its value is not quoted", labels[nl].name);
+          labels[nl].value = (char *)c;
+          while (c < end && *c != '"') {
+            if (*c == '\\') {
+              if (c[1] != '\\' && c[1] != '"' && c[1] != 'n')
+                PROM_FAIL("label %s: the escape \\%c (only \\\\, \\\" and \\n)",
+                          labels[nl].name, c[1]);
+              c++;
+            }
+            c++;
+          }
+          if (c >= end)
+            PROM_FAIL("label %s: its value is not closed", labels[nl].name);
+          labels[nl].len = (size_t)(c - labels[nl].value);
+          nl++;
+          c++;
+          while (*c == ' ' || *c == '\t')
+            c++;
+          if (*c == ',')
+            c++;
+          else if (*c != '}')
+            PROM_FAIL("labels: ',' or '}' expected at %.20s", c);
+        }
+        c++;
+      }
+      if (*c != ' ' && *c != '\t')
+        PROM_FAIL("no space before the value: %.*s", (int)n, l);
+      while (*c == ' ' || *c == '\t')
+        c++;
+      const char *v = c;
+      while (c < end && *c != ' ' && *c != '\t')
+        c++;
+      if (parse_value(v, (size_t)(c - v), &value) < 0)
+        PROM_FAIL("not a float: '%.*s'", (int)(c - v), v);
+      while (c < end && (*c == ' ' || *c == '\t'))
+        c++;
+      if (c < end) { /* a timestamp: an integer of milliseconds */
+        const char *t = c + (*c == '-');
+        if (t == end)
+          PROM_FAIL("not a timestamp: %.*s", (int)(end - c), c);
+        for (; t < end; t++)
+          if (!isdigit((unsigned char)*t))
+            PROM_FAIL("not a timestamp: %.*s", (int)(end - c), c);
+      }
+      /* its family: a histogram's or summary's by suffix, else its own */
+      fname = sname;
+      flen = snlen;
+      static const char *const sfx[] = {"_bucket", "_sum", "_count"};
+      for (int k = 0; k < 3; k++) {
+        size_t sl = strlen(sfx[k]);
+        if (snlen <= sl || strcmp(sname + snlen - sl, sfx[k]) != 0)
+          continue;
+        for (size_t f = 0; f < nfam; f++)
+          if (strlen(fam[f].name) == snlen - sl &&
+              strncmp(fam[f].name, sname, snlen - sl) == 0 &&
+              (strcmp(fam[f].type, "histogram") == 0 ||
+               (k > 0 && strcmp(fam[f].type, "summary") == 0)))
+            flen = snlen - sl;
+      }
+    }
+    /* the family: met before only if it is the current one */
+    size_t f = 0;
+    while (f < nfam && !(strlen(fam[f].name) == flen &&
+                         strncmp(fam[f].name, fname, flen) == 0))
+      f++;
+    if (f < nfam && f != cur)
+      PROM_FAIL("family %s again, after other families' lines", fam[f].name);
+    if (f == nfam) {
+      if (nfam == sizeof fam / sizeof fam[0])
+        PROM_FAIL("more than %zu families", nfam);
+      memset(&fam[nfam], 0, sizeof fam[0]);
+      memcpy(fam[nfam].name, fname, flen);
+      nfam++;
+    }
+    cur = f;
+    family_t *F = &fam[f];
+    if (kind && strncmp(kind, "HELP", 4) == 0) {
+      if (F->help)
+        PROM_FAIL("a second HELP for %s", F->name);
+      if (F->closed)
+        PROM_FAIL("HELP for %s after its samples", F->name);
+      for (const char *c = rest; c < end; c++)
+        if (*c == '\\') {
+          if (c[1] != '\\' && c[1] != 'n')
+            PROM_FAIL("HELP %s: the escape \\%c (only \\\\ and \\n)", F->name,
+                      c[1]);
+          c++;
+        }
+      F->help = 1;
+    } else if (kind) {
+      static const char *const types[] = {"counter", "gauge", "histogram",
+                                          "summary", "untyped"};
+      size_t tn = (size_t)(end - rest);
+      while (tn && (rest[tn - 1] == ' ' || rest[tn - 1] == '\t'))
+        tn--;
+      int ok = 0;
+      for (int k = 0; k < 5; k++)
+        ok |= strlen(types[k]) == tn && strncmp(rest, types[k], tn) == 0;
+      if (!ok)
+        PROM_FAIL("TYPE %s: no such type '%.*s'", F->name, (int)tn, rest);
+      if (F->type[0])
+        PROM_FAIL("a second TYPE for %s", F->name);
+      if (F->closed)
+        PROM_FAIL("TYPE for %s after its samples", F->name);
+      memcpy(F->type, rest, tn);
+      F->type[tn] = 0;
+    } else if (is_sample) {
+      if (!F->type[0] || !F->help)
+        PROM_FAIL("%s: no %s before its samples (attnd gives every family "
+                  "both)",
+                  F->name, F->type[0] ? "HELP" : "TYPE");
+      F->closed = 1;
+      qsort(labels, nl, sizeof labels[0], label_cmp);
+      p->series = grow(p->series, &p->cap, p->n + 1, sizeof p->series[0]);
+      prom_series_t *S = &p->series[p->n++];
+      S->key = series_key(sname, snlen, labels, nl, NULL);
+      snprintf(S->type, sizeof S->type, "%s", F->type);
+      S->value = value;
+      if (strcmp(F->type, "counter") == 0) {
+        size_t fl = strlen(F->name);
+        if (fl < 6 || strcmp(F->name + fl - 6, "_total") != 0)
+          PROM_FAIL("counter %s: its name does not end in _total", F->name);
+        if (!(value >= 0) || isinf(value))
+          PROM_FAIL("counter %s: value %g", S->key, value);
+      }
+      if (strcmp(F->type, "histogram") == 0) {
+        const char *suffix = sname + strlen(F->name);
+        int bucket = strcmp(suffix, "_bucket") == 0;
+        if (!bucket && strcmp(suffix, "_sum") != 0 &&
+            strcmp(suffix, "_count") != 0)
+          PROM_FAIL("histogram %s: a sample %s (only _bucket, _sum, _count)",
+                    F->name, sname);
+        const label_t *le = NULL;
+        for (size_t k = 0; k < nl; k++)
+          if (strcmp(labels[k].name, "le") == 0)
+            le = &labels[k];
+        if (bucket != (le != NULL))
+          PROM_FAIL("%s: %s", S->key,
+                    bucket ? "a bucket without le" : "le outside a bucket");
+        char *hk = series_key(F->name, strlen(F->name), labels, nl, "le");
+        size_t h = 0;
+        while (h < nhist && strcmp(hist[h].key, hk) != 0)
+          h++;
+        if (h == nhist) {
+          hist = grow(hist, &hcap, nhist + 1, sizeof hist[0]);
+          memset(&hist[nhist], 0, sizeof hist[0]);
+          hist[nhist++].key = hk;
+        } else {
+          free(hk);
+        }
+        prom_hist_t *H = &hist[h];
+        if (bucket) {
+          double b;
+          if (parse_value(le->value, le->len, &b) < 0 || isnan(b))
+            PROM_FAIL("%s: le is not a bound", S->key);
+          if (H->closed)
+            PROM_FAIL("%s: a bucket after +Inf", S->key);
+          if (H->buckets && !(b > H->last_le))
+            PROM_FAIL("%s: le not above the previous bucket's %g", S->key,
+                      H->last_le);
+          if (H->buckets && value < H->last_count)
+            PROM_FAIL("%s: %g, below the previous bucket's %g: buckets are "
+                      "cumulative",
+                      S->key, value, H->last_count);
+          H->last_le = b;
+          H->last_count = value;
+          H->buckets++;
+          if (isinf(b)) {
+            H->closed = 1;
+            H->inf_count = value;
+          }
+        } else if (suffix[1] == 's') {
+          H->has_sum = 1;
+        } else {
+          H->has_count = 1;
+          H->count = value;
+        }
+      }
+    }
+    l = end + 1;
+  }
+  for (size_t h = 0; h < nhist; h++) {
+    const prom_hist_t *H = &hist[h];
+    if (!H->closed)
+      PROM_FAIL("histogram %s: no +Inf bucket", H->key);
+    if (!H->has_count || !H->has_sum)
+      PROM_FAIL("histogram %s: no %s", H->key,
+                H->has_count ? "_sum" : "_count");
+    if (H->count != H->inf_count)
+      PROM_FAIL("histogram %s: _count %g, the +Inf bucket %g", H->key, H->count,
+                H->inf_count);
+  }
+  for (size_t k = 0; k < nfam; k++)
+    if (!fam[k].help || !fam[k].type[0])
+      PROM_FAIL("%s: %s without %s", fam[k].name, fam[k].help ? "HELP" : "TYPE",
+                fam[k].help ? "TYPE" : "HELP");
+  qsort(p->series, p->n, sizeof p->series[0], str_cmp);
+  for (size_t k = 1; k < p->n; k++)
+    if (strcmp(p->series[k - 1].key, p->series[k].key) == 0)
+      PROM_FAIL("the series %s twice", p->series[k].key);
+  for (size_t h = 0; h < nhist; h++)
+    free(hist[h].key);
+  free(hist);
+  return 0;
+fail:
+  for (size_t h = 0; h < nhist; h++)
+    free(hist[h].key);
+  free(hist);
+  prom_free(p);
+  return -1;
+}
+
+/* The value of the series `key` (as prom_read writes it) in p, or NAN. */
+static double prom_get(const prom_t *p, const char *key) {
+  prom_series_t k = {.key = (char *)key};
+  const prom_series_t *s =
+      bsearch(&k, p->series, p->n, sizeof p->series[0], str_cmp);
+  return s ? s->value : NAN;
+}
+
+/* Reads text with prom_read, failing the test on a broken rule. */
+static void prom_assert(const char *text, prom_t *p) {
+  char why[512];
+  ck_assert_msg(prom_read(text, p, why, sizeof why) == 0, "/metrics: %s", why);
+}
+
+/* Expositions that each break one rule, and the words of the reason. */
+static const struct {
+  const char *text, *why;
+} bad_texts[] = {
+    {"# HELP a_total A.\n# TYPE a_total counter\na_total 1", "line feed"},
+    {"# HELP a A.\n# TYPE a gauge\na 1\r\n", "carriage return"},
+    {"# HELP a A\xff.\n# TYPE a gauge\na 1\n", "not UTF-8"},
+    {"# HELP a A.\n# HELP a A.\n# TYPE a gauge\na 1\n", "second HELP"},
+    {"# HELP a A.\n# TYPE a gauge\n# TYPE a gauge\na 1\n", "second TYPE"},
+    {"# HELP a A.\na 1\n# TYPE a gauge\n", "no TYPE before"},
+    {"# TYPE a gauge\na 1\n", "no HELP before"},
+    {"# HELP a A.\n# TYPE a gauge\na 1\n# HELP a again\n", "second HELP"},
+    {"# HELP a A.\n# TYPE a gauge\na{x=\"1\"} 1\n# HELP b B.\n# TYPE b "
+     "gauge\nb 1\na{x=\"2\"} 2\n",
+     "again, after other"},
+    {"# HELP a A.\n# TYPE a gauge\na 1\n# HELP b B.\n", "b: HELP without TYPE"},
+    {"# HELP a A.\n# TYPE a gauge\na{x=\"1\"} 1\na{x=\"1\"} 2\n", "twice"},
+    {"# HELP a A.\n# TYPE a gauge\na{x=\"1\",y=\"2\"} 1\na{y=\"2\",x=\"1\"} "
+     "2\n",
+     "twice"},
+    {"# HELP a A.\n# TYPE a gauge\na{x=\"1\",x=\"2\"} 1\n", "label x twice"},
+    {"# HELP a A.\n# TYPE a gauge\na{__x=\"1\"} 1\n", "reserved"},
+    {"# HELP a A.\n# TYPE a gauge\na{x=\"a\\tb\"} 1\n", "escape \\t"},
+    {"# HELP a A.\n# TYPE a gauge\na{x=\"a\"b\"} 1\n", "',' or '}'"},
+    {"# HELP a A.\n# TYPE a gauge\na{x=\"ab} 1\n", "not closed"},
+    {"# HELP a A.\n# TYPE a gauge\na{1x=\"a\"} 1\n", "not a label name"},
+    {"# HELP a A \\t.\n# TYPE a gauge\na 1\n", "HELP a: the escape"},
+    {"# HELP a A.\n# TYPE a meter\na 1\n", "no such type"},
+    {"# HELP a A.\n# TYPE a gauge\na 1.2.3\n", "not a float"},
+    {"# HELP a A.\n# TYPE a gauge\na 0x10\n", "not a float"},
+    {"# HELP a A.\n# TYPE a gauge\na1\n", "no space"},
+    {"# HELP a A.\n# TYPE a gauge\na 1 12:00\n", "not a timestamp"},
+    {"# HELP a A.\n# TYPE a counter\na 1\n", "does not end in _total"},
+    {"# HELP a_total A.\n# TYPE a_total counter\na_total -1\n", "value -1"},
+    {"# HELP h H.\n# TYPE h histogram\nh{le=\"1\"} 1\n", "only _bucket"},
+    {"# HELP h H.\n# TYPE h histogram\nh_bucket 1\nh_sum 1\nh_count 1\n",
+     "without le"},
+    {"# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\n"
+     "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
+     "cumulative"},
+    {"# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"2\"} 1\n"
+     "h_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
+     "not above"},
+    {"# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\n"
+     "h_count 1\n",
+     "no +Inf"},
+    {"# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\n"
+     "h_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n",
+     "_count 3, the +Inf bucket 2"},
+    {"# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_count 2\n",
+     "no _sum"},
+    {"# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"+Inf\"} 1\n"
+     "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
+     "after +Inf"},
+    {"# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"x\"} 1\nh_sum 1\n"
+     "h_count 1\n",
+     "not a bound"},
+    {"# HELP h H.\n# TYPE h histogram\nh_sum{le=\"1\"} 1\n", "le outside"},
+};
+
+/* The reader refuses each broken exposition for its own reason, and takes
+ * the rules' edges: escapes, a timestamp, comments, empty lines, a
+ * histogram per label set. */
+START_TEST(test_reader_refuses) {
+  prom_t p;
+  char why[512];
+  for (size_t k = 0; k < sizeof bad_texts / sizeof bad_texts[0]; k++) {
+    ck_assert_msg(prom_read(bad_texts[k].text, &p, why, sizeof why) < 0,
+                  "taken: %s", bad_texts[k].text);
+    ck_assert_msg(strstr(why, bad_texts[k].why) != NULL,
+                  "'%s' refused for '%s', not '%s'", bad_texts[k].text, why,
+                  bad_texts[k].why);
+  }
+  static const char good[] =
+      "# a comment\n\n"
+      "# HELP a A \\\\ and \\n.\n# TYPE a gauge\n"
+      "a{x=\"q\\\"\\\\\\n\",y=\"\"} -1.5e-3 1700000000000\na NaN\n"
+      "# HELP c_total C.\n# TYPE c_total counter\nc_total{k=\"1\",} 2\n"
+      "# HELP h H.\n# TYPE h histogram\n"
+      "h_bucket{p=\"1\",le=\"0.5\"} 1\nh_bucket{p=\"1\",le=\"+Inf\"} 3\n"
+      "h_sum{p=\"1\"} 4\nh_count{p=\"1\"} 3\n"
+      "h_bucket{p=\"2\",le=\"+Inf\"} 0\nh_sum{p=\"2\"} 0\nh_count{p=\"2\"} 0\n";
+  ck_assert_msg(prom_read(good, &p, why, sizeof why) == 0, "%s", why);
+  ck_assert_uint_eq(p.n, 10);
+  ck_assert_double_eq(prom_get(&p, "c_total{k=\"1\"}"), 2);
+  ck_assert_double_eq(prom_get(&p, "h_count{p=\"1\"}"), 3);
+  ck_assert_double_eq(prom_get(&p, "a{x=\"q\\\"\\\\\\n\",y=\"\"}"), -1.5e-3);
+  prom_free(&p);
+}
+END_TEST
+
+/* attnd_metrics_render's text after observations of every kind, by every
+ * protocol and backend, at every context length, with every gauge set,
+ * keeps every rule. */
+START_TEST(test_render_reads) {
+  attnd_metrics_t *m = attnd_metrics_new();
+  ck_assert_ptr_nonnull(m);
+  const double stage_ms[3] = {0.25, 1.5, 0.125};
+  static const int64_t ctx[] = {1, 128, 129, 4000, 32768, 1 << 20};
+  for (int p = 0; p < ATTND_PROTO_COUNT; p++) {
+    attnd_metrics_request(m, (attnd_protocol_t)p, 200);
+    attnd_metrics_request(m, (attnd_protocol_t)p, 299);
+    for (size_t c = 0; c < sizeof ctx / sizeof ctx[0]; c++)
+      for (int b = 0; b < 2; b++)
+        attnd_metrics_observe(m, (attnd_protocol_t)p, b, ctx[c], 0.0004,
+                              3.0 * (double)c, 7e4 * (double)c, stage_ms);
+  }
+  for (int k = 0; k < ATTND_REJECT_COUNT; k++)
+    attnd_metrics_reject(m, (attnd_reject_t)k);
+  attnd_gauges_t g = {.queue_depth = 3,
+                      .busy_workers = 2,
+                      .workers = 4,
+                      .inflight = 5,
+                      .sessions = 7,
+                      .kv_bytes_used = 4096,
+                      .kv_bytes_free = 1 << 20,
+                      .kv_device_bytes_used = 10,
+                      .kv_device_bytes_held = 30,
+                      .evicted_lru = 1,
+                      .batches = 2,
+                      .batched_steps = 5,
+                      .memory_limit = 1 << 30,
+                      .memory_held = 1 << 20,
+                      .device_total = 80ull << 30,
+                      .pinned_served = 3};
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_metrics_render(m, &g, &b);
+  ck_assert(!b.oom);
+  attnd_buf_append(&b, "", 1);
+  prom_t p;
+  prom_assert(b.data, &p);
+  ck_assert_double_eq(
+      prom_get(&p, "attnd_requests_total{protocol=\"other\",status=\"other\"}"),
+      1);
+  ck_assert_double_eq(
+      prom_get(&p, "attnd_rejections_total{reason=\"slow_reader\"}"), 1);
+  ck_assert_double_eq(
+      prom_get(&p, "attnd_request_seconds_count{ctx=\"+Inf\",protocol=\"v2\"}"),
+      2);
+  ck_assert_double_eq(prom_get(&p, "attnd_kv_device_bytes{state=\"kept\"}"),
+                      20);
+  prom_free(&p);
+  attnd_buf_free(&b);
+  attnd_metrics_free(m);
+}
+END_TEST
 
 /* The exposition of m, with every gauge 0. The caller frees it. */
 static char *render(const attnd_metrics_t *m) {
@@ -162,6 +829,8 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_sums_of_short_observations);
   tcase_add_test(tc, test_buckets);
   tcase_add_test(tc, test_every_error_status_labelled);
+  tcase_add_test(tc, test_reader_refuses);
+  tcase_add_test(tc, test_render_reads);
   suite_add_tcase(s, tc);
   return s;
 }
