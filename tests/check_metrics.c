@@ -1,4 +1,5 @@
-/* tests/check_metrics.c: server/metrics.c, without a server.
+/* tests/check_metrics.c: server/metrics.c, without a server, and then
+ * /metrics of a real attnd.
  *
  * Observations recorded with attnd_metrics_observe and read back from
  * attnd_metrics_render's text (tests/server_harness.c's sh_metric_in):
@@ -17,7 +18,13 @@
  * the rules attnd keeps beside it: every family has its HELP and TYPE,
  * counters end in _total), which fails on any line that breaks one:
  * the reader itself on a table of expositions that each break one rule,
- * then on attnd_metrics_render's text after observations of every kind.
+ * then on attnd_metrics_render's text after observations of every kind;
+ * and in the "scrape" case, on a real attnd after mixed traffic (/v1 and
+ * its errors, a layer, sessions, the Open Inference Protocol, API keys
+ * missing and wrong), with its Content-Type; there no series is born of
+ * what clients sent (paths, model names, session ids, keys), no counter
+ * goes back, every request is counted once, and the gauges are back at
+ * rest once every request is answered.
  * No timings are asserted. */
 #include <check.h>
 #include <ctype.h>
@@ -26,9 +33,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attn/attn.h"
 #include "errors.h"
+#include "layer_files.h"
 #include "metrics.h"
 #include "server_harness.h"
 #include "suite.h"
@@ -691,6 +700,258 @@ START_TEST(test_render_reads) {
 }
 END_TEST
 
+/* ---- a real attnd, after mixed traffic ------------------------------------
+ */
+
+#define SCRAPE_KEY "metrics-test-key"
+
+static sh_server_t srv;
+static char layer_dir[64], layer_file[128];
+
+/* Unchecked setup: a layer "blk." (torch's MultiheadAttention, E 16, four
+ * heads), an API key, a small max_body_bytes for a 413. */
+static void start_server(void) {
+  char msg[512];
+  snprintf(layer_dir, sizeof layer_dir, "/tmp/attnd-metrics-XXXXXX");
+  if (mkdtemp(layer_dir) == NULL)
+    ck_abort_msg("mkdtemp");
+  snprintf(layer_file, sizeof layer_file, "%s/blk.safetensors", layer_dir);
+  static const lf_shape_t shape = {.E = 16, .H = 4};
+  const char *meta[] = {"num_heads", "4", NULL};
+  if (lf_write(layer_file, LF_TORCH_MHA, ATTND_ST_F32, "blk.", &shape, 5, meta,
+               NULL, msg, sizeof msg) < 0)
+    ck_abort_msg("%s", msg);
+  const char *args[] = {"--workers",        "2",          "--layers",
+                        layer_file,         "--api-keys", SCRAPE_KEY,
+                        "--max-body-bytes", "4096",       NULL};
+  if (sh_server_start(&srv, args) < 0)
+    ck_abort_msg("attnd did not start:\n%s", srv.log);
+}
+
+static void stop_server(void) {
+  sh_server_stop(&srv, 15.0);
+  unlink(layer_file);
+  rmdir(layer_dir);
+}
+
+/* One request with the key (key 1), a key that is not one (2), or none
+ * (0); returns its status and keeps its body in out (may be NULL). */
+static long call(const char *method, const char *path, const char *body,
+                 const char *ctype, int key, char **out) {
+  const char *hdr[] = {key == 1 ? "Authorization: Bearer " SCRAPE_KEY
+                                : "Authorization: Bearer not-" SCRAPE_KEY,
+                       NULL};
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  sh_req_t q = {.method = method,
+                .path = path,
+                .content_type =
+                    body ? (ctype ? ctype : "application/json") : NULL,
+                .body = body,
+                .len = body ? strlen(body) : 0,
+                .headers = key ? hdr : NULL};
+  sh_resp_t r;
+  ck_assert_msg(sh_http(&c, &q, &r) == 0, "%s %s: %s", method, path, r.error);
+  long st = r.status;
+  if (out)
+    *out = strdup(r.body);
+  sh_resp_free(&r);
+  sh_client_free(&c);
+  return st;
+}
+
+/* The hidden states of n tokens of the layer (E 16), as JSON. */
+static void tokens(char *s, size_t cap, int n) {
+  size_t at = (size_t)snprintf(s, cap, "[");
+  for (int t = 0; t < n; t++)
+    for (int e = 0; e < 16; e++)
+      at += (size_t)snprintf(s + at, cap - at, "%s%s%g", e ? "," : "",
+                             e ? "" : (t ? "],[" : "["),
+                             0.125 * (double)((t * 16 + e) % 7) - 0.375);
+  snprintf(s + at, cap - at, "]]");
+}
+
+/* Every kind of traffic a client can send, each with its expected status;
+ * returns how many requests it sent, less the probes (protocol other,
+ * status 200, as the scrapes are: answered() leaves those out). The
+ * session ids, paths and model names it makes up are new each time
+ * (`round`). */
+static int traffic(int round) {
+  char q[4096], body[8192], path[160], *rep = NULL;
+  int n = 0;
+#define EXPECT(st, ...)                                                        \
+  do {                                                                         \
+    long got_ = call(__VA_ARGS__);                                             \
+    n++;                                                                       \
+    ck_assert_msg(got_ == (st), "line %d: %ld, not %d", __LINE__, got_, (st)); \
+  } while (0)
+  EXPECT(200, "GET", "/healthz", NULL, NULL, 0, NULL);
+  EXPECT(200, "GET", "/readyz", NULL, NULL, 0, NULL);
+  n -= 2;
+  EXPECT(200, "POST", "/v1/attention",
+         "{\"query\":[[0.5,-1],[2,0.25]],\"num_heads\":2}", NULL, 1, NULL);
+  EXPECT(401, "POST", "/v1/attention",
+         "{\"query\":[[0.5,-1],[2,0.25]],\"num_heads\":2}", NULL, 0, NULL);
+  EXPECT(401, "GET", "/v1/info", NULL, NULL, 2, NULL);
+  EXPECT(400, "POST", "/v1/attention", "{\"query\":", NULL, 1, NULL);
+  EXPECT(422, "POST", "/v1/attention", "{\"num_heads\":2}", NULL, 1, NULL);
+  EXPECT(415, "POST", "/v1/attention", "{}", "text/plain", 1, NULL);
+  memset(body, ' ', 5000);
+  body[5000] = 0;
+  EXPECT(413, "POST", "/v1/attention", body, NULL, 1, NULL);
+  snprintf(path, sizeof path, "/v1/nowhere-%d", round);
+  EXPECT(404, "GET", path, NULL, NULL, 1, NULL);
+  snprintf(path, sizeof path, "/elsewhere/%d\"\\", round);
+  EXPECT(404, "GET", path, NULL, NULL, 1, NULL);
+  EXPECT(405, "DELETE", "/metrics", NULL, NULL, 1, NULL);
+  EXPECT(200, "GET", "/v1/info", NULL, NULL, 1, NULL);
+  EXPECT(200, "GET", "/v1/layers", NULL, NULL, 1, NULL);
+  /* a layer */
+  tokens(q, sizeof q, 3);
+  snprintf(body, sizeof body, "{\"layer\":\"blk\",\"query\":%s}", q);
+  EXPECT(200, "POST", "/v1/attention", body, NULL, 1, NULL);
+  snprintf(body, sizeof body, "{\"layer\":\"no-such-%d\",\"query\":%s}", round,
+           q);
+  EXPECT(404, "POST", "/v1/attention", body, NULL, 1, NULL);
+  /* sessions: made, stepped, forked, listed, deleted; and one unknown */
+  EXPECT(201, "POST", "/v1/sessions", "{\"layer\":\"blk\",\"max_tokens\":64}",
+         NULL, 1, &rep);
+  json_t *v = json_loads(rep, 0, NULL);
+  free(rep);
+  const char *sid = json_string_value(json_object_get(v, "session"));
+  ck_assert_ptr_nonnull(sid);
+  char sess[64];
+  snprintf(sess, sizeof sess, "%s", sid);
+  json_decref(v);
+  tokens(q, sizeof q, 2);
+  snprintf(body, sizeof body, "{\"query\":%s}", q);
+  snprintf(path, sizeof path, "/v1/sessions/%s/attention", sess);
+  EXPECT(200, "POST", path, body, NULL, 1, NULL);
+  EXPECT(200, "POST", path, body, NULL, 1, NULL);
+  snprintf(body, sizeof body, "{\"query\":%s,\"expected_length\":99}", q);
+  EXPECT(409, "POST", path, body, NULL, 1, NULL);
+  snprintf(path, sizeof path, "/v1/sessions/%s/fork", sess);
+  EXPECT(201, "POST", path, "{}", NULL, 1, &rep);
+  v = json_loads(rep, 0, NULL);
+  free(rep);
+  char fork[64];
+  snprintf(fork, sizeof fork, "%s",
+           json_string_value(json_object_get(v, "session")));
+  json_decref(v);
+  EXPECT(200, "GET", "/v1/sessions", NULL, NULL, 1, NULL);
+  snprintf(path, sizeof path, "/v1/sessions/%s", sess);
+  EXPECT(204, "DELETE", path, NULL, NULL, 1, NULL);
+  snprintf(path, sizeof path, "/v1/sessions/%s", fork);
+  EXPECT(204, "DELETE", path, NULL, NULL, 1, NULL);
+  EXPECT(404, "GET", path, NULL, NULL, 1, NULL);
+  /* the Open Inference Protocol: the layer, and a model that is not */
+  EXPECT(200, "GET", "/v2/models/blk/ready", NULL, NULL, 1, NULL);
+  snprintf(body, sizeof body,
+           "{\"inputs\":[{\"name\":\"query\",\"shape\":[1,3,16],"
+           "\"datatype\":\"FP32\",\"data\":[%s]}]}",
+           (tokens(q, sizeof q, 3), q));
+  EXPECT(200, "POST", "/v2/models/blk/infer", body, NULL, 1, NULL);
+  snprintf(path, sizeof path, "/v2/models/model-%d/infer", round);
+  EXPECT(404, "POST", path, body, NULL, 1, NULL);
+  EXPECT(400, "POST", "/v2/models/blk/infer", "{\"inputs\":", NULL, 1, NULL);
+#undef EXPECT
+  return n;
+}
+
+static prom_t scrape(char *ctype, size_t cap) {
+  sh_resp_t r;
+  ck_assert_int_eq(sh_get(srv.port, "/metrics", &r), 0);
+  ck_assert_int_eq(r.status, 200);
+  if (ctype)
+    ck_assert_ptr_nonnull(sh_header(&r, "Content-Type", ctype, cap));
+  prom_t p;
+  prom_assert(r.body, &p);
+  sh_resp_free(&r);
+  return p;
+}
+
+/* The requests /metrics has counted, but for those of protocol other
+ * answered 200 (the scrapes themselves, and the probes). */
+static double answered(const prom_t *p) {
+  double n = 0;
+  for (size_t i = 0; i < p->n; i++)
+    if (strncmp(p->series[i].key, "attnd_requests_total{", 21) == 0 &&
+        strcmp(p->series[i].key, "attnd_requests_total{protocol=\"other\","
+                                 "status=\"200\"}") != 0)
+      n += p->series[i].value;
+  return n;
+}
+
+/* Scrapes until the n requests sent since `before` are counted (a request
+ * is counted once its reply is out, a moment after the client read it),
+ * for 10 s at most. */
+static prom_t scrape_after(const prom_t *before, int n, char *ctype,
+                           size_t cap) {
+  double want = answered(before) + n, t0 = sh_now();
+  for (;;) {
+    prom_t p = scrape(ctype, cap);
+    if (answered(&p) >= want || sh_now() - t0 > 10)
+      return p;
+    prom_free(&p);
+    usleep(5000);
+  }
+}
+
+/* Mixed traffic, twice, each round with ids, paths and model names of its
+ * own: every scrape keeps the format's rules, with attnd's Content-Type;
+ * no series appears that the first scrape did not have (no label takes a
+ * client's path, model, session id or key); no counter goes back; and
+ * once every request is answered, the gauges are back at rest. */
+START_TEST(test_scrape_after_traffic) {
+  char ctype[128];
+  prom_t p0 = scrape(ctype, sizeof ctype);
+  ck_assert_str_eq(ctype, "text/plain; version=0.0.4; charset=utf-8");
+  prom_t prev = p0;
+  for (int round = 0; round < 2; round++) {
+    int n = traffic(round);
+    prom_t p = scrape_after(&prev, n, ctype, sizeof ctype);
+    ck_assert_str_eq(ctype, "text/plain; version=0.0.4; charset=utf-8");
+    ck_assert_msg(answered(&p) == answered(&prev) + n,
+                  "%g requests counted, %g before and %d sent", answered(&p),
+                  answered(&prev), n);
+    ck_assert_msg(p.n == p0.n, "%zu series, %zu before any traffic", p.n, p0.n);
+    for (size_t i = 0; i < p.n; i++) {
+      double was = prom_get(&prev, p.series[i].key);
+      ck_assert_msg(!isnan(was), "a new series after traffic: %s",
+                    p.series[i].key);
+      if (strcmp(p.series[i].type, "counter") == 0 ||
+          strcmp(p.series[i].type, "histogram") == 0)
+        ck_assert_msg(p.series[i].value >= was, "%s went back: %g, was %g",
+                      p.series[i].key, p.series[i].value, was);
+    }
+    static const char *const rest[] = {
+        "attnd_queue_depth{}", "attnd_busy_workers{}", "attnd_busy_threads{}",
+        "attnd_inflight{}",    "attnd_sessions{}",     "attnd_draining{}"};
+    for (size_t k = 0; k < sizeof rest / sizeof rest[0]; k++)
+      ck_assert_msg(prom_get(&p, rest[k]) == 0, "%s is %g at rest", rest[k],
+                    prom_get(&p, rest[k]));
+    ck_assert_msg(prom_get(&p, "attnd_kv_bytes{state=\"used\"}") == 0,
+                  "the sessions are deleted, their pages held still");
+    ck_assert_double_eq(prom_get(&p, "attnd_memory_held_bytes{}"),
+                        prom_get(&p, "attnd_scratch_bytes{}"));
+    ck_assert_double_ge(
+        prom_get(&p, "attnd_rejections_total{reason=\"unauthorized\"}"),
+        2.0 * (round + 1));
+    ck_assert_double_ge(
+        prom_get(&p, "attnd_rejections_total{reason=\"too_large\"}"),
+        round + 1.0);
+    ck_assert_double_ge(
+        prom_get(&p, "attnd_session_ends_total{cause=\"deleted\"}"),
+        2.0 * (round + 1));
+    if (prev.series != p0.series)
+      prom_free(&prev);
+    prev = p;
+  }
+  prom_free(&prev);
+  prom_free(&p0);
+}
+END_TEST
+
 /* The exposition of m, with every gauge 0. The caller frees it. */
 static char *render(const attnd_metrics_t *m) {
   attnd_gauges_t g = {0};
@@ -832,5 +1093,14 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_reader_refuses);
   tcase_add_test(tc, test_render_reads);
   suite_add_tcase(s, tc);
+  tc = tcase_create("scrape");
+  tcase_add_unchecked_fixture(tc, start_server, stop_server);
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_scrape_after_traffic);
+  suite_add_tcase(s, tc);
   return s;
+}
+
+void test_setup(void) {
+  sh_init();
 }

@@ -93,7 +93,7 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
     return MHD_NO;
   }
   return attnd_http_send_body(r, 200, b.data, b.len, 0,
-                              "text/plain; version=0.0.4");
+                              "text/plain; version=0.0.4; charset=utf-8");
 }
 
 /* An embedded file (the router found it: r->asset), copied so that the
