@@ -35,12 +35,16 @@ static const char *const reasons[ATTND_REJECT_COUNT] = {
 #undef REASON_LABEL
 };
 
-/* Context-length classes (key length <= bound) and latency buckets (s). */
+/* Context-length classes (key length <= bound) and latency buckets (s):
+ * from 10 us, below a session step's compute, to 600 s, max_timeout_ms's
+ * default, at most a factor of 3 apart, so that a quantile can tell a
+ * step from a small request and a long request from a minute. */
 static const int64_t ctx_bounds[] = {128, 512, 2048, 8192, 32768};
 #define NCTX (sizeof ctx_bounds / sizeof ctx_bounds[0] + 1)
-static const double buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                 0.05,   0.1,   0.25,   0.5,   1,    2.5,
-                                 5,      10,    30,     60};
+static const double buckets[] = {
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+    0.005,   0.01,     0.025,   0.05,   0.1,     0.25,   0.5,   1,
+    2.5,     5,        10,      30,     60,      120,    300,   600};
 #define NBUCKET (sizeof buckets / sizeof buckets[0] + 1)
 
 /* The sums are kept in nanoseconds, each observation rounded: whole

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "attn/attn.h"
+#include "config.h"
 #include "errors.h"
 #include "layer_files.h"
 #include "metrics.h"
@@ -1051,6 +1052,66 @@ START_TEST(test_buckets) {
 }
 END_TEST
 
+/* The bounds of the latency histograms cover what attnd times: from a
+ * session step's few tens of microseconds (check_metrics' first case) to
+ * max_timeout_ms's default, the longest a request is given, with no gap
+ * wider than a factor of 3. A value below the first bound or past the
+ * last is known only as "under" or "over" it: with a first bound of
+ * 0.5 ms, every step and small request fell in one bucket, and a
+ * quantile of them read 0.25 ms whatever they took; with a last of 60 s,
+ * a request of 10 minutes read as 60 s. */
+static int double_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+START_TEST(test_buckets_cover) {
+  attnd_config_t cfg;
+  attnd_config_load_t how;
+  char *argv[] = {"attnd", NULL}, *envp[] = {NULL}, msg[512];
+  ck_assert_msg(
+      attnd_config_load(&cfg, &how, 1, argv, envp, 4, msg, sizeof msg) == 0,
+      "%s", msg);
+  const double lo = 1e-5, hi = (double)cfg.max_timeout_ms / 1000.0;
+  attnd_metrics_t *m = attnd_metrics_new();
+  ck_assert_ptr_nonnull(m);
+  const double stage_ms[3] = {0, 0, 0};
+  attnd_metrics_observe(m, ATTND_PROTO_V1, ATTN_BACKEND_CPU, 1, 0, 0, 0,
+                        stage_ms);
+  char *t = render(m);
+  prom_t p;
+  prom_assert(t, &p);
+  static const char *const names[] = {"attnd_queue_wait_seconds_bucket{",
+                                      "attnd_compute_seconds_bucket{",
+                                      "attnd_request_seconds_bucket{"};
+  for (int h = 0; h < 3; h++) {
+    double le[64];
+    size_t n = 0;
+    for (size_t i = 0; i < p.n; i++) { /* one label set's finite bounds */
+      const char *k = p.series[i].key, *at = strstr(k, "le=\"");
+      if (strncmp(k, names[h], strlen(names[h])) == 0 &&
+          strstr(k, "ctx=\"128\"") && strstr(k, "protocol=\"v1\"") && at &&
+          strncmp(at + 4, "+Inf", 4) != 0 && n < 64)
+        le[n++] = strtod(at + 4, NULL);
+    }
+    qsort(le, n, sizeof le[0], double_cmp);
+    ck_assert_uint_gt(n, 0);
+    ck_assert_msg(le[0] <= lo, "%s: the first bound %g s, over %g s", names[h],
+                  le[0], lo);
+    ck_assert_msg(le[n - 1] >= hi,
+                  "%s: the last bound %g s, under max_timeout_ms's default "
+                  "%g s",
+                  names[h], le[n - 1], hi);
+    for (size_t k = 1; k < n && le[k - 1] < hi; k++)
+      ck_assert_msg(le[k] <= 3 * le[k - 1], "%s: from le %g to %g, %.1fx",
+                    names[h], le[k - 1], le[k], le[k] / le[k - 1]);
+  }
+  prom_free(&p);
+  free(t);
+  attnd_metrics_free(m);
+}
+END_TEST
+
 /* A request answered with each error's status, by each protocol's column,
  * counts under that status's label: an error code added with a status the
  * metrics did not list would have counted as "other". */
@@ -1089,6 +1150,7 @@ Suite *test_suite(void) {
   TCase *tc = tcase_create("render");
   tcase_add_test(tc, test_sums_of_short_observations);
   tcase_add_test(tc, test_buckets);
+  tcase_add_test(tc, test_buckets_cover);
   tcase_add_test(tc, test_every_error_status_labelled);
   tcase_add_test(tc, test_reader_refuses);
   tcase_add_test(tc, test_render_reads);
