@@ -953,6 +953,40 @@ START_TEST(test_scrape_after_traffic) {
 }
 END_TEST
 
+/* A path no route takes is counted under the protocol of its prefix, as
+ * docs/operations.md lists them (v1 for what is under /v1, session under
+ * /v1/sessions, v2 under /v2, other for the rest): the 404s of a
+ * protocol's clients are that protocol's. */
+START_TEST(test_unrouted_protocol) {
+  static const struct {
+    const char *method, *path, *proto;
+    long status;
+  } cases[] = {
+      {"GET", "/v1/nowhere", "v1", 404},
+      {"POST", "/v1", "v1", 404},
+      {"GET", "/v1/sessions/0123/nothing", "session", 404},
+      {"POST", "/v1/sessions//attention", "session", 404},
+      {"GET", "/v2/nowhere", "v2", 404},
+      {"GET", "/v1x", "other", 404},
+      {"GET", "/nowhere/v1/", "other", 404},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    char series[128];
+    snprintf(series, sizeof series,
+             "attnd_requests_total{protocol=\"%s\",status=\"%ld\"}",
+             cases[k].proto, cases[k].status);
+    double before = sh_metric(srv.port, series);
+    long st =
+        call(cases[k].method, cases[k].path,
+             strcmp(cases[k].method, "POST") == 0 ? "{}" : NULL, NULL, 1, NULL);
+    ck_assert_int_eq(st, cases[k].status);
+    double after = sh_wait_metric(srv.port, series, before + 1, 5.0);
+    ck_assert_msg(after == before + 1, "%s %s: %s is %g, was %g",
+                  cases[k].method, cases[k].path, series, after, before);
+  }
+}
+END_TEST
+
 /* The exposition of m, with every gauge 0. The caller frees it. */
 static char *render(const attnd_metrics_t *m) {
   attnd_gauges_t g = {0};
@@ -1159,6 +1193,7 @@ Suite *test_suite(void) {
   tcase_add_unchecked_fixture(tc, start_server, stop_server);
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_scrape_after_traffic);
+  tcase_add_test(tc, test_unrouted_protocol);
   suite_add_tcase(s, tc);
   return s;
 }

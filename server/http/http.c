@@ -320,6 +320,22 @@ static int route_params(attnd_http_req_t *r, const attnd_route_match_t *m) {
   return 0;
 }
 
+/* Whether url is `dir` or under it. */
+static int under(const char *url, const char *dir) {
+  size_t n = strlen(dir);
+  return strncmp(url, dir, n) == 0 && (url[n] == 0 || url[n] == '/');
+}
+
+/* The protocol of a path no route takes, by its prefix, so that the 404s
+ * of a protocol's clients count as that protocol's in /metrics
+ * (docs/operations.md); every path under /v2 also answers in its form. */
+static attnd_protocol_t unrouted_proto(const char *url) {
+  return under(url, "/v2")            ? ATTND_PROTO_V2
+         : under(url, "/v1/sessions") ? ATTND_PROTO_SESSION
+         : under(url, "/v1")          ? ATTND_PROTO_V1
+                                      : ATTND_PROTO_OTHER;
+}
+
 /* The first callback: the route, the framing, a preflight, the API key,
  * the method (501 for one no route has, 405 for one the path's rows lack)
  * and the row's precheck; then the body's headers for a route
@@ -335,10 +351,7 @@ static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
   attnd_route_match_t m;
   int found = attnd_route_find(table, n, url, method, &m);
   int no_memory = found && route_params(r, &m) < 0;
-  r->proto = found ? m.first->proto
-             : strncmp(url, "/v2", 3) == 0 && (url[3] == 0 || url[3] == '/')
-                 ? ATTND_PROTO_V2 /* every path under /v2 answers in its form */
-                 : ATTND_PROTO_OTHER;
+  r->proto = found ? m.first->proto : unrouted_proto(url);
   if (found && (m.first->flags & ATTND_ROUTE_ASSET) &&
       (((m.first->flags & ATTND_ROUTE_PAGE) && !s->cfg->ui) ||
        (r->asset = attnd_asset_find(url)) == NULL))
