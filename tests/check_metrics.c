@@ -1146,6 +1146,77 @@ START_TEST(test_buckets_cover) {
 }
 END_TEST
 
+/* The families /metrics has and those docs/operations.md's Metrics
+ * section names are the same: none emitted undocumented, none documented
+ * that is not there (a histogram's _count or _bucket named for the
+ * histogram). */
+/* Whether the name d[0..len) is the family f[0..fl), or one of a
+ * histogram's samples of it. */
+static int names_family(const char *d, size_t len, const char *f, size_t fl) {
+  static const char *const sfx[] = {"", "_bucket", "_sum", "_count"};
+  for (int k = 0; k < 4; k++)
+    if (len == fl + strlen(sfx[k]) && strncmp(d, f, fl) == 0 &&
+        strncmp(d + fl, sfx[k], len - fl) == 0)
+      return 1;
+  return 0;
+}
+
+START_TEST(test_documented) {
+  attnd_metrics_t *m = attnd_metrics_new();
+  ck_assert_ptr_nonnull(m);
+  char *t = render(m);
+  prom_t p;
+  prom_assert(t, &p);
+  FILE *f = fopen("docs/operations.md", "r");
+  ck_assert_msg(f != NULL, "docs/operations.md (run from the repository)");
+  static char doc[1 << 16];
+  size_t n = 0;
+  int in = 0;
+  char line[1024];
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "## ", 3) == 0)
+      in = strcmp(line, "## Metrics\n") == 0;
+    else if (in && n + strlen(line) < sizeof doc)
+      n += (size_t)snprintf(doc + n, sizeof doc - n, "%s", line);
+  }
+  fclose(f);
+  ck_assert_msg(n > 0, "docs/operations.md has no Metrics section");
+  /* each documented name is a family (or a histogram's sample) */
+  for (const char *d = strstr(doc, "attnd_"); d; d = strstr(d + 1, "attnd_")) {
+    if (d > doc && (isalnum((unsigned char)d[-1]) || d[-1] == '_'))
+      continue;
+    size_t len = name_len(d, 0);
+    if (len <= 6 || d[len] == '(') /* "attnd_(a|b)", a pattern */
+      continue;
+    int found = 0;
+    for (const char *l = t; *l && !found; l = strchr(l, '\n') + 1) {
+      size_t fl = strncmp(l, "# TYPE ", 7) == 0 ? name_len(l + 7, 0) : 0;
+      found = fl && names_family(d, len, l + 7, fl);
+    }
+    ck_assert_msg(found,
+                  "docs/operations.md names %.*s; /metrics has no such "
+                  "family",
+                  (int)len, d);
+  }
+  /* each family is documented */
+  for (const char *l = t; *l; l = strchr(l, '\n') + 1) {
+    if (strncmp(l, "# TYPE ", 7) != 0)
+      continue;
+    size_t len = name_len(l + 7, 0);
+    int found = 0;
+    for (const char *d = strstr(doc, "attnd_"); d && !found;
+         d = strstr(d + 1, "attnd_")) {
+      found = names_family(d, name_len(d, 0), l + 7, len);
+    }
+    ck_assert_msg(found, "%.*s is not in docs/operations.md's Metrics",
+                  (int)len, l + 7);
+  }
+  prom_free(&p);
+  free(t);
+  attnd_metrics_free(m);
+}
+END_TEST
+
 /* A request answered with each error's status, by each protocol's column,
  * counts under that status's label: an error code added with a status the
  * metrics did not list would have counted as "other". */
@@ -1188,6 +1259,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_every_error_status_labelled);
   tcase_add_test(tc, test_reader_refuses);
   tcase_add_test(tc, test_render_reads);
+  tcase_add_test(tc, test_documented);
   suite_add_tcase(s, tc);
   tc = tcase_create("scrape");
   tcase_add_unchecked_fixture(tc, start_server, stop_server);
