@@ -141,15 +141,17 @@ static void observe(hist_t *h, size_t ctx, double ms) {
 }
 
 void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
-                           int backend, int64_t context_len, double queue_ms,
-                           double compute_ms, double total_ms,
+                           int backend, int batch, int64_t context_len,
+                           double queue_ms, double compute_ms, double total_ms,
                            const double stage_ms[NSTAGE]) {
+  double share = batch > 1 ? 1.0 / batch : 1.0;
   if (backend >= 0 && backend < NBACKEND) {
     atomic_fetch_add_explicit(&m->computed[backend], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->compute_ns[backend], ns_of(compute_ms),
-                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->compute_ns[backend],
+                              ns_of(compute_ms * share), memory_order_relaxed);
     for (int k = 0; k < NSTAGE; k++)
-      atomic_fetch_add_explicit(&m->stage_ns[backend][k], ns_of(stage_ms[k]),
+      atomic_fetch_add_explicit(&m->stage_ns[backend][k],
+                                ns_of(stage_ms[k] * share),
                                 memory_order_relaxed);
   }
   size_t c = 0;

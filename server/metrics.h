@@ -58,10 +58,14 @@ void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why);
 /* The timings of one computed attention request, by protocol (one that
  * computes) and key length; its compute time also by backend (the core's
  * attn_backend_kind_t, labelled by attn_backend_kind_name), and the core's
- * stages (attn_timing_t: projection, attention, output) by backend. */
+ * stages (attn_timing_t: projection, attention, output) by backend. A
+ * request computed in a batch of `batch` (session steps in one forward
+ * call, each timed with the batch's compute_ms and stages) adds its share,
+ * 1 / batch, of those to the backend's counters, which count the workers'
+ * time; its histograms take its whole compute_ms, the time it waited on. */
 void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
-                           int backend, int64_t context_len, double queue_ms,
-                           double compute_ms, double total_ms,
+                           int backend, int batch, int64_t context_len,
+                           double queue_ms, double compute_ms, double total_ms,
                            const double stage_ms[3]);
 
 /* Gauges sampled at render time. */

@@ -29,6 +29,7 @@
 #include <check.h>
 #include <ctype.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -657,7 +658,7 @@ START_TEST(test_render_reads) {
     attnd_metrics_request(m, (attnd_protocol_t)p, 299);
     for (size_t c = 0; c < sizeof ctx / sizeof ctx[0]; c++)
       for (int b = 0; b < 2; b++)
-        attnd_metrics_observe(m, (attnd_protocol_t)p, b, ctx[c], 0.0004,
+        attnd_metrics_observe(m, (attnd_protocol_t)p, b, 1, ctx[c], 0.0004,
                               3.0 * (double)c, 7e4 * (double)c, stage_ms);
   }
   for (int k = 0; k < ATTND_REJECT_COUNT; k++)
@@ -709,9 +710,9 @@ END_TEST
 static sh_server_t srv;
 static char layer_dir[64], layer_file[128];
 
-/* Unchecked setup: a layer "blk." (torch's MultiheadAttention, E 16, four
- * heads), an API key, a small max_body_bytes for a 413. */
-static void start_server(void) {
+/* Starts srv with a layer "blk." (torch's MultiheadAttention, E 16, four
+ * heads), an API key, and `args`. */
+static void start_with(const char *const *args) {
   char msg[512];
   snprintf(layer_dir, sizeof layer_dir, "/tmp/attnd-metrics-XXXXXX");
   if (mkdtemp(layer_dir) == NULL)
@@ -722,11 +723,28 @@ static void start_server(void) {
   if (lf_write(layer_file, LF_TORCH_MHA, ATTND_ST_F32, "blk.", &shape, 5, meta,
                NULL, msg, sizeof msg) < 0)
     ck_abort_msg("%s", msg);
-  const char *args[] = {"--workers",        "2",          "--layers",
-                        layer_file,         "--api-keys", SCRAPE_KEY,
-                        "--max-body-bytes", "4096",       NULL};
-  if (sh_server_start(&srv, args) < 0)
+  const char *all[16] = {"--layers", layer_file, "--api-keys", SCRAPE_KEY};
+  for (int i = 0; args[i] && i < 11; i++)
+    all[4 + i] = args[i];
+  if (sh_server_start(&srv, all) < 0)
     ck_abort_msg("attnd did not start:\n%s", srv.log);
+}
+
+/* Unchecked setups: for the "scrape" case, a small max_body_bytes for a
+ * 413; for the "batch" case, one worker, no step computed inline and a
+ * window of 20 ms, so that concurrent session steps wait behind the one
+ * computing and are computed together. */
+static void start_server(void) {
+  static const char *const args[] = {"--workers", "2", "--max-body-bytes",
+                                     "4096", NULL};
+  start_with(args);
+}
+
+static void start_batch_server(void) {
+  static const char *const args[] = {
+      "--workers", "1", "--inline-max-flops", "0", "--batch-window-us",
+      "20000",     NULL};
+  start_with(args);
 }
 
 static void stop_server(void) {
@@ -987,6 +1005,120 @@ START_TEST(test_unrouted_protocol) {
 }
 END_TEST
 
+/* One session step, sent from a thread of its own. */
+typedef struct step {
+  char path[96], body[8300];
+  char *reply; /* the reply's body (malloc), or NULL */
+  long status;
+} step_t;
+
+static void *step_thread(void *arg) {
+  step_t *s = arg;
+  const char *hdr[] = {"Authorization: Bearer " SCRAPE_KEY, NULL};
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  sh_req_t q = {.method = "POST",
+                .path = s->path,
+                .content_type = "application/json",
+                .body = s->body,
+                .len = strlen(s->body),
+                .headers = hdr};
+  sh_resp_t r;
+  if (sh_http(&c, &q, &r) == 0) {
+    s->status = r.status;
+    s->reply = strdup(r.body);
+  }
+  sh_resp_free(&r);
+  sh_client_free(&c);
+  return NULL;
+}
+
+#define NSTEPS 8
+
+/* Session steps computed together in a batch take one worker for the
+ * batch's time T, and each step's reply says compute_ms T and batch n:
+ * attnd_backend_compute_seconds_total ("time workers spent computing")
+ * and attnd_backend_stage_seconds_total grow by T for the batch, the sum
+ * of each step's compute_ms / batch, not by n T. Rounds of NSTEPS
+ * concurrent steps of 16 tokens, one a session, until the batches' n T
+ * exceed their T by 20 times the rounding (3 decimals a reply, 6 the
+ * counter). */
+START_TEST(test_batched_compute_time) {
+  char sess[NSTEPS][64], q[8192];
+  for (int i = 0; i < NSTEPS; i++) {
+    char *rep = NULL;
+    ck_assert_int_eq(call("POST", "/v1/sessions",
+                          "{\"layer\":\"blk\",\"max_tokens\":4096}", NULL, 1,
+                          &rep),
+                     201);
+    json_t *v = json_loads(rep, 0, NULL);
+    free(rep);
+    snprintf(sess[i], sizeof sess[i], "%s",
+             json_string_value(json_object_get(v, "session")));
+    json_decref(v);
+  }
+  const char *cpu = "attnd_backend_compute_seconds_total{backend=\"cpu\"}",
+             *att = "attnd_backend_stage_seconds_total{backend=\"cpu\","
+                    "stage=\"attention\"}";
+  prom_t p0 = scrape(NULL, 0);
+  double share = 0, att_share = 0, whole = 0;
+  int steps = 0;
+  for (int round = 0;
+       round < 100 && whole - share < 20 * (0.0005 * steps + 0.001); round++) {
+    step_t s[NSTEPS];
+    pthread_t th[NSTEPS];
+    tokens(q, sizeof q, 16);
+    for (int i = 0; i < NSTEPS; i++) {
+      memset(&s[i], 0, sizeof s[i]);
+      snprintf(s[i].path, sizeof s[i].path, "/v1/sessions/%.40s/attention",
+               sess[i]);
+      snprintf(s[i].body, sizeof s[i].body, "{\"query\":%s}", q);
+      ck_assert_int_eq(pthread_create(&th[i], NULL, step_thread, &s[i]), 0);
+    }
+    for (int i = 0; i < NSTEPS; i++) {
+      pthread_join(th[i], NULL);
+      ck_assert_msg(s[i].status == 200, "step: %ld %s", s[i].status,
+                    s[i].reply ? s[i].reply : "");
+      json_t *v = json_loads(s[i].reply, 0, NULL);
+      json_t *m = json_object_get(v, "metrics");
+      double ms = json_number_value(json_object_get(m, "compute_ms"));
+      double n = json_number_value(json_object_get(m, "batch"));
+      ck_assert_msg(n >= 1, "%s", s[i].reply);
+      share += ms / n;
+      whole += ms;
+      att_share += json_number_value(json_object_get(
+                       json_object_get(m, "stages_ms"), "attention")) /
+                   n;
+      steps++;
+      json_decref(v);
+      free(s[i].reply);
+    }
+  }
+  ck_assert_msg(whole - share >= 20 * (0.0005 * steps + 0.001),
+                "too few batches in 100 rounds to tell the two apart (%g ms "
+                "counted whole, %g ms shared, %d steps)",
+                whole, share, steps);
+  prom_t p1 = scrape(NULL, 0);
+  double got = (prom_get(&p1, cpu) - prom_get(&p0, cpu)) * 1e3,
+         got_att = (prom_get(&p1, att) - prom_get(&p0, att)) * 1e3,
+         tol = 0.0005 * steps + 0.001; /* ms */
+  ck_assert_msg(fabs(got - share) <= tol,
+                "%s grew %.3f ms; the steps' shares of their batches are "
+                "%.3f ms (%.3f ms counted whole, %d steps)",
+                cpu, got, share, whole, steps);
+  ck_assert_msg(fabs(got_att - att_share) <= tol,
+                "%s grew %.3f ms; the steps' shares are %.3f ms", att, got_att,
+                att_share);
+  prom_free(&p0);
+  prom_free(&p1);
+  for (int i = 0; i < NSTEPS; i++) {
+    char path[96];
+    snprintf(path, sizeof path, "/v1/sessions/%.40s", sess[i]);
+    ck_assert_int_eq(call("DELETE", path, NULL, NULL, 1, NULL), 204);
+  }
+}
+END_TEST
+
 /* The exposition of m, with every gauge 0. The caller frees it. */
 static char *render(const attnd_metrics_t *m) {
   attnd_gauges_t g = {0};
@@ -1013,8 +1145,8 @@ START_TEST(test_sums_of_short_observations) {
   ck_assert_ptr_nonnull(m);
   const double stage_ms[3] = {0.0007, 0.0011, 0.0007};
   for (int i = 0; i < 1000; i++)
-    attnd_metrics_observe(m, ATTND_PROTO_SESSION, ATTN_BACKEND_CPU, 100, 0.0004,
-                          0.0025, 0.0031, stage_ms);
+    attnd_metrics_observe(m, ATTND_PROTO_SESSION, ATTN_BACKEND_CPU, 1, 100,
+                          0.0004, 0.0025, 0.0031, stage_ms);
   char *t = render(m);
   static const struct {
     const char *name;
@@ -1056,7 +1188,7 @@ START_TEST(test_buckets) {
   const double stage_ms[3] = {0, 0, 0};
   const double total_ms[] = {0.5, 1, 60000, 61000};
   for (int i = 0; i < 4; i++)
-    attnd_metrics_observe(m, ATTND_PROTO_V1, ATTN_BACKEND_CPU, 2048, 0, 0,
+    attnd_metrics_observe(m, ATTND_PROTO_V1, ATTN_BACKEND_CPU, 1, 2048, 0, 0,
                           total_ms[i], stage_ms);
   char *t = render(m);
   static const struct {
@@ -1110,7 +1242,7 @@ START_TEST(test_buckets_cover) {
   attnd_metrics_t *m = attnd_metrics_new();
   ck_assert_ptr_nonnull(m);
   const double stage_ms[3] = {0, 0, 0};
-  attnd_metrics_observe(m, ATTND_PROTO_V1, ATTN_BACKEND_CPU, 1, 0, 0, 0,
+  attnd_metrics_observe(m, ATTND_PROTO_V1, ATTN_BACKEND_CPU, 1, 1, 0, 0, 0,
                         stage_ms);
   char *t = render(m);
   prom_t p;
@@ -1266,6 +1398,11 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_scrape_after_traffic);
   tcase_add_test(tc, test_unrouted_protocol);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("batch");
+  tcase_add_unchecked_fixture(tc, start_batch_server, stop_server);
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_batched_compute_time);
   suite_add_tcase(s, tc);
   return s;
 }

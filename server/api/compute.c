@@ -245,7 +245,7 @@ enum MHD_Result attnd_api_reply(attnd_http_req_t *r) {
   const attn_timing_t *tm = &j->out.timing;
   double stage_ms[3] = {tm->projection_ms, tm->attention_ms, tm->output_ms};
   attnd_metrics_observe(r->srv->metrics, r->proto, (int)j->plan.backend,
-                        j->plan.Lk, j->t.start - j->t.submit,
+                        j->batch, j->plan.Lk, j->t.start - j->t.submit,
                         j->t.end - j->t.start, r->total_ms, stage_ms);
   int binary = json_len < b.len;
   r->reply_json = binary ? json_len : 0;
