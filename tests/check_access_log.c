@@ -402,11 +402,61 @@ START_TEST(test_server_log_unopenable) {
 }
 END_TEST
 
+/* docs/operations.md's bullet on the access log names each member of a
+ * line, in backquotes, as a reader of the log finds it. */
+START_TEST(test_fields_documented) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  FILE *f = fdopen(fd, "w");
+  attnd_access_t a = {.request_id = "r-1",
+                      .id = "i",
+                      .method = "GET",
+                      .path = "/",
+                      .status = 200,
+                      .complete = 1};
+  attnd_access_log_write(f, &a);
+  fclose(f);
+  json_t *lines = read_lines(path);
+  unlink(path);
+  const json_t *line = json_array_get(lines, 0);
+  ck_assert_ptr_nonnull(line);
+  FILE *d = fopen("docs/operations.md", "r");
+  ck_assert_msg(d != NULL, "docs/operations.md (run from the repository)");
+  char text[4096] = "", l[1024];
+  int in = 0;
+  while (fgets(l, sizeof l, d)) { /* the bullet, to the next */
+    if (strncmp(l, "- ", 2) == 0)
+      in = strstr(l, "to the access log") != NULL;
+    else if (l[0] != ' ')
+      in = 0;
+    if (in && strlen(text) + strlen(l) < sizeof text)
+      strcat(text, l);
+  }
+  fclose(d);
+  ck_assert_msg(text[0], "docs/operations.md: no bullet on the access log");
+  for (char *c = text; *c; c++) /* one line, as the prose wraps */
+    if (*c == '\n')
+      *c = ' ';
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)line, key, v) {
+    char want[64];
+    snprintf(want, sizeof want, "`%s`", key);
+    ck_assert_msg(strstr(text, want) != NULL,
+                  "a line has %s; the access log's bullet does not name it",
+                  key);
+  }
+  json_decref(lines);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("access_log");
   TCase *tc = tcase_create("access_log");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_writer_escapes);
+  tcase_add_test(tc, test_fields_documented);
   tcase_add_test(tc, test_server_log_is_json);
   tcase_add_test(tc, test_server_log_values);
   tcase_add_test(tc, test_server_log_cut_reply);
