@@ -61,7 +61,8 @@ static const char *const hist_names[NHIST] = {"attnd_queue_wait_seconds",
                                               "attnd_request_seconds"};
 static const char *const hist_help[NHIST] = {
     "Time computed requests waited in the queue.",
-    "Time workers spent computing attention.",
+    "Time computed requests took to compute (a batched session step: its "
+    "batch's).",
     "Time from a request's arrival to the start of its reply."};
 
 /* The backends a request computes on (attn_backend_kind_t), labelled by
