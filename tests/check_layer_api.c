@@ -263,6 +263,19 @@ static void post_to(const sh_server_t *s, const char *path, json_t *req,
   free(body);
 }
 
+/* Creates a session of `layer`; step (n bytes) gets its steps' path. */
+static void new_session(const sh_server_t *s, const char *layer, char *step,
+                        size_t n) {
+  sh_resp_t resp;
+  post_to(s, "/v1/sessions", json_pack("{s:s}", "layer", layer), &resp);
+  ck_assert_msg(resp.status == 201, "%ld: %s", resp.status, resp.body);
+  json_t *rep = sh_json(&resp);
+  snprintf(step, n, "/v1/sessions/%s/attention",
+           json_string_value(json_object_get(rep, "session")));
+  json_decref(rep);
+  sh_resp_free(&resp);
+}
+
 /* The float32 numbers of a JSON array, flat: n of them. */
 static void floats_of(const json_t *data, float *x, size_t n) {
   ck_assert_uint_eq(json_array_size(data), n);
@@ -461,14 +474,8 @@ START_TEST(test_cross_attention) {
 
     /* a session: a step of 3 new tokens, then of 1, each against the
      * reference over every token so far, causal */
-    post_to(&s, "/v1/sessions", json_pack("{s:s}", "layer", name), &resp);
-    ck_assert_msg(resp.status == 201, "%ld: %s", resp.status, resp.body);
-    rep = sh_json(&resp);
     char step[96];
-    snprintf(step, sizeof step, "/v1/sessions/%s/attention",
-             json_string_value(json_object_get(rep, "session")));
-    json_decref(rep);
-    sh_resp_free(&resp);
+    new_session(&s, name, step, sizeof step);
     const int64_t rows[2] = {3, 1};
     for (int t = 0, past = 0; t < 2; past += (int)rows[t], t++) {
       /* batch item 0's rows past .. past + rows[t] as the new tokens */
@@ -785,6 +792,143 @@ START_TEST(test_errors) {
   sh_resp_free(&g);
   ck_assert_int_eq(sh_server_stop(&s, 10), 0);
   lf_weights_free(&w);
+  rm_dir(dir);
+}
+END_TEST
+
+/* A Mistral-style directory: config.json's "sliding_window": 4 (as
+ * transformers reads it: each query sees 4 keys, its own the last, so
+ * mask.window.left 3). The layer's window is the default of mask.window,
+ * as its causal is of mask.causal: a request by layer, a session's step
+ * over its cache and an OIP request compute it, each against the float64
+ * reference with left 3 (the reference with left 4, or none, differs); a
+ * request's mask.window (OIP: window_left or window_right) replaces it
+ * whole, {} turning it off; /v1/layers reports it. Catches: the window
+ * dropped at load (full attention past 4 keys), and a window of W + 1
+ * keys. */
+START_TEST(test_sliding_window) {
+  char dir[64], path[128], msg[512];
+  tmp_dir(dir, sizeof dir);
+  lf_shape_t shape = {.E = 48, .H = 4, .Hkv = 2};
+  lf_weights_t w;
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  ck_assert_msg(lf_write(path, LF_LLAMA, ATTND_ST_F32, "model.layers.0.",
+                         &shape, 31, NULL, &w, msg, sizeof msg) == 0,
+                "%s", msg);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  ck_assert_int_eq(lf_write_text(path, "{\"model_type\": \"mistral\", "
+                                       "\"num_attention_heads\": 4, "
+                                       "\"num_key_value_heads\": 2, "
+                                       "\"sliding_window\": 4}"),
+                   0);
+  sh_server_t s;
+  start(&s, dir);
+  enum { L = 8 };
+  tu_rng_t r;
+  tu_rng_seed(&r, 31);
+  float *x = tu_rand_floats(&r, L * 48, 1.0f);
+  const int64_t dim[2] = {L, 48};
+  attn_rope_t rope = {.style = ATTN_ROPE_HALF, .theta = 10000, .dims = 12};
+  attn_params_t p = layer_params(&w, x, 1, L, rope, ATTN_CAUSAL_BOTTOM_RIGHT);
+  p.query = (attn_tensor_t){x, 2, {L, 48}};
+  attn_params_t full = p, wide = p;
+  p.has_window_left = 1, p.window_left = 3;
+  wide.has_window_left = 1, wide.window_left = 4;
+  /* the window changes the result, and its width matters */
+  ref_result_t a, b;
+  ck_assert_int_eq(ref_attention(&p, &a), 0);
+  ck_assert_int_eq(ref_attention(&wide, &b), 0);
+  double apart = 0;
+  for (int i = 0; i < L * 48; i++)
+    apart = fmax(apart, fabs(a.out[i] - b.out[i]));
+  ck_assert_double_gt(apart, 1e-3);
+  ref_result_free(&a), ref_result_free(&b);
+
+  static const char *const masks[] = {NULL, "{}", "{\"left\": 1}"};
+  for (int i = 0; i < 3; i++) {
+    json_t *req = json_pack("{s:s,s:o,s:{s:s}}", "layer", LLAMA, "query",
+                            sh_floats_json(x, 2, dim, SH_BASE64), "return",
+                            "weights", "per_head");
+    attn_params_t want = i == 0 ? p : full;
+    if (masks[i]) {
+      json_object_set_new(
+          req, "mask",
+          json_pack("{s:o}", "window", json_loads(masks[i], 0, NULL)));
+      want.has_window_left = i == 2, want.window_left = 1;
+    }
+    sh_resp_t resp;
+    post(&s, req, &resp);
+    ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
+    json_t *rep = sh_json(&resp);
+    char why[512];
+    ck_assert_msg(sh_check_reply(&want, rep, -1, TOL, why, sizeof why) == 0,
+                  "mask.window %s: %s", masks[i] ? masks[i] : "absent", why);
+    json_decref(rep);
+    sh_resp_free(&resp);
+  }
+
+  /* a session: 5 tokens, then 3, the second step against the reference
+   * of its rows over all 8 keys */
+  sh_resp_t resp;
+  char step[96];
+  new_session(&s, LLAMA, step, sizeof step);
+  json_t *rep;
+  const int64_t rows[2] = {5, 3};
+  for (int t = 0, past = 0; t < 2; past += (int)rows[t], t++) {
+    const int64_t sd[2] = {rows[t], 48};
+    post_to(&s, step,
+            json_pack("{s:o}", "query",
+                      sh_floats_json(x + past * 48, 2, sd, SH_BASE64)),
+            &resp);
+    ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
+    attn_params_t ps = p;
+    ps.query = (attn_tensor_t){x + past * 48, 2, {rows[t], 48}};
+    ps.key = ps.value = (attn_tensor_t){x, 2, {past + rows[t], 48}};
+    double e = out_err(&resp, &ps);
+    ck_assert_msg(e <= TOL, "session step %d: %g from the reference", t, e);
+    sh_resp_free(&resp);
+  }
+
+  /* OIP: the layer's window, then window_right alone, which replaces it
+   * (no left bound: full causal attention) */
+  char url[128];
+  snprintf(url, sizeof url, "/v2/models/%s/infer", LLAMA);
+  for (int i = 0; i < 2; i++) {
+    json_t *req = json_pack("{s:[o]}", "inputs", oip_input("query", x, 2, dim));
+    if (i)
+      json_object_set_new(req, "parameters",
+                          json_pack("{s:i}", "window_right", 0));
+    post_to(&s, url, req, &resp);
+    ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
+    rep = sh_json(&resp);
+    json_t *out = json_array_get(json_object_get(rep, "outputs"), 0);
+    float got[L * 48];
+    floats_of(json_object_get(out, "data"), got, L * 48);
+    attn_params_t want = i ? full : p;
+    want.has_window_right = i, want.window_right = 0;
+    ref_result_t ref;
+    ck_assert_int_eq(ref_attention(&want, &ref), 0);
+    double e = tu_rel_err(got, ref.out, L * 48);
+    ck_assert_msg(e <= TOL, "OIP %d: %g from the reference", i, e);
+    ref_result_free(&ref);
+    json_decref(rep);
+    sh_resp_free(&resp);
+  }
+
+  /* listed: the default of mask.window */
+  ck_assert_int_eq(sh_get(s.port, "/v1/layers/" LLAMA, &resp), 0);
+  ck_assert_int_eq(resp.status, 200);
+  rep = sh_json(&resp);
+  json_t *win = json_object_get(rep, "window");
+  ck_assert_msg(json_is_object(win) && json_object_size(win) == 1 &&
+                    json_integer_value(json_object_get(win, "left")) == 3,
+                "%s", resp.body);
+  json_decref(rep);
+  sh_resp_free(&resp);
+
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  lf_weights_free(&w);
+  free(x);
   rm_dir(dir);
 }
 END_TEST
@@ -1318,6 +1462,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_cross_attention);
   tcase_add_test(tc, test_positions_and_rope);
   tcase_add_test(tc, test_errors);
+  tcase_add_test(tc, test_sliding_window);
   tcase_add_test(tc, test_long_names);
   tcase_add_test(tc, test_reload);
   tcase_add_test(tc, test_reload_during_reload);

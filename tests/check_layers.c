@@ -472,6 +472,87 @@ START_TEST(test_config_scalings) {
 }
 END_TEST
 
+/* Sliding windows from config.json, as transformers reads them, over a
+ * model of three layers (model.layers.0 .. 2): Mistral's sliding_window in
+ * every layer (4096 when absent, none when null); Qwen2's only with
+ * use_sliding_window true and in layers of index >= max_window_layers (28
+ * when absent); layer_types by index; and the keys of the one without
+ * effect. The windows are transformers' W (keys seen, the query's own
+ * included). Catches: the keys ignored (every window 0), Qwen's rule
+ * upside down, the defaults. */
+START_TEST(test_config_sliding_window) {
+  static const struct {
+    const char *config;
+    int64_t want[3];
+  } cases[] = {
+      {"\"model_type\": \"mistral\", \"sliding_window\": 4", {4, 4, 4}},
+      {"\"model_type\": \"mistral\"", {4096, 4096, 4096}},
+      {"\"model_type\": \"mistral\", \"sliding_window\": null", {0, 0, 0}},
+      /* Mistral's transformers ignores layer_types */
+      {"\"model_type\": \"mistral\", \"sliding_window\": 4, \"layer_types\": "
+       "[\"full_attention\", \"full_attention\", \"full_attention\"]",
+       {4, 4, 4}},
+      {"\"model_type\": \"llama\"", {0, 0, 0}},
+      {"\"sliding_window\": 6", {6, 6, 6}},
+      {"\"model_type\": \"qwen2\", \"sliding_window\": 4, "
+       "\"max_window_layers\": 1",
+       {0, 0, 0}},
+      {"\"model_type\": \"qwen2\", \"use_sliding_window\": false, "
+       "\"sliding_window\": 4, \"max_window_layers\": 1",
+       {0, 0, 0}},
+      {"\"model_type\": \"qwen2\", \"use_sliding_window\": true, "
+       "\"sliding_window\": 4, \"max_window_layers\": 1",
+       {0, 4, 4}},
+      {"\"model_type\": \"qwen3\", \"use_sliding_window\": true, "
+       "\"sliding_window\": 4, \"max_window_layers\": 0",
+       {4, 4, 4}},
+      {"\"model_type\": \"qwen2\", \"use_sliding_window\": true, "
+       "\"max_window_layers\": 2",
+       {0, 0, 4096}},
+      {"\"model_type\": \"qwen2\", \"use_sliding_window\": true, "
+       "\"sliding_window\": 4",
+       {0, 0, 0}},
+      {"\"model_type\": \"qwen2\", \"use_sliding_window\": true, "
+       "\"sliding_window\": null, \"max_window_layers\": 0",
+       {0, 0, 0}},
+      {"\"model_type\": \"qwen2\", \"use_sliding_window\": true, "
+       "\"sliding_window\": 4, \"max_window_layers\": 0, \"layer_types\": "
+       "[\"sliding_attention\", \"full_attention\", \"sliding_attention\"]",
+       {4, 0, 4}},
+      {"\"model_type\": \"qwen2\", \"use_sliding_window\": false, "
+       "\"sliding_window\": 4, \"layer_types\": "
+       "[\"sliding_attention\", \"full_attention\", \"sliding_attention\"]",
+       {0, 0, 0}},
+  };
+  mkdir_at(at("d"));
+  lf_shape_t s = {.E = 32, .H = 4};
+  lf_file_t *f = lf_file_new();
+  for (int i = 0; i < 3; i++) {
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "model.layers.%d.", i);
+    add_layer(f, LF_LLAMA, ATTND_ST_F32, prefix, &s, 1 + (uint64_t)i, NULL);
+  }
+  write_file(f, at("d/model.safetensors"));
+  lf_file_free(f);
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    char config[512];
+    snprintf(config, sizeof config,
+             "{\"num_attention_heads\": 4, \"num_hidden_layers\": 3, %s}",
+             cases[c].config);
+    text_at(at("d/config.json"), config);
+    attnd_layer_set_t *set = load(at("d"));
+    for (int i = 0; i < 3; i++) {
+      const attnd_layer_t *l = attnd_layer_set_get(set, (size_t)i);
+      ck_assert_msg(l->window == cases[c].want[i],
+                    "{%s}: layer %d's window is %lld, not %lld",
+                    cases[c].config, i, (long long)l->window,
+                    (long long)cases[c].want[i]);
+    }
+    attnd_layer_set_unref(set);
+  }
+}
+END_TEST
+
 /* GPT-2's layout in a directory: n_head from config.json, the model's
  * other tensors (embeddings, the causal-mask buffer attn.bias) ignored. */
 START_TEST(test_config_gpt2) {
@@ -1182,10 +1263,68 @@ START_TEST(test_refuse_config) {
     text_at(at("d/config.json"), cases[i].config);
     REFUSED(at("d"), cases[i].want);
   }
+  /* sliding windows attnd cannot compute as transformers would */
+  static const struct {
+    const char *config, *want;
+  } windows[] = {
+      {"{\"num_attention_heads\": 4, \"sliding_window\": 0}",
+       "config.json: 'sliding_window' must be a positive integer or null"},
+      {"{\"num_attention_heads\": 4, \"sliding_window\": \"4096\"}",
+       "'sliding_window' must be a positive integer or null"},
+      {"{\"num_attention_heads\": 4, \"model_type\": \"qwen2\", "
+       "\"use_sliding_window\": 1}",
+       "config.json: 'use_sliding_window' must be true or false"},
+      {"{\"num_attention_heads\": 4, \"model_type\": \"qwen2\", "
+       "\"use_sliding_window\": true, \"max_window_layers\": -1}",
+       "config.json: 'max_window_layers' must be an integer >= 0"},
+      {"{\"num_attention_heads\": 4, \"sliding_window\": 8, "
+       "\"layer_types\": [\"full_attention\", \"chunked_attention\"]}",
+       "'layer_types'[1] is \"chunked_attention\"; only \"full_attention\" "
+       "and \"sliding_attention\" are supported"},
+      {"{\"num_attention_heads\": 4, \"sliding_window\": 8, "
+       "\"layer_types\": []}",
+       "'layer_types' must be a non-empty array of strings"},
+  };
+  for (size_t i = 0; i < sizeof windows / sizeof *windows; i++) {
+    text_at(at("d/config.json"), windows[i].config);
+    REFUSED(at("d"), windows[i].want);
+  }
+  /* layer_types with no entry for layer 1; and a window that depends on
+   * the index of a layer whose name has none */
+  write_layer(at("d/model.safetensors"), LF_LLAMA, ATTND_ST_F32,
+              "model.layers.1.", &s, 1, NULL, NULL);
+  text_at(at("d/config.json"),
+          "{\"num_attention_heads\": 4, \"sliding_window\": 8, "
+          "\"layer_types\": [\"full_attention\"]}");
+  REFUSED(at("d"), "'layer_types' has 1 entries, none for layer index 1");
+  write_layer(at("d/model.safetensors"), LF_LLAMA, ATTND_ST_F32, "decoder.", &s,
+              1, NULL, NULL);
+  text_at(at("d/config.json"),
+          "{\"num_attention_heads\": 4, \"model_type\": \"qwen2\", "
+          "\"use_sliding_window\": true, \"sliding_window\": 8, "
+          "\"max_window_layers\": 2}");
+  REFUSED(at("d"), "layer 'decoder.self_attn'",
+          "config.json: 'max_window_layers' 2 makes the window depend on the "
+          "layer's index, and the layer's name gives none");
+  text_at(at("d/config.json"),
+          "{\"num_attention_heads\": 4, \"sliding_window\": 8, "
+          "\"layer_types\": [\"full_attention\", \"sliding_attention\"]}");
+  REFUSED(at("d"), "'layer_types' mixes full and sliding attention, and the "
+                   "layer's name gives no index to choose by");
+  /* where the index does not matter, none is needed */
+  text_at(at("d/config.json"),
+          "{\"num_attention_heads\": 4, \"model_type\": \"qwen2\", "
+          "\"use_sliding_window\": true, \"sliding_window\": 8, "
+          "\"max_window_layers\": 0}");
+  attnd_layer_set_t *set = load(at("d"));
+  ck_assert_int_eq(find(set, "decoder.self_attn")->window, 8);
+  attnd_layer_set_unref(set);
+  write_layer(at("d/model.safetensors"), LF_LLAMA, ATTND_ST_F32,
+              "model.layers.0.", &s, 1, NULL, NULL);
   /* 0.25 of head_dim 8: 2 rotated features, the fewest there are */
   text_at(at("d/config.json"),
           "{\"num_attention_heads\": 4, \"partial_rotary_factor\": 0.25}");
-  attnd_layer_set_t *set = load(at("d"));
+  set = load(at("d"));
   check_rope(find(set, "model.layers.0.self_attn"), ATTN_ROPE_HALF, 10000, 2);
   attnd_layer_set_unref(set);
   /* an odd count of rotated features */
@@ -1465,6 +1604,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_config_qwen3);
   tcase_add_test(tc, test_config_scalings);
   tcase_add_test(tc, test_config_gpt2);
+  tcase_add_test(tc, test_config_sliding_window);
   tcase_add_test(tc, test_metadata_rope);
   tcase_add_test(tc, test_metadata_words);
   tcase_add_test(tc, test_sharded);

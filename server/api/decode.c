@@ -227,6 +227,7 @@ static int decode_mask(dec_t *d, const json_t *root) {
       attnd__dec_tensor(d, bias, "mask.bias", K_FLOAT, &p->bias, NULL) < 0)
     return -1;
 
+  /* get_int sets both presences: a layer's window is replaced whole */
   static const char *const wknown[] = {"left", "right", NULL};
   const json_t *w = json_object_get(m, "window");
   if (w && !json_is_null(w)) {
@@ -640,6 +641,10 @@ void attnd__dec_use_layer(dec_t *d, const attnd_layer_t *l) {
   p->norm_eps = l->norm_eps;
   p->rope = l->rope;
   p->causal = l->causal; /* until mask.causal says otherwise */
+  /* and its window until mask.window (or OIP's window_*) replaces it */
+  p->has_window_left = l->window > 0;
+  p->window_left = l->window > 0 ? l->window - 1 : 0;
+  p->has_window_right = 0;
 }
 
 int attnd__dec_layer_widths(dec_t *d) {

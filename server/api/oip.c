@@ -374,6 +374,13 @@ static int read_params(oip_t *o, const json_t *ps) {
     if (read_param(o, (param_t)i, v, field) < 0)
       return -1;
   }
+  /* window_left and window_right replace a layer's window as a whole, as
+   * mask.window does in /v1: a side not given is unbounded */
+  const unsigned window = 1u << P_WINDOW_LEFT | 1u << P_WINDOW_RIGHT;
+  if (o->params_given & window) {
+    d->req->params.has_window_left = o->params_given >> P_WINDOW_LEFT & 1;
+    d->req->params.has_window_right = o->params_given >> P_WINDOW_RIGHT & 1;
+  }
   attn_rope_t *rp = &d->req->params.rope;
   const unsigned rope =
       1u << P_ROPE_THETA | 1u << P_ROPE_DIMS | 1u << P_ROPE_STYLE;

@@ -84,7 +84,7 @@ static json_t *layer_json(const attnd_layer_t *l) {
   }
   return json_pack(
       "{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:{s:b,s:b,s:b,s:b},s:b,"
-      "s:o,s:s,s:s,s:I}",
+      "s:o,s:s,s:o,s:s,s:I}",
       "name", l->name, "file", l->file, "convention",
       attnd_convention_name(l->convention), "embed_dim", (json_int_t)l->E,
       "kdim", (json_int_t)l->Ek, "vdim", (json_int_t)l->Ev, "num_heads",
@@ -93,7 +93,10 @@ static json_t *layer_json(const attnd_layer_t *l) {
       (json_int_t)l->Eo, "biases", "q", l->q_bias != NULL, "k",
       l->k_bias != NULL, "v", l->v_bias != NULL, "o", l->o_bias != NULL,
       "qk_norm", l->q_norm != NULL, "positions", pos, "causal",
-      causal[l->causal], "dtype", l->file_dtype, "bytes", (json_int_t)l->bytes);
+      causal[l->causal], "window",
+      l->window > 0 ? json_pack("{s:I}", "left", (json_int_t)(l->window - 1))
+                    : json_null(),
+      "dtype", l->file_dtype, "bytes", (json_int_t)l->bytes);
 }
 
 /* GET /v1/layers: every layer held. */

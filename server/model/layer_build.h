@@ -114,6 +114,11 @@ const char *attnd__param_where(const build_t *b, int from, const char *key,
  * sizes, checked against the tensors' shapes. 0, or -1 with the message. */
 int attnd__resolve_rope(build_t *b, int llama);
 int attnd__resolve_heads(build_t *b);
+/* b->l's sliding window from config.json (sliding_window,
+ * use_sliding_window, max_window_layers, layer_types), as transformers
+ * reads them; refused where it depends on a layer index the name lacks.
+ * 0, or -1 with the message. */
+int attnd__resolve_window(build_t *b);
 
 /* ---- layers.c ------------------------------------------------------------ */
 

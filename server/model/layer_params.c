@@ -313,3 +313,124 @@ int attnd__resolve_heads(build_t *b) {
 }
 
 /* A stored weight: a non-empty matrix of a float dtype. */
+
+/* The layer's index in its model: the last component of its prefix that
+ * is a decimal number ("model.layers.12." gives 12), or -1. */
+static int64_t layer_index(const build_t *b) {
+  int64_t index = -1;
+  const char *p = b->prefix, *end = b->prefix + b->plen;
+  while (p < end) {
+    const char *dot = memchr(p, '.', (size_t)(end - p));
+    if (!dot)
+      dot = end;
+    size_t n = (size_t)(dot - p);
+    if (n >= 1 && n <= 9 && strspn(p, "0123456789") >= n) {
+      index = 0;
+      for (size_t i = 0; i < n; i++)
+        index = index * 10 + (p[i] - '0');
+    }
+    p = dot + 1;
+  }
+  return index;
+}
+
+/* Whether config.json's layer_types marks layer `index` as sliding: 1
+ * sliding, 0 full, -1 with the message (not an array of the two words, no
+ * entry at index, or an index needed that the name does not give). */
+static int layer_type_sliding(build_t *b, const json_t *types, int64_t index) {
+  const char *where = b->src->config_path;
+  size_t n = json_array_size(types);
+  if (!json_is_array(types) || n == 0)
+    return attnd__layer_fail(
+        b, "%s: 'layer_types' must be a non-empty array of strings", where);
+  int any[2] = {0, 0};
+  for (size_t i = 0; i < n; i++) {
+    const char *t = json_string_value(json_array_get(types, i));
+    int sliding = t && strcmp(t, "sliding_attention") == 0;
+    if (!sliding && !(t && strcmp(t, "full_attention") == 0))
+      return attnd__layer_fail(
+          b,
+          "%s: 'layer_types'[%zu] is %s%s%s; only \"full_attention\" and "
+          "\"sliding_attention\" are supported",
+          where, i, t ? "\"" : "", t ? t : "not a string", t ? "\"" : "");
+    any[sliding] = 1;
+  }
+  if (index >= 0 && (size_t)index >= n)
+    return attnd__layer_fail(b,
+                             "%s: 'layer_types' has %zu entries, none for "
+                             "layer index %lld",
+                             where, n, (long long)index);
+  if (!(any[0] && any[1])) /* one kind: no index needed */
+    return any[1];
+  if (index < 0)
+    return attnd__layer_fail(
+        b,
+        "%s: 'layer_types' mixes full and sliding attention, and the "
+        "layer's name gives no index to choose by",
+        where);
+  return strcmp(json_string_value(json_array_get(types, (size_t)index)),
+                "sliding_attention") == 0;
+}
+
+/* A sliding window from config.json (Llama family), as transformers reads
+ * it: Qwen2 and Qwen3 (model_type qwen2*, qwen3*) only with
+ * use_sliding_window true, in the layers of index >= max_window_layers
+ * (28 when absent); the others (Mistral) in every layer. Its size is
+ * sliding_window, 4096 when absent from a Qwen or Mistral config, none
+ * when null; layer_types, where given (Mistral's transformers ignores
+ * it), picks the layer's kind by its index instead. Window W: query i
+ * sees keys i − W + 1 … i, W of them. */
+int attnd__resolve_window(build_t *b) {
+  const json_t *cfg = b->src->config;
+  const char *where = b->src->config_path;
+  b->l.window = 0;
+  if (!cfg)
+    return 0;
+  const char *type = json_string_value(json_object_get(cfg, "model_type"));
+  int qwen = type && (!strncmp(type, "qwen2", 5) || !strncmp(type, "qwen3", 5));
+  int mistral = type && !strcmp(type, "mistral");
+  json_t *use = json_object_get(cfg, "use_sliding_window");
+  if (qwen && use && !json_is_boolean(use))
+    return attnd__layer_fail(
+        b, "%s: 'use_sliding_window' must be true or false", where);
+  if (qwen && !json_is_true(use))
+    return 0;
+  json_t *size = json_object_get(cfg, "sliding_window");
+  int64_t w = 0;
+  if (!size)
+    w = qwen || mistral ? 4096 : 0;
+  else if (json_is_integer(size) && json_integer_value(size) >= 1)
+    w = json_integer_value(size);
+  else if (!json_is_null(size))
+    return attnd__layer_fail(
+        b, "%s: 'sliding_window' must be a positive integer or null", where);
+  if (w == 0)
+    return 0;
+  int64_t index = layer_index(b);
+  json_t *types = mistral ? NULL : attnd__config_get(b, "layer_types");
+  int sliding = 1;
+  if (types) {
+    sliding = layer_type_sliding(b, types, index);
+  } else if (qwen) {
+    json_t *m = json_object_get(cfg, "max_window_layers");
+    int64_t full = 28; /* transformers' default */
+    if (m && !(json_is_integer(m) && json_integer_value(m) >= 0))
+      return attnd__layer_fail(
+          b, "%s: 'max_window_layers' must be an integer >= 0", where);
+    if (m)
+      full = json_integer_value(m);
+    json_t *nl = json_object_get(cfg, "num_hidden_layers");
+    int64_t layers = json_is_integer(nl) ? json_integer_value(nl) : -1;
+    if (full > 0 && index < 0 && (layers < 0 || full < layers))
+      return attnd__layer_fail(
+          b,
+          "%s: 'max_window_layers' %lld makes the window depend on the "
+          "layer's index, and the layer's name gives none",
+          where, (long long)full);
+    sliding = full == 0 || (index >= full && (layers < 0 || full < layers));
+  }
+  if (sliding < 0)
+    return -1;
+  b->l.window = sliding ? w : 0;
+  return 0;
+}

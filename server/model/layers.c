@@ -12,7 +12,8 @@
  *   3. discover: a tensor whose name ends as a convention's query weight,
  *      after an empty prefix or one that ends with '.', starts a layer; its
  *      other tensors are looked up by name;
- *   4. resolve: head counts, rope, causal and norm_eps from config.json,
+ *   4. resolve: head counts, rope, causal, sliding window and norm_eps
+ *      from config.json,
  *      then the __metadata__ of the file that holds the query weight, then
  *      the convention's defaults; every shape is checked against them;
  *   5. convert: each weight into a new 64-byte-aligned float32 buffer, split
@@ -442,7 +443,8 @@ static int build_layer(build_t *b) {
   int llama = f->conv == ATTND_CONV_LLAMA;
   if (find_parts(b) < 0 || attnd__resolve_heads(b) < 0 ||
       check_vectors(b) < 0 || check_unsupported(b) < 0 ||
-      attnd__resolve_rope(b, llama) < 0)
+      attnd__resolve_rope(b, llama) < 0 ||
+      (llama && attnd__resolve_window(b) < 0))
     return -1;
 
   double eps = 1e-6;

@@ -50,6 +50,10 @@ typedef struct attnd_layer {
   attn_rope_t rope;             /* style NONE for none */
   attn_causal_t causal;         /* the default: BOTTOM_RIGHT for GPT-2 and
                                    Llama, NONE for the others */
+  int64_t window;               /* the default sliding window: query i sees
+                                   keys i - window + 1 .. i (mask.window.left
+                                   window - 1); 0: none (config.json's
+                                   sliding_window, attnd__resolve_window) */
   size_t bytes;                 /* float32 weights held */
   /* The eight projection tensors above, copied to GPU memory
    * (attnd_layer_set_to_device) in one block: the biases as float32, the
