@@ -493,6 +493,16 @@ START_TEST(test_config_sliding_window) {
        "[\"full_attention\", \"full_attention\", \"full_attention\"]",
        {4, 4, 4}},
       {"\"model_type\": \"llama\"", {0, 0, 0}},
+      /* Llama's transformers ignores the key */
+      {"\"model_type\": \"llama\", \"sliding_window\": 4", {0, 0, 0}},
+      {"\"model_type\": \"mixtral\", \"sliding_window\": 4", {4, 4, 4}},
+      {"\"model_type\": \"mixtral\"", {0, 0, 0}},
+      {"\"model_type\": \"phi3\", \"sliding_window\": 5", {5, 5, 5}},
+      /* another type, by its layer_types */
+      {"\"model_type\": \"gemma2\", \"sliding_window\": 4, \"layer_types\": "
+       "[\"sliding_attention\", \"full_attention\", \"sliding_attention\"]",
+       {4, 0, 4}},
+      {"\"model_type\": \"gemma2\", \"sliding_window\": null", {0, 0, 0}},
       {"\"sliding_window\": 6", {6, 6, 6}},
       {"\"model_type\": \"qwen2\", \"sliding_window\": 4, "
        "\"max_window_layers\": 1",
@@ -1284,6 +1294,12 @@ START_TEST(test_refuse_config) {
       {"{\"num_attention_heads\": 4, \"sliding_window\": 8, "
        "\"layer_types\": []}",
        "'layer_types' must be a non-empty array of strings"},
+      /* Gemma 2 alternates, by a rule of its own */
+      {"{\"num_attention_heads\": 4, \"model_type\": \"gemma2\", "
+       "\"sliding_window\": 4096}",
+       "config.json: model_type 'gemma2' sets 'sliding_window' 4096, and "
+       "attnd does not know which of its layers take it; give 'layer_types', "
+       "or 'sliding_window' null"},
   };
   for (size_t i = 0; i < sizeof windows / sizeof *windows; i++) {
     text_at(at("d/config.json"), windows[i].config);

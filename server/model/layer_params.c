@@ -375,11 +375,15 @@ static int layer_type_sliding(build_t *b, const json_t *types, int64_t index) {
 /* A sliding window from config.json (Llama family), as transformers reads
  * it: Qwen2 and Qwen3 (model_type qwen2*, qwen3*) only with
  * use_sliding_window true, in the layers of index >= max_window_layers
- * (28 when absent); the others (Mistral) in every layer. Its size is
- * sliding_window, 4096 when absent from a Qwen or Mistral config, none
- * when null; layer_types, where given (Mistral's transformers ignores
- * it), picks the layer's kind by its index instead. Window W: query i
- * sees keys i − W + 1 … i, W of them. */
+ * (28 when absent); Mistral, Mixtral, Phi-3 and StarCoder2 (and a config
+ * that names no model_type) in every layer; Llama never (its
+ * transformers ignores the key). Its size is sliding_window, 4096 when
+ * absent from a Qwen or Mistral config, none when null; layer_types, where
+ * given (Mistral's transformers ignores it), picks the layer's kind by its
+ * index instead. Another model_type with a window and no layer_types is
+ * refused: which of its layers take the window is its own rule (Gemma 2
+ * alternates), which attnd does not know. Window W: query i sees keys
+ * i − W + 1 … i, W of them. */
 int attnd__resolve_window(build_t *b) {
   const json_t *cfg = b->src->config;
   const char *where = b->src->config_path;
@@ -389,6 +393,10 @@ int attnd__resolve_window(build_t *b) {
   const char *type = json_string_value(json_object_get(cfg, "model_type"));
   int qwen = type && (!strncmp(type, "qwen2", 5) || !strncmp(type, "qwen3", 5));
   int mistral = type && !strcmp(type, "mistral");
+  int every = !type || mistral || !strcmp(type, "mixtral") ||
+              !strcmp(type, "phi3") || !strcmp(type, "starcoder2");
+  if (type && !strcmp(type, "llama"))
+    return 0;
   json_t *use = json_object_get(cfg, "use_sliding_window");
   if (qwen && use && !json_is_boolean(use))
     return attnd__layer_fail(
@@ -428,6 +436,13 @@ int attnd__resolve_window(build_t *b) {
           "layer's index, and the layer's name gives none",
           where, (long long)full);
     sliding = full == 0 || (index >= full && (layers < 0 || full < layers));
+  } else if (!every) {
+    return attnd__layer_fail(
+        b,
+        "%s: model_type '%s' sets 'sliding_window' %lld, and attnd does not "
+        "know which of its layers take it; give 'layer_types', or "
+        "'sliding_window' null",
+        where, type, (long long)w);
   }
   if (sliding < 0)
     return -1;
