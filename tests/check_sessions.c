@@ -3630,8 +3630,12 @@ START_TEST(test_rope_field_paths) {
       {"{" PRE ",\"rope\":{\"dims\":\"a\"}}", "invalid_type", "rope.dims",
        "dims"},
       {"{" PRE ",\"rope\":{\"x\":1}}", "unknown_field", "rope.x", "x"},
+      /* rope.dims defaults to head_dim, which must then be even: each step
+       * of such a session was refused (once 201 here) */
+      {"{\"num_heads\":2,\"head_dim\":5,\"rope\":{}}", "invalid_value",
+       "rope.dims", "rope.dims is 5 (head_dim"},
   };
-  for (int i = 0; i < 3; i++) {
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     sh_resp_t r = call(&c, "POST", "/v1/sessions", cases[i].body);
     sh_assert_error(&r, 422, cases[i].code, cases[i].field, cases[i].words,
                     NULL);

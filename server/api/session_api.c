@@ -143,6 +143,14 @@ static int get_rope(const json_t *obj, int64_t Dh, attn_rope_t *rp,
     return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "rope.dims",
                            "rope.dims is %lld; it must be even",
                            (long long)rp->dims);
+  /* absent, it is head_dim (0 in attn_rope_t), which the core refuses at
+   * every step when odd */
+  if (rp->dims == 0 && Dh % 2)
+    return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "rope.dims",
+                           "rope.dims is %lld (head_dim, its default); it "
+                           "must be even: give an even rope.dims below "
+                           "head_dim",
+                           (long long)Dh);
   if (s && !json_is_null(s)) {
     const char *v = json_is_string(s) ? json_string_value(s) : "";
     if (strcmp(v, "half") != 0 && strcmp(v, "interleaved") != 0)
