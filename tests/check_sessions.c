@@ -2418,6 +2418,11 @@ static const struct {
      "rope.dims",
      {"rope.dims is 3", "even"}},
     {0, 0, "[]", 422, "invalid_type", NULL, {"not an object"}},
+    /* JSON texts that are scalars are JSON (RFC 8259 2), of the wrong type:
+     * 422 as /v1 answers them (once 400 invalid_json, "'[' or '{'
+     * expected") */
+    {0, 0, "1", 422, "invalid_type", NULL, {"a number", "not an object"}},
+    {0, 0, "null", 422, "invalid_type", NULL, {"null", "not an object"}},
     {0, 0, "{\"num_heads\":2,", 400, "invalid_json", NULL, {"invalid JSON"}},
     {0,
      0,
@@ -2697,6 +2702,8 @@ static const struct {
      "keep",
      {"keep is not a member"}},
     {'Z', "/truncate", "[1]", 422, "invalid_type", NULL, {"not an object"}},
+    {'Z', "/truncate", "7", 422, "invalid_type", NULL, {"a number"}},
+    {'Z', "/fork", "\"x\"", 422, "invalid_type", NULL, {"a string"}},
     {'Z',
      "/truncate",
      "{\"length\":",

@@ -17,7 +17,10 @@ static json_t *parse_object(const char *body, size_t len, attnd_error_t *err) {
   if (len == 0)
     return json_object();
   json_error_t je;
-  json_t *v = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+  /* any JSON text (RFC 8259 2), so that a scalar is the wrong type, as
+   * /v1 answers it, not invalid JSON */
+  json_t *v =
+      json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
   if (v == NULL) {
     attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
                     "invalid JSON at line %d, column %d: %s", je.line,
@@ -25,9 +28,9 @@ static json_t *parse_object(const char *body, size_t len, attnd_error_t *err) {
     return NULL;
   }
   if (!json_is_object(v)) {
-    json_decref(v);
     attnd_error_set(err, ATTND_ERR_INVALID_TYPE, "",
-                    "the body is not an object");
+                    "the body is %s, not an object", attnd__json_type(v));
+    json_decref(v);
     return NULL;
   }
   return v;
