@@ -3652,6 +3652,25 @@ START_TEST(test_rope_field_paths) {
 }
 END_TEST
 
+/* A member that is null is absent (docs/openapi.json), with a layer too:
+ * the layer's own head counts and rope given as null are no conflict
+ * (once 422 "num_heads cannot be given with layer"). */
+START_TEST(test_null_members_with_layer) {
+  sh_client_t c;
+  sh_client_init(&c, fx.port);
+  char id[40];
+  json_t *in = create(&c,
+                      "{\"layer\":\"" LLAMA "\",\"num_heads\":null,"
+                      "\"num_kv_heads\":null,\"head_dim\":null,"
+                      "\"v_head_dim\":null,\"rope\":null,\"max_tokens\":null}",
+                      id);
+  check_info(in, SH_LLAMA, 0);
+  ck_assert_int_eq(ji(in, "max_tokens"), 512); /* session_max_tokens */
+  json_decref(in);
+  sh_client_free(&c);
+}
+END_TEST
+
 /* A fork takes no members, and refuses them as every other endpoint does:
  * {"length": 1} (a client that means "fork at 1") is 422 unknown_field
  * "length", and "{" 400 invalid_json (once 201 for both, the body never
@@ -3799,6 +3818,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_pages_shared_once);
   tcase_add_test(tc, test_rope_field_paths);
   tcase_add_test(tc, test_fork_takes_no_members);
+  tcase_add_test(tc, test_null_members_with_layer);
   tcase_add_test(tc, test_refused_step_pages);
   tcase_add_test(tc, test_kv_used_counts_sessions);
   suite_add_tcase(su, tc);

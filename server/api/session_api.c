@@ -192,12 +192,14 @@ int attnd_session_api_create(attnd_sessions_t *st, const char *id,
     const attnd_layer_t *l = name ? attnd_layer_set_find(layers, name) : NULL;
     static const char *const theirs[] = {
         "num_heads", "num_kv_heads", "head_dim", "v_head_dim", "rope", NULL};
-    for (int i = 0; l && theirs[i] && r == 0; i++)
-      if (json_object_get(v, theirs[i]))
+    for (int i = 0; l && theirs[i] && r == 0; i++) {
+      const json_t *x = json_object_get(v, theirs[i]);
+      if (x && !json_is_null(x)) /* null is absent */
         r = attnd_error_set(err, ATTND_ERR_INVALID_VALUE, theirs[i],
                             "%s cannot be given with layer: layer '%s' has "
                             "its own",
                             theirs[i], l->name);
+    }
     if (r == 0 && l == NULL)
       r = name ? attnd_error_set(err, ATTND_ERR_UNKNOWN_LAYER, "layer",
                                  "layer '%.128s' is not loaded (GET "
