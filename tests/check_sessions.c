@@ -3759,6 +3759,28 @@ START_TEST(test_kv_used_counts_sessions) {
 }
 END_TEST
 
+/* A KV cache smaller than one session's 4096 bytes holds no session: a
+ * create is 422 limit_exceeded naming kv_cache_bytes, not 429 "full of
+ * sessions in use (0 of 4000 bytes); retry later", which no retry meets. */
+START_TEST(test_cache_below_one_session) {
+  const char *args[] = {"--kv-cache-bytes", "4000", NULL};
+  sh_server_t srv;
+  start(&srv, args);
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  sh_resp_t r = call(&c, "POST", "/v1/sessions", "{" PRE "}");
+  sh_assert_error(&r, 422, "limit_exceeded", NULL, "kv_cache_bytes 4000",
+                  "4096", NULL);
+  char buf[32];
+  ck_assert_msg(sh_header(&r, "Retry-After", buf, sizeof buf) == NULL,
+                "a create that never fits has a Retry-After");
+  sh_resp_free(&r);
+  ck_assert(sh_metric(srv.port, "attnd_sessions") == 0);
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -3821,6 +3843,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_null_members_with_layer);
   tcase_add_test(tc, test_refused_step_pages);
   tcase_add_test(tc, test_kv_used_counts_sessions);
+  tcase_add_test(tc, test_cache_below_one_session);
   suite_add_tcase(su, tc);
 
   tc = tcase_create("load");

@@ -545,6 +545,14 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
                     "out of memory for a new session");
     return NULL;
   }
+  if (st->host.cap < SESSION_COST) { /* no eviction makes room: no retry */
+    free(s);
+    attnd_error_set(err, ATTND_ERR_LIMIT_EXCEEDED, NULL,
+                    "a session takes %d bytes of the KV cache, over its "
+                    "kv_cache_bytes %lld: this server holds no session",
+                    SESSION_COST, (long long)st->host.cap);
+    return NULL;
+  }
   if (pool_take(st, SESSION_COST, keep) < 0) {
     free(s);
     attnd_error_set(err, ATTND_ERR_OVERLOADED, NULL,
