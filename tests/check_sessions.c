@@ -2304,7 +2304,7 @@ static const struct {
      422,
      "invalid_type",
      "num_heads",
-     {"must be an integer"}},
+     {"num_heads is a string", "expected an integer"}},
     {0,
      0,
      "{\"num_heads\":2,\"head_dim\":0}",
@@ -2346,7 +2346,7 @@ static const struct {
      422,
      "invalid_type",
      "ttl_s",
-     {"ttl_s must be an integer"}},
+     {"ttl_s is a fractional number", "expected an integer"}},
     {0,
      0,
      "{" PRE ",\"max_tokens\":513}",
@@ -2665,14 +2665,14 @@ static const struct {
      422,
      "invalid_type",
      "length",
-     {"length must be an integer"}},
+     {"length is a string", "expected an integer"}},
     {'Z',
      "/truncate",
      "{\"length\":1.5}",
      422,
      "invalid_type",
      "length",
-     {"length must be an integer"}},
+     {"length is a fractional number", "expected an integer"}},
     {'Z',
      "/truncate",
      "{}",
@@ -3671,6 +3671,42 @@ START_TEST(test_null_members_with_layer) {
 }
 END_TEST
 
+/* An integer member may be spelt as a number of integral value (2.0, 4e0),
+ * as JSON Schema's "integer" (docs/openapi.json, OpenAPI 3.1) and /v1
+ * take it; a fractional one stays invalid_type (test_bad_requests). Once
+ * "num_heads must be an integer" at create and "length must be an
+ * integer" at truncate, while a step took "expected_length": 1.0. */
+START_TEST(test_integral_reals) {
+  sh_client_t c;
+  sh_client_init(&c, fx.port);
+  char id[40];
+  json_t *in = create(&c,
+                      "{\"num_heads\":2.0,\"num_kv_heads\":1e0,\"head_dim\":"
+                      "4.0,\"v_head_dim\":4E0,\"rope\":{\"dims\":2.0},"
+                      "\"max_tokens\":8.0,\"ttl_s\":30.0}",
+                      id);
+  ck_assert_int_eq(ji(in, "num_heads"), 2);
+  ck_assert_int_eq(ji(in, "num_kv_heads"), 1);
+  ck_assert_int_eq(ji(in, "head_dim"), 4);
+  ck_assert_int_eq(ji(in, "v_head_dim"), 4);
+  ck_assert_int_eq(ji(json_object_get(in, "rope"), "dims"), 2);
+  ck_assert_int_eq(ji(in, "max_tokens"), 8);
+  ck_assert_int_eq(ji(in, "ttl_s"), 30);
+  json_decref(in);
+  sh_resp_t r = call_id(&c, "POST", id, "/attention",
+                        "{\"query\":[[1,2,3,4,5,6,7,8],[1,2,3,4,5,6,7,8]],"
+                        "\"key\":[[1,2,3,4],[1,2,3,4]],\"value\":[[1,2,3,4],"
+                        "[1,2,3,4]],\"expected_length\":0.0}");
+  ck_assert_msg(r.status == 200, "%ld: %s", r.status, r.body);
+  sh_resp_free(&r);
+  r = call_id(&c, "POST", id, "/truncate", "{\"length\":1.0}");
+  in = json_reply(&r, 200);
+  ck_assert_int_eq(ji(in, "length"), 1);
+  json_decref(in);
+  sh_client_free(&c);
+}
+END_TEST
+
 /* A fork takes no members, and refuses them as every other endpoint does:
  * {"length": 1} (a client that means "fork at 1") is 422 unknown_field
  * "length", and "{" 400 invalid_json (once 201 for both, the body never
@@ -3841,6 +3877,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_rope_field_paths);
   tcase_add_test(tc, test_fork_takes_no_members);
   tcase_add_test(tc, test_null_members_with_layer);
+  tcase_add_test(tc, test_integral_reals);
   tcase_add_test(tc, test_refused_step_pages);
   tcase_add_test(tc, test_kv_used_counts_sessions);
   tcase_add_test(tc, test_cache_below_one_session);

@@ -62,25 +62,17 @@ static int only(const json_t *obj, const char *const *known,
   return only_at(obj, "", known, err);
 }
 
-/* Integer member `key` of obj, whose path is `field`, in [lo, hi]; *out
- * untouched when absent or null. Returns 1 when given, 0 when not, -1 with
- * err. */
+/* Integer member `key` of obj, whose path is `field`, in [lo, hi], read
+ * as /v1 reads one (attnd__dec_int: 2.0 is 2); *out untouched when absent
+ * or null. Returns 1 when given, 0 when not, -1 with err. */
 static int get_int_at(const json_t *obj, const char *key, const char *field,
                       int64_t lo, int64_t hi, int64_t *out,
                       attnd_error_t *err) {
   const json_t *v = json_object_get(obj, key);
   if (v == NULL || json_is_null(v))
     return 0;
-  if (!json_is_integer(v))
-    return attnd_error_set(err, ATTND_ERR_INVALID_TYPE, field,
-                           "%s must be an integer", field);
-  int64_t x = json_integer_value(v);
-  if (x < lo || x > hi)
-    return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, field,
-                           "%s is %lld; expected %lld to %lld", field,
-                           (long long)x, (long long)lo, (long long)hi);
-  *out = x;
-  return 1;
+  dec_t d = {.err = err}; /* its integers need no request */
+  return attnd__dec_int(&d, v, field, field, lo, hi, out) < 0 ? -1 : 1;
 }
 
 static int get_int(const json_t *obj, const char *key, int64_t lo, int64_t hi,
