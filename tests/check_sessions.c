@@ -2402,7 +2402,7 @@ static const struct {
      422,
      "invalid_value",
      "rope.style",
-     {"\"half\" or \"interleaved\""}},
+     {"rope.style is \"x\"", "\"half\", \"interleaved\""}},
     {0,
      0,
      "{" PRE ",\"rope\":{\"theta\":-1}}",
@@ -3641,6 +3641,14 @@ START_TEST(test_rope_field_paths) {
        * of such a session was refused (once 201 here) */
       {"{\"num_heads\":2,\"head_dim\":5,\"rope\":{}}", "invalid_value",
        "rope.dims", "rope.dims is 5 (head_dim"},
+      /* a member of the wrong type is invalid_type, as in /v1's rope (once
+       * invalid_value, "must be a number above 0") */
+      {"{" PRE ",\"rope\":{\"theta\":\"x\"}}", "invalid_type", "rope.theta",
+       "rope.theta is a string"},
+      {"{" PRE ",\"rope\":{\"style\":3}}", "invalid_type", "rope.style",
+       "rope.style is a number"},
+      {"{" PRE ",\"rope\":{\"theta\":0}}", "invalid_value", "rope.theta",
+       "above 0"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     sh_resp_t r = call(&c, "POST", "/v1/sessions", cases[i].body);

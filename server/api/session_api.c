@@ -121,15 +121,23 @@ static int get_rope(const json_t *obj, int64_t Dh, attn_rope_t *rp,
                            "\"style\"}");
   if (only_at(r, "rope", known, err) < 0)
     return -1;
-  rp->style = ATTN_ROPE_HALF;
+  static const char *const styles[] = {"half", "interleaved", NULL};
+  int style = 0;
+  if (attnd__dec_enum(err, r, "style", "rope.style", styles, &style) < 0)
+    return -1;
+  rp->style = style ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF;
   rp->theta = 10000;
-  const json_t *t = json_object_get(r, "theta"),
-               *s = json_object_get(r, "style");
+  const json_t *t = json_object_get(r, "theta");
   if (t && !json_is_null(t)) {
-    if (!json_is_number(t) || !isfinite(json_number_value(t)) ||
-        json_number_value(t) <= 0)
+    char num[32];
+    if (!json_is_number(t))
+      return attnd_error_set(err, ATTND_ERR_INVALID_TYPE, "rope.theta",
+                             "rope.theta is %s; expected a number",
+                             attnd__json_type(t));
+    if (!isfinite(json_number_value(t)) || json_number_value(t) <= 0)
       return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "rope.theta",
-                             "rope.theta must be a number above 0");
+                             "rope.theta is %s; it must be above 0",
+                             attnd__dec_num(json_number_value(t), num));
     rp->theta = json_number_value(t);
   }
   if (get_int_at(r, "dims", "rope.dims", 2, Dh, &rp->dims, err) < 0)
@@ -146,13 +154,6 @@ static int get_rope(const json_t *obj, int64_t Dh, attn_rope_t *rp,
                            "must be even: give an even rope.dims below "
                            "head_dim",
                            (long long)Dh);
-  if (s && !json_is_null(s)) {
-    const char *v = json_is_string(s) ? json_string_value(s) : "";
-    if (strcmp(v, "half") != 0 && strcmp(v, "interleaved") != 0)
-      return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "rope.style",
-                             "rope.style must be \"half\" or \"interleaved\"");
-    rp->style = v[0] == 'h' ? ATTN_ROPE_HALF : ATTN_ROPE_INTERLEAVED;
-  }
   return 0;
 }
 
