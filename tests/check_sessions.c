@@ -3825,6 +3825,40 @@ START_TEST(test_cache_below_one_session) {
 }
 END_TEST
 
+/* A session past its ttl_s that a create's eviction meets before a sweep
+ * (they run at most once a second) has ended after its ttl_s, as docs/
+ * sessions.md says: 404 unknown_session and cause "expired", not 410
+ * session_evicted and cause "evicted" (once both, about half a second
+ * in each second). The sleeps order the events; no bound is asserted. */
+START_TEST(test_expired_not_evicted) {
+  const char *args[] = {"--kv-cache-bytes", "8192", NULL}; /* 2 sessions */
+  sh_server_t srv;
+  start(&srv, args);
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  char ida[40], idb[40], idc[40];
+  json_decref(create(&c, "{" PRE "}", idb)); /* a sweep: the next is 1 s on */
+  usleep(500000);
+  json_decref(create(&c, "{" PRE ",\"ttl_s\":1}", ida));
+  usleep(600000);
+  /* a sweep, before a expires; b becomes the most recently used */
+  sh_resp_t r = call_id(&c, "POST", idb, "/truncate", "{\"length\":0}");
+  ck_assert_msg(r.status == 200, "%ld: %s", r.status, r.body);
+  sh_resp_free(&r);
+  usleep(600000);
+  /* a is past its ttl_s, the next sweep not due: the create needs a's room */
+  json_decref(create(&c, "{" PRE "}", idc));
+  r = call_id(&c, "GET", ida, "", NULL);
+  sh_assert_error(&r, 404, "unknown_session", "session", ida, "ttl_s", NULL);
+  sh_resp_free(&r);
+  ck_assert(ends(srv.port, "expired") == 1);
+  ck_assert(ends(srv.port, "evicted") == 0);
+  json_decref(get_info(&c, idb));
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -3889,6 +3923,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_refused_step_pages);
   tcase_add_test(tc, test_kv_used_counts_sessions);
   tcase_add_test(tc, test_cache_below_one_session);
+  tcase_add_test(tc, test_expired_not_evicted);
   suite_add_tcase(su, tc);
 
   tc = tcase_create("load");

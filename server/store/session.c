@@ -336,15 +336,20 @@ static int drop_free(pool_t *pl, size_t keep) {
 
 static void session_unref(attnd_sessions_t *st, attnd_session_t *s);
 static void end_session(attnd_sessions_t *st, attnd_session_t *s, int evicted);
+static int expired(const attnd_session_t *s, double now);
 
 /* Evicts the least recently used idle session other than `keep` whose
  * pages live in `pl` (NULL: any session, as each holds its cost in the
- * host pool). Returns whether there was one. */
+ * host pool). One past its ttl_s that no sweep has ended yet ends as
+ * expired, not evicted: its id answers 404, as docs/sessions.md says.
+ * Returns whether there was one. */
 static int evict_one(attnd_sessions_t *st, const attnd_session_t *keep,
                      const pool_t *pl) {
   for (attnd_session_t *s = st->lru_head; s; s = s->lru_next)
     if (s != keep && (pl == NULL || s->pool == pl)) {
-      end_session(st, s, 1);
+      int due = expired(s, attnd_now_ms());
+      st->stats.expired += due;
+      end_session(st, s, !due);
       return 1;
     }
   return 0;
