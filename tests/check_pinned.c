@@ -239,7 +239,11 @@ static void *hammer(void *arg) {
 }
 
 START_TEST(test_pool_threads) {
-  start_pool(24 * MIN); /* room for half of what they may hold at once */
+  /* room for half of what one of them may hold at once (8 blocks of up to
+   * 2 MIN): full at times even where the scheduler runs them one after
+   * another (with 24 MIN, half of what all four may hold, a loaded machine
+   * ran them so and the pool never filled) */
+  start_pool(8 * MIN);
   pthread_t t[4];
   for (uintptr_t i = 0; i < 4; i++)
     ck_assert_int_eq(pthread_create(&t[i], NULL, hammer, (void *)(i + 1)), 0);
