@@ -31,9 +31,10 @@
  *     the decode columns, JSON and picture; a layer's sessions; sessions
  *     deleted behind its back created again, counted, and carried to the
  *     end with their checks passing; the options it refuses;
- *   - bad usage (a malformed --url, a relative --path, an empty value, a
- *     --out it cannot write, options of another mode): exit status 2 at
- *     once, the reason on stderr, no report written;
+ *   - bad usage (a malformed --url, a relative --path, an empty value,
+ *     whole or in a list, a --out it cannot write, options of another
+ *     mode): exit status 2 at once, the reason on stderr, no report
+ *     written;
  *   - a port that refuses connections, with --verify: the replies that
  *     never came counted as missing, not wrong; stderr naming the reports
  *     written, and where, and that a second run replaced them.
@@ -896,7 +897,12 @@ START_TEST(test_usage) {
       {{"--connections", "4", NULL},
        "--connections is an option of the open loop"},
       {{"--arrival", "uniform", NULL},
-       "--arrival is an option of the open loop"}};
+       "--arrival is an option of the open loop"},
+      /* an empty value inside a list, as the docs promise for a whole one */
+      {{"--lengths", "16,,32", NULL}, "--lengths: an empty value in '16,,32'"},
+      {{"--concurrency", ",1", NULL}, "--concurrency: an empty value in ',1'"},
+      {{"--lengths", "16,", NULL}, "--lengths: an empty value in '16,'"},
+      {{"--lengths", ",", NULL}, "--lengths: an empty value in ','"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     scratch_t sc;
     scratch_init(&sc);

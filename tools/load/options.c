@@ -239,16 +239,18 @@ static int set_option(opts_t *opts, const opt_t *o, const char *v) {
     if (strlen(v) >= sizeof buf)
       return bad("%s: '%.40s...' is longer than 1023 characters", o->name, v);
     snprintf(buf, sizeof buf, "%s", v);
-    char *save = NULL;
-    for (char *t = strtok_r(buf, ",", &save); t;
-         t = strtok_r(NULL, ",", &save)) {
+    /* split at every comma, not at runs of them (strtok): "128,,512" and
+     * "128," hold an empty value, refused as a whole empty value is */
+    for (char *t = buf, *comma = buf; comma; t = comma + 1) {
+      if ((comma = strchr(t, ',')) != NULL)
+        *comma = 0;
+      if (*t == 0)
+        return bad("%s: an empty value in '%s'", o->name, v);
       if (l.n == MAX_LIST)
         return bad("%s: more than 64 values in '%s'", o->name, v);
       if (parse_num(o, t, o->kind == O_INT_LIST, &l.v[l.n++]) < 0)
         return -1;
     }
-    if (l.n == 0)
-      return bad("%s: no value in '%s'", o->name, v);
     memcpy(dst, &l, sizeof l);
     return 0;
   }
