@@ -32,9 +32,9 @@
  *     deleted behind its back created again, counted, and carried to the
  *     end with their checks passing; the options it refuses;
  *   - bad usage (a malformed --url, a relative --path, an empty value,
- *     whole or in a list, a --out it cannot write, options of another
- *     mode): exit status 2 at once, the reason on stderr, no report
- *     written;
+ *     whole or in a list, a value left out before the next option, a
+ *     --out it cannot write, options of another mode): exit status 2 at
+ *     once, the reason on stderr, no report written;
  *   - a port that refuses connections, with --verify: the replies that
  *     never came counted as missing, not wrong; stderr naming the reports
  *     written, and where, and that a second run replaced them.
@@ -902,7 +902,13 @@ START_TEST(test_usage) {
       {{"--lengths", "16,,32", NULL}, "--lengths: an empty value in '16,,32'"},
       {{"--concurrency", ",1", NULL}, "--concurrency: an empty value in ',1'"},
       {{"--lengths", "16,", NULL}, "--lengths: an empty value in '16,'"},
-      {{"--lengths", ",", NULL}, "--lengths: an empty value in ','"}};
+      {{"--lengths", ",", NULL}, "--lengths: an empty value in ','"},
+      /* a value left out: the next option is not taken for it */
+      {{"--name", "--quiet", NULL},
+       "--name needs a value, not the option --quiet"},
+      {{"--lengths", "--quiet", NULL},
+       "--lengths needs a value, not the option --quiet"},
+      {{"--duration", NULL}, "--duration needs a value"}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     scratch_t sc;
     scratch_init(&sc);

@@ -404,6 +404,14 @@ static int check_url(const char *url) {
   return 0;
 }
 
+/* The option of the table named `arg`, or NULL. */
+static const opt_t *find_option(const char *arg) {
+  for (size_t k = 0; k < NOPTS; k++)
+    if (strcmp(arg, options[k].name) == 0)
+      return &options[k];
+  return NULL;
+}
+
 /* Parses the command line into `o`, then derives the rest. */
 int load_parse_args(int argc, char **argv, opts_t *o) {
   *o = (opts_t){.method = -1};
@@ -417,10 +425,7 @@ int load_parse_args(int argc, char **argv, opts_t *o) {
       print_usage(stdout);
       exit(0);
     }
-    const opt_t *opt = NULL;
-    for (size_t k = 0; k < NOPTS && opt == NULL; k++)
-      if (strcmp(argv[i], options[k].name) == 0)
-        opt = &options[k];
+    const opt_t *opt = find_option(argv[i]);
     if (opt == NULL)
       return bad("unknown option %s%s", argv[i], "");
     given[opt - options] = 1;
@@ -428,6 +433,11 @@ int load_parse_args(int argc, char **argv, opts_t *o) {
       memcpy((char *)o + opt->off, &one, sizeof one);
     else if (i + 1 >= argc)
       return bad("%s needs a value%s", argv[i], "");
+    /* an option where the value should be is a value left out: taken as
+     * one, "--name --quiet" wrote --quiet.csv and was not quiet */
+    else if (find_option(argv[i + 1]) || strcmp(argv[i + 1], "--help") == 0 ||
+             strcmp(argv[i + 1], "-h") == 0)
+      return bad("%s needs a value, not the option %s", argv[i], argv[i + 1]);
     else if (set_option(o, opt, argv[++i]) < 0)
       return -1;
   }
