@@ -8,6 +8,9 @@
  *     sets from uniform to twelve decades wide within LOAD_HIST_PRECISION;
  *     exact min, max and mean; empty, negative and huge values;
  *   - Server-Timing values as attnd writes them, reordered, partial, bad;
+ *     and, from a scripted server, in several header lines (attnd's
+ *     metrics one a line, or followed by a proxy's line): every reply and
+ *     every decode step timed, in both engines;
  *   - the generator: shapes and tensors for a table of options in each
  *     encoding, the FLOP count, seeds that reproduce and seeds that differ,
  *     every option visible in the JSON, the sizes it refuses;
@@ -33,7 +36,8 @@
  *     reference of the whole sequence (with and without rope) and the
  *     wrong ones refused with their reasons, and the decode columns, JSON
  *     and SVG panel;
- *   - the decode engine against a scripted loopback server: a wrong 2xx
+ *   - the decode engine against a scripted loopback server (its own
+ *     tcase): a wrong 2xx
  *     (a creation without its id, a prefill's wrong length) counted once,
  *     as an error and not as a success too, and a server whose every
  *     reply is wrong leading to the session's abandonment, not to retries
@@ -1956,28 +1960,46 @@ START_TEST(test_open_loop_uniform_count) {
 }
 END_TEST
 
-/* ---- the decode engine against a scripted server --------------------------
+/* ---- the engines against a scripted server --------------------------------
  *
  * A loopback server on a thread of its own, one request a connection
  * (Connection: close), that speaks just enough of the sessions' API: a
- * creation gets an id, an attention request the "length" of a prefill of
- * `prefill` tokens (the runs here have no one-token steps), a deletion
- * 204. The request with index `bad_at`, in arrival order (every request
- * when it is -1), gets a 2xx that is wrong instead: a creation without its
- * id, or a length not the one due. */
+ * creation gets an id, an attention request the "length" due after it
+ * (its expected_length plus the `prefill` tokens of a prefill, which
+ * starts at 0, or plus the one token of a step), a deletion 204; any
+ * other request is answered as an attention request. The request with
+ * index `bad_at`, in arrival order (every request when it is -1), gets a
+ * 2xx that is wrong instead: a creation without its id, or a length not
+ * the one due. Every reply carries the header lines `extra`. */
 
 typedef struct fake {
   int fd, port;
   int bad_at;
   int64_t prefill;
-  int n; /* requests answered */
+  const char *extra; /* "Name: value\r\n" lines, or NULL */
+  int n;             /* requests answered */
   pthread_t th;
 } fake_t;
 
-/* Reads one request from c: its head and then its body, which it drops;
- * method and path get the request line's. Returns 0, or -1 when the
- * client went away. */
-static int fake_read(int c, char *method, char *path, size_t n) {
+/* Appends p[0..k) to the NUL-terminated tail[0..*tl), keeping its last
+ * 256 bytes (tail has room for 257). */
+static void tail_add(char *tail, size_t *tl, const char *p, size_t k) {
+  if (k > 256) {
+    p += k - 256;
+    k = 256;
+  }
+  size_t drop = *tl + k > 256 ? *tl + k - 256 : 0;
+  memmove(tail, tail + drop, *tl - drop);
+  memcpy(tail + *tl - drop, p, k);
+  *tl += k - drop;
+  tail[*tl] = 0;
+}
+
+/* Reads one request from c: its head and then its body, which it drops
+ * but for its expected_length (-1 without one); method and path get the
+ * request line's. Returns 0, or -1 when the client went away. */
+static int fake_read(int c, char *method, char *path, size_t n,
+                     long long *expected) {
   char head[8192];
   size_t len = 0;
   char *end = NULL;
@@ -1997,13 +2019,20 @@ static int fake_read(int c, char *method, char *path, size_t n) {
   const char *cl = strcasestr(head, "\r\nContent-Length:");
   long long body = cl ? strtoll(cl + 17, NULL, 10) : 0;
   long long have = (long long)(head + len - (end + 4));
-  char buf[65536];
+  /* expected_length is in the body's last bytes (decode.c writes it after
+   * the tensors): keep them, with the head's share of the body */
+  char buf[65536], tail[257] = "";
+  size_t tl = 0;
+  tail_add(tail, &tl, end + 4, (size_t)have);
   while (have < body) {
     ssize_t k = read(c, buf, sizeof buf);
     if (k <= 0)
       return -1;
     have += k;
+    tail_add(tail, &tl, buf, (size_t)k);
   }
+  const char *e = strstr(tail, "\"expected_length\":");
+  *expected = e ? strtoll(e + 18, NULL, 10) : -1;
   return 0;
 }
 
@@ -2013,8 +2042,9 @@ static void *fake_main(void *arg) {
     int c = accept(f->fd, NULL, NULL);
     if (c < 0)
       return NULL; /* shut down */
-    char method[16], path[256], reply[512], body[128] = "";
-    if (fake_read(c, method, path, sizeof method) == 0) {
+    char method[16], path[256], reply[1024], body[128] = "";
+    long long expected;
+    if (fake_read(c, method, path, sizeof method, &expected) == 0) {
       int i = f->n++, bad = f->bad_at < 0 || i == f->bad_at, code = 200;
       if (strcmp(method, "DELETE") == 0)
         code = 204;
@@ -2022,13 +2052,14 @@ static void *fake_main(void *arg) {
         code = 201;
         snprintf(body, sizeof body,
                  bad ? "{\"max_tokens\":64}" : "{\"session\":\"%032x\"}", 7);
-      } else
-        snprintf(body, sizeof body, "{\"length\":%lld}",
-                 (long long)(bad ? f->prefill + 1 : f->prefill));
+      } else {
+        long long due = expected > 0 ? expected + 1 : f->prefill;
+        snprintf(body, sizeof body, "{\"length\":%lld}", due + bad);
+      }
       int k = snprintf(reply, sizeof reply,
                        "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
-                       "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                       code, strlen(body), body);
+                       "%sContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                       code, f->extra ? f->extra : "", strlen(body), body);
       if (send(c, reply, (size_t)k, MSG_NOSIGNAL) != k)
         f->n = -1000; /* fails the test */
     }
@@ -2058,11 +2089,14 @@ static void fake_stop(fake_t *f) {
   close(f->fd);
 }
 
-/* One session, a prefill of 4 tokens and no steps, run to its end against
- * the scripted server, which answers request `bad_at` wrongly (every one
- * when -1); the server stopped, with f->n its requests, st the run's. */
-static void decode_against(fake_t *f, int bad_at, load_decode_stats_t *st) {
+/* One session, a prefill of 4 tokens and `steps` one-token steps, run to
+ * its end against the scripted server, which answers request `bad_at`
+ * wrongly (every one when -1) and adds `extra` to every reply; the server
+ * stopped, with f->n its requests, st the run's. */
+static void decode_steps_against(fake_t *f, int bad_at, int64_t steps,
+                                 const char *extra, load_decode_stats_t *st) {
   fake_start(f, bad_at, 4);
+  f->extra = extra;
   curl_global_init(CURL_GLOBAL_ALL);
   char base[64], err[256];
   snprintf(base, sizeof base, "http://127.0.0.1:%d", f->port);
@@ -2070,13 +2104,18 @@ static void decode_against(fake_t *f, int bad_at, load_decode_stats_t *st) {
                            .shape = &dec_shape,
                            .sessions = 1,
                            .prefill = 4,
-                           .steps = 0,
+                           .steps = steps,
                            .concurrency = 1,
                            .timeout_s = 10,
                            .seed = 1};
   ck_assert_int_eq(load_decode_stats_init(st), 0);
   ck_assert_msg(load_decode_run(&run, st, err, sizeof err) == 0, "%s", err);
   fake_stop(f);
+}
+
+/* The same with no steps and no extra header lines. */
+static void decode_against(fake_t *f, int bad_at, load_decode_stats_t *st) {
+  decode_steps_against(f, bad_at, 0, NULL, st);
 }
 
 /* One session, a prefill and no steps, against a server that answers one
@@ -2120,6 +2159,69 @@ START_TEST(test_decode_wrong_replies_abandon) {
   ck_assert_int_eq(st.bad_replies, LOAD_DECODE_MAX_FAILS);
   ck_assert_int_eq(load_decode_errors(&st), LOAD_DECODE_MAX_FAILS);
   ck_assert_int_eq(st.ok, 0);
+  load_decode_stats_free(&st);
+}
+END_TEST
+
+/* ---- Server-Timing in several header lines --------------------------------
+ *
+ * RFC 9110 lets a field be sent as several lines, one list, and a proxy in
+ * front of attnd (a CDN, a balancer) adds its own Server-Timing line after
+ * attnd's. Each case gives the server's metrics in lines of its own or
+ * followed by a proxy's line with none of them: every reply is timed, with
+ * the durations its lines hold. Caught: each line replaced what the lines
+ * before it found, so the proxy's line left the reply untimed. */
+
+static const char *const timing_lines[] = {
+    "Server-Timing: queue;dur=0.25, compute;dur=1.5, total;dur=3\r\n"
+    "Server-Timing: cdn-cache;desc=MISS, edge;dur=9\r\n",
+    "Server-Timing: queue;dur=0.25\r\n"
+    "Server-Timing: compute;dur=1.5\r\nServer-Timing: total;dur=3\r\n"};
+
+/* The request engine: three requests, each timed. */
+START_TEST(test_server_timing_lines) {
+  fake_t f;
+  fake_start(&f, 1 << 30, 4);
+  f.extra = timing_lines[_i];
+  curl_global_init(CURL_GLOBAL_ALL);
+  char url[64], err[256];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/x", f.port);
+  load_run_t run = {.url = url,
+                    .mode = LOAD_CLOSED,
+                    .concurrency = 1,
+                    .requests = 3,
+                    .timeout_s = 10};
+  load_stats_t st;
+  ck_assert_int_eq(load_stats_init(&st), 0);
+  ck_assert_msg(load_client_run(&run, &st, err, sizeof err) == 0, "%s", err);
+  fake_stop(&f);
+  ck_assert_int_eq(st.ok, 3);
+  ck_assert_msg(st.timed == 3, "%lld of 3 replies timed", (long long)st.timed);
+  const load_hist_t *h[3] = {st.queue, st.compute, st.total};
+  const int64_t us[3] = {250, 1500, 3000};
+  for (int k = 0; k < 3; k++) {
+    ck_assert_int_eq(h[k]->count, 3);
+    ck_assert_int_eq(h[k]->min, us[k]);
+    ck_assert_int_eq(h[k]->max, us[k]);
+  }
+  load_stats_free(&st);
+}
+END_TEST
+
+/* The decode engine: a session's two one-token steps, each timed (the
+ * engine times steps only). */
+START_TEST(test_decode_server_timing_lines) {
+  fake_t f;
+  load_decode_stats_t st;
+  decode_steps_against(&f, 1 << 30, 2, timing_lines[_i], &st);
+  ck_assert_int_eq(st.sessions_done, 1);
+  ck_assert_int_eq(st.steps_ok, 2);
+  ck_assert_msg(st.timed == 2, "%lld of 2 steps timed", (long long)st.timed);
+  ck_assert_int_eq(st.queue->count, 2);
+  ck_assert_int_eq(st.queue->max, 250);
+  ck_assert_int_eq(st.compute->count, 2);
+  ck_assert_int_eq(st.compute->min, 1500);
+  ck_assert_int_eq(st.compute->max, 1500);
   load_decode_stats_free(&st);
 }
 END_TEST
@@ -2179,6 +2281,11 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_loop_test(tc, test_decode_bad_reply_counts_once, 0, 2);
   tcase_add_test(tc, test_decode_wrong_replies_abandon);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("server_timing_lines");
+  tcase_add_loop_test(tc, test_server_timing_lines, 0, 2);
+  tcase_add_loop_test(tc, test_decode_server_timing_lines, 0, 2);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("open_loop");

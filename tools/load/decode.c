@@ -334,7 +334,7 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud) {
   size_t n = size * nmemb;
   static const char name[] = "Server-Timing:";
   if (n > sizeof name - 1 && strncasecmp(p, name, sizeof name - 1) == 0)
-    s->timing =
+    s->timing |= /* a field may come in several lines: one list */
         load_server_timing_parse(p + sizeof name - 1, n - (sizeof name - 1),
                                  &s->queue_ms, &s->compute_ms, &s->total_ms);
   return n;
