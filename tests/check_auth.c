@@ -330,9 +330,16 @@ START_TEST(test_request) {
                   "case %zu", i);
   for (int w = ATTND_AUTH_MISSING; w <= ATTND_AUTH_INVALID; w++)
     ck_assert(strlen(attnd_auth_message(w)) > 10);
-  ck_assert_str_eq(attnd_auth_challenge(0), "Bearer realm=\"attnd\"");
-  ck_assert_str_eq(attnd_auth_challenge(1),
-                   "Bearer realm=\"attnd\", error=\"invalid_token\"");
+  /* RFC 6750 3.1: an error code only for a request by the Bearer scheme */
+  static const char *const plain[] = {NULL, "",         "Basic YTpi",
+                                      "k1", "Bearerk1", "Token k1"};
+  for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+    ck_assert_str_eq(attnd_auth_challenge(plain[i]), "Bearer realm=\"attnd\"");
+  static const char *const bearer_hdrs[] = {"Bearer", "bearer k", " BEARER\tk",
+                                            "Bearer k1 k2"};
+  for (size_t i = 0; i < sizeof bearer_hdrs / sizeof bearer_hdrs[0]; i++)
+    ck_assert_str_eq(attnd_auth_challenge(bearer_hdrs[i]),
+                     "Bearer realm=\"attnd\", error=\"invalid_token\"");
   attnd_auth_free(&a);
 }
 END_TEST

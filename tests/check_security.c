@@ -186,13 +186,22 @@ START_TEST(test_keys) {
    * the client's text */
   assert_header(&r, "X-Content-Type-Options", "nosniff");
   sh_resp_free(&r), fails++;
-  static const char *const bad[] = {"Basic " KEY1, "Bearer", KEY1,
-                                    "Bearer " KEY1 " " KEY2};
+  /* RFC 6750 3.1: error="invalid_token" only for a Bearer token; a
+   * request by another scheme, or none, lacks authentication information
+   * for this scheme and gets the challenge alone */
+  static const struct {
+    const char *authz;
+    int bearer;
+  } bad[] = {{"Basic " KEY1, 0},        {KEY1, 0},
+             {"Bearerish " KEY1, 0},    {"Bearer", 1},
+             {"bearer\t" KEY1 "\"", 1}, {"Bearer " KEY1 " " KEY2, 1}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    r = CALL(p, .path = "/v1/info", .authz = bad[i]);
+    r = CALL(p, .path = "/v1/info", .authz = bad[i].authz);
     sh_assert_error(&r, 401, "unauthorized", NULL, "not 'Bearer <key>'", NULL);
     assert_header(&r, "WWW-Authenticate",
-                  "Bearer realm=\"attnd\", error=\"invalid_token\"");
+                  bad[i].bearer
+                      ? "Bearer realm=\"attnd\", error=\"invalid_token\""
+                      : "Bearer realm=\"attnd\"");
     assert_no_keys(r.body, "a 401 body");
     sh_resp_free(&r), fails++;
   }

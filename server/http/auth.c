@@ -33,14 +33,24 @@ int attnd_auth_equal(const uint8_t *a, const uint8_t *b, size_t n) {
   return d == 0;
 }
 
-int attnd_auth_bearer(const char *h, const char **tok, size_t *len) {
+/* Where the credentials of a header of the Bearer scheme (case-insensitive,
+ * RFC 9110 11.1) start, just past "Bearer", or NULL for another scheme or
+ * none. */
+static const char *bearer_scheme(const char *h) {
   if (h == NULL)
-    return -1;
+    return NULL;
   while (*h == ' ' || *h == '\t')
     h++;
-  if (strncasecmp(h, "Bearer", 6) != 0 || (h[6] != ' ' && h[6] != '\t'))
+  if (strncasecmp(h, "Bearer", 6) != 0 ||
+      (h[6] != ' ' && h[6] != '\t' && h[6] != 0))
+    return NULL;
+  return h + 6;
+}
+
+int attnd_auth_bearer(const char *h, const char **tok, size_t *len) {
+  h = bearer_scheme(h);
+  if (h == NULL || (*h != ' ' && *h != '\t'))
     return -1;
-  h += 6;
   while (*h == ' ' || *h == '\t')
     h++;
   size_t n = 0;
@@ -281,7 +291,10 @@ const char *attnd_auth_message(attnd_auth_result_t why) {
   }
 }
 
-const char *attnd_auth_challenge(int presented) {
-  return presented ? "Bearer realm=\"attnd\", error=\"invalid_token\""
-                   : "Bearer realm=\"attnd\"";
+const char *attnd_auth_challenge(const char *authorization) {
+  /* RFC 6750 3.1: a request by another scheme (or none) lacks this one's
+   * authentication information, and gets no error code */
+  return bearer_scheme(authorization)
+             ? "Bearer realm=\"attnd\", error=\"invalid_token\""
+             : "Bearer realm=\"attnd\"";
 }

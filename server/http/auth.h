@@ -94,9 +94,12 @@ attnd_auth_result_t attnd_auth_request(const attnd_auth_t *a, const char *path,
 /* The 401 reply's message for `why` (a static string, naming no key). */
 const char *attnd_auth_message(attnd_auth_result_t why);
 
-/* The WWW-Authenticate value of a 401 (RFC 6750): error="invalid_token"
- * when the client `presented` an Authorization header. Static. */
-const char *attnd_auth_challenge(int presented);
+/* The WWW-Authenticate value of a 401 to a request with this
+ * Authorization header (NULL when absent), per RFC 6750 3.1:
+ * error="invalid_token" when the header is of the Bearer scheme (a token
+ * that is wrong, malformed or missing), none for another scheme, which
+ * holds no bearer token. Static. */
+const char *attnd_auth_challenge(const char *authorization);
 
 /* The number of keys in force. Any thread. */
 size_t attnd_auth_count(const attnd_auth_t *a);

@@ -16,10 +16,10 @@ static void add_header(void *resp, const char *name, const char *value) {
  * allowed Origin (a preflight's, or the exposed headers). */
 static void add_security_headers(attnd_http_req_t *r, struct MHD_Response *resp,
                                  int status) {
-  const char *authz =
-      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
   if (status == 401)
-    add_header(resp, "WWW-Authenticate", attnd_auth_challenge(authz != NULL));
+    add_header(resp, "WWW-Authenticate",
+               attnd_auth_challenge(MHD_lookup_connection_value(
+                   r->conn, MHD_HEADER_KIND, "Authorization")));
   attnd_cors_headers(
       &r->srv->cors,
       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin"),
