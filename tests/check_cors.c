@@ -20,12 +20,13 @@ static void collect(void *arg, const char *name, const char *value) {
 
 #define EXPOSE                                                                 \
   "Access-Control-Expose-Headers: Server-Timing, X-Request-Id, "               \
-  "Retry-After\n"
+  "Retry-After, Inference-Header-Content-Length\n"
 
 /* The end of every preflight's headers. */
 #define PREFLIGHT                                                              \
   "Access-Control-Allow-Headers: Authorization, Content-Type, "                \
-  "X-Request-Id\nAccess-Control-Max-Age: 600\n"
+  "Content-Encoding, Inference-Header-Content-Length, X-Request-Id\n"          \
+  "Access-Control-Max-Age: 600\n"
 
 static const struct {
   const char *list, *origin;

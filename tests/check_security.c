@@ -709,6 +709,48 @@ START_TEST(test_cors) {
   assert_header_has(&r, "Access-Control-Expose-Headers", "X-Request-Id");
   ck_assert(has_header(&r, "Server-Timing"));
   sh_resp_free(&r);
+  /* the request headers attnd reads beyond the safelisted ones: a page
+   * that sends OIP's binary data or a compressed body asks for them in
+   * its preflight, and the browser sends nothing unless each is allowed;
+   * the binary reply's own header is exposed, since the page needs it to
+   * split the JSON from the tensors */
+  static const char *const oip_preflight[] = {
+      "Access-Control-Request-Method: POST",
+      "Access-Control-Request-Headers: authorization, content-encoding, "
+      "content-type, inference-header-content-length",
+      NULL};
+  r = CALL(p, .method = "OPTIONS", .path = "/v2/models/attention/infer",
+           .origin = app, .extra = oip_preflight);
+  ck_assert_int_eq(r.status, 204);
+  assert_header_has(&r, "Access-Control-Allow-Headers", "Content-Encoding");
+  assert_header_has(&r, "Access-Control-Allow-Headers",
+                    "Inference-Header-Content-Length");
+  sh_resp_free(&r);
+  static const char oip[] =
+      "{\"inputs\":[{\"name\":\"query\",\"datatype\":\"FP32\",\"shape\":"
+      "[1,2],\"data\":[1,2]}],\"parameters\":{\"num_heads\":1,"
+      "\"binary_data_output\":true}}";
+  char ka[64];
+  snprintf(ka, sizeof ka, "Authorization: Bearer %s", KEY1);
+  char oa[64];
+  snprintf(oa, sizeof oa, "Origin: %s", app);
+  const char *oh[] = {ka, oa, NULL};
+  sh_req_t q = {.method = "POST",
+                .path = "/v2/models/attention/infer",
+                .content_type = "application/json",
+                .body = oip,
+                .len = strlen(oip),
+                .headers = oh,
+                .timeout_ms = 10000};
+  sh_client_t cl;
+  sh_client_init(&cl, p);
+  sh_http(&cl, &q, &r);
+  sh_client_free(&cl);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
+  ck_assert(has_header(&r, "Inference-Header-Content-Length"));
+  assert_header_has(&r, "Access-Control-Expose-Headers",
+                    "Inference-Header-Content-Length");
+  sh_resp_free(&r);
   /* a 401 carries them too, so that the page can read the error */
   r = CALL(p, .method = "POST", .path = "/v1/attention",
            .origin = "http://localhost:3000");

@@ -77,13 +77,17 @@ void attnd_cors_headers(const attnd_cors_t *c, const char *origin,
   add(arg, "Access-Control-Allow-Origin", c->any ? "*" : origin);
   if (!preflight) {
     add(arg, "Access-Control-Expose-Headers",
-        "Server-Timing, X-Request-Id, Retry-After");
+        "Server-Timing, X-Request-Id, Retry-After, "
+        "Inference-Header-Content-Length");
     return;
   }
   char m[64];
   snprintf(m, sizeof m, "%s, OPTIONS", methods ? methods : "GET, HEAD, POST");
   add(arg, "Access-Control-Allow-Methods", m);
+  /* every request header attnd reads that is not CORS-safelisted: a
+   * browser sends none that the preflight does not allow */
   add(arg, "Access-Control-Allow-Headers",
-      "Authorization, Content-Type, X-Request-Id");
+      "Authorization, Content-Type, Content-Encoding, "
+      "Inference-Header-Content-Length, X-Request-Id");
   add(arg, "Access-Control-Max-Age", "600");
 }

@@ -7,9 +7,10 @@
  * http://localhost:3000"), compared case-insensitively with a request's
  * Origin header. A preflight (OPTIONS) is answered 204 with the route's
  * methods and the request headers a caller may send (Authorization,
- * Content-Type, X-Request-Id); every other reply to an allowed origin
- * names it and exposes Server-Timing, X-Request-Id and Retry-After to the
- * page's script.
+ * Content-Type, Content-Encoding, Inference-Header-Content-Length,
+ * X-Request-Id); every other reply to an allowed origin names it and
+ * exposes Server-Timing, X-Request-Id, Retry-After and
+ * Inference-Header-Content-Length to the page's script.
  *
  * Pure: the headers go out through a callback, so that
  * tests/check_cors.c tests it without a server. */
