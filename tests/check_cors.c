@@ -55,10 +55,11 @@ static const struct {
      "Vary: Origin\nAccess-Control-Allow-Origin: https://a.example\n"
      "Access-Control-Allow-Methods: POST, OPTIONS\n" PREFLIGHT},
     {"https://a.example", "https://b.example", 1, "POST", "Vary: Origin\n"},
-    /* any origin: "*", and no Vary */
+    /* any origin: "*" on every reply, Origin or none, and no Vary */
     {"*", "https://b.example", 0, NULL,
      "Access-Control-Allow-Origin: *\n" EXPOSE},
-    {"*", NULL, 0, NULL, ""},
+    {"*", NULL, 0, NULL, "Access-Control-Allow-Origin: *\n" EXPOSE},
+    {"*", "null", 0, NULL, "Access-Control-Allow-Origin: *\n" EXPOSE},
     {"*", "https://b.example", 1, "GET, HEAD",
      "Access-Control-Allow-Origin: *\n"
      "Access-Control-Allow-Methods: GET, HEAD, OPTIONS\n" PREFLIGHT},

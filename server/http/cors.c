@@ -70,9 +70,13 @@ void attnd_cors_headers(const attnd_cors_t *c, const char *origin,
                         attnd_cors_add_fn add, void *arg) {
   if (!c->enabled)
     return;
-  if (!c->any) /* the reply differs by Origin: caches must key on it */
+  /* The Fetch standard's "CORS protocol and HTTP caches": a list makes
+   * the reply differ by Origin, so caches must key on it; "*" is static,
+   * and goes on every reply, with no Origin too, so that none differs (a
+   * reply kept from a request without Origin may serve a page's). */
+  if (!c->any)
     add(arg, "Vary", "Origin");
-  if (!attnd_cors_allowed(c, origin))
+  if (!c->any && !attnd_cors_allowed(c, origin))
     return;
   add(arg, "Access-Control-Allow-Origin", c->any ? "*" : origin);
   if (!preflight) {

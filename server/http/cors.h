@@ -42,9 +42,10 @@ typedef void (*attnd_cors_add_fn)(void *arg, const char *name,
 
 /* Calls add for each CORS header of a reply to a request with this Origin
  * header (NULL: none): none when CORS is off; Vary: Origin whenever the
- * answer depends on the origin (a list); and, for an allowed origin, the
- * allowed origin and either the preflight's headers (`preflight`, with
- * `methods` the route's methods, OPTIONS added) or the exposed headers.
+ * answer depends on the origin (a list); and, for an allowed origin (with
+ * "*", every request, Origin or none), the allowed origin and either the
+ * preflight's headers (`preflight`, with `methods` the route's methods,
+ * OPTIONS added) or the exposed headers.
  * Values are borrowed for the call only. Any thread. */
 void attnd_cors_headers(const attnd_cors_t *c, const char *origin,
                         int preflight, const char *methods,
