@@ -937,6 +937,48 @@ START_TEST(test_slow_headers) {
 }
 END_TEST
 
+/* docs/security.md: with API keys on, a client without a valid key gets
+ * 401 before its body is read. The headers of a 1 MB body come alone,
+ * with a wrong key (and with Expect: 100-continue, which must not be
+ * answered "100 Continue"): the 401 comes with no byte of the body sent,
+ * and the connection is closed, so that nothing of the body is read or
+ * held. A server that read the body first would not answer at all. */
+START_TEST(test_key_before_body) {
+  const char *args[] = {"--api-keys", KEY1, NULL};
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, args) == 0, "%s", s.log);
+  static const char *const expect[] = {"", "Expect: 100-continue\r\n"};
+  for (int k = 0; k < 2; k++) {
+    char req[512];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                     "Authorization: Bearer " WRONG "\r\n"
+                     "Content-Type: application/json\r\n%s"
+                     "Content-Length: 1000000\r\n\r\n",
+                     expect[k]);
+    int fd = sh_connect(s.port);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(sh_send_all(fd, req, (size_t)n), 0);
+    static char buf[8192];
+    ck_assert_msg(read_head(fd, buf, sizeof buf, 5000),
+                  "%s: no reply to the headers alone: '%s'",
+                  k ? "Expect: 100-continue" : "a body", buf);
+    ck_assert_msg(sh_raw_status(buf) == 401, "%s", buf);
+    /* the 401's body, then the end of the stream */
+    char c[256];
+    ssize_t got = 1;
+    for (double t0 = sh_now(); got > 0 && sh_now() - t0 < 5.0;) {
+      struct pollfd pf = {.fd = fd, .events = POLLIN};
+      got = poll(&pf, 1, 1000) == 1 ? recv(fd, c, sizeof c, 0) : 1;
+    }
+    ck_assert_msg(got <= 0, "the connection stays open after the 401");
+    close(fd);
+  }
+  ck_assert_int_eq((int)sh_metric(s.port, unauthorized), 2);
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("security");
   TCase *tc = tcase_create("keys");
@@ -966,6 +1008,7 @@ Suite *test_suite(void) {
   tc = tcase_create("limits");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_slow_headers);
+  tcase_add_test(tc, test_key_before_body);
   suite_add_tcase(s, tc);
   return s;
 }
