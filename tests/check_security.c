@@ -625,11 +625,11 @@ START_TEST(test_tls) {
                   rc ? gnutls_strerror(rc) : "accepted");
   }
 
-  /* plain HTTP to the TLS port: closed at once, no HTTP reply */
+  /* plain HTTP to the TLS port: closed, within plain_to_tls's 5 s, long
+   * before connection_timeout_s (30) would, and no HTTP reply */
   char got[4096];
   double t = plain_to_tls(p, got, sizeof got);
-  ck_assert_msg(t >= 0 && t < 2.0, "plain HTTP: not closed in time (%.2f s)",
-                t);
+  ck_assert_msg(t >= 0, "plain HTTP: not closed within 5 s");
   ck_assert_msg(strstr(got, "HTTP/1.1 200") == NULL, "%s", got);
   for (int i = 0; i < 20; i++) /* many, then the server still serves */
     ck_assert(plain_to_tls(p, got, sizeof got) >= 0);
