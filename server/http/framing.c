@@ -36,6 +36,7 @@ typedef struct framing {
   const char *bad_value;    /* the name of one whose value has a CR, LF or
                                NUL, */
   const char *bad_char;     /* and which: "a CR", "an LF" or "a NUL" */
+  int n_auth;               /* Authorization field lines */
   int n_host;               /* Host field lines */
   const char *host;         /* the first one's value */
   size_t host_len;
@@ -140,6 +141,8 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
   } else if (strcasecmp(key, "Expect") == 0) {
     int n_continue = 0;
     framing_list(value, "100-continue", &n_continue, f->unmet);
+  } else if (strcasecmp(key, "Authorization") == 0) {
+    f->n_auth++;
   } else if (strcasecmp(key, "Host") == 0 && f->n_host++ == 0) {
     f->host = value;
     f->host_len = value_size;
@@ -159,7 +162,9 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
  * applied twice; 501 not_implemented for a
  * transfer coding other than chunked. Then 400 for a field value with a
  * CR, LF or NUL (RFC 9110 5.5), and for a Host missing from an HTTP/1.1
- * request, given twice, or not a host and port (RFC 9112 3.2); and 417
+ * request, given twice, or not a host and port (RFC 9112 3.2), and for
+ * Authorization given twice (a singleton field, RFC 9110 11.6.2: the key
+ * check and a proxy in front could each read another); and 417
  * expectation_failed for an Expect member other than 100-continue (RFC
  * 9110 10.1.1), which libmicrohttpd would ignore. `version` is the
  * request line's. HTTP thread, first callback. */
@@ -220,6 +225,11 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
                            "Host is '%.80s'; expected a host and an optional "
                            "port (RFC 9112 3.2)",
                            f.host);
+  else if (f.n_auth > 1)
+    *ret = attnd_http_fail(r, ATTND_ERR_BAD_REQUEST, "Authorization",
+                           "Authorization is given %d times; send one (RFC "
+                           "9110 11.6.2, RFC 6750 2)",
+                           f.n_auth);
   else if (f.unmet[0])
     *ret = attnd_http_fail(r, ATTND_ERR_EXPECTATION_FAILED, "Expect",
                            "Expect holds '%s', which attnd cannot meet: the "
