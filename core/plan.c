@@ -694,8 +694,11 @@ static int check_cuda(attn_plan_t *pl, const attn_params_t *p,
                      "kv pages in host memory: the cuda backend attends over "
                      "pages in device memory (attn_cuda_alloc, device = 1); "
                      "use backend cpu");
+  /* the batch items are query's first dimension, the heads num_heads */
   if (pl->B > ATTN_CUDA_MAX_GRID || pl->H > ATTN_CUDA_MAX_GRID)
-    return attn__err(err, ATTN_ENOTSUP, ATTN_FIELD_NUM_HEADS,
+    return attn__err(err, ATTN_ENOTSUP,
+                     pl->B > ATTN_CUDA_MAX_GRID ? ATTN_FIELD_QUERY
+                                                : ATTN_FIELD_NUM_HEADS,
                      "B=%lld, H=%lld: the cuda backend takes at most %d of "
                      "each",
                      (long long)pl->B, (long long)pl->H, ATTN_CUDA_MAX_GRID);

@@ -202,6 +202,33 @@ START_TEST(test_gemm_rows_refused) {
 }
 END_TEST
 
+/* The kernels' grids put the heads in y and the batch items in z, at most
+ * 65535 each (ATTN_CUDA_MAX_GRID): a call of more is refused naming the
+ * input whose dimension is over, the batch in `query`'s first and the
+ * heads in `num_heads`. One float stands in for each tensor, as above. */
+START_TEST(test_grid_refused) {
+  static float x[1];
+  const int64_t n = ATTN_CUDA_MAX_GRID + 1;
+  for (int k = 0; k < 2; k++) {
+    /* k 0: n items of one token; k 1: n heads of one feature */
+    attn_params_t p = {.num_heads = k ? n : 1};
+    p.query =
+        (attn_tensor_t){.data = x, .rank = 3, .dim = {k ? 1 : n, 1, k ? n : 1}};
+    attn_error_t err;
+    int rc = plan_cuda(&p, ATTN_PRECISION_FP32, &err);
+    ck_assert_int_eq(rc, ATTN_ENOTSUP);
+    if (!cuda.built) {
+      ck_assert_str_eq(err.field, "backend");
+      continue;
+    }
+    ck_assert_msg(strcmp(err.field, k ? "num_heads" : "query") == 0,
+                  "%s over 65535 refused naming '%s': %s",
+                  k ? "heads" : "batch items", err.field, err.message);
+    ck_assert_msg(strstr(err.message, "65535") != NULL, "%s", err.message);
+  }
+}
+END_TEST
+
 /* ---- the GPU cases --------------------------------------------------------
  */
 
@@ -1835,6 +1862,7 @@ Suite *test_suite(void) {
   tcase_add_test(t, test_lacking_options_refused);
   tcase_add_test(t, test_wide_heads_refused);
   tcase_add_test(t, test_gemm_rows_refused);
+  tcase_add_test(t, test_grid_refused);
   tcase_add_test(t, test_kv_device_pages_on_cpu);
   tcase_add_test(t, test_weights_on_device_cpu);
   if (cuda.built) {
