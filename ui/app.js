@@ -115,6 +115,12 @@ function layerCausal(l) {
   return l.causal === true ? "bottom_right" : l.causal;
 }
 
+// The layer's default mask.window ({"left": n}, from its sliding window),
+// or null when it has none.
+function layerWindow(l) {
+  return l && l.window && typeof l.window === "object" ? l.window : null;
+}
+
 // ---- the request -------------------------------------------------------
 
 class InputError extends Error {
@@ -397,7 +403,7 @@ function render(reply, built, client) {
   else [B, Lq, Lk] = sh.length === 3 ? sh : [1, ...sh];
   const b = Math.min(Math.max(0, state.batch | 0), B - 1);
   const layer = req.layer ? layerByName(req.layer) : null;
-  const mask = core.maskOf(req, Lq, Lk, layerCausal(layer));
+  const mask = core.maskOf(req, Lq, Lk, layerCausal(layer), layerWindow(layer));
   const { lo, hi } = mask.rows(b);
   const allowed = mask.allowed(b);
   const rb = Math.ceil(Lq / FINE), cb = Math.ceil(Lk / FINE);
@@ -447,7 +453,7 @@ function renderLong(reply, built, client, r0) {
   const H = perHead ? P.shape[P.shape.length - 3] : 1;
   const Lq = built.qLabels.length, Lk = built.labels.length;
   const layer = req.layer ? layerByName(req.layer) : null;
-  const mask = core.maskOf(req, Lq, Lk, layerCausal(layer));
+  const mask = core.maskOf(req, Lq, Lk, layerCausal(layer), layerWindow(layer));
   const { lo, hi } = mask.rows(0);
   const [rb, cb] = w.pool;
   const maps = [];

@@ -299,15 +299,16 @@ export function formatFragment(state) {
 // server decides it (docs/api.md): causal, window and key_lengths leave
 // each query row one interval of keys [lo[i], hi[i]], and mask.allow,
 // broadcast to [B, H, Lq, Lk], masks more where it is false. bias, ALiBi
-// and softcap change scores but mask nothing. `layerCausal` is the
-// layer's default when the request names a layer and sets no causal.
-export function maskOf(req, Lq, Lk, layerCausal) {
+// and softcap change scores but mask nothing. `layerCausal` and
+// `layerWindow` are the layer's defaults when the request names a layer
+// and sets no causal, no window ({} sets none).
+export function maskOf(req, Lq, Lk, layerCausal, layerWindow) {
   const m = (req && req.mask) || {};
   let causal = m.causal;
   if (causal === undefined && req && req.layer) causal = layerCausal;
   if (causal === true) causal = "bottom_right";
   if (causal === "none") causal = false;
-  const win = m.window || null;
+  const win = m.window || (req && req.layer && layerWindow) || null;
   const num = (x) => (x === undefined || x === null ? null : Number(x));
   const left = win ? num(win.left) : null, right = win ? num(win.right) : null;
   const lengths = m.key_lengths ? readTensor(m.key_lengths).data : null;

@@ -29,9 +29,10 @@ const servers = [];
 // however the run ends, no server outlives it
 process.on("exit", () => { for (const s of servers) if (s.proc.exitCode === null) s.proc.kill("SIGKILL"); });
 
-// Starts attnd on a free port with `extra` flags; resolves when it listens.
-function startServer(extra = []) {
-  const args = ["--port", "0", "--host", "127.0.0.1", "--access-log", "off", "--layers", opt.layer, ...extra];
+// Starts attnd on a free port with `extra` flags, holding `layers` (a
+// --layers list); resolves when it listens.
+function startServer(extra = [], layers = opt.layer) {
+  const args = ["--port", "0", "--host", "127.0.0.1", "--access-log", "off", "--layers", layers, ...extra];
   const proc = spawn(opt.attnd, args, { stdio: ["ignore", "ignore", "pipe"] });
   const srv = { proc, log: "", port: 0 };
   servers.push(srv);
@@ -58,6 +59,58 @@ async function stopServer(srv) {
   const t = setTimeout(() => srv.proc.kill("SIGKILL"), 5000);
   await gone;
   clearTimeout(t);
+}
+
+// ---- a layer with a sliding window -----------------------------------------
+
+// Writes float32 tensors {name: [shape, Float32Array]} as a safetensors
+// file: an 8-byte little-endian length, that many bytes of JSON header
+// (each tensor's dtype, shape and [begin, end) byte offsets into the data
+// that follows; padded with spaces to 8 bytes), then the data.
+function writeSafetensors(file, tensors) {
+  const header = {};
+  let size = 0;
+  for (const [name, [shape, data]] of Object.entries(tensors)) {
+    header[name] = { dtype: "F32", shape, data_offsets: [size, size + data.byteLength] };
+    size += data.byteLength;
+  }
+  let json = JSON.stringify(header);
+  while (json.length % 8) json += " ";
+  const buf = Buffer.alloc(8 + json.length + size);
+  buf.writeBigUInt64LE(BigInt(json.length), 0);
+  buf.write(json, 8, "utf8");
+  let at = 8 + json.length;
+  for (const [, [, data]] of Object.entries(tensors)) {
+    Buffer.from(data.buffer, data.byteOffset, data.byteLength).copy(buf, at);
+    at += data.byteLength;
+  }
+  fs.writeFileSync(file, buf);
+}
+
+// A Mistral-style model directory under `dir` with one attention layer,
+// model.layers.0.self_attn (E 32, H 4, Hkv 2, Dh 8, seeded weights), whose
+// config.json sets "sliding_window": 4: each query sees 4 keys, its own
+// the last, so the layer's default mask.window is {"left": 3}
+// (docs/layers.md). Returns the layer's name.
+const SWA = { E: 32, H: 4, Hkv: 2, Dh: 8, W: 4, name: "model.layers.0.self_attn" };
+function writeWindowedLayer(dir) {
+  fs.mkdirSync(dir, { recursive: true });
+  let x = 12345;
+  const rand = (n, s) => Float32Array.from({ length: n }, () => {
+    x = (Math.imul(x, 1103515245) + 12345) >>> 0;
+    return ((x / 2 ** 32) * 2 - 1) * s;
+  });
+  const { E, H, Hkv, Dh } = SWA, s = 1 / Math.sqrt(E), p = `${SWA.name}.`;
+  writeSafetensors(path.join(dir, "model.safetensors"), {
+    [`${p}q_proj.weight`]: [[H * Dh, E], rand(H * Dh * E, s)],
+    [`${p}k_proj.weight`]: [[Hkv * Dh, E], rand(Hkv * Dh * E, s)],
+    [`${p}v_proj.weight`]: [[Hkv * Dh, E], rand(Hkv * Dh * E, s)],
+    [`${p}o_proj.weight`]: [[E, H * Dh], rand(E * H * Dh, s)],
+  });
+  fs.writeFileSync(path.join(dir, "config.json"), JSON.stringify({
+    model_type: "mistral", hidden_size: E, num_attention_heads: H, num_key_value_heads: Hkv, sliding_window: SWA.W,
+  }));
+  return SWA.name;
 }
 
 // ---- checks ------------------------------------------------------------------
@@ -174,6 +227,7 @@ function readmeLink() {
 const MASKED = [208, 208, 208];
 
 async function main() {
+  writeWindowedLayer(path.join(opt.out, "swa-layer"));
   const srv = await startServer();
   await launch();
   const ver = await browser.version();
@@ -241,6 +295,9 @@ async function main() {
       eq("window", rows({ window: { left: 1, right: 0 } }, 3, 3), [[0, 0, 1], [0, 1, 2]]);
       eq("key_lengths", rows({ key_lengths: [2] }, 1, 4), [[0], [1]]);
       eq("layer default", Array.from(c.maskOf({ layer: "x" }, 2, 2, "bottom_right").rows(0).hi), [0, 1]);
+      eq("layer window", Array.from(c.maskOf({ layer: "x" }, 3, 3, false, { left: 1 }).rows(0).lo), [0, 0, 1]);
+      eq("layer window off", Array.from(c.maskOf({ layer: "x", mask: { window: {} } }, 3, 3, false, { left: 1 }).rows(0).lo), [0, 0, 0]);
+      eq("layer window replaced", Array.from(c.maskOf({ layer: "x", mask: { window: { right: 0 } } }, 3, 3, false, { left: 1 }).rows(0).lo), [0, 0, 0]);
       // the fragment round trip, and the seeded rows
       const st = { ...c.DEFAULTS, mode: "json", req: { query: [[1, 2]], num_heads: 1 }, head: "mean", lock: true, tokens: "a b" };
       const back = c.parseFragment("#" + c.formatFragment(st));
@@ -514,6 +571,27 @@ async function main() {
     const up = await hoverCell(page, 1, 2, 6, 6);
     assert(/: masked$/.test(up), `tooltip above the diagonal: ${up}`);
     await page.close();
+  });
+
+  await check("a JSON request naming a windowed layer draws the layer's window masked", async () => {
+    // a request that sets no mask.window takes the layer's: the page drew
+    // the keys outside it as weights of 0, not as masked cells
+    const swa = await startServer([], `${path.join(opt.out, "swa-layer")}`);
+    try {
+      const L = 8, query = Array.from({ length: L }, (_, i) => Array.from({ length: SWA.E }, (_, k) => Math.sin(i * 7 + k)));
+      const req = { layer: SWA.name, query, return: { weights: "per_head" } };
+      const page = await open(`${swa.url}/#mode=json&req=${Buffer.from(JSON.stringify(req)).toString("base64url")}`);
+      await runs(page, 1);
+      await clean(page);
+      const row = await page.evaluate(() => Array.from(window.attnd.view().maps[0].fine.data.slice(56, 64), (w) => (w !== w ? "masked" : w > 0 ? "w" : "0")).join(" "));
+      assert(row === "masked masked masked masked w w w w", `query 7: ${row}`);
+      await page.$eval("#big-canvas", (e) => e.scrollIntoView({ block: "center" }));
+      const tip = await hoverCell(page, 7, 0, 8, 8);
+      assert(/: masked$/.test(tip), `tooltip at query 7, key 0: ${tip}`);
+      await page.close();
+    } finally {
+      await stopServer(swa);
+    }
   });
 
   await check("layers: the list is asked for again after it failed, and after the server refused a layer", async () => {
