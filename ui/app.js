@@ -121,6 +121,16 @@ function layerWindow(l) {
   return l && l.window && typeof l.window === "object" ? l.window : null;
 }
 
+// Sets the mask controls to layer l's defaults, its causal and its window
+// (blank sides where it has none): left as they were, the request would
+// override both.
+function layerDefaults(l) {
+  const w = layerWindow(l);
+  $("causal").value = layerCausal(l) || "none";
+  $("wl").value = w && w.left !== undefined ? String(w.left) : "";
+  $("wr").value = w && w.right !== undefined ? String(w.right) : "";
+}
+
 // ---- the request -------------------------------------------------------
 
 class InputError extends Error {
@@ -180,6 +190,9 @@ function buildRequest() {
     if (!l) throw new InputError("layer", layers ? `no layer is named '${state.layer}'` : `the layers are not known: ${layersNote}`);
     const E = l.embed_dim;
     req.layer = l.name;
+    // blank window controls mean no window, as causal none means no causal:
+    // without mask.window the layer's own would hold ({} turns it off)
+    if (!mask.window && layerWindow(l)) mask.window = {};
     const x = core.hiddenStates(seed, "hidden", labels, E);
     req.query = core.base64Tensor(x.subarray((L - Lq) * E), [Lq, E]);
     if (Lq < L) req.key = core.base64Tensor(x, [L, E]);
@@ -835,10 +848,13 @@ async function loadLayers() {
 }
 
 function layerInfo() {
-  const l = layerByName($("layer").value);
+  const l = layerByName($("layer").value), w = layerWindow(l);
+  const sides = w ? ["left", "right"].filter((k) => w[k] !== undefined) : [];
+  const keys = w && w.right === undefined && w.left !== undefined ? ` (${w.left + 1} keys a query)` : "";
   $("layer-info").textContent = l
     ? `${l.convention}: E ${l.embed_dim}, H ${l.num_heads}, Hkv ${l.num_kv_heads}, Dh ${l.head_dim}, ` +
-      `${l.positions ? l.positions.type : "no positions"}, causal ${layerCausal(l) || "none"} by default`
+      `${l.positions ? l.positions.type : "no positions"}, causal ${layerCausal(l) || "none"} by default, ` +
+      (w ? `window ${sides.map((k) => `${k} ${w[k]}`).join(", ")} by default${keys}; blank window controls turn it off` : "no window")
     : layersNote;
 }
 
@@ -846,19 +862,20 @@ function layerInfo() {
 
 function init() {
   on($("req-form"), "submit", (e) => { e.preventDefault(); return run(); });
-  // choosing a layer, as choosing it in the list, sets the causal control
-  // to the layer's default: left at none, the request overrode it
+  // choosing a layer, as choosing it in the list, sets the causal and
+  // window controls to the layer's defaults: left as they were, the
+  // request overrode them
   for (const r of document.querySelectorAll("input[name=mode]")) on(r, "change", () => {
     showMode();
     const l = r.value === "layer" && r.checked ? layerByName($("layer").value) : null;
-    if (l) $("causal").value = layerCausal(l) || "none";
+    if (l) layerDefaults(l);
   });
   on($("tokens"), "input", tokensInfo);
   on($("L"), "input", tokensInfo);
   on($("reseed"), "click", () => { $("seed").value = String((Math.random() * 1e6) | 0); });
   on($("layer"), "change", () => {
     const l = layerByName($("layer").value);
-    if (l) $("causal").value = layerCausal(l) || "none";
+    if (l) layerDefaults(l);
     layerInfo();
   });
   on($("apikey"), "change", () => { apiKey = $("apikey").value.trim(); return loadLayers(); });

@@ -573,6 +573,69 @@ async function main() {
     await page.close();
   });
 
+  await check("a layer with a sliding window: the page shows it, sets the window controls from it, and sends it, the user's or none", async () => {
+    // the page set its causal control from a layer's default, but not its
+    // window controls, and its info line did not mention the window: left
+    // blank, they sent no mask.window, so the layer's window held where the
+    // page's "blank: none" promised none, and could not be turned off
+    const swa = await startServer([], `${opt.layer},${path.join(opt.out, "swa-layer")}`);
+    try {
+      const page = await open(`${swa.url}/`);
+      await page.click("#mode-layer");
+      await page.waitForFunction(() => document.getElementById("layer").options.length === 2, { timeout: 5000 });
+      assert(/causal bottom_right by default, no window/.test(await text(page, "#layer-info")), `demo: ${await text(page, "#layer-info")}`);
+      await page.select("#layer", SWA.name);
+      const info = await text(page, "#layer-info");
+      assert(/E 32, H 4, Hkv 2, Dh 8, .*causal bottom_right by default, window left 3 by default \(4 keys a query\)/.test(info), `the layer's info: ${info}`);
+      const controls = () => page.evaluate(() => ["causal", "wl", "wr"].map((id) => document.getElementById(id).value));
+      let c = await controls();
+      assert(c.join() === "bottom_right,3,", `the mask controls for the windowed layer: ${JSON.stringify(c)}`);
+      await page.$eval("#L", (e) => { e.value = "8"; });
+      // each run: the window sent, and the weights query 7 gives keys 0-7
+      // in head 0 (NaN where the page draws the cell masked)
+      const runWith = async (n) => {
+        await page.click("#run");
+        await runs(page, n);
+        await clean(page);
+        const sent = await page.evaluate(() => JSON.parse(document.getElementById("req-preview").textContent));
+        const row = await page.evaluate(() => Array.from(window.attnd.view().maps[0].fine.data.slice(56, 64)));
+        return { window: JSON.stringify(sent.mask.window), row: row.map((w) => (w === null || w !== w ? "masked" : w > 0 ? "w" : "0")).join(" ") };
+      };
+      // as set: the layer's window, keys 4-7 weighted, 0-3 masked
+      let r = await runWith(1);
+      assert(r.window === '{"left":3}' && r.row === "masked masked masked masked w w w w", `as set: sent ${r.window}, query 7: ${r.row}`);
+      // the user's: left 1
+      await page.$eval("#wl", (e) => { e.value = "1"; });
+      r = await runWith(2);
+      assert(r.window === '{"left":1}' && r.row === "masked masked masked masked masked masked w w", `left 1: sent ${r.window}, query 7: ${r.row}`);
+      // both blank: the window off ({}), every key weighted by the server
+      await page.$eval("#wl", (e) => { e.value = ""; });
+      r = await runWith(3);
+      assert(r.window === "{}" && r.row === "w w w w w w w w", `blank: sent ${r.window}, query 7: ${r.row}`);
+      assert(/wl=/.test(await page.evaluate(() => location.hash)) === false, "a blank window in the link");
+      // the link keeps the window: opened afresh, it sends left 3 again
+      await page.$eval("#wl", (e) => { e.value = "3"; });
+      await runWith(4);
+      const again = await open(`${swa.url}/${await page.evaluate(() => location.hash)}`);
+      await runs(again, 1);
+      const sent = await again.evaluate(() => JSON.parse(document.getElementById("req-preview").textContent));
+      assert(JSON.stringify(sent.mask.window) === '{"left":3}', `the link sent ${JSON.stringify(sent.mask.window)}`);
+      await again.close();
+      // back to demo, which has none: the window controls are cleared, and
+      // nothing but the causal is sent
+      await page.select("#layer", "demo");
+      c = await controls();
+      assert(c.join() === "bottom_right,,", `the mask controls for demo: ${JSON.stringify(c)}`);
+      await page.click("#run");
+      await runs(page, 5);
+      const demo = await page.evaluate(() => JSON.parse(document.getElementById("req-preview").textContent));
+      assert(JSON.stringify(demo.mask) === '{"causal":"bottom_right"}', `sent for demo: ${JSON.stringify(demo.mask)}`);
+      await page.close();
+    } finally {
+      await stopServer(swa);
+    }
+  });
+
   await check("a JSON request naming a windowed layer draws the layer's window masked", async () => {
     // a request that sets no mask.window takes the layer's: the page drew
     // the keys outside it as weights of 0, not as masked cells
