@@ -205,6 +205,36 @@ START_TEST(test_hist_edges) {
 }
 END_TEST
 
+/* The nearest rank at counts of 1e8 and more, where p/100 · count in
+ * floating point lands a hair above an integer rank: two values, 1000 and
+ * 1500 (both kept exactly), with exactly as many 1000s as the rank of p
+ * (so p is 1000), then one 1000 fewer (so p is 1500). Caught: a rank
+ * taken as ceil(p/100 · count − 1e-9), one too high for p99.9 of 1e8
+ * counts (1500 for 1000). */
+START_TEST(test_hist_rank_large) {
+  static const int64_t counts[] = {100000000, 300000000, 1000000000,
+                                   10000000000};
+  static const int64_t ps[] = {50000, 90000, 99000, 99900, 99990, 99999};
+  load_hist_t *h = malloc(sizeof *h);
+  ck_assert_ptr_nonnull(h);
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+    for (size_t j = 0; j < sizeof ps / sizeof ps[0]; j++)
+      for (int fewer = 0; fewer < 2; fewer++) {
+        int64_t n = counts[i], rank = (ps[j] * (n / 1000) + 99) / 100;
+        load_hist_reset(h);
+        load_hist_record_n(h, 1000, rank - fewer);
+        load_hist_record_n(h, 1500, n - rank + fewer);
+        ck_assert_int_eq(h->count, n);
+        int64_t got = load_hist_percentile(h, (double)ps[j] / 1000.0);
+        ck_assert_msg(got == (fewer ? 1500 : 1000),
+                      "p%g of %lld counts, %lld of them 1000: %lld",
+                      (double)ps[j] / 1000.0, (long long)n,
+                      (long long)(rank - fewer), (long long)got);
+      }
+  free(h);
+}
+END_TEST
+
 /* ---- Server-Timing ------------------------------------------------------- */
 
 START_TEST(test_server_timing) {
@@ -2234,6 +2264,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_hist_exact_small);
   tcase_add_loop_test(tc, test_hist_datasets, 0, N_DS);
   tcase_add_test(tc, test_hist_edges);
+  tcase_add_test(tc, test_hist_rank_large);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("server_timing");

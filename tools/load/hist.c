@@ -33,7 +33,9 @@ void load_hist_reset(load_hist_t *h) {
   memset(h, 0, sizeof *h);
 }
 
-void load_hist_record(load_hist_t *h, int64_t v) {
+void load_hist_record_n(load_hist_t *h, int64_t v, int64_t n) {
+  if (n <= 0)
+    return;
   if (v < 0)
     v = 0;
   if (v > LOAD_HIST_MAX)
@@ -42,9 +44,13 @@ void load_hist_record(load_hist_t *h, int64_t v) {
     h->min = v;
   if (h->count == 0 || v > h->max)
     h->max = v;
-  h->count++;
-  h->sum += (double)v;
-  h->bucket[bucket_of(v)]++;
+  h->count += n;
+  h->sum += (double)v * (double)n;
+  h->bucket[bucket_of(v)] += n;
+}
+
+void load_hist_record(load_hist_t *h, int64_t v) {
+  load_hist_record_n(h, v, 1);
 }
 
 int64_t load_hist_percentile(const load_hist_t *h, double p) {
@@ -54,8 +60,14 @@ int64_t load_hist_percentile(const load_hist_t *h, double p) {
     p = 0;
   if (p > 100)
     p = 100;
-  /* nearest rank: the smallest r with r >= p/100 · count, at least 1 */
-  int64_t rank = (int64_t)ceil(p / 100.0 * (double)h->count - 1e-9);
+  /* nearest rank: the smallest r with r >= p/100 · count, at least 1. In
+   * integers, p in millionths of a percent: in floating point p/100 · count
+   * lands a hair above an integer at 1e8 counts (p99.9), one rank too
+   * high. count = q·D + m, so the rank is q·pm + ceil(m·pm / D), and
+   * m·pm < 1e16 does not overflow. */
+  const int64_t D = 100000000; /* 100% in millionths of a percent */
+  int64_t pm = llround(p * 1e6), q = h->count / D, m = h->count % D;
+  int64_t rank = q * pm + (m * pm + D - 1) / D;
   if (rank < 1)
     rank = 1;
   int64_t seen = 0;

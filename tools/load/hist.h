@@ -47,9 +47,15 @@ int load_hists_new(load_hist_t **const *h, int n);
 /* Counts one value; a negative value counts as 0. */
 void load_hist_record(load_hist_t *h, int64_t v);
 
-/* The p-th percentile (0 <= p <= 100) within the precision above: the
- * highest value of the bucket holding the nearest-rank percentile, clamped
- * to [min, max] (so p = 100 is the exact maximum). 0 when `h` is empty. */
+/* Counts value v n times (n >= 0), as n calls of load_hist_record would,
+ * the sum within double rounding. */
+void load_hist_record_n(load_hist_t *h, int64_t v, int64_t n);
+
+/* The p-th percentile (0 <= p <= 100, taken to a millionth of a percent)
+ * within the precision above: the highest value of the bucket holding the
+ * nearest-rank percentile, clamped to [min, max] (so p = 100 is the exact
+ * maximum). The rank is computed in integers, exact at any count. 0 when
+ * `h` is empty. */
 int64_t load_hist_percentile(const load_hist_t *h, double p);
 
 /* The exact mean, 0 when empty. */
