@@ -30,6 +30,8 @@
  *     exactly and the wrong ones (another dtype, float32 bytes, unrounded
  *     numbers) refused; --verify within the dtype's unit roundoff;
  *   - the CSV, JSON and SVG writers (the dtype named in both reports);
+ *     by_status with every error status, however many, and the codes no
+ *     status line carries as "invalid";
  *   - decode mode: the create and step bodies (members, and the tokens
  *     bit for bit in each encoding), tokens a function of the session and
  *     the position only, a step's reply checked against the float64
@@ -42,6 +44,8 @@
  *     as an error and not as a success too, and a server whose every
  *     reply is wrong leading to the session's abandonment, not to retries
  *     without end;
+ *   - statuses 600 to 999 from a scripted server, counted as themselves
+ *     in both engines;
  *   - the open loop: evenly spaced arrivals fill a window with exactly
  *     rate x duration requests (against a port that refuses them).
  * No timings are asserted. */
@@ -1678,6 +1682,72 @@ START_TEST(test_report_files) {
 }
 END_TEST
 
+/* The JSON report's errors.by_status of the one step r (a new reference). */
+static json_t *by_status_of(const load_result_t *r) {
+  char dir[] = "/tmp/check_load_XXXXXX", path[128], err[256];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/s.json", dir);
+  ck_assert_msg(load_report_json(path, "http://x", r, 1, err, sizeof err) == 0,
+                "%s", err);
+  json_error_t je;
+  json_t *doc = json_load_file(path, 0, &je);
+  ck_assert_msg(doc != NULL, "%s", je.text);
+  json_t *by = json_object_get(
+      json_object_get(json_array_get(json_object_get(doc, "steps"), 0),
+                      "errors"),
+      "by_status");
+  ck_assert_ptr_nonnull(by);
+  json_incref(by);
+  json_decref(doc);
+  unlink(path);
+  rmdir(dir);
+  return by;
+}
+
+/* Twelve distinct error statuses, 400 to 411, with 1 to 12 replies each,
+ * and 5 successes: by_status lists all twelve, each with its count, and no
+ * 2xx; _i 0 the request engine's stats, 1 the decode engine's. Caught:
+ * by_status kept the first 8 statuses and dropped the rest without a word
+ * (8 keys of 12). */
+START_TEST(test_report_every_status) {
+  load_result_t *r = calloc(1, sizeof *r);
+  ck_assert_ptr_nonnull(r);
+  load_stats_t st;
+  load_decode_stats_t dst;
+  int64_t *status = _i ? dst.status : st.status;
+  if (_i)
+    ck_assert_int_eq(load_decode_stats_init(&dst), 0);
+  else
+    ck_assert_int_eq(load_stats_init(&st), 0);
+  int64_t errors = 0;
+  for (int i = 0; i < 12; i++)
+    errors += status[400 + i] = i + 1;
+  if (_i) {
+    dst.sent = errors + 5, dst.ok = 5;
+    load_result_fill_decode(r, &dst);
+    load_decode_stats_free(&dst);
+  } else {
+    st.status[200] = 5;
+    st.sent = errors + 5, st.ok = 5;
+    load_result_fill(r, &st);
+    load_stats_free(&st);
+  }
+  ck_assert_int_eq(r->other, errors);
+  json_t *by = by_status_of(r);
+  ck_assert_msg(json_object_size(by) == 12, "%zu statuses listed, not 12",
+                json_object_size(by));
+  for (int i = 0; i < 12; i++) {
+    char k[16];
+    snprintf(k, sizeof k, "%d", 400 + i);
+    ck_assert_msg(json_integer_value(json_object_get(by, k)) == i + 1,
+                  "by_status[%s] is %lld, not %d", k,
+                  (long long)json_integer_value(json_object_get(by, k)), i + 1);
+  }
+  json_decref(by);
+  free(r);
+}
+END_TEST
+
 /* ---- decode mode ----------------------------------------------------------
  */
 
@@ -2000,14 +2070,17 @@ END_TEST
  * other request is answered as an attention request. The request with
  * index `bad_at`, in arrival order (every request when it is -1), gets a
  * 2xx that is wrong instead: a creation without its id, or a length not
- * the one due. Every reply carries the header lines `extra`. */
+ * the one due. Every reply carries the header lines `extra`. The first
+ * `ncodes` requests get instead the statuses `codes`, with a body {}. */
 
 typedef struct fake {
   int fd, port;
   int bad_at;
   int64_t prefill;
   const char *extra; /* "Name: value\r\n" lines, or NULL */
-  int n;             /* requests answered */
+  const int *codes;  /* request i < ncodes: status codes[i], body {} */
+  int ncodes;
+  int n; /* requests answered */
   pthread_t th;
 } fake_t;
 
@@ -2076,7 +2149,10 @@ static void *fake_main(void *arg) {
     long long expected;
     if (fake_read(c, method, path, sizeof method, &expected) == 0) {
       int i = f->n++, bad = f->bad_at < 0 || i == f->bad_at, code = 200;
-      if (strcmp(method, "DELETE") == 0)
+      if (i < f->ncodes) {
+        code = f->codes[i];
+        snprintf(body, sizeof body, "{}");
+      } else if (strcmp(method, "DELETE") == 0)
         code = 204;
       else if (strcmp(path, "/v1/sessions") == 0) {
         code = 201;
@@ -2121,12 +2197,15 @@ static void fake_stop(fake_t *f) {
 
 /* One session, a prefill of 4 tokens and `steps` one-token steps, run to
  * its end against the scripted server, which answers request `bad_at`
- * wrongly (every one when -1) and adds `extra` to every reply; the server
- * stopped, with f->n its requests, st the run's. */
+ * wrongly (every one when -1), the first `ncodes` with `codes`, and adds
+ * `extra` to every reply; the server stopped, with f->n its requests, st
+ * the run's. */
 static void decode_steps_against(fake_t *f, int bad_at, int64_t steps,
-                                 const char *extra, load_decode_stats_t *st) {
+                                 const char *extra, const int *codes,
+                                 int ncodes, load_decode_stats_t *st) {
   fake_start(f, bad_at, 4);
   f->extra = extra;
+  f->codes = codes, f->ncodes = ncodes;
   curl_global_init(CURL_GLOBAL_ALL);
   char base[64], err[256];
   snprintf(base, sizeof base, "http://127.0.0.1:%d", f->port);
@@ -2145,7 +2224,7 @@ static void decode_steps_against(fake_t *f, int bad_at, int64_t steps,
 
 /* The same with no steps and no extra header lines. */
 static void decode_against(fake_t *f, int bad_at, load_decode_stats_t *st) {
-  decode_steps_against(f, bad_at, 0, NULL, st);
+  decode_steps_against(f, bad_at, 0, NULL, NULL, 0, st);
 }
 
 /* One session, a prefill and no steps, against a server that answers one
@@ -2208,11 +2287,16 @@ static const char *const timing_lines[] = {
     "Server-Timing: queue;dur=0.25\r\n"
     "Server-Timing: compute;dur=1.5\r\nServer-Timing: total;dur=3\r\n"};
 
-/* The request engine: three requests, each timed. */
-START_TEST(test_server_timing_lines) {
+/* Three requests of the request engine, one at a time, against the
+ * scripted server, which answers the first `ncodes` with `codes` and adds
+ * `extra` to every reply; the server stopped, st the run's (initialised
+ * here). */
+static void requests_against(const char *extra, const int *codes, int ncodes,
+                             load_stats_t *st) {
   fake_t f;
   fake_start(&f, 1 << 30, 4);
-  f.extra = timing_lines[_i];
+  f.extra = extra;
+  f.codes = codes, f.ncodes = ncodes;
   curl_global_init(CURL_GLOBAL_ALL);
   char url[64], err[256];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/x", f.port);
@@ -2221,10 +2305,15 @@ START_TEST(test_server_timing_lines) {
                     .concurrency = 1,
                     .requests = 3,
                     .timeout_s = 10};
-  load_stats_t st;
-  ck_assert_int_eq(load_stats_init(&st), 0);
-  ck_assert_msg(load_client_run(&run, &st, err, sizeof err) == 0, "%s", err);
+  ck_assert_int_eq(load_stats_init(st), 0);
+  ck_assert_msg(load_client_run(&run, st, err, sizeof err) == 0, "%s", err);
   fake_stop(&f);
+}
+
+/* The request engine: three requests, each timed. */
+START_TEST(test_server_timing_lines) {
+  load_stats_t st;
+  requests_against(timing_lines[_i], NULL, 0, &st);
   ck_assert_int_eq(st.ok, 3);
   ck_assert_msg(st.timed == 3, "%lld of 3 replies timed", (long long)st.timed);
   const load_hist_t *h[3] = {st.queue, st.compute, st.total};
@@ -2243,7 +2332,7 @@ END_TEST
 START_TEST(test_decode_server_timing_lines) {
   fake_t f;
   load_decode_stats_t st;
-  decode_steps_against(&f, 1 << 30, 2, timing_lines[_i], &st);
+  decode_steps_against(&f, 1 << 30, 2, timing_lines[_i], NULL, 0, &st);
   ck_assert_int_eq(st.sessions_done, 1);
   ck_assert_int_eq(st.steps_ok, 2);
   ck_assert_msg(st.timed == 2, "%lld of 2 steps timed", (long long)st.timed);
@@ -2253,6 +2342,75 @@ START_TEST(test_decode_server_timing_lines) {
   ck_assert_int_eq(st.compute->min, 1500);
   ck_assert_int_eq(st.compute->max, 1500);
   load_decode_stats_free(&st);
+}
+END_TEST
+
+/* ---- statuses past RFC 9110's 599 ------------------------------------------
+ *
+ * A status line carries any three digits, and libcurl hands back 600 to
+ * 999 as it reads them. Each is counted as itself, in by_status under its
+ * number and in err_other; in the request engine (600, 999, then 404) and
+ * in the decode engine (a creation answered 600, then 999, then created).
+ * Caught: both engines filed every status of 600 and above under "0". */
+
+static void assert_by_status(const load_result_t *r, const int *codes, int n) {
+  json_t *by = by_status_of(r);
+  char *txt = json_dumps(by, JSON_COMPACT);
+  ck_assert_msg(json_object_size(by) == (size_t)n, "by_status %s", txt);
+  for (int i = 0; i < n; i++) {
+    char k[16];
+    snprintf(k, sizeof k, "%d", codes[i]);
+    ck_assert_msg(json_integer_value(json_object_get(by, k)) == 1,
+                  "by_status %s: no %s", txt, k);
+  }
+  free(txt);
+  json_decref(by);
+}
+
+START_TEST(test_status_over_599) {
+  static const int codes[] = {600, 999, 404};
+  load_result_t *r = calloc(1, sizeof *r);
+  ck_assert_ptr_nonnull(r);
+  if (_i == 0) {
+    load_stats_t st;
+    requests_against(NULL, codes, 3, &st);
+    load_result_fill(r, &st);
+    load_stats_free(&st);
+    ck_assert_int_eq(r->sent, 3);
+    ck_assert_int_eq(r->other, 3);
+    ck_assert_int_eq(r->transport, 0);
+    assert_by_status(r, codes, 3);
+  } else {
+    fake_t f;
+    load_decode_stats_t st;
+    decode_steps_against(&f, 1 << 30, 0, NULL, codes, 2, &st);
+    ck_assert_int_eq(st.sessions_done, 1);
+    load_result_fill_decode(r, &st);
+    load_decode_stats_free(&st);
+    ck_assert_int_eq(r->other, 2);
+    assert_by_status(r, codes, 2);
+  }
+  free(r);
+}
+END_TEST
+
+/* The codes no status line of three digits carries (libcurl refuses a
+ * status under 100) are counted together, as "invalid" in by_status. */
+START_TEST(test_status_invalid) {
+  static const long codes[] = {-1, 0, 99, 100, 599, 600, 999, 1000};
+  static const int want[] = {0, 0, 0, 100, 599, 600, 999, 0};
+  for (int i = 0; i < 8; i++)
+    ck_assert_int_eq(load_status_index(codes[i]), want[i]);
+  load_result_t *r = calloc(1, sizeof *r);
+  ck_assert_ptr_nonnull(r);
+  r->status[LOAD_STATUS_INVALID] = 2;
+  r->status[600] = 1;
+  json_t *by = by_status_of(r);
+  ck_assert_int_eq(json_object_size(by), 2);
+  ck_assert_int_eq(json_integer_value(json_object_get(by, "invalid")), 2);
+  ck_assert_int_eq(json_integer_value(json_object_get(by, "600")), 1);
+  json_decref(by);
+  free(r);
 }
 END_TEST
 
@@ -2298,6 +2456,7 @@ Suite *test_suite(void) {
 
   tc = tcase_create("report");
   tcase_add_test(tc, test_report_files);
+  tcase_add_loop_test(tc, test_report_every_status, 0, 2);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("decode");
@@ -2317,6 +2476,11 @@ Suite *test_suite(void) {
   tc = tcase_create("server_timing_lines");
   tcase_add_loop_test(tc, test_server_timing_lines, 0, 2);
   tcase_add_loop_test(tc, test_decode_server_timing_lines, 0, 2);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("status_over_599");
+  tcase_add_loop_test(tc, test_status_over_599, 0, 2);
+  tcase_add_test(tc, test_status_invalid);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("open_loop");

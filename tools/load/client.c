@@ -62,6 +62,11 @@ void load_stats_free(load_stats_t *st) {
   memset(st, 0, sizeof *st);
 }
 
+int load_status_index(long code) {
+  return code >= 100 && code < LOAD_STATUS_MAX ? (int)code
+                                               : LOAD_STATUS_INVALID;
+}
+
 int64_t load_stats_other_errors(const load_stats_t *st) {
   int64_t n = 0;
   for (int s = 0; s < LOAD_STATUS_MAX; s++)
@@ -283,7 +288,7 @@ static void finish(engine_t *e, slot_t *s, CURLcode rc, double now) {
     st->timeouts += rc == CURLE_OPERATION_TIMEDOUT;
     note_error(st, s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc));
   } else if (s->measured) {
-    st->status[code > 0 && code < LOAD_STATUS_MAX ? code : 0]++;
+    st->status[load_status_index(code)]++;
   }
   if (s->measured && ok) {
     st->ok++;

@@ -77,7 +77,13 @@ typedef struct load_run {
   void *progress_arg;
 } load_run_t;
 
-#define LOAD_STATUS_MAX 600
+/* Replies are counted by status in arrays of LOAD_STATUS_MAX: every code a
+ * status line's three digits can carry, 100 to 999 (libcurl hands back 600
+ * to 999 as it reads them, though RFC 9110 15 defines only 100 to 599),
+ * each as itself; at LOAD_STATUS_INVALID, any other code libcurl reports
+ * with a reply. */
+#define LOAD_STATUS_MAX 1000
+#define LOAD_STATUS_INVALID 0
 
 /* What a run measured. Owns the histograms and the kept replies:
  * load_stats_init before, load_stats_free after. */
@@ -86,7 +92,8 @@ typedef struct load_stats {
   int64_t ok;        /* 2xx replies */
   int64_t transport; /* no reply: connection errors and timeouts */
   int64_t timeouts;  /* of which the client's timeout */
-  int64_t status[LOAD_STATUS_MAX]; /* replies by HTTP status, 2xx included */
+  int64_t status[LOAD_STATUS_MAX]; /* replies by load_status_index of their
+                                      HTTP status, 2xx included */
   int64_t timed;                   /* 2xx replies that carried Server-Timing */
   load_hist_t *latency;            /* client, µs, of 2xx replies */
   load_hist_t *queue, *compute, *total; /* Server-Timing, µs */
@@ -115,8 +122,12 @@ size_t load_body_headers(const load_run_t *run, const load_body_t *b, char *buf,
 int load_stats_init(load_stats_t *st);
 void load_stats_free(load_stats_t *st);
 
-/* Replies with status s (0 < s < LOAD_STATUS_MAX) that are errors: not
- * 2xx and not 429, 503 or 504, which are counted apart. */
+/* The index of HTTP status `code` in the status arrays: the code itself
+ * from 100 to LOAD_STATUS_MAX - 1, else LOAD_STATUS_INVALID. Any thread. */
+int load_status_index(long code);
+
+/* Replies with an error status (the invalid ones included): not 2xx and
+ * not 429, 503 or 504, which are counted apart. */
 int64_t load_stats_other_errors(const load_stats_t *st);
 
 /* All measured requests that failed. */

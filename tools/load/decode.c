@@ -507,7 +507,7 @@ static void finish(engine_t *e, slot_t *sl, CURLcode rc, double now) {
       st->sessions_done++;
       return;
     }
-    st->status[code > 0 && code < LOAD_STATUS_MAX ? code : 0]++;
+    st->status[load_status_index(code)]++;
     count_code(st, body, len);
     int gone = sl->phase == PH_PREFILL || sl->phase == PH_STEP;
     if (gone && (code == 404 || code == 410 || code == 409)) {

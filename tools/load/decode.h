@@ -104,7 +104,8 @@ typedef struct load_decode_stats {
   int64_t ok;        /* 2xx replies that were right (and a deletion's 404) */
   int64_t transport; /* no reply: connection errors and timeouts */
   int64_t timeouts;  /* of which the client's timeout */
-  int64_t status[LOAD_STATUS_MAX]; /* error replies by HTTP status */
+  int64_t status[LOAD_STATUS_MAX]; /* error replies by load_status_index
+                                      of their HTTP status */
   int64_t recreate_replies;        /* of those, the 404, 410 and 409 that
                                       made a session be created again */
   int64_t bad_replies; /* 2xx replies that were wrong: a creation without

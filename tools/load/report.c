@@ -21,12 +21,8 @@ void load_result_fill(load_result_t *r, const load_stats_t *st) {
   r->other = load_stats_other_errors(st);
   r->transport = st->transport;
   r->timeouts = st->timeouts;
-  r->n_statuses = 0;
-  for (int s = 0; s < LOAD_STATUS_MAX && r->n_statuses < 8; s++)
-    if ((s < 200 || s > 299) && st->status[s]) {
-      r->statuses[r->n_statuses][0] = s;
-      r->statuses[r->n_statuses++][1] = st->status[s];
-    }
+  for (int s = 0; s < LOAD_STATUS_MAX; s++)
+    r->status[s] = s < 200 || s > 299 ? st->status[s] : 0;
   r->error_rate =
       st->sent ? (double)load_stats_errors(st) / (double)st->sent : 0;
   r->elapsed_s = st->elapsed_s;
@@ -60,12 +56,7 @@ void load_result_fill_decode(load_result_t *r, const load_decode_stats_t *st) {
    * errors: they are in recreated */
   r->other =
       load_decode_errors(st) - r->s429 - r->s503 - r->s504 - r->transport;
-  r->n_statuses = 0;
-  for (int s = 0; s < LOAD_STATUS_MAX && r->n_statuses < 8; s++)
-    if (st->status[s]) {
-      r->statuses[r->n_statuses][0] = s;
-      r->statuses[r->n_statuses++][1] = st->status[s];
-    }
+  memcpy(r->status, st->status, sizeof r->status);
   r->error_rate =
       st->sent ? (double)load_decode_errors(st) / (double)st->sent : 0;
   r->elapsed_s = st->elapsed_s;
@@ -401,10 +392,12 @@ static json_t *step_json(const load_result_t *x) {
     json_object_set_new(o, "shape", sh);
   }
   json_t *by_status = json_object();
-  for (int i = 0; i < x->n_statuses; i++) {
+  for (int s = 0; s < LOAD_STATUS_MAX; s++) {
     char k[16];
-    snprintf(k, sizeof k, "%lld", (long long)x->statuses[i][0]);
-    json_object_set_new(by_status, k, json_integer(x->statuses[i][1]));
+    snprintf(k, sizeof k, "%d", s);
+    if (x->status[s])
+      json_object_set_new(by_status, s == LOAD_STATUS_INVALID ? "invalid" : k,
+                          json_integer(x->status[s]));
   }
   json_object_set_new(o, "sent", json_integer(x->sent));
   json_object_set_new(o, "succeeded", json_integer(x->ok));

@@ -35,9 +35,10 @@ typedef struct load_result {
 
   /* what came back */
   int64_t sent, ok, s429, s503, s504, other, transport;
-  int64_t timeouts;       /* of transport: the client's --timeout */
-  int64_t statuses[8][2]; /* up to 8 error statuses seen: status, count */
-  int n_statuses;
+  int64_t timeouts; /* of transport: the client's --timeout */
+  /* error replies by load_status_index of their status, every one seen;
+   * 0 for the 2xx */
+  int64_t status[LOAD_STATUS_MAX];
   double error_rate; /* failed / sent; 0 when nothing was sent */
   double elapsed_s, rps, tokens_per_s, gflops;
   double cpu_pct; /* the client's CPU time over the step, % of one core */
