@@ -31,7 +31,8 @@
  *     numbers) refused; --verify within the dtype's unit roundoff;
  *   - the CSV, JSON and SVG writers (the dtype named in both reports);
  *     by_status with every error status, however many, and the codes no
- *     status line carries as "invalid";
+ *     status line carries as "invalid"; the times of a step that nothing
+ *     measured as no value in every writer (an empty cell, null, "-");
  *   - decode mode: the create and step bodies (members, and the tokens
  *     bit for bit in each encoding), tokens a function of the session and
  *     the position only, a step's reply checked against the float64
@@ -1682,16 +1683,24 @@ START_TEST(test_report_files) {
 }
 END_TEST
 
-/* The JSON report's errors.by_status of the one step r (a new reference). */
-static json_t *by_status_of(const load_result_t *r) {
+/* The JSON report of the steps r[0..n), read back (a new reference). */
+static json_t *report_json_of(const load_result_t *r, int n) {
   char dir[] = "/tmp/check_load_XXXXXX", path[128], err[256];
   ck_assert_ptr_nonnull(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/s.json", dir);
-  ck_assert_msg(load_report_json(path, "http://x", r, 1, err, sizeof err) == 0,
+  ck_assert_msg(load_report_json(path, "http://x", r, n, err, sizeof err) == 0,
                 "%s", err);
   json_error_t je;
   json_t *doc = json_load_file(path, 0, &je);
   ck_assert_msg(doc != NULL, "%s", je.text);
+  unlink(path);
+  rmdir(dir);
+  return doc;
+}
+
+/* The JSON report's errors.by_status of the one step r (a new reference). */
+static json_t *by_status_of(const load_result_t *r) {
+  json_t *doc = report_json_of(r, 1);
   json_t *by = json_object_get(
       json_object_get(json_array_get(json_object_get(doc, "steps"), 0),
                       "errors"),
@@ -1699,8 +1708,6 @@ static json_t *by_status_of(const load_result_t *r) {
   ck_assert_ptr_nonnull(by);
   json_incref(by);
   json_decref(doc);
-  unlink(path);
-  rmdir(dir);
   return by;
 }
 
@@ -2012,6 +2019,187 @@ START_TEST(test_decode_report) {
   free(svg);
   unlink(path);
   rmdir(dir);
+}
+END_TEST
+
+/* Cell `col` of data row `row` (0: the first) of CSV text, copied into
+ * out[0..n); the writer quotes no cell of these steps. */
+static void csv_cell_of(const char *csv, int row, const char *col, char *out,
+                        size_t n) {
+  const char *nl = strchr(csv, '\n');
+  int k = 0, found = -1;
+  for (const char *p = csv; p < nl; k++) {
+    size_t len = strcspn(p, ",\n");
+    if (len == strlen(col) && strncmp(p, col, len) == 0)
+      found = k;
+    p += len + (p[len] == ',');
+    if (p[-1] != ',')
+      break;
+  }
+  ck_assert_msg(found >= 0, "no column %s", col);
+  const char *line = nl + 1;
+  for (int r = 0; r < row; r++)
+    line = strchr(line, '\n') + 1;
+  for (int i = 0; i < found; i++)
+    line += strcspn(line, ",\n") + 1;
+  snprintf(out, n, "%.*s", (int)strcspn(line, ",\n"), line);
+}
+
+/* The whitespace-separated fields of the table's row `row` (0: the first
+ * after the header) of text, in f[0..32). Returns their number. */
+static int table_fields(char *text, int row, char **f) {
+  char *line = text;
+  for (int r = 0; r <= row; r++)
+    line = strchr(line, '\n') + 1;
+  *strchr(line, '\n') = 0;
+  int n = 0;
+  for (char *save = NULL, *t = strtok_r(line, " ", &save); t && n < 32;
+       t = strtok_r(NULL, " ", &save))
+    f[n++] = t;
+  return n;
+}
+
+/* Steps whose percentiles have no value: one whose every request failed
+ * (no latency, no Server-Timing), one with two successes, 1.5 and 2.5 ms,
+ * and no Server-Timing (a latency, no server times), and a decode step
+ * with no reply. A time with no value is no number: an empty CSV cell,
+ * JSON null, "-" in the table and the line, and no point in the picture;
+ * the measured ones are as before. Caught: every one reported as 0.000 ms,
+ * a value that looks measured. */
+START_TEST(test_report_no_value) {
+  load_result_t *r = calloc(3, sizeof *r);
+  ck_assert_ptr_nonnull(r);
+  load_stats_t st;
+  for (int i = 0; i < 2; i++) {
+    ck_assert_int_eq(load_stats_init(&st), 0);
+    st.sent = 5;
+    st.transport = 5 - 2 * i;
+    st.ok = st.status[200] = 2 * i;
+    if (i) {
+      load_hist_record(st.latency, 1500);
+      load_hist_record(st.latency, 2500);
+    }
+    load_result_fill(&r[i], &st);
+    load_stats_free(&st);
+    r[i].step = i + 1;
+    r[i].length = 128 << i;
+    r[i].attention = 1;
+    r[i].shape = base_shape;
+    r[i].mode = LOAD_CLOSED;
+    r[i].concurrency = 1;
+  }
+  load_decode_stats_t dst;
+  ck_assert_int_eq(load_decode_stats_init(&dst), 0);
+  dst.sent = dst.transport = 3;
+  load_result_fill_decode(&r[2], &dst);
+  load_decode_stats_free(&dst);
+  r[2].step = 1, r[2].length = 64, r[2].decode = 1, r[2].dshape = dec_shape;
+  r[2].shape = (load_shape_t){.B = 1, .Lq = 1, .Lk = 64, .E = 16, .H = 4};
+  r[2].mode = LOAD_CLOSED, r[2].concurrency = 1, r[2].sessions = 1;
+
+  char dir[] = "/tmp/check_load_XXXXXX", path[128], err[256], cell[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  static const char *const none[] = {
+      "lat_p50_ms",   "lat_p999_ms",    "lat_max_ms",   "lat_mean_ms",
+      "queue_p50_ms", "compute_max_ms", "total_p90_ms", "ttft_p50_ms",
+      "ttft_mean_ms", "create_p50_ms"};
+  snprintf(path, sizeof path, "%s/n.csv", dir);
+  for (int k = 0; k < 2; k++) { /* the request steps, then the decode step */
+    ck_assert_int_eq(
+        load_report_csv(path, k ? &r[2] : r, k ? 1 : 2, err, sizeof err), 0);
+    char *csv = slurp(path);
+    for (size_t c = 0; c < sizeof none / sizeof none[0]; c++) {
+      csv_cell_of(csv, 0, none[c], cell, sizeof cell);
+      ck_assert_msg(cell[0] == 0, "%s step: %s is '%s', not empty",
+                    k ? "decode" : "failed", none[c], cell);
+    }
+    if (k == 0) {
+      csv_cell_of(csv, 1, "lat_p50_ms", cell, sizeof cell);
+      ck_assert_str_eq(cell, "1.500");
+      csv_cell_of(csv, 1, "lat_mean_ms", cell, sizeof cell);
+      ck_assert_str_eq(cell, "2.000");
+      csv_cell_of(csv, 1, "queue_p50_ms", cell, sizeof cell);
+      ck_assert_str_eq(cell, "");
+    }
+    free(csv);
+  }
+
+  json_t *doc = report_json_of(r, 3);
+  json_t *steps = json_object_get(doc, "steps");
+  for (int i = 0; i < 3; i++) {
+    json_t *x = json_array_get(steps, i),
+           *lat = json_object_get(x, "latency_ms");
+    json_t *srv = json_object_get(x, "server_ms");
+    ck_assert_msg(json_is_null(json_object_get(lat, "p50")) == (i != 1) &&
+                      json_is_null(json_object_get(lat, "mean")) == (i != 1),
+                  "step %d: latency_ms %s", i, json_dumps(lat, JSON_COMPACT));
+    ck_assert_msg(
+        json_is_null(json_object_get(json_object_get(srv, "queue"), "p50")) &&
+            json_is_null(json_object_get(json_object_get(srv, "total"), "max")),
+        "step %d: server_ms %s", i, json_dumps(srv, JSON_COMPACT));
+  }
+  ck_assert_double_eq(
+      json_real_value(json_object_get(
+          json_object_get(json_array_get(steps, 1), "latency_ms"), "p50")),
+      1.5);
+  json_t *d = json_object_get(json_array_get(steps, 2), "decode");
+  ck_assert_msg(
+      d && json_is_null(json_object_get(d, "create_p50_ms")) &&
+          json_is_null(json_object_get(json_object_get(d, "ttft_ms"), "p99")),
+      "decode: %s", d ? json_dumps(d, JSON_COMPACT) : "missing");
+  json_decref(doc);
+
+  /* the table and the line */
+  char *text = NULL, *f[32];
+  size_t tlen;
+  FILE *mf = open_memstream(&text, &tlen);
+  load_report_table(mf, r, 2);
+  fclose(mf);
+  char *copy = strdup(text);
+  ck_assert_int_eq(table_fields(copy, 0, f), 18);
+  for (int c = 10; c <= 16; c++) /* p50_ms .. comp_p50 */
+    ck_assert_msg(strcmp(f[c], "-") == 0, "column %d is %s:\n%s", c, f[c],
+                  text);
+  free(copy);
+  copy = strdup(text);
+  ck_assert_int_eq(table_fields(copy, 1, f), 18);
+  ck_assert_str_eq(f[10], "1.5");
+  ck_assert_str_eq(f[14], "2.5");
+  ck_assert_str_eq(f[15], "-");
+  free(copy);
+  free(text);
+  mf = open_memstream(&text, &tlen);
+  load_report_table(mf, &r[2], 1);
+  fclose(mf);
+  copy = strdup(text);
+  ck_assert_int_eq(table_fields(copy, 0, f), 17);
+  for (int c = 8; c <= 13; c++) /* ttft_p50 .. max_ms */
+    ck_assert_msg(strcmp(f[c], "-") == 0, "column %d is %s:\n%s", c, f[c],
+                  text);
+  ck_assert_str_eq(f[15], "-"); /* comp_p50 */
+  free(copy);
+  free(text);
+  mf = open_memstream(&text, &tlen);
+  load_report_line(mf, &r[0]);
+  load_report_line(mf, &r[2]);
+  fclose(mf);
+  ck_assert_msg(strstr(text, "| ms p50 - p99 - max -") &&
+                    strstr(text, "| ttft ms p50 - p99 - | step ms p50 - p99 - "
+                                 "max -"),
+                "%s", text);
+  free(text);
+
+  /* the picture: the steps without a value leave no point, and no NaN */
+  snprintf(path, sizeof path, "%s/n.svg", dir);
+  ck_assert_int_eq(load_report_svg(path, "t", r, 2, err, sizeof err), 0);
+  char *svg = slurp(path);
+  ck_assert_msg(strstr(svg, "nan") == NULL, "%s", svg);
+  free(svg);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/n.csv", dir);
+  unlink(path);
+  rmdir(dir);
+  free(r);
 }
 END_TEST
 
@@ -2457,6 +2645,7 @@ Suite *test_suite(void) {
   tc = tcase_create("report");
   tcase_add_test(tc, test_report_files);
   tcase_add_loop_test(tc, test_report_every_status, 0, 2);
+  tcase_add_test(tc, test_report_no_value);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("decode");

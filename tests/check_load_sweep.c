@@ -942,8 +942,10 @@ END_TEST
  * --max-error-rate 1 on the two replies to verify that never came, named
  * as such; verify_failed is 0 and verify_missing 2. stderr says which
  * reports were written and where, and the second run that it replaced
- * the first's. Catches: replies that never came counted as wrong ("error
- * rate 1, 4 replies wrong"), and reports overwritten without a word. */
+ * the first's. The latencies, with no reply, have no value: empty cells.
+ * Catches: replies that never came counted as wrong ("error rate 1, 4
+ * replies wrong"), reports overwritten without a word, and a step with no
+ * reply reporting latencies of 0.000 ms. */
 START_TEST(test_missing_replies_and_reports) {
   int port, fd = sh_bound_port_assert(&port);
   char url[64];
@@ -998,6 +1000,12 @@ START_TEST(test_missing_replies_and_reports) {
                   log);
     ck_assert_int_eq((int)csv_num(&c, 0, "verify_failed"), 0);
     ck_assert_int_eq((int)csv_num(&c, 0, "verify_missing"), 2);
+    /* no reply, no latency: empty cells, not 0 */
+    static const char *const none[] = {"lat_p50_ms", "lat_max_ms",
+                                       "lat_mean_ms", "compute_p50_ms"};
+    for (int k = 0; k < 4; k++)
+      ck_assert_msg(csv_str(&c, 0, none[k])[0] == 0, "%s is '%s', not empty",
+                    none[k], csv_str(&c, 0, none[k]));
     free(c.text);
     free(log);
   }

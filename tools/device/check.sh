@@ -198,10 +198,12 @@ elif (
   done
 ); then
   for mem in pinned ordinary; do
-    awk -F, -v mem=$mem 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
-      { printf "| %s | %s | %s | %.1f | %.2f | %.2f | %.2f |\n", mem,
-          $c["length"], $c["concurrency"], $c["rps"], $c["lat_p50_ms"],
-          $c["total_p50_ms"], $c["compute_p50_ms"] }' "$out/load-http-$mem.csv"
+    # a time with no value is an empty cell: "-", not 0.00
+    awk -F, -v mem=$mem 'function ms(v) { return v == "" ? "-" : sprintf("%.2f", v) }
+      NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+      { printf "| %s | %s | %s | %.1f | %s | %s | %s |\n", mem,
+          $c["length"], $c["concurrency"], $c["rps"], ms($c["lat_p50_ms"]),
+          ms($c["total_p50_ms"]), ms($c["compute_p50_ms"]) }' "$out/load-http-$mem.csv"
   done >"$out/http.rows"
   {
     echo "| tensors in | L | in flight | req/s | client p50 ms | server total p50 ms | compute p50 ms |"

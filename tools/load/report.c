@@ -12,6 +12,16 @@ const char *const load_srv_names[LOAD_NSRV] = {"p50", "p90", "p99", "max"};
 static const double lat_pct[LOAD_NLAT] = {50, 90, 99, 99.9, 100};
 static const double srv_pct[LOAD_NSRV] = {50, 90, 99, 100};
 
+/* The p-th percentile of h in ms, or no value (NAN) when h is empty. */
+static double pct_ms(const load_hist_t *h, double p) {
+  return h->count ? (double)load_hist_percentile(h, p) / 1e3 : NAN;
+}
+
+/* The mean of h in ms, or no value (NAN) when h is empty. */
+static double mean_ms(const load_hist_t *h) {
+  return h->count ? load_hist_mean(h) / 1e3 : NAN;
+}
+
 void load_result_fill(load_result_t *r, const load_stats_t *st) {
   r->sent = st->sent;
   r->ok = st->ok;
@@ -32,14 +42,13 @@ void load_result_fill(load_result_t *r, const load_stats_t *st) {
   r->gflops = st->span_flops / t * 1e-9;
   r->cpu_pct = 100.0 * st->cpu_s / t;
   for (int i = 0; i < LOAD_NLAT; i++)
-    r->lat_ms[i] = (double)load_hist_percentile(st->latency, lat_pct[i]) / 1e3;
-  r->lat_mean_ms = load_hist_mean(st->latency) / 1e3;
+    r->lat_ms[i] = pct_ms(st->latency, lat_pct[i]);
+  r->lat_mean_ms = mean_ms(st->latency);
   r->timed = st->timed;
   for (int i = 0; i < LOAD_NSRV; i++) {
-    r->queue_ms[i] = (double)load_hist_percentile(st->queue, srv_pct[i]) / 1e3;
-    r->compute_ms[i] =
-        (double)load_hist_percentile(st->compute, srv_pct[i]) / 1e3;
-    r->total_ms[i] = (double)load_hist_percentile(st->total, srv_pct[i]) / 1e3;
+    r->queue_ms[i] = pct_ms(st->queue, srv_pct[i]);
+    r->compute_ms[i] = pct_ms(st->compute, srv_pct[i]);
+    r->total_ms[i] = pct_ms(st->total, srv_pct[i]);
   }
   snprintf(r->first_error, sizeof r->first_error, "%s", st->first_error);
 }
@@ -68,18 +77,17 @@ void load_result_fill_decode(load_result_t *r, const load_decode_stats_t *st) {
   r->gflops = 0;
   r->cpu_pct = 100.0 * st->cpu_s / t;
   for (int i = 0; i < LOAD_NLAT; i++)
-    r->lat_ms[i] = (double)load_hist_percentile(st->step, lat_pct[i]) / 1e3;
-  r->lat_mean_ms = load_hist_mean(st->step) / 1e3;
+    r->lat_ms[i] = pct_ms(st->step, lat_pct[i]);
+  r->lat_mean_ms = mean_ms(st->step);
   r->timed = st->timed;
   for (int i = 0; i < LOAD_NSRV; i++) {
-    r->queue_ms[i] = (double)load_hist_percentile(st->queue, srv_pct[i]) / 1e3;
-    r->compute_ms[i] =
-        (double)load_hist_percentile(st->compute, srv_pct[i]) / 1e3;
-    r->total_ms[i] = 0;
-    r->ttft_ms[i] = (double)load_hist_percentile(st->ttft, srv_pct[i]) / 1e3;
+    r->queue_ms[i] = pct_ms(st->queue, srv_pct[i]);
+    r->compute_ms[i] = pct_ms(st->compute, srv_pct[i]);
+    r->total_ms[i] = NAN; /* the decode engine reads no total */
+    r->ttft_ms[i] = pct_ms(st->ttft, srv_pct[i]);
   }
-  r->ttft_mean_ms = load_hist_mean(st->ttft) / 1e3;
-  r->create_p50_ms = (double)load_hist_percentile(st->create, 50) / 1e3;
+  r->ttft_mean_ms = mean_ms(st->ttft);
+  r->create_p50_ms = pct_ms(st->create, 50);
   r->sessions_done = st->sessions_done;
   r->abandoned = st->abandoned;
   r->bad_replies = st->bad_replies;
@@ -128,6 +136,15 @@ static void si(double v, char *buf, size_t n) {
            v, suf[k]);
 }
 
+/* A time for the line and the table: three significant digits, or "-"
+ * for no value. Writes buf[0..16) and returns it. */
+static const char *ms3(double v, char buf[16]) {
+  if (isnan(v))
+    return "-";
+  snprintf(buf, 16, "%.3g", v);
+  return buf;
+}
+
 /* " | verify 3/4" (right of checked), and the replies that never came. */
 static void verify_part(FILE *f, const load_result_t *r) {
   if (r->verified || r->verify_failed)
@@ -139,14 +156,14 @@ static void verify_part(FILE *f, const load_result_t *r) {
 /* A decode step's line: sessions, errors, recreations, time to first
  * token, step latency and tokens per second. */
 static void decode_line(FILE *f, const load_result_t *r) {
-  char tok[16];
+  char tok[16], m[5][16];
   si(r->tokens_per_s, tok, sizeof tok);
   fprintf(f,
           "step %d prefill=%lld c=%d: %d sessions x %lld steps, %lld/%lld "
           "done, %lld abandoned; %lld/%lld requests ok, %lld errors (429: "
           "%lld, 503: %lld, 504: %lld, other: %lld, transport: %lld), "
           "%lld recreated (404: %lld, 410: %lld, 409: %lld) | ttft ms p50 "
-          "%.3g p99 %.3g | step ms p50 %.3g p99 %.3g max %.3g | %s tok/s",
+          "%s p99 %s | step ms p50 %s p99 %s max %s | %s tok/s",
           r->step, (long long)r->length, r->concurrency, r->sessions,
           (long long)r->steps, (long long)r->sessions_done,
           (long long)r->sessions, (long long)r->abandoned, (long long)r->ok,
@@ -155,11 +172,12 @@ static void decode_line(FILE *f, const load_result_t *r) {
           (long long)r->transport, (long long)recreated_of(r),
           (long long)r->recreated[LOAD_RECREATE_404],
           (long long)r->recreated[LOAD_RECREATE_410],
-          (long long)r->recreated[LOAD_RECREATE_409], r->ttft_ms[0],
-          r->ttft_ms[2], r->lat_ms[0], r->lat_ms[2], r->lat_ms[4], tok);
+          (long long)r->recreated[LOAD_RECREATE_409], ms3(r->ttft_ms[0], m[0]),
+          ms3(r->ttft_ms[2], m[1]), ms3(r->lat_ms[0], m[2]),
+          ms3(r->lat_ms[2], m[3]), ms3(r->lat_ms[4], m[4]), tok);
   if (r->timed)
-    fprintf(f, " | server queue p50 %.3g compute p50 %.3g", r->queue_ms[0],
-            r->compute_ms[0]);
+    fprintf(f, " | server queue p50 %s compute p50 %s",
+            ms3(r->queue_ms[0], m[0]), ms3(r->compute_ms[0], m[1]));
   verify_part(f, r);
   fprintf(f, "\n");
   if (r->first_error[0])
@@ -167,7 +185,7 @@ static void decode_line(FILE *f, const load_result_t *r) {
 }
 
 void load_report_line(FILE *f, const load_result_t *r) {
-  char lab[32], rps[16], tok[16];
+  char lab[32], rps[16], tok[16], m[3][16];
   if (r->decode) {
     decode_line(f, r);
     return;
@@ -188,11 +206,11 @@ void load_report_line(FILE *f, const load_result_t *r) {
           (long long)r->other, (long long)r->transport, rps);
   if (r->attention)
     fprintf(f, ", %s tok/s, %.1f GFLOP/s", tok, r->gflops);
-  fprintf(f, " | ms p50 %.3g p99 %.3g max %.3g", r->lat_ms[0], r->lat_ms[2],
-          r->lat_ms[4]);
+  fprintf(f, " | ms p50 %s p99 %s max %s", ms3(r->lat_ms[0], m[0]),
+          ms3(r->lat_ms[2], m[1]), ms3(r->lat_ms[4], m[2]));
   if (r->timed)
-    fprintf(f, " | server queue p50 %.3g compute p50 %.3g", r->queue_ms[0],
-            r->compute_ms[0]);
+    fprintf(f, " | server queue p50 %s compute p50 %s",
+            ms3(r->queue_ms[0], m[0]), ms3(r->compute_ms[0], m[1]));
   verify_part(f, r);
   fprintf(f, "\n");
   if (r->first_error[0])
@@ -209,16 +227,18 @@ static void decode_table(FILE *f, const load_result_t *r, int n) {
           "tok/s", "comp_p50", "cpu%");
   for (int i = 0; i < n; i++) {
     const load_result_t *x = &r[i];
-    char tok[16];
+    char tok[16], m[7][16];
     si(x->tokens_per_s, tok, sizeof tok);
     fprintf(f,
-            "%4d %7lld %5d %8d %6lld %7lld %6lld %6lld %9.3g %9.3g %8.3g "
-            "%8.3g %8.3g %8.3g %9s %9.3g %5.0f\n",
+            "%4d %7lld %5d %8d %6lld %7lld %6lld %6lld %9s %9s %8s %8s %8s "
+            "%8s %9s %9s %5.0f\n",
             x->step, (long long)x->length, x->concurrency, x->sessions,
             (long long)x->steps, (long long)x->ok, (long long)errors_of(x),
-            (long long)recreated_of(x), x->ttft_ms[0], x->ttft_ms[2],
-            x->lat_ms[0], x->lat_ms[1], x->lat_ms[2], x->lat_ms[4], tok,
-            x->compute_ms[0], x->cpu_pct);
+            (long long)recreated_of(x), ms3(x->ttft_ms[0], m[0]),
+            ms3(x->ttft_ms[2], m[1]), ms3(x->lat_ms[0], m[2]),
+            ms3(x->lat_ms[1], m[3]), ms3(x->lat_ms[2], m[4]),
+            ms3(x->lat_ms[4], m[5]), tok, ms3(x->compute_ms[0], m[6]),
+            x->cpu_pct);
   }
 }
 
@@ -235,18 +255,19 @@ void load_report_table(FILE *f, const load_result_t *r, int n) {
           "queue_p50", "comp_p50", "cpu%");
   for (int i = 0; i < n; i++) {
     const load_result_t *x = &r[i];
-    char lab[32], rps[16], tok[16];
+    char lab[32], rps[16], tok[16], m[7][16];
     load_label(x, lab, sizeof lab);
     si(x->rps, rps, sizeof rps);
     si(x->tokens_per_s, tok, sizeof tok);
     fprintf(f,
-            "%4d %6lld %10s %7lld %7lld %6lld %5lld %9s %9s %8.1f %8.3g %8.3g "
-            "%8.3g %8.3g %8.3g %9.3g %9.3g %5.0f\n",
+            "%4d %6lld %10s %7lld %7lld %6lld %5lld %9s %9s %8.1f %8s %8s "
+            "%8s %8s %8s %9s %9s %5.0f\n",
             x->step, (long long)x->length, lab, (long long)x->sent,
             (long long)x->ok, (long long)errors_of(x), (long long)x->s429, rps,
-            x->attention ? tok : "-", x->gflops, x->lat_ms[0], x->lat_ms[1],
-            x->lat_ms[2], x->lat_ms[3], x->lat_ms[4], x->queue_ms[0],
-            x->compute_ms[0], x->cpu_pct);
+            x->attention ? tok : "-", x->gflops, ms3(x->lat_ms[0], m[0]),
+            ms3(x->lat_ms[1], m[1]), ms3(x->lat_ms[2], m[2]),
+            ms3(x->lat_ms[3], m[3]), ms3(x->lat_ms[4], m[4]),
+            ms3(x->queue_ms[0], m[5]), ms3(x->compute_ms[0], m[6]), x->cpu_pct);
   }
 }
 
@@ -255,6 +276,14 @@ void load_report_table(FILE *f, const load_result_t *r, int n) {
 static int io_fail(char *err, size_t en, const char *path) {
   snprintf(err, en, "cannot write %s: %s", path, strerror(errno));
   return -1;
+}
+
+/* Writes ",v" in ms to three decimals, or "," alone for no value. */
+static void csv_ms(FILE *f, double v) {
+  if (isnan(v))
+    fputc(',', f);
+  else
+    fprintf(f, ",%.3f", v);
 }
 
 /* Writes v as one CSV cell: quoted, quotes doubled, when it holds a comma,
@@ -327,12 +356,13 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
         (long long)x->other, (long long)x->transport, (long long)x->timeouts,
         x->error_rate, x->rps, x->tokens_per_s, x->gflops);
     for (int i = 0; i < LOAD_NLAT; i++)
-      fprintf(f, ",%.3f", x->lat_ms[i]);
-    fprintf(f, ",%.3f,%lld", x->lat_mean_ms, (long long)x->timed);
+      csv_ms(f, x->lat_ms[i]);
+    csv_ms(f, x->lat_mean_ms);
+    fprintf(f, ",%lld", (long long)x->timed);
     const double *sv[3] = {x->queue_ms, x->compute_ms, x->total_ms};
     for (int k = 0; k < 3; k++)
       for (int i = 0; i < LOAD_NSRV; i++)
-        fprintf(f, ",%.3f", sv[k][i]);
+        csv_ms(f, sv[k][i]);
     fprintf(f, ",%.1f,%d,%d,%d,%.3g,", x->cpu_pct, x->verified,
             x->verify_failed, x->verify_missing, x->verify_max_err);
     if (!x->decode) {
@@ -343,9 +373,10 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
     fprintf(f, "decode,%d,%lld,%s,%s", x->sessions, (long long)x->steps,
             x->put ? "put" : "post", ropes[x->dshape.rope]);
     for (int i = 0; i < LOAD_NSRV; i++)
-      fprintf(f, ",%.3f", x->ttft_ms[i]);
-    fprintf(f, ",%.3f,%.3f,%.6g,%lld,%lld,%lld", x->ttft_mean_ms,
-            x->create_p50_ms, x->prefill_tokens_per_s,
+      csv_ms(f, x->ttft_ms[i]);
+    csv_ms(f, x->ttft_mean_ms);
+    csv_ms(f, x->create_p50_ms);
+    fprintf(f, ",%.6g,%lld,%lld,%lld", x->prefill_tokens_per_s,
             (long long)x->sessions_done, (long long)x->abandoned,
             (long long)recreated_of(x));
     for (int i = 0; i < LOAD_NRECREATE; i++)
@@ -359,10 +390,15 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
 
 /* ---- JSON ---------------------------------------------------------------- */
 
+/* A time in ms as JSON: a number, or null for no value. */
+static json_t *ms_json(double v) {
+  return isnan(v) ? json_null() : json_real(v);
+}
+
 static json_t *pct_object(const char *const *names, const double *v, int n) {
   json_t *o = json_object();
   for (int i = 0; i < n; i++)
-    json_object_set_new(o, names[i], json_real(v[i]));
+    json_object_set_new(o, names[i], ms_json(v[i]));
   return o;
 }
 
@@ -414,7 +450,7 @@ static json_t *step_json(const load_result_t *x) {
                                 "tokens_per_s", x->tokens_per_s, "gflops",
                                 x->gflops));
   json_t *lat = pct_object(load_lat_names, x->lat_ms, LOAD_NLAT);
-  json_object_set_new(lat, "mean", json_real(x->lat_mean_ms));
+  json_object_set_new(lat, "mean", ms_json(x->lat_mean_ms));
   json_object_set_new(o, "latency_ms", lat);
   json_object_set_new(
       o, "server_ms",
@@ -437,15 +473,15 @@ static json_t *step_json(const load_result_t *x) {
                           json_integer(x->codes[i].count));
     json_object_set_new(json_object_get(o, "errors"), "by_code", codes);
     json_t *ttft = pct_object(load_srv_names, x->ttft_ms, LOAD_NSRV);
-    json_object_set_new(ttft, "mean", json_real(x->ttft_mean_ms));
+    json_object_set_new(ttft, "mean", ms_json(x->ttft_mean_ms));
     static const char *const ropes[] = {"none", "half", "interleaved"};
     json_t *d = json_pack(
-        "{s:i,s:I,s:I,s:s,s:s,s:o,s:f,s:f,s:f,s:I,s:I,s:I,s:{s:I,s:I,s:I},"
+        "{s:i,s:I,s:I,s:s,s:s,s:o,s:o,s:f,s:f,s:I,s:I,s:I,s:{s:I,s:I,s:I},"
         "s:I}",
         "sessions", x->sessions, "prefill", (json_int_t)x->length, "steps",
         (json_int_t)x->steps, "create", x->put ? "put" : "post", "rope",
         ropes[x->dshape.rope], "ttft_ms", ttft, "create_p50_ms",
-        x->create_p50_ms, "decode_tokens_per_s", x->tokens_per_s,
+        ms_json(x->create_p50_ms), "decode_tokens_per_s", x->tokens_per_s,
         "prefill_tokens_per_s", x->prefill_tokens_per_s, "sessions_done",
         (json_int_t)x->sessions_done, "abandoned", (json_int_t)x->abandoned,
         "recreated", (json_int_t)recreated_of(x), "recreated_by", "404",
@@ -573,10 +609,14 @@ static void panel(FILE *f, int k, const char *title, const char *unit,
   for (int i = 0; i < n; i++)
     for (int c = 0; c < nc; c++) {
       double v = curves[c].value(&r[i]);
+      if (isnan(v)) /* no value: no point */
+        continue;
       v = v < vmin ? vmin : v;
       lo = v < lo ? v : lo;
       hi = v > hi ? v : hi;
     }
+  if (lo > hi) /* no point at all */
+    lo = hi = vmin;
   axis_t ya = {pow(10, floor(log10(lo))), pow(10, ceil(log10(hi))),
                y0 + PANEL_H - PAD_B, y0 + PAD_T};
   if (ya.hi <= ya.lo)
@@ -627,15 +667,15 @@ static void panel(FILE *f, int k, const char *title, const char *unit,
               "<polyline fill='none' stroke='%s' stroke-width='2' "
               "stroke-dasharray='%s' points='",
               col, curves[c].dash);
-      for (int j = i; j < n; j++)
-        if (same_series(&r[j], &r[i])) {
-          double v = curves[c].value(&r[j]);
+      for (int j = i; j < n; j++) {
+        double v = curves[c].value(&r[j]);
+        if (same_series(&r[j], &r[i]) && !isnan(v))
           fprintf(f, "%.1f,%.1f ", ax_map(&xa, (double)r[j].length),
                   ax_map(&ya, v < vmin ? vmin : v));
-        }
+      }
       fprintf(f, "'/>\n");
       for (int j = i; j < n; j++)
-        if (same_series(&r[j], &r[i])) {
+        if (same_series(&r[j], &r[i]) && !isnan(curves[c].value(&r[j]))) {
           double v = curves[c].value(&r[j]);
           fprintf(f, "<circle cx='%.1f' cy='%.1f' r='3' fill='%s'/>\n",
                   ax_map(&xa, (double)r[j].length),

@@ -4,8 +4,12 @@
  * A load_result_t is one step reduced to numbers (load_result_fill), so
  * that the reports need neither the histograms nor the requests; a decode
  * step (decode.h) by load_result_fill_decode. Every time is in
- * milliseconds. The writers borrow their arguments and write
- * only the file they are given; any thread, one at a time per file. */
+ * milliseconds; one that nothing measured (a step without a success, or
+ * without Server-Timing; a decode step's total) is NAN, "no value", which
+ * the writers never print as a number: an empty CSV cell, JSON null, "-"
+ * in the line and the table, no point in the picture. The writers borrow their
+ * arguments and write only the file they are given; any thread, one at a time
+ * per file. */
 #ifndef LOAD_REPORT_H
 #define LOAD_REPORT_H
 
