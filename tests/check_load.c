@@ -2063,9 +2063,11 @@ static int table_fields(char *text, int row, char **f) {
  * (no latency, no Server-Timing), one with two successes, 1.5 and 2.5 ms,
  * and no Server-Timing (a latency, no server times), and a decode step
  * with no reply. A time with no value is no number: an empty CSV cell,
- * JSON null, "-" in the table and the line, and no point in the picture;
+ * JSON null, "-" in the table and the line, and no point in the picture,
+ * where a series' line breaks;
  * the measured ones are as before. Caught: every one reported as 0.000 ms,
- * a value that looks measured. */
+ * a value that looks measured; and --verify's largest error reported as 0
+ * for steps that verified nothing. */
 START_TEST(test_report_no_value) {
   load_result_t *r = calloc(3, sizeof *r);
   ck_assert_ptr_nonnull(r);
@@ -2147,7 +2149,32 @@ START_TEST(test_report_no_value) {
       d && json_is_null(json_object_get(d, "create_p50_ms")) &&
           json_is_null(json_object_get(json_object_get(d, "ttft_ms"), "p99")),
       "decode: %s", d ? json_dumps(d, JSON_COMPACT) : "missing");
+  for (int i = 0; i < 3; i++) /* nothing was verified: no error measured */
+    ck_assert_msg(
+        json_is_null(
+            json_object_get(json_object_get(json_array_get(steps, i), "verify"),
+                            "max_rel_err")),
+        "step %d: verify %s", i,
+        json_dumps(json_object_get(json_array_get(steps, i), "verify"),
+                   JSON_COMPACT));
   json_decref(doc);
+  r[1].verified = 2, r[1].verify_max_err = 2.5e-7;
+  doc = report_json_of(r, 2);
+  ck_assert_double_eq(
+      json_real_value(json_object_get(
+          json_object_get(json_array_get(json_object_get(doc, "steps"), 1),
+                          "verify"),
+          "max_rel_err")),
+      2.5e-7);
+  json_decref(doc);
+  ck_assert_int_eq(load_report_csv(path, r, 2, err, sizeof err), 0);
+  char *vcsv = slurp(path);
+  csv_cell_of(vcsv, 0, "verify_max_err", cell, sizeof cell);
+  ck_assert_msg(cell[0] == 0, "verify_max_err unverified is '%s'", cell);
+  csv_cell_of(vcsv, 1, "verify_max_err", cell, sizeof cell);
+  ck_assert_str_eq(cell, "2.5e-07");
+  free(vcsv);
+  r[1].verified = 0, r[1].verify_max_err = 0;
 
   /* the table and the line */
   char *text = NULL, *f[32];
@@ -2194,6 +2221,26 @@ START_TEST(test_report_no_value) {
   ck_assert_int_eq(load_report_svg(path, "t", r, 2, err, sizeof err), 0);
   char *svg = slurp(path);
   ck_assert_msg(strstr(svg, "nan") == NULL, "%s", svg);
+  free(svg);
+  /* a series measured, not measured, measured: its latency lines stop at
+   * the gap, one polyline of one point on each side for p50 and for p99;
+   * tokens/s (0, a value) goes on; the server times have no line at all */
+  load_result_t gap[3] = {r[1], r[0], r[1]};
+  for (int i = 0; i < 3; i++)
+    gap[i].length = 128 << i;
+  ck_assert_int_eq(load_report_svg(path, "t", gap, 3, err, sizeof err), 0);
+  svg = slurp(path);
+  int lines = 0, single = 0;
+  for (const char *p = strstr(svg, "points='"); p;
+       p = strstr(p + 1, "points='")) {
+    int pts = 0;
+    for (const char *q = p + 8; *q != '\''; q++)
+      pts += *q == ' ';
+    lines++;
+    single += pts == 1;
+  }
+  ck_assert_msg(lines == 5 && single == 4,
+                "%d polylines, %d of one point:\n%.3000s", lines, single, svg);
   free(svg);
   unlink(path);
   snprintf(path, sizeof path, "%s/n.csv", dir);

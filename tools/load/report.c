@@ -278,6 +278,14 @@ static int io_fail(char *err, size_t en, const char *path) {
   return -1;
 }
 
+/* --verify's largest relative error, or NaN (no value) where no reply was
+ * checked or one could not be measured (not read as a tensor at all). */
+static double verify_err(const load_result_t *x) {
+  return x->verified + x->verify_failed > 0 && isfinite(x->verify_max_err)
+             ? x->verify_max_err
+             : NAN;
+}
+
 /* Writes ",v" in ms to three decimals, or "," alone for no value. */
 static void csv_ms(FILE *f, double v) {
   if (isnan(v))
@@ -363,8 +371,11 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
     for (int k = 0; k < 3; k++)
       for (int i = 0; i < LOAD_NSRV; i++)
         csv_ms(f, sv[k][i]);
-    fprintf(f, ",%.1f,%d,%d,%d,%.3g,", x->cpu_pct, x->verified,
-            x->verify_failed, x->verify_missing, x->verify_max_err);
+    fprintf(f, ",%.1f,%d,%d,%d,", x->cpu_pct, x->verified, x->verify_failed,
+            x->verify_missing);
+    if (!isnan(verify_err(x)))
+      fprintf(f, "%.3g", verify_err(x));
+    fputc(',', f);
     if (!x->decode) {
       fprintf(f, "request,,,,,,,,,,,,,,,,,,\n");
       continue;
@@ -459,11 +470,11 @@ static json_t *step_json(const load_result_t *x) {
                 "compute", pct_object(load_srv_names, x->compute_ms, LOAD_NSRV),
                 "total", pct_object(load_srv_names, x->total_ms, LOAD_NSRV)));
   json_object_set_new(o, "client_cpu_pct", json_real(x->cpu_pct));
-  json_object_set_new(
-      o, "verify",
-      json_pack("{s:i,s:i,s:i,s:f}", "passed", x->verified, "failed",
-                x->verify_failed, "missing", x->verify_missing, "max_rel_err",
-                isfinite(x->verify_max_err) ? x->verify_max_err : -1.0));
+  json_object_set_new(o, "verify",
+                      json_pack("{s:i,s:i,s:i,s:o}", "passed", x->verified,
+                                "failed", x->verify_failed, "missing",
+                                x->verify_missing, "max_rel_err",
+                                ms_json(verify_err(x))));
   json_object_set_new(o, "workload",
                       json_string(x->decode ? "decode" : "request"));
   if (x->decode) {
@@ -656,24 +667,37 @@ static void panel(FILE *f, int k, const char *title, const char *unit,
           "transform='rotate(-90 %g %g)'>%s</text>\n",
           xa.a, ya.b, xa.b - xa.a, ya.a - ya.b, (xa.a + xa.b) / 2, ya.a + 34,
           xlabel, x0 + 16, (ya.a + ya.b) / 2, x0 + 16, (ya.a + ya.b) / 2, unit);
-  /* one polyline per series and curve, in the steps' order of length */
+  /* per series and curve, a polyline through the steps in order of length,
+   * broken where a step has no value: a line over a step that measured
+   * nothing would show a value there */
   int series = 0;
   for (int i = 0; i < n; i++) {
     if (!first_of_series(r, i))
       continue;
     const char *col = palette[series++ % NPAL];
     for (int c = 0; c < nc; c++) {
-      fprintf(f,
-              "<polyline fill='none' stroke='%s' stroke-width='2' "
-              "stroke-dasharray='%s' points='",
-              col, curves[c].dash);
+      int open = 0;
       for (int j = i; j < n; j++) {
+        if (!same_series(&r[j], &r[i]))
+          continue;
         double v = curves[c].value(&r[j]);
-        if (same_series(&r[j], &r[i]) && !isnan(v))
-          fprintf(f, "%.1f,%.1f ", ax_map(&xa, (double)r[j].length),
-                  ax_map(&ya, v < vmin ? vmin : v));
+        if (isnan(v) && open)
+          fprintf(f, "'/>\n");
+        if (isnan(v)) {
+          open = 0;
+          continue;
+        }
+        if (!open)
+          fprintf(f,
+                  "<polyline fill='none' stroke='%s' stroke-width='2' "
+                  "stroke-dasharray='%s' points='",
+                  col, curves[c].dash);
+        open = 1;
+        fprintf(f, "%.1f,%.1f ", ax_map(&xa, (double)r[j].length),
+                ax_map(&ya, v < vmin ? vmin : v));
       }
-      fprintf(f, "'/>\n");
+      if (open)
+        fprintf(f, "'/>\n");
       for (int j = i; j < n; j++)
         if (same_series(&r[j], &r[i]) && !isnan(curves[c].value(&r[j]))) {
           double v = curves[c].value(&r[j]);
