@@ -2315,7 +2315,8 @@ typedef struct fake {
   const char *extra; /* "Name: value\r\n" lines, or NULL */
   const int *codes;  /* request i < ncodes: status codes[i], body {} */
   int ncodes;
-  int n; /* requests answered */
+  int coded; /* ... or, when set, {"error":{"code":"e<i>"}} */
+  int n;     /* requests answered */
   pthread_t th;
 } fake_t;
 
@@ -2386,7 +2387,10 @@ static void *fake_main(void *arg) {
       int i = f->n++, bad = f->bad_at < 0 || i == f->bad_at, code = 200;
       if (i < f->ncodes) {
         code = f->codes[i];
-        snprintf(body, sizeof body, "{}");
+        if (f->coded)
+          snprintf(body, sizeof body, "{\"error\":{\"code\":\"e%d\"}}", i);
+        else
+          snprintf(body, sizeof body, "{}");
       } else if (strcmp(method, "DELETE") == 0)
         code = 204;
       else if (strcmp(path, "/v1/sessions") == 0) {
@@ -2629,6 +2633,47 @@ START_TEST(test_status_over_599) {
 }
 END_TEST
 
+/* More distinct error.code values than by_code has room for: two sessions
+ * whose every request fails, each with a code of its own, until both are
+ * abandoned. The first LOAD_DECODE_MAX_CODES - 1 codes are kept by name,
+ * the rest counted under "(other)", and by_code adds up to the errors.
+ * Caught: the codes past the twelfth were dropped, uncounted. */
+START_TEST(test_decode_codes_overflow) {
+  enum { N = 2 * LOAD_DECODE_MAX_FAILS };
+  int codes[N];
+  for (int i = 0; i < N; i++)
+    codes[i] = 500;
+  fake_t f;
+  fake_start(&f, 1 << 30, 4);
+  f.codes = codes, f.ncodes = N, f.coded = 1;
+  char base[64], err[256];
+  snprintf(base, sizeof base, "http://127.0.0.1:%d", f.port);
+  load_decode_run_t run = {.base = base,
+                           .shape = &dec_shape,
+                           .sessions = 2,
+                           .prefill = 4,
+                           .concurrency = 1,
+                           .timeout_s = 10,
+                           .seed = 1};
+  load_decode_stats_t st;
+  ck_assert_int_eq(load_decode_stats_init(&st), 0);
+  ck_assert_msg(load_decode_run(&run, &st, err, sizeof err) == 0, "%s", err);
+  fake_stop(&f);
+  ck_assert_int_eq(st.abandoned, 2);
+  ck_assert_int_eq(load_decode_errors(&st), N);
+  ck_assert_int_eq(st.n_codes, LOAD_DECODE_MAX_CODES);
+  int64_t sum = 0;
+  for (int i = 0; i < st.n_codes; i++)
+    sum += st.codes[i].count;
+  ck_assert_int_eq(sum, N);
+  ck_assert_str_eq(st.codes[0].code, "e0");
+  ck_assert_str_eq(st.codes[LOAD_DECODE_MAX_CODES - 1].code, "(other)");
+  ck_assert_int_eq(st.codes[LOAD_DECODE_MAX_CODES - 1].count,
+                   N - (LOAD_DECODE_MAX_CODES - 1));
+  load_decode_stats_free(&st);
+}
+END_TEST
+
 /* The codes no status line of three digits carries (libcurl refuses a
  * status under 100) are counted together, as "invalid" in by_status. */
 START_TEST(test_status_invalid) {
@@ -2707,6 +2752,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_loop_test(tc, test_decode_bad_reply_counts_once, 0, 2);
   tcase_add_test(tc, test_decode_wrong_replies_abandon);
+  tcase_add_test(tc, test_decode_codes_overflow);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("server_timing_lines");

@@ -354,10 +354,15 @@ static void count_code(load_decode_stats_t *st, const char *body, size_t len) {
       st->codes[i].count++;
       return;
     }
-  if (st->n_codes < LOAD_DECODE_MAX_CODES) {
-    snprintf(st->codes[st->n_codes].code, sizeof st->codes[0].code, "%s", code);
-    st->codes[st->n_codes++].count = 1;
+  if (st->n_codes == LOAD_DECODE_MAX_CODES) { /* the last is "(other)" */
+    st->codes[st->n_codes - 1].count++;
+    return;
   }
+  /* the last slot counts every code past the others */
+  if (st->n_codes == LOAD_DECODE_MAX_CODES - 1)
+    snprintf(code, sizeof code, "(other)");
+  snprintf(st->codes[st->n_codes].code, sizeof st->codes[0].code, "%s", code);
+  st->codes[st->n_codes++].count = 1;
 }
 
 /* Whether the reply to step `k` of session i (k = -1: its first prefill)
