@@ -725,10 +725,10 @@ static void pool_task(fwd_t *f, int64_t t, int id) {
   for (int64_t k = 0; k < nk; k++) {
     double v = 0;
     for (int64_t qb = qb0; qb <= qb1; qb++) {
-      double x = c->pool_part[((bh * c->n_qblocks + qb) * c->pool_t + qp -
-                               attn__pool_first(qb, pl->q0, pq)) *
-                                  nk +
-                              k];
+      double x =
+          c->pool_part[(bh * c->pool_slots + attn__pool_slot(qb, qp, pl->q0)) *
+                           nk +
+                       k];
       v = r->pool_reduce == ATTN_POOL_MAX ? (x > v ? x : v) : v + x;
     }
     if (r->pool_reduce == ATTN_POOL_MEAN) {
@@ -945,10 +945,11 @@ static size_t lay_out(const attn_plan_t *pl, const attn__scratch_t *sc,
   w->att = carve(base, &at, 0);
   for (int64_t t = 0; t < sc->slots; t++)
     carve(base, &at, sc->floats);
-  if (pl->pooled_elems) /* B·H'·n_qblocks·pool_t·nk doubles */
-    w->pool = carve(base, &at,
-                    2 * pl->B * pl->rH * ((Lq + ATTN__BR - 1) / ATTN__BR) *
-                        attn__pool_t(p->reduce.pool_q) * pl->pool_nk);
+  if (pl->pooled_elems) /* B·H'·pool_slots·nk doubles */
+    w->pool =
+        carve(base, &at,
+              2 * pl->B * pl->rH *
+                  attn__pool_slots(pl->pool_nq, pl->q0, pl->q1) * pl->pool_nk);
   return (size_t)at * sizeof(float);
 }
 
@@ -1054,7 +1055,8 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
     c->sink = p->reduce.stats & ATTN_STAT_SINK ? o->sink : NULL;
     c->distance = p->reduce.stats & ATTN_STAT_DISTANCE ? o->distance : NULL;
     c->pool_part = (double *)w.pool;
-    c->pool_t = p->reduce.pool_q ? attn__pool_t(p->reduce.pool_q) : 0;
+    c->pool_slots =
+        p->reduce.pool_q ? attn__pool_slots(pl->pool_nq, pl->q0, pl->q1) : 0;
     f->n_pool = pl->B * pl->rH * pl->pool_nq;
     f->out_pooled = o->pooled;
   }

@@ -147,14 +147,14 @@ typedef struct attn__ctx {
                          are asked for, else 1 */
   /* Reductions of the weights (attn_reduce_t), or red NULL. The unit of
    * query block qb for output head hh (0 for the mean) of item b adds its
-   * rows' pooled cells into pool_part [pool_t, nk] doubles at unit index
-   * (b·H' + hh)·n_qblocks + qb: pool_t pooled rows at most, from the pooled
-   * row of its first query in range; forward.c sums the units in order. */
+   * rows' pooled cells into pool_part [B, H', pool_slots, nk] doubles, at
+   * the slots of its pooled rows (attn__pool_slot); forward.c sums the
+   * units in order. */
   const attn_reduce_t *red;
   int32_t *top_k_index;
   float *top_k_value, *entropy, *sink, *distance;
   double *pool_part;
-  int64_t pool_t;
+  int64_t pool_slots;
   attn__scratch_t sc; /* the attention's part of the scratch */
   /* Numeric safety (forward.c decides, the kernels obey): */
   int exact;     /* every row by the float64 path: some score may leave
@@ -287,16 +287,22 @@ int attn__cuda_sticky(int error);
  * version the last call ran (0 before any). For the tests and the benchmark,
  * which compare the versions; read and written atomically. In every build. */
 extern int attn__cuda_flash_version, attn__cuda_flash_last;
-/* Pooled rows a unit of ATTN__BR query rows touches at most, for blocks
- * of pq rows. */
-static inline int64_t attn__pool_t(int64_t pq) {
-  int64_t t = (ATTN__BR - 1) / pq + 2;
-  return t < ATTN__BR ? t : ATTN__BR;
-}
 /* The first pooled row that query block qb touches (its rows from q0). */
 static inline int64_t attn__pool_first(int64_t qb, int64_t q0, int64_t pq) {
   int64_t i = qb * ATTN__BR;
   return ((i > q0 ? i : q0) - q0) / pq;
+}
+/* The units' pooled partials of one (b, h'): query block qb's pooled row
+ * qp is slot qp + qb − q0/ATTN__BR. A block's rows are consecutive, and
+ * the next block's start at least one slot later (it may share its first
+ * row with this one's last), so the blocks of the query range [q0, q1)
+ * hold pool_nq + their count of slots: nothing for the blocks outside. */
+static inline int64_t attn__pool_slot(int64_t qb, int64_t qp, int64_t q0) {
+  return qp + qb - q0 / ATTN__BR;
+}
+static inline int64_t attn__pool_slots(int64_t pool_nq, int64_t q0,
+                                       int64_t q1) {
+  return pool_nq + (q1 - 1) / ATTN__BR - q0 / ATTN__BR + 1;
 }
 
 /* The best ISA this CPU runs. */

@@ -1404,12 +1404,18 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   /* This unit's pooled rows (attn__ctx_t), zeroed */
   double *part = NULL;
   int64_t pfirst = 0;
-  if (c->pool_part) {
-    const int64_t hh = c->red->mean_heads ? 0 : h0;
-    part = c->pool_part + ((b * pl->rH + hh) * c->n_qblocks + qblock) *
-                              c->pool_t * pl->pool_nk;
-    memset(part, 0, (size_t)(c->pool_t * pl->pool_nk) * sizeof(double));
-    pfirst = attn__pool_first(qblock, pl->q0, c->red->pool_q);
+  const int64_t qa = qblock * ATTN__BR > pl->q0 ? qblock * ATTN__BR : pl->q0,
+                qe = (qblock + 1) * ATTN__BR < pl->q1 ? (qblock + 1) * ATTN__BR
+                                                      : pl->q1;
+  if (c->pool_part && qa < qe) { /* a block outside the range has none */
+    const int64_t hh = c->red->mean_heads ? 0 : h0, pq = c->red->pool_q;
+    pfirst = attn__pool_first(qblock, pl->q0, pq);
+    part = c->pool_part + ((b * pl->rH + hh) * c->pool_slots +
+                           attn__pool_slot(qblock, pfirst, pl->q0)) *
+                              pl->pool_nk;
+    memset(part, 0,
+           (size_t)(((qe - 1 - pl->q0) / pq - pfirst + 1) * pl->pool_nk) *
+               sizeof(double));
   }
   ored_t ored, *ro = NULL;
   if (c->red && !dense_red) {

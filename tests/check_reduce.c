@@ -450,6 +450,65 @@ START_TEST(test_threads) {
 }
 END_TEST
 
+/* The units' pooled partials cover the query range's blocks, not the whole
+ * axis: one query's pooled row at Lq = 8192 holds a few rows of partials
+ * (it held 128 blocks of 64 rows, 512 MiB for a reply of 32 KiB); and
+ * ranges that start and end inside blocks, pooled across them, still
+ * match the reference at 1 and 3 threads. */
+START_TEST(test_pool_partials_follow_range) {
+  tu_spec_t s = {.Lq = 8192, .H = 2, .Dh = 2};
+  tu_case_t c;
+  tu_case_build(&c, &s, 41);
+  c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
+  attn_plan_t with, without;
+  attn_error_t err;
+  c.p.reduce = (attn_reduce_t){.pool_q = 1,
+                               .pool_k = 1,
+                               .has_query_range = 1,
+                               .query_range = {4000, 4001}};
+  ck_assert_int_eq(attn_plan_init(&with, &c.p, NULL, &err), 0);
+  c.p.reduce = (attn_reduce_t){.stats = ATTN_STAT_ENTROPY,
+                               .has_query_range = 1,
+                               .query_range = {4000, 4001}};
+  ck_assert_int_eq(attn_plan_init(&without, &c.p, NULL, &err), 0);
+  /* the reply: H · 1 · 8192 floats; beside each thread's 64 rows of
+   * pooled blocks (floats), partials in doubles of a few rows */
+  size_t reply = (size_t)with.pooled_elems * sizeof(float),
+         rows = (size_t)with.threads * 64 * 8192 * sizeof(float);
+  ck_assert_msg(with.workspace_bytes - without.workspace_bytes <=
+                    rows + 8 * reply,
+                "pooled partials take %zu bytes for a reply of %zu",
+                with.workspace_bytes - without.workspace_bytes - rows, reply);
+  tu_case_free(&c);
+
+  tu_spec_t t = {.B = 2,
+                 .batched = 1,
+                 .Lq = 300,
+                 .Lk = 170,
+                 .cross = 1,
+                 .H = 3,
+                 .Dh = 4,
+                 .causal = BR};
+  tu_case_build(&c, &t, 42);
+  c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
+  c.p.reduce = (attn_reduce_t){.pool_q = 50,
+                               .pool_k = 30,
+                               .top_k = 3,
+                               .mean_heads = _i,
+                               .has_query_range = 1,
+                               .query_range = {70, 281},
+                               .has_key_range = 1,
+                               .key_range = {5, 160}};
+  check_params(&c.p, _i ? "ranges, mean" : "ranges, per head");
+  c.p.reduce.pool_q = 1, c.p.reduce.pool_k = 7;
+  check_params(&c.p, _i ? "ranges, rows, mean" : "ranges, rows, per head");
+  c.p.reduce.pool_q = 400;
+  check_params(&c.p,
+               _i ? "ranges, one row, mean" : "ranges, one row, per head");
+  tu_case_free(&c);
+}
+END_TEST
+
 /* ---- bad options -------------------------------------------------------- */
 
 typedef struct bad {
@@ -534,6 +593,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_max_rises_from_far, 0, 2);
   tcase_add_loop_test(tc, test_random, 0, 60);
   tcase_add_loop_test(tc, test_threads, 0, 2);
+  tcase_add_loop_test(tc, test_pool_partials_follow_range, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("errors");
   tcase_add_loop_test(tc, test_bad_options, 0, N_BADS);
