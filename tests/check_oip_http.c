@@ -1588,6 +1588,19 @@ START_TEST(test_http_framing) {
                     body, sizeof body);
   ck_assert_int_eq(st, 400);
   assert_raw_oip_error(body, "Content-Length is given 2 times");
+  /* where the JSON ends, said twice two ways: the first line was read
+   * alone, and a proxy that reads the last splits the body elsewhere */
+  const char *json = "{\"inputs\":[]}";
+  char text[512];
+  snprintf(text, sizeof text,
+           "POST /v2/models/attention/infer HTTP/1.1\r\nHost: x\r\n"
+           "Content-Length: %zu\r\nInference-Header-Content-Length: %zu\r\n"
+           "Inference-Header-Content-Length: 5\r\n\r\n%s",
+           strlen(json), strlen(json), json);
+  st = raw_exchange(srv.port, text, body, sizeof body);
+  ck_assert_int_eq(st, 400);
+  assert_raw_oip_error(body, "Inference-Header-Content-Length is given 2 "
+                             "times with different values ('13' and '5')");
 }
 END_TEST
 

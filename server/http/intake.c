@@ -87,8 +87,31 @@ static enum MHD_Result check_content_type(attnd_http_req_t *r, int *ok) {
                          ct ? "'" : "", ct ? ct : "missing", ct ? "'" : "");
 }
 
+/* The lines of Inference-Header-Content-Length: how many, the first's
+ * value and a later one that differs from it. */
+typedef struct json_lengths {
+  int n;
+  const char *first, *other;
+} json_lengths_t;
+
+static enum MHD_Result count_json_length(void *cls, enum MHD_ValueKind kind,
+                                         const char *key, const char *value) {
+  json_lengths_t *l = cls;
+  (void)kind;
+  if (strcasecmp(key, "Inference-Header-Content-Length") != 0)
+    return MHD_YES;
+  value = value ? value : "";
+  if (l->n++ == 0)
+    l->first = value;
+  else if (!l->other && strcmp(value, l->first) != 0)
+    l->other = value;
+  return MHD_YES;
+}
+
 /* Inference-Header-Content-Length (OIP): the JSON's length in a binary
- * body, a decimal integer; -1 when absent. */
+ * body, a decimal integer; -1 when absent. Lines that differ are refused
+ * as Content-Length's are (framing.c): libmicrohttpd gives the first, and
+ * a proxy that reads another would split the body elsewhere. */
 static enum MHD_Result read_json_length(attnd_http_req_t *r, int *ok) {
   const char *h = MHD_lookup_connection_value(
       r->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
@@ -96,6 +119,17 @@ static enum MHD_Result read_json_length(attnd_http_req_t *r, int *ok) {
   *ok = 1;
   if (h == NULL || r->proto != ATTND_PROTO_V2)
     return MHD_YES;
+  json_lengths_t lines = {0};
+  MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_json_length,
+                            &lines);
+  if (lines.other)
+    return *ok = 0,
+           attnd_http_fail(r, ATTND_ERR_BAD_REQUEST,
+                           "Inference-Header-Content-Length",
+                           "Inference-Header-Content-Length is given %d times "
+                           "with different values ('%.40s' and '%.40s'); "
+                           "send one",
+                           lines.n, lines.first, lines.other);
   size_t n = strlen(h);
   *ok = n > 0 && n <= 18 && strspn(h, "0123456789") == n;
   if (!*ok)
