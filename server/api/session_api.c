@@ -2,6 +2,7 @@
  * steps, which are requests like any other). See session_api.h. */
 #include "api/session_api.h"
 
+#include <ctype.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -278,8 +279,10 @@ int attnd_session_api_list(attnd_sessions_t *st, const char *limit,
                            attnd_error_t *err) {
   enum { MAX_PAGE = 1000 };
   char *end = NULL;
+  /* digits only: strtoll would also skip space and a '+' */
   long long n = limit ? strtoll(limit, &end, 10) : 100;
-  if (limit && (end == limit || *end || n < 1 || n > MAX_PAGE))
+  if (limit &&
+      (!isdigit((unsigned char)*limit) || *end || n < 1 || n > MAX_PAGE))
     return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "limit",
                            "limit is '%.20s'; expected 1 to %d", limit,
                            MAX_PAGE);
