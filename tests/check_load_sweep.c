@@ -38,6 +38,8 @@
  *   - a port that refuses connections, with --verify: the replies that
  *     never came counted as missing, not wrong; stderr naming the reports
  *     written, and where, and that a second run replaced them.
+ *   - bench/wrk/compare.sh with a stand-in wrk: stdout is its table
+ *     alone.
  * The v2 cases need a server that speaks /v2 (server/api/oip.c, api/v2.c): they
  * fail, saying so, against one that does not.
  * No timings are asserted: only counts, orders and exit statuses. */
@@ -1014,6 +1016,63 @@ START_TEST(test_missing_replies_and_reports) {
 }
 END_TEST
 
+/* ---- bench/wrk/compare.sh ------------------------------------------------ */
+
+/* bench/wrk/compare.sh (docs/load-testing.md, "Against wrk") against a
+ * live attnd, with a stand-in wrk on PATH that answers 100 req/s: stdout
+ * is the table alone, its header and one row per length and concurrency,
+ * the stand-in's rate in it. Catches: attnd-load --dump-body's header
+ * line ("Content-Type: application/json", on stdout by design) printed
+ * into the table. */
+START_TEST(test_wrk_compare_table) {
+  sh_server_t srv;
+  start(&srv, NULL);
+  scratch_t sc;
+  scratch_init(&sc);
+  char path[4096], real[4096], cmd[8192];
+  ck_assert_ptr_nonnull(realpath(load_bin(), real));
+  snprintf(path, sizeof path, "%s/attnd-load", sc.dir);
+  ck_assert_int_eq(symlink(real, path), 0);
+  snprintf(path, sizeof path, "%s/bin", sc.dir); /* $BUILD/wrk is output */
+  ck_assert_int_eq(mkdir(path, 0755), 0);
+  snprintf(path, sizeof path, "%s/bin/wrk", sc.dir);
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("#!/bin/sh\necho 'wrk: 100 requests in 1.00 s, 100.0 req/s; latency "
+        "ms p50 1 p90 1 p99 1 p99.9 1 max 1; errors: status 0'\n",
+        f);
+  fclose(f);
+  ck_assert_int_eq(chmod(path, 0755), 0);
+  snprintf(
+      cmd, sizeof cmd,
+      "PATH='%s/bin':\"$PATH\" LENGTHS=16 CONCURRENCY=1 REPS=1 timeout 120 "
+      "sh bench/wrk/compare.sh http://127.0.0.1:%d '%s' 1 "
+      ">'%s/stdout.txt' 2>'%s'",
+      sc.dir, srv.port, sc.dir, sc.dir, sc.log);
+  int st = system(cmd);
+  snprintf(path, sizeof path, "%s/stdout.txt", sc.dir);
+  char *out = slurp(path), *err = slurp(sc.log);
+  ck_assert_msg(st == 0, "compare.sh exited with %d:\n%s\nstderr:\n%s", st, out,
+                err);
+  static const char head[] =
+      "     L    c attnd-load_rps        wrk_rps   ratio\n";
+  ck_assert_msg(strncmp(out, head, sizeof head - 1) == 0,
+                "stdout does not start with the table's header:\n%s", out);
+  const char *row = out + sizeof head - 1;
+  ck_assert_msg(
+      strncmp(row, "    16    1 ", 12) == 0 && strstr(row, " 100.0 ") != NULL,
+      "the row after the header is not L 16, c 1, wrk 100.0:\n%s", out);
+  const char *nl = strchr(row, '\n');
+  ck_assert_msg(nl != NULL && nl[1] == 0,
+                "stdout holds more than the table:\n%s", out);
+  free(out);
+  free(err);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", sc.dir);
+  ck_assert_int_eq(system(cmd), 0);
+  stop(&srv);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -1041,6 +1100,10 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_usage);
   tcase_add_test(tc, test_missing_replies_and_reports);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("wrk");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_wrk_compare_table);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -34,7 +34,8 @@ median() {
 
 printf '%6s %4s %14s %14s %7s\n' L c attnd-load_rps wrk_rps ratio
 for L in ${LENGTHS:-128 512 2048}; do
-  "$build/attnd-load" --lengths "$L" --dump-body "$out/body-$L.json"
+  # (its stdout is the body's header lines, which attention.lua sets itself)
+  "$build/attnd-load" --lengths "$L" --dump-body "$out/body-$L.json" >/dev/null
   for c in ${CONCURRENCY:-1 4}; do
     # one second of wrk as warm-up (attnd-load warms up by itself)
     wrk -t1 -c"$c" -d1s -s "$here/attention.lua" "$url/v1/attention" -- \
