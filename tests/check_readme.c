@@ -71,7 +71,8 @@ static const struct {
     {"docs/operations.md", 3},   /* --print-config, /metrics, its labels */
     {"docs/layers.md", 2},       /* a layer, a layer request */
     {"docs/oip.md", 2},          /* an inference, a model's metadata */
-    {"docs/sessions.md", 1},     /* a session: create, steps, delete */
+    {"docs/sessions.md", 2},     /* a session: create, steps, delete; a
+                                    client's id, a fork, a truncate */
     {"docs/security.md", 3},     /* a key, --print-config, TLS */
     {"docs/load-testing.md", 4}, /* a sweep, v2, decode, a gate */
 };
