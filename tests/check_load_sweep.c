@@ -38,6 +38,7 @@
  *   - a port that refuses connections, with --verify: the replies that
  *     never came counted as missing, not wrong; stderr naming the reports
  *     written, and where, and that a second run replaced them.
+ *   - --help's exit status names every cause of 1;
  *   - bench/wrk/compare.sh with a stand-in wrk: stdout is its table
  *     alone.
  * The v2 cases need a server that speaks /v2 (server/api/oip.c, api/v2.c): they
@@ -1016,6 +1017,30 @@ START_TEST(test_missing_replies_and_reports) {
 }
 END_TEST
 
+/* --help's exit status (and so the man page's, tools/man.sh) names every
+ * cause of status 1 that docs/load-testing.md gives and main() applies: a
+ * step over --max-error-rate, a wrong reply, replies --verify asked for
+ * that never came (test_missing_replies_and_reports sees that 1), and a
+ * decode session abandoned. Catches: the last two left out. */
+START_TEST(test_help_exit_status) {
+  scratch_t sc;
+  scratch_init(&sc);
+  const char *args[] = {"--help", NULL};
+  ck_assert_int_eq(run_load(args, sc.log), 0);
+  char *log = slurp(sc.log);
+  const char *line = strstr(log, "\nexit status: ");
+  ck_assert_msg(line != NULL, "no exit status in --help:\n%s", log);
+  static const char *const causes[] = {"--max-error-rate", "wrong reply",
+                                       "never came", "abandoned"};
+  for (int i = 0; i < 4; i++)
+    ck_assert_msg(strstr(line, causes[i]) != NULL,
+                  "--help's exit status does not name '%s':%s", causes[i],
+                  line);
+  free(log);
+  scratch_free(&sc);
+}
+END_TEST
+
 /* ---- bench/wrk/compare.sh ------------------------------------------------ */
 
 /* bench/wrk/compare.sh (docs/load-testing.md, "Against wrk") against a
@@ -1100,6 +1125,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_usage);
   tcase_add_test(tc, test_missing_replies_and_reports);
+  tcase_add_test(tc, test_help_exit_status);
   suite_add_tcase(s, tc);
   tc = tcase_create("wrk");
   tcase_set_timeout(tc, 120);

@@ -10,8 +10,9 @@
  * percentiles; writes CSV, JSON and an SVG plot; exits non-zero when a
  * step's error rate is over --max-error-rate or a --verify check fails.
  *
- * Exit status: 0 passed; 1 a step over --max-error-rate, or a reply that
- * --verify found wrong; 2 bad usage, or the sweep could not run. */
+ * Exit status: 0 passed; 1 a step over --max-error-rate, a reply that
+ * --verify found wrong, replies it asked for that never came, or a decode
+ * session abandoned; 2 bad usage, or the sweep could not run. */
 #include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>

@@ -180,8 +180,9 @@ static void print_usage(FILE *f) {
     else
       fprintf(f, "%s\n", options[i].help);
   }
-  fprintf(f, "exit status: 0 passed; 1 a step over --max-error-rate or a "
-             "wrong reply; 2 bad usage or a sweep that could not run\n");
+  fprintf(f, "exit status: 0 passed; 1 a step over --max-error-rate, a "
+             "wrong reply, replies to --verify that never came, or a decode "
+             "session abandoned; 2 bad usage or a sweep that could not run\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b) {
