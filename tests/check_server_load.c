@@ -14,7 +14,8 @@
  *     Retry-After, the rest computed, counted in /metrics;
  *   - deadlines: one too short to start, one that passed while its body
  *     was coming, one that passes in the queue, one that passes while
- *     computing (504, and the worker freed early);
+ *     computing (504, and the worker freed early); a small one computed
+ *     on its HTTP thread whose body came after its deadline (504 too);
  *   - clients that leave while queued (their place is freed), forty at a
  *     time, while computing (the worker is freed), and while uploading
  *     (the connection is closed at once); one that takes none of a large
@@ -104,9 +105,9 @@ static void call_join(call_t *c) {
   thrd_join(c->thread, NULL);
 }
 
-/* Sends POST /v1/attention with `body` on a new connection and returns the
- * socket, for a client that will leave without reading the reply. */
-static int send_and_keep(int port, const char *body) {
+/* Sends POST /v1/attention on a new connection, its `body` `delay_us`
+ * after its headers, and returns the socket. */
+static int send_after(int port, const char *body, unsigned delay_us) {
   char head[256];
   snprintf(head, sizeof head,
            "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -115,8 +116,16 @@ static int send_and_keep(int port, const char *body) {
   int fd = sh_connect(port);
   ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
+  if (delay_us)
+    usleep(delay_us);
   ck_assert_int_eq(sh_send_all(fd, body, strlen(body)), 0);
   return fd;
+}
+
+/* send_after at once, for a client that will leave without reading the
+ * reply. */
+static int send_and_keep(int port, const char *body) {
+  return send_after(port, body, 0);
 }
 
 /* A slow request (see the top); `extra` members as JSON text, or NULL. */
@@ -532,6 +541,18 @@ START_TEST(test_body_never_fits) {
 }
 END_TEST
 
+/* A small request with timeout_ms 100, and its reply (into buf) when its
+ * body is sent 300 ms after its headers. */
+static const char *const late_small =
+    "{\"query\":[[1,2,3,4]],\"num_heads\":2,\"timeout_ms\":100}";
+
+static void post_late(int port, const char *body, char *buf, size_t cap) {
+  int fd = send_after(port, body, 300000);
+  long n = sh_recv_reply(fd, buf, cap, 10000);
+  close(fd);
+  ck_assert_msg(n > 0, "no reply to a body sent late");
+}
+
 /* ---- deadlines ----------------------------------------------------------- */
 
 START_TEST(test_deadline) {
@@ -562,23 +583,8 @@ START_TEST(test_deadline) {
   /* timeout_ms counts from the request's arrival (its headers), not from
    * when its body was read: a body 300 ms behind its headers has outlived
    * a timeout of 100 ms before it is decoded */
-  const char *late = "{\"query\":[[1,2,3,4]],\"num_heads\":2,"
-                     "\"timeout_ms\":100}";
-  char head[256];
-  snprintf(head, sizeof head,
-           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-           "Content-Type: application/json\r\nContent-Length: %zu\r\n"
-           "Connection: close\r\n\r\n",
-           strlen(late));
-  int fd = sh_connect(s.port);
-  ck_assert_int_ge(fd, 0);
-  ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
-  usleep(300000);
-  ck_assert_int_eq(sh_send_all(fd, late, strlen(late)), 0);
   char buf[4096];
-  long n = sh_recv_reply(fd, buf, sizeof buf, 10000);
-  close(fd);
-  ck_assert_msg(n > 0, "no reply to a body sent late");
+  post_late(s.port, late_small, buf, sizeof buf);
   ck_assert_msg(
       sh_raw_status(buf) == 504 && strstr(buf, "\"deadline_exceeded\"") != NULL,
       "a body 300 ms behind its headers, timeout_ms 100: %.400s", buf);
@@ -639,6 +645,40 @@ START_TEST(test_deadline) {
       sh_metric(s.port, "attnd_rejections_total{reason=\"deadline\"}"), 4);
   ck_assert_double_eq(counted(s.port, "504", 4), 4);
   free(slow);
+  stop(&s);
+}
+END_TEST
+
+/* A request small enough to be computed on its HTTP thread (inline_max_flops,
+ * here at its default) has the same deadline as one handed to a worker: a
+ * body 300 ms behind its headers has outlived a timeout_ms of 100 before it
+ * is decoded, and gets 504, counted once as a deadline, not a result 400 ms
+ * late. The message says where the time went: the body, not the queue. A
+ * request within its deadline is still computed at once. */
+START_TEST(test_deadline_inline) {
+  sh_server_t s;
+  start(&s, NULL);
+  char buf[4096];
+  post_late(s.port, late_small, buf, sizeof buf);
+  ck_assert_msg(sh_raw_status(buf) == 504 &&
+                    strstr(buf, "\"deadline_exceeded\"") != NULL &&
+                    strstr(buf, "\"field\":\"timeout_ms\"") != NULL,
+                "a small body 300 ms behind its headers, timeout_ms 100: "
+                "%.400s",
+                buf);
+  ck_assert_msg(strstr(buf, "before it was decoded") != NULL,
+                "the 504 does not say the deadline passed before the request "
+                "was decoded: %.400s",
+                buf);
+
+  sh_resp_t r; /* on time: computed inline as ever */
+  ck_assert_int_eq(sh_post(s.port, late_small, strlen(late_small), &r), 0);
+  ck_assert_int_eq(r.status, 200);
+  sh_resp_free(&r);
+  ck_assert_double_eq(
+      sh_metric(s.port, "attnd_rejections_total{reason=\"deadline\"}"), 1);
+  ck_assert_double_eq(counted(s.port, "504", 1), 1);
+  ck_assert_double_eq(sh_metric(s.port, "attnd_inflight"), 0);
   stop(&s);
 }
 END_TEST
@@ -1394,6 +1434,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_overload);
   tcase_add_test(tc, test_deadline);
+  tcase_add_test(tc, test_deadline_inline);
   tcase_add_test(tc, test_client_gone);
   tcase_add_test(tc, test_client_gone_running);
   tcase_add_test(tc, test_clients_gone_many);

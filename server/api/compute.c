@@ -160,12 +160,37 @@ static void run_inline(const attnd_config_t *cfg, attnd_request_t *req) {
   attnd_request_run(req, -1, cfg->threads_per_request ? 0 : 1, s ? s : &none);
 }
 
+/* The 504 of j, whose deadline passed: where its time went. A request
+ * decoded (`ready`, an attnd_now_ms() time) after its deadline never
+ * waited for a worker, and its message says so rather than naming the
+ * queue. Returns -1 with e set. Any thread. */
+static int deadline_error(const attnd_request_t *j, double ready,
+                          attnd_error_t *e) {
+  double before = ready - j->t.arrival;
+  if (before > (double)j->timeout_ms)
+    return attnd_error_set(e, ATTND_ERR_DEADLINE_EXCEEDED, "timeout_ms",
+                           "no result within timeout_ms %lld: it had passed "
+                           "before it was decoded, %.1f ms after its headers "
+                           "arrived",
+                           (long long)j->timeout_ms, before);
+  return attnd_error_set(
+      e, ATTND_ERR_DEADLINE_EXCEEDED, "timeout_ms",
+      "no result within timeout_ms %lld (waited %.1f ms in the queue%s)",
+      (long long)j->timeout_ms,
+      (j->t.start ? j->t.start : attnd_now_ms()) - j->t.submit,
+      j->t.start ? ", then was cancelled while computing" : "");
+}
+
 /* A decoded and planned request: its memory, then the scheduler, or, when
  * it is small, computed here and answered now. HTTP thread. */
 enum MHD_Result attnd_api_admit(attnd_http_req_t *r, attnd_request_t *req) {
   attnd_error_t e;
   int inline_run = runs_inline(r, req);
-  if (attnd_api_take_memory(r, req, &e) < 0 ||
+  double now = attnd_now_ms();
+  /* the scheduler expires the rest; what is computed here is checked here */
+  if ((inline_run && now > req->t.arrival + (double)req->timeout_ms &&
+       deadline_error(req, now, &e) < 0) ||
+      attnd_api_take_memory(r, req, &e) < 0 ||
       (!inline_run && attnd_api_hand_off(r, req, 1) < 0 &&
        attnd_api_queue_full(r, &e) < 0)) {
     if (req->session) /* a step that will not run lets the next have its turn */
@@ -199,14 +224,11 @@ enum MHD_Result attnd_api_reply(attnd_http_req_t *r) {
     r->status = 499; /* logged only: nobody is listening */
     return MHD_NO;
   }
-  if (r->outcome == ATTND_SCHED_EXPIRED)
-    return attnd_http_fail(
-        r, ATTND_ERR_DEADLINE_EXCEEDED, "timeout_ms",
-        "no result within timeout_ms %lld (waited %.1f ms in the "
-        "queue%s)",
-        (long long)j->timeout_ms,
-        (j->t.start ? j->t.start : attnd_now_ms()) - j->t.submit,
-        j->t.start ? ", then was cancelled while computing" : "");
+  if (r->outcome == ATTND_SCHED_EXPIRED) {
+    attnd_error_t e;
+    deadline_error(j, j->t.submit, &e);
+    return attnd_http_send_error(r, &e);
+  }
   if (j->result == ATTN_ENUMERIC) /* a result float32 cannot hold: 422 */
     return attnd_http_fail(r, ATTND_ERR_NUMERIC_OVERFLOW,
                            j->error_path
