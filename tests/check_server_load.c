@@ -105,14 +105,15 @@ static void call_join(call_t *c) {
   thrd_join(c->thread, NULL);
 }
 
-/* Sends POST /v1/attention on a new connection, its `body` `delay_us`
- * after its headers, and returns the socket. */
-static int send_after(int port, const char *body, unsigned delay_us) {
+/* Sends POST `path` on a new connection, its `body` `delay_us` after its
+ * headers, and returns the socket. */
+static int send_after(int port, const char *path, const char *body,
+                      unsigned delay_us) {
   char head[256];
   snprintf(head, sizeof head,
-           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\n"
            "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-           strlen(body));
+           path, strlen(body));
   int fd = sh_connect(port);
   ck_assert_int_ge(fd, 0);
   ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
@@ -125,7 +126,7 @@ static int send_after(int port, const char *body, unsigned delay_us) {
 /* send_after at once, for a client that will leave without reading the
  * reply. */
 static int send_and_keep(int port, const char *body) {
-  return send_after(port, body, 0);
+  return send_after(port, "/v1/attention", body, 0);
 }
 
 /* A slow request (see the top); `extra` members as JSON text, or NULL. */
@@ -541,13 +542,14 @@ START_TEST(test_body_never_fits) {
 }
 END_TEST
 
-/* A small request with timeout_ms 100, and its reply (into buf) when its
- * body is sent 300 ms after its headers. */
+/* A small request with timeout_ms 100; its reply (into buf) to POST `path`
+ * when its body is sent 300 ms after its headers. */
 static const char *const late_small =
     "{\"query\":[[1,2,3,4]],\"num_heads\":2,\"timeout_ms\":100}";
 
-static void post_late(int port, const char *body, char *buf, size_t cap) {
-  int fd = send_after(port, body, 300000);
+static void post_late(int port, const char *path, const char *body, char *buf,
+                      size_t cap) {
+  int fd = send_after(port, path, body, 300000);
   long n = sh_recv_reply(fd, buf, cap, 10000);
   close(fd);
   ck_assert_msg(n > 0, "no reply to a body sent late");
@@ -584,7 +586,7 @@ START_TEST(test_deadline) {
    * when its body was read: a body 300 ms behind its headers has outlived
    * a timeout of 100 ms before it is decoded */
   char buf[4096];
-  post_late(s.port, late_small, buf, sizeof buf);
+  post_late(s.port, "/v1/attention", late_small, buf, sizeof buf);
   ck_assert_msg(
       sh_raw_status(buf) == 504 && strstr(buf, "\"deadline_exceeded\"") != NULL,
       "a body 300 ms behind its headers, timeout_ms 100: %.400s", buf);
@@ -653,13 +655,14 @@ END_TEST
  * here at its default) has the same deadline as one handed to a worker: a
  * body 300 ms behind its headers has outlived a timeout_ms of 100 before it
  * is decoded, and gets 504, counted once as a deadline, not a result 400 ms
- * late. The message says where the time went: the body, not the queue. A
- * request within its deadline is still computed at once. */
+ * late. The message says where the time went: the body, not the queue
+ * (nor, for a session's step, steps ahead of it that it never waited
+ * for). A request within its deadline is still computed at once. */
 START_TEST(test_deadline_inline) {
   sh_server_t s;
   start(&s, NULL);
   char buf[4096];
-  post_late(s.port, late_small, buf, sizeof buf);
+  post_late(s.port, "/v1/attention", late_small, buf, sizeof buf);
   ck_assert_msg(sh_raw_status(buf) == 504 &&
                     strstr(buf, "\"deadline_exceeded\"") != NULL &&
                     strstr(buf, "\"field\":\"timeout_ms\"") != NULL,
@@ -671,13 +674,42 @@ START_TEST(test_deadline_inline) {
                 "was decoded: %.400s",
                 buf);
 
-  sh_resp_t r; /* on time: computed inline as ever */
+  /* a session's step, with no step ahead of it: no wait for one to name */
+  static const char *const create = "{\"num_heads\":1,\"head_dim\":4}";
+  sh_client_t c;
+  sh_client_init(&c, s.port);
+  sh_resp_t r;
+  ck_assert_int_eq(sh_http(&c,
+                           &(sh_req_t){.method = "POST",
+                                       .path = "/v1/sessions",
+                                       .content_type = "application/json",
+                                       .body = create,
+                                       .len = strlen(create)},
+                           &r),
+                   0);
+  ck_assert_int_eq(r.status, 201);
+  json_t *v = sh_json(&r);
+  char path[128];
+  snprintf(path, sizeof path, "/v1/sessions/%s/attention",
+           json_string_value(json_object_get(v, "session")));
+  json_decref(v);
+  sh_resp_free(&r);
+  sh_client_free(&c);
+  post_late(s.port, path,
+            "{\"query\":[[1,2,3,4]],\"key\":[[1,2,3,4]],"
+            "\"value\":[[1,2,3,4]],\"expected_length\":0,\"timeout_ms\":100}",
+            buf, sizeof buf);
+  ck_assert_msg(
+      sh_raw_status(buf) == 504 && strstr(buf, "before it was decoded") != NULL,
+      "a step 300 ms behind its headers, timeout_ms 100: %.400s", buf);
+
+  /* on time: computed inline as ever */
   ck_assert_int_eq(sh_post(s.port, late_small, strlen(late_small), &r), 0);
   ck_assert_int_eq(r.status, 200);
   sh_resp_free(&r);
   ck_assert_double_eq(
-      sh_metric(s.port, "attnd_rejections_total{reason=\"deadline\"}"), 1);
-  ck_assert_double_eq(counted(s.port, "504", 1), 1);
+      sh_metric(s.port, "attnd_rejections_total{reason=\"deadline\"}"), 2);
+  ck_assert_double_eq(counted(s.port, "504", 2), 2);
   ck_assert_double_eq(sh_metric(s.port, "attnd_inflight"), 0);
   stop(&s);
 }

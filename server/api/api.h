@@ -105,5 +105,12 @@ attnd_sched_job_t attnd_api_job(attnd_http_req_t *r, attnd_request_t *req);
 int attnd_api_hand_off(attnd_http_req_t *r, attnd_request_t *req, int suspend);
 /* The overloaded error of a full queue: -1, with e. */
 int attnd_api_queue_full(attnd_http_req_t *r, attnd_error_t *e);
+/* The 504 of j, whose deadline passed: -1, with e saying where its time
+ * went. One decoded (`ready`, an attnd_now_ms() time) after its deadline
+ * says so; else it waited `waited_ms` `where` ("in the queue"). Any
+ * thread. */
+int attnd_api_deadline_error(const attnd_request_t *j, double ready,
+                             double waited_ms, const char *where,
+                             attnd_error_t *e);
 
 #endif

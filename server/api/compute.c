@@ -160,12 +160,9 @@ static void run_inline(const attnd_config_t *cfg, attnd_request_t *req) {
   attnd_request_run(req, -1, cfg->threads_per_request ? 0 : 1, s ? s : &none);
 }
 
-/* The 504 of j, whose deadline passed: where its time went. A request
- * decoded (`ready`, an attnd_now_ms() time) after its deadline never
- * waited for a worker, and its message says so rather than naming the
- * queue. Returns -1 with e set. Any thread. */
-static int deadline_error(const attnd_request_t *j, double ready,
-                          attnd_error_t *e) {
+int attnd_api_deadline_error(const attnd_request_t *j, double ready,
+                             double waited_ms, const char *where,
+                             attnd_error_t *e) {
   double before = ready - j->t.arrival;
   if (before > (double)j->timeout_ms)
     return attnd_error_set(e, ATTND_ERR_DEADLINE_EXCEEDED, "timeout_ms",
@@ -173,12 +170,18 @@ static int deadline_error(const attnd_request_t *j, double ready,
                            "before it was decoded, %.1f ms after its headers "
                            "arrived",
                            (long long)j->timeout_ms, before);
-  return attnd_error_set(
-      e, ATTND_ERR_DEADLINE_EXCEEDED, "timeout_ms",
-      "no result within timeout_ms %lld (waited %.1f ms in the queue%s)",
-      (long long)j->timeout_ms,
-      (j->t.start ? j->t.start : attnd_now_ms()) - j->t.submit,
-      j->t.start ? ", then was cancelled while computing" : "");
+  return attnd_error_set(e, ATTND_ERR_DEADLINE_EXCEEDED, "timeout_ms",
+                         "no result within timeout_ms %lld (waited %.1f ms %s)",
+                         (long long)j->timeout_ms, waited_ms, where);
+}
+
+/* The 504 of a request the scheduler expired: -1, with e. */
+static int expired_error(const attnd_request_t *j, attnd_error_t *e) {
+  return attnd_api_deadline_error(
+      j, j->t.submit, (j->t.start ? j->t.start : attnd_now_ms()) - j->t.submit,
+      j->t.start ? "in the queue, then was cancelled while computing"
+                 : "in the queue",
+      e);
 }
 
 /* A decoded and planned request: its memory, then the scheduler, or, when
@@ -189,7 +192,7 @@ enum MHD_Result attnd_api_admit(attnd_http_req_t *r, attnd_request_t *req) {
   double now = attnd_now_ms();
   /* the scheduler expires the rest; what is computed here is checked here */
   if ((inline_run && now > req->t.arrival + (double)req->timeout_ms &&
-       deadline_error(req, now, &e) < 0) ||
+       attnd_api_deadline_error(req, now, 0, "in the queue", &e) < 0) ||
       attnd_api_take_memory(r, req, &e) < 0 ||
       (!inline_run && attnd_api_hand_off(r, req, 1) < 0 &&
        attnd_api_queue_full(r, &e) < 0)) {
@@ -226,7 +229,7 @@ enum MHD_Result attnd_api_reply(attnd_http_req_t *r) {
   }
   if (r->outcome == ATTND_SCHED_EXPIRED) {
     attnd_error_t e;
-    deadline_error(j, j->t.submit, &e);
+    expired_error(j, &e);
     return attnd_http_send_error(r, &e);
   }
   if (j->result == ATTN_ENUMERIC) /* a result float32 cannot hold: 422 */

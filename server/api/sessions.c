@@ -28,12 +28,11 @@ static int step_prepare(attnd_http_req_t *r, attnd_error_t *e) {
   attnd_request_t *j = r->req;
   int bad = attnd_session_prepare(s->sessions, j, e) < 0 ||
             attnd_request_plan(j, s->cfg, e) < 0;
-  if (!bad && attnd_now_ms() > j->t.arrival + (double)j->timeout_ms)
-    bad = attnd_error_set(e, ATTND_ERR_DEADLINE_EXCEEDED, "timeout_ms",
-                          "no result within timeout_ms %lld (waited %.1f ms "
-                          "for the session's steps ahead of this one)",
-                          (long long)j->timeout_ms,
-                          attnd_now_ms() - j->t.submit) < 0;
+  double now = attnd_now_ms();
+  if (!bad && now > j->t.arrival + (double)j->timeout_ms)
+    bad = attnd_api_deadline_error(j, j->t.submit, now - j->t.submit,
+                                   "for the session's steps ahead of this one",
+                                   e) < 0;
   if (bad)
     attnd_session_step_end(s->sessions, j, 0, NULL);
   return bad ? -1 : 0;
