@@ -183,7 +183,8 @@ static const cfg_key_t keys[] = {
     INT_KEY(max_timeout_ms, "600000", 1, INT64_C(1) << 40, F_LIMIT,
             "largest timeout_ms a request may set"),
     INT_KEY(drain_timeout_s, "60", 0, 86400, 0,
-            "on SIGTERM, longest wait for accepted work before exiting"),
+            "on SIGTERM, longest wait for accepted work before exiting (0: no "
+            "limit)"),
     STR_KEY(access_log, "stderr",
             "one JSON line per request to stderr, stdout, a file, or off"),
     STR_KEY(blas_coretype, "auto",
