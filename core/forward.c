@@ -716,7 +716,7 @@ static void pool_task(fwd_t *f, int64_t t, int id) {
   const attn_plan_t *pl = f->pl;
   const attn__ctx_t *c = &f->ctx;
   const attn_reduce_t *r = c->red;
-  const int64_t nk = pl->pool_nk, pq = r->pool_q, pk = r->pool_k;
+  const int64_t nk = pl->pool_nk, pq = pl->pool_q, pk = pl->pool_k;
   const int64_t qp = t % pl->pool_nq, bh = t / pl->pool_nq;
   const int64_t a = pl->q0 + qp * pq;
   const int64_t e = a + pq < pl->q1 ? a + pq : pl->q1;
@@ -1056,7 +1056,7 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
     c->distance = p->reduce.stats & ATTN_STAT_DISTANCE ? o->distance : NULL;
     c->pool_part = (double *)w.pool;
     c->pool_slots =
-        p->reduce.pool_q ? attn__pool_slots(pl->pool_nq, pl->q0, pl->q1) : 0;
+        pl->pool_q ? attn__pool_slots(pl->pool_nq, pl->q0, pl->q1) : 0;
     f->n_pool = pl->B * pl->rH * pl->pool_nq;
     f->out_pooled = o->pooled;
   }

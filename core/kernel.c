@@ -1002,7 +1002,7 @@ static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
   }
 
   if (part) { /* the pooled cells of the key blocks [ka, ke) meets */
-    const int64_t pk = r->pool_k, is_max = r->pool_reduce == ATTN_POOL_MAX;
+    const int64_t pk = pl->pool_k, is_max = r->pool_reduce == ATTN_POOL_MAX;
     for (int64_t kb = (ka - pl->k0) / pk; ka < ke && pl->k0 + kb * pk < ke;
          kb++) {
       int64_t j0 = pl->k0 + kb * pk, j1 = j0 + pk;
@@ -1143,7 +1143,7 @@ static void finish_row(const attn__ctx_t *c, const ored_t *ro, int64_t b,
   if (ro->part) {
     const attn_reduce_t *rd = c->red;
     const float *pr = ro->pool + r * ro->nk;
-    double *y = ro->part + ((i - pl->q0) / rd->pool_q - ro->pfirst) * ro->nk;
+    double *y = ro->part + ((i - pl->q0) / pl->pool_q - ro->pfirst) * ro->nk;
     for (int64_t k = 0; k < ro->nk && l > 0; k++) {
       double v = (double)pr[k] / (double)l;
       y[k] =
@@ -1170,9 +1170,9 @@ static void block_red(const attn__ctx_t *c, const ored_t *ro, int64_t r,
     const int64_t a = j0 > pl->k0 ? j0 : pl->k0;
     const int64_t end = j0 + w < pl->k1 ? j0 + w : pl->k1;
     float *pr = ro->pool + r * ro->nk;
-    for (int64_t kb = (a - pl->k0) / rd->pool_k;
-         a < end && pl->k0 + kb * rd->pool_k < end; kb++) {
-      int64_t p0 = pl->k0 + kb * rd->pool_k, p1 = p0 + rd->pool_k;
+    for (int64_t kb = (a - pl->k0) / pl->pool_k;
+         a < end && pl->k0 + kb * pl->pool_k < end; kb++) {
+      int64_t p0 = pl->k0 + kb * pl->pool_k, p1 = p0 + pl->pool_k;
       p0 = p0 > a ? p0 : a;
       p1 = p1 < end ? p1 : end;
       if (rd->pool_reduce == ATTN_POOL_MAX) {
@@ -1408,7 +1408,7 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
                 qe = (qblock + 1) * ATTN__BR < pl->q1 ? (qblock + 1) * ATTN__BR
                                                       : pl->q1;
   if (c->pool_part && qa < qe) { /* a block outside the range has none */
-    const int64_t hh = c->red->mean_heads ? 0 : h0, pq = c->red->pool_q;
+    const int64_t hh = c->red->mean_heads ? 0 : h0, pq = pl->pool_q;
     pfirst = attn__pool_first(qblock, pl->q0, pq);
     part = c->pool_part + ((b * pl->rH + hh) * c->pool_slots +
                            attn__pool_slot(qblock, pfirst, pl->q0)) *
@@ -1498,7 +1498,7 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
       if (dense_red && i >= pl->q0 && i < pl->q1) {
         const float *x = s + r * sc->lds;
         double *pr =
-            part ? part + ((i - pl->q0) / c->red->pool_q - pfirst) * pl->pool_nk
+            part ? part + ((i - pl->q0) / pl->pool_q - pfirst) * pl->pool_nk
                  : NULL;
         if (!c->red->mean_heads) {
           reduce_row(c, b, h, i, lo[r], hi[r], x, pr, tk);

@@ -152,9 +152,11 @@ static int derive_sizes(attn_plan_t *pl, const attn_params_t *p,
     pl->rH = r->mean_heads ? 1 : H;
     if (r->top_k)
       pl->top_k_elems = B * pl->rH * nq * r->top_k;
-    if (r->pool_q) {
-      pl->pool_nq = (nq + r->pool_q - 1) / r->pool_q;
-      pl->pool_nk = (nk + r->pool_k - 1) / r->pool_k;
+    if (r->pool_q) { /* sides clipped to the ranges (attn_plan_t) */
+      pl->pool_q = r->pool_q < nq ? r->pool_q : nq;
+      pl->pool_k = r->pool_k < nk ? r->pool_k : nk;
+      pl->pool_nq = (nq + pl->pool_q - 1) / pl->pool_q;
+      pl->pool_nk = (nk + pl->pool_k - 1) / pl->pool_k;
       pl->pooled_elems = B * pl->rH * pl->pool_nq * pl->pool_nk;
     }
     if (r->stats)

@@ -272,6 +272,15 @@ static const attn_reduce_t options[] = {
      .query_range = {1, 250}, .has_key_range = 1, .key_range = {3, 200}},
     {.pool_q = 9, .pool_k = 11, .pool_reduce = ATTN_POOL_SUM,
      .has_query_range = 1, .query_range = {10, 290}},
+    /* blocks past any axis, up to int64's largest: one block of the whole
+     * ranges (their ceil(n / pool) once wrapped to 0 blocks, and the
+     * kernels' block ends past int64) */
+    {.pool_q = INT64_MAX, .pool_k = INT64_MAX, .has_query_range = 1,
+     .query_range = {2, 33}, .has_key_range = 1, .key_range = {5, 29}},
+    {.pool_q = INT64_MAX - 1, .pool_k = 2, .pool_reduce = ATTN_POOL_MAX,
+     .mean_heads = 1, .has_key_range = 1, .key_range = {1, 40}},
+    {.pool_q = 3, .pool_k = INT64_MAX, .pool_reduce = ATTN_POOL_SUM,
+     .has_query_range = 1, .query_range = {4, 80}},
 };
 /* clang-format on */
 #define N_OPTIONS ((int)(sizeof options / sizeof options[0]))

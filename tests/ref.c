@@ -402,9 +402,9 @@ int ref_reduce(const attn_params_t *p, const ref_result_t *r, ref_reduce_t *o) {
   o->k0 = x->has_key_range ? x->key_range[0] : 0;
   o->k1 = x->has_key_range ? x->key_range[1] : Lk;
   const int64_t nrow = o->q1 - o->q0, ncol = o->k1 - o->k0;
-  if (x->pool_q) {
-    o->nq = (nrow + x->pool_q - 1) / x->pool_q;
-    o->nk = (ncol + x->pool_k - 1) / x->pool_k;
+  if (x->pool_q) { /* ceil(n / pool), for a pool of any size up to 2^63 - 1 */
+    o->nq = (nrow - 1) / x->pool_q + 1;
+    o->nk = (ncol - 1) / x->pool_k + 1;
   }
   const size_t rows = (size_t)(B * o->rH * nrow);
   o->top_k_index = calloc(rows * (size_t)K + 1, sizeof(int64_t));

@@ -661,7 +661,7 @@ attn_cu::reduce_args reduce_args_of(const attn_plan_t *pl, const bufs *d) {
   r.mean_heads = rd->mean_heads;
   r.K = rd->top_k;
   r.top_k_index = d->top_k_index, r.top_k_value = d->top_k_value;
-  r.pool_q = rd->pool_q, r.pool_k = rd->pool_k;
+  r.pool_q = pl->pool_q, r.pool_k = pl->pool_k; /* clipped (attn_plan_t) */
   r.nq = pl->pool_nq, r.nk = pl->pool_nk;
   r.pool_reduce = (int)rd->pool_reduce;
   r.pool_acc = d->pool_acc, r.pooled = d->pooled;

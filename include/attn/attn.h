@@ -334,6 +334,11 @@ typedef struct attn_plan {
    * (0 when not asked for). */
   int reduce;
   int64_t rH, q0, q1, k0, k1, pool_nq, pool_nk;
+  /* Effective pool block sides: pool_q and pool_k, each at most its
+   * range's length (Lq', Lk'). A larger block is the whole range, the same
+   * blocks, and every block bound the kernels form stays far from int64
+   * overflow (pool sides may be anything up to 2^63 − 1). */
+  int64_t pool_q, pool_k;
   int64_t top_k_elems;  /* B·H'·Lq'·k */
   int64_t pooled_elems; /* B·H'·nq·nk */
   int64_t stats_elems;  /* B·H'·Lq', each statistic asked for */
