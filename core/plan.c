@@ -512,6 +512,12 @@ static int check_masks(attn_plan_t *pl, const attn_params_t *p,
   if ((unsigned)p->alibi > ATTN_ALIBI_SLOPES)
     return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ALIBI,
                      "alibi is %d, not a known kind", (int)p->alibi);
+  if (p->alibi != ATTN_ALIBI_SLOPES && present(&p->alibi_slopes))
+    return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ALIBI_SLOPES,
+                     "alibi_slopes %s are given, but alibi is %s, which does "
+                     "not read them (explicit slopes need ATTN_ALIBI_SLOPES)",
+                     shape_of(&p->alibi_slopes).s,
+                     p->alibi == ATTN_ALIBI_NONE ? "none" : "default");
   if (p->alibi == ATTN_ALIBI_SLOPES) {
     if (!present(&p->alibi_slopes))
       return attn__err(err, ATTN_EINVAL, ATTN_FIELD_ALIBI_SLOPES,

@@ -293,6 +293,13 @@ static const bad_row_t bad_params[] = {
     {"alibi_slopes inf",
      {ALIBI(ATTN_ALIBI_SLOPES), T(alibi_slopes, 1, 4), SLOPE2(INFINITY)},
      ATTN_ERANGE, "alibi_slopes", {0}},
+    /* slopes that nothing reads: once accepted, and the call ran without
+     * ALiBi (as positions without a rope are refused) */
+    {"alibi_slopes with alibi none",
+     {T(alibi_slopes, 1, 4)}, ATTN_EINVAL, "alibi_slopes", {"none"}},
+    {"alibi_slopes with alibi default",
+     {ALIBI(ATTN_ALIBI_DEFAULT), T(alibi_slopes, 1, 4)},
+     ATTN_EINVAL, "alibi_slopes", {"default"}},
     /* exec */
     {"threads -1",
      {THREADS(-1)}, ATTN_EINVAL, "threads", {"-1"}},

@@ -234,7 +234,7 @@ typedef struct attn_params {
   float softcap;      /* c > 0 */
   attn_tensor_t bias; /* float, rank 2..4, broadcastable to [B, H, Lq, Lk] */
   attn_alibi_t alibi;
-  attn_tensor_t alibi_slopes; /* float [H], with ATTN_ALIBI_SLOPES */
+  attn_tensor_t alibi_slopes; /* float [H], with ATTN_ALIBI_SLOPES only */
 
   /* Per-head RMSNorm of Q and K before rope: x·w / sqrt(mean(x²) + eps)
    * over each head's Dh features (Qwen3's q_norm and k_norm). */
