@@ -60,10 +60,12 @@ static attnd_http_req_t *req_new(void) {
  * counts it: the bytes of the connection the client's TCP acknowledged
  * (tcpi_bytes_acked, Linux 4.1 on), which a client holds back by not
  * reading, and which a reply in libmicrohttpd's own buffer or the socket's
- * does not advance. A reply that falls behind has its socket shut down by
- * the same sweep: libmicrohttpd's next send fails, it ends the request (not
- * complete, in the access log) and frees the reply, and its close resets
- * the connection (SO_LINGER 0), dropping what the kernel still holds. */
+ * does not advance. A reply that falls behind has its connection reset by
+ * the same sweep (a connect to AF_UNSPEC: Linux's TCP then sends a RST
+ * and drops what it still holds of the reply, at once; a shutdown would
+ * send that on, and SO_LINGER 0 would drop it only at libmicrohttpd's
+ * close, later): libmicrohttpd's next send fails, it ends the request (not
+ * complete, in the access log), frees the reply and closes the socket. */
 
 typedef struct attnd_http_conn {
   struct attnd_http_conn *prev, *next;
@@ -199,7 +201,7 @@ static int body_behind(const attnd_server_t *s, const attnd_http_conn_t *c,
 }
 
 /* Shuts down the connections that have waited connection_timeout_s for a
- * request's headers, and those whose body or reply has fallen behind
+ * request's headers, and resets those whose body or reply has fallen behind
  * min_recv_rate_bytes_per_s or min_send_rate_bytes_per_s (each logged
  * once: its fd is then -1). Loop thread. */
 static void on_header_sweep(uv_timer_t *t) {
@@ -236,11 +238,11 @@ static void on_header_sweep(uv_timer_t *t) {
                        (now - c->reply_since) / 1000.0,
                        (long long)s->cfg->min_send_rate_bytes_per_s);
     }
-    if (c->in_request) /* what the kernel still holds of it: dropped */
-      setsockopt(c->fd, SOL_SOCKET, SO_LINGER,
-                 &(struct linger){.l_onoff = 1, .l_linger = 0},
-                 sizeof(struct linger));
-    shutdown(c->fd, SHUT_RDWR);
+    if (c->in_request) /* reset now: what the kernel holds of it dropped */
+      connect(c->fd, &(struct sockaddr){.sa_family = AF_UNSPEC},
+              sizeof(struct sockaddr));
+    else
+      shutdown(c->fd, SHUT_RDWR);
     c->fd = -1;
   }
   uv_mutex_unlock(&s->conns_lock);
