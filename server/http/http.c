@@ -238,10 +238,11 @@ static void on_header_sweep(uv_timer_t *t) {
                        (now - c->reply_since) / 1000.0,
                        (long long)s->cfg->min_send_rate_bytes_per_s);
     }
-    if (c->in_request) /* reset now: what the kernel holds of it dropped */
-      connect(c->fd, &(struct sockaddr){.sa_family = AF_UNSPEC},
-              sizeof(struct sockaddr));
-    else
+    /* a request's: reset now, what the kernel holds of it dropped (a
+     * shutdown where that fails) */
+    if (!c->in_request ||
+        connect(c->fd, &(struct sockaddr){.sa_family = AF_UNSPEC},
+                sizeof(struct sockaddr)) != 0)
       shutdown(c->fd, SHUT_RDWR);
     c->fd = -1;
   }
