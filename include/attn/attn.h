@@ -382,7 +382,12 @@ typedef struct attn_outputs {
  * bounds once this succeeds. `exec` may be NULL (one thread, best ISA).
  * Returns 0, or a negative ATTN_E* code with `err` (may be NULL) naming the
  * offending field and its dimensions. Borrows `p` (the plan keeps the
- * pointer); any thread. */
+ * pointer); any thread. The checks cover the values `p` points to as well
+ * as its shapes (key_lengths, positions, slopes, norms, a kv cache's past
+ * length and pages): a plan holds only while `p` and what it points to
+ * are unchanged, so a changed input (a cache after a step) needs a new
+ * plan, never a run of the old one. The input data (query, key, value,
+ * weights) may change between runs. */
 int attn_plan_init(attn_plan_t *plan, const attn_params_t *p,
                    const attn_exec_t *exec, attn_error_t *err);
 
