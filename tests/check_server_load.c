@@ -456,6 +456,28 @@ START_TEST(test_memory_budget) {
                   "12582912", NULL);
   sh_resp_free(&r);
   free(big);
+  /* a small body whose outputs could never fit: the 422 says what the need
+   * is made of, and the parts add up to it */
+  json_t *mean = json_pack("{s:{s:s}}", "return", "weights", "mean");
+  big = sh_slow_body(1536, 8, 1, 3, mean);
+  json_decref(mean);
+  ck_assert_int_eq(sh_post(s.port, big, strlen(big), &r), 0);
+  sh_assert_error(&r, 422, "limit_exceeded", NULL, "max_memory_bytes", NULL);
+  {
+    const char *m = json_string_value(
+        json_object_get(json_object_get(sh_json(&r), "error"), "message"));
+    long long need = 0, part[4] = {-1, -1, -1, -1};
+    ck_assert_msg(m && sscanf(m,
+                              "the request needs %lld bytes of memory (tensors "
+                              "%lld, workspace %lld, outputs %lld, reply %lld",
+                              &need, &part[0], &part[1], &part[2],
+                              &part[3]) == 5,
+                  "%s", m);
+    ck_assert_int_eq(part[0] + part[1] + part[2] + part[3], need);
+    ck_assert_int_gt(part[1], 0);
+  }
+  sh_resp_free(&r);
+  free(big);
 
   char *body = slow_body(5, NULL);
   call_t a;

@@ -48,8 +48,13 @@ int attnd_api_meter_end(attnd_http_req_t *r, int bad, attnd_error_t *e) {
 int attnd_api_take_memory(attnd_http_req_t *r, attnd_request_t *req,
                           attnd_error_t *e) {
   attnd_server_t *s = r->srv;
-  if (attnd_api_hold_memory(r, (int64_t)attnd_request_memory(req),
-                            "tensors, workspace, reply", e) < 0)
+  attnd_request_mem_t m = attnd_request_memory_parts(req);
+  char what[160];
+  snprintf(what, sizeof what,
+           "tensors %lld, workspace %lld, outputs %lld, reply %lld at most",
+           (long long)m.tensors, (long long)m.workspace, (long long)m.outputs,
+           (long long)m.reply);
+  if (attnd_api_hold_memory(r, (int64_t)attnd_request_memory(req), what, e) < 0)
     return -1;
   /* on the GPU, its memory there too (decode refused what never fits) */
   attnd_budget_t *dev = &s->device_budget;

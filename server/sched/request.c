@@ -71,15 +71,23 @@ double attnd_request_reply_bytes(const attnd_request_t *j) {
          reduce_bytes(j);
 }
 
-size_t attnd_request_memory(const attnd_request_t *j) {
+attnd_request_mem_t attnd_request_memory_parts(const attnd_request_t *j) {
   const attn_plan_t *pl = &j->plan;
   const attn_params_t *p = &j->params;
   int64_t out = pl->out_elems + (p->want_weights ? pl->weights_elems : 0) +
                 (p->want_mean_weights ? pl->mean_elems : 0) +
                 (p->want_head_outputs ? pl->head_elems : 0) +
                 2 * pl->top_k_elems + pl->pooled_elems + 3 * pl->stats_elems;
-  return j->alloc_bytes + pl->workspace_bytes + (size_t)out * sizeof(float) +
-         (size_t)attnd_request_reply_bytes(j) + 4096;
+  return (attnd_request_mem_t){.tensors = (int64_t)j->alloc_bytes +
+                                          4096, /* and the request itself */
+                               .workspace = (int64_t)pl->workspace_bytes,
+                               .outputs = out * (int64_t)sizeof(float),
+                               .reply = (int64_t)attnd_request_reply_bytes(j)};
+}
+
+size_t attnd_request_memory(const attnd_request_t *j) {
+  attnd_request_mem_t m = attnd_request_memory_parts(j);
+  return (size_t)(m.tensors + m.workspace + m.outputs + m.reply);
 }
 
 int attnd__arenas = 1;

@@ -233,7 +233,12 @@ int attnd_request_plan(attnd_request_t *req, const attnd_config_t *cfg,
 extern _Thread_local uint64_t attnd__decode_slow_runs;
 
 /* The memory the request holds at its peak: its decoded tensors, the
- * workspace, the outputs, and the reply text (bounded from above). */
+ * workspace, the outputs, and the reply text (bounded from above); in
+ * parts, and their sum. */
+typedef struct attnd_request_mem {
+  int64_t tensors, workspace, outputs, reply;
+} attnd_request_mem_t;
+attnd_request_mem_t attnd_request_memory_parts(const attnd_request_t *req);
 size_t attnd_request_memory(const attnd_request_t *req);
 
 /* The bytes of the reply's tensors at most: every output asked for, in
