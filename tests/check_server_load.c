@@ -464,8 +464,9 @@ START_TEST(test_memory_budget) {
   ck_assert_int_eq(sh_post(s.port, big, strlen(big), &r), 0);
   sh_assert_error(&r, 422, "limit_exceeded", NULL, "max_memory_bytes", NULL);
   {
+    json_t *doc = sh_json(&r);
     const char *m = json_string_value(
-        json_object_get(json_object_get(sh_json(&r), "error"), "message"));
+        json_object_get(json_object_get(doc, "error"), "message"));
     long long need = 0, part[4] = {-1, -1, -1, -1};
     ck_assert_msg(m && sscanf(m,
                               "the request needs %lld bytes of memory (tensors "
@@ -475,6 +476,7 @@ START_TEST(test_memory_budget) {
                   "%s", m);
     ck_assert_int_eq(part[0] + part[1] + part[2] + part[3], need);
     ck_assert_int_gt(part[1], 0);
+    json_decref(doc);
   }
   sh_resp_free(&r);
   free(big);
