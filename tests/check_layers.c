@@ -664,6 +664,54 @@ START_TEST(test_metadata_words) {
 }
 END_TEST
 
+/* A sliding window from the __metadata__ alone: a Llama layer read from its
+ * file (no config.json) and a BERT layer; in a directory whose config.json
+ * a Llama layer reads, config.json decides (model_type llama: none), while
+ * a GPT-2 layer there reads its file's; a window that is not a positive
+ * integer is refused, naming the key. */
+START_TEST(test_metadata_window) {
+  lf_shape_t s = {.E = 16, .H = 4};
+  const char *meta8[] = {"num_heads", "4", "sliding_window", "8", NULL};
+  write_layer(at("llama.safetensors"), LF_LLAMA, ATTND_ST_F32, "layers.3.", &s,
+              1, meta8, NULL);
+  attnd_layer_set_t *set = load(at("llama.safetensors"));
+  ck_assert_int_eq(find(set, "layers.3.self_attn")->window, 8);
+  attnd_layer_set_unref(set);
+
+  const char *meta3[] = {"num_heads", "4", "sliding_window", "3", NULL};
+  write_layer(at("bert.safetensors"), LF_BERT, ATTND_ST_F32, "", &s, 2, meta3,
+              NULL);
+  set = load(at("bert.safetensors"));
+  ck_assert_int_eq(find(set, "attention")->window, 3);
+  attnd_layer_set_unref(set);
+
+  mkdir_at(at("l"));
+  text_at(at("l/config.json"), "{\"model_type\": \"llama\", "
+                               "\"num_attention_heads\": 4}");
+  write_layer(at("l/model.safetensors"), LF_LLAMA, ATTND_ST_F32,
+              "model.layers.0.", &s, 3, meta8, NULL);
+  set = load(at("l"));
+  ck_assert_int_eq(find(set, "model.layers.0.self_attn")->window, 0);
+  attnd_layer_set_unref(set);
+
+  mkdir_at(at("g"));
+  text_at(at("g/config.json"), "{\"model_type\": \"gpt2\", \"n_head\": 4}");
+  write_layer(at("g/model.safetensors"), LF_GPT2, ATTND_ST_F32, "h.0.", &s, 4,
+              meta3, NULL);
+  set = load(at("g"));
+  ck_assert_int_eq(find(set, "h.0.attn")->window, 3);
+  attnd_layer_set_unref(set);
+
+  static const char *const bad[] = {"0", "-2", "4k", "", "null"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    const char *meta[] = {"num_heads", "4", "sliding_window", bad[i], NULL};
+    const char *path = at("bad%zu.safetensors", i);
+    write_layer(path, LF_BERT, ATTND_ST_F32, "", &s, 5, meta, NULL);
+    REFUSED(path, "__metadata__ 'sliding_window'", "not a positive integer");
+  }
+}
+END_TEST
+
 /* ---- shards, several paths, names ---------------------------------------- */
 
 /* Two layers over two shards, one of them split across both, with the
@@ -1623,6 +1671,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_config_sliding_window);
   tcase_add_test(tc, test_metadata_rope);
   tcase_add_test(tc, test_metadata_words);
+  tcase_add_test(tc, test_metadata_window);
   tcase_add_test(tc, test_sharded);
   tcase_add_test(tc, test_paths);
   tcase_add_test(tc, test_unnamed_torch);

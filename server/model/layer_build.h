@@ -114,11 +114,12 @@ const char *attnd__param_where(const build_t *b, int from, const char *key,
  * sizes, checked against the tensors' shapes. 0, or -1 with the message. */
 int attnd__resolve_rope(build_t *b, int llama);
 int attnd__resolve_heads(build_t *b);
-/* b->l's sliding window from config.json (sliding_window,
+/* b->l's sliding window: a llama layer's from config.json (sliding_window,
  * use_sliding_window, max_window_layers, layer_types), as transformers
- * reads them; refused where it depends on a layer index the name lacks.
- * 0, or -1 with the message. */
-int attnd__resolve_window(build_t *b);
+ * reads them, refused where it depends on a layer index the name lacks;
+ * without config.json, or in another convention, the __metadata__'s
+ * sliding_window. 0, or -1 with the message. */
+int attnd__resolve_window(build_t *b, int llama);
 
 /* ---- layers.c ------------------------------------------------------------ */
 

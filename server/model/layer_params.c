@@ -382,14 +382,17 @@ static int layer_type_sliding(build_t *b, const json_t *types, int64_t index) {
  * given (Mistral's transformers ignores it), picks the layer's kind by its
  * index instead. Another model_type with a window and no layer_types is
  * refused: which of its layers take the window is its own rule (Gemma 2
- * alternates), which attnd does not know. Window W: query i sees keys
- * i − W + 1 … i, W of them. */
-int attnd__resolve_window(build_t *b) {
+ * alternates), which attnd does not know. Without config.json, and in the
+ * other conventions, the file's __metadata__ 'sliding_window' (a positive
+ * integer) where it has one. Window W: query i sees keys i − W + 1 … i, W
+ * of them. */
+int attnd__resolve_window(build_t *b, int llama) {
   const json_t *cfg = b->src->config;
   const char *where = b->src->config_path;
   b->l.window = 0;
-  if (!cfg)
-    return 0;
+  if (!llama || !cfg)
+    return param_int(b, NULL, NULL, "sliding_window", &b->l.window) < 0 ? -1
+                                                                        : 0;
   const char *type = json_string_value(json_object_get(cfg, "model_type"));
   int qwen = type && (!strncmp(type, "qwen2", 5) || !strncmp(type, "qwen3", 5));
   int mistral = type && !strcmp(type, "mistral");

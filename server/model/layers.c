@@ -443,8 +443,7 @@ static int build_layer(build_t *b) {
   int llama = f->conv == ATTND_CONV_LLAMA;
   if (find_parts(b) < 0 || attnd__resolve_heads(b) < 0 ||
       check_vectors(b) < 0 || check_unsupported(b) < 0 ||
-      attnd__resolve_rope(b, llama) < 0 ||
-      (llama && attnd__resolve_window(b) < 0))
+      attnd__resolve_rope(b, llama) < 0 || attnd__resolve_window(b, llama) < 0)
     return -1;
 
   double eps = 1e-6;

@@ -52,8 +52,9 @@ typedef struct attnd_layer {
                                    Llama, NONE for the others */
   int64_t window;               /* the default sliding window: query i sees
                                    keys i - window + 1 .. i (mask.window.left
-                                   window - 1); 0: none (config.json's
-                                   sliding_window, attnd__resolve_window) */
+                                   window - 1); 0: none (sliding_window in
+                                   config.json or the __metadata__,
+                                   attnd__resolve_window) */
   size_t bytes;                 /* float32 weights held */
   /* The eight projection tensors above, copied to GPU memory
    * (attnd_layer_set_to_device) in one block: the biases as float32, the
