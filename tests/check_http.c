@@ -230,6 +230,49 @@ START_TEST(test_content_length_twice) {
 }
 END_TEST
 
+/* Accept-Encoding is a list (RFC 9110 12.5.3): its lines are one list, in
+ * order (RFC 9110 5.3). Only the first line used to be read. The reply of
+ * GET /metrics (over 1 KB) shows which coding was chosen. */
+START_TEST(test_accept_encoding_lines) {
+  static const struct {
+    const char *lines, *coding; /* NULL: not coded */
+  } cases[] = {
+      {"Accept-Encoding: identity;q=0.5\r\nAccept-Encoding: gzip\r\n", "gzip"},
+      {"Accept-Encoding: gzip;q=0\r\nAccept-Encoding: deflate\r\n", "deflate"},
+      {"Accept-Encoding: identity\r\nAccept-Encoding: gzip;q=0, "
+       "deflate;q=0\r\n",
+       NULL},
+      {"Accept-Encoding: \r\nAccept-Encoding: gzip\r\n", "gzip"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char req[512];
+    int n = snprintf(req, sizeof req,
+                     "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n%s"
+                     "Connection: close\r\n\r\n",
+                     cases[i].lines);
+    raw_t x;
+    exchange(req, (size_t)n, REPLY_MS, &x); /* the head, at least */
+    const char *end = strstr(x.buf, "\r\n\r\n");
+    ck_assert_msg(end && strncmp(x.buf, "HTTP/1.1 200 ", 13) == 0,
+                  "no 200: %.300s", x.buf);
+    char want[64] = "", *ce = NULL;
+    if (cases[i].coding)
+      snprintf(want, sizeof want, "\r\nContent-Encoding: %s\r\n",
+               cases[i].coding);
+    for (char *p = x.buf; p < end && !ce; p++)
+      if (strncasecmp(p, "\r\nContent-Encoding:", 19) == 0)
+        ce = p;
+    ck_assert_msg(cases[i].coding
+                      ? ce && strncasecmp(ce, want, strlen(want)) == 0
+                      : ce == NULL,
+                  "%s: expected %s: %.*s", cases[i].lines,
+                  cases[i].coding ? want + 2 : "no Content-Encoding",
+                  (int)(end - x.buf), x.buf);
+  }
+  expect_alive();
+}
+END_TEST
+
 /* Content-Length with chunked: the length said 4, the chunks carried the
  * body, and a request hidden after the chunks used to be answered too. Now
  * one 400, and the connection closes before the hidden request is read;
@@ -651,6 +694,7 @@ static TCase *server_tcase(Suite *s, const char *name) {
 Suite *test_suite(void) {
   Suite *s = suite_create("http");
   const TTest *const framing[] = {test_content_length_twice,
+                                  test_accept_encoding_lines,
                                   test_smuggled_after_chunks,
                                   test_transfer_coding_gzip,
                                   test_encoded_nul_path,

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "api/api.h"
@@ -323,6 +324,32 @@ static int route_params(attnd_http_req_t *r, const attnd_route_match_t *m) {
   return 0;
 }
 
+static enum MHD_Result join_accept(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, const char *value) {
+  attnd_buf_t *b = cls;
+  (void)kind;
+  if (value && strcasecmp(key, "Accept-Encoding") == 0) {
+    if (b->len)
+      attnd_buf_puts(b, ",");
+    attnd_buf_puts(b, value);
+  }
+  return MHD_YES;
+}
+
+/* The reply's coding, from every Accept-Encoding line joined as one list,
+ * in order (RFC 9110 5.3: libmicrohttpd would give the first line alone);
+ * identity where there is none, or no memory to join them. */
+static attnd_coding_t reply_coding(attnd_http_req_t *r) {
+  char mem[256];
+  attnd_buf_t b;
+  attnd_buf_init_in(&b, mem, sizeof mem);
+  MHD_get_connection_values(r->conn, MHD_HEADER_KIND, join_accept, &b);
+  attnd_coding_t c =
+      b.len && !b.oom ? attnd_coding_accept(b.data) : ATTND_CODING_IDENTITY;
+  attnd_buf_free(&b);
+  return c;
+}
+
 /* Whether url is `dir` or under it. */
 static int under(const char *url, const char *dir) {
   size_t n = strlen(dir);
@@ -363,8 +390,7 @@ static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
     r->route = m.route;
     memcpy(r->allow, m.allow, sizeof r->allow);
   }
-  r->reply_coding = attnd_coding_accept(
-      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Accept-Encoding"));
+  r->reply_coding = reply_coding(r);
   if (!attnd_http_framing_ok(r, version, &ret))
     return ret; /* before the route: whatever the path, nothing after */
   if (no_memory)
