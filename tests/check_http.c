@@ -230,6 +230,33 @@ START_TEST(test_content_length_twice) {
 }
 END_TEST
 
+/* Content-Type and Origin are singletons (RFC 9110 8.3.1, RFC 6454 7.3),
+ * and libmicrohttpd gives their first line: a second that differs, which
+ * a proxy in front may read instead, was ignored. Refused as differing
+ * Content-Length lines are, naming both values; identical lines are one
+ * value. */
+START_TEST(test_singleton_headers_twice) {
+  char req[512];
+  int n = snprintf(req, sizeof req,
+                   POST_HEAD "Content-Type: text/plain\r\nContent-Length: "
+                             "%zu\r\n\r\n%s",
+                   BODY_LEN, body);
+  expect_refused(req, (size_t)n, 400, "bad_request", "Content-Type",
+                 "'text/plain'");
+  n = snprintf(req, sizeof req,
+               POST_HEAD "Content-Type: application/json\r\nContent-Length: "
+                         "%zu\r\n\r\n%s",
+               BODY_LEN, body);
+  expect_ok(req, (size_t)n, "identical Content-Type lines");
+  static const char origins[] =
+      "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Origin: http://a.example\r\nOrigin: http://b.example\r\n\r\n";
+  expect_refused(origins, sizeof origins - 1, 400, "bad_request", "Origin",
+                 "'http://b.example'");
+  expect_alive();
+}
+END_TEST
+
 /* Accept-Encoding is a list (RFC 9110 12.5.3): its lines are one list, in
  * order (RFC 9110 5.3). Only the first line used to be read. The reply of
  * GET /metrics (over 1 KB) shows which coding was chosen. */
@@ -694,6 +721,7 @@ static TCase *server_tcase(Suite *s, const char *name) {
 Suite *test_suite(void) {
   Suite *s = suite_create("http");
   const TTest *const framing[] = {test_content_length_twice,
+                                  test_singleton_headers_twice,
                                   test_accept_encoding_lines,
                                   test_smuggled_after_chunks,
                                   test_transfer_coding_gzip,

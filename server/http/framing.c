@@ -13,8 +13,10 @@
  * Its other checks, on the same walk of the headers: no CR, LF or NUL in a
  * field value (a bare CR, which the library keeps, ends a line for some
  * parsers, and hid a header from attnd that a proxy would read), one
- * valid Host (RFC 9112 3.2), and no expectation but 100-continue, which
- * libmicrohttpd answers (RFC 9110 10.1.1). */
+ * valid Host (RFC 9112 3.2), one value of each singleton attnd reads
+ * (Authorization, Content-Type, Origin), and no expectation but
+ * 100-continue, which libmicrohttpd answers (RFC 9110 10.1.1).
+ */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -22,23 +24,30 @@
 #include "codec/util.h"
 #include "http/exchange.h"
 
+/* The lines of a field that has one value: how many, the first's value
+ * and a later one that differs from it. */
+typedef struct single {
+  int n;
+  const char *first, *other;
+} single_t;
+
 /* What the headers say about the length of the body. */
 typedef struct framing {
-  int n_length;             /* Content-Length field lines */
-  const char *length;       /* the first one's value */
-  const char *other_length; /* a later one that differs from it */
-  int n_coding;             /* Transfer-Encoding field lines */
-  const char *coding;       /* the first one's value */
-  int n_chunked;            /* "chunked" among all their codings */
-  char unknown[32];         /* the first coding other than chunked */
-  char unmet[32];           /* the first expectation other than 100-continue */
-  const char *bad_name;     /* a field name that is not a token */
-  const char *bad_value;    /* the name of one whose value has a CR, LF or
-                               NUL, */
-  const char *bad_char;     /* and which: "a CR", "an LF" or "a NUL" */
-  int n_auth;               /* Authorization field lines */
-  int n_host;               /* Host field lines */
-  const char *host;         /* the first one's value */
+  single_t length;       /* Content-Length */
+  single_t type;         /* Content-Type */
+  single_t origin;       /* Origin */
+  int n_coding;          /* Transfer-Encoding field lines */
+  const char *coding;    /* the first one's value */
+  int n_chunked;         /* "chunked" among all their codings */
+  char unknown[32];      /* the first coding other than chunked */
+  char unmet[32];        /* the first expectation other than 100-continue */
+  const char *bad_name;  /* a field name that is not a token */
+  const char *bad_value; /* the name of one whose value has a CR, LF or
+                            NUL, */
+  const char *bad_char;  /* and which: "a CR", "an LF" or "a NUL" */
+  int n_auth;            /* Authorization field lines */
+  int n_host;            /* Host field lines */
+  const char *host;      /* the first one's value */
   size_t host_len;
 } framing_t;
 
@@ -109,6 +118,13 @@ static int host_ok(const char *v, size_t n) {
   return 1;
 }
 
+static void single_line(single_t *l, const char *value) {
+  if (l->n++ == 0)
+    l->first = value;
+  else if (!l->other && strcmp(value, l->first) != 0)
+    l->other = value;
+}
+
 static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
                                       const char *key, size_t key_size,
                                       const char *value, size_t value_size) {
@@ -130,10 +146,11 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
   if (value == NULL)
     value = "";
   if (strcasecmp(key, "Content-Length") == 0) {
-    if (f->n_length++ == 0)
-      f->length = value;
-    else if (!f->other_length && strcmp(value, f->length) != 0)
-      f->other_length = value;
+    single_line(&f->length, value);
+  } else if (strcasecmp(key, "Content-Type") == 0) {
+    single_line(&f->type, value);
+  } else if (strcasecmp(key, "Origin") == 0) {
+    single_line(&f->origin, value);
   } else if (strcasecmp(key, "Transfer-Encoding") == 0) {
     if (f->n_coding++ == 0)
       f->coding = value;
@@ -150,6 +167,15 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
   return MHD_YES;
 }
 
+/* The 400 of a field of one value given in lines that differ. */
+static enum MHD_Result single_fail(attnd_http_req_t *r, const char *name,
+                                   const single_t *l) {
+  return attnd_http_fail(r, ATTND_ERR_BAD_REQUEST, name,
+                         "%s is given %d times with different values "
+                         "('%.40s' and '%.40s'); send one",
+                         name, l->n, l->first, l->other);
+}
+
 /* Returns 1 when the body's length is unambiguous: no Transfer-Encoding
  * and at most one Content-Length value (repeated identical lines are
  * allowed, RFC 9110 8.6), or exactly one Transfer-Encoding "chunked" and
@@ -164,7 +190,9 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
  * CR, LF or NUL (RFC 9110 5.5), and for a Host missing from an HTTP/1.1
  * request, given twice, or not a host and port (RFC 9112 3.2), and for
  * Authorization given twice (a singleton field, RFC 9110 11.6.2: the key
- * check and a proxy in front could each read another); and 417
+ * check and a proxy in front could each read another), and Content-Type
+ * or Origin lines that differ (singletons too, RFC 9110 8.3 and RFC 6454
+ * 7.3, of which libmicrohttpd gives the first); and 417
  * expectation_failed for an Expect member other than 100-continue (RFC
  * 9110 10.1.1), which libmicrohttpd would ignore. `version` is the
  * request line's. HTTP thread, first callback. */
@@ -183,13 +211,9 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
                            "the header %.60s holds %s (RFC 9110 5.5: no CR, "
                            "LF or NUL in a field value)",
                            f.bad_value, f.bad_char);
-  else if (f.other_length)
-    *ret = attnd_http_fail(
-        r, ATTND_ERR_BAD_REQUEST, "Content-Length",
-        "Content-Length is given %d times with different values "
-        "('%.40s' and '%.40s'); send one",
-        f.n_length, f.length, f.other_length);
-  else if (f.n_coding && f.n_length)
+  else if (f.length.other)
+    *ret = single_fail(r, "Content-Length", &f.length);
+  else if (f.n_coding && f.length.n)
     *ret = attnd_http_fail(
         r, ATTND_ERR_BAD_REQUEST, "Content-Length",
         "Content-Length and Transfer-Encoding are both given; send "
@@ -230,6 +254,10 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
                            "Authorization is given %d times; send one (RFC "
                            "9110 11.6.2, RFC 6750 2)",
                            f.n_auth);
+  else if (f.type.other)
+    *ret = single_fail(r, "Content-Type", &f.type);
+  else if (f.origin.other)
+    *ret = single_fail(r, "Origin", &f.origin);
   else if (f.unmet[0])
     *ret = attnd_http_fail(r, ATTND_ERR_EXPECTATION_FAILED, "Expect",
                            "Expect holds '%s', which attnd cannot meet: the "
