@@ -455,8 +455,9 @@ $(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TEST_LIB_OBJ) $(BUILD)/libatt
 $(BUILD)/tests/check_decode: ALLOC_FAIL_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc
 # check_auth counts the allocations of a large key file.
 $(BUILD)/tests/check_auth: ALLOC_FAIL_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc
-# check_http's intake case counts libmicrohttpd's header lookups.
-$(BUILD)/tests/check_http: ALLOC_FAIL_WRAP := -Wl,--wrap=MHD_lookup_connection_value
+# check_http's intake case counts libmicrohttpd's header lookups, and its
+# walks of a query's arguments.
+$(BUILD)/tests/check_http: ALLOC_FAIL_WRAP := -Wl,--wrap=MHD_lookup_connection_value,--wrap=MHD_get_connection_values_n
 
 
 $(BUILD)/attnd: $(BUILD)/server/main.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a

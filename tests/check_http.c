@@ -17,8 +17,9 @@
  *     itself"): their status, their framing, the closed connection, and a
  *     server that still answers afterwards;
  *   - intake: in this process, with libmicrohttpd's header lookups counted
- *     (the link wraps MHD_lookup_connection_value): a body's callbacks
- *     look up no header. */
+ *     (the link wraps MHD_lookup_connection_value, and
+ *     MHD_get_connection_values_n for a query's walks): a body's callbacks
+ *     look up no header, and a query is read in one walk. */
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
@@ -709,6 +710,70 @@ START_TEST(test_body_lookups) {
 }
 END_TEST
 
+/* A query of thousands of arguments is read in one walk of them, with no
+ * lookup (a lookup an argument would be quadratic): counted, as above, on
+ * a fake connection whose arguments this wrapper serves. */
+
+int __real_MHD_get_connection_values_n(struct MHD_Connection *c,
+                                       enum MHD_ValueKind kind,
+                                       MHD_KeyValueIteratorN it, void *cls);
+int __wrap_MHD_get_connection_values_n(struct MHD_Connection *c,
+                                       enum MHD_ValueKind kind,
+                                       MHD_KeyValueIteratorN it, void *cls);
+
+static const char *const *fake_args; /* name, value, ..., NULL */
+static long fake_walks, fake_visits;
+
+int __wrap_MHD_get_connection_values_n(struct MHD_Connection *c,
+                                       enum MHD_ValueKind kind,
+                                       MHD_KeyValueIteratorN it, void *cls) {
+  if (c != FAKE_CONN)
+    return __real_MHD_get_connection_values_n(c, kind, it, cls);
+  fake_walks++;
+  int n = 0;
+  for (const char *const *a = fake_args; kind == MHD_GET_ARGUMENT_KIND && *a;
+       a += 2, n++) {
+    fake_visits++;
+    if (it(cls, kind, a[0], strlen(a[0]), a[1], a[1] ? strlen(a[1]) : 0) !=
+        MHD_YES)
+      return n + 1;
+  }
+  return n;
+}
+
+START_TEST(test_query_walks) {
+  enum { N = 4000 };
+  static const char *args[2 * N + 1];
+  static char names[N][16];
+  for (int i = 0; i < N; i++) { /* 0: limit=1 N times; 1: N unknown */
+    snprintf(names[i], sizeof names[i], "a%d", i);
+    args[2 * i] = _i ? names[i] : "limit";
+    args[2 * i + 1] = "1";
+  }
+  fake_args = args;
+  fake_headers = (const char *const[]){NULL};
+  attnd_http_req_t *r = calloc(1, sizeof *r);
+  r->conn = FAKE_CONN;
+  static const char *const take[] = {"limit", "after", NULL};
+  const char *v[2];
+  attnd_error_t e;
+  long lookups = fake_lookups;
+  ck_assert_int_eq(attnd_http_query(r, take, v, &e), -1);
+  free(r);
+  ck_assert_int_eq(fake_walks, 1);
+  ck_assert_int_eq(fake_visits, N);
+  ck_assert_int_eq(fake_lookups, lookups);
+  if (_i) {
+    ck_assert_int_eq(e.code, ATTND_ERR_UNKNOWN_FIELD);
+    ck_assert_str_eq(e.field, "a0");
+  } else {
+    ck_assert_int_eq(e.code, ATTND_ERR_BAD_REQUEST);
+    ck_assert_str_eq(e.field, "limit");
+    ck_assert_msg(strstr(e.message, "4000 times"), "%s", e.message);
+  }
+}
+END_TEST
+
 /* A TCase with its own server. */
 static TCase *server_tcase(Suite *s, const char *name) {
   TCase *tc = tcase_create(name);
@@ -738,6 +803,7 @@ Suite *test_suite(void) {
                       N_LIB);
   tc = tcase_create("intake");
   tcase_add_loop_test(tc, test_body_lookups, 0, 2);
+  tcase_add_loop_test(tc, test_query_walks, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

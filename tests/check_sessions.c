@@ -2993,17 +2993,13 @@ START_TEST(test_list_args) {
   sh_client_init(&c, fx.port);
   /* as sent, and as the message shows it (the query decoded): a sign or
    * space before the digits is no integer, though strtoll skips both */
-  const char *limits[][2] = {{"0", "0"},
-                             {"-1", "-1"},
-                             {"1001", "1001"},
-                             {"abc", "abc"},
-                             {"", ""},
-                             {"1x", "1x"},
-                             {"99999999999999999999", "99999999999999999999"},
-                             {"%2B5", "+5"},
-                             {"+5", " 5"}, /* '+' is a space in a query */
-                             {"%205", " 5"}};
-  for (int i = 0; i < 10; i++) {
+  const char *limits[][2] = {
+      {"0", "0"},       {"-1", "-1"},
+      {"1001", "1001"}, {"abc", "abc"},
+      {"1x", "1x"},     {"99999999999999999999", "99999999999999999999"},
+      {"%2B5", "+5"},   {"+5", " 5"}, /* '+' is a space in a query */
+      {"%205", " 5"}};
+  for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
     char path[96], words[64];
     snprintf(path, sizeof path, "/v1/sessions?limit=%s", limits[i][0]);
     snprintf(words, sizeof words, "limit is '%.20s'", limits[i][1]);
@@ -3019,6 +3015,84 @@ START_TEST(test_list_args) {
   ck_assert_int_eq(json_array_size(json_object_get(v, "sessions")), 0);
   ck_assert(json_is_null(json_object_get(v, "next")));
   json_decref(v);
+  sh_client_free(&c);
+}
+END_TEST
+
+/* GET /v1/sessions reads its query in one walk: an argument given twice
+ * (the first used to win, `limit=5&limit=abc` was 5), one with no value
+ * (`?limit` was no limit, `?after=` no cursor) and one it does not take
+ * (`?limt=5`, a page of 100) are refused, naming the argument; an empty
+ * one between two '&' is none. Names and values are percent-decoded; a
+ * malformed escape stays as sent. */
+START_TEST(test_list_args_once) {
+  sh_client_t c;
+  sh_client_init(&c, fx.port);
+  static const struct {
+    const char *query;
+    long status;
+    const char *code, *field, *word1, *word2;
+  } refused[] = {
+      {"limit=5&limit=abc", 400, "bad_request", "limit", "'5'", "'abc'"},
+      {"limit=5&after=a&limit=5", 400, "bad_request", "limit", "2 times", NULL},
+      {"after=a&after=b", 400, "bad_request", "after", "'a'", "'b'"},
+      {"%6Cimit=1&limit=2", 400, "bad_request", "limit", "'1'", "'2'"},
+      {"limit", 422, "invalid_value", "limit", "no value", NULL},
+      {"after=", 422, "invalid_value", "after", "no value", NULL},
+      {"limit=", 422, "invalid_value", "limit", "no value", NULL},
+      {"=5", 422, "unknown_field", NULL, "''", NULL},
+      {"limit=1&after", 422, "invalid_value", "after", "no value", NULL},
+      {"limt=5", 422, "unknown_field", "limt", "limit", "after"},
+      {"limit=1&Limit=1", 422, "unknown_field", "Limit", NULL, NULL},
+      {"limit=%G1", 422, "invalid_value", "limit", "'%G1'", NULL},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    char path[96];
+    snprintf(path, sizeof path, "/v1/sessions?%s", refused[i].query);
+    sh_resp_t r = call(&c, "GET", path, NULL);
+    sh_assert_error(&r, refused[i].status, refused[i].code, refused[i].field,
+                    refused[i].word1, refused[i].word2, NULL);
+    sh_resp_free(&r);
+  }
+  /* 50 of one argument (what the harness's URL holds): one 400 that
+   * counts them */
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_buf_puts(&b, "/v1/sessions?limit=1");
+  for (int i = 1; i < 50; i++)
+    attnd_buf_puts(&b, "&limit=1");
+  sh_resp_t r = call(&c, "GET", b.data, NULL);
+  sh_assert_error(&r, 400, "bad_request", "limit", "50 times", NULL);
+  sh_resp_free(&r);
+  attnd_buf_free(&b);
+
+  /* percent-decoded: a page of one of at least two sessions */
+  char ids[2][40];
+  json_decref(create(&c, "{\"num_heads\":2,\"head_dim\":4}", ids[0]));
+  json_decref(create(&c, "{\"num_heads\":2,\"head_dim\":4}", ids[1]));
+  static const char *const one[] = {
+      "%6Cimit=1", "limit=%31", "limit=1&after=", "li%6D%69t=1", "&limit=1&&"};
+  for (int i = 0; i < 5; i++) {
+    char path[96];
+    snprintf(path, sizeof path, "/v1/sessions?%s", one[i]);
+    r = call(&c, "GET", path, NULL);
+    if (i == 2) { /* an empty after is refused even beside a good limit */
+      sh_assert_error(&r, 422, "invalid_value", "after", NULL);
+      sh_resp_free(&r);
+      continue;
+    }
+    json_t *v = json_reply(&r, 200);
+    ck_assert_msg(json_array_size(json_object_get(v, "sessions")) == 1,
+                  "%s: %zu sessions", one[i],
+                  json_array_size(json_object_get(v, "sessions")));
+    ck_assert(json_is_string(json_object_get(v, "next")));
+    json_decref(v);
+  }
+  for (int i = 0; i < 2; i++) {
+    r = call_id(&c, "DELETE", ids[i], "", NULL);
+    ck_assert_int_eq(r.status, 204);
+    sh_resp_free(&r);
+  }
   sh_client_free(&c);
 }
 END_TEST
@@ -3917,6 +3991,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_unknown_ids);
   tcase_add_test(tc, test_methods);
   tcase_add_test(tc, test_list_args);
+  tcase_add_test(tc, test_list_args_once);
   tcase_add_test(tc, test_put_ids);
   suite_add_tcase(su, tc);
 

@@ -200,11 +200,11 @@ enum MHD_Result attnd_sessions_list(attnd_http_req_t *r) {
   attnd_error_t e;
   attnd_buf_t b;
   attnd_buf_init(&b);
-  int bad = attnd_session_api_list(
-      r->srv->sessions,
-      MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit"),
-      MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "after"), &b,
-      &e);
+  static const char *const names[] = {"limit", "after", NULL};
+  const char *v[2];
+  int bad = attnd_http_query(r, names, v, &e);
+  if (bad == 0)
+    bad = attnd_session_api_list(r->srv->sessions, v[0], v[1], &b, &e);
   return control_reply(r, bad, 200, &b, &e);
 }
 

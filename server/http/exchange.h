@@ -188,4 +188,17 @@ const char *attnd_http_target_path(const char *url);
 /* libmicrohttpd's unescape callback for the path and query arguments. */
 size_t attnd_http_unescape(void *cls, struct MHD_Connection *conn, char *s);
 
+/* The most query arguments a route takes. */
+#define ATTND_QUERY_MAX 8
+/* The query's arguments of a route that takes `names` (NULL-terminated, at
+ * most ATTND_QUERY_MAX), percent-decoded, in one walk: values[i] is the
+ * value of names[i], or NULL where it is absent; borrowed from the
+ * connection. Returns 0, or -1 with e: 422 unknown_field for an argument
+ * not among names (names are case-sensitive), 400 bad_request for one
+ * given more than once (with its first two values), 422 invalid_value for
+ * one without a value ("?limit", "?limit="). A route that takes none
+ * never calls it: its query is not read. */
+int attnd_http_query(attnd_http_req_t *r, const char *const *names,
+                     const char **values, attnd_error_t *e);
+
 #endif

@@ -16,7 +16,9 @@
  * valid Host (RFC 9112 3.2), one value of each singleton attnd reads
  * (Authorization, Content-Type, Origin), and no expectation but
  * 100-continue, which libmicrohttpd answers (RFC 9110 10.1.1).
- */
+ *
+ * And the query's arguments, for a route that takes some: one walk of
+ * them, as libmicrohttpd decoded them (attnd_http_unescape). */
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -313,4 +315,73 @@ const char *attnd_http_target_path(const char *url) {
     return url;
   const char *p = strchr(url + k, '/');
   return p ? p : "/";
+}
+
+/* What one walk of the query's arguments found for a route that takes
+ * `names`. */
+typedef struct query_walk {
+  const char *const *names;
+  const char **values;                /* each name's first value */
+  int n[ATTND_QUERY_MAX];             /* each name's arguments */
+  const char *later[ATTND_QUERY_MAX]; /* each name's second value */
+  const char *unknown;                /* the first name not among names */
+  const char *no_value;               /* the first of names without a value */
+} query_walk_t;
+
+static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind,
+                                 const char *key, size_t key_size,
+                                 const char *value, size_t value_size) {
+  query_walk_t *q = cls;
+  (void)kind;
+  (void)key_size;
+  if (!*key && value_size == 0)
+    return MHD_YES; /* "&&": no argument */
+  int i = 0;
+  while (q->names[i] && strcmp(q->names[i], key) != 0)
+    i++;
+  if (q->names[i] == NULL) {
+    if (!q->unknown)
+      q->unknown = key;
+    return MHD_YES;
+  }
+  value = value ? value : ""; /* "?limit", without "=" */
+  if (q->n[i]++ == 0)
+    q->values[i] = value;
+  else if (q->n[i] == 2)
+    q->later[i] = value;
+  if (value_size == 0 && !q->no_value)
+    q->no_value = q->names[i];
+  return MHD_YES;
+}
+
+int attnd_http_query(attnd_http_req_t *r, const char *const *names,
+                     const char **values, attnd_error_t *e) {
+  query_walk_t q = {.names = names, .values = values};
+  char list[128] = "";
+  size_t len = 0;
+  for (int i = 0; names[i]; i++) {
+    values[i] = NULL;
+    len +=
+        (size_t)snprintf(list + len, len < sizeof list ? sizeof list - len : 0,
+                         "%s%s", i ? ", " : "", names[i]);
+  }
+  MHD_get_connection_values_n(r->conn, MHD_GET_ARGUMENT_KIND, query_arg, &q);
+  if (q.unknown)
+    return attnd_error_set(e, ATTND_ERR_UNKNOWN_FIELD, q.unknown,
+                           "the query argument '%.40s' is unknown; this "
+                           "path takes %s",
+                           q.unknown, list);
+  for (int i = 0; names[i]; i++)
+    if (q.n[i] > 1)
+      return attnd_error_set(e, ATTND_ERR_BAD_REQUEST, names[i],
+                             "the query argument %s is given %d times (the "
+                             "first '%.40s', the second '%.40s'); send it "
+                             "once",
+                             names[i], q.n[i], values[i], q.later[i]);
+  if (q.no_value)
+    return attnd_error_set(e, ATTND_ERR_INVALID_VALUE, q.no_value,
+                           "the query argument %s has no value; give one, "
+                           "or leave it out",
+                           q.no_value);
+  return 0;
 }
