@@ -326,7 +326,9 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
                    g->workers);
   attnd_buf_printf(
       b,
-      "# HELP attnd_inflight Requests admitted and not yet answered.\n"
+      "# HELP attnd_inflight Requests whose headers have come and that have "
+      "no reply yet (bodies uploading, requests decoding, waiting or "
+      "computing), this scrape aside.\n"
       "# TYPE attnd_inflight gauge\nattnd_inflight %d\n"
       "# HELP attnd_scratch_bytes Workspace that workers and HTTP threads "
       "hold, kept between requests up to scratch_keep_bytes each.\n"

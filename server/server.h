@@ -30,6 +30,9 @@ typedef struct attnd_server {
   int port;         /* the port bound */
   atomic_int draining;
   atomic_int active; /* HTTP requests between first callback and completion */
+  /* HTTP requests from their headers to their reply (attnd_inflight):
+   * bodies uploading, decoding, waiting, computing (exchange.h) */
+  atomic_int inflight;
   atomic_int inline_steps; /* batchable steps computing on HTTP threads */
   attnd_budget_t budget;
   attnd_budget_t device_budget; /* cuda requests' GPU memory */

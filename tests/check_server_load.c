@@ -740,6 +740,128 @@ START_TEST(test_deadline_inline) {
 }
 END_TEST
 
+/* ---- requests in flight ---------------------------------------------------
+ */
+
+/* attnd_inflight once it is `want`, polled for at most 10 s; the last value
+ * read otherwise. */
+static double inflight_becomes(int port, double want) {
+  double v = -1, t0 = sh_now();
+  while ((v = sh_metric(port, "attnd_inflight")) != want && sh_now() - t0 < 10)
+    usleep(5000);
+  return v;
+}
+
+/* Opens a connection and sends `head` and then `part` of a body, and checks
+ * that the request counts in attnd_inflight while its body uploads (read
+ * on other connections: the scrape itself is not counted). Returns the
+ * socket. */
+static int upload_begun(int port, const char *head, const char *part,
+                        const char *what) {
+  int fd = sh_connect(port);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
+  ck_assert_int_eq(sh_send_all(fd, part, strlen(part)), 0);
+  double v = inflight_becomes(port, 1);
+  ck_assert_msg(v == 1, "%s: attnd_inflight is %g while its body uploads", what,
+                v);
+  return fd;
+}
+
+/* Sends the rest of a body, reads the reply and checks its status; the
+ * gauge is then back at 0. */
+static void upload_ends(int port, int fd, const char *rest, int status,
+                        const char *what) {
+  char buf[4096];
+  ck_assert_int_eq(sh_send_all(fd, rest, strlen(rest)), 0);
+  ck_assert_int_ge(sh_recv_reply(fd, buf, sizeof buf, 10000), 0);
+  ck_assert_msg(sh_raw_status(buf) == status, "%s: %.300s", what, buf);
+  double v = inflight_becomes(port, 0);
+  ck_assert_msg(v == 0, "%s: attnd_inflight is %g once answered", what, v);
+  close(fd);
+}
+
+/* attnd_inflight counts a request from its headers to its reply
+ * (docs/operations.md), its body's upload included, and is back at 0 on
+ * every way a request ends: answered 200, 400 for bad JSON, 413 for a
+ * chunked body past max_body_bytes (answered at its end) or a
+ * Content-Length over it (answered at once), a client that resets its
+ * connection in the middle of the body, and one whose body stops coming
+ * (its connection closed, unanswered). It never goes below 0. Bug: the
+ * gauge was the scheduler's count of admitted jobs, so it read 0 all
+ * through an upload (and through a small request computed on its HTTP
+ * thread). */
+START_TEST(test_inflight_uploading) {
+  static const char *const args[] = {"--connection-timeout-s",
+                                     "3",
+                                     "--min-recv-rate-bytes-per-s",
+                                     "1M",
+                                     "--max-body-bytes",
+                                     "65536",
+                                     NULL};
+  sh_server_t s;
+  start(&s, args);
+  ck_assert_double_eq(sh_metric(s.port, "attnd_inflight"), 0);
+  static const char body[] = "{\"query\":[[1,2,3,4],[5,6,7,8]],"
+                             "\"num_heads\":2}";
+  char head[256];
+  const size_t half = sizeof body / 2;
+  snprintf(head, sizeof head,
+           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+           strlen(body));
+  char first[64];
+  snprintf(first, sizeof first, "%.*s", (int)half, body);
+
+  int fd = upload_begun(s.port, head, first, "200");
+  upload_ends(s.port, fd, body + half, 200, "200");
+
+  fd = upload_begun(s.port, head, first, "400");
+  char bad[64];
+  snprintf(bad, sizeof bad, "%s", body + half);
+  bad[strlen(bad) - 1] = ']'; /* "...}" becomes "...]": not JSON */
+  upload_ends(s.port, fd, bad, 400, "400");
+
+  static const char chunked[] =
+      "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+  fd = upload_begun(s.port, chunked, "8\r\n{\"query\r\n", "413, chunked");
+  size_t big = 70000;
+  char *more = malloc(big + 64);
+  ck_assert_ptr_nonnull(more);
+  int k = snprintf(more, 64, "%zx\r\n", big);
+  memset(more + k, ' ', big);
+  snprintf(more + k + big, 64, "\r\n0\r\n\r\n");
+  upload_ends(s.port, fd, more, 413, "413, chunked");
+  free(more);
+
+  char over[256];
+  snprintf(over, sizeof over,
+           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n");
+  fd = sh_connect(s.port);
+  ck_assert_int_ge(fd, 0);
+  upload_ends(s.port, fd, over, 413, "413, Content-Length");
+
+  fd = upload_begun(s.port, head, first, "reset");
+  struct linger lg = {.l_onoff = 1, .l_linger = 0};
+  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+  close(fd); /* RST */
+  ck_assert_double_eq(inflight_becomes(s.port, 0), 0);
+
+  /* closed by attnd, unanswered, once the body falls behind or the
+   * connection has been idle for connection_timeout_s */
+  fd = upload_begun(s.port, head, first, "slow sender");
+  struct pollfd pf = {.fd = fd, .events = POLLIN};
+  char c;
+  ck_assert_int_eq(poll(&pf, 1, 20000), 1);
+  ck_assert_int_le(recv(fd, &c, 1, 0), 0);
+  close(fd);
+  ck_assert_double_eq(inflight_becomes(s.port, 0), 0);
+  stop(&s);
+}
+END_TEST
+
 /* ---- a client that leaves ------------------------------------------------ */
 
 /* One worker, one place in the queue. A runs; B takes the place and its
@@ -1511,6 +1633,11 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_body_pace_ends);
   tcase_add_test(tc, test_memory_budget);
   tcase_add_test(tc, test_body_never_fits);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("inflight");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_inflight_uploading);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("shutdown");

@@ -47,7 +47,8 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
       .busy_workers = attnd_sched_busy(s->sched),
       .busy_threads = attnd_sched_threads_busy(s->sched),
       .workers = (int)s->cfg->workers,
-      .inflight = attnd_sched_inflight(s->sched),
+      /* less this scrape, which has its headers and no reply yet */
+      .inflight = atomic_load(&s->inflight) - 1,
       .draining = atomic_load(&s->draining),
   };
   attnd_sessions_stats_t st;

@@ -91,6 +91,7 @@ struct attnd_http_req {
   int64_t device_held; /* its share of the GPU's (device_budget) */
   char allow[48];      /* the methods a 405 names */
   int status;
+  int inflight;  /* counted in srv->inflight (attnd_http_answered) */
   int body_done; /* its body's last byte is in (or it has none) */
   size_t bytes_in, bytes_out;
   double total_ms;
@@ -133,6 +134,11 @@ char *attnd_http_reply_block(void);
 void attnd_http_reply_release(void *block);
 
 /* ---- the connection (http.c); HTTP thread -------------------------------- */
+
+/* r has its reply, or will get none (its completion): it leaves the
+ * requests in flight (srv->inflight), which it joined with its headers.
+ * Once for each request, whichever comes first. */
+void attnd_http_answered(attnd_http_req_t *r);
 
 /* Notes that r's reply (r->bytes_out bytes of body) was queued now: from
  * here its connection must take it at min_send_rate_bytes_per_s, after a

@@ -468,6 +468,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     attnd_buf_init(&r->body);
     *con_cls = r;
     atomic_fetch_add(&s->active, 1);
+    r->inflight = 1;
+    atomic_fetch_add(&s->inflight, 1);
     set_request_id(r);
     conn_mark(s, conn, r);
     return on_first(r, url, method, version);
@@ -495,6 +497,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 /* ---- completion ------------------------------------------------------------
  */
 
+void attnd_http_answered(attnd_http_req_t *r) {
+  if (r->inflight) {
+    r->inflight = 0;
+    atomic_fetch_sub(&r->srv->inflight, 1);
+  }
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   attnd_server_t *s = cls;
@@ -505,7 +514,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   /* before it counts as answered */
   attnd_budget_give(&s->budget, &r->mem_held);
   attnd_budget_give(&s->device_budget, &r->device_held);
-  if (r->status == 0) { /* libmicrohttpd answered (a bad chunk), or nobody */
+  attnd_http_answered(r); /* one that got no reply of attnd's */
+  if (r->status == 0) {   /* libmicrohttpd answered (a bad chunk), or nobody */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
     r->status = ci && ci->http_status ? (int)ci->http_status

@@ -143,6 +143,7 @@ enum MHD_Result attnd_http_send_body(attnd_http_req_t *r, int status,
   r->bytes_out = len;
   enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
   MHD_destroy_response(resp);
+  attnd_http_answered(r);
   if (ok == MHD_YES)
     attnd_http_conn_replying(r);
   return ok;
