@@ -141,20 +141,22 @@ static void observe(hist_t *h, size_t ctx, double ms) {
   atomic_fetch_add_explicit(&h->sum_ns[ctx], ns_of(ms), memory_order_relaxed);
 }
 
-void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
-                           int backend, int batch, int64_t context_len,
-                           double queue_ms, double compute_ms, double total_ms,
-                           const double stage_ms[NSTAGE]) {
+void attnd_metrics_ran(attnd_metrics_t *m, int backend, int batch,
+                       double compute_ms, const double stage_ms[NSTAGE]) {
   double share = batch > 1 ? 1.0 / batch : 1.0;
-  if (backend >= 0 && backend < NBACKEND) {
-    atomic_fetch_add_explicit(&m->computed[backend], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&m->compute_ns[backend],
-                              ns_of(compute_ms * share), memory_order_relaxed);
-    for (int k = 0; k < NSTAGE; k++)
-      atomic_fetch_add_explicit(&m->stage_ns[backend][k],
-                                ns_of(stage_ms[k] * share),
-                                memory_order_relaxed);
-  }
+  if (backend < 0 || backend >= NBACKEND)
+    return;
+  atomic_fetch_add_explicit(&m->computed[backend], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&m->compute_ns[backend], ns_of(compute_ms * share),
+                            memory_order_relaxed);
+  for (int k = 0; k < NSTAGE; k++)
+    atomic_fetch_add_explicit(&m->stage_ns[backend][k],
+                              ns_of(stage_ms[k] * share), memory_order_relaxed);
+}
+
+void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
+                           int64_t context_len, double queue_ms,
+                           double compute_ms, double total_ms) {
   size_t c = 0;
   while (c < NCTX - 1 && context_len > ctx_bounds[c])
     c++;
@@ -226,7 +228,8 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
     }
   }
   attnd_buf_printf(
-      b, "# HELP attnd_backend_requests_total Requests computed, by backend.\n"
+      b, "# HELP attnd_backend_requests_total Requests computed, by backend, "
+         "whatever their reply.\n"
          "# TYPE attnd_backend_requests_total counter\n");
   for (int k = 0; k < NBACKEND; k++)
     attnd_buf_printf(b, "attnd_backend_requests_total{backend=\"%s\"} %llu\n",

@@ -55,18 +55,24 @@ void attnd_metrics_free(attnd_metrics_t *m);
 void attnd_metrics_request(attnd_metrics_t *m, attnd_protocol_t proto,
                            int status);
 void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why);
-/* The timings of one computed attention request, by protocol (one that
- * computes) and key length; its compute time also by backend (the core's
- * attn_backend_kind_t, labelled by attn_backend_kind_name), and the core's
- * stages (attn_timing_t: projection, attention, output) by backend. A
- * request computed in a batch of `batch` (session steps in one forward
- * call, each timed with the batch's compute_ms and stages) adds its share,
- * 1 / batch, of those to the backend's counters, which count the workers'
- * time; its histograms take its whole compute_ms, the time it waited on. */
+/* One request's run on its backend (the core's attn_backend_kind_t,
+ * labelled by attn_backend_kind_name), whatever its reply: one that its
+ * deadline or its client's leaving cancelled while it computed counts
+ * too. Adds it to the backend's requests, and its compute time and the
+ * core's stages (attn_timing_t: projection, attention, output) to the
+ * backend's counters, which count the workers' time: a request computed in
+ * a batch of `batch` (session steps in one forward call, each timed with
+ * the batch's compute_ms and stages) adds its share, 1 / batch, so that
+ * the batch's time is counted once. */
+void attnd_metrics_ran(attnd_metrics_t *m, int backend, int batch,
+                       double compute_ms, const double stage_ms[3]);
+/* The timings of one computed attention request answered with its result,
+ * by protocol (one that computes) and key length, in the histograms: its
+ * whole compute_ms (a batched step's: the batch's, the time it waited
+ * on). */
 void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
-                           int backend, int batch, int64_t context_len,
-                           double queue_ms, double compute_ms, double total_ms,
-                           const double stage_ms[3]);
+                           int64_t context_len, double queue_ms,
+                           double compute_ms, double total_ms);
 
 /* Gauges sampled at render time. */
 typedef struct attnd_gauges {

@@ -1,7 +1,8 @@
 /* tests/check_metrics.c: server/metrics.c, without a server, and then
  * /metrics of a real attnd.
  *
- * Observations recorded with attnd_metrics_observe and read back from
+ * Observations recorded with attnd_metrics_ran and attnd_metrics_observe,
+ * and read back from
  * attnd_metrics_render's text (tests/server_harness.c's sh_metric_in):
  *   - the sums, in seconds, of many short observations (a session step
  *     computes in a few microseconds, an inline request waits less than
@@ -657,9 +658,11 @@ START_TEST(test_render_reads) {
     attnd_metrics_request(m, (attnd_protocol_t)p, 200);
     attnd_metrics_request(m, (attnd_protocol_t)p, 299);
     for (size_t c = 0; c < sizeof ctx / sizeof ctx[0]; c++)
-      for (int b = 0; b < 2; b++)
-        attnd_metrics_observe(m, (attnd_protocol_t)p, b, 1, ctx[c], 0.0004,
-                              3.0 * (double)c, 7e4 * (double)c, stage_ms);
+      for (int b = 0; b < 2; b++) {
+        attnd_metrics_ran(m, b, 1, 3.0 * (double)c, stage_ms);
+        attnd_metrics_observe(m, (attnd_protocol_t)p, ctx[c], 0.0004,
+                              3.0 * (double)c, 7e4 * (double)c);
+      }
   }
   for (int k = 0; k < ATTND_REJECT_COUNT; k++)
     attnd_metrics_reject(m, (attnd_reject_t)k);
@@ -741,9 +744,15 @@ static void start_server(void) {
 }
 
 static void start_batch_server(void) {
-  static const char *const args[] = {
-      "--workers", "1", "--inline-max-flops", "0", "--batch-window-us",
-      "20000",     NULL};
+  static const char *const args[] = {"--workers",
+                                     "1",
+                                     "--inline-max-flops",
+                                     "0",
+                                     "--batch-window-us",
+                                     "20000",
+                                     "--max-batch-tokens",
+                                     "8192",
+                                     NULL};
   start_with(args);
 }
 
@@ -1008,6 +1017,7 @@ END_TEST
 /* One session step, sent from a thread of its own. */
 typedef struct step {
   char path[96], body[8300];
+  char *text;  /* the body instead, where set (malloc) */
   char *reply; /* the reply's body (malloc), or NULL */
   long status;
 } step_t;
@@ -1020,8 +1030,8 @@ static void *step_thread(void *arg) {
   sh_req_t q = {.method = "POST",
                 .path = s->path,
                 .content_type = "application/json",
-                .body = s->body,
-                .len = strlen(s->body),
+                .body = s->text ? s->text : s->body,
+                .len = strlen(s->text ? s->text : s->body),
                 .headers = hdr};
   sh_resp_t r;
   if (sh_http(&c, &q, &r) == 0) {
@@ -1035,6 +1045,30 @@ static void *step_thread(void *arg) {
 
 #define NSTEPS 8
 
+/* NSTEPS new sessions of the layer, their ids into sess. */
+static void sessions_new(char sess[NSTEPS][64]) {
+  for (int i = 0; i < NSTEPS; i++) {
+    char *rep = NULL;
+    ck_assert_int_eq(call("POST", "/v1/sessions",
+                          "{\"layer\":\"blk\",\"max_tokens\":4096}", NULL, 1,
+                          &rep),
+                     201);
+    json_t *v = json_loads(rep, 0, NULL);
+    free(rep);
+    snprintf(sess[i], 64, "%s",
+             json_string_value(json_object_get(v, "session")));
+    json_decref(v);
+  }
+}
+
+static void sessions_delete(char sess[NSTEPS][64]) {
+  for (int i = 0; i < NSTEPS; i++) {
+    char path[96];
+    snprintf(path, sizeof path, "/v1/sessions/%.40s", sess[i]);
+    ck_assert_int_eq(call("DELETE", path, NULL, NULL, 1, NULL), 204);
+  }
+}
+
 /* Session steps computed together in a batch take one worker for the
  * batch's time T, and each step's reply says compute_ms T and batch n:
  * attnd_backend_compute_seconds_total ("time workers spent computing")
@@ -1045,18 +1079,7 @@ static void *step_thread(void *arg) {
  * counter). */
 START_TEST(test_batched_compute_time) {
   char sess[NSTEPS][64], q[8192];
-  for (int i = 0; i < NSTEPS; i++) {
-    char *rep = NULL;
-    ck_assert_int_eq(call("POST", "/v1/sessions",
-                          "{\"layer\":\"blk\",\"max_tokens\":4096}", NULL, 1,
-                          &rep),
-                     201);
-    json_t *v = json_loads(rep, 0, NULL);
-    free(rep);
-    snprintf(sess[i], sizeof sess[i], "%s",
-             json_string_value(json_object_get(v, "session")));
-    json_decref(v);
-  }
+  sessions_new(sess);
   const char *cpu = "attnd_backend_compute_seconds_total{backend=\"cpu\"}",
              *att = "attnd_backend_stage_seconds_total{backend=\"cpu\","
                     "stage=\"attention\"}";
@@ -1111,11 +1134,123 @@ START_TEST(test_batched_compute_time) {
                 att_share);
   prom_free(&p0);
   prom_free(&p1);
-  for (int i = 0; i < NSTEPS; i++) {
-    char path[96];
-    snprintf(path, sizeof path, "/v1/sessions/%.40s", sess[i]);
-    ck_assert_int_eq(call("DELETE", path, NULL, NULL, 1, NULL), 204);
+  sessions_delete(sess);
+}
+END_TEST
+
+/* A request that keeps the one worker busy for a while: self-attention of
+ * a query [BLOCK_L, 16], four heads, sent from a thread of its own. */
+#define BLOCK_L 4096
+static void *block_thread(void *arg) {
+  step_t *s = arg;
+  snprintf(s->path, sizeof s->path, "/v1/attention");
+  return step_thread(s);
+}
+
+/* Steps of a batch that its deadline cancels while it computes (504) were
+ * computed all the same: the worker spent the batch's time T on them, and
+ * attnd_backend_compute_seconds_total grows by T for the batch, once,
+ * whatever became of each step, not by T · (answered / n). Each round
+ * keeps the worker busy with one request, then sends NSTEPS steps of
+ * BIG_L new tokens (one session each), which queue behind it and are
+ * computed as one batch; half of them have a timeout_ms tuned from round
+ * to round to pass inside the batch's run. Each 200 names its run's
+ * compute_ms and batch n; steps of a batch that got no 200 are n less the
+ * 200s that name it. Rounds go on until four such steps are seen; the
+ * counter's growth is then the runs' compute_ms, each run once. Bug: each
+ * step added its share, T / n, when its reply was a 200, so a batch with
+ * steps cancelled inside it was counted short. */
+#define BIG_L 512
+START_TEST(test_batched_expired_compute_time) {
+  static char q[BIG_L * 16 * 12], bq[BLOCK_L * 16 * 12];
+  tokens(q, sizeof q, BIG_L);
+  tokens(bq, sizeof bq, BLOCK_L);
+  const char *cpu = "attnd_backend_compute_seconds_total{backend=\"cpu\"}";
+  double want = 0, got = 0, tol = 0, timeout = 0, T = 0, wait = 0;
+  int missing = 0, rounds = 0;
+  for (; rounds < 40 && missing < 4; rounds++) {
+    char sess[NSTEPS][64];
+    sessions_new(sess);
+    double before = sh_metric(srv.port, cpu);
+    step_t s[NSTEPS + 1];
+    pthread_t th[NSTEPS + 1];
+    memset(s, 0, sizeof s);
+    size_t len = strlen(bq) + 64;
+    ck_assert_ptr_nonnull(s[NSTEPS].text = malloc(len));
+    snprintf(s[NSTEPS].text, len, "{\"query\":%s,\"num_heads\":4}", bq);
+    ck_assert_int_eq(
+        pthread_create(&th[NSTEPS], NULL, block_thread, &s[NSTEPS]), 0);
+    ck_assert_double_ge(sh_wait_metric(srv.port, "attnd_busy_workers", 1, 10),
+                        1);
+    for (int i = 0; i < NSTEPS; i++) {
+      snprintf(s[i].path, sizeof s[i].path, "/v1/sessions/%.40s/attention",
+               sess[i]);
+      /* the first round measures: no step has a short deadline */
+      long long ms = i % 2 && rounds ? (long long)timeout : 60000;
+      len = strlen(q) + 64;
+      ck_assert_ptr_nonnull(s[i].text = malloc(len));
+      snprintf(s[i].text, len, "{\"query\":%s,\"timeout_ms\":%lld}", q, ms);
+      ck_assert_int_eq(pthread_create(&th[i], NULL, step_thread, &s[i]), 0);
+    }
+    /* the runs of this round: compute_ms, n, and the 200s naming each */
+    double rt[NSTEPS + 1];
+    int rn[NSTEPS + 1], rk[NSTEPS + 1], nr = 0, short_ok = 0, late = 0;
+    for (int i = 0; i <= NSTEPS; i++) {
+      pthread_join(th[i], NULL);
+      free(s[i].text);
+      ck_assert_msg(s[i].status == 200 || (i % 2 && s[i].status == 504),
+                    "%s: %ld %s", s[i].path, s[i].status,
+                    s[i].reply ? s[i].reply : "");
+      if (s[i].status == 504) {
+        late++;
+        free(s[i].reply);
+        continue;
+      }
+      short_ok += i < NSTEPS && i % 2;
+      json_t *v = json_loads(s[i].reply, 0, NULL);
+      json_t *m = json_object_get(v, "metrics");
+      double ms = json_number_value(json_object_get(m, "compute_ms"));
+      int n = (int)json_integer_value(json_object_get(m, "batch"));
+      if (i == 0 && rounds == 0) /* a step's wait for the request ahead */
+        wait = json_number_value(json_object_get(m, "queue_ms"));
+      json_decref(v);
+      free(s[i].reply);
+      int k = 0;
+      while (k < nr && !(rt[k] == ms && rn[k] == n))
+        k++;
+      if (k == nr)
+        rt[nr] = ms, rn[nr] = n, rk[nr++] = 0;
+      rk[k]++;
+    }
+    int round_missing = 0;
+    for (int k = 0; k < nr; k++) {
+      want += rt[k];
+      round_missing += rn[k] - rk[k];
+      tol += 0.0005 + 0.000001 * rn[k]; /* the reply's 3 decimals, ns */
+      if (rn[k] > 1 && rt[k] > T)
+        T = rt[k];
+    }
+    missing += round_missing;
+    got += (sh_metric(srv.port, cpu) - before) * 1e3;
+    tol += 0.001; /* two scrapes' 6 decimals (s) */
+    /* the next round's short deadline: shorter when they all came in
+     * time, longer when they all expired before their batch ran */
+    if (rounds == 0)
+      timeout = wait + T / 2;
+    else if (late == 0)
+      timeout *= 0.8;
+    else if (short_ok == 0 && round_missing == 0)
+      timeout += T / 4 + 1;
+    sessions_delete(sess);
   }
+  ck_assert_msg(missing >= 4,
+                "%d rounds gave %d steps cancelled inside their batch (the "
+                "last timeout_ms %.0f, a batch %.1f ms)",
+                rounds, missing, timeout, T);
+  ck_assert_msg(fabs(got - want) <= tol,
+                "%s grew %.3f ms over %d rounds; their runs computed %.3f ms "
+                "(%d steps cancelled inside a batch)",
+                cpu, got, rounds, want, missing);
 }
 END_TEST
 
@@ -1144,9 +1279,10 @@ START_TEST(test_sums_of_short_observations) {
   attnd_metrics_t *m = attnd_metrics_new();
   ck_assert_ptr_nonnull(m);
   const double stage_ms[3] = {0.0007, 0.0011, 0.0007};
-  for (int i = 0; i < 1000; i++)
-    attnd_metrics_observe(m, ATTND_PROTO_SESSION, ATTN_BACKEND_CPU, 1, 100,
-                          0.0004, 0.0025, 0.0031, stage_ms);
+  for (int i = 0; i < 1000; i++) {
+    attnd_metrics_ran(m, ATTN_BACKEND_CPU, 1, 0.0025, stage_ms);
+    attnd_metrics_observe(m, ATTND_PROTO_SESSION, 100, 0.0004, 0.0025, 0.0031);
+  }
   char *t = render(m);
   static const struct {
     const char *name;
@@ -1185,11 +1321,9 @@ END_TEST
 START_TEST(test_buckets) {
   attnd_metrics_t *m = attnd_metrics_new();
   ck_assert_ptr_nonnull(m);
-  const double stage_ms[3] = {0, 0, 0};
   const double total_ms[] = {0.5, 1, 60000, 61000};
   for (int i = 0; i < 4; i++)
-    attnd_metrics_observe(m, ATTND_PROTO_V1, ATTN_BACKEND_CPU, 1, 2048, 0, 0,
-                          total_ms[i], stage_ms);
+    attnd_metrics_observe(m, ATTND_PROTO_V1, 2048, 0, 0, total_ms[i]);
   char *t = render(m);
   static const struct {
     const char *le;
@@ -1241,9 +1375,7 @@ START_TEST(test_buckets_cover) {
   const double lo = 1e-5, hi = (double)cfg.max_timeout_ms / 1000.0;
   attnd_metrics_t *m = attnd_metrics_new();
   ck_assert_ptr_nonnull(m);
-  const double stage_ms[3] = {0, 0, 0};
-  attnd_metrics_observe(m, ATTND_PROTO_V1, ATTN_BACKEND_CPU, 1, 1, 0, 0, 0,
-                        stage_ms);
+  attnd_metrics_observe(m, ATTND_PROTO_V1, 1, 0, 0, 0);
   char *t = render(m);
   prom_t p;
   prom_assert(t, &p);
@@ -1403,6 +1535,7 @@ Suite *test_suite(void) {
   tcase_add_unchecked_fixture(tc, start_batch_server, stop_server);
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_batched_compute_time);
+  tcase_add_test(tc, test_batched_expired_compute_time);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -165,6 +165,19 @@ static void run_inline(const attnd_config_t *cfg, attnd_request_t *req) {
   attnd_request_run(req, -1, cfg->threads_per_request ? 0 : 1, s ? s : &none);
 }
 
+/* j's run in the backend's counters (attnd_metrics_ran), as it comes back
+ * from its worker or its HTTP thread, once, whatever its reply. A job that
+ * never ran (batch 0: cancelled before its batch began, or a session's
+ * step withdrawn while it waited) adds nothing. */
+static void count_run(attnd_server_t *s, const attnd_request_t *j) {
+  if (j->batch < 1)
+    return;
+  const attn_timing_t *tm = &j->out.timing;
+  double stage_ms[3] = {tm->projection_ms, tm->attention_ms, tm->output_ms};
+  attnd_metrics_ran(s->metrics, (int)j->plan.backend, j->batch,
+                    j->t.end - j->t.start, stage_ms);
+}
+
 int attnd_api_deadline_error(const attnd_request_t *j, double ready,
                              double waited_ms, const char *where,
                              attnd_error_t *e) {
@@ -211,6 +224,7 @@ enum MHD_Result attnd_api_admit(attnd_http_req_t *r, attnd_request_t *req) {
   if (step)
     atomic_fetch_add(&r->srv->inline_steps, 1);
   run_inline(r->srv->cfg, req);
+  count_run(r->srv, req);
   if (step) {
     atomic_fetch_sub(&r->srv->inline_steps, 1);
     attnd_sched_ran_alone(r->srv->sched, req->params.query.dim[0],
@@ -272,11 +286,9 @@ enum MHD_Result attnd_api_reply(attnd_http_req_t *r) {
     return attnd_http_fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                            "out of memory for the reply");
   }
-  const attn_timing_t *tm = &j->out.timing;
-  double stage_ms[3] = {tm->projection_ms, tm->attention_ms, tm->output_ms};
-  attnd_metrics_observe(r->srv->metrics, r->proto, (int)j->plan.backend,
-                        j->batch, j->plan.Lk, j->t.start - j->t.submit,
-                        j->t.end - j->t.start, r->total_ms, stage_ms);
+  attnd_metrics_observe(r->srv->metrics, r->proto, j->plan.Lk,
+                        j->t.start - j->t.submit, j->t.end - j->t.start,
+                        r->total_ms);
   int binary = json_len < b.len;
   r->reply_json = binary ? json_len : 0;
   return attnd_http_send_body(r, 200, b.data, b.len, pooled,
@@ -295,6 +307,7 @@ void attnd_http_job_done(void *job, void *tag, attnd_sched_outcome_t outcome,
   struct MHD_Connection *conn = r->conn;
   (void)arg;
   attnd_error_t e;
+  count_run(r->srv, j); /* before its reply, which may never come */
   /* commits its tokens; the next step gets its turn */
   int gone = j->session && attnd_session_step_end(r->srv->sessions, j,
                                                   outcome == ATTND_SCHED_DONE &&
