@@ -3943,6 +3943,61 @@ START_TEST(test_expired_not_evicted) {
 }
 END_TEST
 
+/* A refused step is no use of its session: only a step that is applied
+ * (its tokens committed) refreshes the last use that ttl_s counts from,
+ * so a client sending only steps that fail keeps no idle session alive.
+ * Refused here in decoding (422 query), in its turn (409 length_mismatch,
+ * 422 over max_tokens). Once refreshing: idle_s 0 after them, and the
+ * session alive 1.2 s after its last applied step with a ttl_s of 1. The
+ * sleeps are lower bounds; no upper bound is asserted. */
+START_TEST(test_refused_step_not_use) {
+  sh_server_t srv;
+  start(&srv, NULL);
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  char id[40];
+  json_decref(create(&c,
+                     "{\"num_heads\":2,\"num_kv_heads\":1,\"head_dim\":4,"
+                     "\"ttl_s\":1,\"max_tokens\":1}",
+                     id));
+  sh_resp_t r = call_id(&c, "POST", id, "/attention",
+                        "{" STEP1 ",\"expected_length\":0}");
+  json_decref(json_reply(&r, 200));
+  usleep(600000);
+  static const struct {
+    const char *body;
+    long status;
+    const char *code, *field;
+  } refused[] = {
+      {"{\"query\":[[1,2,3]],\"key\":" K1 ",\"value\":" V1 "}", 422,
+       "shape_mismatch", "query"},
+      {"{" STEP1 ",\"expected_length\":0}", 409, "length_mismatch",
+       "expected_length"},
+      {"{" STEP1 "}", 422, "limit_exceeded", "query"},
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    r = call_id(&c, "POST", id, "/attention", refused[i].body);
+    sh_assert_error(&r, refused[i].status, refused[i].code, refused[i].field,
+                    NULL);
+    sh_resp_free(&r);
+  }
+  json_t *in = get_info(&c, id);
+  ck_assert_msg(jnum(in, "idle_s") >= 0.5 && jnum(in, "expires_in_s") <= 0.5,
+                "0.6 s after its last applied step, and three refused ones: "
+                "idle_s %g, expires_in_s %g",
+                jnum(in, "idle_s"), jnum(in, "expires_in_s"));
+  ck_assert_int_eq(ji(in, "length"), 1);
+  json_decref(in);
+  usleep(600000);
+  r = call_id(&c, "GET", id, "", NULL);
+  sh_assert_error(&r, 404, "unknown_session", "session", id, "ttl_s", NULL);
+  sh_resp_free(&r);
+  ck_assert(ends(srv.port, "expired") == 1);
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -4009,6 +4064,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_kv_used_counts_sessions);
   tcase_add_test(tc, test_cache_below_one_session);
   tcase_add_test(tc, test_expired_not_evicted);
+  tcase_add_test(tc, test_refused_step_not_use);
   suite_add_tcase(su, tc);
 
   tc = tcase_create("load");

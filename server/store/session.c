@@ -1000,7 +1000,6 @@ int attnd_session_prepare(attnd_sessions_t *st, attnd_request_t *req,
                           .k_absmax = &req->kv_absmax,
                           .device = pl == &st->device};
     req->params.kv = &req->kv;
-    s->used = attnd_now_ms();
   }
   uv_mutex_unlock(&st->mu);
   return r < 0 ? -1 : 0;
@@ -1016,6 +1015,9 @@ int attnd_session_step_end(attnd_sessions_t *st, attnd_request_t *req,
     s->len = req->kv_past + req->params.query.dim[0];
     s->k_absmax = req->kv_absmax;
     req->step_length = s->len;
+    /* only an applied step is a use: one refused (or not applied) leaves
+     * the last use, that ttl_s counts from, where it was */
+    s->used = attnd_now_ms();
   } else if (commit && req->params.kv) {
     r = attnd_error_set(err, ATTND_ERR_UNKNOWN_SESSION, "session",
                         "session %s was deleted while this step was computed: "
@@ -1030,7 +1032,6 @@ int attnd_session_step_end(attnd_sessions_t *st, attnd_request_t *req,
   req->params.kv = NULL;
   req->session = NULL;
   s->busy = 0;
-  s->used = attnd_now_ms();
   if (s->qhead) { /* the next step's turn */
     next = s->qhead;
     s->qhead = next->session_next;
