@@ -3913,22 +3913,28 @@ END_TEST
  * (they run at most once a second) has ended after its ttl_s, as docs/
  * sessions.md says: 404 unknown_session and cause "expired", not 410
  * session_evicted and cause "evicted" (once both, about half a second
- * in each second). The sleeps order the events; no bound is asserted. */
+ * in each second). The sleeps order the events; no bound is asserted.
+ * The cache holds 5 empty sessions (and one page of PRE's, 14912 bytes,
+ * so that they may be created): a, and b with three more. */
 START_TEST(test_expired_not_evicted) {
-  const char *args[] = {"--kv-cache-bytes", "8192", NULL}; /* 2 sessions */
+  const char *args[] = {"--kv-cache-bytes", "20480", NULL}; /* 5 sessions */
   sh_server_t srv;
   start(&srv, args);
   sh_client_t c;
   sh_client_init(&c, srv.port);
-  char ida[40], idb[40], idc[40];
-  json_decref(create(&c, "{" PRE "}", idb)); /* a sweep: the next is 1 s on */
+  char ida[40], idb[4][40], idc[40];
+  for (int i = 0; i < 4; i++) /* a sweep: the next is 1 s on */
+    json_decref(create(&c, "{" PRE "}", idb[i]));
   usleep(500000);
   json_decref(create(&c, "{" PRE ",\"ttl_s\":1}", ida));
   usleep(600000);
-  /* a sweep, before a expires; b becomes the most recently used */
-  sh_resp_t r = call_id(&c, "POST", idb, "/truncate", "{\"length\":0}");
-  ck_assert_msg(r.status == 200, "%ld: %s", r.status, r.body);
-  sh_resp_free(&r);
+  /* a sweep, before a expires; the others become more recently used */
+  sh_resp_t r;
+  for (int i = 0; i < 4; i++) {
+    r = call_id(&c, "POST", idb[i], "/truncate", "{\"length\":0}");
+    ck_assert_msg(r.status == 200, "%ld: %s", r.status, r.body);
+    sh_resp_free(&r);
+  }
   usleep(600000);
   /* a is past its ttl_s, the next sweep not due: the create needs a's room */
   json_decref(create(&c, "{" PRE "}", idc));
@@ -3937,7 +3943,8 @@ START_TEST(test_expired_not_evicted) {
   sh_resp_free(&r);
   ck_assert(ends(srv.port, "expired") == 1);
   ck_assert(ends(srv.port, "evicted") == 0);
-  json_decref(get_info(&c, idb));
+  for (int i = 0; i < 4; i++)
+    json_decref(get_info(&c, idb[i]));
   sh_client_free(&c);
   stop(&srv);
 }
@@ -3993,6 +4000,46 @@ START_TEST(test_refused_step_not_use) {
   sh_assert_error(&r, 404, "unknown_session", "session", id, "ttl_s", NULL);
   sh_resp_free(&r);
   ck_assert(ends(srv.port, "expired") == 1);
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
+/* A create whose pages could never fit the KV cache is refused at create,
+ * 422 limit_exceeded, not accepted to have every step past the room
+ * refused: a pre-projected session of H 2, Dh 4 has pages of 14912 bytes
+ * (the core's padded layout and the pool's header), and kv_cache_bytes
+ * 65536 leaves 61440 for its pages (4 of them, 256 tokens): max_tokens
+ * 257 is refused naming max_tokens and the bytes, 256 fits; head_dim
+ * 4096, whose one page (2 MB) never fits, is refused naming head_dim,
+ * with or without max_tokens. Bug: all three created (201). */
+START_TEST(test_create_never_fits) {
+  const char *args[] = {"--kv-cache-bytes", "65536", NULL};
+  sh_server_t srv;
+  start(&srv, args);
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  sh_resp_t r =
+      call(&c, "POST", "/v1/sessions", "{" PRE ",\"max_tokens\":257}");
+  sh_assert_error(&r, 422, "limit_exceeded", "max_tokens", "max_tokens 257",
+                  "5 pages of 14912 bytes", "74560 bytes", "61440",
+                  "kv_cache_bytes 65536", NULL);
+  ck_assert_msg(sh_header(&r, "Retry-After", (char[32]){0}, 32) == NULL,
+                "a create that never fits has a Retry-After");
+  sh_resp_free(&r);
+  char id[40];
+  json_t *in = create(&c, "{" PRE ",\"max_tokens\":256}", id);
+  ck_assert_int_eq(ji(in, "max_tokens"), 256);
+  json_decref(in);
+  const char *wide[] = {"{\"num_heads\":1,\"head_dim\":4096}",
+                        "{\"num_heads\":1,\"head_dim\":4096,\"max_tokens\":1}"};
+  for (int i = 0; i < 2; i++) {
+    r = call(&c, "POST", "/v1/sessions", wide[i]);
+    sh_assert_error(&r, 422, "limit_exceeded", "head_dim",
+                    "1 page of 2363456 bytes", "61440", NULL);
+    sh_resp_free(&r);
+  }
+  ck_assert(sh_metric(srv.port, "attnd_sessions") == 1);
   sh_client_free(&c);
   stop(&srv);
 }
@@ -4065,6 +4112,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_cache_below_one_session);
   tcase_add_test(tc, test_expired_not_evicted);
   tcase_add_test(tc, test_refused_step_not_use);
+  tcase_add_test(tc, test_create_never_fits);
   suite_add_tcase(su, tc);
 
   tc = tcase_create("load");

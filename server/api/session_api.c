@@ -231,10 +231,29 @@ int attnd_session_api_create(attnd_sessions_t *st, const char *id,
                           "num_kv_heads %lld does not divide num_heads %lld",
                           (long long)shape.Hkv, (long long)shape.H);
   }
+  int given = 0; /* max_tokens */
   if (r == 0 &&
-      (get_int(v, "max_tokens", 1, most, &max_tokens, err) < 0 ||
+      ((given = get_int(v, "max_tokens", 1, most, &max_tokens, err)) < 0 ||
        get_int(v, "ttl_s", 1, cfg->session_max_ttl_s, &ttl_s, err) < 0 ||
        get_backend(v, &shape, &shape.backend, err) < 0))
+    r = -1;
+  /* a session whose pages could never fit is refused now, not at the
+   * step that meets the pool's room: its heads when one page does not
+   * fit, else a max_tokens it asked for (the default is what a server
+   * allows, and a shorter sequence may still fit) */
+  char what[160];
+  snprintf(
+      what, sizeof what,
+      "one token of %s (num_kv_heads %lld, head_dim %lld, v_head_dim %lld)",
+      shape.layer ? "its layer" : "its heads", (long long)shape.Hkv,
+      (long long)shape.Dh, (long long)shape.Dv);
+  if (r == 0 &&
+      attnd_session_fits(st, &shape, 1, shape.layer ? "layer" : "head_dim",
+                         what, err) < 0)
+    r = -1;
+  snprintf(what, sizeof what, "max_tokens %lld", (long long)max_tokens);
+  if (r == 0 && given &&
+      attnd_session_fits(st, &shape, max_tokens, "max_tokens", what, err) < 0)
     r = -1;
   json_decref(v);
   if (r < 0) {

@@ -536,6 +536,54 @@ static int reserve_pages(attnd_session_t *s, size_t n) {
   return 0;
 }
 
+/* The bytes of a page of `shape`'s in pool pl: its header and its floats,
+ * in whole cache lines. */
+static size_t page_bytes_of(const pool_t *pl,
+                            const attnd_session_shape_t *shape) {
+  return pl->hdr + (attn_kv_page_floats(shape->Hkv, shape->Dh, shape->Dv) *
+                        sizeof(float) +
+                    63) /
+                       64 * 64;
+}
+
+/* What one session's pages may ever hold of pool pl: the pool (less the
+ * session's own cost, which is host memory) were the session alone in it;
+ * for GPU memory, the budget cuda requests and sessions share. */
+static int64_t pool_room(const pool_t *pl) {
+  return pl->budget ? pl->budget->max : pl->cap - SESSION_COST;
+}
+
+/* The limit_exceeded error of `tokens` tokens in pages of page_bytes in
+ * pl, over pool_room: "<what> needs N pages of P bytes (B bytes), over the
+ * R bytes ...". */
+static int never_fits(const pool_t *pl, size_t page_bytes, int64_t tokens,
+                      const char *field, const char *what, attnd_error_t *err) {
+  int64_t n = (tokens + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE;
+  return attnd_error_set(
+      err, ATTND_ERR_LIMIT_EXCEEDED, field,
+      "%s needs %lld page%s of %zu bytes (%lld bytes), over the %lld bytes a "
+      "session's pages may ever hold (%s %lld%s): no step could fill it",
+      what, (long long)n, n == 1 ? "" : "s", page_bytes,
+      (long long)n * (long long)page_bytes, (long long)pool_room(pl),
+      pl->budget ? "max_device_memory_bytes" : "kv_cache_bytes",
+      (long long)(pl->budget ? pl->budget->max : pl->cap),
+      pl->budget ? "" : ", less the session's own 4096");
+}
+
+int attnd_session_fits(attnd_sessions_t *st, const attnd_session_shape_t *shape,
+                       int64_t tokens, const char *field, const char *what,
+                       attnd_error_t *err) {
+  const pool_t *pl =
+      shape->backend == ATTN_BACKEND_CUDA ? &st->device : &st->host;
+  size_t pb = page_bytes_of(pl, shape);
+  int64_t n = (tokens + ATTN_KV_PAGE - 1) / ATTN_KV_PAGE;
+  /* no lock: the pools' sizes are fixed; a host pool under one session's
+   * cost is session_new's to refuse, naming kv_cache_bytes */
+  if (st->host.cap < SESSION_COST || n <= pool_room(pl) / (int64_t)pb)
+    return 0;
+  return never_fits(pl, pb, tokens, field, what, err);
+}
+
 /* A new session in the store, of id `id` (checked free), or a fresh one;
  * room is made by evicting idle sessions other than `keep` (a fork's
  * parent, whose id the fork's begins with). */
@@ -577,11 +625,7 @@ static attnd_session_t *session_new(attnd_sessions_t *st,
   s->hash = hash_id(st, s->id);
   s->shape = *shape;
   s->pool = shape->backend == ATTN_BACKEND_CUDA ? &st->device : &st->host;
-  s->page_bytes =
-      s->pool->hdr +
-      (attn_kv_page_floats(shape->Hkv, shape->Dh, shape->Dv) * sizeof(float) +
-       63) /
-          64 * 64;
+  s->page_bytes = page_bytes_of(s->pool, shape);
   s->max_tokens = max_tokens;
   s->ttl_s = ttl_s;
   s->created = s->used = attnd_now_ms();
@@ -933,7 +977,7 @@ int attnd_session_prepare(attnd_sessions_t *st, attnd_request_t *req,
   /* pages that could not fit in the pool were it empty but for this
    * session are refused before any idle session is evicted for them:
    * eviction would empty the cache, and no retry would ever fit */
-  int64_t room = pl->budget ? pl->budget->max : pl->cap - SESSION_COST;
+  int64_t room = pool_room(pl);
   if (r == 0 && (int64_t)need > room / (int64_t)s->page_bytes)
     r = attnd_error_set(
         err, ATTND_ERR_LIMIT_EXCEEDED, "query",

@@ -113,6 +113,15 @@ int attnd_session_create(attnd_sessions_t *st, attnd_session_shape_t *shape,
                          int64_t max_tokens, int64_t ttl_s, const char *id,
                          attnd_session_info_t *info, attnd_error_t *err);
 
+/* Whether a session of `shape` could ever hold `tokens` tokens: its pages
+ * within what its pool could hold were it alone there, as
+ * attnd_session_prepare checks each step. 0, or -1 with err
+ * limit_exceeded (422) naming `field`, its message beginning with `what`
+ * ("max_tokens 900"). Any thread. */
+int attnd_session_fits(attnd_sessions_t *st, const attnd_session_shape_t *shape,
+                       int64_t tokens, const char *field, const char *what,
+                       attnd_error_t *err);
+
 /* Fills info for session `id`. -1 with err: unknown_session (404), or
  * session_evicted (410). */
 int attnd_session_get(attnd_sessions_t *st, const char *id,
