@@ -120,7 +120,9 @@ static const cfg_key_t keys[] = {
             "with threads_per_request = auto, the most threads one request "
             "gets; auto: CPUs"),
     INT_KEY(queue_depth, "64", 0, 1000000, F_INFO,
-            "requests that may wait for a worker; more get 429"),
+            "requests that may be in flight beyond workers: waiting for a "
+            "worker, or session steps waiting their session's turn; more "
+            "get 429"),
     INT_KEY(http_threads, "auto", 0, 256, F_AUTO | F_INFO,
             "threads parsing requests and writing replies; auto: CPUs, at "
             "least 2"),

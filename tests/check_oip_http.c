@@ -2071,7 +2071,8 @@ START_TEST(test_overload_and_deadline) {
     thrd_join(c[i].th, NULL);
     if (c[i].r.status == 429) {
       n429++;
-      assert_tc_error(&c[i].r, 429, "the queue is full (1 waiting)",
+      assert_tc_error(&c[i].r, 429, "the queue is full: ",
+                      "of the 2 that queue_depth 1 and workers 1 allow",
                       "retry later");
       char ra[16];
       ck_assert_ptr_nonnull(

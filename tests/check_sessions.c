@@ -1700,6 +1700,20 @@ END_TEST
 /* A server of one worker that computes every request there (none
  * inline), and a SH_SMALL session of two tokens on it, stepped with rng
  * (seeded `seed`). */
+/* A server started with args, a client of it, rng seeded with `seed`, and
+ * s a new session of SH_SMALL without tokens. */
+static void small_session(sh_server_t *srv, const char *const *args,
+                          sh_client_t *c, seq_t *s, tu_rng_t *rng,
+                          uint64_t seed) {
+  start(srv, args);
+  sh_client_init(c, srv->port);
+  tu_rng_seed(rng, seed);
+  char id[40], *body = create_text(SH_SMALL, NULL);
+  json_decref(create(c, body, id));
+  free(body);
+  seq_init(s, SH_SMALL, id);
+}
+
 static void one_worker_session(sh_server_t *srv, sh_client_t *c, seq_t *s,
                                tu_rng_t *rng, uint64_t seed) {
   const char *args[] = {"--workers",
@@ -1711,13 +1725,7 @@ static void one_worker_session(sh_server_t *srv, sh_client_t *c, seq_t *s,
                         "--inline-max-flops",
                         "0",
                         NULL};
-  start(srv, args);
-  sh_client_init(c, srv->port);
-  tu_rng_seed(rng, seed);
-  char id[40], *body = create_text(SH_SMALL, NULL);
-  json_decref(create(c, body, id));
-  free(body);
-  seq_init(s, SH_SMALL, id);
+  small_session(srv, args, c, s, rng, seed);
   seq_step(c, s, rng, 2, NULL);
 }
 
@@ -4045,6 +4053,60 @@ START_TEST(test_create_never_fits) {
 }
 END_TEST
 
+/* The 429 of a full queue says what was counted: requests in flight,
+ * against queue_depth + workers, a session's step waiting its turn among
+ * them. One worker, queue_depth 2: a slow request computing, a step of s
+ * waiting for the worker, the next step of s held behind it; then a /v1
+ * request is refused, and the message's counts agree with the gauges
+ * (attnd_inflight 3, attnd_queue_depth 1). Bug: "the queue is full (2
+ * waiting)" with one request waiting for a worker. */
+START_TEST(test_queue_full_counts) {
+  const char *args[] = {"--workers",
+                        "1",
+                        "--threads-per-request",
+                        "1",
+                        "--queue-depth",
+                        "2",
+                        "--inline-max-flops",
+                        "0",
+                        "--max-memory-bytes",
+                        "536870912",
+                        NULL};
+  sh_server_t srv;
+  sh_client_t c;
+  tu_rng_t rng;
+  seq_t s;
+  small_session(&srv, args, &c, &s, &rng, 311);
+  bg_t slow, t1, t2;
+  bg_slower(&slow, srv.port, 9);
+  seq_gen(&s, &rng, 2);
+  bg_step(&t1, srv.port, &s, 0);
+  wait_info(&c, &s, "busy", 1);
+  bg_step(&t2, srv.port, &s, 1);
+  wait_info(&c, &s, "queued", 1);
+  ck_assert(sh_wait_metric(srv.port, "attnd_inflight", 3, 10) == 3);
+  ck_assert(sh_metric(srv.port, "attnd_queue_depth") == 1);
+  {
+    sh_resp_t r = call(&c, "POST", "/v1/attention",
+                       "{\"query\":[[1,2,3,4]],\"num_heads\":1}");
+    sh_assert_error(&r, 429, "overloaded", NULL, "3 requests in flight",
+                    "queue_depth 2", "workers 1", "1 waiting for a worker",
+                    "1 session step waiting for its session's turn", NULL);
+    sh_resp_free(&r);
+  }
+  bg_step_done(&t1, &s, 1);
+  bg_step_done(&t2, &s, 2);
+  s.n = 2; /* the two tokens seq_gen made, now applied */
+  bg_join(&slow);
+  ck_assert_int_eq(slow.r.status, 200);
+  sh_resp_free(&slow.r);
+  seq_verify(&c, &s);
+  seq_free(&s);
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -4113,6 +4175,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_expired_not_evicted);
   tcase_add_test(tc, test_refused_step_not_use);
   tcase_add_test(tc, test_create_never_fits);
+  tcase_add_test(tc, test_queue_full_counts);
   suite_add_tcase(su, tc);
 
   tc = tcase_create("load");

@@ -111,9 +111,20 @@ int attnd_api_hand_off(attnd_http_req_t *r, attnd_request_t *req, int suspend) {
 }
 
 int attnd_api_queue_full(attnd_http_req_t *r, attnd_error_t *e) {
-  return attnd_error_set(e, ATTND_ERR_OVERLOADED, NULL,
-                         "the queue is full (%lld waiting); retry later",
-                         (long long)r->srv->cfg->queue_depth);
+  /* what attnd_sched_submit counted, as the gauges show it (read after
+   * the refusal: others may have come or gone since) */
+  const attnd_sched_t *s = r->srv->sched;
+  int n = attnd_sched_inflight(s), waiting = attnd_sched_waiting(s),
+      held = attnd_sched_held(s), running = n - waiting - held;
+  return attnd_error_set(
+      e, ATTND_ERR_OVERLOADED, NULL,
+      "the queue is full: %d requests in flight, of the %lld that "
+      "queue_depth %lld and workers %lld allow (%d computing, %d waiting for "
+      "a worker, %d session step%s waiting for its session's turn); retry "
+      "later",
+      n, (long long)(r->srv->cfg->queue_depth + r->srv->cfg->workers),
+      (long long)r->srv->cfg->queue_depth, (long long)r->srv->cfg->workers,
+      running > 0 ? running : 0, waiting, held, held == 1 ? "" : "s");
 }
 
 /* The HTTP threads' workspaces for what they compute inline: kept from

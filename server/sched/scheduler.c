@@ -77,6 +77,7 @@ struct attnd_sched {
   double batched_at;
 
   atomic_int inflight, waiting, busy;
+  atomic_int n_held;       /* held jobs in flight (attnd_sched_job_t.held) */
   atomic_int threads_busy; /* given to running jobs; written on the loop */
   atomic_uint_fast64_t batches, batched; /* batches of 2 or more, their jobs */
   _Atomic double avg_ms;                 /* moving average of run time */
@@ -187,6 +188,8 @@ static void finish(attnd_sched_t *s, node_t *n, attnd_sched_outcome_t how) {
   unwatch(n);
   attnd_sched_job_t j = n->j;
   free(n);
+  if (j.held)
+    atomic_fetch_sub(&s->n_held, 1);
   atomic_fetch_sub(&s->inflight, 1);
   s->done(j.job, j.tag, how, s->arg);
 }
@@ -487,6 +490,7 @@ static void on_wake(uv_async_t *a) {
     unwatch(n);
     attnd_sched_job_t j = n->j;
     free(n);
+    atomic_fetch_sub(&s->n_held, 1);
     atomic_fetch_sub(&s->inflight, 1);
     s->release(j.job, j.tag, s->arg);
   }
@@ -672,8 +676,8 @@ int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job) {
   }
   n->j = *job;
   n->queued_at = attnd_now_ms();
-  if (!job->held) /* a held job waits outside: not for a worker */
-    atomic_fetch_add(&s->waiting, 1);
+  /* a held job waits outside: not for a worker */
+  atomic_fetch_add(job->held ? &s->n_held : &s->waiting, 1);
   uv_mutex_lock(&s->mu);
   if (job->batchable && !job->held)
     arrive(s, n->queued_at);
@@ -731,6 +735,9 @@ int attnd_sched_threads_busy(const attnd_sched_t *s) {
 }
 int attnd_sched_inflight(const attnd_sched_t *s) {
   return atomic_load(&s->inflight);
+}
+int attnd_sched_held(const attnd_sched_t *s) {
+  return atomic_load(&s->n_held);
 }
 
 void attnd_sched_batches(const attnd_sched_t *s, uint64_t *batches,

@@ -189,8 +189,12 @@ int attnd_sched_busy(const attnd_sched_t *s);
 /* Threads the running jobs were given (attnd_sched_set_threads), right
  * now. Any thread. */
 int attnd_sched_threads_busy(const attnd_sched_t *s);
-/* Jobs admitted and not yet passed back through done. Any thread. */
+/* Jobs admitted and not yet passed back through done (or, held, release):
+ * those running, waiting and held; submit refuses one more once they are
+ * depth + workers. Any thread. */
 int attnd_sched_inflight(const attnd_sched_t *s);
+/* Held jobs among them (attnd_sched_job_t.held), right now. Any thread. */
+int attnd_sched_held(const attnd_sched_t *s);
 /* Batches of two or more jobs run so far, and the jobs in them. Any
  * thread. */
 void attnd_sched_batches(const attnd_sched_t *s, uint64_t *batches,
