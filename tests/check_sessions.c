@@ -1736,6 +1736,9 @@ START_TEST(test_delete_in_flight) {
   seq_t s;
   one_worker_session(&srv, &c, &s, &rng, 56);
   const char *id = s.id;
+  /* the requests' shares of the budget, the kept scratch apart */
+  double held0 = sh_metric(srv.port, "attnd_memory_held_bytes") -
+                 sh_metric(srv.port, "attnd_scratch_bytes");
   bg_t slow, t1, t2;
   bg_slow(&slow, srv.port);
   seq_gen(&s, &rng, 2);
@@ -1765,6 +1768,11 @@ START_TEST(test_delete_in_flight) {
   sh_resp_free(&slow.r);
   ck_assert(ends(srv.port, "deleted") == 1);
   ck_assert(kv_used(srv.port) == 0);
+  double held = sh_metric(srv.port, "attnd_memory_held_bytes") -
+                sh_metric(srv.port, "attnd_scratch_bytes");
+  ck_assert_msg(held == held0, "the requests' shares held %g, %g before", held,
+                held0);
+  ck_assert(sh_metric(srv.port, "attnd_inflight") == 0);
   seq_free(&s);
   sh_client_free(&c);
   stop(&srv);
