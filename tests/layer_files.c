@@ -409,14 +409,6 @@ int lf_write(const char *path, lf_convention_t conv, attnd_st_dtype_t dtype,
   return rc;
 }
 
-size_t lf_file_count(const lf_file_t *f) {
-  return f->n;
-}
-
-const char *lf_file_name(const lf_file_t *f, size_t i) {
-  return i < f->n ? f->t[i].name : NULL;
-}
-
 int lf_write_index(const char *path, const lf_file_t *const *shards,
                    const char *const *names, size_t n) {
   FILE *fp = fopen(path, "w");

@@ -107,11 +107,6 @@ int lf_write(const char *path, lf_convention_t conv, attnd_st_dtype_t dtype,
              const char *prefix, const lf_shape_t *s, uint64_t seed,
              const char *const *meta, lf_weights_t *w, char *msg, size_t msz);
 
-/* The file's tensors: how many, and the name of the i-th (in the order
- * they will be written). */
-size_t lf_file_count(const lf_file_t *f);
-const char *lf_file_name(const lf_file_t *f, size_t i);
-
 /* Writes a shard index (model.safetensors.index.json) at path: its
  * weight_map puts each tensor of shards[i] in the file named names[i]. */
 int lf_write_index(const char *path, const lf_file_t *const *shards,
