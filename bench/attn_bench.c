@@ -170,7 +170,7 @@ static double row_flops(const row_t *r, double *proj_flops) {
  * machine's speed drifts over seconds here, and a ratio of neighbours
  * cancels most of that drift. */
 typedef struct result {
-  double ms, proj_ms; /* medians of the row's runs */
+  double ms;          /* the median of the row's runs */
   double stage_ms[3]; /* medians of projection, attention and output */
   double busy_ms[3];  /* and of their busy times (attn_timing_t) */
   double x_sgemm, proj_x;
@@ -320,7 +320,6 @@ static int run_row(const row_t *r, int reps, int unpaired, result_t *res) {
     np++;
   }
   res->ms = bench_median(ms, np);
-  res->proj_ms = bench_median(proj, np);
   res->x_sgemm = bench_median(xs, np);
   res->proj_x = bench_median(pxs, np);
   res->ceiling = bench_median(cs, np);

@@ -74,7 +74,6 @@ typedef struct call {
   int port;
   const char *body; /* borrowed */
   thrd_t thread;
-  double t_sent;
   sh_resp_t r;
   int rc;
 } call_t;
@@ -89,7 +88,6 @@ static int call_main(void *arg) {
                 .body = c->body,
                 .len = strlen(c->body),
                 .timeout_ms = 60000};
-  c->t_sent = sh_now();
   c->rc = sh_http(&cl, &q, &c->r);
   sh_client_free(&cl);
   return 0;
