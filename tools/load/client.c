@@ -31,7 +31,7 @@ static double now_s(void) {
   return attnd_now_ms() * 1e-3;
 }
 
-static double cpu_now_s(void) {
+double load_cpu_now_s(void) {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
   return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
@@ -499,7 +499,7 @@ int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
     double now = now_s();
     if (!measuring && now >= e.t_measure) {
       measuring = 1;
-      cpu0 = cpu_now_s();
+      cpu0 = load_cpu_now_s();
     }
     /* 1. issue */
     if (run->mode == LOAD_CLOSED) {
@@ -546,10 +546,10 @@ int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
       curl_multi_poll(e.multi, NULL, 0, (int)wait_ms, NULL);
   }
   if (!measuring)
-    cpu0 = cpu_now_s();
+    cpu0 = load_cpu_now_s();
   double window_end = isfinite(e.t_stop) ? e.t_stop : e.t_measure;
   st->elapsed_s = (e.t_last > window_end ? e.t_last : window_end) - e.t_measure;
-  st->cpu_s = cpu_now_s() - cpu0;
+  st->cpu_s = load_cpu_now_s() - cpu0;
   engine_free(&e);
   return rc;
 }

@@ -139,6 +139,10 @@ int64_t load_stats_errors(const load_stats_t *st);
 int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
                     size_t n);
 
+/* The CPU time this process has used, user and system, in seconds
+ * (getrusage); the engines' cpu_s is its difference over a run. */
+double load_cpu_now_s(void);
+
 /* Parses a Server-Timing header value, "queue;dur=0.01, compute;dur=2.5,
  * total;dur=2.9" (milliseconds): stores the durations it finds of the
  * metrics queue, compute and total. Returns a bit mask of those found

@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
 
 #include "codec/util.h"
 #include "verify.h"
@@ -30,13 +29,6 @@
 
 static double now_s(void) {
   return attnd_now_ms() * 1e-3;
-}
-
-static double cpu_now_s(void) {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-         (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
 /* ---- stats --------------------------------------------------------------- */
@@ -705,7 +697,7 @@ int load_decode_run(const load_decode_run_t *run, load_decode_stats_t *st,
     return -1;
   }
   e.t0 = e.t_last = now_s();
-  double cpu0 = cpu_now_s(), next_progress = e.t0 + 0.5;
+  double cpu0 = load_cpu_now_s(), next_progress = e.t0 + 0.5;
   int rc = 0;
   for (;;) {
     double now = now_s(), wake = INFINITY;
@@ -754,7 +746,7 @@ out:
   st->decode_span_s = e.t_first_step > 0 && e.t_last_step > e.t_first_step
                           ? e.t_last_step - e.t_first_step
                           : 0;
-  st->cpu_s = cpu_now_s() - cpu0;
+  st->cpu_s = load_cpu_now_s() - cpu0;
   engine_free(&e);
   return rc;
 }
