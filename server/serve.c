@@ -289,6 +289,11 @@ int attnd_serve(const attnd_config_t *cfg) {
    * tolerate; SIGPIPE's default action would end the process at its next
    * event, the drain's own among them, with requests in flight. */
   signal(SIGPIPE, SIG_IGN);
+  /* A write past the limit on a file's size (ulimit -f, LimitFSIZE) fails
+   * with EFBIG, which the access log tolerates (its lines are lost, and
+   * stderr says so); SIGXFSZ's default action would end the process at
+   * the access log's first line past the limit. */
+  signal(SIGXFSZ, SIG_IGN);
   attn_backend_info(&s->backend);
   s->id_prefix = attnd_random_u64();
   s->budget.max = cfg->max_memory_bytes - cfg->kv_cache_bytes;

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -369,6 +370,19 @@ START_TEST(test_server_log_cut_reply) {
 }
 END_TEST
 
+/* Sends n GET /healthz to srv, each answered 200, then stops it (exit
+ * status 0): its stderr must say once that the log failed, and `why`. */
+static void answered_told(sh_server_t *srv, int n, const char *why) {
+  static const char get[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int k = 0; k < n; k++)
+    ck_assert_int_eq(raw(srv->port, get, strlen(get)), 200);
+  ck_assert_int_eq(sh_server_stop(srv, 15.0), 0);
+  char want[128];
+  snprintf(want, sizeof want,
+           "{\"event\":\"access_log_failed\",\"error\":\"%s\"}", why);
+  ck_assert_msg(count(srv->log, want) == 1, "%s", srv->log);
+}
+
 /* attnd with its access log on /dev/full: every request is still
  * answered, and stderr says once why the log is empty. Bug: nothing said. */
 START_TEST(test_server_log_full) {
@@ -376,13 +390,32 @@ START_TEST(test_server_log_full) {
   sh_server_t srv;
   ck_assert_msg(sh_server_start(&srv, args) == 0, "attnd did not start:\n%s",
                 srv.log);
-  static const char get[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
-  for (int k = 0; k < 3; k++)
-    ck_assert_int_eq(raw(srv.port, get, strlen(get)), 200);
-  ck_assert_int_eq(sh_server_stop(&srv, 15.0), 0);
-  ck_assert_msg(count(srv.log, "{\"event\":\"access_log_failed\",\"error\":"
-                               "\"No space left on device\"}") == 1,
-                "%s", srv.log);
+  answered_told(&srv, 3, "No space left on device");
+}
+END_TEST
+
+/* attnd under a limit on the size of the files it writes (ulimit -f,
+ * systemd's LimitFSIZE, docker's --ulimit fsize), its access log a file
+ * that reaches it: the lines past it are lost, told on stderr (EFBIG),
+ * and every request is answered as ever. Bug: the first write past the
+ * limit raised SIGXFSZ, whose default action ended attnd (153). */
+START_TEST(test_server_log_size_limit) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  struct rlimit was, lim;
+  ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &was), 0);
+  lim = was;
+  lim.rlim_cur = 2000; /* about 8 lines of /healthz */
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  sh_server_t srv; /* attnd inherits the limit; this test writes no file */
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  const char *args[] = {"--access-log", path, NULL};
+  int started = sh_server_start(&srv, args);
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &was), 0);
+  ck_assert_msg(started == 0, "attnd did not start:\n%s", srv.log);
+  answered_told(&srv, 30, "File too large");
+  unlink(path);
 }
 END_TEST
 
@@ -462,6 +495,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_server_log_cut_reply);
   tcase_add_test(tc, test_writer_failure_told);
   tcase_add_test(tc, test_server_log_full);
+  tcase_add_test(tc, test_server_log_size_limit);
   tcase_add_test(tc, test_server_log_unopenable);
   suite_add_tcase(s, tc);
   return s;
