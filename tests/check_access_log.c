@@ -397,8 +397,10 @@ END_TEST
 /* attnd under a limit on the size of the files it writes (ulimit -f,
  * systemd's LimitFSIZE, docker's --ulimit fsize), its access log a file
  * that reaches it: the lines past it are lost, told on stderr (EFBIG),
- * and every request is answered as ever. Bug: the first write past the
- * limit raised SIGXFSZ, whose default action ended attnd (153). */
+ * and every request is answered as ever; the file holds whole lines.
+ * Bugs: the first write past the limit raised SIGXFSZ, whose default
+ * action ended attnd (153); then the line that crossed the limit was left
+ * in the file in part, without its end. */
 START_TEST(test_server_log_size_limit) {
   char path[] = "/tmp/attnd-log-XXXXXX";
   struct rlimit was, lim;
@@ -415,7 +417,10 @@ START_TEST(test_server_log_size_limit) {
   ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &was), 0);
   ck_assert_msg(started == 0, "attnd did not start:\n%s", srv.log);
   answered_told(&srv, 30, "File too large");
+  json_t *lines = read_lines(path); /* each whole: none cut at the limit */
   unlink(path);
+  ck_assert_int_gt(json_array_size(lines), 0);
+  json_decref(lines);
 }
 END_TEST
 

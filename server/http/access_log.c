@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "codec/buf.h"
 
@@ -53,6 +55,28 @@ static void told(int err) {
   }
 }
 
+/* The size of the regular file under f, where its lines are appended;
+ * -1 for anything else (a pipe, a terminal, a stream of no descriptor). */
+static off_t end_of(FILE *f) {
+  struct stat st;
+  int fd = fileno(f);
+  return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size
+                                                               : -1;
+}
+
+/* Takes back the part of a line that a failed write left at the end of
+ * f's file (a disk that filled, or a size limit reached, in the middle of
+ * it: the kernel writes what fits, then fails), so that the next line
+ * written starts a line of its own and every line stays JSON. `at` is the
+ * file's size before the line (end_of), `len` the line's. Only a file
+ * that grew by less than the line is cut: one emptied meanwhile
+ * (logrotate's copytruncate) is left as it is. Returns 0, or -1 where
+ * the cut failed (nothing more is tried). */
+static int cut_back(FILE *f, off_t at, size_t len) {
+  off_t now = at < 0 ? -1 : end_of(f);
+  return now > at && now < at + (off_t)len ? ftruncate(fileno(f), at) : 0;
+}
+
 void attnd_access_log_write(FILE *f, const attnd_access_t *a) {
   if (f == NULL)
     return;
@@ -80,9 +104,12 @@ void attnd_access_log_write(FILE *f, const attnd_access_t *a) {
   int err = ENOMEM;
   if (!b.oom) {
     flockfile(f); /* errno and the error flag are this line's */
+    off_t at = end_of(f);
     int ok = fwrite(b.data, 1, b.len, f) == b.len; /* one write per line */
     ok = fflush(f) == 0 && ok;
     err = ok ? 0 : errno;
+    if (!ok)
+      cut_back(f, at, b.len);
     clearerr(f);
     funlockfile(f);
   }

@@ -27,7 +27,8 @@ int attnd_access_log_open(const char *spec, FILE **f, char *msg, size_t msz);
 void attnd_access_log_close(FILE *f);
 
 /* Writes the line for `a` to f (NULL: nothing) and flushes it. A line that
- * cannot be written is lost, and said so on stderr: the first of a run of
+ * cannot be written is lost whole (what a file took of it is cut off
+ * again), and said so on stderr: the first of a run of
  * them as {"event":"access_log_failed","error":...}, and the run's length
  * as {"event":"access_log_resumed","lost":n} once a line is written again.
  * The count is the process's: one access log at a time. */
