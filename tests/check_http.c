@@ -232,7 +232,9 @@ START_TEST(test_content_length_twice) {
 END_TEST
 
 /* Content-Type and Origin are singletons (RFC 9110 8.3.1, RFC 6454 7.3),
- * and libmicrohttpd gives their first line: a second that differs, which
+ * as X-Request-Id is (one id a request: no list is defined for it, so
+ * RFC 9110 5.3 forbids sending it twice), and libmicrohttpd gives their
+ * first line: a second that differs, which
  * a proxy in front may read instead, was ignored. Refused as differing
  * Content-Length lines are, naming both values; identical lines are one
  * value. */
@@ -254,6 +256,29 @@ START_TEST(test_singleton_headers_twice) {
       "Origin: http://a.example\r\nOrigin: http://b.example\r\n\r\n";
   expect_refused(origins, sizeof origins - 1, 400, "bad_request", "Origin",
                  "'http://b.example'");
+  /* X-Request-Id too: the reply and the access log would carry the first,
+   * a proxy's log the second. The refusal carries an id of attnd's own. */
+  static const char ids[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            "X-Request-Id: first-1\r\n"
+                            "X-Request-Id: second-2\r\n\r\n";
+  raw_t x;
+  sh_resp_t r;
+  char id[128];
+  exchange(ids, sizeof ids - 1, REPLY_MS, &x);
+  expect_one_reply(&x, 1, &r);
+  sh_assert_error(&r, 400, "bad_request", "X-Request-Id", "'second-2'", NULL);
+  ck_assert_ptr_nonnull(sh_header(&r, "X-Request-Id", id, sizeof id));
+  ck_assert_msg(!strstr(id, "first-1") && !strstr(id, "second-2"),
+                "the refusal's X-Request-Id is %s", id);
+  sh_resp_free(&r);
+  static const char same[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             "X-Request-Id: same-1\r\n"
+                             "X-Request-Id: same-1\r\n\r\n";
+  exchange(same, sizeof same - 1, 1000, &x);
+  expect_one_reply(&x, 0, &r);
+  ck_assert_int_eq(r.status, 200);
+  ck_assert_str_eq(sh_header(&r, "X-Request-Id", id, sizeof id), "same-1");
+  sh_resp_free(&r);
   expect_alive();
 }
 END_TEST

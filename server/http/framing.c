@@ -14,7 +14,7 @@
  * field value (a bare CR, which the library keeps, ends a line for some
  * parsers, and hid a header from attnd that a proxy would read), one
  * valid Host (RFC 9112 3.2), one value of each singleton attnd reads
- * (Authorization, Content-Type, Origin), and no expectation but
+ * (Authorization, Content-Type, Origin, X-Request-Id), and no expectation but
  * 100-continue, which libmicrohttpd answers (RFC 9110 10.1.1).
  *
  * And the query's arguments, for a route that takes some: one walk of
@@ -38,6 +38,7 @@ typedef struct framing {
   single_t length;       /* Content-Length */
   single_t type;         /* Content-Type */
   single_t origin;       /* Origin */
+  single_t request_id;   /* X-Request-Id */
   int n_coding;          /* Transfer-Encoding field lines */
   const char *coding;    /* the first one's value */
   int n_chunked;         /* "chunked" among all their codings */
@@ -153,6 +154,8 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
     single_line(&f->type, value);
   } else if (strcasecmp(key, "Origin") == 0) {
     single_line(&f->origin, value);
+  } else if (strcasecmp(key, "X-Request-Id") == 0) {
+    single_line(&f->request_id, value);
   } else if (strcasecmp(key, "Transfer-Encoding") == 0) {
     if (f->n_coding++ == 0)
       f->coding = value;
@@ -192,9 +195,10 @@ static enum MHD_Result single_fail(attnd_http_req_t *r, const char *name,
  * CR, LF or NUL (RFC 9110 5.5), and for a Host missing from an HTTP/1.1
  * request, given twice, or not a host and port (RFC 9112 3.2), and for
  * Authorization given twice (a singleton field, RFC 9110 11.6.2: the key
- * check and a proxy in front could each read another), and Content-Type
- * or Origin lines that differ (singletons too, RFC 9110 8.3 and RFC 6454
- * 7.3, of which libmicrohttpd gives the first); and 417
+ * check and a proxy in front could each read another), and Content-Type,
+ * Origin or X-Request-Id lines that differ (singletons too, RFC 9110 8.3
+ * and RFC 6454 7.3; X-Request-Id defines no list, RFC 9110 5.3; of each
+ * libmicrohttpd gives the first); and 417
  * expectation_failed for an Expect member other than 100-continue (RFC
  * 9110 10.1.1), which libmicrohttpd would ignore. `version` is the
  * request line's. HTTP thread, first callback. */
@@ -260,6 +264,8 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
     *ret = single_fail(r, "Content-Type", &f.type);
   else if (f.origin.other)
     *ret = single_fail(r, "Origin", &f.origin);
+  else if (f.request_id.other)
+    *ret = single_fail(r, "X-Request-Id", &f.request_id);
   else if (f.unmet[0])
     *ret = attnd_http_fail(r, ATTND_ERR_EXPECTATION_FAILED, "Expect",
                            "Expect holds '%s', which attnd cannot meet: the "

@@ -256,9 +256,37 @@ static void on_header_sweep(uv_timer_t *t) {
 /* ---- the access handler ---------------------------------------------------
  */
 
+/* X-Request-Id's lines: the first one's value, and whether a later one
+ * differs from it. */
+typedef struct id_lines {
+  const char *first;
+  int differ;
+} id_lines_t;
+
+static enum MHD_Result id_line(void *cls, enum MHD_ValueKind kind,
+                               const char *key, const char *value) {
+  id_lines_t *l = cls;
+  (void)kind;
+  if (strcasecmp(key, "X-Request-Id") == 0) {
+    const char *v = value ? value : "";
+    if (l->first == NULL)
+      l->first = v;
+    else if (strcmp(v, l->first) != 0)
+      l->differ = 1;
+  }
+  return MHD_YES;
+}
+
+/* The request's id: its X-Request-Id, where every line of it gives the
+ * same value of 1 to 95 visible ASCII characters other than '"' and '\'
+ * (so that it goes into log lines and headers as it is); else one of
+ * attnd's own, unique in the process. Lines that differ are refused
+ * (framing.c) with an id of attnd's, not with either of theirs. First
+ * callback. */
 static void set_request_id(attnd_http_req_t *r) {
-  const char *h =
-      MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
+  id_lines_t l = {0};
+  MHD_get_connection_values(r->conn, MHD_HEADER_KIND, id_line, &l);
+  const char *h = l.differ ? NULL : l.first;
   size_t n = h ? strlen(h) : 0;
   int ok = n > 0 && n < sizeof r->request_id;
   for (size_t i = 0; ok && i < n; i++)
