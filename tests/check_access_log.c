@@ -285,6 +285,49 @@ START_TEST(test_server_log_is_json) {
 }
 END_TEST
 
+/* The method and path of the line are the request's, whole: a method
+ * longer than any attnd has, a path longer than a layer's usual name.
+ * Bug: both were cut to fit rooms of 8 and 96 bytes, so that OPTIONSX
+ * was logged as OPTIONS, and a long path as its start alone (a model's
+ * infer as a path no route has). */
+START_TEST(test_server_log_whole_method_path) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  sh_server_t srv;
+  start_logged(&srv, path, NULL, NULL);
+  static const char opt[] = "OPTIONSX /healthz HTTP/1.1\r\nHost: x\r\n"
+                            "Connection: close\r\n\r\n";
+  ck_assert_int_eq(raw(srv.port, opt, strlen(opt)), 501);
+  char long_path[400] = "/v2/models/", req[600];
+  memset(long_path + 11, 'm', 300);
+  strcpy(long_path + 311, "/infer");
+  int n = snprintf(req, sizeof req,
+                   "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                   "application/json\r\nContent-Length: 2\r\n"
+                   "Connection: close\r\n\r\n{}",
+                   long_path);
+  ck_assert_int_eq(raw(srv.port, req, (size_t)n), 404);
+  ck_assert_int_eq(sh_server_stop(&srv, 15.0), 0);
+  json_t *lines = read_lines(path);
+  unlink(path);
+  ck_assert_uint_eq(json_array_size(lines), 2);
+  int seen = 0;
+  for (size_t i = 0; i < 2; i++) {
+    const json_t *o = json_array_get(lines, i);
+    if (json_integer_value(json_object_get(o, "status")) == 501) {
+      ck_assert_str_eq(str(o, "method"), "OPTIONSX");
+      ck_assert_str_eq(str(o, "path"), "/healthz");
+      seen |= 1;
+    } else {
+      ck_assert_str_eq(str(o, "method"), "POST");
+      ck_assert_str_eq(str(o, "path"), long_path);
+      seen |= 2;
+    }
+  }
+  ck_assert_int_eq(seen, 3);
+  json_decref(lines);
+}
+END_TEST
+
 static double num(const json_t *o, const char *key) {
   const json_t *v = json_object_get(o, key);
   ck_assert_msg(json_is_number(v), "member %s is not a number", key);
@@ -496,6 +539,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_writer_escapes);
   tcase_add_test(tc, test_fields_documented);
   tcase_add_test(tc, test_server_log_is_json);
+  tcase_add_test(tc, test_server_log_whole_method_path);
   tcase_add_test(tc, test_server_log_values);
   tcase_add_test(tc, test_server_log_cut_reply);
   tcase_add_test(tc, test_writer_failure_told);

@@ -59,8 +59,10 @@ struct attnd_http_req {
   const attnd_asset_t *asset; /* an asset route's file */
   double t_arrival;
   char request_id[96];
-  char method[8];
-  char path[96];
+  /* The method and the path as sent, whole, for the access log: in their
+   * _mem where they fit, else malloc'd and owned, as the parameters. */
+  char *method, method_mem[16];
+  char *path, path_mem[96];
   attnd_buf_t body;
   attnd_request_t *req; /* owned while not submitted or after it came back */
   attnd_sched_outcome_t outcome; /* how the scheduler passed it back */

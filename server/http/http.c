@@ -27,6 +27,8 @@ static attnd_http_req_t *req_new(void) {
     r->model = r->model_mem;
     r->version = r->version_mem;
     r->name = r->name_mem;
+    r->method = r->method_mem;
+    r->path = r->path_mem;
   }
   return r;
 }
@@ -315,8 +317,22 @@ static int param_into(char **dst, char *mem, size_t cap, const char *v,
   return 0;
 }
 
+/* Copies s whole into *dst as param_into does; where memory is out, cut
+ * to fit mem (for the access log alone: better in part than not at all).
+ */
+static void copy_whole(char **dst, char *mem, size_t cap, const char *s) {
+  if (param_into(dst, mem, cap, s, strlen(s)) < 0) {
+    attnd_fmt_str(mem, cap, s);
+    *dst = mem;
+  }
+}
+
 /* Frees what param_into took beyond r's own rooms. */
 static void params_free(attnd_http_req_t *r) {
+  if (r->method != r->method_mem)
+    free(r->method);
+  if (r->path != r->path_mem)
+    free(r->path);
   if (r->model != r->model_mem)
     free(r->model);
   if (r->version != r->version_mem)
@@ -491,8 +507,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     r->t_arrival = attnd_now_ms();
     r->json_len = -1;
     r->body_len = -1;
-    attnd_fmt_str(r->method, sizeof r->method, method);
-    attnd_fmt_str(r->path, sizeof r->path, url);
+    copy_whole(&r->method, r->method_mem, sizeof r->method_mem, method);
+    copy_whole(&r->path, r->path_mem, sizeof r->path_mem, url);
     attnd_buf_init(&r->body);
     *con_cls = r;
     atomic_fetch_add(&s->active, 1);
