@@ -198,6 +198,44 @@ START_TEST(test_writer_failure_told) {
 }
 END_TEST
 
+/* The lines the writer says on stderr are each one write, as every other
+ * event line of attnd's is, so that another thread's line (libmicrohttpd's
+ * messages, slow_reader) cannot land inside one. stderr is a
+ * SOCK_SEQPACKET socket here, which keeps each write a message of its
+ * own. Bug: access_log_failed was two writes, its "error" member's value
+ * the second. */
+START_TEST(test_writer_told_in_one_write) {
+  flaky_t fl = {.failing = 1};
+  FILE *f =
+      fopencookie(&fl, "w", (cookie_io_functions_t){.write = flaky_write});
+  ck_assert_ptr_nonnull(f);
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+  fflush(stderr);
+  int saved = dup(2);
+  ck_assert_int_eq(dup2(sv[0], 2), 2);
+  attnd_access_t a = {.method = "GET", .path = "/lost", .status = 200};
+  attnd_access_log_write(f, &a);
+  fl.failing = 0;
+  attnd_access_log_write(f, &a);
+  dup2(saved, 2);
+  close(saved);
+  close(sv[0]);
+  fclose(f);
+  static const char *const want[] = {
+      "{\"event\":\"access_log_failed\",\"error\":\"Input/output error\"}\n",
+      "{\"event\":\"access_log_resumed\",\"lost\":1}\n"};
+  for (int k = 0; k < 2; k++) {
+    char msg[256];
+    ssize_t n = recv(sv[1], msg, sizeof msg - 1, MSG_DONTWAIT);
+    ck_assert_int_ge(n, 0);
+    msg[n] = 0;
+    ck_assert_str_eq(msg, want[k]);
+  }
+  close(sv[1]);
+}
+END_TEST
+
 /* Sends one raw request and reads its reply; asserts the server answered. */
 static int raw(int port, const char *req, size_t len) {
   int fd = sh_connect(port);
@@ -543,6 +581,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_server_log_values);
   tcase_add_test(tc, test_server_log_cut_reply);
   tcase_add_test(tc, test_writer_failure_told);
+  tcase_add_test(tc, test_writer_told_in_one_write);
   tcase_add_test(tc, test_server_log_full);
   tcase_add_test(tc, test_server_log_size_limit);
   tcase_add_test(tc, test_server_log_unopenable);

@@ -41,12 +41,17 @@ static atomic_long lost;
  * when the line was written, else its errno. */
 static void told(int err) {
   if (err && atomic_fetch_add(&lost, 1) == 0) {
-    fprintf(stderr, "{\"event\":\"access_log_failed\",\"error\":");
+    char mem[256]; /* one write, as every event line: none lands inside */
     attnd_buf_t b;
-    attnd_buf_init(&b);
+    attnd_buf_init_in(&b, mem, sizeof mem);
+    attnd_buf_puts(&b, "{\"event\":\"access_log_failed\",\"error\":");
     const char *why = strerror(err);
     attnd_buf_json_string(&b, why, strlen(why));
-    fprintf(stderr, "%.*s}\n", b.oom ? 2 : (int)b.len, b.oom ? "\"\"" : b.data);
+    attnd_buf_puts(&b, "}\n");
+    if (b.oom)
+      fputs("{\"event\":\"access_log_failed\",\"error\":\"\"}\n", stderr);
+    else
+      fwrite(b.data, 1, b.len, stderr);
     attnd_buf_free(&b);
   } else if (err == 0 && atomic_load(&lost)) {
     long n = atomic_exchange(&lost, 0);
