@@ -14,6 +14,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,6 +367,71 @@ START_TEST(test_server_log_whole_method_path) {
 }
 END_TEST
 
+enum { N_THREADS = 8, N_EACH = 50 };
+
+/* One client thread of test_server_log_concurrent: N_EACH GETs of its
+ * own paths, each with a run of escaped quotes and backslashes that makes
+ * its line long (over 1 KB); returns how many were answered 404. */
+static void *log_client(void *arg) {
+  int port = ((int *)arg)[0], t = ((int *)arg)[1];
+  sh_client_t c;
+  sh_client_init(&c, port);
+  long ok = 0;
+  for (int k = 0; k < N_EACH; k++) {
+    char path[1024];
+    int n = snprintf(path, sizeof path, "/nowhere/%d/%d/", t, k);
+    for (int i = 0; i < 100; i++)
+      n += snprintf(path + n, sizeof path - (size_t)n, "%%22%%5C");
+    sh_req_t q = {.method = "GET", .path = path};
+    sh_resp_t r;
+    ok += sh_http(&c, &q, &r) == 0 && r.status == 404;
+    sh_resp_free(&r);
+  }
+  sh_client_free(&c);
+  return (void *)ok;
+}
+
+/* 8 client threads of 50 requests each, on attnd's HTTP threads at once:
+ * the file holds 400 lines, each one whole JSON object (no line written
+ * into another), one for each request sent, and the request ids attnd
+ * made are all different. */
+START_TEST(test_server_log_concurrent) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  sh_server_t srv;
+  start_logged(&srv, path, "--http-threads", "8");
+  pthread_t th[N_THREADS];
+  int args[N_THREADS][2];
+  for (int t = 0; t < N_THREADS; t++) {
+    args[t][0] = srv.port;
+    args[t][1] = t;
+    ck_assert_int_eq(pthread_create(&th[t], NULL, log_client, args[t]), 0);
+  }
+  long answered = 0;
+  for (int t = 0; t < N_THREADS; t++) {
+    void *ok;
+    pthread_join(th[t], &ok);
+    answered += (long)ok;
+  }
+  ck_assert_int_eq(sh_server_stop(&srv, 15.0), 0);
+  ck_assert_int_eq(answered, N_THREADS * N_EACH);
+  json_t *lines = read_lines(path);
+  unlink(path);
+  ck_assert_uint_eq(json_array_size(lines), N_THREADS * N_EACH);
+  json_t *ids = json_object(), *paths = json_object();
+  for (size_t i = 0; i < json_array_size(lines); i++) {
+    const json_t *o = json_array_get(lines, i);
+    json_object_set_new(ids, str(o, "request_id"), json_true());
+    json_object_set_new(paths, str(o, "path"), json_true());
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "status")), 404);
+  }
+  ck_assert_uint_eq(json_object_size(ids), N_THREADS * N_EACH);
+  ck_assert_uint_eq(json_object_size(paths), N_THREADS * N_EACH);
+  json_decref(ids);
+  json_decref(paths);
+  json_decref(lines);
+}
+END_TEST
+
 static double num(const json_t *o, const char *key) {
   const json_t *v = json_object_get(o, key);
   ck_assert_msg(json_is_number(v), "member %s is not a number", key);
@@ -578,6 +644,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_fields_documented);
   tcase_add_test(tc, test_server_log_is_json);
   tcase_add_test(tc, test_server_log_whole_method_path);
+  tcase_add_test(tc, test_server_log_concurrent);
   tcase_add_test(tc, test_server_log_values);
   tcase_add_test(tc, test_server_log_cut_reply);
   tcase_add_test(tc, test_writer_failure_told);
