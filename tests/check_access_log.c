@@ -11,10 +11,12 @@
  * lines, but says so on stderr, once, and how many were lost. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -234,6 +236,48 @@ START_TEST(test_writer_told_in_one_write) {
     ck_assert_str_eq(msg, want[k]);
   }
   close(sv[1]);
+}
+END_TEST
+
+/* A line cut by a size limit (RLIMIT_FSIZE, as a disk that fills) in a
+ * file that is not opened to append, as attnd's stdout is after
+ * `attnd > log`: the part written is taken back, and the lines written
+ * once the file may grow again follow the last whole one. Bug: the file
+ * was truncated, but its offset left past the part, so that the next
+ * line came after a run of NUL bytes (and before that fix, after the
+ * part itself). */
+START_TEST(test_writer_cut_back) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  FILE *f = fdopen(fd, "w");
+  signal(SIGXFSZ, SIG_IGN); /* as attnd does */
+  fflush(stderr);
+  int saved = dup(2), null = open("/dev/null", O_WRONLY);
+  ck_assert_int_eq(dup2(null, 2), 2); /* what told() says is not tested here */
+  struct rlimit was, lim;
+  ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &was), 0);
+  lim = was;
+  lim.rlim_cur = 1000;
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  attnd_access_t a = {.method = "GET", .path = "/cut", .status = 200};
+  for (int k = 0; k < 8; k++) /* about 240 bytes each */
+    attnd_access_log_write(f, &a);
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &was), 0);
+  a.path = "/kept";
+  attnd_access_log_write(f, &a);
+  dup2(saved, 2);
+  close(saved);
+  close(null);
+  fclose(f);
+  json_t *lines = read_lines(path);
+  unlink(path);
+  size_t n = json_array_size(lines);
+  ck_assert_uint_ge(n, 2);
+  ck_assert_uint_lt(n, 8);
+  ck_assert_str_eq(str(json_array_get(lines, n - 2), "path"), "/cut");
+  ck_assert_str_eq(str(json_array_get(lines, n - 1), "path"), "/kept");
+  json_decref(lines);
 }
 END_TEST
 
@@ -649,6 +693,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_server_log_cut_reply);
   tcase_add_test(tc, test_writer_failure_told);
   tcase_add_test(tc, test_writer_told_in_one_write);
+  tcase_add_test(tc, test_writer_cut_back);
   tcase_add_test(tc, test_server_log_full);
   tcase_add_test(tc, test_server_log_size_limit);
   tcase_add_test(tc, test_server_log_unopenable);

@@ -75,11 +75,15 @@ static off_t end_of(FILE *f) {
  * written starts a line of its own and every line stays JSON. `at` is the
  * file's size before the line (end_of), `len` the line's. Only a file
  * that grew by less than the line is cut: one emptied meanwhile
- * (logrotate's copytruncate) is left as it is. Returns 0, or -1 where
+ * (logrotate's copytruncate) is left as it is. The stream is then put
+ * back at `at` too: one not opened to append (stdout after `attnd > log`)
+ * would write its next line past a hole of NULs. Returns 0, or -1 where
  * the cut failed (nothing more is tried). */
 static int cut_back(FILE *f, off_t at, size_t len) {
   off_t now = at < 0 ? -1 : end_of(f);
-  return now > at && now < at + (off_t)len ? ftruncate(fileno(f), at) : 0;
+  if (now <= at || now >= at + (off_t)len)
+    return 0;
+  return ftruncate(fileno(f), at) == 0 && fseeko(f, at, SEEK_SET) == 0 ? 0 : -1;
 }
 
 void attnd_access_log_write(FILE *f, const attnd_access_t *a) {
