@@ -25,7 +25,12 @@
  * missing and wrong), with its Content-Type; there no series is born of
  * what clients sent (paths, model names, session ids, keys), no counter
  * goes back, every request is counted once, and the gauges are back at
- * rest once every request is answered.
+ * rest once every request is answered. In the "paths" case, one request
+ * down each path of a request's life (each status attnd answers, a client
+ * that leaves while uploading, queued or computing, deadlines in the queue
+ * and in a run, sessions), each between two scrapes of the whole
+ * exposition: exactly the counters docs/operations.md names move, by
+ * exactly what it says, and no other.
  * No timings are asserted. */
 #include <check.h>
 #include <ctype.h>
@@ -1045,20 +1050,23 @@ static void *step_thread(void *arg) {
 
 #define NSTEPS 8
 
+/* A new session of the layer of 4096 tokens, its id into sess. */
+static void session_new(char sess[64]) {
+  char *rep = NULL;
+  ck_assert_int_eq(call("POST", "/v1/sessions",
+                        "{\"layer\":\"blk\",\"max_tokens\":4096}", NULL, 1,
+                        &rep),
+                   201);
+  json_t *v = json_loads(rep, 0, NULL);
+  free(rep);
+  snprintf(sess, 64, "%s", json_string_value(json_object_get(v, "session")));
+  json_decref(v);
+}
+
 /* NSTEPS new sessions of the layer, their ids into sess. */
 static void sessions_new(char sess[NSTEPS][64]) {
-  for (int i = 0; i < NSTEPS; i++) {
-    char *rep = NULL;
-    ck_assert_int_eq(call("POST", "/v1/sessions",
-                          "{\"layer\":\"blk\",\"max_tokens\":4096}", NULL, 1,
-                          &rep),
-                     201);
-    json_t *v = json_loads(rep, 0, NULL);
-    free(rep);
-    snprintf(sess[i], 64, "%s",
-             json_string_value(json_object_get(v, "session")));
-    json_decref(v);
-  }
+  for (int i = 0; i < NSTEPS; i++)
+    session_new(sess[i]);
 }
 
 static void sessions_delete(char sess[NSTEPS][64]) {
@@ -1251,6 +1259,466 @@ START_TEST(test_batched_expired_compute_time) {
                 "%s grew %.3f ms over %d rounds; their runs computed %.3f ms "
                 "(%d steps cancelled inside a batch)",
                 cpu, got, rounds, want, missing);
+}
+END_TEST
+
+/* ---- every path of a request, against the whole exposition ----------------
+ */
+
+/* The paths case's server: one worker that computes everything (no request
+ * on its HTTP thread), one place in the queue, and a body limit of 2 MiB,
+ * above the holder's body (HOLD_L) and far below what a 413 sends. */
+static void start_paths_server(void) {
+  static const char *const args[] = {"--workers",
+                                     "1",
+                                     "--threads-per-request",
+                                     "1",
+                                     "--queue-depth",
+                                     "1",
+                                     "--inline-max-flops",
+                                     "0",
+                                     "--max-body-bytes",
+                                     "2M",
+                                     NULL};
+  start_with(args);
+}
+
+/* What a path must move: a counter by exactly `by`, or, with by 0, a time
+ * counter by something above 0. A histogram named by its _count moves by
+ * `by` there, the +Inf bucket with it, its other buckets by 0 to `by` and
+ * its _sum by 0 or more. Keys as prom_t spells them: labels sorted. */
+typedef struct moved {
+  const char *key;
+  double by;
+} moved_t;
+
+#define CPU_RUN                                                                \
+  {"attnd_backend_requests_total{backend=\"cpu\"}", 1}, {                      \
+    "attnd_backend_compute_seconds_total{backend=\"cpu\"}", 0                  \
+  }
+#define TIMED(proto, ctx)                                                      \
+  {"attnd_queue_wait_seconds_count{ctx=\"" ctx "\",protocol=\"" proto "\"}",   \
+   1},                                                                         \
+      {"attnd_compute_seconds_count{ctx=\"" ctx "\",protocol=\"" proto "\"}",  \
+       1},                                                                     \
+  {                                                                            \
+    "attnd_request_seconds_count{ctx=\"" ctx "\",protocol=\"" proto "\"}", 1   \
+  }
+#define COUNTED(proto, status)                                                 \
+  { "attnd_requests_total{protocol=\"" proto "\",status=\"" status "\"}", 1 }
+#define REJECTED(reason)                                                       \
+  { "attnd_rejections_total{reason=\"" reason "\"}", 1 }
+
+/* The _count key of a histogram sample's label set ("x_bucket{a,le,b}" and
+ * "x_sum{a,b}" give "x_count{a,b}") into out; 0 where key is not one. */
+static int count_key(const char *key, char *out, size_t cap) {
+  const char *brace = strchr(key, '{'), *le = strstr(key, "le=\"");
+  size_t base = (size_t)(brace - key);
+  if (brace == NULL)
+    return 0;
+  if (base > 7 && strncmp(brace - 7, "_bucket", 7) == 0)
+    base -= 7;
+  else if (base > 4 && strncmp(brace - 4, "_sum", 4) == 0)
+    base -= 4;
+  else
+    return 0;
+  size_t at = (size_t)snprintf(out, cap, "%.*s_count{", (int)base, key);
+  for (const char *l = brace + 1; *l && *l != '}';) {
+    const char *end = strchr(l, '"') ? strchr(strchr(l, '"') + 1, '"') : NULL;
+    if (end == NULL)
+      return 0;
+    if (l != le)
+      at += (size_t)snprintf(out + at, cap - at, "%s%.*s",
+                             out[at - 1] == '{' ? "" : ",", (int)(end + 1 - l),
+                             l);
+    l = end + 1 + (end[1] == ',');
+  }
+  snprintf(out + at, cap - at, "}");
+  return 1;
+}
+
+/* The wanted move of key, or NULL. */
+static const moved_t *wanted(const moved_t *want, size_t n, const char *key) {
+  for (size_t k = 0; k < n; k++)
+    if (strcmp(want[k].key, key) == 0)
+      return &want[k];
+  return NULL;
+}
+
+/* Asserts that from a to b every counter and histogram series moved as
+ * `want` says, and no other: the gauges aside, and the scrapes' own count
+ * (protocol other, status 200, as docs/operations.md says: /metrics is
+ * other's). A run's stages may each take under the text's microsecond, so
+ * that attnd_backend_stage_seconds_total of its backend moves by 0 or more
+ * where `ran` (the requests computed) says it ran. */
+static void assert_moved(const char *path, const prom_t *a, const prom_t *b,
+                         const moved_t *want, size_t n, int ran) {
+  static const char stage[] =
+      "attnd_backend_stage_seconds_total{backend=\"cpu\",";
+  char bad[4096] = "", ck[256];
+  size_t at = 0;
+  for (size_t k = 0; k < n; k++)
+    if (isnan(prom_get(b, want[k].key)))
+      at += (size_t)snprintf(bad + at, sizeof bad - at, "\n  no series %s",
+                             want[k].key);
+  for (size_t i = 0; i < b->n && at < sizeof bad - 256; i++) {
+    const prom_series_t *s = &b->series[i];
+    if ((strcmp(s->type, "counter") != 0 &&
+         strcmp(s->type, "histogram") != 0) ||
+        strcmp(s->key, "attnd_requests_total{protocol=\"other\","
+                       "status=\"200\"}") == 0)
+      continue;
+    double d = s->value - prom_get(a, s->key);
+    const moved_t *w = wanted(want, n, s->key);
+    int ok;
+    if (w)
+      ok = w->by > 0 ? d == w->by : d > 0;
+    else if (count_key(s->key, ck, sizeof ck) && wanted(want, n, ck)) {
+      double c = wanted(want, n, ck)->by;
+      ok = strstr(s->key, "_sum{")         ? d >= 0
+           : strstr(s->key, "le=\"+Inf\"") ? d == c
+                                           : d >= 0 && d <= c;
+    } else
+      ok = d == 0 ||
+           (ran && d > 0 && strncmp(s->key, stage, strlen(stage)) == 0);
+    if (!ok)
+      at += (size_t)snprintf(
+          bad + at, sizeof bad - at, "\n  %s moved by %g%s", s->key, d,
+          w ? (w->by > 0 ? ", not exactly that" : "") : ", not at all wanted");
+    if (w && !ok && w->by > 0)
+      at += (size_t)snprintf(bad + at, sizeof bad - at, " (want %g)", w->by);
+  }
+  ck_assert_msg(at == 0, "%s:%s", path, bad);
+}
+
+/* Polls until attnd_inflight is `inflight` and no worker is busy nor any
+ * request queued beyond `queued` (10 s at most): the server has finished
+ * what the path sent. */
+static void settle(int inflight, int busy, int queued) {
+  double t0 = sh_now();
+  for (;;) {
+    prom_t p = scrape(NULL, 0);
+    int done = prom_get(&p, "attnd_inflight{}") == inflight &&
+               prom_get(&p, "attnd_busy_workers{}") == busy &&
+               prom_get(&p, "attnd_queue_depth{}") == queued;
+    prom_free(&p);
+    if (done)
+      return;
+    ck_assert_msg(sh_now() - t0 < 10,
+                  "attnd did not settle at inflight %d, busy %d, queued %d",
+                  inflight, busy, queued);
+    usleep(5000);
+  }
+}
+
+/* The whole exposition before a path (taken by path_begin), and after it:
+ * waits until each counter it must move by a count has moved (the server
+ * has finished the request), and the gauges say so, then asserts the
+ * moves (assert_moved). */
+static prom_t path_before;
+
+static void path_begin(void) {
+  path_before = scrape(NULL, 0);
+}
+
+static void path_end(const char *path, const moved_t *want, size_t n, int ran,
+                     int inflight, int busy, int queued) {
+  for (size_t k = 0; k < n; k++)
+    if (want[k].by > 0) {
+      double was = prom_get(&path_before, want[k].key);
+      sh_wait_metric(srv.port, want[k].key, was + want[k].by, 10.0);
+    }
+  settle(inflight, busy, queued);
+  prom_t after = scrape(NULL, 0);
+  assert_moved(path, &path_before, &after, want, n, ran);
+  prom_free(&after);
+  prom_free(&path_before);
+}
+
+#define PATH_END(path, ran, inflight, busy, queued, ...)                       \
+  do {                                                                         \
+    static const moved_t want_[] = {__VA_ARGS__};                              \
+    path_end(path, want_, sizeof want_ / sizeof want_[0], ran, inflight, busy, \
+             queued);                                                          \
+  } while (0)
+
+/* Sends head and body on a new connection and returns it (-1 on failure);
+ * a send the server cut short by its reply is not a failure. */
+static int raw_send(const char *head, const char *body, size_t len) {
+  int fd = sh_connect(srv.port);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(sh_send_all(fd, head, strlen(head)), 0);
+  if (len)
+    (void)sh_send_all(fd, body, len);
+  return fd;
+}
+
+/* The status of the reply on fd, which is then closed. */
+static int raw_status(int fd) {
+  static char buf[1 << 16];
+  long n = sh_recv_reply(fd, buf, sizeof buf, 10000);
+  close(fd);
+  return n > 0 ? sh_raw_status(buf) : 0;
+}
+
+#define KEY_HDR "Authorization: Bearer " SCRAPE_KEY "\r\n"
+
+/* POSTs body to /v1/attention, with the key, on a new connection, which
+ * it returns unread. */
+static int raw_post(const char *body) {
+  char head[256];
+  snprintf(head, sizeof head,
+           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY_HDR
+           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+           strlen(body));
+  return raw_send(head, body, strlen(body));
+}
+
+/* DELETE of session sess, a path of its own. */
+static void path_session_delete(const char *sess) {
+  char path[96];
+  snprintf(path, sizeof path, "/v1/sessions/%.40s", sess);
+  path_begin();
+  ck_assert_int_eq(call("DELETE", path, NULL, NULL, 1, NULL), 204);
+  PATH_END("session delete", 0, 0, 0, 0, COUNTED("session", "204"),
+           {"attnd_session_ends_total{cause=\"deleted\"}", 1});
+}
+
+/* A request that holds the one worker far longer than the paths behind it
+ * take: self-attention of 32768 tokens, eight heads of width 1 (8.6e9
+ * scores), a body of 1.4 MB. Its client leaves while it computes. */
+#define HOLD_L 32768
+#define HOLD_E 8
+
+/* One request down each path of a request's life, each alone between two
+ * scrapes of the whole exposition: exactly the counters that
+ * docs/operations.md says it moves move, by one (a run's times by more
+ * than 0, its histograms' _count by one), and nothing else does. The
+ * queued paths (429, 504, a client gone while queued, a session's step
+ * expired) wait behind a request that holds the one worker, whose client
+ * then leaves while it computes; a last request's deadline passes while it
+ * computes. */
+START_TEST(test_every_path_counted) {
+  char q[4096], body[8192], path[160];
+  static const char small_req[] = "{\"query\":[[0.5,-1],[2,0.25]],"
+                                  "\"num_heads\":2}";
+  settle(0, 0, 0);
+
+  path_begin();
+  ck_assert_int_eq(call("POST", "/v1/attention", small_req, NULL, 1, NULL),
+                   200);
+  PATH_END("200 /v1 JSON", 1, 0, 0, 0, COUNTED("v1", "200"), TIMED("v1", "128"),
+           CPU_RUN);
+
+  /* the layer by the Open Inference Protocol, its query [1, 3, 16] FP32 as
+   * Triton's binary tensor data */
+  float x[3 * 16];
+  for (int i = 0; i < 3 * 16; i++)
+    x[i] = 0.125f * (float)(i % 7) - 0.375f;
+  int jl = snprintf(body, sizeof body,
+                    "{\"inputs\":[{\"name\":\"query\",\"shape\":[1,3,16],"
+                    "\"datatype\":\"FP32\",\"parameters\":"
+                    "{\"binary_data_size\":%zu}}]}",
+                    sizeof x);
+  memcpy(body + jl, x, sizeof x);
+  char ihcl[64];
+  snprintf(ihcl, sizeof ihcl, "Inference-Header-Content-Length: %d", jl);
+  const char *oip_hdr[] = {"Authorization: Bearer " SCRAPE_KEY, ihcl, NULL};
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  sh_req_t oq = {.method = "POST",
+                 .path = "/v2/models/blk/infer",
+                 .content_type = "application/octet-stream",
+                 .body = body,
+                 .len = (size_t)jl + sizeof x,
+                 .headers = oip_hdr};
+  sh_resp_t r;
+  path_begin();
+  ck_assert_int_eq(sh_http(&c, &oq, &r), 0);
+  ck_assert_msg(r.status == 200, "OIP binary: %ld %s", r.status, r.body);
+  sh_resp_free(&r);
+  sh_client_free(&c);
+  PATH_END("200 OIP binary", 1, 0, 0, 0, COUNTED("v2", "200"),
+           TIMED("v2", "128"), CPU_RUN);
+
+  path_begin();
+  ck_assert_int_eq(call("POST", "/v1/attention", "{\"query\":", NULL, 1, NULL),
+                   400);
+  PATH_END("400 bad JSON", 0, 0, 0, 0, COUNTED("v1", "400"),
+           REJECTED("invalid"));
+
+  path_begin();
+  ck_assert_int_eq(call("POST", "/v1/attention", small_req, NULL, 0, NULL),
+                   401);
+  PATH_END("401 no key", 0, 0, 0, 0, COUNTED("v1", "401"),
+           REJECTED("unauthorized"));
+
+  path_begin();
+  ck_assert_int_eq(call("GET", "/nowhere", NULL, NULL, 1, NULL), 404);
+  PATH_END("404 unknown path", 0, 0, 0, 0, COUNTED("other", "404"),
+           REJECTED("invalid"));
+
+  path_begin();
+  ck_assert_int_eq(call("DELETE", "/metrics", NULL, NULL, 1, NULL), 405);
+  PATH_END("405 wrong method", 0, 0, 0, 0, COUNTED("other", "405"),
+           REJECTED("invalid"));
+
+  path_begin();
+  ck_assert_int_eq(raw_status(raw_send("POST /v1/attention HTTP/1.1\r\n"
+                                       "Host: 127.0.0.1\r\n" KEY_HDR
+                                       "Content-Type: application/json\r\n"
+                                       "Content-Length: 3000000\r\n\r\n",
+                                       NULL, 0)),
+                   413);
+  PATH_END("413 Content-Length", 0, 0, 0, 0, COUNTED("v1", "413"),
+           REJECTED("too_large"));
+
+  /* chunks of 64 KiB, past 2 MiB */
+  size_t big = 34 * 65546 + 8;
+  char *chunks = malloc(big);
+  ck_assert_ptr_nonnull(chunks);
+  size_t len = 0;
+  for (int k = 0; k < 34; k++) {
+    len += (size_t)sprintf(chunks + len, "10000\r\n");
+    memset(chunks + len, ' ', 65536);
+    len += 65536;
+    len += (size_t)sprintf(chunks + len, "\r\n");
+  }
+  len += (size_t)sprintf(chunks + len, "0\r\n\r\n");
+  path_begin();
+  ck_assert_int_eq(raw_status(raw_send("POST /v1/attention HTTP/1.1\r\n"
+                                       "Host: 127.0.0.1\r\n" KEY_HDR
+                                       "Content-Type: application/json\r\n"
+                                       "Transfer-Encoding: chunked\r\n\r\n",
+                                       chunks, len)),
+                   413);
+  free(chunks);
+  PATH_END("413 chunked", 0, 0, 0, 0, COUNTED("v1", "413"),
+           REJECTED("too_large"));
+
+  path_begin();
+  ck_assert_int_eq(
+      call("POST", "/v1/attention", small_req, "text/plain", 1, NULL), 415);
+  PATH_END("415 Content-Type", 0, 0, 0, 0, COUNTED("v1", "415"),
+           REJECTED("invalid"));
+
+  path_begin();
+  ck_assert_int_eq(call("POST", "/v1/attention",
+                        "{\"query\":[[0.5,-1,2]],\"num_heads\":2}", NULL, 1,
+                        NULL),
+                   422);
+  PATH_END("422 shape", 0, 0, 0, 0, COUNTED("v1", "422"), REJECTED("invalid"));
+
+  path_begin();
+  ck_assert_int_eq(
+      call("POST", "/v2/models/blk/infer", small_req, NULL, 0, NULL), 401);
+  PATH_END("401 no key, OIP", 0, 0, 0, 0, COUNTED("v2", "401"),
+           REJECTED("unauthorized"));
+
+  path_begin();
+  ck_assert_int_eq(call("POST", "/v2/models/blk/infer",
+                        "{\"inputs\":[{\"name\":\"query\",\"shape\":[1,1,3],"
+                        "\"datatype\":\"FP32\",\"data\":[1,2,3]}]}",
+                        NULL, 1, NULL),
+                   400);
+  PATH_END("400 OIP shape", 0, 0, 0, 0, COUNTED("v2", "400"),
+           REJECTED("invalid"));
+
+  path_begin();
+  ck_assert_int_eq(raw_status(raw_send("POST /v1/attention HTTP/1.1\r\n"
+                                       "Host: 127.0.0.1\r\n" KEY_HDR
+                                       "Content-Type: application/json\r\n"
+                                       "Expect: 200-ok\r\n"
+                                       "Content-Length: 2\r\n\r\n",
+                                       "{}", 2)),
+                   417);
+  PATH_END("417 Expect", 0, 0, 0, 0, COUNTED("v1", "417"), REJECTED("invalid"));
+
+  /* a client that leaves halfway through its body: only the access log's
+   * 499, counted as status other */
+  path_begin();
+  close(raw_send("POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY_HDR
+                 "Content-Type: application/json\r\n"
+                 "Content-Length: 1000\r\n\r\n",
+                 "{\"query\":[[", 11));
+  PATH_END("client gone uploading", 0, 0, 0, 0, COUNTED("v1", "other"));
+
+  /* sessions: made, stepped, deleted */
+  char sess[64];
+  path_begin();
+  session_new(sess);
+  PATH_END("session create", 0, 0, 0, 0, COUNTED("session", "201"));
+
+  tokens(q, sizeof q, 2);
+  snprintf(body, sizeof body, "{\"query\":%s}", q);
+  snprintf(path, sizeof path, "/v1/sessions/%s/attention", sess);
+  path_begin();
+  ck_assert_int_eq(call("POST", path, body, NULL, 1, NULL), 200);
+  PATH_END("session step", 1, 0, 0, 0, COUNTED("session", "200"),
+           TIMED("session", "128"), CPU_RUN);
+
+  path_session_delete(sess);
+
+  /* the worker held: its request's upload and admission move no counter */
+  char *hold = sh_slow_body(HOLD_L, HOLD_E, HOLD_E, 11, NULL);
+  path_begin();
+  int holder = raw_post(hold);
+  free(hold);
+  ck_assert_double_ge(sh_wait_metric(srv.port, "attnd_busy_workers", 1, 10), 1);
+  path_end("holder admitted", NULL, 0, 0, 1, 1, 0);
+
+  /* one waits in the one place of the queue; the next is refused */
+  int queued = raw_post(small_req);
+  ck_assert_double_ge(sh_wait_metric(srv.port, "attnd_queue_depth", 1, 10), 1);
+  path_begin();
+  ck_assert_int_eq(call("POST", "/v1/attention", small_req, NULL, 1, NULL),
+                   429);
+  PATH_END("429 queue full", 0, 2, 1, 1, COUNTED("v1", "429"),
+           REJECTED("overload"));
+
+  path_begin();
+  close(queued);
+  PATH_END("client gone queued", 0, 1, 1, 0, COUNTED("v1", "other"),
+           REJECTED("client_gone"));
+
+  path_begin();
+  ck_assert_int_eq(call("POST", "/v1/attention",
+                        "{\"query\":[[0.5,-1],[2,0.25]],\"num_heads\":2,"
+                        "\"timeout_ms\":50}",
+                        NULL, 1, NULL),
+                   504);
+  PATH_END("504 queued", 0, 1, 1, 0, COUNTED("v1", "504"),
+           REJECTED("deadline"));
+
+  /* a session's step expires in the queue */
+  path_begin();
+  session_new(sess);
+  PATH_END("session create, held", 0, 1, 1, 0, COUNTED("session", "201"));
+  snprintf(body, sizeof body, "{\"query\":%s,\"timeout_ms\":50}", q);
+  snprintf(path, sizeof path, "/v1/sessions/%s/attention", sess);
+  path_begin();
+  ck_assert_int_eq(call("POST", path, body, NULL, 1, NULL), 504);
+  PATH_END("session step 504 queued", 0, 1, 1, 0, COUNTED("session", "504"),
+           REJECTED("deadline"));
+
+  /* the holder's client leaves while it computes: its run counts, and so
+   * does its leaving */
+  path_begin();
+  close(holder);
+  PATH_END("client gone computing", 1, 0, 0, 0, COUNTED("v1", "other"),
+           REJECTED("client_gone"), CPU_RUN);
+
+  path_session_delete(sess);
+
+  /* a deadline that passes while the request computes: the run counts */
+  json_t *deadline = json_pack("{s:i}", "timeout_ms", 300);
+  hold = sh_slow_body(HOLD_L, HOLD_E, HOLD_E, 12, deadline);
+  json_decref(deadline);
+  path_begin();
+  call("POST", "/v1/attention", hold, NULL, 1, NULL);
+  free(hold);
+  PATH_END("504 computing", 1, 0, 0, 0, COUNTED("v1", "504"),
+           REJECTED("deadline"), CPU_RUN);
 }
 END_TEST
 
@@ -1536,6 +2004,11 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_batched_compute_time);
   tcase_add_test(tc, test_batched_expired_compute_time);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("paths");
+  tcase_add_unchecked_fixture(tc, start_paths_server, stop_server);
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, test_every_path_counted);
   suite_add_tcase(s, tc);
   return s;
 }
