@@ -47,3 +47,10 @@ int attnd_error_status_v2(attnd_err_t code) {
 attnd_reject_t attnd_error_reason(attnd_err_t code) {
   return rows[code].reason;
 }
+
+attnd_reject_t attnd_status_reason(int status) {
+  for (int c = 0; c < ATTND_ERR_COUNT; c++)
+    if (rows[c].status == status)
+      return rows[c].reason;
+  return ATTND_REJECT_NONE;
+}

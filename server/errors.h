@@ -75,5 +75,9 @@ const char *attnd_error_name(attnd_err_t code);
 int attnd_error_status(attnd_err_t code);
 int attnd_error_status_v2(attnd_err_t code);
 attnd_reject_t attnd_error_reason(attnd_err_t code);
+/* The reason of the table's first code with /v1 status `status`, or
+ * ATTND_REJECT_NONE where no code has it: how a refusal that
+ * libmicrohttpd answered itself (a bad chunk's 400 or 413) counts. */
+attnd_reject_t attnd_status_reason(int status);
 
 #endif

@@ -1634,6 +1634,37 @@ START_TEST(test_every_path_counted) {
                    417);
   PATH_END("417 Expect", 0, 0, 0, 0, COUNTED("v1", "417"), REJECTED("invalid"));
 
+  /* libmicrohttpd's own refusals of a chunk's size, once attnd has the
+   * request: not hexadecimal (400), and past 2^64 - 1 (413); a refusal
+   * like attnd's, it is a rejection as theirs are */
+  static const struct {
+    const char *size;
+    int status;
+    moved_t reason;
+  } bad_chunks[] = {
+      {"zz", 400, REJECTED("invalid")},
+      {"fffffffffffffffffffff", 413, REJECTED("too_large")},
+  };
+  for (size_t k = 0; k < sizeof bad_chunks / sizeof bad_chunks[0]; k++) {
+    char chunk[64], st[8], what[64];
+    int n = snprintf(chunk, sizeof chunk, "%s\r\n{}\r\n0\r\n\r\n",
+                     bad_chunks[k].size);
+    snprintf(st, sizeof st, "%d", bad_chunks[k].status);
+    snprintf(what, sizeof what, "%s chunk size %s", st, bad_chunks[k].size);
+    char counted[96];
+    snprintf(counted, sizeof counted,
+             "attnd_requests_total{protocol=\"v1\",status=\"%s\"}", st);
+    const moved_t want[] = {{counted, 1}, bad_chunks[k].reason};
+    path_begin();
+    ck_assert_int_eq(raw_status(raw_send("POST /v1/attention HTTP/1.1\r\n"
+                                         "Host: 127.0.0.1\r\n" KEY_HDR
+                                         "Content-Type: application/json\r\n"
+                                         "Transfer-Encoding: chunked\r\n\r\n",
+                                         chunk, (size_t)n)),
+                     bad_chunks[k].status);
+    path_end(what, want, 2, 0, 0, 0, 0);
+  }
+
   /* a client that leaves halfway through its body: only the access log's
    * 499, counted as status other */
   path_begin();

@@ -565,6 +565,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     r->status = ci && ci->http_status ? (int)ci->http_status
                 : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200
                                                              : 499;
+    /* libmicrohttpd's refusal is a rejection, as attnd's own are */
+    if (ci && ci->http_status)
+      attnd_metrics_reject(s->metrics, attnd_status_reason(r->status));
   }
   if (r->req && r->outcome == ATTND_SCHED_ABANDONED)
     attnd_metrics_reject(s->metrics, ATTND_REJECT_CLIENT_GONE);
