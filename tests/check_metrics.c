@@ -731,8 +731,8 @@ static void start_with(const char *const *args) {
   if (lf_write(layer_file, LF_TORCH_MHA, ATTND_ST_F32, "blk.", &shape, 5, meta,
                NULL, msg, sizeof msg) < 0)
     ck_abort_msg("%s", msg);
-  const char *all[16] = {"--layers", layer_file, "--api-keys", SCRAPE_KEY};
-  for (int i = 0; args[i] && i < 11; i++)
+  const char *all[20] = {"--layers", layer_file, "--api-keys", SCRAPE_KEY};
+  for (int i = 0; args[i] && i < 15; i++)
     all[4 + i] = args[i];
   if (sh_server_start(&srv, all) < 0)
     ck_abort_msg("attnd did not start:\n%s", srv.log);
@@ -1266,8 +1266,9 @@ END_TEST
  */
 
 /* The paths case's server: one worker that computes everything (no request
- * on its HTTP thread), one place in the queue, and a body limit of 2 MiB,
- * above the holder's body (HOLD_L) and far below what a 413 sends. */
+ * on its HTTP thread), one place in the queue, a body limit of 2 MiB,
+ * above the holder's body (HOLD_L) and far below what a 413 sends, and
+ * connections idle for 1 s closed. */
 static void start_paths_server(void) {
   static const char *const args[] = {"--workers",
                                      "1",
@@ -1279,6 +1280,10 @@ static void start_paths_server(void) {
                                      "0",
                                      "--max-body-bytes",
                                      "2M",
+                                     "--connection-timeout-s",
+                                     "1",
+                                     "--min-recv-rate-bytes-per-s",
+                                     "1",
                                      NULL};
   start_with(args);
 }
@@ -1673,6 +1678,33 @@ START_TEST(test_every_path_counted) {
                  "Content-Length: 1000\r\n\r\n",
                  "{\"query\":[[", 11));
   PATH_END("client gone uploading", 0, 0, 0, 0, COUNTED("v1", "other"));
+
+  /* a body that stops after its headers, and one that stops halfway: the
+   * connection is closed once it has been idle for connection_timeout_s
+   * (1 s here), a slow sender's; a pace of 1 byte a second would take
+   * longer to find either behind */
+  static const char *const stalls[] = {"", "{\"query\":[["};
+  sh_server_read_log(&srv);
+  srv.log_len = 0; /* from here on only */
+  srv.log[0] = 0;
+  for (int k = 0; k < 2; k++) {
+    path_begin();
+    int fd =
+        raw_send("POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY_HDR
+                 "Content-Type: application/json\r\n"
+                 "Content-Length: 1000\r\n\r\n",
+                 stalls[k], strlen(stalls[k]));
+    ck_assert_int_eq(raw_status(fd), 0); /* closed, unanswered */
+    PATH_END(k ? "body stalled halfway" : "body stalled at its headers", 0, 0,
+             0, 0, COUNTED("v1", "other"), REJECTED("slow_sender"));
+  }
+  sh_server_read_log(&srv); /* and stderr said so, once each */
+  int said = 0;
+  for (const char *l = strstr(srv.log, "\"event\":\"slow_sender\""); l;
+       l = strstr(l + 1, "\"event\":\"slow_sender\""))
+    said++;
+  ck_assert_msg(said == 2, "%d slow_sender lines for 2 bodies:\n%s", said,
+                srv.log);
 
   /* sessions: made, stepped, deleted */
   char sess[64];

@@ -203,6 +203,20 @@ static int body_behind(const attnd_server_t *s, const attnd_http_conn_t *c,
          (double)s->cfg->min_recv_rate_bytes_per_s * late / 1000.0;
 }
 
+/* Counts c's request a slow sender, `sent` bytes of its body in, and
+ * writes the line that says so into log. Under conns_lock. */
+static void slow_sender(const attnd_server_t *s, const attnd_http_conn_t *c,
+                        uint64_t sent, double now, attnd_buf_t *log) {
+  attnd_metrics_reject(s->metrics, ATTND_REJECT_SLOW_SENDER);
+  attnd_buf_printf(log,
+                   "{\"event\":\"slow_sender\",\"request_id\":\"%s\","
+                   "\"sent_bytes\":%llu,\"seconds\":%.3f,"
+                   "\"min_recv_rate_bytes_per_s\":%lld}\n",
+                   c->request_id, (unsigned long long)sent,
+                   (now - c->since) / 1000.0,
+                   (long long)s->cfg->min_recv_rate_bytes_per_s);
+}
+
 /* Shuts down the connections that have waited connection_timeout_s for a
  * request's headers, and resets those whose body or reply has fallen behind
  * min_recv_rate_bytes_per_s or min_send_rate_bytes_per_s (each logged
@@ -223,14 +237,7 @@ static void on_header_sweep(uv_timer_t *t) {
                       : now - c->since <= limit)
       continue;
     if (body) { /* counted before the body is freed */
-      attnd_metrics_reject(s->metrics, ATTND_REJECT_SLOW_SENDER);
-      attnd_buf_printf(&log,
-                       "{\"event\":\"slow_sender\",\"request_id\":\"%s\","
-                       "\"sent_bytes\":%llu,\"seconds\":%.3f,"
-                       "\"min_recv_rate_bytes_per_s\":%lld}\n",
-                       c->request_id, (unsigned long long)sent,
-                       (now - c->since) / 1000.0,
-                       (long long)s->cfg->min_recv_rate_bytes_per_s);
+      slow_sender(s, c, sent, now, &log);
     } else if (c->in_request) { /* counted before the reply is freed */
       attnd_metrics_reject(s->metrics, ATTND_REJECT_SLOW_READER);
       attnd_buf_printf(&log,
@@ -247,6 +254,30 @@ static void on_header_sweep(uv_timer_t *t) {
         connect(c->fd, &(struct sockaddr){.sa_family = AF_UNSPEC},
                 sizeof(struct sockaddr)) != 0)
       shutdown(c->fd, SHUT_RDWR);
+    c->fd = -1;
+  }
+  uv_mutex_unlock(&s->conns_lock);
+  if (log.len && !log.oom)
+    fwrite(log.data, 1, log.len, stderr);
+  attnd_buf_free(&log);
+}
+
+/* libmicrohttpd closed conn, idle for connection_timeout_s, while its
+ * request's body was still paced (not all in): a body that stalled is a
+ * slow sender's, as one the sweep finds behind is; which of the two comes
+ * first, when a body stalls at its headers, is a race. Counted once: the
+ * sweep takes no connection whose fd is -1. Any HTTP thread. */
+static void conn_timed_out(attnd_server_t *s, struct MHD_Connection *conn) {
+  attnd_http_conn_t *c = conn_of(conn);
+  uint64_t received;
+  if (c == NULL)
+    return;
+  attnd_buf_t log;
+  attnd_buf_init(&log);
+  uv_mutex_lock(&s->conns_lock);
+  if (c->in_request && !c->body_done && c->fd >= 0 &&
+      attnd_tcp_bytes(c->fd, NULL, &received) == 0) {
+    slow_sender(s, c, received - c->received, attnd_now_ms(), &log);
     c->fd = -1;
   }
   uv_mutex_unlock(&s->conns_lock);
@@ -569,6 +600,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (ci && ci->http_status)
       attnd_metrics_reject(s->metrics, attnd_status_reason(r->status));
   }
+  if (toe == MHD_REQUEST_TERMINATED_TIMEOUT_REACHED)
+    conn_timed_out(s, conn);
   if (r->req && r->outcome == ATTND_SCHED_ABANDONED)
     attnd_metrics_reject(s->metrics, ATTND_REJECT_CLIENT_GONE);
   attnd_metrics_request(s->metrics, r->proto, r->status);
