@@ -1468,14 +1468,14 @@ static int raw_status(int fd) {
 
 #define KEY_HDR "Authorization: Bearer " SCRAPE_KEY "\r\n"
 
-/* POSTs body to /v1/attention, with the key, on a new connection, which
- * it returns unread. */
-static int raw_post(const char *body) {
-  char head[256];
+/* POSTs body to path, with the key, on a new connection, which it returns
+ * unread. */
+static int raw_post(const char *path, const char *body) {
+  char head[512];
   snprintf(head, sizeof head,
-           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY_HDR
+           "POST %.200s HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY_HDR
            "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
-           strlen(body));
+           path, strlen(body));
   return raw_send(head, body, strlen(body));
 }
 
@@ -1736,13 +1736,13 @@ START_TEST(test_every_path_counted) {
   /* the worker held: its request's upload and admission move no counter */
   char *hold = sh_slow_body(HOLD_L, HOLD_E, HOLD_E, 11, NULL);
   path_begin();
-  int holder = raw_post(hold);
+  int holder = raw_post("/v1/attention", hold);
   free(hold);
   ck_assert_double_ge(sh_wait_metric(srv.port, "attnd_busy_workers", 1, 10), 1);
   path_end("holder admitted", NULL, 0, 0, 1, 1, 0);
 
   /* one waits in the one place of the queue; the next is refused */
-  int queued = raw_post(small_req);
+  int queued = raw_post("/v1/attention", small_req);
   ck_assert_double_ge(sh_wait_metric(srv.port, "attnd_queue_depth", 1, 10), 1);
   path_begin();
   ck_assert_int_eq(call("POST", "/v1/attention", small_req, NULL, 1, NULL),
@@ -1774,6 +1774,15 @@ START_TEST(test_every_path_counted) {
   ck_assert_int_eq(call("POST", path, body, NULL, 1, NULL), 504);
   PATH_END("session step 504 queued", 0, 1, 1, 0, COUNTED("session", "504"),
            REJECTED("deadline"));
+
+  /* and a step whose client leaves while it waits */
+  snprintf(body, sizeof body, "{\"query\":%s}", q);
+  path_begin();
+  int step = raw_post(path, body);
+  ck_assert_double_ge(sh_wait_metric(srv.port, "attnd_queue_depth", 1, 10), 1);
+  close(step);
+  PATH_END("session step, client gone queued", 0, 1, 1, 0,
+           COUNTED("session", "other"), REJECTED("client_gone"));
 
   /* the holder's client leaves while it computes: its run counts, and so
    * does its leaving */
