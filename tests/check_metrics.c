@@ -1268,7 +1268,7 @@ END_TEST
 /* The paths case's server: one worker that computes everything (no request
  * on its HTTP thread), one place in the queue, a body limit of 2 MiB,
  * above the holder's body (HOLD_L) and far below what a 413 sends, and
- * connections idle for 1 s closed. */
+ * connections idle for 2 s closed. */
 static void start_paths_server(void) {
   static const char *const args[] = {"--workers",
                                      "1",
@@ -1281,7 +1281,7 @@ static void start_paths_server(void) {
                                      "--max-body-bytes",
                                      "2M",
                                      "--connection-timeout-s",
-                                     "1",
+                                     "2",
                                      "--min-recv-rate-bytes-per-s",
                                      "1",
                                      NULL};
@@ -1692,8 +1692,10 @@ START_TEST(test_every_path_counted) {
 
   /* a body that stops after its headers, and one that stops halfway: the
    * connection is closed once it has been idle for connection_timeout_s
-   * (1 s here), a slow sender's; a pace of 1 byte a second would take
-   * longer to find either behind */
+   * (2 s here), a slow sender's. Which closes the first, libmicrohttpd's
+   * timeout or the sweep's pace (1 byte a second past the same 2 s), is
+   * a race; the second is closed by the timeout, 11 bytes ahead of the
+   * pace */
   static const char *const stalls[] = {"", "{\"query\":[["};
   sh_server_read_log(&srv);
   srv.log_len = 0; /* from here on only */
