@@ -368,6 +368,45 @@ START_TEST(test_max_rises_from_far) {
 }
 END_TEST
 
+/* Ties in the top k: every score of a row is 0 but keys 100 and 101's,
+ * which are 1. The heap fills with the range's first keys, and each of the
+ * two higher keys must then push out the tied key of the highest index:
+ * the top 5 are 100, 101, 7, 8, 9. The comparison with the reference
+ * allows any near tie, so this asserts the indices themselves. Keys
+ * across three key blocks, a register tile of 3 rows; _i: per head (the
+ * online path) or the mean over heads (reduce_row). */
+START_TEST(test_top_k_ties_online) {
+  enum { LQ = 3, LK = 150, K = 5, K0 = 7 };
+  static const int32_t want[K] = {100, 101, 7, 8, 9};
+  float q[LQ * 2], k[LK * 2], v[LK * 2];
+  for (int j = 0; j < LQ * 2; j++)
+    q[j] = 1.0f;
+  for (int j = 0; j < LK * 2; j++) {
+    k[j] = j / 2 == 100 || j / 2 == 101 ? 1.0f : 0.0f;
+    v[j] = (float)(j % 7);
+  }
+  attn_params_t p = {0};
+  p.query = tu_t2(q, LQ, 2);
+  p.key = tu_t2(k, LK, 2);
+  p.value = tu_t2(v, LK, 2);
+  p.num_heads = 2;
+  p.reduce = (attn_reduce_t){
+      .top_k = K, .mean_heads = _i, .has_key_range = 1, .key_range = {K0, LK}};
+  const attn_exec_t ex = {.threads = 1, .isa = ATTN_ISA_AUTO};
+  routs_t g;
+  ck_assert_int_eq(run_reduce(&g, &p, &ex), 0);
+  for (int64_t row = 0; row < g.plan.top_k_elems / K; row++)
+    for (int64_t t = 0; t < K; t++)
+      ck_assert_msg(g.o.top_k_index[row * K + t] == want[t],
+                    "ties, mean %d: top_k row %lld rank %lld: index %d, "
+                    "expected %d",
+                    _i, (long long)row, (long long)t,
+                    g.o.top_k_index[row * K + t], want[t]);
+  routs_free(&g);
+  check_params(&p, _i ? "ties, mean" : "ties, per head");
+}
+END_TEST
+
 /* Random specs (every feature on or off) with random options. */
 START_TEST(test_random) {
   tu_rng_t r;
@@ -600,6 +639,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_cases, 0, N_CASES * N_OPTIONS);
   tcase_add_loop_test(tc, test_rope, 0, 2);
   tcase_add_loop_test(tc, test_max_rises_from_far, 0, 2);
+  tcase_add_loop_test(tc, test_top_k_ties_online, 0, 2);
   tcase_add_loop_test(tc, test_random, 0, 60);
   tcase_add_loop_test(tc, test_threads, 0, 2);
   tcase_add_loop_test(tc, test_pool_partials_follow_range, 0, 2);
