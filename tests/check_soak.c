@@ -49,7 +49,7 @@
  * by at most this much less than that (see the measured noise in the
  * commit: under 0.5 MB after the warm-up round). */
 #define SOAK_RSS_MARGIN (2 << 20)
-#define BURST 8
+#define BURST 12
 
 static sh_server_t srv;
 
