@@ -294,16 +294,28 @@ static int raw(int port, const char *req, size_t len) {
 }
 
 /* Starts attnd with its access log in a new file, named into `path` (a
- * "/tmp/attnd-log-XXXXXX" to fill in), and one more flag with its value
- * where `flag` is not NULL. */
-static void start_logged(sh_server_t *srv, char *path, const char *flag,
-                         const char *value) {
+ * "/tmp/attnd-log-XXXXXX" to fill in), and the NULL-terminated flags and
+ * values `more` (at most 8) after it. */
+static void start_logged_with(sh_server_t *srv, char *path,
+                              const char *const *more) {
   int fd = mkstemp(path);
   ck_assert_int_ge(fd, 0);
   close(fd);
-  const char *args[] = {"--access-log", path, flag, value, NULL};
+  const char *args[11] = {"--access-log", path};
+  for (int k = 0; more[k]; k++) {
+    ck_assert_int_lt(k, 8);
+    args[2 + k] = more[k];
+  }
   ck_assert_msg(sh_server_start(srv, args) == 0, "attnd did not start:\n%s",
                 srv->log);
+}
+
+/* start_logged_with one more flag with its value where `flag` is not
+ * NULL. */
+static void start_logged(sh_server_t *srv, char *path, const char *flag,
+                         const char *value) {
+  const char *more[] = {flag, value, NULL};
+  start_logged_with(srv, path, more);
 }
 
 START_TEST(test_server_log_is_json) {
@@ -522,6 +534,107 @@ START_TEST(test_server_log_values) {
 }
 END_TEST
 
+/* One POST of `body` on its own thread (log_slow_main). */
+typedef struct {
+  int port;
+  const char *body; /* borrowed */
+  sh_resp_t r;
+  int rc;
+} log_call_t;
+
+static void *log_slow_main(void *arg) {
+  log_call_t *c = arg;
+  c->rc = sh_post(c->port, c->body, strlen(c->body), &c->r);
+  return NULL;
+}
+
+/* The one line of `lines` with `status`; asserts there is one. */
+static const json_t *line_of(const json_t *lines, int status) {
+  const json_t *found = NULL;
+  for (size_t i = 0; i < json_array_size(lines); i++) {
+    const json_t *o = json_array_get(lines, i);
+    if (json_integer_value(json_object_get(o, "status")) == status) {
+      ck_assert_msg(found == NULL, "two lines of status %d", status);
+      found = o;
+    }
+  }
+  ck_assert_msg(found != NULL, "no line of status %d", status);
+  return found;
+}
+
+/* Requests that never ran log the time they waited in the queue. One
+ * worker is held by a slow request A; B (timeout_ms 200) expires in the
+ * queue behind it, and C's client leaves after waiting 150 ms. B's line
+ * has queue_ms the wait its 504 names (from its submission: at least
+ * timeout_ms less what its body and decoding took), and C's 499 at least
+ * the 150 ms its client waited. Bug: both logged queue_ms 0, as the job
+ * never started. */
+START_TEST(test_server_log_queued_refusals) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  static const char *const more[] = {
+      "--workers", "1", "--threads-per-request", "1", "--inline-max-flops",
+      "0",         NULL};
+  sh_server_t srv;
+  start_logged_with(&srv, path, more);
+  char *slow = sh_slow_body(8192, 32, 16, 5, NULL);
+  log_call_t a = {.port = srv.port, .body = slow};
+  pthread_t th;
+  ck_assert_int_eq(pthread_create(&th, NULL, log_slow_main, &a), 0);
+  ck_assert(sh_wait_metric(srv.port, "attnd_busy_workers", 1, 30) >= 1);
+
+  static const char b_body[] =
+      "{\"query\":[[1,2]],\"num_heads\":1,\"timeout_ms\":200}";
+  sh_resp_t b;
+  ck_assert_int_eq(sh_post(srv.port, b_body, strlen(b_body), &b), 0);
+  ck_assert_msg(b.status == 504,
+                "B: %ld %.300s (A ended first? make it "
+                "slower)",
+                b.status, b.body);
+  const char *at = strstr(b.body, "(waited ");
+  ck_assert_msg(at && strstr(b.body, " in the queue)"), "B: %.300s", b.body);
+  double waited = atof(at + strlen("(waited "));
+
+  static const char c_body[] = "{\"query\":[[1,2]],\"num_heads\":1}";
+  int c = sh_connect(srv.port);
+  ck_assert_int_ge(c, 0);
+  char req[512];
+  int n = snprintf(req, sizeof req,
+                   "POST /v1/attention HTTP/1.1\r\nHost: x\r\n"
+                   "Content-Type: application/json\r\nContent-Length: "
+                   "%zu\r\n\r\n%s",
+                   strlen(c_body), c_body);
+  ck_assert_int_eq(sh_send_all(c, req, (size_t)n), 0);
+  ck_assert(sh_wait_metric(srv.port, "attnd_queue_depth", 1, 30) >= 1);
+  usleep(150 * 1000);
+  close(c);
+  ck_assert(sh_wait_metric(srv.port,
+                           "attnd_rejections_total{reason=\"client_gone\"}", 1,
+                           30) >= 1);
+  pthread_join(th, NULL);
+  ck_assert_int_eq(a.rc, 0);
+  ck_assert_msg(a.r.status == 200, "A: %ld", a.r.status);
+  ck_assert_int_eq(sh_server_stop(&srv, 15.0), 0);
+
+  json_t *lines = read_lines(path);
+  unlink(path);
+  const json_t *lb = line_of(lines, 504), *lc = line_of(lines, 499);
+  ck_assert_msg(
+      num(lb, "queue_ms") >= 150 && fabs(num(lb, "queue_ms") - waited) <= 0.11,
+      "B: queue_ms %.3f, its 504 says %.1f", num(lb, "queue_ms"), waited);
+  ck_assert_msg(num(lc, "queue_ms") >= 150, "C: queue_ms %.3f",
+                num(lc, "queue_ms"));
+  for (int k = 0; k < 2; k++) {
+    const json_t *o = k ? lc : lb;
+    ck_assert(num(o, "compute_ms") == 0);
+    ck_assert(num(o, "queue_ms") <= num(o, "total_ms"));
+  }
+  json_decref(lines);
+  sh_resp_free(&a.r);
+  sh_resp_free(&b);
+  free(slow);
+}
+END_TEST
+
 /* A reply of megabytes whose client reads its headers, then closes: the
  * line keeps the status that was sent, and says the reply did not all go
  * out. Bug: logged as a 200 like any other, complete. */
@@ -691,6 +804,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_server_log_concurrent);
   tcase_add_test(tc, test_server_log_values);
   tcase_add_test(tc, test_server_log_cut_reply);
+  tcase_add_test(tc, test_server_log_queued_refusals);
   tcase_add_test(tc, test_writer_failure_told);
   tcase_add_test(tc, test_writer_told_in_one_write);
   tcase_add_test(tc, test_writer_cut_back);

@@ -207,7 +207,7 @@ int attnd_api_deadline_error(const attnd_request_t *j, double ready,
 /* The 504 of a request the scheduler expired: -1, with e. */
 static int expired_error(const attnd_request_t *j, attnd_error_t *e) {
   return attnd_api_deadline_error(
-      j, j->t.submit, (j->t.start ? j->t.start : attnd_now_ms()) - j->t.submit,
+      j, j->t.submit, attnd_request_queue_ms(j),
       j->t.start ? "in the queue, then was cancelled while computing"
                  : "in the queue",
       e);
@@ -319,6 +319,8 @@ void attnd_http_job_done(void *job, void *tag, attnd_sched_outcome_t outcome,
   (void)arg;
   attnd_error_t e;
   count_run(r->srv, j); /* before its reply, which may never come */
+  if (outcome != ATTND_SCHED_DONE && j->t.start == 0)
+    j->t.left = attnd_now_ms(); /* its wait ends with the refusal */
   /* commits its tokens; the next step gets its turn */
   int gone = j->session && attnd_session_step_end(r->srv->sessions, j,
                                                   outcome == ATTND_SCHED_DONE &&

@@ -33,8 +33,10 @@ static int step_prepare(attnd_http_req_t *r, attnd_error_t *e) {
     bad = attnd_api_deadline_error(j, j->t.submit, now - j->t.submit,
                                    "for the session's steps ahead of this one",
                                    e) < 0;
-  if (bad)
+  if (bad) {
+    j->t.left = now; /* it waited for its turn until now */
     attnd_session_step_end(s->sessions, j, 0, NULL);
+  }
   return bad ? -1 : 0;
 }
 
@@ -49,6 +51,7 @@ static void step_start(attnd_http_req_t *r) {
     if (attnd_api_take_memory(r, j, e) == 0 &&
         (attnd_api_hand_off(r, j, 0) == 0 || attnd_api_queue_full(r, e) == 0))
       return;
+    j->t.left = attnd_now_ms();
     attnd_session_step_end(r->srv->sessions, j, 0, NULL);
   }
   uv_mutex_lock(&r->mu);

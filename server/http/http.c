@@ -615,7 +615,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
       .complete = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK,
       .bytes_in = r->bytes_in,
       .bytes_out = r->bytes_out,
-      .queue_ms = j && j->t.start ? j->t.start - j->t.submit : 0,
+      .queue_ms = j ? attnd_request_queue_ms(j) : 0,
       .compute_ms = j && j->t.end ? j->t.end - j->t.start : 0,
       .total_ms = r->total_ms ? r->total_ms : attnd_now_ms() - r->t_arrival,
   };

@@ -85,6 +85,11 @@ attnd_request_mem_t attnd_request_memory_parts(const attnd_request_t *j) {
                                .reply = (int64_t)attnd_request_reply_bytes(j)};
 }
 
+double attnd_request_queue_ms(const attnd_request_t *j) {
+  double until = j->t.start ? j->t.start : j->t.left;
+  return j->t.submit && until ? until - j->t.submit : 0;
+}
+
 size_t attnd_request_memory(const attnd_request_t *j) {
   attnd_request_mem_t m = attnd_request_memory_parts(j);
   return (size_t)(m.tensors + m.workspace + m.outputs + m.reply);

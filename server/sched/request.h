@@ -63,6 +63,10 @@ typedef struct attnd_timeline {
   double submit;    /* HTTP thread: handed to the scheduler */
   double start;     /* worker: attnd_request_run began (0 if it never ran) */
   double end;       /* worker: attnd_request_run returned */
+  double left; /* when it left the queue without running (expired, its client
+                  gone, or a session's step refused in its turn): the loop
+                  thread (attnd_http_job_done), or the step's turn's
+                  (sessions.c); 0 if it ran or never waited */
   double encode_ms; /* attnd_request_encode */
 } attnd_timeline_t;
 
@@ -231,6 +235,13 @@ int attnd_request_plan(attnd_request_t *req, const attnd_config_t *cfg,
  * had jansson parse a whole body (the slow path, or the fast path falling
  * back to it). */
 extern _Thread_local uint64_t attnd__decode_slow_runs;
+
+/* How long j waited for a worker (a session's step: for its turn too),
+ * in ms: from its submission to its start, or to when it left the queue
+ * without running (t.left); 0 where it was never submitted. The reply's,
+ * the access log's and the 504's queue time. Once j is back from the
+ * scheduler; any thread. */
+double attnd_request_queue_ms(const attnd_request_t *j);
 
 /* The memory the request holds at its peak: its decoded tensors, the
  * workspace, the outputs, and the reply text (bounded from above); in
