@@ -18,6 +18,7 @@ static const struct {
 int attnd_error_vset(attnd_error_t *e, attnd_err_t code, const char *field,
                      const char *fmt, va_list ap) {
   e->code = code;
+  e->has_id = 0;
   snprintf(e->field, sizeof e->field, "%s", field ? field : "");
   vsnprintf(e->message, sizeof e->message, fmt, ap);
   return -1;

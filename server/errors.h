@@ -55,12 +55,20 @@ typedef enum {
       ATTND_ERR_COUNT
 } attnd_err_t;
 
+/* The most bytes of a request's "id" (UTF-8). */
+#define ATTND_ID_MAX 256
+
 /* An error to answer: the code, the offending member as a JSON path
- * ("mask.allow", "" for none) and a message naming it and its dimensions. */
+ * ("mask.allow", "" for none) and a message naming it and its dimensions;
+ * and where a request refused in decoding had a valid "id" (has_id), the
+ * id, for the reply and the access log (the decoders set it; attnd_error_set
+ * clears it). */
 typedef struct attnd_error {
   attnd_err_t code;
   char field[64];
   char message[512];
+  int has_id;
+  char id[ATTND_ID_MAX + 1];
 } attnd_error_t;
 
 /* Fills `e` and returns -1. Any thread. */

@@ -635,6 +635,104 @@ START_TEST(test_server_log_queued_refusals) {
 }
 END_TEST
 
+/* A request refused in decoding keeps its valid "id": /v1's error echoes
+ * it (as its 200 would), a refusal from before the id was read too (an
+ * unknown member), and the log has it; OIP's error is {"error"} alone,
+ * as the protocol has it, but its line has the id. An id that is itself
+ * invalid is echoed nowhere. Bug: decoding freed the request, and with it
+ * the id: no "id" in the reply, "id":"" in the log. */
+START_TEST(test_server_log_failed_id) {
+  static const struct {
+    const char *path, *body, *id; /* id NULL: none to echo */
+    int status;
+    const char *code;
+  } cases[] = {
+      {"/v1/attention",
+       "{\"id\":\"shape-7\",\"query\":[[1,2]],\"key\":[[1,2],[3,4]],"
+       "\"value\":[[1,2]],\"num_heads\":1}",
+       "shape-7", 422, "shape_mismatch"},
+      {"/v1/attention",
+       "{\"query\":[[1,2]],\"num_heads\":1,\"bogus\":1,\"id\":\"unk-8\"}",
+       "unk-8", 422, "unknown_field"},
+      {"/v1/attention", "{\"id\":5,\"query\":[[1,2]],\"num_heads\":1}", NULL,
+       422, "invalid_type"},
+      {"/v1/sessions/0123456789abcdef0123456789abcdef/attention",
+       "{\"id\":\"step-3\",\"query\":[[1,2]],\"key\":[[1,2]],"
+       "\"value\":[[1,2],[3,4]]}",
+       "step-3", 422, "shape_mismatch"},
+      {"/v2/models/attention/infer", "{\"id\":\"oip-9\",\"inputs\":[]}",
+       "oip-9", 400, NULL},
+  };
+  const size_t n_cases = sizeof cases / sizeof cases[0];
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  sh_server_t srv;
+  start_logged(&srv, path, NULL, NULL);
+  sh_client_t s;
+  sh_client_init(&s, srv.port);
+  static const char create[] = "{\"num_heads\":1,\"head_dim\":2}";
+  sh_req_t put = {.method = "PUT",
+                  .path = "/v1/sessions/0123456789abcdef0123456789abcdef",
+                  .content_type = "application/json",
+                  .body = create,
+                  .len = strlen(create)};
+  sh_resp_t made;
+  ck_assert_int_eq(sh_http(&s, &put, &made), 0);
+  ck_assert_msg(made.status == 201, "%ld %s", made.status, made.body);
+  sh_resp_free(&made);
+  sh_client_free(&s);
+  for (size_t i = 0; i < n_cases; i++) {
+    sh_client_t c;
+    sh_client_init(&c, srv.port);
+    sh_req_t q = {.method = "POST",
+                  .path = cases[i].path,
+                  .content_type = "application/json",
+                  .body = cases[i].body,
+                  .len = strlen(cases[i].body)};
+    sh_resp_t r;
+    ck_assert_int_eq(sh_http(&c, &q, &r), 0);
+    sh_client_free(&c);
+    ck_assert_msg(r.status == cases[i].status, "%zu: %ld %s", i, r.status,
+                  r.body);
+    json_t *v = sh_json(&r);
+    const json_t *id = json_object_get(v, "id");
+    if (cases[i].code) { /* /v1 */
+      ck_assert_str_eq(json_string_value(json_object_get(
+                           json_object_get(v, "error"), "code")),
+                       cases[i].code);
+      if (cases[i].id)
+        ck_assert_msg(json_is_string(id) &&
+                          strcmp(json_string_value(id), cases[i].id) == 0,
+                      "%zu: the error has no id %s: %s", i, cases[i].id,
+                      r.body);
+      else
+        ck_assert_msg(id == NULL, "%zu: %s", i, r.body);
+    } else { /* OIP: {"error": "..."} */
+      ck_assert_msg(json_is_string(json_object_get(v, "error")) &&
+                        json_object_size(v) == 1,
+                    "%zu: %s", i, r.body);
+    }
+    json_decref(v);
+    sh_resp_free(&r);
+  }
+  ck_assert_int_eq(sh_server_stop(&srv, 15.0), 0);
+  json_t *lines = read_lines(path);
+  unlink(path);
+  ck_assert_uint_eq(json_array_size(lines), n_cases + 1); /* and the PUT */
+  for (size_t i = 0; i < n_cases; i++) {
+    const char *want = cases[i].id ? cases[i].id : "";
+    size_t found = 0;
+    for (size_t k = 0; k < n_cases + 1; k++) {
+      const json_t *o = json_array_get(lines, k);
+      found +=
+          strcmp(str(o, "id"), want) == 0 &&
+          json_integer_value(json_object_get(o, "status")) == cases[i].status;
+    }
+    ck_assert_msg(found >= 1, "%zu: no line of id \"%s\"", i, want);
+  }
+  json_decref(lines);
+}
+END_TEST
+
 /* A reply of megabytes whose client reads its headers, then closes: the
  * line keeps the status that was sent, and says the reply did not all go
  * out. Bug: logged as a 200 like any other, complete. */
@@ -805,6 +903,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_server_log_values);
   tcase_add_test(tc, test_server_log_cut_reply);
   tcase_add_test(tc, test_server_log_queued_refusals);
+  tcase_add_test(tc, test_server_log_failed_id);
   tcase_add_test(tc, test_writer_failure_told);
   tcase_add_test(tc, test_writer_told_in_one_write);
   tcase_add_test(tc, test_writer_cut_back);

@@ -767,23 +767,31 @@ int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known) {
   if (!json_is_object(root))
     return E(d, ATTND_ERR_INVALID_TYPE, "",
              "the request is %s; expected an object", attnd__json_type(root));
-  if (attnd__dec_members(d, root, "", known) < 0)
-    return -1;
+  /* the id first, for the error of whatever else is wrong
+   * (attnd__dec_keep_id) */
   const json_t *id = json_object_get(root, "id");
   if (id && !json_is_null(id)) {
     if (!json_is_string(id))
       return E(d, ATTND_ERR_INVALID_TYPE, "id", "id is %s; expected a string",
                attnd__json_type(id));
-    if (json_string_length(id) > 256) /* bytes of UTF-8, not characters */
+    if (json_string_length(id) > ATTND_ID_MAX) /* bytes, not characters */
       return E(d, ATTND_ERR_INVALID_VALUE, "id",
-               "id has %zu bytes of UTF-8; at most 256 bytes",
-               json_string_length(id));
+               "id has %zu bytes of UTF-8; at most %d bytes",
+               json_string_length(id), ATTND_ID_MAX);
     size_t n = json_string_length(id) + 1;
     if ((j->id = attnd_request_alloc(j, n)) == NULL)
       return attnd__dec_oom(d, "id");
     memcpy(j->id, json_string_value(id), n);
   }
-  return 0;
+  return attnd__dec_members(d, root, "", known);
+}
+
+int attnd__dec_keep_id(const attnd_request_t *j, attnd_error_t *err) {
+  if (j && j->id && err->code != ATTND_ERR_OUT_OF_MEMORY) {
+    err->has_id = 1;
+    snprintf(err->id, sizeof err->id, "%s", j->id);
+  }
+  return -1;
 }
 
 /* timeout_ms, at most max_timeout_ms; the configured default where
@@ -1105,6 +1113,8 @@ static int decode_path(const char *body, size_t len, const attnd_config_t *cfg,
   }
   attnd__dec_tree_end();
   if (oom || r < 0) {
+    if (!oom)
+      attnd__dec_keep_id(j, err);
     attnd_request_free(j);
     return oom ? attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
                                  "out of memory parsing the request's JSON")

@@ -146,9 +146,13 @@ void attnd__dec_tree_end(void);
  * (attnd_buf_init_in); a bigger one moves to the heap. */
 #define ATTND_DEC_SKELETON_INLINE 2048
 /* The root of a request: an object of the `known` members alone (NULL-
- * terminated), its "id" (a string of at most 256 characters, or absent or
- * null) copied into the request. */
+ * terminated), its "id" (a string of at most ATTND_ID_MAX bytes, or absent
+ * or null) copied into the request, first, before anything else can fail. */
 int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known);
+/* Copies the id of j, a request whose decoding failed with err, into err
+ * (has_id), before j is freed: its error reply and log line carry it. None
+ * where j has none, or err is out_of_memory. Returns -1. Borrows both. */
+int attnd__dec_keep_id(const attnd_request_t *j, attnd_error_t *err);
 /* Points the request at layer l: a reference to d->layers, the layer's
  * weights, biases and norms in params, its head dims, rope and default
  * causal alignment. */

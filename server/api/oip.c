@@ -682,8 +682,10 @@ static attnd_request_t *decode_once(oip_t tmpl, const char *json, size_t n,
          attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
                          "invalid JSON at line %d, column %d: %s", je.line,
                          je.column, je.text));
-  else if ((r = decode_body(&o, root)) < 0)
+  else if ((r = decode_body(&o, root)) < 0) {
     *unsure = o.d.unsure && !o.d.planning;
+    attnd__dec_keep_id(j, err);
+  }
   json_decref(root);
   if (r == 0)
     return j;

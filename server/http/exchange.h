@@ -56,6 +56,10 @@ struct attnd_http_req {
   char sid[72];              /* a {session} parameter: the id */
   attnd_error_t pre_error;   /* a session's step that failed in its turn */
   int has_pre_error;
+  /* The "id" of a request refused in decoding (an error's, has_id), for
+   * the access log: req, which would hold it, was never made. */
+  int has_id;
+  char id[ATTND_ID_MAX + 1];
   const attnd_asset_t *asset; /* an asset route's file */
   double t_arrival;
   char request_id[96];

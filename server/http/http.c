@@ -608,7 +608,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   const attnd_request_t *j = r->req;
   attnd_access_t line = {
       .request_id = r->request_id,
-      .id = j ? j->id : NULL,
+      .id = j           ? j->id
+            : r->has_id ? r->id
+                        : NULL,
       .method = r->method,
       .path = r->path,
       .status = r->status,

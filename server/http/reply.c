@@ -176,6 +176,10 @@ enum MHD_Result attnd_http_send_json(attnd_http_req_t *r, int status,
 enum MHD_Result attnd_http_send_error(attnd_http_req_t *r,
                                       const attnd_error_t *e) {
   attnd_metrics_reject(r->srv->metrics, attnd_error_reason(e->code));
+  if (e->has_id) { /* for the log */
+    r->has_id = 1;
+    memcpy(r->id, e->id, sizeof r->id);
+  }
   attnd_buf_t b;
   attnd_buf_init(&b);
   int status;
@@ -190,7 +194,19 @@ enum MHD_Result attnd_http_send_error(attnd_http_req_t *r,
     attnd_buf_puts(&b, "}\n");
   } else {
     status = attnd_error_status(e->code);
-    attnd_buf_puts(&b, "{\"error\":{\"code\":\"");
+    /* the request's id, as its 200 would have it: OIP's error is its
+     * message alone */
+    const char *id = e->has_id              ? e->id
+                     : r->req && r->req->id ? r->req->id
+                                            : NULL;
+    if (id) {
+      attnd_buf_puts(&b, "{\"id\":");
+      attnd_buf_json_string(&b, id, strlen(id));
+      attnd_buf_puts(&b, ",");
+    } else {
+      attnd_buf_puts(&b, "{");
+    }
+    attnd_buf_puts(&b, "\"error\":{\"code\":\"");
     attnd_buf_puts(&b, attnd_error_name(e->code));
     attnd_buf_puts(&b, "\",\"message\":");
     attnd_buf_json_string(&b, e->message, strlen(e->message));
