@@ -336,6 +336,11 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "# HELP attnd_scratch_bytes Workspace that workers and HTTP threads "
       "hold, kept between requests up to scratch_keep_bytes each.\n"
       "# TYPE attnd_scratch_bytes gauge\nattnd_scratch_bytes %lld\n"
+      "# HELP attnd_heap_bytes malloc's heap: in use by the process, and "
+      "freed but kept for reuse.\n"
+      "# TYPE attnd_heap_bytes gauge\n"
+      "attnd_heap_bytes{state=\"in_use\"} %llu\n"
+      "attnd_heap_bytes{state=\"free\"} %llu\n"
       "# HELP attnd_memory_limit_bytes Host memory that requests may hold: "
       "max_memory_bytes less kv_cache_bytes and pinned_memory_bytes.\n"
       "# TYPE attnd_memory_limit_bytes gauge\n"
@@ -345,8 +350,9 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "turn, their decoded tensors) and the scratch.\n"
       "# TYPE attnd_memory_held_bytes gauge\n"
       "attnd_memory_held_bytes %lld\n",
-      g->inflight, (long long)g->scratch_bytes, (long long)g->memory_limit,
-      (long long)g->memory_held);
+      g->inflight, (long long)g->scratch_bytes,
+      (unsigned long long)g->heap_in_use, (unsigned long long)g->heap_free,
+      (long long)g->memory_limit, (long long)g->memory_held);
   attnd_buf_printf(
       b,
       "# HELP attnd_sessions KV-cache sessions held.\n"

@@ -86,6 +86,9 @@ typedef struct attnd_gauges {
   uint64_t batches, batched_steps;
   /* the workspaces workers and HTTP threads hold (run.h) */
   int64_t scratch_bytes;
+  /* malloc's heap (mallinfo2): in use by the process, and freed but kept
+   * for reuse (main.c's mallopt keeps it) */
+  uint64_t heap_in_use, heap_free;
   /* the requests' memory budget (max_memory_bytes less kv_cache_bytes and
    * pinned_memory_bytes) and what is held of it, the scratch included */
   int64_t memory_limit, memory_held;

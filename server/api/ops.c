@@ -1,6 +1,7 @@
 /* server/api/ops.c: the operational endpoints: /healthz, /readyz and
  * /metrics, and the files of the binary (the page, /openapi.json). See
  * api.h. */
+#include <malloc.h>
 #include <stdatomic.h>
 
 #include "api/api.h"
@@ -64,6 +65,9 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   g.deleted = st.deleted;
   attnd_sched_batches(s->sched, &g.batches, &g.batched_steps);
   g.scratch_bytes = attnd_scratch_held();
+  struct mallinfo2 mi = mallinfo2();
+  g.heap_in_use = mi.uordblks;
+  g.heap_free = mi.fordblks;
   g.memory_limit = s->budget.max;
   g.memory_held = attnd_budget_used(&s->budget);
   attn_cuda_info_t ci;
