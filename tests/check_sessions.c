@@ -3572,8 +3572,11 @@ START_TEST(test_batch_deadline_in_window) {
   bg_start(&bx, srv.port, path, batch_text(&x, L));
   ck_assert_msg(sh_wait_metric(srv.port, "attnd_busy_workers", 1, 10) >= 1,
                 "the long step did not start");
-  usleep(200000); /* the pace of arrivals: one in 200 ms, under half the
-                     window, so the next waits for company for 400 ms */
+  usleep(100000); /* the pace of arrivals: one in 100 ms, under half the
+                     window, so the next waits for company for 200 ms; and
+                     the long step still runs when the late one's 40 ms
+                     have passed (with a pace of 200 ms, once in CI, it had
+                     ended) */
   char *by = step_text(&y, 0, L,
                        "{\"id\":\"late-step\",\"timeout_ms\":40,"
                        "\"return\":{\"encoding\":\"base64\"}}");
