@@ -40,16 +40,7 @@ static long baseline; /* VmRSS before the first shape, bytes */
 /* The value of `field` ("VmRSS:") in the server's /proc status, in bytes;
  * -1 when it cannot be read. */
 static long status_bytes(const char *field) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)srv.pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return -1;
-  long kb = -1;
-  while (fgets(line, sizeof line, f))
-    if (strncmp(line, field, strlen(field)) == 0)
-      kb = strtol(line + strlen(field), NULL, 10);
-  fclose(f);
+  long kb = sh_proc_status(srv.pid, field);
   return kb < 0 ? -1 : kb * 1024;
 }
 

@@ -58,20 +58,9 @@ static sh_server_t srv;
 
 /* ---- the server's own counts -------------------------------------------- */
 
-/* `field` of /proc/<pid>/status ("VmRSS:", "Threads:"), as its number
- * (kB for sizes); -1 when it cannot be read. */
+/* `field` of attnd's /proc status ("VmRSS:", "Threads:"). */
 static long proc_status(const char *field) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)srv.pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return -1;
-  long v = -1;
-  while (fgets(line, sizeof line, f))
-    if (strncmp(line, field, strlen(field)) == 0)
-      v = strtol(line + strlen(field), NULL, 10);
-  fclose(f);
-  return v;
+  return sh_proc_status(srv.pid, field);
 }
 
 /* The server's open fds, each as "N -> target" on a line of its own, into

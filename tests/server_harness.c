@@ -1086,6 +1086,20 @@ double sh_metric(int port, const char *sample) {
   return v;
 }
 
+long sh_proc_status(pid_t pid, const char *field) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return -1;
+  long v = -1;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, field, strlen(field)) == 0)
+      v = strtol(line + strlen(field), NULL, 10);
+  fclose(f);
+  return v;
+}
+
 double sh_wait_metric(int port, const char *sample, double min,
                       double timeout_s) {
   double deadline = sh_now() + timeout_s, v;

@@ -260,6 +260,9 @@ double sh_metric_in(const char *text, const char *sample);
 
 /* The same from GET /metrics; -1 when absent or on failure. */
 double sh_metric(int port, const char *sample);
+/* The number after `field` ("VmRSS:", "Threads:") in /proc/<pid>/status
+ * (kB for sizes), or -1 when it cannot be read. */
+long sh_proc_status(pid_t pid, const char *field);
 
 /* Polls /metrics every 5 ms until `sample` is at least `min`, for at most
  * timeout_s. Returns the last value read (-1 if none). */
