@@ -882,7 +882,8 @@ void attnd_config_usage(FILE *f) {
   fprintf(f,
           "usage: attnd [--config FILE] [--print-config] [--KEY VALUE]...\n\n"
           "Each key is also read from the config file and from ATTND_<KEY>;\n"
-          "flags override the environment, which overrides the file.\n\n");
+          "flags override the environment, which overrides the file;\n"
+          "of a flag given twice, the last counts.\n\n");
   for (size_t i = 0; i < sizeof cli_flags / sizeof cli_flags[0]; i++) {
     char flag[64];
     snprintf(flag, sizeof flag, "%s%s%s", cli_flags[i].name,

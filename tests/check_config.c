@@ -108,8 +108,9 @@ START_TEST(test_precedence) {
   attnd_config_t c;
   char msg[256];
   /* file: port, queue_depth, workers; env overrides port and queue_depth;
-   * the flag overrides port again */
-  char *argv[] = {"attnd", conf, "--port", "7003", NULL};
+   * the flag overrides port again, and of a flag given twice the last
+   * counts (--help says so) */
+  char *argv[] = {"attnd", conf, "--port", "7004", "--port", "7003", NULL};
   char *envp[] = {"ATTND_PORT=7002", "ATTND_QUEUE_DEPTH=6",
                   "ATTND_SERVICE_HOST=10.0.0.1", "HOME=/root", NULL};
   ck_assert_int_eq(load(&c, argv, envp, msg, sizeof msg), 0);

@@ -164,7 +164,8 @@ static void print_usage(FILE *f) {
   fprintf(f, "usage: attnd-load [options]\n"
              "Sweeps every length with every concurrency (or rate); with "
              "--mode decode,\nevery prefill length with every concurrency. "
-             "See docs/load-testing.md.\n");
+             "See docs/load-testing.md.\nOf an option given twice, the last "
+             "counts (lists are comma-separated).\n");
   for (size_t i = 0; i < NOPTS; i++) {
     char left[64];
     snprintf(left, sizeof left, "%s%s%s", options[i].name,
