@@ -434,18 +434,23 @@ END_TEST
  * that does not fit while another holds the budget is asked to retry (429,
  * with Retry-After); and the budget is whole again once that one is done.
  * The slow request needs about 10 MB (its tensors, workspace and reply). */
+/* One worker, and 12 MB for requests (test_memory_budget_keeps_id reads
+ * its access log). */
+static const char *const budget_args[] = {"--workers",
+                                          "1",
+                                          "--threads-per-request",
+                                          "1",
+                                          "--max-memory-bytes",
+                                          "16M",
+                                          "--kv-cache-bytes",
+                                          "4M",
+                                          "--access-log",
+                                          "stderr",
+                                          NULL};
+
 START_TEST(test_memory_budget) {
-  static const char *const args[] = {"--workers",
-                                     "1",
-                                     "--threads-per-request",
-                                     "1",
-                                     "--max-memory-bytes",
-                                     "16M",
-                                     "--kv-cache-bytes",
-                                     "4M",
-                                     NULL};
   sh_server_t s;
-  start(&s, args);
+  start(&s, budget_args);
   sh_resp_t r;
   char *big = sh_slow_body(8192, 256, 8, 3, NULL);
   ck_assert_int_eq(sh_post(s.port, big, strlen(big), &r), 0);
@@ -514,6 +519,86 @@ START_TEST(test_memory_budget) {
   sh_resp_free(&r);
   free(body);
   stop(&s);
+}
+END_TEST
+
+/* A /v1 body of n values 0.25 in rows of 512, with the id `id`: 5 bytes
+ * of JSON a value (and 2 a row), which decoding makes 4 bytes more. */
+static char *id_body(const char *id, size_t n) {
+  size_t cap = 5 * n + 2 * (n / 512 + 1) + 256;
+  char *b = malloc(cap), *p = b;
+  ck_assert_ptr_nonnull(b);
+  p += sprintf(p, "{\"id\":\"%s\",\"num_heads\":2,\"query\":[", id);
+  for (size_t i = 0; i < n; i++)
+    p += sprintf(p, "%s0.25", i % 512 ? "," : i ? "],[" : "[");
+  strcpy(p, "]]}");
+  return b;
+}
+
+/* Asserts that the error r has the id `id`. */
+static void assert_id(const sh_resp_t *r, const char *id) {
+  json_t *v = sh_json(r);
+  const char *got = json_string_value(json_object_get(v, "id"));
+  ck_assert_msg(got && strcmp(got, id) == 0, "the %ld has no id %s: %s",
+                r->status, id, r->body);
+  json_decref(v);
+}
+
+/* Whether the access log in s's stderr has a line of this id and status. */
+static int logged(sh_server_t *s, const char *id, int status) {
+  char want[160];
+  snprintf(want, sizeof want, "\"id\":\"%s\",", id);
+  for (const char *l = s->log; (l = strstr(l, want)) != NULL; l++) {
+    const char *end = strchr(l, '\n'), *st = strstr(l, "\"status\":");
+    if (st && (end == NULL || st < end) && atoi(st + 9) == status)
+      return 1;
+  }
+  return 0;
+}
+
+/* A request that the memory budget refuses while its body is decoded keeps
+ * its id, as any other refusal in decoding does: the 422 of one whose body
+ * and decoding could never fit, and the 429 of one whose decoding finds
+ * the budget held by a running request, both echo the id and log it. Bug:
+ * the budget's error replaced decoding's, and with it the id: no "id" in
+ * the reply, "id":"" in the log. */
+START_TEST(test_memory_budget_keeps_id) {
+  const long long may = 12582912; /* max_memory_bytes less kv_cache_bytes */
+  sh_server_t s;
+  start(&s, budget_args);
+  sh_resp_t r;
+  /* a body of 10 MB that fits, and its decoding that could never */
+  char *b = id_body("never-3", 2u << 20);
+  ck_assert_int_eq(sh_post(s.port, b, strlen(b), &r), 0);
+  free(b);
+  sh_assert_error(&r, 422, "limit_exceeded", NULL, "its decoding", NULL);
+  assert_id(&r, "never-3");
+  sh_resp_free(&r);
+
+  /* while a slow request holds most of the budget, a body that fits what
+   * is left and whose decoding does not */
+  char *body = slow_body(5, NULL);
+  call_t a;
+  call_start(&a, s.port, body);
+  ck_assert_msg(sh_wait_metric(s.port, "attnd_busy_workers", 1, 10) >= 1,
+                "the first request never ran");
+  long long held = (long long)sh_metric(s.port, "attnd_memory_held_bytes");
+  ck_assert_msg(held > 0 && held < may - (1 << 20), "held %lld", held);
+  b = id_body("full-4", (size_t)(may - held) / 6);
+  ck_assert_int_eq(sh_post(s.port, b, strlen(b), &r), 0);
+  free(b);
+  sh_assert_error(&r, 429, "overloaded", NULL, "max_memory_bytes", NULL);
+  assert_id(&r, "full-4");
+  sh_resp_free(&r);
+  call_join(&a);
+  assert_slow_ok(&a.r, "the request holding the budget", 5);
+  sh_resp_free(&a.r);
+  free(body);
+  stop(&s);
+  sh_server_read_log(&s);
+  ck_assert_msg(logged(&s, "never-3", 422), "no line of id never-3:\n%s",
+                s.log);
+  ck_assert_msg(logged(&s, "full-4", 429), "no line of id full-4:\n%s", s.log);
 }
 END_TEST
 
@@ -1630,6 +1715,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_body_paced);
   tcase_add_test(tc, test_body_pace_ends);
   tcase_add_test(tc, test_memory_budget);
+  tcase_add_test(tc, test_memory_budget_keeps_id);
   tcase_add_test(tc, test_body_never_fits);
   suite_add_tcase(s, tc);
 

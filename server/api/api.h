@@ -93,7 +93,8 @@ int attnd_api_hold_memory(attnd_http_req_t *r, int64_t need, const char *what,
  * when decoding failed, else admission settles it to the request's own.
  * _end returns `bad`; where decoding failed as out of memory because the
  * budget was short, e is then the budget's error instead: overloaded
- * (429), or limit_exceeded when the decoding could never fit. */
+ * (429), or limit_exceeded when the decoding could never fit, with the
+ * id that decoding kept (has_id). */
 void attnd_api_meter_begin(attnd_http_req_t *r);
 int attnd_api_meter_end(attnd_http_req_t *r, int bad, attnd_error_t *e);
 /* What the scheduler needs of req besides req (attnd_sched_job_t): its

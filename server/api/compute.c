@@ -37,11 +37,17 @@ void attnd_api_meter_begin(attnd_http_req_t *r) {
 
 int attnd_api_meter_end(attnd_http_req_t *r, int bad, attnd_error_t *e) {
   int64_t need = attnd__dec_meter_end();
-  if (bad < 0 && need > 0 && e->code == ATTND_ERR_OUT_OF_MEMORY)
-    return need > r->srv->budget.max
-               ? attnd_http_budget_never(
-                     r, need, "its body and its decoding, at least", e)
-               : attnd_http_budget_full(r, need, e);
+  if (bad < 0 && need > 0 && e->code == ATTND_ERR_OUT_OF_MEMORY) {
+    attnd_error_t was = *e; /* the id decoding kept, if it had read it */
+    if (need > r->srv->budget.max)
+      attnd_http_budget_never(r, need, "its body and its decoding, at least",
+                              e);
+    else
+      attnd_http_budget_full(r, need, e);
+    e->has_id = was.has_id;
+    memcpy(e->id, was.id, sizeof e->id);
+    return -1;
+  }
   return bad;
 }
 

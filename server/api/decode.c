@@ -786,8 +786,75 @@ int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known) {
   return attnd__dec_members(d, root, "", known);
 }
 
+/* The end of the JSON value at p, as far as its brackets and strings go:
+ * the ',' or '}' after it at its own level, or `end`. */
+static const char *skip_value(const char *p, const char *end) {
+  int depth = 0, esc;
+  for (; p < end; p++) {
+    if (*p == '"') {
+      if ((p = attnd__string_close(p, end, &esc)) == NULL)
+        return end;
+    } else if (*p == '[' || *p == '{')
+      depth++;
+    else if ((*p == ']' || *p == '}') && depth-- == 0)
+      return p;
+    else if (*p == ',' && depth == 0)
+      return p;
+  }
+  return end;
+}
+
+static const char *skip_ws(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+    p++;
+  return p;
+}
+
+/* The string whose text is [p, q] as jansson reads it, copied into err's
+ * id when it has at most ATTND_ID_MAX bytes. */
+static void text_id(const char *p, const char *q, attnd_error_t *err) {
+  json_error_t je;
+  int oom = 0;
+  attnd__dec_tree_begin(); /* the value goes into the thread's arena */
+  json_t *v = attnd__dec_parse(p, (size_t)(q + 1 - p), &je, &oom);
+  if (json_is_string(v) && json_string_length(v) <= ATTND_ID_MAX &&
+      strlen(json_string_value(v)) == json_string_length(v)) {
+    err->has_id = 1;
+    snprintf(err->id, sizeof err->id, "%s", json_string_value(v));
+  }
+  json_decref(v);
+  attnd__dec_tree_end();
+}
+
+void attnd__dec_find_id(const char *body, size_t len, attnd_error_t *err) {
+  const char *end = body + len, *p = skip_ws(body, end), *q;
+  int esc;
+  if (p == end || *p++ != '{')
+    return;
+  for (;;) {
+    p = skip_ws(p, end);
+    if (p == end || *p != '"' ||
+        (q = attnd__string_close(p, end, &esc)) == NULL)
+      return;
+    int is_id = !esc && q - p == 3 && memcmp(p + 1, "id", 2) == 0;
+    p = skip_ws(q + 1, end);
+    if (p == end || *p++ != ':')
+      return;
+    p = skip_ws(p, end);
+    if (is_id) {
+      if (p < end && *p == '"' &&
+          (q = attnd__string_close(p, end, &esc)) != NULL)
+        text_id(p, q, err);
+      return;
+    }
+    p = skip_value(p, end);
+    if (p == end || *p++ != ',')
+      return;
+  }
+}
+
 int attnd__dec_keep_id(const attnd_request_t *j, attnd_error_t *err) {
-  if (j && j->id && err->code != ATTND_ERR_OUT_OF_MEMORY) {
+  if (j && j->id) {
     err->has_id = 1;
     snprintf(err->id, sizeof err->id, "%s", j->id);
   }
@@ -1116,9 +1183,12 @@ static int decode_path(const char *body, size_t len, const attnd_config_t *cfg,
     if (!oom)
       attnd__dec_keep_id(j, err);
     attnd_request_free(j);
-    return oom ? attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
-                                 "out of memory parsing the request's JSON")
-               : -1;
+    if (!oom)
+      return -1;
+    attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                    "out of memory parsing the request's JSON");
+    attnd__dec_find_id(body, len, err); /* not parsed: read where it is */
+    return -1;
   }
   j->t.decode_ms = attnd_now_ms() - t0;
   *out = j;

@@ -150,9 +150,18 @@ void attnd__dec_tree_end(void);
  * or null) copied into the request, first, before anything else can fail. */
 int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known);
 /* Copies the id of j, a request whose decoding failed with err, into err
- * (has_id), before j is freed: its error reply and log line carry it. None
- * where j has none, or err is out_of_memory. Returns -1. Borrows both. */
+ * (has_id), before j is freed: its error reply and log line carry it, an
+ * out_of_memory that the memory budget turns into its 429 or 422 too
+ * (attnd_api_meter_end). None where j has none. Returns -1. Borrows both. */
 int attnd__dec_keep_id(const attnd_request_t *j, attnd_error_t *err);
+/* For a body whose parse ran out of memory (the memory budget short while
+ * the scanner lifted its tensors, before the id was read): the root
+ * object's "id" member, found in the text body[0..len) in one pass that
+ * skips every other member's value by its brackets and strings, copied
+ * into err (has_id) where it is a string of at most ATTND_ID_MAX bytes.
+ * Allocates only the id's own value, in the thread's arena. Borrows both;
+ * HTTP thread. */
+void attnd__dec_find_id(const char *body, size_t len, attnd_error_t *err);
 /* Points the request at layer l: a reference to d->layers, the layer's
  * weights, biases and norms in params, its head dims, rope and default
  * causal alignment. */
