@@ -13,9 +13,16 @@
  * member and strings of 1024 characters or more, which bodies of a few KB
  * reach. One layer is
  * loaded, "L" (fuzz_layer: torch_mha, E = 8, H = 2, RoPE, causal),
- * so that bodies naming it take the layer's path. */
+ * so that bodies naming it take the layer's path.
+ *
+ * Beside it, attnd__dec_find_id (the one pass that reads a body's id when
+ * its parse ran out of memory) against jansson's tree: on every body that
+ * jansson reads as an object, the same id, or none. */
+#include <jansson.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "api/decode.h"
 #include "config.h"
 #include "decode_diff.h"
 #include "fuzz.h"
@@ -31,7 +38,26 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   return 0;
 }
 
+static void check_find_id(const char *body, size_t size) {
+  attnd_error_t err = {0};
+  attnd__dec_find_id(body, size, &err);
+  json_error_t je;
+  json_t *root = json_loadb(body, size, JSON_REJECT_DUPLICATES, &je);
+  if (!json_is_object(root)) {
+    json_decref(root);
+    return;
+  }
+  json_t *id = json_object_get(root, "id");
+  int want = json_is_string(id) && json_string_length(id) <= ATTND_ID_MAX;
+  FUZZ_CHECK(err.has_id == want, "find_id: has_id %d, jansson's tree %d",
+             err.has_id, want);
+  FUZZ_CHECK(!want || strcmp(err.id, json_string_value(id)) == 0,
+             "find_id: id '%s', jansson's '%s'", err.id, json_string_value(id));
+  json_decref(root);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  check_find_id((const char *)data, size);
   char why[2048];
   FUZZ_CHECK(decode_diff((const char *)data, size, &cfg, why, sizeof why) == 0,
              "the two decoding paths differ: %s", why);
