@@ -1059,6 +1059,27 @@ START_TEST(test_client_gone_uploading) {
 }
 END_TEST
 
+/* One connection closed for `reason` (a rejection counted, none for
+ * `other`), then s stopped: its event logged once, and an access line of a
+ * request not complete. */
+static void assert_closed_once(sh_server_t *s, const char *reason,
+                               const char *other) {
+  char name[96], event[64];
+  snprintf(name, sizeof name, "attnd_rejections_total{reason=\"%s\"}", reason);
+  ck_assert_double_eq(sh_metric(s->port, name), 1);
+  snprintf(name, sizeof name, "attnd_rejections_total{reason=\"%s\"}", other);
+  ck_assert_double_eq(sh_metric(s->port, name), 0);
+  stop(s);
+  sh_server_read_log(s);
+  snprintf(event, sizeof event, "{\"event\":\"%s\"", reason);
+  const char *ev = strstr(s->log, event);
+  ck_assert_msg(ev, "no %s event:\n%s", reason, s->log);
+  ck_assert_msg(strstr(ev + 1, event) == NULL, "the event logged twice:\n%s",
+                s->log);
+  ck_assert_msg(strstr(s->log, "\"complete\":false"),
+                "no access line of a request not complete:\n%s", s->log);
+}
+
 /* POSTs, as a slow reader (sh_post_slow_reader_assert: a 4 KB receive
  * buffer), a request whose reply is H·512·512 weights as text (over
  * H·1e6 bytes), into *body (the caller frees it); checks its 200 and puts
@@ -1086,11 +1107,17 @@ static int post_weights(int port, int64_t H, char **body, double *len,
 /* A client that asks for a large reply and takes none of it: the reply's
  * text stays counted in the memory budget while it waits to be sent (it is
  * allocated), and is given back once connection_timeout_s passes with no
- * byte taken, the connection closed. Bug: a share given back when the
- * reply was queued (a budget that no longer bounds memory), or kept after
- * the connection closed. */
+ * byte taken, the connection closed. That close is libmicrohttpd's timeout
+ * or the slow-reader sweep, whichever comes first (here, with a grace of
+ * 1 s, mostly the library's): either way it counts once under slow_reader,
+ * the event logged once, and the connection is reset (what the kernel
+ * held of the reply dropped, not sent on as the client reads). Bug: a
+ * share given back when the reply was queued (a budget that no longer
+ * bounds memory), or kept after the connection closed; or the library's
+ * close of a stalled reader not counted, and a shutdown, not a reset. */
 START_TEST(test_reply_not_taken) {
-  static const char *const args[] = {"--connection-timeout-s", "1", NULL};
+  static const char *const args[] = {"--connection-timeout-s", "1",
+                                     "--access-log", "stderr", NULL};
   sh_server_t s;
   start(&s, args);
   double before = sh_metric(s.port, "attnd_memory_held_bytes"), len;
@@ -1112,12 +1139,19 @@ START_TEST(test_reply_not_taken) {
   ck_assert_msg(held - before < len, "%.0f held 20 s on (%.0f before)", held,
                 before);
   ck_assert_double_eq(sh_metric(s.port, "attnd_inflight"), 0);
+  int inq = 0; /* what had come before the closure, not yet read */
+  ck_assert_int_eq(ioctl(fd, FIONREAD, &inq), 0);
+  size_t after = 0;
   while ((got = recv(fd, buf, sizeof buf, 0)) > 0)
-    taken += (size_t)got;
-  ck_assert_msg(taken < len, "the whole reply came after all");
+    after += (size_t)got;
+  ck_assert_msg(taken + after < len, "the whole reply came after all");
+  ck_assert_msg(after <= (size_t)inq + (64 << 10),
+                "%zu bytes of the reply came after the connection was closed "
+                "(%d were there, unread)",
+                after, inq);
   close(fd);
   free(body);
-  stop(&s);
+  assert_closed_once(&s, "slow_reader", "slow_sender");
 }
 END_TEST
 
@@ -1163,27 +1197,6 @@ typedef struct held_back {
 static int memory_given_back(void *arg) {
   const held_back_t *h = arg;
   return sh_metric(h->s->port, "attnd_memory_held_bytes") < h->below;
-}
-
-/* One connection closed for `reason` (a rejection counted, none for
- * `other`), then s stopped: its event logged once, and an access line of a
- * request not complete. */
-static void assert_closed_once(sh_server_t *s, const char *reason,
-                               const char *other) {
-  char name[96], event[64];
-  snprintf(name, sizeof name, "attnd_rejections_total{reason=\"%s\"}", reason);
-  ck_assert_double_eq(sh_metric(s->port, name), 1);
-  snprintf(name, sizeof name, "attnd_rejections_total{reason=\"%s\"}", other);
-  ck_assert_double_eq(sh_metric(s->port, name), 0);
-  stop(s);
-  sh_server_read_log(s);
-  snprintf(event, sizeof event, "{\"event\":\"%s\"", reason);
-  const char *ev = strstr(s->log, event);
-  ck_assert_msg(ev, "no %s event:\n%s", reason, s->log);
-  ck_assert_msg(strstr(ev + 1, event) == NULL, "the event logged twice:\n%s",
-                s->log);
-  ck_assert_msg(strstr(s->log, "\"complete\":false"),
-                "no access line of a request not complete:\n%s", s->log);
 }
 
 /* A client that takes a large reply at a trickle, a quarter of

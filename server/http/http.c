@@ -217,6 +217,30 @@ static void slow_sender(const attnd_server_t *s, const attnd_http_conn_t *c,
                    (long long)s->cfg->min_recv_rate_bytes_per_s);
 }
 
+/* Counts c's request a slow reader, `taken` bytes of its reply taken, and
+ * writes the line that says so into log. Under conns_lock. */
+static void slow_reader(const attnd_server_t *s, const attnd_http_conn_t *c,
+                        uint64_t taken, double now, attnd_buf_t *log) {
+  attnd_metrics_reject(s->metrics, ATTND_REJECT_SLOW_READER);
+  attnd_buf_printf(log,
+                   "{\"event\":\"slow_reader\",\"request_id\":\"%s\","
+                   "\"reply_bytes\":%zu,\"taken_bytes\":%llu,"
+                   "\"seconds\":%.3f,\"min_send_rate_bytes_per_s\":%lld}\n",
+                   c->request_id, c->reply_bytes, (unsigned long long)taken,
+                   (now - c->reply_since) / 1000.0,
+                   (long long)s->cfg->min_send_rate_bytes_per_s);
+}
+
+/* Resets c's connection: Linux's TCP sends a RST and drops what it still
+ * holds of the reply, at once (a shutdown where that fails). Its fd is
+ * then -1. Under conns_lock. */
+static void conn_reset(attnd_http_conn_t *c) {
+  if (connect(c->fd, &(struct sockaddr){.sa_family = AF_UNSPEC},
+              sizeof(struct sockaddr)) != 0)
+    shutdown(c->fd, SHUT_RDWR);
+  c->fd = -1;
+}
+
 /* Shuts down the connections that have waited connection_timeout_s for a
  * request's headers, and resets those whose body or reply has fallen behind
  * min_recv_rate_bytes_per_s or min_send_rate_bytes_per_s (each logged
@@ -236,25 +260,16 @@ static void on_header_sweep(uv_timer_t *t) {
     if (c->in_request ? !body && !reply_behind(s, c, now, &taken)
                       : now - c->since <= limit)
       continue;
-    if (body) { /* counted before the body is freed */
+    if (body) /* counted before the body is freed */
       slow_sender(s, c, sent, now, &log);
-    } else if (c->in_request) { /* counted before the reply is freed */
-      attnd_metrics_reject(s->metrics, ATTND_REJECT_SLOW_READER);
-      attnd_buf_printf(&log,
-                       "{\"event\":\"slow_reader\",\"request_id\":\"%s\","
-                       "\"reply_bytes\":%zu,\"taken_bytes\":%llu,"
-                       "\"seconds\":%.3f,\"min_send_rate_bytes_per_s\":%lld}\n",
-                       c->request_id, c->reply_bytes, (unsigned long long)taken,
-                       (now - c->reply_since) / 1000.0,
-                       (long long)s->cfg->min_send_rate_bytes_per_s);
-    }
-    /* a request's: reset now, what the kernel holds of it dropped (a
-     * shutdown where that fails) */
-    if (!c->in_request ||
-        connect(c->fd, &(struct sockaddr){.sa_family = AF_UNSPEC},
-                sizeof(struct sockaddr)) != 0)
+    else if (c->in_request) /* counted before the reply is freed */
+      slow_reader(s, c, taken, now, &log);
+    if (c->in_request) { /* reset now, what the kernel holds dropped */
+      conn_reset(c);
+    } else {
       shutdown(c->fd, SHUT_RDWR);
-    c->fd = -1;
+      c->fd = -1;
+    }
   }
   uv_mutex_unlock(&s->conns_lock);
   if (log.len && !log.oom)
@@ -263,13 +278,19 @@ static void on_header_sweep(uv_timer_t *t) {
 }
 
 /* libmicrohttpd closed conn, idle for connection_timeout_s, while its
- * request's body was still paced (not all in): a body that stalled is a
- * slow sender's, as one the sweep finds behind is; which of the two comes
- * first, when a body stalls at its headers, is a race. Counted once: the
- * sweep takes no connection whose fd is -1. Any HTTP thread. */
+ * request's body was still paced (not all in), or while its reply was
+ * (queued, not all sent: the client stopped reading). A body that stalled
+ * is a slow sender's, and a reply that stalled a slow reader's, as those
+ * the sweep finds behind are; which of the two closes it first is a race
+ * (the library's timeout counts from the last byte, the sweep's grace of
+ * the same length from the headers or the reply). Counted once: the sweep
+ * takes no connection whose fd is -1. A reply's connection is reset, as
+ * the sweep's is, before the library closes the socket: what the kernel
+ * holds of the reply is dropped, not sent on as the client reads. Any
+ * HTTP thread. */
 static void conn_timed_out(attnd_server_t *s, struct MHD_Connection *conn) {
   attnd_http_conn_t *c = conn_of(conn);
-  uint64_t received;
+  uint64_t received, acked;
   if (c == NULL)
     return;
   attnd_buf_t log;
@@ -279,6 +300,10 @@ static void conn_timed_out(attnd_server_t *s, struct MHD_Connection *conn) {
       attnd_tcp_bytes(c->fd, NULL, &received) == 0) {
     slow_sender(s, c, received - c->received, attnd_now_ms(), &log);
     c->fd = -1;
+  } else if (c->in_request && c->reply_since != 0 && c->fd >= 0 &&
+             attnd_tcp_bytes(c->fd, &acked, NULL) == 0) {
+    slow_reader(s, c, acked - c->acked, attnd_now_ms(), &log);
+    conn_reset(c);
   }
   uv_mutex_unlock(&s->conns_lock);
   if (log.len && !log.oom)
