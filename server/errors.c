@@ -53,5 +53,10 @@ attnd_reject_t attnd_status_reason(int status) {
   for (int c = 0; c < ATTND_ERR_COUNT; c++)
     if (rows[c].status == status)
       return rows[c].reason;
+#define LIBRARY_ROW(code, reason)                                              \
+  if (status == code)                                                          \
+    return ATTND_REJECT_##reason;
+  ATTND_LIBRARY_STATUS_MAP(LIBRARY_ROW)
+#undef LIBRARY_ROW
   return ATTND_REJECT_NONE;
 }

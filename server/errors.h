@@ -48,6 +48,11 @@
   X(DRAINING, "draining", 503, 503, DRAINING)                                  \
   X(DEADLINE_EXCEEDED, "deadline_exceeded", 504, 504, DEADLINE)
 
+/* The statuses libmicrohttpd answers with itself once attnd holds the
+ * request (from its request line: http.c's on_uri) that no row above has:
+ * X(status, reason), counted as the rows' are (docs/operations.md). */
+#define ATTND_LIBRARY_STATUS_MAP(X) X(431, TOO_LARGE)
+
 typedef enum {
 #define ATTND__ERR_ENUM(name, code, status, v2, reason) ATTND_ERR_##name,
   ATTND_ERROR_MAP(ATTND__ERR_ENUM)

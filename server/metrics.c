@@ -12,9 +12,13 @@
 
 /* Statuses counted by name: those attnd answers that are not errors, and
  * libmicrohttpd's 500 (a reply that could not be made), with every status
- * of the error table (errors.h) under /v1 and OIP, sorted and each once
+ * of the error table (errors.h) under /v1 and OIP and those libmicrohttpd
+ * answers itself (ATTND_LIBRARY_STATUS_MAP), sorted and each once
  * (status_labels); anything else is counted as "other". */
-static const int own_statuses[] = {200, 201, 204, 500};
+#define LIBRARY_STATUS(code, reason) code,
+static const int own_statuses[] = {200, 201, 204, 500,
+                                   ATTND_LIBRARY_STATUS_MAP(LIBRARY_STATUS)};
+#undef LIBRARY_STATUS
 #define NSTATUS                                                                \
   (sizeof own_statuses / sizeof own_statuses[0] + 2 * ATTND_ERR_COUNT)
 

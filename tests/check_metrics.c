@@ -1680,15 +1680,17 @@ START_TEST(test_every_path_counted) {
   }
 
   /* a Content-Length that is not a number: libmicrohttpd answers 400
-   * before attnd has the request, which no counter sees (as
-   * docs/operations.md says) */
+   * before attnd's handler runs, but after the request line, from which
+   * attnd holds the request (docs/operations.md): counted as the chunk's
+   * are, under the protocol of its path */
   path_begin();
   ck_assert_int_eq(raw_status(raw_send("POST /v1/attention HTTP/1.1\r\n"
                                        "Host: 127.0.0.1\r\n" KEY_HDR
                                        "Content-Length: abc\r\n\r\n",
                                        NULL, 0)),
                    400);
-  path_end("400 Content-Length abc", NULL, 0, 0, 0, 0, 0);
+  PATH_END("400 Content-Length abc", 0, 0, 0, 0, COUNTED("v1", "400"),
+           REJECTED("invalid"));
 
   /* a client that leaves halfway through its body: only the access log's
    * 499, counted as status other */

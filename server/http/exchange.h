@@ -46,7 +46,9 @@ struct attnd_http_req {
   struct MHD_Connection *conn;
   const attnd_route_t *route; /* NULL until routed, and for no route */
   int preflight;              /* a CORS preflight (OPTIONS) on a route */
-  attnd_protocol_t proto;     /* its replies' and errors' form, and metrics */
+  int begun; /* the first callback has run (the state is made earlier, at
+                the request line: on_uri) */
+  attnd_protocol_t proto; /* its replies' and errors' form, and metrics */
   /* A {model}, {version} or {name} parameter, or "": in its _mem, or
    * where it does not fit there (a layer's name has no limit), malloc'd
    * and owned (on_completed frees it). */

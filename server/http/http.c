@@ -373,12 +373,13 @@ static int param_into(char **dst, char *mem, size_t cap, const char *v,
   return 0;
 }
 
-/* Copies s whole into *dst as param_into does; where memory is out, cut
- * to fit mem (for the access log alone: better in part than not at all).
- */
-static void copy_whole(char **dst, char *mem, size_t cap, const char *s) {
-  if (param_into(dst, mem, cap, s, strlen(s)) < 0) {
-    attnd_fmt_str(mem, cap, s);
+/* Copies s[0..len) whole into *dst as param_into does; where memory is
+ * out, cut to fit mem (for the access log alone: better in part than not
+ * at all). */
+static void copy_whole(char **dst, char *mem, size_t cap, const char *s,
+                       size_t len) {
+  if (param_into(dst, mem, cap, s, len) < 0) {
+    snprintf(mem, cap, "%.*s", (int)(len < cap ? len : cap - 1), s);
     *dst = mem;
   }
 }
@@ -544,28 +545,62 @@ static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
                                               : MHD_YES;
 }
 
+/* A new request's state, its path path[0..len) (for the access log and
+ * the metrics' protocol until the first callback routes it). Returns NULL
+ * when out of memory. Any HTTP thread. */
+static attnd_http_req_t *req_open(attnd_server_t *s,
+                                  struct MHD_Connection *conn, const char *path,
+                                  size_t len) {
+  attnd_http_req_t *r = req_new();
+  if (r == NULL)
+    return NULL;
+  if (uv_mutex_init(&r->mu) != 0) {
+    attnd_pool_put(&req_pool, r);
+    return NULL;
+  }
+  r->srv = s;
+  r->conn = conn;
+  r->t_arrival = attnd_now_ms();
+  r->json_len = -1;
+  r->body_len = -1;
+  copy_whole(&r->path, r->path_mem, sizeof r->path_mem, path, len);
+  r->proto = unrouted_proto(r->path);
+  attnd_buf_init(&r->body);
+  return r;
+}
+
+/* libmicrohttpd's URI log callback: its request line has parsed (method,
+ * target and version), its headers are yet to come. The request's state is
+ * made here, with the target's path as sent, so that a reply the library
+ * makes itself from now on, before the first callback (431, a
+ * Content-Length's 400 or 413, a header line without a colon), comes to
+ * on_completed with it, and is logged and counted; one before (414, 505, a
+ * bad request line) never reaches attnd. Returns the request's state (the
+ * con_cls of the callbacks after), or NULL when out of memory (then the
+ * first callback makes it). Any HTTP thread. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
+  const char *path = attnd_http_target_path(uri);
+  return req_open(cls, conn, path, strcspn(path, "?"));
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
                                   size_t *upload_size, void **con_cls) {
   attnd_server_t *s = cls;
   attnd_http_req_t *r = *con_cls;
-  if (r == NULL) {
+  if (r == NULL || !r->begun) {
     url = attnd_http_target_path(url);
-    if ((r = req_new()) == NULL)
+    if (r == NULL && (r = req_open(s, conn, url, strlen(url))) == NULL)
       return MHD_NO;
-    if (uv_mutex_init(&r->mu) != 0) {
-      attnd_pool_put(&req_pool, r);
-      return MHD_NO;
-    }
-    r->srv = s;
-    r->conn = conn;
-    r->t_arrival = attnd_now_ms();
-    r->json_len = -1;
-    r->body_len = -1;
-    copy_whole(&r->method, r->method_mem, sizeof r->method_mem, method);
-    copy_whole(&r->path, r->path_mem, sizeof r->path_mem, url);
-    attnd_buf_init(&r->body);
+    if (r->path != r->path_mem) /* the path as sent: now decoded */
+      free(r->path);
+    r->path = r->path_mem;
+    copy_whole(&r->path, r->path_mem, sizeof r->path_mem, url, strlen(url));
+    copy_whole(&r->method, r->method_mem, sizeof r->method_mem, method,
+               strlen(method));
+    r->t_arrival = attnd_now_ms(); /* its headers all in */
+    r->begun = 1;
     *con_cls = r;
     atomic_fetch_add(&s->active, 1);
     r->inflight = 1;
@@ -597,6 +632,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 /* ---- completion ------------------------------------------------------------
  */
 
+/* Frees r and what it owns. Completion. */
+static void req_free(attnd_http_req_t *r) {
+  attnd_buf_free(&r->body);
+  attnd_pinned_put(r->body_pinned);
+  attnd_inflate_free(r->inflate);
+  attnd_request_free(r->req);
+  params_free(r);
+  uv_mutex_destroy(&r->mu);
+  attnd_pool_put(&req_pool, r);
+}
+
 void attnd_http_answered(attnd_http_req_t *r) {
   if (r->inflight) {
     r->inflight = 0;
@@ -610,14 +656,23 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   attnd_http_req_t *r = *con_cls;
   if (r == NULL)
     return;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+  if (!r->begun) { /* the library answered before the first callback */
+    if (ci == NULL || ci->http_status == 0) {
+      req_free(r); /* or nobody did: the client left, or the sweep shut it */
+      *con_cls = NULL;
+      return;
+    }
+    set_request_id(r);
+  }
   int64_t held = r->req ? (int64_t)attnd_request_memory(r->req) : 0;
   /* before it counts as answered */
   attnd_budget_give(&s->budget, &r->mem_held);
   attnd_budget_give(&s->device_budget, &r->device_held);
   attnd_http_answered(r); /* one that got no reply of attnd's */
-  if (r->status == 0) {   /* libmicrohttpd answered (a bad chunk), or nobody */
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_HTTP_STATUS);
+  if (r->status == 0) {   /* libmicrohttpd answered (a bad chunk, or above), or
+                            nobody */
     r->status = ci && ci->http_status ? (int)ci->http_status
                 : toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? 200
                                                              : 499;
@@ -647,15 +702,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
       .total_ms = r->total_ms ? r->total_ms : attnd_now_ms() - r->t_arrival,
   };
   attnd_access_log_write(s->access_log, &line);
-  attnd_buf_free(&r->body);
-  attnd_pinned_put(r->body_pinned);
-  attnd_inflate_free(r->inflate);
-  attnd_request_free(r->req);
-  params_free(r);
-  uv_mutex_destroy(&r->mu);
-  attnd_pool_put(&req_pool, r);
+  if (r->begun)
+    atomic_fetch_sub(&s->active, 1);
+  req_free(r);
   *con_cls = NULL;
-  atomic_fetch_sub(&s->active, 1);
   conn_mark(s, conn, NULL);
   attnd_memory_settle(held);
 }
@@ -745,7 +795,8 @@ int attnd_http_start(attnd_server_t *s) {
       (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
       (unsigned)c->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
       on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-      MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+      MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_LISTEN_BACKLOG_SIZE,
+      1024u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
       (size_t)c->connection_buffer_bytes, MHD_OPTION_ARRAY, tls,
       MHD_OPTION_END);
   freeaddrinfo(ai);
