@@ -20,7 +20,8 @@
   X(CLIENT_GONE, "client_gone")                                                \
   X(SLOW_READER, "slow_reader")                                                \
   X(SLOW_SENDER, "slow_sender")                                                \
-  X(UNAUTHORIZED, "unauthorized")
+  X(UNAUTHORIZED, "unauthorized")                                              \
+  X(REQUEST_LINE, "request_line")
 
 typedef enum {
 #define ATTND__REJECT_ENUM(name, label) ATTND_REJECT_##name,

@@ -158,6 +158,10 @@ void attnd_http_conn_replying(attnd_http_req_t *r);
  * *received (either may be NULL): 0, or -1 where the kernel does not say
  * (not TCP, or before Linux 4.1). Any thread (tcp_acked.c). */
 int attnd_tcp_bytes(int fd, uint64_t *acked, uint64_t *received);
+/* The bytes written to fd's connection, acknowledged or still in the
+ * kernel's send queue, into *written: 0, or -1 where the kernel does not
+ * say. Any thread (tcp_acked.c). */
+int attnd_tcp_written(int fd, uint64_t *written);
 
 /* ---- intake (intake.c); HTTP thread ------------------------------------- */
 

@@ -84,6 +84,7 @@ typedef struct attnd_http_conn {
                          its pace not measurable */
   uint64_t acked;     /* the connection's bytes acknowledged then */
   size_t reply_bytes; /* the reply's body */
+  int had_request;    /* a request line has parsed (on_uri) */
   char request_id[96];
 } attnd_http_conn_t;
 
@@ -110,7 +111,16 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
     uv_mutex_unlock(&s->conns_lock);
     *ctx = c;
   } else if (c) {
+    uint64_t written;
     uv_mutex_lock(&s->conns_lock);
+    /* libmicrohttpd wrote to a connection on which no request line
+     * parsed: its own refusal of that line (414, 505, 400), which no
+     * attnd code saw; its status is gone by now. Plain HTTP alone: TLS
+     * writes its handshake. The SYN and the FIN take a sequence number
+     * each, which the kernel counts as written: 2 is nothing written. */
+    if (!c->had_request && c->fd >= 0 && s->tls_cert == NULL &&
+        attnd_tcp_written(c->fd, &written) == 0 && written > 2)
+      attnd_metrics_reject(s->metrics, ATTND_REJECT_REQUEST_LINE);
     if (c->prev)
       c->prev->next = c->next;
     else
@@ -575,11 +585,15 @@ static attnd_http_req_t *req_open(attnd_server_t *s,
  * makes itself from now on, before the first callback (431, a
  * Content-Length's 400 or 413, a header line without a colon), comes to
  * on_completed with it, and is logged and counted; one before (414, 505, a
- * bad request line) never reaches attnd. Returns the request's state (the
+ * bad request line) never reaches attnd, and counts only for its
+ * connection (on_connection). Returns the request's state (the
  * con_cls of the callbacks after), or NULL when out of memory (then the
  * first callback makes it). Any HTTP thread. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
   const char *path = attnd_http_target_path(uri);
+  attnd_http_conn_t *c = conn_of(conn);
+  if (c)
+    c->had_request = 1; /* read on this thread alone (on_connection) */
   return req_open(cls, conn, path, strcspn(path, "?"));
 }
 

@@ -3,13 +3,16 @@
  * a body, http.c). A file of its own: tcpi_bytes_acked and
  * tcpi_bytes_received are only in <linux/tcp.h>, which cannot share a
  * file with glibc's <netinet/tcp.h>, and uv.h includes that one. */
+#include <linux/sockios.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 int attnd_tcp_bytes(int fd, uint64_t *acked, uint64_t *received);
+int attnd_tcp_written(int fd, uint64_t *written);
 
 int attnd_tcp_bytes(int fd, uint64_t *acked, uint64_t *received) {
   struct tcp_info ti;
@@ -23,5 +26,15 @@ int attnd_tcp_bytes(int fd, uint64_t *acked, uint64_t *received) {
     *acked = ti.tcpi_bytes_acked;
   if (received)
     *received = ti.tcpi_bytes_received;
+  return 0;
+}
+
+int attnd_tcp_written(int fd, uint64_t *written) {
+  uint64_t acked;
+  int queued; /* written, not yet acknowledged */
+  if (attnd_tcp_bytes(fd, &acked, NULL) != 0 ||
+      ioctl(fd, SIOCOUTQ, &queued) != 0 || queued < 0)
+    return -1;
+  *written = acked + (uint64_t)queued;
   return 0;
 }
