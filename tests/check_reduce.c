@@ -118,42 +118,40 @@ static void check_against(const attn_params_t *p, const routs_t *g,
             ? rr->mean_weights + (b * rr->Lq + i) * rr->Lk
             : rr->weights + ((b * rr->H + h) * rr->Lq + i) * rr->Lk;
     for (int64_t t = 0; t < K; t++) {
-      ck_assert_msg(fabs(gv[t] - rv[t]) <= RED_TOL,
-                    "%s: top_k row %lld rank %lld: value %.9g, reference "
-                    "%.9g (index %lld)",
-                    what, (long long)row, (long long)t, (double)gv[t], rv[t],
-                    (long long)ri[t]);
+      REQUIRE(fabs(gv[t] - rv[t]) <= RED_TOL,
+              "%s: top_k row %lld rank %lld: value %.9g, reference "
+              "%.9g (index %lld)",
+              what, (long long)row, (long long)t, (double)gv[t], rv[t],
+              (long long)ri[t]);
       if (gi[t] < 0) {
-        ck_assert_msg(gv[t] == 0 && rv[t] <= RED_TOL,
-                      "%s: top_k row %lld rank %lld: -1 (value %g) where the "
-                      "reference has %lld (%.9g)",
-                      what, (long long)row, (long long)t, (double)gv[t],
-                      (long long)ri[t], rv[t]);
+        REQUIRE(gv[t] == 0 && rv[t] <= RED_TOL,
+                "%s: top_k row %lld rank %lld: -1 (value %g) where the "
+                "reference has %lld (%.9g)",
+                what, (long long)row, (long long)t, (double)gv[t],
+                (long long)ri[t], rv[t]);
         continue;
       }
-      ck_assert_msg(gi[t] >= ref->k0 && gi[t] < ref->k1,
-                    "%s: top_k row %lld: index %d outside [%lld, %lld)", what,
-                    (long long)row, gi[t], (long long)ref->k0,
-                    (long long)ref->k1);
+      REQUIRE(gi[t] >= ref->k0 && gi[t] < ref->k1,
+              "%s: top_k row %lld: index %d outside [%lld, %lld)", what,
+              (long long)row, gi[t], (long long)ref->k0, (long long)ref->k1);
       for (int64_t u = 0; u < t; u++)
-        ck_assert_msg(gi[u] != gi[t], "%s: top_k row %lld: index %d twice",
-                      what, (long long)row, gi[t]);
-      ck_assert_msg(fabs(gv[t] - w[gi[t]]) <= RED_TOL,
-                    "%s: top_k row %lld rank %lld: index %d has value %.9g, "
-                    "its weight is %.9g",
-                    what, (long long)row, (long long)t, gi[t], (double)gv[t],
-                    w[gi[t]]);
+        REQUIRE(gi[u] != gi[t], "%s: top_k row %lld: index %d twice", what,
+                (long long)row, gi[t]);
+      REQUIRE(fabs(gv[t] - w[gi[t]]) <= RED_TOL,
+              "%s: top_k row %lld rank %lld: index %d has value %.9g, "
+              "its weight is %.9g",
+              what, (long long)row, (long long)t, gi[t], (double)gv[t],
+              w[gi[t]]);
       if (gi[t] != ri[t])
-        ck_assert_msg(fabs(w[gi[t]] - rv[t]) <= RED_TOL,
-                      "%s: top_k row %lld rank %lld: index %d (weight %.9g), "
-                      "reference %lld (%.9g): not a tie",
-                      what, (long long)row, (long long)t, gi[t], w[gi[t]],
-                      (long long)ri[t], rv[t]);
+        REQUIRE(fabs(w[gi[t]] - rv[t]) <= RED_TOL,
+                "%s: top_k row %lld rank %lld: index %d (weight %.9g), "
+                "reference %lld (%.9g): not a tie",
+                what, (long long)row, (long long)t, gi[t], w[gi[t]],
+                (long long)ri[t], rv[t]);
       if (t > 0)
-        ck_assert_msg(gv[t] < gv[t - 1] ||
-                          (gv[t] == gv[t - 1] && gi[t] > gi[t - 1]),
-                      "%s: top_k row %lld: rank %lld out of order", what,
-                      (long long)row, (long long)t);
+        REQUIRE(gv[t] < gv[t - 1] || (gv[t] == gv[t - 1] && gi[t] > gi[t - 1]),
+                "%s: top_k row %lld: rank %lld out of order", what,
+                (long long)row, (long long)t);
     }
   }
   struct {
@@ -171,8 +169,8 @@ static void check_against(const attn_params_t *p, const routs_t *g,
     if (arrays[k].got == NULL || arrays[k].n == 0)
       continue;
     double e = tu_rel_err(arrays[k].got, arrays[k].ref, (size_t)arrays[k].n);
-    ck_assert_msg(e <= RED_TOL, "%s: %s relative error %g > %g", what,
-                  arrays[k].name, e, RED_TOL);
+    REQUIRE(e <= RED_TOL, "%s: %s relative error %g > %g", what, arrays[k].name,
+            e, RED_TOL);
   }
 }
 
