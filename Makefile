@@ -3,6 +3,8 @@
 #   make run     install what is missing, build, start the service
 #   make test    install what is missing, build, run every test
 #   make asan    every test under AddressSanitizer + UBSan (build/asan/)
+#   make tsan    the suites that start attnd, under ThreadSanitizer
+#                (build/tsan/; a developer's tool, in neither test nor CI)
 #   make openapi-check  lint docs/openapi.json, run the integration suites
 #                and validate every reply they got against it
 #   make ui-test the page at / in Debian's chromium (tests/ui/)
@@ -34,18 +36,35 @@ PKG_SERVER := libmicrohttpd jansson libuv gnutls zlib
 PKG_TEST := check libcurl
 
 OPT ?= -O2
+# OpenMP: the core's team of threads for one request (core/forward.c), a
+# layer's conversion (server/model/layers.c), and simd loops.
+OPENMP := -fopenmp
+# SAN=1: ASan and UBSan. SAN=thread: TSan, with OpenMP's simd loops only:
+# libgomp is not instrumented, so TSan cannot see its barriers and would
+# call each stage of a request a race with the one before. Without a team
+# the core runs a request's stages on its worker alone (the same tasks, in
+# order: the same results), and TSan sees the server's own threads, which
+# are what it is for here.
+# (The other omp pragmas, ignored, are not worth a warning there.)
+ifeq ($(SAN),thread)
+  OPENMP := -fopenmp-simd -Wno-unknown-pragmas
+endif
 CFLAGS_COMMON = -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wshadow \
   -Wstrict-prototypes -Wmissing-prototypes -D_GNU_SOURCE -MMD -MP \
-  -Iinclude -fopenmp
+  -Iinclude $(OPENMP)
 ifeq ($(SAN),1)
   CFLAGS_COMMON += -fsanitize=address,undefined -fno-sanitize-recover=all \
     -fno-omit-frame-pointer
   LDFLAGS_SAN := -fsanitize=address,undefined
 endif
+ifeq ($(SAN),thread)
+  CFLAGS_COMMON += -fsanitize=thread -fno-omit-frame-pointer
+  LDFLAGS_SAN := -fsanitize=thread
+endif
 
 # '=' so that pkg-config runs when a recipe needs it, after deps are in.
 CFLAGS_CORE = $(CFLAGS_COMMON) $(shell pkg-config --cflags $(PKG_CORE))
-LIBS_CORE = $(shell pkg-config --libs $(PKG_CORE)) $(LIBS_CUDA) -lm -fopenmp
+LIBS_CORE = $(shell pkg-config --libs $(PKG_CORE)) $(LIBS_CUDA) -lm $(OPENMP)
 # The codec library (codec/) is named from the top ("codec/buf.h"); the
 # server's rooms from server/ ("http/auth.h", "sched/request.h").
 CFLAGS_CODEC = $(CFLAGS_CORE) -iquote . $(shell pkg-config --cflags zlib)
@@ -398,6 +417,26 @@ newcomer-test:
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 OPT=-O1 check
+
+# ThreadSanitizer over the suites that start attnd, in build/tsan/ (SAN=
+# thread: its core has no OpenMP team, see OPENMP above). A developer's
+# tool: in neither `test`, `asan` nor CI, which have no time for it. The
+# servers' reports go to files, $(TSAN_LOGS)/log.<pid>, since the suites
+# read their stderr; it fails when there is one. Suites whose bounds are
+# on memory or pace may fail under it (its shadow memory, its slowness):
+# their failures are printed, its reports are what it is for.
+TSAN_LOGS = $(CURDIR)/$(BUILD)/tsan-logs
+.PHONY: tsan tsan-check
+tsan: deps
+	@$(MAKE) --no-print-directory BUILD=build/tsan SAN=thread OPT=-O1 tsan-check
+tsan-check: $(SERVER_TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load \
+  $(BUILD)/tests/attnd-pinned $(DEMO_LAYER)
+	@rm -rf $(TSAN_LOGS) && mkdir -p $(TSAN_LOGS)
+	@TSAN_OPTIONS="halt_on_error=0 exitcode=0 log_path=$(TSAN_LOGS)/log" \
+	  ATTND_BIN=$(BUILD)/attnd ATTND_LOAD_BIN=$(BUILD)/attnd-load \
+	  sh tools/run-tests.sh $(SERVER_TEST_BIN) || true
+	@n=$$(cat $(TSAN_LOGS)/log.* 2>/dev/null | grep -c '^WARNING: ThreadSanitizer'); \
+	  echo "tsan: $$n reports in $(TSAN_LOGS)"; [ "$$n" = 0 ]
 
 $(BUILD)/libattn.a: $(CORE_OBJ)
 	@rm -f $@

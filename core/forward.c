@@ -33,7 +33,9 @@
 #include <cblas.h>
 #include <float.h>
 #include <math.h>
+#ifdef _OPENMP /* not in the TSan build (the Makefile's SAN=thread) */
 #include <omp.h>
+#endif
 #include <pthread.h>
 #include <stddef.h>
 #include <string.h>
@@ -1216,7 +1218,9 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
   fwd_t f;
   setup(&f, pl, o, workspace);
   f.t[0] = now_ms();
-  if (pl->threads > 1) {
+#ifdef _OPENMP
+  int team = pl->threads > 1;
+  if (team) {
 #pragma omp parallel num_threads(pl->threads)
     {
       int id = omp_get_thread_num();
@@ -1238,7 +1242,11 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
         }
       }
     }
-  } else { /* the same stages without a team: no barrier, no futex */
+  } else
+#else
+  int team = 0; /* the TSan build (SAN=thread): one thread runs them all */
+#endif
+  { /* the same stages without a team: no barrier, no futex */
     for (int k = 0; k < STAGES; k++) {
       for (int64_t t = 0; t < count(&f, &stage_table[k]); t++)
         run_task(&f, &stage_table[k], t, 0);
@@ -1256,7 +1264,7 @@ int attn_forward(const attn_plan_t *pl, attn_outputs_t *o, void *workspace,
   const double part[3] = {o->timing.projection_ms, o->timing.attention_ms,
                           o->timing.output_ms};
   for (int k = 0; k < 3; k++) /* one thread is busy throughout */
-    *busy[k] = pl->threads > 1 ? (double)f.busy_ns[k] * 1e-6 : part[k];
+    *busy[k] = team ? (double)f.busy_ns[k] * 1e-6 : part[k];
   if (canceled(pl))
     return attn__err(err, ATTN_ECANCELED, ATTN_FIELD_CANCEL,
                      "canceled after %.3f ms", t3 - f.t[0]);
