@@ -123,7 +123,9 @@ int bench_server_start(bench_server_t *s, const char *bin,
     _exit(127);
   }
   close(p[1]);
-  s->pid = pid;
+  /* published: a thread of the caller may wait on it to signal the server
+   * during its start (check_security's test_sighup_at_start) */
+  __atomic_store_n(&s->pid, pid, __ATOMIC_RELEASE);
   s->owner = getpid();
   s->err_fd = p[0];
   fcntl(s->err_fd, F_SETFL, fcntl(s->err_fd, F_GETFL) | O_NONBLOCK);

@@ -327,7 +327,12 @@ static void *fifo_feed(void *arg) {
   int fd = fifo_open(f->path); /* attnd is reading the keys in its start */
   if (fd < 0)
     return NULL;
-  pid_t pid = __atomic_load_n(&f->s->pid, __ATOMIC_SEQ_CST);
+  /* attnd may open the FIFO before its launcher has stored its pid (the
+   * launcher stores it after fork returns, the child runs meanwhile) */
+  pid_t pid = 0;
+  for (double t0 = sh_now(); sh_now() - t0 < 10.0; usleep(1000))
+    if ((pid = __atomic_load_n(&f->s->pid, __ATOMIC_ACQUIRE)) > 0)
+      break;
   f->sent = pid > 0 && kill(pid, SIGHUP) == 0;
   usleep(200000); /* the signal lands while attnd waits for the file */
   if (write(fd, KEY3 "\n", strlen(KEY3) + 1) < 0) /* EPIPE: it died */
