@@ -98,11 +98,10 @@ static void sleep_ms(int ms) {
   nanosleep(&t, NULL);
 }
 
+/* Job id (its id set by setup, once: a worker may be reading it). */
 static fake_t *job(int id) {
   ck_assert_int_lt(id, MAX_JOBS);
-  fake_t *f = &H.jobs[id];
-  f->id = id;
-  return f;
+  return &H.jobs[id];
 }
 
 static int started(const fake_t *f) {
@@ -374,6 +373,8 @@ static void came_back(const fake_t *f, attnd_sched_outcome_t outcome, int ran) {
 /* Checked: runs in the forked child, so the workers are the child's. */
 static void setup(void) {
   memset(&H, 0, sizeof H);
+  for (int i = 0; i < MAX_JOBS; i++)
+    H.jobs[i].id = i;
   H.want = INT_MAX;
   H.loop_thread = uv_thread_self();
   ck_assert_int_eq(uv_loop_init(&H.loop), 0);
