@@ -161,13 +161,13 @@ static void append_check(const layer_t *l, cache_t *c, const float *x,
   for (int64_t t = c->past % ATTN_KV_PAGE; t % ATTN_KV_PAGE; t++) {
     for (int64_t r = 0; r < HKV * DH; r++) {
       float y = page[r * ATTN_KV_LDK + t];
-      ck_assert_msg(begun ? y == 0 : isfinite(y), "%s: key slot %lld is %g",
-                    what, (long long)t, y);
+      REQUIRE(begun ? y == 0 : isfinite(y), "%s: key slot %lld is %g", what,
+              (long long)t, y);
     }
     for (int64_t k = 0; k < HKV * 16; k++) {
       float y = page[voff + (size_t)(t * ldv + k)];
-      ck_assert_msg(begun ? y == 0 : isfinite(y), "%s: value slot %lld is %g",
-                    what, (long long)t, y);
+      REQUIRE(begun ? y == 0 : isfinite(y), "%s: value slot %lld is %g", what,
+              (long long)t, y);
     }
   }
 }

@@ -136,9 +136,9 @@ static void same(const float *got, const float *want, int64_t n,
   ck_assert_msg(got != NULL, "%s: absent", what);
   ck_assert_msg((uintptr_t)got % 64 == 0, "%s: not 64-byte aligned", what);
   for (int64_t i = 0; i < n; i++)
-    ck_assert_msg(memcmp(&got[i], &want[i], sizeof *got) == 0,
-                  "%s[%lld] = %.9g, expected %.9g", what, (long long)i,
-                  (double)got[i], (double)want[i]);
+    REQUIRE(memcmp(&got[i], &want[i], sizeof *got) == 0,
+            "%s[%lld] = %.9g, expected %.9g", what, (long long)i,
+            (double)got[i], (double)want[i]);
 }
 
 /* Every size and weight of l is w's. */
