@@ -59,6 +59,9 @@ float *attnd__dec_take_floats(dec_t *d, attnd_bulk_t *b, const char *field);
 uint64_t attnd__dec_nonce(void);
 /* The array item of d->bulk that placeholder v stands for, or NULL. */
 attnd_bulk_t *attnd__dec_bulk_array(const dec_t *d, const json_t *v);
+/* The index of the first value of x[0..n) that is not finite, or -1. Any
+ * thread. */
+int64_t attnd__dec_first_non_finite(const float *x, int64_t n);
 /* The out_of_memory error for `field`; returns -1. */
 int attnd__dec_oom(dec_t *d, const char *field);
 /* Picks one of `names` (NULL-terminated) for obj's string member `key`,

@@ -328,10 +328,8 @@ static int decode_bulk(dec_t *d, attnd_bulk_t *b, const char *field, int kind,
   if (kind == K_FLOAT) {
     if (b->is_bool)
       return E_UNSURE(d, ATTND_ERR_INVALID_TYPE, field, "%s: booleans", field);
-    for (int64_t i = 0; i < n; i++)
-      if (!isfinite(b->data[i]))
-        return E_UNSURE(d, ATTND_ERR_NON_FINITE, field, "%s: not finite",
-                        field);
+    if (attnd__dec_first_non_finite(b->data, n) >= 0)
+      return E_UNSURE(d, ATTND_ERR_NON_FINITE, field, "%s: not finite", field);
     if ((t->data = attnd__dec_take_floats(d, b, field)) == NULL)
       return -1;
   } else {
@@ -485,11 +483,11 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
       dst = f;
     } else if (kind == K_FLOAT) {
       const float *f = raw;
-      for (int64_t i = 0; i < n; i++)
-        if (!isfinite(f[i]))
-          return E(d, ATTND_ERR_NON_FINITE, field,
-                   "%s element %lld is %g; values must be finite", sub,
-                   (long long)i, (double)f[i]);
+      int64_t i = attnd__dec_first_non_finite(f, n);
+      if (i >= 0)
+        return E(d, ATTND_ERR_NON_FINITE, field,
+                 "%s element %lld is %g; values must be finite", sub,
+                 (long long)i, (double)f[i]);
       dst = raw;
     } else if (as == B_BOOL) {
       const uint8_t *b = raw;

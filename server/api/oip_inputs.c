@@ -223,8 +223,6 @@ static int walk(oip_t *o, const oip_in_t *in, const json_t *v, int level,
   return 0;
 }
 
-static int64_t first_non_finite(const float *x, int64_t n);
-
 /* The input's JSON data that the bulk scanner lifted (b: rectangular, all
  * numbers or all booleans), flat or nested as the shape. What would be an
  * error sends the body down the slow path (E_UNSURE), which words it. */
@@ -240,7 +238,7 @@ static int fill_bulk(oip_t *o, const oip_in_t *in, attnd_bulk_t *b,
   int64_t n = in->n;
   switch (in->def->elem) {
   case EL_FLOAT: {
-    if (b->is_bool || first_non_finite(b->data, n) >= 0)
+    if (b->is_bool || attnd__dec_first_non_finite(b->data, n) >= 0)
       return E_UNSURE(d, ATTND_ERR_NON_FINITE, field, "%s: values", field);
     return (*out = attnd__dec_take_floats(d, b, field)) ? 0 : -1;
   }
@@ -317,23 +315,6 @@ static const char *index_text(const oip_in_t *in, int64_t i, char *buf,
   return buf;
 }
 
-/* The index of the first value of x[0..n) that is not finite, or -1. One
- * pass ORs a sum whose top bit is set only for an exponent of all ones
- * (vectorized: 20 GB/s here), a second finds it. */
-static int64_t first_non_finite(const float *x, int64_t n) {
-  uint32_t acc = 0;
-#pragma omp simd reduction(| : acc)
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t u;
-    memcpy(&u, &x[i], sizeof u);
-    acc |= (u & 0x7f800000u) + 0x800000u;
-  }
-  for (int64_t i = 0; (acc & 0x80000000u) && i < n; i++)
-    if (!isfinite(x[i]))
-      return i;
-  return -1;
-}
-
 /* The input's binary data: the next binary_data_size bytes after the JSON,
  * which must be the shape's elements in the datatype, little-endian and
  * row-major, converted into a buffer the request owns. */
@@ -358,7 +339,7 @@ static int fill_binary(oip_t *o, const oip_in_t *in, void **out) {
   o->bin_at += (size_t)in->binary_size;
   if (in->dtype == DT_FP32 && (uintptr_t)src % sizeof(float) == 0 && o->own &&
       (*o->own || o->own_bytes == 0)) {
-    int64_t bad = first_non_finite((const float *)src, in->n);
+    int64_t bad = attnd__dec_first_non_finite((const float *)src, in->n);
     if (bad >= 0)
       return E(d, ATTND_ERR_NON_FINITE, in->path,
                "%s (%s) element %s is not a finite float32", in->path,
