@@ -1729,6 +1729,36 @@ START_TEST(test_scan_strings) {
 }
 END_TEST
 
+/* A base64 value is lifted as data only when every character is printable
+ * ASCII: each byte value, at each place of the 16- and 8-byte blocks the
+ * check reads (their first and last bytes, and the tail after them). */
+START_TEST(test_scan_base64_printable) {
+  static const size_t at[] = {0, 7, 8, 15, 16, 31, 32, 39, 40, 44};
+  for (int b = 1; b < 256; b++) {
+    if (b == '"' || b == '\\')
+      continue;
+    for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
+      char text[80], value[46];
+      memset(value, 'A', 45);
+      value[45] = 0;
+      value[at[k]] = (char)b;
+      int n =
+          snprintf(text, sizeof text, "{\"q\": {\"base64\": \"%s\"}}", value);
+      attnd_bulk_set_t set;
+      attnd_buf_t sk;
+      attnd_bulk_set_init(&set, 12345);
+      attnd_buf_init(&sk);
+      int r = attnd_bulk_scan(text, (size_t)n, 100, 8, &set, &sk);
+      int data = r == 0 && set.n == 1 && !set.items[0].in_tree;
+      ck_assert_msg(data == (b >= 0x20 && b < 0x7f),
+                    "byte 0x%02x at %zu: lifted as data %d", b, at[k], data);
+      attnd_bulk_set_free(&set);
+      attnd_buf_free(&sk);
+    }
+  }
+}
+END_TEST
+
 START_TEST(test_scan_cases) {
   ck_assert_uint_eq(check_scan_s(scan_cases[_i].text, scan_cases[_i].len,
                                  scan_cases[_i].min_elems, 1, NULL),
@@ -2441,6 +2471,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_scan_example);
   tcase_add_test(tc, test_scan_strings);
+  tcase_add_test(tc, test_scan_base64_printable);
   tcase_add_loop_test(tc, test_scan_cases, 0, N_SCAN_CASES);
   tcase_add_loop_test(tc, test_scan_tensors, 0, 40);
   tcase_add_test(tc, test_scan_depth_limit);
