@@ -4024,6 +4024,60 @@ START_TEST(test_refused_step_not_use) {
 }
 END_TEST
 
+/* A step that ran is a use of its session, whatever its outcome: the
+ * session is busy (never swept) while the step runs, and its last use is
+ * the step's end, so a step that outlasts ttl_s and then fails does not
+ * leave its session expired under its client. ttl_s 1; 0.4 s after the
+ * create, a step of 32768 new tokens on one thread (seconds of compute)
+ * with timeout_ms 900 is cancelled while computing (504), 1.3 s after the
+ * last use. Bug: the session ended as expired at the next lookup (404),
+ * as only applied steps counted as use. The sleep is a lower bound; no
+ * upper bound is asserted (the step's 504 shows that it ran past the
+ * deadline). */
+START_TEST(test_failed_step_is_use) {
+  const char *args[] = {"--layers",
+                        layer_arg,
+                        "--workers",
+                        "1",
+                        "--threads-per-request",
+                        "1",
+                        "--max-memory-bytes",
+                        "1073741824",
+                        NULL};
+  sh_server_t srv;
+  start(&srv, args);
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 433);
+  enum { L = 32768 };
+  char *b = create_text(SH_DEMO, "{\"ttl_s\":1}"), id[40];
+  json_decref(create(&c, b, id));
+  free(b);
+  seq_t s;
+  seq_init(&s, SH_DEMO, id);
+  seq_gen(&s, &rng, L);
+  char *body = step_text(&s, 0, L,
+                         "{\"timeout_ms\":900,\"return\":{\"encoding\":"
+                         "\"base64\",\"metrics\":false}}");
+  usleep(400000);
+  sh_resp_t r = call_id(&c, "POST", id, "/attention", body);
+  free(body);
+  sh_assert_error(&r, 504, "deadline_exceeded", "timeout_ms",
+                  "cancelled while computing", NULL);
+  sh_resp_free(&r);
+  json_t *in = get_info(&c, id);
+  ck_assert_int_eq(ji(in, "length"), 0); /* not applied */
+  ck_assert_msg(jnum(in, "idle_s") < 0.5,
+                "idle_s %g just after a step that ran", jnum(in, "idle_s"));
+  json_decref(in);
+  ck_assert(ends(srv.port, "expired") == 0);
+  seq_free(&s);
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
 /* A create whose pages could never fit the KV cache is refused at create,
  * 422 limit_exceeded, not accepted to have every step past the room
  * refused: a pre-projected session of H 2, Dh 4 has pages of 14912 bytes
@@ -4185,6 +4239,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_cache_below_one_session);
   tcase_add_test(tc, test_expired_not_evicted);
   tcase_add_test(tc, test_refused_step_not_use);
+  tcase_add_test(tc, test_failed_step_is_use);
   tcase_add_test(tc, test_create_never_fits);
   tcase_add_test(tc, test_queue_full_counts);
   suite_add_tcase(su, tc);

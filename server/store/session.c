@@ -1059,9 +1059,6 @@ int attnd_session_step_end(attnd_sessions_t *st, attnd_request_t *req,
     s->len = req->kv_past + req->params.query.dim[0];
     s->k_absmax = req->kv_absmax;
     req->step_length = s->len;
-    /* only an applied step is a use: one refused (or not applied) leaves
-     * the last use, that ttl_s counts from, where it was */
-    s->used = attnd_now_ms();
   } else if (commit && req->params.kv) {
     r = attnd_error_set(err, ATTND_ERR_UNKNOWN_SESSION, "session",
                         "session %s was deleted while this step was computed: "
@@ -1073,6 +1070,11 @@ int attnd_session_step_end(attnd_sessions_t *st, attnd_request_t *req,
     while (s->n_pages > keep)
       page_release(s->pool, s->pages[--s->n_pages]);
   }
+  /* a step that ran (t.start set) is a use, whatever its outcome: its
+   * session was busy, never idle, all along, and ttl_s counts from its
+   * end; one refused before it ran leaves the last use where it was */
+  if (req->t.start)
+    s->used = attnd_now_ms();
   req->params.kv = NULL;
   req->session = NULL;
   s->busy = 0;

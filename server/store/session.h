@@ -11,8 +11,9 @@
  * is copied only when a session writes into one it shares. When a pool is
  * full, the least recently used idle session whose pages live there is
  * evicted (its id then answers 410); a session in use never is. A session
- * unused for its ttl_s (a use: a step applied, a fork, a truncate; not a
- * step refused) ends (its id then answers 404, as a deleted one).
+ * unused for its ttl_s (a use: a step that ran, from its start to its
+ * end, applied or not, a fork, a truncate; not a step refused before it
+ * ran) ends (its id then answers 404, as a deleted one).
  *
  * Steps of one session run one at a time, in arrival order: a step is
  * enqueued on its session (attnd_session_enqueue); when its turn comes it
