@@ -501,6 +501,8 @@ $(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TEST_LIB_OBJ) $(BUILD)/libatt
 
 # check_decode makes the nth allocation fail (tests/alloc_fail.h).
 $(BUILD)/tests/check_decode: ALLOC_FAIL_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc
+# check_scheduler fails the allocation of a job's node.
+$(BUILD)/tests/check_scheduler: ALLOC_FAIL_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc
 # check_auth counts the allocations of a large key file.
 $(BUILD)/tests/check_auth: ALLOC_FAIL_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc
 # check_http's intake case counts libmicrohttpd's header lookups, and its

@@ -19,7 +19,8 @@
  *   - intake: in this process, with libmicrohttpd's header lookups counted
  *     (the link wraps MHD_lookup_connection_value, and
  *     MHD_get_connection_values_n for a query's walks): a body's callbacks
- *     look up no header, and a query is read in one walk. */
+ *     look up no header, and a query is read in one walk; and a job the
+ *     scheduler refuses is answered by why (a full queue, no memory). */
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
@@ -30,6 +31,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "api/api.h"
 #include "config.h"
 #include "http/exchange.h"
 #include "server.h"
@@ -754,6 +756,15 @@ const char *__wrap_MHD_lookup_connection_value(struct MHD_Connection *c,
   return NULL;
 }
 
+/* The defaults, as attnd with no arguments has them. */
+static void default_config(attnd_config_t *cfg) {
+  attnd_config_load_t how;
+  char msg[256], *argv[] = {"attnd", NULL};
+  ck_assert_msg(
+      attnd_config_load(cfg, &how, 1, argv, NULL, 2, msg, sizeof msg) == 0,
+      "%s", msg);
+}
+
 START_TEST(test_body_lookups) {
   enum { N = 4096 };
   static const char *const with_length[] = {"Content-Type", "application/json",
@@ -761,11 +772,7 @@ START_TEST(test_body_lookups) {
   static const char *const chunked[] = {"Content-Type", "application/json",
                                         "Transfer-Encoding", "chunked", NULL};
   attnd_config_t cfg;
-  attnd_config_load_t how;
-  char msg[256], *argv[] = {"attnd", NULL};
-  ck_assert_msg(
-      attnd_config_load(&cfg, &how, 1, argv, NULL, 2, msg, sizeof msg) == 0,
-      "%s", msg);
+  default_config(&cfg);
   attnd_server_t *s = calloc(1, sizeof *s);
   s->cfg = &cfg;
   s->budget.max = INT64_C(1) << 30;
@@ -865,6 +872,47 @@ START_TEST(test_query_walks) {
 }
 END_TEST
 
+/* A job the scheduler refused is answered by why: a full queue is 429
+ * overloaded, naming the queue; no memory for the scheduler's node is 503
+ * out_of_memory, with no field (nothing the client sent is at fault).
+ * Bug: both overloaded, which sends a client to retry a server that is
+ * not loaded. In this process, with a scheduler nothing is submitted to. */
+static int never_run(void *job, int worker, int threads,
+                     attnd_scratch_t *scratch) {
+  (void)job, (void)worker, (void)threads, (void)scratch;
+  return 0;
+}
+
+static void never_done(void *job, void *tag, attnd_sched_outcome_t outcome,
+                       void *arg) {
+  (void)job, (void)tag, (void)outcome, (void)arg;
+}
+
+START_TEST(test_refusals) {
+  attnd_config_t cfg;
+  default_config(&cfg);
+  uv_loop_t loop;
+  ck_assert_int_eq(uv_loop_init(&loop), 0);
+  attnd_server_t s = {.cfg = &cfg};
+  s.sched = attnd_sched_new(&loop, 1, 2, never_run, never_done, NULL);
+  ck_assert_ptr_nonnull(s.sched);
+  attnd_http_req_t r = {.srv = &s};
+  attnd_error_t e;
+  ck_assert_int_eq(attnd_api_refused(&r, ATTND_SCHED_NOMEM, &e), -1);
+  ck_assert_str_eq(attnd_error_name(e.code), "out_of_memory");
+  ck_assert_int_eq(attnd_error_status(e.code), 503);
+  ck_assert_str_eq(e.field, "");
+  ck_assert_int_eq(attnd_api_refused(&r, ATTND_SCHED_FULL, &e), -1);
+  ck_assert_str_eq(attnd_error_name(e.code), "overloaded");
+  ck_assert_int_eq(attnd_error_status(e.code), 429);
+  ck_assert_msg(strstr(e.message, "the queue is full"), "%s", e.message);
+  attnd_sched_close(s.sched);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  attnd_sched_free(s.sched);
+  ck_assert_int_eq(uv_loop_close(&loop), 0);
+}
+END_TEST
+
 /* A TCase with its own server. */
 static TCase *server_tcase(Suite *s, const char *name) {
   TCase *tc = tcase_create(name);
@@ -896,6 +944,7 @@ Suite *test_suite(void) {
   tc = tcase_create("intake");
   tcase_add_loop_test(tc, test_body_lookups, 0, 2);
   tcase_add_loop_test(tc, test_query_walks, 0, 2);
+  tcase_add_test(tc, test_refusals);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "alloc_fail.h"
 #include "attn/error.h"
 #include "codec/util.h"
 #include "sched/scheduler.h"
@@ -559,6 +560,33 @@ START_TEST(test_admission) {
     came_back(job(i), ATTND_SCHED_DONE, 1);
   ck_assert_int_eq(job(6)->dones, 0);
   ck_assert_int_eq(runs(job(6)), 0);
+}
+END_TEST
+
+/* A node that cannot be allocated refuses the job as ATTND_SCHED_NOMEM,
+ * not as a full queue (which its caller answers 429 overloaded, telling
+ * the client to retry a server that is not loaded), and counts nothing:
+ * the next job is admitted and runs. The node's calloc is the first
+ * allocation of a submit (counted: exactly one, the failed one); the
+ * workers are idle meanwhile. Bug: -1, the full queue's answer. */
+START_TEST(test_submit_no_memory) {
+  start(1, 2);
+  fake_t *f = job(0);
+  double deadline = far();
+  alloc_fail_arm(0, 0); /* no ck_assert until disarmed: Check allocates */
+  int got = submit(f, deadline, -1);
+  int injected = alloc_fail_injected();
+  long allocs = alloc_fail_count();
+  alloc_fail_arm(-1, 0);
+  ck_assert_int_eq(injected, 1);
+  ck_assert_int_eq(allocs, 1);
+  ck_assert_int_eq(got, ATTND_SCHED_NOMEM);
+  counts_are(0, 0, 0);
+  ck_assert_int_eq(submit(job(1), far(), -1), 0);
+  wait_done(1);
+  came_back(job(1), ATTND_SCHED_DONE, 1);
+  ck_assert_int_eq(f->dones, 0);
+  ck_assert_int_eq(runs(f), 0);
 }
 END_TEST
 
@@ -1456,6 +1484,7 @@ Suite *test_suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 20);
   tcase_add_test(tc, test_admission);
+  tcase_add_test(tc, test_submit_no_memory);
   tcase_add_test(tc, test_two_workers_run_together);
   tcase_add_test(tc, test_retry_after_range);
   tcase_add_test(tc, test_retry_after_follows_average);

@@ -102,10 +102,12 @@ int attnd_api_meter_end(attnd_http_req_t *r, int bad, attnd_error_t *e);
 attnd_sched_job_t attnd_api_job(attnd_http_req_t *r, attnd_request_t *req);
 /* Hands req to the scheduler; with `suspend`, the connection is suspended
  * too (under r->mu, so that the request cannot come back and resume it
- * before it is). Returns 0, or -1 when the queue is full. */
+ * before it is). Returns 0, or attnd_sched_submit's refusal:
+ * ATTND_SCHED_FULL, ATTND_SCHED_NOMEM. */
 int attnd_api_hand_off(attnd_http_req_t *r, attnd_request_t *req, int suspend);
-/* The overloaded error of a full queue: -1, with e. */
-int attnd_api_queue_full(attnd_http_req_t *r, attnd_error_t *e);
+/* The error of hand_off's refusal `why`: overloaded (429) for a full
+ * queue, out_of_memory (503) for no node. -1, with e. */
+int attnd_api_refused(attnd_http_req_t *r, int why, attnd_error_t *e);
 /* The 504 of j, whose deadline passed: -1, with e saying where its time
  * went. One decoded (`ready`, an attnd_now_ms() time) after its deadline
  * says so; else it waited `waited_ms` `where` ("in the queue"). Any

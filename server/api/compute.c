@@ -83,7 +83,7 @@ static int batches(const attnd_http_req_t *r, const attnd_request_t *req) {
 
 /* Hands req to the scheduler; with `suspend`, the connection is suspended
  * too (under mu, so that the request cannot come back and resume it before
- * it is). Returns 0, or -1 when the queue is full. */
+ * it is). Returns 0, or attnd_sched_submit's refusal. */
 attnd_sched_job_t attnd_api_job(attnd_http_req_t *r, attnd_request_t *req) {
   const union MHD_ConnectionInfo *ci =
       MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -106,17 +106,21 @@ int attnd_api_hand_off(attnd_http_req_t *r, attnd_request_t *req, int suspend) {
   /* The scheduler owns the request until attnd_http_job_done. */
   if (suspend)
     uv_mutex_lock(&r->mu);
-  int ok = attnd_sched_submit(r->srv->sched, &job) == 0;
-  if (ok && suspend) {
+  int got = attnd_sched_submit(r->srv->sched, &job);
+  if (got == 0 && suspend) {
     r->submitted = 1;
     MHD_suspend_connection(r->conn);
   }
   if (suspend)
     uv_mutex_unlock(&r->mu);
-  return ok ? 0 : -1;
+  return got;
 }
 
-int attnd_api_queue_full(attnd_http_req_t *r, attnd_error_t *e) {
+int attnd_api_refused(attnd_http_req_t *r, int why, attnd_error_t *e) {
+  if (why == ATTND_SCHED_NOMEM) /* short of memory, not of places */
+    return attnd_error_set(e, ATTND_ERR_OUT_OF_MEMORY, NULL,
+                           "out of memory for the scheduler's record of this "
+                           "request; retry later");
   /* what attnd_sched_submit counted, as the gauges show it (read after
    * the refusal: others may have come or gone since) */
   const attnd_sched_t *s = r->srv->sched;
@@ -223,14 +227,14 @@ static int expired_error(const attnd_request_t *j, attnd_error_t *e) {
  * it is small, computed here and answered now. HTTP thread. */
 enum MHD_Result attnd_api_admit(attnd_http_req_t *r, attnd_request_t *req) {
   attnd_error_t e;
-  int inline_run = runs_inline(r, req);
+  int inline_run = runs_inline(r, req), why = 0;
   double now = attnd_now_ms();
   /* the scheduler expires the rest; what is computed here is checked here */
   if ((inline_run && now > req->t.arrival + (double)req->timeout_ms &&
        attnd_api_deadline_error(req, now, 0, "in the queue", &e) < 0) ||
       attnd_api_take_memory(r, req, &e) < 0 ||
-      (!inline_run && attnd_api_hand_off(r, req, 1) < 0 &&
-       attnd_api_queue_full(r, &e) < 0)) {
+      (!inline_run && (why = attnd_api_hand_off(r, req, 1)) < 0 &&
+       attnd_api_refused(r, why, &e) < 0)) {
     if (req->session) /* a step that will not run lets the next have its turn */
       attnd_session_step_end(r->srv->sessions, req, 0, NULL);
     return attnd_http_send_error(r, &e);

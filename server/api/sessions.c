@@ -48,8 +48,10 @@ static void step_start(attnd_http_req_t *r) {
   struct MHD_Connection *conn = r->conn;
   attnd_error_t *e = &r->pre_error;
   if (step_prepare(r, e) == 0) {
+    int why = 0;
     if (attnd_api_take_memory(r, j, e) == 0 &&
-        (attnd_api_hand_off(r, j, 0) == 0 || attnd_api_queue_full(r, e) == 0))
+        ((why = attnd_api_hand_off(r, j, 0)) == 0 ||
+         attnd_api_refused(r, why, e) == 0))
       return;
     j->t.left = attnd_now_ms();
     attnd_session_step_end(r->srv->sessions, j, 0, NULL);

@@ -667,12 +667,12 @@ void attnd_sched_set_threads(attnd_sched_t *s, int cores, int cap) {
 int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job) {
   if (atomic_fetch_add(&s->inflight, 1) >= s->depth + s->n_workers) {
     atomic_fetch_sub(&s->inflight, 1);
-    return -1;
+    return ATTND_SCHED_FULL;
   }
   node_t *n = calloc(1, sizeof *n);
   if (n == NULL) {
     atomic_fetch_sub(&s->inflight, 1);
-    return -1;
+    return ATTND_SCHED_NOMEM;
   }
   n->j = *job;
   n->queued_at = attnd_now_ms();

@@ -168,9 +168,14 @@ void attnd_sched_set_release(attnd_sched_t *s, attnd_sched_release_fn release,
  * already gone to `done`, when nothing happens. Any thread. */
 void attnd_sched_release(attnd_sched_t *s, uint64_t id);
 
+/* What attnd_sched_submit refuses with: a full queue, or no memory for
+ * the node that would hold the job (not the client's fault, nor a sign of
+ * load: out_of_memory, not overloaded). */
+enum { ATTND_SCHED_FULL = -1, ATTND_SCHED_NOMEM = -2 };
+
 /* Admits a job or refuses it. Returns 0 (the scheduler holds the job until
- * done), or -1 when the queue is full or no node could be allocated.
- * Any thread. */
+ * done), ATTND_SCHED_FULL when the queue is full, or ATTND_SCHED_NOMEM when
+ * no node could be allocated; a refused job is not counted. Any thread. */
 int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job);
 
 /* For a batchable job of `tokens` that its submitter could compute at
