@@ -432,8 +432,15 @@ END_TEST
  * the character made a space). A bare CR passed inside the value, so
  * "X-A: x<CR>Content-Length: 5" hid from attnd a length that a proxy
  * ending lines at a CR reads, and the GET pipelined after it was answered
- * as a request of its own. A tab is whitespace, and stays. (A NUL cannot
- * be seen: libmicrohttpd 0.9.75 measures a value with strlen.) */
+ * as a request of its own. A tab is whitespace, and stays. libmicrohttpd
+ * 0.9.75 measures a value with strlen, so a NUL cut it there, the rest
+ * dropped: "X-Request-Id: abc<NUL>def" was logged and echoed as "abc", a
+ * Content-Type "application/json<NUL>x" read as JSON, and the same for
+ * Origin, Accept-Encoding and Authorization; now each is 400 naming the
+ * header (with an id of attnd's: not "abc"), in the middle of the
+ * headers or last before the body. Lines
+ * ended by a bare LF, where the next name follows the value's end at
+ * once, are no NUL. */
 START_TEST(test_field_value_ctl) {
   static const char cr[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                            "X-A: x\rContent-Length: 5\r\n\r\n"
@@ -442,6 +449,38 @@ START_TEST(test_field_value_ctl) {
   static const char tab[] =
       "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: x\ty\r\n\r\n";
   expect_ok(tab, sizeof tab - 1, "a tab in a value");
+  static const char *const nul[][2] = {
+      {"X-Request-Id", "abc"},       {"Content-Type", "application/json"},
+      {"Origin", "http://a"},        {"Accept-Encoding", "gzip"},
+      {"Authorization", "Bearer k"},
+  };
+  for (size_t i = 0; i < sizeof nul / sizeof nul[0]; i++)
+    for (int last = 0; last < 2; last++) {
+      char req[512];
+      /* "<name>: <value><NUL>x", then another header unless last, then
+       * the body */
+      int n =
+          snprintf(req, sizeof req,
+                   "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   "%sContent-Length: %zu\r\n%s: %s%cx\r\n%s\r\n%s",
+                   i == 1 ? "" : "Content-Type: application/json\r\n", BODY_LEN,
+                   nul[i][0], nul[i][1], 0, last ? "" : "X-B: 1\r\n", body);
+      expect_refused(req, (size_t)n, 400, "bad_request", nul[i][0], "a NUL");
+      if (i == 0) { /* the refusal carries attnd's id, not the cut one */
+        raw_t x;
+        exchange(req, (size_t)n, REPLY_MS, &x);
+        static const char cut[] = "\r\nX-Request-Id: abc\r\n";
+        ck_assert_msg(!memmem(x.buf, x.len, cut, sizeof cut - 1),
+                      "the cut id came back: %.300s", x.buf);
+      }
+    }
+  char lf[512];
+  int n = snprintf(lf, sizeof lf,
+                   "POST /v1/attention HTTP/1.1\nHost: 127.0.0.1\n"
+                   "Content-Type: application/json\nX-A: 1\n"
+                   "Content-Length: %zu\n\n%s",
+                   BODY_LEN, body);
+  expect_ok(lf, (size_t)n, "lines ended by LF");
   expect_alive();
 }
 END_TEST

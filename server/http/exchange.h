@@ -148,6 +148,10 @@ void attnd_http_reply_release(void *block);
  * Once for each request, whichever comes first. */
 void attnd_http_answered(attnd_http_req_t *r);
 
+/* Gives r an id of attnd's own, unique in the process, in place of its
+ * X-Request-Id: for one that framing.c refuses. */
+void attnd_http_own_request_id(attnd_http_req_t *r);
+
 /* Notes that r's reply (r->bytes_out bytes of body) was queued now: from
  * here its connection must take it at min_send_rate_bytes_per_s, after a
  * grace of connection_timeout_s, or be closed by the sweep. */

@@ -12,7 +12,8 @@
  *
  * Its other checks, on the same walk of the headers: no CR, LF or NUL in a
  * field value (a bare CR, which the library keeps, ends a line for some
- * parsers, and hid a header from attnd that a proxy would read), one
+ * parsers, and hid a header from attnd that a proxy would read; a NUL,
+ * which the library cuts the value at, is found after it: nul_cut), one
  * valid Host (RFC 9112 3.2), one value of each singleton attnd reads
  * (Authorization, Content-Type, Origin, X-Request-Id), and no expectation but
  * 100-continue, which libmicrohttpd answers (RFC 9110 10.1.1).
@@ -48,9 +49,10 @@ typedef struct framing {
   const char *bad_value; /* the name of one whose value has a CR, LF or
                             NUL, */
   const char *bad_char;  /* and which: "a CR", "an LF" or "a NUL" */
-  int n_auth;            /* Authorization field lines */
-  int n_host;            /* Host field lines */
-  const char *host;      /* the first one's value */
+  const char *last_key, *last_end; /* the header before: name, value's end */
+  int n_auth;                      /* Authorization field lines */
+  int n_host;                      /* Host field lines */
+  const char *host;                /* the first one's value */
   size_t host_len;
 } framing_t;
 
@@ -128,12 +130,35 @@ static void single_line(single_t *l, const char *value) {
     l->other = value;
 }
 
+/* libmicrohttpd 0.9.75 measures a value with strlen: a NUL in it ends it
+ * there, and what follows, to the line's end, is dropped unseen. It reads
+ * the headers in place, in its read buffer, writing a NUL over each line's
+ * CR and LF, so the byte after a value's end (the NUL that ends it) is
+ * another NUL (the LF of a CRLF, or the empty line that ends the headers,
+ * after the last) or, for a line ended by a bare LF, the first of the next
+ * header's name (`next`, NULL after the last). Anything else there is
+ * what followed a NUL inside the value. */
+static void nul_cut(framing_t *f, const char *next) {
+  const char *end = f->last_end;
+  if (!f->bad_value && end && end[1] != 0 && end + 1 != next) {
+    f->bad_value = f->last_key;
+    /* or a bare LF and a line that continues the value (obs-fold), which
+     * RFC 9112 5.2 lets a server refuse as well */
+    f->bad_char = end[1] == ' ' || end[1] == '\t'
+                      ? "a NUL, or a line folded into it (obs-fold)"
+                      : "a NUL";
+  }
+}
+
 static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
                                       const char *key, size_t key_size,
                                       const char *value, size_t value_size) {
   framing_t *f = cls;
   (void)kind;
   (void)key_size;
+  nul_cut(f, key);
+  f->last_key = key;
+  f->last_end = value ? value + value_size : NULL;
   for (size_t i = 0; !f->bad_value && value && i < value_size; i++)
     if (value[i] == '\r' || value[i] == '\n' || value[i] == 0) {
       f->bad_value = key;
@@ -206,6 +231,10 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
                           enum MHD_Result *ret) {
   framing_t f = {0};
   MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, framing_header, &f);
+  nul_cut(&f, NULL);
+  /* an id a NUL cut is not the client's: the refusal carries attnd's */
+  if (f.bad_value && strcasecmp(f.bad_value, "X-Request-Id") == 0)
+    attnd_http_own_request_id(r);
   if (f.bad_name)
     *ret = attnd_http_fail(
         r, ATTND_ERR_BAD_REQUEST, f.bad_name,

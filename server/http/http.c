@@ -345,12 +345,19 @@ static enum MHD_Result id_line(void *cls, enum MHD_ValueKind kind,
   return MHD_YES;
 }
 
+void attnd_http_own_request_id(attnd_http_req_t *r) {
+  uint64_t k = atomic_fetch_add(&r->srv->next_id, 1); /* "%016llx-%llu" */
+  attnd_fmt_hex64(r->request_id, r->srv->id_prefix);
+  r->request_id[16] = '-';
+  attnd_fmt_i64(r->request_id + 17, (int64_t)(k & INT64_MAX));
+}
+
 /* The request's id: its X-Request-Id, where every line of it gives the
  * same value of 1 to 95 visible ASCII characters other than '"' and '\'
  * (so that it goes into log lines and headers as it is); else one of
- * attnd's own, unique in the process. Lines that differ are refused
- * (framing.c) with an id of attnd's, not with either of theirs. First
- * callback. */
+ * attnd's own, unique in the process. Lines that differ, and a value that
+ * a NUL cuts, are refused (framing.c) with an id of attnd's, not with
+ * either of theirs, nor with the part before the NUL. First callback. */
 static void set_request_id(attnd_http_req_t *r) {
   id_lines_t l = {0};
   MHD_get_connection_values(r->conn, MHD_HEADER_KIND, id_line, &l);
@@ -359,14 +366,10 @@ static void set_request_id(attnd_http_req_t *r) {
   int ok = n > 0 && n < sizeof r->request_id;
   for (size_t i = 0; ok && i < n; i++)
     ok = h[i] > 0x20 && h[i] < 0x7f && h[i] != '"' && h[i] != '\\';
-  if (ok) {
+  if (ok)
     memcpy(r->request_id, h, n + 1);
-    return;
-  }
-  uint64_t k = atomic_fetch_add(&r->srv->next_id, 1); /* "%016llx-%llu" */
-  attnd_fmt_hex64(r->request_id, r->srv->id_prefix);
-  r->request_id[16] = '-';
-  attnd_fmt_i64(r->request_id + 17, (int64_t)(k & INT64_MAX));
+  else
+    attnd_http_own_request_id(r);
 }
 
 /* Copies a parameter's value into *dst: into mem (of cap bytes) where it
