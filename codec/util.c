@@ -75,12 +75,40 @@ size_t attnd_fmt_str(char *dst, size_t size, const char *s) {
   return n;
 }
 
+size_t attnd_fmt_u64(char *dst, uint64_t v) {
+  size_t k = put_u64(dst, v);
+  dst[k] = 0;
+  return k;
+}
+
+/* v * 1000 rounded to an integer exactly as printf rounds: to the nearest,
+ * ties (exact in binary, as 0.0625) to even. v in [0, 1e15]. v is m * 2^-s
+ * with m < 2^53, so m * 1000 < 2^63 is exact and its low s bits decide;
+ * s >= 3 here, and from 64 up the product is under half a unit. Not
+ * v * 1000 + 0.5: its two roundings take 1.0005 (1.000499999...) up. */
+static uint64_t thousandths(double v) {
+  uint64_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  int be = (int)(bits >> 52); /* v >= 0: no sign bit */
+  uint64_t m = bits & ((1ull << 52) - 1);
+  if (be)
+    m |= 1ull << 52;
+  else
+    be = 1; /* subnormal */
+  int s = 1075 - be;
+  if (s >= 64)
+    return 0;
+  uint64_t p = m * 1000, q = p >> s, r = p & ((1ull << s) - 1),
+           half = 1ull << (s - 1);
+  return q + (r > half || (r == half && (q & 1)));
+}
+
 size_t attnd_fmt_ms(char *dst, double v) {
   if (!(v > 0))
     v = 0; /* negative, and NaN */
   if (v > 1e15)
     v = 1e15;
-  uint64_t t = (uint64_t)(v * 1000.0 + 0.5); /* thousandths */
+  uint64_t t = thousandths(v);
   size_t k = put_u64(dst, t / 1000);
   uint64_t f = t % 1000;
   dst[k++] = '.';

@@ -39,10 +39,12 @@ static inline int attnd_hex_digit(char c) {
  * and returns its length:
  *   attnd_fmt_i64: v in decimal (dst: 21 bytes);
  *   attnd_fmt_hex64: v as 16 lowercase hex digits (dst: 17 bytes);
- *   attnd_fmt_ms: v with three decimals, as "%.3f" of v rounded to the
- *     nearest thousandth (timings: a negative or non-finite v is 0, one
- *     over 1e15 is 1e15; dst: 24 bytes). */
+ *   attnd_fmt_u64: v in decimal (dst: 21 bytes);
+ *   attnd_fmt_ms: v with three decimals, byte for byte "%.3f" of v for v
+ *     in [0, 1e15] (timings: a negative or non-finite v is 0, one over
+ *     1e15 is 1e15; dst: 24 bytes). */
 size_t attnd_fmt_i64(char *dst, int64_t v);
+size_t attnd_fmt_u64(char *dst, uint64_t v);
 size_t attnd_fmt_hex64(char *dst, uint64_t v);
 size_t attnd_fmt_ms(char *dst, double v);
 /* Copies s into dst[0..size) (size > 0), cut to fit, NUL-terminated, as

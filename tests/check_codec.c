@@ -820,9 +820,10 @@ static size_t ref_b64_encode(const unsigned char *src, size_t n, char *dst) {
   return len;
 }
 
-/* attnd_fmt_i64, attnd_fmt_hex64 and attnd_fmt_ms against printf: the
- * integers exactly (extremes included), the timings as "%.3f" of the value
- * rounded to thousandths (so that both sides round the same number). */
+/* attnd_fmt_i64, attnd_fmt_u64, attnd_fmt_hex64 and attnd_fmt_ms against
+ * printf: the integers exactly (extremes included), the timings as "%.3f"
+ * of the value rounded to thousandths (so that both sides round the same
+ * number; test_fmt_ms_is_printf compares with "%.3f" of v itself). */
 START_TEST(test_fmt_numbers) {
   uint64_t st = 77;
   char got[32], want[64];
@@ -839,7 +840,10 @@ START_TEST(test_fmt_numbers) {
     snprintf(want, sizeof want, "%lld", (long long)v);
     ck_assert_str_eq(got, want);
     ck_assert_uint_eq(n, strlen(want));
-    uint64_t u = attnd_splitmix64(&st) >> (i % 64);
+    uint64_t u = i == 0 ? UINT64_MAX : attnd_splitmix64(&st) >> (i % 64);
+    snprintf(want, sizeof want, "%llu", (unsigned long long)u);
+    REQUIRE(attnd_fmt_u64(got, u) == strlen(want) && !strcmp(got, want),
+            "%s, not %s", got, want);
     ck_assert_uint_eq(attnd_fmt_hex64(got, u), 16);
     snprintf(want, sizeof want, "%016llx", (unsigned long long)u);
     ck_assert_str_eq(got, want);
@@ -868,6 +872,40 @@ START_TEST(test_fmt_numbers) {
   for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
     attnd_fmt_ms(got, ms[i].v);
     ck_assert_str_eq(got, ms[i].text);
+  }
+}
+END_TEST
+
+/* attnd_fmt_ms is "%.3f" of v itself, byte for byte, over [0, 1e15] (the
+ * access log's timings rely on it): ties that are exact in binary round
+ * to even as printf does (0.0625 is "0.062"), values a hair under a tie
+ * round down (1.0005 is 1.000499999..., "1.000"), and so do the
+ * differences of two clock readings in milliseconds, the log's inputs.
+ * Bug: v * 1000 + 0.5 rounded ties up, and rounded 1.0005 * 1000 to the
+ * tie before adding 0.5: "0.063", "1.001". */
+START_TEST(test_fmt_ms_is_printf) {
+  uint64_t st = 12345;
+  char got[32], want[64];
+  static const double edges[] = {
+      0.0625,   0.1875,   1.0005, 2.0625,        0.0005, 0.0015,    1e-300,
+      4.9e-324, 999.9995, 1e15,   1e15 - 0.0625, 0.5,    1023.9375, 8.0005};
+  size_t n_edges = sizeof edges / sizeof edges[0];
+  for (size_t i = 0; i < n_edges + 30000; i++) {
+    double v;
+    if (i < n_edges)
+      v = edges[i];
+    else if (i % 3 == 0) /* a tie k/2000 exactly, or the double nearest */
+      v = (double)(2 * (attnd_splitmix64(&st) % 2000000) + 1) / 2000.0;
+    else if (i % 3 == 1) { /* a clock's difference, up to a year's uptime */
+      double t0 = (double)(attnd_splitmix64(&st) % 31536000000000ull) * 1e-3;
+      v = (t0 + (double)(attnd_splitmix64(&st) % 100000) / 16.0) - t0;
+    } else
+      v = (double)(attnd_splitmix64(&st) >> 11) / 9007199254740992.0 *
+          pow(10, (double)(i % 18) - 3); /* 0 to 1e15 */
+    size_t n = attnd_fmt_ms(got, v);
+    snprintf(want, sizeof want, "%.3f", v);
+    REQUIRE(strcmp(got, want) == 0, "%.17g: %s, not %s", v, got, want);
+    REQUIRE(n == strlen(want), "%.17g: length %zu", v, n);
   }
 }
 END_TEST
@@ -2447,6 +2485,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_format_edges);
   tcase_add_test(tc, test_floats_put);
   tcase_add_test(tc, test_fmt_numbers);
+  tcase_add_test(tc, test_fmt_ms_is_printf);
   tcase_add_test(tc, test_fmt_paths);
   suite_add_tcase(s, tc);
 
