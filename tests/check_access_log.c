@@ -23,8 +23,10 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "codec/util.h"
 #include "http/access_log.h"
 #include "server_harness.h"
 #include "suite.h"
@@ -124,6 +126,83 @@ START_TEST(test_writer_escapes) {
   ck_assert_str_eq(str(last, "id"), "");
   ck_assert_str_eq(str(last, "request_id"), "");
   json_decref(lines);
+}
+END_TEST
+
+/* Each line, byte for byte, as the writer's one snprintf once wrote it
+ * ("%d", "%zu", "%.3f"): the timings at ties that are exact in binary
+ * (0.0625 is "0.062"), a hair under one (1.0005), clock differences, and
+ * the values no clock gives (negative, NaN, infinite, past 1e15), the
+ * counts up to SIZE_MAX. "ts" is checked to be one of the seconds around
+ * the call. Bug (while the writer was made cheaper): a timing written by
+ * v * 1000 + 0.5, "0.063" where printf says "0.062". */
+START_TEST(test_writer_bytes) {
+  static const double ms[] = {0,        0.0625, 0.1875,   1.0005,  2.0625,
+                              999.9995, 1e15,   1e15 + 1, 1e300,   -0.0004,
+                              -1.5,     -0.0,   NAN,      INFINITY};
+  size_t n_ms = sizeof ms / sizeof ms[0], n = n_ms + 300;
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  FILE *f = fdopen(fd, "w");
+  uint64_t st = 7;
+  attnd_access_t *a = calloc(n, sizeof *a);
+  time_t t0 = time(NULL);
+  for (size_t i = 0; i < n; i++) {
+    double v[3];
+    for (int k = 0; k < 3; k++) {
+      double c = (double)(attnd_splitmix64(&st) % 3600000000ull) * 1e-3;
+      v[k] = i < n_ms ? ms[(i + (size_t)k) % n_ms]
+             : k == 0
+                 ? (double)(attnd_splitmix64(&st) % 20000) / 16.0
+                 : (c + (double)(attnd_splitmix64(&st) % 9999999) * 1e-4) - c;
+    }
+    a[i] = (attnd_access_t){.request_id = "r",
+                            .id = i % 2 ? "x" : NULL,
+                            .method = "POST",
+                            .path = "/v1/attention",
+                            .status = i == 1 ? -7 : (int)(100 + i),
+                            .complete = (int)(i % 2),
+                            .bytes_in = i == 2 ? SIZE_MAX : i * 1000,
+                            .bytes_out = attnd_splitmix64(&st) >> (i % 64),
+                            .queue_ms = v[0],
+                            .compute_ms = v[1],
+                            .total_ms = v[2]};
+    attnd_access_log_write(f, &a[i]);
+  }
+  time_t t1 = time(NULL);
+  fclose(f);
+  FILE *r = fopen(path, "r");
+  char *line = NULL, want[2048], ts[2][32];
+  size_t cap = 0;
+  for (int k = 0; k < 2; k++) {
+    struct tm tm;
+    time_t t = k ? t1 : t0;
+    gmtime_r(&t, &tm);
+    strftime(ts[k], sizeof ts[k], "%Y-%m-%dT%H:%M:%SZ", &tm);
+  }
+  for (size_t i = 0; i < n; i++) {
+    ck_assert_int_gt(getline(&line, &cap, r), 0);
+    char got_ts[32] = "";
+    sscanf(line, "{\"ts\":\"%31[^\"]\"", got_ts);
+    ck_assert_msg(strcmp(got_ts, ts[0]) >= 0 && strcmp(got_ts, ts[1]) <= 0,
+                  "ts %s, not in [%s, %s]", got_ts, ts[0], ts[1]);
+    snprintf(want, sizeof want,
+             "{\"ts\":\"%s\",\"request_id\":\"r\",\"id\":\"%s\","
+             "\"method\":\"POST\",\"path\":\"/v1/attention\","
+             "\"status\":%d,\"bytes_in\":%zu,\"bytes_out\":%zu,"
+             "\"complete\":%s,\"queue_ms\":%.3f,\"compute_ms\":%.3f,"
+             "\"total_ms\":%.3f}\n",
+             got_ts, a[i].id ? a[i].id : "", a[i].status, a[i].bytes_in,
+             a[i].bytes_out, a[i].complete ? "true" : "false", a[i].queue_ms,
+             a[i].compute_ms, a[i].total_ms);
+    REQUIRE(strcmp(line, want) == 0, "line %zu:\n%s, not\n%s", i, line, want);
+  }
+  ck_assert_int_eq(getline(&line, &cap, r), -1);
+  free(line);
+  fclose(r);
+  unlink(path);
+  free(a);
 }
 END_TEST
 
@@ -949,6 +1028,7 @@ Suite *test_suite(void) {
   TCase *tc = tcase_create("access_log");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_writer_escapes);
+  tcase_add_test(tc, test_writer_bytes);
   tcase_add_test(tc, test_fields_documented);
   tcase_add_test(tc, test_server_log_is_json);
   tcase_add_test(tc, test_server_log_whole_method_path);

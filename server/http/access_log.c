@@ -2,6 +2,7 @@
 #include "http/access_log.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "codec/buf.h"
+#include "codec/util.h"
 
 int attnd_access_log_open(const char *spec, FILE **f, char *msg, size_t msz) {
   *f = strcmp(spec, "off") == 0      ? NULL
@@ -60,65 +62,119 @@ static void told(int err) {
   }
 }
 
-/* The size of the regular file under f, where its lines are appended;
- * -1 for anything else (a pipe, a terminal, a stream of no descriptor). */
-static off_t end_of(FILE *f) {
+/* Takes back the `done` bytes of a line that a failed write left at the
+ * end of f's file (a disk that filled, or a size limit reached, in the
+ * middle of it: the kernel writes what fits, then fails), so that the
+ * next line written starts a line of its own and every line stays JSON.
+ * The part is the file's last `done` bytes: the file is appended to, and
+ * a stream not opened to append (stdout after `attnd > log`) writes at
+ * its end too. Only a regular file that still holds them is cut: one
+ * emptied meanwhile (logrotate's copytruncate) is left as it is. The
+ * stream is then put back where the line began: one not opened to append
+ * would write its next line past a hole of NULs. The file's size is asked
+ * for here, on failure only. Returns 0, or -1 where the cut failed
+ * (nothing more is tried). */
+static int cut_back(FILE *f, size_t done) {
   struct stat st;
   int fd = fileno(f);
-  return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size
-                                                               : -1;
-}
-
-/* Takes back the part of a line that a failed write left at the end of
- * f's file (a disk that filled, or a size limit reached, in the middle of
- * it: the kernel writes what fits, then fails), so that the next line
- * written starts a line of its own and every line stays JSON. `at` is the
- * file's size before the line (end_of), `len` the line's. Only a file
- * that grew by less than the line is cut: one emptied meanwhile
- * (logrotate's copytruncate) is left as it is. The stream is then put
- * back at `at` too: one not opened to append (stdout after `attnd > log`)
- * would write its next line past a hole of NULs. Returns 0, or -1 where
- * the cut failed (nothing more is tried). */
-static int cut_back(FILE *f, off_t at, size_t len) {
-  off_t now = at < 0 ? -1 : end_of(f);
-  if (now <= at || now >= at + (off_t)len)
+  if (done == 0 || fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      st.st_size < (off_t)done)
     return 0;
-  return ftruncate(fileno(f), at) == 0 && fseeko(f, at, SEEK_SET) == 0 ? 0 : -1;
+  off_t at = st.st_size - (off_t)done;
+  return ftruncate(fd, at) == 0 && fseeko(f, at, SEEK_SET) == 0 ? 0 : -1;
 }
 
+/* Writes the line p[0..len) to f and returns how many of its bytes went
+ * in (len: all; else errno says why). Where f has a descriptor, after
+ * what stdio holds of others' output, the line is one write(2), repeated
+ * only for the rest of a short one, so that a failure tells how much of
+ * it went in; a stream of no descriptor goes through fwrite and fflush,
+ * and is never cut. Caller holds f's lock. */
+static size_t put_line(FILE *f, const char *p, size_t len) {
+  int fd = fileno(f);
+  if (fd < 0) {
+    int ok = fwrite(p, 1, len, f) == len;
+    return fflush(f) == 0 && ok ? len : 0;
+  }
+  if (fflush(f) != 0)
+    return 0;
+  size_t done = 0;
+  while (done < len) {
+    ssize_t w = write(fd, p + done, len - done);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      if (w == 0)
+        errno = EIO;
+      break;
+    }
+    done += (size_t)w;
+  }
+  return done;
+}
+
+/* The line's "ts" for the second `now`: gmtime_r and strftime cost more
+ * than the rest of a line, so each thread formats a second once. */
+static const char *stamp(time_t now) {
+  static _Thread_local time_t at;
+  static _Thread_local char ts[32];
+  if (now != at || ts[0] == 0) {
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    at = now;
+  }
+  return ts;
+}
+
+/* Appends `key` and v as "%.3f" writes it: attnd_fmt_ms is that byte for
+ * byte over [0, 1e15], where every timing a clock gives lies; printf
+ * writes the rest (negative, NaN, infinite, huge). */
+static void put_ms(attnd_buf_t *b, const char *key, double v) {
+  attnd_buf_puts(b, key);
+  char num[24];
+  if (!signbit(v) && v <= 1e15)
+    attnd_buf_append(b, num, attnd_fmt_ms(num, v));
+  else
+    attnd_buf_printf(b, "%.3f", v);
+}
+
+static void put_count(attnd_buf_t *b, const char *key, uint64_t v) {
+  char num[24];
+  attnd_buf_puts(b, key);
+  attnd_buf_append(b, num, attnd_fmt_u64(num, v));
+}
+
+/* The line is built without printf (slow in this process: see
+ * codec/util.h), in a buffer on the stack unless it is long. */
 void attnd_access_log_write(FILE *f, const attnd_access_t *a) {
   if (f == NULL)
     return;
-  time_t now = time(NULL);
-  struct tm tm;
-  char ts[32], nums[256];
-  gmtime_r(&now, &tm);
-  strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  char mem[512], num[24];
   attnd_buf_t b;
-  attnd_buf_init(&b);
-  attnd_buf_reserve(&b, 512);
-  put_string(&b, "{\"ts\":", ts);
+  attnd_buf_init_in(&b, mem, sizeof mem);
+  put_string(&b, "{\"ts\":", stamp(time(NULL)));
   put_string(&b, ",\"request_id\":", a->request_id);
   put_string(&b, ",\"id\":", a->id);
   put_string(&b, ",\"method\":", a->method);
   put_string(&b, ",\"path\":", a->path);
-  int n = snprintf(nums, sizeof nums,
-                   ",\"status\":%d,\"bytes_in\":%zu,\"bytes_out\":%zu,"
-                   "\"complete\":%s,\"queue_ms\":%.3f,\"compute_ms\":%.3f,"
-                   "\"total_ms\":%.3f}\n",
-                   a->status, a->bytes_in, a->bytes_out,
-                   a->complete ? "true" : "false", a->queue_ms, a->compute_ms,
-                   a->total_ms);
-  attnd_buf_append(&b, nums, (size_t)n);
+  attnd_buf_puts(&b, ",\"status\":");
+  attnd_buf_append(&b, num, attnd_fmt_i64(num, a->status));
+  put_count(&b, ",\"bytes_in\":", a->bytes_in);
+  put_count(&b, ",\"bytes_out\":", a->bytes_out);
+  attnd_buf_puts(&b,
+                 a->complete ? ",\"complete\":true" : ",\"complete\":false");
+  put_ms(&b, ",\"queue_ms\":", a->queue_ms);
+  put_ms(&b, ",\"compute_ms\":", a->compute_ms);
+  put_ms(&b, ",\"total_ms\":", a->total_ms);
+  attnd_buf_puts(&b, "}\n");
   int err = ENOMEM;
   if (!b.oom) {
     flockfile(f); /* errno and the error flag are this line's */
-    off_t at = end_of(f);
-    int ok = fwrite(b.data, 1, b.len, f) == b.len; /* one write per line */
-    ok = fflush(f) == 0 && ok;
-    err = ok ? 0 : errno;
-    if (!ok)
-      cut_back(f, at, b.len);
+    size_t done = put_line(f, b.data, b.len); /* one write per line */
+    err = done == b.len ? 0 : errno;
+    if (err)
+      cut_back(f, done);
     clearerr(f);
     funlockfile(f);
   }
