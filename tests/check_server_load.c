@@ -1243,8 +1243,9 @@ START_TEST(test_reply_trickle) {
   ck_assert_int_eq(ioctl(fd, FIONREAD, &inq), 0);
   /* a reset can reach this client before the HTTP thread that sent it has
    * freed the reply (a few microseconds on its side, and a scrape can be
-   * served between them): the memory must come back, soon */
-  for (int k = 0; k < 50 && !memory_given_back(&h); k++)
+   * served between them, or it waits for libmicrohttpd to see the reset):
+   * the memory must come back, within 5 s */
+  for (int k = 0; k < 250 && !memory_given_back(&h); k++)
     usleep(20000);
   double held = sh_metric(s.port, "attnd_memory_held_bytes");
   size_t after = paced(fd, NULL, 1e12, (size_t)len, 5.0, NULL, NULL);
