@@ -14,7 +14,7 @@
  * libmicrohttpd's 500 (a reply that could not be made), with every status
  * of the error table (errors.h) under /v1 and OIP and those libmicrohttpd
  * answers itself (ATTND_LIBRARY_STATUS_MAP), sorted and each once
- * (status_labels); anything else is counted as "other". */
+ * (the metrics' statuses, add_status); anything else is counted as "other". */
 #define LIBRARY_STATUS(code, reason) code,
 static const int own_statuses[] = {200, 201, 204, 500,
                                    ATTND_LIBRARY_STATUS_MAP(LIBRARY_STATUS)};

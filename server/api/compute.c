@@ -317,7 +317,7 @@ enum MHD_Result attnd_api_reply(attnd_http_req_t *r) {
                                      : "application/json");
 }
 
-/* Taking mu waits out body_submit, so the connection is suspended by
+/* Taking mu waits out attnd_api_hand_off, so the connection is suspended by
  * then. It is resumed after mu is released: once resumed, an HTTP thread
  * may finish the request and free r (at once for an abandoned request), mu
  * included. */

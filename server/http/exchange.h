@@ -88,7 +88,7 @@ struct attnd_http_req {
   size_t pad;        /* bytes before the body in `body`, so that a binary body's
                         tensors lie 64-byte aligned after its JSON */
   size_t reply_json; /* the same for the reply; 0 for none */
-  int64_t mem_held;  /* this request's share of mem_used */
+  int64_t mem_held;  /* this request's share of the memory budget */
   /* A body that grows as it comes (chunked, or coded) holds the room its
    * buffer has grown to, not only its length: the buffer's blocks are
    * counted in mem_held as they are allocated (codec/mem.h). */

@@ -35,7 +35,7 @@ static void add_security_headers(attnd_http_req_t *r, struct MHD_Response *resp,
 #define COMPRESS_MIN 1024
 #define COMPRESS_MAX ((size_t)1 << 20)
 
-/* Blocks for small replies' text (body_reply), kept for reuse. */
+/* Blocks for small replies' text (attnd_api_reply), kept for reuse. */
 static attnd_pool_t reply_pool = ATTND_POOL_INIT(ATTND_REPLY_BLOCK, 64);
 
 char *attnd_http_reply_block(void) {
