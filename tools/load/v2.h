@@ -71,7 +71,7 @@ int load_v2_reply_tensor(const char *body, size_t len, int64_t header_len,
 /* The same for a reply to a request with output_datatype `dtype`: the
  * output must be that datatype (FP32, FP16 or BF16); binary data is two
  * bytes an element for the 16-bit ones, widened exactly into out, and
- * JSON data must hold values of that datatype (load_dtype_inexact). */
+ * JSON data must hold values of that datatype (load_dtype_exact). */
 int load_v2_reply_tensor_as(const char *body, size_t len, int64_t header_len,
                             const char *name, attnd_dtype_t dtype, int rank,
                             const int64_t *dim, float *out, char *why,
