@@ -1,7 +1,7 @@
 /* bench/codec_bench.c: the tensor codecs against jansson, in one run.
  *
  * On one 4096 x 512 float32 tensor (2M values, random in [-1, 1)):
- *   base64 encode and decode (codec/.c);
+ *   base64 encode and decode (codec/base64.c);
  *   JSON numbers: parse with the bulk scanner and with jansson's
  *   json_loadb; print with attnd_buf_floats and with jansson's json_dumps
  *   (JSON_REAL_PRECISION(9), what round-trips a float32);
