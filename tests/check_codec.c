@@ -1,4 +1,4 @@
-/* tests/check_codec.c: codec/.c against simple references.
+/* tests/check_codec.c: the codec library (codec/) against simple references.
  *
  * References: strtod/strtoll and jansson itself for numbers (bit for bit),
  * a naive bit-by-bit base64 codec, a brute-force shortest-decimal search
@@ -1065,7 +1065,7 @@ END_TEST
 
 /* Every byte outside the alphabet at every place of the first three
  * 32-character blocks of a 200-character text: the vector decoder's blocks
- * (codec/.c) must hand each one to the scalar code, which names it. */
+ * (codec/base64.c) must hand each one to the scalar code, which names it. */
 START_TEST(test_b64_bad_bytes_in_blocks) {
   rng_t r = rng_seeded(550);
   unsigned char src[150], dec[150];

@@ -2,7 +2,7 @@
  *
  * References: a sorted copy of the data for the histogram (the exact
  * nearest-rank percentile), jansson and the harness's own tensor decoder
- * (tests/server_harness.c, written apart from codec/.c) for the
+ * (tests/server_harness.c, written apart from codec/) for the
  * generated bodies, and the core run here for --verify. Cases:
  *   - the histogram: every value below 2^LOAD_HIST_SUB_BITS exact; data
  *     sets from uniform to twelve decades wide within LOAD_HIST_PRECISION;

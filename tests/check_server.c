@@ -1179,7 +1179,7 @@ END_TEST
 
 /* Accept-Encoding: a reply of a few KB comes gzip'd; one over 1 MiB (here
  * 2.8 MB of base64 floats) comes as it is, as compressing it would cost
- * more than it saves (http.c, COMPRESS_MAX). */
+ * more than it saves (reply.c, COMPRESS_MAX). */
 START_TEST(test_reply_compression) {
   static const char *const hdr[] = {"Accept-Encoding: gzip", NULL};
 

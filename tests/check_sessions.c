@@ -447,7 +447,7 @@ static void seq_copy(seq_t *dst, const seq_t *src, const char *id) {
 }
 
 /* Random rows for `count` new tokens at [s->n, s->n + count); they count
- * once seq_commit says the step took them. */
+ * once the caller adds them to s->n (seq_step: after the step's 200). */
 static void seq_gen(seq_t *s, tu_rng_t *rng, int64_t count) {
   seq_reserve(s, s->n + count);
   float *x = s->rows + s->n * w_row(s->sh);

@@ -3,7 +3,7 @@
  * Nothing here trusts the server: every reply is parsed defensively, every
  * wait is bounded, and a server that misbehaves is killed rather than
  * waited for. Base64 and the tensor forms are written again here, apart
- * from codec/.c, so that a bug there cannot hide itself. */
+ * from codec/, so that a bug there cannot hide itself. */
 #include "server_harness.h"
 
 #include <check.h>

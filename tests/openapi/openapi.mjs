@@ -74,9 +74,9 @@ function deref(doc, v, ptr) {
   return [v, ptr];
 }
 
-// attnd's path decoding (server/http/http.c, unescape_path): %XX decoded, except
-// %00, which stays as the three characters. Bytes as latin1, so that any
-// byte string round-trips.
+// attnd's path decoding (server/http/framing.c, attnd_http_unescape): %XX
+// decoded, except %00, which stays as the three characters. Bytes as latin1,
+// so that any byte string round-trips.
 function decodePath(p) {
   const bytes = [];
   const src = Buffer.from(p, "utf8");
