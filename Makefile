@@ -251,6 +251,14 @@ perf-table-check:
 	@sh tests/perf-table/check.sh
 check: perf-table-check
 
+# Paths, `make` targets and attnd's names in the docs and comments that the
+# tree no longer has (tests/refs/refs.py), after a planted tree of stale
+# ones is caught; in `check`.
+.PHONY: refs-check
+refs-check:
+	@sh tests/refs/check.sh
+check: refs-check
+
 # The device scripts (tools/device/session.sh, check.sh, cores.sh) run here
 # from this build's programs, with no GPU and small shapes
 # (tests/device/check.sh): a device session is rare and short. In `check`,
