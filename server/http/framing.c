@@ -10,16 +10,19 @@
  * queued from the first callback closes the connection, so nothing after
  * the request is ever read as another one.
  *
- * Its other checks, on the same walk of the headers: no CR, LF or NUL in a
- * field value (a bare CR, which the library keeps, ends a line for some
- * parsers, and hid a header from attnd that a proxy would read; a NUL,
- * which the library cuts the value at, is found after it: nul_cut), one
+ * Its other checks, on the same walk of the headers: no header line folded
+ * onto the next (obs-fold, which the library joins to the name: folded),
+ * no CR, LF or NUL in a field value (a bare CR, which the library keeps,
+ * ends a line for some parsers, and hid a header from attnd that a proxy
+ * would read; a NUL, which the library cuts the value at, is found after
+ * it: nul_cut), one
  * valid Host (RFC 9112 3.2), one value of each singleton attnd reads
  * (Authorization, Content-Type, Origin, X-Request-Id), and no expectation but
  * 100-continue, which libmicrohttpd answers (RFC 9110 10.1.1).
  *
  * And the query's arguments, for a route that takes some: one walk of
  * them, as libmicrohttpd decoded them (attnd_http_unescape). */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -50,6 +53,7 @@ typedef struct framing {
                             NUL, */
   const char *bad_char;  /* and which: "a CR", "an LF" or "a NUL" */
   const char *last_key, *last_end; /* the header before: name, value's end */
+  const char *fold;                /* the name of one folded into */
   int n_auth;                      /* Authorization field lines */
   int n_host;                      /* Host field lines */
   const char *host;                /* the first one's value */
@@ -142,12 +146,27 @@ static void nul_cut(framing_t *f, const char *next) {
   const char *end = f->last_end;
   if (!f->bad_value && end && end[1] != 0 && end + 1 != next) {
     f->bad_value = f->last_key;
-    /* or a bare LF and a line that continues the value (obs-fold), which
-     * RFC 9112 5.2 lets a server refuse as well */
-    f->bad_char = end[1] == ' ' || end[1] == '\t'
-                      ? "a NUL, or a line folded into it (obs-fold)"
-                      : "a NUL";
+    f->bad_char = "a NUL";
   }
+}
+
+/* Whether the header key: value was folded into (obs-fold, RFC 9112 5.2: a
+ * line that starts with SP or HTAB continues the one before). libmicrohttpd
+ * 0.9.75 parses a line in place: its name, the NUL written over the colon,
+ * the whitespace it skipped, then its value. A continuation it appends,
+ * without its leading whitespace, to the name, not to the value
+ * (process_broken_line): "X-F: a<CRLF> b" is "X-Fb: a". For that it copies
+ * the name to a new block of the connection's pool, past the read buffer
+ * that holds the value, and zeroes the old one, after a CRLF as after a
+ * bare LF. So a name that is not just before its value was folded into. */
+static int folded(const char *key, size_t key_size, const char *value) {
+  uintptr_t k = (uintptr_t)key + key_size + 1, v = (uintptr_t)value;
+  if (v < k)
+    return 1;
+  const char *p = key + key_size + 1;
+  while (p < value && (*p == ' ' || *p == '\t'))
+    p++;
+  return p != value;
 }
 
 static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
@@ -155,8 +174,9 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
                                       const char *value, size_t value_size) {
   framing_t *f = cls;
   (void)kind;
-  (void)key_size;
   nul_cut(f, key);
+  if (!f->fold && value && folded(key, key_size, value))
+    f->fold = key;
   f->last_key = key;
   f->last_end = value ? value + value_size : NULL;
   for (size_t i = 0; !f->bad_value && value && i < value_size; i++)
@@ -210,7 +230,8 @@ static enum MHD_Result single_fail(attnd_http_req_t *r, const char *name,
  * and at most one Content-Length value (repeated identical lines are
  * allowed, RFC 9110 8.6), or exactly one Transfer-Encoding "chunked" and
  * no Content-Length. Otherwise queues the reply into *ret and returns 0:
- * 400 bad_request for a field name that is not a token (RFC 9112 5.1:
+ * 400 bad_request for a header line folded onto the next (RFC 9112 5.2),
+ * for a field name that is not a token (RFC 9112 5.1:
  * "Content-Length : 5" would hide the length from us and not from a
  * proxy), Content-Length values that differ, Content-Length with
  * Transfer-Encoding, Transfer-Encoding in an HTTP/1.0 request (RFC 9112
@@ -235,7 +256,13 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
   /* an id a NUL cut is not the client's: the refusal carries attnd's */
   if (f.bad_value && strcasecmp(f.bad_value, "X-Request-Id") == 0)
     attnd_http_own_request_id(r);
-  if (f.bad_name)
+  if (f.fold)
+    *ret = attnd_http_fail(
+        r, ATTND_ERR_BAD_REQUEST, f.fold,
+        "a header line is folded onto the next (obs-fold, RFC 9112 5.2), "
+        "which reads as the header '%.60s'; send each header on one line",
+        f.fold);
+  else if (f.bad_name)
     *ret = attnd_http_fail(
         r, ATTND_ERR_BAD_REQUEST, f.bad_name,
         "the header name '%.60s' is not a token (RFC 9112 5.1: no "
