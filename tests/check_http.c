@@ -662,6 +662,7 @@ static const struct {
     {"bad chunk size", 400, 0, "invalid"},
     {"huge chunk size", 413, 0, "too_large"},
     {"header line without colon", 400, 0, "invalid"},
+    {"whitespace before a chunk extension", 400, 0, "invalid"},
     {"request line without a version", 400, 0, "request_line"},
 };
 #define N_LIB (int)(sizeof lib_case / sizeof lib_case[0])
@@ -713,6 +714,12 @@ static char *lib_request(int i, size_t *n) {
   case 7:
     k = (size_t)sprintf(q, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                            "no colon here\r\n\r\n");
+    break;
+  case 8: /* RFC 9112 7.1.1 allows it (BWS); the library does not */
+    k = (size_t)sprintf(q,
+                        POST_HEAD "Transfer-Encoding: chunked\r\n\r\n"
+                                  "%zx ;a=1\r\n%s\r\n0\r\n\r\n",
+                        BODY_LEN, body);
     break;
   default:
     k = (size_t)sprintf(q, "GET /healthz\r\nHost: 127.0.0.1\r\n\r\n");
