@@ -64,7 +64,7 @@ static const char *const hist_names[NHIST] = {"attnd_queue_wait_seconds",
                                               "attnd_compute_seconds",
                                               "attnd_request_seconds"};
 static const char *const hist_help[NHIST] = {
-    "Time computed requests waited in the queue.",
+    "Time requests waited in the queue, whatever their outcome.",
     "Time computed requests took to compute (a batched session step: its "
     "batch's).",
     "Time from a request's arrival to the start of its reply."};
@@ -158,13 +158,23 @@ void attnd_metrics_ran(attnd_metrics_t *m, int backend, int batch,
                               ns_of(stage_ms[k] * share), memory_order_relaxed);
 }
 
-void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
-                           int64_t context_len, double queue_ms,
-                           double compute_ms, double total_ms) {
+/* The context-length class of a key length. */
+static size_t ctx_of(int64_t context_len) {
   size_t c = 0;
   while (c < NCTX - 1 && context_len > ctx_bounds[c])
     c++;
-  observe(&m->hist[proto][H_QUEUE], c, queue_ms);
+  return c;
+}
+
+void attnd_metrics_waited(attnd_metrics_t *m, attnd_protocol_t proto,
+                          int64_t context_len, double queue_ms) {
+  observe(&m->hist[proto][H_QUEUE], ctx_of(context_len), queue_ms);
+}
+
+void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
+                           int64_t context_len, double compute_ms,
+                           double total_ms) {
+  size_t c = ctx_of(context_len);
   observe(&m->hist[proto][H_COMPUTE], c, compute_ms);
   observe(&m->hist[proto][H_TOTAL], c, total_ms);
 }

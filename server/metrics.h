@@ -67,13 +67,18 @@ void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why);
  * the batch's time is counted once. */
 void attnd_metrics_ran(attnd_metrics_t *m, int backend, int batch,
                        double compute_ms, const double stage_ms[3]);
+/* The wait of one request that entered the queue, by protocol (one that
+ * computes) and key length, in attnd_queue_wait_seconds: once it has left
+ * the queue, whatever its outcome (started, expired or its client gone). */
+void attnd_metrics_waited(attnd_metrics_t *m, attnd_protocol_t proto,
+                          int64_t context_len, double queue_ms);
 /* The timings of one computed attention request answered with its result,
- * by protocol (one that computes) and key length, in the histograms: its
- * whole compute_ms (a batched step's: the batch's, the time it waited
- * on). */
+ * by protocol (one that computes) and key length, in the histograms of
+ * compute and whole time: its whole compute_ms (a batched step's: the
+ * batch's, the time it waited on). */
 void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
-                           int64_t context_len, double queue_ms,
-                           double compute_ms, double total_ms);
+                           int64_t context_len, double compute_ms,
+                           double total_ms);
 
 /* Gauges sampled at render time. */
 typedef struct attnd_gauges {

@@ -665,8 +665,9 @@ START_TEST(test_render_reads) {
     for (size_t c = 0; c < sizeof ctx / sizeof ctx[0]; c++)
       for (int b = 0; b < 2; b++) {
         attnd_metrics_ran(m, b, 1, 3.0 * (double)c, stage_ms);
-        attnd_metrics_observe(m, (attnd_protocol_t)p, ctx[c], 0.0004,
-                              3.0 * (double)c, 7e4 * (double)c);
+        attnd_metrics_waited(m, (attnd_protocol_t)p, ctx[c], 0.0004);
+        attnd_metrics_observe(m, (attnd_protocol_t)p, ctx[c], 3.0 * (double)c,
+                              7e4 * (double)c);
       }
   }
   for (int k = 0; k < ATTND_REJECT_COUNT; k++)
@@ -1310,9 +1311,15 @@ typedef struct moved {
   {"attnd_backend_requests_total{backend=\"cpu\"}", 1}, {                      \
     "attnd_backend_compute_seconds_total{backend=\"cpu\"}", 0                  \
   }
+/* A request that entered the queue observes its wait, whatever its
+ * outcome; one answered with a result its compute and whole time too. */
+#define QUEUED(proto, ctx)                                                     \
+  {                                                                            \
+    "attnd_queue_wait_seconds_count{ctx=\"" ctx "\",protocol=\"" proto "\"}",  \
+        1                                                                      \
+  }
 #define TIMED(proto, ctx)                                                      \
-  {"attnd_queue_wait_seconds_count{ctx=\"" ctx "\",protocol=\"" proto "\"}",   \
-   1},                                                                         \
+  QUEUED(proto, ctx),                                                          \
       {"attnd_compute_seconds_count{ctx=\"" ctx "\",protocol=\"" proto "\"}",  \
        1},                                                                     \
   {                                                                            \
@@ -1440,7 +1447,11 @@ static void path_end(const char *path, const moved_t *want, size_t n, int ran,
   for (size_t k = 0; k < n; k++)
     if (want[k].by > 0) {
       double was = prom_get(&path_before, want[k].key);
-      sh_wait_metric(srv.port, want[k].key, was + want[k].by, 10.0);
+      double got =
+          sh_wait_metric(srv.port, want[k].key, was + want[k].by, 10.0);
+      ck_assert_msg(got >= was + want[k].by,
+                    "%s: %s moved by %g in 10 s, not %g", path, want[k].key,
+                    got - was, want[k].by);
     }
   settle(inflight, busy, queued);
   prom_t after = scrape(NULL, 0);
@@ -1488,6 +1499,22 @@ static int raw_post(const char *path, const char *body) {
   return raw_send(head, body, strlen(body));
 }
 
+/* Asserts that histogram name's _sum for proto and ctx moved from a to now
+ * by ms, in seconds, within tol ms (how ms was rounded) and the text's
+ * microsecond at each end. */
+static void assert_sum_moved(const prom_t *a, const char *name,
+                             const char *proto, const char *ctx, double ms,
+                             double tol) {
+  char key[160];
+  snprintf(key, sizeof key, "%s_sum{ctx=\"%s\",protocol=\"%s\"}", name, ctx,
+           proto);
+  prom_t b = scrape(NULL, 0);
+  double d = prom_get(&b, key) - prom_get(a, key);
+  prom_free(&b);
+  ck_assert_msg(fabs(d - ms / 1000.0) <= (tol + 0.002) / 1000.0,
+                "%s moved by %.6f s; the reply says %.3f ms", key, d, ms);
+}
+
 /* DELETE of session sess, a path of its own. */
 static void path_session_delete(const char *sess) {
   char path[96];
@@ -1507,7 +1534,10 @@ static void path_session_delete(const char *sess) {
 /* One request down each path of a request's life, each alone between two
  * scrapes of the whole exposition: exactly the counters that
  * docs/operations.md says it moves move, by one (a run's times by more
- * than 0, its histograms' _count by one), and nothing else does. The
+ * than 0, its histograms' _count by one: attnd_queue_wait_seconds' for
+ * every request that entered the queue, the 504s and 499s there
+ * included, and the histograms' _sum in seconds: a 200's by its reply's
+ * times, a 504's by the wait it names), and nothing else does. The
  * queued paths (429, 504, a client gone while queued, a session's step
  * expired) wait behind a request that holds the one worker, whose client
  * then leaves while it computes; a last request's deadline passes while it
@@ -1518,11 +1548,26 @@ START_TEST(test_every_path_counted) {
                                   "\"num_heads\":2}";
   settle(0, 0, 0);
 
+  char *reply = NULL;
+  prom_t a = scrape(NULL, 0);
   path_begin();
-  ck_assert_int_eq(call("POST", "/v1/attention", small_req, NULL, 1, NULL),
+  ck_assert_int_eq(call("POST", "/v1/attention", small_req, NULL, 1, &reply),
                    200);
   PATH_END("200 /v1 JSON", 1, 0, 0, 0, COUNTED("v1", "200"), TIMED("v1", "128"),
            CPU_RUN);
+  /* each histogram's _sum moved by the reply's own time, in seconds */
+  json_t *v = json_loads(reply, 0, NULL), *rm = json_object_get(v, "metrics");
+  static const char *const timed[][2] = {
+      {"attnd_queue_wait_seconds", "queue_ms"},
+      {"attnd_compute_seconds", "compute_ms"},
+      {"attnd_request_seconds", "total_ms"}};
+  for (int k = 0; k < 3; k++)
+    assert_sum_moved(&a, timed[k][0], "v1", "128",
+                     json_number_value(json_object_get(rm, timed[k][1])),
+                     0.0005);
+  json_decref(v);
+  free(reply);
+  prom_free(&a);
 
   /* the layer by the Open Inference Protocol, its query [1, 3, 16] FP32 as
    * Triton's binary tensor data */
@@ -1744,6 +1789,13 @@ START_TEST(test_every_path_counted) {
   PATH_END("session step", 1, 0, 0, 0, COUNTED("session", "200"),
            TIMED("session", "128"), CPU_RUN);
 
+  /* a step refused in its turn that came at once never queued: no wait */
+  snprintf(body, sizeof body, "{\"query\":%s,\"expected_length\":99}", q);
+  path_begin();
+  ck_assert_int_eq(call("POST", path, body, NULL, 1, NULL), 409);
+  PATH_END("session step 409 at once", 0, 0, 0, 0, COUNTED("session", "409"),
+           REJECTED("invalid"));
+
   path_session_delete(sess);
 
   /* the worker held: its request's upload and admission move no counter */
@@ -1766,16 +1818,24 @@ START_TEST(test_every_path_counted) {
   path_begin();
   close(queued);
   PATH_END("client gone queued", 0, 1, 1, 0, COUNTED("v1", "other"),
-           REJECTED("client_gone"));
+           REJECTED("client_gone"), QUEUED("v1", "128"));
 
+  a = scrape(NULL, 0);
   path_begin();
   ck_assert_int_eq(call("POST", "/v1/attention",
                         "{\"query\":[[0.5,-1],[2,0.25]],\"num_heads\":2,"
                         "\"timeout_ms\":50}",
-                        NULL, 1, NULL),
+                        NULL, 1, &reply),
                    504);
-  PATH_END("504 queued", 0, 1, 1, 0, COUNTED("v1", "504"),
-           REJECTED("deadline"));
+  PATH_END("504 queued", 0, 1, 1, 0, COUNTED("v1", "504"), REJECTED("deadline"),
+           QUEUED("v1", "128"));
+  /* its wait, as the 504 names it ("waited 50.3 ms in the queue") */
+  const char *w = strstr(reply, "waited ");
+  ck_assert_msg(w != NULL, "504 without its wait: %s", reply);
+  assert_sum_moved(&a, "attnd_queue_wait_seconds", "v1", "128",
+                   strtod(w + 7, NULL), 0.05);
+  free(reply);
+  prom_free(&a);
 
   /* a session's step expires in the queue */
   path_begin();
@@ -1786,7 +1846,7 @@ START_TEST(test_every_path_counted) {
   path_begin();
   ck_assert_int_eq(call("POST", path, body, NULL, 1, NULL), 504);
   PATH_END("session step 504 queued", 0, 1, 1, 0, COUNTED("session", "504"),
-           REJECTED("deadline"));
+           REJECTED("deadline"), QUEUED("session", "128"));
 
   /* and a step whose client leaves while it waits */
   snprintf(body, sizeof body, "{\"query\":%s}", q);
@@ -1795,14 +1855,15 @@ START_TEST(test_every_path_counted) {
   ck_assert_double_ge(sh_wait_metric(srv.port, "attnd_queue_depth", 1, 10), 1);
   close(step);
   PATH_END("session step, client gone queued", 0, 1, 1, 0,
-           COUNTED("session", "other"), REJECTED("client_gone"));
+           COUNTED("session", "other"), REJECTED("client_gone"),
+           QUEUED("session", "128"));
 
   /* the holder's client leaves while it computes: its run counts, and so
    * does its leaving */
   path_begin();
   close(holder);
   PATH_END("client gone computing", 1, 0, 0, 0, COUNTED("v1", "other"),
-           REJECTED("client_gone"), CPU_RUN);
+           REJECTED("client_gone"), CPU_RUN, QUEUED("v1", "32768"));
 
   path_session_delete(sess);
 
@@ -1814,7 +1875,7 @@ START_TEST(test_every_path_counted) {
   call("POST", "/v1/attention", hold, NULL, 1, NULL);
   free(hold);
   PATH_END("504 computing", 1, 0, 0, 0, COUNTED("v1", "504"),
-           REJECTED("deadline"), CPU_RUN);
+           REJECTED("deadline"), CPU_RUN, QUEUED("v1", "32768"));
 }
 END_TEST
 
@@ -1845,7 +1906,8 @@ START_TEST(test_sums_of_short_observations) {
   const double stage_ms[3] = {0.0007, 0.0011, 0.0007};
   for (int i = 0; i < 1000; i++) {
     attnd_metrics_ran(m, ATTN_BACKEND_CPU, 1, 0.0025, stage_ms);
-    attnd_metrics_observe(m, ATTND_PROTO_SESSION, 100, 0.0004, 0.0025, 0.0031);
+    attnd_metrics_waited(m, ATTND_PROTO_SESSION, 100, 0.0004);
+    attnd_metrics_observe(m, ATTND_PROTO_SESSION, 100, 0.0025, 0.0031);
   }
   char *t = render(m);
   static const struct {
@@ -1887,7 +1949,7 @@ START_TEST(test_buckets) {
   ck_assert_ptr_nonnull(m);
   const double total_ms[] = {0.5, 1, 60000, 61000};
   for (int i = 0; i < 4; i++)
-    attnd_metrics_observe(m, ATTND_PROTO_V1, 2048, 0, 0, total_ms[i]);
+    attnd_metrics_observe(m, ATTND_PROTO_V1, 2048, 0, total_ms[i]);
   char *t = render(m);
   static const struct {
     const char *le;
@@ -1939,7 +2001,7 @@ START_TEST(test_buckets_cover) {
   const double lo = 1e-5, hi = (double)cfg.max_timeout_ms / 1000.0;
   attnd_metrics_t *m = attnd_metrics_new();
   ck_assert_ptr_nonnull(m);
-  attnd_metrics_observe(m, ATTND_PROTO_V1, 1, 0, 0, 0);
+  attnd_metrics_observe(m, ATTND_PROTO_V1, 1, 0, 0);
   char *t = render(m);
   prom_t p;
   prom_assert(t, &p);

@@ -308,8 +308,7 @@ enum MHD_Result attnd_api_reply(attnd_http_req_t *r) {
                            "out of memory for the reply");
   }
   attnd_metrics_observe(r->srv->metrics, r->proto, j->plan.Lk,
-                        j->t.start - j->t.submit, j->t.end - j->t.start,
-                        r->total_ms);
+                        j->t.end - j->t.start, r->total_ms);
   int binary = json_len < b.len;
   r->reply_json = binary ? json_len : 0;
   return attnd_http_send_body(r, 200, b.data, b.len, pooled,

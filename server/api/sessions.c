@@ -22,8 +22,10 @@
 #include "sched/request.h"
 
 /* In its turn: the step prepared (its pages ready) and planned, within its
- * deadline. 0, or -1 with e, the step then ended. */
-static int step_prepare(attnd_http_req_t *r, attnd_error_t *e) {
+ * deadline. 0, or -1 with e, the step then ended, and, where it `waited`
+ * for its turn, its wait ended too (t.left); one whose turn came at once
+ * is refused before the queue. */
+static int step_prepare(attnd_http_req_t *r, int waited, attnd_error_t *e) {
   attnd_server_t *s = r->srv;
   attnd_request_t *j = r->req;
   int bad = attnd_session_prepare(s->sessions, j, e) < 0 ||
@@ -34,7 +36,8 @@ static int step_prepare(attnd_http_req_t *r, attnd_error_t *e) {
                                    "for the session's steps ahead of this one",
                                    e) < 0;
   if (bad) {
-    j->t.left = now; /* it waited for its turn until now */
+    if (waited)
+      j->t.left = now; /* it waited for its turn until now */
     attnd_session_step_end(s->sessions, j, 0, NULL);
   }
   return bad ? -1 : 0;
@@ -47,7 +50,7 @@ static void step_start(attnd_http_req_t *r) {
   attnd_request_t *j = r->req;
   struct MHD_Connection *conn = r->conn;
   attnd_error_t *e = &r->pre_error;
-  if (step_prepare(r, e) == 0) {
+  if (step_prepare(r, 1, e) == 0) {
     int why = 0;
     if (attnd_api_take_memory(r, j, e) == 0 &&
         ((why = attnd_api_hand_off(r, j, 0)) == 0 ||
@@ -138,7 +141,7 @@ enum MHD_Result attnd_sessions_step(attnd_http_req_t *r) {
     MHD_suspend_connection(r->conn);
   }
   uv_mutex_unlock(&r->mu);
-  if (now < 0 || (now == 1 && step_prepare(r, &e) < 0))
+  if (now < 0 || (now == 1 && step_prepare(r, 0, &e) < 0))
     return attnd_http_send_error(r, &e);
   return now == 1 ? attnd_api_admit(r, j) : MHD_YES;
 }

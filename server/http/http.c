@@ -701,8 +701,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     conn_timed_out(s, conn);
   if (r->req && r->outcome == ATTND_SCHED_ABANDONED)
     attnd_metrics_reject(s->metrics, ATTND_REJECT_CLIENT_GONE);
-  attnd_metrics_request(s->metrics, r->proto, r->status);
   const attnd_request_t *j = r->req;
+  /* every wait in the queue, once, whatever became of the request (a 504
+   * or a 499 waited too: leaving them out would read low when the queue is
+   * longest); before the request counts, so that a scrape that sees it
+   * counted sees its wait */
+  if (j && attnd_request_waited(j))
+    attnd_metrics_waited(s->metrics, r->proto, j->plan.Lk,
+                         attnd_request_queue_ms(j));
+  attnd_metrics_request(s->metrics, r->proto, r->status);
   attnd_access_t line = {
       .request_id = r->request_id,
       .id = j           ? j->id

@@ -85,9 +85,13 @@ attnd_request_mem_t attnd_request_memory_parts(const attnd_request_t *j) {
                                .reply = (int64_t)attnd_request_reply_bytes(j)};
 }
 
+int attnd_request_waited(const attnd_request_t *j) {
+  return j->t.submit && (j->t.start || j->t.left);
+}
+
 double attnd_request_queue_ms(const attnd_request_t *j) {
   double until = j->t.start ? j->t.start : j->t.left;
-  return j->t.submit && until ? until - j->t.submit : 0;
+  return attnd_request_waited(j) ? until - j->t.submit : 0;
 }
 
 size_t attnd_request_memory(const attnd_request_t *j) {

@@ -242,6 +242,10 @@ extern _Thread_local uint64_t attnd__decode_slow_runs;
  * the access log's and the 504's queue time. Once j is back from the
  * scheduler; any thread. */
 double attnd_request_queue_ms(const attnd_request_t *j);
+/* Whether j entered the queue and has left it: it started, or left
+ * without running (t.left). 0 for one refused before the queue (or by
+ * attnd_sched_submit). Any thread, as attnd_request_queue_ms. */
+int attnd_request_waited(const attnd_request_t *j);
 
 /* The memory the request holds at its peak: its decoded tensors, the
  * workspace, the outputs, and the reply text (bounded from above); in
