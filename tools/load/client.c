@@ -31,6 +31,27 @@ static double now_s(void) {
   return attnd_now_ms() * 1e-3;
 }
 
+int load_multi_transfers(CURLM *multi, load_finish_fn finish, void *engine) {
+  int running, done = 0, left;
+  curl_multi_perform(multi, &running);
+  CURLMsg *m;
+  while ((m = curl_multi_info_read(multi, &left))) {
+    if (m->msg != CURLMSG_DONE)
+      continue;
+    void *slot;
+    curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&slot);
+    finish(engine, slot, m->data.result, now_s());
+    done++;
+  }
+  return done;
+}
+
+long load_multi_wait_ms(CURLM *multi) {
+  long wait_ms = 100;
+  curl_multi_timeout(multi, &wait_ms);
+  return wait_ms < 0 || wait_ms > 100 ? 100 : wait_ms;
+}
+
 double load_cpu_now_s(void) {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
@@ -265,8 +286,11 @@ static void start(engine_t *e, double t, double now) {
   curl_multi_add_handle(e->multi, s->h);
 }
 
-/* Accounts for the finished transfer of slot s and makes it idle. */
-static void finish(engine_t *e, slot_t *s, CURLcode rc, double now) {
+/* Accounts for the finished transfer of slot s and makes it idle
+ * (load_finish_fn: engine e). */
+static void finish(void *engine, void *slot, CURLcode rc, double now) {
+  engine_t *e = engine;
+  slot_t *s = slot;
   load_stats_t *st = e->st;
   long code = 0;
   if (rc == CURLE_OK)
@@ -513,18 +537,7 @@ int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
     if (e.stopping && e.n_idle == run->concurrency && e.bl_len == 0)
       break;
     /* 2. transfers */
-    int running, done = 0;
-    curl_multi_perform(e.multi, &running);
-    CURLMsg *m;
-    int left;
-    while ((m = curl_multi_info_read(e.multi, &left))) {
-      if (m->msg != CURLMSG_DONE)
-        continue;
-      slot_t *s;
-      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
-      finish(&e, s, m->data.result, now_s());
-      done++;
-    }
+    int done = load_multi_transfers(e.multi, finish, &e);
     if (run->progress && now >= next_progress) {
       run->progress(st, now - e.t0, run->progress_arg);
       next_progress = now + 0.5;
@@ -532,10 +545,7 @@ int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
     if (done)
       continue;
     /* 3. sleep */
-    long wait_ms = 100;
-    curl_multi_timeout(e.multi, &wait_ms);
-    if (wait_ms < 0 || wait_ms > 100)
-      wait_ms = 100;
+    long wait_ms = load_multi_wait_ms(e.multi);
     if (run->mode == LOAD_OPEN && !e.stopping) {
       double until = e.next_arrival - now_s();
       long a = until > 0 ? (long)ceil(until * 1000.0) : 0;

@@ -25,6 +25,7 @@
 #ifndef LOAD_CLIENT_H
 #define LOAD_CLIENT_H
 
+#include <curl/curl.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -142,6 +143,19 @@ int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
 /* The CPU time this process has used, user and system, in seconds
  * (getrusage); the engines' cpu_s is its difference over a run. */
 double load_cpu_now_s(void);
+
+/* What both engines (this one and decode.h's) do with their multi handle
+ * each time round their loop, on the caller's thread. Step 2:
+ * load_multi_transfers runs curl_multi_perform, then hands each transfer
+ * that has finished to finish(engine, the pointer its easy handle carries
+ * as CURLOPT_PRIVATE (its slot), its result, the time in s), and returns
+ * how many did. Step 3: load_multi_wait_ms is how long the engine may
+ * sleep for curl: curl's own timeout, 100 ms where that is none or
+ * longer. */
+typedef void (*load_finish_fn)(void *engine, void *slot, CURLcode rc,
+                               double now);
+int load_multi_transfers(CURLM *multi, load_finish_fn finish, void *engine);
+long load_multi_wait_ms(CURLM *multi);
 
 /* Parses a Server-Timing header value, "queue;dur=0.01, compute;dur=2.5,
  * total;dur=2.9" (milliseconds): stores the durations it finds of the

@@ -474,8 +474,11 @@ static int start(engine_t *e, int i, double now) {
   return 0;
 }
 
-/* Accounts for slot sl's finished transfer and moves its session on. */
-static void finish(engine_t *e, slot_t *sl, CURLcode rc, double now) {
+/* Accounts for slot sl's finished transfer and moves its session on
+ * (load_finish_fn: engine e). */
+static void finish(void *engine, void *slot, CURLcode rc, double now) {
+  engine_t *e = engine;
+  slot_t *sl = slot;
   const load_decode_run_t *run = e->run;
   load_decode_stats_t *st = e->st;
   sess_t *s = &e->sess[sl->sess];
@@ -712,17 +715,7 @@ int load_decode_run(const load_decode_run_t *run, load_decode_stats_t *st,
     if (e.left == 0 && e.n_idle == run->concurrency)
       break;
     /* 2. transfers */
-    int running, done = 0, left;
-    curl_multi_perform(e.multi, &running);
-    CURLMsg *m;
-    while ((m = curl_multi_info_read(e.multi, &left))) {
-      if (m->msg != CURLMSG_DONE)
-        continue;
-      slot_t *s;
-      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
-      finish(&e, s, m->data.result, now_s());
-      done++;
-    }
+    int done = load_multi_transfers(e.multi, finish, &e);
     if (run->progress && now >= next_progress) {
       run->progress(st, now - e.t0, run->progress_arg);
       next_progress = now + 0.5;
@@ -730,10 +723,7 @@ int load_decode_run(const load_decode_run_t *run, load_decode_stats_t *st,
     if (done)
       continue;
     /* 3. sleep */
-    long wait_ms = 100;
-    curl_multi_timeout(e.multi, &wait_ms);
-    if (wait_ms < 0 || wait_ms > 100)
-      wait_ms = 100;
+    long wait_ms = load_multi_wait_ms(e.multi);
     if (isfinite(wake)) {
       long w = (long)ceil((wake - now_s()) * 1e3);
       wait_ms = w < wait_ms ? (w > 0 ? w : 0) : wait_ms;
