@@ -22,6 +22,20 @@ static double mean_ms(const load_hist_t *h) {
   return h->count ? load_hist_mean(h) / 1e3 : NAN;
 }
 
+/* The times both engines' results have, in ms: the client's latency
+ * (its percentiles and mean) and the server's queue and compute times
+ * (their percentiles), from their histograms (us). */
+static void fill_times(load_result_t *r, const load_hist_t *latency,
+                       const load_hist_t *queue, const load_hist_t *compute) {
+  for (int i = 0; i < LOAD_NLAT; i++)
+    r->lat_ms[i] = pct_ms(latency, lat_pct[i]);
+  r->lat_mean_ms = mean_ms(latency);
+  for (int i = 0; i < LOAD_NSRV; i++) {
+    r->queue_ms[i] = pct_ms(queue, srv_pct[i]);
+    r->compute_ms[i] = pct_ms(compute, srv_pct[i]);
+  }
+}
+
 void load_result_fill(load_result_t *r, const load_stats_t *st) {
   r->sent = st->sent;
   r->ok = st->ok;
@@ -41,15 +55,10 @@ void load_result_fill(load_result_t *r, const load_stats_t *st) {
   r->tokens_per_s = st->span_tokens / t;
   r->gflops = st->span_flops / t * 1e-9;
   r->cpu_pct = 100.0 * st->cpu_s / t;
-  for (int i = 0; i < LOAD_NLAT; i++)
-    r->lat_ms[i] = pct_ms(st->latency, lat_pct[i]);
-  r->lat_mean_ms = mean_ms(st->latency);
+  fill_times(r, st->latency, st->queue, st->compute);
   r->timed = st->timed;
-  for (int i = 0; i < LOAD_NSRV; i++) {
-    r->queue_ms[i] = pct_ms(st->queue, srv_pct[i]);
-    r->compute_ms[i] = pct_ms(st->compute, srv_pct[i]);
+  for (int i = 0; i < LOAD_NSRV; i++)
     r->total_ms[i] = pct_ms(st->total, srv_pct[i]);
-  }
   snprintf(r->first_error, sizeof r->first_error, "%s", st->first_error);
 }
 
@@ -76,13 +85,9 @@ void load_result_fill_decode(load_result_t *r, const load_decode_stats_t *st) {
   r->prefill_tokens_per_s = st->prefill_tokens / t;
   r->gflops = 0;
   r->cpu_pct = 100.0 * st->cpu_s / t;
-  for (int i = 0; i < LOAD_NLAT; i++)
-    r->lat_ms[i] = pct_ms(st->step, lat_pct[i]);
-  r->lat_mean_ms = mean_ms(st->step);
+  fill_times(r, st->step, st->queue, st->compute);
   r->timed = st->timed;
   for (int i = 0; i < LOAD_NSRV; i++) {
-    r->queue_ms[i] = pct_ms(st->queue, srv_pct[i]);
-    r->compute_ms[i] = pct_ms(st->compute, srv_pct[i]);
     r->total_ms[i] = NAN; /* the decode engine reads no total */
     r->ttft_ms[i] = pct_ms(st->ttft, srv_pct[i]);
   }
@@ -153,6 +158,20 @@ static void verify_part(FILE *f, const load_result_t *r) {
     fprintf(f, " | %d to verify never came", r->verify_missing);
 }
 
+/* Both kinds of line end alike: the server's times where replies carried
+ * them, the verification, and on a line of its own the first error
+ * (`what`: which errors the engine keeps the first of). */
+static void line_end(FILE *f, const load_result_t *r, const char *what) {
+  char m[2][16];
+  if (r->timed)
+    fprintf(f, " | server queue p50 %s compute p50 %s",
+            ms3(r->queue_ms[0], m[0]), ms3(r->compute_ms[0], m[1]));
+  verify_part(f, r);
+  fprintf(f, "\n");
+  if (r->first_error[0])
+    fprintf(f, "  first %s: %s\n", what, r->first_error);
+}
+
 /* A decode step's line: sessions, errors, recreations, time to first
  * token, step latency and tokens per second. */
 static void decode_line(FILE *f, const load_result_t *r) {
@@ -175,13 +194,7 @@ static void decode_line(FILE *f, const load_result_t *r) {
           (long long)r->recreated[LOAD_RECREATE_409], ms3(r->ttft_ms[0], m[0]),
           ms3(r->ttft_ms[2], m[1]), ms3(r->lat_ms[0], m[2]),
           ms3(r->lat_ms[2], m[3]), ms3(r->lat_ms[4], m[4]), tok);
-  if (r->timed)
-    fprintf(f, " | server queue p50 %s compute p50 %s",
-            ms3(r->queue_ms[0], m[0]), ms3(r->compute_ms[0], m[1]));
-  verify_part(f, r);
-  fprintf(f, "\n");
-  if (r->first_error[0])
-    fprintf(f, "  first error: %s\n", r->first_error);
+  line_end(f, r, "error");
 }
 
 void load_report_line(FILE *f, const load_result_t *r) {
@@ -208,13 +221,7 @@ void load_report_line(FILE *f, const load_result_t *r) {
     fprintf(f, ", %s tok/s, %.1f GFLOP/s", tok, r->gflops);
   fprintf(f, " | ms p50 %s p99 %s max %s", ms3(r->lat_ms[0], m[0]),
           ms3(r->lat_ms[2], m[1]), ms3(r->lat_ms[4], m[2]));
-  if (r->timed)
-    fprintf(f, " | server queue p50 %s compute p50 %s",
-            ms3(r->queue_ms[0], m[0]), ms3(r->compute_ms[0], m[1]));
-  verify_part(f, r);
-  fprintf(f, "\n");
-  if (r->first_error[0])
-    fprintf(f, "  first transport error: %s\n", r->first_error);
+  line_end(f, r, "transport error");
 }
 
 /* The table of decode steps. */
