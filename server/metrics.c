@@ -67,7 +67,8 @@ static const char *const hist_help[NHIST] = {
     "Time requests waited in the queue, whatever their outcome.",
     "Time computed requests took to compute (a batched session step: its "
     "batch's).",
-    "Time from a request's arrival to the start of its reply."};
+    "Time from a computed request's arrival to the start of its reply "
+    "with the result."};
 
 /* The backends a request computes on (attn_backend_kind_t), labelled by
  * the core's names. */
