@@ -32,6 +32,10 @@
 
 #include "attn/error.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define ATTN_VERSION "0.1.0"
 #define ATTN_MAX_RANK 4
 
@@ -536,5 +540,9 @@ const char *attn_blas_preferred_coretype(void);
  * and the last bits may differ between thread counts (well within the
  * float32 reference's tolerance). Any thread. */
 int attn_blas_split_invariant(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

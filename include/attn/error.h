@@ -8,6 +8,10 @@
 #ifndef ATTN_ERROR_H
 #define ATTN_ERROR_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* X(name, value, message) */
 #define ATTN_ERRNO_MAP(X)                                                      \
   X(EINVAL, -1, "invalid argument")                                            \
@@ -125,5 +129,9 @@ const char *attn_errname(int code);
  * ATTN_FIELD_NONE, "unknown" for anything out of range. Static string; any
  * thread. */
 const char *attn_field_name(attn_field_t f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

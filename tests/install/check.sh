@@ -11,7 +11,8 @@
 # --libs, --static --libs, --modversion = ATTN_VERSION); the example's
 # output is the block after its build command in docs/api.md; the shared
 # build needs libattn.so.MAJOR (readelf), which holds that soname, and
-# the static one no libattn.so; every option of each program's --help is
+# the static one no libattn.so; a C++ program includes the headers and
+# links; every option of each program's --help is
 # in its man page, which groff reads without a warning; DESTDIR puts the
 # same files under DESTDIR/PREFIX with attn.pc naming PREFIX; uninstall
 # leaves no file behind.
@@ -103,6 +104,26 @@ libs=$(echo "$static_libs" | sed "s|-lattn\b|$prefix/lib/libattn.a|")
   fail "the static example needs a libattn.so"
 diff -u "$tmp/expected.txt" "$tmp/out-static.txt" ||
   fail "the example's output (static) is not docs/api.md's"
+
+# ---- C++ --------------------------------------------------------------------
+# The headers from a C++ program: they compile, and the library's names
+# link (C linkage: without extern "C" each call names a mangled symbol).
+cat >"$tmp/cxx.cc" <<'EOF'
+#include <attn/attn.h>
+#include <cstdio>
+int main() {
+  attn_backend_t b;
+  attn_backend_info(&b);
+  std::printf("%s %s\n", attn_errname(ATTN_ESHAPE), attn_isa_name(b.isa));
+  return 0;
+}
+EOF
+(cd "$tmp" && ${CXX:-c++} -std=c++11 -Wall -Wextra -pedantic -Werror cxx.cc \
+  $(pkg-config --cflags --libs attn) -Wl,-rpath,"$prefix/lib" -o cxx \
+  >cxx.log 2>&1 && ./cxx >out-cxx.txt 2>>cxx.log) ||
+  fail "a C++ program with attn/attn.h: $(cat "$tmp/cxx.log")"
+grep -q '^ESHAPE ' "$tmp/out-cxx.txt" ||
+  fail "the C++ program printed: $(cat "$tmp/out-cxx.txt")"
 
 # ---- the programs and their man pages --------------------------------------
 "$prefix/bin/attnd" --version | grep -qx "attnd $version" || fail "attnd --version"
