@@ -925,6 +925,9 @@ void attnd_config_info(const attnd_config_t *cfg, int limits,
 }
 
 int attnd_config_plan_threads(const attnd_config_t *cfg) {
-  return (int)(cfg->threads_per_request ? cfg->threads_per_request
-                                        : cfg->max_threads_per_request);
+  if (cfg->threads_per_request)
+    return (int)cfg->threads_per_request;
+  return (int)(cfg->max_threads_per_request < cfg->cores
+                   ? cfg->max_threads_per_request
+                   : cfg->cores);
 }

@@ -110,8 +110,9 @@ void attnd_config_info(const attnd_config_t *cfg, int limits,
                        void *arg);
 
 /* The threads a request is planned for: threads_per_request, or with auto
- * max_threads_per_request (its memory is counted for those; it may be
- * given fewer when it starts). Any thread. */
+ * max_threads_per_request, at most the CPUs, the most the scheduler ever
+ * gives one request (its memory is counted for those; it may be given
+ * fewer when it starts). Any thread. */
 int attnd_config_plan_threads(const attnd_config_t *cfg);
 
 /* Writes the usage text: every flag with its help and default. */

@@ -99,6 +99,27 @@ START_TEST(test_auto_threads) {
 }
 END_TEST
 
+/* With threads_per_request = auto, a cap above the CPUs (4 here) plans for
+ * the CPUs: the scheduler never gives a request more threads than CPUs, so
+ * a plan for the cap would make every request hold the workspace of threads
+ * it cannot get, in the memory budget (on 2 CPUs at 256, a request whose
+ * 2 threads' workspace fits was refused 422 for 69 MB of workspace). The key
+ * keeps what was set. A fixed threads_per_request above the CPUs is the
+ * operator's to choose. Catches requests planned for the cap alone. */
+START_TEST(test_auto_cap_above_cpus) {
+  attnd_config_t c;
+  char msg[256];
+  char *argv[] = {"attnd", "--max-threads-per-request", "256", NULL},
+       *envp[] = {NULL};
+  ck_assert_int_eq(load(&c, argv, envp, msg, sizeof msg), 0);
+  ck_assert_int_eq(c.max_threads_per_request, 256);
+  ck_assert_int_eq(attnd_config_plan_threads(&c), 4);
+  char *fixed[] = {"attnd", "--threads-per-request", "8", NULL};
+  ck_assert_int_eq(load(&c, fixed, envp, msg, sizeof msg), 0);
+  ck_assert_int_eq(attnd_config_plan_threads(&c), 8);
+}
+END_TEST
+
 START_TEST(test_precedence) {
   char *path = write_tmp("# comment\nport = 7001\nqueue_depth = 5\n"
                          "workers = 3 # trailing comment\n"
@@ -1302,6 +1323,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_defaults);
   tcase_add_test(tc, test_auto_workers_follow_threads);
   tcase_add_test(tc, test_auto_threads);
+  tcase_add_test(tc, test_auto_cap_above_cpus);
   tcase_add_test(tc, test_precedence);
   tcase_add_test(tc, test_config_path);
   tcase_add_test(tc, test_config_path_unreadable);
