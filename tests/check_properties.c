@@ -5,9 +5,10 @@
  *     equal the explicit allow mask they stand for;
  *   - weight rows sum to 1, or are exactly 0 when every key is masked (and
  *     then the head output is exactly 0 and nothing is NaN);
- *   - results are bitwise identical for 1..4 threads, across repeated calls
- *     on one plan, whatever the workspace held, and when two calls run at
- *     once;
+ *   - results are bitwise identical for 1 to 5, 7, 16 and 33 threads (a
+ *     plan made for 33 and lowered too; rope, q/k norms and the weights'
+ *     reductions included), across repeated calls on one plan, whatever
+ *     the workspace held, and when two calls run at once;
  *   - mean weights are the mean of the per-head weights;
  *   - batch items are independent; a constant bias changes nothing; keys
  *     are a set (permuting keys and values permutes the weights only).
@@ -74,6 +75,22 @@ static void expect_same_bits(const attn_outputs_t *a, const attn_outputs_t *b,
     ck_assert_msg(memcmp(a->head_outputs, b->head_outputs,
                          (size_t)pl->head_elems * 4) == 0,
                   "%s: head outputs not bitwise identical", what);
+  const struct {
+    const void *a, *b;
+    int64_t n;
+    const char *name;
+  } red[] = {
+      {a->top_k_index, b->top_k_index, pl->top_k_elems, "top-k index"},
+      {a->top_k_value, b->top_k_value, pl->top_k_elems, "top-k value"},
+      {a->pooled, b->pooled, pl->pooled_elems, "pooled"},
+      {a->entropy, b->entropy, pl->stats_elems, "entropy"},
+      {a->sink, b->sink, pl->stats_elems, "sink"},
+      {a->distance, b->distance, pl->stats_elems, "distance"},
+  };
+  for (size_t k = 0; k < sizeof red / sizeof *red; k++)
+    if (red[k].a && red[k].b) /* every element is 4 bytes */
+      ck_assert_msg(memcmp(red[k].a, red[k].b, (size_t)red[k].n * 4) == 0,
+                    "%s: %s not bitwise identical", what, red[k].name);
 }
 
 /* ---- GQA equals repeated MHA --------------------------------------------- */
@@ -448,18 +465,32 @@ static const tu_spec_t determinism_cases[] = {
      * one thread computes each projection in one call */
     {.Lq = 100, .H = 129, .Dh = 8, .Eq = 64, .Eo = 1025, .proj = TU_ALLPROJ,
      .causal = TL},
+    /* fewer query rows, heads and units than most of the thread counts:
+     * one query row; three rows of one kv head under a window, projected */
+    {.B = 2, .batched = 1, .Lq = 1, .Lk = 9, .cross = 1, .H = 2, .Dh = 4,
+     .causal = BR, .key_lengths = 1, .lengths = {9, 4}},
+    {.Lq = 3, .Lk = 40, .cross = 1, .value_given = 1, .H = 3, .Hkv = 1,
+     .Dh = 6, .Dv = 5, .Eq = 7, .Ek = 5, .Ev = 9, .Eo = 4,
+     .proj = TU_ALLPROJ, .has_wl = 1, .wl = 20, .has_wr = 1, .wr = 3},
 };
 /* clang-format on */
 
+/* The thread counts compared with one thread: each of 1 to 5, then odd
+ * counts and counts above the row chunks, heads and units of most cases
+ * (the projections' chunks and groups change at 3, 5, 7 and 16 threads,
+ * core/forward.c). */
+static const int thread_counts[] = {2, 3, 4, 5, 7, 16, 33};
+#define N_COUNTS ((int)(sizeof thread_counts / sizeof *thread_counts))
+
 /* The most threads whose results the BLAS kernel loaded lets the core keep
- * the same to the bit as one thread's: 4, or 1 where its sgemm is not the
- * same however a call is split (attn_blas_split_invariant: OpenBLAS's
- * Haswell kernel, which an AVX2 CPU runs; tests/main.c loads the AVX-512
- * one where the CPU has it, so that with ATTND_REQUIRE_ISA=avx512 this
- * never limits the cases). */
+ * the same to the bit as one thread's: every count, or 1 where its sgemm is
+ * not the same however a call is split (attn_blas_split_invariant:
+ * OpenBLAS's Haswell kernel, which an AVX2 CPU runs; tests/main.c loads the
+ * AVX-512 one where the CPU has it, so that with ATTND_REQUIRE_ISA=avx512
+ * this never limits the cases). */
 static int bitwise_threads(void) {
   if (attn_blas_split_invariant())
-    return 4;
+    return thread_counts[N_COUNTS - 1];
   attn_backend_t b;
   attn_backend_info(&b);
   ck_assert_msg(tu_isa_required() != ATTN_ISA_AVX512,
@@ -467,7 +498,7 @@ static int bitwise_threads(void) {
                 "ATTND_REQUIRE_ISA=avx512",
                 b.blas_kernel);
   fprintf(stderr,
-          "properties: 2 to 4 threads' bits against 1's skipped: the BLAS "
+          "properties: more threads' bits against 1's skipped: the BLAS "
           "kernel %s computes an sgemm otherwise when it is split\n",
           b.blas_kernel);
   return 1;
@@ -483,7 +514,8 @@ START_TEST(test_threads_bitwise) {
   attn_exec_t ex = {.threads = 1, .isa = isa};
   ck_assert_int_eq(tu_run(&base, &c.p, &ex), 0);
   const int most = bitwise_threads();
-  for (int t = 2; t <= most; t++) {
+  for (int i = 0; i < N_COUNTS && thread_counts[i] <= most; i++) {
+    const int t = thread_counts[i];
     tu_run_t r;
     ex.threads = t;
     ck_assert_int_eq(tu_run(&r, &c.p, &ex), 0);
@@ -499,13 +531,71 @@ START_TEST(test_threads_bitwise) {
 }
 END_TEST
 
-/* A plan made for 4 threads, lowered by attn_plan_set_threads to t (as the
- * server does with threads_per_request = auto when a request starts):
- * the workspace of a plan made for t, never more than the 4 threads', and
- * the same bits as one thread, in a workspace of exactly that size; a count
- * outside [1, 4] is refused and changes nothing. Catches a workspace size
- * not recomputed (too small for more threads, or one that keeps 4
- * threads' slots), and a lowered plan whose results differ. */
+/* The options determinism_cases cannot spell, at every count of
+ * thread_counts against one thread, bit for bit: rotary embeddings with q
+ * and k norms (_i 0, 1) and the reductions of the weights, per head and of
+ * the mean over heads (_i 2, 3), the second of each over fewer query rows
+ * than most counts. */
+START_TEST(test_threads_bitwise_features) {
+  /* clang-format off */
+  static const tu_spec_t specs[2] = {
+      {.B = 2, .batched = 1, .Lq = 70, .Lk = 90, .cross = 1, .H = 4, .Hkv = 2,
+       .Dh = 8, .Eq = 24, .Ek = 16, .proj = TU_QW | TU_KW | TU_OW,
+       .causal = BR, .bias_rank = 2},
+      {.Lq = 5, .Lk = 130, .cross = 1, .value_given = 1, .H = 2, .Hkv = 1,
+       .Dh = 6, .Dv = 3, .causal = TL, .has_wl = 1, .wl = 64},
+  };
+  /* clang-format on */
+  tu_case_t c;
+  tu_case_build(&c, &specs[_i % 2], 670 + (uint64_t)_i);
+  float norm[2][8];
+  for (int k = 0; k < 8; k++) {
+    norm[0][k] = 0.5f + 0.125f * (float)k;
+    norm[1][k] = 1.5f - 0.0625f * (float)k;
+  }
+  if (_i < 2) {
+    c.p.rope = (attn_rope_t){
+        .style = _i ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF, .theta = 1e4};
+    c.p.q_norm = tu_t1(norm[0], c.Dh);
+    c.p.k_norm = tu_t1(norm[1], c.Dh);
+  } else {
+    c.p.want_weights = c.p.want_mean_weights = 0;
+    c.p.reduce = (attn_reduce_t){.mean_heads = _i == 3,
+                                 .top_k = 5,
+                                 .pool_q = 3,
+                                 .pool_k = 7,
+                                 .pool_reduce = ATTN_POOL_MEAN,
+                                 .stats = ATTN_STAT_ALL,
+                                 .sink_tokens = 2,
+                                 .has_query_range = _i == 3,
+                                 .query_range = {1, c.Lq}};
+  }
+  tu_run_t base;
+  attn_exec_t ex = {.threads = 1, .isa = ATTN_ISA_AUTO};
+  ck_assert_int_eq(tu_run(&base, &c.p, &ex), 0);
+  const int most = bitwise_threads();
+  for (int i = 0; i < N_COUNTS && thread_counts[i] <= most; i++) {
+    tu_run_t r;
+    ex.threads = thread_counts[i];
+    ck_assert_int_eq(tu_run(&r, &c.p, &ex), 0);
+    char what[48];
+    snprintf(what, sizeof what, "case %d, threads %d vs 1", _i, ex.threads);
+    expect_same_bits(&r.o, &base.o, &base.plan, what);
+    tu_run_free(&r);
+  }
+  tu_run_free(&base);
+  tu_case_free(&c);
+}
+END_TEST
+
+/* A plan made for the most threads of thread_counts, lowered by
+ * attn_plan_set_threads to t (as the server does with threads_per_request
+ * = auto when a request starts): the workspace of a plan made for t, never
+ * more than the most threads', and the same bits as one thread, in a
+ * workspace of exactly that size; a count outside [1, most] is refused and
+ * changes nothing. Catches a workspace size not recomputed (too small for
+ * more threads, or one that keeps the most threads' slots), and a lowered
+ * plan whose results differ. */
 START_TEST(test_set_threads_bitwise) {
   const tu_spec_t *s = &determinism_cases[_i];
   tu_case_t c;
@@ -513,24 +603,26 @@ START_TEST(test_set_threads_bitwise) {
   tu_run_t base;
   attn_exec_t ex = {.threads = 1, .isa = ATTN_ISA_AUTO};
   ck_assert_int_eq(tu_run(&base, &c.p, &ex), 0);
-  attn_plan_t four, made;
+  attn_plan_t top, made;
   attn_error_t err;
-  ex.threads = 4;
-  ck_assert_int_eq(attn_plan_init(&four, &c.p, &ex, &err), 0);
-  attn_plan_t bad = four;
+  const int planned = thread_counts[N_COUNTS - 1];
+  ex.threads = planned;
+  ck_assert_int_eq(attn_plan_init(&top, &c.p, &ex, &err), 0);
+  attn_plan_t bad = top;
   ck_assert_int_eq(attn_plan_set_threads(&bad, 0), ATTN_EINVAL);
-  ck_assert_int_eq(attn_plan_set_threads(&bad, 5), ATTN_EINVAL);
-  ck_assert_int_eq(bad.threads, 4);
-  ck_assert_uint_eq(bad.workspace_bytes, four.workspace_bytes);
+  ck_assert_int_eq(attn_plan_set_threads(&bad, planned + 1), ATTN_EINVAL);
+  ck_assert_int_eq(bad.threads, planned);
+  ck_assert_uint_eq(bad.workspace_bytes, top.workspace_bytes);
   const int most = bitwise_threads();
-  for (int t = 1; t <= 4; t++) {
-    attn_plan_t pl = four;
+  for (int i = -1; i < N_COUNTS; i++) {
+    const int t = i < 0 ? 1 : thread_counts[i];
+    attn_plan_t pl = top;
     ck_assert_int_eq(attn_plan_set_threads(&pl, t), 0);
     ex.threads = t;
     ck_assert_int_eq(attn_plan_init(&made, &c.p, &ex, &err), 0);
     ck_assert_int_eq(pl.threads, t);
     ck_assert_uint_eq(pl.workspace_bytes, made.workspace_bytes);
-    ck_assert_uint_le(pl.workspace_bytes, four.workspace_bytes);
+    ck_assert_uint_le(pl.workspace_bytes, top.workspace_bytes);
     attn_outputs_t o = {0};
     float **dst[4] = {&o.out, &o.weights, &o.mean_weights, &o.head_outputs};
     const int64_t n[4] = {pl.out_elems, pl.weights_elems, pl.mean_elems,
@@ -546,7 +638,7 @@ START_TEST(test_set_threads_bitwise) {
     memset(ws, 0xff, wsb);
     ck_assert_int_eq(attn_forward(&pl, &o, ws, pl.workspace_bytes, &err), 0);
     char what[48];
-    snprintf(what, sizeof what, "4 threads set to %d vs 1", t);
+    snprintf(what, sizeof what, "%d threads set to %d vs 1", planned, t);
     if (t <= most)
       expect_same_bits(&o, &base.o, &base.plan, what);
     free(ws);
@@ -880,6 +972,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(
       tc, test_threads_bitwise, 0,
       2 * (int)(sizeof determinism_cases / sizeof determinism_cases[0]));
+  tcase_add_loop_test(tc, test_threads_bitwise_features, 0, 4);
   tcase_add_loop_test(
       tc, test_rerun_same_plan, 0,
       (int)(sizeof determinism_cases / sizeof determinism_cases[0]));
