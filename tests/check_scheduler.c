@@ -1384,6 +1384,17 @@ START_TEST(test_threads_lone_gets_all) {
 }
 END_TEST
 
+/* Waits until jobs 0 to 3 run, and asserts that each was given one
+ * thread, the four cores. */
+static void one_each_of_four(void) {
+  PUMP_UNTIL(started(job(0)) && started(job(1)) && started(job(2)) &&
+             started(job(3)));
+  for (int i = 0; i < 4; i++)
+    ck_assert_msg(job(i)->threads == 1, "job %d: %d threads", i,
+                  job(i)->threads);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 4);
+}
+
 /* Four jobs that arrive together on four workers and four cores get one
  * each, whichever starts first (each leaves one for every job starting
  * beside it); a job that arrives while another holds every core still
@@ -1395,12 +1406,7 @@ START_TEST(test_threads_under_load_one_each) {
     job(i)->hold = 1;
     ck_assert_int_eq(submit(job(i), far(), -1), 0);
   }
-  PUMP_UNTIL(started(job(0)) && started(job(1)) && started(job(2)) &&
-             started(job(3)));
-  for (int i = 0; i < 4; i++)
-    ck_assert_msg(job(i)->threads == 1, "job %d: %d threads", i,
-                  job(i)->threads);
-  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 4);
+  one_each_of_four();
   __atomic_store_n(&H.release_all, 1, __ATOMIC_RELAXED);
   wait_done(4);
   __atomic_store_n(&H.release_all, 0, __ATOMIC_RELAXED);
@@ -1442,6 +1448,45 @@ START_TEST(test_threads_given_back) {
   wait_done(3);
   ck_assert_int_eq(attnd_sched_threads_busy(H.s), 0);
   ck_assert_int_eq(run_held(3)->threads, 4);
+}
+END_TEST
+
+/* Threads come back however a running job ends: by an error, past its
+ * deadline (cancelled, a 504), or with its client gone (a 499), as well as
+ * done. Four jobs that start together get one each, the four cores; when
+ * all have ended none is held, and a job alone gets every core again.
+ * Catches threads given back only for a job that succeeded, or only for
+ * one whose client is still there. */
+START_TEST(test_threads_back_after_endings) {
+  int sv[2];
+  ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  start_threads(4, 8, 4, 4);
+  for (int i = 0; i < 4; i++)
+    job(i)->hold = 1;
+  job(0)->ret = ATTN_ENOSPC;
+  /* long enough that all four surely start first, even on a loaded
+   * machine */
+  ck_assert_int_eq(submit(job(1), attnd_now_ms() + 500, -1), 0);
+  ck_assert_int_eq(submit(job(0), far(), -1), 0);
+  ck_assert_int_eq(submit(job(2), far(), sv[0]), 0);
+  ck_assert_int_eq(submit(job(3), far(), -1), 0);
+  one_each_of_four();
+  wait_done(1); /* job 1, past its deadline */
+  came_back(job(1), ATTND_SCHED_EXPIRED, 1);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 3);
+  hang_up(sv[1], 0);
+  wait_done(2);
+  came_back(job(2), ATTND_SCHED_ABANDONED, 1);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 2);
+  release(job(0));
+  wait_done(3);
+  came_back(job(0), ATTND_SCHED_DONE, 1);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 1);
+  release(job(3));
+  wait_done(4);
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 0);
+  ck_assert_int_eq(run_held(4)->threads, 4);
+  close(sv[0]);
 }
 END_TEST
 
@@ -1536,6 +1581,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_threads_under_load_one_each);
   tcase_add_test(tc, test_threads_cap);
   tcase_add_test(tc, test_threads_given_back);
+  tcase_add_test(tc, test_threads_back_after_endings);
   tcase_add_test(tc, test_threads_batch);
   suite_add_tcase(s, tc);
 
