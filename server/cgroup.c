@@ -10,6 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 /* Reads <root>/sys/fs/cgroup/<rel> into buf (NUL-terminated, at most
  * cap - 1 bytes). Returns the bytes read, or -1 when the file cannot be
  * opened: to the callers, that is a file that is not there. */
@@ -267,7 +271,37 @@ int64_t attnd_cgroup_memory_at(const char *root, int64_t machine_bytes) {
   return mem;
 }
 
+/* libgomp reads OMP_PROC_BIND, OMP_PLACES and GOMP_CPU_AFFINITY before
+ * main and, where they ask for binding, binds the first thread to the
+ * first place. Left so, attnd would count one CPU, and every thread it
+ * starts would inherit that one. The CPUs given to OpenMP are its places:
+ * the process gets their union back (within what the kernel and cgroup
+ * allow), and each team is still bound within them as the variables ask.
+ * Nothing where there are no places or the mask cannot be set. */
+static void unbind_first_thread(void) {
+#ifdef _OPENMP
+  int places = omp_get_num_places();
+  if (places < 1)
+    return;
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int p = 0; p < places; p++) {
+    int n = omp_get_place_num_procs(p);
+    int ids[CPU_SETSIZE];
+    if (n < 1 || n > CPU_SETSIZE)
+      continue;
+    omp_get_place_proc_ids(p, ids);
+    for (int i = 0; i < n; i++)
+      if (ids[i] >= 0 && ids[i] < CPU_SETSIZE)
+        CPU_SET(ids[i], &all);
+  }
+  if (CPU_COUNT(&all) > 0)
+    (void)sched_setaffinity(0, sizeof all, &all);
+#endif
+}
+
 int attnd_cgroup_cpus(void) {
+  unbind_first_thread();
   int n = 0;
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0)

@@ -40,7 +40,10 @@ int attnd_cgroup_cpus_at(const char *root, int affinity_cpus);
 int64_t attnd_cgroup_memory_at(const char *root, int64_t machine_bytes);
 
 /* attnd_cgroup_cpus_at("/", the CPU count of this process's affinity mask,
- * at least 1). */
+ * at least 1). Where OpenMP's binding variables (OMP_PROC_BIND, OMP_PLACES,
+ * GOMP_CPU_AFFINITY) made libgomp bind the first thread to one place, the
+ * process's mask is first set back to the union of OpenMP's places: call
+ * it from main, before any thread starts. */
 int attnd_cgroup_cpus(void);
 
 /* attnd_cgroup_memory_at("/", this machine's physical memory; 4 GiB when

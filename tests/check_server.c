@@ -1358,6 +1358,57 @@ START_TEST(test_threads_auto) {
 }
 END_TEST
 
+/* The workers a --print-config of the attnd under test reports, with the
+ * environment `env` ("NAME=value" pairs, NULL-terminated) added. */
+static long printed_workers(const char *const *env) {
+  const char *bin = getenv("ATTND_BIN");
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "%s --print-config 2>/dev/null",
+           bin && *bin ? bin : "build/attnd");
+  for (const char *const *e = env; *e; e++)
+    ck_assert_int_eq(putenv((char *)*e), 0);
+  FILE *f = popen(cmd, "r");
+  ck_assert_ptr_nonnull(f);
+  char line[256];
+  long workers = -1;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "workers = ", 10) == 0)
+      workers = strtol(line + 10, NULL, 10);
+  ck_assert_int_eq(pclose(f), 0);
+  for (const char *const *e = env; *e; e++) {
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(*e, "="), *e);
+    unsetenv(name);
+  }
+  return workers;
+}
+
+/* OpenMP's binding variables: libgomp binds the first thread to the first
+ * place before main, and attnd's count of CPUs (and every thread it
+ * starts) would follow that one CPU. The places are the CPUs given to
+ * OpenMP: with every CPU in them, attnd has as many workers as without
+ * the variables. Bug: workers = 1 under GOMP_CPU_AFFINITY=0-1, or
+ * OMP_PROC_BIND=true, on 2 CPUs. (With one CPU it cannot fail.) */
+START_TEST(test_threads_omp_binding) {
+  static const char *const none[] = {NULL};
+  long plain = printed_workers(none);
+  ck_assert_int_ge(plain, 1);
+  char all[64];
+  snprintf(all, sizeof all, "GOMP_CPU_AFFINITY=0-%ld",
+           sysconf(_SC_NPROCESSORS_CONF) - 1);
+  const char *const cases[][3] = {
+      {all, NULL},
+      {"OMP_PROC_BIND=true", NULL},
+      {"OMP_PLACES=threads", "OMP_PROC_BIND=close"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    ck_assert_msg(printed_workers(cases[i]) == plain,
+                  "%s %s: workers %ld, %ld without", cases[i][0],
+                  cases[i][1] ? cases[i][1] : "", printed_workers(cases[i]),
+                  plain);
+}
+END_TEST
+
 /* attnd_backend_requests_total and attnd_backend_compute_seconds_total:
  * a computed request counts once, under the backend it ran on (the cpu
  * here), its compute time added; nothing under cuda. Catches the backend
@@ -2341,6 +2392,7 @@ Suite *test_suite(void) {
   tcase_add_unchecked_fixture(tc, start_auto_threads, stop_server);
   tcase_add_checked_fixture(tc, ensure_server, release_server);
   tcase_add_test(tc, test_threads_auto);
+  tcase_add_test(tc, test_threads_omp_binding);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("numeric");
