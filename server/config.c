@@ -18,8 +18,9 @@
 #include <strings.h>
 
 enum { T_INT, T_STR };
-/* F_AUTO: accepts "auto" (as 0); F_SIZE: K/M/G suffixes; F_INFO and
- * F_LIMIT: shown by GET /v1/info, at its top level or under "limits";
+/* F_AUTO: accepts "auto" (held as auto_value, until resolve_auto); F_SIZE:
+ * K/M/G suffixes; F_INFO and F_LIMIT: shown by GET /v1/info, at its top
+ * level or under "limits";
  * F_SECRET: a value no message or printout shows; F_BOOL: on or off (also
  * true/false, yes/no, 1/0), held as 1 or 0; F_OFF: accepts "off" (as -1). */
 enum {
@@ -108,22 +109,22 @@ static const cfg_key_t keys[] = {
              "letters, digits and -, at most 63 bytes each and 253 in all",
              "address to listen on (0.0.0.0 or :: for all)"),
     INT_KEY(port, "8080", 0, 65535, 0, "TCP port; 0 picks a free one"),
-    INT_KEY(workers, "auto", 0, 1024, F_AUTO | F_INFO,
+    INT_KEY(workers, "auto", 1, 1024, F_AUTO | F_INFO,
             "worker threads running attention; auto: CPUs / "
             "threads_per_request, or CPUs when that is auto"),
-    INT_KEY(threads_per_request, "auto", 0, 256, F_AUTO | F_INFO,
+    INT_KEY(threads_per_request, "auto", 1, 256, F_AUTO | F_INFO,
             "threads one request uses (BLAS included); auto: as many CPUs "
             "as no running request holds when it starts, less one for each "
             "request starting with it, at least 1, at most "
             "max_threads_per_request"),
-    INT_KEY(max_threads_per_request, "auto", 0, 256, F_AUTO | F_INFO,
+    INT_KEY(max_threads_per_request, "auto", 1, 256, F_AUTO | F_INFO,
             "with threads_per_request = auto, the most threads one request "
             "gets; auto: CPUs"),
     INT_KEY(queue_depth, "64", 0, 1000000, F_INFO,
             "requests that may be in flight beyond workers: waiting for a "
             "worker, or session steps waiting their session's turn; more "
             "get 429"),
-    INT_KEY(http_threads, "auto", 0, 256, F_AUTO | F_INFO,
+    INT_KEY(http_threads, "auto", 1, 256, F_AUTO | F_INFO,
             "threads parsing requests and writing replies; auto: CPUs, at "
             "least 2"),
     INT_KEY(max_connections, "1024", 1, 1000000, 0,
@@ -161,7 +162,7 @@ static const cfg_key_t keys[] = {
             "most query heads H"),
     INT_KEY(max_tensor_elements, "64M", 1, INT64_C(1) << 40, F_SIZE | F_LIMIT,
             "most elements in any one tensor, given or returned"),
-    INT_KEY(max_memory_bytes, "auto", 0, INT64_C(1) << 50,
+    INT_KEY(max_memory_bytes, "auto", 1, INT64_C(1) << 50,
             F_AUTO | F_SIZE | F_LIMIT,
             "memory the requests in flight may hold (bodies, tensors, "
             "workspaces, replies); auto: 3/4 of the memory limit"),
@@ -172,14 +173,15 @@ static const cfg_key_t keys[] = {
             "pages and the layers' weights (held there from their load "
             "under backend auto or cuda) may hold; more waits "
             "as 429, and a request that could never fit gets 422 (auto: the "
-            "cpu); auto: 9/10 of the GPU's memory, 0 without one"),
+            "cpu); 0: none, so that cuda requests are refused or computed on "
+            "the cpu; auto: 9/10 of the GPU's memory, 0 without one"),
     INT_KEY(pinned_memory_bytes, "auto", 0, INT64_C(1) << 50,
             F_AUTO | F_OFF | F_SIZE,
             "page-locked host memory, pinned once at start, that requests' "
             "tensors bound for the GPU are decoded into, so that they are "
             "copied at the bus's full rate; taken out of max_memory_bytes; "
             "used only where a GPU serves (backend auto or cuda); auto: an "
-            "eighth of max_memory_bytes, at most 1G, there; off: none"),
+            "eighth of max_memory_bytes, at most 1G, there; 0 or off: none"),
     INT_KEY(default_timeout_ms, "60000", 1, INT64_C(1) << 40, F_LIMIT,
             "deadline of a request that sets no timeout_ms"),
     INT_KEY(max_timeout_ms, "600000", 1, INT64_C(1) << 40, F_LIMIT,
@@ -237,8 +239,8 @@ static const cfg_key_t keys[] = {
     INT_KEY(kv_cache_bytes, "auto", 0, INT64_C(1) << 50,
             F_AUTO | F_SIZE | F_LIMIT,
             "memory of the sessions' key/value cache, within "
-            "max_memory_bytes (requests get the rest); auto: a quarter of "
-            "it"),
+            "max_memory_bytes (requests get the rest); 0: none, and a "
+            "session create gets 422; auto: a quarter of it"),
     INT_KEY(session_max_tokens, "32768", 1, INT64_C(1) << 30, F_LIMIT,
             "tokens a session may hold at most (and its default max_tokens)"),
     INT_KEY(session_ttl_s, "600", 1, INT64_C(1) << 31, F_LIMIT,
@@ -251,6 +253,13 @@ static const cfg_key_t keys[] = {
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 _Static_assert(NKEYS <= ATTND_CONFIG_KEYS_MAX, "attnd_config_load_t.from");
+
+/* What key k holds for "auto" until resolve_auto: 0 where its range
+ * starts above 0 (0 is then no value of its own), else ATTND_CONFIG_AUTO,
+ * so that a literal 0 keeps its meaning (none) and is never auto. */
+static int64_t auto_value(const cfg_key_t *k) {
+  return k->min > 0 ? 0 : ATTND_CONFIG_AUTO;
+}
 
 static const cfg_key_t *find_key(const char *name, size_t n) {
   for (size_t i = 0; i < NKEYS; i++) {
@@ -325,9 +334,9 @@ static int set_key(attnd_config_t *cfg, const cfg_key_t *k, const char *val,
     return 0;
   }
   int64_t v = 0;
-  if ((k->flags & F_OFF) && strcmp(val, "off") == 0)
-    v = -1;
-  if (v == -1 || ((k->flags & F_AUTO) && strcmp(val, "auto") == 0)) {
+  int is_off = (k->flags & F_OFF) && strcmp(val, "off") == 0;
+  if (is_off || ((k->flags & F_AUTO) && strcmp(val, "auto") == 0)) {
+    v = is_off ? -1 : auto_value(k);
     memcpy(dst, &v, sizeof v);
     return 0;
   }
@@ -553,7 +562,9 @@ static void set_defaults(attnd_config_t *cfg) {
 }
 
 /* threads_per_request stays 0 (auto: decided as each request starts,
- * sched/scheduler.h); the rest become numbers. */
+ * sched/scheduler.h), and pinned_memory_bytes auto where no GPU serves
+ * (none here; it prints as auto, for another host); the rest become
+ * numbers. */
 static void resolve_auto(attnd_config_t *cfg, int cores) {
   cfg->cores = cores > 0 ? cores : 1;
   if (cfg->max_threads_per_request == 0)
@@ -569,15 +580,14 @@ static void resolve_auto(attnd_config_t *cfg, int cores) {
     cfg->http_threads = cores < 2 ? 2 : cores;
   if (cfg->max_memory_bytes == 0)
     cfg->max_memory_bytes = attnd_cgroup_memory() / 4 * 3;
-  if (cfg->kv_cache_bytes == 0)
+  if (cfg->kv_cache_bytes == ATTND_CONFIG_AUTO)
     cfg->kv_cache_bytes = cfg->max_memory_bytes / 4;
   attn_cuda_info_t ci;
   attn_cuda_info(&ci); /* in a CUDA build, this probes the GPU */
-  if (cfg->max_device_memory_bytes == 0)
+  if (cfg->max_device_memory_bytes == ATTND_CONFIG_AUTO)
     cfg->max_device_memory_bytes =
         ci.usable ? (int64_t)(ci.memory_bytes / 10 * 9) : 0;
-  /* auto where no GPU serves stays 0 (none here), and prints as auto */
-  if (cfg->pinned_memory_bytes == 0 && ci.usable &&
+  if (cfg->pinned_memory_bytes == ATTND_CONFIG_AUTO && ci.usable &&
       strcmp(cfg->backend, "cpu") != 0) {
     int64_t eighth = cfg->max_memory_bytes / 8, most = INT64_C(1) << 30;
     cfg->pinned_memory_bytes = eighth < most ? eighth : most;
@@ -859,7 +869,7 @@ void attnd_config_print(const attnd_config_t *cfg,
       memcpy(&v, p, sizeof v);
       if (k->flags & F_BOOL)
         fprintf(f, "%s = %s\n", k->name, v ? "on" : "off");
-      else if ((k->flags & F_AUTO) && v == 0)
+      else if ((k->flags & F_AUTO) && v == auto_value(k))
         fprintf(f, "%s = auto\n", k->name);
       else if ((k->flags & F_OFF) && v == -1)
         fprintf(f, "%s = off\n", k->name);
@@ -919,7 +929,9 @@ void attnd_config_info(const attnd_config_t *cfg, int limits,
     if (keys[i].type == T_INT && (keys[i].flags & want)) {
       int64_t v;
       memcpy(&v, (const char *)cfg + keys[i].off, sizeof v);
-      fn(keys[i].name, (keys[i].flags & F_AUTO) && v == 0 && !limits ? -1 : v,
+      fn(keys[i].name,
+         (keys[i].flags & F_AUTO) && v == auto_value(&keys[i]) && !limits ? -1
+                                                                          : v,
          arg);
     }
 }

@@ -13,11 +13,11 @@
 typedef struct attnd_config {
   char host[128];
   int64_t port;
-  int64_t workers;                 /* 0 in the file means auto */
+  int64_t workers;                 /* resolved from auto */
   int64_t threads_per_request;     /* 0: auto, decided as each request starts */
   int64_t max_threads_per_request; /* with auto, the most; resolved */
   int64_t queue_depth;
-  int64_t http_threads; /* 0 means auto */
+  int64_t http_threads; /* resolved from auto */
   int64_t max_connections;
   int64_t connection_timeout_s;
   int64_t min_send_rate_bytes_per_s; /* a reply's pace at least; 0: none */
@@ -30,12 +30,12 @@ typedef struct attnd_config {
   int64_t max_seq_len;
   int64_t max_heads;
   int64_t max_tensor_elements;
-  int64_t max_memory_bytes;        /* 0 in the file means auto */
-  int64_t max_device_memory_bytes; /* the cuda requests' GPU memory; 0 in
-                                      the file means auto */
+  int64_t max_memory_bytes;        /* resolved from auto */
+  int64_t max_device_memory_bytes; /* the cuda requests' GPU memory; 0: none
+                                      (auto where there is no GPU) */
   int64_t pinned_memory_bytes;     /* page-locked tensors, in max_memory_bytes;
-                                      0: none (auto where no GPU serves); -1:
-                                      off */
+                                      0 or -1 (off): none; ATTND_CONFIG_AUTO
+                                      where no GPU serves */
   int64_t default_timeout_ms;
   int64_t max_timeout_ms;
   int64_t drain_timeout_s;
@@ -57,12 +57,20 @@ typedef struct attnd_config {
   int64_t scratch_keep_bytes; /* a thread's workspace kept between requests */
   int64_t batch_window_us;    /* session steps batched (0: not) */
   int64_t max_batch_tokens;   /* new tokens in a batch at most */
-  int64_t kv_cache_bytes;     /* the sessions' pool, in max_memory_bytes */
+  int64_t kv_cache_bytes;     /* the sessions' pool, in max_memory_bytes;
+                                 0: none, no session */
   int64_t session_max_tokens; /* per session, at most */
   int64_t session_ttl_s, session_max_ttl_s;
   int64_t ui;    /* 1: serve the page at / and /ui/ */
   int64_t cores; /* not a key: the CPUs attnd_config_load was told of */
 } attnd_config_t;
+
+/* "auto" as a key held it before attnd_config_load resolved it, where 0
+ * is a value of its own (none: kv_cache_bytes, max_device_memory_bytes,
+ * pinned_memory_bytes); a key whose values start at 1 holds auto as 0.
+ * Only pinned_memory_bytes keeps it once resolved, where no GPU serves
+ * (none here, and --print-config writes auto, for another host). */
+#define ATTND_CONFIG_AUTO INT64_C(-2)
 
 /* The table's keys at most (config.c checks it). */
 #define ATTND_CONFIG_KEYS_MAX 64

@@ -7,6 +7,7 @@
 #include <ftw.h>
 #include <glob.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -882,7 +883,7 @@ START_TEST(test_backend_keys) {
 END_TEST
 
 /* pinned_memory_bytes: auto is an eighth of max_memory_bytes, at most 1G,
- * where a GPU serves, and stays auto (0: none) where none does, so that a
+ * where a GPU serves, and stays auto (none here) where none does, so that a
  * printed config keeps auto for another host; off is -1 and prints as off,
  * and reads back; a size; a bad value's message offers auto and off; the
  * pool with kv_cache_bytes must leave requests some of max_memory_bytes.
@@ -897,15 +898,18 @@ START_TEST(test_pinned_key) {
   attn_cuda_info(&ci);
   char *cpu[] = {"attnd", "--max-memory-bytes", "64M", NULL};
   ck_assert_msg(load(&c, cpu, envp, msg, sizeof msg) == 0, "%s", msg);
-  ck_assert_int_eq(c.pinned_memory_bytes, 0); /* backend cpu: none */
+  /* backend cpu: none */
+  ck_assert_int_eq(c.pinned_memory_bytes, ATTND_CONFIG_AUTO);
   char *aut[] = {"attnd", "--backend", "auto", "--max-memory-bytes",
                  "64M",   NULL};
   ck_assert_msg(load(&c, aut, envp, msg, sizeof msg) == 0, "%s", msg);
-  ck_assert_int_eq(c.pinned_memory_bytes, ci.usable ? 8 << 20 : 0);
+  ck_assert_int_eq(c.pinned_memory_bytes,
+                   ci.usable ? 8 << 20 : ATTND_CONFIG_AUTO);
   char *big[] = {"attnd", "--backend", "auto", "--max-memory-bytes",
                  "64G",   NULL};
   ck_assert_msg(load(&c, big, envp, msg, sizeof msg) == 0, "%s", msg);
-  ck_assert_int_eq(c.pinned_memory_bytes, ci.usable ? 1 << 30 : 0);
+  ck_assert_int_eq(c.pinned_memory_bytes,
+                   ci.usable ? 1 << 30 : ATTND_CONFIG_AUTO);
   char *off[] = {"attnd", "--pinned-memory-bytes", "off", NULL};
   ck_assert_msg(load(&c, off, envp, msg, sizeof msg) == 0, "%s", msg);
   ck_assert_int_eq(c.pinned_memory_bytes, -1);
@@ -938,6 +942,106 @@ START_TEST(test_pinned_key) {
                   "16M",   "--pinned-memory-bytes", "48M", NULL};
   ck_assert_int_ne(load(&c, full, envp, msg, sizeof msg), 0);
   ck_assert_msg(strstr(msg, "pinned_memory_bytes: 50331648"), "%s", msg);
+}
+END_TEST
+
+/* A literal 0 for each key that also takes auto, from each source: never
+ * auto. Where 0 means nothing (no worker, no HTTP thread, no memory for
+ * requests) it is refused, the message naming the key, the value, its
+ * source and a range from 1; where it means none (kv_cache_bytes: no
+ * sessions; max_device_memory_bytes: no GPU memory for cuda requests;
+ * pinned_memory_bytes: no pinned pool) it is held as 0, and
+ * --print-config writes 0, which reads back to the same configuration.
+ * The table holds every key --help offers auto for. Bug: auto was held as
+ * 0, so that a 0 was auto: --kv-cache-bytes 0 gave a quarter of
+ * max_memory_bytes, --workers 0 a worker per CPU, and on a GPU host
+ * --max-device-memory-bytes 0 nine tenths of its memory. */
+static const struct {
+  const char *key;
+  size_t off; /* where its value is, for a key that holds 0 */
+  int none;   /* 1: 0 means none; 0: refused */
+} zero_keys[] = {
+    {"workers", 0, 0},
+    {"threads_per_request", 0, 0},
+    {"max_threads_per_request", 0, 0},
+    {"http_threads", 0, 0},
+    {"max_memory_bytes", 0, 0},
+    {"max_device_memory_bytes",
+     offsetof(attnd_config_t, max_device_memory_bytes), 1},
+    {"pinned_memory_bytes", offsetof(attnd_config_t, pinned_memory_bytes), 1},
+    {"kv_cache_bytes", offsetof(attnd_config_t, kv_cache_bytes), 1},
+};
+enum { ZERO_FLAG, ZERO_ENV, ZERO_FILE, N_ZERO_WAYS };
+#define N_ZERO_KEYS (sizeof zero_keys / sizeof zero_keys[0])
+
+START_TEST(test_zero_is_not_auto) {
+  const char *key = zero_keys[_i / N_ZERO_WAYS].key;
+  int way = _i % N_ZERO_WAYS, none = zero_keys[_i / N_ZERO_WAYS].none;
+  char arg[96], env[96], from[96], conf[128], text[96], *path = NULL;
+  char *argv[3] = {"attnd", NULL, NULL}, *envp[2] = {NULL, NULL};
+  if (way == ZERO_FLAG) {
+    snprintf(arg, sizeof arg, "--%s=0", key);
+    for (char *c = arg; *c; c++)
+      *c = *c == '_' ? '-' : *c;
+    snprintf(from, sizeof from, "[flag %.*s]", (int)strcspn(arg, "="), arg);
+    argv[1] = arg;
+  } else if (way == ZERO_ENV) {
+    snprintf(env, sizeof env, "ATTND_%s=0", key);
+    for (char *c = env; *c; c++)
+      *c = (char)toupper((unsigned char)*c);
+    snprintf(from, sizeof from, "[%.*s]", (int)strcspn(env, "="), env);
+    envp[0] = env;
+  } else {
+    snprintf(text, sizeof text, "# a comment\n%s = 0\n", key);
+    path = write_tmp(text);
+    snprintf(conf, sizeof conf, "--config=%s", path);
+    snprintf(from, sizeof from, "[%s:2]", path);
+    argv[1] = conf;
+  }
+  attnd_config_t c, d;
+  char msg[512] = "";
+  int r = load(&c, argv, envp, msg, sizeof msg);
+  if (path) /* write_tmp's path is its next one's too */
+    unlink(path);
+  if (!none) {
+    char want[256];
+    snprintf(want, sizeof want,
+             "%s: bad value '0' %s: expected an integer in [1, ", key, from);
+    ck_assert_msg(r == -1 && strstr(msg, want), "%s = 0: %d '%s', not '%s...'",
+                  key, r, msg, want);
+  } else {
+    ck_assert_msg(r == 0, "%s = 0: %s", key, msg);
+    int64_t v;
+    memcpy(&v, (const char *)&c + zero_keys[_i / N_ZERO_WAYS].off, sizeof v);
+    ck_assert_msg(v == 0, "%s = 0 is held as %lld", key, (long long)v);
+    char *printed = NULL, line[96];
+    size_t len = 0;
+    FILE *f = open_memstream(&printed, &len);
+    attnd_config_print(&c, NULL, f);
+    fclose(f);
+    snprintf(line, sizeof line, "\n%s = 0\n", key);
+    ck_assert_msg(strstr(printed, line), "%s = 0 prints as:\n%s", key, printed);
+    char *back = write_tmp(printed), bconf[128];
+    snprintf(bconf, sizeof bconf, "--config=%s", back);
+    char *again[] = {"attnd", bconf, NULL}, *none_env[] = {NULL};
+    ck_assert_msg(load(&d, again, none_env, msg, sizeof msg) == 0, "%s", msg);
+    unlink(back);
+    ck_assert_msg(memcmp(&c, &d, sizeof c) == 0,
+                  "%s = 0 printed reads back to another configuration", key);
+    free(printed);
+  }
+  /* every key --help offers auto for is in the table: their values' text
+   * ends "..., or auto)" or "..., or auto, or off)" */
+  char *usage = NULL;
+  size_t ulen = 0;
+  FILE *u = open_memstream(&usage, &ulen);
+  attnd_config_usage(u);
+  fclose(u);
+  size_t autos = 0;
+  for (const char *p = usage; (p = strstr(p, ", or auto")); p++)
+    autos += p[9] == ')' || strncmp(p + 9, ", or off)", 9) == 0;
+  free(usage);
+  ck_assert_uint_eq(autos, N_ZERO_KEYS);
 }
 END_TEST
 
@@ -1341,6 +1445,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_file_bytes, 0, sizeof files / sizeof files[0]);
   tcase_add_test(tc, test_backend_keys);
   tcase_add_test(tc, test_pinned_key);
+  tcase_add_loop_test(tc, test_zero_is_not_auto, 0, N_ZERO_KEYS * N_ZERO_WAYS);
   tcase_add_test(tc, test_cgroup_real_root);
   suite_add_tcase(s, tc);
 
