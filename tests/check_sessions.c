@@ -3908,16 +3908,21 @@ END_TEST
 
 /* A KV cache smaller than one session's 4096 bytes holds no session: a
  * create is 422 limit_exceeded naming kv_cache_bytes, not 429 "full of
- * sessions in use (0 of 4000 bytes); retry later", which no retry meets. */
+ * sessions in use (0 of 4000 bytes); retry later", which no retry meets.
+ * 0 is such a cache, none: it was read as auto, a quarter of
+ * max_memory_bytes, and the create succeeded. */
+static const char *const below_one[] = {"4000", "0"};
+
 START_TEST(test_cache_below_one_session) {
-  const char *args[] = {"--kv-cache-bytes", "4000", NULL};
+  const char *args[] = {"--kv-cache-bytes", below_one[_i], NULL};
   sh_server_t srv;
   start(&srv, args);
   sh_client_t c;
   sh_client_init(&c, srv.port);
   sh_resp_t r = call(&c, "POST", "/v1/sessions", "{" PRE "}");
-  sh_assert_error(&r, 422, "limit_exceeded", NULL, "kv_cache_bytes 4000",
-                  "4096", NULL);
+  char named[64];
+  snprintf(named, sizeof named, "kv_cache_bytes %s:", below_one[_i]);
+  sh_assert_error(&r, 422, "limit_exceeded", NULL, named, "4096", NULL);
   char buf[32];
   ck_assert_msg(sh_header(&r, "Retry-After", buf, sizeof buf) == NULL,
                 "a create that never fits has a Retry-After");
@@ -4237,7 +4242,8 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_integral_reals);
   tcase_add_test(tc, test_refused_step_pages);
   tcase_add_test(tc, test_kv_used_counts_sessions);
-  tcase_add_test(tc, test_cache_below_one_session);
+  tcase_add_loop_test(tc, test_cache_below_one_session, 0,
+                      sizeof below_one / sizeof below_one[0]);
   tcase_add_test(tc, test_expired_not_evicted);
   tcase_add_test(tc, test_refused_step_not_use);
   tcase_add_test(tc, test_failed_step_is_use);
