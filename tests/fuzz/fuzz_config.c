@@ -233,11 +233,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 #undef TERMINATED
   FUZZ_CHECK(cfg.workers >= 1 && cfg.threads_per_request >= 0 &&
                  cfg.max_threads_per_request >= 1 && cfg.http_threads >= 1 &&
-                 cfg.max_memory_bytes > 0,
+                 cfg.max_memory_bytes > 0 && cfg.kv_cache_bytes >= 0 &&
+                 cfg.max_device_memory_bytes >= 0,
              "auto left unresolved: workers %lld, threads %lld, http %lld, "
-             "memory %lld",
+             "memory %lld, kv cache %lld, device memory %lld",
              (long long)cfg.workers, (long long)cfg.threads_per_request,
-             (long long)cfg.http_threads, (long long)cfg.max_memory_bytes);
+             (long long)cfg.http_threads, (long long)cfg.max_memory_bytes,
+             (long long)cfg.kv_cache_bytes,
+             (long long)cfg.max_device_memory_bytes);
   FUZZ_CHECK(cfg.pinned_memory_bytes <= 0 ||
                  cfg.kv_cache_bytes + cfg.pinned_memory_bytes <
                      cfg.max_memory_bytes,
