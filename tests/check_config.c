@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "attn/attn.h"
 #include "cgroup.h"
 #include "config.h"
@@ -1421,6 +1423,78 @@ START_TEST(test_cgroup_real_root) {
 }
 END_TEST
 
+/* The range --help gives key (its table row's), as "an integer in [lo,
+ * hi]": 1, or 0 where the key is not an integer key. */
+static int usage_range(const char *usage, const char *key, long long *lo,
+                       long long *hi) {
+  char flag[80];
+  snprintf(flag, sizeof flag, "\n  --%s", key);
+  for (char *c = flag; *c; c++)
+    if (*c == '_')
+      *c = '-';
+  const char *p = strstr(usage, flag);
+  if (p == NULL)
+    return 0;
+  size_t n = strlen(flag);
+  if (p[n] != ' ' && p[n] != '\n')
+    return 0;
+  const char *next = strstr(p + n, "\n  --"),
+             *in = strstr(p + n, "an integer in [");
+  if (in == NULL || (next && in > next))
+    return 0;
+  return sscanf(in, "an integer in [%lld, %lld]", lo, hi) == 2;
+}
+
+/* docs/openapi.json's GET /v1/info: each field that is a configuration key
+ * has the table's minimum, and its maximum where it gives one (the integer
+ * branch of a oneOf). Catches a range changed in the table and not in the
+ * document (workers' minimum 0 after 0 stopped meaning auto; the limits'
+ * minimum 0 where the table's is 1 or 1024). */
+START_TEST(test_openapi_info_ranges) {
+  char *usage = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&usage, &len);
+  attnd_config_usage(f);
+  fclose(f);
+  json_error_t je;
+  json_t *doc = json_load_file("docs/openapi.json", 0, &je);
+  ck_assert_msg(doc, "docs/openapi.json: %s", je.text);
+  json_t *info = json_object_get(
+      json_object_get(json_object_get(doc, "components"), "schemas"), "Info");
+  json_t *top = json_object_get(info, "properties");
+  json_t *lim = json_object_get(json_object_get(top, "limits"), "properties");
+  ck_assert_msg(json_object_size(top) > 5 && json_object_size(lim) > 5,
+                "Info or its limits have no properties");
+  json_t *sets[] = {top, lim};
+  int checked = 0;
+  for (int s = 0; s < 2; s++) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(sets[s], key, v) {
+      long long lo, hi;
+      if (!usage_range(usage, key, &lo, &hi))
+        continue;
+      json_t *one = json_object_get(v, "oneOf"), *schema = v;
+      for (size_t i = 0; one && i < json_array_size(one); i++)
+        if (json_object_get(json_array_get(one, i), "minimum"))
+          schema = json_array_get(one, i);
+      json_t *min = json_object_get(schema, "minimum"),
+             *max = json_object_get(schema, "maximum");
+      ck_assert_msg(json_is_integer(min) && json_integer_value(min) == lo,
+                    "openapi Info %s: minimum %lld, the table's %lld", key,
+                    min ? (long long)json_integer_value(min) : -1LL, lo);
+      ck_assert_msg(max == NULL || json_integer_value(max) == hi,
+                    "openapi Info %s: maximum %lld, the table's %lld", key,
+                    (long long)json_integer_value(max), hi);
+      checked++;
+    }
+  }
+  ck_assert_int_ge(checked, 20);
+  json_decref(doc);
+  free(usage);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("config");
@@ -1447,6 +1521,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_pinned_key);
   tcase_add_loop_test(tc, test_zero_is_not_auto, 0, N_ZERO_KEYS * N_ZERO_WAYS);
   tcase_add_test(tc, test_cgroup_real_root);
+  tcase_add_test(tc, test_openapi_info_ranges);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("cgroup");
