@@ -2,7 +2,9 @@
  *
  * Black-box, over raw loopback sockets to the real build/attnd: each test
  * writes a request exactly as a hostile client would, reads every byte
- * that comes back until the server closes (or a short wait passes), and
+ * that comes back until the server closes (or a short wait passes; on a
+ * connection that must stay open, until a probe sent after the reply has
+ * its own reply back), and
  * parses it strictly: one status line, header lines with token names, an
  * empty line, a Content-Length and exactly that many bytes of body, and
  * nothing after. TCases:
@@ -85,17 +87,12 @@ typedef struct raw {
   int closed; /* the server closed the connection (FIN or reset) */
 } raw_t;
 
-/* Sends req[0..n) on a new connection, then reads until the server closes
- * or `wait_ms` pass with nothing new. A send that fails part-way (the
- * server answered and closed before reading it all) is not an error: the
- * reply is what counts. */
-static void exchange(const char *req, size_t n, int wait_ms, raw_t *out) {
-  int fd = sh_connect(srv.port);
-  ck_assert_msg(fd >= 0, "cannot connect to port %d", srv.port);
-  (void)sh_send_all(fd, req, n);
-  out->len = 0;
-  out->closed = 0;
-  for (;;) {
+/* Reads from fd into out, after what it holds, until the server closes,
+ * `wait_ms` pass with nothing new, or out holds `replies` whole replies
+ * (count_replies; 0: no such end). */
+static int count_replies(const raw_t *x);
+static void read_replies(int fd, int replies, int wait_ms, raw_t *out) {
+  while (replies == 0 || count_replies(out) < replies) {
     struct pollfd pf = {.fd = fd, .events = POLLIN};
     int pr = poll(&pf, 1, wait_ms);
     if (pr < 0 && errno == EINTR)
@@ -111,11 +108,30 @@ static void exchange(const char *req, size_t n, int wait_ms, raw_t *out) {
       break;
     }
     out->len += (size_t)k;
+    out->buf[out->len] = 0;
     if (out->len + 1 >= sizeof out->buf)
       break;
   }
   out->buf[out->len] = 0;
+}
+
+/* Sends req[0..n) on a new connection, then reads until the server closes,
+ * `wait_ms` pass with nothing new, or `replies` whole replies came (0: no
+ * such end). A send that fails part-way (the server answered and closed
+ * before reading it all) is not an error: the reply is what counts. */
+static void exchange_n(const char *req, size_t n, int replies, int wait_ms,
+                       raw_t *out) {
+  int fd = sh_connect(srv.port);
+  ck_assert_msg(fd >= 0, "cannot connect to port %d", srv.port);
+  (void)sh_send_all(fd, req, n);
+  out->len = 0;
+  out->closed = 0;
+  read_replies(fd, replies, wait_ms, out);
   close(fd);
+}
+
+static void exchange(const char *req, size_t n, int wait_ms, raw_t *out) {
+  exchange_n(req, n, 0, wait_ms, out);
 }
 
 /* Parses one reply at p[0..n) strictly, into r (head and body copied, NUL-
@@ -163,6 +179,20 @@ static long parse_reply(const char *p, size_t n, sh_resp_t *r, char *why,
   return (long)(head + (size_t)clen);
 }
 
+/* The whole replies at the start of x, one after another. */
+static int count_replies(const raw_t *x) {
+  char why[256];
+  sh_resp_t r;
+  int k = 0;
+  for (size_t at = 0;; k++) {
+    long used = parse_reply(x->buf + at, x->len - at, &r, why, sizeof why);
+    if (used <= 0)
+      return k;
+    sh_resp_free(&r);
+    at += (size_t)used;
+  }
+}
+
 /* Asserts that `x` is exactly one well-formed reply, with nothing after it
  * and no second status line in its body, from a server that then closed
  * the connection (when `closed`). Fills r. */
@@ -181,14 +211,54 @@ static void expect_one_reply(const raw_t *x, int closed, sh_resp_t *r) {
                   x->buf);
 }
 
+/* Sends req[0..n) on a new connection and reads its reply into r, which
+ * must be one well-formed reply on a connection that stays open, with
+ * nothing after it. Once the reply is whole, a probe (GET /healthz with an
+ * id of its own) follows on the same connection, and its reply must come
+ * next: a close, or any byte after the first reply, shows then, with no
+ * wait for bytes that do not come. */
+static void exchange_kept(const char *req, size_t n, const char *what,
+                          sh_resp_t *r) {
+  static const char probe[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "X-Request-Id: probe-after-reply\r\n\r\n";
+  static raw_t x; /* 64 KB, off the stack */
+  char why[256], id[64];
+  int fd = sh_connect(srv.port);
+  ck_assert_msg(fd >= 0, "cannot connect to port %d", srv.port);
+  (void)sh_send_all(fd, req, n);
+  x.len = 0;
+  x.closed = 0;
+  read_replies(fd, 1, REPLY_MS, &x);
+  long used = parse_reply(x.buf, x.len, r, why, sizeof why);
+  ck_assert_msg(used > 0, "%s: %s; %zu bytes came back: %.600s", what, why,
+                x.len, x.buf);
+  ck_assert_msg(strstr(r->body, "HTTP/1.") == NULL,
+                "%s: a status line in the body: %.300s", what, r->body);
+  ck_assert_msg(!x.closed, "%s: the connection was closed", what);
+  (void)sh_send_all(fd, probe, sizeof probe - 1);
+  read_replies(fd, 2, REPLY_MS, &x);
+  close(fd);
+  sh_resp_t p;
+  long next =
+      parse_reply(x.buf + used, x.len - (size_t)used, &p, why, sizeof why);
+  ck_assert_msg(next > 0 || !x.closed, "%s: the connection was closed", what);
+  ck_assert_msg(next > 0 && p.status == 200 &&
+                    sh_header(&p, "X-Request-Id", id, sizeof id) &&
+                    strcmp(id, "probe-after-reply") == 0,
+                "%s: after the reply, not the probe's reply (a second reply, "
+                "or a close?): %s; %.300s",
+                what, next > 0 ? "" : why, x.buf + used);
+  ck_assert_msg((size_t)(used + next) == x.len,
+                "%s: %zu bytes after the probe's reply: %.300s", what,
+                x.len - (size_t)(used + next), x.buf + used + next);
+  sh_resp_free(&p);
+}
+
 /* req[0..n) gets one 200, on a connection that stays open. */
 static void expect_ok(const char *req, size_t n, const char *what) {
-  raw_t x;
   sh_resp_t r;
-  exchange(req, n, 1000, &x);
-  expect_one_reply(&x, 0, &r);
+  exchange_kept(req, n, what, &r);
   ck_assert_msg(r.status == 200, "%s: %ld %s", what, r.status, r.body);
-  ck_assert_msg(!x.closed, "%s: the connection was closed", what);
   sh_resp_free(&r);
 }
 
@@ -276,8 +346,7 @@ START_TEST(test_singleton_headers_twice) {
   static const char same[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                              "X-Request-Id: same-1\r\n"
                              "X-Request-Id: same-1\r\n\r\n";
-  exchange(same, sizeof same - 1, 1000, &x);
-  expect_one_reply(&x, 0, &r);
+  exchange_kept(same, sizeof same - 1, "identical X-Request-Id lines", &r);
   ck_assert_int_eq(r.status, 200);
   ck_assert_str_eq(sh_header(&r, "X-Request-Id", id, sizeof id), "same-1");
   sh_resp_free(&r);
@@ -354,7 +423,7 @@ START_TEST(test_smuggled_after_chunks) {
                    BODY_LEN, body);
   raw_t x;
   sh_resp_t r;
-  exchange(req, (size_t)n, 1000, &x);
+  exchange_n(req, (size_t)n, 2, REPLY_MS, &x);
   char why[256];
   long used = parse_reply(x.buf, x.len, &r, why, sizeof why);
   ck_assert_msg(used > 0 && r.status == 200, "chunked: %s %.300s", why, x.buf);
