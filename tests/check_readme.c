@@ -20,7 +20,9 @@
  * demo layer, build/demo/demo.safetensors, which make check builds) on a
  * free port, as `make run`'s; localhost:8081 and `--port 8081`, the port
  * the docs give a second attnd, another free port; ./build/attnd and
- * build/attnd-load the binaries under test (ATTND_BIN, ATTND_LOAD_BIN).
+ * build/attnd-load the binaries under test (ATTND_BIN, ATTND_LOAD_BIN);
+ * and an attnd-load sweep's `--duration` gets `--warmup 0.1` before it (1 s
+ * a step by default, which is measured by nothing: 18 s of the suite's 55).
  * When a ```json block follows it, the output must be that JSON: the same
  * members, strings and shapes, numbers within 1e-5 relative (the last bits
  * of float32 results may differ between SIMD levels); when a ```text block
@@ -322,7 +324,8 @@ static char *localize(const char *cmd) {
   /* longest first where one starts another */
   static const char *const from[] = {"./build/attnd-load", "build/attnd-load",
                                      "./build/attnd",      "localhost:8080",
-                                     "localhost:8081",     "--port 8081"};
+                                     "localhost:8081",     "--port 8081",
+                                     "--duration "};
   enum { N = sizeof from / sizeof from[0] };
   char to[N][600];
   snprintf(to[0], sizeof to[0], "%s", load);
@@ -331,6 +334,9 @@ static char *localize(const char *cmd) {
   snprintf(to[3], sizeof to[3], "127.0.0.1:%d", server.port);
   snprintf(to[4], sizeof to[4], "127.0.0.1:%d", port2);
   snprintf(to[5], sizeof to[5], "--port %d", port2);
+  /* a step's warm-up, 1 s unless given, measures nothing: 0.1 s (the
+   * examples with --duration are attnd-load's sweeps; they give none) */
+  snprintf(to[6], sizeof to[6], "--warmup 0.1 --duration ");
   size_t cap = strlen(cmd) * 2 + 8192, len = 0;
   char *out = malloc(cap);
   for (const char *p = cmd; *p;) {
