@@ -5,16 +5,16 @@
  * build/attnd-load; the server is started with tests/server_harness. Each
  * run writes its CSV, JSON and SVG into a fresh directory, which the test
  * reads back. Tests:
- *   - a short sweep, two lengths by two concurrencies, about a second per
- *     step, with --verify 2: exit status 0, every step in the CSV with zero
- *     errors, sent = succeeded, the client's and the server's percentiles
- *     in order, every reply timed by Server-Timing, both checks passed, a
- *     JSON of four steps and a non-empty picture; once with the defaults
- *     (base64, no projections) and once with JSON tensors, inline
- *     projections, GQA, random key lengths, mean weights and a batch; and
- *     the same two over the Open Inference Protocol (--protocol v2, the
- *     generic model): binary tensors, then JSON tensors with the rest of
- *     those options and gzip bodies and replies; and half traffic
+ *   - a short sweep, two lengths by two concurrencies, 0.3 s a step
+ *     (hundreds of requests), with --verify 2: exit status 0, every step in the
+ * CSV with zero errors, sent = succeeded, the client's and the server's
+ * percentiles in order, every reply timed by Server-Timing, both checks passed,
+ * a JSON of four steps and a non-empty picture; once with the defaults (base64,
+ * no projections) and once with JSON tensors, inline projections, GQA, random
+ * key lengths, mean weights and a batch; and the same two over the Open
+ * Inference Protocol (--protocol v2, the generic model): binary tensors, then
+ * JSON tensors with the rest of those options and gzip bodies and replies; and
+ * half traffic
  *     (--dtype): bfloat16 over v2 with binary tensors, float16 over v1
  *     with base64, each verified within its dtype's rounding and named in
  *     the CSV's dtype column;
@@ -278,8 +278,8 @@ START_TEST(test_sweep) {
   char url[64];
   snprintf(url, sizeof url, "http://127.0.0.1:%d", srv.port);
   const char *args[48] = {"--url",         url,    "--lengths", "64,128",
-                          "--concurrency", "1,2",  "--warmup",  "0.2",
-                          "--duration",    "1",    "--verify",  "2",
+                          "--concurrency", "1,2",  "--warmup",  "0.1",
+                          "--duration",    "0.3",  "--verify",  "2",
                           "--embed",       "64",   "--heads",   "4",
                           "--out",         sc.dir, "--quiet"};
   int n = 19;
