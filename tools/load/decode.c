@@ -382,7 +382,8 @@ static void failed(engine_t *e, sess_t *s, double now) {
     abandon(e, s);
     return;
   }
-  double pause = 0.01 * (double)(1 << (s->fails - 1));
+  double first = e->run->pause_s > 0 ? e->run->pause_s : 0.01;
+  double pause = first * (double)(1 << (s->fails - 1));
   s->not_before = now + (pause < 1 ? pause : 1);
 }
 

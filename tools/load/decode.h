@@ -28,8 +28,8 @@
  * as one prefill, as a client that recomputes its cache does; then it goes
  * on. That is a recreation, counted by its cause, and not an error. Any
  * other failure is an error, and the request is sent again after a pause
- * (10 ms, doubling up to 1 s). A session is abandoned after
- * LOAD_DECODE_MAX_FAILS failures in a row or LOAD_DECODE_MAX_RECREATE
+ * (pause_s, 10 ms unless set, doubling up to 1 s). A session is abandoned
+ * after LOAD_DECODE_MAX_FAILS failures in a row or LOAD_DECODE_MAX_RECREATE
  * recreations.
  *
  * --verify: the replies of `verify` steps are kept (the sessions' last
@@ -75,6 +75,7 @@ typedef struct load_decode_run {
   double timeout_s;       /* a request fails this long after it was sent */
   uint64_t seed;          /* of the tokens: load_decode_seed */
   int verify;             /* step replies to keep */
+  double pause_s;         /* the first failure's pause (0: 10 ms) */
   /* Called about twice a second (may be NULL). */
   void (*progress)(const struct load_decode_stats *st, double t, void *arg);
   void *progress_arg;
