@@ -310,9 +310,9 @@ endif
 .PHONY: cores-emu-check
 cores-emu-check: $(BUILD)/tests/cores_emu
 	./$(BUILD)/tests/cores_emu
-$(BUILD)/tests/cores_emu: tests/cores-emu/cores_emu.cc $(BUILD)/tests/ref.o \
-  $(BUILD)/libattn.a core/cuda/kernels.h $(wildcard core/cuda/*.cuh) \
-  include/attn/attn.h
+$(BUILD)/tests/cores_emu: tests/cores-emu/cores_emu.cc tests/emu/emu.h \
+  $(BUILD)/tests/ref.o $(BUILD)/libattn.a core/cuda/kernels.h \
+  $(wildcard core/cuda/*.cuh) include/attn/attn.h
 	@mkdir -p $(@D)
 	$(EMU_CXX) -Itests $< $(BUILD)/tests/ref.o $(BUILD)/libattn.a -o $@ \
 	  -pthread $(LIBS_CORE)

@@ -22,11 +22,12 @@
  *
  * g++ compiles the kernels with this file's stand-ins for what only nvcc
  * has: __syncthreads, __shfl_xor_sync, __shfl_sync, the thread and block
- * indices, and the dynamic shared memory as a static array. Each of a
- * block's 256 threads is a std::thread, and the collectives meet at
- * barriers (a warp's 32, the block's 256), so that a thread missing from
- * one hangs rather than passes. What it cannot show: timing, and whatever
- * nvcc compiles differently from g++.
+ * indices, and the dynamic shared memory as a static array. A block's 256
+ * threads run as fibers of tests/emu/emu.h, and the collectives meet at
+ * its barriers (a warp's 32, the block's 256): a thread missing from one
+ * is a deadlock that it reports, and a missing __syncthreads a read of a
+ * value not yet written. What it cannot show: timing, and whatever nvcc
+ * compiles differently from g++.
  *
  * usage: cores_emu; prints a line a problem, then "N passed, M failed",
  * and exits 1 if any failed. */
@@ -40,17 +41,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <barrier>
-#include <thread>
 #include <vector>
+
+#include "../emu/emu.h"
 
 extern "C" {
 #include "ref.h"
 }
-
-thread_local uint3 threadIdx;
-thread_local uint3 blockIdx;
-dim3 gridDim, blockDim;
 
 static inline int64_t min(int64_t a, int64_t b) {
   return a < b ? a : b;
@@ -58,22 +55,20 @@ static inline int64_t min(int64_t a, int64_t b) {
 
 namespace emu {
 constexpr int kThreads = 256;
-std::barrier<> *block_bar;
-std::barrier<> *warp_bar[kThreads / 32];
 float slot[kThreads / 32][32];
 } // namespace emu
 
 namespace attn_cu {
 inline void __syncthreads() {
-  emu::block_bar->arrive_and_wait();
+  emu::block_sync();
 }
 /* lane l gets lane `from(l)`'s v */
 template <class F> inline float exchange(float v, F from) {
   const int w = threadIdx.x / 32, l = threadIdx.x % 32;
   emu::slot[w][l] = v;
-  emu::warp_bar[w]->arrive_and_wait();
+  emu::warp_sync();
   float r = emu::slot[w][from(l)];
-  emu::warp_bar[w]->arrive_and_wait();
+  emu::warp_sync();
   return r;
 }
 inline float __shfl_xor_sync(unsigned mask, float v, int x) {
@@ -116,32 +111,6 @@ struct problem {
 static double rnd(uint64_t *s) { /* uniform [-1, 1) */
   *s = *s * 6364136223846793005ull + 1442695040888963407ull;
   return (double)(*s >> 11) / (double)(1ull << 52) - 1.0;
-}
-
-/* Runs `kernel` on every block of gridDim, each of emu::kThreads threads a
- * std::thread that takes the blocks in turn. */
-template <class K> static void launch(K kernel) {
-  blockDim = dim3(emu::kThreads, 1, 1);
-  std::barrier<> bb(emu::kThreads);
-  emu::block_bar = &bb;
-  for (int w = 0; w < emu::kThreads / 32; w++)
-    emu::warp_bar[w] = new std::barrier<>(32);
-  std::vector<std::thread> th;
-  for (int t = 0; t < emu::kThreads; t++)
-    th.emplace_back([&, t] {
-      threadIdx = uint3{(unsigned)t, 0, 0};
-      for (unsigned z = 0; z < gridDim.z; z++)
-        for (unsigned y = 0; y < gridDim.y; y++)
-          for (unsigned x = 0; x < gridDim.x; x++) {
-            blockIdx = uint3{x, y, z};
-            kernel();
-            emu::block_bar->arrive_and_wait(); /* shared memory reused */
-          }
-    });
-  for (auto &x : th)
-    x.join();
-  for (int w = 0; w < emu::kThreads / 32; w++)
-    delete emu::warp_bar[w];
 }
 
 static int run(const problem &pb, uint64_t seed) {
@@ -256,13 +225,13 @@ static int run(const problem &pb, uint64_t seed) {
       }
 
   /* flash_cores' grids */
-  gridDim = dim3((unsigned)(Hkv * cores::row_blocks(a)), (unsigned)a.splits,
-                 (unsigned)B);
-  launch([&] { cores::flash_kernel<float>(a); });
+  emu::launch(dim3((unsigned)(Hkv * cores::row_blocks(a)), (unsigned)a.splits,
+                   (unsigned)B),
+              emu::kThreads, [&] { cores::flash_kernel<float>(a); });
   if (a.splits > 1) {
     /* fewer blocks than rows: the combine's grid-stride loop runs too */
-    gridDim = dim3((unsigned)((rows + 15) / 16), 1, 1);
-    launch([&] { cores::combine_kernel(a); });
+    emu::launch(dim3((unsigned)((rows + 15) / 16), 1, 1), emu::kThreads,
+                [&] { cores::combine_kernel(a); });
   }
 
   int bad = 0;

@@ -1,0 +1,284 @@
+/* tests/emu/emu.h: the CUDA execution model that the CPU emulators of the
+ * kernels (tests/flash-emu, reduce-emu, cores-emu, kv-emu) share: a
+ * grid's blocks run one after another, and a block's threads run as
+ * cooperative fibers in the one OS thread that called emu::launch.
+ *
+ * What it guarantees:
+ * - threadIdx, blockIdx, gridDim and blockDim are the running thread's;
+ *   every thread of a block runs the kernel once, and a block's threads
+ *   have all returned before the next block starts (so shared memory,
+ *   which the emulators keep as statics, is reused the way a GPU reuses
+ *   it: never by two blocks at once).
+ * - No preemption: a thread runs from one sync point (block_sync,
+ *   warp_sync) to the next without any other thread running. Between two
+ *   __syncthreads the warps run one after another, each as far as it can,
+ *   in an order drawn anew at each __syncthreads from a generator with a
+ *   fixed seed: a missing barrier shows as a read of a value not yet
+ *   written, or already overwritten by a warp that ran ahead, in either
+ *   direction over a launch's many phases, and the same way every run.
+ * - block_sync (__syncthreads) returns once every thread of the block that
+ *   has not returned from the kernel has arrived: a thread that returns
+ *   early leaves the count, as on the GPU.
+ * - warp_sync (a warp collective's meeting point) returns once all 32
+ *   lanes of the warp have arrived: the collectives are full-mask ones.
+ *   A lane that returns while its warp waits, or a block barrier that
+ *   waits for threads held at a warp's, is a deadlock: the runtime names
+ *   the waiting threads and aborts, rather than hanging or passing.
+ *
+ * What it does not: blocks never run concurrently (a race between blocks
+ * of one launch cannot show), nor do two threads within a round (lanes of
+ * a warp are not in lockstep; code that relies on that without a
+ * collective shows it). Memory is one address space with the program's;
+ * there is no timing. Not reentrant: a kernel may not launch.
+ *
+ * Each fiber has its own stack (kStack bytes under a guard page, mapped
+ * once and reused by every launch): a kernel whose locals overflow it
+ * faults at once rather than writing over its neighbour. A switch is
+ * _setjmp/_longjmp, without a system call; ucontext starts each fiber once
+ * a launch. */
+#ifndef ATTN_TESTS_EMU_H
+#define ATTN_TESTS_EMU_H
+
+#include <cuda_runtime.h>
+
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+/* nvcc's built-in variables */
+inline uint3 threadIdx, blockIdx;
+inline dim3 gridDim, blockDim;
+
+namespace emu {
+
+constexpr int kMaxThreads = 1024;
+constexpr size_t kStack = 256 * 1024; /* the kernels touch 8 KB (mincore) */
+
+/* A barrier of a block's threads or of a warp's lanes: `arrived` of them
+ * wait at generation `gen`; it opens by advancing `gen`. */
+struct barrier {
+  int arrived = 0;
+  unsigned gen = 0;
+};
+
+struct fiber {
+  jmp_buf jb;
+  ucontext_t uc;
+  char *stack = nullptr;
+  bool started = false, done = false;
+  barrier *waits = nullptr; /* null: may run */
+  unsigned gen = 0;         /* waits's generation it waits out */
+};
+
+struct runtime {
+  std::vector<fiber> f;
+  int n = 0, cur = -1, live = 0;
+  barrier block;
+  std::vector<barrier> warp;
+  jmp_buf sched;
+  void (*call)(void *) = nullptr;
+  void *ctx = nullptr;
+  std::mt19937 order_rng{12345};
+};
+inline runtime rt;
+
+/* Back to the scheduler; returns when this fiber is resumed. */
+inline void yield() {
+  if (!_setjmp(rt.f[rt.cur].jb))
+    _longjmp(rt.sched, 1);
+}
+
+inline void release(barrier &b) {
+  b.arrived = 0;
+  b.gen++;
+}
+
+/* Waits at `b` until `expected` threads have arrived; the last one to
+ * arrive opens it and goes on without yielding. */
+inline void arrive(barrier &b, int expected) {
+  if (++b.arrived == expected) {
+    release(b);
+    return;
+  }
+  fiber &me = rt.f[rt.cur];
+  me.waits = &b, me.gen = b.gen;
+  yield();
+}
+
+/* __syncthreads: every thread of the block still in the kernel. */
+inline void block_sync() {
+  arrive(rt.block, rt.live);
+}
+
+/* A warp collective's meeting point: the 32 lanes of threadIdx.x's warp. */
+inline void warp_sync() {
+  arrive(rt.warp[threadIdx.x / 32], 32);
+}
+
+/* A fiber's whole life: the kernel once a block, then wait for the next. */
+inline void body() {
+  for (;;) {
+    rt.call(rt.ctx);
+    fiber &me = rt.f[rt.cur];
+    me.done = true;
+    rt.live--;
+    if (rt.block.arrived > 0 && rt.block.arrived == rt.live)
+      release(rt.block); /* those waiting waited only for this thread */
+    yield();
+  }
+}
+
+inline void resume(int t) {
+  fiber &x = rt.f[t];
+  rt.cur = t;
+  threadIdx = uint3{(unsigned)t, 0, 0};
+  if (_setjmp(rt.sched))
+    return;
+  if (!x.started) {
+    x.started = true;
+    setcontext(&x.uc);
+  }
+  _longjmp(x.jb, 1);
+}
+
+[[noreturn]] inline void deadlock() {
+  fflush(stdout); /* the problems run so far */
+  fprintf(stderr,
+          "emu: deadlock in block (%u,%u,%u): a barrier that cannot open\n",
+          blockIdx.x, blockIdx.y, blockIdx.z);
+  int shown = 0;
+  for (int t = 0; t < rt.n && shown < 16; t++)
+    if (!rt.f[t].done) {
+      const fiber &x = rt.f[t];
+      if (x.waits == &rt.block)
+        fprintf(stderr, "  thread %d waits at __syncthreads\n", t);
+      else
+        fprintf(stderr, "  thread %d waits at warp %d's collective\n", t,
+                (int)(x.waits - rt.warp.data()));
+      shown++;
+    }
+  fprintf(stderr, "  (%d of %d threads returned)\n", rt.n - rt.live, rt.n);
+  abort();
+}
+
+/* A phase's order: the warps in a random order, each warp's lanes in a
+ * random order. */
+inline void draw_order(std::vector<int> &order) {
+  std::vector<int> w(rt.n / 32);
+  for (size_t i = 0; i < w.size(); i++)
+    w[i] = (int)i;
+  std::shuffle(w.begin(), w.end(), rt.order_rng);
+  order.clear();
+  for (int x : w) {
+    for (int l = 0; l < 32; l++)
+      order.push_back(32 * x + l);
+    std::shuffle(order.end() - 32, order.end(), rt.order_rng);
+  }
+}
+
+/* Runs one block to its end. Each time, the first thread in the phase's
+ * order that may run runs, so a warp goes as far as it can (to a
+ * __syncthreads, or its end) before the next one starts: a warp that
+ * should have waited for another reads or overwrites what the other has
+ * not yet written or read. A new order at every __syncthreads. */
+inline void run_block() {
+  std::vector<int> order;
+  unsigned phase = rt.block.gen - 1;
+  while (rt.live > 0) {
+    if (phase != rt.block.gen) {
+      phase = rt.block.gen;
+      draw_order(order);
+    }
+    int pick = -1;
+    for (int t : order) {
+      const fiber &x = rt.f[t];
+      if (!x.done && !(x.waits && x.waits->gen == x.gen)) {
+        pick = t;
+        break;
+      }
+    }
+    if (pick < 0)
+      deadlock();
+    rt.f[pick].waits = nullptr;
+    resume(pick);
+  }
+}
+
+inline void entry() {
+  body();
+}
+
+/* Runs kernel() as each of `threads` threads of every block of `grid`,
+ * the blocks in order (x fastest), before_block() ahead of each block's
+ * threads. Borrows both; the calling thread only. */
+template <class K, class B>
+void launch(dim3 grid, int threads, K &&kernel, B &&before_block) {
+  if (threads < 1 || threads > kMaxThreads || threads % 32 || rt.cur >= 0) {
+    fprintf(stderr, "emu: launch of %d threads not supported here\n", threads);
+    abort();
+  }
+  gridDim = grid;
+  blockDim = dim3((unsigned)threads, 1, 1);
+  const long page = sysconf(_SC_PAGESIZE);
+  rt.f.reserve(kMaxThreads);           /* a ucontext_t may not move once made */
+  while ((int)rt.f.size() < threads) { /* stacks for good, a guard page */
+    fiber x;
+    void *m =
+        mmap(nullptr, kStack + page, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, page, PROT_NONE) != 0) {
+      perror("emu: a fiber's stack");
+      abort();
+    }
+    x.stack = (char *)m + page;
+    rt.f.push_back(x);
+  }
+  rt.n = threads;
+  rt.warp.assign(threads / 32, barrier{});
+  rt.block = barrier{};
+  using fn = std::remove_reference_t<K>;
+  rt.call = [](void *c) { (*static_cast<fn *>(c))(); };
+  rt.ctx = &kernel;
+  for (int t = 0; t < threads; t++) {
+    fiber &x = rt.f[t];
+    x.started = false;
+    if (getcontext(&x.uc) != 0) {
+      perror("emu: getcontext");
+      abort();
+    }
+    x.uc.uc_stack.ss_sp = x.stack;
+    x.uc.uc_stack.ss_size = kStack;
+    x.uc.uc_link = nullptr; /* entry never returns */
+    makecontext(&x.uc, entry, 0);
+  }
+  for (unsigned z = 0; z < grid.z; z++)
+    for (unsigned y = 0; y < grid.y; y++)
+      for (unsigned x = 0; x < grid.x; x++) {
+        blockIdx = uint3{x, y, z};
+        before_block();
+        for (int t = 0; t < threads; t++) {
+          rt.f[t].done = false;
+          rt.f[t].waits = nullptr;
+        }
+        rt.live = threads;
+        run_block();
+      }
+  rt.cur = -1;
+}
+
+template <class K> void launch(dim3 grid, int threads, K &&kernel) {
+  launch(grid, threads, std::forward<K>(kernel), [] {});
+}
+
+} // namespace emu
+
+#endif
