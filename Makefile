@@ -295,8 +295,8 @@ endif
 .PHONY: reduce-emu-check
 reduce-emu-check: $(BUILD)/tests/reduce_emu
 	./$(BUILD)/tests/reduce_emu
-$(BUILD)/tests/reduce_emu: tests/reduce-emu/reduce_emu.cc $(BUILD)/tests/ref.o \
-  core/cuda/kernels.h $(wildcard core/cuda/*.cuh) include/attn/attn.h
+$(BUILD)/tests/reduce_emu: tests/reduce-emu/reduce_emu.cc tests/emu/emu.h \
+  $(BUILD)/tests/ref.o core/cuda/kernels.h $(wildcard core/cuda/*.cuh) include/attn/attn.h
 	@mkdir -p $(@D)
 	$(EMU_CXX) -Itests $< $(BUILD)/tests/ref.o -o $@ -pthread -lm
 ifeq ($(CUDA),1)

@@ -7,11 +7,12 @@
  * g++ compiles the kernels with this file's stand-ins for what only nvcc
  * has: __syncthreads, __syncthreads_or, __shfl_xor_sync, the atomics, the
  * thread and block indices, and __shared__ as function statics (one
- * block runs at a time). Each of a block's 256 threads is a std::thread,
- * and the collectives meet at barriers (a warp's 32, the block's 256), so
- * a thread missing from one hangs rather than passes. lse comes from the
- * kernels' own score.cuh, in float64. The rules are check_cuda's (top-k
- * values within 1e-5, an index the reference's unless a near tie, pooled
+ * block runs at a time). A block's 256 threads run as fibers of
+ * tests/emu/emu.h, and the collectives meet at its barriers (a warp's 32,
+ * the block's 256): a thread missing from one is a deadlock that it
+ * reports, and a missing __syncthreads a read of a value not yet written. lse
+ * comes from the kernels' own score.cuh, in float64. The rules are check_cuda's
+ * (top-k values within 1e-5, an index the reference's unless a near tie, pooled
  * maps and statistics within 1e-4 relative L2). What it cannot show:
  * timing, and whatever nvcc compiles differently from g++.
  *
@@ -27,19 +28,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <atomic>
-#include <barrier>
-#include <mutex>
-#include <thread>
 #include <vector>
+
+#include "../emu/emu.h"
 
 extern "C" {
 #include "ref.h"
 }
-
-thread_local uint3 threadIdx;
-thread_local uint3 blockIdx;
-dim3 gridDim, blockDim;
 
 static inline int64_t min(int64_t a, int64_t b) {
   return a < b ? a : b;
@@ -50,26 +45,23 @@ static inline int64_t max(int64_t a, int64_t b) {
 
 namespace emu {
 constexpr int kThreads = 256;
-std::barrier<> *block_bar;
-std::barrier<> *warp_bar[kThreads / 32];
 uint64_t slot[kThreads / 32][32];
-std::atomic<int> any;
-std::mutex atomic_mu;
+int any; /* __syncthreads_or's; no thread runs beside another */
 } // namespace emu
 
 namespace attn_cu {
 inline void __syncthreads() {
-  emu::block_bar->arrive_and_wait();
+  emu::block_sync();
 }
 inline int __syncthreads_or(int p) {
   if (p)
-    emu::any.store(1);
-  emu::block_bar->arrive_and_wait();
-  int r = emu::any.load();
-  emu::block_bar->arrive_and_wait();
+    emu::any = 1;
+  emu::block_sync();
+  int r = emu::any;
+  emu::block_sync();
   if (threadIdx.x == 0)
-    emu::any.store(0);
-  emu::block_bar->arrive_and_wait();
+    emu::any = 0;
+  emu::block_sync();
   return r;
 }
 inline double __shfl_xor_sync(unsigned mask, double v, int x) {
@@ -77,20 +69,19 @@ inline double __shfl_xor_sync(unsigned mask, double v, int x) {
   if (mask != 0xffffffffu)
     abort();
   memcpy(&emu::slot[w][l], &v, 8);
-  emu::warp_bar[w]->arrive_and_wait();
+  emu::warp_sync();
   double r;
   memcpy(&r, &emu::slot[w][l ^ x], 8);
-  emu::warp_bar[w]->arrive_and_wait();
+  emu::warp_sync();
   return r;
 }
+/* atomic as they stand: no thread runs beside another */
 inline double atomicAdd(double *p, double v) {
-  std::lock_guard<std::mutex> g(emu::atomic_mu);
   double old = *p;
   *p = old + v;
   return old;
 }
 inline unsigned atomicMax(unsigned *p, unsigned v) {
-  std::lock_guard<std::mutex> g(emu::atomic_mu);
   unsigned old = *p;
   *p = old > v ? old : v;
   return old;
@@ -239,30 +230,9 @@ static int run(const problem &pb, uint64_t seed) {
 
   /* the grid, a block at a time; fewer x blocks than rows, to run the
    * kernel's row loop too */
-  gridDim =
-      dim3((unsigned)((rr.q1 - rr.q0 + 1) / 2), (unsigned)rr.rH, (unsigned)B);
-  blockDim = dim3(emu::kThreads, 1, 1);
-  std::barrier<> bb(emu::kThreads);
-  std::vector<std::barrier<> *> wb;
-  for (int w = 0; w < emu::kThreads / 32; w++)
-    emu::warp_bar[w] = new std::barrier<>(32);
-  emu::block_bar = &bb;
-  std::vector<std::thread> th;
-  for (int t = 0; t < emu::kThreads; t++)
-    th.emplace_back([&, t] {
-      threadIdx = uint3{(unsigned)t, 0, 0};
-      for (unsigned z = 0; z < gridDim.z; z++)
-        for (unsigned y = 0; y < gridDim.y; y++)
-          for (unsigned x = 0; x < gridDim.x; x++) {
-            blockIdx = uint3{x, y, z};
-            red::reduce_kernel<float>(a, r);
-            emu::block_bar->arrive_and_wait();
-          }
-    });
-  for (auto &x : th)
-    x.join();
-  for (int w = 0; w < emu::kThreads / 32; w++)
-    delete emu::warp_bar[w];
+  emu::launch(
+      dim3((unsigned)((rr.q1 - rr.q0 + 1) / 2), (unsigned)rr.rH, (unsigned)B),
+      emu::kThreads, [&] { red::reduce_kernel<float>(a, r); });
   if (r.pool_acc) {
     gridDim = dim3(1, 1, 1), blockDim = dim3(1, 1, 1);
     threadIdx = uint3{0, 0, 0}, blockIdx = uint3{0, 0, 0};
