@@ -326,8 +326,8 @@ endif
 .PHONY: kv-emu-check
 kv-emu-check: $(BUILD)/tests/kv_emu
 	./$(BUILD)/tests/kv_emu
-$(BUILD)/tests/kv_emu: tests/kv-emu/kv_emu.cc $(BUILD)/libattn.a \
-  core/cuda/kernels.h core/cuda/kv.cuh include/attn/attn.h
+$(BUILD)/tests/kv_emu: tests/kv-emu/kv_emu.cc tests/emu/emu.h \
+  $(BUILD)/libattn.a core/cuda/kernels.h core/cuda/kv.cuh include/attn/attn.h
 	@mkdir -p $(@D)
 	$(EMU_CXX) $< $(BUILD)/libattn.a -o $@ -pthread $(LIBS_CORE)
 ifeq ($(CUDA),1)

@@ -18,10 +18,10 @@
  *
  * g++ compiles the kernels with this file's stand-ins for what only nvcc
  * has: the thread and block indices, a warp's shuffle (its 32 threads are
- * std::threads meeting at a barrier) and atomicMax. The grids are smaller
- * than the data, so that the kernels' grid-stride loops run more than
- * once. What it cannot show: timing, and whatever nvcc compiles
- * differently from g++.
+ * fibers of tests/emu/emu.h meeting at its barrier) and atomicMax. The
+ * grids are smaller than the data, so that the kernels' grid-stride loops
+ * run more than once. What it cannot show: timing, and whatever nvcc
+ * compiles differently from g++.
  *
  * usage: kv_emu; prints a line a problem, then "N passed, M failed", and
  * exits 1 if any failed. */
@@ -34,25 +34,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <barrier>
-#include <functional>
-#include <mutex>
-#include <thread>
 #include <vector>
+
+#include "../emu/emu.h"
 
 extern "C" {
 #include "attn/attn.h"
 }
 
-thread_local uint3 threadIdx;
-thread_local uint3 blockIdx;
-dim3 gridDim, blockDim;
-
 namespace emu {
 constexpr int kThreads = 64; /* two warps a block */
-std::barrier<> *warp_bar[kThreads / 32];
 float slot[kThreads / 32][32];
-std::mutex atomic_mu;
 } // namespace emu
 
 namespace attn_cu {
@@ -61,13 +53,13 @@ inline float __shfl_xor_sync(unsigned mask, float v, int x) {
   if (mask != 0xffffffffu)
     abort();
   emu::slot[w][l] = v;
-  emu::warp_bar[w]->arrive_and_wait();
+  emu::warp_sync();
   float r = emu::slot[w][l ^ x];
-  emu::warp_bar[w]->arrive_and_wait();
+  emu::warp_sync();
   return r;
 }
+/* atomic as it stands: no thread runs beside another */
 inline unsigned atomicMax(unsigned *p, unsigned v) {
-  std::lock_guard<std::mutex> g(emu::atomic_mu);
   unsigned old = *p;
   *p = old > v ? old : v;
   return old;
@@ -81,27 +73,9 @@ inline unsigned __float_as_uint(float x) {
 
 #include "kv.cuh"
 
-/* Runs `kernel` over a grid of `grid` blocks of emu::kThreads threads,
- * each thread a std::thread that takes the blocks in turn. */
-static void launch(dim3 grid, const std::function<void()> &kernel) {
-  gridDim = grid;
-  blockDim = dim3(emu::kThreads, 1, 1);
-  for (int w = 0; w < emu::kThreads / 32; w++)
-    emu::warp_bar[w] = new std::barrier<>(32);
-  std::vector<std::thread> th;
-  for (int t = 0; t < emu::kThreads; t++)
-    th.emplace_back([&, t] {
-      threadIdx = uint3{(unsigned)t, 0, 0};
-      for (unsigned y = 0; y < grid.y; y++)
-        for (unsigned x = 0; x < grid.x; x++) {
-          blockIdx = uint3{x, y, 0};
-          kernel();
-        }
-    });
-  for (auto &x : th)
-    x.join();
-  for (int w = 0; w < emu::kThreads / 32; w++)
-    delete emu::warp_bar[w];
+/* Runs `kernel` over a grid of `grid` blocks of emu::kThreads threads. */
+template <class K> static void launch(dim3 grid, K kernel) {
+  emu::launch(grid, emu::kThreads, kernel);
 }
 
 struct problem {
@@ -211,9 +185,8 @@ static int run(const problem &pb, uint64_t seed) {
   launch(dim3(3, 1), [&] { kvk::kv_write_v(a, vnew.data()); });
   launch(dim3(2, (unsigned)B), [&] { kvk::kv_zero_tail(a); });
   launch(dim3(5, 1), [&] { kvk::kv_read_kernel(a, k.data(), v.data()); });
-  launch(dim3(2, (unsigned)B), [&] {
-    kvk::item_absmax_kernel(knew.data(), Lq, nk, bits.data());
-  });
+  launch(dim3(2, (unsigned)B),
+         [&] { kvk::item_absmax_kernel(knew.data(), Lq, nk, bits.data()); });
 
   int bad = 0;
   for (int b = 0; b < 2; b++) {
@@ -262,10 +235,10 @@ int main(void) {
    * Lq of one token, a few, a page, more; Dv with head padding, odd
    * widths, one kv head */
   static const problem problems[] = {
-      {2, 16, 16, {0, 0}, 1},   {2, 16, 16, {0, 63}, 1},
-      {2, 16, 16, {63, 64}, 1}, {2, 16, 16, {70, 10}, 3},
-      {1, 8, 12, {64, 1}, 65},  {1, 8, 12, {5, 120}, 64},
-      {3, 5, 7, {0, 0}, 130},   {3, 5, 7, {127, 40}, 2},
+      {2, 16, 16, {0, 0}, 1},    {2, 16, 16, {0, 63}, 1},
+      {2, 16, 16, {63, 64}, 1},  {2, 16, 16, {70, 10}, 3},
+      {1, 8, 12, {64, 1}, 65},   {1, 8, 12, {5, 120}, 64},
+      {3, 5, 7, {0, 0}, 130},    {3, 5, 7, {127, 40}, 2},
       {2, 32, 24, {1, 200}, 63},
   };
   int passed = 0, failed = 0;
