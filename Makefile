@@ -281,7 +281,8 @@ EMU_CXX = $(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -Wno-attributes \
 .PHONY: flash-emu-check
 flash-emu-check: $(BUILD)/tests/flash_emu
 	./$(BUILD)/tests/flash_emu
-$(BUILD)/tests/flash_emu: tests/flash-emu/flash_emu.cc core/cuda/kernels.h \
+$(BUILD)/tests/flash_emu: tests/flash-emu/flash_emu.cc tests/emu/emu.h \
+  core/cuda/kernels.h \
   $(wildcard core/cuda/*.cuh) include/attn/attn.h
 	@mkdir -p $(@D)
 	$(EMU_CXX) $< -o $@ -pthread

@@ -12,10 +12,11 @@
  * follows the PTX ISA's definition, not the kernel's index math: an ldmatrix
  * lane reads the row addresses the other lanes gave, an MMA gathers A, B and C
  * from all 32 lanes' fragments by the ISA's layouts and hands each lane its
- * part of D. Every CUDA thread of a block is a std::thread, and the collectives
- * meet at barriers (a warp's 32, a block's all), so a lane missing from a
- * collective hangs rather than passing. A group of cp.async copies lands
- * at random either at its commit or at its wait, so that reading a buffer
+ * part of D. Every CUDA thread of a block is a fiber of tests/emu/emu.h, and
+ * the collectives meet at its barriers (a warp's 32, a block's all): a lane
+ * missing from a collective is a deadlock that it reports, and a missing
+ * __syncthreads a read of a value not yet written. A group of cp.async copies
+ * lands at random either at its commit or at its wait, so that reading a buffer
  * before the wait, or refilling one that another warp still reads, shows;
  * shared memory starts as NaNs; copies must read inside Q, K and V and
  * be 16-byte aligned. What it cannot show: timing, bank conflicts,
@@ -48,16 +49,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <barrier>
-#include <functional>
-#include <mutex>
 #include <random>
-#include <thread>
 #include <vector>
 
-thread_local uint3 threadIdx;
-thread_local uint3 blockIdx;
-dim3 gridDim;
+#include "../emu/emu.h"
 
 static inline int64_t min(int64_t a, int64_t b) {
   return a < b ? a : b;
@@ -76,21 +71,16 @@ namespace emu {
 constexpr int kMaxWarps = 16;
 constexpr size_t kSmem = sizeof attn_cu::v3::smem_v3;
 unsigned char *const smem = attn_cu::v3::smem_v3;
-std::barrier<> *block_bar;
-std::barrier<> *warp_bar[kMaxWarps];
 uint64_t slot[kMaxWarps][32][8]; // per warp and lane: what it posts
 struct range {
   const unsigned char *p;
   size_t n;
 };
 std::vector<range> globals; // where cp.async may read
-std::mutex fail_mu;
 int failures = 0;
 std::mt19937 *rng;
-std::mutex rng_mu;
 
 void fail(const char *what) {
-  std::lock_guard<std::mutex> g(fail_mu);
   if (failures++ < 10)
     fprintf(stderr, "emu: %s (thread %u block %u,%u,%u)\n", what, threadIdx.x,
             blockIdx.x, blockIdx.y, blockIdx.z);
@@ -102,7 +92,7 @@ int lane() {
   return threadIdx.x % 32;
 }
 void wsync() {
-  warp_bar[warp()]->arrive_and_wait();
+  warp_sync();
 }
 
 bool in_smem(const void *p, size_t n) {
@@ -129,8 +119,14 @@ struct copy {
   const void *src;
   bool full;
 };
-thread_local std::vector<copy> open_group;
-thread_local std::vector<std::vector<copy>> pending;
+std::vector<copy> open_groups[kMaxWarps * 32];
+std::vector<std::vector<copy>> pendings[kMaxWarps * 32];
+std::vector<copy> &open_group() { // the running thread's
+  return open_groups[threadIdx.x];
+}
+std::vector<std::vector<copy>> &pending() {
+  return pendings[threadIdx.x];
+}
 void run(const std::vector<copy> &g) {
   for (const copy &c : g) {
     if (c.full)
@@ -156,26 +152,22 @@ inline void cp_async16(void *dst, const void *src, bool full) {
     if (!ok)
       fail("cp.async: src outside the tensors");
   }
-  open_group.push_back({dst, src, full});
+  open_group().push_back({dst, src, full});
 }
 inline void cp_async_commit() {
-  bool eager;
-  {
-    std::lock_guard<std::mutex> g(rng_mu);
-    eager = (*rng)() % 2;
-  }
+  const bool eager = (*rng)() % 2;
   if (eager) {
-    run(open_group);
-    pending.push_back({});
+    run(open_group());
+    pending().push_back({});
   } else {
-    pending.push_back(open_group);
+    pending().push_back(open_group());
   }
-  open_group.clear();
+  open_group().clear();
 }
 template <int N> inline void cp_async_wait() {
-  while ((int)pending.size() > N) {
-    run(pending.front());
-    pending.erase(pending.begin());
+  while ((int)pending().size() > N) {
+    run(pending().front());
+    pending().erase(pending().begin());
   }
 }
 // ldmatrix .x4 (.trans): lane 8m + r gives row r of matrix m
@@ -324,7 +316,7 @@ inline float __shfl_xor_sync(unsigned mask, float v, int x) {
   return r;
 }
 inline void __syncthreads() {
-  emu::block_bar->arrive_and_wait();
+  emu::block_sync();
 }
 
 #include "flash_mma.cuh"
@@ -335,31 +327,17 @@ template <class P> void launch(const attn_cu::args &a) {
   using namespace emu;
   using attn_cu::v3::kRows, attn_cu::v3::kThreads, attn_cu::v3::kWarps;
   static_assert(kWarps <= kMaxWarps, "more warps than slots");
-  gridDim = dim3((unsigned)((a.Lq + kRows - 1) / kRows), (unsigned)a.H,
-                 (unsigned)a.B);
-  for (unsigned z = 0; z < gridDim.z; z++)
-    for (unsigned y = 0; y < gridDim.y; y++)
-      for (unsigned x = 0; x < gridDim.x; x++) {
+  emu::launch(
+      dim3((unsigned)((a.Lq + kRows - 1) / kRows), (unsigned)a.H,
+           (unsigned)a.B),
+      kThreads, [&] { attn_cu::v3::flash_v3_kernel<P>(a); },
+      [] {
         memset(smem, 0xff, kSmem); // NaN-ish garbage
-        std::barrier<> bb(kThreads);
-        block_bar = &bb;
-        std::vector<std::unique_ptr<std::barrier<>>> wb;
-        for (int w = 0; w < kWarps; w++) {
-          wb.emplace_back(new std::barrier<>(32));
-          warp_bar[w] = wb.back().get();
+        for (int t = 0; t < kThreads; t++) {
+          open_groups[t].clear();
+          pendings[t].clear();
         }
-        std::vector<std::thread> th;
-        for (int t = 0; t < kThreads; t++)
-          th.emplace_back([&, t] {
-            threadIdx = make_uint3((unsigned)t, 0, 0);
-            blockIdx = make_uint3(x, y, z);
-            open_group.clear();
-            pending.clear();
-            attn_cu::v3::flash_v3_kernel<P>(a);
-          });
-        for (auto &t : th)
-          t.join();
-      }
+      });
 }
 
 // ---- the reference, from kernels.h's rules, in double ---------------------
