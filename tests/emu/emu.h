@@ -44,6 +44,7 @@
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -280,5 +281,31 @@ template <class K> void launch(dim3 grid, int threads, K &&kernel) {
 }
 
 } // namespace emu
+
+/* The device functions that the kernels (namespace attn_cu) call and g++
+ * lacks: the atomics, atomic as they stand since no thread runs beside
+ * another, and the bit casts. */
+namespace attn_cu {
+inline double atomicAdd(double *p, double v) {
+  double old = *p;
+  *p = old + v;
+  return old;
+}
+inline unsigned atomicMax(unsigned *p, unsigned v) {
+  unsigned old = *p;
+  *p = old > v ? old : v;
+  return old;
+}
+inline unsigned __float_as_uint(float x) {
+  unsigned u;
+  memcpy(&u, &x, 4);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float x;
+  memcpy(&x, &u, 4);
+  return x;
+}
+} // namespace attn_cu
 
 #endif

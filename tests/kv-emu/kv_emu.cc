@@ -58,17 +58,6 @@ inline float __shfl_xor_sync(unsigned mask, float v, int x) {
   emu::warp_sync();
   return r;
 }
-/* atomic as it stands: no thread runs beside another */
-inline unsigned atomicMax(unsigned *p, unsigned v) {
-  unsigned old = *p;
-  *p = old > v ? old : v;
-  return old;
-}
-inline unsigned __float_as_uint(float x) {
-  unsigned u;
-  memcpy(&u, &x, 4);
-  return u;
-}
 } // namespace attn_cu
 
 #include "kv.cuh"

@@ -75,27 +75,6 @@ inline double __shfl_xor_sync(unsigned mask, double v, int x) {
   emu::warp_sync();
   return r;
 }
-/* atomic as they stand: no thread runs beside another */
-inline double atomicAdd(double *p, double v) {
-  double old = *p;
-  *p = old + v;
-  return old;
-}
-inline unsigned atomicMax(unsigned *p, unsigned v) {
-  unsigned old = *p;
-  *p = old > v ? old : v;
-  return old;
-}
-inline unsigned __float_as_uint(float x) {
-  unsigned u;
-  memcpy(&u, &x, 4);
-  return u;
-}
-inline float __uint_as_float(unsigned u) {
-  float x;
-  memcpy(&x, &u, 4);
-  return x;
-}
 } // namespace attn_cu
 
 #undef __shared__
