@@ -20,6 +20,7 @@ pkg:check check
 pkg:libcurl libcurl4-openssl-dev
 cmd:pkg-config pkg-config
 cmd:gcc gcc
+cmd:g++ g++
 cmd:curl curl
 cmd:node nodejs
 cmd:npm npm

@@ -118,7 +118,7 @@ int main() {
   return 0;
 }
 EOF
-(cd "$tmp" && ${CXX:-c++} -std=c++11 -Wall -Wextra -pedantic -Werror cxx.cc \
+(cd "$tmp" && ${CXX:-g++} -std=c++11 -Wall -Wextra -pedantic -Werror cxx.cc \
   $(pkg-config --cflags --libs attn) -Wl,-rpath,"$prefix/lib" -o cxx \
   >cxx.log 2>&1 && ./cxx >out-cxx.txt 2>>cxx.log) ||
   fail "a C++ program with attn/attn.h: $(cat "$tmp/cxx.log")"
