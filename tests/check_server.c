@@ -1409,6 +1409,75 @@ START_TEST(test_threads_omp_binding) {
 }
 END_TEST
 
+/* OpenMP's variables that size a team below its num_threads: libgomp's
+ * dynamic adjustment under OMP_DYNAMIC=true gives at most OMP_NUM_THREADS
+ * (and less under load). A request, one that test_threads_auto runs alone
+ * on 2 threads, and a small one computed inline on its HTTP thread with
+ * threads_per_request 2, must run on the team it was given, and say so:
+ * its metrics.threads is its own thread plus the threads its team added to
+ * the process, and /v1/info's max_threads_per_request the most a team can
+ * have. Bug: metrics.threads 2 (and 2 threads counted busy) on a team of
+ * 1. */
+static const char *const omp_fixed_args[] = {
+    "--workers", "2", "--threads-per-request", "2", NULL};
+static const struct {
+  const char *env[3];
+  int fixed; /* threads_per_request 2, and a request computed inline */
+  int team;  /* on 2 CPUs or more (fixed: on any) */
+  int cap;   /* max_threads_per_request, on 2 CPUs or more */
+} omp_cases[] = {
+    {{"OMP_DYNAMIC=true", "OMP_NUM_THREADS=1"}, 0, 2, 2},
+    {{"OMP_DYNAMIC=true", "OMP_NUM_THREADS=1"}, 1, 2, 2},
+};
+#define N_OMP_CASES ((int)(sizeof omp_cases / sizeof omp_cases[0]))
+
+START_TEST(test_threads_omp_team) {
+  const char *const *env = omp_cases[_i].env;
+  int fixed = omp_cases[_i].fixed;
+  for (int k = 0; env[k]; k++)
+    ck_assert_int_eq(putenv((char *)env[k]), 0);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int team = cpus < 2 && !fixed ? 1 : omp_cases[_i].team,
+      cap = cpus < 2 ? 1 : omp_cases[_i].cap;
+  sh_server_t own;
+  ck_assert_int_eq(sh_server_start(&own, fixed ? omp_fixed_args : srv_args), 0);
+
+  sh_resp_t r;
+  long before = sh_proc_status(own.pid, "Threads:");
+  /* 268M flops alone on a worker; 1M flops, under inline_max_flops */
+  char *body = fixed ? sh_slow_body(64, 64, 1, 7, NULL)
+                     : sh_slow_body(1024, 64, 1, 7, NULL);
+  ck_assert_int_eq(sh_post(own.port, body, strlen(body), &r), 0);
+  free(body);
+  ck_assert_msg(r.status == 200, "%ld %.300s", r.status, r.body);
+  long after = sh_proc_status(own.pid, "Threads:");
+  json_t *v = sh_json(&r);
+  const json_t *m = json_object_get(v, "metrics");
+  json_int_t t = json_integer_value(json_object_get(m, "threads")),
+             w = json_integer_value(json_object_get(m, "worker"));
+  json_decref(v);
+  sh_resp_free(&r);
+  ck_assert_msg(before > 0 && t == 1 + (after - before) && t == team &&
+                    (w == -1) == fixed,
+                "%s %s: metrics.threads %lld, a team of %ld (want %d), "
+                "worker %lld",
+                env[0], env[1] ? env[1] : "", (long long)t,
+                1 + (after - before), team, (long long)w);
+  ck_assert_int_eq(sh_get(own.port, "/v1/info", &r), 0);
+  v = sh_json(&r);
+  ck_assert_int_eq(
+      json_integer_value(json_object_get(v, "max_threads_per_request")), cap);
+  json_decref(v);
+  sh_resp_free(&r);
+  ck_assert_int_eq(sh_server_stop(&own, 10), 0);
+  for (int k = 0; env[k]; k++) {
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(env[k], "="), env[k]);
+    unsetenv(name);
+  }
+}
+END_TEST
+
 /* attnd_backend_requests_total and attnd_backend_compute_seconds_total:
  * a computed request counts once, under the backend it ran on (the cpu
  * here), its compute time added; nothing under cuda. Catches the backend
@@ -2393,6 +2462,7 @@ Suite *test_suite(void) {
   tcase_add_checked_fixture(tc, ensure_server, release_server);
   tcase_add_test(tc, test_threads_auto);
   tcase_add_test(tc, test_threads_omp_binding);
+  tcase_add_loop_test(tc, test_threads_omp_team, 0, N_OMP_CASES);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("numeric");

@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "codec/util.h"
 
 /* The outputs not allocated yet (a batch that fell back to single runs has
@@ -156,6 +160,18 @@ void attnd_scratch_free(attnd_scratch_t *s) {
   count_kept(s, 0);
 }
 
+/* A request's threads are its OpenMP team (core/forward.c's num_threads),
+ * on whichever thread runs it: a worker, or an HTTP thread inline. Where
+ * dynamic adjustment is on (OMP_DYNAMIC, which libgomp bounds by
+ * OMP_NUM_THREADS and the load average), OpenMP may give a smaller team,
+ * which is then not what the request was given, counted busy and reported.
+ * dyn-var is each thread's own: off for the thread that runs the call. */
+static void exact_team(void) {
+#ifdef _OPENMP
+  omp_set_dynamic(0);
+#endif
+}
+
 /* The request alone on `threads` threads (0: its plan's), its workspace
  * in `scratch`. Its own plan stays as it was decoded: the memory budget
  * reads it again when the request is freed (attnd_request_memory). */
@@ -183,6 +199,7 @@ static int run_one(attnd_request_t *j, int worker, int threads,
 
 int attnd_request_run(void *job, int worker, int threads,
                       attnd_scratch_t *scratch) {
+  exact_team();
   int rc = run_one(job, worker, threads, scratch);
   keep(scratch);
   return rc;
@@ -298,6 +315,7 @@ static int run_together(attnd_request_t *const *js, int n, int threads,
 
 void attnd_request_run_batch(void *const *jobs, int n, int worker, int threads,
                              attnd_scratch_t *scratch, int *results) {
+  exact_team();
   attnd_request_t *live[ATTND_SCHED_MAX_BATCH];
   int at[ATTND_SCHED_MAX_BATCH], m = 0;
   double t0 = attnd_now_ms();
