@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,6 +308,22 @@ int attnd_cgroup_cpus(void) {
   if (sched_getaffinity(0, sizeof set, &set) == 0)
     n = CPU_COUNT(&set);
   return attnd_cgroup_cpus_at("/", n < 1 ? 1 : n);
+}
+
+int attnd_omp_team_limit(const char **why) {
+  *why = NULL;
+#ifdef _OPENMP
+  if (omp_get_max_active_levels() < 1) {
+    *why = "OMP_MAX_ACTIVE_LEVELS=0";
+    return 1;
+  }
+  int n = omp_get_thread_limit(); /* INT_MAX when unlimited */
+  if (n < INT_MAX) {
+    *why = "OMP_THREAD_LIMIT";
+    return n < 1 ? 1 : n;
+  }
+#endif
+  return INT_MAX;
 }
 
 int64_t attnd_cgroup_memory(void) {

@@ -46,6 +46,14 @@ int64_t attnd_cgroup_memory_at(const char *root, int64_t machine_bytes);
  * it from main, before any thread starts. */
 int attnd_cgroup_cpus(void);
 
+/* The most threads OpenMP gives a team that one of attnd's threads starts,
+ * as its variables set it: OMP_THREAD_LIMIT (thread-limit-var, one for each
+ * contention group, and each thread that OpenMP did not start is one), or
+ * 1 under OMP_MAX_ACTIVE_LEVELS=0 (no parallel region is active). INT_MAX
+ * when neither bounds it. `why` gets the variable that bounds it, or NULL.
+ * Any thread, before it changes OpenMP's settings. */
+int attnd_omp_team_limit(const char **why);
+
 /* attnd_cgroup_memory_at("/", this machine's physical memory; 4 GiB when
  * sysconf cannot tell). */
 int64_t attnd_cgroup_memory(void);

@@ -119,7 +119,8 @@ static const cfg_key_t keys[] = {
             "max_threads_per_request"),
     INT_KEY(max_threads_per_request, "auto", 1, 256, F_AUTO | F_INFO,
             "with threads_per_request = auto, the most threads one request "
-            "gets; auto: CPUs"),
+            "gets; auto: CPUs; never more than OpenMP gives a team "
+            "(OMP_THREAD_LIMIT, OMP_MAX_ACTIVE_LEVELS=0)"),
     INT_KEY(queue_depth, "64", 0, 1000000, F_INFO,
             "requests that may be in flight beyond workers: waiting for a "
             "worker, or session steps waiting their session's turn; more "
@@ -934,6 +935,23 @@ void attnd_config_info(const attnd_config_t *cfg, int limits,
                                                                           : v,
          arg);
     }
+}
+
+int attnd_config_team_limit(attnd_config_t *cfg, const attnd_config_load_t *how,
+                            int limit, const char *why, char *msg, size_t msz) {
+  if (why == NULL || limit < 1)
+    return 0;
+  if (cfg->threads_per_request > limit)
+    return attnd_fail(msg, msz,
+                      "threads_per_request: %" PRId64
+                      " [%s] is above the %d thread%s OpenMP gives a team "
+                      "(%s)",
+                      cfg->threads_per_request,
+                      origin(how, "threads_per_request"), limit,
+                      limit == 1 ? "" : "s", why);
+  if (cfg->max_threads_per_request > limit)
+    cfg->max_threads_per_request = limit;
+  return 0;
 }
 
 int attnd_config_plan_threads(const attnd_config_t *cfg) {

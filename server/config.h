@@ -99,6 +99,17 @@ int attnd_config_load(attnd_config_t *cfg, attnd_config_load_t *how, int argc,
                       char **argv, char **envp, int cores, char *msg,
                       size_t msg_size);
 
+/* Bounds the threads of a request by `limit`, the most OpenMP gives a team
+ * (main passes attnd_omp_team_limit; `why` names the variable that set it,
+ * NULL when none did): max_threads_per_request becomes at most `limit`, and
+ * a threads_per_request above it is refused, as OpenMP would run every
+ * request on fewer. Returns 0, or -1 with a message naming the key, its
+ * source and the variable written to `msg`. Main thread, after
+ * attnd_config_load. */
+int attnd_config_team_limit(attnd_config_t *cfg, const attnd_config_load_t *how,
+                            int limit, const char *why, char *msg,
+                            size_t msg_size);
+
 /* Writes the configuration in the config file's format, which reads back
  * to the same values, but for the secret: api_keys is not echoed, and in
  * its place a comment says how many keys it held, where they were set

@@ -30,6 +30,12 @@ int main(int argc, char **argv) {
     printf("attnd %s\n", ATTN_VERSION);
     return 0;
   }
+  const char *why;
+  int team = attnd_omp_team_limit(&why);
+  if (attnd_config_team_limit(&cfg, &how, team, why, msg, sizeof msg) < 0) {
+    fprintf(stderr, "attnd: %s\n", msg);
+    return 2;
+  }
   if (how.print_config) {
     printf("# attnd %s, effective configuration%s%s\n", ATTN_VERSION,
            how.path[0] ? " from " : "", how.path);

@@ -1411,13 +1411,16 @@ END_TEST
 
 /* OpenMP's variables that size a team below its num_threads: libgomp's
  * dynamic adjustment under OMP_DYNAMIC=true gives at most OMP_NUM_THREADS
- * (and less under load). A request, one that test_threads_auto runs alone
+ * (and less under load), OMP_THREAD_LIMIT=1 (per contention group: each
+ * of attnd's threads is its own) and OMP_MAX_ACTIVE_LEVELS=0 one. A
+ * request, one that test_threads_auto runs alone
  * on 2 threads, and a small one computed inline on its HTTP thread with
  * threads_per_request 2, must run on the team it was given, and say so:
  * its metrics.threads is its own thread plus the threads its team added to
- * the process, and /v1/info's max_threads_per_request the most a team can
- * have. Bug: metrics.threads 2 (and 2 threads counted busy) on a team of
- * 1. */
+ * the process, /v1/info's max_threads_per_request the most a team can
+ * have, and a threads_per_request above that is refused at start, naming
+ * the variable. Bug: metrics.threads 2 (and 2 threads counted busy) on a team
+ * of 1. */
 static const char *const omp_fixed_args[] = {
     "--workers", "2", "--threads-per-request", "2", NULL};
 static const struct {
@@ -1425,9 +1428,12 @@ static const struct {
   int fixed; /* threads_per_request 2, and a request computed inline */
   int team;  /* on 2 CPUs or more (fixed: on any) */
   int cap;   /* max_threads_per_request, on 2 CPUs or more */
+  const char *refused; /* threads_per_request 2 refused, naming this */
 } omp_cases[] = {
-    {{"OMP_DYNAMIC=true", "OMP_NUM_THREADS=1"}, 0, 2, 2},
-    {{"OMP_DYNAMIC=true", "OMP_NUM_THREADS=1"}, 1, 2, 2},
+    {{"OMP_DYNAMIC=true", "OMP_NUM_THREADS=1"}, 0, 2, 2, NULL},
+    {{"OMP_DYNAMIC=true", "OMP_NUM_THREADS=1"}, 1, 2, 2, NULL},
+    {{"OMP_THREAD_LIMIT=1"}, 0, 1, 1, "OMP_THREAD_LIMIT"},
+    {{"OMP_MAX_ACTIVE_LEVELS=0"}, 0, 1, 1, "OMP_MAX_ACTIVE_LEVELS"},
 };
 #define N_OMP_CASES ((int)(sizeof omp_cases / sizeof omp_cases[0]))
 
@@ -1470,6 +1476,23 @@ START_TEST(test_threads_omp_team) {
   json_decref(v);
   sh_resp_free(&r);
   ck_assert_int_eq(sh_server_stop(&own, 10), 0);
+
+  if (omp_cases[_i].refused) {
+    const char *bin = getenv("ATTND_BIN");
+    char cmd[4200], out[4096] = "";
+    snprintf(cmd, sizeof cmd,
+             "%s --threads-per-request 2 --print-config 2>&1 >/dev/null",
+             bin && *bin ? bin : "build/attnd");
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 2 &&
+                      strstr(out, "threads_per_request: 2 [flag") &&
+                      strstr(out, omp_cases[_i].refused),
+                  "%s: status %d, %s", env[0], st, out);
+  }
   for (int k = 0; env[k]; k++) {
     char name[64];
     snprintf(name, sizeof name, "%.*s", (int)strcspn(env[k], "="), env[k]);
