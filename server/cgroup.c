@@ -1,4 +1,5 @@
-/* server/cgroup.c: the CPUs and memory a container lets this process use. */
+/* server/cgroup.c: the CPUs and memory a container lets this process use,
+ * and the threads OpenMP lets a team have (cgroup.h). */
 #include "cgroup.h"
 
 #include <ctype.h>

@@ -1,4 +1,6 @@
-/* server/cgroup.h: the CPUs and memory a container lets this process use.
+/* server/cgroup.h: the CPUs and memory a container lets this process use,
+ * and the threads OpenMP lets one request's team have (main passes
+ * these bounds to the configuration, server/config.c).
  *
  * The limits come from the cgroup files under <root>/sys/fs/cgroup: version
  * 2's cpu.max, cpuset.cpus.effective and memory.max, else version 1's

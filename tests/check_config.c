@@ -44,6 +44,28 @@ static char *write_tmp(const char *text) {
   return path;
 }
 
+/* What attnd_config_print writes for `c` (no file path), malloc'd. */
+static char *printed_config(const attnd_config_t *c) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  attnd_config_print(c, NULL, f);
+  fclose(f);
+  return text;
+}
+
+/* What --help prints (attnd_config_usage), malloc'd. */
+static char *usage_text(void) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  attnd_config_usage(f);
+  fclose(f);
+  return text;
+}
+
 START_TEST(test_defaults) {
   attnd_config_t c;
   char msg[256];
@@ -89,11 +111,7 @@ START_TEST(test_auto_threads) {
   ck_assert_int_eq(c.threads_per_request, 0);
   ck_assert_int_eq(c.workers, 4);
   ck_assert_int_eq(attnd_config_plan_threads(&c), 3);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  attnd_config_print(&c, NULL, f);
-  fclose(f);
+  char *text = printed_config(&c);
   ck_assert_msg(strstr(text, "\nthreads_per_request = auto\n") != NULL, "%s",
                 text);
   ck_assert_msg(strstr(text, "\nmax_threads_per_request = 3\n") != NULL, "%s",
@@ -396,11 +414,7 @@ END_TEST
  * differ), and the exit statuses. Bugs: --version, -h and the exit
  * statuses missing from --help; a key's range in no document. */
 START_TEST(test_usage) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  attnd_config_usage(f);
-  fclose(f);
+  char *text = usage_text();
   static const char *const plain[] = {
       "\n  --config FILE ", "\n  --print-config ", "\n  --help ",
       "(also -h)",          "\n  --version ",      "\nexit status: 0 "};
@@ -410,10 +424,7 @@ START_TEST(test_usage) {
   attnd_config_t def;
   char msg[512], *argv0[] = {"attnd", NULL}, *envp[] = {NULL};
   ck_assert_int_eq(load(&def, argv0, envp, msg, sizeof msg), 0);
-  char *printed = NULL;
-  f = open_memstream(&printed, &len);
-  attnd_config_print(&def, NULL, f);
-  fclose(f);
+  char *printed = printed_config(&def);
   int checked = 0;
   for (char *line = strtok(printed, "\n"); line; line = strtok(NULL, "\n")) {
     char key[64], flag[80], arg[96];
@@ -491,11 +502,7 @@ START_TEST(test_docs_quote_defaults) {
   attnd_config_t def;
   char msg[256], *argv0[] = {"attnd", NULL}, *envp[] = {NULL};
   ck_assert_int_eq(load(&def, argv0, envp, msg, sizeof msg), 0);
-  char *printed = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&printed, &len);
-  attnd_config_print(&def, NULL, f);
-  fclose(f);
+  char *printed = printed_config(&def);
   glob_t g;
   ck_assert_int_eq(glob("docs/*.md", 0, NULL, &g), 0);
   ck_assert_int_eq(glob("README.md", GLOB_APPEND, NULL, &g), 0);
@@ -559,15 +566,12 @@ START_TEST(test_shipped_file_is_the_defaults) {
   ck_assert_msg(load(&file, argv1, envp, msg, sizeof msg) == 0, "%s", msg);
   ck_assert(memcmp(&def, &file, sizeof def) == 0);
 
-  char *printed = NULL, *text = NULL;
+  char *printed = printed_config(&def), *text = NULL;
   size_t len = 0, n = 0;
-  FILE *f = open_memstream(&printed, &len);
-  attnd_config_print(&def, NULL, f);
-  fclose(f);
   /* the whole file, however long its comments grow */
   FILE *shipped = fopen("config/attnd.conf", "r");
   ck_assert_ptr_nonnull(shipped);
-  f = open_memstream(&text, &len);
+  FILE *f = open_memstream(&text, &len);
   char chunk[4096];
   while ((n = fread(chunk, 1, sizeof chunk, shipped)) > 0)
     fwrite(chunk, 1, n, f);
@@ -1016,11 +1020,7 @@ START_TEST(test_zero_is_not_auto) {
     int64_t v;
     memcpy(&v, (const char *)&c + zero_keys[_i / N_ZERO_WAYS].off, sizeof v);
     ck_assert_msg(v == 0, "%s = 0 is held as %lld", key, (long long)v);
-    char *printed = NULL, line[96];
-    size_t len = 0;
-    FILE *f = open_memstream(&printed, &len);
-    attnd_config_print(&c, NULL, f);
-    fclose(f);
+    char *printed = printed_config(&c), line[96];
     snprintf(line, sizeof line, "\n%s = 0\n", key);
     ck_assert_msg(strstr(printed, line), "%s = 0 prints as:\n%s", key, printed);
     char *back = write_tmp(printed), bconf[128];
@@ -1034,11 +1034,7 @@ START_TEST(test_zero_is_not_auto) {
   }
   /* every key --help offers auto for is in the table: their values' text
    * ends "..., or auto)" or "..., or auto, or off)" */
-  char *usage = NULL;
-  size_t ulen = 0;
-  FILE *u = open_memstream(&usage, &ulen);
-  attnd_config_usage(u);
-  fclose(u);
+  char *usage = usage_text();
   size_t autos = 0;
   for (const char *p = usage; (p = strstr(p, ", or auto")); p++)
     autos += p[9] == ')' || strncmp(p + 9, ", or off)", 9) == 0;
@@ -1451,11 +1447,7 @@ static int usage_range(const char *usage, const char *key, long long *lo,
  * document (workers' minimum 0 after 0 stopped meaning auto; the limits'
  * minimum 0 where the table's is 1 or 1024). */
 START_TEST(test_openapi_info_ranges) {
-  char *usage = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&usage, &len);
-  attnd_config_usage(f);
-  fclose(f);
+  char *usage = usage_text();
   json_error_t je;
   json_t *doc = json_load_file("docs/openapi.json", 0, &je);
   ck_assert_msg(doc, "docs/openapi.json: %s", je.text);
