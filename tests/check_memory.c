@@ -131,12 +131,8 @@ START_TEST(test_memory_follows_request) {
   reset_peak();
   sh_client_t c;
   sh_client_init(&c, srv.port);
-  sh_req_t q = {.method = "POST",
-                .path = "/v1/attention",
-                .content_type = "application/json",
-                .body = body,
-                .len = len,
-                .timeout_ms = 120000};
+  sh_req_t q = sh_attention_post(body, len);
+  q.timeout_ms = 120000;
   sh_resp_t r;
   ck_assert_int_eq(sh_http(&c, &q, &r), 0);
   ck_assert_msg(r.status == 200, "%s: %ld %s", s->name, r.status, r.body);

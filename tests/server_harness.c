@@ -1129,3 +1129,11 @@ char *sh_slow_body(int64_t L, int64_t E, int64_t H, uint64_t seed,
     abort();
   return txt;
 }
+
+sh_req_t sh_attention_post(const char *body, size_t len) {
+  return (sh_req_t){.method = "POST",
+                    .path = "/v1/attention",
+                    .content_type = "application/json",
+                    .body = body,
+                    .len = len};
+}

@@ -276,4 +276,8 @@ double sh_wait_metric(int port, const char *sample, double min,
 char *sh_slow_body(int64_t L, int64_t E, int64_t H, uint64_t seed,
                    const json_t *extra);
 
+/* A POST of body[0..len) to /v1/attention as JSON, for sh_http; the
+ * caller sets what else it needs (headers, chunked, timeout). */
+sh_req_t sh_attention_post(const char *body, size_t len);
+
 #endif
