@@ -172,24 +172,44 @@ static void stop_server(void) {
 
 /* ---- helpers ------------------------------------------------------------- */
 
-/* POSTs the request for `p` and checks the reply against the reference;
+/* POSTs `req` and returns the reply, parsed, in which the server answered
+ * 200 (free both); `what` names the request in failure messages. */
+static json_t *post_ok(const json_t *req, sh_resp_t *r, const char *what) {
+  ck_assert_msg(sh_post_json(srv.port, req, r) == 0, "%s: %s; the server:\n%s",
+                what, r->error, server_log());
+  ck_assert_msg(r->status == 200, "%s: status %ld: %.600s", what, r->status,
+                r->body);
+  return sh_json(r);
+}
+
+/* Checks the reply `rep` against the reference for `p`, at REPLY_TOL;
  * `form` is the encoding the reply must use (-1: any). */
-static void post_and_check(const attn_params_t *p, const sh_enc_t *e, int form,
-                           const char *what) {
-  json_t *req = sh_request_json(p, e);
-  sh_resp_t r;
-  ck_assert_msg(sh_post_json(srv.port, req, &r) == 0, "%s: %s; the server:\n%s",
-                what, r.error, server_log());
-  json_decref(req);
-  ck_assert_msg(r.status == 200, "%s: status %ld: %.600s", what, r.status,
-                r.body);
-  json_t *rep = sh_json(&r);
-  ck_assert_msg(rep != NULL, "%s: the reply is not JSON: %.300s", what, r.body);
+static void check_reply(const attn_params_t *p, const json_t *rep, int form,
+                        const char *what) {
   char why[512];
   ck_assert_msg(sh_check_reply(p, rep, form, REPLY_TOL, why, sizeof why) == 0,
                 "%s: %s", what, why);
+}
+
+/* POSTs `req`, the request for `p`, and checks its reply against the
+ * reference (see check_reply). */
+static void post_req_and_check(const attn_params_t *p, const json_t *req,
+                               int form, const char *what) {
+  sh_resp_t r;
+  json_t *rep = post_ok(req, &r, what);
+  ck_assert_msg(rep != NULL, "%s: the reply is not JSON: %.300s", what, r.body);
+  check_reply(p, rep, form, what);
   json_decref(rep);
   sh_resp_free(&r);
+}
+
+/* POSTs the request for `p` in the encodings `e` and checks the reply
+ * against the reference (see check_reply). */
+static void post_and_check(const attn_params_t *p, const sh_enc_t *e, int form,
+                           const char *what) {
+  json_t *req = sh_request_json(p, e);
+  post_req_and_check(p, req, form, what);
+  json_decref(req);
 }
 
 /* POSTs `body` and returns the reply (free it). */
@@ -225,6 +245,23 @@ static sh_resp_t request(const char *method, const char *path,
 
 static const char *const form_names[] = {"nested", "flat", "base64"};
 
+/* Cross-attention with a value of its own and every projection and bias,
+ * each of another width, rank 2: a request that has every tensor. */
+static tu_spec_t every_projection(void) {
+  return (tu_spec_t){.Lq = 5,
+                     .Lk = 7,
+                     .H = 2,
+                     .Dh = 4,
+                     .cross = 1,
+                     .value_given = 1,
+                     .proj = TU_ALLPROJ,
+                     .Eq = 6,
+                     .Ek = 5,
+                     .Ev = 3,
+                     .Eo = 4,
+                     .skip = TU_SKIP_M};
+}
+
 /* _i: rank (2, 3) × query form (3) × return.encoding (none + 3). Key and
  * value come in the two other forms, the projections in a third
  * rotation, so that every tensor of the request meets every form (mask
@@ -232,20 +269,9 @@ static const char *const form_names[] = {"nested", "flat", "base64"};
  * unless return.encoding names one. */
 START_TEST(test_forms) {
   const int rank = 2 + _i / 12, qform = _i / 4 % 3, enc = _i % 4 - 1;
-  tu_spec_t s = {.B = rank == 3 ? 2 : 1,
-                 .batched = rank == 3,
-                 .Lq = 5,
-                 .Lk = 7,
-                 .H = 2,
-                 .Dh = 4,
-                 .cross = 1,
-                 .value_given = 1,
-                 .proj = TU_ALLPROJ,
-                 .Eq = 6,
-                 .Ek = 5,
-                 .Ev = 3,
-                 .Eo = 4,
-                 .skip = TU_SKIP_M};
+  tu_spec_t s = every_projection();
+  s.B = rank == 3 ? 2 : 1;
+  s.batched = rank == 3;
   tu_case_t c;
   tu_case_build(&c, &s, 100 + (uint64_t)_i);
   sh_enc_t e = {.inputs = (sh_form_t)qform,
@@ -262,18 +288,8 @@ START_TEST(test_forms) {
   char what[96];
   snprintf(what, sizeof what, "rank %d, query %s, encoding %s", rank,
            form_names[qform], enc < 0 ? "(none)" : form_names[enc]);
-  sh_resp_t r;
-  ck_assert_msg(sh_post_json(srv.port, req, &r) == 0, "%s: %s", what, r.error);
-  ck_assert_msg(r.status == 200, "%s: status %ld: %.600s", what, r.status,
-                r.body);
-  json_t *rep = sh_json(&r);
-  char why[512];
-  ck_assert_msg(sh_check_reply(&c.p, rep, enc < 0 ? qform : enc, REPLY_TOL, why,
-                               sizeof why) == 0,
-                "%s: %s", what, why);
-  json_decref(rep);
+  post_req_and_check(&c.p, req, enc < 0 ? qform : enc, what);
   json_decref(req);
-  sh_resp_free(&r);
   tu_case_free(&c);
 }
 END_TEST
@@ -287,15 +303,10 @@ START_TEST(test_base64_default_dtype) {
   json_t *req = sh_request_json(&c.p, &e);
   json_object_del(json_object_get(req, "query"), "dtype");
   sh_resp_t r;
-  ck_assert_int_eq(sh_post_json(srv.port, req, &r), 0);
-  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
-  json_t *rep = sh_json(&r);
+  json_t *rep = post_ok(req, &r, "base64 without dtype");
   const json_t *out = json_object_get(rep, "output");
   ck_assert_str_eq(json_string_value(json_object_get(out, "dtype")), "float32");
-  char why[512];
-  ck_assert_msg(
-      sh_check_reply(&c.p, rep, SH_BASE64, REPLY_TOL, why, sizeof why) == 0,
-      "%s", why);
+  check_reply(&c.p, rep, SH_BASE64, "base64 without dtype");
   json_decref(rep);
   json_decref(req);
   sh_resp_free(&r);
@@ -314,18 +325,7 @@ static const attnd_dtype_t half_types[] = {ATTND_DTYPE_F16, ATTND_DTYPE_BF16};
  * projections in float32. Catches bytes read as the other dtype, a wrong
  * element size, a missed subnormal. */
 START_TEST(test_half_inputs) {
-  tu_spec_t s = {.Lq = 5,
-                 .Lk = 7,
-                 .H = 2,
-                 .Dh = 4,
-                 .cross = 1,
-                 .value_given = 1,
-                 .proj = TU_ALLPROJ,
-                 .Eq = 6,
-                 .Ek = 5,
-                 .Ev = 3,
-                 .Eo = 4,
-                 .skip = TU_SKIP_M};
+  tu_spec_t s = every_projection();
   tu_case_t c;
   tu_case_build(&c, &s, 300 + (uint64_t)_i);
   attn_tensor_t *ts[] = {&c.p.query, &c.p.key, &c.p.value};
@@ -351,17 +351,8 @@ START_TEST(test_half_inputs) {
     free(h);
   }
   ck_assert(((float *)c.p.query.data)[1] == sub);
-  sh_resp_t r;
-  ck_assert_int_eq(sh_post_json(srv.port, req, &r), 0);
-  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
-  json_t *rep = sh_json(&r);
-  char why[512];
-  ck_assert_msg(
-      sh_check_reply(&c.p, rep, SH_BASE64, REPLY_TOL, why, sizeof why) == 0,
-      "%s: %s", half_names[_i], why);
-  json_decref(rep);
+  post_req_and_check(&c.p, req, SH_BASE64, half_names[_i]);
   json_decref(req);
-  sh_resp_free(&r);
   tu_case_free(&c);
 }
 END_TEST
@@ -383,18 +374,11 @@ static sh_tensor_t reply_tensor(const json_t *rep, const char *name) {
  * unrounded, rounding by truncation, the float32 name or size in base64. */
 START_TEST(test_half_reply) {
   const int t = _i / 3, enc = _i % 3;
-  tu_spec_t s = {.Lq = 6,
-                 .Lk = 9,
-                 .H = 2,
-                 .Dh = 8,
-                 .cross = 1,
-                 .value_given = 1,
-                 .proj = TU_ALLPROJ,
-                 .Eq = 16,
-                 .Ek = 16,
-                 .Ev = 16,
-                 .Eo = 16,
-                 .skip = TU_SKIP_M};
+  tu_spec_t s = every_projection(); /* wider, for values that round */
+  s.Lq = 6;
+  s.Lk = 9;
+  s.Dh = 8;
+  s.Eq = s.Ek = s.Ev = s.Eo = 16;
   tu_case_t c;
   tu_case_build(&c, &s, 400 + (uint64_t)_i);
   c.p.want_weights = c.p.want_head_outputs = 1;
@@ -496,13 +480,8 @@ START_TEST(test_explicit_defaults) {
                                 "head_outputs", 0, "metrics", 1, "encoding",
                                 "nested"));
   sh_resp_t r;
-  ck_assert_int_eq(sh_post_json(srv.port, req, &r), 0);
-  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
-  json_t *rep = sh_json(&r);
-  char why[512];
-  ck_assert_msg(
-      sh_check_reply(&c.p, rep, SH_NESTED, REPLY_TOL, why, sizeof why) == 0,
-      "%s", why);
+  json_t *rep = post_ok(req, &r, "explicit defaults");
+  check_reply(&c.p, rep, SH_NESTED, "explicit defaults");
   ck_assert_ptr_nonnull(json_object_get(rep, "metrics"));
   json_decref(rep);
   json_decref(req);
@@ -779,8 +758,8 @@ START_TEST(test_mask_tail_block) {
     /* the output, and nothing else, within REPLY_TOL of the reference */
     const attn_params_t p = tail_block_params(k);
     char why[512];
-    ck_assert_msg(sh_check_reply(&p, rep, -1, REPLY_TOL, why, sizeof why) == 0,
-                  "case %d: %s", k, why);
+    snprintf(why, sizeof why, "case %d", k);
+    check_reply(&p, rep, -1, why);
     sh_tensor_t t;
     ck_assert_msg(sh_tensor_decode(json_object_get(rep, "output"), &t, why,
                                    sizeof why) == 0,
@@ -937,10 +916,7 @@ START_TEST(test_escaped_base64) {
   sh_resp_t r = post_text(body);
   ck_assert_msg(r.status == 200, "%ld %.300s", r.status, r.body);
   json_t *rep = sh_json(&r);
-  char why[512];
-  ck_assert_msg(
-      sh_check_reply(&c.p, rep, SH_BASE64, REPLY_TOL, why, sizeof why) == 0,
-      "%s", why);
+  check_reply(&c.p, rep, SH_BASE64, "escaped base64");
   json_decref(rep);
   sh_resp_free(&r);
   free(body);
@@ -974,9 +950,7 @@ START_TEST(test_encodings_agree) {
     sh_enc_t e = {.encoding = encs[k]};
     json_t *req = sh_request_json(&c.p, &e);
     sh_resp_t r;
-    ck_assert_int_eq(sh_post_json(srv.port, req, &r), 0);
-    ck_assert_msg(r.status == 200, "%ld %.300s", r.status, r.body);
-    json_t *rep = sh_json(&r);
+    json_t *rep = post_ok(req, &r, encs[k]);
     char why[256];
     for (int x = 0; x < 3; x++)
       ck_assert_msg(sh_tensor_decode(json_object_get(rep, names[x]), &t[k][x],
@@ -1085,9 +1059,7 @@ START_TEST(test_weights_reduce) {
   ck_assert_int_eq(ref_reduce(&c.p, &rr, &ref), 0);
 
   sh_resp_t r;
-  ck_assert_int_eq(sh_post_json(srv.port, req, &r), 0);
-  ck_assert_msg(r.status == 200, "%s: %ld %.300s", rc->name, r.status, r.body);
-  json_t *rep = sh_json(&r);
+  json_t *rep = post_ok(req, &r, rc->name);
   ck_assert_msg(json_object_get(rep, "weights") == NULL, "%s: dense weights",
                 rc->name);
   char what[160];
@@ -1157,9 +1129,7 @@ START_TEST(test_id_echo) {
     json_t *req = small_request();
     json_object_set_new(req, "id", json_string(ids[k]));
     sh_resp_t r;
-    ck_assert_int_eq(sh_post_json(srv.port, req, &r), 0);
-    ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
-    json_t *rep = sh_json(&r);
+    json_t *rep = post_ok(req, &r, ids[k]);
     ck_assert_str_eq(json_string_value(json_object_get(rep, "id")), ids[k]);
     json_decref(rep);
     json_decref(req);
@@ -1202,12 +1172,8 @@ START_TEST(test_reply_compression) {
   sh_client_t c;
   sh_client_init(&c, own.port);
   for (int k = 0; k < 2; k++) {
-    sh_req_t q = {.method = "POST",
-                  .path = "/v1/attention",
-                  .content_type = "application/json",
-                  .body = cases[k].body,
-                  .len = cases[k].len,
-                  .headers = hdr};
+    sh_req_t q = sh_attention_post(cases[k].body, cases[k].len);
+    q.headers = hdr;
     sh_resp_t r;
     char v[64];
     ck_assert_int_eq(sh_http(&c, &q, &r), 0);
@@ -1235,12 +1201,8 @@ START_TEST(test_request_id_header) {
   static const char *const hdr[] = {"X-Request-Id: trace-abc.123", NULL};
   sh_client_t c;
   sh_client_init(&c, srv.port);
-  sh_req_t q = {.method = "POST",
-                .path = "/v1/attention",
-                .content_type = "application/json",
-                .body = body,
-                .len = strlen(body),
-                .headers = hdr};
+  sh_req_t q = sh_attention_post(body, strlen(body));
+  q.headers = hdr;
   sh_resp_t r;
   char v[128], g1[128], g2[128];
   ck_assert_int_eq(sh_http(&c, &q, &r), 0);
@@ -1619,9 +1581,7 @@ START_TEST(test_metrics_in_reply) {
 
   /* return.metrics false */
   json_object_set_new(req, "return", json_pack("{s:b}", "metrics", 0));
-  ck_assert_int_eq(sh_post_json(srv.port, req, &r), 0);
-  ck_assert_int_eq(r.status, 200);
-  rep = sh_json(&r);
+  rep = post_ok(req, &r, "return.metrics false");
   ck_assert_msg(json_object_get(rep, "metrics") == NULL, "%s", r.body);
   ck_assert_ptr_nonnull(json_object_get(rep, "output"));
   json_decref(rep);
@@ -1957,8 +1917,7 @@ START_TEST(test_prometheus) {
   /* two computed, one invalid, one unknown path */
   json_t *req = small_request();
   for (int k = 0; k < 2; k++) {
-    ck_assert_int_eq(sh_post_json(srv.port, req, &r), 0);
-    ck_assert_int_eq(r.status, 200);
+    json_decref(post_ok(req, &r, "a small request"));
     sh_resp_free(&r);
   }
   json_decref(req);
@@ -2121,12 +2080,8 @@ START_TEST(test_expectation_failed) {
     sh_resp_free(&r);
   }
   static const char *const good[] = {"Expect: 100-Continue", NULL};
-  sh_req_t q = {.method = "POST",
-                .path = "/v1/attention",
-                .content_type = "application/json",
-                .body = body,
-                .len = strlen(body),
-                .headers = good};
+  sh_req_t q = sh_attention_post(body, strlen(body));
+  q.headers = good;
   ck_assert_int_eq(sh_http(&c, &q, &r), 0);
   ck_assert_msg(r.status == 200, "%ld %s", r.status, r.body);
   sh_resp_free(&r);
@@ -2196,12 +2151,8 @@ START_TEST(test_too_large_content_length) {
   static const char *const expect[] = {"Expect: 100-continue", NULL};
   sh_client_t c;
   sh_client_init(&c, srv.port);
-  sh_req_t q = {.method = "POST",
-                .path = "/v1/attention",
-                .content_type = "application/json",
-                .body = big,
-                .len = 65537,
-                .headers = expect};
+  sh_req_t q = sh_attention_post(big, 65537);
+  q.headers = expect;
   sh_resp_t r;
   ck_assert_int_eq(sh_http(&c, &q, &r), 0);
   sh_assert_error(&r, 413, "payload_too_large", NULL, "65537",
@@ -2226,12 +2177,8 @@ START_TEST(test_too_large_chunked) {
   char *big = padded_body(n);
   sh_client_t c;
   sh_client_init(&c, srv.port);
-  sh_req_t q = {.method = "POST",
-                .path = "/v1/attention",
-                .content_type = "application/json",
-                .body = big,
-                .len = n,
-                .chunked = 1};
+  sh_req_t q = sh_attention_post(big, n);
+  q.chunked = 1;
   sh_resp_t r;
   ck_assert_msg(sh_http(&c, &q, &r) == 0, "%s", r.error);
   sh_assert_error(&r, 413, "payload_too_large", NULL, "100000",
@@ -2410,50 +2357,42 @@ START_TEST(test_numeric_edges) {
 }
 END_TEST
 
-Suite *test_suite(void) {
-  Suite *s = suite_create("server");
-  TCase *tc = tcase_create("forms");
-  tcase_add_unchecked_fixture(tc, start_default, stop_server);
+/* A TCase `name` of s whose tests share one server, started by `start`
+ * before them and stopped after, a test finding it dead starting its own. */
+static TCase *server_tcase(Suite *s, const char *name, void (*start)(void)) {
+  TCase *tc = tcase_create(name);
+  tcase_add_unchecked_fixture(tc, start, stop_server);
   tcase_add_checked_fixture(tc, ensure_server, release_server);
   tcase_set_timeout(tc, 30);
+  suite_add_tcase(s, tc);
+  return tc;
+}
+
+Suite *test_suite(void) {
+  Suite *s = suite_create("server");
+  TCase *tc = server_tcase(s, "forms", start_default);
   tcase_add_loop_test(tc, test_forms, 0, 24);
   tcase_add_test(tc, test_base64_default_dtype);
   tcase_add_loop_test(tc, test_half_inputs, 0, 2);
   tcase_add_loop_test(tc, test_half_reply, 0, 6);
   tcase_add_test(tc, test_half_errors);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("options");
-  tcase_add_unchecked_fixture(tc, start_default, stop_server);
-  tcase_add_checked_fixture(tc, ensure_server, release_server);
-  tcase_set_timeout(tc, 30);
+  tc = server_tcase(s, "options", start_default);
   tcase_add_loop_test(tc, test_options, 0, N_OPT);
   tcase_add_test(tc, test_explicit_defaults);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("masks");
-  tcase_add_unchecked_fixture(tc, start_default, stop_server);
-  tcase_add_checked_fixture(tc, ensure_server, release_server);
-  tcase_set_timeout(tc, 30);
+  tc = server_tcase(s, "masks", start_default);
   tcase_add_test(tc, test_mask_tail_block);
   tcase_add_loop_test(tc, test_masks, 0, N_MASK);
   tcase_add_loop_test(tc, test_random_specs, 0, N_RANDOM);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("json");
-  tcase_add_unchecked_fixture(tc, start_default, stop_server);
-  tcase_add_checked_fixture(tc, ensure_server, release_server);
-  tcase_set_timeout(tc, 30);
+  tc = server_tcase(s, "json", start_default);
   tcase_add_loop_test(tc, test_number_spellings, 0, 2);
   tcase_add_loop_test(tc, test_escaped_base64, 0, 2);
   tcase_add_test(tc, test_encodings_agree);
   tcase_add_loop_test(tc, test_weights_reduce, 0, 3 * N_RD);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("protocol");
-  tcase_add_unchecked_fixture(tc, start_default, stop_server);
-  tcase_add_checked_fixture(tc, ensure_server, release_server);
-  tcase_set_timeout(tc, 30);
+  tc = server_tcase(s, "protocol", start_default);
   tcase_add_test(tc, test_id_echo);
   tcase_add_test(tc, test_request_id_header);
   tcase_add_test(tc, test_metrics_in_reply);
@@ -2463,12 +2402,8 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_backend_choice);
   tcase_add_test(tc, test_cuda_session);
   tcase_add_test(tc, test_prometheus);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("errors");
-  tcase_add_unchecked_fixture(tc, start_limited, stop_server);
-  tcase_add_checked_fixture(tc, ensure_server, release_server);
-  tcase_set_timeout(tc, 30);
+  tc = server_tcase(s, "errors", start_limited);
   tcase_add_loop_test(tc, test_invalid_request, 0, N_ERR);
   tcase_add_test(tc, test_not_found);
   tcase_add_test(tc, test_reply_compression);
@@ -2477,23 +2412,14 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_expectation_failed);
   tcase_add_test(tc, test_too_large_content_length);
   tcase_add_test(tc, test_too_large_chunked);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("threads");
-  tcase_set_timeout(tc, 30);
-  tcase_add_unchecked_fixture(tc, start_auto_threads, stop_server);
-  tcase_add_checked_fixture(tc, ensure_server, release_server);
+  tc = server_tcase(s, "threads", start_auto_threads);
   tcase_add_test(tc, test_threads_auto);
   tcase_add_test(tc, test_threads_omp_binding);
   tcase_add_loop_test(tc, test_threads_omp_team, 0, N_OMP_CASES);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("numeric");
-  tcase_set_timeout(tc, 30);
-  tcase_add_unchecked_fixture(tc, start_default, stop_server);
-  tcase_add_checked_fixture(tc, ensure_server, release_server);
+  tc = server_tcase(s, "numeric", start_default);
   tcase_add_loop_test(tc, test_numeric_edges, 0, N_EDGE_REQ);
-  suite_add_tcase(s, tc);
   return s;
 }
 
