@@ -60,6 +60,23 @@ static void start(sh_server_t *s, const char *const *args) {
     ck_abort_msg("attnd did not start:\n%s", s->log);
 }
 
+/* Starts attnd with one worker and one thread a request, so that slow
+ * requests queue behind one another: with --queue-depth `depth` (NULL:
+ * the default) and then the flags `more` (NULL-terminated; NULL: none). */
+static void start_one_worker(sh_server_t *s, const char *depth,
+                             const char *const *more) {
+  const char *args[24] = {"--workers", "1", "--threads-per-request", "1"};
+  int n = 4;
+  if (depth) {
+    args[n++] = "--queue-depth";
+    args[n++] = depth;
+  }
+  for (int i = 0; more && more[i]; i++)
+    args[n++] = more[i];
+  args[n] = NULL;
+  start(s, args);
+}
+
 /* 500 must be unreachable: check none was answered, then stop. */
 static void stop(sh_server_t *s) {
   double n500 = sh_metric(s->port, "attnd_requests_total{status=\"500\"}");
@@ -82,12 +99,8 @@ static int call_main(void *arg) {
   call_t *c = arg;
   sh_client_t cl;
   sh_client_init(&cl, c->port);
-  sh_req_t q = {.method = "POST",
-                .path = "/v1/attention",
-                .content_type = "application/json",
-                .body = c->body,
-                .len = strlen(c->body),
-                .timeout_ms = 60000};
+  sh_req_t q = sh_attention_post(c->body, strlen(c->body));
+  q.timeout_ms = 60000;
   c->rc = sh_http(&cl, &q, &c->r);
   sh_client_free(&cl);
   return 0;
@@ -279,12 +292,8 @@ static int load_main(void *arg) {
   sh_client_init(&cl, t->port);
   for (int k = 0; k < N_PER_THREAD; k++) {
     load_item_t *it = &t->items[k];
-    sh_req_t q = {.method = "POST",
-                  .path = "/v1/attention",
-                  .content_type = "application/json",
-                  .body = it->body,
-                  .len = strlen(it->body),
-                  .timeout_ms = 60000};
+    sh_req_t q = sh_attention_post(it->body, strlen(it->body));
+    q.timeout_ms = 60000;
     sh_resp_t r;
     if (sh_http(&cl, &q, &r) < 0 || r.status != 200) {
       snprintf(t->why, sizeof t->why, "request %d: status %ld (%s): %.300s", k,
@@ -381,11 +390,8 @@ END_TEST
  * most three are admitted, the rest get 429 with Retry-After, and the
  * server stays healthy. */
 START_TEST(test_overload) {
-  static const char *const args[] = {
-      "--workers", "1", "--threads-per-request", "1", "--queue-depth",
-      "2",         NULL};
   sh_server_t s;
-  start(&s, args);
+  start_one_worker(&s, "2", NULL);
   char *body = slow_body(1, NULL);
   call_t c[N_BURST];
   for (int i = 0; i < N_BURST; i++)
@@ -633,12 +639,8 @@ START_TEST(test_body_never_fits) {
   memset(body, ' ', n);
   sh_client_t c;
   sh_client_init(&c, s.port);
-  sh_req_t q = {.method = "POST",
-                .path = "/v1/attention",
-                .content_type = "application/json",
-                .body = body,
-                .len = n,
-                .chunked = 1};
+  sh_req_t q = sh_attention_post(body, n);
+  q.chunked = 1;
   sh_resp_t r;
   ck_assert_int_eq(sh_http(&c, &q, &r), 0);
   sh_assert_error(&r, 422, "limit_exceeded", NULL, "max_memory_bytes",
@@ -666,17 +668,9 @@ static void post_late(int port, const char *path, const char *body, char *buf,
 /* ---- deadlines ----------------------------------------------------------- */
 
 START_TEST(test_deadline) {
-  static const char *const args[] = {"--workers",
-                                     "1",
-                                     "--threads-per-request",
-                                     "1",
-                                     "--queue-depth",
-                                     "4",
-                                     "--inline-max-flops",
-                                     "0",
-                                     NULL};
+  static const char *const more[] = {"--inline-max-flops", "0", NULL};
   sh_server_t s;
-  start(&s, args);
+  start_one_worker(&s, "4", more);
 
   /* a slow request that cannot finish in 5 ms */
   char *quick = slow_body(2, "{\"timeout_ms\":5}");
@@ -951,17 +945,9 @@ END_TEST
  * client closes the connection; the place is free again, so C, sent while
  * A still runs, is admitted rather than refused. */
 START_TEST(test_client_gone) {
-  static const char *const args[] = {"--workers",
-                                     "1",
-                                     "--threads-per-request",
-                                     "1",
-                                     "--queue-depth",
-                                     "1",
-                                     "--inline-max-flops",
-                                     "0",
-                                     NULL};
+  static const char *const more[] = {"--inline-max-flops", "0", NULL};
   sh_server_t s;
-  start(&s, args);
+  start_one_worker(&s, "1", more);
   char *slow = slow_body(4, NULL);
   call_t a;
   call_start(&a, s.port, slow);
@@ -998,17 +984,9 @@ END_TEST
  * checks its exit status). */
 #define N_GONE 40
 START_TEST(test_clients_gone_many) {
-  static const char *const args[] = {"--workers",
-                                     "1",
-                                     "--threads-per-request",
-                                     "1",
-                                     "--queue-depth",
-                                     "64",
-                                     "--inline-max-flops",
-                                     "0",
-                                     NULL};
+  static const char *const more[] = {"--inline-max-flops", "0", NULL};
   sh_server_t s;
-  start(&s, args);
+  start_one_worker(&s, "64", more);
   char *slow = slow_body(8, NULL);
   for (int round = 1; round <= 3; round++) {
     call_t a;
@@ -1403,19 +1381,10 @@ END_TEST
  * still measured while a request waits or computes (closed as a slow
  * sender). */
 START_TEST(test_body_pace_ends) {
-  static const char *const args[] = {"--workers",
-                                     "1",
-                                     "--threads-per-request",
-                                     "1",
-                                     "--queue-depth",
-                                     "16",
-                                     "--connection-timeout-s",
-                                     "1",
-                                     "--min-recv-rate-bytes-per-s",
-                                     "4M",
-                                     NULL};
+  static const char *const more[] = {"--connection-timeout-s", "1",
+                                     "--min-recv-rate-bytes-per-s", "4M", NULL};
   sh_server_t s;
-  start(&s, args);
+  start_one_worker(&s, "16", more);
   char *body = slow_body(41, NULL);
   call_t c[N_LATE];
   for (int i = 0; i < N_LATE; i++)
@@ -1453,10 +1422,8 @@ END_TEST
 /* A client that leaves while its request computes frees the worker: the
  * computation stops long before it would have ended. */
 START_TEST(test_client_gone_running) {
-  static const char *const args[] = {"--workers", "1", "--threads-per-request",
-                                     "1", NULL};
   sh_server_t s;
-  start(&s, args);
+  start_one_worker(&s, NULL, NULL);
   char *slow = slow_body(6, NULL);
   int fd = send_and_keep(s.port, slow);
   await_metric(&s, "attnd_busy_workers", 1);
@@ -1492,11 +1459,8 @@ END_TEST
  * once draining: every one is answered 200, new work gets 503 (or, once
  * the process is gone, a refused connection), and the process exits 0. */
 START_TEST(test_sigterm_drains) {
-  static const char *const args[] = {
-      "--workers", "1", "--threads-per-request", "1", "--queue-depth",
-      "8",         NULL};
   sh_server_t s;
-  start(&s, args);
+  start_one_worker(&s, "8", NULL);
   char *bodies[N_DRAIN];
   call_t c[N_DRAIN];
   for (int i = 0; i < N_DRAIN; i++) {
@@ -1547,10 +1511,8 @@ END_TEST
  * `log_gone`, after the harness has closed its end of attnd's stderr): it
  * is answered in full, and the process exits 0. */
 static void drain_one(int sig, int log_gone, uint64_t seed) {
-  static const char *const args[] = {"--workers", "1", "--threads-per-request",
-                                     "1", NULL};
   sh_server_t s;
-  start(&s, args);
+  start_one_worker(&s, NULL, NULL);
   char *body = slow_body(seed, NULL);
   call_t c;
   call_start(&c, s.port, body);
@@ -1595,17 +1557,9 @@ END_TEST
  * connections suspended, which libmicrohttpd refuses by aborting (exit
  * 134, a core dump), or freeing what the workers still compute on. */
 START_TEST(test_drain_timeout) {
-  static const char *const args[] = {"--workers",
-                                     "1",
-                                     "--threads-per-request",
-                                     "1",
-                                     "--queue-depth",
-                                     "8",
-                                     "--drain-timeout-s",
-                                     "1",
-                                     NULL};
+  static const char *const more[] = {"--drain-timeout-s", "1", NULL};
   sh_server_t s;
-  start(&s, args);
+  start_one_worker(&s, "8", more);
   char *bodies[N_LATE];
   call_t c[N_LATE];
   for (int i = 0; i < N_LATE; i++) {
