@@ -209,6 +209,46 @@ static double csv_num(const csv_t *c, int row, const char *col) {
 
 /* ---- a sweep ------------------------------------------------------------- */
 
+/* The base URL of the attnd on `port`, into url[0..64). */
+static void url_of(char *url, int port) {
+  snprintf(url, 64, "http://127.0.0.1:%d", port);
+}
+
+/* A run's CSV in sc, read into c, which must have `rows` steps. */
+static void scratch_csv(const scratch_t *sc, csv_t *c, int rows) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/attnd-load.csv", sc->dir);
+  csv_read(c, path);
+  ck_assert_int_eq(c->nrows, rows);
+}
+
+/* A run's JSON report in sc, parsed (free it). */
+static json_t *scratch_json(const scratch_t *sc) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/attnd-load.json", sc->dir);
+  json_error_t je;
+  json_t *doc = json_load_file(path, 0, &je);
+  ck_assert_msg(doc != NULL, "JSON: %s", je.text);
+  return doc;
+}
+
+/* A run's picture in sc, as text (free it). */
+static char *scratch_svg(const scratch_t *sc) {
+  char path[160];
+  snprintf(path, sizeof path, "%s/attnd-load.svg", sc->dir);
+  return slurp(path);
+}
+
+/* Runs attnd-load with args[0..n) and then `extra` (NULL-terminated; args
+ * has room for both), its output in sc->log; returns the exit status. */
+static int run_load_extra(const char **args, int n, const char *const *extra,
+                          const scratch_t *sc) {
+  for (int i = 0; extra[i]; i++)
+    args[n++] = extra[i];
+  args[n] = NULL;
+  return run_load(args, sc->log);
+}
+
 static void start(sh_server_t *s, const char *const *args) {
   if (sh_server_start(s, args) < 0)
     ck_abort_msg("attnd did not start:\n%s", s->log);
@@ -276,27 +316,20 @@ START_TEST(test_sweep) {
   scratch_t sc;
   scratch_init(&sc);
   char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d", srv.port);
+  url_of(url, srv.port);
   const char *args[48] = {"--url",         url,    "--lengths", "64,128",
                           "--concurrency", "1,2",  "--warmup",  "0.1",
                           "--duration",    "0.3",  "--verify",  "2",
                           "--embed",       "64",   "--heads",   "4",
                           "--out",         sc.dir, "--quiet"};
-  int n = 19;
-  for (int i = 0; extra[_i][i]; i++)
-    args[n++] = extra[_i][i];
-  args[n] = NULL;
-  int st = run_load(args, sc.log);
+  int st = run_load_extra(args, 19, extra[_i], &sc);
   char *log = slurp(sc.log);
   if (st != 0 && v2)
     assert_speaks_v2(srv.port, log);
   ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
 
-  char path[160];
-  snprintf(path, sizeof path, "%s/attnd-load.csv", sc.dir);
   csv_t c;
-  csv_read(&c, path);
-  ck_assert_int_eq(c.nrows, 4);
+  scratch_csv(&sc, &c, 4);
   static const int64_t lens[4] = {64, 64, 128, 128};
   static const int conc[4] = {1, 2, 1, 2};
   static const char *const lat[] = {"p50", "p90", "p99", "p999", "max"};
@@ -330,13 +363,11 @@ START_TEST(test_sweep) {
   }
   free(c.text);
 
-  snprintf(path, sizeof path, "%s/attnd-load.json", sc.dir);
-  json_error_t je;
-  json_t *doc = json_load_file(path, 0, &je);
-  ck_assert_msg(doc != NULL, "JSON: %s", je.text);
+  json_t *doc = scratch_json(&sc);
   ck_assert_int_eq(json_array_size(json_object_get(doc, "steps")), 4);
   json_decref(doc);
 
+  char path[160];
   snprintf(path, sizeof path, "%s/attnd-load.svg", sc.dir);
   struct stat sb;
   ck_assert_int_eq(stat(path, &sb), 0);
@@ -359,7 +390,7 @@ static int overload_run(int port, const char *rate, int v2) {
   scratch_t sc;
   scratch_init(&sc);
   char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+  url_of(url, port);
   /* slow requests (see check_server_load.c): a query [4096, 32], 8 heads,
    * no mask: 0.1 to 0.5 s of one core each */
   const char *args[40] = {"--url",
@@ -399,11 +430,8 @@ static int overload_run(int port, const char *rate, int v2) {
   }
   int st = run_load(args, sc.log);
   char *log = slurp(sc.log);
-  char path[160];
-  snprintf(path, sizeof path, "%s/attnd-load.csv", sc.dir);
   csv_t c;
-  csv_read(&c, path);
-  ck_assert_int_eq(c.nrows, 1);
+  scratch_csv(&sc, &c, 1);
   double sent = csv_num(&c, 0, "sent"), ok = csv_num(&c, 0, "ok"),
          n429 = csv_num(&c, 0, "err_429");
   if (v2 && n429 == 0)
@@ -441,29 +469,13 @@ END_TEST
 /* ---- v2: a layer, an unknown model, --dump-body ---------------------------
  */
 
-/* Runs a one-step v2 sweep of model `model` (E 32, H 4, L 16, c 2) with
- * the CSV read into c; returns the exit status. */
-static int v2_run(int port, const char *model, scratch_t *sc, csv_t *c,
-                  char **log) {
-  char url[64], path[160];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
-  const char *args[] = {
-      "--url",      url,     "--protocol",    "v2", "--model",  model,
-      "--lengths",  "16",    "--concurrency", "2",  "--warmup", "0",
-      "--duration", "0.5",   "--embed",       "32", "--heads",  "4",
-      "--out",      sc->dir, "--quiet",       NULL};
-  int st = run_load(args, sc->log);
-  *log = slurp(sc->log);
-  snprintf(path, sizeof path, "%s/attnd-load.csv", sc->dir);
-  csv_read(c, path);
-  ck_assert_int_eq(c->nrows, 1);
-  return st;
-}
-
-START_TEST(test_v2_models) {
-  char dir[64] = "/tmp/check_load_sweep_layer_XXXXXX", file[128], msg[512];
+/* Writes a layer blocks.3 (torch's MHA, E 32, 4 heads) into a new
+ * directory, whose name goes into dir[0..64). */
+static void write_layer(char *dir, char *file) {
+  char msg[512];
+  snprintf(dir, 64, "/tmp/check_load_sweep_layer_XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(file, sizeof file, "%s/model.safetensors", dir);
+  snprintf(file, 128, "%s/model.safetensors", dir);
   lf_shape_t shape = {.E = 32, .H = 4, .bias = LF_BIAS_ALL};
   const char *meta[] = {"num_heads", "4", NULL};
   lf_weights_t w;
@@ -471,6 +483,28 @@ START_TEST(test_v2_models) {
                          9, meta, &w, msg, sizeof msg) == 0,
                 "%s", msg);
   lf_weights_free(&w);
+}
+
+/* Runs a one-step v2 sweep of model `model` (E 32, H 4, L 16, c 2) with
+ * the CSV read into c; returns the exit status. */
+static int v2_run(int port, const char *model, scratch_t *sc, csv_t *c,
+                  char **log) {
+  char url[64];
+  url_of(url, port);
+  const char *args[] = {
+      "--url",      url,     "--protocol",    "v2", "--model",  model,
+      "--lengths",  "16",    "--concurrency", "2",  "--warmup", "0",
+      "--duration", "0.5",   "--embed",       "32", "--heads",  "4",
+      "--out",      sc->dir, "--quiet",       NULL};
+  int st = run_load(args, sc->log);
+  *log = slurp(sc->log);
+  scratch_csv(sc, c, 1);
+  return st;
+}
+
+START_TEST(test_v2_models) {
+  char dir[64], file[128];
+  write_layer(dir, file);
   const char *sargs[] = {"--layers", dir, NULL};
   sh_server_t srv;
   start(&srv, sargs);
@@ -501,11 +535,7 @@ START_TEST(test_v2_models) {
   ck_assert_msg(sent > 0 && csv_num(&c, 0, "err_other") == sent &&
                     csv_num(&c, 0, "ok") == 0,
                 "%g sent, %g other errors", sent, csv_num(&c, 0, "err_other"));
-  char path[160];
-  snprintf(path, sizeof path, "%s/attnd-load.json", sc.dir);
-  json_error_t je;
-  json_t *doc = json_load_file(path, 0, &je);
-  ck_assert_msg(doc != NULL, "JSON: %s", je.text);
+  json_t *doc = scratch_json(&sc);
   json_t *step = json_array_get(json_object_get(doc, "steps"), 0);
   json_t *by = json_object_get(json_object_get(step, "errors"), "by_status");
   ck_assert_int_eq(json_integer_value(json_object_get(by, "404")),
@@ -577,22 +607,6 @@ END_TEST
 /* ---- decode mode ----------------------------------------------------------
  */
 
-/* Writes a layer blocks.3 (torch's MHA, E 32, 4 heads) into a new
- * directory, whose name goes into dir[0..64). */
-static void write_layer(char *dir, char *file) {
-  char msg[512];
-  snprintf(dir, 64, "/tmp/check_load_sweep_layer_XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(dir));
-  snprintf(file, 128, "%s/model.safetensors", dir);
-  lf_shape_t shape = {.E = 32, .H = 4, .bias = LF_BIAS_ALL};
-  const char *meta[] = {"num_heads", "4", NULL};
-  lf_weights_t w;
-  ck_assert_msg(lf_write(file, LF_TORCH_MHA, ATTND_ST_F32, "blocks.3.", &shape,
-                         9, meta, &w, msg, sizeof msg) == 0,
-                "%s", msg);
-  lf_weights_free(&w);
-}
-
 /* A decode sweep, two prefill lengths by two concurrencies, three sessions
  * each: every session done, no error and no recreation, every request a
  * success (create, prefill, steps, delete), the steps timed, the checks
@@ -618,24 +632,17 @@ START_TEST(test_decode_sweep) {
   scratch_t sc;
   scratch_init(&sc);
   char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d", srv.port);
+  url_of(url, srv.port);
   const char *args[48] = {"--url",     url,     "--mode",     "decode",
                           "--prefill", "32,96", "--sessions", "3",
                           "--embed",   "32",    "--heads",    "4",
                           "--out",     sc.dir,  "--quiet"};
-  int n = 15;
-  for (int i = 0; extra[_i][i]; i++)
-    args[n++] = extra[_i][i];
-  args[n] = NULL;
-  int st = run_load(args, sc.log);
+  int st = run_load_extra(args, 15, extra[_i], &sc);
   char *log = slurp(sc.log);
   ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
 
-  char path[160];
-  snprintf(path, sizeof path, "%s/attnd-load.csv", sc.dir);
   csv_t c;
-  csv_read(&c, path);
-  ck_assert_int_eq(c.nrows, 4);
+  scratch_csv(&sc, &c, 4);
   static const int64_t lens[4] = {32, 32, 96, 96};
   static const char *const zero[] = {
       "err_429",    "err_503",       "err_504",   "err_other", "err_transport",
@@ -673,10 +680,7 @@ START_TEST(test_decode_sweep) {
   }
   free(c.text);
 
-  snprintf(path, sizeof path, "%s/attnd-load.json", sc.dir);
-  json_error_t je;
-  json_t *doc = json_load_file(path, 0, &je);
-  ck_assert_msg(doc != NULL, "JSON: %s", je.text);
+  json_t *doc = scratch_json(&sc);
   char target[96];
   snprintf(target, sizeof target, "%s/v1/sessions", url);
   ck_assert_str_eq(json_string_value(json_object_get(doc, "target")), target);
@@ -689,8 +693,7 @@ START_TEST(test_decode_sweep) {
     ck_assert_str_eq(json_string_value(json_object_get(d, "layer")),
                      "blocks.3");
   json_decref(doc);
-  snprintf(path, sizeof path, "%s/attnd-load.svg", sc.dir);
-  char *svg = slurp(path);
+  char *svg = scratch_svg(&sc);
   ck_assert_ptr_nonnull(strstr(svg, ">time to first token (prefill)</text>"));
   ck_assert_ptr_nonnull(strstr(svg, "<polyline"));
   free(svg);
@@ -758,7 +761,7 @@ START_TEST(test_decode_recreate) {
   scratch_t sc;
   scratch_init(&sc);
   char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d", srv.port);
+  url_of(url, srv.port);
   const char *args[] = {"--url",     url,    "--mode",           "decode",
                         "--prefill", "16",   "--sessions",       "2",
                         "--steps",   "4000", "--concurrency",    "2",
@@ -785,11 +788,8 @@ START_TEST(test_decode_recreate) {
   char *log = slurp(sc.log);
   ck_assert_msg(deleted == 2, "deleted %d sessions:\n%s", deleted, log);
   ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
-  char path[160];
-  snprintf(path, sizeof path, "%s/attnd-load.csv", sc.dir);
   csv_t c;
-  csv_read(&c, path);
-  ck_assert_int_eq(c.nrows, 1);
+  scratch_csv(&sc, &c, 1);
   ck_assert_msg(
       csv_num(&c, 0, "recreated_404") == 2 && csv_num(&c, 0, "recreated") == 2,
       "%g recreated after a 404, %g in all:\n%s",
@@ -810,6 +810,34 @@ START_TEST(test_decode_recreate) {
   stop(&srv);
 }
 END_TEST
+
+/* Asserts that attnd-load refuses `args` (NULL-terminated), case i of a
+ * table, as bad usage: exit status 2 and `msg` in its output. With
+ * `sweep`, args come after a short sweep (0.2 s, one step, its reports
+ * into a scratch directory) that a tool that did not refuse them would
+ * run, and no report may be left behind. */
+static void assert_usage_error(const char *const *args, int sweep,
+                               const char *msg, size_t i) {
+  scratch_t sc;
+  scratch_init(&sc);
+  const char *all[24] = {"--lengths",  "16",
+                         "--embed",    "16",
+                         "--heads",    "2",
+                         "--warmup",   "0",
+                         "--duration", "0.2",
+                         "--out",      sc.dir,
+                         "--url",      "http://127.0.0.1:1"};
+  int st = sweep ? run_load_extra(all, 14, args, &sc) : run_load(args, sc.log);
+  char *log = slurp(sc.log), csv[160];
+  snprintf(csv, sizeof csv, "%s/attnd-load.csv", sc.dir);
+  ck_assert_msg(st == 2 && strstr(log, msg),
+                "case %zu: exit %d, expected 2 and '%s':\n%s", i, st, msg, log);
+  if (sweep)
+    ck_assert_msg(access(csv, F_OK) != 0, "case %zu: a report was written:\n%s",
+                  i, log);
+  free(log);
+  scratch_free(&sc);
+}
 
 /* What --mode decode refuses, and what request mode refuses of it: exit
  * status 2 and a message naming the option. No server. */
@@ -839,17 +867,8 @@ START_TEST(test_decode_usage) {
       {{"--mode", "decode", "--dtype", "bfloat16", NULL},
        "--dtype is an option of --mode request"},
       {{"--dtype", "half", NULL}, "--dtype: unknown value 'half'"}};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    scratch_t sc;
-    scratch_init(&sc);
-    int st = run_load(cases[i].args, sc.log);
-    char *log = slurp(sc.log);
-    ck_assert_msg(st == 2 && strstr(log, cases[i].msg),
-                  "case %zu: exit %d, expected 2 and '%s':\n%s", i, st,
-                  cases[i].msg, log);
-    free(log);
-    scratch_free(&sc);
-  }
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    assert_usage_error(cases[i].args, 0, cases[i].msg, i);
 }
 END_TEST
 
@@ -912,31 +931,8 @@ START_TEST(test_usage) {
       {{"--lengths", "--quiet", NULL},
        "--lengths needs a value, not the option --quiet"},
       {{"--duration", NULL}, "--duration needs a value"}};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    scratch_t sc;
-    scratch_init(&sc);
-    const char *args[24] = {"--lengths",  "16",
-                            "--embed",    "16",
-                            "--heads",    "2",
-                            "--warmup",   "0",
-                            "--duration", "0.2",
-                            "--out",      sc.dir,
-                            "--url",      "http://127.0.0.1:1"};
-    int n = 14;
-    for (int k = 0; cases[i].args[k]; k++)
-      args[n++] = cases[i].args[k];
-    args[n] = NULL;
-    int st = run_load(args, sc.log);
-    char *log = slurp(sc.log), csv[160];
-    snprintf(csv, sizeof csv, "%s/attnd-load.csv", sc.dir);
-    ck_assert_msg(st == 2 && strstr(log, cases[i].msg),
-                  "case %zu: exit %d, expected 2 and '%s':\n%s", i, st,
-                  cases[i].msg, log);
-    ck_assert_msg(access(csv, F_OK) != 0, "case %zu: a report was written:\n%s",
-                  i, log);
-    free(log);
-    scratch_free(&sc);
-  }
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    assert_usage_error(cases[i].args, 1, cases[i].msg, i);
 }
 END_TEST
 
@@ -952,7 +948,7 @@ END_TEST
 START_TEST(test_missing_replies_and_reports) {
   int port, fd = sh_bound_port_assert(&port);
   char url[64];
-  snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+  url_of(url, port);
   scratch_t sc;
   scratch_init(&sc);
   for (int run = 0; run < 2; run++) {
@@ -994,11 +990,8 @@ START_TEST(test_missing_replies_and_reports) {
              run ? ", replacing the reports of an earlier run" : "");
     ck_assert_msg(strstr(log, wrote), "run %d: no '%s' in:\n%s", run, wrote,
                   log);
-    char path[160];
-    snprintf(path, sizeof path, "%s/attnd-load.csv", sc.dir);
     csv_t c;
-    csv_read(&c, path);
-    ck_assert_int_eq(c.nrows, 1);
+    scratch_csv(&sc, &c, 1);
     ck_assert_msg(csv_num(&c, 0, "sent") > 0 && csv_num(&c, 0, "ok") == 0, "%s",
                   log);
     ck_assert_int_eq((int)csv_num(&c, 0, "verify_failed"), 0);
