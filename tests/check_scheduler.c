@@ -326,6 +326,15 @@ static void pump_ms(int ms) {
   }
 }
 
+/* Submits job id, held, and waits until it runs. */
+static fake_t *run_held(int id) {
+  fake_t *f = job(id);
+  f->hold = 1;
+  ck_assert_int_eq(submit(f, far(), -1), 0);
+  PUMP_UNTIL(started(f));
+  return f;
+}
+
 static void start(int workers, int depth) {
   H.s = attnd_sched_new(&H.loop, workers, depth, fake_run, fake_done, &H);
   ck_assert_ptr_nonnull(H.s);
@@ -372,6 +381,15 @@ static void came_back(const fake_t *f, attnd_sched_outcome_t outcome, int ran) {
 /* ---- fixture ------------------------------------------------------------ */
 
 /* Checked: runs in the forked child, so the workers are the child's. */
+/* Waits until jobs 0 to n-1 have come back, each done after one run, with
+ * nothing left in flight. */
+static void all_done(int n) {
+  wait_done(n);
+  counts_are(0, 0, 0);
+  for (int i = 0; i < n; i++)
+    came_back(job(i), ATTND_SCHED_DONE, 1);
+}
+
 static void setup(void) {
   memset(&H, 0, sizeof H);
   for (int i = 0; i < MAX_JOBS; i++)
@@ -554,10 +572,7 @@ START_TEST(test_admission) {
 
   for (int i = 1; i < 5; i++)
     release(job(i));
-  wait_done(6);
-  counts_are(0, 0, 0);
-  for (int i = 0; i < 6; i++)
-    came_back(job(i), ATTND_SCHED_DONE, 1);
+  all_done(6);
   ck_assert_int_eq(job(6)->dones, 0);
   ck_assert_int_eq(runs(job(6)), 0);
 }
@@ -615,10 +630,7 @@ START_TEST(test_two_workers_run_together) {
 
   release(job(1));
   release(job(2));
-  wait_done(3);
-  counts_are(0, 0, 0);
-  for (int i = 0; i < 3; i++)
-    came_back(job(i), ATTND_SCHED_DONE, 1);
+  all_done(3);
 }
 END_TEST
 
@@ -645,9 +657,7 @@ END_TEST
  * while the held job still runs; then the held job comes back DONE. */
 START_TEST(test_expired_while_waiting) {
   start(1, 4);
-  job(0)->hold = 1;
-  ck_assert_int_eq(submit(job(0), far(), -1), 0);
-  PUMP_UNTIL(started(job(0)));
+  run_held(0);
 
   ck_assert_int_eq(submit(job(1), attnd_now_ms() - 1, -1), 0);
   wait_done(1);
@@ -728,9 +738,7 @@ START_TEST(test_gone_while_waiting) {
   int sv[2];
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   start(1, 4);
-  job(0)->hold = 1;
-  ck_assert_int_eq(submit(job(0), far(), -1), 0);
-  PUMP_UNTIL(started(job(0)));
+  run_held(0);
   ck_assert_int_eq(submit(job(1), far(), sv[0]), 0);
   ck_assert_int_eq(submit(job(2), far(), -1), 0);
   PUMP_UNTIL(attnd_sched_waiting(H.s) == 2);
@@ -787,9 +795,7 @@ START_TEST(test_connected_client_is_not_gone) {
   int sv[2];
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   start(1, 4);
-  job(0)->hold = 1;
-  ck_assert_int_eq(submit(job(0), far(), -1), 0);
-  PUMP_UNTIL(started(job(0)));
+  run_held(0);
   job(1)->hold = 1;
   ck_assert_int_eq(submit(job(1), far(), sv[0]), 0);
   ck_assert_int_eq(write(sv[1], "more", 4), 4);
@@ -852,9 +858,7 @@ END_TEST
  * is busy throughout. Its release after that does nothing. */
 START_TEST(test_held_expires) {
   start_held();
-  job(0)->hold = 1;
-  ck_assert_int_eq(submit(job(0), far(), -1), 0);
-  PUMP_UNTIL(started(job(0)));
+  run_held(0);
   ck_assert_int_eq(submit_held(job(1), attnd_now_ms() + 50, -1, 1), 0);
   wait_done(1);
   came_back(job(1), ATTND_SCHED_EXPIRED, 0);
@@ -1033,9 +1037,7 @@ END_TEST
  * one batch, in arrival order; then B1 alone; then N1. */
 START_TEST(test_batch_gathers) {
   start_batching(1, 16, 1000, 256);
-  job(0)->hold = 1;
-  ck_assert_int_eq(submit(job(0), far(), -1), 0);
-  PUMP_UNTIL(started(job(0)));
+  run_held(0);
   static const int keys[] = {0, 1, 1, 2, 1, 0, 1, 1};
   for (int i = 1; i < 8; i++) {
     job(i)->key = keys[i];
@@ -1063,9 +1065,7 @@ START_TEST(test_batch_max_tokens) {
   int n = many ? ATTND_SCHED_MAX_BATCH + 10 : 5;
   ck_assert_int_lt(n, MAX_JOBS);
   start_batching(1, MAX_JOBS, 1000, many ? 100000 : 7);
-  job(0)->hold = 1;
-  ck_assert_int_eq(submit(job(0), far(), -1), 0);
-  PUMP_UNTIL(started(job(0)));
+  run_held(0);
   for (int i = 1; i <= n; i++) {
     job(i)->key = 1;
     job(i)->tokens = many ? 1 : 3;
@@ -1104,9 +1104,7 @@ static void stream(int first, int n, int gap_ms, double deadline) {
  * one or two batches once the stream has paused (twice its gap). */
 START_TEST(test_batch_waits_for_a_stream) {
   start_batching(2, 16, 10000, 256);
-  job(0)->hold = 1;
-  ck_assert_int_eq(submit(job(0), far(), -1), 0);
-  PUMP_UNTIL(started(job(0)));
+  run_held(0);
   stream(1, 6, 2, 0);
   wait_done(6); /* 1 to 6; 0 is held */
   ck_assert_int_eq(job(1)->batch, 1);
@@ -1246,9 +1244,7 @@ END_TEST
  * the stream still runs, and none waits much past the window. */
 START_TEST(test_batch_window_ends) {
   start_batching(2, 128, 20, 256);
-  job(0)->hold = 1;
-  ck_assert_int_eq(submit(job(0), far(), -1), 0);
-  PUMP_UNTIL(started(job(0)));
+  run_held(0);
   stream(1, 60, 2, 0);
   wait_done(60);
   ck_assert_msg(job(2)->t_start < job(60)->t_submit,
@@ -1299,9 +1295,7 @@ END_TEST
  * EXPIRED, never run, while the stream goes on. */
 START_TEST(test_batch_expired_in_window) {
   start_batching(2, 128, 10000, 256);
-  job(0)->hold = 1;
-  ck_assert_int_eq(submit(job(0), far(), -1), 0);
-  PUMP_UNTIL(started(job(0)));
+  run_held(0);
   stream(1, 2, 2, 0);                    /* A1 runs; A2 waits */
   stream(3, 40, 2, attnd_now_ms() + 30); /* A3 expires at 30 ms */
   wait_done(42);
@@ -1318,9 +1312,7 @@ START_TEST(test_batch_members_leave) {
   int sv[2];
   ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
   start_batching(1, 8, 1000, 256);
-  job(0)->hold = 1;
-  ck_assert_int_eq(submit(job(0), far(), -1), 0);
-  PUMP_UNTIL(started(job(0)));
+  run_held(0);
   for (int i = 1; i <= 4; i++)
     job(i)->key = 1;
   job(2)->hold = 1; /* the batch's first, once 1 is gone */
@@ -1355,15 +1347,6 @@ END_TEST
 static void start_threads(int workers, int depth, int cores, int cap) {
   start(workers, depth);
   attnd_sched_set_threads(H.s, cores, cap);
-}
-
-/* Submits job id, held, and waits until it runs. */
-static fake_t *run_held(int id) {
-  fake_t *f = job(id);
-  f->hold = 1;
-  ck_assert_int_eq(submit(f, far(), -1), 0);
-  PUMP_UNTIL(started(f));
-  return f;
 }
 
 /* A job alone gets every core; they are given back when it is done; and
@@ -1512,57 +1495,49 @@ START_TEST(test_threads_batch) {
 }
 END_TEST
 
-Suite *test_suite(void) {
-  Suite *s = suite_create("scheduler");
-  TCase *tc = tcase_create("order");
+/* A TCase `name` of s, each test on a fresh loop and scheduler. */
+static TCase *sched_tcase(Suite *s, const char *name) {
+  TCase *tc = tcase_create(name);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 20);
+  suite_add_tcase(s, tc);
+  return tc;
+}
+
+Suite *test_suite(void) {
+  Suite *s = suite_create("scheduler");
+  TCase *tc = sched_tcase(s, "order");
   tcase_add_test(tc, test_fifo_one_worker);
   tcase_add_loop_test(tc, test_all_done_workers, 0, 4);
   tcase_add_test(tc, test_submit_from_threads);
   tcase_add_test(tc, test_submit_from_done);
   tcase_add_loop_test(tc, test_run_error_is_done, 0,
                       sizeof fail_codes / sizeof fail_codes[0]);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("admission");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 20);
+  tc = sched_tcase(s, "admission");
   tcase_add_test(tc, test_admission);
   tcase_add_test(tc, test_submit_no_memory);
   tcase_add_test(tc, test_two_workers_run_together);
   tcase_add_test(tc, test_retry_after_range);
   tcase_add_test(tc, test_retry_after_follows_average);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("deadline");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 20);
+  tc = sched_tcase(s, "deadline");
   tcase_add_test(tc, test_expired_while_waiting);
   tcase_add_test(tc, test_expired_on_arrival_idle_worker);
   tcase_add_test(tc, test_expired_while_running);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("gone");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 20);
+  tc = sched_tcase(s, "gone");
   tcase_add_loop_test(tc, test_gone_while_waiting, 0, 2); /* close, shutdown */
   tcase_add_loop_test(tc, test_gone_while_running, 0, 2); /* close, shutdown */
   tcase_add_test(tc, test_connected_client_is_not_gone);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("held");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 20);
+  tc = sched_tcase(s, "held");
   tcase_add_test(tc, test_held_released);
   tcase_add_test(tc, test_held_expires);
   tcase_add_test(tc, test_held_gone);
   tcase_add_test(tc, test_held_kept);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("batching");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 20);
+  tc = sched_tcase(s, "batching");
   tcase_add_test(tc, test_batch_gathers);
   tcase_add_loop_test(tc, test_batch_max_tokens, 0, 2);
   tcase_add_test(tc, test_batch_waits_for_a_stream);
@@ -1572,24 +1547,17 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_batch_no_wait);
   tcase_add_test(tc, test_batch_expired_in_window);
   tcase_add_test(tc, test_batch_members_leave);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("threads");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 20);
+  tc = sched_tcase(s, "threads");
   tcase_add_test(tc, test_threads_lone_gets_all);
   tcase_add_test(tc, test_threads_under_load_one_each);
   tcase_add_test(tc, test_threads_cap);
   tcase_add_test(tc, test_threads_given_back);
   tcase_add_test(tc, test_threads_back_after_endings);
   tcase_add_test(tc, test_threads_batch);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("lifecycle");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 20);
+  tc = sched_tcase(s, "lifecycle");
   tcase_add_test(tc, test_scratch_kept);
   tcase_add_test(tc, test_close_idle);
-  suite_add_tcase(s, tc);
   return s;
 }
