@@ -109,6 +109,17 @@ void sh_server_read_log(sh_server_t *s) {
   bench_server_read_log(s);
 }
 
+void sh_wait_log(sh_server_t *s, const char *event) {
+  double end = sh_now() + 10;
+  while (sh_now() < end) {
+    sh_server_read_log(s);
+    if (strstr(s->log, event))
+      return;
+    usleep(20000);
+  }
+  ck_abort_msg("no %s in the log:\n%s", event, s->log);
+}
+
 int sh_server_wait(sh_server_t *s, double timeout_s) {
   pid_t pid = s->pid;
   int st = bench_server_wait(s, timeout_s);
@@ -454,6 +465,14 @@ void sh_resp_free(sh_resp_t *r) {
 
 void sh_assert_error(const sh_resp_t *r, long status, const char *code,
                      const char *field, ...) {
+  va_list ap;
+  va_start(ap, field);
+  sh_assert_error_v(r, status, code, field, ap);
+  va_end(ap);
+}
+
+void sh_assert_error_v(const sh_resp_t *r, long status, const char *code,
+                       const char *field, va_list words) {
   ck_assert_msg(r->status == status, "status %ld, expected %ld (%s): %.400s",
                 r->status, status, r->error, r->body ? r->body : "");
   char ct[128];
@@ -476,12 +495,9 @@ void sh_assert_error(const sh_resp_t *r, long status, const char *code,
   else
     ck_assert_msg(json_is_string(f) && strcmp(json_string_value(f), field) == 0,
                   "error.field is not %s: %.400s", field, r->body);
-  va_list ap;
-  va_start(ap, field);
-  for (const char *want; (want = va_arg(ap, const char *)) != NULL;)
+  for (const char *want; (want = va_arg(words, const char *)) != NULL;)
     ck_assert_msg(strstr(m, want) != NULL, "error.message lacks '%s': %.400s",
                   want, m);
-  va_end(ap);
   json_decref(v);
 }
 

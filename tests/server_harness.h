@@ -20,6 +20,7 @@
 #define ATTN_TESTS_SERVER_HARNESS_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -52,6 +53,10 @@ int sh_server_start(sh_server_t *s, const char *const *args);
 /* Reads what the server wrote to stderr since the last call into s->log
  * (until it is full; the rest is discarded). Never blocks. */
 void sh_server_read_log(sh_server_t *s);
+
+/* Waits up to 10 s for `event` in the server's log; a Check failure
+ * showing the log if it never comes. */
+void sh_wait_log(sh_server_t *s, const char *event);
 
 /* Waits up to timeout_s for the server to exit. Returns its exit status
  * (0..255), 128 + the signal that killed it, or -1 if it is still running
@@ -134,6 +139,10 @@ void sh_resp_free(sh_resp_t *r);
  * each of the NULL-terminated strings that follow. */
 void sh_assert_error(const sh_resp_t *r, long status, const char *code,
                      const char *field, ...) __attribute__((sentinel));
+/* The same, the message's strings from `words` (NULL-terminated): for a
+ * suite's own helpers that send a request and check its error. */
+void sh_assert_error_v(const sh_resp_t *r, long status, const char *code,
+                       const char *field, va_list words);
 
 /* ---- raw sockets --------------------------------------------------------- */
 
