@@ -42,6 +42,7 @@
 #include <check.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -259,13 +260,68 @@ static void check_info(const json_t *in, const shape_t *s, int64_t length) {
   ck_assert(jnum(in, "expires_in_s") <= (double)ji(in, "ttl_s"));
 }
 
+/* A reply that made a session: 201, its info (a new reference; r freed),
+ * the session's id copied into id. */
+static json_t *new_session_info(sh_resp_t *r, char *id) {
+  json_t *in = json_reply(r, 201);
+  snprintf(id, 40, "%s", json_string_value(json_object_get(in, "session")));
+  return in;
+}
+
 /* POST /v1/sessions with `body`: 201, the new id in id. Returns the info
  * (a new reference). */
 static json_t *create(sh_client_t *c, const char *body, char *id) {
   sh_resp_t r = call(c, "POST", "/v1/sessions", body);
-  json_t *in = json_reply(&r, 201);
-  snprintf(id, 40, "%s", json_string_value(json_object_get(in, "session")));
-  return in;
+  return new_session_info(&r, id);
+}
+
+/* POST /v1/sessions/{parent}/fork: 201, the fork's id in id. Returns its
+ * info (a new reference). */
+static json_t *fork_session(sh_client_t *c, const char *parent, char *id) {
+  sh_resp_t r = call_id(c, "POST", parent, "/fork", NULL);
+  return new_session_info(&r, id);
+}
+
+/* A new session of shape sh with the `extra` members (may be NULL): its id
+ * in id. */
+static void create_shape(sh_client_t *c, const shape_t *sh, const char *extra,
+                         char *id) {
+  char *body = create_text(sh, extra);
+  json_decref(create(c, body, id));
+  free(body);
+}
+
+/* `method` `path` with `body` is refused: the error reply of sh_assert_error
+ * with this status, code and field, its message holding each of the
+ * NULL-terminated words that follow. */
+static void call_refused(sh_client_t *c, const char *method, const char *path,
+                         const char *body, long status, const char *code,
+                         const char *field, ...) __attribute__((sentinel));
+static void call_refused(sh_client_t *c, const char *method, const char *path,
+                         const char *body, long status, const char *code,
+                         const char *field, ...) {
+  sh_resp_t r = call(c, method, path, body);
+  va_list words;
+  va_start(words, field);
+  sh_assert_error_v(&r, status, code, field, words);
+  va_end(words);
+  sh_resp_free(&r);
+}
+
+/* The same for `method` /v1/sessions/{id}{sub}. */
+static void call_id_refused(sh_client_t *c, const char *method, const char *id,
+                            const char *sub, const char *body, long status,
+                            const char *code, const char *field, ...)
+    __attribute__((sentinel));
+static void call_id_refused(sh_client_t *c, const char *method, const char *id,
+                            const char *sub, const char *body, long status,
+                            const char *code, const char *field, ...) {
+  sh_resp_t r = call_id(c, method, id, sub, body);
+  va_list words;
+  va_start(words, field);
+  sh_assert_error_v(&r, status, code, field, words);
+  va_end(words);
+  sh_resp_free(&r);
 }
 
 /* ---- servers ------------------------------------------------------------ */
@@ -273,6 +329,16 @@ static json_t *create(sh_client_t *c, const char *body, char *id) {
 static void start(sh_server_t *s, const char *const *args) {
   ck_assert_msg(sh_server_start(s, args) == 0, "attnd did not start:\n%s",
                 s->log);
+}
+
+/* A server started with args, a client of it, and rng (unless NULL) seeded
+ * with `seed`. */
+static void open_server(sh_server_t *srv, const char *const *args,
+                        sh_client_t *c, tu_rng_t *rng, uint64_t seed) {
+  start(srv, args);
+  sh_client_init(c, srv->port);
+  if (rng)
+    tu_rng_seed(rng, seed);
 }
 
 /* What the server wrote to stderr, for failure messages: from its first
@@ -296,6 +362,12 @@ static void stop(sh_server_t *s) {
   int st = sh_server_stop(s, 20);
   ck_assert_msg(st == 0, "attnd exited with %d on SIGTERM:\n%s", st,
                 log_tail(s));
+}
+
+/* The client freed, then the server stopped as stop() does. */
+static void close_server(sh_server_t *srv, sh_client_t *c) {
+  sh_client_free(c);
+  stop(srv);
 }
 
 /* The TCase's server, for the TCases that share one: started in Check's
@@ -818,9 +890,8 @@ START_TEST(test_step_options) {
   const shape_t *sh = _i / N_OPTS ? SH_GQA : SH_LLAMA; /* both H 4 */
   sh_client_t c;
   sh_client_init(&c, fx.port);
-  char id[40], *body = create_text(sh, NULL);
-  json_decref(create(&c, body, id));
-  free(body);
+  char id[40];
+  create_shape(&c, sh, NULL, id);
   seq_t s;
   seq_init(&s, sh, id);
   s.opts = step_opts[_i % N_OPTS];
@@ -863,9 +934,8 @@ START_TEST(test_step_reductions) {
   const shape_t *sh = SH_GQA; /* pre-projected, H 4, Hkv 2, rope */
   sh_client_t c;
   sh_client_init(&c, fx.port);
-  char id[40], *body = create_text(sh, NULL);
-  json_decref(create(&c, body, id));
-  free(body);
+  char id[40];
+  create_shape(&c, sh, NULL, id);
   seq_t s;
   seq_init(&s, sh, id);
   tu_rng_t rng;
@@ -933,9 +1003,8 @@ START_TEST(test_expected_length) {
   sh_client_t c;
   sh_client_init(&c, fx.port);
   const shape_t *sh = _i ? SH_LLAMA : SH_GQA;
-  char id[40], *body = create_text(sh, NULL);
-  json_decref(create(&c, body, id));
-  free(body);
+  char id[40];
+  create_shape(&c, sh, NULL, id);
   seq_t s;
   seq_init(&s, sh, id);
   tu_rng_t rng;
@@ -947,7 +1016,7 @@ START_TEST(test_expected_length) {
     seq_gen(&s, &rng, 2); /* tokens the session must not take */
     char ex[64];
     snprintf(ex, sizeof ex, "{\"expected_length\":%s}", wrong[i]);
-    body = step_text(&s, s.n, 2, ex);
+    char *body = step_text(&s, s.n, 2, ex);
     sh_resp_t r = call_id(&c, "POST", id, "/attention", body);
     free(body);
     char words[64];
@@ -1009,9 +1078,8 @@ START_TEST(test_one_session_many_threads) {
   const shape_t *sh = SH_SMALL;
   sh_client_t c;
   sh_client_init(&c, fx.port);
-  char id[40], *body = create_text(sh, NULL);
-  json_decref(create(&c, body, id));
-  free(body);
+  char id[40];
+  create_shape(&c, sh, NULL, id);
   seq_t pool;
   seq_init(&pool, sh, id);
   tu_rng_t rng;
@@ -1073,9 +1141,8 @@ START_TEST(test_fork_truncate) {
   sh_client_init(&c, srv.port);
   tu_rng_t rng;
   tu_rng_seed(&rng, 31 + (uint64_t)_i);
-  char id[40], *body = create_text(sh, "{\"max_tokens\":1000,\"ttl_s\":300}");
-  json_decref(create(&c, body, id));
-  free(body);
+  char id[40];
+  create_shape(&c, sh, "{\"max_tokens\":1000,\"ttl_s\":300}", id);
   seq_t a, f, g;
   seq_init(&a, sh, id);
   seq_step(&c, &a, &rng, 40, NULL);
@@ -1092,11 +1159,8 @@ START_TEST(test_fork_truncate) {
   ck_assert(used0 >= 2.0 * (double)page);
 
   /* fork: a new session with the same tokens, its pages shared */
-  sh_resp_t r = call_id(&c, "POST", a.id, "/fork", NULL);
-  in = json_reply(&r, 201);
   char fid[40];
-  snprintf(fid, sizeof fid, "%s",
-           json_string_value(json_object_get(in, "session")));
+  in = fork_session(&c, a.id, fid);
   ck_assert_str_ne(fid, a.id);
   check_info(in, sh, 100);
   ck_assert_int_eq(ji(in, "pages"), 2);
@@ -1133,15 +1197,15 @@ START_TEST(test_fork_truncate) {
                 kv_used(srv.port) - used1, (long long)page);
 
   /* a fork of a fork, stepped and deleted */
-  r = call_id(&c, "POST", f.id, "/fork", NULL);
-  in = json_reply(&r, 201);
-  seq_copy(&g, &f, json_string_value(json_object_get(in, "session")));
+  char gid[40];
+  in = fork_session(&c, f.id, gid);
+  seq_copy(&g, &f, gid);
   ck_assert_int_eq(ji(in, "shared_pages"), 2);
   json_decref(in);
   seq_step(&c, &g, &rng, 5, NULL);
   seq_step(&c, &g, &rng, 20, NULL); /* 135: a third page */
   seq_verify(&c, &g);
-  r = call_id(&c, "DELETE", g.id, "", NULL);
+  sh_resp_t r = call_id(&c, "DELETE", g.id, "", NULL);
   ck_assert_int_eq(r.status, 204);
   sh_resp_free(&r);
   seq_free(&g);
@@ -1183,12 +1247,10 @@ START_TEST(test_fork_truncate) {
   r = call_id(&c, "DELETE", a.id, "", NULL);
   ck_assert_int_eq(r.status, 204);
   sh_resp_free(&r);
-  r = call_id(&c, "GET", a.id, "", NULL);
-  sh_assert_error(&r, 404, "unknown_session", "session", a.id, NULL);
-  sh_resp_free(&r);
-  r = call_id(&c, "POST", a.id, "/fork", NULL);
-  sh_assert_error(&r, 404, "unknown_session", "session", a.id, NULL);
-  sh_resp_free(&r);
+  call_id_refused(&c, "GET", a.id, "", NULL, 404, "unknown_session", "session",
+                  a.id, NULL);
+  call_id_refused(&c, "POST", a.id, "/fork", NULL, 404, "unknown_session",
+                  "session", a.id, NULL);
   seq_step(&c, &f, &rng, 4, NULL);
   seq_verify(&c, &f);
   ck_assert(sh_metric(srv.port, "attnd_sessions") == 1);
@@ -1198,17 +1260,15 @@ START_TEST(test_fork_truncate) {
       sh_metric(srv.port, "attnd_session_ends_total{cause=\"evicted\"}") == 0);
   seq_free(&a);
   seq_free(&f);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
 /* A new session of shape sh with one step of `count` tokens (none: 0). */
 static void new_session(sh_client_t *c, const shape_t *sh, seq_t *s,
                         tu_rng_t *rng, int64_t count) {
-  char id[40], *body = create_text(sh, NULL);
-  json_decref(create(c, body, id));
-  free(body);
+  char id[40];
+  create_shape(c, sh, NULL, id);
   seq_init(s, sh, id);
   if (count)
     seq_step(c, s, rng, count, NULL);
@@ -1257,11 +1317,8 @@ START_TEST(test_bytes_add_up) {
   in = get_info(&c, a.id);
   int64_t page = (ji(in, "bytes") - SESSION_COST) / ji(in, "pages");
   json_decref(in);
-  sh_resp_t r = call_id(&c, "POST", a.id, "/fork", NULL);
-  in = json_reply(&r, 201);
   char fid[40];
-  snprintf(fid, sizeof fid, "%s",
-           json_string_value(json_object_get(in, "session")));
+  in = fork_session(&c, a.id, fid);
   ck_assert_int_eq(ji(in, "bytes"), SESSION_COST + 2 * page);
   json_decref(in);
   sum = listed_bytes(&c, &n);
@@ -1271,7 +1328,7 @@ START_TEST(test_bytes_add_up) {
   ck_assert_msg((double)sum == kv_used(srv.port) + shared * (double)page,
                 "with a fork: %lld, kv bytes used %g, %g shared pages of %lld",
                 (long long)sum, kv_used(srv.port), shared, (long long)page);
-  r = call_id(&c, "DELETE", fid, "", NULL);
+  sh_resp_t r = call_id(&c, "DELETE", fid, "", NULL);
   ck_assert_int_eq(r.status, 204);
   sh_resp_free(&r);
   r = call_id(&c, "DELETE", b.id, "", NULL);
@@ -1283,8 +1340,7 @@ START_TEST(test_bytes_add_up) {
   seq_free(&a);
   seq_free(&b);
   seq_free(&e);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -1294,6 +1350,15 @@ END_TEST
 static void demo_session(sh_client_t *c, seq_t *s, tu_rng_t *rng,
                          int64_t count) {
   new_session(c, SH_DEMO, s, rng, count);
+}
+
+/* Every step of the n sessions was right when it was made; then each is
+ * freed. */
+static void verify_free(sh_client_t *c, seq_t *const *all, int n) {
+  for (int i = 0; i < n; i++) {
+    seq_verify(c, all[i]);
+    seq_free(all[i]);
+  }
 }
 
 /* Every request on an evicted session answers 410, naming it. */
@@ -1306,10 +1371,8 @@ static void assert_evicted(sh_client_t *c, const seq_t *s) {
               {"DELETE", "", NULL},
               {"POST", "/attention", "{\"query\":[[0]]}"}};
   for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
-    sh_resp_t r = call_id(c, reqs[i].method, s->id, reqs[i].sub, reqs[i].body);
-    sh_assert_error(&r, 410, "session_evicted", "session", s->id, "evicted",
-                    NULL);
-    sh_resp_free(&r);
+    call_id_refused(c, reqs[i].method, s->id, reqs[i].sub, reqs[i].body, 410,
+                    "session_evicted", "session", s->id, "evicted", NULL);
   }
 }
 
@@ -1327,8 +1390,9 @@ static double ends(int port, const char *cause) {
 }
 
 /* Starts attnd with the demo layer, a KV cache of `cap` bytes, and two
- * workers of one thread each. */
-static void start_kv(sh_server_t *srv, int64_t cap) {
+ * workers of one thread each; c a client of it, rng seeded with `seed`. */
+static void start_kv(sh_server_t *srv, int64_t cap, sh_client_t *c,
+                     tu_rng_t *rng, uint64_t seed) {
   char kv[32];
   snprintf(kv, sizeof kv, "%lld", (long long)cap);
   const char *args[] = {"--layers",
@@ -1342,17 +1406,15 @@ static void start_kv(sh_server_t *srv, int64_t cap) {
                         "--threads-per-request",
                         "1",
                         NULL};
-  start(srv, args);
+  open_server(srv, args, c, rng, seed);
 }
 
 START_TEST(test_eviction_order) {
   ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
   sh_server_t srv; /* room for three sessions of one page, and a little */
-  start_kv(&srv, 3 * (SESSION_COST + demo_page) + 512);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 41);
+  start_kv(&srv, 3 * (SESSION_COST + demo_page) + 512, &c, &rng, 41);
   seq_t a, b, cc, d, e;
   demo_session(&c, &a, &rng, 1);
   demo_session(&c, &b, &rng, 1);
@@ -1420,12 +1482,8 @@ START_TEST(test_eviction_order) {
 
   /* every step, evicted sessions' included, was right when it was made */
   seq_t *all[] = {&a, &b, &cc, &d, &e};
-  for (int i = 0; i < 5; i++) {
-    seq_verify(&c, all[i]);
-    seq_free(all[i]);
-  }
-  sh_client_free(&c);
-  stop(&srv);
+  verify_free(&c, all, 5);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -1438,19 +1496,16 @@ END_TEST
 START_TEST(test_eviction_fork_truncate) {
   ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
   sh_server_t srv;
-  start_kv(&srv, 4 * SESSION_COST + 3 * demo_page + 512);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 43);
+  start_kv(&srv, 4 * SESSION_COST + 3 * demo_page + 512, &c, &rng, 43);
   seq_t a, b, cc, d, e, f;
   demo_session(&c, &a, &rng, 1);
   demo_session(&c, &b, &rng, 1);
   demo_session(&c, &cc, &rng, 1);
-  sh_resp_t r = call_id(&c, "POST", a.id, "/fork", NULL);
-  json_t *in = json_reply(&r, 201);
-  seq_copy(&f, &a, json_string_value(json_object_get(in, "session")));
-  json_decref(in);
+  char fid[40];
+  json_decref(fork_session(&c, a.id, fid));
+  seq_copy(&f, &a, fid);
   ck_assert(ends(srv.port, "evicted") == 0);
   demo_session(&c, &d, &rng, 1); /* evicts b */
   ck_assert(ends(srv.port, "evicted") == 1);
@@ -1469,12 +1524,8 @@ START_TEST(test_eviction_fork_truncate) {
   assert_alive(&c, &d);
   assert_alive(&c, &e);
   seq_t *all[] = {&a, &b, &cc, &d, &e, &f};
-  for (int i = 0; i < 6; i++) {
-    seq_verify(&c, all[i]);
-    seq_free(all[i]);
-  }
-  sh_client_free(&c);
-  stop(&srv);
+  verify_free(&c, all, 6);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -1488,11 +1539,9 @@ END_TEST
 START_TEST(test_step_never_fits) {
   ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
   sh_server_t srv;
-  start_kv(&srv, 3 * (SESSION_COST + demo_page) + 512);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 47);
+  start_kv(&srv, 3 * (SESSION_COST + demo_page) + 512, &c, &rng, 47);
   seq_t a, b, big;
   demo_session(&c, &a, &rng, 1);
   demo_session(&c, &b, &rng, 1);
@@ -1521,8 +1570,7 @@ START_TEST(test_step_never_fits) {
   seq_t *all[] = {&a, &b, &big};
   for (int i = 0; i < 3; i++)
     seq_free(all[i]);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -1627,11 +1675,9 @@ START_TEST(test_busy) {
                         "0",
                         NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 51);
+  open_server(&srv, args, &c, &rng, 51);
   seq_t a;
   demo_session(&c, &a, &rng, 3);
 
@@ -1644,9 +1690,8 @@ START_TEST(test_busy) {
   bg_step(&t2, srv.port, &a, 4);
   wait_info(&c, &a, "queued", 1);
 
-  sh_resp_t r = call_id(&c, "POST", a.id, "/truncate", "{\"length\":1}");
-  sh_assert_error(&r, 409, "session_busy", "session", a.id, "in flight", NULL);
-  sh_resp_free(&r);
+  call_id_refused(&c, "POST", a.id, "/truncate", "{\"length\":1}", 409,
+                  "session_busy", "session", a.id, "in flight", NULL);
   json_t *in = get_info(&c, a.id);
   ck_assert_int_eq(ji(in, "length"), 3);
   ck_assert(jb(in, "busy"));
@@ -1655,7 +1700,7 @@ START_TEST(test_busy) {
   json_decref(in);
   /* the pool holds a, busy: nothing can be evicted for a new session */
   char *body = create_text(SH_DEMO, NULL);
-  r = call(&c, "POST", "/v1/sessions", body);
+  sh_resp_t r = call(&c, "POST", "/v1/sessions", body);
   sh_assert_error(&r, 429, "overloaded", NULL, "KV cache", NULL);
   char ra[32];
   ck_assert_msg(sh_header(&r, "Retry-After", ra, sizeof ra) && atoi(ra) >= 1,
@@ -1663,9 +1708,8 @@ START_TEST(test_busy) {
   sh_resp_free(&r);
   /* nor forked: the step in flight writes its pages (session_busy comes
    * before the full pool's 429, test_fork_keeps_parent's) */
-  r = call_id(&c, "POST", a.id, "/fork", NULL);
-  sh_assert_error(&r, 409, "session_busy", "session", a.id, "in flight", NULL);
-  sh_resp_free(&r);
+  call_id_refused(&c, "POST", a.id, "/fork", NULL, 409, "session_busy",
+                  "session", a.id, "in flight", NULL);
 
   /* both steps answered in their order; the slow request too */
   bg_step_done(&t1, &a, 4);
@@ -1689,8 +1733,7 @@ START_TEST(test_busy) {
   assert_evicted(&c, &a);
   ck_assert(ends(srv.port, "evicted") == 1);
   seq_free(&a);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -1705,12 +1748,9 @@ END_TEST
 static void small_session(sh_server_t *srv, const char *const *args,
                           sh_client_t *c, seq_t *s, tu_rng_t *rng,
                           uint64_t seed) {
-  start(srv, args);
-  sh_client_init(c, srv->port);
-  tu_rng_seed(rng, seed);
-  char id[40], *body = create_text(SH_SMALL, NULL);
-  json_decref(create(c, body, id));
-  free(body);
+  open_server(srv, args, c, rng, seed);
+  char id[40];
+  create_shape(c, SH_SMALL, NULL, id);
   seq_init(s, SH_SMALL, id);
 }
 
@@ -1749,9 +1789,8 @@ START_TEST(test_delete_in_flight) {
   sh_resp_t r = call_id(&c, "DELETE", id, "", NULL);
   ck_assert_int_eq(r.status, 204);
   sh_resp_free(&r);
-  r = call_id(&c, "GET", id, "", NULL);
-  sh_assert_error(&r, 404, "unknown_session", "session", id, NULL);
-  sh_resp_free(&r);
+  call_id_refused(&c, "GET", id, "", NULL, 404, "unknown_session", "session",
+                  id, NULL);
   ck_assert(sh_metric(srv.port, "attnd_sessions") == 0);
   bg_join(&t2);
   sh_assert_error(&t2.r, 404, "unknown_session", "session", id,
@@ -1774,8 +1813,7 @@ START_TEST(test_delete_in_flight) {
                 held0);
   ck_assert(sh_metric(srv.port, "attnd_inflight") == 0);
   seq_free(&s);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -1856,8 +1894,7 @@ START_TEST(test_waiting_steps_hold_memory) {
     left = shares_held(srv.port);
   ck_assert_msg(left == 0, "%.0f bytes of shares held after every reply", left);
   seq_free(&s);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -1918,8 +1955,7 @@ START_TEST(test_waiting_step_deadline) {
   ck_assert_int_eq(slow.r.status, 200);
   sh_resp_free(&slow.r);
   seq_free(&s);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -1936,9 +1972,7 @@ static void ttl_server(sh_server_t *srv, sh_client_t *c, tu_rng_t *rng,
                         "--workers",
                         "1",
                         NULL};
-  start(srv, args);
-  sh_client_init(c, srv->port);
-  tu_rng_seed(rng, seed);
+  open_server(srv, args, c, rng, seed);
 }
 
 START_TEST(test_ttl) {
@@ -1958,11 +1992,8 @@ START_TEST(test_ttl) {
   json_decref(in);
   json_decref(create(&c, b1, idc));
   json_decref(create(&c, b1, idd));
-  sh_resp_t r = call_id(&c, "POST", idd, "/fork", NULL);
-  in = json_reply(&r, 201);
   char idf[40];
-  snprintf(idf, sizeof idf, "%s",
-           json_string_value(json_object_get(in, "session")));
+  in = fork_session(&c, idd, idf);
   ck_assert_int_eq(ji(in, "ttl_s"), 1); /* a fork keeps its parent's */
   json_decref(in);
   free(b1), free(b0);
@@ -1977,13 +2008,10 @@ START_TEST(test_ttl) {
   }
   const char *gone[] = {ida, idd, idf};
   for (int i = 0; i < 3; i++) {
-    r = call_id(&c, "GET", gone[i], "", NULL);
-    sh_assert_error(&r, 404, "unknown_session", "session", gone[i], "ttl_s",
-                    NULL);
-    sh_resp_free(&r);
-    r = call_id(&c, "POST", gone[i], "/attention", "{}");
-    sh_assert_error(&r, 404, "unknown_session", "session", gone[i], NULL);
-    sh_resp_free(&r);
+    call_id_refused(&c, "GET", gone[i], "", NULL, 404, "unknown_session",
+                    "session", gone[i], "ttl_s", NULL);
+    call_id_refused(&c, "POST", gone[i], "/attention", "{}", 404,
+                    "unknown_session", "session", gone[i], NULL);
   }
   in = get_info(&c, idb);
   ck_assert(jnum(in, "idle_s") >= 2);
@@ -1997,8 +2025,7 @@ START_TEST(test_ttl) {
   ck_assert(ends(srv.port, "evicted") == 0);
   ck_assert(sh_metric(srv.port, "attnd_sessions") == 2);
   seq_free(&sc);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -2028,13 +2055,11 @@ START_TEST(test_ttl_metrics) {
   ck_assert_msg(kv_used(srv.port) == SESSION_COST,
                 "kv bytes used %g, for one empty session", kv_used(srv.port));
   ck_assert(ends(srv.port, "expired") == 1);
-  sh_resp_t r = call_id(&c, "GET", ida, "", NULL);
-  sh_assert_error(&r, 404, "unknown_session", "session", ida, "ttl_s", NULL);
-  sh_resp_free(&r);
+  call_id_refused(&c, "GET", ida, "", NULL, 404, "unknown_session", "session",
+                  ida, "ttl_s", NULL);
   ck_assert(ends(srv.port, "expired") == 1); /* counted once */
   seq_free(&a);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -2049,20 +2074,17 @@ START_TEST(test_metrics) {
                         "1",
                         NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 71);
+  open_server(&srv, args, &c, &rng, 71);
   ck_assert(sh_metric(srv.port, "attnd_sessions") == 0);
   ck_assert(kv_used(srv.port) == 0);
   ck_assert(sh_metric(srv.port, "attnd_kv_bytes{state=\"free\"}") == 16777216);
   /* no cuda session here: no GPU memory held for pages */
   ck_assert(sh_metric(srv.port, "attnd_kv_device_bytes{state=\"used\"}") == 0);
   ck_assert(sh_metric(srv.port, "attnd_kv_device_bytes{state=\"kept\"}") == 0);
-  char id[40], *body = create_text(SH_SMALL, NULL);
-  json_decref(create(&c, body, id));
-  free(body);
+  char id[40];
+  create_shape(&c, SH_SMALL, NULL, id);
   seq_t s;
   seq_init(&s, SH_SMALL, id);
   seq_step(&c, &s, &rng, 1, NULL);   /* ctx 1 */
@@ -2121,24 +2143,11 @@ START_TEST(test_metrics) {
   ck_assert(kv_used(srv.port) == 0);
   ck_assert(ends(srv.port, "deleted") == 1);
   seq_free(&s);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
 /* ---- drain -------------------------------------------------------------- */
-
-/* Waits up to 10 s for `event` in the server's log. */
-static void wait_event(sh_server_t *s, const char *event) {
-  double end = sh_now() + 10;
-  while (sh_now() < end) {
-    sh_server_read_log(s);
-    if (strstr(s->log, event))
-      return;
-    usleep(5000);
-  }
-  ck_abort_msg("no %s in the log:\n%s", event, s->log);
-}
 
 START_TEST(test_drain) {
   const char *args[] = {"--workers",
@@ -2151,11 +2160,9 @@ START_TEST(test_drain) {
                         "0",
                         NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 81);
+  open_server(&srv, args, &c, &rng, 81);
   char id[40], *body = create_text(SH_GQA, NULL);
   json_decref(create(&c, body, id));
   seq_t s;
@@ -2170,13 +2177,11 @@ START_TEST(test_drain) {
   bg_step(&t2, srv.port, &s, 3);
   wait_info(&c, &s, "queued", 1);
   ck_assert_int_eq(kill(srv.pid, SIGTERM), 0);
-  wait_event(&srv, "\"event\":\"draining\"");
+  sh_wait_log(&srv, "\"event\":\"draining\"");
   /* new work is refused while the accepted finishes */
   sh_client_t c2;
   sh_client_init(&c2, srv.port);
-  sh_resp_t r = call(&c2, "POST", "/v1/sessions", body);
-  sh_assert_error(&r, 503, "draining", NULL, NULL);
-  sh_resp_free(&r);
+  call_refused(&c2, "POST", "/v1/sessions", body, 503, "draining", NULL, NULL);
   free(body);
   sh_client_free(&c2);
   bg_step_done(&t1, &s, 3);
@@ -2797,12 +2802,10 @@ START_TEST(test_bad_requests) {
   char *big = malloc(70000);
   memset(big, ' ', 70000);
   big[0] = '{', big[69998] = '}', big[69999] = 0;
-  r = call(&c, "POST", "/v1/sessions", big);
-  sh_assert_error(&r, 413, "payload_too_large", NULL, "max_body_bytes", NULL);
-  sh_resp_free(&r);
-  r = call_id(&c, "POST", ids[0], "/attention", big);
-  sh_assert_error(&r, 413, "payload_too_large", NULL, "max_body_bytes", NULL);
-  sh_resp_free(&r);
+  call_refused(&c, "POST", "/v1/sessions", big, 413, "payload_too_large", NULL,
+               "max_body_bytes", NULL);
+  call_id_refused(&c, "POST", ids[0], "/attention", big, 413,
+                  "payload_too_large", NULL, "max_body_bytes", NULL);
   free(big);
   sh_client_free(&c);
 }
@@ -2854,21 +2857,16 @@ START_TEST(test_unknown_ids) {
   const char *paths[] = {"/v1/sessions/", "/v1/sessions//attention",
                          "/v1/sessionsx"};
   for (int i = 0; i < 3; i++) {
-    r = call(&c, "GET", paths[i], NULL);
-    sh_assert_error(&r, 404, "not_found", NULL, "no such path", NULL);
-    sh_resp_free(&r);
+    call_refused(&c, "GET", paths[i], NULL, 404, "not_found", NULL,
+                 "no such path", NULL);
   }
   /* an id longer than any session's names none */
-  r = call_id(&c, "GET", longid, "", NULL);
-  sh_assert_error(&r, 404, "unknown_session", "session", "does not exist",
-                  NULL);
-  sh_resp_free(&r);
-  r = call_id(&c, "POST", ids[0], "/nope", "{}");
-  sh_assert_error(&r, 404, "not_found", NULL, "no such path", NULL);
-  sh_resp_free(&r);
-  r = call_id(&c, "GET", ids[0], "/attention/x", NULL);
-  sh_assert_error(&r, 404, "not_found", NULL, "no such path", NULL);
-  sh_resp_free(&r);
+  call_id_refused(&c, "GET", longid, "", NULL, 404, "unknown_session",
+                  "session", "does not exist", NULL);
+  call_id_refused(&c, "POST", ids[0], "/nope", "{}", 404, "not_found", NULL,
+                  "no such path", NULL);
+  call_id_refused(&c, "GET", ids[0], "/attention/x", NULL, 404, "not_found",
+                  NULL, "no such path", NULL);
   /* the sessions that do exist are untouched */
   json_t *in = get_info(&c, ids[0]);
   ck_assert_int_eq(ji(in, "length"), 0);
@@ -2899,9 +2897,8 @@ START_TEST(test_put_ids) {
   seq_step(&c, &s, &rng, 3, NULL);
   seq_verify(&c, &s);
   /* a live id is refused, the session untouched */
-  r = call_id(&c, "PUT", id, "", body);
-  sh_assert_error(&r, 409, "session_exists", "session", id, "exists", NULL);
-  sh_resp_free(&r);
+  call_id_refused(&c, "PUT", id, "", body, 409, "session_exists", "session", id,
+                  "exists", NULL);
   in = get_info(&c, id);
   check_info(in, SH_SMALL, 3);
   json_decref(in);
@@ -2929,18 +2926,14 @@ START_TEST(test_put_ids) {
                        "0123456789abcdef0123456789abcdef0",
                        "0123456789abcdef0123456789abcdeg", "x"};
   for (int i = 0; i < 5; i++) {
-    r = call_id(&c, "PUT", ill[i], "", body);
-    sh_assert_error(&r, 422, "invalid_value", "session", "32 hex digits", NULL);
-    sh_resp_free(&r);
+    call_id_refused(&c, "PUT", ill[i], "", body, 422, "invalid_value",
+                    "session", "32 hex digits", NULL);
   }
-  r = call_id(&c, "PUT", "00000000000000000000000000000001", "",
-              "{\"num_heads\":2}");
-  sh_assert_error(&r, 422, "missing_field", "head_dim", "head_dim", NULL);
-  sh_resp_free(&r);
-  r = call_id(&c, "GET", "00000000000000000000000000000001", "", NULL);
-  sh_assert_error(&r, 404, "unknown_session", "session", "does not exist",
-                  NULL);
-  sh_resp_free(&r);
+  call_id_refused(&c, "PUT", "00000000000000000000000000000001", "",
+                  "{\"num_heads\":2}", 422, "missing_field", "head_dim",
+                  "head_dim", NULL);
+  call_id_refused(&c, "GET", "00000000000000000000000000000001", "", NULL, 404,
+                  "unknown_session", "session", "does not exist", NULL);
   free(body);
   seq_free(&s);
   sh_client_free(&c);
@@ -2984,10 +2977,8 @@ START_TEST(test_methods) {
   /* PATCH is a method of no route: 501 (RFC 9110 9.1), not 405 */
   const char *patch[] = {"/v1/sessions", one};
   for (int i = 0; i < 2; i++) {
-    sh_resp_t r = call(&c, "PATCH", patch[i], NULL);
-    sh_assert_error(&r, 501, "not_implemented", NULL,
-                    "the method PATCH is not implemented", NULL);
-    sh_resp_free(&r);
+    call_refused(&c, "PATCH", patch[i], NULL, 501, "not_implemented", NULL,
+                 "the method PATCH is not implemented", NULL);
   }
   /* HEAD is GET without the body */
   const char *heads[] = {"/v1/sessions", one};
@@ -3019,10 +3010,8 @@ START_TEST(test_list_args) {
     char path[96], words[64];
     snprintf(path, sizeof path, "/v1/sessions?limit=%s", limits[i][0]);
     snprintf(words, sizeof words, "limit is '%.20s'", limits[i][1]);
-    sh_resp_t r = call(&c, "GET", path, NULL);
-    sh_assert_error(&r, 422, "invalid_value", "limit", words, "1 to 1000",
-                    NULL);
-    sh_resp_free(&r);
+    call_refused(&c, "GET", path, NULL, 422, "invalid_value", "limit", words,
+                 "1 to 1000", NULL);
   }
   /* past every id: an empty page */
   sh_resp_t r = call(
@@ -3065,10 +3054,8 @@ START_TEST(test_list_args_once) {
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     char path[96];
     snprintf(path, sizeof path, "/v1/sessions?%s", refused[i].query);
-    sh_resp_t r = call(&c, "GET", path, NULL);
-    sh_assert_error(&r, refused[i].status, refused[i].code, refused[i].field,
-                    refused[i].word1, refused[i].word2, NULL);
-    sh_resp_free(&r);
+    call_refused(&c, "GET", path, NULL, refused[i].status, refused[i].code,
+                 refused[i].field, refused[i].word1, refused[i].word2, NULL);
   }
   /* 50 of one argument (what the harness's URL holds): one 400 that
    * counts them */
@@ -3077,9 +3064,8 @@ START_TEST(test_list_args_once) {
   attnd_buf_puts(&b, "/v1/sessions?limit=1");
   for (int i = 1; i < 50; i++)
     attnd_buf_puts(&b, "&limit=1");
-  sh_resp_t r = call(&c, "GET", b.data, NULL);
-  sh_assert_error(&r, 400, "bad_request", "limit", "50 times", NULL);
-  sh_resp_free(&r);
+  call_refused(&c, "GET", b.data, NULL, 400, "bad_request", "limit", "50 times",
+               NULL);
   attnd_buf_free(&b);
 
   /* percent-decoded: a page of one of at least two sessions */
@@ -3091,7 +3077,7 @@ START_TEST(test_list_args_once) {
   for (int i = 0; i < 5; i++) {
     char path[96];
     snprintf(path, sizeof path, "/v1/sessions?%s", one[i]);
-    r = call(&c, "GET", path, NULL);
+    sh_resp_t r = call(&c, "GET", path, NULL);
     if (i == 2) { /* an empty after is refused even beside a good limit */
       sh_assert_error(&r, 422, "invalid_value", "after", NULL);
       sh_resp_free(&r);
@@ -3105,7 +3091,7 @@ START_TEST(test_list_args_once) {
     json_decref(v);
   }
   for (int i = 0; i < 2; i++) {
-    r = call_id(&c, "DELETE", ids[i], "", NULL);
+    sh_resp_t r = call_id(&c, "DELETE", ids[i], "", NULL);
     ck_assert_int_eq(r.status, 204);
     sh_resp_free(&r);
   }
@@ -3182,9 +3168,8 @@ START_TEST(test_many_sessions) {
   const shape_t *sh = SH_GQA;
   const char *args[] = {"--workers", "2", "--threads-per-request", "1", NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
+  open_server(&srv, args, &c, NULL, 0);
   static seq_t seqs[MANY];
   static ref_result_t refs[MANY];
   static const char *sorted[MANY];
@@ -3263,8 +3248,7 @@ START_TEST(test_many_sessions) {
   ck_assert(sh_metric(srv.port, "attnd_sessions") == 0);
   ck_assert(kv_used(srv.port) == 0);
   ck_assert(ends(srv.port, "deleted") == MANY);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -3343,16 +3327,10 @@ START_TEST(test_batched_equals_alone) {
   for (int i = 0; i < N; i++) {
     const shape_t *sh = i >= 10 ? &shapes[1] : SH_DEMO;
     if (i == 8) { /* the fork, on both */
-      sh_resp_t r = call_id(&ca, "POST", sq[3].id, "/fork", NULL);
-      json_t *in = json_reply(&r, 201);
-      seq_copy(&sq[i], &sq[3],
-               json_string_value(json_object_get(in, "session")));
-      json_decref(in);
-      r = call_id(&cb, "POST", idb[3], "/fork", NULL);
-      in = json_reply(&r, 201);
-      snprintf(idb[i], 40, "%s",
-               json_string_value(json_object_get(in, "session")));
-      json_decref(in);
+      char fid[40];
+      json_decref(fork_session(&ca, sq[3].id, fid));
+      seq_copy(&sq[i], &sq[3], fid);
+      json_decref(fork_session(&cb, idb[3], idb[i]));
       continue;
     }
     char *body = create_text(sh, NULL), ida[40];
@@ -3443,9 +3421,8 @@ static const char *const *one_worker_args(void) {
 static void batch_sessions(sh_client_t *c, seq_t *sq, int n, int64_t len,
                            tu_rng_t *rng) {
   for (int i = 0; i < n; i++) {
-    char *body = create_text(SH_DEMO, NULL), id[40];
-    json_decref(create(c, body, id));
-    free(body);
+    char id[40];
+    create_shape(c, SH_DEMO, NULL, id);
     seq_init(&sq[i], SH_DEMO, id);
     seq_step(c, &sq[i], rng, len + i, NULL);
     seq_verify(c, &sq[i]);
@@ -3523,8 +3500,7 @@ START_TEST(test_batch_client_leaves) {
   json_decref(in);
   for (int i = 0; i <= N; i++)
     seq_free(&sq[i]);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -3551,11 +3527,9 @@ START_TEST(test_batch_deadline_in_window) {
                         "stderr",
                         NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 421);
+  open_server(&srv, args, &c, &rng, 421);
   enum { L = 16384 };
   seq_t x, y;
   char *body = create_text(SH_DEMO, NULL), id[40];
@@ -3610,8 +3584,7 @@ START_TEST(test_batch_deadline_in_window) {
                     strstr(line, "\"status\":504") < (eol ? eol : ms + 99),
                 "the late step was computed: %.300s", line);
   seq_free(&x), seq_free(&y);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -3632,7 +3605,7 @@ START_TEST(test_batch_drain) {
   ck_assert_msg(sh_wait_metric(srv.port, "attnd_queue_depth", N, 10) >= N,
                 "the steps did not all queue behind the slow request");
   ck_assert_int_eq(kill(srv.pid, SIGTERM), 0);
-  wait_event(&srv, "\"event\":\"draining\"");
+  sh_wait_log(&srv, "\"event\":\"draining\"");
   bg_join(&slow);
   ck_assert_int_eq(slow.r.status, 200);
   sh_resp_free(&slow.r);
@@ -3673,11 +3646,9 @@ START_TEST(test_fork_keeps_parent) {
       "--layers",  layer_arg, "--kv-cache-bytes", cap, "--max-memory-bytes",
       "268435456", NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 301);
+  open_server(&srv, args, &c, &rng, 301);
   seq_t a;
   demo_session(&c, &a, &rng, 1);
   sh_resp_t r;
@@ -3695,8 +3666,7 @@ START_TEST(test_fork_keeps_parent) {
   seq_step(&c, &a, &rng, 1, NULL);
   seq_verify(&c, &a);
   seq_free(&a);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -3710,9 +3680,8 @@ START_TEST(test_pages_shared_once) {
   sh_client_init(&c, srv.port);
   tu_rng_t rng;
   tu_rng_seed(&rng, 302);
-  char id[40], *body = create_text(SH_SMALL, NULL);
-  json_decref(create(&c, body, id));
-  free(body);
+  char id[40];
+  create_shape(&c, SH_SMALL, NULL, id);
   seq_t a;
   seq_init(&a, SH_SMALL, id);
   seq_step(&c, &a, &rng, 100, NULL);
@@ -3723,8 +3692,7 @@ START_TEST(test_pages_shared_once) {
   double n = sh_metric(srv.port, "attnd_kv_pages_shared");
   ck_assert_msg(n == 2, "attnd_kv_pages_shared is %g for 2 pages shared", n);
   seq_free(&a);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -3754,10 +3722,8 @@ START_TEST(test_rope_field_paths) {
        "above 0"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    sh_resp_t r = call(&c, "POST", "/v1/sessions", cases[i].body);
-    sh_assert_error(&r, 422, cases[i].code, cases[i].field, cases[i].words,
-                    NULL);
-    sh_resp_free(&r);
+    call_refused(&c, "POST", "/v1/sessions", cases[i].body, 422, cases[i].code,
+                 cases[i].field, cases[i].words, NULL);
   }
   sh_client_free(&c);
 }
@@ -3827,12 +3793,10 @@ START_TEST(test_fork_takes_no_members) {
   sh_client_init(&c, fx.port);
   char ids[3][40];
   error_sessions(&c, ids);
-  sh_resp_t r = call_id(&c, "POST", ids[2], "/fork", "{\"length\":1}");
-  sh_assert_error(&r, 422, "unknown_field", "length", "length", NULL);
-  sh_resp_free(&r);
-  r = call_id(&c, "POST", ids[2], "/fork", "{");
-  sh_assert_error(&r, 400, "invalid_json", NULL, "invalid JSON", NULL);
-  sh_resp_free(&r);
+  call_id_refused(&c, "POST", ids[2], "/fork", "{\"length\":1}", 422,
+                  "unknown_field", "length", "length", NULL);
+  call_id_refused(&c, "POST", ids[2], "/fork", "{", 400, "invalid_json", NULL,
+                  "invalid JSON", NULL);
   sh_client_free(&c);
 }
 END_TEST
@@ -3846,21 +3810,18 @@ END_TEST
 START_TEST(test_refused_step_pages) {
   const char *args[] = {"--max-tensor-elements", "128", NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 305);
-  char id[40], *body = create_text(SH_SMALL, NULL);
-  json_decref(create(&c, body, id));
-  free(body);
+  open_server(&srv, args, &c, &rng, 305);
+  char id[40];
+  create_shape(&c, SH_SMALL, NULL, id);
   seq_t a;
   seq_init(&a, SH_SMALL, id);
   for (int i = 0; i < 64; i++) /* 1 token each: weights [2, 1, ≤ 64] */
     seq_step(&c, &a, &rng, 1, NULL);
   double used = kv_used(srv.port);
   seq_gen(&a, &rng, 1);
-  body = step_text(&a, 64, 1, NULL);
+  char *body = step_text(&a, 64, 1, NULL);
   sh_resp_t r = call_id(&c, "POST", id, "/attention", body);
   free(body);
   sh_assert_error(&r, 422, "limit_exceeded", "return.weights",
@@ -3875,8 +3836,7 @@ START_TEST(test_refused_step_pages) {
                 "the refused step left %g bytes of the pool in use",
                 kv_used(srv.port) - used);
   seq_free(&a);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -3887,9 +3847,8 @@ START_TEST(test_kv_used_counts_sessions) {
   const char *args[] = {"--kv-cache-bytes", "1048576", "--max-memory-bytes",
                         "268435456", NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
+  open_server(&srv, args, &c, NULL, 0);
   char *body = create_text(SH_SMALL, NULL);
   for (int i = 0; i < 3; i++) {
     char id[40];
@@ -3901,8 +3860,7 @@ START_TEST(test_kv_used_counts_sessions) {
   ck_assert_msg(used == 3 * SESSION_COST &&
                     free_b == 1048576 - 3 * SESSION_COST,
                 "3 sessions without pages: kv used %g, free %g", used, free_b);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -3916,9 +3874,8 @@ static const char *const below_one[] = {"4000", "0"};
 START_TEST(test_cache_below_one_session) {
   const char *args[] = {"--kv-cache-bytes", below_one[_i], NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
+  open_server(&srv, args, &c, NULL, 0);
   sh_resp_t r = call(&c, "POST", "/v1/sessions", "{" PRE "}");
   char named[64];
   snprintf(named, sizeof named, "kv_cache_bytes %s:", below_one[_i]);
@@ -3928,8 +3885,7 @@ START_TEST(test_cache_below_one_session) {
                 "a create that never fits has a Retry-After");
   sh_resp_free(&r);
   ck_assert(sh_metric(srv.port, "attnd_sessions") == 0);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -3943,9 +3899,8 @@ END_TEST
 START_TEST(test_expired_not_evicted) {
   const char *args[] = {"--kv-cache-bytes", "20480", NULL}; /* 5 sessions */
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
+  open_server(&srv, args, &c, NULL, 0);
   char ida[40], idb[4][40], idc[40];
   for (int i = 0; i < 4; i++) /* a sweep: the next is 1 s on */
     json_decref(create(&c, "{" PRE "}", idb[i]));
@@ -3962,15 +3917,13 @@ START_TEST(test_expired_not_evicted) {
   usleep(600000);
   /* a is past its ttl_s, the next sweep not due: the create needs a's room */
   json_decref(create(&c, "{" PRE "}", idc));
-  r = call_id(&c, "GET", ida, "", NULL);
-  sh_assert_error(&r, 404, "unknown_session", "session", ida, "ttl_s", NULL);
-  sh_resp_free(&r);
+  call_id_refused(&c, "GET", ida, "", NULL, 404, "unknown_session", "session",
+                  ida, "ttl_s", NULL);
   ck_assert(ends(srv.port, "expired") == 1);
   ck_assert(ends(srv.port, "evicted") == 0);
   for (int i = 0; i < 4; i++)
     json_decref(get_info(&c, idb[i]));
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -3983,9 +3936,8 @@ END_TEST
  * sleeps are lower bounds; no upper bound is asserted. */
 START_TEST(test_refused_step_not_use) {
   sh_server_t srv;
-  start(&srv, NULL);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
+  open_server(&srv, NULL, &c, NULL, 0);
   char id[40];
   json_decref(create(&c,
                      "{\"num_heads\":2,\"num_kv_heads\":1,\"head_dim\":4,"
@@ -4007,10 +3959,8 @@ START_TEST(test_refused_step_not_use) {
       {"{" STEP1 "}", 422, "limit_exceeded", "query"},
   };
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-    r = call_id(&c, "POST", id, "/attention", refused[i].body);
-    sh_assert_error(&r, refused[i].status, refused[i].code, refused[i].field,
-                    NULL);
-    sh_resp_free(&r);
+    call_id_refused(&c, "POST", id, "/attention", refused[i].body,
+                    refused[i].status, refused[i].code, refused[i].field, NULL);
   }
   json_t *in = get_info(&c, id);
   ck_assert_msg(jnum(in, "idle_s") >= 0.5 && jnum(in, "expires_in_s") <= 0.5,
@@ -4020,12 +3970,10 @@ START_TEST(test_refused_step_not_use) {
   ck_assert_int_eq(ji(in, "length"), 1);
   json_decref(in);
   usleep(600000);
-  r = call_id(&c, "GET", id, "", NULL);
-  sh_assert_error(&r, 404, "unknown_session", "session", id, "ttl_s", NULL);
-  sh_resp_free(&r);
+  call_id_refused(&c, "GET", id, "", NULL, 404, "unknown_session", "session",
+                  id, "ttl_s", NULL);
   ck_assert(ends(srv.port, "expired") == 1);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -4050,11 +3998,9 @@ START_TEST(test_failed_step_is_use) {
                         "1073741824",
                         NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
   tu_rng_t rng;
-  tu_rng_seed(&rng, 433);
+  open_server(&srv, args, &c, &rng, 433);
   enum { L = 32768 };
   /* the step's body first: under ASan it takes longer than ttl_s */
   seq_t s;
@@ -4063,9 +4009,8 @@ START_TEST(test_failed_step_is_use) {
   char *body = step_text(&s, 0, L,
                          "{\"timeout_ms\":900,\"return\":{\"encoding\":"
                          "\"base64\",\"metrics\":false}}");
-  char *b = create_text(SH_DEMO, "{\"ttl_s\":1}"), id[40];
-  json_decref(create(&c, b, id));
-  free(b);
+  char id[40];
+  create_shape(&c, SH_DEMO, "{\"ttl_s\":1}", id);
   usleep(400000);
   sh_resp_t r = call_id(&c, "POST", id, "/attention", body);
   free(body);
@@ -4079,8 +4024,7 @@ START_TEST(test_failed_step_is_use) {
   json_decref(in);
   ck_assert(ends(srv.port, "expired") == 0);
   seq_free(&s);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -4095,9 +4039,8 @@ END_TEST
 START_TEST(test_create_never_fits) {
   const char *args[] = {"--kv-cache-bytes", "65536", NULL};
   sh_server_t srv;
-  start(&srv, args);
   sh_client_t c;
-  sh_client_init(&c, srv.port);
+  open_server(&srv, args, &c, NULL, 0);
   sh_resp_t r =
       call(&c, "POST", "/v1/sessions", "{" PRE ",\"max_tokens\":257}");
   sh_assert_error(&r, 422, "limit_exceeded", "max_tokens", "max_tokens 257",
@@ -4113,14 +4056,11 @@ START_TEST(test_create_never_fits) {
   const char *wide[] = {"{\"num_heads\":1,\"head_dim\":4096}",
                         "{\"num_heads\":1,\"head_dim\":4096,\"max_tokens\":1}"};
   for (int i = 0; i < 2; i++) {
-    r = call(&c, "POST", "/v1/sessions", wide[i]);
-    sh_assert_error(&r, 422, "limit_exceeded", "head_dim",
-                    "1 page of 2363456 bytes", "61440", NULL);
-    sh_resp_free(&r);
+    call_refused(&c, "POST", "/v1/sessions", wide[i], 422, "limit_exceeded",
+                 "head_dim", "1 page of 2363456 bytes", "61440", NULL);
   }
   ck_assert(sh_metric(srv.port, "attnd_sessions") == 1);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
@@ -4158,12 +4098,11 @@ START_TEST(test_queue_full_counts) {
   ck_assert(sh_wait_metric(srv.port, "attnd_inflight", 3, 10) == 3);
   ck_assert(sh_metric(srv.port, "attnd_queue_depth") == 1);
   {
-    sh_resp_t r = call(&c, "POST", "/v1/attention",
-                       "{\"query\":[[1,2,3,4]],\"num_heads\":1}");
-    sh_assert_error(&r, 429, "overloaded", NULL, "3 requests in flight",
-                    "queue_depth 2", "workers 1", "1 waiting for a worker",
-                    "1 session step waiting for its session's turn", NULL);
-    sh_resp_free(&r);
+    call_refused(&c, "POST", "/v1/attention",
+                 "{\"query\":[[1,2,3,4]],\"num_heads\":1}", 429, "overloaded",
+                 NULL, "3 requests in flight", "queue_depth 2", "workers 1",
+                 "1 waiting for a worker",
+                 "1 session step waiting for its session's turn", NULL);
   }
   bg_step_done(&t1, &s, 1);
   bg_step_done(&t2, &s, 2);
@@ -4173,8 +4112,7 @@ START_TEST(test_queue_full_counts) {
   sh_resp_free(&slow.r);
   seq_verify(&c, &s);
   seq_free(&s);
-  sh_client_free(&c);
-  stop(&srv);
+  close_server(&srv, &c);
 }
 END_TEST
 
