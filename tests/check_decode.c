@@ -750,6 +750,22 @@ START_TEST(test_big_array_json_value) {
 }
 END_TEST
 
+/* Decoding case c gave `want`: "ok", or the name of its error. */
+static void assert_outcome(int r, const attnd_error_t *e, const char *want,
+                           size_t c) {
+  const char *got = r ? attnd_error_name(e->code) : "ok";
+  ck_assert_msg(strcmp(got, want) == 0, "case %zu: %s: %s", c, got,
+                r ? e->message : "");
+}
+
+/* Case c's body decodes alike on both paths (tests/decode_diff.h). */
+static void assert_paths_agree(const char *body, size_t len,
+                               const attnd_config_t *cf, size_t c) {
+  char why[1024];
+  ck_assert_msg(decode_diff(body, len, cf, why, sizeof why) == 0,
+                "case %zu: %s", c, why);
+}
+
 /* Every array of numbers under a tensor's member is lifted, however small:
  * a few numbers read by jansson's tree cost several times what the
  * scanner does. Each body decodes with no whole-body parse by jansson, and
@@ -774,10 +790,7 @@ START_TEST(test_small_arrays_lifted) {
     ck_assert_msg(attnd__decode_slow_runs == before,
                   "body %zu was parsed whole by jansson", i);
     attnd_request_free(j);
-    char why[1024];
-    ck_assert_msg(
-        decode_diff(bodies[i], strlen(bodies[i]), &cfg, why, sizeof why) == 0,
-        "body %zu: %s", i, why);
+    assert_paths_agree(bodies[i], strlen(bodies[i]), &cfg, i);
   }
 }
 END_TEST
@@ -829,16 +842,11 @@ START_TEST(test_slow_path_only_when_needed) {
     attnd_error_t e;
     uint64_t before = attnd__decode_slow_runs;
     int r = attnd__request_decode_path(b.data, b.len, &big, NULL, 1, &j, &e);
-    ck_assert_msg(strcmp(r ? attnd_error_name(e.code) : "ok", cases[c].code) ==
-                      0,
-                  "case %zu: %s (%s)", c, r ? attnd_error_name(e.code) : "ok",
-                  r ? e.message : "");
+    assert_outcome(r, &e, cases[c].code, c);
     ck_assert_msg(attnd__decode_slow_runs - before == (uint64_t)cases[c].slow,
                   "case %zu: the slow path ran %llu times", c,
                   (unsigned long long)(attnd__decode_slow_runs - before));
-    char why[1024];
-    ck_assert_msg(decode_diff(b.data, b.len, &big, why, sizeof why) == 0,
-                  "case %zu: %s", c, why);
+    assert_paths_agree(b.data, b.len, &big, c);
     attnd_request_free(j);
     attnd_buf_free(&b);
   }
@@ -889,10 +897,7 @@ START_TEST(test_lifted_positions) {
     attnd_error_t e;
     uint64_t before = attnd__decode_slow_runs;
     int r = attnd_request_decode(b.data, b.len, &big, NULL, &j, &e);
-    ck_assert_msg(strcmp(r ? attnd_error_name(e.code) : "ok", cases[c].code) ==
-                      0,
-                  "case %zu: %s: %s", c, r ? attnd_error_name(e.code) : "ok",
-                  r ? e.message : "");
+    assert_outcome(r, &e, cases[c].code, c);
     ck_assert_int_eq(attnd__decode_slow_runs - before, cases[c].slow);
     if (r == 0) {
       const int64_t *pq = j->params.positions_query.data;
@@ -903,9 +908,7 @@ START_TEST(test_lifted_positions) {
     } else {
       ck_assert_str_eq(e.field, "positions.query");
     }
-    char why[1024];
-    ck_assert_msg(decode_diff(b.data, b.len, &big, why, sizeof why) == 0,
-                  "case %zu: %s", c, why);
+    assert_paths_agree(b.data, b.len, &big, c);
     attnd_request_free(j);
     attnd_buf_free(&b);
   }
@@ -959,16 +962,11 @@ START_TEST(test_layer_paths_agree) {
     attnd_error_t e;
     int r =
         attnd_request_decode(bodies[i], strlen(bodies[i]), &cfg, set, &j, &e);
-    ck_assert_msg(strcmp(r ? attnd_error_name(e.code) : "ok", want[i]) == 0,
-                  "body %zu: %s: %s", i, r ? attnd_error_name(e.code) : "ok",
-                  r ? e.message : "");
+    assert_outcome(r, &e, want[i], i);
     if (r == 0)
       ck_assert_ptr_eq(j->layer, attnd_layer_set_find(set, "L"));
     attnd_request_free(j);
-    char why[1024];
-    ck_assert_msg(
-        decode_diff(bodies[i], strlen(bodies[i]), &cfg, why, sizeof why) == 0,
-        "body %zu: %s", i, why);
+    assert_paths_agree(bodies[i], strlen(bodies[i]), &cfg, i);
   }
   decode_diff_set_layers(NULL);
   attnd_layer_set_unref(set);
@@ -1253,14 +1251,36 @@ static const oom_case_t oom_cases[] = {
 #define N_OOM_VALID 6     /* the valid ones come first */
 #define MAX_ALLOCS 100000 /* a bound on the loops, far above any body's */
 
+/* Ends what alloc_fail_arm began: whether a failure was injected since. */
+static int alloc_fail_disarm(void) {
+  int injected = alloc_fail_injected();
+  alloc_fail_arm(-1, 0);
+  return injected;
+}
+
+/* The oom tests' loop over i: each case four times, sticky (odd i) or not,
+ * with the regions and arenas or without (set here, oom_end sets them back).
+ * Returns the case, its body (made here) in *body. */
+static const oom_case_t *oom_begin(int i, int *sticky, char **body) {
+  const oom_case_t *c = &oom_cases[i / 4];
+  *sticky = i % 2;
+  attnd__arenas = i / 2 % 2;
+  *body = c->make();
+  return c;
+}
+
+static void oom_end(char *body) {
+  free(body);
+  attnd__arenas = 1;
+}
+
 /* The wrappers are linked, and jansson's allocations reach them (through
  * decode.c's allocator for jansson). */
 START_TEST(test_wrappers) {
   ck_assert_msg(alloc_fail_linked(), "linked without ALLOC_FAIL_WRAP");
   alloc_fail_arm(0, 0);
   json_t *o = json_object();
-  int injected = alloc_fail_injected();
-  alloc_fail_arm(-1, 0);
+  int injected = alloc_fail_disarm();
   ck_assert_msg(o == NULL && injected,
                 "jansson's allocations do not reach the wrappers");
   char *body = oom_nested();
@@ -1329,10 +1349,9 @@ END_TEST
  * = 0, 1, ... until none does. Each call gives out_of_memory (503), or the
  * body's own result, unchanged. */
 START_TEST(test_oom_decode) {
-  const oom_case_t *c = &oom_cases[_i / 4];
-  int sticky = _i % 2;
-  attnd__arenas = _i / 2 % 2; /* with the regions and arenas, and without */
-  char *body = c->make();
+  int sticky;
+  char *body;
+  const oom_case_t *c = oom_begin(_i, &sticky, &body);
   attnd_request_t *ref = NULL;
   attnd_error_t ref_e;
   int ref_r = decode(body, &ref, &ref_e);
@@ -1344,8 +1363,7 @@ START_TEST(test_oom_decode) {
     attnd_error_t e;
     alloc_fail_arm(n, sticky);
     int r = decode(body, &j, &e);
-    int injected = alloc_fail_injected();
-    alloc_fail_arm(-1, 0);
+    int injected = alloc_fail_disarm();
     if (r == 0) {
       ck_assert_msg(c->valid, "%s: allocation %ld failed: decoded", c->name, n);
       const char *d = decode_request_diff(j, ref);
@@ -1376,8 +1394,7 @@ START_TEST(test_oom_decode) {
   ck_assert_msg((n > 0 || attnd__arenas) && (ooms > 0 || !sticky || n == 0),
                 "%s: %ld allocations, %ld out_of_memory", c->name, n, ooms);
   attnd_request_free(ref);
-  free(body);
-  attnd__arenas = 1;
+  oom_end(body);
 }
 END_TEST
 
@@ -1392,10 +1409,9 @@ static attnd_request_t *decoded(const char *body) {
 /* Job setup: the worker's scratch and the outputs. A failure gives
  * ATTN_ENOSPC, in the result too; the request still frees whole. */
 START_TEST(test_oom_run) {
-  const oom_case_t *c = &oom_cases[_i / 4];
-  int sticky = _i % 2;
-  attnd__arenas = _i / 2 % 2; /* with the regions and arenas, and without */
-  char *body = c->make();
+  int sticky;
+  char *body;
+  const oom_case_t *c = oom_begin(_i, &sticky, &body);
   long n;
   for (n = 0;; n++) {
     ck_assert_msg(n < MAX_ALLOCS, "%s: still failing at %ld", c->name, n);
@@ -1403,8 +1419,7 @@ START_TEST(test_oom_run) {
     attnd_scratch_t s = {0};
     alloc_fail_arm(n, sticky);
     int r = attnd_request_run(j, 0, 0, &s);
-    int injected = alloc_fail_injected();
-    alloc_fail_arm(-1, 0);
+    int injected = alloc_fail_disarm();
     if (injected)
       ck_assert_msg(r == ATTN_ENOSPC && j->result == ATTN_ENOSPC,
                     "%s: allocation %ld failed: %d", c->name, n, r);
@@ -1418,17 +1433,15 @@ START_TEST(test_oom_run) {
   /* the workspace, and without a region the outputs */
   ck_assert_msg(n >= (attnd__arenas ? 1 : 2), "%s: %ld allocations", c->name,
                 n);
-  free(body);
-  attnd__arenas = 1;
+  oom_end(body);
 }
 END_TEST
 
 /* Encoding the reply: a failure marks the buffer oom and nothing else. */
 START_TEST(test_oom_encode) {
-  const oom_case_t *c = &oom_cases[_i / 4];
-  int sticky = _i % 2;
-  attnd__arenas = _i / 2 % 2; /* with the regions and arenas, and without */
-  char *body = c->make();
+  int sticky;
+  char *body;
+  const oom_case_t *c = oom_begin(_i, &sticky, &body);
   attnd_request_t *j = decoded(body);
   attnd_scratch_t s = {0};
   ck_assert_int_eq(attnd_request_run(j, 0, 0, &s), 0);
@@ -1441,8 +1454,7 @@ START_TEST(test_oom_encode) {
     attnd_buf_init(&b);
     alloc_fail_arm(n, sticky);
     attnd_request_encode(j, &b, &total_ms);
-    int injected = alloc_fail_injected();
-    alloc_fail_arm(-1, 0);
+    int injected = alloc_fail_disarm();
     if (injected) {
       ck_assert_msg(b.oom, "%s: allocation %ld failed: no oom", c->name, n);
     } else {
@@ -1459,8 +1471,7 @@ START_TEST(test_oom_encode) {
   }
   ck_assert_msg(n >= 1, "%s: %ld allocations", c->name, n);
   attnd_request_free(j);
-  free(body);
-  attnd__arenas = 1;
+  oom_end(body);
 }
 END_TEST
 
