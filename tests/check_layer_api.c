@@ -64,6 +64,22 @@ static void post(const sh_server_t *s, json_t *req, sh_resp_t *r) {
   json_decref(req);
 }
 
+/* POSTs the JSON `req` (stolen): a 200 whose reply sh_check_reply finds
+ * to be `want`'s within TOL; `what` names the request in a failure. */
+static void post_check(const sh_server_t *s, json_t *req,
+                       const attn_params_t *want, const char *what) {
+  sh_resp_t resp;
+  post(s, req, &resp);
+  ck_assert_msg(resp.status == 200, "%s: %ld: %s", what, resp.status,
+                resp.body);
+  json_t *rep = sh_json(&resp);
+  char why[512];
+  ck_assert_msg(sh_check_reply(want, rep, -1, TOL, why, sizeof why) == 0,
+                "%s: %s", what, why);
+  json_decref(rep);
+  sh_resp_free(&resp);
+}
+
 /* The reply's "output" as floats (a new tensor). */
 static void output_of(const sh_resp_t *r, sh_tensor_t *t) {
   json_t *rep = sh_json(r);
@@ -398,15 +414,11 @@ START_TEST(test_cross_attention) {
                             sh_floats_json(kx, 3, kd, SH_BASE64), "value",
                             sh_floats_json(vx, 3, vd, SH_NESTED), "return",
                             "weights", "per_head");
+    char what[300];
+    snprintf(what, sizeof what, "%s /v1", name);
+    post_check(&s, req, &p, what);
     sh_resp_t resp;
-    post(&s, req, &resp);
-    ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
-    json_t *rep = sh_json(&resp);
-    char why[512];
-    ck_assert_msg(sh_check_reply(&p, rep, -1, TOL, why, sizeof why) == 0,
-                  "%s /v1: %s", name, why);
-    json_decref(rep);
-    sh_resp_free(&resp);
+    json_t *rep;
 
     snprintf(url, sizeof url, "/v2/models/%s/infer", name);
     json_t *inputs =
@@ -567,15 +579,7 @@ START_TEST(test_positions_and_rope) {
                 sh_floats_json(x, 3, dim, SH_NESTED), "positions", "query", pj,
                 "key", pj, "return", "weights", "per_head");
   json_decref(pj);
-  sh_resp_t resp;
-  post(&s, req, &resp);
-  ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
-  json_t *rep = sh_json(&resp);
-  char why[512];
-  ck_assert_msg(sh_check_reply(&p, rep, -1, TOL, why, sizeof why) == 0, "%s",
-                why);
-  json_decref(rep);
-  sh_resp_free(&resp);
+  post_check(&s, req, &p, "positions");
 
   /* inline, with the rope member and llama3 scaling, default positions */
   attn_params_t q = p;
@@ -592,13 +596,7 @@ START_TEST(test_positions_and_rope) {
                                 "high_freq_factor", 4.0,
                                 "original_max_position_embeddings", 16.0));
   json_object_set_new(req, "rope", rj);
-  post(&s, req, &resp);
-  ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
-  rep = sh_json(&resp);
-  ck_assert_msg(sh_check_reply(&q, rep, -1, TOL, why, sizeof why) == 0, "%s",
-                why);
-  json_decref(rep);
-  sh_resp_free(&resp);
+  post_check(&s, req, &q, "inline, rope scaling llama3");
   ck_assert_int_eq(sh_server_stop(&s, 10), 0);
   lf_weights_free(&w);
   free(x);
@@ -856,15 +854,7 @@ START_TEST(test_sliding_window) {
           json_pack("{s:o}", "window", json_loads(masks[i], 0, NULL)));
       want.has_window_left = i == 2, want.window_left = 1;
     }
-    sh_resp_t resp;
-    post(&s, req, &resp);
-    ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
-    json_t *rep = sh_json(&resp);
-    char why[512];
-    ck_assert_msg(sh_check_reply(&want, rep, -1, TOL, why, sizeof why) == 0,
-                  "mask.window %s: %s", masks[i] ? masks[i] : "absent", why);
-    json_decref(rep);
-    sh_resp_free(&resp);
+    post_check(&s, req, &want, masks[i] ? masks[i] : "mask.window absent");
   }
 
   /* a session: 5 tokens, then 3, the second step against the reference
@@ -991,18 +981,6 @@ END_TEST
 
 /* ---- reload ------------------------------------------------------------- */
 
-/* Waits up to 10 s for `event` in the server's log. */
-static void wait_event(sh_server_t *s, const char *event) {
-  double end = sh_now() + 10;
-  while (sh_now() < end) {
-    sh_server_read_log(s);
-    if (strstr(s->log, event))
-      return;
-    usleep(20000);
-  }
-  ck_abort_msg("no %s in the log:\n%s", event, s->log);
-}
-
 /* The output of a fixed request to the llama layer. */
 static void ask(const sh_server_t *s, sh_tensor_t *out) {
   const char *body = "{\"layer\":\"" LLAMA "\",\"query\":" Q48 "}";
@@ -1025,14 +1003,14 @@ START_TEST(test_reload) {
   /* new weights: the reply follows them after SIGHUP */
   llama_dir(dir, 12, &w2);
   kill(s.pid, SIGHUP);
-  wait_event(&s, "\"event\":\"layers_reloaded\"");
+  sh_wait_log(&s, "\"event\":\"layers_reloaded\"");
   ask(&s, &b);
   ck_assert_msg(rel_diff(&a, &b) > 1e-3, "the weights did not change");
   /* a broken file: the reload fails, and the weights stay */
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   ck_assert_int_eq(lf_write_text(path, "not a safetensors file"), 0);
   kill(s.pid, SIGHUP);
-  wait_event(&s, "\"event\":\"layers_reload_failed\"");
+  sh_wait_log(&s, "\"event\":\"layers_reload_failed\"");
   ck_assert_ptr_nonnull(strstr(s.log, "model.safetensors"));
   ask(&s, &c);
   ck_assert(rel_diff(&c, &b) == 0);
@@ -1178,7 +1156,7 @@ START_TEST(test_sigterm_twice_during_reload) {
   sh_server_t s;
   int fd = reload_held(&s, dir, sizeof dir, none);
   kill(s.pid, SIGTERM);
-  wait_event(&s, "\"event\":\"draining\"");
+  sh_wait_log(&s, "\"event\":\"draining\"");
   /* time for a drain that does not wait to reach the teardown: its HTTP
    * daemon stops (connections refused), its signals' handlers go */
   for (double end = sh_now() + 1; sh_now() < end; usleep(20000)) {
