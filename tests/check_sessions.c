@@ -291,6 +291,13 @@ static void create_shape(sh_client_t *c, const shape_t *sh, const char *extra,
   free(body);
 }
 
+/* DELETE /v1/sessions/{id}: 204. */
+static void delete_session(sh_client_t *c, const char *id) {
+  sh_resp_t r = call_id(c, "DELETE", id, "", NULL);
+  ck_assert_int_eq(r.status, 204);
+  sh_resp_free(&r);
+}
+
 /* `method` `path` with `body` is refused: the error reply of sh_assert_error
  * with this status, code and field, its message holding each of the
  * NULL-terminated words that follow. */
@@ -1205,9 +1212,7 @@ START_TEST(test_fork_truncate) {
   seq_step(&c, &g, &rng, 5, NULL);
   seq_step(&c, &g, &rng, 20, NULL); /* 135: a third page */
   seq_verify(&c, &g);
-  sh_resp_t r = call_id(&c, "DELETE", g.id, "", NULL);
-  ck_assert_int_eq(r.status, 204);
-  sh_resp_free(&r);
+  delete_session(&c, g.id);
   seq_free(&g);
   seq_step(&c, &f, &rng, 1, NULL); /* g's copies did not touch f */
   seq_verify(&c, &f);
@@ -1244,9 +1249,7 @@ START_TEST(test_fork_truncate) {
   seq_verify(&c, &a);
 
   /* deleting the parent leaves the fork whole */
-  r = call_id(&c, "DELETE", a.id, "", NULL);
-  ck_assert_int_eq(r.status, 204);
-  sh_resp_free(&r);
+  delete_session(&c, a.id);
   call_id_refused(&c, "GET", a.id, "", NULL, 404, "unknown_session", "session",
                   a.id, NULL);
   call_id_refused(&c, "POST", a.id, "/fork", NULL, 404, "unknown_session",
@@ -1328,12 +1331,8 @@ START_TEST(test_bytes_add_up) {
   ck_assert_msg((double)sum == kv_used(srv.port) + shared * (double)page,
                 "with a fork: %lld, kv bytes used %g, %g shared pages of %lld",
                 (long long)sum, kv_used(srv.port), shared, (long long)page);
-  sh_resp_t r = call_id(&c, "DELETE", fid, "", NULL);
-  ck_assert_int_eq(r.status, 204);
-  sh_resp_free(&r);
-  r = call_id(&c, "DELETE", b.id, "", NULL);
-  ck_assert_int_eq(r.status, 204);
-  sh_resp_free(&r);
+  delete_session(&c, fid);
+  delete_session(&c, b.id);
   sum = listed_bytes(&c, &n);
   ck_assert_uint_eq(n, 2);
   ck_assert((double)sum == kv_used(srv.port));
@@ -1453,16 +1452,13 @@ START_TEST(test_eviction_order) {
 
   /* a fourth page, which the pool could not hold were cc alone in it:
    * 422, not applied (429 when what is in use might go: test_busy) */
-  sh_resp_t r = call_id(&c, "DELETE", e.id, "", NULL);
-  ck_assert_int_eq(r.status, 204);
-  sh_resp_free(&r);
+  delete_session(&c, e.id);
   seq_step(&c, &cc, &rng, 64, NULL); /* 130: e's page */
   seq_gen(&cc, &rng, 64);
   char *body = step_text(&cc, cc.n, 64, NULL);
-  r = call_id(&c, "POST", cc.id, "/attention", body);
+  call_id_refused(&c, "POST", cc.id, "/attention", body, 422, "limit_exceeded",
+                  "query", "kv_cache_bytes", NULL);
   free(body);
-  sh_assert_error(&r, 422, "limit_exceeded", "query", "kv_cache_bytes", NULL);
-  sh_resp_free(&r);
   assert_alive(&c, &cc);
   seq_step(&c, &cc, &rng, 1, NULL); /* within its third page */
   ck_assert(ends(srv.port, "evicted") == 3);
@@ -1549,11 +1545,10 @@ START_TEST(test_step_never_fits) {
   double used = kv_used(srv.port);
   seq_gen(&big, &rng, 3 * PAGE + 1);
   char *body = step_text(&big, 0, 3 * PAGE + 1, NULL);
-  sh_resp_t r = call_id(&c, "POST", big.id, "/attention", body);
+  call_id_refused(&c, "POST", big.id, "/attention", body, 422, "limit_exceeded",
+                  "query", big.id, "193 tokens", "4 pages", "kv_cache_bytes",
+                  NULL);
   free(body);
-  sh_assert_error(&r, 422, "limit_exceeded", "query", big.id, "193 tokens",
-                  "4 pages", "kv_cache_bytes", NULL);
-  sh_resp_free(&r);
   assert_alive(&c, &a);
   assert_alive(&c, &b);
   assert_alive(&c, &big);
@@ -1644,6 +1639,18 @@ static void wait_info(sh_client_t *c, const seq_t *s, const char *member,
   }
 }
 
+/* Two new tokens of s, each a step of its own from threads t1 and t2: t1's
+ * (at `at`) handed to the worker (s busy), then t2's (at + 1) queued behind
+ * it. */
+static void busy_then_queued(int port, sh_client_t *c, seq_t *s, tu_rng_t *rng,
+                             int64_t at, bg_t *t1, bg_t *t2) {
+  seq_gen(s, rng, 2);
+  bg_step(t1, port, s, at);
+  wait_info(c, s, "busy", 1);
+  bg_step(t2, port, s, at + 1);
+  wait_info(c, s, "queued", 1);
+}
+
 /* The reply of a step in a thread: 200 with the length `len`. */
 static void bg_step_done(bg_t *b, seq_t *s, int64_t len) {
   bg_join(b);
@@ -1684,11 +1691,7 @@ START_TEST(test_busy) {
   /* the worker busy; a step of a handed to it (a busy), one more queued */
   bg_t slow, t1, t2;
   bg_slow(&slow, srv.port);
-  seq_gen(&a, &rng, 2);
-  bg_step(&t1, srv.port, &a, 3);
-  wait_info(&c, &a, "busy", 1);
-  bg_step(&t2, srv.port, &a, 4);
-  wait_info(&c, &a, "queued", 1);
+  busy_then_queued(srv.port, &c, &a, &rng, 3, &t1, &t2);
 
   call_id_refused(&c, "POST", a.id, "/truncate", "{\"length\":1}", 409,
                   "session_busy", "session", a.id, "in flight", NULL);
@@ -1781,14 +1784,8 @@ START_TEST(test_delete_in_flight) {
                  sh_metric(srv.port, "attnd_scratch_bytes");
   bg_t slow, t1, t2;
   bg_slow(&slow, srv.port);
-  seq_gen(&s, &rng, 2);
-  bg_step(&t1, srv.port, &s, 2);
-  wait_info(&c, &s, "busy", 1);
-  bg_step(&t2, srv.port, &s, 3);
-  wait_info(&c, &s, "queued", 1);
-  sh_resp_t r = call_id(&c, "DELETE", id, "", NULL);
-  ck_assert_int_eq(r.status, 204);
-  sh_resp_free(&r);
+  busy_then_queued(srv.port, &c, &s, &rng, 2, &t1, &t2);
+  delete_session(&c, id);
   call_id_refused(&c, "GET", id, "", NULL, 404, "unknown_session", "session",
                   id, NULL);
   ck_assert(sh_metric(srv.port, "attnd_sessions") == 0);
@@ -1874,9 +1871,7 @@ START_TEST(test_waiting_steps_hold_memory) {
                 "%d steps of %d tokens waiting added %.0f bytes to the "
                 "shares held, under their tensors' %.0f",
                 WAITING, N, waiting - before, tensors);
-  sh_resp_t r = call_id(&c, "DELETE", id, "", NULL);
-  ck_assert_int_eq(r.status, 204);
-  sh_resp_free(&r);
+  delete_session(&c, id);
   for (int k = 0; k < WAITING; k++) {
     bg_join(&t[k]);
     sh_assert_error(&t[k].r, 404, "unknown_session", "session", id,
@@ -2130,9 +2125,7 @@ START_TEST(test_metrics) {
       call_id(&c, "GET", "0123456789abcdef0123456789abcdef", "", NULL);
   ck_assert_int_eq(r.status, 404);
   sh_resp_free(&r);
-  r = call_id(&c, "DELETE", id, "", NULL);
-  ck_assert_int_eq(r.status, 204);
-  sh_resp_free(&r);
+  delete_session(&c, id);
   snprintf(sample, sizeof sample, "%sstatus=\"404\"}", p);
   ck_assert(sh_metric(srv.port, sample) == 1);
   snprintf(sample, sizeof sample, "%sstatus=\"204\"}", p);
@@ -2171,11 +2164,7 @@ START_TEST(test_drain) {
   /* a step handed to the busy worker, one waiting its turn on the session */
   bg_t slow, t1, t2;
   bg_slow(&slow, srv.port);
-  seq_gen(&s, &rng, 2);
-  bg_step(&t1, srv.port, &s, 2);
-  wait_info(&c, &s, "busy", 1);
-  bg_step(&t2, srv.port, &s, 3);
-  wait_info(&c, &s, "queued", 1);
+  busy_then_queued(srv.port, &c, &s, &rng, 2, &t1, &t2);
   ck_assert_int_eq(kill(srv.pid, SIGTERM), 0);
   sh_wait_log(&srv, "\"event\":\"draining\"");
   /* new work is refused while the accepted finishes */
@@ -2818,9 +2807,7 @@ START_TEST(test_unknown_ids) {
   char ids[3][40], deleted[40], upper[40];
   error_sessions(&c, ids);
   json_decref(create(&c, "{\"num_heads\":1,\"head_dim\":2}", deleted));
-  sh_resp_t r = call_id(&c, "DELETE", deleted, "", NULL);
-  ck_assert_int_eq(r.status, 204);
-  sh_resp_free(&r);
+  delete_session(&c, deleted);
   for (int i = 0; i < 32; i++)
     upper[i] = (char)(ids[0][i] >= 'a' ? ids[0][i] - 32 : ids[0][i]);
   upper[32] = 0;
@@ -2840,7 +2827,8 @@ START_TEST(test_unknown_ids) {
       {"POST", "/fork", NULL}, {"POST", "/truncate", "{\"length\":0}"}};
   for (size_t u = 0; u < sizeof unknown / sizeof unknown[0]; u++)
     for (size_t k = 0; k < sizeof reqs / sizeof reqs[0]; k++) {
-      r = call_id(&c, reqs[k].method, unknown[u], reqs[k].sub, reqs[k].body);
+      sh_resp_t r =
+          call_id(&c, reqs[k].method, unknown[u], reqs[k].sub, reqs[k].body);
       if (strcmp(reqs[k].method, "HEAD") == 0) {
         ck_assert_int_eq(r.status, 404);
         ck_assert_uint_eq(r.body_len, 0);
@@ -2911,9 +2899,7 @@ START_TEST(test_put_ids) {
                 "fork of %s is %s", id, child ? child : "null");
   json_decref(in);
   /* deleted, the id may be created again */
-  r = call_id(&c, "DELETE", id, "", NULL);
-  ck_assert_int_eq(r.status, 204);
-  sh_resp_free(&r);
+  delete_session(&c, id);
   r = call_id(&c, "PUT", id, "", body);
   in = json_reply(&r, 201);
   check_info(in, SH_SMALL, 0);
@@ -3091,9 +3077,7 @@ START_TEST(test_list_args_once) {
     json_decref(v);
   }
   for (int i = 0; i < 2; i++) {
-    sh_resp_t r = call_id(&c, "DELETE", ids[i], "", NULL);
-    ck_assert_int_eq(r.status, 204);
-    sh_resp_free(&r);
+    delete_session(&c, ids[i]);
   }
   sh_client_free(&c);
 }
@@ -3238,9 +3222,7 @@ START_TEST(test_many_sessions) {
   ck_assert(sh_metric(srv.port, "attnd_requests_total{protocol=\"session\","
                                 "status=\"200\"}") == MANY * MANY_STEPS + 4);
   for (int i = 0; i < MANY; i++) {
-    sh_resp_t r = call_id(&c, "DELETE", seqs[i].id, "", NULL);
-    ck_assert_int_eq(r.status, 204);
-    sh_resp_free(&r);
+    delete_session(&c, seqs[i].id);
     seqs[i].n = 0;
     seq_free(&seqs[i]);
     ref_result_free(&refs[i]);
@@ -3554,11 +3536,9 @@ START_TEST(test_batch_deadline_in_window) {
   char *by = step_text(&y, 0, L,
                        "{\"id\":\"late-step\",\"timeout_ms\":40,"
                        "\"return\":{\"encoding\":\"base64\"}}");
-  sh_resp_t r = call_id(&c, "POST", y.id, "/attention", by);
+  call_id_refused(&c, "POST", y.id, "/attention", by, 504, "deadline_exceeded",
+                  "timeout_ms", "timeout_ms 40", NULL);
   free(by);
-  sh_assert_error(&r, 504, "deadline_exceeded", "timeout_ms", "timeout_ms 40",
-                  NULL);
-  sh_resp_free(&r);
   int x_running = sh_metric(srv.port, "attnd_busy_workers") == 1;
   json_t *in = get_info(&c, y.id);
   check_info(in, SH_DEMO, 0);
@@ -3822,11 +3802,9 @@ START_TEST(test_refused_step_pages) {
   double used = kv_used(srv.port);
   seq_gen(&a, &rng, 1);
   char *body = step_text(&a, 64, 1, NULL);
-  sh_resp_t r = call_id(&c, "POST", id, "/attention", body);
+  call_id_refused(&c, "POST", id, "/attention", body, 422, "limit_exceeded",
+                  "return.weights", "max_tensor_elements 128", NULL);
   free(body);
-  sh_assert_error(&r, 422, "limit_exceeded", "return.weights",
-                  "max_tensor_elements 128", NULL);
-  sh_resp_free(&r);
   json_t *in = get_info(&c, id);
   check_info(in, SH_SMALL, 64);
   ck_assert_msg(ji(in, "pages") == 1, "a session of 64 tokens holds %lld pages",
@@ -4012,11 +3990,9 @@ START_TEST(test_failed_step_is_use) {
   char id[40];
   create_shape(&c, SH_DEMO, "{\"ttl_s\":1}", id);
   usleep(400000);
-  sh_resp_t r = call_id(&c, "POST", id, "/attention", body);
+  call_id_refused(&c, "POST", id, "/attention", body, 504, "deadline_exceeded",
+                  "timeout_ms", "cancelled while computing", NULL);
   free(body);
-  sh_assert_error(&r, 504, "deadline_exceeded", "timeout_ms",
-                  "cancelled while computing", NULL);
-  sh_resp_free(&r);
   json_t *in = get_info(&c, id);
   ck_assert_int_eq(ji(in, "length"), 0); /* not applied */
   ck_assert_msg(jnum(in, "idle_s") < 0.5,
@@ -4090,11 +4066,7 @@ START_TEST(test_queue_full_counts) {
   small_session(&srv, args, &c, &s, &rng, 311);
   bg_t slow, t1, t2;
   bg_slower(&slow, srv.port, 9);
-  seq_gen(&s, &rng, 2);
-  bg_step(&t1, srv.port, &s, 0);
-  wait_info(&c, &s, "busy", 1);
-  bg_step(&t2, srv.port, &s, 1);
-  wait_info(&c, &s, "queued", 1);
+  busy_then_queued(srv.port, &c, &s, &rng, 0, &t1, &t2);
   ck_assert(sh_wait_metric(srv.port, "attnd_inflight", 3, 10) == 3);
   ck_assert(sh_metric(srv.port, "attnd_queue_depth") == 1);
   {
