@@ -1392,6 +1392,8 @@ static double ends(int port, const char *cause) {
  * workers of one thread each; c a client of it, rng seeded with `seed`. */
 static void start_kv(sh_server_t *srv, int64_t cap, sh_client_t *c,
                      tu_rng_t *rng, uint64_t seed) {
+  /* every caller counts cap in demo pages */
+  ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
   char kv[32];
   snprintf(kv, sizeof kv, "%lld", (long long)cap);
   const char *args[] = {"--layers",
@@ -1409,7 +1411,6 @@ static void start_kv(sh_server_t *srv, int64_t cap, sh_client_t *c,
 }
 
 START_TEST(test_eviction_order) {
-  ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
   sh_server_t srv; /* room for three sessions of one page, and a little */
   sh_client_t c;
   tu_rng_t rng;
@@ -1490,7 +1491,6 @@ END_TEST
  * truncated to its own length, a use: e then evicts a (a's page stays with
  * f), not cc. */
 START_TEST(test_eviction_fork_truncate) {
-  ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
   sh_server_t srv;
   sh_client_t c;
   tu_rng_t rng;
@@ -1533,7 +1533,6 @@ END_TEST
  * the pool less its own cost holds 3), then one of 192 (3 pages), which
  * evicts them both. */
 START_TEST(test_step_never_fits) {
-  ck_assert_msg(demo_page > 0, "the demo layer's page size was not measured");
   sh_server_t srv;
   sh_client_t c;
   tu_rng_t rng;
