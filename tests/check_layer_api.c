@@ -80,6 +80,13 @@ static void post_check(const sh_server_t *s, json_t *req,
   sh_resp_free(&resp);
 }
 
+/* SIGTERM ends s with exit status 0; then w is freed and dir removed. */
+static void stop_and_clean(sh_server_t *s, lf_weights_t *w, const char *dir) {
+  ck_assert_int_eq(sh_server_stop(s, 10), 0);
+  lf_weights_free(w);
+  rm_dir(dir);
+}
+
 /* The reply's "output" as floats (a new tensor). */
 static void output_of(const sh_resp_t *r, sh_tensor_t *t) {
   json_t *rep = sh_json(r);
@@ -252,10 +259,8 @@ START_TEST(test_conventions) {
   json_decref(l);
   sh_resp_free(&g);
 
-  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
-  lf_weights_free(&w);
   free(x);
-  rm_dir(dir);
+  stop_and_clean(&s, &w, dir);
 }
 END_TEST
 
@@ -548,13 +553,20 @@ static void llama_dir(const char *dir, uint64_t seed, lf_weights_t *w) {
 
 #define LLAMA "model.layers.0.self_attn"
 
+/* A new directory in dir (n bytes) of a llama layer, its weights from
+ * `seed` in w, and a server s of it. */
+static void llama_server(char *dir, size_t n, uint64_t seed, lf_weights_t *w,
+                         sh_server_t *s) {
+  tmp_dir(dir, n);
+  llama_dir(dir, seed, w);
+  start(s, dir);
+}
+
 START_TEST(test_positions_and_rope) {
   char dir[64];
-  tmp_dir(dir, sizeof dir);
   lf_weights_t w;
-  llama_dir(dir, 5, &w);
   sh_server_t s;
-  start(&s, dir);
+  llama_server(dir, sizeof dir, 5, &w, &s);
   enum { B = 2, L = 5 };
   tu_rng_t r;
   tu_rng_seed(&r, 99);
@@ -597,10 +609,8 @@ START_TEST(test_positions_and_rope) {
                                 "original_max_position_embeddings", 16.0));
   json_object_set_new(req, "rope", rj);
   post_check(&s, req, &q, "inline, rope scaling llama3");
-  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
-  lf_weights_free(&w);
   free(x);
-  rm_dir(dir);
+  stop_and_clean(&s, &w, dir);
 }
 END_TEST
 
@@ -754,11 +764,9 @@ static const struct {
 
 START_TEST(test_errors) {
   char dir[64];
-  tmp_dir(dir, sizeof dir);
   lf_weights_t w;
-  llama_dir(dir, 6, &w);
   sh_server_t s;
-  start(&s, dir);
+  llama_server(dir, sizeof dir, 6, &w, &s);
   for (int i = 0; i < N_BAD; i++) {
     sh_resp_t r;
     ck_assert_int_eq(sh_post(s.port, bad[i].body, strlen(bad[i].body), &r), 0);
@@ -788,9 +796,7 @@ START_TEST(test_errors) {
   ck_assert_str_eq(json_string_value(json_object_get(pos, "style")), "half");
   json_decref(list);
   sh_resp_free(&g);
-  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
-  lf_weights_free(&w);
-  rm_dir(dir);
+  stop_and_clean(&s, &w, dir);
 }
 END_TEST
 
@@ -916,10 +922,8 @@ START_TEST(test_sliding_window) {
   json_decref(rep);
   sh_resp_free(&resp);
 
-  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
-  lf_weights_free(&w);
   free(x);
-  rm_dir(dir);
+  stop_and_clean(&s, &w, dir);
 }
 END_TEST
 
@@ -1426,9 +1430,7 @@ START_TEST(test_layers_leave_device_room) {
                     "max_device_memory_bytes", NULL);
     sh_resp_free(&r);
   }
-  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
-  lf_weights_free(&w);
-  rm_dir(dir);
+  stop_and_clean(&s, &w, dir);
 }
 END_TEST
 
