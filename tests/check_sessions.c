@@ -3664,8 +3664,8 @@ START_TEST(test_pages_shared_once) {
   seq_t a;
   seq_init(&a, SH_SMALL, id);
   seq_step(&c, &a, &rng, 100, NULL);
-  sh_resp_t r = call_id(&c, "POST", id, "/fork", NULL);
-  json_t *in = json_reply(&r, 201);
+  char fid[40];
+  json_t *in = fork_session(&c, id, fid);
   ck_assert_int_eq(ji(in, "shared_pages"), 2);
   json_decref(in);
   double n = sh_metric(srv.port, "attnd_kv_pages_shared");
