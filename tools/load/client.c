@@ -46,10 +46,19 @@ int load_multi_transfers(CURLM *multi, load_finish_fn finish, void *engine) {
   return done;
 }
 
-long load_multi_wait_ms(CURLM *multi) {
+void load_multi_sleep(CURLM *multi, double wake_s) {
   long wait_ms = 100;
   curl_multi_timeout(multi, &wait_ms);
-  return wait_ms < 0 || wait_ms > 100 ? 100 : wait_ms;
+  if (wait_ms < 0 || wait_ms > 100)
+    wait_ms = 100;
+  if (isfinite(wake_s)) {
+    double until = wake_s - now_s();
+    long w = until > 0 ? (long)ceil(until * 1e3) : 0;
+    if (w < wait_ms)
+      wait_ms = w;
+  }
+  if (wait_ms > 0)
+    curl_multi_poll(multi, NULL, 0, (int)wait_ms, NULL);
 }
 
 double load_cpu_now_s(void) {
@@ -61,26 +70,27 @@ double load_cpu_now_s(void) {
 
 /* ---- stats --------------------------------------------------------------- */
 
+/* The histograms a load_stats_t owns, for load_hists_new and _free. */
+#define STATS_HISTS(st)                                                        \
+  (load_hist_t * *const[]) {                                                   \
+    &(st)->latency, &(st)->queue, &(st)->compute, &(st)->total                 \
+  }
+
 int load_stats_init(load_stats_t *st) {
   memset(st, 0, sizeof *st);
-  load_hist_t **const h[] = {&st->latency, &st->queue, &st->compute,
-                             &st->total};
-  if (load_hists_new(h, 4) < 0) {
-    load_stats_free(st);
-    return -1;
-  }
-  return 0;
+  return load_hists_new(STATS_HISTS(st), 4);
 }
 
 void load_stats_free(load_stats_t *st) {
-  free(st->latency);
-  free(st->queue);
-  free(st->compute);
-  free(st->total);
-  for (int i = 0; i < st->n_kept; i++)
-    free(st->kept[i].body);
-  free(st->kept);
+  load_hists_free(STATS_HISTS(st), 4);
+  load_kept_free(st->kept, st->n_kept, sizeof *st->kept);
   memset(st, 0, sizeof *st);
+}
+
+void load_kept_free(void *kept, int n, size_t size) {
+  for (int i = 0; i < n; i++)
+    free(*(char **)((char *)kept + (size_t)i * size));
+  free(kept);
 }
 
 int load_status_index(long code) {
@@ -544,16 +554,10 @@ int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
     }
     if (done)
       continue;
-    /* 3. sleep */
-    long wait_ms = load_multi_wait_ms(e.multi);
-    if (run->mode == LOAD_OPEN && !e.stopping) {
-      double until = e.next_arrival - now_s();
-      long a = until > 0 ? (long)ceil(until * 1000.0) : 0;
-      if (a < wait_ms)
-        wait_ms = a;
-    }
-    if (wait_ms > 0)
-      curl_multi_poll(e.multi, NULL, 0, (int)wait_ms, NULL);
+    /* 3. sleep, until the next arrival at the latest */
+    load_multi_sleep(e.multi, run->mode == LOAD_OPEN && !e.stopping
+                                  ? e.next_arrival
+                                  : INFINITY);
   }
   if (!measuring)
     cpu0 = load_cpu_now_s();

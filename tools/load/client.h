@@ -42,13 +42,19 @@ typedef struct load_body {
   size_t header_len; /* sent as Inference-Header-Content-Length; 0: not */
 } load_body_t;
 
-/* One reply kept for --verify. Owns body. */
+/* One reply kept for --verify. Owns body, its first member, as
+ * load_kept_free needs. */
 typedef struct load_kept {
   char *body;
   size_t len;
   size_t variant;     /* index of its request in the run's pool */
   int64_t header_len; /* its Inference-Header-Content-Length, or -1 */
 } load_kept_t;
+_Static_assert(offsetof(load_kept_t, body) == 0, "load_kept_free");
+
+/* Frees the n kept replies at `kept`, `size` bytes each and each beginning
+ * with its owned body (load_kept_t, load_decode_kept_t), and the array. */
+void load_kept_free(void *kept, int n, size_t size);
 
 struct load_stats;
 
@@ -149,13 +155,14 @@ double load_cpu_now_s(void);
  * load_multi_transfers runs curl_multi_perform, then hands each transfer
  * that has finished to finish(engine, the pointer its easy handle carries
  * as CURLOPT_PRIVATE (its slot), its result, the time in s), and returns
- * how many did. Step 3: load_multi_wait_ms is how long the engine may
- * sleep for curl: curl's own timeout, 100 ms where that is none or
- * longer. */
+ * how many did. Step 3: load_multi_sleep sleeps in curl_multi_poll for
+ * curl's own timeout (100 ms where that is none or longer), or until
+ * wake_s (attnd_now_ms's clock, in s) where that is sooner; INFINITY: no
+ * wake of the engine's own. */
 typedef void (*load_finish_fn)(void *engine, void *slot, CURLcode rc,
                                double now);
 int load_multi_transfers(CURLM *multi, load_finish_fn finish, void *engine);
-long load_multi_wait_ms(CURLM *multi);
+void load_multi_sleep(CURLM *multi, double wake_s);
 
 /* Parses a Server-Timing header value, "queue;dur=0.01, compute;dur=2.5,
  * total;dur=2.9" (milliseconds): stores the durations it finds of the

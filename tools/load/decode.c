@@ -33,26 +33,20 @@ static double now_s(void) {
 
 /* ---- stats --------------------------------------------------------------- */
 
+/* The histograms a load_decode_stats_t owns, for load_hists_new and _free. */
+#define STATS_HISTS(st)                                                        \
+  (load_hist_t * *const[]) {                                                   \
+    &(st)->ttft, &(st)->step, &(st)->create, &(st)->queue, &(st)->compute      \
+  }
+
 int load_decode_stats_init(load_decode_stats_t *st) {
   memset(st, 0, sizeof *st);
-  load_hist_t **const h[] = {&st->ttft, &st->step, &st->create, &st->queue,
-                             &st->compute};
-  if (load_hists_new(h, 5) < 0) {
-    load_decode_stats_free(st);
-    return -1;
-  }
-  return 0;
+  return load_hists_new(STATS_HISTS(st), 5);
 }
 
 void load_decode_stats_free(load_decode_stats_t *st) {
-  free(st->ttft);
-  free(st->step);
-  free(st->create);
-  free(st->queue);
-  free(st->compute);
-  for (int i = 0; i < st->n_kept; i++)
-    free(st->kept[i].body);
-  free(st->kept);
+  load_hists_free(STATS_HISTS(st), 5);
+  load_kept_free(st->kept, st->n_kept, sizeof *st->kept);
   memset(st, 0, sizeof *st);
 }
 
@@ -723,14 +717,8 @@ int load_decode_run(const load_decode_run_t *run, load_decode_stats_t *st,
     }
     if (done)
       continue;
-    /* 3. sleep */
-    long wait_ms = load_multi_wait_ms(e.multi);
-    if (isfinite(wake)) {
-      long w = (long)ceil((wake - now_s()) * 1e3);
-      wait_ms = w < wait_ms ? (w > 0 ? w : 0) : wait_ms;
-    }
-    if (wait_ms > 0)
-      curl_multi_poll(e.multi, NULL, 0, (int)wait_ms, NULL);
+    /* 3. sleep, until the nearest pause ends at the latest */
+    load_multi_sleep(e.multi, wake);
   }
 out:
   st->elapsed_s = e.t_last - e.t0;

@@ -87,9 +87,18 @@ double load_hist_mean(const load_hist_t *h) {
 
 int load_hists_new(load_hist_t **const *h, int n) {
   for (int i = 0; i < n; i++) {
-    if ((*h[i] = malloc(sizeof **h[i])) == NULL)
+    if ((*h[i] = malloc(sizeof **h[i])) == NULL) {
+      load_hists_free(h, i);
       return -1;
+    }
     load_hist_reset(*h[i]);
   }
   return 0;
+}
+
+void load_hists_free(load_hist_t **const *h, int n) {
+  for (int i = 0; i < n; i++) {
+    free(*h[i]);
+    *h[i] = NULL;
+  }
 }

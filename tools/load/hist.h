@@ -41,8 +41,11 @@ typedef struct load_hist {
 void load_hist_reset(load_hist_t *h);
 
 /* Allocates *h[0], ..., *h[n-1], each reset. Returns 0, or -1 when out of
- * memory (those allocated stay in place, for the caller's free). */
+ * memory, with all n freed and set to NULL again. */
 int load_hists_new(load_hist_t **const *h, int n);
+
+/* Frees *h[0], ..., *h[n-1] and sets each to NULL (a NULL one is skipped). */
+void load_hists_free(load_hist_t **const *h, int n);
 
 /* Counts one value; a negative value counts as 0. */
 void load_hist_record(load_hist_t *h, int64_t v);
