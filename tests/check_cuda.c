@@ -529,44 +529,25 @@ START_TEST(test_table_on_cpu) {
 }
 END_TEST
 
+/* A test of every gpu case at one precision, with one flash version (0:
+ * the default). */
+#define GPU_CASE_TEST(name, precision, tol, version)                           \
+  START_TEST(name) {                                                           \
+    run_gpu_case(_i, ATTN_PRECISION_##precision, tol, version);                \
+  }                                                                            \
+  END_TEST
+
 /* fp32 with the default kernel (version 1), and version 3 (3xTF32) */
-START_TEST(test_gpu_fp32) {
-  run_gpu_case(_i, ATTN_PRECISION_FP32, FP32_TOL, 0);
-}
-END_TEST
-
-START_TEST(test_gpu_fp32_v3) {
-  run_gpu_case(_i, ATTN_PRECISION_FP32, FP32_TOL, 3);
-}
-END_TEST
-
+GPU_CASE_TEST(test_gpu_fp32, FP32, FP32_TOL, 0)
+GPU_CASE_TEST(test_gpu_fp32_v3, FP32, FP32_TOL, 3)
 /* bf16 with the default kernel (version 2 where it applies), version 1,
  * and version 3 */
-START_TEST(test_gpu_bf16) {
-  run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL, 0);
-}
-END_TEST
-
-START_TEST(test_gpu_bf16_v1) {
-  run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL, 1);
-}
-END_TEST
-
-START_TEST(test_gpu_bf16_v3) {
-  run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL, 3);
-}
-END_TEST
-
+GPU_CASE_TEST(test_gpu_bf16, BF16, BF16_TOL, 0)
+GPU_CASE_TEST(test_gpu_bf16_v1, BF16, BF16_TOL, 1)
+GPU_CASE_TEST(test_gpu_bf16_v3, BF16, BF16_TOL, 3)
 /* version 4 (the keys split across blocks), fp32 and bf16 */
-START_TEST(test_gpu_fp32_v4) {
-  run_gpu_case(_i, ATTN_PRECISION_FP32, FP32_TOL, 4);
-}
-END_TEST
-
-START_TEST(test_gpu_bf16_v4) {
-  run_gpu_case(_i, ATTN_PRECISION_BF16, BF16_TOL, 4);
-}
-END_TEST
+GPU_CASE_TEST(test_gpu_fp32_v4, FP32, FP32_TOL, 4)
+GPU_CASE_TEST(test_gpu_bf16_v4, BF16, BF16_TOL, 4)
 
 /* Runs p on the cpu, then on cuda, and asserts each fails with
  * ATTN_ENUMERIC naming `field`. */
@@ -903,60 +884,24 @@ typedef struct kv_shape {
 /* Dv = 12 has 4 columns of padding per head (Dvp = 16) */
 static const kv_shape_t kv_shapes[] = {{16, 16, 12}, {8, 12, 6}};
 
+/* The layer (tests/testutil.h) of one shape, with the hidden states of
+ * two sequences and their extra tokens. */
 typedef struct kv_layer {
   kv_shape_t sh;
-  float *qw, *kw, *vw, *ow, *qb, *kb, *vb, *ob, *qn, *kn, *x;
+  tu_layer_t w;
 } kv_layer_t;
 
 static void kv_layer_init(kv_layer_t *l, const kv_shape_t *sh, uint64_t seed) {
-  tu_rng_t r;
-  tu_rng_seed(&r, seed);
   l->sh = *sh;
-  l->qw = tu_rand_floats(&r, (size_t)(KV_H * sh->Dh * KV_E), 0.3f);
-  l->kw = tu_rand_floats(&r, (size_t)(KV_HKV * sh->Dh * KV_E), 0.3f);
-  l->vw = tu_rand_floats(&r, (size_t)(KV_HKV * sh->Dv * KV_E), 0.3f);
-  l->ow = tu_rand_floats(&r, (size_t)(KV_E * KV_H * sh->Dv), 0.3f);
-  l->qb = tu_rand_floats(&r, (size_t)(KV_H * sh->Dh), 0.1f);
-  l->kb = tu_rand_floats(&r, (size_t)(KV_HKV * sh->Dh), 0.1f);
-  l->vb = tu_rand_floats(&r, (size_t)(KV_HKV * sh->Dv), 0.1f);
-  l->ob = tu_rand_floats(&r, KV_E, 0.1f);
-  l->qn = tu_rand_floats(&r, (size_t)sh->Dh, 1.0f);
-  l->kn = tu_rand_floats(&r, (size_t)sh->Dh, 1.0f);
-  l->x = tu_rand_floats(&r, (size_t)(2 * KV_N * KV_E), 1.0f);
+  l->w = (tu_layer_t){.E = KV_E,
+                      .H = KV_H,
+                      .Hkv = KV_HKV,
+                      .Dh = sh->Dh,
+                      .Dv = sh->Dv,
+                      .rope_dims = sh->rope_dims};
+  tu_layer_init(&l->w, seed, 2 * KV_N);
 }
 
-static void kv_layer_free(kv_layer_t *l) {
-  float *f[] = {l->qw, l->kw, l->vw, l->ow, l->qb, l->kb,
-                l->vb, l->ob, l->qn, l->kn, l->x};
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-    free(f[i]);
-}
-
-static attn_params_t kv_layer_params(const kv_layer_t *l, attn_tensor_t q) {
-  const int64_t Dh = l->sh.Dh, Dv = l->sh.Dv;
-  attn_params_t p = {0};
-  p.query = q;
-  p.num_heads = KV_H;
-  p.num_kv_heads = KV_HKV;
-  p.q_weight = tu_t2(l->qw, KV_H * Dh, KV_E);
-  p.k_weight = tu_t2(l->kw, KV_HKV * Dh, KV_E);
-  p.v_weight = tu_t2(l->vw, KV_HKV * Dv, KV_E);
-  p.o_weight = tu_t2(l->ow, KV_E, KV_H * Dv);
-  p.q_bias = tu_t1(l->qb, KV_H * Dh);
-  p.k_bias = tu_t1(l->kb, KV_HKV * Dh);
-  p.v_bias = tu_t1(l->vb, KV_HKV * Dv);
-  p.o_bias = tu_t1(l->ob, KV_E);
-  p.q_norm = tu_t1(l->qn, Dh);
-  p.k_norm = tu_t1(l->kn, Dh);
-  p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
-  p.rope = (attn_rope_t){
-      .style = ATTN_ROPE_HALF, .theta = 500, .dims = l->sh.rope_dims};
-  p.want_weights = 1;
-  return p;
-}
-
-/* One sequence's two caches: host pages for the CPU, device pages for the
- * GPU, as many tokens in each. */
 typedef struct kv_pair {
   size_t floats; /* attn_kv_page_floats */
   float *host[KV_PAGES], *dev[KV_PAGES];
@@ -1084,7 +1029,7 @@ static int kv_no_weights;
 static void kv_append(const kv_layer_t *l, kv_pair_t *c, const float *x,
                       int64_t n, attn_precision_t prec, const char *what) {
   const double tol = prec == ATTN_PRECISION_BF16 ? BF16_TOL : FP32_TOL;
-  attn_params_t p = kv_layer_params(l, tu_t2(x, n, KV_E));
+  attn_params_t p = tu_layer_params(&l->w, tu_t2(x, n, KV_E));
   p.want_weights = !kv_no_weights;
   float *const *host = c->host, *const *dev = c->dev;
   const int64_t before = c->past;
@@ -1120,14 +1065,14 @@ static void kv_append_case(int _i) {
   for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
     snprintf(what, sizeof what, "Dh %lld Dv %lld, chunk of %lld",
              (long long)sh->Dh, (long long)sh->Dv, (long long)chunks[k]);
-    kv_append(&l, &c, l.x + t * KV_E, chunks[k], prec, what);
+    kv_append(&l, &c, l.w.x + t * KV_E, chunks[k], prec, what);
     t += chunks[k];
   }
   c.past = 70;
-  kv_append(&l, &c, l.x + KV_N * KV_E, 9, prec, "after a cut to 70");
-  kv_append(&l, &c, l.x + (KV_N + 9) * KV_E, 1, prec, "after a cut, one");
+  kv_append(&l, &c, l.w.x + KV_N * KV_E, 9, prec, "after a cut to 70");
+  kv_append(&l, &c, l.w.x + (KV_N + 9) * KV_E, 1, prec, "after a cut, one");
   kv_pair_free(&c);
-  kv_layer_free(&l);
+  tu_layer_free(&l.w);
 }
 
 START_TEST(test_gpu_kv_append) {
@@ -1163,14 +1108,14 @@ START_TEST(test_gpu_kv_batch) {
   kv_pair_t c[2];
   for (int b = 0; b < 2; b++) {
     kv_pair_init(&c[b], sh);
-    kv_append(&l, &c[b], l.x + b * KV_N * KV_E, past[b], prec, "prefill");
+    kv_append(&l, &c[b], l.w.x + b * KV_N * KV_E, past[b], prec, "prefill");
   }
   for (int terms = 0; terms < 2; terms++) {
     float *q = malloc(sizeof(float) * 2 * NEW * KV_E);
     for (int b = 0; b < 2; b++)
-      memcpy(q + b * NEW * KV_E, l.x + (b * KV_N + past[b]) * KV_E,
+      memcpy(q + b * NEW * KV_E, l.w.x + (b * KV_N + past[b]) * KV_E,
              sizeof(float) * NEW * KV_E);
-    attn_params_t p = kv_layer_params(&l, tu_t3(q, 2, NEW, KV_E));
+    attn_params_t p = tu_layer_params(&l.w, tu_t3(q, 2, NEW, KV_E));
     if (terms) {
       p.has_window_left = 1;
       p.window_left = 20;
@@ -1192,7 +1137,7 @@ START_TEST(test_gpu_kv_batch) {
   }
   for (int b = 0; b < 2; b++)
     kv_pair_free(&c[b]);
-  kv_layer_free(&l);
+  tu_layer_free(&l.w);
 }
 END_TEST
 

@@ -31,56 +31,12 @@
 enum { E = 32, H = 4, HKV = 2, DH = 8, DV = 8, N = 150, MAXPAGES = 8 };
 static const double TOL = 1e-5;
 
-/* One layer's weights and a sequence of hidden states. */
-typedef struct layer {
-  float *qw, *kw, *vw, *ow, *qb, *kb, *vb, *ob, *qn, *kn;
-  float *x; /* [N + extra, E] */
-} layer_t;
-
-static void layer_init(layer_t *l, uint64_t seed, int64_t tokens) {
-  tu_rng_t r;
-  tu_rng_seed(&r, seed);
-  l->qw = tu_rand_floats(&r, H * DH * E, 0.3f);
-  l->kw = tu_rand_floats(&r, HKV * DH * E, 0.3f);
-  l->vw = tu_rand_floats(&r, HKV * DV * E, 0.3f);
-  l->ow = tu_rand_floats(&r, E * H * DV, 0.3f);
-  l->qb = tu_rand_floats(&r, H * DH, 0.1f);
-  l->kb = tu_rand_floats(&r, HKV * DH, 0.1f);
-  l->vb = tu_rand_floats(&r, HKV * DV, 0.1f);
-  l->ob = tu_rand_floats(&r, E, 0.1f);
-  l->qn = tu_rand_floats(&r, DH, 1.0f);
-  l->kn = tu_rand_floats(&r, DH, 1.0f);
-  l->x = tu_rand_floats(&r, (size_t)(tokens * E), 1.0f);
-}
-
-static void layer_free(layer_t *l) {
-  float **f[] = {&l->qw, &l->kw, &l->vw, &l->ow, &l->qb, &l->kb,
-                 &l->vb, &l->ob, &l->qn, &l->kn, &l->x};
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-    free(*f[i]);
-}
-
-/* The layer's parameters over `query` (rank 2 or 3), causal, with rope and
- * norms; the caller adds the cache. */
-static attn_params_t layer_params(const layer_t *l, attn_tensor_t query) {
-  attn_params_t p = {0};
-  p.query = query;
-  p.num_heads = H;
-  p.num_kv_heads = HKV;
-  p.q_weight = tu_t2(l->qw, H * DH, E);
-  p.k_weight = tu_t2(l->kw, HKV * DH, E);
-  p.v_weight = tu_t2(l->vw, HKV * DV, E);
-  p.o_weight = tu_t2(l->ow, E, H * DV);
-  p.q_bias = tu_t1(l->qb, H * DH);
-  p.k_bias = tu_t1(l->kb, HKV * DH);
-  p.v_bias = tu_t1(l->vb, HKV * DV);
-  p.o_bias = tu_t1(l->ob, E);
-  p.q_norm = tu_t1(l->qn, DH);
-  p.k_norm = tu_t1(l->kn, DH);
-  p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
-  p.rope = (attn_rope_t){.style = ATTN_ROPE_HALF, .theta = 500, .dims = 6};
-  p.want_weights = 1;
-  return p;
+/* One layer (tests/testutil.h) of this file's shape, rope over 6 of each
+ * head's 8 dimensions, and `tokens` hidden states. */
+static void layer_init(tu_layer_t *l, uint64_t seed, int64_t tokens) {
+  *l = (tu_layer_t){
+      .E = E, .H = H, .Hkv = HKV, .Dh = DH, .Dv = DV, .rope_dims = 6};
+  tu_layer_init(l, seed, tokens);
 }
 
 /* A cache of pages, NaN until written. */
@@ -106,19 +62,19 @@ static void cache_free(cache_t *c) {
 }
 
 /* The whole causal call over x[0 .. n), in float64. */
-static void whole(const layer_t *l, const float *x, int64_t n,
+static void whole(const tu_layer_t *l, const float *x, int64_t n,
                   ref_result_t *r) {
-  attn_params_t p = layer_params(l, tu_t2(x, n, E));
+  attn_params_t p = tu_layer_params(l, tu_t2(x, n, E));
   ck_assert_int_eq(ref_attention(&p, r), 0);
 }
 
 /* Appends x[0 .. n) to the cache (one call) and checks its outputs against
  * rows [at, at + n) of `ref` (the whole call over the sequence so far),
  * weights over keys [0, at + n). */
-static void append_check(const layer_t *l, cache_t *c, const float *x,
+static void append_check(const tu_layer_t *l, cache_t *c, const float *x,
                          int64_t n, const ref_result_t *ref, int64_t at,
                          const char *what) {
-  attn_params_t p = layer_params(l, tu_t2(x, n, E));
+  attn_params_t p = tu_layer_params(l, tu_t2(x, n, E));
   float *const *table = c->pages;
   attn_kv_t kv = {.past = &c->past, .pages = &table, .k_absmax = &c->k_absmax};
   p.kv = &kv;
@@ -176,7 +132,7 @@ static const int64_t chunk_sizes[] = {1,  2,  3,  5,  7,   13,
                                       31, 63, 64, 65, 100, 150};
 
 START_TEST(test_append) {
-  layer_t l;
+  tu_layer_t l;
   layer_init(&l, 7, N);
   ref_result_t ref;
   whole(&l, l.x, N, &ref);
@@ -192,14 +148,14 @@ START_TEST(test_append) {
   ck_assert_int_eq(c.past, N);
   cache_free(&c);
   ref_result_free(&ref);
-  layer_free(&l);
+  tu_layer_free(&l);
 }
 END_TEST
 
 /* Uneven chunks: 1, 2, 3, ... tokens, so that every chunk boundary falls at
  * a new offset within a page. */
 START_TEST(test_append_uneven) {
-  layer_t l;
+  tu_layer_t l;
   layer_init(&l, 8, N);
   ref_result_t ref;
   whole(&l, l.x, N, &ref);
@@ -212,7 +168,7 @@ START_TEST(test_append_uneven) {
   }
   cache_free(&c);
   ref_result_free(&ref);
-  layer_free(&l);
+  tu_layer_free(&l);
 }
 END_TEST
 
@@ -222,7 +178,7 @@ START_TEST(test_truncate) {
   static const int64_t keeps[] = {0, 1, 63, 64, 65, 100};
   int64_t keep = keeps[_i];
   enum { MORE = 40 };
-  layer_t l;
+  tu_layer_t l;
   layer_init(&l, 9, N + MORE);
   cache_t c;
   cache_init(&c);
@@ -244,7 +200,7 @@ START_TEST(test_truncate) {
   free(seq);
   ref_result_free(&ref);
   cache_free(&c);
-  layer_free(&l);
+  tu_layer_free(&l);
 }
 END_TEST
 
@@ -254,7 +210,7 @@ END_TEST
 START_TEST(test_batch) {
   enum { NEW = 3 };
   const int64_t past[2] = {70, 10};
-  layer_t l;
+  tu_layer_t l;
   layer_init(&l, 10, 2 * 80);
   const float *seq[2] = {l.x, l.x + 80 * E};
   cache_t c[2];
@@ -271,7 +227,7 @@ START_TEST(test_batch) {
     float *q = malloc(sizeof(float) * 2 * NEW * E);
     for (int b = 0; b < 2; b++)
       memcpy(q + b * NEW * E, seq[b] + past[b] * E, sizeof(float) * NEW * E);
-    attn_params_t p = layer_params(&l, tu_t3(q, 2, NEW, E));
+    attn_params_t p = tu_layer_params(&l, tu_t3(q, 2, NEW, E));
     if (terms) {
       p.has_window_left = 1;
       p.window_left = 20;
@@ -289,7 +245,7 @@ START_TEST(test_batch) {
     ck_assert_int_eq(Lk, 73);
     for (int b = 0; b < 2; b++) {
       ref_result_t ref;
-      attn_params_t w = layer_params(&l, tu_t2(seq[b], past[b] + NEW, E));
+      attn_params_t w = tu_layer_params(&l, tu_t2(seq[b], past[b] + NEW, E));
       w.has_window_left = p.has_window_left;
       w.window_left = p.window_left;
       w.alibi = p.alibi;
@@ -319,12 +275,12 @@ START_TEST(test_batch) {
   }
   for (int b = 0; b < 2; b++)
     cache_free(&c[b]);
-  layer_free(&l);
+  tu_layer_free(&l);
 }
 END_TEST
 
 START_TEST(test_plan) {
-  layer_t l;
+  tu_layer_t l;
   layer_init(&l, 11, 8);
   cache_t c;
   cache_init(&c);
@@ -352,7 +308,7 @@ START_TEST(test_plan) {
        "with a kv cache the new keys are the new tokens, Lq = 8"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    attn_params_t p = layer_params(&l, tu_t2(l.x, 8, E));
+    attn_params_t p = tu_layer_params(&l, tu_t2(l.x, 8, E));
     attn_kv_t kv = {.past = cases[k].past,
                     .pages = cases[k].pages,
                     .k_absmax = cases[k].absmax};
@@ -369,7 +325,7 @@ START_TEST(test_plan) {
   /* the workspace holds no K or V: they live in the pages; a call that
    * lays out the same 68 keys in the workspace takes more (planning reads
    * no key data) */
-  attn_params_t p = layer_params(&l, tu_t2(l.x, 8, E)), q = p;
+  attn_params_t p = tu_layer_params(&l, tu_t2(l.x, 8, E)), q = p;
   attn_kv_t kv = {.past = &past, .pages = &table, .k_absmax = &absmax};
   p.kv = &kv;
   q.key = tu_t2(l.x, 68, E);
@@ -380,7 +336,7 @@ START_TEST(test_plan) {
   ck_assert_int_eq(without.Lk, 68);
   ck_assert_uint_lt(with.workspace_bytes + 68 * 4 * H, without.workspace_bytes);
   cache_free(&c);
-  layer_free(&l);
+  tu_layer_free(&l);
 }
 END_TEST
 

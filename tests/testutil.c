@@ -661,3 +661,52 @@ void tu_spec_describe(const tu_spec_t *s, char *buf, size_t n) {
            s->has_scale, (double)s->scale, s->has_softcap, (double)s->softcap,
            s->skip);
 }
+
+void tu_layer_init(tu_layer_t *l, uint64_t seed, int64_t tokens) {
+  const int64_t E = l->E, Dh = l->Dh, Dv = l->Dv;
+  tu_rng_t r;
+  tu_rng_seed(&r, seed);
+  l->qw = tu_rand_floats(&r, (size_t)(l->H * Dh * E), 0.3f);
+  l->kw = tu_rand_floats(&r, (size_t)(l->Hkv * Dh * E), 0.3f);
+  l->vw = tu_rand_floats(&r, (size_t)(l->Hkv * Dv * E), 0.3f);
+  l->ow = tu_rand_floats(&r, (size_t)(E * l->H * Dv), 0.3f);
+  l->qb = tu_rand_floats(&r, (size_t)(l->H * Dh), 0.1f);
+  l->kb = tu_rand_floats(&r, (size_t)(l->Hkv * Dh), 0.1f);
+  l->vb = tu_rand_floats(&r, (size_t)(l->Hkv * Dv), 0.1f);
+  l->ob = tu_rand_floats(&r, (size_t)E, 0.1f);
+  l->qn = tu_rand_floats(&r, (size_t)Dh, 1.0f);
+  l->kn = tu_rand_floats(&r, (size_t)Dh, 1.0f);
+  l->x = tu_rand_floats(&r, (size_t)(tokens * E), 1.0f);
+}
+
+void tu_layer_free(tu_layer_t *l) {
+  float **f[] = {&l->qw, &l->kw, &l->vw, &l->ow, &l->qb, &l->kb,
+                 &l->vb, &l->ob, &l->qn, &l->kn, &l->x};
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+    free(*f[i]);
+    *f[i] = NULL;
+  }
+}
+
+attn_params_t tu_layer_params(const tu_layer_t *l, attn_tensor_t query) {
+  const int64_t E = l->E, Dh = l->Dh, Dv = l->Dv;
+  attn_params_t p = {0};
+  p.query = query;
+  p.num_heads = l->H;
+  p.num_kv_heads = l->Hkv;
+  p.q_weight = tu_t2(l->qw, l->H * Dh, E);
+  p.k_weight = tu_t2(l->kw, l->Hkv * Dh, E);
+  p.v_weight = tu_t2(l->vw, l->Hkv * Dv, E);
+  p.o_weight = tu_t2(l->ow, E, l->H * Dv);
+  p.q_bias = tu_t1(l->qb, l->H * Dh);
+  p.k_bias = tu_t1(l->kb, l->Hkv * Dh);
+  p.v_bias = tu_t1(l->vb, l->Hkv * Dv);
+  p.o_bias = tu_t1(l->ob, E);
+  p.q_norm = tu_t1(l->qn, Dh);
+  p.k_norm = tu_t1(l->kn, Dh);
+  p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
+  p.rope = (attn_rope_t){
+      .style = ATTN_ROPE_HALF, .theta = 500, .dims = l->rope_dims};
+  p.want_weights = 1;
+  return p;
+}

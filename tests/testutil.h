@@ -185,4 +185,22 @@ void tu_spec_random(tu_spec_t *s, tu_rng_t *r);
 /* Prints a spec on one line into buf (for failure messages). */
 void tu_spec_describe(const tu_spec_t *s, char *buf, size_t n);
 
+/* One attention layer of a decoder, as check_kv and check_cuda's kv cases
+ * run it: q/k/v/o projections with biases, per-head q and k norms, grouped
+ * key/value heads, and `tokens` hidden states x [tokens, E]; all random.
+ * The caller sets the shape (E to rope_dims) before tu_layer_init. */
+typedef struct tu_layer {
+  int64_t E, H, Hkv, Dh, Dv, rope_dims;
+  float *qw, *kw, *vw, *ow, *qb, *kb, *vb, *ob, *qn, *kn;
+  float *x;
+} tu_layer_t;
+
+void tu_layer_init(tu_layer_t *l, uint64_t seed, int64_t tokens);
+void tu_layer_free(tu_layer_t *l);
+
+/* The layer's parameters over `query` (rank 2 or 3): causal, rope of
+ * rope_dims in halves (theta 500), weights asked for; the caller adds the
+ * cache. */
+attn_params_t tu_layer_params(const tu_layer_t *l, attn_tensor_t query);
+
 #endif
