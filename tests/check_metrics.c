@@ -1488,6 +1488,27 @@ static int raw_status(int fd) {
 
 #define KEY_HDR "Authorization: Bearer " SCRAPE_KEY "\r\n"
 
+/* The request line of a raw POST to /v1/attention, with the key. */
+#define V1_POST "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY_HDR
+
+/* A path's first half (PATH_END is its second): scrapes the counters, then
+ * sends a request by call() and asserts the reply's status. */
+static void path_call(const char *method, const char *path, const char *body,
+                      const char *ctype, int key, long status) {
+  path_begin();
+  long got = call(method, path, body, ctype, key, NULL);
+  ck_assert_msg(got == status, "%s %s: %ld, not %ld", method, path, got,
+                status);
+}
+
+/* The same for a request sent raw (raw_send's head, body and len). */
+static void path_raw(const char *head, const char *body, size_t len,
+                     int status) {
+  path_begin();
+  int got = raw_status(raw_send(head, body, len));
+  ck_assert_msg(got == status, "%.60s: %d, not %d", head, got, status);
+}
+
 /* POSTs body to path, with the key, on a new connection, which it returns
  * unread. */
 static int raw_post(const char *path, const char *body) {
@@ -1519,8 +1540,7 @@ static void assert_sum_moved(const prom_t *a, const char *name,
 static void path_session_delete(const char *sess) {
   char path[96];
   snprintf(path, sizeof path, "/v1/sessions/%.40s", sess);
-  path_begin();
-  ck_assert_int_eq(call("DELETE", path, NULL, NULL, 1, NULL), 204);
+  path_call("DELETE", path, NULL, NULL, 1, 204);
   PATH_END("session delete", 0, 0, 0, 0, COUNTED("session", "204"),
            {"attnd_session_ends_total{cause=\"deleted\"}", 1});
 }
@@ -1600,35 +1620,25 @@ START_TEST(test_every_path_counted) {
   PATH_END("200 OIP binary", 1, 0, 0, 0, COUNTED("v2", "200"),
            TIMED("v2", "128"), CPU_RUN);
 
-  path_begin();
-  ck_assert_int_eq(call("POST", "/v1/attention", "{\"query\":", NULL, 1, NULL),
-                   400);
+  path_call("POST", "/v1/attention", "{\"query\":", NULL, 1, 400);
   PATH_END("400 bad JSON", 0, 0, 0, 0, COUNTED("v1", "400"),
            REJECTED("invalid"));
 
-  path_begin();
-  ck_assert_int_eq(call("POST", "/v1/attention", small_req, NULL, 0, NULL),
-                   401);
+  path_call("POST", "/v1/attention", small_req, NULL, 0, 401);
   PATH_END("401 no key", 0, 0, 0, 0, COUNTED("v1", "401"),
            REJECTED("unauthorized"));
 
-  path_begin();
-  ck_assert_int_eq(call("GET", "/nowhere", NULL, NULL, 1, NULL), 404);
+  path_call("GET", "/nowhere", NULL, NULL, 1, 404);
   PATH_END("404 unknown path", 0, 0, 0, 0, COUNTED("other", "404"),
            REJECTED("invalid"));
 
-  path_begin();
-  ck_assert_int_eq(call("DELETE", "/metrics", NULL, NULL, 1, NULL), 405);
+  path_call("DELETE", "/metrics", NULL, NULL, 1, 405);
   PATH_END("405 wrong method", 0, 0, 0, 0, COUNTED("other", "405"),
            REJECTED("invalid"));
 
-  path_begin();
-  ck_assert_int_eq(raw_status(raw_send("POST /v1/attention HTTP/1.1\r\n"
-                                       "Host: 127.0.0.1\r\n" KEY_HDR
-                                       "Content-Type: application/json\r\n"
-                                       "Content-Length: 3000000\r\n\r\n",
-                                       NULL, 0)),
-                   413);
+  path_raw(V1_POST "Content-Type: application/json\r\n"
+                   "Content-Length: 3000000\r\n\r\n",
+           NULL, 0, 413);
   PATH_END("413 Content-Length", 0, 0, 0, 0, COUNTED("v1", "413"),
            REJECTED("too_large"));
 
@@ -1644,53 +1654,36 @@ START_TEST(test_every_path_counted) {
     len += (size_t)sprintf(chunks + len, "\r\n");
   }
   len += (size_t)sprintf(chunks + len, "0\r\n\r\n");
-  path_begin();
-  ck_assert_int_eq(raw_status(raw_send("POST /v1/attention HTTP/1.1\r\n"
-                                       "Host: 127.0.0.1\r\n" KEY_HDR
-                                       "Content-Type: application/json\r\n"
-                                       "Transfer-Encoding: chunked\r\n\r\n",
-                                       chunks, len)),
-                   413);
+  path_raw(V1_POST "Content-Type: application/json\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n",
+           chunks, len, 413);
   free(chunks);
   PATH_END("413 chunked", 0, 0, 0, 0, COUNTED("v1", "413"),
            REJECTED("too_large"));
 
-  path_begin();
-  ck_assert_int_eq(
-      call("POST", "/v1/attention", small_req, "text/plain", 1, NULL), 415);
+  path_call("POST", "/v1/attention", small_req, "text/plain", 1, 415);
   PATH_END("415 Content-Type", 0, 0, 0, 0, COUNTED("v1", "415"),
            REJECTED("invalid"));
 
-  path_begin();
-  ck_assert_int_eq(call("POST", "/v1/attention",
-                        "{\"query\":[[0.5,-1,2]],\"num_heads\":2}", NULL, 1,
-                        NULL),
-                   422);
+  path_call("POST", "/v1/attention", "{\"query\":[[0.5,-1,2]],\"num_heads\":2}",
+            NULL, 1, 422);
   PATH_END("422 shape", 0, 0, 0, 0, COUNTED("v1", "422"), REJECTED("invalid"));
 
-  path_begin();
-  ck_assert_int_eq(
-      call("POST", "/v2/models/blk/infer", small_req, NULL, 0, NULL), 401);
+  path_call("POST", "/v2/models/blk/infer", small_req, NULL, 0, 401);
   PATH_END("401 no key, OIP", 0, 0, 0, 0, COUNTED("v2", "401"),
            REJECTED("unauthorized"));
 
-  path_begin();
-  ck_assert_int_eq(call("POST", "/v2/models/blk/infer",
-                        "{\"inputs\":[{\"name\":\"query\",\"shape\":[1,1,3],"
-                        "\"datatype\":\"FP32\",\"data\":[1,2,3]}]}",
-                        NULL, 1, NULL),
-                   400);
+  path_call("POST", "/v2/models/blk/infer",
+            "{\"inputs\":[{\"name\":\"query\",\"shape\":[1,1,3],"
+            "\"datatype\":\"FP32\",\"data\":[1,2,3]}]}",
+            NULL, 1, 400);
   PATH_END("400 OIP shape", 0, 0, 0, 0, COUNTED("v2", "400"),
            REJECTED("invalid"));
 
-  path_begin();
-  ck_assert_int_eq(raw_status(raw_send("POST /v1/attention HTTP/1.1\r\n"
-                                       "Host: 127.0.0.1\r\n" KEY_HDR
-                                       "Content-Type: application/json\r\n"
-                                       "Expect: 200-ok\r\n"
-                                       "Content-Length: 2\r\n\r\n",
-                                       "{}", 2)),
-                   417);
+  path_raw(V1_POST "Content-Type: application/json\r\n"
+                   "Expect: 200-ok\r\n"
+                   "Content-Length: 2\r\n\r\n",
+           "{}", 2, 417);
   PATH_END("417 Expect", 0, 0, 0, 0, COUNTED("v1", "417"), REJECTED("invalid"));
 
   /* libmicrohttpd's own refusals of a chunk's size, once attnd has the
@@ -1714,13 +1707,9 @@ START_TEST(test_every_path_counted) {
     snprintf(counted, sizeof counted,
              "attnd_requests_total{protocol=\"v1\",status=\"%s\"}", st);
     const moved_t want[] = {{counted, 1}, bad_chunks[k].reason};
-    path_begin();
-    ck_assert_int_eq(raw_status(raw_send("POST /v1/attention HTTP/1.1\r\n"
-                                         "Host: 127.0.0.1\r\n" KEY_HDR
-                                         "Content-Type: application/json\r\n"
-                                         "Transfer-Encoding: chunked\r\n\r\n",
-                                         chunk, (size_t)n)),
-                     bad_chunks[k].status);
+    path_raw(V1_POST "Content-Type: application/json\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n",
+             chunk, (size_t)n, bad_chunks[k].status);
     path_end(what, want, 2, 0, 0, 0, 0);
   }
 
@@ -1728,21 +1717,15 @@ START_TEST(test_every_path_counted) {
    * before attnd's handler runs, but after the request line, from which
    * attnd holds the request (docs/operations.md): counted as the chunk's
    * are, under the protocol of its path */
-  path_begin();
-  ck_assert_int_eq(raw_status(raw_send("POST /v1/attention HTTP/1.1\r\n"
-                                       "Host: 127.0.0.1\r\n" KEY_HDR
-                                       "Content-Length: abc\r\n\r\n",
-                                       NULL, 0)),
-                   400);
+  path_raw(V1_POST "Content-Length: abc\r\n\r\n", NULL, 0, 400);
   PATH_END("400 Content-Length abc", 0, 0, 0, 0, COUNTED("v1", "400"),
            REJECTED("invalid"));
 
   /* a client that leaves halfway through its body: only the access log's
    * 499, counted as status other */
   path_begin();
-  close(raw_send("POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY_HDR
-                 "Content-Type: application/json\r\n"
-                 "Content-Length: 1000\r\n\r\n",
+  close(raw_send(V1_POST "Content-Type: application/json\r\n"
+                         "Content-Length: 1000\r\n\r\n",
                  "{\"query\":[[", 11));
   PATH_END("client gone uploading", 0, 0, 0, 0, COUNTED("v1", "other"));
 
@@ -1758,11 +1741,9 @@ START_TEST(test_every_path_counted) {
   srv.log[0] = 0;
   for (int k = 0; k < 2; k++) {
     path_begin();
-    int fd =
-        raw_send("POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY_HDR
-                 "Content-Type: application/json\r\n"
-                 "Content-Length: 1000\r\n\r\n",
-                 stalls[k], strlen(stalls[k]));
+    int fd = raw_send(V1_POST "Content-Type: application/json\r\n"
+                              "Content-Length: 1000\r\n\r\n",
+                      stalls[k], strlen(stalls[k]));
     ck_assert_int_eq(raw_status(fd), 0); /* closed, unanswered */
     PATH_END(k ? "body stalled halfway" : "body stalled at its headers", 0, 0,
              0, 0, COUNTED("v1", "other"), REJECTED("slow_sender"));
@@ -1784,15 +1765,13 @@ START_TEST(test_every_path_counted) {
   tokens(q, sizeof q, 2);
   snprintf(body, sizeof body, "{\"query\":%s}", q);
   snprintf(path, sizeof path, "/v1/sessions/%s/attention", sess);
-  path_begin();
-  ck_assert_int_eq(call("POST", path, body, NULL, 1, NULL), 200);
+  path_call("POST", path, body, NULL, 1, 200);
   PATH_END("session step", 1, 0, 0, 0, COUNTED("session", "200"),
            TIMED("session", "128"), CPU_RUN);
 
   /* a step refused in its turn that came at once never queued: no wait */
   snprintf(body, sizeof body, "{\"query\":%s,\"expected_length\":99}", q);
-  path_begin();
-  ck_assert_int_eq(call("POST", path, body, NULL, 1, NULL), 409);
+  path_call("POST", path, body, NULL, 1, 409);
   PATH_END("session step 409 at once", 0, 0, 0, 0, COUNTED("session", "409"),
            REJECTED("invalid"));
 
@@ -1809,9 +1788,7 @@ START_TEST(test_every_path_counted) {
   /* one waits in the one place of the queue; the next is refused */
   int queued = raw_post("/v1/attention", small_req);
   ck_assert_double_ge(sh_wait_metric(srv.port, "attnd_queue_depth", 1, 10), 1);
-  path_begin();
-  ck_assert_int_eq(call("POST", "/v1/attention", small_req, NULL, 1, NULL),
-                   429);
+  path_call("POST", "/v1/attention", small_req, NULL, 1, 429);
   PATH_END("429 queue full", 0, 2, 1, 1, COUNTED("v1", "429"),
            REJECTED("overload"));
 
@@ -1843,8 +1820,7 @@ START_TEST(test_every_path_counted) {
   PATH_END("session create, held", 0, 1, 1, 0, COUNTED("session", "201"));
   snprintf(body, sizeof body, "{\"query\":%s,\"timeout_ms\":50}", q);
   snprintf(path, sizeof path, "/v1/sessions/%s/attention", sess);
-  path_begin();
-  ck_assert_int_eq(call("POST", path, body, NULL, 1, NULL), 504);
+  path_call("POST", path, body, NULL, 1, 504);
   PATH_END("session step 504 queued", 0, 1, 1, 0, COUNTED("session", "504"),
            REJECTED("deadline"), QUEUED("session", "128"));
 
