@@ -889,6 +889,15 @@ END_TEST
 /* The query alone, with its members replaced. */
 #define QX(members)                                                            \
   "{\"parameters\":{\"num_heads\":2},\"inputs\":[" members "]}"
+/* A query [16, 4] of ones, four heads, with more parameters and the
+ * outputs asked for: with the weights, a reply over max_response_bytes. */
+#define Q16X4(params, outputs)                                                 \
+  "{\"parameters\":{\"num_heads\":4" params "},\"inputs\":[{\"name\":"         \
+  "\"query\",\"datatype\":\"FP32\",\"shape\":[16,4],\"data\":[" ONES4          \
+  "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4        \
+  "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4        \
+  "," ONES4 "]}],\"outputs\":[" outputs "]}"
+#define ONES4 "[1,1,1,1]"
 
 typedef struct err_case {
   const char *model; /* NULL: the generic model */
@@ -1241,23 +1250,14 @@ static const err_case_t err_cases[] = {
      "\"datatype\":\"FP32\",\"shape\":[17,1],\"data\":[1,1,1,1,1,1,1,1,1,1,1,"
      "1,1,1,1,1,1]}]}",
      "limit_exceeded", "inputs[0]", "query length 17 is over max_seq_len 16"},
-    {NULL,
-     "{\"parameters\":{\"num_heads\":4},\"inputs\":[{\"name\":\"query\","
-     "\"datatype\":\"FP32\",\"shape\":[16,4],\"data\":[[1,1,1,1],[1,1,1,1],"
-     "[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],"
-     "[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1]]"
-     "}],\"outputs\":[{\"name\":\"output\"},{\"name\":\"weights\"}]}",
+    {NULL, Q16X4("", "{\"name\":\"output\"},{\"name\":\"weights\"}"),
      "limit_exceeded", "outputs[1]",
      "the reply would take up to 17408 bytes, over max_response_bytes 16384"},
     /* the same with a reduction of the weights, and no dense weights, as
      * what makes the reply too large: named, not "outputs[-1]" */
     {NULL,
-     "{\"parameters\":{\"num_heads\":4,\"weights_pool_queries\":1,"
-     "\"weights_pool_keys\":1},\"inputs\":[{\"name\":\"query\","
-     "\"datatype\":\"FP32\",\"shape\":[16,4],\"data\":[[1,1,1,1],[1,1,1,1],"
-     "[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],"
-     "[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1],[1,1,1,1]]"
-     "}],\"outputs\":[{\"name\":\"output\"},{\"name\":\"weights_pooled\"}]}",
+     Q16X4(",\"weights_pool_queries\":1,\"weights_pool_keys\":1",
+           "{\"name\":\"output\"},{\"name\":\"weights_pooled\"}"),
      "limit_exceeded", "outputs[1]",
      "the reply would take up to 17664 bytes, over max_response_bytes 16384"},
     /* the reductions of the weights */
