@@ -594,6 +594,15 @@ END_TEST
  * 4 workspace one byte short, 5 workspace NULL, 6 workspace misaligned. The
  * API names EINVAL for a missing buffer and ENOSPC for a short workspace; a
  * NULL or misaligned workspace may be either, but must name "workspace". */
+/* Every output of test_bad_forward's plan in buf: out, weights,
+ * mean_weights and head_outputs. */
+static attn_outputs_t all_outputs(float *const buf[4]) {
+  return (attn_outputs_t){.out = buf[0],
+                          .weights = buf[1],
+                          .mean_weights = buf[2],
+                          .head_outputs = buf[3]};
+}
+
 START_TEST(test_bad_forward) {
   static const char *const field[] = {
       "out",       "weights",   "mean_weights", "head_outputs",
@@ -611,10 +620,7 @@ START_TEST(test_bad_forward) {
     buf[k] = calloc((size_t)n[k] + 1, sizeof(float));
     ck_assert_ptr_nonnull(buf[k]);
   }
-  attn_outputs_t o = {.out = buf[0],
-                      .weights = buf[1],
-                      .mean_weights = buf[2],
-                      .head_outputs = buf[3]};
+  attn_outputs_t o = all_outputs(buf);
   const size_t wsb = (plan.workspace_bytes + 63) / 64 * 64 + 64;
   void *ws = aligned_alloc(64, wsb);
   ck_assert_ptr_nonnull(ws);
@@ -659,10 +665,7 @@ START_TEST(test_bad_forward) {
     for (int64_t x = 0; x < n[k]; x++)
       ck_assert_float_eq(buf[k][x], 0.0f);
   /* with everything in place it succeeds */
-  o = (attn_outputs_t){.out = buf[0],
-                       .weights = buf[1],
-                       .mean_weights = buf[2],
-                       .head_outputs = buf[3]};
+  o = all_outputs(buf);
   ck_assert_int_eq(attn_forward(&plan, &o, ws, plan.workspace_bytes, &err), 0);
   ck_assert_int_eq(err.code, 0);
   for (int k = 0; k < 4; k++)
