@@ -283,6 +283,13 @@ static const attn_reduce_t options[] = {
 /* clang-format on */
 #define N_OPTIONS ((int)(sizeof options / sizeof options[0]))
 
+/* Builds c from s (tu_case_build) asking for the reductions alone: no
+ * dense weights, mean weights or head outputs. */
+static void build_reduce_only(tu_case_t *c, const tu_spec_t *s, uint64_t seed) {
+  tu_case_build(c, s, seed);
+  c->p.want_weights = c->p.want_mean_weights = c->p.want_head_outputs = 0;
+}
+
 /* Clips a range to [0, n), keeping it non-empty. */
 static void clip_range(int64_t r[2], int64_t n) {
   r[1] = r[1] < n ? r[1] : n;
@@ -302,8 +309,7 @@ START_TEST(test_cases) {
   const rcase_t *rc = &cases[_i / N_OPTIONS];
   const attn_reduce_t *opt = &options[_i % N_OPTIONS];
   tu_case_t c;
-  tu_case_build(&c, &rc->s, 5000 + (uint64_t)_i / N_OPTIONS);
-  c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
+  build_reduce_only(&c, &rc->s, 5000 + (uint64_t)_i / N_OPTIONS);
   set_options(&c.p, opt, c.Lq, c.Lk);
   char what[160];
   snprintf(what, sizeof what, "%s, options %d", rc->name, _i % N_OPTIONS);
@@ -322,8 +328,7 @@ START_TEST(test_rope) {
                  .proj = TU_QW | TU_KW | TU_VW,
                  .Eq = 16};
   tu_case_t c;
-  tu_case_build(&c, &s, 77);
-  c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
+  build_reduce_only(&c, &s, 77);
   c.p.rope = (attn_rope_t){.style = _i ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF,
                            .theta = 10000};
   attn_reduce_t opt = {.top_k = 5,
@@ -412,8 +417,7 @@ START_TEST(test_random) {
   tu_spec_t s;
   tu_spec_random(&s, &r);
   tu_case_t c;
-  tu_case_build(&c, &s, 9200 + (uint64_t)_i);
-  c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
+  build_reduce_only(&c, &s, 9200 + (uint64_t)_i);
   attn_reduce_t *o = &c.p.reduce;
   memset(o, 0, sizeof *o);
   o->mean_heads = (int)tu_rng_below(&r, 2);
@@ -464,8 +468,7 @@ START_TEST(test_threads) {
                  .causal = BR,
                  .bias_rank = 2};
   tu_case_t c;
-  tu_case_build(&c, &s, 31);
-  c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
+  build_reduce_only(&c, &s, 31);
   c.p.reduce = (attn_reduce_t){.top_k = 8,
                                .pool_q = 50,
                                .pool_k = 30,
@@ -504,8 +507,7 @@ END_TEST
 START_TEST(test_pool_partials_follow_range) {
   tu_spec_t s = {.Lq = 8192, .H = 2, .Dh = 2};
   tu_case_t c;
-  tu_case_build(&c, &s, 41);
-  c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
+  build_reduce_only(&c, &s, 41);
   attn_plan_t with, without;
   attn_error_t err;
   c.p.reduce = (attn_reduce_t){.pool_q = 1,
@@ -535,8 +537,7 @@ START_TEST(test_pool_partials_follow_range) {
                  .H = 3,
                  .Dh = 4,
                  .causal = BR};
-  tu_case_build(&c, &t, 42);
-  c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
+  build_reduce_only(&c, &t, 42);
   c.p.reduce = (attn_reduce_t){.pool_q = 50,
                                .pool_k = 30,
                                .top_k = 3,
@@ -612,8 +613,7 @@ END_TEST
 START_TEST(test_missing_buffer) {
   tu_spec_t s = {.Lq = 10, .H = 2, .Dh = 4};
   tu_case_t c;
-  tu_case_build(&c, &s, 6);
-  c.p.want_weights = c.p.want_mean_weights = c.p.want_head_outputs = 0;
+  build_reduce_only(&c, &s, 6);
   c.p.reduce = (attn_reduce_t){.top_k = 2, .stats = ATTN_STAT_SINK};
   attn_plan_t pl;
   attn_error_t err;
