@@ -2271,6 +2271,39 @@ START_TEST(test_options_without_cors) {
 }
 END_TEST
 
+/* Starts n slow calls (tcall_start) on s, waits until all n are in
+ * flight, and sends s SIGTERM, so that it drains them. */
+static void drain_with_calls(const sh_server_t *s, slow_t *sl, tcall_t *c,
+                             int n) {
+  for (int i = 0; i < n; i++)
+    tcall_start(&c[i], s->port, &sl->in, 0);
+  ck_assert(sh_wait_metric(s->port, "attnd_inflight", n, 20) >= n);
+  ck_assert_int_eq(kill(s->pid, SIGTERM), 0);
+}
+
+/* GETs path until it answers other than 200, for 10 s at most. Returns the
+ * last status (-1: no reply), its reply in r, which the caller frees. */
+static long get_until_not_200(int port, const char *path, sh_resp_t *r) {
+  double deadline = sh_now() + 10;
+  long st = 200;
+  *r = (sh_resp_t){0};
+  while (st == 200 && sh_now() < deadline) {
+    sh_resp_free(r);
+    st = sh_get(port, path, r) == 0 ? r->status : -1;
+  }
+  return st;
+}
+
+/* Joins the n calls drain_with_calls started: each was answered. */
+static void join_calls(tcall_t *c, int n) {
+  for (int i = 0; i < n; i++) {
+    thrd_join(c[i].th, NULL);
+    ck_assert_msg(c[i].rc == 0, "in flight at SIGTERM: %ld %s", c[i].r.status,
+                  c[i].r.error);
+    tc_result_free(&c[i].r);
+  }
+}
+
 /* SIGTERM with work in flight: /v2/health/ready answers 503
  * {"ready":false}, a new inference 503 in the protocol's form, and the
  * work in flight is finished. */
@@ -2283,21 +2316,9 @@ START_TEST(test_draining) {
   slow_t sl;
   slow_init(&sl, 9);
   tcall_t c[3];
-  for (int i = 0; i < 3; i++)
-    tcall_start(&c[i], s.port, &sl.in, 0);
-  ck_assert(sh_wait_metric(s.port, "attnd_inflight", 3, 20) >= 3);
-  ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
-  double deadline = sh_now() + 10;
-  long ready = 200;
-  sh_resp_t r = {0};
-  while (ready == 200 && sh_now() < deadline) {
-    sh_resp_free(&r);
-    sh_client_t hc;
-    sh_client_init(&hc, s.port);
-    sh_req_t q = {.method = "GET", .path = "/v2/health/ready"};
-    ready = sh_http(&hc, &q, &r) == 0 ? r.status : -1;
-    sh_client_free(&hc);
-  }
+  drain_with_calls(&s, &sl, c, 3);
+  sh_resp_t r;
+  long ready = get_until_not_200(s.port, "/v2/health/ready", &r);
   ck_assert_msg(ready == 503, "/v2/health/ready answered %ld while draining",
                 ready);
   ck_assert_str_eq(r.body, "{\"ready\":false}\n");
@@ -2312,12 +2333,7 @@ START_TEST(test_draining) {
   assert_oip_error(&r, 503, "shutting down");
   ck_assert_ptr_nonnull(sh_header(&r, "Retry-After", ra, sizeof ra));
   sh_resp_free(&r);
-  for (int i = 0; i < 3; i++) {
-    thrd_join(c[i].th, NULL);
-    ck_assert_msg(c[i].rc == 0, "in flight at SIGTERM: %ld %s", c[i].r.status,
-                  c[i].r.error);
-    tc_result_free(&c[i].r);
-  }
+  join_calls(c, 3);
   int st = sh_server_wait(&s, 30);
   ck_assert_msg(st == 0, "exit status %d:\n%s", st, s.log);
   slow_free(&sl);
@@ -2546,29 +2562,13 @@ START_TEST(test_model_ready_draining) {
   slow_t sl;
   slow_init(&sl, 11);
   tcall_t c[2];
-  for (int i = 0; i < 2; i++)
-    tcall_start(&c[i], s.port, &sl.in, 0);
-  ck_assert(sh_wait_metric(s.port, "attnd_inflight", 2, 20) >= 2);
-  ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
-  double deadline = sh_now() + 10;
-  sh_resp_t r = {0};
-  long st = 200;
-  while (st == 200 && sh_now() < deadline) {
-    sh_resp_free(&r);
-    sh_client_t hc;
-    sh_client_init(&hc, s.port);
-    sh_req_t q = {.method = "GET", .path = "/v2/models/attention/ready"};
-    st = sh_http(&hc, &q, &r) == 0 ? r.status : -1;
-    sh_client_free(&hc);
-  }
+  drain_with_calls(&s, &sl, c, 2);
+  sh_resp_t r;
+  long st = get_until_not_200(s.port, "/v2/models/attention/ready", &r);
   ck_assert_msg(st == 503, "answered %ld while draining", st);
   ck_assert_str_eq(r.body, "{\"name\":\"attention\",\"ready\":false}\n");
   sh_resp_free(&r);
-  for (int i = 0; i < 2; i++) {
-    thrd_join(c[i].th, NULL);
-    ck_assert_msg(c[i].rc == 0, "%ld %s", c[i].r.status, c[i].r.error);
-    tc_result_free(&c[i].r);
-  }
+  join_calls(c, 2);
   ck_assert_int_eq(sh_server_wait(&s, 30), 0);
   slow_free(&sl);
 }
