@@ -48,7 +48,8 @@
  *   - statuses 600 to 999 from a scripted server, counted as themselves
  *     in both engines;
  *   - the open loop: evenly spaced arrivals fill a window with exactly
- *     rate x duration requests (against a port that refuses them).
+ *     rate x duration requests (against a port that refuses them);
+ *   - --progress's cadence, from the time of the last line.
  * No timings are asserted. */
 #include <arpa/inet.h>
 #include <check.h>
@@ -2701,6 +2702,24 @@ START_TEST(test_status_invalid) {
 }
 END_TEST
 
+/* ---- the engines' shared parts ------------------------------------------- */
+
+/* --progress's cadence (load_progress_due): a line is due from its time
+ * on, and the next half a second after the one that was written, not
+ * after the time it was due. */
+START_TEST(test_progress_due) {
+  double next = 10.5;
+  ck_assert_int_eq(load_progress_due(10.4, &next), 0);
+  ck_assert(next == 10.5);
+  ck_assert_int_eq(load_progress_due(10.5, &next), 1);
+  ck_assert(next == 11.0);
+  ck_assert_int_eq(load_progress_due(10.9, &next), 0);
+  ck_assert(next == 11.0);
+  ck_assert_int_eq(load_progress_due(12.25, &next), 1);
+  ck_assert(next == 12.75);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -2714,6 +2733,10 @@ Suite *test_suite(void) {
 
   tc = tcase_create("server_timing");
   tcase_add_test(tc, test_server_timing);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("progress");
+  tcase_add_test(tc, test_progress_due);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("gen");

@@ -61,6 +61,21 @@ void load_multi_sleep(CURLM *multi, double wake_s) {
     curl_multi_poll(multi, NULL, 0, (int)wait_ms, NULL);
 }
 
+int load_progress_due(double now, double *next) {
+  if (now < *next)
+    return 0;
+  *next = now + 0.5;
+  return 1;
+}
+
+void load_easy_free(CURLM *multi, CURL *h, int busy) {
+  if (h == NULL)
+    return;
+  if (busy)
+    curl_multi_remove_handle(multi, h);
+  curl_easy_cleanup(h);
+}
+
 double load_cpu_now_s(void) {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
@@ -419,11 +434,7 @@ static int open_issue(engine_t *e, double now) {
 static void engine_free(engine_t *e) {
   for (int i = 0; e->slots && i < e->run->concurrency; i++) {
     slot_t *s = &e->slots[i];
-    if (s->h) {
-      if (s->busy)
-        curl_multi_remove_handle(e->multi, s->h);
-      curl_easy_cleanup(s->h);
-    }
+    load_easy_free(e->multi, s->h, s->busy);
     attnd_buf_free(&s->reply);
   }
   if (e->multi)
@@ -548,10 +559,8 @@ int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
       break;
     /* 2. transfers */
     int done = load_multi_transfers(e.multi, finish, &e);
-    if (run->progress && now >= next_progress) {
+    if (run->progress && load_progress_due(now, &next_progress))
       run->progress(st, now - e.t0, run->progress_arg);
-      next_progress = now + 0.5;
-    }
     if (done)
       continue;
     /* 3. sleep, until the next arrival at the latest */

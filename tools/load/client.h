@@ -164,6 +164,14 @@ typedef void (*load_finish_fn)(void *engine, void *slot, CURLcode rc,
 int load_multi_transfers(CURLM *multi, load_finish_fn finish, void *engine);
 void load_multi_sleep(CURLM *multi, double wake_s);
 
+/* Whether a --progress line is due at `now` (s): it is from *next on, and
+ * the next half a second later. */
+int load_progress_due(double now, double *next);
+
+/* Takes an engine's easy handle h out of multi where it is busy there,
+ * and frees it; NULL: none. */
+void load_easy_free(CURLM *multi, CURL *h, int busy);
+
 /* Parses a Server-Timing header value, "queue;dur=0.01, compute;dur=2.5,
  * total;dur=2.9" (milliseconds): stores the durations it finds of the
  * metrics queue, compute and total. Returns a bit mask of those found

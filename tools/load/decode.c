@@ -610,11 +610,7 @@ static int next_ready(const engine_t *e, double now, double *wake) {
 static void engine_free(engine_t *e) {
   for (int i = 0; e->slots && i < e->run->concurrency; i++) {
     slot_t *s = &e->slots[i];
-    if (s->h) {
-      if (s->busy)
-        curl_multi_remove_handle(e->multi, s->h);
-      curl_easy_cleanup(s->h);
-    }
+    load_easy_free(e->multi, s->h, s->busy);
     attnd_buf_free(&s->body);
     attnd_buf_free(&s->reply);
   }
@@ -711,10 +707,8 @@ int load_decode_run(const load_decode_run_t *run, load_decode_stats_t *st,
       break;
     /* 2. transfers */
     int done = load_multi_transfers(e.multi, finish, &e);
-    if (run->progress && now >= next_progress) {
+    if (run->progress && load_progress_due(now, &next_progress))
       run->progress(st, now - e.t0, run->progress_arg);
-      next_progress = now + 0.5;
-    }
     if (done)
       continue;
     /* 3. sleep, until the nearest pause ends at the latest */
