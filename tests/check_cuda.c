@@ -1116,13 +1116,8 @@ START_TEST(test_gpu_kv_batch) {
       memcpy(q + b * NEW * KV_E, l.w.x + (b * KV_N + past[b]) * KV_E,
              sizeof(float) * NEW * KV_E);
     attn_params_t p = tu_layer_params(&l.w, tu_t3(q, 2, NEW, KV_E));
-    if (terms) {
-      p.has_window_left = 1;
-      p.window_left = 20;
-      p.alibi = ATTN_ALIBI_DEFAULT;
-      p.has_softcap = 1;
-      p.softcap = 3;
-    }
+    if (terms)
+      tu_layer_add_terms(&p);
     float *const *host[2] = {c[0].host, c[1].host};
     float *const *dev[2] = {c[0].dev, c[1].dev};
     float habs[2] = {c[0].host_absmax, c[1].host_absmax};

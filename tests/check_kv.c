@@ -228,13 +228,8 @@ START_TEST(test_batch) {
     for (int b = 0; b < 2; b++)
       memcpy(q + b * NEW * E, seq[b] + past[b] * E, sizeof(float) * NEW * E);
     attn_params_t p = tu_layer_params(&l, tu_t3(q, 2, NEW, E));
-    if (terms) {
-      p.has_window_left = 1;
-      p.window_left = 20;
-      p.alibi = ATTN_ALIBI_DEFAULT;
-      p.has_softcap = 1;
-      p.softcap = 3;
-    }
+    if (terms)
+      tu_layer_add_terms(&p);
     float *const *tables[2] = {c[0].pages, c[1].pages};
     float k_absmax[2] = {absmax[0], absmax[1]};
     attn_kv_t kv = {.past = past, .pages = tables, .k_absmax = k_absmax};

@@ -710,3 +710,11 @@ attn_params_t tu_layer_params(const tu_layer_t *l, attn_tensor_t query) {
   p.want_weights = 1;
   return p;
 }
+
+void tu_layer_add_terms(attn_params_t *p) {
+  p->has_window_left = 1;
+  p->window_left = 20;
+  p->alibi = ATTN_ALIBI_DEFAULT;
+  p->has_softcap = 1;
+  p->softcap = 3;
+}

@@ -203,4 +203,8 @@ void tu_layer_free(tu_layer_t *l);
  * cache. */
 attn_params_t tu_layer_params(const tu_layer_t *l, attn_tensor_t query);
 
+/* The score terms the batch cases add to a layer's parameters: a left
+ * window of 20, ALiBi's default slopes and a softcap of 3. */
+void tu_layer_add_terms(attn_params_t *p);
+
 #endif
