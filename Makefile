@@ -290,6 +290,19 @@ ifeq ($(CUDA),1)
 check: flash-emu-check
 endif
 
+# The emulators' runtime (tests/emu/emu.h) checked by small kernels of its
+# own (tests/emu/emu_selftest.cc): a missing barrier, a race either way, a
+# shuffle, a deadlock and the atomics. In `check` and cuda-check with CUDA=1.
+.PHONY: emu-selftest
+emu-selftest: $(BUILD)/tests/emu_selftest
+	./$(BUILD)/tests/emu_selftest
+$(BUILD)/tests/emu_selftest: tests/emu/emu_selftest.cc tests/emu/emu.h
+	@mkdir -p $(@D)
+	$(EMU_CXX) $< -o $@
+ifeq ($(CUDA),1)
+check: emu-selftest
+endif
+
 # The reductions' kernels (core/cuda/reduce.cuh) run on the CPU the same
 # way, against the float64 reference (tests/reduce-emu/reduce_emu.cc). In
 # `check` and cuda-check with CUDA=1.
@@ -421,8 +434,8 @@ cuda-check: deps
 	fi
 
 cuda-check-suites: $(CUDA_SUITES:%=$(BUILD)/tests/%) $(BUILD)/attnd \
-  $(BUILD)/attnd-load flash-emu-check reduce-emu-check kv-emu-check \
-  cores-emu-check
+  $(BUILD)/attnd-load emu-selftest flash-emu-check reduce-emu-check \
+  kv-emu-check cores-emu-check
 	@[ "$(CUDA)" = 1 ] || { echo "run make cuda-check" >&2; exit 2; }
 	@ATTND_BIN=$(BUILD)/attnd ATTND_LOAD_BIN=$(BUILD)/attnd-load \
 	  sh tools/run-tests.sh $(CUDA_SUITES:%=$(BUILD)/tests/%)
