@@ -277,7 +277,13 @@ endif
 FLASH_EMU_INC ?= $(or $(CUDA_HOME),/usr/local/cuda)/include
 EMU_CXX = $(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -Wno-attributes \
   -Wno-unknown-pragmas -Wno-missing-field-initializers \
-  -I$(FLASH_EMU_INC) -Iinclude -Icore/cuda
+  -I$(FLASH_EMU_INC) -Iinclude -Icore/cuda $(EMU_SAN)
+# SAN=1: the emulators under ASan and UBSan as the C code is (tests/emu/emu.h
+# tells ASan of its stack switches).
+ifeq ($(SAN),1)
+  EMU_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
+    -fno-omit-frame-pointer
+endif
 .PHONY: flash-emu-check
 flash-emu-check: $(BUILD)/tests/flash_emu
 	./$(BUILD)/tests/flash_emu

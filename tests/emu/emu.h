@@ -34,14 +34,18 @@
  * Each fiber has its own stack (kStack bytes under a guard page, mapped
  * once and reused by every launch): a kernel whose locals overflow it
  * faults at once rather than writing over its neighbour. A switch is
- * _setjmp/_longjmp, without a system call; ucontext starts each fiber once
- * a launch. */
+ * __builtin_setjmp/__builtin_longjmp, without a system call; ucontext
+ * starts each fiber once a launch.
+ *
+ * Under AddressSanitizer (make SAN=1) the runtime tells ASan of each
+ * switch of stacks, and keeps the redzones of a fiber's suspended frames
+ * (see jump): shared and global memory, the heap and a kernel's locals
+ * are checked as in any program. */
 #ifndef ATTN_TESTS_EMU_H
 #define ATTN_TESTS_EMU_H
 
 #include <cuda_runtime.h>
 
-#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +58,17 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 /* nvcc's built-in variables */
 inline uint3 threadIdx, blockIdx;
@@ -71,13 +86,30 @@ struct barrier {
   unsigned gen = 0;
 };
 
+/* A switch's frame and stack pointers and resume address, as GCC's
+ * __builtin_setjmp saves them (no signal mask, no system call). */
+using jump_buf = void *[5];
+
+/* Resumes what __builtin_setjmp saved in `b`. Not _longjmp: ASan's
+ * interceptor of it, like the __asan_handle_no_return that GCC puts
+ * before a call it knows does not return (noipa and no_sanitize_address
+ * keep it from here and the callers), unpoisons the stack from the
+ * leaving fiber's stack pointer to its top: the redzones of the frames it
+ * leaves at a barrier, so that a kernel's local array overrun after its
+ * first __syncthreads would go unseen. Out of line also because GCC wants
+ * __builtin_longjmp out of the function that called __builtin_setjmp. */
+__attribute__((noipa, no_sanitize_address)) inline void jump(jump_buf b) {
+  __builtin_longjmp(b, 1);
+}
+
 struct fiber {
-  jmp_buf jb;
+  jump_buf jb;
   ucontext_t uc;
   char *stack = nullptr;
   bool started = false, done = false;
   barrier *waits = nullptr; /* null: may run */
   unsigned gen = 0;         /* waits's generation it waits out */
+  void *fake = nullptr;     /* ASan's fake stack while switched out */
 };
 
 struct runtime {
@@ -85,17 +117,46 @@ struct runtime {
   int n = 0, cur = -1, live = 0;
   barrier block;
   std::vector<barrier> warp;
-  jmp_buf sched;
+  jump_buf sched;
   void (*call)(void *) = nullptr;
   void *ctx = nullptr;
   std::mt19937 order_rng{12345};
+  /* The scheduler's stack, as ASan knows it, and its fake stack. */
+  const void *sched_bottom = nullptr;
+  size_t sched_size = 0;
+  void *sched_fake = nullptr;
 };
 inline runtime rt;
 
+/* AddressSanitizer keeps the bounds of one stack a thread. Told of each
+ * switch between the scheduler's stack and a fiber's (and of their fake
+ * stacks, under detect_stack_use_after_return), it knows a fiber's frames
+ * as stack; untold, it takes a stack pointer on a fiber's stack for a
+ * frame as large as the gap to the thread's own, warns, and may report
+ * false positives after. Nothing without ASan. */
+inline void switch_begin(void **fake, const void *bottom, size_t size) {
+#ifdef EMU_ASAN
+  __sanitizer_start_switch_fiber(fake, bottom, size);
+#else
+  (void)fake, (void)bottom, (void)size;
+#endif
+}
+inline void switch_end(void *fake, const void **bottom, size_t *size) {
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake, bottom, size);
+#else
+  (void)fake, (void)bottom, (void)size;
+#endif
+}
+
 /* Back to the scheduler; returns when this fiber is resumed. */
 inline void yield() {
-  if (!_setjmp(rt.f[rt.cur].jb))
-    _longjmp(rt.sched, 1);
+  fiber &me = rt.f[rt.cur];
+  if (!__builtin_setjmp(me.jb)) {
+    switch_begin(&me.fake, rt.sched_bottom, rt.sched_size);
+    jump(rt.sched);
+  }
+  switch_end(me.fake, nullptr, nullptr);
 }
 
 inline void release(barrier &b) {
@@ -142,13 +203,16 @@ inline void resume(int t) {
   fiber &x = rt.f[t];
   rt.cur = t;
   threadIdx = uint3{(unsigned)t, 0, 0};
-  if (_setjmp(rt.sched))
+  if (__builtin_setjmp(rt.sched)) {
+    switch_end(rt.sched_fake, nullptr, nullptr);
     return;
+  }
+  switch_begin(&rt.sched_fake, x.stack, kStack);
   if (!x.started) {
     x.started = true;
     setcontext(&x.uc);
   }
-  _longjmp(x.jb, 1);
+  jump(x.jb);
 }
 
 [[noreturn]] inline void deadlock() {
@@ -214,7 +278,10 @@ inline void run_block() {
   }
 }
 
+/* A fiber's start: learns the scheduler's stack from the switch (a fiber
+ * starts with no fake stack of its own). */
 inline void entry() {
+  switch_end(nullptr, &rt.sched_bottom, &rt.sched_size);
   body();
 }
 
