@@ -354,6 +354,16 @@ ifeq ($(CUDA),1)
 check: kv-emu-check
 endif
 
+# make asan (SAN=1) runs the emulators and their runtime's self-test under
+# ASan and UBSan too, where CUDA's headers are (about 90 s on two cores);
+# where they are not it leaves them out, as cuda-check does without nvcc.
+ifeq ($(SAN),1)
+ifneq ($(wildcard $(FLASH_EMU_INC)/cuda_runtime.h),)
+check: emu-selftest flash-emu-check reduce-emu-check cores-emu-check \
+  kv-emu-check
+endif
+endif
+
 # Small requests alone (bench/wrk/small.sh): /healthz, a tiny
 # /v1/attention and session steps under wrk, with their ratios.
 bench-small: deps
