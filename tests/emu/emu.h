@@ -39,8 +39,14 @@
  *
  * Under AddressSanitizer (make SAN=1) the runtime tells ASan of each
  * switch of stacks, and keeps the redzones of a fiber's suspended frames
- * (see jump): shared and global memory, the heap and a kernel's locals
- * are checked as in any program. */
+ * (see jump): the heap, a kernel's locals and the emulators' shared
+ * memory are checked as in any program, with two gaps. GCC gives no
+ * redzone to a static of a template or inline function (COMDAT data), so
+ * the __shared__ arrays of a templated kernel (reduce.cuh's reduce_kernel)
+ * overrun into their neighbours unseen, and show only in a wrong answer.
+ * And an emulator's dynamic shared memory is one array of the largest
+ * size it allows (flash_emu, cores_emu): an overrun of a launch's smaller
+ * size stays inside it. */
 #ifndef ATTN_TESTS_EMU_H
 #define ATTN_TESTS_EMU_H
 
