@@ -1739,12 +1739,6 @@ START_TEST(test_busy) {
 }
 END_TEST
 
-/* DELETE while a step computes and another waits its turn: the session
- * ends at once (404), the waiting step gets 404, the computing one
- * finishes with its output. */
-/* A server of one worker that computes every request there (none
- * inline), and a SH_SMALL session of two tokens on it, stepped with rng
- * (seeded `seed`). */
 /* A server started with args, a client of it, rng seeded with `seed`, and
  * s a new session of SH_SMALL without tokens. */
 static void small_session(sh_server_t *srv, const char *const *args,
@@ -1756,6 +1750,9 @@ static void small_session(sh_server_t *srv, const char *const *args,
   seq_init(s, SH_SMALL, id);
 }
 
+/* A server of one worker that computes every request there (none
+ * inline), and a SH_SMALL session of two tokens on it, stepped with rng
+ * (seeded `seed`). */
 static void one_worker_session(sh_server_t *srv, sh_client_t *c, seq_t *s,
                                tu_rng_t *rng, uint64_t seed) {
   const char *args[] = {"--workers",
@@ -1771,6 +1768,26 @@ static void one_worker_session(sh_server_t *srv, sh_client_t *c, seq_t *s,
   seq_step(c, s, rng, 2, NULL);
 }
 
+/* The requests' memory held of the budget, less the kept scratch: what
+ * the requests' shares come to. */
+static double shares_held(int port) {
+  return sh_metric(port, "attnd_memory_held_bytes") -
+         sh_metric(port, "attnd_scratch_bytes");
+}
+
+/* The shares held once they are all given back, polled for up to 5 s:
+ * a share is given back when its reply has been sent, which may be just
+ * after the client has read it. */
+static double shares_back(int port) {
+  double left = shares_held(port);
+  for (double end = sh_now() + 5; left != 0 && sh_now() < end; usleep(5000))
+    left = shares_held(port);
+  return left;
+}
+
+/* DELETE while a step computes and another waits its turn: the session
+ * ends at once (404), the waiting step gets 404, the computing one
+ * finishes with its output. */
 START_TEST(test_delete_in_flight) {
   sh_server_t srv;
   sh_client_t c;
@@ -1778,9 +1795,6 @@ START_TEST(test_delete_in_flight) {
   seq_t s;
   one_worker_session(&srv, &c, &s, &rng, 56);
   const char *id = s.id;
-  /* the requests' shares of the budget, the kept scratch apart */
-  double held0 = sh_metric(srv.port, "attnd_memory_held_bytes") -
-                 sh_metric(srv.port, "attnd_scratch_bytes");
   bg_t slow, t1, t2;
   bg_slow(&slow, srv.port);
   busy_then_queued(srv.port, &c, &s, &rng, 2, &t1, &t2);
@@ -1803,10 +1817,9 @@ START_TEST(test_delete_in_flight) {
   sh_resp_free(&slow.r);
   ck_assert(ends(srv.port, "deleted") == 1);
   ck_assert(kv_used(srv.port) == 0);
-  double held = sh_metric(srv.port, "attnd_memory_held_bytes") -
-                sh_metric(srv.port, "attnd_scratch_bytes");
-  ck_assert_msg(held == held0, "the requests' shares held %g, %g before", held,
-                held0);
+  /* every share of the budget back, the kept scratch apart */
+  double left = shares_back(srv.port);
+  ck_assert_msg(left == 0, "%.0f bytes of shares held after every reply", left);
   ck_assert(sh_metric(srv.port, "attnd_inflight") == 0);
   seq_free(&s);
   close_server(&srv, &c);
@@ -1827,13 +1840,6 @@ static void bg_slower(bg_t *b, int port, uint64_t seed) {
   json_decref(x);
   ck_assert_msg(sh_wait_metric(port, "attnd_busy_workers", 1, 20) >= 1,
                 "the slow request did not start");
-}
-
-/* The requests' memory held of the budget, less the kept scratch: what
- * the requests' shares come to. */
-static double shares_held(int port) {
-  return sh_metric(port, "attnd_memory_held_bytes") -
-         sh_metric(port, "attnd_scratch_bytes");
 }
 
 /* Steps waiting their turn hold their decoded tensors' share of the
@@ -1883,9 +1889,7 @@ START_TEST(test_waiting_steps_hold_memory) {
   ck_assert_int_eq(slow.r.status, 200);
   sh_resp_free(&slow.r);
   /* every share back once the replies are sent */
-  double left = shares_held(srv.port);
-  for (double end = sh_now() + 5; left != 0 && sh_now() < end; usleep(5000))
-    left = shares_held(srv.port);
+  double left = shares_back(srv.port);
   ck_assert_msg(left == 0, "%.0f bytes of shares held after every reply", left);
   seq_free(&s);
   close_server(&srv, &c);
