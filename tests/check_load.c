@@ -271,6 +271,94 @@ START_TEST(test_server_timing) {
 }
 END_TEST
 
+/* Values a proxy or a misbehaving server may send. Caught: the value was
+ * copied into 512 bytes first, so a long one cut a duration short (12.5
+ * read as 1); metrics were split at every comma, quoted ones too, and
+ * "dur=" was searched anywhere in a metric, so that text inside a quoted
+ * desc, or a param "xdur", was read as its duration; and strtod took a
+ * negative duration, or hex. */
+START_TEST(test_server_timing_hostile) {
+  double q = -1, c = -1, t = -1;
+  /* "queue;dur=12.5" with its "dur=1" ending at byte 511 */
+  char v[4096];
+  int pre = 511 - (int)strlen("queue;dur=1");
+  memset(v, 'a', (size_t)pre);
+  memcpy(v, "edge;desc=", 10);
+  v[pre - 1] = ',';
+  snprintf(v + pre, sizeof v - (size_t)pre, "queue;dur=12.5");
+  ck_assert_int_eq(load_server_timing_parse(v, strlen(v), &q, &c, &t), 1);
+  ck_assert_double_eq(q, 12.5);
+  /* the same after 4000 bytes of other metrics */
+  size_t n = 0;
+  while (n < 4000)
+    n += (size_t)snprintf(v + n, sizeof v - n, "m%zu;dur=1, ", n);
+  snprintf(v + n, sizeof v - n, "compute;dur=2.5");
+  ck_assert_int_eq(load_server_timing_parse(v, strlen(v), &q, &c, &t), 2);
+  ck_assert_double_eq(c, 2.5);
+
+  static const struct {
+    const char *v;
+    int mask;
+    double q; /* when mask is 1 */
+  } cases[] = {
+      {"queue;dur=3, db;desc=\"b, queue;dur=7\"", 1, 3},
+      {"db;desc=\"a\\\", queue;dur=7\", queue;dur=4", 1, 4},
+      {"queue;desc=\"dur=4\"", 0, 0},
+      {"queue;xdur=5", 0, 0},
+      {"queue;dur=2;dur=9", 1, 2},
+      {"queue;DUR=0.5", 1, 0.5},
+      {"queue ; dur = 6", 1, 6},
+      {"queue;dur=\"8\"", 1, 8},
+      {"queue;dur=-5", 0, 0},
+      {"queue;dur=0x10", 0, 0},
+      {"queue;dur=inf", 0, 0},
+      {"queue;dur=nan", 0, 0},
+      {"queue;dur=1e999", 0, 0},
+      {"queue;dur=5x", 0, 0},
+      {"queue;dur=", 0, 0},
+      {"queue;dur=\"5", 0, 0},
+      {";;,,==\"", 0, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    q = -1;
+    int m =
+        load_server_timing_parse(cases[i].v, strlen(cases[i].v), &q, &c, &t);
+    ck_assert_msg(m == cases[i].mask, "'%s': mask %d", cases[i].v, m);
+    ck_assert_msg(m == 0 || q == cases[i].q, "'%s': queue %g", cases[i].v, q);
+  }
+}
+END_TEST
+
+/* Inference-Header-Content-Length values. Caught: the value was cut to 31
+ * bytes before it was read, so 40 zeros and a 5 read as 0. */
+START_TEST(test_header_length) {
+  static const struct {
+    const char *v;
+    int64_t want;
+  } cases[] = {
+      {" 5\r\n", 5},
+      {"12 \t\r\n", 12},
+      {"0000000000000000000000000000000000000005\r\n", 5},
+      {"9223372036854775806", INT64_C(9223372036854775806)},
+      {"9223372036854775808", INT64_MAX},
+      {"99999999999999999999999", INT64_MAX},
+      {"", INT64_MAX},
+      {" \r\n", INT64_MAX},
+      {"-1", INT64_MAX},
+      {"+1", INT64_MAX},
+      {"1x", INT64_MAX},
+      {"1 2", INT64_MAX},
+      {"0x10", INT64_MAX},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    ck_assert_msg(load_header_length_parse(cases[i].v, strlen(cases[i].v)) ==
+                      cases[i].want,
+                  "'%s'", cases[i].v);
+  /* only len bytes are read: "7" of "78" */
+  ck_assert_int_eq(load_header_length_parse("78", 1), 7);
+}
+END_TEST
+
 /* ---- the generator ------------------------------------------------------- */
 
 static const load_shape_t base_shape = {.B = 2,
@@ -2573,6 +2661,24 @@ START_TEST(test_server_timing_lines) {
 }
 END_TEST
 
+/* Durations past what the histograms hold, in the request engine: 1e300
+ * ms is recorded as LOAD_HIST_MAX µs, 1e9 ms as itself. Caught: the µs
+ * were llround(1e303), which x86 gives as INT64_MIN, recorded as 0. */
+START_TEST(test_server_timing_huge) {
+  load_stats_t st;
+  requests_against("Server-Timing: queue;dur=1e300, compute;dur=1e9, "
+                   "total;dur=123456789012345678901234567890\r\n",
+                   NULL, 0, &st);
+  ck_assert_int_eq(st.ok, 3);
+  ck_assert_int_eq(st.timed, 3);
+  ck_assert_int_eq(st.queue->count, 3);
+  ck_assert_int_eq(st.queue->min, LOAD_HIST_MAX);
+  ck_assert_int_eq(st.compute->max, INT64_C(1000000000000));
+  ck_assert_int_eq(st.total->min, LOAD_HIST_MAX);
+  load_stats_free(&st);
+}
+END_TEST
+
 /* The decode engine: a session's two one-token steps, each timed (the
  * engine times steps only). */
 START_TEST(test_decode_server_timing_lines) {
@@ -2733,6 +2839,8 @@ Suite *test_suite(void) {
 
   tc = tcase_create("server_timing");
   tcase_add_test(tc, test_server_timing);
+  tcase_add_test(tc, test_server_timing_hostile);
+  tcase_add_test(tc, test_header_length);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("progress");
@@ -2787,6 +2895,7 @@ Suite *test_suite(void) {
 
   tc = tcase_create("server_timing_lines");
   tcase_add_loop_test(tc, test_server_timing_lines, 0, 2);
+  tcase_add_test(tc, test_server_timing_huge);
   tcase_add_loop_test(tc, test_decode_server_timing_lines, 0, 2);
   suite_add_tcase(s, tc);
 

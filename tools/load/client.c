@@ -128,36 +128,129 @@ int64_t load_stats_errors(const load_stats_t *st) {
 
 /* ---- Server-Timing ------------------------------------------------------- */
 
+/* Whether c ends a token of a Server-Timing value (RFC 9110's delimiters
+ * that the field uses, and whitespace). */
+static int st_delim(char c) {
+  return c == ',' || c == ';' || c == '=' || c == '"' || c == ' ' ||
+         c == '\t' || c == '\r' || c == '\n';
+}
+
+static const char *st_ows(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+    p++;
+  return p;
+}
+
+/* A param's value at p: a token, or a quoted string (its backslash pairs
+ * kept as they are). Sets *v and *vl to its text (empty for a quoted
+ * string that never closes); returns the end. */
+static const char *st_value(const char *p, const char *end, const char **v,
+                            size_t *vl) {
+  if (p < end && *p == '"') {
+    const char *q = ++p;
+    while (q < end && *q != '"')
+      q += *q == '\\' && q + 1 < end ? 2 : 1;
+    /* one never closed is no value */
+    *v = p, *vl = q < end ? (size_t)(q - p) : 0;
+    return q < end ? q + 1 : q;
+  }
+  const char *q = p;
+  while (q < end && !st_delim(*q))
+    q++;
+  *v = p, *vl = (size_t)(q - p);
+  return q;
+}
+
+/* A duration's text, a number of milliseconds that is finite and not
+ * negative; -1 for anything else. */
+static double st_ms(const char *v, size_t vl) {
+  char num[64];
+  if (vl == 0 || vl >= sizeof num)
+    return -1;
+  memcpy(num, v, vl);
+  num[vl] = 0;
+  char *e;
+  double x = strtod(num, &e);
+  /* plain decimal only: strtod would also take hex, "inf" and "nan" */
+  if (strspn(num, "0123456789.eE+-") != vl || *e != 0 || !isfinite(x) || x < 0)
+    return -1;
+  return x;
+}
+
 int load_server_timing_parse(const char *value, size_t len, double *queue_ms,
                              double *compute_ms, double *total_ms) {
   static const char *const names[3] = {"queue", "compute", "total"};
   double *out[3] = {queue_ms, compute_ms, total_ms};
-  char buf[512];
-  if (len >= sizeof buf)
-    len = sizeof buf - 1;
-  memcpy(buf, value, len);
-  buf[len] = 0;
+  const char *p = value, *end = value + len;
   int mask = 0;
-  char *save = NULL;
-  for (char *m = strtok_r(buf, ",", &save); m; m = strtok_r(NULL, ",", &save)) {
-    /* one metric: name *(";" param), a param "dur=<ms>" */
-    m += strspn(m, " \t");
-    size_t nlen = strcspn(m, "; \t\r\n");
-    int which = -1;
+  /* One pass over the bytes: each step moves p on, so that a value of any
+   * length is read in linear time, in place (no copy to cut it short). */
+  while (p < end) {
+    /* a metric: name *(OWS ";" OWS param), param: name OWS "=" OWS value */
+    p = st_ows(p, end);
+    const char *name = p;
+    while (p < end && !st_delim(*p))
+      p++;
+    size_t nlen = (size_t)(p - name);
+    int which = -1, seen_dur = 0;
     for (int i = 0; i < 3; i++)
-      if (nlen == strlen(names[i]) && strncmp(m, names[i], nlen) == 0)
+      if (nlen == strlen(names[i]) && memcmp(name, names[i], nlen) == 0)
         which = i;
-    char *dur = strstr(m + nlen, "dur=");
-    if (which < 0 || dur == NULL)
-      continue;
-    char *end;
-    double v = strtod(dur + 4, &end);
-    if (end != dur + 4 && isfinite(v)) {
-      *out[which] = v;
-      mask |= 1 << which;
+    for (;;) {
+      p = st_ows(p, end);
+      if (p == end || *p != ';')
+        break;
+      p = st_ows(p + 1, end);
+      const char *pn = p;
+      while (p < end && !st_delim(*p))
+        p++;
+      size_t pl = (size_t)(p - pn);
+      p = st_ows(p, end);
+      if (p == end || *p != '=')
+        continue;
+      const char *v;
+      size_t vl;
+      p = st_value(st_ows(p + 1, end), end, &v, &vl);
+      /* the first dur counts, as the Server Timing draft has it */
+      if (pl != 3 || strncasecmp(pn, "dur", 3) != 0 || seen_dur++)
+        continue;
+      double ms = st_ms(v, vl);
+      if (which >= 0 && ms >= 0) {
+        *out[which] = ms;
+        mask |= 1 << which;
+      }
     }
+    /* anything else up to the next metric is skipped, quoted strings
+     * whole (a comma in one does not end the metric) */
+    while (p < end && *p != ',') {
+      if (*p == '"') {
+        const char *v;
+        size_t vl;
+        p = st_value(p, end, &v, &vl);
+      } else {
+        p++;
+      }
+    }
+    if (p < end)
+      p++;
   }
   return mask;
+}
+
+int64_t load_header_length_parse(const char *value, size_t len) {
+  const char *p = value, *end = value + len;
+  while (p < end && (*p == ' ' || *p == '\t'))
+    p++;
+  const char *digits = p;
+  int64_t x = 0;
+  int over = 0;
+  for (; p < end && *p >= '0' && *p <= '9'; p++)
+    over |= __builtin_mul_overflow(x, 10, &x) ||
+            __builtin_add_overflow(x, *p - '0', &x);
+  int some = p > digits;
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+    p++;
+  return p == end && some && !over ? x : INT64_MAX;
 }
 
 /* ---- the engine ---------------------------------------------------------- */
@@ -212,17 +305,9 @@ static size_t on_header(char *p, size_t size, size_t nmemb, void *ud) {
     s->timing |= /* a field may come in several lines: one list */
         load_server_timing_parse(p + sizeof name - 1, n - (sizeof name - 1),
                                  &s->queue_ms, &s->compute_ms, &s->total_ms);
-  if (n > sizeof ihcl - 1 && strncasecmp(p, ihcl, sizeof ihcl - 1) == 0) {
-    char v[32];
-    size_t vl = n - (sizeof ihcl - 1);
-    snprintf(v, sizeof v, "%.*s", (int)(vl < 31 ? vl : 31),
-             p + sizeof ihcl - 1);
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    end += strspn(end, " \t\r\n");
-    /* a value that is not a length is kept as one past any body */
-    s->header_len = *end == 0 && end != v && x >= 0 ? x : INT64_MAX;
-  }
+  if (n > sizeof ihcl - 1 && strncasecmp(p, ihcl, sizeof ihcl - 1) == 0)
+    s->header_len =
+        load_header_length_parse(p + sizeof ihcl - 1, n - (sizeof ihcl - 1));
   return n;
 }
 
@@ -344,11 +429,11 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
     load_hist_record(st->latency,
                      (int64_t)llround((now - s->t_intended) * 1e6));
     if (s->timing & 1)
-      load_hist_record(st->queue, (int64_t)llround(s->queue_ms * 1e3));
+      load_hist_record(st->queue, load_hist_us_of_ms(s->queue_ms));
     if (s->timing & 2)
-      load_hist_record(st->compute, (int64_t)llround(s->compute_ms * 1e3));
+      load_hist_record(st->compute, load_hist_us_of_ms(s->compute_ms));
     if (s->timing & 4)
-      load_hist_record(st->total, (int64_t)llround(s->total_ms * 1e3));
+      load_hist_record(st->total, load_hist_us_of_ms(s->total_ms));
     st->timed += s->timing != 0;
     if (s->keep && !s->reply.oom && s->reply.data) {
       st->kept[st->n_kept++] =

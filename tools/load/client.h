@@ -175,8 +175,18 @@ void load_easy_free(CURLM *multi, CURL *h, int busy);
 /* Parses a Server-Timing header value, "queue;dur=0.01, compute;dur=2.5,
  * total;dur=2.9" (milliseconds): stores the durations it finds of the
  * metrics queue, compute and total. Returns a bit mask of those found
- * (1 queue, 2 compute, 4 total). Borrows value[0..len). */
+ * (1 queue, 2 compute, 4 total). A metric's first "dur" param counts; a
+ * duration must be a plain decimal number, finite and not negative (any
+ * other is no duration); a quoted string is skipped whole, commas and
+ * "dur=" inside it included. Reads value[0..len) in place, once (linear in
+ * len, no terminator needed); borrows it. */
 int load_server_timing_parse(const char *value, size_t len, double *queue_ms,
                              double *compute_ms, double *total_ms);
+
+/* Parses an Inference-Header-Content-Length value: decimal digits between
+ * optional whitespace (the line's CR LF included). Returns the length, or
+ * INT64_MAX, one past any body, for a value that is not one (empty, a
+ * sign, other text, past INT64_MAX). Reads value[0..len) in place. */
+int64_t load_header_length_parse(const char *value, size_t len);
 
 #endif

@@ -567,9 +567,9 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
       s->done++;
       e->t_last_step = now;
       if (sl->timing & 1)
-        load_hist_record(st->queue, (int64_t)llround(sl->queue_ms * 1e3));
+        load_hist_record(st->queue, load_hist_us_of_ms(sl->queue_ms));
       if (sl->timing & 2)
-        load_hist_record(st->compute, (int64_t)llround(sl->compute_ms * 1e3));
+        load_hist_record(st->compute, load_hist_us_of_ms(sl->compute_ms));
       st->timed += sl->timing != 0;
     }
     if (sl->keep && st->n_kept < run->verify && !sl->reply.oom) {

@@ -49,6 +49,13 @@ void load_hist_record_n(load_hist_t *h, int64_t v, int64_t n) {
   h->bucket[bucket_of(v)] += n;
 }
 
+int64_t load_hist_us_of_ms(double ms) {
+  double us = ms * 1e3;
+  if (!(us > 0)) /* NaN too */
+    return 0;
+  return us >= (double)LOAD_HIST_MAX ? LOAD_HIST_MAX : llround(us);
+}
+
 void load_hist_record(load_hist_t *h, int64_t v) {
   load_hist_record_n(h, v, 1);
 }

@@ -37,6 +37,11 @@ typedef struct load_hist {
   int64_t bucket[LOAD_HIST_BUCKETS];
 } load_hist_t;
 
+/* A duration of `ms` milliseconds in whole microseconds, for
+ * load_hist_record: rounded, and held to [0, LOAD_HIST_MAX] (a server's
+ * 1e300 is LOAD_HIST_MAX, where llround would give an unspecified value). */
+int64_t load_hist_us_of_ms(double ms);
+
 /* Empties `h`. */
 void load_hist_reset(load_hist_t *h);
 
