@@ -704,6 +704,56 @@ START_TEST(test_reply_tensor) {
 }
 END_TEST
 
+/* A shape whose numbers are not dimensions (1e39 is a float's infinity,
+ * 1e20 past int64): the wrong shape. Caught by fuzz_load under UBSan: the
+ * shape's floats were cast to int64_t, undefined for these (x86 gives
+ * INT64_MIN, so without UBSan the reply was refused all the same). */
+START_TEST(test_reply_tensor_shape_not_int) {
+  static const char *const bodies[] = {
+      "{\"output\":{\"shape\":[1e39,2],\"data\":[1,2]}}",
+      "{\"output\":{\"shape\":[1e20,2],\"data\":[1,2]}}",
+      "{\"output\":{\"shape\":[-1e39,2],\"data\":[1,2]}}",
+      "{\"output\":{\"shape\":[1.5,2],\"data\":[1,2]}}"};
+  int64_t dim[2] = {1, 2};
+  float got[2];
+  char why[256];
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+    ck_assert_int_eq(load_reply_tensor(bodies[i], strlen(bodies[i]), "output",
+                                       ATTND_FORM_FLAT, 2, dim, got, why,
+                                       sizeof why),
+                     -1);
+    ck_assert_str_eq(why, "reply output: the wrong shape");
+  }
+}
+END_TEST
+
+/* Nested arrays with more children than their dimension above the
+ * innermost level: refused, and nothing stored past the tensor. Caught by
+ * fuzz_load (ASan: a heap overflow in read_array): only the innermost
+ * arrays' lengths were checked as the numbers came, the outer ones' at
+ * their ']', so that a second [1,2,4] block was stored past out first. */
+START_TEST(test_reply_tensor_extra_rows) {
+  static const char *const bodies[] = {
+      "{\"output\":[[[1,2,3,4],[5,6,7,8]],[[9,10,11,12],[13,14,15,16]]]}",
+      "{\"output\":[[[1,2,3,4],[5,6,7,8],[9,10,11,12]]]}"};
+  int64_t dim[3] = {1, 2, 4};
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+    float got[16];
+    for (int k = 0; k < 16; k++)
+      got[k] = -7;
+    char why[256];
+    ck_assert_int_eq(load_reply_tensor(bodies[i], strlen(bodies[i]), "output",
+                                       ATTND_FORM_NESTED, 3, dim, got, why,
+                                       sizeof why),
+                     -1);
+    ck_assert_str_eq(why, "reply output: an array of the wrong length");
+    for (int k = 8; k < 16; k++)
+      ck_assert_msg(got[k] == -7, "body %zu: got[%d] = %g, past the tensor", i,
+                    k, (double)got[k]);
+  }
+}
+END_TEST
+
 /* A reply computed here passes; one with a perturbed element fails. */
 START_TEST(test_verify_reply) {
   load_shape_t s = base_shape;
@@ -1239,6 +1289,17 @@ START_TEST(test_v2_reply_invalid) {
        "1,2],\"parameters\":{\"binary_data_size\":-8}}]}",
        "", "reply output: a binary_data_size that is not a size"},
       {"{\"outputs\":[", NULL, "reply: not JSON: "},
+      /* sizes whose sum wraps round to the 8 bytes that follow: the output
+       * would be read 2^63 bytes past the body */
+      {"{\"outputs\":[{\"name\":\"a\",\"parameters\":{\"binary_data_size\":"
+       "9223372036854775807}},{\"name\":\"output\",\"datatype\":\"FP32\","
+       "\"shape\":[1,1,2],\"parameters\":{\"binary_data_size\":8}},{"
+       "\"name\":\"b\",\"parameters\":{\"binary_data_size\":"
+       "9223372036854775807}},{\"name\":\"c\",\"parameters\":{"
+       "\"binary_data_size\":2}}]}",
+       "abcdefgh",
+       "reply output: the outputs' binary_data_size add up to more than any "
+       "body"},
   };
   int64_t dim[3] = {1, 1, 2};
   float got[2];
@@ -2857,6 +2918,8 @@ Suite *test_suite(void) {
   tc = tcase_create("verify");
   tcase_add_loop_test(tc, test_reply_tensor, 0, 3);
   tcase_add_loop_test(tc, test_verify_reply, 0, 3);
+  tcase_add_test(tc, test_reply_tensor_shape_not_int);
+  tcase_add_test(tc, test_reply_tensor_extra_rows);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("v2");

@@ -274,7 +274,13 @@ int load_v2_reply_tensor_as(const char *body, size_t len, int64_t header_len,
       at = offset;
       size = bs ? sz : (size_t)-1;
     }
-    offset += sz;
+    /* sizes of up to 2^63 each could wrap the sum round to the tail's
+     * length, and put an output's bytes far past the body */
+    if (__builtin_add_overflow(offset, sz, &offset)) {
+      fail(why, wn, name,
+           "the outputs' binary_data_size add up to more than any body");
+      goto out;
+    }
   }
   if (offset != tail_len) {
     char msg[160];

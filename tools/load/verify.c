@@ -41,8 +41,10 @@ static int read_array(const char **pp, const char *end, int rank,
     if (*p == '[') {
       if (depth >= rank)
         return fail(why, wn, name, "nested deeper than its rank");
-      if (depth > 0)
-        cnt[depth - 1]++;
+      /* one child too many is refused when it opens: its numbers would
+       * be stored past out before the parent's ']' showed its length */
+      if (depth > 0 && cnt[depth - 1]++ >= dim[depth - 1])
+        return fail(why, wn, name, "an array of the wrong length");
       cnt[depth++] = 0;
       p++;
     } else if (*p == ']') {
@@ -134,7 +136,7 @@ int load_reply_tensor_as(const char *body, size_t len, const char *name,
   if (read_array(&sh, end, 1, &one, shape, name, why, wn) < 0)
     return -1;
   for (int i = 0; i < rank; i++)
-    if ((int64_t)shape[i] != dim[i])
+    if ((double)shape[i] != (double)dim[i]) /* no cast of inf to int */
       return fail(why, wn, name, "the wrong shape");
   if (enc == ATTND_FORM_FLAT) {
     const char *d = memmem(sh, (size_t)(end - sh), "\"data\":", 7);
