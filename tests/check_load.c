@@ -2465,8 +2465,10 @@ typedef struct fake {
   const char *extra; /* "Name: value\r\n" lines, or NULL */
   const int *codes;  /* request i < ncodes: status codes[i], body {} */
   int ncodes;
-  int coded; /* ... or, when set, {"error":{"code":"e<i>"}} */
-  int n;     /* requests answered */
+  int coded;           /* ... or, when set, {"error":{"code":"e<i>"}} */
+  const char *session; /* the id creations get, or NULL: one of 32 hex */
+  const char *code;    /* with coded, every error's code instead of e<i> */
+  int n;               /* requests answered */
   pthread_t th;
 } fake_t;
 
@@ -2537,7 +2539,9 @@ static void *fake_main(void *arg) {
       int i = f->n++, bad = f->bad_at < 0 || i == f->bad_at, code = 200;
       if (i < f->ncodes) {
         code = f->codes[i];
-        if (f->coded)
+        if (f->coded && f->code)
+          snprintf(body, sizeof body, "{\"error\":{\"code\":\"%s\"}}", f->code);
+        else if (f->coded)
           snprintf(body, sizeof body, "{\"error\":{\"code\":\"e%d\"}}", i);
         else
           snprintf(body, sizeof body, "{}");
@@ -2545,8 +2549,12 @@ static void *fake_main(void *arg) {
         code = 204;
       else if (strcmp(path, "/v1/sessions") == 0) {
         code = 201;
-        snprintf(body, sizeof body,
-                 bad ? "{\"max_tokens\":64}" : "{\"session\":\"%032x\"}", 7);
+        if (bad)
+          snprintf(body, sizeof body, "{\"max_tokens\":64}");
+        else if (f->session)
+          snprintf(body, sizeof body, "{\"session\":\"%s\"}", f->session);
+        else
+          snprintf(body, sizeof body, "{\"session\":\"%032x\"}", 7);
       } else {
         long long due = expected > 0 ? expected + 1 : f->prefill;
         snprintf(body, sizeof body, "{\"length\":%lld}", due + bad);
@@ -2589,6 +2597,29 @@ static void fake_stop(fake_t *f) {
  * not 3.3 s. No test reads a pause's length. */
 #define PAUSE_S 1e-4
 
+/* `sessions` sessions, each a prefill of 4 tokens and `steps` one-token
+ * steps, run to their end against the scripted server f (started, and set
+ * up as the test needs), which is then stopped; st the run's (initialised
+ * here). */
+static void sessions_against(fake_t *f, int sessions, int64_t steps,
+                             load_decode_stats_t *st) {
+  curl_global_init(CURL_GLOBAL_ALL);
+  char base[64], err[256];
+  snprintf(base, sizeof base, "http://127.0.0.1:%d", f->port);
+  load_decode_run_t run = {.base = base,
+                           .shape = &dec_shape,
+                           .sessions = sessions,
+                           .prefill = 4,
+                           .steps = steps,
+                           .concurrency = 1,
+                           .timeout_s = 10,
+                           .seed = 1,
+                           .pause_s = PAUSE_S};
+  ck_assert_int_eq(load_decode_stats_init(st), 0);
+  ck_assert_msg(load_decode_run(&run, st, err, sizeof err) == 0, "%s", err);
+  fake_stop(f);
+}
+
 /* One session, a prefill of 4 tokens and `steps` one-token steps, run to
  * its end against the scripted server, which answers request `bad_at`
  * wrongly (every one when -1), the first `ncodes` with `codes`, and adds
@@ -2600,21 +2631,7 @@ static void decode_steps_against(fake_t *f, int bad_at, int64_t steps,
   fake_start(f, bad_at, 4);
   f->extra = extra;
   f->codes = codes, f->ncodes = ncodes;
-  curl_global_init(CURL_GLOBAL_ALL);
-  char base[64], err[256];
-  snprintf(base, sizeof base, "http://127.0.0.1:%d", f->port);
-  load_decode_run_t run = {.base = base,
-                           .shape = &dec_shape,
-                           .sessions = 1,
-                           .prefill = 4,
-                           .steps = steps,
-                           .concurrency = 1,
-                           .timeout_s = 10,
-                           .seed = 1,
-                           .pause_s = PAUSE_S};
-  ck_assert_int_eq(load_decode_stats_init(st), 0);
-  ck_assert_msg(load_decode_run(&run, st, err, sizeof err) == 0, "%s", err);
-  fake_stop(f);
+  sessions_against(f, 1, steps, st);
 }
 
 /* The same with no steps and no extra header lines. */
@@ -2663,6 +2680,68 @@ START_TEST(test_decode_wrong_replies_abandon) {
   ck_assert_int_eq(st.bad_replies, LOAD_DECODE_MAX_FAILS);
   ck_assert_int_eq(load_decode_errors(&st), LOAD_DECODE_MAX_FAILS);
   ck_assert_int_eq(st.ok, 0);
+  load_decode_stats_free(&st);
+}
+END_TEST
+
+/* An error.code that is not text (a byte of no UTF-8, an escape
+ * sequence): counted under the code with each such byte as '?', which the
+ * JSON report's by_code holds. Caught: the code was kept as it came, and
+ * jansson refused it as a key of by_code, so that the report lost it. */
+START_TEST(test_decode_code_bytes) {
+  enum { N = LOAD_DECODE_MAX_FAILS };
+  int codes[N];
+  for (int i = 0; i < N; i++)
+    codes[i] = 500;
+  fake_t f;
+  load_decode_stats_t st;
+  fake_start(&f, 1 << 30, 4);
+  f.codes = codes, f.ncodes = N, f.coded = 1;
+  f.code = "bad\xff\x1b[2J\xc3";
+  sessions_against(&f, 1, 0, &st);
+  ck_assert_int_eq(st.abandoned, 1);
+  load_result_t *r = calloc(1, sizeof *r);
+  ck_assert_ptr_nonnull(r);
+  r->decode = 1;
+  load_result_fill_decode(r, &st);
+  load_decode_stats_free(&st);
+  json_t *doc = report_json_of(r, 1);
+  json_t *by = json_object_get(
+      json_object_get(json_array_get(json_object_get(doc, "steps"), 0),
+                      "errors"),
+      "by_code");
+  ck_assert_msg(json_integer_value(json_object_get(by, "bad??[2J?")) == N,
+                "by_code has %zu codes", json_object_size(by));
+  json_decref(doc);
+  free(r);
+}
+END_TEST
+
+/* A creation answered with a "session" that is not 32 hex digits: a wrong
+ * reply, counted in bad_replies, and the session abandoned after
+ * LOAD_DECODE_MAX_FAILS of them. Caught: any 32 characters were taken as
+ * the id and put into the URL of the session's requests, where
+ * "../../../../../v1/layers?" sent them to /v1/layers, whose 2xx replies
+ * were counted as a session served. */
+START_TEST(test_decode_session_id) {
+  static const char *const ids[] = {"../../../../../v1/layers?aaaaaaa",
+                                    "0123456789ABCDEF0123456789abcdef",
+                                    "0123456789abcdef 123456789abcdef"};
+  fake_t f;
+  load_decode_stats_t st;
+  fake_start(&f, 1 << 30, 4);
+  f.session = ids[_i];
+  ck_assert_int_eq(strlen(f.session), 32);
+  sessions_against(&f, 1, 0, &st);
+  ck_assert_msg(st.bad_replies == LOAD_DECODE_MAX_FAILS,
+                "%lld bad replies, %lld sessions done, %lld transport errors",
+                (long long)st.bad_replies, (long long)st.sessions_done,
+                (long long)st.transport);
+  ck_assert_int_eq(st.sent, LOAD_DECODE_MAX_FAILS);
+  ck_assert_int_eq(st.abandoned, 1);
+  ck_assert_int_eq(st.ok, 0);
+  ck_assert_str_eq(st.first_error, "a 2xx reply to a creation without a "
+                                   "session id of 32 hex digits");
   load_decode_stats_free(&st);
 }
 END_TEST
@@ -2820,20 +2899,8 @@ START_TEST(test_decode_codes_overflow) {
   fake_t f;
   fake_start(&f, 1 << 30, 4);
   f.codes = codes, f.ncodes = N, f.coded = 1;
-  char base[64], err[256];
-  snprintf(base, sizeof base, "http://127.0.0.1:%d", f.port);
-  load_decode_run_t run = {.base = base,
-                           .shape = &dec_shape,
-                           .sessions = 2,
-                           .prefill = 4,
-                           .concurrency = 1,
-                           .timeout_s = 10,
-                           .seed = 1,
-                           .pause_s = PAUSE_S};
   load_decode_stats_t st;
-  ck_assert_int_eq(load_decode_stats_init(&st), 0);
-  ck_assert_msg(load_decode_run(&run, &st, err, sizeof err) == 0, "%s", err);
-  fake_stop(&f);
+  sessions_against(&f, 2, 0, &st);
   ck_assert_int_eq(st.abandoned, 2);
   ck_assert_int_eq(load_decode_errors(&st), N);
   ck_assert_int_eq(st.n_codes, LOAD_DECODE_MAX_CODES);
@@ -2954,6 +3021,8 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_decode_bad_reply_counts_once, 0, 2);
   tcase_add_test(tc, test_decode_wrong_replies_abandon);
   tcase_add_test(tc, test_decode_codes_overflow);
+  tcase_add_loop_test(tc, test_decode_session_id, 0, 3);
+  tcase_add_test(tc, test_decode_code_bytes);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("server_timing_lines");

@@ -148,8 +148,7 @@ int load_decode_step_body(const load_decode_shape_t *s, uint64_t seed,
 
 /* ---- reading replies ----------------------------------------------------- */
 
-/* The integer after the first `"name":` in body[0..len), or -1. */
-static int64_t reply_int(const char *body, size_t len, const char *name) {
+int64_t load_decode_reply_int(const char *body, size_t len, const char *name) {
   char key[48], num[24];
   int kl = snprintf(key, sizeof key, "\"%s\":", name);
   const char *p = memmem(body, len, key, (size_t)kl);
@@ -166,10 +165,8 @@ static int64_t reply_int(const char *body, size_t len, const char *name) {
   return strtoll(num, NULL, 10);
 }
 
-/* Copies the string after the first `"name":"` into out[0..n), up to its
- * closing quote. Returns its length, or -1 when absent or too long. */
-static int reply_str(const char *body, size_t len, const char *name, char *out,
-                     size_t n) {
+int load_decode_reply_str(const char *body, size_t len, const char *name,
+                          char *out, size_t n) {
   char key[48];
   int kl = snprintf(key, sizeof key, "\"%s\":\"", name);
   const char *p = memmem(body, len, key, (size_t)kl);
@@ -184,6 +181,15 @@ static int reply_str(const char *body, size_t len, const char *name, char *out,
   return (int)(q - p);
 }
 
+int load_decode_session_id(const char *body, size_t len, char *id) {
+  char got[40];
+  if (load_decode_reply_str(body, len, "session", got, sizeof got) != 32 ||
+      strspn(got, "0123456789abcdef") != 32)
+    return 0;
+  memcpy(id, got, 33);
+  return 1;
+}
+
 /* ---- --verify ------------------------------------------------------------ */
 
 int load_decode_verify(const load_decode_shape_t *s, uint64_t seed,
@@ -195,7 +201,7 @@ int load_decode_verify(const load_decode_shape_t *s, uint64_t seed,
                       "layer '%s': its weights are on the server, so its "
                       "steps cannot be computed here",
                       s->layer);
-  int64_t got_len = reply_int(body, len, "length");
+  int64_t got_len = load_decode_reply_int(body, len, "length");
   if (got_len != start + n)
     return attnd_fail(why, wn, "reply length %lld, expected %lld",
                       (long long)got_len, (long long)(start + n));
@@ -331,10 +337,21 @@ static void note_error(load_decode_stats_t *st, const char *msg) {
     snprintf(st->first_error, sizeof st->first_error, "%s", msg);
 }
 
+/* Makes the server's text s printable ASCII in place: any other byte (a
+ * control character, one of UTF-8 or not) becomes '?'. Such text goes
+ * into the report's JSON, whose strings must be UTF-8 (jansson refuses
+ * others, and the member was dropped), and onto a terminal. */
+static void printable(char *s) {
+  for (; *s; s++)
+    if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+      *s = '?';
+}
+
 static void count_code(load_decode_stats_t *st, const char *body, size_t len) {
   char code[40];
-  if (reply_str(body, len, "code", code, sizeof code) < 0)
+  if (load_decode_reply_str(body, len, "code", code, sizeof code) < 0)
     snprintf(code, sizeof code, "(none)");
+  printable(code);
   for (int i = 0; i < st->n_codes; i++)
     if (strcmp(st->codes[i].code, code) == 0) {
       st->codes[i].count++;
@@ -519,10 +536,10 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
   /* a 2xx that is wrong (bad_replies) is an error, not a success too */
   switch (sl->phase) {
   case PH_CREATE:
-    if (!run->put &&
-        reply_str(body, len, "session", s->id, sizeof s->id) != 32) {
+    if (!run->put && !load_decode_session_id(body, len, s->id)) {
       st->bad_replies++;
-      note_error(st, "a 2xx reply to a creation without its session id");
+      note_error(st, "a 2xx reply to a creation without a session id of 32 "
+                     "hex digits");
       failed(e, s, now);
       return;
     }
@@ -533,7 +550,7 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
     return;
   case PH_PREFILL:
   case PH_STEP: {
-    int64_t got = reply_int(body, len, "length");
+    int64_t got = load_decode_reply_int(body, len, "length");
     if (got != sl->start + sl->n) {
       /* Sent again, the step meets a 409 if the server applied it, or a
        * 404 if the session is gone (attnd answers a step whose session
@@ -547,6 +564,7 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
                "%lld: %.60s",
                code, (long long)sl->start, (long long)(sl->start + sl->n - 1),
                g, (long long)(sl->start + sl->n), body);
+      printable(msg);
       note_error(st, msg);
       failed(e, s, now);
       return;

@@ -112,8 +112,8 @@ typedef struct load_decode_stats {
   int64_t recreate_replies;        /* of those, the 404, 410 and 409 that
                                       made a session be created again */
   int64_t bad_replies; /* 2xx replies that were wrong: a creation without
-                          a session id, a step whose "length" was not the
-                          one due */
+                          a session id of 32 hex digits, a step whose "length"
+                          was not the one due */
   struct {
     char code[40];
     int64_t count;
@@ -176,6 +176,23 @@ int load_decode_step_body(const load_decode_shape_t *s, uint64_t seed,
 int load_decode_verify(const load_decode_shape_t *s, uint64_t seed,
                        int64_t start, int64_t n, const char *body, size_t len,
                        int threads, double *err_out, char *why, size_t wn);
+
+/* What the engine reads of a reply body[0..len) (its first 4096 bytes
+ * unless it is kept for --verify), attnd's compact JSON as text, bounded
+ * by len (no terminator needed), in one pass:
+ *   - load_decode_reply_int: the digits after the first `"name":`, or -1
+ *     when there are none or more than 22 (at most INT64_MAX);
+ *   - load_decode_reply_str: the text after the first `"name":"` up to the
+ *     next quote, copied into out[0..n) with a terminator; returns its
+ *     length, or -1 when absent or too long;
+ *   - load_decode_session_id: whether "session" is an id as attnd makes
+ *     them, 32 hex digits (0-9 a-f), stored into id[0..33) when it is. Any
+ *     other text is refused: the id goes into the URL of every later
+ *     request, where a '/', a '?' or "../" would send them elsewhere. */
+int64_t load_decode_reply_int(const char *body, size_t len, const char *name);
+int load_decode_reply_str(const char *body, size_t len, const char *name,
+                          char *out, size_t n);
+int load_decode_session_id(const char *body, size_t len, char *id);
 
 /* Runs `run` on the calling thread, filling `st` (initialised, empty).
  * Needs curl_global_init. Returns 0, or -1 with err[0..n) saying why it
