@@ -671,9 +671,10 @@ device-bundle:
 
 # ---- fuzzing: libFuzzer harnesses (tests/fuzz/), clang-14 -----------------
 # `make fuzz` installs clang-14 and its runtimes (tools/deps.sh fuzz), builds
-# every tests/fuzz/fuzz_<name>.c against the sources compiled again with
-# coverage, ASan and UBSan into build/fuzz/, and runs each for FUZZ_SECONDS
-# on a copy of its seed corpus (tests/fuzz/run.sh). Any crash fails it.
+# every tests/fuzz/fuzz_<name>.c against the sources (attnd-load's too)
+# compiled again with coverage, ASan and UBSan into build/fuzz/, and runs
+# each for FUZZ_SECONDS on a copy of its seed corpus (tests/fuzz/run.sh).
+# Any crash fails it.
 # gcc's -Werror build is the warnings gate; clang's own warnings here (such
 # as dead branches of constant tables) do not stop the fuzzers. The kernels
 # use GCC vector built-ins, so they are built by gcc with the same
@@ -684,11 +685,12 @@ FUZZ_DIR := build/fuzz
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
   -fno-omit-frame-pointer
 FUZZ_CFLAGS = $(filter-out -Werror $(OPT),$(CFLAGS_SERVER)) -O1 \
-  -fsanitize=fuzzer-no-link $(FUZZ_SAN) -iquote tests -Wno-constant-conversion
+  -fsanitize=fuzzer-no-link $(FUZZ_SAN) -iquote tests -Wno-constant-conversion \
+  $(shell pkg-config --cflags libcurl)
 FUZZ_NAMES := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BIN := $(FUZZ_NAMES:%=$(FUZZ_DIR)/fuzz_%)
-FUZZ_LIBS := $(FUZZ_DIR)/libfuzz-tests.a $(FUZZ_DIR)/libattnd.a \
-  $(FUZZ_DIR)/libattnd-codec.a $(FUZZ_DIR)/libattn.a
+FUZZ_LIBS := $(FUZZ_DIR)/libfuzz-tests.a $(FUZZ_DIR)/libattnd-load.a \
+  $(FUZZ_DIR)/libattnd.a $(FUZZ_DIR)/libattnd-codec.a $(FUZZ_DIR)/libattn.a
 # Helpers the harnesses may call: tests/fuzz/*.c that are not harnesses, and
 # the decode differential of tests/ (an archive: linked where referenced).
 FUZZ_TEST_SRC := $(filter-out tests/fuzz/fuzz_%,$(wildcard tests/fuzz/*.c)) \
@@ -700,7 +702,8 @@ fuzz:
 	@sh tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZ_NAMES)
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_LIBS)
-	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $^ -o $@ $(LIBS_SERVER)
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) $^ -o $@ $(LIBS_SERVER) \
+	  $(shell pkg-config --libs libcurl)
 
 $(FUZZ_DIR)/libattn.a: $(CORE_SRC:%.c=$(FUZZ_DIR)/%.o) \
   $(foreach isa,generic avx2 avx512,$(FUZZ_DIR)/core/kernel_$(isa).o)
@@ -709,6 +712,9 @@ $(FUZZ_DIR)/gen/assets.o: $(ASSETS_C)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 $(FUZZ_DIR)/libattnd-codec.a: $(CODEC_SRC:%.c=$(FUZZ_DIR)/%.o)
+# attnd-load's readers of replies (fuzz_load); the other harnesses link
+# none of it
+$(FUZZ_DIR)/libattnd-load.a: $(LOAD_SRC:%.c=$(FUZZ_DIR)/%.o)
 $(FUZZ_DIR)/libfuzz-tests.a: $(FUZZ_TEST_SRC:%.c=$(FUZZ_DIR)/%.o)
 $(FUZZ_LIBS):
 	@rm -f $@
