@@ -12,21 +12,7 @@
 
 #include "errors.h"
 #include "suite.h"
-
-/* The whole file at `path` (NUL-terminated, malloc'd). */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  ck_assert(s != NULL);
-  ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-  s[n] = 0;
-  fclose(f);
-  return s;
-}
+#include "testutil.h"
 
 START_TEST(test_table_columns) {
   for (int i = 0; i < ATTND_ERR_COUNT; i++) {
@@ -59,7 +45,7 @@ END_TEST
  * codes of the table with their statuses, and together the rows name
  * every code once. */
 START_TEST(test_api_doc_lists_every_code) {
-  char *doc = slurp("docs/api.md");
+  char *doc = tu_read_file_or_fail("docs/api.md", NULL);
   int seen[ATTND_ERR_COUNT] = {0};
   for (char *line = strtok(doc, "\n"); line; line = strtok(NULL, "\n")) {
     int status;
@@ -97,7 +83,7 @@ START_TEST(test_operations_doc_lists_every_reason) {
       ATTND_REJECT_MAP(LABEL)
 #undef LABEL
   };
-  char *doc = slurp("docs/operations.md");
+  char *doc = tu_read_file_or_fail("docs/operations.md", NULL);
   char *at = strstr(doc, "attnd_rejections_total{reason}");
   ck_assert_msg(at != NULL, "docs/operations.md does not describe "
                             "attnd_rejections_total{reason}");

@@ -32,6 +32,7 @@
 
 #include "server_harness.h"
 #include "suite.h"
+#include "testutil.h"
 
 #define CORPUS_MIN 300
 #define REPLY_CAP 65536
@@ -88,21 +89,6 @@ static void *grow(void *p, size_t n) {
     fprintf(stderr, "check_invalid: out of memory loading the corpus\n");
     exit(EXIT_FAILURE);
   }
-  return p;
-}
-
-static char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL)
-    return NULL;
-  size_t cap = 4096, n = 0, k;
-  char *p = grow(NULL, cap + 1);
-  while ((k = fread(p + n, 1, cap - n, f)) > 0)
-    if ((n += k) == cap)
-      p = grow(p, (cap *= 2) + 1);
-  fclose(f);
-  p[n] = 0;
-  *len = n;
   return p;
 }
 
@@ -207,7 +193,7 @@ static int expect_line(icase_t *c, char *line) {
 
 static void load_expect(icase_t *c, const char *path) {
   size_t n;
-  char *text = read_all(path, &n), *save = NULL;
+  char *text = tu_read_file(path, &n), *save = NULL;
   if (text == NULL) {
     load_fail("%s: no %s", c->name, path);
     return;
@@ -261,7 +247,7 @@ static void load_group(const char *group) {
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, "%.255s/%.255s", group, f);
     snprintf(path, sizeof path, "%s/%s", gdir, f);
-    char *data = read_all(path, &len);
+    char *data = tu_read_file(path, &len);
     if (data == NULL) {
       load_fail("%s: %s", path, strerror(errno));
       n_cases--;

@@ -1733,19 +1733,6 @@ END_TEST
 
 /* ---- the report writers -------------------------------------------------- */
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot read %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  ck_assert_uint_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-  s[n] = 0;
-  fclose(f);
-  return s;
-}
-
 START_TEST(test_report_files) {
   load_result_t r[3];
   memset(r, 0, sizeof r);
@@ -1770,7 +1757,7 @@ START_TEST(test_report_files) {
 
   snprintf(path, sizeof path, "%s/r.csv", dir);
   ck_assert_int_eq(load_report_csv(path, r, 3, err, sizeof err), 0);
-  char *csv = slurp(path);
+  char *csv = tu_read_file_or_fail(path, NULL);
   int lines = 0, commas0 = -1;
   for (char *line = csv, *nl; (nl = strchr(line, '\n')); line = nl + 1) {
     int commas = 0;
@@ -1817,7 +1804,7 @@ START_TEST(test_report_files) {
   snprintf(path, sizeof path, "%s/r.svg", dir);
   ck_assert_int_eq(
       load_report_svg(path, "a <title> & more", r, 3, err, sizeof err), 0);
-  char *svg = slurp(path);
+  char *svg = tu_read_file_or_fail(path, NULL);
   ck_assert_msg(strncmp(svg, "<svg ", 5) == 0, "%.40s", svg);
   ck_assert_ptr_nonnull(strstr(svg, "a &lt;title> &amp; more"));
   ck_assert_ptr_nonnull(strstr(svg, "<polyline"));
@@ -2127,7 +2114,7 @@ START_TEST(test_decode_report) {
   ck_assert_ptr_nonnull(mkdtemp(dir));
   snprintf(path, sizeof path, "%s/d.csv", dir);
   ck_assert_int_eq(load_report_csv(path, r, 2, err, sizeof err), 0);
-  char *csv = slurp(path);
+  char *csv = tu_read_file_or_fail(path, NULL);
   ck_assert_msg(
       strstr(csv, ",workload,sessions,steps,create,rope,ttft_p50_ms,") != NULL,
       "%.400s", csv);
@@ -2162,7 +2149,7 @@ START_TEST(test_decode_report) {
 
   snprintf(path, sizeof path, "%s/d.svg", dir);
   ck_assert_int_eq(load_report_svg(path, "decode", r, 2, err, sizeof err), 0);
-  char *svg = slurp(path);
+  char *svg = tu_read_file_or_fail(path, NULL);
   ck_assert_ptr_nonnull(strstr(svg, ">time to first token (prefill)</text>"));
   ck_assert_ptr_nonnull(strstr(svg, ">decode throughput</text>"));
   ck_assert_ptr_nonnull(strstr(svg, "width='1600'"));
@@ -2259,7 +2246,7 @@ START_TEST(test_report_no_value) {
   for (int k = 0; k < 2; k++) { /* the request steps, then the decode step */
     ck_assert_int_eq(
         load_report_csv(path, k ? &r[2] : r, k ? 1 : 2, err, sizeof err), 0);
-    char *csv = slurp(path);
+    char *csv = tu_read_file_or_fail(path, NULL);
     for (size_t c = 0; c < sizeof none / sizeof none[0]; c++) {
       csv_cell_of(csv, 0, none[c], cell, sizeof cell);
       ck_assert_msg(cell[0] == 0, "%s step: %s is '%s', not empty",
@@ -2318,7 +2305,7 @@ START_TEST(test_report_no_value) {
       2.5e-7);
   json_decref(doc);
   ck_assert_int_eq(load_report_csv(path, r, 2, err, sizeof err), 0);
-  char *vcsv = slurp(path);
+  char *vcsv = tu_read_file_or_fail(path, NULL);
   csv_cell_of(vcsv, 0, "verify_max_err", cell, sizeof cell);
   ck_assert_msg(cell[0] == 0, "verify_max_err unverified is '%s'", cell);
   csv_cell_of(vcsv, 1, "verify_max_err", cell, sizeof cell);
@@ -2369,7 +2356,7 @@ START_TEST(test_report_no_value) {
   /* the picture: the steps without a value leave no point, and no NaN */
   snprintf(path, sizeof path, "%s/n.svg", dir);
   ck_assert_int_eq(load_report_svg(path, "t", r, 2, err, sizeof err), 0);
-  char *svg = slurp(path);
+  char *svg = tu_read_file_or_fail(path, NULL);
   ck_assert_msg(strstr(svg, "nan") == NULL, "%s", svg);
   free(svg);
   /* a series measured, not measured, measured: its latency lines stop at
@@ -2379,7 +2366,7 @@ START_TEST(test_report_no_value) {
   for (int i = 0; i < 3; i++)
     gap[i].length = 128 << i;
   ck_assert_int_eq(load_report_svg(path, "t", gap, 3, err, sizeof err), 0);
-  svg = slurp(path);
+  svg = tu_read_file_or_fail(path, NULL);
   int lines = 0, single = 0;
   for (const char *p = strstr(svg, "points='"); p;
        p = strstr(p + 1, "points='")) {

@@ -60,6 +60,7 @@
 #include "layer_files.h"
 #include "server_harness.h"
 #include "suite.h"
+#include "testutil.h"
 
 /* ---- running the tool ---------------------------------------------------- */
 
@@ -115,20 +116,6 @@ static int run_load(const char *const *args, const char *log_path) {
   return wait_load(spawn_load(args, log_path));
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL)
-    return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  size_t got = fread(s, 1, (size_t)n, f);
-  s[got] = 0;
-  fclose(f);
-  return s;
-}
-
 /* A scratch directory for one run's files. */
 typedef struct scratch {
   char dir[64];
@@ -177,7 +164,7 @@ static int split(char *line, const char **out) {
 
 static void csv_read(csv_t *c, const char *path) {
   memset(c, 0, sizeof *c);
-  c->text = slurp(path);
+  c->text = tu_read_file(path, NULL);
   ck_assert_msg(c->text != NULL, "no CSV at %s", path);
   char *save = NULL;
   char *line = strtok_r(c->text, "\n", &save);
@@ -236,7 +223,7 @@ static json_t *scratch_json(const scratch_t *sc) {
 static char *scratch_svg(const scratch_t *sc) {
   char path[160];
   snprintf(path, sizeof path, "%s/attnd-load.svg", sc->dir);
-  return slurp(path);
+  return tu_read_file(path, NULL);
 }
 
 /* Runs attnd-load with args[0..n) and then `extra` (NULL-terminated; args
@@ -323,7 +310,7 @@ START_TEST(test_sweep) {
                           "--embed",       "64",   "--heads",   "4",
                           "--out",         sc.dir, "--quiet"};
   int st = run_load_extra(args, 19, extra[_i], &sc);
-  char *log = slurp(sc.log);
+  char *log = tu_read_file(sc.log, NULL);
   if (st != 0 && v2)
     assert_speaks_v2(srv.port, log);
   ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
@@ -373,7 +360,7 @@ START_TEST(test_sweep) {
   ck_assert_int_eq(stat(path, &sb), 0);
   ck_assert_msg(sb.st_size > 1000, "the picture has %lld bytes",
                 (long long)sb.st_size);
-  char *svg = slurp(path);
+  char *svg = tu_read_file(path, NULL);
   ck_assert_ptr_nonnull(strstr(svg, "<polyline"));
   free(svg);
   free(log);
@@ -429,7 +416,7 @@ static int overload_run(int port, const char *rate, int v2) {
     args[n++] = "v2";
   }
   int st = run_load(args, sc.log);
-  char *log = slurp(sc.log);
+  char *log = tu_read_file(sc.log, NULL);
   csv_t c;
   scratch_csv(&sc, &c, 1);
   double sent = csv_num(&c, 0, "sent"), ok = csv_num(&c, 0, "ok"),
@@ -497,7 +484,7 @@ static int v2_run(int port, const char *model, scratch_t *sc, csv_t *c,
       "--duration", "0.5",   "--embed",       "32", "--heads",  "4",
       "--out",      sc->dir, "--quiet",       NULL};
   int st = run_load(args, sc->log);
-  *log = slurp(sc->log);
+  *log = tu_read_file(sc->log, NULL);
   scratch_csv(sc, c, 1);
   return st;
 }
@@ -565,7 +552,7 @@ START_TEST(test_v2_dump_body) {
       "--heads",     "2",       "--seed",    "5",    "--key-lengths", "random",
       "--dump-body", body_path, NULL};
   int st = run_load(args, sc.log);
-  char *log = slurp(sc.log);
+  char *log = tu_read_file(sc.log, NULL);
   ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
 
   load_shape_t s = {.B = 1,
@@ -638,7 +625,7 @@ START_TEST(test_decode_sweep) {
                           "--embed",   "32",    "--heads",    "4",
                           "--out",     sc.dir,  "--quiet"};
   int st = run_load_extra(args, 15, extra[_i], &sc);
-  char *log = slurp(sc.log);
+  char *log = tu_read_file(sc.log, NULL);
   ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
 
   csv_t c;
@@ -785,7 +772,7 @@ START_TEST(test_decode_recreate) {
     deleted++;
   }
   int st = wait_load(pid);
-  char *log = slurp(sc.log);
+  char *log = tu_read_file(sc.log, NULL);
   ck_assert_msg(deleted == 2, "deleted %d sessions:\n%s", deleted, log);
   ck_assert_msg(st == 0, "attnd-load exited with %d:\n%s", st, log);
   csv_t c;
@@ -828,7 +815,7 @@ static void assert_usage_error(const char *const *args, int sweep,
                          "--out",      sc.dir,
                          "--url",      "http://127.0.0.1:1"};
   int st = sweep ? run_load_extra(all, 14, args, &sc) : run_load(args, sc.log);
-  char *log = slurp(sc.log), csv[160];
+  char *log = tu_read_file(sc.log, NULL), csv[160];
   snprintf(csv, sizeof csv, "%s/attnd-load.csv", sc.dir);
   ck_assert_msg(st == 2 && strstr(log, msg),
                 "case %zu: exit %d, expected 2 and '%s':\n%s", i, st, msg, log);
@@ -975,7 +962,7 @@ START_TEST(test_missing_replies_and_reports) {
                           "1",
                           NULL};
     int st = run_load(args, sc.log);
-    char *log = slurp(sc.log);
+    char *log = tu_read_file(sc.log, NULL);
     ck_assert_msg(st == 1, "run %d: exit %d:\n%s", run, st, log);
     ck_assert_msg(strstr(log, "replies wrong") == NULL &&
                       strstr(log, "2 of the 2 replies to verify never came"),
@@ -1020,7 +1007,7 @@ START_TEST(test_help_exit_status) {
   scratch_init(&sc);
   const char *args[] = {"--help", NULL};
   ck_assert_int_eq(run_load(args, sc.log), 0);
-  char *log = slurp(sc.log);
+  char *log = tu_read_file(sc.log, NULL);
   const char *line = strstr(log, "\nexit status: ");
   ck_assert_msg(line != NULL, "no exit status in --help:\n%s", log);
   static const char *const causes[] = {"--max-error-rate", "wrong reply",
@@ -1069,7 +1056,7 @@ START_TEST(test_wrk_compare_table) {
       sc.dir, srv.port, sc.dir, sc.dir, sc.log);
   int st = system(cmd);
   snprintf(path, sizeof path, "%s/stdout.txt", sc.dir);
-  char *out = slurp(path), *err = slurp(sc.log);
+  char *out = tu_read_file(path, NULL), *err = tu_read_file(sc.log, NULL);
   ck_assert_msg(st == 0, "compare.sh exited with %d:\n%s\nstderr:\n%s", st, out,
                 err);
   static const char head[] =

@@ -38,6 +38,7 @@
 #include "codec/util.h"
 #include "model/safetensors.h"
 #include "suite.h"
+#include "testutil.h"
 
 /* ck_assert* reports to the parent process on every call; the sweeps use
  * CHECK, which calls into Check only to fail. */
@@ -80,19 +81,6 @@ int test_finish(int failed) {
 static const char *tpath(char *buf, size_t n, const char *name) {
   snprintf(buf, n, "%s/%s", tmp_dir, name);
   return buf;
-}
-
-static uint8_t *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *b = malloc((size_t)n + 1);
-  ck_assert(fread(b, 1, (size_t)n, f) == (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return b;
 }
 
 static void put_file(const char *path, const void *p, size_t n) {
@@ -170,7 +158,7 @@ static void check_written(const char *name, const attnd_st_out_t *ts, size_t n,
   ck_assert_msg(attnd_st_write(p, ts, n, mk, mv, n_meta, msg, sizeof msg) == 0,
                 "%s", msg);
   size_t len;
-  uint8_t *got = slurp(p, &len);
+  uint8_t *got = (uint8_t *)tu_read_file_or_fail(p, &len);
   ck_assert_uint_eq(len, want_len);
   for (size_t i = 0; i < len; i++)
     ck_assert_msg(got[i] == (uint8_t)want[i],

@@ -34,6 +34,7 @@
 
 #include "server_harness.h"
 #include "suite.h"
+#include "testutil.h"
 
 #define KEY1 "k1-Zq7VtR2mP9xW"
 #define KEY2 "k2-Hn4LcY8sB1dE"
@@ -140,16 +141,6 @@ static void write_file(const char *path, const char *text) {
   fclose(f);
 }
 
-static char *read_all(const char *path) {
-  FILE *f = fopen(path, "r");
-  ck_assert_msg(f != NULL, "cannot read %s", path);
-  static char buf[1 << 20];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  buf[n] = 0;
-  fclose(f);
-  return buf;
-}
-
 /* Waits up to 5 s for `what` in the server's log. */
 static int await_log(sh_server_t *s, const char *what) {
   for (double t0 = sh_now(); sh_now() - t0 < 5.0; usleep(10000)) {
@@ -241,9 +232,10 @@ START_TEST(test_keys) {
   ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
   sh_server_read_log(&s);
   assert_no_keys(s.log, "the server's log");
-  const char *text = read_all(log);
+  char *text = tu_read_file_or_fail(log, NULL);
   ck_assert_msg(strstr(text, "\"status\":401"), "%s", text);
   assert_no_keys(text, "the access log");
+  free(text);
 }
 END_TEST
 

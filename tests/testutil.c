@@ -662,6 +662,41 @@ void tu_spec_describe(const tu_spec_t *s, char *buf, size_t n) {
            s->skip);
 }
 
+char *tu_read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL)
+    return NULL;
+  /* Read until the end rather than trust a size from fseek: a pipe or a
+   * file still being written has none to tell. */
+  size_t cap = 4096, n = 0, k;
+  char *buf = malloc(cap + 1);
+  while (buf != NULL && (k = fread(buf + n, 1, cap - n, f)) > 0)
+    if ((n += k) == cap) {
+      char *more = realloc(buf, (cap *= 2) + 1);
+      if (more == NULL)
+        free(buf);
+      buf = more;
+    }
+  int failed = buf == NULL || ferror(f);
+  int saved = buf == NULL ? ENOMEM : EIO;
+  fclose(f);
+  if (failed) {
+    free(buf);
+    errno = saved;
+    return NULL;
+  }
+  buf[n] = 0;
+  if (len != NULL)
+    *len = n;
+  return buf;
+}
+
+char *tu_read_file_or_fail(const char *path, size_t *len) {
+  char *buf = tu_read_file(path, len);
+  ck_assert_msg(buf != NULL, "cannot read %s: %s", path, strerror(errno));
+  return buf;
+}
+
 void tu_layer_init(tu_layer_t *l, uint64_t seed, int64_t tokens) {
   const int64_t E = l->E, Dh = l->Dh, Dv = l->Dv;
   tu_rng_t r;

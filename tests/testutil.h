@@ -185,6 +185,19 @@ void tu_spec_random(tu_spec_t *s, tu_rng_t *r);
 /* Prints a spec on one line into buf (for failure messages). */
 void tu_spec_describe(const tu_spec_t *s, char *buf, size_t n);
 
+/* ---- files --------------------------------------------------------------- */
+
+/* The whole file at `path`, its bytes as they are (binary or text) in a
+ * malloc'd buffer with a NUL after the last one, so that a text file reads
+ * as a string; its length in *len where len is not NULL. NULL, errno set,
+ * where the file cannot be opened, read or held; no Check assertion, so a
+ * suite may read files while it builds its cases. The caller frees it. */
+char *tu_read_file(const char *path, size_t *len);
+
+/* tu_read_file inside a test: a Check failure naming `path` and the reason
+ * where the file cannot be read, so the result is never NULL. */
+char *tu_read_file_or_fail(const char *path, size_t *len);
+
 /* One attention layer of a decoder, as check_kv and check_cuda's kv cases
  * run it: q/k/v/o projections with biases, per-head q and k norms, grouped
  * key/value heads, and `tokens` hidden states x [tokens, E]; all random.
