@@ -141,16 +141,6 @@ static void write_file(const char *path, const char *text) {
   fclose(f);
 }
 
-/* Waits up to 5 s for `what` in the server's log. */
-static int await_log(sh_server_t *s, const char *what) {
-  for (double t0 = sh_now(); sh_now() - t0 < 5.0; usleep(10000)) {
-    sh_server_read_log(s);
-    if (strstr(s->log, what))
-      return 1;
-  }
-  return 0;
-}
-
 /* ---- API keys ------------------------------------------------------------ */
 
 static const char *const unauthorized =
@@ -263,8 +253,7 @@ START_TEST(test_sighup_reload) {
   /* KEY3 out, KEY4 in */
   write_file(keys, KEY4 "\n\n# rotated\n");
   ck_assert_int_eq(kill(s.pid, SIGHUP), 0);
-  ck_assert_msg(await_log(&s, "{\"event\":\"keys_reloaded\",\"keys\":2}"), "%s",
-                s.log);
+  sh_wait_log(&s, "{\"event\":\"keys_reloaded\",\"keys\":2}");
   assert_get(p, "/v1/info", KEY3, 401);
   assert_get(p, "/v1/info", KEY4, 200);
   assert_get(p, "/v1/info", KEY1, 200);
@@ -273,7 +262,7 @@ START_TEST(test_sighup_reload) {
    * without the key */
   write_file(keys, KEY3 "\n" KEY2 " extra\n");
   ck_assert_int_eq(kill(s.pid, SIGHUP), 0);
-  ck_assert_msg(await_log(&s, "keys_reload_failed"), "%s", s.log);
+  sh_wait_log(&s, "keys_reload_failed");
   ck_assert_msg(strstr(s.log, "line 2"), "%s", s.log);
   assert_get(p, "/v1/info", KEY4, 200);
   assert_get(p, "/v1/info", KEY3, 401);
@@ -350,8 +339,7 @@ START_TEST(test_sighup_at_start) {
   /* the reload that the held SIGHUP asked for reads the FIFO again */
   ck_assert_msg(fifo_write(keys, KEY4 "\n"),
                 "the SIGHUP held during the start reloaded nothing");
-  ck_assert_msg(await_log(&s, "{\"event\":\"keys_reloaded\",\"keys\":1}"), "%s",
-                s.log);
+  sh_wait_log(&s, "{\"event\":\"keys_reloaded\",\"keys\":1}");
   assert_get(s.port, "/v1/info", KEY3, 401);
   assert_get(s.port, "/v1/info", KEY4, 200);
   ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
