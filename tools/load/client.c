@@ -98,14 +98,10 @@ int load_stats_init(load_stats_t *st) {
 
 void load_stats_free(load_stats_t *st) {
   load_hists_free(STATS_HISTS(st), 4);
-  load_kept_free(st->kept, st->n_kept, sizeof *st->kept);
+  for (int i = 0; i < st->n_kept; i++)
+    free(st->kept[i].body);
+  free(st->kept);
   memset(st, 0, sizeof *st);
-}
-
-void load_kept_free(void *kept, int n, size_t size) {
-  for (int i = 0; i < n; i++)
-    free(*(char **)((char *)kept + (size_t)i * size));
-  free(kept);
 }
 
 int load_status_index(long code) {

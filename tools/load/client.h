@@ -42,19 +42,13 @@ typedef struct load_body {
   size_t header_len; /* sent as Inference-Header-Content-Length; 0: not */
 } load_body_t;
 
-/* One reply kept for --verify. Owns body, its first member, as
- * load_kept_free needs. */
+/* One reply kept for --verify. Owns body. */
 typedef struct load_kept {
   char *body;
   size_t len;
   size_t variant;     /* index of its request in the run's pool */
   int64_t header_len; /* its Inference-Header-Content-Length, or -1 */
 } load_kept_t;
-_Static_assert(offsetof(load_kept_t, body) == 0, "load_kept_free");
-
-/* Frees the n kept replies at `kept`, `size` bytes each and each beginning
- * with its owned body (load_kept_t, load_decode_kept_t), and the array. */
-void load_kept_free(void *kept, int n, size_t size);
 
 struct load_stats;
 
@@ -164,8 +158,8 @@ typedef void (*load_finish_fn)(void *engine, void *slot, CURLcode rc,
 int load_multi_transfers(CURLM *multi, load_finish_fn finish, void *engine);
 void load_multi_sleep(CURLM *multi, double wake_s);
 
-/* Whether a --progress line is due at `now` (s): it is from *next on, and
- * the next half a second later. */
+/* Whether a --progress line is due at `now` (s): one is from *next on,
+ * and when it is, *next moves to half a second after `now`. */
 int load_progress_due(double now, double *next);
 
 /* Takes an engine's easy handle h out of multi where it is busy there,

@@ -46,7 +46,9 @@ int load_decode_stats_init(load_decode_stats_t *st) {
 
 void load_decode_stats_free(load_decode_stats_t *st) {
   load_hists_free(STATS_HISTS(st), 5);
-  load_kept_free(st->kept, st->n_kept, sizeof *st->kept);
+  for (int i = 0; i < st->n_kept; i++)
+    free(st->kept[i].body);
+  free(st->kept);
   memset(st, 0, sizeof *st);
 }
 

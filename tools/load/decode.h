@@ -81,8 +81,7 @@ typedef struct load_decode_run {
   void *progress_arg;
 } load_decode_run_t;
 
-/* A step reply kept for --verify. Owns body, its first member, as
- * load_kept_free needs. */
+/* A step reply kept for --verify. Owns body. */
 typedef struct load_decode_kept {
   char *body;
   size_t len;
@@ -90,7 +89,6 @@ typedef struct load_decode_kept {
   int64_t start; /* the session's length before the step */
   int64_t n;     /* the step's new tokens */
 } load_decode_kept_t;
-_Static_assert(offsetof(load_decode_kept_t, body) == 0, "load_kept_free");
 
 /* Why sessions were created again. */
 enum {
