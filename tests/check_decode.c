@@ -1269,6 +1269,8 @@ static const oom_case_t *oom_begin(int i, int *sticky, char **body) {
   return c;
 }
 
+/* Ends what oom_begin began: frees the body it made and turns the regions
+ * and arenas back on for the tests that follow. */
 static void oom_end(char *body) {
   free(body);
   attnd__arenas = 1;

@@ -457,7 +457,8 @@ END_TEST
  */
 
 /* Writes a layer blocks.3 (torch's MHA, E 32, 4 heads) into a new
- * directory, whose name goes into dir[0..64). */
+ * directory: its name into dir[0..64), the layer file's path into
+ * file[0..128). The caller removes both. */
 static void write_layer(char *dir, char *file) {
   char msg[512];
   snprintf(dir, 64, "/tmp/check_load_sweep_layer_XXXXXX");

@@ -2012,10 +2012,6 @@ START_TEST(test_buckets_cover) {
 }
 END_TEST
 
-/* The families /metrics has and those docs/operations.md's Metrics
- * section names are the same: none emitted undocumented, none documented
- * that is not there (a histogram's _count or _bucket named for the
- * histogram). */
 /* Whether the name d[0..len) is the family f[0..fl), or one of a
  * histogram's samples of it. */
 static int names_family(const char *d, size_t len, const char *f, size_t fl) {
@@ -2027,6 +2023,10 @@ static int names_family(const char *d, size_t len, const char *f, size_t fl) {
   return 0;
 }
 
+/* The families /metrics has and those docs/operations.md's Metrics
+ * section names are the same: none emitted undocumented, none documented
+ * that is not there (a histogram's _count or _bucket named for the
+ * histogram). */
 START_TEST(test_documented) {
   attnd_metrics_t *m = attnd_metrics_new();
   ck_assert_ptr_nonnull(m);

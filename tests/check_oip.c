@@ -889,6 +889,8 @@ END_TEST
 /* The query alone, with its members replaced. */
 #define QX(members)                                                            \
   "{\"parameters\":{\"num_heads\":2},\"inputs\":[" members "]}"
+/* A row of the query below. */
+#define ONES4 "[1,1,1,1]"
 /* A query [16, 4] of ones, four heads, with more parameters and the
  * outputs asked for: with the weights, a reply over max_response_bytes. */
 #define Q16X4(params, outputs)                                                 \
@@ -897,7 +899,6 @@ END_TEST
   "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4        \
   "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4 "," ONES4        \
   "," ONES4 "]}],\"outputs\":[" outputs "]}"
-#define ONES4 "[1,1,1,1]"
 
 typedef struct err_case {
   const char *model; /* NULL: the generic model */

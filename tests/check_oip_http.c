@@ -964,8 +964,6 @@ END_TEST
 
 /* ---- infer: every input, parameter and output ---------------------------- */
 
-/* Each case in JSON (with an id), binary and mixed data, its outputs JSON,
- * binary and mixed: the same bits as /v1's, within TOL of the reference. */
 /* The reductions of the weights as OIP outputs: the same numbers as /v1's
  * return.weights object, in JSON and as binary data (the index as
  * little-endian int32, datatype INT32). */
@@ -1059,6 +1057,8 @@ START_TEST(test_weights_reduce) {
 }
 END_TEST
 
+/* Each case in JSON (with an id), binary and mixed data, its outputs JSON,
+ * binary and mixed: the same bits as /v1's, within TOL of the reference. */
 START_TEST(test_infer_cases) {
   const infer_case_t *ic = &infer_cases[_i];
   built_t b;

@@ -378,9 +378,6 @@ static void came_back(const fake_t *f, attnd_sched_outcome_t outcome, int ran) {
   }
 }
 
-/* ---- fixture ------------------------------------------------------------ */
-
-/* Checked: runs in the forked child, so the workers are the child's. */
 /* Waits until jobs 0 to n-1 have come back, each done after one run, with
  * nothing left in flight. */
 static void all_done(int n) {
@@ -390,6 +387,9 @@ static void all_done(int n) {
     came_back(job(i), ATTND_SCHED_DONE, 1);
 }
 
+/* ---- fixture ------------------------------------------------------------ */
+
+/* Checked: runs in the forked child, so the workers are the child's. */
 static void setup(void) {
   memset(&H, 0, sizeof H);
   for (int i = 0; i < MAX_JOBS; i++)

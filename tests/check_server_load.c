@@ -436,10 +436,6 @@ END_TEST
 
 /* ---- the memory budget --------------------------------------------------- */
 
-/* A request that could never fit max_memory_bytes is refused (422); one
- * that does not fit while another holds the budget is asked to retry (429,
- * with Retry-After); and the budget is whole again once that one is done.
- * The slow request needs about 10 MB (its tensors, workspace and reply). */
 /* One worker, and 12 MB for requests (test_memory_budget_keeps_id reads
  * its access log). */
 static const char *const budget_args[] = {"--workers",
@@ -454,6 +450,10 @@ static const char *const budget_args[] = {"--workers",
                                           "stderr",
                                           NULL};
 
+/* A request that could never fit max_memory_bytes is refused (422); one
+ * that does not fit while another holds the budget is asked to retry (429,
+ * with Retry-After); and the budget is whole again once that one is done.
+ * The slow request needs about 10 MB (its tensors, workspace and reply). */
 START_TEST(test_memory_budget) {
   sh_server_t s;
   start(&s, budget_args);

@@ -590,10 +590,6 @@ END_TEST
 
 /* ---- attn_forward's own checks ------------------------------------------- */
 
-/* _i: 0 out NULL, 1 weights NULL, 2 mean_weights NULL, 3 head_outputs NULL,
- * 4 workspace one byte short, 5 workspace NULL, 6 workspace misaligned. The
- * API names EINVAL for a missing buffer and ENOSPC for a short workspace; a
- * NULL or misaligned workspace may be either, but must name "workspace". */
 /* Every output of test_bad_forward's plan in buf: out, weights,
  * mean_weights and head_outputs. */
 static attn_outputs_t all_outputs(float *const buf[4]) {
@@ -603,6 +599,10 @@ static attn_outputs_t all_outputs(float *const buf[4]) {
                           .head_outputs = buf[3]};
 }
 
+/* _i: 0 out NULL, 1 weights NULL, 2 mean_weights NULL, 3 head_outputs NULL,
+ * 4 workspace one byte short, 5 workspace NULL, 6 workspace misaligned. The
+ * API names EINVAL for a missing buffer and ENOSPC for a short workspace; a
+ * NULL or misaligned workspace may be either, but must name "workspace". */
 START_TEST(test_bad_forward) {
   static const char *const field[] = {
       "out",       "weights",   "mean_weights", "head_outputs",
