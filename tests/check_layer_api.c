@@ -422,16 +422,15 @@ START_TEST(test_cross_attention) {
     char what[300];
     snprintf(what, sizeof what, "%s /v1", name);
     post_check(&s, req, &p, what);
-    sh_resp_t resp;
-    json_t *rep;
 
     snprintf(url, sizeof url, "/v2/models/%s/infer", name);
     json_t *inputs =
         json_pack("[o,o,o]", oip_input("query", x, 3, qd),
                   oip_input("key", kx, 3, kd), oip_input("value", vx, 3, vd));
+    sh_resp_t resp;
     post_to(&s, url, json_pack("{s:O}", "inputs", inputs), &resp);
     ck_assert_msg(resp.status == 200, "%ld: %s", resp.status, resp.body);
-    rep = sh_json(&resp);
+    json_t *rep = sh_json(&resp);
     json_t *out = json_array_get(json_object_get(rep, "outputs"), 0);
     ck_assert_str_eq(json_string_value(json_object_get(out, "name")), "output");
     size_t n_out = (size_t)(B * Lq * z->Eo);
@@ -860,7 +859,10 @@ START_TEST(test_sliding_window) {
           json_pack("{s:o}", "window", json_loads(masks[i], 0, NULL)));
       want.has_window_left = i == 2, want.window_left = 1;
     }
-    post_check(&s, req, &want, masks[i] ? masks[i] : "mask.window absent");
+    char what[64];
+    snprintf(what, sizeof what, "mask.window %s",
+             masks[i] ? masks[i] : "absent");
+    post_check(&s, req, &want, what);
   }
 
   /* a session: 5 tokens, then 3, the second step against the reference
