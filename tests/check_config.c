@@ -22,6 +22,7 @@
 #include "config.h"
 #include "http/auth.h"
 #include "suite.h"
+#include "testutil.h"
 
 /* Loads with these arguments and environment; returns the load's result. */
 static int load(attnd_config_t *cfg, char **argv, char **envp, char *msg,
@@ -566,17 +567,9 @@ START_TEST(test_shipped_file_is_the_defaults) {
   ck_assert_msg(load(&file, argv1, envp, msg, sizeof msg) == 0, "%s", msg);
   ck_assert(memcmp(&def, &file, sizeof def) == 0);
 
-  char *printed = printed_config(&def), *text = NULL;
-  size_t len = 0, n = 0;
+  char *printed = printed_config(&def);
   /* the whole file, however long its comments grow */
-  FILE *shipped = fopen("config/attnd.conf", "r");
-  ck_assert_ptr_nonnull(shipped);
-  FILE *f = open_memstream(&text, &len);
-  char chunk[4096];
-  while ((n = fread(chunk, 1, sizeof chunk, shipped)) > 0)
-    fwrite(chunk, 1, n, f);
-  fclose(f);
-  fclose(shipped);
+  char *text = tu_read_file_or_fail("config/attnd.conf", NULL);
   int keys = 0;
   for (char *line = strtok(printed, "\n"); line; line = strtok(NULL, "\n")) {
     char key[64];
