@@ -902,6 +902,8 @@ static void kv_layer_init(kv_layer_t *l, const kv_shape_t *sh, uint64_t seed) {
   tu_layer_init(&l->w, seed, 2 * KV_N);
 }
 
+/* One sequence's two caches: host pages for the CPU, device pages for the
+ * GPU, as many tokens in each. */
 typedef struct kv_pair {
   size_t floats; /* attn_kv_page_floats */
   float *host[KV_PAGES], *dev[KV_PAGES];

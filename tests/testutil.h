@@ -208,6 +208,8 @@ typedef struct tu_layer {
   float *x;
 } tu_layer_t;
 
+/* Fills the weights and x from `seed`; the layer owns them until
+ * tu_layer_free, which frees each and sets it to NULL (the shape stays). */
 void tu_layer_init(tu_layer_t *l, uint64_t seed, int64_t tokens);
 void tu_layer_free(tu_layer_t *l);
 
