@@ -172,8 +172,10 @@ static void stop_server(void) {
 
 /* ---- helpers ------------------------------------------------------------- */
 
-/* POSTs `req` and returns the reply, parsed, in which the server answered
- * 200 (free both); `what` names the request in failure messages. */
+/* POSTs `req` (the caller keeps it) and asserts that the server answered
+ * 200; returns the reply's body parsed (NULL where it is not JSON), the
+ * reply itself in r. The caller frees both. `what` names the request in
+ * failure messages. */
 static json_t *post_ok(const json_t *req, sh_resp_t *r, const char *what) {
   ck_assert_msg(sh_post_json(srv.port, req, r) == 0, "%s: %s; the server:\n%s",
                 what, r->error, server_log());
@@ -757,9 +759,9 @@ START_TEST(test_mask_tail_block) {
                   r.body);
     /* the output, and nothing else, within REPLY_TOL of the reference */
     const attn_params_t p = tail_block_params(k);
-    char why[512];
-    snprintf(why, sizeof why, "case %d", k);
-    check_reply(&p, rep, -1, why);
+    char what[16], why[512];
+    snprintf(what, sizeof what, "case %d", k);
+    check_reply(&p, rep, -1, what);
     sh_tensor_t t;
     ck_assert_msg(sh_tensor_decode(json_object_get(rep, "output"), &t, why,
                                    sizeof why) == 0,
