@@ -405,11 +405,7 @@ int sh_get(int port, const char *path, sh_resp_t *r) {
 int sh_post(int port, const char *body, size_t len, sh_resp_t *r) {
   sh_client_t c;
   sh_client_init(&c, port);
-  sh_req_t q = {.method = "POST",
-                .path = "/v1/attention",
-                .content_type = "application/json",
-                .body = body,
-                .len = len};
+  sh_req_t q = sh_attention_post(body, len);
   int rc = sh_http(&c, &q, r);
   sh_client_free(&c);
   return rc;
