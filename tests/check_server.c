@@ -759,7 +759,7 @@ START_TEST(test_mask_tail_block) {
                   r.body);
     /* the output, and nothing else, within REPLY_TOL of the reference */
     const attn_params_t p = tail_block_params(k);
-    char what[16], why[512];
+    char what[32], why[512];
     snprintf(what, sizeof what, "case %d", k);
     check_reply(&p, rep, -1, what);
     sh_tensor_t t;
