@@ -186,6 +186,11 @@ pick_port() {
   fail "no free port on 127.0.0.1"
 }
 
+# grep_o PATTERN [FILE]: grep -o, succeeding when nothing matches. Under
+# pipefail, "$(grep -o X | wc -l)" with no match stops the script with exit 1
+# and no message, where the caller wanted a count of 0.
+grep_o() { grep -o "$@" || true; }
+
 # http_code URL [curl options...]: the status, 000 when there is none.
 http_code() {
   local url=$1
@@ -388,10 +393,10 @@ layers_are() {
   local url=$1 prefix=$2 body names f
   shift 2
   body=$(curl -s -m 5 "$url/v1/layers") || { echo "GET /v1/layers failed"; return 1; }
-  names=$(grep -o '"name":"[^"]*"' <<<"$body" | cut -d'"' -f4 | sort | tr '\n' ' ')
+  names=$(grep_o '"name":"[^"]*"' <<<"$body" | cut -d'"' -f4 | sort | tr '\n' ' ')
   [ "$names" = "$(printf '%s\n' "$@" | sort | tr '\n' ' ')" ] ||
     { echo "GET /v1/layers lists '${names% }', not '$*': $(head -c 300 <<<"$body")"; return 1; }
-  for f in $(grep -o '"file":"[^"]*"' <<<"$body" | cut -d'"' -f4); do
+  for f in $(grep_o '"file":"[^"]*"' <<<"$body" | cut -d'"' -f4); do
     case $f in "$prefix"*) ;; *) echo "layer file $f is not under $prefix"; return 1 ;; esac
   done
   echo "${names% }"
@@ -711,9 +716,9 @@ for i in $(seq 6); do
   d=$(layer_request "$url" $LAYER0 "$W/compose-layer.out" "$W/layer-ref.json") || fail "through nginx: $d"
 done
 podman logs "${CT}_lb_1" >"$W/compose-lb.log" 2>/dev/null
-spread=$(grep -o 'upstream=[0-9.:]*' "$W/compose-lb.log" | sort -u | wc -l)
+spread=$(grep_o 'upstream=[0-9.:]*' "$W/compose-lb.log" | sort -u | wc -l)
 [ "$spread" -eq 3 ] || fail "nginx used $spread replicas, not 3 (log: $W/compose-lb.log)"
-layer_spread=$(grep 'POST /v1/attention' "$W/compose-lb.log" | tail -6 | grep -o 'upstream=[0-9.:]*' | sort -u | wc -l)
+layer_spread=$({ grep 'POST /v1/attention' "$W/compose-lb.log" || true; } | tail -6 | grep_o 'upstream=[0-9.:]*' | sort -u | wc -l)
 [ "$layer_spread" -eq 3 ] || fail "the layer requests went to $layer_spread replicas, not 3 (log: $W/compose-lb.log)"
 # One replica stopped (drained) under a little load: every request answered.
 codes=$W/compose-codes
@@ -872,7 +877,7 @@ split=$(awk '$2 ~ /^\/v1\/sessions\// { print $4, $5 }' "$S/routing.log" | sort 
 [ "$split" = 0 ] || fail "$split session keys reached more than one replica (log: $S/access.log)"
 spread=$(awk '$2 ~ /^\/v1\/sessions\// { print $5 }' "$S/routing.log" | sort -u | wc -l)
 [ "$spread" = 3 ] || fail "${#ids[@]} session ids went to $spread replicas, not 3"
-fams=$(for id in "${ids[@]:24}"; do grep " ${id:0:16} " "$S/routing.log" | awk '{ print substr($4, 1, 16), $5 }'; done | sort -u | wc -l)
+fams=$(for id in "${ids[@]:24}"; do { grep " ${id:0:16} " "$S/routing.log" || true; } | awk '{ print substr($4, 1, 16), $5 }'; done | sort -u | wc -l)
 [ "$fams" = 2 ] || fail "the ids of two fork families went to $fams (family, replica) pairs, not 2"
 routing="${#ids[@]} unknown ids (2 families of 4 sharing 16 digits): each id's step, GET and DELETE on one replica, 404 unknown_session, over 3 replicas, each family on one"
 
@@ -919,7 +924,9 @@ code=$(curl -s -o "$S/put.out" -w '%{http_code}' -m 5 -X PUT -H 'Content-Type: a
   [ "$done_steps" -ge 1500 ] || { show "$S/decode.log"; fail "only $done_steps steps answered through nginx before attnd-load ended"; }
   victim=0 most=-1
   for i in 0 1 2; do
-    c=$(curl -s -m 5 "http://127.0.0.1:${ports[$i]}/v1/sessions?limit=100" | grep -o '"session":' | wc -l)
+    body=$(curl -s -m 5 "http://127.0.0.1:${ports[$i]}/v1/sessions?limit=100") ||
+      { show "$S/attnd$((i + 1)).log"; fail "GET /v1/sessions on replica $((i + 1)) failed under load"; }
+    c=$(grep_o '"session":' <<<"$body" | wc -l) # a replica may hold none
     [ "$c" -gt "$most" ] && { most=$c; victim=$i; }
   done
   at_kill=$(wc -l <"$S/access.log")
