@@ -241,6 +241,43 @@ START_TEST(test_hist_rank_large) {
 }
 END_TEST
 
+/* The stats of each engine own their histograms: _i 0 the request
+ * engine's (latency, queue, compute, total), 1 the decode engine's (ttft,
+ * step, create, queue, compute). After init every one is allocated and
+ * empty, after free every one is NULL. Caught: a histogram in the struct
+ * left out of the list that allocates them, or a count of that list one
+ * short (the last one NULL, and the first record into it a crash in the
+ * middle of a run). */
+START_TEST(test_stats_own_hists) {
+  load_stats_t st;
+  load_decode_stats_t dst;
+  load_hist_t *const *h[5];
+  static const char *const names[2][5] = {
+      {"latency", "queue", "compute", "total"},
+      {"ttft", "step", "create", "queue", "compute"}};
+  int n = _i ? 5 : 4;
+  if (_i) {
+    ck_assert_int_eq(load_decode_stats_init(&dst), 0);
+    h[0] = &dst.ttft, h[1] = &dst.step, h[2] = &dst.create;
+    h[3] = &dst.queue, h[4] = &dst.compute;
+  } else {
+    ck_assert_int_eq(load_stats_init(&st), 0);
+    h[0] = &st.latency, h[1] = &st.queue, h[2] = &st.compute;
+    h[3] = &st.total;
+  }
+  for (int i = 0; i < n; i++) {
+    ck_assert_msg(*h[i] != NULL, "%s not allocated", names[_i][i]);
+    ck_assert_int_eq((*h[i])->count, 0);
+  }
+  if (_i)
+    load_decode_stats_free(&dst);
+  else
+    load_stats_free(&st);
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(*h[i] == NULL, "%s not freed", names[_i][i]);
+}
+END_TEST
+
 /* ---- Server-Timing ------------------------------------------------------- */
 
 START_TEST(test_server_timing) {
@@ -2950,6 +2987,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_hist_datasets, 0, N_DS);
   tcase_add_test(tc, test_hist_edges);
   tcase_add_test(tc, test_hist_rank_large);
+  tcase_add_loop_test(tc, test_stats_own_hists, 0, 2);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("server_timing");

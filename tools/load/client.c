@@ -85,19 +85,19 @@ double load_cpu_now_s(void) {
 
 /* ---- stats --------------------------------------------------------------- */
 
-/* The histograms a load_stats_t owns, for load_hists_new and _free. */
+/* The histograms a load_stats_t owns, for LOAD_HISTS_NEW and _FREE
+ * (which count them). */
 #define STATS_HISTS(st)                                                        \
-  (load_hist_t * *const[]) {                                                   \
-    &(st)->latency, &(st)->queue, &(st)->compute, &(st)->total                 \
-  }
+  ((load_hist_t **const[]){&(st)->latency, &(st)->queue, &(st)->compute,       \
+                           &(st)->total})
 
 int load_stats_init(load_stats_t *st) {
   memset(st, 0, sizeof *st);
-  return load_hists_new(STATS_HISTS(st), 4);
+  return LOAD_HISTS_NEW(STATS_HISTS(st));
 }
 
 void load_stats_free(load_stats_t *st) {
-  load_hists_free(STATS_HISTS(st), 4);
+  LOAD_HISTS_FREE(STATS_HISTS(st));
   for (int i = 0; i < st->n_kept; i++)
     free(st->kept[i].body);
   free(st->kept);

@@ -33,19 +33,19 @@ static double now_s(void) {
 
 /* ---- stats --------------------------------------------------------------- */
 
-/* The histograms a load_decode_stats_t owns, for load_hists_new and _free. */
+/* The histograms a load_decode_stats_t owns, for LOAD_HISTS_NEW and _FREE
+ * (which count them). */
 #define STATS_HISTS(st)                                                        \
-  (load_hist_t * *const[]) {                                                   \
-    &(st)->ttft, &(st)->step, &(st)->create, &(st)->queue, &(st)->compute      \
-  }
+  ((load_hist_t **const[]){&(st)->ttft, &(st)->step, &(st)->create,            \
+                           &(st)->queue, &(st)->compute})
 
 int load_decode_stats_init(load_decode_stats_t *st) {
   memset(st, 0, sizeof *st);
-  return load_hists_new(STATS_HISTS(st), 5);
+  return LOAD_HISTS_NEW(STATS_HISTS(st));
 }
 
 void load_decode_stats_free(load_decode_stats_t *st) {
-  load_hists_free(STATS_HISTS(st), 5);
+  LOAD_HISTS_FREE(STATS_HISTS(st));
   for (int i = 0; i < st->n_kept; i++)
     free(st->kept[i].body);
   free(st->kept);

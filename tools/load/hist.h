@@ -52,6 +52,15 @@ int load_hists_new(load_hist_t **const *h, int n);
 /* Frees *h[0], ..., *h[n-1] and sets each to NULL (a NULL one is skipped). */
 void load_hists_free(load_hist_t **const *h, int n);
 
+/* load_hists_new and _free over `list`, an array of the histograms a
+ * stats struct owns (a compound literal in parentheses, so that its commas
+ * stay inside one macro argument), with n counted from the array itself:
+ * a histogram added to the list is allocated and freed with the others,
+ * where a count written beside the list could be left one short. */
+#define LOAD_HISTS_N(list) ((int)(sizeof(list) / sizeof((list)[0])))
+#define LOAD_HISTS_NEW(list) load_hists_new((list), LOAD_HISTS_N(list))
+#define LOAD_HISTS_FREE(list) load_hists_free((list), LOAD_HISTS_N(list))
+
 /* Counts one value; a negative value counts as 0. */
 void load_hist_record(load_hist_t *h, int64_t v);
 
