@@ -9,7 +9,9 @@
 #     four files in OUT (the device tool returns eight at most), the
 #     summary holding the GPU's name and each script's exit status;
 #   - check.sh's GPU steps fail here, are named at the end (FAILED:), and
-#     do not stop the steps after them;
+#     do not stop the steps after them; check_layer_api's gpu case among
+#     them, whose cases would pass here skipping their GPU halves but for
+#     the ATTND_REQUIRE_CUDA=1 that check.sh gives them;
 #   - cores.sh's table has the core's rows at each thread count, the
 #     server's rows with many workers and with one, and the lone
 #     threads_per_request = auto request: so the attnd and attnd-load
@@ -85,7 +87,8 @@ sum=$tmp/out/summary.md
 grep -q '^GPU: stand-in GPU' "$sum" || fail "the summary does not name the GPU"
 grep -q '^check.sh: exit 1; cores.sh: exit 0' "$sum" ||
   fail "the summary's exit statuses are not check.sh 1 (no GPU here), cores.sh 0"
-for step in check_cuda:gpu check_cuda:gpu-v3 attn-cuda-bench http device-http; do
+for step in check_cuda:gpu check_cuda:gpu-v3 check_layer_api:gpu attn-cuda-bench http \
+  device-http; do
   grep '^== FAILED:' "$sum" | grep -q " $step\( \|$\)" ||
     fail "check.sh's FAILED line does not name $step"
 done

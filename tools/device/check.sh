@@ -110,10 +110,11 @@ check_cuda refusals table gpu gpu-kv gpu-reduce
 step "GPU tests through the server: cuda sessions, layers on the GPU, pinned memory"
 # check_server's "protocol" case (test_cuda_session, the backend choice),
 # check_layer_api's "gpu" case (test_layers_on_device) and check_pinned's
-# (test_server_real), each against the bundle's attnd
+# (test_server_real), each against the bundle's attnd; ATTND_REQUIRE_CUDA=1
+# makes check_layer_api's cases fail where they would skip their GPU half
 for t in check_server:protocol check_layer_api:gpu check_pinned:gpu; do
   s=$(secs 120) || { skip "$t"; continue; }
-  if ! ATTND_BIN="$bundle/bin/attnd" CK_RUN_CASE=${t#*:} \
+  if ! ATTND_BIN="$bundle/bin/attnd" CK_RUN_CASE=${t#*:} ATTND_REQUIRE_CUDA=1 \
     with_libs timeout "$s" "$bundle/bin/${t%%:*}"; then
     failed="$failed $t"
   fi
