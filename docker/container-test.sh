@@ -477,7 +477,7 @@ podman run -d --name "$CT-run" --network bridge -p "127.0.0.1:$port:8080" \
   $IMAGE >"$W/run.log" 2>&1 || { show "$W/run.log"; fail "podman run failed"; }
 url=http://127.0.0.1:$port
 wait_for "$url/healthz" 200 20 || { podman logs "$CT-run" >"$W/container.log" 2>&1; show "$W/container.log"; fail "no 200 from /healthz in 20 s"; }
-body=$(curl -s "$url/healthz")
+body=$(curl -s -m 5 "$url/healthz") || fail "GET /healthz failed after its 200 (curl exit $?)"
 [ "$body" = '{"status":"ok"}' ] || fail "/healthz said $body"
 podman healthcheck run "$CT-run" >"$W/healthcheck.log" 2>&1 || { show "$W/healthcheck.log"; fail "the image's HEALTHCHECK failed"; }
 reply=$(worked "$url") || fail "worked example: expected output 4.6, got: $reply"
@@ -486,7 +486,7 @@ reply=$(worked "$url") || fail "worked example: expected output 4.6, got: $reply
 demo=$(layers_are "$url" /usr/share/attnd/layers/ demo) || fail "the image's demo layer: $demo"
 printf '{"layer":"demo","query":{"shape":[3,64],"base64":"%s"},"positions":{"query":[10,11,12],"key":[10,11,12]},"return":{"weights":"mean","metrics":false}}' \
   "$(head -c 768 /dev/zero | base64 -w0)" >"$W/demo.json"
-code=$(curl -s -o "$W/demo.out" -w '%{http_code}' -m 10 -H 'Content-Type: application/json' --data-binary @"$W/demo.json" "$url/v1/attention")
+code=$(curl -s -o "$W/demo.out" -w '%{http_code}' -m 10 -H 'Content-Type: application/json' --data-binary @"$W/demo.json" "$url/v1/attention" || true)
 [ "$code" = 200 ] && grep -q '"output":{"shape":\[3,64\]' "$W/demo.out" && grep -q '"weights":{"shape":\[3,3\]' "$W/demo.out" ||
   fail "a request to the demo layer got $code: $(head -c 300 "$W/demo.out")"
 podman logs "$CT-run" >"$W/container.log" 2>&1
@@ -498,9 +498,11 @@ set -- $pids
 [ $# -eq 2 ] || fail "expected tini and attnd in the container, found pids: $pids"
 d1=$(check_process "$1" tini) || fail "$d1"
 d2=$(check_process "$2" attnd) || fail "$d2"
-tr '\0' '\n' <"/proc/$2/environ" | grep -qx 'OPENBLAS_NUM_THREADS=1' ||
+# (read whole first, as in load_has: grep -q leaving early could SIGPIPE tr)
+grep -qx 'OPENBLAS_NUM_THREADS=1' <<<"$(tr '\0' '\n' <"/proc/$2/environ")" ||
   fail "attnd did not re-execute itself with OPENBLAS_NUM_THREADS=1"
-kernel=$(curl -s "$url/v1/info" | sed -n 's/.*"blas_kernel":"\([^"]*\)".*/\1/p')
+info=$(curl -s -m 5 "$url/v1/info") || fail "GET /v1/info failed (curl exit $?)"
+kernel=$(sed -n 's/.*"blas_kernel":"\([^"]*\)".*/\1/p' <<<"$info")
 # Even root in the container (no capabilities) writes nowhere.
 out=$(podman exec --user 0 "$CT-run" sh -c \
   'for f in /probe /tmp/probe /var/tmp/probe /run/probe; do touch "$f" 2>&1 && echo "wrote $f"; done' 2>&1 || true)
@@ -529,7 +531,8 @@ post compute compute.json &
 co_pid=$!
 busy=0
 for _ in $(seq 100); do
-  busy=$(curl -s -m 2 "$url/metrics" | awk '$1 == "attnd_busy_workers" { print $2 }')
+  # (a poll that gets no answer polls again)
+  busy=$(curl -s -m 2 "$url/metrics" | awk '$1 == "attnd_busy_workers" { print $2 }' || true)
   [ "${busy:-0}" -ge 1 ] && break
   sleep 0.05
 done
@@ -557,7 +560,7 @@ awk -v s="$stop_s" 'BEGIN { exit !(s < 10) }' || fail "podman stop took ${stop_s
 [ "$exit_code" = 0 ] || { show "$W/container.log"; fail "the container exited $exit_code, not 0"; }
 grep -q '"event":"draining","signal":15' "$W/container.log" || fail "attnd never saw SIGTERM"
 [ "$ready" = 503 ] || fail "/readyz never answered 503 while draining"
-podman rm "$CT-run" >/dev/null 2>&1
+podman rm "$CT-run" >"$W/rm.log" 2>&1 || { show "$W/rm.log"; fail "podman rm $CT-run failed"; }
 pass "stopped in ${stop_s}s, exit 0; /readyz 503 while draining; computing and uploading requests both got 200"
 
 # ---- 6. layer volume ---------------------------------------------------------------
@@ -628,7 +631,8 @@ env -i $cm_env "$BUILD/attnd" --print-config >"$W/configmap-config.log" 2>&1 ||
 if env -i ATTND_PORT=tcp://10.96.0.10:8080 "$BUILD/attnd" --print-config >"$W/service-link.log" 2>&1; then
   fail "attnd accepted ATTND_PORT=tcp://...: update the service-link comments"
 fi
-n=$(grep -c '^ok' "$W/validate.log")
+n=$(grep -c '^ok' "$W/validate.log" || true)
+[ "$n" -ge 1 ] || { show "$W/validate.log"; fail "validate.mjs passed but printed no 'ok' line (log: $W/validate.log)"; }
 pass "$n manifests valid (schemas, no unknown fields); $(grep -c '^ok' "$W/policy.log") rules hold; attnd accepts the ConfigMap; a service link would stop it: $(head -1 "$W/service-link.log")"
 
 # ---- 8. kube play -------------------------------------------------------------------
@@ -657,7 +661,7 @@ url=http://127.0.0.1:$port
 ctr=$CT-pod-0-attnd
 wait_for "$url/healthz" 200 20 || { podman logs "$ctr" >"$W/kube/attnd.log" 2>&1; show "$W/kube/attnd.log"; fail "no 200 from /healthz through the pod in 20 s"; }
 reply=$(worked "$url") || fail "worked example through the pod: $reply"
-info=$(curl -s "$url/v1/info")
+info=$(curl -s -m 5 "$url/v1/info") || fail "GET /v1/info through the pod failed (curl exit $?)"
 want=$(awk '$1 == "ATTND_QUEUE_DEPTH:" { gsub(/"/, "", $2); print $2 }' docker/k8s/configmap.yaml)
 case $info in *"\"queue_depth\":$want,"*) ;; *) fail "the ConfigMap did not reach attnd (queue_depth $want): $info" ;; esac
 # The ConfigMap's ATTND_LAYERS, on the claim's volume.
@@ -706,7 +710,8 @@ for i in 1 2 3; do
   [ "$rw" = false ] || fail "replica attnd$i: /layers mounted '${rw:-not at all}', not read-only"
   # compose.yaml's mem_limit (3g): attnd's memory budget is 3/4 of it, not
   # of the host's memory.
-  mm=$(podman exec "${CT}_attnd${i}_1" attnd --print-config | sed -n 's/^max_memory_bytes = //p')
+  mm=$(podman exec "${CT}_attnd${i}_1" attnd --print-config | sed -n 's/^max_memory_bytes = //p') ||
+    fail "replica attnd$i: podman exec attnd --print-config failed (above)"
   [ "$mm" = 2415919104 ] || fail "replica attnd$i: max_memory_bytes $mm, not 3/4 of compose.yaml's mem_limit 3g"
 done
 for i in $(seq 9); do reply=$(worked "$url") || fail "worked example through nginx: $reply"; done
@@ -715,7 +720,8 @@ d=$(layers_are "$url" /layers/ $LAYER0) || fail "through nginx: $d"
 for i in $(seq 6); do
   d=$(layer_request "$url" $LAYER0 "$W/compose-layer.out" "$W/layer-ref.json") || fail "through nginx: $d"
 done
-podman logs "${CT}_lb_1" >"$W/compose-lb.log" 2>/dev/null
+podman logs "${CT}_lb_1" >"$W/compose-lb.log" 2>"$W/compose-lb.err" ||
+  { show "$W/compose-lb.err"; fail "podman logs ${CT}_lb_1 failed"; }
 spread=$(grep_o 'upstream=[0-9.:]*' "$W/compose-lb.log" | sort -u | wc -l)
 [ "$spread" -eq 3 ] || fail "nginx used $spread replicas, not 3 (log: $W/compose-lb.log)"
 layer_spread=$({ grep 'POST /v1/attention' "$W/compose-lb.log" || true; } | tail -6 | grep_o 'upstream=[0-9.:]*' | sort -u | wc -l)
@@ -753,7 +759,7 @@ awk 'BEGIN { L = 2048; E = 64; printf "{\"query\":{\"shape\":[%d,%d],\"data\":["
   for (i = 0; i < L * E; i++) printf "%s%.4f", (i ? "," : ""), sin(i * 0.37) * 2
   printf "]},\"num_heads\":4,\"mask\":{\"causal\":true},\"return\":{\"metrics\":false,\"encoding\":\"flat\"}}" }' >"$F/req.json"
 code=$(curl -s -o "$F/ref.out" -w '%{http_code}' -m 30 -H 'Content-Type: application/json' \
-  --data-binary @"$F/req.json" "http://127.0.0.1:${ports[0]}/v1/attention")
+  --data-binary @"$F/req.json" "http://127.0.0.1:${ports[0]}/v1/attention" || true)
 [ "$code" = 200 ] || fail "the reference request got $code: $(head -c 300 "$F/ref.out")"
 client() { # N: loops until $F/stop exists; one line per request: time code ok|wrong
   local n=$1 c
@@ -800,7 +806,10 @@ t_term=$EPOCHREALTIME
 kill -TERM "${replicas[1]}"
 sleep 3.5
 touch "$F/stop"
-wait "${clients[@]}" "$upload"
+wait "${clients[@]}"
+# (curl failing on the upload is a status the check below reports: wait
+# would pass its exit on, and set -e would end the run without a word)
+wait "$upload" || true
 load_rc=0
 load_says="not built"
 if [ -n "$load" ]; then
@@ -816,7 +825,7 @@ after_term=$(cat "$F"/client*.log | awk -v t="$t_term" '$1 > t && $3 == "ok"' | 
 retried=$(grep -c 'upstream=[^ ]*, ' "$F/access.log" || true)
 retried_503=$(grep 'upstream=[^ ]*, ' "$F/access.log" | grep -c 'ustatus=[^ ]*503' || true)
 echo "requests: $total, failed: $wrong; answered after the SIGKILL: $after_kill, after the SIGTERM: $after_term; retried by nginx: $retried ($retried_503 after a 503); attnd-load: $load_says"
-[ "$wrong" = 0 ] || { grep -h ' wrong$' "$F"/client*.log | head -5 >&2; fail "$wrong of $total requests failed or came back wrong"; }
+[ "$wrong" = 0 ] || { grep -h ' wrong$' "$F"/client*.log | head -5 >&2 || true; fail "$wrong of $total requests failed or came back wrong"; }
 [ "$load_rc" = 0 ] || { show "$F/attnd-load.log"; fail "attnd-load exited $load_rc: $load_says"; }
 [ "$total" -ge 30 ] || fail "only $total requests in 8 s: the load did not run"
 [ "$after_kill" -ge 5 ] || fail "only $after_kill requests answered after the SIGKILL"
@@ -863,8 +872,10 @@ done
 : >"$S/routing.codes"
 for id in "${ids[@]}"; do
   {
-    curl -s -o "$S/step.out" -w '%{http_code} ' -m 5 -H 'Content-Type: application/json' -d '{}' "$url/v1/sessions/$id/attention"
-    grep -q '"code":"unknown_session"' "$S/step.out" && echo unknown_session || echo "other: $(head -c 100 "$S/step.out")"
+    # (a transport error is a 000, which the count below reports)
+    rm -f "$S/step.out"
+    curl -s -o "$S/step.out" -w '%{http_code} ' -m 5 -H 'Content-Type: application/json' -d '{}' "$url/v1/sessions/$id/attention" || true
+    grep -qs '"code":"unknown_session"' "$S/step.out" && echo unknown_session || echo "other: $(head -c 100 "$S/step.out" 2>/dev/null)"
     http_code "$url/v1/sessions/$id"
     echo
     http_code "$url/v1/sessions/$id" -X DELETE
@@ -894,14 +905,19 @@ code=$(curl -s -o "$S/put.out" -w '%{http_code}' -m 5 -X PUT -H 'Content-Type: a
   grep -q "\"session\":\"$probe\"" "$S/put.out" || fail "PUT /v1/sessions/$probe made another id: $(head -c 200 "$S/put.out")"
   load_has '--mode request|decode' ||
     fail "$BUILD/attnd-load has no --mode decode: run through 'make container-test'"
-  # csv_col FILE NAME: column NAME of the CSV's first row.
-  csv_col() { awk -F, -v c="$2" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i } NR == 2 { print $k }' "$1"; }
+  # csv_col FILE NAME: column NAME of the CSV's first row; fails, saying
+  # so, where there is no such column or row (an empty value would end the
+  # arithmetic below in a bare syntax error).
+  csv_col() {
+    awk -F, -v c="$2" -v f="$1" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i } NR == 2 && k { print $k; found = 1 }
+      END { if (!found) { print "container-test: no column " c " in the first row of " f > "/dev/stderr"; exit 1 } }' "$1"
+  }
   dec=(--mode decode --url "$url" --prefill 64 --embed 64 --heads 4 --kv-heads 2 --rope half --out "$S")
 
   # 3. Sessions with ids of the client's own, through nginx: all of it
   # answered, verified, no recreation.
   "$BUILD/attnd-load" "${dec[@]}" --create put --sessions 6 --steps 20 --concurrency 3 --verify 6 \
-    --name put >"$S/put.log" 2>&1 || { show "$S/put.log"; fail "attnd-load --create put through nginx exited $?"; }
+    --name put >"$S/put.log" 2>&1 || { rc=$?; show "$S/put.log"; fail "attnd-load --create put through nginx exited $rc"; }
   [ "$(csv_col "$S/put.csv" recreated)" = 0 ] && [ "$(csv_col "$S/put.csv" verified)" = 6 ] ||
     { show "$S/put.log"; fail "attnd-load --create put: $(csv_col "$S/put.csv" recreated) recreated, $(csv_col "$S/put.csv" verified) of 6 verified"; }
 
