@@ -12,10 +12,11 @@ set -eu
 url=${1:?usage: sh bench/wrk/compare.sh URL [BUILD] [SECONDS]}
 build=${2:-build}
 secs=${3:-5}
-command -v wrk >/dev/null 2>&1 || {
-  echo "compare: needs wrk (apt-get install -y wrk)" >&2
+fail() {
+  echo "compare: $*" >&2
   exit 1
 }
+command -v wrk >/dev/null 2>&1 || fail "needs wrk (apt-get install -y wrk)"
 here=$(dirname "$0")
 out=$build/wrk
 mkdir -p "$out"
@@ -46,11 +47,16 @@ for L in ${LENGTHS:-128 512 2048}; do
       "$build/attnd-load" --url "$url" --lengths "$L" --concurrency "$c" \
         --warmup 1 --duration "$secs" --variants 1 --quiet --out "$out" \
         --name "$name"
-      as="$as $(csv_col "$out/$name.csv" rps)"
+      # (a value missing would leave the median of the others, or none)
+      a=$(csv_col "$out/$name.csv" rps)
+      [ -n "$a" ] || fail "no rps in $out/$name.csv"
+      as="$as $a"
       wrk -t1 -c"$c" -d"${secs}s" -s "$here/attention.lua" \
         "$url/v1/attention" -- "$out/body-$L.json" >"$out/wrk-L$L-c$c-$rep.txt"
-      ws="$ws $(sed -n 's/^wrk: .* s, \([0-9.]*\) req\/s;.*/\1/p' \
-        "$out/wrk-L$L-c$c-$rep.txt")"
+      w=$(sed -n 's/^wrk: .* s, \([0-9.]*\) req\/s;.*/\1/p' \
+        "$out/wrk-L$L-c$c-$rep.txt")
+      [ -n "$w" ] || fail "no summary line of bench/wrk/summary.lua's in $out/wrk-L$L-c$c-$rep.txt"
+      ws="$ws $w"
     done
     # shellcheck disable=SC2086
     a=$(median $as)

@@ -23,10 +23,11 @@
 set -eu
 build=${1:-build}
 secs=${2:-5}
-command -v wrk >/dev/null 2>&1 || {
-  echo "small: needs wrk (apt-get install -y wrk)" >&2
+fail() {
+  echo "small: $*" >&2
   exit 1
 }
+command -v wrk >/dev/null 2>&1 || fail "needs wrk (apt-get install -y wrk)"
 here=$(dirname "$0")
 out=$build/wrk/small
 csv=$build/bench/small.csv
@@ -44,7 +45,7 @@ for _ in $(seq 100); do
   [ -n "$port" ] && break
   sleep 0.1
 done
-[ -n "$port" ] || { cat "$out/attnd.log" >&2; exit 1; }
+[ -n "$port" ] || { cat "$out/attnd.log" >&2; fail "attnd did not start (log: $out/attnd.log)"; }
 url=http://127.0.0.1:$port
 
 # JSON rows of n random floats in [-1, 1): "[[...],[...]]", rows x n.
@@ -69,7 +70,10 @@ median() {
 field() { sed -n "s/^wrk: .* s, \([0-9.]*\) req\/s;.* p99 \([0-9.]*\) .*errors: status \([0-9]*\).*/$1/p" "$2"; }
 # attnd's CPU time so far, in clock ticks (user + system), and a run's
 # request count.
-ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
+ticks() {
+  [ -r "/proc/$pid/stat" ] || fail "attnd (pid $pid) is gone (log: $out/attnd.log)"
+  awk '{ print $14 + $15 }' "/proc/$pid/stat"
+}
 hz_tick=$(getconf CLK_TCK)
 requests() { sed -n 's/^wrk: \([0-9]*\) requests in .*/\1/p' "$1"; }
 
@@ -78,10 +82,15 @@ echo what,c,req_s,ratio,p99_ms,errors,cpu_us >"$csv.tmp"
 for c in ${CONCURRENCY:-16 64}; do
   ids=''
   for _ in $(seq $((4 * c))); do
-    id=$(curl -sf -X POST -H 'Content-Type: application/json' \
-      -d '{"layer":"demo"}' "$url/v1/sessions" | sed 's/.*"session":"\([0-9a-f]*\)".*/\1/')
+    # (curl -sf says nothing when it fails: each failure is named here)
+    reply=$(curl -sf -X POST -H 'Content-Type: application/json' \
+      -d '{"layer":"demo"}' "$url/v1/sessions") ||
+      fail "POST /v1/sessions failed (curl exit $?; log: $out/attnd.log)"
+    id=$(printf '%s' "$reply" | sed -n 's/.*"session":"\([0-9a-f]*\)".*/\1/p')
+    [ -n "$id" ] || fail "POST /v1/sessions answered no session id: $reply"
     curl -sf -o /dev/null -X POST -H 'Content-Type: application/json' \
-      --data-binary @"$out/prefill.json" "$url/v1/sessions/$id/attention"
+      --data-binary @"$out/prefill.json" "$url/v1/sessions/$id/attention" ||
+      fail "the prefill of session $id failed (curl exit $?; log: $out/attnd.log)"
     ids="$ids $id"
   done
   wrk -t1 -c"$c" -d1s "$url/healthz" >/dev/null # warm-up
@@ -100,11 +109,17 @@ for c in ${CONCURRENCY:-16 64}; do
       step) wrk -t1 -c"$c" -d"${secs}s" -s "$here/step.lua" "$url" -- \
         "$out/step.json" $PREFILL $LIMIT $ids >"$f" ;;
       esac
-      eval "r_$what=\"\$r_$what $(field '\1' "$f")\""
-      eval "p_$what=\"\$p_$what $(field '\2' "$f")\""
-      eval "e_$what=\$((e_$what + $(field '\3' "$f")))"
-      eval "t_$what=\$((t_$what + $(ticks) - t0))"
-      eval "n_$what=\$((n_$what + $(requests "$f")))"
+      # (without summary.lua's line the sums below would end the run in an
+      # arithmetic error on an empty value)
+      r=$(field '\1' "$f") p=$(field '\2' "$f") e=$(field '\3' "$f") n=$(requests "$f")
+      [ -n "$r" ] && [ -n "$p" ] && [ -n "$e" ] && [ -n "$n" ] ||
+        fail "no summary line of bench/wrk/summary.lua's in $f"
+      eval "r_$what=\"\$r_$what $r\""
+      eval "p_$what=\"\$p_$what $p\""
+      eval "e_$what=\$((e_$what + e))"
+      t=$(ticks) # (an assignment: a failure here stops the run)
+      eval "t_$what=\$((t_$what + t - t0))"
+      eval "n_$what=\$((n_$what + n))"
     done
   done
   # shellcheck disable=SC2154,SC2086
@@ -121,7 +136,8 @@ for c in ${CONCURRENCY:-16 64}; do
       "$e" "$cpu" >>"$csv.tmp"
   done
   for id in $ids; do
-    curl -sf -o /dev/null -X DELETE "$url/v1/sessions/$id"
+    curl -sf -o /dev/null -X DELETE "$url/v1/sessions/$id" ||
+      fail "DELETE /v1/sessions/$id failed (curl exit $?; log: $out/attnd.log)"
   done
 done
 mv "$csv.tmp" "$csv"
