@@ -87,7 +87,7 @@ echo
 step "the README first request"
 awk "/^## A first request/ { f = 1 } f && /^\`\`\`sh/ { s = 1; next } s && /^\`\`\`/ { exit } s" README.md >/tmp/first.sh
 cat /tmp/first.sh
-reply=$(sh /tmp/first.sh)
+reply=$(sh /tmp/first.sh) || { echo "the README first request failed (exit $?): $reply"; exit 1; }
 echo "$reply"
 out=$(printf "%s" "$reply" | sed -n "s/.*\"output\":\[\[\([-0-9.eE+]*\)\]\].*/\1/p")
 # float32, as the README says: 4.6 within 1e-5 (its nearest float32 prints
