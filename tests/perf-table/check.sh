@@ -24,7 +24,8 @@ fail() {
   exit 1
 }
 # the page: before, the markers around a stale section, after
-grep -m1 '^<!-- perf-table: begin' docs/performance.md >"$tmp/begin"
+grep -m1 '^<!-- perf-table: begin' docs/performance.md >"$tmp/begin" ||
+  fail "docs/performance.md has no '<!-- perf-table: begin' marker"
 printf '# A page\n\nsome text before\n\n' >"$tmp/before"
 printf 'some text after\n' >"$tmp/after"
 {
