@@ -81,7 +81,9 @@ for b in "$bundle"/bin/*; do
   fi
 done
 [ "$missing" = 0 ] || exit 1
-with_libs ldd "$bundle/bin/check_cuda" | grep -E 'libcudart|libopenblas'
+# (neither, linked statically, is worth a line, not the end of the run)
+with_libs ldd "$bundle/bin/check_cuda" | grep -E 'libcudart|libopenblas' ||
+  echo "check.sh: check_cuda loads neither libcudart nor libopenblas as a shared library"
 # cuBLAS is loaded at run time (dlopen, by the probe): show where it is
 echo "check.sh: CUDA's libraries from ${cuda_dirs:-nowhere found}"
 for d in $(echo "$cuda_dirs" | tr ':' ' '); do ls -l "$d"/libcublas.so.* 2>/dev/null; done |
