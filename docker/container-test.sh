@@ -940,14 +940,26 @@ code=$(curl -s -o "$S/put.out" -w '%{http_code}' -m 5 -X PUT -H 'Content-Type: a
     sleep 0.05
   done
   [ "$done_steps" -ge 1500 ] || { show "$S/decode.log"; fail "only $done_steps steps answered through nginx before attnd-load ended"; }
+  # attnd-load is stopped (SIGSTOP) while the replicas are asked for their
+  # sessions, and continued just before the kill: a step takes under a
+  # millisecond here, and on a loaded machine the three GETs took so long
+  # that the load was all but over when the kill came (4 steps after it).
+  # Stopped, it cannot create or end a session between the count and the
+  # kill either; continued, it sends its next steps at once, so the kill
+  # still comes under load.
+  kill -STOP $load 2>/dev/null || true
   victim=0 most=-1
   for i in 0 1 2; do
-    body=$(curl -s -m 5 "http://127.0.0.1:${ports[$i]}/v1/sessions?limit=100") ||
-      { show "$S/attnd$((i + 1)).log"; fail "GET /v1/sessions on replica $((i + 1)) failed under load"; }
+    body=$(curl -s -m 5 "http://127.0.0.1:${ports[$i]}/v1/sessions?limit=100") || {
+      kill -CONT $load 2>/dev/null
+      show "$S/attnd$((i + 1)).log"
+      fail "GET /v1/sessions on replica $((i + 1)) failed under load"
+    }
     c=$(grep_o '"session":' <<<"$body" | wc -l) # a replica may hold none
     [ "$c" -gt "$most" ] && { most=$c; victim=$i; }
   done
   at_kill=$(wc -l <"$S/access.log")
+  kill -CONT $load 2>/dev/null || true
   { kill -KILL "${replicas[$victim]}" && wait "${replicas[$victim]}"; } 2>/dev/null || true
   load_rc=0
   wait $load || load_rc=$?
