@@ -703,9 +703,19 @@ export ATTND_LAYERS_DIR=$W/layers # the replicas' layer volume
 ATTND_LB_PORT=$port podman-compose -p "$CT" -f docker/compose.yaml up -d >"$W/compose-up.log" 2>&1 ||
   { show "$W/compose-up.log"; fail "podman-compose up failed"; }
 url=http://127.0.0.1:$port
+# Every replica healthy (the image's HEALTHCHECK) before a request goes
+# through nginx, not once nginx answers: nginx answers when one replica is
+# up, a request it sent to one still starting marks that one failed for 5 s
+# (max_fails=1), and the requests below would spread over two.
+for i in 1 2 3; do
+  end=$((SECONDS + 30))
+  until podman healthcheck run "${CT}_attnd${i}_1" >/dev/null 2>&1; do
+    [ $SECONDS -lt $end ] || { show "$W/compose-up.log"; fail "replica attnd$i not healthy in 30 s"; }
+    sleep 0.2
+  done
+done
 wait_for "$url/healthz" 200 30 || { show "$W/compose-up.log"; fail "no 200 from /healthz through nginx in 30 s"; }
 for i in 1 2 3; do
-  podman healthcheck run "${CT}_attnd${i}_1" >/dev/null 2>&1 || fail "replica attnd$i is not healthy"
   [ "$(podman inspect -f '{{.HostConfig.ReadonlyRootfs}}' "${CT}_attnd${i}_1")" = true ] || fail "replica attnd$i: root not read-only"
   rw=$(podman inspect -f '{{range .Mounts}}{{if eq .Destination "/layers"}}{{.RW}}{{end}}{{end}}' "${CT}_attnd${i}_1")
   [ "$rw" = false ] || fail "replica attnd$i: /layers mounted '${rw:-not at all}', not read-only"
