@@ -731,8 +731,18 @@ d=$(layers_are "$url" /layers/ $LAYER0) || fail "through nginx: $d"
 for i in $(seq 6); do
   d=$(layer_request "$url" $LAYER0 "$W/compose-layer.out" "$W/layer-ref.json") || fail "through nginx: $d"
 done
-podman logs "${CT}_lb_1" >"$W/compose-lb.log" 2>"$W/compose-lb.err" ||
-  { show "$W/compose-lb.err"; fail "podman logs ${CT}_lb_1 failed"; }
+# nginx logs a request after its reply has gone, and podman's copy of the
+# log lags behind that: read it until it holds all 15 POSTs (the 9 worked
+# examples and the 6 layer requests), not once, when the last ones may be
+# missing and tail -6 below would count a worked example.
+end=$((SECONDS + 10))
+while :; do
+  podman logs "${CT}_lb_1" >"$W/compose-lb.log" 2>"$W/compose-lb.err" ||
+    { show "$W/compose-lb.err"; fail "podman logs ${CT}_lb_1 failed"; }
+  [ "$(grep -c 'POST /v1/attention' "$W/compose-lb.log" || true)" -ge 15 ] && break
+  [ $SECONDS -lt $end ] || fail "nginx's log holds $(grep -c 'POST /v1/attention' "$W/compose-lb.log" || true) of the 15 POST /v1/attention sent (log: $W/compose-lb.log)"
+  sleep 0.2
+done
 spread=$(grep_o 'upstream=[0-9.:]*' "$W/compose-lb.log" | sort -u | wc -l)
 [ "$spread" -eq 3 ] || fail "nginx used $spread replicas, not 3 (log: $W/compose-lb.log)"
 layer_spread=$({ grep 'POST /v1/attention' "$W/compose-lb.log" || true; } | tail -6 | grep_o 'upstream=[0-9.:]*' | sort -u | wc -l)
