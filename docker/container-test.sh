@@ -266,10 +266,12 @@ container_pids() {
   echo "$pid" $(pgrep -P "$pid" || true)
 }
 
-# listening_port LOG: the port attnd says it listens on in LOG (within 5 s).
+# listening_port LOG: the port attnd says it listens on in LOG, within 30 s
+# (attnd re-executes itself before it listens, and three start at once: 5 s
+# is little on a loaded machine).
 listening_port() {
-  local p=""
-  for _ in $(seq 100); do
+  local p="" end=$((SECONDS + 30))
+  while [ $SECONDS -lt $end ]; do
     p=$(sed -n 's/.*"event":"listening".*"port":\([0-9]*\).*/\1/p' "$1")
     [ -n "$p" ] && break
     sleep 0.05
