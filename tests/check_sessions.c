@@ -3961,13 +3961,16 @@ END_TEST
 /* A step that ran is a use of its session, whatever its outcome: the
  * session is busy (never swept) while the step runs, and its last use is
  * the step's end, so a step that outlasts ttl_s and then fails does not
- * leave its session expired under its client. ttl_s 1; 0.4 s after the
+ * leave its session expired under its client. ttl_s 1; at once after the
  * create, a step of 32768 new tokens on one thread (seconds of compute)
- * with timeout_ms 900 is cancelled while computing (504), 1.3 s after the
- * last use. Bug: the session ended as expired at the next lookup (404),
- * as only applied steps counted as use. The sleep is a lower bound; no
- * upper bound is asserted (the step's 504 shows that it ran past the
- * deadline). */
+ * with timeout_ms 1300 is cancelled while computing (504), 1.3 s or more
+ * after the last use. Bug: the session ended as expired at the next lookup
+ * (404), as only applied steps counted as use. The step is sent at once,
+ * not after a pause: it must reach its session within ttl_s of the create,
+ * after its 11 MB body has been uploaded and decoded, which on a loaded
+ * machine took more than the 0.6 s a pause of 0.4 s left (404). Its
+ * deadline alone puts its end past ttl_s; no upper bound is asserted (the
+ * step's 504 shows that it ran past the deadline). */
 START_TEST(test_failed_step_is_use) {
   const char *args[] = {"--layers",
                         layer_arg,
@@ -3988,11 +3991,10 @@ START_TEST(test_failed_step_is_use) {
   seq_init(&s, SH_DEMO, "");
   seq_gen(&s, &rng, L);
   char *body = step_text(&s, 0, L,
-                         "{\"timeout_ms\":900,\"return\":{\"encoding\":"
+                         "{\"timeout_ms\":1300,\"return\":{\"encoding\":"
                          "\"base64\",\"metrics\":false}}");
   char id[40];
   create_shape(&c, SH_DEMO, "{\"ttl_s\":1}", id);
-  usleep(400000);
   call_id_refused(&c, "POST", id, "/attention", body, 504, "deadline_exceeded",
                   "timeout_ms", "cancelled while computing", NULL);
   free(body);
