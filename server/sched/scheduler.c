@@ -112,6 +112,10 @@ static void ran(attnd_sched_t *s, int n, int64_t tokens, double ms) {
   }
 }
 
+static int expired(const node_t *n, double now) {
+  return n->j.deadline_ms <= now;
+}
+
 static void worker_main(void *arg) {
   worker_t *w = arg;
   attnd_sched_t *s = w->s;
@@ -143,10 +147,17 @@ static void worker_main(void *arg) {
         last = m;
       }
     }
-    double ms = attnd_now_ms() - t0;
+    double end = attnd_now_ms(), ms = end - t0;
     int64_t tokens = 0, n = 0;
-    for (node_t *m = job; m; m = m->peer, n++)
+    for (node_t *m = job; m; m = m->peer, n++) {
       tokens += m->j.tokens;
+      /* the loop's timer cancels a job when its deadline passes, but a
+       * loaded machine may not run the loop thread before the job ends: a
+       * result that came later is no more its client's than one cancelled
+       * in time (docs/api.md: 504, no result before timeout_ms) */
+      if (m->result == 0 && expired(m, end))
+        m->result = ATTN_ECANCELED;
+    }
 
     uv_mutex_lock(&s->mu);
     s->avg_ms = 0.8 * s->avg_ms + 0.2 * ms;
@@ -283,10 +294,6 @@ static void on_disconnect(uv_poll_t *p, int status, int events) {
 }
 
 static void schedule_timer(attnd_sched_t *s);
-
-static int expired(const node_t *n, double now) {
-  return n->j.deadline_ms <= now;
-}
 
 /* Whether batching a job of `tokens` pays, by what batches have been seen
  * to cost. While a worker waits for company, it computes nothing; each
