@@ -544,8 +544,9 @@ $(BUILD)/tests/check_scheduler: ALLOC_FAIL_WRAP := -Wl,--wrap=malloc,--wrap=call
 # check_auth counts the allocations of a large key file.
 $(BUILD)/tests/check_auth: ALLOC_FAIL_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc
 # check_http's intake case counts libmicrohttpd's header lookups, and its
-# walks of a query's arguments.
-$(BUILD)/tests/check_http: ALLOC_FAIL_WRAP := -Wl,--wrap=MHD_lookup_connection_value,--wrap=MHD_get_connection_values_n
+# walks of a query's arguments; it makes an inline run end after its
+# deadline, and takes the reply that would go to its connection.
+$(BUILD)/tests/check_http: ALLOC_FAIL_WRAP := -Wl,--wrap=MHD_lookup_connection_value,--wrap=MHD_get_connection_values_n,--wrap=attnd_request_run,--wrap=MHD_queue_response
 
 
 $(BUILD)/attnd: $(BUILD)/server/main.o $(BUILD)/libattnd.a $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a

@@ -22,7 +22,10 @@
  *     (the link wraps MHD_lookup_connection_value, and
  *     MHD_get_connection_values_n for a query's walks): a body's callbacks
  *     look up no header, and a query is read in one walk; and a job the
- *     scheduler refuses is answered by why (a full queue, no memory). */
+ *     scheduler refuses is answered by why (a full queue, no memory); and
+ *     what an HTTP thread computes inline is answered 504 when its result
+ *     came after its deadline (the link wraps attnd_request_run and
+ *     MHD_queue_response). */
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
@@ -1094,6 +1097,84 @@ START_TEST(test_refusals) {
 }
 END_TEST
 
+/* What an HTTP thread computes inline is answered as a worker's job: a
+ * result that came after its deadline is 504 deadline_exceeded, and one
+ * that came in time is 200. Bug: the inline path checked the deadline only
+ * before it ran, and answered 200 a result that came later (a loaded
+ * machine, or a run longer than the time left). In this process, with
+ * attnd_request_run wrapped: the real run, then (for a late one) its
+ * request's timeout_ms lowered to 1 and a wait until that deadline has
+ * passed, as a run that took longer than the time left would return; the
+ * check before it ran saw the request's own 60 s. The reply is taken by
+ * the MHD_queue_response wrapper, which keeps its status. */
+
+int __real_attnd_request_run(void *job, int worker, int threads,
+                             attnd_scratch_t *scratch);
+int __wrap_attnd_request_run(void *job, int worker, int threads,
+                             attnd_scratch_t *scratch);
+enum MHD_Result __real_MHD_queue_response(struct MHD_Connection *c,
+                                          unsigned int status,
+                                          struct MHD_Response *resp);
+enum MHD_Result __wrap_MHD_queue_response(struct MHD_Connection *c,
+                                          unsigned int status,
+                                          struct MHD_Response *resp);
+
+static int run_late;    /* the wrapped run returns after the deadline */
+static int runs;        /* wrapped runs */
+static unsigned queued; /* the status the fake connection was answered */
+
+int __wrap_attnd_request_run(void *job, int worker, int threads,
+                             attnd_scratch_t *scratch) {
+  int rc = __real_attnd_request_run(job, worker, threads, scratch);
+  attnd_request_t *j = job;
+  runs++;
+  if (run_late) {
+    j->timeout_ms = 1;
+    while (attnd_now_ms() <= j->t.arrival + 1)
+      usleep(1000);
+  }
+  return rc;
+}
+
+enum MHD_Result __wrap_MHD_queue_response(struct MHD_Connection *c,
+                                          unsigned int status,
+                                          struct MHD_Response *resp) {
+  if (c != FAKE_CONN)
+    return __real_MHD_queue_response(c, status, resp);
+  queued = status;
+  return MHD_NO; /* nothing to send it on: no rate to watch */
+}
+
+START_TEST(test_inline_deadline) {
+  static const char req_body[] = "{\"query\":[[1,0]],\"key\":[[1,0]],"
+                                 "\"value\":[[1,2]],\"num_heads\":1,"
+                                 "\"timeout_ms\":60000}";
+  attnd_config_t cfg;
+  default_config(&cfg);
+  attnd_server_t s = {.cfg = &cfg};
+  s.budget.max = INT64_C(1) << 30;
+  s.metrics = attnd_metrics_new();
+  ck_assert_ptr_nonnull(s.metrics);
+  fake_headers = (const char *const[]){NULL};
+  attnd_http_req_t r = {.srv = &s, .conn = FAKE_CONN, .proto = ATTND_PROTO_V1};
+  attnd_request_t *req = NULL;
+  attnd_error_t e;
+  ck_assert_msg(attnd_request_decode(req_body, strlen(req_body), &cfg, NULL,
+                                     &req, &e) == 0,
+                "%s", e.message);
+  run_late = _i;
+  r.t_arrival = attnd_now_ms();
+  attnd_api_decoded(&r, 0, req, &e);
+  ck_assert_int_eq(runs, 1); /* inline, past the check before it ran */
+  ck_assert_uint_eq(queued, _i ? 504 : 200);
+  ck_assert_int_eq(r.status, _i ? 504 : 200);
+  ck_assert_int_eq(r.outcome, _i ? ATTND_SCHED_EXPIRED : ATTND_SCHED_DONE);
+  attnd_budget_give(&s.budget, &r.mem_held);
+  attnd_request_free(r.req);
+  attnd_metrics_free(s.metrics);
+}
+END_TEST
+
 /* A TCase with its own server. */
 static TCase *server_tcase(Suite *s, const char *name) {
   TCase *tc = tcase_create(name);
@@ -1127,6 +1208,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_body_lookups, 0, 2);
   tcase_add_loop_test(tc, test_query_walks, 0, 2);
   tcase_add_test(tc, test_refusals);
+  tcase_add_loop_test(tc, test_inline_deadline, 0, 2); /* in time, late */
   suite_add_tcase(s, tc);
   return s;
 }

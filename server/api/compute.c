@@ -81,6 +81,11 @@ static int batches(const attnd_http_req_t *r, const attnd_request_t *req) {
   return r->srv->cfg->batch_window_us > 0 && attnd_request_batchable(req);
 }
 
+/* When req expires: timeout_ms after its headers arrived. */
+static double deadline_of(const attnd_request_t *req) {
+  return req->t.arrival + (double)req->timeout_ms;
+}
+
 /* Hands req to the scheduler; with `suspend`, the connection is suspended
  * too (under mu, so that the request cannot come back and resume it before
  * it is). Returns 0, or attnd_sched_submit's refusal. */
@@ -90,7 +95,7 @@ attnd_sched_job_t attnd_api_job(attnd_http_req_t *r, attnd_request_t *req) {
   return (attnd_sched_job_t){
       .job = req,
       .tag = r,
-      .deadline_ms = req->t.arrival + (double)req->timeout_ms,
+      .deadline_ms = deadline_of(req),
       .cancel = &req->cancel,
       .fd = ci ? ci->connect_fd : -1,
       .tokens = req->params.query.dim[0],
@@ -230,7 +235,7 @@ enum MHD_Result attnd_api_admit(attnd_http_req_t *r, attnd_request_t *req) {
   int inline_run = runs_inline(r, req), why = 0;
   double now = attnd_now_ms();
   /* the scheduler expires the rest; what is computed here is checked here */
-  if ((inline_run && now > req->t.arrival + (double)req->timeout_ms &&
+  if ((inline_run && attnd_sched_expired(deadline_of(req), now) &&
        attnd_api_deadline_error(req, now, 0, "in the queue", &e) < 0) ||
       attnd_api_take_memory(r, req, &e) < 0 ||
       (!inline_run && (why = attnd_api_hand_off(r, req, 1)) < 0 &&
@@ -245,17 +250,21 @@ enum MHD_Result attnd_api_admit(attnd_http_req_t *r, attnd_request_t *req) {
   if (step)
     atomic_fetch_add(&r->srv->inline_steps, 1);
   run_inline(r->srv->cfg, req);
+  double end = attnd_now_ms();
   count_run(r->srv, req);
   if (step) {
     atomic_fetch_sub(&r->srv->inline_steps, 1);
     attnd_sched_ran_alone(r->srv->sched, req->params.query.dim[0],
                           req->t.end - req->t.start);
   }
+  /* as a worker's job (the scheduler's worker_main): a result that came
+   * after its deadline is a 504, and a session's step is not committed */
+  int late = req->result == 0 && attnd_sched_expired(deadline_of(req), end);
   if (req->session &&
-      attnd_session_step_end(r->srv->sessions, req, req->result == 0,
+      attnd_session_step_end(r->srv->sessions, req, req->result == 0 && !late,
                              &r->pre_error) < 0)
     r->has_pre_error = 1;
-  r->outcome = ATTND_SCHED_DONE;
+  r->outcome = late ? ATTND_SCHED_EXPIRED : ATTND_SCHED_DONE;
   return attnd_api_reply(r);
 }
 

@@ -112,8 +112,12 @@ static void ran(attnd_sched_t *s, int n, int64_t tokens, double ms) {
   }
 }
 
+int attnd_sched_expired(double deadline_ms, double now) {
+  return deadline_ms <= now;
+}
+
 static int expired(const node_t *n, double now) {
-  return n->j.deadline_ms <= now;
+  return attnd_sched_expired(n->j.deadline_ms, now);
 }
 
 static void worker_main(void *arg) {

@@ -100,6 +100,11 @@ attnd_sched_t *attnd_sched_new(uv_loop_t *loop, int workers, int queue_depth,
                                attnd_sched_run_fn run, attnd_sched_done_fn done,
                                void *arg);
 
+/* Whether a job whose deadline is deadline_ms (attnd_sched_job_t) has
+ * expired at `now`: the one rule for the scheduler's timer, its workers'
+ * late results, and what the HTTP threads compute inline. Any thread. */
+int attnd_sched_expired(double deadline_ms, double now);
+
 /* What the scheduler needs to know of a job besides the job itself. */
 typedef struct attnd_sched_job {
   void *job;          /* borrowed until done */
