@@ -1980,6 +1980,7 @@ START_TEST(test_ttl) {
   ttl_server(&srv, &c, &rng, 61);
   char ida[40], idb[40], idc[40], idd[40];
   char *b1 = create_text(SH_SMALL, "{\"ttl_s\":1}"),
+       *b2 = create_text(SH_SMALL, "{\"ttl_s\":2}"),
        *b0 = create_text(SH_SMALL, NULL);
   json_t *in = create(&c, b1, ida);
   ck_assert_int_eq(ji(in, "ttl_s"), 1);
@@ -1988,19 +1989,23 @@ START_TEST(test_ttl) {
   in = create(&c, b0, idb);
   ck_assert_int_eq(ji(in, "ttl_s"), 60); /* session_ttl_s */
   json_decref(in);
-  json_decref(create(&c, b1, idc));
+  json_decref(create(&c, b2, idc));
   json_decref(create(&c, b1, idd));
   char idf[40];
   in = fork_session(&c, idd, idf);
   ck_assert_int_eq(ji(in, "ttl_s"), 1); /* a fork keeps its parent's */
   json_decref(in);
-  free(b1), free(b0);
+  free(b1), free(b2), free(b0);
 
-  /* c is used every 0.25 s; the others not at all (GET is no use) */
+  /* c is used every 0.25 s, for longer than its ttl_s of 2; the others not
+   * at all (GET is no use). c's ttl_s is 2, not 1, so that a loaded machine
+   * that stalls this loop (or the server) for 0.75 s does not expire it:
+   * it takes 1.75 s now */
   seq_t sc;
   seq_init(&sc, SH_SMALL, idc);
-  double end = sh_now() + 2.2;
+  double end = sh_now() + 2.2, last = 0;
   while (sh_now() < end) {
+    last = sh_now();
     seq_step(&c, &sc, &rng, 1, NULL);
     usleep(250000);
   }
@@ -2015,8 +2020,13 @@ START_TEST(test_ttl) {
   ck_assert(jnum(in, "idle_s") >= 2);
   json_decref(in);
   in = get_info(&c, idc);
+  /* idle since its last step at most: not since its creation (idle_s is
+   * given to the millisecond, rounded) */
+  double since = sh_now() - last;
   check_info(in, SH_SMALL, sc.n);
-  ck_assert(jnum(in, "idle_s") < 1);
+  ck_assert_msg(jnum(in, "idle_s") <= since + 0.001,
+                "idle_s %.3f, %.3f s after its last step began",
+                jnum(in, "idle_s"), since);
   json_decref(in);
   seq_verify(&c, &sc);
   ck_assert(ends(srv.port, "expired") == 3);
