@@ -25,8 +25,9 @@
  *   - the open-file limit: a soft one raised to what max_connections
  *     needs, a hard one too low named at start.
  * Timing assertions compare events with each other or with the same
- * request computed in full, never with a wall-clock bound, so that a slow
- * or busy machine does not fail them. Threads are C11's <threads.h>. */
+ * request, or one like it, computed in full, never with a wall-clock bound, so
+ * that a slow or busy machine does not fail them. Threads are C11's
+ * <threads.h>. */
 #include <check.h>
 #include <math.h>
 #include <netinet/in.h>
