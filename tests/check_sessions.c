@@ -3973,7 +3973,7 @@ END_TEST
  * the step's end, so a step that outlasts ttl_s and then fails does not
  * leave its session expired under its client. ttl_s 1; at once after the
  * create, a step of 32768 new tokens on one thread (seconds of compute)
- * with timeout_ms 1300 is cancelled while computing (504), 1.3 s or more
+ * with timeout_ms 1300 ends past its deadline (504), 1.3 s or more
  * after the last use. Bug: the session ended as expired at the next lookup
  * (404), as only applied steps counted as use. The step is sent at once,
  * not after a pause: it must reach its session within ttl_s of the create,
@@ -4006,7 +4006,7 @@ START_TEST(test_failed_step_is_use) {
   char id[40];
   create_shape(&c, SH_DEMO, "{\"ttl_s\":1}", id);
   call_id_refused(&c, "POST", id, "/attention", body, 504, "deadline_exceeded",
-                  "timeout_ms", "cancelled while computing", NULL);
+                  "timeout_ms", "deadline passed while it computed", NULL);
   free(body);
   json_t *in = get_info(&c, id);
   ck_assert_int_eq(ji(in, "length"), 0); /* not applied */

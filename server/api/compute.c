@@ -223,7 +223,7 @@ int attnd_api_deadline_error(const attnd_request_t *j, double ready,
 static int expired_error(const attnd_request_t *j, attnd_error_t *e) {
   return attnd_api_deadline_error(
       j, j->t.submit, attnd_request_queue_ms(j),
-      j->t.start ? "in the queue, then was cancelled while computing"
+      j->t.start ? "in the queue; its deadline passed while it computed"
                  : "in the queue",
       e);
 }
