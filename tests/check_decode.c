@@ -33,11 +33,13 @@
 #include <unistd.h>
 
 #include "alloc_fail.h"
+#include "api/decode.h"
 #include "attn/attn.h"
 #include "codec/base64.h"
 #include "codec/util.h"
 #include "config.h"
 #include "decode_diff.h"
+#include "doc_names.h"
 #include "layer_files.h"
 #include "sched/request.h"
 #include "sched/run.h"
@@ -1987,6 +1989,24 @@ START_TEST(test_backend_names) {
 }
 END_TEST
 
+/* The members the decoder reads are the documented ones: /v1's in
+ * docs/api.md's table and docs/openapi.json's AttentionRequest, a
+ * session step's in docs/sessions.md's list and SessionStepRequest. A
+ * member added to decode.c alone would be served and described nowhere
+ * (the API document checks replies, not requests). */
+START_TEST(test_members_documented) {
+  dn_table_is("docs/api.md", "## POST /v1/attention", attnd__dec_v1_members,
+              "server/api/decode.c's attnd__dec_v1_members");
+  dn_schema_is("AttentionRequest", attnd__dec_v1_members,
+               "server/api/decode.c's attnd__dec_v1_members");
+  dn_list_has("docs/sessions.md", "A step's body holds the members",
+              attnd__dec_step_members,
+              "server/api/decode.c's attnd__dec_step_members");
+  dn_schema_is("SessionStepRequest", attnd__dec_step_members,
+               "server/api/decode.c's attnd__dec_step_members");
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -2023,6 +2043,10 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_oom_decode, 0, 4 * N_OOM);
   tcase_add_loop_test(tc, test_oom_run, 0, 4 * N_OOM_VALID);
   tcase_add_loop_test(tc, test_oom_encode, 0, 4 * N_OOM_VALID);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("documented");
+  tcase_add_test(tc, test_members_documented);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("integer_extremes");

@@ -24,10 +24,12 @@
 #include <unistd.h>
 
 #include "api/oip.h"
+#include "api/oip_decode.h"
 #include "codec/buf.h"
 #include "codec/util.h"
 #include "config.h"
 #include "decode_diff.h"
+#include "doc_names.h"
 #include "layer_files.h"
 #include "sched/request.h"
 #include "suite.h"
@@ -1345,6 +1347,17 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* The parameters the decoder reads are the documented ones: docs/oip.md's
+ * table and docs/openapi.json's InferParameters. A parameter added to
+ * oip.c's PARAM_MAP alone would be served and described nowhere. */
+START_TEST(test_params_documented) {
+  dn_table_is("docs/oip.md", "## Parameters", attnd__oip_params,
+              "server/api/oip.c's PARAM_MAP");
+  dn_schema_is("InferParameters", attnd__oip_params,
+               "server/api/oip.c's PARAM_MAP");
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("oip");
   TCase *tc = tcase_create("same");
@@ -1363,6 +1376,9 @@ Suite *test_suite(void) {
   tc = tcase_create("errors");
   tcase_add_loop_test(tc, test_errors, 0,
                       (int)(sizeof err_cases / sizeof err_cases[0]));
+  suite_add_tcase(s, tc);
+  tc = tcase_create("documented");
+  tcase_add_test(tc, test_params_documented);
   suite_add_tcase(s, tc);
   return s;
 }

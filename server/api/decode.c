@@ -893,15 +893,16 @@ static int decode_timeout(dec_t *d, const json_t *root) {
   return 0;
 }
 
+const char *const attnd__dec_v1_members[] = {
+    "id",        "layer",        "query",       "key",    "value",
+    "num_heads", "num_kv_heads", "projections", "mask",   "scale",
+    "softcap",   "rope",         "positions",   "return", "timeout_ms",
+    "backend",   "precision",    NULL};
+
 static int decode_root(dec_t *d, const json_t *root) {
-  static const char *const known[] = {
-      "id",        "layer",        "query",       "key",    "value",
-      "num_heads", "num_kv_heads", "projections", "mask",   "scale",
-      "softcap",   "rope",         "positions",   "return", "timeout_ms",
-      "backend",   "precision",    NULL};
   attnd_request_t *j = d->req;
   attn_params_t *p = &j->params;
-  if (attnd__dec_root(d, root, known) < 0)
+  if (attnd__dec_root(d, root, attnd__dec_v1_members) < 0)
     return -1;
   int backend = ATTND_BACKEND_CONFIG, precision = ATTND_PRECISION_CONFIG;
   if (get_enum(d, root, "backend", "backend", attnd_backend_names, &backend) <
@@ -967,20 +968,21 @@ static int decode_root(dec_t *d, const json_t *root) {
   return attnd__dec_plan(d) < 0 ? -1 : attnd__dec_limits(d);
 }
 
+const char *const attnd__dec_step_members[] = {
+    "id",      "query",     "key",    "value",      "mask",
+    "scale",   "softcap",   "return", "timeout_ms", "expected_length",
+    "backend", "precision", NULL};
+
 /* A step of a session (session.h): the new tokens, as query (and, with
  * no layer or a cross-attention one, their key and value), and /v1's other
  * members that a step may set; the session gives the rest. Planned later, at
  * the step's turn (attnd_request_plan), when the cache's length is known. */
 static int decode_step(dec_t *d, const json_t *root) {
-  static const char *const known[] = {
-      "id",      "query",     "key",    "value",      "mask",
-      "scale",   "softcap",   "return", "timeout_ms", "expected_length",
-      "backend", "precision", NULL};
   const attnd_session_shape_t *sh = d->step;
   attnd_request_t *j = d->req;
   attn_params_t *p = &j->params;
   int present;
-  if (attnd__dec_root(d, root, known) < 0)
+  if (attnd__dec_root(d, root, attnd__dec_step_members) < 0)
     return -1;
   /* a step computes where its session's pages live, whatever the config's
    * backend; it may name that backend, and a precision for it */

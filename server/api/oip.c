@@ -102,7 +102,7 @@ typedef enum {
 #undef PARAM_ENUM
       P_COUNT
 } param_t;
-static const char *const param_names[P_COUNT + 1] = {
+const char *const attnd__oip_params[P_COUNT + 1] = {
 #define PARAM_NAME(id, name, v1, generic) name,
     PARAM_MAP(PARAM_NAME)
 #undef PARAM_NAME
@@ -358,12 +358,12 @@ static int read_params(oip_t *o, const json_t *ps) {
     return 0;
   if (!json_is_object(ps))
     return attnd__oip_bad_type(o, "parameters", ps, "an object");
-  if (attnd__dec_members(d, ps, "parameters", param_names) < 0)
+  if (attnd__dec_members(d, ps, "parameters", attnd__oip_params) < 0)
     return -1;
   for (int i = 0; i < P_COUNT; i++) {
-    const json_t *v = json_object_get(ps, param_names[i]);
+    const json_t *v = json_object_get(ps, attnd__oip_params[i]);
     char field[64];
-    attnd_fmt_member(field, sizeof field, "parameters", param_names[i]);
+    attnd_fmt_member(field, sizeof field, "parameters", attnd__oip_params[i]);
     if (v == NULL || json_is_null(v))
       continue;
     if (o->layer && (generic_params >> i & 1))
@@ -498,7 +498,7 @@ static int reductions(oip_t *o) {
       return E(&o->d, ATTND_ERR_INVALID_VALUE, "parameters",
                "parameters.%s is given, but no output that uses it is "
                "asked for",
-               param_names[uses[i].param]);
+               attnd__oip_params[uses[i].param]);
   if ((out & top_k) && !(given >> P_WEIGHTS_TOP_K & 1))
     return E(&o->d, ATTND_ERR_MISSING_FIELD, "parameters.weights_top_k",
              "parameters.weights_top_k is required for the output %s",
@@ -521,7 +521,7 @@ static int reductions(oip_t *o) {
       if ((given >> ends[k][e] & 1) && !(given >> ends[k][!e] & 1))
         return E(&o->d, ATTND_ERR_MISSING_FIELD, "parameters",
                  "parameters.%s is given without parameters.%s",
-                 param_names[ends[k][e]], param_names[ends[k][!e]]);
+                 attnd__oip_params[ends[k][e]], attnd__oip_params[ends[k][!e]]);
   r->stats = (out & ATTND_OIP_ENTROPY ? ATTN_STAT_ENTROPY : 0u) |
              (out & ATTND_OIP_SINK ? ATTN_STAT_SINK : 0u) |
              (out & ATTND_OIP_DISTANCE ? ATTN_STAT_DISTANCE : 0u);
@@ -585,7 +585,7 @@ static void remap_field(oip_t *o) {
   if (!*to && pick >= 0 && o->layer && (generic_params >> pick & 1))
     snprintf(to, sizeof to, "model");
   else if (!*to && pick >= 0)
-    snprintf(to, sizeof to, "parameters.%s", param_names[pick]);
+    snprintf(to, sizeof to, "parameters.%s", attnd__oip_params[pick]);
   /* "return.weights": the dense weights asked for, else the reduction
    * asked for first */
   int out = strcmp(f, "return.head_outputs") == 0 ? O_HEAD_OUTPUTS

@@ -46,6 +46,11 @@ typedef struct input_def {
 #define N_INPUTS 16
 extern const input_def_t attnd__oip_inputs[N_INPUTS];
 
+/* The request's parameters by name (oip.c's PARAM_MAP), NULL-terminated.
+ * check_oip holds docs/oip.md's table of parameters and docs/openapi.json's
+ * InferParameters to them. */
+extern const char *const attnd__oip_params[];
+
 /* The outputs, in the order of their ATTND_OIP_* bits. */
 enum {
   O_OUTPUT,

@@ -1,0 +1,157 @@
+/* tests/doc_names.c: see doc_names.h. */
+#include "doc_names.h"
+
+#include <check.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+enum { DN_MAX = 128, DN_LEN = 64 };
+
+/* The names a document gives, each once. */
+typedef struct dn_set {
+  char v[DN_MAX][DN_LEN];
+  int n;
+} dn_set_t;
+
+static int set_has(const dn_set_t *s, const char *name) {
+  for (int i = 0; i < s->n; i++)
+    if (strcmp(s->v[i], name) == 0)
+      return 1;
+  return 0;
+}
+
+static int list_has(const char *const *names, const char *name) {
+  for (; *names; names++)
+    if (strcmp(*names, name) == 0)
+      return 1;
+  return 0;
+}
+
+/* Adds the names in backquotes in [p, end) to s, each by its first part
+ * (`mask.causal` is mask). What is not a name, such as a value in quotes
+ * (`"half"`), is passed over. */
+static void scan(dn_set_t *s, const char *p, const char *end) {
+  for (;;) {
+    const char *open = memchr(p, '`', (size_t)(end - p));
+    if (open == NULL)
+      return;
+    const char *close = memchr(open + 1, '`', (size_t)(end - open - 1));
+    if (close == NULL)
+      return;
+    const char *t = open + 1;
+    size_t len = (size_t)(close - t), top = strcspn(t, ".`");
+    int name = len > 0 && ((*t >= 'a' && *t <= 'z') || *t == '_');
+    for (size_t i = 0; i < len && name; i++)
+      name = (t[i] >= 'a' && t[i] <= 'z') || (t[i] >= '0' && t[i] <= '9') ||
+             t[i] == '_' || t[i] == '.';
+    if (name) {
+      char top_name[DN_LEN];
+      ck_assert_msg(top < DN_LEN && s->n < DN_MAX, "too many or too long "
+                                                   "names in backquotes");
+      memcpy(top_name, t, top);
+      top_name[top] = 0;
+      if (!set_has(s, top_name))
+        strcpy(s->v[s->n++], top_name);
+    }
+    p = close + 1;
+  }
+}
+
+/* The first line of text that starts with `start`, or NULL. */
+static const char *line_starting(const char *text, const char *start) {
+  size_t n = strlen(start);
+  for (const char *l = text; l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+    if (strncmp(l, start, n) == 0)
+      return l;
+  return NULL;
+}
+
+/* Reads doc, whose text it returns (malloc'd), and sets *at to the first
+ * line that starts with `what` after the first that starts with `from`;
+ * fails where there is none. */
+static char *read_at(const char *doc, const char *from, const char *what,
+                     const char **at) {
+  char *text = tu_read_file_or_fail(doc, NULL);
+  *at = line_starting(text, from);
+  ck_assert_msg(*at != NULL, "%s has no line '%s'", doc, from);
+  *at = line_starting(*at, what);
+  ck_assert_msg(*at != NULL, "%s has no line starting '%s' after '%s'", doc,
+                what, from);
+  return text;
+}
+
+void dn_table_is(const char *doc, const char *heading, const char *const *names,
+                 const char *owner) {
+  const char *at;
+  char *text = read_at(doc, heading, "|", &at);
+  static dn_set_t s;
+  s.n = 0;
+  /* the header row and the |---| row, then the rows while they last */
+  for (int row = 0; at && *at == '|'; row++) {
+    const char *eol = strchr(at, '\n');
+    if (eol == NULL)
+      eol = at + strlen(at);
+    const char *cell_end = memchr(at + 1, '|', (size_t)(eol - at - 1));
+    if (row >= 2)
+      scan(&s, at + 1, cell_end ? cell_end : eol);
+    at = *eol ? eol + 1 : NULL;
+  }
+  for (const char *const *n = names; *n; n++)
+    ck_assert_msg(set_has(&s, *n),
+                  "%s has %s, which the table under '%s' in %s does not "
+                  "name: add its row there",
+                  owner, *n, heading, doc);
+  for (int i = 0; i < s.n; i++)
+    ck_assert_msg(list_has(names, s.v[i]),
+                  "the table under '%s' in %s names %s, which %s does not "
+                  "have",
+                  heading, doc, s.v[i], owner);
+  free(text);
+}
+
+void dn_schema_is(const char *schema, const char *const *names,
+                  const char *owner) {
+  json_error_t je;
+  json_t *doc = json_load_file("docs/openapi.json", 0, &je);
+  ck_assert_msg(doc != NULL, "docs/openapi.json: %s", je.text);
+  json_t *props = json_object_get(
+      json_object_get(
+          json_object_get(json_object_get(doc, "components"), "schemas"),
+          schema),
+      "properties");
+  ck_assert_msg(json_is_object(props),
+                "docs/openapi.json has no components.schemas.%s.properties",
+                schema);
+  for (const char *const *n = names; *n; n++)
+    ck_assert_msg(json_object_get(props, *n) != NULL,
+                  "%s has %s, which docs/openapi.json's %s does not: add "
+                  "it to its properties",
+                  owner, *n, schema);
+  const char *key;
+  json_t *v;
+  json_object_foreach(props, key, v) {
+    ck_assert_msg(list_has(names, key),
+                  "docs/openapi.json's %s has %s, which %s does not have",
+                  schema, key, owner);
+  }
+  json_decref(doc);
+}
+
+void dn_list_has(const char *doc, const char *from, const char *const *names,
+                 const char *owner) {
+  const char *at;
+  char *text = read_at(doc, from, "- ", &at);
+  const char *end = strstr(at, "\n\n");
+  static dn_set_t s;
+  s.n = 0;
+  scan(&s, at, end ? end : at + strlen(at));
+  for (const char *const *n = names; *n; n++)
+    ck_assert_msg(set_has(&s, *n),
+                  "%s has %s, which the list after '%s' in %s does not "
+                  "name: add it there",
+                  owner, *n, from, doc);
+  free(text);
+}

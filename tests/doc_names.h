@@ -1,0 +1,26 @@
+/* tests/doc_names.h: a list of names that the code holds (the members a
+ * decoder reads, a protocol's parameters) against the documents that
+ * describe it, so that a name added to one and not the other fails,
+ * naming the missing piece. Each fails the calling Check test. */
+#ifndef TESTS_DOC_NAMES_H
+#define TESTS_DOC_NAMES_H
+
+/* The names in backquotes in the first column of the first table under
+ * the line `heading` of the markdown file `doc` are exactly `names`
+ * (NULL-terminated), a dotted name (`mask.causal`) counting as its first
+ * part; `owner` says where `names` live, for the messages. */
+void dn_table_is(const char *doc, const char *heading, const char *const *names,
+                 const char *owner);
+
+/* The properties of components.schemas.`schema` in docs/openapi.json are
+ * exactly `names`. */
+void dn_schema_is(const char *schema, const char *const *names,
+                  const char *owner);
+
+/* Each of `names` is in backquotes (alone, or as the first part of a
+ * dotted name) in the bulleted list that follows the first line of `doc`
+ * that starts with `from`. */
+void dn_list_has(const char *doc, const char *from, const char *const *names,
+                 const char *owner);
+
+#endif
