@@ -41,6 +41,7 @@
  *     never came counted as missing, not wrong; stderr naming the reports
  *     written, and where, and that a second run replaced them.
  *   - --help's exit status names every cause of 1;
+ *   - docs/load-testing.md names every option --help lists;
  *   - bench/wrk/compare.sh with a stand-in wrk: stdout is its table
  *     alone.
  * The v2 cases need a server that speaks /v2 (server/api/oip.c, api/v2.c): they
@@ -1000,17 +1001,25 @@ START_TEST(test_missing_replies_and_reports) {
 }
 END_TEST
 
+/* What attnd-load --help prints (exit status 0), malloc'd. */
+static char *help_text(void) {
+  scratch_t sc;
+  scratch_init(&sc);
+  const char *args[] = {"--help", NULL};
+  ck_assert_int_eq(run_load(args, sc.log), 0);
+  char *text = tu_read_file(sc.log, NULL);
+  ck_assert_ptr_nonnull(text);
+  scratch_free(&sc);
+  return text;
+}
+
 /* --help's exit status (and so the man page's, tools/man.sh) names every
  * cause of status 1 that docs/load-testing.md gives and main() applies: a
  * step over --max-error-rate, a wrong reply, replies --verify asked for
  * that never came (test_missing_replies_and_reports sees that 1), and a
  * decode session abandoned. Catches: the last two left out. */
 START_TEST(test_help_exit_status) {
-  scratch_t sc;
-  scratch_init(&sc);
-  const char *args[] = {"--help", NULL};
-  ck_assert_int_eq(run_load(args, sc.log), 0);
-  char *log = tu_read_file(sc.log, NULL);
+  char *log = help_text();
   const char *line = strstr(log, "\nexit status: ");
   ck_assert_msg(line != NULL, "no exit status in --help:\n%s", log);
   static const char *const causes[] = {"--max-error-rate", "wrong reply",
@@ -1020,7 +1029,41 @@ START_TEST(test_help_exit_status) {
                   "--help's exit status does not name '%s':%s", causes[i],
                   line);
   free(log);
-  scratch_free(&sc);
+}
+END_TEST
+
+/* A character of an option's name (and its leading dashes). */
+static int option_char(char c) {
+  return c == '-' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+/* docs/load-testing.md names every option --help lists (the table in
+ * tools/load/options.c), as a whole word: an option added to the table
+ * alone would be in --help and the man page and nowhere in the docs.
+ * Catches: --method and --verify-threads, which the page never named. */
+START_TEST(test_options_documented) {
+  char *help = help_text();
+  char *doc = tu_read_file_or_fail("docs/load-testing.md", NULL);
+  int options = 0;
+  for (const char *l = strstr(help, "\n  --"); l; l = strstr(l, "\n  --")) {
+    l += 3;
+    size_t n = 0;
+    while (option_char(l[n]))
+      n++;
+    int named = 0;
+    for (const char *d = strstr(doc, "--"); d && !named;
+         d = strstr(d + 1, "--"))
+      named = strncmp(d, l, n) == 0 && !option_char(d[n]) &&
+              (d == doc || !option_char(d[-1]));
+    ck_assert_msg(named,
+                  "docs/load-testing.md does not name %.*s, an option of "
+                  "tools/load/options.c's table: say there what it does",
+                  (int)n, l);
+    options++;
+  }
+  ck_assert_int_ge(options, 30);
+  free(doc);
+  free(help);
 }
 END_TEST
 
@@ -1109,6 +1152,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_usage);
   tcase_add_test(tc, test_missing_replies_and_reports);
   tcase_add_test(tc, test_help_exit_status);
+  tcase_add_test(tc, test_options_documented);
   suite_add_tcase(s, tc);
   tc = tcase_create("wrk");
   tcase_set_timeout(tc, 120);
