@@ -2026,10 +2026,33 @@ static int names_family(const char *d, size_t len, const char *f, size_t fl) {
   return 0;
 }
 
+/* The label names of the family whose "# TYPE" line is at l, from its
+ * first sample, as docs/operations.md writes them ("protocol,status"; a
+ * histogram's le left out); "" for a family without labels. */
+static void family_labels(const char *l, char *out, size_t size) {
+  out[0] = 0;
+  const char *s = strchr(l, '\n');
+  while (s && s[1] == '#')
+    s = strchr(s + 1, '\n');
+  if (s == NULL || s[1 + name_len(s + 1, 1)] != '{')
+    return;
+  size_t n = 0;
+  for (const char *k = s + 2 + name_len(s + 1, 1); *k && *k != '}';) {
+    size_t kl = name_len(k, 0);
+    if (!(kl == 2 && strncmp(k, "le", 2) == 0) && n < size)
+      n += (size_t)snprintf(out + n, size - n, "%s%.*s", n ? "," : "", (int)kl,
+                            k);
+    const char *open = strchr(k, '"'), *close = strchr(open + 1, '"');
+    k = close + 1 + (close[1] == ',');
+  }
+}
+
 /* The families /metrics has and those docs/operations.md's Metrics
  * section names are the same: none emitted undocumented, none documented
  * that is not there (a histogram's _count or _bucket named for the
- * histogram). */
+ * histogram); and a family with labels is written once with their names,
+ * as `attnd_requests_total{protocol,status}`, each such mention naming
+ * exactly the labels it has. */
 START_TEST(test_documented) {
   attnd_metrics_t *m = attnd_metrics_new();
   ck_assert_ptr_nonnull(m);
@@ -2057,15 +2080,27 @@ START_TEST(test_documented) {
     size_t len = name_len(d, 0);
     if (len <= 6 || d[len] == '(') /* "attnd_(a|b)", a pattern */
       continue;
-    int found = 0;
-    for (const char *l = t; *l && !found; l = strchr(l, '\n') + 1) {
+    const char *fam = NULL;
+    for (const char *l = t; *l && !fam; l = strchr(l, '\n') + 1) {
       size_t fl = strncmp(l, "# TYPE ", 7) == 0 ? name_len(l + 7, 0) : 0;
-      found = fl && names_family(d, len, l + 7, fl);
+      if (fl && names_family(d, len, l + 7, fl))
+        fam = l;
     }
-    ck_assert_msg(found,
+    ck_assert_msg(fam != NULL,
                   "docs/operations.md names %.*s; /metrics has no such "
                   "family",
                   (int)len, d);
+    if (d[len] == '{' && name_len(fam + 7, 0) == len) {
+      char want[128];
+      family_labels(fam, want, sizeof want);
+      const char *close = strchr(d + len, '}');
+      size_t got = close ? (size_t)(close - d - len - 1) : 0;
+      ck_assert_msg(close && got == strlen(want) &&
+                        strncmp(d + len + 1, want, got) == 0,
+                    "docs/operations.md writes %.*s; /metrics labels it "
+                    "{%s}",
+                    (int)(close ? close - d + 1 : (long)len), d, want);
+    }
   }
   /* each family is documented */
   for (const char *l = t; *l; l = strchr(l, '\n') + 1) {
@@ -2079,6 +2114,17 @@ START_TEST(test_documented) {
     }
     ck_assert_msg(found, "%.*s is not in docs/operations.md's Metrics",
                   (int)len, l + 7);
+    char want[128];
+    family_labels(l, want, sizeof want);
+    int labelled = want[0] == 0;
+    for (const char *d = strstr(doc, "attnd_"); d && !labelled;
+         d = strstr(d + 1, "attnd_"))
+      labelled =
+          name_len(d, 0) == len && strncmp(d, l + 7, len) == 0 && d[len] == '{';
+    ck_assert_msg(labelled,
+                  "docs/operations.md's Metrics names %.*s without its "
+                  "labels: write `%.*s{%s}` there",
+                  (int)len, l + 7, (int)len, l + 7, want);
   }
   prom_free(&p);
   free(t);
