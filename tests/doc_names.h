@@ -2,8 +2,8 @@
  * decoder reads, a protocol's parameters) against the documents that
  * describe it, so that a name added to one and not the other fails,
  * naming the missing piece. Each fails the calling Check test. */
-#ifndef TESTS_DOC_NAMES_H
-#define TESTS_DOC_NAMES_H
+#ifndef ATTND_TESTS_DOC_NAMES_H
+#define ATTND_TESTS_DOC_NAMES_H
 
 /* The names in backquotes in the first column of the first table under
  * the line `heading` of the markdown file `doc` are exactly `names`
