@@ -282,6 +282,13 @@ function infoKeys(repo) {
 
 const sameSet = (a, b) => a.length === b.length && [...a].sort().join() === [...b].sort().join();
 
+// What the document's list `doc` lacks of the code's `code`, and has that
+// the code does not, so that a failure names the row to add or remove.
+function setDiff(doc, code, what) {
+  const lacks = code.filter((x) => !doc.includes(x)), extra = doc.filter((x) => !code.includes(x));
+  return [lacks.length ? `lacks [${lacks}] of ${what}` : "", extra.length ? `has [${extra}] besides ${what}` : ""].filter(Boolean).join(", and ");
+}
+
 function lint(docFile, repo) {
   const redocly = join(here, "node_modules/.bin/redocly");
   const r = spawnSync(redocly, ["lint", "--config", join(repo, "tests/openapi/redocly.yaml"), "--format", "codeframe", docFile], {
@@ -303,11 +310,12 @@ function lint(docFile, repo) {
   const rows = errorTable(repo);
   const docCodes = s.ErrorCode?.enum || [];
   if (!sameSet(docCodes, rows.map((x) => x.code)))
-    problems.push(`components.schemas.ErrorCode is [${docCodes}], server/errors.h has [${rows.map((x) => x.code)}]`);
+    problems.push(`components.schemas.ErrorCode ${setDiff(docCodes, rows.map((x) => x.code), "the codes of server/errors.h")}`);
   for (const st of new Set(rows.map((x) => x.status))) {
     const want = rows.filter((x) => x.status === st).map((x) => x.code);
     const got = s[`Error${st}`]?.allOf?.[1]?.properties?.error?.properties?.code?.enum;
-    if (!got || !sameSet(got, want)) problems.push(`components.schemas.Error${st}'s codes are [${got || "missing"}]; server/errors.h gives ${st} to [${want}]`);
+    if (!got) problems.push(`components.schemas.Error${st} is missing; server/errors.h gives ${st} to [${want}]`);
+    else if (!sameSet(got, want)) problems.push(`components.schemas.Error${st}'s code enum ${setDiff(got, want, `the codes server/errors.h gives ${st}`)}`);
   }
   for (const k of Object.keys(s).filter((k) => /^Error\d{3}$/.test(k)))
     if (!rows.some((x) => `Error${x.status}` === k)) problems.push(`components.schemas.${k}: server/errors.h has no code with that status`);
@@ -315,10 +323,13 @@ function lint(docFile, repo) {
   const keys = infoKeys(repo);
   const info = s.Info?.properties || {};
   const top = Object.keys(info).filter((k) => !["version", "limits", "backend"].includes(k));
-  if (!sameSet(top, keys.info)) problems.push(`Info's configuration keys are [${top}]; server/config.c marks F_INFO [${keys.info}]`);
+  if (!sameSet(top, keys.info)) problems.push(`components.schemas.Info's properties ${setDiff(top, keys.info, "the keys server/config.c marks F_INFO")}`);
+  const topReq = (s.Info?.required || []).filter((k) => !["version", "limits", "backend"].includes(k));
+  if (!sameSet(topReq, keys.info)) problems.push(`components.schemas.Info.required ${setDiff(topReq, keys.info, "the keys server/config.c marks F_INFO")}`);
   const lim = Object.keys(info.limits?.properties || {});
-  if (!sameSet(lim, keys.limits)) problems.push(`Info.limits is [${lim}]; server/config.c marks F_LIMIT [${keys.limits}]`);
-  if (!sameSet(info.limits?.required || [], keys.limits)) problems.push("Info.limits.required is not every F_LIMIT key");
+  if (!sameSet(lim, keys.limits)) problems.push(`components.schemas.Info.limits' properties ${setDiff(lim, keys.limits, "the keys server/config.c marks F_LIMIT")}`);
+  const req = info.limits?.required || [];
+  if (!sameSet(req, keys.limits)) problems.push(`components.schemas.Info.limits.required ${setDiff(req, keys.limits, "the keys server/config.c marks F_LIMIT")}`);
 
   const version = /#define ATTN_VERSION "([^"]+)"/.exec(readFileSync(join(repo, "include/attn/attn.h"), "utf8"))?.[1];
   if (doc.info?.version !== version) problems.push(`info.version is ${doc.info?.version}; include/attn/attn.h's ATTN_VERSION is ${version}`);
