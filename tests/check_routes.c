@@ -10,10 +10,15 @@
  *     Allow and the parameters expected (a model's name with '/', a
  *     version, a 405, no route);
  *   - the default public_paths are all routes (a renamed path would
- *     silently start asking for a key). */
+ *     silently start asking for a key);
+ *   - every pattern is named in the prose of README.md or docs/ (the
+ *     API document alone is not where a reader looks for an endpoint). */
+#include "testutil.h"
 #include <check.h>
+#include <glob.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -320,6 +325,70 @@ START_TEST(test_public_paths_are_routes) {
 }
 END_TEST
 
+/* Whether `text` names, in backquotes, a path that `row`'s pattern takes:
+ * alone or after a method ("`GET /v1/info`", "`/v1/sessions/{id}`"), the
+ * query left out. */
+static int names_path(const char *text, const attnd_route_t *row) {
+  for (const char *p = strchr(text, '`'); p; p = strchr(p, '`')) {
+    const char *q = strchr(p + 1, '`');
+    if (q == NULL)
+      return 0;
+    const char *s = p + 1 + strspn(p + 1, "ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+    s = s > p + 1 && *s == ' ' ? s + 1 : p + 1;
+    size_t n = strcspn(s, " ?#`");
+    char path[256];
+    attnd_route_match_t m;
+    if (*s == '/' && s + n <= q && n < sizeof path) {
+      memcpy(path, s, n);
+      path[n] = 0;
+      if (attnd_route_find(row, 1, path, "GET", &m) && m.first)
+        return 1;
+    }
+    p = q + 1;
+  }
+  return 0;
+}
+
+/* Every pattern is named in README.md or a .md file of docs/, where a reader
+ * looks for what a path does; a pattern with /versions/{version} counts as
+ * named where the same without it is (docs/oip.md says a model's path
+ * may carry it). An endpoint added as a row and an operation alone would
+ * be described in the API document and nowhere else. */
+START_TEST(test_routes_in_docs) {
+  glob_t g;
+  ck_assert_int_eq(glob("docs/*.md", 0, NULL, &g), 0);
+  ck_assert_int_eq(glob("README.md", GLOB_APPEND, NULL, &g), 0);
+  char **text = calloc(g.gl_pathc, sizeof *text);
+  ck_assert_ptr_nonnull(text);
+  for (size_t d = 0; d < g.gl_pathc; d++)
+    text[d] = tu_read_file_or_fail(g.gl_pathv[d], NULL);
+  size_t n;
+  const attnd_route_t *t = attnd_routes(&n);
+  for (size_t i = 0; i < n; i++) {
+    attnd_route_t row = t[i];
+    char bare[256];
+    const char *v = strstr(row.pattern, "/versions/{version}");
+    if (v) {
+      snprintf(bare, sizeof bare, "%.*s%s", (int)(v - row.pattern), row.pattern,
+               v + strlen("/versions/{version}"));
+      row.pattern = bare;
+    }
+    int named = 0;
+    for (size_t d = 0; d < g.gl_pathc && !named; d++)
+      named = names_path(text[d], &row);
+    ck_assert_msg(named,
+                  "route %s %s is named in no doc (README.md, docs/): "
+                  "say what it does in its protocol's doc "
+                  "(docs/architecture.md, Where a change goes)",
+                  t[i].methods, t[i].pattern);
+  }
+  for (size_t d = 0; d < g.gl_pathc; d++)
+    free(text[d]);
+  free(text);
+  globfree(&g);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("routes");
   TCase *tc = tcase_create("table");
@@ -327,6 +396,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_openapi_in_table);
   tcase_add_test(tc, test_table_rules);
   tcase_add_test(tc, test_public_paths_are_routes);
+  tcase_add_test(tc, test_routes_in_docs);
   suite_add_tcase(s, tc);
   tc = tcase_create("find");
   tcase_add_loop_test(tc, test_find, 0, sizeof cases / sizeof cases[0]);
