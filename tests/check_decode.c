@@ -1989,21 +1989,42 @@ START_TEST(test_backend_names) {
 }
 END_TEST
 
-/* The members the decoder reads are the documented ones: /v1's in
- * docs/api.md's table and docs/openapi.json's AttentionRequest, a
- * session step's in docs/sessions.md's list and SessionStepRequest. A
- * member added to decode.c alone would be served and described nowhere
- * (the API document checks replies, not requests). */
+/* The members the decoder reads are the documented ones: /v1's, its
+ * mask's, its return's and the weights object's in docs/api.md's tables
+ * and docs/openapi.json's schemas; a session step's, and its mask's, in
+ * docs/sessions.md's list and the step's schemas. A member added to
+ * decode.c alone would be served and described nowhere (the API
+ * document checks replies, not requests). */
 START_TEST(test_members_documented) {
-  dn_table_is("docs/api.md", "## POST /v1/attention", attnd__dec_v1_members,
-              "server/api/decode.c's attnd__dec_v1_members");
-  dn_schema_is("AttentionRequest", attnd__dec_v1_members,
-               "server/api/decode.c's attnd__dec_v1_members");
-  dn_list_has("docs/sessions.md", "A step's body holds the members",
-              attnd__dec_step_members,
-              "server/api/decode.c's attnd__dec_step_members");
-  dn_schema_is("SessionStepRequest", attnd__dec_step_members,
-               "server/api/decode.c's attnd__dec_step_members");
+  static const struct {
+    const char *const *names;
+    const char *owner, *object, *schema;
+  } v1[] = {
+      {attnd__dec_v1_members, "attnd__dec_v1_members", "", "AttentionRequest"},
+      {attnd__dec_mask_members, "attnd__dec_mask_members", "mask.", "Mask"},
+      {attnd__dec_return_members, "attnd__dec_return_members", "return.",
+       "Return"},
+  };
+  char owner[96];
+  for (size_t i = 0; i < sizeof v1 / sizeof v1[0]; i++) {
+    snprintf(owner, sizeof owner, "server/api/decode.c's %s", v1[i].owner);
+    dn_table_is("docs/api.md", "## POST /v1/attention", v1[i].object,
+                v1[i].names, owner);
+    dn_schema_is(v1[i].schema, v1[i].names, owner);
+  }
+  const char *weights = "server/api/decode.c's attnd__dec_weights_members";
+  dn_table_is("docs/api.md", "### Weights at any length", "",
+              attnd__dec_weights_members, weights);
+  dn_schema_is("WeightsReduce", attnd__dec_weights_members, weights);
+
+  const char *step = "server/api/decode.c's attnd__dec_step_members",
+             *step_mask = "server/api/decode.c's attnd__dec_step_mask_members";
+  dn_list_has("docs/sessions.md", "A step's body holds the members", "",
+              attnd__dec_step_members, step);
+  dn_schema_is("SessionStepRequest", attnd__dec_step_members, step);
+  dn_list_has("docs/sessions.md", "A step's body holds the members", "mask.",
+              attnd__dec_step_mask_members, step_mask);
+  dn_schema_is("SessionMask", attnd__dec_step_mask_members, step_mask);
 }
 END_TEST
 

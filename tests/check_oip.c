@@ -1351,7 +1351,7 @@ END_TEST
  * table and docs/openapi.json's InferParameters. A parameter added to
  * oip.c's PARAM_MAP alone would be served and described nowhere. */
 START_TEST(test_params_documented) {
-  dn_table_is("docs/oip.md", "## Parameters", attnd__oip_params,
+  dn_table_is("docs/oip.md", "## Parameters", "", attnd__oip_params,
               "server/api/oip.c's PARAM_MAP");
   dn_schema_is("InferParameters", attnd__oip_params,
                "server/api/oip.c's PARAM_MAP");

@@ -30,10 +30,14 @@ static int list_has(const char *const *names, const char *name) {
   return 0;
 }
 
-/* Adds the names in backquotes in [p, end) to s, each by its first part
- * (`mask.causal` is mask). What is not a name, such as a value in quotes
- * (`"half"`), is passed over. */
-static void scan(dn_set_t *s, const char *p, const char *end) {
+/* Adds to s the names in backquotes in [p, end) that are members of
+ * `object` (a dotted path with its final '.', or "" for the root), each
+ * by its name there: `mask.causal` is mask in the root and causal in
+ * "mask.". What is not a name, such as a value in quotes (`"half"`), is
+ * passed over. */
+static void scan(dn_set_t *s, const char *p, const char *end,
+                 const char *object) {
+  size_t skip = strlen(object);
   for (;;) {
     const char *open = memchr(p, '`', (size_t)(end - p));
     if (open == NULL)
@@ -42,19 +46,21 @@ static void scan(dn_set_t *s, const char *p, const char *end) {
     if (close == NULL)
       return;
     const char *t = open + 1;
-    size_t len = (size_t)(close - t), top = strcspn(t, ".`");
-    int name = len > 0 && ((*t >= 'a' && *t <= 'z') || *t == '_');
+    size_t len = (size_t)(close - t);
+    int name = len > skip && strncmp(t, object, skip) == 0 &&
+               ((t[skip] >= 'a' && t[skip] <= 'z') || t[skip] == '_');
     for (size_t i = 0; i < len && name; i++)
       name = (t[i] >= 'a' && t[i] <= 'z') || (t[i] >= '0' && t[i] <= '9') ||
              t[i] == '_' || t[i] == '.';
     if (name) {
-      char top_name[DN_LEN];
-      ck_assert_msg(top < DN_LEN && s->n < DN_MAX, "too many or too long "
-                                                   "names in backquotes");
-      memcpy(top_name, t, top);
-      top_name[top] = 0;
-      if (!set_has(s, top_name))
-        strcpy(s->v[s->n++], top_name);
+      size_t n = strcspn(t + skip, ".`");
+      char member[DN_LEN];
+      ck_assert_msg(n < DN_LEN && s->n < DN_MAX, "too many or too long "
+                                                 "names in backquotes");
+      memcpy(member, t + skip, n);
+      member[n] = 0;
+      if (!set_has(s, member))
+        strcpy(s->v[s->n++], member);
     }
     p = close + 1;
   }
@@ -83,8 +89,8 @@ static char *read_at(const char *doc, const char *from, const char *what,
   return text;
 }
 
-void dn_table_is(const char *doc, const char *heading, const char *const *names,
-                 const char *owner) {
+void dn_table_is(const char *doc, const char *heading, const char *object,
+                 const char *const *names, const char *owner) {
   const char *at;
   char *text = read_at(doc, heading, "|", &at);
   static dn_set_t s;
@@ -96,19 +102,19 @@ void dn_table_is(const char *doc, const char *heading, const char *const *names,
       eol = at + strlen(at);
     const char *cell_end = memchr(at + 1, '|', (size_t)(eol - at - 1));
     if (row >= 2)
-      scan(&s, at + 1, cell_end ? cell_end : eol);
+      scan(&s, at + 1, cell_end ? cell_end : eol, object);
     at = *eol ? eol + 1 : NULL;
   }
   for (const char *const *n = names; *n; n++)
     ck_assert_msg(set_has(&s, *n),
                   "%s has %s, which the table under '%s' in %s does not "
-                  "name: add its row there",
-                  owner, *n, heading, doc);
+                  "name as %s%s: add its row there",
+                  owner, *n, heading, doc, object, *n);
   for (int i = 0; i < s.n; i++)
     ck_assert_msg(list_has(names, s.v[i]),
-                  "the table under '%s' in %s names %s, which %s does not "
-                  "have",
-                  heading, doc, s.v[i], owner);
+                  "the table under '%s' in %s names %s%s, which %s does "
+                  "not have",
+                  heading, doc, object, s.v[i], owner);
   free(text);
 }
 
@@ -140,18 +146,18 @@ void dn_schema_is(const char *schema, const char *const *names,
   json_decref(doc);
 }
 
-void dn_list_has(const char *doc, const char *from, const char *const *names,
-                 const char *owner) {
+void dn_list_has(const char *doc, const char *from, const char *object,
+                 const char *const *names, const char *owner) {
   const char *at;
   char *text = read_at(doc, from, "- ", &at);
   const char *end = strstr(at, "\n\n");
   static dn_set_t s;
   s.n = 0;
-  scan(&s, at, end ? end : at + strlen(at));
+  scan(&s, at, end ? end : at + strlen(at), object);
   for (const char *const *n = names; *n; n++)
     ck_assert_msg(set_has(&s, *n),
                   "%s has %s, which the list after '%s' in %s does not "
-                  "name: add it there",
-                  owner, *n, from, doc);
+                  "name as %s%s: add it there",
+                  owner, *n, from, doc, object, *n);
   free(text);
 }

@@ -6,21 +6,22 @@
 #define ATTND_TESTS_DOC_NAMES_H
 
 /* The names in backquotes in the first column of the first table under
- * the line `heading` of the markdown file `doc` are exactly `names`
- * (NULL-terminated), a dotted name (`mask.causal`) counting as its first
- * part; `owner` says where `names` live, for the messages. */
-void dn_table_is(const char *doc, const char *heading, const char *const *names,
-                 const char *owner);
+ * the line `heading` of the markdown file `doc` that are members of
+ * `object` ("" for a request's root, "mask." for its mask: `mask.causal`
+ * is the root's mask and the mask's causal) are exactly `names`
+ * (NULL-terminated); `owner` says where `names` live, for the messages. */
+void dn_table_is(const char *doc, const char *heading, const char *object,
+                 const char *const *names, const char *owner);
 
 /* The properties of components.schemas.`schema` in docs/openapi.json are
  * exactly `names`. */
 void dn_schema_is(const char *schema, const char *const *names,
                   const char *owner);
 
-/* Each of `names` is in backquotes (alone, or as the first part of a
- * dotted name) in the bulleted list that follows the first line of `doc`
- * that starts with `from`. */
-void dn_list_has(const char *doc, const char *from, const char *const *names,
-                 const char *owner);
+/* Each of `names` is in backquotes, as a member of `object` (as above),
+ * in the bulleted list that follows the first line of `doc` that starts
+ * with `from`. */
+void dn_list_has(const char *doc, const char *from, const char *object,
+                 const char *const *names, const char *owner);
 
 #endif

@@ -183,15 +183,17 @@ static int decode_projections(dec_t *d, const json_t *root) {
   return 0;
 }
 
+const char *const attnd__dec_mask_members[] = {
+    "causal", "key_lengths", "allow", "bias", "window", "alibi", NULL};
+/* a session's step is causal over its cache, and its masks are over a
+ * length the step does not know until its turn */
+const char *const attnd__dec_step_mask_members[] = {"window", "alibi", NULL};
+
 static int decode_mask(dec_t *d, const json_t *root) {
-  static const char *const known[] = {"causal", "key_lengths", "allow", "bias",
-                                      "window", "alibi",       NULL};
-  /* a session's step is causal over its cache, and its masks are over a
-   * length the step does not know until its turn */
-  static const char *const step_known[] = {"window", "alibi", NULL};
   int bad;
-  const json_t *m =
-      get_object(d, root, "mask", d->step ? step_known : known, &bad);
+  const json_t *m = get_object(
+      d, root, "mask",
+      d->step ? attnd__dec_step_mask_members : attnd__dec_mask_members, &bad);
   if (m == NULL)
     return bad;
   attn_params_t *p = &d->req->params;
@@ -302,17 +304,19 @@ static int get_pair(dec_t *d, const json_t *obj, const char *key,
 /* The object form of "return.weights" (attn_reduce_t): reductions of the
  * weights instead of the dense tensor; at least one of top_k, pool and
  * stats. Ranges are checked against the axes by the core's plan. */
+const char *const attnd__dec_weights_members[] = {
+    "heads",       "top_k",       "pool",      "reduce", "stats",
+    "sink_tokens", "query_range", "key_range", NULL};
+
 static int decode_reduce(dec_t *d, const json_t *w) {
-  static const char *const known[] = {"heads",       "top_k",     "pool",
-                                      "reduce",      "stats",     "sink_tokens",
-                                      "query_range", "key_range", NULL};
   static const char *const heads[] = {"per_head", "mean", NULL};
   static const char *const reduces[] = {"mean", "max", "sum", NULL};
   static const char *const stats[] = {"entropy", "sink", "distance", NULL};
   attn_reduce_t *r = &d->req->params.reduce;
   int h = 0, red = 0, has_k = 0, has_pool = 0, has_sink = 0;
   int64_t pool[2] = {0, 0};
-  if (attnd__dec_members(d, w, "return.weights", known) < 0 ||
+  if (attnd__dec_members(d, w, "return.weights", attnd__dec_weights_members) <
+          0 ||
       get_enum(d, w, "heads", "return.weights.heads", heads, &h) < 0 ||
       get_int(d, w, "top_k", "return.weights.top_k", 1, ATTN_TOP_K_MAX,
               &r->top_k, &has_k) < 0 ||
@@ -374,15 +378,17 @@ static int decode_reduce(dec_t *d, const json_t *w) {
   return 0;
 }
 
+const char *const attnd__dec_return_members[] = {
+    "weights", "head_outputs", "metrics", "encoding", "dtype", NULL};
+
 static int decode_return(dec_t *d, const json_t *root) {
-  static const char *const known[] = {"weights",  "head_outputs", "metrics",
-                                      "encoding", "dtype",        NULL};
   static const char *const wmodes[] = {"none", "per_head", "mean", NULL};
   static const char *const encs[] = {"nested", "flat", "base64", NULL};
   static const char *const dtypes[] = {"float32", "float16", "bfloat16", NULL};
   attnd_request_t *j = d->req;
   int bad, w = 0, enc = (int)d->query_form, dt = 0;
-  const json_t *r = get_object(d, root, "return", known, &bad);
+  const json_t *r =
+      get_object(d, root, "return", attnd__dec_return_members, &bad);
   if (r == NULL && bad)
     return bad;
   j->want_metrics = 1;

@@ -148,12 +148,17 @@ void attnd__dec_tree_end(void);
 /* The bytes of a small body's skeleton, written on the decoder's stack
  * (attnd_buf_init_in); a bigger one moves to the heap. */
 #define ATTND_DEC_SKELETON_INLINE 2048
-/* The members a /v1 request's root may have, and a session step's
- * (NULL-terminated): the `known` of their attnd__dec_root. check_decode
- * holds docs/api.md's and docs/sessions.md's tables of members and
- * docs/openapi.json's AttentionRequest and SessionStepRequest to them. */
+/* The members a /v1 request's root may have, and a session step's; of
+ * their mask, a step's mask, their return and its weights object
+ * (NULL-terminated): what their decoders take. check_decode holds
+ * docs/api.md's and docs/sessions.md's tables and lists of members and
+ * docs/openapi.json's schemas of the requests to them. */
 extern const char *const attnd__dec_v1_members[];
 extern const char *const attnd__dec_step_members[];
+extern const char *const attnd__dec_mask_members[];
+extern const char *const attnd__dec_step_mask_members[];
+extern const char *const attnd__dec_return_members[];
+extern const char *const attnd__dec_weights_members[];
 /* The root of a request: an object of the `known` members alone (NULL-
  * terminated), its "id" (a string of at most ATTND_ID_MAX bytes, or absent
  * or null) copied into the request, first, before anything else can fail. */
