@@ -24,8 +24,8 @@
  *     look up no header, and a query is read in one walk; and a job the
  *     scheduler refuses is answered by why (a full queue, no memory); and
  *     what an HTTP thread computes inline is answered 504 when its result
- *     came after its deadline (the link wraps attnd_request_run and
- *     MHD_queue_response). */
+ *     came after its deadline, a session's step then not committed (the
+ *     link wraps attnd_request_run and MHD_queue_response). */
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/session_api.h"
 #include "config.h"
 #include "http/exchange.h"
 #include "server.h"
@@ -1177,6 +1178,67 @@ START_TEST(test_inline_deadline) {
 }
 END_TEST
 
+/* The same for a session's step computed inline: a late one is answered
+ * 504 and not committed (the session's length unchanged, so that the
+ * client's retry with the same expected_length is applied), and one in
+ * time is committed. Bug: the inline path ended a late step with commit,
+ * and a 504 the client would retry left the session holding its tokens
+ * (the retry then 409 length_mismatch, or the tokens twice). A store in
+ * this process, a pre-projected session of one head; the step goes in
+ * through attnd_sessions_step, as the router sends it, with the run
+ * wrapped as above. */
+START_TEST(test_inline_step_deadline) {
+  static const char id[] = "0123456789abcdef0123456789abcdef";
+  static const char shape[] = "{\"num_heads\":1,\"head_dim\":2}";
+  static const char step[] = "{\"query\":[[1,0]],\"key\":[[1,0]],"
+                             "\"value\":[[1,2]],\"expected_length\":0,"
+                             "\"timeout_ms\":60000}";
+  attnd_config_t cfg;
+  default_config(&cfg);
+  /* a step that could join a batch is computed inline only when the
+   * scheduler has nothing in flight: none here, and no scheduler */
+  cfg.batch_window_us = 0;
+  attnd_server_t s = {.cfg = &cfg};
+  s.budget.max = INT64_C(1) << 30;
+  s.metrics = attnd_metrics_new();
+  s.sessions = attnd_sessions_new(cfg.kv_cache_bytes, NULL, NULL);
+  ck_assert_ptr_nonnull(s.metrics);
+  ck_assert_ptr_nonnull(s.sessions);
+  attnd_buf_t b;
+  attnd_buf_init(&b);
+  attnd_error_t e;
+  ck_assert_msg(attnd_session_api_create(s.sessions, id, shape, strlen(shape),
+                                         &cfg, NULL, &b, &e) == 0,
+                "%s", e.message);
+  attnd_buf_free(&b);
+  fake_headers = (const char *const[]){NULL};
+  attnd_http_req_t r = {.srv = &s, .conn = FAKE_CONN, .proto = ATTND_PROTO_V1};
+  ck_assert_int_eq(uv_mutex_init(&r.mu), 0);
+  strcpy(r.sid, id);
+  attnd_buf_init(&r.body);
+  attnd_buf_append(&r.body, step, strlen(step));
+  ck_assert(!r.body.oom);
+  run_late = _i;
+  runs = 0;
+  queued = 0;
+  r.t_arrival = attnd_now_ms();
+  attnd_sessions_step(&r);
+  ck_assert_int_eq(runs, 1); /* inline, past the check before it ran */
+  ck_assert_uint_eq(queued, _i ? 504 : 200);
+  ck_assert_int_eq(r.outcome, _i ? ATTND_SCHED_EXPIRED : ATTND_SCHED_DONE);
+  attnd_session_info_t info;
+  ck_assert_int_eq(attnd_session_get(s.sessions, id, &info, &e), 0);
+  ck_assert_int_eq(info.length, _i ? 0 : 1);
+  ck_assert_int_eq(info.busy, 0); /* the step ended either way */
+  ck_assert_int_eq(info.queued, 0);
+  attnd_budget_give(&s.budget, &r.mem_held);
+  attnd_request_free(r.req);
+  uv_mutex_destroy(&r.mu);
+  attnd_sessions_free(s.sessions);
+  attnd_metrics_free(s.metrics);
+}
+END_TEST
+
 /* A TCase with its own server. */
 static TCase *server_tcase(Suite *s, const char *name) {
   TCase *tc = tcase_create(name);
@@ -1211,6 +1273,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_query_walks, 0, 2);
   tcase_add_test(tc, test_refusals);
   tcase_add_loop_test(tc, test_inline_deadline, 0, 2); /* in time, late */
+  tcase_add_loop_test(tc, test_inline_step_deadline, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }
