@@ -146,7 +146,8 @@ static const cfg_key_t keys[] = {
             "the body freed; 0: no minimum"),
     INT_KEY(connection_buffer_bytes, "32K", 4096, 16 << 20, F_SIZE,
             "each connection's buffer for headers and body reads; "
-            "libmicrohttpd zeroes all of it between requests"),
+            "libmicrohttpd zeroes all of it between requests; a request's "
+            "head may fill half of it (more: 414 or 431)"),
     INT_KEY(max_body_bytes, "256M", 1024, INT64_C(1) << 40, F_SIZE | F_LIMIT,
             "largest request body; larger gets 413 before it is read"),
     INT_KEY(max_json_structure_bytes, "256K", 4096, INT64_C(1) << 40,

@@ -14,6 +14,8 @@
  *     read as another request; an encoded NUL does not end the path; a
  *     CR or NUL in a field value, and a missing, repeated or malformed
  *     Host, are refused; a target in absolute form is routed by its path;
+ *     a request head over half of connection_buffer_bytes is attnd's JSON
+ *     414 or 431;
  *   - library: the errors libmicrohttpd answers itself, before attnd sees
  *     the request (docs/operations.md, "HTTP errors libmicrohttpd answers
  *     itself"): their status, their framing, the closed connection, and a
@@ -714,6 +716,48 @@ START_TEST(test_absolute_form) {
 }
 END_TEST
 
+/* A request head (request line, headers and empty line) of more than half
+ * of connection_buffer_bytes (32K here: 16384 bytes) is attnd's JSON 414
+ * where its request line alone is over, else 431, whatever its path; one
+ * of exactly half is served. Bug: attnd had no limit of its own, and the
+ * library's were all there was: a head that fit its buffer with room for
+ * a reply's headers (up to 32,368 bytes here) was served, and one that
+ * did not fit got the library's HTML 414 or 431, which stays
+ * (test_library_errors). */
+static size_t padded_head(char *q, const char *path, size_t head) {
+  int n = sprintf(q, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ", path);
+  size_t pad = head - (size_t)n - 4;
+  memset(q + n, 'v', pad);
+  memcpy(q + (size_t)n + pad, "\r\n\r\n", 4);
+  return head;
+}
+
+START_TEST(test_head_limit) {
+  enum { HALF = 16384 };
+  char *q = malloc(40 << 10);
+  ck_assert_ptr_nonnull(q);
+  expect_ok(q, padded_head(q, "/healthz", HALF), "a head of exactly half");
+  static const size_t over[] = {HALF + 1, 24 << 10, 32000};
+  for (size_t i = 0; i < sizeof over / sizeof over[0]; i++) {
+    char words[64];
+    snprintf(words, sizeof words, "headers are %zu bytes, over %d", over[i],
+             HALF);
+    size_t n = padded_head(q, i == 1 ? "/nowhere" : "/healthz", over[i]);
+    expect_refused(q, n, 431, "headers_too_large", NULL, words);
+  }
+  /* the request line alone: "GET /aaa... HTTP/1.1" and its CRLF */
+  int n = sprintf(q, "GET /");
+  memset(q + n, 'a', HALF);
+  n += HALF;
+  n += sprintf(q + n, " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  expect_refused(q, (size_t)n, 414, "uri_too_long", NULL,
+                 "request line is 16400 bytes, over 16384, half of "
+                 "connection_buffer_bytes");
+  free(q);
+  expect_alive();
+}
+END_TEST
+
 /* ---- library ------------------------------------------------------------- */
 
 /* The errors libmicrohttpd answers before attnd's handler runs, or in the
@@ -1261,7 +1305,8 @@ Suite *test_suite(void) {
                                   test_obs_fold,
                                   test_host,
                                   test_absolute_form,
-                                  test_http10_transfer_encoding};
+                                  test_http10_transfer_encoding,
+                                  test_head_limit};
   TCase *tc = server_tcase(s, "framing");
   for (size_t i = 0; i < sizeof framing / sizeof framing[0]; i++)
     tcase_add_test(tc, framing[i]);

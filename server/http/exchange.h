@@ -69,6 +69,8 @@ struct attnd_http_req {
    * _mem where they fit, else malloc'd and owned, as the parameters. */
   char *method, method_mem[16];
   char *path, path_mem[96];
+  size_t target_len; /* the request target's bytes as sent (on_uri; 0
+                        where on_uri had no memory for the request) */
   attnd_buf_t body;
   attnd_request_t *req; /* owned while not submitted or after it came back */
   attnd_sched_outcome_t outcome; /* how the scheduler passed it back */

@@ -480,11 +480,44 @@ static attnd_protocol_t unrouted_proto(const char *url) {
                                       : ATTND_PROTO_OTHER;
 }
 
-/* The first callback: the route, the framing, a preflight, the API key,
- * the method (501 for one no route has, 405 for one the path's rows lack)
- * and the row's precheck; then the body's headers for a route
- * that reads one. A route without a body is answered on the next
- * callback: libmicrohttpd closes the connection after a reply queued from
+/* Whether r's head (its request line, headers and empty line) is within
+ * attnd's own limit: half of connection_buffer_bytes, the buffer
+ * libmicrohttpd reads it into. The other half is room for what the library
+ * keeps there beside the head (a record of some 64 bytes for each header
+ * line and query argument) and for the reply's headers. A head over the
+ * limit is answered here, in JSON naming it: 414 where the request line
+ * alone is over, else 431. One that does not fit the buffer at all gets
+ * the library's own HTML 414 or 431 before attnd sees it, and one that
+ * fits but leaves no room for a reply's headers is closed unanswered. */
+static int head_fits(attnd_http_req_t *r, const char *method,
+                     const char *version, enum MHD_Result *ret) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+  long long most = (long long)(r->srv->cfg->connection_buffer_bytes / 2);
+  if (ci == NULL || (long long)ci->header_size <= most)
+    return 1;
+  /* "METHOD target HTTP/1.1" and its CRLF */
+  size_t line = strlen(method) + r->target_len + strlen(version) + 4;
+  if ((long long)line > most)
+    *ret = attnd_http_fail(
+        r, ATTND_ERR_URI_TOO_LONG, NULL,
+        "the request line is %zu bytes, over %lld, half of "
+        "connection_buffer_bytes, the most a request's head may be",
+        line, most);
+  else
+    *ret = attnd_http_fail(
+        r, ATTND_ERR_HEADERS_TOO_LARGE, NULL,
+        "the request line and headers are %zu bytes, over %lld, half of "
+        "connection_buffer_bytes, the most a request's head may be",
+        ci->header_size, most);
+  return 0;
+}
+
+/* The first callback: the route, the framing, the head's size, a
+ * preflight, the API key, the method (501 for one no route has, 405 for
+ * one the path's rows lack) and the row's precheck; then the body's
+ * headers for a route that reads one. A route without a body is answered on the
+ * next callback: libmicrohttpd closes the connection after a reply queued from
  * the first one, and probes and scrapes should keep theirs. */
 static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
                                 const char *method, const char *version) {
@@ -507,6 +540,8 @@ static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
   r->reply_coding = reply_coding(r);
   if (!attnd_http_framing_ok(r, version, &ret))
     return ret; /* before the route: whatever the path, nothing after */
+  if (!head_fits(r, method, version, &ret))
+    return ret; /* on every path too */
   if (no_memory)
     return attnd_http_fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                            "out of memory for the path's parameters");
@@ -597,7 +632,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
   attnd_http_conn_t *c = conn_of(conn);
   if (c)
     c->had_request = 1; /* read on this thread alone (on_connection) */
-  return req_open(cls, conn, path, strcspn(path, "?"));
+  attnd_http_req_t *r = req_open(cls, conn, path, strcspn(path, "?"));
+  if (r)
+    r->target_len = strlen(uri);
+  return r;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
