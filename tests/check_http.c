@@ -1224,7 +1224,8 @@ END_TEST
 
 /* The same for a session's step computed inline: a late one is answered
  * 504 and not committed (the session's length unchanged, so that the
- * client's retry with the same expected_length is applied), and one in
+ * client's retry with the same expected_length is applied, and the page
+ * made ready for its tokens given back), and one in
  * time is committed. Bug: the inline path ended a late step with commit,
  * and a 504 the client would retry left the session holding its tokens
  * (the retry then 409 length_mismatch, or the tokens twice). A store in
@@ -1273,7 +1274,8 @@ START_TEST(test_inline_step_deadline) {
   attnd_session_info_t info;
   ck_assert_int_eq(attnd_session_get(s.sessions, id, &info, &e), 0);
   ck_assert_int_eq(info.length, _i ? 0 : 1);
-  ck_assert_int_eq(info.busy, 0); /* the step ended either way */
+  ck_assert_int_eq(info.pages, _i ? 0 : 1); /* the page made ready: back */
+  ck_assert_int_eq(info.busy, 0);           /* the step ended either way */
   ck_assert_int_eq(info.queued, 0);
   attnd_budget_give(&s.budget, &r.mem_held);
   attnd_request_free(r.req);
