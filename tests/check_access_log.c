@@ -87,6 +87,7 @@ START_TEST(test_writer_escapes) {
                         .id = strings[i].in,
                         .method = "POST",
                         .path = strings[i].in,
+                        .client_addr = strings[i].in,
                         .status = 200 + (int)i,
                         .complete = (int)(i % 2),
                         .bytes_in = i,
@@ -107,6 +108,7 @@ START_TEST(test_writer_escapes) {
     ck_assert_str_eq(str(o, "path"), strings[i].out);
     ck_assert_str_eq(str(o, "id"), strings[i].out);
     ck_assert_str_eq(str(o, "request_id"), strings[i].out);
+    ck_assert_str_eq(str(o, "client_addr"), strings[i].out);
     ck_assert_str_eq(str(o, "method"), "POST");
     ck_assert_int_eq(json_integer_value(json_object_get(o, "status")),
                      200 + (int)i);
@@ -120,11 +122,12 @@ START_TEST(test_writer_escapes) {
     ck_assert(json_is_boolean(json_object_get(o, "complete")));
     ck_assert_int_eq(json_is_true(json_object_get(o, "complete")),
                      (int)(i % 2));
-    ck_assert_uint_eq(json_object_size(o), 12);
+    ck_assert_uint_eq(json_object_size(o), 13);
   }
   const json_t *last = json_array_get(lines, N_STRINGS);
   ck_assert_str_eq(str(last, "id"), "");
   ck_assert_str_eq(str(last, "request_id"), "");
+  ck_assert_str_eq(str(last, "client_addr"), "");
   json_decref(lines);
 }
 END_TEST
@@ -161,6 +164,7 @@ START_TEST(test_writer_bytes) {
                             .id = i % 2 ? "x" : NULL,
                             .method = "POST",
                             .path = "/v1/attention",
+                            .client_addr = i % 3 ? "::1" : "127.0.0.1",
                             .status = i == 1 ? -7 : (int)(100 + i),
                             .complete = (int)(i % 2),
                             .bytes_in = i == 2 ? SIZE_MAX : i * 1000,
@@ -190,12 +194,13 @@ START_TEST(test_writer_bytes) {
     snprintf(want, sizeof want,
              "{\"ts\":\"%s\",\"request_id\":\"r\",\"id\":\"%s\","
              "\"method\":\"POST\",\"path\":\"/v1/attention\","
-             "\"status\":%d,\"bytes_in\":%zu,\"bytes_out\":%zu,"
+             "\"client_addr\":\"%s\",\"status\":%d,\"bytes_in\":%zu,\"bytes_"
+             "out\":%zu,"
              "\"complete\":%s,\"queue_ms\":%.3f,\"compute_ms\":%.3f,"
              "\"total_ms\":%.3f}\n",
-             got_ts, a[i].id ? a[i].id : "", a[i].status, a[i].bytes_in,
-             a[i].bytes_out, a[i].complete ? "true" : "false", a[i].queue_ms,
-             a[i].compute_ms, a[i].total_ms);
+             got_ts, a[i].id ? a[i].id : "", a[i].client_addr, a[i].status,
+             a[i].bytes_in, a[i].bytes_out, a[i].complete ? "true" : "false",
+             a[i].queue_ms, a[i].compute_ms, a[i].total_ms);
     REQUIRE(strcmp(line, want) == 0, "line %zu:\n%s, not\n%s", i, line, want);
   }
   ck_assert_int_eq(getline(&line, &cap, r), -1);

@@ -158,6 +158,7 @@ void attnd_access_log_write(FILE *f, const attnd_access_t *a) {
   put_string(&b, ",\"id\":", a->id);
   put_string(&b, ",\"method\":", a->method);
   put_string(&b, ",\"path\":", a->path);
+  put_string(&b, ",\"client_addr\":", a->client_addr);
   attnd_buf_puts(&b, ",\"status\":");
   attnd_buf_append(&b, num, attnd_fmt_i64(num, a->status));
   put_count(&b, ",\"bytes_in\":", a->bytes_in);

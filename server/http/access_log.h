@@ -8,12 +8,14 @@
 #include <stddef.h>
 #include <stdio.h>
 
-/* What one line says. Strings are borrowed; NULL `id` logs "". `complete`
+/* What one line says. Strings are borrowed; NULL `id` (or any other
+ * string) logs "". `client_addr` is the peer's address without its port
+ * (a proxy's, behind one). `complete`
  * is whether the whole reply went out (not: the client left, or stopped
  * reading until connection_timeout_s, while it was sent); bytes_out is the
  * reply's length either way. */
 typedef struct attnd_access {
-  const char *request_id, *id, *method, *path;
+  const char *request_id, *id, *method, *path, *client_addr;
   int status, complete;
   size_t bytes_in, bytes_out;
   double queue_ms, compute_ms, total_ms;

@@ -2,8 +2,11 @@
  * request from its first callback (routed by the table, http/router.h) to
  * its completion (logged, counted, freed). exchange.h has the walk from
  * socket to reply; server.h the contract. */
+#include <arpa/inet.h>
 #include <microhttpd.h>
+#include <net/if.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +89,35 @@ typedef struct attnd_http_conn {
   size_t reply_bytes; /* the reply's body */
   int had_request;    /* a request line has parsed (on_uri) */
   char request_id[96];
+  char client[INET6_ADDRSTRLEN + IF_NAMESIZE + 1]; /* its peer's address */
 } attnd_http_conn_t;
+
+/* The peer's address `a` as the access log gives it, into out (empty when
+ * it cannot be said): an IPv4 peer of a dual-stack socket (`::`) arrives
+ * as ::ffff:a.b.c.d, and is written a.b.c.d, as the same client is where
+ * attnd listens on 0.0.0.0, so that one client is one address in the log
+ * however attnd listens; an IPv6 peer in its compressed form, with its
+ * %zone where link-local. Once a connection. */
+static void client_addr(const struct sockaddr *a, char *out, size_t n) {
+  out[0] = 0;
+  if (a == NULL)
+    return;
+  if (a->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)a;
+    if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
+      if (inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], out, (socklen_t)n) ==
+          NULL)
+        out[0] = 0;
+      return;
+    }
+  } else if (a->sa_family != AF_INET) {
+    return;
+  }
+  socklen_t len = a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                           : sizeof(struct sockaddr_in);
+  if (getnameinfo(a, len, out, (socklen_t)n, NULL, 0, NI_NUMERICHOST) != 0)
+    out[0] = 0;
+}
 
 /* libmicrohttpd's notice of a connection opened or closed: lists it, or
  * takes it off the list. The socket is closed only after the notice of
@@ -103,6 +134,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
       return; /* unlisted: the library's timeout alone */
     c->fd = ci->connect_fd;
     c->since = attnd_now_ms();
+    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    client_addr(ci ? ci->client_addr : NULL, c->client, sizeof c->client);
     uv_mutex_lock(&s->conns_lock);
     c->next = s->conns;
     if (s->conns)
@@ -748,6 +781,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     attnd_metrics_waited(s->metrics, r->proto, j->plan.Lk,
                          attnd_request_queue_ms(j));
   attnd_metrics_request(s->metrics, r->proto, r->status);
+  const attnd_http_conn_t *c = conn_of(conn); /* NULL: it went unlisted */
   attnd_access_t line = {
       .request_id = r->request_id,
       .id = j           ? j->id
@@ -755,6 +789,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                         : NULL,
       .method = r->method,
       .path = r->path,
+      .client_addr = c ? c->client : NULL,
       .status = r->status,
       .complete = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK,
       .bytes_in = r->bytes_in,
