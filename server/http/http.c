@@ -881,8 +881,14 @@ int attnd_http_start(attnd_server_t *s) {
   } else {
     tls[0].option = MHD_OPTION_END;
   }
+  /* The unspecified address, however it is spelt (::, ::0, 0:0::0),
+   * takes IPv4 clients as well (dual stack), as :: always did; any other
+   * IPv6 address takes IPv6 alone. */
   if (ai->ai_family == AF_INET6)
-    flags |= strcmp(c->host, "::") == 0 ? MHD_USE_DUAL_STACK : MHD_USE_IPv6;
+    flags |= IN6_IS_ADDR_UNSPECIFIED(
+                 &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr)
+                 ? MHD_USE_DUAL_STACK
+                 : MHD_USE_IPv6;
   s->daemon = MHD_start_daemon(
       flags, (uint16_t)c->port, NULL, NULL, on_request, s,
       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first, for every message */
@@ -896,12 +902,13 @@ int attnd_http_start(attnd_server_t *s) {
       1024u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
       (size_t)c->connection_buffer_bytes, MHD_OPTION_ARRAY, tls,
       MHD_OPTION_END);
+  int v6 = ai->ai_family == AF_INET6 && strchr(c->host, ':');
   freeaddrinfo(ai);
-  if (s->daemon == NULL) {
+  if (s->daemon == NULL) { /* an IPv6 literal in brackets, as in a URL */
     fprintf(stderr,
-            "attnd: cannot listen on %s:%lld (in use, or not "
+            "attnd: cannot listen on %s%s%s:%lld (in use, or not "
             "permitted?)\n",
-            c->host, (long long)c->port);
+            v6 ? "[" : "", c->host, v6 ? "]" : "", (long long)c->port);
     return -1;
   }
   const union MHD_DaemonInfo *di =
