@@ -209,6 +209,7 @@ static size_t on_read(char *dst, size_t size, size_t nmemb, void *ud) {
 void sh_client_init(sh_client_t *c, int port) {
   c->curl = curl_easy_init();
   c->port = port;
+  c->host = NULL;
   if (c->curl == NULL)
     abort();
 }
@@ -321,8 +322,10 @@ int sh_http(sh_client_t *c, const sh_req_t *q, sh_resp_t *r) {
   CURL *h = c->curl;
   curl_easy_reset(h); /* options only: the connection stays */
   char url[512];
-  snprintf(url, sizeof url, "%s://127.0.0.1:%d%s", q->cafile ? "https" : "http",
-           c->port, q->path);
+  const char *host = c->host ? c->host : "127.0.0.1";
+  int v6 = strchr(host, ':') != NULL; /* in brackets, as a URL has it */
+  snprintf(url, sizeof url, "%s://%s%s%s:%d%s", q->cafile ? "https" : "http",
+           v6 ? "[" : "", host, v6 ? "]" : "", c->port, q->path);
   curl_easy_setopt(h, CURLOPT_URL, url);
   if (q->cafile)
     curl_easy_setopt(h, CURLOPT_CAINFO, q->cafile);

@@ -44,7 +44,8 @@ double sh_now(void);
 typedef bench_server_t sh_server_t;
 
 /* Starts the server with "--port 0 --host 127.0.0.1 --access-log off" and
- * `args` (NULL-terminated flags, may be NULL), and waits up to 10 s for its
+ * `args` (NULL-terminated flags, may be NULL; a flag given again there
+ * wins, as "--host ::1" does), and waits up to 10 s for its
  * listening line. Returns 0, or -1 with the reason in s->log (nothing is
  * left running). Call it from the thread that will outlive the server: the
  * server is killed when that thread ends. */
@@ -108,6 +109,8 @@ typedef struct sh_resp {
 typedef struct sh_client {
   void *curl; /* CURL * */
   int port;
+  const char *host; /* the server's address: NULL is 127.0.0.1; an IPv6
+                       literal without brackets (sh_client_init sets NULL) */
 } sh_client_t;
 
 void sh_client_init(sh_client_t *c, int port);
