@@ -51,6 +51,12 @@ static const struct {
     {"https://a.example", "http://a.example", 0, NULL, "Vary: Origin\n"},
     {"https://a.example", "null", 0, NULL, "Vary: Origin\n"},
     {"https://a.example", NULL, 0, NULL, "Vary: Origin\n"},
+    /* an IPv6 page, as a browser writes its origin (brackets, the short
+     * form); another spelling of the address is another origin */
+    {"https://a.example,http://[::1]:8080", "http://[::1]:8080", 0, NULL,
+     "Vary: Origin\nAccess-Control-Allow-Origin: http://[::1]:8080\n" EXPOSE},
+    {"http://[::1]:8080", "http://[0:0::1]:8080", 0, NULL, "Vary: Origin\n"},
+    {"http://[::1]:8080", "http://[::1]:80800", 0, NULL, "Vary: Origin\n"},
     {"https://a.example", "https://a.example", 1, "POST",
      "Vary: Origin\nAccess-Control-Allow-Origin: https://a.example\n"
      "Access-Control-Allow-Methods: POST, OPTIONS\n" PREFLIGHT},
