@@ -344,8 +344,9 @@ static int decode_args(opts_t *o, const unsigned char *given) {
 }
 
 /* Whether `url` is a base URL that the paths can follow: http:// or
- * https://, a host (a name, an IPv4 address or an [IPv6] one), an optional
- * port in [1, 65535] and an optional path prefix; no credentials, query,
+ * https://, a host (a name, an IPv4 address or an [IPv6] one, its zone as
+ * %25 and a name, RFC 6874, which libcurl takes), an optional port in
+ * [1, 65535] and an optional path prefix; no credentials, query,
  * fragment, space or control character. libcurl fails a malformed URL at
  * once, and the closed loop would send it again, a million times a second,
  * so it is refused here. Returns 0, or -1 with the reason on stderr. */
@@ -372,11 +373,21 @@ static int check_url(const char *url) {
     host_end = memchr(q, ']', alen);
     if (host_end == NULL)
       return bad("--url '%s': the IPv6 address has no closing ']'%s", url, "");
-    for (const char *c = q + 1; c < host_end; c++)
+    const char *c = q + 1;
+    for (; c < host_end && *c != '%'; c++)
       if (!isxdigit((unsigned char)*c) && *c != ':' && *c != '.')
         return bad("--url '%s': '%.1s' in the IPv6 address", url, c);
-    if (host_end == q + 1)
+    if (c == q + 1)
       return bad("--url '%s': the IPv6 address is empty%s", url, "");
+    if (c < host_end) { /* a zone (RFC 6874): "%25", then its name */
+      if (strncmp(c, "%25", 3) != 0 || c + 3 == host_end)
+        return bad("--url '%s': a zone is written %%25 and its name, as in "
+                   "http://[fe80::1%%25eth0]:8080%s",
+                   url, "");
+      for (c += 3; c < host_end; c++)
+        if (!isalnum((unsigned char)*c) && !strchr("-._~", *c))
+          return bad("--url '%s': '%.1s' in the zone", url, c);
+    }
     host_end++;
   } else {
     host_end = memchr(q, ':', alen);
