@@ -183,6 +183,20 @@ START_TEST(test_dual_stack) {
 }
 END_TEST
 
+/* An IPv4-mapped address, ::ffff:127.0.0.1, listens on 127.0.0.1 (bug:
+ * the start failed, "cannot listen", the socket being IPv6 alone), and
+ * its client is logged as IPv4. */
+START_TEST(test_mapped) {
+  NEED_IPV6();
+  sh_server_t s;
+  start_on(&s, "::ffff:127.0.0.1");
+  ck_assert_int_eq(healthz(NULL, s.port), 200);
+  ck_assert_msg(!reaches(AF_INET6, s.port), "::1 reached attnd on ::ffff:");
+  sh_wait_log(&s, "\"client_addr\":\"127.0.0.1\",");
+  stop(&s);
+}
+END_TEST
+
 /* attnd on 127.0.0.1, by contrast, is not reached on ::1, and logs its
  * IPv4 client as such: the log's field is there for either family. */
 START_TEST(test_ipv4_only) {
@@ -317,6 +331,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_loopback);
   tcase_add_loop_test(tc, test_dual_stack, 0,
                       sizeof unspecified / sizeof unspecified[0]);
+  tcase_add_test(tc, test_mapped);
   tcase_add_test(tc, test_ipv4_only);
   tcase_add_test(tc, test_bind_failure);
   suite_add_tcase(s, tc);

@@ -882,13 +882,17 @@ int attnd_http_start(attnd_server_t *s) {
     tls[0].option = MHD_OPTION_END;
   }
   /* The unspecified address, however it is spelt (::, ::0, 0:0::0),
-   * takes IPv4 clients as well (dual stack), as :: always did; any other
-   * IPv6 address takes IPv6 alone. */
-  if (ai->ai_family == AF_INET6)
-    flags |= IN6_IS_ADDR_UNSPECIFIED(
-                 &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr)
+   * takes IPv4 clients as well (dual stack), as :: always did; so does an
+   * IPv4-mapped one (::ffff:127.0.0.1), which is its IPv4 address and
+   * which a socket of IPv6 alone cannot bind (EINVAL). Any other IPv6
+   * address takes IPv6 alone. */
+  if (ai->ai_family == AF_INET6) {
+    const struct in6_addr *a6 =
+        &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
+    flags |= IN6_IS_ADDR_UNSPECIFIED(a6) || IN6_IS_ADDR_V4MAPPED(a6)
                  ? MHD_USE_DUAL_STACK
                  : MHD_USE_IPv6;
+  }
   s->daemon = MHD_start_daemon(
       flags, (uint16_t)c->port, NULL, NULL, on_request, s,
       MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first, for every message */
