@@ -42,7 +42,11 @@ int attnd_error_status(attnd_err_t code) {
 }
 
 int attnd_error_status_v2(attnd_err_t code) {
-  return rows[code].status_v2;
+  return rows[code].status_v2 ? rows[code].status_v2 : rows[code].status;
+}
+
+int attnd_error_on_v2(attnd_err_t code) {
+  return rows[code].status_v2 != 0;
 }
 
 attnd_reject_t attnd_error_reason(attnd_err_t code) {

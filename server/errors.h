@@ -13,18 +13,20 @@
 /* X(NAME, "code", status, the status under the Open Inference Protocol,
  * reason). OIP has one status for every invalid request, 400, where /v1
  * tells a request it cannot parse (400) from one it understands and
- * refuses (422). */
+ * refuses (422). Its status is 0 for a code that no /v2 path can answer,
+ * the sessions' (only /v1/sessions has them), so that docs/oip.md's
+ * table of statuses can be held to this one (check_errors). */
 #define ATTND_ERROR_MAP(X)                                                     \
   X(INVALID_JSON, "invalid_json", 400, 400, INVALID)                           \
   X(BAD_REQUEST, "bad_request", 400, 400, INVALID)                             \
   X(UNAUTHORIZED, "unauthorized", 401, 401, UNAUTHORIZED)                      \
   X(NOT_FOUND, "not_found", 404, 404, INVALID)                                 \
   X(UNKNOWN_LAYER, "unknown_layer", 404, 404, INVALID)                         \
-  X(UNKNOWN_SESSION, "unknown_session", 404, 404, INVALID)                     \
-  X(SESSION_EVICTED, "session_evicted", 410, 410, INVALID)                     \
-  X(LENGTH_MISMATCH, "length_mismatch", 409, 409, INVALID)                     \
-  X(SESSION_BUSY, "session_busy", 409, 409, INVALID)                           \
-  X(SESSION_EXISTS, "session_exists", 409, 409, INVALID)                       \
+  X(UNKNOWN_SESSION, "unknown_session", 404, 0, INVALID)                       \
+  X(SESSION_EVICTED, "session_evicted", 410, 0, INVALID)                       \
+  X(LENGTH_MISMATCH, "length_mismatch", 409, 0, INVALID)                       \
+  X(SESSION_BUSY, "session_busy", 409, 0, INVALID)                             \
+  X(SESSION_EXISTS, "session_exists", 409, 0, INVALID)                         \
   X(METHOD_NOT_ALLOWED, "method_not_allowed", 405, 405, INVALID)               \
   X(PAYLOAD_TOO_LARGE, "payload_too_large", 413, 413, TOO_LARGE)               \
   X(URI_TOO_LONG, "uri_too_long", 414, 414, TOO_LARGE)                         \
@@ -89,7 +91,11 @@ int attnd_error_vset(attnd_error_t *e, attnd_err_t code, const char *field,
 /* The table's columns for `code`. */
 const char *attnd_error_name(attnd_err_t code);
 int attnd_error_status(attnd_err_t code);
+/* /v1's status where the column is 0: no /v2 path answers such a code, and
+ * were one to, a reply's status is never 0. */
 int attnd_error_status_v2(attnd_err_t code);
+/* Whether a /v2 path can answer `code` (its column is not 0). */
+int attnd_error_on_v2(attnd_err_t code);
 attnd_reject_t attnd_error_reason(attnd_err_t code);
 /* The reason of the table's first code with /v1 status `status`, or
  * ATTND_REJECT_NONE where no code has it: how a refusal that
