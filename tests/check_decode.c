@@ -2028,6 +2028,50 @@ START_TEST(test_members_documented) {
 }
 END_TEST
 
+/* The members of the objects within a /v1 request (a mask's window, the
+ * projections, rope and its scaling, positions), which docs/api.md gives
+ * in its row for the object and docs/openapi.json as the object's
+ * properties: a new member of one fails, naming the row or schema that
+ * lacks it, as a new member of the request's root does. */
+START_TEST(test_nested_members_documented) {
+  static const struct {
+    const char *const *names;
+    const char *owner, *doc, *heading, *row;
+    int keys;
+    const char *schema, *schema2;
+  } v1[] = {
+      {attnd__dec_window_members, "attnd__dec_window_members", "docs/api.md",
+       "## POST /v1/attention", "mask.window", 1, "Mask.window",
+       "SessionMask.window"},
+      {attnd__dec_projection_members, "attnd__dec_projection_members",
+       "docs/api.md", "## POST /v1/attention", "projections", 0, "Projections",
+       NULL},
+      {attnd__dec_rope_members, "attnd__dec_rope_members", "docs/api.md",
+       "## POST /v1/attention", "rope", 1, "Rope", NULL},
+      {attnd__dec_rope_scaling_members, "attnd__dec_rope_scaling_members",
+       "docs/layers.md", "## Rotary position embeddings", "scaling", 1,
+       "Rope.scaling", NULL},
+      {attnd__dec_positions_members, "attnd__dec_positions_members",
+       "docs/api.md", "## POST /v1/attention", "positions", 1, "Positions",
+       NULL},
+  };
+  char owner[96];
+  for (size_t i = 0; i < sizeof v1 / sizeof v1[0]; i++) {
+    snprintf(owner, sizeof owner, "server/api/decode.c's %s", v1[i].owner);
+    dn_row_is(v1[i].doc, v1[i].heading, v1[i].row, v1[i].keys, v1[i].names,
+              owner);
+    dn_schema_is(v1[i].schema, v1[i].names, owner);
+    if (v1[i].schema2)
+      dn_schema_is(v1[i].schema2, v1[i].names, owner);
+  }
+  /* docs/layers.md's table of rope's members, its first column */
+  snprintf(owner, sizeof owner,
+           "server/api/decode.c's attnd__dec_rope_members");
+  dn_table_is("docs/layers.md", "## Rotary position embeddings", "",
+              attnd__dec_rope_members, owner);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -2068,6 +2112,7 @@ Suite *test_suite(void) {
 
   tc = tcase_create("documented");
   tcase_add_test(tc, test_members_documented);
+  tcase_add_test(tc, test_nested_members_documented);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("integer_extremes");

@@ -66,6 +66,22 @@ static void scan(dn_set_t *s, const char *p, const char *end,
   }
 }
 
+/* Fails unless s holds exactly `names`, naming the first that one has and
+ * the other lacks: `place` is where s was read, `object` what the names
+ * are members of, `add` what to do where the place lacks one. */
+static void same_names(const dn_set_t *s, const char *const *names,
+                       const char *owner, const char *place, const char *object,
+                       const char *add) {
+  for (const char *const *n = names; *n; n++)
+    ck_assert_msg(set_has(s, *n),
+                  "%s has %s, which %s does not name as %s%s: %s", owner, *n,
+                  place, object, *n, add);
+  for (int i = 0; i < s->n; i++)
+    ck_assert_msg(list_has(names, s->v[i]),
+                  "%s names %s%s, which %s does not have", place, object,
+                  s->v[i], owner);
+}
+
 /* The first line of text that starts with `start`, or NULL. */
 static const char *line_starting(const char *text, const char *start) {
   size_t n = strlen(start);
@@ -105,16 +121,81 @@ void dn_table_is(const char *doc, const char *heading, const char *object,
       scan(&s, at + 1, cell_end ? cell_end : eol, object);
     at = *eol ? eol + 1 : NULL;
   }
-  for (const char *const *n = names; *n; n++)
-    ck_assert_msg(set_has(&s, *n),
-                  "%s has %s, which the table under '%s' in %s does not "
-                  "name as %s%s: add its row there",
-                  owner, *n, heading, doc, object, *n);
-  for (int i = 0; i < s.n; i++)
-    ck_assert_msg(list_has(names, s.v[i]),
-                  "the table under '%s' in %s names %s%s, which %s does "
-                  "not have",
-                  heading, doc, object, s.v[i], owner);
+  char place[256];
+  snprintf(place, sizeof place, "the table under '%s' in %s", heading, doc);
+  same_names(&s, names, owner, place, object, "add its row there");
+  free(text);
+}
+
+/* Adds to s the keys at the top level of the JSON object that starts at
+ * p ('{'), up to its end or end: a quoted name where a key stands, after
+ * '{' or ','. Values, quoted or not, and what nested objects and arrays
+ * hold are passed over. */
+static void scan_keys(dn_set_t *s, const char *p, const char *end) {
+  int depth = 0;
+  char prev = 0;
+  for (; p < end; p++) {
+    if (*p == ' ')
+      continue;
+    if (*p == '"') {
+      const char *q = memchr(p + 1, '"', (size_t)(end - p - 1));
+      if (q == NULL)
+        return;
+      if (depth == 1 && (prev == '{' || prev == ',')) {
+        size_t n = (size_t)(q - p - 1);
+        ck_assert_msg(n < DN_LEN && s->n < DN_MAX, "too many or too long "
+                                                   "keys in backquotes");
+        char key[DN_LEN];
+        memcpy(key, p + 1, n);
+        key[n] = 0;
+        if (!set_has(s, key))
+          strcpy(s->v[s->n++], key);
+      }
+      p = q;
+      prev = '"';
+      continue;
+    }
+    if (*p == '{' || *p == '[')
+      depth++;
+    else if ((*p == '}' || *p == ']') && --depth == 0)
+      return;
+    prev = *p;
+  }
+}
+
+void dn_row_is(const char *doc, const char *heading, const char *row, int keys,
+               const char *const *names, const char *owner) {
+  const char *at;
+  char *text = read_at(doc, heading, "|", &at);
+  char first[DN_LEN + 8];
+  snprintf(first, sizeof first, "| `%s` |", row);
+  const char *line = NULL;
+  for (; at && *at == '|' && line == NULL;
+       at = strchr(at, '\n'), at = at ? at + 1 : NULL)
+    if (strncmp(at, first, strlen(first)) == 0)
+      line = at;
+  ck_assert_msg(line != NULL, "the table under '%s' in %s has no row %s",
+                heading, doc, row);
+  const char *p = line + strlen(first), *eol = strchr(p, '\n');
+  if (eol == NULL)
+    eol = p + strlen(p);
+  static dn_set_t s;
+  s.n = 0;
+  if (!keys)
+    scan(&s, p, eol, "");
+  for (const char *open = p; keys && open < eol; open++) {
+    const char *close = memchr(open + 1, '`', (size_t)(eol - open - 1));
+    if (*open != '`' || close == NULL)
+      continue;
+    if (open[1] == '{')
+      scan_keys(&s, open + 1, close);
+    open = close;
+  }
+  char place[256], object[DN_LEN + 1];
+  snprintf(place, sizeof place, "the row %s of the table under '%s' in %s", row,
+           heading, doc);
+  snprintf(object, sizeof object, "%s.", row);
+  same_names(&s, names, owner, place, object, "add it there");
   free(text);
 }
 
@@ -123,13 +204,15 @@ void dn_schema_is(const char *schema, const char *const *names,
   json_error_t je;
   json_t *doc = json_load_file("docs/openapi.json", 0, &je);
   ck_assert_msg(doc != NULL, "docs/openapi.json: %s", je.text);
-  json_t *props = json_object_get(
-      json_object_get(
-          json_object_get(json_object_get(doc, "components"), "schemas"),
-          schema),
-      "properties");
+  json_t *props =
+      json_object_get(json_object_get(doc, "components"), "schemas");
+  char path[DN_LEN];
+  snprintf(path, sizeof path, "%s", schema);
+  for (char *part = strtok(path, "."); part; part = strtok(NULL, "."))
+    props = json_object_get(json_object_get(props, part), "properties");
   ck_assert_msg(json_is_object(props),
-                "docs/openapi.json has no components.schemas.%s.properties",
+                "docs/openapi.json has no components.schemas.%s's "
+                "properties",
                 schema);
   for (const char *const *n = names; *n; n++)
     ck_assert_msg(json_object_get(props, *n) != NULL,

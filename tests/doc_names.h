@@ -13,8 +13,19 @@
 void dn_table_is(const char *doc, const char *heading, const char *object,
                  const char *const *names, const char *owner);
 
+/* The names that the row of the first table under `heading` in `doc`
+ * whose first cell is `row` in backquotes gives the members of that
+ * object, in the cells after the first, are exactly `names`: with `keys`,
+ * the keys of the JSON objects written in backquotes there
+ * (`{"left": n, "right": n}`, or `{"type": "linear", "factor"}` where a
+ * key has no value), each at its object's top level alone; without, the
+ * names in backquotes (`q_weight`). */
+void dn_row_is(const char *doc, const char *heading, const char *row, int keys,
+               const char *const *names, const char *owner);
+
 /* The properties of components.schemas.`schema` in docs/openapi.json are
- * exactly `names`. */
+ * exactly `names`; "Mask.window" is the properties of Mask's property
+ * window. */
 void dn_schema_is(const char *schema, const char *const *names,
                   const char *owner);
 

@@ -156,13 +156,13 @@ static const json_t *get_object(dec_t *d, const json_t *obj, const char *key,
 #define PROJECTION_MEMBERS                                                     \
   "q_weight", "k_weight", "v_weight", "o_weight", "q_bias", "k_bias",          \
       "v_bias", "o_bias"
-static const char *const projection_members[] = {PROJECTION_MEMBERS, NULL};
+const char *const attnd__dec_projection_members[] = {PROJECTION_MEMBERS, NULL};
 static const char *const lifted_keys[] = {
     "query", "key",  "value", PROJECTION_MEMBERS, "allow", "bias",
     "alibi", "data", NULL};
 
 static int decode_projections(dec_t *d, const json_t *root) {
-  const char *const *known = projection_members;
+  const char *const *known = attnd__dec_projection_members;
   int bad;
   const json_t *pr = get_object(d, root, "projections", known, &bad);
   if (pr == NULL)
@@ -188,6 +188,7 @@ const char *const attnd__dec_mask_members[] = {
 /* a session's step is causal over its cache, and its masks are over a
  * length the step does not know until its turn */
 const char *const attnd__dec_step_mask_members[] = {"window", "alibi", NULL};
+const char *const attnd__dec_window_members[] = {"left", "right", NULL};
 
 static int decode_mask(dec_t *d, const json_t *root) {
   int bad;
@@ -246,13 +247,13 @@ static int decode_mask(dec_t *d, const json_t *root) {
     return -1;
 
   /* get_int sets both presences: a layer's window is replaced whole */
-  static const char *const wknown[] = {"left", "right", NULL};
   const json_t *w = json_object_get(m, "window");
   if (w && !json_is_null(w)) {
     if (!json_is_object(w))
       return E(d, ATTND_ERR_INVALID_TYPE, "mask.window",
                "mask.window is %s; expected {\"left\": n, \"right\": n}",
                attnd__json_type(w));
+    const char *const *wknown = attnd__dec_window_members;
     if (attnd__dec_members(d, w, "mask.window", wknown) < 0 ||
         get_int(d, w, "left", "mask.window.left", 0, INT64_MAX, &p->window_left,
                 &p->has_window_left) < 0 ||
@@ -706,19 +707,21 @@ int attnd__dec_layer_widths(dec_t *d) {
 }
 
 /* "rope": {"theta", "dims", "style", "scaling": {"type", ...}}, inline. */
+const char *const attnd__dec_rope_members[] = {"theta", "dims", "style",
+                                               "scaling", NULL};
+const char *const attnd__dec_rope_scaling_members[] = {
+    "type",
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+    NULL};
+
 static int decode_rope(dec_t *d, const json_t *root) {
-  static const char *const known[] = {"theta", "dims", "style", "scaling",
-                                      NULL};
   static const char *const styles[] = {"half", "interleaved", NULL};
-  static const char *const sknown[] = {"type",
-                                       "factor",
-                                       "low_freq_factor",
-                                       "high_freq_factor",
-                                       "original_max_position_embeddings",
-                                       NULL};
   static const char *const types[] = {"linear", "llama3", NULL};
   int bad, style = 0, present, type = 0;
-  const json_t *r = get_object(d, root, "rope", known, &bad);
+  const json_t *r = get_object(d, root, "rope", attnd__dec_rope_members, &bad);
   if (r == NULL)
     return bad;
   attn_rope_t *rp = &d->req->params.rope;
@@ -729,8 +732,8 @@ static int decode_rope(dec_t *d, const json_t *root) {
     return -1;
   rp->style = style ? ATTN_ROPE_INTERLEAVED : ATTN_ROPE_HALF;
   rp->theta = theta;
-  const json_t *s =
-      get_object_at(d, r, "scaling", "rope.scaling", sknown, &bad);
+  const json_t *s = get_object_at(d, r, "scaling", "rope.scaling",
+                                  attnd__dec_rope_scaling_members, &bad);
   if (s == NULL)
     return bad;
   if (json_object_get(s, "type") == NULL)
@@ -765,10 +768,12 @@ static int decode_rope(dec_t *d, const json_t *root) {
 }
 
 /* "positions": {"query": [Lq] or [B, Lq], "key": [Lk] or [B, Lk]}. */
+const char *const attnd__dec_positions_members[] = {"query", "key", NULL};
+
 static int decode_positions(dec_t *d, const json_t *root) {
-  static const char *const known[] = {"query", "key", NULL};
   int bad;
-  const json_t *ps = get_object(d, root, "positions", known, &bad);
+  const json_t *ps =
+      get_object(d, root, "positions", attnd__dec_positions_members, &bad);
   if (ps == NULL)
     return bad;
   attn_params_t *p = &d->req->params;

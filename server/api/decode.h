@@ -149,16 +149,23 @@ void attnd__dec_tree_end(void);
  * (attnd_buf_init_in); a bigger one moves to the heap. */
 #define ATTND_DEC_SKELETON_INLINE 2048
 /* The members a /v1 request's root may have, and a session step's; of
- * their mask, a step's mask, their return and its weights object
- * (NULL-terminated): what their decoders take. check_decode holds
- * docs/api.md's and docs/sessions.md's tables and lists of members and
- * docs/openapi.json's schemas of the requests to them. */
+ * their mask, a step's mask, a mask's window, their return and its
+ * weights object, and of a request's projections, rope, its scaling and
+ * positions (NULL-terminated): what their decoders take. check_decode
+ * holds docs/api.md's, docs/layers.md's and docs/sessions.md's tables and
+ * lists of members and docs/openapi.json's schemas of the requests to
+ * them. */
 extern const char *const attnd__dec_v1_members[];
 extern const char *const attnd__dec_step_members[];
 extern const char *const attnd__dec_mask_members[];
 extern const char *const attnd__dec_step_mask_members[];
+extern const char *const attnd__dec_window_members[];
 extern const char *const attnd__dec_return_members[];
 extern const char *const attnd__dec_weights_members[];
+extern const char *const attnd__dec_projection_members[];
+extern const char *const attnd__dec_rope_members[];
+extern const char *const attnd__dec_rope_scaling_members[];
+extern const char *const attnd__dec_positions_members[];
 /* The root of a request: an object of the `known` members alone (NULL-
  * terminated), its "id" (a string of at most ATTND_ID_MAX bytes, or absent
  * or null) copied into the request, first, before anything else can fail. */
