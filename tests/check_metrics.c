@@ -2047,6 +2047,25 @@ static void family_labels(const char *l, char *out, size_t size) {
   }
 }
 
+/* Copies docs/operations.md's Metrics section into doc[0..cap),
+ * NUL-terminated; fails where there is none. */
+static void metrics_section(char *doc, size_t cap) {
+  FILE *f = fopen("docs/operations.md", "r");
+  ck_assert_msg(f != NULL, "docs/operations.md (run from the repository)");
+  size_t n = 0;
+  int in = 0;
+  char line[1024];
+  doc[0] = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "## ", 3) == 0)
+      in = strcmp(line, "## Metrics\n") == 0;
+    else if (in && n + strlen(line) < cap)
+      n += (size_t)snprintf(doc + n, cap - n, "%s", line);
+  }
+  fclose(f);
+  ck_assert_msg(n > 0, "docs/operations.md has no Metrics section");
+}
+
 /* The families /metrics has and those docs/operations.md's Metrics
  * section names are the same: none emitted undocumented, none documented
  * that is not there (a histogram's _count or _bucket named for the
@@ -2059,20 +2078,8 @@ START_TEST(test_documented) {
   char *t = render(m);
   prom_t p;
   prom_assert(t, &p);
-  FILE *f = fopen("docs/operations.md", "r");
-  ck_assert_msg(f != NULL, "docs/operations.md (run from the repository)");
   static char doc[1 << 16];
-  size_t n = 0;
-  int in = 0;
-  char line[1024];
-  while (fgets(line, sizeof line, f)) {
-    if (strncmp(line, "## ", 3) == 0)
-      in = strcmp(line, "## Metrics\n") == 0;
-    else if (in && n + strlen(line) < sizeof doc)
-      n += (size_t)snprintf(doc + n, sizeof doc - n, "%s", line);
-  }
-  fclose(f);
-  ck_assert_msg(n > 0, "docs/operations.md has no Metrics section");
+  metrics_section(doc, sizeof doc);
   /* each documented name is a family (or a histogram's sample) */
   for (const char *d = strstr(doc, "attnd_"); d; d = strstr(d + 1, "attnd_")) {
     if (d > doc && (isalnum((unsigned char)d[-1]) || d[-1] == '_'))
@@ -2132,6 +2139,114 @@ START_TEST(test_documented) {
 }
 END_TEST
 
+/* A label of a family of /metrics and the values it takes there,
+ * ",v1,v2,session,other,": each between commas, in the text's order. */
+typedef struct label_values {
+  char family[96], label[32], values[256];
+} label_values_t;
+
+/* Reads each labelled sample of the exposition t into lv (at most cap),
+ * by its family (its "# TYPE" line's name) and label; returns the count. */
+static size_t label_values(const char *t, label_values_t *lv, size_t cap) {
+  size_t n = 0;
+  char fam[96] = "";
+  for (const char *l = t; *l; l = strchr(l, '\n') + 1) {
+    if (strncmp(l, "# TYPE ", 7) == 0)
+      snprintf(fam, sizeof fam, "%.*s", (int)name_len(l + 7, 1), l + 7);
+    const char *k = l + name_len(l, 1);
+    if (*l == '#' || *k != '{')
+      continue;
+    for (k++; *k && *k != '}';) {
+      size_t kl = name_len(k, 0);
+      const char *open = k + kl + 1, *close = strchr(open + 1, '"');
+      size_t i = 0;
+      while (i < n &&
+             (strcmp(lv[i].family, fam) != 0 || strlen(lv[i].label) != kl ||
+              strncmp(lv[i].label, k, kl) != 0))
+        i++;
+      if (i == n) {
+        ck_assert(n < cap);
+        snprintf(lv[i].family, sizeof lv[i].family, "%s", fam);
+        snprintf(lv[i].label, sizeof lv[i].label, "%.*s", (int)kl, k);
+        snprintf(lv[i].values, sizeof lv[i].values, ",");
+        n++;
+      }
+      char v[64];
+      snprintf(v, sizeof v, ",%.*s,", (int)(close - open - 1), open + 1);
+      size_t used = strlen(lv[i].values);
+      if (strstr(lv[i].values, v) == NULL)
+        snprintf(lv[i].values + used, sizeof lv[i].values - used, "%s", v + 1);
+      k = close + 1 + (close[1] == ',');
+    }
+  }
+  return n;
+}
+
+/* Whether docs/operations.md's Metrics section (doc) writes `value` after
+ * a mention of `family` with its labels (`attnd_kv_bytes{state}`), before
+ * the next family mentioned with its labels. */
+static int value_after(const char *doc, const char *family, const char *value) {
+  char quoted[80];
+  snprintf(quoted, sizeof quoted, "`%s`", value);
+  size_t fl = strlen(family);
+  for (const char *d = strstr(doc, family); d; d = strstr(d + 1, family)) {
+    if ((d > doc && (isalnum((unsigned char)d[-1]) || d[-1] == '_')) ||
+        d[fl] != '{')
+      continue;
+    const char *from = strchr(d, '}'), *to = from;
+    for (to = strstr(from, "attnd_"); to; to = strstr(to + 1, "attnd_"))
+      if (to[name_len(to, 0)] == '{')
+        break;
+    const char *at = strstr(from, quoted);
+    if (at && (to == NULL || at < to))
+      return 1;
+  }
+  return 0;
+}
+
+/* Each value a label of /metrics takes is written in backquotes in
+ * docs/operations.md's Metrics, after its family's mention
+ * (`attnd_kv_bytes{state}` (the host pool: `used`, `free`)) or after that
+ * of another family whose label takes the same values (the backends'
+ * counters share one list), so that a new protocol, reason, backend,
+ * stage or state is documented where its family is. A status is the
+ * error table's (test_every_error_status_labelled) and ctx and le are
+ * bounds that the section writes as numbers: those are not looked for. */
+START_TEST(test_label_values_documented) {
+  attnd_metrics_t *m = attnd_metrics_new();
+  ck_assert_ptr_nonnull(m);
+  char *t = render(m);
+  static char doc[1 << 16];
+  metrics_section(doc, sizeof doc);
+  static label_values_t lv[128];
+  size_t n = label_values(t, lv, sizeof lv / sizeof lv[0]);
+  ck_assert_msg(n > 0, "/metrics has no labelled samples");
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(lv[i].label, "status") == 0 || strcmp(lv[i].label, "ctx") == 0 ||
+        strcmp(lv[i].label, "le") == 0)
+      continue;
+    for (const char *v = lv[i].values + 1; *v; v = strchr(v, ',') + 1) {
+      char one[64];
+      snprintf(one, sizeof one, "%.*s", (int)strcspn(v, ","), v);
+      int documented = 0;
+      for (size_t j = 0; j < n && !documented; j++)
+        documented = strcmp(lv[j].label, lv[i].label) == 0 &&
+                     strcmp(lv[j].values, lv[i].values) == 0 &&
+                     value_after(doc, lv[j].family, one);
+      ck_assert_msg(documented,
+                    "/metrics labels %s with %s=\"%s\"; docs/operations.md's "
+                    "Metrics does not write `%s` after `%s{...}`, nor after "
+                    "another family whose %s takes the same values (%.*s)",
+                    lv[i].family, lv[i].label, one, one, lv[i].family,
+                    lv[i].label, (int)strlen(lv[i].values) - 2,
+                    lv[i].values + 1);
+    }
+  }
+  free(t);
+  attnd_metrics_free(m);
+}
+END_TEST
+
 /* A request answered with each error's status, by each protocol's column,
  * counts under that status's label: an error code added with a status the
  * metrics did not list would have counted as "other". */
@@ -2175,6 +2290,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_reader_refuses);
   tcase_add_test(tc, test_render_reads);
   tcase_add_test(tc, test_documented);
+  tcase_add_test(tc, test_label_values_documented);
   suite_add_tcase(s, tc);
   tc = tcase_create("scrape");
   tcase_add_unchecked_fixture(tc, start_server, stop_server);
