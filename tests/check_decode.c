@@ -2029,10 +2029,11 @@ START_TEST(test_members_documented) {
 END_TEST
 
 /* The members of the objects within a /v1 request (a mask's window, the
- * projections, rope and its scaling, positions), which docs/api.md gives
- * in its row for the object and docs/openapi.json as the object's
- * properties: a new member of one fails, naming the row or schema that
- * lacks it, as a new member of the request's root does. */
+ * projections, rope and its scaling, positions, a tensor's object forms),
+ * which docs/api.md gives in its row for the object (in its list of
+ * tensor forms) and docs/openapi.json as the object's properties: a new
+ * member of one fails, naming the row or schema that lacks it, as a new
+ * member of the request's root does. */
 START_TEST(test_nested_members_documented) {
   static const struct {
     const char *const *names;
@@ -2069,6 +2070,12 @@ START_TEST(test_nested_members_documented) {
            "server/api/decode.c's attnd__dec_rope_members");
   dn_table_is("docs/layers.md", "## Rotary position embeddings", "",
               attnd__dec_rope_members, owner);
+  /* a tensor's object forms, flat and base64 */
+  snprintf(owner, sizeof owner,
+           "server/api/decode_tensor.c's attnd__dec_tensor_members");
+  dn_list_keys_are("docs/api.md", "Each tensor comes in any of three forms", "",
+                   attnd__dec_tensor_members, owner);
+  dn_schema_is("FlatTensor+Base64Tensor", attnd__dec_tensor_members, owner);
 }
 END_TEST
 

@@ -163,6 +163,18 @@ static void scan_keys(dn_set_t *s, const char *p, const char *end) {
   }
 }
 
+/* Adds to s the keys of the JSON objects in backquotes in [p, end). */
+static void scan_snippets(dn_set_t *s, const char *p, const char *end) {
+  for (const char *open = p; open < end; open++) {
+    const char *close = memchr(open + 1, '`', (size_t)(end - open - 1));
+    if (*open != '`' || close == NULL)
+      continue;
+    if (open[1] == '{')
+      scan_keys(s, open + 1, close);
+    open = close;
+  }
+}
+
 void dn_row_is(const char *doc, const char *heading, const char *row, int keys,
                const char *const *names, const char *owner) {
   const char *at;
@@ -181,16 +193,10 @@ void dn_row_is(const char *doc, const char *heading, const char *row, int keys,
     eol = p + strlen(p);
   static dn_set_t s;
   s.n = 0;
-  if (!keys)
+  if (keys)
+    scan_snippets(&s, p, eol);
+  else
     scan(&s, p, eol, "");
-  for (const char *open = p; keys && open < eol; open++) {
-    const char *close = memchr(open + 1, '`', (size_t)(eol - open - 1));
-    if (*open != '`' || close == NULL)
-      continue;
-    if (open[1] == '{')
-      scan_keys(&s, open + 1, close);
-    open = close;
-  }
   char place[256], object[DN_LEN + 1];
   snprintf(place, sizeof place, "the row %s of the table under '%s' in %s", row,
            heading, doc);
@@ -204,43 +210,76 @@ void dn_schema_is(const char *schema, const char *const *names,
   json_error_t je;
   json_t *doc = json_load_file("docs/openapi.json", 0, &je);
   ck_assert_msg(doc != NULL, "docs/openapi.json: %s", je.text);
-  json_t *props =
+  json_t *schemas =
       json_object_get(json_object_get(doc, "components"), "schemas");
-  char path[DN_LEN];
+  static dn_set_t s;
+  s.n = 0;
+  char path[DN_LEN * 2];
   snprintf(path, sizeof path, "%s", schema);
-  for (char *part = strtok(path, "."); part; part = strtok(NULL, "."))
-    props = json_object_get(json_object_get(props, part), "properties");
-  ck_assert_msg(json_is_object(props),
-                "docs/openapi.json has no components.schemas.%s's "
-                "properties",
-                schema);
-  for (const char *const *n = names; *n; n++)
-    ck_assert_msg(json_object_get(props, *n) != NULL,
-                  "%s has %s, which docs/openapi.json's %s does not: add "
-                  "it to its properties",
-                  owner, *n, schema);
-  const char *key;
-  json_t *v;
-  json_object_foreach(props, key, v) {
-    ck_assert_msg(list_has(names, key),
-                  "docs/openapi.json's %s has %s, which %s does not have",
-                  schema, key, owner);
+  for (char *alt = path, *next; alt; alt = next) {
+    next = strchr(alt, '+');
+    if (next)
+      *next++ = 0;
+    json_t *props = schemas;
+    for (char *part = alt, *dot; part; part = dot) {
+      dot = strchr(part, '.');
+      if (dot)
+        *dot++ = 0;
+      props = json_object_get(json_object_get(props, part), "properties");
+    }
+    ck_assert_msg(json_is_object(props),
+                  "docs/openapi.json has no components.schemas.%s's "
+                  "properties",
+                  schema);
+    const char *key;
+    json_t *v;
+    json_object_foreach(props, key, v) {
+      ck_assert_msg(strlen(key) < DN_LEN && s.n < DN_MAX,
+                    "too many or too long properties in %s", schema);
+      if (!set_has(&s, key))
+        strcpy(s.v[s.n++], key);
+    }
   }
+  char place[128];
+  snprintf(place, sizeof place, "docs/openapi.json's %s", schema);
+  same_names(&s, names, owner, place, "", "add it to its properties");
   json_decref(doc);
+}
+
+/* Sets s to the names in the bulleted list that follows the first line of
+ * doc that starts with `from`: the keys of its JSON objects in backquotes
+ * (with `keys`) or its names in backquotes that are members of object. */
+static void read_list(dn_set_t *s, const char *doc, const char *from,
+                      const char *object, int keys) {
+  const char *at;
+  char *text = read_at(doc, from, "- ", &at);
+  const char *end = strstr(at, "\n\n");
+  if (end == NULL)
+    end = at + strlen(at);
+  s->n = 0;
+  if (keys)
+    scan_snippets(s, at, end);
+  else
+    scan(s, at, end, object);
+  free(text);
+}
+
+void dn_list_keys_are(const char *doc, const char *from, const char *object,
+                      const char *const *names, const char *owner) {
+  static dn_set_t s;
+  read_list(&s, doc, from, object, 1);
+  char place[256];
+  snprintf(place, sizeof place, "the list after '%s' in %s", from, doc);
+  same_names(&s, names, owner, place, object, "add it there");
 }
 
 void dn_list_has(const char *doc, const char *from, const char *object,
                  const char *const *names, const char *owner) {
-  const char *at;
-  char *text = read_at(doc, from, "- ", &at);
-  const char *end = strstr(at, "\n\n");
   static dn_set_t s;
-  s.n = 0;
-  scan(&s, at, end ? end : at + strlen(at), object);
+  read_list(&s, doc, from, object, 0);
   for (const char *const *n = names; *n; n++)
     ck_assert_msg(set_has(&s, *n),
                   "%s has %s, which the list after '%s' in %s does not "
                   "name as %s%s: add it there",
                   owner, *n, from, doc, object, *n);
-  free(text);
 }

@@ -25,9 +25,16 @@ void dn_row_is(const char *doc, const char *heading, const char *row, int keys,
 
 /* The properties of components.schemas.`schema` in docs/openapi.json are
  * exactly `names`; "Mask.window" is the properties of Mask's property
- * window. */
+ * window, and "FlatTensor+Base64Tensor" those of either schema. */
 void dn_schema_is(const char *schema, const char *const *names,
                   const char *owner);
+
+/* The keys of the JSON objects in backquotes in the bulleted list that
+ * follows the first line of `doc` that starts with `from` (as dn_row_is
+ * reads them) are exactly `names`, the members of `object` (for the
+ * messages). */
+void dn_list_keys_are(const char *doc, const char *from, const char *object,
+                      const char *const *names, const char *owner);
 
 /* Each of `names` is in backquotes, as a member of `object` (as above),
  * in the bulleted list that follows the first line of `doc` that starts

@@ -150,8 +150,9 @@ void attnd__dec_tree_end(void);
 #define ATTND_DEC_SKELETON_INLINE 2048
 /* The members a /v1 request's root may have, and a session step's; of
  * their mask, a step's mask, a mask's window, their return and its
- * weights object, and of a request's projections, rope, its scaling and
- * positions (NULL-terminated): what their decoders take. check_decode
+ * weights object, of a request's projections, rope, its scaling and
+ * positions, and of a tensor given as an object (NULL-terminated): what
+ * their decoders take. check_decode
  * holds docs/api.md's, docs/layers.md's and docs/sessions.md's tables and
  * lists of members and docs/openapi.json's schemas of the requests to
  * them. */
@@ -166,6 +167,7 @@ extern const char *const attnd__dec_projection_members[];
 extern const char *const attnd__dec_rope_members[];
 extern const char *const attnd__dec_rope_scaling_members[];
 extern const char *const attnd__dec_positions_members[];
+extern const char *const attnd__dec_tensor_members[];
 /* The root of a request: an object of the `known` members alone (NULL-
  * terminated), its "id" (a string of at most ATTND_ID_MAX bytes, or absent
  * or null) copied into the request, first, before anything else can fail. */

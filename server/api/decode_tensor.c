@@ -349,11 +349,13 @@ static int decode_bulk(dec_t *d, attnd_bulk_t *b, const char *field, int kind,
   return 0;
 }
 
+const char *const attnd__dec_tensor_members[] = {"shape", "data", "base64",
+                                                 "dtype", NULL};
+
 static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
                          attn_tensor_t *t, attnd_form_t *form) {
-  static const char *const known[] = {"shape", "data", "base64", "dtype", NULL};
   char sub[96];
-  if (attnd__dec_members(d, v, field, known) < 0)
+  if (attnd__dec_members(d, v, field, attnd__dec_tensor_members) < 0)
     return -1;
   const json_t *shape = json_object_get(v, "shape");
   const json_t *data = json_object_get(v, "data");
