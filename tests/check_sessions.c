@@ -49,8 +49,10 @@
 #include <threads.h>
 #include <unistd.h>
 
+#include "api/session_api.h"
 #include "attn/attn.h"
 #include "codec/util.h"
+#include "doc_names.h"
 #include "layer_files.h"
 #include "ref.h"
 #include "server_harness.h"
@@ -4103,6 +4105,32 @@ START_TEST(test_queue_full_counts) {
 }
 END_TEST
 
+/* The members a create's and a truncate's body may have, and a create's
+ * rope's, are the properties of their schemas in docs/openapi.json, both
+ * ways, and each is written in quotes in its endpoint's row of
+ * docs/sessions.md's table: a new one fails, naming where it is missing. */
+START_TEST(test_members_documented) {
+  static const struct {
+    const char *const *names;
+    const char *owner, *schema, *row;
+  } bodies[] = {
+      {attnd__session_create_members, "attnd__session_create_members",
+       "SessionCreateRequest", "| POST | `/v1/sessions` |"},
+      {attnd__session_rope_members, "attnd__session_rope_members",
+       "SessionRope", "| POST | `/v1/sessions` |"},
+      {attnd__session_truncate_members, "attnd__session_truncate_members",
+       "SessionTruncateRequest", "| POST | `/v1/sessions/{id}/truncate` |"},
+  };
+  char owner[96];
+  for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+    snprintf(owner, sizeof owner, "server/api/session_api.c's %s",
+             bodies[i].owner);
+    dn_schema_is(bodies[i].schema, bodies[i].names, owner);
+    dn_line_quotes("docs/sessions.md", bodies[i].row, bodies[i].names, owner);
+  }
+}
+END_TEST
+
 /* ---- the suite ---------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -4179,6 +4207,9 @@ Suite *test_suite(void) {
   tc = tcase_create("load");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_many_sessions);
+  suite_add_tcase(su, tc);
+  tc = tcase_create("documented");
+  tcase_add_test(tc, test_members_documented);
   suite_add_tcase(su, tc);
   return su;
 }

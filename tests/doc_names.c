@@ -283,3 +283,36 @@ void dn_list_has(const char *doc, const char *from, const char *object,
                   "name as %s%s: add it there",
                   owner, *n, from, doc, object, *n);
 }
+
+void dn_line_quotes(const char *doc, const char *line, const char *const *names,
+                    const char *owner) {
+  char *text = tu_read_file_or_fail(doc, NULL);
+  const char *at = line_starting(text, line);
+  ck_assert_msg(at != NULL, "%s has no line '%s'", doc, line);
+  const char *eol = strchr(at, '\n');
+  size_t len = eol ? (size_t)(eol - at) : strlen(at);
+  static dn_set_t s;
+  s.n = 0;
+  for (const char *open = memchr(at, '`', len); open;) {
+    const char *close = memchr(open + 1, '`', (size_t)(at + len - open - 1));
+    if (close == NULL)
+      break;
+    for (const char *q = memchr(open, '"', (size_t)(close - open)); q;) {
+      const char *e = memchr(q + 1, '"', (size_t)(close - q - 1));
+      if (e == NULL)
+        break;
+      ck_assert_msg(e - q - 1 < DN_LEN && s.n < DN_MAX,
+                    "too many or too long quoted names in %s", doc);
+      memcpy(s.v[s.n], q + 1, (size_t)(e - q - 1));
+      s.v[s.n++][e - q - 1] = 0;
+      q = memchr(e + 1, '"', (size_t)(close - e - 1));
+    }
+    open = memchr(close + 1, '`', (size_t)(at + len - close - 1));
+  }
+  for (const char *const *n = names; *n; n++)
+    ck_assert_msg(set_has(&s, *n),
+                  "%s has %s, which the line '%s' in %s does not write as "
+                  "\"%s\": add it there",
+                  owner, *n, line, doc, *n);
+  free(text);
+}

@@ -36,6 +36,12 @@ void dn_schema_is(const char *schema, const char *const *names,
 void dn_list_keys_are(const char *doc, const char *from, const char *object,
                       const char *const *names, const char *owner);
 
+/* Each of `names` is written in quotes in backquotes, as a member of a
+ * JSON object is (`{"layer": name}`, `"ttl_s"?`), in the first line of
+ * `doc` that starts with `line` (a table's row). */
+void dn_line_quotes(const char *doc, const char *line, const char *const *names,
+                    const char *owner);
+
 /* Each of `names` is in backquotes, as a member of `object` (as above),
  * in the bulleted list that follows the first line of `doc` that starts
  * with `from`. */

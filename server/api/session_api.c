@@ -110,9 +110,12 @@ static int get_backend(const json_t *obj, const attnd_session_shape_t *shape,
 }
 
 /* "rope": {"theta"?, "dims"?, "style"?: "half" | "interleaved"}. */
+const char *const attnd__session_rope_members[] = {"theta", "dims", "style",
+                                                   NULL};
+
 static int get_rope(const json_t *obj, int64_t Dh, attn_rope_t *rp,
                     attnd_error_t *err) {
-  static const char *const known[] = {"theta", "dims", "style", NULL};
+  const char *const *known = attnd__session_rope_members;
   const json_t *r = json_object_get(obj, "rope");
   if (r == NULL || json_is_null(r))
     return 0;
@@ -158,14 +161,16 @@ static int get_rope(const json_t *obj, int64_t Dh, attn_rope_t *rp,
   return 0;
 }
 
+const char *const attnd__session_create_members[] = {
+    "layer", "num_heads",  "num_kv_heads", "head_dim", "v_head_dim",
+    "rope",  "max_tokens", "ttl_s",        "backend",  NULL};
+
 int attnd_session_api_create(attnd_sessions_t *st, const char *id,
                              const char *body, size_t len,
                              const attnd_config_t *cfg,
                              attnd_layer_set_t *layers, attnd_buf_t *reply,
                              attnd_error_t *err) {
-  static const char *const known[] = {
-      "layer", "num_heads",  "num_kv_heads", "head_dim", "v_head_dim",
-      "rope",  "max_tokens", "ttl_s",        "backend",  NULL};
+  const char *const *known = attnd__session_create_members;
   if (id && !attnd_session_id_ok(id))
     return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "session",
                            "session id '%.40s%s' is not 32 hex digits 0-9a-f",
@@ -268,10 +273,12 @@ int attnd_session_api_create(attnd_sessions_t *st, const char *id,
   return 0;
 }
 
+const char *const attnd__session_truncate_members[] = {"length", NULL};
+
 int attnd_session_api_truncate(attnd_sessions_t *st, const char *id,
                                const char *body, size_t len, attnd_buf_t *reply,
                                attnd_error_t *err) {
-  static const char *const known[] = {"length", NULL};
+  const char *const *known = attnd__session_truncate_members;
   json_t *v = parse_object(body, len, err);
   if (v == NULL)
     return -1;

@@ -20,6 +20,14 @@
 #include "model/layers.h"
 #include "store/session.h"
 
+/* The members a create's body may have, of its rope, and of a truncate's
+ * body (NULL-terminated): what their decoders take. check_sessions holds
+ * docs/sessions.md's table of endpoints and docs/openapi.json's schemas of
+ * the requests to them. */
+extern const char *const attnd__session_create_members[];
+extern const char *const attnd__session_rope_members[];
+extern const char *const attnd__session_truncate_members[];
+
 /* `id`: the client's (PUT), or NULL for a fresh one (POST). */
 int attnd_session_api_create(attnd_sessions_t *st, const char *id,
                              const char *body, size_t len,
