@@ -394,17 +394,18 @@ static int read_params(oip_t *o, const json_t *ps) {
 
 /* ---- outputs ------------------------------------------------------------- */
 
+const char *const attnd__oip_output_members[] = {"name", "parameters", NULL};
+const char *const attnd__oip_output_param_members[] = {"binary_data", NULL};
+
 /* outputs[at]: a known name, not asked before, and whether it is wanted as
  * binary data (its binary_data, else binary_data_output). */
 static int read_output(oip_t *o, const json_t *v, size_t at) {
-  static const char *const known[] = {"name", "parameters", NULL};
-  static const char *const pknown[] = {"binary_data", NULL};
   attnd_request_t *j = o->d.req;
   char path[32], field[64];
   attnd_fmt_index(path, sizeof path, "outputs", (int64_t)at);
   if (!json_is_object(v))
     return attnd__oip_bad_type(o, path, v, "an object with a name");
-  if (attnd__dec_members(&o->d, v, path, known) < 0)
+  if (attnd__dec_members(&o->d, v, path, attnd__oip_output_members) < 0)
     return -1;
   const json_t *name =
       attnd__oip_need(o, v, path, "name", field, JSON_STRING, "a string");
@@ -430,7 +431,8 @@ static int read_output(oip_t *o, const json_t *v, size_t at) {
   if (ps && !json_is_null(ps)) {
     if (!json_is_object(ps))
       return attnd__oip_bad_type(o, pfield, ps, "an object");
-    if (attnd__dec_members(&o->d, ps, pfield, pknown) < 0)
+    if (attnd__dec_members(&o->d, ps, pfield, attnd__oip_output_param_members) <
+        0)
       return -1;
     const json_t *b = json_object_get(ps, "binary_data");
     attnd_fmt_member(field, sizeof field, path, "parameters.binary_data");
@@ -634,12 +636,13 @@ static int finish(oip_t *o) {
   return 0;
 }
 
+const char *const attnd__oip_request_members[] = {"id", "parameters", "inputs",
+                                                  "outputs", NULL};
+
 static int decode_body(oip_t *o, const json_t *root) {
-  static const char *const known[] = {"id", "parameters", "inputs", "outputs",
-                                      NULL};
   dec_t *d = &o->d;
   attnd_request_t *j = d->req;
-  if (attnd__dec_root(d, root, known) < 0)
+  if (attnd__dec_root(d, root, attnd__oip_request_members) < 0)
     return -1;
   j->timeout_ms = d->cfg->default_timeout_ms;
   j->encoding = ATTND_FORM_FLAT;

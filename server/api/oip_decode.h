@@ -51,6 +51,17 @@ extern const input_def_t attnd__oip_inputs[N_INPUTS];
  * InferParameters to them. */
 extern const char *const attnd__oip_params[];
 
+/* The members the decoder takes, each list NULL-terminated; any other is
+ * refused. The request's root (oip.c); each input (oip_inputs.c) and its
+ * parameters; each requested output (oip.c) and its parameters. check_oip
+ * holds docs/oip.md's table under "## The request" and docs/openapi.json's
+ * InferRequest, InferInput and InferRequestedOutput to them. */
+extern const char *const attnd__oip_request_members[];
+extern const char *const attnd__oip_input_members[];
+extern const char *const attnd__oip_input_param_members[];
+extern const char *const attnd__oip_output_members[];
+extern const char *const attnd__oip_output_param_members[];
+
 /* The outputs, in the order of their ATTND_OIP_* bits. */
 enum {
   O_OUTPUT,

@@ -77,10 +77,11 @@ static int read_dtype(oip_t *o, const json_t *v, oip_in_t *in) {
            field, json_string_value(dt), in->def->name, list);
 }
 
+const char *const attnd__oip_input_param_members[] = {"binary_data_size", NULL};
+
 /* The input's parameters: binary_data_size alone is known, a byte count
  * of the binary data after the JSON. */
 static int read_input_params(oip_t *o, const json_t *v, oip_in_t *in) {
-  static const char *const known[] = {"binary_data_size", NULL};
   const json_t *ps = json_object_get(v, "parameters");
   char field[64];
   attnd_fmt_member(field, sizeof field, in->path, "parameters");
@@ -89,7 +90,7 @@ static int read_input_params(oip_t *o, const json_t *v, oip_in_t *in) {
     return 0;
   if (!json_is_object(ps))
     return attnd__oip_bad_type(o, field, ps, "an object");
-  if (attnd__dec_members(&o->d, ps, field, known) < 0)
+  if (attnd__dec_members(&o->d, ps, field, attnd__oip_input_param_members) < 0)
     return -1;
   const json_t *size = json_object_get(ps, "binary_data_size");
   if (size == NULL || json_is_null(size))
@@ -405,17 +406,18 @@ static int fill_binary(oip_t *o, const oip_in_t *in, void **out) {
   return 0;
 }
 
+const char *const attnd__oip_input_members[] = {
+    "name", "shape", "datatype", "parameters", "data", NULL};
+
 /* inputs[at]: its header, then its data, into the params' tensor. */
 static int read_input(oip_t *o, const json_t *v, size_t at) {
-  static const char *const known[] = {"name",       "shape", "datatype",
-                                      "parameters", "data",  NULL};
   oip_in_t in;
   void *data = NULL;
   attnd_fmt_index(in.path, sizeof in.path, "inputs", (int64_t)at);
   if (!json_is_object(v))
     return attnd__oip_bad_type(o, in.path, v,
                                "an object with name, shape, datatype and data");
-  if (attnd__dec_members(&o->d, v, in.path, known) < 0 ||
+  if (attnd__dec_members(&o->d, v, in.path, attnd__oip_input_members) < 0 ||
       read_name(o, v, at, &in) < 0 || read_dtype(o, v, &in) < 0 ||
       read_input_params(o, v, &in) < 0 || read_shape(o, v, &in) < 0 ||
       (in.binary_size >= 0 ? fill_binary(o, &in, &data)
