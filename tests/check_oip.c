@@ -1358,6 +1358,37 @@ START_TEST(test_params_documented) {
 }
 END_TEST
 
+/* The members of the request, of each input and each requested output,
+ * and of their parameters, against docs/oip.md's table under "## The
+ * request" and docs/openapi.json's schemas, both ways. */
+START_TEST(test_members_documented) {
+  static const struct {
+    const char *const *names;
+    const char *owner, *object, *schema;
+  } m[] = {
+      {attnd__oip_request_members, "oip.c's attnd__oip_request_members", "",
+       "InferRequest"},
+      {attnd__oip_input_members, "oip_inputs.c's attnd__oip_input_members",
+       "inputs.", "InferInput"},
+      {attnd__oip_input_param_members,
+       "oip_inputs.c's attnd__oip_input_param_members", "inputs.parameters.",
+       "InferInput.parameters"},
+      {attnd__oip_output_members, "oip.c's attnd__oip_output_members",
+       "outputs.", "InferRequestedOutput"},
+      {attnd__oip_output_param_members,
+       "oip.c's attnd__oip_output_param_members", "outputs.parameters.",
+       "InferRequestedOutput.parameters"},
+  };
+  char owner[96];
+  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+    snprintf(owner, sizeof owner, "server/api/%s", m[i].owner);
+    dn_table_is("docs/oip.md", "## The request", m[i].object, m[i].names,
+                owner);
+    dn_schema_is(m[i].schema, m[i].names, owner);
+  }
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("oip");
   TCase *tc = tcase_create("same");
@@ -1379,6 +1410,7 @@ Suite *test_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("documented");
   tcase_add_test(tc, test_params_documented);
+  tcase_add_test(tc, test_members_documented);
   suite_add_tcase(s, tc);
   return s;
 }
