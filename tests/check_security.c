@@ -6,8 +6,8 @@
  *   (flag and file) works; SIGHUP re-reads api_keys_file, and a bad file
  *   leaves the keys in force; no key shows in --print-config, the access
  *   log, the server's own log or an error body;
- * - TLS: a CA and a server certificate for 127.0.0.1 are made here with
- *   GnuTLS (no openssl or certtool needed) when the suite starts; a client
+ * - TLS: a CA and a server certificate for 127.0.0.1 are made with
+ *   GnuTLS (test_certs.h) when the suite starts; a client
  *   trusting the CA gets its reply, one that does not is refused by its
  *   own check, plain HTTP to the TLS port is closed at once, and the
  *   server goes on; files that cannot be read or do not match stop the
@@ -20,7 +20,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <gnutls/gnutls.h>
-#include <gnutls/x509.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -34,6 +33,7 @@
 
 #include "server_harness.h"
 #include "suite.h"
+#include "test_certs.h"
 #include "testutil.h"
 
 #define KEY1 "k1-Zq7VtR2mP9xW"
@@ -411,102 +411,9 @@ END_TEST
 
 /* ---- TLS ----------------------------------------------------------------- */
 
-static char ca_pem[128], cert_pem[128], key_pem[128], other_key_pem[128],
-    other_ca_pem[128];
-
-static int save_datum(const char *path, gnutls_datum_t *d) {
-  FILE *f = fopen(path, "w");
-  int ok = f && fwrite(d->data, 1, d->size, f) == d->size;
-  if (f)
-    fclose(f);
-  gnutls_free(d->data);
-  return ok ? 0 : -1;
-}
-
-static gnutls_x509_privkey_t new_key(void) {
-  gnutls_x509_privkey_t k;
-  if (gnutls_x509_privkey_init(&k) < 0 ||
-      gnutls_x509_privkey_generate(
-          k, GNUTLS_PK_ECDSA, GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1),
-          0) < 0)
-    abort();
-  return k;
-}
-
-/* A certificate for `key`, valid from an hour ago for a day. */
-static gnutls_x509_crt_t new_crt(gnutls_x509_privkey_t key, const char *dn,
-                                 int serial) {
-  gnutls_x509_crt_t c;
-  unsigned char sn[1] = {(unsigned char)serial};
-  time_t now = time(NULL);
-  if (gnutls_x509_crt_init(&c) < 0 || gnutls_x509_crt_set_version(c, 3) < 0 ||
-      gnutls_x509_crt_set_serial(c, sn, 1) < 0 ||
-      gnutls_x509_crt_set_activation_time(c, now - 3600) < 0 ||
-      gnutls_x509_crt_set_expiration_time(c, now + 86400) < 0 ||
-      gnutls_x509_crt_set_dn(c, dn, NULL) < 0 ||
-      gnutls_x509_crt_set_key(c, key) < 0)
-    abort();
-  return c;
-}
-
-/* A CA, and a server certificate it signs for 127.0.0.1 and localhost;
- * also a key that matches neither, and another CA made with it. ECDSA
- * P-256: milliseconds. */
-static int make_certs(void) {
-  gnutls_x509_privkey_t cakey = new_key(), key = new_key(), other = new_key();
-  gnutls_x509_crt_t ca = new_crt(cakey, "CN=attnd test CA", 1);
-  unsigned char id[64];
-  size_t idlen = sizeof id;
-  int rc = 0;
-  rc |= gnutls_x509_crt_set_basic_constraints(ca, 1, -1);
-  rc |= gnutls_x509_crt_set_key_usage(ca, GNUTLS_KEY_KEY_CERT_SIGN |
-                                              GNUTLS_KEY_CRL_SIGN);
-  rc |= gnutls_x509_crt_get_key_id(ca, 0, id, &idlen);
-  rc |= gnutls_x509_crt_set_subject_key_id(ca, id, idlen);
-  rc |= gnutls_x509_crt_sign2(ca, ca, cakey, GNUTLS_DIG_SHA256, 0);
-  gnutls_x509_crt_t other_ca = new_crt(other, "CN=another CA", 3);
-  rc |= gnutls_x509_crt_set_basic_constraints(other_ca, 1, -1);
-  rc |= gnutls_x509_crt_set_key_usage(other_ca, GNUTLS_KEY_KEY_CERT_SIGN);
-  rc |= gnutls_x509_crt_sign2(other_ca, other_ca, other, GNUTLS_DIG_SHA256, 0);
-
-  gnutls_x509_crt_t crt = new_crt(key, "CN=localhost", 2);
-  static const unsigned char ip[4] = {127, 0, 0, 1};
-  rc |= gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_DNSNAME,
-                                             "localhost", 9, GNUTLS_FSAN_SET);
-  rc |= gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, ip, 4,
-                                             GNUTLS_FSAN_APPEND);
-  rc |= gnutls_x509_crt_set_basic_constraints(crt, 0, -1);
-  rc |= gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE);
-  rc |= gnutls_x509_crt_set_key_purpose_oid(crt, GNUTLS_KP_TLS_WWW_SERVER, 0);
-  rc |= gnutls_x509_crt_set_authority_key_id(crt, id, idlen);
-  rc |= gnutls_x509_crt_sign2(crt, ca, cakey, GNUTLS_DIG_SHA256, 0);
-  if (rc < 0)
-    return -1;
-
-  gnutls_datum_t d;
-  path_in_dir(ca_pem, sizeof ca_pem, "ca.pem");
-  path_in_dir(cert_pem, sizeof cert_pem, "cert.pem");
-  path_in_dir(key_pem, sizeof key_pem, "key.pem");
-  path_in_dir(other_key_pem, sizeof other_key_pem, "other-key.pem");
-  path_in_dir(other_ca_pem, sizeof other_ca_pem, "other-ca.pem");
-  rc |= gnutls_x509_crt_export2(ca, GNUTLS_X509_FMT_PEM, &d) < 0 ||
-        save_datum(ca_pem, &d);
-  rc |= gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &d) < 0 ||
-        save_datum(cert_pem, &d);
-  rc |= gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &d) < 0 ||
-        save_datum(key_pem, &d);
-  rc |= gnutls_x509_privkey_export2(other, GNUTLS_X509_FMT_PEM, &d) < 0 ||
-        save_datum(other_key_pem, &d);
-  rc |= gnutls_x509_crt_export2(other_ca, GNUTLS_X509_FMT_PEM, &d) < 0 ||
-        save_datum(other_ca_pem, &d);
-  gnutls_x509_crt_deinit(other_ca);
-  gnutls_x509_crt_deinit(ca);
-  gnutls_x509_crt_deinit(crt);
-  gnutls_x509_privkey_deinit(cakey);
-  gnutls_x509_privkey_deinit(key);
-  gnutls_x509_privkey_deinit(other);
-  return rc ? -1 : 0;
-}
+/* The files test_certs.h makes in dir: the CA, the server's certificate
+ * and key, and another CA. */
+static char ca_pem[128], cert_pem[128], key_pem[128], other_ca_pem[128];
 
 /* Sends a plain HTTP request to `port` and waits up to 5 s for the server
  * to close. Returns the seconds it took (-1: not closed), with what came
@@ -1002,11 +909,15 @@ Suite *test_suite(void) {
 void test_setup(void) {
   sh_init();
   strcpy(dir, "/tmp/attnd-security-XXXXXX");
-  if (mkdtemp(dir) == NULL || make_certs() < 0) {
+  if (mkdtemp(dir) == NULL || tcert_make(dir) < 0) {
     fprintf(stderr, "check_security: cannot make the test certificates in %s\n",
             dir);
     exit(EXIT_FAILURE);
   }
+  path_in_dir(ca_pem, sizeof ca_pem, "ca.pem");
+  path_in_dir(cert_pem, sizeof cert_pem, "cert.pem");
+  path_in_dir(key_pem, sizeof key_pem, "key.pem");
+  path_in_dir(other_ca_pem, sizeof other_ca_pem, "other-ca.pem");
 }
 
 int test_finish(int failed) {

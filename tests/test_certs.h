@@ -1,0 +1,14 @@
+/* tests/test_certs.h: the certificates of the suites that serve TLS
+ * (check_security, check_ipv6), made with GnuTLS when a suite starts, so
+ * that no openssl or certtool is needed and none expires in the tree. */
+#ifndef ATTND_TESTS_TEST_CERTS_H
+#define ATTND_TESTS_TEST_CERTS_H
+
+/* Makes in the folder `dir` a CA (ca.pem), a server certificate it signs
+ * for localhost, 127.0.0.1 and ::1 (cert.pem) with its key (key.pem), a
+ * key that matches neither (other-key.pem) and another CA made with it
+ * (other-ca.pem); each valid from an hour ago for a day. ECDSA P-256:
+ * milliseconds. 0, or -1. */
+int tcert_make(const char *dir);
+
+#endif
