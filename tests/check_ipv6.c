@@ -2,8 +2,9 @@
  * listening on ::1 and on the unspecified address (dual stack), reached
  * through real sockets on ::1 and 127.0.0.1 only, never elsewhere. What
  * meets an address is checked from the outside: who reaches the socket,
- * the access log's client_addr, the bind failure's message, the image's
- * healthcheck (docker/healthcheck.sh) and attnd-load with an [IPv6] URL.
+ * the access log's client_addr, the bind failure's message, HTTPS to
+ * [::1] with the certificate verified, the image's healthcheck
+ * (docker/healthcheck.sh) and attnd-load with an [IPv6] URL.
  *
  * A machine without an IPv6 loopback (IPv6 off in the kernel or the
  * container) cannot run them: each test then says SKIP on stderr, with
@@ -23,6 +24,7 @@
 
 #include "server_harness.h"
 #include "suite.h"
+#include "test_certs.h"
 #include "testutil.h"
 
 /* The loopback address of `family` (AF_INET or AF_INET6) with `port`
@@ -115,6 +117,17 @@ static int run(const char *const *argv, const char *log) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Removes `files` (NULL-terminated names) from the folder `dir`, then
+ * the folder. */
+static void remove_dir(const char *dir, const char *const *files) {
+  char p[256];
+  for (; *files; files++) {
+    snprintf(p, sizeof p, "%s/%s", dir, *files);
+    unlink(p);
+  }
+  rmdir(dir);
+}
+
 /* Starts attnd on `host` with its access log on stderr (into s->log). */
 static void start_on(sh_server_t *s, const char *host) {
   const char *args[] = {"--host", host, "--access-log", "stderr", "--workers",
@@ -128,20 +141,26 @@ static void stop(sh_server_t *s) {
   ck_assert_msg(st == 0, "attnd exited with %d:\n%s", st, s->log);
 }
 
-/* GET /healthz from `host` (NULL: 127.0.0.1) to port: its status. */
-static long healthz(const char *host, int port) {
+/* GET /healthz from `host` (NULL: 127.0.0.1) to port, over HTTPS
+ * trusting the CA in `cafile` where it is not NULL: its status. */
+static long healthz_ca(const char *host, int port, const char *cafile) {
   sh_client_t c;
   sh_client_init(&c, port);
   c.host = host;
-  sh_req_t q = {.method = "GET", .path = "/healthz"};
+  sh_req_t q = {.method = "GET", .path = "/healthz", .cafile = cafile};
   sh_resp_t r;
   int rc = sh_http(&c, &q, &r);
   long status = rc == 0 ? r.status : 0;
-  ck_assert_msg(rc == 0, "GET /healthz on %s: %s", host ? host : "127.0.0.1",
-                r.error);
+  ck_assert_msg(rc == 0, "GET /healthz on %s%s: %s (curl %d)",
+                host ? host : "127.0.0.1", cafile ? " over TLS" : "", r.error,
+                r.curl_code);
   sh_resp_free(&r);
   sh_client_free(&c);
   return status;
+}
+
+static long healthz(const char *host, int port) {
+  return healthz_ca(host, port, NULL);
 }
 
 /* ---- listening ----------------------------------------------------------- */
@@ -225,6 +244,48 @@ START_TEST(test_bind_failure) {
   ck_assert_int_eq(sh_server_start(&s, args), -1);
   ck_assert_msg(strstr(s.log, want), "no '%s' in:\n%s", want, s.log);
   close(busy);
+}
+END_TEST
+
+/* ---- TLS ----------------------------------------------------------------- */
+
+/* TLS on ::1 (docs/security.md): https://[::1]:PORT/ answers a client that
+ * verifies the certificate as curl does by default, its chain to the CA
+ * and its name, which for that URL is the IP address SAN ::1
+ * (test_certs.h); 127.0.0.1 is refused, as without TLS; the access log
+ * gives the client as ::1. */
+START_TEST(test_tls) {
+  NEED_IPV6();
+  char dir[] = "/tmp/check_ipv6_tls_XXXXXX", ca[64], cert[64], key[64];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(tcert_make(dir), 0);
+  snprintf(ca, sizeof ca, "%s/ca.pem", dir);
+  snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+  snprintf(key, sizeof key, "%s/key.pem", dir);
+  const char *args[] = {"--host",
+                        "::1",
+                        "--access-log",
+                        "stderr",
+                        "--tls-cert-file",
+                        cert,
+                        "--tls-key-file",
+                        key,
+                        "--workers",
+                        "1",
+                        NULL};
+  sh_server_t s;
+  if (sh_server_start(&s, args) < 0)
+    ck_abort_msg("attnd --host ::1 with TLS did not start:\n%s", s.log);
+  ck_assert_msg(strstr(s.log, "\"event\":\"listening\",\"host\":\"::1\","),
+                "%s", s.log);
+  ck_assert_msg(strstr(s.log, "\"tls\":true"), "%s", s.log);
+  ck_assert_int_eq(healthz_ca("::1", s.port, ca), 200);
+  ck_assert_msg(!reaches(AF_INET, s.port), "127.0.0.1 reached attnd on ::1");
+  sh_wait_log(&s, "\"path\":\"/healthz\",\"client_addr\":\"::1\",");
+  stop(&s);
+  static const char *const files[] = {
+      "ca.pem", "cert.pem", "key.pem", "other-key.pem", "other-ca.pem", NULL};
+  remove_dir(dir, files);
 }
 END_TEST
 
@@ -312,14 +373,9 @@ START_TEST(test_load_url) {
   sh_wait_log(&s, "\"path\":\"/v1/attention\",\"client_addr\":\"::1\","
                   "\"status\":200");
   free(text);
-  static const char *const files[] = {"log.txt", "attnd-load.csv",
-                                      "attnd-load.json", "attnd-load.svg"};
-  char p[128];
-  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-    snprintf(p, sizeof p, "%s/%s", dir, files[i]);
-    unlink(p);
-  }
-  rmdir(dir);
+  static const char *const files[] = {
+      "log.txt", "attnd-load.csv", "attnd-load.json", "attnd-load.svg", NULL};
+  remove_dir(dir, files);
   stop(&s);
 }
 END_TEST
@@ -334,6 +390,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_mapped);
   tcase_add_test(tc, test_ipv4_only);
   tcase_add_test(tc, test_bind_failure);
+  tcase_add_test(tc, test_tls);
   suite_add_tcase(s, tc);
   tc = tcase_create("healthcheck");
   tcase_set_timeout(tc, 60);
