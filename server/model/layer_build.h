@@ -53,6 +53,12 @@ typedef struct source {
   size_t n_tensors;
   char *config_path; /* a directory's config.json, whether or not it exists */
   json_t *config;    /* its object, or NULL */
+  /* its layer_types, read once for all the path's layers (a layer that
+   * read them itself cost L layers × T entries): the index of the first
+   * entry that is neither "full_attention" nor "sliding_attention" (the
+   * array's size when none), and whether it has each (any[1]: sliding) */
+  size_t types_bad;
+  int types_any[2];
   char **index_paths;
   json_t **indexes; /* the *.safetensors.index.json objects */
   size_t n_indexes;
@@ -98,6 +104,9 @@ void attnd__source_close(source_t *s);
 const entry_t *attnd__find_entry(const source_t *s, const char *p, size_t plen,
                                  const char *suffix);
 int attnd__ends_with(const char *s, const char *suffix);
+/* Entries of layer_types read (attnd__source_open), counted for
+ * check_layers: once each a path, not once each a layer. */
+extern _Thread_local uint64_t attnd__layer_types_read;
 
 /* ---- layer_params.c ------------------------------------------------------ */
 

@@ -343,17 +343,15 @@ static int layer_type_sliding(build_t *b, const json_t *types, int64_t index) {
   if (!json_is_array(types) || n == 0)
     return attnd__layer_fail(
         b, "%s: 'layer_types' must be a non-empty array of strings", where);
-  int any[2] = {0, 0};
-  for (size_t i = 0; i < n; i++) {
+  size_t i = b->src->types_bad; /* the source read the entries once */
+  const int *any = b->src->types_any;
+  if (i < n) {
     const char *t = json_string_value(json_array_get(types, i));
-    int sliding = t && strcmp(t, "sliding_attention") == 0;
-    if (!sliding && !(t && strcmp(t, "full_attention") == 0))
-      return attnd__layer_fail(
-          b,
-          "%s: 'layer_types'[%zu] is %s%s%s; only \"full_attention\" and "
-          "\"sliding_attention\" are supported",
-          where, i, t ? "\"" : "", t ? t : "not a string", t ? "\"" : "");
-    any[sliding] = 1;
+    return attnd__layer_fail(
+        b,
+        "%s: 'layer_types'[%zu] is %s%s%s; only \"full_attention\" and "
+        "\"sliding_attention\" are supported",
+        where, i, t ? "\"" : "", t ? t : "not a string", t ? "\"" : "");
   }
   if (index >= 0 && (size_t)index >= n)
     return attnd__layer_fail(b,

@@ -232,6 +232,27 @@ const entry_t *attnd__find_entry(const source_t *s, const char *p, size_t plen,
   return NULL;
 }
 
+_Thread_local uint64_t attnd__layer_types_read;
+
+/* What every layer of the path asks of config.json's layer_types
+ * (attnd__resolve_window reads the one entry of its index). */
+static void scan_layer_types(source_t *s) {
+  const json_t *types =
+      s->config ? json_object_get(s->config, "layer_types") : NULL;
+  size_t n = json_array_size(types);
+  s->types_bad = n;
+  for (size_t i = 0; i < n; i++) {
+    const char *t = json_string_value(json_array_get(types, i));
+    attnd__layer_types_read++;
+    int sliding = t && strcmp(t, "sliding_attention") == 0;
+    if (!sliding && !(t && strcmp(t, "full_attention") == 0)) {
+      s->types_bad = i;
+      break;
+    }
+    s->types_any[sliding] = 1;
+  }
+}
+
 /* Passes 1 and 2: opens the path, maps its files and gathers their
  * tensors. */
 int attnd__source_open(source_t *s, char *msg, size_t msz) {
@@ -254,6 +275,7 @@ int attnd__source_open(source_t *s, char *msg, size_t msz) {
   }
   if (!s->unnamed)
     return attnd_fail(msg, msz, "out of memory");
+  scan_layer_types(s);
 
   s->maps = calloc(s->n_files, sizeof *s->maps);
   if (!s->maps)
