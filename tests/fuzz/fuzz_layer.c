@@ -8,7 +8,9 @@
  * model.safetensors.index.json's text up to the third (empty: none); the
  * bytes after it, repeated to fill the data the header's data_offsets ask
  * for (zeros when there are none), so that mutations of the header keep a
- * consistent file whose values the fuzzer still chooses. The files are
+ * consistent file whose values the fuzzer still chooses; and a header that
+ * is JSON gets its data_offsets from its tensors' dtypes and shapes, laid
+ * end to end, so that a mutated shape keeps it consistent too. The files are
  * rewritten at each input in one directory under /dev/shm (the loader's
  * only entry is a path), and the directory is loaded.
  *
@@ -89,9 +91,59 @@ static size_t data_wanted(const uint8_t *h, size_t n) {
   return end < MAX_DATA ? end : MAX_DATA;
 }
 
+/* The bytes of one element's worth of t's dtype and shape, or -1 when
+ * they are not a known dtype and a shape of integers >= 0. */
+static int64_t bytes_of(json_t *t) {
+  const char *name = json_string_value(json_object_get(t, "dtype"));
+  json_t *shape = json_object_get(t, "shape");
+  int bits = 0;
+  for (int i = 0; name && i < ATTND_ST_N_DTYPES; i++)
+    if (strcmp(name, attnd_st_dtype_name((attnd_st_dtype_t)i)) == 0)
+      bits = attnd_st_dtype_bits((attnd_st_dtype_t)i);
+  if (!bits || !json_is_array(shape))
+    return -1;
+  int64_t elems = 1;
+  size_t i;
+  json_t *v;
+  json_array_foreach(shape, i, v) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        __builtin_mul_overflow(elems, json_integer_value(v), &elems))
+      return -1;
+  }
+  if (elems > INT64_MAX / 64 || elems * bits % 8)
+    return -1;
+  return elems * bits / 8;
+}
+
+/* The header with the tensors' data_offsets laid end to end in its order,
+ * from their dtypes and shapes, so that a mutated shape still fits (the
+ * offsets themselves are fuzz_safetensors' part); NULL, to keep the text
+ * as it is, when it is not a JSON object without duplicate keys. */
+static char *laid_out(const uint8_t *h, size_t hn) {
+  json_t *root = json_loadb((const char *)h, hn, JSON_REJECT_DUPLICATES, NULL);
+  const char *key;
+  json_t *t;
+  int64_t off = 0, n;
+  json_object_foreach(root, key, t) {
+    if (strcmp(key, "__metadata__") == 0 || (n = bytes_of(t)) < 0 ||
+        n > INT64_MAX - off)
+      continue;
+    json_object_set_new(t, "data_offsets", json_pack("[II]", off, off + n));
+    off += n;
+  }
+  char *text = json_is_object(root)
+                   ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER)
+                   : NULL;
+  json_decref(root);
+  return text;
+}
+
 /* The file's bytes in a new buffer: length, header, data. */
-static uint8_t *file_of(const uint8_t *h, size_t hn, const uint8_t *d,
+static uint8_t *file_of(const uint8_t *h0, size_t hn, const uint8_t *d,
                         size_t dn, size_t *len) {
+  char *text = laid_out(h0, hn);
+  const uint8_t *h = text ? (const uint8_t *)text : h0;
+  hn = text ? strlen(text) : hn;
   size_t want = data_wanted(h, hn);
   *len = 8 + hn + want;
   uint8_t *b = malloc(*len);
@@ -101,6 +153,7 @@ static uint8_t *file_of(const uint8_t *h, size_t hn, const uint8_t *d,
   memcpy(b + 8, h, hn);
   for (size_t i = 0; i < want; i++)
     b[8 + hn + i] = dn ? d[i % dn] : 0;
+  free(text);
   return b;
 }
 
