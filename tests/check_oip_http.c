@@ -38,6 +38,7 @@
 #include "attn/attn.h"
 #include "codec/half.h"
 #include "codec/util.h"
+#include "doc_names.h"
 #include "layer_files.h"
 #include "ref.h"
 #include "server_harness.h"
@@ -1333,6 +1334,127 @@ START_TEST(test_json_default_output) {
 }
 END_TEST
 
+/* ---- the reply's members against the docs -------------------------------- */
+
+/* The members the replies had, each by its dotted name as docs/oip.md
+ * writes it ("outputs.parameters.binary_data_size": a member of each
+ * element of an array is the array's), and which of them held objects. */
+enum { SEEN_MAX = 32, SEEN_LEN = 64 };
+typedef struct seen {
+  char path[SEEN_MAX][SEEN_LEN];
+  int object[SEEN_MAX];
+  int n;
+} seen_t;
+
+static int seen_at(seen_t *s, const char *path) {
+  for (int i = 0; i < s->n; i++)
+    if (strcmp(s->path[i], path) == 0)
+      return i;
+  ck_assert_msg(s->n < SEEN_MAX && strlen(path) < SEEN_LEN,
+                "too many or too long members in the replies: %s", path);
+  snprintf(s->path[s->n], SEEN_LEN, "%s", path);
+  s->object[s->n] = 0;
+  return s->n++;
+}
+
+/* Adds the members of v, whose name is `path` ("" for the reply). The
+ * tensor data are arrays of numbers: they add nothing. */
+static void collect(seen_t *s, const char *path, const json_t *v) {
+  size_t i;
+  const json_t *e;
+  const char *key;
+  if (json_is_array(v))
+    json_array_foreach(v, i, e) collect(s, path, e);
+  if (!json_is_object(v))
+    return;
+  if (*path)
+    s->object[seen_at(s, path)] = 1;
+  json_object_foreach((json_t *)v, key, e) {
+    char member[SEEN_LEN];
+    snprintf(member, sizeof member, "%s%s%s", path, *path ? "." : "", key);
+    seen_at(s, member);
+    collect(s, member, e);
+  }
+}
+
+/* Requests whose replies have every member a reply can have: an id, JSON
+ * outputs of every dense kind, binary ones asked for by an output and by
+ * binary_data_output, the INT32 top-k indices, the other reductions, and
+ * FP16. */
+#define QUERY_2X2                                                              \
+  "{\"name\":\"query\",\"shape\":[2,2],\"datatype\":\"FP32\","                 \
+  "\"data\":[1,0,0.5,-1]}"
+static const char *const member_requests[] = {
+    "{\"id\":\"members\",\"inputs\":[" QUERY_2X2 "],\"parameters\":"
+    "{\"num_heads\":2},\"outputs\":[{\"name\":\"output\"},{\"name\":"
+    "\"weights\"},{\"name\":\"weights_mean\"},{\"name\":\"head_outputs\"}]}",
+    "{\"inputs\":[" QUERY_2X2 "],\"parameters\":{\"num_heads\":1,"
+    "\"weights_top_k\":1},\"outputs\":[{\"name\":\"output\",\"parameters\":"
+    "{\"binary_data\":true}},{\"name\":\"weights_top_k_index\"},{\"name\":"
+    "\"weights_top_k_value\",\"parameters\":{\"binary_data\":false}}]}",
+    "{\"inputs\":[" QUERY_2X2 "],\"parameters\":{\"num_heads\":1,"
+    "\"binary_data_output\":true,\"output_datatype\":\"FP16\","
+    "\"weights_pool_queries\":1,\"weights_pool_keys\":1,"
+    "\"weights_sink_tokens\":1},\"outputs\":[{\"name\":\"weights_pooled\"},"
+    "{\"name\":\"weights_entropy\"},{\"name\":\"weights_sink\"},"
+    "{\"name\":\"weights_distance\"}]}",
+};
+
+/* Every member the replies to member_requests have, at any depth, is a
+ * row of docs/oip.md's table under "The reply" and a property of
+ * docs/openapi.json's schema of its object; and every member that the
+ * table or the schema gives an object the replies had is one they had. A
+ * member added to oip_reply.c alone fails here, naming it, as does one
+ * the docs name that no reply has. */
+START_TEST(test_reply_members_documented) {
+  seen_t s = {.n = 0};
+  for (size_t k = 0; k < sizeof member_requests / sizeof member_requests[0];
+       k++) {
+    sh_resp_t r = infer_text(srv.port, "attention", member_requests[k]);
+    ck_assert_msg(r.status == 200, "request %zu: %ld %s", k, r.status, r.body);
+    char hl[24];
+    size_t len = r.body_len;
+    if (sh_header(&r, "Inference-Header-Content-Length", hl, sizeof hl))
+      len = strtoul(hl, NULL, 10);
+    json_error_t je;
+    json_t *v = json_loadb(r.body, len, 0, &je);
+    ck_assert_msg(json_is_object(v), "request %zu: not JSON: %s", k, je.text);
+    collect(&s, "", v);
+    json_decref(v);
+    sh_resp_free(&r);
+  }
+  /* the reply, and each member that held objects, with its schema */
+  static const char *const schemas[][2] = {
+      {"", "InferResponse"},
+      {"outputs", "InferOutput"},
+      {"outputs.parameters", "InferOutput.parameters"}};
+  for (int o = -1; o < s.n; o++) {
+    if (o >= 0 && !s.object[o])
+      continue;
+    const char *path = o < 0 ? "" : s.path[o], *schema = NULL;
+    for (size_t k = 0; k < sizeof schemas / sizeof schemas[0]; k++)
+      if (strcmp(schemas[k][0], path) == 0)
+        schema = schemas[k][1];
+    ck_assert_msg(schema != NULL,
+                  "the reply's %s holds an object: name its schema in "
+                  "docs/openapi.json here",
+                  path);
+    char object[SEEN_LEN + 1];
+    snprintf(object, sizeof object, "%s%s", path, *path ? "." : "");
+    const char *names[SEEN_MAX + 1];
+    int n = 0;
+    for (int i = 0; i < s.n; i++)
+      if (strncmp(s.path[i], object, strlen(object)) == 0 &&
+          strchr(s.path[i] + strlen(object), '.') == NULL)
+        names[n++] = s.path[i] + strlen(object);
+    names[n] = NULL;
+    dn_table_is("docs/oip.md", "## The reply", object, names,
+                "server/api/oip_reply.c's reply");
+    dn_schema_is(schema, names, "server/api/oip_reply.c's reply");
+  }
+}
+END_TEST
+
 /* The layer model against /v1's "layer" request, bit for bit, and both
  * against the reference built from the weights the file holds; then with
  * its causal default overridden; and the generic model's own inputs and
@@ -2602,6 +2724,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_output_datatype_unasked);
   tcase_add_test(tc, test_number_spellings);
   tcase_add_test(tc, test_json_default_output);
+  tcase_add_test(tc, test_reply_members_documented);
   tcase_add_test(tc, test_layer_model);
   tcase_add_test(tc, test_invalid_requests);
   suite_add_tcase(s, tc);
