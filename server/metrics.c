@@ -42,7 +42,9 @@ static const char *const reasons[ATTND_REJECT_COUNT] = {
 /* Context-length classes (key length <= bound) and latency buckets (s):
  * from 10 us, below a session step's compute, to 600 s, max_timeout_ms's
  * default, at most a factor of 3 apart, so that a quantile can tell a
- * step from a small request and a long request from a minute. */
+ * step from a small request and a long request from a minute. Both are
+ * listed in docs/operations.md's table of label values, as /metrics
+ * writes them (check_metrics' test_label_values_listed). */
 static const int64_t ctx_bounds[] = {128, 512, 2048, 8192, 32768};
 #define NCTX (sizeof ctx_bounds / sizeof ctx_bounds[0] + 1)
 static const double buckets[] = {

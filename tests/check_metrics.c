@@ -2182,9 +2182,32 @@ static size_t label_values(const char *t, label_values_t *lv, size_t cap) {
   return n;
 }
 
+/* The two sides of the label values' tests, read once for a test:
+ * docs/operations.md's Metrics section, and the label values of the
+ * exposition of a new attnd_metrics_t. */
+static char section[1 << 16];
+static label_values_t seen[128];
+
+/* Sets *m to a new attnd_metrics_t and *t to its exposition, reads doc
+ * section and seen, and returns seen's count. */
+static size_t read_labels(attnd_metrics_t **m, char **t) {
+  *m = attnd_metrics_new();
+  ck_assert_ptr_nonnull(*m);
+  *t = render(*m);
+  metrics_section(section, sizeof section);
+  size_t n = label_values(*t, seen, sizeof seen / sizeof seen[0]);
+  ck_assert_msg(n > 0, "/metrics has no labelled samples");
+  return n;
+}
+
+/* The header of the Metrics section's table of each label's values. */
+#define LABEL_TABLE "\n| family | label | values |\n"
+
 /* Whether docs/operations.md's Metrics section (doc) writes `value` after
  * a mention of `family` with its labels (`attnd_kv_bytes{state}`), before
- * the next family mentioned with its labels. */
+ * the next family mentioned with its labels and before the table of
+ * label values, which would otherwise document every value for the last
+ * family the prose mentions. */
 static int value_after(const char *doc, const char *family, const char *value) {
   char quoted[80];
   snprintf(quoted, sizeof quoted, "`%s`", value);
@@ -2197,6 +2220,9 @@ static int value_after(const char *doc, const char *family, const char *value) {
     for (to = strstr(from, "attnd_"); to; to = strstr(to + 1, "attnd_"))
       if (to[name_len(to, 0)] == '{')
         break;
+    const char *table = strstr(from, LABEL_TABLE);
+    if (table && (to == NULL || table < to))
+      to = table;
     const char *at = strstr(from, quoted);
     if (at && (to == NULL || at < to))
       return 1;
@@ -2211,36 +2237,126 @@ static int value_after(const char *doc, const char *family, const char *value) {
  * counters share one list), so that a new protocol, reason, backend,
  * stage or state is documented where its family is. A status is the
  * error table's (test_every_error_status_labelled) and ctx and le are
- * bounds that the section writes as numbers: those are not looked for. */
+ * bounds that the prose writes as numbers: those are not looked for here,
+ * but in the section's table (test_label_values_listed). */
 START_TEST(test_label_values_documented) {
-  attnd_metrics_t *m = attnd_metrics_new();
-  ck_assert_ptr_nonnull(m);
-  char *t = render(m);
-  static char doc[1 << 16];
-  metrics_section(doc, sizeof doc);
-  static label_values_t lv[128];
-  size_t n = label_values(t, lv, sizeof lv / sizeof lv[0]);
-  ck_assert_msg(n > 0, "/metrics has no labelled samples");
+  attnd_metrics_t *m;
+  char *t;
+  size_t n = read_labels(&m, &t);
   for (size_t i = 0; i < n; i++) {
-    if (strcmp(lv[i].label, "status") == 0 || strcmp(lv[i].label, "ctx") == 0 ||
-        strcmp(lv[i].label, "le") == 0)
+    if (strcmp(seen[i].label, "status") == 0 ||
+        strcmp(seen[i].label, "ctx") == 0 || strcmp(seen[i].label, "le") == 0)
       continue;
-    for (const char *v = lv[i].values + 1; *v; v = strchr(v, ',') + 1) {
+    for (const char *v = seen[i].values + 1; *v; v = strchr(v, ',') + 1) {
       char one[64];
       snprintf(one, sizeof one, "%.*s", (int)strcspn(v, ","), v);
       int documented = 0;
       for (size_t j = 0; j < n && !documented; j++)
-        documented = strcmp(lv[j].label, lv[i].label) == 0 &&
-                     strcmp(lv[j].values, lv[i].values) == 0 &&
-                     value_after(doc, lv[j].family, one);
+        documented = strcmp(seen[j].label, seen[i].label) == 0 &&
+                     strcmp(seen[j].values, seen[i].values) == 0 &&
+                     value_after(section, seen[j].family, one);
       ck_assert_msg(documented,
                     "/metrics labels %s with %s=\"%s\"; docs/operations.md's "
                     "Metrics does not write `%s` after `%s{...}`, nor after "
                     "another family whose %s takes the same values (%.*s)",
-                    lv[i].family, lv[i].label, one, one, lv[i].family,
-                    lv[i].label, (int)strlen(lv[i].values) - 2,
-                    lv[i].values + 1);
+                    seen[i].family, seen[i].label, one, one, seen[i].family,
+                    seen[i].label, (int)strlen(seen[i].values) - 2,
+                    seen[i].values + 1);
     }
+  }
+  free(t);
+  attnd_metrics_free(m);
+}
+END_TEST
+
+/* The names in backquotes in the cell [p, end), each followed by a comma:
+ * ",a,b," as label_values writes a label's values, into out. */
+static void cell_names(const char *p, const char *end, char *out, size_t n) {
+  size_t used = (size_t)snprintf(out, n, ",");
+  for (const char *open = memchr(p, '`', (size_t)(end - p)); open;) {
+    const char *close = memchr(open + 1, '`', (size_t)(end - open - 1));
+    ck_assert_msg(close != NULL, "an unclosed backquote in %.*s",
+                  (int)(end - p), p);
+    used += (size_t)snprintf(out + used, n - used, "%.*s,",
+                             (int)(close - open - 1), open + 1);
+    ck_assert_msg(used < n, "too long a cell: %.*s", (int)(end - p), p);
+    open = memchr(close + 1, '`', (size_t)(end - close - 1));
+  }
+}
+
+/* docs/operations.md's table of label values, row by row: the families
+ * of a row (",f1,f2,"), its label and its values, each as written. */
+typedef struct label_row {
+  char families[256], label[40], values[512];
+} label_row_t;
+
+static size_t label_rows(const char *doc, label_row_t *rows, size_t cap) {
+  const char *at = strstr(doc, LABEL_TABLE);
+  ck_assert_msg(at != NULL, "docs/operations.md's Metrics has no table "
+                            "| family | label | values |");
+  at = strchr(strchr(at + 1, '\n') + 1, '\n') + 1; /* past |---| */
+  size_t n = 0;
+  for (; *at == '|'; at = strchr(at, '\n') + 1) {
+    const char *c[4] = {at, NULL, NULL, NULL};
+    for (int k = 1; k < 4; k++)
+      c[k] = strchr(c[k - 1] + 1, '|');
+    ck_assert_msg(c[3] != NULL && n < cap, "a row of three cells: %.80s", at);
+    label_row_t *r = &rows[n++];
+    char label[48];
+    cell_names(c[0], c[1], r->families, sizeof r->families);
+    cell_names(c[1], c[2], label, sizeof label);
+    snprintf(r->label, sizeof r->label, "%.*s", (int)strlen(label) - 2,
+             label + 1);
+    cell_names(c[2], c[3], r->values, sizeof r->values);
+  }
+  return n;
+}
+
+/* docs/operations.md's table lists each label's values, and they are
+ * those /metrics writes, exactly and in its order, both ways: a protocol,
+ * reason or state added to the code and not the table, one the table
+ * names and /metrics never writes, a context class or a bucket bound
+ * moved, or a histogram's buckets no longer ending in +Inf, fails here.
+ * A status is the error table's (test_every_error_status_labelled). */
+START_TEST(test_label_values_listed) {
+  attnd_metrics_t *m;
+  char *t;
+  size_t n = read_labels(&m, &t);
+  static label_row_t rows[64];
+  size_t nr = label_rows(section, rows, sizeof rows / sizeof rows[0]);
+  for (size_t r = 0; r < nr; r++)
+    for (const char *f = rows[r].families + 1; *f; f = strchr(f, ',') + 1) {
+      char fam[96];
+      snprintf(fam, sizeof fam, "%.*s", (int)strcspn(f, ","), f);
+      size_t i = 0;
+      while (i < n && (strcmp(seen[i].family, fam) != 0 ||
+                       strcmp(seen[i].label, rows[r].label) != 0))
+        i++;
+      ck_assert_msg(i < n,
+                    "docs/operations.md's table of label values lists %s "
+                    "for %s; /metrics has no such label there",
+                    rows[r].label, fam);
+      ck_assert_msg(strcmp(seen[i].values, rows[r].values) == 0,
+                    "/metrics writes %s's %s as %.*s; docs/operations.md's "
+                    "table of label values lists %.*s",
+                    fam, rows[r].label, (int)strlen(seen[i].values) - 2,
+                    seen[i].values + 1, (int)strlen(rows[r].values) - 2,
+                    rows[r].values + 1);
+    }
+  for (size_t i = 0; i < n; i++) {
+    if (strcmp(seen[i].label, "status") == 0)
+      continue;
+    char fam[100];
+    snprintf(fam, sizeof fam, ",%s,", seen[i].family);
+    size_t r = 0;
+    while (r < nr && (strcmp(rows[r].label, seen[i].label) != 0 ||
+                      strstr(rows[r].families, fam) == NULL))
+      r++;
+    ck_assert_msg(r < nr,
+                  "/metrics labels %s with %s (%.*s); docs/operations.md's "
+                  "table of label values has no row for it: add one",
+                  seen[i].family, seen[i].label,
+                  (int)strlen(seen[i].values) - 2, seen[i].values + 1);
   }
   free(t);
   attnd_metrics_free(m);
@@ -2291,6 +2407,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_render_reads);
   tcase_add_test(tc, test_documented);
   tcase_add_test(tc, test_label_values_documented);
+  tcase_add_test(tc, test_label_values_listed);
   suite_add_tcase(s, tc);
   tc = tcase_create("scrape");
   tcase_add_unchecked_fixture(tc, start_server, stop_server);
