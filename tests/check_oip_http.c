@@ -12,10 +12,12 @@
  *   - client: the client's own bodies against python-rapidjson's dumps of
  *     the dict tritonclient builds (no server);
  *   - metadata: GET /v2, health, the models' metadata and readiness,
- *     versions, and the 404s and 405s;
+ *     versions, and the 404s and 405s; their replies' members against
+ *     docs/oip.md and docs/openapi.json;
  *   - infer: every input, parameter and output, in JSON, binary and mixed
  *     data, against /v1 and the reference; FP16, BF16 and FP64 inputs;
- *     number spellings; a layer model against /v1's "layer";
+ *     number spellings; a layer model against /v1's "layer"; the reply's
+ *     members against docs/oip.md and docs/openapi.json;
  *   - framing: every way the binary data can fail to add up, each a 400
  *     naming it;
  *   - compression: coded request bodies and replies, and the bad ones;
@@ -1377,6 +1379,20 @@ static void collect(seen_t *s, const char *path, const json_t *v) {
   }
 }
 
+/* Sets names (NULL-terminated) to the members of the member `path` of s
+ * ("" for the reply itself), each by its own name. */
+static void members_of(const seen_t *s, const char *path, const char **names) {
+  char object[SEEN_LEN + 1];
+  snprintf(object, sizeof object, "%s%s", path, *path ? "." : "");
+  size_t len = strlen(object);
+  int n = 0;
+  for (int i = 0; i < s->n; i++)
+    if (strncmp(s->path[i], object, len) == 0 &&
+        strchr(s->path[i] + len, '.') == NULL)
+      names[n++] = s->path[i] + len;
+  names[n] = NULL;
+}
+
 /* Requests whose replies have every member a reply can have: an id, JSON
  * outputs of every dense kind, binary ones asked for by an output and by
  * binary_data_output, the INT32 top-k indices, the other reductions, and
@@ -1442,15 +1458,63 @@ START_TEST(test_reply_members_documented) {
     char object[SEEN_LEN + 1];
     snprintf(object, sizeof object, "%s%s", path, *path ? "." : "");
     const char *names[SEEN_MAX + 1];
-    int n = 0;
-    for (int i = 0; i < s.n; i++)
-      if (strncmp(s.path[i], object, strlen(object)) == 0 &&
-          strchr(s.path[i] + strlen(object), '.') == NULL)
-        names[n++] = s.path[i] + strlen(object);
-    names[n] = NULL;
+    members_of(&s, path, names);
     dn_table_is("docs/oip.md", "## The reply", object, names,
                 "server/api/oip_reply.c's reply");
     dn_schema_is(schema, names, "server/api/oip_reply.c's reply");
+  }
+}
+END_TEST
+
+/* The members of the metadata and readiness replies, at every depth, are
+ * the keys that docs/oip.md's Endpoints table writes in the reply's cell
+ * of their row (one set for the row: a model's and its tensors' members
+ * together), both ways; and each object's are the properties of its
+ * schema in docs/openapi.json. The server's readiness has no schema here:
+ * ServerReady has `device` too, which only a failed GPU writes. */
+START_TEST(test_metadata_members_documented) {
+  static const struct {
+    const char *path, *row, *schemas[3][2];
+  } m[] = {
+      {"/v2", "| GET | `/v2` |", {{"", "ServerMetadata"}}},
+      {"/v2/health/live", "| GET | `/v2/health/live` |", {{"", "ServerLive"}}},
+      {"/v2/health/ready", "| GET | `/v2/health/ready` |", {{NULL, NULL}}},
+      {"/v2/models/" LAYER,
+       "| GET | `/v2/models/{model}` |",
+       {{"", "ModelMetadata"},
+        {"inputs", "TensorMetadata"},
+        {"outputs", "TensorMetadata"}}},
+      {"/v2/models/attention/ready",
+       "| GET | `/v2/models/{model}/ready` |",
+       {{"", "ModelReady"}}},
+  };
+  for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+    sh_resp_t r = get(srv.port, m[k].path);
+    ck_assert_msg(r.status == 200, "%s: %ld %s", m[k].path, r.status, r.body);
+    json_t *v = json_of(&r);
+    seen_t s = {.n = 0};
+    collect(&s, "", v);
+    const char *names[SEEN_MAX + 1];
+    int n = 0;
+    for (int i = 0; i < s.n; i++) { /* each name once, whatever its depth */
+      const char *dot = strrchr(s.path[i], '.'),
+                 *name = dot ? dot + 1 : s.path[i];
+      int again = 0;
+      for (int j = 0; j < n && !again; j++)
+        again = strcmp(names[j], name) == 0;
+      if (!again)
+        names[n++] = name;
+    }
+    names[n] = NULL;
+    char owner[160];
+    snprintf(owner, sizeof owner, "GET %s's reply", m[k].path);
+    dn_line_keys_are("docs/oip.md", m[k].row, names, owner);
+    for (int o = 0; o < 3 && m[k].schemas[o][0]; o++) {
+      members_of(&s, m[k].schemas[o][0], names);
+      dn_schema_is(m[k].schemas[o][1], names, owner);
+    }
+    json_decref(v);
+    sh_resp_free(&r);
   }
 }
 END_TEST
@@ -2710,6 +2774,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_server_metadata);
   tcase_add_test(tc, test_health);
   tcase_add_test(tc, test_model_metadata);
+  tcase_add_test(tc, test_metadata_members_documented);
   tcase_add_test(tc, test_not_found);
   tcase_add_test(tc, test_options_without_cors);
   suite_add_tcase(s, tc);

@@ -316,3 +316,18 @@ void dn_line_quotes(const char *doc, const char *line, const char *const *names,
                   owner, *n, line, doc, *n);
   free(text);
 }
+
+void dn_line_keys_are(const char *doc, const char *line,
+                      const char *const *names, const char *owner) {
+  char *text = tu_read_file_or_fail(doc, NULL);
+  const char *at = line_starting(text, line);
+  ck_assert_msg(at != NULL, "%s has no line '%s'", doc, line);
+  const char *eol = strchr(at, '\n');
+  static dn_set_t s;
+  s.n = 0;
+  scan_snippets(&s, at, eol ? eol : at + strlen(at));
+  char place[256];
+  snprintf(place, sizeof place, "the line '%s' in %s", line, doc);
+  same_names(&s, names, owner, place, "", "add it there");
+  free(text);
+}

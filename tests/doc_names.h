@@ -42,6 +42,12 @@ void dn_list_keys_are(const char *doc, const char *from, const char *object,
 void dn_line_quotes(const char *doc, const char *line, const char *const *names,
                     const char *owner);
 
+/* The keys of the JSON objects in backquotes in the first line of `doc`
+ * that starts with `line` (a table's row), read as dn_row_is reads them,
+ * are exactly `names`. */
+void dn_line_keys_are(const char *doc, const char *line,
+                      const char *const *names, const char *owner);
+
 /* Each of `names` is in backquotes, as a member of `object` (as above),
  * in the bulleted list that follows the first line of `doc` that starts
  * with `from`. */
