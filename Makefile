@@ -279,10 +279,11 @@ EMU_CXX = $(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -Wno-attributes \
   -Wno-unknown-pragmas -Wno-missing-field-initializers \
   -I$(FLASH_EMU_INC) -Iinclude -Icore/cuda $(EMU_SAN)
 # SAN=1: the emulators under ASan and UBSan as the C code is (tests/emu/emu.h
-# tells ASan of its stack switches).
+# tells ASan of its stack switches), with debug lines so that a report names
+# the kernel's line.
 ifeq ($(SAN),1)
   EMU_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all \
-    -fno-omit-frame-pointer
+    -fno-omit-frame-pointer -g
 endif
 .PHONY: flash-emu-check
 flash-emu-check: $(BUILD)/tests/flash_emu
