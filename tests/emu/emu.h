@@ -40,13 +40,18 @@
  * Under AddressSanitizer (make SAN=1) the runtime tells ASan of each
  * switch of stacks, and keeps the redzones of a fiber's suspended frames
  * (see jump): the heap, a kernel's locals and the emulators' shared
- * memory are checked as in any program, with two gaps. GCC gives no
- * redzone to a static of a template or inline function (COMDAT data), so
- * the __shared__ arrays of a templated kernel (reduce.cuh's reduce_kernel)
- * overrun into their neighbours unseen, and show only in a wrong answer.
- * And an emulator's dynamic shared memory is one array of the largest
- * size it allows (flash_emu, cores_emu): an overrun of a launch's smaller
- * size stays inside it. */
+ * memory are checked as in any program. __global__ is `static` here, so
+ * a kernel has internal linkage: GCC (and clang 14) give no redzone to a
+ * static of a function of vague linkage, a template's or an inline one's
+ * (COMDAT data: the linker keeps one copy, which may not be the padded
+ * one), so the __shared__ arrays of a templated kernel (reduce.cuh's
+ * reduce_kernel, which reduce_emu maps to statics) would overrun into
+ * their neighbours unseen; a template of internal linkage has plain
+ * statics, each with its redzone. A __shared__ array in a __device__
+ * function outside an anonymous namespace would still have none (no
+ * kernel has one). One gap: an emulator's dynamic shared memory is one
+ * array of the largest size it allows (flash_emu, cores_emu): an overrun
+ * of a launch's smaller size stays inside it. */
 #ifndef ATTN_TESTS_EMU_H
 #define ATTN_TESTS_EMU_H
 
@@ -75,6 +80,11 @@
 #ifdef EMU_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
+
+/* A kernel of internal linkage, so that ASan pads its statics (above);
+ * unused, since an emulator runs only some of a header's kernels. */
+#undef __global__
+#define __global__ static __attribute__((unused))
 
 /* nvcc's built-in variables */
 inline uint3 threadIdx, blockIdx;

@@ -19,7 +19,9 @@
  *   deadlock and abort (each in a child process), rather than hang;
  * - atomicAdd and atomicMax add up across the blocks of a grid;
  * - under ASan (make SAN=1), a kernel's read past shared memory, and past
- *   a local array after two barriers, is reported (each in a child).
+ *   a local array after two barriers, is reported (each in a child); so
+ *   is a read past a templated kernel's static __shared__ array into the
+ *   next (COMDAT data but for emu.h's __global__).
  *
  * usage: emu_selftest; prints a line a case, then "N passed, M failed",
  * and exits 1 if any failed. */
@@ -34,6 +36,32 @@
 #include <vector>
 
 #include "emu.h"
+
+#ifdef EMU_ASAN
+/* A templated kernel with two __shared__ arrays, as reduce_emu maps
+ * reduce.cuh's: statics. Outside the anonymous namespace, so that only
+ * emu.h's __global__ keeps them from being COMDAT data without redzones.
+ * Each thread writes its float of each, then, after a barrier, reads one
+ * of the four past a's end. */
+#undef __shared__
+#define __shared__ static
+namespace selftest {
+/* `p` as a pointer the compiler cannot follow, so that UBSan's bounds
+ * checks leave an overrun through it to ASan. */
+__attribute__((noipa)) const float *escape(const float *p) {
+  return p;
+}
+template <int N> __global__ void pair_kernel(float *out) {
+  __shared__ float a[N];
+  __shared__ float b[N];
+  a[threadIdx.x] = 1.0f;
+  b[threadIdx.x] = 2.0f;
+  emu::block_sync();
+  out[threadIdx.x] = b[threadIdx.x] - escape(a)[N + threadIdx.x % 4];
+}
+} // namespace selftest
+#undef __shared__
+#endif
 
 namespace {
 
@@ -268,11 +296,7 @@ int case_reported(const char *name, const char *want, K kernel) {
 }
 
 #ifdef EMU_ASAN
-/* `p` as a pointer the compiler cannot follow, so that UBSan's bounds
- * checks leave an overrun through it to ASan. */
-__attribute__((noipa)) const float *escape(const float *p) {
-  return p;
-}
+using selftest::escape;
 #endif
 
 int case_atomics() {
@@ -349,6 +373,9 @@ int main(void) {
     const float *p = escape(loc);
     sh[threadIdx.x] = p[4 + threadIdx.x % 2];
   }));
+  run(case_reported("asan: a templated kernel's __shared__ array",
+                    "global-buffer-overflow",
+                    [] { selftest::pair_kernel<kThreads>(sh); }));
 #endif
   printf("%d passed, %d failed\n", cases - failed, failed);
   return failed ? 1 : 0;
