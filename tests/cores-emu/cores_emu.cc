@@ -22,7 +22,8 @@
  *
  * g++ compiles the kernels with this file's stand-ins for what only nvcc
  * has: __syncthreads, __shfl_xor_sync, __shfl_sync, the thread and block
- * indices, and the dynamic shared memory as a static array. A block's 256
+ * indices, and the dynamic shared memory as a static array (under ASan,
+ * a launch may touch only the bytes it asked for). A block's 256
  * threads run as fibers of tests/emu/emu.h, and the collectives meet at
  * its barriers (a warp's 32, the block's 256): a thread missing from one
  * is a deadlock that it reports, and a missing __syncthreads a read of a
@@ -83,8 +84,9 @@ inline float __shfl_sync(unsigned mask, float v, int src) {
 }
 namespace cores {
 namespace {
-/* the kernel's extern __shared__ array: its largest use, Dh = Dv = 256 */
-float cores_smem[32 * 257 + 32 * 256 + 8 * 256];
+/* the kernel's extern __shared__ array: its largest use, Dh = Dv = 256; a
+ * launch's own smem_bytes of it addressable (emu::dynamic_shared) */
+alignas(16) float cores_smem[32 * 257 + 32 * 256 + 8 * 256];
 } // namespace
 } // namespace cores
 } // namespace attn_cu
@@ -224,12 +226,20 @@ static int run(const problem &pb, uint64_t seed) {
         want_lse[(b * H + h) * Lq + i] = l > 0 ? m + log(l) : -INFINITY;
       }
 
-  /* flash_cores' grids */
-  emu::launch(dim3((unsigned)(Hkv * cores::row_blocks(a)), (unsigned)a.splits,
-                   (unsigned)B),
-              emu::kThreads, [&] { cores::flash_kernel<float>(a); });
+  /* flash_cores' grids, each with the dynamic shared memory that
+   * flash_cores.cu gives it: smem_bytes for flash_kernel, none for
+   * combine_kernel */
+  {
+    const emu::dynamic_shared smem(cores::cores_smem, sizeof cores::cores_smem,
+                                   cores::smem_bytes(Dh, Dv));
+    emu::launch(dim3((unsigned)(Hkv * cores::row_blocks(a)), (unsigned)a.splits,
+                     (unsigned)B),
+                emu::kThreads, [&] { cores::flash_kernel<float>(a); });
+  }
   if (a.splits > 1) {
     /* fewer blocks than rows: the combine's grid-stride loop runs too */
+    const emu::dynamic_shared none(cores::cores_smem, sizeof cores::cores_smem,
+                                   0);
     emu::launch(dim3((unsigned)((rows + 15) / 16), 1, 1), emu::kThreads,
                 [&] { cores::combine_kernel(a); });
   }

@@ -40,23 +40,28 @@
  * Under AddressSanitizer (make SAN=1) the runtime tells ASan of each
  * switch of stacks, and keeps the redzones of a fiber's suspended frames
  * (see jump): the heap, a kernel's locals and the emulators' shared
- * memory are checked as in any program. __global__ is `static` here, so
- * a kernel has internal linkage: GCC (and clang 14) give no redzone to a
- * static of a function of vague linkage, a template's or an inline one's
- * (COMDAT data: the linker keeps one copy, which may not be the padded
- * one), so the __shared__ arrays of a templated kernel (reduce.cuh's
- * reduce_kernel, which reduce_emu maps to statics) would overrun into
- * their neighbours unseen; a template of internal linkage has plain
- * statics, each with its redzone. A __shared__ array in a __device__
- * function outside an anonymous namespace would still have none (no
- * kernel has one). One gap: an emulator's dynamic shared memory is one
- * array of the largest size it allows (flash_emu, cores_emu): an overrun
- * of a launch's smaller size stays inside it. */
+ * memory are checked as in any program. Two things make the shared
+ * memory's bounds a launch's own:
+ * - __global__ is `static` here, so a kernel has internal linkage. GCC
+ *   (and clang 14) give no redzone to a static of a function of vague
+ *   linkage, a template's or an inline one's (COMDAT data: the linker
+ *   keeps one copy, which may not be the padded one), so the __shared__
+ *   arrays of a templated kernel (reduce.cuh's reduce_kernel, which
+ *   reduce_emu maps to statics) would overrun into their neighbours
+ *   unseen; a template of internal linkage has plain statics, each with
+ *   its redzone. A __shared__ array in a __device__ function outside an
+ *   anonymous namespace would still have none (no kernel has one).
+ * - An emulator keeps a kernel's dynamic shared memory as one array of
+ *   the most it allows (flash_emu, cores_emu); a dynamic_shared (below)
+ *   around a launch leaves only the launch's own bytes of it addressable.
+ * Without ASan neither changes what a kernel computes; dynamic_shared
+ * still checks that a launch's size fits its array. */
 #ifndef ATTN_TESTS_EMU_H
 #define ATTN_TESTS_EMU_H
 
 #include <cuda_runtime.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +83,7 @@
 #endif
 #endif
 #ifdef EMU_ASAN
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -362,6 +368,42 @@ void launch(dim3 grid, int threads, K &&kernel, B &&before_block) {
 template <class K> void launch(dim3 grid, int threads, K &&kernel) {
   launch(grid, threads, std::forward<K>(kernel), [] {});
 }
+
+/* A launch's dynamic shared memory, `bytes` of the `cap` an emulator's
+ * array at `base` holds: while this lives, the array's bytes past the
+ * launch's are poisoned under ASan, so that a kernel reading or writing
+ * past what its launch asked for (on a GPU, another block's or none) is
+ * reported at its line as a use-after-poison rather than passing. ASan
+ * keeps, for each 8 bytes, how many of the first of them are addressable,
+ * so a poisoned tail may begin anywhere among them: from an 8-aligned
+ * base the bound is exact to the byte whatever `bytes` is, and an overrun
+ * by a single byte is seen. A launch of more than the array
+ * aborts, with ASan or without. Not nested: one launch at a time. */
+class dynamic_shared {
+public:
+  dynamic_shared(void *base, size_t cap, size_t bytes)
+      : base_((char *)base), cap_(cap) {
+    if (bytes > cap || (uintptr_t)base % 8) {
+      fprintf(stderr, "emu: %zu bytes of dynamic shared memory, of %zu at %p\n",
+              bytes, cap, base);
+      abort();
+    }
+#ifdef EMU_ASAN
+    __asan_poison_memory_region(base_ + bytes, cap - bytes);
+#endif
+  }
+  ~dynamic_shared() {
+#ifdef EMU_ASAN
+    __asan_unpoison_memory_region(base_, cap_);
+#endif
+  }
+  dynamic_shared(const dynamic_shared &) = delete;
+  dynamic_shared &operator=(const dynamic_shared &) = delete;
+
+private:
+  char *base_;
+  size_t cap_;
+};
 
 } // namespace emu
 

@@ -21,7 +21,11 @@
  * - under ASan (make SAN=1), a kernel's read past shared memory, and past
  *   a local array after two barriers, is reported (each in a child); so
  *   is a read past a templated kernel's static __shared__ array into the
- *   next (COMDAT data but for emu.h's __global__).
+ *   next (COMDAT data but for emu.h's __global__), and a read one float
+ *   past a launch's dynamic shared memory, 4 bytes into an 8-byte granule
+ *   of the larger array that holds it, where a read of the launch's last
+ *   float is not, nor, once the launch is over, a write of all of the
+ *   array.
  *
  * usage: emu_selftest; prints a line a case, then "N passed, M failed",
  * and exits 1 if any failed. */
@@ -251,12 +255,12 @@ int case_shuffle() {
   return 0;
 }
 
-/* Runs `kernel` in a child process, which must end in failure with `want`
- * in its report (the runtime's of a deadlock, or ASan's). An alarm turns
- * a hang into a failure rather than a stuck run; a correct runtime
+/* Runs `launch` in a child process, which must end in failure with
+ * `want` in its report (the runtime's of a deadlock, or ASan's). An alarm
+ * turns a hang into a failure rather than a stuck run; a correct runtime
  * reports at once. */
-template <class K>
-int case_reported(const char *name, const char *want, K kernel) {
+template <class L>
+int case_reported_run(const char *name, const char *want, L launch) {
   int fd[2];
   if (pipe(fd) != 0) {
     perror("emu_selftest: pipe");
@@ -272,7 +276,7 @@ int case_reported(const char *name, const char *want, K kernel) {
     close(fd[0]);
     dup2(fd[1], 2);
     alarm(60);
-    emu::launch(dim3(1), kThreads, kernel);
+    launch();
     fprintf(stderr, "returned\n");
     _exit(0);
   }
@@ -295,8 +299,43 @@ int case_reported(const char *name, const char *want, K kernel) {
   return 0;
 }
 
+/* The same with `kernel` launched on one block of kThreads. */
+template <class K>
+int case_reported(const char *name, const char *want, K kernel) {
+  return case_reported_run(name, want,
+                           [&] { emu::launch(dim3(1), kThreads, kernel); });
+}
+
 #ifdef EMU_ASAN
 using selftest::escape;
+
+/* A launch's dynamic shared memory: an odd count of floats (1028 bytes,
+ * not a multiple of ASan's 8) of an array that holds four times that. */
+constexpr int kDynamic = kThreads + 1;
+alignas(16) float dyn[4 * kDynamic];
+
+/* Each thread writes its float of the launch's kDynamic and, after a
+ * barrier, reads the float `past` floats beyond the launch's last. */
+void dynamic_launch(int past) {
+  const emu::dynamic_shared own(dyn, sizeof dyn, kDynamic * sizeof(float));
+  emu::launch(dim3(1), kThreads, [past] {
+    dyn[threadIdx.x] = 1.0f;
+    if (threadIdx.x == 0)
+      dyn[kThreads] = 2.0f;
+    emu::block_sync();
+    const float *p = escape(dyn);
+    sh[threadIdx.x] = p[kDynamic - 1 + past];
+  });
+}
+
+/* The launch's last float read, then all of the array written once the
+ * launch is over: neither may be reported. */
+int case_dynamic_bounds() {
+  dynamic_launch(0);
+  memset(dyn, 0, sizeof dyn);
+  printf("ok asan: a launch's own dynamic shared memory, all of it\n");
+  return 0;
+}
 #endif
 
 int case_atomics() {
@@ -376,6 +415,9 @@ int main(void) {
   run(case_reported("asan: a templated kernel's __shared__ array",
                     "global-buffer-overflow",
                     [] { selftest::pair_kernel<kThreads>(sh); }));
+  run(case_dynamic_bounds());
+  run(case_reported_run("asan: past a launch's dynamic shared memory",
+                        "use-after-poison", [] { dynamic_launch(1); }));
 #endif
   printf("%d passed, %d failed\n", cases - failed, failed);
   return failed ? 1 : 0;

@@ -18,9 +18,11 @@
  * __syncthreads a read of a value not yet written. A group of cp.async copies
  * lands at random either at its commit or at its wait, so that reading a buffer
  * before the wait, or refilling one that another warp still reads, shows;
- * shared memory starts as NaNs; copies must read inside Q, K and V and
- * be 16-byte aligned. What it cannot show: timing, bank conflicts,
- * register spills, and whatever nvcc compiles differently from g++.
+ * shared memory starts as NaNs; copies must read inside Q, K and V,
+ * land inside the launch's shared memory (smem_layout's bytes, not all
+ * of the array that holds the largest; under ASan any access past them
+ * is reported) and be 16-byte aligned. What it cannot show: timing, bank
+ * conflicts, register spills, and whatever nvcc compiles differently from g++.
  *
  * Bugs planted in the kernel while writing it, each caught here: the P
  * fragment's registers 1 and 2 swapped; K's or V's ldmatrix row address
@@ -95,9 +97,10 @@ void wsync() {
   warp_sync();
 }
 
+size_t launch_smem = kSmem; // the running launch's dynamic shared memory
 bool in_smem(const void *p, size_t n) {
   const unsigned char *c = (const unsigned char *)p;
-  return c >= smem && c + n <= smem + kSmem;
+  return c >= smem && c + n <= smem + launch_smem;
 }
 uint16_t ld16(const unsigned char *p) {
   uint16_t x;
@@ -141,7 +144,7 @@ namespace attn_cu {
 using namespace emu;
 inline void cp_async16(void *dst, const void *src, bool full) {
   if (!in_smem(dst, 16) || (uintptr_t)dst % 16)
-    fail("cp.async: dst not 16-aligned shared memory");
+    fail("cp.async: dst not 16-aligned in the launch's shared memory");
   if ((uintptr_t)src % 16)
     fail("cp.async: src not 16-aligned");
   if (full) {
@@ -173,7 +176,7 @@ template <int N> inline void cp_async_wait() {
 // ldmatrix .x4 (.trans): lane 8m + r gives row r of matrix m
 inline void ldsm(uint32_t r[4], const void *row, bool trans) {
   if (!in_smem(row, 16) || (uintptr_t)row % 16)
-    fail("ldmatrix: row not 16-aligned shared memory");
+    fail("ldmatrix: row not 16-aligned in the launch's shared memory");
   slot[warp()][lane()][0] = (uint64_t)(uintptr_t)row;
   wsync();
   const int l = lane();
@@ -327,12 +330,16 @@ template <class P> void launch(const attn_cu::args &a) {
   using namespace emu;
   using attn_cu::v3::kRows, attn_cu::v3::kThreads, attn_cu::v3::kWarps;
   static_assert(kWarps <= kMaxWarps, "more warps than slots");
+  /* the dynamic shared memory that flash_mma.cu's launch asks for */
+  constexpr size_t kBytes = attn_cu::v3::smem_layout<P>::kBytes;
+  const dynamic_shared own(smem, kSmem, kBytes);
+  launch_smem = kBytes;
   emu::launch(
       dim3((unsigned)((a.Lq + kRows - 1) / kRows), (unsigned)a.H,
            (unsigned)a.B),
       kThreads, [&] { attn_cu::v3::flash_v3_kernel<P>(a); },
       [] {
-        memset(smem, 0xff, kSmem); // NaN-ish garbage
+        memset(smem, 0xff, kBytes); // NaN-ish garbage
         for (int t = 0; t < kThreads; t++) {
           open_groups[t].clear();
           pendings[t].clear();
