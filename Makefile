@@ -299,7 +299,8 @@ endif
 
 # The emulators' runtime (tests/emu/emu.h) checked by small kernels of its
 # own (tests/emu/emu_selftest.cc): a missing barrier, a race either way, a
-# shuffle, a deadlock and the atomics. In `check` and cuda-check with CUDA=1.
+# shuffle, a deadlock and the atomics, and under ASan overruns of shared
+# memory. In `check` and cuda-check with CUDA=1.
 .PHONY: emu-selftest
 emu-selftest: $(BUILD)/tests/emu_selftest
 	./$(BUILD)/tests/emu_selftest
