@@ -1,28 +1,37 @@
 /* tests/fuzz/fuzz_layer.c: a layer directory's load (server/model/layers.h
  * attnd_layers_load, with layer_source.c and layer_params.c): config.json,
- * the safetensors header's __metadata__ and the tensors' names, dtypes and
- * shapes, resolved into resident layers.
+ * the safetensors headers' __metadata__ and the tensors' names, dtypes and
+ * shapes, the shard index, resolved into resident layers.
  *
  * Input: config.json's text up to the first NUL (empty: the directory has
- * no config.json); the safetensors header's JSON up to the second NUL;
- * model.safetensors.index.json's text up to the third (empty: none); the
- * bytes after it, repeated to fill the data the header's data_offsets ask
- * for (zeros when there are none), so that mutations of the header keep a
- * consistent file whose values the fuzzer still chooses; and a header that
- * is JSON gets its data_offsets from its tensors' dtypes and shapes, laid
- * end to end, so that a mutated shape keeps it consistent too. The files are
- * rewritten at each input in one directory under /dev/shm (the loader's
- * only entry is a path), and the directory is loaded.
+ * no config.json); the safetensors headers' JSON up to the second NUL, one
+ * a shard, separated by form feeds (which JSON never needs), at most
+ * MAX_SHARDS of them: model.safetensors, then model-00002.safetensors and
+ * on; model.safetensors.index.json's text up to the third (empty: none);
+ * the bytes after it, repeated to fill the data the headers' data_offsets
+ * ask for (zeros when there are none), so that mutations of a header keep
+ * a consistent file whose values the fuzzer still chooses; and a header
+ * that is JSON gets its data_offsets from its tensors' dtypes and shapes,
+ * laid end to end, so that a mutated shape keeps it consistent too. The
+ * files are rewritten at each input in one directory under /dev/shm (the
+ * loader's only entry is a path), and the directory is loaded. The
+ * directory is named by the process's pid and start time, so that a run
+ * removes those that a killed or crashed run left (stale_dirs).
  *
  * Checked: no crash, no leak; a failure leaves a message and no set; a
  * success gives layers in strict name order, each found by its name, whose
  * parameters are what layers.h and layer_build.h promise: head counts and
  * sizes positive, Hkv dividing H, the query and output weights' shapes in
- * the file equal to H·Dh by E and Eo by H·Dv (as the convention stores
- * them), the bytes held equal to the sizes the parameters give, every
- * value finite, rope either all zero or with theta > 1, an even rope_dims
- * in 2 .. Dh and finite scaling of its type's ranges, norm_eps in [0, 1],
- * a window >= 0. */
+ * the files equal to H·Dh by E and Eo by H·Dv (as the convention stores
+ * them), the layer's file the shard that holds its query weight, the bytes
+ * held equal to the sizes the parameters give, every value finite, rope
+ * either all zero or with theta > 1, an even rope_dims in 2 .. Dh and
+ * finite scaling of its type's ranges, norm_eps in [0, 1], a window >= 0;
+ * and of the files, that no tensor is in two shards and that each tensor
+ * the index names is in the shard it names (a plain file name of the
+ * directory, not a path). */
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
@@ -40,24 +49,104 @@
 /* Past this, the data are not written in full (the file is then refused
  * for its size), so that a header cannot ask for gigabytes. */
 #define MAX_DATA ((size_t)1 << 22)
+#define MAX_SHARDS 4
+#define SHM "/dev/shm"
+#define PREFIX "attnd-fuzz-layer-"
 
-static char dir[96], config_path[128], st_path[128], index_path[128];
+static char dir[96], config_path[128], index_path[128];
+static char shard_path[MAX_SHARDS][128];
 static int verbose; /* FUZZ_LAYER_VERBOSE=1: each input's outcome */
 
+/* The start time of process pid (field 22 of /proc/pid/stat, in clock
+ * ticks since boot), or 0 when there is no such process or it has exited
+ * (a zombie, not yet reaped, holds its pid). With the pid it names one
+ * process for good: a pid is reused, a pid and start time are not. */
+static unsigned long long start_time(long pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  int fd = open(path, O_RDONLY);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  /* the command's name, field 2, is in parentheses and may hold spaces */
+  char *p = strrchr(buf, ')');
+  char state;
+  unsigned long long t = 0;
+  if (!p ||
+      sscanf(p + 1,
+             " %c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u "
+             "%*u %*d %*d %*d %*d %*d %*d %llu",
+             &state, &t) != 2 ||
+      state == 'Z' || state == 'X')
+    return 0;
+  return t;
+}
+
+/* Removes directory name of `parent` (a descriptor) and the files in it,
+ * without following links. */
+static void remove_tree(int parent, const char *name) {
+  int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    if (fd >= 0)
+      close(fd);
+    return;
+  }
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, ".."))
+      unlinkat(fd, de->d_name, 0);
+  closedir(d);
+  unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+/* Removes the directories of this harness that a run no longer alive left
+ * under /dev/shm: a crash (libFuzzer exits without atexit) or a kill -9
+ * leaves its directory, and tmpfs holds it until the next boot. Only those
+ * of this user, named PREFIX<pid>-<start time>, whose pid is not that
+ * process (gone, or reused by another). */
+static void stale_dirs(void) {
+  DIR *d = opendir(SHM);
+  if (!d)
+    return;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    long pid;
+    unsigned long long t;
+    int end = 0;
+    struct stat st;
+    if (strncmp(de->d_name, PREFIX, strlen(PREFIX)) != 0 ||
+        sscanf(de->d_name + strlen(PREFIX), "%ld-%llu%n", &pid, &t, &end) !=
+            2 ||
+        de->d_name[strlen(PREFIX) + (size_t)end] != '\0' ||
+        fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        !S_ISDIR(st.st_mode) || st.st_uid != getuid() || start_time(pid) == t)
+      continue;
+    remove_tree(dirfd(d), de->d_name);
+  }
+  closedir(d);
+}
+
 static void remove_dir(void) {
-  unlink(config_path);
-  unlink(st_path);
-  unlink(index_path);
-  rmdir(dir);
+  remove_tree(AT_FDCWD, dir);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
-  snprintf(dir, sizeof dir, "/dev/shm/attnd-fuzz-layer-%d", (int)getpid());
+  stale_dirs();
+  long pid = (long)getpid();
+  snprintf(dir, sizeof dir, SHM "/" PREFIX "%ld-%llu", pid, start_time(pid));
   snprintf(config_path, sizeof config_path, "%s/config.json", dir);
-  snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
   snprintf(index_path, sizeof index_path, "%s/model.safetensors.index.json",
            dir);
+  snprintf(shard_path[0], sizeof shard_path[0], "%s/model.safetensors", dir);
+  for (int i = 1; i < MAX_SHARDS; i++)
+    snprintf(shard_path[i], sizeof shard_path[i], "%s/model-%05d.safetensors",
+             dir, i + 1);
   FUZZ_CHECK(mkdir(dir, 0700) == 0, "cannot make %s", dir);
   atexit(remove_dir);
   verbose = getenv("FUZZ_LAYER_VERBOSE") != NULL;
@@ -138,9 +227,11 @@ static char *laid_out(const uint8_t *h, size_t hn) {
   return text;
 }
 
-/* The file's bytes in a new buffer: length, header, data. */
+/* The file's bytes in a new buffer: length, header, data; the data are
+ * the input's tail d from byte *at on, and *at moves past them, so that
+ * each shard has values of its own. */
 static uint8_t *file_of(const uint8_t *h0, size_t hn, const uint8_t *d,
-                        size_t dn, size_t *len) {
+                        size_t dn, size_t *at, size_t *len) {
   char *text = laid_out(h0, hn);
   const uint8_t *h = text ? (const uint8_t *)text : h0;
   hn = text ? strlen(text) : hn;
@@ -152,7 +243,8 @@ static uint8_t *file_of(const uint8_t *h0, size_t hn, const uint8_t *d,
     b[i] = (uint8_t)((uint64_t)hn >> (8 * i));
   memcpy(b + 8, h, hn);
   for (size_t i = 0; i < want; i++)
-    b[8 + hn + i] = dn ? d[i % dn] : 0;
+    b[8 + hn + i] = dn ? d[(*at + i) % dn] : 0;
+  *at = dn ? (*at + want) % dn : 0;
   free(text);
   return b;
 }
@@ -168,12 +260,32 @@ static void check_values(const attnd_layer_t *l, const char *what,
                (long long)i);
 }
 
-/* The stored tensor named name + suffix, or NULL. */
-static const attnd_st_tensor_t *tensor(const attnd_st_file_t *f,
-                                       const char *name, const char *suffix) {
+/* The shards written for an input, each parsed (what loaded parsed). */
+typedef struct {
+  size_t n;
+  uint8_t *bytes[MAX_SHARDS];
+  size_t len[MAX_SHARDS];
+  attnd_st_file_t f[MAX_SHARDS];
+} shards_t;
+
+/* The tensor named name + suffix in any shard, or NULL. */
+static const attnd_st_tensor_t *tensor(const shards_t *sh, const char *name,
+                                       const char *suffix) {
   char full[1024];
   snprintf(full, sizeof full, "%s%s", name, suffix);
-  return attnd_st_find(f, full);
+  const attnd_st_tensor_t *t = NULL;
+  for (size_t i = 0; !t && i < sh->n; i++)
+    t = attnd_st_find(&sh->f[i], full);
+  return t;
+}
+
+/* The shard whose table holds t. */
+static size_t shard_of(const shards_t *sh, const attnd_st_tensor_t *t) {
+  size_t i = 0;
+  while (i + 1 < sh->n &&
+         !(t >= sh->f[i].tensors && t < sh->f[i].tensors + sh->f[i].n))
+    i++;
+  return i;
 }
 
 static int has_shape(const attnd_st_tensor_t *t, int64_t rows, int64_t cols) {
@@ -182,7 +294,7 @@ static int has_shape(const attnd_st_tensor_t *t, int64_t rows, int64_t cols) {
 
 /* The query and output weights in the file have the shapes l's parameters
  * give, as its convention names and stores them. */
-static void check_shapes(const attnd_layer_t *l, const attnd_st_file_t *f) {
+static void check_shapes(const attnd_layer_t *l, const shards_t *f) {
   int64_t qo = l->H * l->Dh, oi = l->H * l->Dv;
   const attnd_st_tensor_t *q = NULL, *o = NULL;
   int ok = 0;
@@ -234,6 +346,9 @@ static void check_shapes(const attnd_layer_t *l, const attnd_st_file_t *f) {
   FUZZ_CHECK(strcmp(l->file_dtype, attnd_st_dtype_name(q->dtype)) == 0,
              "'%s': file_dtype %s, the query weight is %s", l->name,
              l->file_dtype, attnd_st_dtype_name(q->dtype));
+  FUZZ_CHECK(strcmp(l->file, shard_path[shard_of(f, q)]) == 0,
+             "'%s' is of %s, its query weight in %s", l->name, l->file,
+             shard_path[shard_of(f, q)]);
 }
 
 static void check_rope(const attnd_layer_t *l) {
@@ -268,9 +383,8 @@ static void check_rope(const attnd_layer_t *l) {
                r->high_freq_factor, r->original_max_position);
 }
 
-static void check_layer(const attnd_layer_t *l, const attnd_st_file_t *f) {
-  FUZZ_CHECK(l->name && l->name[0] && l->file && strcmp(l->file, st_path) == 0,
-             "a layer without a name, or of another file");
+static void check_layer(const attnd_layer_t *l, const shards_t *f) {
+  FUZZ_CHECK(l->name && l->name[0] && l->file, "a layer without a name");
   FUZZ_CHECK(l->H >= 1 && l->Hkv >= 1 && l->H % l->Hkv == 0 && l->Dh >= 1 &&
                  l->Dv >= 1 && l->E >= 1 && l->Ek >= 1 && l->Ev >= 1 &&
                  l->Eo >= 1,
@@ -330,6 +444,35 @@ static void text_or_none(const char *path, const uint8_t *text, size_t n) {
     unlink(path);
 }
 
+/* Of a loaded directory's files: no tensor is in two shards, and each
+ * tensor the index (x, xn bytes; none when empty) names is in the shard
+ * it names, by its plain file name. */
+static void check_files(const shards_t *sh, const uint8_t *x, size_t xn) {
+  for (size_t i = 0; i < sh->n; i++)
+    for (size_t k = 0; k < sh->f[i].n; k++) {
+      const char *name = sh->f[i].tensors[k].name;
+      for (size_t j = i + 1; j < sh->n; j++)
+        FUZZ_CHECK(!attnd_st_find(&sh->f[j], name), "'%s' is in both %s and %s",
+                   name, shard_path[i], shard_path[j]);
+    }
+  if (!xn)
+    return;
+  json_t *idx = json_loadb((const char *)x, xn, JSON_REJECT_DUPLICATES, NULL);
+  json_t *map = json_object_get(idx, "weight_map");
+  FUZZ_CHECK(json_is_object(map), "loaded with an index without weight_map");
+  const char *name;
+  json_t *v;
+  json_object_foreach(map, name, v) {
+    const char *file = json_string_value(v);
+    const attnd_st_tensor_t *t = tensor(sh, name, "");
+    const char *in = t ? strrchr(shard_path[shard_of(sh, t)], '/') + 1 : NULL;
+    FUZZ_CHECK(file && in && strcmp(file, in) == 0,
+               "the index puts '%s' in '%s', but it is in %s", name,
+               file ? file : "(not a string)", in ? in : "no shard");
+  }
+  json_decref(idx);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const uint8_t *end = data + size, *p = data;
   const uint8_t *c = p;
@@ -342,45 +485,66 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   text_or_none(config_path, c, cn);
   text_or_none(index_path, x, xn);
-  size_t len;
-  uint8_t *file = file_of(h, hn, d, (size_t)(end - d), &len);
-  write_file(st_path, file, len, NULL, 0);
+  /* the shards' headers, split at form feeds (the last keeps any more) */
+  shards_t sh = {0};
+  size_t at = 0;
+  for (const uint8_t *hend = h + hn; sh.n < MAX_SHARDS; sh.n++) {
+    const uint8_t *ff =
+        sh.n + 1 < MAX_SHARDS ? memchr(h, '\f', (size_t)(hend - h)) : NULL;
+    const uint8_t *stop = ff ? ff : hend;
+    sh.bytes[sh.n] = file_of(h, (size_t)(stop - h), d, (size_t)(end - d), &at,
+                             &sh.len[sh.n]);
+    write_file(shard_path[sh.n], sh.bytes[sh.n], sh.len[sh.n], NULL, 0);
+    if (!ff) {
+      sh.n++;
+      break;
+    }
+    h = ff + 1;
+  }
+  for (size_t i = sh.n; i < MAX_SHARDS; i++)
+    unlink(shard_path[i]); /* an earlier input's */
 
   attnd_layer_set_t *set = (attnd_layer_set_t *)1;
   char msg[1024];
   memset(msg, 0x5a, sizeof msg);
   int rc = attnd_layers_load(dir, &set, msg, sizeof msg);
   if (verbose)
-    dprintf(fuzz_report_fd, "%s\n", rc ? msg : "loaded");
+    dprintf(fuzz_report_fd, "%zu shard%s: %s\n", sh.n, sh.n > 1 ? "s" : "",
+            rc ? msg : "loaded");
   if (rc != 0) {
     FUZZ_CHECK(set == NULL, "a failure leaves a set");
     FUZZ_CHECK(memchr(msg, '\0', sizeof msg) != NULL && msg[0] != '\0',
                "a failure without a message");
-    free(file);
-    return 0;
+  } else {
+    /* what loaded parsed, so the harness reads the same headers */
+    for (size_t i = 0; i < sh.n; i++) {
+      char st_msg[256];
+      FUZZ_CHECK(attnd_st_parse(sh.bytes[i], sh.len[i], &sh.f[i], st_msg,
+                                sizeof st_msg) == 0,
+                 "a loaded file, %s, does not parse: %s", shard_path[i],
+                 st_msg);
+    }
+    check_files(&sh, x, xn);
+    size_t n = attnd_layer_set_count(set), bytes = 0;
+    FUZZ_CHECK(n >= 1, "a set loaded from a directory is empty");
+    for (size_t i = 0; i < n; i++) {
+      const attnd_layer_t *l = attnd_layer_set_get(set, i);
+      FUZZ_CHECK(i == 0 ||
+                     strcmp(attnd_layer_set_get(set, i - 1)->name, l->name) < 0,
+                 "layers out of order at '%s'", l->name);
+      FUZZ_CHECK(attnd_layer_set_find(set, l->name) == l,
+                 "'%s' not found by name", l->name);
+      check_layer(l, &sh);
+      bytes += l->bytes;
+    }
+    FUZZ_CHECK(attnd_layer_set_bytes(set) == bytes,
+               "the set holds %zu bytes, its layers %zu",
+               attnd_layer_set_bytes(set), bytes);
+    for (size_t i = 0; i < sh.n; i++)
+      attnd_st_free(&sh.f[i]);
+    attnd_layer_set_unref(set);
   }
-  /* what loaded parsed, so the harness reads the same header */
-  attnd_st_file_t f;
-  char st_msg[256];
-  FUZZ_CHECK(attnd_st_parse(file, len, &f, st_msg, sizeof st_msg) == 0,
-             "a loaded file does not parse: %s", st_msg);
-  size_t n = attnd_layer_set_count(set), bytes = 0;
-  FUZZ_CHECK(n >= 1, "a set loaded from a directory is empty");
-  for (size_t i = 0; i < n; i++) {
-    const attnd_layer_t *l = attnd_layer_set_get(set, i);
-    FUZZ_CHECK(i == 0 ||
-                   strcmp(attnd_layer_set_get(set, i - 1)->name, l->name) < 0,
-               "layers out of order at '%s'", l->name);
-    FUZZ_CHECK(attnd_layer_set_find(set, l->name) == l,
-               "'%s' not found by name", l->name);
-    check_layer(l, &f);
-    bytes += l->bytes;
-  }
-  FUZZ_CHECK(attnd_layer_set_bytes(set) == bytes,
-             "the set holds %zu bytes, its layers %zu",
-             attnd_layer_set_bytes(set), bytes);
-  attnd_st_free(&f);
-  attnd_layer_set_unref(set);
-  free(file);
+  for (size_t i = 0; i < sh.n; i++)
+    free(sh.bytes[i]);
   return 0;
 }
