@@ -1579,6 +1579,12 @@ START_TEST(test_refuse_index) {
   /* a tensor in another file than the index says */
   write_file(b, at("d/%s", names[1]));
   attnd_layer_set_unref(load(at("d")));
+  /* a shard the index does not name is the directory's all the same */
+  ck_assert_int_eq(lf_write_index(index, shards, names, 1), 0);
+  attnd_layer_set_t *set = load(at("d"));
+  ck_assert_uint_eq(attnd_layer_set_count(set), 2);
+  ck_assert_str_eq(attnd_layer_set_get(set, 1)->file, at("d/%s", names[1]));
+  attnd_layer_set_unref(set);
   static const char *const swapped[] = {names[1], names[0]};
   ck_assert_int_eq(lf_write_index(index, shards, swapped, 2), 0);
   REFUSED(at("d"), index, ": weight_map puts tensor 'model.layers.0.",
@@ -1588,6 +1594,15 @@ START_TEST(test_refuse_index) {
                  "\"model-00001-of-00002.safetensors\"}}");
   REFUSED(at("d"), "weight_map puts tensor 'lm_head.weight' in "
                    "'model-00001-of-00002.safetensors', but no file holds it");
+  /* the index names files of the directory, not paths: one through '..'
+   * is refused although the shard it reaches is there */
+  text_at(index,
+          "{\"weight_map\": {\"model.layers.0.self_attn.q_proj.weight\": "
+          "\"../d/model-00001-of-00002.safetensors\"}}");
+  REFUSED(at("d"), index,
+          ": weight_map puts tensor 'model.layers.0.self_attn.q_proj.weight' "
+          "in '../d/model-00001-of-00002.safetensors', which is not in ",
+          at("d"));
   text_at(index, "{\"metadata\": {}}");
   REFUSED(at("d"), index, ": no \"weight_map\" object");
   text_at(index, "{\"weight_map\": {\"x\": 3}}");
