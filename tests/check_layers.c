@@ -818,6 +818,35 @@ START_TEST(test_sharded) {
 }
 END_TEST
 
+/* A layer across shards, with no config.json, takes its head count from
+ * the __metadata__ of the shard that holds its query weight (the second
+ * file by name here), not from another shard's. */
+START_TEST(test_sharded_meta) {
+  mkdir_at(at("mha"));
+  lf_shape_t s = {.E = 16, .H = 2};
+  lf_file_t *a = lf_file_new(), *b = lf_file_new();
+  lf_weights_t w;
+  add_layer(b, LF_TORCH_MHA, ATTND_ST_F32, "attn.", &s, 5, &w);
+  ck_assert_int_eq(lf_move(b, a, "attn.out_proj.weight"), 0);
+  ck_assert_int_eq(lf_meta(a, "num_heads", "4"), 0);
+  ck_assert_int_eq(lf_meta(b, "num_heads", "2"), 0);
+  write_file(a, at("mha/model-00001-of-00002.safetensors"));
+  write_file(b, at("mha/model-00002-of-00002.safetensors"));
+  lf_file_free(a);
+  lf_file_free(b);
+
+  attnd_layer_set_t *set = load(at("mha"));
+  ck_assert_uint_eq(attnd_layer_set_count(set), 1);
+  const attnd_layer_t *l = attnd_layer_set_get(set, 0);
+  ck_assert_str_eq(l->file, at("mha/model-00002-of-00002.safetensors"));
+  ck_assert_int_eq(l->H, 2);
+  ck_assert_int_eq(l->Dh, 8);
+  check_weights(l, &w);
+  attnd_layer_set_unref(set);
+  lf_weights_free(&w);
+}
+END_TEST
+
 /* A list of three paths, spaces around the commas and empty items: one
  * sorted set; find and get at the edges. */
 START_TEST(test_paths) {
@@ -1749,6 +1778,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_metadata_words);
   tcase_add_test(tc, test_metadata_window);
   tcase_add_test(tc, test_sharded);
+  tcase_add_test(tc, test_sharded_meta);
   tcase_add_test(tc, test_paths);
   tcase_add_test(tc, test_unnamed_torch);
   tcase_add_test(tc, test_empty_list);
