@@ -23,7 +23,8 @@
  * parameters are what layers.h and layer_build.h promise: head counts and
  * sizes positive, Hkv dividing H, the query and output weights' shapes in
  * the files equal to H·Dh by E and Eo by H·Dv (as the convention stores
- * them), the layer's file the shard that holds its query weight, the bytes
+ * them), the layer's file the shard that holds its query weight (and,
+ * where config.json gives no head count, H that shard's num_heads), the bytes
  * held equal to the sizes the parameters give, every value finite, rope
  * either all zero or with theta > 1, an even rope_dims in 2 .. Dh and
  * finite scaling of its type's ranges, norm_eps in [0, 1], a window >= 0;
@@ -292,9 +293,11 @@ static int has_shape(const attnd_st_tensor_t *t, int64_t rows, int64_t cols) {
   return t && t->rank == 2 && t->shape[0] == rows && t->shape[1] == cols;
 }
 
-/* The query and output weights in the file have the shapes l's parameters
- * give, as its convention names and stores them. */
-static void check_shapes(const attnd_layer_t *l, const shards_t *f) {
+/* The query and output weights in the files have the shapes l's
+ * parameters give, as its convention names and stores them. Returns the
+ * query weight. */
+static const attnd_st_tensor_t *check_shapes(const attnd_layer_t *l,
+                                             const shards_t *f) {
   int64_t qo = l->H * l->Dh, oi = l->H * l->Dv;
   const attnd_st_tensor_t *q = NULL, *o = NULL;
   int ok = 0;
@@ -349,6 +352,23 @@ static void check_shapes(const attnd_layer_t *l, const shards_t *f) {
   FUZZ_CHECK(strcmp(l->file, shard_path[shard_of(f, q)]) == 0,
              "'%s' is of %s, its query weight in %s", l->name, l->file,
              shard_path[shard_of(f, q)]);
+  return q;
+}
+
+/* Where config.json (config, or NULL) gives no head count, H is the
+ * num_heads of the __metadata__ of the shard that holds the query weight
+ * q, when it has one (layer_params.c's order), not another shard's. */
+static void check_heads(const attnd_layer_t *l, const shards_t *f,
+                        const attnd_st_tensor_t *q, const json_t *config) {
+  const char *heads = attnd_st_meta(&f->f[shard_of(f, q)], "num_heads");
+  json_t *h1 = json_object_get(config, "num_attention_heads"),
+         *h2 = json_object_get(config, "n_head");
+  if (!heads || (h1 && !json_is_null(h1)) || (h2 && !json_is_null(h2)))
+    return;
+  FUZZ_CHECK(l->H == strtoll(heads, NULL, 10),
+             "'%s': H %lld, but num_heads '%s' in %s, its query weight's "
+             "shard",
+             l->name, (long long)l->H, heads, shard_path[shard_of(f, q)]);
 }
 
 static void check_rope(const attnd_layer_t *l) {
@@ -383,7 +403,8 @@ static void check_rope(const attnd_layer_t *l) {
                r->high_freq_factor, r->original_max_position);
 }
 
-static void check_layer(const attnd_layer_t *l, const shards_t *f) {
+static void check_layer(const attnd_layer_t *l, const shards_t *f,
+                        const json_t *config) {
   FUZZ_CHECK(l->name && l->name[0] && l->file, "a layer without a name");
   FUZZ_CHECK(l->H >= 1 && l->Hkv >= 1 && l->H % l->Hkv == 0 && l->Dh >= 1 &&
                  l->Dv >= 1 && l->E >= 1 && l->Ek >= 1 && l->Ev >= 1 &&
@@ -393,7 +414,7 @@ static void check_layer(const attnd_layer_t *l, const shards_t *f) {
              (long long)l->Dv, (long long)l->E, (long long)l->Eo);
   FUZZ_CHECK(l->q_weight && l->k_weight && l->v_weight && l->o_weight,
              "'%s': a weight is missing", l->name);
-  check_shapes(l, f);
+  check_heads(l, f, check_shapes(l, f), config);
   int64_t qo = l->H * l->Dh, ko = l->Hkv * l->Dh, vo = l->Hkv * l->Dv;
   struct {
     const char *what;
@@ -525,6 +546,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                  st_msg);
     }
     check_files(&sh, x, xn);
+    json_t *config =
+        json_loadb((const char *)c, cn, JSON_REJECT_DUPLICATES, NULL);
     size_t n = attnd_layer_set_count(set), bytes = 0;
     FUZZ_CHECK(n >= 1, "a set loaded from a directory is empty");
     for (size_t i = 0; i < n; i++) {
@@ -534,12 +557,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                  "layers out of order at '%s'", l->name);
       FUZZ_CHECK(attnd_layer_set_find(set, l->name) == l,
                  "'%s' not found by name", l->name);
-      check_layer(l, &sh);
+      check_layer(l, &sh, config);
       bytes += l->bytes;
     }
     FUZZ_CHECK(attnd_layer_set_bytes(set) == bytes,
                "the set holds %zu bytes, its layers %zu",
                attnd_layer_set_bytes(set), bytes);
+    json_decref(config);
     for (size_t i = 0; i < sh.n; i++)
       attnd_st_free(&sh.f[i]);
     attnd_layer_set_unref(set);
