@@ -5,6 +5,9 @@
 #   make asan    every test under AddressSanitizer + UBSan (build/asan/)
 #   make tsan    the suites that start attnd, under ThreadSanitizer
 #                (build/tsan/; a developer's tool, in neither test nor CI)
+#   make tsan-core  the core's suites at several thread counts under
+#                ThreadSanitizer, its OpenMP team seen through LLVM's libomp
+#                and Archer (build/tsan-core/; a developer's tool, as tsan)
 #   make openapi-check  lint docs/openapi.json, run the integration suites
 #                and validate every reply they got against it
 #   make ui-test the page at / in Debian's chromium (tests/ui/)
@@ -44,10 +47,19 @@ OPENMP := -fopenmp
 # call each stage of a request a race with the one before. Without a team
 # the core runs a request's stages on its worker alone (the same tasks, in
 # order: the same results), and TSan sees the server's own threads, which
-# are what it is for here.
+# are what it is for here; SAN=thread-omp below is for the team.
 # (The other omp pragmas, ignored, are not worth a warning there.)
 ifeq ($(SAN),thread)
   OPENMP := -fopenmp-simd -Wno-unknown-pragmas
+endif
+# SAN=thread-omp: TSan with the core's team, run by LLVM's OpenMP runtime
+# (libomp, which has the GOMP_ entry points gcc's code calls) in place of
+# libgomp, and with Archer, the OMPT tool that tells TSan of that runtime's
+# barriers and handoffs (`make tsan-core` sets OMP_TOOL_LIBRARIES).
+LLVM_LIBDIR ?= /usr/lib/llvm-14/lib
+OPENMP_LIBS = $(OPENMP)
+ifeq ($(SAN),thread-omp)
+  OPENMP_LIBS = -L$(LLVM_LIBDIR) -Wl,-rpath,$(LLVM_LIBDIR) -lomp
 endif
 CFLAGS_COMMON = -std=c11 $(OPT) -g -Wall -Wextra -Werror -Wshadow \
   -Wstrict-prototypes -Wmissing-prototypes -D_GNU_SOURCE -MMD -MP \
@@ -57,14 +69,14 @@ ifeq ($(SAN),1)
     -fno-omit-frame-pointer
   LDFLAGS_SAN := -fsanitize=address,undefined
 endif
-ifeq ($(SAN),thread)
+ifneq ($(filter thread thread-omp,$(SAN)),)
   CFLAGS_COMMON += -fsanitize=thread -fno-omit-frame-pointer
   LDFLAGS_SAN := -fsanitize=thread
 endif
 
 # '=' so that pkg-config runs when a recipe needs it, after deps are in.
 CFLAGS_CORE = $(CFLAGS_COMMON) $(shell pkg-config --cflags $(PKG_CORE))
-LIBS_CORE = $(shell pkg-config --libs $(PKG_CORE)) $(LIBS_CUDA) -lm $(OPENMP)
+LIBS_CORE = $(shell pkg-config --libs $(PKG_CORE)) $(LIBS_CUDA) -lm $(OPENMP_LIBS)
 # The codec library (codec/) is named from the top ("codec/buf.h"); the
 # server's rooms from server/ ("http/auth.h", "sched/request.h").
 CFLAGS_CODEC = $(CFLAGS_CORE) -iquote . $(shell pkg-config --cflags zlib)
@@ -468,7 +480,8 @@ asan: deps
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 OPT=-O1 check
 
 # ThreadSanitizer over the suites that start attnd, in build/tsan/ (SAN=
-# thread: its core has no OpenMP team, see OPENMP above). A developer's
+# thread: its core has no OpenMP team, see OPENMP above; `make tsan-core`
+# is for the team). A developer's
 # tool: in neither `test`, `asan` nor CI, which have no time for it. The
 # servers' reports go to files, $(TSAN_LOGS)/log.<pid>, since the suites
 # read their stderr; it fails when there is one. Suites whose bounds are
@@ -486,6 +499,38 @@ tsan-check: $(SERVER_TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load \
 	  sh tools/run-tests.sh $(SERVER_TEST_BIN) || true
 	@n=$$(cat $(TSAN_LOGS)/log.* 2>/dev/null | grep -c '^WARNING: ThreadSanitizer'); \
 	  echo "tsan: $$n reports in $(TSAN_LOGS)"; [ "$$n" = 0 ]
+
+# ThreadSanitizer over the core's OpenMP team, in build/tsan-core/ (SAN=
+# thread-omp, see OPENMP above): the TCases that run the core at several
+# thread counts (TSAN_CORE_RUNS, suite:tcase), every stage's parallel path
+# among them (masks, GQA, windows, weights and their reductions, a paged
+# cache, blocks cut short, fewer rows than threads), with Archer loaded
+# (tools/deps.sh tsan-core installs it). Without Archer every stage would
+# be reported as racing with the one before. The team's threads wait
+# actively, so that they take a stage's tasks as it starts: TSan judges
+# only the threads that did run a task, and waking ones under its slowness
+# often left a small stage's tasks all to the first. It cannot see what
+# uninstrumented code writes: OpenBLAS's products and libm's (the rope's
+# sincos into a thread's scratch); the suites' bitwise checks across
+# thread counts are what catch those. It fails on a report (in
+# $(TSAN_LOGS)/log.<pid>) or a failed suite. A developer's tool, as tsan.
+TSAN_CORE_RUNS := check_properties:determinism check_forward:exec \
+  check_reduce:reference
+.PHONY: tsan-core tsan-core-check
+tsan-core: deps
+	@sh tools/deps.sh tsan-core
+	@$(MAKE) --no-print-directory BUILD=build/tsan-core SAN=thread-omp OPT=-O1 \
+	  tsan-core-check
+tsan-core-check: $(foreach r,$(TSAN_CORE_RUNS),$(BUILD)/tests/$(firstword \
+  $(subst :, ,$(r))))
+	@rm -rf $(TSAN_LOGS) && mkdir -p $(TSAN_LOGS)
+	@ok=1; for r in $(TSAN_CORE_RUNS); do \
+	  OMP_TOOL_LIBRARIES=$(LLVM_LIBDIR)/libarcher.so OMP_WAIT_POLICY=active \
+	  TSAN_OPTIONS="ignore_noninstrumented_modules=1 halt_on_error=0 exitcode=0 log_path=$(TSAN_LOGS)/log" \
+	  CK_RUN_CASE=$${r#*:} CK_TIMEOUT_MULTIPLIER=20 \
+	  ./$(BUILD)/tests/$${r%%:*} || ok=0; done; \
+	n=$$(cat $(TSAN_LOGS)/log.* 2>/dev/null | grep -c '^WARNING: ThreadSanitizer'); \
+	  echo "tsan-core: $$n reports in $(TSAN_LOGS)"; [ "$$n" = 0 ] && [ $$ok = 1 ]
 
 $(BUILD)/libattn.a: $(CORE_OBJ)
 	@rm -f $@

@@ -3,7 +3,9 @@
 # they are missing. As root it runs apt-get; otherwise it prints the one
 # apt-get line to run and fails. `deps.sh fuzz` adds what `make fuzz`
 # needs: clang-14, its libFuzzer and sanitizer runtimes, and its OpenMP;
-# `deps.sh format` what `make format` needs: clang-format;
+# `deps.sh tsan-core` what `make tsan-core` adds: LLVM's OpenMP runtime
+# and its Archer tool; `deps.sh format` what `make format` needs:
+# clang-format;
 # `deps.sh ui` what `make ui-test` needs: Debian's chromium; `deps.sh
 # bench` what `make bench` adds: wrk.
 set -eu
@@ -34,6 +36,10 @@ if [ "${1:-}" = fuzz ]; then
 cmd:clang-14 clang-14
 file:/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a libclang-rt-14-dev
 file:/usr/lib/llvm-14/lib/clang/*/include/omp.h libomp-14-dev"
+fi
+if [ "${1:-}" = tsan-core ]; then
+  need="$need
+file:/usr/lib/llvm-14/lib/libarcher.so libomp-14-dev"
 fi
 if [ "${1:-}" = ui ]; then
   need="$need
