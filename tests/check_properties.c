@@ -7,8 +7,9 @@
  *     then the head output is exactly 0 and nothing is NaN);
  *   - results are bitwise identical for 1 to 5, 7, 16 and 33 threads (a
  *     plan made for 33 and lowered too; rope, q/k norms and the weights'
- *     reductions included), across repeated calls on one plan, whatever
- *     the workspace held, and when two calls run at once;
+ *     reductions included, and a session's steps over a paged cache),
+ *     across repeated calls on one plan, whatever the workspace held, and
+ *     when two calls run at once;
  *   - mean weights are the mean of the per-head weights;
  *   - batch items are independent; a constant bias changes nothing; keys
  *     are a set (permuting keys and values permutes the weights only).
@@ -588,6 +589,68 @@ START_TEST(test_threads_bitwise_features) {
 }
 END_TEST
 
+/* A session's steps over a paged cache (attn_kv_t), as the server runs
+ * them: a prefill of 259 tokens, whose keys and values go to the pages
+ * from row chunks of 256 and 3 (two tasks each) and end inside the fifth
+ * page, then a decoding step of 1 token and one of 61 that crosses into
+ * the sixth (tests/testutil.h's layer: GQA, biases, q/k norms, rope,
+ * weights asked for), at every count of thread_counts against one
+ * thread, bit for bit: each step's outputs, k_absmax and every page's
+ * floats after it. Both caches start as the same NaN bits. */
+START_TEST(test_threads_bitwise_kv) {
+  enum { PAGES = 6, STEPS = 3 };
+  static const int64_t steps[STEPS] = {259, 1, 61};
+  tu_layer_t l = {.E = 32, .H = 4, .Hkv = 2, .Dh = 8, .Dv = 8, .rope_dims = 6};
+  tu_layer_init(&l, 690, 259 + 1 + 61);
+  const size_t floats = attn_kv_page_floats(l.Hkv, l.Dh, l.Dv);
+  float *pages[2][PAGES]; /* one thread's, then t threads' */
+  for (int c = 0; c < 2; c++)
+    for (int k = 0; k < PAGES; k++)
+      ck_assert_ptr_nonnull(pages[c][k] = aligned_alloc(
+                                64, (floats * sizeof(float) + 63) / 64 * 64));
+  const int most = bitwise_threads();
+  for (int i = 0; i < N_COUNTS && thread_counts[i] <= most; i++) {
+    int64_t past[2] = {0, 0};
+    float absmax[2] = {0, 0};
+    for (int c = 0; c < 2; c++)
+      for (int k = 0; k < PAGES; k++)
+        for (size_t x = 0; x < floats; x++)
+          pages[c][k][x] = NAN;
+    for (int st = 0, at = 0; st < STEPS; at += (int)steps[st++]) {
+      tu_run_t run[2];
+      for (int c = 0; c < 2; c++) {
+        attn_params_t p =
+            tu_layer_params(&l, tu_t2(l.x + at * l.E, steps[st], l.E));
+        float *const *table = pages[c];
+        attn_kv_t kv = {
+            .past = &past[c], .pages = &table, .k_absmax = &absmax[c]};
+        p.kv = &kv;
+        attn_exec_t ex = {.threads = c ? thread_counts[i] : 1};
+        ck_assert_int_eq(tu_run(&run[c], &p, &ex), 0);
+        past[c] += steps[st];
+      }
+      char what[64];
+      snprintf(what, sizeof what, "kv step %d (%lld tokens), threads %d vs 1",
+               st, (long long)steps[st], thread_counts[i]);
+      expect_same_bits(&run[1].o, &run[0].o, &run[0].plan, what);
+      ck_assert_msg(memcmp(&absmax[0], &absmax[1], sizeof absmax[0]) == 0,
+                    "%s: k_absmax %g vs %g", what, (double)absmax[1],
+                    (double)absmax[0]);
+      for (int k = 0; k < PAGES; k++) /* NaN is the same bits on both */
+        ck_assert_msg(
+            memcmp(pages[1][k], pages[0][k], floats * sizeof(float)) == 0,
+            "%s: page %d not bitwise identical", what, k);
+      for (int c = 0; c < 2; c++)
+        tu_run_free(&run[c]);
+    }
+  }
+  for (int c = 0; c < 2; c++)
+    for (int k = 0; k < PAGES; k++)
+      free(pages[c][k]);
+  tu_layer_free(&l);
+}
+END_TEST
+
 /* A plan made for the most threads of thread_counts, lowered by
  * attn_plan_set_threads to t (as the server does with threads_per_request
  * = auto when a request starts): the workspace of a plan made for t, never
@@ -973,6 +1036,7 @@ Suite *test_suite(void) {
       tc, test_threads_bitwise, 0,
       2 * (int)(sizeof determinism_cases / sizeof determinism_cases[0]));
   tcase_add_loop_test(tc, test_threads_bitwise_features, 0, 4);
+  tcase_add_test(tc, test_threads_bitwise_kv);
   tcase_add_loop_test(
       tc, test_rerun_same_plan, 0,
       (int)(sizeof determinism_cases / sizeof determinism_cases[0]));
