@@ -191,7 +191,15 @@ run: deps
 	@$(MAKE) --no-print-directory $(BUILD)/attnd $(DEMO_LAYER)
 	./$(BUILD)/attnd --config config/attnd.conf --layers $(DEMO_LAYER)
 
+# test, asan, cuda-check and fuzz compile what they run first, JOBS files at
+# a time (the machine's cores), unless make was given -j of its own: CI
+# calls them without -j, and one compiler at a time left a core idle for
+# each of the tree's builds. The suites then run one at a time, as before.
+JOBS ?= $(shell nproc 2>/dev/null || echo 1)
+PARALLEL = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(JOBS))
+
 test: deps
+	@$(MAKE) --no-print-directory $(PARALLEL) check-build
 	@$(MAKE) --no-print-directory check
 
 # Integration tests run the real server binary and the load tester. Every
@@ -203,6 +211,10 @@ check: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load $(DEMO_LAYER)
 	@sh tests/openapi/check.sh lint
 	@sh tests/openapi/check.sh validate $(REPLIES_DIR)
 	@$(UI_TEST)
+# What check runs, compiled and nothing run (test and asan build it with
+# -j first); each part of check below adds what it needs.
+.PHONY: check-build cuda-check-build
+check-build: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load $(DEMO_LAYER)
 
 # The page at / (ui/, docs/ui.md) in a real browser: Debian's chromium
 # (tools/deps.sh ui), driven by puppeteer-core against the real server,
@@ -281,6 +293,7 @@ device-scripts-check: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load \
 	@sh tests/device/check.sh $(BUILD)
 ifneq ($(SAN),1)
 check: device-scripts-check
+check-build: $(BUILD)/attn-bench $(BUILD)/attn-cuda-bench
 endif
 
 # Flash version 3's kernel (core/cuda/flash_mma.cuh) run on the CPU by its
@@ -368,6 +381,9 @@ ifeq ($(CUDA),1)
 check: kv-emu-check
 endif
 
+EMU_BIN := $(foreach e,emu_selftest flash_emu reduce_emu cores_emu kv_emu,\
+  $(BUILD)/tests/$(e))
+
 # make asan (SAN=1) runs the emulators and their runtime's self-test under
 # ASan and UBSan too, where CUDA's headers are (about 90 s on two cores);
 # where they are not it leaves them out, as cuda-check does without nvcc.
@@ -375,7 +391,11 @@ ifeq ($(SAN),1)
 ifneq ($(wildcard $(FLASH_EMU_INC)/cuda_runtime.h),)
 check: emu-selftest flash-emu-check reduce-emu-check cores-emu-check \
   kv-emu-check
+check-build: $(EMU_BIN)
 endif
+endif
+ifeq ($(CUDA),1)
+check-build: $(EMU_BIN)
 endif
 
 # Small requests alone (bench/wrk/small.sh): /healthz, a tiny
@@ -458,11 +478,14 @@ CUDA_SUITES = check_cuda check_config check_server check_oip_http \
 cuda-check: deps
 	@if [ -x "$${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] || \
 	    command -v nvcc >/dev/null; then \
+	  $(MAKE) --no-print-directory CUDA=1 $(PARALLEL) cuda-check-build && \
 	  $(MAKE) --no-print-directory CUDA=1 cuda-check-suites; \
 	else \
 	  echo "cuda-check: SKIP: no nvcc in \$$CUDA_HOME/bin or on PATH"; \
 	fi
 
+cuda-check-build: $(CUDA_SUITES:%=$(BUILD)/tests/%) $(BUILD)/attnd \
+  $(BUILD)/attnd-load $(EMU_BIN)
 cuda-check-suites: $(CUDA_SUITES:%=$(BUILD)/tests/%) $(BUILD)/attnd \
   $(BUILD)/attnd-load emu-selftest flash-emu-check reduce-emu-check \
   kv-emu-check cores-emu-check
@@ -477,6 +500,8 @@ newcomer-test:
 	sh docker/newcomer-test.sh
 
 asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 OPT=-O1 $(PARALLEL) \
+	  check-build
 	@$(MAKE) --no-print-directory BUILD=build/asan SAN=1 OPT=-O1 check
 
 # ThreadSanitizer over the suites that start attnd, in build/tsan/ (SAN=
@@ -746,7 +771,7 @@ FUZZ_TEST_SRC := $(filter-out tests/fuzz/fuzz_%,$(wildcard tests/fuzz/*.c)) \
 
 fuzz:
 	@sh tools/deps.sh fuzz
-	@$(MAKE) --no-print-directory $(FUZZ_BIN)
+	@$(MAKE) --no-print-directory $(PARALLEL) $(FUZZ_BIN)
 	@sh tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZ_NAMES)
 
 $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_LIBS)
@@ -867,6 +892,7 @@ install-check: $(BUILD)/libattn.a $(BUILD)/libattn.so.$(ATTN_VERSION) \
 
 ifeq ($(SAN),)
 check: install-check
+check-build: $(BUILD)/libattn.so.$(ATTN_VERSION) $(MAN_PAGES)
 endif
 # ---- end of install -------------------------------------------------------
 
