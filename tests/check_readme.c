@@ -22,7 +22,8 @@
  * the docs give a second attnd, another free port; ./build/attnd and
  * build/attnd-load the binaries under test (ATTND_BIN, ATTND_LOAD_BIN);
  * and an attnd-load sweep's `--duration` gets `--warmup 0.1` before it (1 s
- * a step by default, which is measured by nothing: 18 s of the suite's 55).
+ * a step by default, which is measured by nothing: 18 s of the suite's 55)
+ * and `--requests 8` (STEP_REQUESTS), which ends each step in its place.
  * When a ```json block follows it, the output must be that JSON: the same
  * members, strings and shapes, numbers within 1e-5 relative (the last bits
  * of float32 results may differ between SIMD levels); when a ```text block
@@ -53,6 +54,12 @@
 /* The examples there were once load-testing.md's and security.md's ran
  * too: 25. */
 #define MIN_EXAMPLES 25
+/* The measured requests of each step of an attnd-load sweep here, in place
+ * of the document's seconds: what is checked (the flags, the exit status,
+ * the output, the replies --verify checks, at most 4 in the documents)
+ * needs requests, not seconds of them, and a count ends a step on a slow
+ * machine too, where 0.25 s once brought no reply to verify. */
+enum { STEP_REQUESTS = 8 };
 
 typedef struct example {
   const char *doc; /* the document, relative to the repository root */
@@ -335,8 +342,12 @@ static char *localize(const char *cmd) {
   snprintf(to[4], sizeof to[4], "127.0.0.1:%d", port2);
   snprintf(to[5], sizeof to[5], "--port %d", port2);
   /* a step's warm-up, 1 s unless given, measures nothing: 0.1 s (the
-   * examples with --duration are attnd-load's sweeps; they give none) */
-  snprintf(to[6], sizeof to[6], "--warmup 0.1 --duration ");
+   * examples with --duration are attnd-load's sweeps; they give none);
+   * nor does its window, whose figures nothing here reads: the step ends
+   * after STEP_REQUESTS requests (--requests overrides --duration, which
+   * is still read, so a renamed or refused flag still fails the example) */
+  snprintf(to[6], sizeof to[6], "--warmup 0.1 --requests %d --duration ",
+           STEP_REQUESTS);
   size_t cap = strlen(cmd) * 2 + 8192, len = 0;
   char *out = malloc(cap);
   for (const char *p = cmd; *p;) {
