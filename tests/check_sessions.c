@@ -2058,9 +2058,14 @@ START_TEST(test_ttl_metrics) {
   seq_step(&c, &a, &rng, 3, NULL); /* a page */
   ck_assert(sh_metric(srv.port, "attnd_sessions") == 2);
   ck_assert(kv_used(srv.port) > 2 * SESSION_COST);
-  usleep(2200000);
+  /* its expiry counted, then the gauges: waited for, not slept on (a
+   * fixed 2.2 s cost every run and could be too short on a loaded CPU) */
+  ck_assert_msg(sh_wait_metric(srv.port,
+                               "attnd_session_ends_total{cause=\"expired\"}",
+                               1, 20) == 1,
+                "no expiry counted 20 s after a ttl_s of 1");
   ck_assert_msg(sh_metric(srv.port, "attnd_sessions") == 1,
-                "attnd_sessions %g, 2.2 s after a ttl_s of 1",
+                "attnd_sessions %g, after a ttl_s of 1 expired",
                 sh_metric(srv.port, "attnd_sessions"));
   ck_assert_msg(kv_used(srv.port) == SESSION_COST,
                 "kv bytes used %g, for one empty session", kv_used(srv.port));
