@@ -418,6 +418,45 @@ START_TEST(test_ids_that_collide) {
 }
 END_TEST
 
+/* Listing every session costs linear time: a page is found from the ids'
+ * order (log(sessions) + its size), not from a walk of every session, which
+ * made a walk through the list cost sessions squared over the page size
+ * under the store's lock. 4096 sessions whose ids the client gave in
+ * ascending order (a search tree without balance would be a list), in
+ * pages of 16: the walk counts the sessions compared with `after`. */
+START_TEST(test_list_linear) {
+  enum { N = 4096, PAGE = 16 };
+  attnd_sessions_t *ls = attnd_sessions_new(64 << 20, NULL, NULL);
+  ck_assert_ptr_nonnull(ls);
+  attnd_session_shape_t sh = {.H = 1, .Hkv = 1, .Dh = 2, .Dv = 2};
+  static attnd_session_info_t in, page[PAGE];
+  attnd_error_t e;
+  char id[33];
+  for (int i = 0; i < N; i++) {
+    snprintf(id, sizeof id, "%032x", i);
+    ck_assert_int_eq(attnd_session_create(ls, &sh, 64, 600, id, &in, &e), 0);
+  }
+  char after[40] = "";
+  int at = 0, more = 1;
+  uint64_t before = attnd__session_list_visits;
+  while (more) {
+    int k = attnd_session_list(ls, after, page, PAGE, &more);
+    ck_assert_int_ge(k, 0);
+    for (int i = 0; i < k; i++, at++) {
+      snprintf(id, sizeof id, "%032x", at);
+      ck_assert_str_eq(page[i].id, id);
+    }
+    if (k)
+      snprintf(after, sizeof after, "%s", page[k - 1].id);
+  }
+  uint64_t visits = attnd__session_list_visits - before;
+  ck_assert_int_eq(at, N);
+  ck_assert_msg(visits <= 8 * N, "%d sessions in pages of %d: %llu compared", N,
+                PAGE, (unsigned long long)visits);
+  attnd_sessions_free(ls);
+}
+END_TEST
+
 static int by_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -486,6 +525,7 @@ Suite *test_suite(void) {
   tc = tcase_create("ids");
   tcase_add_test(tc, test_ids_that_collide);
   tcase_add_test(tc, test_list_pages);
+  tcase_add_test(tc, test_list_linear);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -63,6 +63,7 @@ struct attnd_session {
   attnd_request_t *qhead, *qtail;
   attnd_session_t *lru_prev, *lru_next; /* while live and idle */
   attnd_session_t *hnext;
+  attnd_session_t *lo, *hi; /* the id tree's */
 };
 
 typedef struct size_class {
@@ -86,7 +87,8 @@ struct attnd_sessions {
   uv_mutex_t mu;
   attnd_session_t **buckets;
   size_t n_buckets, count;
-  uint64_t hash_key[2];                 /* random, for hash_id */
+  attnd_session_t *by_id; /* the id tree's root: the list's order */
+  uint64_t hash_key[2];   /* random, for hash_id */
   attnd_session_t *lru_head, *lru_tail; /* head: the least recently used */
   pool_t host, device;
   attnd_device_memory_t host_mem, device_mem;
@@ -191,6 +193,9 @@ static attnd_session_t *find(attnd_sessions_t *st, const char *id) {
   return NULL;
 }
 
+static void tree_insert(attnd_session_t **t, attnd_session_t *s);
+static void tree_remove(attnd_session_t **t, attnd_session_t *s);
+
 static int table_insert(attnd_sessions_t *st, attnd_session_t *s) {
   if (st->count + 1 > st->n_buckets) {
     size_t n = st->n_buckets * 2;
@@ -211,6 +216,7 @@ static int table_insert(attnd_sessions_t *st, attnd_session_t *s) {
   s->hnext = *head;
   *head = s;
   st->count++;
+  tree_insert(&st->by_id, s);
   return 0;
 }
 
@@ -220,6 +226,79 @@ static void table_remove(attnd_sessions_t *st, attnd_session_t *s) {
     p = &(*p)->hnext;
   *p = s->hnext;
   st->count--;
+  tree_remove(&st->by_id, s);
+}
+
+/* ---- the id tree ---------------------------------------------------------
+ *
+ * GET /v1/sessions pages through the sessions in id order. The table has
+ * no order, and a page found by walking it costs every session, so that
+ * listing them all took sessions squared over the page size. The tree is
+ * a treap: a search tree by id that is also a heap by the id's hash, which
+ * is keyed (hash_id) and so random to the clients: its depth is
+ * logarithmic whatever ids they choose. */
+
+_Thread_local uint64_t attnd__session_list_visits;
+
+/* Puts s into the tree at *t. Its depth, O(log n), bounds the recursion. */
+static void tree_insert(attnd_session_t **t, attnd_session_t *s) {
+  attnd_session_t *x = *t;
+  if (x == NULL) {
+    s->lo = s->hi = NULL;
+    *t = s;
+  } else if (strcmp(s->id, x->id) < 0) {
+    tree_insert(&x->lo, s);
+    if (x->lo->hash > x->hash) { /* rotate x->lo up */
+      *t = x->lo;
+      x->lo = (*t)->hi;
+      (*t)->hi = x;
+    }
+  } else {
+    tree_insert(&x->hi, s);
+    if (x->hi->hash > x->hash) { /* rotate x->hi up */
+      *t = x->hi;
+      x->hi = (*t)->lo;
+      (*t)->lo = x;
+    }
+  }
+}
+
+/* One tree of two, every id of lo before every id of hi. */
+static attnd_session_t *tree_join(attnd_session_t *lo, attnd_session_t *hi) {
+  if (lo == NULL || hi == NULL)
+    return lo ? lo : hi;
+  if (lo->hash > hi->hash) {
+    lo->hi = tree_join(lo->hi, hi);
+    return lo;
+  }
+  hi->lo = tree_join(lo, hi->lo);
+  return hi;
+}
+
+/* Takes s, which is in the tree at *t, out of it. */
+static void tree_remove(attnd_session_t **t, attnd_session_t *s) {
+  while (*t != s)
+    t = strcmp(s->id, (*t)->id) < 0 ? &(*t)->lo : &(*t)->hi;
+  *t = tree_join(s->lo, s->hi);
+  s->lo = s->hi = NULL;
+}
+
+/* Appends to h[*n..cap) the sessions of the tree at t whose ids sort after
+ * `after`, in id order, until h is full: the path down to `after`, then
+ * the page itself. */
+static void tree_after(const attnd_session_t *t, const char *after,
+                       attnd_session_t **h, size_t *n, size_t cap) {
+  while (t && *n < cap) {
+    attnd__session_list_visits++;
+    if (strcmp(t->id, after) <= 0) {
+      t = t->hi;
+      continue;
+    }
+    tree_after(t->lo, after, h, n, cap);
+    if (*n < cap)
+      h[(*n)++] = (attnd_session_t *)t;
+    t = t->hi;
+  }
 }
 
 /* ---- the LRU list of idle sessions ----------------------------------------
@@ -820,53 +899,17 @@ int attnd_session_truncate(attnd_sessions_t *st, const char *id, int64_t length,
   return r;
 }
 
-static int by_id(const void *a, const void *b) {
-  return strcmp((*(attnd_session_t *const *)a)->id,
-                (*(attnd_session_t *const *)b)->id);
-}
-
-/* Restores the max-heap by id h[0..n) below i. */
-static void sift_down(attnd_session_t **h, size_t n, size_t i) {
-  for (size_t c; (c = 2 * i + 1) < n; i = c) {
-    if (c + 1 < n && strcmp(h[c + 1]->id, h[c]->id) > 0)
-      c++;
-    if (strcmp(h[c]->id, h[i]->id) <= 0)
-      break;
-    attnd_session_t *t = h[i];
-    h[i] = h[c];
-    h[c] = t;
-  }
-}
-
 int attnd_session_list(attnd_sessions_t *st, const char *after,
                        attnd_session_info_t *infos, size_t max, int *more) {
-  /* the max + 1 least ids after `after`, in a max-heap: a page costs
-   * sessions × log(max) under the lock, whatever page it is, not a sort of
-   * every session */
+  /* the max + 1 least ids after `after`, from the id tree: a page costs
+   * log(sessions) + max under the lock, not a walk of every session */
   size_t cap = max + 1, n = 0;
   attnd_session_t **h = malloc(cap * sizeof *h);
   if (h == NULL)
     return -1;
   uv_mutex_lock(&st->mu);
   sweep(st, attnd_now_ms());
-  for (size_t i = 0; i < st->n_buckets; i++)
-    for (attnd_session_t *s = st->buckets[i]; s; s = s->hnext) {
-      if (strcmp(s->id, after) <= 0)
-        continue;
-      if (n < cap) { /* sift up */
-        size_t j = n++;
-        for (h[j] = s; j && strcmp(h[(j - 1) / 2]->id, h[j]->id) < 0;
-             j = (j - 1) / 2) {
-          attnd_session_t *t = h[j];
-          h[j] = h[(j - 1) / 2];
-          h[(j - 1) / 2] = t;
-        }
-      } else if (strcmp(s->id, h[0]->id) < 0) {
-        h[0] = s;
-        sift_down(h, n, 0);
-      }
-    }
-  qsort(h, n, sizeof *h, by_id);
+  tree_after(st->by_id, after, h, &n, cap);
   *more = n == cap;
   size_t k = n < max ? n : max;
   for (size_t i = 0; i < k; i++)

@@ -102,6 +102,9 @@ int attnd_session_id_ok(const char *id);
 /* For tests: the sessions this thread's lookups of an id (create, get,
  * steps, delete, ...) have compared it with so far. */
 extern _Thread_local uint64_t attnd__session_probes;
+/* For tests: the sessions this thread's attnd_session_list calls have
+ * compared with `after` so far. */
+extern _Thread_local uint64_t attnd__session_list_visits;
 
 /* A new session of `shape` (steals its layers reference, also on failure),
  * holding up to max_tokens, ending after ttl_s unused. Its id is `id` (the
@@ -147,7 +150,7 @@ int attnd_session_truncate(attnd_sessions_t *st, const char *id, int64_t length,
 
 /* Up to `max` sessions whose ids sort after `after` ("" for the first),
  * in id order, into infos; *more says whether others follow. Returns how
- * many, or -1 out of memory. A page costs the sessions times log(max). */
+ * many, or -1 out of memory. A page costs log(sessions) + max. */
 int attnd_session_list(attnd_sessions_t *st, const char *after,
                        attnd_session_info_t *infos, size_t max, int *more);
 
