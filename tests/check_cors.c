@@ -123,6 +123,32 @@ START_TEST(test_allowed) {
 }
 END_TEST
 
+/* A request's Origin is searched for among the allowed origins in log(n)
+ * comparisons, not one per origin: 4096 of them, each asked for in
+ * another case, and some that are not listed, at most 13 comparisons a
+ * request (a walk of the list: 4096 for each origin not in it). */
+START_TEST(test_allowed_many) {
+  enum { N = 4096 };
+  static char list[N * 40];
+  size_t k = 0;
+  for (int i = 0; i < N; i++)
+    k += (size_t)snprintf(list + k, sizeof list - k, "%shttps://h%d.example",
+                          i ? "," : "", (i * 2897) % N);
+  attnd_cors_t c;
+  char msg[256], origin[64];
+  ck_assert_int_eq(attnd_cors_init(&c, list, msg, sizeof msg), 0);
+  for (int i = 0; i < N + 64; i++) {
+    snprintf(origin, sizeof origin, "HTTPS://H%d.example", i);
+    uint64_t before = attnd__cors_compares;
+    ck_assert_int_eq(attnd_cors_allowed(&c, origin), i < N);
+    uint64_t n = attnd__cors_compares - before;
+    ck_assert_msg(n <= 13, "%s among %d origins: %llu comparisons", origin, N,
+                  (unsigned long long)n);
+  }
+  attnd_cors_free(&c);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("cors");
   TCase *tc = tcase_create("cors");
@@ -130,6 +156,7 @@ Suite *test_suite(void) {
                       (int)(sizeof cases / sizeof cases[0]));
   tcase_add_loop_test(tc, test_bad_list, 0, (int)(sizeof bad / sizeof bad[0]));
   tcase_add_test(tc, test_allowed);
+  tcase_add_test(tc, test_allowed_many);
   suite_add_tcase(s, tc);
   return s;
 }

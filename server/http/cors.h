@@ -18,12 +18,18 @@
 #define ATTND_CORS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct attnd_cors {
   int enabled;    /* cors_allow_origins is not empty */
   int any;        /* "*" */
-  char **origins; /* owned, NULL-terminated */
+  char **origins; /* owned, NULL-terminated, sorted ignoring case */
+  size_t n;       /* how many */
 } attnd_cors_t;
+
+/* For tests: the origins this thread has compared (sorting them at init
+ * and searching them for a request's Origin). */
+extern _Thread_local uint64_t attnd__cors_compares;
 
 /* Parses cors_allow_origins. Returns 0, or -1 with msg naming the entry
  * that is not an origin (scheme://host[:port], no path); `c` needs
