@@ -2061,8 +2061,8 @@ START_TEST(test_ttl_metrics) {
   /* its expiry counted, then the gauges: waited for, not slept on (a
    * fixed 2.2 s cost every run and could be too short on a loaded CPU) */
   ck_assert_msg(sh_wait_metric(srv.port,
-                               "attnd_session_ends_total{cause=\"expired\"}",
-                               1, 20) == 1,
+                               "attnd_session_ends_total{cause=\"expired\"}", 1,
+                               20) == 1,
                 "no expiry counted 20 s after a ttl_s of 1");
   ck_assert_msg(sh_metric(srv.port, "attnd_sessions") == 1,
                 "attnd_sessions %g, after a ttl_s of 1 expired",
