@@ -6,12 +6,14 @@
  * pages touched, not timed: a comparison that stopped at the first match
  * would read one page of sixteen for the first key); key lists and files with
  * comments, CRLF and bad lines, whose messages name the position and never the
- * key; reloading, which keeps the old keys when the file is bad; threads
- * checking while another reloads (run it under ASan for use-after-free); and
+ * key; reloading, which keeps the old keys when the file is bad and keeps
+ * nothing of the set it replaced (key sets counted live); threads checking
+ * while another reloads (run it under ASan for use-after-free); and
  * that --print-config and the config's messages never show a key. */
 #include <check.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -385,9 +387,16 @@ START_TEST(test_init_errors) {
 }
 END_TEST
 
+/* The key sets not yet freed (a function: Check's message shows its
+ * expression, and atomic_load's expansion is long). */
+static long keysets_live(void) {
+  return atomic_load(&attnd__keysets_live);
+}
+
 START_TEST(test_reload) {
   attnd_auth_t a;
   char msg[256];
+  long live = keysets_live();
   write_file(key_file, "old-1\nold-2\n");
   ck_assert_int_eq(attnd_auth_init(&a, "inline", key_file, "", msg, sizeof msg),
                    0);
@@ -412,7 +421,10 @@ START_TEST(test_reload) {
   ck_assert_msg(strstr(msg, "cannot read"), "%s", msg);
   ck_assert_int_eq(attnd_auth_check(&a, "Bearer new-1"), ATTND_AUTH_OK);
   ck_assert_uint_eq(attnd_auth_count(&a), 2);
+  /* one set in force, none kept of the reloads or the failed ones */
+  ck_assert_int_eq(keysets_live(), live + 1);
   attnd_auth_free(&a);
+  ck_assert_int_eq(keysets_live(), live);
 }
 END_TEST
 
@@ -436,6 +448,7 @@ static void *check_loop(void *arg) {
 START_TEST(test_reload_while_checking) {
   attnd_auth_t a;
   char msg[256];
+  long live = keysets_live();
   write_file(key_file, "stable\n");
   ck_assert_int_eq(attnd_auth_init(&a, "", key_file, "", msg, sizeof msg), 0);
   atomic_int stop = 0;
@@ -450,6 +463,8 @@ START_TEST(test_reload_while_checking) {
     snprintf(text, sizeof text, "other-%d\nstable\nmore-%d\n", i, i);
     write_file(key_file, text);
     ck_assert_int_eq(attnd_auth_reload(&a, msg, sizeof msg), 3);
+    /* the replaced set is freed while the checkers run, not kept */
+    ck_assert_int_eq(keysets_live(), live + 1);
   }
   atomic_store(&stop, 1);
   long checks = 0, wrong = 0;
@@ -461,6 +476,7 @@ START_TEST(test_reload_while_checking) {
   ck_assert_int_gt(checks, 0);
   ck_assert_msg(wrong == 0, "%ld of %ld checks were wrong", wrong, checks);
   attnd_auth_free(&a);
+  ck_assert_int_eq(keysets_live(), live);
 }
 END_TEST
 

@@ -4,10 +4,13 @@
 
 #include <errno.h>
 #include <gnutls/crypto.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+_Atomic long attnd__keysets_live;
 
 /* RFC 6750's b64token characters. */
 static int token_char(unsigned char c) {
@@ -86,8 +89,11 @@ static int add_hash(attnd_keyset_t *s, const char *key, size_t n) {
 
 int attnd_keyset_parse(attnd_keyset_t **set, const char *text, char sep,
                        const char *what, char *msg, size_t msz) {
-  if (*set == NULL && (*set = calloc(1, sizeof **set)) == NULL)
-    return snprintf(msg, msz, "%s: out of memory", what), -1;
+  if (*set == NULL) {
+    if ((*set = calloc(1, sizeof **set)) == NULL)
+      return snprintf(msg, msz, "%s: out of memory", what), -1;
+    atomic_fetch_add_explicit(&attnd__keysets_live, 1, memory_order_relaxed);
+  }
   const char *unit = sep == '\n' ? "line" : "key";
   const char *p = text, *a, *b;
   for (int pos = 1; attnd_list_next(&p, sep, &a, &b); pos++) {
@@ -123,12 +129,11 @@ int attnd_keyset_has(const attnd_keyset_t *set, const char *token, size_t len) {
 }
 
 void attnd_keyset_free(attnd_keyset_t *set) {
-  while (set) {
-    attnd_keyset_t *next = set->retired;
-    free(set->hash);
-    free(set);
-    set = next;
-  }
+  if (set == NULL)
+    return;
+  atomic_fetch_sub_explicit(&attnd__keysets_live, 1, memory_order_relaxed);
+  free(set->hash);
+  free(set);
 }
 
 /* Reads `path` whole into a new NUL-terminated string. */
@@ -195,9 +200,18 @@ int attnd_auth_check_paths(const char *public_paths, char *msg, size_t msz) {
 int attnd_auth_init(attnd_auth_t *a, const char *keys, const char *file,
                     const char *public_paths, char *msg, size_t msz) {
   memset(a, 0, sizeof *a);
+  /* A writer waiting keeps new readers out: otherwise HTTP threads that
+   * check back to back could hold a reload off for as long as they come. */
+  pthread_rwlockattr_t attr;
+  pthread_rwlockattr_init(&attr);
+  pthread_rwlockattr_setkind_np(&attr,
+                                PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  int rc = pthread_rwlock_init(&a->lock, &attr);
+  pthread_rwlockattr_destroy(&attr);
+  if (rc != 0)
+    return snprintf(msg, msz, "api_keys: no lock: %s", strerror(rc)), -1;
   if (attnd_auth_check_paths(public_paths, msg, msz) < 0)
     return -1;
-  atomic_init(&a->current, NULL);
   a->inline_keys = strdup(keys);
   a->file = file[0] ? strdup(file) : NULL;
   size_t n = 2;
@@ -217,7 +231,7 @@ int attnd_auth_init(attnd_auth_t *a, const char *keys, const char *file,
   attnd_keyset_t *set = build(a, msg, msz);
   if (set == NULL)
     return -1;
-  atomic_store(&a->current, set);
+  a->current = set; /* no thread checks yet */
   return 0;
 }
 
@@ -227,16 +241,19 @@ int attnd_auth_reload(attnd_auth_t *a, char *msg, size_t msz) {
   attnd_keyset_t *set = build(a, msg, msz);
   if (set == NULL)
     return -1;
-  /* The old set stays reachable from the new one: an HTTP thread may have
-   * loaded it an instant ago and still be comparing against it. */
-  set->retired = atomic_load(&a->current);
-  atomic_store(&a->current, set);
+  /* Once the write lock is ours no HTTP thread compares against the old
+   * set, and none can reach it after: it can go. */
+  pthread_rwlock_wrlock(&a->lock);
+  attnd_keyset_t *old = a->current;
+  a->current = set;
+  pthread_rwlock_unlock(&a->lock);
+  attnd_keyset_free(old);
   return (int)set->n;
 }
 
 void attnd_auth_free(attnd_auth_t *a) {
-  attnd_keyset_free(atomic_load(&a->current));
-  atomic_store(&a->current, NULL);
+  attnd_keyset_free(a->current);
+  pthread_rwlock_destroy(&a->lock);
   for (size_t i = 0; a->public_paths && a->public_paths[i]; i++)
     free(a->public_paths[i]);
   free(a->public_paths);
@@ -260,14 +277,21 @@ attnd_auth_result_t attnd_auth_check(const attnd_auth_t *a,
   size_t len;
   if (attnd_auth_bearer(authorization, &tok, &len) < 0)
     return ATTND_AUTH_MALFORMED;
-  const attnd_keyset_t *set = atomic_load(&a->current);
-  return set && attnd_keyset_has(set, tok, len) ? ATTND_AUTH_OK
-                                                : ATTND_AUTH_INVALID;
+  /* The lock is the one part of `a` a check changes; `a` is const to say
+   * that a check changes nothing else. */
+  pthread_rwlock_t *lock = (pthread_rwlock_t *)&a->lock;
+  pthread_rwlock_rdlock(lock);
+  int ok = a->current && attnd_keyset_has(a->current, tok, len);
+  pthread_rwlock_unlock(lock);
+  return ok ? ATTND_AUTH_OK : ATTND_AUTH_INVALID;
 }
 
 size_t attnd_auth_count(const attnd_auth_t *a) {
-  const attnd_keyset_t *set = atomic_load(&a->current);
-  return set ? set->n : 0;
+  pthread_rwlock_t *lock = (pthread_rwlock_t *)&a->lock;
+  pthread_rwlock_rdlock(lock);
+  size_t n = a->current ? a->current->n : 0;
+  pthread_rwlock_unlock(lock);
+  return n;
 }
 
 attnd_auth_result_t attnd_auth_request(const attnd_auth_t *a, const char *path,

@@ -6,17 +6,18 @@
  * so neither the position nor the common prefix of a near miss shows in the
  * time taken. The keys come from api_keys (a comma-separated list) and
  * api_keys_file (one key a line, '#' comments), re-read on SIGHUP: the
- * reloading thread builds a new set and publishes it with one atomic store,
- * so an HTTP thread sees the old set or the new one, never a half-loaded
- * one. A key is 1 to 4096 characters of RFC 6750's b64token: letters,
- * digits and - . _ ~ + / = (so no space, comma, quote or '#', which the
- * config formats would cut). No message of this module contains a key.
+ * reloading thread builds a new set, swaps it in under a write lock and
+ * frees the old one, so an HTTP thread sees the old set or the new one,
+ * never a half-loaded or a freed one. A key is 1 to 4096 characters of RFC
+ * 6750's b64token: letters, digits and - . _ ~ + / = (so no space, comma, quote
+ * or '#', which the config formats would cut). No message of this module
+ * contains a key.
  *
  * Pure: no server, no HTTP library; tests/check_auth.c tests it alone. */
 #ifndef ATTND_AUTH_H
 #define ATTND_AUTH_H
 
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,9 +27,12 @@
 /* An immutable set of key hashes. */
 typedef struct attnd_keyset {
   size_t n, cap;
-  uint8_t (*hash)[32];          /* n SHA-256 digests, room for cap */
-  struct attnd_keyset *retired; /* the set it replaced (see attnd_auth_t) */
+  uint8_t (*hash)[32]; /* n SHA-256 digests, room for cap */
 } attnd_keyset_t;
+
+/* Key sets allocated and not yet freed, for tests: a reload must give the
+ * set it replaces back. */
+extern _Atomic long attnd__keysets_live;
 
 /* What a request's Authorization header amounts to. */
 typedef enum {
@@ -40,17 +44,19 @@ typedef enum {
 
 /* The API keys and the public paths of one server.
  *
- * `current` is read by any thread (atomic load) and replaced only by
- * attnd_auth_reload. A replaced set may still be in use by an HTTP thread
- * that loaded it just before, so it is not freed then but kept on the new
- * set's `retired` chain until attnd_auth_free: 32 bytes a key per reload,
- * and reloads are an operator's action. */
+ * `current` is read by any thread under a read lock of `lock`, held for
+ * the whole comparison, and replaced only by attnd_auth_reload under the
+ * write lock; the replaced set is then freed, as no reader can still hold
+ * it. So a reload keeps nothing of the set before, however many come. The
+ * lock prefers writers, so that a steady flow of requests cannot hold a
+ * reload off. */
 typedef struct attnd_auth {
-  int enabled;         /* api_keys or api_keys_file configured */
-  char *inline_keys;   /* api_keys, owned */
-  char *file;          /* api_keys_file, owned; NULL when none */
-  char **public_paths; /* owned, NULL-terminated */
-  _Atomic(attnd_keyset_t *) current;
+  int enabled;             /* api_keys or api_keys_file configured */
+  char *inline_keys;       /* api_keys, owned */
+  char *file;              /* api_keys_file, owned; NULL when none */
+  char **public_paths;     /* owned, NULL-terminated */
+  pthread_rwlock_t lock;   /* guards `current` (see above) */
+  attnd_keyset_t *current; /* NULL when keys are off */
 } attnd_auth_t;
 
 /* Sets up `a` from the configuration strings: `keys` (api_keys, may be ""),
@@ -73,8 +79,7 @@ int attnd_auth_check_paths(const char *public_paths, char *msg,
  * (the loop thread, on SIGHUP); HTTP threads may check meanwhile. */
 int attnd_auth_reload(attnd_auth_t *a, char *msg, size_t msg_size);
 
-/* Frees everything `a` owns, retired sets included. No thread may be
- * checking any more. */
+/* Frees everything `a` owns. No thread may be checking any more. */
 void attnd_auth_free(attnd_auth_t *a);
 
 /* Whether `path` is one of the public paths (exact match). Any thread. */
@@ -128,7 +133,7 @@ int attnd_keyset_parse(attnd_keyset_t **set, const char *text, char sep,
  * hash of the set. */
 int attnd_keyset_has(const attnd_keyset_t *set, const char *token, size_t len);
 
-/* Frees `set` and its retired chain; NULL is a no-op. */
+/* Frees `set`; NULL is a no-op. */
 void attnd_keyset_free(attnd_keyset_t *set);
 
 #endif
