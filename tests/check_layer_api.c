@@ -13,8 +13,10 @@
  *   - every error a layer request can meet, with its status, code, field
  *     and the words of its message;
  *   - SIGHUP: a reload swaps the weights; a reload of a bad file keeps the
- *     old ones; a bad file at start stops the server with its name; a
- *     SIGHUP during a reload makes it load the files again; SIGTERM, and
+ *     old ones; a bad file at start stops the server with its name; 40
+ *     reloads leave the heap in use where it was (each set given back once
+ *     no request holds it); a SIGHUP during a reload makes it load the
+ *     files again; SIGTERM, and
  *     SIGTERM again, during a reload: the drain waits for it, within
  *     drain_timeout_s;
  *   - the layers' weights on the GPU where it serves (TCase "gpu", which
@@ -1062,6 +1064,56 @@ static void wait_events(sh_server_t *s, const char *event, int n) {
                 count_events(s, event), n, event, s->log);
 }
 
+/* The reloads of test_reloads_give_back, and the sets' weights (in the
+ * log's "bytes") the heap in use may grow by over them: a reload that kept
+ * the set it replaced would add one set a round, 35 past the fifth. */
+#define RELOADS 40
+#define RELOADS_HEAP_SETS 8
+
+/* Each reload's set replaces the one before, which must be freed once the
+ * requests that decoded against it are answered: after RELOADS reloads of
+ * the same files, each followed by a request, the heap in use is where the
+ * fifth left it (the pools that reloads and requests use filled), within
+ * RELOADS_HEAP_SETS sets. Under a sanitizer the gauge reads 0; ASan then
+ * watches the swaps for a use after free. */
+START_TEST(test_reloads_give_back) {
+  char dir[64];
+  lf_weights_t w;
+  sh_server_t s;
+  llama_server(dir, sizeof dir, 11, &w, &s);
+  const char *loaded = strstr(s.log, "\"event\":\"layers_loaded\"");
+  long set_bytes = 0;
+  ck_assert_msg(loaded &&
+                    sscanf(strstr(loaded, "\"bytes\":"), "\"bytes\":%ld",
+                           &set_bytes) == 1 &&
+                    set_bytes > 0,
+                "no layers_loaded with bytes in:\n%s", s.log);
+  const char *heap = "attnd_heap_bytes{state=\"in_use\"}";
+  sh_tensor_t a, b;
+  ask(&s, &a);
+  double before = 0;
+  for (int i = 1; i <= RELOADS; i++) {
+    if (i == 6)
+      before = sh_metric(s.port, heap);
+    kill(s.pid, SIGHUP);
+    wait_events(&s, "\"event\":\"layers_reloaded\"", i);
+    ask(&s, &b);
+    ck_assert(rel_diff(&a, &b) == 0);
+    sh_tensor_free(&b);
+  }
+  double after = sh_metric(s.port, heap);
+  ck_assert_msg(before >= 0 && after >= 0, "no heap gauge");
+  ck_assert_msg(after - before < RELOADS_HEAP_SETS * (double)set_bytes,
+                "the heap in use grew by %.0f bytes over %d reloads of a set "
+                "of %ld (%.0f to %.0f)",
+                after - before, RELOADS - 5, set_bytes, before, after);
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  sh_tensor_free(&a);
+  lf_weights_free(&w);
+  rm_dir(dir);
+}
+END_TEST
+
 /* A SIGHUP that comes while a reload runs is not lost: the reload loads
  * the files again when it ends, so that the weights follow files changed
  * after it read them. The first reload is held reading a second
@@ -1466,6 +1518,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_long_names);
   tcase_add_test(tc, test_reload);
   tcase_add_test(tc, test_reload_during_reload);
+  tcase_add_test(tc, test_reloads_give_back);
   suite_add_tcase(su, tc);
   tc = tcase_create("drain"); /* SIGTERM during a reload */
   tcase_set_timeout(tc, 60);
