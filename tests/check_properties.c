@@ -617,16 +617,20 @@ START_TEST(test_threads_bitwise_kv) {
         for (size_t x = 0; x < floats; x++)
           pages[c][k][x] = NAN;
     for (int st = 0, at = 0; st < STEPS; at += (int)steps[st++]) {
+      /* in this scope, not the loop's: each run's plan points at its
+       * params, and expect_same_bits reads them after the loop */
       tu_run_t run[2];
+      attn_params_t p[2];
+      float *const *table[2];
+      attn_kv_t kv[2];
       for (int c = 0; c < 2; c++) {
-        attn_params_t p =
-            tu_layer_params(&l, tu_t2(l.x + at * l.E, steps[st], l.E));
-        float *const *table = pages[c];
-        attn_kv_t kv = {
-            .past = &past[c], .pages = &table, .k_absmax = &absmax[c]};
-        p.kv = &kv;
+        p[c] = tu_layer_params(&l, tu_t2(l.x + at * l.E, steps[st], l.E));
+        table[c] = pages[c];
+        kv[c] = (attn_kv_t){
+            .past = &past[c], .pages = &table[c], .k_absmax = &absmax[c]};
+        p[c].kv = &kv[c];
         attn_exec_t ex = {.threads = c ? thread_counts[i] : 1};
-        ck_assert_int_eq(tu_run(&run[c], &p, &ex), 0);
+        ck_assert_int_eq(tu_run(&run[c], &p[c], &ex), 0);
         past[c] += steps[st];
       }
       char what[64];
