@@ -312,6 +312,17 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       (unsigned long long)g->device_free, (unsigned long long)g->device_total);
   attnd_buf_printf(
       b,
+      "# HELP attnd_layer_sets Layer sets alive: the one serving, and each "
+      "older one that requests or sessions created before a reload still "
+      "hold.\n"
+      "# TYPE attnd_layer_sets gauge\nattnd_layer_sets %llu\n"
+      "# HELP attnd_layer_sets_bytes The float32 weights those sets hold on "
+      "the host, outside max_memory_bytes.\n"
+      "# TYPE attnd_layer_sets_bytes gauge\nattnd_layer_sets_bytes %llu\n",
+      (unsigned long long)g->layer_sets,
+      (unsigned long long)g->layer_sets_bytes);
+  attnd_buf_printf(
+      b,
       "# HELP attnd_pinned_memory_bytes Page-locked host memory for "
       "requests' tensors bound for the GPU (pinned_memory_bytes; 0 without "
       "it): its size, and what requests use now.\n"

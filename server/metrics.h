@@ -104,6 +104,8 @@ typedef struct attnd_gauges {
   int device_usable;
   int64_t device_limit, device_held;
   int64_t layers_device_bytes; /* the layers' weights on the GPU */
+  /* the layer sets alive (attnd_layer_sets_alive) and their host bytes */
+  uint64_t layer_sets, layer_sets_bytes;
   uint64_t device_pool_reserved, device_pool_used, device_free, device_total;
   /* page-locked host memory for tensors (sched/pinned.h) */
   int64_t pinned_bytes, pinned_used;

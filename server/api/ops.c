@@ -80,6 +80,10 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   attnd_layer_set_t *set = attnd_server_layers(s);
   g.layers_device_bytes = attnd_layer_set_device_bytes(set);
   attnd_layer_set_unref(set);
+  size_t sets, set_bytes;
+  attnd_layer_sets_alive(&sets, &set_bytes);
+  g.layer_sets = sets;
+  g.layer_sets_bytes = set_bytes;
   g.device_pool_reserved = dm.pool_reserved;
   g.device_pool_used = dm.pool_used;
   g.device_free = dm.free;

@@ -63,7 +63,13 @@ struct attnd_layer_set {
   attnd_budget_t *budget;
   int64_t device_held;
   int device_bf16; /* the weights there as bfloat16 */
+  int counted;     /* in live_sets and live_bytes */
 };
+
+/* Every set with layers that is alive, process-wide: the one serving and
+ * the old ones that requests or sessions still hold after a reload
+ * (attnd_layer_sets_alive). */
+static atomic_size_t live_sets, live_bytes;
 
 /* ---- the conventions ----------------------------------------------------- */
 
@@ -578,6 +584,10 @@ static void set_off_device(attnd_layer_set_t *set) {
 }
 
 static void set_free(attnd_layer_set_t *set) {
+  if (set->counted) {
+    atomic_fetch_sub_explicit(&live_sets, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&live_bytes, set->bytes, memory_order_relaxed);
+  }
   set_off_device(set);
   for (size_t i = 0; i < set->n; i++)
     layer_free(&set->layers[i]);
@@ -634,8 +644,18 @@ int attnd_layers_load(const char *paths, attnd_layer_set_t **out, char *msg,
     return -1;
   }
   set->seconds = (attnd_now_ms() - t0) / 1e3;
+  if (set->n) {
+    set->counted = 1;
+    atomic_fetch_add_explicit(&live_sets, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&live_bytes, set->bytes, memory_order_relaxed);
+  }
   *out = set;
   return 0;
+}
+
+void attnd_layer_sets_alive(size_t *sets, size_t *bytes) {
+  *sets = atomic_load_explicit(&live_sets, memory_order_relaxed);
+  *bytes = atomic_load_explicit(&live_bytes, memory_order_relaxed);
 }
 
 attnd_layer_set_t *attnd_layer_set_ref(attnd_layer_set_t *set) {

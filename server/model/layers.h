@@ -99,6 +99,10 @@ const attnd_layer_t *attnd_layer_set_find(const attnd_layer_set_t *set,
 /* The float32 bytes the set holds, and the seconds loading took. */
 size_t attnd_layer_set_bytes(const attnd_layer_set_t *set);
 double attnd_layer_set_load_seconds(const attnd_layer_set_t *set);
+/* The sets with layers alive in the process and their float32 bytes: the
+ * one loaded last, and each older one until its last reference goes (a
+ * request in flight, or a session created before the reload). */
+void attnd_layer_sets_alive(size_t *sets, size_t *bytes);
 
 /* Copies every layer's projection weights and biases into device memory
  * from `mem` (one block a layer; mem is copied): the weights as float32,
