@@ -138,6 +138,10 @@ static void *reload_layers(void *arg) {
       attnd_layer_set_t *old = s->layers;
       s->layers = set;
       uv_mutex_unlock(&s->layers_lock);
+      /* held on by requests or sessions, the old set's weights are
+       * counted in the requests' budget until it is freed (at once, where
+       * this reference was the last) */
+      attnd_layer_set_charge(old, &s->budget);
       attnd_layer_set_unref(old);
       log_layers("layers_reloaded", set);
     }

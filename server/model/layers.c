@@ -62,8 +62,9 @@ struct attnd_layer_set {
   attnd_device_memory_t mem;
   attnd_budget_t *budget;
   int64_t device_held;
-  int device_bf16; /* the weights there as bfloat16 */
-  int counted;     /* in live_sets and live_bytes */
+  int device_bf16;             /* the weights there as bfloat16 */
+  int counted;                 /* in live_sets and live_bytes */
+  attnd_budget_t *host_budget; /* counting bytes since a reload replaced it */
 };
 
 /* Every set with layers that is alive, process-wide: the one serving and
@@ -588,6 +589,8 @@ static void set_free(attnd_layer_set_t *set) {
     atomic_fetch_sub_explicit(&live_sets, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&live_bytes, set->bytes, memory_order_relaxed);
   }
+  if (set->host_budget)
+    attnd_budget_scratch(set->host_budget, -(int64_t)set->bytes);
   set_off_device(set);
   for (size_t i = 0; i < set->n; i++)
     layer_free(&set->layers[i]);
@@ -668,6 +671,13 @@ void attnd_layer_set_unref(attnd_layer_set_t *set) {
   if (set &&
       atomic_fetch_sub_explicit(&set->refs, 1, memory_order_acq_rel) == 1)
     set_free(set);
+}
+
+void attnd_layer_set_charge(attnd_layer_set_t *set, attnd_budget_t *budget) {
+  if (!set || set->host_budget)
+    return;
+  set->host_budget = budget;
+  attnd_budget_scratch(budget, (int64_t)set->bytes);
 }
 
 size_t attnd_layer_set_count(const attnd_layer_set_t *set) {

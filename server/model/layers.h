@@ -90,6 +90,13 @@ int attnd_layers_load(const char *paths, attnd_layer_set_t **out, char *msg,
 attnd_layer_set_t *attnd_layer_set_ref(attnd_layer_set_t *set);
 void attnd_layer_set_unref(attnd_layer_set_t *set);
 
+/* From now until the set is freed, its float32 bytes count in budget
+ * (borrowed: it must outlive the set) as memory already allocated, never
+ * refused: a reload charges the set it replaced, which requests in flight
+ * and sessions created before it may hold for long, so that requests are
+ * not admitted into the memory it still occupies. Once per set. */
+void attnd_layer_set_charge(attnd_layer_set_t *set, attnd_budget_t *budget);
+
 size_t attnd_layer_set_count(const attnd_layer_set_t *set);
 /* Layer i, in name order; or the layer named `name`, or NULL. */
 const attnd_layer_t *attnd_layer_set_get(const attnd_layer_set_t *set,

@@ -15,8 +15,10 @@
 typedef struct attnd_budget {
   int64_t max;
   _Atomic int64_t used;
-  /* the workspaces that workers and HTTP threads keep between requests
-   * (run.h), less what a running request's share already counts */
+  /* memory already allocated outside requests: the workspaces that
+   * workers and HTTP threads keep between requests (run.h), less what a
+   * running request's share already counts, and the layer sets a reload
+   * replaced that are still held (attnd_layer_set_charge) */
   _Atomic int64_t scratch;
 } attnd_budget_t;
 
@@ -28,8 +30,8 @@ int attnd_budget_take(attnd_budget_t *b, int64_t bytes, int64_t *held);
 /* Gives back everything in *held and zeroes it. */
 void attnd_budget_give(attnd_budget_t *b, int64_t *held);
 
-/* Adds `delta` (of either sign) to the kept workspaces' count: memory
- * already allocated, so never refused. */
+/* Adds `delta` (of either sign) to the count of kept workspaces and held
+ * layer sets: memory already allocated, so never refused. */
 void attnd_budget_scratch(attnd_budget_t *b, int64_t delta);
 
 /* Bytes held by all requests and kept workspaces right now. */
