@@ -317,7 +317,8 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "hold.\n"
       "# TYPE attnd_layer_sets gauge\nattnd_layer_sets %llu\n"
       "# HELP attnd_layer_sets_bytes The float32 weights those sets hold on "
-      "the host, outside max_memory_bytes.\n"
+      "the host; the older ones count in max_memory_bytes until freed, the "
+      "serving one does not.\n"
       "# TYPE attnd_layer_sets_bytes gauge\nattnd_layer_sets_bytes %llu\n",
       (unsigned long long)g->layer_sets,
       (unsigned long long)g->layer_sets_bytes);
