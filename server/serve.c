@@ -7,10 +7,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "codec/util.h"
 #include "http/access_log.h"
+#include "notify.h"
 #include "sched/pinned.h"
 #include "sched/run.h"
 #include "server.h"
@@ -54,7 +56,12 @@ static void on_drain_tick(uv_timer_t *t) {
 
 static void on_signal(uv_signal_t *sig, int signum) {
   life_t *l = sig->data;
-  if (atomic_exchange(&l->s.draining, 1))
+  uv_mutex_lock(&l->s.notify_lock);
+  int again = atomic_exchange(&l->s.draining, 1);
+  if (!again)
+    attnd_notify("STOPPING=1\nSTATUS=draining");
+  uv_mutex_unlock(&l->s.notify_lock);
+  if (again)
     return;
   fprintf(stderr, "{\"event\":\"draining\",\"signal\":%d,\"inflight\":%d}\n",
           signum, attnd_sched_inflight(l->s.sched));
@@ -120,6 +127,16 @@ static int layers_init(attnd_server_t *s) {
   return 0;
 }
 
+/* READY=1 for the service manager, at start and after a reload: the
+ * address attnd serves on is in STATUS, for systemctl status. */
+static void notify_ready(const attnd_server_t *s) {
+  const char *host = s->cfg->host;
+  int v6 = strchr(host, ':') != NULL;
+  attnd_notify("READY=1\nMAINPID=%ld\nSTATUS=listening on %s://%s%s%s:%d",
+               (long)getpid(), s->tls_cert ? "https" : "http", v6 ? "[" : "",
+               host, v6 ? "]" : "", s->port);
+}
+
 /* A reload of the layers, off the loop thread (loading takes seconds): the
  * new set replaces the old one at once; requests in flight hold the old
  * one until they finish. A load that fails keeps the old set. When a
@@ -145,9 +162,15 @@ static void *reload_layers(void *arg) {
       attnd_layer_set_unref(old);
       log_layers("layers_reloaded", set);
     }
-    if (atomic_compare_exchange_strong(&s->reloading, &running, 0))
+    uv_mutex_lock(&s->notify_lock);
+    int done = atomic_compare_exchange_strong(&s->reloading, &running, 0);
+    if (done && !atomic_load(&s->draining))
+      notify_ready(s);
+    if (!done)
+      atomic_store(&s->reloading, 1); /* 2: asked again meanwhile */
+    uv_mutex_unlock(&s->notify_lock);
+    if (done)
       break;
-    atomic_store(&s->reloading, 1); /* 2: asked again meanwhile */
   }
   return NULL;
 }
@@ -160,6 +183,18 @@ static void on_sighup(uv_signal_t *sig, int signum) {
   life_t *l = sig->data;
   char msg[1024];
   (void)signum;
+  /* The service manager hears RELOADING=1 now and READY=1 once the keys
+   * are read and the layers' reload, if one runs, has ended: then from the
+   * reload's thread, under notify_lock, which this handler holds until the
+   * keys are read, so that a reload that ends first waits. MONOTONIC_USEC
+   * is what systemd's Type=notify-reload matches with its own SIGHUP.
+   * Draining, attnd has said STOPPING=1, and says nothing more. */
+  uv_mutex_lock(&l->s.notify_lock);
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if (!atomic_load(&l->s.draining))
+    attnd_notify("RELOADING=1\nMONOTONIC_USEC=%lld\nSTATUS=reloading",
+                 (long long)now.tv_sec * 1000000 + now.tv_nsec / 1000);
   /* none running: start one; one running: it goes again when it ends (a
    * SIGHUP is never lost to the reload before it). The loop thread alone
    * runs this; the reload thread moves 1 to 0 or 2 to 1. */
@@ -189,6 +224,9 @@ static void on_sighup(uv_signal_t *sig, int signum) {
   } else {
     fprintf(stderr, "{\"event\":\"keys_reloaded\",\"keys\":%d}\n", n);
   }
+  if (atomic_load(&l->s.reloading) == 0 && !atomic_load(&l->s.draining))
+    notify_ready(&l->s); /* no layers' reload runs */
+  uv_mutex_unlock(&l->s.notify_lock);
 }
 
 /* The security settings (auth.h, cors.h): 0, or -1 with the reason on
@@ -298,6 +336,8 @@ int attnd_serve(const attnd_config_t *cfg) {
    * stderr says so); SIGXFSZ's default action would end the process at
    * the access log's first line past the limit. */
   signal(SIGXFSZ, SIG_IGN);
+  uv_mutex_init(&s->notify_lock);
+  attnd_notify_open();
   attn_backend_info(&s->backend);
   s->id_prefix = attnd_random_u64();
   s->budget.max = cfg->max_memory_bytes - cfg->kv_cache_bytes;
@@ -358,6 +398,8 @@ int attnd_serve(const attnd_config_t *cfg) {
           s->backend.blas, s->backend.blas_kernel,
           attn_isa_name(s->backend.isa), s->tls_cert ? "true" : "false",
           attnd_auth_count(&s->auth), s->cors.enabled ? "true" : "false");
+  /* listening, the layers loaded: systemctl start returns now */
+  notify_ready(s);
 
   uv_run(&s->loop, UV_RUN_DEFAULT); /* until drained */
   if (l.drain_timed_out) {
@@ -395,6 +437,8 @@ int attnd_serve(const attnd_config_t *cfg) {
     usleep(10000);
   attnd_layer_set_unref(s->layers);
   uv_mutex_destroy(&s->layers_lock);
+  attnd_notify_close();
+  uv_mutex_destroy(&s->notify_lock);
   attnd_pinned_stop(); /* every request is freed */
   fprintf(stderr, "{\"event\":\"stopped\",\"exit_code\":%d}\n", l.exit_code);
   attnd_access_log_close(s->access_log);
