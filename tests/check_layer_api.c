@@ -22,6 +22,12 @@
  *     and
  *     SIGTERM again, during a reload: the drain waits for it, within
  *     drain_timeout_s;
+ *   - systemd's notifications (server/notify.h), to a socket the test
+ *     binds, a path and an abstract name: READY=1 once the layers are
+ *     loaded and the port accepts, with MAINPID; RELOADING=1 and
+ *     MONOTONIC_USEC at a SIGHUP, READY=1 once the reload (run again for a
+ *     second SIGHUP) has ended; STOPPING=1 at SIGTERM; a socket nobody
+ *     binds logged once;
  *   - the layers' weights on the GPU where it serves (TCase "gpu", which
  *     tools/device/check.sh runs there): their bytes, and cuda requests and
  *     sessions reading them computing what the cpu does; elsewhere each
@@ -30,11 +36,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "attn/attn.h"
@@ -1274,6 +1286,241 @@ START_TEST(test_reload_outlasts_drain) {
 }
 END_TEST
 
+/* ---- systemd's notifications -------------------------------------------- */
+
+/* The service manager's end: an AF_UNIX datagram socket bound to `name`, a
+ * path, or an abstract name when it starts with '@' (a NUL byte in the
+ * address, as systemd binds it), and named by NOTIFY_SOCKET for the attnd
+ * the test starts next (Check forks each test: the variable is its own). */
+static int notify_bind(const char *name) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  size_t n = strlen(name);
+  ck_assert_uint_lt(n, sizeof a.sun_path);
+  memcpy(a.sun_path, name, n);
+  if (name[0] == '@')
+    a.sun_path[0] = 0;
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_msg(bind(fd, (struct sockaddr *)&a,
+                     (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n)) ==
+                    0,
+                "bind %s: %s", name, strerror(errno));
+  ck_assert_int_eq(setenv("NOTIFY_SOCKET", name, 1), 0);
+  return fd;
+}
+
+/* The next message into buf (NUL-terminated), waiting up to wait_ms (0:
+ * only one already there). Returns its length, or -1 when none came. */
+static long notify_recv(int fd, char *buf, size_t n, int wait_ms) {
+  struct pollfd pf = {.fd = fd, .events = POLLIN};
+  buf[0] = 0;
+  if (poll(&pf, 1, wait_ms) != 1)
+    return -1;
+  ssize_t got = recv(fd, buf, n - 1, MSG_DONTWAIT);
+  if (got < 0)
+    return -1;
+  buf[got] = 0;
+  return got;
+}
+
+/* The value of `key` ("MAINPID") in a message, copied into out; NULL when
+ * no line of it assigns the key. */
+static const char *notify_value(const char *msg, const char *key, char *out,
+                                size_t n) {
+  size_t k = strlen(key);
+  for (const char *line = msg; *line;) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    if (len > k && strncmp(line, key, k) == 0 && line[k] == '=') {
+      snprintf(out, n, "%.*s", (int)(len - k - 1), line + k + 1);
+      return out;
+    }
+    line += len + (end != NULL);
+  }
+  return NULL;
+}
+
+/* Asserts that msg says `key`=1, `what` naming the moment. */
+static void notify_says(const char *msg, const char *key, const char *what) {
+  char v[32];
+  const char *got = notify_value(msg, key, v, sizeof v);
+  ck_assert_msg(got && strcmp(got, "1") == 0, "%s: no %s=1 in \"%s\"", what,
+                key, msg);
+}
+
+/* CLOCK_MONOTONIC in microseconds, as MONOTONIC_USEC counts it. */
+static long long monotonic_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long long)t.tv_sec * 1000000 + t.tv_nsec / 1000;
+}
+
+/* Opens the FIFO `path` for writing once a reader (attnd, loading the
+ * layers) has it open: an open without blocking fails until then. */
+static int fifo_writer(const char *path) {
+  int fd = -1;
+  for (double end = sh_now() + 20; fd < 0 && sh_now() < end; usleep(5000))
+    fd = open(path, O_WRONLY | O_NONBLOCK);
+  return fd;
+}
+
+/* What the thread beside attnd's start saw: it holds the layers' load at
+ * config.json, a FIFO, checks that nothing was sent meanwhile, lets the
+ * load go on, and connects to the port as soon as a message comes. */
+typedef struct start_watch {
+  const char *cfg; /* config.json, a FIFO */
+  int sock, port;
+  int held;        /* attnd was reading config.json */
+  char early[256]; /* a message sent while it was */
+  char msg[512];   /* the first message after */
+  int accepted;    /* the port accepted a connection right after it */
+} start_watch_t;
+
+static void *watch_start(void *arg) {
+  static const char config[] = "{\"num_attention_heads\": 2}";
+  start_watch_t *w = arg;
+  int fd = fifo_writer(w->cfg);
+  if (fd < 0)
+    return NULL;
+  w->held = 1;
+  notify_recv(w->sock, w->early, sizeof w->early, 0);
+  if (write(fd, config, strlen(config)) != (ssize_t)strlen(config))
+    w->held = 0;
+  close(fd);
+  if (notify_recv(w->sock, w->msg, sizeof w->msg, 20000) < 0)
+    return NULL;
+  int c = sh_connect(w->port);
+  w->accepted = c >= 0;
+  if (c >= 0)
+    close(c);
+  return NULL;
+}
+
+/* attnd started with NOTIFY_SOCKET, a path (_i 0) or an abstract name (_i
+ * 1), and layers whose load is held at config.json, a FIFO:
+ *   - nothing is sent while the layers load; then READY=1, and the port
+ *     (chosen beforehand) accepts a connection at once; MAINPID is attnd's
+ *     pid, STATUS names the address;
+ *   - SIGHUP: RELOADING=1 with a MONOTONIC_USEC between the test's clock
+ *     before the signal and after the message; a second SIGHUP while the
+ *     reload is held gives RELOADING=1 again, not READY=1; READY=1 comes
+ *     once the reload, run again for the second SIGHUP, has loaded the
+ *     layers twice;
+ *   - SIGTERM: STOPPING=1, and nothing after it.
+ * Bugs: READY=1 before the layers were loaded or the port bound; '@' sent
+ * as a path's first byte, not the abstract name's NUL (no message at
+ * all); MAINPID not attnd's; READY=1 when SIGHUP's handler returned,
+ * with the layers' reload still running. */
+START_TEST(test_notify) {
+  static const char config[] = "{\"num_attention_heads\": 2}";
+  char dir[64], cfg[128], path[128], name[128], msg[512], v[128];
+  tmp_dir(dir, sizeof dir);
+  if (_i == 0)
+    snprintf(name, sizeof name, "%s/notify.sock", dir);
+  else
+    snprintf(name, sizeof name, "@attnd-notify-%ld-%s", (long)getpid(),
+             dir + strlen("/tmp/attnd-layers-"));
+  int sock = notify_bind(name);
+  snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+  snprintf(path, sizeof path, "%s/extra.safetensors", dir);
+  extra_file(path, 5);
+  ck_assert_int_eq(mkfifo(cfg, 0600), 0);
+  start_watch_t w = {.cfg = cfg, .sock = sock};
+  close(sh_bound_port_assert(&w.port)); /* free a moment ago */
+  char port[16];
+  snprintf(port, sizeof port, "%d", w.port);
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, watch_start, &w), 0);
+  sh_server_t s;
+  const char *args[] = {"--layers", dir, "--port", port, NULL};
+  int started = sh_server_start(&s, args);
+  pthread_join(t, NULL);
+  ck_assert_msg(started == 0, "attnd did not start:\n%s", s.log);
+  ck_assert_msg(w.held, "attnd never read config.json:\n%s", s.log);
+  ck_assert_msg(w.early[0] == 0, "sent while the layers loaded: \"%s\"",
+                w.early);
+  notify_says(w.msg, "READY", "at start");
+  ck_assert_msg(w.accepted, "READY=1 came before the port %d accepted: \"%s\"",
+                w.port, w.msg);
+  ck_assert_msg(notify_value(w.msg, "MAINPID", v, sizeof v) &&
+                    atol(v) == (long)s.pid,
+                "MAINPID is not attnd's %ld: \"%s\"", (long)s.pid, w.msg);
+  snprintf(path, sizeof path, "127.0.0.1:%d", w.port);
+  ck_assert_msg(notify_value(w.msg, "STATUS", v, sizeof v) && strstr(v, path),
+                "STATUS does not name %s: \"%s\"", path, w.msg);
+
+  /* a reload, held at config.json, a FIFO again */
+  snprintf(path, sizeof path, "%s/fifo", dir);
+  ck_assert_int_eq(mkfifo(path, 0600), 0);
+  ck_assert_int_eq(rename(path, cfg), 0);
+  long long before = monotonic_us();
+  kill(s.pid, SIGHUP);
+  ck_assert_msg(notify_recv(sock, msg, sizeof msg, 20000) > 0,
+                "nothing after SIGHUP:\n%s", s.log);
+  long long after = monotonic_us();
+  notify_says(msg, "RELOADING", "at SIGHUP");
+  ck_assert_msg(notify_value(msg, "MONOTONIC_USEC", v, sizeof v) &&
+                    atoll(v) >= before && atoll(v) <= after,
+                "MONOTONIC_USEC not between %lld and %lld: \"%s\"", before,
+                after, msg);
+  int fd = fifo_writer(cfg);
+  ck_assert_msg(fd >= 0, "the reload never opened config.json: %s",
+                strerror(errno));
+  /* the first SIGHUP's handler has returned once the second's runs: what
+   * it sent comes first */
+  kill(s.pid, SIGHUP);
+  ck_assert_msg(notify_recv(sock, msg, sizeof msg, 20000) > 0,
+                "nothing after the second SIGHUP:\n%s", s.log);
+  notify_says(msg, "RELOADING", "at the second SIGHUP, the reload held");
+  ck_assert_int_eq(write(fd, config, strlen(config)), (ssize_t)strlen(config));
+  snprintf(path, sizeof path, "%s/config.tmp", dir);
+  ck_assert_int_eq(lf_write_text(path, config), 0);
+  ck_assert_int_eq(rename(path, cfg), 0);
+  close(fd);
+  ck_assert_msg(notify_recv(sock, msg, sizeof msg, 20000) > 0,
+                "no READY=1 after the reload:\n%s", s.log);
+  notify_says(msg, "READY", "after the reload");
+  /* its log line was written before the message was sent */
+  ck_assert_msg(count_events(&s, "\"event\":\"layers_reloaded\"") == 2,
+                "READY=1 before the second load ended:\n%s", s.log);
+
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  ck_assert_msg(notify_recv(sock, msg, sizeof msg, 0) > 0,
+                "nothing at SIGTERM:\n%s", s.log);
+  notify_says(msg, "STOPPING", "at SIGTERM");
+  ck_assert_msg(notify_recv(sock, msg, sizeof msg, 0) < 0,
+                "sent after STOPPING=1: \"%s\"", msg);
+  ck_assert_msg(strstr(s.log, "notify_failed") == NULL, "%s", s.log);
+  close(sock);
+  rm_dir(dir);
+}
+END_TEST
+
+/* NOTIFY_SOCKET naming a socket nobody has bound: attnd serves, reloads
+ * and stops as without it, and says so once, not at every message. */
+START_TEST(test_notify_unreachable) {
+  char dir[64], name[128];
+  tmp_dir(dir, sizeof dir);
+  snprintf(name, sizeof name, "%s/nobody.sock", dir);
+  ck_assert_int_eq(setenv("NOTIFY_SOCKET", name, 1), 0);
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, NULL) == 0, "attnd did not start:\n%s",
+                s.log);
+  kill(s.pid, SIGHUP);
+  wait_events(&s, "\"event\":\"keys_reloaded\"", 1);
+  sh_resp_t r;
+  ck_assert_int_eq(sh_get(s.port, "/readyz", &r), 0);
+  ck_assert_int_eq(r.status, 200);
+  sh_resp_free(&r);
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  ck_assert_msg(count_events(&s, "\"event\":\"notify_failed\"") == 1,
+                "not one notify_failed event:\n%s", s.log);
+  ck_assert_msg(strstr(s.log, name), "the event does not name %s:\n%s", name,
+                s.log);
+  rm_dir(dir);
+}
+END_TEST
+
 /* ---- on the GPU --------------------------------------------------------- */
 
 /* GET /v1/layers' device_bytes, which /metrics' attnd_layers_device_bytes
@@ -1605,6 +1852,11 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_sigterm_twice_during_reload);
   tcase_add_test(tc, test_reload_outlasts_drain);
+  suite_add_tcase(su, tc);
+  tc = tcase_create("notify"); /* systemd's NOTIFY_SOCKET */
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, test_notify, 0, 2);
+  tcase_add_test(tc, test_notify_unreachable);
   suite_add_tcase(su, tc);
   tc = tcase_create("gpu"); /* also on the device (tools/device/check.sh) */
   tcase_set_timeout(tc, 60);
