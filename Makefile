@@ -807,8 +807,12 @@ $(FUZZ_DIR)/core/kernel_%.o: core/kernel.c
 # headers (include/attn/), libattn.a, a shared libattn.so with the soname
 # libattn.so.MAJOR (MAJOR from ATTN_VERSION in include/attn/attn.h), attn.pc
 # for pkg-config, attnd and attnd-load, and a man page for each made from
-# its --help (tools/man.sh; --help is made from the option tables).
-# `make uninstall` with the same variables removes what install put there.
+# its --help (tools/man.sh; --help is made from the option tables), and
+# for systemd the unit config/attnd.service.in with these paths filled in
+# (into SYSTEMDUNITDIR) and config/attnd.conf as SYSCONFDIR/attnd/attnd.conf,
+# which an install never overwrites (docs/deployment.md, systemd).
+# `make uninstall` with the same variables removes what install put there,
+# but for an attnd.conf that is no longer the one installed: the user's.
 # The shared library's objects are the core's compiled again with -fPIC
 # into $(BUILD)/pic/; the static build keeps its flags. `make test` (not
 # `make asan`) installs into a temporary prefix and builds docs/api.md's
@@ -819,6 +823,8 @@ BINDIR = $(PREFIX)/bin
 LIBDIR = $(PREFIX)/lib
 INCLUDEDIR = $(PREFIX)/include
 MAN1DIR = $(PREFIX)/share/man/man1
+SYSCONFDIR = $(PREFIX)/etc
+SYSTEMDUNITDIR = $(PREFIX)/lib/systemd/system
 ATTN_VERSION := $(shell sed -n 's/^\#define ATTN_VERSION "\(.*\)"/\1/p' \
   include/attn/attn.h)
 ATTN_MAJOR := $(firstword $(subst ., ,$(ATTN_VERSION)))
@@ -869,6 +875,12 @@ install: $(BUILD)/libattn.a $(BUILD)/libattn.so.$(ATTN_VERSION) \
 	ln -sf $(ATTN_SONAME) $(DESTDIR)$(LIBDIR)/libattn.so
 	install -m 755 $(BUILD)/attnd $(BUILD)/attnd-load $(DESTDIR)$(BINDIR)/
 	install -m 644 $(MAN_PAGES) $(DESTDIR)$(MAN1DIR)/
+	install -d $(DESTDIR)$(SYSCONFDIR)/attnd $(DESTDIR)$(SYSTEMDUNITDIR)
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	  config/attnd.service.in > $(DESTDIR)$(SYSTEMDUNITDIR)/attnd.service
+	chmod 644 $(DESTDIR)$(SYSTEMDUNITDIR)/attnd.service
+	[ -e $(DESTDIR)$(SYSCONFDIR)/attnd/attnd.conf ] || \
+	  install -m 644 config/attnd.conf $(DESTDIR)$(SYSCONFDIR)/attnd/attnd.conf
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' \
 	  'includedir=$(INCLUDEDIR)' '' 'Name: attn' \
 	  'Description: multi-head attention on the CPU, the core of attnd' \
@@ -883,8 +895,11 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/libattn.so.$(ATTN_VERSION) \
 	  $(DESTDIR)$(LIBDIR)/pkgconfig/attn.pc \
 	  $(DESTDIR)$(BINDIR)/attnd $(DESTDIR)$(BINDIR)/attnd-load \
-	  $(MAN_PAGES:$(BUILD)/man/%=$(DESTDIR)$(MAN1DIR)/%)
-	-rmdir $(DESTDIR)$(INCLUDEDIR)/attn 2>/dev/null
+	  $(MAN_PAGES:$(BUILD)/man/%=$(DESTDIR)$(MAN1DIR)/%) \
+	  $(DESTDIR)$(SYSTEMDUNITDIR)/attnd.service
+	! cmp -s config/attnd.conf $(DESTDIR)$(SYSCONFDIR)/attnd/attnd.conf || \
+	  rm -f $(DESTDIR)$(SYSCONFDIR)/attnd/attnd.conf
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/attn $(DESTDIR)$(SYSCONFDIR)/attnd 2>/dev/null
 
 install-check: $(BUILD)/libattn.a $(BUILD)/libattn.so.$(ATTN_VERSION) \
   $(BUILD)/attnd $(BUILD)/attnd-load $(MAN_PAGES)

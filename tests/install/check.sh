@@ -2,7 +2,7 @@
 # tests/install/check.sh: `make install` into a temporary prefix, then
 # docs/api.md's example built against it through pkg-config and run, as
 # the document says, shared and static; the programs and their man pages;
-# a DESTDIR install; `make uninstall`.
+# the systemd unit and the config file; a DESTDIR install; `make uninstall`.
 #
 # usage: MAKE=make sh tests/install/check.sh BUILD   (from the repository root;
 # the Makefile's install-check target runs it after building what it needs)
@@ -13,9 +13,13 @@
 # build needs libattn.so.MAJOR (readelf), which holds that soname, and
 # the static one no libattn.so; a C++ program includes the headers and
 # links; every option of each program's --help is
-# in its man page, which groff reads without a warning; DESTDIR puts the
-# same files under DESTDIR/PREFIX with attn.pc naming PREFIX; uninstall
-# leaves no file behind.
+# in its man page, which groff reads without a warning; the unit's
+# ExecStart names the installed attnd and config file, and runs
+# (--print-config), and systemd-analyze verify finds nothing in the unit
+# (where systemd-analyze is; else the line says it was skipped); an edited
+# attnd.conf survives an install and an uninstall; DESTDIR puts the same
+# files under DESTDIR/PREFIX with attn.pc and the unit naming PREFIX;
+# uninstall leaves no file behind but the edited attnd.conf.
 set -eu
 build=${1:-build}
 make=${MAKE:-make}
@@ -32,6 +36,7 @@ $make --no-print-directory -s install BUILD="$build" PREFIX="$prefix" >/dev/null
 # ---- the files ------------------------------------------------------------
 expect="bin/attnd
 bin/attnd-load
+etc/attnd/attnd.conf
 include/attn/attn.h
 include/attn/error.h
 lib/libattn.a
@@ -39,6 +44,7 @@ lib/libattn.so
 lib/libattn.so.$major
 lib/libattn.so.$version
 lib/pkgconfig/attn.pc
+lib/systemd/system/attnd.service
 share/man/man1/attnd-load.1
 share/man/man1/attnd.1"
 got=$(cd "$prefix" && find . ! -type d | sed 's|^\./||' | LC_ALL=C sort)
@@ -147,6 +153,33 @@ for p in attnd attnd-load; do
   [ "$n" -ge 10 ] || fail "$p --help lists only $n options"
 done
 
+# ---- systemd: the unit and the config file --------------------------------
+unit=$prefix/lib/systemd/system/attnd.service
+conf=$prefix/etc/attnd/attnd.conf
+cmp -s config/attnd.conf "$conf" || fail "etc/attnd/attnd.conf is not config/attnd.conf"
+! grep -q '@[A-Z]*@' "$unit" || fail "attnd.service: $(grep '@[A-Z]*@' "$unit")"
+exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
+[ "$exec_start" = "$prefix/bin/attnd --config $conf" ] ||
+  fail "attnd.service's ExecStart: $exec_start"
+$exec_start --print-config >"$tmp/unit-config.txt" 2>&1 &&
+  grep -q "from $conf\$" "$tmp/unit-config.txt" ||
+  fail "attnd.service's ExecStart with --print-config: $(head -3 "$tmp/unit-config.txt")"
+if command -v systemd-analyze >/dev/null; then
+  # (its man page is checked too: Documentation=man:attnd(1), from the prefix)
+  MANPATH="$prefix/share/man" systemd-analyze verify "$unit" >"$tmp/verify.txt" 2>&1 ||
+    fail "systemd-analyze verify attnd.service: $(cat "$tmp/verify.txt")"
+  [ ! -s "$tmp/verify.txt" ] || fail "systemd-analyze verify attnd.service: $(cat "$tmp/verify.txt")"
+  verified="attnd.service verified"
+else
+  echo "install-check: no systemd-analyze here (Debian's systemd package): attnd.service is not verified"
+  verified="attnd.service not verified (no systemd-analyze)"
+fi
+# an edited config is the user's: install leaves it alone
+echo "# edited by install-check" >>"$conf"
+$make --no-print-directory -s install BUILD="$build" PREFIX="$prefix" >/dev/null
+[ "$(tail -n 1 "$conf")" = "# edited by install-check" ] ||
+  fail "make install overwrote an edited etc/attnd/attnd.conf"
+
 # ---- DESTDIR, then uninstall -------------------------------------------------
 $make --no-print-directory -s install BUILD="$build" PREFIX=/opt/attn \
   DESTDIR="$tmp/stage" >/dev/null
@@ -154,6 +187,9 @@ staged=$(cd "$tmp/stage/opt/attn" && find . ! -type d | sed 's|^\./||' | LC_ALL=
 [ "$staged" = "$got" ] || fail "DESTDIR install: $staged"
 grep -qx 'prefix=/opt/attn' "$tmp/stage/opt/attn/lib/pkgconfig/attn.pc" ||
   fail "DESTDIR install: attn.pc names $(grep '^prefix=' "$tmp/stage/opt/attn/lib/pkgconfig/attn.pc")"
+grep -qx 'ExecStart=/opt/attn/bin/attnd --config /opt/attn/etc/attnd/attnd.conf' \
+  "$tmp/stage/opt/attn/lib/systemd/system/attnd.service" ||
+  fail "DESTDIR install: attnd.service's $(grep '^ExecStart=' "$tmp/stage/opt/attn/lib/systemd/system/attnd.service")"
 for d in "$prefix:" "$tmp/stage/opt/attn:/opt/attn"; do
   where=${d%%:*} p=${d#*:}
   if [ -n "$p" ]; then
@@ -161,10 +197,16 @@ for d in "$prefix:" "$tmp/stage/opt/attn:/opt/attn"; do
   else
     $make --no-print-directory -s uninstall PREFIX="$prefix" >/dev/null
   fi
-  # (an uninstall that removes the emptied folders too leaves nothing to find)
+  # (an uninstall that removes the emptied folders too leaves nothing to
+  # find; the edited config stays, and only it)
   left=""
   [ ! -d "$where" ] || left=$(find "$where" ! -type d)
-  [ -z "$left" ] || fail "uninstall left: $left"
+  if [ "$where" = "$prefix" ]; then
+    [ "$left" = "$conf" ] || fail "uninstall left (the edited attnd.conf alone should stay): $left"
+    rm "$conf"
+  else
+    [ -z "$left" ] || fail "uninstall left: $left"
+  fi
 done
 cd "$root"
-echo "install-check: make install, attn.pc, docs/api.md's example (shared and static: $(cat "$tmp/out-static.txt")), man pages, DESTDIR and uninstall: ok"
+echo "install-check: make install, attn.pc, docs/api.md's example (shared and static: $(cat "$tmp/out-static.txt")), man pages, $verified, DESTDIR and uninstall: ok"
