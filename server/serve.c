@@ -27,6 +27,14 @@ typedef struct life {
   int drain_timed_out; /* work was still in flight when the loop stopped */
 } life_t;
 
+/* Held while the state a service manager hears of (reloading, draining)
+ * changes and the message is sent (notify.h), so that the messages of the
+ * loop thread and of a reload's thread arrive in the order of the changes:
+ * never a reload's READY=1 after the RELOADING=1 of the next one, or after
+ * STOPPING=1. Static, not the server's: a reload's thread unlocks it after
+ * it has set reloading to 0, when the teardown may have freed the server. */
+static pthread_mutex_t notify_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* While draining, every 20 ms: stop the loop once nothing is in flight, or
  * once drain_timeout_s has passed (exit code 1). A reload of the layers
  * counts as in flight: it reads the server, which the teardown frees, and
@@ -56,11 +64,11 @@ static void on_drain_tick(uv_timer_t *t) {
 
 static void on_signal(uv_signal_t *sig, int signum) {
   life_t *l = sig->data;
-  uv_mutex_lock(&l->s.notify_lock);
+  pthread_mutex_lock(&notify_lock);
   int again = atomic_exchange(&l->s.draining, 1);
   if (!again)
     attnd_notify("STOPPING=1\nSTATUS=draining");
-  uv_mutex_unlock(&l->s.notify_lock);
+  pthread_mutex_unlock(&notify_lock);
   if (again)
     return;
   fprintf(stderr, "{\"event\":\"draining\",\"signal\":%d,\"inflight\":%d}\n",
@@ -146,7 +154,7 @@ static void *reload_layers(void *arg) {
   attnd_server_t *s = arg;
   char msg[2048];
   attnd_layer_set_t *set;
-  for (int running = 1;; running = 1) {
+  for (;;) {
     if (attnd_layers_load(s->cfg->layers, &set, msg, sizeof msg) < 0) {
       log_event("layers_reload_failed", msg);
     } else {
@@ -162,13 +170,16 @@ static void *reload_layers(void *arg) {
       attnd_layer_set_unref(old);
       log_layers("layers_reloaded", set);
     }
-    uv_mutex_lock(&s->notify_lock);
-    int done = atomic_compare_exchange_strong(&s->reloading, &running, 0);
+    /* The loop thread changes reloading under notify_lock too: 1 here is
+     * no SIGHUP since this pass began, and the reload is done; 2, one
+     * came, and it goes again. Setting 0 is the last touch of s (the
+     * teardown waits for it): READY=1 is sent before. */
+    pthread_mutex_lock(&notify_lock);
+    int done = atomic_load(&s->reloading) == 1;
     if (done && !atomic_load(&s->draining))
       notify_ready(s);
-    if (!done)
-      atomic_store(&s->reloading, 1); /* 2: asked again meanwhile */
-    uv_mutex_unlock(&s->notify_lock);
+    atomic_store(&s->reloading, done ? 0 : 1);
+    pthread_mutex_unlock(&notify_lock);
     if (done)
       break;
   }
@@ -189,7 +200,7 @@ static void on_sighup(uv_signal_t *sig, int signum) {
    * keys are read, so that a reload that ends first waits. MONOTONIC_USEC
    * is what systemd's Type=notify-reload matches with its own SIGHUP.
    * Draining, attnd has said STOPPING=1, and says nothing more. */
-  uv_mutex_lock(&l->s.notify_lock);
+  pthread_mutex_lock(&notify_lock);
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   if (!atomic_load(&l->s.draining))
@@ -226,7 +237,7 @@ static void on_sighup(uv_signal_t *sig, int signum) {
   }
   if (atomic_load(&l->s.reloading) == 0 && !atomic_load(&l->s.draining))
     notify_ready(&l->s); /* no layers' reload runs */
-  uv_mutex_unlock(&l->s.notify_lock);
+  pthread_mutex_unlock(&notify_lock);
 }
 
 /* The security settings (auth.h, cors.h): 0, or -1 with the reason on
@@ -336,7 +347,6 @@ int attnd_serve(const attnd_config_t *cfg) {
    * stderr says so); SIGXFSZ's default action would end the process at
    * the access log's first line past the limit. */
   signal(SIGXFSZ, SIG_IGN);
-  uv_mutex_init(&s->notify_lock);
   attnd_notify_open();
   attn_backend_info(&s->backend);
   s->id_prefix = attnd_random_u64();
@@ -438,7 +448,6 @@ int attnd_serve(const attnd_config_t *cfg) {
   attnd_layer_set_unref(s->layers);
   uv_mutex_destroy(&s->layers_lock);
   attnd_notify_close();
-  uv_mutex_destroy(&s->notify_lock);
   attnd_pinned_stop(); /* every request is freed */
   fprintf(stderr, "{\"event\":\"stopped\",\"exit_code\":%d}\n", l.exit_code);
   attnd_access_log_close(s->access_log);

@@ -56,12 +56,6 @@ typedef struct attnd_server {
   /* 0: no layer reload runs; 1: one runs; 2: one runs, and a SIGHUP came
    * since it began, so that it loads the files again when it ends */
   atomic_int reloading;
-  /* Held while the state a service manager hears of (reloading,
-   * draining) changes and the message is sent (notify.h), so that the
-   * messages of the loop thread and of a reload's thread arrive in the
-   * order of the changes: never a reload's READY=1 after the RELOADING=1
-   * of the next one, or after STOPPING=1. */
-  uv_mutex_t notify_lock;
 } attnd_server_t;
 
 /* A new reference to the current layer set (the caller unrefs it). Any
