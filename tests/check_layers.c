@@ -910,6 +910,137 @@ START_TEST(test_unnamed_torch) {
 }
 END_TEST
 
+/* The set's one directory that left files out: dir, chosen by `by`,
+ * with the names files (NULL-terminated) left out. */
+static void check_skipped(const attnd_layer_set_t *set, const char *dir,
+                          const char *by, const char *const *files) {
+  ck_assert_uint_eq(attnd_layer_set_skip_count(set), 1);
+  const attnd_layer_skip_t *k = attnd_layer_set_skip(set, 0);
+  ck_assert_ptr_null(attnd_layer_set_skip(set, 1));
+  ck_assert_str_eq(k->dir, dir);
+  ck_assert_str_eq(k->by, by);
+  size_t n = 0;
+  for (; files[n]; n++) {
+    ck_assert_uint_gt(k->n, n);
+    ck_assert_str_eq(k->files[n], files[n]);
+  }
+  ck_assert_uint_eq(k->n, n);
+}
+
+/* A file of the tensors `names` (NULL-terminated), [16, 16] each: an
+ * adapter's or another format's, which name no layer attnd knows. */
+static void other_file(const char *path, const char *const *names) {
+  lf_file_t *f = lf_file_new();
+  int64_t shape[2] = {16, 16};
+  for (; *names; names++)
+    ck_assert_int_eq(lf_add_tensor(f, *names, ATTND_ST_F32, 2, shape, NULL), 0);
+  write_file(f, path);
+  lf_file_free(f);
+}
+
+/* Of a Hugging Face directory's *.safetensors files, a load reads those
+ * transformers' from_pretrained reads: with model.safetensors.index.json,
+ * the shards it names, not a PEFT adapter, Mistral's consolidated.safetensors
+ * or a draft block beside them, which the set names for the log; with
+ * model.safetensors, that file alone, over shards and an index that a
+ * later save_pretrained left stale; with neither, every file. A file
+ * named in the list is read whatever its directory's rule. */
+START_TEST(test_dir_files) {
+  static const char *const adapter[] = {
+      "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+      "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight", NULL};
+  static const char *const consolidated[] = {
+      "layers.0.attention.wq.weight", "layers.0.attention.wk.weight",
+      "layers.0.attention.wv.weight", "layers.0.attention.wo.weight", NULL};
+  static const char *const names[] = {"model-00001-of-00002.safetensors",
+                                      "model-00002-of-00002.safetensors"};
+  char dir[512]; /* at()'s buffers rotate */
+  snprintf(dir, sizeof dir, "%s", at("d"));
+  mkdir_at(dir);
+  text_at(at("d/config.json"), "{\"num_attention_heads\": 2}");
+  lf_shape_t s = {.E = 16, .H = 2};
+  lf_file_t *a = lf_file_new(), *b = lf_file_new();
+  lf_weights_t w0, w1;
+  add_layer(a, LF_LLAMA, ATTND_ST_F32, "model.layers.0.", &s, 1, &w0);
+  add_layer(b, LF_LLAMA, ATTND_ST_F32, "model.layers.1.", &s, 2, &w1);
+  const lf_file_t *shards[] = {a, b};
+  ck_assert_int_eq(
+      lf_write_index(at("d/model.safetensors.index.json"), shards, names, 2),
+      0);
+  write_file(a, at("d/%s", names[0]));
+  write_file(b, at("d/%s", names[1]));
+  lf_file_free(a);
+  lf_file_free(b);
+  other_file(at("d/adapter_model.safetensors"), adapter);
+  other_file(at("d/consolidated.safetensors"), consolidated);
+  attnd_layer_set_t *set = load(dir);
+  ck_assert_uint_eq(attnd_layer_set_count(set), 2);
+  check_weights(attnd_layer_set_get(set, 0), &w0);
+  check_weights(attnd_layer_set_get(set, 1), &w1);
+  static const char *const beside[] = {"adapter_model.safetensors",
+                                       "consolidated.safetensors", NULL};
+  check_skipped(set, dir, "model.safetensors.index.json", beside);
+  attnd_layer_set_unref(set);
+
+  /* a draft block beside them is not served, unless named as a file (its
+   * head count then from its own __metadata__) */
+  const char *meta[] = {"num_heads", "2", NULL};
+  write_layer(at("d/mtp.safetensors"), LF_LLAMA, ATTND_ST_F32,
+              "model.layers.2.", &s, 3, meta, NULL);
+  set = load(dir);
+  ck_assert_uint_eq(attnd_layer_set_count(set), 2);
+  static const char *const with_mtp[] = {"adapter_model.safetensors",
+                                         "consolidated.safetensors",
+                                         "mtp.safetensors", NULL};
+  check_skipped(set, dir, "model.safetensors.index.json", with_mtp);
+  attnd_layer_set_unref(set);
+  char list[1200];
+  snprintf(list, sizeof list, "%s,%s", dir, at("d/mtp.safetensors"));
+  set = load(list);
+  ck_assert_uint_eq(attnd_layer_set_count(set), 3);
+  ck_assert_str_eq(attnd_layer_set_get(set, 2)->file, at("d/mtp.safetensors"));
+  attnd_layer_set_unref(set);
+  /* an adapter so named is read, and holds no layer */
+  REFUSED(at("d/adapter_model.safetensors"), "no attention layer found in ",
+          at("d/adapter_model.safetensors"), "lora_A.weight");
+
+  /* model.safetensors comes first, even where the index names a shard
+   * that is gone */
+  lf_weights_t m0, m1;
+  lf_file_t *m = lf_file_new();
+  add_layer(m, LF_LLAMA, ATTND_ST_F32, "model.layers.0.", &s, 4, &m0);
+  add_layer(m, LF_LLAMA, ATTND_ST_F32, "model.layers.1.", &s, 5, &m1);
+  write_file(m, at("d/model.safetensors"));
+  lf_file_free(m);
+  ck_assert_int_eq(remove(at("d/%s", names[1])), 0);
+  set = load(dir);
+  ck_assert_uint_eq(attnd_layer_set_count(set), 2);
+  ck_assert_str_eq(attnd_layer_set_get(set, 0)->file,
+                   at("d/model.safetensors"));
+  check_weights(attnd_layer_set_get(set, 0), &m0);
+  check_weights(attnd_layer_set_get(set, 1), &m1);
+  static const char *const all[] = {"adapter_model.safetensors",
+                                    "consolidated.safetensors", names[0],
+                                    "mtp.safetensors", NULL};
+  check_skipped(set, dir, "model.safetensors", all);
+  attnd_layer_set_unref(set);
+
+  /* neither: every file, none left out */
+  ck_assert_int_eq(remove(at("d/model.safetensors")), 0);
+  ck_assert_int_eq(remove(at("d/model.safetensors.index.json")), 0);
+  ck_assert_int_eq(remove(at("d/adapter_model.safetensors")), 0);
+  ck_assert_int_eq(remove(at("d/consolidated.safetensors")), 0);
+  set = load(dir);
+  ck_assert_uint_eq(attnd_layer_set_count(set), 2);
+  ck_assert_str_eq(attnd_layer_set_get(set, 0)->file, at("d/%s", names[0]));
+  ck_assert_str_eq(attnd_layer_set_get(set, 1)->file, at("d/mtp.safetensors"));
+  ck_assert_uint_eq(attnd_layer_set_skip_count(set), 0);
+  attnd_layer_set_unref(set);
+  lf_weights_free(&w0), lf_weights_free(&w1);
+  lf_weights_free(&m0), lf_weights_free(&m1);
+}
+END_TEST
+
 START_TEST(test_empty_list) {
   static const char *const lists[] = {"", " ", " , ,", NULL};
   for (size_t i = 0; i < 4; i++) {
@@ -1608,11 +1739,13 @@ START_TEST(test_refuse_index) {
   /* a tensor in another file than the index says */
   write_file(b, at("d/%s", names[1]));
   attnd_layer_set_unref(load(at("d")));
-  /* a shard the index does not name is the directory's all the same */
+  /* a shard the index does not name is not read: its layer is not there */
   ck_assert_int_eq(lf_write_index(index, shards, names, 1), 0);
   attnd_layer_set_t *set = load(at("d"));
-  ck_assert_uint_eq(attnd_layer_set_count(set), 2);
-  ck_assert_str_eq(attnd_layer_set_get(set, 1)->file, at("d/%s", names[1]));
+  ck_assert_uint_eq(attnd_layer_set_count(set), 1);
+  ck_assert_str_eq(attnd_layer_set_get(set, 0)->file, at("d/%s", names[0]));
+  const char *const unnamed[] = {names[1], NULL};
+  check_skipped(set, at("d"), "model.safetensors.index.json", unnamed);
   attnd_layer_set_unref(set);
   static const char *const swapped[] = {names[1], names[0]};
   ck_assert_int_eq(lf_write_index(index, shards, swapped, 2), 0);
@@ -1634,6 +1767,8 @@ START_TEST(test_refuse_index) {
           at("d"));
   text_at(index, "{\"metadata\": {}}");
   REFUSED(at("d"), index, ": no \"weight_map\" object");
+  text_at(index, "{\"weight_map\": {}}");
+  REFUSED(at("d"), index, ": weight_map names no file");
   text_at(index, "{\"weight_map\": {\"x\": 3}}");
   REFUSED(at("d"), "weight_map[\"x\"] is not a file name");
   lf_file_free(a);
@@ -1647,7 +1782,9 @@ START_TEST(test_refuse_paths) {
           ": No such file or directory");
   mkdir_at(at("empty"));
   text_at(at("empty/config.json"), "{}");
-  REFUSED(at("empty"), at("empty"), ": no .safetensors file in this directory");
+  REFUSED(at("empty"), at("empty"),
+          ": no .safetensors file and no model.safetensors.index.json in "
+          "this directory");
   text_at(at("bad.safetensors"), "not a safetensors file");
   REFUSED(at("bad.safetensors"), at("bad.safetensors"));
   /* a later path's failure fails the whole load */
@@ -1781,6 +1918,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_sharded_meta);
   tcase_add_test(tc, test_paths);
   tcase_add_test(tc, test_unnamed_torch);
+  tcase_add_test(tc, test_dir_files);
   tcase_add_test(tc, test_empty_list);
   tcase_add_test(tc, test_refcount);
   tcase_add_loop_test(tc, test_to_device, 0, 2);

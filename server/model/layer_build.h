@@ -59,9 +59,14 @@ typedef struct source {
    * array's size when none), and whether it has each (any[1]: sliding) */
   size_t types_bad;
   int types_any[2];
-  char **index_paths;
-  json_t **indexes; /* the *.safetensors.index.json objects */
-  size_t n_indexes;
+  char *index_path; /* model.safetensors.index.json, where it chose the
+                       files */
+  json_t *index;    /* its object, or NULL */
+  /* a directory's *.safetensors files that the rule (open_dir) left out,
+   * by name, sorted, and the file whose presence chose the others */
+  char **skipped;
+  size_t n_skipped;
+  const char *chosen_by;
 } source_t;
 
 /* ---- one layer ----------------------------------------------------------- */

@@ -1,6 +1,7 @@
 /* server/model/layer_source.c: one path of --layers while it loads: a
- * file, or a directory's *.safetensors files checked against its
- * *.safetensors.index.json, and its config.json; every file mapped and
+ * file, or the *.safetensors files of a directory that its
+ * model.safetensors or model.safetensors.index.json chooses, and its
+ * config.json; every file mapped and
  * parsed, and their tensors gathered into one table sorted by name (passes
  * 1 and 2 of layers.c's load). See layer_build.h. */
 #include <dirent.h>
@@ -18,16 +19,15 @@ void attnd__source_close(source_t *s) {
     attnd_st_unmap(&s->maps[i]);
   for (size_t i = 0; i < s->n_files; i++)
     free(s->files[i]);
-  for (size_t i = 0; i < s->n_indexes; i++) {
-    free(s->index_paths[i]);
-    json_decref(s->indexes[i]);
-  }
+  for (size_t i = 0; i < s->n_skipped; i++)
+    free(s->skipped[i]);
+  json_decref(s->index);
   json_decref(s->config);
   free(s->maps);
   free(s->files);
   free(s->tensors);
-  free(s->index_paths);
-  free(s->indexes);
+  free(s->index_path);
+  free(s->skipped);
   free(s->config_path);
   free(s->unnamed);
   memset(s, 0, sizeof *s);
@@ -84,22 +84,95 @@ static json_t *load_json(const char *path, char *msg, size_t msz) {
   return j;
 }
 
-/* A directory: its *.safetensors files (following links, as in the Hugging
- * Face cache), its shard indexes and its config.json. */
+#define SINGLE_NAME "model.safetensors"
+#define INDEX_NAME "model.safetensors.index.json"
+
+/* Marks in chosen[] which of a directory's *.safetensors files (names,
+ * n of them, sorted) a load reads, as transformers' from_pretrained
+ * chooses them: model.safetensors alone when it is there; else, with
+ * model.safetensors.index.json, the files its weight_map names, each of
+ * which must be there (a name of this directory, never a path); else
+ * every one, as a directory of single-layer files needs. */
+static int choose_files(source_t *s, char **names, size_t n, char *chosen,
+                        char *msg, size_t msz) {
+  const char *single = SINGLE_NAME;
+  char **hit = n ? bsearch(&single, names, n, sizeof *names, cmp_str) : NULL;
+  if (hit) {
+    chosen[hit - names] = 1;
+    s->chosen_by = SINGLE_NAME;
+    return 0;
+  }
+  if (!(s->index_path = join(s->path, INDEX_NAME)))
+    return attnd_fail(msg, msz, "out of memory");
+  struct stat st;
+  if (stat(s->index_path, &st) < 0) {
+    if (errno != ENOENT)
+      return attnd_fail(msg, msz, "%s: %s", s->index_path, strerror(errno));
+    free(s->index_path);
+    s->index_path = NULL;
+    if (n == 0)
+      return attnd_fail(msg, msz,
+                        "%s: no .safetensors file and no " INDEX_NAME
+                        " in this directory",
+                        s->path);
+    memset(chosen, 1, n);
+    return 0;
+  }
+  if (!(s->index = load_json(s->index_path, msg, msz)))
+    return -1;
+  json_t *map = json_object_get(s->index, "weight_map");
+  if (!json_is_object(map))
+    return attnd_fail(msg, msz, "%s: no \"weight_map\" object", s->index_path);
+  if (json_object_size(map) == 0)
+    return attnd_fail(msg, msz, "%s: weight_map names no file", s->index_path);
+  const char *tensor;
+  json_t *file;
+  json_object_foreach(map, tensor, file) {
+    const char *f = json_string_value(file);
+    if (!f)
+      return attnd_fail(msg, msz, "%s: weight_map[\"%s\"] is not a file name",
+                        s->index_path, tensor);
+    hit = n ? bsearch(&f, names, n, sizeof *names, cmp_str) : NULL;
+    if (!hit)
+      return attnd_fail(msg, msz,
+                        "%s: weight_map puts tensor '%s' in '%s', which is "
+                        "not in %s",
+                        s->index_path, tensor, f, s->path);
+    chosen[hit - names] = 1;
+  }
+  s->chosen_by = INDEX_NAME;
+  return 0;
+}
+
+/* A directory: the *.safetensors files choose_files picks (following
+ * links, as in the Hugging Face cache; the others named in s->skipped),
+ * and its config.json. */
 static int open_dir(source_t *s, char *msg, size_t msz) {
   DIR *d = opendir(s->path);
   if (!d)
     return attnd_fail(msg, msz, "%s: %s", s->path, strerror(errno));
-  char **names = NULL, **index_names = NULL;
-  size_t n_names = 0, n_index_names = 0;
+  char **names = NULL, *chosen = NULL;
+  size_t n_names = 0;
   int rc = 0;
   struct dirent *de;
-  while (rc == 0 && (de = readdir(d))) {
-    int shard = attnd__ends_with(de->d_name, ".safetensors");
-    int index = attnd__ends_with(de->d_name, ".safetensors.index.json");
-    if (!shard && !index)
+  while (rc == 0 && (de = readdir(d)))
+    if (attnd__ends_with(de->d_name, ".safetensors") &&
+        push_str(&names, &n_names, de->d_name) < 0)
+      rc = attnd_fail(msg, msz, "out of memory");
+  closedir(d);
+  if (rc == 0 && n_names)
+    qsort(names, n_names, sizeof *names, cmp_str);
+  if (rc == 0 && !(chosen = calloc(n_names ? n_names : 1, 1)))
+    rc = attnd_fail(msg, msz, "out of memory");
+  if (rc == 0)
+    rc = choose_files(s, names, n_names, chosen, msg, msz);
+  for (size_t i = 0; rc == 0 && i < n_names; i++) {
+    if (!chosen[i]) {
+      if (push_str(&s->skipped, &s->n_skipped, names[i]) < 0)
+        rc = attnd_fail(msg, msz, "out of memory");
       continue;
-    char *full = join(s->path, de->d_name);
+    }
+    char *full = join(s->path, names[i]);
     struct stat st;
     if (!full)
       rc = attnd_fail(msg, msz, "out of memory");
@@ -107,76 +180,14 @@ static int open_dir(source_t *s, char *msg, size_t msz) {
       rc = attnd_fail(msg, msz, "%s: %s", full, strerror(errno));
     else if (!S_ISREG(st.st_mode))
       rc = attnd_fail(msg, msz, "%s: not a regular file", full);
-    else if (push_str(shard ? &names : &index_names,
-                      shard ? &n_names : &n_index_names, de->d_name) < 0)
-      rc = attnd_fail(msg, msz, "out of memory");
-    free(full);
-  }
-  closedir(d);
-  if (rc == 0 && n_names == 0)
-    rc = attnd_fail(msg, msz, "%s: no .safetensors file in this directory",
-                    s->path);
-  if (rc == 0) {
-    qsort(names, n_names, sizeof *names, cmp_str);
-    if (n_index_names)
-      qsort(index_names, n_index_names, sizeof *index_names, cmp_str);
-  }
-  /* Every file an index names must be here (the tensors it puts in each
-   * are checked once the files are parsed). */
-  for (size_t i = 0; rc == 0 && i < n_index_names; i++) {
-    char *ipath = join(s->path, index_names[i]);
-    json_t *idx = ipath ? load_json(ipath, msg, msz) : NULL;
-    if (!ipath)
-      rc = attnd_fail(msg, msz, "out of memory");
-    else if (!idx)
-      rc = -1;
-    json_t *map = idx ? json_object_get(idx, "weight_map") : NULL;
-    if (idx && !json_is_object(map))
-      rc = attnd_fail(msg, msz, "%s: no \"weight_map\" object", ipath);
-    const char *tensor;
-    json_t *file;
-    if (rc == 0)
-      json_object_foreach(map, tensor, file) {
-        const char *f = json_string_value(file);
-        if (!f) {
-          rc = attnd_fail(msg, msz, "%s: weight_map[\"%s\"] is not a file name",
-                          ipath, tensor);
-          break;
-        }
-        if (!bsearch(&f, names, n_names, sizeof *names, cmp_str)) {
-          rc = attnd_fail(msg, msz,
-                          "%s: weight_map puts tensor '%s' in '%s', which is "
-                          "not in %s",
-                          ipath, tensor, f, s->path);
-          break;
-        }
-      }
-    if (rc == 0) {
-      json_t **grown = realloc(s->indexes, (i + 1) * sizeof *grown);
-      if (grown)
-        s->indexes = grown;
-      if (!grown || push_str(&s->index_paths, &s->n_indexes, ipath) < 0)
-        rc = attnd_fail(msg, msz, "out of memory");
-      else {
-        s->indexes[i] = idx;
-        idx = NULL;
-      }
-    }
-    json_decref(idx);
-    free(ipath);
-  }
-  for (size_t i = 0; rc == 0 && i < n_names; i++) {
-    char *full = join(s->path, names[i]);
-    if (!full || push_str(&s->files, &s->n_files, full) < 0)
+    else if (push_str(&s->files, &s->n_files, full) < 0)
       rc = attnd_fail(msg, msz, "out of memory");
     free(full);
   }
   for (size_t i = 0; i < n_names; i++)
     free(names[i]);
-  for (size_t i = 0; i < n_index_names; i++)
-    free(index_names[i]);
   free(names);
-  free(index_names);
+  free(chosen);
   if (rc < 0)
     return -1;
 
@@ -302,21 +313,18 @@ int attnd__source_open(source_t *s, char *msg, size_t msz) {
                         s->files[s->tensors[i - 1].file],
                         s->files[s->tensors[i].file]);
 
-  /* Each tensor an index names must be in the file it names. */
-  for (size_t i = 0; i < s->n_indexes; i++) {
-    const char *tensor;
-    json_t *file;
-    json_object_foreach(json_object_get(s->indexes[i], "weight_map"), tensor,
-                        file) {
-      const entry_t *e = attnd__find_entry(s, "", 0, tensor);
-      const char *in = e ? s->files[e->file] : NULL;
-      const char *base = in ? strrchr(in, '/') : NULL;
-      if (!e || strcmp(base ? base + 1 : in, json_string_value(file)) != 0)
-        return attnd_fail(msg, msz,
-                          "%s: weight_map puts tensor '%s' in '%s', but %s",
-                          s->index_paths[i], tensor, json_string_value(file),
-                          e ? "it is in another file" : "no file holds it");
-    }
+  /* Each tensor the index names must be in the file it names. */
+  const char *tensor;
+  json_t *file;
+  json_object_foreach(json_object_get(s->index, "weight_map"), tensor, file) {
+    const entry_t *e = attnd__find_entry(s, "", 0, tensor);
+    const char *in = e ? s->files[e->file] : NULL;
+    const char *base = in ? strrchr(in, '/') : NULL;
+    if (!e || strcmp(base ? base + 1 : in, json_string_value(file)) != 0)
+      return attnd_fail(msg, msz,
+                        "%s: weight_map puts tensor '%s' in '%s', but %s",
+                        s->index_path, tensor, json_string_value(file),
+                        e ? "it is in another file" : "no file holds it");
   }
   return 0;
 }

@@ -3,9 +3,10 @@
  * layer_source.c, pass 4's parameters in layer_params.c.
  *
  * A load runs in passes, path by path of the list:
- *   1. open: the file, or a directory's *.safetensors files (checked
- *      against its *.safetensors.index.json) and its config.json; map and
- *      parse every file;
+ *   1. open: the file, or the *.safetensors files of a directory that
+ *      its model.safetensors or model.safetensors.index.json chooses (the
+ *      others are kept by name, for the log), and its config.json; map
+ *      and parse every file;
  *   2. gather: the tensors of all the path's files in one table sorted by
  *      name, so that a layer may span shards (a name in two files is an
  *      error);
@@ -65,6 +66,8 @@ struct attnd_layer_set {
   int device_bf16;             /* the weights there as bfloat16 */
   int counted;                 /* in live_sets and live_bytes */
   attnd_budget_t *host_budget; /* counting bytes since a reload replaced it */
+  attnd_layer_skip_t *skips;   /* one a directory that left files out */
+  size_t n_skips;
 };
 
 /* Every set with layers that is alive, process-wide: the one serving and
@@ -594,8 +597,39 @@ static void set_free(attnd_layer_set_t *set) {
   set_off_device(set);
   for (size_t i = 0; i < set->n; i++)
     layer_free(&set->layers[i]);
+  for (size_t i = 0; i < set->n_skips; i++) {
+    attnd_layer_skip_t *k = &set->skips[i];
+    for (size_t f = 0; f < k->n; f++)
+      free((void *)k->files[f]);
+    free((void *)k->files);
+    free((void *)k->dir);
+  }
+  free(set->skips);
   free(set->layers);
   free(set);
+}
+
+/* Moves the names of the files s left out into the set, for the log. */
+static int keep_skipped(source_t *s, attnd_layer_set_t *set, char *msg,
+                        size_t msz) {
+  if (!s->n_skipped)
+    return 0;
+  attnd_layer_skip_t *grown =
+      realloc(set->skips, (set->n_skips + 1) * sizeof *grown);
+  if (!grown)
+    return attnd_fail(msg, msz, "out of memory");
+  set->skips = grown;
+  char *dir = strdup(s->path);
+  if (!dir)
+    return attnd_fail(msg, msz, "out of memory");
+  set->skips[set->n_skips++] =
+      (attnd_layer_skip_t){.dir = dir,
+                           .by = s->chosen_by,
+                           .files = (const char *const *)s->skipped,
+                           .n = s->n_skipped};
+  s->skipped = NULL;
+  s->n_skipped = 0;
+  return 0;
 }
 
 static int cmp_layer(const void *a, const void *b) {
@@ -630,6 +664,8 @@ int attnd_layers_load(const char *paths, attnd_layer_set_t **out, char *msg,
     rc = attnd__source_open(&s, msg, msz);
     if (rc == 0)
       rc = discover(&s, set, msg, msz);
+    if (rc == 0)
+      rc = keep_skipped(&s, set, msg, msz);
     attnd__source_close(&s); /* the set keeps float32 copies only */
   }
   if (rc == 0) {
@@ -703,6 +739,15 @@ size_t attnd_layer_set_bytes(const attnd_layer_set_t *set) {
 
 double attnd_layer_set_load_seconds(const attnd_layer_set_t *set) {
   return set ? set->seconds : 0;
+}
+
+size_t attnd_layer_set_skip_count(const attnd_layer_set_t *set) {
+  return set ? set->n_skips : 0;
+}
+
+const attnd_layer_skip_t *attnd_layer_set_skip(const attnd_layer_set_t *set,
+                                               size_t i) {
+  return set && i < set->n_skips ? &set->skips[i] : NULL;
 }
 
 /* ---- on the device ------------------------------------------------------- */

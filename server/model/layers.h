@@ -77,11 +77,15 @@ int attnd_layer_cross(const attnd_layer_t *l);
 typedef struct attnd_layer_set attnd_layer_set_t;
 
 /* Loads every layer found at `paths`, a comma-separated list of
- * .safetensors files and directories (a directory's *.safetensors,
- * model.safetensors.index.json shards included, with its config.json).
- * An empty list gives an empty set. Returns 0 with a new set (one
- * reference), or -1 with msg naming the file, the tensor and what is wrong
- * (a bad file, an unknown convention, missing head counts, an unknown
+ * .safetensors files, each read whatever its name, and directories. Of a
+ * directory's *.safetensors files, as transformers' from_pretrained reads
+ * them: model.safetensors alone when it is there; else, with
+ * model.safetensors.index.json, the files its weight_map names (each must
+ * be there, and hold the tensors it puts in it); else every one. Its
+ * config.json goes with them. The files left out are named in the set
+ * (attnd_layer_set_skip). An empty list gives an empty set. Returns 0 with a
+ * new set (one reference), or -1 with msg naming the file, the tensor and what
+ * is wrong (a bad file, an unknown convention, missing head counts, an unknown
  * rope_scaling type, a name found twice). */
 int attnd_layers_load(const char *paths, attnd_layer_set_t **out, char *msg,
                       size_t msz);
@@ -106,6 +110,23 @@ const attnd_layer_t *attnd_layer_set_find(const attnd_layer_set_t *set,
 /* The float32 bytes the set holds, and the seconds loading took. */
 size_t attnd_layer_set_bytes(const attnd_layer_set_t *set);
 double attnd_layer_set_load_seconds(const attnd_layer_set_t *set);
+
+/* The *.safetensors files of one directory of the list that the load left
+ * out: the directory as listed, the file whose presence chose the others
+ * ("model.safetensors" or "model.safetensors.index.json"), and the names
+ * of those left out, sorted. */
+typedef struct attnd_layer_skip {
+  const char *dir;
+  const char *by;
+  const char *const *files;
+  size_t n;
+} attnd_layer_skip_t;
+
+/* The directories that left files out, in the list's order, and the i-th
+ * of them (NULL past the last); they live as long as the set. */
+size_t attnd_layer_set_skip_count(const attnd_layer_set_t *set);
+const attnd_layer_skip_t *attnd_layer_set_skip(const attnd_layer_set_t *set,
+                                               size_t i);
 /* The sets with layers alive in the process and their float32 bytes: the
  * one loaded last, and each older one until its last reference goes (a
  * request in flight, or a session created before the reload). */
