@@ -104,6 +104,31 @@ static void log_layers(const char *event, const attnd_layer_set_t *set) {
           attnd_layer_set_load_seconds(set));
 }
 
+/* Logs, one line a directory, the *.safetensors files a load left out
+ * (the rule in layers.h): a user who put an adapter or another model's
+ * weights beside the shards sees that attnd did not read them. */
+static void log_skipped(const attnd_layer_set_t *set) {
+  const attnd_layer_skip_t *k;
+  for (size_t i = 0; (k = attnd_layer_set_skip(set, i)); i++) {
+    attnd_buf_t b;
+    attnd_buf_init(&b);
+    attnd_buf_puts(&b, "{\"event\":\"layers_skipped\",\"dir\":");
+    attnd_buf_json_string(&b, k->dir, strlen(k->dir));
+    attnd_buf_puts(&b, ",\"by\":");
+    attnd_buf_json_string(&b, k->by, strlen(k->by));
+    attnd_buf_puts(&b, ",\"files\":[");
+    for (size_t f = 0; f < k->n; f++) {
+      if (f)
+        attnd_buf_puts(&b, ",");
+      attnd_buf_json_string(&b, k->files[f], strlen(k->files[f]));
+    }
+    attnd_buf_puts(&b, "]}\n");
+    if (!b.oom)
+      fwrite(b.data, 1, b.len, stderr);
+    attnd_buf_free(&b);
+  }
+}
+
 /* Where the GPU serves (device_at_start), a new set's weights go there
  * once, in the config's precision, counted by its budget, so that cuda
  * calls in that precision read them in place; when they cannot (the
@@ -129,6 +154,7 @@ static int layers_init(attnd_server_t *s) {
     fprintf(stderr, "attnd: layers: %s\n", msg);
     return -1;
   }
+  log_skipped(s->layers);
   layers_to_device(s, s->layers);
   if (attnd_layer_set_count(s->layers))
     log_layers("layers_loaded", s->layers);
@@ -158,6 +184,7 @@ static void *reload_layers(void *arg) {
     if (attnd_layers_load(s->cfg->layers, &set, msg, sizeof msg) < 0) {
       log_event("layers_reload_failed", msg);
     } else {
+      log_skipped(set);
       layers_to_device(s, set);
       uv_mutex_lock(&s->layers_lock);
       attnd_layer_set_t *old = s->layers;

@@ -1137,6 +1137,79 @@ START_TEST(test_reloads_give_back) {
 }
 END_TEST
 
+/* A Hugging Face directory with a PEFT adapter and Mistral's
+ * consolidated.safetensors beside its indexed shards: attnd serves the
+ * shards' two layers alone, and its log names the files left out in one
+ * line, at start and again at each reload. */
+START_TEST(test_skipped_files) {
+  static const char *const names[] = {"model-00001-of-00002.safetensors",
+                                      "model-00002-of-00002.safetensors"};
+  static const char *const beside[][2] = {
+      {"adapter_model.safetensors",
+       "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"},
+      {"consolidated.safetensors", "layers.0.attention.wq.weight"}};
+  char dir[64], path[160], msg[512];
+  tmp_dir(dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  ck_assert_int_eq(lf_write_text(path, "{\"num_attention_heads\": 2}"), 0);
+  lf_shape_t shape = {.E = 16, .H = 2};
+  lf_file_t *f[2] = {lf_file_new(), lf_file_new()};
+  for (int i = 0; i < 2; i++) {
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "model.layers.%d.", i);
+    ck_assert_msg(lf_add_layer(f[i], LF_LLAMA, ATTND_ST_F32, prefix, &shape,
+                               60 + (uint64_t)i, NULL, msg, sizeof msg) == 0,
+                  "%s", msg);
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    ck_assert_msg(lf_file_write(f[i], path, msg, sizeof msg) == 0, "%s", msg);
+  }
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+  const lf_file_t *shards[] = {f[0], f[1]};
+  ck_assert_int_eq(lf_write_index(path, shards, names, 2), 0);
+  lf_file_free(f[0]);
+  lf_file_free(f[1]);
+  int64_t square[2] = {16, 16};
+  for (int i = 0; i < 2; i++) {
+    lf_file_t *o = lf_file_new();
+    ck_assert_int_eq(
+        lf_add_tensor(o, beside[i][1], ATTND_ST_F32, 2, square, NULL), 0);
+    snprintf(path, sizeof path, "%s/%s", dir, beside[i][0]);
+    ck_assert_msg(lf_file_write(o, path, msg, sizeof msg) == 0, "%s", msg);
+    lf_file_free(o);
+  }
+
+  sh_server_t s;
+  start(&s, dir);
+  char line[512];
+  snprintf(line, sizeof line,
+           "{\"event\":\"layers_skipped\",\"dir\":\"%s\",\"by\":\"model."
+           "safetensors.index.json\",\"files\":[\"adapter_model.safetensors\","
+           "\"consolidated.safetensors\"]}\n",
+           dir);
+  ck_assert_msg(count_events(&s, line) == 1, "want once:\n%s\nin:\n%s", line,
+                s.log);
+  sh_resp_t g;
+  ck_assert_int_eq(sh_get(s.port, "/v1/layers", &g), 0);
+  ck_assert_int_eq(g.status, 200);
+  json_t *rep = sh_json(&g), *list = json_object_get(rep, "layers");
+  ck_assert_int_eq(json_array_size(list), 2);
+  for (size_t i = 0; i < 2; i++) {
+    const char *file =
+        json_string_value(json_object_get(json_array_get(list, i), "file"));
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    ck_assert_str_eq(file, path);
+  }
+  json_decref(rep);
+  sh_resp_free(&g);
+  kill(s.pid, SIGHUP);
+  wait_events(&s, "\"event\":\"layers_reloaded\"", 1);
+  ck_assert_msg(count_events(&s, line) == 2, "want twice:\n%s\nin:\n%s", line,
+                s.log);
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
+  rm_dir(dir);
+}
+END_TEST
+
 /* A SIGHUP that comes while a reload runs is not lost: the reload loads
  * the files again when it ends, so that the weights follow files changed
  * after it read them. The first reload is held reading a second
@@ -1846,6 +1919,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_reload);
   tcase_add_test(tc, test_reload_during_reload);
   tcase_add_test(tc, test_reloads_give_back);
+  tcase_add_test(tc, test_skipped_files);
   tcase_add_test(tc, test_sessions_hold_sets);
   suite_add_tcase(su, tc);
   tc = tcase_create("drain"); /* SIGTERM during a reload */
