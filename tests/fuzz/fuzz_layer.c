@@ -6,8 +6,9 @@
  * Input: config.json's text up to the first NUL (empty: the directory has
  * no config.json); the safetensors headers' JSON up to the second NUL, one
  * a shard, separated by form feeds (which JSON never needs), at most
- * MAX_SHARDS of them: model.safetensors, then model-00002.safetensors and
- * on; model.safetensors.index.json's text up to the third (empty: none);
+ * MAX_SHARDS of them: a lone one is model.safetensors, several are
+ * model-00001.safetensors, model-00002.safetensors and on;
+ * model.safetensors.index.json's text up to the third (empty: none);
  * the bytes after it, repeated to fill the data the headers' data_offsets
  * ask for (zeros when there are none), so that mutations of a header keep
  * a consistent file whose values the fuzzer still chooses; and a header
@@ -28,9 +29,13 @@
  * held equal to the sizes the parameters give, every value finite, rope
  * either all zero or with theta > 1, an even rope_dims in 2 .. Dh and
  * finite scaling of its type's ranges, norm_eps in [0, 1], a window >= 0;
- * and of the files, that no tensor is in two shards and that each tensor
- * the index names is in the shard it names (a plain file name of the
- * directory, not a path). */
+ * and of the files, that the shards read are those layers.h's rule
+ * chooses (model.safetensors alone, its index unread; else those the
+ * index names, each of them there by its plain file name, not a path;
+ * else all), the others named in the set as left out by the index, that
+ * no tensor is in two shards read and that each tensor the index names is
+ * in the shard it names. Only the shards read are searched for a layer's
+ * tensors. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -54,8 +59,8 @@
 #define SHM "/dev/shm"
 #define PREFIX "attnd-fuzz-layer-"
 
-static char dir[96], config_path[128], index_path[128];
-static char shard_path[MAX_SHARDS][128];
+static char dir[96], config_path[128], index_path[128], single_path[128];
+static char shard_path[MAX_SHARDS][128]; /* model-00001.safetensors, ... */
 static int verbose; /* FUZZ_LAYER_VERBOSE=1: each input's outcome */
 
 /* The start time of process pid (field 22 of /proc/pid/stat, in clock
@@ -144,8 +149,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   snprintf(config_path, sizeof config_path, "%s/config.json", dir);
   snprintf(index_path, sizeof index_path, "%s/model.safetensors.index.json",
            dir);
-  snprintf(shard_path[0], sizeof shard_path[0], "%s/model.safetensors", dir);
-  for (int i = 1; i < MAX_SHARDS; i++)
+  snprintf(single_path, sizeof single_path, "%s/model.safetensors", dir);
+  for (int i = 0; i < MAX_SHARDS; i++)
     snprintf(shard_path[i], sizeof shard_path[i], "%s/model-%05d.safetensors",
              dir, i + 1);
   FUZZ_CHECK(mkdir(dir, 0700) == 0, "cannot make %s", dir);
@@ -261,22 +266,30 @@ static void check_values(const attnd_layer_t *l, const char *what,
                (long long)i);
 }
 
-/* The shards written for an input, each parsed (what loaded parsed). */
+/* The shards written for an input, and of those the load read (by the
+ * rule, choose), each parsed (what loaded parsed). */
 typedef struct {
   size_t n;
   uint8_t *bytes[MAX_SHARDS];
   size_t len[MAX_SHARDS];
+  int read[MAX_SHARDS];
   attnd_st_file_t f[MAX_SHARDS];
 } shards_t;
 
-/* The tensor named name + suffix in any shard, or NULL. */
+/* Shard i's path: model.safetensors when it is the only one. */
+static const char *path_of(const shards_t *sh, size_t i) {
+  return sh->n == 1 ? single_path : shard_path[i];
+}
+
+/* The tensor named name + suffix in any shard read, or NULL. */
 static const attnd_st_tensor_t *tensor(const shards_t *sh, const char *name,
                                        const char *suffix) {
   char full[1024];
   snprintf(full, sizeof full, "%s%s", name, suffix);
   const attnd_st_tensor_t *t = NULL;
   for (size_t i = 0; !t && i < sh->n; i++)
-    t = attnd_st_find(&sh->f[i], full);
+    if (sh->read[i])
+      t = attnd_st_find(&sh->f[i], full);
   return t;
 }
 
@@ -349,9 +362,9 @@ static const attnd_st_tensor_t *check_shapes(const attnd_layer_t *l,
   FUZZ_CHECK(strcmp(l->file_dtype, attnd_st_dtype_name(q->dtype)) == 0,
              "'%s': file_dtype %s, the query weight is %s", l->name,
              l->file_dtype, attnd_st_dtype_name(q->dtype));
-  FUZZ_CHECK(strcmp(l->file, shard_path[shard_of(f, q)]) == 0,
+  FUZZ_CHECK(strcmp(l->file, path_of(f, shard_of(f, q))) == 0,
              "'%s' is of %s, its query weight in %s", l->name, l->file,
-             shard_path[shard_of(f, q)]);
+             path_of(f, shard_of(f, q)));
   return q;
 }
 
@@ -368,7 +381,7 @@ static void check_heads(const attnd_layer_t *l, const shards_t *f,
   FUZZ_CHECK(l->H == strtoll(heads, NULL, 10),
              "'%s': H %lld, but num_heads '%s' in %s, its query weight's "
              "shard",
-             l->name, (long long)l->H, heads, shard_path[shard_of(f, q)]);
+             l->name, (long long)l->H, heads, path_of(f, shard_of(f, q)));
 }
 
 static void check_rope(const attnd_layer_t *l) {
@@ -465,18 +478,71 @@ static void text_or_none(const char *path, const uint8_t *text, size_t n) {
     unlink(path);
 }
 
-/* Of a loaded directory's files: no tensor is in two shards, and each
- * tensor the index (x, xn bytes; none when empty) names is in the shard
- * it names, by its plain file name. */
-static void check_files(const shards_t *sh, const uint8_t *x, size_t xn) {
+/* Marks the shards a load reads (sh->read), by layers.h's rule: a lone
+ * shard is model.safetensors, read alone and its index (x, xn bytes; none
+ * when empty) never; else, with an index, the shards its weight_map
+ * names; else all. Returns 0, or -1 where the rule refuses the directory:
+ * an index that is not an object with a weight_map object naming at
+ * least one tensor, each in a shard that is there, by plain file name. */
+static int choose(shards_t *sh, const uint8_t *x, size_t xn) {
   for (size_t i = 0; i < sh->n; i++)
-    for (size_t k = 0; k < sh->f[i].n; k++) {
-      const char *name = sh->f[i].tensors[k].name;
+    sh->read[i] = sh->n == 1 || !xn;
+  if (sh->n == 1 || !xn)
+    return 0;
+  json_t *idx = json_loadb((const char *)x, xn, JSON_REJECT_DUPLICATES, NULL);
+  json_t *map = json_object_get(idx, "weight_map");
+  int ok = json_is_object(map) && json_object_size(map) > 0;
+  const char *name;
+  json_t *v;
+  json_object_foreach(map, name, v) {
+    const char *file = json_string_value(v);
+    size_t i = 0;
+    while (i < sh->n &&
+           !(file && strcmp(file, strrchr(shard_path[i], '/') + 1) == 0))
+      i++;
+    if (i == sh->n)
+      ok = 0;
+    else
+      sh->read[i] = 1;
+  }
+  json_decref(idx);
+  return ok ? 0 : -1;
+}
+
+/* Of a loaded directory's files: those the rule leaves out are the set's
+ * one list of skipped files, chosen by the index; no tensor is in two
+ * shards read, and each tensor the index names is in the shard it names,
+ * by its plain file name. */
+static void check_files(const attnd_layer_set_t *set, const shards_t *sh,
+                        const uint8_t *x, size_t xn) {
+  const attnd_layer_skip_t *k = attnd_layer_set_skip(set, 0);
+  size_t skipped = 0;
+  for (size_t i = 0; i < sh->n; i++) {
+    if (sh->read[i])
+      continue;
+    FUZZ_CHECK(k && skipped < k->n &&
+                   strcmp(k->files[skipped], strrchr(shard_path[i], '/') + 1) ==
+                       0,
+               "%s, which the index does not name, is not listed as left out",
+               shard_path[i]);
+    skipped++;
+  }
+  FUZZ_CHECK(attnd_layer_set_skip_count(set) == (skipped > 0) &&
+                 (!k || (k->n == skipped &&
+                         strcmp(k->by, "model.safetensors.index.json") == 0)),
+             "%zu directories with %zu files left out, by %s; the rule "
+             "leaves out %zu",
+             attnd_layer_set_skip_count(set), k ? k->n : 0,
+             k ? k->by : "nothing", skipped);
+  for (size_t i = 0; i < sh->n; i++)
+    for (size_t t = 0; sh->read[i] && t < sh->f[i].n; t++) {
+      const char *name = sh->f[i].tensors[t].name;
       for (size_t j = i + 1; j < sh->n; j++)
-        FUZZ_CHECK(!attnd_st_find(&sh->f[j], name), "'%s' is in both %s and %s",
-                   name, shard_path[i], shard_path[j]);
+        FUZZ_CHECK(!sh->read[j] || !attnd_st_find(&sh->f[j], name),
+                   "'%s' is in both %s and %s", name, path_of(sh, i),
+                   path_of(sh, j));
     }
-  if (!xn)
+  if (!xn || sh->n == 1)
     return;
   json_t *idx = json_loadb((const char *)x, xn, JSON_REJECT_DUPLICATES, NULL);
   json_t *map = json_object_get(idx, "weight_map");
@@ -515,15 +581,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *stop = ff ? ff : hend;
     sh.bytes[sh.n] = file_of(h, (size_t)(stop - h), d, (size_t)(end - d), &at,
                              &sh.len[sh.n]);
-    write_file(shard_path[sh.n], sh.bytes[sh.n], sh.len[sh.n], NULL, 0);
     if (!ff) {
       sh.n++;
       break;
     }
     h = ff + 1;
   }
-  for (size_t i = sh.n; i < MAX_SHARDS; i++)
-    unlink(shard_path[i]); /* an earlier input's */
+  for (size_t i = 0; i < sh.n; i++)
+    write_file(path_of(&sh, i), sh.bytes[i], sh.len[i], NULL, 0);
+  /* an earlier input's */
+  if (sh.n > 1)
+    unlink(single_path);
+  for (size_t i = sh.n > 1 ? sh.n : 0; i < MAX_SHARDS; i++)
+    unlink(shard_path[i]);
+  int refused = choose(&sh, x, xn);
 
   attnd_layer_set_t *set = (attnd_layer_set_t *)1;
   char msg[1024];
@@ -537,15 +608,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_CHECK(memchr(msg, '\0', sizeof msg) != NULL && msg[0] != '\0',
                "a failure without a message");
   } else {
+    FUZZ_CHECK(!refused,
+               "loaded with an index that names no shard, or one not there");
     /* what loaded parsed, so the harness reads the same headers */
     for (size_t i = 0; i < sh.n; i++) {
       char st_msg[256];
-      FUZZ_CHECK(attnd_st_parse(sh.bytes[i], sh.len[i], &sh.f[i], st_msg,
-                                sizeof st_msg) == 0,
-                 "a loaded file, %s, does not parse: %s", shard_path[i],
+      FUZZ_CHECK(!sh.read[i] || attnd_st_parse(sh.bytes[i], sh.len[i], &sh.f[i],
+                                               st_msg, sizeof st_msg) == 0,
+                 "a loaded file, %s, does not parse: %s", path_of(&sh, i),
                  st_msg);
     }
-    check_files(&sh, x, xn);
+    check_files(set, &sh, x, xn);
     json_t *config =
         json_loadb((const char *)c, cn, JSON_REJECT_DUPLICATES, NULL);
     size_t n = attnd_layer_set_count(set), bytes = 0;
@@ -565,7 +638,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                attnd_layer_set_bytes(set), bytes);
     json_decref(config);
     for (size_t i = 0; i < sh.n; i++)
-      attnd_st_free(&sh.f[i]);
+      if (sh.read[i])
+        attnd_st_free(&sh.f[i]);
     attnd_layer_set_unref(set);
   }
   for (size_t i = 0; i < sh.n; i++)
