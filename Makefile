@@ -816,7 +816,9 @@ $(FUZZ_DIR)/core/kernel_%.o: core/kernel.c
 # The shared library's objects are the core's compiled again with -fPIC
 # into $(BUILD)/pic/; the static build keeps its flags. `make test` (not
 # `make asan`) installs into a temporary prefix and builds docs/api.md's
-# example against it: tests/install/check.sh.
+# example against it: tests/install/check.sh, which also runs the installed
+# unit's attnd under strace against the unit's system call filter
+# (tests/install/syscalls.sh).
 PREFIX ?= /usr/local
 DESTDIR ?=
 BINDIR = $(PREFIX)/bin
@@ -902,7 +904,7 @@ uninstall:
 	-rmdir $(DESTDIR)$(INCLUDEDIR)/attn $(DESTDIR)$(SYSCONFDIR)/attnd 2>/dev/null
 
 install-check: $(BUILD)/libattn.a $(BUILD)/libattn.so.$(ATTN_VERSION) \
-  $(BUILD)/attnd $(BUILD)/attnd-load $(MAN_PAGES)
+  $(BUILD)/attnd $(BUILD)/attnd-load $(MAN_PAGES) $(DEMO_LAYER)
 	@MAKE="$(MAKE)" sh tests/install/check.sh $(BUILD)
 
 ifeq ($(SAN),)

@@ -30,7 +30,8 @@ file:/usr/bin/python3 python3
 file:/usr/lib/gcc/x86_64-linux-gnu/*/libgfortran.a libgfortran-12-dev
 cmd:readelf binutils
 cmd:groff groff-base
-cmd:col bsdextrautils'
+cmd:col bsdextrautils
+cmd:strace strace'
 if [ "${1:-}" = fuzz ]; then
   need="$need
 cmd:clang-14 clang-14

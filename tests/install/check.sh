@@ -16,7 +16,10 @@
 # in its man page, which groff reads without a warning; the unit's
 # ExecStart names the installed attnd and config file, and runs
 # (--print-config), and systemd-analyze verify finds nothing in the unit
-# (where systemd-analyze is; else the line says it was skipped); an edited
+# (where systemd-analyze is; else the line says it was skipped), and
+# attnd's system calls in a short life are all ones the unit's filter and
+# confinement allow (tests/install/syscalls.sh, where strace and
+# systemd-analyze are; else its line says it was skipped); an edited
 # attnd.conf survives an install and an uninstall; DESTDIR puts the same
 # files under DESTDIR/PREFIX with attn.pc and the unit naming PREFIX;
 # uninstall leaves no file behind but the edited attnd.conf.
@@ -174,6 +177,10 @@ else
   echo "install-check: no systemd-analyze here (Debian's systemd package): attnd.service is not verified"
   verified="attnd.service not verified (no systemd-analyze)"
 fi
+# what attnd calls in a short life, against the unit's SystemCallFilter and
+# the rest of its confinement (a line of its own says how it went)
+sh tests/install/syscalls.sh "$unit" "$prefix/bin/attnd-load" \
+  "$root/build/demo/demo.safetensors"
 # an edited config is the user's: install leaves it alone
 echo "# edited by install-check" >>"$conf"
 $make --no-print-directory -s install BUILD="$build" PREFIX="$prefix" >/dev/null
