@@ -12,6 +12,7 @@
 
 #include "codec/util.h"
 #include "http/access_log.h"
+#include "http/tls.h"
 #include "notify.h"
 #include "sched/pinned.h"
 #include "sched/run.h"
@@ -167,8 +168,8 @@ static void notify_ready(const attnd_server_t *s) {
   const char *host = s->cfg->host;
   int v6 = strchr(host, ':') != NULL;
   attnd_notify("READY=1\nMAINPID=%ld\nSTATUS=listening on %s://%s%s%s:%d",
-               (long)getpid(), s->tls_cert ? "https" : "http", v6 ? "[" : "",
-               host, v6 ? "]" : "", s->port);
+               (long)getpid(), s->https ? "https" : "http", v6 ? "[" : "", host,
+               v6 ? "]" : "", s->port);
 }
 
 /* A reload of the layers, off the loop thread (loading takes seconds): the
@@ -213,20 +214,46 @@ static void *reload_layers(void *arg) {
   return NULL;
 }
 
-/* SIGHUP: re-read api_keys_file, and load the layers again (in a thread of
- * its own; one reload at a time). The new key set replaces the old one
- * atomically (auth.h); when the file cannot be read or holds a bad line,
- * the old keys stay in force. The log names the file, never a key. */
+/* SIGHUP's renewal of the certificate: tls_cert_file and tls_key_file read
+ * and checked as at the start (tls.h). A good pair serves the handshakes
+ * from now on, while the connections open keep theirs; a bad one leaves
+ * the pair in force. The log gives the new certificate's serial and
+ * expiry, and the pairs in memory: the new one, and the old ones that
+ * connections opened before still hold. */
+static void reload_tls(attnd_server_t *s) {
+  char msg[2048], serial[64], expires[32];
+  attnd_tls_pair_t *pair;
+  if (!s->https)
+    return;
+  if (attnd_tls_load(s->cfg->tls_cert_file, s->cfg->tls_key_file, &pair, msg,
+                     sizeof msg) < 0) {
+    log_event("tls_reload_failed", msg);
+    return;
+  }
+  attnd_tls_describe(pair, serial, sizeof serial, expires, sizeof expires);
+  attnd_http_tls_swap(s, pair);
+  fprintf(stderr,
+          "{\"event\":\"tls_reloaded\",\"serial\":\"%s\",\"expires\":\"%s\","
+          "\"in_memory\":%ld}\n",
+          serial, expires, (long)attnd__tls_pairs_live);
+}
+
+/* SIGHUP: re-read api_keys_file and the TLS certificate, and load the
+ * layers again (in a thread of its own; one reload at a time). The new key
+ * set replaces the old one atomically (auth.h); when the file cannot be
+ * read or holds a bad line, the old keys stay in force. The log names the
+ * file, never a key. */
 static void on_sighup(uv_signal_t *sig, int signum) {
   life_t *l = sig->data;
   char msg[1024];
   (void)signum;
   /* The service manager hears RELOADING=1 now and READY=1 once the keys
-   * are read and the layers' reload, if one runs, has ended: then from the
-   * reload's thread, under notify_lock, which this handler holds until the
-   * keys are read, so that a reload that ends first waits. MONOTONIC_USEC
-   * is what systemd's Type=notify-reload matches with its own SIGHUP.
-   * Draining, attnd has said STOPPING=1, and says nothing more. */
+   * and the certificate are read and the layers' reload, if one runs, has
+   * ended: then from the reload's thread, under notify_lock, which this
+   * handler holds until the keys and the certificate are read, so that a reload
+   * that ends first waits. MONOTONIC_USEC is what systemd's Type=notify-reload
+   * matches with its own SIGHUP. Draining, attnd has said STOPPING=1, and says
+   * nothing more. */
   pthread_mutex_lock(&notify_lock);
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -262,6 +289,7 @@ static void on_sighup(uv_signal_t *sig, int signum) {
   } else {
     fprintf(stderr, "{\"event\":\"keys_reloaded\",\"keys\":%d}\n", n);
   }
+  reload_tls(&l->s);
   if (atomic_load(&l->s.reloading) == 0 && !atomic_load(&l->s.draining))
     notify_ready(&l->s); /* no layers' reload runs */
   pthread_mutex_unlock(&notify_lock);
@@ -433,7 +461,7 @@ int attnd_serve(const attnd_config_t *cfg) {
           cfg->host, s->port, ATTN_VERSION, (long long)cfg->workers, tpr,
           (long long)cfg->max_threads_per_request, (long long)cfg->queue_depth,
           s->backend.blas, s->backend.blas_kernel,
-          attn_isa_name(s->backend.isa), s->tls_cert ? "true" : "false",
+          attn_isa_name(s->backend.isa), s->https ? "true" : "false",
           attnd_auth_count(&s->auth), s->cors.enabled ? "true" : "false");
   /* listening, the layers loaded: systemctl start returns now */
   notify_ready(s);

@@ -42,7 +42,11 @@ typedef struct attnd_server {
   uint64_t id_prefix;
   attnd_auth_t auth; /* API keys; reloaded by serve.c on SIGHUP */
   attnd_cors_t cors;
-  char *tls_cert, *tls_key; /* PEM text while serving HTTPS, else NULL */
+  int https; /* serving HTTPS: tls_cert_file is set */
+  /* The certificate and key new TLS handshakes get (http/tls.h), guarded
+   * by tls_lock: SIGHUP replaces it (attnd_http_tls_swap) */
+  uv_mutex_t tls_lock;
+  struct attnd_tls_pair *tls;
   /* The open connections, for the deadline of a request's headers and
    * the pace of its reply (http.c): the list is guarded by conns_lock; the
    * sweep runs on the loop thread from header_timer while the daemon
@@ -63,10 +67,16 @@ typedef struct attnd_server {
 attnd_layer_set_t *attnd_server_layers(attnd_server_t *s);
 
 /* Starts libmicrohttpd on cfg's host and port, with TLS when cfg names a
- * certificate (read here into s->tls_cert and s->tls_key), and sets
+ * certificate (read here into s->tls), and sets
  * s->port. s->auth and s->cors are set up before. Returns 0, or -1 with
  * the reason on stderr. Main thread. */
 int attnd_http_start(attnd_server_t *s);
+
+/* Makes `pair` (a reference the call takes over) the certificate and key
+ * of the handshakes from now on; the connections open keep the one their
+ * handshake got, and the last to close gives the old pair back. Any
+ * thread, while the daemon runs. */
+void attnd_http_tls_swap(attnd_server_t *s, struct attnd_tls_pair *pair);
 
 /* Stops libmicrohttpd and frees the TLS pair. Main thread, after the loop
  * has stopped. */

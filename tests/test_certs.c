@@ -46,8 +46,35 @@ static gnutls_x509_crt_t new_crt(gnutls_x509_privkey_t key, const char *dn,
   return c;
 }
 
+/* A server certificate for `key` that `ca` signs, for localhost,
+ * 127.0.0.1 and ::1; rc set non-zero where a step fails. */
+static gnutls_x509_crt_t server_crt(gnutls_x509_privkey_t key, int serial,
+                                    gnutls_x509_crt_t ca,
+                                    gnutls_x509_privkey_t cakey,
+                                    const unsigned char *id, size_t idlen,
+                                    int *rc) {
+  gnutls_x509_crt_t crt = new_crt(key, "CN=localhost", serial);
+  static const unsigned char ip[4] = {127, 0, 0, 1};
+  *rc |= gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_DNSNAME,
+                                              "localhost", 9, GNUTLS_FSAN_SET);
+  *rc |= gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, ip, 4,
+                                              GNUTLS_FSAN_APPEND);
+  /* ::1 too, for check_ipv6: a client checks https://[::1]:port/ against
+   * an IP address SAN of 16 bytes, never against 127.0.0.1's */
+  *rc |= gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS,
+                                              in6addr_loopback.s6_addr, 16,
+                                              GNUTLS_FSAN_APPEND);
+  *rc |= gnutls_x509_crt_set_basic_constraints(crt, 0, -1);
+  *rc |= gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE);
+  *rc |= gnutls_x509_crt_set_key_purpose_oid(crt, GNUTLS_KP_TLS_WWW_SERVER, 0);
+  *rc |= gnutls_x509_crt_set_authority_key_id(crt, id, idlen);
+  *rc |= gnutls_x509_crt_sign2(crt, ca, cakey, GNUTLS_DIG_SHA256, 0);
+  return crt;
+}
+
 int tcert_make(const char *dir) {
-  gnutls_x509_privkey_t cakey = new_key(), key = new_key(), other = new_key();
+  gnutls_x509_privkey_t cakey = new_key(), key = new_key(), other = new_key(),
+                        key_b = new_key();
   gnutls_x509_crt_t ca = new_crt(cakey, "CN=attnd test CA", 1);
   unsigned char id[64];
   size_t idlen = sizeof id;
@@ -63,22 +90,9 @@ int tcert_make(const char *dir) {
   rc |= gnutls_x509_crt_set_key_usage(other_ca, GNUTLS_KEY_KEY_CERT_SIGN);
   rc |= gnutls_x509_crt_sign2(other_ca, other_ca, other, GNUTLS_DIG_SHA256, 0);
 
-  gnutls_x509_crt_t crt = new_crt(key, "CN=localhost", 2);
-  static const unsigned char ip[4] = {127, 0, 0, 1};
-  rc |= gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_DNSNAME,
-                                             "localhost", 9, GNUTLS_FSAN_SET);
-  rc |= gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS, ip, 4,
-                                             GNUTLS_FSAN_APPEND);
-  /* ::1 too, for check_ipv6: a client checks https://[::1]:port/ against
-   * an IP address SAN of 16 bytes, never against 127.0.0.1's */
-  rc |= gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_IPADDRESS,
-                                             in6addr_loopback.s6_addr, 16,
-                                             GNUTLS_FSAN_APPEND);
-  rc |= gnutls_x509_crt_set_basic_constraints(crt, 0, -1);
-  rc |= gnutls_x509_crt_set_key_usage(crt, GNUTLS_KEY_DIGITAL_SIGNATURE);
-  rc |= gnutls_x509_crt_set_key_purpose_oid(crt, GNUTLS_KP_TLS_WWW_SERVER, 0);
-  rc |= gnutls_x509_crt_set_authority_key_id(crt, id, idlen);
-  rc |= gnutls_x509_crt_sign2(crt, ca, cakey, GNUTLS_DIG_SHA256, 0);
+  gnutls_x509_crt_t crt = server_crt(key, 2, ca, cakey, id, idlen, &rc);
+  /* the same name, CA and dates, a new key and serial: the renewal */
+  gnutls_x509_crt_t crt_b = server_crt(key_b, 4, ca, cakey, id, idlen, &rc);
   if (rc < 0)
     return -1;
 
@@ -89,6 +103,10 @@ int tcert_make(const char *dir) {
         save_datum(dir, "cert.pem", &d);
   rc |= gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &d) < 0 ||
         save_datum(dir, "key.pem", &d);
+  rc |= gnutls_x509_crt_export2(crt_b, GNUTLS_X509_FMT_PEM, &d) < 0 ||
+        save_datum(dir, "cert-b.pem", &d);
+  rc |= gnutls_x509_privkey_export2(key_b, GNUTLS_X509_FMT_PEM, &d) < 0 ||
+        save_datum(dir, "key-b.pem", &d);
   rc |= gnutls_x509_privkey_export2(other, GNUTLS_X509_FMT_PEM, &d) < 0 ||
         save_datum(dir, "other-key.pem", &d);
   rc |= gnutls_x509_crt_export2(other_ca, GNUTLS_X509_FMT_PEM, &d) < 0 ||
@@ -96,8 +114,10 @@ int tcert_make(const char *dir) {
   gnutls_x509_crt_deinit(other_ca);
   gnutls_x509_crt_deinit(ca);
   gnutls_x509_crt_deinit(crt);
+  gnutls_x509_crt_deinit(crt_b);
   gnutls_x509_privkey_deinit(cakey);
   gnutls_x509_privkey_deinit(key);
   gnutls_x509_privkey_deinit(other);
+  gnutls_x509_privkey_deinit(key_b);
   return rc ? -1 : 0;
 }

@@ -5,8 +5,9 @@
 #define ATTND_TESTS_TEST_CERTS_H
 
 /* Makes in the folder `dir` a CA (ca.pem), a server certificate it signs
- * for localhost, 127.0.0.1 and ::1 (cert.pem) with its key (key.pem), a
- * key that matches neither (other-key.pem) and another CA made with it
+ * for localhost, 127.0.0.1 and ::1 (cert.pem, serial 02) with its key
+ * (key.pem), its renewal (cert-b.pem, serial 04, with key-b.pem), a key
+ * that matches none (other-key.pem) and another CA made with it
  * (other-ca.pem); each valid from an hour ago for a day. ECDSA P-256:
  * milliseconds. 0, or -1. */
 int tcert_make(const char *dir);

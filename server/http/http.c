@@ -90,6 +90,9 @@ typedef struct attnd_http_conn {
   int had_request;    /* a request line has parsed (on_uri) */
   char request_id[96];
   char client[INET6_ADDRSTRLEN + IF_NAMESIZE + 1]; /* its peer's address */
+  attnd_server_t *s;
+  struct attnd_tls_pair *tls; /* the pair its handshake got, held until it
+                                 closes (on_tls_cert) */
 } attnd_http_conn_t;
 
 /* The peer's address `a` as the access log gives it, into out (empty when
@@ -133,6 +136,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
     if (ci == NULL || (c = calloc(1, sizeof *c)) == NULL)
       return; /* unlisted: the library's timeout alone */
     c->fd = ci->connect_fd;
+    c->s = s;
     c->since = attnd_now_ms();
     ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     client_addr(ci ? ci->client_addr : NULL, c->client, sizeof c->client);
@@ -151,7 +155,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
      * attnd code saw; its status is gone by now. Plain HTTP alone: TLS
      * writes its handshake. The SYN and the FIN take a sequence number
      * each, which the kernel counts as written: 2 is nothing written. */
-    if (!c->had_request && c->fd >= 0 && s->tls_cert == NULL &&
+    if (!c->had_request && c->fd >= 0 && !s->https &&
         attnd_tcp_written(c->fd, &written) == 0 && written > 2)
       attnd_metrics_reject(s->metrics, ATTND_REJECT_REQUEST_LINE);
     if (c->prev)
@@ -161,6 +165,9 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
     if (c->next)
       c->next->prev = c->prev;
     uv_mutex_unlock(&s->conns_lock);
+    /* the TLS session is gone by now (libmicrohttpd frees it before this
+     * notice): nothing reads the pair any more */
+    attnd_tls_unref(c->tls);
     free(c);
     *ctx = NULL;
   }
@@ -829,6 +836,37 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
   attnd_buf_free(&b);
 }
 
+/* GnuTLS's question, at a handshake, of the certificate to send: the
+ * connection's own pair when it has one (a second handshake on it), else
+ * the server's current pair, which the connection then holds until it
+ * closes, so that a SIGHUP's swap never frees a pair that a handshake in
+ * progress reads. libmicrohttpd sets the session's pointer to its
+ * connection. An HTTP thread. */
+static int on_tls_cert(gnutls_session_t ses, const gnutls_datum_t *req_ca,
+                       int n_req_ca, const gnutls_pk_algorithm_t *algos,
+                       int n_algos, gnutls_pcert_st **chain,
+                       unsigned *chain_len, gnutls_privkey_t *key) {
+  (void)req_ca, (void)n_req_ca, (void)algos, (void)n_algos;
+  attnd_http_conn_t *c = conn_of(gnutls_session_get_ptr(ses));
+  if (c == NULL)
+    return -1; /* unlisted (out of memory): nowhere to hold a pair */
+  if (c->tls == NULL) {
+    uv_mutex_lock(&c->s->tls_lock);
+    c->tls = attnd_tls_ref(c->s->tls);
+    uv_mutex_unlock(&c->s->tls_lock);
+  }
+  attnd_tls_get(c->tls, chain, chain_len, key);
+  return 0;
+}
+
+void attnd_http_tls_swap(attnd_server_t *s, struct attnd_tls_pair *pair) {
+  uv_mutex_lock(&s->tls_lock);
+  attnd_tls_pair_t *old = s->tls;
+  s->tls = pair;
+  uv_mutex_unlock(&s->tls_lock);
+  attnd_tls_unref(old);
+}
+
 int attnd_http_start(attnd_server_t *s) {
   const attnd_config_t *c = s->cfg;
   struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV,
@@ -856,8 +894,7 @@ int attnd_http_start(attnd_server_t *s) {
    * ciphers only: no CBC, no static RSA. The options are empty for plain
    * HTTP. */
   struct MHD_OptionItem tls[] = {
-      {MHD_OPTION_HTTPS_MEM_CERT, 0, NULL},
-      {MHD_OPTION_HTTPS_MEM_KEY, 0, NULL},
+      {MHD_OPTION_HTTPS_CERT_CALLBACK, 0, NULL},
       {MHD_OPTION_HTTPS_PRIORITIES, 0,
        "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:"
        "-CIPHER-ALL:+AES-256-GCM:+AES-128-GCM:+CHACHA20-POLY1305:"
@@ -867,16 +904,22 @@ int attnd_http_start(attnd_server_t *s) {
     char msg[1024];
     if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
       snprintf(msg, sizeof msg, "tls: this libmicrohttpd has no TLS support");
-    else if (attnd_tls_load(c->tls_cert_file, c->tls_key_file, &s->tls_cert,
-                            &s->tls_key, msg, sizeof msg) == 0)
+    else if (uv_mutex_init(&s->tls_lock) != 0)
+      snprintf(msg, sizeof msg, "cannot make a mutex");
+    else if (attnd_tls_load(c->tls_cert_file, c->tls_key_file, &s->tls, msg,
+                            sizeof msg) == 0)
       msg[0] = 0;
+    else
+      uv_mutex_destroy(&s->tls_lock);
     if (msg[0]) {
       fprintf(stderr, "attnd: %s\n", msg);
       freeaddrinfo(ai);
       return -1;
     }
-    tls[0].ptr_value = s->tls_cert;
-    tls[1].ptr_value = s->tls_key;
+    /* asked at each handshake (on_tls_cert), so that SIGHUP can renew it */
+    gnutls_certificate_retrieve_function2 *cb = on_tls_cert;
+    tls[0].ptr_value = (void *)cb;
+    s->https = 1;
     flags |= MHD_USE_TLS;
   } else {
     tls[0].option = MHD_OPTION_END;
@@ -932,9 +975,9 @@ void attnd_http_stop(attnd_server_t *s) {
   MHD_stop_daemon(s->daemon); /* every connection's notice of closing */
   uv_close((uv_handle_t *)&s->header_timer, NULL);
   uv_mutex_destroy(&s->conns_lock);
-  if (s->tls_key)
-    explicit_bzero(s->tls_key, strlen(s->tls_key));
-  free(s->tls_key);
-  free(s->tls_cert);
-  s->tls_key = s->tls_cert = NULL;
+  if (s->https) {
+    attnd_tls_unref(s->tls);
+    s->tls = NULL;
+    uv_mutex_destroy(&s->tls_lock);
+  }
 }

@@ -3,11 +3,26 @@
 
 #include <errno.h>
 #include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_PEM (1 << 20)
+#define MAX_CHAIN 16 /* the certificate and its intermediates */
+
+_Atomic long attnd__tls_pairs_live;
+
+struct attnd_tls_pair {
+  atomic_long refs;
+  unsigned n; /* certificates in chain */
+  gnutls_pcert_st chain[MAX_CHAIN];
+  gnutls_privkey_t key;
+  char serial[2 * 20 + 1]; /* RFC 5280: at most 20 octets */
+  char expires[32];
+};
 
 /* The file at path as a new string, or NULL with msg set. */
 static char *read_pem(const char *key, const char *path, char *msg,
@@ -34,9 +49,51 @@ static char *read_pem(const char *key, const char *path, char *msg,
   return text;
 }
 
-int attnd_tls_load(const char *cert_file, const char *key_file, char **cert,
-                   char **key, char *msg, size_t msz) {
-  *cert = *key = NULL;
+/* The pair's parts for GnuTLS, from text already checked: its chain as
+ * sent (the server's certificate first, then the CAs that signed it) and
+ * its key. 0, or -1 with msg set. */
+static int import_pair(attnd_tls_pair_t *p, const char *cert_file,
+                       const char *cert, const char *key, char *msg,
+                       size_t msz) {
+  gnutls_datum_t c = {(unsigned char *)cert, (unsigned)strlen(cert)};
+  gnutls_datum_t k = {(unsigned char *)key, (unsigned)strlen(key)};
+  p->n = MAX_CHAIN;
+  int rc = gnutls_pcert_list_import_x509_raw(
+      p->chain, &p->n, &c, GNUTLS_X509_FMT_PEM, GNUTLS_X509_CRT_LIST_SORT);
+  if (rc < 0) {
+    p->n = 0;
+    snprintf(msg, msz, "tls_cert_file %s: %s (at most %d certificates)",
+             cert_file, gnutls_strerror(rc), MAX_CHAIN);
+    return -1;
+  }
+  if ((rc = gnutls_privkey_init(&p->key)) < 0 ||
+      (rc = gnutls_privkey_import_x509_raw(p->key, &k, GNUTLS_X509_FMT_PEM,
+                                           NULL, 0)) < 0) {
+    snprintf(msg, msz, "tls_key_file: %s", gnutls_strerror(rc));
+    return -1;
+  }
+  gnutls_x509_crt_t crt;
+  unsigned char sn[20];
+  size_t sn_len = sizeof sn;
+  if (gnutls_x509_crt_init(&crt) < 0)
+    return snprintf(msg, msz, "tls: out of memory"), -1;
+  if (gnutls_x509_crt_import(crt, &p->chain[0].cert, GNUTLS_X509_FMT_DER) ==
+          0 &&
+      gnutls_x509_crt_get_serial(crt, sn, &sn_len) == 0)
+    for (size_t i = 0; i < sn_len; i++)
+      snprintf(p->serial + 2 * i, 3, "%02x", sn[i]);
+  time_t end = gnutls_x509_crt_get_expiration_time(crt);
+  struct tm tm;
+  if (end != (time_t)-1 && gmtime_r(&end, &tm))
+    strftime(p->expires, sizeof p->expires, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  gnutls_x509_crt_deinit(crt);
+  return 0;
+}
+
+int attnd_tls_load(const char *cert_file, const char *key_file,
+                   attnd_tls_pair_t **pair, char *msg, size_t msz) {
+  char *cert = NULL, *key = NULL;
+  *pair = NULL;
   if (!cert_file[0] || !key_file[0]) {
     snprintf(msg, msz,
              "tls_cert_file and tls_key_file go together: %s is set, %s is "
@@ -45,16 +102,18 @@ int attnd_tls_load(const char *cert_file, const char *key_file, char **cert,
              cert_file[0] ? "tls_key_file" : "tls_cert_file");
     return -1;
   }
-  if ((*cert = read_pem("tls_cert_file", cert_file, msg, msz)) == NULL ||
-      (*key = read_pem("tls_key_file", key_file, msg, msz)) == NULL)
+  if ((cert = read_pem("tls_cert_file", cert_file, msg, msz)) == NULL ||
+      (key = read_pem("tls_key_file", key_file, msg, msz)) == NULL)
     goto fail;
+  /* GnuTLS's own check of a server's pair: PEM, and the key the
+   * certificate's */
   gnutls_certificate_credentials_t cred;
   if (gnutls_certificate_allocate_credentials(&cred) < 0) {
     snprintf(msg, msz, "tls: out of memory");
     goto fail;
   }
-  gnutls_datum_t c = {(unsigned char *)*cert, (unsigned)strlen(*cert)};
-  gnutls_datum_t k = {(unsigned char *)*key, (unsigned)strlen(*key)};
+  gnutls_datum_t c = {(unsigned char *)cert, (unsigned)strlen(cert)};
+  gnutls_datum_t k = {(unsigned char *)key, (unsigned)strlen(key)};
   int rc =
       gnutls_certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
   gnutls_certificate_free_credentials(cred);
@@ -65,10 +124,56 @@ int attnd_tls_load(const char *cert_file, const char *key_file, char **cert,
              cert_file, key_file, gnutls_strerror(rc));
     goto fail;
   }
+  if ((*pair = calloc(1, sizeof **pair)) == NULL) {
+    snprintf(msg, msz, "tls: out of memory");
+    goto fail;
+  }
+  atomic_init(&(*pair)->refs, 1);
+  atomic_fetch_add_explicit(&attnd__tls_pairs_live, 1, memory_order_relaxed);
+  if (import_pair(*pair, cert_file, cert, key, msg, msz) < 0)
+    goto fail;
+  explicit_bzero(key, strlen(key));
+  free(cert);
+  free(key);
   return 0;
 fail:
-  free(*cert);
-  free(*key);
-  *cert = *key = NULL;
+  if (key)
+    explicit_bzero(key, strlen(key));
+  free(cert);
+  free(key);
+  attnd_tls_unref(*pair);
+  *pair = NULL;
   return -1;
+}
+
+attnd_tls_pair_t *attnd_tls_ref(attnd_tls_pair_t *p) {
+  if (p)
+    atomic_fetch_add_explicit(&p->refs, 1, memory_order_relaxed);
+  return p;
+}
+
+void attnd_tls_unref(attnd_tls_pair_t *p) {
+  if (p == NULL ||
+      atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
+    return;
+  for (unsigned i = 0; i < p->n; i++)
+    gnutls_pcert_deinit(&p->chain[i]);
+  if (p->key)
+    gnutls_privkey_deinit(p->key);
+  free(p);
+  atomic_fetch_sub_explicit(&attnd__tls_pairs_live, 1, memory_order_relaxed);
+}
+
+void attnd_tls_get(const attnd_tls_pair_t *p, gnutls_pcert_st **chain,
+                   unsigned *chain_len, gnutls_privkey_t *key) {
+  *chain = (gnutls_pcert_st *)p->chain;
+  *chain_len = p->n;
+  *key = p->key;
+}
+
+void attnd_tls_describe(const attnd_tls_pair_t *p, char *serial,
+                        size_t serial_size, char *expires,
+                        size_t expires_size) {
+  snprintf(serial, serial_size, "%s", p->serial);
+  snprintf(expires, expires_size, "%s", p->expires);
 }
