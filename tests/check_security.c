@@ -870,8 +870,9 @@ START_TEST(test_tls_reload) {
   for (int n = 2; n < 50 && (held = hup_tls(&s, n)) != 1; n++)
     usleep(20000);
   ck_assert_int_eq(held, 1);
-  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+  int st = sh_server_stop(&s, 15.0);
   sh_server_read_log(&s);
+  ck_assert_msg(st == 0, "exit %d:\n%s", st, s.log);
   ck_assert_ptr_null(strstr(s.log, "PRIVATE KEY"));
 }
 END_TEST

@@ -12,6 +12,8 @@
 
 #define MAX_PEM (1 << 20)
 #define MAX_CHAIN 16 /* the certificate and its intermediates */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 _Atomic long attnd__tls_pairs_live;
 
@@ -49,12 +51,10 @@ static char *read_pem(const char *key, const char *path, char *msg,
   return text;
 }
 
-/* The pair's parts for GnuTLS, from text already checked: its chain as
- * sent (the server's certificate first, then the CAs that signed it) and
- * its key. 0, or -1 with msg set. */
-static int import_pair(attnd_tls_pair_t *p, const char *cert_file,
-                       const char *cert, const char *key, char *msg,
-                       size_t msz) {
+/* The pair's parts for GnuTLS: its chain as sent (the server's certificate
+ * first, then the CAs that signed it) and its key. 0, or GnuTLS's error
+ * (GNUTLS_E_SHORT_MEMORY_BUFFER: more than MAX_CHAIN certificates). */
+static int import_pair(attnd_tls_pair_t *p, const char *cert, const char *key) {
   gnutls_datum_t c = {(unsigned char *)cert, (unsigned)strlen(cert)};
   gnutls_datum_t k = {(unsigned char *)key, (unsigned)strlen(key)};
   p->n = MAX_CHAIN;
@@ -62,32 +62,46 @@ static int import_pair(attnd_tls_pair_t *p, const char *cert_file,
       p->chain, &p->n, &c, GNUTLS_X509_FMT_PEM, GNUTLS_X509_CRT_LIST_SORT);
   if (rc < 0) {
     p->n = 0;
-    snprintf(msg, msz, "tls_cert_file %s: %s (at most %d certificates)",
-             cert_file, gnutls_strerror(rc), MAX_CHAIN);
-    return -1;
+    return rc;
   }
-  if ((rc = gnutls_privkey_init(&p->key)) < 0 ||
-      (rc = gnutls_privkey_import_x509_raw(p->key, &k, GNUTLS_X509_FMT_PEM,
-                                           NULL, 0)) < 0) {
-    snprintf(msg, msz, "tls_key_file: %s", gnutls_strerror(rc));
-    return -1;
-  }
+  if ((rc = gnutls_privkey_init(&p->key)) < 0)
+    return rc;
+  return gnutls_privkey_import_x509_raw(p->key, &k, GNUTLS_X509_FMT_PEM, NULL,
+                                        0);
+}
+
+/* GnuTLS's own check of a server's pair, the key the certificate's: 0, or
+ * its error. */
+static int check_pair(const char *cert, const char *key) {
+  gnutls_certificate_credentials_t cred;
+  int rc = gnutls_certificate_allocate_credentials(&cred);
+  if (rc < 0)
+    return rc;
+  gnutls_datum_t c = {(unsigned char *)cert, (unsigned)strlen(cert)};
+  gnutls_datum_t k = {(unsigned char *)key, (unsigned)strlen(key)};
+  rc = gnutls_certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
+  gnutls_certificate_free_credentials(cred);
+  return rc;
+}
+
+/* The serial and expiry of the pair's certificate, for the log. */
+static void describe_pair(attnd_tls_pair_t *p) {
   gnutls_x509_crt_t crt;
   unsigned char sn[20];
   size_t sn_len = sizeof sn;
   if (gnutls_x509_crt_init(&crt) < 0)
-    return snprintf(msg, msz, "tls: out of memory"), -1;
+    return;
   if (gnutls_x509_crt_import(crt, &p->chain[0].cert, GNUTLS_X509_FMT_DER) ==
-          0 &&
-      gnutls_x509_crt_get_serial(crt, sn, &sn_len) == 0)
-    for (size_t i = 0; i < sn_len; i++)
-      snprintf(p->serial + 2 * i, 3, "%02x", sn[i]);
-  time_t end = gnutls_x509_crt_get_expiration_time(crt);
-  struct tm tm;
-  if (end != (time_t)-1 && gmtime_r(&end, &tm))
-    strftime(p->expires, sizeof p->expires, "%Y-%m-%dT%H:%M:%SZ", &tm);
+      0) {
+    if (gnutls_x509_crt_get_serial(crt, sn, &sn_len) == 0)
+      for (size_t i = 0; i < sn_len; i++)
+        snprintf(p->serial + 2 * i, 3, "%02x", sn[i]);
+    time_t end = gnutls_x509_crt_get_expiration_time(crt);
+    struct tm tm;
+    if (end != (time_t)-1 && gmtime_r(&end, &tm))
+      strftime(p->expires, sizeof p->expires, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  }
   gnutls_x509_crt_deinit(crt);
-  return 0;
 }
 
 int attnd_tls_load(const char *cert_file, const char *key_file,
@@ -105,33 +119,30 @@ int attnd_tls_load(const char *cert_file, const char *key_file,
   if ((cert = read_pem("tls_cert_file", cert_file, msg, msz)) == NULL ||
       (key = read_pem("tls_key_file", key_file, msg, msz)) == NULL)
     goto fail;
-  /* GnuTLS's own check of a server's pair: PEM, and the key the
-   * certificate's */
-  gnutls_certificate_credentials_t cred;
-  if (gnutls_certificate_allocate_credentials(&cred) < 0) {
-    snprintf(msg, msz, "tls: out of memory");
-    goto fail;
-  }
-  gnutls_datum_t c = {(unsigned char *)cert, (unsigned)strlen(cert)};
-  gnutls_datum_t k = {(unsigned char *)key, (unsigned)strlen(key)};
-  int rc =
-      gnutls_certificate_set_x509_key_mem(cred, &c, &k, GNUTLS_X509_FMT_PEM);
-  gnutls_certificate_free_credentials(cred);
-  if (rc < 0) {
-    snprintf(msg, msz,
-             "tls_cert_file %s and tls_key_file %s: not a PEM certificate and "
-             "its unencrypted private key: %s",
-             cert_file, key_file, gnutls_strerror(rc));
-    goto fail;
-  }
   if ((*pair = calloc(1, sizeof **pair)) == NULL) {
     snprintf(msg, msz, "tls: out of memory");
     goto fail;
   }
   atomic_init(&(*pair)->refs, 1);
   atomic_fetch_add_explicit(&attnd__tls_pairs_live, 1, memory_order_relaxed);
-  if (import_pair(*pair, cert_file, cert, key, msg, msz) < 0)
+  /* Parsed first, and matched only once both parse: GnuTLS 3.7's
+   * gnutls_certificate_set_x509_key_mem loses about 10 KB on a
+   * certificate whose PEM does not decode, which each SIGHUP would then
+   * add to. */
+  int rc = import_pair(*pair, cert, key);
+  if (rc >= 0)
+    rc = check_pair(cert, key);
+  if (rc < 0) {
+    snprintf(msg, msz,
+             "tls_cert_file %s and tls_key_file %s: not a PEM certificate and "
+             "its unencrypted private key: %s",
+             cert_file, key_file,
+             rc == GNUTLS_E_SHORT_MEMORY_BUFFER
+                 ? "more than " STR(MAX_CHAIN) " certificates"
+                 : gnutls_strerror(rc));
     goto fail;
+  }
+  describe_pair(*pair);
   explicit_bzero(key, strlen(key));
   free(cert);
   free(key);
