@@ -26,8 +26,9 @@
  *     binds, a path and an abstract name: READY=1 once the layers are
  *     loaded and the port accepts, with MAINPID; RELOADING=1 and
  *     MONOTONIC_USEC at a SIGHUP, READY=1 once the reload (run again for a
- *     second SIGHUP) has ended; STOPPING=1 at SIGTERM; a socket nobody
- *     binds logged once;
+ *     second SIGHUP) has ended, and serving HTTPS, once the certificate
+ *     has been read again; STOPPING=1 at SIGTERM; a socket nobody binds
+ *     logged once;
  *   - the layers' weights on the GPU where it serves (TCase "gpu", which
  *     tools/device/check.sh runs there): their bytes, and cuda requests and
  *     sessions reading them computing what the cpu does; elsewhere each
@@ -54,6 +55,7 @@
 #include "ref.h"
 #include "server_harness.h"
 #include "suite.h"
+#include "test_certs.h"
 #include "testutil.h"
 
 #define TOL 1e-5
@@ -1421,6 +1423,19 @@ static void notify_says(const char *msg, const char *key, const char *what) {
                 key, msg);
 }
 
+/* Waits for READY=1 after a reload, and asserts that `event` was logged n
+ * times by then: the reload's log line is written before the message is
+ * sent, so that fewer is READY=1 before the reload ended. */
+static void ready_after(sh_server_t *s, int sock, const char *event, int n) {
+  char msg[512];
+  ck_assert_msg(notify_recv(sock, msg, sizeof msg, 20000) > 0,
+                "no READY=1 after the reload:\n%s", s->log);
+  notify_says(msg, "READY", "after the reload");
+  ck_assert_msg(count_events(s, event) == n,
+                "READY=1 before the reload ended (%s not %d times):\n%s", event,
+                n, s->log);
+}
+
 /* CLOCK_MONOTONIC in microseconds, as MONOTONIC_USEC counts it. */
 static long long monotonic_us(void) {
   struct timespec t;
@@ -1550,12 +1565,7 @@ START_TEST(test_notify) {
   ck_assert_int_eq(lf_write_text(path, config), 0);
   ck_assert_int_eq(rename(path, cfg), 0);
   close(fd);
-  ck_assert_msg(notify_recv(sock, msg, sizeof msg, 20000) > 0,
-                "no READY=1 after the reload:\n%s", s.log);
-  notify_says(msg, "READY", "after the reload");
-  /* its log line was written before the message was sent */
-  ck_assert_msg(count_events(&s, "\"event\":\"layers_reloaded\"") == 2,
-                "READY=1 before the second load ended:\n%s", s.log);
+  ready_after(&s, sock, "\"event\":\"layers_reloaded\"", 2);
 
   ck_assert_int_eq(sh_server_stop(&s, 10), 0);
   ck_assert_msg(notify_recv(sock, msg, sizeof msg, 0) > 0,
@@ -1564,6 +1574,50 @@ START_TEST(test_notify) {
   ck_assert_msg(notify_recv(sock, msg, sizeof msg, 0) < 0,
                 "sent after STOPPING=1: \"%s\"", msg);
   ck_assert_msg(strstr(s.log, "notify_failed") == NULL, "%s", s.log);
+  close(sock);
+  rm_dir(dir);
+}
+END_TEST
+
+/* attnd serving HTTPS with NOTIFY_SOCKET: SIGHUP's READY=1 waits for the
+ * certificate to be read again. tls_cert_file is a FIFO at the reload,
+ * which holds it there: nothing follows RELOADING=1 while it is held;
+ * then READY=1, with tls_reloaded logged before it. Bug: READY=1 sent
+ * before the certificate's reload (it came once the keys were read). */
+START_TEST(test_notify_tls) {
+  char dir[64], name[128], cert[128], key[128], fifo[128], msg[512];
+  tmp_dir(dir, sizeof dir);
+  ck_assert_int_eq(tcert_make(dir), 0);
+  snprintf(name, sizeof name, "%s/notify.sock", dir);
+  int sock = notify_bind(name);
+  snprintf(cert, sizeof cert, "%s/cert.pem", dir);
+  snprintf(key, sizeof key, "%s/key.pem", dir);
+  const char *args[] = {"--tls-cert-file", cert, "--tls-key-file", key, NULL};
+  sh_server_t s;
+  ck_assert_msg(sh_server_start(&s, args) == 0, "attnd did not start:\n%s",
+                s.log);
+  ck_assert_msg(notify_recv(sock, msg, sizeof msg, 20000) > 0,
+                "nothing at start:\n%s", s.log);
+  notify_says(msg, "READY", "at start");
+
+  char *text = tu_read_file_or_fail(cert, NULL);
+  snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  ck_assert_int_eq(rename(fifo, cert), 0);
+  kill(s.pid, SIGHUP);
+  ck_assert_msg(notify_recv(sock, msg, sizeof msg, 20000) > 0,
+                "nothing after SIGHUP:\n%s", s.log);
+  notify_says(msg, "RELOADING", "at SIGHUP");
+  int fd = fifo_writer(cert);
+  ck_assert_msg(fd >= 0, "the reload never opened tls_cert_file: %s",
+                strerror(errno));
+  ck_assert_msg(notify_recv(sock, msg, sizeof msg, 0) < 0,
+                "sent while the certificate was being read: \"%s\"", msg);
+  ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  free(text);
+  ready_after(&s, sock, "\"event\":\"tls_reloaded\"", 1);
+  ck_assert_int_eq(sh_server_stop(&s, 10), 0);
   close(sock);
   rm_dir(dir);
 }
@@ -1930,6 +1984,7 @@ Suite *test_suite(void) {
   tc = tcase_create("notify"); /* systemd's NOTIFY_SOCKET */
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_notify, 0, 2);
+  tcase_add_test(tc, test_notify_tls);
   tcase_add_test(tc, test_notify_unreachable);
   suite_add_tcase(su, tc);
   tc = tcase_create("gpu"); /* also on the device (tools/device/check.sh) */

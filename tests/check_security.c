@@ -13,7 +13,9 @@
  *   trusting the CA gets its reply, one that does not is refused by its
  *   own check, plain HTTP to the TLS port is closed at once, and the
  *   server goes on; files that cannot be read or do not match stop the
- *   start with a message naming them;
+ *   start with a message naming them; SIGHUP renews the certificate (new
+ *   connections get it, one kept alive keeps the old one, a bad file
+ *   keeps the pair in force), and reloads do not pile up pairs or heap;
  * - CORS: a preflight gets 204 without a key, with the methods and the
  *   headers allowed; replies to an allowed origin name it and expose
  *   Server-Timing and X-Request-Id; with no origins configured no CORS
