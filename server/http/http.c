@@ -902,8 +902,11 @@ int attnd_http_start(attnd_server_t *s) {
       {MHD_OPTION_END, 0, NULL}};
   if (c->tls_cert_file[0] || c->tls_key_file[0]) {
     char msg[1024];
-    if (!MHD_is_feature_supported(MHD_FEATURE_TLS))
-      snprintf(msg, sizeof msg, "tls: this libmicrohttpd has no TLS support");
+    if (!MHD_is_feature_supported(MHD_FEATURE_TLS) ||
+        !MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK))
+      snprintf(msg, sizeof msg,
+               "tls: this libmicrohttpd has no TLS support, or cannot ask "
+               "for the certificate at each handshake");
     else if (uv_mutex_init(&s->tls_lock) != 0)
       snprintf(msg, sizeof msg, "cannot make a mutex");
     else if (attnd_tls_load(c->tls_cert_file, c->tls_key_file, &s->tls, msg,
