@@ -87,6 +87,7 @@ struct attnd_metrics {
   atomic_uint_fast64_t computed[NBACKEND], compute_ns[NBACKEND];
   atomic_uint_fast64_t stage_ns[NBACKEND][NSTAGE];
   atomic_uint_fast64_t rejected[ATTND_REJECT_COUNT];
+  atomic_uint_fast64_t tls_reload_failures;
   hist_t hist[ATTND_PROTO_COUNT][NHIST]; /* those that compute */
 };
 
@@ -132,6 +133,10 @@ void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why) {
   if (why == ATTND_REJECT_NONE)
     return;
   atomic_fetch_add_explicit(&m->rejected[why], 1, memory_order_relaxed);
+}
+
+void attnd_metrics_tls_reload_failed(attnd_metrics_t *m) {
+  atomic_fetch_add_explicit(&m->tls_reload_failures, 1, memory_order_relaxed);
 }
 
 /* ms in whole nanoseconds, rounded; 0 for a negative time. */
@@ -417,6 +422,29 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "batches.\n# TYPE attnd_batched_steps_total counter\n"
       "attnd_batched_steps_total %llu\n",
       (unsigned long long)g->batches, (unsigned long long)g->batched_steps);
+  /* With plain HTTP there is no certificate: the TLS families are not
+   * written, rather than a 0 that an alert on the expiry would read as
+   * expired since 1970. */
+  if (g->tls) {
+    if (g->tls_not_after >= 0)
+      attnd_buf_printf(
+          b,
+          "# HELP attnd_tls_cert_not_after_timestamp_seconds When the TLS "
+          "certificate new handshakes get expires (its notAfter), in seconds "
+          "since the epoch: a SIGHUP's renewal moves it, a refused one does "
+          "not.\n"
+          "# TYPE attnd_tls_cert_not_after_timestamp_seconds gauge\n"
+          "attnd_tls_cert_not_after_timestamp_seconds %lld\n",
+          (long long)g->tls_not_after);
+    attnd_buf_printf(
+        b,
+        "# HELP attnd_tls_reload_failures_total SIGHUPs whose TLS "
+        "certificate or key was refused, the certificate in force kept.\n"
+        "# TYPE attnd_tls_reload_failures_total counter\n"
+        "attnd_tls_reload_failures_total %llu\n",
+        (unsigned long long)atomic_load_explicit(&m->tls_reload_failures,
+                                                 memory_order_relaxed));
+  }
   attnd_buf_printf(b,
                    "# HELP attnd_draining 1 while shutting down.\n"
                    "# TYPE attnd_draining gauge\nattnd_draining %d\n",

@@ -80,6 +80,12 @@ void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
                            int64_t context_len, double compute_ms,
                            double total_ms);
 
+/* A SIGHUP's renewal of the TLS certificate that was refused (serve.c):
+ * the pair in force is kept, and attnd_tls_reload_failures_total counts
+ * it, so that a renewal that failed is seen before the old certificate
+ * expires. */
+void attnd_metrics_tls_reload_failed(attnd_metrics_t *m);
+
 /* Gauges sampled at render time. */
 typedef struct attnd_gauges {
   int queue_depth, busy_workers, workers, inflight, draining;
@@ -110,6 +116,11 @@ typedef struct attnd_gauges {
   /* page-locked host memory for tensors (sched/pinned.h) */
   int64_t pinned_bytes, pinned_used;
   uint64_t pinned_served, pinned_missed;
+  /* TLS: 1 while serving HTTPS, when the TLS families are written; the
+   * certificate new handshakes get expires at tls_not_after, in seconds
+   * since the epoch (-1: unknown, and its gauge is not written) */
+  int tls;
+  int64_t tls_not_after;
 } attnd_gauges_t;
 
 /* Appends the whole exposition to b. */

@@ -217,9 +217,10 @@ static void *reload_layers(void *arg) {
 /* SIGHUP's renewal of the certificate: tls_cert_file and tls_key_file read
  * and checked as at the start (tls.h). A good pair serves the handshakes
  * from now on, while the connections open keep theirs; a bad one leaves
- * the pair in force. The log gives the new certificate's serial and
- * expiry, and the pairs in memory: the new one, and the old ones that
- * connections opened before still hold. */
+ * the pair in force, and is counted (attnd_tls_reload_failures_total) so
+ * that a renewal that failed can be alerted on. The log gives the new
+ * certificate's serial and expiry, and the pairs in memory: the new one, and
+ * the old ones that connections opened before still hold. */
 static void reload_tls(attnd_server_t *s) {
   char msg[2048], serial[64], expires[32];
   attnd_tls_pair_t *pair;
@@ -227,6 +228,8 @@ static void reload_tls(attnd_server_t *s) {
     return;
   if (attnd_tls_load(s->cfg->tls_cert_file, s->cfg->tls_key_file, &pair, msg,
                      sizeof msg) < 0) {
+    /* counted first: whoever reads the log line finds it in /metrics */
+    attnd_metrics_tls_reload_failed(s->metrics);
     log_event("tls_reload_failed", msg);
     return;
   }

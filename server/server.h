@@ -78,6 +78,10 @@ int attnd_http_start(attnd_server_t *s);
  * thread, while the daemon runs. */
 void attnd_http_tls_swap(attnd_server_t *s, struct attnd_tls_pair *pair);
 
+/* A new reference to the pair new handshakes get now (the caller unrefs
+ * it), for /metrics and /v1/info; NULL with plain HTTP. Any thread. */
+struct attnd_tls_pair *attnd_http_tls_current(attnd_server_t *s);
+
 /* Stops libmicrohttpd and frees the TLS pair. Main thread, after the loop
  * has stopped. */
 void attnd_http_stop(attnd_server_t *s);

@@ -1858,9 +1858,10 @@ START_TEST(test_every_path_counted) {
 }
 END_TEST
 
-/* The exposition of m, with every gauge 0. The caller frees it. */
+/* The exposition of m, with every gauge 0 but TLS on, so that the
+ * families written only with it are there. The caller frees it. */
 static char *render(const attnd_metrics_t *m) {
-  attnd_gauges_t g = {0};
+  attnd_gauges_t g = {.tls = 1};
   attnd_buf_t b;
   attnd_buf_init(&b);
   attnd_metrics_render(m, &g, &b);
@@ -1874,6 +1875,50 @@ static double sample(const char *text, const char *name) {
   ck_assert_msg(v >= 0, "no sample %s", name);
   return v;
 }
+
+/* The TLS families: with plain HTTP neither is written; with TLS, the
+ * expiry as given, in whole seconds, where it is known, and the renewals
+ * refused as counted. */
+START_TEST(test_tls_families) {
+  attnd_metrics_t *m = attnd_metrics_new();
+  ck_assert_ptr_nonnull(m);
+  attnd_metrics_tls_reload_failed(m);
+  attnd_metrics_tls_reload_failed(m);
+  static const char *const expiry =
+      "attnd_tls_cert_not_after_timestamp_seconds";
+  static const char *const failures = "attnd_tls_reload_failures_total";
+  attnd_gauges_t g = {0};
+  attnd_buf_t b;
+  for (int tls = 0; tls <= 1; tls++) {
+    for (int known = 0; known <= 1; known++) {
+      g.tls = tls;
+      g.tls_not_after = known ? 1798761600 : -1;
+      attnd_buf_init(&b);
+      attnd_metrics_render(m, &g, &b);
+      attnd_buf_append(&b, "", 1);
+      ck_assert(!b.oom);
+      prom_t p;
+      prom_assert(b.data, &p);
+      prom_free(&p);
+      ck_assert_msg(tls || strstr(b.data, "attnd_tls_") == NULL,
+                    "plain HTTP:\n%s", b.data);
+      if (tls) {
+        ck_assert_msg(sh_metric_in(b.data, expiry) ==
+                          (known ? 1798761600.0 : -1.0),
+                      "%s: %f", expiry, sh_metric_in(b.data, expiry));
+        ck_assert_msg(strstr(b.data, "\nattnd_tls_cert_not_after_timestamp_"
+                                     "seconds 1798761600\n") ||
+                          !known,
+                      "not written as whole seconds:\n%s", b.data);
+        ck_assert_msg(sh_metric_in(b.data, failures) == 2, "%s: %f", failures,
+                      sh_metric_in(b.data, failures));
+      }
+      attnd_buf_free(&b);
+    }
+  }
+  attnd_metrics_free(m);
+}
+END_TEST
 
 /* 1000 session steps of 0.4 µs queued, 2.5 µs computed (0.7, 1.1 and
  * 0.7 in the stages) and 3.1 µs in all: the sums are 1000 times those,
@@ -2403,6 +2448,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_buckets);
   tcase_add_test(tc, test_buckets_cover);
   tcase_add_test(tc, test_every_error_status_labelled);
+  tcase_add_test(tc, test_tls_families);
   tcase_add_test(tc, test_reader_refuses);
   tcase_add_test(tc, test_render_reads);
   tcase_add_test(tc, test_documented);

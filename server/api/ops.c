@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "api/api.h"
+#include "http/tls.h"
 #include "sched/run.h"
 
 json_t *attnd_api_device_lost(const attnd_server_t *s, const char *key,
@@ -94,6 +95,10 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   g.pinned_used = ps.used;
   g.pinned_served = ps.served;
   g.pinned_missed = ps.missed;
+  attnd_tls_pair_t *pair = attnd_http_tls_current(s);
+  g.tls = pair != NULL;
+  g.tls_not_after = pair ? attnd_tls_not_after(pair) : -1;
+  attnd_tls_unref(pair);
   attnd_buf_t b;
   attnd_buf_init(&b);
   attnd_metrics_render(s->metrics, &g, &b);

@@ -867,6 +867,15 @@ void attnd_http_tls_swap(attnd_server_t *s, struct attnd_tls_pair *pair) {
   attnd_tls_unref(old);
 }
 
+attnd_tls_pair_t *attnd_http_tls_current(attnd_server_t *s) {
+  if (!s->https)
+    return NULL;
+  uv_mutex_lock(&s->tls_lock);
+  attnd_tls_pair_t *p = attnd_tls_ref(s->tls);
+  uv_mutex_unlock(&s->tls_lock);
+  return p;
+}
+
 int attnd_http_start(attnd_server_t *s) {
   const attnd_config_t *c = s->cfg;
   struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV,

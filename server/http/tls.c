@@ -24,6 +24,7 @@ struct attnd_tls_pair {
   gnutls_privkey_t key;
   char serial[2 * 20 + 1]; /* RFC 5280: at most 20 octets */
   char expires[32];
+  int64_t not_after; /* expires in seconds since the epoch; -1: unknown */
 };
 
 /* The file at path as a new string, or NULL with msg set. */
@@ -84,11 +85,13 @@ static int check_pair(const char *cert, const char *key) {
   return rc;
 }
 
-/* The serial and expiry of the pair's certificate, for the log. */
+/* The serial and expiry of the pair's certificate, for the log, /metrics
+ * and /v1/info. */
 static void describe_pair(attnd_tls_pair_t *p) {
   gnutls_x509_crt_t crt;
   unsigned char sn[20];
   size_t sn_len = sizeof sn;
+  p->not_after = -1;
   if (gnutls_x509_crt_init(&crt) < 0)
     return;
   if (gnutls_x509_crt_import(crt, &p->chain[0].cert, GNUTLS_X509_FMT_DER) ==
@@ -98,8 +101,10 @@ static void describe_pair(attnd_tls_pair_t *p) {
         snprintf(p->serial + 2 * i, 3, "%02x", sn[i]);
     time_t end = gnutls_x509_crt_get_expiration_time(crt);
     struct tm tm;
-    if (end != (time_t)-1 && gmtime_r(&end, &tm))
+    if (end != (time_t)-1 && gmtime_r(&end, &tm)) {
       strftime(p->expires, sizeof p->expires, "%Y-%m-%dT%H:%M:%SZ", &tm);
+      p->not_after = (int64_t)end;
+    }
   }
   gnutls_x509_crt_deinit(crt);
 }
@@ -187,4 +192,8 @@ void attnd_tls_describe(const attnd_tls_pair_t *p, char *serial,
                         size_t expires_size) {
   snprintf(serial, serial_size, "%s", p->serial);
   snprintf(expires, expires_size, "%s", p->expires);
+}
+
+int64_t attnd_tls_not_after(const attnd_tls_pair_t *p) {
+  return p->not_after;
 }

@@ -16,6 +16,7 @@
 
 #include <gnutls/abstract.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct attnd_tls_pair attnd_tls_pair_t;
 
@@ -39,9 +40,13 @@ void attnd_tls_unref(attnd_tls_pair_t *pair);
 void attnd_tls_get(const attnd_tls_pair_t *pair, gnutls_pcert_st **chain,
                    unsigned *chain_len, gnutls_privkey_t *key);
 
-/* The certificate's serial number in hex, and its expiry in UTC as
- * 2026-01-31T12:00:00Z, for the log. */
+/* The certificate's serial number in hex, and its expiry (notAfter) in UTC
+ * as 2026-01-31T12:00:00Z, for the log and /v1/info. */
 void attnd_tls_describe(const attnd_tls_pair_t *pair, char *serial,
                         size_t serial_size, char *expires, size_t expires_size);
+
+/* The same expiry in seconds since the epoch, for /metrics; -1 where
+ * GnuTLS could not read it. */
+int64_t attnd_tls_not_after(const attnd_tls_pair_t *pair);
 
 #endif
