@@ -5,6 +5,7 @@
 
 #include "api/api.h"
 #include "api/decode.h"
+#include "http/tls.h"
 
 /* POST /v1/attention: the body decoded (api/decode.c) and admitted. */
 enum MHD_Result attnd_v1_attention(attnd_http_req_t *r) {
@@ -28,8 +29,8 @@ static void info_key(const char *key, int64_t value, void *obj) {
                                 : json_integer((json_int_t)value));
 }
 
-/* GET /v1/info: the version, the keys the config table marks for it, and
- * the compute backend. */
+/* GET /v1/info: the version, the keys the config table marks for it, the
+ * compute backend, and with HTTPS the certificate new handshakes get. */
 enum MHD_Result attnd_v1_info(attnd_http_req_t *r) {
   attnd_server_t *s = r->srv;
   json_t *v = json_pack("{s:s}", "version", ATTN_VERSION);
@@ -54,6 +55,15 @@ enum MHD_Result attnd_v1_info(attnd_http_req_t *r) {
                 "built", ci.built, "usable", ci.usable, "device", ci.device,
                 "status", ci.status, "pinned_memory_bytes",
                 (json_int_t)ps.bytes));
+  attnd_tls_pair_t *pair = attnd_http_tls_current(s);
+  if (pair) {
+    char serial[64], expires[32];
+    attnd_tls_describe(pair, serial, sizeof serial, expires, sizeof expires);
+    attnd_tls_unref(pair);
+    json_object_set_new(
+        v, "tls",
+        json_pack("{s:s,s:s}", "serial", serial, "not_after", expires));
+  }
   return attnd_http_send_json(r, 200, v);
 }
 

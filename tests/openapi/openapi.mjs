@@ -322,9 +322,11 @@ function lint(docFile, repo) {
 
   const keys = infoKeys(repo);
   const info = s.Info?.properties || {};
-  const top = Object.keys(info).filter((k) => !["version", "limits", "backend"].includes(k));
+  // the members that are not configuration keys (tls: with HTTPS only)
+  const own = ["version", "limits", "backend", "tls"];
+  const top = Object.keys(info).filter((k) => !own.includes(k));
   if (!sameSet(top, keys.info)) problems.push(`components.schemas.Info's properties ${setDiff(top, keys.info, "the keys server/config.c marks F_INFO")}`);
-  const topReq = (s.Info?.required || []).filter((k) => !["version", "limits", "backend"].includes(k));
+  const topReq = (s.Info?.required || []).filter((k) => !own.includes(k));
   if (!sameSet(topReq, keys.info)) problems.push(`components.schemas.Info.required ${setDiff(topReq, keys.info, "the keys server/config.c marks F_INFO")}`);
   const lim = Object.keys(info.limits?.properties || {});
   if (!sameSet(lim, keys.limits)) problems.push(`components.schemas.Info.limits' properties ${setDiff(lim, keys.limits, "the keys server/config.c marks F_LIMIT")}`);
