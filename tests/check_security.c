@@ -16,6 +16,9 @@
  *   start with a message naming them; SIGHUP renews the certificate (new
  *   connections get it, one kept alive keeps the old one, a bad file
  *   keeps the pair in force), and reloads do not pile up pairs or heap;
+ *   /metrics and /v1/info show the serving certificate's expiry (and
+ *   /v1/info its serial) and /metrics the renewals refused, and with
+ *   plain HTTP neither shows any of it;
  * - CORS: a preflight gets 204 without a key, with the methods and the
  *   headers allowed; replies to an allowed origin name it and expose
  *   Server-Timing and X-Request-Id; with no origins configured no CORS
@@ -25,6 +28,7 @@
 #include <fcntl.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
+#include <jansson.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -272,6 +276,19 @@ START_TEST(test_sighup_reload) {
   ck_assert_msg(strstr(s.log, "line 2"), "%s", s.log);
   assert_get(p, "/v1/info", KEY4, 200);
   assert_get(p, "/v1/info", KEY3, 401);
+
+  /* plain HTTP, after two SIGHUPs: no certificate shown, none refused */
+  sh_resp_t r = CALL(p, .path = "/metrics", .key = KEY4);
+  ck_assert_msg(r.status == 200 && strstr(r.body, "attnd_tls_") == NULL,
+                "%ld %s", r.status, r.body);
+  sh_resp_free(&r);
+  r = CALL(p, .path = "/v1/info", .key = KEY4);
+  json_t *info = json_loads(r.body, 0, NULL);
+  ck_assert_msg(r.status == 200 && json_object_size(info) > 0 &&
+                    json_object_get(info, "tls") == NULL,
+                "%ld %s", r.status, r.body);
+  json_decref(info);
+  sh_resp_free(&r);
 
   ck_assert_int_eq(sh_server_stop(&s, 15.0), 0); /* SIGHUP did not stop it */
   sh_server_read_log(&s);
@@ -795,6 +812,48 @@ static void nth_line(sh_server_t *s, const char *event, int n, char *out,
 
 static const char *const tls_reloaded = "{\"event\":\"tls_reloaded\"";
 
+/* What attnd on `port` shows of the certificate new handshakes get: in
+ * /metrics, its expiry is the notAfter of the certificate `name` of dir,
+ * as GnuTLS reads it from the file, in seconds since the epoch, and the
+ * renewals refused are `failures`; in /v1/info, its serial is `serial`
+ * and its not_after the same notAfter in UTC, RFC 3339. */
+static void assert_cert_shown(int port, const char *name, const char *serial,
+                              int failures) {
+  char path[128], want[32];
+  path_in_dir(path, sizeof path, name);
+  long long not_after = tcert_not_after(path);
+  ck_assert_msg(not_after > 0, "%s: no notAfter", path);
+  time_t t = (time_t)not_after;
+  struct tm tm;
+  ck_assert(gmtime_r(&t, &tm) != NULL);
+  strftime(want, sizeof want, "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+  sh_resp_t r = CALL(port, .path = "/metrics", .cafile = ca_pem);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.error);
+  double got =
+      sh_metric_in(r.body, "attnd_tls_cert_not_after_timestamp_seconds");
+  ck_assert_msg(got == (double)not_after,
+                "/metrics: the certificate expires at %.0f; %s's notAfter is "
+                "%lld (%s)",
+                got, name, not_after, want);
+  got = sh_metric_in(r.body, "attnd_tls_reload_failures_total");
+  ck_assert_msg(got == failures, "/metrics: %.0f renewals refused, not %d", got,
+                failures);
+  sh_resp_free(&r);
+
+  r = CALL(port, .path = "/v1/info", .cafile = ca_pem);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.error);
+  json_t *info = json_loads(r.body, 0, NULL);
+  json_t *tls = json_object_get(info, "tls");
+  const char *sn = json_string_value(json_object_get(tls, "serial")),
+             *end = json_string_value(json_object_get(tls, "not_after"));
+  ck_assert_msg(sn && strcmp(sn, serial) == 0 && end && strcmp(end, want) == 0,
+                "/v1/info: %s; %s is serial %s, not_after %s", r.body, name,
+                serial, want);
+  json_decref(info);
+  sh_resp_free(&r);
+}
+
 /* SIGHUP, the n-th since the start, and the pairs in memory that its
  * tls_reloaded line gives. */
 static long hup_tls(sh_server_t *s, int n) {
@@ -810,7 +869,9 @@ static long hup_tls(sh_server_t *s, int n) {
  * new connections get B, a connection kept alive from before goes on with
  * A; a file not PEM or a key not the certificate's is refused with the
  * file named, and B goes on; once the old connection closes, A is given
- * back. */
+ * back. At each step /metrics and /v1/info show the certificate serving
+ * (A's expiry, then B's, B's still after each refusal) and /metrics the
+ * refusals so far. */
 START_TEST(test_tls_reload) {
   char cert[128], key[128], serial[48];
   path_in_dir(cert, sizeof cert, "served-cert.pem");
@@ -818,11 +879,15 @@ START_TEST(test_tls_reload) {
   install(cert, "cert.pem");
   install(key, "key.pem");
   const char *args[] = {"--tls-cert-file", cert, "--tls-key-file", key, NULL};
+  /* attnd nine hours east of UTC: an expiry written in local time, not
+   * UTC, is then nine hours off */
+  ck_assert_int_eq(setenv("TZ", "ATT-9", 1), 0);
   sh_server_t s;
   ck_assert_msg(sh_server_start(&s, args) == 0, "%s", s.log);
   int p = s.port;
   served_serial(p, serial, sizeof serial);
   ck_assert_str_eq(serial, "02");
+  assert_cert_shown(p, "cert.pem", "02", 0);
   tls_conn_t kept;
   int rc = tls_open(&kept, p, "NORMAL");
   ck_assert_msg(rc == 0, "handshake: %s", gnutls_strerror(rc));
@@ -836,6 +901,7 @@ START_TEST(test_tls_reload) {
   ck_assert_int_eq(held, 2); /* A, which `kept` holds, and B */
   ck_assert_msg(strstr(s.log, "{\"event\":\"tls_reloaded\",\"serial\":\"04\""),
                 "%s", s.log);
+  assert_cert_shown(p, "cert-b.pem", "04", 0); /* a day later than A's */
   sh_resp_t r = CALL(p, .path = "/healthz", .cafile = ca_pem);
   ck_assert_msg(r.status == 200, "B, checked: %ld %s", r.status, r.error);
   sh_resp_free(&r);
@@ -855,6 +921,7 @@ START_TEST(test_tls_reload) {
       "%s", line);
   served_serial(p, serial, sizeof serial);
   ck_assert_str_eq(serial, "04");
+  assert_cert_shown(p, "cert-b.pem", "04", 1);
 
   /* not PEM: refused, the file named; B goes on */
   install(key, "key-b.pem");
@@ -865,6 +932,7 @@ START_TEST(test_tls_reload) {
                 "%s", line);
   served_serial(p, serial, sizeof serial);
   ck_assert_str_eq(serial, "04");
+  assert_cert_shown(p, "cert-b.pem", "04", 2);
 
   /* good again. `kept` is closed: once attnd has seen it close, A is given
    * back and B alone is in memory (a bounded poll, SIGHUP after SIGHUP) */
@@ -872,6 +940,7 @@ START_TEST(test_tls_reload) {
   for (int n = 2; n < 50 && (held = hup_tls(&s, n)) != 1; n++)
     usleep(20000);
   ck_assert_int_eq(held, 1);
+  assert_cert_shown(p, "cert-b.pem", "04", 2);
   int st = sh_server_stop(&s, 15.0);
   sh_server_read_log(&s);
   ck_assert_msg(st == 0, "exit %d:\n%s", st, s.log);

@@ -30,16 +30,16 @@ static gnutls_x509_privkey_t new_key(void) {
   return k;
 }
 
-/* A certificate for `key`, valid from an hour ago for a day. */
+/* A certificate for `key`, valid from an hour ago for `days` days. */
 static gnutls_x509_crt_t new_crt(gnutls_x509_privkey_t key, const char *dn,
-                                 int serial) {
+                                 int serial, int days) {
   gnutls_x509_crt_t c;
   unsigned char sn[1] = {(unsigned char)serial};
   time_t now = time(NULL);
   if (gnutls_x509_crt_init(&c) < 0 || gnutls_x509_crt_set_version(c, 3) < 0 ||
       gnutls_x509_crt_set_serial(c, sn, 1) < 0 ||
       gnutls_x509_crt_set_activation_time(c, now - 3600) < 0 ||
-      gnutls_x509_crt_set_expiration_time(c, now + 86400) < 0 ||
+      gnutls_x509_crt_set_expiration_time(c, now + days * 86400L) < 0 ||
       gnutls_x509_crt_set_dn(c, dn, NULL) < 0 ||
       gnutls_x509_crt_set_key(c, key) < 0)
     abort();
@@ -49,11 +49,11 @@ static gnutls_x509_crt_t new_crt(gnutls_x509_privkey_t key, const char *dn,
 /* A server certificate for `key` that `ca` signs, for localhost,
  * 127.0.0.1 and ::1; rc set non-zero where a step fails. */
 static gnutls_x509_crt_t server_crt(gnutls_x509_privkey_t key, int serial,
-                                    gnutls_x509_crt_t ca,
+                                    int days, gnutls_x509_crt_t ca,
                                     gnutls_x509_privkey_t cakey,
                                     const unsigned char *id, size_t idlen,
                                     int *rc) {
-  gnutls_x509_crt_t crt = new_crt(key, "CN=localhost", serial);
+  gnutls_x509_crt_t crt = new_crt(key, "CN=localhost", serial, days);
   static const unsigned char ip[4] = {127, 0, 0, 1};
   *rc |= gnutls_x509_crt_set_subject_alt_name(crt, GNUTLS_SAN_DNSNAME,
                                               "localhost", 9, GNUTLS_FSAN_SET);
@@ -75,7 +75,7 @@ static gnutls_x509_crt_t server_crt(gnutls_x509_privkey_t key, int serial,
 int tcert_make(const char *dir) {
   gnutls_x509_privkey_t cakey = new_key(), key = new_key(), other = new_key(),
                         key_b = new_key();
-  gnutls_x509_crt_t ca = new_crt(cakey, "CN=attnd test CA", 1);
+  gnutls_x509_crt_t ca = new_crt(cakey, "CN=attnd test CA", 1, 1);
   unsigned char id[64];
   size_t idlen = sizeof id;
   int rc = 0;
@@ -85,14 +85,15 @@ int tcert_make(const char *dir) {
   rc |= gnutls_x509_crt_get_key_id(ca, 0, id, &idlen);
   rc |= gnutls_x509_crt_set_subject_key_id(ca, id, idlen);
   rc |= gnutls_x509_crt_sign2(ca, ca, cakey, GNUTLS_DIG_SHA256, 0);
-  gnutls_x509_crt_t other_ca = new_crt(other, "CN=another CA", 3);
+  gnutls_x509_crt_t other_ca = new_crt(other, "CN=another CA", 3, 1);
   rc |= gnutls_x509_crt_set_basic_constraints(other_ca, 1, -1);
   rc |= gnutls_x509_crt_set_key_usage(other_ca, GNUTLS_KEY_KEY_CERT_SIGN);
   rc |= gnutls_x509_crt_sign2(other_ca, other_ca, other, GNUTLS_DIG_SHA256, 0);
 
-  gnutls_x509_crt_t crt = server_crt(key, 2, ca, cakey, id, idlen, &rc);
-  /* the same name, CA and dates, a new key and serial: the renewal */
-  gnutls_x509_crt_t crt_b = server_crt(key_b, 4, ca, cakey, id, idlen, &rc);
+  gnutls_x509_crt_t crt = server_crt(key, 2, 1, ca, cakey, id, idlen, &rc);
+  /* the same name and CA, a new key and serial, and a day more: the
+   * renewal, whose expiry /metrics and /v1/info must then show */
+  gnutls_x509_crt_t crt_b = server_crt(key_b, 4, 2, ca, cakey, id, idlen, &rc);
   if (rc < 0)
     return -1;
 
@@ -120,4 +121,19 @@ int tcert_make(const char *dir) {
   gnutls_x509_privkey_deinit(other);
   gnutls_x509_privkey_deinit(key_b);
   return rc ? -1 : 0;
+}
+
+long long tcert_not_after(const char *path) {
+  gnutls_datum_t d;
+  gnutls_x509_crt_t c;
+  long long t = -1;
+  if (gnutls_load_file(path, &d) < 0)
+    return -1;
+  if (gnutls_x509_crt_init(&c) == 0) {
+    if (gnutls_x509_crt_import(c, &d, GNUTLS_X509_FMT_PEM) == 0)
+      t = (long long)gnutls_x509_crt_get_expiration_time(c);
+    gnutls_x509_crt_deinit(c);
+  }
+  gnutls_free(d.data);
+  return t;
 }
