@@ -816,9 +816,10 @@ static const char *const tls_reloaded = "{\"event\":\"tls_reloaded\"";
  * /metrics, its expiry is the notAfter of the certificate `name` of dir,
  * as GnuTLS reads it from the file, in seconds since the epoch, and the
  * renewals refused are `failures`; in /v1/info, its serial is `serial`
- * and its not_after the same notAfter in UTC, RFC 3339. */
-static void assert_cert_shown(int port, const char *name, const char *serial,
-                              int failures) {
+ * and its not_after the same notAfter in UTC, RFC 3339. `step` names the
+ * test's step in a failure. */
+static void assert_cert_shown(const char *step, int port, const char *name,
+                              const char *serial, int failures) {
   char path[128], want[32];
   path_in_dir(path, sizeof path, name);
   long long not_after = tcert_not_after(path);
@@ -833,12 +834,12 @@ static void assert_cert_shown(int port, const char *name, const char *serial,
   double got =
       sh_metric_in(r.body, "attnd_tls_cert_not_after_timestamp_seconds");
   ck_assert_msg(got == (double)not_after,
-                "/metrics: the certificate expires at %.0f; %s's notAfter is "
-                "%lld (%s)",
-                got, name, not_after, want);
+                "%s: /metrics: the certificate expires at %.0f; %s's notAfter "
+                "is %lld (%s)",
+                step, got, name, not_after, want);
   got = sh_metric_in(r.body, "attnd_tls_reload_failures_total");
-  ck_assert_msg(got == failures, "/metrics: %.0f renewals refused, not %d", got,
-                failures);
+  ck_assert_msg(got == failures, "%s: /metrics: %.0f renewals refused, not %d",
+                step, got, failures);
   sh_resp_free(&r);
 
   r = CALL(port, .path = "/v1/info", .cafile = ca_pem);
@@ -848,8 +849,8 @@ static void assert_cert_shown(int port, const char *name, const char *serial,
   const char *sn = json_string_value(json_object_get(tls, "serial")),
              *end = json_string_value(json_object_get(tls, "not_after"));
   ck_assert_msg(sn && strcmp(sn, serial) == 0 && end && strcmp(end, want) == 0,
-                "/v1/info: %s; %s is serial %s, not_after %s", r.body, name,
-                serial, want);
+                "%s: /v1/info: %s; %s is serial %s, not_after %s", step, r.body,
+                name, serial, want);
   json_decref(info);
   sh_resp_free(&r);
 }
@@ -887,7 +888,7 @@ START_TEST(test_tls_reload) {
   int p = s.port;
   served_serial(p, serial, sizeof serial);
   ck_assert_str_eq(serial, "02");
-  assert_cert_shown(p, "cert.pem", "02", 0);
+  assert_cert_shown("A at the start", p, "cert.pem", "02", 0);
   tls_conn_t kept;
   int rc = tls_open(&kept, p, "NORMAL");
   ck_assert_msg(rc == 0, "handshake: %s", gnutls_strerror(rc));
@@ -901,7 +902,7 @@ START_TEST(test_tls_reload) {
   ck_assert_int_eq(held, 2); /* A, which `kept` holds, and B */
   ck_assert_msg(strstr(s.log, "{\"event\":\"tls_reloaded\",\"serial\":\"04\""),
                 "%s", s.log);
-  assert_cert_shown(p, "cert-b.pem", "04", 0); /* a day later than A's */
+  assert_cert_shown("B renewed", p, "cert-b.pem", "04", 0); /* a day after A */
   sh_resp_t r = CALL(p, .path = "/healthz", .cafile = ca_pem);
   ck_assert_msg(r.status == 200, "B, checked: %ld %s", r.status, r.error);
   sh_resp_free(&r);
@@ -923,7 +924,7 @@ START_TEST(test_tls_reload) {
       "%s", line);
   served_serial(p, serial, sizeof serial);
   ck_assert_str_eq(serial, "04");
-  assert_cert_shown(p, "cert-b.pem", "04", 1);
+  assert_cert_shown("key refused", p, "cert-b.pem", "04", 1);
 
   /* not PEM: refused, the file named; B goes on */
   install_text(cert, "-----BEGIN CERTIFICATE-----\nnot base64\n");
@@ -933,7 +934,7 @@ START_TEST(test_tls_reload) {
                 "%s", line);
   served_serial(p, serial, sizeof serial);
   ck_assert_str_eq(serial, "04");
-  assert_cert_shown(p, "cert-b.pem", "04", 2);
+  assert_cert_shown("not PEM refused", p, "cert-b.pem", "04", 2);
 
   /* good again. `kept` is closed: once attnd has seen it close, A is given
    * back and B alone is in memory (a bounded poll, SIGHUP after SIGHUP) */
@@ -941,7 +942,7 @@ START_TEST(test_tls_reload) {
   for (int n = 2; n < 50 && (held = hup_tls(&s, n)) != 1; n++)
     usleep(20000);
   ck_assert_int_eq(held, 1);
-  assert_cert_shown(p, "cert-b.pem", "04", 2);
+  assert_cert_shown("B again", p, "cert-b.pem", "04", 2);
   int st = sh_server_stop(&s, 15.0);
   sh_server_read_log(&s);
   ck_assert_msg(st == 0, "exit %d:\n%s", st, s.log);
