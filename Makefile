@@ -8,6 +8,8 @@
 #   make tsan-core  the core's suites at several thread counts under
 #                ThreadSanitizer, its OpenMP team seen through LLVM's libomp
 #                and Archer (build/tsan-core/; a developer's tool, as tsan)
+#   make coverage  line coverage of the suites, in build/cov/coverage/
+#                (a developer's tool, as tsan)
 #   make openapi-check  lint docs/openapi.json, run the integration suites
 #                and validate every reply they got against it
 #   make ui-test the page at / in Debian's chromium (tests/ui/)
@@ -68,6 +70,11 @@ ifeq ($(SAN),1)
   CFLAGS_COMMON += -fsanitize=address,undefined -fno-sanitize-recover=all \
     -fno-omit-frame-pointer
   LDFLAGS_SAN := -fsanitize=address,undefined
+endif
+# COV=1: gcc's --coverage, for `make coverage` (build/cov/).
+ifeq ($(COV),1)
+  CFLAGS_COMMON += --coverage
+  LDFLAGS_SAN += --coverage
 endif
 ifneq ($(filter thread thread-omp,$(SAN)),)
   CFLAGS_COMMON += -fsanitize=thread -fno-omit-frame-pointer
@@ -213,7 +220,7 @@ check: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load $(DEMO_LAYER)
 	@$(UI_TEST)
 # What check runs, compiled and nothing run (test and asan build it with
 # -j first); each part of check below adds what it needs.
-.PHONY: check-build cuda-check-build
+.PHONY: check-build cuda-check-build coverage-build
 check-build: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load $(DEMO_LAYER)
 
 # The page at / (ui/, docs/ui.md) in a real browser: Debian's chromium
@@ -556,6 +563,28 @@ tsan-core-check: $(foreach r,$(TSAN_CORE_RUNS),$(BUILD)/tests/$(firstword \
 	  ./$(BUILD)/tests/$${r%%:*} || ok=0; done; \
 	n=$$(cat $(TSAN_LOGS)/log.* 2>/dev/null | grep -c '^WARNING: ThreadSanitizer'); \
 	  echo "tsan-core: $$n reports in $(TSAN_LOGS)"; [ "$$n" = 0 ] && [ $$ok = 1 ]
+
+# Line coverage of the suites, in build/cov/ (COV=1, -O1): every Check
+# suite runs once, the integration suites against build/cov/attnd, whose
+# counts are written when it exits (SIGTERM's drain does; a server a test
+# kills adds none), and tools/coverage.py writes build/cov/coverage/
+# summary.txt (lines per directory and file, and the functions of
+# server/, core/, codec/ and tools/load/ that never ran) beside gcov's
+# annotated sources. Not the container, browser, fuzz or newcomer tests. A
+# developer's tool, as tsan: a failed suite is named, and the report is
+# still written.
+.PHONY: coverage coverage-check
+coverage: deps
+	@$(MAKE) --no-print-directory BUILD=build/cov COV=1 OPT=-O1 $(PARALLEL) \
+	  coverage-build
+	@$(MAKE) --no-print-directory BUILD=build/cov COV=1 OPT=-O1 coverage-check
+coverage-build: $(TEST_BIN) $(BUILD)/attnd $(BUILD)/attnd-load \
+  $(BUILD)/tests/attnd-pinned $(DEMO_LAYER)
+coverage-check: coverage-build
+	@find $(BUILD) -name '*.gcda' -delete
+	@CK_TIMEOUT_MULTIPLIER=4 ATTND_BIN=$(BUILD)/attnd \
+	  ATTND_LOAD_BIN=$(BUILD)/attnd-load sh tools/run-tests.sh $(TEST_BIN) || true
+	@/usr/bin/python3 tools/coverage.py $(BUILD)
 
 $(BUILD)/libattn.a: $(CORE_OBJ)
 	@rm -f $@
