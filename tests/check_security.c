@@ -752,6 +752,10 @@ static const struct {
     {"key.pem", "key.pem", "not a PEM certificate and its"},
     {"cert.pem", "", "tls_cert_file and tls_key_file go together"},
     {"", "key.pem", "tls_cert_file and tls_key_file go together"},
+    /* read whole or refused, by name: not handed to GnuTLS cut short */
+    {"empty.pem", "key.pem", "empty.pem: the file is empty"},
+    {"cert.pem", "big.pem", "big.pem: larger than 1 MiB"},
+    {"cert.pem", "a-dir", "a-dir: read error"},
 };
 
 START_TEST(test_tls_bad_files) {
@@ -1348,6 +1352,24 @@ void test_setup(void) {
   path_in_dir(cert_pem, sizeof cert_pem, "cert.pem");
   path_in_dir(key_pem, sizeof key_pem, "key.pem");
   path_in_dir(other_ca_pem, sizeof other_ca_pem, "other-ca.pem");
+  /* tls_bad's files that cannot be read as a PEM file at all */
+  char path[128];
+  path_in_dir(path, sizeof path, "empty.pem");
+  FILE *f = fopen(path, "w");
+  int ok = f != NULL && fclose(f) == 0;
+  path_in_dir(path, sizeof path, "big.pem");
+  f = fopen(path, "w");
+  for (int i = 0; ok && f && i <= (1 << 20) / 64; i++)
+    ok =
+        fputs(
+            "-----BEGIN CERTIFICATE----- a line of 64 bytes of padding......\n",
+            f) >= 0;
+  ok = ok && f != NULL && fclose(f) == 0;
+  path_in_dir(path, sizeof path, "a-dir");
+  if (!ok || mkdir(path, 0700) < 0) {
+    fprintf(stderr, "check_security: cannot write the test files in %s\n", dir);
+    exit(EXIT_FAILURE);
+  }
 }
 
 int test_finish(int failed) {
