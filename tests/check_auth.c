@@ -376,6 +376,29 @@ START_TEST(test_init_errors) {
                     !strstr(msg, "SECRET"),
                 "%s", msg);
   attnd_auth_free(&a);
+  /* a file that cannot be read whole, or holds a NUL byte, refuses to
+   * start: the keys past a NUL would be dropped without a word, and a
+   * file cut at the limit would end with a key cut short */
+  FILE *f = fopen(key_file, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("good-key\n", f);
+  for (int i = 0; i < ATTND_AUTH_MAX_FILE / 16; i++)
+    fputs("k-0123456789abc\n", f);
+  fclose(f);
+  ck_assert_int_eq(attnd_auth_init(&a, "", key_file, "", msg, sizeof msg), -1);
+  ck_assert_msg(strstr(msg, "larger than 1 MiB"), "%s", msg);
+  attnd_auth_free(&a);
+  f = fopen(key_file, "w");
+  ck_assert_ptr_nonnull(f);
+  fwrite("first\n\0second\n", 1, 14, f);
+  fclose(f);
+  ck_assert_int_eq(attnd_auth_init(&a, "", key_file, "", msg, sizeof msg), -1);
+  ck_assert_msg(strstr(msg, "holds a NUL byte"), "%s", msg);
+  attnd_auth_free(&a);
+  ck_assert_int_eq(attnd_auth_init(&a, "", "/tmp", "", msg, sizeof msg), -1);
+  ck_assert_msg(strstr(msg, "api_keys_file: cannot read /tmp: read error"),
+                "%s", msg);
+  attnd_auth_free(&a);
   /* an empty file: keys are on, and none is valid (fail closed) */
   write_file(key_file, "# no keys yet\n");
   ck_assert_int_eq(attnd_auth_init(&a, "", key_file, "", msg, sizeof msg), 0);
