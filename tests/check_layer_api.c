@@ -633,6 +633,95 @@ START_TEST(test_positions_and_rope) {
 }
 END_TEST
 
+/* A layer's rope scaling from its config.json (llama3, and linear) is
+ * listed by /v1/layers/{name} with each of its parameters under its own
+ * name, and applied to the layer's requests. Catches: the listing without
+ * it, or with two of its parameters swapped (low and high frequency
+ * factors); the server computing without it. */
+START_TEST(test_layer_rope_scaling) {
+  static const char *const config[] = {
+      "{\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+      "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, "
+      "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
+      "\"original_max_position_embeddings\": 16}}",
+      "{\"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+      "\"rope_theta\": 500, \"rope_scaling\": {\"type\": \"linear\", "
+      "\"factor\": 2.5}}"};
+  const attn_rope_t rope[] = {{.style = ATTN_ROPE_HALF,
+                               .theta = 10000,
+                               .dims = 12,
+                               .scaling = ATTN_ROPE_SCALING_LLAMA3,
+                               .factor = 8,
+                               .low_freq_factor = 1,
+                               .high_freq_factor = 4,
+                               .original_max_position = 16},
+                              {.style = ATTN_ROPE_HALF,
+                               .theta = 500,
+                               .dims = 12,
+                               .scaling = ATTN_ROPE_SCALING_LINEAR,
+                               .factor = 2.5}};
+  for (int i = 0; i < 2; i++) {
+    char dir[64], path[128], msg[512];
+    lf_weights_t w;
+    lf_shape_t shape = {.E = 48, .H = 4, .Hkv = 2};
+    tmp_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    ck_assert_msg(lf_write(path, LF_LLAMA, ATTND_ST_F32, "model.layers.0.",
+                           &shape, 31 + (uint64_t)i, NULL, &w, msg,
+                           sizeof msg) == 0,
+                  "%s", msg);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ck_assert_int_eq(lf_write_text(path, config[i]), 0);
+    sh_server_t s;
+    start(&s, dir);
+
+    const attn_rope_t *rp = &rope[i];
+    json_t *want =
+        i == 0 ? json_pack("{s:s,s:f,s:f,s:f,s:f}", "type", "llama3", "factor",
+                           8.0, "low_freq_factor", 1.0, "high_freq_factor", 4.0,
+                           "original_max_position_embeddings", 16.0)
+               : json_pack("{s:s,s:f}", "type", "linear", "factor", 2.5);
+    want = json_pack("{s:s,s:f,s:i,s:s,s:o}", "type", "rope", "theta",
+                     rp->theta, "dims", 12, "style", "half", "scaling", want);
+    sh_resp_t g;
+    ck_assert_int_eq(sh_get(s.port, "/v1/layers/" LLAMA, &g), 0);
+    ck_assert_int_eq(g.status, 200);
+    json_t *l = sh_json(&g);
+    json_t *got = json_object_get(l, "positions");
+    char *gs = json_dumps(got, JSON_SORT_KEYS | JSON_COMPACT);
+    ck_assert_msg(json_equal(got, want), "positions: %s", gs);
+    free(gs);
+    json_decref(want);
+    json_decref(l);
+    sh_resp_free(&g);
+
+    /* a request at positions past original_max_position_embeddings */
+    enum { B = 1, L = 6 };
+    tu_rng_t r;
+    tu_rng_seed(&r, 40 + (uint64_t)i);
+    float *x = tu_rand_floats(&r, B * L * 48, 1.0f);
+    int64_t pos[L];
+    for (int k = 0; k < L; k++)
+      pos[k] = 20 + 7 * k;
+    attn_params_t p = layer_params(&w, x, B, L, *rp, ATTN_CAUSAL_BOTTOM_RIGHT);
+    p.positions_query = (attn_tensor_t){pos, 1, {L}};
+    p.positions_key = (attn_tensor_t){pos, 1, {L}};
+    json_t *pj = json_array();
+    for (int k = 0; k < L; k++)
+      json_array_append_new(pj, json_integer(pos[k]));
+    int64_t dim[3] = {B, L, 48};
+    json_t *req =
+        json_pack("{s:s,s:o,s:{s:O,s:O},s:{s:s}}", "layer", LLAMA, "query",
+                  sh_floats_json(x, 3, dim, SH_NESTED), "positions", "query",
+                  pj, "key", pj, "return", "weights", "per_head");
+    json_decref(pj);
+    post_check(&s, req, &p, config[i]);
+    free(x);
+    stop_and_clean(&s, &w, dir);
+  }
+}
+END_TEST
+
 /* Each bad request: its body (with the query of the layer, Q48, or of
  * E = 4, Q4, spliced in), and the status, code, field and message words it
  * must get. */
@@ -1967,6 +2056,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_conventions, 0, N_CONV);
   tcase_add_test(tc, test_cross_attention);
   tcase_add_test(tc, test_positions_and_rope);
+  tcase_add_test(tc, test_layer_rope_scaling);
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_sliding_window);
   tcase_add_test(tc, test_long_names);
