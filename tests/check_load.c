@@ -668,6 +668,13 @@ START_TEST(test_gen_invalid) {
       {V1_SHAPE(0, 4, 4, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0), "--batch is 0"},
       {V1_SHAPE(1, 0, 4, 8, 2, 2, 0, 0, 0, 0, 0, 0, 0), "--lq is 0"},
       {V1_SHAPE(1, 4, 4, 8, 0, 1, 0, 0, 0, 0, 0, 0, 0), "--heads is 0"},
+      /* refused before anything is allocated: 2^37 elements, and a product
+       * that overflows */
+      {V1_SHAPE(4, 1 << 20, 16, 1 << 15, 4, 4, 0, 0, 0, 0, 0, 0, 0),
+       "--batch 4 x length 1048576 x --embed 32768 is too large"},
+      {V1_SHAPE(INT64_C(1) << 40, 4, INT64_C(1) << 30, 8, 2, 2, 0, 0, 0, 0, 0,
+                0, 0),
+       "x length 1073741824 x --embed 8 is too large"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     load_request_t r;
@@ -1872,6 +1879,50 @@ static json_t *report_json_of(const load_result_t *r, int n) {
   return doc;
 }
 
+/* The fields of the CSV line at `line` (to its newline), read as RFC 4180
+ * has them: a quoted field may hold commas, and "" is a quote. */
+static int csv_fields(const char *line) {
+  int n = 1, quoted = 0;
+  for (const char *p = line; *p && (quoted || *p != '\n'); p++)
+    if (*p == '"')
+      quoted = !quoted;
+    else if (*p == ',' && !quoted)
+      n++;
+  return n;
+}
+
+/* A model named with a comma and quotes (an OIP layer model: --model
+ * takes any name) is one CSV cell, quoted, its quotes doubled, so that
+ * the row keeps the header's columns. Caught: the name written as it is
+ * (one column more from "model" on). */
+START_TEST(test_report_csv_quotes) {
+  load_result_t r;
+  memset(&r, 0, sizeof r);
+  r.step = 1;
+  r.length = 64;
+  r.attention = 1;
+  r.shape = base_shape;
+  r.shape.protocol = LOAD_V2;
+  r.shape.model = "layer \"7\", head,s";
+  r.mode = LOAD_CLOSED;
+  r.concurrency = 1;
+  char dir[] = "/tmp/check_load_XXXXXX", path[128], err[256];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/r.csv", dir);
+  ck_assert_int_eq(load_report_csv(path, &r, 1, err, sizeof err), 0);
+  char *csv = tu_read_file_or_fail(path, NULL);
+  char *row = strchr(csv, '\n');
+  ck_assert_ptr_nonnull(row);
+  row++;
+  ck_assert_msg(strstr(row, ",v2,\"layer \"\"7\"\", head,s\",none,") != NULL,
+                "%s", row);
+  ck_assert_int_eq(csv_fields(row), csv_fields(csv));
+  free(csv);
+  unlink(path);
+  rmdir(dir);
+}
+END_TEST
+
 /* The JSON report's errors.by_status of the one step r (a new reference). */
 static json_t *by_status_of(const load_result_t *r) {
   json_t *doc = report_json_of(r, 1);
@@ -3029,6 +3080,7 @@ Suite *test_suite(void) {
 
   tc = tcase_create("report");
   tcase_add_test(tc, test_report_files);
+  tcase_add_test(tc, test_report_csv_quotes);
   tcase_add_loop_test(tc, test_report_every_status, 0, 2);
   tcase_add_test(tc, test_report_no_value);
   suite_add_tcase(s, tc);
