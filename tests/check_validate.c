@@ -32,7 +32,7 @@
 static double pool_query[POOL], pool_key[POOL], pool_value[POOL];
 static double pool_qw[POOL], pool_kw[POOL], pool_vw[POOL], pool_ow[POOL];
 static double pool_qb[POOL], pool_kb[POOL], pool_vb[POOL], pool_ob[POOL];
-static double pool_allow[POOL], pool_bias[POOL];
+static double pool_allow[POOL], pool_bias[POOL], pool_norm[POOL];
 static int64_t lengths[POOL];
 static float slopes[POOL];
 
@@ -65,6 +65,7 @@ static void setup_base(void) {
   base.allow.data = pool_allow;
   base.bias.data = pool_bias;
   base.alibi_slopes.data = slopes;
+  base.q_norm.data = base.k_norm.data = pool_norm;
   base_exec = (attn_exec_t){.threads = 1, .isa = ATTN_ISA_AUTO};
 }
 
@@ -281,6 +282,13 @@ static const bad_row_t bad_params[] = {
     {"softcap NaN",
      {FLAG(has_softcap, 1), FLT(softcap, NAN)}, ATTN_ERANGE, "softcap", {0}},
     /* ALiBi slopes */
+    /* q_norm and k_norm: one weight per head feature (a layer's, or a
+     * caller's of libattn) */
+    {"q_norm length 5 != Dh 4",
+     {T(q_norm, 1, 5)}, ATTN_ESHAPE, "q_norm", {"[5]", "Dh = 4"}},
+    {"k_norm length 3 != Dh 4",
+     {T(k_norm, 1, 3)}, ATTN_ESHAPE, "k_norm", {"[3]", "Dh = 4"}},
+    {"k_norm rank 2", {T(k_norm, 2, 1, 4)}, ATTN_ERANK, "k_norm", {"[1, 4]"}},
     {"alibi_slopes length 3 != H 4",
      {ALIBI(ATTN_ALIBI_SLOPES), T(alibi_slopes, 1, 3)},
      ATTN_ESHAPE, "alibi_slopes", {"[3]"}},
