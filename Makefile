@@ -564,15 +564,19 @@ tsan-core-check: $(foreach r,$(TSAN_CORE_RUNS),$(BUILD)/tests/$(firstword \
 	n=$$(cat $(TSAN_LOGS)/log.* 2>/dev/null | grep -c '^WARNING: ThreadSanitizer'); \
 	  echo "tsan-core: $$n reports in $(TSAN_LOGS)"; [ "$$n" = 0 ] && [ $$ok = 1 ]
 
-# Line coverage of the suites, in build/cov/ (COV=1, -O1): every Check
-# suite runs once, the integration suites against build/cov/attnd, whose
-# counts are written when it exits (SIGTERM's drain does; a server a test
-# kills adds none), and tools/coverage.py writes build/cov/coverage/
-# summary.txt (lines per directory and file, and the functions of
-# server/, core/, codec/ and tools/load/ that never ran) beside gcov's
-# annotated sources. Not the container, browser, fuzz or newcomer tests. A
+# Line coverage of the suites, in build/cov/ (COV=1): every Check suite
+# runs once, the integration suites against build/cov/attnd, whose counts
+# are written when it exits (SIGTERM's drain does; a server a test kills,
+# or one past drain_timeout_s, adds none: tools/coverage.py says what else
+# reads as never run); then tools/coverage.py writes build/cov/coverage/
+# summary.txt (lines run per directory and file, the functions of server/,
+# core/, codec/ and tools/load/ never called, the longest runs of lines
+# never run) and each source annotated with its counts. -O1, not -O0: at
+# -O0 the slow requests some suites hold a worker with outlast their
+# client's 30 s. Not the container, browser, fuzz or newcomer tests. A
 # developer's tool, as tsan: a failed suite is named, and the report is
-# still written.
+# still written. The objects keep the flags they were built with: rm -rf
+# build/cov after changing them.
 .PHONY: coverage coverage-check
 coverage: deps
 	@$(MAKE) --no-print-directory BUILD=build/cov COV=1 OPT=-O1 $(PARALLEL) \

@@ -15,8 +15,11 @@ includes it), and writes into BUILD/coverage/:
   src/FILE      each source file with its count before every line
                 ('-' where no code is, '#####' where code never ran)
 
-An object whose process never exited normally has no counts (.gcda): its
-lines all read as never run.
+Counts are written when a process exits normally, so what runs in one
+that does not reads as never run: a server a test kills, attnd ending by
+_exit after drain_timeout_s (serve.c), and what a process did before it
+re-executed itself (attnd_blas_select, server/blas.c: each suite and each
+attnd does, where the environment names another OpenBLAS kernel).
 """
 
 import json
