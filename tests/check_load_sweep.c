@@ -595,6 +595,36 @@ START_TEST(test_v2_dump_body) {
 }
 END_TEST
 
+/* --dump-body that cannot write its file, or given a GET, which has no
+ * body: exit status 2 and the reason, naming the flag and the file; no
+ * server. Catches: a dump that fails quietly and exits 0, leaving a
+ * script with no body file, or an empty one. */
+START_TEST(test_dump_body_refused) {
+  scratch_t sc;
+  scratch_init(&sc);
+  char body_path[160], want[256];
+  snprintf(body_path, sizeof body_path, "%s/none/body.bin", sc.dir);
+  const char *args[] = {"--lengths", "8",           "--embed", "16", "--heads",
+                        "2",         "--dump-body", body_path, NULL};
+  int st = run_load(args, sc.log);
+  char *log = tu_read_file(sc.log, NULL);
+  snprintf(want, sizeof want,
+           "attnd-load: --dump-body %s: No such file or directory", body_path);
+  ck_assert_msg(st == 2 && strstr(log, want), "exit %d, log:\n%s", st, log);
+  free(log);
+
+  snprintf(body_path, sizeof body_path, "%s/body.bin", sc.dir);
+  const char *get[] = {"--method", "GET", "--dump-body", body_path, NULL};
+  st = run_load(get, sc.log);
+  log = tu_read_file(sc.log, NULL);
+  ck_assert_msg(st == 2 && strstr(log, "GET requests have no body"),
+                "exit %d, log:\n%s", st, log);
+  ck_assert_int_eq(access(body_path, F_OK), -1);
+  free(log);
+  scratch_free(&sc);
+}
+END_TEST
+
 /* ---- decode mode ----------------------------------------------------------
  */
 
@@ -1146,6 +1176,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_v2_models);
   tcase_add_test(tc, test_v2_dump_body);
+  tcase_add_test(tc, test_dump_body_refused);
   suite_add_tcase(s, tc);
   tc = tcase_create("decode");
   tcase_set_timeout(tc, 120);
