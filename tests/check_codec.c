@@ -1673,9 +1673,10 @@ static const struct {
 /* A long value of a "base64" member becomes base64 data, its allowed
  * escapes undone (issue 11, defect 2: a lifted id was echoed as its
  * placeholder); every other long string that is no key becomes an in_tree
- * string, unescaped as jansson would (ids, enums, unknown members, base64
- * values with escapes of anything but printable ASCII or with non-ASCII
- * characters); keys and short strings stay in the skeleton. */
+ * string, unescaped as jansson would (\u escapes to UTF-8 of two, three
+ * and four bytes; ids, enums, unknown members, base64 values with escapes
+ * of anything but printable ASCII or with non-ASCII characters); keys and
+ * short strings stay in the skeleton. */
 START_TEST(test_scan_strings) {
   static const char text[] =
       "{\"q\": {\"base64\" :\n \"AACAPwAAAEAAAEBA\"}, \"short\": \"abc\", "
@@ -1686,7 +1687,7 @@ START_TEST(test_scan_strings) {
       "\"u\": {\"base64\": \"AAAA\xc3\xa9"
       "AAAAAAAAAA\"}, "
       "\"s\": {\"base\\u0036\\u0034\": \"AAAAAAAAAAAAAAAA\"}, "
-      "\"p\": \"\\ud83d\\ude00\\u00e9\\b\\f\\t\\r\\/\", "
+      "\"p\": \"\\ud83d\\ude00\\u00e9\\u4e2d\\uffff\\b\\f\\t\\r\\/\", "
       "\"x\": \"AAAA\\u0000AAAAAAAA\", \"y\": \"AAAA\\ud800AAAAAAAA\", "
       "\"r\": {\"xbase64\": \"AAAAAAAAAAAAAAAA\"}}";
   static const struct {
@@ -1704,7 +1705,7 @@ START_TEST(test_scan_strings) {
        "AAAAAAAAAA",
        16},
       {"AAAAAAAAAAAAAAAA", 16},
-      {"\xf0\x9f\x98\x80\xc3\xa9\b\f\t\r/", 11},
+      {"\xf0\x9f\x98\x80\xc3\xa9\xe4\xb8\xad\xef\xbf\xbf\b\f\t\r/", 17},
       {"AAAAAAAAAAAAAAAA", 16},
   };
   attnd_bulk_set_t set;
