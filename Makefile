@@ -71,10 +71,14 @@ ifeq ($(SAN),1)
     -fno-omit-frame-pointer
   LDFLAGS_SAN := -fsanitize=address,undefined
 endif
-# COV=1: gcc's --coverage, for `make coverage` (build/cov/).
+# COV=1: gcc's --coverage, for `make coverage` (build/cov/); not in the
+# tile kernels (core/kernel.c): counters in their inner loops, shared by
+# the team's threads, made the slow requests some suites hold a worker
+# with outlast their client's 30 s.
 ifeq ($(COV),1)
   CFLAGS_COMMON += --coverage
   LDFLAGS_SAN += --coverage
+  NO_COV_KERNEL := -fno-profile-arcs -fno-test-coverage
 endif
 ifneq ($(filter thread thread-omp,$(SAN)),)
   CFLAGS_COMMON += -fsanitize=thread -fno-omit-frame-pointer
@@ -573,10 +577,12 @@ tsan-core-check: $(foreach r,$(TSAN_CORE_RUNS),$(BUILD)/tests/$(firstword \
 # core/, codec/ and tools/load/ never called, the longest runs of lines
 # never run) and each source annotated with its counts. -O1, not -O0: at
 # -O0 the slow requests some suites hold a worker with outlast their
-# client's 30 s. Not the container, browser, fuzz or newcomer tests. A
-# developer's tool, as tsan: a failed suite is named, and the report is
-# still written. The objects keep the flags they were built with: rm -rf
-# build/cov after changing them.
+# client's 30 s (even so, check_sessions' test_waiting_steps_hold_memory
+# may, on two cores: its server, killed, then adds no counts). Not the
+# container, browser, fuzz or newcomer tests. A developer's tool, as tsan:
+# a failed suite is named, and the report is still written. The objects
+# keep the flags they were built with: rm -rf build/cov after changing
+# them.
 .PHONY: coverage coverage-check
 coverage: deps
 	@$(MAKE) --no-print-directory BUILD=build/cov COV=1 OPT=-O1 $(PARALLEL) \
@@ -616,7 +622,7 @@ $(BUILD)/core/%.o: core/%.c
 
 $(BUILD)/core/kernel_%.o: core/kernel.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS_CORE) -O3 -ffp-contract=fast $(ISA_$*) \
+	$(CC) $(CFLAGS_CORE) -O3 -ffp-contract=fast $(ISA_$*) $(NO_COV_KERNEL) \
 	  -DATTN_KERNEL_ISA=$* -c $< -o $@
 
 $(BUILD)/core/cuda/%.o: core/cuda/%.cu core/cuda/kernels.h $(wildcard core/cuda/*.cuh) \

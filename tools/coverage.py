@@ -4,10 +4,11 @@
 Usage: coverage.py BUILD (build/cov, built with COV=1 and the suites run)
 
 Runs gcov (its JSON, on stdout) on every object of the core (core/, not
-core/cuda), the codec library, the server and attnd-load, sums the counts
-of a line over the objects that hold it (kernel.c is compiled once per
-instruction set; a header's inline functions are in every file that
-includes it), and writes into BUILD/coverage/:
+core/cuda, nor the tile kernels of core/kernel.c, which COV=1 builds
+without counters: the Makefile says why), the codec library, the server
+and attnd-load, sums the counts of a line over the objects that hold it
+(a header's inline functions are in every file that includes it), and
+writes into BUILD/coverage/:
 
   summary.txt   lines run per directory and per file; the functions never
                 called; the longest runs of lines never run inside
