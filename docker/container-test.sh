@@ -134,7 +134,11 @@ cleanup() {
   [ -d "$W/failover" ] && touch "$W/failover/stop" # the clients' loops end
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null; done
   if command -v podman >/dev/null 2>&1; then
-    podman rm -f -t 0 "$CT-run" "$CT-layers" >/dev/null 2>&1
+    # one name a call: podman 4.3 given a name that is gone among others
+    # removes none of them, and says nothing (the drain check removes
+    # $CT-run), so a failure after it left $CT-layers running, and the next
+    # run failed on its name
+    for ct in "$CT-run" "$CT-layers"; do podman rm -f -t 0 "$ct" >/dev/null 2>&1; done
     [ -f "$W/kube/deployment.yaml" ] && podman kube down "$W/kube/deployment.yaml" >/dev/null 2>&1
     [ -n "$KUBE_VOLUME" ] && podman volume rm -f "$KUBE_VOLUME" >/dev/null 2>&1
     if [ -f "$W/compose.up" ]; then
@@ -373,12 +377,14 @@ if (cmd === "write") {
 }
 '
 
-# make_layers DIR: DIR as a Hugging Face model directory is laid out:
-# config.json (head counts, RoPE) and model.safetensors with layer 0,
-# readable by anyone (the image runs as uid 10001); and $W/layer-req.json.
+# make_layers DIR: DIR as a directory of layer files with a Hugging Face
+# config.json (head counts, RoPE): layer0.safetensors with layer 0, readable
+# by anyone (the image runs as uid 10001); and $W/layer-req.json. Not
+# model.safetensors: a directory with one reads it alone, as transformers
+# does (docs/layers.md), and the SIGHUP steps add a second file beside it.
 make_layers() {
   mkdir -p "$1"
-  node -e "$LAYER_JS" write "$1/model.safetensors" 0
+  node -e "$LAYER_JS" write "$1/layer0.safetensors" 0
   cat >"$1/config.json" <<'EOF'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 32,
  "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
@@ -657,7 +663,7 @@ KUBE_VOLUME=$CT-$claim
 podman volume rm -f "$KUBE_VOLUME" >/dev/null 2>&1 || true
 podman volume create "$KUBE_VOLUME" >"$W/kube/volume.log" 2>&1 || { show "$W/kube/volume.log"; fail "podman volume create failed"; }
 vol=$(podman volume inspect -f '{{.Mountpoint}}' "$KUBE_VOLUME")
-cp -p "$W/layers/model.safetensors" "$W/layers/config.json" "$vol/"
+cp -p "$W/layers/layer0.safetensors" "$W/layers/config.json" "$vol/"
 podman kube play --network bridge --configmap docker/k8s/configmap.yaml "$W/kube/deployment.yaml" >"$W/kube/play.log" 2>&1 ||
   { show "$W/kube/play.log"; fail "podman kube play failed"; }
 url=http://127.0.0.1:$port
