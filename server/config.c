@@ -435,13 +435,22 @@ static char *read_value(char *s, const char *from, char *msg, size_t msz) {
         c = (unsigned char)with[e - plain];
         r++;
       } else if (r[1] == 'x' && (hi = attnd_hex_digit(r[2])) >= 0 &&
-                 (lo = attnd_hex_digit(r[3])) >= 0 && (hi | lo)) {
+                 (lo = attnd_hex_digit(r[3])) >= 0) {
+        /* a value is a C string: a NUL would end it there unseen, so \x00
+         * is named as such, not as an escape unknown by its form */
+        if ((hi | lo) == 0) {
+          attnd_fail(msg, msz,
+                     "%s: '\\x00' in a quoted value: a value cannot hold a "
+                     "NUL byte",
+                     from);
+          return NULL;
+        }
         c = (unsigned char)(hi << 4 | lo);
         r += 3;
       } else {
         attnd_fail(msg, msz,
                    "%s: bad escape '\\%.1s' in a quoted value (known: \\\" "
-                   "\\\\ \\n \\r \\t \\xHH)",
+                   "\\\\ \\n \\r \\t \\xHH but \\x00)",
                    from, r + 1);
         return NULL;
       }

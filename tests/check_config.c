@@ -281,7 +281,8 @@ static const struct {
     {"--nope=1", NULL, NULL, {"unknown flag", "--nope"}},
     {NULL, NULL, "host = \"a\n", {"no closing quote", ":1"}},
     {NULL, NULL, "\nhost = \"a\\qb\"\n", {"bad escape '\\q'", ":2"}},
-    {NULL, NULL, "host = \"a\\x00\"\n", {"bad escape '\\x'", ":1"}},
+    /* \x00 has the escape's form: the message says why it is refused */
+    {NULL, NULL, "host = \"a\\x00\"\n", {"'\\x00'", "cannot hold a NUL byte"}},
     {NULL, NULL, "host = \"a\\x4\"\n", {"bad escape", "\\xHH"}},
     {NULL, NULL, "host = \"a\" b\n", {"unexpected 'b'", ":1"}},
     {"--default-timeout-ms=9000000",
