@@ -72,8 +72,13 @@ static void on_signal(uv_signal_t *sig, int signum) {
   pthread_mutex_unlock(&notify_lock);
   if (again)
     return;
-  fprintf(stderr, "{\"event\":\"draining\",\"signal\":%d,\"inflight\":%d}\n",
-          signum, attnd_sched_inflight(l->s.sched));
+  /* inflight: queued or computing; active: every request not yet
+   * answered, bodies still uploading included, which the drain waits for
+   * too (drain_timeout's line has the same two) */
+  fprintf(stderr,
+          "{\"event\":\"draining\",\"signal\":%d,\"inflight\":%d,"
+          "\"active\":%d}\n",
+          signum, attnd_sched_inflight(l->s.sched), atomic_load(&l->s.active));
   l->drain_started = attnd_now_ms();
   uv_timer_start(&l->drain_timer, on_drain_tick, 0, 20);
 }

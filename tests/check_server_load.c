@@ -1562,6 +1562,41 @@ START_TEST(test_sigterm_log_reader_gone) {
 }
 END_TEST
 
+/* SIGTERM while a request's body is still uploading: the drain waits for
+ * it, the request is answered (its connection not closed unanswered), and
+ * the process exits 0, as docs/operations.md says of what was accepted.
+ * The draining line counts it under "active" (requests not yet answered),
+ * beside "inflight" (queued or computing). Bug: the line said only
+ * "inflight":0, with a request the drain was waiting for. */
+START_TEST(test_sigterm_upload_answered) {
+  sh_server_t s;
+  start_one_worker(&s, NULL, NULL);
+  static const char body[] = "{\"query\":[[1,2,3,4],[5,6,7,8]],"
+                             "\"num_heads\":2}";
+  char head[256], first[64], buf[4096];
+  const size_t half = sizeof body / 2;
+  snprintf(head, sizeof head,
+           "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+           "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+           strlen(body));
+  snprintf(first, sizeof first, "%.*s", (int)half, body);
+  int fd = upload_begun(s.port, head, first, "uploading at SIGTERM");
+  ck_assert_int_eq(kill(s.pid, SIGTERM), 0);
+  sh_wait_log(&s, "\"event\":\"draining\"");
+  const char *line = strstr(s.log, "\"event\":\"draining\""),
+             *active = strstr(line, "\"active\":");
+  ck_assert_msg(active && active < strchr(line, '\n') && atoi(active + 9) >= 1,
+                "the draining line does not count the upload:\n%s", s.log);
+  ck_assert_int_eq(sh_send_all(fd, body + half, strlen(body + half)), 0);
+  ck_assert_int_ge(sh_recv_reply(fd, buf, sizeof buf, 10000), 0);
+  ck_assert_msg(sh_raw_status(buf) == 200, "the upload at SIGTERM: %.300s",
+                buf);
+  close(fd);
+  int st = sh_server_wait(&s, 30.0);
+  ck_assert_msg(st == 0, "exit status %d after draining:\n%s", st, s.log);
+}
+END_TEST
+
 /* SIGTERM with more queued than drain_timeout_s lets finish: the process
  * exits 1 at the timeout, saying so, as docs/operations.md says, with
  * work still in flight (a worker inside a call that cannot be stopped:
@@ -1714,6 +1749,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_sigterm_drains);
   tcase_add_test(tc, test_sigint_drains);
   tcase_add_test(tc, test_sigterm_log_reader_gone);
+  tcase_add_test(tc, test_sigterm_upload_answered);
   tcase_add_test(tc, test_drain_timeout);
   suite_add_tcase(s, tc);
 
