@@ -973,7 +973,8 @@ int attnd_http_start(attnd_server_t *s) {
   const union MHD_DaemonInfo *di =
       MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
   s->port = di ? di->port : (int)c->port;
-  /* the sweep a quarter of the deadline apart, 0.1 to 1 s */
+  /* the sweep a quarter of the deadline apart, at most 1 s (0.25 s at
+   * the least deadline, 1 s; the floor of 0.1 s is a guard) */
   uint64_t every = (uint64_t)c->connection_timeout_s * 250;
   every = every < 100 ? 100 : every > 1000 ? 1000 : every;
   uv_timer_init(&s->loop, &s->header_timer);
