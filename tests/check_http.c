@@ -1106,7 +1106,8 @@ END_TEST
  * overloaded, naming the queue; no memory for the scheduler's node is 503
  * out_of_memory, with no field (nothing the client sent is at fault).
  * Bug: both overloaded, which sends a client to retry a server that is
- * not loaded. In this process, with a scheduler nothing is submitted to. */
+ * not loaded. The count agrees with its noun ("1 request"). In this
+ * process, with a scheduler whose loop never runs. */
 static int never_run(void *job, int worker, int threads,
                      attnd_scratch_t *scratch) {
   (void)job, (void)worker, (void)threads, (void)scratch;
@@ -1135,7 +1136,15 @@ START_TEST(test_refusals) {
   ck_assert_int_eq(attnd_api_refused(&r, ATTND_SCHED_FULL, &e), -1);
   ck_assert_str_eq(attnd_error_name(e.code), "overloaded");
   ck_assert_int_eq(attnd_error_status(e.code), 429);
-  ck_assert_msg(strstr(e.message, "the queue is full"), "%s", e.message);
+  ck_assert_msg(strstr(e.message, "the queue is full: 0 requests in flight,"),
+                "%s", e.message);
+  /* one job in flight (never run: the loop has not run) is one request */
+  int cancel = 0;
+  attnd_sched_job_t j = {.job = &r, .fd = -1, .tokens = 1, .cancel = &cancel};
+  ck_assert_int_eq(attnd_sched_submit(s.sched, &j), 0);
+  ck_assert_int_eq(attnd_api_refused(&r, ATTND_SCHED_FULL, &e), -1);
+  ck_assert_msg(strstr(e.message, "the queue is full: 1 request in flight,"),
+                "%s", e.message);
   attnd_sched_close(s.sched);
   uv_run(&loop, UV_RUN_DEFAULT);
   attnd_sched_free(s.sched);

@@ -133,11 +133,12 @@ int attnd_api_refused(attnd_http_req_t *r, int why, attnd_error_t *e) {
       held = attnd_sched_held(s), running = n - waiting - held;
   return attnd_error_set(
       e, ATTND_ERR_OVERLOADED, NULL,
-      "the queue is full: %d requests in flight, of the %lld that "
+      "the queue is full: %d request%s in flight, of the %lld that "
       "queue_depth %lld and workers %lld allow (%d computing, %d waiting for "
       "a worker, %d session step%s waiting for its session's turn); retry "
       "later",
-      n, (long long)(r->srv->cfg->queue_depth + r->srv->cfg->workers),
+      n, n == 1 ? "" : "s",
+      (long long)(r->srv->cfg->queue_depth + r->srv->cfg->workers),
       (long long)r->srv->cfg->queue_depth, (long long)r->srv->cfg->workers,
       running > 0 ? running : 0, waiting, held, held == 1 ? "" : "s");
 }
