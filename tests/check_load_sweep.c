@@ -40,6 +40,13 @@
  *   - a port that refuses connections, with --verify: the replies that
  *     never came counted as missing, not wrong; stderr naming the reports
  *     written, and where, and that a second run replaced them.
+ *   - API keys and TLS: attnd with a key and a certificate of a test CA;
+ *     attnd-load with the key (--api-key-file or ATTND_API_KEY) and
+ *     --cacert, over v1, v2, decode mode and a GET: every request a
+ *     success, verified, the key in no output; without the key, one plain
+ *     line on the 401s and exit 1; another CA, libcurl's reason, exit 1
+ *     and the step stopped at once; --insecure passing; --dump-body's
+ *     header lines without the key; the options' bad usage (exit 2);
  *   - --help's exit status names every cause of 1;
  *   - docs/load-testing.md names every option --help lists;
  *   - bench/wrk/compare.sh with a stand-in wrk: stdout is its table
@@ -63,6 +70,7 @@
 #include "layer_files.h"
 #include "server_harness.h"
 #include "suite.h"
+#include "test_certs.h"
 #include "testutil.h"
 
 /* ---- running the tool ---------------------------------------------------- */
@@ -1053,14 +1061,15 @@ static char *help_text(void) {
  * cause of status 1 that docs/load-testing.md gives and main() applies: a
  * step over --max-error-rate, a wrong reply, replies --verify asked for
  * that never came (test_missing_replies_and_reports sees that 1), and a
- * decode session abandoned. Catches: the last two left out. */
+ * decode session abandoned, and a failed TLS handshake. Catches: the
+ * last three left out. */
 START_TEST(test_help_exit_status) {
   char *log = help_text();
   const char *line = strstr(log, "\nexit status: ");
   ck_assert_msg(line != NULL, "no exit status in --help:\n%s", log);
   static const char *const causes[] = {"--max-error-rate", "wrong reply",
-                                       "never came", "abandoned"};
-  for (int i = 0; i < 4; i++)
+                                       "never came", "abandoned", "TLS"};
+  for (int i = 0; i < 5; i++)
     ck_assert_msg(strstr(line, causes[i]) != NULL,
                   "--help's exit status does not name '%s':%s", causes[i],
                   line);
@@ -1160,6 +1169,282 @@ START_TEST(test_wrk_compare_table) {
 }
 END_TEST
 
+/* ---- API keys and TLS ----------------------------------------------------
+ *
+ * attnd with API keys and its own certificate (tests/test_certs.h: a CA
+ * and a server certificate it signs for 127.0.0.1), as production has
+ * them; attnd-load given the key in a file or in ATTND_API_KEY, and the CA
+ * with --cacert. */
+
+/* The key attnd is given, every character class of a key in it. */
+#define LOAD_KEY "kL0ad-Key_9.~+/="
+
+/* A folder with the certificates and a key file ("keyfile", the key and
+ * a newline); removed by auth_dir_free. */
+typedef struct auth_dir {
+  char dir[64];
+  char ca[128], other_ca[128], cert[128], key[128], keyfile[128];
+} auth_dir_t;
+
+static void auth_dir_init(auth_dir_t *a) {
+  snprintf(a->dir, sizeof a->dir, "/tmp/check_load_auth_XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(a->dir));
+  ck_assert_int_eq(tcert_make(a->dir), 0);
+  snprintf(a->ca, sizeof a->ca, "%s/ca.pem", a->dir);
+  snprintf(a->other_ca, sizeof a->other_ca, "%s/other-ca.pem", a->dir);
+  snprintf(a->cert, sizeof a->cert, "%s/cert.pem", a->dir);
+  snprintf(a->key, sizeof a->key, "%s/key.pem", a->dir);
+  snprintf(a->keyfile, sizeof a->keyfile, "%s/keyfile", a->dir);
+  FILE *f = fopen(a->keyfile, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(LOAD_KEY "\n", f);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+static void auth_dir_free(auth_dir_t *a) {
+  static const char *const files[] = {
+      "ca.pem",    "cert.pem",      "key.pem",      "cert-b.pem",
+      "key-b.pem", "other-key.pem", "other-ca.pem", "keyfile",
+      "body.bin",  "empty",         "badkey"};
+  char p[160];
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    snprintf(p, sizeof p, "%s/%s", a->dir, files[i]);
+    unlink(p);
+  }
+  rmdir(a->dir);
+}
+
+/* attnd on TLS with LOAD_KEY its one key, the files it needs and a
+ * scratch folder for attnd-load's: keyed_start, then keyed_stop. */
+typedef struct keyed {
+  auth_dir_t a;
+  sh_server_t srv;
+  scratch_t sc;
+  char url[64]; /* https://127.0.0.1:PORT */
+} keyed_t;
+
+static void keyed_start(keyed_t *k) {
+  auth_dir_init(&k->a);
+  const char *args[] = {
+      "--tls-cert-file", k->a.cert, "--tls-key-file", k->a.key, "--api-keys",
+      LOAD_KEY,          NULL};
+  start(&k->srv, args);
+  scratch_init(&k->sc);
+  snprintf(k->url, sizeof k->url, "https://127.0.0.1:%d", k->srv.port);
+}
+
+static void keyed_stop(keyed_t *k) {
+  scratch_free(&k->sc);
+  if (k->srv.pid)
+    stop(&k->srv);
+  auth_dir_free(&k->a);
+}
+
+/* Whether the key is in none of the run's log and reports. */
+static void assert_key_unseen(const scratch_t *sc, const char *what) {
+  static const char *const files[] = {"log.txt", "attnd-load.csv",
+                                      "attnd-load.json", "attnd-load.svg"};
+  char p[160];
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    snprintf(p, sizeof p, "%s/%s", sc->dir, files[i]);
+    char *text = tu_read_file(p, NULL);
+    ck_assert_msg(text == NULL || strstr(text, LOAD_KEY) == NULL,
+                  "%s: the key is in %s:\n%s", what, files[i], text);
+    free(text);
+  }
+}
+
+/* The key, by file or by ATTND_API_KEY, and the CA by --cacert: exit 0,
+ * every request a success (a /v1 sweep, the same over v2, a decode sweep
+ * whose creations, prefills, steps and deletions all carry the key, and a
+ * GET of a path that needs it), the replies verified, and the key in no
+ * output. Catches: the key missing on any one path (its 401s fail the
+ * step), CURLOPT_CAINFO not set (every handshake fails), the key printed. */
+START_TEST(test_auth_sweep) {
+  static const char *const extra[4][20] = {
+      {"--lengths", "16", "--verify", "2", NULL},
+      {"--lengths", "16", "--verify", "2", "--protocol", "v2", NULL},
+      {"--mode", "decode", "--prefill", "8", "--steps", "4", "--sessions", "2",
+       "--verify", "2", NULL},
+      {"--path", "/v1/info", NULL}};
+  static const int by_env[4] = {0, 1, 0, 1};
+  keyed_t k;
+  keyed_start(&k);
+  const scratch_t *sc = &k.sc;
+  const char *args[48] = {
+      "--url", k.url,   "--cacert", k.a.ca,    "--embed",       "16", "--heads",
+      "2",     "--out", sc->dir,    "--quiet", "--concurrency", "2",  NULL};
+  int n = 13;
+  if (_i != 2) {
+    args[n++] = "--warmup";
+    args[n++] = "0";
+    args[n++] = "--requests";
+    args[n++] = "12";
+  }
+  if (by_env[_i]) {
+    setenv("ATTND_API_KEY", LOAD_KEY, 1);
+  } else {
+    args[n++] = "--api-key-file";
+    args[n++] = k.a.keyfile;
+  }
+  int st = run_load_extra(args, n, extra[_i], sc);
+  unsetenv("ATTND_API_KEY");
+  char *log = tu_read_file(sc->log, NULL);
+  ck_assert_msg(st == 0, "case %d: attnd-load exited with %d:\n%s", _i, st,
+                log);
+  csv_t c;
+  scratch_csv(sc, &c, 1);
+  double sent = csv_num(&c, 0, "sent"), ok = csv_num(&c, 0, "ok");
+  ck_assert_msg(sent > 0 && ok == sent && csv_num(&c, 0, "error_rate") == 0,
+                "case %d: %g sent, %g ok\n%s", _i, sent, ok, log);
+  if (_i != 3)
+    ck_assert_msg(csv_num(&c, 0, "verified") == 2, "case %d: %g verified", _i,
+                  csv_num(&c, 0, "verified"));
+  free(c.text);
+  free(log);
+  assert_key_unseen(sc, "a keyed sweep");
+  keyed_stop(&k);
+}
+END_TEST
+
+/* Against the same attnd: without the key, every reply a 401, said so in
+ * one plain line, exit 1 (in request and in decode mode); a CA that did
+ * not sign its certificate, libcurl's words for the failed handshake,
+ * exit 1, and the step stopped at its first failures (at most one a
+ * connection, not --requests of them); --insecure, which trusts it
+ * unchecked, exit 0; --dump-body's header lines without the key.
+ * Catches: a 401 sweep that only counts errors, a TLS failure sent again
+ * and again, --insecure not set, the key in --dump-body's output. */
+START_TEST(test_auth_refused) {
+  keyed_t k;
+  keyed_start(&k);
+  const scratch_t *sc = &k.sc;
+  static const char *const base[] = {
+      "--embed", "16", "--heads", "2", "--quiet", "--concurrency", "2", NULL};
+  static const char *const req[] = {"--lengths",  "16", "--warmup", "0",
+                                    "--requests", "12", NULL};
+  static const char *const dec[] = {"--mode",     "decode",  "--prefill",
+                                    "8",          "--steps", "1",
+                                    "--sessions", "2",       NULL};
+  static const struct {
+    const char *const *mode;
+    int key, ca; /* 0: none; ca 1: ours, 2: the other CA, 3: --insecure */
+    int status;
+    const char *msg;
+  } cases[] = {
+      {req, 0, 1, 1,
+       "attnd answered 401 unauthorized to every request: give the key "
+       "with --api-key-file or ATTND_API_KEY"},
+      {dec, 0, 1, 1, "attnd answered 401 unauthorized to every request"},
+      {req, 1, 2, 1, "TLS failed: "},
+      {dec, 1, 2, 1, "TLS failed: "},
+      {req, 1, 3, 0, NULL},
+  };
+  for (size_t j = 0; j < sizeof cases / sizeof cases[0]; j++) {
+    const char *args[48] = {"--url", k.url, "--out", sc->dir};
+    int n = 4;
+    for (int i = 0; base[i]; i++)
+      args[n++] = base[i];
+    for (int i = 0; cases[j].mode[i]; i++)
+      args[n++] = cases[j].mode[i];
+    if (cases[j].key) {
+      args[n++] = "--api-key-file";
+      args[n++] = k.a.keyfile;
+    }
+    if (cases[j].ca == 3) {
+      args[n++] = "--insecure";
+    } else {
+      args[n++] = "--cacert";
+      args[n++] = cases[j].ca == 1 ? k.a.ca : k.a.other_ca;
+    }
+    args[n] = NULL;
+    int st = run_load(args, sc->log);
+    char *log = tu_read_file(sc->log, NULL);
+    ck_assert_msg(st == cases[j].status &&
+                      (!cases[j].msg || strstr(log, cases[j].msg)),
+                  "case %zu: exit %d, expected %d and '%s':\n%s", j, st,
+                  cases[j].status, cases[j].msg ? cases[j].msg : "", log);
+    csv_t c;
+    scratch_csv(sc, &c, 1);
+    double sent = csv_num(&c, 0, "sent");
+    if (cases[j].ca == 2 && cases[j].mode == req)
+      ck_assert_msg(sent <= 2, "case %zu: %g sent after a TLS failure\n%s", j,
+                    sent, log);
+    if (cases[j].ca == 2)
+      ck_assert_msg(strstr(log, "certificate") || strstr(log, "SSL"),
+                    "case %zu: no TLS reason:\n%s", j, log);
+    free(c.text);
+    free(log);
+    assert_key_unseen(sc, "a refused sweep");
+  }
+  stop(&k.srv);
+
+  /* --dump-body: the body's header lines, not the key */
+  char body[160];
+  snprintf(body, sizeof body, "%s/body.bin", k.a.dir);
+  const char *dump[] = {"--lengths",      "8",         "--embed",     "16",
+                        "--heads",        "2",         "--dump-body", body,
+                        "--api-key-file", k.a.keyfile, NULL};
+  int st = run_load(dump, sc->log);
+  char *log = tu_read_file(sc->log, NULL);
+  ck_assert_msg(st == 0 && strstr(log, "Content-Type: application/json") &&
+                    !strstr(log, LOAD_KEY) && !strstr(log, "Authorization"),
+                "exit %d:\n%s", st, log);
+  free(log);
+  keyed_stop(&k);
+}
+END_TEST
+
+/* What the key and TLS options refuse: exit status 2 at once, naming the
+ * option (and never the key), no report. No server. */
+START_TEST(test_auth_usage) {
+  auth_dir_t a;
+  auth_dir_init(&a);
+  char empty[128], badkey[128], none[128];
+  snprintf(empty, sizeof empty, "%s/empty", a.dir);
+  snprintf(badkey, sizeof badkey, "%s/badkey", a.dir);
+  snprintf(none, sizeof none, "%s/none", a.dir);
+  FILE *f = fopen(empty, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("\nsecond-line\n", f);
+  fclose(f);
+  f = fopen(badkey, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("sec ret\n", f);
+  fclose(f);
+  const char *https = "https://127.0.0.1:1";
+  const struct {
+    const char *args[8];
+    const char *env; /* ATTND_API_KEY, or NULL */
+    const char *msg;
+  } cases[] = {
+      {{"--api-key-file", none, NULL},
+       NULL,
+       "--api-key-file /tmp/check_load_auth_"},
+      {{"--api-key-file", empty, NULL}, NULL, "/empty: the key is empty"},
+      {{"--api-key-file", badkey, NULL},
+       NULL,
+       "/badkey: the key has a character outside letters, digits and - . _ ~ "
+       "+ / =, which attnd never accepts (position 4)"},
+      {{NULL}, "a,b", "ATTND_API_KEY: the key has a character outside"},
+      {{"--cacert", a.ca, NULL},
+       NULL,
+       "--cacert is for an https:// --url; 'http://127.0.0.1:1' uses no TLS"},
+      {{"--insecure", NULL}, NULL, "--insecure is for an https:// --url"},
+      {{"--url", https, "--cacert", none, NULL}, NULL, "--cacert /tmp/"},
+      {{"--url", https, "--cacert", a.ca, "--insecure", NULL},
+       NULL,
+       "--cacert and --insecure exclude each other"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (cases[i].env)
+      setenv("ATTND_API_KEY", cases[i].env, 1);
+    assert_usage_error(cases[i].args, 1, cases[i].msg, i);
+    unsetenv("ATTND_API_KEY");
+  }
+  auth_dir_free(&a);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -1190,6 +1475,12 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_missing_replies_and_reports);
   tcase_add_test(tc, test_help_exit_status);
   tcase_add_test(tc, test_options_documented);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("auth");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, test_auth_sweep, 0, 4);
+  tcase_add_test(tc, test_auth_refused);
+  tcase_add_test(tc, test_auth_usage);
   suite_add_tcase(s, tc);
   tc = tcase_create("wrk");
   tcase_set_timeout(tc, 120);

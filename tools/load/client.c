@@ -76,6 +76,42 @@ void load_easy_free(CURLM *multi, CURL *h, int busy) {
   curl_easy_cleanup(h);
 }
 
+void load_easy_setup(CURL *h, const load_access_t *a) {
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+  if (a && a->cacert)
+    curl_easy_setopt(h, CURLOPT_CAINFO, a->cacert);
+  if (a && a->insecure) {
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+}
+
+struct curl_slist *load_access_header(struct curl_slist *l,
+                                      const load_access_t *a) {
+  if (l == NULL || a == NULL || a->api_key == NULL)
+    return l;
+  attnd_buf_t t;
+  attnd_buf_init(&t);
+  attnd_buf_printf(&t, "Authorization: Bearer %s", a->api_key);
+  if (t.oom || !curl_slist_append(l, t.data))
+    l = (curl_slist_free_all(l), NULL);
+  /* the key is a secret: no copy of it is left in freed memory */
+  if (t.data)
+    memset(t.data, 0, t.len);
+  attnd_buf_free(&t);
+  return l;
+}
+
+int load_tls_failed(CURLcode rc) {
+  return rc == CURLE_SSL_CONNECT_ERROR ||
+         rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CERTPROBLEM ||
+         rc == CURLE_SSL_CIPHER || rc == CURLE_SSL_CACERT_BADFILE ||
+         rc == CURLE_SSL_ISSUER_ERROR;
+}
+
 double load_cpu_now_s(void) {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
@@ -315,10 +351,7 @@ static int slot_setup(engine_t *e, slot_t *s) {
   CURL *h = s->h;
   curl_easy_setopt(h, CURLOPT_URL, run->url);
   curl_easy_setopt(h, CURLOPT_PRIVATE, s);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
-  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+  load_easy_setup(h, run->access);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, s);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
@@ -328,6 +361,7 @@ static int slot_setup(engine_t *e, slot_t *s) {
     curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, run->accept_encoding);
   if (run->n_bodies == 0) {
     curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, e->headers[0]);
     return 0;
   }
   /* Megabyte bodies (and replies, about as large) move in fewer, larger
@@ -412,6 +446,13 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
       st->span_flops += b ? b->flops : 0;
       st->span_tokens += b ? (double)b->tokens : 0;
     }
+  }
+  if (rc != CURLE_OK && load_tls_failed(rc)) {
+    /* every later request would fail the same way, at full speed: the
+     * run ends, with this error as its first */
+    e->stopping = 1;
+    st->tls_failed = 1;
+    note_error(st, s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc));
   }
   if (s->measured && rc != CURLE_OK) {
     st->transport++;
@@ -520,7 +561,8 @@ static void engine_free(engine_t *e) {
   }
   if (e->multi)
     curl_multi_cleanup(e->multi);
-  for (size_t i = 0; e->headers && i < e->run->n_bodies; i++)
+  for (size_t i = 0;
+       e->headers && i < (e->run->n_bodies ? e->run->n_bodies : 1); i++)
     curl_slist_free_all(e->headers[i]);
   free(e->headers);
   free(e->slots);
@@ -545,16 +587,19 @@ size_t load_body_headers(const load_run_t *run, const load_body_t *b, char *buf,
   return len;
 }
 
-/* The header lines of body b for libcurl: a new list, or NULL when out of
- * memory. */
+/* The header lines of body b (NULL: a GET) for libcurl, the key's
+ * included: a new list, or NULL when out of memory. */
 static struct curl_slist *body_headers(const load_run_t *run,
                                        const load_body_t *b) {
-  char text[512];
-  load_body_headers(run, b, text, sizeof text);
   /* no "Expect: 100-continue" round trip before large bodies, and no
    * Content-Type unless one is given ("Content-Type:" alone drops
    * libcurl's form type) */
   struct curl_slist *l = curl_slist_append(NULL, "Expect:");
+  l = load_access_header(l, run->access);
+  if (b == NULL)
+    return l;
+  char text[512];
+  load_body_headers(run, b, text, sizeof text);
   if (l && run->content_type == NULL && !curl_slist_append(l, "Content-Type:"))
     l = (curl_slist_free_all(l), NULL);
   char *save = NULL;
@@ -587,8 +632,9 @@ static int engine_init(engine_t *e, const load_run_t *run, load_stats_t *st,
   e->headers = calloc(run->n_bodies ? run->n_bodies : 1, sizeof *e->headers);
   int ok = e->multi && e->slots && e->idle && e->headers &&
            (run->keep <= 0 || st->kept);
-  for (size_t i = 0; ok && i < run->n_bodies; i++)
-    ok = (e->headers[i] = body_headers(run, &run->bodies[i])) != NULL;
+  for (size_t i = 0; ok && i < (run->n_bodies ? run->n_bodies : 1); i++)
+    ok = (e->headers[i] = body_headers(run, run->n_bodies ? &run->bodies[i]
+                                                          : NULL)) != NULL;
   for (int i = 0; ok && i < c; i++) {
     ok = slot_setup(e, &e->slots[i]) == 0;
     e->idle[e->n_idle++] = c - 1 - i; /* slot 0 is used first */

@@ -52,6 +52,29 @@ typedef struct load_kept {
 
 struct load_stats;
 
+/* How every request reaches attnd, in both engines (this one and
+ * decode.h's): its API key and whom to trust for TLS. Borrowed. */
+typedef struct load_access {
+  const char *api_key; /* sent as "Authorization: Bearer KEY"; NULL: none */
+  const char *cacert;  /* the CA (or certificate) trusted; NULL: the system's */
+  int insecure;        /* no certificate verification at all (tests) */
+} load_access_t;
+
+/* Sets on easy handle h what every request of both engines carries: no
+ * signals, no proxy, TCP_NODELAY, the connect timeout, and a's TLS trust
+ * (a may be NULL). Any thread. */
+void load_easy_setup(CURL *h, const load_access_t *a);
+
+/* Appends a's "Authorization: Bearer KEY" line to the header list l, where
+ * a has a key. Returns the list, or NULL when out of memory (l freed). */
+struct curl_slist *load_access_header(struct curl_slist *l,
+                                      const load_access_t *a);
+
+/* Whether rc is a TLS failure (the handshake, or the peer's certificate
+ * not trusted): one that the next request meets again, so an engine stops
+ * sending rather than fail the same way at full speed. */
+int load_tls_failed(CURLcode rc);
+
 /* What to run. Borrowed by load_client_run. */
 typedef struct load_run {
   const char *url;              /* the whole URL, path included */
@@ -67,11 +90,12 @@ typedef struct load_run {
   double rate;     /* open: arrivals per second */
   int poisson;     /* open: exponential gaps, else even ones */
   double warmup_s;
-  double duration_s; /* the measured window; 0: count `requests` */
-  int64_t requests;  /* measured requests when duration_s is 0 */
-  double timeout_s;  /* from the intended send time */
-  uint64_t seed;     /* of the open-loop arrival times */
-  int keep;          /* successful replies to keep, for --verify */
+  double duration_s;           /* the measured window; 0: count `requests` */
+  int64_t requests;            /* measured requests when duration_s is 0 */
+  double timeout_s;            /* from the intended send time */
+  uint64_t seed;               /* of the open-loop arrival times */
+  int keep;                    /* successful replies to keep, for --verify */
+  const load_access_t *access; /* the key and TLS trust; NULL: none */
   /* Called about twice a second while the run goes (may be NULL), with the
    * stats so far and the seconds since the run began. */
   void (*progress)(const struct load_stats *st, double t, void *arg);
@@ -110,6 +134,7 @@ typedef struct load_stats {
   load_kept_t *kept;  /* the first `keep` 2xx replies */
   int n_kept;
   char first_error[256]; /* the first transport error, or "" */
+  int tls_failed;        /* a TLS failure stopped the run early */
 } load_stats_t;
 
 /* Writes the header lines that body b needs in `run` into buf[0..n),

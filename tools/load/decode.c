@@ -511,6 +511,7 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
     st->transport++;
     st->timeouts += rc == CURLE_OPERATION_TIMEDOUT;
     note_error(st, sl->errbuf[0] ? sl->errbuf : curl_easy_strerror(rc));
+    st->tls_failed |= load_tls_failed(rc); /* the pauses space them out */
     failed(e, s, now);
     return;
   }
@@ -666,6 +667,7 @@ static int engine_init(engine_t *e, const load_decode_run_t *run,
   e->headers = curl_slist_append(NULL, "Content-Type: application/json");
   if (e->headers && !curl_slist_append(e->headers, "Expect:"))
     e->headers = (curl_slist_free_all(e->headers), NULL);
+  e->headers = load_access_header(e->headers, run->access);
   int ok = e->multi && e->slots && e->idle && e->sess && e->headers &&
            (run->verify <= 0 || st->kept);
   for (int i = 0; ok && i < c; i++) {
@@ -677,10 +679,7 @@ static int engine_init(engine_t *e, const load_decode_run_t *run,
       break;
     }
     curl_easy_setopt(s->h, CURLOPT_PRIVATE, s);
-    curl_easy_setopt(s->h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(s->h, CURLOPT_NOPROXY, "*");
-    curl_easy_setopt(s->h, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(s->h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    load_easy_setup(s->h, run->access);
     curl_easy_setopt(s->h, CURLOPT_TIMEOUT_MS,
                      (long)ceil(run->timeout_s * 1e3));
     curl_easy_setopt(s->h, CURLOPT_WRITEFUNCTION, on_body);

@@ -70,12 +70,13 @@ typedef struct load_decode_run {
   const load_decode_shape_t *shape;
   int put;      /* create with PUT /v1/sessions/{id}, the id drawn here */
   int sessions; /* >= 1 */
-  int64_t prefill, steps; /* tokens: >= 1, >= 0 */
-  int concurrency;        /* requests in flight, >= 1 */
-  double timeout_s;       /* a request fails this long after it was sent */
-  uint64_t seed;          /* of the tokens: load_decode_seed */
-  int verify;             /* step replies to keep */
-  double pause_s;         /* the first failure's pause (0: 10 ms) */
+  int64_t prefill, steps;      /* tokens: >= 1, >= 0 */
+  int concurrency;             /* requests in flight, >= 1 */
+  double timeout_s;            /* a request fails this long after it was sent */
+  uint64_t seed;               /* of the tokens: load_decode_seed */
+  int verify;                  /* step replies to keep */
+  double pause_s;              /* the first failure's pause (0: 10 ms) */
+  const load_access_t *access; /* the key and TLS trust; NULL: none */
   /* Called about twice a second (may be NULL). */
   void (*progress)(const struct load_decode_stats *st, double t, void *arg);
   void *progress_arg;
@@ -132,6 +133,7 @@ typedef struct load_decode_stats {
   load_decode_kept_t *kept;
   int n_kept;
   char first_error[256]; /* the first transport error, or "" */
+  int tls_failed;        /* a request failed its TLS handshake */
 } load_decode_stats_t;
 
 int load_decode_stats_init(load_decode_stats_t *st);

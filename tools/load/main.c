@@ -11,8 +11,9 @@
  * step's error rate is over --max-error-rate or a --verify check fails.
  *
  * Exit status: 0 passed; 1 a step over --max-error-rate, a reply that
- * --verify found wrong, replies it asked for that never came, or a decode
- * session abandoned; 2 bad usage, or the sweep could not run. */
+ * --verify found wrong, replies it asked for that never came, a decode
+ * session abandoned, or a failed TLS handshake; 2 bad usage, or the sweep could
+ * not run. */
 #include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -160,6 +161,7 @@ static int run_step(const opts_t *o, const load_shape_t *s, int64_t length,
                     .timeout_s = o->timeout,
                     .seed = load_gen_seed(o->seed, length, -1 - res->step),
                     .keep = pool->n ? (int)o->verify : 0,
+                    .access = &o->access,
                     .progress = tty ? on_progress : NULL,
                     .progress_arg = &pr};
   set_content(&run, s);
@@ -263,6 +265,7 @@ static int run_decode_step(const opts_t *o, int64_t L, int c,
                            .timeout_s = o->timeout,
                            .seed = (uint64_t)o->seed,
                            .verify = (int)o->verify,
+                           .access = &o->access,
                            .progress = tty ? on_decode_progress : NULL,
                            .progress_arg = &pr};
   char err[512];
@@ -306,6 +309,35 @@ static int prepare_out(const opts_t *o, int *replacing) {
     *replacing |= stat(path, &sb) == 0;
   }
   return 0;
+}
+
+/* Says plainly, once a run, what the counts alone would hide: a step whose
+ * every reply was a 401 (no key, or one attnd does not know), and a TLS
+ * failure, with libcurl's words. */
+static void explain(const opts_t *o, const load_result_t *res, int n) {
+  int said_401 = 0, said_tls = 0;
+  for (int i = 0; i < n; i++) {
+    const load_result_t *r = &res[i];
+    int64_t replies = r->sent - r->transport;
+    if (!said_401 && replies > 0 && r->status[401] == replies) {
+      fprintf(stderr,
+              "attnd-load: step %d: attnd answered 401 unauthorized to every "
+              "request: %s\n",
+              r->step,
+              o->access.api_key
+                  ? "it does not know the key given (--api-key-file or "
+                    "ATTND_API_KEY)"
+                  : "give the key with --api-key-file or ATTND_API_KEY");
+      said_401 = 1;
+    }
+    if (!said_tls && r->tls_failed) {
+      fprintf(stderr,
+              "attnd-load: step %d: TLS failed: %s (a private CA or a "
+              "self-signed attnd: --cacert FILE)\n",
+              r->step, r->first_error);
+      said_tls = 1;
+    }
+  }
 }
 
 static int write_file(const char *path, const char *data, size_t len) {
@@ -448,9 +480,10 @@ int main(int argc, char **argv) {
             abs && strcmp(abs, o.out) ? ")" : "",
             replacing ? ", replacing the reports of an earlier run" : "");
   free(abs);
+  explain(&o, res, n);
   for (int i = 0; i < n && rc == 0; i++)
     if (res[i].error_rate > o.max_error_rate || res[i].verify_failed ||
-        res[i].verify_missing || res[i].abandoned) {
+        res[i].verify_missing || res[i].abandoned || res[i].tls_failed) {
       fprintf(stderr,
               "attnd-load: step %d failed: error rate %.4g (--max-error-rate "
               "%g)",
@@ -466,6 +499,8 @@ int main(int argc, char **argv) {
       if (res[i].decode)
         fprintf(stderr, ", %lld sessions abandoned",
                 (long long)res[i].abandoned);
+      if (res[i].tls_failed)
+        fprintf(stderr, ", TLS failed");
       fprintf(stderr, "\n");
       rc = 1;
     }

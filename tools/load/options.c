@@ -65,6 +65,15 @@ typedef struct opt {
 static const opt_t options[] = {
     OPT("--url", "URL", O_STR, base, 0, 0, NULL, "http://127.0.0.1:8080",
         "attnd's base URL"),
+    OPT("--api-key-file", "FILE", O_STR, api_key_file, 0, 0, NULL, NULL,
+        "the API key (FILE's first line), sent as Authorization: Bearer; "
+        "or give it in ATTND_API_KEY (no --api-key: argv shows in ps)"),
+    OPT("--cacert", "FILE", O_STR, cacert, 0, 0, NULL, NULL,
+        "https: trust the CA or certificate of this PEM file (a private CA, "
+        "a self-signed attnd)"),
+    OPT("--insecure", NULL, O_FLAG, insecure, 0, 0, NULL, NULL,
+        "https: verify no certificate (for testing only: anyone in the path "
+        "can read the key)"),
     OPT("--mode", "request|decode", O_ENUM, workload, 0, 0, workloads,
         "request", "decode: KV-cache sessions, a prefill then one-token steps"),
     OPT("--sessions", "N", O_INT, sessions, 1, 1 << 20, NULL, "8",
@@ -182,8 +191,9 @@ static void print_usage(FILE *f) {
       fprintf(f, "%s\n", options[i].help);
   }
   fprintf(f, "exit status: 0 passed; 1 a step over --max-error-rate, a "
-             "wrong reply, replies to --verify that never came, or a decode "
-             "session abandoned; 2 bad usage or a sweep that could not run\n");
+             "wrong reply, replies to --verify that never came, a decode "
+             "session abandoned, or a failed TLS handshake; 2 bad usage or a "
+             "sweep that could not run\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b) {
@@ -417,6 +427,81 @@ static int check_url(const char *url) {
   return 0;
 }
 
+/* Reads the API key of --api-key-file (`file`) or of ATTND_API_KEY
+ * (`env`) into o->api_key: the file's first line without its line end,
+ * or the variable's whole value. A key must be one attnd can accept
+ * (server/http/auth.h): 1 to 4096 letters, digits and - . _ ~ + / =.
+ * No message holds the key. Returns 0, or -1 with the reason on stderr. */
+static int read_key(opts_t *o, const char *file, const char *env) {
+  const char *what = file ? "--api-key-file" : "ATTND_API_KEY";
+  char where[1100];
+  snprintf(where, sizeof where, "%s%s%.1024s", what, file ? " " : "",
+           file ? file : "");
+  size_t n = 0;
+  if (file) {
+    FILE *f = fopen(file, "r");
+    if (f == NULL)
+      return bad("%s: %s", where, strerror(errno));
+    int c; /* up to one over the longest key, to tell a longer one */
+    while ((c = fgetc(f)) != EOF && c != '\n' && n < sizeof o->api_key - 1)
+      o->api_key[n++] = (char)c;
+    int failed = ferror(f);
+    fclose(f);
+    if (failed)
+      return bad("%s: %s", where, "read error");
+    if (n && o->api_key[n - 1] == '\r')
+      n--;
+  } else {
+    n = strlen(env);
+    if (n >= sizeof o->api_key)
+      n = sizeof o->api_key - 1; /* still too long: refused below */
+    memcpy(o->api_key, env, n);
+  }
+  o->api_key[n] = 0;
+  if (n == 0)
+    return bad("%s: the key is empty%s", where, "");
+  if (n > 4096)
+    return bad("%s: the key is longer than 4096 characters%s", where, "");
+  size_t ok = strspn(o->api_key, "abcdefghijklmnopqrstuvwxyz"
+                                 "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                 "0123456789-._~+/=");
+  if (ok < n) {
+    char pos[32];
+    snprintf(pos, sizeof pos, "%zu", ok + 1);
+    return bad("%s: the key has a character outside letters, digits and "
+               "- . _ ~ + / =, which attnd never accepts (position %s)",
+               where, pos);
+  }
+  o->access.api_key = o->api_key;
+  return 0;
+}
+
+/* The key (--api-key-file, else ATTND_API_KEY where set and not empty)
+ * and the TLS options, into o->access. Returns 0, or -1 with the reason on
+ * stderr. */
+static int access_args(opts_t *o) {
+  const char *env = getenv("ATTND_API_KEY");
+  if (o->api_key_file || (env && *env))
+    if (read_key(o, o->api_key_file, env) < 0)
+      return -1;
+  int https = strncasecmp(o->base, "https://", 8) == 0;
+  const char *tls = o->cacert ? "--cacert" : o->insecure ? "--insecure" : NULL;
+  if (tls && !https)
+    return bad("%s is for an https:// --url; '%s' uses no TLS", tls, o->base);
+  if (o->cacert && o->insecure)
+    return bad("--cacert and --insecure exclude each other (--insecure "
+               "verifies nothing)%s%s",
+               "", "");
+  FILE *f = o->cacert ? fopen(o->cacert, "r") : NULL;
+  if (o->cacert && f == NULL)
+    return bad("--cacert %s: %s", o->cacert, strerror(errno));
+  if (f)
+    fclose(f);
+  o->access.cacert = o->cacert;
+  o->access.insecure = o->insecure;
+  return 0;
+}
+
 /* The option of the table named `arg`, or NULL. */
 static const opt_t *find_option(const char *arg) {
   for (size_t k = 0; k < NOPTS; k++)
@@ -459,7 +544,7 @@ int load_parse_args(int argc, char **argv, opts_t *o) {
     long c = sysconf(_SC_NPROCESSORS_ONLN);
     o->verify_threads = c > 0 ? c : 1;
   }
-  if (check_url(o->base) < 0)
+  if (check_url(o->base) < 0 || access_args(o) < 0)
     return -1;
   if (strchr(o->name, '/'))
     return bad("--name '%s': a file name, without '/' (--out is the "

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "client.h"
 #include "decode.h"
 #include "gen.h"
 
@@ -21,10 +22,11 @@ typedef struct list {
  * from it. */
 typedef struct opts {
   const char *base, *path, *out, *name, *dump_body, *model;
+  const char *api_key_file, *cacert;
   list_t lengths, concurrency, rate, prefill;
   int method, arrival, causal, key_lengths, weights, projections, encoding;
   int protocol, tensors, compress, dtype;
-  int cross, quiet;
+  int cross, quiet, insecure;
   int workload, rope, create; /* --mode decode */
   int64_t connections, requests, batch, lq, lk, embed, heads, kv_heads;
   int64_t request_timeout_ms, seed, variants, verify, verify_threads;
@@ -40,6 +42,10 @@ typedef struct opts {
   load_shape_t shape;         /* Lq and Lk are set per length */
   load_decode_shape_t dshape; /* --mode decode */
   char base_url[2000];        /* --url without a trailing '/', within url[] */
+  /* --api-key-file's or ATTND_API_KEY's key, "" for none: 4096 characters
+   * at most, and room for one more to tell a longer one */
+  char api_key[4098];
+  load_access_t access; /* the key and TLS trust, for both engines */
 } opts_t;
 
 /* --mode: a sweep of requests, or of decode sessions */

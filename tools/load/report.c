@@ -60,6 +60,7 @@ void load_result_fill(load_result_t *r, const load_stats_t *st) {
   for (int i = 0; i < LOAD_NSRV; i++)
     r->total_ms[i] = pct_ms(st->total, srv_pct[i]);
   snprintf(r->first_error, sizeof r->first_error, "%s", st->first_error);
+  r->tls_failed = st->tls_failed;
 }
 
 void load_result_fill_decode(load_result_t *r, const load_decode_stats_t *st) {
@@ -105,6 +106,7 @@ void load_result_fill_decode(load_result_t *r, const load_decode_stats_t *st) {
     r->codes[i].count = st->codes[i].count;
   }
   snprintf(r->first_error, sizeof r->first_error, "%s", st->first_error);
+  r->tls_failed = st->tls_failed;
 }
 
 static int64_t recreated_of(const load_result_t *r) {

@@ -56,6 +56,7 @@ typedef struct load_result {
   double verify_max_err;
 
   char first_error[256]; /* the first transport error, or "" */
+  int tls_failed;        /* a request failed its TLS handshake */
 
   /* --mode decode: `length` is the prefill, `shape` has B = 1, Lq = 1,
    * Lk = the prefill and the sizes; lat_ms are the one-token steps',
