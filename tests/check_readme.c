@@ -83,7 +83,8 @@ static const struct {
     {"docs/sessions.md", 2},     /* a session: create, steps, delete; a
                                     client's id, a fork, a truncate */
     {"docs/security.md", 3},     /* a key, --print-config, TLS */
-    {"docs/load-testing.md", 4}, /* a sweep, v2, decode, a gate */
+    {"docs/load-testing.md", 6}, /* a sweep, a gate, v2, half precision,
+                                    decode, keys and TLS */
 };
 #define N_EXPECTED ((int)(sizeof expected / sizeof expected[0]))
 
