@@ -1413,6 +1413,8 @@ START_TEST(test_auth_usage) {
   fputs("sec ret\n", f);
   fclose(f);
   const char *https = "https://127.0.0.1:1";
+  static char long_key[4098]; /* one over the longest key attnd takes */
+  memset(long_key, 'k', sizeof long_key - 1);
   const struct {
     const char *args[8];
     const char *env; /* ATTND_API_KEY, or NULL */
@@ -1427,6 +1429,7 @@ START_TEST(test_auth_usage) {
        "/badkey: the key has a character outside letters, digits and - . _ ~ "
        "+ / =, which attnd never accepts (position 4)"},
       {{NULL}, "a,b", "ATTND_API_KEY: the key has a character outside"},
+      {{NULL}, long_key, "ATTND_API_KEY: the key is longer than 4096"},
       {{"--cacert", a.ca, NULL},
        NULL,
        "--cacert is for an https:// --url; 'http://127.0.0.1:1' uses no TLS"},
@@ -1441,6 +1444,15 @@ START_TEST(test_auth_usage) {
     assert_usage_error(cases[i].args, 1, cases[i].msg, i);
     unsetenv("ATTND_API_KEY");
   }
+  /* the message of a bad key names where it came from, not its text */
+  scratch_t sc;
+  scratch_init(&sc);
+  const char *bad_key[] = {"--api-key-file", badkey, NULL};
+  ck_assert_int_eq(run_load(bad_key, sc.log), 2);
+  char *log = tu_read_file(sc.log, NULL);
+  ck_assert_msg(strstr(log, "sec") == NULL, "the key is in:\n%s", log);
+  free(log);
+  scratch_free(&sc);
   auth_dir_free(&a);
 }
 END_TEST
