@@ -98,7 +98,8 @@ struct curl_slist *load_access_header(struct curl_slist *l,
   attnd_buf_printf(&t, "Authorization: Bearer %s", a->api_key);
   if (t.oom || !curl_slist_append(l, t.data))
     l = (curl_slist_free_all(l), NULL);
-  /* the key is a secret: no copy of it is left in freed memory */
+  /* this copy of the secret is wiped before it is freed (libcurl's, in
+   * the list, lives as long as the list) */
   if (t.data)
     memset(t.data, 0, t.len);
   attnd_buf_free(&t);

@@ -57,7 +57,7 @@ struct load_stats;
 typedef struct load_access {
   const char *api_key; /* sent as "Authorization: Bearer KEY"; NULL: none */
   const char *cacert;  /* the CA (or certificate) trusted; NULL: the system's */
-  int insecure;        /* no certificate verification at all (tests) */
+  int insecure;        /* no certificate verification (for testing) */
 } load_access_t;
 
 /* Sets on easy handle h what every request of both engines carries: no
