@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "attn/attn.h"
 #include "errors.h"
@@ -37,6 +38,12 @@ static const char *const reasons[ATTND_REJECT_COUNT] = {
 #define REASON_LABEL(name, label) label,
     ATTND_REJECT_MAP(REASON_LABEL)
 #undef REASON_LABEL
+};
+
+static const char *const reload_what[ATTND_RELOAD_COUNT] = {
+#define RELOAD_LABEL(name, label) label,
+    ATTND_RELOAD_MAP(RELOAD_LABEL)
+#undef RELOAD_LABEL
 };
 
 /* Context-length classes (key length <= bound) and latency buckets (s):
@@ -87,8 +94,9 @@ struct attnd_metrics {
   atomic_uint_fast64_t computed[NBACKEND], compute_ns[NBACKEND];
   atomic_uint_fast64_t stage_ns[NBACKEND][NSTAGE];
   atomic_uint_fast64_t rejected[ATTND_REJECT_COUNT];
-  atomic_uint_fast64_t tls_reload_failures;
-  hist_t hist[ATTND_PROTO_COUNT][NHIST]; /* those that compute */
+  atomic_uint_fast64_t reload_failures[ATTND_RELOAD_COUNT];
+  atomic_int_fast64_t reload_ok_ms[ATTND_RELOAD_COUNT]; /* since the epoch */
+  hist_t hist[ATTND_PROTO_COUNT][NHIST];                /* those that compute */
 };
 
 /* Adds status s to the n sorted in st, unless it is there. */
@@ -135,8 +143,17 @@ void attnd_metrics_reject(attnd_metrics_t *m, attnd_reject_t why) {
   atomic_fetch_add_explicit(&m->rejected[why], 1, memory_order_relaxed);
 }
 
-void attnd_metrics_tls_reload_failed(attnd_metrics_t *m) {
-  atomic_fetch_add_explicit(&m->tls_reload_failures, 1, memory_order_relaxed);
+void attnd_metrics_reloaded(attnd_metrics_t *m, attnd_reload_t what, int ok) {
+  struct timespec now;
+  if (!ok) {
+    atomic_fetch_add_explicit(&m->reload_failures[what], 1,
+                              memory_order_relaxed);
+    return;
+  }
+  clock_gettime(CLOCK_REALTIME, &now);
+  atomic_store_explicit(&m->reload_ok_ms[what],
+                        (int_fast64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000,
+                        memory_order_relaxed);
 }
 
 /* ms in whole nanoseconds, rounded; 0 for a negative time. */
@@ -192,6 +209,41 @@ static void ctx_label(char *s, size_t n, size_t c) {
     snprintf(s, n, "%lld", (long long)ctx_bounds[c]);
   else
     snprintf(s, n, "+Inf");
+}
+
+/* The reload families, a series for each of what is configured, and
+ * none at all where nothing is: with plain HTTP, a tls series would say
+ * that a certificate was renewed. */
+static void render_reloads(const attnd_metrics_t *m, const attnd_gauges_t *g,
+                           attnd_buf_t *b) {
+  int any = 0;
+  for (int w = 0; w < ATTND_RELOAD_COUNT; w++)
+    any |= g->reloads[w];
+  if (!any)
+    return;
+  attnd_buf_printf(b, "# HELP attnd_reload_failures_total Reloads that a "
+                      "SIGHUP asked for and that were refused, by what they "
+                      "would have replaced, which stays in force.\n"
+                      "# TYPE attnd_reload_failures_total counter\n");
+  for (int w = 0; w < ATTND_RELOAD_COUNT; w++)
+    if (g->reloads[w])
+      attnd_buf_printf(b, "attnd_reload_failures_total{what=\"%s\"} %llu\n",
+                       reload_what[w],
+                       (unsigned long long)atomic_load_explicit(
+                           &m->reload_failures[w], memory_order_relaxed));
+  attnd_buf_printf(
+      b, "# HELP attnd_last_reload_success_timestamp_seconds When the last "
+         "load that succeeded ended (the start's, or a SIGHUP's), by what it "
+         "loaded, in seconds since the epoch.\n"
+         "# TYPE attnd_last_reload_success_timestamp_seconds gauge\n");
+  for (int w = 0; w < ATTND_RELOAD_COUNT; w++)
+    if (g->reloads[w])
+      attnd_buf_printf(
+          b, "attnd_last_reload_success_timestamp_seconds{what=\"%s\"} %.3f\n",
+          reload_what[w],
+          (double)atomic_load_explicit(&m->reload_ok_ms[w],
+                                       memory_order_relaxed) /
+              1e3);
 }
 
 void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
@@ -422,29 +474,20 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
       "batches.\n# TYPE attnd_batched_steps_total counter\n"
       "attnd_batched_steps_total %llu\n",
       (unsigned long long)g->batches, (unsigned long long)g->batched_steps);
+  render_reloads(m, g, b);
   /* With plain HTTP there is no certificate: the TLS families are not
    * written, rather than a 0 that an alert on the expiry would read as
    * expired since 1970. */
-  if (g->tls) {
-    if (g->tls_not_after >= 0)
-      attnd_buf_printf(
-          b,
-          "# HELP attnd_tls_cert_not_after_timestamp_seconds When the TLS "
-          "certificate new handshakes get expires (its notAfter), in seconds "
-          "since the epoch: a SIGHUP's renewal moves it, a refused one does "
-          "not.\n"
-          "# TYPE attnd_tls_cert_not_after_timestamp_seconds gauge\n"
-          "attnd_tls_cert_not_after_timestamp_seconds %lld\n",
-          (long long)g->tls_not_after);
+  if (g->tls && g->tls_not_after >= 0)
     attnd_buf_printf(
         b,
-        "# HELP attnd_tls_reload_failures_total SIGHUPs whose TLS "
-        "certificate or key was refused, the certificate in force kept.\n"
-        "# TYPE attnd_tls_reload_failures_total counter\n"
-        "attnd_tls_reload_failures_total %llu\n",
-        (unsigned long long)atomic_load_explicit(&m->tls_reload_failures,
-                                                 memory_order_relaxed));
-  }
+        "# HELP attnd_tls_cert_not_after_timestamp_seconds When the TLS "
+        "certificate new handshakes get expires (its notAfter), in seconds "
+        "since the epoch: a SIGHUP's renewal moves it, a refused one does "
+        "not.\n"
+        "# TYPE attnd_tls_cert_not_after_timestamp_seconds gauge\n"
+        "attnd_tls_cert_not_after_timestamp_seconds %lld\n",
+        (long long)g->tls_not_after);
   attnd_buf_printf(b,
                    "# HELP attnd_draining 1 while shutting down.\n"
                    "# TYPE attnd_draining gauge\nattnd_draining %d\n",

@@ -80,11 +80,27 @@ void attnd_metrics_observe(attnd_metrics_t *m, attnd_protocol_t proto,
                            int64_t context_len, double compute_ms,
                            double total_ms);
 
-/* A SIGHUP's renewal of the TLS certificate that was refused (serve.c):
- * the pair in force is kept, and attnd_tls_reload_failures_total counts
- * it, so that a renewal that failed is seen before the old certificate
- * expires. */
-void attnd_metrics_tls_reload_failed(attnd_metrics_t *m);
+/* What a SIGHUP reloads (serve.c): X(name, label of
+ * attnd_reload_failures_total and attnd_last_reload_success_timestamp_seconds).
+ */
+#define ATTND_RELOAD_MAP(X)                                                    \
+  X(API_KEYS, "api_keys")                                                      \
+  X(TLS, "tls")                                                                \
+  X(LAYERS, "layers")
+
+typedef enum {
+#define ATTND__RELOAD_ENUM(name, label) ATTND_RELOAD_##name,
+  ATTND_RELOAD_MAP(ATTND__RELOAD_ENUM)
+#undef ATTND__RELOAD_ENUM
+      ATTND_RELOAD_COUNT
+} attnd_reload_t;
+
+/* A load of `what` that succeeded (ok 1: the start's, or a SIGHUP's), its
+ * time kept for attnd_last_reload_success_timestamp_seconds, or a
+ * SIGHUP's that was refused (ok 0), the one in force kept, counted in
+ * attnd_reload_failures_total, so that a renewal that failed is seen
+ * before what it was to replace runs out. */
+void attnd_metrics_reloaded(attnd_metrics_t *m, attnd_reload_t what, int ok);
 
 /* Gauges sampled at render time. */
 typedef struct attnd_gauges {
@@ -121,6 +137,9 @@ typedef struct attnd_gauges {
    * since the epoch (-1: unknown, and its gauge is not written) */
   int tls;
   int64_t tls_not_after;
+  /* 1 for what is configured, and so reloaded by SIGHUP (api_keys_file,
+   * TLS, layers): the reload families are written for those alone */
+  int reloads[ATTND_RELOAD_COUNT];
 } attnd_gauges_t;
 
 /* Appends the whole exposition to b. */

@@ -188,6 +188,8 @@ static void *reload_layers(void *arg) {
   attnd_layer_set_t *set;
   for (;;) {
     if (attnd_layers_load(s->cfg->layers, &set, msg, sizeof msg) < 0) {
+      /* counted first: whoever reads the log line finds it in /metrics */
+      attnd_metrics_reloaded(s->metrics, ATTND_RELOAD_LAYERS, 0);
       log_event("layers_reload_failed", msg);
     } else {
       log_skipped(set);
@@ -201,6 +203,7 @@ static void *reload_layers(void *arg) {
        * this reference was the last) */
       attnd_layer_set_charge(old, &s->budget);
       attnd_layer_set_unref(old);
+      attnd_metrics_reloaded(s->metrics, ATTND_RELOAD_LAYERS, 1);
       log_layers("layers_reloaded", set);
     }
     /* The loop thread changes reloading under notify_lock too: 1 here is
@@ -222,7 +225,7 @@ static void *reload_layers(void *arg) {
 /* SIGHUP's renewal of the certificate: tls_cert_file and tls_key_file read
  * and checked as at the start (tls.h). A good pair serves the handshakes
  * from now on, while the connections open keep theirs; a bad one leaves
- * the pair in force, and is counted (attnd_tls_reload_failures_total) so
+ * the pair in force, and is counted (attnd_reload_failures_total) so
  * that a renewal that failed can be alerted on. The log gives the new
  * certificate's serial and expiry, and the pairs in memory: the new one, and
  * the old ones that connections opened before still hold. */
@@ -234,12 +237,13 @@ static void reload_tls(attnd_server_t *s) {
   if (attnd_tls_load(s->cfg->tls_cert_file, s->cfg->tls_key_file, &pair, msg,
                      sizeof msg) < 0) {
     /* counted first: whoever reads the log line finds it in /metrics */
-    attnd_metrics_tls_reload_failed(s->metrics);
+    attnd_metrics_reloaded(s->metrics, ATTND_RELOAD_TLS, 0);
     log_event("tls_reload_failed", msg);
     return;
   }
   attnd_tls_describe(pair, serial, sizeof serial, expires, sizeof expires);
   attnd_http_tls_swap(s, pair);
+  attnd_metrics_reloaded(s->metrics, ATTND_RELOAD_TLS, 1);
   fprintf(stderr,
           "{\"event\":\"tls_reloaded\",\"serial\":\"%s\",\"expires\":\"%s\","
           "\"in_memory\":%ld}\n",
@@ -285,6 +289,7 @@ static void on_sighup(uv_signal_t *sig, int signum) {
     }
   }
   int n = attnd_auth_reload(&l->s.auth, msg, sizeof msg);
+  attnd_metrics_reloaded(l->s.metrics, ATTND_RELOAD_API_KEYS, n >= 0);
   if (n < 0) {
     attnd_buf_t b;
     attnd_buf_init(&b);
@@ -445,6 +450,10 @@ int attnd_serve(const attnd_config_t *cfg) {
       access_log_init(s) < 0 || security_init(s) < 0 || layers_init(s) < 0 ||
       attnd_http_start(s) < 0)
     return 1;
+  /* the start's loads are the first that succeeded: without them attnd
+   * would not be serving */
+  for (int w = 0; w < ATTND_RELOAD_COUNT; w++)
+    attnd_metrics_reloaded(s->metrics, (attnd_reload_t)w, 1);
 
   uv_signal_init(&s->loop, &l.sigterm);
   uv_signal_init(&s->loop, &l.sigint);

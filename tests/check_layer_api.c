@@ -12,13 +12,13 @@
  *   - GET /v1/layers and /v1/layers/{name};
  *   - every error a layer request can meet, with its status, code, field
  *     and the words of its message;
- *   - SIGHUP: a reload swaps the weights; a reload of a bad file keeps the
- *     old ones; a bad file at start stops the server with its name; 40
- *     reloads leave the heap in use where it was (each set given back once
- *     no request holds it); a SIGHUP during a reload makes it load the
- *     files again; sessions created before reloads keep their sets alive,
- *     and /metrics' attnd_layer_sets and attnd_layer_sets_bytes and the
- *     requests' budget count them until the sessions are deleted; SIGTERM,
+ *   - SIGHUP: a reload swaps the weights, and /metrics has when; a reload
+ *     of a bad file keeps the old ones, and /metrics counts it; a bad file at
+ * start stops the server with its name; 40 reloads leave the heap in use where
+ * it was (each set given back once no request holds it); a SIGHUP during a
+ * reload makes it load the files again; sessions created before reloads keep
+ * their sets alive, and /metrics' attnd_layer_sets and attnd_layer_sets_bytes
+ * and the requests' budget count them until the sessions are deleted; SIGTERM,
  *     and
  *     SIGTERM again, during a reload: the drain waits for it, within
  *     drain_timeout_s;
@@ -1106,6 +1106,19 @@ static void ask(const sh_server_t *s, sh_tensor_t *out) {
   sh_resp_free(&r);
 }
 
+/* /metrics' reloads of the layers, refused `failures` times; returns when
+ * the last that succeeded ended (s since the epoch). */
+static double layers_reloads(int port, int failures) {
+  double n = sh_metric(port, "attnd_reload_failures_total{what=\"layers\"}");
+  ck_assert_msg(n == failures, "%g layers' reloads refused, not %d", n,
+                failures);
+  return sh_metric(
+      port, "attnd_last_reload_success_timestamp_seconds{what=\"layers\"}");
+}
+
+/* SIGHUP loads the layers again: new weights serve, and /metrics has when;
+ * a broken file is refused, the weights in force kept, and /metrics
+ * counts the refusal. */
 START_TEST(test_reload) {
   char dir[64], path[128];
   tmp_dir(dir, sizeof dir);
@@ -1117,10 +1130,15 @@ START_TEST(test_reload) {
   ask(&s, &a);
   /* new weights: the reply follows them after SIGHUP */
   llama_dir(dir, 12, &w2);
+  double hup = sh_wall_now();
   kill(s.pid, SIGHUP);
   sh_wait_log(&s, "\"event\":\"layers_reloaded\"");
   ask(&s, &b);
   ck_assert_msg(rel_diff(&a, &b) > 1e-3, "the weights did not change");
+  double loaded = layers_reloads(s.port, 0);
+  ck_assert_msg(loaded >= hup - 0.001,
+                "the layers reloaded at %.3f, the SIGHUP sent at %.3f", loaded,
+                hup);
   /* a broken file: the reload fails, and the weights stay */
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   ck_assert_int_eq(lf_write_text(path, "not a safetensors file"), 0);
@@ -1129,6 +1147,7 @@ START_TEST(test_reload) {
   ck_assert_ptr_nonnull(strstr(s.log, "model.safetensors"));
   ask(&s, &c);
   ck_assert(rel_diff(&c, &b) == 0);
+  ck_assert_double_eq(layers_reloads(s.port, 1), loaded);
   ck_assert_int_eq(sh_server_stop(&s, 10), 0);
   /* and at start, the same file stops the server with its name */
   const char *args[] = {"--layers", dir, NULL};

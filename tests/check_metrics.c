@@ -30,7 +30,9 @@
  * that leaves while uploading, queued or computing, deadlines in the queue
  * and in a run, sessions), each between two scrapes of the whole
  * exposition: exactly the counters docs/operations.md names move, by
- * exactly what it says, and no other.
+ * exactly what it says, and no other. The reload families, each for what
+ * is configured alone, count its refusals and keep its last success's
+ * time.
  * No timings are asserted. */
 #include <check.h>
 #include <ctype.h>
@@ -1858,16 +1860,26 @@ START_TEST(test_every_path_counted) {
 }
 END_TEST
 
-/* The exposition of m, with every gauge 0 but TLS on, so that the
- * families written only with it are there. The caller frees it. */
-static char *render(const attnd_metrics_t *m) {
-  attnd_gauges_t g = {.tls = 1};
+/* The exposition of m with the gauges g, which the strict reader takes,
+ * NUL-terminated. The caller frees it. */
+static char *render_gauges(const attnd_metrics_t *m, const attnd_gauges_t *g) {
   attnd_buf_t b;
   attnd_buf_init(&b);
-  attnd_metrics_render(m, &g, &b);
+  attnd_metrics_render(m, g, &b);
+  attnd_buf_append(&b, "", 1);
   ck_assert(!b.oom);
-  attnd_buf_append(&b, "", 1); /* NUL-terminated */
+  prom_t p;
+  prom_assert(b.data, &p);
+  prom_free(&p);
   return b.data;
+}
+
+/* The exposition of m, with every gauge 0 but TLS on and every reload
+ * configured, so that the families written only with them are there. The
+ * caller frees it. */
+static char *render(const attnd_metrics_t *m) {
+  attnd_gauges_t g = {.tls = 1, .reloads = {1, 1, 1}};
+  return render_gauges(m, &g);
 }
 
 static double sample(const char *text, const char *name) {
@@ -1876,46 +1888,95 @@ static double sample(const char *text, const char *name) {
   return v;
 }
 
-/* The TLS families: with plain HTTP neither is written; with TLS, the
- * expiry as given, in whole seconds, where it is known, and the renewals
- * refused as counted. */
+/* The TLS family: with plain HTTP it is not written; with TLS, the
+ * expiry as given, in whole seconds, where it is known. */
 START_TEST(test_tls_families) {
   attnd_metrics_t *m = attnd_metrics_new();
   ck_assert_ptr_nonnull(m);
-  attnd_metrics_tls_reload_failed(m);
-  attnd_metrics_tls_reload_failed(m);
   static const char *const expiry =
       "attnd_tls_cert_not_after_timestamp_seconds";
-  static const char *const failures = "attnd_tls_reload_failures_total";
   attnd_gauges_t g = {0};
-  attnd_buf_t b;
   for (int tls = 0; tls <= 1; tls++) {
     for (int known = 0; known <= 1; known++) {
       g.tls = tls;
       g.tls_not_after = known ? 1798761600 : -1;
-      attnd_buf_init(&b);
-      attnd_metrics_render(m, &g, &b);
-      attnd_buf_append(&b, "", 1);
-      ck_assert(!b.oom);
-      prom_t p;
-      prom_assert(b.data, &p);
-      prom_free(&p);
-      ck_assert_msg(tls || strstr(b.data, "attnd_tls_") == NULL,
-                    "plain HTTP:\n%s", b.data);
+      char *t = render_gauges(m, &g);
+      ck_assert_msg(tls || strstr(t, "attnd_tls_") == NULL, "plain HTTP:\n%s",
+                    t);
       if (tls) {
-        ck_assert_msg(sh_metric_in(b.data, expiry) ==
-                          (known ? 1798761600.0 : -1.0),
-                      "%s: %f", expiry, sh_metric_in(b.data, expiry));
-        ck_assert_msg(strstr(b.data, "\nattnd_tls_cert_not_after_timestamp_"
-                                     "seconds 1798761600\n") ||
+        ck_assert_msg(sh_metric_in(t, expiry) == (known ? 1798761600.0 : -1.0),
+                      "%s: %f", expiry, sh_metric_in(t, expiry));
+        ck_assert_msg(strstr(t, "\nattnd_tls_cert_not_after_timestamp_"
+                                "seconds 1798761600\n") ||
                           !known,
-                      "not written as whole seconds:\n%s", b.data);
-        ck_assert_msg(sh_metric_in(b.data, failures) == 2, "%s: %f", failures,
-                      sh_metric_in(b.data, failures));
+                      "not written as whole seconds:\n%s", t);
       }
-      attnd_buf_free(&b);
+      free(t);
     }
   }
+  attnd_metrics_free(m);
+}
+END_TEST
+
+/* The reload families, for each of what SIGHUP reloads configured alone:
+ * its series and no other's (none at all with nothing configured), its
+ * refusals counted under its own label, and its last success at the time
+ * it was recorded, which a refusal leaves. */
+START_TEST(test_reload_families) {
+  static const char *const what[] = {"api_keys", "tls", "layers"};
+  ck_assert_int_eq(sizeof what / sizeof what[0], ATTND_RELOAD_COUNT);
+  attnd_metrics_t *m = attnd_metrics_new();
+  ck_assert_ptr_nonnull(m);
+  double t0 = sh_wall_now();
+  for (int w = 0; w < ATTND_RELOAD_COUNT; w++) {
+    attnd_metrics_reloaded(m, (attnd_reload_t)w, 1);
+    for (int k = 0; k <= w; k++) /* w + 1 refusals */
+      attnd_metrics_reloaded(m, (attnd_reload_t)w, 0);
+  }
+  double t1 = sh_wall_now();
+  for (int w = -1; w < ATTND_RELOAD_COUNT; w++) {
+    attnd_gauges_t g = {0};
+    if (w >= 0)
+      g.reloads[w] = 1;
+    char *t = render_gauges(m, &g);
+    ck_assert_msg(w >= 0 || (strstr(t, "attnd_reload_") == NULL &&
+                             strstr(t, "attnd_last_reload_") == NULL),
+                  "nothing configured:\n%s", t);
+    for (int k = 0; k < ATTND_RELOAD_COUNT; k++) {
+      char f[96], ts[96];
+      snprintf(f, sizeof f, "attnd_reload_failures_total{what=\"%s\"}",
+               what[k]);
+      snprintf(ts, sizeof ts,
+               "attnd_last_reload_success_timestamp_seconds{what=\"%s\"}",
+               what[k]);
+      double fails = sh_metric_in(t, f), at = sh_metric_in(t, ts);
+      if (k != w) {
+        ck_assert_msg(fails < 0 && at < 0, "%s written, only %s configured",
+                      what[k], w >= 0 ? what[w] : "nothing");
+        continue;
+      }
+      ck_assert_msg(fails == k + 1, "%s: %g refusals, not %d", f, fails, k + 1);
+      /* written to the millisecond */
+      ck_assert_msg(at >= t0 - 0.001 && at <= t1 + 0.001,
+                    "%s: %.3f, recorded between %.3f and %.3f", ts, at, t0, t1);
+    }
+    free(t);
+  }
+  /* a later success moves the time; a refusal leaves it */
+  attnd_gauges_t g = {.reloads = {[ATTND_RELOAD_LAYERS] = 1}};
+  double t2;
+  while ((t2 = sh_wall_now()) < t1 + 0.005) /* past the first's millisecond */
+    usleep(1000);
+  attnd_metrics_reloaded(m, ATTND_RELOAD_LAYERS, 1);
+  attnd_metrics_reloaded(m, ATTND_RELOAD_LAYERS, 0);
+  char *t = render_gauges(m, &g);
+  double at = sh_metric_in(
+      t, "attnd_last_reload_success_timestamp_seconds{what=\"layers\"}");
+  ck_assert_msg(at >= t2 - 0.001 && at <= sh_wall_now() + 0.001,
+                "the last success at %.3f, after %.3f", at, t2);
+  ck_assert_double_eq(
+      sh_metric_in(t, "attnd_reload_failures_total{what=\"layers\"}"), 4);
+  free(t);
   attnd_metrics_free(m);
 }
 END_TEST
@@ -2449,6 +2510,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_buckets_cover);
   tcase_add_test(tc, test_every_error_status_labelled);
   tcase_add_test(tc, test_tls_families);
+  tcase_add_test(tc, test_reload_families);
   tcase_add_test(tc, test_reader_refuses);
   tcase_add_test(tc, test_render_reads);
   tcase_add_test(tc, test_documented);

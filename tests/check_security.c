@@ -17,8 +17,9 @@
  *   connections get it, one kept alive keeps the old one, a bad file
  *   keeps the pair in force), and reloads do not pile up pairs or heap;
  *   /metrics and /v1/info show the serving certificate's expiry (and
- *   /v1/info its serial) and /metrics the renewals refused, and with
- *   plain HTTP neither shows any of it;
+ *   /v1/info its serial) and /metrics the renewals refused and when the
+ *   last succeeded, and with plain HTTP neither shows any of it; the
+ *   keys' reloads are counted the same way, under their own label;
  * - CORS: a preflight gets 204 without a key, with the methods and the
  *   headers allowed; replies to an allowed origin name it and expose
  *   Server-Timing and X-Request-Id; with no origins configured no CORS
@@ -249,6 +250,24 @@ START_TEST(test_public_paths) {
 }
 END_TEST
 
+/* /metrics' reloads of api_keys_file, refused `failures` times; returns
+ * when the last that succeeded ended (s since the epoch). Plain HTTP
+ * without layers: what is not configured has no series. */
+static double keys_reloads(int port, int failures) {
+  sh_resp_t r = CALL(port, .path = "/metrics", .key = KEY1);
+  ck_assert_msg(r.status == 200, "%ld %s", r.status, r.error);
+  double n =
+      sh_metric_in(r.body, "attnd_reload_failures_total{what=\"api_keys\"}");
+  ck_assert_msg(n == failures, "%g keys reloads refused, not %d", n, failures);
+  double at = sh_metric_in(
+      r.body, "attnd_last_reload_success_timestamp_seconds{what=\"api_keys\"}");
+  ck_assert_msg(strstr(r.body, "what=\"tls\"") == NULL &&
+                    strstr(r.body, "what=\"layers\"") == NULL,
+                "a reload series for what is not configured:\n%s", r.body);
+  sh_resp_free(&r);
+  return at;
+}
+
 START_TEST(test_sighup_reload) {
   char keys[128];
   path_in_dir(keys, sizeof keys, "keys-b");
@@ -262,11 +281,16 @@ START_TEST(test_sighup_reload) {
 
   /* KEY3 out, KEY4 in */
   write_file(keys, KEY4 "\n\n# rotated\n");
+  double hup = sh_wall_now();
   ck_assert_int_eq(kill(s.pid, SIGHUP), 0);
   sh_wait_log(&s, "{\"event\":\"keys_reloaded\",\"keys\":2}");
   assert_get(p, "/v1/info", KEY3, 401);
   assert_get(p, "/v1/info", KEY4, 200);
   assert_get(p, "/v1/info", KEY1, 200);
+  double loaded = keys_reloads(p, 0);
+  ck_assert_msg(loaded >= hup - 0.001,
+                "the keys reloaded at %.3f, the SIGHUP sent at %.3f", loaded,
+                hup);
 
   /* a bad file: refused, the keys in force stay, and the log says why
    * without the key */
@@ -276,6 +300,7 @@ START_TEST(test_sighup_reload) {
   ck_assert_msg(strstr(s.log, "line 2"), "%s", s.log);
   assert_get(p, "/v1/info", KEY4, 200);
   assert_get(p, "/v1/info", KEY3, 401);
+  ck_assert_double_eq(keys_reloads(p, 1), loaded);
 
   /* plain HTTP, after two SIGHUPs: no certificate shown, none refused */
   sh_resp_t r = CALL(p, .path = "/metrics", .key = KEY4);
@@ -821,9 +846,10 @@ static const char *const tls_reloaded = "{\"event\":\"tls_reloaded\"";
  * as GnuTLS reads it from the file, in seconds since the epoch, and the
  * renewals refused are `failures`; in /v1/info, its serial is `serial`
  * and its not_after the same notAfter in UTC, RFC 3339. `step` names the
- * test's step in a failure. */
-static void assert_cert_shown(const char *step, int port, const char *name,
-                              const char *serial, int failures) {
+ * test's step in a failure. Returns when the last load of the pair that
+ * succeeded ended, as /metrics says (s since the epoch). */
+static double assert_cert_shown(const char *step, int port, const char *name,
+                                const char *serial, int failures) {
   char path[128], want[32];
   path_in_dir(path, sizeof path, name);
   long long not_after = tcert_not_after(path);
@@ -841,9 +867,11 @@ static void assert_cert_shown(const char *step, int port, const char *name,
                 "%s: /metrics: the certificate expires at %.0f; %s's notAfter "
                 "is %lld (%s)",
                 step, got, name, not_after, want);
-  got = sh_metric_in(r.body, "attnd_tls_reload_failures_total");
+  got = sh_metric_in(r.body, "attnd_reload_failures_total{what=\"tls\"}");
   ck_assert_msg(got == failures, "%s: /metrics: %.0f renewals refused, not %d",
                 step, got, failures);
+  double renewed = sh_metric_in(
+      r.body, "attnd_last_reload_success_timestamp_seconds{what=\"tls\"}");
   sh_resp_free(&r);
 
   r = CALL(port, .path = "/v1/info", .cafile = ca_pem);
@@ -857,6 +885,7 @@ static void assert_cert_shown(const char *step, int port, const char *name,
                 name, serial, want);
   json_decref(info);
   sh_resp_free(&r);
+  return renewed;
 }
 
 /* SIGHUP, the n-th since the start, and the pairs in memory that its
@@ -876,7 +905,8 @@ static long hup_tls(sh_server_t *s, int n) {
  * file named, and B goes on; once the old connection closes, A is given
  * back. At each step /metrics and /v1/info show the certificate serving
  * (A's expiry, then B's, B's still after each refusal) and /metrics the
- * refusals so far. */
+ * refusals so far and the last success, B's after the SIGHUP, which each
+ * refusal leaves. */
 START_TEST(test_tls_reload) {
   char cert[128], key[128], serial[48];
   path_in_dir(cert, sizeof cert, "served-cert.pem");
@@ -892,7 +922,7 @@ START_TEST(test_tls_reload) {
   int p = s.port;
   served_serial(p, serial, sizeof serial);
   ck_assert_str_eq(serial, "02");
-  assert_cert_shown("A at the start", p, "cert.pem", "02", 0);
+  double loaded = assert_cert_shown("A at the start", p, "cert.pem", "02", 0);
   tls_conn_t kept;
   int rc = tls_open(&kept, p, "NORMAL");
   ck_assert_msg(rc == 0, "handshake: %s", gnutls_strerror(rc));
@@ -900,13 +930,19 @@ START_TEST(test_tls_reload) {
 
   install(key, "key-b.pem");
   install(cert, "cert-b.pem");
+  double hup = sh_wall_now();
+  ck_assert_msg(loaded > 0 && loaded <= hup, "A loaded at %.3f, now %.3f",
+                loaded, hup);
   long held = hup_tls(&s, 1);
   served_serial(p, serial, sizeof serial);
   ck_assert_str_eq(serial, "04");
   ck_assert_int_eq(held, 2); /* A, which `kept` holds, and B */
   ck_assert_msg(strstr(s.log, "{\"event\":\"tls_reloaded\",\"serial\":\"04\""),
                 "%s", s.log);
-  assert_cert_shown("B renewed", p, "cert-b.pem", "04", 0); /* a day after A */
+  /* B a day after A, loaded after the SIGHUP */
+  loaded = assert_cert_shown("B renewed", p, "cert-b.pem", "04", 0);
+  ck_assert_msg(loaded >= hup - 0.001, "B loaded at %.3f, the SIGHUP at %.3f",
+                loaded, hup);
   sh_resp_t r = CALL(p, .path = "/healthz", .cafile = ca_pem);
   ck_assert_msg(r.status == 200, "B, checked: %ld %s", r.status, r.error);
   sh_resp_free(&r);
@@ -928,7 +964,8 @@ START_TEST(test_tls_reload) {
       "%s", line);
   served_serial(p, serial, sizeof serial);
   ck_assert_str_eq(serial, "04");
-  assert_cert_shown("key refused", p, "cert-b.pem", "04", 1);
+  ck_assert_double_eq(
+      assert_cert_shown("key refused", p, "cert-b.pem", "04", 1), loaded);
 
   /* not PEM: refused, the file named; B goes on */
   install_text(cert, "-----BEGIN CERTIFICATE-----\nnot base64\n");
@@ -938,7 +975,8 @@ START_TEST(test_tls_reload) {
                 "%s", line);
   served_serial(p, serial, sizeof serial);
   ck_assert_str_eq(serial, "04");
-  assert_cert_shown("not PEM refused", p, "cert-b.pem", "04", 2);
+  ck_assert_double_eq(
+      assert_cert_shown("not PEM refused", p, "cert-b.pem", "04", 2), loaded);
 
   /* good again. `kept` is closed: once attnd has seen it close, A is given
    * back and B alone is in memory (a bounded poll, SIGHUP after SIGHUP) */

@@ -50,6 +50,12 @@ double sh_now(void) {
   return attnd_now_ms() / 1000.0;
 }
 
+double sh_wall_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
 static void sleep_ms(int ms) {
   struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
   while (nanosleep(&t, &t) < 0 && errno == EINTR)

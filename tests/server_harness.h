@@ -36,6 +36,9 @@ void sh_init(void);
 /* Monotonic clock, seconds. */
 double sh_now(void);
 
+/* The wall clock, in seconds since the epoch, as /metrics' timestamps. */
+double sh_wall_now(void);
+
 /* ---- the server ---------------------------------------------------------- */
 
 /* The launcher's handle (bench/server.h): pid (0 when not running), port

@@ -99,6 +99,9 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   g.tls = pair != NULL;
   g.tls_not_after = pair ? attnd_tls_not_after(pair) : -1;
   attnd_tls_unref(pair);
+  g.reloads[ATTND_RELOAD_API_KEYS] = s->cfg->api_keys_file[0] != 0;
+  g.reloads[ATTND_RELOAD_TLS] = g.tls;
+  g.reloads[ATTND_RELOAD_LAYERS] = s->cfg->layers[0] != 0;
   attnd_buf_t b;
   attnd_buf_init(&b);
   attnd_metrics_render(s->metrics, &g, &b);
