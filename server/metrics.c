@@ -1,11 +1,18 @@
 /* server/metrics.c: see metrics.h. */
 #include "metrics.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "attn/attn.h"
 #include "errors.h"
@@ -156,6 +163,84 @@ void attnd_metrics_reloaded(attnd_metrics_t *m, attnd_reload_t what, int ok) {
                         memory_order_relaxed);
 }
 
+/* The boot time, in seconds since the epoch (/proc/stat's btime), read
+ * once: it does not change, and /proc/stat lists every CPU and interrupt
+ * before it. -1 where it cannot be read. */
+static double btime = -1;
+static void read_btime(void) {
+  FILE *f = fopen("/proc/stat", "r");
+  char line[256];
+  long long v;
+  if (f == NULL)
+    return;
+  /* fgets cuts a long line (intr) into pieces: only a piece that starts a
+   * line can start with "btime " */
+  int at_start = 1;
+  while (fgets(line, sizeof line, f)) {
+    if (at_start && sscanf(line, "btime %lld", &v) == 1) {
+      btime = (double)v;
+      break;
+    }
+    at_start = strchr(line, '\n') != NULL;
+  }
+  fclose(f);
+}
+
+/* Fields 22 to 24 of /proc/self/stat (proc(5)): the start in clock ticks
+ * after the boot, the virtual size in bytes and the resident size in
+ * pages. The name (field 2) is in parentheses and may hold spaces and
+ * parentheses itself: the fields are counted from the last ')'. */
+static void read_stat(attnd_process_t *p) {
+  char buf[1024];
+  FILE *f = fopen("/proc/self/stat", "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f)
+    fclose(f);
+  buf[n] = 0;
+  const char *at = strrchr(buf, ')');
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, read_btime);
+  for (int field = 3; at && field <= 24; field++) {
+    at = strchr(at + 1, ' ');
+    if (at == NULL)
+      break;
+    double v = strtod(at + 1, NULL);
+    if (field == 22 && btime >= 0)
+      p->start_time_seconds = btime + v / (double)sysconf(_SC_CLK_TCK);
+    else if (field == 23)
+      p->virtual_bytes = v;
+    else if (field == 24)
+      p->resident_bytes = v * (double)sysconf(_SC_PAGESIZE);
+  }
+}
+
+/* The open descriptors, as /proc/self/fd lists them, less the one that
+ * reads the listing. */
+static double open_fds(void) {
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL)
+    return -1;
+  double n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    n += isdigit((unsigned char)e->d_name[0]) && atoi(e->d_name) != dirfd(d);
+  closedir(d);
+  return n;
+}
+
+void attnd_process_read(attnd_process_t *p) {
+  struct rusage ru;
+  struct rlimit rl;
+  p->cpu_seconds = p->start_time_seconds = p->resident_bytes =
+      p->virtual_bytes = p->open_fds = p->max_fds = -1;
+  if (getrusage(RUSAGE_SELF, &ru) == 0)
+    p->cpu_seconds = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+                     (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  read_stat(p);
+  p->open_fds = open_fds();
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+    p->max_fds = rl.rlim_cur == RLIM_INFINITY ? INFINITY : (double)rl.rlim_cur;
+}
+
 /* ms in whole nanoseconds, rounded; 0 for a negative time. */
 static uint64_t ns_of(double ms) {
   return ms > 0 ? (uint64_t)llround(ms * 1e6) : 0;
@@ -244,6 +329,48 @@ static void render_reloads(const attnd_metrics_t *m, const attnd_gauges_t *g,
           (double)atomic_load_explicit(&m->reload_ok_ms[w],
                                        memory_order_relaxed) /
               1e3);
+}
+
+/* The process collector's families, with the names, types and units the
+ * Prometheus client libraries give them, so that their dashboards read
+ * attnd as they read any other process. */
+static const struct {
+  const char *name, *type, *help;
+  size_t at; /* the reading's offset in attnd_process_t */
+  int decimals;
+} process_families[] = {
+    {"process_cpu_seconds_total", "counter",
+     "User and system CPU time spent, in seconds.",
+     offsetof(attnd_process_t, cpu_seconds), 6},
+    {"process_resident_memory_bytes", "gauge", "Resident memory, in bytes.",
+     offsetof(attnd_process_t, resident_bytes), 0},
+    {"process_virtual_memory_bytes", "gauge", "Virtual memory, in bytes.",
+     offsetof(attnd_process_t, virtual_bytes), 0},
+    {"process_open_fds", "gauge", "Open file descriptors.",
+     offsetof(attnd_process_t, open_fds), 0},
+    {"process_max_fds", "gauge",
+     "The limit on open file descriptors (the soft one).",
+     offsetof(attnd_process_t, max_fds), 0},
+    {"process_start_time_seconds", "gauge",
+     "When the process started, in seconds since the epoch.",
+     offsetof(attnd_process_t, start_time_seconds), 2},
+};
+
+static void render_process(const attnd_process_t *p, attnd_buf_t *b) {
+  for (size_t k = 0; k < sizeof process_families / sizeof process_families[0];
+       k++) {
+    double v = *(const double *)((const char *)p + process_families[k].at);
+    if (v < 0)
+      continue;
+    attnd_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n",
+                     process_families[k].name, process_families[k].help,
+                     process_families[k].name, process_families[k].type);
+    if (isinf(v))
+      attnd_buf_printf(b, "%s +Inf\n", process_families[k].name);
+    else
+      attnd_buf_printf(b, "%s %.*f\n", process_families[k].name,
+                       process_families[k].decimals, v);
+  }
 }
 
 void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
@@ -492,4 +619,5 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
                    "# HELP attnd_draining 1 while shutting down.\n"
                    "# TYPE attnd_draining gauge\nattnd_draining %d\n",
                    g->draining);
+  render_process(&g->process, b);
 }

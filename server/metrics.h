@@ -102,6 +102,20 @@ typedef enum {
  * before what it was to replace runs out. */
 void attnd_metrics_reloaded(attnd_metrics_t *m, attnd_reload_t what, int ok);
 
+/* The process collector's readings, as the Prometheus client libraries
+ * name them (process_*); a reading that failed is -1 and not written. */
+typedef struct attnd_process {
+  double cpu_seconds;        /* user and system time */
+  double start_time_seconds; /* since the epoch */
+  double resident_bytes, virtual_bytes;
+  double open_fds, max_fds; /* max_fds: the soft limit */
+} attnd_process_t;
+
+/* Reads this process's numbers from getrusage, getrlimit and /proc (a
+ * file's read and a directory's listing: see docs/operations.md for what
+ * a scrape costs). attnd runs on Linux only. */
+void attnd_process_read(attnd_process_t *p);
+
 /* Gauges sampled at render time. */
 typedef struct attnd_gauges {
   int queue_depth, busy_workers, workers, inflight, draining;
@@ -140,6 +154,7 @@ typedef struct attnd_gauges {
   /* 1 for what is configured, and so reloaded by SIGHUP (api_keys_file,
    * TLS, layers): the reload families are written for those alone */
   int reloads[ATTND_RELOAD_COUNT];
+  attnd_process_t process;
 } attnd_gauges_t;
 
 /* Appends the whole exposition to b. */

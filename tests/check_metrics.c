@@ -32,16 +32,21 @@
  * exposition: exactly the counters docs/operations.md names move, by
  * exactly what it says, and no other. The reload families, each for what
  * is configured alone, count its refusals and keep its last success's
- * time.
+ * time. In the "process" case, the process collector's families of a real
+ * attnd against what the test reads of it from outside (its start, its
+ * descriptors, its soft limit on them).
  * No timings are asserted. */
 #include <check.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "attn/attn.h"
@@ -1373,7 +1378,8 @@ static const moved_t *wanted(const moved_t *want, size_t n, const char *key) {
  * (protocol other, status 200, as docs/operations.md says: /metrics is
  * other's). A run's stages may each take under the text's microsecond, so
  * that attnd_backend_stage_seconds_total of its backend moves by 0 or more
- * where `ran` (the requests computed) says it ran. */
+ * where `ran` (the requests computed) says it ran; the process's CPU time
+ * (process_cpu_seconds_total) moves with anything attnd does. */
 static void assert_moved(const char *path, const prom_t *a, const prom_t *b,
                          const moved_t *want, size_t n, int ran) {
   static const char stage[] =
@@ -1403,7 +1409,8 @@ static void assert_moved(const char *path, const prom_t *a, const prom_t *b,
                                            : d >= 0 && d <= c;
     } else
       ok = d == 0 ||
-           (ran && d > 0 && strncmp(s->key, stage, strlen(stage)) == 0);
+           (ran && d > 0 && strncmp(s->key, stage, strlen(stage)) == 0) ||
+           (d > 0 && strcmp(s->key, "process_cpu_seconds_total{}") == 0);
     if (!ok)
       at += (size_t)snprintf(
           bad + at, sizeof bad - at, "\n  %s moved by %g%s", s->key, d,
@@ -2172,6 +2179,19 @@ static void metrics_section(char *doc, size_t cap) {
   ck_assert_msg(n > 0, "docs/operations.md has no Metrics section");
 }
 
+/* The next mention, from d on, of a family in doc: a name that starts
+ * with "attnd_" or, for the process collector's, "process_", at the start
+ * of a word; NULL where none is left. */
+static const char *next_family(const char *doc, const char *d) {
+  for (;; d++) {
+    const char *a = strstr(d, "attnd_"), *p = strstr(d, "process_");
+    d = a && (p == NULL || a < p) ? a : p;
+    if (d == NULL || d == doc ||
+        !(isalnum((unsigned char)d[-1]) || d[-1] == '_'))
+      return d;
+  }
+}
+
 /* The families /metrics has and those docs/operations.md's Metrics
  * section names are the same: none emitted undocumented, none documented
  * that is not there (a histogram's _count or _bucket named for the
@@ -2187,11 +2207,9 @@ START_TEST(test_documented) {
   static char doc[1 << 16];
   metrics_section(doc, sizeof doc);
   /* each documented name is a family (or a histogram's sample) */
-  for (const char *d = strstr(doc, "attnd_"); d; d = strstr(d + 1, "attnd_")) {
-    if (d > doc && (isalnum((unsigned char)d[-1]) || d[-1] == '_'))
-      continue;
+  for (const char *d = next_family(doc, doc); d; d = next_family(doc, d + 1)) {
     size_t len = name_len(d, 0);
-    if (len <= 6 || d[len] == '(') /* "attnd_(a|b)", a pattern */
+    if (d[len - 1] == '_' || d[len] == '(') /* "attnd_(a|b)", a pattern */
       continue;
     const char *fam = NULL;
     for (const char *l = t; *l && !fam; l = strchr(l, '\n') + 1) {
@@ -2221,17 +2239,16 @@ START_TEST(test_documented) {
       continue;
     size_t len = name_len(l + 7, 0);
     int found = 0;
-    for (const char *d = strstr(doc, "attnd_"); d && !found;
-         d = strstr(d + 1, "attnd_")) {
+    for (const char *d = next_family(doc, doc); d && !found;
+         d = next_family(doc, d + 1))
       found = names_family(d, name_len(d, 0), l + 7, len);
-    }
     ck_assert_msg(found, "%.*s is not in docs/operations.md's Metrics",
                   (int)len, l + 7);
     char want[128];
     family_labels(l, want, sizeof want);
     int labelled = want[0] == 0;
-    for (const char *d = strstr(doc, "attnd_"); d && !labelled;
-         d = strstr(d + 1, "attnd_"))
+    for (const char *d = next_family(doc, doc); d && !labelled;
+         d = next_family(doc, d + 1))
       labelled =
           name_len(d, 0) == len && strncmp(d, l + 7, len) == 0 && d[len] == '{';
     ck_assert_msg(labelled,
@@ -2502,6 +2519,111 @@ START_TEST(test_every_error_status_labelled) {
 }
 END_TEST
 
+/* ---- the process collector, on a real attnd ---------------------------- */
+
+/* The descriptors /proc/<pid>/fd lists, as the test reads them. */
+static double fds_of(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/fd", (long)pid);
+  DIR *d = opendir(path);
+  ck_assert_msg(d != NULL, "%s", path);
+  double n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    n += isdigit((unsigned char)e->d_name[0]) != 0;
+  closedir(d);
+  return n;
+}
+
+/* /metrics on c, a connection kept alive, read by the strict reader. The
+ * caller frees it. */
+static char *scrape_on(sh_client_t *c) {
+  sh_resp_t r;
+  sh_req_t q = {.method = "GET", .path = "/metrics"};
+  ck_assert_msg(sh_http(c, &q, &r) == 0 && r.status == 200, "%ld %s", r.status,
+                r.error);
+  prom_t p;
+  prom_assert(r.body, &p);
+  prom_free(&p);
+  char *t = strdup(r.body);
+  sh_resp_free(&r);
+  return t;
+}
+
+/* Connections held open, each with a request answered on it. */
+#define HELD 3
+
+/* The process collector's families on a real attnd, each against what
+ * the test reads of the process from outside: its start between the
+ * test's clock before it started and after (in whole seconds, the boot
+ * time's), its descriptors as /proc/<pid>/fd lists them at the same time
+ * (a scrape's own connection kept alive, so that nothing opens or closes
+ * between), HELD more while HELD connections are held open, its soft
+ * limit on them (set below the hard one, so that the two differ). */
+START_TEST(test_process_families) {
+  struct rlimit was, low;
+  ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
+  low = was;
+  if (was.rlim_max == RLIM_INFINITY || was.rlim_max > 512)
+    low.rlim_cur = 512; /* above what 16 connections need: attnd keeps it */
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+  static const char *const args[] = {"--max-connections", "16", NULL};
+  time_t t0 = time(NULL);
+  sh_server_t s;
+  int started = sh_server_start(&s, args);
+  time_t t1 = time(NULL);
+  ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
+  ck_assert_msg(started == 0, "attnd did not start:\n%s", s.log);
+  struct rlimit child;
+  ck_assert_int_eq(prlimit(s.pid, RLIMIT_NOFILE, NULL, &child), 0);
+
+  sh_client_t c;
+  sh_client_init(&c, s.port);
+  char *t = scrape_on(&c);
+  double start = sample(t, "process_start_time_seconds");
+  ck_assert_msg(start >= (double)t0 - 2 && start <= (double)t1 + 2,
+                "process_start_time_seconds %.2f; attnd started between %lld "
+                "and %lld",
+                start, (long long)t0, (long long)t1);
+  double fds = sample(t, "process_open_fds");
+  ck_assert_msg(fds == fds_of(s.pid), "process_open_fds %g; /proc lists %g",
+                fds, fds_of(s.pid));
+  ck_assert_double_eq(sample(t, "process_max_fds"), (double)child.rlim_cur);
+  ck_assert_msg(child.rlim_cur != child.rlim_max ||
+                    low.rlim_cur == was.rlim_cur,
+                "the soft limit is the hard one: nothing tells them apart");
+  ck_assert_double_gt(sample(t, "process_cpu_seconds_total"), 0);
+  double rss = sample(t, "process_resident_memory_bytes");
+  ck_assert_msg(rss >= 1 << 20 &&
+                    rss <= sample(t, "process_virtual_memory_bytes"),
+                "resident %g, virtual %g", rss,
+                sample(t, "process_virtual_memory_bytes"));
+  free(t);
+
+  /* HELD connections more, each answered */
+  int held[HELD];
+  for (int i = 0; i < HELD; i++) {
+    static const char get[] =
+        "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    static char buf[4096];
+    held[i] = sh_connect(s.port);
+    ck_assert_int_ge(held[i], 0);
+    ck_assert_int_eq(sh_send_all(held[i], get, strlen(get)), 0);
+    ck_assert_int_gt(sh_recv_reply(held[i], buf, sizeof buf, 10000), 0);
+  }
+  t = scrape_on(&c);
+  double more = sample(t, "process_open_fds");
+  ck_assert_msg(more == fds + HELD && more == fds_of(s.pid),
+                "process_open_fds %g with %d connections held, %g before; "
+                "/proc lists %g",
+                more, HELD, fds, fds_of(s.pid));
+  free(t);
+  for (int i = 0; i < HELD; i++)
+    close(held[i]);
+  sh_client_free(&c);
+  ck_assert_int_eq(sh_server_stop(&s, 15.0), 0);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("metrics");
   TCase *tc = tcase_create("render");
@@ -2516,6 +2638,9 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_documented);
   tcase_add_test(tc, test_label_values_documented);
   tcase_add_test(tc, test_label_values_listed);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("process");
+  tcase_add_test(tc, test_process_families);
   suite_add_tcase(s, tc);
   tc = tcase_create("scrape");
   tcase_add_unchecked_fixture(tc, start_server, stop_server);

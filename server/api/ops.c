@@ -102,6 +102,7 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
   g.reloads[ATTND_RELOAD_API_KEYS] = s->cfg->api_keys_file[0] != 0;
   g.reloads[ATTND_RELOAD_TLS] = g.tls;
   g.reloads[ATTND_RELOAD_LAYERS] = s->cfg->layers[0] != 0;
+  attnd_process_read(&g.process);
   attnd_buf_t b;
   attnd_buf_init(&b);
   attnd_metrics_render(s->metrics, &g, &b);
