@@ -373,6 +373,29 @@ static void render_process(const attnd_process_t *p, attnd_buf_t *b) {
   }
 }
 
+/* attnd_build_info: 1, labelled by the version (`attnd --version`'s), the
+ * backends built in (the core's names, "+" between them) and the SIMD
+ * path this CPU runs (the listening line's "simd"). */
+static void render_build_info(attnd_buf_t *b) {
+  attn_backend_t be;
+  attn_cuda_info_t ci;
+  char backends[32] = "";
+  attn_backend_info(&be);
+  attn_cuda_info(&ci);
+  for (int k = 0; k < NBACKEND; k++)
+    if (k == ATTN_BACKEND_CPU || ci.built)
+      snprintf(backends + strlen(backends), sizeof backends - strlen(backends),
+               "%s%s", backends[0] ? "+" : "",
+               attn_backend_kind_name((attn_backend_kind_t)k));
+  attnd_buf_printf(b,
+                   "# HELP attnd_build_info 1, labelled by the version, the "
+                   "backends built in and the SIMD path this CPU runs.\n"
+                   "# TYPE attnd_build_info gauge\n"
+                   "attnd_build_info{version=\"%s\",backends=\"%s\","
+                   "simd=\"%s\"} 1\n",
+                   ATTN_VERSION, backends, attn_isa_name(be.isa));
+}
+
 void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
                           attnd_buf_t *b) {
   attnd_buf_printf(b, "# HELP attnd_requests_total HTTP requests answered, by "
@@ -620,4 +643,5 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
                    "# TYPE attnd_draining gauge\nattnd_draining %d\n",
                    g->draining);
   render_process(&g->process, b);
+  render_build_info(b);
 }

@@ -34,7 +34,8 @@
  * is configured alone, count its refusals and keep its last success's
  * time. In the "process" case, the process collector's families of a real
  * attnd against what the test reads of it from outside (its start, its
- * descriptors, its soft limit on them).
+ * descriptors, its soft limit on them), and attnd_build_info against
+ * `attnd --version`.
  * No timings are asserted. */
 #include <check.h>
 #include <ctype.h>
@@ -2361,13 +2362,15 @@ static int value_after(const char *doc, const char *family, const char *value) {
  * stage or state is documented where its family is. A status is the
  * error table's (test_every_error_status_labelled) and ctx and le are
  * bounds that the prose writes as numbers: those are not looked for here,
- * but in the section's table (test_label_values_listed). */
+ * but in the section's table (test_label_values_listed); attnd_build_info's
+ * version is the build's own (test_process_families). */
 START_TEST(test_label_values_documented) {
   attnd_metrics_t *m;
   char *t;
   size_t n = read_labels(&m, &t);
   for (size_t i = 0; i < n; i++) {
     if (strcmp(seen[i].label, "status") == 0 ||
+        strcmp(seen[i].label, "version") == 0 ||
         strcmp(seen[i].label, "ctx") == 0 || strcmp(seen[i].label, "le") == 0)
       continue;
     for (const char *v = seen[i].values + 1; *v; v = strchr(v, ',') + 1) {
@@ -2440,7 +2443,10 @@ static size_t label_rows(const char *doc, label_row_t *rows, size_t cap) {
  * reason or state added to the code and not the table, one the table
  * names and /metrics never writes, a context class or a bucket bound
  * moved, or a histogram's buckets no longer ending in +Inf, fails here.
- * A status is the error table's (test_every_error_status_labelled). */
+ * An _info family's labels (attnd_build_info's) take one of the values
+ * listed, this build's and this CPU's. A status is the error table's
+ * (test_every_error_status_labelled), and the version the build's own
+ * (test_process_families). */
 START_TEST(test_label_values_listed) {
   attnd_metrics_t *m;
   char *t;
@@ -2459,6 +2465,18 @@ START_TEST(test_label_values_listed) {
                     "docs/operations.md's table of label values lists %s "
                     "for %s; /metrics has no such label there",
                     rows[r].label, fam);
+      /* an _info family writes one of the values its row lists: the
+       * build's and the machine's */
+      size_t fl = strlen(fam);
+      if (fl > 5 && strcmp(fam + fl - 5, "_info") == 0) {
+        ck_assert_msg(strstr(rows[r].values, seen[i].values) != NULL,
+                      "/metrics writes %s's %s as %.*s; docs/operations.md's "
+                      "table of label values lists %.*s",
+                      fam, rows[r].label, (int)strlen(seen[i].values) - 2,
+                      seen[i].values + 1, (int)strlen(rows[r].values) - 2,
+                      rows[r].values + 1);
+        continue;
+      }
       ck_assert_msg(strcmp(seen[i].values, rows[r].values) == 0,
                     "/metrics writes %s's %s as %.*s; docs/operations.md's "
                     "table of label values lists %.*s",
@@ -2467,7 +2485,8 @@ START_TEST(test_label_values_listed) {
                     rows[r].values + 1);
     }
   for (size_t i = 0; i < n; i++) {
-    if (strcmp(seen[i].label, "status") == 0)
+    if (strcmp(seen[i].label, "status") == 0 ||
+        strcmp(seen[i].label, "version") == 0)
       continue;
     char fam[100];
     snprintf(fam, sizeof fam, ",%s,", seen[i].family);
@@ -2519,7 +2538,7 @@ START_TEST(test_every_error_status_labelled) {
 }
 END_TEST
 
-/* ---- the process collector, on a real attnd ---------------------------- */
+/* ---- the process collector and attnd_build_info, on a real attnd ------- */
 
 /* The descriptors /proc/<pid>/fd lists, as the test reads them. */
 static double fds_of(pid_t pid) {
@@ -2558,7 +2577,9 @@ static char *scrape_on(sh_client_t *c) {
  * time's), its descriptors as /proc/<pid>/fd lists them at the same time
  * (a scrape's own connection kept alive, so that nothing opens or closes
  * between), HELD more while HELD connections are held open, its soft
- * limit on them (set below the hard one, so that the two differ). */
+ * limit on them (set below the hard one, so that the two differ); and
+ * attnd_build_info labelled with `attnd --version`'s version, the
+ * backends this build has and the SIMD path this CPU runs. */
 START_TEST(test_process_families) {
   struct rlimit was, low;
   ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
@@ -2597,6 +2618,25 @@ START_TEST(test_process_families) {
                     rss <= sample(t, "process_virtual_memory_bytes"),
                 "resident %g, virtual %g", rss,
                 sample(t, "process_virtual_memory_bytes"));
+
+  /* the version that `attnd --version` prints, and this build and CPU */
+  char bin[512], cmd[600], line[128], want[512];
+  snprintf(cmd, sizeof cmd, "%s --version",
+           sh_bin_beside("attnd", bin, sizeof bin));
+  FILE *f = popen(cmd, "r");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+  pclose(f);
+  line[strcspn(line, "\n")] = 0;
+  ck_assert_msg(strncmp(line, "attnd ", 6) == 0, "%s", line);
+  attn_backend_t be;
+  attn_cuda_info_t ci;
+  attn_backend_info(&be);
+  attn_cuda_info(&ci);
+  snprintf(want, sizeof want,
+           "attnd_build_info{version=\"%s\",backends=\"%s\",simd=\"%s\"}",
+           line + 6, ci.built ? "cpu+cuda" : "cpu", attn_isa_name(be.isa));
+  ck_assert_msg(sh_metric_in(t, want) == 1, "no %s in:\n%s", want, t);
   free(t);
 
   /* HELD connections more, each answered */
