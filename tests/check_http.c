@@ -1107,16 +1107,17 @@ END_TEST
  * out_of_memory, with no field (nothing the client sent is at fault).
  * Bug: both overloaded, which sends a client to retry a server that is
  * not loaded. The count agrees with its noun ("1 request"). In this
- * process, with a scheduler whose loop never runs. */
-static int never_run(void *job, int worker, int threads,
-                     attnd_scratch_t *scratch) {
+ * process, with a scheduler whose one job computes nothing. */
+static int run_nothing(void *job, int worker, int threads,
+                       attnd_scratch_t *scratch) {
   (void)job, (void)worker, (void)threads, (void)scratch;
   return 0;
 }
 
-static void never_done(void *job, void *tag, attnd_sched_outcome_t outcome,
-                       void *arg) {
-  (void)job, (void)tag, (void)outcome, (void)arg;
+static void job_back(void *job, void *tag, attnd_sched_outcome_t outcome,
+                     void *arg) {
+  (void)job, (void)tag, (void)outcome;
+  *(int *)arg = 1;
 }
 
 START_TEST(test_refusals) {
@@ -1125,7 +1126,8 @@ START_TEST(test_refusals) {
   uv_loop_t loop;
   ck_assert_int_eq(uv_loop_init(&loop), 0);
   attnd_server_t s = {.cfg = &cfg};
-  s.sched = attnd_sched_new(&loop, 1, 2, never_run, never_done, NULL);
+  int came_back = 0;
+  s.sched = attnd_sched_new(&loop, 1, 2, run_nothing, job_back, &came_back);
   ck_assert_ptr_nonnull(s.sched);
   attnd_http_req_t r = {.srv = &s};
   attnd_error_t e;
@@ -1138,13 +1140,15 @@ START_TEST(test_refusals) {
   ck_assert_int_eq(attnd_error_status(e.code), 429);
   ck_assert_msg(strstr(e.message, "the queue is full: 0 requests in flight,"),
                 "%s", e.message);
-  /* one job in flight (never run: the loop has not run) is one request */
+  /* one job in flight (not yet back: the loop has not run) is one request */
   int cancel = 0;
   attnd_sched_job_t j = {.job = &r, .fd = -1, .tokens = 1, .cancel = &cancel};
   ck_assert_int_eq(attnd_sched_submit(s.sched, &j), 0);
   ck_assert_int_eq(attnd_api_refused(&r, ATTND_SCHED_FULL, &e), -1);
   ck_assert_msg(strstr(e.message, "the queue is full: 1 request in flight,"),
                 "%s", e.message);
+  while (!came_back) /* the scheduler is closed once its jobs are back */
+    uv_run(&loop, UV_RUN_ONCE);
   attnd_sched_close(s.sched);
   uv_run(&loop, UV_RUN_DEFAULT);
   attnd_sched_free(s.sched);
