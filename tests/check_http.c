@@ -292,6 +292,16 @@ static void expect_refused(const char *req, size_t n, long status,
   sh_resp_free(&r);
 }
 
+/* The same, for a request without a body refused for its path or method:
+ * the connection stays open, and the probe after it is answered. */
+static void expect_refused_kept(const char *req, size_t n, long status,
+                                const char *code, const char *word) {
+  sh_resp_t r;
+  exchange_kept(req, n, req, &r);
+  sh_assert_error(&r, status, code, NULL, word, NULL);
+  sh_resp_free(&r);
+}
+
 /* RFC 9112 6.3: Content-Length values that differ are unrecoverable; the
  * first used to win. Identical repeats are one value (RFC 9110 8.6). */
 START_TEST(test_content_length_twice) {
@@ -481,8 +491,8 @@ START_TEST(test_encoded_nul_path) {
                  "/v1/attention%00.json");
   static const char get_nul[] =
       "GET /healthz%00 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-  expect_refused(get_nul, sizeof get_nul - 1, 404, "not_found", NULL,
-                 "/healthz%00");
+  expect_refused_kept(get_nul, sizeof get_nul - 1, 404, "not_found",
+                      "/healthz%00");
   static const char get_esc[] =
       "GET /h%65althz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
   expect_ok(get_esc, sizeof get_esc - 1, get_esc);
@@ -706,12 +716,12 @@ START_TEST(test_absolute_form) {
   expect_ok(req, (size_t)n, "POST in absolute form");
   static const char missing[] =
       "GET http://127.0.0.1/nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-  expect_refused(missing, sizeof missing - 1, 404, "not_found", NULL,
-                 "no such path: /nope ");
+  expect_refused_kept(missing, sizeof missing - 1, 404, "not_found",
+                      "no such path: /nope ");
   static const char wrong[] =
       "DELETE http://127.0.0.1/v1/info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
-  expect_refused(wrong, sizeof wrong - 1, 405, "method_not_allowed", NULL,
-                 "on /v1/info;");
+  expect_refused_kept(wrong, sizeof wrong - 1, 405, "method_not_allowed",
+                      "on /v1/info;");
   expect_alive();
 }
 END_TEST

@@ -103,6 +103,13 @@ struct attnd_http_req {
   int status;
   int inflight;  /* counted in srv->inflight (attnd_http_answered) */
   int body_done; /* its body's last byte is in (or it has none) */
+  int no_body;   /* no Content-Length (or 0) and no Transfer-Encoding */
+  /* A reply made in the first callback to a request without a body: held
+   * (hold) rather than queued, and queued from the next callback, since
+   * libmicrohttpd closes the connection after a reply queued from the
+   * first (http.c, on_first). */
+  int hold;
+  struct MHD_Response *held;
   size_t bytes_in, bytes_out;
   double total_ms;
   /* Last (the request's pool zeroes what comes before it): where a body of
@@ -115,10 +122,13 @@ struct attnd_http_req {
 /* Queues `body` (malloc'd, or with `pooled` a block from
  * attnd_http_reply_block; owned by libmicrohttpd afterwards; NULL when len
  * is 0) with the common headers; `ctype` NULL for none. A 200 reply is
- * compressed in the coding of the client's Accept-Encoding, if any. */
+ * compressed in the coding of the client's Accept-Encoding, if any. With
+ * r->hold, the reply is made and held in r->held, not queued. */
 enum MHD_Result attnd_http_send_body(attnd_http_req_t *r, int status,
                                      char *body, size_t len, int pooled,
                                      const char *ctype);
+/* Queues the reply held from the first callback (r->held, r->hold). */
+enum MHD_Result attnd_http_send_held(attnd_http_req_t *r);
 /* A body written into b, sent with `status` (b is emptied). */
 enum MHD_Result attnd_http_send_buf(attnd_http_req_t *r, int status,
                                     attnd_buf_t *b, const char *ctype);
@@ -200,8 +210,8 @@ int attnd_http_budget_never(const attnd_http_req_t *r, int64_t need,
 
 /* Returns 1 when the body's length is unambiguous (RFC 9112 6.3), the
  * field values hold no CR, LF or NUL and Host is right for `version` (the
- * request line's), else 0 with the 400 or 501 queued into *ret. First
- * callback. */
+ * request line's), with r->no_body set where the request has no body; else
+ * 0 with the 400 or 501 queued into *ret. First callback. */
 int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
                           enum MHD_Result *ret);
 /* The path of a decoded request target (RFC 9112 3.2): the target itself

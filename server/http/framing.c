@@ -327,8 +327,15 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
                            "Expect holds '%s', which attnd cannot meet: the "
                            "one expectation is 100-continue (RFC 9110 10.1.1)",
                            f.unmet);
-  else
+  else {
+    /* no body: no Transfer-Encoding, and no Content-Length or one of 0
+     * (the library refused one that is not a number) */
+    r->no_body =
+        f.n_coding == 0 &&
+        (f.length.n == 0 || (f.length.first[0] &&
+                             f.length.first[strspn(f.length.first, "0")] == 0));
     return 1;
+  }
   return 0;
 }
 

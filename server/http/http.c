@@ -557,8 +557,18 @@ static int head_fits(attnd_http_req_t *r, const char *method,
  * preflight, the API key, the method (501 for one no route has, 405 for
  * one the path's rows lack) and the row's precheck; then the body's
  * headers for a route that reads one. A route without a body is answered on the
- * next callback: libmicrohttpd closes the connection after a reply queued from
- * the first one, and probes and scrapes should keep theirs. */
+ * next callback: libmicrohttpd 0.9.75 closes the connection after a reply
+ * queued from the first one (MHD_queue_response, in the state after the
+ * headers, marks the rest of the request to be discarded, and a connection
+ * with something discarded is not kept), and probes and scrapes should keep
+ * theirs. So should a request without a body that is refused here (a wrong
+ * path, method or key, a precheck's or the body's headers' refusal): its
+ * reply is held (r->hold) and queued from the next callback, which the
+ * library makes at once, as for the routes without a body. One with a body
+ * is answered here, and its connection closed, its body never read. So is
+ * one whose framing or head is refused: the framing is in doubt, so nothing
+ * after it may be read as another request (framing.c), and a head over the
+ * limit has grown the connection's buffer. */
 static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
                                 const char *method, const char *version) {
   attnd_server_t *s = r->srv;
@@ -582,6 +592,9 @@ static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
     return ret; /* before the route: whatever the path, nothing after */
   if (!head_fits(r, method, version, &ret))
     return ret; /* on every path too */
+  /* from here a refusal of a request without a body is held (on_request
+   * stops holding when this callback returns) */
+  r->hold = r->no_body;
   if (no_memory)
     return attnd_http_fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                            "out of memory for the path's parameters");
@@ -702,7 +715,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     atomic_fetch_add(&s->inflight, 1);
     set_request_id(r);
     conn_mark(s, conn, r);
-    return on_first(r, url, method, version);
+    enum MHD_Result ret = on_first(r, url, method, version);
+    r->hold = 0;
+    return ret;
   }
   if (*upload_size == 0 && !r->body_done)
     conn_body_done(r);
@@ -711,6 +726,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   uv_mutex_unlock(&r->mu);
   if (back)
     return attnd_api_reply(r);
+  if (r->held) /* a refusal without a body, made in the first callback */
+    return attnd_http_send_held(r);
   if (r->status) /* answered already, from the first callback */
     return *upload_size = 0, MHD_YES;
   if (r->preflight) /* a body, never expected, is discarded */
@@ -729,6 +746,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 
 /* Frees r and what it owns. Completion. */
 static void req_free(attnd_http_req_t *r) {
+  if (r->held) /* never queued: the connection ended before */
+    MHD_destroy_response(r->held);
   attnd_buf_free(&r->body);
   attnd_pinned_put(r->body_pinned);
   attnd_inflate_free(r->inflate);

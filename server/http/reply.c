@@ -54,10 +54,22 @@ static void body_release(char *body, int pooled) {
     free(body);
 }
 
+/* Queues resp (destroyed here: libmicrohttpd keeps its own reference) with
+ * the status r->status. */
+static enum MHD_Result queue(attnd_http_req_t *r, struct MHD_Response *resp) {
+  enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)r->status, resp);
+  MHD_destroy_response(resp);
+  attnd_http_answered(r);
+  if (ok == MHD_YES)
+    attnd_http_conn_replying(r);
+  return ok;
+}
+
 /* Queues `body` (malloc'd, or with `pooled` a block of reply_pool; owned
  * by MHD afterwards; NULL when len is 0) with the common headers; `ctype`
  * NULL for none. A 200 reply is compressed in the coding of the client's
- * Accept-Encoding, if any. */
+ * Accept-Encoding, if any. With r->hold, the reply is held in r->held for
+ * attnd_http_send_held, made as it would be queued. */
 enum MHD_Result attnd_http_send_body(attnd_http_req_t *r, int status,
                                      char *body, size_t len, int pooled,
                                      const char *ctype) {
@@ -141,12 +153,17 @@ enum MHD_Result attnd_http_send_body(attnd_http_req_t *r, int status,
   }
   r->status = status;
   r->bytes_out = len;
-  enum MHD_Result ok = MHD_queue_response(r->conn, (unsigned)status, resp);
-  MHD_destroy_response(resp);
-  attnd_http_answered(r);
-  if (ok == MHD_YES)
-    attnd_http_conn_replying(r);
-  return ok;
+  if (r->hold) { /* queued from the next callback: attnd_http_send_held */
+    r->held = resp;
+    return MHD_YES;
+  }
+  return queue(r, resp);
+}
+
+enum MHD_Result attnd_http_send_held(attnd_http_req_t *r) {
+  struct MHD_Response *resp = r->held;
+  r->held = NULL;
+  return queue(r, resp);
 }
 
 enum MHD_Result attnd_http_send_json(attnd_http_req_t *r, int status,
