@@ -20,6 +20,9 @@
  *     the request (docs/operations.md, "HTTP errors libmicrohttpd answers
  *     itself"): their status, their framing, the closed connection, and a
  *     server that still answers afterwards;
+ *   - keepalive: with an API key; a refusal of a request without a body
+ *     (401, 404, 405, 501, a precheck's) keeps the connection, and one with
+ *     a body closes it unread, as one that asks for the close does;
  *   - intake: in this process, with libmicrohttpd's header lookups counted
  *     (the link wraps MHD_lookup_connection_value, and
  *     MHD_get_connection_values_n for a query's walks): a body's callbacks
@@ -64,11 +67,24 @@ static const char body[] = "{\"query\":[[1,0]],\"key\":[[1,0]],"
 static sh_server_t srv; /* set in the parent; the forked tests read it */
 static int teardown_failures;
 
+static void start_with(const char *const *args) {
+  if (sh_server_start(&srv, args) < 0)
+    ck_abort_msg("attnd did not start:\n%s", srv.log);
+}
+
 static void start_server(void) {
   static const char *const args[] = {"--workers", "1", "--threads-per-request",
                                      "1", NULL};
-  if (sh_server_start(&srv, args) < 0)
-    ck_abort_msg("attnd did not start:\n%s", srv.log);
+  start_with(args);
+}
+
+/* The keep-alive TCase's: with an API key, so that a refusal for want of
+ * one is among its cases (/healthz, its probe's path, is public). */
+#define KEY "Authorization: Bearer k1\r\n"
+static void start_keyed_server(void) {
+  static const char *const args[] = {
+      "--workers", "1", "--threads-per-request", "1", "--api-keys", "k1", NULL};
+  start_with(args);
 }
 
 /* Unchecked teardown: SIGTERM must end the server with 0 (a crash on any
@@ -961,6 +977,125 @@ START_TEST(test_library_quiet_close) {
 }
 END_TEST
 
+/* ---- keep-alive after a refusal ------------------------------------------ */
+
+/* A refusal of a request without a body keeps the connection, as any other
+ * reply does: the probe that follows is answered on it (exchange_kept).
+ * Bug: a refusal decided in libmicrohttpd's first callback (a wrong path,
+ * method or key, a precheck's) closed the connection, body or not, and a
+ * client, a probe or a load balancer paid a new connection (and a TLS
+ * handshake) for each. Each case: its name, request, status, code (NULL:
+ * the OIP form, status alone) and a header the refusal must still carry. */
+static const struct {
+  const char *what, *req;
+  long status;
+  const char *code, *header, *value;
+} kept[] = {
+    {"GET /v1/info, no key", "GET /v1/info HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+     401, "unauthorized", "WWW-Authenticate", "Bearer realm=\"attnd\""},
+    {"GET /nope", "GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY "\r\n", 404,
+     "not_found", "X-Request-Id", "kept-id"},
+    {"DELETE /v1/attention",
+     "DELETE /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY "\r\n", 405,
+     "method_not_allowed", "Allow", "POST"},
+    {"TRACE /healthz", "TRACE /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+     501, "not_implemented", NULL, NULL},
+    /* Content-Length: 0 is no body; so is it on a route that reads one */
+    {"POST /nope, Content-Length: 0",
+     "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
+     "Content-Length: 0\r\n\r\n",
+     404, "not_found", NULL, NULL},
+    {"POST /v1/attention, Content-Length: 00, no key",
+     "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+     "Content-Length: 00\r\n\r\n",
+     401, "unauthorized", NULL, NULL},
+    /* a precheck's: the model has no such version */
+    {"GET /v2/models/attention/versions/7",
+     "GET /v2/models/attention/versions/7 HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
+     "\r\n",
+     404, NULL, NULL, NULL},
+    /* HTTP/1.0 asking to keep it */
+    {"GET /v1/info, HTTP/1.0 keep-alive, no key",
+     "GET /v1/info HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", 401,
+     "unauthorized", NULL, NULL},
+};
+#define N_KEPT (int)(sizeof kept / sizeof kept[0])
+
+START_TEST(test_refusal_kept) {
+  char req[512], got[128];
+  /* every case with its own request id, to find it on the 404's reply */
+  const char *end = strstr(kept[_i].req, "\r\n\r\n");
+  int n = snprintf(req, sizeof req, "%.*s\r\nX-Request-Id: kept-id\r\n\r\n",
+                   (int)(end - kept[_i].req), kept[_i].req);
+  sh_resp_t r;
+  exchange_kept(req, (size_t)n, kept[_i].what, &r);
+  if (kept[_i].code)
+    sh_assert_error(&r, kept[_i].status, kept[_i].code, NULL, NULL);
+  else
+    ck_assert_msg(r.status == kept[_i].status, "%s: %ld %s", kept[_i].what,
+                  r.status, r.body);
+  if (kept[_i].header)
+    ck_assert_msg(sh_header(&r, kept[_i].header, got, sizeof got) &&
+                      strcmp(got, kept[_i].value) == 0,
+                  "%s: %s is '%s', not '%s'", kept[_i].what, kept[_i].header,
+                  sh_header(&r, kept[_i].header, got, sizeof got) ? got : "",
+                  kept[_i].value);
+  sh_resp_free(&r);
+}
+END_TEST
+
+/* A refusal of a request with a body is sent from the headers alone, and
+ * the connection closed: the body is never read, so none of it may be read
+ * as the next request. Here a part of the body is sent and the rest never
+ * comes (the reply must not wait for it), or the body is itself a request,
+ * or one follows the chunks, which must get no reply. And a request that
+ * asks for the close (HTTP/1.0 without keep-alive, Connection: close) gets
+ * it. Each case: its name, request and status. */
+static const struct {
+  const char *what, *req;
+  long status;
+} closed[] = {
+    {"POST /v1/attention, no key, a part of its body",
+     "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+     "Content-Type: application/json\r\nContent-Length: 64\r\n\r\n"
+     "{\"query\":[[1,0]],",
+     401},
+    {"POST /nope, a request as its body",
+     "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
+     "Content-Length: 42\r\n\r\nGET /healthz HTTP/1.1\r\nHost: "
+     "127.0.0.1\r\n\r\n",
+     404},
+    {"DELETE /v1/attention, chunked, a request after",
+     "DELETE /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
+     "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+     "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+     405},
+    {"GET /nope, HTTP/1.0", "GET /nope HTTP/1.0\r\n" KEY "\r\n", 404},
+    {"GET /nope, Connection: close",
+     "GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
+     "Connection: close\r\n\r\n",
+     404},
+};
+#define N_CLOSED (int)(sizeof closed / sizeof closed[0])
+
+START_TEST(test_refusal_closes) {
+  raw_t x;
+  sh_resp_t r;
+  char conn[32];
+  exchange(closed[_i].req, strlen(closed[_i].req), REPLY_MS, &x);
+  expect_one_reply(&x, 1, &r);
+  ck_assert_msg(r.status == closed[_i].status, "%s: %ld %s", closed[_i].what,
+                r.status, r.body);
+  /* HTTP/1.0's close needs no header to say so */
+  if (strstr(closed[_i].req, "HTTP/1.1"))
+    ck_assert_msg(sh_header(&r, "Connection", conn, sizeof conn) &&
+                      strcasecmp(conn, "close") == 0,
+                  "%s: no Connection: close", closed[_i].what);
+  sh_resp_free(&r);
+  expect_alive();
+}
+END_TEST
+
 /* ---- intake: header lookups, counted -----------------------------------
  *
  * Each callback with a piece of the body looked up Content-Length, a walk
@@ -1308,10 +1443,10 @@ START_TEST(test_inline_step_deadline) {
 }
 END_TEST
 
-/* A TCase with its own server. */
-static TCase *server_tcase(Suite *s, const char *name) {
+/* A TCase with its own server, started by `start`. */
+static TCase *server_tcase(Suite *s, const char *name, void (*start)(void)) {
   TCase *tc = tcase_create(name);
-  tcase_add_unchecked_fixture(tc, start_server, stop_server);
+  tcase_add_unchecked_fixture(tc, start, stop_server);
   tcase_set_timeout(tc, 30);
   suite_add_tcase(s, tc);
   return tc;
@@ -1332,12 +1467,15 @@ Suite *test_suite(void) {
                                   test_absolute_form,
                                   test_http10_transfer_encoding,
                                   test_head_limit};
-  TCase *tc = server_tcase(s, "framing");
+  TCase *tc = server_tcase(s, "framing", start_server);
   for (size_t i = 0; i < sizeof framing / sizeof framing[0]; i++)
     tcase_add_test(tc, framing[i]);
-  tc = server_tcase(s, "library");
+  tc = server_tcase(s, "library", start_server);
   tcase_add_loop_test(tc, test_library_errors, 0, N_LIB);
   tcase_add_test(tc, test_library_quiet_close);
+  tc = server_tcase(s, "keepalive", start_keyed_server);
+  tcase_add_loop_test(tc, test_refusal_kept, 0, N_KEPT);
+  tcase_add_loop_test(tc, test_refusal_closes, 0, N_CLOSED);
   tc = tcase_create("intake");
   tcase_add_loop_test(tc, test_body_lookups, 0, 2);
   tcase_add_loop_test(tc, test_query_walks, 0, 2);
