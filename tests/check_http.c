@@ -1044,13 +1044,13 @@ START_TEST(test_refusal_kept) {
 }
 END_TEST
 
-/* A refusal of a request with a body is sent from the headers alone, and
- * the connection closed: the body is never read, so none of it may be read
- * as the next request. Here a part of the body is sent and the rest never
- * comes (the reply must not wait for it), or the body is itself a request,
- * or one follows the chunks, which must get no reply. And a request that
- * asks for the close (HTTP/1.0 without keep-alive, Connection: close) gets
- * it. Each case: its name, request and status. */
+/* A refusal of a request with a body (or with Expect, as if it had one)
+ * is sent from the headers alone, and the connection closed: the body is
+ * never read, so none of it may be read as the next request. Here a part of the
+ * body is sent and the rest never comes (the reply must not wait for it), or
+ * the body is itself a request, or one follows the chunks, which must get no
+ * reply. And a request that asks for the close (HTTP/1.0 without keep-alive,
+ * Connection: close) gets it. Each case: its name, request and status. */
 static const struct {
   const char *what, *req;
   long status;
@@ -1070,6 +1070,11 @@ static const struct {
      "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
      "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
      405},
+    /* libmicrohttpd would say "100 Continue", then fail the request after */
+    {"GET /v1/info, Expect, a request after",
+     "GET /v1/info HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n\r\n"
+     "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+     401},
     {"GET /nope, HTTP/1.0", "GET /nope HTTP/1.0\r\n" KEY "\r\n", 404},
     {"GET /nope, Connection: close",
      "GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
