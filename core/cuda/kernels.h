@@ -95,7 +95,7 @@ split_count(int64_t B, int64_t Lq, int64_t Lk, int64_t H, int64_t Hkv) {
 /* Version 2: bf16 Q, K, V with Dh and Dv multiples of 16, on tensor cores
  * (WMMA 16×16×16, float accumulators): 4 warps, 16 query rows each, key
  * tiles of 64; S and the output accumulators in shared memory (see
- * attention.cu). Writes concat and lse, as version 1 does.
+ * flash_wmma.cuh). Writes concat and lse, as version 1 does.
  *
  * Version 3 (flash_mma.cu, flash_mma.cuh): Q, K, V with Dh = Dv in
  * {32, 64, 128}, on tensor cores through mma.sync (FlashAttention-2's
