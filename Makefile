@@ -362,13 +362,15 @@ check: reduce-emu-check
 endif
 
 # Flash versions 1 and 4 on CUDA cores, one key range or split across
-# blocks (core/cuda/flash_cores.cuh), run on the CPU the same way, against
-# two float64 references (tests/cores-emu/cores_emu.cc). In `check` and
-# cuda-check with CUDA=1.
+# blocks (core/cuda/flash_cores.cuh), and version 2 on WMMA
+# (core/cuda/flash_wmma.cuh, WMMA's stand-ins in tests/emu/wmma.h), run on
+# the CPU the same way, against two float64 references
+# (tests/cores-emu/cores_emu.cc). In `check` and cuda-check with CUDA=1.
 .PHONY: cores-emu-check
 cores-emu-check: $(BUILD)/tests/cores_emu
 	./$(BUILD)/tests/cores_emu
 $(BUILD)/tests/cores_emu: tests/cores-emu/cores_emu.cc tests/emu/emu.h \
+  tests/emu/wmma.h \
   $(BUILD)/tests/ref.o $(BUILD)/libattn.a core/cuda/kernels.h \
   $(wildcard core/cuda/*.cuh) include/attn/attn.h
 	@mkdir -p $(@D)
@@ -482,7 +484,7 @@ cuda-image-test: deps
 # (its refusals, its GPU table on the CPU; its GPU cases where one is),
 # the config's keys, the server's backend choice, /v1/info, metrics
 # and health, by /v1 and OIP, and the layers' GPU bytes; and flash version 3's kernel and the
-# reductions', the kv cache's and versions 1 and 4's on the CPU (flash-emu-check,
+# reductions', the kv cache's and versions 1, 2 and 4's on the CPU (flash-emu-check,
 # reduce-emu-check, kv-emu-check, cores-emu-check, above).
 CUDA_SUITES = check_cuda check_config check_server check_oip_http \
   check_layer_api check_pinned

@@ -1,6 +1,7 @@
 /* tests/cores-emu/cores_emu.cc: flash versions 1 and 4 on CUDA cores,
  * the keys of a row in one range or split across blocks
- * (core/cuda/flash_cores.cuh), their own source run on the CPU, for
+ * (core/cuda/flash_cores.cuh), and version 2 on WMMA
+ * (core/cuda/flash_wmma.cuh), their own source run on the CPU, for
  * machines without a GPU (make cores-emu-check, in cuda-check and in make
  * check with CUDA=1).
  *
@@ -19,6 +20,15 @@
  * to 256 with Dv ≠ Dh. Output: relative L2 error under 1e-5 a
  * problem; lse within 1e-5 (scaled by |lse| above 1), and -inf and zeros
  * exactly on dead rows.
+ *
+ * Version 2 runs in bf16 (the inputs rounded, the references reading the
+ * rounded values) on every problem it takes, none of the pages' (forward.cu
+ * reads pages out before it runs), and on problems of its own: several
+ * row blocks, Dh 256, Dh ≠ Dv either way, Dh 16. Within 1e-2 relative L2
+ * and lse within 1e-3, as flash_emu's bf16: P is rounded to bf16. WMMA is
+ * tests/emu/wmma.h's stand-ins, __syncwarp a meeting of the warp's 32;
+ * its shared memory starts as NaNs, and WMMA's loads and stores must stay
+ * inside the launch's bytes.
  *
  * g++ compiles the kernels with this file's stand-ins for what only nvcc
  * has: __syncthreads, __shfl_xor_sync, __shfl_sync, the thread and block
@@ -45,6 +55,7 @@
 #include <vector>
 
 #include "../emu/emu.h"
+#include "../emu/wmma.h"
 
 extern "C" {
 #include "ref.h"
@@ -62,6 +73,13 @@ float slot[kThreads / 32][32];
 namespace attn_cu {
 inline void __syncthreads() {
   emu::block_sync();
+}
+/* version 2's: all 32 lanes meet, and what each wrote before is seen by
+ * every lane after */
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  if (mask != 0xffffffffu)
+    abort();
+  emu::warp_sync();
 }
 /* lane l gets lane `from(l)`'s v */
 template <class F> inline float exchange(float v, F from) {
@@ -89,11 +107,18 @@ namespace {
 alignas(16) float cores_smem[32 * 257 + 32 * 256 + 8 * 256];
 } // namespace
 } // namespace cores
+namespace v2 {
+namespace {
+/* version 2's, for Dh = Dv = 256 */
+alignas(128) unsigned char smem2[188672];
+} // namespace
+} // namespace v2
 } // namespace attn_cu
 
 #undef __shared__
 #define __shared__
 #include "flash_cores.cuh"
+#include "flash_wmma.cuh"
 
 /* One problem: no projections. past: a kv cache's per-item past lengths
  * (Lk then counts the past and the Lq new keys; item b sees past[b] + Lq
@@ -115,7 +140,9 @@ static double rnd(uint64_t *s) { /* uniform [-1, 1) */
   return (double)(*s >> 11) / (double)(1ull << 52) - 1.0;
 }
 
-static int run(const problem &pb, uint64_t seed) {
+/* Runs pb through versions 1 and 4 (v2 0, float inputs) or version 2 (v2
+ * 1: bf16 inputs, which both references then read rounded). */
+static int run(const problem &pb, uint64_t seed, int v2) {
   using namespace attn_cu;
   const int64_t B = pb.B, Lq = pb.Lq, Lk = pb.Lk, H = pb.H, Hkv = pb.Hkv,
                 Dh = pb.Dh, Dv = pb.Dv;
@@ -130,6 +157,17 @@ static int run(const problem &pb, uint64_t seed) {
     x = (float)(2.5 * rnd(&seed));
   for (auto &x : v)
     x = (float)rnd(&seed);
+  auto to_bf16 = [](std::vector<float> &x) {
+    std::vector<__nv_bfloat16> h(x.size());
+    for (size_t e = 0; e < x.size(); e++) {
+      h[e] = __float2bfloat16_rn(x[e]);
+      x[e] = __bfloat162float(h[e]);
+    }
+    return h;
+  };
+  std::vector<__nv_bfloat16> q16, k16, v16;
+  if (v2)
+    q16 = to_bf16(q), k16 = to_bf16(k), v16 = to_bf16(v);
   for (auto &x : bias)
     x = (float)rnd(&seed);
   for (auto &x : allow)
@@ -146,6 +184,8 @@ static int run(const problem &pb, uint64_t seed) {
   /* the kernels' arguments, as forward.cu fills them */
   args a = {};
   a.q = q.data(), a.k = k.data(), a.v = v.data();
+  if (v2)
+    a.q = q16.data(), a.k = k16.data(), a.v = v16.data(), a.bf16 = 1;
   a.key_lengths = pb.lengths || kv ? len.data() : nullptr;
   a.past = kv ? past.data() : nullptr;
   a.slopes = pb.alibi ? slopes.data() : nullptr;
@@ -229,14 +269,26 @@ static int run(const problem &pb, uint64_t seed) {
   /* flash_cores' grids, each with the dynamic shared memory that
    * flash_cores.cu gives it: smem_bytes for flash_kernel, none for
    * combine_kernel */
-  {
+  if (v2) {
+    /* launch_flash_v2's grid and shared memory, which starts as NaNs;
+     * WMMA's loads and stores must stay inside the launch's bytes */
+    const size_t bytes = v2::v2_layout(Dh, Dv).total;
+    const emu::dynamic_shared smem(v2::smem2, sizeof v2::smem2, bytes);
+    emu::wmma_layouts(seed);
+    emu::wmma_region(v2::smem2, bytes);
+    emu::launch(
+        dim3((unsigned)((Lq + v2::kV2Rows - 1) / v2::kV2Rows), (unsigned)H,
+             (unsigned)B),
+        v2::kV2Warps * 32, [&] { v2::flash_v2_kernel(a); },
+        [bytes] { memset(v2::smem2, 0xff, bytes); });
+  } else {
     const emu::dynamic_shared smem(cores::cores_smem, sizeof cores::cores_smem,
                                    cores::smem_bytes(Dh, Dv));
     emu::launch(dim3((unsigned)(Hkv * cores::row_blocks(a)), (unsigned)a.splits,
                      (unsigned)B),
                 emu::kThreads, [&] { cores::flash_kernel<float>(a); });
   }
-  if (a.splits > 1) {
+  if (a.splits > 1 && !v2) {
     /* fewer blocks than rows: the combine's grid-stride loop runs too */
     const emu::dynamic_shared none(cores::cores_smem, sizeof cores::cores_smem,
                                    0);
@@ -244,6 +296,8 @@ static int run(const problem &pb, uint64_t seed) {
                 [&] { cores::combine_kernel(a); });
   }
 
+  /* bf16's inputs are exact in the references; P in bf16 is not */
+  const double tol = v2 ? 1e-2 : 1e-5, lse_tol = v2 ? 1e-3 : 1e-5;
   int bad = 0;
   auto err_of = [&](const std::vector<double> &w) {
     double num = 0, den = 0;
@@ -254,7 +308,7 @@ static int run(const problem &pb, uint64_t seed) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
   };
   double e1 = err_of(want), e2 = -1;
-  if (!(e1 <= 1e-5)) {
+  if (!(e1 <= tol)) {
     printf("%s: output's relative error %.3e\n", pb.name, e1);
     bad++;
   }
@@ -292,7 +346,7 @@ static int run(const problem &pb, uint64_t seed) {
                 ref.head_outputs[((b * H + h) * Lq + i) * Dv + d];
     ref_result_free(&ref);
     e2 = err_of(w);
-    if (!(e2 <= 1e-5)) {
+    if (!(e2 <= tol)) {
       printf("%s: output's relative error %.3e against ref_attention\n",
              pb.name, e2);
       bad++;
@@ -312,14 +366,15 @@ static int run(const problem &pb, uint64_t seed) {
                (long long)r, g, zeros ? "zeros" : "not zeros");
         bad++;
       }
-    } else if (!(fabs(g - w) <= 1e-5 * fmax(1.0, fabs(w)))) {
+    } else if (!(fabs(g - w) <= lse_tol * fmax(1.0, fabs(w)))) {
       printf("%s: lse row %lld: %.9g, expected %.9g\n", pb.name, (long long)r,
              g, w);
       bad++;
     }
   }
-  printf("%s: %lld ranges, %d dead rows, error %.2e (ref.c %.2e): %s\n",
-         pb.name, (long long)a.splits, dead, e1, e2, bad ? "FAILED" : "ok");
+  printf("%s%s: %lld ranges, %d dead rows, error %.2e (ref.c %.2e): %s\n",
+         v2 ? "version 2, " : "", pb.name, v2 ? 1ll : (long long)a.splits, dead,
+         e1, e2, bad ? "FAILED" : "ok");
   return bad != 0;
 }
 
@@ -356,10 +411,35 @@ int main() {
       {"pages: past 130, Lq 3, G 3, Dh 40, one range (version 1)", 1, 3,
        133, 6, 2, 40, 40, 1, 0, n, n, 0, 0, 0, 0, {130}, 1, 1},
   };
+  /* version 2's own: several row blocks, a last one part empty, Dh ≠ Dv
+   * either way, widths 16 and 256 */
+  static const problem v2s[] = {
+      {"L 130 causal, bias, allow, ALiBi, softcap", 2, 130, 130, 2, 2, 64,
+       64, 1, 0, n, n, 1, 1, 1, 1, {}, 0},
+      {"Dh 256, Lq 100, Lk 150 top-left", 1, 100, 150, 2, 1, 256, 256, 2,
+       0, n, n, 0, 0, 0, 0, {}, 0},
+      {"Dh 64, Lq 70, Lk 150, window 40/10, softcap", 1, 70, 150, 2, 2, 64,
+       64, 0, 0, 40, 10, 1, 0, 0, 0, {}, 0},
+      {"Dh 128, Dv 64, Lq 65, Lk 200, G 2, key lengths", 3, 65, 200, 4, 2,
+       128, 64, 0, 1, n, n, 0, 0, 0, 0, {}, 0},
+      {"Dh 32, Dv 128, Lq 200 > Lk 64 bottom-right (dead rows)", 1, 200,
+       64, 1, 1, 32, 128, 1, 0, n, n, 0, 0, 0, 0, {}, 0},
+      {"Dh 16, Lq 3, Lk 37", 1, 3, 37, 1, 1, 16, 16, 0, 0, n, n, 0, 0, 0, 0,
+       {}, 0},
+      {"L 300 causal, G 2, Dh 64", 1, 300, 300, 2, 1, 64, 64, 1, 0, n, n,
+       0, 0, 0, 0, {}, 0},
+  };
   /* clang-format on */
   int failed = 0, passed = 0;
   for (size_t i = 0; i < sizeof pbs / sizeof *pbs; i++)
-    (run(pbs[i], 91 + i) ? failed : passed)++;
+    (run(pbs[i], 91 + i, 0) ? failed : passed)++;
+  /* and version 2, bf16, on every problem it takes (no pages: forward.cu
+   * reads them out first), then its own */
+  for (size_t i = 0; i < sizeof pbs / sizeof *pbs; i++)
+    if (pbs[i].Dh % 16 == 0 && pbs[i].Dv % 16 == 0 && !pbs[i].paged)
+      (run(pbs[i], 91 + i, 1) ? failed : passed)++;
+  for (size_t i = 0; i < sizeof v2s / sizeof *v2s; i++)
+    (run(v2s[i], 191 + i, 1) ? failed : passed)++;
   printf("%d passed, %d failed\n", passed, failed);
   return failed != 0;
 }
