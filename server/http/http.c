@@ -719,6 +719,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     r->hold = 0;
     return ret;
   }
+  /* libmicrohttpd 0.9.75 answers "100 Continue" to any request with
+   * Expect: 100-continue whose first callback queued no reply, one without
+   * a body too (a GET, or a refusal held for the next callback). When
+   * bytes are already in behind such a request (one pipelined after it),
+   * it then calls here as if reading a body: with those bytes as upload
+   * but none of them given (*upload_size 0), in a state where
+   * MHD_queue_response refuses, and a reply that fails there closes the
+   * connection with nothing sent. Only that call has upload set and
+   * empty; the library's next call, once the request is whole, has upload
+   * NULL, and the reply is made there, so the connection is kept. */
+  if (upload != NULL && *upload_size == 0)
+    return MHD_YES;
   if (*upload_size == 0 && !r->body_done)
     conn_body_done(r);
   uv_mutex_lock(&r->mu);
