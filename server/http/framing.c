@@ -48,7 +48,6 @@ typedef struct framing {
   int n_chunked;         /* "chunked" among all their codings */
   char unknown[32];      /* the first coding other than chunked */
   char unmet[32];        /* the first expectation other than 100-continue */
-  int n_expect;          /* Expect field lines */
   const char *bad_name;  /* a field name that is not a token */
   const char *bad_value; /* the name of one whose value has a CR, LF or
                             NUL, */
@@ -208,7 +207,6 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
     framing_list(value, "chunked", &f->n_chunked, f->unknown);
   } else if (strcasecmp(key, "Expect") == 0) {
     int n_continue = 0;
-    f->n_expect++;
     framing_list(value, "100-continue", &n_continue, f->unmet);
   } else if (strcasecmp(key, "Authorization") == 0) {
     f->n_auth++;
@@ -331,14 +329,9 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
                            f.unmet);
   else {
     /* no body: no Transfer-Encoding, and no Content-Length or one of 0
-     * (the library refused one that is not a number). One with Expect is
-     * taken to have one: libmicrohttpd 0.9.75 sends its "100 Continue" to
-     * a request the first callback did not answer, and with a request
-     * pipelined behind it, calls attnd again in a state where no reply
-     * can be queued (http.c, on_first, holds the others' refusals for that
-     * call). */
+     * (the library refused one that is not a number) */
     r->no_body =
-        f.n_coding == 0 && f.n_expect == 0 &&
+        f.n_coding == 0 &&
         (f.length.n == 0 || (f.length.first[0] &&
                              f.length.first[strspn(f.length.first, "0")] == 0));
     return 1;
