@@ -25,6 +25,10 @@
  *     a body closes it unread, as one that asks for the close does; a
  *     request without a body but with Expect: 100-continue is answered,
  *     and so is one pipelined behind it;
+ *   - pipeline: seeded random pipelines of requests of known outcome, in
+ *     one write or in pieces: each request gets exactly one reply, in
+ *     order, and the connection closes after the one that says so, where
+ *     docs/operations.md says it closes, with nothing answered after;
  *   - intake: in this process, with libmicrohttpd's header lookups counted
  *     (the link wraps MHD_lookup_connection_value, and
  *     MHD_get_connection_values_n for a query's walks): a body's callbacks
@@ -36,6 +40,7 @@
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,7 +111,7 @@ static void stop_server(void) {
 
 /* What came back on one connection. */
 typedef struct raw {
-  char buf[1 << 16];
+  char buf[1 << 18]; /* a pipeline of /metrics, gzipped */
   size_t len;
   int closed; /* the server closed the connection (FIN or reset) */
 } raw_t;
@@ -280,7 +285,7 @@ static void exchange_kept_n(const char *req, size_t n, int expect, int behind,
                             const char *what, sh_resp_t *r) {
   static const char probe[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                               "X-Request-Id: probe-after-reply\r\n\r\n";
-  static raw_t x; /* 64 KB, off the stack */
+  static raw_t x; /* off the stack */
   char why[256];
   int fd = sh_connect(srv.port);
   ck_assert_msg(fd >= 0, "cannot connect to port %d", srv.port);
@@ -1186,6 +1191,247 @@ START_TEST(test_expect_no_body) {
 }
 END_TEST
 
+/* ---- pipelines: one reply per request, in order ------------------------ *
+ *
+ * What a client, and a proxy's pool of kept connections, relies on: on one
+ * connection each request gets exactly one final reply (after at most one
+ * interim 100, if it sent Expect), in order; the connection is closed only
+ * after a reply that says so, and only where docs/operations.md says it
+ * closes; nothing is answered after that. Pipelines of 1 to PIPE_MAX
+ * requests are drawn from a seeded generator over requests of known
+ * outcome, and each is sent on a new connection, in one write or cut at
+ * random offsets with short pauses between the pieces. A failure names the
+ * seed (ATTND_PIPE_SEED replays it), the pipeline and the bytes that came
+ * back. */
+#define PIPES 200
+#define PIPE_MAX 8
+
+/* How a request carries a body. */
+enum { NO_BODY, LENGTH, CHUNKED };
+
+/* The requests the pipelines are made of. `from_head`: refused from the
+ * headers, so a body it has closes the connection unread; `extra`: a header
+ * line more (/metrics' 110 KB gzipped, so that 8 of them fit a raw_t). */
+static const struct {
+  const char *what, *method, *path;
+  int key, framing;
+  const char *payload; /* with LENGTH, NULL: Content-Length: 0 */
+  long status;
+  int from_head;
+  const char *extra;
+} vocab[] = {
+    {"GET /healthz", "GET", "/healthz", 0, NO_BODY, NULL, 200, 0, NULL},
+    {"GET /readyz", "GET", "/readyz", 0, NO_BODY, NULL, 200, 0, NULL},
+    {"GET /v1/info", "GET", "/v1/info", 1, NO_BODY, NULL, 200, 0, NULL},
+    {"GET /metrics", "GET", "/metrics", 0, NO_BODY, NULL, 200, 0,
+     "Accept-Encoding: gzip\r\n"},
+    {"GET /v2/health/live", "GET", "/v2/health/live", 0, NO_BODY, NULL, 200, 0,
+     NULL},
+    {"GET /nope", "GET", "/nope", 1, NO_BODY, NULL, 404, 1, NULL},
+    {"DELETE /v1/attention", "DELETE", "/v1/attention", 1, NO_BODY, NULL, 405,
+     1, NULL},
+    {"GET /v1/info, no key", "GET", "/v1/info", 0, NO_BODY, NULL, 401, 1, NULL},
+    {"TRACE /healthz", "TRACE", "/healthz", 0, NO_BODY, NULL, 501, 1, NULL},
+    {"POST /nope, Content-Length: 0", "POST", "/nope", 1, LENGTH, NULL, 404, 1,
+     NULL},
+    {"POST /v1/attention", "POST", "/v1/attention", 1, LENGTH, body, 200, 0,
+     NULL},
+    {"POST /v1/attention, chunked", "POST", "/v1/attention", 1, CHUNKED, body,
+     200, 0, NULL},
+    {"POST /v1/attention, bad JSON", "POST", "/v1/attention", 1, LENGTH,
+     "{\"query\":[[1,", 400, 0, NULL},
+    {"POST /v1/attention, Content-Length: 0", "POST", "/v1/attention", 1,
+     LENGTH, NULL, 400, 0, NULL},
+    {"POST /v1/attention, no key", "POST", "/v1/attention", 0, LENGTH, body,
+     401, 1, NULL},
+    {"POST /nope, chunked", "POST", "/nope", 1, CHUNKED, body, 404, 1, NULL},
+    {"DELETE /v1/attention, a body", "DELETE", "/v1/attention", 1, LENGTH, body,
+     405, 1, NULL},
+};
+#define N_VOCAB (sizeof vocab / sizeof vocab[0])
+
+/* One request of a pipeline: a word of vocab and how it is sent. */
+typedef struct pipe_req {
+  int word, expect, close, http10, keep_alive;
+  long status; /* the reply it must get */
+  int closes;  /* and whether the connection closes after it */
+} pipe_req_t;
+
+/* xorshift64*: the same pipelines from the same seed, on any libc. */
+static uint64_t pipe_rand(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return *s * 2685821657736338717ull;
+}
+
+static int pipe_pick(uint64_t *s, int n) {
+  return (int)(pipe_rand(s) >> 33) % n;
+}
+
+/* Draws q's request, and the outcome docs/operations.md gives it. */
+static void pipe_draw(uint64_t *s, pipe_req_t *q) {
+  memset(q, 0, sizeof *q);
+  q->word = pipe_pick(s, (int)N_VOCAB);
+  q->http10 = pipe_pick(s, 6) == 0;
+  q->keep_alive = q->http10 && pipe_pick(s, 2);
+  q->expect = !q->http10 && pipe_pick(s, 4) == 0; /* HTTP/1.1's alone */
+  q->close = pipe_pick(s, 10) == 0;
+  int has_body =
+      vocab[q->word].framing == CHUNKED ||
+      (vocab[q->word].framing == LENGTH && vocab[q->word].payload != NULL);
+  q->status = vocab[q->word].status;
+  q->closes = q->close || (q->http10 && !q->keep_alive) ||
+              (has_body && vocab[q->word].from_head);
+  if (q->http10 && vocab[q->word].framing == CHUNKED) {
+    q->status = 400; /* Transfer-Encoding in HTTP/1.0: the framing's */
+    q->closes = 1;
+  }
+}
+
+/* Writes q's bytes, with X-Request-Id "r<i>", at out; returns their
+ * length. */
+static size_t pipe_write(const pipe_req_t *q, int i, char *out, size_t cap) {
+  const char *payload = vocab[q->word].payload;
+  size_t plen = payload ? strlen(payload) : 0;
+  int n = snprintf(out, cap, "%s %s HTTP/1.%d\r\nHost: 127.0.0.1\r\n%s%s%s%s%s",
+                   vocab[q->word].method, vocab[q->word].path, !q->http10,
+                   vocab[q->word].key ? KEY : "", q->expect ? EXPECT_100 : "",
+                   q->close ? "Connection: close\r\n" : "",
+                   q->keep_alive ? "Connection: keep-alive\r\n" : "",
+                   vocab[q->word].extra ? vocab[q->word].extra : "");
+  n += snprintf(out + n, cap - (size_t)n, "X-Request-Id: r%d\r\n", i);
+  if (vocab[q->word].framing == LENGTH)
+    n += snprintf(out + n, cap - (size_t)n,
+                  "Content-Type: application/json\r\n"
+                  "Content-Length: %zu\r\n\r\n%s",
+                  plen, plen ? payload : "");
+  else if (vocab[q->word].framing == CHUNKED)
+    n += snprintf(out + n, cap - (size_t)n,
+                  "Content-Type: application/json\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n%zx\r\n%s\r\n0\r\n\r\n",
+                  plen, payload);
+  else
+    n += snprintf(out + n, cap - (size_t)n, "\r\n");
+  return (size_t)n;
+}
+
+/* The pipeline, its seed and what came back, for a failure's message. */
+static void pipe_fail(uint64_t seed, int p, const pipe_req_t *qs, int n,
+                      const raw_t *x, const char *why) {
+  static char msg[8192];
+  int m =
+      snprintf(msg, sizeof msg,
+               "seed %llu (ATTND_PIPE_SEED=%llu replays it), pipeline %d: %s\n",
+               (unsigned long long)seed, (unsigned long long)seed, p, why);
+  for (int i = 0; i < n && m < (int)sizeof msg; i++)
+    m += snprintf(
+        msg + m, sizeof msg - (size_t)m, "  r%d: %s%s%s%s%s -> %ld%s\n", i,
+        vocab[qs[i].word].what, qs[i].http10 ? ", HTTP/1.0" : "",
+        qs[i].keep_alive ? " keep-alive" : "", qs[i].expect ? ", Expect" : "",
+        qs[i].close ? ", Connection: close" : "", qs[i].status,
+        qs[i].closes ? ", closes" : "");
+  if (m < (int)sizeof msg)
+    snprintf(msg + m, sizeof msg - (size_t)m, "%zu bytes came back%s:\n%.3000s",
+             x->len, x->closed ? ", then the close" : "", x->buf);
+  ck_abort_msg("%s", msg);
+}
+
+START_TEST(test_pipelines) {
+  static const char probe[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "X-Request-Id: probe\r\n\r\n";
+  static raw_t x;
+  static char req[PIPE_MAX * 512 + sizeof probe];
+  const char *env = getenv("ATTND_PIPE_SEED");
+  uint64_t seed = env ? strtoull(env, NULL, 10) : 20261207u, s = seed + 1;
+  int split = _i;
+  for (int p = 0; p < PIPES; p++) {
+    pipe_req_t qs[PIPE_MAX];
+    /* last: the request after whose reply the connection closes, or n */
+    int n = 1 + pipe_pick(&s, PIPE_MAX), last = n;
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+      pipe_draw(&s, &qs[i]);
+      len += pipe_write(&qs[i], i, req + len, sizeof req - len);
+      if (qs[i].closes && last == n)
+        last = i;
+    }
+    int fd = sh_connect(srv.port);
+    ck_assert_msg(fd >= 0, "cannot connect to port %d", srv.port);
+    x.len = 0;
+    x.closed = 0;
+    x.buf[0] = 0;
+    if (!split) {
+      (void)sh_send_all(fd, req, len);
+    } else { /* in up to 4 pieces, cut anywhere, a pause of 0-2 ms between */
+      size_t at = 0;
+      for (int k = pipe_pick(&s, 4); k >= 0 && at < len; k--) {
+        size_t piece =
+            k ? 1 + (size_t)pipe_pick(&s, (int)(len - at)) : len - at;
+        if (sh_send_all(fd, req + at, piece) < 0)
+          break; /* closed by the server: its replies tell */
+        at += piece;
+        usleep((useconds_t)pipe_pick(&s, 2000));
+      }
+    }
+    /* until the close where one is due, else until the replies are in */
+    read_replies(fd, last < n ? 0 : n, REPLY_MS, &x);
+    size_t at = 0;
+    char why[256], got[64], want[16];
+    for (int i = 0; i < n && i <= last; i++) {
+      sh_resp_t r;
+      if (qs[i].expect)
+        at += interim_at(x.buf + at, x.len - at);
+      long used = parse_reply(x.buf + at, x.len - at, &r, why, sizeof why);
+      snprintf(want, sizeof want, "r%d", i);
+      if (used <= 0) {
+        char w[320];
+        snprintf(w, sizeof w, "no reply to r%d: %s", i, why);
+        pipe_fail(seed, p, qs, n, &x, w);
+      }
+      at += (size_t)used;
+      int said_close = sh_header(&r, "Connection", got, sizeof got) &&
+                       strcasecmp(got, "close") == 0;
+      int ok = r.status == qs[i].status &&
+               sh_header(&r, "X-Request-Id", got, sizeof got) &&
+               strcmp(got, want) == 0;
+      sh_resp_free(&r);
+      if (!ok)
+        pipe_fail(seed, p, qs, n, &x,
+                  "a reply out of place (its status or X-Request-Id)");
+      /* HTTP/1.0's close needs no header to say so */
+      if (!qs[i].http10 && said_close != qs[i].closes)
+        pipe_fail(seed, p, qs, n, &x,
+                  qs[i].closes ? "a reply that closes without saying so"
+                               : "Connection: close on a reply that keeps it");
+    }
+    if (last < n) {
+      if (at != x.len || !x.closed)
+        pipe_fail(seed, p, qs, n, &x,
+                  at != x.len ? "bytes after the reply that closes"
+                              : "the connection stayed open");
+    } else {
+      if (x.closed)
+        pipe_fail(seed, p, qs, n, &x, "the connection was closed");
+      /* a probe's reply must come next, and nothing else: a late reply
+       * or a close shows here, with no wait for bytes that do not come */
+      (void)sh_send_all(fd, probe, sizeof probe - 1);
+      read_replies(fd, n + 1, REPLY_MS, &x);
+      sh_resp_t r;
+      long used = parse_reply(x.buf + at, x.len - at, &r, why, sizeof why);
+      int ok = used > 0 && r.status == 200 &&
+               sh_header(&r, "X-Request-Id", got, sizeof got) &&
+               strcmp(got, "probe") == 0 && at + (size_t)used == x.len;
+      if (used > 0)
+        sh_resp_free(&r);
+      if (!ok)
+        pipe_fail(seed, p, qs, n, &x, "not the probe's reply alone next");
+    }
+    close(fd);
+  }
+}
+END_TEST
+
 /* ---- intake: header lookups, counted -----------------------------------
  *
  * Each callback with a piece of the body looked up Content-Length, a walk
@@ -1567,6 +1813,8 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_refusal_kept, 0, N_KEPT);
   tcase_add_loop_test(tc, test_refusal_closes, 0, N_CLOSED);
   tcase_add_loop_test(tc, test_expect_no_body, 0, N_EXPECTING);
+  tc = server_tcase(s, "pipeline", start_keyed_server);
+  tcase_add_loop_test(tc, test_pipelines, 0, 2); /* one write, pieces */
   tc = tcase_create("intake");
   tcase_add_loop_test(tc, test_body_lookups, 0, 2);
   tcase_add_loop_test(tc, test_query_walks, 0, 2);
