@@ -102,14 +102,20 @@ CFLAGS_TEST = $(CFLAGS_SERVER) $(shell pkg-config --cflags $(PKG_TEST))
 LIBS_TEST = $(shell pkg-config --libs $(PKG_TEST)) $(LIBS_SERVER)
 
 # The tile kernels are compiled once per instruction set and picked at run
-# time, so one binary runs well on any x86-64.
+# time, so one binary runs well on any x86-64. For any other target (arm64)
+# only the generic kernel is built, vectorised for it by -O3, and
+# core/backend.c never picks another there. The target is the compiler's,
+# not this machine's, so that a cross compiler (tools/cross-check.sh) gets
+# the kernels it can compile.
 ISA_generic :=
 ISA_avx2 := -mavx2 -mfma
 ISA_avx512 := -mavx2 -mfma -mavx512f -mavx512bw -mavx512dq -mavx512vl
+KERNEL_ISAS := generic $(if $(filter x86_64-%,\
+  $(shell $(CC) -dumpmachine 2>/dev/null)),avx2 avx512)
 
 CORE_SRC := $(filter-out core/kernel.c,$(wildcard core/*.c))
 CORE_OBJ := $(CORE_SRC:%.c=$(BUILD)/%.o) \
-  $(foreach isa,generic avx2 avx512,$(BUILD)/core/kernel_$(isa).o)
+  $(foreach isa,$(KERNEL_ISAS),$(BUILD)/core/kernel_$(isa).o)
 
 # The CUDA backend: core/cuda/*.cu by nvcc for the H100/H200 (sm_90a), in
 # the same libattn.a, with cudart linked (rpath: CUDA_LIBDIR, unless it is
@@ -707,9 +713,12 @@ $(BUILD)/demo-layer: $(BUILD)/tools/demo-layer.o $(BUILD)/libattnd.a \
   $(BUILD)/libattnd-codec.a $(BUILD)/libattn.a
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 
+# build/embed runs here, as a step of the build: a cross build
+# (tools/cross-check.sh) names this machine's compiler as HOST_CC.
+HOST_CC ?= $(CC)
 build/embed: tools/embed.c
 	@mkdir -p $(@D)
-	$(CC) -std=c11 -O2 -Wall -Wextra -Werror $< -o $@
+	$(HOST_CC) -std=c11 -O2 -Wall -Wextra -Werror $< -o $@
 
 $(ASSETS_C): build/embed $(foreach a,$(ASSETS),$(lastword $(subst =, ,$(a))))
 	@mkdir -p $(@D)
@@ -820,7 +829,7 @@ $(FUZZ_DIR)/fuzz_%: $(FUZZ_DIR)/tests/fuzz/fuzz_%.o $(FUZZ_LIBS)
 	  $(shell pkg-config --libs libcurl)
 
 $(FUZZ_DIR)/libattn.a: $(CORE_SRC:%.c=$(FUZZ_DIR)/%.o) \
-  $(foreach isa,generic avx2 avx512,$(FUZZ_DIR)/core/kernel_$(isa).o)
+  $(foreach isa,$(KERNEL_ISAS),$(FUZZ_DIR)/core/kernel_$(isa).o)
 $(FUZZ_DIR)/libattnd.a: $(SERVER_SRC:%.c=$(FUZZ_DIR)/%.o) $(FUZZ_DIR)/gen/assets.o
 $(FUZZ_DIR)/gen/assets.o: $(ASSETS_C)
 	@mkdir -p $(@D)

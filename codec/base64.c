@@ -2,7 +2,6 @@
  * AVX2 where the CPU has it. See base64.h. Pure functions; any thread. */
 #include "base64.h"
 
-#include <immintrin.h>
 #include <stdint.h>
 
 static const char b64_alphabet[] =
@@ -40,6 +39,8 @@ size_t attnd_b64_encoded_len(size_t n) {
  * d, sit in fixed bits of its two 16-bit halves, moved into place with
  * multiplies. */
 #if defined(__x86_64__)
+#include <immintrin.h>
+
 #define B64_AVX2 __attribute__((target("avx2")))
 
 B64_AVX2 static __m256i b64_in(__m256i c, char lo, char hi) {

@@ -8,7 +8,7 @@
 #include "internal.h"
 
 attn_isa_t attn__cpu_isa(void) {
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(ATTN__X86_KERNELS)
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") &&

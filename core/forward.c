@@ -1109,6 +1109,7 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
     f->n_bias = chunks(n, BIAS_CHUNK);
   }
   f->n_layout = f->n_q + 2 * f->n_k + f->n_bias;
+#if defined(ATTN__X86_KERNELS)
   f->attend = pl->isa == ATTN_ISA_AVX512 ? attn__attend_avx512
               : pl->isa == ATTN_ISA_AVX2 ? attn__attend_avx2
                                          : attn__attend_generic;
@@ -1118,6 +1119,11 @@ static void setup(fwd_t *f, const attn_plan_t *pl, attn_outputs_t *o,
   f->dots = pl->isa == ATTN_ISA_AVX512 ? attn__dots_avx512
             : pl->isa == ATTN_ISA_AVX2 ? attn__dots_avx2
                                        : attn__dots_generic;
+#else /* attn__cpu_isa answers generic for any other target */
+  f->attend = attn__attend_generic;
+  f->absmax = attn__absmax_generic;
+  f->dots = attn__dots_generic;
+#endif
 }
 
 /* ---- the stages ------------------------------------------------------------

@@ -213,6 +213,14 @@ static inline void attn__fail(int64_t *fail, int stage, int64_t pos) {
     ;
 }
 
+/* The x86 kernels (avx2, avx512) exist only where the target is x86-64:
+ * the Makefile compiles them for it alone (KERNEL_ISAS). Elsewhere
+ * attn__cpu_isa answers generic, so no plan names them, and nothing may
+ * refer to them: they would not link. */
+#if defined(__x86_64__)
+#define ATTN__X86_KERNELS 1
+#endif
+
 /* The largest |x| over rows [0, rows) of n floats, ld apart, as the bits
  * of a non-negative float: >= 0x7f800000 (ATTN__INF_BITS) when some
  * element is infinite or NaN. With skip_neg_inf, -inf counts as 0 (a

@@ -735,6 +735,11 @@ static int has_flag(const char *flags, const char *name) {
 }
 
 static attn_isa_t cpu_flags_isa(void) {
+#if !defined(__x86_64__)
+  /* avx2 and avx512 are x86-64's; another CPU (arm64, whose cpuinfo says
+   * Features, not flags) runs the generic kernel alone. */
+  return ATTN_ISA_GENERIC;
+#endif
   FILE *f = fopen("/proc/cpuinfo", "r");
   char line[8192];
   int found = 0;
