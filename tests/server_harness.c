@@ -39,6 +39,16 @@ static void *xmalloc(size_t n) {
   return p;
 }
 
+/* Zeroed, for buffers filled by a loop and then read through a const
+ * pointer: gcc 12 for aarch64 sees the read but not that the loop wrote
+ * every byte, and fails the build with -Wmaybe-uninitialized. */
+static void *xcalloc(size_t n) {
+  void *p = calloc(n ? n : 1, 1);
+  if (p == NULL)
+    abort();
+  return p;
+}
+
 static void *xrealloc(void *p, size_t n) {
   p = realloc(p, n ? n : 1);
   if (p == NULL)
@@ -720,7 +730,7 @@ json_t *sh_mask_json(const uint8_t *x, int rank, const int64_t *dim,
     return json_pack("{s:o,s:o}", "shape", shape_json(rank, dim), "data",
                      nest(x, 1, &at, 1, flat, bool_leaf, 0));
   case SH_MASK_BASE64_BOOL: {
-    uint8_t *b = xmalloc(n);
+    uint8_t *b = xcalloc(n);
     for (size_t i = 0; i < n; i++)
       b[i] = x[i] != 0;
     char *t = sh_base64(b, n);
@@ -731,7 +741,7 @@ json_t *sh_mask_json(const uint8_t *x, int rank, const int64_t *dim,
     return v;
   }
   case SH_MASK_BASE64_F32: {
-    float *f = xmalloc(n * sizeof *f);
+    float *f = xcalloc(n * sizeof *f);
     for (size_t i = 0; i < n; i++)
       f[i] = x[i] != 0 ? 1.0f : 0.0f;
     char *t = sh_base64(f, n * sizeof *f);
