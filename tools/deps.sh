@@ -27,7 +27,7 @@ cmd:curl curl
 cmd:node nodejs
 cmd:npm npm
 file:/usr/bin/python3 python3
-file:/usr/lib/gcc/x86_64-linux-gnu/*/libgfortran.a libgfortran-12-dev
+file:/usr/lib/gcc/*-linux-gnu/*/libgfortran.a libgfortran-12-dev
 cmd:readelf binutils
 cmd:groff groff-base
 cmd:col bsdextrautils
@@ -35,7 +35,7 @@ cmd:strace strace'
 if [ "${1:-}" = fuzz ]; then
   need="$need
 cmd:clang-14 clang-14
-file:/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a libclang-rt-14-dev
+file:/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a libclang-rt-14-dev
 file:/usr/lib/llvm-14/lib/clang/*/include/omp.h libomp-14-dev"
 fi
 if [ "${1:-}" = tsan-core ]; then
