@@ -963,5 +963,8 @@ check-build: $(BUILD)/libattn.so.$(ATTN_VERSION) $(MAN_PAGES)
 endif
 # ---- end of install -------------------------------------------------------
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+# The compiler's dependency files; not the arm64 tree of tools/cross-check.sh
+# (build/cross/sysroot), whose etc/ has directories named *.d.
+-include $(shell find $(BUILD) -name sysroot -prune -o -name '*.d' -type f \
+  -print 2>/dev/null)
 .SECONDARY:
