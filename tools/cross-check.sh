@@ -71,6 +71,11 @@ if [ "$(cat "$ROOT.stamp" 2>/dev/null)" != "$stamp" ]; then
   echo "$stamp" >"$ROOT.stamp"
 fi
 
+# The build from nothing each time (the tree above is what is kept): make
+# keeps an archive whose objects' flags or list changed, so a stale build
+# would hide a Makefile that compiles the x86 kernels for arm64 again.
+rm -rf $OUT
+
 # pkg-config reads the tree's .pc files and prefixes their paths with it;
 # build/embed, a step of the build, runs here (HOST_CC).
 export PKG_CONFIG_LIBDIR="$ROOT/usr/lib/$T/pkgconfig:$ROOT/usr/share/pkgconfig"
