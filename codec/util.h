@@ -24,6 +24,17 @@ uint64_t attnd_random_u64(void);
 int attnd_fail(char *msg, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* An API key: 1 to ATTND_AUTH_MAX_KEY characters of RFC 6750's b64token,
+ * letters, digits and - . _ ~ + / = (so no space, comma, quote or '#',
+ * which the config formats would cut). attnd's keys (server/http/auth.c)
+ * and attnd-load's (tools/load/options.c) follow this one rule. */
+#define ATTND_AUTH_MAX_KEY 4096
+static inline int attnd_auth_key_char(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
+         c == '~' || c == '+' || c == '/' || c == '=';
+}
+
 /* The value of hex digit c (0-9, a-f, A-F), or -1. */
 static inline int attnd_hex_digit(char c) {
   if (c >= '0' && c <= '9')

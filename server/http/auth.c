@@ -12,13 +12,6 @@
 
 _Atomic long attnd__keysets_live;
 
-/* RFC 6750's b64token characters. */
-static int token_char(unsigned char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' ||
-         c == '~' || c == '+' || c == '/' || c == '=';
-}
-
 /* SHA-256 is always in GnuTLS, which libmicrohttpd links for TLS. A
  * failure (the library out of memory) fails closed: no set is built, no
  * presented key matches. */
@@ -57,7 +50,7 @@ int attnd_auth_bearer(const char *h, const char **tok, size_t *len) {
   while (*h == ' ' || *h == '\t')
     h++;
   size_t n = 0;
-  while (token_char((unsigned char)h[n]))
+  while (attnd_auth_key_char((unsigned char)h[n]))
     n++;
   const char *end = h + n;
   while (*end == ' ' || *end == '\t')
@@ -100,7 +93,7 @@ int attnd_keyset_parse(attnd_keyset_t **set, const char *text, char sep,
     if (a == b || (sep == '\n' && *a == '#'))
       continue;
     for (const char *c = a; c < b; c++)
-      if (!token_char((unsigned char)*c))
+      if (!attnd_auth_key_char((unsigned char)*c))
         return snprintf(msg, msz,
                         "%s: %s %d has a character outside letters, digits "
                         "and - . _ ~ + / = (position %d)",

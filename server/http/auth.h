@@ -8,10 +8,9 @@
  * api_keys_file (one key a line, '#' comments), re-read on SIGHUP: the
  * reloading thread builds a new set, swaps it in under a write lock and
  * frees the old one, so an HTTP thread sees the old set or the new one,
- * never a half-loaded or a freed one. A key is 1 to 4096 characters of RFC
- * 6750's b64token: letters, digits and - . _ ~ + / = (so no space, comma, quote
- * or '#', which the config formats would cut). No message of this module
- * contains a key.
+ * never a half-loaded or a freed one. A key is 1 to ATTND_AUTH_MAX_KEY
+ * characters of RFC 6750's b64token (codec/util.h, attnd_auth_key_char). No
+ * message of this module contains a key.
  *
  * Pure: no server, no HTTP library; tests/check_auth.c tests it alone. */
 #ifndef ATTND_AUTH_H
@@ -21,7 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ATTND_AUTH_MAX_KEY 4096
+#include "codec/util.h" /* ATTND_AUTH_MAX_KEY, attnd_auth_key_char */
+
 #define ATTND_AUTH_MAX_FILE (1 << 20) /* larger key files are refused */
 
 /* An immutable set of key hashes. */

@@ -18,6 +18,7 @@
 
 #include "client.h"
 #include "codec/deflate.h"
+#include "codec/util.h"
 #include "decode.h"
 #include "gen.h"
 #include "report.h"
@@ -430,7 +431,8 @@ static int check_url(const char *url) {
 /* Reads the API key of --api-key-file (`file`) or of ATTND_API_KEY
  * (`env`) into o->api_key: the file's first line without its line end,
  * or the variable's whole value. A key must be one attnd can accept
- * (server/http/auth.h): 1 to 4096 letters, digits and - . _ ~ + / =.
+ * (codec/util.h's rule, attnd's own): 1 to ATTND_AUTH_MAX_KEY letters,
+ * digits and - . _ ~ + / =.
  * No message holds the key. Returns 0, or -1 with the reason on stderr. */
 static int read_key(opts_t *o, const char *file, const char *env) {
   const char *what = file ? "--api-key-file" : "ATTND_API_KEY";
@@ -460,11 +462,14 @@ static int read_key(opts_t *o, const char *file, const char *env) {
   o->api_key[n] = 0;
   if (n == 0)
     return bad("%s: the key is empty%s", where, "");
-  if (n > 4096)
-    return bad("%s: the key is longer than 4096 characters%s", where, "");
-  size_t ok = strspn(o->api_key, "abcdefghijklmnopqrstuvwxyz"
-                                 "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                 "0123456789-._~+/=");
+  if (n > ATTND_AUTH_MAX_KEY) {
+    char most[32];
+    snprintf(most, sizeof most, "%d", ATTND_AUTH_MAX_KEY);
+    return bad("%s: the key is longer than %s characters", where, most);
+  }
+  size_t ok = 0;
+  while (ok < n && attnd_auth_key_char((unsigned char)o->api_key[ok]))
+    ok++;
   if (ok < n) {
     char pos[32];
     snprintf(pos, sizeof pos, "%zu", ok + 1);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "client.h"
+#include "codec/util.h"
 #include "decode.h"
 #include "gen.h"
 
@@ -42,9 +43,9 @@ typedef struct opts {
   load_shape_t shape;         /* Lq and Lk are set per length */
   load_decode_shape_t dshape; /* --mode decode */
   char base_url[2000];        /* --url without a trailing '/', within url[] */
-  /* --api-key-file's or ATTND_API_KEY's key, "" for none: 4096 characters
-   * at most, and room for one more to tell a longer one */
-  char api_key[4098];
+  /* --api-key-file's or ATTND_API_KEY's key, "" for none: ATTND_AUTH_MAX_KEY
+   * characters at most, and room for one more to tell a longer one */
+  char api_key[ATTND_AUTH_MAX_KEY + 2];
   load_access_t access; /* the key and TLS trust, for both engines */
 } opts_t;
 
