@@ -140,16 +140,16 @@ if [ -z "$port" ]; then
   exit 1
 fi
 grep '"event":"listening"' $log
-reply=$(curl -s --max-time 60 "127.0.0.1:$port/v1/attention" \
-  -H 'Content-Type: application/json' -d '{
-  "query": [[0, 0]],
-  "key":   [[0, 0], [0, 0]],
-  "value": [[2, 10], [6, -2]],
-  "num_heads": 2,
-  "mask": {"bias": [[[-0.22314355, -1.60943791]], [[-1.38629436, -0.28768207]]]},
-  "projections": {"o_weight": [[2, -1]]},
-  "return": {"weights": "per_head", "head_outputs": true, "metrics": false}
-}')
+# README.md's first ```sh block after "## A first request", as
+# docker/newcomer-test.sh takes it, sent to this attnd's port.
+awk '/^## A first request/ { f = 1 } f && /^```sh/ { s = 1; next }
+  s && /^```/ { exit } s' README.md |
+  sed "s|localhost:8080|127.0.0.1:$port|" >$OUT/first.sh
+grep -q "127.0.0.1:$port" $OUT/first.sh || {
+  echo "cross-check: no request for localhost:8080 in README.md's first" >&2
+  exit 1
+}
+reply=$(timeout 120 sh $OUT/first.sh) # (a hang under qemu fails, not waits)
 echo "$reply"
 # 4.6 within float32's rounding (README.md shows 4.6000004 on x86-64; an
 # FMA-contracted sum may round otherwise)
