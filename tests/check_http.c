@@ -25,10 +25,16 @@
  *     a body closes it unread, as one that asks for the close does; a
  *     request without a body but with Expect: 100-continue is answered,
  *     and so is one pipelined behind it;
- *   - pipeline: seeded random pipelines of requests of known outcome, in
- *     one write or in pieces: each request gets exactly one reply, in
- *     order, and the connection closes after the one that says so, where
+ *   - pipeline: seeded random pipelines of requests of known outcome (HEAD,
+ *     refusals that keep the connection, and refusals of the framing and
+ *     of a head's size, attnd's and the library's, that close it), in one
+ *     write or in pieces: each request gets exactly one reply, in order,
+ *     and the connection closes after the one that says so, where
  *     docs/operations.md says it closes, with nothing answered after;
+ *   - drain: such a pipeline, with SIGTERM after its first reply, each on
+ *     an attnd of its own: every request before the close is answered
+ *     whole, as before the drain or as while draining (503 for a new body,
+ *     Connection: close), nothing after it, and attnd exits 0;
  *   - intake: in this process, with libmicrohttpd's header lookups counted
  *     (the link wraps MHD_lookup_connection_value, and
  *     MHD_get_connection_values_n for a query's walks): a body's callbacks
@@ -40,6 +46,8 @@
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,7 +121,8 @@ static void stop_server(void) {
 typedef struct raw {
   char buf[1 << 18]; /* a pipeline of /metrics, gzipped */
   size_t len;
-  int closed; /* the server closed the connection (FIN or reset) */
+  int closed;     /* the server closed the connection (FIN or reset) */
+  uint32_t heads; /* bit i: the i-th reply answers HEAD, and has no body */
 } raw_t;
 
 /* Reads from fd into out, after what it holds, until the server closes,
@@ -155,6 +164,7 @@ static void exchange_n(const char *req, size_t n, int replies, int wait_ms,
   (void)sh_send_all(fd, req, n);
   out->len = 0;
   out->closed = 0;
+  out->heads = 0;
   read_replies(fd, replies, wait_ms, out);
   close(fd);
 }
@@ -164,10 +174,11 @@ static void exchange(const char *req, size_t n, int wait_ms, raw_t *out) {
 }
 
 /* Parses one reply at p[0..n) strictly, into r (head and body copied, NUL-
- * terminated; sh_resp_free frees them). Returns the bytes it took, or -1
- * with the reason in why. */
-static long parse_reply(const char *p, size_t n, sh_resp_t *r, char *why,
-                        size_t wn) {
+ * terminated; sh_resp_free frees them). A reply to HEAD (`to_head`) has
+ * no body, whatever its Content-Length says (RFC 9110 9.3.2: that of the
+ * GET's). Returns the bytes it took, or -1 with the reason in why. */
+static long parse_reply(const char *p, size_t n, int to_head, sh_resp_t *r,
+                        char *why, size_t wn) {
   memset(r, 0, sizeof *r);
   const char *end = memmem(p, n, "\r\n\r\n", 4);
   if (end == NULL)
@@ -194,7 +205,9 @@ static long parse_reply(const char *p, size_t n, sh_resp_t *r, char *why,
     }
     line = e + 2;
   }
-  if (clen < 0)
+  if (to_head)
+    clen = 0;
+  else if (clen < 0)
     return snprintf(why, wn, "no Content-Length"), -1;
   size_t head = (size_t)(end + 4 - p);
   if (head + (size_t)clen > n)
@@ -219,15 +232,31 @@ static size_t interim_at(const char *p, size_t n) {
              : 0;
 }
 
+/* The length of libmicrohttpd 0.9.75's reply whose header block is written
+ * twice (docs/operations.md: a Content-Length it cannot parse) at p[0..n),
+ * NUL-terminated there, of which parse_reply read the first block into r:
+ * the block, the same block again (its Date may be a second later), then
+ * the page that the first block's Content-Length was counting, of which
+ * the last bytes trail after it. 0 where p does not hold that shape. */
+static size_t doubled_reply(const char *p, size_t n, const sh_resp_t *r) {
+  size_t head = r->head_len + 2, line = strcspn(p, "\r");
+  return n >= 2 * head + r->body_len && memcmp(p, p + head, line) == 0 &&
+                 memcmp(p + 2 * head - 4, "\r\n\r\n", 4) == 0 &&
+                 strncmp(p + 2 * head, "<html>", 6) == 0
+             ? 2 * head + r->body_len
+             : 0;
+}
+
 /* The whole replies at the start of x, one after another (an interim 100
- * before one is part of it). */
+ * before one is part of it; those x->heads marks have no body). */
 static int count_replies(const raw_t *x) {
   char why[256];
   sh_resp_t r;
   int k = 0;
   for (size_t at = 0;; k++) {
     at += interim_at(x->buf + at, x->len - at);
-    long used = parse_reply(x->buf + at, x->len - at, &r, why, sizeof why);
+    long used = parse_reply(x->buf + at, x->len - at,
+                            k < 32 && (x->heads >> k & 1), &r, why, sizeof why);
     if (used <= 0)
       return k;
     sh_resp_free(&r);
@@ -240,7 +269,7 @@ static int count_replies(const raw_t *x) {
  * the connection (when `closed`). Fills r. */
 static void expect_one_reply(const raw_t *x, int closed, sh_resp_t *r) {
   char why[256];
-  long used = parse_reply(x->buf, x->len, r, why, sizeof why);
+  long used = parse_reply(x->buf, x->len, 0, r, why, sizeof why);
   ck_assert_msg(used > 0, "%s; %zu bytes came back: %.600s", why, x->len,
                 x->buf);
   ck_assert_msg((size_t)used == x->len,
@@ -260,7 +289,7 @@ static size_t expect_next_ok(const raw_t *x, size_t at, const char *id,
                              const char *what) {
   char why[256], got[64];
   sh_resp_t p;
-  long next = parse_reply(x->buf + at, x->len - at, &p, why, sizeof why);
+  long next = parse_reply(x->buf + at, x->len - at, 0, &p, why, sizeof why);
   ck_assert_msg(next > 0 || !x->closed, "%s: the connection was closed", what);
   ck_assert_msg(next > 0 && p.status == 200 &&
                     sh_header(&p, "X-Request-Id", got, sizeof got) &&
@@ -292,9 +321,10 @@ static void exchange_kept_n(const char *req, size_t n, int expect, int behind,
   (void)sh_send_all(fd, req, n);
   x.len = 0;
   x.closed = 0;
+  x.heads = 0;
   read_replies(fd, 1 + behind, REPLY_MS, &x);
   size_t at = expect ? interim_at(x.buf, x.len) : 0;
-  long used = parse_reply(x.buf + at, x.len - at, r, why, sizeof why);
+  long used = parse_reply(x.buf + at, x.len - at, 0, r, why, sizeof why);
   ck_assert_msg(used > 0, "%s: %s; %zu bytes came back: %.600s", what, why,
                 x.len, x.buf);
   ck_assert_msg(strstr(r->body, "HTTP/1.") == NULL,
@@ -497,10 +527,10 @@ START_TEST(test_smuggled_after_chunks) {
   sh_resp_t r;
   exchange_n(req, (size_t)n, 2, REPLY_MS, &x);
   char why[256];
-  long used = parse_reply(x.buf, x.len, &r, why, sizeof why);
+  long used = parse_reply(x.buf, x.len, 0, &r, why, sizeof why);
   ck_assert_msg(used > 0 && r.status == 200, "chunked: %s %.300s", why, x.buf);
   sh_resp_free(&r);
-  ck_assert_msg(parse_reply(x.buf + used, x.len - (size_t)used, &r, why,
+  ck_assert_msg(parse_reply(x.buf + used, x.len - (size_t)used, 0, &r, why,
                             sizeof why) > 0 &&
                     r.status == 200,
                 "the pipelined /healthz: %s %.300s", why, x.buf + used);
@@ -941,20 +971,14 @@ START_TEST(test_library_errors) {
   free(q);
   sh_resp_t r;
   char why[256];
-  long used = parse_reply(x.buf, x.len, &r, why, sizeof why);
+  long used = parse_reply(x.buf, x.len, 0, &r, why, sizeof why);
   ck_assert_msg(used > 0, "%s: %s; %zu bytes: %.400s", what, why, x.len, x.buf);
   ck_assert_msg(r.status == lib_case[_i].status, "%s: status %ld, expected %d",
                 what, r.status, lib_case[_i].status);
   ck_assert_msg(x.closed, "%s: the connection stayed open", what);
   const char *second = strstr(r.body, "HTTP/1.1 ");
   if (second && lib_case[_i].doubled_head) {
-    /* the same block again (its Date may be a second later), then the
-     * page that the first block's Content-Length was counting */
-    size_t head = r.head_len + 2, line = strcspn(x.buf, "\r");
-    ck_assert_msg(x.len == 2 * head + r.body_len &&
-                      memcmp(x.buf, x.buf + head, line) == 0 &&
-                      memcmp(x.buf + 2 * head - 4, "\r\n\r\n", 4) == 0 &&
-                      strncmp(x.buf + 2 * head, "<html>", 6) == 0,
+    ck_assert_msg(doubled_reply(x.buf, x.len, &r) == x.len,
                   "%s: not the documented doubled header block: %.400s", what,
                   x.buf);
   } else {
@@ -1202,16 +1226,39 @@ END_TEST
  * outcome, and each is sent on a new connection, in one write or cut at
  * random offsets with short pauses between the pieces. A failure names the
  * seed (ATTND_PIPE_SEED replays it), the pipeline and the bytes that came
- * back. */
+ * back. The TCase's attnd has a connection_buffer_bytes of PIPE_BUFFER, so
+ * that a head over half of it is a few KB. */
 #define PIPES 200
 #define PIPE_MAX 8
+#define PIPE_BUFFER 8192
+#define PIPE_BUFFER_ARG "8192"
+#define PIPE_HALF (PIPE_BUFFER / 2)
 
-/* How a request carries a body. */
-enum { NO_BODY, LENGTH, CHUNKED };
+/* How a request carries a body, or makes its head too big. */
+enum {
+  NO_BODY,
+  LENGTH,
+  CHUNKED,
+  RAW,          /* its framing lines in `extra`, then `payload` as it is */
+  HEADERS_OVER, /* a header line takes its head over PIPE_HALF */
+  LINE_OVER,    /* its path takes its request line over PIPE_HALF */
+};
+
+/* What closes the connection after a request whatever it asked: nothing
+ * (KEEPS: the rules of the others), attnd's refusal of its framing or its
+ * head's size (CLOSES), or libmicrohttpd's own page (LIBRARY: HTML, no
+ * X-Request-Id, and the header block twice for a Content-Length it cannot
+ * parse). */
+enum { KEEPS, CLOSES, LIBRARY };
 
 /* The requests the pipelines are made of. `from_head`: refused from the
- * headers, so a body it has closes the connection unread; `extra`: a header
- * line more (/metrics' 110 KB gzipped, so that 8 of them fit a raw_t). */
+ * headers, so a body it has closes the connection unread; `extra`: header
+ * lines more (/metrics' 110 KB gzipped, so that 8 of them fit a raw_t; a
+ * RAW request's framing); `draining`: its status once attnd drains, where
+ * that is not `status` (a route that reads a body refuses a new one, and
+ * readiness fails). The words from N_KEEPING on close whatever they ask,
+ * and are drawn one time in four, so that pipelines still run long. */
+#define CHUNK_OF_2 "2\r\n{}\r\n0\r\n\r\n"
 static const struct {
   const char *what, *method, *path;
   int key, framing;
@@ -1219,43 +1266,98 @@ static const struct {
   long status;
   int from_head;
   const char *extra;
+  int refusal;
+  long draining;
 } vocab[] = {
-    {"GET /healthz", "GET", "/healthz", 0, NO_BODY, NULL, 200, 0, NULL},
-    {"GET /readyz", "GET", "/readyz", 0, NO_BODY, NULL, 200, 0, NULL},
-    {"GET /v1/info", "GET", "/v1/info", 1, NO_BODY, NULL, 200, 0, NULL},
+    {"GET /healthz", "GET", "/healthz", 0, NO_BODY, NULL, 200, 0, NULL, KEEPS,
+     0},
+    {"GET /readyz", "GET", "/readyz", 0, NO_BODY, NULL, 200, 0, NULL, KEEPS,
+     503},
+    {"GET /v1/info", "GET", "/v1/info", 1, NO_BODY, NULL, 200, 0, NULL, KEEPS,
+     0},
     {"GET /metrics", "GET", "/metrics", 0, NO_BODY, NULL, 200, 0,
-     "Accept-Encoding: gzip\r\n"},
+     "Accept-Encoding: gzip\r\n", KEEPS, 0},
     {"GET /v2/health/live", "GET", "/v2/health/live", 0, NO_BODY, NULL, 200, 0,
-     NULL},
-    {"GET /nope", "GET", "/nope", 1, NO_BODY, NULL, 404, 1, NULL},
+     NULL, KEEPS, 0},
+    {"GET /nope", "GET", "/nope", 1, NO_BODY, NULL, 404, 1, NULL, KEEPS, 0},
     {"DELETE /v1/attention", "DELETE", "/v1/attention", 1, NO_BODY, NULL, 405,
-     1, NULL},
-    {"GET /v1/info, no key", "GET", "/v1/info", 0, NO_BODY, NULL, 401, 1, NULL},
-    {"TRACE /healthz", "TRACE", "/healthz", 0, NO_BODY, NULL, 501, 1, NULL},
+     1, NULL, KEEPS, 0},
+    {"GET /v1/info, no key", "GET", "/v1/info", 0, NO_BODY, NULL, 401, 1, NULL,
+     KEEPS, 0},
+    {"TRACE /healthz", "TRACE", "/healthz", 0, NO_BODY, NULL, 501, 1, NULL,
+     KEEPS, 0},
     {"POST /nope, Content-Length: 0", "POST", "/nope", 1, LENGTH, NULL, 404, 1,
-     NULL},
+     NULL, KEEPS, 0},
     {"POST /v1/attention", "POST", "/v1/attention", 1, LENGTH, body, 200, 0,
-     NULL},
+     NULL, KEEPS, 503},
     {"POST /v1/attention, chunked", "POST", "/v1/attention", 1, CHUNKED, body,
-     200, 0, NULL},
+     200, 0, NULL, KEEPS, 503},
     {"POST /v1/attention, bad JSON", "POST", "/v1/attention", 1, LENGTH,
-     "{\"query\":[[1,", 400, 0, NULL},
+     "{\"query\":[[1,", 400, 0, NULL, KEEPS, 503},
     {"POST /v1/attention, Content-Length: 0", "POST", "/v1/attention", 1,
-     LENGTH, NULL, 400, 0, NULL},
+     LENGTH, NULL, 400, 0, NULL, KEEPS, 503},
     {"POST /v1/attention, no key", "POST", "/v1/attention", 0, LENGTH, body,
-     401, 1, NULL},
-    {"POST /nope, chunked", "POST", "/nope", 1, CHUNKED, body, 404, 1, NULL},
+     401, 1, NULL, KEEPS, 0},
+    {"POST /nope, chunked", "POST", "/nope", 1, CHUNKED, body, 404, 1, NULL,
+     KEEPS, 0},
     {"DELETE /v1/attention, a body", "DELETE", "/v1/attention", 1, LENGTH, body,
-     405, 1, NULL},
+     405, 1, NULL, KEEPS, 0},
+    /* the GET's headers and no body, refused or not */
+    {"HEAD /healthz", "HEAD", "/healthz", 0, NO_BODY, NULL, 200, 0, NULL, KEEPS,
+     0},
+    {"HEAD /v1/info", "HEAD", "/v1/info", 1, NO_BODY, NULL, 200, 0, NULL, KEEPS,
+     0},
+    {"HEAD /nope", "HEAD", "/nope", 1, NO_BODY, NULL, 404, 1, NULL, KEEPS, 0},
+    {"HEAD /v1/attention", "HEAD", "/v1/attention", 1, NO_BODY, NULL, 405, 1,
+     NULL, KEEPS, 0},
+    {"HEAD /v1/info, no key", "HEAD", "/v1/info", 0, NO_BODY, NULL, 401, 1,
+     NULL, KEEPS, 0},
+    /* N_KEEPING: from here on, each closes (docs/operations.md's tables of
+     * framing refusals and of libmicrohttpd's own replies) */
+    {"Content-Length and chunked", "POST", "/v1/attention", 1, RAW, CHUNK_OF_2,
+     400, 1, "Content-Length: 12\r\nTransfer-Encoding: chunked\r\n", CLOSES, 0},
+    {"two Content-Lengths", "POST", "/v1/attention", 1, RAW, "{}", 400, 1,
+     "Content-Length: 2\r\nContent-Length: 3\r\n", CLOSES, 0},
+    {"Transfer-Encoding: gzip, chunked", "POST", "/v1/attention", 1, RAW,
+     CHUNK_OF_2, 501, 1, "Transfer-Encoding: gzip, chunked\r\n", CLOSES, 0},
+    {"Transfer-Encoding: x-unknown", "POST", "/v1/attention", 1, RAW, "{}", 501,
+     1, "Transfer-Encoding: x-unknown\r\n", CLOSES, 0},
+    {"chunked twice", "POST", "/v1/attention", 1, RAW, CHUNK_OF_2, 400, 1,
+     "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", CLOSES, 0},
+    {"GET /healthz, headers over half", "GET", "/healthz", 0, HEADERS_OVER,
+     NULL, 431, 1, NULL, CLOSES, 0},
+    {"GET /aaa..., its line over half", "GET", "/", 0, LINE_OVER, NULL, 414, 1,
+     NULL, CLOSES, 0},
+    {"Content-Length: abc", "POST", "/v1/attention", 1, RAW, "{}", 400, 1,
+     "Content-Length: abc\r\n", LIBRARY, 0},
+    {"Content-Length: -1", "POST", "/v1/attention", 1, RAW, "{}", 400, 1,
+     "Content-Length: -1\r\n", LIBRARY, 0},
+    /* its headers are attnd's to refuse while draining, its chunk not */
+    {"a chunk size of zz", "POST", "/v1/attention", 1, RAW,
+     "zz\r\n{}\r\n0\r\n\r\n", 400, 0, "Transfer-Encoding: chunked\r\n", LIBRARY,
+     503},
 };
-#define N_VOCAB (sizeof vocab / sizeof vocab[0])
+#define N_VOCAB (int)(sizeof vocab / sizeof vocab[0])
+#define N_KEEPING 22
 
 /* One request of a pipeline: a word of vocab and how it is sent. */
 typedef struct pipe_req {
   int word, expect, close, http10, keep_alive;
-  long status; /* the reply it must get */
-  int closes;  /* and whether the connection closes after it */
+  size_t pad;    /* HEADERS_OVER's and LINE_OVER's bytes of padding */
+  long status;   /* the reply it must get, */
+  long draining; /* or once attnd drains */
+  int closes;    /* and whether the connection closes after it */
+  int library;   /* a reply of libmicrohttpd's */
 } pipe_req_t;
+
+/* A pipeline, its seed and what came back. */
+typedef struct pipe {
+  uint64_t seed;
+  int p; /* which of the seed's pipelines */
+  int n;
+  pipe_req_t qs[PIPE_MAX + 1];
+  raw_t *x;
+} pipe_t;
 
 /* xorshift64*: the same pipelines from the same seed, on any libc. */
 static uint64_t pipe_rand(uint64_t *s) {
@@ -1269,24 +1371,37 @@ static int pipe_pick(uint64_t *s, int n) {
   return (int)(pipe_rand(s) >> 33) % n;
 }
 
+static int pipe_is_head(const pipe_req_t *q) {
+  return strcmp(vocab[q->word].method, "HEAD") == 0;
+}
+
 /* Draws q's request, and the outcome docs/operations.md gives it. */
 static void pipe_draw(uint64_t *s, pipe_req_t *q) {
   memset(q, 0, sizeof *q);
-  q->word = pipe_pick(s, (int)N_VOCAB);
+  q->word = pipe_pick(s, 4) ? pipe_pick(s, N_KEEPING)
+                            : N_KEEPING + pipe_pick(s, N_VOCAB - N_KEEPING);
+  int w = q->word;
   q->http10 = pipe_pick(s, 6) == 0;
   q->keep_alive = q->http10 && pipe_pick(s, 2);
   q->expect = !q->http10 && pipe_pick(s, 4) == 0; /* HTTP/1.1's alone */
   q->close = pipe_pick(s, 10) == 0;
-  int has_body =
-      vocab[q->word].framing == CHUNKED ||
-      (vocab[q->word].framing == LENGTH && vocab[q->word].payload != NULL);
-  q->status = vocab[q->word].status;
+  int has_body = vocab[w].framing == CHUNKED ||
+                 (vocab[w].framing == LENGTH && vocab[w].payload != NULL);
+  int coded = vocab[w].framing == CHUNKED ||
+              (vocab[w].extra && strstr(vocab[w].extra, "Transfer-Encoding"));
+  q->status = vocab[w].status;
+  q->draining = vocab[w].draining ? vocab[w].draining : q->status;
+  q->library = vocab[w].refusal == LIBRARY;
   q->closes = q->close || (q->http10 && !q->keep_alive) ||
-              (has_body && vocab[q->word].from_head);
-  if (q->http10 && vocab[q->word].framing == CHUNKED) {
-    q->status = 400; /* Transfer-Encoding in HTTP/1.0: the framing's */
+              (has_body && vocab[w].from_head) || vocab[w].refusal != KEEPS;
+  if (q->http10 && coded) {
+    /* Transfer-Encoding in HTTP/1.0: the framing's, before all else */
+    q->status = q->draining = 400;
     q->closes = 1;
+    q->library = 0;
   }
+  if (vocab[w].framing == HEADERS_OVER || vocab[w].framing == LINE_OVER)
+    q->pad = PIPE_HALF + (size_t)pipe_pick(s, PIPE_HALF / 2);
 }
 
 /* Writes q's bytes, with X-Request-Id "r<i>", at out; returns their
@@ -1294,72 +1409,150 @@ static void pipe_draw(uint64_t *s, pipe_req_t *q) {
 static size_t pipe_write(const pipe_req_t *q, int i, char *out, size_t cap) {
   const char *payload = vocab[q->word].payload;
   size_t plen = payload ? strlen(payload) : 0;
-  int n = snprintf(out, cap, "%s %s HTTP/1.%d\r\nHost: 127.0.0.1\r\n%s%s%s%s%s",
-                   vocab[q->word].method, vocab[q->word].path, !q->http10,
-                   vocab[q->word].key ? KEY : "", q->expect ? EXPECT_100 : "",
-                   q->close ? "Connection: close\r\n" : "",
-                   q->keep_alive ? "Connection: keep-alive\r\n" : "",
-                   vocab[q->word].extra ? vocab[q->word].extra : "");
+  int framing = vocab[q->word].framing;
+  ck_assert_uint_gt(cap, q->pad + 1024);
+  int n =
+      snprintf(out, cap, "%s %s", vocab[q->word].method, vocab[q->word].path);
+  if (framing == LINE_OVER) {
+    memset(out + n, 'a', q->pad);
+    n += (int)q->pad;
+  }
+  n += snprintf(out + n, cap - (size_t)n,
+                " HTTP/1.%d\r\nHost: 127.0.0.1\r\n%s%s%s%s%s", !q->http10,
+                vocab[q->word].key ? KEY : "", q->expect ? EXPECT_100 : "",
+                q->close ? "Connection: close\r\n" : "",
+                q->keep_alive ? "Connection: keep-alive\r\n" : "",
+                vocab[q->word].extra ? vocab[q->word].extra : "");
   n += snprintf(out + n, cap - (size_t)n, "X-Request-Id: r%d\r\n", i);
-  if (vocab[q->word].framing == LENGTH)
+  if (framing == LENGTH)
     n += snprintf(out + n, cap - (size_t)n,
                   "Content-Type: application/json\r\n"
                   "Content-Length: %zu\r\n\r\n%s",
                   plen, plen ? payload : "");
-  else if (vocab[q->word].framing == CHUNKED)
+  else if (framing == CHUNKED)
     n += snprintf(out + n, cap - (size_t)n,
                   "Content-Type: application/json\r\n"
                   "Transfer-Encoding: chunked\r\n\r\n%zx\r\n%s\r\n0\r\n\r\n",
                   plen, payload);
-  else
+  else if (framing == RAW)
+    n += snprintf(out + n, cap - (size_t)n,
+                  "Content-Type: application/json\r\n\r\n%s", payload);
+  else if (framing == HEADERS_OVER) {
+    n += snprintf(out + n, cap - (size_t)n, "X-Pad: ");
+    memset(out + n, 'v', q->pad);
+    n += (int)q->pad;
+    n += snprintf(out + n, cap - (size_t)n, "\r\n\r\n");
+  } else
     n += snprintf(out + n, cap - (size_t)n, "\r\n");
   return (size_t)n;
 }
 
-/* The pipeline, its seed and what came back, for a failure's message. */
-static void pipe_fail(uint64_t seed, int p, const pipe_req_t *qs, int n,
-                      const raw_t *x, const char *why) {
+/* Fails the test with the reason, the pipeline, its seed and what came
+ * back. */
+static void pipe_fail(const pipe_t *pl, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
+static void pipe_fail(const pipe_t *pl, const char *fmt, ...) {
   static char msg[8192];
-  int m =
-      snprintf(msg, sizeof msg,
-               "seed %llu (ATTND_PIPE_SEED=%llu replays it), pipeline %d: %s\n",
-               (unsigned long long)seed, (unsigned long long)seed, p, why);
-  for (int i = 0; i < n && m < (int)sizeof msg; i++)
+  int m = snprintf(msg, sizeof msg,
+                   "seed %llu (ATTND_PIPE_SEED=%llu replays it), pipeline %d: ",
+                   (unsigned long long)pl->seed, (unsigned long long)pl->seed,
+                   pl->p);
+  va_list ap;
+  va_start(ap, fmt);
+  m += vsnprintf(msg + m, sizeof msg - (size_t)m, fmt, ap);
+  va_end(ap);
+  for (int i = 0; i < pl->n && m < (int)sizeof msg; i++) {
+    const pipe_req_t *q = &pl->qs[i];
     m += snprintf(
-        msg + m, sizeof msg - (size_t)m, "  r%d: %s%s%s%s%s -> %ld%s\n", i,
-        vocab[qs[i].word].what, qs[i].http10 ? ", HTTP/1.0" : "",
-        qs[i].keep_alive ? " keep-alive" : "", qs[i].expect ? ", Expect" : "",
-        qs[i].close ? ", Connection: close" : "", qs[i].status,
-        qs[i].closes ? ", closes" : "");
+        msg + m, sizeof msg - (size_t)m, "\n  r%d: %s%s%s%s%s -> %ld%s", i,
+        vocab[q->word].what, q->http10 ? ", HTTP/1.0" : "",
+        q->keep_alive ? " keep-alive" : "", q->expect ? ", Expect" : "",
+        q->close ? ", Connection: close" : "", q->status,
+        q->closes ? ", closes" : "");
+  }
   if (m < (int)sizeof msg)
-    snprintf(msg + m, sizeof msg - (size_t)m, "%zu bytes came back%s:\n%.3000s",
-             x->len, x->closed ? ", then the close" : "", x->buf);
+    snprintf(msg + m, sizeof msg - (size_t)m,
+             "\n%zu bytes came back%s:\n%.3000s", pl->x->len,
+             pl->x->closed ? ", then the close" : "", pl->x->buf);
   ck_abort_msg("%s", msg);
+  abort(); /* not reached */
+}
+
+/* The reply to request i at x->buf + *at (after an interim 100 where it sent
+ * Expect), parsed into r, and *at moved past it: a reply to HEAD without a
+ * body, a library's in the doubled shape whole. Fails the test where none
+ * is there, whole. Returns whether it says Connection: close. */
+static int pipe_reply(const pipe_t *pl, int i, size_t *at, sh_resp_t *r) {
+  const raw_t *x = pl->x;
+  const pipe_req_t *q = &pl->qs[i];
+  char why[256], got[16];
+  if (q->expect)
+    *at += interim_at(x->buf + *at, x->len - *at);
+  long used = parse_reply(x->buf + *at, x->len - *at, pipe_is_head(q), r, why,
+                          sizeof why);
+  if (used <= 0)
+    pipe_fail(pl, "no reply to r%d, or not a whole one: %s", i, why);
+  size_t twice = q->library ? doubled_reply(x->buf + *at, x->len - *at, r) : 0;
+  *at += twice ? twice : (size_t)used;
+  return sh_header(r, "Connection", got, sizeof got) &&
+         strcasecmp(got, "close") == 0;
+}
+
+/* Whether r carries X-Request-Id "r<i>". */
+static int pipe_own_id(const sh_resp_t *r, int i) {
+  char got[64], want[16];
+  snprintf(want, sizeof want, "r%d", i);
+  return sh_header(r, "X-Request-Id", got, sizeof got) &&
+         strcmp(got, want) == 0;
+}
+
+/* The mask of raw_t.heads for pl's requests. */
+static uint32_t pipe_heads(const pipe_t *pl) {
+  uint32_t m = 0;
+  for (int i = 0; i < pl->n; i++)
+    m |= (uint32_t)pipe_is_head(&pl->qs[i]) << i;
+  return m;
+}
+
+/* The pipelines' attnd: with an API key, as the keep-alive TCase's, and a
+ * buffer of PIPE_BUFFER. */
+static const char *const pipe_args[] = {
+    "--workers",  "1",  "--threads-per-request",     "1",
+    "--api-keys", "k1", "--connection-buffer-bytes", PIPE_BUFFER_ARG,
+    NULL};
+
+static void start_pipeline_server(void) {
+  start_with(pipe_args);
 }
 
 START_TEST(test_pipelines) {
   static const char probe[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                               "X-Request-Id: probe\r\n\r\n";
   static raw_t x;
-  static char req[PIPE_MAX * 512 + sizeof probe];
+  static char req[PIPE_MAX * (512 + PIPE_BUFFER) + sizeof probe];
+  for (int i = 0; i < N_VOCAB; i++)
+    ck_assert_msg((vocab[i].refusal == KEEPS) == (i < N_KEEPING),
+                  "vocab: N_KEEPING is not where the refusals begin");
   const char *env = getenv("ATTND_PIPE_SEED");
   uint64_t seed = env ? strtoull(env, NULL, 10) : 20261207u, s = seed + 1;
   int split = _i;
   for (int p = 0; p < PIPES; p++) {
-    pipe_req_t qs[PIPE_MAX];
+    pipe_t pl = {.seed = seed, .p = p, .x = &x};
     /* last: the request after whose reply the connection closes, or n */
     int n = 1 + pipe_pick(&s, PIPE_MAX), last = n;
+    pl.n = n;
     size_t len = 0;
     for (int i = 0; i < n; i++) {
-      pipe_draw(&s, &qs[i]);
-      len += pipe_write(&qs[i], i, req + len, sizeof req - len);
-      if (qs[i].closes && last == n)
+      pipe_draw(&s, &pl.qs[i]);
+      len += pipe_write(&pl.qs[i], i, req + len, sizeof req - len);
+      if (pl.qs[i].closes && last == n)
         last = i;
     }
     int fd = sh_connect(srv.port);
     ck_assert_msg(fd >= 0, "cannot connect to port %d", srv.port);
     x.len = 0;
     x.closed = 0;
+    x.heads = pipe_heads(&pl);
     x.buf[0] = 0;
     if (!split) {
       (void)sh_send_all(fd, req, len);
@@ -1377,58 +1570,177 @@ START_TEST(test_pipelines) {
     /* until the close where one is due, else until the replies are in */
     read_replies(fd, last < n ? 0 : n, REPLY_MS, &x);
     size_t at = 0;
-    char why[256], got[64], want[16];
     for (int i = 0; i < n && i <= last; i++) {
+      const pipe_req_t *q = &pl.qs[i];
       sh_resp_t r;
-      if (qs[i].expect)
-        at += interim_at(x.buf + at, x.len - at);
-      long used = parse_reply(x.buf + at, x.len - at, &r, why, sizeof why);
-      snprintf(want, sizeof want, "r%d", i);
-      if (used <= 0) {
-        char w[320];
-        snprintf(w, sizeof w, "no reply to r%d: %s", i, why);
-        pipe_fail(seed, p, qs, n, &x, w);
-      }
-      at += (size_t)used;
-      int said_close = sh_header(&r, "Connection", got, sizeof got) &&
-                       strcasecmp(got, "close") == 0;
-      int ok = r.status == qs[i].status &&
-               sh_header(&r, "X-Request-Id", got, sizeof got) &&
-               strcmp(got, want) == 0;
+      int said_close = pipe_reply(&pl, i, &at, &r);
+      /* the library's page is not attnd's: no X-Request-Id */
+      int ok = r.status == q->status && (q->library || pipe_own_id(&r, i));
       sh_resp_free(&r);
       if (!ok)
-        pipe_fail(seed, p, qs, n, &x,
-                  "a reply out of place (its status or X-Request-Id)");
+        pipe_fail(&pl, "a reply out of place (its status or X-Request-Id)");
       /* HTTP/1.0's close needs no header to say so */
-      if (!qs[i].http10 && said_close != qs[i].closes)
-        pipe_fail(seed, p, qs, n, &x,
-                  qs[i].closes ? "a reply that closes without saying so"
-                               : "Connection: close on a reply that keeps it");
+      if (!q->http10 && said_close != q->closes)
+        pipe_fail(&pl, q->closes ? "a reply that closes without saying so"
+                                 : "Connection: close on a reply that keeps "
+                                   "it");
     }
     if (last < n) {
       if (at != x.len || !x.closed)
-        pipe_fail(seed, p, qs, n, &x,
-                  at != x.len ? "bytes after the reply that closes"
-                              : "the connection stayed open");
+        pipe_fail(&pl, at != x.len ? "bytes after the reply that closes"
+                                   : "the connection stayed open");
     } else {
       if (x.closed)
-        pipe_fail(seed, p, qs, n, &x, "the connection was closed");
+        pipe_fail(&pl, "the connection was closed");
       /* a probe's reply must come next, and nothing else: a late reply
        * or a close shows here, with no wait for bytes that do not come */
       (void)sh_send_all(fd, probe, sizeof probe - 1);
       read_replies(fd, n + 1, REPLY_MS, &x);
+      char why[256], got[64];
       sh_resp_t r;
-      long used = parse_reply(x.buf + at, x.len - at, &r, why, sizeof why);
+      long used = parse_reply(x.buf + at, x.len - at, 0, &r, why, sizeof why);
       int ok = used > 0 && r.status == 200 &&
                sh_header(&r, "X-Request-Id", got, sizeof got) &&
                strcmp(got, "probe") == 0 && at + (size_t)used == x.len;
       if (used > 0)
         sh_resp_free(&r);
       if (!ok)
-        pipe_fail(seed, p, qs, n, &x, "not the probe's reply alone next");
+        pipe_fail(&pl, "not the probe's reply alone next");
     }
     close(fd);
   }
+}
+END_TEST
+
+/* ---- drain: SIGTERM in the middle of a pipeline -------------------------- *
+ *
+ * docs/operations.md: a draining attnd answers what it has accepted,
+ * refuses a new request with a body (503 draining) before reading it and
+ * answers one without, its readiness 503; says Connection: close on every
+ * reply; and exits 0 once nothing is left. Each loop starts an attnd of
+ * its own (SIGTERM ends it), and on another connection sends a request
+ * with half of its body, which holds the drain until the test sends the
+ * rest. It sends a pipeline (seed ATTND_PIPE_SEED + the loop's number) up
+ * to a random cut after the first request, waits for the first reply,
+ * sends SIGTERM, and once attnd says it drains, sends the rest and a GET
+ * /healthz. In order, each request gets its reply, whole, until the first
+ * that closes the connection, and nothing comes after that; one whose head
+ * came whole only after the signal gets its outcome once draining and
+ * Connection: close; one sent whole before it, either outcome, with
+ * Connection: close for the draining one. Then the held request is
+ * answered 200 with Connection: close, and attnd exits 0. The requests
+ * before the cut are drawn among those that keep the connection, and half
+ * the time the request cut is one whose outcome changes once draining, cut
+ * in its head. */
+#define DRAINS 8
+
+START_TEST(test_drain_pipeline) {
+  static raw_t x;
+  static char req[(PIPE_MAX + 1) * (512 + PIPE_BUFFER)];
+  sh_server_t d;
+  if (sh_server_start(&d, pipe_args) < 0)
+    ck_abort_msg("attnd did not start:\n%s", d.log);
+  char held[512], buf[4096];
+  int hn = snprintf(held, sizeof held,
+                    POST_HEAD KEY "X-Request-Id: held\r\n"
+                                  "Content-Length: %zu\r\n\r\n%.*s",
+                    BODY_LEN, (int)(BODY_LEN / 2), body);
+  int hold = sh_connect(d.port);
+  ck_assert_int_ge(hold, 0);
+  ck_assert_int_eq(sh_send_all(hold, held, (size_t)hn), 0);
+  ck_assert_msg(sh_wait_metric(d.port, "attnd_inflight", 1, 10.0) == 1,
+                "the held request is not in flight");
+
+  const char *env = getenv("ATTND_PIPE_SEED");
+  pipe_t pl = {.seed =
+                   (env ? strtoull(env, NULL, 10) : 20261207u) + (uint64_t)_i,
+               .x = &x};
+  uint64_t s = pl.seed + 1;
+  int n = 2 + pipe_pick(&s, PIPE_MAX - 1); /* and the GET after them */
+  int changes = pipe_pick(&s, 2);
+  /* the request cut; n: before the GET */
+  int k = 1 + pipe_pick(&s, changes ? n - 1 : n);
+  size_t start[PIPE_MAX + 2], head_end[PIPE_MAX + 1], len = 0;
+  for (int i = 0; i <= n; i++) {
+    pipe_req_t *q = &pl.qs[i];
+    if (i == n) { /* the GET /healthz: vocab's first word, as sent */
+      memset(q, 0, sizeof *q);
+      q->status = q->draining = 200;
+    } else {
+      do /* up to the cut, none that closes of itself */
+        pipe_draw(&s, q);
+      while ((i < k && q->closes) ||
+             (i == k && changes && q->draining == q->status));
+    }
+    start[i] = len;
+    len += pipe_write(q, i, req + len, sizeof req - len);
+    head_end[i] = (size_t)((const char *)memmem(req + start[i], len - start[i],
+                                                "\r\n\r\n", 4) +
+                           4 - req);
+  }
+  start[n + 1] = len;
+  pl.n = n + 1;
+  /* one whose outcome changes is cut in its head, else anywhere */
+  size_t end = changes ? head_end[k] : start[k + 1];
+  size_t cut = k == n ? start[n]
+                      : start[k] + (size_t)pipe_pick(&s, (int)(end - start[k]));
+
+  int fd = sh_connect(d.port);
+  ck_assert_int_ge(fd, 0);
+  x.len = 0;
+  x.closed = 0;
+  x.heads = pipe_heads(&pl);
+  x.buf[0] = 0;
+  (void)sh_send_all(fd, req, cut);
+  read_replies(fd, 1, REPLY_MS, &x);
+  ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
+  sh_wait_log(&d, "\"event\":\"draining\"");
+  (void)sh_send_all(fd, req + cut, len - cut); /* fails once closed */
+  read_replies(fd, 0, REPLY_MS, &x);
+  close(fd);
+
+  size_t at = 0;
+  int ended = 0;
+  for (int i = 0; i < pl.n && !ended; i++) {
+    const pipe_req_t *q = &pl.qs[i];
+    sh_resp_t r;
+    int said_close = pipe_reply(&pl, i, &at, &r);
+    int late = head_end[i] > cut; /* whole only once attnd drained */
+    long st = r.status;
+    int own = pipe_own_id(&r, i);
+    sh_resp_free(&r);
+    if (late && !said_close)
+      pipe_fail(&pl, "r%d answered while draining without Connection: close",
+                i);
+    if (late && st != q->draining)
+      pipe_fail(&pl,
+                "r%d answered %ld, not %ld: its head came whole only "
+                "once attnd drained",
+                i, st, q->draining);
+    if (!late && st != q->status && !(said_close && st == q->draining))
+      pipe_fail(&pl,
+                "r%d answered %ld, not %ld (or %ld with Connection: "
+                "close, once draining)",
+                i, st, q->status, q->draining);
+    if (!own && !(q->library && st == q->status))
+      pipe_fail(&pl, "the reply to r%d without its X-Request-Id", i);
+    ended = said_close || (q->http10 && !q->keep_alive);
+  }
+  if (!ended)
+    pipe_fail(&pl, "no reply closed the connection");
+  if (at != x.len || !x.closed)
+    pipe_fail(&pl, at != x.len ? "bytes after the reply that closes"
+                               : "the connection stayed open");
+
+  ck_assert_int_eq(
+      sh_send_all(hold, body + BODY_LEN / 2, BODY_LEN - BODY_LEN / 2), 0);
+  ck_assert_int_ge(sh_recv_reply(hold, buf, sizeof buf, 10000), 0);
+  ck_assert_msg(sh_raw_status(buf) == 200 &&
+                    strcasestr(buf, "\r\nConnection: close\r\n") != NULL,
+                "the request held across the drain: %.400s", buf);
+  close(hold);
+  int st = sh_server_wait(&d, 15.0);
+  ck_assert_msg(st == 0, "exit status %d after the drain:\n%s", st, d.log);
 }
 END_TEST
 
@@ -1813,8 +2125,12 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_refusal_kept, 0, N_KEPT);
   tcase_add_loop_test(tc, test_refusal_closes, 0, N_CLOSED);
   tcase_add_loop_test(tc, test_expect_no_body, 0, N_EXPECTING);
-  tc = server_tcase(s, "pipeline", start_keyed_server);
+  tc = server_tcase(s, "pipeline", start_pipeline_server);
   tcase_add_loop_test(tc, test_pipelines, 0, 2); /* one write, pieces */
+  tc = tcase_create("drain");                    /* an attnd of its own each */
+  tcase_set_timeout(tc, 30);
+  tcase_add_loop_test(tc, test_drain_pipeline, 0, DRAINS);
+  suite_add_tcase(s, tc);
   tc = tcase_create("intake");
   tcase_add_loop_test(tc, test_body_lookups, 0, 2);
   tcase_add_loop_test(tc, test_query_walks, 0, 2);
