@@ -408,17 +408,24 @@ INLINE void raise_red(const ored_t *ro, int64_t r, float m, float mt,
   }
 }
 
-/* Whether some lane of x is above t. */
-INLINE int any_above(vf x, float t) {
+/* The lanes of x above t, as bit i for lane i (none where x is NaN). */
+INLINE unsigned above_bits(vf x, float t) {
 #if defined(__AVX512F__)
-  return _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(t), _CMP_GT_OQ) != 0;
+  return _mm512_cmp_ps_mask((__m512)x, _mm512_set1_ps(t), _CMP_GT_OQ);
+#elif defined(__AVX2__)
+  return (unsigned)_mm256_movemask_ps(
+      _mm256_cmp_ps((__m256)x, _mm256_set1_ps(t), _CMP_GT_OQ));
 #else
   vi gt = x > splat(t);
-  int any = 0;
+  unsigned bits = 0;
   for (int i = 0; i < VL; i++)
-    any |= gt[i];
-  return any;
+    bits |= (unsigned)(gt[i] & 1) << i;
+  return bits;
 #endif
+}
+/* Whether some lane of x is above t. */
+INLINE int any_above(vf x, float t) {
+  return above_bits(x, t) != 0;
 }
 
 /* Softmax does not change when every score of a row moves by the same
@@ -969,29 +976,28 @@ static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
     int32_t *ti = (int32_t *)(tk + K);
     int64_t n = 0;
     float thr = 0; /* a key must weigh more to enter */
+    /* A whole vector at a time where it can, visiting only the lanes
+     * above the threshold as it was at the vector's start (the rest can
+     * only have fallen further behind it); a key at a time at the ends. */
     for (int64_t j = ka; j < ke;) {
-      int64_t end = j + 1; /* a key at a time, or a whole vector */
-      if (j % VL == 0 && j + VL <= ke) {
-        if (!any_above(ld(p + j), thr)) {
-          j += VL;
-          continue;
-        }
-        end = j + VL;
-      }
-      for (; j < end; j++) {
-        if (!(p[j] > thr))
+      const int whole = j % VL == 0 && j + VL <= ke;
+      for (unsigned bits = whole ? above_bits(ld(p + j), thr) : 1; bits;
+           bits &= bits - 1) {
+        const int64_t k = j + __builtin_ctz(bits);
+        if (!(p[k] > thr))
           continue;
         int64_t at = n < K ? n++ : K - 1;     /* the last one leaves */
-        while (at > 0 && tv[at - 1] < p[j]) { /* equal: the lower index */
+        while (at > 0 && tv[at - 1] < p[k]) { /* equal: the lower index */
           tv[at] = tv[at - 1];
           ti[at] = ti[at - 1];
           at--;
         }
-        tv[at] = p[j];
-        ti[at] = (int32_t)j;
+        tv[at] = p[k];
+        ti[at] = (int32_t)k;
         if (n == K)
           thr = tv[K - 1];
       }
+      j += whole ? VL : 1;
     }
     int32_t *oi = c->top_k_index + row * K;
     float *ov = c->top_k_value + row * K;
@@ -1060,34 +1066,32 @@ static void top_k_scores(const ored_t *ro, int64_t r, const float *x,
   int32_t *hj = ro->hj + r * K;
   int64_t n = ro->hn[r];
   float thr = n < K ? -INFINITY : hv[0];
+  /* as reduce_row does: whole vectors where it can, visiting
+   * only their lanes above the threshold */
   for (int64_t j = a; j < e;) {
-    int64_t end = j + 1; /* a key at a time, or a whole vector */
-    if ((j - j0) % VL == 0 && j + VL <= e) {
-      if (!any_above(ld(x + j - j0), thr)) {
-        j += VL;
-        continue;
-      }
-      end = j + VL;
-    }
-    for (; j < end; j++) {
-      float v = x[j - j0];
+    const int whole = (j - j0) % VL == 0 && j + VL <= e;
+    for (unsigned bits = whole ? above_bits(ld(x + j - j0), thr) : 1; bits;
+         bits &= bits - 1) {
+      const int64_t k = j + __builtin_ctz(bits);
+      const float v = x[k - j0];
       if (!(v > thr))
         continue;
       if (n < K) { /* sift the new entry up */
         int64_t at = n++;
         while (at > 0 &&
-               worse(v, (int32_t)j, hv[(at - 1) / 2], hj[(at - 1) / 2])) {
+               worse(v, (int32_t)k, hv[(at - 1) / 2], hj[(at - 1) / 2])) {
           hv[at] = hv[(at - 1) / 2], hj[at] = hj[(at - 1) / 2];
           at = (at - 1) / 2;
         }
-        hv[at] = v, hj[at] = (int32_t)j;
+        hv[at] = v, hj[at] = (int32_t)k;
       } else { /* it replaces the worst */
-        hv[0] = v, hj[0] = (int32_t)j;
+        hv[0] = v, hj[0] = (int32_t)k;
         heap_down(hv, hj, n, 0);
       }
       if (n == K)
         thr = hv[0];
     }
+    j += whole ? VL : 1;
   }
   ro->hn[r] = n;
 }
