@@ -49,6 +49,10 @@
  *     in both engines;
  *   - the open loop: evenly spaced arrivals fill a window with exactly
  *     rate x duration requests (against a port that refuses them);
+ *   - failures that no later request could cure end a run at once: a
+ *     refused connection in a sweep's first step (both engines; in a
+ *     later one, decode mode sends it again), and a 401 before any
+ *     success in decode mode, nothing sent again;
  *   - --progress's cadence, from the time of the last line.
  * No timings are asserted. */
 #include <arpa/inet.h>
@@ -2165,7 +2169,9 @@ START_TEST(test_decode_verify) {
 }
 END_TEST
 
-/* The decode columns of the CSV and the decode object of the JSON. */
+/* The decode columns of the CSV and the decode object of the JSON; a
+ * second step that stopped the sweep, named in the CSV's last column, the
+ * JSON's "stopped" (null on the first) and the picture's title. */
 START_TEST(test_decode_report) {
   load_result_t r[2];
   memset(r, 0, sizeof r);
@@ -2194,6 +2200,7 @@ START_TEST(test_decode_report) {
       r[i].lat_ms[k] = 0.1 * (k + 1);
     for (int k = 0; k < LOAD_NSRV; k++)
       r[i].ttft_ms[k] = r[i].compute_ms[k] = 2.0 * (k + 1);
+    r[i].stop = i ? LOAD_STOP_UNAUTHORIZED : LOAD_STOP_NONE;
     snprintf(r[i].codes[0].code, sizeof r[i].codes[0].code, "unknown_session");
     r[i].codes[0].count = 2;
     r[i].n_codes = 1;
@@ -2209,7 +2216,10 @@ START_TEST(test_decode_report) {
   ck_assert_msg(strstr(csv, ",decode,4,8,post,half,2.000,4.000,6.000,8.000,") !=
                     NULL,
                 "%s", csv);
-  ck_assert_msg(strstr(csv, ",4,0,3,2,1,0,0\n") != NULL, "%s", csv);
+  ck_assert_msg(strstr(csv, ",recreated_409,bad_replies,stopped\n") &&
+                    strstr(csv, ",4,0,2,2,0,0,0,\n") &&
+                    strstr(csv, ",4,0,3,2,1,0,0,unauthorized\n"),
+                "%s", csv);
   free(csv);
   unlink(path);
 
@@ -2232,6 +2242,10 @@ START_TEST(test_decode_report) {
           json_object_get(json_object_get(s1, "errors"), "by_code"),
           "unknown_session")),
       2);
+  ck_assert_str_eq(json_string_value(json_object_get(s1, "stopped")),
+                   "unauthorized");
+  ck_assert(json_is_null(json_object_get(
+      json_array_get(json_object_get(doc, "steps"), 0), "stopped")));
   json_decref(doc);
   unlink(path);
 
@@ -2241,6 +2255,8 @@ START_TEST(test_decode_report) {
   ck_assert_ptr_nonnull(strstr(svg, ">time to first token (prefill)</text>"));
   ck_assert_ptr_nonnull(strstr(svg, ">decode throughput</text>"));
   ck_assert_ptr_nonnull(strstr(svg, "width='1600'"));
+  ck_assert_ptr_nonnull(
+      strstr(svg, ">decode; stopped at step 2: every reply 401 unauthorized<"));
   free(svg);
   unlink(path);
   rmdir(dir);
@@ -2492,14 +2508,22 @@ static const struct {
     {100, 0.25, 0.5, 50},
 };
 
-START_TEST(test_open_loop_uniform_count) {
-  /* a port bound but not listening: connections to it are refused */
+/* Runs `run` against a loopback port bound but not listening, whose
+ * connections are refused; st is initialised here (free it). */
+static void run_refused(load_run_t *run, load_stats_t *st) {
   int port, fd = sh_bound_port_assert(&port);
   char url[64], err[256];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/x", port);
   curl_global_init(CURL_GLOBAL_ALL);
-  load_run_t run = {.url = url,
-                    .mode = LOAD_OPEN,
+  run->url = url;
+  ck_assert_int_eq(load_stats_init(st), 0);
+  ck_assert_msg(load_client_run(run, st, err, sizeof err) == 0, "%s", err);
+  run->url = NULL;
+  close(fd);
+}
+
+START_TEST(test_open_loop_uniform_count) {
+  load_run_t run = {.mode = LOAD_OPEN,
                     .concurrency = 4,
                     .rate = uniform_cases[_i].rate,
                     .poisson = 0,
@@ -2507,15 +2531,33 @@ START_TEST(test_open_loop_uniform_count) {
                     .duration_s = uniform_cases[_i].duration,
                     .timeout_s = 10};
   load_stats_t st;
-  ck_assert_int_eq(load_stats_init(&st), 0);
-  ck_assert_msg(load_client_run(&run, &st, err, sizeof err) == 0, "%s", err);
-  close(fd);
+  run_refused(&run, &st);
   ck_assert_msg(st.sent == uniform_cases[_i].sent,
                 "rate %g/s for %g s after %g s of warm-up: %lld sent, not %lld",
                 run.rate, run.duration_s, run.warmup_s, (long long)st.sent,
                 (long long)uniform_cases[_i].sent);
   ck_assert_int_eq(st.transport, st.sent);
   ck_assert_int_eq(st.ok, 0);
+  load_stats_free(&st);
+}
+END_TEST
+
+/* In a sweep's first step (`unanswered`), the request engine ends its run
+ * at the first refused connection, rather than send to a port with
+ * nothing behind it for the whole window: st.stop says why, and at most
+ * one request a connection was sent. Caught: `unanswered` ignored. */
+START_TEST(test_request_stops_unreachable) {
+  load_run_t run = {.mode = LOAD_CLOSED,
+                    .concurrency = 2,
+                    .duration_s = 5,
+                    .timeout_s = 10,
+                    .unanswered = 1};
+  load_stats_t st;
+  run_refused(&run, &st);
+  ck_assert_msg(st.stop == LOAD_STOP_UNREACHABLE && st.sent >= 1 &&
+                    st.sent <= 2 && st.transport == st.sent,
+                "stop %d, %lld sent", (int)st.stop, (long long)st.sent);
+  ck_assert_msg(strstr(st.first_error, "onnect") != NULL, "%s", st.first_error);
   load_stats_free(&st);
 }
 END_TEST
@@ -2789,6 +2831,60 @@ START_TEST(test_decode_code_bytes) {
                 "by_code has %zu codes", json_object_size(by));
   json_decref(doc);
   free(r);
+}
+END_TEST
+
+/* Failures that no later request could cure end a decode run at once,
+ * with nothing sent again (two sessions, one request at a time):
+ *   0. every reply a 401: the first one ends the run (st.stop);
+ *   1. a port with nothing listening, in a sweep's first step
+ *      (`unanswered`): the first refusal ends it;
+ *   2. the same port in a later step: refusals counted and sent again,
+ *      as any transport error, until both sessions are abandoned.
+ * Caught: a 401 or a refusal sent again after its pauses (twenty requests,
+ * both sessions abandoned), `unanswered` ignored. */
+START_TEST(test_decode_stops_at_once) {
+  enum { N = 2 * LOAD_DECODE_MAX_FAILS };
+  int codes[N];
+  for (int i = 0; i < N; i++)
+    codes[i] = 401;
+  fake_t f;
+  int fd = -1, port;
+  if (_i == 0) {
+    fake_start(&f, 1 << 30, 4);
+    f.codes = codes, f.ncodes = N;
+    port = f.port;
+  } else {
+    fd = sh_bound_port_assert(&port); /* bound, not listening: refused */
+  }
+  curl_global_init(CURL_GLOBAL_ALL);
+  char base[64], err[256];
+  snprintf(base, sizeof base, "http://127.0.0.1:%d", port);
+  load_decode_run_t run = {.base = base,
+                           .shape = &dec_shape,
+                           .sessions = 2,
+                           .prefill = 4,
+                           .concurrency = 1,
+                           .timeout_s = 10,
+                           .seed = 1,
+                           .pause_s = PAUSE_S,
+                           .unanswered = _i == 1};
+  load_decode_stats_t st;
+  ck_assert_int_eq(load_decode_stats_init(&st), 0);
+  ck_assert_msg(load_decode_run(&run, &st, err, sizeof err) == 0, "%s", err);
+  if (_i == 0)
+    fake_stop(&f);
+  else
+    close(fd);
+  static const load_stop_t stop[3] = {LOAD_STOP_UNAUTHORIZED,
+                                      LOAD_STOP_UNREACHABLE, LOAD_STOP_NONE};
+  ck_assert_msg(st.stop == stop[_i] && st.sent == (_i < 2 ? 1 : N) &&
+                    st.abandoned == (_i < 2 ? 0 : 2) && st.ok == 0,
+                "stop %d, %lld sent, %lld abandoned, %lld transport",
+                (int)st.stop, (long long)st.sent, (long long)st.abandoned,
+                (long long)st.transport);
+  ck_assert_int_eq(st.status[401], _i == 0);
+  load_decode_stats_free(&st);
 }
 END_TEST
 
@@ -3116,6 +3212,11 @@ Suite *test_suite(void) {
   tc = tcase_create("open_loop");
   tcase_add_loop_test(tc, test_open_loop_uniform_count, 0,
                       (int)(sizeof uniform_cases / sizeof uniform_cases[0]));
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("stop");
+  tcase_add_test(tc, test_request_stops_unreachable);
+  tcase_add_loop_test(tc, test_decode_stops_at_once, 0, 3);
   suite_add_tcase(s, tc);
   return s;
 }

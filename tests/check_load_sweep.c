@@ -20,12 +20,13 @@
  *     (--dtype): bfloat16 over v2 with binary tensors, float16 over v1
  *     with base64, each verified within its dtype's rounding and named in
  *     the CSV's dtype column;
- *   - overload: slow requests at a concurrency over one worker and one
- *     queue place: the 429s counted as such and nothing else failing, exit
- *     status 1 under the default --max-error-rate 0, and 0 under 1; over
- *     v1 and over v2;
+ *   - overload: slow requests at two concurrencies over one worker and
+ *     one queue place: the 429s counted as such and nothing else failing,
+ *     both steps run, exit status 1 under the default --max-error-rate 0,
+ *     and 0 under 1; over v1 and over v2;
  *   - v2 to a loaded layer (--model blocks.3): every request succeeds; to
- *     a model that is not loaded: every request a 404, counted as such;
+ *     a model that is not loaded: every request a 404, counted as such,
+ *     and the sweep stopped;
  *   - --dump-body with v2: the file holds exactly the generator's bytes,
  *     and stdout the Inference-Header-Content-Length that goes with them;
  *   - --mode decode: a sweep of prefill lengths by concurrencies, with
@@ -37,16 +38,22 @@
  *     whole or in a list, a value left out before the next option, a
  *     --out it cannot write, options of another mode): exit status 2 at
  *     once, the reason on stderr, no report written;
- *   - a port that refuses connections, with --verify: the replies that
- *     never came counted as missing, not wrong; stderr naming the reports
- *     written, and where, and that a second run replaced them.
+ *   - a port that never answers, with --verify: the replies that never
+ *     came counted as missing, not wrong, and the sweep going on; stderr
+ *     naming the reports written, and where, and that a second run
+ *     replaced them.
  *   - API keys and TLS: attnd with a key and a certificate of a test CA;
  *     attnd-load with the key (--api-key-file or ATTND_API_KEY) and
  *     --cacert, over v1, v2, decode mode and a GET: every request a
  *     success, verified, the key in no output; without the key, one plain
- *     line on the 401s and exit 1; another CA, libcurl's reason, exit 1
+ *     line on the 401s and exit 3; another CA, libcurl's reason, exit 3
  *     and the step stopped at once; --insecure passing; --dump-body's
  *     header lines without the key; the options' bad usage (exit 2);
+ *   - a sweep that stops where no later step could succeed, exit 3, one
+ *     message, its reports holding the steps run and the cause: a failed
+ *     TLS handshake, a step of 401s (in both modes; decode mode sending
+ *     nothing again), nothing listening, a --path of 404s; and one that
+ *     goes on through transient 429s and timeouts;
  *   - --help's exit status names every cause of 1;
  *   - docs/load-testing.md names every option --help lists;
  *   - bench/wrk/compare.sh with a stand-in wrk: stdout is its table
@@ -62,6 +69,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -382,8 +390,10 @@ END_TEST
 
 /* ---- overload ------------------------------------------------------------ */
 
-/* One overload run with `rate` as --max-error-rate (NULL: the default),
- * over v2 when `v2`. Returns the exit status; checks the CSV's counts. */
+/* One overload run of two steps (concurrency 6, then 5) with `rate` as
+ * --max-error-rate (NULL: the default), over v2 when `v2`. Returns the
+ * exit status; checks the CSV's counts: the 429s are transient, and the
+ * sweep goes on past them. */
 static int overload_run(int port, const char *rate, int v2) {
   scratch_t sc;
   scratch_init(&sc);
@@ -402,7 +412,7 @@ static int overload_run(int port, const char *rate, int v2) {
                           "--causal",
                           "none",
                           "--concurrency",
-                          "6",
+                          "6,5",
                           "--warmup",
                           "0",
                           "--duration",
@@ -428,22 +438,27 @@ static int overload_run(int port, const char *rate, int v2) {
   }
   int st = run_load(args, sc.log);
   char *log = tu_read_file(sc.log, NULL);
+  ck_assert_msg(st == 0 || st == 1, "exit %d:\n%s", st, log);
   csv_t c;
-  scratch_csv(&sc, &c, 1);
-  double sent = csv_num(&c, 0, "sent"), ok = csv_num(&c, 0, "ok"),
-         n429 = csv_num(&c, 0, "err_429");
-  if (v2 && n429 == 0)
-    assert_speaks_v2(port, log);
-  ck_assert_msg(n429 > 0, "no 429 in %g requests:\n%s", sent, log);
-  ck_assert_msg(ok > 0, "nothing succeeded:\n%s", log);
-  ck_assert_msg(ok + n429 == sent, "%g ok + %g 429 != %g sent:\n%s", ok, n429,
-                sent, log);
-  static const char *const zero[] = {"err_503", "err_504", "err_other",
-                                     "err_transport"};
-  for (size_t k = 0; k < sizeof zero / sizeof zero[0]; k++)
-    ck_assert_msg(csv_num(&c, 0, zero[k]) == 0, "%s is %g", zero[k],
-                  csv_num(&c, 0, zero[k]));
-  ck_assert_double_eq_tol(csv_num(&c, 0, "error_rate"), n429 / sent, 1e-4);
+  scratch_csv(&sc, &c, 2);
+  for (int r = 0; r < 2; r++) {
+    double sent = csv_num(&c, r, "sent"), ok = csv_num(&c, r, "ok"),
+           n429 = csv_num(&c, r, "err_429");
+    if (v2 && n429 == 0)
+      assert_speaks_v2(port, log);
+    ck_assert_msg(n429 > 0, "step %d: no 429 in %g requests:\n%s", r + 1, sent,
+                  log);
+    ck_assert_msg(ok > 0, "step %d: nothing succeeded:\n%s", r + 1, log);
+    ck_assert_msg(ok + n429 == sent, "step %d: %g ok + %g 429 != %g sent:\n%s",
+                  r + 1, ok, n429, sent, log);
+    static const char *const zero[] = {"err_503", "err_504", "err_other",
+                                       "err_transport"};
+    for (size_t k = 0; k < sizeof zero / sizeof zero[0]; k++)
+      ck_assert_msg(csv_num(&c, r, zero[k]) == 0, "step %d: %s is %g", r + 1,
+                    zero[k], csv_num(&c, r, zero[k]));
+    ck_assert_double_eq_tol(csv_num(&c, r, "error_rate"), n429 / sent, 1e-4);
+    ck_assert_str_eq(csv_str(&c, r, "stopped"), "");
+  }
   if (st != 0)
     ck_assert_msg(strstr(log, "step 1 failed: error rate") != NULL, "%s", log);
   free(c.text);
@@ -526,10 +541,12 @@ START_TEST(test_v2_models) {
   free(log);
   scratch_free(&sc);
 
-  /* a model that is not there: every request a 404, an error of its own */
+  /* a model that is not there: every request a 404, an error of its own,
+   * and the sweep stopped (exit 3) */
   scratch_init(&sc);
   st = v2_run(srv.port, "blocks.4", &sc, &c, &log);
-  ck_assert_msg(st == 1, "attnd-load exited with %d:\n%s", st, log);
+  ck_assert_msg(st == 3 && strcmp(csv_str(&c, 0, "stopped"), "not_found") == 0,
+                "attnd-load exited with %d:\n%s", st, log);
   sent = csv_num(&c, 0, "sent");
   ck_assert_msg(sent > 0 && csv_num(&c, 0, "err_other") == sent &&
                     csv_num(&c, 0, "ok") == 0,
@@ -971,17 +988,21 @@ START_TEST(test_usage) {
 }
 END_TEST
 
-/* Against a port that refuses every connection, with --verify 2: no reply
- * arrived, so none was wrong. The step fails on its error rate, and under
- * --max-error-rate 1 on the two replies to verify that never came, named
- * as such; verify_failed is 0 and verify_missing 2. stderr says which
- * reports were written and where, and the second run that it replaced
- * the first's. The latencies, with no reply, have no value: empty cells.
- * Catches: replies that never came counted as wrong ("error rate 1, 4
- * replies wrong"), reports overwritten without a word, and a step with no
- * reply reporting latencies of 0.000 ms. */
+/* Against a port that takes connections and never answers, with --verify
+ * 2 and a timeout of 50 ms: every request times out, so no reply arrived
+ * and none was wrong. A timeout is a transient failure: both steps run.
+ * Each fails on its error rate, and under --max-error-rate 1 on the two
+ * replies to verify that never came, named as such; verify_failed is 0
+ * and verify_missing 2. stderr says which reports were written and where,
+ * and the second run that it replaced the first's. The latencies, with no
+ * reply, have no value: empty cells. Catches: replies that never came
+ * counted as wrong ("error rate 1, 4 replies wrong"), reports overwritten
+ * without a word, a step with no reply reporting latencies of 0.000 ms,
+ * and a sweep stopped by a step without replies. */
 START_TEST(test_missing_replies_and_reports) {
   int port, fd = sh_bound_port_assert(&port);
+  /* never accepted: the connections wait in the backlog, then the SYNs */
+  ck_assert_int_eq(listen(fd, 1), 0);
   char url[64];
   url_of(url, port);
   scratch_t sc;
@@ -990,7 +1011,7 @@ START_TEST(test_missing_replies_and_reports) {
     const char *args[] = {"--url",
                           url,
                           "--lengths",
-                          "16",
+                          "16,32",
                           "--concurrency",
                           "1",
                           "--embed",
@@ -1001,6 +1022,8 @@ START_TEST(test_missing_replies_and_reports) {
                           "0",
                           "--duration",
                           "0.2",
+                          "--timeout",
+                          "0.05",
                           "--verify",
                           "2",
                           "--out",
@@ -1026,11 +1049,16 @@ START_TEST(test_missing_replies_and_reports) {
     ck_assert_msg(strstr(log, wrote), "run %d: no '%s' in:\n%s", run, wrote,
                   log);
     csv_t c;
-    scratch_csv(&sc, &c, 1);
-    ck_assert_msg(csv_num(&c, 0, "sent") > 0 && csv_num(&c, 0, "ok") == 0, "%s",
-                  log);
-    ck_assert_int_eq((int)csv_num(&c, 0, "verify_failed"), 0);
-    ck_assert_int_eq((int)csv_num(&c, 0, "verify_missing"), 2);
+    scratch_csv(&sc, &c, 2);
+    for (int r = 0; r < 2; r++) {
+      ck_assert_msg(csv_num(&c, r, "sent") > 0 && csv_num(&c, r, "ok") == 0 &&
+                        csv_num(&c, r, "err_timeout") ==
+                            csv_num(&c, r, "sent") &&
+                        csv_str(&c, r, "stopped")[0] == 0,
+                    "step %d:\n%s", r + 1, log);
+      ck_assert_int_eq((int)csv_num(&c, r, "verify_failed"), 0);
+      ck_assert_int_eq((int)csv_num(&c, r, "verify_missing"), 2);
+    }
     /* no reply, no latency: empty cells, not 0 */
     static const char *const none[] = {"lat_p50_ms", "lat_max_ms",
                                        "lat_mean_ms", "compute_p50_ms"};
@@ -1061,15 +1089,18 @@ static char *help_text(void) {
  * cause of status 1 that docs/load-testing.md gives and main() applies: a
  * step over --max-error-rate, a wrong reply, replies --verify asked for
  * that never came (test_missing_replies_and_reports sees that 1), and a
- * decode session abandoned, and a failed TLS handshake. Catches: the
- * last three left out. */
+ * decode session abandoned; and of status 3 (the stops test_stop_* see):
+ * a failed TLS handshake, nothing answering, a step of 401s or of 404s.
+ * Catches: any of them left out. */
 START_TEST(test_help_exit_status) {
   char *log = help_text();
   const char *line = strstr(log, "\nexit status: ");
   ck_assert_msg(line != NULL, "no exit status in --help:\n%s", log);
-  static const char *const causes[] = {"--max-error-rate", "wrong reply",
-                                       "never came", "abandoned", "TLS"};
-  for (int i = 0; i < 5; i++)
+  static const char *const causes[] = {
+      "--max-error-rate", "wrong reply", "never came",
+      "abandoned",        "3 a sweep",   "TLS",
+      "nothing answ",     "401",         "404"};
+  for (int i = 0; i < 9; i++)
     ck_assert_msg(strstr(line, causes[i]) != NULL,
                   "--help's exit status does not name '%s':%s", causes[i],
                   line);
@@ -1308,9 +1339,9 @@ START_TEST(test_auth_sweep) {
 END_TEST
 
 /* Against the same attnd: without the key, every reply a 401, said so in
- * one plain line, exit 1 (in request and in decode mode); a CA that did
+ * one plain line, exit 3 (in request and in decode mode); a CA that did
  * not sign its certificate, libcurl's words for the failed handshake,
- * exit 1, and the step stopped at its first failures (at most one a
+ * exit 3, and the step stopped at its first failures (at most one a
  * connection, not --requests of them); --insecure, which trusts it
  * unchecked, exit 0; --dump-body's header lines without the key.
  * Catches: a 401 sweep that only counts errors, a TLS failure sent again
@@ -1332,12 +1363,12 @@ START_TEST(test_auth_refused) {
     int status;
     const char *msg;
   } cases[] = {
-      {req, 0, 1, 1,
+      {req, 0, 1, 3,
        "attnd answered 401 unauthorized to every request: give the key "
        "with --api-key-file or ATTND_API_KEY"},
-      {dec, 0, 1, 1, "attnd answered 401 unauthorized to every request"},
-      {req, 1, 2, 1, "TLS failed: "},
-      {dec, 1, 2, 1, "TLS failed: "},
+      {dec, 0, 1, 3, "attnd answered 401 unauthorized to every request"},
+      {req, 1, 2, 3, "TLS failed: "},
+      {dec, 1, 2, 3, "TLS failed: "},
       {req, 1, 3, 0, NULL},
   };
   for (size_t j = 0; j < sizeof cases / sizeof cases[0]; j++) {
@@ -1457,6 +1488,169 @@ START_TEST(test_auth_usage) {
 }
 END_TEST
 
+/* ---- a sweep that stops ---------------------------------------------------
+ *
+ * A failure that no later step could cure ends the sweep at that step:
+ * exit status 3, one message, and reports of the steps run. */
+
+/* How often `needle` occurs in `hay`. */
+static int occurrences(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)) != NULL;
+       p += strlen(needle))
+    n++;
+  return n;
+}
+
+/* The run in sc stopped at its first step, with `cause` (the CSV's and the
+ * JSON's name for it): exit 3, `msg` once on its output (not --quiet, so
+ * that each step's line is there too), the first error, where there is
+ * one, once as well; the reports valid, with that one step and its cause,
+ * and the picture saying where it stopped. A step stopped at once sent no
+ * request again: at most one a slot of the first step (concurrency 1),
+ * and no decode session was abandoned; one stopped at its end (`sent`
+ * given) sent them all. */
+static void assert_stopped(const scratch_t *sc, int st, const char *cause,
+                           const char *msg, int decode, int sent) {
+  char *log = tu_read_file(sc->log, NULL);
+  ck_assert_msg(st == 3, "%s: exit %d:\n%s", cause, st, log);
+  ck_assert_msg(occurrences(log, msg) == 1, "%s: '%s' %d times, not once:\n%s",
+                cause, msg, occurrences(log, msg), log);
+  ck_assert_msg(occurrences(log, "attnd-load: stopped at step 1 of 6: ") == 1,
+                "%s: no one line on the stop:\n%s", cause, log);
+  csv_t c;
+  scratch_csv(sc, &c, 1);
+  ck_assert_str_eq(csv_str(&c, 0, "stopped"), cause);
+  ck_assert_msg(
+      (sent ? csv_num(&c, 0, "sent") == sent : csv_num(&c, 0, "sent") <= 1) &&
+          csv_num(&c, 0, "abandoned") == 0,
+      "%s: %g sent, %g sessions abandoned:\n%s", cause, csv_num(&c, 0, "sent"),
+      csv_num(&c, 0, "abandoned"), log);
+  json_t *doc = scratch_json(sc);
+  json_t *steps = json_object_get(doc, "steps");
+  ck_assert_int_eq(json_array_size(steps), 1);
+  json_t *step = json_array_get(steps, 0);
+  ck_assert_str_eq(json_string_value(json_object_get(step, "stopped")), cause);
+  const char *first = json_string_value(
+      json_object_get(step, decode ? "first_error" : "first_transport_error"));
+  if (first)
+    ck_assert_msg(occurrences(log, first) == 1, "%s: '%s' %d times:\n%s", cause,
+                  first, occurrences(log, first), log);
+  json_decref(doc);
+  char *svg = scratch_svg(sc);
+  ck_assert_msg(svg && strstr(svg, "; stopped at step 1: "), "%s: %s", cause,
+                svg);
+  free(svg);
+  free(c.text);
+  free(log);
+}
+
+/* Six steps (three lengths or prefills by concurrencies 1 and 2), request
+ * or decode mode, against attnd with a key on TLS: with a CA that did not
+ * sign its certificate, and without the key. Each stops at step 1 with
+ * one message: at once, but for request mode's 401s, counted to the
+ * step's end. Catches: the sweep going on after a TLS failure or a step
+ * of 401s (six messages, six rows), decode mode sending a failed
+ * handshake or a 401 again after its pauses (20 requests, sessions
+ * abandoned), the first error said on each step's line and again in the
+ * message. */
+START_TEST(test_stop_keyed) {
+  keyed_t k;
+  keyed_start(&k);
+  const scratch_t *sc = &k.sc;
+  static const char *const req[] = {"--lengths",  "8,16,32", "--warmup", "0",
+                                    "--requests", "12",      NULL};
+  static const char *const dec[] = {"--mode",     "decode",  "--prefill",
+                                    "4,8,16",     "--steps", "1",
+                                    "--sessions", "2",       NULL};
+  for (int j = 0; j < 4; j++) {
+    int decode = j & 1, tls = j < 2;
+    const char *args[48] = {"--url",         k.url,
+                            "--out",         sc->dir,
+                            "--embed",       "16",
+                            "--heads",       "2",
+                            "--cacert",      tls ? k.a.other_ca : k.a.ca,
+                            "--concurrency", "1,2"};
+    int n = 12;
+    for (int i = 0; (decode ? dec : req)[i]; i++)
+      args[n++] = (decode ? dec : req)[i];
+    if (tls) {
+      args[n++] = "--api-key-file";
+      args[n++] = k.a.keyfile;
+    }
+    args[n] = NULL;
+    int st = run_load(args, sc->log);
+    assert_stopped(sc, st, tls ? "tls" : "unauthorized",
+                   tls ? "TLS failed: "
+                       : "attnd answered 401 unauthorized to every request: "
+                         "give the key",
+                   decode, tls || decode ? 0 : 12);
+  }
+  keyed_stop(&k);
+}
+END_TEST
+
+/* Nothing listening at --url (a port bound, not listening), in both
+ * modes; and a --path that attnd answers with 404. Each stops at step 1 of
+ * 6, exit 3, with one message. Catches: a sweep that sends to a port with
+ * nothing behind it for every step (or decode mode after its pauses), a
+ * sweep of 404s that goes on. */
+START_TEST(test_stop_unreachable_not_found) {
+  int port, fd = sh_bound_port_assert(&port);
+  char url[64];
+  url_of(url, port);
+  scratch_t sc;
+  scratch_init(&sc);
+  for (int decode = 0; decode < 2; decode++) {
+    const char *args[] = {"--url",
+                          url,
+                          "--out",
+                          sc.dir,
+                          "--embed",
+                          "16",
+                          "--heads",
+                          "2",
+                          "--concurrency",
+                          "1,2",
+                          decode ? "--prefill" : "--lengths",
+                          "4,8,16",
+                          decode ? "--mode" : "--warmup",
+                          decode ? "decode" : "0",
+                          decode ? "--steps" : "--duration",
+                          decode ? "1" : "0.5",
+                          NULL};
+    int st = run_load(args, sc.log);
+    assert_stopped(&sc, st, "unreachable", "nothing answered at ", decode, 0);
+  }
+  close(fd);
+
+  sh_server_t srv;
+  static const char *const none[] = {NULL};
+  start(&srv, none);
+  url_of(url, srv.port);
+  const char *args[] = {
+      "--url",       url,        "--path", "/nope",      "--concurrency",
+      "1,2,3,4,5,6", "--warmup", "0",      "--requests", "4",
+      "--out",       sc.dir,     NULL};
+  int st = run_load(args, sc.log);
+  stop(&srv);
+  char *log = tu_read_file(sc.log, NULL);
+  ck_assert_msg(st == 3 &&
+                    occurrences(log, "attnd answered 404 not found to "
+                                     "every request of ") == 1 &&
+                    occurrences(log, "stopped at step 1 of 6") == 1,
+                "exit %d:\n%s", st, log);
+  csv_t c;
+  scratch_csv(&sc, &c, 1);
+  ck_assert_str_eq(csv_str(&c, 0, "stopped"), "not_found");
+  ck_assert_msg(csv_num(&c, 0, "sent") == 4 && csv_num(&c, 0, "err_other") == 4,
+                "%s", log);
+  free(c.text);
+  free(log);
+  scratch_free(&sc);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -1493,6 +1687,11 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_auth_sweep, 0, 4);
   tcase_add_test(tc, test_auth_refused);
   tcase_add_test(tc, test_auth_usage);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("stop");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_stop_keyed);
+  tcase_add_test(tc, test_stop_unreachable_not_found);
   suite_add_tcase(s, tc);
   tc = tcase_create("wrk");
   tcase_set_timeout(tc, 120);

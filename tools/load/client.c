@@ -113,6 +113,30 @@ int load_tls_failed(CURLcode rc) {
          rc == CURLE_SSL_ISSUER_ERROR;
 }
 
+const char *const load_stop_names[LOAD_NSTOP] = {"", "tls", "unreachable",
+                                                 "unauthorized", "not_found"};
+
+load_stop_t load_stop_at_once(CURLcode rc, int unanswered) {
+  if (load_tls_failed(rc))
+    return LOAD_STOP_TLS;
+  /* Later, a refusal is news from a server under load, or one that died
+   * of it: a load test counts it. */
+  if (unanswered &&
+      (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST))
+    return LOAD_STOP_UNREACHABLE;
+  return LOAD_STOP_NONE;
+}
+
+load_stop_t load_stop_of_replies(int64_t replies, const int64_t *status) {
+  if (replies <= 0)
+    return LOAD_STOP_NONE;
+  if (status[401] == replies)
+    return LOAD_STOP_UNAUTHORIZED;
+  if (status[404] == replies)
+    return LOAD_STOP_NOT_FOUND;
+  return LOAD_STOP_NONE;
+}
+
 double load_cpu_now_s(void) {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
@@ -318,6 +342,7 @@ typedef struct engine {
   uint64_t rng;
   int64_t issued; /* every request, warm-up included: picks the body */
   int stopping;   /* the run issues nothing more */
+  int answered;   /* a reply came, of any status */
   int keep_pending;
   double t_last; /* the last reply since the window began */
 } engine_t;
@@ -448,11 +473,16 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
       st->span_tokens += b ? (double)b->tokens : 0;
     }
   }
-  if (rc != CURLE_OK && load_tls_failed(rc)) {
+  load_stop_t stop =
+      rc == CURLE_OK
+          ? LOAD_STOP_NONE
+          : load_stop_at_once(rc, e->run->unanswered && !e->answered);
+  e->answered |= rc == CURLE_OK;
+  if (stop != LOAD_STOP_NONE && st->stop == LOAD_STOP_NONE) {
     /* every later request would fail the same way, at full speed: the
      * run ends, with this error as its first */
     e->stopping = 1;
-    st->tls_failed = 1;
+    st->stop = stop;
     note_error(st, s->errbuf[0] ? s->errbuf : curl_easy_strerror(rc));
   }
   if (s->measured && rc != CURLE_OK) {
@@ -698,7 +728,9 @@ int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
   }
   if (!measuring)
     cpu0 = load_cpu_now_s();
-  double window_end = isfinite(e.t_stop) ? e.t_stop : e.t_measure;
+  /* a run stopped at once ended at its last reply, not the window's end */
+  double window_end =
+      isfinite(e.t_stop) && st->stop == LOAD_STOP_NONE ? e.t_stop : e.t_measure;
   st->elapsed_s = (e.t_last > window_end ? e.t_last : window_end) - e.t_measure;
   st->cpu_s = load_cpu_now_s() - cpu0;
   engine_free(&e);

@@ -75,6 +75,37 @@ struct curl_slist *load_access_header(struct curl_slist *l,
  * sending rather than fail the same way at full speed. */
 int load_tls_failed(CURLcode rc);
 
+/* Why a sweep ends before its last step: a failure that no later request,
+ * and no later step, can cure (docs/load-testing.md, "When a sweep
+ * stops"). Transient failures (429, 503, timeouts, resets) never stop
+ * one: they are what a load test measures. */
+typedef enum load_stop {
+  LOAD_STOP_NONE,
+  LOAD_STOP_TLS,          /* a TLS handshake failed */
+  LOAD_STOP_UNREACHABLE,  /* nothing answered at the URL: a refused
+                             connection or an unknown host, in the sweep's
+                             first step before any reply */
+  LOAD_STOP_UNAUTHORIZED, /* every reply of a step a 401 */
+  LOAD_STOP_NOT_FOUND,    /* every reply of a step a 404 */
+  LOAD_NSTOP
+} load_stop_t;
+
+/* Their names in the reports: "", "tls", "unreachable", "unauthorized",
+ * "not_found". */
+extern const char *const load_stop_names[LOAD_NSTOP];
+
+/* The stop that a request's failure rc calls for at once, where the run
+ * ends rather than send more: LOAD_STOP_TLS for a TLS failure; with
+ * `unanswered` (the sweep's first step, nothing answered yet),
+ * LOAD_STOP_UNREACHABLE for a refused connection or an unknown host; else
+ * LOAD_STOP_NONE. */
+load_stop_t load_stop_at_once(CURLcode rc, int unanswered);
+
+/* The stop that a finished step's replies call for: `replies` of them (at
+ * least one), counted by load_status_index in status[], every one a 401
+ * (the key) or every one a 404 (the path or model); else LOAD_STOP_NONE. */
+load_stop_t load_stop_of_replies(int64_t replies, const int64_t *status);
+
 /* What to run. Borrowed by load_client_run. */
 typedef struct load_run {
   const char *url;              /* the whole URL, path included */
@@ -96,6 +127,7 @@ typedef struct load_run {
   uint64_t seed;               /* of the open-loop arrival times */
   int keep;                    /* successful replies to keep, for --verify */
   const load_access_t *access; /* the key and TLS trust; NULL: none */
+  int unanswered;              /* the sweep's first step: load_stop_at_once's */
   /* Called about twice a second while the run goes (may be NULL), with the
    * stats so far and the seconds since the run began. */
   void (*progress)(const struct load_stats *st, double t, void *arg);
@@ -134,7 +166,7 @@ typedef struct load_stats {
   load_kept_t *kept;  /* the first `keep` 2xx replies */
   int n_kept;
   char first_error[256]; /* the first transport error, or "" */
-  int tls_failed;        /* a TLS failure stopped the run early */
+  load_stop_t stop;      /* what stopped the run at once, or NONE */
 } load_stats_t;
 
 /* Writes the header lines that body b needs in `run` into buf[0..n),
@@ -161,7 +193,9 @@ int64_t load_stats_errors(const load_stats_t *st);
 
 /* Runs `run` on the calling thread, filling `st` (initialised, empty).
  * Needs curl_global_init. Returns 0, or -1 with err[0..n) saying why it
- * could not run (a failed request is counted, never a reason to stop). */
+ * could not run. A failed request is counted; only one that no later
+ * request can cure (load_stop_at_once) ends the run early, nothing new
+ * sent after it, with st->stop saying why. */
 int load_client_run(const load_run_t *run, load_stats_t *st, char *err,
                     size_t n);
 

@@ -307,7 +307,9 @@ typedef struct engine {
   slot_t *slots;
   int *idle, n_idle;
   sess_t *sess;
-  int left; /* sessions not done */
+  int left;     /* sessions not done */
+  int stopping; /* a failure no later request can cure: nothing more sent */
+  int answered; /* a reply came, of any status */
   double t0, t_last, t_first_step, t_last_step;
 } engine_t;
 
@@ -387,6 +389,14 @@ static void finish_session(engine_t *e, sess_t *s, phase_t to) {
 static void abandon(engine_t *e, sess_t *s) {
   e->st->abandoned++;
   finish_session(e, s, PH_DONE);
+}
+
+/* A failure that no later request can cure: nothing more is sent, and
+ * the run ends once the requests in flight are answered. */
+static void stop_run(engine_t *e, load_stop_t why) {
+  if (e->st->stop == LOAD_STOP_NONE)
+    e->st->stop = why;
+  e->stopping = 1;
 }
 
 /* A failure that is an error: the same request again after a pause. */
@@ -511,8 +521,20 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
     st->transport++;
     st->timeouts += rc == CURLE_OPERATION_TIMEDOUT;
     note_error(st, sl->errbuf[0] ? sl->errbuf : curl_easy_strerror(rc));
-    st->tls_failed |= load_tls_failed(rc); /* the pauses space them out */
-    failed(e, s, now);
+    load_stop_t stop = load_stop_at_once(rc, run->unanswered && !e->answered);
+    if (stop != LOAD_STOP_NONE)
+      stop_run(e, stop);
+    else
+      failed(e, s, now);
+    return;
+  }
+  e->answered = 1;
+  if (code == 401 && st->ok == 0) {
+    /* no key, or one attnd does not know: every request would meet the
+     * same, after pauses that add up to seconds a session */
+    st->status[401]++;
+    count_code(st, body, len);
+    stop_run(e, LOAD_STOP_UNAUTHORIZED);
     return;
   }
   if (code < 200 || code > 299) {
@@ -716,13 +738,13 @@ int load_decode_run(const load_decode_run_t *run, load_decode_stats_t *st,
     double now = now_s(), wake = INFINITY;
     /* 1. issue */
     int i;
-    while (e.n_idle && (i = next_ready(&e, now, &wake)) >= 0)
+    while (!e.stopping && e.n_idle && (i = next_ready(&e, now, &wake)) >= 0)
       if (start(&e, i, now) < 0) {
         snprintf(err, n, "out of memory for a request body");
         rc = -1;
         goto out;
       }
-    if (e.left == 0 && e.n_idle == run->concurrency)
+    if ((e.left == 0 || e.stopping) && e.n_idle == run->concurrency)
       break;
     /* 2. transfers */
     int done = load_multi_transfers(e.multi, finish, &e);

@@ -30,7 +30,10 @@
  * other failure is an error, and the request is sent again after a pause
  * (pause_s, 10 ms unless set, doubling up to 1 s). A session is abandoned
  * after LOAD_DECODE_MAX_FAILS failures in a row or LOAD_DECODE_MAX_RECREATE
- * recreations.
+ * recreations. But no request is sent again, and the run ends once those
+ * in flight are answered, after a failure that no later request can cure
+ * (load_stop_at_once: a failed TLS handshake, nothing listening), or a 401
+ * before any request of the run succeeded (no key, or a wrong one).
  *
  * --verify: the replies of `verify` steps are kept (the sessions' last
  * decode steps first, the ones over the longest cache, then the ones
@@ -77,6 +80,7 @@ typedef struct load_decode_run {
   int verify;                  /* step replies to keep */
   double pause_s;              /* the first failure's pause (0: 10 ms) */
   const load_access_t *access; /* the key and TLS trust; NULL: none */
+  int unanswered;              /* the sweep's first step: load_stop_at_once's */
   /* Called about twice a second (may be NULL). */
   void (*progress)(const struct load_decode_stats *st, double t, void *arg);
   void *progress_arg;
@@ -133,7 +137,7 @@ typedef struct load_decode_stats {
   load_decode_kept_t *kept;
   int n_kept;
   char first_error[256]; /* the first transport error, or "" */
-  int tls_failed;        /* a request failed its TLS handshake */
+  load_stop_t stop;      /* what stopped the run at once, or NONE */
 } load_decode_stats_t;
 
 int load_decode_stats_init(load_decode_stats_t *st);
@@ -196,7 +200,8 @@ int load_decode_session_id(const char *body, size_t len, char *id);
 
 /* Runs `run` on the calling thread, filling `st` (initialised, empty).
  * Needs curl_global_init. Returns 0, or -1 with err[0..n) saying why it
- * could not run (failed requests are counted, never a reason to stop). */
+ * could not run (failed requests are counted; those above that stop the
+ * run are in st->stop). */
 int load_decode_run(const load_decode_run_t *run, load_decode_stats_t *st,
                     char *err, size_t n);
 

@@ -11,9 +11,11 @@
  * step's error rate is over --max-error-rate or a --verify check fails.
  *
  * Exit status: 0 passed; 1 a step over --max-error-rate, a reply that
- * --verify found wrong, replies it asked for that never came, a decode
- * session abandoned, or a failed TLS handshake; 2 bad usage, or the sweep could
- * not run. */
+ * --verify found wrong, replies it asked for that never came, or a decode
+ * session abandoned; 2 bad usage, or the sweep could not run; 3 the sweep
+ * stopped at a failure that no later step could cure (load_stop_t: a
+ * failed TLS handshake, nothing listening, every reply of a step a 401 or
+ * a 404). */
 #include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
@@ -162,6 +164,7 @@ static int run_step(const opts_t *o, const load_shape_t *s, int64_t length,
                     .seed = load_gen_seed(o->seed, length, -1 - res->step),
                     .keep = pool->n ? (int)o->verify : 0,
                     .access = &o->access,
+                    .unanswered = res->step == 1,
                     .progress = tty ? on_progress : NULL,
                     .progress_arg = &pr};
   set_content(&run, s);
@@ -266,6 +269,7 @@ static int run_decode_step(const opts_t *o, int64_t L, int c,
                            .seed = (uint64_t)o->seed,
                            .verify = (int)o->verify,
                            .access = &o->access,
+                           .unanswered = res->step == 1,
                            .progress = tty ? on_decode_progress : NULL,
                            .progress_arg = &pr};
   char err[512];
@@ -311,32 +315,40 @@ static int prepare_out(const opts_t *o, int *replacing) {
   return 0;
 }
 
-/* Says plainly, once a run, what the counts alone would hide: a step whose
- * every reply was a 401 (no key, or one attnd does not know), and a TLS
- * failure, with libcurl's words. */
-static void explain(const opts_t *o, const load_result_t *res, int n) {
-  int said_401 = 0, said_tls = 0;
-  for (int i = 0; i < n; i++) {
-    const load_result_t *r = &res[i];
-    int64_t replies = r->sent - r->transport;
-    if (!said_401 && replies > 0 && r->status[401] == replies) {
-      fprintf(stderr,
-              "attnd-load: step %d: attnd answered 401 unauthorized to every "
-              "request: %s\n",
-              r->step,
-              o->access.api_key
-                  ? "it does not know the key given (--api-key-file or "
-                    "ATTND_API_KEY)"
-                  : "give the key with --api-key-file or ATTND_API_KEY");
-      said_401 = 1;
-    }
-    if (!said_tls && r->tls_failed) {
-      fprintf(stderr,
-              "attnd-load: step %d: TLS failed: %s (a private CA or a "
-              "self-signed attnd: --cacert FILE)\n",
-              r->step, r->first_error);
-      said_tls = 1;
-    }
+/* The one message of a sweep that stopped early, at step r of `steps`
+ * (load_stop_t): what failed, in libcurl's words where it has them, and
+ * what would cure it. Said once, whatever the steps left. */
+static void say_stopped(const opts_t *o, const load_result_t *r, int steps) {
+  fprintf(stderr, "attnd-load: stopped at step %d of %d: ", r->step, steps);
+  char target[2200];
+  if (o->workload == W_DECODE)
+    snprintf(target, sizeof target, "%s/v1/sessions", o->base_url);
+  else
+    snprintf(target, sizeof target, "%s", o->url);
+  switch (r->stop) {
+  case LOAD_STOP_TLS:
+    fprintf(stderr,
+            "TLS failed: %s (a private CA or a self-signed attnd: --cacert "
+            "FILE)\n",
+            r->first_error);
+    break;
+  case LOAD_STOP_UNREACHABLE:
+    fprintf(stderr, "nothing answered at %s: %s (is attnd running there?)\n",
+            target, r->first_error);
+    break;
+  case LOAD_STOP_UNAUTHORIZED:
+    fprintf(stderr, "attnd answered 401 unauthorized to every request: %s\n",
+            o->access.api_key
+                ? "it does not know the key given (--api-key-file or "
+                  "ATTND_API_KEY)"
+                : "give the key with --api-key-file or ATTND_API_KEY");
+    break;
+  default: /* LOAD_STOP_NOT_FOUND */
+    fprintf(stderr,
+            "attnd answered 404 not found to every request of %s (--path, "
+            "--model, or the path in --url)\n",
+            target);
+    break;
   }
 }
 
@@ -364,6 +376,8 @@ int main(int argc, char **argv) {
   /* without bodies, lengths mean nothing: one step per load point */
   int n_len = decode ? o.prefill.n : post ? o.lengths.n : 1;
   int cap = n_len * o.load->n, n = 0, rc = 0;
+  /* the step that stopped the sweep (load_stop_t), or NULL */
+  const load_result_t *stopped = NULL;
   load_result_t *res = calloc((size_t)cap, sizeof *res);
   if (res == NULL)
     return fprintf(stderr, "attnd-load: out of memory\n"), 2;
@@ -377,17 +391,17 @@ int main(int argc, char **argv) {
             load_methods[o.method], o.url,
             o.mode == LOAD_CLOSED ? "closed" : "open", o.warmup,
             o.duration > 0 ? "a window" : "a request count");
-  for (int li = 0; decode && li < n_len && rc == 0; li++)
-    for (int ci = 0; ci < o.load->n && rc == 0; ci++) {
+  for (int li = 0; decode && li < n_len && rc == 0 && !stopped; li++)
+    for (int ci = 0; ci < o.load->n && rc == 0 && !stopped; ci++) {
       load_result_t *r = &res[n];
       r->step = n + 1;
       r->length = (int64_t)o.prefill.v[li];
       if (run_decode_step(&o, r->length, (int)o.load->v[ci], r) < 0)
         rc = 2;
-      else
-        n++;
+      else if (res[n++].stop)
+        stopped = r;
     }
-  for (int li = 0; !decode && li < n_len && rc == 0; li++) {
+  for (int li = 0; !decode && li < n_len && rc == 0 && !stopped; li++) {
     int64_t L = post ? (int64_t)o.lengths.v[li] : 0;
     load_shape_t s = o.shape;
     s.Lq = o.lq ? o.lq : L;
@@ -416,7 +430,7 @@ int main(int argc, char **argv) {
       curl_global_cleanup();
       return rc;
     }
-    for (int ci = 0; ci < o.load->n && rc == 0; ci++) {
+    for (int ci = 0; ci < o.load->n && rc == 0 && !stopped; ci++) {
       load_result_t *r = &res[n];
       r->step = n + 1;
       r->length = L;
@@ -424,8 +438,8 @@ int main(int argc, char **argv) {
       r->shape = s;
       if (run_step(&o, &s, L, &pool, o.load->v[ci], r) < 0)
         rc = 2;
-      else
-        n++;
+      else if (res[n++].stop)
+        stopped = r;
     }
     pool_free(&pool);
   }
@@ -480,10 +494,12 @@ int main(int argc, char **argv) {
             abs && strcmp(abs, o.out) ? ")" : "",
             replacing ? ", replacing the reports of an earlier run" : "");
   free(abs);
-  explain(&o, res, n);
-  for (int i = 0; i < n && rc == 0; i++)
+  if (stopped)
+    say_stopped(&o, stopped, cap);
+  /* the step that stopped the sweep failed too, but its message says why */
+  for (int i = 0; i < n && rc == 0 && !res[i].stop; i++)
     if (res[i].error_rate > o.max_error_rate || res[i].verify_failed ||
-        res[i].verify_missing || res[i].abandoned || res[i].tls_failed) {
+        res[i].verify_missing || res[i].abandoned) {
       fprintf(stderr,
               "attnd-load: step %d failed: error rate %.4g (--max-error-rate "
               "%g)",
@@ -499,11 +515,11 @@ int main(int argc, char **argv) {
       if (res[i].decode)
         fprintf(stderr, ", %lld sessions abandoned",
                 (long long)res[i].abandoned);
-      if (res[i].tls_failed)
-        fprintf(stderr, ", TLS failed");
       fprintf(stderr, "\n");
       rc = 1;
     }
+  if (stopped && rc != 2)
+    rc = 3;
   free(res);
   curl_global_cleanup();
   return rc;

@@ -192,9 +192,11 @@ static void print_usage(FILE *f) {
       fprintf(f, "%s\n", options[i].help);
   }
   fprintf(f, "exit status: 0 passed; 1 a step over --max-error-rate, a "
-             "wrong reply, replies to --verify that never came, a decode "
-             "session abandoned, or a failed TLS handshake; 2 bad usage or a "
-             "sweep that could not run\n");
+             "wrong reply, replies to --verify that never came, or a decode "
+             "session abandoned; 2 bad usage or a sweep that could not run; "
+             "3 a sweep stopped where no later step could succeed: a failed "
+             "TLS handshake, nothing answering at --url, or every reply of a "
+             "step a 401 or a 404\n");
 }
 
 static int bad(const char *fmt, const char *a, const char *b) {

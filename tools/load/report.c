@@ -60,7 +60,9 @@ void load_result_fill(load_result_t *r, const load_stats_t *st) {
   for (int i = 0; i < LOAD_NSRV; i++)
     r->total_ms[i] = pct_ms(st->total, srv_pct[i]);
   snprintf(r->first_error, sizeof r->first_error, "%s", st->first_error);
-  r->tls_failed = st->tls_failed;
+  r->stop = st->stop
+                ? st->stop
+                : load_stop_of_replies(st->sent - st->transport, st->status);
 }
 
 void load_result_fill_decode(load_result_t *r, const load_decode_stats_t *st) {
@@ -106,7 +108,9 @@ void load_result_fill_decode(load_result_t *r, const load_decode_stats_t *st) {
     r->codes[i].count = st->codes[i].count;
   }
   snprintf(r->first_error, sizeof r->first_error, "%s", st->first_error);
-  r->tls_failed = st->tls_failed;
+  r->stop = st->stop
+                ? st->stop
+                : load_stop_of_replies(st->sent - st->transport, st->status);
 }
 
 static int64_t recreated_of(const load_result_t *r) {
@@ -170,7 +174,10 @@ static void line_end(FILE *f, const load_result_t *r, const char *what) {
             ms3(r->queue_ms[0], m[0]), ms3(r->compute_ms[0], m[1]));
   verify_part(f, r);
   fprintf(f, "\n");
-  if (r->first_error[0])
+  /* the error that stopped the sweep is said once, in the message on
+   * the stop (attnd-load's main) */
+  if (r->first_error[0] && r->stop != LOAD_STOP_TLS &&
+      r->stop != LOAD_STOP_UNREACHABLE)
     fprintf(f, "  first %s: %s\n", what, r->first_error);
 }
 
@@ -343,7 +350,8 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
              "workload,sessions,steps,create,rope,ttft_p50_ms,ttft_p90_ms,"
              "ttft_p99_ms,ttft_max_ms,ttft_mean_ms,create_p50_ms,"
              "prefill_tokens_per_s,sessions_done,abandoned,recreated,"
-             "recreated_404,recreated_410,recreated_409,bad_replies\n");
+             "recreated_404,recreated_410,recreated_409,bad_replies,"
+             "stopped\n");
   for (int j = 0; j < n; j++) {
     const load_result_t *x = &r[j];
     const load_shape_t *s = &x->shape;
@@ -386,7 +394,7 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
       fprintf(f, "%.3g", verify_err(x));
     fputc(',', f);
     if (!x->decode) {
-      fprintf(f, "request,,,,,,,,,,,,,,,,,,\n");
+      fprintf(f, "request,,,,,,,,,,,,,,,,,,,%s\n", load_stop_names[x->stop]);
       continue;
     }
     static const char *const ropes[] = {"none", "half", "interleaved"};
@@ -401,7 +409,8 @@ int load_report_csv(const char *path, const load_result_t *r, int n, char *err,
             (long long)recreated_of(x));
     for (int i = 0; i < LOAD_NRECREATE; i++)
       fprintf(f, ",%lld", (long long)x->recreated[i]);
-    fprintf(f, ",%lld\n", (long long)x->bad_replies);
+    fprintf(f, ",%lld,%s\n", (long long)x->bad_replies,
+            load_stop_names[x->stop]);
   }
   if (fclose(f) != 0)
     return io_fail(err, en, path);
@@ -516,6 +525,9 @@ static json_t *step_json(const load_result_t *x) {
   if (x->first_error[0])
     json_object_set_new(o, x->decode ? "first_error" : "first_transport_error",
                         json_string(x->first_error));
+  json_object_set_new(o, "stopped",
+                      x->stop ? json_string(load_stop_names[x->stop])
+                              : json_null());
   return o;
 }
 
@@ -763,6 +775,14 @@ int load_report_svg(const char *path, const char *title,
       fputs("&amp;", f);
     else
       fputc(*p, f);
+  /* a sweep cut short says so, or its picture would pass for a whole one */
+  static const char *const stop_says[LOAD_NSTOP] = {
+      "", "a TLS handshake failed", "nothing answered at the URL",
+      "every reply 401 unauthorized", "every reply 404 not found"};
+  for (int i = 0; i < n_all; i++)
+    if (all[i].stop)
+      fprintf(f, "; stopped at step %d: %s", all[i].step,
+              stop_says[all[i].stop]);
   fprintf(f, "</text>\n");
   if (n == 0) {
     fprintf(f,

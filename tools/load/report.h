@@ -56,7 +56,7 @@ typedef struct load_result {
   double verify_max_err;
 
   char first_error[256]; /* the first transport error, or "" */
-  int tls_failed;        /* a request failed its TLS handshake */
+  load_stop_t stop;      /* why the sweep ended with this step, or NONE */
 
   /* --mode decode: `length` is the prefill, `shape` has B = 1, Lq = 1,
    * Lk = the prefill and the sizes; lat_ms are the one-token steps',
