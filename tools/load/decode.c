@@ -529,14 +529,6 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
     return;
   }
   e->answered = 1;
-  if (code == 401 && st->ok == 0) {
-    /* no key, or one attnd does not know: every request would meet the
-     * same, after pauses that add up to seconds a session */
-    st->status[401]++;
-    count_code(st, body, len);
-    stop_run(e, LOAD_STOP_UNAUTHORIZED);
-    return;
-  }
   if (code < 200 || code > 299) {
     if (sl->phase == PH_DELETE && code == 404) { /* gone already: fine */
       st->ok++;
@@ -553,6 +545,10 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
                code == 404   ? LOAD_RECREATE_404
                : code == 410 ? LOAD_RECREATE_410
                              : LOAD_RECREATE_409);
+    } else if (code == 401 && st->ok == 0) {
+      /* no key, or one attnd does not know: every request would meet the
+       * same, after pauses that add up to seconds a session */
+      stop_run(e, LOAD_STOP_UNAUTHORIZED);
     } else {
       failed(e, s, now);
     }
