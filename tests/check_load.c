@@ -2586,6 +2586,8 @@ typedef struct fake {
   const char *session; /* the id creations get, or NULL: one of 32 hex */
   const char *code;    /* with coded, every error's code instead of e<i> */
   int n;               /* requests answered */
+  int plain; /* set: every connection gets a plain "HTTP/1.1 400" at once,
+                nothing read, which fails a TLS client's handshake */
   pthread_t th;
 } fake_t;
 
@@ -2650,6 +2652,12 @@ static void *fake_main(void *arg) {
     int c = accept(f->fd, NULL, NULL);
     if (c < 0)
       return NULL; /* shut down */
+    if (f->plain) {
+      static const char line[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+      f->n += send(c, line, sizeof line - 1, MSG_NOSIGNAL) > 0;
+      close(c);
+      continue;
+    }
     char method[16], path[256], reply[1024], body[128] = "";
     long long expected;
     if (fake_read(c, method, path, sizeof method, &expected) == 0) {
@@ -2831,6 +2839,38 @@ START_TEST(test_decode_code_bytes) {
                 "by_code has %zu codes", json_object_size(by));
   json_decref(doc);
   free(r);
+}
+END_TEST
+
+/* The open loop at 100,000 arrivals a second on one connection, to a
+ * server whose handshakes all fail (https:// to plain HTTP): the first
+ * failure stops the run, and the arrivals waiting for the connection by
+ * then fail with it, unsent: one connection in all, every arrival counted
+ * as a transport error. Caught: the waiting arrivals sent after the stop,
+ * each a new connection and a new failed handshake. */
+START_TEST(test_open_loop_stops_waiting) {
+  fake_t f;
+  fake_start(&f, 1 << 30, 4);
+  f.plain = 1;
+  char url[64], err[256];
+  snprintf(url, sizeof url, "https://127.0.0.1:%d/x", f.port);
+  curl_global_init(CURL_GLOBAL_ALL);
+  load_run_t run = {.url = url,
+                    .mode = LOAD_OPEN,
+                    .concurrency = 1,
+                    .rate = 1e5,
+                    .duration_s = 0.05,
+                    .timeout_s = 10};
+  load_stats_t st;
+  ck_assert_int_eq(load_stats_init(&st), 0);
+  ck_assert_msg(load_client_run(&run, &st, err, sizeof err) == 0, "%s", err);
+  fake_stop(&f);
+  ck_assert_msg(st.stop == LOAD_STOP_TLS && f.n == 1 && st.sent > 1 &&
+                    st.transport == st.sent,
+                "stop %d, %d connections, %lld sent, %lld transport: %s",
+                (int)st.stop, f.n, (long long)st.sent, (long long)st.transport,
+                st.first_error);
+  load_stats_free(&st);
 }
 END_TEST
 
@@ -3216,6 +3256,7 @@ Suite *test_suite(void) {
 
   tc = tcase_create("stop");
   tcase_add_test(tc, test_request_stops_unreachable);
+  tcase_add_test(tc, test_open_loop_stops_waiting);
   tcase_add_loop_test(tc, test_decode_stops_at_once, 0, 3);
   suite_add_tcase(s, tc);
   return s;

@@ -577,6 +577,10 @@ static int open_issue(engine_t *e, double now) {
       note_error(e->st, "timed out waiting for a free connection");
     }
   }
+  /* after a stop the arrivals still waiting would fail alike: they fail
+   * with it, unsent */
+  while (e->bl_len && e->st->stop != LOAD_STOP_NONE)
+    e->st->transport += backlog_pop(e) >= e->t_measure;
   while (e->bl_len && e->n_idle)
     start(e, backlog_pop(e), now);
   return 0;
