@@ -8,7 +8,10 @@
  * hostile paths, ids and request ids over a raw socket, and parses every
  * line the server wrote. A log that cannot be written (a full disk: a
  * writer of its own that fails, and /dev/full for the server) costs its
- * lines, but says so on stderr, once, and how many were lost. */
+ * lines, but says so on stderr, once, and how many were lost. And the
+ * caller's W3C trace context: attnd_traceparent_parse on the spec's valid
+ * and invalid forms, and the real attnd's lines with and without it, on
+ * every protocol and on refusals. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -56,6 +59,22 @@ static const char *str(const json_t *o, const char *key) {
   const char *s = json_string_value(json_object_get(o, key));
   ck_assert_msg(s != NULL, "member %s is not a string", key);
   return s;
+}
+
+/* The lines attnd_access_log_write makes of a[0..n), in a file of their
+ * own, read back (read_lines). */
+static json_t *write_lines(const attnd_access_t *a, size_t n) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  FILE *f = fdopen(fd, "w");
+  ck_assert_ptr_nonnull(f);
+  for (size_t i = 0; i < n; i++)
+    attnd_access_log_write(f, &a[i]);
+  fclose(f);
+  json_t *lines = read_lines(path);
+  unlink(path);
+  return lines;
 }
 
 /* Hostile strings and what jansson must read back from the log. */
@@ -128,6 +147,135 @@ START_TEST(test_writer_escapes) {
   ck_assert_str_eq(str(last, "id"), "");
   ck_assert_str_eq(str(last, "request_id"), "");
   ck_assert_str_eq(str(last, "client_addr"), "");
+  json_decref(lines);
+}
+END_TEST
+
+/* traceparent values and what attnd_traceparent_parse makes of them: the
+ * ids, or NULL where the header is to be ignored. The W3C Recommendation
+ * "Trace Context" (2021), 3.2 and its versioning rules, and the forms
+ * its test suite sends. */
+#define TP_TRACE "4bf92f3577b34da6a3ce929d0e0e4736"
+#define TP_PARENT "00f067aa0ba902b7"
+static const struct {
+  const char *in, *trace, *parent;
+} traceparents[] = {
+    {"00-" TP_TRACE "-" TP_PARENT "-01", TP_TRACE, TP_PARENT},
+    {"00-" TP_TRACE "-" TP_PARENT "-00", TP_TRACE, TP_PARENT},
+    {"00-" TP_TRACE "-" TP_PARENT "-ff", TP_TRACE, TP_PARENT},
+    {" \t00-" TP_TRACE "-" TP_PARENT "-01\t ", TP_TRACE, TP_PARENT},
+    {"00-00000000000000000000000000000001-0000000000000001-01",
+     "00000000000000000000000000000001", "0000000000000001"},
+    {"00-12345678901234567890123456789012-1234567890123456-01",
+     "12345678901234567890123456789012", "1234567890123456"},
+    /* a later version: its first four fields, whatever follows a dash */
+    {"cc-" TP_TRACE "-" TP_PARENT "-01", TP_TRACE, TP_PARENT},
+    {"cc-" TP_TRACE "-" TP_PARENT "-01-what-the-future-will-be-like", TP_TRACE,
+     TP_PARENT},
+    {"01-" TP_TRACE "-" TP_PARENT "-09-", TP_TRACE, TP_PARENT},
+    {"fe-" TP_TRACE "-" TP_PARENT "-01 ", TP_TRACE, TP_PARENT},
+    /* ignored */
+    {"", NULL, NULL},
+    {"   ", NULL, NULL},
+    {"00", NULL, NULL},
+    {"00-" TP_TRACE, NULL, NULL},
+    {"00-" TP_TRACE "-" TP_PARENT, NULL, NULL},
+    {"00-" TP_TRACE "-" TP_PARENT "-", NULL, NULL},
+    {"00-" TP_TRACE "-" TP_PARENT "-0", NULL, NULL},
+    {"00-" TP_TRACE "-" TP_PARENT "-001", NULL, NULL},
+    {"00-" TP_TRACE "-" TP_PARENT "-01.", NULL, NULL},
+    {"00-" TP_TRACE "-" TP_PARENT "-01-what-the-future-will-be-like", NULL,
+     NULL},
+    {"00-" TP_TRACE "-" TP_PARENT "-01 x", NULL, NULL},
+    {"00-4BF92F3577B34DA6A3CE929D0E0E4736-" TP_PARENT "-01", NULL, NULL},
+    {"00-4bf92f3577b34da6a3ce929d0e0e473A-" TP_PARENT "-01", NULL, NULL},
+    {"00-" TP_TRACE "-00F067AA0BA902B7-01", NULL, NULL},
+    {"00-" TP_TRACE "-" TP_PARENT "-0A", NULL, NULL},
+    {"0A-" TP_TRACE "-" TP_PARENT "-01", NULL, NULL},
+    {"00-00000000000000000000000000000000-" TP_PARENT "-01", NULL, NULL},
+    {"00-" TP_TRACE "-0000000000000000-01", NULL, NULL},
+    {"ff-" TP_TRACE "-" TP_PARENT "-01", NULL, NULL},
+    {"ff-" TP_TRACE "-" TP_PARENT "-01-later", NULL, NULL},
+    {"0-" TP_TRACE "-" TP_PARENT "-01", NULL, NULL},
+    {"000-" TP_TRACE "-" TP_PARENT "-01", NULL, NULL},
+    {".0-" TP_TRACE "-" TP_PARENT "-01", NULL, NULL},
+    {"00-4bf92f3577b34da6a3ce929d0e0e473-" TP_PARENT "-01", NULL, NULL},
+    {"00-4bf92f3577b34da6a3ce929d0e0e47366-" TP_PARENT "-01", NULL, NULL},
+    {"00-" TP_TRACE "-00f067aa0ba902b-01", NULL, NULL},
+    {"00-" TP_TRACE "-00f067aa0ba902b77-01", NULL, NULL},
+    {"00-.bf92f3577b34da6a3ce929d0e0e4736-" TP_PARENT "-01", NULL, NULL},
+    {"00-" TP_TRACE "-" TP_PARENT "-.1", NULL, NULL},
+    {"00_" TP_TRACE "_" TP_PARENT "_01", NULL, NULL},
+    {"00" TP_TRACE TP_PARENT "01", NULL, NULL},
+    {"00-" TP_TRACE TP_PARENT "-01-", NULL, NULL},
+    {"00-" TP_TRACE "-" TP_PARENT "01", NULL, NULL},
+    {"00 -" TP_TRACE "-" TP_PARENT "-01", NULL, NULL},
+    {"00-4bf92f3577b34da6-a3ce929d0e0e4736-" TP_PARENT "-01", NULL, NULL},
+    {"00-" TP_TRACE "-" TP_PARENT "-01,00-" TP_TRACE "-" TP_PARENT "-01", NULL,
+     NULL},
+    /* a later version shorter than 55 characters, or not followed by a
+     * dash */
+    {"cc-" TP_TRACE "-" TP_PARENT "-0", NULL, NULL},
+    {"cc-" TP_TRACE "-" TP_PARENT "-01.what-the-future-will-be-like", NULL,
+     NULL},
+    {"cc-" TP_TRACE "-" TP_PARENT "-012", NULL, NULL},
+    {"cc-" TP_TRACE "-" TP_PARENT "-01 -x", NULL, NULL},
+    {"cc-" TP_TRACE "-00F067AA0BA902B7-01-x", NULL, NULL},
+    {"cc-00000000000000000000000000000000-" TP_PARENT "-01-x", NULL, NULL},
+};
+
+/* Each value, in a block of its exact size (so that ASan sees a byte read
+ * past its end), gives the ids or nothing; on failure the outputs are left
+ * as they were. */
+START_TEST(test_traceparent_parse) {
+  for (size_t i = 0; i < sizeof traceparents / sizeof traceparents[0]; i++) {
+    char *in = strdup(traceparents[i].in);
+    ck_assert_ptr_nonnull(in);
+    char trace[ATTND_TRACE_ID_LEN + 1], parent[ATTND_PARENT_ID_LEN + 1];
+    memset(trace, 'x', sizeof trace);
+    memset(parent, 'x', sizeof parent);
+    int ok = attnd_traceparent_parse(in, trace, parent);
+    free(in);
+    if (traceparents[i].trace == NULL) {
+      ck_assert_msg(!ok, "'%s' accepted", traceparents[i].in);
+      for (size_t k = 0; k < sizeof trace; k++)
+        ck_assert_msg(trace[k] == 'x', "'%s' wrote the trace id",
+                      traceparents[i].in);
+      for (size_t k = 0; k < sizeof parent; k++)
+        ck_assert_msg(parent[k] == 'x', "'%s' wrote the parent id",
+                      traceparents[i].in);
+    } else {
+      ck_assert_msg(ok, "'%s' refused", traceparents[i].in);
+      ck_assert_str_eq(trace, traceparents[i].trace);
+      ck_assert_str_eq(parent, traceparents[i].parent);
+    }
+  }
+}
+END_TEST
+
+/* A line carries trace_id and parent_id where trace_id is given, and
+ * neither member where it is not (not ""): an operator's search for a
+ * trace finds only the lines of requests that came with one. */
+START_TEST(test_writer_trace) {
+  attnd_access_t a[2] = {{.request_id = "r-1",
+                          .trace_id = TP_TRACE,
+                          .parent_id = TP_PARENT,
+                          .method = "GET",
+                          .path = "/",
+                          .status = 200}};
+  a[1] = a[0];
+  a[1].trace_id = NULL;
+  json_t *lines = write_lines(a, 2);
+  ck_assert_uint_eq(json_array_size(lines), 2);
+  const json_t *with = json_array_get(lines, 0);
+  ck_assert_str_eq(str(with, "trace_id"), TP_TRACE);
+  ck_assert_str_eq(str(with, "parent_id"), TP_PARENT);
+  ck_assert_str_eq(str(with, "request_id"), "r-1");
+  ck_assert_uint_eq(json_object_size(with), 15);
+  const json_t *without = json_array_get(lines, 1);
+  ck_assert_ptr_null(json_object_get(without, "trace_id"));
+  ck_assert_ptr_null(json_object_get(without, "parent_id"));
+  ck_assert_uint_eq(json_object_size(without), 13);
   json_decref(lines);
 }
 END_TEST
@@ -699,6 +847,170 @@ START_TEST(test_server_log_library_replies) {
 }
 END_TEST
 
+/* One request of test_server_log_trace on a connection of its own:
+ * `method` and `target`, X-Request-Id `rid`, the header lines `head`
+ * (each ending in CRLF) and a JSON `body` (NULL: none). Returns its
+ * status. */
+static int traced(int port, const char *method, const char *target,
+                  const char *rid, const char *head, const char *body) {
+  char req[2048], len[80] = "";
+  if (body)
+    snprintf(len, sizeof len,
+             "Content-Type: application/json\r\nContent-Length: %zu\r\n",
+             strlen(body));
+  int n = snprintf(req, sizeof req,
+                   "%s %s HTTP/1.1\r\nHost: x\r\nX-Request-Id: %s\r\n%s%s"
+                   "Connection: close\r\n\r\n%s",
+                   method, target, rid, head, len, body ? body : "");
+  ck_assert_int_lt(n, (int)sizeof req);
+  return raw(port, req, (size_t)n);
+}
+
+/* The one line of `lines` with the request id `rid`; asserts there is
+ * one. */
+static const json_t *line_with_id(const json_t *lines, const char *rid) {
+  const json_t *found = NULL;
+  for (size_t i = 0; i < json_array_size(lines); i++) {
+    const json_t *o = json_array_get(lines, i);
+    if (strcmp(str(o, "request_id"), rid) == 0) {
+      ck_assert_msg(found == NULL, "two lines of request id %s", rid);
+      found = o;
+    }
+  }
+  ck_assert_msg(found != NULL, "no line of request id %s", rid);
+  return found;
+}
+
+#define TP_VALID "00-" TP_TRACE "-" TP_PARENT "-01"
+#define TP_LINE(v) "traceparent: " v "\r\n"
+#define TP_KEY "Authorization: Bearer trace-key\r\n"
+#define TP_SID "00112233445566778899aabbccddeeff"
+
+/* The requests of test_server_log_trace, in order: what each sends, the
+ * status it gets, and the trace id its line has (NULL: none, nor a
+ * parent_id; else parent_id is TP_PARENT). */
+static const struct {
+  const char *method, *target, *rid, *head, *body;
+  int status;
+  const char *trace;
+} trace_calls[] = {
+    /* every protocol, through one request type */
+    {"POST", "/v1/attention", "t-v1", TP_KEY TP_LINE(TP_VALID),
+     "{\"query\":[[1,2]],\"num_heads\":1}", 200, TP_TRACE},
+    {"POST", "/v2/models/attention/infer", "t-v2", TP_KEY TP_LINE(TP_VALID),
+     "{\"inputs\":[{\"name\":\"query\",\"shape\":[1,2],\"datatype\":\"FP32\","
+     "\"data\":[1,2]}],\"parameters\":{\"num_heads\":1}}",
+     200, TP_TRACE},
+    {"PUT", "/v1/sessions/" TP_SID, "t-create", TP_KEY TP_LINE(TP_VALID),
+     "{\"num_heads\":1,\"head_dim\":2}", 201, TP_TRACE},
+    {"POST", "/v1/sessions/" TP_SID "/attention", "t-step",
+     TP_KEY TP_LINE(TP_VALID),
+     "{\"query\":[[1,2]],\"key\":[[1,2]],\"value\":[[3,4]]}", 200, TP_TRACE},
+    {"GET", "/ui/icon.svg", "t-page", TP_LINE(TP_VALID), NULL, 200, TP_TRACE},
+    /* refusals: no route (v1's and v2's), no key (a GET's held 401, and a
+     * POST's, answered at once), a session that is not there, a body
+     * libmicrohttpd refuses itself */
+    {"GET", "/v1/nowhere", "t-404", TP_KEY TP_LINE(TP_VALID), NULL, 404,
+     TP_TRACE},
+    {"GET", "/v2/nowhere", "t-404-v2", TP_KEY TP_LINE(TP_VALID), NULL, 404,
+     TP_TRACE},
+    {"GET", "/v1/info", "t-401", TP_LINE(TP_VALID), NULL, 401, TP_TRACE},
+    {"POST", "/v1/attention", "t-401-body", TP_LINE(TP_VALID),
+     "{\"query\":[[1,2]],\"num_heads\":1}", 401, TP_TRACE},
+    {"GET", "/v1/sessions/ffeeddccbbaa99887766554433221100", "t-404-session",
+     TP_KEY TP_LINE(TP_VALID), NULL, 404, TP_TRACE},
+    {"POST", "/v1/attention", "t-library",
+     TP_KEY TP_LINE(TP_VALID) "Content-Length: abc\r\n", NULL, 400, TP_TRACE},
+    /* no header; the same header twice, or two of them */
+    {"GET", "/v1/info", "t-none", TP_KEY, NULL, 200, NULL},
+    {"GET", "/healthz", "t-twice", TP_LINE(TP_VALID) TP_LINE(TP_VALID), NULL,
+     200, NULL},
+    {"GET", "/healthz", "t-two",
+     TP_LINE(TP_VALID) TP_LINE("00-12345678901234567890123456789012-"
+                               "1234567890123456-01"),
+     NULL, 200, NULL},
+    /* the name in any case, white space around the value, a later version */
+    {"GET", "/healthz", "t-case", "TraceParent: " TP_VALID "\r\n", NULL, 200,
+     TP_TRACE},
+    {"GET", "/healthz", "t-ows", "traceparent: \t " TP_VALID " \t\r\n", NULL,
+     200, TP_TRACE},
+    {"GET", "/healthz", "t-later",
+     TP_LINE("cc-" TP_TRACE "-" TP_PARENT "-01-what-the-future-will-be-like"),
+     NULL, 200, TP_TRACE},
+    /* invalid: ignored, the request served as ever */
+    {"GET", "/healthz", "t-name", "trace-parent: " TP_VALID "\r\n", NULL, 200,
+     NULL},
+    {"GET", "/healthz", "t-upper",
+     TP_LINE("00-4BF92F3577B34DA6A3CE929D0E0E4736-" TP_PARENT "-01"), NULL, 200,
+     NULL},
+    {"GET", "/healthz", "t-zero-trace",
+     TP_LINE("00-00000000000000000000000000000000-" TP_PARENT "-01"), NULL, 200,
+     NULL},
+    {"GET", "/healthz", "t-zero-parent",
+     TP_LINE("00-" TP_TRACE "-0000000000000000-01"), NULL, 200, NULL},
+    {"GET", "/healthz", "t-ff", TP_LINE("ff-" TP_TRACE "-" TP_PARENT "-01"),
+     NULL, 200, NULL},
+    {"GET", "/healthz", "t-extra", TP_LINE(TP_VALID "-what-the-future"), NULL,
+     200, NULL},
+    {"GET", "/healthz", "t-dashes", TP_LINE("00" TP_TRACE TP_PARENT "01"), NULL,
+     200, NULL},
+    {"GET", "/healthz", "t-short",
+     TP_LINE("00-4bf92f3577b34da6a3ce929d0e0e473-" TP_PARENT "-01"), NULL, 200,
+     NULL},
+    {"GET", "/healthz", "t-long",
+     TP_LINE("00-" TP_TRACE "-00f067aa0ba902b77-01"), NULL, 200, NULL},
+    {"POST", "/v1/attention", "t-v1-bad",
+     TP_KEY TP_LINE("00-" TP_TRACE "-" TP_PARENT "-0"),
+     "{\"query\":[[1,2]],\"num_heads\":1}", 200, NULL},
+};
+
+/* The caller's trace context (W3C traceparent) is in the line of every
+ * request that came with a valid one: /v1, /v2, a session's calls, the
+ * page's files, and refusals, attnd's own (404, 401, in the first callback) and
+ * libmicrohttpd's; and in no other line. An invalid one is ignored, and
+ * the request answered as without it; so is one a NUL cut short, which is
+ * refused (400) as any header a NUL cuts. attnd runs with an API key. */
+START_TEST(test_server_log_trace) {
+  char path[] = "/tmp/attnd-log-XXXXXX";
+  sh_server_t srv;
+  start_logged(&srv, path, "--api-keys", "trace-key");
+  size_t n_calls = sizeof trace_calls / sizeof trace_calls[0];
+  for (size_t i = 0; i < n_calls; i++)
+    ck_assert_msg(traced(srv.port, trace_calls[i].method, trace_calls[i].target,
+                         trace_calls[i].rid, trace_calls[i].head,
+                         trace_calls[i].body) == trace_calls[i].status,
+                  "%s: not %d", trace_calls[i].rid, trace_calls[i].status);
+  static const char nul[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                            "X-Request-Id: t-nul\r\ntraceparent: " TP_VALID
+                            "\0-ff\r\nConnection: close\r\n\r\n";
+  ck_assert_int_eq(raw(srv.port, nul, sizeof nul - 1), 400);
+  ck_assert_int_eq(sh_server_stop(&srv, 15.0), 0);
+  json_t *lines = read_lines(path);
+  unlink(path);
+  ck_assert_uint_eq(json_array_size(lines), n_calls + 1);
+  for (size_t i = 0; i < n_calls; i++) {
+    const json_t *o = line_with_id(lines, trace_calls[i].rid);
+    ck_assert_int_eq(json_integer_value(json_object_get(o, "status")),
+                     trace_calls[i].status);
+    if (trace_calls[i].trace) {
+      ck_assert_msg(json_object_get(o, "trace_id"), "%s: no trace_id",
+                    trace_calls[i].rid);
+      ck_assert_str_eq(str(o, "trace_id"), trace_calls[i].trace);
+      ck_assert_str_eq(str(o, "parent_id"), TP_PARENT);
+    } else {
+      ck_assert_msg(json_object_get(o, "trace_id") == NULL &&
+                        json_object_get(o, "parent_id") == NULL,
+                    "%s: a trace context logged", trace_calls[i].rid);
+    }
+  }
+  const json_t *cut = line_with_id(lines, "t-nul");
+  ck_assert_int_eq(json_integer_value(json_object_get(cut, "status")), 400);
+  ck_assert_msg(json_object_get(cut, "trace_id") == NULL,
+                "a traceparent a NUL cut short logged");
+  json_decref(lines);
+}
+END_TEST
+
 /* Requests that never ran log the time they waited in the queue. One
  * worker is held by a slow request A; B (timeout_ms 500) expires in the
  * queue behind it, and C's client leaves after waiting 150 ms. B's line
@@ -984,20 +1296,15 @@ END_TEST
 /* docs/operations.md's bullet on the access log names each member of a
  * line, in backquotes, as a reader of the log finds it. */
 START_TEST(test_fields_documented) {
-  char path[] = "/tmp/attnd-log-XXXXXX";
-  int fd = mkstemp(path);
-  ck_assert_int_ge(fd, 0);
-  FILE *f = fdopen(fd, "w");
   attnd_access_t a = {.request_id = "r-1",
+                      .trace_id = TP_TRACE, /* every member a line may have */
+                      .parent_id = TP_PARENT,
                       .id = "i",
                       .method = "GET",
                       .path = "/",
                       .status = 200,
                       .complete = 1};
-  attnd_access_log_write(f, &a);
-  fclose(f);
-  json_t *lines = read_lines(path);
-  unlink(path);
+  json_t *lines = write_lines(&a, 1);
   const json_t *line = json_array_get(lines, 0);
   ck_assert_ptr_nonnull(line);
   FILE *d = fopen("docs/operations.md", "r");
@@ -1040,6 +1347,9 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_server_log_is_json);
   tcase_add_test(tc, test_server_log_whole_method_path);
   tcase_add_test(tc, test_server_log_library_replies);
+  tcase_add_test(tc, test_traceparent_parse);
+  tcase_add_test(tc, test_writer_trace);
+  tcase_add_test(tc, test_server_log_trace);
   tcase_add_test(tc, test_server_log_concurrent);
   tcase_add_test(tc, test_server_log_values);
   tcase_add_test(tc, test_server_log_cut_reply);

@@ -155,6 +155,10 @@ void attnd_access_log_write(FILE *f, const attnd_access_t *a) {
   attnd_buf_init_in(&b, mem, sizeof mem);
   put_string(&b, "{\"ts\":", stamp(time(NULL)));
   put_string(&b, ",\"request_id\":", a->request_id);
+  if (a->trace_id) {
+    put_string(&b, ",\"trace_id\":", a->trace_id);
+    put_string(&b, ",\"parent_id\":", a->parent_id);
+  }
   put_string(&b, ",\"id\":", a->id);
   put_string(&b, ",\"method\":", a->method);
   put_string(&b, ",\"path\":", a->path);
@@ -181,4 +185,44 @@ void attnd_access_log_write(FILE *f, const attnd_access_t *a) {
   }
   attnd_buf_free(&b);
   told(err);
+}
+
+/* Whether p[0..n) are n lowercase hex digits (HEXDIGLC), and, with
+ * `nonzero`, not all '0'. Stops at the first other byte, so never reads
+ * past a NUL. */
+static int hex_run(const char *p, size_t n, int nonzero) {
+  int any = !nonzero;
+  for (size_t i = 0; i < n; i++) {
+    if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+      return 0;
+    any |= p[i] != '0';
+  }
+  return any;
+}
+
+/* Each field is checked at its fixed place, in order, each check only
+ * once the ones before it have passed, so that no byte past the value's
+ * NUL is read. */
+int attnd_traceparent_parse(const char *v, char *trace_id, char *parent_id) {
+  while (*v == ' ' || *v == '\t')
+    v++;
+  if (!hex_run(v, 2, 0) || v[2] != '-' || memcmp(v, "ff", 2) == 0 ||
+      !hex_run(v + 3, ATTND_TRACE_ID_LEN, 1) || v[35] != '-' ||
+      !hex_run(v + 36, ATTND_PARENT_ID_LEN, 1) || v[52] != '-' ||
+      !hex_run(v + 53, 2, 0))
+    return 0;
+  /* version 00 ends with its flags; a later one may go on after a dash,
+   * with fields this version cannot know of */
+  const char *end = v + 55;
+  if (memcmp(v, "00", 2) == 0 || *end != '-') {
+    while (*end == ' ' || *end == '\t')
+      end++;
+    if (*end)
+      return 0;
+  }
+  memcpy(trace_id, v + 3, ATTND_TRACE_ID_LEN);
+  trace_id[ATTND_TRACE_ID_LEN] = 0;
+  memcpy(parent_id, v + 36, ATTND_PARENT_ID_LEN);
+  parent_id[ATTND_PARENT_ID_LEN] = 0;
+  return 1;
 }

@@ -30,6 +30,7 @@
 #include "codec/mem.h"
 #include "codec/util.h"
 #include "errors.h"
+#include "http/access_log.h"
 #include "http/assets.h"
 #include "http/router.h"
 #include "sched/pinned.h"
@@ -65,6 +66,9 @@ struct attnd_http_req {
   const attnd_asset_t *asset; /* an asset route's file */
   double t_arrival;
   char request_id[96];
+  /* The caller's W3C trace context, for the access log: its trace-id and
+   * parent-id, or "" where no valid traceparent came (http.c). */
+  char trace_id[ATTND_TRACE_ID_LEN + 1], parent_id[ATTND_PARENT_ID_LEN + 1];
   /* The method and the path as sent, whole, for the access log: in their
    * _mem where they fit, else malloc'd and owned, as the parameters. */
   char *method, method_mem[16];

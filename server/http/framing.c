@@ -256,6 +256,9 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
   /* an id a NUL cut is not the client's: the refusal carries attnd's */
   if (f.bad_value && strcasecmp(f.bad_value, "X-Request-Id") == 0)
     attnd_http_own_request_id(r);
+  /* nor is a trace context whose text a NUL ended early */
+  if (f.bad_value && strcasecmp(f.bad_value, "traceparent") == 0)
+    r->trace_id[0] = 0;
   if (f.fold)
     *ret = attnd_http_fail(
         r, ATTND_ERR_BAD_REQUEST, f.fold,

@@ -364,23 +364,28 @@ static void conn_timed_out(attnd_server_t *s, struct MHD_Connection *conn) {
 /* ---- the access handler ---------------------------------------------------
  */
 
-/* X-Request-Id's lines: the first one's value, and whether a later one
- * differs from it. */
+/* The lines of the headers the request's ids come from: X-Request-Id's
+ * first value, and whether a later one differs from it; traceparent's
+ * first value, and how many lines it has. */
 typedef struct id_lines {
   const char *first;
   int differ;
+  const char *trace;
+  int n_trace;
 } id_lines_t;
 
 static enum MHD_Result id_line(void *cls, enum MHD_ValueKind kind,
                                const char *key, const char *value) {
   id_lines_t *l = cls;
   (void)kind;
+  const char *v = value ? value : "";
   if (strcasecmp(key, "X-Request-Id") == 0) {
-    const char *v = value ? value : "";
     if (l->first == NULL)
       l->first = v;
     else if (strcmp(v, l->first) != 0)
       l->differ = 1;
+  } else if (strcasecmp(key, "traceparent") == 0 && l->n_trace++ == 0) {
+    l->trace = v;
   }
   return MHD_YES;
 }
@@ -392,12 +397,18 @@ void attnd_http_own_request_id(attnd_http_req_t *r) {
   attnd_fmt_i64(r->request_id + 17, (int64_t)(k & INT64_MAX));
 }
 
-/* The request's id: its X-Request-Id, where every line of it gives the
+/* The request's ids, from one walk of its headers. Its request id: its
+ * X-Request-Id, where every line of it gives the
  * same value of 1 to 95 visible ASCII characters other than '"' and '\'
  * (so that it goes into log lines and headers as it is); else one of
  * attnd's own, unique in the process. Lines that differ, and a value that
  * a NUL cuts, are refused (framing.c) with an id of attnd's, not with
- * either of theirs, nor with the part before the NUL. First callback. */
+ * either of theirs, nor with the part before the NUL. And its trace
+ * context, from a traceparent that parses, for the access log; one that
+ * does not, or one given in two lines (which the Trace Context test suite
+ * takes as invalid: which is the caller's?), is ignored, never refused, as
+ * the spec asks of a receiver that cannot parse it. First callback (or
+ * completion, where libmicrohttpd answered before it). */
 static void set_request_id(attnd_http_req_t *r) {
   id_lines_t l = {0};
   MHD_get_connection_values(r->conn, MHD_HEADER_KIND, id_line, &l);
@@ -410,6 +421,8 @@ static void set_request_id(attnd_http_req_t *r) {
     memcpy(r->request_id, h, n + 1);
   else
     attnd_http_own_request_id(r);
+  if (l.n_trace == 1)
+    attnd_traceparent_parse(l.trace, r->trace_id, r->parent_id);
 }
 
 /* Copies a parameter's value into *dst: into mem (of cap bytes) where it
@@ -822,6 +835,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   const attnd_http_conn_t *c = conn_of(conn); /* NULL: it went unlisted */
   attnd_access_t line = {
       .request_id = r->request_id,
+      .trace_id = r->trace_id[0] ? r->trace_id : NULL,
+      .parent_id = r->parent_id,
       .id = j           ? j->id
             : r->has_id ? r->id
                         : NULL,
