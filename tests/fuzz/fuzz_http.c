@@ -17,7 +17,11 @@
  * Checked: no crash (sanitizers); a reply, when there is one, starts with
  * a well-formed status line, and is never a 500; and after every input the
  * server still answers GET /healthz on a new connection with 200 (every
- * FUZZ_HTTP_HEALTH_EVERY inputs; 1 by default).
+ * FUZZ_HTTP_HEALTH_EVERY inputs; 1 by default). And the value of each
+ * traceparent line of the input, which the server reads for its access
+ * log, given to attnd_traceparent_parse here too: it accepts exactly what
+ * the Trace Context Recommendation's rule, written out another way below,
+ * accepts, with the same ids.
  *
  * The limits are flags; ATTND_* in the environment configure the rest
  * (e.g. ATTND_API_KEYS=k to fuzz behind API keys). Run it with
@@ -40,6 +44,7 @@
 
 #include "config.h"
 #include "fuzz.h"
+#include "http/access_log.h"
 #include "serve.h"
 
 extern char **environ;
@@ -275,7 +280,68 @@ static void check_reply(const char *r, size_t n) {
              (int)(n < 400 ? n : 400), r);
 }
 
+/* The rule for a traceparent value s, another way than access_log.c's
+ * walk: the text without the white space around it, at least 55
+ * characters; dashes at 2, 35 and 52 and lowercase hex digits between;
+ * not version ff, nor ids of zeros alone; and, past 55 characters, a
+ * version other than 00 and a dash at 55. */
+static int rule_traceparent(const char *s, char *trace, char *parent) {
+  static const char hex[] = "0123456789abcdef";
+  size_t n = strlen(s), lead = strspn(s, " \t");
+  while (n > lead && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+    n--;
+  s += lead;
+  n -= lead;
+  if (n < 55)
+    return 0;
+  for (size_t i = 0; i < 55; i++)
+    if (i == 2 || i == 35 || i == 52 ? s[i] != '-'
+                                     : memchr(hex, s[i], 16) == NULL)
+      return 0;
+  if (strncmp(s, "ff", 2) == 0 || strspn(s + 3, "0") >= ATTND_TRACE_ID_LEN ||
+      strspn(s + 36, "0") >= ATTND_PARENT_ID_LEN ||
+      (n > 55 && (strncmp(s, "00", 2) == 0 || s[55] != '-')))
+    return 0;
+  snprintf(trace, ATTND_TRACE_ID_LEN + 1, "%.32s", s + 3);
+  snprintf(parent, ATTND_PARENT_ID_LEN + 1, "%.16s", s + 36);
+  return 1;
+}
+
+/* Each line of data[0..size) that starts "traceparent:" (in any case):
+ * its value, to the line's end, in a block of its own size (ASan sees a
+ * byte read past it), parsed and checked against the rule. */
+static void check_traceparents(const uint8_t *data, size_t size) {
+  static const char name[] = "traceparent:";
+  const char *l = (const char *)data, *end = l + size;
+  while (l < end) {
+    const char *eol = memchr(l, '\n', (size_t)(end - l));
+    if (eol == NULL)
+      eol = end;
+    size_t n = (size_t)(eol - l);
+    if (n >= sizeof name - 1 && strncasecmp(l, name, sizeof name - 1) == 0) {
+      n -= sizeof name - 1;
+      n -= n && l[sizeof name - 2 + n] == '\r';
+      char *v = malloc(n + 1);
+      FUZZ_CHECK(v != NULL, "out of memory");
+      memcpy(v, l + sizeof name - 1, n);
+      v[n] = 0;
+      char t[2][ATTND_TRACE_ID_LEN + 1] = {""},
+                                     p[2][ATTND_PARENT_ID_LEN + 1] = {""};
+      int got = attnd_traceparent_parse(v, t[0], p[0]);
+      int want = rule_traceparent(v, t[1], p[1]);
+      FUZZ_CHECK(got == want && strcmp(t[0], t[1]) == 0 &&
+                     strcmp(p[0], p[1]) == 0,
+                 "traceparent '%s': parsed %d (%s, %s), the rule says %d "
+                 "(%s, %s)",
+                 v, got, t[0], p[0], want, t[1], p[1]);
+      free(v);
+    }
+    l = eol + 1;
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  check_traceparents(data, size);
   int fd = dial();
   FUZZ_CHECK(fd >= 0, "the server refuses connections: %s", strerror(errno));
   send_all(fd, data, size);
