@@ -25,7 +25,8 @@ static void collect(void *arg, const char *name, const char *value) {
 /* The end of every preflight's headers. */
 #define PREFLIGHT                                                              \
   "Access-Control-Allow-Headers: Authorization, Content-Type, "                \
-  "Content-Encoding, Inference-Header-Content-Length, X-Request-Id\n"          \
+  "Content-Encoding, Inference-Header-Content-Length, X-Request-Id, "          \
+  "traceparent\n"                                                              \
   "Access-Control-Max-Age: 600\n"
 
 static const struct {

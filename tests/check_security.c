@@ -1033,7 +1033,8 @@ END_TEST
 
 static const char *const preflight_hdrs[] = {
     "Access-Control-Request-Method: POST",
-    "Access-Control-Request-Headers: authorization, content-type", NULL};
+    "Access-Control-Request-Headers: authorization, content-type, traceparent",
+    NULL};
 
 START_TEST(test_cors) {
   const char *args[] = {"--cors-allow-origins",
@@ -1054,6 +1055,7 @@ START_TEST(test_cors) {
   assert_header_has(&r, "Access-Control-Allow-Methods", "POST");
   assert_header_has(&r, "Access-Control-Allow-Headers", "Authorization");
   assert_header_has(&r, "Access-Control-Allow-Headers", "Content-Type");
+  assert_header_has(&r, "Access-Control-Allow-Headers", "traceparent");
   assert_header(&r, "Access-Control-Max-Age", "600");
   sh_resp_free(&r);
   r = CALL(p, .method = "OPTIONS", .path = "/v1/info", .origin = app);

@@ -101,9 +101,10 @@ void attnd_cors_headers(const attnd_cors_t *c, const char *origin,
   snprintf(m, sizeof m, "%s, OPTIONS", methods ? methods : "GET, HEAD, POST");
   add(arg, "Access-Control-Allow-Methods", m);
   /* every request header attnd reads that is not CORS-safelisted: a
-   * browser sends none that the preflight does not allow */
+   * browser sends none that the preflight does not allow (a page that
+   * traces its calls sends traceparent, and its preflight would fail) */
   add(arg, "Access-Control-Allow-Headers",
       "Authorization, Content-Type, Content-Encoding, "
-      "Inference-Header-Content-Length, X-Request-Id");
+      "Inference-Header-Content-Length, X-Request-Id, traceparent");
   add(arg, "Access-Control-Max-Age", "600");
 }
