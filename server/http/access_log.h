@@ -48,8 +48,8 @@ void attnd_access_log_write(FILE *f, const attnd_access_t *a);
  * around the value are skipped (HTTP's optional whitespace). On success
  * writes the two ids, NUL-terminated, into trace_id[33] and
  * parent_id[17] and returns 1; else returns 0 and writes nothing: a
- * receiver that cannot parse the header acts as if it were absent. Looks
- * at each byte once at most; any thread. */
+ * receiver that cannot parse the header acts as if it were absent.
+ * Linear, with no byte read past the value's NUL; any thread. */
 #define ATTND_TRACE_ID_LEN 32
 #define ATTND_PARENT_ID_LEN 16
 int attnd_traceparent_parse(const char *v, char *trace_id, char *parent_id);
