@@ -2880,17 +2880,20 @@ END_TEST
  *   1. a port with nothing listening, in a sweep's first step
  *      (`unanswered`): the first refusal ends it;
  *   2. the same port in a later step: refusals counted and sent again,
- *      as any transport error, until both sessions are abandoned.
- * Caught: a 401 or a refusal sent again after its pauses (twenty requests,
- * both sessions abandoned), `unanswered` ignored. */
+ *      as any transport error, until both sessions are abandoned;
+ *   3. every creation a 404 (no sessions route at --url): the first ends
+ *      it.
+ * Caught: a 401, a creation's 404 or a refusal sent again after its
+ * pauses (twenty requests, both sessions abandoned), `unanswered`
+ * ignored. */
 START_TEST(test_decode_stops_at_once) {
   enum { N = 2 * LOAD_DECODE_MAX_FAILS };
   int codes[N];
   for (int i = 0; i < N; i++)
-    codes[i] = 401;
+    codes[i] = _i == 3 ? 404 : 401;
   fake_t f;
   int fd = -1, port;
-  if (_i == 0) {
+  if (_i == 0 || _i == 3) {
     fake_start(&f, 1 << 30, 4);
     f.codes = codes, f.ncodes = N;
     port = f.port;
@@ -2912,18 +2915,21 @@ START_TEST(test_decode_stops_at_once) {
   load_decode_stats_t st;
   ck_assert_int_eq(load_decode_stats_init(&st), 0);
   ck_assert_msg(load_decode_run(&run, &st, err, sizeof err) == 0, "%s", err);
-  if (_i == 0)
+  if (_i == 0 || _i == 3)
     fake_stop(&f);
   else
     close(fd);
-  static const load_stop_t stop[3] = {LOAD_STOP_UNAUTHORIZED,
-                                      LOAD_STOP_UNREACHABLE, LOAD_STOP_NONE};
-  ck_assert_msg(st.stop == stop[_i] && st.sent == (_i < 2 ? 1 : N) &&
-                    st.abandoned == (_i < 2 ? 0 : 2) && st.ok == 0,
+  static const load_stop_t stop[4] = {LOAD_STOP_UNAUTHORIZED,
+                                      LOAD_STOP_UNREACHABLE, LOAD_STOP_NONE,
+                                      LOAD_STOP_NOT_FOUND};
+  const int once = _i != 2;
+  ck_assert_msg(st.stop == stop[_i] && st.sent == (once ? 1 : N) &&
+                    st.abandoned == (once ? 0 : 2) && st.ok == 0,
                 "stop %d, %lld sent, %lld abandoned, %lld transport",
                 (int)st.stop, (long long)st.sent, (long long)st.abandoned,
                 (long long)st.transport);
   ck_assert_int_eq(st.status[401], _i == 0);
+  ck_assert_int_eq(st.status[404], _i == 3);
   load_decode_stats_free(&st);
 }
 END_TEST
@@ -3257,7 +3263,7 @@ Suite *test_suite(void) {
   tc = tcase_create("stop");
   tcase_add_test(tc, test_request_stops_unreachable);
   tcase_add_test(tc, test_open_loop_stops_waiting);
-  tcase_add_loop_test(tc, test_decode_stops_at_once, 0, 3);
+  tcase_add_loop_test(tc, test_decode_stops_at_once, 0, 4);
   suite_add_tcase(s, tc);
   return s;
 }

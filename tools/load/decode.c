@@ -545,10 +545,12 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
                code == 404   ? LOAD_RECREATE_404
                : code == 410 ? LOAD_RECREATE_410
                              : LOAD_RECREATE_409);
-    } else if (code == 401 && st->ok == 0) {
-      /* no key, or one attnd does not know: every request would meet the
-       * same, after pauses that add up to seconds a session */
-      stop_run(e, LOAD_STOP_UNAUTHORIZED);
+    } else if ((code == 401 || (code == 404 && sl->phase == PH_CREATE)) &&
+               st->ok == 0) {
+      /* no key, or one attnd does not know; no sessions route there (a
+       * wrong --url): every request would meet the same, after pauses
+       * that add up to seconds a session */
+      stop_run(e, code == 401 ? LOAD_STOP_UNAUTHORIZED : LOAD_STOP_NOT_FOUND);
     } else {
       failed(e, s, now);
     }
