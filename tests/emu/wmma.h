@@ -11,9 +11,13 @@
  *   warp_sync, so a lane that skips one is a deadlock that emu reports,
  *   and every lane must pass the same pointer, ldm and layout.
  * - The pointer must be 256-bit aligned and ldm, the stride in elements
- *   between rows (row major) or columns (col major), a multiple of 8 for
- *   16-bit elements and of 4 for float. Element (r, c) is p[r·ldm + c]
- *   in row major and p[c·ldm + r] in col major.
+ *   between rows (row major) or columns (col major), a multiple of 16
+ *   bytes (the Programming Guide), and each row's (or column's) start
+ *   aligned to the size of the lane's fragment in bytes (PTX ISA,
+ *   "Matrix Storage for WMMA", Address Alignment): a float
+ *   accumulator's 8 floats, 32 bytes, so ldm a multiple of 8 floats; a
+ *   bf16 A or B fragment's 4 registers, 16 bytes. Element (r, c) is
+ *   p[r·ldm + c] in row major and p[c·ldm + r] in col major.
  * - Which lane holds which element of a fragment is unspecified: here
  *   each kind of fragment has its own permutation of the 256 elements
  *   over the 32 lanes' 8 slots, drawn from a seed (wmma_layouts), so
@@ -90,8 +94,11 @@ inline void wmma_meet(const void *p, unsigned ldm, int layout, size_t el) {
       wmma_fail("the lanes disagree on the pointer, ldm or layout");
   if ((uintptr_t)p % 32 != 0)
     wmma_fail("the pointer is not 256-bit aligned");
-  if (ldm % (16 / el) != 0)
-    wmma_fail("ldm is not a multiple of 16 bytes");
+  const size_t row_align = el == sizeof(float) ? 32 : 16; /* see the top */
+  if (ldm * el % row_align != 0)
+    wmma_fail(el == sizeof(float)
+                  ? "ldm is not a multiple of 32 bytes (8 floats)"
+                  : "ldm is not a multiple of 16 bytes");
   if (ldm < 16)
     wmma_fail("ldm is shorter than a row");
   const unsigned char *first = (const unsigned char *)p,
