@@ -1532,6 +1532,30 @@ START_TEST(test_metrics_in_reply) {
   json_int_t w = json_integer_value(json_object_get(m, "worker"));
   ck_assert_msg(w == -1, "worker %lld for %g flops", (long long)w,
                 json_number_value(json_object_get(m, "flops")));
+  /* such a request waits for no worker: its queue_ms is 0, as docs/api.md
+   * says, in each of a few, and in the queue wait's histogram (it was the
+   * microseconds from its submission to its start on this thread, which
+   * the reply's 3 decimals print as 0.000 now and then; the histogram's
+   * sum, in seconds to 6 decimals, adds them up) */
+  static const char sum[] = "attnd_queue_wait_seconds_sum{protocol=\"v1\"}",
+                    count[] = "attnd_queue_wait_seconds_count{protocol=\"v1\"}";
+  double sum0 = sh_metric(srv.port, sum), count0 = sh_metric(srv.port, count);
+  for (int k = 0; k < 16; k++) {
+    sh_resp_t q = post_text("{\"query\":[[1,2]],\"num_heads\":1}");
+    json_t *v = sh_json(&q);
+    const json_t *qm = json_object_get(v, "metrics");
+    double ms = json_number_value(json_object_get(qm, "queue_ms"));
+    ck_assert_msg(
+        json_integer_value(json_object_get(qm, "worker")) == -1 && ms == 0,
+        "request %d: worker %lld, queue_ms %g", k,
+        (long long)json_integer_value(json_object_get(qm, "worker")), ms);
+    json_decref(v);
+    sh_resp_free(&q);
+  }
+  ck_assert_msg(sh_metric(srv.port, count) == count0 + 16 &&
+                    sh_metric(srv.port, sum) == sum0,
+                "16 waits of 0: count %g to %g, sum %g to %g", count0,
+                sh_metric(srv.port, count), sum0, sh_metric(srv.port, sum));
   char *big = sh_slow_body(256, 64, 4, 5, NULL);
   sh_resp_t rb;
   ck_assert_int_eq(sh_post(srv.port, big, strlen(big), &rb), 0);

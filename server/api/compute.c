@@ -186,10 +186,12 @@ static void run_inline(const attnd_config_t *cfg, attnd_request_t *req) {
   if (s == NULL && (s = calloc(1, sizeof *s)) != NULL)
     pthread_setspecific(inline_key, s);
   attnd_scratch_t none = {0};
-  req->t.submit = attnd_now_ms();
   /* as planned, or with threads_per_request = auto on one thread: it is
    * tiny, and a team of threads would cost more than its work */
   attnd_request_run(req, -1, cfg->threads_per_request ? 0 : 1, s ? s : &none);
+  /* it waited for no worker: its queue_ms is 0 (docs/api.md), not the
+   * microseconds its run took to set up its team before it started */
+  req->t.submit = req->t.start;
 }
 
 /* j's run in the backend's counters (attnd_metrics_ran), as it comes back
