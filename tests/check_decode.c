@@ -251,6 +251,19 @@ static char *big_flat_size(void) {
   free(g);
   return b;
 }
+/* a flat query [10, 10] (the fast path's bulk data) with a dtype beside
+ * its data */
+static char *big_flat_dtype(void) {
+  char *g = grid(1, 100, -1, -1, "", "0.25"); /* "[[...]]" */
+  g[strlen(g) - 1] = 0;                       /* "[[..." → "[...]" */
+  char *b = malloc(strlen(g) + 128);
+  sprintf(b,
+          "{\"query\":{\"shape\":[10,10],\"data\":%s,\"dtype\":"
+          "\"float16\"},\"num_heads\":1}",
+          g + 1);
+  free(g);
+  return b;
+}
 static char *big_value_non_finite(void) {
   char *v = grid(8, 16, 7, 15, "-1e39", "0.5");
   char *e = malloc(strlen(v) + 32);
@@ -364,6 +377,18 @@ static const err_case_t err_cases[] = {
      "{\"query\":{\"shape\":[1,1],\"dtype\":\"bool\",\"base64\":\"AQ==\"},"
      "\"num_heads\":1}",
      NULL, 422, "invalid_value", "query.dtype", "bool|float32"},
+    /* dtype describes base64's bytes: beside data it was ignored, whatever
+     * it named */
+    {"dtype with flat data",
+     "{\"query\":{\"shape\":[1,2],\"data\":[1,2],\"dtype\":\"int8\"},"
+     "\"num_heads\":1}",
+     NULL, 422, "unknown_field", "query.dtype", "query.dtype|base64"},
+    {"dtype with flat mask data",
+     REQ(",\"mask\":{\"allow\":{\"shape\":[2,2],\"data\":[1,1,1,1],"
+         "\"dtype\":\"bool\"}}"),
+     NULL, 422, "unknown_field", "mask.allow.dtype", "mask.allow.dtype"},
+    {"dtype with big flat data", NULL, big_flat_dtype, 422, "unknown_field",
+     "query.dtype", "query.dtype|base64"},
     {"non-finite 1e39", "{\"query\":[[1e39,2,3,4],[5,6,7,8]],\"num_heads\":1}",
      NULL, 422, "non_finite", "query", "query[0][0]"},
     {"non-finite -1e39 in value",

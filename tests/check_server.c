@@ -427,7 +427,9 @@ END_TEST
 
 /* The errors of the 16-bit dtypes: a dtype a tensor cannot take, a
  * length counted in the dtype's bytes, an infinity in float16, a result
- * beyond float16's range. */
+ * beyond float16's range; and a dtype beside flat data, whose numbers are
+ * read as float32 whatever it says (it was ignored: a client that meant
+ * its float16 to be rounded got no word that they were not). */
 START_TEST(test_half_errors) {
   static const struct {
     const char *body, *code, *field, *words;
@@ -450,6 +452,9 @@ START_TEST(test_half_errors) {
       {"{\"query\":[[1,2]],\"num_heads\":1,\"return\":{\"dtype\":"
        "\"half\"}}",
        "invalid_value", "return.dtype", "\"bfloat16\""},
+      {"{\"query\":{\"shape\":[1,2],\"dtype\":\"float16\",\"data\":"
+       "[1,2]},\"num_heads\":1}",
+       "unknown_field", "query.dtype", "with data|base64 form"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     sh_resp_t r = post_text(cases[i].body);

@@ -383,6 +383,16 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
   if ((data != NULL) == (b64 != NULL))
     return E(d, data ? ATTND_ERR_INVALID_VALUE : ATTND_ERR_MISSING_FIELD, field,
              "%s must have exactly one of data and base64", field);
+  /* dtype names the bytes of base64; data are JSON numbers, read as
+   * float32 (or a mask's 0 and 1) whatever a dtype beside them says, so
+   * one there is refused rather than silently ignored */
+  if (data && dtype) {
+    attnd_fmt_member(sub, sizeof sub, field, "dtype");
+    return E(d, ATTND_ERR_UNKNOWN_FIELD, sub,
+             "%s is given with data; dtype belongs to the base64 form (data "
+             "are JSON numbers, read as float32): leave it out",
+             sub);
+  }
   int64_t n;
   if (check_elements(d, field, (int)rank, dim, &n) < 0)
     return -1;
