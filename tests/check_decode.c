@@ -2104,6 +2104,79 @@ START_TEST(test_nested_members_documented) {
 }
 END_TEST
 
+/* The figures that docs/api.md, docs/oip.md and docs/openapi.json give
+ * for constants of the decoders: the most bytes of a request's id, the
+ * largest top_k and the sink's default count. Each is written in several
+ * places (both protocols' documents and schemas); held here to the code,
+ * none can stay behind when it changes. */
+START_TEST(test_figures_documented) {
+  static const struct {
+    const char *doc, *fmt;
+    long value;
+  } lines[] = {
+      {"docs/api.md", "| `id` | a string of at most %ld bytes of UTF-8",
+       ATTND_ID_MAX},
+      {"docs/api.md", "| `top_k` | 1..%ld:", ATTN_TOP_K_MAX},
+      {"docs/api.md",
+       "| `sink_tokens` | the first keys the sink sums (default %ld;",
+       ATTND_SINK_TOKENS_DEFAULT},
+      {"docs/oip.md", "| `id` | optional string of at most %ld bytes",
+       ATTND_ID_MAX},
+      {"docs/oip.md", "| `weights_top_k` | 1..%ld;", ATTN_TOP_K_MAX},
+      {"docs/oip.md", "| `weights_sink_tokens` | integer ≥ 0 (default %ld)",
+       ATTND_SINK_TOKENS_DEFAULT},
+  };
+  for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+    char *text = tu_read_file_or_fail(lines[i].doc, NULL), want[128];
+    snprintf(want, sizeof want, lines[i].fmt, lines[i].value);
+    ck_assert_msg(strstr(text, want) != NULL,
+                  "%s has no '%s': the code's figure is %ld", lines[i].doc,
+                  want, lines[i].value);
+    free(text);
+  }
+  /* components.schemas.<schema>.properties.<property>.<keyword> */
+  static const struct {
+    const char *schema, *property, *keyword;
+    long value;
+  } kw[] = {
+      {"AttentionRequest", "id", "maxLength", ATTND_ID_MAX},
+      {"SessionStepRequest", "id", "maxLength", ATTND_ID_MAX},
+      {"InferRequest", "id", "maxLength", ATTND_ID_MAX},
+      {"WeightsReduce", "top_k", "maximum", ATTN_TOP_K_MAX},
+      {"InferParameters", "weights_top_k", "maximum", ATTN_TOP_K_MAX},
+      {"WeightsReduce", "sink_tokens", "default", ATTND_SINK_TOKENS_DEFAULT},
+  };
+  json_error_t je;
+  json_t *api = json_load_file("docs/openapi.json", 0, &je);
+  ck_assert_msg(api != NULL, "docs/openapi.json: %s", je.text);
+  const json_t *schemas =
+      json_object_get(json_object_get(api, "components"), "schemas");
+  for (size_t i = 0; i < sizeof kw / sizeof kw[0]; i++) {
+    const json_t *v = json_object_get(
+        json_object_get(json_object_get(json_object_get(schemas, kw[i].schema),
+                                        "properties"),
+                        kw[i].property),
+        kw[i].keyword);
+    ck_assert_msg(json_is_integer(v) && json_integer_value(v) == kw[i].value,
+                  "docs/openapi.json's %s.%s.%s is not %ld, the code's",
+                  kw[i].schema, kw[i].property, kw[i].keyword, kw[i].value);
+  }
+  /* /v2's parameter has its default in words */
+  const json_t *sink = json_object_get(
+      json_object_get(json_object_get(schemas, "InferParameters"),
+                      "properties"),
+      "weights_sink_tokens");
+  char want[32];
+  snprintf(want, sizeof want, "(default %d)", ATTND_SINK_TOKENS_DEFAULT);
+  const char *d = json_string_value(json_object_get(sink, "description"));
+  ck_assert_msg(d && strstr(d, want),
+                "docs/openapi.json's InferParameters.weights_sink_tokens "
+                "does not say '%s': %s",
+                want, d ? d : "(no description)");
+  json_decref(api);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -2145,6 +2218,7 @@ Suite *test_suite(void) {
   tc = tcase_create("documented");
   tcase_add_test(tc, test_members_documented);
   tcase_add_test(tc, test_nested_members_documented);
+  tcase_add_test(tc, test_figures_documented);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("integer_extremes");

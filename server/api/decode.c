@@ -335,7 +335,7 @@ static int decode_reduce(dec_t *d, const json_t *w) {
   r->pool_q = pool[0], r->pool_k = pool[1];
   r->pool_reduce = (attn_pool_reduce_t)red;
   if (!has_sink)
-    r->sink_tokens = 4;
+    r->sink_tokens = ATTND_SINK_TOKENS_DEFAULT;
   const json_t *rv = json_object_get(w, "reduce");
   if (rv && !json_is_null(rv) && !has_pool)
     return E(d, ATTND_ERR_INVALID_VALUE, "return.weights.reduce",

@@ -21,6 +21,11 @@
 #define ATTND_BULK_MIN_ELEMS 1
 #define ATTND_BULK_MIN_STRING 1024
 
+/* The first keys the "sink" statistic sums where a request names no
+ * count: /v1's return.weights.sink_tokens and /v2's weights_sink_tokens
+ * (docs/api.md and docs/oip.md give it; check_decode holds them to it). */
+#define ATTND_SINK_TOKENS_DEFAULT 4
+
 /* The decoder's state for one request body. */
 typedef struct dec {
   attnd_request_t *req;

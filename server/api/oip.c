@@ -528,7 +528,7 @@ static int reductions(oip_t *o) {
              (out & ATTND_OIP_SINK ? ATTN_STAT_SINK : 0u) |
              (out & ATTND_OIP_DISTANCE ? ATTN_STAT_DISTANCE : 0u);
   if ((out & any) && !(given >> P_WEIGHTS_SINK_TOKENS & 1))
-    r->sink_tokens = 4; /* as /v1's default */
+    r->sink_tokens = ATTND_SINK_TOKENS_DEFAULT; /* as /v1's */
   return 0;
 }
 
