@@ -2106,7 +2106,8 @@ END_TEST
 
 /* The figures that docs/api.md, docs/oip.md and docs/openapi.json give
  * for constants of the decoders: the most bytes of a request's id, the
- * largest top_k and the sink's default count. Each is written in several
+ * largest top_k and the sink's default count; and those of configuration
+ * defaults that docs/api.md repeats. Each is written in several
  * places (both protocols' documents and schemas); held here to the code,
  * none can stay behind when it changes. */
 START_TEST(test_figures_documented) {
@@ -2134,6 +2135,25 @@ START_TEST(test_figures_documented) {
                   want, lines[i].value);
     free(text);
   }
+  /* and the configuration's defaults that docs/api.md gives beside the
+   * keys' names (their home is docs/operations.md's table, check_config's):
+   * inline_max_flops, and connection_buffer_bytes and its half, in the
+   * 414 and 431 rows; limited_config leaves both at their defaults */
+  ck_assert(cfg.inline_max_flops % (1 << 20) == 0 &&
+            cfg.connection_buffer_bytes % 2048 == 0);
+  char *doc = tu_read_file_or_fail("docs/api.md", NULL), fig[96];
+  snprintf(fig, sizeof fig, "`inline_max_flops` (%lldM)",
+           (long long)(cfg.inline_max_flops >> 20));
+  ck_assert_msg(strstr(doc, fig) != NULL,
+                "docs/api.md has no '%s': the default is %lld", fig,
+                (long long)cfg.inline_max_flops);
+  snprintf(fig, sizeof fig, "(%lld KB with the default %lldK)",
+           (long long)cfg.connection_buffer_bytes / 2048,
+           (long long)cfg.connection_buffer_bytes / 1024);
+  const char *at = strstr(doc, fig);
+  ck_assert_msg(at != NULL && strstr(at + 1, fig) != NULL,
+                "docs/api.md's 414 and 431 rows do not both say '%s'", fig);
+  free(doc);
   /* components.schemas.<schema>.properties.<property>.<keyword> */
   static const struct {
     const char *schema, *property, *keyword;
