@@ -108,8 +108,7 @@ void attn__scratch_plan(const attn_plan_t *pl, attn__scratch_t *sc) {
   sc->tk = part(&at, pl->reduce ? 2 * p->reduce.top_k : 0);
   const int online = pl->reduce && !p->reduce.mean_heads;
   sc->ex = part(&at, online ? rows * 48 : 0);
-  sc->hv = part(&at, online ? rows * p->reduce.top_k : 0);
-  sc->hj = part(&at, online ? rows * p->reduce.top_k : 0);
+  sc->hk = part(&at, online ? 2 * rows * p->reduce.top_k : 0);
   sc->hn = part(&at, online ? 2 * rows : 0);
   sc->pool = part(&at, online && p->reduce.pool_q ? rows * pl->pool_nk : 0);
   sc->floats = at;

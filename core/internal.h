@@ -108,9 +108,9 @@ typedef struct attn__scratch {
   int64_t mw; /* reductions of the mean over heads: its rows [rows, lds] */
   int64_t tk; /* top_k: a row's best values [k] then indices [k] int32 */
   /* The reductions on the online path (kernel.c, ored_t): per row, 3
-   * vectors of sums, a heap of K scores and K int32 indices, its size
-   * (int64), and the pooled blocks' sums [nk]. */
-  int64_t ex, hv, hj, hn, pool;
+   * vectors of sums, a heap of K keys (uint64: a score and its index), its
+   * size (int64), and the pooled blocks' sums [nk]. */
+  int64_t ex, hk, hn, pool;
   int64_t floats;
   int64_t slots, stage1;
 } attn__scratch_t;

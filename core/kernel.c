@@ -372,14 +372,13 @@ INLINE vf vexp(vf x) {
  *   ex [rows, 3·16]: lane-wise Σ e·(s − m), Σ e·|d − j| and Σ_{j<S} e,
  *     e = e^(s − m): so entropy = ln l − Σ e·(s − m) / l, and the others
  *     are their sums over l, all in the same pass as the output;
- *   top k [rows, K] scores and key indices, a heap whose root is the
- *     worst (lowest score, then highest index): scores order keys as
- *     their weights do, so they need no final max;
+ *   hk [rows, K]: the top k keys so far, each score and index in one
+ *     key (top_key), in a heap whose root is the worst: scores order keys
+ *     as their weights do, so they need no final max;
  *   pool [rows, nk]: each pooled block's Σ e (or max e) of the row. */
 typedef struct ored {
   float *ex;
-  float *hv;
-  int32_t *hj;
+  uint64_t *hk;
   int64_t *hn;
   float *pool;
   int64_t K, nk;
@@ -1036,38 +1035,47 @@ static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
   }
 }
 
-/* Whether heap entry (v, j) is worse than (w, k): a lower score, or the
- * same and a higher index. */
-INLINE int worse(float v, int32_t j, float w, int32_t k) {
-  return v < w || (v == w && j > k);
+/* Score v of key j as one key that orders as top-k does: a higher score
+ * first, then the lower index (-0 taken as +0, equal to it). v is not
+ * NaN. */
+INLINE uint64_t top_key(float v, int64_t j) {
+  uint32_t u;
+  v += 0.0f;
+  memcpy(&u, &v, sizeof u);
+  u = u >> 31 ? ~u : u | 0x80000000u;
+  return (uint64_t)u << 32 | (uint32_t) ~(uint32_t)j;
 }
-static void heap_down(float *hv, int32_t *hj, int64_t n, int64_t at) {
-  for (;;) {
-    int64_t c = 2 * at + 1;
-    if (c >= n)
-      return;
-    if (c + 1 < n && worse(hv[c + 1], hj[c + 1], hv[c], hj[c]))
-      c++;
-    if (!worse(hv[c], hj[c], hv[at], hj[at]))
-      return;
-    float tv = hv[c];
-    int32_t tj = hj[c];
-    hv[c] = hv[at], hj[c] = hj[at];
-    hv[at] = tv, hj[at] = tj;
-    at = c;
+INLINE float top_key_score(uint64_t k) {
+  uint32_t u = (uint32_t)(k >> 32);
+  u = u >> 31 ? u & 0x7fffffffu : ~u;
+  float v;
+  memcpy(&v, &u, sizeof v);
+  return v;
+}
+INLINE int32_t top_key_index(uint64_t k) {
+  return (int32_t) ~(uint32_t)k;
+}
+/* Sifts x down from `at` in the min-heap h [n] (its root the worst). */
+static void heap_down(uint64_t *h, int64_t n, int64_t at, uint64_t x) {
+  for (int64_t c; (c = 2 * at + 1) < n; at = c) {
+    c += c + 1 < n && h[c + 1] < h[c];
+    if (h[c] >= x)
+      break;
+    h[at] = h[c];
   }
+  h[at] = x;
 }
 
 /* Keys [a, e) of a score row x (x[0] is key j0) into row r's top-k heap. */
 static void top_k_scores(const ored_t *ro, int64_t r, const float *x,
                          int64_t j0, int64_t a, int64_t e) {
   const int64_t K = ro->K;
-  float *hv = ro->hv + r * K;
-  int32_t *hj = ro->hj + r * K;
+  uint64_t *h = ro->hk + r * K;
   int64_t n = ro->hn[r];
-  float thr = n < K ? -INFINITY : hv[0];
-  /* as reduce_row does: whole vectors where it can, visiting
-   * only their lanes above the threshold */
+  float thr = n < K ? -INFINITY : top_key_score(h[0]);
+  /* as reduce_row does: whole vectors where it can, visiting only their
+   * lanes above the threshold (keys come in rising order, so a score
+   * equal to the worst's loses to it) */
   for (int64_t j = a; j < e;) {
     const int whole = (j - j0) % VL == 0 && j + VL <= e;
     for (unsigned bits = whole ? above_bits(ld(x + j - j0), thr) : 1; bits;
@@ -1076,20 +1084,17 @@ static void top_k_scores(const ored_t *ro, int64_t r, const float *x,
       const float v = x[k - j0];
       if (!(v > thr))
         continue;
-      if (n < K) { /* sift the new entry up */
+      const uint64_t key = top_key(v, k);
+      if (n < K) { /* sift the new key up */
         int64_t at = n++;
-        while (at > 0 &&
-               worse(v, (int32_t)k, hv[(at - 1) / 2], hj[(at - 1) / 2])) {
-          hv[at] = hv[(at - 1) / 2], hj[at] = hj[(at - 1) / 2];
-          at = (at - 1) / 2;
-        }
-        hv[at] = v, hj[at] = (int32_t)k;
+        for (; at > 0 && key < h[(at - 1) / 2]; at = (at - 1) / 2)
+          h[at] = h[(at - 1) / 2];
+        h[at] = key;
       } else { /* it replaces the worst */
-        hv[0] = v, hj[0] = (int32_t)k;
-        heap_down(hv, hj, n, 0);
+        heap_down(h, n, 0, key);
       }
       if (n == K)
-        thr = hv[0];
+        thr = top_key_score(h[0]);
     }
     j += whole ? VL : 1;
   }
@@ -1113,33 +1118,32 @@ static void finish_row(const attn__ctx_t *c, const ored_t *ro, int64_t b,
     c->sink[row] = l > 0 ? (float)((double)hsum(ld(ex + 32)) / l) : 0.0f;
   if (ro->K) {
     const int64_t K = ro->K;
-    float *hv = ro->hv + r * K;
-    int32_t *hj = ro->hj + r * K;
+    uint64_t *hk = ro->hk + r * K;
     int64_t n = ro->hn[r];
     /* heap sort: the worst to the end, best first */
     for (int64_t e = n - 1; e > 0; e--) {
-      float tv = hv[0];
-      int32_t tj = hj[0];
-      hv[0] = hv[e], hj[0] = hj[e];
-      hv[e] = tv, hj[e] = tj;
-      heap_down(hv, hj, e, 0);
+      uint64_t worst = hk[0];
+      heap_down(hk, e, 0, hk[e]);
+      hk[e] = worst;
     }
     int32_t *oi = c->top_k_index + row * K;
     float *ov = c->top_k_value + row * K;
     int64_t t = 0;
     for (int64_t k = 0; k < n; k++) {
-      float w =
-          l > 0 ? (float)(exp((double)hv[k] - (double)m) / (double)l) : 0.0f;
+      float w = l > 0 ? (float)(exp((double)top_key_score(hk[k]) - (double)m) /
+                                (double)l)
+                      : 0.0f;
       if (!(w > 0)) /* below float32's range: weighs nothing */
         break;
       /* scores that differ may round to one weight: its ties go to the
        * lower index */
       int64_t at = t++;
-      while (at > 0 && ov[at - 1] == w && oi[at - 1] > hj[k]) {
+      const int32_t j = top_key_index(hk[k]);
+      while (at > 0 && ov[at - 1] == w && oi[at - 1] > j) {
         ov[at] = ov[at - 1], oi[at] = oi[at - 1];
         at--;
       }
-      ov[at] = w, oi[at] = hj[k];
+      ov[at] = w, oi[at] = j;
     }
     for (; t < K; t++)
       oi[t] = -1, ov[t] = 0.0f;
@@ -1424,8 +1428,7 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   ored_t ored, *ro = NULL;
   if (c->red && !dense_red) {
     ored = (ored_t){.ex = scratch + sc->ex,
-                    .hv = scratch + sc->hv,
-                    .hj = (int32_t *)(scratch + sc->hj),
+                    .hk = (uint64_t *)(scratch + sc->hk),
                     .hn = (int64_t *)(scratch + sc->hn),
                     .pool = part ? scratch + sc->pool : NULL,
                     .K = c->red->top_k,
