@@ -576,8 +576,8 @@ static void finish(void *engine, void *slot, CURLcode rc, double now) {
     int64_t got = load_decode_reply_int(body, len, "length");
     if (got != sl->start + sl->n) {
       /* Sent again, the step meets a 409 if the server applied it, or a
-       * 404 if the session is gone (attnd answers a step whose session
-       * was deleted while it computed with no "length") */
+       * 404 if the session is gone (attnd itself answers a step whose
+       * session was deleted while it computed with a 404, not a 2xx) */
       st->bad_replies++;
       char msg[200], g[24] = "none";
       if (got >= 0)
