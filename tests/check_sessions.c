@@ -3925,6 +3925,31 @@ START_TEST(test_expired_not_evicted) {
 }
 END_TEST
 
+/* An evicted id answers 410 while the store remembers it, for the last
+ * 4096 evictions, as docs/sessions.md says; an older one answers 404, as
+ * an id that never was. A cache of 5 empty sessions (as above): 4102
+ * creates evict 4097, the first created first, so that the first is
+ * forgotten and the second is not. */
+START_TEST(test_evicted_remembered) {
+  enum { REMEMBERED = 4096, ROOM = 5 };
+  const char *args[] = {"--kv-cache-bytes", "20480", NULL};
+  sh_server_t srv;
+  sh_client_t c;
+  open_server(&srv, args, &c, NULL, 0);
+  char first[40], second[40], id[40];
+  json_decref(create(&c, "{" PRE "}", first));
+  json_decref(create(&c, "{" PRE "}", second));
+  for (int i = 2; i < REMEMBERED + ROOM + 1; i++)
+    json_decref(create(&c, "{" PRE "}", id));
+  ck_assert(ends(srv.port, "evicted") == REMEMBERED + 1);
+  call_id_refused(&c, "GET", second, "", NULL, 410, "session_evicted",
+                  "session", second, "evicted", NULL);
+  call_id_refused(&c, "GET", first, "", NULL, 404, "unknown_session", "session",
+                  first, "does not exist", NULL);
+  close_server(&srv, &c);
+}
+END_TEST
+
 /* A refused step is no use of its session: only a step that is applied
  * (its tokens committed) refreshes the last use that ttl_s counts from,
  * so a client sending only steps that fail keeps no idle session alive.
@@ -4203,6 +4228,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_cache_below_one_session, 0,
                       sizeof below_one / sizeof below_one[0]);
   tcase_add_test(tc, test_expired_not_evicted);
+  tcase_add_test(tc, test_evicted_remembered);
   tcase_add_test(tc, test_refused_step_not_use);
   tcase_add_test(tc, test_failed_step_is_use);
   tcase_add_test(tc, test_create_never_fits);
