@@ -547,6 +547,8 @@ START_TEST(test_v2_models) {
   st = v2_run(srv.port, "blocks.4", &sc, &c, &log);
   ck_assert_msg(st == 3 && strcmp(csv_str(&c, 0, "stopped"), "not_found") == 0,
                 "attnd-load exited with %d:\n%s", st, log);
+  ck_assert_msg(strstr(log, "(--path, --model, or the path in --url)"),
+                "v2's cures not named:\n%s", log);
   sent = csv_num(&c, 0, "sent");
   ck_assert_msg(sent > 0 && csv_num(&c, 0, "err_other") == sent &&
                     csv_num(&c, 0, "ok") == 0,
@@ -1594,7 +1596,9 @@ END_TEST
  * modes; and a --path that attnd answers with 404. Each stops at step 1 of
  * 6, exit 3, with one message. Catches: a sweep that sends to a port with
  * nothing behind it for every step (or decode mode after its pauses), a
- * sweep of 404s that goes on. */
+ * sweep of 404s that goes on. Then decode mode's 404s, a --model not
+ * loaded; each 404's message names only the options of its mode (a cure
+ * the run cannot be given is no help). */
 START_TEST(test_stop_unreachable_not_found) {
   int port, fd = sh_bound_port_assert(&port);
   char url[64];
@@ -1633,11 +1637,13 @@ START_TEST(test_stop_unreachable_not_found) {
       "1,2,3,4,5,6", "--warmup", "0",      "--requests", "4",
       "--out",       sc.dir,     NULL};
   int st = run_load(args, sc.log);
-  stop(&srv);
   char *log = tu_read_file(sc.log, NULL);
+  /* the cures named are options of this mode and protocol: v1 has no
+   * --model */
   ck_assert_msg(st == 3 &&
                     occurrences(log, "attnd answered 404 not found to "
                                      "every request of ") == 1 &&
+                    occurrences(log, "(--path, or the path in --url)") == 1 &&
                     occurrences(log, "stopped at step 1 of 6") == 1,
                 "exit %d:\n%s", st, log);
   csv_t c;
@@ -1646,6 +1652,23 @@ START_TEST(test_stop_unreachable_not_found) {
   ck_assert_msg(csv_num(&c, 0, "sent") == 4 && csv_num(&c, 0, "err_other") == 4,
                 "%s", log);
   free(c.text);
+  free(log);
+
+  /* decode mode's sessions of a layer that is not loaded: every create a
+   * 404, sent again after its pauses until the session is abandoned, and
+   * the cure named is --model (decode mode has no --path) */
+  const char *dargs[] = {
+      "--url",   url,  "--mode",    "decode", "--model",    "nope",
+      "--embed", "16", "--prefill", "4",      "--sessions", "1",
+      "--steps", "1",  "--out",     sc.dir,   NULL};
+  st = run_load(dargs, sc.log);
+  stop(&srv);
+  log = tu_read_file(sc.log, NULL);
+  ck_assert_msg(st == 3 &&
+                    occurrences(log, "attnd answered 404 not found to "
+                                     "every request of ") == 1 &&
+                    occurrences(log, "(--model, or the path in --url)") == 1,
+                "exit %d:\n%s", st, log);
   free(log);
   scratch_free(&sc);
 }

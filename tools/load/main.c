@@ -343,11 +343,14 @@ static void say_stopped(const opts_t *o, const load_result_t *r, int steps) {
                   "ATTND_API_KEY)"
                 : "give the key with --api-key-file or ATTND_API_KEY");
     break;
-  default: /* LOAD_STOP_NOT_FOUND */
+  default: /* LOAD_STOP_NOT_FOUND: the cures of this run's mode alone */
     fprintf(stderr,
-            "attnd answered 404 not found to every request of %s (--path, "
-            "--model, or the path in --url)\n",
-            target);
+            "attnd answered 404 not found to every request of %s (%s the "
+            "path in --url)\n",
+            target,
+            o->workload == W_DECODE        ? "--model, or"
+            : o->shape.protocol == LOAD_V2 ? "--path, --model, or"
+                                           : "--path, or");
     break;
   }
 }
