@@ -1674,6 +1674,79 @@ START_TEST(test_stop_unreachable_not_found) {
 }
 END_TEST
 
+/* The default --help gives option `opt` (with its leading dashes): the
+ * last parenthesized words of its entry, which may wrap onto the lines
+ * below it; into out. Returns whether there was one. */
+static int help_default(const char *help, const char *opt, char *out,
+                        size_t size) {
+  char head[64];
+  snprintf(head, sizeof head, "\n  %s", opt);
+  const char *at = strstr(help, head);
+  while (at && option_char(at[strlen(head)]))
+    at = strstr(at + 1, head);
+  if (at == NULL)
+    return 0;
+  const char *end = strstr(at + 1, "\n  --"), *close = NULL;
+  if (end == NULL)
+    end = at + strlen(at);
+  for (const char *p = at; p < end; p++)
+    if (*p == ')')
+      close = p;
+  const char *open = close;
+  while (open && open > at && *open != '(')
+    open--;
+  if (close == NULL || *open != '(')
+    return 0;
+  snprintf(out, size, "%.*s", (int)(close - open - 1), open + 1);
+  return 1;
+}
+
+/* The defaults docs/load-testing.md quotes, "`--opt` (default X)" or
+ * "`--opt X` (the default)", are --help's (tools/load/options.c's table):
+ * a default changed in the table alone, or in the page alone, fails here. */
+START_TEST(test_defaults_documented) {
+  char *help = help_text();
+  char *doc = tu_read_file_or_fail("docs/load-testing.md", NULL);
+  int quoted = 0;
+  for (const char *d = strstr(doc, "`--"); d; d = strstr(d + 1, "`--")) {
+    const char *close = strchr(d + 1, '`');
+    if (close == NULL || close - d > 48)
+      continue;
+    char opt[48], value[48];
+    snprintf(opt, sizeof opt, "%.*s", (int)(close - d - 1), d + 1);
+    char *arg = strchr(opt, ' ');
+    if (arg)
+      *arg++ = 0;
+    const char *p = close + 1;
+    while (*p == ' ' || *p == '\n')
+      p++;
+    if (arg && strncmp(p, "(the default)", 13) == 0) {
+      snprintf(value, sizeof value, "%s", arg);
+    } else if (strncmp(p, "(default", 8) == 0) {
+      p += 8 + (p[8] == ':');
+      while (*p == ' ' || *p == '`')
+        p++;
+      size_t n = strcspn(p, "`,)");
+      snprintf(value, sizeof value, "%.*s", (int)n, p);
+    } else {
+      continue;
+    }
+    char want[48];
+    ck_assert_msg(help_default(help, opt, want, sizeof want),
+                  "--help gives %s no default; docs/load-testing.md quotes %s",
+                  opt, value);
+    ck_assert_msg(strcmp(value, want) == 0,
+                  "docs/load-testing.md quotes %s's default as '%s'; --help "
+                  "gives '%s'",
+                  opt, value, want);
+    quoted++;
+  }
+  ck_assert_int_ge(quoted, 6);
+  free(doc);
+  free(help);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 Suite *test_suite(void) {
@@ -1704,6 +1777,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_missing_replies_and_reports);
   tcase_add_test(tc, test_help_exit_status);
   tcase_add_test(tc, test_options_documented);
+  tcase_add_test(tc, test_defaults_documented);
   suite_add_tcase(s, tc);
   tc = tcase_create("auth");
   tcase_set_timeout(tc, 120);
