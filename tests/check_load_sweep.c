@@ -1654,9 +1654,9 @@ START_TEST(test_stop_unreachable_not_found) {
   free(c.text);
   free(log);
 
-  /* decode mode's sessions of a layer that is not loaded: every create a
-   * 404, sent again after its pauses until the session is abandoned, and
-   * the cure named is --model (decode mode has no --path) */
+  /* decode mode's sessions of a layer that is not loaded: a create's 404
+   * stops the run, and the cure named is --model (decode mode has no
+   * --path) */
   const char *dargs[] = {
       "--url",   url,  "--mode",    "decode", "--model",    "nope",
       "--embed", "16", "--prefill", "4",      "--sessions", "1",
