@@ -662,6 +662,8 @@ $(BUILD)/tests/check_decode: ALLOC_FAIL_WRAP := -Wl,--wrap=malloc,--wrap=calloc,
 $(BUILD)/tests/check_scheduler: ALLOC_FAIL_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc
 # check_auth counts the allocations of a large key file.
 $(BUILD)/tests/check_auth: ALLOC_FAIL_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc
+# check_codec makes getrandom fail (attnd_random_u64 has no weaker source).
+$(BUILD)/tests/check_codec: ALLOC_FAIL_WRAP := -Wl,--wrap=getrandom
 # check_http's intake case counts libmicrohttpd's header lookups, and its
 # walks of a query's arguments; it makes an inline run end after its
 # deadline, and takes the reply that would go to its connection.

@@ -1,8 +1,10 @@
 /* codec/util.c: the shared helpers of util.h. */
 #include "util.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -22,10 +24,18 @@ uint64_t attnd_splitmix64(uint64_t *state) {
 
 uint64_t attnd_random_u64(void) {
   uint64_t x;
-  if (getrandom(&x, sizeof x, 0) == sizeof x)
+  ssize_t n;
+  do /* 8 bytes from an initialised pool come whole; a signal before it is */
+    n = getrandom(&x, sizeof x, 0);
+  while (n < 0 && errno == EINTR);
+  if (n == (ssize_t)sizeof x)
     return x;
-  x = (uint64_t)(uintptr_t)&x ^ (uint64_t)(attnd_now_ms() * 1e3);
-  return attnd_splitmix64(&x);
+  fprintf(stderr,
+          "{\"event\":\"fatal\",\"error\":\"getrandom: %s: no random "
+          "numbers for session ids, request ids and hash keys, which a "
+          "client could guess otherwise\"}\n",
+          n < 0 ? strerror(errno) : "short read");
+  abort();
 }
 
 int attnd_fail(char *msg, size_t size, const char *fmt, ...) {

@@ -15,8 +15,11 @@ double attnd_now_ms(void);
  * next 64 random bits. Not for secrets. */
 uint64_t attnd_splitmix64(uint64_t *state);
 
-/* 64 bits from the OS (getrandom), for seeds and identifiers; falls back
- * to the clock and an address if the OS has none to give. */
+/* 64 bits from the OS (getrandom), for seeds and identifiers. Session ids
+ * and the hash keys rest on them being unguessable, so there is no weaker
+ * fallback: where getrandom fails (a seccomp filter that refuses it, a
+ * kernel before 3.17), the process says so on stderr and aborts; attnd's
+ * start takes one, so it stops there. */
 uint64_t attnd_random_u64(void);
 
 /* vsnprintf into msg[0..size) and return -1: the "fail with a message"
