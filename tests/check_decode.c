@@ -419,6 +419,13 @@ static const err_case_t err_cases[] = {
      "{\"query\":" Q24 ",\"num_heads\":2,\"projections\":{\"q_weight\":"
      "[[1,2,3,4],[1,2,3,4],[1,2,3,4]]}}",
      NULL, 422, "heads_mismatch", "projections.q_weight", "[3, 4]|2"},
+    /* the core's message names the field by the request's path, as
+     * `field` does, not by the core's own name (positions_query) */
+    {"position negative", REQ(",\"rope\":{},\"positions\":{\"query\":[-1,2]}"),
+     NULL, 422, "invalid_value", "positions.query", "positions.query[0] is -1"},
+    {"q_weight columns", REQ(",\"projections\":{\"q_weight\":[[1,2],[3,4]]}"),
+     NULL, 422, "shape_mismatch", "projections.q_weight",
+     "projections.q_weight [2, 2]"},
     {"num_heads zero", "{\"query\":" Q24 ",\"num_heads\":0}", NULL, 422,
      "invalid_value", "num_heads", "0"},
     {"unknown causal kind", REQ(",\"mask\":{\"causal\":\"diagonal\"}"), NULL,

@@ -8,6 +8,7 @@
  * names the member as a JSON path. HTTP thread. */
 #include "api/decode.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -536,7 +537,16 @@ int attnd__dec_plan(dec_t *d) {
     code = ATTND_ERR_LIMIT_EXCEEDED;
     break;
   }
-  return E(d, code, attnd_request_field_path(ae.field_id), "%s", ae.message);
+  /* The core's message names the field its own way ("positions_query");
+   * /v1's names it by its path, as `field` does ("positions.query"). */
+  const char *path = attnd_request_field_path(ae.field_id),
+             *own = attn_field_name(ae.field_id);
+  size_t k = strlen(own);
+  char next = ae.message[k];
+  if (strcmp(path, own) != 0 && strcmp(path, "layer") != 0 &&
+      strncmp(ae.message, own, k) == 0 && next != '_' && !isalnum(next))
+    return E(d, code, path, "%s%s", path, ae.message + k);
+  return E(d, code, path, "%s", ae.message);
 }
 
 int attnd__dec_limits(dec_t *d) {
