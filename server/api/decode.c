@@ -543,7 +543,7 @@ int attnd__dec_plan(dec_t *d) {
              *own = attn_field_name(ae.field_id);
   size_t k = strlen(own);
   char next = ae.message[k];
-  if (strcmp(path, own) != 0 && strcmp(path, "layer") != 0 &&
+  if (!d->core_names && strcmp(path, own) != 0 && strcmp(path, "layer") != 0 &&
       strncmp(ae.message, own, k) == 0 && next != '_' && !isalnum(next))
     return E(d, code, path, "%s%s", path, ae.message + k);
   return E(d, code, path, "%s", ae.message);

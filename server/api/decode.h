@@ -35,8 +35,10 @@ typedef struct dec {
   attnd_bulk_set_t *bulk;    /* the fast path's items, or NULL */
   attnd_layer_set_t *layers; /* the layers a request may name, or NULL */
   const attnd_session_shape_t *step; /* a session's step: its shape */
-  int planning; /* errors from here on do not depend on the path taken */
-  int unsure;   /* the error may read otherwise on the slow path */
+  int planning;   /* errors from here on do not depend on the path taken */
+  int unsure;     /* the error may read otherwise on the slow path */
+  int core_names; /* the core's messages keep its names of the fields: /v2's
+                     inputs are named as the core names them */
 } dec_t;
 
 /* Element kinds: float32, or boolean as uint8. */

@@ -765,7 +765,7 @@ int attnd__oip_decode_path(const char *model, const char *body, size_t len,
         "byte body",
         (long long)json_len, len);
   size_t n = json_len < 0 ? len : (size_t)json_len;
-  oip_t o = {.d = {.cfg = cfg, .err = err, .layers = layers},
+  oip_t o = {.d = {.cfg = cfg, .err = err, .layers = layers, .core_names = 1},
              .model = model,
              .bin = json_len < 0 ? NULL : (const unsigned char *)body + n,
              .bin_len = len - n,
