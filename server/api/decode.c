@@ -542,9 +542,9 @@ int attnd__dec_plan(dec_t *d) {
   const char *path = attnd_request_field_path(ae.field_id),
              *own = attn_field_name(ae.field_id);
   size_t k = strlen(own);
-  char next = ae.message[k];
   if (!d->core_names && strcmp(path, own) != 0 && strcmp(path, "layer") != 0 &&
-      strncmp(ae.message, own, k) == 0 && next != '_' && !isalnum(next))
+      strncmp(ae.message, own, k) == 0 && ae.message[k] != '_' &&
+      !isalnum((unsigned char)ae.message[k]))
     return E(d, code, path, "%s%s", path, ae.message + k);
   return E(d, code, path, "%s", ae.message);
 }
