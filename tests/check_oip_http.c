@@ -942,6 +942,9 @@ START_TEST(test_not_found) {
       {"PUT", "/v2/models/" LAYER "/infer", 405, "PUT is not allowed",
        "use POST"},
       {"POST", "/v2/models/attention", 405, "POST is not allowed", "GET, HEAD"},
+      /* the path decides a 405, before the model it names is looked up */
+      {"POST", "/v2/models/nope", 405, "POST is not allowed", "GET, HEAD"},
+      {"DELETE", "/v2/models/nope/ready", 405, "not allowed", "GET, HEAD"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int post = strcmp(cases[i].method, "POST") == 0;
