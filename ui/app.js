@@ -9,6 +9,11 @@ import * as service from "./service.js";
 const $ = (id) => document.getElementById(id);
 const MAX_L = 32768;    // the longest context the page draws
 const DENSE_L = 4096;   // past it, the server pools the weights (issue 34)
+// The most dense weights the page asks for (heads shown x Lq x Lk): L = 2048
+// with 8 heads, a reply of 180 MB in base64, under max_response_bytes'
+// default. More, even within DENSE_L (L = 4096 with 4 heads), and the
+// server pools them too, where it would refuse the dense reply.
+const DENSE_WEIGHTS = 2048 * 2048 * 8;
 const TOP_K = 4;        // past DENSE_L: each query's heaviest keys, for hovering
 const FINE = 512;       // cells a side of the enlarged map, at most
 const THUMB = 128;      // cells a side of a thumbnail, at most
@@ -185,10 +190,12 @@ function buildRequest() {
   if (state.kl !== "") mask.key_lengths = [Number(state.kl)];
 
   const req = {};
+  let heads = 1; // the request's heads, for the size of its dense weights
   if (mode === "layer") {
     const l = layerByName(state.layer);
     if (!l) throw new InputError("layer", layers ? `no layer is named '${state.layer}'` : `the layers are not known: ${layersNote}`);
     const E = l.embed_dim;
+    heads = l.num_heads;
     req.layer = l.name;
     // blank window controls mean no window, as causal none means no causal:
     // without mask.window the layer's own would hold ({} turns it off)
@@ -206,15 +213,17 @@ function buildRequest() {
     req.key = core.base64Tensor(core.hiddenStates(seed, "key", labels, kvW), [L, kvW]);
     req.value = core.base64Tensor(core.hiddenStates(seed, "value", labels, kvW), [L, kvW]);
     req.num_heads = H;
+    heads = H;
     if (Hkv !== H) req.num_kv_heads = Hkv;
   }
   req.mask = mask;
   if (state.scale !== "") req.scale = Number(state.scale);
-  // Past DENSE_L the dense weights would not fit a reply: the server pools
-  // them to the enlarged map's cells over the zoomed block, with each
-  // query's top keys and its entropy and sink mass (docs/api.md).
+  // Past DENSE_L, or past DENSE_WEIGHTS, the dense weights would not fit a
+  // reply: the server pools them to the enlarged map's cells over the
+  // zoomed block, with each query's top keys and its entropy and sink mass
+  // (docs/api.md).
   let long = null;
-  if (L > DENSE_L) {
+  if (L > DENSE_L || (state.weights === "mean" ? 1 : heads) * Lq * L > DENSE_WEIGHTS) {
     long = core.parseZoom(state.zoom, Lq, L);
     const all = long.q1 - long.q0 === Lq && long.k1 - long.k0 === L;
     state.zoom = all ? "" : core.formatZoom(long);
@@ -453,7 +462,7 @@ function render(reply, built, client) {
   updateFragment();
 }
 
-// The reply of a request past DENSE_L: maps pooled by the server
+// The reply of a request past DENSE_L or DENSE_WEIGHTS: maps pooled by the server
 // (weights_pooled, the largest weight of each block), each query's top keys
 // (weights_top_k) for the tooltip, its entropy and sink mass
 // (weights_stats) for the statistics panel. Blocks the mask leaves no key
@@ -505,7 +514,8 @@ function drawStats() {
   const v = view, box = $("stats");
   if (!v || !v.long) {
     box.hidden = true;
-    $("stats-desc").textContent = `Entropy and sink mass per query are drawn past ${DENSE_L} positions, where the server computes them.`;
+    $("stats-desc").textContent = `Entropy and sink mass per query are drawn where the server pools the weights: past ${DENSE_L} positions, ` +
+      "or where the dense weights would not fit a reply.";
     return;
   }
   box.hidden = false;
@@ -922,8 +932,8 @@ function init() {
     showTip(at.r, at.c, at.x, at.y);
   });
   on(big, "pointerleave", () => { $("tooltip").hidden = true; });
-  // past DENSE_L, a click zooms 4x into the block around the cell (the
-  // server pools it afresh); the fragment keeps the zoom
+  // on maps the server pools, a click zooms 4x into the block around the
+  // cell (the server pools it afresh); the fragment keeps the zoom
   on(big, "click", (e) => {
     if (!view || !view.long) return;
     const at = cellAt(e), p = current().fine, z = view.long.z;

@@ -710,6 +710,25 @@ async function main() {
     await page.close();
   });
 
+  await check("L=4096 with 4 heads, per head: pooled by the server, where the dense reply would be refused", async () => {
+    // the page's defaults at L = 4096 asked for 4 x 4096 x 4096 dense
+    // weights, 359 MB of reply over max_response_bytes' 256 MB: a 422 at
+    // per-head weights instead of maps
+    const page = await open(`${srv.url}/#mode=inline&E=32&H=4&Hkv=4&L=4096&causal=bottom_right`);
+    await runs(page, 1, 90000);
+    await clean(page);
+    const err = await text(page, "#err-perhead");
+    assert(!(await shown(page, "#err-perhead")), `beside per-head weights: ${err}`);
+    const sent = await page.evaluate(() => JSON.parse(document.getElementById("req-preview").textContent));
+    const w = sent.return.weights;
+    assert(w && w.pool && w.pool[0] === 8 && w.pool[1] === 8, `sent: ${JSON.stringify(w)}`);
+    assert((await page.$$("#grid canvas")).length === 4, "not 4 heads");
+    assert(/pooled by the server: each cell covers 8 × 8/.test(await text(page, "#status")), await text(page, "#status"));
+    const above = await cellColour(page, "#big-canvas", 0, 511, 512, 512);
+    assert(close(above, MASKED, 0), `top right: ${above}`);
+    await page.close();
+  });
+
   await check("L=16384, causal, 8 heads: maps pooled by the server, zoomed twice, top keys on hover, statistics", async () => {
     const page = await open(`${srv.url}/#mode=inline&E=32&H=8&Hkv=8&L=16384&causal=bottom_right`);
     await runs(page, 1, 120000);
