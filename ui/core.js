@@ -65,8 +65,9 @@ let pairs = null; // two base64 characters (their codes, 8 bits each) -> 12 bits
 
 // The bytes of base64 text `s`. Long replies are decoded here 16
 // characters (12 bytes, three little-endian words) at a time through a
-// table of character pairs: in Chromium that is 3 to 4 times as fast as
-// Uint8Array.fromBase64 or atob (tests/ui). The text is taken to be valid
+// table of character pairs: in Chromium 156 that is twice as fast as
+// Uint8Array.fromBase64 and 3.3 to 3.5 times as fast as atob and its copy
+// into bytes (docs/ui.md). The text is taken to be valid
 // base64: the page decodes only what a 200 reply carries.
 export function base64ToBytes(s) {
   const m = s.length;
