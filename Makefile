@@ -763,14 +763,15 @@ clean:
 # attn-cuda-bench, attnd, attnd-load and attn-bench (debug info stripped)
 # into bin/, the Debian libraries they load into lib/
 # (../shared/device/bundle.sh), and what was built into BUILD-INFO, and
-# packs them as $(DEVICE_BUNDLE)/bundle.tgz (about 22 MB; unpacked they are
-# near the device's 64 MiB carry limit). Carry $(DEVICE_BUNDLE); there,
+# packs them as $(DEVICE_BUNDLE)/bundle.tgz (its size: docs/cuda.md;
+# unpacked they are past the device's 64 MiB carry limit). Carry
+# $(DEVICE_BUNDLE); there,
 # `bash tools/device/check.sh $(DEVICE_BUNDLE)` (issue 31) and
 # `sh tools/device/cores.sh $(DEVICE_BUNDLE)` (issue 32) both run from it.
 DEVICE_BUNDLE ?= .device-bundle
 # the suites with GPU cases: check_cuda (the core), check_server's
-# "protocol" case (cuda sessions) and check_layer_api's "gpu" case (layers
-# on the GPU)
+# "protocol" case (cuda sessions), check_layer_api's "gpu" case (layers
+# on the GPU) and check_pinned's "gpu" case (the pool pinned by CUDA)
 DEVICE_TESTS = check_cuda check_server check_layer_api check_pinned
 BUNDLE_SH ?= ../shared/device/bundle.sh
 BUNDLE_TMP = $(BUILD)/device-bundle
