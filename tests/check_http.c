@@ -20,11 +20,13 @@
  *     the request (docs/operations.md, "HTTP errors libmicrohttpd answers
  *     itself"): their status, their framing, the closed connection, and a
  *     server that still answers afterwards;
- *   - keepalive: with an API key; a refusal of a request without a body
- *     (401, 404, 405, 501, a precheck's) keeps the connection, and one with
- *     a body closes it unread, as one that asks for the close does; a
- *     request without a body but with Expect: 100-continue is answered,
- *     and so is one pipelined behind it;
+ *   - keepalive: with an API key; a refusal from the headers (401, 404,
+ *     405, 415, 501, a precheck's) keeps the connection, its small body
+ *     (up to ATTND_DISCARD_MAX, chunked or not) read and dropped, exactly,
+ *     and a request pipelined behind it answered; one with a larger body,
+ *     or with Expect: 100-continue, closes it unread, as one that asks for
+ *     the close does; a request without a body but with Expect:
+ *     100-continue is answered, and so is one pipelined behind it;
  *   - pipeline: seeded random pipelines of requests of known outcome (HEAD,
  *     refusals that keep the connection, and refusals of the framing and
  *     of a head's size, attnd's and the library's, that close it), in one
@@ -378,8 +380,9 @@ static void expect_refused(const char *req, size_t n, long status,
   sh_resp_free(&r);
 }
 
-/* The same, for a request without a body refused for its path or method:
- * the connection stays open, and the probe after it is answered. */
+/* The same, for a request refused for its path or method, without a body
+ * or with a small one (dropped): the connection stays open, and the probe
+ * after it is answered. */
 static void expect_refused_kept(const char *req, size_t n, long status,
                                 const char *code, const char *word) {
   sh_resp_t r;
@@ -573,8 +576,8 @@ START_TEST(test_encoded_nul_path) {
                    "Content-Type: application/json\r\nContent-Length: %zu\r\n"
                    "\r\n%s",
                    BODY_LEN, body);
-  expect_refused(req, (size_t)n, 404, "not_found", NULL,
-                 "/v1/attention%00.json");
+  expect_refused_kept(req, (size_t)n, 404, "not_found",
+                      "/v1/attention%00.json"); /* its body dropped */
   static const char get_nul[] =
       "GET /healthz%00 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
   expect_refused_kept(get_nul, sizeof get_nul - 1, 404, "not_found",
@@ -1043,10 +1046,23 @@ END_TEST
 
 /* ---- keep-alive after a refusal ------------------------------------------ */
 
-/* A refusal of a request without a body keeps the connection, as any other
- * reply does: the probe that follows is answered on it (exchange_kept).
- * Bug: a refusal decided in libmicrohttpd's first callback (a wrong path,
- * method or key, a precheck's) closed the connection, body or not, and a
+#define EXPECT_100 "Expect: 100-continue\r\n"
+#define PIPELINED                                                              \
+  "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: "                 \
+  "pipelined\r\n\r\n"
+/* A small JSON body and its Content-Length header. */
+#define SMALL "{\"query\":[[1,0]]}"
+#define SMALL_LENGTH "Content-Length: 17\r\n"
+#define JSON_TYPE "Content-Type: application/json\r\n"
+
+/* A refusal from the headers keeps the connection, as any other reply
+ * does: a request pipelined behind it gets its own reply next, and so does
+ * the probe that follows (exchange_kept_n). A body up to
+ * ATTND_DISCARD_MAX, chunked or not, is read and dropped first, exactly:
+ * none of it is read as the next request, and the next request is not
+ * read as the body. Bug: a refusal decided in libmicrohttpd's first
+ * callback (a wrong path, method or key, a precheck's) closed the
+ * connection, and then still one with a body did, its body never read; a
  * client, a probe or a load balancer paid a new connection (and a TLS
  * handshake) for each. Each case: its name, request, status, code (NULL:
  * the OIP form, status alone) and a header the refusal must still carry. */
@@ -1078,6 +1094,45 @@ static const struct {
      "GET /v2/models/attention/versions/7 HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
      "\r\n",
      404, NULL, NULL, NULL},
+    /* with a small body, read and dropped */
+    {"POST /nope, a JSON body",
+     "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY JSON_TYPE SMALL_LENGTH
+     "\r\n" SMALL,
+     404, "not_found", "X-Request-Id", "kept-id"},
+    {"POST /v1/attention, no key, a body",
+     "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" JSON_TYPE SMALL_LENGTH
+     "\r\n" SMALL,
+     401, "unauthorized", "WWW-Authenticate", "Bearer realm=\"attnd\""},
+    {"PUT /v1/attention, a body",
+     "PUT /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY JSON_TYPE
+         SMALL_LENGTH "\r\n" SMALL,
+     405, "method_not_allowed", "Allow", "POST"},
+    {"POST /v1/attention, text/plain",
+     "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
+     "Content-Type: text/plain\r\n" SMALL_LENGTH "\r\n" SMALL,
+     415, "unsupported_media_type", NULL, NULL},
+    {"TRACE /healthz, a body",
+     "TRACE /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" SMALL_LENGTH "\r\n" SMALL,
+     501, "not_implemented", NULL, NULL},
+    {"POST /v2/models/attention/versions/7/infer, a body",
+     "POST /v2/models/attention/versions/7/infer HTTP/1.1\r\nHost: "
+     "127.0.0.1\r\n" KEY JSON_TYPE SMALL_LENGTH "\r\n" SMALL,
+     404, NULL, NULL, NULL},
+    {"POST /nope, chunked",
+     "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY JSON_TYPE
+     "Transfer-Encoding: chunked\r\n\r\n5\r\n{\"que\r\nc\r\nry\":[[1,0]]}"
+     "\r\n0\r\n\r\n",
+     404, "not_found", NULL, NULL},
+    {"DELETE /v1/attention, chunked, empty",
+     "DELETE /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
+     "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+     405, "method_not_allowed", "Allow", "POST"},
+    /* a body that is itself a request: dropped, never answered */
+    {"POST /nope, a request as its body",
+     "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
+     "Content-Length: 42\r\n\r\nGET /healthz HTTP/1.1\r\nHost: "
+     "127.0.0.1\r\n\r\n",
+     404, "not_found", NULL, NULL},
     /* HTTP/1.0 asking to keep it */
     {"GET /v1/info, HTTP/1.0 keep-alive, no key",
      "GET /v1/info HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", 401,
@@ -1086,13 +1141,16 @@ static const struct {
 #define N_KEPT (int)(sizeof kept / sizeof kept[0])
 
 START_TEST(test_refusal_kept) {
-  char req[512], got[128];
-  /* every case with its own request id, to find it on the 404's reply */
+  char req[1024], got[128];
+  /* every case with its own request id, to find it on the 404's reply;
+   * its body, if any, then a request pipelined behind it */
   const char *end = strstr(kept[_i].req, "\r\n\r\n");
-  int n = snprintf(req, sizeof req, "%.*s\r\nX-Request-Id: kept-id\r\n\r\n",
-                   (int)(end - kept[_i].req), kept[_i].req);
+  int n = snprintf(req, sizeof req,
+                   "%.*s\r\nX-Request-Id: kept-id\r\n\r\n%s" PIPELINED,
+                   (int)(end - kept[_i].req), kept[_i].req, end + 4);
+  ck_assert_int_lt(n, (int)sizeof req);
   sh_resp_t r;
-  exchange_kept(req, (size_t)n, kept[_i].what, &r);
+  exchange_kept_n(req, (size_t)n, 0, 1, kept[_i].what, &r);
   if (kept[_i].code)
     sh_assert_error(&r, kept[_i].status, kept[_i].code, NULL, NULL);
   else
@@ -1108,36 +1166,46 @@ START_TEST(test_refusal_kept) {
 }
 END_TEST
 
-/* A refusal of a request with a body is sent from the headers alone, and the
- * connection closed: the body is never read, so none of it may be read as the
- * next request. Here a part of the body is sent and the rest never comes (the
- * reply must not wait for it), or the body is itself a request, or one follows
- * the chunks, which must get no reply. And a request that asks for the close
- * (HTTP/1.0 without keep-alive, Connection: close) gets it. Each case: its
+/* A refusal of a request whose body is not dropped is sent from the
+ * headers alone, and the connection closed: the body is never read, so
+ * none of it may be read as the next request. Its Content-Length is over
+ * ATTND_DISCARD_MAX, and only a part of the body is sent (the reply must
+ * not wait for the rest); or it has Expect: 100-continue, so its client
+ * waits to be invited to send a body that would be refused: no "100
+ * Continue" comes, and the request behind it gets no reply. And a
+ * request that asks for the close (HTTP/1.0 without keep-alive,
+ * Connection: close) gets it, after its body is dropped. Each case: its
  * name, request and status. */
 static const struct {
   const char *what, *req;
   long status;
 } closed[] = {
-    {"POST /v1/attention, no key, a part of its body",
-     "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-     "Content-Type: application/json\r\nContent-Length: 64\r\n\r\n"
-     "{\"query\":[[1,0]],",
+    {"POST /v1/attention, no key, Content-Length over the bound, a part",
+     "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" JSON_TYPE
+     "Content-Length: 65537\r\n\r\n{\"query\":[[1,0]],",
      401},
-    {"POST /nope, a request as its body",
-     "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
-     "Content-Length: 42\r\n\r\nGET /healthz HTTP/1.1\r\nHost: "
-     "127.0.0.1\r\n\r\n",
+    {"POST /nope, Content-Length: 10 MB, none of it",
+     "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY JSON_TYPE
+     "Content-Length: 10485760\r\n\r\n",
      404},
-    {"DELETE /v1/attention, chunked, a request after",
-     "DELETE /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
-     "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
-     "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
-     405},
+    {"POST /nope, a body, Expect: 100-continue, a request after",
+     "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY JSON_TYPE EXPECT_100
+         SMALL_LENGTH "\r\n" SMALL PIPELINED,
+     404},
+    {"POST /v1/attention, no key, chunked, Expect: 100-continue",
+     "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" JSON_TYPE EXPECT_100
+     "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" PIPELINED,
+     401},
     {"GET /nope, HTTP/1.0", "GET /nope HTTP/1.0\r\n" KEY "\r\n", 404},
+    {"POST /nope, a body, HTTP/1.0",
+     "POST /nope HTTP/1.0\r\n" KEY JSON_TYPE SMALL_LENGTH "\r\n" SMALL, 404},
     {"GET /nope, Connection: close",
      "GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
      "Connection: close\r\n\r\n",
+     404},
+    {"POST /nope, a body, Connection: close, a request after",
+     "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY JSON_TYPE
+     "Connection: close\r\n" SMALL_LENGTH "\r\n" SMALL PIPELINED,
      404},
 };
 #define N_CLOSED (int)(sizeof closed / sizeof closed[0])
@@ -1160,6 +1228,66 @@ START_TEST(test_refusal_closes) {
 }
 END_TEST
 
+/* The bound, ATTND_DISCARD_MAX, exactly: a body of that many bytes, with
+ * its Content-Length or chunked (in chunks of 4 KiB), is dropped, and the
+ * connection kept for the request behind it; one byte more closes it. A
+ * Content-Length over the bound is refused at once, the body sent whole
+ * or not; a chunked body that passes it has its connection closed with no
+ * reply (libmicrohttpd 0.9.75 queues none while a body is being read).
+ * Bug: a body of any length was read (a client without a key made attnd
+ * read as much as it liked for nothing). Cases: Content-Length or
+ * chunked, at the bound or one over. */
+START_TEST(test_discard_bound) {
+  static char req[2 * ATTND_DISCARD_MAX];
+  int chunked = _i / 2, over = _i % 2;
+  size_t len = ATTND_DISCARD_MAX + (size_t)over, n;
+  if (chunked)
+    n = (size_t)snprintf(req, sizeof req,
+                         "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
+                         "Transfer-Encoding: chunked\r\n\r\n");
+  else
+    n = (size_t)snprintf(req, sizeof req,
+                         "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
+                         "Content-Length: %zu\r\n\r\n",
+                         len);
+  for (size_t left = len; left > 0;) {
+    size_t k = left < 4096 ? left : 4096;
+    if (chunked)
+      n += (size_t)snprintf(req + n, sizeof req - n, "%zx\r\n", k);
+    memset(req + n, 'x', k);
+    n += k;
+    left -= k;
+    if (chunked)
+      n += (size_t)snprintf(req + n, sizeof req - n, "\r\n");
+  }
+  n += (size_t)snprintf(req + n, sizeof req - n, "%s" PIPELINED,
+                        chunked ? "0\r\n\r\n" : "");
+  char what[64];
+  snprintf(what, sizeof what, "%s, %zu bytes",
+           chunked ? "chunked" : "Content-Length", len);
+  if (!over) {
+    sh_resp_t r;
+    exchange_kept_n(req, n, 0, 1, what, &r);
+    sh_assert_error(&r, 404, "not_found", NULL, NULL);
+    sh_resp_free(&r);
+  } else if (!chunked) {
+    raw_t x;
+    sh_resp_t r;
+    exchange(req, n, REPLY_MS, &x);
+    expect_one_reply(&x, 1, &r);
+    sh_assert_error(&r, 404, "not_found", NULL, NULL);
+    sh_resp_free(&r);
+  } else {
+    raw_t x;
+    exchange(req, n, REPLY_MS, &x);
+    ck_assert_msg(x.closed && x.len == 0, "%s: %s; %zu bytes came back: %.300s",
+                  what, x.closed ? "closed" : "the connection stayed open",
+                  x.len, x.buf);
+  }
+  expect_alive();
+}
+END_TEST
+
 /* A request without a body but with Expect: 100-continue gets its reply,
  * and keeps its connection, as one without Expect does, whether a request
  * is pipelined behind it or not; libmicrohttpd 0.9.75 says "100 Continue"
@@ -1169,10 +1297,6 @@ END_TEST
  * and a refusal with Expect was made from the headers, as one with a body,
  * and closed the connection. Each case: its name, request (with one pipelined
  * behind it or not) and status. */
-#define EXPECT_100 "Expect: 100-continue\r\n"
-#define PIPELINED                                                              \
-  "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Request-Id: "                 \
-  "pipelined\r\n\r\n"
 static const struct {
   const char *what, *req;
   long status;
@@ -1252,7 +1376,8 @@ enum {
 enum { KEEPS, CLOSES, LIBRARY };
 
 /* The requests the pipelines are made of. `from_head`: refused from the
- * headers, so a body it has closes the connection unread; `extra`: header
+ * headers, so a body it has is dropped (each is under ATTND_DISCARD_MAX),
+ * or, with Expect: 100-continue, closes the connection unread; `extra`: header
  * lines more (/metrics' 110 KB gzipped, so that 8 of them fit a raw_t; a
  * RAW request's framing); `draining`: its status once attnd drains, where
  * that is not `status` (a route that reads a body refuses a new one, and
@@ -1302,6 +1427,10 @@ static const struct {
      KEEPS, 0},
     {"DELETE /v1/attention, a body", "DELETE", "/v1/attention", 1, LENGTH, body,
      405, 1, NULL, KEEPS, 0},
+    {"PUT /v1/attention, chunked", "PUT", "/v1/attention", 1, CHUNKED, body,
+     405, 1, NULL, KEEPS, 0},
+    {"TRACE /healthz, a body", "TRACE", "/healthz", 0, LENGTH, body, 501, 1,
+     NULL, KEEPS, 0},
     /* the GET's headers and no body, refused or not */
     {"HEAD /healthz", "HEAD", "/healthz", 0, NO_BODY, NULL, 200, 0, NULL, KEEPS,
      0},
@@ -1324,6 +1453,9 @@ static const struct {
      1, "Transfer-Encoding: x-unknown\r\n", CLOSES, 0},
     {"chunked twice", "POST", "/v1/attention", 1, RAW, CHUNK_OF_2, 400, 1,
      "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", CLOSES, 0},
+    /* refused from the headers, its body over ATTND_DISCARD_MAX unread */
+    {"POST /nope, Content-Length over the bound", "POST", "/nope", 1, RAW, "{}",
+     404, 1, "Content-Length: 65537\r\n", CLOSES, 0},
     {"GET /healthz, headers over half", "GET", "/healthz", 0, HEADERS_OVER,
      NULL, 431, 1, NULL, CLOSES, 0},
     {"GET /aaa..., its line over half", "GET", "/", 0, LINE_OVER, NULL, 414, 1,
@@ -1338,7 +1470,7 @@ static const struct {
      503},
 };
 #define N_VOCAB (int)(sizeof vocab / sizeof vocab[0])
-#define N_KEEPING 22
+#define N_KEEPING 24
 
 /* One request of a pipeline: a word of vocab and how it is sent. */
 typedef struct pipe_req {
@@ -1393,7 +1525,8 @@ static void pipe_draw(uint64_t *s, pipe_req_t *q) {
   q->draining = vocab[w].draining ? vocab[w].draining : q->status;
   q->library = vocab[w].refusal == LIBRARY;
   q->closes = q->close || (q->http10 && !q->keep_alive) ||
-              (has_body && vocab[w].from_head) || vocab[w].refusal != KEEPS;
+              (has_body && vocab[w].from_head && q->expect) ||
+              vocab[w].refusal != KEEPS;
   if (q->http10 && coded) {
     /* Transfer-Encoding in HTTP/1.0: the framing's, before all else */
     q->status = q->draining = 400;
@@ -2125,6 +2258,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_refusal_kept, 0, N_KEPT);
   tcase_add_loop_test(tc, test_refusal_closes, 0, N_CLOSED);
   tcase_add_loop_test(tc, test_expect_no_body, 0, N_EXPECTING);
+  tcase_add_loop_test(tc, test_discard_bound, 0, 4);
   tc = server_tcase(s, "pipeline", start_pipeline_server);
   tcase_add_loop_test(tc, test_pipelines, 0, 2); /* one write, pieces */
   tc = tcase_create("drain");                    /* an attnd of its own each */

@@ -6,9 +6,10 @@
  *   1. first callback (headers, http.c): its route (router.h), the framing
  *      (framing.c), a preflight, the API key, the method, the row's
  *      precheck; a route with a body starts reading it (intake.c), where a
- *      body over max_body_bytes is refused with 413 before it is read;
+ *      body over max_body_bytes is refused with 413 before it is stored;
  *   2. upload callbacks (intake.c): the body accumulates, inflated as it
- *      arrives when it has a content coding, within max_body_bytes;
+ *      arrives when it has a content coding, within max_body_bytes (the
+ *      small body of a request refused in 1 is dropped instead: http.c);
  *   3. the last callback: the route's handler (api/). One that computes
  *      decodes the body into the one request type and admits it
  *      (api/compute.c): computed inline, or handed to the scheduler with
@@ -41,6 +42,15 @@
 /* A body of up to this many bytes (pad included) is read into the request
  * itself. */
 #define ATTND_BODY_INLINE 8192
+
+/* The most bytes of a body refused from its headers (a wrong path, method
+ * or key, a body's headers) that attnd reads and drops so as to keep the
+ * connection (http.c, on_first). Any client may make it read this much
+ * for nothing, one without a key too, so it is small: a JSON body sent to
+ * the wrong place is a few KB, and a tensor body larger than this costs
+ * its client more to send than a new connection costs (TCP and TLS
+ * handshakes, a few KB). docs/operations.md says the rule. */
+#define ATTND_DISCARD_MAX 65536
 
 struct attnd_http_req {
   attnd_server_t *srv;
@@ -108,10 +118,14 @@ struct attnd_http_req {
   int inflight;  /* counted in srv->inflight (attnd_http_answered) */
   int body_done; /* its body's last byte is in (or it has none) */
   int no_body;   /* no Content-Length (or 0) and no Transfer-Encoding */
-  /* A reply made in the first callback to a request without a body: held
-   * (hold) rather than queued, and queued from the next callback, since
-   * libmicrohttpd closes the connection after a reply queued from the
-   * first (http.c, on_first). */
+  /* Its body may be read and dropped after a refusal from its headers:
+   * chunked, or a Content-Length up to attnd_http_discard_max, and no
+   * Expect: 100-continue (framing.c). */
+  int discard_ok;
+  /* A reply made in the first callback to a request without a body, or
+   * with one that may be dropped: held (hold) rather than queued, and
+   * queued once the body is in, since libmicrohttpd closes the connection
+   * after a reply queued from the first (http.c, on_first). */
   int hold;
   struct MHD_Response *held;
   size_t bytes_in, bytes_out;
@@ -131,7 +145,8 @@ struct attnd_http_req {
 enum MHD_Result attnd_http_send_body(attnd_http_req_t *r, int status,
                                      char *body, size_t len, int pooled,
                                      const char *ctype);
-/* Queues the reply held from the first callback (r->held, r->hold). */
+/* Queues the reply held from the first callback (r->held, r->hold), with
+ * Connection: close where attnd has begun to drain since it was made. */
 enum MHD_Result attnd_http_send_held(attnd_http_req_t *r);
 /* A body written into b, sent with `status` (b is emptied). */
 enum MHD_Result attnd_http_send_buf(attnd_http_req_t *r, int status,
@@ -163,6 +178,11 @@ void attnd_http_reply_release(void *block);
  * requests in flight (srv->inflight), which it joined with its headers.
  * Once for each request, whichever comes first. */
 void attnd_http_answered(attnd_http_req_t *r);
+
+/* The most bytes of a refused body that s reads and drops: ATTND_DISCARD_MAX,
+ * or max_body_bytes where that is less (a body over it is refused unread,
+ * as docs/api.md says of 413). */
+uint64_t attnd_http_discard_max(const attnd_server_t *s);
 
 /* Gives r an id of attnd's own, unique in the process, in place of its
  * X-Request-Id: for one that framing.c refuses. */
@@ -214,7 +234,8 @@ int attnd_http_budget_never(const attnd_http_req_t *r, int64_t need,
 
 /* Returns 1 when the body's length is unambiguous (RFC 9112 6.3), the
  * field values hold no CR, LF or NUL and Host is right for `version` (the
- * request line's), with r->no_body set where the request has no body; else
+ * request line's), with r->no_body set where the request has no body and
+ * r->discard_ok where its body may be dropped after a refusal; else
  * 0 with the 400 or 501 queued into *ret. First callback. */
 int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
                           enum MHD_Result *ret);

@@ -24,6 +24,7 @@
  * them, as libmicrohttpd decoded them (attnd_http_unescape). */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -48,6 +49,7 @@ typedef struct framing {
   int n_chunked;         /* "chunked" among all their codings */
   char unknown[32];      /* the first coding other than chunked */
   char unmet[32];        /* the first expectation other than 100-continue */
+  int n_continue;        /* 100-continue among the expectations */
   const char *bad_name;  /* a field name that is not a token */
   const char *bad_value; /* the name of one whose value has a CR, LF or
                             NUL, */
@@ -206,8 +208,7 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind,
       f->coding = value;
     framing_list(value, "chunked", &f->n_chunked, f->unknown);
   } else if (strcasecmp(key, "Expect") == 0) {
-    int n_continue = 0;
-    framing_list(value, "100-continue", &n_continue, f->unmet);
+    framing_list(value, "100-continue", &f->n_continue, f->unmet);
   } else if (strcasecmp(key, "Authorization") == 0) {
     f->n_auth++;
   } else if (strcasecmp(key, "Host") == 0 && f->n_host++ == 0) {
@@ -337,6 +338,11 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
         f.n_coding == 0 &&
         (f.length.n == 0 || (f.length.first[0] &&
                              f.length.first[strspn(f.length.first, "0")] == 0));
+    /* a body bounded as it comes (chunked), or by its length; and none
+     * that the client waits to be invited to send */
+    r->discard_ok = !r->no_body && f.n_continue == 0 &&
+                    (f.n_coding || strtoull(f.length.first, NULL, 10) <=
+                                       attnd_http_discard_max(r->srv));
     return 1;
   }
   return 0;

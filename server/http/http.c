@@ -574,14 +574,18 @@ static int head_fits(attnd_http_req_t *r, const char *method,
  * queued from the first one (MHD_queue_response, in the state after the
  * headers, marks the rest of the request to be discarded, and a connection
  * with something discarded is not kept), and probes and scrapes should keep
- * theirs. So should a request without a body that is refused here (a wrong
- * path, method or key, a precheck's or the body's headers' refusal): its
- * reply is held (r->hold) and queued from the next callback, which the
- * library makes at once, as for the routes without a body. One with a body
- * is answered here, and its connection closed, its body never read. So is
- * one whose framing or head is refused: the framing is in doubt, so nothing
- * after it may be read as another request (framing.c), and a head over the
- * limit has grown the connection's buffer. */
+ * theirs. So should a request that is refused here (a wrong path, method
+ * or key, a precheck's or the body's headers' refusal): its reply is held
+ * (r->hold) and queued from the library's call after the body's last byte
+ * (at once, for one without a body). A body is read and dropped
+ * meanwhile (discard) where it is small (r->discard_ok: chunked, or a
+ * Content-Length up to attnd_http_discard_max) and no client waits for a "100
+ * Continue" to send it; otherwise, and while draining (whose replies close
+ * the connection anyway), the refusal is answered here, and the connection
+ * closed, its body never read. So is a request whose framing or head is
+ * refused: the framing is in doubt, so nothing after it may be read as
+ * another request (framing.c), and a head over the limit has grown the
+ * connection's buffer. */
 static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
                                 const char *method, const char *version) {
   attnd_server_t *s = r->srv;
@@ -605,9 +609,9 @@ static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
     return ret; /* before the route: whatever the path, nothing after */
   if (!head_fits(r, method, version, &ret))
     return ret; /* on every path too */
-  /* from here a refusal of a request without a body is held (on_request
-   * stops holding when this callback returns) */
-  r->hold = r->no_body;
+  /* from here a refusal of a request without a body, or with one to drop,
+   * is held (on_request stops holding when this callback returns) */
+  r->hold = r->no_body || (r->discard_ok && !atomic_load(&s->draining));
   if (no_memory)
     return attnd_http_fail(r, ATTND_ERR_OUT_OF_MEMORY, NULL,
                            "out of memory for the path's parameters");
@@ -704,6 +708,26 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
   return r;
 }
 
+/* Reads and drops the next bytes of the body of a request refused in the
+ * first callback, whose reply is held until the last byte is in (on_first).
+ * Nothing is kept. The body's pace still counts, as any body's does
+ * (min_recv_rate_bytes_per_s, connection_timeout_s): a client cannot hold
+ * its connection by trickling a body it knows is refused. A chunked body
+ * that passes attnd_http_discard_max closes the connection, with no reply:
+ * libmicrohttpd 0.9.75 queues none while a body is being read
+ * (MHD_queue_response refuses in that state), and reading on would let any
+ * client make attnd read without end. */
+static enum MHD_Result discard(attnd_http_req_t *r, size_t *size) {
+  r->bytes_in += *size;
+  *size = 0;
+  return r->bytes_in <= attnd_http_discard_max(r->srv) ? MHD_YES : MHD_NO;
+}
+
+uint64_t attnd_http_discard_max(const attnd_server_t *s) {
+  uint64_t most = (uint64_t)s->cfg->max_body_bytes;
+  return most < ATTND_DISCARD_MAX ? most : ATTND_DISCARD_MAX;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
@@ -751,8 +775,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
   uv_mutex_unlock(&r->mu);
   if (back)
     return attnd_api_reply(r);
-  if (r->held) /* a refusal without a body, made in the first callback */
-    return attnd_http_send_held(r);
+  if (r->held) /* a refusal made in the first callback: its body dropped */
+    return *upload_size ? discard(r, upload_size) : attnd_http_send_held(r);
   if (r->status) /* answered already, from the first callback */
     return *upload_size = 0, MHD_YES;
   if (r->preflight) /* a body, never expected, is discarded */
