@@ -36,7 +36,8 @@
  *   - drain: such a pipeline, with SIGTERM after its first reply, each on
  *     an attnd of its own: every request before the close is answered
  *     whole, as before the drain or as while draining (503 for a new body,
- *     Connection: close), nothing after it, and attnd exits 0;
+ *     Connection: close), nothing after it, and attnd exits 0; and a
+ *     refusal whose body was being dropped when the drain began closes;
  *   - intake: in this process, with libmicrohttpd's header lookups counted
  *     (the link wraps MHD_lookup_connection_value, and
  *     MHD_get_connection_values_n for a query's walks): a body's callbacks
@@ -1877,6 +1878,47 @@ START_TEST(test_drain_pipeline) {
 }
 END_TEST
 
+/* A refusal whose body was being dropped when the drain began is answered
+ * once the body is in, with Connection: close, and the connection closed;
+ * the request is in flight meanwhile (attnd_inflight), so the drain waits
+ * for it, and attnd then exits 0. Bug: its reply, made before the drain,
+ * went out without Connection: close, and the connection stayed open on a
+ * draining server. */
+START_TEST(test_drain_discard) {
+  static const char head[] =
+      "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY JSON_TYPE SMALL_LENGTH
+      "X-Request-Id: dropped\r\n\r\n";
+  sh_server_t d;
+  if (sh_server_start(&d, pipe_args) < 0)
+    ck_abort_msg("attnd did not start:\n%s", d.log);
+  int fd = sh_connect(d.port);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(sh_send_all(fd, head, sizeof head - 1), 0);
+  ck_assert_int_eq(sh_send_all(fd, SMALL, 5), 0);
+  ck_assert_msg(sh_wait_metric(d.port, "attnd_inflight", 1, 10.0) == 1,
+                "the refused request is not in flight");
+  ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
+  sh_wait_log(&d, "\"event\":\"draining\"");
+  ck_assert_int_eq(sh_send_all(fd, SMALL + 5, sizeof SMALL - 1 - 5), 0);
+  static raw_t x;
+  sh_resp_t r;
+  char conn[32];
+  x.len = 0;
+  x.closed = 0;
+  x.heads = 0;
+  read_replies(fd, 0, REPLY_MS, &x);
+  close(fd);
+  expect_one_reply(&x, 1, &r);
+  sh_assert_error(&r, 404, "not_found", NULL, NULL);
+  ck_assert_msg(sh_header(&r, "Connection", conn, sizeof conn) &&
+                    strcasecmp(conn, "close") == 0,
+                "no Connection: close while draining: %.300s", x.buf);
+  sh_resp_free(&r);
+  int st = sh_server_wait(&d, 15.0);
+  ck_assert_msg(st == 0, "exit status %d after the drain:\n%s", st, d.log);
+}
+END_TEST
+
 /* ---- intake: header lookups, counted -----------------------------------
  *
  * Each callback with a piece of the body looked up Content-Length, a walk
@@ -2264,6 +2306,7 @@ Suite *test_suite(void) {
   tc = tcase_create("drain");                    /* an attnd of its own each */
   tcase_set_timeout(tc, 30);
   tcase_add_loop_test(tc, test_drain_pipeline, 0, DRAINS);
+  tcase_add_test(tc, test_drain_discard);
   suite_add_tcase(s, tc);
   tc = tcase_create("intake");
   tcase_add_loop_test(tc, test_body_lookups, 0, 2);

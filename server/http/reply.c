@@ -163,6 +163,10 @@ enum MHD_Result attnd_http_send_body(attnd_http_req_t *r, int status,
 enum MHD_Result attnd_http_send_held(attnd_http_req_t *r) {
   struct MHD_Response *resp = r->held;
   r->held = NULL;
+  /* a drain that began while its body was read and dropped closes it too */
+  if (atomic_load(&r->srv->draining) &&
+      MHD_get_response_header(resp, "Connection") == NULL)
+    MHD_add_response_header(resp, "Connection", "close");
   return queue(r, resp);
 }
 
