@@ -38,6 +38,8 @@
  *     whole, as before the drain or as while draining (503 for a new body,
  *     Connection: close), nothing after it, and attnd exits 0; and a
  *     refusal whose body was being dropped when the drain began closes;
+ *   - discard: a dropped body's pace is a body's (min_recv_rate_bytes_per_s:
+ *     a trickle is reset), and the access log counts its bytes;
  *   - intake: in this process, with libmicrohttpd's header lookups counted
  *     (the link wraps MHD_lookup_connection_value, and
  *     MHD_get_connection_values_n for a query's walks): a body's callbacks
@@ -1919,6 +1921,113 @@ START_TEST(test_drain_discard) {
 }
 END_TEST
 
+/* ---- discard: a dropped body's pace and its bytes ------------------------ *
+ *
+ * Each on an attnd of its own, whose log it reads: with an API key, an
+ * access log on stderr, a connection_timeout_s of 1 and a
+ * min_recv_rate_bytes_per_s of 1000. */
+static const char *const discard_args[] = {"--workers",
+                                           "1",
+                                           "--threads-per-request",
+                                           "1",
+                                           "--api-keys",
+                                           "k1",
+                                           "--access-log",
+                                           "stderr",
+                                           "--connection-timeout-s",
+                                           "1",
+                                           "--min-recv-rate-bytes-per-s",
+                                           "1000",
+                                           NULL};
+
+/* The access log's line of the request with X-Request-Id `id`, from d's
+ * log, into line (empty where there is none). */
+static void access_line(sh_server_t *d, const char *id, char *line, size_t n) {
+  char key[128];
+  snprintf(key, sizeof key, "\"request_id\":\"%s\"", id);
+  sh_wait_log(d, key);
+  const char *at = strstr(d->log, key);
+  const char *start = at, *end = at ? strchr(at, '\n') : NULL;
+  while (start && start > d->log && start[-1] != '\n')
+    start--;
+  snprintf(line, n, "%.*s", start ? (int)((end ? end : at) - start) : 0,
+           start ? start : "");
+}
+
+/* The access log's bytes_in of a refusal counts the body it dropped, and
+ * its status and bytes_out are the refusal's. Bug: 0, as of a body never
+ * read. */
+START_TEST(test_discard_logged) {
+  static char req[4096];
+  sh_server_t d;
+  if (sh_server_start(&d, discard_args) < 0)
+    ck_abort_msg("attnd did not start:\n%s", d.log);
+  srv = d; /* exchange_kept_n's */
+  int n =
+      snprintf(req, sizeof req,
+               "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" JSON_TYPE
+               "X-Request-Id: logged\r\nContent-Length: 3000\r\n\r\n");
+  memset(req + n, ' ', 3000);
+  n += 3000;
+  n += snprintf(req + n, sizeof req - (size_t)n, PIPELINED);
+  sh_resp_t r;
+  exchange_kept_n(req, (size_t)n, 0, 1, "POST, no key, 3000 bytes", &r);
+  sh_assert_error(&r, 401, "unauthorized", NULL, NULL);
+  char line[1024], want[64];
+  snprintf(want, sizeof want, "\"bytes_out\":%zu", r.body_len);
+  sh_resp_free(&r);
+  access_line(&d, "logged", line, sizeof line);
+  ck_assert_msg(strstr(line, "\"status\":401") &&
+                    strstr(line, "\"bytes_in\":3000,") && strstr(line, want) &&
+                    strstr(line, "\"complete\":true"),
+                "the access line: %s", line);
+  ck_assert_int_eq(sh_server_stop(&d, 15.0), 0);
+}
+END_TEST
+
+/* A client that trickles a body it knows is refused (no key), 10 bytes
+ * every 200 ms (50 B/s, against 1000 B/s), each sooner than
+ * libmicrohttpd's own timeout (1 s from the last byte), has its connection
+ * reset by the sweep once the grace (1 s from the headers) is spent and the
+ * body has fallen behind, as any body's: no reply, the event logged as a
+ * slow sender's. Bug: a dropped body's pace was not watched, and the
+ * client held its connection for as long as the trickle went on (its
+ * Content-Length within ATTND_DISCARD_MAX: 10 minutes here). */
+START_TEST(test_discard_trickle) {
+  static const char head[] =
+      "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" JSON_TYPE
+      "X-Request-Id: trickle\r\nContent-Length: 30000\r\n\r\n";
+  static char bytes[30000];
+  sh_server_t d;
+  if (sh_server_start(&d, discard_args) < 0)
+    ck_abort_msg("attnd did not start:\n%s", d.log);
+  memset(bytes, ' ', sizeof bytes);
+  int fd = sh_connect(d.port);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(sh_send_all(fd, head, sizeof head - 1), 0);
+  static raw_t x;
+  x.len = 0;
+  x.closed = 0;
+  x.heads = 0;
+  /* up to 10 s, the reset due in about 2 */
+  size_t sent = 0;
+  for (int k = 0; k < 50 && !x.closed; k++) {
+    if (sh_send_all(fd, bytes + sent, 10) < 0)
+      break; /* reset: the read tells */
+    sent += 10;
+    read_replies(fd, 0, 200, &x);
+  }
+  read_replies(fd, 0, REPLY_MS, &x);
+  close(fd);
+  ck_assert_msg(x.closed && x.len == 0,
+                "a trickle of %zu bytes: %s; %zu bytes came back: %.300s", sent,
+                x.closed ? "closed" : "the connection stayed open", x.len,
+                x.buf);
+  sh_wait_log(&d, "\"event\":\"slow_sender\",\"request_id\":\"trickle\"");
+  ck_assert_int_eq(sh_server_stop(&d, 15.0), 0);
+}
+END_TEST
+
 /* ---- intake: header lookups, counted -----------------------------------
  *
  * Each callback with a piece of the body looked up Content-Length, a walk
@@ -2307,6 +2416,11 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 30);
   tcase_add_loop_test(tc, test_drain_pipeline, 0, DRAINS);
   tcase_add_test(tc, test_drain_discard);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("discard"); /* an attnd of its own each */
+  tcase_set_timeout(tc, 30);
+  tcase_add_test(tc, test_discard_logged);
+  tcase_add_test(tc, test_discard_trickle);
   suite_add_tcase(s, tc);
   tc = tcase_create("intake");
   tcase_add_loop_test(tc, test_body_lookups, 0, 2);
