@@ -22,10 +22,10 @@
  *     server that still answers afterwards;
  *   - keepalive: with an API key; a refusal from the headers (401, 404,
  *     405, 415, 501, a precheck's) keeps the connection, its small body
- *     (up to ATTND_DISCARD_MAX, chunked or not) read and dropped, exactly,
+ *     (a Content-Length up to ATTND_DISCARD_MAX) read and dropped, exactly,
  *     and a request pipelined behind it answered; one with a larger body,
- *     or with Expect: 100-continue, closes it unread, as one that asks for
- *     the close does; a request without a body but with Expect:
+ *     a chunked one or Expect: 100-continue closes it unread, as one that
+ *     asks for the close does; a request without a body but with Expect:
  *     100-continue is answered, and so is one pipelined behind it;
  *   - pipeline: seeded random pipelines of requests of known outcome (HEAD,
  *     refusals that keep the connection, and refusals of the framing and
@@ -1060,8 +1060,8 @@ END_TEST
 
 /* A refusal from the headers keeps the connection, as any other reply
  * does: a request pipelined behind it gets its own reply next, and so does
- * the probe that follows (exchange_kept_n). A body up to
- * ATTND_DISCARD_MAX, chunked or not, is read and dropped first, exactly:
+ * the probe that follows (exchange_kept_n). A body whose Content-Length
+ * is up to ATTND_DISCARD_MAX is read and dropped first, exactly:
  * none of it is read as the next request, and the next request is not
  * read as the body. Bug: a refusal decided in libmicrohttpd's first
  * callback (a wrong path, method or key, a precheck's) closed the
@@ -1121,15 +1121,6 @@ static const struct {
      "POST /v2/models/attention/versions/7/infer HTTP/1.1\r\nHost: "
      "127.0.0.1\r\n" KEY JSON_TYPE SMALL_LENGTH "\r\n" SMALL,
      404, NULL, NULL, NULL},
-    {"POST /nope, chunked",
-     "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY JSON_TYPE
-     "Transfer-Encoding: chunked\r\n\r\n5\r\n{\"que\r\nc\r\nry\":[[1,0]]}"
-     "\r\n0\r\n\r\n",
-     404, "not_found", NULL, NULL},
-    {"DELETE /v1/attention, chunked, empty",
-     "DELETE /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
-     "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-     405, "method_not_allowed", "Allow", "POST"},
     /* a body that is itself a request: dropped, never answered */
     {"POST /nope, a request as its body",
      "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
@@ -1173,7 +1164,10 @@ END_TEST
  * headers alone, and the connection closed: the body is never read, so
  * none of it may be read as the next request. Its Content-Length is over
  * ATTND_DISCARD_MAX, and only a part of the body is sent (the reply must
- * not wait for the rest); or it has Expect: 100-continue, so its client
+ * not wait for the rest); or it is chunked, so its length is known only
+ * at its end, and the request behind it gets no reply (bug: a chunked
+ * body that grew past the bound was cut off with no reply at all); or it
+ * has Expect: 100-continue, so its client
  * waits to be invited to send a body that would be refused: no "100
  * Continue" comes, and the request behind it gets no reply. And a
  * request that asks for the close (HTTP/1.0 without keep-alive,
@@ -1195,6 +1189,16 @@ static const struct {
      "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY JSON_TYPE EXPECT_100
          SMALL_LENGTH "\r\n" SMALL PIPELINED,
      404},
+    /* chunked, small or empty: its length is known only at its end */
+    {"POST /nope, chunked, a request after",
+     "POST /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY JSON_TYPE
+     "Transfer-Encoding: chunked\r\n\r\n5\r\n{\"que\r\nc\r\nry\":[[1,0]]}"
+     "\r\n0\r\n\r\n" PIPELINED,
+     404},
+    {"DELETE /v1/attention, chunked, empty",
+     "DELETE /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" KEY
+     "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+     405},
     {"POST /v1/attention, no key, chunked, Expect: 100-continue",
      "POST /v1/attention HTTP/1.1\r\nHost: 127.0.0.1\r\n" JSON_TYPE EXPECT_100
      "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" PIPELINED,
@@ -1231,15 +1235,15 @@ START_TEST(test_refusal_closes) {
 }
 END_TEST
 
-/* The bound, ATTND_DISCARD_MAX, exactly: a body of that many bytes, with
- * its Content-Length or chunked (in chunks of 4 KiB), is dropped, and the
- * connection kept for the request behind it; one byte more closes it. A
- * Content-Length over the bound is refused at once, the body sent whole
- * or not; a chunked body that passes it has its connection closed with no
- * reply (libmicrohttpd 0.9.75 queues none while a body is being read).
- * Bug: a body of any length was read (a client without a key made attnd
- * read as much as it liked for nothing). Cases: Content-Length or
- * chunked, at the bound or one over. */
+/* The bound, ATTND_DISCARD_MAX, exactly: a body of that many bytes, by its
+ * Content-Length, is dropped, and the connection kept for the request
+ * behind it; one byte more is refused at once, the body sent whole or not,
+ * and the connection closed. A chunked body (in chunks of 4 KiB) is
+ * refused at once at either length, its refusal sent, never cut off with
+ * none. Bugs: a body of any length was read (a client without a key made
+ * attnd read as much as it liked for nothing); a chunked body that passed
+ * the bound was cut off with no reply. Cases: Content-Length or chunked,
+ * at the bound or one over. */
 START_TEST(test_discard_bound) {
   static char req[2 * ATTND_DISCARD_MAX];
   int chunked = _i / 2, over = _i % 2;
@@ -1268,24 +1272,18 @@ START_TEST(test_discard_bound) {
   char what[64];
   snprintf(what, sizeof what, "%s, %zu bytes",
            chunked ? "chunked" : "Content-Length", len);
-  if (!over) {
+  if (!over && !chunked) {
     sh_resp_t r;
     exchange_kept_n(req, n, 0, 1, what, &r);
     sh_assert_error(&r, 404, "not_found", NULL, NULL);
     sh_resp_free(&r);
-  } else if (!chunked) {
+  } else { /* the refusal, and the close; the request behind unanswered */
     raw_t x;
     sh_resp_t r;
     exchange(req, n, REPLY_MS, &x);
     expect_one_reply(&x, 1, &r);
     sh_assert_error(&r, 404, "not_found", NULL, NULL);
     sh_resp_free(&r);
-  } else {
-    raw_t x;
-    exchange(req, n, REPLY_MS, &x);
-    ck_assert_msg(x.closed && x.len == 0, "%s: %s; %zu bytes came back: %.300s",
-                  what, x.closed ? "closed" : "the connection stayed open",
-                  x.len, x.buf);
   }
   expect_alive();
 }
@@ -1528,7 +1526,8 @@ static void pipe_draw(uint64_t *s, pipe_req_t *q) {
   q->draining = vocab[w].draining ? vocab[w].draining : q->status;
   q->library = vocab[w].refusal == LIBRARY;
   q->closes = q->close || (q->http10 && !q->keep_alive) ||
-              (has_body && vocab[w].from_head && q->expect) ||
+              (has_body && vocab[w].from_head &&
+               (q->expect || vocab[w].framing == CHUNKED)) ||
               vocab[w].refusal != KEEPS;
   if (q->http10 && coded) {
     /* Transfer-Encoding in HTTP/1.0: the framing's, before all else */

@@ -119,7 +119,7 @@ struct attnd_http_req {
   int body_done; /* its body's last byte is in (or it has none) */
   int no_body;   /* no Content-Length (or 0) and no Transfer-Encoding */
   /* Its body may be read and dropped after a refusal from its headers:
-   * chunked, or a Content-Length up to attnd_http_discard_max, and no
+   * a Content-Length up to attnd_http_discard_max, not chunked, and no
    * Expect: 100-continue (framing.c). */
   int discard_ok;
   /* A reply made in the first callback to a request without a body, or

@@ -338,11 +338,12 @@ int attnd_http_framing_ok(attnd_http_req_t *r, const char *version,
         f.n_coding == 0 &&
         (f.length.n == 0 || (f.length.first[0] &&
                              f.length.first[strspn(f.length.first, "0")] == 0));
-    /* a body bounded as it comes (chunked), or by its length; and none
-     * that the client waits to be invited to send */
-    r->discard_ok = !r->no_body && f.n_continue == 0 &&
-                    (f.n_coding || strtoull(f.length.first, NULL, 10) <=
-                                       attnd_http_discard_max(r->srv));
+    /* a body of a known, small length, that its client does not wait to
+     * be invited to send; not a chunked one: one that grew past the bound
+     * could only be cut off with no reply (http.c, on_first) */
+    r->discard_ok =
+        !r->no_body && f.n_continue == 0 && f.n_coding == 0 &&
+        strtoull(f.length.first, NULL, 10) <= attnd_http_discard_max(r->srv);
     return 1;
   }
   return 0;

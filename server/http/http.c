@@ -578,12 +578,15 @@ static int head_fits(attnd_http_req_t *r, const char *method,
  * or key, a precheck's or the body's headers' refusal): its reply is held
  * (r->hold) and queued from the library's call after the body's last byte
  * (at once, for one without a body). A body is read and dropped
- * meanwhile (discard) where it is small (r->discard_ok: chunked, or a
- * Content-Length up to attnd_http_discard_max) and no client waits for a "100
- * Continue" to send it; otherwise, and while draining (whose replies close
- * the connection anyway), the refusal is answered here, and the connection
- * closed, its body never read. So is a request whose framing or head is
- * refused: the framing is in doubt, so nothing after it may be read as
+ * meanwhile (discard) where it is small (r->discard_ok: a Content-Length
+ * up to attnd_http_discard_max) and no client waits for a "100 Continue" to
+ * send it. Not a chunked one: libmicrohttpd 0.9.75 queues no reply while a
+ * body is being read (MHD_queue_response refuses in that state), so one
+ * that grew past the bound could only be cut off with no reply, where the
+ * client should learn why it is refused. Otherwise, and while draining (whose
+ * replies close the connection anyway), the refusal is answered here, and the
+ * connection closed, its body never read. So is a request whose framing or head
+ * is refused: the framing is in doubt, so nothing after it may be read as
  * another request (framing.c), and a head over the limit has grown the
  * connection's buffer. */
 static enum MHD_Result on_first(attnd_http_req_t *r, const char *url,
@@ -712,15 +715,13 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
  * first callback, whose reply is held until the last byte is in (on_first).
  * Nothing is kept. The body's pace still counts, as any body's does
  * (min_recv_rate_bytes_per_s, connection_timeout_s): a client cannot hold
- * its connection by trickling a body it knows is refused. A chunked body
- * that passes attnd_http_discard_max closes the connection, with no reply:
- * libmicrohttpd 0.9.75 queues none while a body is being read
- * (MHD_queue_response refuses in that state), and reading on would let any
- * client make attnd read without end. */
+ * its connection by trickling a body it knows is refused. Its length is
+ * within attnd_http_discard_max (framing.c), and libmicrohttpd gives no
+ * byte past it. */
 static enum MHD_Result discard(attnd_http_req_t *r, size_t *size) {
   r->bytes_in += *size;
   *size = 0;
-  return r->bytes_in <= attnd_http_discard_max(r->srv) ? MHD_YES : MHD_NO;
+  return MHD_YES;
 }
 
 uint64_t attnd_http_discard_max(const attnd_server_t *s) {
