@@ -2023,6 +2023,26 @@ START_TEST(test_discard_trickle) {
                 x.closed ? "closed" : "the connection stayed open", x.len,
                 x.buf);
   sh_wait_log(&d, "\"event\":\"slow_sender\",\"request_id\":\"trickle\"");
+  /* its refusal was never sent: a 499 whose one rejection is the slow
+   * sender's (bug: counted as a 401 and an unauthorized rejection too) */
+  sh_wait_log(&d, "\"request_id\":\"trickle\",\"id\"");
+  const char *line = strstr(d.log, "\"request_id\":\"trickle\",\"id\"");
+  ck_assert_msg(strncmp(strstr(line, "\"status\":"), "\"status\":499,", 13) ==
+                    0,
+                "the access line: %.400s", line);
+  static const struct {
+    const char *sample;
+    double want; /* 0: none, or absent (-1) */
+  } m[] = {
+      {"attnd_rejections_total{reason=\"slow_sender\"}", 1},
+      {"attnd_rejections_total{reason=\"unauthorized\"}", 0},
+      {"attnd_requests_total{status=\"401\"}", 0},
+  };
+  for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+    double v = sh_metric(d.port, m[i].sample);
+    ck_assert_msg(m[i].want ? v == m[i].want : v <= 0, "%s %g, not %g",
+                  m[i].sample, v, m[i].want);
+  }
   ck_assert_int_eq(sh_server_stop(&d, 15.0), 0);
 }
 END_TEST

@@ -127,7 +127,14 @@ struct attnd_http_req {
    * queued once the body is in, since libmicrohttpd closes the connection
    * after a reply queued from the first (http.c, on_first). */
   int hold;
+  /* The held reply, its status and length, and its refusal's reason for
+   * attnd_rejections_total: each the request's once it is queued, so that
+   * one whose connection ends first (its client gone, or too slow with the
+   * body being dropped) is a 499, counted once, as any such request is. */
   struct MHD_Response *held;
+  int held_status;
+  size_t held_len;
+  attnd_reject_t held_reason;
   size_t bytes_in, bytes_out;
   double total_ms;
   /* Last (the request's pool zeroes what comes before it): where a body of

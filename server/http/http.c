@@ -684,6 +684,7 @@ static attnd_http_req_t *req_open(attnd_server_t *s,
   r->t_arrival = attnd_now_ms();
   r->json_len = -1;
   r->body_len = -1;
+  r->held_reason = ATTND_REJECT_NONE; /* a held reply that is no refusal */
   copy_whole(&r->path, r->path_mem, sizeof r->path_mem, path, len);
   r->proto = unrouted_proto(r->path);
   attnd_buf_init(&r->body);

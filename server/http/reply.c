@@ -151,18 +151,23 @@ enum MHD_Result attnd_http_send_body(attnd_http_req_t *r, int status,
     }
     MHD_add_response_header(resp, "Server-Timing", st);
   }
-  r->status = status;
-  r->bytes_out = len;
   if (r->hold) { /* queued from the next callback: attnd_http_send_held */
     r->held = resp;
+    r->held_status = status;
+    r->held_len = len;
     return MHD_YES;
   }
+  r->status = status;
+  r->bytes_out = len;
   return queue(r, resp);
 }
 
 enum MHD_Result attnd_http_send_held(attnd_http_req_t *r) {
   struct MHD_Response *resp = r->held;
   r->held = NULL;
+  r->status = r->held_status;
+  r->bytes_out = r->held_len;
+  attnd_metrics_reject(r->srv->metrics, r->held_reason);
   /* a drain that began while its body was read and dropped closes it too */
   if (atomic_load(&r->srv->draining) &&
       MHD_get_response_header(resp, "Connection") == NULL)
@@ -196,7 +201,10 @@ enum MHD_Result attnd_http_send_json(attnd_http_req_t *r, int status,
  */
 enum MHD_Result attnd_http_send_error(attnd_http_req_t *r,
                                       const attnd_error_t *e) {
-  attnd_metrics_reject(r->srv->metrics, attnd_error_reason(e->code));
+  if (r->hold) /* counted once queued (attnd_http_send_held) */
+    r->held_reason = attnd_error_reason(e->code);
+  else
+    attnd_metrics_reject(r->srv->metrics, attnd_error_reason(e->code));
   if (e->has_id) { /* for the log */
     r->has_id = 1;
     memcpy(r->id, e->id, sizeof r->id);
