@@ -105,10 +105,12 @@ void attn__scratch_plan(const attn_plan_t *pl, attn__scratch_t *sc) {
   sc->hi = part(&at, 2 * rows);
   sc->acc = part(&at, 2 * Dvp);
   sc->mw = part(&at, pl->reduce && p->reduce.mean_heads ? rows * sc->lds : 0);
-  sc->tk = part(&at, pl->reduce ? 2 * p->reduce.top_k : 0);
+  /* top-k's keys: uint64, in whole vectors of 8 (kernel.c's KP) */
+  const int64_t kp = attn__round_up(p->reduce.top_k, 8);
+  sc->tk = part(&at, pl->reduce ? 2 * kp : 0);
   const int online = pl->reduce && !p->reduce.mean_heads;
   sc->ex = part(&at, online ? rows * 48 : 0);
-  sc->hk = part(&at, online ? 2 * rows * p->reduce.top_k : 0);
+  sc->hk = part(&at, online ? 2 * rows * kp : 0);
   sc->hn = part(&at, online ? 2 * rows : 0);
   sc->pool = part(&at, online && p->reduce.pool_q ? rows * pl->pool_nk : 0);
   sc->floats = at;

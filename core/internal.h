@@ -106,10 +106,11 @@ typedef struct attn__scratch {
   int64_t rows, lds;
   int64_t s, o, q, l, m, lo, hi, acc;
   int64_t mw; /* reductions of the mean over heads: its rows [rows, lds] */
-  int64_t tk; /* top_k: a row's best values [k] then indices [k] int32 */
+  int64_t tk; /* top_k: a row's best keys (uint64: a weight and its index),
+               * sorted, k rounded up to whole vectors of 8 (kernel.c's KP) */
   /* The reductions on the online path (kernel.c, ored_t): per row, 3
-   * vectors of sums, a heap of K keys (uint64: a score and its index), its
-   * size (int64), and the pooled blocks' sums [nk]. */
+   * vectors of sums, its best K keys (uint64: a score and its index) as
+   * tk's, their count (int64), and the pooled blocks' sums [nk]. */
   int64_t ex, hk, hn, pool;
   int64_t floats;
   int64_t slots, stage1;

@@ -372,9 +372,9 @@ INLINE vf vexp(vf x) {
  *   ex [rows, 3·16]: lane-wise Σ e·(s − m), Σ e·|d − j| and Σ_{j<S} e,
  *     e = e^(s − m): so entropy = ln l − Σ e·(s − m) / l, and the others
  *     are their sums over l, all in the same pass as the output;
- *   hk [rows, K]: the top k keys so far, each score and index in one
- *     key (top_key), in a heap whose root is the worst: scores order keys
- *     as their weights do, so they need no final max;
+ *   hk [rows, KP]: the top k keys so far, each score and index in one
+ *     key (top_key), sorted best first (top_insert): scores order keys as
+ *     their weights do, so they need no final max;
  *   pool [rows, nk]: each pooled block's Σ e (or max e) of the row. */
 typedef struct ored {
   float *ex;
@@ -922,15 +922,84 @@ static float range_max(const float *x, int64_t a, int64_t e) {
   return mx;
 }
 
+/* Score v of key j as one key that orders as top-k does: a higher score
+ * first, then the lower index (-0 taken as +0, equal to it). v is not
+ * NaN. */
+INLINE uint64_t top_key(float v, int64_t j) {
+  uint32_t u;
+  v += 0.0f;
+  memcpy(&u, &v, sizeof u);
+  u = u >> 31 ? ~u : u | 0x80000000u;
+  return (uint64_t)u << 32 | (uint32_t) ~(uint32_t)j;
+}
+INLINE float top_key_score(uint64_t k) {
+  uint32_t u = (uint32_t)(k >> 32);
+  u = u >> 31 ? u & 0x7fffffffu : ~u;
+  float v;
+  memcpy(&v, &u, sizeof v);
+  return v;
+}
+INLINE int32_t top_key_index(uint64_t k) {
+  return (int32_t) ~(uint32_t)k;
+}
+/* Top-k's keys are kept sorted, best first, in rows of whole vectors of 8
+ * (KP, K rounded up); 0, below every key, fills a place not yet taken. */
+#define KP(K) attn__round_up(K, 8)
+typedef uint64_t vk __attribute__((vector_size(VL * 4)));
+#define KL (VL / 2) /* keys a vector */
+/* lane i of a shuffle of (a, b) by it: b's lane i − 1, a's last for 0 */
+#if VL == 16
+#define RIGHT1                                                                 \
+  { 7, 8, 9, 10, 11, 12, 13, 14 }
+#elif VL == 8
+#define RIGHT1                                                                 \
+  { 3, 4, 5, 6 }
+#else
+#define RIGHT1                                                                 \
+  { 1, 2 }
+#endif
+INLINE vk vk_min(vk a, vk b) {
+#if defined(__AVX512F__)
+  return (vk)_mm512_min_epu64((__m512i)a, (__m512i)b);
+#else
+  vk lt = (vk)(a < b);
+  return (a & lt) | (b & ~lt);
+#endif
+}
+INLINE vk vk_max(vk a, vk b) {
+#if defined(__AVX512F__)
+  return (vk)_mm512_max_epu64((__m512i)a, (__m512i)b);
+#else
+  return a ^ b ^ vk_min(a, b);
+#endif
+}
+/* Inserts key x into the sorted keys h [kp], the last one leaving. Each
+ * place takes the larger of its own key and the smaller of x and its left
+ * neighbour's (above every key left of the first): the keys above x stay,
+ * x takes the first place below them and the rest move one place right,
+ * in one pass without a branch, where a heap's sifting mispredicts. */
+INLINE void top_insert(uint64_t *h, int64_t kp, uint64_t x) {
+  const vk xv = (vk){0} + x;
+  vk prev = ~(vk){0};
+  for (int64_t c = 0; c < kp; c += KL) {
+    vk cur;
+    memcpy(&cur, h + c, sizeof cur);
+    vk left = __builtin_shuffle(prev, cur, (vk)RIGHT1);
+    vk m = vk_max(cur, vk_min(left, xv));
+    memcpy(h + c, &m, sizeof m);
+    prev = cur;
+  }
+}
+
 /* The reductions (attn_reduce_t) of one row of weights p [Lkp] (zero
  * outside [lo, hi), the keys the row's range masks let through): query i
  * of item b, output head hh (0 for the mean). Writes its statistics and
  * its top keys, and adds its pooled cells into part, the unit's pooled
- * rows (attn__ctx_t). tk is scratch for 2k floats. Sums are per stretch
+ * rows (attn__ctx_t). tk is scratch for KP(k) keys. Sums are per stretch
  * of ATTN__BC keys in float32, then in float64. */
 static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
                        int64_t lo, int64_t hi, const float *p, double *part,
-                       float *tk) {
+                       uint64_t *tk) {
   const attn_plan_t *pl = c->plan;
   const attn_reduce_t *r = c->red;
   const int64_t row = (b * pl->rH + hh) * (pl->q1 - pl->q0) + i - pl->q0;
@@ -971,10 +1040,10 @@ static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
   const int64_t ka = lo > pl->k0 ? lo : pl->k0, ke = hi < pl->k1 ? hi : pl->k1;
   if (r->top_k) {
     const int64_t K = r->top_k;
-    float *tv = tk;
-    int32_t *ti = (int32_t *)(tk + K);
+    uint64_t *h = tk;
     int64_t n = 0;
     float thr = 0; /* a key must weigh more to enter */
+    memset(h, 0, (size_t)KP(K) * sizeof *h);
     /* A whole vector at a time where it can, visiting only the lanes
      * above the threshold as it was at the vector's start (the rest can
      * only have fallen further behind it); a key at a time at the ends. */
@@ -985,24 +1054,18 @@ static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
         const int64_t k = j + __builtin_ctz(bits);
         if (!(p[k] > thr))
           continue;
-        int64_t at = n < K ? n++ : K - 1;     /* the last one leaves */
-        while (at > 0 && tv[at - 1] < p[k]) { /* equal: the lower index */
-          tv[at] = tv[at - 1];
-          ti[at] = ti[at - 1];
-          at--;
-        }
-        tv[at] = p[k];
-        ti[at] = (int32_t)k;
+        top_insert(h, KP(K), top_key(p[k], k)); /* equal: the lower index */
+        n += n < K;
         if (n == K)
-          thr = tv[K - 1];
+          thr = top_key_score(h[K - 1]);
       }
       j += whole ? VL : 1;
     }
     int32_t *oi = c->top_k_index + row * K;
     float *ov = c->top_k_value + row * K;
     for (int64_t k = 0; k < K; k++) {
-      oi[k] = k < n ? ti[k] : -1;
-      ov[k] = k < n ? tv[k] : 0.0f;
+      oi[k] = k < n ? top_key_index(h[k]) : -1;
+      ov[k] = k < n ? top_key_score(h[k]) : 0.0f;
     }
   }
 
@@ -1035,44 +1098,13 @@ static void reduce_row(const attn__ctx_t *c, int64_t b, int64_t hh, int64_t i,
   }
 }
 
-/* Score v of key j as one key that orders as top-k does: a higher score
- * first, then the lower index (-0 taken as +0, equal to it). v is not
- * NaN. */
-INLINE uint64_t top_key(float v, int64_t j) {
-  uint32_t u;
-  v += 0.0f;
-  memcpy(&u, &v, sizeof u);
-  u = u >> 31 ? ~u : u | 0x80000000u;
-  return (uint64_t)u << 32 | (uint32_t) ~(uint32_t)j;
-}
-INLINE float top_key_score(uint64_t k) {
-  uint32_t u = (uint32_t)(k >> 32);
-  u = u >> 31 ? u & 0x7fffffffu : ~u;
-  float v;
-  memcpy(&v, &u, sizeof v);
-  return v;
-}
-INLINE int32_t top_key_index(uint64_t k) {
-  return (int32_t) ~(uint32_t)k;
-}
-/* Sifts x down from `at` in the min-heap h [n] (its root the worst). */
-static void heap_down(uint64_t *h, int64_t n, int64_t at, uint64_t x) {
-  for (int64_t c; (c = 2 * at + 1) < n; at = c) {
-    c += c + 1 < n && h[c + 1] < h[c];
-    if (h[c] >= x)
-      break;
-    h[at] = h[c];
-  }
-  h[at] = x;
-}
-
-/* Keys [a, e) of a score row x (x[0] is key j0) into row r's top-k heap. */
+/* Keys [a, e) of a score row x (x[0] is key j0) into row r's top keys. */
 static void top_k_scores(const ored_t *ro, int64_t r, const float *x,
                          int64_t j0, int64_t a, int64_t e) {
   const int64_t K = ro->K;
-  uint64_t *h = ro->hk + r * K;
+  uint64_t *h = ro->hk + r * KP(K);
   int64_t n = ro->hn[r];
-  float thr = n < K ? -INFINITY : top_key_score(h[0]);
+  float thr = n < K ? -INFINITY : top_key_score(h[K - 1]);
   /* as reduce_row does: whole vectors where it can, visiting only their
    * lanes above the threshold (keys come in rising order, so a score
    * equal to the worst's loses to it) */
@@ -1084,17 +1116,10 @@ static void top_k_scores(const ored_t *ro, int64_t r, const float *x,
       const float v = x[k - j0];
       if (!(v > thr))
         continue;
-      const uint64_t key = top_key(v, k);
-      if (n < K) { /* sift the new key up */
-        int64_t at = n++;
-        for (; at > 0 && key < h[(at - 1) / 2]; at = (at - 1) / 2)
-          h[at] = h[(at - 1) / 2];
-        h[at] = key;
-      } else { /* it replaces the worst */
-        heap_down(h, n, 0, key);
-      }
+      top_insert(h, KP(K), top_key(v, k));
+      n += n < K;
       if (n == K)
-        thr = top_key_score(h[0]);
+        thr = top_key_score(h[K - 1]);
     }
     j += whole ? VL : 1;
   }
@@ -1118,14 +1143,8 @@ static void finish_row(const attn__ctx_t *c, const ored_t *ro, int64_t b,
     c->sink[row] = l > 0 ? (float)((double)hsum(ld(ex + 32)) / l) : 0.0f;
   if (ro->K) {
     const int64_t K = ro->K;
-    uint64_t *hk = ro->hk + r * K;
+    const uint64_t *hk = ro->hk + r * KP(K);
     int64_t n = ro->hn[r];
-    /* heap sort: the worst to the end, best first */
-    for (int64_t e = n - 1; e > 0; e--) {
-      uint64_t worst = hk[0];
-      heap_down(hk, e, 0, hk[e]);
-      hk[e] = worst;
-    }
     int32_t *oi = c->top_k_index + row * K;
     float *ov = c->top_k_value + row * K;
     int64_t t = 0;
@@ -1218,8 +1237,10 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
     memset(ro->ex, 0, (size_t)(rows * 48) * sizeof(float));
     if (ro->pool)
       memset(ro->pool, 0, (size_t)(rows * ro->nk) * sizeof(float));
-    if (ro->K)
+    if (ro->K) {
       memset(ro->hn, 0, (size_t)rows * sizeof(int64_t));
+      memset(ro->hk, 0, (size_t)(rows * KP(ro->K)) * sizeof(uint64_t));
+    }
   }
   vf lane;
   for (int k = 0; k < VL; k++)
@@ -1285,10 +1306,12 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
       }
       /* with the reductions: the top keys by score first, then the
        * softmax with Σ e·(s − m) and Σ e·|d − j| beside Σ e (ored_t) */
-      if (ro->K) {
+      if (ro->K) { /* mx, the block's lane-wise max, rules most out */
         int64_t a = j0 > pl->k0 ? j0 : pl->k0;
         int64_t e = j0 + w < pl->k1 ? j0 + w : pl->k1;
-        if (a < e)
+        if (a < e &&
+            (ro->hn[r] < ro->K ||
+             any_above(mx, top_key_score(ro->hk[r * KP(ro->K) + ro->K - 1]))))
           top_k_scores(ro, r, x, j0, a, e);
       }
       float *ex = ro->ex + r * 48;
@@ -1408,7 +1431,7 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
   int64_t *hi = (int64_t *)(scratch + sc->hi);
   double *acc = (double *)(scratch + sc->acc);
   float *rmw = scratch + sc->mw; /* reductions of the mean over heads */
-  float *tk = scratch + sc->tk;
+  uint64_t *tk = (uint64_t *)(scratch + sc->tk);
   /* This unit's pooled rows (attn__ctx_t), zeroed */
   double *part = NULL;
   int64_t pfirst = 0;
