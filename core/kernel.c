@@ -948,16 +948,15 @@ INLINE int32_t top_key_index(uint64_t k) {
 typedef uint64_t vk __attribute__((vector_size(VL * 4)));
 #define KL (VL / 2) /* keys a vector */
 /* lane i of a shuffle of (a, b) by it: b's lane i − 1, a's last for 0 */
+/* clang-format off */
 #if VL == 16
-#define RIGHT1                                                                 \
-  { 7, 8, 9, 10, 11, 12, 13, 14 }
+#define RIGHT1 {7, 8, 9, 10, 11, 12, 13, 14}
 #elif VL == 8
-#define RIGHT1                                                                 \
-  { 3, 4, 5, 6 }
+#define RIGHT1 {3, 4, 5, 6}
 #else
-#define RIGHT1                                                                 \
-  { 1, 2 }
+#define RIGHT1 {1, 2}
 #endif
+/* clang-format on */
 INLINE vk vk_min(vk a, vk b) {
 #if defined(__AVX512F__)
   return (vk)_mm512_min_epu64((__m512i)a, (__m512i)b);
