@@ -8,6 +8,9 @@
 # (FUZZ_RSS_MB) fails the run; its input is saved as DIR/artifacts/NAME-*.
 # Replay one with: DIR/fuzz_NAME DIR/artifacts/NAME-crash-...
 # tests/fuzz/fuzz_NAME.options, when present, adds that harness's flags.
+# FUZZ_JOBS harnesses run at once (by default one a CPU): each is one
+# process on one core, and each runs for SECONDS, so batches of them end
+# together.
 set -u
 
 dir=$1
@@ -18,12 +21,14 @@ rss_mb=${FUZZ_RSS_MB:-2048}
 here=$(dirname "$0")
 mkdir -p "$dir/logs" "$dir/artifacts"
 
-failed=""
-summary=""
-for name in "$@"; do
+jobs=${FUZZ_JOBS:-$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1)}
+
+# Runs harness $1 and writes its exit status to DIR/logs/NAME.rc.
+run_one() {
+  name=$1
   corpus=$dir/corpus/$name
   log=$dir/logs/$name.log
-  rm -rf "$corpus"
+  rm -rf "$corpus" "$dir/logs/$name.rc"
   mkdir -p "$corpus"
   [ -d "$here/corpus/$name" ] && cp "$here/corpus/$name"/* "$corpus"/
   # a harness's own libFuzzer flags, one line: tests/fuzz/fuzz_NAME.options
@@ -34,12 +39,30 @@ for name in "$@"; do
   "$dir/fuzz_$name" -max_total_time="$seconds" -timeout="$timeout_s" \
     -rss_limit_mb="$rss_mb" -print_final_stats=1 $options \
     -artifact_prefix="$dir/artifacts/$name-" "$corpus" >"$log" 2>&1
-  rc=$?
+  echo $? >"$dir/logs/$name.rc"
+}
+
+running=0
+for name in "$@"; do
+  run_one "$name" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then
+    wait
+    running=0
+  fi
+done
+wait
+
+failed=""
+summary=""
+for name in "$@"; do
+  log=$dir/logs/$name.log
+  rc=$(cat "$dir/logs/$name.rc" 2>/dev/null || echo "?")
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log")
   line=$(printf '%-8s %12s executions %8s exec/s' "$name" "${execs:-?}" \
     "${rate:-?}")
-  if [ "$rc" -ne 0 ]; then
+  if [ "$rc" != 0 ]; then
     line="$line  FAILED (exit $rc)"
     failed="$failed $name"
     echo "fuzz: $name failed (exit $rc); the end of $log:" >&2
@@ -52,7 +75,7 @@ for name in "$@"; do
 "
 done
 
-echo "fuzz: executions per harness (${seconds}s each):"
+echo "fuzz: executions per harness (${seconds}s each, $jobs at once):"
 printf '%s' "$summary"
 if [ -n "$failed" ]; then
   echo "fuzz: FAILED:$failed" >&2
