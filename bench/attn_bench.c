@@ -30,11 +30,12 @@
  * --only WORD runs the table's rows whose name starts with WORD ("L32768").
  * Then, in one process, the reductions of the weights against none, in
  * turns (compare_weights): at L = 8192, 5 rounds, unless
- * --compare-weights L ROUNDS says otherwise (L 0: not at all).
+ * --compare-weights L ROUNDS says otherwise (L 0: not at all), with top_k
+ * 8 unless --top-k K says otherwise.
  *
  * usage: attn-bench [--quick] [--torch] [--csv FILE] [--reps N]
  *                   [--shape L,E,H]... [--threads N,N...] [--unpaired]
- *                   [--only WORD] [--compare-weights L ROUNDS] */
+ *                   [--only WORD] [--compare-weights L ROUNDS] [--top-k K] */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -59,6 +60,7 @@ enum {
 };
 static const char *const weights_names[] = {"none", "per_head", "pool256",
                                             "top_k8", "stats"};
+static int64_t top_k = 8; /* W_TOP_K's k in compare_weights (--top-k) */
 
 typedef struct row {
   const char *name;
@@ -215,7 +217,7 @@ static void set_weights(attn_params_t *p, int w) {
   if (w == W_POOLED)
     p->reduce = (attn_reduce_t){.pool_q = 256, .pool_k = 256};
   else if (w == W_TOP_K)
-    p->reduce = (attn_reduce_t){.top_k = 8};
+    p->reduce = (attn_reduce_t){.top_k = top_k};
   else if (w == W_STATS)
     p->reduce = (attn_reduce_t){.stats = ATTN_STAT_ALL, .sink_tokens = 4};
 }
@@ -384,6 +386,8 @@ static int compare_weights(int64_t L, int rounds) {
   printf("%-8s %10s %22s %10s %22s %9s\n", "weights", "cpu_ms", "cpu ratio",
          "wall_ms", "wall ratio", "ws_MiB");
   for (int k = 0; k < K; k++) {
+    char name[16];
+    snprintf(name, sizeof name, "top_k%lld", (long long)top_k);
     double lo[2] = {1e300, 1e300}, hi[2] = {0, 0};
     for (int r = 0; r < rounds; r++) {
       rc[k][r] = cpu[k][r] / cpu[0][r];
@@ -395,10 +399,10 @@ static int compare_weights(int64_t L, int rounds) {
     }
     printf("%-8s %10.1f %6.3f [%5.3f, %5.3f] %10.1f %6.3f [%5.3f, %5.3f] "
            "%9.1f\n",
-           weights_names[kinds[k]], bench_median(cpu[k], rounds),
-           bench_median(rc[k], rounds), lo[0], hi[0],
-           bench_median(wall[k], rounds), bench_median(rw[k], rounds), lo[1],
-           hi[1], (double)plan[k].workspace_bytes / 1048576.0);
+           kinds[k] == W_TOP_K ? name : weights_names[kinds[k]],
+           bench_median(cpu[k], rounds), bench_median(rc[k], rounds), lo[0],
+           hi[0], bench_median(wall[k], rounds), bench_median(rw[k], rounds),
+           lo[1], hi[1], (double)plan[k].workspace_bytes / 1048576.0);
   }
   return 0;
 }
@@ -492,11 +496,15 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--compare-weights") == 0 && i + 2 < argc) {
       cmp_L = atoll(argv[++i]);
       cmp_rounds = atoi(argv[++i]);
+    } else if (strcmp(argv[i], "--top-k") == 0 && i + 1 < argc &&
+               atoll(argv[i + 1]) >= 1 &&
+               atoll(argv[i + 1]) <= ATTN_TOP_K_MAX) {
+      top_k = atoll(argv[++i]);
     } else {
       fprintf(stderr,
               "usage: %s [--quick] [--torch] [--csv FILE] [--reps N]\n"
               "       [--shape L,E,H]... [--threads N,N...] [--unpaired]\n"
-              "       [--only WORD] [--compare-weights L ROUNDS]\n"
+              "       [--only WORD] [--compare-weights L ROUNDS] [--top-k K]\n"
               "--shape (up to %d) runs causal self-attention of those shapes, "
               "B = 1, at each of --threads (up to %d counts, default 1,2) "
               "instead of the table; --unpaired skips the one-thread run "

@@ -637,6 +637,68 @@ START_TEST(test_missing_buffer) {
 }
 END_TEST
 
+/* Top-k over many keys, its exact indices: a row of LK keys whose scores
+ * are 0.01 apart (distinct weights) in an order that makes every key enter
+ * the top keys (rising), few of them (falling) or some (shuffled), or 0
+ * and 1 only (ties, to the lower index). K of 1, 8, 9 and 256: one key,
+ * one vector of keys (kernel.c's KP), a partial second one, 32 vectors;
+ * per head (the online path) or the mean over heads (reduce_row). */
+static int64_t g_rank[1500];
+static int by_rank(const void *a, const void *b) {
+  const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  if (g_rank[x] != g_rank[y])
+    return g_rank[x] > g_rank[y] ? -1 : 1;
+  return x < y ? -1 : 1;
+}
+START_TEST(test_top_k_many) {
+  enum { LQ = 3, LK = 1500 };
+  static const int64_t ks[] = {1, 8, 9, 256};
+  static const char *const orders[] = {"rising", "falling", "shuffled", "ties"};
+  const int64_t K = ks[_i % 4];
+  const int order = _i / 4 % 4, mean = _i / 16;
+  for (int64_t j = 0; j < LK; j++)
+    g_rank[j] = order == 1 ? LK - 1 - j : order == 3 ? j % 3 == 1 : j;
+  tu_rng_t r;
+  tu_rng_seed(&r, 4242);
+  for (int64_t j = LK - 1; order == 2 && j > 0; j--) {
+    int64_t t = tu_rng_below(&r, j + 1), x = g_rank[j];
+    g_rank[j] = g_rank[t];
+    g_rank[t] = x;
+  }
+  static float q[LQ], k[LK], v[LK];
+  static int32_t want[LK];
+  for (int64_t j = 0; j < LQ; j++)
+    q[j] = 1.0f;
+  for (int64_t j = 0; j < LK; j++) {
+    k[j] = 0.01f * (float)g_rank[j]; /* scores within [0, 15] */
+    v[j] = (float)(j % 5);
+    want[j] = (int32_t)j;
+  }
+  qsort(want, LK, sizeof *want, by_rank);
+  attn_params_t p = {0};
+  p.query = tu_t2(q, LQ, 1);
+  p.key = tu_t2(k, LK, 1);
+  p.value = tu_t2(v, LK, 1);
+  p.num_heads = 1;
+  p.reduce = (attn_reduce_t){.top_k = K, .mean_heads = mean};
+  const attn_exec_t ex = {.threads = 1, .isa = ATTN_ISA_AUTO};
+  routs_t g;
+  ck_assert_int_eq(run_reduce(&g, &p, &ex), 0);
+  for (int64_t row = 0; row < LQ; row++)
+    for (int64_t t = 0; t < K; t++)
+      ck_assert_msg(g.o.top_k_index[row * K + t] == want[t],
+                    "%s, K %lld, mean %d: top_k row %lld rank %lld: index "
+                    "%d, expected %d",
+                    orders[order], (long long)K, mean, (long long)row,
+                    (long long)t, g.o.top_k_index[row * K + t], want[t]);
+  routs_free(&g);
+  char name[64];
+  snprintf(name, sizeof name, "many keys, %s, K %lld, mean %d", orders[order],
+           (long long)K, mean);
+  check_params(&p, name);
+}
+END_TEST
+
 Suite *test_suite(void) {
   Suite *s = suite_create("reduce");
   TCase *tc = tcase_create("reference");
@@ -645,6 +707,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_rope, 0, 2);
   tcase_add_loop_test(tc, test_max_rises_from_far, 0, 2);
   tcase_add_loop_test(tc, test_top_k_ties_online, 0, 2);
+  tcase_add_loop_test(tc, test_top_k_many, 0, 32);
   tcase_add_loop_test(tc, test_random, 0, 60);
   tcase_add_loop_test(tc, test_threads, 0, 2);
   tcase_add_loop_test(tc, test_pool_partials_follow_range, 0, 2);
