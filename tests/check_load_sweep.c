@@ -1594,9 +1594,11 @@ END_TEST
 
 /* Nothing listening at --url (a port bound, not listening), in both
  * modes; and a --path that attnd answers with 404. Each stops at step 1 of
- * 6, exit 3, with one message. Catches: a sweep that sends to a port with
- * nothing behind it for every step (or decode mode after its pauses), a
- * sweep of 404s that goes on. Then decode mode's 404s, a --model not
+ * 6, exit 3, with one message, its step's elapsed_s the time to its stop.
+ * Catches: a sweep that sends to a port with nothing behind it for every
+ * step (or decode mode after its pauses), a stopped step timed to its
+ * window's end (its rates over time it did not run), a sweep of 404s that
+ * goes on. Then decode mode's 404s, a --model not
  * loaded; each 404's message names only the options of its mode (a cure
  * the run cannot be given is no help). */
 START_TEST(test_stop_unreachable_not_found) {
@@ -1621,10 +1623,17 @@ START_TEST(test_stop_unreachable_not_found) {
                           decode ? "--mode" : "--warmup",
                           decode ? "decode" : "0",
                           decode ? "--steps" : "--duration",
-                          decode ? "1" : "0.5",
+                          decode ? "1" : "5",
                           NULL};
     int st = run_load(args, sc.log);
     assert_stopped(&sc, st, "unreachable", "nothing answered at ", decode, 0);
+    csv_t c; /* its time ends at its stop, not at its window's end (5 s) */
+    scratch_csv(&sc, &c, 1);
+    ck_assert_msg(csv_num(&c, 0, "elapsed_s") >= 0 &&
+                      csv_num(&c, 0, "elapsed_s") < 5,
+                  "decode %d: a step stopped at once took %g s", decode,
+                  csv_num(&c, 0, "elapsed_s"));
+    free(c.text);
   }
   close(fd);
 
