@@ -382,6 +382,7 @@ typedef struct ored {
   int64_t *hn;
   float *pool;
   int64_t K, nk;
+  int sums;     /* entropy or distance asked: ex's first two sums kept */
   double *part; /* the unit's pooled partials (attn__ctx_t) */
   int64_t pfirst;
 } ored_t;
@@ -1294,18 +1295,8 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
         continue;
       }
       vf sum = ld(l + r * VL), mv = splat(m[r]);
-      if (!red) {
-        for (int k = 0; k < w; k += VL) {
-          vf e = vexp(ld(x + k) - mv);
-          st(x + k, e);
-          sum += e;
-        }
-        st(l + r * VL, sum);
-        continue;
-      }
-      /* with the reductions: the top keys by score first, then the
-       * softmax with Σ e·(s − m) and Σ e·|d − j| beside Σ e (ored_t) */
-      if (ro->K) { /* mx, the block's lane-wise max, rules most out */
+      /* with the reductions, the top keys by score first */
+      if (red && ro->K) { /* mx, the block's lane-wise max, rules most out */
         int64_t a = j0 > pl->k0 ? j0 : pl->k0;
         int64_t e = j0 + w < pl->k1 ? j0 + w : pl->k1;
         if (a < e &&
@@ -1313,6 +1304,19 @@ static void attend_online(const attn__ctx_t *c, int64_t b, int64_t h,
              any_above(mx, top_key_score(ro->hk[r * KP(ro->K) + ro->K - 1]))))
           top_k_scores(ro, r, x, j0, a, e);
       }
+      if (!red || !ro->sums) { /* P = e^(s − m) and Σ e */
+        for (int k = 0; k < w; k += VL) {
+          vf e = vexp(ld(x + k) - mv);
+          st(x + k, e);
+          sum += e;
+        }
+        st(l + r * VL, sum);
+        if (red)
+          block_red(c, ro, r, j0, w, x);
+        continue;
+      }
+      /* entropy or distance asked: Σ e·(s − m) and Σ e·|d − j| beside Σ e
+       * (ored_t) */
       float *ex = ro->ex + r * 48;
       vf se = ld(ex), sd = ld(ex + 16);
       const float d = (float)(i0 + r + attn__item_off(c, b) - j0);
@@ -1454,6 +1458,7 @@ void KNAME(ATTN_KERNEL_ISA)(const attn__ctx_t *c, int64_t b, int64_t h0,
                     .hn = (int64_t *)(scratch + sc->hn),
                     .pool = part ? scratch + sc->pool : NULL,
                     .K = c->red->top_k,
+                    .sums = c->entropy || c->distance,
                     .nk = pl->pool_nk,
                     .part = part,
                     .pfirst = pfirst};
