@@ -50,6 +50,7 @@ typedef struct fake {
   int key;         /* batchable with the jobs of the same key; 0: not */
   int tokens;      /* its tokens toward max_tokens (0: 1) */
   int max_threads; /* the most threads it can use (0: any) */
+  double work;     /* its work in threads' worth (attnd_sched_job_t) */
 
   int runs;    /* times run was called (atomic) */
   int started; /* run has recorded the fields below (atomic, release) */
@@ -241,6 +242,7 @@ static int submit(fake_t *f, double deadline_ms, int fd) {
       .batchable = f->key != 0,
       .tokens = f->tokens ? f->tokens : 1,
       .max_threads = f->max_threads,
+      .work = f->work,
   };
   f->t_submit = attnd_now_ms();
   return attnd_sched_submit(H.s, &j);
@@ -1532,6 +1534,40 @@ START_TEST(test_threads_batch) {
 }
 END_TEST
 
+/* A batch's jobs' work counts together: one thread for each whole
+ * thread's worth of their sum, at least one, within their max_threads'
+ * sum. Three one-token steps (a tenth of a thread's worth each, one
+ * thread each at most) run on one thread, not three; three of 1.5 each
+ * (two each at most) on 4 of the 6 free, not 6. */
+START_TEST(test_threads_batch_work) {
+  static const struct {
+    double work;
+    int max_threads, want;
+  } rows[] = {{0.1, 1, 1}, {0.4, 1, 1}, {1.5, 2, 4}, {3.0, 1, 3}};
+  const int r = _i;
+  start_batching(2, 16, 1000, 256);
+  attnd_sched_set_threads(H.s, 8, 8);
+  job(0)->max_threads = 2;
+  fake_t *a = run_held(0);
+  ck_assert_int_eq(a->threads, 2);
+  for (int i = 1; i < 4; i++) {
+    job(i)->key = 1;
+    job(i)->max_threads = rows[r].max_threads;
+    job(i)->work = rows[r].work;
+    ck_assert_int_eq(submit(job(i), far(), -1), 0);
+  }
+  wait_done(3);
+  for (int i = 1; i < 4; i++) {
+    ck_assert_int_eq(job(i)->batch, 3);
+    ck_assert_msg(job(i)->threads == rows[r].want,
+                  "3 jobs of work %g, max_threads %d: %d threads, not %d",
+                  rows[r].work, rows[r].max_threads, job(i)->threads,
+                  rows[r].want);
+  }
+  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 2);
+}
+END_TEST
+
 /* A TCase `name` of s, each test on a fresh loop and scheduler. */
 static TCase *sched_tcase(Suite *s, const char *name) {
   TCase *tc = tcase_create(name);
@@ -1593,6 +1629,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_threads_given_back);
   tcase_add_test(tc, test_threads_back_after_endings);
   tcase_add_test(tc, test_threads_batch);
+  tcase_add_loop_test(tc, test_threads_batch_work, 0, 4);
 
   tc = sched_tcase(s, "lifecycle");
   tcase_add_test(tc, test_scratch_kept);

@@ -3405,6 +3405,63 @@ START_TEST(test_batched_equals_alone) {
 }
 END_TEST
 
+/* The threads of a batch of one-token steps, with threads_per_request
+ * auto: one, however many steps it holds (their work together is a
+ * small fraction of a thread's worth), where a thread for each step up to
+ * max_threads_per_request (2) once made a team of two wait at its
+ * barriers on work of microseconds. On a machine of one CPU every request
+ * gets one, and this cannot tell. */
+START_TEST(test_batch_threads) {
+  enum { N = 4 };
+  const char *args[] = {"--layers",
+                        layer_arg,
+                        "--workers",
+                        "1",
+                        "--max-threads-per-request",
+                        "2",
+                        "--batch-window-us",
+                        "1000000",
+                        NULL};
+  sh_server_t srv;
+  start(&srv, args);
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  tu_rng_t rng;
+  tu_rng_seed(&rng, 409);
+  seq_t sq[N];
+  for (int i = 0; i < N; i++) {
+    char *body = create_text(SH_DEMO, NULL), id[40];
+    json_decref(create(&c, body, id));
+    free(body);
+    seq_init(&sq[i], SH_DEMO, id);
+    seq_step(&c, &sq[i], &rng, 16, NULL);
+  }
+  bg_t slow, bg[N];
+  bg_slow(&slow, srv.port);
+  for (int i = 0; i < N; i++) {
+    seq_gen(&sq[i], &rng, 1);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/sessions/%s/attention", sq[i].id);
+    bg_start(&bg[i], srv.port, path, batch_text(&sq[i], 1));
+  }
+  ck_assert_msg(sh_wait_metric(srv.port, "attnd_queue_depth", N, 10) >= N,
+                "the steps did not all queue behind the slow request");
+  bg_join(&slow);
+  sh_resp_free(&slow.r);
+  for (int i = 0; i < N; i++) {
+    bg_join(&bg[i]);
+    json_t *v = json_reply(&bg[i].r, 200), *m = json_object_get(v, "metrics");
+    ck_assert_msg(ji(m, "batch") == N && ji(m, "threads") == 1,
+                  "step %d: a batch of %lld on %lld threads", i,
+                  (long long)ji(m, "batch"), (long long)ji(m, "threads"));
+    json_decref(v);
+    seq_free(&sq[i]);
+  }
+  sh_client_free(&c);
+  stop(&srv);
+}
+END_TEST
+
 /* The layers, one worker of one thread, and memory for the slow request. */
 static const char *const *one_worker_args(void) {
   static const char *args[] = {"--layers",
@@ -4196,6 +4253,7 @@ Suite *test_suite(void) {
   tc = tcase_create("batching");
   tcase_set_timeout(tc, 60);
   tcase_add_test(tc, test_batched_equals_alone);
+  tcase_add_test(tc, test_batch_threads);
   tcase_add_test(tc, test_batch_client_leaves);
   tcase_add_test(tc, test_batch_deadline_in_window);
   tcase_add_test(tc, test_batch_drain);

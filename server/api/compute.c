@@ -106,6 +106,7 @@ int attnd_api_hand_off(attnd_http_req_t *r, attnd_request_t *req, int suspend) {
   attnd_sched_job_t job = attnd_api_job(r, req);
   job.batchable = batches(r, req);
   job.max_threads = attnd_request_max_threads(req);
+  job.work = attnd_request_work(req);
   if (req->t.submit == 0)
     req->t.submit = attnd_now_ms();
   /* The scheduler owns the request until attnd_http_job_done. */

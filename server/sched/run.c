@@ -205,8 +205,12 @@ int attnd_request_run(void *job, int worker, int threads,
   return rc;
 }
 
+double attnd_request_work(const attnd_request_t *j) {
+  return j->plan.flops / ATTND_FLOPS_PER_THREAD;
+}
+
 int attnd_request_max_threads(const attnd_request_t *j) {
-  double n = j->plan.flops / ATTND_FLOPS_PER_THREAD;
+  double n = attnd_request_work(j);
   return n < 1 ? 1 : n >= j->plan.threads ? j->plan.threads : (int)n;
 }
 

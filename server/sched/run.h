@@ -19,11 +19,13 @@ int attnd_request_run(void *req, int worker, int threads,
 
 /* The most threads a request can use to advantage (attnd_sched_job_t's
  * max_threads): one for each ATTND_FLOPS_PER_THREAD of its work, at least
- * one, at most its plan's. A thread's share of the work should outweigh
+ * one, at most its plan's; and that work in threads' worth (its `work`,
+ * which a batch sums). A thread's share of the work should outweigh
  * waking it and the barriers between the stages (tens of microseconds):
  * 64 MFLOP is a few hundred microseconds of one core's work. Any thread. */
 #define ATTND_FLOPS_PER_THREAD 64e6
 int attnd_request_max_threads(const attnd_request_t *req);
+double attnd_request_work(const attnd_request_t *req);
 
 /* What every thread's workspace (attnd_scratch_t) keeps between requests:
  * one above attnd__scratch_keep bytes (scratch_keep_bytes) is freed when

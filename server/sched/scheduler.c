@@ -375,17 +375,26 @@ static int gather(attnd_sched_t *s, node_t *head, double now, int *others,
  * less one for each job that starts beside it now (as many as there are
  * jobs waiting behind its batch, up to the idle workers after w: the
  * dispatch gives workers in order), within [1, cap] and the batch's
- * max_threads (their sum; a job of 0 can use any). 0 when off. Loop
- * thread, under mu. */
+ * max_threads (their sum; a job of 0 can use any), and for a batch one
+ * for each whole thread's worth of its jobs' work together (`work`):
+ * steps too small for a thread each are not given one each. 0 when off.
+ * Loop thread, under mu. */
 static int threads_for(attnd_sched_t *s, int w, const node_t *n) {
   if (s->cores <= 0)
     return 0;
   int idle = 0, in_batch = 0;
   int64_t most = 0; /* the batch's max_threads, summed; -1: any */
+  double work = 0;
   for (int i = w + 1; i < s->n_workers; i++)
     idle += s->running[i] == NULL;
-  for (const node_t *m = n; m; m = m->peer, in_batch++)
+  for (const node_t *m = n; m; m = m->peer, in_batch++) {
     most = most < 0 || m->j.max_threads <= 0 ? -1 : most + m->j.max_threads;
+    work += m->j.work;
+  }
+  if (in_batch > 1 && work > 0) {
+    int64_t whole = work < 1 ? 1 : work < s->cap ? (int64_t)work : s->cap;
+    most = most < 0 || whole < most ? whole : most;
+  }
   int behind = atomic_load(&s->waiting) - in_batch;
   int beside = behind < idle ? behind : idle;
   int t = s->cores - atomic_load(&s->threads_busy) - (beside > 0 ? beside : 0);

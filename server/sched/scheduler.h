@@ -116,6 +116,9 @@ typedef struct attnd_sched_job {
   int64_t tokens;     /* its size toward a batch's max_tokens, >= 1 */
   int max_threads;    /* the most threads it can use to advantage; 0: any
                          (attnd_sched_set_threads) */
+  double work;        /* its work in threads' worth (>= 0): a batch is given at
+                         most one thread for each whole one of its jobs' sum, and
+                         at least one; 0 where max_threads alone says */
   /* A held job waits for something outside the scheduler (a session's
    * step ahead of it) with its deadline and its client watched, but is
    * never run: attnd_sched_release(id) passes it to the `release` function
