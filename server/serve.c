@@ -432,9 +432,11 @@ int attnd_serve(const attnd_config_t *cfg) {
   uv_loop_init(&s->loop);
   s->sched = attnd_sched_new(&s->loop, (int)cfg->workers, (int)cfg->queue_depth,
                              attnd_request_run, attnd_http_job_done, s);
-  if (s->sched && cfg->threads_per_request == 0) /* auto */
+  if (s->sched && cfg->threads_per_request == 0) { /* auto */
     attnd_sched_set_threads(s->sched, (int)cfg->cores,
                             (int)cfg->max_threads_per_request);
+    attnd_sched_set_arriving(s->sched, &s->inflight);
+  }
   if (s->sched)
     attnd_sched_set_release(s->sched, attnd_sessions_released,
                             attnd_sessions_withdraw);

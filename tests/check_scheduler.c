@@ -1453,6 +1453,33 @@ START_TEST(test_threads_cap) {
 }
 END_TEST
 
+/* Requests of the submitter's in flight that the scheduler does not hold
+ * (bodies arriving, decoding; attnd_sched_set_arriving) each take a core
+ * from a job that starts, and no more: 3 outside leave a lone job 5 of 8
+ * cores; none outside (the count equal to the scheduler's in flight), all
+ * 8; a count below the scheduler's (read apart), none either; 7 outside,
+ * still one. Catches the count ignored, counted whole (the scheduler's own
+ * jobs in it), or allowed below zero. */
+START_TEST(test_threads_arriving) {
+  static const struct {
+    int outside, want;
+  } rows[] = {{3, 5}, {0, 8}, {-2, 8}, {7, 1}};
+  static atomic_int arriving; /* outlives the test: teardown frees H.s */
+  start_threads(1, 8, 8, 16); /* a cap above the cores: only they bound */
+  attnd_sched_set_arriving(H.s, &arriving);
+  for (int i = 0; i < 4; i++) {
+    /* the job is in flight when it starts: counted in both */
+    atomic_store(&arriving, 1 + rows[i].outside);
+    fake_t *f = run_held(i);
+    ck_assert_msg(f->threads == rows[i].want,
+                  "%d outside: a lone job given %d threads, not %d",
+                  rows[i].outside, f->threads, rows[i].want);
+    release(f);
+    wait_done(i + 1);
+  }
+}
+END_TEST
+
 /* What a finished job held goes to the next to start, and only what it
  * held: a job that starts beside one still running gets the cores it does
  * not hold. Catches threads given back twice or not at all. */
@@ -1630,6 +1657,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_threads_back_after_endings);
   tcase_add_test(tc, test_threads_batch);
   tcase_add_loop_test(tc, test_threads_batch_work, 0, 4);
+  tcase_add_test(tc, test_threads_arriving);
 
   tc = sched_tcase(s, "lifecycle");
   tcase_add_test(tc, test_scratch_kept);

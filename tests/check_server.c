@@ -1303,9 +1303,11 @@ static json_int_t threads_of(char *body) {
 
 /* threads_per_request = auto: /v1/info says so, with its cap; a request
  * alone runs on every CPU up to the cap, and one whose work is too small
- * to share (under 2 x ATTND_FLOPS_PER_THREAD) on one. Catches the
- * scheduler's grant not reaching the core (threads 0 or the plan's), and
- * a small request given every core. */
+ * to share (under 2 x ATTND_FLOPS_PER_THREAD) on one, as does the large
+ * one beside a request whose body is arriving. Catches the scheduler's
+ * grant not reaching the core (threads 0 or the plan's), a small request
+ * given every core, and requests outside the scheduler not counted
+ * (attnd_sched_set_arriving). */
 START_TEST(test_threads_auto) {
   sh_resp_t r = get("/v1/info");
   ck_assert_int_eq(r.status, 200);
@@ -1324,6 +1326,19 @@ START_TEST(test_threads_auto) {
   ck_assert_int_eq(threads_of(sh_slow_body(256, 64, 4, 8, NULL)), 1);
   /* given back before the reply (the done callback follows) */
   ck_assert_double_eq(sh_metric(srv.port, "attnd_busy_threads"), 0);
+  /* beside a request whose body is still coming, the large one gets a CPU
+   * less: that request's HTTP thread has one, and it will want a worker */
+  int fd = sh_connect(srv.port);
+  ck_assert_int_ge(fd, 0);
+  static const char head[] = "POST /v1/attention HTTP/1.1\r\nHost: t\r\n"
+                             "Content-Type: application/json\r\n"
+                             "Content-Length: 100\r\n\r\n{\"query\":";
+  ck_assert_int_eq(write(fd, head, sizeof head - 1),
+                   (ssize_t)(sizeof head - 1));
+  ck_assert_msg(sh_wait_metric(srv.port, "attnd_inflight", 1, 10) >= 1,
+                "the request with its body coming is not in flight");
+  ck_assert_int_eq(threads_of(sh_slow_body(1024, 64, 1, 7, NULL)), 1);
+  close(fd);
 }
 END_TEST
 

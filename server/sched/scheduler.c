@@ -64,6 +64,7 @@ struct attnd_sched {
   attnd_sched_batching_t batching;
   double window_end; /* a worker waits for a batch until then; 0: none */
   int cores, cap;    /* attnd_sched_set_threads; cores 0: off */
+  const atomic_int *arriving; /* attnd_sched_set_arriving, or NULL */
 
   /* Under mu, for batching (batching_pays): batchable arrivals, queued or
    * computed by their submitter, the last one's time and the mean gap
@@ -374,7 +375,9 @@ static int gather(attnd_sched_t *s, node_t *head, double now, int *others,
  * idle worker w (attnd_sched_set_threads): the cores no running job holds,
  * less one for each job that starts beside it now (as many as there are
  * jobs waiting behind its batch, up to the idle workers after w: the
- * dispatch gives workers in order), within [1, cap] and the batch's
+ * dispatch gives workers in order) and for each of the submitter's
+ * requests in flight that it has not submitted (`arriving`, less the jobs
+ * in flight here), within [1, cap] and the batch's
  * max_threads (their sum; a job of 0 can use any), and for a batch one
  * for each whole thread's worth of its jobs' work together (`work`):
  * steps too small for a thread each are not given one each. 0 when off.
@@ -397,7 +400,10 @@ static int threads_for(attnd_sched_t *s, int w, const node_t *n) {
   }
   int behind = atomic_load(&s->waiting) - in_batch;
   int beside = behind < idle ? behind : idle;
-  int t = s->cores - atomic_load(&s->threads_busy) - (beside > 0 ? beside : 0);
+  int outside =
+      s->arriving ? atomic_load(s->arriving) - atomic_load(&s->inflight) : 0;
+  int t = s->cores - atomic_load(&s->threads_busy) - (beside > 0 ? beside : 0) -
+          (outside > 0 ? outside : 0);
   if (most < 0 || most > s->cap)
     most = s->cap;
   return t > most ? (int)most : t < 1 ? 1 : t;
@@ -682,6 +688,10 @@ void attnd_sched_set_batching(attnd_sched_t *s,
 void attnd_sched_set_threads(attnd_sched_t *s, int cores, int cap) {
   s->cores = cores > 0 ? cores : 0;
   s->cap = cap > 0 ? cap : 1;
+}
+
+void attnd_sched_set_arriving(attnd_sched_t *s, const atomic_int *inflight) {
+  s->arriving = inflight;
 }
 
 int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job) {

@@ -38,7 +38,9 @@
  * Threads per job (attnd_sched_set_threads): with a number of cores the
  * running jobs share, each job is given, when it starts, as many threads
  * as there are cores no running job holds, less one for each job that
- * starts beside it (a waiting job with an idle worker to take it), within
+ * starts beside it (a waiting job with an idle worker to take it) and for
+ * each request of the submitter's not yet submitted
+ * (attnd_sched_set_arriving), within
  * a cap and the job's own max_threads, and at least one (its worker). A
  * long job alone thus gets every core, and under load each gets one. What
  * a job was given is held until it is done, then given back; a running
@@ -54,6 +56,7 @@
 #ifndef ATTND_SCHEDULER_H
 #define ATTND_SCHEDULER_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -159,6 +162,13 @@ void attnd_sched_set_batching(attnd_sched_t *s,
  * running jobs, at most `cap` (>= 1) to one (see the top of this file);
  * cores 0: off (the default). Loop thread, before the loop runs. */
 void attnd_sched_set_threads(attnd_sched_t *s, int cores, int cap);
+
+/* The submitter's requests in flight (*inflight, read atomically): those
+ * it has not submitted, or not yet, (bodies arriving, decoding, computed
+ * by the submitter itself) each take a core from what a job that starts is
+ * given, as a job starting beside it does: they use one now, or soon want
+ * one. NULL: none counted. Loop thread, before the loop runs. */
+void attnd_sched_set_arriving(attnd_sched_t *s, const atomic_int *inflight);
 
 /* Held jobs (attnd_sched_job_t.held): release(job, tag, arg) takes a
  * released one, the scheduler done with it (it may submit the job again);
