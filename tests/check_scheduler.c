@@ -1540,37 +1540,17 @@ START_TEST(test_threads_back_after_endings) {
 END_TEST
 
 /* A batch is given threads as one job, up to the sum of its jobs'
- * max_threads, and gives them back as one. */
-START_TEST(test_threads_batch) {
-  start_batching(2, 16, 1000, 256);
-  attnd_sched_set_threads(H.s, 8, 8);
-  job(0)->max_threads = 2;
-  fake_t *a = run_held(0);
-  ck_assert_int_eq(a->threads, 2);
-  for (int i = 1; i < 4; i++) {
-    job(i)->key = 1;
-    job(i)->max_threads = 1;
-    ck_assert_int_eq(submit(job(i), far(), -1), 0);
-  }
-  wait_done(3);
-  for (int i = 1; i < 4; i++) {
-    ck_assert_int_eq(job(i)->batch, 3);
-    ck_assert_int_eq(job(i)->threads, 3);
-  }
-  ck_assert_int_eq(attnd_sched_threads_busy(H.s), 2);
-}
-END_TEST
-
-/* A batch's jobs' work counts together: one thread for each whole
- * thread's worth of their sum, at least one, within their max_threads'
- * sum. Three one-token steps (a tenth of a thread's worth each, one
+ * max_threads, and gives them back as one; its jobs' work counts
+ * together: one thread for each whole thread's worth of their sum, at
+ * least one. Three one-token steps (a tenth of a thread's worth each, one
  * thread each at most) run on one thread, not three; three of 1.5 each
- * (two each at most) on 4 of the 6 free, not 6. */
-START_TEST(test_threads_batch_work) {
+ * (two each at most) on 4 of the 6 free, not 6; three of unknown work on
+ * their max_threads' sum. */
+START_TEST(test_threads_batch) {
   static const struct {
     double work;
     int max_threads, want;
-  } rows[] = {{0.1, 1, 1}, {0.4, 1, 1}, {1.5, 2, 4}, {3.0, 1, 3}};
+  } rows[] = {{0.1, 1, 1}, {0.4, 1, 1}, {1.5, 2, 4}, {3.0, 1, 3}, {0, 1, 3}};
   const int r = _i;
   start_batching(2, 16, 1000, 256);
   attnd_sched_set_threads(H.s, 8, 8);
@@ -1655,8 +1635,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_threads_cap);
   tcase_add_test(tc, test_threads_given_back);
   tcase_add_test(tc, test_threads_back_after_endings);
-  tcase_add_test(tc, test_threads_batch);
-  tcase_add_loop_test(tc, test_threads_batch_work, 0, 4);
+  tcase_add_loop_test(tc, test_threads_batch, 0, 5);
   tcase_add_test(tc, test_threads_arriving);
 
   tc = sched_tcase(s, "lifecycle");

@@ -3282,6 +3282,28 @@ static void batch_reply(sh_resp_t *r, const seq_t *s, int64_t count,
   json_decref(v);
 }
 
+/* The next token of each of the n sessions sq, generated and sent in
+ * threads bg while the one worker of the server at `port` computes a slow
+ * request, so that they queue behind it and are taken together; returns
+ * once that request is done. */
+static void steps_behind_slow(int port, seq_t *sq, int n, tu_rng_t *rng,
+                              bg_t *bg) {
+  bg_t slow;
+  bg_slow(&slow, port);
+  for (int i = 0; i < n; i++) {
+    seq_gen(&sq[i], rng, 1);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/sessions/%s/attention", sq[i].id);
+    bg_start(&bg[i], port, path, batch_text(&sq[i], 1));
+  }
+  ck_assert_msg(sh_wait_metric(port, "attnd_queue_depth", n, 10) >= n,
+                "the steps did not all queue behind the slow request");
+  ck_assert_msg(sh_metric(port, "attnd_busy_workers") == 1,
+                "the slow request ended before the steps had queued");
+  bg_join(&slow);
+  sh_resp_free(&slow.r);
+}
+
 /* Sends s's rows [from, from + count) to session `id` on c: 200. */
 static void replay(sh_client_t *c, const seq_t *s, const char *id, int64_t from,
                    int64_t count) {
@@ -3350,20 +3372,8 @@ START_TEST(test_batched_equals_alone) {
   json_decref(json_reply(&r, 200));
 
   /* the next token of each: queued behind the slow request on `on` */
-  bg_t slow, bg[N];
-  bg_slow(&slow, on.port);
-  for (int i = 0; i < N; i++) {
-    seq_gen(&sq[i], &rng, 1);
-    char path[128];
-    snprintf(path, sizeof path, "/v1/sessions/%s/attention", sq[i].id);
-    bg_start(&bg[i], on.port, path, batch_text(&sq[i], 1));
-  }
-  ck_assert_msg(sh_wait_metric(on.port, "attnd_queue_depth", N, 10) >= N,
-                "the steps did not all queue behind the slow request");
-  ck_assert_msg(sh_metric(on.port, "attnd_busy_workers") == 1,
-                "the slow request ended before the steps had queued");
-  bg_join(&slow);
-  sh_resp_free(&slow.r);
+  bg_t bg[N];
+  steps_behind_slow(on.port, sq, N, &rng, bg);
   for (int i = 0; i < N; i++) {
     bg_join(&bg[i]);
     sh_tensor_t oa, ob;
@@ -3436,18 +3446,8 @@ START_TEST(test_batch_threads) {
     seq_init(&sq[i], SH_DEMO, id);
     seq_step(&c, &sq[i], &rng, 16, NULL);
   }
-  bg_t slow, bg[N];
-  bg_slow(&slow, srv.port);
-  for (int i = 0; i < N; i++) {
-    seq_gen(&sq[i], &rng, 1);
-    char path[128];
-    snprintf(path, sizeof path, "/v1/sessions/%s/attention", sq[i].id);
-    bg_start(&bg[i], srv.port, path, batch_text(&sq[i], 1));
-  }
-  ck_assert_msg(sh_wait_metric(srv.port, "attnd_queue_depth", N, 10) >= N,
-                "the steps did not all queue behind the slow request");
-  bg_join(&slow);
-  sh_resp_free(&slow.r);
+  bg_t bg[N];
+  steps_behind_slow(srv.port, sq, N, &rng, bg);
   for (int i = 0; i < N; i++) {
     bg_join(&bg[i]);
     json_t *v = json_reply(&bg[i].r, 200), *m = json_object_get(v, "metrics");
