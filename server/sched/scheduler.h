@@ -163,11 +163,12 @@ void attnd_sched_set_batching(attnd_sched_t *s,
  * cores 0: off (the default). Loop thread, before the loop runs. */
 void attnd_sched_set_threads(attnd_sched_t *s, int cores, int cap);
 
-/* The submitter's requests in flight (*inflight, read atomically): those
- * it has not submitted, or not yet, (bodies arriving, decoding, computed
- * by the submitter itself) each take a core from what a job that starts is
- * given, as a job starting beside it does: they use one now, or soon want
- * one. NULL: none counted. Loop thread, before the loop runs. */
+/* The submitter's requests in flight (*inflight, read atomically): each
+ * of them that the scheduler does not hold (its body arriving or being
+ * decoded, or computed by the submitter itself) takes a core from what a
+ * job that starts is given, as a job starting beside it does: it uses one
+ * now, or soon wants one. NULL: none counted. Loop thread, before the loop
+ * runs. */
 void attnd_sched_set_arriving(attnd_sched_t *s, const atomic_int *inflight);
 
 /* Held jobs (attnd_sched_job_t.held): release(job, tag, arg) takes a
