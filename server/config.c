@@ -125,7 +125,7 @@ static const cfg_key_t keys[] = {
             "requests that may be in flight beyond workers: waiting for a "
             "worker, or session steps waiting their session's turn; more "
             "get 429"),
-    INT_KEY(http_threads, "auto", 1, 256, F_AUTO | F_INFO,
+    INT_KEY(http_threads, "auto", 1, ATTND_HTTP_THREADS_MAX, F_AUTO | F_INFO,
             "threads parsing requests and writing replies; auto: CPUs, at "
             "least 2"),
     INT_KEY(max_connections, "1024", 1, 1000000, 0,

@@ -75,6 +75,10 @@ typedef struct attnd_config {
 /* The table's keys at most (config.c checks it). */
 #define ATTND_CONFIG_KEYS_MAX 64
 
+/* http_threads' most (the gauge of their connections has room for as
+ * many) */
+#define ATTND_HTTP_THREADS_MAX 256
+
 /* What loading decided besides the values. */
 typedef struct attnd_config_load {
   int print_config; /* --print-config */

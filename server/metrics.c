@@ -559,6 +559,13 @@ void attnd_metrics_render(const attnd_metrics_t *m, const attnd_gauges_t *g,
                    "were given (threads_per_request = auto; else 0).\n"
                    "# TYPE attnd_busy_threads gauge\nattnd_busy_threads %d\n",
                    g->busy_threads);
+  attnd_buf_puts(b, "# HELP attnd_http_connections Client connections open on "
+                    "each HTTP thread (http_threads), this scrape's included; "
+                    "a new one goes to the thread with the fewest.\n"
+                    "# TYPE attnd_http_connections gauge\n");
+  for (int i = 0; i < g->http_threads; i++)
+    attnd_buf_printf(b, "attnd_http_connections{thread=\"%d\"} %d\n", i,
+                     g->http_open[i]);
   attnd_buf_printf(b,
                    "# HELP attnd_workers Worker threads.\n"
                    "# TYPE attnd_workers gauge\nattnd_workers %d\n",

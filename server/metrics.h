@@ -120,6 +120,10 @@ void attnd_process_read(attnd_process_t *p);
 typedef struct attnd_gauges {
   int queue_depth, busy_workers, workers, inflight, draining;
   int busy_threads; /* given to running requests (threads_per_request auto) */
+  /* the connections open on each HTTP thread (http_open[0 .. http_threads
+   * - 1]; http/listen.h) */
+  int http_threads;
+  const int *http_open;
   /* the KV-cache sessions (session.h) */
   int64_t sessions, kv_bytes_used, kv_bytes_free, kv_pages_shared;
   int64_t kv_device_bytes_used, kv_device_bytes_held; /* cuda sessions' */

@@ -362,9 +362,9 @@ static void pinned_init(attnd_server_t *s) {
 /* Raises the soft limit on open files (RLIMIT_NOFILE) to what
  * max_connections needs, within the hard limit. The soft limit a shell or
  * systemd gives (1024) is what max_connections' default alone needs, and
- * past it libmicrohttpd's accept() fails: new clients wait in the backlog,
- * unanswered, until others close, and the log speaks of the library's
- * option, not of max_connections. (The soft limit is low for programs
+ * past it accept() fails: new clients wait in the backlog, unanswered,
+ * until others close, and the log (accept_failed, http/listen.c) speaks
+ * of open files, not of max_connections. (The soft limit is low for programs
  * that use select(); attnd polls.) A hard limit too low to raise it to is
  * named at start. Main thread, before the daemon starts. */
 static void open_files_init(const attnd_config_t *cfg) {

@@ -1,7 +1,8 @@
 /* server/serve.h: the attnd service: HTTP (libmicrohttpd), the scheduler
  * loop (libuv) and the workers, put together.
  *
- * Threads: libmicrohttpd's pool parses requests and writes replies; the
+ * Threads: an acceptor hands each connection to one of the HTTP threads
+ * (libmicrohttpd daemons), which parse requests and write replies; the
  * thread that calls attnd_serve() runs the libuv loop that schedules; the
  * workers compute. */
 #ifndef ATTND_SERVE_H

@@ -21,7 +21,11 @@
 
 typedef struct attnd_server {
   const attnd_config_t *cfg;
-  struct MHD_Daemon *daemon;
+  /* The HTTP threads: a libmicrohttpd daemon of one thread each, given
+   * its connections by the listener (http/listen.h) */
+  struct MHD_Daemon **daemons;
+  int ndaemons; /* http_threads */
+  struct attnd_listener *listener;
   uv_loop_t loop;
   attnd_sched_t *sched;
   attnd_metrics_t *metrics;
@@ -66,8 +70,8 @@ typedef struct attnd_server {
  * thread. */
 attnd_layer_set_t *attnd_server_layers(attnd_server_t *s);
 
-/* Starts libmicrohttpd on cfg's host and port, with TLS when cfg names a
- * certificate (read here into s->tls), and sets
+/* Listens on cfg's host and port and starts the HTTP threads, with TLS
+ * when cfg names a certificate (read here into s->tls), and sets
  * s->port. s->auth and s->cors are set up before. Returns 0, or -1 with
  * the reason on stderr. Main thread. */
 int attnd_http_start(attnd_server_t *s);
@@ -82,8 +86,8 @@ void attnd_http_tls_swap(attnd_server_t *s, struct attnd_tls_pair *pair);
  * it), for /metrics and /v1/info; NULL with plain HTTP. Any thread. */
 struct attnd_tls_pair *attnd_http_tls_current(attnd_server_t *s);
 
-/* Stops libmicrohttpd and frees the TLS pair. Main thread, after the loop
- * has stopped. */
+/* Stops accepting, stops the HTTP threads and frees the TLS pair. Main thread,
+ * after the loop has stopped. */
 void attnd_http_stop(attnd_server_t *s);
 
 /* The scheduler's done function: resumes the waiting connection. Loop

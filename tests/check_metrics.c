@@ -1882,11 +1882,15 @@ static char *render_gauges(const attnd_metrics_t *m, const attnd_gauges_t *g) {
   return b.data;
 }
 
-/* The exposition of m, with every gauge 0 but TLS on and every reload
- * configured, so that the families written only with them are there. The
- * caller frees it. */
+/* The exposition of m, with every gauge 0 but TLS on, every reload
+ * configured and two HTTP threads, so that the families written only with
+ * them are there. The caller frees it. */
 static char *render(const attnd_metrics_t *m) {
-  attnd_gauges_t g = {.tls = 1, .reloads = {1, 1, 1}};
+  static const int http_open[2] = {0, 0};
+  attnd_gauges_t g = {.tls = 1,
+                      .reloads = {1, 1, 1},
+                      .http_threads = 2,
+                      .http_open = http_open};
   return render_gauges(m, &g);
 }
 
@@ -2363,7 +2367,9 @@ static int value_after(const char *doc, const char *family, const char *value) {
  * error table's (test_every_error_status_labelled) and ctx and le are
  * bounds that the prose writes as numbers: those are not looked for here,
  * but in the section's table (test_label_values_listed); attnd_build_info's
- * version is the build's own (test_process_families). */
+ * version is the build's own (test_process_families), and an HTTP thread's
+ * number one of http_threads' (check_server_load's
+ * test_connections_spread). */
 START_TEST(test_label_values_documented) {
   attnd_metrics_t *m;
   char *t;
@@ -2371,6 +2377,7 @@ START_TEST(test_label_values_documented) {
   for (size_t i = 0; i < n; i++) {
     if (strcmp(seen[i].label, "status") == 0 ||
         strcmp(seen[i].label, "version") == 0 ||
+        strcmp(seen[i].label, "thread") == 0 ||
         strcmp(seen[i].label, "ctx") == 0 || strcmp(seen[i].label, "le") == 0)
       continue;
     for (const char *v = seen[i].values + 1; *v; v = strchr(v, ',') + 1) {
@@ -2445,8 +2452,9 @@ static size_t label_rows(const char *doc, label_row_t *rows, size_t cap) {
  * moved, or a histogram's buckets no longer ending in +Inf, fails here.
  * An _info family's labels (attnd_build_info's) take one of the values
  * listed, this build's and this CPU's. A status is the error table's
- * (test_every_error_status_labelled), and the version the build's own
- * (test_process_families). */
+ * (test_every_error_status_labelled), the version the build's own
+ * (test_process_families), and a thread one of http_threads'
+ * (check_server_load's test_connections_spread). */
 START_TEST(test_label_values_listed) {
   attnd_metrics_t *m;
   char *t;
@@ -2486,7 +2494,8 @@ START_TEST(test_label_values_listed) {
     }
   for (size_t i = 0; i < n; i++) {
     if (strcmp(seen[i].label, "status") == 0 ||
-        strcmp(seen[i].label, "version") == 0)
+        strcmp(seen[i].label, "version") == 0 ||
+        strcmp(seen[i].label, "thread") == 0)
       continue;
     char fam[100];
     snprintf(fam, sizeof fam, ",%s,", seen[i].family);

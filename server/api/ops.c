@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "api/api.h"
+#include "http/listen.h"
 #include "http/tls.h"
 #include "sched/run.h"
 
@@ -53,6 +54,10 @@ enum MHD_Result attnd_ops_metrics(attnd_http_req_t *r) {
       .inflight = atomic_load(&s->inflight) - 1,
       .draining = atomic_load(&s->draining),
   };
+  int http_open[ATTND_HTTP_THREADS_MAX];
+  g.http_threads = s->ndaemons;
+  g.http_open = http_open;
+  attnd_listener_open(s->listener, http_open);
   attnd_sessions_stats_t st;
   attnd_sessions_stats(s->sessions, &st);
   g.sessions = st.sessions;

@@ -3,6 +3,7 @@
  * its completion (logged, counted, freed). exchange.h has the walk from
  * socket to reply; server.h the contract. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -12,11 +13,13 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "api/api.h"
 #include "codec/pool.h"
 #include "codec/util.h"
 #include "http/access_log.h"
+#include "http/listen.h"
 #include "http/tls.h"
 #include "sched/run.h"
 
@@ -130,6 +133,12 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
                           enum MHD_ConnectionNotificationCode code) {
   attnd_server_t *s = cls;
   attnd_http_conn_t *c = *ctx;
+  if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    const union MHD_ConnectionInfo *di =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
+    if (di)
+      attnd_listener_closed(s->listener, di->daemon);
+  }
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -948,6 +957,18 @@ attnd_tls_pair_t *attnd_http_tls_current(attnd_server_t *s) {
   return p;
 }
 
+/* Stops the daemons started (each connection's notice of closing comes
+ * from here) and frees the listener. */
+static void stop_daemons(attnd_server_t *s) {
+  for (int i = 0; s->daemons && i < s->ndaemons; i++)
+    if (s->daemons[i])
+      MHD_stop_daemon(s->daemons[i]);
+  free(s->daemons);
+  s->daemons = NULL;
+  attnd_listener_free(s->listener);
+  s->listener = NULL;
+}
+
 int attnd_http_start(attnd_server_t *s) {
   const attnd_config_t *c = s->cfg;
   struct addrinfo hints = {.ai_flags = AI_PASSIVE | AI_NUMERICSERV,
@@ -970,7 +991,8 @@ int attnd_http_start(attnd_server_t *s) {
    * until connection_timeout_s (the end of the stream goes unseen), holding
    * a connection slot and the body read so far. */
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+                   MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                   MHD_USE_NO_LISTEN_SOCKET;
   /* TLS 1.2 and 1.3 only, 1.2 with forward secrecy (ECDHE) and AEAD
    * ciphers only: no CBC, no static RSA. The options are empty for plain
    * HTTP. */
@@ -1012,39 +1034,48 @@ int attnd_http_start(attnd_server_t *s) {
    * takes IPv4 clients as well (dual stack), as :: always did; so does an
    * IPv4-mapped one (::ffff:127.0.0.1), which is its IPv4 address and
    * which a socket of IPv6 alone cannot bind (EINVAL). Any other IPv6
-   * address takes IPv6 alone. */
-  if (ai->ai_family == AF_INET6) {
-    const struct in6_addr *a6 =
-        &((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
-    flags |= IN6_IS_ADDR_UNSPECIFIED(a6) || IN6_IS_ADDR_V4MAPPED(a6)
-                 ? MHD_USE_DUAL_STACK
-                 : MHD_USE_IPv6;
-  }
-  s->daemon = MHD_start_daemon(
-      flags, (uint16_t)c->port, NULL, NULL, on_request, s,
-      MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, /* first, for every message */
-      MHD_OPTION_UNESCAPE_CALLBACK, attnd_http_unescape, NULL,
-      MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_THREAD_POOL_SIZE,
-      (unsigned)c->http_threads, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)c->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)c->connection_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-      on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-      MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_LISTEN_BACKLOG_SIZE,
-      1024u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-      (size_t)c->connection_buffer_bytes, MHD_OPTION_ARRAY, tls,
-      MHD_OPTION_END);
+   * address takes IPv6 alone (attnd_listen_socket). */
   int v6 = ai->ai_family == AF_INET6 && strchr(c->host, ':');
+  int fd = attnd_listen_socket(ai, &s->port);
   freeaddrinfo(ai);
-  if (s->daemon == NULL) { /* an IPv6 literal in brackets, as in a URL */
-    fprintf(stderr,
-            "attnd: cannot listen on %s%s%s:%lld (in use, or not "
-            "permitted?)\n",
-            v6 ? "[" : "", c->host, v6 ? "]" : "", (long long)c->port);
+  if (fd < 0) { /* an IPv6 literal in brackets, as in a URL */
+    fprintf(stderr, "attnd: cannot listen on %s%s%s:%lld (%s)\n", v6 ? "[" : "",
+            c->host, v6 ? "]" : "", (long long)c->port, strerror(errno));
     return -1;
   }
-  const union MHD_DaemonInfo *di =
-      MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-  s->port = di ? di->port : (int)c->port;
+  /* Each daemon may hold them all: the listener keeps the sum under
+   * max_connections. */
+  s->ndaemons = (int)c->http_threads;
+  s->daemons = calloc((size_t)s->ndaemons, sizeof *s->daemons);
+  for (int i = 0; s->daemons && i < s->ndaemons; i++) {
+    s->daemons[i] = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+        mhd_log, NULL, /* first, for every message */
+        MHD_OPTION_UNESCAPE_CALLBACK, attnd_http_unescape, NULL,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->connection_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)c->connection_buffer_bytes,
+        MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
+    if (s->daemons[i] == NULL) {
+      fprintf(stderr, "attnd: cannot start HTTP thread %d of %d\n", i + 1,
+              s->ndaemons);
+      close(fd);
+      stop_daemons(s);
+      return -1;
+    }
+  }
+  if (s->daemons == NULL ||
+      attnd_listener_start(&s->listener, fd, s->daemons, s->ndaemons,
+                           (int)c->max_connections) < 0) {
+    fprintf(stderr, "attnd: cannot start the thread that accepts\n");
+    if (s->daemons == NULL)
+      close(fd);
+    stop_daemons(s);
+    return -1;
+  }
   /* the sweep a quarter of the deadline apart, at most 1 s (0.25 s at
    * the least deadline, 1 s; the floor of 0.1 s is a guard) */
   uint64_t every = (uint64_t)c->connection_timeout_s * 250;
@@ -1057,7 +1088,8 @@ int attnd_http_start(attnd_server_t *s) {
 }
 
 void attnd_http_stop(attnd_server_t *s) {
-  MHD_stop_daemon(s->daemon); /* every connection's notice of closing */
+  attnd_listener_stop(s->listener);
+  stop_daemons(s); /* every connection's notice of closing */
   uv_close((uv_handle_t *)&s->header_timer, NULL);
   uv_mutex_destroy(&s->conns_lock);
   if (s->https) {
