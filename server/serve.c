@@ -435,7 +435,7 @@ int attnd_serve(const attnd_config_t *cfg) {
   if (s->sched && cfg->threads_per_request == 0) { /* auto */
     attnd_sched_set_threads(s->sched, (int)cfg->cores,
                             (int)cfg->max_threads_per_request);
-    attnd_sched_set_arriving(s->sched, &s->inflight);
+    attnd_sched_set_arriving(s->sched, &s->inflight, &s->slow_bodies);
   }
   if (s->sched)
     attnd_sched_set_release(s->sched, attnd_sessions_released,

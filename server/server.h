@@ -37,6 +37,9 @@ typedef struct attnd_server {
   /* HTTP requests from their headers to their reply (attnd_inflight):
    * bodies uploading, decoding, waiting, computing (exchange.h) */
   atomic_int inflight;
+  /* of them, those whose body arrives too slowly to keep an HTTP thread
+   * busy (http.c, sweep_body_pace) */
+  atomic_int slow_bodies;
   atomic_int inline_steps; /* batchable steps computing on HTTP threads */
   attnd_budget_t budget;
   attnd_budget_t device_budget; /* cuda requests' GPU memory */

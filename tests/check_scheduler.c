@@ -1455,25 +1455,31 @@ END_TEST
 
 /* Requests of the submitter's in flight that the scheduler does not hold
  * (bodies arriving, decoding; attnd_sched_set_arriving) each take a core
- * from a job that starts, and no more: 3 outside leave a lone job 5 of 8
- * cores; none outside (the count equal to the scheduler's in flight), all
- * 8; a count below the scheduler's (read apart), none either; 7 outside,
- * still one. Catches the count ignored, counted whole (the scheduler's own
- * jobs in it), or allowed below zero. */
+ * from a job that starts, and no more, but for those counted idle (bodies
+ * trickling in): 3 outside leave a lone job 5 of 8 cores; none outside
+ * (the count equal to the scheduler's in flight), all 8; a count below the
+ * scheduler's (read apart), none either; 7 outside, still one; 3 outside
+ * of which 2 idle, 7; more idle than outside (read apart), 8. Catches the
+ * count ignored, counted whole (the scheduler's own jobs in it), allowed
+ * below zero, or the idle ones counted. */
 START_TEST(test_threads_arriving) {
   static const struct {
-    int outside, want;
-  } rows[] = {{3, 5}, {0, 8}, {-2, 8}, {7, 1}};
-  static atomic_int arriving; /* outlives the test: teardown frees H.s */
-  start_threads(1, 8, 8, 16); /* a cap above the cores: only they bound */
-  attnd_sched_set_arriving(H.s, &arriving);
-  for (int i = 0; i < 4; i++) {
+    int outside, idle, want;
+  } rows[] = {{3, 0, 5}, {0, 0, 8}, {-2, 0, 8},
+              {7, 0, 1}, {3, 2, 7}, {3, 5, 8}};
+  enum { N = sizeof rows / sizeof rows[0] };
+  static atomic_int arriving, idle; /* outlive the test: teardown frees H.s */
+  start_threads(1, 8, 8, 16);       /* a cap above the cores: only they bound */
+  attnd_sched_set_arriving(H.s, &arriving, &idle);
+  for (int i = 0; i < N; i++) {
     /* the job is in flight when it starts: counted in both */
     atomic_store(&arriving, 1 + rows[i].outside);
+    atomic_store(&idle, rows[i].idle);
     fake_t *f = run_held(i);
     ck_assert_msg(f->threads == rows[i].want,
-                  "%d outside: a lone job given %d threads, not %d",
-                  rows[i].outside, f->threads, rows[i].want);
+                  "%d outside, %d of them idle: a lone job given %d "
+                  "threads, not %d",
+                  rows[i].outside, rows[i].idle, f->threads, rows[i].want);
     release(f);
     wait_done(i + 1);
   }

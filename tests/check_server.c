@@ -1304,10 +1304,12 @@ static json_int_t threads_of(char *body) {
 /* threads_per_request = auto: /v1/info says so, with its cap; a request
  * alone runs on every CPU up to the cap, and one whose work is too small
  * to share (under 2 x ATTND_FLOPS_PER_THREAD) on one, as does the large
- * one beside a request whose body is arriving. Catches the scheduler's
- * grant not reaching the core (threads 0 or the plan's), a small request
- * given every core, and requests outside the scheduler not counted
- * (attnd_sched_set_arriving). */
+ * one beside a request whose body is arriving, until a sweep has seen
+ * that body stall. Catches the scheduler's grant not reaching the core
+ * (threads 0 or the plan's), a small request given every core, requests
+ * outside the scheduler not counted (attnd_sched_set_arriving), and a
+ * stalled body counted for as long as it stalls (a slow uploader took a
+ * CPU from every request that started meanwhile). */
 START_TEST(test_threads_auto) {
   sh_resp_t r = get("/v1/info");
   ck_assert_int_eq(r.status, 200);
@@ -1337,6 +1339,28 @@ START_TEST(test_threads_auto) {
                    (ssize_t)(sizeof head - 1));
   ck_assert_msg(sh_wait_metric(srv.port, "attnd_inflight", 1, 10) >= 1,
                 "the request with its body coming is not in flight");
+  ck_assert_int_eq(threads_of(sh_slow_body(1024, 64, 1, 7, NULL)), 1);
+  /* once a sweep (each second here) has seen that body stall, it no
+   * longer counts: its HTTP thread waits for bytes that do not come */
+  json_int_t t = 0;
+  for (double t0 = sh_now(); sh_now() - t0 < 6.0 && t != (cpus < 2 ? 1 : 2);)
+    t = threads_of(sh_slow_body(1024, 64, 1, 7, NULL));
+  ck_assert_msg(t == (cpus < 2 ? 1 : 2),
+                "beside a body stalled for 6 s, a request was given %lld "
+                "threads of %ld CPUs",
+                (long long)t, cpus);
+  close(fd);
+  /* that request gone, a new one's body arriving counts again */
+  double left = -1;
+  for (double t0 = sh_now(); sh_now() - t0 < 10.0 && left != 0; usleep(5000))
+    left = sh_metric(srv.port, "attnd_inflight");
+  ck_assert_msg(left == 0, "the stalled request is still in flight");
+  fd = sh_connect(srv.port);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(write(fd, head, sizeof head - 1),
+                   (ssize_t)(sizeof head - 1));
+  ck_assert_msg(sh_wait_metric(srv.port, "attnd_inflight", 1, 10) >= 1,
+                "the second request with its body coming is not in flight");
   ck_assert_int_eq(threads_of(sh_slow_body(1024, 64, 1, 7, NULL)), 1);
   close(fd);
 }

@@ -91,6 +91,10 @@ typedef struct attnd_http_conn {
   uint64_t acked;     /* the connection's bytes acknowledged then */
   size_t reply_bytes; /* the reply's body */
   int had_request;    /* a request line has parsed (on_uri) */
+  int body_in;        /* its request's body all in, or no request begun */
+  int slow;           /* counted in s->slow_bodies (sweep_body_pace) */
+  double swept_at;    /* the last sweep that read its bytes (ms); 0: none */
+  uint64_t swept;     /* the connection's bytes received then */
   char request_id[96];
   char client[INET6_ADDRSTRLEN + IF_NAMESIZE + 1]; /* its peer's address */
   attnd_server_t *s;
@@ -123,6 +127,14 @@ static void client_addr(const struct sockaddr *a, char *out, size_t n) {
                                            : sizeof(struct sockaddr_in);
   if (getnameinfo(a, len, out, (socklen_t)n, NULL, 0, NI_NUMERICHOST) != 0)
     out[0] = 0;
+}
+
+/* c's body no longer counted slow. Under conns_lock. */
+static void conn_not_slow(attnd_server_t *s, attnd_http_conn_t *c) {
+  if (c->slow) {
+    c->slow = 0;
+    atomic_fetch_sub(&s->slow_bodies, 1);
+  }
 }
 
 /* libmicrohttpd's notice of a connection opened or closed: lists it, or
@@ -167,6 +179,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **ctx,
     if (!c->had_request && c->fd >= 0 && !s->https &&
         attnd_tcp_written(c->fd, &written) == 0 && written > 2)
       attnd_metrics_reject(s->metrics, ATTND_REJECT_REQUEST_LINE);
+    conn_not_slow(s, c);
     if (c->prev)
       c->prev->next = c->next;
     else
@@ -197,6 +210,9 @@ static void conn_mark(attnd_server_t *s, struct MHD_Connection *conn,
     return;
   uv_mutex_lock(&s->conns_lock);
   c->in_request = r != NULL;
+  c->body_in = r == NULL;
+  conn_not_slow(s, c);
+  c->swept_at = 0;
   c->since = attnd_now_ms();
   c->reply_since = 0;
   c->body_done = r == NULL || s->cfg->min_recv_rate_bytes_per_s == 0 ||
@@ -215,6 +231,8 @@ static void conn_body_done(attnd_http_req_t *r) {
     return;
   uv_mutex_lock(&r->srv->conns_lock);
   c->body_done = 1;
+  c->body_in = 1;
+  conn_not_slow(r->srv, c);
   uv_mutex_unlock(&r->srv->conns_lock);
 }
 
@@ -300,6 +318,35 @@ static void conn_reset(attnd_http_conn_t *c) {
   c->fd = -1;
 }
 
+/* A body that arrives slower than this keeps its HTTP thread busy for
+ * about a third of the time or less (decoding runs at 100 MB/s or more,
+ * docs/performance.md), and from the sweep after one that saw it so, no
+ * longer counts as a CPU in use where threads_per_request = auto shares
+ * them out (scheduler.h, attnd_sched_set_arriving). */
+#define BUSY_BODY_BYTES_PER_S (32.0 * 1024 * 1024)
+
+/* Whether c's body came slower than BUSY_BODY_BYTES_PER_S since the last
+ * sweep: counts it in s->slow_bodies, or takes it out. Loop thread, under
+ * conns_lock. */
+static void sweep_body_pace(attnd_server_t *s, attnd_http_conn_t *c,
+                            double now) {
+  uint64_t received;
+  if (attnd_tcp_bytes(c->fd, NULL, &received) != 0)
+    return;
+  if (c->swept_at > 0 && now > c->swept_at) {
+    int slow = (double)(received - c->swept) <
+               BUSY_BODY_BYTES_PER_S * (now - c->swept_at) / 1000.0;
+    if (slow && !c->slow) {
+      c->slow = 1;
+      atomic_fetch_add(&s->slow_bodies, 1);
+    } else if (!slow) {
+      conn_not_slow(s, c);
+    }
+  }
+  c->swept = received;
+  c->swept_at = now;
+}
+
 /* Shuts down the connections that have waited connection_timeout_s for a
  * request's headers, and resets those whose body or reply has fallen behind
  * min_recv_rate_bytes_per_s or min_send_rate_bytes_per_s (each logged
@@ -315,6 +362,8 @@ static void on_header_sweep(uv_timer_t *t) {
     uint64_t taken = 0, sent = 0;
     if (c->fd < 0)
       continue;
+    if (c->in_request && !c->body_in)
+      sweep_body_pace(s, c, now);
     int body = c->in_request && body_behind(s, c, now, &sent);
     if (c->in_request ? !body && !reply_behind(s, c, now, &taken)
                       : now - c->since <= limit)

@@ -64,7 +64,8 @@ struct attnd_sched {
   attnd_sched_batching_t batching;
   double window_end; /* a worker waits for a batch until then; 0: none */
   int cores, cap;    /* attnd_sched_set_threads; cores 0: off */
-  const atomic_int *arriving; /* attnd_sched_set_arriving, or NULL */
+  const atomic_int *arriving;      /* attnd_sched_set_arriving, or NULL */
+  const atomic_int *idle_arriving; /* of them, those not using a CPU */
 
   /* Under mu, for batching (batching_pays): batchable arrivals, queued or
    * computed by their submitter, the last one's time and the mean gap
@@ -377,7 +378,8 @@ static int gather(attnd_sched_t *s, node_t *head, double now, int *others,
  * jobs waiting behind its batch, up to the idle workers after w: the
  * dispatch gives workers in order) and for each of the submitter's
  * requests in flight that it has not submitted (`arriving`, less the jobs
- * in flight here), within [1, cap] and the batch's
+ * in flight here and those idle, `idle_arriving`), within [1, cap] and the
+ * batch's
  * max_threads (their sum; a job of 0 can use any), and for a batch one
  * for each whole thread's worth of its jobs' work together (`work`):
  * steps too small for a thread each are not given one each. 0 when off.
@@ -400,8 +402,10 @@ static int threads_for(attnd_sched_t *s, int w, const node_t *n) {
   }
   int behind = atomic_load(&s->waiting) - in_batch;
   int beside = behind < idle ? behind : idle;
-  int outside =
-      s->arriving ? atomic_load(s->arriving) - atomic_load(&s->inflight) : 0;
+  int outside = s->arriving
+                    ? atomic_load(s->arriving) - atomic_load(&s->inflight) -
+                          atomic_load(s->idle_arriving)
+                    : 0;
   int t = s->cores - atomic_load(&s->threads_busy) - (beside > 0 ? beside : 0) -
           (outside > 0 ? outside : 0);
   if (most < 0 || most > s->cap)
@@ -690,8 +694,10 @@ void attnd_sched_set_threads(attnd_sched_t *s, int cores, int cap) {
   s->cap = cap > 0 ? cap : 1;
 }
 
-void attnd_sched_set_arriving(attnd_sched_t *s, const atomic_int *inflight) {
+void attnd_sched_set_arriving(attnd_sched_t *s, const atomic_int *inflight,
+                              const atomic_int *idle) {
   s->arriving = inflight;
+  s->idle_arriving = idle;
 }
 
 int attnd_sched_submit(attnd_sched_t *s, const attnd_sched_job_t *job) {

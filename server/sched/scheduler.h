@@ -167,9 +167,11 @@ void attnd_sched_set_threads(attnd_sched_t *s, int cores, int cap);
  * of them that the scheduler does not hold (its body arriving or being
  * decoded, or computed by the submitter itself) takes a core from what a
  * job that starts is given, as a job starting beside it does: it uses one
- * now, or soon wants one. NULL: none counted. Loop thread, before the loop
- * runs. */
-void attnd_sched_set_arriving(attnd_sched_t *s, const atomic_int *inflight);
+ * now, or soon wants one; but for those of them in *idle (not NULL),
+ * which use none (a body trickling in). NULL inflight: none counted. Loop
+ * thread, before the loop runs. */
+void attnd_sched_set_arriving(attnd_sched_t *s, const atomic_int *inflight,
+                              const atomic_int *idle);
 
 /* Held jobs (attnd_sched_job_t.held): release(job, tag, arg) takes a
  * released one, the scheduler done with it (it may submit the job again);
