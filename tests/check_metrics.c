@@ -39,7 +39,6 @@
  * No timings are asserted. */
 #include <check.h>
 #include <ctype.h>
-#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -2549,19 +2548,6 @@ END_TEST
 
 /* ---- the process collector and attnd_build_info, on a real attnd ------- */
 
-/* The descriptors /proc/<pid>/fd lists, as the test reads them. */
-static double fds_of(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%ld/fd", (long)pid);
-  DIR *d = opendir(path);
-  ck_assert_msg(d != NULL, "%s", path);
-  double n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;)
-    n += isdigit((unsigned char)e->d_name[0]) != 0;
-  closedir(d);
-  return n;
-}
-
 /* /metrics on c, a connection kept alive, read by the strict reader. The
  * caller frees it. */
 static char *scrape_on(sh_client_t *c) {
@@ -2615,8 +2601,9 @@ START_TEST(test_process_families) {
                 "and %lld",
                 start, (long long)t0, (long long)t1);
   double fds = sample(t, "process_open_fds");
-  ck_assert_msg(fds == fds_of(s.pid), "process_open_fds %g; /proc lists %g",
-                fds, fds_of(s.pid));
+  int listed = sh_proc_fds(s.pid);
+  ck_assert_msg(fds == listed, "process_open_fds %g; /proc lists %d", fds,
+                listed);
   ck_assert_double_eq(sample(t, "process_max_fds"), (double)child.rlim_cur);
   ck_assert_msg(child.rlim_cur != child.rlim_max ||
                     low.rlim_cur == was.rlim_cur,
@@ -2661,10 +2648,11 @@ START_TEST(test_process_families) {
   }
   t = scrape_on(&c);
   double more = sample(t, "process_open_fds");
-  ck_assert_msg(more == fds + HELD && more == fds_of(s.pid),
+  listed = sh_proc_fds(s.pid);
+  ck_assert_msg(more == fds + HELD && more == listed,
                 "process_open_fds %g with %d connections held, %g before; "
-                "/proc lists %g",
-                more, HELD, fds, fds_of(s.pid));
+                "/proc lists %d",
+                more, HELD, fds, listed);
   free(t);
   for (int i = 0; i < HELD; i++)
     close(held[i]);

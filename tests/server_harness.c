@@ -8,6 +8,7 @@
 
 #include <check.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -1129,6 +1130,18 @@ long sh_proc_status(pid_t pid, const char *field) {
       v = strtol(line + strlen(field), NULL, 10);
   fclose(f);
   return v;
+}
+
+int sh_proc_fds(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%ld/fd", (long)pid);
+  DIR *d = opendir(path);
+  ck_assert_msg(d != NULL, "%s", path);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    n += e->d_name[0] >= '0' && e->d_name[0] <= '9';
+  closedir(d);
+  return n;
 }
 
 double sh_wait_metric(int port, const char *sample, double min,

@@ -278,6 +278,9 @@ double sh_metric(int port, const char *sample);
 /* The number after `field` ("VmRSS:", "Threads:") in /proc/<pid>/status
  * (kB for sizes), or -1 when it cannot be read. */
 long sh_proc_status(pid_t pid, const char *field);
+/* The descriptors /proc/<pid>/fd lists; fails the running test when it
+ * cannot be read. */
+int sh_proc_fds(pid_t pid);
 
 /* Polls /metrics every 5 ms until `sample` is at least `min`, for at most
  * timeout_s. Returns the last value read (-1 if none). */

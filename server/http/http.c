@@ -1007,15 +1007,15 @@ attnd_tls_pair_t *attnd_http_tls_current(attnd_server_t *s) {
 }
 
 /* Stops the daemons started (each connection's notice of closing comes
- * from here) and frees the listener. */
+ * from here), then frees the listener, which borrows their array. */
 static void stop_daemons(attnd_server_t *s) {
   for (int i = 0; s->daemons && i < s->ndaemons; i++)
     if (s->daemons[i])
       MHD_stop_daemon(s->daemons[i]);
-  free(s->daemons);
-  s->daemons = NULL;
   attnd_listener_free(s->listener);
   s->listener = NULL;
+  free(s->daemons);
+  s->daemons = NULL;
 }
 
 int attnd_http_start(attnd_server_t *s) {
@@ -1096,7 +1096,12 @@ int attnd_http_start(attnd_server_t *s) {
    * max_connections. */
   s->ndaemons = (int)c->http_threads;
   s->daemons = calloc((size_t)s->ndaemons, sizeof *s->daemons);
-  for (int i = 0; s->daemons && i < s->ndaemons; i++) {
+  if (s->daemons == NULL) {
+    fprintf(stderr, "attnd: no memory for the HTTP threads\n");
+    close(fd);
+    return -1;
+  }
+  for (int i = 0; i < s->ndaemons; i++) {
     s->daemons[i] = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
         mhd_log, NULL, /* first, for every message */
@@ -1116,13 +1121,10 @@ int attnd_http_start(attnd_server_t *s) {
       return -1;
     }
   }
-  if (s->daemons == NULL ||
-      attnd_listener_start(&s->listener, fd, s->daemons, s->ndaemons,
+  if (attnd_listener_start(&s->listener, fd, s->daemons, s->ndaemons,
                            (int)c->max_connections) < 0) {
     fprintf(stderr, "attnd: cannot start the thread that accepts\n");
-    if (s->daemons == NULL)
-      close(fd);
-    stop_daemons(s);
+    stop_daemons(s); /* fd closed by the listener */
     return -1;
   }
   /* the sweep a quarter of the deadline apart, at most 1 s (0.25 s at

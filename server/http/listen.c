@@ -18,7 +18,7 @@
 struct attnd_listener {
   int fd; /* blocking: the acceptor sleeps in accept() */
   int n, max;
-  struct MHD_Daemon **d;
+  struct MHD_Daemon *const *d; /* borrowed: they outlive the listener */
   uv_thread_t thread;
   uv_mutex_t lock; /* guards the rest */
   uv_cond_t freed; /* signalled when a connection closes, and at stop */
@@ -55,6 +55,17 @@ fail:;
   close(fd);
   errno = e;
   return -1;
+}
+
+/* Daemon k's connection is gone: its place is free. */
+static void give_back(attnd_listener_t *l, int k) {
+  uv_mutex_lock(&l->lock);
+  if (l->open[k] > 0) {
+    l->open[k]--;
+    l->total--;
+    uv_cond_signal(&l->freed);
+  }
+  uv_mutex_unlock(&l->lock);
 }
 
 /* Waits up to ms for a connection to close, unless stopping. */
@@ -128,12 +139,8 @@ static void acceptor(void *arg) {
      * in (its pool's memory short) is closed with no notice, and stays
      * counted: libmicrohttpd logs it. */
     if (MHD_add_connection(l->d[k], c, (struct sockaddr *)&a, len) !=
-        MHD_YES) { /* it closed c */
-      uv_mutex_lock(&l->lock);
-      l->open[k]--;
-      l->total--;
-      uv_mutex_unlock(&l->lock);
-    }
+        MHD_YES) /* it closed c */
+      give_back(l, k);
   }
 }
 
@@ -141,17 +148,15 @@ int attnd_listener_start(attnd_listener_t **out, int fd,
                          struct MHD_Daemon *const *d, int n,
                          int max_connections) {
   attnd_listener_t *l = calloc(1, sizeof *l + (size_t)n * sizeof(int));
-  struct MHD_Daemon **dc = calloc((size_t)n, sizeof *dc);
   *out = NULL;
-  if (l == NULL || dc == NULL || uv_mutex_init(&l->lock) != 0)
+  if (l == NULL || uv_mutex_init(&l->lock) != 0)
     goto fail;
   if (uv_cond_init(&l->freed) != 0) {
     uv_mutex_destroy(&l->lock);
     goto fail;
   }
-  memcpy(dc, d, (size_t)n * sizeof *dc);
   l->fd = fd;
-  l->d = dc;
+  l->d = d;
   l->n = n;
   l->max = max_connections;
   *out = l;
@@ -163,22 +168,17 @@ int attnd_listener_start(attnd_listener_t **out, int fd,
   }
   return 0;
 fail:
-  free(dc);
   free(l);
   close(fd);
   return -1;
 }
 
 void attnd_listener_closed(attnd_listener_t *l, const struct MHD_Daemon *d) {
-  uv_mutex_lock(&l->lock);
-  for (int i = 0; i < l->n; i++)
-    if (l->d[i] == d && l->open[i] > 0) {
-      l->open[i]--;
-      l->total--;
-      uv_cond_signal(&l->freed);
-      break;
+  for (int i = 0; i < l->n; i++) /* the array does not change */
+    if (l->d[i] == d) {
+      give_back(l, i);
+      return;
     }
-  uv_mutex_unlock(&l->lock);
 }
 
 void attnd_listener_open(attnd_listener_t *l, int *open) {
@@ -202,6 +202,5 @@ void attnd_listener_free(attnd_listener_t *l) {
     return;
   uv_cond_destroy(&l->freed);
   uv_mutex_destroy(&l->lock);
-  free(l->d);
   free(l);
 }

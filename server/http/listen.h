@@ -25,8 +25,9 @@ typedef struct attnd_listener attnd_listener_t;
 int attnd_listen_socket(const struct addrinfo *ai, int *port);
 
 /* Starts the thread that accepts on `fd` (taken over: the listener closes
- * it) and gives each connection to one of the n daemons, the one with the
- * fewest open (the first of those), while fewer than max_connections are
+ * it) and gives each connection to one of the n daemons d[] (the array
+ * borrowed: it must outlive the listener), the one with the fewest open
+ * (the first of those), while fewer than max_connections are
  * open in all; beyond that the next waits in the socket's backlog until
  * one closes. Sets *l before the thread starts, so that a connection's
  * notice of closing finds it however soon it comes. Returns 0, or -1 when
