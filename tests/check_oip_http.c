@@ -30,11 +30,11 @@
  * layer written with tests/layer_files.h. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <threads.h>
 #include <unistd.h>
 
 #include "attn/attn.h"
@@ -2204,12 +2204,12 @@ typedef struct tcall {
   int port;
   const tc_input_t *in;
   long timeout_ms; /* parameters.timeout_ms, 0 for none */
-  thrd_t th;
+  pthread_t th;
   int rc;
   tc_result_t r;
 } tcall_t;
 
-static int tcall_main(void *arg) {
+static void *tcall_main(void *arg) {
   tcall_t *c = arg;
   tc_client_t cl;
   tc_client_init(&cl, c->port);
@@ -2220,7 +2220,7 @@ static int tcall_main(void *arg) {
   c->rc = tc_infer(&cl, "attention", c->in, 1, &out, 1, ps,
                    c->timeout_ms ? 2 : 1, &opt, &c->r);
   tc_client_free(&cl);
-  return 0;
+  return NULL;
 }
 
 static void tcall_start(tcall_t *c, int port, const tc_input_t *in,
@@ -2229,7 +2229,7 @@ static void tcall_start(tcall_t *c, int port, const tc_input_t *in,
   c->port = port;
   c->in = in;
   c->timeout_ms = timeout_ms;
-  ck_assert_int_eq(thrd_create(&c->th, tcall_main, c), thrd_success);
+  ck_assert_int_eq(pthread_create(&c->th, NULL, tcall_main, c), 0);
 }
 
 #define N_BURST 8
@@ -2247,7 +2247,7 @@ START_TEST(test_overload_and_deadline) {
   /* the deadline, alone on the server */
   tcall_t d;
   tcall_start(&d, s.port, &sl.in, 5);
-  thrd_join(d.th, NULL);
+  pthread_join(d.th, NULL);
   ck_assert_int_eq(d.rc, -1);
   assert_tc_error(&d.r, 504, "no result within timeout_ms 5");
   tc_result_free(&d.r);
@@ -2257,7 +2257,7 @@ START_TEST(test_overload_and_deadline) {
     tcall_start(&c[i], s.port, &sl.in, 0);
   int n200 = 0, n429 = 0;
   for (int i = 0; i < N_BURST; i++) {
-    thrd_join(c[i].th, NULL);
+    pthread_join(c[i].th, NULL);
     if (c[i].r.status == 429) {
       n429++;
       assert_tc_error(&c[i].r, 429, "the queue is full: ",
@@ -2486,7 +2486,7 @@ static long get_until_not_200(int port, const char *path, sh_resp_t *r) {
 /* Joins the n calls drain_with_calls started: each was answered. */
 static void join_calls(tcall_t *c, int n) {
   for (int i = 0; i < n; i++) {
-    thrd_join(c[i].th, NULL);
+    pthread_join(c[i].th, NULL);
     ck_assert_msg(c[i].rc == 0, "in flight at SIGTERM: %ld %s", c[i].r.status,
                   c[i].r.error);
     tc_result_free(&c[i].r);
