@@ -119,6 +119,11 @@ attn_tensor_t tu_t4(const void *data, int64_t d0, int64_t d1, int64_t d2,
 }
 
 double tu_rel_err(const float *got, const double *ref, size_t n) {
+  return tu_rel_err_scaled(got, ref, n, 0.0);
+}
+
+double tu_rel_err_scaled(const float *got, const double *ref, size_t n,
+                         double scale) {
   double num = 0.0, den = 0.0, g2 = 0.0;
   for (size_t i = 0; i < n; i++) {
     double d = (double)got[i] - ref[i];
@@ -126,6 +131,8 @@ double tu_rel_err(const float *got, const double *ref, size_t n) {
     den += ref[i] * ref[i];
     g2 += (double)got[i] * (double)got[i];
   }
+  if (den < (double)n * scale * scale)
+    den = (double)n * scale * scale;
   if (den == 0.0)
     return sqrt(g2);
   return sqrt(num) / sqrt(den);

@@ -49,6 +49,12 @@ attn_tensor_t tu_t4(const void *data, int64_t d0, int64_t d1, int64_t d2,
 /* ‖got − ref‖₂ / ‖ref‖₂; when ‖ref‖₂ = 0, the plain ‖got‖₂. NaN anywhere in
  * `got` gives NaN, which fails every `err <= tol`. */
 double tu_rel_err(const float *got, const double *ref, size_t n);
+/* As tu_rel_err, ‖ref‖₂ taken as at least that of n values of `scale`:
+ * for a quantity of that scale whose rounding is absolute, as an entropy in
+ * nats is (rows of one-hot weights have 0, which float32 gives exactly and
+ * the float64 reference as 1e-16, a relative error of 1). */
+double tu_rel_err_scaled(const float *got, const double *ref, size_t n,
+                         double scale);
 /* The same with a float reference (core against core). */
 double tu_rel_err_f(const float *got, const float *ref, size_t n);
 
