@@ -10,6 +10,8 @@
 #                and Archer (build/tsan-core/; a developer's tool, as tsan)
 #   make coverage  line coverage of the suites, in build/cov/coverage/
 #                (a developer's tool, as tsan)
+#   make float-all every float32 through the JSON printer and back (a
+#                developer's tool, as tsan)
 #   make openapi-check  lint docs/openapi.json, run the integration suites
 #                and validate every reply they got against it
 #   make ui-test the page at / in Debian's chromium (tests/ui/)
@@ -703,6 +705,15 @@ $(BUILD)/tests/attnd-pinned: $(BUILD)/tests/pinned/attnd_pinned.o $(BUILD)/libat
 	$(CC) $(LDFLAGS_SAN) $^ -o $@ $(LIBS_SERVER)
 $(BUILD)/tests/check_pinned: | $(BUILD)/tests/attnd-pinned
 
+# Every float32 through the JSON printer and back (tests/floats/float_all.c):
+# a developer's tool, as tsan (about 3 minutes on two cores), for a change
+# to codec/number.c; check_codec samples a million of them.
+.PHONY: float-all
+float-all: $(BUILD)/tests/float-all
+	./$(BUILD)/tests/float-all $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+$(BUILD)/tests/float-all: $(BUILD)/tests/floats/float_all.o $(BUILD)/libattnd-codec.a
+	$(CC) $(LDFLAGS_SAN) $^ -o $@ -lm -pthread
+
 $(BUILD)/bench/%.o: bench/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS_TEST) -iquote tests -c $< -o $@
@@ -742,6 +753,7 @@ $(DEMO_LAYER): $(BUILD)/demo-layer
 # change anything. clang-format is Debian's (tools/deps.sh format).
 FORMAT_SRC = $(wildcard include/attn/*.h core/*.[ch] core/*/*.[ch] \
   codec/*.[ch] server/*.[ch] server/*/*.[ch] tests/*.[ch] tests/fuzz/*.[ch] \
+  tests/floats/*.c tests/pinned/*.c \
   tools/*.c tools/load/*.[ch] bench/*.[ch])
 format:
 	@sh tools/deps.sh format
