@@ -227,7 +227,11 @@ def small_section(rows, path):
                             ("ratio", 3), ("p99_ms", 2), ("errors", None),
                             ("cpu_us", 1)]) for r in rows]
     return ["wrk on the same cores as attnd, as `make bench` runs it: the "
-            "median of 3 turns of 5 s each:",
+            "median of 3 turns of 5 s each. Errors are wrk's replies that were "
+            "not 2xx, over the 3 turns; in the step row, 409 `session_busy`: "
+            "a truncate that found its session's last step still in flight "
+            "(held up while 4 × connections other turns went by), which "
+            "bench/wrk/step.lua sends again at the session's next turn:",
             table(["what", "connections", "req/s", "of /healthz's",
                    "p99 ms", "errors", "server CPU µs/request"], body,
                   "lrrrrrr")]
