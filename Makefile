@@ -530,12 +530,12 @@ asan: deps
 # is for the team). A developer's
 # tool: in neither `test`, `asan` nor CI, which have no time for it. The
 # servers' reports go to files, $(TSAN_LOGS)/log.<pid>, since the suites
-# read their stderr; it fails when there is one, a race or a crash of its
-# own (a thread it did not see start: tests/ use POSIX threads, as C11's
-# thrd_create is not intercepted), but for those tests/tsan.supp names and
-# explains. Suites whose bounds are
-# on memory or pace may fail under it (its shadow memory, its slowness):
-# their failures are printed, its reports are what it is for.
+# read their stderr; it fails when there is one: a race, or a crash of
+# TSan's own (as in a thread it did not see start: tests/ use POSIX
+# threads, since it does not intercept C11's thrd_create), less those that
+# tests/tsan.supp names and explains. Suites whose bounds are on memory or
+# pace may fail under it (its shadow memory, its slowness): their failures
+# are printed, its reports are what it is for.
 TSAN_LOGS = $(CURDIR)/$(BUILD)/tsan-logs
 .PHONY: tsan tsan-check
 tsan: deps

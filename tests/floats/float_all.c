@@ -72,11 +72,10 @@ static void check_one(part_t *p, uint32_t u, float v, const char *s,
       p->bad++, fail(u, "is not null", s, len);
     return;
   }
-  float got;
-  const char *next;
-  uint32_t gu;
-  if (attnd_number_parse(s, end, &got, &next) != 0 || next != end ||
-      (memcpy(&gu, &got, sizeof gu), gu != u)) {
+  float got = NAN;
+  const char *next = NULL;
+  int rc = attnd_number_parse(s, end, &got, &next);
+  if (rc != 0 || next != end || memcmp(&got, &v, sizeof v) != 0) {
     p->bad++, fail(u, "does not read back", s, len);
     return;
   }
