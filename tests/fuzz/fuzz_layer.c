@@ -296,8 +296,9 @@ static const attnd_st_tensor_t *tensor(const shards_t *sh, const char *name,
 /* The shard whose table holds t. */
 static size_t shard_of(const shards_t *sh, const attnd_st_tensor_t *t) {
   size_t i = 0;
-  while (i + 1 < sh->n &&
-         !(t >= sh->f[i].tensors && t < sh->f[i].tensors + sh->f[i].n))
+  /* a shard with no tensors may have no table (NULL: no pointer past it) */
+  while (i + 1 < sh->n && !(sh->f[i].n > 0 && t >= sh->f[i].tensors &&
+                            t < sh->f[i].tensors + sh->f[i].n))
     i++;
   return i;
 }
