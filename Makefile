@@ -975,9 +975,12 @@ install-check: $(BUILD)/libattn.a $(BUILD)/libattn.so.$(ATTN_VERSION) \
   $(BUILD)/attnd $(BUILD)/attnd-load $(MAN_PAGES) $(DEMO_LAYER)
 	@MAKE="$(MAKE)" sh tests/install/check.sh $(BUILD)
 
+# `make` builds all that install installs, so that `sudo make install`
+# after it compiles nothing as root.
 ifeq ($(SAN),)
 check: install-check
 check-build: $(BUILD)/libattn.so.$(ATTN_VERSION) $(MAN_PAGES)
+build: $(BUILD)/libattn.so.$(ATTN_VERSION) $(MAN_PAGES)
 endif
 # ---- end of install -------------------------------------------------------
 

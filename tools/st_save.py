@@ -1,5 +1,6 @@
-"""tools/st_save.py: write tensors as a safetensors file, with no package
-but the standard library (Debian has no safetensors package).
+"""tools/st_save.py: write tensors as a safetensors file with PyTorch and
+NumPy (Tensor.numpy) alone, without the safetensors package (Debian has
+none).
 
     import torch, sys
     sys.path.insert(0, "tools")
