@@ -2105,6 +2105,9 @@ START_TEST(test_body_lookups) {
   r->srv = s;
   r->conn = FAKE_CONN;
   r->proto = ATTND_PROTO_V1;
+  static const attnd_route_t row = {
+      .flags = ATTND_ROUTE_BODY | ATTND_ROUTE_COMPUTES}; /* /v1/attention's */
+  r->route = &row;
   r->json_len = -1;
   attnd_buf_init(&r->body);
   fake_headers = _i ? chunked : with_length;

@@ -54,6 +54,7 @@
 #include "attn/attn.h"
 #include "codec/util.h"
 #include "doc_names.h"
+#include "http/exchange.h"
 #include "layer_files.h"
 #include "ref.h"
 #include "server_harness.h"
@@ -2686,10 +2687,10 @@ static const struct {
     {'Z',
      "/truncate",
      "{\"length\":99999999999999999999}",
-     400,
-     "invalid_json",
-     NULL,
-     {"too big integer"}},
+     422,
+     "invalid_value",
+     "length",
+     {"length is 1e+20", "expected 0 to 9223372036854775807"}},
     {'Z',
      "/truncate",
      "{\"length\":\"2\"}",
@@ -2742,6 +2743,22 @@ static const struct {
      "invalid_json",
      NULL,
      {"invalid JSON"}},
+    /* numbers past int64 or a double, read as numbers as /v1 reads them:
+     * their member's range refuses them, not the JSON parser */
+    {0,
+     0,
+     "{" PRE ",\"max_tokens\":9223372036854775808}",
+     422,
+     "invalid_value",
+     "max_tokens",
+     {"max_tokens is 9.22337204e+18", "expected 1 to"}},
+    {0,
+     0,
+     "{" PRE ",\"rope\":{\"theta\":1e400}}",
+     422,
+     "non_finite",
+     "rope.theta",
+     {"rope.theta is at least 9e+307", "not a finite number"}},
 };
 #define N_BAD ((int)(sizeof bad / sizeof bad[0]))
 
@@ -2821,6 +2838,61 @@ START_TEST(test_bad_requests) {
 }
 END_TEST
 
+/* A session's control body (create, PUT, fork, truncate) is a few members
+ * and no tensor data: one over ATTND_CONTROL_BODY_MAX bytes is refused
+ * with 413 before it is parsed, whatever max_body_bytes is (the steps'
+ * server has the default, 256 MiB), sent with a length or in chunks; one
+ * of exactly that many is read. Before, jansson parsed any body up to
+ * max_body_bytes, at 80 bytes of uncounted memory a byte of it. */
+START_TEST(test_control_bodies_bounded) {
+  sh_client_t c;
+  sh_client_init(&c, fx.port);
+  char id[40], path[96];
+  json_decref(create(&c, "{\"num_heads\":1,\"head_dim\":2}", id));
+  const size_t most = ATTND_CONTROL_BODY_MAX;
+  char *body = malloc(most + 2);
+  memset(body, ' ', most + 1);
+  memcpy(body, "{\"length\":0", 11); /* a truncate's, padded with spaces */
+  body[most] = '}';
+  body[most + 1] = 0;
+  static const struct {
+    const char *method, *sub; /* sub NULL: POST /v1/sessions */
+  } routes[] = {
+      {"POST", NULL}, {"PUT", ""}, {"POST", "/fork"}, {"POST", "/truncate"}};
+  for (size_t k = 0; k < sizeof routes / sizeof routes[0]; k++)
+    for (int chunked = 0; chunked < 2; chunked++) {
+      if (routes[k].sub)
+        snprintf(path, sizeof path, "/v1/sessions/%s%s", id, routes[k].sub);
+      sh_req_t q = {.method = routes[k].method,
+                    .path = routes[k].sub ? path : "/v1/sessions",
+                    .content_type = "application/json",
+                    .body = body,
+                    .len = most + 1,
+                    .chunked = chunked};
+      sh_resp_t r;
+      ck_assert_int_eq(sh_http(&c, &q, &r), 0);
+      sh_assert_error(&r, 413, "payload_too_large", NULL, "65537 bytes",
+                      "over 65536, the most a session's control body may",
+                      NULL);
+      sh_resp_free(&r);
+    }
+  /* exactly the most: read, and the truncate applied */
+  body[most] = ' ';
+  body[most - 1] = '}';
+  snprintf(path, sizeof path, "/v1/sessions/%s/truncate", id);
+  sh_req_t q = {.method = "POST",
+                .path = path,
+                .content_type = "application/json",
+                .body = body,
+                .len = most};
+  sh_resp_t r;
+  ck_assert_int_eq(sh_http(&c, &q, &r), 0);
+  json_decref(json_reply(&r, 200));
+  free(body);
+  sh_client_free(&c);
+}
+END_TEST
+
 /* Ids no session has: well-formed, and not. */
 START_TEST(test_unknown_ids) {
   sh_client_t c;
@@ -2859,6 +2931,19 @@ START_TEST(test_unknown_ids) {
       }
       sh_resp_free(&r);
     }
+  /* a step's body id comes back with its session's 404, as with any other
+   * refusal of a step */
+  sh_resp_t r = call_id(&c, "POST", unknown[0], "/attention",
+                        "{\"id\":\"s1\",\"query\":" Q1 "}");
+  sh_assert_error(&r, 404, "unknown_session", "session", "does not exist",
+                  NULL);
+  json_t *ev = sh_json(&r);
+  ck_assert_msg(
+      ev && json_is_string(json_object_get(ev, "id")) &&
+          strcmp(json_string_value(json_object_get(ev, "id")), "s1") == 0,
+      "no id \"s1\": %s", r.body);
+  json_decref(ev);
+  sh_resp_free(&r);
   /* not a session's path at all */
   char longid[100];
   memset(longid, 'a', 80);
@@ -4232,6 +4317,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_step_reductions);
   tcase_add_loop_test(tc, test_expected_length, 0, 2);
   tcase_add_test(tc, test_one_session_many_threads);
+  tcase_add_test(tc, test_control_bodies_bounded);
   suite_add_tcase(su, tc);
 
   tc = tcase_create("pool");

@@ -6,6 +6,7 @@
 
 #define BODY ATTND_ROUTE_BODY
 #define COMPUTES (ATTND_ROUTE_BODY | ATTND_ROUTE_COMPUTES)
+#define CONTROL (ATTND_ROUTE_BODY | ATTND_ROUTE_CONTROL)
 #define PUBLIC ATTND_ROUTE_PUBLIC
 #define CORS ATTND_ROUTE_CORS
 #define ASSET ATTND_ROUTE_ASSET
@@ -26,18 +27,18 @@ static const attnd_route_t routes[] = {
     {GET, "/v1/layers/{name+}", attnd_v1_layer, V1, CORS, 0},
 
     {GET, "/v1/sessions", attnd_sessions_list, SESSION, CORS, 0},
-    {"POST", "/v1/sessions", attnd_sessions_create, SESSION, BODY | CORS, 0},
+    {"POST", "/v1/sessions", attnd_sessions_create, SESSION, CONTROL | CORS, 0},
     {GET, "/v1/sessions/{session}", attnd_sessions_get, SESSION, CORS, 0},
-    {"PUT", "/v1/sessions/{session}", attnd_sessions_put, SESSION, BODY | CORS,
-     0},
+    {"PUT", "/v1/sessions/{session}", attnd_sessions_put, SESSION,
+     CONTROL | CORS, 0},
     {"DELETE", "/v1/sessions/{session}", attnd_sessions_delete, SESSION, CORS,
      0},
     {"POST", "/v1/sessions/{session}/attention", attnd_sessions_step, SESSION,
      COMPUTES | CORS, 0},
     {"POST", "/v1/sessions/{session}/fork", attnd_sessions_fork, SESSION,
-     BODY | CORS, 0},
+     CONTROL | CORS, 0},
     {"POST", "/v1/sessions/{session}/truncate", attnd_sessions_truncate,
-     SESSION, BODY | CORS, 0},
+     SESSION, CONTROL | CORS, 0},
 
     {GET, "/healthz", attnd_ops_healthz, OTHER, CORS, 0},
     {GET, "/readyz", attnd_ops_readyz, OTHER, CORS, 0},

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/decode.h"
+#include "codec/bulk.h"
 #include "sched/request.h"
 
 /* jansson's tree of a small control body ("" is {}): a new reference, or
@@ -18,14 +19,19 @@ static json_t *parse_object(const char *body, size_t len, attnd_error_t *err) {
   if (len == 0)
     return json_object();
   json_error_t je;
-  /* any JSON text (RFC 8259 2), so that a scalar is the wrong type, as
-   * /v1 answers it, not invalid JSON */
-  json_t *v =
-      json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+  int oom = 0;
+  /* as /v1 reads its JSON: any text at the root (RFC 8259 2), so that a
+   * scalar is the wrong type, not invalid JSON; a number past int64 or a
+   * double a number, which its member's range then refuses */
+  json_t *v = attnd__dec_parse(body, len, &je, &oom);
   if (v == NULL) {
-    attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
-                    "invalid JSON at line %d, column %d: %s", je.line,
-                    je.column, je.text);
+    if (oom)
+      attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, "",
+                      "out of memory parsing the request's JSON");
+    else
+      attnd_error_set(err, ATTND_ERR_INVALID_JSON, "",
+                      "invalid JSON at line %d, column %d: %s", je.line,
+                      je.column, je.text);
     return NULL;
   }
   if (!json_is_object(v)) {
@@ -138,7 +144,11 @@ static int get_rope(const json_t *obj, int64_t Dh, attn_rope_t *rp,
       return attnd_error_set(err, ATTND_ERR_INVALID_TYPE, "rope.theta",
                              "rope.theta is %s; expected a number",
                              attnd__json_type(t));
-    if (!isfinite(json_number_value(t)) || json_number_value(t) <= 0)
+    if (fabs(json_number_value(t)) >= ATTND_JSON_HUGE) /* as /v1's */
+      return attnd_error_set(err, ATTND_ERR_NON_FINITE, "rope.theta",
+                             "rope.theta is %s, not a finite number",
+                             attnd__dec_num(json_number_value(t), num));
+    if (json_number_value(t) <= 0)
       return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "rope.theta",
                              "rope.theta is %s; it must be above 0",
                              attnd__dec_num(json_number_value(t), num));

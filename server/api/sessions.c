@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/decode.h"
 #include "api/session_api.h"
 #include "sched/request.h"
 
@@ -112,8 +113,12 @@ enum MHD_Result attnd_sessions_step(attnd_http_req_t *r) {
   attnd_error_t e;
   attnd_session_shape_t shape;
   attnd_request_t *j = NULL;
-  if (attnd_session_shape(s->sessions, r->sid, &shape, &e) < 0)
+  if (attnd_session_shape(s->sessions, r->sid, &shape, &e) < 0) {
+    /* the body's id, as a step refused for its body has it */
+    attnd__dec_find_id(r->body.data ? r->body.data + r->pad : "",
+                       r->body.len - r->pad, &e);
     return attnd_http_send_error(r, &e);
+  }
   attnd_api_meter_begin(r);
   int bad = attnd_step_decode(r->body.data ? r->body.data + r->pad : "",
                               r->body.len - r->pad, s->cfg, &shape, &j, &e);

@@ -52,6 +52,14 @@
  * handshakes, a few KB). docs/operations.md says the rule. */
 #define ATTND_DISCARD_MAX 65536
 
+/* The most bytes a session's control body may have (a create, a PUT, a
+ * fork or a truncate: a few members, no tensor data), below
+ * max_body_bytes: jansson's tree of a body takes up to 80 bytes of memory
+ * a byte of it, outside the memory budget, where /v1's structure is held
+ * to max_json_structure_bytes and its tree counted. The largest such body
+ * is a few hundred bytes. docs/sessions.md says the rule. */
+#define ATTND_CONTROL_BODY_MAX 65536
+
 struct attnd_http_req {
   attnd_server_t *srv;
   struct MHD_Connection *conn;

@@ -194,6 +194,20 @@ static int body_take(void *ctx, int64_t bytes) {
   return -1;
 }
 
+/* The most bytes r's body may have: max_body_bytes, or a session's
+ * control body's most where that is less; `limit` names it for a 413. */
+static size_t body_max(const attnd_http_req_t *r, char *limit, size_t n) {
+  int64_t most = r->srv->cfg->max_body_bytes;
+  if ((r->route->flags & ATTND_ROUTE_CONTROL) &&
+      most > ATTND_CONTROL_BODY_MAX) {
+    snprintf(limit, n, "%d, the most a session's control body may have",
+             ATTND_CONTROL_BODY_MAX);
+    return ATTND_CONTROL_BODY_MAX;
+  }
+  snprintf(limit, n, "max_body_bytes %lld", (long long)most);
+  return (size_t)most;
+}
+
 enum MHD_Result attnd_http_body_start(attnd_http_req_t *r) {
   attnd_server_t *s = r->srv;
   int ok;
@@ -207,10 +221,10 @@ enum MHD_Result attnd_http_body_start(attnd_http_req_t *r) {
     return ret;
   const char *cl =
       MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
-  if (cl && strtoull(cl, NULL, 10) > (unsigned long long)s->cfg->max_body_bytes)
+  char limit[80];
+  if (cl && strtoull(cl, NULL, 10) > body_max(r, limit, sizeof limit))
     return attnd_http_fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
-                           "the body has %s bytes, over max_body_bytes %lld",
-                           cl, (long long)s->cfg->max_body_bytes);
+                           "the body has %s bytes, over %s", cl, limit);
   /* Binary tensor data, whose float32 tensors a request reads where they
    * lie: into pinned memory where a GPU serves (sched/pinned.h), whose
    * bytes the budget counted once, at start; else the heap, taking its
@@ -276,8 +290,8 @@ static void inflate_more(attnd_http_req_t *r, const char *data, size_t size,
  * connection closed. */
 enum MHD_Result attnd_http_body_more(attnd_http_req_t *r, const char *data,
                                      size_t *size) {
-  attnd_server_t *s = r->srv;
-  size_t max = (size_t)s->cfg->max_body_bytes;
+  char limit[80];
+  size_t max = body_max(r, limit, sizeof limit);
   r->bytes_in += *size;
   if (!r->inflate && r->body.len - r->pad + *size > max)
     r->too_large = 1;
@@ -309,16 +323,16 @@ enum MHD_Result attnd_http_body_more(attnd_http_req_t *r, const char *data,
 }
 
 int attnd_http_body_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
-  attnd_server_t *s = r->srv;
+  char limit[80];
+  body_max(r, limit, sizeof limit);
   if (r->too_large && r->inflate)
     *ret = attnd_http_fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
-                           "the %s body inflates past max_body_bytes %lld",
-                           attnd_coding_name(r->coding),
-                           (long long)s->cfg->max_body_bytes);
+                           "the %s body inflates past %s",
+                           attnd_coding_name(r->coding), limit);
   else if (r->too_large)
-    *ret = attnd_http_fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
-                           "the body has %zu bytes, over max_body_bytes %lld",
-                           r->bytes_in, (long long)s->cfg->max_body_bytes);
+    *ret =
+        attnd_http_fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
+                        "the body has %zu bytes, over %s", r->bytes_in, limit);
   else if (r->over_budget) /* an inflate cut short is no bad coding */
     *ret = no_memory(r, (int64_t)r->over_need);
   else if (r->bad_coding ||

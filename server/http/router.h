@@ -43,6 +43,8 @@ enum {
   ATTND_ROUTE_ASSET = 1 << 4,    /* a file of the binary (http/assets.h),
                                     routed only where one is at the path */
   ATTND_ROUTE_PAGE = 1 << 5,     /* the page's: routed only with `ui` on */
+  ATTND_ROUTE_CONTROL = 1 << 6,  /* with BODY: a body of a few members, at
+                                    most ATTND_CONTROL_BODY_MAX bytes */
 };
 
 typedef struct attnd_route {
