@@ -3,6 +3,7 @@
 #include "deflate.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,6 +111,10 @@ struct attnd_inflate {
   int ended;  /* the stream (or the last gzip member) ended */
   int failed; /* the error returned again by every later call */
   char why[160];
+  /* the input bytes of the gzip members before this one: inflateReset
+   * zeroes total_in, and the byte an error names counts from the body's
+   * start */
+  uint64_t done;
 };
 
 attnd_inflate_t *attnd_inflate_new(attnd_coding_t coding) {
@@ -169,6 +174,7 @@ static int run(attnd_inflate_t *z, const unsigned char *in, size_t n,
                     "the deflate stream ends %zu bytes before the body "
                     "does",
                     (size_t)z->z.avail_in);
+      z->done += z->z.total_in;
       inflateReset(&z->z);
       z->ended = 0;
     }
@@ -194,8 +200,9 @@ static int run(attnd_inflate_t *z, const unsigned char *in, size_t n,
       return fail(z, -3, msg, msz, "out of memory to inflate the body");
     } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
       return fail(z, -1, msg, msz,
-                  "the body is not valid %s data (at byte %lu): %s",
-                  attnd_coding_name(z->coding), z->z.total_in,
+                  "the body is not valid %s data (at byte %llu): %s",
+                  attnd_coding_name(z->coding),
+                  (unsigned long long)(z->done + z->z.total_in),
                   z->z.msg ? z->z.msg : "corrupt");
     }
   }
@@ -234,10 +241,11 @@ int attnd_inflate_end(const attnd_inflate_t *z, char *msg, size_t msz) {
     return snprintf(msg, msz, "%s", z->why), -1;
   if (!z->ended)
     return snprintf(msg, msz,
-                    "the %s body ends before its stream does (%lu bytes "
+                    "the %s body ends before its stream does (%llu bytes "
                     "read)",
                     attnd_coding_name(z->coding),
-                    z->started ? z->z.total_in : (unsigned long)z->n_head),
+                    (unsigned long long)(z->started ? z->done + z->z.total_in
+                                                    : z->n_head)),
            -1;
   return 0;
 }

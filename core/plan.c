@@ -104,14 +104,20 @@ static int check_broadcast(const attn_tensor_t *t, attn_field_t field,
     return r;
   for (int i = 0; i < t->rank; i++) {
     int64_t want = full[4 - t->rank + i];
-    if (t->dim[i] != 1 && t->dim[i] != want)
-      return attn__err(
-          err, ATTN_ESHAPE, field,
-          "%s %s does not broadcast to [B, H, Lq, Lk] = [%lld, %lld, %lld, "
-          "%lld]: dimension %d is %lld, not 1 or %lld",
-          name, shape_of(t).s, (long long)full[0], (long long)full[1],
-          (long long)full[2], (long long)full[3], i, (long long)t->dim[i],
-          (long long)want);
+    if (t->dim[i] == 1 || t->dim[i] == want)
+      continue;
+    /* where the target's dimension is 1, 1 is the one size it may have:
+     * said once, not "1 or 1" */
+    char or_want[32] = "";
+    if (want != 1)
+      snprintf(or_want, sizeof or_want, " or %lld", (long long)want);
+    return attn__err(
+        err, ATTN_ESHAPE, field,
+        "%s %s does not broadcast to [B, H, Lq, Lk] = [%lld, %lld, %lld, "
+        "%lld]: dimension %d is %lld, not 1%s",
+        name, shape_of(t).s, (long long)full[0], (long long)full[1],
+        (long long)full[2], (long long)full[3], i, (long long)t->dim[i],
+        or_want);
   }
   return 0;
 }

@@ -362,7 +362,17 @@ static const err_case_t err_cases[] = {
     {"base64 size",
      "{\"query\":{\"shape\":[2,4],\"base64\":\"AAAAAAAAAAAAAAAAAAAAAA==\"},"
      "\"num_heads\":1}",
-     NULL, 422, "size_mismatch", "query.base64", "32 bytes"},
+     NULL, 422, "size_mismatch", "query.base64",
+     "query.base64 has 24 characters, but 8 float32 elements need 32 bytes, "
+     "44 characters of base64"},
+    /* 3 of 4 float32s: 16 characters, as many as the bytes of 4 (it said
+     * the 16 characters "cannot hold the 16 bytes") */
+    {"base64 size, 3 of 4 float32s",
+     "{\"query\":{\"shape\":[1,4],\"base64\":\"AAAAAAAAAAAAAAAA\"},"
+     "\"num_heads\":1}",
+     NULL, 422, "size_mismatch", "query.base64",
+     "query.base64 has 16 characters, but 4 float32 elements need 16 bytes, "
+     "24 characters of base64"},
     {"shape and data and base64",
      "{\"query\":{\"shape\":[1,1],\"data\":[1],\"base64\":\"AAAAAA==\"},"
      "\"num_heads\":1}",
@@ -611,6 +621,29 @@ START_TEST(test_limits_boundary) {
                   attnd_error_name(e.code), e.field, e.message);
     attnd_request_free(j);
     free(bodies[k]);
+  }
+}
+END_TEST
+
+/* A query of 2^20 + 1 rows, of a size that the limits on its elements and
+ * bytes take, passes the core's 2^40 elements of weights (Lq·Lk, "problem
+ * too large"): refused by max_seq_len, the limit that names it, as a short
+ * one is, unbatched and batched. */
+START_TEST(test_limits_before_core) {
+  attnd_config_t lim = cfg;
+  lim.max_tensor_elements = 1 << 21;
+  lim.max_body_bytes = 64 << 20;
+  const int64_t L = ((int64_t)1 << 20) + 1;
+  for (int B = 0; B < 2; B++) {
+    char *body = zeros_body(B, L, 1, 1, NULL);
+    attnd_request_t *j = NULL;
+    attnd_error_t e;
+    int r = attnd_request_decode(body, strlen(body), &lim, NULL, &j, &e);
+    free(body);
+    ck_assert_msg(r == -1 && j == NULL, "B %d: decoded", B);
+    ck_assert_str_eq(attnd_error_name(e.code), "limit_exceeded");
+    ck_assert_str_eq(e.field, "query");
+    ck_assert_str_eq(e.message, "query length 1048577 is over max_seq_len 16");
   }
 }
 END_TEST
@@ -2211,6 +2244,7 @@ Suite *test_suite(void) {
   TCase *tc = tcase_create("errors");
   tcase_add_loop_test(tc, test_invalid_request, 0, N_ERR);
   tcase_add_test(tc, test_limits_boundary);
+  tcase_add_test(tc, test_limits_before_core);
   tcase_add_test(tc, test_structure_limit);
   tcase_add_loop_test(tc, test_big_array_syntax_error, 0, N_BAD_ARRAY_TOKENS);
   tcase_add_test(tc, test_big_array_json_value);

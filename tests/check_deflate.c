@@ -6,9 +6,11 @@
  *   - inflate: gzip (one member and several), zlib and raw deflate bodies,
  *     fed whole and a byte at a time, give back the exact bytes; the limit
  *     stops the output at exactly `max`, a bomb included; corrupt, cut
- *     short and trailing bytes are errors that say so;
+ *     short and trailing bytes are errors that say so, counting the bytes
+ *     from the body's start (not its gzip member's);
  *   - deflate: what attnd_deflate writes, zlib reads back. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -192,6 +194,36 @@ START_TEST(test_gzip_members) {
   ck_assert(memcmp(out.data, a, 5000) == 0);
   ck_assert(memcmp(out.data + 5000, b, 3000) == 0);
   attnd_buf_free(&out);
+  /* an error after the first member counts its bytes from the body's
+   * start, not the member's (zlib's count starts again at each): bytes
+   * that are no member, and a second member cut short, whole and a byte
+   * at a time */
+  unsigned char *tail = malloc(na + nb);
+  memcpy(tail, za, na);
+  memcpy(tail + na, "garbage", 7);
+  char want[200];
+  for (size_t step = 0; step <= 1; step++) {
+    attnd_buf_init(&out);
+    ck_assert_int_eq(inflate_all(ATTND_CODING_GZIP, tail, na + 7, step, 1 << 20,
+                                 &out, msg, sizeof msg),
+                     -1);
+    snprintf(want, sizeof want,
+             "the body is not valid gzip data (at byte %zu): incorrect "
+             "header check",
+             na + 2);
+    ck_assert_str_eq(msg, want);
+    attnd_buf_free(&out);
+    attnd_buf_init(&out);
+    ck_assert_int_eq(inflate_all(ATTND_CODING_GZIP, both, na + nb / 2, step,
+                                 1 << 20, &out, msg, sizeof msg),
+                     -4);
+    snprintf(want, sizeof want,
+             "the gzip body ends before its stream does (%zu bytes read)",
+             na + nb / 2);
+    ck_assert_str_eq(msg, want);
+    attnd_buf_free(&out);
+  }
+  free(tail);
   /* deflate is one stream: what follows it is an error */
   size_t nd;
   unsigned char *zd = compress_bits(a, 5000, 15, &nd);

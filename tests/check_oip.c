@@ -1347,6 +1347,36 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* A query of 2^20 + 1 rows (binary data, of a size that the limits on its
+ * elements and bytes take) passes the core's 2^40 elements of weights
+ * (Lq·Lk, "problem too large"): refused by max_seq_len, the limit that
+ * names it, as /v1 refuses it. */
+START_TEST(test_limits_before_core) {
+  attnd_config_t saved = cfg;
+  cfg.max_tensor_elements = 1 << 21;
+  cfg.max_body_bytes = 64 << 20;
+  const size_t rows = ((size_t)1 << 20) + 1, bytes = rows * 4;
+  char head[256];
+  int n = snprintf(head, sizeof head,
+                   "{\"parameters\":{\"num_heads\":1},\"inputs\":[{\"name\":"
+                   "\"query\",\"datatype\":\"FP32\",\"shape\":[%zu,1],"
+                   "\"parameters\":{\"binary_data_size\":%zu}}]}",
+                   rows, bytes);
+  char *body = calloc((size_t)n + bytes, 1);
+  memcpy(body, head, (size_t)n);
+  attnd_request_t *r = NULL;
+  attnd_error_t e;
+  int rc = attnd_oip_decode(ATTND_OIP_GENERIC, body, (size_t)n + bytes, n, NULL,
+                            0, &cfg, layers, &r, &e);
+  free(body);
+  cfg = saved;
+  ck_assert_msg(rc == -1 && r == NULL, "decoded");
+  ck_assert_str_eq(attnd_error_name(e.code), "limit_exceeded");
+  ck_assert_str_eq(e.field, "inputs[0]");
+  ck_assert_str_eq(e.message, "query length 1048577 is over max_seq_len 16");
+}
+END_TEST
+
 /* The parameters the decoder reads are the documented ones: docs/oip.md's
  * table and docs/openapi.json's InferParameters. A parameter added to
  * oip.c's PARAM_MAP alone would be served and described nowhere. */
@@ -1407,6 +1437,7 @@ Suite *test_suite(void) {
   tc = tcase_create("errors");
   tcase_add_loop_test(tc, test_errors, 0,
                       (int)(sizeof err_cases / sizeof err_cases[0]));
+  tcase_add_test(tc, test_limits_before_core);
   suite_add_tcase(s, tc);
   tc = tcase_create("documented");
   tcase_add_test(tc, test_params_documented);

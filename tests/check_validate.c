@@ -566,6 +566,39 @@ START_TEST(test_valid_edges) {
 }
 END_TEST
 
+/* A mask dimension that does not broadcast names the sizes it may have: 1
+ * or the target's, and 1 alone where the target's is 1 (it said "not 1 or
+ * 1"). The base problem at batch 1 (three edits) with allow's batch 2, and
+ * the same allow against the base's batch 2 with a head dimension of 3. */
+START_TEST(test_broadcast_message) {
+  static const struct {
+    edit_t edit[4];
+    const char *message;
+  } cases[] = {
+      {{T(query, 3, 1, 6, 16), T(key, 3, 1, 7, 12), T(value, 3, 1, 7, 10),
+        T(allow, 4, 2, 4, 6, 7)},
+       "allow [2, 4, 6, 7] does not broadcast to [B, H, Lq, Lk] = [1, 4, 6, "
+       "7]: dimension 0 is 2, not 1"},
+      {{T(allow, 4, 2, 3, 6, 7)},
+       "allow [2, 3, 6, 7] does not broadcast to [B, H, Lq, Lk] = [2, 4, 6, "
+       "7]: dimension 1 is 3, not 1 or 4"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    attn_params_t p = base;
+    attn_exec_t ex = base_exec;
+    for (int k = 0; k < 4; k++)
+      apply_edit(&cases[c].edit[k], &p, &ex);
+    attn_plan_t plan;
+    attn_error_t err;
+    int rc = attn_plan_init(&plan, &p, &ex, &err);
+    ck_assert_msg(rc == ATTN_ESHAPE, "case %zu: returned %d (%s: %s)", c, rc,
+                  err.field, err.message);
+    ck_assert_str_eq(err.field, "allow");
+    ck_assert_str_eq(err.message, cases[c].message);
+  }
+}
+END_TEST
+
 /* Sizes whose products overflow: EOVERFLOW, not a wrapped allocation. */
 START_TEST(test_overflow) {
   attn_params_t p = {0};
@@ -1010,6 +1043,7 @@ Suite *test_suite(void) {
   tcase_add_loop_test(tc, test_null_data, 0, N_NULL_DATA);
   tcase_add_test(tc, test_valid_base);
   tcase_add_loop_test(tc, test_valid_edges, 0, 8);
+  tcase_add_test(tc, test_broadcast_message);
   tcase_add_test(tc, test_overflow);
   tcase_add_test(tc, test_bad_isa);
   suite_add_tcase(s, tc);

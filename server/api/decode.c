@@ -3,8 +3,9 @@
  *
  * Decoding checks, in order: JSON syntax (invalid_json); the request's
  * members and their types; every tensor (decode_tensor.c: form, shape,
- * leaf types, finiteness); then the core's validation of shapes and
- * options (attn_plan_init); then the configured limits. Every failure
+ * leaf types, finiteness); then the configured limits on the batch, the
+ * lengths and the heads; then the core's validation of shapes and options
+ * (attn_plan_init); then the configured limits on the plan. Every failure
  * names the member as a JSON path. HTTP thread. */
 #include "api/decode.h"
 
@@ -481,9 +482,50 @@ static void layer_weights_for(attnd_request_t *j, const attn_exec_t *ex) {
   p->weights_on_device = dev;
 }
 
+/* The configured limits on the batch, the lengths and the heads. Run on
+ * the decoded shapes before planning as well as on the plan: the core
+ * refuses a problem whose sizes pass 2^40 elements ("problem too large"),
+ * and a length that is over max_seq_len should be refused by the limit
+ * that names it, whatever its size. */
+static int check_dims(dec_t *d, int64_t B, int64_t Lq, int64_t Lk, int64_t H) {
+  const attnd_config_t *c = d->cfg;
+  const struct {
+    int64_t n, max;
+    const char *field, *what, *key;
+  } lim[] = {
+      {B, c->max_batch, "query", "batch", "max_batch"},
+      {Lq, c->max_seq_len, "query", "query length", "max_seq_len"},
+      {Lk, c->max_seq_len, d->req->params.key.rank ? "key" : "query",
+       "key length", "max_seq_len"},
+      {H, c->max_heads, "num_heads", "num_heads", "max_heads"},
+  };
+  for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+    if (lim[i].n > lim[i].max)
+      return E(d, ATTND_ERR_LIMIT_EXCEEDED, lim[i].field,
+               "%s %lld is over %s %lld", lim[i].what, (long long)lim[i].n,
+               lim[i].key, (long long)lim[i].max);
+  return 0;
+}
+
+/* check_dims on the sizes the core will take from the decoded query and
+ * key (attn_plan_init: B from a rank-3 query, the lengths from their rows)
+ * where their ranks are ones it takes; a kv cache's keys are checked on the
+ * plan, which counts the cached ones. */
+static int check_decoded_dims(dec_t *d) {
+  const attn_params_t *p = &d->req->params;
+  const attn_tensor_t *q = &p->query, *k = p->key.rank ? &p->key : q;
+  if ((q->rank != 2 && q->rank != 3) || k->rank != q->rank)
+    return 0;
+  const int b3 = q->rank == 3;
+  return check_dims(d, b3 ? q->dim[0] : 1, q->dim[b3], p->kv ? 0 : k->dim[b3],
+                    p->num_heads);
+}
+
 int attnd__dec_plan(dec_t *d) {
   attnd_request_t *j = d->req;
   d->planning = 1;
+  if (check_decoded_dims(d) < 0)
+    return -1;
   attn_exec_t ex = {.threads = attnd_config_plan_threads(d->cfg),
                     .cancel = &j->cancel};
   int fallback;
@@ -553,22 +595,8 @@ int attnd__dec_limits(dec_t *d) {
   const attnd_config_t *c = d->cfg;
   const attn_plan_t *pl = &d->req->plan;
   attnd_request_t *j = d->req;
-  if (pl->B > c->max_batch)
-    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "query",
-             "batch %lld is over max_batch %lld", (long long)pl->B,
-             (long long)c->max_batch);
-  if (pl->Lq > c->max_seq_len)
-    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "query",
-             "query length %lld is over max_seq_len %lld", (long long)pl->Lq,
-             (long long)c->max_seq_len);
-  if (pl->Lk > c->max_seq_len)
-    return E(d, ATTND_ERR_LIMIT_EXCEEDED, j->params.key.rank ? "key" : "query",
-             "key length %lld is over max_seq_len %lld", (long long)pl->Lk,
-             (long long)c->max_seq_len);
-  if (pl->H > c->max_heads)
-    return E(d, ATTND_ERR_LIMIT_EXCEEDED, "num_heads",
-             "num_heads %lld is over max_heads %lld", (long long)pl->H,
-             (long long)c->max_heads);
+  if (check_dims(d, pl->B, pl->Lq, pl->Lk, pl->H) < 0)
+    return -1;
   struct {
     int on;
     int64_t n;

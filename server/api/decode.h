@@ -203,7 +203,9 @@ void attnd__dec_use_layer(dec_t *d, const attnd_layer_t *l);
  * its width). */
 int attnd__dec_layer_widths(dec_t *d);
 /* attn_plan_init on the request's params, its errors in the API's codes,
- * the field named by its /v1 path (attnd_request_field_path). */
+ * the field named by its /v1 path (attnd_request_field_path); first the
+ * configured limits on the batch, lengths and heads of the decoded
+ * shapes, as attnd__dec_limits words them. */
 int attnd__dec_plan(dec_t *d);
 /* The configured limits on the planned request (batch, lengths, heads, the
  * reply's elements and bytes); fields are /v1 paths ("query", "key",

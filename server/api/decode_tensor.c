@@ -460,11 +460,14 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
     const char *text = lifted ? lifted->text : json_string_value(b64);
     size_t tlen = lifted ? lifted->text_len : json_string_length(b64), got, bad;
     size_t want = (size_t)n * sizes[as];
+    /* want bytes take exactly 4·ceil(want/3) characters: the message
+     * counts characters against characters, as they are what was sent */
     if (tlen / 4 * 3 < want || tlen / 4 * 3 > want + 2 || tlen % 4)
       return E(d, ATTND_ERR_SIZE_MISMATCH, sub,
-               "%s has %zu characters, which cannot hold the %zu bytes "
-               "of %lld %s elements",
-               sub, tlen, want, (long long)n, names[as]);
+               "%s has %zu characters, but %lld %s elements need %zu bytes, "
+               "%zu characters of base64",
+               sub, tlen, (long long)n, names[as], want,
+               attnd_b64_encoded_len(want));
     void *raw = attnd__dec_alloc(d, tlen / 4 * 3);
     if (raw == NULL)
       return attnd__dec_oom(d, field);

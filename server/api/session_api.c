@@ -320,8 +320,8 @@ int attnd_session_api_list(attnd_sessions_t *st, const char *limit,
   if (limit &&
       (!isdigit((unsigned char)*limit) || *end || n < 1 || n > MAX_PAGE))
     return attnd_error_set(err, ATTND_ERR_INVALID_VALUE, "limit",
-                           "limit is '%.20s'; expected 1 to %d", limit,
-                           MAX_PAGE);
+                           "limit is '%.20s%s'; expected 1 to %d", limit,
+                           strlen(limit) > 20 ? "..." : "", MAX_PAGE);
   attnd_session_info_t *infos = malloc((size_t)n * sizeof *infos);
   if (infos == NULL)
     return attnd_error_set(err, ATTND_ERR_OUT_OF_MEMORY, NULL,
