@@ -641,24 +641,31 @@ static void scores(const float *q, int64_t ldq, int64_t D, const float *kt,
 _Static_assert(QK_NV <= 4, "scores covers tails of up to 3 vectors");
 
 /* O[rows, Dvp] += P[rows, C] · V[C, Dvp]: p rows ldp apart, v rows ldv
- * apart, o rows Dvp apart. */
+ * apart, o rows Dvp apart. Column groups outside, row tiles inside: a
+ * group's value rows (C × PV_NV vectors, 16 KB) stay in L1 for every row
+ * tile, where the block's whole V (32 KB at Dv 128) beside P and O did not
+ * (L 4096, Dh 128, one thread: 3 to 6% less time in attention, 2026-12-08).
+ * Each output's sum runs over the keys in the same order either way. */
 static void mix(const float *p, int64_t ldp, const float *v, int64_t ldv,
                 int64_t Dvp, int64_t rows, int64_t C, float *o) {
   int64_t nvec = Dvp / VL;
-  for (int64_t r = 0; r < rows; r += PV_MR) {
-    int mr = rows - r < PV_MR ? (int)(rows - r) : PV_MR;
-    int64_t n = 0;
-    for (; n + PV_NV <= nvec; n += PV_NV)
+  int64_t n = 0;
+  for (; n + PV_NV <= nvec; n += PV_NV)
+    for (int64_t r = 0; r < rows; r += PV_MR) {
+      int mr = rows - r < PV_MR ? (int)(rows - r) : PV_MR;
       switch (mr) {
         CASE_MR(pv_tile, PV_NV, p + r * ldp, ldp, v + n * VL, ldv, C,
                 o + r * Dvp + n * VL, Dvp)
       }
-    for (; n < nvec; n++)
+    }
+  for (; n < nvec; n++)
+    for (int64_t r = 0; r < rows; r += PV_MR) {
+      int mr = rows - r < PV_MR ? (int)(rows - r) : PV_MR;
       switch (mr) {
         CASE_MR(pv_tile, 1, p + r * ldp, ldp, v + n * VL, ldv, C,
                 o + r * Dvp + n * VL, Dvp)
       }
-  }
+    }
 }
 
 /* ---- masks and score terms --------------------------------------------- */
