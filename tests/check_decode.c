@@ -373,6 +373,13 @@ static const err_case_t err_cases[] = {
      NULL, 422, "size_mismatch", "query.base64",
      "query.base64 has 16 characters, but 4 float32 elements need 16 bytes, "
      "24 characters of base64"},
+    /* a line break, as `base64` writes one every 76 characters: named as
+     * the cause, not the length it makes wrong */
+    {"base64 with a line break",
+     "{\"query\":{\"shape\":[1,4],\"base64\":\"AAAAAAAAAAAAAAAA\\nAAAAAAAA\"},"
+     "\"num_heads\":1}",
+     NULL, 422, "invalid_base64", "query.base64",
+     "query.base64 is not valid base64 at character 16, a line break"},
     {"shape and data and base64",
      "{\"query\":{\"shape\":[1,1],\"data\":[1],\"base64\":\"AAAAAA==\"},"
      "\"num_heads\":1}",
@@ -784,6 +791,68 @@ START_TEST(test_big_array_syntax_error) {
       }
       free(body);
     }
+}
+END_TEST
+
+/* A NUL byte anywhere is invalid_json at its place, on either path, with
+ * or without a tensor the fast path lifts: jansson took `1<NUL>,` for `1,`
+ * (it loses a NUL it reads past after a number), and said "end of file
+ * expected near end of file" of one after the text. Before its place, a
+ * line break. */
+START_TEST(test_nul_byte) {
+  static const char *const heads[] = {"{\"num_heads\":1", "{\"num_heads\":1,",
+                                      "{\"num_heads\":1,\"query\":"};
+  attnd_buf_t rows;
+  attnd_buf_init(&rows);
+  attnd_buf_puts(&rows, "[");
+  for (int i = 0; i < 300; i++) /* lifted on the fast path */
+    attnd_buf_printf(&rows, "%s[%d,0.5]", i ? "," : "", i);
+  attnd_buf_puts(&rows, "]");
+  for (int big = 0; big < 2; big++)
+    for (int where = 0; where < 4; where++) {
+      /* where: after the number 1, after a comma, inside the query's
+       * array of numbers, after the text */
+      attnd_buf_t b;
+      attnd_buf_init(&b);
+      attnd_buf_puts(&b, "\n");
+      const char *q = big ? rows.data : "[[1,2]]";
+      size_t at = 0;
+      if (where < 2) {
+        attnd_buf_puts(&b, heads[where]);
+        at = b.len;
+        attnd_buf_append(&b, "\0", 1);
+        attnd_buf_printf(&b, "%s\"query\":%s}", where ? "" : ",", q);
+      } else if (where == 2) {
+        attnd_buf_puts(&b, heads[2]);
+        attnd_buf_puts(&b, "[[1");
+        at = b.len;
+        attnd_buf_append(&b, "\0", 1);
+        attnd_buf_printf(&b, ",2]%s%s}", big ? "," : "]",
+                         big ? rows.data + 1 : "");
+      } else {
+        attnd_buf_printf(&b, "%s,\"query\":%s}", heads[0], q);
+        at = b.len;
+        attnd_buf_append(&b, "\0", 1);
+      }
+      char want[96];
+      snprintf(want, sizeof want, "line 2, column %zu: a NUL byte (byte %zu)",
+               at, at);
+      for (int fast = 0; fast < 2; fast++) {
+        attnd_request_t *j = NULL;
+        attnd_error_t e;
+        int r =
+            attnd__request_decode_path(b.data, b.len, &cfg, NULL, fast, &j, &e);
+        ck_assert_msg(
+            r == -1 && strcmp(attnd_error_name(e.code), "invalid_json") == 0 &&
+                strstr(e.message, want),
+            "big %d, where %d, fast %d: %d %s: %s; expected %s", big, where,
+            fast, r, r ? attnd_error_name(e.code) : "-", r ? e.message : "",
+            want);
+        attnd_request_free(j);
+      }
+      attnd_buf_free(&b);
+    }
+  attnd_buf_free(&rows);
 }
 END_TEST
 
@@ -2248,6 +2317,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_structure_limit);
   tcase_add_loop_test(tc, test_big_array_syntax_error, 0, N_BAD_ARRAY_TOKENS);
   tcase_add_test(tc, test_big_array_json_value);
+  tcase_add_test(tc, test_nul_byte);
   tcase_add_test(tc, test_slow_path_only_when_needed);
   tcase_add_test(tc, test_lifted_positions);
   tcase_add_test(tc, test_layer_paths_agree);

@@ -179,19 +179,47 @@ static json_t *parse_once(const char *text, size_t len, json_error_t *je,
  * numbers: on that error the text is parsed again with those literals
  * rewritten (bulk.h, attnd_json_widen_numbers) at the same line and
  * column, so that any other error reads the same. */
+static void json_line_column(const char *text, size_t pos, int *line,
+                             int *column);
+
+/* No JSON text holds a NUL byte, but jansson loses one that it reads past
+ * after a number (`{"a":1<NUL>}` reads as `{"a":1}`), and says "end of
+ * file expected near end of file" of one after the text. The first NUL of
+ * text[0..len), when jansson's own error (if any) is not before it: the
+ * error there, in `je` as jansson places its own (the byte read), and 1;
+ * else 0. */
+static int nul_error(const char *text, size_t len, json_t *root,
+                     json_error_t *je) {
+  const char *nul = memchr(text, '\0', len);
+  if (nul == NULL || (root == NULL && je->position >= 0 &&
+                      (size_t)je->position <= (size_t)(nul - text)))
+    return 0;
+  size_t at = (size_t)(nul - text);
+  memset(je, 0, sizeof *je);
+  json_line_column(text, at + 1, &je->line, &je->column);
+  je->position = (int)(at < INT32_MAX ? at + 1 : INT32_MAX);
+  snprintf(je->text, sizeof je->text - 1,
+           "a NUL byte (byte %zu), which no JSON text holds", at);
+  return 1;
+}
+
 json_t *attnd__dec_parse(const char *text, size_t len, json_error_t *je,
                          int *oom) {
   json_t *root = parse_once(text, len, je, oom);
-  if (root || *oom || json_error_code(je) != json_error_numeric_overflow)
-    return root;
-  attnd_buf_t wide;
-  attnd_buf_init(&wide);
-  long widened = attnd_json_widen_numbers(text, len, &wide);
-  if (widened < 0)
-    *oom = 1;
-  else if (widened > 0)
-    root = parse_once(wide.data, wide.len, je, oom);
-  attnd_buf_free(&wide);
+  if (!root && !*oom && json_error_code(je) == json_error_numeric_overflow) {
+    attnd_buf_t wide;
+    attnd_buf_init(&wide);
+    long widened = attnd_json_widen_numbers(text, len, &wide);
+    if (widened < 0)
+      *oom = 1;
+    else if (widened > 0)
+      root = parse_once(wide.data, wide.len, je, oom);
+    attnd_buf_free(&wide);
+  }
+  if (!*oom && nul_error(text, len, root, je)) {
+    json_decref(root);
+    root = NULL;
+  }
   return root;
 }
 

@@ -5,6 +5,7 @@
  * HTTP thread. */
 #include "api/decode.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -462,12 +463,27 @@ static int decode_shaped(dec_t *d, const json_t *v, const char *field, int kind,
     size_t want = (size_t)n * sizes[as];
     /* want bytes take exactly 4·ceil(want/3) characters: the message
      * counts characters against characters, as they are what was sent */
-    if (tlen / 4 * 3 < want || tlen / 4 * 3 > want + 2 || tlen % 4)
+    if (tlen / 4 * 3 < want || tlen / 4 * 3 > want + 2 || tlen % 4) {
+      /* a character no base64 has (the line breaks `base64` writes every
+       * 76 characters) makes the length wrong too: named first, as the
+       * cause */
+      size_t at = 0;
+      while (at < tlen &&
+             (isalnum((unsigned char)text[at]) || text[at] == '+' ||
+              text[at] == '/' || text[at] == '='))
+        at++;
+      if (at < tlen)
+        return E(d, ATTND_ERR_INVALID_BASE64, sub,
+                 "%s is not valid base64 at character %zu%s", sub, at,
+                 text[at] == '\n' || text[at] == '\r'
+                     ? ", a line break: send it as one line (base64 -w0)"
+                     : "");
       return E(d, ATTND_ERR_SIZE_MISMATCH, sub,
                "%s has %zu characters, but %lld %s elements need %zu bytes, "
                "%zu characters of base64",
                sub, tlen, (long long)n, names[as], want,
                attnd_b64_encoded_len(want));
+    }
     void *raw = attnd__dec_alloc(d, tlen / 4 * 3);
     if (raw == NULL)
       return attnd__dec_oom(d, field);
