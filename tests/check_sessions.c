@@ -2399,14 +2399,16 @@ static const struct {
      422,
      "unknown_field",
      "bogus",
-     {"bogus is not a member"}},
+     {"bogus is not a known member",
+      "(known: layer, num_heads, num_kv_heads, head_dim, v_head_dim, rope, "
+      "max_tokens, ttl_s, backend)"}},
     {0,
      0,
      "{" PRE ",\"query\":" Q1 "}",
      422,
      "unknown_field",
      "query",
-     {"query is not a member"}},
+     {"query is not a known member", "known: layer,"}},
     {0,
      0,
      "{\"layer\":\"" LLAMA "\",\"num_heads\":4}",
@@ -2732,7 +2734,7 @@ static const struct {
      422,
      "unknown_field",
      "keep",
-     {"keep is not a member"}},
+     {"keep is not a known member (known: length)"}},
     {'Z', "/truncate", "[1]", 422, "invalid_type", NULL, {"not an object"}},
     {'Z', "/truncate", "7", 422, "invalid_type", NULL, {"a number"}},
     {'Z', "/fork", "\"x\"", 422, "invalid_type", NULL, {"a string"}},
@@ -3937,7 +3939,8 @@ START_TEST(test_fork_takes_no_members) {
   char ids[3][40];
   error_sessions(&c, ids);
   call_id_refused(&c, "POST", ids[2], "/fork", "{\"length\":1}", 422,
-                  "unknown_field", "length", "length", NULL);
+                  "unknown_field", "length",
+                  "length is not a known member (known: none)", NULL);
   call_id_refused(&c, "POST", ids[2], "/fork", "{", 400, "invalid_json", NULL,
                   "invalid JSON", NULL);
   sh_client_free(&c);

@@ -270,7 +270,7 @@ int attnd__dec_members(dec_t *d, const json_t *obj, const char *where,
       ok = strcmp(key, *k) == 0;
     if (!ok) {
       /* whole names, as many as fit a message, then "..." */
-      char list[420] = "", field[64];
+      char list[420] = "none", field[64];
       size_t n = 0;
       for (const char *const *k = known; *k; k++) {
         const char *sep = k == known ? "" : ", ";

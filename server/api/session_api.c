@@ -44,24 +44,12 @@ static json_t *parse_object(const char *body, size_t len, attnd_error_t *err) {
 }
 
 /* Members of obj (at path `where`, "" for the root) other than `known`
- * (NULL-terminated): unknown_field, named by its path. */
+ * (NULL-terminated): unknown_field, named by its path, the known ones
+ * listed, as /v1 says it. */
 static int only_at(const json_t *obj, const char *where,
                    const char *const *known, attnd_error_t *err) {
-  const char *key;
-  json_t *v;
-  json_object_foreach((json_t *)obj, key, v) {
-    int ok = 0;
-    for (int i = 0; known[i] && !ok; i++)
-      ok = strcmp(key, known[i]) == 0;
-    if (!ok) {
-      char field[96];
-      snprintf(field, sizeof field, "%s%s%.64s", where, *where ? "." : "", key);
-      return attnd_error_set(err, ATTND_ERR_UNKNOWN_FIELD, field,
-                             "%s is not a member of this request", field);
-    }
-  }
-  (void)v;
-  return 0;
+  dec_t d = {.err = err}; /* its message needs no request */
+  return attnd__dec_members(&d, obj, where, known);
 }
 
 static int only(const json_t *obj, const char *const *known,
