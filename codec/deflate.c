@@ -160,6 +160,10 @@ static int start(attnd_inflate_t *z, char *msg, size_t msz) {
   return 0;
 }
 
+size_t attnd_inflate_in_bound(size_t max) {
+  return max + max / 8 + max / 64 + 64;
+}
+
 /* Runs zlib over in[0..n) into out, within max. */
 static int run(attnd_inflate_t *z, const unsigned char *in, size_t n,
                attnd_buf_t *out, size_t max, char *msg, size_t msz) {
@@ -194,6 +198,12 @@ static int run(attnd_inflate_t *z, const unsigned char *in, size_t n,
     out->len += made;
     if (out->data)
       out->data[out->len] = 0;
+    if (z->done + z->z.total_in > attnd_inflate_in_bound(max))
+      return fail(z, -2, msg, msz,
+                  "the %s data passes %zu bytes, more than any that "
+                  "inflates to at most %zu bytes needs",
+                  attnd_coding_name(z->coding), attnd_inflate_in_bound(max),
+                  max);
     if (rc == Z_STREAM_END) {
       z->ended = 1;
     } else if (rc == Z_MEM_ERROR) {

@@ -46,11 +46,19 @@ typedef struct attnd_inflate attnd_inflate_t;
 attnd_inflate_t *attnd_inflate_new(attnd_coding_t coding);
 void attnd_inflate_free(attnd_inflate_t *z);
 
+/* The most input that data inflating to at most `max` bytes needs: zlib's
+ * bound on deflate's output for any settings (deflateBound: n + n/8 + n/64
+ * + 5, stored blocks at worst), and 64 bytes for a gzip or zlib wrapper. A
+ * stream of empty blocks, or of empty gzip members, makes nothing of its
+ * input, which could then go on for as long as a client sends it. */
+size_t attnd_inflate_in_bound(size_t max);
+
 /* Inflates in[0..n), appending the output to `out`, which may hold at most
  * `max` bytes in all. Returns 0; -1 when the input is not of the coding
  * (msg says where and why) or goes on past the end of its stream; -2 when
- * the output would pass `max` (out then holds exactly max bytes); -3 when
- * out of memory. After an error, every later call returns it again. */
+ * the output would pass `max` (out then holds exactly max bytes), or the
+ * input passes attnd_inflate_in_bound(max); -3 when out of memory. After
+ * an error, every later call returns it again. */
 int attnd_inflate_feed(attnd_inflate_t *z, const void *in, size_t n,
                        attnd_buf_t *out, size_t max, char *msg, size_t msz);
 

@@ -809,9 +809,10 @@ START_TEST(test_nul_byte) {
     attnd_buf_printf(&rows, "%s[%d,0.5]", i ? "," : "", i);
   attnd_buf_puts(&rows, "]");
   for (int big = 0; big < 2; big++)
-    for (int where = 0; where < 4; where++) {
+    for (int where = 0; where < 5; where++) {
       /* where: after the number 1, after a comma, inside the query's
-       * array of numbers, after the text */
+       * array of numbers, after the text, and last after the number 1, the
+       * text unfinished (jansson's error then lies at the NUL) */
       attnd_buf_t b;
       attnd_buf_init(&b);
       attnd_buf_puts(&b, "\n");
@@ -829,8 +830,12 @@ START_TEST(test_nul_byte) {
         attnd_buf_append(&b, "\0", 1);
         attnd_buf_printf(&b, ",2]%s%s}", big ? "," : "]",
                          big ? rows.data + 1 : "");
-      } else {
+      } else if (where == 3) {
         attnd_buf_printf(&b, "%s,\"query\":%s}", heads[0], q);
+        at = b.len;
+        attnd_buf_append(&b, "\0", 1);
+      } else {
+        attnd_buf_printf(&b, "{\"query\":%s,%s", q, heads[0] + 1);
         at = b.len;
         attnd_buf_append(&b, "\0", 1);
       }

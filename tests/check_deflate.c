@@ -176,6 +176,64 @@ START_TEST(test_round_trip) {
 END_TEST
 
 /* gzip may be several members (RFC 1952 2.2): their bytes, concatenated. */
+/* Input that makes nothing: gzip members of nothing, one after another,
+ * and a raw deflate stream of empty stored blocks (5 bytes each), which
+ * went on for as long as they were fed. Refused (-2) once past the bound
+ * for `max`; honest input of max random bytes (compressed, 23 bytes over
+ * them), fed a byte at a time, is within it. */
+START_TEST(test_input_bound) {
+  enum { MAX = 4000 };
+  const size_t bound = attnd_inflate_in_bound(MAX);
+  size_t ne;
+  unsigned char *empty = compress_bits((const unsigned char *)"", 0, 31, &ne);
+  size_t count = bound / ne + 2, n = count * ne;
+  unsigned char *members = malloc(n);
+  for (size_t i = 0; i < count; i++)
+    memcpy(members + i * ne, empty, ne);
+  unsigned char *blocks = malloc(n);
+  for (size_t i = 0; i + 5 <= n; i += 5)
+    memcpy(blocks + i, "\x00\x00\x00\xff\xff", 5);
+  char msg[200], want[200];
+  for (size_t step = 0; step <= 1; step++) {
+    attnd_buf_t out;
+    attnd_buf_init(&out);
+    ck_assert_int_eq(inflate_all(ATTND_CODING_GZIP, members, n, step, MAX, &out,
+                                 msg, sizeof msg),
+                     -2);
+    snprintf(want, sizeof want,
+             "the gzip data passes %zu bytes, more than any that inflates "
+             "to at most %d bytes needs",
+             bound, MAX);
+    ck_assert_str_eq(msg, want);
+    attnd_buf_free(&out);
+    attnd_buf_init(&out);
+    ck_assert_int_eq(inflate_all(ATTND_CODING_DEFLATE, blocks, n / 5 * 5, step,
+                                 MAX, &out, msg, sizeof msg),
+                     -2);
+    ck_assert_msg(strstr(msg, "the deflate data passes"), "%s", msg);
+    attnd_buf_free(&out);
+  }
+  unsigned char *src = malloc(MAX);
+  unsigned seed = 9;
+  for (size_t i = 0; i < MAX; i++) /* no repeats for zlib to find */
+    src[i] = (unsigned char)((seed = seed * 1103515245u + 12345u) >> 24);
+  size_t nz;
+  unsigned char *z = compress_bits(src, MAX, 31, &nz);
+  ck_assert_uint_le(nz, bound);
+  attnd_buf_t out;
+  attnd_buf_init(&out);
+  ck_assert_int_eq(
+      inflate_all(ATTND_CODING_GZIP, z, nz, 1, MAX, &out, msg, sizeof msg), 0);
+  ck_assert_uint_eq(out.len, MAX);
+  attnd_buf_free(&out);
+  free(z);
+  free(src);
+  free(blocks);
+  free(members);
+  free(empty);
+}
+END_TEST
+
 START_TEST(test_gzip_members) {
   unsigned char *a = sample(5000, 1), *b = sample(3000, 2);
   size_t na, nb;
@@ -385,6 +443,7 @@ Suite *test_suite(void) {
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, test_round_trip, 0, 5);
   tcase_add_test(tc, test_gzip_members);
+  tcase_add_test(tc, test_input_bound);
   tcase_add_test(tc, test_limit);
   tcase_add_test(tc, test_bad);
   suite_add_tcase(s, tc);

@@ -2281,6 +2281,33 @@ START_TEST(test_too_large_chunked) {
 }
 END_TEST
 
+/* A gzip body of empty members (20 bytes each, inflating to nothing), sent
+ * in chunks: refused 413 once past what any body of max_body_bytes needs
+ * compressed, not read for as long as the client sends it. */
+START_TEST(test_coded_input_bound) {
+  static const unsigned char empty[20] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3,
+                                          3,    0,    0, 0, 0, 0, 0, 0, 0, 0};
+  size_t count = 4000, n = count * sizeof empty; /* 80,000 bytes */
+  unsigned char *body = malloc(n);
+  for (size_t i = 0; i < count; i++)
+    memcpy(body + i * sizeof empty, empty, sizeof empty);
+  static const char *const gz[] = {"Content-Encoding: gzip", NULL};
+  sh_client_t c;
+  sh_client_init(&c, srv.port);
+  sh_req_t q = sh_attention_post((const char *)body, n);
+  q.chunked = 1;
+  q.headers = gz;
+  sh_resp_t r;
+  ck_assert_msg(sh_http(&c, &q, &r) == 0, "%s", r.error);
+  sh_assert_error(&r, 413, "payload_too_large", NULL, "gzip body has 80000",
+                  "more than any that inflates within max_body_bytes 65536",
+                  NULL);
+  sh_resp_free(&r);
+  sh_client_free(&c);
+  free(body);
+}
+END_TEST
+
 /* ---- the suite ----------------------------------------------------------- */
 
 /* ---- numbers at the edge (issue 11, defects 3 and 4) --------------------- */
@@ -2482,6 +2509,7 @@ Suite *test_suite(void) {
   tcase_add_test(tc, test_expectation_failed);
   tcase_add_test(tc, test_too_large_content_length);
   tcase_add_test(tc, test_too_large_chunked);
+  tcase_add_test(tc, test_coded_input_bound);
 
   tc = server_tcase(s, "threads", start_auto_threads);
   tcase_add_test(tc, test_threads_auto);

@@ -118,9 +118,10 @@ int attnd__dec_tensor(dec_t *d, const json_t *v, const char *field, int kind,
 /* ---- the steps every protocol's decoder shares (decode.c; oip.c) ---- */
 
 /* jansson's tree of text[0..len) with the decoder's flags (duplicate keys
- * refused, any value at the root), safe when memory runs out and reading
- * number literals past int64 or a double as numbers: a new reference, or
- * NULL with *oom set, or else jansson's error in `je`. */
+ * refused, any value at the root), safe when memory runs out, reading
+ * number literals past int64 or a double as numbers, and refusing a NUL
+ * byte at its place: a new reference, or NULL with *oom set, or else the
+ * error in `je`, as jansson words and places its own. */
 json_t *attnd__dec_parse(const char *text, size_t len, json_error_t *je,
                          int *oom);
 /* jansson's error for body[0..len) when the bulk scan of it (bulk, which
@@ -184,8 +185,9 @@ int attnd__dec_root(dec_t *d, const json_t *root, const char *const *known);
  * out_of_memory that the memory budget turns into its 429 or 422 too
  * (attnd_api_meter_end). None where j has none. Returns -1. Borrows both. */
 int attnd__dec_keep_id(const attnd_request_t *j, attnd_error_t *err);
-/* For a body whose parse ran out of memory (the memory budget short while
- * the scanner lifted its tensors, before the id was read): the root
+/* For a body that is not parsed (its parse ran out of memory, the memory
+ * budget short while the scanner lifted its tensors, before the id was
+ * read; or a session step refused before its body is read): the root
  * object's "id" member, found in the text body[0..len) in one pass that
  * skips every other member's value by its brackets and strings, copied
  * into err (has_id) where it is a string of at most ATTND_ID_MAX bytes.

@@ -173,12 +173,6 @@ static json_t *parse_once(const char *text, size_t len, json_error_t *je,
   return parse_two(text, len, NULL, 0, je, oom);
 }
 
-/* jansson's tree of text[0..len), as parse_once, where the number literals
- * jansson refuses though they are valid JSON (an integer beyond int64, a
- * value beyond a double; both its json_error_numeric_overflow) read as
- * numbers: on that error the text is parsed again with those literals
- * rewritten (bulk.h, attnd_json_widen_numbers) at the same line and
- * column, so that any other error reads the same. */
 static void json_line_column(const char *text, size_t pos, int *line,
                              int *column);
 
@@ -187,12 +181,14 @@ static void json_line_column(const char *text, size_t pos, int *line,
  * file expected near end of file" of one after the text. The first NUL of
  * text[0..len), when jansson's own error (if any) is not before it: the
  * error there, in `je` as jansson places its own (the byte read), and 1;
- * else 0. */
+ * else 0. An error at the end of the input comes after every NUL, though
+ * its position may be the NUL's own when jansson lost it (`[1<NUL>`). */
 static int nul_error(const char *text, size_t len, json_t *root,
                      json_error_t *je) {
   const char *nul = memchr(text, '\0', len);
   if (nul == NULL || (root == NULL && je->position >= 0 &&
-                      (size_t)je->position <= (size_t)(nul - text)))
+                      (size_t)je->position <= (size_t)(nul - text) &&
+                      json_error_code(je) != json_error_premature_end_of_input))
     return 0;
   size_t at = (size_t)(nul - text);
   memset(je, 0, sizeof *je);
@@ -203,6 +199,13 @@ static int nul_error(const char *text, size_t len, json_t *root,
   return 1;
 }
 
+/* jansson's tree of text[0..len), as parse_once, where the number literals
+ * jansson refuses though they are valid JSON (an integer beyond int64, a
+ * value beyond a double; both its json_error_numeric_overflow) read as
+ * numbers: on that error the text is parsed again with those literals
+ * rewritten (bulk.h, attnd_json_widen_numbers) at the same line and
+ * column, so that any other error reads the same; and a NUL byte an error
+ * at its place (nul_error). */
 json_t *attnd__dec_parse(const char *text, size_t len, json_error_t *je,
                          int *oom) {
   json_t *root = parse_once(text, len, je, oom);

@@ -1,6 +1,7 @@
 /* server/http/intake.c: a request's body, from its headers to its last
  * byte: the media type, the content coding (inflated as it arrives), the
- * length against max_body_bytes, and the memory budget, which the body
+ * length against the most it may have (body_max: max_body_bytes, or less
+ * for a session's control body), and the memory budget, which the body
  * takes its share of as it grows. See exchange.h. */
 #include <stdlib.h>
 #include <string.h>
@@ -230,7 +231,7 @@ enum MHD_Result attnd_http_body_start(attnd_http_req_t *r) {
    * bytes the budget counted once, at start; else the heap, taking its
    * share now (a coded body's as it inflates). */
   size_t clen = cl ? (size_t)strtoull(cl, NULL, 10) : 0;
-  r->body_len = cl ? (int64_t)clen : -1; /* within max_body_bytes */
+  r->body_len = cl ? (int64_t)clen : -1; /* within body_max */
   if (cl && !r->inflate && r->json_len >= 0 &&
       (r->body_pinned = attnd_pinned_get(clen + 65)) != NULL) {
     r->body_pinned_cap = clen + 65; /* the pad's 64 and a terminator */
@@ -261,7 +262,8 @@ static void body_reserve(attnd_http_req_t *r, size_t bytes) {
   r->body.len = r->pad;
 }
 
-/* Inflates a coded body's next bytes into r->body, within max_body_bytes
+/* Inflates a coded body's next bytes into r->body, within `max` (body_max),
+ * its input within what that needs compressed (attnd_inflate_in_bound),
  * and the memory budget, which its buffer takes as it grows. */
 static void inflate_more(attnd_http_req_t *r, const char *data, size_t size,
                          size_t max) {
@@ -284,8 +286,9 @@ static void inflate_more(attnd_http_req_t *r, const char *data, size_t size,
 }
 
 /* Accumulates the body. A body without Content-Length that outgrows
- * max_body_bytes (or a coded one that inflates past it) is discarded as it
- * arrives and answered 413 at its end (libmicrohttpd cannot answer in the
+ * body_max (or a coded one that inflates past it, or whose input passes
+ * what that needs compressed) is discarded as it arrives and answered 413
+ * at its end (libmicrohttpd cannot answer in the
  * middle of an upload); one that keeps going 64 MiB past the limit has its
  * connection closed. */
 enum MHD_Result attnd_http_body_more(attnd_http_req_t *r, const char *data,
@@ -324,8 +327,13 @@ enum MHD_Result attnd_http_body_more(attnd_http_req_t *r, const char *data,
 
 int attnd_http_body_ok(attnd_http_req_t *r, enum MHD_Result *ret) {
   char limit[80];
-  body_max(r, limit, sizeof limit);
-  if (r->too_large && r->inflate)
+  size_t max = body_max(r, limit, sizeof limit);
+  if (r->too_large && r->inflate && r->bytes_in > attnd_inflate_in_bound(max))
+    *ret = attnd_http_fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
+                           "the %s body has %zu bytes, more than any that "
+                           "inflates within %s needs",
+                           attnd_coding_name(r->coding), r->bytes_in, limit);
+  else if (r->too_large && r->inflate)
     *ret = attnd_http_fail(r, ATTND_ERR_PAYLOAD_TOO_LARGE, NULL,
                            "the %s body inflates past %s",
                            attnd_coding_name(r->coding), limit);
