@@ -196,17 +196,18 @@ static int body_take(void *ctx, int64_t bytes) {
 }
 
 /* The most bytes r's body may have: max_body_bytes, or a session's
- * control body's most where that is less; `limit` names it for a 413. */
+ * control body's most where that is less. With `limit`, its name for a
+ * 413, written there (not on every piece of a body: only for a refusal). */
 static size_t body_max(const attnd_http_req_t *r, char *limit, size_t n) {
   int64_t most = r->srv->cfg->max_body_bytes;
-  if ((r->route->flags & ATTND_ROUTE_CONTROL) &&
-      most > ATTND_CONTROL_BODY_MAX) {
+  int control =
+      (r->route->flags & ATTND_ROUTE_CONTROL) && most > ATTND_CONTROL_BODY_MAX;
+  if (limit && control)
     snprintf(limit, n, "%d, the most a session's control body may have",
              ATTND_CONTROL_BODY_MAX);
-    return ATTND_CONTROL_BODY_MAX;
-  }
-  snprintf(limit, n, "max_body_bytes %lld", (long long)most);
-  return (size_t)most;
+  else if (limit)
+    snprintf(limit, n, "max_body_bytes %lld", (long long)most);
+  return control ? ATTND_CONTROL_BODY_MAX : (size_t)most;
 }
 
 enum MHD_Result attnd_http_body_start(attnd_http_req_t *r) {
@@ -293,8 +294,7 @@ static void inflate_more(attnd_http_req_t *r, const char *data, size_t size,
  * connection closed. */
 enum MHD_Result attnd_http_body_more(attnd_http_req_t *r, const char *data,
                                      size_t *size) {
-  char limit[80];
-  size_t max = body_max(r, limit, sizeof limit);
+  size_t max = body_max(r, NULL, 0);
   r->bytes_in += *size;
   if (!r->inflate && r->body.len - r->pad + *size > max)
     r->too_large = 1;
